@@ -1,0 +1,360 @@
+// Package ca is a journal's local certificate authority: an ephemeral
+// intermediate key that lives only in memory, signed by the domain root, used
+// to sign agent certificates and the journal's own server certificate.
+//
+// Signing is safe for concurrent use and takes no lock: the current
+// intermediate is swapped atomically on rotation.
+package ca
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/pki"
+)
+
+// Sentinel errors.
+var (
+	ErrUpstream      = errors.New("ca: upstream authority")
+	ErrInvalidRole   = errors.New("ca: invalid role")
+	ErrCSRTooLarge   = errors.New("ca: CSR too large")
+	ErrCSRMalformed  = errors.New("ca: malformed CSR")
+	ErrKeyPolicy     = errors.New("ca: CSR key not allowed")
+	ErrCSRSignature  = errors.New("ca: CSR signature invalid")
+	ErrIssuedInvalid = errors.New("ca: issued certificate failed validation")
+)
+
+// MaxCSRBytes caps a CSR before any parsing: a P-384 CSR is ~500 bytes.
+const MaxCSRBytes = 4096
+
+// Config configures a journal CA.
+type Config struct {
+	Upstream  UpstreamAuthority
+	JournalID string
+	// LeafLifetime is the validity of agent certificates.
+	LeafLifetime time.Duration
+	// IntermediateLifetime is the validity of the ephemeral intermediate; it
+	// should be a few multiples of LeafLifetime so rotation at half life
+	// never cuts a leaf short.
+	IntermediateLifetime time.Duration
+	// Backdate is subtracted from NotBefore to tolerate clock skew.
+	Backdate time.Duration
+	// ServerDNSNames and ServerIPs go into the journal's server certificate.
+	ServerDNSNames []string
+	ServerIPs      []net.IP
+	Clock          clock.Clock
+}
+
+// DefaultConfig returns the defaults: 3-day leaves, 9-day intermediates.
+func DefaultConfig() Config {
+	return Config{
+		LeafLifetime:         72 * time.Hour,
+		IntermediateLifetime: 9 * 24 * time.Hour,
+		Backdate:             time.Minute,
+		Clock:                clock.Real{},
+	}
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Upstream == nil {
+		errs = append(errs, errors.New("ca: Upstream is required"))
+	}
+	if err := pki.ValidateName("journal id", c.JournalID); err != nil {
+		errs = append(errs, err)
+	}
+	if c.LeafLifetime < time.Minute {
+		errs = append(errs, fmt.Errorf("ca: LeafLifetime %v is shorter than a minute", c.LeafLifetime))
+	}
+	if c.IntermediateLifetime < 2*c.LeafLifetime {
+		errs = append(errs, fmt.Errorf("ca: IntermediateLifetime %v must be at least twice LeafLifetime %v", c.IntermediateLifetime, c.LeafLifetime))
+	}
+	if c.Backdate < 0 {
+		errs = append(errs, errors.New("ca: Backdate must not be negative"))
+	}
+	if c.Clock == nil {
+		errs = append(errs, errors.New("ca: Clock is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// CA signs agent certificates with an in-memory intermediate.
+type CA struct {
+	cfg    Config
+	domain string
+	cur    atomic.Pointer[intermediate]
+}
+
+type intermediate struct {
+	key    crypto.Signer // never leaves this struct
+	cert   *x509.Certificate
+	serial string
+	server *tls.Certificate
+}
+
+// New creates the CA and its first intermediate.
+func New(cfg Config) (*CA, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.ServerDNSNames = append([]string(nil), cfg.ServerDNSNames...)
+	cfg.ServerIPs = append([]net.IP(nil), cfg.ServerIPs...)
+	domain, err := DomainOf(cfg.Upstream.Root())
+	if err != nil {
+		return nil, err
+	}
+	c := &CA{cfg: cfg, domain: domain}
+	if err := c.Rotate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Domain is the domain id (SPIFFE trust domain) of the root.
+func (c *CA) Domain() string { return c.domain }
+
+// Root is the domain root certificate.
+func (c *CA) Root() *x509.Certificate { return c.cfg.Upstream.Root() }
+
+// Intermediate is the current intermediate certificate.
+func (c *CA) Intermediate() *x509.Certificate { return c.cur.Load().cert }
+
+// ServerCertificate is the journal's TLS certificate with its chain.
+func (c *CA) ServerCertificate() *tls.Certificate { return c.cur.Load().server }
+
+// RotationDue reports whether the intermediate has passed half its life.
+func (c *CA) RotationDue(now time.Time) bool {
+	cert := c.cur.Load().cert
+	half := cert.NotBefore.Add(cert.NotAfter.Sub(cert.NotBefore) / 2)
+	return !now.Before(half)
+}
+
+// Rotate makes a fresh intermediate key and certificate and swaps them in.
+// Certificates signed by the previous one stay valid while it is in the
+// trust bundle.
+func (c *CA) Rotate() error {
+	now := c.cfg.Clock.Now()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("ca: intermediate key: %w", err)
+	}
+	serial, err := pki.NewSerial()
+	if err != nil {
+		return err
+	}
+	id := pki.Identity{Kind: pki.KindJournal, Name: c.cfg.JournalID, Domain: c.domain}
+	root := c.cfg.Upstream.Root()
+	notAfter := now.Add(c.cfg.IntermediateLifetime)
+	if notAfter.After(root.NotAfter) {
+		notAfter = root.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "pact intermediate " + c.cfg.JournalID + "@" + c.domain, Organization: []string{"pact"}},
+		NotBefore:             now.Add(-c.cfg.Backdate),
+		NotAfter:              notAfter,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLen:            0,
+		MaxPathLenZero:        true,
+		URIs:                  []*url.URL{{Scheme: "spiffe", Host: c.domain}},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, root, key.Public(), c.cfg.Upstream.Signer())
+	if err != nil {
+		return fmt.Errorf("%w: sign intermediate: %w", ErrUpstream, err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return fmt.Errorf("ca: parse intermediate: %w", err)
+	}
+	inter := &intermediate{key: key, cert: cert, serial: pki.SerialHex(cert.SerialNumber)}
+	server, err := c.issueServer(inter, id, now)
+	if err != nil {
+		return err
+	}
+	inter.server = server
+	c.cur.Store(inter)
+	return nil
+}
+
+func (c *CA) issueServer(inter *intermediate, id pki.Identity, now time.Time) (*tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("ca: server key: %w", err)
+	}
+	serial, err := pki.NewSerial()
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: id.CommonName()},
+		NotBefore:    now.Add(-c.cfg.Backdate),
+		NotAfter:     inter.cert.NotAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     c.cfg.ServerDNSNames,
+		IPAddresses:  c.cfg.ServerIPs,
+		URIs:         []*url.URL{id.SPIFFEID()},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, inter.cert, key.Public(), inter.key)
+	if err != nil {
+		return nil, fmt.Errorf("ca: sign server certificate: %w", err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("ca: parse server certificate: %w", err)
+	}
+	return &tls.Certificate{Certificate: [][]byte{der, inter.cert.Raw}, PrivateKey: key, Leaf: leaf}, nil
+}
+
+// CSR is a certificate request that passed policy and signature checks.
+// Only its public key is ever used.
+type CSR struct {
+	PublicKey crypto.PublicKey
+	// SPKI is the DER SubjectPublicKeyInfo; its SHA-256 binds a node to its key.
+	SPKI []byte
+}
+
+// ParseCSR checks an untrusted CSR: size first, then key policy (ECDSA
+// P-256/P-384 or Ed25519), then the self-signature. Everything in the
+// request except the public key is ignored.
+func ParseCSR(der []byte) (*CSR, error) {
+	if len(der) == 0 {
+		return nil, fmt.Errorf("%w: empty", ErrCSRMalformed)
+	}
+	if len(der) > MaxCSRBytes {
+		return nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrCSRTooLarge, len(der), MaxCSRBytes)
+	}
+	req, err := x509.ParseCertificateRequest(der)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCSRMalformed, err)
+	}
+	if err := CheckKeyPolicy(req.PublicKey); err != nil {
+		return nil, err
+	}
+	switch req.SignatureAlgorithm {
+	case x509.ECDSAWithSHA256, x509.ECDSAWithSHA384, x509.ECDSAWithSHA512, x509.PureEd25519:
+	default:
+		return nil, fmt.Errorf("%w: signature algorithm %v", ErrKeyPolicy, req.SignatureAlgorithm)
+	}
+	if err := req.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCSRSignature, err)
+	}
+	return &CSR{PublicKey: req.PublicKey, SPKI: req.RawSubjectPublicKeyInfo}, nil
+}
+
+// CheckKeyPolicy accepts ECDSA P-256, ECDSA P-384 and Ed25519 keys.
+func CheckKeyPolicy(pub crypto.PublicKey) error {
+	switch k := pub.(type) {
+	case *ecdsa.PublicKey:
+		if k.Curve == elliptic.P256() || k.Curve == elliptic.P384() {
+			return nil
+		}
+		return fmt.Errorf("%w: ECDSA curve %s (want P-256 or P-384)", ErrKeyPolicy, k.Curve.Params().Name)
+	case ed25519.PublicKey:
+		return nil
+	}
+	return fmt.Errorf("%w: %T (want ECDSA P-256, P-384 or Ed25519)", ErrKeyPolicy, pub)
+}
+
+// Issued is an agent certificate with what the registry records about it.
+type Issued struct {
+	Cert         *x509.Certificate
+	DER          []byte
+	ChainDER     [][]byte // leaf, intermediate
+	Serial       string
+	SPKISHA256   string
+	NotAfter     time.Time
+	IssuerSerial string
+}
+
+// SignAgent issues an agent certificate for csr's public key. Subject, SANs,
+// extensions and validity come from the node id and config alone.
+func (c *CA) SignAgent(csr *CSR, nodeID string) (*Issued, error) {
+	if err := pki.ValidateName("node id", nodeID); err != nil {
+		return nil, err
+	}
+	inter := c.cur.Load()
+	now := c.cfg.Clock.Now()
+	serial, err := pki.NewSerial()
+	if err != nil {
+		return nil, err
+	}
+	notAfter := now.Add(c.cfg.LeafLifetime)
+	if notAfter.After(inter.cert.NotAfter) {
+		notAfter = inter.cert.NotAfter
+	}
+	id := pki.Identity{Kind: pki.KindAgent, Name: nodeID, Domain: c.domain}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: id.CommonName()},
+		NotBefore:             now.Add(-c.cfg.Backdate),
+		NotAfter:              notAfter,
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  false,
+		URIs:                  []*url.URL{id.SPIFFEID()},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, inter.cert, csr.PublicKey, inter.key)
+	if err != nil {
+		return nil, fmt.Errorf("ca: sign agent certificate: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("ca: parse agent certificate: %w", err)
+	}
+	if err := validateAgentCert(cert, id, csr); err != nil {
+		return nil, err
+	}
+	return &Issued{
+		Cert:         cert,
+		DER:          der,
+		ChainDER:     [][]byte{der, inter.cert.Raw},
+		Serial:       pki.SerialHex(cert.SerialNumber),
+		SPKISHA256:   pki.SPKIFingerprint(cert),
+		NotAfter:     cert.NotAfter,
+		IssuerSerial: inter.serial,
+	}, nil
+}
+
+// validateAgentCert checks what leaves the CA against what was meant, so a
+// template mistake can never ship a CA or a foreign-key certificate.
+func validateAgentCert(cert *x509.Certificate, id pki.Identity, csr *CSR) error {
+	var errs []error
+	if cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign != 0 {
+		errs = append(errs, errors.New("is a CA"))
+	}
+	if len(cert.ExtKeyUsage) != 1 || cert.ExtKeyUsage[0] != x509.ExtKeyUsageClientAuth {
+		errs = append(errs, errors.New("EKU is not exactly clientAuth"))
+	}
+	if len(cert.URIs) != 1 || cert.URIs[0].String() != id.SPIFFEID().String() {
+		errs = append(errs, errors.New("URI SAN mismatch"))
+	}
+	if len(cert.DNSNames)+len(cert.IPAddresses)+len(cert.EmailAddresses) != 0 {
+		errs = append(errs, errors.New("unexpected SANs"))
+	}
+	if string(cert.RawSubjectPublicKeyInfo) != string(csr.SPKI) {
+		errs = append(errs, errors.New("public key differs from the CSR"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrIssuedInvalid, errors.Join(errs...))
+	}
+	return nil
+}

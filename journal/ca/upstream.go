@@ -1,0 +1,285 @@
+package ca
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/pki"
+)
+
+// UpstreamAuthority is the domain root: its certificate and a signer for its
+// key. The key-file implementation is the first; an HSM or KMS signer fits
+// the same interface without touching any caller.
+type UpstreamAuthority interface {
+	Root() *x509.Certificate
+	Signer() crypto.Signer
+}
+
+// File names inside a journal data directory.
+const (
+	RootCertFile  = "ca.pem"
+	RootKeyFile   = "ca-key.pem"
+	AdminCertFile = "admin.pem"
+	AdminKeyFile  = "admin-key.pem"
+)
+
+// KeyFileAuthority holds a root certificate and its key read from files.
+type KeyFileAuthority struct {
+	root *x509.Certificate
+	key  crypto.Signer
+}
+
+// Root returns the domain root certificate.
+func (a *KeyFileAuthority) Root() *x509.Certificate { return a.root }
+
+// Signer returns the root key.
+func (a *KeyFileAuthority) Signer() crypto.Signer { return a.key }
+
+// String never prints key material.
+func (a *KeyFileAuthority) String() string {
+	return fmt.Sprintf("KeyFileAuthority{root=%s}", a.root.Subject.CommonName)
+}
+
+// LoadKeyFileAuthority reads the root certificate and key. The key file must
+// not be readable by group or others.
+func LoadKeyFileAuthority(certPath, keyPath string) (*KeyFileAuthority, error) {
+	certs, err := readCerts(certPath)
+	if err != nil {
+		return nil, err
+	}
+	root := certs[0]
+	if !root.IsCA {
+		return nil, fmt.Errorf("%w: %s is not a CA certificate", ErrUpstream, certPath)
+	}
+	st, err := os.Stat(keyPath)
+	if err != nil {
+		return nil, fmt.Errorf("%w: root key: %w", ErrUpstream, err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%w: root key %s has mode %o; run: chmod 600 %s", ErrUpstream, keyPath, st.Mode().Perm(), keyPath)
+	}
+	key, err := readKey(keyPath)
+	if err != nil {
+		return nil, err
+	}
+	if !publicKeysEqual(key.Public(), root.PublicKey) {
+		return nil, fmt.Errorf("%w: %s does not belong to %s", ErrUpstream, keyPath, certPath)
+	}
+	return &KeyFileAuthority{root: root, key: key}, nil
+}
+
+// DomainOf returns the domain a root certificate was made for (its SPIFFE
+// trust domain URI SAN).
+func DomainOf(root *x509.Certificate) (string, error) {
+	for _, u := range root.URIs {
+		if u.Scheme == "spiffe" && u.Host != "" {
+			return u.Host, nil
+		}
+	}
+	return "", fmt.Errorf("%w: root certificate names no spiffe:// trust domain", ErrUpstream)
+}
+
+// InitDev creates a domain root and a platform-admin credential in dir if
+// the root does not exist yet. It reports whether it created anything. It is
+// for development and first trials: production roots are made offline.
+func InitDev(dir, domain string, now time.Time) (bool, error) {
+	if err := pki.ValidateDomain(domain); err != nil {
+		return false, err
+	}
+	rootPath := filepath.Join(dir, RootCertFile)
+	if _, err := os.Stat(rootPath); err == nil {
+		return false, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("ca: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return false, fmt.Errorf("ca: create data dir: %w", err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return false, fmt.Errorf("ca: root key: %w", err)
+	}
+	serial, err := pki.NewSerial()
+	if err != nil {
+		return false, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "pact root CA " + domain, Organization: []string{"pact"}},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		URIs:                  []*url.URL{{Scheme: "spiffe", Host: domain}},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return false, fmt.Errorf("ca: create root: %w", err)
+	}
+	root, err := x509.ParseCertificate(der)
+	if err != nil {
+		return false, fmt.Errorf("ca: parse root: %w", err)
+	}
+	if err := writeKey(filepath.Join(dir, RootKeyFile), key); err != nil {
+		return false, err
+	}
+	auth := &KeyFileAuthority{root: root, key: key}
+	certPEM, keyPEM, err := IssueAdmin(auth, "admin", pki.RolePlatformAdmin, 365*24*time.Hour, now)
+	if err != nil {
+		return false, err
+	}
+	if err := writeFile(filepath.Join(dir, AdminKeyFile), keyPEM, 0o600); err != nil {
+		return false, err
+	}
+	if err := writeFile(filepath.Join(dir, AdminCertFile), certPEM, 0o644); err != nil {
+		return false, err
+	}
+	// The root certificate goes last: its presence marks the set complete.
+	if err := writeFile(rootPath, pki.EncodeCertsPEM(der), 0o644); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// IssueAdmin signs an operator credential with the root. The role travels in
+// the subject's OrganizationalUnit; the name in the SPIFFE ID.
+func IssueAdmin(auth UpstreamAuthority, name, role string, lifetime time.Duration, now time.Time) (certPEM, keyPEM []byte, err error) {
+	if err := pki.ValidateName("operator name", name); err != nil {
+		return nil, nil, err
+	}
+	if err := ValidateRole(role); err != nil {
+		return nil, nil, err
+	}
+	domain, err := DomainOf(auth.Root())
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ca: admin key: %w", err)
+	}
+	serial, err := pki.NewSerial()
+	if err != nil {
+		return nil, nil, err
+	}
+	id := pki.Identity{Kind: pki.KindAdmin, Name: name, Domain: domain}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: id.CommonName(), OrganizationalUnit: []string{role}},
+		NotBefore:    now.Add(-time.Minute),
+		NotAfter:     now.Add(lifetime),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		URIs:         []*url.URL{id.SPIFFEID()},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, auth.Root(), key.Public(), auth.Signer())
+	if err != nil {
+		return nil, nil, fmt.Errorf("ca: sign admin: %w", err)
+	}
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ca: encode admin key: %w", err)
+	}
+	return pki.EncodeCertsPEM(der), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}), nil
+}
+
+// ValidateRole accepts platform-admin, viewer and pact-ops-{vcluster}.
+func ValidateRole(role string) error {
+	switch {
+	case role == pki.RolePlatformAdmin, role == pki.RoleViewer:
+		return nil
+	case len(role) > len(pki.RoleOpsPrefix) && role[:len(pki.RoleOpsPrefix)] == pki.RoleOpsPrefix:
+		return pki.ValidateName("vcluster", role[len(pki.RoleOpsPrefix):])
+	}
+	return fmt.Errorf("%w: role %q (want platform-admin, viewer or pact-ops-{vcluster})", ErrInvalidRole, role)
+}
+
+func readCerts(path string) ([]*x509.Certificate, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUpstream, err)
+	}
+	certs, err := pki.ParseCertsPEM(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrUpstream, path, err)
+	}
+	return certs, nil
+}
+
+func readKey(path string) (crypto.Signer, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUpstream, err)
+	}
+	b, _ := pem.Decode(data)
+	if b == nil {
+		// Never echo the file's content: it is a key.
+		return nil, fmt.Errorf("%w: %s holds no PEM block", ErrUpstream, path)
+	}
+	var k any
+	switch b.Type {
+	case "PRIVATE KEY":
+		k, err = x509.ParsePKCS8PrivateKey(b.Bytes)
+	case "EC PRIVATE KEY":
+		k, err = x509.ParseECPrivateKey(b.Bytes)
+	default:
+		return nil, fmt.Errorf("%w: %s: unsupported PEM type %q", ErrUpstream, path, b.Type)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: cannot parse private key", ErrUpstream, path)
+	}
+	s, ok := k.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s: key cannot sign", ErrUpstream, path)
+	}
+	return s, nil
+}
+
+// ReadKeyFile loads a PEM private key (PKCS#8 or SEC1).
+func ReadKeyFile(path string) (crypto.Signer, error) { return readKey(path) }
+
+func writeKey(path string, key crypto.Signer) error {
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return fmt.Errorf("ca: encode key: %w", err)
+	}
+	return writeFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}), 0o600)
+}
+
+// writeFile writes atomically and refuses to overwrite an existing file.
+func writeFile(path string, data []byte, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return fmt.Errorf("ca: %w", err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("ca: write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("ca: sync %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+func publicKeysEqual(a, b crypto.PublicKey) bool {
+	type equaler interface{ Equal(crypto.PublicKey) bool }
+	if e, ok := a.(equaler); ok {
+		return e.Equal(b)
+	}
+	return false
+}
+
