@@ -162,6 +162,9 @@ func (c *CA) Rotate() error {
 	if notAfter.After(root.NotAfter) {
 		notAfter = root.NotAfter
 	}
+	if !notAfter.After(now) {
+		return fmt.Errorf("%w: root certificate expired at %v", ErrUpstream, root.NotAfter)
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
 		Subject:               pkix.Name{CommonName: "pact intermediate " + c.cfg.JournalID + "@" + c.domain, Organization: []string{"pact"}},
@@ -171,7 +174,7 @@ func (c *CA) Rotate() error {
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 		MaxPathLen:            0,
-		MaxPathLenZero:        true,
+		MaxPathLenZero:        false,
 		URIs:                  []*url.URL{{Scheme: "spiffe", Host: c.domain}},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, root, key.Public(), c.cfg.Upstream.Signer())
@@ -299,6 +302,9 @@ func (c *CA) SignAgent(csr *CSR, nodeID string) (*Issued, error) {
 	notAfter := now.Add(c.cfg.LeafLifetime)
 	if notAfter.After(inter.cert.NotAfter) {
 		notAfter = inter.cert.NotAfter
+	}
+	if !notAfter.After(now) {
+		return nil, fmt.Errorf("%w: intermediate %s expired at %v; Rotate first", ErrIssuedInvalid, inter.serial, inter.cert.NotAfter)
 	}
 	id := pki.Identity{Kind: pki.KindAgent, Name: nodeID, Domain: c.domain}
 	tmpl := &x509.Certificate{

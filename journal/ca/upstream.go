@@ -282,4 +282,3 @@ func publicKeysEqual(a, b crypto.PublicKey) bool {
 	}
 	return false
 }
-

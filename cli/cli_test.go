@@ -1,0 +1,821 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/pki"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+func TestEnroll(t *testing.T) {
+	clearEnv(t)
+	p := newTestPKI(t)
+	viewer := p.issueAdmin("viewer", "bob", pki.RoleViewer, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+
+	tests := []struct {
+		name       string
+		args       []string
+		cred       *credFiles
+		fail       error // what the journal answers
+		seed       *pactv1.Node
+		wantCode   int
+		wantStdout string   // exact, when set
+		wantErr    []string // substrings of stderr
+		wantCalls  int
+	}{
+		{
+			name:       "registers and prints a line",
+			args:       []string{"node-001", "--mac", "52-54-00-12-34-56", "--bmc-serial", "SN123"},
+			wantCode:   ExitOK,
+			wantStdout: "registered node-001 (macs 52:54:00:12:34:56)\n",
+			wantCalls:  1,
+		},
+		{
+			name:       "several MACs, normalised and sorted",
+			args:       []string{"node-002", "--mac", "5254.00AB.CDEF", "--mac", "52:54:00:12:34:57", "--vcluster", "ml"},
+			wantCode:   ExitOK,
+			wantStdout: "registered node-002 (macs 52:54:00:12:34:57, 52:54:00:ab:cd:ef)\n",
+			wantCalls:  1,
+		},
+		{
+			name:      "local validation reports every problem and calls nobody",
+			args:      []string{"bad id!", "--mac", "zz:54:00:12:34:56", "--mac", "ff:ff:ff:ff:ff:ff", "--tpm-ek-hash", "abc", "--vcluster", "-x"},
+			wantCode:  ExitUsage,
+			wantErr:   []string{`node "bad id!"`, `"zz:54:00:12:34:56"`, `"ff:ff:ff:ff:ff:ff"`, "TPM EK hash", `vcluster "-x"`, "see: pact node enroll --help"},
+			wantCalls: 0,
+		},
+		{
+			name:      "no MAC",
+			args:      []string{"node-001", "--bmc-serial", "SN1"},
+			wantCode:  ExitUsage,
+			wantErr:   []string{"no MAC address: pass --mac"},
+			wantCalls: 0,
+		},
+		{
+			name:      "no NODE",
+			args:      []string{"--mac", "52:54:00:12:34:56"},
+			wantCode:  ExitUsage,
+			wantErr:   []string{"missing NODE"},
+			wantCalls: 0,
+		},
+		{
+			name:      "already registered (fake's own check)",
+			seed:      &pactv1.Node{NodeId: "node-001", State: pactv1.NodeState_NODE_STATE_REGISTERED},
+			args:      []string{"node-001", "--mac", "52:54:00:12:34:56"},
+			wantCode:  ExitConflict,
+			wantErr:   []string{"node node-001 is already registered", "NODE_ALREADY_ENROLLED", "see it with: pact node inspect node-001"},
+			wantCalls: 1,
+		},
+		{
+			name:      "NODE_ALREADY_ENROLLED",
+			fail:      apierr.Status(apierr.NodeAlreadyEnrolled, 0, "node-001 exists").Err(),
+			args:      []string{"node-001", "--mac", "52:54:00:12:34:56"},
+			wantCode:  ExitConflict,
+			wantErr:   []string{"already registered", "pact node inspect node-001"},
+			wantCalls: 1,
+		},
+		{
+			name:      "hardware conflict",
+			seed:      &pactv1.Node{NodeId: "node-009", Hardware: &pactv1.HardwareIdentity{Macs: []string{"52:54:00:12:34:56"}}},
+			args:      []string{"node-001", "--mac", "52:54:00:12:34:56"},
+			wantCode:  ExitConflict,
+			wantErr:   []string{"already registered to another node", "HARDWARE_IDENTITY_CONFLICT", "belongs to node-009", "pact node list"},
+			wantCalls: 1,
+		},
+		{
+			name:      "permission denied names the role",
+			cred:      &viewer,
+			fail:      apierr.Status(apierr.PermissionDenied, 0, "role viewer may not register").Err(),
+			args:      []string{"node-001", "--mac", "52:54:00:12:34:56"},
+			wantCode:  ExitDenied,
+			wantErr:   []string{"your credential (admin bob, role viewer) may not register nodes", "platform-admin"},
+			wantCalls: 1,
+		},
+		{
+			name:      "unauthenticated",
+			fail:      status.Error(codes.Unauthenticated, "who are you"),
+			args:      []string{"node-001", "--mac", "52:54:00:12:34:56"},
+			wantCode:  ExitDenied,
+			wantErr:   []string{"did not accept your credential", "--cert/--key"},
+			wantCalls: 1,
+		},
+		{
+			name:      "rate limited says when to retry",
+			fail:      apierr.Status(apierr.RateLimited, 2*time.Second, "too many enrollments").Err(),
+			args:      []string{"node-001", "--mac", "52:54:00:12:34:56"},
+			wantCode:  ExitRateLimited,
+			wantErr:   []string{"rate limiting", "retry in 2s"},
+			wantCalls: 1,
+		},
+		{
+			name:      "failed precondition",
+			fail:      apierr.Status(apierr.AlreadyActive, 0, "node-001 holds a certificate").Err(),
+			args:      []string{"node-001", "--mac", "52:54:00:12:34:56"},
+			wantCode:  ExitPrecondition,
+			wantErr:   []string{"node node-001 is already active", "pact node inspect node-001"},
+			wantCalls: 1,
+		},
+		{
+			name:      "journal rejects an argument",
+			fail:      apierr.Status(apierr.InvalidArgument, 0, "vcluster ml does not exist").Err(),
+			args:      []string{"node-001", "--mac", "52:54:00:12:34:56", "--vcluster", "ml"},
+			wantCode:  ExitUsage,
+			wantErr:   []string{"rejected the request", "vcluster ml does not exist", "pact node enroll --help"},
+			wantCalls: 1,
+		},
+		{
+			name:      "journal fault",
+			fail:      apierr.Status(apierr.Internal, 0, "disk full").Err(),
+			args:      []string{"node-001", "--mac", "52:54:00:12:34:56"},
+			wantCode:  ExitInternal,
+			wantErr:   []string{"could not register nodes", "disk full", "journal's log"},
+			wantCalls: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := newFakeAdmin()
+			if tt.seed != nil {
+				fake.put(tt.seed)
+			}
+			fake.setFail(tt.fail)
+			addr := startJournal(t, p, fake)
+			cred := p.admin
+			if tt.cred != nil {
+				cred = *tt.cred
+			}
+			args := append(append([]string{"node", "enroll"}, tt.args...), p.flagsFor(cred, addr)...)
+			code, stdout, stderr := runCLI(t, p, args...)
+			if code != tt.wantCode {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tt.wantCode, stderr)
+			}
+			if tt.wantStdout != "" && stdout != tt.wantStdout {
+				t.Errorf("stdout %q, want %q", stdout, tt.wantStdout)
+			}
+			if tt.wantCode != ExitOK && stdout != "" {
+				t.Errorf("stdout %q on failure, want nothing", stdout)
+			}
+			if tt.wantCode == ExitOK && stderr != "" {
+				t.Errorf("stderr %q on success", stderr)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+			if got := fake.callCount(); got != tt.wantCalls {
+				t.Errorf("journal called %d times, want %d", got, tt.wantCalls)
+			}
+			for _, peer := range fake.peers {
+				if !bytes.Equal(peer.Raw, cred.cert.Raw) {
+					t.Errorf("journal saw client cert %s, want the admin cert", peer.Subject)
+				}
+			}
+			if tt.wantCalls > 0 && len(fake.peers) == 0 {
+				t.Error("journal saw no client certificate")
+			}
+		})
+	}
+}
+
+func TestEnrollJSON(t *testing.T) {
+	clearEnv(t)
+	p := newTestPKI(t)
+	fake := newFakeAdmin()
+	addr := startJournal(t, p, fake)
+	args := append([]string{"node", "enroll", "node-001", "--mac", "52:54:00:12:34:56", "--bmc-serial", "SN123", "-o", "json"}, p.flags(addr)...)
+	code, stdout, stderr := runCLI(t, p, args...)
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var v NodeView
+	if err := json.Unmarshal([]byte(stdout), &v); err != nil {
+		t.Fatalf("stdout is not a JSON object: %v\n%s", err, stdout)
+	}
+	want := NodeView{
+		NodeID: "node-001", State: "registered", MACs: []string{"52:54:00:12:34:56"}, BMCSerial: "SN123",
+		RegisteredAt: "2026-03-04T05:06:07Z", RegisteredBy: "alice", UpdatedAt: "2026-03-04T05:06:07Z",
+	}
+	if fmt.Sprint(v) != fmt.Sprint(want) {
+		t.Errorf("got  %+v\nwant %+v", v, want)
+	}
+	stored := fake.nodes["node-001"].GetHardware()
+	if got := stored.GetMacs(); len(got) != 1 || got[0] != "52:54:00:12:34:56" || stored.GetBmcSerial() != "SN123" {
+		t.Errorf("journal stored hardware %v", stored)
+	}
+}
+
+// seedRegistry puts three nodes in various states into fake.
+func seedRegistry(fake *fakeAdmin) {
+	at := fakeNow.UnixNano()
+	fake.put(&pactv1.Node{
+		NodeId: "node-b", State: pactv1.NodeState_NODE_STATE_ACTIVE, Vcluster: "ml",
+		Hardware:             &pactv1.HardwareIdentity{Macs: []string{"52:54:00:00:00:02", "52:54:00:00:00:03"}, BmcSerial: "BMC-0002", TpmEkHash: strings.Repeat("ab", 32)},
+		Cert:                 &pactv1.CertificateInfo{Serial: "0123456789abcdef0123456789abcdef", NotAfterUnix: fakeNow.Add(72 * time.Hour).Unix(), IssuerSerial: "fedcba9876543210"},
+		RegisteredAtUnixNano: at, RegisteredBy: "alice", ActivatedAtUnixNano: at + int64(time.Minute), UpdatedAtUnixNano: at + int64(time.Minute),
+	})
+	fake.put(&pactv1.Node{
+		NodeId: "node-a", State: pactv1.NodeState_NODE_STATE_REGISTERED,
+		Hardware:             &pactv1.HardwareIdentity{Macs: []string{"52:54:00:00:00:01"}},
+		RegisteredAtUnixNano: at, RegisteredBy: "alice", UpdatedAtUnixNano: at,
+	})
+	fake.put(&pactv1.Node{
+		NodeId: "node-c", State: pactv1.NodeState_NODE_STATE_REVOKED, Vcluster: "hpc",
+		Hardware:             &pactv1.HardwareIdentity{Macs: []string{"52:54:00:00:00:04"}, BmcSerial: "A-VERY-LONG-BMC-SERIAL-NUMBER-0004"},
+		RegisteredAtUnixNano: at, RegisteredBy: "carol", UpdatedAtUnixNano: at,
+	})
+}
+
+func TestListTable(t *testing.T) {
+	clearEnv(t)
+	p := newTestPKI(t)
+	fake := newFakeAdmin()
+	seedRegistry(fake)
+	addr := startJournal(t, p, fake)
+
+	code, stdout, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(addr)...)...)
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("want header and 3 rows, got:\n%s", stdout)
+	}
+	header := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(lines[0]), -1)
+	wantHeader := []string{"NODE", "STATE", "VCLUSTER", "MACS", "BMC SERIAL", "CERT SERIAL", "CERT EXPIRES"}
+	if fmt.Sprint(header) != fmt.Sprint(wantHeader) {
+		t.Errorf("header %q, want %q", header, wantHeader)
+	}
+	wantRows := [][]string{
+		{"node-a", "registered", "(maintenance)", "52:54:00:00:00:01", "-", "-", "-"},
+		{"node-b", "active", "ml", "52:54:00:00:00:02,52:54:00:00:00:03", "BMC-0002", "0123456789a…", "2026-03-07T05:06:07Z"},
+		{"node-c", "revoked", "hpc", "52:54:00:00:00:04", "A-VERY-LONG-BMC-SER…", "-", "-"},
+	}
+	for i, want := range wantRows {
+		got := strings.Fields(lines[i+1])
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("row %d = %q, want %q", i, got, want)
+		}
+	}
+	// Columns line up: every row's STATE starts where the header's does.
+	col := strings.Index(lines[0], "STATE")
+	for _, l := range lines[1:] {
+		if l[col-1] != ' ' || l[col] == ' ' {
+			t.Errorf("row not aligned with header:\n%s\n%s", lines[0], l)
+		}
+	}
+}
+
+func TestListJSON(t *testing.T) {
+	clearEnv(t)
+	p := newTestPKI(t)
+	fake := newFakeAdmin()
+	seedRegistry(fake)
+	addr := startJournal(t, p, fake)
+
+	code, stdout, stderr := runCLI(t, p, append([]string{"node", "list", "-o", "json"}, p.flags(addr)...)...)
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var raw []map[string]any
+	if err := json.Unmarshal([]byte(stdout), &raw); err != nil {
+		t.Fatalf("not a JSON array: %v\n%s", err, stdout)
+	}
+	if len(raw) != 3 {
+		t.Fatalf("got %d nodes, want 3", len(raw))
+	}
+	var keys []string
+	for k := range raw[1] {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	wantKeys := []string{"activated_at", "bmc_serial", "cert_issuer_serial", "cert_not_after", "cert_serial", "macs", "node_id",
+		"registered_at", "registered_by", "state", "tpm_ek_hash", "updated_at", "vcluster"}
+	if fmt.Sprint(keys) != fmt.Sprint(wantKeys) {
+		t.Errorf("keys %v, want %v", keys, wantKeys)
+	}
+	var got []NodeView
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	wantStates := map[string]string{"node-a": "registered", "node-b": "active", "node-c": "revoked"}
+	for i, v := range got {
+		if want := []string{"node-a", "node-b", "node-c"}[i]; v.NodeID != want {
+			t.Errorf("node %d is %s, want %s (sorted)", i, v.NodeID, want)
+		}
+		if v.State != wantStates[v.NodeID] {
+			t.Errorf("%s state %q, want %q", v.NodeID, v.State, wantStates[v.NodeID])
+		}
+	}
+	b := got[1]
+	if b.CertSerial != "0123456789abcdef0123456789abcdef" || b.CertNotAfter != "2026-03-07T05:06:07Z" ||
+		b.ActivatedAt != "2026-03-04T05:07:07Z" || b.CertIssuerSerial != "fedcba9876543210" {
+		t.Errorf("node-b certificate fields: %+v", b)
+	}
+	if got[2].BMCSerial != "A-VERY-LONG-BMC-SERIAL-NUMBER-0004" {
+		t.Errorf("JSON must not shorten serials: %q", got[2].BMCSerial)
+	}
+	if got[0].CertNotAfter != "" || got[0].ActivatedAt != "" || got[0].MACs == nil {
+		t.Errorf("unset fields of node-a: %+v", got[0])
+	}
+	if _, ok := raw[0]["tpm_ek_hash"]; ok {
+		t.Error("empty tpm_ek_hash should be omitted")
+	}
+}
+
+func TestListStateFilter(t *testing.T) {
+	clearEnv(t)
+	p := newTestPKI(t)
+	fake := newFakeAdmin()
+	seedRegistry(fake)
+	addr := startJournal(t, p, fake)
+
+	code, stdout, _ := runCLI(t, p, append([]string{"node", "list", "--state", "active", "-o", "json"}, p.flags(addr)...)...)
+	var got []NodeView
+	if err := json.Unmarshal([]byte(stdout), &got); code != ExitOK || err != nil || len(got) != 1 || got[0].NodeID != "node-b" {
+		t.Errorf("exit %d, err %v, nodes %+v", code, err, got)
+	}
+	if fake.lastState != pactv1.NodeState_NODE_STATE_ACTIVE {
+		t.Errorf("journal asked for state %v", fake.lastState)
+	}
+
+	code, stdout, stderr := runCLI(t, p, append([]string{"node", "list", "--state", "inactive"}, p.flags(addr)...)...)
+	if code != ExitOK || stdout != "" || !strings.Contains(stderr, "no nodes in state inactive") {
+		t.Errorf("empty list: exit %d stdout %q stderr %q", code, stdout, stderr)
+	}
+
+	calls := fake.callCount()
+	code, _, stderr = runCLI(t, p, append([]string{"node", "list", "--state", "dead"}, p.flags(addr)...)...)
+	if code != ExitUsage || !strings.Contains(stderr, "registered, active, inactive, revoked") || fake.callCount() != calls {
+		t.Errorf("bad --state: exit %d, calls %d→%d, stderr %q", code, calls, fake.callCount(), stderr)
+	}
+}
+
+func TestInspect(t *testing.T) {
+	clearEnv(t)
+	p := newTestPKI(t)
+	fake := newFakeAdmin()
+	seedRegistry(fake)
+	addr := startJournal(t, p, fake)
+
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		check    func(t *testing.T, stdout, stderr string)
+	}{
+		{
+			name: "block", args: []string{"node-b"}, wantCode: ExitOK,
+			check: func(t *testing.T, stdout, _ string) {
+				for _, re := range []string{
+					`(?m)^node: +node-b$`, `(?m)^state: +active$`, `(?m)^vcluster: +ml$`,
+					`(?m)^macs: +52:54:00:00:00:02, 52:54:00:00:00:03$`,
+					`(?m)^cert serial: +0123456789abcdef0123456789abcdef$`, // never shortened here
+					`(?m)^cert expires: +2026-03-07T05:06:07Z$`, `(?m)^registered by: +alice$`,
+				} {
+					if !regexp.MustCompile(re).MatchString(stdout) {
+						t.Errorf("output does not match %s:\n%s", re, stdout)
+					}
+				}
+			},
+		},
+		{
+			name: "maintenance", args: []string{"node-a"}, wantCode: ExitOK,
+			check: func(t *testing.T, stdout, _ string) {
+				if !regexp.MustCompile(`(?m)^vcluster: +\(maintenance\)$`).MatchString(stdout) ||
+					!regexp.MustCompile(`(?m)^activated at: +-$`).MatchString(stdout) {
+					t.Errorf("empty fields:\n%s", stdout)
+				}
+			},
+		},
+		{
+			name: "json", args: []string{"node-b", "-o", "json"}, wantCode: ExitOK,
+			check: func(t *testing.T, stdout, _ string) {
+				var v NodeView
+				if err := json.Unmarshal([]byte(stdout), &v); err != nil || v.NodeID != "node-b" || v.State != "active" || v.TPMEKHash != strings.Repeat("ab", 32) {
+					t.Errorf("err %v, view %+v", err, v)
+				}
+			},
+		},
+		{
+			name: "not found", args: []string{"node-zz"}, wantCode: ExitNotFound,
+			check: func(t *testing.T, _, stderr string) {
+				want := "pact: no node node-zz in the registry (journal: NODE_NOT_ENROLLED: node node-zz is not in the registry); list nodes with: pact node list\n"
+				if stderr != want {
+					t.Errorf("stderr %q\nwant   %q", stderr, want)
+				}
+			},
+		},
+		{
+			name: "bad name is caught locally", args: []string{"../etc"}, wantCode: ExitUsage,
+			check: func(t *testing.T, _, stderr string) {
+				if !strings.Contains(stderr, `node "../etc"`) {
+					t.Errorf("stderr %q", stderr)
+				}
+			},
+		},
+		{
+			name: "two names", args: []string{"node-a", "node-b"}, wantCode: ExitUsage,
+			check: func(t *testing.T, _, stderr string) {
+				if !strings.Contains(stderr, "takes one NODE") {
+					t.Errorf("stderr %q", stderr)
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, p, append(append([]string{"node", "inspect"}, tt.args...), p.flags(addr)...)...)
+			if code != tt.wantCode {
+				t.Errorf("exit %d, want %d; stderr %s", code, tt.wantCode, stderr)
+			}
+			tt.check(t, stdout, stderr)
+		})
+	}
+}
+
+func TestFailover(t *testing.T) {
+	clearEnv(t)
+	p := newTestPKI(t)
+
+	t.Run("dead address first, then the live one", func(t *testing.T) {
+		fake := newFakeAdmin()
+		seedRegistry(fake)
+		dead, live := deadAddr(t), startJournal(t, p, fake)
+		code, stdout, stderr := runCLI(t, p, append([]string{"node", "inspect", "node-a"}, p.flags(dead, live)...)...)
+		if code != ExitOK || stderr != "" || !strings.Contains(stdout, "node-a") {
+			t.Errorf("exit %d stdout %q stderr %q", code, stdout, stderr)
+		}
+	})
+
+	t.Run("journal without a leader, then one with", func(t *testing.T) {
+		noLeader, good := newFakeAdmin(), newFakeAdmin()
+		noLeader.setFail(apierr.Status(apierr.NoLeader, 0, "election in progress").Err())
+		a1, a2 := startJournal(t, p, noLeader), startJournal(t, p, good)
+		code, _, stderr := runCLI(t, p, append([]string{"node", "enroll", "node-001", "--mac", "52:54:00:12:34:56"}, p.flags(a1, a2)...)...)
+		if code != ExitOK || noLeader.callCount() != 1 || good.callCount() != 1 {
+			t.Errorf("exit %d, calls %d/%d, stderr %q", code, noLeader.callCount(), good.callCount(), stderr)
+		}
+		if _, ok := good.nodes["node-001"]; !ok {
+			t.Error("second journal did not register the node")
+		}
+	})
+
+	t.Run("a definite answer is final", func(t *testing.T) {
+		first, second := newFakeAdmin(), newFakeAdmin()
+		a1, a2 := startJournal(t, p, first), startJournal(t, p, second)
+		code, _, _ := runCLI(t, p, append([]string{"node", "inspect", "node-zz"}, p.flags(a1, a2)...)...)
+		if code != ExitNotFound || second.callCount() != 0 {
+			t.Errorf("exit %d, second journal called %d times", code, second.callCount())
+		}
+	})
+
+	t.Run("all dead", func(t *testing.T) {
+		d1, d2 := deadAddr(t), deadAddr(t)
+		code, stdout, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(d1, d2)...)...)
+		if code != ExitUnavailable {
+			t.Errorf("exit %d, want %d", code, ExitUnavailable)
+		}
+		for _, w := range []string{"cannot reach any journal at " + d1 + ", " + d2 + ":", d1 + ": ", d2 + ": ", "check the journal is running (make run) and --journal"} {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("stderr lacks %q:\n%s", w, stderr)
+			}
+		}
+		if stdout != "" {
+			t.Errorf("stdout %q", stdout)
+		}
+	})
+
+	t.Run("journal certificate from another domain", func(t *testing.T) {
+		other := newTestPKI(t)
+		addr := startJournal(t, other, newFakeAdmin())
+		code, _, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(addr)...)...)
+		if code != ExitUnavailable || !strings.Contains(stderr, "did not verify against --ca "+p.caFile) {
+			t.Errorf("exit %d stderr %s", code, stderr)
+		}
+	})
+}
+
+func TestEnvironment(t *testing.T) {
+	p := newTestPKI(t)
+	fake := newFakeAdmin()
+	seedRegistry(fake)
+	live := startJournal(t, p, fake)
+
+	t.Run("env alone is enough", func(t *testing.T) {
+		t.Setenv(EnvJournal, live)
+		t.Setenv(EnvCA, p.caFile)
+		t.Setenv(EnvCert, p.admin.certFile)
+		t.Setenv(EnvKey, p.admin.keyFile)
+		code, stdout, stderr := runCLI(t, p, "node", "inspect", "node-a")
+		if code != ExitOK || !strings.Contains(stdout, "node-a") {
+			t.Errorf("exit %d stderr %s", code, stderr)
+		}
+	})
+
+	t.Run("flags win over env", func(t *testing.T) {
+		t.Setenv(EnvJournal, deadAddr(t))
+		t.Setenv(EnvCA, "/nonexistent/ca.pem")
+		t.Setenv(EnvCert, p.admin.certFile)
+		t.Setenv(EnvKey, p.admin.keyFile)
+		code, _, stderr := runCLI(t, p, "node", "inspect", "node-a", "--journal", live, "--ca", p.caFile)
+		if code != ExitOK {
+			t.Errorf("exit %d stderr %s", code, stderr)
+		}
+	})
+
+	t.Run("missing journal", func(t *testing.T) {
+		clearEnv(t)
+		t.Setenv(EnvCA, p.caFile)
+		t.Setenv(EnvCert, p.admin.certFile)
+		t.Setenv(EnvKey, p.admin.keyFile)
+		code, _, stderr := runCLI(t, p, "node", "list")
+		want := "pact: no journal address: pass --journal host:port or set PACT_JOURNAL (make run prints the exports)\nsee: pact node list --help\n"
+		if code != ExitUsage || stderr != want {
+			t.Errorf("exit %d stderr %q\nwant %q", code, stderr, want)
+		}
+	})
+
+	t.Run("everything missing is reported at once", func(t *testing.T) {
+		clearEnv(t)
+		code, _, stderr := runCLI(t, p, "node", "list")
+		for _, w := range []string{"--journal", "--ca FILE or set PACT_CA", "--cert FILE or set PACT_CERT", "--key FILE or set PACT_KEY"} {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("stderr lacks %q:\n%s", w, stderr)
+			}
+		}
+		if code != ExitUsage {
+			t.Errorf("exit %d", code)
+		}
+	})
+
+	t.Run("bad address", func(t *testing.T) {
+		clearEnv(t)
+		code, _, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags("localhost")...)...)
+		if code != ExitUsage || !strings.Contains(stderr, `bad journal address "localhost": want host:port`) {
+			t.Errorf("exit %d stderr %s", code, stderr)
+		}
+	})
+}
+
+func TestCredentialFiles(t *testing.T) {
+	clearEnv(t)
+	p := newTestPKI(t)
+	fake := newFakeAdmin()
+	addr := startJournal(t, p, fake)
+	secret := "-----BEGIN PRIVATE KEY-----\nU0VDUkVULUtFWS1NQVRFUklBTC1ET05PVC1QUklOVA==\n-----END PRIVATE KEY-----\n"
+	garbage := p.write("garbage-key.pem", []byte(secret))
+	notPEM := p.write("not-pem-key.pem", []byte("SECRET-KEY-MATERIAL-DONOT-PRINT\n"))
+	other := p.issueAdmin("other", "eve", pki.RolePlatformAdmin, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	expired := p.issueAdmin("expired", "old", pki.RolePlatformAdmin, time.Now().Add(-3*time.Hour), time.Now().Add(-time.Hour))
+
+	tests := []struct {
+		name     string
+		cert     string
+		key      string
+		wantCode int
+		wantErr  string
+	}{
+		{"key does not parse", p.admin.certFile, garbage, ExitUsage, "not a usable private key for the certificate"},
+		{"key is not PEM", p.admin.certFile, notPEM, ExitUsage, "no PEM private key in the file"},
+		{"key of another certificate", p.admin.certFile, other.keyFile, ExitUsage, "not a usable private key for the certificate"},
+		{"key where the cert belongs", p.admin.keyFile, p.admin.keyFile, ExitUsage, "--cert " + p.admin.keyFile},
+		{"missing key file", p.admin.certFile, p.dir + "/nope.pem", ExitUsage, "--key: open " + p.dir + "/nope.pem"},
+		{"expired credential", expired.certFile, expired.keyFile, ExitDenied, "(admin old, role platform-admin) expired at"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := []string{"node", "list", "--journal", addr, "--ca", p.caFile, "--cert", tt.cert, "--key", tt.key}
+			code, stdout, stderr := runCLI(t, p, args...)
+			if code != tt.wantCode || !strings.Contains(stderr, tt.wantErr) {
+				t.Errorf("exit %d (want %d), stderr %q lacks %q", code, tt.wantCode, stderr, tt.wantErr)
+			}
+			for _, s := range []string{"U0VDUkVU", "SECRET-KEY", "BEGIN"} {
+				if strings.Contains(stdout+stderr, s) {
+					t.Errorf("output echoes key file contents (%q): %s", s, stderr)
+				}
+			}
+			assertNoKeyMaterial(t, stdout+stderr, other.keyPEM)
+		})
+	}
+	if fake.callCount() != 0 {
+		t.Errorf("journal called %d times with unusable credentials", fake.callCount())
+	}
+}
+
+// TestWriteTimeout uses a fake AdminClient: a write that timed out on a
+// journal that was connected must not be retried elsewhere, and the
+// message must say the outcome is unknown.
+func TestWriteTimeout(t *testing.T) {
+	clearEnv(t)
+	p := newTestPKI(t)
+	var out, errb bytes.Buffer
+	a := &app{env: Env{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}.withDefaults()}
+	a.newClient = func(Config, *credential) (AdminClient, io.Closer, error) {
+		return timeoutClient{}, nil, nil
+	}
+	args := append([]string{"node", "enroll", "node-001", "--mac", "52:54:00:12:34:56", "--timeout", "3s"}, p.flags("127.0.0.1:1")...)
+	code := a.run(context.Background(), args)
+	if code != ExitUnavailable {
+		t.Errorf("exit %d", code)
+	}
+	for _, w := range []string{"journal 127.0.0.1:1 did not answer within 3s", "may or may not have been made", "pact node inspect node-001"} {
+		if !strings.Contains(errb.String(), w) {
+			t.Errorf("stderr lacks %q: %s", w, errb.String())
+		}
+	}
+}
+
+type timeoutClient struct{ AdminClient }
+
+func (timeoutClient) RegisterNode(context.Context, *pactv1.RegisterNodeRequest, ...grpc.CallOption) (*pactv1.RegisterNodeResponse, error) {
+	return nil, &JournalError{Addr: "127.0.0.1:1", Err: &apierr.Error{Code: codes.DeadlineExceeded, Message: "context deadline exceeded"}}
+}
+
+func TestFailoverDecision(t *testing.T) {
+	tests := []struct {
+		code             codes.Code
+		connected, write bool
+		want             bool
+	}{
+		{codes.Unavailable, false, true, true},
+		{codes.Unavailable, true, true, true},
+		{codes.DeadlineExceeded, false, true, true}, // never connected: never sent
+		{codes.DeadlineExceeded, true, true, false}, // sent: may have happened
+		{codes.DeadlineExceeded, true, false, true}, // a read is safe to repeat
+		{codes.NotFound, false, false, false},
+		{codes.PermissionDenied, true, false, false},
+		{codes.ResourceExhausted, true, false, false},
+		{codes.Internal, true, false, false},
+	}
+	for _, tt := range tests {
+		if got := failover(tt.code, tt.connected, tt.write); got != tt.want {
+			t.Errorf("failover(%v, connected=%v, write=%v) = %v, want %v", tt.code, tt.connected, tt.write, got, tt.want)
+		}
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	st := func(r apierr.Reason) error { return apierr.Status(r, 0, "x").Err() }
+	tests := []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"nil", nil, ExitOK},
+		{"plain error", errors.New("boom"), ExitInternal},
+		{"cancelled", context.Canceled, ExitInternal},
+		{"usage", &UsageError{Problems: []error{errors.New("x")}}, ExitUsage},
+		{"wrapped usage", fmt.Errorf("ctx: %w", &UsageError{}), ExitUsage},
+		{"unreachable", &UnreachableError{Attempts: []Attempt{{Addr: "a", Err: &apierr.Error{Code: codes.Unavailable}}}}, ExitUnavailable},
+		{"invalid argument", st(apierr.InvalidArgument), ExitUsage},
+		{"invalid CSR", st(apierr.InvalidCSR), ExitUsage},
+		{"not enrolled", st(apierr.NodeNotEnrolled), ExitNotFound},
+		{"already enrolled", st(apierr.NodeAlreadyEnrolled), ExitConflict},
+		{"hardware conflict", st(apierr.HardwareIdentityConflict), ExitConflict},
+		{"revoked", st(apierr.NodeRevoked), ExitDenied},
+		{"permission denied", st(apierr.PermissionDenied), ExitDenied},
+		{"unauthenticated", st(apierr.Unauthenticated), ExitDenied},
+		{"stale certificate", st(apierr.StaleCertificate), ExitDenied},
+		{"already active", st(apierr.AlreadyActive), ExitPrecondition},
+		{"no leader", st(apierr.NoLeader), ExitUnavailable},
+		{"deadline", status.Error(codes.DeadlineExceeded, "slow"), ExitUnavailable},
+		{"rate limited", st(apierr.RateLimited), ExitRateLimited},
+		{"internal", st(apierr.Internal), ExitInternal},
+		{"unimplemented", status.Error(codes.Unimplemented, "old journal"), ExitInternal},
+		{"journal error", &JournalError{Addr: "a", Err: apierr.FromError(st(apierr.NodeNotEnrolled))}, ExitNotFound},
+		{"hinted journal error", &hintError{msg: "m", err: &JournalError{Addr: "a", Err: apierr.FromError(st(apierr.RateLimited))}}, ExitRateLimited},
+	}
+	for _, tt := range tests {
+		if got := ExitCode(tt.err); got != tt.want {
+			t.Errorf("%s: ExitCode = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestExitCodesDocumented keeps EXIT_CODES.md in step with the constants.
+func TestExitCodesDocumented(t *testing.T) {
+	doc, err := os.ReadFile("EXIT_CODES.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	consts := map[string]int{
+		"ExitOK": ExitOK, "ExitInternal": ExitInternal, "ExitUsage": ExitUsage, "ExitNotFound": ExitNotFound,
+		"ExitConflict": ExitConflict, "ExitDenied": ExitDenied, "ExitPrecondition": ExitPrecondition,
+		"ExitUnavailable": ExitUnavailable, "ExitRateLimited": ExitRateLimited,
+	}
+	rows := regexp.MustCompile("(?m)^\\| *(\\d+) *\\| *`(Exit\\w+)` *\\|").FindAllStringSubmatch(string(doc), -1)
+	seen := map[string]bool{}
+	for _, r := range rows {
+		n, _ := strconv.Atoi(r[1])
+		want, ok := consts[r[2]]
+		if !ok {
+			t.Errorf("EXIT_CODES.md documents unknown %s", r[2])
+			continue
+		}
+		if n != want {
+			t.Errorf("EXIT_CODES.md says %s = %d, code says %d", r[2], n, want)
+		}
+		seen[r[2]] = true
+	}
+	for name := range consts {
+		if !seen[name] {
+			t.Errorf("EXIT_CODES.md does not document %s", name)
+		}
+	}
+}
+
+func TestNodeViewOfEmpty(t *testing.T) {
+	b, err := json.Marshal(NodeViewOf(&pactv1.Node{NodeId: "n", State: pactv1.NodeState(42)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"node_id":"n","state":"unknown","macs":[],"bmc_serial":"","vcluster":"","cert_serial":"","cert_not_after":"","cert_issuer_serial":"","registered_at":"","registered_by":"","activated_at":"","updated_at":""}`
+	if string(b) != want {
+		t.Errorf("got  %s\nwant %s", b, want)
+	}
+}
+
+func TestTableCellsAreSanitised(t *testing.T) {
+	var out bytes.Buffer
+	if err := writeNodeTable(&out, []NodeView{{NodeID: "n", State: "active", BMCSerial: "\x1b[31mred"}}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "\x1b") {
+		t.Errorf("escape sequence reached the table: %q", out.String())
+	}
+}
+
+func TestHelp(t *testing.T) {
+	clearEnv(t)
+	code, stdout, _ := runCLI(t, nil, "node", "enroll", "--help")
+	if code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	for _, w := range []string{"Examples:", "pact node enroll node-001 --mac 52:54:00:12:34:56 --bmc-serial SN123", "--mac", "--journal", "PACT_JOURNAL"} {
+		if !strings.Contains(stdout, w) {
+			t.Errorf("enroll --help lacks %q", w)
+		}
+	}
+	// Every command teaches: a Short, a Long and examples.
+	a := &app{env: Env{}.withDefaults()}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Hidden || c.Name() == "help" {
+			return
+		}
+		if c.Short == "" || c.Long == "" || c.Example == "" {
+			t.Errorf("%s: Short, Long and Example are all needed", c.CommandPath())
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(a.rootCommand())
+}
+
+func TestUsageErrors(t *testing.T) {
+	clearEnv(t)
+	tests := []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"nodes"}, `unknown command "nodes" for "pact"`},
+		{[]string{"node", "lst"}, `did you mean list?`},
+		{[]string{"node", "enroll", "--mca", "x"}, "unknown flag: --mca"},
+		{[]string{"node", "list", "-o", "yaml", "--journal", "h:1", "--ca", "a", "--cert", "b", "--key", "c"}, `unknown output format "yaml"`},
+		{[]string{"version", "extra"}, `unknown command "extra"`},
+	}
+	for _, tt := range tests {
+		code, stdout, stderr := runCLI(t, nil, tt.args...)
+		if code != ExitUsage || !strings.Contains(stderr, tt.wantErr) || stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q (want %q)", tt.args, code, stdout, stderr, tt.wantErr)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, stdout, _ := runCLI(t, nil, "version", "-o", "json")
+	var v versionView
+	if err := json.Unmarshal([]byte(stdout), &v); code != ExitOK || err != nil || v.Version == "" || v.Go == "" {
+		t.Errorf("exit %d err %v %+v", code, err, v)
+	}
+}

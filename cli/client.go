@@ -1,0 +1,312 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/pki"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// AdminClient is the part of the journal's AdminService the commands call.
+// The failover client below and pactv1.AdminServiceClient both satisfy it.
+type AdminClient interface {
+	RegisterNode(ctx context.Context, in *pactv1.RegisterNodeRequest, opts ...grpc.CallOption) (*pactv1.RegisterNodeResponse, error)
+	ListNodes(ctx context.Context, in *pactv1.ListNodesRequest, opts ...grpc.CallOption) (*pactv1.ListNodesResponse, error)
+	InspectNode(ctx context.Context, in *pactv1.InspectNodeRequest, opts ...grpc.CallOption) (*pactv1.InspectNodeResponse, error)
+}
+
+// credential is the operator's admin client credential and the domain root.
+// Its String method names the operator, never the key.
+type credential struct {
+	roots *x509.CertPool
+	pair  tls.Certificate
+	leaf  *x509.Certificate
+	name  string // operator name from the SPIFFE ID, if any
+	role  string // role from the subject OU, if any
+}
+
+func (c *credential) String() string {
+	switch {
+	case c == nil:
+		return "unknown credential"
+	case c.name != "" && c.role != "":
+		return "admin " + c.name + ", role " + c.role
+	case c.role != "":
+		return "role " + c.role
+	case c.name != "":
+		return "admin " + c.name + ", no role"
+	}
+	return "no pact admin identity"
+}
+
+// loadCredential reads --ca, --cert and --key and reports every problem at
+// once. Errors about the key file name the file, never its contents.
+func loadCredential(cfg Config) (*credential, []error) {
+	var problems []error
+	c := &credential{}
+	if cfg.CAFile != "" {
+		pool, _, err := pki.LoadCertPool(cfg.CAFile)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("--ca %s: %w", cfg.CAFile, err))
+		}
+		c.roots = pool
+	}
+	var leaf *x509.Certificate
+	var certPEM []byte
+	if cfg.CertFile != "" {
+		var err error
+		certPEM, err = os.ReadFile(cfg.CertFile)
+		if err == nil {
+			var certs []*x509.Certificate
+			certs, err = pki.ParseCertsPEM(certPEM)
+			if err == nil {
+				leaf = certs[0]
+			}
+		}
+		if err != nil {
+			problems = append(problems, fmt.Errorf("--cert %s: %w", cfg.CertFile, err))
+		}
+	}
+	if cfg.KeyFile != "" {
+		keyPEM, err := os.ReadFile(cfg.KeyFile)
+		switch {
+		case err != nil:
+			// A *PathError names the file and the OS reason only.
+			problems = append(problems, fmt.Errorf("--key: %w", err))
+		case !hasPrivateKeyPEM(keyPEM):
+			problems = append(problems, fmt.Errorf("--key %s: no PEM private key in the file", cfg.KeyFile))
+		case leaf != nil:
+			// The parse error is deliberately dropped: nothing derived from
+			// the key file's bytes reaches the operator's terminal.
+			pair, err := tls.X509KeyPair(certPEM, keyPEM)
+			if err != nil {
+				problems = append(problems, fmt.Errorf("--key %s: not a usable private key for the certificate in --cert %s", cfg.KeyFile, cfg.CertFile))
+			}
+			c.pair = pair
+		}
+		clear(keyPEM)
+	}
+	if len(problems) > 0 {
+		return nil, problems
+	}
+	if leaf == nil || c.roots == nil || c.pair.PrivateKey == nil {
+		return nil, []error{errors.New("--ca, --cert and --key are all needed to reach the journal")}
+	}
+	c.leaf = leaf
+	if id, err := pki.IdentityOf(leaf); err == nil && id.Kind == pki.KindAdmin {
+		c.name = id.Name
+	}
+	if ou := leaf.Subject.OrganizationalUnit; len(ou) > 0 {
+		c.role = ou[0]
+	}
+	return c, nil
+}
+
+// checkTime refuses a credential outside its validity: the journal would
+// reject it during the handshake with a far less helpful error.
+func (c *credential) checkTime(certFile string, now time.Time) error {
+	var msg string
+	switch {
+	case now.After(c.leaf.NotAfter):
+		msg = fmt.Sprintf("admin certificate %s (%s) expired at %s; ask a platform-admin for a new credential",
+			certFile, c, c.leaf.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(c.leaf.NotBefore):
+		msg = fmt.Sprintf("admin certificate %s (%s) is not valid before %s; check this machine's clock",
+			certFile, c, c.leaf.NotBefore.UTC().Format(time.RFC3339))
+	default:
+		return nil
+	}
+	return &hintError{msg: msg, err: &apierr.Error{Code: codes.Unauthenticated, Message: msg}}
+}
+
+func hasPrivateKeyPEM(data []byte) bool {
+	for {
+		var b *pem.Block
+		b, data = pem.Decode(data)
+		if b == nil {
+			return false
+		}
+		if strings.HasSuffix(b.Type, "PRIVATE KEY") {
+			return true
+		}
+	}
+}
+
+// journalConn is one journal address and its lazily connected client.
+type journalConn struct {
+	addr      string
+	conn      *grpc.ClientConn
+	client    pactv1.AdminServiceClient
+	handshake *handshakeLog
+}
+
+// journals is an AdminClient that tries each journal address in order. A
+// call moves to the next address when the current one cannot be reached or
+// answers Unavailable; any other answer is final.
+type journals struct {
+	conns   []*journalConn
+	timeout time.Duration
+}
+
+var _ AdminClient = (*journals)(nil)
+
+// dialJournals prepares a client per address; nothing connects until the
+// first call. Each uses TLS 1.3 with the domain root and the admin
+// credential, and verifies the server's certificate for the address's host.
+func dialJournals(cfg Config, cred *credential, now func() time.Time) (*journals, error) {
+	js := &journals{timeout: cfg.Timeout}
+	for _, addr := range cfg.Journals {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			js.Close()
+			return nil, fmt.Errorf("journal address %q: %w", addr, err)
+		}
+		tc := &tls.Config{
+			MinVersion:   tls.VersionTLS13,
+			RootCAs:      cred.roots,
+			Certificates: []tls.Certificate{cred.pair},
+			ServerName:   host,
+			Time:         now,
+		}
+		log := &handshakeLog{}
+		creds := recordingCreds{TransportCredentials: credentials.NewTLS(tc), log: log}
+		conn, err := grpc.NewClient("dns:///"+addr,
+			grpc.WithTransportCredentials(creds),
+			grpc.WithUserAgent("pact-cli/"+version()),
+		)
+		if err != nil {
+			js.Close()
+			return nil, fmt.Errorf("journal address %q: %w", addr, err)
+		}
+		js.conns = append(js.conns, &journalConn{addr: addr, conn: conn, client: pactv1.NewAdminServiceClient(conn), handshake: log})
+	}
+	return js, nil
+}
+
+// Close closes every connection.
+func (js *journals) Close() error {
+	var errs []error
+	for _, c := range js.conns {
+		errs = append(errs, c.conn.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// RegisterNode registers a node on the first journal that can be reached.
+func (js *journals) RegisterNode(ctx context.Context, in *pactv1.RegisterNodeRequest, opts ...grpc.CallOption) (*pactv1.RegisterNodeResponse, error) {
+	var out *pactv1.RegisterNodeResponse
+	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.RegisterNode(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// ListNodes lists nodes from the first journal that can be reached.
+func (js *journals) ListNodes(ctx context.Context, in *pactv1.ListNodesRequest, opts ...grpc.CallOption) (*pactv1.ListNodesResponse, error) {
+	var out *pactv1.ListNodesResponse
+	err := js.call(ctx, false, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.ListNodes(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// InspectNode reads one node from the first journal that can be reached.
+func (js *journals) InspectNode(ctx context.Context, in *pactv1.InspectNodeRequest, opts ...grpc.CallOption) (*pactv1.InspectNodeResponse, error) {
+	var out *pactv1.InspectNodeResponse
+	err := js.call(ctx, false, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.InspectNode(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// call runs fn against each journal in turn, each attempt bounded by the
+// timeout. It returns nil, a *JournalError carrying the answer of the
+// journal that decided, or an *UnreachableError listing every address.
+func (js *journals) call(ctx context.Context, write bool, fn func(context.Context, pactv1.AdminServiceClient) error) error {
+	var failed []Attempt
+	for _, j := range js.conns {
+		actx, cancel := context.WithTimeout(ctx, js.timeout)
+		err := fn(actx, j.client)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		e := apierr.FromError(err)
+		if ctx.Err() != nil || !failover(e.Code, j.conn.GetState() == connectivity.Ready, write) {
+			return &JournalError{Addr: j.addr, Err: e, Earlier: failed}
+		}
+		failed = append(failed, Attempt{Addr: j.addr, Err: e, Handshake: j.handshake.get()})
+	}
+	return &UnreachableError{Attempts: failed}
+}
+
+// failover decides whether a failed call may be retried on the next
+// journal. Unavailable means the call was not served (no connection, or a
+// journal without a leader). A deadline on a connection that never became
+// ready means the call was never sent; on a ready connection the journal may
+// have acted, so only a read moves on.
+func failover(code codes.Code, connected, write bool) bool {
+	switch code {
+	case codes.Unavailable:
+		return true
+	case codes.DeadlineExceeded:
+		return !connected || !write
+	}
+	return false
+}
+
+// handshakeLog keeps the last TLS handshake error of one address, so a
+// failure can be explained with its type rather than the transport's text.
+type handshakeLog struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (l *handshakeLog) set(err error) {
+	l.mu.Lock()
+	l.err = err
+	l.mu.Unlock()
+}
+
+func (l *handshakeLog) get() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// recordingCreds is TLS transport credentials that record handshake errors.
+type recordingCreds struct {
+	credentials.TransportCredentials
+	log *handshakeLog
+}
+
+func (c recordingCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	if ctx.Err() == nil { // a cancelled dial says nothing about the journal
+		c.log.set(err)
+	}
+	return conn, info, err
+}
+
+func (c recordingCreds) Clone() credentials.TransportCredentials {
+	return recordingCreds{TransportCredentials: c.TransportCredentials.Clone(), log: c.log}
+}

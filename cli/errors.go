@@ -1,0 +1,286 @@
+package cli
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/pact-hpc/pact/internal/apierr"
+)
+
+// UsageError reports everything wrong with a command line, found before
+// anything was sent. Problems are listed together so one run shows them all.
+type UsageError struct {
+	// Command is the command path whose help explains the usage,
+	// e.g. "pact node enroll".
+	Command  string
+	Problems []error
+}
+
+func (e *UsageError) Error() string {
+	var b strings.Builder
+	if len(e.Problems) == 1 {
+		b.WriteString(e.Problems[0].Error())
+	} else {
+		fmt.Fprintf(&b, "%d problems with the command line:", len(e.Problems))
+		for _, p := range e.Problems {
+			b.WriteString("\n  - ")
+			b.WriteString(p.Error())
+		}
+	}
+	if e.Command != "" {
+		fmt.Fprintf(&b, "\nsee: %s --help", e.Command)
+	}
+	return b.String()
+}
+
+// Unwrap lets errors.Is find the sentinel behind each problem.
+func (e *UsageError) Unwrap() []error { return e.Problems }
+
+// newUsage builds a UsageError from problems, flattening errors.Join
+// results so each problem gets its own line. It returns nil for none.
+func newUsage(command string, problems ...error) error {
+	var flat []error
+	for _, p := range problems {
+		flat = append(flat, flatten(p)...)
+	}
+	if len(flat) == 0 {
+		return nil
+	}
+	return &UsageError{Command: command, Problems: flat}
+}
+
+func flatten(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+// Attempt is one journal address tried and the reason it could not serve
+// the call.
+type Attempt struct {
+	Addr string
+	Err  *apierr.Error
+	// Handshake is the TLS handshake error seen on that address, if any: it
+	// says more than the transport's status message.
+	Handshake error
+}
+
+func (a Attempt) reason() string {
+	if a.Handshake != nil {
+		return "TLS handshake: " + a.Handshake.Error()
+	}
+	return a.Err.Message
+}
+
+// UnreachableError means no journal address could serve the call: each
+// refused the connection, failed the handshake, timed out before
+// connecting, or answered Unavailable (e.g. NO_LEADER).
+type UnreachableError struct {
+	Attempts []Attempt
+}
+
+func (e *UnreachableError) addrs() string {
+	a := make([]string, len(e.Attempts))
+	for i, at := range e.Attempts {
+		a[i] = at.Addr
+	}
+	return strings.Join(a, ", ")
+}
+
+func (e *UnreachableError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "cannot reach any journal at %s:", e.addrs())
+	for i, at := range e.Attempts {
+		if i > 0 {
+			b.WriteByte(';')
+		}
+		fmt.Fprintf(&b, " %s: %s", at.Addr, at.reason())
+	}
+	return b.String()
+}
+
+// Unwrap exposes each address's error.
+func (e *UnreachableError) Unwrap() []error {
+	out := make([]error, 0, len(e.Attempts))
+	for _, at := range e.Attempts {
+		out = append(out, at.Err)
+	}
+	return out
+}
+
+// JournalError is a journal's answer to a call that reached it.
+type JournalError struct {
+	Addr string
+	Err  *apierr.Error
+	// Earlier are the addresses tried before this one. A write that failed
+	// over may have taken effect on one of them.
+	Earlier []Attempt
+}
+
+func (e *JournalError) Error() string { return "journal " + e.Addr + ": " + e.Err.Error() }
+
+// Unwrap lets apierr.FromError and errors.Is see the pact error.
+func (e *JournalError) Unwrap() error { return e.Err }
+
+// hintError is the message an operator reads: what went wrong and what to
+// do next. It wraps the error it explains, so ExitCode still sees it.
+type hintError struct {
+	msg string
+	err error
+}
+
+func (e *hintError) Error() string { return e.msg }
+func (e *hintError) Unwrap() error { return e.err }
+
+// action describes what a command was doing, so that an error can say what
+// to do next.
+type action struct {
+	// verb is what the caller may or may not do, e.g. "register nodes".
+	verb string
+	// node is the node the command names, if any.
+	node string
+	// write is set for calls that change the registry.
+	write bool
+	// help is the command whose --help explains its arguments.
+	help string
+}
+
+// explain turns a command's error into one actionable message. Unknown
+// errors pass through with a generic hint; nil stays nil.
+func (s *session) explain(a action, err error) error {
+	if err == nil {
+		return nil
+	}
+	var unreachable *UnreachableError
+	if errors.As(err, &unreachable) {
+		return &hintError{msg: s.explainUnreachable(unreachable), err: err}
+	}
+	var je *JournalError
+	addr := ""
+	var earlier []Attempt
+	if errors.As(err, &je) {
+		addr, earlier = je.Addr, je.Earlier
+	}
+	e := apierr.FromError(err)
+	detail := e.Message
+	if e.Reason != "" {
+		detail = string(e.Reason) + ": " + e.Message
+	}
+	said := " (journal: " + detail + ")"
+	inspect := ""
+	if a.node != "" {
+		inspect = "pact node inspect " + a.node
+	}
+
+	var msg string
+	switch e.Code {
+	case codes.NotFound:
+		if a.node != "" {
+			msg = fmt.Sprintf("no node %s in the registry%s; list nodes with: pact node list", a.node, said)
+		} else {
+			msg = fmt.Sprintf("not found%s; list nodes with: pact node list", said)
+		}
+	case codes.AlreadyExists, codes.Aborted:
+		switch e.Reason {
+		case apierr.HardwareIdentityConflict:
+			msg = fmt.Sprintf("a MAC address or the BMC serial of %s is already registered to another node%s; find its owner with: pact node list -o json", a.node, said)
+		default:
+			msg = fmt.Sprintf("node %s is already registered%s; see it with: %s", a.node, said, inspect)
+		}
+		if a.write && len(earlier) > 0 {
+			msg += fmt.Sprintf(" (an earlier attempt at %s failed mid-request and may have registered it)", earlier[len(earlier)-1].Addr)
+		}
+	case codes.PermissionDenied:
+		if e.Reason == apierr.NodeRevoked && a.node != "" {
+			msg = fmt.Sprintf("node %s is revoked%s; re-enrolling it needs a new registration", a.node, said)
+			break
+		}
+		msg = fmt.Sprintf("your credential (%s) may not %s%s; use a credential with role platform-admin, or pact-ops-VCLUSTER for nodes of that vCluster", s.cred, a.verb, said)
+	case codes.Unauthenticated:
+		msg = fmt.Sprintf("the journal did not accept your credential (%s)%s; check --cert/--key (or %s/%s) are a current admin credential of this domain", s.cred, said, EnvCert, EnvKey)
+	case codes.FailedPrecondition:
+		if e.Reason == apierr.AlreadyActive && a.node != "" {
+			msg = fmt.Sprintf("node %s is already active%s; see it with: %s", a.node, said, inspect)
+		} else {
+			msg = fmt.Sprintf("cannot %s in the node's current state%s", a.verb, said)
+			if inspect != "" {
+				msg += "; check its state with: " + inspect
+			}
+		}
+	case codes.ResourceExhausted:
+		retry := "retry in a few seconds"
+		if e.RetryAfter > 0 {
+			retry = "retry in " + e.RetryAfter.Round(time.Millisecond).String()
+		}
+		msg = fmt.Sprintf("the journal is rate limiting requests%s; %s", said, retry)
+	case codes.InvalidArgument, codes.OutOfRange:
+		msg = fmt.Sprintf("the journal rejected the request%s; see: %s --help", said, a.help)
+	case codes.DeadlineExceeded, codes.Unavailable:
+		msg = fmt.Sprintf("journal %s did not answer within %s%s; ", orUnknown(addr), s.cfg.Timeout, said)
+		if a.write {
+			msg += "the change may or may not have been made: check with "
+			if inspect != "" {
+				msg += inspect
+			} else {
+				msg += "pact node list"
+			}
+			msg += " before retrying"
+		} else {
+			msg += "retry, or raise --timeout if the journal is busy"
+		}
+	case codes.Unimplemented:
+		msg = fmt.Sprintf("journal %s does not support this call%s; use a pact CLI of the journal's version (pact version)", orUnknown(addr), said)
+	case codes.Canceled:
+		msg = "interrupted"
+	default:
+		msg = fmt.Sprintf("could not %s: %s%s; this is a journal fault: check the journal's log", a.verb, e.Code, said)
+	}
+	return &hintError{msg: msg, err: err}
+}
+
+func (s *session) explainUnreachable(e *UnreachableError) string {
+	msg := e.Error() + "; check the journal is running (make run) and --journal"
+	for _, at := range e.Attempts {
+		if at.Handshake == nil {
+			continue
+		}
+		if isVerifyError(at.Handshake) {
+			return msg + fmt.Sprintf("; the journal's certificate did not verify against --ca %s: use this domain's root (ca.pem)", s.cfg.CAFile)
+		}
+		return msg + "; the TLS handshake failed: check --ca, --cert and --key belong to this domain"
+	}
+	return msg
+}
+
+// isVerifyError reports whether a handshake failed because the server's
+// certificate did not verify against our roots or its name.
+func isVerifyError(err error) bool {
+	var (
+		cv *tls.CertificateVerificationError
+		ua x509.UnknownAuthorityError
+		he x509.HostnameError
+		ci x509.CertificateInvalidError
+	)
+	return errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return s
+}

@@ -1,0 +1,245 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pact-hpc/pact/internal/hwid"
+	"github.com/pact-hpc/pact/internal/pki"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+func (a *app) nodeCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Register nodes and inspect the enrollment registry",
+		Long: `Commands on the enrollment registry: the nodes that may join the domain,
+their hardware identity, state and current certificate.
+
+A node's life: "pact node enroll" registers it (state registered); its agent
+enrolls with matching hardware and gets a certificate (active); if it stops
+checking in it becomes inactive until it enrolls again; a decommissioned node
+is revoked.`,
+		Example: `  pact node enroll node-001 --mac 52:54:00:12:34:56 --bmc-serial SN123
+  pact node list --state registered
+  pact node inspect node-001`,
+	}
+	a.group(cmd)
+	cmd.AddCommand(a.enrollCommand(), a.listCommand(), a.inspectCommand())
+	return cmd
+}
+
+// nodeArg reads the single NODE argument and checks its name.
+func nodeArg(cmdPath string, args []string) (string, []error) {
+	switch len(args) {
+	case 0:
+		return "", []error{fmt.Errorf("missing NODE: name the node, e.g. %s node-001", cmdPath)}
+	case 1:
+		if err := pki.ValidateName("node", args[0]); err != nil {
+			return args[0], []error{err}
+		}
+		return args[0], nil
+	default:
+		return args[0], []error{fmt.Errorf("%s takes one NODE, got %d arguments: %s", cmdPath, len(args), strings.Join(args, " "))}
+	}
+}
+
+type enrollOptions struct {
+	macs      []string
+	bmcSerial string
+	tpmEKHash string
+	vcluster  string
+}
+
+func (a *app) enrollCommand() *cobra.Command {
+	var o enrollOptions
+	cmd := &cobra.Command{
+		Use:   "enroll NODE --mac MAC [--mac MAC ...]",
+		Short: "Pre-register a node's hardware so its agent can enroll",
+		Long: `Register a node in the enrollment registry before it first boots. The node
+starts in state "registered". When its agent boots and enrolls with matching
+hardware, the journal signs its certificate and the node becomes "active".
+Matching means: at least one registered MAC is reported (extra or failed NICs
+are fine), and the BMC serial and TPM EK hash, if registered, are reported
+and equal.
+
+NODE is 1-63 letters, digits, '.', '_' or '-', starting with a letter or
+digit. A MAC may be written 52:54:00:12:34:56, 52-54-00-12-34-56,
+5254.0012.3456 or 525400123456; it is stored lower-case with colons. Each MAC
+and BMC serial can belong to only one node of the domain.
+
+Everything is checked here first, and every problem is reported at once,
+before the journal is contacted. Without --vcluster the node is in
+maintenance mode (no vCluster).`,
+		Example: `  # One NIC and the BMC serial
+  pact node enroll node-001 --mac 52:54:00:12:34:56 --bmc-serial SN123
+
+  # Two NICs, a TPM EK hash, and vCluster "ml"
+  pact node enroll node-002 --mac 52:54:00:12:34:57 --mac 52:54:00:ab:cd:ef \
+      --tpm-ek-hash 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 \
+      --vcluster ml
+
+  # Print the registered record as JSON
+  pact node enroll node-003 --mac 52:54:00:12:34:58 -o json`,
+		Args: cobra.ArbitraryArgs, // checked with the flags, so all problems show at once
+		RunE: a.action(func(cmd *cobra.Command, args []string) error {
+			return a.enroll(cmd, args, o)
+		}),
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.macs, "mac", nil, "MAC address of one of the node's NICs; repeat (or comma-separate) for several")
+	f.StringVar(&o.bmcSerial, "bmc-serial", "", "serial number of the node's BMC")
+	f.StringVar(&o.tpmEKHash, "tpm-ek-hash", "", "hex SHA-256 of the node's TPM endorsement key")
+	f.StringVar(&o.vcluster, "vcluster", "", "vCluster to assign the node to (default: none, maintenance mode)")
+	return cmd
+}
+
+func (a *app) enroll(cmd *cobra.Command, args []string, o enrollOptions) error {
+	node, problems := nodeArg(cmd.CommandPath(), args)
+	if len(o.macs) == 0 {
+		problems = append(problems, errors.New("no MAC address: pass --mac with at least one of the node's NICs, e.g. --mac 52:54:00:12:34:56"))
+	}
+	hw, err := hwid.Normalize(o.macs, o.bmcSerial, o.tpmEKHash)
+	for _, e := range flatten(err) {
+		if !errors.Is(e, hwid.ErrEmpty) { // reported above, with the flag to use
+			problems = append(problems, e)
+		}
+	}
+	if o.vcluster != "" {
+		if err := pki.ValidateName("vcluster", o.vcluster); err != nil {
+			problems = append(problems, err)
+		}
+	}
+	s, err := a.connect(cmd, problems)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+
+	req := &pactv1.RegisterNodeRequest{
+		NodeId:   node,
+		Hardware: &pactv1.HardwareIdentity{Macs: hw.MACs, BmcSerial: hw.BMCSerial, TpmEkHash: hw.EKHash},
+		Vcluster: o.vcluster,
+	}
+	resp, err := s.client.RegisterNode(cmd.Context(), req)
+	if err != nil {
+		return s.explain(action{verb: "register nodes", node: node, write: true, help: cmd.CommandPath()}, err)
+	}
+	n := resp.GetNode()
+	if n == nil { // a journal that answers success without the record
+		n = &pactv1.Node{NodeId: node, Hardware: req.Hardware, State: pactv1.NodeState_NODE_STATE_REGISTERED, Vcluster: o.vcluster}
+	}
+	v := NodeViewOf(n)
+	if s.cfg.Output == outputJSON {
+		return writeJSON(a.env.Stdout, v)
+	}
+	_, err = fmt.Fprintf(a.env.Stdout, "registered %s (macs %s)\n", printable(v.NodeID), printable(strings.Join(v.MACs, ", ")))
+	return err
+}
+
+func (a *app) listCommand() *cobra.Command {
+	var state string
+	cmd := &cobra.Command{
+		Use:   "list [--state registered|active|inactive|revoked]",
+		Short: "List the nodes of the enrollment registry",
+		Long: `List every node of the enrollment registry, sorted by name, optionally only
+those in one state. The table shortens long serials; -o json prints them in
+full, as an array of the objects "pact node inspect -o json" prints.
+
+An empty VCLUSTER is shown as (maintenance); other empty cells as "-".`,
+		Example: `  # Every node
+  pact node list
+
+  # Nodes whose agent has not enrolled yet
+  pact node list --state registered
+
+  # Names of active nodes, with jq
+  pact node list --state active -o json | jq -r '.[].node_id'`,
+		Args: cobra.ArbitraryArgs,
+		RunE: a.action(func(cmd *cobra.Command, args []string) error {
+			return a.list(cmd, args, state)
+		}),
+	}
+	cmd.Flags().StringVar(&state, "state", "", "only nodes in this state: registered, active, inactive or revoked")
+	return cmd
+}
+
+func (a *app) list(cmd *cobra.Command, args []string, stateFlag string) error {
+	var problems []error
+	if len(args) > 0 {
+		problems = append(problems, fmt.Errorf("%s takes no arguments, got %q; to see one node use: pact node inspect %s", cmd.CommandPath(), args[0], args[0]))
+	}
+	state, err := parseState(stateFlag)
+	if err != nil {
+		problems = append(problems, err)
+	}
+	s, err := a.connect(cmd, problems)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+
+	resp, err := s.client.ListNodes(cmd.Context(), &pactv1.ListNodesRequest{State: state})
+	if err != nil {
+		return s.explain(action{verb: "list nodes", help: cmd.CommandPath()}, err)
+	}
+	views := nodeViews(resp.GetNodes())
+	if s.cfg.Output == outputJSON {
+		return writeJSON(a.env.Stdout, views)
+	}
+	if len(views) == 0 {
+		if stateFlag != "" {
+			fmt.Fprintf(a.env.Stderr, "no nodes in state %s\n", stateName(state))
+		} else {
+			fmt.Fprintln(a.env.Stderr, "no nodes registered; register one with: pact node enroll NODE --mac MAC")
+		}
+		return nil
+	}
+	return writeNodeTable(a.env.Stdout, views)
+}
+
+func (a *app) inspectCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "inspect NODE",
+		Short: "Show one node's registry record",
+		Long: `Show everything the registry holds about one node: state, vCluster,
+hardware identity, current certificate (full serial, expiry, issuing
+intermediate) and when and by whom it was registered and activated.
+No key material is ever stored in the registry, so none is shown.`,
+		Example: `  pact node inspect node-001
+
+  # Certificate expiry, with jq
+  pact node inspect node-001 -o json | jq -r .cert_not_after`,
+		Args: cobra.ArbitraryArgs,
+		RunE: a.action(func(cmd *cobra.Command, args []string) error {
+			return a.inspect(cmd, args)
+		}),
+	}
+	return cmd
+}
+
+func (a *app) inspect(cmd *cobra.Command, args []string) error {
+	node, problems := nodeArg(cmd.CommandPath(), args)
+	s, err := a.connect(cmd, problems)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+
+	resp, err := s.client.InspectNode(cmd.Context(), &pactv1.InspectNodeRequest{NodeId: node})
+	if err != nil {
+		return s.explain(action{verb: "inspect nodes", node: node, help: cmd.CommandPath()}, err)
+	}
+	if resp.GetNode() == nil {
+		msg := "the journal answered without a record for " + node + "; this is a journal fault: check the journal's log"
+		return &hintError{msg: msg, err: errors.New(msg)}
+	}
+	v := NodeViewOf(resp.GetNode())
+	if s.cfg.Output == outputJSON {
+		return writeJSON(a.env.Stdout, v)
+	}
+	return writeNodeBlock(a.env.Stdout, v)
+}

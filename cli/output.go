@@ -1,0 +1,105 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"unicode"
+)
+
+// Placeholders for empty table cells.
+const (
+	none        = "-"
+	maintenance = "(maintenance)"
+)
+
+// Table widths beyond which serials are shortened. Only tables shorten;
+// JSON and inspect always print the full value.
+const (
+	certSerialWidth = 12
+	bmcSerialWidth  = 20
+)
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeNodeTable prints one row per node.
+func writeNodeTable(w io.Writer, nodes []NodeView) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTATE\tVCLUSTER\tMACS\tBMC SERIAL\tCERT SERIAL\tCERT EXPIRES")
+	for _, n := range nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			cell(n.NodeID),
+			cell(n.State),
+			vclusterCell(n.VCluster),
+			cell(strings.Join(n.MACs, ",")),
+			cell(shorten(n.BMCSerial, bmcSerialWidth)),
+			cell(shorten(n.CertSerial, certSerialWidth)),
+			cell(n.CertNotAfter),
+		)
+	}
+	return tw.Flush()
+}
+
+// writeNodeBlock prints one node as aligned "key: value" lines.
+func writeNodeBlock(w io.Writer, n NodeView) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	rows := []struct{ k, v string }{
+		{"node", cell(n.NodeID)},
+		{"state", cell(n.State)},
+		{"vcluster", vclusterCell(n.VCluster)},
+		{"macs", cell(strings.Join(n.MACs, ", "))},
+		{"bmc serial", cell(n.BMCSerial)},
+		{"tpm ek hash", cell(n.TPMEKHash)},
+		{"cert serial", cell(n.CertSerial)},
+		{"cert expires", cell(n.CertNotAfter)},
+		{"cert issuer serial", cell(n.CertIssuerSerial)},
+		{"registered at", cell(n.RegisteredAt)},
+		{"registered by", cell(n.RegisteredBy)},
+		{"activated at", cell(n.ActivatedAt)},
+		{"updated at", cell(n.UpdatedAt)},
+	}
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s:\t%s\n", r.k, r.v)
+	}
+	return tw.Flush()
+}
+
+// cell is a table or block value: "-" when empty, and never a control
+// character, so registry data cannot drive the operator's terminal.
+func cell(s string) string {
+	if s == "" {
+		return none
+	}
+	return printable(s)
+}
+
+func vclusterCell(v string) string {
+	if v == "" {
+		return maintenance
+	}
+	return printable(v)
+}
+
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+// shorten cuts s to width runes, marking the cut with an ellipsis.
+func shorten(s string, width int) string {
+	r := []rune(s)
+	if len(r) <= width {
+		return s
+	}
+	return string(r[:width-1]) + "…"
+}

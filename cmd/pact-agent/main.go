@@ -1,0 +1,10 @@
+// Command pact-agent gives a node its pact identity.
+package main
+
+import (
+	"os"
+
+	"github.com/pact-hpc/pact/agent"
+)
+
+func main() { os.Exit(agent.Main(os.Args[1:], os.Stderr)) }

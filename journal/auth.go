@@ -1,0 +1,175 @@
+package journal
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+
+	"github.com/pact-hpc/pact/internal/pki"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// principal is an authenticated caller.
+type principal struct {
+	id     pki.Identity
+	role   string // operators only
+	serial string
+	spki   string
+	leaf   *x509.Certificate
+}
+
+type principalKey struct{}
+
+func principalFrom(ctx context.Context) *principal {
+	p, _ := ctx.Value(principalKey{}).(*principal)
+	return p
+}
+
+// policy says who may call a method. Methods not listed are refused.
+type policy struct {
+	public bool                   // no client certificate needed (Enroll)
+	agent  bool                   // an agent bound to its current certificate
+	admin  func(role string) bool // an operator whose role passes
+}
+
+func anyRole(string) bool { return true }
+
+func platformAdmin(role string) bool { return role == pki.RolePlatformAdmin }
+
+var policies = map[string]policy{
+	pactv1.EnrollmentService_Enroll_FullMethodName:    {public: true},
+	pactv1.EnrollmentService_RenewCert_FullMethodName: {agent: true},
+	pactv1.EnrollmentService_Subscribe_FullMethodName: {agent: true},
+	pactv1.AdminService_RegisterNode_FullMethodName:   {admin: platformAdmin},
+	pactv1.AdminService_ListNodes_FullMethodName:      {admin: anyRole},
+	pactv1.AdminService_InspectNode_FullMethodName:    {admin: anyRole},
+}
+
+func (j *Journal) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	p, err := j.authenticate(ctx, info.FullMethod)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if p != nil {
+		ctx = context.WithValue(ctx, principalKey{}, p)
+	}
+	resp, err := handler(ctx, req)
+	return resp, toStatus(err)
+}
+
+type authedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *authedStream) Context() context.Context { return s.ctx }
+
+func (j *Journal) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	p, err := j.authenticate(ss.Context(), info.FullMethod)
+	if err != nil {
+		return toStatus(err)
+	}
+	ctx := ss.Context()
+	if p != nil {
+		ctx = context.WithValue(ctx, principalKey{}, p)
+	}
+	return toStatus(handler(srv, &authedStream{ServerStream: ss, ctx: ctx}))
+}
+
+// authenticate identifies the caller of method and checks it may call it.
+// The TLS handshake has already verified the chain to the domain root.
+func (j *Journal) authenticate(ctx context.Context, method string) (*principal, error) {
+	pol, ok := policies[method]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s is not an allowed method", ErrPermission, method)
+	}
+	if pol.public {
+		return nil, nil
+	}
+	pr, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil, fmt.Errorf("%w: no peer", ErrUnauthenticated)
+	}
+	tlsInfo, ok := pr.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(tlsInfo.State.VerifiedChains) == 0 || len(tlsInfo.State.VerifiedChains[0]) == 0 {
+		return nil, fmt.Errorf("%w: this call needs a client certificate issued for this domain", ErrUnauthenticated)
+	}
+	chain := tlsInfo.State.VerifiedChains[0]
+	leaf := chain[0]
+	now := j.cfg.Clock.Now()
+	if now.After(leaf.NotAfter) {
+		return nil, fmt.Errorf("%w: client certificate expired at %s", ErrUnauthenticated, leaf.NotAfter.UTC().Format("2006-01-02T15:04:05Z"))
+	}
+	if now.Before(leaf.NotBefore) {
+		return nil, fmt.Errorf("%w: client certificate not valid before %s (check the clocks)", ErrUnauthenticated, leaf.NotBefore.UTC().Format("2006-01-02T15:04:05Z"))
+	}
+	id, err := pki.IdentityOf(leaf)
+	if err != nil || id.Domain != j.ca.Domain() {
+		return nil, fmt.Errorf("%w: client certificate names no identity in domain %s", ErrUnauthenticated, j.ca.Domain())
+	}
+	p := &principal{id: id, serial: pki.SerialHex(leaf.SerialNumber), spki: pki.SPKIFingerprint(leaf), leaf: leaf}
+	switch {
+	case pol.agent:
+		if id.Kind != pki.KindAgent {
+			return nil, fmt.Errorf("%w: %s is for node agents; a %s credential cannot call it", ErrPermission, method, id.Kind)
+		}
+		if len(chain) != 3 {
+			return nil, fmt.Errorf("%w: agent certificate must be issued by a journal intermediate", ErrUnauthenticated)
+		}
+		if err := j.checkIssuer(chain[1]); err != nil {
+			return nil, err
+		}
+		if err := j.checkBinding(p); err != nil {
+			return nil, err
+		}
+	case pol.admin != nil:
+		if id.Kind != pki.KindAdmin || len(chain) != 2 {
+			return nil, fmt.Errorf("%w: %s needs an operator credential", ErrPermission, method)
+		}
+		if len(leaf.Subject.OrganizationalUnit) == 1 {
+			p.role = leaf.Subject.OrganizationalUnit[0]
+		}
+		if !pol.admin(p.role) {
+			return nil, fmt.Errorf("%w: role %q may not call %s", ErrPermission, p.role, shortMethod(method))
+		}
+	}
+	return p, nil
+}
+
+// checkIssuer refuses certificates whose intermediate has left the trust
+// bundle (expired or revoked).
+func (j *Journal) checkIssuer(inter *x509.Certificate) error {
+	if _, ok := j.bundle.get().live[pki.SerialHex(inter.SerialNumber)]; !ok {
+		return fmt.Errorf("%w: the certificate's issuing journal intermediate is no longer trusted; re-enroll", ErrUnauthenticated)
+	}
+	return nil
+}
+
+// checkBinding ties an agent call to the exact certificate the registry
+// holds for the node: same serial, same key, not revoked, node not Revoked.
+// It runs on every RPC and on every stream wake-up.
+func (j *Journal) checkBinding(p *principal) error {
+	n, ok := j.fsm.Node(p.id.Name)
+	if !ok {
+		return fmt.Errorf("%w: node %s is not in the registry", ErrPermission, p.id.Name)
+	}
+	if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED || j.fsm.IsRevoked(p.serial) {
+		return fmt.Errorf("%w: node %s was decommissioned", errNodeRevoked, p.id.Name)
+	}
+	if n.GetCert().GetSerial() != p.serial || n.GetCert().GetSpkiSha256() != p.spki {
+		return fmt.Errorf("%w: certificate %s is not the current certificate of node %s", errStale, p.serial, p.id.Name)
+	}
+	return nil
+}
+
+func shortMethod(full string) string {
+	if i := strings.LastIndex(full, "/"); i >= 0 {
+		return full[i+1:]
+	}
+	return full
+}

@@ -1,0 +1,139 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal/ca"
+)
+
+// Config configures one journal node.
+type Config struct {
+	// NodeID names this journal in Raft and in its certificates.
+	NodeID string
+	// DataDir holds the Raft stores and, with Dev, the root and admin
+	// credentials.
+	DataDir string
+	// ListenAddr is the gRPC address (host:port). Port 0 picks a free one.
+	ListenAddr string
+	// Dev creates a domain root and an admin credential in DataDir on first
+	// start.
+	Dev bool
+	// Domain is the domain id used when Dev creates a root; otherwise the
+	// domain is read from the root certificate.
+	Domain string
+	// RootCertFile and RootKeyFile locate the upstream authority; they
+	// default to DataDir/ca.pem and DataDir/ca-key.pem.
+	RootCertFile string
+	RootKeyFile  string
+	// CertLifetime is the validity of agent certificates.
+	CertLifetime time.Duration
+	// ServerNames are extra DNS names for the server certificate.
+	ServerNames []string
+	// MaxConcurrentEnrollments bounds the CSR checks, signings and Raft
+	// proposals in flight, so a boot storm cannot starve Raft.
+	MaxConcurrentEnrollments int
+	// EnrollQueueWait is how long an enrollment may wait for a slot before
+	// it is refused with RESOURCE_EXHAUSTED and a retry-after.
+	EnrollQueueWait time.Duration
+	// ApplyTimeout bounds how long a proposal may wait to be committed.
+	ApplyTimeout time.Duration
+	// StreamRecheckInterval is how often an open Subscribe stream re-checks
+	// its certificate against the registry even when nothing changed.
+	StreamRecheckInterval time.Duration
+	// RaftSnapshotThreshold and RaftTrailingLogs tune log compaction.
+	RaftSnapshotThreshold uint64
+	RaftTrailingLogs      uint64
+	// RaftTimeout sets Raft's heartbeat, election and lease timeouts; zero
+	// keeps hashicorp/raft's defaults. Tests shorten it to start fast.
+	RaftTimeout time.Duration
+
+	Logger *slog.Logger
+	Clock  clock.Clock
+}
+
+// DefaultConfig returns a single-node configuration with the defaults.
+func DefaultConfig() Config {
+	return Config{
+		NodeID:                   "j1",
+		ListenAddr:               "127.0.0.1:7443",
+		Domain:                   "pact.local",
+		CertLifetime:             ca.DefaultConfig().LeafLifetime,
+		MaxConcurrentEnrollments: 16 * runtime.GOMAXPROCS(0),
+		EnrollQueueWait:          2 * time.Second,
+		ApplyTimeout:             10 * time.Second,
+		StreamRecheckInterval:    30 * time.Second,
+		RaftSnapshotThreshold:    8192,
+		RaftTrailingLogs:         10240,
+		Logger:                   slog.Default(),
+		Clock:                    clock.Real{},
+	}
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if err := pki.ValidateName("journal id", c.NodeID); err != nil {
+		errs = append(errs, err)
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("journal: a data directory is required (--data-dir)"))
+	}
+	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
+		errs = append(errs, fmt.Errorf("journal: listen address %q: %w", c.ListenAddr, err))
+	}
+	if c.Dev {
+		if err := pki.ValidateDomain(c.Domain); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.CertLifetime < 10*time.Minute {
+		errs = append(errs, fmt.Errorf("journal: certificate lifetime %v is shorter than 10m", c.CertLifetime))
+	}
+	if c.CertLifetime > 365*24*time.Hour {
+		errs = append(errs, fmt.Errorf("journal: certificate lifetime %v is longer than a year", c.CertLifetime))
+	}
+	if c.MaxConcurrentEnrollments < 1 {
+		errs = append(errs, errors.New("journal: MaxConcurrentEnrollments must be at least 1"))
+	}
+	if c.EnrollQueueWait < 0 {
+		errs = append(errs, errors.New("journal: EnrollQueueWait must not be negative"))
+	}
+	if c.ApplyTimeout <= 0 {
+		errs = append(errs, errors.New("journal: ApplyTimeout must be positive"))
+	}
+	if c.StreamRecheckInterval <= 0 {
+		errs = append(errs, errors.New("journal: StreamRecheckInterval must be positive"))
+	}
+	if c.RaftSnapshotThreshold == 0 {
+		errs = append(errs, errors.New("journal: RaftSnapshotThreshold must be positive"))
+	}
+	if c.Logger == nil {
+		errs = append(errs, errors.New("journal: Logger is required"))
+	}
+	if c.Clock == nil {
+		errs = append(errs, errors.New("journal: Clock is required"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) rootCertFile() string {
+	if c.RootCertFile != "" {
+		return c.RootCertFile
+	}
+	return filepath.Join(c.DataDir, ca.RootCertFile)
+}
+
+func (c Config) rootKeyFile() string {
+	if c.RootKeyFile != "" {
+		return c.RootKeyFile
+	}
+	return filepath.Join(c.DataDir, ca.RootKeyFile)
+}

@@ -1,0 +1,231 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/peer"
+
+	"github.com/pact-hpc/pact/internal/hwid"
+	"github.com/pact-hpc/pact/internal/logkey"
+	"github.com/pact-hpc/pact/journal/ca"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+type enrollmentServer struct {
+	pactv1.UnimplementedEnrollmentServiceServer
+	j *Journal
+}
+
+// Enroll is the one unauthenticated RPC. It answers only from local state
+// until the request has passed every check; a failed attempt is logged
+// locally and never becomes a Raft write.
+func (s *enrollmentServer) Enroll(ctx context.Context, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, error) {
+	j := s.j
+	release, err := j.gate.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
+	rep, err := hwid.Normalize(req.GetHardware().GetMacs(), req.GetHardware().GetBmcSerial(), req.GetHardware().GetTpmEkHash())
+	if err != nil {
+		j.enrollFailed(ctx, req, "invalid hardware identity", err)
+		return nil, err
+	}
+	res := j.fsm.Resolve(rep)
+	if res.Err != nil {
+		j.enrollFailed(ctx, req, string(res.Mismatch), res.Err)
+		return nil, res.Err
+	}
+	node := res.Node
+	if node.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
+		err := fmt.Errorf("%w: node %s was decommissioned; an operator must register it again", raftfsm.ErrNodeRevoked, node.GetNodeId())
+		j.enrollFailed(ctx, req, "revoked", err)
+		return nil, err
+	}
+	csr, err := ca.ParseCSR(req.GetCsrDer())
+	if err != nil {
+		j.enrollFailed(ctx, req, "invalid CSR", err)
+		return nil, err
+	}
+	if node.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE {
+		if node.GetCert().GetSpkiSha256() == fingerprint(csr.SPKI) {
+			// A retry of an enrollment that already committed: same key,
+			// same certificate, no new write.
+			return j.enrollResponse(node)
+		}
+		err := fmt.Errorf("%w: node %s is active with another key; if it rebooted, wait until it is inactive", raftfsm.ErrAlreadyActive, node.GetNodeId())
+		j.enrollFailed(ctx, req, "already active", err)
+		return nil, err
+	}
+	issued, err := j.ca.SignAgent(csr, node.GetNodeId())
+	if err != nil {
+		return nil, err
+	}
+	result, err := j.propose(ctx, &pactv1.Command{
+		Actor: "agent/" + node.GetNodeId(),
+		Op: &pactv1.Command_Activate{Activate: &pactv1.ActivateOp{
+			NodeId:   node.GetNodeId(),
+			Reported: hardwareProto(rep),
+			Cert:     certInfo(issued),
+		}},
+	})
+	if err != nil {
+		// The signed certificate never leaves: its activation did not commit.
+		j.enrollFailed(ctx, req, "activation refused", err)
+		return nil, err
+	}
+	j.log.Info("node enrolled", logkey.NodeID, node.GetNodeId(), logkey.Serial, result.Node.GetCert().GetSerial(),
+		logkey.NotAfter, time.Unix(result.Node.GetCert().GetNotAfterUnix(), 0).UTC().Format(time.RFC3339), logkey.Source, peerAddr(ctx))
+	return j.enrollResponse(result.Node)
+}
+
+// enrollResponse builds the response from the committed record, never from
+// a certificate that was only signed.
+func (j *Journal) enrollResponse(n *pactv1.Node) (*pactv1.EnrollResponse, error) {
+	chain, bundle, err := j.chainFor(n.GetCert())
+	if err != nil {
+		return nil, err
+	}
+	return &pactv1.EnrollResponse{
+		NodeId:         n.GetNodeId(),
+		DomainId:       j.ca.Domain(),
+		CertChainDer:   chain,
+		TrustBundleDer: bundle,
+		Vcluster:       n.GetVcluster(),
+		Serial:         n.GetCert().GetSerial(),
+		NotAfterUnix:   n.GetCert().GetNotAfterUnix(),
+	}, nil
+}
+
+func (j *Journal) chainFor(c *pactv1.CertificateInfo) (chain, bundle [][]byte, err error) {
+	tb := j.bundle.get()
+	inter, ok := tb.live[c.GetIssuerSerial()]
+	if !ok {
+		return nil, nil, fmt.Errorf("journal: intermediate %s of certificate %s is not in the trust bundle", c.GetIssuerSerial(), c.GetSerial())
+	}
+	return [][]byte{c.GetDer(), inter}, tb.der, nil
+}
+
+func (s *enrollmentServer) RenewCert(ctx context.Context, req *pactv1.RenewCertRequest) (*pactv1.RenewCertResponse, error) {
+	j := s.j
+	p := principalFrom(ctx)
+	if req.GetCurrentSerial() != p.serial {
+		return nil, fmt.Errorf("%w: current_serial %q is not the serial of the certificate this call was made with", ErrInvalidArgument, req.GetCurrentSerial())
+	}
+	csr, err := ca.ParseCSR(req.GetCsrDer())
+	if err != nil {
+		return nil, err
+	}
+	issued, err := j.ca.SignAgent(csr, p.id.Name)
+	if err != nil {
+		return nil, err
+	}
+	result, err := j.propose(ctx, &pactv1.Command{
+		Actor: "agent/" + p.id.Name,
+		Op: &pactv1.Command_Renew{Renew: &pactv1.RenewOp{
+			NodeId:         p.id.Name,
+			PreviousSerial: p.serial,
+			Cert:           certInfo(issued),
+		}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	n := result.Node
+	chain, bundle, err := j.chainFor(n.GetCert())
+	if err != nil {
+		return nil, err
+	}
+	j.log.Info("certificate renewed", logkey.NodeID, n.GetNodeId(), logkey.Serial, n.GetCert().GetSerial(), "previous_serial", p.serial)
+	return &pactv1.RenewCertResponse{
+		NodeId:         n.GetNodeId(),
+		CertChainDer:   chain,
+		TrustBundleDer: bundle,
+		Vcluster:       n.GetVcluster(),
+		Serial:         n.GetCert().GetSerial(),
+		NotAfterUnix:   n.GetCert().GetNotAfterUnix(),
+	}, nil
+}
+
+// Subscribe holds the agent's stream. It sends the assignment and the trust
+// bundle first, then whatever changes, and re-checks the caller's binding on
+// every wake-up and at least every StreamRecheckInterval.
+func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.EnrollmentService_SubscribeServer) error {
+	j := s.j
+	ctx := stream.Context()
+	p := principalFrom(ctx)
+	w := j.hub.register(p.id.Name)
+	defer j.hub.unregister(w)
+	j.log.Info("agent stream opened", logkey.NodeID, p.id.Name, logkey.Serial, p.serial, logkey.Source, peerAddr(ctx))
+	defer j.log.Info("agent stream closed", logkey.NodeID, p.id.Name, logkey.Serial, p.serial)
+
+	var sentVCluster string
+	var sentBundle uint64
+	sendState := func(first bool) error {
+		if err := j.checkBinding(p); err != nil {
+			if errors.Is(err, raftfsm.ErrNodeRevoked) {
+				// Tell the agent why before the stream ends; a stale
+				// certificate (after a renewal) just ends the stream.
+				_ = stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_Revoked{Revoked: &pactv1.Revoked{Reason: err.Error()}}})
+			}
+			return err
+		}
+		n, _ := j.fsm.Node(p.id.Name)
+		if first || n.GetVcluster() != sentVCluster {
+			if err := stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_Assignment{
+				Assignment: &pactv1.Assignment{NodeId: n.GetNodeId(), Vcluster: n.GetVcluster()},
+			}}); err != nil {
+				return err
+			}
+			sentVCluster = n.GetVcluster()
+		}
+		tb := j.bundle.get()
+		if first || tb.version != sentBundle {
+			if err := stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_TrustBundle{
+				TrustBundle: &pactv1.TrustBundle{Der: tb.der},
+			}}); err != nil {
+				return err
+			}
+			sentBundle = tb.version
+		}
+		return nil
+	}
+	if err := sendState(true); err != nil {
+		return err
+	}
+	for {
+		t := j.cfg.Clock.NewTimer(j.cfg.StreamRecheckInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-j.stop:
+			t.Stop()
+			return fmt.Errorf("%w: journal shutting down", ErrNoLeader)
+		case <-w.node:
+		case <-w.bundle:
+		case <-t.C():
+		}
+		t.Stop()
+		if err := sendState(false); err != nil {
+			return err
+		}
+	}
+}
+
+func (j *Journal) enrollFailed(ctx context.Context, req *pactv1.EnrollRequest, why string, err error) {
+	j.log.Warn("enrollment refused", logkey.Reason, why, logkey.Err, err,
+		logkey.MACs, req.GetHardware().GetMacs(), logkey.BMCSerial, req.GetHardware().GetBmcSerial(), logkey.Source, peerAddr(ctx))
+}
+
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}

@@ -1,0 +1,83 @@
+package journal
+
+import (
+	"sync"
+
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+// hub wakes the Subscribe streams a committed change concerns. Wake-ups are
+// level-triggered (a channel of one): a stream re-reads the registry when
+// woken, so coalesced notifications lose nothing.
+type hub struct {
+	mu      sync.Mutex
+	streams map[string]map[*streamWaker]struct{}
+}
+
+type streamWaker struct {
+	nodeID string
+	node   chan struct{}
+	bundle chan struct{}
+}
+
+func newHub() *hub { return &hub{streams: map[string]map[*streamWaker]struct{}{}} }
+
+func (h *hub) register(nodeID string) *streamWaker {
+	w := &streamWaker{nodeID: nodeID, node: make(chan struct{}, 1), bundle: make(chan struct{}, 1)}
+	h.mu.Lock()
+	if h.streams[nodeID] == nil {
+		h.streams[nodeID] = map[*streamWaker]struct{}{}
+	}
+	h.streams[nodeID][w] = struct{}{}
+	h.mu.Unlock()
+	return w
+}
+
+func (h *hub) unregister(w *streamWaker) {
+	h.mu.Lock()
+	delete(h.streams[w.nodeID], w)
+	if len(h.streams[w.nodeID]) == 0 {
+		delete(h.streams, w.nodeID)
+	}
+	h.mu.Unlock()
+}
+
+// streamCount is how many streams this journal holds for a node.
+func (h *hub) streamCount(nodeID string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.streams[nodeID])
+}
+
+func (h *hub) notify(ev raftfsm.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ev.NodeID != "" {
+		for w := range h.streams[ev.NodeID] {
+			wake(w.node)
+		}
+	}
+	if ev.BundleChanged {
+		for _, ws := range h.streams {
+			for w := range ws {
+				wake(w.bundle)
+				wake(w.node) // a restore may have changed any node
+			}
+		}
+	}
+}
+
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// onApply is the FSM observer: it runs on Raft's apply goroutine.
+func (j *Journal) onApply(ev raftfsm.Event) {
+	if ev.BundleChanged {
+		j.bundle.invalidate()
+	}
+	j.hub.notify(ev)
+}

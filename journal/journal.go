@@ -1,0 +1,345 @@
+// Package journal is the pact journal server: the gRPC services, their
+// authentication and authorisation, the local CA, and the Raft wiring.
+package journal
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/pact-hpc/pact/internal/logkey"
+	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal/ca"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+// Journal is one running journal node.
+type Journal struct {
+	cfg    Config
+	log    *slog.Logger
+	ca     *ca.CA
+	fsm    *raftfsm.FSM
+	raft   *raft.Raft
+	store  *raftboltdb.BoltStore
+	hub    *hub
+	bundle *bundleCache
+	gate   *gate
+
+	lis    net.Listener
+	server *grpc.Server
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// New opens the data directory, loads the upstream authority, makes a fresh
+// intermediate, starts Raft and replays the registry. It opens no listener:
+// Start does that once the registry is loaded.
+func New(cfg Config) (*Journal, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.ServerNames = append([]string(nil), cfg.ServerNames...)
+	log := cfg.Logger.With(logkey.JournalID, cfg.NodeID)
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("journal: data dir: %w", err)
+	}
+	if cfg.Dev {
+		created, err := ca.InitDev(cfg.DataDir, cfg.Domain, cfg.Clock.Now())
+		if err != nil {
+			return nil, err
+		}
+		if created {
+			log.Info("created a development domain root and admin credential",
+				"root", filepath.Join(cfg.DataDir, ca.RootCertFile),
+				"admin_cert", filepath.Join(cfg.DataDir, ca.AdminCertFile))
+		}
+	}
+	upstream, err := ca.LoadKeyFileAuthority(cfg.rootCertFile(), cfg.rootKeyFile())
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && !cfg.Dev {
+			return nil, fmt.Errorf("%w (start with --dev to create a development root in %s)", err, cfg.DataDir)
+		}
+		return nil, err
+	}
+	dnsNames, ips := serverNames(cfg.ListenAddr, cfg.ServerNames)
+	caCfg := ca.DefaultConfig()
+	caCfg.Upstream = upstream
+	caCfg.JournalID = cfg.NodeID
+	caCfg.LeafLifetime = cfg.CertLifetime
+	caCfg.IntermediateLifetime = 3 * cfg.CertLifetime
+	caCfg.ServerDNSNames = dnsNames
+	caCfg.ServerIPs = ips
+	caCfg.Clock = cfg.Clock
+	authority, err := ca.New(caCfg)
+	if err != nil {
+		return nil, err
+	}
+	j := &Journal{
+		cfg:  cfg,
+		log:  log.With(logkey.Domain, authority.Domain()),
+		ca:   authority,
+		fsm:  raftfsm.New(),
+		hub:  newHub(),
+		gate: newGate(cfg.MaxConcurrentEnrollments, cfg.EnrollQueueWait, cfg.Clock),
+		stop: make(chan struct{}),
+	}
+	j.bundle = newBundleCache(authority.Root(), j.fsm, cfg.Clock)
+	j.fsm.SetObserver(j.onApply)
+	if err := j.startRaft(); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+func (j *Journal) startRaft() error {
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(j.cfg.DataDir, "raft.db")})
+	if err != nil {
+		return fmt.Errorf("journal: open raft store: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(j.cfg.DataDir, 2, newRaftLogger(j.log))
+	if err != nil {
+		store.Close()
+		return fmt.Errorf("journal: open snapshot store: %w", err)
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(j.cfg.NodeID)
+	rc.Logger = newRaftLogger(j.log)
+	rc.SnapshotThreshold = j.cfg.RaftSnapshotThreshold
+	rc.TrailingLogs = j.cfg.RaftTrailingLogs
+	if t := j.cfg.RaftTimeout; t > 0 {
+		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = t, t, t
+	}
+	// A single journal talks to nobody; the quorum (a TLS stream layer)
+	// replaces this transport.
+	addr, transport := raft.NewInmemTransport(raft.ServerAddress(j.cfg.NodeID))
+	existing, err := raft.HasExistingState(store, store, snaps)
+	if err != nil {
+		store.Close()
+		return fmt.Errorf("journal: inspect raft state: %w", err)
+	}
+	if !existing {
+		cfg := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: addr, Suffrage: raft.Voter}}}
+		if err := raft.BootstrapCluster(rc, store, store, snaps, transport, cfg); err != nil {
+			store.Close()
+			return fmt.Errorf("journal: bootstrap raft: %w", err)
+		}
+	}
+	r, err := raft.NewRaft(rc, j.fsm, store, store, snaps, transport)
+	if err != nil {
+		store.Close()
+		return fmt.Errorf("journal: start raft: %w", err)
+	}
+	j.raft = r
+	j.store = store
+	return nil
+}
+
+// Start waits for the registry to be loaded, publishes this journal's
+// intermediate, and only then opens the gRPC listener.
+func (j *Journal) Start(ctx context.Context) error {
+	if err := j.waitReady(ctx); err != nil {
+		return err
+	}
+	if err := j.publishIntermediate(ctx); err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", j.cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("journal: listen on %s: %w", j.cfg.ListenAddr, err)
+	}
+	j.lis = lis
+	j.server = j.newGRPCServer()
+	j.wg.Add(2)
+	go func() {
+		defer j.wg.Done()
+		if err := j.server.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			j.log.Error("gRPC server stopped", logkey.Err, err)
+		}
+	}()
+	go func() {
+		defer j.wg.Done()
+		j.rotateLoop()
+	}()
+	inter := j.ca.Intermediate()
+	j.log.Info("journal serving", logkey.Addr, lis.Addr().String(),
+		"nodes", len(j.fsm.Nodes(pactv1.NodeState_NODE_STATE_UNSPECIFIED)),
+		logkey.IssuerSerial, pki.SerialHex(inter.SerialNumber), logkey.NotAfter, inter.NotAfter.UTC().Format(time.RFC3339))
+	return nil
+}
+
+// waitReady blocks until this node leads and has applied its whole log, so
+// the registry and revocation set are current before anyone can connect.
+func (j *Journal) waitReady(ctx context.Context) error {
+	for {
+		if j.raft.State() == raft.Leader {
+			if err := j.raft.Barrier(j.cfg.ApplyTimeout).Error(); err == nil {
+				return nil
+			} else if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) {
+				return fmt.Errorf("journal: replay registry: %w", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("journal: waiting for leadership: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (j *Journal) publishIntermediate(ctx context.Context) error {
+	inter := j.ca.Intermediate()
+	_, err := j.propose(ctx, &pactv1.Command{
+		Actor: "journal/" + j.cfg.NodeID,
+		Op: &pactv1.Command_PublishIntermediate{PublishIntermediate: &pactv1.PublishIntermediateOp{
+			Intermediate: &pactv1.Intermediate{
+				JournalId:    j.cfg.NodeID,
+				Serial:       pki.SerialHex(inter.SerialNumber),
+				Der:          inter.Raw,
+				NotAfterUnix: inter.NotAfter.Unix(),
+			},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("journal: publish intermediate: %w", err)
+	}
+	return nil
+}
+
+// rotateLoop re-keys the intermediate at half its life.
+func (j *Journal) rotateLoop() {
+	for {
+		inter := j.ca.Intermediate()
+		half := inter.NotBefore.Add(inter.NotAfter.Sub(inter.NotBefore) / 2)
+		t := j.cfg.Clock.NewTimer(half.Sub(j.cfg.Clock.Now()))
+		select {
+		case <-j.stop:
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		if err := j.ca.Rotate(); err != nil {
+			j.log.Error("intermediate rotation failed; retrying in a minute", logkey.Err, err)
+			retry := j.cfg.Clock.NewTimer(time.Minute)
+			select {
+			case <-j.stop:
+				retry.Stop()
+				return
+			case <-retry.C():
+			}
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), j.cfg.ApplyTimeout)
+		if err := j.publishIntermediate(ctx); err != nil {
+			j.log.Error("publishing the new intermediate failed", logkey.Err, err)
+		}
+		cancel()
+		j.log.Info("intermediate rotated", logkey.IssuerSerial, pki.SerialHex(j.ca.Intermediate().SerialNumber))
+	}
+}
+
+// Addr is the address the gRPC server listens on (after Start).
+func (j *Journal) Addr() string { return j.lis.Addr().String() }
+
+// Domain is the domain id.
+func (j *Journal) Domain() string { return j.ca.Domain() }
+
+// Close stops the server and Raft. Open streams are cancelled.
+func (j *Journal) Close() error {
+	var errs []error
+	j.stopOnce.Do(func() {
+		close(j.stop)
+		if j.server != nil {
+			done := make(chan struct{})
+			go func() { j.server.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(2 * time.Second):
+				j.server.Stop()
+			}
+		}
+		j.wg.Wait()
+		if err := j.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, fmt.Errorf("journal: raft shutdown: %w", err))
+		}
+		if err := j.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("journal: close raft store: %w", err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func (j *Journal) newGRPCServer() *grpc.Server {
+	tlsCfg := &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return j.ca.ServerCertificate(), nil
+		},
+		// Enroll needs no client certificate; every other RPC is refused
+		// without one by the interceptors. Chains are verified against the
+		// root here and against the live trust bundle per call.
+		ClientAuth: tls.VerifyClientCertIfGiven,
+		ClientCAs:  rootPool(j.ca.Root()),
+		Time:       j.cfg.Clock.Now,
+	}
+	s := grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(tlsCfg)),
+		grpc.MaxRecvMsgSize(64<<10),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 60 * time.Second, Timeout: 20 * time.Second}),
+		grpc.ChainUnaryInterceptor(j.unaryInterceptor),
+		grpc.ChainStreamInterceptor(j.streamInterceptor),
+	)
+	pactv1.RegisterEnrollmentServiceServer(s, &enrollmentServer{j: j})
+	pactv1.RegisterAdminServiceServer(s, &adminServer{j: j})
+	return s
+}
+
+func rootPool(root *x509.Certificate) *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(root)
+	return p
+}
+
+// serverNames lists the names a client may dial this journal by.
+func serverNames(listen string, extra []string) ([]string, []net.IP) {
+	dns := []string{"localhost"}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		dns = append(dns, h)
+	}
+	dns = append(dns, extra...)
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	host, _, _ := net.SplitHostPort(listen)
+	ip := net.ParseIP(host)
+	switch {
+	case ip != nil && ip.IsUnspecified():
+		if addrs, err := net.InterfaceAddrs(); err == nil {
+			for _, a := range addrs {
+				if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() {
+					ips = append(ips, n.IP)
+				}
+			}
+		}
+	case ip != nil && !ip.IsLoopback():
+		ips = append(ips, ip)
+	case ip == nil && host != "":
+		dns = append(dns, host)
+	}
+	return dns, ips
+}

@@ -1,0 +1,172 @@
+// Package journaltest runs a real single-node journal in a test: real Raft
+// with bbolt in a temp dir, real TLS and gRPC on loopback, and a development
+// root and admin credential made on first start.
+package journaltest
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal"
+	"github.com/pact-hpc/pact/journal/ca"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// Harness is a running journal and the credentials to talk to it.
+type Harness struct {
+	J     *journal.Journal
+	Cfg   journal.Config
+	Dir   string
+	Addr  string
+	Roots *x509.CertPool
+	Admin tls.Certificate
+}
+
+// Config returns the configuration Start uses: a --dev journal in dir on
+// an ephemeral loopback port, with short Raft timeouts and quiet logs.
+func Config(dir string) journal.Config {
+	cfg := journal.DefaultConfig()
+	cfg.DataDir = dir
+	cfg.Dev = true
+	cfg.ListenAddr = "127.0.0.1:0"
+	cfg.RaftTimeout = 100 * time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	return cfg
+}
+
+// Start runs a journal with cfg (see Config) and stops it at test end.
+func Start(t testing.TB, cfg journal.Config) *Harness {
+	t.Helper()
+	j, err := journal.New(cfg)
+	if err != nil {
+		t.Fatalf("journal.New: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := j.Start(ctx); err != nil {
+		_ = j.Close()
+		t.Fatalf("journal.Start: %v", err)
+	}
+	h := &Harness{J: j, Cfg: cfg, Dir: cfg.DataDir, Addr: j.Addr()}
+	t.Cleanup(func() { _ = h.J.Close() })
+	roots, _, err := pki.LoadCertPool(filepath.Join(cfg.DataDir, ca.RootCertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Roots = roots
+	h.Admin, err = tls.LoadX509KeyPair(filepath.Join(cfg.DataDir, ca.AdminCertFile), filepath.Join(cfg.DataDir, ca.AdminKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// Restart closes the journal and starts a new one on the same data dir
+// (and a new port).
+func (h *Harness) Restart(t testing.TB) {
+	t.Helper()
+	if err := h.J.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	n := Start(t, h.Cfg)
+	*h = *n
+}
+
+// Dial opens a channel presenting cert (nil: server-TLS only, as Enroll).
+func (h *Harness) Dial(t testing.TB, cert *tls.Certificate) *grpc.ClientConn {
+	t.Helper()
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: h.Roots}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	conn, err := grpc.NewClient("passthrough:///"+h.Addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// AdminClient is an AdminService client with the dev platform-admin cert.
+func (h *Harness) AdminClient(t testing.TB) pactv1.AdminServiceClient {
+	return pactv1.NewAdminServiceClient(h.Dial(t, &h.Admin))
+}
+
+// IssueAdmin makes an operator credential with role.
+func (h *Harness) IssueAdmin(t testing.TB, name, role string) tls.Certificate {
+	t.Helper()
+	auth, err := ca.LoadKeyFileAuthority(filepath.Join(h.Dir, ca.RootCertFile), filepath.Join(h.Dir, ca.RootKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.IssueAdmin(auth, name, role, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Register pre-registers a node as platform-admin.
+func (h *Harness) Register(t testing.TB, nodeID string, bmc string, macs ...string) *pactv1.Node {
+	t.Helper()
+	resp, err := h.AdminClient(t).RegisterNode(context.Background(), &pactv1.RegisterNodeRequest{
+		NodeId:   nodeID,
+		Hardware: &pactv1.HardwareIdentity{Macs: macs, BmcSerial: bmc},
+	})
+	if err != nil {
+		t.Fatalf("register %s: %v", nodeID, err)
+	}
+	return resp.GetNode()
+}
+
+// Key is an agent key pair and its CSR.
+type Key struct {
+	Signer crypto.Signer
+	CSR    []byte
+}
+
+// NewKey makes a P-256 agent key and CSR.
+func NewKey(t testing.TB) Key {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Key{Signer: k, CSR: csr}
+}
+
+// TLSCert combines a key with the chain Enroll or RenewCert returned.
+func (k Key) TLSCert(chain [][]byte) tls.Certificate {
+	return tls.Certificate{Certificate: chain, PrivateKey: k.Signer}
+}
+
+// Enroll calls Enroll with hardware and key.
+func (h *Harness) Enroll(t testing.TB, key Key, bmc string, macs ...string) (*pactv1.EnrollResponse, error) {
+	t.Helper()
+	return pactv1.NewEnrollmentServiceClient(h.Dial(t, nil)).Enroll(context.Background(), &pactv1.EnrollRequest{
+		Hardware: &pactv1.HardwareIdentity{Macs: macs, BmcSerial: bmc},
+		CsrDer:   key.CSR,
+	})
+}

@@ -1,0 +1,205 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"github.com/pact-hpc/pact/internal/cmdutil"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/journal/ca"
+)
+
+const journalUsage = `pact-journal runs one node of the pact journal: the enrollment registry,
+the revocation set and a local CA that signs node agents' certificates.
+
+Usage:
+  pact-journal [flags]                 run a journal
+  pact-journal admin issue [flags]     issue an operator credential from the root
+
+Quick start (one development journal, state in ./.pact):
+  pact-journal --dev --data-dir ./.pact --listen 127.0.0.1:7443
+
+Every flag can also be set through the environment variable named in
+its description; a flag on the command line wins.
+
+Flags:
+`
+
+// Main runs the pact-journal command and returns its exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "admin" {
+		return adminMain(args[1:], stdout, stderr)
+	}
+	cfg := DefaultConfig()
+	fs := flag.NewFlagSet("pact-journal", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, journalUsage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&cfg.NodeID, "node-id", cmdutil.EnvOr("PACT_NODE_ID", cfg.NodeID), "this journal's id (PACT_NODE_ID)")
+	fs.StringVar(&cfg.DataDir, "data-dir", cmdutil.EnvOr("PACT_DATA_DIR", ""), "directory for Raft state and, with --dev, the root and admin credentials (PACT_DATA_DIR)")
+	fs.StringVar(&cfg.ListenAddr, "listen", cmdutil.EnvOr("PACT_LISTEN", cfg.ListenAddr), "gRPC listen address host:port (PACT_LISTEN)")
+	fs.BoolVar(&cfg.Dev, "dev", cmdutil.EnvOr("PACT_DEV", "") == "1" || cmdutil.EnvOr("PACT_DEV", "") == "true", "create a development domain root and admin credential in --data-dir on first start (PACT_DEV)")
+	fs.StringVar(&cfg.Domain, "domain", cmdutil.EnvOr("PACT_DOMAIN", cfg.Domain), "domain id for a --dev root; otherwise read from the root certificate (PACT_DOMAIN)")
+	fs.StringVar(&cfg.RootCertFile, "root-cert", cmdutil.EnvOr("PACT_ROOT_CERT", ""), "domain root certificate (default DATA_DIR/ca.pem) (PACT_ROOT_CERT)")
+	fs.StringVar(&cfg.RootKeyFile, "root-key", cmdutil.EnvOr("PACT_ROOT_KEY", ""), "domain root key, mode 0600 (default DATA_DIR/ca-key.pem) (PACT_ROOT_KEY)")
+	lifetime := fs.String("cert-lifetime", cmdutil.EnvOr("PACT_CERT_LIFETIME", cfg.CertLifetime.String()), "validity of agent certificates, e.g. 72h (PACT_CERT_LIFETIME)")
+	names := fs.String("server-names", cmdutil.EnvOr("PACT_SERVER_NAMES", ""), "extra comma-separated DNS names for the server certificate (PACT_SERVER_NAMES)")
+	logFormat := fs.String("log-format", cmdutil.EnvOr("PACT_LOG_FORMAT", "text"), "log format: text or json (PACT_LOG_FORMAT)")
+	logLevel := fs.String("log-level", cmdutil.EnvOr("PACT_LOG_LEVEL", "info"), "log level: debug, info, warn, error (PACT_LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "pact-journal: unexpected argument %q (see pact-journal --help)\n", fs.Arg(0))
+		return 2
+	}
+	logger, err := cmdutil.NewLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "pact-journal: %v\n", err)
+		return 2
+	}
+	cfg.Logger = logger
+	d, err := time.ParseDuration(*lifetime)
+	if err != nil {
+		fmt.Fprintf(stderr, "pact-journal: --cert-lifetime %q: want a duration such as 72h\n", *lifetime)
+		return 2
+	}
+	cfg.CertLifetime = d
+	if *names != "" {
+		cfg.ServerNames = strings.Split(*names, ",")
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "pact-journal: invalid configuration:\n%v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	j, err := New(cfg)
+	if err != nil {
+		logger.Error("cannot start", "err", err)
+		return 1
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = j.Start(startCtx)
+	cancel()
+	if err != nil {
+		logger.Error("cannot start", "err", err)
+		_ = j.Close()
+		return 1
+	}
+	<-ctx.Done()
+	logger.Info("shutting down")
+	if err := j.Close(); err != nil {
+		logger.Error("shutdown", "err", err)
+		return 1
+	}
+	return 0
+}
+
+const adminIssueUsage = `pact-journal admin issue signs an operator credential with the domain root.
+
+Usage:
+  pact-journal admin issue --data-dir DIR --name NAME --role ROLE --cert-out FILE --key-out FILE
+
+Roles: platform-admin (register and decommission nodes), pact-ops-{vcluster}
+(assign nodes into and out of that vCluster), viewer (read only).
+
+Example:
+  pact-journal admin issue --data-dir ./.pact --name alice --role viewer \
+      --cert-out alice.pem --key-out alice-key.pem
+
+Flags:
+`
+
+func adminMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "issue" {
+		fmt.Fprint(stderr, adminIssueUsage)
+		return 2
+	}
+	fs := flag.NewFlagSet("pact-journal admin issue", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, adminIssueUsage); fs.PrintDefaults() }
+	dataDir := fs.String("data-dir", cmdutil.EnvOr("PACT_DATA_DIR", ""), "journal data directory holding ca.pem and ca-key.pem (PACT_DATA_DIR)")
+	rootCert := fs.String("root-cert", cmdutil.EnvOr("PACT_ROOT_CERT", ""), "domain root certificate (default DATA_DIR/ca.pem)")
+	rootKey := fs.String("root-key", cmdutil.EnvOr("PACT_ROOT_KEY", ""), "domain root key (default DATA_DIR/ca-key.pem)")
+	name := fs.String("name", "", "operator name (goes into the certificate)")
+	role := fs.String("role", "", "platform-admin, viewer or pact-ops-{vcluster}")
+	certOut := fs.String("cert-out", "", "where to write the certificate")
+	keyOut := fs.String("key-out", "", "where to write the private key (mode 0600)")
+	lifetime := fs.Duration("lifetime", 365*24*time.Hour, "validity of the credential")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	var missing []string
+	for flagName, v := range map[string]string{"--name": *name, "--role": *role, "--cert-out": *certOut, "--key-out": *keyOut} {
+		if v == "" {
+			missing = append(missing, flagName)
+		}
+	}
+	if *dataDir == "" && (*rootCert == "" || *rootKey == "") {
+		missing = append(missing, "--data-dir (or --root-cert and --root-key)")
+	}
+	if len(missing) > 0 {
+		fmt.Fprintf(stderr, "pact-journal admin issue: missing %s (see --help)\n", strings.Join(missing, ", "))
+		return 2
+	}
+	if *rootCert == "" {
+		*rootCert = filepath.Join(*dataDir, ca.RootCertFile)
+	}
+	if *rootKey == "" {
+		*rootKey = filepath.Join(*dataDir, ca.RootKeyFile)
+	}
+	auth, err := ca.LoadKeyFileAuthority(*rootCert, *rootKey)
+	if err != nil {
+		fmt.Fprintf(stderr, "pact-journal admin issue: %v\n", err)
+		return 1
+	}
+	certPEM, keyPEM, err := ca.IssueAdmin(auth, *name, *role, *lifetime, clock.Real{}.Now())
+	if err != nil {
+		fmt.Fprintf(stderr, "pact-journal admin issue: %v\n", err)
+		return 2
+	}
+	if err := writeNew(*keyOut, keyPEM, 0o600); err != nil {
+		fmt.Fprintf(stderr, "pact-journal admin issue: %v\n", err)
+		return 1
+	}
+	if err := writeNew(*certOut, certPEM, 0o644); err != nil {
+		fmt.Fprintf(stderr, "pact-journal admin issue: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "issued %s credential for %s: %s, %s\n", *role, *name, *certOut, *keyOut)
+	return 0
+}
+
+// writeNew refuses to overwrite, so an existing credential is never lost.
+func writeNew(path string, data []byte, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("%s already exists; remove it or choose another path", path)
+		}
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

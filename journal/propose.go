@@ -1,0 +1,63 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+// Errors of the journal itself (rule errors come from raftfsm).
+var (
+	ErrNoLeader        = errors.New("journal: no leader")
+	ErrUnauthenticated = errors.New("journal: unauthenticated")
+	ErrPermission      = errors.New("journal: permission denied")
+	ErrInvalidArgument = errors.New("journal: invalid argument")
+	ErrOverloaded      = errors.New("journal: too many enrollments in flight")
+)
+
+// propose stamps cmd with this journal's clock, commits it through Raft and
+// returns its typed result. It returns only after the entry is applied here,
+// so whatever the caller does next sees the new state. A rule failure comes
+// back as the error (from Result.Err); the Result is still returned.
+func (j *Journal) propose(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
+	cmd.AtUnixNano = j.cfg.Clock.Now().UnixNano()
+	data, err := raftfsm.Encode(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("journal: encode command: %w", err)
+	}
+	timeout := j.cfg.ApplyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		if d := time.Until(dl); d < timeout {
+			timeout = d
+		}
+	}
+	if timeout <= 0 {
+		return nil, context.DeadlineExceeded
+	}
+	f := j.raft.Apply(data, timeout)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
+			errors.Is(err, raft.ErrEnqueueTimeout) || errors.Is(err, raft.ErrRaftShutdown) {
+			return nil, fmt.Errorf("%w: %w", ErrNoLeader, err)
+		}
+		return nil, fmt.Errorf("journal: raft apply: %w", err)
+	}
+	res, ok := f.Response().(*raftfsm.Result)
+	if !ok {
+		return nil, fmt.Errorf("journal: unexpected apply response %T", f.Response())
+	}
+	return res, res.Err
+}
+
+// Rule errors the journal raises itself, outside Apply, share the FSM's
+// sentinels so they map to the same wire reasons.
+var (
+	errNodeRevoked = raftfsm.ErrNodeRevoked
+	errStale       = raftfsm.ErrStaleCertificate
+)

@@ -1,0 +1,48 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// newRaftLogger routes hashicorp/raft's hclog output into slog.
+func newRaftLogger(l *slog.Logger) hclog.Logger {
+	il := hclog.NewInterceptLogger(&hclog.LoggerOptions{
+		Name:   "raft",
+		Level:  hclog.Info,
+		Output: io.Discard,
+	})
+	il.RegisterSink(slogSink{l: l})
+	return il
+}
+
+type slogSink struct{ l *slog.Logger }
+
+func (s slogSink) Accept(name string, level hclog.Level, msg string, args ...interface{}) {
+	var lvl slog.Level
+	switch {
+	case level <= hclog.Debug:
+		lvl = slog.LevelDebug
+	case level == hclog.Info:
+		lvl = slog.LevelInfo
+	case level == hclog.Warn:
+		lvl = slog.LevelWarn
+	default:
+		lvl = slog.LevelError
+	}
+	attrs := make([]any, 0, len(args)+2)
+	attrs = append(attrs, "component", name)
+	for _, a := range args {
+		if f, ok := a.(hclog.Format); ok && len(f) > 0 {
+			if format, ok := f[0].(string); ok {
+				a = fmt.Sprintf(format, f[1:]...)
+			}
+		}
+		attrs = append(attrs, a)
+	}
+	s.l.Log(context.Background(), lvl, msg, attrs...)
+}

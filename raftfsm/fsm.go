@@ -1,0 +1,482 @@
+// Package raftfsm is pact's replicated state machine: the enrollment
+// registry, the revocation set and the published intermediates.
+//
+// Apply is deterministic. It reads no clock (the proposer stamps every
+// command), draws no randomness, signs nothing and does no I/O; two replicas
+// that apply the same log reach byte-identical snapshots. A command that
+// cannot be decoded panics, because skipping it would let replicas diverge;
+// a command that breaks a registry rule returns a typed error in its Result.
+//
+// Records are copy-on-write: Apply never mutates a stored *pactv1.Node, it
+// replaces it. Readers may therefore share the returned pointers without a
+// copy, and must not modify them.
+package raftfsm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pact-hpc/pact/internal/hwid"
+	"github.com/pact-hpc/pact/internal/pki"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// Result is what Apply returns for every command.
+type Result struct {
+	// Node is the record after the command (nil if none applies).
+	Node *pactv1.Node
+	// Idempotent is set when the command repeated one already applied (an
+	// Enroll or RenewCert retried with the same key): Node holds the
+	// certificate committed the first time.
+	Idempotent bool
+	// Err is a rule error (errors.Is against the package sentinels).
+	Err error
+}
+
+// Event tells an observer what an applied command changed.
+type Event struct {
+	Index         uint64
+	NodeID        string // empty if no node changed
+	BundleChanged bool
+}
+
+// FSM implements raft.FSM.
+type FSM struct {
+	mu       sync.RWMutex
+	st       *state
+	observer func(Event)
+}
+
+type state struct {
+	nodes         map[string]*pactv1.Node
+	byMAC         map[string]string
+	byBMC         map[string]string
+	byEK          map[string]string
+	revoked       map[string]int64 // serial -> not_after (unix seconds)
+	intermediates map[string]*pactv1.Intermediate
+}
+
+func newState() *state {
+	return &state{
+		nodes:         map[string]*pactv1.Node{},
+		byMAC:         map[string]string{},
+		byBMC:         map[string]string{},
+		byEK:          map[string]string{},
+		revoked:       map[string]int64{},
+		intermediates: map[string]*pactv1.Intermediate{},
+	}
+}
+
+// New returns an empty FSM.
+func New() *FSM { return &FSM{st: newState()} }
+
+// SetObserver registers a function called after every applied command that
+// changed something. It runs on Raft's apply goroutine: it must not block.
+func (f *FSM) SetObserver(fn func(Event)) {
+	f.mu.Lock()
+	f.observer = fn
+	f.mu.Unlock()
+}
+
+// Encode marshals a command for raft.Apply.
+func Encode(cmd *pactv1.Command) ([]byte, error) {
+	return proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
+}
+
+// Decode unmarshals a command.
+func Decode(data []byte) (*pactv1.Command, error) {
+	cmd := &pactv1.Command{}
+	if err := proto.Unmarshal(data, cmd); err != nil {
+		return nil, fmt.Errorf("raftfsm: decode command: %w", err)
+	}
+	return cmd, nil
+}
+
+// Apply applies one committed log entry.
+func (f *FSM) Apply(l *raft.Log) interface{} {
+	if l.Type != raft.LogCommand {
+		return &Result{}
+	}
+	cmd, err := Decode(l.Data)
+	if err != nil {
+		panic(fmt.Sprintf("raftfsm: log entry %d: %v", l.Index, err))
+	}
+	f.mu.Lock()
+	res, ev := f.applyLocked(cmd)
+	obs := f.observer
+	f.mu.Unlock()
+	if obs != nil && (ev.NodeID != "" || ev.BundleChanged) {
+		ev.Index = l.Index
+		obs(ev)
+	}
+	return res
+}
+
+// applyLocked is the one switch over every command.
+func (f *FSM) applyLocked(cmd *pactv1.Command) (*Result, Event) {
+	switch op := cmd.GetOp().(type) {
+	case *pactv1.Command_RegisterNode:
+		return f.st.registerNode(cmd, op.RegisterNode)
+	case *pactv1.Command_Activate:
+		return f.st.activate(cmd, op.Activate)
+	case *pactv1.Command_Renew:
+		return f.st.renew(cmd, op.Renew)
+	case *pactv1.Command_PublishIntermediate:
+		return f.st.publishIntermediate(cmd, op.PublishIntermediate)
+	case nil:
+		panic("raftfsm: command without an operation")
+	default:
+		panic(fmt.Sprintf("raftfsm: unknown command %T", op))
+	}
+}
+
+func identityOf(h *pactv1.HardwareIdentity) hwid.Identity {
+	return hwid.Identity{MACs: h.GetMacs(), BMCSerial: h.GetBmcSerial(), EKHash: h.GetTpmEkHash()}
+}
+
+// normalized reports whether h is exactly its own normal form, so the FSM
+// never indexes a value a proposer forgot to normalise.
+func normalized(h *pactv1.HardwareIdentity) error {
+	id, err := hwid.Normalize(h.GetMacs(), h.GetBmcSerial(), h.GetTpmEkHash())
+	if err != nil {
+		return err
+	}
+	if len(id.MACs) != len(h.GetMacs()) || id.BMCSerial != h.GetBmcSerial() || id.EKHash != h.GetTpmEkHash() {
+		return errors.New("hardware identity is not in normal form")
+	}
+	for i := range id.MACs {
+		if id.MACs[i] != h.GetMacs()[i] {
+			return errors.New("hardware identity is not in normal form")
+		}
+	}
+	return nil
+}
+
+func (s *state) registerNode(cmd *pactv1.Command, op *pactv1.RegisterNodeOp) (*Result, Event) {
+	if err := pki.ValidateName("node id", op.GetNodeId()); err != nil {
+		return &Result{Err: fmt.Errorf("%w: %w", ErrInvalidCommand, err)}, Event{}
+	}
+	if v := op.GetVcluster(); v != "" {
+		if err := pki.ValidateName("vcluster", v); err != nil {
+			return &Result{Err: fmt.Errorf("%w: %w", ErrInvalidCommand, err)}, Event{}
+		}
+	}
+	if err := normalized(op.GetHardware()); err != nil {
+		return &Result{Err: fmt.Errorf("%w: %w", ErrInvalidCommand, err)}, Event{}
+	}
+	if old, ok := s.nodes[op.GetNodeId()]; ok && old.GetState() != pactv1.NodeState_NODE_STATE_REVOKED {
+		return &Result{Node: old, Err: fmt.Errorf("%w: %s is %s", ErrNodeAlreadyEnrolled, op.GetNodeId(), StateName(old.GetState()))}, Event{}
+	}
+	if owner, what := s.owner(identityOf(op.GetHardware())); owner != "" && owner != op.GetNodeId() {
+		return &Result{Err: fmt.Errorf("%w: %s is registered to node %s", ErrHardwareIdentityConflict, what, owner)}, Event{}
+	}
+	n := &pactv1.Node{
+		NodeId:               op.GetNodeId(),
+		Hardware:             proto.Clone(op.GetHardware()).(*pactv1.HardwareIdentity),
+		State:                pactv1.NodeState_NODE_STATE_REGISTERED,
+		Vcluster:             op.GetVcluster(),
+		RegisteredAtUnixNano: cmd.GetAtUnixNano(),
+		RegisteredBy:         cmd.GetActor(),
+		UpdatedAtUnixNano:    cmd.GetAtUnixNano(),
+	}
+	s.put(n)
+	return &Result{Node: n}, Event{NodeID: n.GetNodeId()}
+}
+
+// owner returns the first node (and which identifier) that already holds any
+// identifier of id.
+func (s *state) owner(id hwid.Identity) (node, what string) {
+	for _, m := range id.MACs {
+		if o, ok := s.byMAC[m]; ok {
+			return o, "MAC " + m
+		}
+	}
+	if id.BMCSerial != "" {
+		if o, ok := s.byBMC[id.BMCSerial]; ok {
+			return o, "BMC serial " + id.BMCSerial
+		}
+	}
+	if id.EKHash != "" {
+		if o, ok := s.byEK[id.EKHash]; ok {
+			return o, "TPM EK hash"
+		}
+	}
+	return "", ""
+}
+
+// put stores n and indexes its hardware, replacing any previous record.
+// Revoked records keep their history but release their identifiers.
+func (s *state) put(n *pactv1.Node) {
+	if old, ok := s.nodes[n.GetNodeId()]; ok {
+		s.unindex(old)
+	}
+	s.nodes[n.GetNodeId()] = n
+	if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
+		return
+	}
+	h := n.GetHardware()
+	for _, m := range h.GetMacs() {
+		s.byMAC[m] = n.GetNodeId()
+	}
+	if b := h.GetBmcSerial(); b != "" {
+		s.byBMC[b] = n.GetNodeId()
+	}
+	if e := h.GetTpmEkHash(); e != "" {
+		s.byEK[e] = n.GetNodeId()
+	}
+}
+
+func (s *state) unindex(n *pactv1.Node) {
+	id := n.GetNodeId()
+	h := n.GetHardware()
+	for _, m := range h.GetMacs() {
+		if s.byMAC[m] == id {
+			delete(s.byMAC, m)
+		}
+	}
+	if b := h.GetBmcSerial(); b != "" && s.byBMC[b] == id {
+		delete(s.byBMC, b)
+	}
+	if e := h.GetTpmEkHash(); e != "" && s.byEK[e] == id {
+		delete(s.byEK, e)
+	}
+}
+
+// Resolution is the outcome of matching a reported hardware identity.
+type Resolution struct {
+	Node     *pactv1.Node
+	Mismatch hwid.Mismatch // why it failed, for the journal's own log
+	Err      error
+}
+
+// resolve finds the one node a reported identity belongs to (docs/registry.md).
+func (s *state) resolve(rep hwid.Identity) Resolution {
+	var candidate string
+	many := false
+	consider := func(id string) {
+		switch {
+		case candidate == "":
+			candidate = id
+		case candidate != id:
+			many = true
+		}
+	}
+	for _, m := range rep.MACs {
+		if o, ok := s.byMAC[m]; ok {
+			consider(o)
+		}
+	}
+	if rep.BMCSerial != "" {
+		if o, ok := s.byBMC[rep.BMCSerial]; ok {
+			consider(o)
+		}
+	}
+	if rep.EKHash != "" {
+		if o, ok := s.byEK[rep.EKHash]; ok {
+			consider(o)
+		}
+	}
+	if candidate == "" {
+		return Resolution{Mismatch: hwid.MismatchNoCandidate, Err: fmt.Errorf("%w: no registered node matches this hardware identity", ErrNodeNotEnrolled)}
+	}
+	if many {
+		return Resolution{Mismatch: hwid.MismatchForeignMAC, Err: fmt.Errorf("%w: the reported identifiers belong to more than one registered node", ErrHardwareIdentityConflict)}
+	}
+	n := s.nodes[candidate]
+	if m := hwid.Match(identityOf(n.GetHardware()), rep); m != hwid.MatchOK {
+		return Resolution{Node: n, Mismatch: m, Err: fmt.Errorf("%w: no registered node matches this hardware identity", ErrNodeNotEnrolled)}
+	}
+	return Resolution{Node: n}
+}
+
+func (s *state) activate(cmd *pactv1.Command, op *pactv1.ActivateOp) (*Result, Event) {
+	if op.GetCert().GetSerial() == "" || op.GetCert().GetSpkiSha256() == "" || len(op.GetCert().GetDer()) == 0 {
+		return &Result{Err: fmt.Errorf("%w: activation without a certificate", ErrInvalidCommand)}, Event{}
+	}
+	if err := normalized(op.GetReported()); err != nil {
+		return &Result{Err: fmt.Errorf("%w: %w", ErrInvalidCommand, err)}, Event{}
+	}
+	// A revoked record has released its identifiers, so resolve cannot find
+	// it: check the node the proposer named.
+	if n, ok := s.nodes[op.GetNodeId()]; ok && n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
+		return &Result{Err: fmt.Errorf("%w: %s was decommissioned; register it again to re-enroll", ErrNodeRevoked, n.GetNodeId())}, Event{}
+	}
+	r := s.resolve(identityOf(op.GetReported()))
+	if r.Err != nil {
+		return &Result{Err: r.Err}, Event{}
+	}
+	n := r.Node
+	if n.GetNodeId() != op.GetNodeId() {
+		// The proposer resolved against an older registry; refuse rather
+		// than activate a node nobody signed for.
+		return &Result{Err: fmt.Errorf("%w: hardware now resolves to another node", ErrHardwareIdentityConflict)}, Event{}
+	}
+	if n.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE {
+		if n.GetCert().GetSpkiSha256() == op.GetCert().GetSpkiSha256() {
+			return &Result{Node: n, Idempotent: true}, Event{}
+		}
+		return &Result{Err: fmt.Errorf("%w: %s already holds a certificate for another key", ErrAlreadyActive, n.GetNodeId())}, Event{}
+	}
+	next := proto.Clone(n).(*pactv1.Node)
+	next.State = pactv1.NodeState_NODE_STATE_ACTIVE
+	next.Cert = proto.Clone(op.GetCert()).(*pactv1.CertificateInfo)
+	next.ActivatedAtUnixNano = cmd.GetAtUnixNano()
+	next.UpdatedAtUnixNano = cmd.GetAtUnixNano()
+	s.put(next)
+	return &Result{Node: next}, Event{NodeID: next.GetNodeId()}
+}
+
+func (s *state) renew(cmd *pactv1.Command, op *pactv1.RenewOp) (*Result, Event) {
+	n, ok := s.nodes[op.GetNodeId()]
+	if !ok {
+		return &Result{Err: fmt.Errorf("%w: %s", ErrNodeNotEnrolled, op.GetNodeId())}, Event{}
+	}
+	if op.GetCert().GetSerial() == "" || op.GetCert().GetSpkiSha256() == "" || len(op.GetCert().GetDer()) == 0 {
+		return &Result{Err: fmt.Errorf("%w: renewal without a certificate", ErrInvalidCommand)}, Event{}
+	}
+	switch n.GetState() {
+	case pactv1.NodeState_NODE_STATE_REVOKED:
+		return &Result{Err: fmt.Errorf("%w: %s", ErrNodeRevoked, n.GetNodeId())}, Event{}
+	case pactv1.NodeState_NODE_STATE_REGISTERED:
+		return &Result{Err: fmt.Errorf("%w: %s has never enrolled", ErrStaleCertificate, n.GetNodeId())}, Event{}
+	}
+	if n.GetCert().GetSpkiSha256() == op.GetCert().GetSpkiSha256() {
+		return &Result{Node: n, Idempotent: true}, Event{}
+	}
+	if _, revoked := s.revoked[op.GetPreviousSerial()]; revoked || n.GetCert().GetSerial() != op.GetPreviousSerial() {
+		return &Result{Err: fmt.Errorf("%w: serial %s", ErrStaleCertificate, op.GetPreviousSerial())}, Event{}
+	}
+	next := proto.Clone(n).(*pactv1.Node)
+	next.State = pactv1.NodeState_NODE_STATE_ACTIVE
+	next.Cert = proto.Clone(op.GetCert()).(*pactv1.CertificateInfo)
+	next.UpdatedAtUnixNano = cmd.GetAtUnixNano()
+	s.put(next)
+	return &Result{Node: next}, Event{NodeID: next.GetNodeId()}
+}
+
+func (s *state) publishIntermediate(cmd *pactv1.Command, op *pactv1.PublishIntermediateOp) (*Result, Event) {
+	in := op.GetIntermediate()
+	if in.GetSerial() == "" || len(in.GetDer()) == 0 || in.GetJournalId() == "" {
+		return &Result{Err: fmt.Errorf("%w: intermediate without serial, certificate or journal", ErrInvalidCommand)}, Event{}
+	}
+	s.intermediates[in.GetSerial()] = proto.Clone(in).(*pactv1.Intermediate)
+	s.prune(cmd.GetAtUnixNano() / 1e9)
+	return &Result{}, Event{BundleChanged: true}
+}
+
+// prune drops intermediates and revoked serials past their expiry. It runs
+// at the command's own timestamp, so every replica prunes the same entries.
+func (s *state) prune(nowUnix int64) {
+	for k, in := range s.intermediates {
+		if in.GetNotAfterUnix() < nowUnix {
+			delete(s.intermediates, k)
+		}
+	}
+	for k, na := range s.revoked {
+		if na < nowUnix {
+			delete(s.revoked, k)
+		}
+	}
+}
+
+// Snapshot captures the state. Because records are copy-on-write, copying
+// the maps is enough; marshalling happens outside the lock in Persist.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	snap := &pactv1.Snapshot{
+		Nodes:         make([]*pactv1.Node, 0, len(f.st.nodes)),
+		Revoked:       make([]*pactv1.RevokedSerial, 0, len(f.st.revoked)),
+		Intermediates: make([]*pactv1.Intermediate, 0, len(f.st.intermediates)),
+	}
+	for _, n := range f.st.nodes {
+		snap.Nodes = append(snap.Nodes, n)
+	}
+	for s, na := range f.st.revoked {
+		snap.Revoked = append(snap.Revoked, &pactv1.RevokedSerial{Serial: s, NotAfterUnix: na})
+	}
+	for _, in := range f.st.intermediates {
+		snap.Intermediates = append(snap.Intermediates, in)
+	}
+	return &fsmSnapshot{snap: snap}, nil
+}
+
+type fsmSnapshot struct{ snap *pactv1.Snapshot }
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	sortSnapshot(s.snap)
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(s.snap)
+	if err == nil {
+		_, err = sink.Write(data)
+	}
+	if err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("raftfsm: persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}
+
+func sortSnapshot(s *pactv1.Snapshot) {
+	sort.Slice(s.Nodes, func(i, j int) bool { return s.Nodes[i].GetNodeId() < s.Nodes[j].GetNodeId() })
+	sort.Slice(s.Revoked, func(i, j int) bool { return s.Revoked[i].GetSerial() < s.Revoked[j].GetSerial() })
+	sort.Slice(s.Intermediates, func(i, j int) bool { return s.Intermediates[i].GetSerial() < s.Intermediates[j].GetSerial() })
+}
+
+// Restore replaces the state with a snapshot. It builds the new state first
+// and swaps it in whole, so a bad snapshot leaves the old state untouched.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return fmt.Errorf("raftfsm: read snapshot: %w", err)
+	}
+	st, err := stateFromSnapshot(data)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.st = st
+	obs := f.observer
+	f.mu.Unlock()
+	if obs != nil {
+		obs(Event{BundleChanged: true})
+	}
+	return nil
+}
+
+func stateFromSnapshot(data []byte) (*state, error) {
+	snap := &pactv1.Snapshot{}
+	if err := proto.Unmarshal(data, snap); err != nil {
+		return nil, fmt.Errorf("raftfsm: decode snapshot: %w", err)
+	}
+	st := newState()
+	for _, n := range snap.GetNodes() {
+		if n.GetNodeId() == "" {
+			return nil, errors.New("raftfsm: snapshot has a node without an id")
+		}
+		if _, dup := st.nodes[n.GetNodeId()]; dup {
+			return nil, fmt.Errorf("raftfsm: snapshot has node %s twice", n.GetNodeId())
+		}
+		if n.GetState() != pactv1.NodeState_NODE_STATE_REVOKED {
+			if owner, what := st.owner(identityOf(n.GetHardware())); owner != "" {
+				return nil, fmt.Errorf("raftfsm: snapshot gives %s to both %s and %s", what, owner, n.GetNodeId())
+			}
+		}
+		st.put(n)
+	}
+	for _, r := range snap.GetRevoked() {
+		st.revoked[r.GetSerial()] = r.GetNotAfterUnix()
+	}
+	for _, in := range snap.GetIntermediates() {
+		st.intermediates[in.GetSerial()] = in
+	}
+	return st, nil
+}

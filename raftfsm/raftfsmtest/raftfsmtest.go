@@ -1,0 +1,154 @@
+// Package raftfsmtest builds raftfsm commands and snapshots for tests in any
+// package, and holds an in-memory raft.SnapshotSink.
+//
+// It does not import testing: builders cannot fail, and the helpers that can
+// return an error. Certificates and intermediates made here carry placeholder
+// DER, not parseable certificates; the FSM only stores the bytes.
+package raftfsmtest
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+// Proposer stamps commands the way a journal does before proposing them: the
+// actor and the time are the proposer's, never read inside Apply.
+type Proposer struct {
+	Actor      string
+	AtUnixNano int64
+}
+
+func (p Proposer) command() *pactv1.Command {
+	return &pactv1.Command{AtUnixNano: p.AtUnixNano, Actor: p.Actor}
+}
+
+// RegisterNode returns a RegisterNode command. hw must already be normalised
+// (hwid.Normalize); the FSM refuses anything else.
+func (p Proposer) RegisterNode(nodeID, vcluster string, hw *pactv1.HardwareIdentity) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_RegisterNode{RegisterNode: &pactv1.RegisterNodeOp{NodeId: nodeID, Hardware: hw, Vcluster: vcluster}}
+	return c
+}
+
+// Activate returns an Activate command for a node that enrolled reporting
+// the given hardware and was signed cert.
+func (p Proposer) Activate(nodeID string, reported *pactv1.HardwareIdentity, cert *pactv1.CertificateInfo) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_Activate{Activate: &pactv1.ActivateOp{NodeId: nodeID, Reported: reported, Cert: cert}}
+	return c
+}
+
+// Renew returns a Renew command replacing the certificate previousSerial.
+func (p Proposer) Renew(nodeID, previousSerial string, cert *pactv1.CertificateInfo) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_Renew{Renew: &pactv1.RenewOp{NodeId: nodeID, PreviousSerial: previousSerial, Cert: cert}}
+	return c
+}
+
+// PublishIntermediate returns a PublishIntermediate command.
+func (p Proposer) PublishIntermediate(in *pactv1.Intermediate) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_PublishIntermediate{PublishIntermediate: &pactv1.PublishIntermediateOp{Intermediate: in}}
+	return c
+}
+
+// Hardware returns a hardware identity with the given BMC serial (empty for
+// none) and MACs, taken as they are: pass them sorted, lower-case and unique
+// unless the point is that they are not.
+func Hardware(bmcSerial string, macs ...string) *pactv1.HardwareIdentity {
+	return &pactv1.HardwareIdentity{Macs: macs, BmcSerial: bmcSerial}
+}
+
+// Cert returns certificate info with placeholder DER derived from serial.
+func Cert(serial, spkiSHA256 string, notAfterUnix int64) *pactv1.CertificateInfo {
+	return &pactv1.CertificateInfo{
+		Serial:        serial,
+		SpkiSha256:    spkiSHA256,
+		NotAfterUnix:  notAfterUnix,
+		IssuerSerial:  "issuer-" + serial,
+		Der:           []byte("der:" + serial),
+		NotBeforeUnix: notAfterUnix - 3*24*3600,
+	}
+}
+
+// Intermediate returns an intermediate with placeholder DER.
+func Intermediate(journalID, serial string, notAfterUnix int64) *pactv1.Intermediate {
+	return &pactv1.Intermediate{JournalId: journalID, Serial: serial, NotAfterUnix: notAfterUnix, Der: []byte("der:" + serial)}
+}
+
+// Applier feeds commands to an FSM through raft.FSM.Apply, at consecutive
+// log indexes as Raft would.
+type Applier struct {
+	FSM   raft.FSM
+	Index uint64 // index of the last entry applied
+}
+
+// Apply encodes cmd, applies it as the next log entry and returns the typed
+// result. It panics if cmd cannot be encoded (a string that is not UTF-8) or
+// the FSM does not return a *raftfsm.Result: both are bugs in the test.
+func (a *Applier) Apply(cmd *pactv1.Command) *raftfsm.Result {
+	data, err := raftfsm.Encode(cmd)
+	if err != nil {
+		panic(fmt.Sprintf("raftfsmtest: %v", err))
+	}
+	a.Index++
+	out := a.FSM.Apply(&raft.Log{Index: a.Index, Term: 1, Type: raft.LogCommand, Data: data})
+	res, ok := out.(*raftfsm.Result)
+	if !ok {
+		panic(fmt.Sprintf("raftfsmtest: Apply returned %T, want *raftfsm.Result", out))
+	}
+	return res
+}
+
+// Sink is an in-memory raft.SnapshotSink. It is a fake rather than Raft's
+// own file or in-memory store because a sink is just an io.Writer with an id,
+// Cancel and Close; this one keeps the bytes and records how it was ended.
+type Sink struct {
+	bytes.Buffer
+	Closed, Cancelled bool
+}
+
+// ID implements raft.SnapshotSink.
+func (s *Sink) ID() string { return "raftfsmtest" }
+
+// Cancel implements raft.SnapshotSink.
+func (s *Sink) Cancel() error { s.Cancelled = true; return nil }
+
+// Close implements raft.SnapshotSink.
+func (s *Sink) Close() error { s.Closed = true; return nil }
+
+// SnapshotBytes takes a snapshot of f and persists it into a Sink, as Raft
+// does, and returns the bytes.
+func SnapshotBytes(f raft.FSM) ([]byte, error) {
+	snap, err := f.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	defer snap.Release()
+	var sink Sink
+	if err := snap.Persist(&sink); err != nil {
+		return nil, err
+	}
+	if !sink.Closed || sink.Cancelled {
+		return nil, fmt.Errorf("raftfsmtest: Persist left the sink closed=%v cancelled=%v", sink.Closed, sink.Cancelled)
+	}
+	return sink.Bytes(), nil
+}
+
+// Restore marshals snap and restores f from it. It is how a test puts a
+// registry into states no command reaches yet (Inactive, Revoked) or builds a
+// large one quickly.
+func Restore(f raft.FSM, snap *pactv1.Snapshot) error {
+	data, err := proto.Marshal(snap)
+	if err != nil {
+		return fmt.Errorf("raftfsmtest: marshal snapshot: %w", err)
+	}
+	return f.Restore(io.NopCloser(bytes.NewReader(data)))
+}

@@ -1,0 +1,543 @@
+package raftfsm_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pact-hpc/pact/internal/hwid"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
+	"github.com/pact-hpc/pact/raftfsm/raftfsmtest"
+)
+
+// The random command generator draws from small pools so that commands
+// collide: duplicate registrations, shared MACs, retries, stale serials.
+const (
+	genNodes = 24
+	genMACs  = 256
+	genBMCs  = 128
+)
+
+type commandGen struct {
+	r      *rand.Rand
+	now    int64                               // proposer clock, Unix nanoseconds
+	hw     map[string]*pactv1.HardwareIdentity // last hardware proposed per node id
+	cert   map[string]*pactv1.CertificateInfo  // last certificate proposed per node id
+	serial int
+	fresh  int // node ids below this have been proposed for registration
+}
+
+func newCommandGen(seed int64) *commandGen {
+	return &commandGen{
+		r:    rand.New(rand.NewSource(seed)),
+		now:  t0 * 1e9,
+		hw:   map[string]*pactv1.HardwareIdentity{},
+		cert: map[string]*pactv1.CertificateInfo{},
+	}
+}
+
+func genMAC(i int) string { return fmt.Sprintf("52:54:00:00:01:%02x", i) }
+
+// base is a starting state with what no command produces yet: a revoked
+// node, an inactive one and revoked serials, some due to be pruned.
+func (g *commandGen) base() *pactv1.Snapshot {
+	revokedHW := raftfsmtest.Hardware("S90", genMAC(1), genMAC(2))
+	inactiveHW := raftfsmtest.Hardware("S91", genMAC(3))
+	g.hw["node-22"], g.hw["node-23"] = revokedHW, inactiveHW
+	g.cert["node-23"] = cert("c-inactive", "spki-inactive")
+	snap := &pactv1.Snapshot{Nodes: []*pactv1.Node{
+		node("node-22", pactv1.NodeState_NODE_STATE_REVOKED, revokedHW, cert("c-revoked", "spki-revoked")),
+		node("node-23", pactv1.NodeState_NODE_STATE_INACTIVE, inactiveHW, g.cert["node-23"]),
+	}}
+	for i := range 8 {
+		snap.Revoked = append(snap.Revoked, &pactv1.RevokedSerial{Serial: fmt.Sprintf("r-%d", i), NotAfterUnix: t0 + int64(i)*6*hour})
+	}
+	snap.Revoked = append(snap.Revoked, &pactv1.RevokedSerial{Serial: "c-revoked", NotAfterUnix: t0 + 3*day})
+	return snap
+}
+
+func (g *commandGen) commands(n int) []*pactv1.Command {
+	out := make([]*pactv1.Command, n)
+	for i := range out {
+		out[i] = g.next()
+	}
+	return out
+}
+
+func (g *commandGen) hardware() *pactv1.HardwareIdentity {
+	var macs []string
+	for range 1 + g.r.Intn(3) {
+		macs = append(macs, genMAC(g.r.Intn(genMACs)))
+	}
+	bmc, ek := "", ""
+	if g.r.Intn(4) != 0 {
+		bmc = fmt.Sprintf("S%02d", g.r.Intn(genBMCs))
+	}
+	if g.r.Intn(5) == 0 {
+		ek = fmt.Sprintf("%064x", g.r.Intn(8))
+	}
+	id, err := hwid.Normalize(macs, bmc, ek)
+	if err != nil {
+		panic(err)
+	}
+	return &pactv1.HardwareIdentity{Macs: id.MACs, BmcSerial: id.BMCSerial, TpmEkHash: id.EKHash}
+}
+
+func (g *commandGen) newCert(id string, notAfter int64) *pactv1.CertificateInfo {
+	g.serial++
+	spki := fmt.Sprintf("spki-%d", g.serial)
+	if last := g.cert[id]; last != nil && g.r.Intn(3) == 0 {
+		spki = last.GetSpkiSha256() // a retry with the same key
+	}
+	c := raftfsmtest.Cert(fmt.Sprintf("c-%d", g.serial), spki, notAfter)
+	g.cert[id] = c
+	return c
+}
+
+func (g *commandGen) next() *pactv1.Command {
+	g.now += g.r.Int63n(2*hour) * 1e9
+	nowUnix := g.now / 1e9
+	p := raftfsmtest.Proposer{Actor: fmt.Sprintf("journal-%d", g.r.Intn(3)), AtUnixNano: g.now}
+	id := fmt.Sprintf("node-%02d", g.r.Intn(genNodes))
+	switch k := g.r.Intn(100); {
+	case k < 30:
+		if g.fresh < genNodes && g.r.Intn(4) != 0 {
+			id = fmt.Sprintf("node-%02d", g.fresh)
+			g.fresh++
+		}
+		hw := g.hardware()
+		switch g.r.Intn(12) {
+		case 0:
+			hw.Macs[0] = strings.ReplaceAll(hw.Macs[0], ":", "-") // not normalised
+		case 1:
+			id = "bad id"
+		case 2:
+			if other := g.hw[fmt.Sprintf("node-%02d", g.r.Intn(genNodes))]; other != nil {
+				hw = other // another node's hardware
+			}
+		default:
+			g.hw[id] = hw
+		}
+		return p.RegisterNode(id, fmt.Sprintf("vc-%d", g.r.Intn(3)), hw)
+	case k < 60:
+		reported := g.hw[id]
+		switch {
+		case reported == nil || g.r.Intn(6) == 0:
+			reported = g.hardware()
+		case g.r.Intn(4) == 0: // an extra NIC, or one more from the pool
+			ident, err := hwid.Normalize(append(slices.Clone(reported.GetMacs()), genMAC(g.r.Intn(genMACs))), reported.GetBmcSerial(), reported.GetTpmEkHash())
+			if err != nil {
+				panic(err)
+			}
+			reported = &pactv1.HardwareIdentity{Macs: ident.MACs, BmcSerial: ident.BMCSerial, TpmEkHash: ident.EKHash}
+		}
+		return p.Activate(id, reported, g.newCert(id, nowUnix+3*day))
+	case k < 85:
+		prev := fmt.Sprintf("c-%d", g.r.Intn(g.serial+1))
+		if last := g.cert[id]; last != nil && g.r.Intn(5) != 0 {
+			prev = last.GetSerial()
+		}
+		return p.Renew(id, prev, g.newCert(id, nowUnix+3*day))
+	default:
+		in := raftfsmtest.Intermediate(fmt.Sprintf("journal-%d", g.r.Intn(3)), fmt.Sprintf("i-%d", g.r.Intn(12)), nowUnix-hour+g.r.Int63n(2*day))
+		if g.r.Intn(10) == 0 {
+			in.Der = nil
+		}
+		return p.PublishIntermediate(in)
+	}
+}
+
+func encodeAll(t testing.TB, cmds []*pactv1.Command) []*raft.Log {
+	t.Helper()
+	logs := make([]*raft.Log, len(cmds))
+	for i, c := range cmds {
+		data, err := raftfsm.Encode(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs[i] = &raft.Log{Index: uint64(i + 1), Term: 1, Type: raft.LogCommand, Data: data}
+	}
+	return logs
+}
+
+func apply(f *raftfsm.FSM, l *raft.Log) *raftfsm.Result { return f.Apply(l).(*raftfsm.Result) }
+
+func sameResult(x, y *raftfsm.Result) bool {
+	errText := func(err error) string {
+		if err == nil {
+			return ""
+		}
+		return err.Error()
+	}
+	return errText(x.Err) == errText(y.Err) && x.Idempotent == y.Idempotent && proto.Equal(x.Node, y.Node)
+}
+
+func outcome(res *raftfsm.Result) string {
+	switch {
+	case res.Err != nil:
+		return raftfsm.ErrorCode(res.Err)
+	case res.Idempotent:
+		return "idempotent"
+	}
+	return "ok"
+}
+
+// randomRun applies a random log to a replica, and returns it with the
+// outcomes seen per command kind.
+func randomRun(t testing.TB, seed int64, n int) (*raftfsm.FSM, *commandGen, map[string]map[string]int) {
+	t.Helper()
+	g := newCommandGen(seed)
+	f := raftfsm.New()
+	restoreNodes(t, f, g.base())
+	seen := map[string]map[string]int{}
+	for _, l := range encodeAll(t, g.commands(n)) {
+		cmd, _ := raftfsm.Decode(l.Data)
+		kind := strings.TrimPrefix(fmt.Sprintf("%T", cmd.GetOp()), "*pactv1.Command_")
+		if seen[kind] == nil {
+			seen[kind] = map[string]int{}
+		}
+		seen[kind][outcome(apply(f, l))]++
+	}
+	return f, g, seen
+}
+
+// TestDeterminism applies one random log to three replicas, one of which
+// joins halfway from the others' snapshot: every result and the final
+// snapshot bytes must be identical.
+func TestDeterminism(t *testing.T) {
+	for seed := int64(1); seed <= 5; seed++ {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			g := newCommandGen(seed)
+			base := g.base()
+			logs := encodeAll(t, g.commands(400))
+			a, b, late := raftfsm.New(), raftfsm.New(), raftfsm.New()
+			restoreNodes(t, a, base)
+			restoreNodes(t, b, base)
+			half := len(logs) / 2
+			for i, l := range logs {
+				ra, rb := apply(a, l), apply(b, l)
+				if !sameResult(ra, rb) {
+					t.Fatalf("entry %d: replicas disagree: %+v vs %+v", l.Index, ra, rb)
+				}
+				switch {
+				case i == half:
+					if err := late.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, a)))); err != nil {
+						t.Fatal(err)
+					}
+				case i > half:
+					if rl := apply(late, l); !sameResult(ra, rl) {
+						t.Fatalf("entry %d: the replica restored at %d disagrees: %+v vs %+v", l.Index, half+1, ra, rl)
+					}
+				}
+			}
+			sa := snapshotBytes(t, a)
+			if !bytes.Equal(sa, snapshotBytes(t, b)) || !bytes.Equal(sa, snapshotBytes(t, late)) {
+				t.Error("replicas that applied the same log have different snapshots")
+			}
+		})
+	}
+}
+
+// TestRandomLogCoverage keeps the generator honest: the random log must
+// reach both success and failure for every kind of command.
+func TestRandomLogCoverage(t *testing.T) {
+	_, _, seen := randomRun(t, 1, 400)
+	for _, kind := range []string{"RegisterNode", "Activate", "Renew", "PublishIntermediate"} {
+		fails := 0
+		for o, n := range seen[kind] {
+			if o != "ok" && o != "idempotent" {
+				fails += n
+			}
+		}
+		if seen[kind]["ok"] == 0 || fails == 0 {
+			t.Errorf("%s: outcomes %v, want successes and failures", kind, seen[kind])
+		}
+	}
+	for _, want := range []struct{ kind, outcome string }{
+		{"Activate", "idempotent"}, {"Activate", "ALREADY_ACTIVE"}, {"Activate", "NODE_REVOKED"},
+		{"Activate", "HARDWARE_IDENTITY_CONFLICT"}, {"RegisterNode", "HARDWARE_IDENTITY_CONFLICT"},
+		{"RegisterNode", "INVALID_ARGUMENT"}, {"Renew", "STALE_CERTIFICATE"},
+	} {
+		if seen[want.kind][want.outcome] == 0 {
+			t.Errorf("%s never ended %s: %v", want.kind, want.outcome, seen[want.kind])
+		}
+	}
+	t.Logf("outcomes: %v", seen)
+}
+
+func sameResolution(x, y raftfsm.Resolution) bool {
+	return x.Node.GetNodeId() == y.Node.GetNodeId() && x.Mismatch == y.Mismatch && raftfsm.ErrorCode(x.Err) == raftfsm.ErrorCode(y.Err)
+}
+
+func TestSnapshotRestoreRoundTrip(t *testing.T) {
+	a, g, _ := randomRun(t, 3, 400)
+	data := snapshotBytes(t, a)
+	b := raftfsm.New()
+	if err := b.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(data, snapshotBytes(t, b)) {
+		t.Fatal("Snapshot → Restore → Snapshot changed the bytes")
+	}
+
+	var idents []hwid.Identity
+	for i := range genNodes + 1 {
+		id := fmt.Sprintf("node-%02d", i)
+		na, oka := a.Node(id)
+		nb, okb := b.Node(id)
+		if oka != okb || !proto.Equal(na, nb) {
+			t.Errorf("Node(%s): %v, %v before; %v, %v after", id, na, oka, nb, okb)
+		}
+		if na != nil {
+			idents = append(idents, ident(na.GetHardware()))
+		}
+	}
+	for range 200 {
+		idents = append(idents, ident(g.hardware()))
+	}
+	resolved := 0
+	for _, id := range idents {
+		ra, rb := a.Resolve(id), b.Resolve(id)
+		if !sameResolution(ra, rb) {
+			t.Errorf("Resolve(%v) = %v/%q/%v before, %v/%q/%v after", id, ra.Node.GetNodeId(), ra.Mismatch, ra.Err, rb.Node.GetNodeId(), rb.Mismatch, rb.Err)
+		}
+		if ra.Err == nil {
+			resolved++
+		}
+	}
+	if resolved == 0 {
+		t.Error("no identity resolved: the comparison proves nothing")
+	}
+	for st := range pactv1.NodeState_name {
+		state := pactv1.NodeState(st)
+		na, nb := a.Nodes(state), b.Nodes(state)
+		if !slices.EqualFunc(na, nb, func(x, y *pactv1.Node) bool { return proto.Equal(x, y) }) {
+			t.Errorf("Nodes(%v) differs after restore", state)
+		}
+	}
+	for _, now := range []int64{0, t0, g.now / 1e9, g.now/1e9 + day} {
+		if x, y := serials(a.Intermediates(now)), serials(b.Intermediates(now)); !slices.Equal(x, y) {
+			t.Errorf("Intermediates(%d) = %v before, %v after", now, x, y)
+		}
+	}
+	for i := range 8 {
+		s := fmt.Sprintf("r-%d", i)
+		if a.IsRevoked(s) != b.IsRevoked(s) {
+			t.Errorf("IsRevoked(%s) differs after restore", s)
+		}
+	}
+}
+
+// TestSnapshotIsPointInTime: Raft persists a snapshot while Apply goes on;
+// what it writes is the state when Snapshot was called.
+func TestSnapshotIsPointInTime(t *testing.T) {
+	f, a := newRegistry(t)
+	want := snapshotBytes(t, f)
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Release()
+	mustApply(t, a, journal.Activate("node-1", hw1(), cert("01", "spki-1")))
+	mustApply(t, a, journal.PublishIntermediate(raftfsmtest.Intermediate("journal-1", "i-1", t0+day)))
+	mustApply(t, a, admin.RegisterNode("node-9", "", raftfsmtest.Hardware("S9", mac9)))
+	var sink raftfsmtest.Sink
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	if !sink.Closed || sink.Cancelled {
+		t.Errorf("sink closed %v, cancelled %v; want closed", sink.Closed, sink.Cancelled)
+	}
+	if !bytes.Equal(sink.Bytes(), want) {
+		t.Error("a snapshot persisted after later commands includes them")
+	}
+}
+
+type failingSink struct{ raftfsmtest.Sink }
+
+func (s *failingSink) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestPersistCancelsOnWriteError(t *testing.T) {
+	f, _ := newRegistry(t)
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink failingSink
+	if err := snap.Persist(&sink); err == nil {
+		t.Fatal("Persist succeeded into a sink that cannot be written")
+	}
+	if !sink.Cancelled || sink.Closed {
+		t.Errorf("sink closed %v, cancelled %v; want cancelled", sink.Closed, sink.Cancelled)
+	}
+}
+
+func mustMarshal(t testing.TB, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, errors.New("connection reset") }
+
+func TestRestoreRejects(t *testing.T) {
+	active := func(id string, hw *pactv1.HardwareIdentity) *pactv1.Node {
+		return node(id, pactv1.NodeState_NODE_STATE_ACTIVE, hw, cert("c-"+id, "spki-"+id))
+	}
+	tests := []struct {
+		name string
+		data []byte
+	}{
+		{"truncated", []byte{0x0a, 0x05, 'a'}},
+		{"not protobuf", []byte{0xff, 0xff, 0xff, 0xff}},
+		{"a node twice", mustMarshal(t, &pactv1.Snapshot{Nodes: []*pactv1.Node{active("node-1", hw1()), active("node-1", hw2())}})},
+		{"a node twice, once revoked", mustMarshal(t, &pactv1.Snapshot{Nodes: []*pactv1.Node{
+			node("node-1", pactv1.NodeState_NODE_STATE_REVOKED, hw1(), nil), active("node-1", hw1()),
+		}})},
+		{"a node without id", mustMarshal(t, &pactv1.Snapshot{Nodes: []*pactv1.Node{active("", hw1())}})},
+		{"two live nodes share a MAC", mustMarshal(t, &pactv1.Snapshot{Nodes: []*pactv1.Node{
+			active("node-1", hw1()), node("node-2", pactv1.NodeState_NODE_STATE_INACTIVE, raftfsmtest.Hardware("S2", mac2), nil),
+		}})},
+		{"two live nodes share a BMC serial", mustMarshal(t, &pactv1.Snapshot{Nodes: []*pactv1.Node{
+			active("node-1", hw1()), node("node-2", pactv1.NodeState_NODE_STATE_REGISTERED, raftfsmtest.Hardware("S1", mac9), nil),
+		}})},
+		{"two live nodes share a TPM EK", mustMarshal(t, &pactv1.Snapshot{Nodes: []*pactv1.Node{
+			active("node-2", hw2()), active("node-9", withEK(raftfsmtest.Hardware("S9", mac9), ekA)),
+		}})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, a := newRegistry(t)
+			before := snapshotBytes(t, f)
+			if err := f.Restore(io.NopCloser(bytes.NewReader(tt.data))); err == nil {
+				t.Fatal("Restore accepted it")
+			}
+			if !bytes.Equal(before, snapshotBytes(t, f)) {
+				t.Error("a failed Restore changed the state")
+			}
+			// And the FSM still works.
+			mustApply(t, a, journal.Activate("node-1", hw1(), cert("01", "spki-1")))
+		})
+	}
+	t.Run("read error", func(t *testing.T) {
+		f, _ := newRegistry(t)
+		before := snapshotBytes(t, f)
+		if err := f.Restore(io.NopCloser(errReader{})); err == nil {
+			t.Fatal("Restore accepted a failed read")
+		}
+		if !bytes.Equal(before, snapshotBytes(t, f)) {
+			t.Error("a failed Restore changed the state")
+		}
+	})
+}
+
+func TestRestoreAcceptsRevokedNodeSharingHardware(t *testing.T) {
+	f := raftfsm.New()
+	restoreNodes(t, f, &pactv1.Snapshot{Nodes: []*pactv1.Node{
+		node("node-1", pactv1.NodeState_NODE_STATE_REVOKED, hw1(), cert("01", "spki-1")),
+		node("node-7", pactv1.NodeState_NODE_STATE_REGISTERED, hw1(), nil),
+		node("node-8", pactv1.NodeState_NODE_STATE_REVOKED, hw1(), nil),
+	}})
+	if r := f.Resolve(ident(hw1())); r.Err != nil || r.Node.GetNodeId() != "node-7" {
+		t.Errorf("hardware resolves to %v (%v), want the live node-7", r.Node.GetNodeId(), r.Err)
+	}
+}
+
+func TestRestoreReplacesState(t *testing.T) {
+	f, _ := newRegistry(t)
+	restoreNodes(t, f, &pactv1.Snapshot{Nodes: []*pactv1.Node{node("node-7", pactv1.NodeState_NODE_STATE_REGISTERED, raftfsmtest.Hardware("S9", mac9), nil)}})
+	if _, ok := f.Node("node-1"); ok {
+		t.Error("node-1 survived a Restore that does not contain it")
+	}
+	if r := f.Resolve(ident(hw1())); !errors.Is(r.Err, raftfsm.ErrNodeNotEnrolled) {
+		t.Errorf("node-1's hardware still resolves after Restore: %v, %v", r.Node.GetNodeId(), r.Err)
+	}
+}
+
+// bigRegistry is a registry of n nodes, each with two MACs, a BMC serial
+// and, when active, a certificate of realistic size.
+func bigRegistry(n int, state pactv1.NodeState) *pactv1.Snapshot {
+	mac := func(i int) string {
+		return fmt.Sprintf("02:%02x:%02x:%02x:%02x:%02x", byte(i>>32), byte(i>>24), byte(i>>16), byte(i>>8), byte(i))
+	}
+	snap := &pactv1.Snapshot{Nodes: make([]*pactv1.Node, n)}
+	for i := range n {
+		nd := &pactv1.Node{
+			NodeId:               fmt.Sprintf("node-%06d", i),
+			Hardware:             &pactv1.HardwareIdentity{Macs: []string{mac(2 * i), mac(2*i + 1)}, BmcSerial: fmt.Sprintf("BMC%08d", i)},
+			State:                state,
+			Vcluster:             fmt.Sprintf("vc-%d", i%16),
+			RegisteredAtUnixNano: t0 * 1e9,
+			RegisteredBy:         "admin-alice",
+			UpdatedAtUnixNano:    t0 * 1e9,
+		}
+		if state == pactv1.NodeState_NODE_STATE_ACTIVE {
+			nd.Cert = bigCert(i)
+			nd.ActivatedAtUnixNano = t0 * 1e9
+		}
+		snap.Nodes[i] = nd
+	}
+	return snap
+}
+
+// bigDER stands in for a P-256 agent certificate (about 650 bytes of DER).
+var bigDER = bytes.Repeat([]byte{0x30}, 650)
+
+func bigCert(i int) *pactv1.CertificateInfo {
+	return &pactv1.CertificateInfo{
+		Serial:        fmt.Sprintf("%032x", i),
+		SpkiSha256:    fmt.Sprintf("%064x", i),
+		NotBeforeUnix: t0,
+		NotAfterUnix:  t0 + 3*day,
+		IssuerSerial:  fmt.Sprintf("%032x", 1<<40),
+		Der:           bigDER,
+	}
+}
+
+const benchNodes = 100_000
+
+func BenchmarkSnapshotPersist(b *testing.B) {
+	f := raftfsm.New()
+	restoreNodes(b, f, bigRegistry(benchNodes, pactv1.NodeState_NODE_STATE_ACTIVE))
+	var sink raftfsmtest.Sink
+	b.ReportAllocs()
+	for b.Loop() {
+		sink.Reset()
+		snap, err := f.Snapshot()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := snap.Persist(&sink); err != nil {
+			b.Fatal(err)
+		}
+		snap.Release()
+	}
+	b.SetBytes(int64(sink.Len()))
+}
+
+func BenchmarkSnapshotRestore(b *testing.B) {
+	f := raftfsm.New()
+	restoreNodes(b, f, bigRegistry(benchNodes, pactv1.NodeState_NODE_STATE_ACTIVE))
+	data := snapshotBytes(b, f)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := f.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
