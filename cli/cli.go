@@ -149,6 +149,7 @@ Exit codes: 0 ok, 1 internal, 2 usage, 3 not found, 4 already exists,
 	root.SetErr(a.env.Stderr)
 	root.SetVersionTemplate("pact {{.Version}}\n")
 	a.flags.register(root)
+	root.Flags().Bool("version", false, "print pact's version") // no -v: keep it free
 	a.group(root)
 	root.AddCommand(a.nodeCommand(), a.versionCommand())
 	return root

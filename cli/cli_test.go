@@ -471,11 +471,20 @@ func TestFailover(t *testing.T) {
 		noLeader.setFail(apierr.Status(apierr.NoLeader, 0, "election in progress").Err())
 		a1, a2 := startJournal(t, p, noLeader), startJournal(t, p, good)
 		code, _, stderr := runCLI(t, p, append([]string{"node", "enroll", "node-001", "--mac", "52:54:00:12:34:56"}, p.flags(a1, a2)...)...)
-		if code != ExitOK || noLeader.callCount() != 1 || good.callCount() != 1 {
+		if code != ExitOK || noLeader.callCount() != 1 || good.callCount() != 1 || stderr != "" {
 			t.Errorf("exit %d, calls %d/%d, stderr %q", code, noLeader.callCount(), good.callCount(), stderr)
 		}
 		if _, ok := good.nodes["node-001"]; !ok {
 			t.Error("second journal did not register the node")
+		}
+	})
+
+	t.Run("failover before any request was sent adds no doubt", func(t *testing.T) {
+		fake := newFakeAdmin()
+		fake.put(&pactv1.Node{NodeId: "node-001"})
+		code, _, stderr := runCLI(t, p, append([]string{"node", "enroll", "node-001", "--mac", "52:54:00:12:34:56"}, p.flags(deadAddr(t), startJournal(t, p, fake))...)...)
+		if code != ExitConflict || strings.Contains(stderr, "earlier attempt") {
+			t.Errorf("exit %d, stderr %q", code, stderr)
 		}
 	})
 
@@ -488,13 +497,22 @@ func TestFailover(t *testing.T) {
 		}
 	})
 
+	t.Run("no leader anywhere", func(t *testing.T) {
+		noLeader := newFakeAdmin()
+		noLeader.setFail(apierr.Status(apierr.NoLeader, 0, "election in progress").Err())
+		code, _, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(startJournal(t, p, noLeader), deadAddr(t))...)...)
+		if code != ExitUnavailable || !strings.Contains(stderr, "NO_LEADER: election in progress") || !strings.Contains(stderr, "majority of the quorum") {
+			t.Errorf("exit %d stderr %s", code, stderr)
+		}
+	})
+
 	t.Run("all dead", func(t *testing.T) {
 		d1, d2 := deadAddr(t), deadAddr(t)
 		code, stdout, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(d1, d2)...)...)
 		if code != ExitUnavailable {
 			t.Errorf("exit %d, want %d", code, ExitUnavailable)
 		}
-		for _, w := range []string{"cannot reach any journal at " + d1 + ", " + d2 + ":", d1 + ": ", d2 + ": ", "check the journal is running (make run) and --journal"} {
+		for _, w := range []string{"cannot reach any journal at " + d1 + ", " + d2 + ":\n", "\n  " + d1 + ": ", "\n  " + d2 + ": ", "check the journal is running (make run) and --journal"} {
 			if !strings.Contains(stderr, w) {
 				t.Errorf("stderr lacks %q:\n%s", w, stderr)
 			}
@@ -641,6 +659,28 @@ func TestWriteTimeout(t *testing.T) {
 		if !strings.Contains(errb.String(), w) {
 			t.Errorf("stderr lacks %q: %s", w, errb.String())
 		}
+	}
+}
+
+func TestUncertainEarlierAttempt(t *testing.T) {
+	clearEnv(t)
+	p := newTestPKI(t)
+	var out, errb bytes.Buffer
+	a := &app{env: Env{Stdout: &out, Stderr: &errb}.withDefaults()}
+	a.newClient = func(Config, *credential) (AdminClient, io.Closer, error) { return conflictAfterDrop{}, nil, nil }
+	code := a.run(context.Background(), append([]string{"node", "enroll", "node-001", "--mac", "52:54:00:12:34:56"}, p.flags("127.0.0.1:1", "127.0.0.1:2")...))
+	if code != ExitConflict || !strings.Contains(errb.String(), "an earlier attempt at 127.0.0.1:1 failed mid-request and may have made this change") {
+		t.Errorf("exit %d stderr %q", code, errb.String())
+	}
+}
+
+type conflictAfterDrop struct{ AdminClient }
+
+func (conflictAfterDrop) RegisterNode(context.Context, *pactv1.RegisterNodeRequest, ...grpc.CallOption) (*pactv1.RegisterNodeResponse, error) {
+	return nil, &JournalError{
+		Addr:    "127.0.0.1:2",
+		Err:     apierr.FromError(apierr.Status(apierr.NodeAlreadyEnrolled, 0, "exists").Err()),
+		Earlier: []Attempt{{Addr: "127.0.0.1:1", Err: &apierr.Error{Code: codes.Unavailable, Message: "transport is closing"}, Uncertain: true}},
 	}
 }
 

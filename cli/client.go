@@ -251,10 +251,20 @@ func (js *journals) call(ctx context.Context, write bool, fn func(context.Contex
 			return nil
 		}
 		e := apierr.FromError(err)
-		if ctx.Err() != nil || !failover(e.Code, j.conn.GetState() == connectivity.Ready, write) {
+		// gRPC sends a call only on an established connection, so one that
+		// never completed a handshake cannot have reached the journal.
+		reached := j.handshake.succeeded() || j.conn.GetState() == connectivity.Ready
+		if ctx.Err() != nil || !failover(e.Code, reached, write) {
 			return &JournalError{Addr: j.addr, Err: e, Earlier: failed}
 		}
-		failed = append(failed, Attempt{Addr: j.addr, Err: e, Handshake: j.handshake.get()})
+		failed = append(failed, Attempt{
+			Addr:      j.addr,
+			Err:       e,
+			Handshake: j.handshake.get(),
+			// A pact reason is a journal's definite answer; a bare transport
+			// error on a live connection may have come after the journal acted.
+			Uncertain: write && reached && e.Reason == "",
+		})
 	}
 	return &UnreachableError{Attempts: failed}
 }
@@ -275,16 +285,25 @@ func failover(code codes.Code, connected, write bool) bool {
 }
 
 // handshakeLog keeps the last TLS handshake error of one address, so a
-// failure can be explained with its type rather than the transport's text.
+// failure can be explained with its type rather than the transport's text,
+// and whether any handshake there has succeeded.
 type handshakeLog struct {
 	mu  sync.Mutex
 	err error
+	ok  bool
 }
 
 func (l *handshakeLog) set(err error) {
 	l.mu.Lock()
 	l.err = err
+	l.ok = l.ok || err == nil
 	l.mu.Unlock()
+}
+
+func (l *handshakeLog) succeeded() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ok
 }
 
 func (l *handshakeLog) get() error {

@@ -77,11 +77,17 @@ type Attempt struct {
 	// Handshake is the TLS handshake error seen on that address, if any: it
 	// says more than the transport's status message.
 	Handshake error
+	// Uncertain is set when a write may have reached the journal before
+	// the failure, so it may have taken effect there.
+	Uncertain bool
 }
 
 func (a Attempt) reason() string {
 	if a.Handshake != nil {
 		return "TLS handshake: " + a.Handshake.Error()
+	}
+	if a.Err.Reason != "" {
+		return string(a.Err.Reason) + ": " + a.Err.Message
 	}
 	return a.Err.Message
 }
@@ -180,7 +186,10 @@ func (s *session) explain(a action, err error) error {
 	if e.Reason != "" {
 		detail = string(e.Reason) + ": " + e.Message
 	}
-	said := " (journal: " + detail + ")"
+	said := ""
+	if detail != "" {
+		said = " (journal: " + detail + ")"
+	}
 	inspect := ""
 	if a.node != "" {
 		inspect = "pact node inspect " + a.node
@@ -201,8 +210,11 @@ func (s *session) explain(a action, err error) error {
 		default:
 			msg = fmt.Sprintf("node %s is already registered%s; see it with: %s", a.node, said, inspect)
 		}
-		if a.write && len(earlier) > 0 {
-			msg += fmt.Sprintf(" (an earlier attempt at %s failed mid-request and may have registered it)", earlier[len(earlier)-1].Addr)
+		for _, at := range earlier {
+			if a.write && at.Uncertain {
+				msg += fmt.Sprintf(" (an earlier attempt at %s failed mid-request and may have made this change)", at.Addr)
+				break
+			}
 		}
 	case codes.PermissionDenied:
 		if e.Reason == apierr.NodeRevoked && a.node != "" {
@@ -253,17 +265,30 @@ func (s *session) explain(a action, err error) error {
 }
 
 func (s *session) explainUnreachable(e *UnreachableError) string {
-	msg := e.Error() + "; check the journal is running (make run) and --journal"
+	var b strings.Builder
+	fmt.Fprintf(&b, "cannot reach any journal at %s:", e.addrs())
+	for _, at := range e.Attempts {
+		fmt.Fprintf(&b, "\n  %s: %s", at.Addr, at.reason())
+	}
+	b.WriteString("\ncheck the journal is running (make run) and --journal")
+	for _, at := range e.Attempts {
+		if at.Err.Reason == apierr.NoLeader {
+			b.WriteString("; a journal without a leader cannot serve: check that a majority of the quorum is up")
+			break
+		}
+	}
 	for _, at := range e.Attempts {
 		if at.Handshake == nil {
 			continue
 		}
 		if isVerifyError(at.Handshake) {
-			return msg + fmt.Sprintf("; the journal's certificate did not verify against --ca %s: use this domain's root (ca.pem)", s.cfg.CAFile)
+			fmt.Fprintf(&b, "; the journal's certificate did not verify against --ca %s: use this domain's root (ca.pem)", s.cfg.CAFile)
+		} else {
+			b.WriteString("; the TLS handshake failed: check --ca, --cert and --key belong to this domain")
 		}
-		return msg + "; the TLS handshake failed: check --ca, --cert and --key belong to this domain"
+		break
 	}
-	return msg
+	return b.String()
 }
 
 // isVerifyError reports whether a handshake failed because the server's

@@ -174,7 +174,7 @@ func (c *CA) Rotate() error {
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 		MaxPathLen:            0,
-		MaxPathLenZero:        false,
+		MaxPathLenZero:        true,
 		URIs:                  []*url.URL{{Scheme: "spiffe", Host: c.domain}},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, root, key.Public(), c.cfg.Upstream.Signer())
