@@ -343,3 +343,6 @@ func serverNames(listen string, extra []string) ([]string, []net.IP) {
 	}
 	return dns, ips
 }
+
+// OpenStreams is how many Subscribe streams this journal holds for a node.
+func (j *Journal) OpenStreams(nodeID string) int { return j.hub.streamCount(nodeID) }

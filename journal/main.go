@@ -101,6 +101,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		_ = j.Close()
 		return 1
 	}
+	if cfg.Dev {
+		printDevBanner(stdout, cfg, j.Addr(), j.Domain())
+	}
 	<-ctx.Done()
 	logger.Info("shutting down")
 	if err := j.Close(); err != nil {
@@ -202,4 +205,32 @@ func writeNew(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	return f.Close()
+}
+
+// printDevBanner tells a first-time user exactly what to type next.
+func printDevBanner(w io.Writer, cfg Config, addr, domain string) {
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		dir = cfg.DataDir
+	}
+	fmt.Fprintf(w, `
+pact dev journal %s is serving on %s (domain %s, state in %s).
+
+In another terminal, point the CLI at it:
+
+  export PACT_JOURNAL=%s
+  export PACT_CA=%s
+  export PACT_CERT=%s
+  export PACT_KEY=%s
+
+Register a node by its hardware identity, start an agent for it, and look:
+
+  bin/pact node enroll node-001 --mac 52:54:00:00:00:01 --bmc-serial SN-0001
+  bin/pact-agent --journal %s --ca %s --mac 52:54:00:00:00:01 --bmc-serial SN-0001
+  bin/pact node inspect node-001
+
+Stop with Ctrl-C; the registry stays in %s.
+`, cfg.NodeID, addr, domain, dir,
+		addr, filepath.Join(dir, ca.RootCertFile), filepath.Join(dir, ca.AdminCertFile), filepath.Join(dir, ca.AdminKeyFile),
+		addr, filepath.Join(dir, ca.RootCertFile), dir)
 }

@@ -1,0 +1,194 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/clock/fakeclock"
+	"github.com/pact-hpc/pact/journal/journaltest"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+const mac1 = "52:54:00:00:00:01"
+
+func agentConfig(h *journaltest.Harness, c clock.Clock, bmc string, macs ...string) Config {
+	cfg := DefaultConfig()
+	cfg.JournalAddrs = []string{h.Addr}
+	cfg.CAFile = filepath.Join(h.Dir, "ca.pem")
+	cfg.Hardware.MACs = macs
+	cfg.Hardware.BMCSerial = bmc
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.MinBackoff = 10 * time.Millisecond
+	cfg.MaxBackoff = 100 * time.Millisecond
+	cfg.Clock = c
+	return cfg
+}
+
+type runningAgent struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func runAgent(t *testing.T, cfg Config) *runningAgent {
+	t.Helper()
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &runningAgent{cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.done:
+		case <-time.After(10 * time.Second):
+			t.Error("agent did not stop")
+		}
+	})
+	return r
+}
+
+// eventually polls cond; the journal and agent run on real goroutines, so a
+// test waits for an observable state rather than for a fixed time.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func inspect(t *testing.T, h *journaltest.Harness, id string) *pactv1.Node {
+	t.Helper()
+	resp, err := h.AdminClient(t).InspectNode(context.Background(), &pactv1.InspectNodeRequest{NodeId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetNode()
+}
+
+func TestAgentEnrollsAndHoldsStream(t *testing.T) {
+	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
+	h.Register(t, "n1", "SN1", mac1)
+	runAgent(t, agentConfig(h, clock.Real{}, "SN1", mac1, "52:54:00:00:00:77"))
+	eventually(t, "n1 is active with one stream", func() bool {
+		return inspect(t, h, "n1").GetState() == pactv1.NodeState_NODE_STATE_ACTIVE && h.J.OpenStreams("n1") == 1
+	})
+}
+
+func TestAgentRefusals(t *testing.T) {
+	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
+	h.Register(t, "n1", "SN1", mac1)
+	runAgent(t, agentConfig(h, clock.Real{}, "SN1", mac1))
+	eventually(t, "n1 is active", func() bool { return h.J.OpenStreams("n1") == 1 })
+
+	tests := []struct {
+		name     string
+		bmc      string
+		macs     []string
+		reason   apierr.Reason
+		exitCode int
+		hint     string
+	}{
+		{"unregistered hardware", "SN9", []string{"52:54:00:00:00:09"}, apierr.NodeNotEnrolled, ExitNotEnrolled, "pact node enroll NODE --mac 52:54:00:00:00:09 --bmc-serial SN9"},
+		{"second agent on active hardware", "SN1", []string{mac1}, apierr.AlreadyActive, ExitAlreadyActive, "wait for it to turn inactive"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := New(agentConfig(h, clock.Real{}, tt.bmc, tt.macs...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err = a.Run(ctx)
+			if !errors.Is(err, ErrRefused) {
+				t.Fatalf("Run = %v, want ErrRefused", err)
+			}
+			if got := apierr.FromError(err).Reason; got != tt.reason {
+				t.Errorf("reason %q, want %q (%v)", got, tt.reason, err)
+			}
+			if got := exitCode(err); got != tt.exitCode {
+				t.Errorf("exit code %d, want %d", got, tt.exitCode)
+			}
+			if !strings.Contains(err.Error(), tt.hint) {
+				t.Errorf("error %q does not tell the operator %q", err, tt.hint)
+			}
+		})
+	}
+	if n := inspect(t, h, "n1"); n.GetState() != pactv1.NodeState_NODE_STATE_ACTIVE || h.J.OpenStreams("n1") != 1 {
+		t.Errorf("the refused agents disturbed n1: %v, %d streams", n.GetState(), h.J.OpenStreams("n1"))
+	}
+}
+
+// Renewal is driven by the agent's clock: advancing it past 2/3 of the
+// lifetime makes the agent renew over mTLS, open a stream with the new
+// certificate, and drop the old one.
+func TestAgentRenewsAtTwoThirds(t *testing.T) {
+	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
+	h.Register(t, "n1", "SN1", mac1)
+	fc := fakeclock.New(time.Now())
+	runAgent(t, agentConfig(h, fc, "SN1", mac1))
+	eventually(t, "n1 is active", func() bool { return h.J.OpenStreams("n1") == 1 })
+	first := inspect(t, h, "n1").GetCert()
+	lifetime := time.Duration(first.GetNotAfterUnix()-first.GetNotBeforeUnix()) * time.Second
+
+	if !fc.WaitForTimers(1, 10*time.Second) {
+		t.Fatal("agent set no renewal timer")
+	}
+	fc.Advance(lifetime/2 - time.Hour)
+	time.Sleep(50 * time.Millisecond) // give a wrongly early renewal the chance to show
+	if got := inspect(t, h, "n1").GetCert().GetSerial(); got != first.GetSerial() {
+		t.Fatalf("renewed before 2/3 of the lifetime (serial %s -> %s)", first.GetSerial(), got)
+	}
+	fc.Advance(lifetime/6 + lifetime/20 + 2*time.Hour) // past 2/3 plus the largest jitter
+	eventually(t, "the certificate is renewed", func() bool {
+		return inspect(t, h, "n1").GetCert().GetSerial() != first.GetSerial()
+	})
+	eventually(t, "one stream remains", func() bool { return h.J.OpenStreams("n1") == 1 })
+}
+
+func TestCredentialNeverPrintsKey(t *testing.T) {
+	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
+	h.Register(t, "n1", "SN1", mac1)
+	key := journaltest.NewKey(t)
+	resp, err := h.Enroll(t, key, "SN1", mac1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred, err := newCredential(key.Signer, h.Roots, resp.GetCertChainDer(), resp.GetTrustBundleDer(), "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := fmt.Sprintf("%v", key.Signer) // &{{curve X Y} D}
+	secret := strings.TrimSuffix(d[strings.LastIndex(d, " ")+1:], "}")
+	if len(secret) < 60 {
+		t.Fatalf("could not find the private scalar in %q", d)
+	}
+	var logs bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("x", "cred", cred)
+	slog.New(slog.NewTextHandler(&logs, nil)).Info("x", "cred", cred)
+	for _, out := range []string{fmt.Sprintf("%v %+v %#v %s", cred, cred, cred, cred), logs.String()} {
+		if strings.Contains(out, secret) {
+			t.Fatalf("credential output contains the private key: %s", out)
+		}
+		if !strings.Contains(out, cred.serial) {
+			t.Fatalf("credential output lacks the serial; the redaction test would pass vacuously: %s", out)
+		}
+	}
+}
+
