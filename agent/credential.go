@@ -39,7 +39,7 @@ func (c *credential) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("node_id", c.nodeID),
 		slog.String("serial", c.serial),
-		slog.Time("not_after", c.notAfter),
+		slog.String("not_after", c.notAfter.UTC().Format(time.RFC3339)),
 	)
 }
 

@@ -2,7 +2,6 @@ package raftfsm_test
 
 import (
 	"bytes"
-	"io"
 	"slices"
 	"sync"
 	"testing"
@@ -53,7 +52,7 @@ var fuzzFixture = sync.OnceValue(func() []byte {
 
 func fixtureFSM(t *testing.T) *raftfsm.FSM {
 	f := raftfsm.New()
-	if err := f.Restore(io.NopCloser(bytes.NewReader(fuzzFixture()))); err != nil {
+	if err := raftfsmtest.RestoreBytes(f, fuzzFixture()); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -101,7 +100,7 @@ func checkInvariants(t *testing.T, f *raftfsm.FSM) {
 	}
 	data := snapshotBytes(t, f)
 	g := raftfsm.New()
-	if err := g.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+	if err := raftfsmtest.RestoreBytes(g, data); err != nil {
 		t.Fatalf("a state reached by Apply does not restore: %v", err)
 	}
 	if !bytes.Equal(data, snapshotBytes(t, g)) {
@@ -139,7 +138,7 @@ func FuzzApply(f *testing.F) {
 func FuzzRestore(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fsm := fixtureFSM(t)
-		if err := fsm.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+		if err := raftfsmtest.RestoreBytes(fsm, data); err != nil {
 			if !bytes.Equal(snapshotBytes(t, fsm), fuzzFixture()) {
 				t.Fatalf("a failed Restore (%v) changed the state", err)
 			}
@@ -152,7 +151,7 @@ func FuzzRestore(f *testing.F) {
 		fsm.Intermediates(t0)
 		first := snapshotBytes(t, fsm)
 		g := raftfsm.New()
-		if err := g.Restore(io.NopCloser(bytes.NewReader(first))); err != nil {
+		if err := raftfsmtest.RestoreBytes(g, first); err != nil {
 			t.Fatalf("Restore accepted a snapshot whose own re-snapshot it refuses: %v", err)
 		}
 		if !bytes.Equal(first, snapshotBytes(t, g)) {

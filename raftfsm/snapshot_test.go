@@ -19,8 +19,11 @@ import (
 	"github.com/pact-hpc/pact/raftfsm/raftfsmtest"
 )
 
-// The random command generator draws from small pools so that commands
-// collide: duplicate registrations, shared MACs, retries, stale serials.
+// The random command generator proposes the way journals do, from its own
+// view of the registry (a replica it applies its commands to), but often
+// wrongly: it draws from small pools so that commands collide, and it
+// retries, reuses stale serials and reports other nodes' hardware. Once
+// generated, the log is fixed; the view is not one of the replicas tested.
 const (
 	genNodes = 24
 	genMACs  = 256
@@ -29,34 +32,30 @@ const (
 
 type commandGen struct {
 	r      *rand.Rand
-	now    int64                               // proposer clock, Unix nanoseconds
-	hw     map[string]*pactv1.HardwareIdentity // last hardware proposed per node id
-	cert   map[string]*pactv1.CertificateInfo  // last certificate proposed per node id
+	view   *raftfsm.FSM
+	apply  *raftfsmtest.Applier
+	now    int64 // proposer clock, Unix nanoseconds
 	serial int
 	fresh  int // node ids below this have been proposed for registration
 }
 
 func newCommandGen(seed int64) *commandGen {
-	return &commandGen{
-		r:    rand.New(rand.NewSource(seed)),
-		now:  t0 * 1e9,
-		hw:   map[string]*pactv1.HardwareIdentity{},
-		cert: map[string]*pactv1.CertificateInfo{},
+	view := raftfsm.New()
+	if err := raftfsmtest.Restore(view, genBase()); err != nil {
+		panic(err)
 	}
+	return &commandGen{r: rand.New(rand.NewSource(seed)), view: view, apply: &raftfsmtest.Applier{FSM: view}, now: t0 * 1e9}
 }
 
 func genMAC(i int) string { return fmt.Sprintf("52:54:00:00:01:%02x", i) }
 
-// base is a starting state with what no command produces yet: a revoked
-// node, an inactive one and revoked serials, some due to be pruned.
-func (g *commandGen) base() *pactv1.Snapshot {
-	revokedHW := raftfsmtest.Hardware("S90", genMAC(1), genMAC(2))
-	inactiveHW := raftfsmtest.Hardware("S91", genMAC(3))
-	g.hw["node-22"], g.hw["node-23"] = revokedHW, inactiveHW
-	g.cert["node-23"] = cert("c-inactive", "spki-inactive")
+// genBase is the state random logs start from, with what no command
+// produces yet: a revoked node, an inactive one and revoked serials, some
+// due to be pruned.
+func genBase() *pactv1.Snapshot {
 	snap := &pactv1.Snapshot{Nodes: []*pactv1.Node{
-		node("node-22", pactv1.NodeState_NODE_STATE_REVOKED, revokedHW, cert("c-revoked", "spki-revoked")),
-		node("node-23", pactv1.NodeState_NODE_STATE_INACTIVE, inactiveHW, g.cert["node-23"]),
+		node("node-22", pactv1.NodeState_NODE_STATE_REVOKED, raftfsmtest.Hardware("S90", genMAC(1), genMAC(2)), cert("c-revoked", "spki-revoked")),
+		node("node-23", pactv1.NodeState_NODE_STATE_INACTIVE, raftfsmtest.Hardware("S91", genMAC(3)), cert("c-inactive", "spki-inactive")),
 	}}
 	for i := range 8 {
 		snap.Revoked = append(snap.Revoked, &pactv1.RevokedSerial{Serial: fmt.Sprintf("r-%d", i), NotAfterUnix: t0 + int64(i)*6*hour})
@@ -69,6 +68,7 @@ func (g *commandGen) commands(n int) []*pactv1.Command {
 	out := make([]*pactv1.Command, n)
 	for i := range out {
 		out[i] = g.next()
+		g.apply.Apply(out[i])
 	}
 	return out
 }
@@ -85,6 +85,10 @@ func (g *commandGen) hardware() *pactv1.HardwareIdentity {
 	if g.r.Intn(5) == 0 {
 		ek = fmt.Sprintf("%064x", g.r.Intn(8))
 	}
+	return normalHW(macs, bmc, ek)
+}
+
+func normalHW(macs []string, bmc, ek string) *pactv1.HardwareIdentity {
 	id, err := hwid.Normalize(macs, bmc, ek)
 	if err != nil {
 		panic(err)
@@ -92,15 +96,15 @@ func (g *commandGen) hardware() *pactv1.HardwareIdentity {
 	return &pactv1.HardwareIdentity{Macs: id.MACs, BmcSerial: id.BMCSerial, TpmEkHash: id.EKHash}
 }
 
+// newCert returns a new certificate for id, a third of the time for the key
+// id already holds (a retry).
 func (g *commandGen) newCert(id string, notAfter int64) *pactv1.CertificateInfo {
 	g.serial++
 	spki := fmt.Sprintf("spki-%d", g.serial)
-	if last := g.cert[id]; last != nil && g.r.Intn(3) == 0 {
-		spki = last.GetSpkiSha256() // a retry with the same key
+	if n, ok := g.view.Node(id); ok && n.GetCert() != nil && g.r.Intn(3) == 0 {
+		spki = n.GetCert().GetSpkiSha256()
 	}
-	c := raftfsmtest.Cert(fmt.Sprintf("c-%d", g.serial), spki, notAfter)
-	g.cert[id] = c
-	return c
+	return raftfsmtest.Cert(fmt.Sprintf("c-%d", g.serial), spki, notAfter)
 }
 
 func (g *commandGen) next() *pactv1.Command {
@@ -108,6 +112,7 @@ func (g *commandGen) next() *pactv1.Command {
 	nowUnix := g.now / 1e9
 	p := raftfsmtest.Proposer{Actor: fmt.Sprintf("journal-%d", g.r.Intn(3)), AtUnixNano: g.now}
 	id := fmt.Sprintf("node-%02d", g.r.Intn(genNodes))
+	n, known := g.view.Node(id)
 	switch k := g.r.Intn(100); {
 	case k < 30:
 		if g.fresh < genNodes && g.r.Intn(4) != 0 {
@@ -121,30 +126,24 @@ func (g *commandGen) next() *pactv1.Command {
 		case 1:
 			id = "bad id"
 		case 2:
-			if other := g.hw[fmt.Sprintf("node-%02d", g.r.Intn(genNodes))]; other != nil {
-				hw = other // another node's hardware
+			if known {
+				hw = n.GetHardware() // another node's hardware
 			}
-		default:
-			g.hw[id] = hw
 		}
 		return p.RegisterNode(id, fmt.Sprintf("vc-%d", g.r.Intn(3)), hw)
 	case k < 60:
-		reported := g.hw[id]
+		reported := n.GetHardware()
 		switch {
-		case reported == nil || g.r.Intn(6) == 0:
+		case !known || g.r.Intn(6) == 0:
 			reported = g.hardware()
-		case g.r.Intn(4) == 0: // an extra NIC, or one more from the pool
-			ident, err := hwid.Normalize(append(slices.Clone(reported.GetMacs()), genMAC(g.r.Intn(genMACs))), reported.GetBmcSerial(), reported.GetTpmEkHash())
-			if err != nil {
-				panic(err)
-			}
-			reported = &pactv1.HardwareIdentity{Macs: ident.MACs, BmcSerial: ident.BMCSerial, TpmEkHash: ident.EKHash}
+		case g.r.Intn(4) == 0: // an extra NIC, perhaps another node's
+			reported = normalHW(append(slices.Clone(reported.GetMacs()), genMAC(g.r.Intn(genMACs))), reported.GetBmcSerial(), reported.GetTpmEkHash())
 		}
 		return p.Activate(id, reported, g.newCert(id, nowUnix+3*day))
 	case k < 85:
 		prev := fmt.Sprintf("c-%d", g.r.Intn(g.serial+1))
-		if last := g.cert[id]; last != nil && g.r.Intn(5) != 0 {
-			prev = last.GetSerial()
+		if known && g.r.Intn(5) != 0 {
+			prev = n.GetCert().GetSerial()
 		}
 		return p.Renew(id, prev, g.newCert(id, nowUnix+3*day))
 	default:
@@ -197,7 +196,7 @@ func randomRun(t testing.TB, seed int64, n int) (*raftfsm.FSM, *commandGen, map[
 	t.Helper()
 	g := newCommandGen(seed)
 	f := raftfsm.New()
-	restoreNodes(t, f, g.base())
+	restoreNodes(t, f, genBase())
 	seen := map[string]map[string]int{}
 	for _, l := range encodeAll(t, g.commands(n)) {
 		cmd, _ := raftfsm.Decode(l.Data)
@@ -216,9 +215,8 @@ func randomRun(t testing.TB, seed int64, n int) (*raftfsm.FSM, *commandGen, map[
 func TestDeterminism(t *testing.T) {
 	for seed := int64(1); seed <= 5; seed++ {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
-			g := newCommandGen(seed)
-			base := g.base()
-			logs := encodeAll(t, g.commands(400))
+			base := genBase()
+			logs := encodeAll(t, newCommandGen(seed).commands(400))
 			a, b, late := raftfsm.New(), raftfsm.New(), raftfsm.New()
 			restoreNodes(t, a, base)
 			restoreNodes(t, b, base)
@@ -230,7 +228,7 @@ func TestDeterminism(t *testing.T) {
 				}
 				switch {
 				case i == half:
-					if err := late.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, a)))); err != nil {
+					if err := raftfsmtest.RestoreBytes(late, snapshotBytes(t, a)); err != nil {
 						t.Fatal(err)
 					}
 				case i > half:
@@ -282,7 +280,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	a, g, _ := randomRun(t, 3, 400)
 	data := snapshotBytes(t, a)
 	b := raftfsm.New()
-	if err := b.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+	if err := raftfsmtest.RestoreBytes(b, data); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(data, snapshotBytes(t, b)) {
@@ -423,7 +421,7 @@ func TestRestoreRejects(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f, a := newRegistry(t)
 			before := snapshotBytes(t, f)
-			if err := f.Restore(io.NopCloser(bytes.NewReader(tt.data))); err == nil {
+			if err := raftfsmtest.RestoreBytes(f, tt.data); err == nil {
 				t.Fatal("Restore accepted it")
 			}
 			if !bytes.Equal(before, snapshotBytes(t, f)) {
@@ -536,7 +534,7 @@ func BenchmarkSnapshotRestore(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := f.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+		if err := raftfsmtest.RestoreBytes(f, data); err != nil {
 			b.Fatal(err)
 		}
 	}

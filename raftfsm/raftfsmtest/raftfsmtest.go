@@ -150,5 +150,11 @@ func Restore(f raft.FSM, snap *pactv1.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("raftfsmtest: marshal snapshot: %w", err)
 	}
+	return RestoreBytes(f, data)
+}
+
+// RestoreBytes restores f from snapshot bytes, as Raft does from a stored
+// or installed snapshot.
+func RestoreBytes(f raft.FSM, data []byte) error {
 	return f.Restore(io.NopCloser(bytes.NewReader(data)))
 }
