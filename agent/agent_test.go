@@ -191,4 +191,3 @@ func TestCredentialNeverPrintsKey(t *testing.T) {
 		}
 	}
 }
-

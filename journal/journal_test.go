@@ -399,4 +399,3 @@ func TestRestartKeepsRegistryAndOldCertificates(t *testing.T) {
 		t.Errorf("bundle after restart has %d certificates, want root + 2 intermediates", len(fresh.GetTrustBundleDer()))
 	}
 }
-
