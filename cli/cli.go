@@ -4,7 +4,7 @@
 // Main does everything; cmd/pact only calls it. Each command checks its
 // arguments locally and reports every problem at once before it talks to the
 // journal, over mTLS with the operator's admin credential. Errors end the run
-// with an exit code from ExitCode (see EXIT_CODES.md) and a message that says
+// with an exit code from ExitCode (see docs/exit-codes.md) and a message that says
 // what to do next.
 package cli
 

@@ -751,9 +751,9 @@ func TestExitCode(t *testing.T) {
 	}
 }
 
-// TestExitCodesDocumented keeps EXIT_CODES.md in step with the constants.
+// TestExitCodesDocumented keeps docs/exit-codes.md in step with the constants.
 func TestExitCodesDocumented(t *testing.T) {
-	doc, err := os.ReadFile("EXIT_CODES.md")
+	doc, err := os.ReadFile("../docs/exit-codes.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -768,17 +768,17 @@ func TestExitCodesDocumented(t *testing.T) {
 		n, _ := strconv.Atoi(r[1])
 		want, ok := consts[r[2]]
 		if !ok {
-			t.Errorf("EXIT_CODES.md documents unknown %s", r[2])
+			t.Errorf("docs/exit-codes.md documents unknown %s", r[2])
 			continue
 		}
 		if n != want {
-			t.Errorf("EXIT_CODES.md says %s = %d, code says %d", r[2], n, want)
+			t.Errorf("docs/exit-codes.md says %s = %d, code says %d", r[2], n, want)
 		}
 		seen[r[2]] = true
 	}
 	for name := range consts {
 		if !seen[name] {
-			t.Errorf("EXIT_CODES.md does not document %s", name)
+			t.Errorf("docs/exit-codes.md does not document %s", name)
 		}
 	}
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // Exit codes of the pact CLI, one per class of failure, so scripts can
-// branch without reading messages. EXIT_CODES.md documents them; keep the
+// branch without reading messages. docs/exit-codes.md documents them; keep the
 // two in step. Codes are never reused for a different meaning.
 const (
 	ExitOK           = 0 // success

@@ -58,7 +58,7 @@ func (s *enrollmentServer) Enroll(ctx context.Context, req *pactv1.EnrollRequest
 			// same certificate, no new write.
 			return j.enrollResponse(node)
 		}
-		err := fmt.Errorf("%w: node %s is active with another key; if it rebooted, wait until it is inactive", raftfsm.ErrAlreadyActive, node.GetNodeId())
+		err := fmt.Errorf("%w: node %s is active with another key", raftfsm.ErrAlreadyActive, node.GetNodeId())
 		j.enrollFailed(ctx, req, "already active", err)
 		return nil, err
 	}

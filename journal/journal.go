@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -162,6 +163,9 @@ func (j *Journal) Start(ctx context.Context) error {
 	}
 	lis, err := net.Listen("tcp", j.cfg.ListenAddr)
 	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("journal: listen on %s: the address is in use (another pact-journal?); stop it or pass another --listen: %w", j.cfg.ListenAddr, err)
+		}
 		return fmt.Errorf("journal: listen on %s: %w", j.cfg.ListenAddr, err)
 	}
 	j.lis = lis

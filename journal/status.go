@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/status"
@@ -76,7 +77,9 @@ func toStatus(err error) error {
 	}
 	for _, r := range reasons {
 		if errors.Is(err, r.err) {
-			return apierr.Status(r.reason, after, err.Error()).Err()
+			// The reason code already names the sentinel; keep the detail.
+			msg := strings.TrimPrefix(err.Error(), r.err.Error()+": ")
+			return apierr.Status(r.reason, after, msg).Err()
 		}
 	}
 	return apierr.Status(apierr.Internal, 0, "internal error; see the journal log").Err()
