@@ -21,6 +21,60 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type RegisterOutcome int32
+
+const (
+	RegisterOutcome_REGISTER_OUTCOME_UNSPECIFIED RegisterOutcome = 0
+	// Registered now.
+	RegisterOutcome_REGISTER_OUTCOME_OK RegisterOutcome = 1
+	// Already registered with exactly this hardware and vCluster.
+	RegisterOutcome_REGISTER_OUTCOME_EXISTS RegisterOutcome = 2
+	RegisterOutcome_REGISTER_OUTCOME_ERROR  RegisterOutcome = 3
+)
+
+// Enum value maps for RegisterOutcome.
+var (
+	RegisterOutcome_name = map[int32]string{
+		0: "REGISTER_OUTCOME_UNSPECIFIED",
+		1: "REGISTER_OUTCOME_OK",
+		2: "REGISTER_OUTCOME_EXISTS",
+		3: "REGISTER_OUTCOME_ERROR",
+	}
+	RegisterOutcome_value = map[string]int32{
+		"REGISTER_OUTCOME_UNSPECIFIED": 0,
+		"REGISTER_OUTCOME_OK":          1,
+		"REGISTER_OUTCOME_EXISTS":      2,
+		"REGISTER_OUTCOME_ERROR":       3,
+	}
+)
+
+func (x RegisterOutcome) Enum() *RegisterOutcome {
+	p := new(RegisterOutcome)
+	*p = x
+	return p
+}
+
+func (x RegisterOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RegisterOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_pact_v1_admin_proto_enumTypes[0].Descriptor()
+}
+
+func (RegisterOutcome) Type() protoreflect.EnumType {
+	return &file_pact_v1_admin_proto_enumTypes[0]
+}
+
+func (x RegisterOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RegisterOutcome.Descriptor instead.
+func (RegisterOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
 type RegisterNodeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -125,17 +179,180 @@ func (x *RegisterNodeResponse) GetNode() *Node {
 	return nil
 }
 
+type RegisterNodesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 1000 per call.
+	Nodes         []*RegisterNodeRequest `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterNodesRequest) Reset() {
+	*x = RegisterNodesRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterNodesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterNodesRequest) ProtoMessage() {}
+
+func (x *RegisterNodesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterNodesRequest.ProtoReflect.Descriptor instead.
+func (*RegisterNodesRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RegisterNodesRequest) GetNodes() []*RegisterNodeRequest {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+type RegisterNodeResult struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	NodeId  string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Outcome RegisterOutcome        `protobuf:"varint,2,opt,name=outcome,proto3,enum=pact.v1.RegisterOutcome" json:"outcome,omitempty"`
+	// Error reason (e.g. HARDWARE_IDENTITY_CONFLICT) and message, for ERROR.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterNodeResult) Reset() {
+	*x = RegisterNodeResult{}
+	mi := &file_pact_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterNodeResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterNodeResult) ProtoMessage() {}
+
+func (x *RegisterNodeResult) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterNodeResult.ProtoReflect.Descriptor instead.
+func (*RegisterNodeResult) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RegisterNodeResult) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RegisterNodeResult) GetOutcome() RegisterOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return RegisterOutcome_REGISTER_OUTCOME_UNSPECIFIED
+}
+
+func (x *RegisterNodeResult) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RegisterNodeResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type RegisterNodesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per request row, in order.
+	Results       []*RegisterNodeResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterNodesResponse) Reset() {
+	*x = RegisterNodesResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterNodesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterNodesResponse) ProtoMessage() {}
+
+func (x *RegisterNodesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterNodesResponse.ProtoReflect.Descriptor instead.
+func (*RegisterNodesResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RegisterNodesResponse) GetResults() []*RegisterNodeResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 type ListNodesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Zero means every state.
-	State         NodeState `protobuf:"varint,1,opt,name=state,proto3,enum=pact.v1.NodeState" json:"state,omitempty"`
+	State NodeState `protobuf:"varint,1,opt,name=state,proto3,enum=pact.v1.NodeState" json:"state,omitempty"`
+	// Only nodes in this vCluster.
+	Vcluster string `protobuf:"bytes,2,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
+	// Only nodes in no vCluster (maintenance mode).
+	Unassigned    bool `protobuf:"varint,3,opt,name=unassigned,proto3" json:"unassigned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[2]
+	mi := &file_pact_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -147,7 +364,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[2]
+	mi := &file_pact_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -160,7 +377,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListNodesRequest) GetState() NodeState {
@@ -168,6 +385,20 @@ func (x *ListNodesRequest) GetState() NodeState {
 		return x.State
 	}
 	return NodeState_NODE_STATE_UNSPECIFIED
+}
+
+func (x *ListNodesRequest) GetVcluster() string {
+	if x != nil {
+		return x.Vcluster
+	}
+	return ""
+}
+
+func (x *ListNodesRequest) GetUnassigned() bool {
+	if x != nil {
+		return x.Unassigned
+	}
+	return false
 }
 
 type ListNodesResponse struct {
@@ -179,7 +410,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[3]
+	mi := &file_pact_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -191,7 +422,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[3]
+	mi := &file_pact_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -204,7 +435,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -223,7 +454,7 @@ type InspectNodeRequest struct {
 
 func (x *InspectNodeRequest) Reset() {
 	*x = InspectNodeRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[4]
+	mi := &file_pact_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -235,7 +466,7 @@ func (x *InspectNodeRequest) String() string {
 func (*InspectNodeRequest) ProtoMessage() {}
 
 func (x *InspectNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[4]
+	mi := &file_pact_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -248,7 +479,7 @@ func (x *InspectNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectNodeRequest.ProtoReflect.Descriptor instead.
 func (*InspectNodeRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *InspectNodeRequest) GetNodeId() string {
@@ -267,7 +498,7 @@ type InspectNodeResponse struct {
 
 func (x *InspectNodeResponse) Reset() {
 	*x = InspectNodeResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[5]
+	mi := &file_pact_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -279,7 +510,7 @@ func (x *InspectNodeResponse) String() string {
 func (*InspectNodeResponse) ProtoMessage() {}
 
 func (x *InspectNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[5]
+	mi := &file_pact_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -292,12 +523,512 @@ func (x *InspectNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectNodeResponse.ProtoReflect.Descriptor instead.
 func (*InspectNodeResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *InspectNodeResponse) GetNode() *Node {
 	if x != nil {
 		return x.Node
+	}
+	return nil
+}
+
+type DecommissionNodeRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Decommission even while the node holds an open stream.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecommissionNodeRequest) Reset() {
+	*x = DecommissionNodeRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecommissionNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecommissionNodeRequest) ProtoMessage() {}
+
+func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
+func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DecommissionNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DecommissionNodeRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type DecommissionNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecommissionNodeResponse) Reset() {
+	*x = DecommissionNodeResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecommissionNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecommissionNodeResponse) ProtoMessage() {}
+
+func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
+func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DecommissionNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+type AssignNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Vcluster      string                 `protobuf:"bytes,2,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AssignNodeRequest) Reset() {
+	*x = AssignNodeRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AssignNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AssignNodeRequest) ProtoMessage() {}
+
+func (x *AssignNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AssignNodeRequest.ProtoReflect.Descriptor instead.
+func (*AssignNodeRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AssignNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *AssignNodeRequest) GetVcluster() string {
+	if x != nil {
+		return x.Vcluster
+	}
+	return ""
+}
+
+type AssignNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AssignNodeResponse) Reset() {
+	*x = AssignNodeResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AssignNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AssignNodeResponse) ProtoMessage() {}
+
+func (x *AssignNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AssignNodeResponse.ProtoReflect.Descriptor instead.
+func (*AssignNodeResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AssignNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+type UnassignNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnassignNodeRequest) Reset() {
+	*x = UnassignNodeRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnassignNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnassignNodeRequest) ProtoMessage() {}
+
+func (x *UnassignNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnassignNodeRequest.ProtoReflect.Descriptor instead.
+func (*UnassignNodeRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *UnassignNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type UnassignNodeResponse struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Node             *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	PreviousVcluster string                 `protobuf:"bytes,2,opt,name=previous_vcluster,json=previousVcluster,proto3" json:"previous_vcluster,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *UnassignNodeResponse) Reset() {
+	*x = UnassignNodeResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnassignNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnassignNodeResponse) ProtoMessage() {}
+
+func (x *UnassignNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnassignNodeResponse.ProtoReflect.Descriptor instead.
+func (*UnassignNodeResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *UnassignNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *UnassignNodeResponse) GetPreviousVcluster() string {
+	if x != nil {
+		return x.PreviousVcluster
+	}
+	return ""
+}
+
+type MoveNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ToVcluster    string                 `protobuf:"bytes,2,opt,name=to_vcluster,json=toVcluster,proto3" json:"to_vcluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveNodeRequest) Reset() {
+	*x = MoveNodeRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveNodeRequest) ProtoMessage() {}
+
+func (x *MoveNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveNodeRequest.ProtoReflect.Descriptor instead.
+func (*MoveNodeRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *MoveNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *MoveNodeRequest) GetToVcluster() string {
+	if x != nil {
+		return x.ToVcluster
+	}
+	return ""
+}
+
+type MoveNodeResponse struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Node             *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	PreviousVcluster string                 `protobuf:"bytes,2,opt,name=previous_vcluster,json=previousVcluster,proto3" json:"previous_vcluster,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *MoveNodeResponse) Reset() {
+	*x = MoveNodeResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveNodeResponse) ProtoMessage() {}
+
+func (x *MoveNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveNodeResponse.ProtoReflect.Descriptor instead.
+func (*MoveNodeResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *MoveNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *MoveNodeResponse) GetPreviousVcluster() string {
+	if x != nil {
+		return x.PreviousVcluster
+	}
+	return ""
+}
+
+type ListAuditRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only entries about this node.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Only entries at or after this time.
+	SinceUnixNano int64 `protobuf:"varint,2,opt,name=since_unix_nano,json=sinceUnixNano,proto3" json:"since_unix_nano,omitempty"`
+	// At most this many (newest last); zero means 1000.
+	Limit         uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRequest) Reset() {
+	*x = ListAuditRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRequest) ProtoMessage() {}
+
+func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListAuditRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetSinceUnixNano() int64 {
+	if x != nil {
+		return x.SinceUnixNano
+	}
+	return 0
+}
+
+func (x *ListAuditRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListAuditResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*AuditEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditResponse) Reset() {
+	*x = ListAuditResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditResponse) ProtoMessage() {}
+
+func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListAuditResponse) GetEntries() []*AuditEntry {
+	if x != nil {
+		return x.Entries
 	}
 	return nil
 }
@@ -312,19 +1043,72 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\bhardware\x18\x02 \x01(\v2\x19.pact.v1.HardwareIdentityR\bhardware\x12\x1a\n" +
 	"\bvcluster\x18\x03 \x01(\tR\bvcluster\"9\n" +
 	"\x14RegisterNodeResponse\x12!\n" +
-	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\"<\n" +
+	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\"J\n" +
+	"\x14RegisterNodesRequest\x122\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x1c.pact.v1.RegisterNodeRequestR\x05nodes\"\x93\x01\n" +
+	"\x12RegisterNodeResult\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x122\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x18.pact.v1.RegisterOutcomeR\aoutcome\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"N\n" +
+	"\x15RegisterNodesResponse\x125\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.pact.v1.RegisterNodeResultR\aresults\"x\n" +
 	"\x10ListNodesRequest\x12(\n" +
-	"\x05state\x18\x01 \x01(\x0e2\x12.pact.v1.NodeStateR\x05state\"8\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x12.pact.v1.NodeStateR\x05state\x12\x1a\n" +
+	"\bvcluster\x18\x02 \x01(\tR\bvcluster\x12\x1e\n" +
+	"\n" +
+	"unassigned\x18\x03 \x01(\bR\n" +
+	"unassigned\"8\n" +
 	"\x11ListNodesResponse\x12#\n" +
 	"\x05nodes\x18\x01 \x03(\v2\r.pact.v1.NodeR\x05nodes\"-\n" +
 	"\x12InspectNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"8\n" +
 	"\x13InspectNodeResponse\x12!\n" +
-	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node2\xe9\x01\n" +
+	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\"H\n" +
+	"\x17DecommissionNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"=\n" +
+	"\x18DecommissionNodeResponse\x12!\n" +
+	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\"H\n" +
+	"\x11AssignNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1a\n" +
+	"\bvcluster\x18\x02 \x01(\tR\bvcluster\"7\n" +
+	"\x12AssignNodeResponse\x12!\n" +
+	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\".\n" +
+	"\x13UnassignNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"f\n" +
+	"\x14UnassignNodeResponse\x12!\n" +
+	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\x12+\n" +
+	"\x11previous_vcluster\x18\x02 \x01(\tR\x10previousVcluster\"K\n" +
+	"\x0fMoveNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1f\n" +
+	"\vto_vcluster\x18\x02 \x01(\tR\n" +
+	"toVcluster\"b\n" +
+	"\x10MoveNodeResponse\x12!\n" +
+	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\x12+\n" +
+	"\x11previous_vcluster\x18\x02 \x01(\tR\x10previousVcluster\"i\n" +
+	"\x10ListAuditRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12&\n" +
+	"\x0fsince_unix_nano\x18\x02 \x01(\x03R\rsinceUnixNano\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"B\n" +
+	"\x11ListAuditResponse\x12-\n" +
+	"\aentries\x18\x01 \x03(\v2\x13.pact.v1.AuditEntryR\aentries*\x85\x01\n" +
+	"\x0fRegisterOutcome\x12 \n" +
+	"\x1cREGISTER_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13REGISTER_OUTCOME_OK\x10\x01\x12\x1b\n" +
+	"\x17REGISTER_OUTCOME_EXISTS\x10\x02\x12\x1a\n" +
+	"\x16REGISTER_OUTCOME_ERROR\x10\x032\xab\x05\n" +
 	"\fAdminService\x12K\n" +
-	"\fRegisterNode\x12\x1c.pact.v1.RegisterNodeRequest\x1a\x1d.pact.v1.RegisterNodeResponse\x12B\n" +
+	"\fRegisterNode\x12\x1c.pact.v1.RegisterNodeRequest\x1a\x1d.pact.v1.RegisterNodeResponse\x12N\n" +
+	"\rRegisterNodes\x12\x1d.pact.v1.RegisterNodesRequest\x1a\x1e.pact.v1.RegisterNodesResponse\x12B\n" +
 	"\tListNodes\x12\x19.pact.v1.ListNodesRequest\x1a\x1a.pact.v1.ListNodesResponse\x12H\n" +
-	"\vInspectNode\x12\x1b.pact.v1.InspectNodeRequest\x1a\x1c.pact.v1.InspectNodeResponseB/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
+	"\vInspectNode\x12\x1b.pact.v1.InspectNodeRequest\x1a\x1c.pact.v1.InspectNodeResponse\x12W\n" +
+	"\x10DecommissionNode\x12 .pact.v1.DecommissionNodeRequest\x1a!.pact.v1.DecommissionNodeResponse\x12E\n" +
+	"\n" +
+	"AssignNode\x12\x1a.pact.v1.AssignNodeRequest\x1a\x1b.pact.v1.AssignNodeResponse\x12K\n" +
+	"\fUnassignNode\x12\x1c.pact.v1.UnassignNodeRequest\x1a\x1d.pact.v1.UnassignNodeResponse\x12?\n" +
+	"\bMoveNode\x12\x18.pact.v1.MoveNodeRequest\x1a\x19.pact.v1.MoveNodeResponse\x12B\n" +
+	"\tListAudit\x12\x19.pact.v1.ListAuditRequest\x1a\x1a.pact.v1.ListAuditResponseB/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
 
 var (
 	file_pact_v1_admin_proto_rawDescOnce sync.Once
@@ -338,35 +1122,71 @@ func file_pact_v1_admin_proto_rawDescGZIP() []byte {
 	return file_pact_v1_admin_proto_rawDescData
 }
 
-var file_pact_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_pact_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_pact_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_pact_v1_admin_proto_goTypes = []any{
-	(*RegisterNodeRequest)(nil),  // 0: pact.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil), // 1: pact.v1.RegisterNodeResponse
-	(*ListNodesRequest)(nil),     // 2: pact.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),    // 3: pact.v1.ListNodesResponse
-	(*InspectNodeRequest)(nil),   // 4: pact.v1.InspectNodeRequest
-	(*InspectNodeResponse)(nil),  // 5: pact.v1.InspectNodeResponse
-	(*HardwareIdentity)(nil),     // 6: pact.v1.HardwareIdentity
-	(*Node)(nil),                 // 7: pact.v1.Node
-	(NodeState)(0),               // 8: pact.v1.NodeState
+	(RegisterOutcome)(0),             // 0: pact.v1.RegisterOutcome
+	(*RegisterNodeRequest)(nil),      // 1: pact.v1.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),     // 2: pact.v1.RegisterNodeResponse
+	(*RegisterNodesRequest)(nil),     // 3: pact.v1.RegisterNodesRequest
+	(*RegisterNodeResult)(nil),       // 4: pact.v1.RegisterNodeResult
+	(*RegisterNodesResponse)(nil),    // 5: pact.v1.RegisterNodesResponse
+	(*ListNodesRequest)(nil),         // 6: pact.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),        // 7: pact.v1.ListNodesResponse
+	(*InspectNodeRequest)(nil),       // 8: pact.v1.InspectNodeRequest
+	(*InspectNodeResponse)(nil),      // 9: pact.v1.InspectNodeResponse
+	(*DecommissionNodeRequest)(nil),  // 10: pact.v1.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil), // 11: pact.v1.DecommissionNodeResponse
+	(*AssignNodeRequest)(nil),        // 12: pact.v1.AssignNodeRequest
+	(*AssignNodeResponse)(nil),       // 13: pact.v1.AssignNodeResponse
+	(*UnassignNodeRequest)(nil),      // 14: pact.v1.UnassignNodeRequest
+	(*UnassignNodeResponse)(nil),     // 15: pact.v1.UnassignNodeResponse
+	(*MoveNodeRequest)(nil),          // 16: pact.v1.MoveNodeRequest
+	(*MoveNodeResponse)(nil),         // 17: pact.v1.MoveNodeResponse
+	(*ListAuditRequest)(nil),         // 18: pact.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),        // 19: pact.v1.ListAuditResponse
+	(*HardwareIdentity)(nil),         // 20: pact.v1.HardwareIdentity
+	(*Node)(nil),                     // 21: pact.v1.Node
+	(NodeState)(0),                   // 22: pact.v1.NodeState
+	(*AuditEntry)(nil),               // 23: pact.v1.AuditEntry
 }
 var file_pact_v1_admin_proto_depIdxs = []int32{
-	6, // 0: pact.v1.RegisterNodeRequest.hardware:type_name -> pact.v1.HardwareIdentity
-	7, // 1: pact.v1.RegisterNodeResponse.node:type_name -> pact.v1.Node
-	8, // 2: pact.v1.ListNodesRequest.state:type_name -> pact.v1.NodeState
-	7, // 3: pact.v1.ListNodesResponse.nodes:type_name -> pact.v1.Node
-	7, // 4: pact.v1.InspectNodeResponse.node:type_name -> pact.v1.Node
-	0, // 5: pact.v1.AdminService.RegisterNode:input_type -> pact.v1.RegisterNodeRequest
-	2, // 6: pact.v1.AdminService.ListNodes:input_type -> pact.v1.ListNodesRequest
-	4, // 7: pact.v1.AdminService.InspectNode:input_type -> pact.v1.InspectNodeRequest
-	1, // 8: pact.v1.AdminService.RegisterNode:output_type -> pact.v1.RegisterNodeResponse
-	3, // 9: pact.v1.AdminService.ListNodes:output_type -> pact.v1.ListNodesResponse
-	5, // 10: pact.v1.AdminService.InspectNode:output_type -> pact.v1.InspectNodeResponse
-	8, // [8:11] is the sub-list for method output_type
-	5, // [5:8] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	20, // 0: pact.v1.RegisterNodeRequest.hardware:type_name -> pact.v1.HardwareIdentity
+	21, // 1: pact.v1.RegisterNodeResponse.node:type_name -> pact.v1.Node
+	1,  // 2: pact.v1.RegisterNodesRequest.nodes:type_name -> pact.v1.RegisterNodeRequest
+	0,  // 3: pact.v1.RegisterNodeResult.outcome:type_name -> pact.v1.RegisterOutcome
+	4,  // 4: pact.v1.RegisterNodesResponse.results:type_name -> pact.v1.RegisterNodeResult
+	22, // 5: pact.v1.ListNodesRequest.state:type_name -> pact.v1.NodeState
+	21, // 6: pact.v1.ListNodesResponse.nodes:type_name -> pact.v1.Node
+	21, // 7: pact.v1.InspectNodeResponse.node:type_name -> pact.v1.Node
+	21, // 8: pact.v1.DecommissionNodeResponse.node:type_name -> pact.v1.Node
+	21, // 9: pact.v1.AssignNodeResponse.node:type_name -> pact.v1.Node
+	21, // 10: pact.v1.UnassignNodeResponse.node:type_name -> pact.v1.Node
+	21, // 11: pact.v1.MoveNodeResponse.node:type_name -> pact.v1.Node
+	23, // 12: pact.v1.ListAuditResponse.entries:type_name -> pact.v1.AuditEntry
+	1,  // 13: pact.v1.AdminService.RegisterNode:input_type -> pact.v1.RegisterNodeRequest
+	3,  // 14: pact.v1.AdminService.RegisterNodes:input_type -> pact.v1.RegisterNodesRequest
+	6,  // 15: pact.v1.AdminService.ListNodes:input_type -> pact.v1.ListNodesRequest
+	8,  // 16: pact.v1.AdminService.InspectNode:input_type -> pact.v1.InspectNodeRequest
+	10, // 17: pact.v1.AdminService.DecommissionNode:input_type -> pact.v1.DecommissionNodeRequest
+	12, // 18: pact.v1.AdminService.AssignNode:input_type -> pact.v1.AssignNodeRequest
+	14, // 19: pact.v1.AdminService.UnassignNode:input_type -> pact.v1.UnassignNodeRequest
+	16, // 20: pact.v1.AdminService.MoveNode:input_type -> pact.v1.MoveNodeRequest
+	18, // 21: pact.v1.AdminService.ListAudit:input_type -> pact.v1.ListAuditRequest
+	2,  // 22: pact.v1.AdminService.RegisterNode:output_type -> pact.v1.RegisterNodeResponse
+	5,  // 23: pact.v1.AdminService.RegisterNodes:output_type -> pact.v1.RegisterNodesResponse
+	7,  // 24: pact.v1.AdminService.ListNodes:output_type -> pact.v1.ListNodesResponse
+	9,  // 25: pact.v1.AdminService.InspectNode:output_type -> pact.v1.InspectNodeResponse
+	11, // 26: pact.v1.AdminService.DecommissionNode:output_type -> pact.v1.DecommissionNodeResponse
+	13, // 27: pact.v1.AdminService.AssignNode:output_type -> pact.v1.AssignNodeResponse
+	15, // 28: pact.v1.AdminService.UnassignNode:output_type -> pact.v1.UnassignNodeResponse
+	17, // 29: pact.v1.AdminService.MoveNode:output_type -> pact.v1.MoveNodeResponse
+	19, // 30: pact.v1.AdminService.ListAudit:output_type -> pact.v1.ListAuditResponse
+	22, // [22:31] is the sub-list for method output_type
+	13, // [13:22] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_admin_proto_init() }
@@ -380,13 +1200,14 @@ func file_pact_v1_admin_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_admin_proto_rawDesc), len(file_pact_v1_admin_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   6,
+			NumEnums:      1,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_pact_v1_admin_proto_goTypes,
 		DependencyIndexes: file_pact_v1_admin_proto_depIdxs,
+		EnumInfos:         file_pact_v1_admin_proto_enumTypes,
 		MessageInfos:      file_pact_v1_admin_proto_msgTypes,
 	}.Build()
 	File_pact_v1_admin_proto = out.File

@@ -19,9 +19,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_RegisterNode_FullMethodName = "/pact.v1.AdminService/RegisterNode"
-	AdminService_ListNodes_FullMethodName    = "/pact.v1.AdminService/ListNodes"
-	AdminService_InspectNode_FullMethodName  = "/pact.v1.AdminService/InspectNode"
+	AdminService_RegisterNode_FullMethodName     = "/pact.v1.AdminService/RegisterNode"
+	AdminService_RegisterNodes_FullMethodName    = "/pact.v1.AdminService/RegisterNodes"
+	AdminService_ListNodes_FullMethodName        = "/pact.v1.AdminService/ListNodes"
+	AdminService_InspectNode_FullMethodName      = "/pact.v1.AdminService/InspectNode"
+	AdminService_DecommissionNode_FullMethodName = "/pact.v1.AdminService/DecommissionNode"
+	AdminService_AssignNode_FullMethodName       = "/pact.v1.AdminService/AssignNode"
+	AdminService_UnassignNode_FullMethodName     = "/pact.v1.AdminService/UnassignNode"
+	AdminService_MoveNode_FullMethodName         = "/pact.v1.AdminService/MoveNode"
+	AdminService_ListAudit_FullMethodName        = "/pact.v1.AdminService/ListAudit"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -31,9 +37,23 @@ const (
 // AdminService is the operator surface. Every RPC needs an admin client
 // certificate; the role in it decides what the caller may do.
 type AdminServiceClient interface {
+	// RegisterNode pre-registers one node (platform-admin).
 	RegisterNode(ctx context.Context, in *RegisterNodeRequest, opts ...grpc.CallOption) (*RegisterNodeResponse, error)
+	// RegisterNodes registers a chunk of nodes, each independently: one
+	// failing row does not stop the others (platform-admin).
+	RegisterNodes(ctx context.Context, in *RegisterNodesRequest, opts ...grpc.CallOption) (*RegisterNodesResponse, error)
 	ListNodes(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error)
 	InspectNode(ctx context.Context, in *InspectNodeRequest, opts ...grpc.CallOption) (*InspectNodeResponse, error)
+	// DecommissionNode revokes a node and its certificate (platform-admin).
+	DecommissionNode(ctx context.Context, in *DecommissionNodeRequest, opts ...grpc.CallOption) (*DecommissionNodeResponse, error)
+	// AssignNode puts an unassigned node into a vCluster.
+	AssignNode(ctx context.Context, in *AssignNodeRequest, opts ...grpc.CallOption) (*AssignNodeResponse, error)
+	// UnassignNode puts a node into maintenance mode.
+	UnassignNode(ctx context.Context, in *UnassignNodeRequest, opts ...grpc.CallOption) (*UnassignNodeResponse, error)
+	// MoveNode moves a node from its vCluster to another, atomically.
+	MoveNode(ctx context.Context, in *MoveNodeRequest, opts ...grpc.CallOption) (*MoveNodeResponse, error)
+	// ListAudit reads the audit trail kept in Raft.
+	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
 }
 
 type adminServiceClient struct {
@@ -48,6 +68,16 @@ func (c *adminServiceClient) RegisterNode(ctx context.Context, in *RegisterNodeR
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RegisterNodeResponse)
 	err := c.cc.Invoke(ctx, AdminService_RegisterNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RegisterNodes(ctx context.Context, in *RegisterNodesRequest, opts ...grpc.CallOption) (*RegisterNodesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RegisterNodesResponse)
+	err := c.cc.Invoke(ctx, AdminService_RegisterNodes_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -74,6 +104,56 @@ func (c *adminServiceClient) InspectNode(ctx context.Context, in *InspectNodeReq
 	return out, nil
 }
 
+func (c *adminServiceClient) DecommissionNode(ctx context.Context, in *DecommissionNodeRequest, opts ...grpc.CallOption) (*DecommissionNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DecommissionNodeResponse)
+	err := c.cc.Invoke(ctx, AdminService_DecommissionNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) AssignNode(ctx context.Context, in *AssignNodeRequest, opts ...grpc.CallOption) (*AssignNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AssignNodeResponse)
+	err := c.cc.Invoke(ctx, AdminService_AssignNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) UnassignNode(ctx context.Context, in *UnassignNodeRequest, opts ...grpc.CallOption) (*UnassignNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnassignNodeResponse)
+	err := c.cc.Invoke(ctx, AdminService_UnassignNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) MoveNode(ctx context.Context, in *MoveNodeRequest, opts ...grpc.CallOption) (*MoveNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveNodeResponse)
+	err := c.cc.Invoke(ctx, AdminService_MoveNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAuditResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListAudit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -81,9 +161,23 @@ func (c *adminServiceClient) InspectNode(ctx context.Context, in *InspectNodeReq
 // AdminService is the operator surface. Every RPC needs an admin client
 // certificate; the role in it decides what the caller may do.
 type AdminServiceServer interface {
+	// RegisterNode pre-registers one node (platform-admin).
 	RegisterNode(context.Context, *RegisterNodeRequest) (*RegisterNodeResponse, error)
+	// RegisterNodes registers a chunk of nodes, each independently: one
+	// failing row does not stop the others (platform-admin).
+	RegisterNodes(context.Context, *RegisterNodesRequest) (*RegisterNodesResponse, error)
 	ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error)
 	InspectNode(context.Context, *InspectNodeRequest) (*InspectNodeResponse, error)
+	// DecommissionNode revokes a node and its certificate (platform-admin).
+	DecommissionNode(context.Context, *DecommissionNodeRequest) (*DecommissionNodeResponse, error)
+	// AssignNode puts an unassigned node into a vCluster.
+	AssignNode(context.Context, *AssignNodeRequest) (*AssignNodeResponse, error)
+	// UnassignNode puts a node into maintenance mode.
+	UnassignNode(context.Context, *UnassignNodeRequest) (*UnassignNodeResponse, error)
+	// MoveNode moves a node from its vCluster to another, atomically.
+	MoveNode(context.Context, *MoveNodeRequest) (*MoveNodeResponse, error)
+	// ListAudit reads the audit trail kept in Raft.
+	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -97,11 +191,29 @@ type UnimplementedAdminServiceServer struct{}
 func (UnimplementedAdminServiceServer) RegisterNode(context.Context, *RegisterNodeRequest) (*RegisterNodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RegisterNode not implemented")
 }
+func (UnimplementedAdminServiceServer) RegisterNodes(context.Context, *RegisterNodesRequest) (*RegisterNodesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RegisterNodes not implemented")
+}
 func (UnimplementedAdminServiceServer) ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListNodes not implemented")
 }
 func (UnimplementedAdminServiceServer) InspectNode(context.Context, *InspectNodeRequest) (*InspectNodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method InspectNode not implemented")
+}
+func (UnimplementedAdminServiceServer) DecommissionNode(context.Context, *DecommissionNodeRequest) (*DecommissionNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DecommissionNode not implemented")
+}
+func (UnimplementedAdminServiceServer) AssignNode(context.Context, *AssignNodeRequest) (*AssignNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AssignNode not implemented")
+}
+func (UnimplementedAdminServiceServer) UnassignNode(context.Context, *UnassignNodeRequest) (*UnassignNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnassignNode not implemented")
+}
+func (UnimplementedAdminServiceServer) MoveNode(context.Context, *MoveNodeRequest) (*MoveNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MoveNode not implemented")
+}
+func (UnimplementedAdminServiceServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAudit not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -142,6 +254,24 @@ func _AdminService_RegisterNode_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_RegisterNodes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterNodesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RegisterNodes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RegisterNodes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RegisterNodes(ctx, req.(*RegisterNodesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_ListNodes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListNodesRequest)
 	if err := dec(in); err != nil {
@@ -178,6 +308,96 @@ func _AdminService_InspectNode_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_DecommissionNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DecommissionNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).DecommissionNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_DecommissionNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).DecommissionNode(ctx, req.(*DecommissionNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_AssignNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AssignNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).AssignNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_AssignNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).AssignNode(ctx, req.(*AssignNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_UnassignNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnassignNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).UnassignNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_UnassignNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).UnassignNode(ctx, req.(*UnassignNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_MoveNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).MoveNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_MoveNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).MoveNode(ctx, req.(*MoveNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAuditRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListAudit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListAudit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListAudit(ctx, req.(*ListAuditRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -190,12 +410,36 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _AdminService_RegisterNode_Handler,
 		},
 		{
+			MethodName: "RegisterNodes",
+			Handler:    _AdminService_RegisterNodes_Handler,
+		},
+		{
 			MethodName: "ListNodes",
 			Handler:    _AdminService_ListNodes_Handler,
 		},
 		{
 			MethodName: "InspectNode",
 			Handler:    _AdminService_InspectNode_Handler,
+		},
+		{
+			MethodName: "DecommissionNode",
+			Handler:    _AdminService_DecommissionNode_Handler,
+		},
+		{
+			MethodName: "AssignNode",
+			Handler:    _AdminService_AssignNode_Handler,
+		},
+		{
+			MethodName: "UnassignNode",
+			Handler:    _AdminService_UnassignNode_Handler,
+		},
+		{
+			MethodName: "MoveNode",
+			Handler:    _AdminService_MoveNode_Handler,
+		},
+		{
+			MethodName: "ListAudit",
+			Handler:    _AdminService_ListAudit_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

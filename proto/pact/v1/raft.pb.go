@@ -33,6 +33,7 @@ const (
 	ApplyError_APPLY_ERROR_ALREADY_ACTIVE             ApplyError = 5
 	ApplyError_APPLY_ERROR_STALE_CERTIFICATE          ApplyError = 6
 	ApplyError_APPLY_ERROR_INVALID_ARGUMENT           ApplyError = 7
+	ApplyError_APPLY_ERROR_VCLUSTER_CHANGED           ApplyError = 8
 )
 
 // Enum value maps for ApplyError.
@@ -46,6 +47,7 @@ var (
 		5: "APPLY_ERROR_ALREADY_ACTIVE",
 		6: "APPLY_ERROR_STALE_CERTIFICATE",
 		7: "APPLY_ERROR_INVALID_ARGUMENT",
+		8: "APPLY_ERROR_VCLUSTER_CHANGED",
 	}
 	ApplyError_value = map[string]int32{
 		"APPLY_ERROR_UNSPECIFIED":                0,
@@ -56,6 +58,7 @@ var (
 		"APPLY_ERROR_ALREADY_ACTIVE":             5,
 		"APPLY_ERROR_STALE_CERTIFICATE":          6,
 		"APPLY_ERROR_INVALID_ARGUMENT":           7,
+		"APPLY_ERROR_VCLUSTER_CHANGED":           8,
 	}
 )
 
@@ -92,14 +95,21 @@ type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Proposer's wall clock at proposal, Unix nanoseconds.
 	AtUnixNano int64 `protobuf:"varint,1,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
-	// Who asked for it (admin name, agent node id, journal id).
+	// Who asked for it: admin/NAME, agent/NODE or journal/ID.
 	Actor string `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The caller's address and the request's correlation id, for the audit.
+	Source        string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	CorrelationId string `protobuf:"bytes,4,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
 	// Types that are valid to be assigned to Op:
 	//
 	//	*Command_RegisterNode
 	//	*Command_Activate
 	//	*Command_PublishIntermediate
 	//	*Command_Renew
+	//	*Command_Decommission
+	//	*Command_Assign
+	//	*Command_LivenessDigest
+	//	*Command_MarkInactive
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -149,6 +159,20 @@ func (x *Command) GetActor() string {
 	return ""
 }
 
+func (x *Command) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Command) GetCorrelationId() string {
+	if x != nil {
+		return x.CorrelationId
+	}
+	return ""
+}
+
 func (x *Command) GetOp() isCommand_Op {
 	if x != nil {
 		return x.Op
@@ -192,6 +216,42 @@ func (x *Command) GetRenew() *RenewOp {
 	return nil
 }
 
+func (x *Command) GetDecommission() *DecommissionOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Decommission); ok {
+			return x.Decommission
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAssign() *AssignOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Assign); ok {
+			return x.Assign
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetLivenessDigest() *LivenessDigestOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_LivenessDigest); ok {
+			return x.LivenessDigest
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetMarkInactive() *MarkInactiveOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_MarkInactive); ok {
+			return x.MarkInactive
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -212,6 +272,22 @@ type Command_Renew struct {
 	Renew *RenewOp `protobuf:"bytes,13,opt,name=renew,proto3,oneof"`
 }
 
+type Command_Decommission struct {
+	Decommission *DecommissionOp `protobuf:"bytes,14,opt,name=decommission,proto3,oneof"`
+}
+
+type Command_Assign struct {
+	Assign *AssignOp `protobuf:"bytes,15,opt,name=assign,proto3,oneof"`
+}
+
+type Command_LivenessDigest struct {
+	LivenessDigest *LivenessDigestOp `protobuf:"bytes,16,opt,name=liveness_digest,json=livenessDigest,proto3,oneof"`
+}
+
+type Command_MarkInactive struct {
+	MarkInactive *MarkInactiveOp `protobuf:"bytes,17,opt,name=mark_inactive,json=markInactive,proto3,oneof"`
+}
+
 func (*Command_RegisterNode) isCommand_Op() {}
 
 func (*Command_Activate) isCommand_Op() {}
@@ -219,6 +295,14 @@ func (*Command_Activate) isCommand_Op() {}
 func (*Command_PublishIntermediate) isCommand_Op() {}
 
 func (*Command_Renew) isCommand_Op() {}
+
+func (*Command_Decommission) isCommand_Op() {}
+
+func (*Command_Assign) isCommand_Op() {}
+
+func (*Command_LivenessDigest) isCommand_Op() {}
+
+func (*Command_MarkInactive) isCommand_Op() {}
 
 type RegisterNodeOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -284,12 +368,16 @@ func (x *RegisterNodeOp) GetVcluster() string {
 // enrolled with the given hardware identity. The FSM re-checks the state and
 // the hardware match before it accepts it.
 type ActivateOp struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Reported      *HardwareIdentity      `protobuf:"bytes,2,opt,name=reported,proto3" json:"reported,omitempty"`
-	Cert          *CertificateInfo       `protobuf:"bytes,3,opt,name=cert,proto3" json:"cert,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	NodeId   string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Reported *HardwareIdentity      `protobuf:"bytes,2,opt,name=reported,proto3" json:"reported,omitempty"`
+	Cert     *CertificateInfo       `protobuf:"bytes,3,opt,name=cert,proto3" json:"cert,omitempty"`
+	// Non-zero when the node is Active with another key: the journal saw no
+	// stream from it since this time (the takeover window), so a rebooted
+	// node may enroll again. The FSM re-checks it against last_seen.
+	TakeoverCutoffUnixNano int64 `protobuf:"varint,4,opt,name=takeover_cutoff_unix_nano,json=takeoverCutoffUnixNano,proto3" json:"takeover_cutoff_unix_nano,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *ActivateOp) Reset() {
@@ -341,6 +429,13 @@ func (x *ActivateOp) GetCert() *CertificateInfo {
 		return x.Cert
 	}
 	return nil
+}
+
+func (x *ActivateOp) GetTakeoverCutoffUnixNano() int64 {
+	if x != nil {
+		return x.TakeoverCutoffUnixNano
+	}
+	return 0
 }
 
 type RenewOp struct {
@@ -447,19 +542,238 @@ func (x *PublishIntermediateOp) GetIntermediate() *Intermediate {
 	return nil
 }
 
+// DecommissionOp revokes a node: state Revoked, its serial into the
+// revocation set, its hardware released.
+type DecommissionOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecommissionOp) Reset() {
+	*x = DecommissionOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecommissionOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecommissionOp) ProtoMessage() {}
+
+func (x *DecommissionOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecommissionOp.ProtoReflect.Descriptor instead.
+func (*DecommissionOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DecommissionOp) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+// AssignOp sets a node's vCluster (empty: maintenance mode), only if the
+// node is still in expect_vcluster, so an authorisation decided on the
+// proposer's view cannot be applied to a different state.
+type AssignOp struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	NodeId         string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Vcluster       string                 `protobuf:"bytes,2,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
+	ExpectVcluster string                 `protobuf:"bytes,3,opt,name=expect_vcluster,json=expectVcluster,proto3" json:"expect_vcluster,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AssignOp) Reset() {
+	*x = AssignOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AssignOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AssignOp) ProtoMessage() {}
+
+func (x *AssignOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AssignOp.ProtoReflect.Descriptor instead.
+func (*AssignOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AssignOp) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *AssignOp) GetVcluster() string {
+	if x != nil {
+		return x.Vcluster
+	}
+	return ""
+}
+
+func (x *AssignOp) GetExpectVcluster() string {
+	if x != nil {
+		return x.ExpectVcluster
+	}
+	return ""
+}
+
+// LivenessDigestOp is one journal's report of the nodes whose stream it
+// held during the last interval.
+type LivenessDigestOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JournalId     string                 `protobuf:"bytes,1,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
+	NodeIds       []string               `protobuf:"bytes,2,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LivenessDigestOp) Reset() {
+	*x = LivenessDigestOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LivenessDigestOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LivenessDigestOp) ProtoMessage() {}
+
+func (x *LivenessDigestOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LivenessDigestOp.ProtoReflect.Descriptor instead.
+func (*LivenessDigestOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *LivenessDigestOp) GetJournalId() string {
+	if x != nil {
+		return x.JournalId
+	}
+	return ""
+}
+
+func (x *LivenessDigestOp) GetNodeIds() []string {
+	if x != nil {
+		return x.NodeIds
+	}
+	return nil
+}
+
+// MarkInactiveOp moves Active nodes last seen before cutoff to Inactive.
+type MarkInactiveOp struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	NodeIds        []string               `protobuf:"bytes,1,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
+	CutoffUnixNano int64                  `protobuf:"varint,2,opt,name=cutoff_unix_nano,json=cutoffUnixNano,proto3" json:"cutoff_unix_nano,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *MarkInactiveOp) Reset() {
+	*x = MarkInactiveOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MarkInactiveOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MarkInactiveOp) ProtoMessage() {}
+
+func (x *MarkInactiveOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MarkInactiveOp.ProtoReflect.Descriptor instead.
+func (*MarkInactiveOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *MarkInactiveOp) GetNodeIds() []string {
+	if x != nil {
+		return x.NodeIds
+	}
+	return nil
+}
+
+func (x *MarkInactiveOp) GetCutoffUnixNano() int64 {
+	if x != nil {
+		return x.CutoffUnixNano
+	}
+	return 0
+}
+
 // Snapshot is the whole replicated state.
 type Snapshot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Nodes         []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	Revoked       []*RevokedSerial       `protobuf:"bytes,2,rep,name=revoked,proto3" json:"revoked,omitempty"`
 	Intermediates []*Intermediate        `protobuf:"bytes,3,rep,name=intermediates,proto3" json:"intermediates,omitempty"`
+	LastSeen      []*LastSeen            `protobuf:"bytes,4,rep,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	// The newest audit entries, oldest first.
+	Audit         []*AuditEntry `protobuf:"bytes,5,rep,name=audit,proto3" json:"audit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_pact_v1_raft_proto_msgTypes[5]
+	mi := &file_pact_v1_raft_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -471,7 +785,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[5]
+	mi := &file_pact_v1_raft_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -484,7 +798,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{5}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Snapshot) GetNodes() []*Node {
@@ -508,6 +822,72 @@ func (x *Snapshot) GetIntermediates() []*Intermediate {
 	return nil
 }
 
+func (x *Snapshot) GetLastSeen() []*LastSeen {
+	if x != nil {
+		return x.LastSeen
+	}
+	return nil
+}
+
+func (x *Snapshot) GetAudit() []*AuditEntry {
+	if x != nil {
+		return x.Audit
+	}
+	return nil
+}
+
+type LastSeen struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	AtUnixNano    int64                  `protobuf:"varint,2,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LastSeen) Reset() {
+	*x = LastSeen{}
+	mi := &file_pact_v1_raft_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LastSeen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LastSeen) ProtoMessage() {}
+
+func (x *LastSeen) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LastSeen.ProtoReflect.Descriptor instead.
+func (*LastSeen) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *LastSeen) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *LastSeen) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
 type RevokedSerial struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Serial        string                 `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"`
@@ -518,7 +898,7 @@ type RevokedSerial struct {
 
 func (x *RevokedSerial) Reset() {
 	*x = RevokedSerial{}
-	mi := &file_pact_v1_raft_proto_msgTypes[6]
+	mi := &file_pact_v1_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +910,7 @@ func (x *RevokedSerial) String() string {
 func (*RevokedSerial) ProtoMessage() {}
 
 func (x *RevokedSerial) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[6]
+	mi := &file_pact_v1_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +923,7 @@ func (x *RevokedSerial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokedSerial.ProtoReflect.Descriptor instead.
 func (*RevokedSerial) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{6}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RevokedSerial) GetSerial() string {
@@ -564,39 +944,65 @@ var File_pact_v1_raft_proto protoreflect.FileDescriptor
 
 const file_pact_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\xb9\x02\n" +
+	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\xea\x04\n" +
 	"\aCommand\x12 \n" +
 	"\fat_unix_nano\x18\x01 \x01(\x03R\n" +
 	"atUnixNano\x12\x14\n" +
-	"\x05actor\x18\x02 \x01(\tR\x05actor\x12>\n" +
+	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06source\x18\x03 \x01(\tR\x06source\x12%\n" +
+	"\x0ecorrelation_id\x18\x04 \x01(\tR\rcorrelationId\x12>\n" +
 	"\rregister_node\x18\n" +
 	" \x01(\v2\x17.pact.v1.RegisterNodeOpH\x00R\fregisterNode\x121\n" +
 	"\bactivate\x18\v \x01(\v2\x13.pact.v1.ActivateOpH\x00R\bactivate\x12S\n" +
 	"\x14publish_intermediate\x18\f \x01(\v2\x1e.pact.v1.PublishIntermediateOpH\x00R\x13publishIntermediate\x12(\n" +
-	"\x05renew\x18\r \x01(\v2\x10.pact.v1.RenewOpH\x00R\x05renewB\x04\n" +
+	"\x05renew\x18\r \x01(\v2\x10.pact.v1.RenewOpH\x00R\x05renew\x12=\n" +
+	"\fdecommission\x18\x0e \x01(\v2\x17.pact.v1.DecommissionOpH\x00R\fdecommission\x12+\n" +
+	"\x06assign\x18\x0f \x01(\v2\x11.pact.v1.AssignOpH\x00R\x06assign\x12D\n" +
+	"\x0fliveness_digest\x18\x10 \x01(\v2\x19.pact.v1.LivenessDigestOpH\x00R\x0elivenessDigest\x12>\n" +
+	"\rmark_inactive\x18\x11 \x01(\v2\x17.pact.v1.MarkInactiveOpH\x00R\fmarkInactiveB\x04\n" +
 	"\x02op\"|\n" +
 	"\x0eRegisterNodeOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
 	"\bhardware\x18\x02 \x01(\v2\x19.pact.v1.HardwareIdentityR\bhardware\x12\x1a\n" +
-	"\bvcluster\x18\x03 \x01(\tR\bvcluster\"\x8a\x01\n" +
+	"\bvcluster\x18\x03 \x01(\tR\bvcluster\"\xc5\x01\n" +
 	"\n" +
 	"ActivateOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
 	"\breported\x18\x02 \x01(\v2\x19.pact.v1.HardwareIdentityR\breported\x12,\n" +
-	"\x04cert\x18\x03 \x01(\v2\x18.pact.v1.CertificateInfoR\x04cert\"y\n" +
+	"\x04cert\x18\x03 \x01(\v2\x18.pact.v1.CertificateInfoR\x04cert\x129\n" +
+	"\x19takeover_cutoff_unix_nano\x18\x04 \x01(\x03R\x16takeoverCutoffUnixNano\"y\n" +
 	"\aRenewOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12'\n" +
 	"\x0fprevious_serial\x18\x02 \x01(\tR\x0epreviousSerial\x12,\n" +
 	"\x04cert\x18\x03 \x01(\v2\x18.pact.v1.CertificateInfoR\x04cert\"R\n" +
 	"\x15PublishIntermediateOp\x129\n" +
-	"\fintermediate\x18\x01 \x01(\v2\x15.pact.v1.IntermediateR\fintermediate\"\x9e\x01\n" +
+	"\fintermediate\x18\x01 \x01(\v2\x15.pact.v1.IntermediateR\fintermediate\")\n" +
+	"\x0eDecommissionOp\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"h\n" +
+	"\bAssignOp\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1a\n" +
+	"\bvcluster\x18\x02 \x01(\tR\bvcluster\x12'\n" +
+	"\x0fexpect_vcluster\x18\x03 \x01(\tR\x0eexpectVcluster\"L\n" +
+	"\x10LivenessDigestOp\x12\x1d\n" +
+	"\n" +
+	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x19\n" +
+	"\bnode_ids\x18\x02 \x03(\tR\anodeIds\"U\n" +
+	"\x0eMarkInactiveOp\x12\x19\n" +
+	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\x12(\n" +
+	"\x10cutoff_unix_nano\x18\x02 \x01(\x03R\x0ecutoffUnixNano\"\xf9\x01\n" +
 	"\bSnapshot\x12#\n" +
 	"\x05nodes\x18\x01 \x03(\v2\r.pact.v1.NodeR\x05nodes\x120\n" +
 	"\arevoked\x18\x02 \x03(\v2\x16.pact.v1.RevokedSerialR\arevoked\x12;\n" +
-	"\rintermediates\x18\x03 \x03(\v2\x15.pact.v1.IntermediateR\rintermediates\"M\n" +
+	"\rintermediates\x18\x03 \x03(\v2\x15.pact.v1.IntermediateR\rintermediates\x12.\n" +
+	"\tlast_seen\x18\x04 \x03(\v2\x11.pact.v1.LastSeenR\blastSeen\x12)\n" +
+	"\x05audit\x18\x05 \x03(\v2\x13.pact.v1.AuditEntryR\x05audit\"E\n" +
+	"\bLastSeen\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12 \n" +
+	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
+	"atUnixNano\"M\n" +
 	"\rRevokedSerial\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12$\n" +
-	"\x0enot_after_unix\x18\x02 \x01(\x03R\fnotAfterUnix*\xa2\x02\n" +
+	"\x0enot_after_unix\x18\x02 \x01(\x03R\fnotAfterUnix*\xc4\x02\n" +
 	"\n" +
 	"ApplyError\x12\x1b\n" +
 	"\x17APPLY_ERROR_UNSPECIFIED\x10\x00\x12!\n" +
@@ -606,7 +1012,8 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x18APPLY_ERROR_NODE_REVOKED\x10\x04\x12\x1e\n" +
 	"\x1aAPPLY_ERROR_ALREADY_ACTIVE\x10\x05\x12!\n" +
 	"\x1dAPPLY_ERROR_STALE_CERTIFICATE\x10\x06\x12 \n" +
-	"\x1cAPPLY_ERROR_INVALID_ARGUMENT\x10\aB/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
+	"\x1cAPPLY_ERROR_INVALID_ARGUMENT\x10\a\x12 \n" +
+	"\x1cAPPLY_ERROR_VCLUSTER_CHANGED\x10\bB/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
 
 var (
 	file_pact_v1_raft_proto_rawDescOnce sync.Once
@@ -621,7 +1028,7 @@ func file_pact_v1_raft_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_pact_v1_raft_proto_goTypes = []any{
 	(ApplyError)(0),               // 0: pact.v1.ApplyError
 	(*Command)(nil),               // 1: pact.v1.Command
@@ -629,31 +1036,43 @@ var file_pact_v1_raft_proto_goTypes = []any{
 	(*ActivateOp)(nil),            // 3: pact.v1.ActivateOp
 	(*RenewOp)(nil),               // 4: pact.v1.RenewOp
 	(*PublishIntermediateOp)(nil), // 5: pact.v1.PublishIntermediateOp
-	(*Snapshot)(nil),              // 6: pact.v1.Snapshot
-	(*RevokedSerial)(nil),         // 7: pact.v1.RevokedSerial
-	(*HardwareIdentity)(nil),      // 8: pact.v1.HardwareIdentity
-	(*CertificateInfo)(nil),       // 9: pact.v1.CertificateInfo
-	(*Intermediate)(nil),          // 10: pact.v1.Intermediate
-	(*Node)(nil),                  // 11: pact.v1.Node
+	(*DecommissionOp)(nil),        // 6: pact.v1.DecommissionOp
+	(*AssignOp)(nil),              // 7: pact.v1.AssignOp
+	(*LivenessDigestOp)(nil),      // 8: pact.v1.LivenessDigestOp
+	(*MarkInactiveOp)(nil),        // 9: pact.v1.MarkInactiveOp
+	(*Snapshot)(nil),              // 10: pact.v1.Snapshot
+	(*LastSeen)(nil),              // 11: pact.v1.LastSeen
+	(*RevokedSerial)(nil),         // 12: pact.v1.RevokedSerial
+	(*HardwareIdentity)(nil),      // 13: pact.v1.HardwareIdentity
+	(*CertificateInfo)(nil),       // 14: pact.v1.CertificateInfo
+	(*Intermediate)(nil),          // 15: pact.v1.Intermediate
+	(*Node)(nil),                  // 16: pact.v1.Node
+	(*AuditEntry)(nil),            // 17: pact.v1.AuditEntry
 }
 var file_pact_v1_raft_proto_depIdxs = []int32{
 	2,  // 0: pact.v1.Command.register_node:type_name -> pact.v1.RegisterNodeOp
 	3,  // 1: pact.v1.Command.activate:type_name -> pact.v1.ActivateOp
 	5,  // 2: pact.v1.Command.publish_intermediate:type_name -> pact.v1.PublishIntermediateOp
 	4,  // 3: pact.v1.Command.renew:type_name -> pact.v1.RenewOp
-	8,  // 4: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	8,  // 5: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
-	9,  // 6: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
-	9,  // 7: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
-	10, // 8: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
-	11, // 9: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
-	7,  // 10: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
-	10, // 11: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	6,  // 4: pact.v1.Command.decommission:type_name -> pact.v1.DecommissionOp
+	7,  // 5: pact.v1.Command.assign:type_name -> pact.v1.AssignOp
+	8,  // 6: pact.v1.Command.liveness_digest:type_name -> pact.v1.LivenessDigestOp
+	9,  // 7: pact.v1.Command.mark_inactive:type_name -> pact.v1.MarkInactiveOp
+	13, // 8: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	13, // 9: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
+	14, // 10: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
+	14, // 11: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
+	15, // 12: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
+	16, // 13: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
+	12, // 14: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
+	15, // 15: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
+	11, // 16: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
+	17, // 17: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_raft_proto_init() }
@@ -667,6 +1086,10 @@ func file_pact_v1_raft_proto_init() {
 		(*Command_Activate)(nil),
 		(*Command_PublishIntermediate)(nil),
 		(*Command_Renew)(nil),
+		(*Command_Decommission)(nil),
+		(*Command_Assign)(nil),
+		(*Command_LivenessDigest)(nil),
+		(*Command_MarkInactive)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -674,7 +1097,7 @@ func file_pact_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_raft_proto_rawDesc), len(file_pact_v1_raft_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

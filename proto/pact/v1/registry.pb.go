@@ -248,8 +248,13 @@ type Node struct {
 	RegisteredBy         string           `protobuf:"bytes,7,opt,name=registered_by,json=registeredBy,proto3" json:"registered_by,omitempty"`
 	UpdatedAtUnixNano    int64            `protobuf:"varint,8,opt,name=updated_at_unix_nano,json=updatedAtUnixNano,proto3" json:"updated_at_unix_nano,omitempty"`
 	ActivatedAtUnixNano  int64            `protobuf:"varint,9,opt,name=activated_at_unix_nano,json=activatedAtUnixNano,proto3" json:"activated_at_unix_nano,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// When a journal last reported the node's stream (liveness digest), or
+	// its last activation or renewal.
+	LastSeenUnixNano  int64  `protobuf:"varint,10,opt,name=last_seen_unix_nano,json=lastSeenUnixNano,proto3" json:"last_seen_unix_nano,omitempty"`
+	RevokedAtUnixNano int64  `protobuf:"varint,11,opt,name=revoked_at_unix_nano,json=revokedAtUnixNano,proto3" json:"revoked_at_unix_nano,omitempty"`
+	RevokedBy         string `protobuf:"bytes,12,opt,name=revoked_by,json=revokedBy,proto3" json:"revoked_by,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -345,6 +350,27 @@ func (x *Node) GetActivatedAtUnixNano() int64 {
 	return 0
 }
 
+func (x *Node) GetLastSeenUnixNano() int64 {
+	if x != nil {
+		return x.LastSeenUnixNano
+	}
+	return 0
+}
+
+func (x *Node) GetRevokedAtUnixNano() int64 {
+	if x != nil {
+		return x.RevokedAtUnixNano
+	}
+	return 0
+}
+
+func (x *Node) GetRevokedBy() string {
+	if x != nil {
+		return x.RevokedBy
+	}
+	return ""
+}
+
 // Intermediate is a journal's current signing certificate, published into
 // Raft so every journal can verify what any other journal signed.
 type Intermediate struct {
@@ -415,6 +441,120 @@ func (x *Intermediate) GetNotAfterUnix() int64 {
 	return 0
 }
 
+// AuditEntry is one committed change to the registry, recorded in Raft.
+type AuditEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Raft log index of the change.
+	Index      uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	AtUnixNano int64  `protobuf:"varint,2,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	// Who asked: admin/NAME, agent/NODE or journal/ID.
+	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The caller's network address as the journal saw it.
+	Source string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	// What happened: register, enroll, takeover, renew, decommission, assign,
+	// unassign, move, inactive, active.
+	Action        string `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
+	NodeId        string `protobuf:"bytes,6,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Serial        string `protobuf:"bytes,7,opt,name=serial,proto3" json:"serial,omitempty"`
+	CorrelationId string `protobuf:"bytes,8,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	Detail        string `protobuf:"bytes,9,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditEntry) Reset() {
+	*x = AuditEntry{}
+	mi := &file_pact_v1_registry_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditEntry) ProtoMessage() {}
+
+func (x *AuditEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_registry_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
+func (*AuditEntry) Descriptor() ([]byte, []int) {
+	return file_pact_v1_registry_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AuditEntry) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *AuditEntry) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
+func (x *AuditEntry) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetCorrelationId() string {
+	if x != nil {
+		return x.CorrelationId
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 var File_pact_v1_registry_proto protoreflect.FileDescriptor
 
 const file_pact_v1_registry_proto_rawDesc = "" +
@@ -432,7 +572,7 @@ const file_pact_v1_registry_proto_rawDesc = "" +
 	"\x0fnot_before_unix\x18\x03 \x01(\x03R\rnotBeforeUnix\x12$\n" +
 	"\x0enot_after_unix\x18\x04 \x01(\x03R\fnotAfterUnix\x12#\n" +
 	"\rissuer_serial\x18\x05 \x01(\tR\fissuerSerial\x12\x10\n" +
-	"\x03der\x18\x06 \x01(\fR\x03der\"\x8c\x03\n" +
+	"\x03der\x18\x06 \x01(\fR\x03der\"\x8b\x04\n" +
 	"\x04Node\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
 	"\bhardware\x18\x02 \x01(\v2\x19.pact.v1.HardwareIdentityR\bhardware\x12(\n" +
@@ -442,13 +582,30 @@ const file_pact_v1_registry_proto_rawDesc = "" +
 	"\x17registered_at_unix_nano\x18\x06 \x01(\x03R\x14registeredAtUnixNano\x12#\n" +
 	"\rregistered_by\x18\a \x01(\tR\fregisteredBy\x12/\n" +
 	"\x14updated_at_unix_nano\x18\b \x01(\x03R\x11updatedAtUnixNano\x123\n" +
-	"\x16activated_at_unix_nano\x18\t \x01(\x03R\x13activatedAtUnixNano\"}\n" +
+	"\x16activated_at_unix_nano\x18\t \x01(\x03R\x13activatedAtUnixNano\x12-\n" +
+	"\x13last_seen_unix_nano\x18\n" +
+	" \x01(\x03R\x10lastSeenUnixNano\x12/\n" +
+	"\x14revoked_at_unix_nano\x18\v \x01(\x03R\x11revokedAtUnixNano\x12\x1d\n" +
+	"\n" +
+	"revoked_by\x18\f \x01(\tR\trevokedBy\"}\n" +
 	"\fIntermediate\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x16\n" +
 	"\x06serial\x18\x02 \x01(\tR\x06serial\x12\x10\n" +
 	"\x03der\x18\x03 \x01(\fR\x03der\x12$\n" +
-	"\x0enot_after_unix\x18\x04 \x01(\x03R\fnotAfterUnix*\x8a\x01\n" +
+	"\x0enot_after_unix\x18\x04 \x01(\x03R\fnotAfterUnix\"\xfa\x01\n" +
+	"\n" +
+	"AuditEntry\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12 \n" +
+	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
+	"atUnixNano\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06source\x18\x04 \x01(\tR\x06source\x12\x16\n" +
+	"\x06action\x18\x05 \x01(\tR\x06action\x12\x17\n" +
+	"\anode_id\x18\x06 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06serial\x18\a \x01(\tR\x06serial\x12%\n" +
+	"\x0ecorrelation_id\x18\b \x01(\tR\rcorrelationId\x12\x16\n" +
+	"\x06detail\x18\t \x01(\tR\x06detail*\x8a\x01\n" +
 	"\tNodeState\x12\x1a\n" +
 	"\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15NODE_STATE_REGISTERED\x10\x01\x12\x15\n" +
@@ -469,13 +626,14 @@ func file_pact_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_pact_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_pact_v1_registry_proto_goTypes = []any{
 	(NodeState)(0),           // 0: pact.v1.NodeState
 	(*HardwareIdentity)(nil), // 1: pact.v1.HardwareIdentity
 	(*CertificateInfo)(nil),  // 2: pact.v1.CertificateInfo
 	(*Node)(nil),             // 3: pact.v1.Node
 	(*Intermediate)(nil),     // 4: pact.v1.Intermediate
+	(*AuditEntry)(nil),       // 5: pact.v1.AuditEntry
 }
 var file_pact_v1_registry_proto_depIdxs = []int32{
 	1, // 0: pact.v1.Node.hardware:type_name -> pact.v1.HardwareIdentity
@@ -499,7 +657,7 @@ func file_pact_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_registry_proto_rawDesc), len(file_pact_v1_registry_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
