@@ -12,6 +12,7 @@ var (
 	ErrAlreadyActive            = errors.New("raftfsm: node already active")
 	ErrStaleCertificate         = errors.New("raftfsm: certificate is not the node's current one")
 	ErrInvalidCommand           = errors.New("raftfsm: invalid command")
+	ErrVClusterChanged          = errors.New("raftfsm: vcluster changed")
 )
 
 // errorCodes ties each rule error to its wire form so a replica's result can
@@ -27,6 +28,7 @@ var errorCodes = []struct {
 	{ErrAlreadyActive, "ALREADY_ACTIVE"},
 	{ErrStaleCertificate, "STALE_CERTIFICATE"},
 	{ErrInvalidCommand, "INVALID_ARGUMENT"},
+	{ErrVClusterChanged, "VCLUSTER_CHANGED"},
 }
 
 // ErrorCode returns the stable code of a rule error, or "" if err is none.

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -41,40 +42,69 @@ type Result struct {
 
 // Event tells an observer what an applied command changed.
 type Event struct {
-	Index         uint64
-	NodeID        string // empty if no node changed
+	Index uint64
+	// NodeIDs are the nodes whose record (state, vCluster, certificate)
+	// changed; liveness timestamps alone do not count.
+	NodeIDs       []string
 	BundleChanged bool
+	// Audit holds the audit entries the command recorded.
+	Audit []*pactv1.AuditEntry
 }
+
+func (e Event) empty() bool {
+	return len(e.NodeIDs) == 0 && !e.BundleChanged && len(e.Audit) == 0
+}
+
+// DefaultAuditCapacity is how many audit entries the registry keeps.
+const DefaultAuditCapacity = 10000
 
 // FSM implements raft.FSM.
 type FSM struct {
 	mu       sync.RWMutex
 	st       *state
 	observer func(Event)
+	auditCap int
 }
 
 type state struct {
-	nodes         map[string]*pactv1.Node
-	byMAC         map[string]string
-	byBMC         map[string]string
-	byEK          map[string]string
-	revoked       map[string]int64 // serial -> not_after (unix seconds)
-	intermediates map[string]*pactv1.Intermediate
+	nodes map[string]*pactv1.Node
+	// Live identifiers (non-revoked nodes) and those of revoked nodes, so
+	// a decommissioned node's hardware is answered NODE_REVOKED.
+	byMAC, byBMC, byEK                      map[string]string
+	revokedByMAC, revokedByBMC, revokedByEK map[string]string
+	revoked                                 map[string]int64 // serial -> not_after (unix seconds)
+	intermediates                           map[string]*pactv1.Intermediate
+	lastSeen                                map[string]int64 // node -> unix nano
+	audit                                   *auditRing
 }
 
-func newState() *state {
+func newState(auditCap int) *state {
 	return &state{
 		nodes:         map[string]*pactv1.Node{},
 		byMAC:         map[string]string{},
 		byBMC:         map[string]string{},
 		byEK:          map[string]string{},
+		revokedByMAC:  map[string]string{},
+		revokedByBMC:  map[string]string{},
+		revokedByEK:   map[string]string{},
 		revoked:       map[string]int64{},
 		intermediates: map[string]*pactv1.Intermediate{},
+		lastSeen:      map[string]int64{},
+		audit:         newAuditRing(auditCap),
 	}
 }
 
-// New returns an empty FSM.
-func New() *FSM { return &FSM{st: newState()} }
+// New returns an empty FSM keeping DefaultAuditCapacity audit entries.
+func New() *FSM { return NewWithAuditCapacity(DefaultAuditCapacity) }
+
+// NewWithAuditCapacity returns an empty FSM keeping n audit entries. Every
+// replica of a cluster must use the same n.
+func NewWithAuditCapacity(n int) *FSM {
+	if n < 1 {
+		n = 1
+	}
+	return &FSM{st: newState(n), auditCap: n}
+}
 
 // SetObserver registers a function called after every applied command that
 // changed something. It runs on Raft's apply goroutine: it must not block.
@@ -108,10 +138,10 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		panic(fmt.Sprintf("raftfsm: log entry %d: %v", l.Index, err))
 	}
 	f.mu.Lock()
-	res, ev := f.applyLocked(cmd)
+	res, ev := f.applyLocked(cmd, l.Index)
 	obs := f.observer
 	f.mu.Unlock()
-	if obs != nil && (ev.NodeID != "" || ev.BundleChanged) {
+	if obs != nil && !ev.empty() {
 		ev.Index = l.Index
 		obs(ev)
 	}
@@ -119,22 +149,65 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 }
 
 // applyLocked is the one switch over every command.
-func (f *FSM) applyLocked(cmd *pactv1.Command) (*Result, Event) {
+func (f *FSM) applyLocked(cmd *pactv1.Command, index uint64) (*Result, Event) {
+	a := &applier{s: f.st, cmd: cmd, index: index}
+	var res *Result
 	switch op := cmd.GetOp().(type) {
 	case *pactv1.Command_RegisterNode:
-		return f.st.registerNode(cmd, op.RegisterNode)
+		res = a.registerNode(op.RegisterNode)
 	case *pactv1.Command_Activate:
-		return f.st.activate(cmd, op.Activate)
+		res = a.activate(op.Activate)
 	case *pactv1.Command_Renew:
-		return f.st.renew(cmd, op.Renew)
+		res = a.renew(op.Renew)
 	case *pactv1.Command_PublishIntermediate:
-		return f.st.publishIntermediate(cmd, op.PublishIntermediate)
+		res = a.publishIntermediate(op.PublishIntermediate)
+	case *pactv1.Command_Decommission:
+		res = a.decommission(op.Decommission)
+	case *pactv1.Command_Assign:
+		res = a.assign(op.Assign)
+	case *pactv1.Command_LivenessDigest:
+		res = a.livenessDigest(op.LivenessDigest)
+	case *pactv1.Command_MarkInactive:
+		res = a.markInactive(op.MarkInactive)
 	case nil:
 		panic("raftfsm: command without an operation")
 	default:
 		panic(fmt.Sprintf("raftfsm: unknown command %T", op))
 	}
+	return res, a.ev
 }
+
+// applier carries one command through Apply and collects its Event.
+type applier struct {
+	s     *state
+	cmd   *pactv1.Command
+	index uint64
+	ev    Event
+}
+
+func (a *applier) at() int64 { return a.cmd.GetAtUnixNano() }
+
+func (a *applier) changed(nodeID string) { a.ev.NodeIDs = append(a.ev.NodeIDs, nodeID) }
+
+// record appends an audit entry stamped with the command's own time,
+// actor, source and correlation id.
+func (a *applier) record(action, nodeID, serial, detail string) {
+	e := &pactv1.AuditEntry{
+		Index:         a.index,
+		AtUnixNano:    a.at(),
+		Actor:         a.cmd.GetActor(),
+		Source:        a.cmd.GetSource(),
+		Action:        action,
+		NodeId:        nodeID,
+		Serial:        serial,
+		CorrelationId: a.cmd.GetCorrelationId(),
+		Detail:        detail,
+	}
+	a.s.audit.add(e)
+	a.ev.Audit = append(a.ev.Audit, e)
+}
+
+func fail(err error) *Result { return &Result{Err: err} }
 
 func identityOf(h *pactv1.HardwareIdentity) hwid.Identity {
 	return hwid.Identity{MACs: h.GetMacs(), BMCSerial: h.GetBmcSerial(), EKHash: h.GetTpmEkHash()}
@@ -158,35 +231,39 @@ func normalized(h *pactv1.HardwareIdentity) error {
 	return nil
 }
 
-func (s *state) registerNode(cmd *pactv1.Command, op *pactv1.RegisterNodeOp) (*Result, Event) {
+func (a *applier) registerNode(op *pactv1.RegisterNodeOp) *Result {
+	s := a.s
 	if err := pki.ValidateName("node id", op.GetNodeId()); err != nil {
-		return &Result{Err: fmt.Errorf("%w: %w", ErrInvalidCommand, err)}, Event{}
+		return fail(fmt.Errorf("%w: %w", ErrInvalidCommand, err))
 	}
 	if v := op.GetVcluster(); v != "" {
 		if err := pki.ValidateName("vcluster", v); err != nil {
-			return &Result{Err: fmt.Errorf("%w: %w", ErrInvalidCommand, err)}, Event{}
+			return fail(fmt.Errorf("%w: %w", ErrInvalidCommand, err))
 		}
 	}
 	if err := normalized(op.GetHardware()); err != nil {
-		return &Result{Err: fmt.Errorf("%w: %w", ErrInvalidCommand, err)}, Event{}
+		return fail(fmt.Errorf("%w: %w", ErrInvalidCommand, err))
 	}
 	if old, ok := s.nodes[op.GetNodeId()]; ok && old.GetState() != pactv1.NodeState_NODE_STATE_REVOKED {
-		return &Result{Node: old, Err: fmt.Errorf("%w: %s is %s", ErrNodeAlreadyEnrolled, op.GetNodeId(), StateName(old.GetState()))}, Event{}
+		return &Result{Node: old, Err: fmt.Errorf("%w: %s is %s", ErrNodeAlreadyEnrolled, op.GetNodeId(), StateName(old.GetState()))}
 	}
 	if owner, what := s.owner(identityOf(op.GetHardware())); owner != "" && owner != op.GetNodeId() {
-		return &Result{Err: fmt.Errorf("%w: %s is registered to node %s", ErrHardwareIdentityConflict, what, owner)}, Event{}
+		return fail(fmt.Errorf("%w: %s is registered to node %s", ErrHardwareIdentityConflict, what, owner))
 	}
 	n := &pactv1.Node{
 		NodeId:               op.GetNodeId(),
 		Hardware:             proto.Clone(op.GetHardware()).(*pactv1.HardwareIdentity),
 		State:                pactv1.NodeState_NODE_STATE_REGISTERED,
 		Vcluster:             op.GetVcluster(),
-		RegisteredAtUnixNano: cmd.GetAtUnixNano(),
-		RegisteredBy:         cmd.GetActor(),
-		UpdatedAtUnixNano:    cmd.GetAtUnixNano(),
+		RegisteredAtUnixNano: a.at(),
+		RegisteredBy:         a.cmd.GetActor(),
+		UpdatedAtUnixNano:    a.at(),
 	}
+	delete(s.lastSeen, n.GetNodeId())
 	s.put(n)
-	return &Result{Node: n}, Event{NodeID: n.GetNodeId()}
+	a.changed(n.GetNodeId())
+	a.record("register", n.GetNodeId(), "", "macs "+strings.Join(n.GetHardware().GetMacs(), ","))
+	return &Result{Node: n}
 }
 
 // owner returns the first node (and which identifier) that already holds any
@@ -211,40 +288,44 @@ func (s *state) owner(id hwid.Identity) (node, what string) {
 }
 
 // put stores n and indexes its hardware, replacing any previous record.
-// Revoked records keep their history but release their identifiers.
+// Revoked records keep their history but release their identifiers to the
+// revoked indexes, where only a lookup that finds no live node sees them.
 func (s *state) put(n *pactv1.Node) {
 	if old, ok := s.nodes[n.GetNodeId()]; ok {
 		s.unindex(old)
 	}
 	s.nodes[n.GetNodeId()] = n
+	mac, bmc, ek := s.byMAC, s.byBMC, s.byEK
 	if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
-		return
+		mac, bmc, ek = s.revokedByMAC, s.revokedByBMC, s.revokedByEK
 	}
 	h := n.GetHardware()
 	for _, m := range h.GetMacs() {
-		s.byMAC[m] = n.GetNodeId()
+		mac[m] = n.GetNodeId()
 	}
 	if b := h.GetBmcSerial(); b != "" {
-		s.byBMC[b] = n.GetNodeId()
+		bmc[b] = n.GetNodeId()
 	}
 	if e := h.GetTpmEkHash(); e != "" {
-		s.byEK[e] = n.GetNodeId()
+		ek[e] = n.GetNodeId()
 	}
 }
 
 func (s *state) unindex(n *pactv1.Node) {
 	id := n.GetNodeId()
 	h := n.GetHardware()
-	for _, m := range h.GetMacs() {
-		if s.byMAC[m] == id {
-			delete(s.byMAC, m)
+	for _, idx := range [][3]map[string]string{{s.byMAC, s.byBMC, s.byEK}, {s.revokedByMAC, s.revokedByBMC, s.revokedByEK}} {
+		for _, m := range h.GetMacs() {
+			if idx[0][m] == id {
+				delete(idx[0], m)
+			}
 		}
-	}
-	if b := h.GetBmcSerial(); b != "" && s.byBMC[b] == id {
-		delete(s.byBMC, b)
-	}
-	if e := h.GetTpmEkHash(); e != "" && s.byEK[e] == id {
-		delete(s.byEK, e)
+		if b := h.GetBmcSerial(); b != "" && idx[1][b] == id {
+			delete(idx[1], b)
+		}
+		if e := h.GetTpmEkHash(); e != "" && idx[2][e] == id {
+			delete(idx[2], e)
+		}
 	}
 }
 
@@ -253,6 +334,22 @@ type Resolution struct {
 	Node     *pactv1.Node
 	Mismatch hwid.Mismatch // why it failed, for the journal's own log
 	Err      error
+}
+
+// revokedOwner returns a revoked node that owned a reported identifier.
+func (s *state) revokedOwner(rep hwid.Identity) string {
+	for _, m := range rep.MACs {
+		if o, ok := s.revokedByMAC[m]; ok {
+			return o
+		}
+	}
+	if o, ok := s.revokedByBMC[rep.BMCSerial]; ok && rep.BMCSerial != "" {
+		return o
+	}
+	if o, ok := s.revokedByEK[rep.EKHash]; ok && rep.EKHash != "" {
+		return o
+	}
+	return ""
 }
 
 // resolve finds the one node a reported identity belongs to (docs/registry.md).
@@ -283,6 +380,9 @@ func (s *state) resolve(rep hwid.Identity) Resolution {
 		}
 	}
 	if candidate == "" {
+		if id := s.revokedOwner(rep); id != "" {
+			return Resolution{Node: s.nodes[id], Err: fmt.Errorf("%w: node %s was decommissioned; an operator must register it again", ErrNodeRevoked, id)}
+		}
 		return Resolution{Mismatch: hwid.MismatchNoCandidate, Err: fmt.Errorf("%w: no registered node matches this hardware identity", ErrNodeNotEnrolled)}
 	}
 	if many {
@@ -295,79 +395,90 @@ func (s *state) resolve(rep hwid.Identity) Resolution {
 	return Resolution{Node: n}
 }
 
-func (s *state) activate(cmd *pactv1.Command, op *pactv1.ActivateOp) (*Result, Event) {
+func (a *applier) activate(op *pactv1.ActivateOp) *Result {
+	s := a.s
 	if op.GetCert().GetSerial() == "" || op.GetCert().GetSpkiSha256() == "" || len(op.GetCert().GetDer()) == 0 {
-		return &Result{Err: fmt.Errorf("%w: activation without a certificate", ErrInvalidCommand)}, Event{}
+		return fail(fmt.Errorf("%w: activation without a certificate", ErrInvalidCommand))
 	}
 	if err := normalized(op.GetReported()); err != nil {
-		return &Result{Err: fmt.Errorf("%w: %w", ErrInvalidCommand, err)}, Event{}
-	}
-	// A revoked record has released its identifiers, so resolve cannot find
-	// it: check the node the proposer named.
-	if n, ok := s.nodes[op.GetNodeId()]; ok && n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
-		return &Result{Err: fmt.Errorf("%w: %s was decommissioned; register it again to re-enroll", ErrNodeRevoked, n.GetNodeId())}, Event{}
+		return fail(fmt.Errorf("%w: %w", ErrInvalidCommand, err))
 	}
 	r := s.resolve(identityOf(op.GetReported()))
 	if r.Err != nil {
-		return &Result{Err: r.Err}, Event{}
+		return fail(r.Err)
 	}
 	n := r.Node
 	if n.GetNodeId() != op.GetNodeId() {
 		// The proposer resolved against an older registry; refuse rather
 		// than activate a node nobody signed for.
-		return &Result{Err: fmt.Errorf("%w: hardware now resolves to another node", ErrHardwareIdentityConflict)}, Event{}
+		return fail(fmt.Errorf("%w: hardware now resolves to another node", ErrHardwareIdentityConflict))
 	}
+	action, detail := "enroll", ""
 	if n.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE {
 		if n.GetCert().GetSpkiSha256() == op.GetCert().GetSpkiSha256() {
-			return &Result{Node: n, Idempotent: true}, Event{}
+			return &Result{Node: n, Idempotent: true}
 		}
-		return &Result{Err: fmt.Errorf("%w: %s already holds a certificate for another key", ErrAlreadyActive, n.GetNodeId())}, Event{}
+		cutoff := op.GetTakeoverCutoffUnixNano()
+		if cutoff == 0 || s.lastSeen[n.GetNodeId()] >= cutoff {
+			return fail(fmt.Errorf("%w: %s already holds a certificate for another key", ErrAlreadyActive, n.GetNodeId()))
+		}
+		// No journal has seen the node's stream since the cutoff: it
+		// rebooted and lost its key. Its old certificate stops binding.
+		action, detail = "takeover", "replaces serial "+n.GetCert().GetSerial()
 	}
 	next := proto.Clone(n).(*pactv1.Node)
 	next.State = pactv1.NodeState_NODE_STATE_ACTIVE
 	next.Cert = proto.Clone(op.GetCert()).(*pactv1.CertificateInfo)
-	next.ActivatedAtUnixNano = cmd.GetAtUnixNano()
-	next.UpdatedAtUnixNano = cmd.GetAtUnixNano()
+	next.ActivatedAtUnixNano = a.at()
+	next.UpdatedAtUnixNano = a.at()
 	s.put(next)
-	return &Result{Node: next}, Event{NodeID: next.GetNodeId()}
+	s.lastSeen[next.GetNodeId()] = a.at()
+	a.changed(next.GetNodeId())
+	a.record(action, next.GetNodeId(), next.GetCert().GetSerial(), detail)
+	return &Result{Node: next}
 }
 
-func (s *state) renew(cmd *pactv1.Command, op *pactv1.RenewOp) (*Result, Event) {
+func (a *applier) renew(op *pactv1.RenewOp) *Result {
+	s := a.s
 	n, ok := s.nodes[op.GetNodeId()]
 	if !ok {
-		return &Result{Err: fmt.Errorf("%w: %s", ErrNodeNotEnrolled, op.GetNodeId())}, Event{}
+		return fail(fmt.Errorf("%w: %s", ErrNodeNotEnrolled, op.GetNodeId()))
 	}
 	if op.GetCert().GetSerial() == "" || op.GetCert().GetSpkiSha256() == "" || len(op.GetCert().GetDer()) == 0 {
-		return &Result{Err: fmt.Errorf("%w: renewal without a certificate", ErrInvalidCommand)}, Event{}
+		return fail(fmt.Errorf("%w: renewal without a certificate", ErrInvalidCommand))
 	}
 	switch n.GetState() {
 	case pactv1.NodeState_NODE_STATE_REVOKED:
-		return &Result{Err: fmt.Errorf("%w: %s", ErrNodeRevoked, n.GetNodeId())}, Event{}
+		return fail(fmt.Errorf("%w: %s", ErrNodeRevoked, n.GetNodeId()))
 	case pactv1.NodeState_NODE_STATE_REGISTERED:
-		return &Result{Err: fmt.Errorf("%w: %s has never enrolled", ErrStaleCertificate, n.GetNodeId())}, Event{}
+		return fail(fmt.Errorf("%w: %s has never enrolled", ErrStaleCertificate, n.GetNodeId()))
 	}
 	if n.GetCert().GetSpkiSha256() == op.GetCert().GetSpkiSha256() {
-		return &Result{Node: n, Idempotent: true}, Event{}
+		return &Result{Node: n, Idempotent: true}
 	}
 	if _, revoked := s.revoked[op.GetPreviousSerial()]; revoked || n.GetCert().GetSerial() != op.GetPreviousSerial() {
-		return &Result{Err: fmt.Errorf("%w: serial %s", ErrStaleCertificate, op.GetPreviousSerial())}, Event{}
+		return fail(fmt.Errorf("%w: serial %s", ErrStaleCertificate, op.GetPreviousSerial()))
 	}
 	next := proto.Clone(n).(*pactv1.Node)
 	next.State = pactv1.NodeState_NODE_STATE_ACTIVE
 	next.Cert = proto.Clone(op.GetCert()).(*pactv1.CertificateInfo)
-	next.UpdatedAtUnixNano = cmd.GetAtUnixNano()
+	next.UpdatedAtUnixNano = a.at()
 	s.put(next)
-	return &Result{Node: next}, Event{NodeID: next.GetNodeId()}
+	s.lastSeen[next.GetNodeId()] = a.at()
+	a.changed(next.GetNodeId())
+	a.record("renew", next.GetNodeId(), next.GetCert().GetSerial(), "replaces serial "+op.GetPreviousSerial())
+	return &Result{Node: next}
 }
 
-func (s *state) publishIntermediate(cmd *pactv1.Command, op *pactv1.PublishIntermediateOp) (*Result, Event) {
+func (a *applier) publishIntermediate(op *pactv1.PublishIntermediateOp) *Result {
 	in := op.GetIntermediate()
 	if in.GetSerial() == "" || len(in.GetDer()) == 0 || in.GetJournalId() == "" {
-		return &Result{Err: fmt.Errorf("%w: intermediate without serial, certificate or journal", ErrInvalidCommand)}, Event{}
+		return fail(fmt.Errorf("%w: intermediate without serial, certificate or journal", ErrInvalidCommand))
 	}
-	s.intermediates[in.GetSerial()] = proto.Clone(in).(*pactv1.Intermediate)
-	s.prune(cmd.GetAtUnixNano() / 1e9)
-	return &Result{}, Event{BundleChanged: true}
+	a.s.intermediates[in.GetSerial()] = proto.Clone(in).(*pactv1.Intermediate)
+	a.s.prune(a.at() / 1e9)
+	a.ev.BundleChanged = true
+	return &Result{}
 }
 
 // prune drops intermediates and revoked serials past their expiry. It runs
@@ -394,6 +505,11 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		Nodes:         make([]*pactv1.Node, 0, len(f.st.nodes)),
 		Revoked:       make([]*pactv1.RevokedSerial, 0, len(f.st.revoked)),
 		Intermediates: make([]*pactv1.Intermediate, 0, len(f.st.intermediates)),
+		LastSeen:      make([]*pactv1.LastSeen, 0, len(f.st.lastSeen)),
+		Audit:         f.st.audit.entries(),
+	}
+	for id, at := range f.st.lastSeen {
+		snap.LastSeen = append(snap.LastSeen, &pactv1.LastSeen{NodeId: id, AtUnixNano: at})
 	}
 	for _, n := range f.st.nodes {
 		snap.Nodes = append(snap.Nodes, n)
@@ -428,6 +544,7 @@ func sortSnapshot(s *pactv1.Snapshot) {
 	sort.Slice(s.Nodes, func(i, j int) bool { return s.Nodes[i].GetNodeId() < s.Nodes[j].GetNodeId() })
 	sort.Slice(s.Revoked, func(i, j int) bool { return s.Revoked[i].GetSerial() < s.Revoked[j].GetSerial() })
 	sort.Slice(s.Intermediates, func(i, j int) bool { return s.Intermediates[i].GetSerial() < s.Intermediates[j].GetSerial() })
+	sort.Slice(s.LastSeen, func(i, j int) bool { return s.LastSeen[i].GetNodeId() < s.LastSeen[j].GetNodeId() })
 }
 
 // Restore replaces the state with a snapshot. It builds the new state first
@@ -438,7 +555,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return fmt.Errorf("raftfsm: read snapshot: %w", err)
 	}
-	st, err := stateFromSnapshot(data)
+	st, err := stateFromSnapshot(data, f.auditCap)
 	if err != nil {
 		return err
 	}
@@ -452,12 +569,12 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-func stateFromSnapshot(data []byte) (*state, error) {
+func stateFromSnapshot(data []byte, auditCap int) (*state, error) {
 	snap := &pactv1.Snapshot{}
 	if err := proto.Unmarshal(data, snap); err != nil {
 		return nil, fmt.Errorf("raftfsm: decode snapshot: %w", err)
 	}
-	st := newState()
+	st := newState(auditCap)
 	for _, n := range snap.GetNodes() {
 		if n.GetNodeId() == "" {
 			return nil, errors.New("raftfsm: snapshot has a node without an id")
@@ -477,6 +594,15 @@ func stateFromSnapshot(data []byte) (*state, error) {
 	}
 	for _, in := range snap.GetIntermediates() {
 		st.intermediates[in.GetSerial()] = in
+	}
+	for _, ls := range snap.GetLastSeen() {
+		if _, ok := st.nodes[ls.GetNodeId()]; !ok {
+			return nil, fmt.Errorf("raftfsm: snapshot has liveness for unknown node %s", ls.GetNodeId())
+		}
+		st.lastSeen[ls.GetNodeId()] = ls.GetAtUnixNano()
+	}
+	for _, e := range snap.GetAudit() {
+		st.audit.add(e)
 	}
 	return st, nil
 }

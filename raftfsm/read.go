@@ -27,18 +27,76 @@ func (f *FSM) Resolve(rep hwid.Identity) Resolution {
 	return f.st.resolve(rep)
 }
 
-// Nodes returns the records in node id order, filtered by state when state
-// is not NODE_STATE_UNSPECIFIED.
-func (f *FSM) Nodes(state pactv1.NodeState) []*pactv1.Node {
+// Filter selects nodes; the zero value selects every node.
+type Filter struct {
+	State      pactv1.NodeState // NODE_STATE_UNSPECIFIED: any
+	VCluster   string           // "": any
+	Unassigned bool             // only nodes in no vCluster
+}
+
+func (fl Filter) match(n *pactv1.Node) bool {
+	switch {
+	case fl.State != pactv1.NodeState_NODE_STATE_UNSPECIFIED && n.GetState() != fl.State:
+		return false
+	case fl.VCluster != "" && n.GetVcluster() != fl.VCluster:
+		return false
+	case fl.Unassigned && n.GetVcluster() != "":
+		return false
+	}
+	return true
+}
+
+// Nodes returns the records that pass fl, in node id order.
+func (f *FSM) Nodes(fl Filter) []*pactv1.Node {
 	f.mu.RLock()
 	out := make([]*pactv1.Node, 0, len(f.st.nodes))
 	for _, n := range f.st.nodes {
-		if state == pactv1.NodeState_NODE_STATE_UNSPECIFIED || n.GetState() == state {
+		if fl.match(n) {
 			out = append(out, n)
 		}
 	}
 	f.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].GetNodeId() < out[j].GetNodeId() })
+	return out
+}
+
+// LastSeen is when a journal last reported the node's stream (or the node
+// last enrolled or renewed), in Unix nanoseconds; 0 if never.
+func (f *FSM) LastSeen(id string) int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.lastSeen[id]
+}
+
+// ActiveLastSeen returns every Active node with its last sighting.
+func (f *FSM) ActiveLastSeen() map[string]int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make(map[string]int64)
+	for id, n := range f.st.nodes {
+		if n.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE {
+			out[id] = f.st.lastSeen[id]
+		}
+	}
+	return out
+}
+
+// Audit returns up to limit of the newest entries (oldest first) about
+// nodeID (any node if empty) at or after sinceUnixNano.
+func (f *FSM) Audit(nodeID string, sinceUnixNano int64, limit int) []*pactv1.AuditEntry {
+	f.mu.RLock()
+	all := f.st.audit.entries()
+	f.mu.RUnlock()
+	var out []*pactv1.AuditEntry
+	for i := len(all) - 1; i >= 0 && len(out) < limit; i-- {
+		e := all[i]
+		if (nodeID == "" || e.GetNodeId() == nodeID) && e.GetAtUnixNano() >= sinceUnixNano {
+			out = append(out, e)
+		}
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
 	return out
 }
 

@@ -34,6 +34,8 @@ const (
 	Unauthenticated          Reason = "UNAUTHENTICATED"
 	PermissionDenied         Reason = "PERMISSION_DENIED"
 	StaleCertificate         Reason = "STALE_CERTIFICATE"
+	NodeStreaming            Reason = "NODE_STREAMING"
+	VClusterChanged          Reason = "VCLUSTER_CHANGED"
 	NoLeader                 Reason = "NO_LEADER"
 	Internal                 Reason = "INTERNAL"
 )
@@ -50,6 +52,8 @@ var codeOf = map[Reason]codes.Code{
 	Unauthenticated:          codes.Unauthenticated,
 	PermissionDenied:         codes.PermissionDenied,
 	StaleCertificate:         codes.PermissionDenied,
+	NodeStreaming:            codes.FailedPrecondition,
+	VClusterChanged:          codes.FailedPrecondition,
 	NoLeader:                 codes.Unavailable,
 	Internal:                 codes.Internal,
 }
