@@ -361,9 +361,14 @@ func jitter(d time.Duration) time.Duration {
 	return rand.N(d)
 }
 
-// refusal reports whether err is a final answer about this node.
+// refusal reports whether err is a final answer about this node. An
+// ALREADY_ACTIVE with a retry-after is not: the node's previous incarnation
+// went quiet and the journal will accept a takeover after the window.
 func refusal(err error) bool {
 	pe := apierr.FromError(err)
+	if pe.Reason == apierr.AlreadyActive && pe.RetryAfter > 0 {
+		return false
+	}
 	switch pe.Code {
 	case codes.NotFound, codes.AlreadyExists, codes.PermissionDenied, codes.FailedPrecondition, codes.InvalidArgument:
 		return true

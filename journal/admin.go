@@ -2,8 +2,12 @@ package journal
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"time"
 
+	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/hwid"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
@@ -11,60 +15,264 @@ import (
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
+// Errors of the operator surface.
+var (
+	errNodeStreaming = errors.New("journal: node has an open stream")
+	errVCluster      = raftfsm.ErrVClusterChanged
+)
+
+// MaxBatch is the most rows one RegisterNodes call may carry.
+const MaxBatch = 1000
+
 type adminServer struct {
 	pactv1.UnimplementedAdminServiceServer
 	j *Journal
 }
 
-func (s *adminServer) RegisterNode(ctx context.Context, req *pactv1.RegisterNodeRequest) (*pactv1.RegisterNodeResponse, error) {
-	p := principalFrom(ctx)
+// registerOp validates one registration request into a command.
+func registerOp(req *pactv1.RegisterNodeRequest) (*pactv1.RegisterNodeOp, error) {
+	var errs []error
 	if err := pki.ValidateName("node id", req.GetNodeId()); err != nil {
-		return nil, err
+		errs = append(errs, err)
 	}
 	if v := req.GetVcluster(); v != "" {
 		if err := pki.ValidateName("vcluster", v); err != nil {
-			return nil, err
+			errs = append(errs, err)
 		}
 	}
 	id, err := hwid.Normalize(req.GetHardware().GetMacs(), req.GetHardware().GetBmcSerial(), req.GetHardware().GetTpmEkHash())
 	if err != nil {
-		return nil, err
+		errs = append(errs, err)
 	}
-	res, err := s.j.propose(ctx, &pactv1.Command{
-		Actor: "admin/" + p.id.Name,
-		Op: &pactv1.Command_RegisterNode{RegisterNode: &pactv1.RegisterNodeOp{
-			NodeId:   req.GetNodeId(),
-			Hardware: hardwareProto(id),
-			Vcluster: req.GetVcluster(),
-		}},
-	})
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return &pactv1.RegisterNodeOp{NodeId: req.GetNodeId(), Hardware: hardwareProto(id), Vcluster: req.GetVcluster()}, nil
+}
+
+func (s *adminServer) RegisterNode(ctx context.Context, req *pactv1.RegisterNodeRequest) (*pactv1.RegisterNodeResponse, error) {
+	p := principalFrom(ctx)
+	op, err := registerOp(req)
 	if err != nil {
 		return nil, err
 	}
-	s.j.log.Info("node registered", logkey.NodeID, req.GetNodeId(), logkey.Actor, p.id.Name, logkey.MACs, id.MACs)
-	return &pactv1.RegisterNodeResponse{Node: redact(res.Node)}, nil
+	res, err := s.j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_RegisterNode{RegisterNode: op}})
+	if err != nil {
+		return nil, err
+	}
+	s.j.log.Info("node registered", logkey.NodeID, req.GetNodeId(), logkey.Actor, p.id.Name, logkey.MACs, op.GetHardware().GetMacs())
+	return &pactv1.RegisterNodeResponse{Node: s.j.view(res.Node)}, nil
+}
+
+// RegisterNodes registers each row independently. Rows are proposed
+// concurrently so Raft commits them in batches; each gets its own result.
+func (s *adminServer) RegisterNodes(ctx context.Context, req *pactv1.RegisterNodesRequest) (*pactv1.RegisterNodesResponse, error) {
+	p := principalFrom(ctx)
+	rows := req.GetNodes()
+	if len(rows) > MaxBatch {
+		return nil, fmt.Errorf("%w: %d rows in one call (at most %d)", ErrInvalidArgument, len(rows), MaxBatch)
+	}
+	results := make([]*pactv1.RegisterNodeResult, len(rows))
+	sem := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	for i, row := range rows {
+		results[i] = &pactv1.RegisterNodeResult{NodeId: row.GetNodeId()}
+		op, err := registerOp(row)
+		if err != nil {
+			s.j.setResult(results[i], err)
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(r *pactv1.RegisterNodeResult, op *pactv1.RegisterNodeOp) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			res, err := s.j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_RegisterNode{RegisterNode: op}})
+			switch {
+			case err == nil:
+				r.Outcome = pactv1.RegisterOutcome_REGISTER_OUTCOME_OK
+			case errors.Is(err, raftfsm.ErrNodeAlreadyEnrolled) && res != nil && sameRegistration(res.Node, op):
+				// A re-run of the same file: nothing to do.
+				r.Outcome = pactv1.RegisterOutcome_REGISTER_OUTCOME_EXISTS
+			default:
+				s.j.setResult(r, err)
+			}
+		}(results[i], op)
+	}
+	wg.Wait()
+	return &pactv1.RegisterNodesResponse{Results: results}, nil
+}
+
+func (j *Journal) setResult(r *pactv1.RegisterNodeResult, err error) {
+	r.Outcome = pactv1.RegisterOutcome_REGISTER_OUTCOME_ERROR
+	pe := apierr.FromError(toStatus(err))
+	r.Reason, r.Message = string(pe.Reason), pe.Message
+}
+
+// sameRegistration reports whether an existing record is exactly what op
+// would register (so a re-run reports "exists", not an error).
+func sameRegistration(n *pactv1.Node, op *pactv1.RegisterNodeOp) bool {
+	if n == nil || n.GetVcluster() != op.GetVcluster() {
+		return false
+	}
+	a, b := n.GetHardware(), op.GetHardware()
+	if a.GetBmcSerial() != b.GetBmcSerial() || a.GetTpmEkHash() != b.GetTpmEkHash() || len(a.GetMacs()) != len(b.GetMacs()) {
+		return false
+	}
+	for i := range a.GetMacs() {
+		if a.GetMacs()[i] != b.GetMacs()[i] {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *adminServer) ListNodes(_ context.Context, req *pactv1.ListNodesRequest) (*pactv1.ListNodesResponse, error) {
-	nodes := s.j.fsm.Nodes(req.GetState())
+	if v := req.GetVcluster(); v != "" && req.GetUnassigned() {
+		return nil, fmt.Errorf("%w: --vcluster and --unassigned exclude each other", ErrInvalidArgument)
+	}
+	nodes := s.j.fsm.Nodes(raftfsm.Filter{State: req.GetState(), VCluster: req.GetVcluster(), Unassigned: req.GetUnassigned()})
 	out := make([]*pactv1.Node, len(nodes))
 	for i, n := range nodes {
-		out[i] = redact(n)
+		out[i] = s.j.view(n)
 	}
 	return &pactv1.ListNodesResponse{Nodes: out}, nil
 }
 
 func (s *adminServer) InspectNode(_ context.Context, req *pactv1.InspectNodeRequest) (*pactv1.InspectNodeResponse, error) {
-	n, ok := s.j.fsm.Node(req.GetNodeId())
-	if !ok {
-		return nil, fmt.Errorf("%w: no node %q in the registry", raftfsm.ErrNodeNotEnrolled, req.GetNodeId())
+	n, err := s.j.node(req.GetNodeId())
+	if err != nil {
+		return nil, err
 	}
-	return &pactv1.InspectNodeResponse{Node: redact(n)}, nil
+	return &pactv1.InspectNodeResponse{Node: s.j.view(n)}, nil
 }
 
-// redact returns a copy of n without the certificate DER: operators see
-// the serial, key fingerprint and expiry, and the listing stays small.
-func redact(n *pactv1.Node) *pactv1.Node {
+func (j *Journal) node(id string) (*pactv1.Node, error) {
+	n, ok := j.fsm.Node(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: no node %q in the registry", raftfsm.ErrNodeNotEnrolled, id)
+	}
+	return n, nil
+}
+
+// DecommissionNode revokes a node. While the node is streaming (to any
+// journal, as far as the liveness digests tell) it refuses unless forced.
+func (s *adminServer) DecommissionNode(ctx context.Context, req *pactv1.DecommissionNodeRequest) (*pactv1.DecommissionNodeResponse, error) {
+	j := s.j
+	p := principalFrom(ctx)
+	n, err := j.node(req.GetNodeId())
+	if err != nil {
+		return nil, err
+	}
+	if !req.GetForce() {
+		if streaming, ago := j.streaming(n); streaming {
+			return nil, fmt.Errorf("%w: node %s is running (stream seen %s ago); decommissioning cuts it off: re-run with --force", errNodeStreaming, n.GetNodeId(), ago.Round(time.Second))
+		}
+	}
+	res, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_Decommission{Decommission: &pactv1.DecommissionOp{NodeId: n.GetNodeId()}}})
+	if err != nil {
+		return nil, err
+	}
+	j.log.Info("node decommissioned", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.id.Name, logkey.Serial, n.GetCert().GetSerial(), "forced", req.GetForce())
+	return &pactv1.DecommissionNodeResponse{Node: j.view(res.Node)}, nil
+}
+
+// streaming reports whether the node holds a stream here, or a journal
+// reported one within two digest intervals.
+func (j *Journal) streaming(n *pactv1.Node) (bool, time.Duration) {
+	if j.hub.streamCount(n.GetNodeId()) > 0 {
+		return true, 0
+	}
+	if n.GetState() != pactv1.NodeState_NODE_STATE_ACTIVE {
+		return false, 0
+	}
+	ago := j.cfg.Clock.Now().Sub(time.Unix(0, j.fsm.LastSeen(n.GetNodeId())))
+	return ago < 2*j.cfg.DigestInterval, ago
+}
+
+func (s *adminServer) AssignNode(ctx context.Context, req *pactv1.AssignNodeRequest) (*pactv1.AssignNodeResponse, error) {
+	if req.GetVcluster() == "" {
+		return nil, fmt.Errorf("%w: a vCluster is required; to put a node into maintenance use unassign", ErrInvalidArgument)
+	}
+	n, _, err := s.j.setVCluster(ctx, req.GetNodeId(), req.GetVcluster(), func(from string) bool { return from == "" })
+	if err != nil {
+		return nil, err
+	}
+	return &pactv1.AssignNodeResponse{Node: n}, nil
+}
+
+func (s *adminServer) UnassignNode(ctx context.Context, req *pactv1.UnassignNodeRequest) (*pactv1.UnassignNodeResponse, error) {
+	n, prev, err := s.j.setVCluster(ctx, req.GetNodeId(), "", nil)
+	if err != nil {
+		return nil, err
+	}
+	return &pactv1.UnassignNodeResponse{Node: n, PreviousVcluster: prev}, nil
+}
+
+func (s *adminServer) MoveNode(ctx context.Context, req *pactv1.MoveNodeRequest) (*pactv1.MoveNodeResponse, error) {
+	if req.GetToVcluster() == "" {
+		return nil, fmt.Errorf("%w: a target vCluster is required; to put a node into maintenance use unassign", ErrInvalidArgument)
+	}
+	n, prev, err := s.j.setVCluster(ctx, req.GetNodeId(), req.GetToVcluster(), func(from string) bool { return from != "" })
+	if err != nil {
+		return nil, err
+	}
+	return &pactv1.MoveNodeResponse{Node: n, PreviousVcluster: prev}, nil
+}
+
+// setVCluster authorises and commits a vCluster change in one Raft write.
+// The command carries the assignment the decision was made on, so it cannot
+// apply to a node that moved in between.
+func (j *Journal) setVCluster(ctx context.Context, nodeID, to string, fromOK func(string) bool) (*pactv1.Node, string, error) {
+	p := principalFrom(ctx)
+	if to != "" {
+		if err := pki.ValidateName("vcluster", to); err != nil {
+			return nil, "", err
+		}
+	}
+	n, err := j.node(nodeID)
+	if err != nil {
+		return nil, "", err
+	}
+	from := n.GetVcluster()
+	if fromOK != nil && !fromOK(from) {
+		if from == "" {
+			return nil, "", fmt.Errorf("%w: %s is in maintenance (no vCluster); use assign", errVCluster, nodeID)
+		}
+		return nil, "", fmt.Errorf("%w: %s is already in %s; use move", errVCluster, nodeID, from)
+	}
+	if own := opsVCluster(p.role); own != "" {
+		// pact-ops-V may only move nodes into and out of V: every vCluster
+		// the change touches must be V.
+		for _, v := range []string{from, to} {
+			if v != "" && v != own {
+				return nil, "", fmt.Errorf("%w: role %s may only move nodes into and out of %s; %s touches %s", ErrPermission, p.role, own, nodeID, v)
+			}
+		}
+	}
+	res, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_Assign{Assign: &pactv1.AssignOp{
+		NodeId: nodeID, Vcluster: to, ExpectVcluster: from,
+	}}})
+	if err != nil {
+		return nil, "", err
+	}
+	j.log.Info("node assignment changed", logkey.NodeID, nodeID, logkey.Actor, p.id.Name, "from", from, "to", to)
+	return j.view(res.Node), from, nil
+}
+
+func (s *adminServer) ListAudit(_ context.Context, req *pactv1.ListAuditRequest) (*pactv1.ListAuditResponse, error) {
+	limit := int(req.GetLimit())
+	if limit <= 0 || limit > 10000 {
+		limit = 1000
+	}
+	return &pactv1.ListAuditResponse{Entries: s.j.fsm.Audit(req.GetNodeId(), req.GetSinceUnixNano(), limit)}, nil
+}
+
+func (p *principal) actor() string { return "admin/" + p.id.Name }
+
+// view returns a copy of n for operators: without the certificate DER (they
+// see serial, key fingerprint and expiry) and with its last sighting.
+func (j *Journal) view(n *pactv1.Node) *pactv1.Node {
 	if n == nil {
 		return nil
 	}
@@ -77,6 +285,9 @@ func redact(n *pactv1.Node) *pactv1.Node {
 		RegisteredBy:         n.GetRegisteredBy(),
 		UpdatedAtUnixNano:    n.GetUpdatedAtUnixNano(),
 		ActivatedAtUnixNano:  n.GetActivatedAtUnixNano(),
+		LastSeenUnixNano:     j.fsm.LastSeen(n.GetNodeId()),
+		RevokedAtUnixNano:    n.GetRevokedAtUnixNano(),
+		RevokedBy:            n.GetRevokedBy(),
 	}
 	if c := n.GetCert(); c != nil {
 		out.Cert = &pactv1.CertificateInfo{

@@ -41,16 +41,35 @@ func anyRole(string) bool { return true }
 
 func platformAdmin(role string) bool { return role == pki.RolePlatformAdmin }
 
+func assigner(role string) bool { return platformAdmin(role) || opsVCluster(role) != "" }
+
+// opsVCluster is the vCluster of a pact-ops-{vcluster} role, or "".
+func opsVCluster(role string) string {
+	if strings.HasPrefix(role, pki.RoleOpsPrefix) && len(role) > len(pki.RoleOpsPrefix) {
+		return role[len(pki.RoleOpsPrefix):]
+	}
+	return ""
+}
+
 var policies = map[string]policy{
-	pactv1.EnrollmentService_Enroll_FullMethodName:    {public: true},
-	pactv1.EnrollmentService_RenewCert_FullMethodName: {agent: true},
-	pactv1.EnrollmentService_Subscribe_FullMethodName: {agent: true},
-	pactv1.AdminService_RegisterNode_FullMethodName:   {admin: platformAdmin},
-	pactv1.AdminService_ListNodes_FullMethodName:      {admin: anyRole},
-	pactv1.AdminService_InspectNode_FullMethodName:    {admin: anyRole},
+	pactv1.EnrollmentService_Enroll_FullMethodName:      {public: true},
+	pactv1.EnrollmentService_RenewCert_FullMethodName:   {agent: true},
+	pactv1.EnrollmentService_Subscribe_FullMethodName:   {agent: true},
+	pactv1.AdminService_RegisterNode_FullMethodName:     {admin: platformAdmin},
+	pactv1.AdminService_RegisterNodes_FullMethodName:    {admin: platformAdmin},
+	pactv1.AdminService_DecommissionNode_FullMethodName: {admin: platformAdmin},
+	// The vCluster rules for pact-ops roles are checked in the handlers,
+	// against the node's current assignment.
+	pactv1.AdminService_AssignNode_FullMethodName:   {admin: assigner},
+	pactv1.AdminService_UnassignNode_FullMethodName: {admin: assigner},
+	pactv1.AdminService_MoveNode_FullMethodName:     {admin: assigner},
+	pactv1.AdminService_ListNodes_FullMethodName:    {admin: anyRole},
+	pactv1.AdminService_InspectNode_FullMethodName:  {admin: anyRole},
+	pactv1.AdminService_ListAudit_FullMethodName:    {admin: anyRole},
 }
 
 func (j *Journal) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	ctx = withCorrelation(ctx)
 	p, err := j.authenticate(ctx, info.FullMethod)
 	if err != nil {
 		return nil, toStatus(err)
@@ -70,11 +89,11 @@ type authedStream struct {
 func (s *authedStream) Context() context.Context { return s.ctx }
 
 func (j *Journal) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	p, err := j.authenticate(ss.Context(), info.FullMethod)
+	ctx := withCorrelation(ss.Context())
+	p, err := j.authenticate(ctx, info.FullMethod)
 	if err != nil {
 		return toStatus(err)
 	}
-	ctx := ss.Context()
 	if p != nil {
 		ctx = context.WithValue(ctx, principalKey{}, p)
 	}

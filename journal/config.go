@@ -51,6 +51,23 @@ type Config struct {
 	// RaftSnapshotThreshold and RaftTrailingLogs tune log compaction.
 	RaftSnapshotThreshold uint64
 	RaftTrailingLogs      uint64
+	// HeartbeatTimeout is how long an Active node may go unseen (no stream
+	// on any journal) before the leader marks it Inactive.
+	HeartbeatTimeout time.Duration
+	// TakeoverWindow is how long an Active node must have gone unseen
+	// before a fresh Enroll from its hardware (a reboot that lost the key)
+	// may replace its certificate.
+	TakeoverWindow time.Duration
+	// DigestInterval is how often each journal reports the streams it holds
+	// (one Raft write per journal per interval) and the leader looks for
+	// nodes to mark Inactive.
+	DigestInterval time.Duration
+	// AuditLog, if set, receives every committed audit entry as a JSON line
+	// ("-" for stdout).
+	AuditLog string
+	// MetricsListen, if set, serves /metrics, /healthz and /readyz over
+	// plain HTTP on this address.
+	MetricsListen string
 	// RaftTimeout sets Raft's heartbeat, election and lease timeouts; zero
 	// keeps hashicorp/raft's defaults. Tests shorten it to start fast.
 	RaftTimeout time.Duration
@@ -70,6 +87,9 @@ func DefaultConfig() Config {
 		EnrollQueueWait:          2 * time.Second,
 		ApplyTimeout:             10 * time.Second,
 		StreamRecheckInterval:    30 * time.Second,
+		HeartbeatTimeout:         5 * time.Minute,
+		TakeoverWindow:           60 * time.Second,
+		DigestInterval:           10 * time.Second,
 		RaftSnapshotThreshold:    8192,
 		RaftTrailingLogs:         10240,
 		Logger:                   slog.Default(),
@@ -111,6 +131,15 @@ func (c Config) Validate() error {
 	}
 	if c.StreamRecheckInterval <= 0 {
 		errs = append(errs, errors.New("journal: StreamRecheckInterval must be positive"))
+	}
+	if c.DigestInterval <= 0 {
+		errs = append(errs, errors.New("journal: DigestInterval must be positive"))
+	}
+	if c.TakeoverWindow < 2*c.DigestInterval {
+		errs = append(errs, fmt.Errorf("journal: takeover window %v must be at least twice the digest interval %v, or a streaming node could be taken over", c.TakeoverWindow, c.DigestInterval))
+	}
+	if c.HeartbeatTimeout < c.TakeoverWindow {
+		errs = append(errs, fmt.Errorf("journal: heartbeat timeout %v must not be shorter than the takeover window %v", c.HeartbeatTimeout, c.TakeoverWindow))
 	}
 	if c.RaftSnapshotThreshold == 0 {
 		errs = append(errs, errors.New("journal: RaftSnapshotThreshold must be positive"))

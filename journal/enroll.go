@@ -52,15 +52,19 @@ func (s *enrollmentServer) Enroll(ctx context.Context, req *pactv1.EnrollRequest
 		j.enrollFailed(ctx, req, "invalid CSR", err)
 		return nil, err
 	}
+	var takeover int64
 	if node.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE {
 		if node.GetCert().GetSpkiSha256() == fingerprint(csr.SPKI) {
 			// A retry of an enrollment that already committed: same key,
 			// same certificate, no new write.
 			return j.enrollResponse(node)
 		}
-		err := fmt.Errorf("%w: node %s is active with another key", raftfsm.ErrAlreadyActive, node.GetNodeId())
-		j.enrollFailed(ctx, req, "already active", err)
-		return nil, err
+		cutoff, err := j.takeoverCutoff(node)
+		if err != nil {
+			j.enrollFailed(ctx, req, "already active", err)
+			return nil, err
+		}
+		takeover = cutoff
 	}
 	issued, err := j.ca.SignAgent(csr, node.GetNodeId())
 	if err != nil {
@@ -72,6 +76,8 @@ func (s *enrollmentServer) Enroll(ctx context.Context, req *pactv1.EnrollRequest
 			NodeId:   node.GetNodeId(),
 			Reported: hardwareProto(rep),
 			Cert:     certInfo(issued),
+
+			TakeoverCutoffUnixNano: takeover,
 		}},
 	})
 	if err != nil {
@@ -82,6 +88,28 @@ func (s *enrollmentServer) Enroll(ctx context.Context, req *pactv1.EnrollRequest
 	j.log.Info("node enrolled", logkey.NodeID, node.GetNodeId(), logkey.Serial, result.Node.GetCert().GetSerial(),
 		logkey.NotAfter, time.Unix(result.Node.GetCert().GetNotAfterUnix(), 0).UTC().Format(time.RFC3339), logkey.Source, peerAddr(ctx))
 	return j.enrollResponse(result.Node)
+}
+
+// takeoverCutoff decides whether an Active node's hardware may enroll with a
+// new key: only when no journal has seen its stream for TakeoverWindow (it
+// rebooted and lost its key). While the node streams it is refused for good
+// (a second agent, or a spoofed identity); when it merely went quiet, the
+// refusal carries a retry-after for when the takeover becomes possible.
+func (j *Journal) takeoverCutoff(n *pactv1.Node) (int64, error) {
+	now := j.cfg.Clock.Now()
+	lastSeen := time.Unix(0, j.fsm.LastSeen(n.GetNodeId()))
+	if j.hub.streamCount(n.GetNodeId()) > 0 || now.Sub(lastSeen) < 2*j.cfg.DigestInterval {
+		return 0, fmt.Errorf("%w: node %s is active with another key and streaming", raftfsm.ErrAlreadyActive, n.GetNodeId())
+	}
+	cutoff := now.Add(-j.cfg.TakeoverWindow)
+	if !lastSeen.Before(cutoff) {
+		wait := lastSeen.Sub(cutoff)
+		return 0, &retryAfterError{
+			err:   fmt.Errorf("%w: node %s was active until %s ago; if it rebooted it may enroll again in %s", raftfsm.ErrAlreadyActive, n.GetNodeId(), now.Sub(lastSeen).Round(time.Second), wait.Round(time.Second)),
+			after: wait,
+		}
+	}
+	return cutoff.UnixNano(), nil
 }
 
 // enrollResponse builds the response from the committed record, never from

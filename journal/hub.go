@@ -52,8 +52,8 @@ func (h *hub) streamCount(nodeID string) int {
 func (h *hub) notify(ev raftfsm.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if ev.NodeID != "" {
-		for w := range h.streams[ev.NodeID] {
+	for _, id := range ev.NodeIDs {
+		for w := range h.streams[id] {
 			wake(w.node)
 		}
 	}
@@ -74,10 +74,25 @@ func wake(ch chan struct{}) {
 	}
 }
 
-// onApply is the FSM observer: it runs on Raft's apply goroutine.
+// nodes returns the ids of the nodes with at least one open stream here.
+func (h *hub) nodes() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.streams))
+	for id := range h.streams {
+		out = append(out, id)
+	}
+	return out
+}
+
+// onApply is the FSM observer: it runs on Raft's apply goroutine and must
+// not block.
 func (j *Journal) onApply(ev raftfsm.Event) {
 	if ev.BundleChanged {
 		j.bundle.invalidate()
 	}
 	j.hub.notify(ev)
+	if j.audit != nil && len(ev.Audit) > 0 {
+		j.audit.offer(ev.Audit)
+	}
 }

@@ -40,6 +40,7 @@ type Journal struct {
 	hub    *hub
 	bundle *bundleCache
 	gate   *gate
+	audit  *auditExporter
 
 	lis    net.Listener
 	server *grpc.Server
@@ -142,6 +143,18 @@ func (j *Journal) startRaft() error {
 			return fmt.Errorf("journal: bootstrap raft: %w", err)
 		}
 	}
+	lastIndex, err := store.LastIndex()
+	if err != nil {
+		store.Close()
+		return fmt.Errorf("journal: read raft log: %w", err)
+	}
+	if j.cfg.AuditLog != "" {
+		// Entries up to the log's end were exported by the previous run.
+		if j.audit, err = newAuditExporter(j.cfg.AuditLog, lastIndex, j.log); err != nil {
+			store.Close()
+			return err
+		}
+	}
 	r, err := raft.NewRaft(rc, j.fsm, store, store, snaps, transport)
 	if err != nil {
 		store.Close()
@@ -170,7 +183,11 @@ func (j *Journal) Start(ctx context.Context) error {
 	}
 	j.lis = lis
 	j.server = j.newGRPCServer()
-	j.wg.Add(2)
+	j.wg.Add(3)
+	go func() {
+		defer j.wg.Done()
+		j.livenessLoop()
+	}()
 	go func() {
 		defer j.wg.Done()
 		if err := j.server.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -183,7 +200,7 @@ func (j *Journal) Start(ctx context.Context) error {
 	}()
 	inter := j.ca.Intermediate()
 	j.log.Info("journal serving", logkey.Addr, lis.Addr().String(),
-		"nodes", len(j.fsm.Nodes(pactv1.NodeState_NODE_STATE_UNSPECIFIED)),
+		"nodes", len(j.fsm.Nodes(raftfsm.Filter{})),
 		logkey.IssuerSerial, pki.SerialHex(inter.SerialNumber), logkey.NotAfter, inter.NotAfter.UTC().Format(time.RFC3339))
 	return nil
 }
@@ -284,6 +301,9 @@ func (j *Journal) Close() error {
 		}
 		if err := j.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("journal: close raft store: %w", err))
+		}
+		if j.audit != nil {
+			j.audit.close()
 		}
 	})
 	return errors.Join(errs...)

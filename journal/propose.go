@@ -27,6 +27,12 @@ var (
 // back as the error (from Result.Err); the Result is still returned.
 func (j *Journal) propose(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
 	cmd.AtUnixNano = j.cfg.Clock.Now().UnixNano()
+	if cmd.Source == "" {
+		cmd.Source = peerAddr(ctx)
+	}
+	if cmd.CorrelationId == "" {
+		cmd.CorrelationId = correlationFrom(ctx)
+	}
 	data, err := raftfsm.Encode(cmd)
 	if err != nil {
 		return nil, fmt.Errorf("journal: encode command: %w", err)

@@ -37,6 +37,8 @@ var reasons = []struct {
 	{raftfsm.ErrAlreadyActive, apierr.AlreadyActive},
 	{raftfsm.ErrStaleCertificate, apierr.StaleCertificate},
 	{raftfsm.ErrInvalidCommand, apierr.InvalidArgument},
+	{raftfsm.ErrVClusterChanged, apierr.VClusterChanged},
+	{errNodeStreaming, apierr.NodeStreaming},
 	{ca.ErrCSRTooLarge, apierr.InvalidCSR},
 	{ca.ErrCSRMalformed, apierr.InvalidCSR},
 	{ca.ErrCSRSignature, apierr.InvalidCSR},
