@@ -61,4 +61,3 @@ func (j *Journal) livenessTick() {
 	}
 	j.log.Info("nodes without a stream for the heartbeat timeout marked inactive", "nodes", len(stale), "timeout", j.cfg.HeartbeatTimeout)
 }
-

@@ -84,8 +84,8 @@ func newRegistry(t testing.TB) (*raftfsm.FSM, *raftfsmtest.Applier) {
 }
 
 // restoreNodes replaces f's state with exactly these nodes, revoked serials
-// and intermediates. It is how tests reach Inactive and Revoked, for which
-// there is no command yet.
+// and intermediates. It is how tests start from a state that would otherwise
+// take a long sequence of commands.
 func restoreNodes(t testing.TB, f raft.FSM, snap *pactv1.Snapshot) {
 	t.Helper()
 	if err := raftfsmtest.Restore(f, snap); err != nil {
@@ -510,18 +510,37 @@ func TestPublishIntermediatePrunesRevokedSerials(t *testing.T) {
 func TestObserver(t *testing.T) {
 	f := raftfsm.New()
 	a := &raftfsmtest.Applier{FSM: f}
+	// seen is an event reduced to what the observer is promised: which
+	// nodes changed, whether the bundle did, which audit actions were
+	// recorded, and (read from the FSM inside the callback) the first
+	// changed node's state.
 	type seen struct {
-		ev    raftfsm.Event
-		state pactv1.NodeState
+		index   uint64
+		nodes   string
+		bundle  bool
+		actions string
+		state   pactv1.NodeState
 	}
 	var got []seen
 	f.SetObserver(func(ev raftfsm.Event) {
 		// The observer runs after the change and outside the lock: it may
 		// read the FSM and sees the new state.
-		n, _ := f.Node(ev.NodeID)
-		got = append(got, seen{ev, n.GetState()})
+		var st pactv1.NodeState
+		if len(ev.NodeIDs) > 0 {
+			n, _ := f.Node(ev.NodeIDs[0])
+			st = n.GetState()
+		}
+		var actions []string
+		for _, e := range ev.Audit {
+			if e.GetIndex() != ev.Index {
+				t.Errorf("event %d carries an audit entry of index %d", ev.Index, e.GetIndex())
+			}
+			actions = append(actions, e.GetAction()+":"+e.GetNodeId())
+		}
+		got = append(got, seen{ev.Index, strings.Join(ev.NodeIDs, ","), ev.BundleChanged, strings.Join(actions, ","), st})
 	})
 
+	later := at(t0 + 2*hour)
 	a.Apply(admin.RegisterNode("node-1", "", hw1()))                               // 1
 	a.Apply(admin.RegisterNode("node-1", "", hw1()))                               // 2 duplicate
 	a.Apply(admin.RegisterNode("node-2", "", raftfsmtest.Hardware("S3", mac1)))    // 3 conflict
@@ -532,14 +551,39 @@ func TestObserver(t *testing.T) {
 	a.Apply(journal.PublishIntermediate(nil))                                      // 8 invalid
 	a.Apply(journal.Renew("node-1", "01", cert("04", "spki-4")))                   // 9
 	f.Apply(&raft.Log{Index: 10, Type: raft.LogNoop})
+	a.Index = 10
+	a.Apply(admin.Assign("node-1", "vc-a", ""))                         // 11 assign
+	a.Apply(admin.Assign("node-1", "vc-a", "vc-a"))                     // 12 idempotent
+	a.Apply(admin.Assign("node-1", "vc-b", ""))                         // 13 vcluster changed
+	a.Apply(journal.LivenessDigest("journal-1", "node-1"))              // 14 liveness alone: no event
+	a.Apply(later.MarkInactive(t0*1e9, "node-1"))                       // 15 seen after the cutoff: no event
+	a.Apply(later.MarkInactive(later.AtUnixNano, "node-1"))             // 16 inactive
+	a.Apply(later.LivenessDigest("journal-2", "node-1", "node-9"))      // 17 active again
+	a.Apply(admin.RegisterNode("node-3", "vc-b", hw3()))                // 18
+	a.Apply(later.MarkInactive(later.AtUnixNano+1, "node-1", "node-3")) // 19 one of two
+	a.Apply(admin.Decommission("node-1"))                               // 20
+	a.Apply(admin.Decommission("node-1"))                               // 21 already revoked
 	restoreNodes(t, f, &pactv1.Snapshot{})
 
+	const (
+		registered = pactv1.NodeState_NODE_STATE_REGISTERED
+		active     = pactv1.NodeState_NODE_STATE_ACTIVE
+		inactive   = pactv1.NodeState_NODE_STATE_INACTIVE
+		revoked    = pactv1.NodeState_NODE_STATE_REVOKED
+		none       = pactv1.NodeState_NODE_STATE_UNSPECIFIED
+	)
 	want := []seen{
-		{raftfsm.Event{Index: 1, NodeID: "node-1"}, pactv1.NodeState_NODE_STATE_REGISTERED},
-		{raftfsm.Event{Index: 4, NodeID: "node-1"}, pactv1.NodeState_NODE_STATE_ACTIVE},
-		{raftfsm.Event{Index: 7, BundleChanged: true}, pactv1.NodeState_NODE_STATE_UNSPECIFIED},
-		{raftfsm.Event{Index: 9, NodeID: "node-1"}, pactv1.NodeState_NODE_STATE_ACTIVE},
-		{raftfsm.Event{BundleChanged: true}, pactv1.NodeState_NODE_STATE_UNSPECIFIED},
+		{1, "node-1", false, "register:node-1", registered},
+		{4, "node-1", false, "enroll:node-1", active},
+		{7, "", true, "", none},
+		{9, "node-1", false, "renew:node-1", active},
+		{11, "node-1", false, "assign:node-1", active},
+		{16, "node-1", false, "inactive:node-1", inactive},
+		{17, "node-1", false, "active:node-1", active},
+		{18, "node-3", false, "register:node-3", registered},
+		{19, "node-1", false, "inactive:node-1", inactive},
+		{20, "node-1", false, "decommission:node-1", revoked},
+		{0, "", true, "", none}, // Restore
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("observed\n%v\nwant\n%v", got, want)
@@ -615,7 +659,7 @@ func TestApplyIgnoresOtherLogTypes(t *testing.T) {
 func TestRecordsAreCopyOnWrite(t *testing.T) {
 	f, a := newRegistry(t)
 	registered, _ := f.Node("node-1")
-	listed := f.Nodes(pactv1.NodeState_NODE_STATE_REGISTERED)
+	listed := f.Nodes(raftfsm.Filter{State: pactv1.NodeState_NODE_STATE_REGISTERED})
 	cmd := journal.Activate("node-1", hw1(), cert("01", "spki-1"))
 	mustApply(t, a, cmd)
 
@@ -657,7 +701,7 @@ func TestNodes(t *testing.T) {
 		{pactv1.NodeState_NODE_STATE_ACTIVE, []string{"node-2"}},
 		{pactv1.NodeState_NODE_STATE_REVOKED, []string{}},
 	} {
-		if got := ids(f.Nodes(tt.state)); !slices.Equal(got, tt.want) {
+		if got := ids(f.Nodes(raftfsm.Filter{State: tt.state})); !slices.Equal(got, tt.want) {
 			t.Errorf("Nodes(%v) = %v, want %v", tt.state, got, tt.want)
 		}
 	}
@@ -687,6 +731,7 @@ func TestErrorCode(t *testing.T) {
 	sentinels := []error{
 		raftfsm.ErrNodeNotEnrolled, raftfsm.ErrNodeAlreadyEnrolled, raftfsm.ErrHardwareIdentityConflict,
 		raftfsm.ErrNodeRevoked, raftfsm.ErrAlreadyActive, raftfsm.ErrStaleCertificate, raftfsm.ErrInvalidCommand,
+		raftfsm.ErrVClusterChanged,
 	}
 	seen := map[string]error{}
 	for _, e := range sentinels {
@@ -717,7 +762,11 @@ func TestErrorCode(t *testing.T) {
 // Apply replaces, and snapshots are persisted while Apply runs.
 func TestConcurrentReadsDuringApply(t *testing.T) {
 	f := raftfsm.New()
-	f.SetObserver(func(ev raftfsm.Event) { f.Node(ev.NodeID) })
+	f.SetObserver(func(ev raftfsm.Event) {
+		for _, id := range ev.NodeIDs {
+			f.Node(id)
+		}
+	})
 	cmds := newCommandGen(7).commands(300)
 
 	done := make(chan struct{})
@@ -742,7 +791,7 @@ func TestConcurrentReadsDuringApply(t *testing.T) {
 		}
 	})
 	reader(func(i int) {
-		for _, n := range f.Nodes(pactv1.NodeState_NODE_STATE_UNSPECIFIED) {
+		for _, n := range f.Nodes(raftfsm.Filter{}) {
 			_ = f.Resolve(ident(n.GetHardware()))
 			_ = n.GetCert().GetSerial()
 		}

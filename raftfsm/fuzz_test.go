@@ -72,7 +72,7 @@ func applyRecover(f *raftfsm.FSM, index uint64, data []byte) (res *raftfsm.Resul
 func checkInvariants(t *testing.T, f *raftfsm.FSM) {
 	t.Helper()
 	owner := map[string]string{}
-	for _, n := range f.Nodes(pactv1.NodeState_NODE_STATE_UNSPECIFIED) {
+	for _, n := range f.Nodes(raftfsm.Filter{}) {
 		if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
 			continue
 		}
@@ -145,7 +145,7 @@ func FuzzRestore(f *testing.F) {
 			return
 		}
 		// The read side copes with whatever was accepted.
-		for _, n := range fsm.Nodes(pactv1.NodeState_NODE_STATE_UNSPECIFIED) {
+		for _, n := range fsm.Nodes(raftfsm.Filter{}) {
 			fsm.Resolve(ident(n.GetHardware()))
 		}
 		fsm.Intermediates(t0)

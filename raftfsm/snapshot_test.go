@@ -317,7 +317,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	}
 	for st := range pactv1.NodeState_name {
 		state := pactv1.NodeState(st)
-		na, nb := a.Nodes(state), b.Nodes(state)
+		na, nb := a.Nodes(raftfsm.Filter{State: state}), b.Nodes(raftfsm.Filter{State: state})
 		if !slices.EqualFunc(na, nb, func(x, y *pactv1.Node) bool { return proto.Equal(x, y) }) {
 			t.Errorf("Nodes(%v) differs after restore", state)
 		}

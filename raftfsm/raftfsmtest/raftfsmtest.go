@@ -19,14 +19,18 @@ import (
 )
 
 // Proposer stamps commands the way a journal does before proposing them: the
-// actor and the time are the proposer's, never read inside Apply.
+// actor, the caller's address, the correlation id and the time are the
+// proposer's, never read inside Apply. The FSM copies all four into every
+// audit entry the command records.
 type Proposer struct {
-	Actor      string
-	AtUnixNano int64
+	Actor         string
+	AtUnixNano    int64
+	Source        string
+	CorrelationID string
 }
 
 func (p Proposer) command() *pactv1.Command {
-	return &pactv1.Command{AtUnixNano: p.AtUnixNano, Actor: p.Actor}
+	return &pactv1.Command{AtUnixNano: p.AtUnixNano, Actor: p.Actor, Source: p.Source, CorrelationId: p.CorrelationID}
 }
 
 // RegisterNode returns a RegisterNode command. hw must already be normalised
@@ -45,6 +49,15 @@ func (p Proposer) Activate(nodeID string, reported *pactv1.HardwareIdentity, cer
 	return c
 }
 
+// ActivateTakeover returns an Activate command that may replace the key of a
+// node that is Active with another one, provided no journal has reported the
+// node's stream since cutoffUnixNano.
+func (p Proposer) ActivateTakeover(nodeID string, reported *pactv1.HardwareIdentity, cert *pactv1.CertificateInfo, cutoffUnixNano int64) *pactv1.Command {
+	c := p.Activate(nodeID, reported, cert)
+	c.GetActivate().TakeoverCutoffUnixNano = cutoffUnixNano
+	return c
+}
+
 // Renew returns a Renew command replacing the certificate previousSerial.
 func (p Proposer) Renew(nodeID, previousSerial string, cert *pactv1.CertificateInfo) *pactv1.Command {
 	c := p.command()
@@ -56,6 +69,38 @@ func (p Proposer) Renew(nodeID, previousSerial string, cert *pactv1.CertificateI
 func (p Proposer) PublishIntermediate(in *pactv1.Intermediate) *pactv1.Command {
 	c := p.command()
 	c.Op = &pactv1.Command_PublishIntermediate{PublishIntermediate: &pactv1.PublishIntermediateOp{Intermediate: in}}
+	return c
+}
+
+// Decommission returns a Decommission command.
+func (p Proposer) Decommission(nodeID string) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_Decommission{Decommission: &pactv1.DecommissionOp{NodeId: nodeID}}
+	return c
+}
+
+// Assign returns an Assign command moving nodeID from expectVCluster to
+// vcluster; either may be empty (maintenance mode), so the one command
+// assigns, unassigns and moves.
+func (p Proposer) Assign(nodeID, vcluster, expectVCluster string) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_Assign{Assign: &pactv1.AssignOp{NodeId: nodeID, Vcluster: vcluster, ExpectVcluster: expectVCluster}}
+	return c
+}
+
+// LivenessDigest returns a LivenessDigest command: journalID held the
+// streams of nodeIDs during the last interval.
+func (p Proposer) LivenessDigest(journalID string, nodeIDs ...string) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_LivenessDigest{LivenessDigest: &pactv1.LivenessDigestOp{JournalId: journalID, NodeIds: nodeIDs}}
+	return c
+}
+
+// MarkInactive returns a MarkInactive command for the nodes among nodeIDs
+// last seen before cutoffUnixNano.
+func (p Proposer) MarkInactive(cutoffUnixNano int64, nodeIDs ...string) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_MarkInactive{MarkInactive: &pactv1.MarkInactiveOp{NodeIds: nodeIDs, CutoffUnixNano: cutoffUnixNano}}
 	return c
 }
 
@@ -143,8 +188,8 @@ func SnapshotBytes(f raft.FSM) ([]byte, error) {
 }
 
 // Restore marshals snap and restores f from it. It is how a test puts a
-// registry into states no command reaches yet (Inactive, Revoked) or builds a
-// large one quickly.
+// registry into a given state directly (Inactive and Revoked records, revoked
+// serials, last-seen times, audit entries) or builds a large one quickly.
 func Restore(f raft.FSM, snap *pactv1.Snapshot) error {
 	data, err := proto.Marshal(snap)
 	if err != nil {
