@@ -3,8 +3,10 @@ package journal
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -115,21 +117,16 @@ func (j *Journal) authenticate(ctx context.Context, method string) (*principal, 
 		return nil, fmt.Errorf("%w: no peer", ErrUnauthenticated)
 	}
 	tlsInfo, ok := pr.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(tlsInfo.State.VerifiedChains) == 0 || len(tlsInfo.State.VerifiedChains[0]) == 0 {
+	if !ok || len(tlsInfo.State.PeerCertificates) == 0 {
 		return nil, fmt.Errorf("%w: this call needs a client certificate issued for this domain", ErrUnauthenticated)
 	}
-	chain := tlsInfo.State.VerifiedChains[0]
-	leaf := chain[0]
-	now := j.cfg.Clock.Now()
-	if now.After(leaf.NotAfter) {
-		return nil, fmt.Errorf("%w: client certificate expired at %s", ErrUnauthenticated, leaf.NotAfter.UTC().Format("2006-01-02T15:04:05Z"))
-	}
-	if now.Before(leaf.NotBefore) {
-		return nil, fmt.Errorf("%w: client certificate not valid before %s (check the clocks)", ErrUnauthenticated, leaf.NotBefore.UTC().Format("2006-01-02T15:04:05Z"))
-	}
+	leaf := tlsInfo.State.PeerCertificates[0]
 	id, err := pki.IdentityOf(leaf)
 	if err != nil || id.Domain != j.ca.Domain() {
 		return nil, fmt.Errorf("%w: client certificate names no identity in domain %s", ErrUnauthenticated, j.ca.Domain())
+	}
+	if err := j.verifyClient(leaf, id); err != nil {
+		return nil, err
 	}
 	p := &principal{id: id, serial: pki.SerialHex(leaf.SerialNumber), spki: pki.SPKIFingerprint(leaf), leaf: leaf}
 	switch {
@@ -137,17 +134,11 @@ func (j *Journal) authenticate(ctx context.Context, method string) (*principal, 
 		if id.Kind != pki.KindAgent {
 			return nil, fmt.Errorf("%w: %s is for node agents; a %s credential cannot call it", ErrPermission, method, id.Kind)
 		}
-		if len(chain) != 3 {
-			return nil, fmt.Errorf("%w: agent certificate must be issued by a journal intermediate", ErrUnauthenticated)
-		}
-		if err := j.checkIssuer(chain[1]); err != nil {
-			return nil, err
-		}
 		if err := j.checkBinding(p); err != nil {
 			return nil, err
 		}
 	case pol.admin != nil:
-		if id.Kind != pki.KindAdmin || len(chain) != 2 {
+		if id.Kind != pki.KindAdmin {
 			return nil, fmt.Errorf("%w: %s needs an operator credential", ErrPermission, method)
 		}
 		if len(leaf.Subject.OrganizationalUnit) == 1 {
@@ -160,11 +151,29 @@ func (j *Journal) authenticate(ctx context.Context, method string) (*principal, 
 	return p, nil
 }
 
-// checkIssuer refuses certificates whose intermediate has left the trust
-// bundle (expired or revoked).
-func (j *Journal) checkIssuer(inter *x509.Certificate) error {
-	if _, ok := j.bundle.get().live[pki.SerialHex(inter.SerialNumber)]; !ok {
-		return fmt.Errorf("%w: the certificate's issuing journal intermediate is no longer trusted; re-enroll", ErrUnauthenticated)
+// verifyClient verifies a client chain at the journal's clock. Agent
+// certificates must chain through a live intermediate of the trust bundle
+// (whatever intermediates the client sent are ignored); operator
+// certificates must be signed by the root itself, so no journal
+// intermediate can mint one.
+func (j *Journal) verifyClient(leaf *x509.Certificate, id pki.Identity) error {
+	now := j.cfg.Clock.Now()
+	opts := x509.VerifyOptions{Roots: j.roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if id.Kind == pki.KindAgent {
+		opts.Intermediates = j.bundle.get().intermediates
+	}
+	if _, err := leaf.Verify(opts); err != nil {
+		var inv x509.CertificateInvalidError
+		switch {
+		case errors.As(err, &inv) && inv.Reason == x509.Expired && now.After(leaf.NotAfter):
+			return fmt.Errorf("%w: client certificate %s expired at %s", ErrUnauthenticated, pki.SerialHex(leaf.SerialNumber), leaf.NotAfter.UTC().Format(time.RFC3339))
+		case errors.As(err, &inv) && inv.Reason == x509.Expired:
+			return fmt.Errorf("%w: client certificate not valid before %s (check the clocks)", ErrUnauthenticated, leaf.NotBefore.UTC().Format(time.RFC3339))
+		case id.Kind == pki.KindAgent:
+			return fmt.Errorf("%w: client certificate does not chain to a trusted journal intermediate of this domain (expired, revoked or foreign); re-enroll", ErrUnauthenticated)
+		default:
+			return fmt.Errorf("%w: client certificate is not signed by this domain's root", ErrUnauthenticated)
+		}
 	}
 	return nil
 }

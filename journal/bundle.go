@@ -26,6 +26,8 @@ type bundleCache struct {
 type trustBundle struct {
 	der  [][]byte          // root first, then live intermediates
 	live map[string][]byte // intermediate serial -> DER
+	// intermediates holds the live intermediates for chain verification.
+	intermediates *x509.CertPool
 	// version changes whenever the set of intermediates changes, so a
 	// stream knows when to resend.
 	version uint64
@@ -50,11 +52,16 @@ func (b *bundleCache) get() *trustBundle {
 		return b.cur
 	}
 	inters := b.fsm.Intermediates(now.Unix())
-	next := &trustBundle{der: make([][]byte, 0, 1+len(inters)), live: make(map[string][]byte, len(inters))}
+	next := &trustBundle{der: make([][]byte, 0, 1+len(inters)), live: make(map[string][]byte, len(inters)), intermediates: x509.NewCertPool()}
 	next.der = append(next.der, b.root.Raw)
 	for _, in := range inters {
+		c, err := x509.ParseCertificate(in.GetDer())
+		if err != nil {
+			continue // a journal published garbage; it cannot verify anything
+		}
 		next.der = append(next.der, in.GetDer())
 		next.live[in.GetSerial()] = in.GetDer()
+		next.intermediates.AddCert(c)
 	}
 	next.version = 1
 	if b.cur != nil {

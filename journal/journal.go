@@ -41,6 +41,7 @@ type Journal struct {
 	bundle *bundleCache
 	gate   *gate
 	audit  *auditExporter
+	roots  *x509.CertPool
 
 	lis    net.Listener
 	server *grpc.Server
@@ -103,6 +104,7 @@ func New(cfg Config) (*Journal, error) {
 		stop: make(chan struct{}),
 	}
 	j.bundle = newBundleCache(authority.Root(), j.fsm, cfg.Clock)
+	j.roots = rootPool(authority.Root())
 	j.fsm.SetObserver(j.onApply)
 	if err := j.startRaft(); err != nil {
 		return nil, err
@@ -315,11 +317,11 @@ func (j *Journal) newGRPCServer() *grpc.Server {
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return j.ca.ServerCertificate(), nil
 		},
-		// Enroll needs no client certificate; every other RPC is refused
-		// without one by the interceptors. Chains are verified against the
-		// root here and against the live trust bundle per call.
-		ClientAuth: tls.VerifyClientCertIfGiven,
-		ClientCAs:  rootPool(j.ca.Root()),
+		// Enroll needs no client certificate. Client chains are verified
+		// per call (authenticate), against the root and the live trust
+		// bundle at the journal's clock, so an expired or no longer trusted
+		// certificate gets a typed error rather than a failed handshake.
+		ClientAuth: tls.RequestClientCert,
 		Time:       j.cfg.Clock.Now,
 	}
 	s := grpc.NewServer(

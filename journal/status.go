@@ -43,6 +43,7 @@ var reasons = []struct {
 	{ca.ErrCSRMalformed, apierr.InvalidCSR},
 	{ca.ErrCSRSignature, apierr.InvalidCSR},
 	{ca.ErrKeyPolicy, apierr.InvalidCSR},
+	{ca.ErrCSRExtensions, apierr.InvalidCSR},
 	{hwid.ErrInvalidMAC, apierr.InvalidArgument},
 	{hwid.ErrInvalidBMCSerial, apierr.InvalidArgument},
 	{hwid.ErrInvalidEKHash, apierr.InvalidArgument},

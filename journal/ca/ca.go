@@ -34,6 +34,7 @@ var (
 	ErrCSRMalformed  = errors.New("ca: malformed CSR")
 	ErrKeyPolicy     = errors.New("ca: CSR key not allowed")
 	ErrCSRSignature  = errors.New("ca: CSR signature invalid")
+	ErrCSRExtensions = errors.New("ca: CSR requests extensions")
 	ErrIssuedInvalid = errors.New("ca: issued certificate failed validation")
 )
 
@@ -255,6 +256,13 @@ func ParseCSR(der []byte) (*CSR, error) {
 	case x509.ECDSAWithSHA256, x509.ECDSAWithSHA384, x509.ECDSAWithSHA512, x509.PureEd25519:
 	default:
 		return nil, fmt.Errorf("%w: signature algorithm %v", ErrKeyPolicy, req.SignatureAlgorithm)
+	}
+	// The journal decides every extension (SANs, key usage, basic
+	// constraints) from the registry; a CSR asking for any is refused
+	// rather than silently trimmed, so a confused or hostile client learns
+	// at once.
+	if len(req.Extensions) > 0 {
+		return nil, fmt.Errorf("%w: %d requested (SANs, key usage, CA flags...); send a CSR with a public key only", ErrCSRExtensions, len(req.Extensions))
 	}
 	if err := req.CheckSignature(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCSRSignature, err)

@@ -424,6 +424,13 @@ func TestSignAgentIgnoresCSRContent(t *testing.T) {
 			if !tc.check(req) {
 				t.Fatal("the CSR does not carry what the test asks for")
 			}
+			if len(req.Extensions) > 0 {
+				// Requested extensions (SANs included) are refused outright.
+				if _, err := ParseCSR(der); !errors.Is(err, ErrCSRExtensions) {
+					t.Fatalf("ParseCSR = %v, want ErrCSRExtensions", err)
+				}
+				return
+			}
 			csr := parseCSR(t, der)
 			iss, err := f.ca.SignAgent(csr, "node-7")
 			if err != nil {
@@ -1310,7 +1317,7 @@ func csrOfSize(t testing.TB, key crypto.Signer, n int) []byte {
 	t.Helper()
 	l := 1
 	for range 10 {
-		der := makeCSR(t, key, &x509.CertificateRequest{DNSNames: []string{strings.Repeat("a", l)}})
+		der := makeCSR(t, key, &x509.CertificateRequest{Subject: pkix.Name{Organization: []string{strings.Repeat("a", l)}}})
 		if len(der) == n {
 			return der
 		}
@@ -1341,7 +1348,7 @@ func tamperCN(t testing.TB, der []byte) []byte {
 	return out
 }
 
-var csrSentinels = []error{ErrCSRTooLarge, ErrCSRMalformed, ErrKeyPolicy, ErrCSRSignature}
+var csrSentinels = []error{ErrCSRTooLarge, ErrCSRMalformed, ErrKeyPolicy, ErrCSRSignature, ErrCSRExtensions}
 
 func TestParseCSRPolicy(t *testing.T) {
 	p256 := newKey(t, "P-256")

@@ -76,7 +76,7 @@ func TestFuzzSeedCorpus(t *testing.T) {
 	}{
 		{"valid-p256", nil},
 		{"valid-ed25519", nil},
-		{"valid-p384-asks-for-sans-and-ca", nil},
+		{"valid-p384-asks-for-sans-and-ca", ErrCSRExtensions},
 		{"rsa2048-key-policy", ErrKeyPolicy},
 		{"p256-sha1-signature", ErrKeyPolicy},
 		{"p256-corrupt-signature", ErrCSRSignature},
