@@ -12,6 +12,7 @@ import (
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/journal/ca"
+	"github.com/pact-hpc/pact/journal/ratelimit"
 )
 
 // Config configures one journal node.
@@ -65,6 +66,8 @@ type Config struct {
 	// AuditLog, if set, receives every committed audit entry as a JSON line
 	// ("-" for stdout).
 	AuditLog string
+	// RateLimit bounds failed enrollments per source and globally.
+	RateLimit ratelimit.Config
 	// MetricsListen, if set, serves /metrics, /healthz and /readyz over
 	// plain HTTP on this address.
 	MetricsListen string
@@ -87,6 +90,7 @@ func DefaultConfig() Config {
 		EnrollQueueWait:          2 * time.Second,
 		ApplyTimeout:             10 * time.Second,
 		StreamRecheckInterval:    30 * time.Second,
+		RateLimit:                ratelimit.DefaultConfig(),
 		HeartbeatTimeout:         5 * time.Minute,
 		TakeoverWindow:           60 * time.Second,
 		DigestInterval:           10 * time.Second,
@@ -143,6 +147,9 @@ func (c Config) Validate() error {
 	}
 	if c.RaftSnapshotThreshold == 0 {
 		errs = append(errs, errors.New("journal: RaftSnapshotThreshold must be positive"))
+	}
+	if err := c.RateLimit.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Logger == nil {
 		errs = append(errs, errors.New("journal: Logger is required"))

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/peer"
 
+	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/hwid"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/journal/ca"
+	"github.com/pact-hpc/pact/journal/ratelimit"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -22,53 +26,69 @@ type enrollmentServer struct {
 
 // Enroll is the one unauthenticated RPC. It answers only from local state
 // until the request has passed every check; a failed attempt is logged
-// locally and never becomes a Raft write.
+// locally, counted against its source, and never becomes a Raft write.
 func (s *enrollmentServer) Enroll(ctx context.Context, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, error) {
 	j := s.j
+	source := ratelimit.SourceOf(peerNetAddr(ctx))
+	if ok, after := j.limiter.Allow(source, j.cfg.Clock.Now()); !ok {
+		j.metrics.enroll.WithLabelValues("rate_limited").Inc()
+		return nil, &retryAfterError{err: fmt.Errorf("%w: too many failed enrollments from %s; retry after %v", ErrOverloaded, source, after), after: after}
+	}
 	release, err := j.gate.acquire(ctx)
 	if err != nil {
+		j.metrics.enroll.WithLabelValues("rate_limited").Inc()
 		return nil, err
 	}
 	defer release()
+	resp, outcome, err := j.enroll(ctx, req)
+	if err == nil {
+		j.limiter.RecordSuccess(source, j.cfg.Clock.Now())
+		j.metrics.enroll.WithLabelValues(outcome).Inc()
+		return resp, nil
+	}
+	if outcome == "refused" {
+		j.enrollRefused(ctx, req, source, err)
+	}
+	j.metrics.enroll.WithLabelValues(outcome).Inc()
+	return nil, err
+}
 
+// enroll does the work of Enroll and says how it ended: ok, retry (same
+// key, same certificate), takeover, refused (the caller's fault: counted and
+// rate limited) or error (ours).
+func (j *Journal) enroll(ctx context.Context, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, string, error) {
 	rep, err := hwid.Normalize(req.GetHardware().GetMacs(), req.GetHardware().GetBmcSerial(), req.GetHardware().GetTpmEkHash())
 	if err != nil {
-		j.enrollFailed(ctx, req, "invalid hardware identity", err)
-		return nil, err
+		return nil, "refused", err
 	}
 	res := j.fsm.Resolve(rep)
 	if res.Err != nil {
-		j.enrollFailed(ctx, req, string(res.Mismatch), res.Err)
-		return nil, res.Err
+		if res.Mismatch != "" {
+			// Only the journal's log learns why; the caller gets the code.
+			j.log.Info("enrollment hardware mismatch", logkey.Reason, string(res.Mismatch), logkey.NodeID, res.Node.GetNodeId())
+		}
+		return nil, "refused", res.Err
 	}
 	node := res.Node
-	if node.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
-		err := fmt.Errorf("%w: node %s was decommissioned; an operator must register it again", raftfsm.ErrNodeRevoked, node.GetNodeId())
-		j.enrollFailed(ctx, req, "revoked", err)
-		return nil, err
-	}
 	csr, err := ca.ParseCSR(req.GetCsrDer())
 	if err != nil {
-		j.enrollFailed(ctx, req, "invalid CSR", err)
-		return nil, err
+		return nil, "refused", err
 	}
 	var takeover int64
 	if node.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE {
 		if node.GetCert().GetSpkiSha256() == fingerprint(csr.SPKI) {
 			// A retry of an enrollment that already committed: same key,
 			// same certificate, no new write.
-			return j.enrollResponse(node)
+			resp, err := j.enrollResponse(node)
+			return resp, "retry", err
 		}
-		cutoff, err := j.takeoverCutoff(node)
-		if err != nil {
-			j.enrollFailed(ctx, req, "already active", err)
-			return nil, err
+		if takeover, err = j.takeoverCutoff(node); err != nil {
+			return nil, "refused", err
 		}
-		takeover = cutoff
 	}
 	issued, err := j.ca.SignAgent(csr, node.GetNodeId())
 	if err != nil {
-		return nil, err
+		return nil, "error", err
 	}
 	result, err := j.propose(ctx, &pactv1.Command{
 		Actor: "agent/" + node.GetNodeId(),
@@ -82,12 +102,23 @@ func (s *enrollmentServer) Enroll(ctx context.Context, req *pactv1.EnrollRequest
 	})
 	if err != nil {
 		// The signed certificate never leaves: its activation did not commit.
-		j.enrollFailed(ctx, req, "activation refused", err)
-		return nil, err
+		if raftfsm.ErrorCode(err) != "" {
+			return nil, "refused", err
+		}
+		return nil, "error", err
+	}
+	outcome := "ok"
+	if takeover != 0 {
+		outcome = "takeover"
 	}
 	j.log.Info("node enrolled", logkey.NodeID, node.GetNodeId(), logkey.Serial, result.Node.GetCert().GetSerial(),
-		logkey.NotAfter, time.Unix(result.Node.GetCert().GetNotAfterUnix(), 0).UTC().Format(time.RFC3339), logkey.Source, peerAddr(ctx))
-	return j.enrollResponse(result.Node)
+		logkey.NotAfter, time.Unix(result.Node.GetCert().GetNotAfterUnix(), 0).UTC().Format(time.RFC3339),
+		logkey.Source, peerAddr(ctx), "takeover", takeover != 0)
+	resp, err := j.enrollResponse(result.Node)
+	if result.Idempotent {
+		outcome = "retry"
+	}
+	return resp, outcome, err
 }
 
 // takeoverCutoff decides whether an Active node's hardware may enroll with a
@@ -246,9 +277,28 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 	}
 }
 
-func (j *Journal) enrollFailed(ctx context.Context, req *pactv1.EnrollRequest, why string, err error) {
-	j.log.Warn("enrollment refused", logkey.Reason, why, logkey.Err, err,
-		logkey.MACs, req.GetHardware().GetMacs(), logkey.BMCSerial, req.GetHardware().GetBmcSerial(), logkey.Source, peerAddr(ctx))
+// enrollRefused logs a refused attempt locally, counts it against its
+// source and its hardware identity, and warns when one identity keeps
+// failing (someone guessing, or a node whose registration is wrong).
+func (j *Journal) enrollRefused(ctx context.Context, req *pactv1.EnrollRequest, source string, err error) {
+	reason := string(apierr.FromError(toStatus(err)).Reason)
+	j.metrics.enrollFailures.WithLabelValues(reason).Inc()
+	hw := req.GetHardware()
+	key := strings.Join(hw.GetMacs(), ",") + "|" + hw.GetBmcSerial()
+	warn, count := j.limiter.RecordFailure(source, key, j.cfg.Clock.Now())
+	j.log.Warn("enrollment refused", logkey.Reason, reason, logkey.Err, err,
+		logkey.MACs, hw.GetMacs(), logkey.BMCSerial, hw.GetBmcSerial(), logkey.Source, peerAddr(ctx))
+	if warn {
+		j.metrics.identityWarnings.Inc()
+		j.log.Warn("repeated enrollment failures for one hardware identity", logkey.MACs, hw.GetMacs(), logkey.BMCSerial, hw.GetBmcSerial(), "failures", count)
+	}
+}
+
+func peerNetAddr(ctx context.Context) net.Addr {
+	if p, ok := peer.FromContext(ctx); ok {
+		return p.Addr
+	}
+	return nil
 }
 
 func peerAddr(ctx context.Context) string {

@@ -74,6 +74,17 @@ func wake(ch chan struct{}) {
 	}
 }
 
+// total is how many streams this journal holds.
+func (h *hub) total() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, ws := range h.streams {
+		n += len(ws)
+	}
+	return n
+}
+
 // nodes returns the ids of the nodes with at least one open stream here.
 func (h *hub) nodes() []string {
 	h.mu.Lock()

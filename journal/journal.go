@@ -25,26 +25,31 @@ import (
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/journal/ca"
+	"github.com/pact-hpc/pact/journal/ratelimit"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
 // Journal is one running journal node.
 type Journal struct {
-	cfg    Config
-	log    *slog.Logger
-	ca     *ca.CA
-	fsm    *raftfsm.FSM
-	raft   *raft.Raft
-	store  *raftboltdb.BoltStore
-	hub    *hub
-	bundle *bundleCache
-	gate   *gate
-	audit  *auditExporter
-	roots  *x509.CertPool
+	cfg     Config
+	log     *slog.Logger
+	ca      *ca.CA
+	fsm     *raftfsm.FSM
+	raft    *raft.Raft
+	store   *raftboltdb.BoltStore
+	hub     *hub
+	bundle  *bundleCache
+	gate    *gate
+	audit   *auditExporter
+	roots   *x509.CertPool
+	metrics *metrics
+	limiter *ratelimit.Limiter
 
 	lis    net.Listener
 	server *grpc.Server
+
+	metricsAddr string
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -94,17 +99,23 @@ func New(cfg Config) (*Journal, error) {
 	if err != nil {
 		return nil, err
 	}
+	limiter, err := ratelimit.New(cfg.RateLimit)
+	if err != nil {
+		return nil, err
+	}
 	j := &Journal{
-		cfg:  cfg,
-		log:  log.With(logkey.Domain, authority.Domain()),
-		ca:   authority,
-		fsm:  raftfsm.New(),
-		hub:  newHub(),
-		gate: newGate(cfg.MaxConcurrentEnrollments, cfg.EnrollQueueWait, cfg.Clock),
-		stop: make(chan struct{}),
+		limiter: limiter,
+		cfg:     cfg,
+		log:     log.With(logkey.Domain, authority.Domain()),
+		ca:      authority,
+		fsm:     raftfsm.New(),
+		hub:     newHub(),
+		gate:    newGate(cfg.MaxConcurrentEnrollments, cfg.EnrollQueueWait, cfg.Clock),
+		stop:    make(chan struct{}),
 	}
 	j.bundle = newBundleCache(authority.Root(), j.fsm, cfg.Clock)
 	j.roots = rootPool(authority.Root())
+	j.metrics = newMetrics(j)
 	j.fsm.SetObserver(j.onApply)
 	if err := j.startRaft(); err != nil {
 		return nil, err
@@ -185,6 +196,14 @@ func (j *Journal) Start(ctx context.Context) error {
 	}
 	j.lis = lis
 	j.server = j.newGRPCServer()
+	if j.cfg.MetricsListen != "" {
+		mlis, err := j.serveMetrics()
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("journal: metrics listener on %s: %w", j.cfg.MetricsListen, err)
+		}
+		j.metricsAddr = mlis.Addr().String()
+	}
 	j.wg.Add(3)
 	go func() {
 		defer j.wg.Done()
@@ -279,6 +298,9 @@ func (j *Journal) rotateLoop() {
 
 // Addr is the address the gRPC server listens on (after Start).
 func (j *Journal) Addr() string { return j.lis.Addr().String() }
+
+// MetricsAddr is where /metrics is served ("" if disabled).
+func (j *Journal) MetricsAddr() string { return j.metricsAddr }
 
 // Domain is the domain id.
 func (j *Journal) Domain() string { return j.ca.Domain() }

@@ -46,8 +46,11 @@ func (j *Journal) propose(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Re
 	if timeout <= 0 {
 		return nil, context.DeadlineExceeded
 	}
+	start := time.Now()
 	f := j.raft.Apply(data, timeout)
-	if err := f.Error(); err != nil {
+	err = f.Error()
+	j.metrics.applySeconds.WithLabelValues(opName(cmd)).Observe(time.Since(start).Seconds())
+	if err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
 			errors.Is(err, raft.ErrEnqueueTimeout) || errors.Is(err, raft.ErrRaftShutdown) {
 			return nil, fmt.Errorf("%w: %w", ErrNoLeader, err)
