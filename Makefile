@@ -5,6 +5,7 @@ BIN       := bin
 TOOLS     := $(CURDIR)/.tools
 DATA_DIR  ?= .pact
 LISTEN    ?= 127.0.0.1:7443
+METRICS   ?= 127.0.0.1:7444
 FUZZTIME  ?= 30s
 TESTFLAGS ?=
 
@@ -23,7 +24,7 @@ build: ## build static binaries into bin/: pact-journal, pact-agent, pact
 	$(GO) build -trimpath -o $(BIN)/ ./cmd/pact-journal ./cmd/pact-agent ./cmd/pact
 
 run: build ## run a development journal with its state in ./.pact (prints what to do next)
-	$(BIN)/pact-journal --dev --data-dir $(DATA_DIR) --listen $(LISTEN)
+	$(BIN)/pact-journal --dev --data-dir $(DATA_DIR) --listen $(LISTEN) --metrics-listen $(METRICS)
 
 test: ## run every test with the race detector (what CI runs)
 	CGO_ENABLED=1 $(GO) test -race -timeout 15m $(TESTFLAGS) ./...

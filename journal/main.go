@@ -55,6 +55,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.RootKeyFile, "root-key", cmdutil.EnvOr("PACT_ROOT_KEY", ""), "domain root key, mode 0600 (default DATA_DIR/ca-key.pem) (PACT_ROOT_KEY)")
 	lifetime := fs.String("cert-lifetime", cmdutil.EnvOr("PACT_CERT_LIFETIME", cfg.CertLifetime.String()), "validity of agent certificates, e.g. 72h (PACT_CERT_LIFETIME)")
 	names := fs.String("server-names", cmdutil.EnvOr("PACT_SERVER_NAMES", ""), "extra comma-separated DNS names for the server certificate (PACT_SERVER_NAMES)")
+	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", envDuration("PACT_HEARTBEAT_TIMEOUT", cfg.HeartbeatTimeout), "mark an Active node Inactive after this long without a stream on any journal (PACT_HEARTBEAT_TIMEOUT)")
+	fs.DurationVar(&cfg.TakeoverWindow, "takeover-window", envDuration("PACT_TAKEOVER_WINDOW", cfg.TakeoverWindow), "let a rebooted node (new key) enroll again once its stream has been gone this long (PACT_TAKEOVER_WINDOW)")
+	fs.DurationVar(&cfg.DigestInterval, "digest-interval", envDuration("PACT_DIGEST_INTERVAL", cfg.DigestInterval), "how often this journal reports the streams it holds (PACT_DIGEST_INTERVAL)")
+	fs.StringVar(&cfg.AuditLog, "audit-log", cmdutil.EnvOr("PACT_AUDIT_LOG", ""), "append every committed audit entry as a JSON line to this file, or - for stdout (PACT_AUDIT_LOG)")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", cmdutil.EnvOr("PACT_METRICS_LISTEN", ""), "serve /metrics, /healthz and /readyz over HTTP on host:port (PACT_METRICS_LISTEN)")
 	logFormat := fs.String("log-format", cmdutil.EnvOr("PACT_LOG_FORMAT", "text"), "log format: text or json (PACT_LOG_FORMAT)")
 	logLevel := fs.String("log-level", cmdutil.EnvOr("PACT_LOG_LEVEL", "info"), "log level: debug, info, warn, error (PACT_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
@@ -233,4 +238,15 @@ Stop with Ctrl-C; the registry stays in %s.
 `, cfg.NodeID, addr, domain, dir,
 		addr, filepath.Join(dir, ca.RootCertFile), filepath.Join(dir, ca.AdminCertFile), filepath.Join(dir, ca.AdminKeyFile),
 		addr, filepath.Join(dir, ca.RootCertFile), dir)
+}
+
+// envDuration reads a duration from the environment, falling back to def
+// when unset or malformed (Validate then reports the flag's value).
+func envDuration(key string, def time.Duration) time.Duration {
+	if v := os.Getenv(key); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
 }
