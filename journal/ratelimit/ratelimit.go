@@ -86,6 +86,19 @@ type Config struct {
 	GlobalRefill time.Duration
 	// MaxSources bounds the sources tracked (failure budgets and known-good
 	// marks); the least recently used is forgotten first.
+	//
+	// Forgetting a source gives it a full budget again, so eviction must
+	// not be a cheap reset. Only RecordFailure and RecordSuccess add
+	// sources (Allow does not), and a refused source is touched by its own
+	// refusals, so to push out its own entry a source must first make
+	// MaxSources other sources more recent: as failures that costs
+	// MaxSources global tokens (about 5.5 hours at the defaults), far more
+	// than waiting PerSourceBurst*PerSourceRefill for a full budget; as
+	// successes it needs that many distinct sources that really enrol. A
+	// boot storm of more than MaxSources registered nodes does evict, so a
+	// source can get at most one extra PerSourceBurst per such storm, and
+	// known-good marks older than the storm are lost (which only matters
+	// while the global budget is empty).
 	MaxSources int
 	// IdentityWarnAfter failures of one hardware identity within
 	// IdentityWindow raise a warning (see RecordFailure).
@@ -458,30 +471,19 @@ func (c *lru[V]) getOrAdd(key uint64) (v *V, added bool) {
 }
 
 // SourceOf returns the rate-limit key for a peer address: the IP without
-// the port, with IPv4-mapped IPv6 addresses as plain IPv4 ("10.1.2.3"). An
-// IPv6 address is aggregated to its /64 ("2001:db8:1:2::/64"): a host is
-// normally given a whole /64 and can pick any address in it, so limiting
-// single IPv6 addresses would let it rotate to a fresh budget at will. The
-// cost is that every host sharing one /64 (an IPv6 cluster network on one
-// LAN, like several nodes behind one IPv4 NAT) shares one failure budget,
-// so one failing host can get its neighbours refused (registered ones
-// included) until it stops. Zones are dropped. It returns "" for nil or an
-// address without an IP (a Unix socket); "" is one shared source like any
-// other, so such callers share one failure budget.
+// port or zone, with IPv4-mapped IPv6 addresses as plain IPv4 ("10.1.2.3").
+// IPv6 addresses are keyed whole, not by /64: an HPC cluster network
+// usually puts hundreds of nodes in one /64, and a /64 key would let one
+// failing node get its registered neighbours refused in a boot storm. A
+// host that rotates through the addresses of its /64 is still bounded by
+// the global failure budget. It returns "" for nil or an address without
+// an IP (a Unix socket); "" is one shared source like any other.
 func SourceOf(addr net.Addr) string {
 	ip, ok := ipOf(addr)
 	if !ok {
 		return ""
 	}
-	ip = ip.Unmap().WithZone("")
-	if ip.Is4() {
-		return ip.String()
-	}
-	p, err := ip.Prefix(64)
-	if err != nil {
-		return ""
-	}
-	return p.String()
+	return ip.Unmap().WithZone("").String()
 }
 
 func ipOf(addr net.Addr) (netip.Addr, bool) {

@@ -417,11 +417,11 @@ func TestSourceOf(t *testing.T) {
 	}{
 		{"10.1.2.3:5555", "10.1.2.3"},
 		{"[::ffff:10.1.2.3]:1", "10.1.2.3"},
-		{"[2001:db8:1:2:3:4:5:6]:9", "2001:db8:1:2::/64"},
-		{"[2001:db8:1:2:ffff:ffff:ffff:ffff]:9", "2001:db8:1:2::/64"},
-		{"[2001:db8:1:3::1]:9", "2001:db8:1:3::/64"},
-		{"[fe80::1%eth0]:7443", "fe80::/64"},
-		{"[::1]:7443", "::/64"},
+		{"[2001:db8:1:2:3:4:5:6]:9", "2001:db8:1:2:3:4:5:6"},
+		{"[2001:db8:1:2:ffff:ffff:ffff:ffff]:9", "2001:db8:1:2:ffff:ffff:ffff:ffff"},
+		{"[2001:db8:1:3::1]:9", "2001:db8:1:3::1"},
+		{"[fe80::1%eth0]:7443", "fe80::1"},
+		{"[::1]:7443", "::1"},
 		{"127.0.0.1:7443", "127.0.0.1"},
 	}
 	for _, tc := range tests {
@@ -453,7 +453,7 @@ func TestSourceOf(t *testing.T) {
 		{"host name", fakeAddr("journal.example:7443"), ""},
 		{"IP without port", fakeAddr("10.1.2.3"), "10.1.2.3"},
 		{"IPAddr", &net.IPAddr{IP: net.ParseIP("10.1.2.3")}, "10.1.2.3"},
-		{"UDPAddr v6", &net.UDPAddr{IP: net.ParseIP("2001:db8::1"), Port: 1}, "2001:db8::/64"},
+		{"UDPAddr v6", &net.UDPAddr{IP: net.ParseIP("2001:db8::1"), Port: 1}, "2001:db8::1"},
 		{"TCPAddr 4-byte IPv4", &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3).To4(), Port: 1}, "10.1.2.3"},
 	}
 	for _, tc := range others {
