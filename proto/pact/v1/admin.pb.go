@@ -402,8 +402,13 @@ func (x *ListNodesRequest) GetUnassigned() bool {
 }
 
 type ListNodesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Nodes         []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Nodes []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// Which journal answered, and up to which Raft index its copy is
+	// applied. A list is served from that journal's copy and may lag the
+	// leader by a few milliseconds; inspect is linearizable.
+	ServedBy      string `protobuf:"bytes,2,opt,name=served_by,json=servedBy,proto3" json:"served_by,omitempty"`
+	AppliedIndex  uint64 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -443,6 +448,20 @@ func (x *ListNodesResponse) GetNodes() []*Node {
 		return x.Nodes
 	}
 	return nil
+}
+
+func (x *ListNodesResponse) GetServedBy() string {
+	if x != nil {
+		return x.ServedBy
+	}
+	return ""
+}
+
+func (x *ListNodesResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
 }
 
 type InspectNodeRequest struct {
@@ -1033,6 +1052,461 @@ func (x *ListAuditResponse) GetEntries() []*AuditEntry {
 	return nil
 }
 
+type JournalStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JournalStatusRequest) Reset() {
+	*x = JournalStatusRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JournalStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JournalStatusRequest) ProtoMessage() {}
+
+func (x *JournalStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JournalStatusRequest.ProtoReflect.Descriptor instead.
+func (*JournalStatusRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+type JournalMember struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	JournalId string                 `protobuf:"bytes,1,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
+	RaftAddr  string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	GrpcAddr  string                 `protobuf:"bytes,3,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
+	Voter     bool                   `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
+	Leader    bool                   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	// Whether this member answered the status round.
+	Reachable bool   `protobuf:"varint,6,opt,name=reachable,proto3" json:"reachable,omitempty"`
+	Error     string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// As the member itself reports.
+	RaftState    string `protobuf:"bytes,8,opt,name=raft_state,json=raftState,proto3" json:"raft_state,omitempty"`
+	Term         uint64 `protobuf:"varint,9,opt,name=term,proto3" json:"term,omitempty"`
+	CommitIndex  uint64 `protobuf:"varint,10,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,11,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// When the member last heard from the leader (the leader: now).
+	LastContactUnixNano      int64  `protobuf:"varint,12,opt,name=last_contact_unix_nano,json=lastContactUnixNano,proto3" json:"last_contact_unix_nano,omitempty"`
+	IntermediateSerial       string `protobuf:"bytes,13,opt,name=intermediate_serial,json=intermediateSerial,proto3" json:"intermediate_serial,omitempty"`
+	IntermediateNotAfterUnix int64  `protobuf:"varint,14,opt,name=intermediate_not_after_unix,json=intermediateNotAfterUnix,proto3" json:"intermediate_not_after_unix,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
+}
+
+func (x *JournalMember) Reset() {
+	*x = JournalMember{}
+	mi := &file_pact_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JournalMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JournalMember) ProtoMessage() {}
+
+func (x *JournalMember) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JournalMember.ProtoReflect.Descriptor instead.
+func (*JournalMember) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *JournalMember) GetJournalId() string {
+	if x != nil {
+		return x.JournalId
+	}
+	return ""
+}
+
+func (x *JournalMember) GetRaftAddr() string {
+	if x != nil {
+		return x.RaftAddr
+	}
+	return ""
+}
+
+func (x *JournalMember) GetGrpcAddr() string {
+	if x != nil {
+		return x.GrpcAddr
+	}
+	return ""
+}
+
+func (x *JournalMember) GetVoter() bool {
+	if x != nil {
+		return x.Voter
+	}
+	return false
+}
+
+func (x *JournalMember) GetLeader() bool {
+	if x != nil {
+		return x.Leader
+	}
+	return false
+}
+
+func (x *JournalMember) GetReachable() bool {
+	if x != nil {
+		return x.Reachable
+	}
+	return false
+}
+
+func (x *JournalMember) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *JournalMember) GetRaftState() string {
+	if x != nil {
+		return x.RaftState
+	}
+	return ""
+}
+
+func (x *JournalMember) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *JournalMember) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *JournalMember) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *JournalMember) GetLastContactUnixNano() int64 {
+	if x != nil {
+		return x.LastContactUnixNano
+	}
+	return 0
+}
+
+func (x *JournalMember) GetIntermediateSerial() string {
+	if x != nil {
+		return x.IntermediateSerial
+	}
+	return ""
+}
+
+func (x *JournalMember) GetIntermediateNotAfterUnix() int64 {
+	if x != nil {
+		return x.IntermediateNotAfterUnix
+	}
+	return 0
+}
+
+type JournalStatusResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeaderId      string                 `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	CommitIndex   uint64                 `protobuf:"varint,3,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex  uint64                 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	ServedBy      string                 `protobuf:"bytes,5,opt,name=served_by,json=servedBy,proto3" json:"served_by,omitempty"`
+	Members       []*JournalMember       `protobuf:"bytes,6,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JournalStatusResponse) Reset() {
+	*x = JournalStatusResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JournalStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JournalStatusResponse) ProtoMessage() {}
+
+func (x *JournalStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JournalStatusResponse.ProtoReflect.Descriptor instead.
+func (*JournalStatusResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *JournalStatusResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *JournalStatusResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *JournalStatusResponse) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *JournalStatusResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *JournalStatusResponse) GetServedBy() string {
+	if x != nil {
+		return x.ServedBy
+	}
+	return ""
+}
+
+func (x *JournalStatusResponse) GetMembers() []*JournalMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+type AddJournalRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JournalId     string                 `protobuf:"bytes,1,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
+	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddJournalRequest) Reset() {
+	*x = AddJournalRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddJournalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddJournalRequest) ProtoMessage() {}
+
+func (x *AddJournalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddJournalRequest.ProtoReflect.Descriptor instead.
+func (*AddJournalRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *AddJournalRequest) GetJournalId() string {
+	if x != nil {
+		return x.JournalId
+	}
+	return ""
+}
+
+func (x *AddJournalRequest) GetRaftAddr() string {
+	if x != nil {
+		return x.RaftAddr
+	}
+	return ""
+}
+
+type AddJournalResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Members       []*JournalMember       `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddJournalResponse) Reset() {
+	*x = AddJournalResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddJournalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddJournalResponse) ProtoMessage() {}
+
+func (x *AddJournalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddJournalResponse.ProtoReflect.Descriptor instead.
+func (*AddJournalResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *AddJournalResponse) GetMembers() []*JournalMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+type RemoveJournalRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JournalId     string                 `protobuf:"bytes,1,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveJournalRequest) Reset() {
+	*x = RemoveJournalRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveJournalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveJournalRequest) ProtoMessage() {}
+
+func (x *RemoveJournalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveJournalRequest.ProtoReflect.Descriptor instead.
+func (*RemoveJournalRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RemoveJournalRequest) GetJournalId() string {
+	if x != nil {
+		return x.JournalId
+	}
+	return ""
+}
+
+type RemoveJournalResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Members       []*JournalMember       `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveJournalResponse) Reset() {
+	*x = RemoveJournalResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveJournalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveJournalResponse) ProtoMessage() {}
+
+func (x *RemoveJournalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveJournalResponse.ProtoReflect.Descriptor instead.
+func (*RemoveJournalResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RemoveJournalResponse) GetMembers() []*JournalMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
 var File_pact_v1_admin_proto protoreflect.FileDescriptor
 
 const file_pact_v1_admin_proto_rawDesc = "" +
@@ -1058,9 +1532,11 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\bvcluster\x18\x02 \x01(\tR\bvcluster\x12\x1e\n" +
 	"\n" +
 	"unassigned\x18\x03 \x01(\bR\n" +
-	"unassigned\"8\n" +
+	"unassigned\"z\n" +
 	"\x11ListNodesResponse\x12#\n" +
-	"\x05nodes\x18\x01 \x03(\v2\r.pact.v1.NodeR\x05nodes\"-\n" +
+	"\x05nodes\x18\x01 \x03(\v2\r.pact.v1.NodeR\x05nodes\x12\x1b\n" +
+	"\tserved_by\x18\x02 \x01(\tR\bservedBy\x12#\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"-\n" +
 	"\x12InspectNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"8\n" +
 	"\x13InspectNodeResponse\x12!\n" +
@@ -1092,12 +1568,49 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\x0fsince_unix_nano\x18\x02 \x01(\x03R\rsinceUnixNano\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\rR\x05limit\"B\n" +
 	"\x11ListAuditResponse\x12-\n" +
-	"\aentries\x18\x01 \x03(\v2\x13.pact.v1.AuditEntryR\aentries*\x85\x01\n" +
+	"\aentries\x18\x01 \x03(\v2\x13.pact.v1.AuditEntryR\aentries\"\x16\n" +
+	"\x14JournalStatusRequest\"\xea\x03\n" +
+	"\rJournalMember\x12\x1d\n" +
+	"\n" +
+	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x1b\n" +
+	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
+	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\x12\x14\n" +
+	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x16\n" +
+	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x1c\n" +
+	"\treachable\x18\x06 \x01(\bR\treachable\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12\x1d\n" +
+	"\n" +
+	"raft_state\x18\b \x01(\tR\traftState\x12\x12\n" +
+	"\x04term\x18\t \x01(\x04R\x04term\x12!\n" +
+	"\fcommit_index\x18\n" +
+	" \x01(\x04R\vcommitIndex\x12#\n" +
+	"\rapplied_index\x18\v \x01(\x04R\fappliedIndex\x123\n" +
+	"\x16last_contact_unix_nano\x18\f \x01(\x03R\x13lastContactUnixNano\x12/\n" +
+	"\x13intermediate_serial\x18\r \x01(\tR\x12intermediateSerial\x12=\n" +
+	"\x1bintermediate_not_after_unix\x18\x0e \x01(\x03R\x18intermediateNotAfterUnix\"\xdf\x01\n" +
+	"\x15JournalStatusResponse\x12\x1b\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12!\n" +
+	"\fcommit_index\x18\x03 \x01(\x04R\vcommitIndex\x12#\n" +
+	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12\x1b\n" +
+	"\tserved_by\x18\x05 \x01(\tR\bservedBy\x120\n" +
+	"\amembers\x18\x06 \x03(\v2\x16.pact.v1.JournalMemberR\amembers\"O\n" +
+	"\x11AddJournalRequest\x12\x1d\n" +
+	"\n" +
+	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x1b\n" +
+	"\traft_addr\x18\x02 \x01(\tR\braftAddr\"F\n" +
+	"\x12AddJournalResponse\x120\n" +
+	"\amembers\x18\x01 \x03(\v2\x16.pact.v1.JournalMemberR\amembers\"5\n" +
+	"\x14RemoveJournalRequest\x12\x1d\n" +
+	"\n" +
+	"journal_id\x18\x01 \x01(\tR\tjournalId\"I\n" +
+	"\x15RemoveJournalResponse\x120\n" +
+	"\amembers\x18\x01 \x03(\v2\x16.pact.v1.JournalMemberR\amembers*\x85\x01\n" +
 	"\x0fRegisterOutcome\x12 \n" +
 	"\x1cREGISTER_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13REGISTER_OUTCOME_OK\x10\x01\x12\x1b\n" +
 	"\x17REGISTER_OUTCOME_EXISTS\x10\x02\x12\x1a\n" +
-	"\x16REGISTER_OUTCOME_ERROR\x10\x032\xab\x05\n" +
+	"\x16REGISTER_OUTCOME_ERROR\x10\x032\x92\a\n" +
 	"\fAdminService\x12K\n" +
 	"\fRegisterNode\x12\x1c.pact.v1.RegisterNodeRequest\x1a\x1d.pact.v1.RegisterNodeResponse\x12N\n" +
 	"\rRegisterNodes\x12\x1d.pact.v1.RegisterNodesRequest\x1a\x1e.pact.v1.RegisterNodesResponse\x12B\n" +
@@ -1108,7 +1621,11 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"AssignNode\x12\x1a.pact.v1.AssignNodeRequest\x1a\x1b.pact.v1.AssignNodeResponse\x12K\n" +
 	"\fUnassignNode\x12\x1c.pact.v1.UnassignNodeRequest\x1a\x1d.pact.v1.UnassignNodeResponse\x12?\n" +
 	"\bMoveNode\x12\x18.pact.v1.MoveNodeRequest\x1a\x19.pact.v1.MoveNodeResponse\x12B\n" +
-	"\tListAudit\x12\x19.pact.v1.ListAuditRequest\x1a\x1a.pact.v1.ListAuditResponseB/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
+	"\tListAudit\x12\x19.pact.v1.ListAuditRequest\x1a\x1a.pact.v1.ListAuditResponse\x12N\n" +
+	"\rJournalStatus\x12\x1d.pact.v1.JournalStatusRequest\x1a\x1e.pact.v1.JournalStatusResponse\x12E\n" +
+	"\n" +
+	"AddJournal\x12\x1a.pact.v1.AddJournalRequest\x1a\x1b.pact.v1.AddJournalResponse\x12N\n" +
+	"\rRemoveJournal\x12\x1d.pact.v1.RemoveJournalRequest\x1a\x1e.pact.v1.RemoveJournalResponseB/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
 
 var (
 	file_pact_v1_admin_proto_rawDescOnce sync.Once
@@ -1123,7 +1640,7 @@ func file_pact_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_pact_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_pact_v1_admin_proto_goTypes = []any{
 	(RegisterOutcome)(0),             // 0: pact.v1.RegisterOutcome
 	(*RegisterNodeRequest)(nil),      // 1: pact.v1.RegisterNodeRequest
@@ -1145,48 +1662,64 @@ var file_pact_v1_admin_proto_goTypes = []any{
 	(*MoveNodeResponse)(nil),         // 17: pact.v1.MoveNodeResponse
 	(*ListAuditRequest)(nil),         // 18: pact.v1.ListAuditRequest
 	(*ListAuditResponse)(nil),        // 19: pact.v1.ListAuditResponse
-	(*HardwareIdentity)(nil),         // 20: pact.v1.HardwareIdentity
-	(*Node)(nil),                     // 21: pact.v1.Node
-	(NodeState)(0),                   // 22: pact.v1.NodeState
-	(*AuditEntry)(nil),               // 23: pact.v1.AuditEntry
+	(*JournalStatusRequest)(nil),     // 20: pact.v1.JournalStatusRequest
+	(*JournalMember)(nil),            // 21: pact.v1.JournalMember
+	(*JournalStatusResponse)(nil),    // 22: pact.v1.JournalStatusResponse
+	(*AddJournalRequest)(nil),        // 23: pact.v1.AddJournalRequest
+	(*AddJournalResponse)(nil),       // 24: pact.v1.AddJournalResponse
+	(*RemoveJournalRequest)(nil),     // 25: pact.v1.RemoveJournalRequest
+	(*RemoveJournalResponse)(nil),    // 26: pact.v1.RemoveJournalResponse
+	(*HardwareIdentity)(nil),         // 27: pact.v1.HardwareIdentity
+	(*Node)(nil),                     // 28: pact.v1.Node
+	(NodeState)(0),                   // 29: pact.v1.NodeState
+	(*AuditEntry)(nil),               // 30: pact.v1.AuditEntry
 }
 var file_pact_v1_admin_proto_depIdxs = []int32{
-	20, // 0: pact.v1.RegisterNodeRequest.hardware:type_name -> pact.v1.HardwareIdentity
-	21, // 1: pact.v1.RegisterNodeResponse.node:type_name -> pact.v1.Node
+	27, // 0: pact.v1.RegisterNodeRequest.hardware:type_name -> pact.v1.HardwareIdentity
+	28, // 1: pact.v1.RegisterNodeResponse.node:type_name -> pact.v1.Node
 	1,  // 2: pact.v1.RegisterNodesRequest.nodes:type_name -> pact.v1.RegisterNodeRequest
 	0,  // 3: pact.v1.RegisterNodeResult.outcome:type_name -> pact.v1.RegisterOutcome
 	4,  // 4: pact.v1.RegisterNodesResponse.results:type_name -> pact.v1.RegisterNodeResult
-	22, // 5: pact.v1.ListNodesRequest.state:type_name -> pact.v1.NodeState
-	21, // 6: pact.v1.ListNodesResponse.nodes:type_name -> pact.v1.Node
-	21, // 7: pact.v1.InspectNodeResponse.node:type_name -> pact.v1.Node
-	21, // 8: pact.v1.DecommissionNodeResponse.node:type_name -> pact.v1.Node
-	21, // 9: pact.v1.AssignNodeResponse.node:type_name -> pact.v1.Node
-	21, // 10: pact.v1.UnassignNodeResponse.node:type_name -> pact.v1.Node
-	21, // 11: pact.v1.MoveNodeResponse.node:type_name -> pact.v1.Node
-	23, // 12: pact.v1.ListAuditResponse.entries:type_name -> pact.v1.AuditEntry
-	1,  // 13: pact.v1.AdminService.RegisterNode:input_type -> pact.v1.RegisterNodeRequest
-	3,  // 14: pact.v1.AdminService.RegisterNodes:input_type -> pact.v1.RegisterNodesRequest
-	6,  // 15: pact.v1.AdminService.ListNodes:input_type -> pact.v1.ListNodesRequest
-	8,  // 16: pact.v1.AdminService.InspectNode:input_type -> pact.v1.InspectNodeRequest
-	10, // 17: pact.v1.AdminService.DecommissionNode:input_type -> pact.v1.DecommissionNodeRequest
-	12, // 18: pact.v1.AdminService.AssignNode:input_type -> pact.v1.AssignNodeRequest
-	14, // 19: pact.v1.AdminService.UnassignNode:input_type -> pact.v1.UnassignNodeRequest
-	16, // 20: pact.v1.AdminService.MoveNode:input_type -> pact.v1.MoveNodeRequest
-	18, // 21: pact.v1.AdminService.ListAudit:input_type -> pact.v1.ListAuditRequest
-	2,  // 22: pact.v1.AdminService.RegisterNode:output_type -> pact.v1.RegisterNodeResponse
-	5,  // 23: pact.v1.AdminService.RegisterNodes:output_type -> pact.v1.RegisterNodesResponse
-	7,  // 24: pact.v1.AdminService.ListNodes:output_type -> pact.v1.ListNodesResponse
-	9,  // 25: pact.v1.AdminService.InspectNode:output_type -> pact.v1.InspectNodeResponse
-	11, // 26: pact.v1.AdminService.DecommissionNode:output_type -> pact.v1.DecommissionNodeResponse
-	13, // 27: pact.v1.AdminService.AssignNode:output_type -> pact.v1.AssignNodeResponse
-	15, // 28: pact.v1.AdminService.UnassignNode:output_type -> pact.v1.UnassignNodeResponse
-	17, // 29: pact.v1.AdminService.MoveNode:output_type -> pact.v1.MoveNodeResponse
-	19, // 30: pact.v1.AdminService.ListAudit:output_type -> pact.v1.ListAuditResponse
-	22, // [22:31] is the sub-list for method output_type
-	13, // [13:22] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	29, // 5: pact.v1.ListNodesRequest.state:type_name -> pact.v1.NodeState
+	28, // 6: pact.v1.ListNodesResponse.nodes:type_name -> pact.v1.Node
+	28, // 7: pact.v1.InspectNodeResponse.node:type_name -> pact.v1.Node
+	28, // 8: pact.v1.DecommissionNodeResponse.node:type_name -> pact.v1.Node
+	28, // 9: pact.v1.AssignNodeResponse.node:type_name -> pact.v1.Node
+	28, // 10: pact.v1.UnassignNodeResponse.node:type_name -> pact.v1.Node
+	28, // 11: pact.v1.MoveNodeResponse.node:type_name -> pact.v1.Node
+	30, // 12: pact.v1.ListAuditResponse.entries:type_name -> pact.v1.AuditEntry
+	21, // 13: pact.v1.JournalStatusResponse.members:type_name -> pact.v1.JournalMember
+	21, // 14: pact.v1.AddJournalResponse.members:type_name -> pact.v1.JournalMember
+	21, // 15: pact.v1.RemoveJournalResponse.members:type_name -> pact.v1.JournalMember
+	1,  // 16: pact.v1.AdminService.RegisterNode:input_type -> pact.v1.RegisterNodeRequest
+	3,  // 17: pact.v1.AdminService.RegisterNodes:input_type -> pact.v1.RegisterNodesRequest
+	6,  // 18: pact.v1.AdminService.ListNodes:input_type -> pact.v1.ListNodesRequest
+	8,  // 19: pact.v1.AdminService.InspectNode:input_type -> pact.v1.InspectNodeRequest
+	10, // 20: pact.v1.AdminService.DecommissionNode:input_type -> pact.v1.DecommissionNodeRequest
+	12, // 21: pact.v1.AdminService.AssignNode:input_type -> pact.v1.AssignNodeRequest
+	14, // 22: pact.v1.AdminService.UnassignNode:input_type -> pact.v1.UnassignNodeRequest
+	16, // 23: pact.v1.AdminService.MoveNode:input_type -> pact.v1.MoveNodeRequest
+	18, // 24: pact.v1.AdminService.ListAudit:input_type -> pact.v1.ListAuditRequest
+	20, // 25: pact.v1.AdminService.JournalStatus:input_type -> pact.v1.JournalStatusRequest
+	23, // 26: pact.v1.AdminService.AddJournal:input_type -> pact.v1.AddJournalRequest
+	25, // 27: pact.v1.AdminService.RemoveJournal:input_type -> pact.v1.RemoveJournalRequest
+	2,  // 28: pact.v1.AdminService.RegisterNode:output_type -> pact.v1.RegisterNodeResponse
+	5,  // 29: pact.v1.AdminService.RegisterNodes:output_type -> pact.v1.RegisterNodesResponse
+	7,  // 30: pact.v1.AdminService.ListNodes:output_type -> pact.v1.ListNodesResponse
+	9,  // 31: pact.v1.AdminService.InspectNode:output_type -> pact.v1.InspectNodeResponse
+	11, // 32: pact.v1.AdminService.DecommissionNode:output_type -> pact.v1.DecommissionNodeResponse
+	13, // 33: pact.v1.AdminService.AssignNode:output_type -> pact.v1.AssignNodeResponse
+	15, // 34: pact.v1.AdminService.UnassignNode:output_type -> pact.v1.UnassignNodeResponse
+	17, // 35: pact.v1.AdminService.MoveNode:output_type -> pact.v1.MoveNodeResponse
+	19, // 36: pact.v1.AdminService.ListAudit:output_type -> pact.v1.ListAuditResponse
+	22, // 37: pact.v1.AdminService.JournalStatus:output_type -> pact.v1.JournalStatusResponse
+	24, // 38: pact.v1.AdminService.AddJournal:output_type -> pact.v1.AddJournalResponse
+	26, // 39: pact.v1.AdminService.RemoveJournal:output_type -> pact.v1.RemoveJournalResponse
+	28, // [28:40] is the sub-list for method output_type
+	16, // [16:28] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_admin_proto_init() }
@@ -1201,7 +1734,7 @@ func file_pact_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_admin_proto_rawDesc), len(file_pact_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

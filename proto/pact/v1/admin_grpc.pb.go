@@ -28,6 +28,9 @@ const (
 	AdminService_UnassignNode_FullMethodName     = "/pact.v1.AdminService/UnassignNode"
 	AdminService_MoveNode_FullMethodName         = "/pact.v1.AdminService/MoveNode"
 	AdminService_ListAudit_FullMethodName        = "/pact.v1.AdminService/ListAudit"
+	AdminService_JournalStatus_FullMethodName    = "/pact.v1.AdminService/JournalStatus"
+	AdminService_AddJournal_FullMethodName       = "/pact.v1.AdminService/AddJournal"
+	AdminService_RemoveJournal_FullMethodName    = "/pact.v1.AdminService/RemoveJournal"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -54,6 +57,12 @@ type AdminServiceClient interface {
 	MoveNode(ctx context.Context, in *MoveNodeRequest, opts ...grpc.CallOption) (*MoveNodeResponse, error)
 	// ListAudit reads the audit trail kept in Raft.
 	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
+	// JournalStatus describes the quorum as the journals see it.
+	JournalStatus(ctx context.Context, in *JournalStatusRequest, opts ...grpc.CallOption) (*JournalStatusResponse, error)
+	// AddJournal adds a voting journal to the quorum (platform-admin).
+	AddJournal(ctx context.Context, in *AddJournalRequest, opts ...grpc.CallOption) (*AddJournalResponse, error)
+	// RemoveJournal removes a journal from the quorum (platform-admin).
+	RemoveJournal(ctx context.Context, in *RemoveJournalRequest, opts ...grpc.CallOption) (*RemoveJournalResponse, error)
 }
 
 type adminServiceClient struct {
@@ -154,6 +163,36 @@ func (c *adminServiceClient) ListAudit(ctx context.Context, in *ListAuditRequest
 	return out, nil
 }
 
+func (c *adminServiceClient) JournalStatus(ctx context.Context, in *JournalStatusRequest, opts ...grpc.CallOption) (*JournalStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JournalStatusResponse)
+	err := c.cc.Invoke(ctx, AdminService_JournalStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) AddJournal(ctx context.Context, in *AddJournalRequest, opts ...grpc.CallOption) (*AddJournalResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddJournalResponse)
+	err := c.cc.Invoke(ctx, AdminService_AddJournal_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RemoveJournal(ctx context.Context, in *RemoveJournalRequest, opts ...grpc.CallOption) (*RemoveJournalResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveJournalResponse)
+	err := c.cc.Invoke(ctx, AdminService_RemoveJournal_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -178,6 +217,12 @@ type AdminServiceServer interface {
 	MoveNode(context.Context, *MoveNodeRequest) (*MoveNodeResponse, error)
 	// ListAudit reads the audit trail kept in Raft.
 	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
+	// JournalStatus describes the quorum as the journals see it.
+	JournalStatus(context.Context, *JournalStatusRequest) (*JournalStatusResponse, error)
+	// AddJournal adds a voting journal to the quorum (platform-admin).
+	AddJournal(context.Context, *AddJournalRequest) (*AddJournalResponse, error)
+	// RemoveJournal removes a journal from the quorum (platform-admin).
+	RemoveJournal(context.Context, *RemoveJournalRequest) (*RemoveJournalResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -214,6 +259,15 @@ func (UnimplementedAdminServiceServer) MoveNode(context.Context, *MoveNodeReques
 }
 func (UnimplementedAdminServiceServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAudit not implemented")
+}
+func (UnimplementedAdminServiceServer) JournalStatus(context.Context, *JournalStatusRequest) (*JournalStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method JournalStatus not implemented")
+}
+func (UnimplementedAdminServiceServer) AddJournal(context.Context, *AddJournalRequest) (*AddJournalResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddJournal not implemented")
+}
+func (UnimplementedAdminServiceServer) RemoveJournal(context.Context, *RemoveJournalRequest) (*RemoveJournalResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveJournal not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -398,6 +452,60 @@ func _AdminService_ListAudit_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_JournalStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JournalStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).JournalStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_JournalStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).JournalStatus(ctx, req.(*JournalStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_AddJournal_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddJournalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).AddJournal(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_AddJournal_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).AddJournal(ctx, req.(*AddJournalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RemoveJournal_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveJournalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RemoveJournal(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RemoveJournal_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RemoveJournal(ctx, req.(*RemoveJournalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -440,6 +548,18 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListAudit",
 			Handler:    _AdminService_ListAudit_Handler,
+		},
+		{
+			MethodName: "JournalStatus",
+			Handler:    _AdminService_JournalStatus_Handler,
+		},
+		{
+			MethodName: "AddJournal",
+			Handler:    _AdminService_AddJournal_Handler,
+		},
+		{
+			MethodName: "RemoveJournal",
+			Handler:    _AdminService_RemoveJournal_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -499,8 +499,10 @@ func (x *RenewOp) GetCert() *CertificateInfo {
 }
 
 type PublishIntermediateOp struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Intermediate  *Intermediate          `protobuf:"bytes,1,opt,name=intermediate,proto3" json:"intermediate,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Intermediate *Intermediate          `protobuf:"bytes,1,opt,name=intermediate,proto3" json:"intermediate,omitempty"`
+	// Where the publishing journal serves gRPC and Raft.
+	Journal       *JournalInfo `protobuf:"bytes,2,opt,name=journal,proto3" json:"journal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -538,6 +540,13 @@ func (*PublishIntermediateOp) Descriptor() ([]byte, []int) {
 func (x *PublishIntermediateOp) GetIntermediate() *Intermediate {
 	if x != nil {
 		return x.Intermediate
+	}
+	return nil
+}
+
+func (x *PublishIntermediateOp) GetJournal() *JournalInfo {
+	if x != nil {
+		return x.Journal
 	}
 	return nil
 }
@@ -766,7 +775,8 @@ type Snapshot struct {
 	Intermediates []*Intermediate        `protobuf:"bytes,3,rep,name=intermediates,proto3" json:"intermediates,omitempty"`
 	LastSeen      []*LastSeen            `protobuf:"bytes,4,rep,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
 	// The newest audit entries, oldest first.
-	Audit         []*AuditEntry `protobuf:"bytes,5,rep,name=audit,proto3" json:"audit,omitempty"`
+	Audit         []*AuditEntry  `protobuf:"bytes,5,rep,name=audit,proto3" json:"audit,omitempty"`
+	Journals      []*JournalInfo `protobuf:"bytes,6,rep,name=journals,proto3" json:"journals,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -832,6 +842,13 @@ func (x *Snapshot) GetLastSeen() []*LastSeen {
 func (x *Snapshot) GetAudit() []*AuditEntry {
 	if x != nil {
 		return x.Audit
+	}
+	return nil
+}
+
+func (x *Snapshot) GetJournals() []*JournalInfo {
+	if x != nil {
+		return x.Journals
 	}
 	return nil
 }
@@ -974,9 +991,10 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\aRenewOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12'\n" +
 	"\x0fprevious_serial\x18\x02 \x01(\tR\x0epreviousSerial\x12,\n" +
-	"\x04cert\x18\x03 \x01(\v2\x18.pact.v1.CertificateInfoR\x04cert\"R\n" +
+	"\x04cert\x18\x03 \x01(\v2\x18.pact.v1.CertificateInfoR\x04cert\"\x82\x01\n" +
 	"\x15PublishIntermediateOp\x129\n" +
-	"\fintermediate\x18\x01 \x01(\v2\x15.pact.v1.IntermediateR\fintermediate\")\n" +
+	"\fintermediate\x18\x01 \x01(\v2\x15.pact.v1.IntermediateR\fintermediate\x12.\n" +
+	"\ajournal\x18\x02 \x01(\v2\x14.pact.v1.JournalInfoR\ajournal\")\n" +
 	"\x0eDecommissionOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"h\n" +
 	"\bAssignOp\x12\x17\n" +
@@ -989,13 +1007,14 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\bnode_ids\x18\x02 \x03(\tR\anodeIds\"U\n" +
 	"\x0eMarkInactiveOp\x12\x19\n" +
 	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\x12(\n" +
-	"\x10cutoff_unix_nano\x18\x02 \x01(\x03R\x0ecutoffUnixNano\"\xf9\x01\n" +
+	"\x10cutoff_unix_nano\x18\x02 \x01(\x03R\x0ecutoffUnixNano\"\xab\x02\n" +
 	"\bSnapshot\x12#\n" +
 	"\x05nodes\x18\x01 \x03(\v2\r.pact.v1.NodeR\x05nodes\x120\n" +
 	"\arevoked\x18\x02 \x03(\v2\x16.pact.v1.RevokedSerialR\arevoked\x12;\n" +
 	"\rintermediates\x18\x03 \x03(\v2\x15.pact.v1.IntermediateR\rintermediates\x12.\n" +
 	"\tlast_seen\x18\x04 \x03(\v2\x11.pact.v1.LastSeenR\blastSeen\x12)\n" +
-	"\x05audit\x18\x05 \x03(\v2\x13.pact.v1.AuditEntryR\x05audit\"E\n" +
+	"\x05audit\x18\x05 \x03(\v2\x13.pact.v1.AuditEntryR\x05audit\x120\n" +
+	"\bjournals\x18\x06 \x03(\v2\x14.pact.v1.JournalInfoR\bjournals\"E\n" +
 	"\bLastSeen\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
@@ -1046,8 +1065,9 @@ var file_pact_v1_raft_proto_goTypes = []any{
 	(*HardwareIdentity)(nil),      // 13: pact.v1.HardwareIdentity
 	(*CertificateInfo)(nil),       // 14: pact.v1.CertificateInfo
 	(*Intermediate)(nil),          // 15: pact.v1.Intermediate
-	(*Node)(nil),                  // 16: pact.v1.Node
-	(*AuditEntry)(nil),            // 17: pact.v1.AuditEntry
+	(*JournalInfo)(nil),           // 16: pact.v1.JournalInfo
+	(*Node)(nil),                  // 17: pact.v1.Node
+	(*AuditEntry)(nil),            // 18: pact.v1.AuditEntry
 }
 var file_pact_v1_raft_proto_depIdxs = []int32{
 	2,  // 0: pact.v1.Command.register_node:type_name -> pact.v1.RegisterNodeOp
@@ -1063,16 +1083,18 @@ var file_pact_v1_raft_proto_depIdxs = []int32{
 	14, // 10: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
 	14, // 11: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
 	15, // 12: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
-	16, // 13: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
-	12, // 14: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
-	15, // 15: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
-	11, // 16: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
-	17, // 17: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	16, // 13: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
+	17, // 14: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
+	12, // 15: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
+	15, // 16: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
+	11, // 17: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
+	18, // 18: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
+	16, // 19: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_raft_proto_init() }

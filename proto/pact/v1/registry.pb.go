@@ -555,6 +555,68 @@ func (x *AuditEntry) GetDetail() string {
 	return ""
 }
 
+// JournalInfo is how a journal of the quorum is reached, published into Raft
+// with its intermediate so every journal can forward to the leader.
+type JournalInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JournalId     string                 `protobuf:"bytes,1,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
+	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	GrpcAddr      string                 `protobuf:"bytes,3,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JournalInfo) Reset() {
+	*x = JournalInfo{}
+	mi := &file_pact_v1_registry_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JournalInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JournalInfo) ProtoMessage() {}
+
+func (x *JournalInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_registry_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JournalInfo.ProtoReflect.Descriptor instead.
+func (*JournalInfo) Descriptor() ([]byte, []int) {
+	return file_pact_v1_registry_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *JournalInfo) GetJournalId() string {
+	if x != nil {
+		return x.JournalId
+	}
+	return ""
+}
+
+func (x *JournalInfo) GetRaftAddr() string {
+	if x != nil {
+		return x.RaftAddr
+	}
+	return ""
+}
+
+func (x *JournalInfo) GetGrpcAddr() string {
+	if x != nil {
+		return x.GrpcAddr
+	}
+	return ""
+}
+
 var File_pact_v1_registry_proto protoreflect.FileDescriptor
 
 const file_pact_v1_registry_proto_rawDesc = "" +
@@ -605,7 +667,12 @@ const file_pact_v1_registry_proto_rawDesc = "" +
 	"\anode_id\x18\x06 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06serial\x18\a \x01(\tR\x06serial\x12%\n" +
 	"\x0ecorrelation_id\x18\b \x01(\tR\rcorrelationId\x12\x16\n" +
-	"\x06detail\x18\t \x01(\tR\x06detail*\x8a\x01\n" +
+	"\x06detail\x18\t \x01(\tR\x06detail\"f\n" +
+	"\vJournalInfo\x12\x1d\n" +
+	"\n" +
+	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x1b\n" +
+	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
+	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr*\x8a\x01\n" +
 	"\tNodeState\x12\x1a\n" +
 	"\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15NODE_STATE_REGISTERED\x10\x01\x12\x15\n" +
@@ -626,7 +693,7 @@ func file_pact_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_pact_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_pact_v1_registry_proto_goTypes = []any{
 	(NodeState)(0),           // 0: pact.v1.NodeState
 	(*HardwareIdentity)(nil), // 1: pact.v1.HardwareIdentity
@@ -634,6 +701,7 @@ var file_pact_v1_registry_proto_goTypes = []any{
 	(*Node)(nil),             // 3: pact.v1.Node
 	(*Intermediate)(nil),     // 4: pact.v1.Intermediate
 	(*AuditEntry)(nil),       // 5: pact.v1.AuditEntry
+	(*JournalInfo)(nil),      // 6: pact.v1.JournalInfo
 }
 var file_pact_v1_registry_proto_depIdxs = []int32{
 	1, // 0: pact.v1.Node.hardware:type_name -> pact.v1.HardwareIdentity
@@ -657,7 +725,7 @@ func file_pact_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_registry_proto_rawDesc), len(file_pact_v1_registry_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
