@@ -136,10 +136,13 @@ func (s *adminServer) ListNodes(_ context.Context, req *pactv1.ListNodesRequest)
 	for i, n := range nodes {
 		out[i] = s.j.view(n)
 	}
-	return &pactv1.ListNodesResponse{Nodes: out}, nil
+	return &pactv1.ListNodesResponse{Nodes: out, ServedBy: s.j.cfg.NodeID, AppliedIndex: s.j.fsm.AppliedIndex()}, nil
 }
 
-func (s *adminServer) InspectNode(_ context.Context, req *pactv1.InspectNodeRequest) (*pactv1.InspectNodeResponse, error) {
+func (s *adminServer) InspectNode(ctx context.Context, req *pactv1.InspectNodeRequest) (*pactv1.InspectNodeResponse, error) {
+	if err := s.j.linearizableRead(ctx); err != nil {
+		return nil, err
+	}
 	n, err := s.j.node(req.GetNodeId())
 	if err != nil {
 		return nil, err

@@ -35,6 +35,7 @@ func principalFrom(ctx context.Context) *principal {
 // policy says who may call a method. Methods not listed are refused.
 type policy struct {
 	public bool                   // no client certificate needed (Enroll)
+	peer   bool                   // another journal of the quorum
 	agent  bool                   // an agent bound to its current certificate
 	admin  func(role string) bool // an operator whose role passes
 }
@@ -62,12 +63,18 @@ var policies = map[string]policy{
 	pactv1.AdminService_DecommissionNode_FullMethodName: {admin: platformAdmin},
 	// The vCluster rules for pact-ops roles are checked in the handlers,
 	// against the node's current assignment.
-	pactv1.AdminService_AssignNode_FullMethodName:   {admin: assigner},
-	pactv1.AdminService_UnassignNode_FullMethodName: {admin: assigner},
-	pactv1.AdminService_MoveNode_FullMethodName:     {admin: assigner},
-	pactv1.AdminService_ListNodes_FullMethodName:    {admin: anyRole},
-	pactv1.AdminService_InspectNode_FullMethodName:  {admin: anyRole},
-	pactv1.AdminService_ListAudit_FullMethodName:    {admin: anyRole},
+	pactv1.AdminService_AssignNode_FullMethodName:         {admin: assigner},
+	pactv1.AdminService_UnassignNode_FullMethodName:       {admin: assigner},
+	pactv1.AdminService_MoveNode_FullMethodName:           {admin: assigner},
+	pactv1.AdminService_ListNodes_FullMethodName:          {admin: anyRole},
+	pactv1.AdminService_InspectNode_FullMethodName:        {admin: anyRole},
+	pactv1.AdminService_ListAudit_FullMethodName:          {admin: anyRole},
+	pactv1.AdminService_JournalStatus_FullMethodName:      {admin: anyRole},
+	pactv1.AdminService_AddJournal_FullMethodName:         {admin: platformAdmin},
+	pactv1.AdminService_RemoveJournal_FullMethodName:      {admin: platformAdmin},
+	pactv1.JournalPeerService_Propose_FullMethodName:      {peer: true},
+	pactv1.JournalPeerService_ReadIndex_FullMethodName:    {peer: true},
+	pactv1.JournalPeerService_MemberStatus_FullMethodName: {peer: true},
 }
 
 func (j *Journal) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -124,6 +131,12 @@ func (j *Journal) authenticate(ctx context.Context, method string) (*principal, 
 	id, err := pki.IdentityOf(leaf)
 	if err != nil || id.Domain != j.ca.Domain() {
 		return nil, fmt.Errorf("%w: client certificate names no identity in domain %s", ErrUnauthenticated, j.ca.Domain())
+	}
+	if pol.peer {
+		if err := j.checkJournalCert(tlsInfo.State.PeerCertificates); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+		}
+		return &principal{id: id, leaf: leaf}, nil
 	}
 	if err := j.verifyClient(leaf, id); err != nil {
 		return nil, err

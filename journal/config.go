@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/pact-hpc/pact/internal/clock"
@@ -24,6 +25,21 @@ type Config struct {
 	DataDir string
 	// ListenAddr is the gRPC address (host:port). Port 0 picks a free one.
 	ListenAddr string
+	// RaftListen is the Raft address (host:port) of a journal in a quorum.
+	// Empty runs a single journal with no Raft network at all.
+	RaftListen string
+	// AdvertiseGRPC and AdvertiseRaft are the addresses other journals use
+	// to reach this one; they default to ListenAddr and RaftListen.
+	AdvertiseGRPC string
+	AdvertiseRaft string
+	// InitialCluster lists every voter of a new quorum (this journal
+	// included). A journal with no Raft state bootstraps with it; all
+	// journals of a new quorum must be given the same list. Empty with
+	// RaftListen set bootstraps a quorum of one that others can join.
+	InitialCluster []Peer
+	// Join starts a journal with no state that waits to be added to a
+	// running quorum (pact journal add) instead of bootstrapping.
+	Join bool
 	// Dev creates a domain root and an admin credential in DataDir on first
 	// start.
 	Dev bool
@@ -79,6 +95,28 @@ type Config struct {
 	Clock  clock.Clock
 }
 
+// Peer is one journal of an initial cluster.
+type Peer struct {
+	ID       string
+	RaftAddr string
+}
+
+// ParsePeers reads "id=host:port,id=host:port".
+func ParsePeers(s string) ([]Peer, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []Peer
+	for _, part := range strings.Split(s, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("journal: initial cluster entry %q: want id=host:port", part)
+		}
+		out = append(out, Peer{ID: id, RaftAddr: addr})
+	}
+	return out, nil
+}
+
 // DefaultConfig returns a single-node configuration with the defaults.
 func DefaultConfig() Config {
 	return Config{
@@ -112,6 +150,34 @@ func (c Config) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
 		errs = append(errs, fmt.Errorf("journal: listen address %q: %w", c.ListenAddr, err))
+	}
+	if c.RaftListen != "" {
+		if _, _, err := net.SplitHostPort(c.RaftListen); err != nil {
+			errs = append(errs, fmt.Errorf("journal: raft listen address %q: %w", c.RaftListen, err))
+		}
+	}
+	if c.RaftListen == "" && (len(c.InitialCluster) > 0 || c.Join) {
+		errs = append(errs, errors.New("journal: --initial-cluster and --join need --raft-listen"))
+	}
+	if c.Join && len(c.InitialCluster) > 0 {
+		errs = append(errs, errors.New("journal: --join and --initial-cluster exclude each other"))
+	}
+	if len(c.InitialCluster) > 0 {
+		self := false
+		seen := map[string]bool{}
+		for _, p := range c.InitialCluster {
+			if err := pki.ValidateName("journal id", p.ID); err != nil {
+				errs = append(errs, err)
+			}
+			if seen[p.ID] {
+				errs = append(errs, fmt.Errorf("journal: %s appears twice in the initial cluster", p.ID))
+			}
+			seen[p.ID] = true
+			self = self || p.ID == c.NodeID
+		}
+		if !self {
+			errs = append(errs, fmt.Errorf("journal: the initial cluster does not list this journal (%s)", c.NodeID))
+		}
 	}
 	if c.Dev {
 		if err := pki.ValidateDomain(c.Domain); err != nil {
@@ -158,6 +224,20 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("journal: Clock is required"))
 	}
 	return errors.Join(errs...)
+}
+
+func (c Config) advertiseGRPC() string {
+	if c.AdvertiseGRPC != "" {
+		return c.AdvertiseGRPC
+	}
+	return c.ListenAddr
+}
+
+func (c Config) advertiseRaft() string {
+	if c.AdvertiseRaft != "" {
+		return c.AdvertiseRaft
+	}
+	return c.RaftListen
 }
 
 func (c Config) rootCertFile() string {

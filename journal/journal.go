@@ -50,6 +50,9 @@ type Journal struct {
 	server *grpc.Server
 
 	metricsAddr string
+	grpcAddr    string // as other journals reach it
+	raftAddr    string
+	peers       *peerConns
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -116,6 +119,7 @@ func New(cfg Config) (*Journal, error) {
 	j.bundle = newBundleCache(authority.Root(), j.fsm, cfg.Clock)
 	j.roots = rootPool(authority.Root())
 	j.metrics = newMetrics(j)
+	j.peers = newPeerConns(j)
 	j.fsm.SetObserver(j.onApply)
 	if err := j.startRaft(); err != nil {
 		return nil, err
@@ -141,16 +145,24 @@ func (j *Journal) startRaft() error {
 	if t := j.cfg.RaftTimeout; t > 0 {
 		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = t, t, t
 	}
-	// A single journal talks to nobody; the quorum (a TLS stream layer)
-	// replaces this transport.
-	addr, transport := raft.NewInmemTransport(raft.ServerAddress(j.cfg.NodeID))
+	addr, transport, err := j.raftTransport()
+	if err != nil {
+		store.Close()
+		return err
+	}
 	existing, err := raft.HasExistingState(store, store, snaps)
 	if err != nil {
 		store.Close()
 		return fmt.Errorf("journal: inspect raft state: %w", err)
 	}
-	if !existing {
+	if !existing && !j.cfg.Join {
 		cfg := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: addr, Suffrage: raft.Voter}}}
+		if len(j.cfg.InitialCluster) > 0 {
+			cfg.Servers = nil
+			for _, p := range j.cfg.InitialCluster {
+				cfg.Servers = append(cfg.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr), Suffrage: raft.Voter})
+			}
+		}
 		if err := raft.BootstrapCluster(rc, store, store, snaps, transport, cfg); err != nil {
 			store.Close()
 			return fmt.Errorf("journal: bootstrap raft: %w", err)
@@ -180,13 +192,10 @@ func (j *Journal) startRaft() error {
 
 // Start waits for the registry to be loaded, publishes this journal's
 // intermediate, and only then opens the gRPC listener.
+//
+// The gRPC port is bound first (so its address is known and can be
+// published), but nothing is served on it until the registry is loaded.
 func (j *Journal) Start(ctx context.Context) error {
-	if err := j.waitReady(ctx); err != nil {
-		return err
-	}
-	if err := j.publishIntermediate(ctx); err != nil {
-		return err
-	}
 	lis, err := net.Listen("tcp", j.cfg.ListenAddr)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
@@ -195,6 +204,18 @@ func (j *Journal) Start(ctx context.Context) error {
 		return fmt.Errorf("journal: listen on %s: %w", j.cfg.ListenAddr, err)
 	}
 	j.lis = lis
+	j.grpcAddr = j.cfg.AdvertiseGRPC
+	if j.grpcAddr == "" {
+		j.grpcAddr = lis.Addr().String()
+	}
+	if err := j.waitReady(ctx); err != nil {
+		lis.Close()
+		return err
+	}
+	if err := j.publishIntermediate(ctx); err != nil {
+		lis.Close()
+		return err
+	}
 	j.server = j.newGRPCServer()
 	if j.cfg.MetricsListen != "" {
 		mlis, err := j.serveMetrics()
@@ -226,28 +247,42 @@ func (j *Journal) Start(ctx context.Context) error {
 	return nil
 }
 
-// waitReady blocks until this node leads and has applied its whole log, so
-// the registry and revocation set are current before anyone can connect.
+// waitReady blocks until a leader is known and this journal has applied
+// everything the leader has told it is committed (the leader: its whole
+// log), so the registry and revocation set are current before anyone is
+// served.
 func (j *Journal) waitReady(ctx context.Context) error {
+	announced := false
 	for {
-		if j.raft.State() == raft.Leader {
-			if err := j.raft.Barrier(j.cfg.ApplyTimeout).Error(); err == nil {
+		if _, leader := j.raft.LeaderWithID(); leader != "" {
+			if j.raft.State() == raft.Leader {
+				err := j.raft.Barrier(j.cfg.ApplyTimeout).Error()
+				if err == nil {
+					return nil
+				}
+				if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) {
+					return fmt.Errorf("journal: replay registry: %w", err)
+				}
+			} else if c := j.raft.CommitIndex(); c > 0 && j.fsm.AppliedIndex() >= c {
 				return nil
-			} else if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) {
-				return fmt.Errorf("journal: replay registry: %w", err)
 			}
+		} else if j.cfg.Join && !announced && j.raft.LastIndex() == 0 {
+			j.log.Info("waiting to be added to a quorum; on a journal of the quorum run: pact journal add " + j.cfg.NodeID + " " + j.cfg.advertiseRaft())
+			announced = true
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("journal: waiting for leadership: %w", ctx.Err())
+			return fmt.Errorf("journal: waiting for a Raft leader and the registry: %w", ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
 
+// publishIntermediate puts this journal's intermediate certificate and its
+// addresses into Raft, retrying while a leader is being found.
 func (j *Journal) publishIntermediate(ctx context.Context) error {
 	inter := j.ca.Intermediate()
-	_, err := j.propose(ctx, &pactv1.Command{
+	cmd := &pactv1.Command{
 		Actor: "journal/" + j.cfg.NodeID,
 		Op: &pactv1.Command_PublishIntermediate{PublishIntermediate: &pactv1.PublishIntermediateOp{
 			Intermediate: &pactv1.Intermediate{
@@ -256,12 +291,23 @@ func (j *Journal) publishIntermediate(ctx context.Context) error {
 				Der:          inter.Raw,
 				NotAfterUnix: inter.NotAfter.Unix(),
 			},
+			Journal: &pactv1.JournalInfo{JournalId: j.cfg.NodeID, RaftAddr: j.raftAddr, GrpcAddr: j.grpcAddr},
 		}},
-	})
-	if err != nil {
-		return fmt.Errorf("journal: publish intermediate: %w", err)
 	}
-	return nil
+	for {
+		_, err := j.propose(ctx, cmd)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ErrNoLeader) {
+			return fmt.Errorf("journal: publish intermediate: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("journal: publish intermediate: %w (last: %w)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // rotateLoop re-keys the intermediate at half its life.
@@ -320,6 +366,7 @@ func (j *Journal) Close() error {
 			}
 		}
 		j.wg.Wait()
+		j.peers.close()
 		if err := j.raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("journal: raft shutdown: %w", err))
 		}
@@ -356,6 +403,7 @@ func (j *Journal) newGRPCServer() *grpc.Server {
 	)
 	pactv1.RegisterEnrollmentServiceServer(s, &enrollmentServer{j: j})
 	pactv1.RegisterAdminServiceServer(s, &adminServer{j: j})
+	pactv1.RegisterJournalPeerServiceServer(s, &peerServer{j: j})
 	return s
 }
 

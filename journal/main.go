@@ -55,6 +55,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.RootKeyFile, "root-key", cmdutil.EnvOr("PACT_ROOT_KEY", ""), "domain root key, mode 0600 (default DATA_DIR/ca-key.pem) (PACT_ROOT_KEY)")
 	lifetime := fs.String("cert-lifetime", cmdutil.EnvOr("PACT_CERT_LIFETIME", cfg.CertLifetime.String()), "validity of agent certificates, e.g. 72h (PACT_CERT_LIFETIME)")
 	names := fs.String("server-names", cmdutil.EnvOr("PACT_SERVER_NAMES", ""), "extra comma-separated DNS names for the server certificate (PACT_SERVER_NAMES)")
+	fs.StringVar(&cfg.RaftListen, "raft-listen", cmdutil.EnvOr("PACT_RAFT_LISTEN", ""), "Raft address host:port for a journal in a quorum; empty runs a single journal (PACT_RAFT_LISTEN)")
+	initial := fs.String("initial-cluster", cmdutil.EnvOr("PACT_INITIAL_CLUSTER", ""), "every voter of a NEW quorum as id=raft-host:port,...; the same on every journal (PACT_INITIAL_CLUSTER)")
+	fs.BoolVar(&cfg.Join, "join", cmdutil.EnvOr("PACT_JOIN", "") == "true", "start empty and wait to be added to a running quorum with pact journal add (PACT_JOIN)")
+	fs.StringVar(&cfg.AdvertiseGRPC, "advertise", cmdutil.EnvOr("PACT_ADVERTISE", ""), "gRPC address other journals use to reach this one (default: --listen) (PACT_ADVERTISE)")
+	fs.StringVar(&cfg.AdvertiseRaft, "advertise-raft", cmdutil.EnvOr("PACT_ADVERTISE_RAFT", ""), "Raft address other journals use (default: --raft-listen) (PACT_ADVERTISE_RAFT)")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", envDuration("PACT_HEARTBEAT_TIMEOUT", cfg.HeartbeatTimeout), "mark an Active node Inactive after this long without a stream on any journal (PACT_HEARTBEAT_TIMEOUT)")
 	fs.DurationVar(&cfg.TakeoverWindow, "takeover-window", envDuration("PACT_TAKEOVER_WINDOW", cfg.TakeoverWindow), "let a rebooted node (new key) enroll again once its stream has been gone this long (PACT_TAKEOVER_WINDOW)")
 	fs.DurationVar(&cfg.DigestInterval, "digest-interval", envDuration("PACT_DIGEST_INTERVAL", cfg.DigestInterval), "how often this journal reports the streams it holds (PACT_DIGEST_INTERVAL)")
@@ -84,6 +89,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.CertLifetime = d
+	peers, err := ParsePeers(*initial)
+	if err != nil {
+		fmt.Fprintf(stderr, "pact-journal: %v\n", err)
+		return 2
+	}
+	cfg.InitialCluster = peers
 	if *names != "" {
 		cfg.ServerNames = strings.Split(*names, ",")
 	}
@@ -98,7 +109,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		logger.Error("cannot start", "err", err)
 		return 1
 	}
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	startTimeout := 60 * time.Second
+	if cfg.Join {
+		startTimeout = 24 * time.Hour // until an operator adds it
+	}
+	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	err = j.Start(startCtx)
 	cancel()
 	if err != nil {

@@ -19,6 +19,7 @@ var (
 	ErrPermission      = errors.New("journal: permission denied")
 	ErrInvalidArgument = errors.New("journal: invalid argument")
 	ErrOverloaded      = errors.New("journal: too many enrollments in flight")
+	ErrNotFound        = errors.New("journal: not found")
 )
 
 // propose stamps cmd with this journal's clock, commits it through Raft and
@@ -37,6 +38,19 @@ func (j *Journal) propose(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Re
 	if err != nil {
 		return nil, fmt.Errorf("journal: encode command: %w", err)
 	}
+	if j.raft.State() == raft.Leader {
+		res, _, err := j.applyLocal(ctx, data, opName(cmd))
+		if !errors.Is(err, ErrNoLeader) {
+			return res, err
+		}
+		// Lost the leadership just now: the new leader takes it.
+	}
+	return j.forward(ctx, data)
+}
+
+// applyLocal commits data on this journal, which must lead. It returns the
+// typed result, the entry's index, and the rule error (or a Raft error).
+func (j *Journal) applyLocal(ctx context.Context, data []byte, op string) (*raftfsm.Result, uint64, error) {
 	timeout := j.cfg.ApplyTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		if d := time.Until(dl); d < timeout {
@@ -44,24 +58,24 @@ func (j *Journal) propose(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Re
 		}
 	}
 	if timeout <= 0 {
-		return nil, context.DeadlineExceeded
+		return nil, 0, context.DeadlineExceeded
 	}
 	start := time.Now()
 	f := j.raft.Apply(data, timeout)
-	err = f.Error()
-	j.metrics.applySeconds.WithLabelValues(opName(cmd)).Observe(time.Since(start).Seconds())
+	err := f.Error()
+	j.metrics.applySeconds.WithLabelValues(op).Observe(time.Since(start).Seconds())
 	if err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
 			errors.Is(err, raft.ErrEnqueueTimeout) || errors.Is(err, raft.ErrRaftShutdown) {
-			return nil, fmt.Errorf("%w: %w", ErrNoLeader, err)
+			return nil, 0, fmt.Errorf("%w: %w", ErrNoLeader, err)
 		}
-		return nil, fmt.Errorf("journal: raft apply: %w", err)
+		return nil, 0, fmt.Errorf("journal: raft apply: %w", err)
 	}
 	res, ok := f.Response().(*raftfsm.Result)
 	if !ok {
-		return nil, fmt.Errorf("journal: unexpected apply response %T", f.Response())
+		return nil, 0, fmt.Errorf("journal: unexpected apply response %T", f.Response())
 	}
-	return res, res.Err
+	return res, f.Index(), res.Err
 }
 
 // Rule errors the journal raises itself, outside Apply, share the FSM's

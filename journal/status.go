@@ -55,6 +55,7 @@ var reasons = []struct {
 	{ErrPermission, apierr.PermissionDenied},
 	{ErrOverloaded, apierr.RateLimited},
 	{ErrNoLeader, apierr.NoLeader},
+	{ErrNotFound, apierr.NotFound},
 }
 
 // toStatus converts a handler error to a gRPC status error. Errors that are

@@ -1,6 +1,9 @@
 package raftfsm
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Rule errors: the typed results of commands that broke a registry rule.
 // Apply returns them inside a *Result; they are never panics.
@@ -39,4 +42,15 @@ func ErrorCode(err error) string {
 		}
 	}
 	return ""
+}
+
+// ErrorFromCode rebuilds a rule error carried across the wire by its code,
+// so errors.Is works on a forwarded result. Unknown codes return nil.
+func ErrorFromCode(code, msg string) error {
+	for _, e := range errorCodes {
+		if e.code == code {
+			return fmt.Errorf("%w: %s", e.err, msg)
+		}
+	}
+	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -60,6 +61,7 @@ const DefaultAuditCapacity = 10000
 
 // FSM implements raft.FSM.
 type FSM struct {
+	applied  atomic.Uint64
 	mu       sync.RWMutex
 	st       *state
 	observer func(Event)
@@ -68,14 +70,19 @@ type FSM struct {
 
 type state struct {
 	nodes map[string]*pactv1.Node
-	// Live identifiers (non-revoked nodes) and those of revoked nodes, so
-	// a decommissioned node's hardware is answered NODE_REVOKED.
+	// Live identifiers (non-revoked nodes), each owned by one node, and
+	// those of revoked nodes, so a decommissioned node's hardware is
+	// answered NODE_REVOKED. Several revoked nodes may have held the same
+	// identifier: the revoked indexes keep them all, so that they depend
+	// on the records alone and not on the order of history (a replica
+	// restored from a snapshot must answer like one that applied the log).
 	byMAC, byBMC, byEK                      map[string]string
-	revokedByMAC, revokedByBMC, revokedByEK map[string]string
+	revokedByMAC, revokedByBMC, revokedByEK map[string]nodeSet
 	revoked                                 map[string]int64 // serial -> not_after (unix seconds)
 	intermediates                           map[string]*pactv1.Intermediate
 	lastSeen                                map[string]int64 // node -> unix nano
 	audit                                   *auditRing
+	journals                                map[string]*pactv1.JournalInfo
 }
 
 func newState(auditCap int) *state {
@@ -84,13 +91,14 @@ func newState(auditCap int) *state {
 		byMAC:         map[string]string{},
 		byBMC:         map[string]string{},
 		byEK:          map[string]string{},
-		revokedByMAC:  map[string]string{},
-		revokedByBMC:  map[string]string{},
-		revokedByEK:   map[string]string{},
+		revokedByMAC:  map[string]nodeSet{},
+		revokedByBMC:  map[string]nodeSet{},
+		revokedByEK:   map[string]nodeSet{},
 		revoked:       map[string]int64{},
 		intermediates: map[string]*pactv1.Intermediate{},
 		lastSeen:      map[string]int64{},
 		audit:         newAuditRing(auditCap),
+		journals:      map[string]*pactv1.JournalInfo{},
 	}
 }
 
@@ -130,6 +138,7 @@ func Decode(data []byte) (*pactv1.Command, error) {
 
 // Apply applies one committed log entry.
 func (f *FSM) Apply(l *raft.Log) interface{} {
+	defer f.applied.Store(l.Index)
 	if l.Type != raft.LogCommand {
 		return &Result{}
 	}
@@ -287,6 +296,23 @@ func (s *state) owner(id hwid.Identity) (node, what string) {
 	return "", ""
 }
 
+// nodeSet is a set of node ids.
+type nodeSet map[string]struct{}
+
+func addHolder(idx map[string]nodeSet, key, id string) {
+	if idx[key] == nil {
+		idx[key] = nodeSet{}
+	}
+	idx[key][id] = struct{}{}
+}
+
+func removeHolder(idx map[string]nodeSet, key, id string) {
+	delete(idx[key], id)
+	if len(idx[key]) == 0 {
+		delete(idx, key)
+	}
+}
+
 // put stores n and indexes its hardware, replacing any previous record.
 // Revoked records keep their history but release their identifiers to the
 // revoked indexes, where only a lookup that finds no live node sees them.
@@ -294,38 +320,52 @@ func (s *state) put(n *pactv1.Node) {
 	if old, ok := s.nodes[n.GetNodeId()]; ok {
 		s.unindex(old)
 	}
-	s.nodes[n.GetNodeId()] = n
-	mac, bmc, ek := s.byMAC, s.byBMC, s.byEK
-	if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
-		mac, bmc, ek = s.revokedByMAC, s.revokedByBMC, s.revokedByEK
-	}
+	id := n.GetNodeId()
+	s.nodes[id] = n
 	h := n.GetHardware()
+	if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
+		for _, m := range h.GetMacs() {
+			addHolder(s.revokedByMAC, m, id)
+		}
+		if b := h.GetBmcSerial(); b != "" {
+			addHolder(s.revokedByBMC, b, id)
+		}
+		if e := h.GetTpmEkHash(); e != "" {
+			addHolder(s.revokedByEK, e, id)
+		}
+		return
+	}
 	for _, m := range h.GetMacs() {
-		mac[m] = n.GetNodeId()
+		s.byMAC[m] = id
 	}
 	if b := h.GetBmcSerial(); b != "" {
-		bmc[b] = n.GetNodeId()
+		s.byBMC[b] = id
 	}
 	if e := h.GetTpmEkHash(); e != "" {
-		ek[e] = n.GetNodeId()
+		s.byEK[e] = id
 	}
 }
 
 func (s *state) unindex(n *pactv1.Node) {
 	id := n.GetNodeId()
 	h := n.GetHardware()
-	for _, idx := range [][3]map[string]string{{s.byMAC, s.byBMC, s.byEK}, {s.revokedByMAC, s.revokedByBMC, s.revokedByEK}} {
-		for _, m := range h.GetMacs() {
-			if idx[0][m] == id {
-				delete(idx[0], m)
-			}
+	for _, m := range h.GetMacs() {
+		if s.byMAC[m] == id {
+			delete(s.byMAC, m)
 		}
-		if b := h.GetBmcSerial(); b != "" && idx[1][b] == id {
-			delete(idx[1], b)
+		removeHolder(s.revokedByMAC, m, id)
+	}
+	if b := h.GetBmcSerial(); b != "" {
+		if s.byBMC[b] == id {
+			delete(s.byBMC, b)
 		}
-		if e := h.GetTpmEkHash(); e != "" && idx[2][e] == id {
-			delete(idx[2], e)
+		removeHolder(s.revokedByBMC, b, id)
+	}
+	if e := h.GetTpmEkHash(); e != "" {
+		if s.byEK[e] == id {
+			delete(s.byEK, e)
 		}
+		removeHolder(s.revokedByEK, e, id)
 	}
 }
 
@@ -336,20 +376,32 @@ type Resolution struct {
 	Err      error
 }
 
-// revokedOwner returns a revoked node that owned a reported identifier.
+// revokedOwner returns the revoked node that held a reported identifier:
+// of several, the one decommissioned last (then the least node id), a
+// choice made from the records alone so every replica makes it.
 func (s *state) revokedOwner(rep hwid.Identity) string {
-	for _, m := range rep.MACs {
-		if o, ok := s.revokedByMAC[m]; ok {
-			return o
+	var best *pactv1.Node
+	consider := func(set nodeSet) {
+		for id := range set {
+			n := s.nodes[id]
+			switch {
+			case best == nil,
+				n.GetRevokedAtUnixNano() > best.GetRevokedAtUnixNano(),
+				n.GetRevokedAtUnixNano() == best.GetRevokedAtUnixNano() && id < best.GetNodeId():
+				best = n
+			}
 		}
 	}
-	if o, ok := s.revokedByBMC[rep.BMCSerial]; ok && rep.BMCSerial != "" {
-		return o
+	for _, m := range rep.MACs {
+		consider(s.revokedByMAC[m])
 	}
-	if o, ok := s.revokedByEK[rep.EKHash]; ok && rep.EKHash != "" {
-		return o
+	if rep.BMCSerial != "" {
+		consider(s.revokedByBMC[rep.BMCSerial])
 	}
-	return ""
+	if rep.EKHash != "" {
+		consider(s.revokedByEK[rep.EKHash])
+	}
+	return best.GetNodeId()
 }
 
 // resolve finds the one node a reported identity belongs to (docs/registry.md).
@@ -419,7 +471,7 @@ func (a *applier) activate(op *pactv1.ActivateOp) *Result {
 			return &Result{Node: n, Idempotent: true}
 		}
 		cutoff := op.GetTakeoverCutoffUnixNano()
-		if cutoff == 0 || s.lastSeen[n.GetNodeId()] >= cutoff {
+		if cutoff == 0 || cutoff > a.at() || s.lastSeen[n.GetNodeId()] >= cutoff {
 			return fail(fmt.Errorf("%w: %s already holds a certificate for another key", ErrAlreadyActive, n.GetNodeId()))
 		}
 		// No journal has seen the node's stream since the cutoff: it
@@ -476,6 +528,9 @@ func (a *applier) publishIntermediate(op *pactv1.PublishIntermediateOp) *Result 
 		return fail(fmt.Errorf("%w: intermediate without serial, certificate or journal", ErrInvalidCommand))
 	}
 	a.s.intermediates[in.GetSerial()] = proto.Clone(in).(*pactv1.Intermediate)
+	if ji := op.GetJournal(); ji.GetJournalId() != "" {
+		a.s.journals[ji.GetJournalId()] = proto.Clone(ji).(*pactv1.JournalInfo)
+	}
 	a.s.prune(a.at() / 1e9)
 	a.ev.BundleChanged = true
 	return &Result{}
@@ -507,6 +562,10 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		Intermediates: make([]*pactv1.Intermediate, 0, len(f.st.intermediates)),
 		LastSeen:      make([]*pactv1.LastSeen, 0, len(f.st.lastSeen)),
 		Audit:         f.st.audit.entries(),
+		Journals:      make([]*pactv1.JournalInfo, 0, len(f.st.journals)),
+	}
+	for _, ji := range f.st.journals {
+		snap.Journals = append(snap.Journals, ji)
 	}
 	for id, at := range f.st.lastSeen {
 		snap.LastSeen = append(snap.LastSeen, &pactv1.LastSeen{NodeId: id, AtUnixNano: at})
@@ -545,6 +604,7 @@ func sortSnapshot(s *pactv1.Snapshot) {
 	sort.Slice(s.Revoked, func(i, j int) bool { return s.Revoked[i].GetSerial() < s.Revoked[j].GetSerial() })
 	sort.Slice(s.Intermediates, func(i, j int) bool { return s.Intermediates[i].GetSerial() < s.Intermediates[j].GetSerial() })
 	sort.Slice(s.LastSeen, func(i, j int) bool { return s.LastSeen[i].GetNodeId() < s.LastSeen[j].GetNodeId() })
+	sort.Slice(s.Journals, func(i, j int) bool { return s.Journals[i].GetJournalId() < s.Journals[j].GetJournalId() })
 }
 
 // Restore replaces the state with a snapshot. It builds the new state first
@@ -603,6 +663,9 @@ func stateFromSnapshot(data []byte, auditCap int) (*state, error) {
 	}
 	for _, e := range snap.GetAudit() {
 		st.audit.add(e)
+	}
+	for _, ji := range snap.GetJournals() {
+		st.journals[ji.GetJournalId()] = ji
 	}
 	return st, nil
 }

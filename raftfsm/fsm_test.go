@@ -560,7 +560,9 @@ func TestObserver(t *testing.T) {
 	a.Apply(later.MarkInactive(later.AtUnixNano, "node-1"))             // 16 inactive
 	a.Apply(later.LivenessDigest("journal-2", "node-1", "node-9"))      // 17 active again
 	a.Apply(admin.RegisterNode("node-3", "vc-b", hw3()))                // 18
-	a.Apply(later.MarkInactive(later.AtUnixNano+1, "node-1", "node-3")) // 19 one of two
+	evenLater := later
+	evenLater.AtUnixNano++
+	a.Apply(evenLater.MarkInactive(evenLater.AtUnixNano, "node-1", "node-3")) // 19 one of two
 	a.Apply(admin.Decommission("node-1"))                               // 20
 	a.Apply(admin.Decommission("node-1"))                               // 21 already revoked
 	restoreNodes(t, f, &pactv1.Snapshot{})
@@ -800,6 +802,16 @@ func TestConcurrentReadsDuringApply(t *testing.T) {
 		for _, in := range f.Intermediates(t0) {
 			_ = f.IsRevoked(in.GetSerial())
 		}
+	})
+	reader(func(i int) {
+		for _, e := range f.Audit("", 0, 50) {
+			_ = e.GetAction()
+		}
+		for id, at := range f.ActiveLastSeen() {
+			_ = f.LastSeen(id) >= at
+		}
+		_ = f.Nodes(raftfsm.Filter{VCluster: "vc-1"})
+		_ = f.Nodes(raftfsm.Filter{Unassigned: true, State: pactv1.NodeState_NODE_STATE_INACTIVE})
 	})
 	reader(func(i int) {
 		if _, err := raftfsmtest.SnapshotBytes(f); err != nil {

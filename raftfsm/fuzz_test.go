@@ -2,7 +2,9 @@ package raftfsm_test
 
 import (
 	"bytes"
+	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -14,10 +16,15 @@ import (
 	"github.com/pact-hpc/pact/raftfsm/raftfsmtest"
 )
 
+// mac7 belongs to node-7 in the fuzz fixture, and to nobody live.
+const mac7 = "52:54:00:00:00:07"
+
 // fuzzFixture is the state every fuzz input starts from, as snapshot bytes:
-// the test registry with node-2 active, an intermediate, a revoked node-4
-// whose MAC and BMC serial now belong to node-6, an inactive node-5 and a
-// revoked serial.
+// the test registry with node-2 active (seen at journal's time), an
+// intermediate, a revoked node-4 whose MAC and BMC serial now belong to
+// node-6, an inactive node-5, a revoked serial, and node-7 activated then
+// decommissioned by command, so its hardware (S7, mac7) answers
+// NODE_REVOKED. The audit ring holds what those commands recorded.
 var fuzzFixture = sync.OnceValue(func() []byte {
 	f := raftfsm.New()
 	err := raftfsmtest.Restore(f, &pactv1.Snapshot{
@@ -25,7 +32,8 @@ var fuzzFixture = sync.OnceValue(func() []byte {
 			node("node-4", pactv1.NodeState_NODE_STATE_REVOKED, raftfsmtest.Hardware("S4", mac5), cert("04", "spki-4")),
 			node("node-5", pactv1.NodeState_NODE_STATE_INACTIVE, raftfsmtest.Hardware("S5", mac6), cert("05", "spki-5")),
 		},
-		Revoked: []*pactv1.RevokedSerial{{Serial: "04", NotAfterUnix: t0 + 3*day}},
+		Revoked:  []*pactv1.RevokedSerial{{Serial: "04", NotAfterUnix: t0 + 3*day}},
+		LastSeen: []*pactv1.LastSeen{{NodeId: "node-5", AtUnixNano: (t0 - hour) * 1e9}},
 	})
 	if err != nil {
 		panic(err)
@@ -36,8 +44,11 @@ var fuzzFixture = sync.OnceValue(func() []byte {
 		admin.RegisterNode("node-2", "", hw2()),
 		admin.RegisterNode("node-3", "vc-b", hw3()),
 		admin.RegisterNode("node-6", "vc-a", raftfsmtest.Hardware("S4", mac5)),
+		admin.RegisterNode("node-7", "vc-b", raftfsmtest.Hardware("S7", mac7)),
 		journal.Activate("node-2", hw2(), cert("02", "spki-2")),
+		journal.Activate("node-7", raftfsmtest.Hardware("S7", mac7), cert("07", "spki-7")),
 		journal.PublishIntermediate(raftfsmtest.Intermediate("journal-1", "i-1", t0+day)),
+		journal.Decommission("node-7"),
 	} {
 		if res := a.Apply(c); res.Err != nil {
 			panic(res.Err)
@@ -66,13 +77,40 @@ func applyRecover(f *raftfsm.FSM, index uint64, data []byte) (res *raftfsm.Resul
 	return res, v != nil
 }
 
+// hwKeys returns the identifiers of h, each prefixed by its kind.
+func hwKeys(h *pactv1.HardwareIdentity) []string {
+	keys := slices.Clone(h.GetMacs())
+	if b := h.GetBmcSerial(); b != "" {
+		keys = append(keys, "bmc:"+b)
+	}
+	if e := h.GetTpmEkHash(); e != "" {
+		keys = append(keys, "ek:"+e)
+	}
+	return keys
+}
+
+// keyIdentity is the identity reporting only the identifier key.
+func keyIdentity(key string) hwid.Identity {
+	switch {
+	case strings.HasPrefix(key, "bmc:"):
+		return hwid.Identity{BMCSerial: strings.TrimPrefix(key, "bmc:")}
+	case strings.HasPrefix(key, "ek:"):
+		return hwid.Identity{EKHash: strings.TrimPrefix(key, "ek:")}
+	}
+	return hwid.Identity{MACs: []string{key}}
+}
+
 // checkInvariants checks what every state reached by Apply must satisfy:
 // live nodes own their identifiers alone, in normal form, and resolve to
-// themselves; and the state survives a snapshot round trip unchanged.
+// themselves; an identifier of a revoked node that no live node owns
+// resolves to NODE_REVOKED (and a revoked node's whole hardware too, when
+// none of it is owned); liveness is known for known nodes only; and the
+// state survives a snapshot round trip unchanged.
 func checkInvariants(t *testing.T, f *raftfsm.FSM) {
 	t.Helper()
 	owner := map[string]string{}
-	for _, n := range f.Nodes(raftfsm.Filter{}) {
+	all := f.Nodes(raftfsm.Filter{})
+	for _, n := range all {
 		if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
 			continue
 		}
@@ -81,14 +119,7 @@ func checkInvariants(t *testing.T, f *raftfsm.FSM) {
 		if err != nil || !slices.Equal(norm.MACs, h.GetMacs()) || norm.BMCSerial != h.GetBmcSerial() || norm.EKHash != h.GetTpmEkHash() {
 			t.Errorf("%s holds hardware not in normal form: %v (%v)", n.GetNodeId(), h, err)
 		}
-		keys := slices.Clone(h.GetMacs())
-		if b := h.GetBmcSerial(); b != "" {
-			keys = append(keys, "bmc:"+b)
-		}
-		if e := h.GetTpmEkHash(); e != "" {
-			keys = append(keys, "ek:"+e)
-		}
-		for _, k := range keys {
+		for _, k := range hwKeys(h) {
 			if o, dup := owner[k]; dup {
 				t.Errorf("%s is held by both %s and %s", k, o, n.GetNodeId())
 			}
@@ -96,6 +127,40 @@ func checkInvariants(t *testing.T, f *raftfsm.FSM) {
 		}
 		if r := f.Resolve(ident(h)); r.Err != nil || r.Node.GetNodeId() != n.GetNodeId() {
 			t.Errorf("%s's own hardware resolves to %q: %v", n.GetNodeId(), r.Node.GetNodeId(), r.Err)
+		}
+	}
+	for _, n := range all {
+		if n.GetState() != pactv1.NodeState_NODE_STATE_REVOKED {
+			continue
+		}
+		released := true
+		for _, k := range hwKeys(n.GetHardware()) {
+			if _, live := owner[k]; live {
+				released = false
+				continue
+			}
+			r := f.Resolve(keyIdentity(k))
+			if !errors.Is(r.Err, raftfsm.ErrNodeRevoked) || r.Node.GetState() != pactv1.NodeState_NODE_STATE_REVOKED ||
+				!slices.Contains(hwKeys(r.Node.GetHardware()), k) {
+				t.Errorf("%s of revoked %s, owned by no live node, resolves to %q (%v): %v",
+					k, n.GetNodeId(), r.Node.GetNodeId(), stateOf(r.Node), r.Err)
+			}
+		}
+		if r := f.Resolve(ident(n.GetHardware())); released && !errors.Is(r.Err, raftfsm.ErrNodeRevoked) {
+			t.Errorf("revoked %s's hardware, owned by no live node, resolves to %q: %v", n.GetNodeId(), r.Node.GetNodeId(), r.Err)
+		}
+		if ls := f.LastSeen(n.GetNodeId()); ls != 0 {
+			t.Errorf("revoked %s has a last sighting %d", n.GetNodeId(), ls)
+		}
+	}
+	active := f.Nodes(raftfsm.Filter{State: pactv1.NodeState_NODE_STATE_ACTIVE})
+	seen := f.ActiveLastSeen()
+	if len(seen) != len(active) {
+		t.Errorf("ActiveLastSeen has %d nodes, %d are active", len(seen), len(active))
+	}
+	for _, n := range active {
+		if ls, ok := seen[n.GetNodeId()]; !ok || ls != f.LastSeen(n.GetNodeId()) {
+			t.Errorf("ActiveLastSeen[%s] = %d, %v; LastSeen = %d", n.GetNodeId(), ls, ok, f.LastSeen(n.GetNodeId()))
 		}
 	}
 	data := snapshotBytes(t, f)
@@ -106,18 +171,41 @@ func checkInvariants(t *testing.T, f *raftfsm.FSM) {
 	if !bytes.Equal(data, snapshotBytes(t, g)) {
 		t.Error("Snapshot → Restore → Snapshot changed the bytes")
 	}
+	// A replica restored from the snapshot answers every lookup the same.
+	for _, n := range all {
+		for _, k := range hwKeys(n.GetHardware()) {
+			if x, y := f.Resolve(keyIdentity(k)), g.Resolve(keyIdentity(k)); !sameResolution(x, y) || errText(x.Err) != errText(y.Err) {
+				t.Errorf("Resolve(%s) = %q, %v; after a snapshot round trip %q, %v", k, x.Node.GetNodeId(), x.Err, y.Node.GetNodeId(), y.Err)
+			}
+		}
+	}
+}
+
+// stateOf names a record's state for messages ("" for none).
+func stateOf(n *pactv1.Node) string {
+	if n == nil {
+		return ""
+	}
+	return raftfsm.StateName(n.GetState())
 }
 
 // FuzzApply feeds arbitrary bytes to Apply as a command entry, twice (a
 // command is often retried). Apply must panic exactly when the entry does
-// not decode or names no operation, and otherwise keep every invariant.
+// not decode or names no operation, and otherwise keep every invariant; a
+// refused or idempotent command must change nothing, and every audit entry
+// must carry the command's context and log index.
 func FuzzApply(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fsm := fixtureFSM(t)
 		cmd, decodeErr := raftfsm.Decode(data)
 		wantPanic := decodeErr != nil || cmd.GetOp() == nil
+		var evs []raftfsm.Event
+		fsm.SetObserver(func(ev raftfsm.Event) { evs = append(evs, ev) })
 		for i := range uint64(2) {
-			res, panicked := applyRecover(fsm, 100+i, data)
+			index := 100 + i
+			before := snapshotBytes(t, fsm)
+			evs = evs[:0]
+			res, panicked := applyRecover(fsm, index, data)
 			if panicked != wantPanic {
 				t.Fatalf("Apply panicked: %v; decode error: %v; command %v", panicked, decodeErr, cmd)
 			}
@@ -126,6 +214,25 @@ func FuzzApply(f *testing.F) {
 			}
 			if res.Err != nil && (raftfsm.ErrorCode(res.Err) == "" || res.Idempotent) {
 				t.Errorf("result %+v: want a typed rule error and no idempotent flag", res)
+			}
+			if res.Err != nil || res.Idempotent {
+				if !bytes.Equal(before, snapshotBytes(t, fsm)) {
+					t.Errorf("result %+v: the state changed", res)
+				}
+				if len(evs) != 0 {
+					t.Errorf("result %+v: observed %v", res, evs)
+				}
+			}
+			for _, ev := range evs {
+				if ev.Index != index {
+					t.Errorf("event index %d, want %d", ev.Index, index)
+				}
+				for _, e := range ev.Audit {
+					if e.GetIndex() != index || e.GetAtUnixNano() != cmd.GetAtUnixNano() || e.GetActor() != cmd.GetActor() ||
+						e.GetSource() != cmd.GetSource() || e.GetCorrelationId() != cmd.GetCorrelationId() || e.GetAction() == "" {
+						t.Errorf("audit entry %v of command %v at index %d", e, cmd, index)
+					}
+				}
 			}
 			checkInvariants(t, fsm)
 		}

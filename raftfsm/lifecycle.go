@@ -113,7 +113,7 @@ func (a *applier) markInactive(op *pactv1.MarkInactiveOp) *Result {
 	s := a.s
 	for _, id := range op.GetNodeIds() {
 		n, ok := s.nodes[id]
-		if !ok || n.GetState() != pactv1.NodeState_NODE_STATE_ACTIVE || s.lastSeen[id] >= op.GetCutoffUnixNano() {
+		if !ok || n.GetState() != pactv1.NodeState_NODE_STATE_ACTIVE || s.lastSeen[id] >= op.GetCutoffUnixNano() || op.GetCutoffUnixNano() > a.at() {
 			continue
 		}
 		next := proto.Clone(n).(*pactv1.Node)

@@ -130,3 +130,15 @@ func StateName(s pactv1.NodeState) string {
 	name := strings.TrimPrefix(s.String(), "NODE_STATE_")
 	return strings.ToLower(name)
 }
+
+// Journal returns how a journal of the quorum is reached, as it last
+// published.
+func (f *FSM) Journal(id string) (*pactv1.JournalInfo, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	ji, ok := f.st.journals[id]
+	return ji, ok
+}
+
+// AppliedIndex is the index of the last log entry applied here.
+func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }

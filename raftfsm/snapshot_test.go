@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand"
 	"slices"
 	"strings"
@@ -49,14 +50,18 @@ func newCommandGen(seed int64) *commandGen {
 
 func genMAC(i int) string { return fmt.Sprintf("52:54:00:00:01:%02x", i) }
 
-// genBase is the state random logs start from, with what no command
-// produces yet: a revoked node, an inactive one and revoked serials, some
-// due to be pruned.
+// genBase is the state random logs start from, so that the first commands
+// already meet what otherwise takes many to build: a revoked node, an
+// inactive one with its last sighting, and revoked serials, some due to be
+// pruned.
 func genBase() *pactv1.Snapshot {
-	snap := &pactv1.Snapshot{Nodes: []*pactv1.Node{
-		node("node-22", pactv1.NodeState_NODE_STATE_REVOKED, raftfsmtest.Hardware("S90", genMAC(1), genMAC(2)), cert("c-revoked", "spki-revoked")),
-		node("node-23", pactv1.NodeState_NODE_STATE_INACTIVE, raftfsmtest.Hardware("S91", genMAC(3)), cert("c-inactive", "spki-inactive")),
-	}}
+	snap := &pactv1.Snapshot{
+		Nodes: []*pactv1.Node{
+			node("node-22", pactv1.NodeState_NODE_STATE_REVOKED, raftfsmtest.Hardware("S90", genMAC(1), genMAC(2)), cert("c-revoked", "spki-revoked")),
+			node("node-23", pactv1.NodeState_NODE_STATE_INACTIVE, raftfsmtest.Hardware("S91", genMAC(3)), cert("c-inactive", "spki-inactive")),
+		},
+		LastSeen: []*pactv1.LastSeen{{NodeId: "node-23", AtUnixNano: (t0 - hour) * 1e9}},
+	}
 	for i := range 8 {
 		snap.Revoked = append(snap.Revoked, &pactv1.RevokedSerial{Serial: fmt.Sprintf("r-%d", i), NotAfterUnix: t0 + int64(i)*6*hour})
 	}
@@ -107,14 +112,40 @@ func (g *commandGen) newCert(id string, notAfter int64) *pactv1.CertificateInfo 
 	return raftfsmtest.Cert(fmt.Sprintf("c-%d", g.serial), spki, notAfter)
 }
 
+// heartbeat is the generator's liveness timeout: takeovers and
+// mark-inactive commands use now-heartbeat as their cutoff.
+const heartbeat = 3 * hour
+
+func (g *commandGen) vcluster() string {
+	if g.r.Intn(4) == 0 {
+		return "" // maintenance mode
+	}
+	return fmt.Sprintf("vc-%d", g.r.Intn(3))
+}
+
+// someNodes returns up to max node ids from the pool, perhaps one nobody
+// registered and perhaps one twice.
+func (g *commandGen) someNodes(max int) []string {
+	var ids []string
+	for range g.r.Intn(max + 1) {
+		ids = append(ids, fmt.Sprintf("node-%02d", g.r.Intn(genNodes+2)))
+	}
+	return ids
+}
+
 func (g *commandGen) next() *pactv1.Command {
 	g.now += g.r.Int63n(2*hour) * 1e9
 	nowUnix := g.now / 1e9
-	p := raftfsmtest.Proposer{Actor: fmt.Sprintf("journal-%d", g.r.Intn(3)), AtUnixNano: g.now}
+	p := raftfsmtest.Proposer{
+		Actor:         fmt.Sprintf("journal-%d", g.r.Intn(3)),
+		AtUnixNano:    g.now,
+		Source:        fmt.Sprintf("10.0.0.%d:443", g.r.Intn(4)),
+		CorrelationID: fmt.Sprintf("req-%d", g.r.Intn(1000)),
+	}
 	id := fmt.Sprintf("node-%02d", g.r.Intn(genNodes))
 	n, known := g.view.Node(id)
 	switch k := g.r.Intn(100); {
-	case k < 30:
+	case k < 24:
 		if g.fresh < genNodes && g.r.Intn(4) != 0 {
 			id = fmt.Sprintf("node-%02d", g.fresh)
 			g.fresh++
@@ -127,11 +158,11 @@ func (g *commandGen) next() *pactv1.Command {
 			id = "bad id"
 		case 2:
 			if known {
-				hw = n.GetHardware() // another node's hardware
+				hw = n.GetHardware() // another node's hardware, or its own again after a decommission
 			}
 		}
-		return p.RegisterNode(id, fmt.Sprintf("vc-%d", g.r.Intn(3)), hw)
-	case k < 60:
+		return p.RegisterNode(id, g.vcluster(), hw)
+	case k < 46:
 		reported := n.GetHardware()
 		switch {
 		case !known || g.r.Intn(6) == 0:
@@ -139,19 +170,55 @@ func (g *commandGen) next() *pactv1.Command {
 		case g.r.Intn(4) == 0: // an extra NIC, perhaps another node's
 			reported = normalHW(append(slices.Clone(reported.GetMacs()), genMAC(g.r.Intn(genMACs))), reported.GetBmcSerial(), reported.GetTpmEkHash())
 		}
-		return p.Activate(id, reported, g.newCert(id, nowUnix+3*day))
-	case k < 85:
+		c := g.newCert(id, nowUnix+3*day)
+		if n.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE && g.r.Intn(2) == 0 {
+			// A rebooted node enrolls again; the journal saw no stream
+			// from it within the heartbeat (or thinks so).
+			return p.ActivateTakeover(id, reported, c, g.now-heartbeat*1e9)
+		}
+		return p.Activate(id, reported, c)
+	case k < 62:
 		prev := fmt.Sprintf("c-%d", g.r.Intn(g.serial+1))
 		if known && g.r.Intn(5) != 0 {
 			prev = n.GetCert().GetSerial()
 		}
 		return p.Renew(id, prev, g.newCert(id, nowUnix+3*day))
-	default:
+	case k < 70:
 		in := raftfsmtest.Intermediate(fmt.Sprintf("journal-%d", g.r.Intn(3)), fmt.Sprintf("i-%d", g.r.Intn(12)), nowUnix-hour+g.r.Int63n(2*day))
 		if g.r.Intn(10) == 0 {
 			in.Der = nil
 		}
 		return p.PublishIntermediate(in)
+	case k < 75:
+		if g.r.Intn(8) == 0 {
+			id = "node-99" // nobody's
+		}
+		return p.Decommission(id) // of any state, revoked ones included
+	case k < 84:
+		expect := n.GetVcluster()
+		if g.r.Intn(6) == 0 {
+			expect = g.vcluster() // a stale view
+		}
+		to := g.vcluster()
+		switch g.r.Intn(12) {
+		case 0:
+			to = "vc 0" // not a valid name
+		case 1:
+			to = expect // already there
+		}
+		return p.Assign(id, to, expect)
+	case k < 93:
+		return p.LivenessDigest(fmt.Sprintf("journal-%d", g.r.Intn(3)), g.someNodes(6)...)
+	default:
+		// The leader's sweep: the Active nodes it thinks are stale, with
+		// a few others, some of which a digest has just reported.
+		ids := g.someNodes(2)
+		for _, id := range slices.Sorted(maps.Keys(g.view.ActiveLastSeen())) {
+			if g.r.Intn(2) == 0 {
+				ids = append(ids, id)
+			}
+		}
+		return p.MarkInactive(g.now-heartbeat*1e9, ids...)
 	}
 }
 
@@ -170,13 +237,14 @@ func encodeAll(t testing.TB, cmds []*pactv1.Command) []*raft.Log {
 
 func apply(f *raftfsm.FSM, l *raft.Log) *raftfsm.Result { return f.Apply(l).(*raftfsm.Result) }
 
-func sameResult(x, y *raftfsm.Result) bool {
-	errText := func(err error) string {
-		if err == nil {
-			return ""
-		}
-		return err.Error()
+func errText(err error) string {
+	if err == nil {
+		return ""
 	}
+	return err.Error()
+}
+
+func sameResult(x, y *raftfsm.Result) bool {
 	return errText(x.Err) == errText(y.Err) && x.Idempotent == y.Idempotent && proto.Equal(x.Node, y.Node)
 }
 
@@ -191,12 +259,16 @@ func outcome(res *raftfsm.Result) string {
 }
 
 // randomRun applies a random log to a replica, and returns it with the
-// outcomes seen per command kind.
+// outcomes seen per command kind: the result's outcome, and "audit:ACTION"
+// for each audit entry the command recorded ("audit:none" for a successful
+// command that recorded none).
 func randomRun(t testing.TB, seed int64, n int) (*raftfsm.FSM, *commandGen, map[string]map[string]int) {
 	t.Helper()
 	g := newCommandGen(seed)
 	f := raftfsm.New()
 	restoreNodes(t, f, genBase())
+	var recorded []*pactv1.AuditEntry
+	f.SetObserver(func(ev raftfsm.Event) { recorded = append(recorded, ev.Audit...) })
 	seen := map[string]map[string]int{}
 	for _, l := range encodeAll(t, g.commands(n)) {
 		cmd, _ := raftfsm.Decode(l.Data)
@@ -204,55 +276,107 @@ func randomRun(t testing.TB, seed int64, n int) (*raftfsm.FSM, *commandGen, map[
 		if seen[kind] == nil {
 			seen[kind] = map[string]int{}
 		}
-		seen[kind][outcome(apply(f, l))]++
+		recorded = recorded[:0]
+		res := apply(f, l)
+		seen[kind][outcome(res)]++
+		for _, e := range recorded {
+			seen[kind]["audit:"+e.GetAction()]++
+		}
+		if res.Err == nil && len(recorded) == 0 {
+			seen[kind]["audit:none"]++
+		}
 	}
+	f.SetObserver(nil)
 	return f, g, seen
 }
 
+// sameEvent compares what two replicas reported for one entry.
+func sameEvent(x, y raftfsm.Event) bool {
+	return x.Index == y.Index && x.BundleChanged == y.BundleChanged && slices.Equal(x.NodeIDs, y.NodeIDs) &&
+		slices.EqualFunc(x.Audit, y.Audit, func(p, q *pactv1.AuditEntry) bool { return proto.Equal(p, q) })
+}
+
 // TestDeterminism applies one random log to three replicas, one of which
-// joins halfway from the others' snapshot: every result and the final
-// snapshot bytes must be identical.
+// joins halfway from the others' snapshot: every result, every event and
+// the final snapshot bytes must be identical. It runs with the default audit
+// ring and with one small enough to wrap many times.
 func TestDeterminism(t *testing.T) {
-	for seed := int64(1); seed <= 5; seed++ {
+	for _, capacity := range []int{raftfsm.DefaultAuditCapacity, 17} {
+		for seed := int64(1); seed <= 5; seed++ {
+			t.Run(fmt.Sprintf("audit %d seed %d", capacity, seed), func(t *testing.T) {
+				base := genBase()
+				logs := encodeAll(t, newCommandGen(seed).commands(400))
+				a, b, late := raftfsm.NewWithAuditCapacity(capacity), raftfsm.NewWithAuditCapacity(capacity), raftfsm.NewWithAuditCapacity(capacity)
+				restoreNodes(t, a, base)
+				restoreNodes(t, b, base)
+				var evA, evB, evLate []raftfsm.Event
+				a.SetObserver(func(ev raftfsm.Event) { evA = append(evA, ev) })
+				b.SetObserver(func(ev raftfsm.Event) { evB = append(evB, ev) })
+				half := len(logs) / 2
+				for i, l := range logs {
+					evA, evB, evLate = evA[:0], evB[:0], evLate[:0]
+					ra, rb := apply(a, l), apply(b, l)
+					if !sameResult(ra, rb) {
+						t.Fatalf("entry %d: replicas disagree: %+v vs %+v", l.Index, ra, rb)
+					}
+					if !slices.EqualFunc(evA, evB, sameEvent) {
+						t.Fatalf("entry %d: replicas report %v vs %v", l.Index, evA, evB)
+					}
+					switch {
+					case i == half:
+						if err := raftfsmtest.RestoreBytes(late, snapshotBytes(t, a)); err != nil {
+							t.Fatal(err)
+						}
+						late.SetObserver(func(ev raftfsm.Event) { evLate = append(evLate, ev) })
+					case i > half:
+						if rl := apply(late, l); !sameResult(ra, rl) {
+							t.Fatalf("entry %d: the replica restored at %d disagrees: %+v vs %+v", l.Index, half+1, ra, rl)
+						}
+						if !slices.EqualFunc(evA, evLate, sameEvent) {
+							t.Fatalf("entry %d: the replica restored at %d reports %v vs %v", l.Index, half+1, evLate, evA)
+						}
+					}
+				}
+				sa := snapshotBytes(t, a)
+				if !bytes.Equal(sa, snapshotBytes(t, b)) || !bytes.Equal(sa, snapshotBytes(t, late)) {
+					t.Error("replicas that applied the same log have different snapshots")
+				}
+				if n := len(a.Audit("", 0, 2*capacity)); capacity < 100 && n != capacity {
+					t.Errorf("the audit ring holds %d entries, want it full (%d)", n, capacity)
+				}
+			})
+		}
+	}
+}
+
+// TestRandomLogInvariants checks the invariants after every command of
+// random logs.
+func TestRandomLogInvariants(t *testing.T) {
+	for seed := int64(1); seed <= 4; seed++ {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
-			base := genBase()
-			logs := encodeAll(t, newCommandGen(seed).commands(400))
-			a, b, late := raftfsm.New(), raftfsm.New(), raftfsm.New()
-			restoreNodes(t, a, base)
-			restoreNodes(t, b, base)
-			half := len(logs) / 2
-			for i, l := range logs {
-				ra, rb := apply(a, l), apply(b, l)
-				if !sameResult(ra, rb) {
-					t.Fatalf("entry %d: replicas disagree: %+v vs %+v", l.Index, ra, rb)
+			f := raftfsm.New()
+			restoreNodes(t, f, genBase())
+			for _, l := range encodeAll(t, newCommandGen(seed).commands(300)) {
+				apply(f, l)
+				checkInvariants(t, f)
+				if t.Failed() {
+					cmd, _ := raftfsm.Decode(l.Data)
+					t.Fatalf("after entry %d: %v", l.Index, cmd)
 				}
-				switch {
-				case i == half:
-					if err := raftfsmtest.RestoreBytes(late, snapshotBytes(t, a)); err != nil {
-						t.Fatal(err)
-					}
-				case i > half:
-					if rl := apply(late, l); !sameResult(ra, rl) {
-						t.Fatalf("entry %d: the replica restored at %d disagrees: %+v vs %+v", l.Index, half+1, ra, rl)
-					}
-				}
-			}
-			sa := snapshotBytes(t, a)
-			if !bytes.Equal(sa, snapshotBytes(t, b)) || !bytes.Equal(sa, snapshotBytes(t, late)) {
-				t.Error("replicas that applied the same log have different snapshots")
 			}
 		})
 	}
 }
 
 // TestRandomLogCoverage keeps the generator honest: the random log must
-// reach both success and failure for every kind of command.
+// reach both success and failure for every kind of command that can fail,
+// and every audit action.
 func TestRandomLogCoverage(t *testing.T) {
-	_, _, seen := randomRun(t, 1, 400)
-	for _, kind := range []string{"RegisterNode", "Activate", "Renew", "PublishIntermediate"} {
+	_, _, seen := randomRun(t, 1, 600)
+	for _, kind := range []string{"RegisterNode", "Activate", "Renew", "PublishIntermediate", "Decommission", "Assign"} {
 		fails := 0
 		for o, n := range seen[kind] {
-			if o != "ok" && o != "idempotent" {
+			if o != "ok" && o != "idempotent" && !strings.HasPrefix(o, "audit:") {
 				fails += n
 			}
 		}
@@ -264,6 +388,16 @@ func TestRandomLogCoverage(t *testing.T) {
 		{"Activate", "idempotent"}, {"Activate", "ALREADY_ACTIVE"}, {"Activate", "NODE_REVOKED"},
 		{"Activate", "HARDWARE_IDENTITY_CONFLICT"}, {"RegisterNode", "HARDWARE_IDENTITY_CONFLICT"},
 		{"RegisterNode", "INVALID_ARGUMENT"}, {"Renew", "STALE_CERTIFICATE"},
+
+		{"Decommission", "NODE_REVOKED"}, {"Decommission", "NODE_NOT_ENROLLED"},
+		{"Assign", "idempotent"}, {"Assign", "VCLUSTER_CHANGED"}, {"Assign", "INVALID_ARGUMENT"},
+		{"Assign", "NODE_REVOKED"}, {"Assign", "NODE_NOT_ENROLLED"},
+
+		{"RegisterNode", "audit:register"}, {"Activate", "audit:enroll"}, {"Activate", "audit:takeover"},
+		{"Renew", "audit:renew"}, {"Decommission", "audit:decommission"},
+		{"Assign", "audit:assign"}, {"Assign", "audit:unassign"}, {"Assign", "audit:move"},
+		{"LivenessDigest", "audit:active"}, {"LivenessDigest", "audit:none"},
+		{"MarkInactive", "audit:inactive"}, {"MarkInactive", "audit:none"},
 	} {
 		if seen[want.kind][want.outcome] == 0 {
 			t.Errorf("%s never ended %s: %v", want.kind, want.outcome, seen[want.kind])
@@ -416,6 +550,10 @@ func TestRestoreRejects(t *testing.T) {
 		{"two live nodes share a TPM EK", mustMarshal(t, &pactv1.Snapshot{Nodes: []*pactv1.Node{
 			active("node-2", hw2()), active("node-9", withEK(raftfsmtest.Hardware("S9", mac9), ekA)),
 		}})},
+		{"liveness of an unknown node", mustMarshal(t, &pactv1.Snapshot{
+			Nodes:    []*pactv1.Node{active("node-1", hw1())},
+			LastSeen: []*pactv1.LastSeen{{NodeId: "node-1", AtUnixNano: t0 * 1e9}, {NodeId: "node-9", AtUnixNano: t0 * 1e9}},
+		})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

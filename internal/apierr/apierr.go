@@ -37,6 +37,7 @@ const (
 	NodeStreaming            Reason = "NODE_STREAMING"
 	VClusterChanged          Reason = "VCLUSTER_CHANGED"
 	NoLeader                 Reason = "NO_LEADER"
+	NotFound                 Reason = "NOT_FOUND"
 	Internal                 Reason = "INTERNAL"
 )
 
@@ -55,6 +56,7 @@ var codeOf = map[Reason]codes.Code{
 	NodeStreaming:            codes.FailedPrecondition,
 	VClusterChanged:          codes.FailedPrecondition,
 	NoLeader:                 codes.Unavailable,
+	NotFound:                 codes.NotFound,
 	Internal:                 codes.Internal,
 }
 

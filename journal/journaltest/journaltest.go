@@ -94,11 +94,19 @@ func (h *Harness) Restart(t testing.TB) {
 // Dial opens a channel presenting cert (nil: server-TLS only, as Enroll).
 func (h *Harness) Dial(t testing.TB, cert *tls.Certificate) *grpc.ClientConn {
 	t.Helper()
+	return h.DialWith(t, cert)
+}
+
+// DialWith is Dial with extra dial options (a dialer that records the
+// client's address, say).
+func (h *Harness) DialWith(t testing.TB, cert *tls.Certificate, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
 	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: h.Roots}
 	if cert != nil {
 		cfg.Certificates = []tls.Certificate{*cert}
 	}
-	conn, err := grpc.NewClient("passthrough:///"+h.Addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}, opts...)
+	conn, err := grpc.NewClient("passthrough:///"+h.Addr, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

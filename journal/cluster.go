@@ -1,0 +1,375 @@
+package journal
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/pki"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+// forwardTimeout bounds a call to the leader, so a journal cut off from it
+// answers Unavailable quickly instead of hanging.
+const forwardTimeout = 3 * time.Second
+
+// raftTransport is an in-memory transport for a journal alone, or Raft over
+// mutual TLS for a member of a quorum.
+func (j *Journal) raftTransport() (raft.ServerAddress, raft.Transport, error) {
+	if j.cfg.RaftListen == "" {
+		addr, t := raft.NewInmemTransport(raft.ServerAddress(j.cfg.NodeID))
+		return addr, t, nil
+	}
+	lis, err := net.Listen("tcp", j.cfg.RaftListen)
+	if err != nil {
+		return "", nil, fmt.Errorf("journal: raft listen on %s: %w", j.cfg.RaftListen, err)
+	}
+	j.raftAddr = j.cfg.AdvertiseRaft
+	if j.raftAddr == "" {
+		j.raftAddr = lis.Addr().String()
+	}
+	t := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  &advertisedStream{tlsStreamLayer: j.newStreamLayer(lis), addr: j.raftAddr},
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  newRaftLogger(j.log),
+	})
+	return raft.ServerAddress(j.raftAddr), t, nil
+}
+
+// advertisedStream reports the advertised address as the listener's, which
+// is what Raft tells its peers.
+type advertisedStream struct {
+	*tlsStreamLayer
+	addr string
+}
+
+func (s *advertisedStream) Addr() net.Addr { return stringAddr(s.addr) }
+
+type stringAddr string
+
+func (a stringAddr) Network() string { return "tcp" }
+func (a stringAddr) String() string  { return string(a) }
+
+// peerConns caches gRPC channels to the other journals, authenticated with
+// this journal's certificate.
+type peerConns struct {
+	j     *Journal
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func newPeerConns(j *Journal) *peerConns {
+	return &peerConns{j: j, conns: map[string]*grpc.ClientConn{}}
+}
+
+func (p *peerConns) get(addr string) (pactv1.JournalPeerServiceClient, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.conns[addr]; ok {
+		return pactv1.NewJournalPeerServiceClient(c), nil
+	}
+	tlsCfg := &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return p.j.ca.ServerCertificate(), nil
+		},
+		// Identified by SPIFFE ID (a journal of this domain), not host name.
+		InsecureSkipVerify:    true,
+		VerifyPeerCertificate: p.j.verifyJournalPeer,
+		Time:                  p.j.cfg.Clock.Now,
+	}
+	c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	if err != nil {
+		return nil, err
+	}
+	p.conns[addr] = c
+	return pactv1.NewJournalPeerServiceClient(c), nil
+}
+
+func (p *peerConns) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = map[string]*grpc.ClientConn{}
+}
+
+// leaderClient returns a channel to the current leader.
+func (j *Journal) leaderClient() (pactv1.JournalPeerServiceClient, string, error) {
+	_, id := j.raft.LeaderWithID()
+	if id == "" {
+		return nil, "", fmt.Errorf("%w: this journal knows no leader (is a majority of the quorum reachable?)", ErrNoLeader)
+	}
+	ji, ok := j.fsm.Journal(string(id))
+	if !ok || ji.GetGrpcAddr() == "" {
+		return nil, "", fmt.Errorf("%w: the address of leader %s is not known yet", ErrNoLeader, id)
+	}
+	c, err := j.peers.get(ji.GetGrpcAddr())
+	return c, string(id), err
+}
+
+// forward sends an encoded command to the leader and waits until this
+// journal has applied it too, so a read that follows sees it.
+func (j *Journal) forward(ctx context.Context, data []byte) (*raftfsm.Result, error) {
+	c, leader, err := j.leaderClient()
+	if err != nil {
+		return nil, err
+	}
+	fctx, cancel := context.WithTimeout(ctx, min(forwardTimeout, j.cfg.ApplyTimeout))
+	defer cancel()
+	resp, err := c.Propose(fctx, &pactv1.ProposeRequest{Command: data})
+	if err != nil {
+		if pe := apierr.FromError(err); pe.Code == codes.Unavailable || pe.Code == codes.DeadlineExceeded || pe.Code == codes.Canceled {
+			return nil, fmt.Errorf("%w: forwarding to leader %s: %s", ErrNoLeader, leader, pe.Message)
+		}
+		return nil, fmt.Errorf("journal: forwarding to leader %s: %w", leader, err)
+	}
+	res := &raftfsm.Result{Node: resp.GetNode(), Idempotent: resp.GetIdempotent()}
+	if code := resp.GetErrorCode(); code != "" {
+		res.Err = raftfsm.ErrorFromCode(code, resp.GetErrorMessage())
+		if res.Err == nil {
+			res.Err = fmt.Errorf("journal: leader answered unknown error %s: %s", code, resp.GetErrorMessage())
+		}
+	}
+	j.waitApplied(ctx, resp.GetIndex())
+	return res, res.Err
+}
+
+// waitApplied waits (bounded) until this journal's FSM reaches index.
+func (j *Journal) waitApplied(ctx context.Context, index uint64) {
+	deadline := time.Now().Add(2 * time.Second)
+	for d := 200 * time.Microsecond; j.fsm.AppliedIndex() < index && time.Now().Before(deadline); d = min(2*d, 10*time.Millisecond) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+	}
+}
+
+// linearizableRead makes the next local read reflect every write committed
+// before it started (the Raft read-index protocol).
+func (j *Journal) linearizableRead(ctx context.Context) error {
+	var idx uint64
+	if j.raft.State() == raft.Leader {
+		if err := j.raft.VerifyLeader().Error(); err != nil {
+			return fmt.Errorf("%w: %w", ErrNoLeader, err)
+		}
+		idx = j.raft.CommitIndex()
+	} else {
+		c, leader, err := j.leaderClient()
+		if err != nil {
+			return err
+		}
+		fctx, cancel := context.WithTimeout(ctx, forwardTimeout)
+		defer cancel()
+		resp, err := c.ReadIndex(fctx, &pactv1.ReadIndexRequest{})
+		if err != nil {
+			return fmt.Errorf("%w: read index from leader %s: %s", ErrNoLeader, leader, apierr.FromError(err).Message)
+		}
+		idx = resp.GetCommitIndex()
+	}
+	j.waitApplied(ctx, idx)
+	if j.fsm.AppliedIndex() < idx {
+		return fmt.Errorf("%w: this journal is behind the leader", ErrNoLeader)
+	}
+	return nil
+}
+
+// peerServer is the journal-to-journal service.
+type peerServer struct {
+	pactv1.UnimplementedJournalPeerServiceServer
+	j *Journal
+}
+
+func (s *peerServer) Propose(ctx context.Context, req *pactv1.ProposeRequest) (*pactv1.ProposeResponse, error) {
+	j := s.j
+	if j.raft.State() != raft.Leader {
+		return nil, fmt.Errorf("%w: this journal is no longer the leader", ErrNoLeader)
+	}
+	if _, err := raftfsm.Decode(req.GetCommand()); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	res, index, err := j.applyLocal(ctx, req.GetCommand(), "forwarded")
+	if err != nil && res == nil {
+		return nil, err
+	}
+	out := &pactv1.ProposeResponse{Index: index, Node: res.Node, Idempotent: res.Idempotent}
+	if res.Err != nil {
+		out.ErrorCode = raftfsm.ErrorCode(res.Err)
+		out.ErrorMessage = res.Err.Error()
+	}
+	return out, nil
+}
+
+func (s *peerServer) ReadIndex(context.Context, *pactv1.ReadIndexRequest) (*pactv1.ReadIndexResponse, error) {
+	if err := s.j.raft.VerifyLeader().Error(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoLeader, err)
+	}
+	return &pactv1.ReadIndexResponse{CommitIndex: s.j.raft.CommitIndex()}, nil
+}
+
+func (s *peerServer) MemberStatus(context.Context, *pactv1.MemberStatusRequest) (*pactv1.MemberStatusResponse, error) {
+	return s.j.memberStatus(), nil
+}
+
+func (j *Journal) memberStatus() *pactv1.MemberStatusResponse {
+	inter := j.ca.Intermediate()
+	lc := j.raft.LastContact()
+	if j.raft.State() == raft.Leader {
+		lc = j.cfg.Clock.Now()
+	}
+	var lcNano int64
+	if !lc.IsZero() {
+		lcNano = lc.UnixNano()
+	}
+	return &pactv1.MemberStatusResponse{
+		JournalId:                j.cfg.NodeID,
+		RaftState:                j.raft.State().String(),
+		Term:                     j.raft.CurrentTerm(),
+		CommitIndex:              j.raft.CommitIndex(),
+		AppliedIndex:             j.fsm.AppliedIndex(),
+		LastContactUnixNano:      lcNano,
+		IntermediateSerial:       pki.SerialHex(inter.SerialNumber),
+		IntermediateNotAfterUnix: inter.NotAfter.Unix(),
+	}
+}
+
+// members asks every journal of the Raft configuration for its own view,
+// in parallel and briefly; an unreachable one is reported as such.
+func (j *Journal) members(ctx context.Context) ([]*pactv1.JournalMember, error) {
+	f := j.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, fmt.Errorf("journal: raft configuration: %w", err)
+	}
+	_, leader := j.raft.LeaderWithID()
+	servers := f.Configuration().Servers
+	out := make([]*pactv1.JournalMember, len(servers))
+	var wg sync.WaitGroup
+	for i, srv := range servers {
+		m := &pactv1.JournalMember{JournalId: string(srv.ID), RaftAddr: string(srv.Address), Voter: srv.Suffrage == raft.Voter, Leader: srv.ID == leader}
+		if ji, ok := j.fsm.Journal(string(srv.ID)); ok {
+			m.GrpcAddr = ji.GetGrpcAddr()
+		}
+		out[i] = m
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var st *pactv1.MemberStatusResponse
+			var err error
+			switch {
+			case string(srv.ID) == j.cfg.NodeID:
+				st = j.memberStatus()
+			case m.GetGrpcAddr() == "":
+				err = errors.New("its address is not published yet")
+			default:
+				var c pactv1.JournalPeerServiceClient
+				if c, err = j.peers.get(m.GetGrpcAddr()); err == nil {
+					cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+					st, err = c.MemberStatus(cctx, &pactv1.MemberStatusRequest{})
+					cancel()
+				}
+			}
+			if err != nil {
+				m.Error = status.Convert(err).Message()
+				return
+			}
+			m.Reachable = true
+			m.RaftState, m.Term, m.CommitIndex, m.AppliedIndex = st.GetRaftState(), st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex()
+			m.LastContactUnixNano = st.GetLastContactUnixNano()
+			m.IntermediateSerial, m.IntermediateNotAfterUnix = st.GetIntermediateSerial(), st.GetIntermediateNotAfterUnix()
+		}()
+	}
+	wg.Wait()
+	sort.Slice(out, func(a, b int) bool { return out[a].GetJournalId() < out[b].GetJournalId() })
+	return out, nil
+}
+
+func (s *adminServer) JournalStatus(ctx context.Context, _ *pactv1.JournalStatusRequest) (*pactv1.JournalStatusResponse, error) {
+	j := s.j
+	members, err := j.members(ctx)
+	if err != nil {
+		return nil, err
+	}
+	_, leader := j.raft.LeaderWithID()
+	return &pactv1.JournalStatusResponse{
+		LeaderId:     string(leader),
+		Term:         j.raft.CurrentTerm(),
+		CommitIndex:  j.raft.CommitIndex(),
+		AppliedIndex: j.fsm.AppliedIndex(),
+		ServedBy:     j.cfg.NodeID,
+		Members:      members,
+	}, nil
+}
+
+// notLeader answers a membership change sent to a follower: the CLI moves
+// on to the next journal address on Unavailable.
+func (j *Journal) notLeader() error {
+	_, id := j.raft.LeaderWithID()
+	if id == "" {
+		return fmt.Errorf("%w: no leader; a majority of the quorum must be up to change it", ErrNoLeader)
+	}
+	addr := ""
+	if ji, ok := j.fsm.Journal(string(id)); ok {
+		addr = " at " + ji.GetGrpcAddr()
+	}
+	return fmt.Errorf("%w: membership changes go to the leader, %s%s", ErrNoLeader, id, addr)
+}
+
+func (s *adminServer) AddJournal(ctx context.Context, req *pactv1.AddJournalRequest) (*pactv1.AddJournalResponse, error) {
+	j := s.j
+	if err := pki.ValidateName("journal id", req.GetJournalId()); err != nil {
+		return nil, err
+	}
+	if _, _, err := net.SplitHostPort(req.GetRaftAddr()); err != nil {
+		return nil, fmt.Errorf("%w: raft address %q: want host:port", ErrInvalidArgument, req.GetRaftAddr())
+	}
+	if j.raft.State() != raft.Leader {
+		return nil, j.notLeader()
+	}
+	if err := j.raft.AddVoter(raft.ServerID(req.GetJournalId()), raft.ServerAddress(req.GetRaftAddr()), 0, j.cfg.ApplyTimeout).Error(); err != nil {
+		return nil, fmt.Errorf("%w: add %s: %w", ErrNoLeader, req.GetJournalId(), err)
+	}
+	j.log.Info("journal added to the quorum", "journal", req.GetJournalId(), "raft_addr", req.GetRaftAddr(), "actor", principalFrom(ctx).id.Name)
+	members, err := j.members(ctx)
+	return &pactv1.AddJournalResponse{Members: members}, err
+}
+
+func (s *adminServer) RemoveJournal(ctx context.Context, req *pactv1.RemoveJournalRequest) (*pactv1.RemoveJournalResponse, error) {
+	j := s.j
+	if j.raft.State() != raft.Leader {
+		return nil, j.notLeader()
+	}
+	f := j.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	known := false
+	for _, srv := range f.Configuration().Servers {
+		known = known || string(srv.ID) == req.GetJournalId()
+	}
+	if !known {
+		return nil, fmt.Errorf("%w: no journal %q in the quorum; see pact journal status", ErrNotFound, req.GetJournalId())
+	}
+	if err := j.raft.RemoveServer(raft.ServerID(req.GetJournalId()), 0, j.cfg.ApplyTimeout).Error(); err != nil {
+		return nil, fmt.Errorf("%w: remove %s: %w", ErrNoLeader, req.GetJournalId(), err)
+	}
+	j.log.Info("journal removed from the quorum", "journal", req.GetJournalId(), "actor", principalFrom(ctx).id.Name)
+	members, err := j.members(ctx)
+	return &pactv1.RemoveJournalResponse{Members: members}, err
+}
