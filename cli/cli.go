@@ -1,5 +1,7 @@
 // Package cli is pact, the operator command line of a pact domain. It
-// registers nodes with the journal and shows the enrollment registry.
+// registers nodes with the journal (one at a time or from a CSV file),
+// assigns them to vClusters, decommissions them, and shows the enrollment
+// registry and its audit trail.
 //
 // Main does everything; cmd/pact only calls it. Each command checks its
 // arguments locally and reports every problem at once before it talks to the
@@ -24,15 +26,28 @@ import (
 
 // Env is the outside world one run of the CLI sees.
 type Env struct {
+	// Stdin is read by "pact node enroll --batch -"; nil reads nothing.
+	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
+	// IsTerminal reports whether a stream is an interactive terminal; it
+	// decides whether a long batch shows a progress line on Stderr. Nil
+	// means never.
+	IsTerminal func(w io.Writer) bool
 	// Getenv reads PACT_* variables; nil reads nothing.
 	Getenv func(string) string
-	// Now is the clock for certificate validity; nil means time.Now.
+	// Now is the clock for certificate validity, relative times, --since
+	// and the progress rate; nil means time.Now.
 	Now func() time.Time
+	// Sleep waits before a retry, returning early with ctx's error; nil
+	// waits on a real timer.
+	Sleep func(ctx context.Context, d time.Duration) error
 }
 
 func (e Env) withDefaults() Env {
+	if e.Stdin == nil {
+		e.Stdin = strings.NewReader("")
+	}
 	if e.Stdout == nil {
 		e.Stdout = io.Discard
 	}
@@ -45,7 +60,35 @@ func (e Env) withDefaults() Env {
 	if e.Now == nil {
 		e.Now = time.Now
 	}
+	if e.IsTerminal == nil {
+		e.IsTerminal = func(io.Writer) bool { return false }
+	}
+	if e.Sleep == nil {
+		e.Sleep = sleep
+	}
 	return e
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// isTerminal reports whether w is a character device (a terminal), with
+// no dependency beyond os: it is how Main decides to show progress.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // Main runs pact with args (without the program name) against the process
@@ -54,7 +97,10 @@ func (e Env) withDefaults() Env {
 func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return Run(ctx, args, Env{Stdout: stdout, Stderr: stderr, Getenv: os.Getenv, Now: time.Now})
+	return Run(ctx, args, Env{
+		Stdin: os.Stdin, Stdout: stdout, Stderr: stderr,
+		Getenv: os.Getenv, Now: time.Now, IsTerminal: isTerminal,
+	})
 }
 
 // Run is Main with the environment passed in.
@@ -109,12 +155,15 @@ func (a *app) action(fn func(cmd *cobra.Command, args []string) error) func(*cob
 func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "pact",
-		Short: "Operate a pact domain: register nodes and inspect the enrollment registry",
+		Short: "Operate a pact domain: register, assign and decommission nodes; read the registry and its audit trail",
 		Long: `pact is the operator CLI of a pact domain. A pact journal quorum keeps the
 enrollment registry: which hardware may join the domain and the certificate
 each node holds. Operators pre-register nodes by hardware identity with
-"pact node enroll"; when a node boots, its agent enrolls with matching
-hardware and receives a short-lived certificate.
+"pact node enroll" (one node, or thousands from a CSV file with --batch);
+when a node boots, its agent enrolls with matching hardware and receives a
+short-lived certificate. "pact node assign|unassign|move" place nodes in
+vClusters, "pact node decommission" revokes one, and "pact audit" shows who
+changed what.
 
 Every command that talks to the journal needs an address and an admin
 credential. Pass them as flags or set the environment (flags win):
@@ -136,6 +185,13 @@ Exit codes: 0 ok, 1 internal, 2 usage, 3 not found, 4 already exists,
   pact node enroll node-001 --mac 52:54:00:12:34:56 --bmc-serial SN123
   pact node list --state active
 
+  # Register a rack from a CSV file (see docs/batch.md), then put a node to work
+  pact node enroll --batch rack-12.csv
+  pact node assign node-001 --vcluster ml
+
+  # What changed in the last hour
+  pact audit --since 1h
+
   # Try a second journal if the first cannot be reached
   pact --journal 10.0.0.1:7443,10.0.0.2:7443 node inspect node-001 -o json`,
 		Version:       version(),
@@ -151,7 +207,7 @@ Exit codes: 0 ok, 1 internal, 2 usage, 3 not found, 4 already exists,
 	a.flags.register(root)
 	root.Flags().Bool("version", false, "print pact's version") // no -v: keep it free
 	a.group(root)
-	root.AddCommand(a.nodeCommand(), a.versionCommand())
+	root.AddCommand(a.nodeCommand(), a.auditCommand(), a.versionCommand())
 	return root
 }
 

@@ -231,6 +231,7 @@ func seedRegistry(fake *fakeAdmin) {
 		Hardware:             &pactv1.HardwareIdentity{Macs: []string{"52:54:00:00:00:02", "52:54:00:00:00:03"}, BmcSerial: "BMC-0002", TpmEkHash: strings.Repeat("ab", 32)},
 		Cert:                 &pactv1.CertificateInfo{Serial: "0123456789abcdef0123456789abcdef", NotAfterUnix: fakeNow.Add(72 * time.Hour).Unix(), IssuerSerial: "fedcba9876543210"},
 		RegisteredAtUnixNano: at, RegisteredBy: "alice", ActivatedAtUnixNano: at + int64(time.Minute), UpdatedAtUnixNano: at + int64(time.Minute),
+		LastSeenUnixNano: at + int64(time.Hour),
 	})
 	fake.put(&pactv1.Node{
 		NodeId: "node-a", State: pactv1.NodeState_NODE_STATE_REGISTERED,
@@ -241,6 +242,7 @@ func seedRegistry(fake *fakeAdmin) {
 		NodeId: "node-c", State: pactv1.NodeState_NODE_STATE_REVOKED, Vcluster: "hpc",
 		Hardware:             &pactv1.HardwareIdentity{Macs: []string{"52:54:00:00:00:04"}, BmcSerial: "A-VERY-LONG-BMC-SERIAL-NUMBER-0004"},
 		RegisteredAtUnixNano: at, RegisteredBy: "carol", UpdatedAtUnixNano: at,
+		RevokedAtUnixNano: at + int64(2*time.Hour), RevokedBy: "admin/alice",
 	})
 }
 
@@ -251,7 +253,9 @@ func TestListTable(t *testing.T) {
 	seedRegistry(fake)
 	addr := startJournal(t, p, fake)
 
-	code, stdout, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(addr)...)...)
+	now := time.Now() // the credentials are valid around the real time
+	fake.nodes["node-b"].LastSeenUnixNano = now.Add(-12500 * time.Millisecond).UnixNano()
+	code, stdout, stderr := runEnv(t, p, runOpts{now: func() time.Time { return now }}, append([]string{"node", "list"}, p.flags(addr)...)...)
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -259,18 +263,19 @@ func TestListTable(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("want header and 3 rows, got:\n%s", stdout)
 	}
-	header := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(lines[0]), -1)
-	wantHeader := []string{"NODE", "STATE", "VCLUSTER", "MACS", "BMC SERIAL", "CERT SERIAL", "CERT EXPIRES"}
+	cols := regexp.MustCompile(`\s{2,}`)
+	header := cols.Split(strings.TrimSpace(lines[0]), -1)
+	wantHeader := []string{"NODE", "STATE", "VCLUSTER", "LAST SEEN", "MACS", "BMC SERIAL", "CERT SERIAL", "CERT EXPIRES"}
 	if fmt.Sprint(header) != fmt.Sprint(wantHeader) {
 		t.Errorf("header %q, want %q", header, wantHeader)
 	}
 	wantRows := [][]string{
-		{"node-a", "registered", "(maintenance)", "52:54:00:00:00:01", "-", "-", "-"},
-		{"node-b", "active", "ml", "52:54:00:00:00:02,52:54:00:00:00:03", "BMC-0002", "0123456789a…", "2026-03-07T05:06:07Z"},
-		{"node-c", "revoked", "hpc", "52:54:00:00:00:04", "A-VERY-LONG-BMC-SER…", "-", "-"},
+		{"node-a", "registered", "(maintenance)", "-", "52:54:00:00:00:01", "-", "-", "-"},
+		{"node-b", "active", "ml", "12s ago", "52:54:00:00:00:02,52:54:00:00:00:03", "BMC-0002", "0123456789a…", "2026-03-07T05:06:07Z"},
+		{"node-c", "revoked", "hpc", "-", "52:54:00:00:00:04", "A-VERY-LONG-BMC-SER…", "-", "-"},
 	}
 	for i, want := range wantRows {
-		got := strings.Fields(lines[i+1])
+		got := cols.Split(strings.TrimSpace(lines[i+1]), -1)
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("row %d = %q, want %q", i, got, want)
 		}
@@ -307,8 +312,8 @@ func TestListJSON(t *testing.T) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	wantKeys := []string{"activated_at", "bmc_serial", "cert_issuer_serial", "cert_not_after", "cert_serial", "macs", "node_id",
-		"registered_at", "registered_by", "state", "tpm_ek_hash", "updated_at", "vcluster"}
+	wantKeys := []string{"activated_at", "bmc_serial", "cert_issuer_serial", "cert_not_after", "cert_serial", "last_seen", "macs", "node_id",
+		"registered_at", "registered_by", "revoked_at", "revoked_by", "state", "tpm_ek_hash", "updated_at", "vcluster"}
 	if fmt.Sprint(keys) != fmt.Sprint(wantKeys) {
 		t.Errorf("keys %v, want %v", keys, wantKeys)
 	}
@@ -329,6 +334,12 @@ func TestListJSON(t *testing.T) {
 	if b.CertSerial != "0123456789abcdef0123456789abcdef" || b.CertNotAfter != "2026-03-07T05:06:07Z" ||
 		b.ActivatedAt != "2026-03-04T05:07:07Z" || b.CertIssuerSerial != "fedcba9876543210" {
 		t.Errorf("node-b certificate fields: %+v", b)
+	}
+	if b.LastSeen != "2026-03-04T06:06:07Z" || b.RevokedAt != "" || got[0].LastSeen != "" {
+		t.Errorf("last_seen/revoked_at: %+v / %+v", b, got[0])
+	}
+	if c := got[2]; c.RevokedAt != "2026-03-04T07:06:07Z" || c.RevokedBy != "admin/alice" {
+		t.Errorf("node-c revocation fields: %+v", c)
 	}
 	if got[2].BMCSerial != "A-VERY-LONG-BMC-SERIAL-NUMBER-0004" {
 		t.Errorf("JSON must not shorten serials: %q", got[2].BMCSerial)
@@ -788,7 +799,7 @@ func TestNodeViewOfEmpty(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"node_id":"n","state":"unknown","macs":[],"bmc_serial":"","vcluster":"","cert_serial":"","cert_not_after":"","cert_issuer_serial":"","registered_at":"","registered_by":"","activated_at":"","updated_at":""}`
+	want := `{"node_id":"n","state":"unknown","macs":[],"bmc_serial":"","vcluster":"","cert_serial":"","cert_not_after":"","cert_issuer_serial":"","registered_at":"","registered_by":"","activated_at":"","updated_at":"","last_seen":"","revoked_at":"","revoked_by":""}`
 	if string(b) != want {
 		t.Errorf("got  %s\nwant %s", b, want)
 	}
@@ -796,7 +807,7 @@ func TestNodeViewOfEmpty(t *testing.T) {
 
 func TestTableCellsAreSanitised(t *testing.T) {
 	var out bytes.Buffer
-	if err := writeNodeTable(&out, []NodeView{{NodeID: "n", State: "active", BMCSerial: "\x1b[31mred"}}); err != nil {
+	if err := writeNodeTable(&out, []NodeView{{NodeID: "n", State: "active", BMCSerial: "\x1b[31mred"}}, fakeNow); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(out.String(), "\x1b") {

@@ -29,6 +29,12 @@ type AdminClient interface {
 	RegisterNode(ctx context.Context, in *pactv1.RegisterNodeRequest, opts ...grpc.CallOption) (*pactv1.RegisterNodeResponse, error)
 	ListNodes(ctx context.Context, in *pactv1.ListNodesRequest, opts ...grpc.CallOption) (*pactv1.ListNodesResponse, error)
 	InspectNode(ctx context.Context, in *pactv1.InspectNodeRequest, opts ...grpc.CallOption) (*pactv1.InspectNodeResponse, error)
+	RegisterNodes(ctx context.Context, in *pactv1.RegisterNodesRequest, opts ...grpc.CallOption) (*pactv1.RegisterNodesResponse, error)
+	DecommissionNode(ctx context.Context, in *pactv1.DecommissionNodeRequest, opts ...grpc.CallOption) (*pactv1.DecommissionNodeResponse, error)
+	AssignNode(ctx context.Context, in *pactv1.AssignNodeRequest, opts ...grpc.CallOption) (*pactv1.AssignNodeResponse, error)
+	UnassignNode(ctx context.Context, in *pactv1.UnassignNodeRequest, opts ...grpc.CallOption) (*pactv1.UnassignNodeResponse, error)
+	MoveNode(ctx context.Context, in *pactv1.MoveNodeRequest, opts ...grpc.CallOption) (*pactv1.MoveNodeResponse, error)
+	ListAudit(ctx context.Context, in *pactv1.ListAuditRequest, opts ...grpc.CallOption) (*pactv1.ListAuditResponse, error)
 }
 
 // credential is the operator's admin client credential and the domain root.
@@ -233,6 +239,69 @@ func (js *journals) InspectNode(ctx context.Context, in *pactv1.InspectNodeReque
 	var out *pactv1.InspectNodeResponse
 	err := js.call(ctx, false, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
 		out, err = c.InspectNode(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// RegisterNodes registers a chunk of nodes. Re-sending a chunk is safe
+// (a row registered identically answers EXISTS), so unlike the other
+// writes it moves on to the next journal even when a connected one timed
+// out: the second journal reports what the first did as "exists".
+func (js *journals) RegisterNodes(ctx context.Context, in *pactv1.RegisterNodesRequest, opts ...grpc.CallOption) (*pactv1.RegisterNodesResponse, error) {
+	var out *pactv1.RegisterNodesResponse
+	err := js.call(ctx, false, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.RegisterNodes(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// DecommissionNode revokes a node on the first journal that can be reached.
+func (js *journals) DecommissionNode(ctx context.Context, in *pactv1.DecommissionNodeRequest, opts ...grpc.CallOption) (*pactv1.DecommissionNodeResponse, error) {
+	var out *pactv1.DecommissionNodeResponse
+	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.DecommissionNode(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// AssignNode puts a node into a vCluster.
+func (js *journals) AssignNode(ctx context.Context, in *pactv1.AssignNodeRequest, opts ...grpc.CallOption) (*pactv1.AssignNodeResponse, error) {
+	var out *pactv1.AssignNodeResponse
+	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.AssignNode(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// UnassignNode puts a node into maintenance mode.
+func (js *journals) UnassignNode(ctx context.Context, in *pactv1.UnassignNodeRequest, opts ...grpc.CallOption) (*pactv1.UnassignNodeResponse, error) {
+	var out *pactv1.UnassignNodeResponse
+	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.UnassignNode(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// MoveNode moves a node from its vCluster to another.
+func (js *journals) MoveNode(ctx context.Context, in *pactv1.MoveNodeRequest, opts ...grpc.CallOption) (*pactv1.MoveNodeResponse, error) {
+	var out *pactv1.MoveNodeResponse
+	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.MoveNode(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// ListAudit reads the audit trail from the first journal that can be reached.
+func (js *journals) ListAudit(ctx context.Context, in *pactv1.ListAuditRequest, opts ...grpc.CallOption) (*pactv1.ListAuditResponse, error) {
+	var out *pactv1.ListAuditResponse
+	err := js.call(ctx, false, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.ListAudit(ctx, in, opts...)
 		return err
 	})
 	return out, err

@@ -163,6 +163,12 @@ type action struct {
 	write bool
 	// help is the command whose --help explains its arguments.
 	help string
+	// denied, when set, replaces the advice given on PermissionDenied
+	// (which role may do this).
+	denied string
+	// precondition, when set, is added to the advice given on
+	// FailedPrecondition (which command fits the node's state).
+	precondition string
 }
 
 // explain turns a command's error into one actionable message. Unknown
@@ -221,17 +227,30 @@ func (s *session) explain(a action, err error) error {
 			msg = fmt.Sprintf("node %s is revoked%s; re-enrolling it needs a new registration", a.node, said)
 			break
 		}
-		msg = fmt.Sprintf("your credential (%s) may not %s%s; use a credential with role platform-admin, or pact-ops-VCLUSTER for nodes of that vCluster", s.cred, a.verb, said)
+		advice := "use a credential with role platform-admin, or pact-ops-VCLUSTER for nodes of that vCluster"
+		if a.denied != "" {
+			advice = a.denied
+		}
+		msg = fmt.Sprintf("your credential (%s) may not %s%s; %s", s.cred, a.verb, said, advice)
 	case codes.Unauthenticated:
 		msg = fmt.Sprintf("the journal did not accept your credential (%s)%s; check --cert/--key (or %s/%s) are a current admin credential of this domain", s.cred, said, EnvCert, EnvKey)
 	case codes.FailedPrecondition:
-		if e.Reason == apierr.AlreadyActive && a.node != "" {
+		switch {
+		case e.Reason == apierr.AlreadyActive && a.node != "":
 			msg = fmt.Sprintf("node %s is already active%s; see it with: %s", a.node, said, inspect)
-		} else {
+		case e.Reason == apierr.NodeStreaming && a.node != "":
+			// The journal's own text says the same; this one names the command.
+			msg = fmt.Sprintf("node %s has an open stream to a journal (it is running); decommissioning cuts it off. Re-run with --force to proceed: pact node decommission %s --force", a.node, a.node)
+		case e.Reason == apierr.VClusterChanged && a.node != "":
+			msg = fmt.Sprintf("node %s is not in the vCluster this change expects%s: it is in another one, or it was moved while this command ran; check where it is now with: %s", a.node, said, inspect)
+		default:
 			msg = fmt.Sprintf("cannot %s in the node's current state%s", a.verb, said)
 			if inspect != "" {
 				msg += "; check its state with: " + inspect
 			}
+		}
+		if a.precondition != "" {
+			msg += "; " + a.precondition
 		}
 	case codes.ResourceExhausted:
 		retry := "retry in a few seconds"
@@ -308,4 +327,37 @@ func orUnknown(s string) string {
 		return "(unknown)"
 	}
 	return s
+}
+
+// BatchError reports a batch that read its whole file but had rows that
+// failed, locally or at the journal. Each row's own result says why; Code
+// is the exit code of the worst failure class (see batchExit).
+type BatchError struct {
+	Rows   int
+	Failed int
+	// Lines are the first failed lines (at most maxFailedLines).
+	Lines []int
+	Code  int
+}
+
+const maxFailedLines = 10
+
+func (e *BatchError) Error() string {
+	lines := make([]string, len(e.Lines))
+	for i, l := range e.Lines {
+		lines[i] = fmt.Sprint(l)
+	}
+	list := strings.Join(lines, ", ")
+	if e.Failed > len(e.Lines) {
+		list += ", ..."
+	}
+	return fmt.Sprintf("%d of %d %s failed (line %s; each has its reason in the results above); fix those rows and re-run the same file: rows already registered report \"exists\"",
+		e.Failed, e.Rows, plural(e.Rows, "row", "rows"), list)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -18,7 +18,7 @@ const (
 	ExitNotFound     = 3 // NotFound: no such node
 	ExitConflict     = 4 // AlreadyExists / Aborted: already registered, hardware in use
 	ExitDenied       = 5 // PermissionDenied / Unauthenticated
-	ExitPrecondition = 6 // FailedPrecondition: e.g. ALREADY_ACTIVE
+	ExitPrecondition = 6 // FailedPrecondition: ALREADY_ACTIVE, NODE_STREAMING, VCLUSTER_CHANGED
 	ExitUnavailable  = 7 // Unavailable / DeadlineExceeded / no journal reachable
 	ExitRateLimited  = 8 // ResourceExhausted: retry later
 )
@@ -28,6 +28,10 @@ const (
 func ExitCode(err error) int {
 	if err == nil {
 		return ExitOK
+	}
+	var batch *BatchError
+	if errors.As(err, &batch) {
+		return batch.Code
 	}
 	var usage *UsageError
 	if errors.As(err, &usage) {
@@ -58,4 +62,40 @@ func ExitCode(err error) int {
 	default: // Unknown, Internal, Unimplemented, DataLoss, Canceled
 		return ExitInternal
 	}
+}
+
+// severity orders exit codes for a batch whose rows failed in different
+// ways: the most severe class present decides the exit code. Failures that
+// say nothing about one row (a journal fault, a credential, an overloaded
+// or leaderless journal) outrank row problems; a file that is wrong
+// (usage) outranks a registry that already holds the hardware (conflict).
+var severity = map[int]int{
+	ExitOK:           0,
+	ExitConflict:     1,
+	ExitUsage:        2,
+	ExitNotFound:     3,
+	ExitPrecondition: 4,
+	ExitRateLimited:  5,
+	ExitUnavailable:  6,
+	ExitDenied:       7,
+	ExitInternal:     8,
+}
+
+// worseExit returns the more severe of two exit codes.
+func worseExit(a, b int) int {
+	if severity[b] > severity[a] {
+		return b
+	}
+	return a
+}
+
+// rowExit is the exit class of one batch row that failed at the journal
+// with reason: the class of the gRPC code the reason travels with. A reason
+// this CLI does not know is a journal fault.
+func rowExit(reason string) int {
+	switch reason {
+	case ReasonInvalidRow, ReasonDuplicateInFile:
+		return ExitUsage
+	}
+	return ExitCode(&apierr.Error{Code: apierr.Reason(reason).Code(), Reason: apierr.Reason(reason)})
 }

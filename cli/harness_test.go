@@ -10,11 +10,13 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
@@ -172,32 +175,70 @@ func sign(t *testing.T, tmpl, parent *x509.Certificate, key, parentKey *ecdsa.Pr
 
 // fakeAdmin is an in-memory AdminService. It records every call and the
 // client certificate it saw; fail, when set, is returned by every call.
+// Its rules follow the journal's: EXISTS for an identical re-registration,
+// NODE_STREAMING unless forced, pact-ops-V only touches V, VCLUSTER_CHANGED
+// for an assign of an assigned node or a move of an unassigned one.
 type fakeAdmin struct {
 	pactv1.UnimplementedAdminServiceServer
 
 	mu        sync.Mutex
 	nodes     map[string]*pactv1.Node
+	byMAC     map[string]string // MAC -> node, live nodes only
+	byBMC     map[string]string
 	calls     []string
 	peers     []*x509.Certificate
 	lastState pactv1.NodeState
+	lastList  *pactv1.ListNodesRequest
+	lastAudit *pactv1.ListAuditRequest
+	lastForce bool
 	fail      error
+
+	// streaming nodes hold an open stream: decommission needs force.
+	streaming map[string]bool
+	// audit is the trail ListAudit reads, oldest first.
+	audit []*pactv1.AuditEntry
+	// chunks are the sizes of the RegisterNodes calls received.
+	chunks []int
+	// onChunk, if set, runs at the start of each RegisterNodes call with
+	// its 0-based number; an error it returns is the call's answer.
+	onChunk func(n int) error
+	// transient answers NO_LEADER for a node this many more times.
+	transient map[string]int
+	// rowReason forces an ERROR outcome with this reason for a node.
+	rowReason map[string]apierr.Reason
 }
 
 var fakeNow = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 
-func newFakeAdmin() *fakeAdmin { return &fakeAdmin{nodes: map[string]*pactv1.Node{}} }
+func newFakeAdmin() *fakeAdmin {
+	return &fakeAdmin{
+		nodes: map[string]*pactv1.Node{}, byMAC: map[string]string{}, byBMC: map[string]string{},
+		streaming: map[string]bool{}, transient: map[string]int{}, rowReason: map[string]apierr.Reason{},
+	}
+}
+
+// caller is who a call came from, as the fake's authorization sees it.
+type caller struct{ name, role string }
 
 func (f *fakeAdmin) record(ctx context.Context, method string) (string, error) {
+	c, err := f.recordCaller(ctx, method)
+	return c.name, err
+}
+
+func (f *fakeAdmin) recordCaller(ctx context.Context, method string) (caller, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, method)
-	who := ""
+	var who caller
 	if p, ok := peer.FromContext(ctx); ok {
 		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.PeerCertificates) > 0 {
 			leaf := info.State.PeerCertificates[0]
 			f.peers = append(f.peers, leaf)
 			if id, err := pki.IdentityOf(leaf); err == nil {
-				who = id.Name
+				who.name = id.Name
+			}
+			if ou := leaf.Subject.OrganizationalUnit; len(ou) > 0 {
+				who.role = ou[0]
 			}
 		}
 	}
@@ -216,10 +257,92 @@ func (f *fakeAdmin) callCount() int {
 	return len(f.calls)
 }
 
+func (f *fakeAdmin) callsOf(method string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.calls {
+		if c == method {
+			n++
+		}
+	}
+	return n
+}
+
 func (f *fakeAdmin) put(n *pactv1.Node) {
 	f.mu.Lock()
-	f.nodes[n.GetNodeId()] = n
+	f.putLocked(n)
 	f.mu.Unlock()
+}
+
+func (f *fakeAdmin) putLocked(n *pactv1.Node) {
+	if old, ok := f.nodes[n.GetNodeId()]; ok {
+		for _, m := range old.GetHardware().GetMacs() {
+			delete(f.byMAC, m)
+		}
+		delete(f.byBMC, old.GetHardware().GetBmcSerial())
+	}
+	f.nodes[n.GetNodeId()] = n
+	if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
+		return
+	}
+	for _, m := range n.GetHardware().GetMacs() {
+		f.byMAC[m] = n.GetNodeId()
+	}
+	if b := n.GetHardware().GetBmcSerial(); b != "" {
+		f.byBMC[b] = n.GetNodeId()
+	}
+}
+
+func (f *fakeAdmin) node(id string) *pactv1.Node {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.nodes[id]
+}
+
+func (f *fakeAdmin) chunkSizes() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int(nil), f.chunks...)
+}
+
+// registerLocked applies the registry's rules to one registration. exists
+// is set when the node is already registered exactly so.
+func (f *fakeAdmin) registerLocked(req *pactv1.RegisterNodeRequest, who string) (exists bool, err error) {
+	if old, ok := f.nodes[req.GetNodeId()]; ok && old.GetState() != pactv1.NodeState_NODE_STATE_REVOKED {
+		if sameRegistration(old, req) {
+			return true, nil
+		}
+		return false, apierr.Status(apierr.NodeAlreadyEnrolled, 0, "node "+req.GetNodeId()+" is already registered").Err()
+	}
+	for _, m := range req.GetHardware().GetMacs() {
+		if o, ok := f.byMAC[m]; ok && o != req.GetNodeId() {
+			return false, apierr.Status(apierr.HardwareIdentityConflict, 0, "MAC "+m+" belongs to "+o).Err()
+		}
+	}
+	if b := req.GetHardware().GetBmcSerial(); b != "" {
+		if o, ok := f.byBMC[b]; ok && o != req.GetNodeId() {
+			return false, apierr.Status(apierr.HardwareIdentityConflict, 0, "BMC serial "+b+" belongs to "+o).Err()
+		}
+	}
+	f.putLocked(&pactv1.Node{
+		NodeId:               req.GetNodeId(),
+		Hardware:             req.GetHardware(),
+		State:                pactv1.NodeState_NODE_STATE_REGISTERED,
+		Vcluster:             req.GetVcluster(),
+		RegisteredAtUnixNano: fakeNow.UnixNano(),
+		RegisteredBy:         who,
+		UpdatedAtUnixNano:    fakeNow.UnixNano(),
+	})
+	return false, nil
+}
+
+// sameRegistration: same hardware (MACs as sent: normalised and sorted)
+// and the same vCluster, whatever the node's state.
+func sameRegistration(n *pactv1.Node, req *pactv1.RegisterNodeRequest) bool {
+	a, b := n.GetHardware(), req.GetHardware()
+	return n.GetVcluster() == req.GetVcluster() && a.GetBmcSerial() == b.GetBmcSerial() &&
+		a.GetTpmEkHash() == b.GetTpmEkHash() && slices.Equal(a.GetMacs(), b.GetMacs())
 }
 
 func (f *fakeAdmin) RegisterNode(ctx context.Context, req *pactv1.RegisterNodeRequest) (*pactv1.RegisterNodeResponse, error) {
@@ -232,26 +355,60 @@ func (f *fakeAdmin) RegisterNode(ctx context.Context, req *pactv1.RegisterNodeRe
 	if _, ok := f.nodes[req.GetNodeId()]; ok {
 		return nil, apierr.Status(apierr.NodeAlreadyEnrolled, 0, "node "+req.GetNodeId()+" is already registered").Err()
 	}
-	for _, n := range f.nodes {
-		for _, m := range n.GetHardware().GetMacs() {
-			for _, rm := range req.GetHardware().GetMacs() {
-				if m == rm {
-					return nil, apierr.Status(apierr.HardwareIdentityConflict, 0, "MAC "+m+" belongs to "+n.GetNodeId()).Err()
-				}
-			}
+	if _, err := f.registerLocked(req, who); err != nil {
+		return nil, err
+	}
+	return &pactv1.RegisterNodeResponse{Node: f.nodes[req.GetNodeId()]}, nil
+}
+
+func (f *fakeAdmin) RegisterNodes(ctx context.Context, req *pactv1.RegisterNodesRequest) (*pactv1.RegisterNodesResponse, error) {
+	who, err := f.recordCaller(ctx, "RegisterNodes")
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	n := len(f.chunks)
+	f.chunks = append(f.chunks, len(req.GetNodes()))
+	hook := f.onChunk
+	f.mu.Unlock()
+	if hook != nil {
+		if err := hook(n); err != nil {
+			return nil, err
 		}
 	}
-	n := &pactv1.Node{
-		NodeId:               req.GetNodeId(),
-		Hardware:             req.GetHardware(),
-		State:                pactv1.NodeState_NODE_STATE_REGISTERED,
-		Vcluster:             req.GetVcluster(),
-		RegisteredAtUnixNano: fakeNow.UnixNano(),
-		RegisteredBy:         who,
-		UpdatedAtUnixNano:    fakeNow.UnixNano(),
+	if who.role != pki.RolePlatformAdmin {
+		return nil, apierr.Status(apierr.PermissionDenied, 0, "role "+who.role+" may not register nodes").Err()
 	}
-	f.nodes[n.NodeId] = n
-	return &pactv1.RegisterNodeResponse{Node: n}, nil
+	if len(req.GetNodes()) > 1000 {
+		return nil, apierr.Status(apierr.InvalidArgument, 0, "too many rows").Err()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := &pactv1.RegisterNodesResponse{}
+	for _, row := range req.GetNodes() {
+		res := &pactv1.RegisterNodeResult{NodeId: row.GetNodeId()}
+		out.Results = append(out.Results, res)
+		if f.transient[row.GetNodeId()] > 0 {
+			f.transient[row.GetNodeId()]--
+			res.Outcome, res.Reason, res.Message = pactv1.RegisterOutcome_REGISTER_OUTCOME_ERROR, string(apierr.NoLeader), "election in progress"
+			continue
+		}
+		if r, ok := f.rowReason[row.GetNodeId()]; ok {
+			res.Outcome, res.Reason, res.Message = pactv1.RegisterOutcome_REGISTER_OUTCOME_ERROR, string(r), "forced by the test"
+			continue
+		}
+		exists, err := f.registerLocked(row, who.name)
+		switch {
+		case err != nil:
+			e := apierr.FromError(err)
+			res.Outcome, res.Reason, res.Message = pactv1.RegisterOutcome_REGISTER_OUTCOME_ERROR, string(e.Reason), e.Message
+		case exists:
+			res.Outcome = pactv1.RegisterOutcome_REGISTER_OUTCOME_EXISTS
+		default:
+			res.Outcome = pactv1.RegisterOutcome_REGISTER_OUTCOME_OK
+		}
+	}
+	return out, nil
 }
 
 func (f *fakeAdmin) ListNodes(ctx context.Context, req *pactv1.ListNodesRequest) (*pactv1.ListNodesResponse, error) {
@@ -261,11 +418,19 @@ func (f *fakeAdmin) ListNodes(ctx context.Context, req *pactv1.ListNodesRequest)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastState = req.GetState()
+	f.lastList = req
 	out := &pactv1.ListNodesResponse{}
 	for _, n := range f.nodes { // map order: the CLI must sort
-		if req.GetState() == pactv1.NodeState_NODE_STATE_UNSPECIFIED || n.GetState() == req.GetState() {
-			out.Nodes = append(out.Nodes, n)
+		if req.GetState() != pactv1.NodeState_NODE_STATE_UNSPECIFIED && n.GetState() != req.GetState() {
+			continue
 		}
+		if v := req.GetVcluster(); v != "" && n.GetVcluster() != v {
+			continue
+		}
+		if req.GetUnassigned() && n.GetVcluster() != "" {
+			continue
+		}
+		out.Nodes = append(out.Nodes, n)
 	}
 	return out, nil
 }
@@ -278,9 +443,132 @@ func (f *fakeAdmin) InspectNode(ctx context.Context, req *pactv1.InspectNodeRequ
 	defer f.mu.Unlock()
 	n, ok := f.nodes[req.GetNodeId()]
 	if !ok {
-		return nil, apierr.Status(apierr.NodeNotEnrolled, 0, "node "+req.GetNodeId()+" is not in the registry").Err()
+		return nil, notEnrolled(req.GetNodeId())
 	}
 	return &pactv1.InspectNodeResponse{Node: n}, nil
+}
+
+func notEnrolled(id string) error {
+	return apierr.Status(apierr.NodeNotEnrolled, 0, "node "+id+" is not in the registry").Err()
+}
+
+func (f *fakeAdmin) DecommissionNode(ctx context.Context, req *pactv1.DecommissionNodeRequest) (*pactv1.DecommissionNodeResponse, error) {
+	who, err := f.recordCaller(ctx, "DecommissionNode")
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastForce = req.GetForce()
+	if who.role != pki.RolePlatformAdmin {
+		return nil, apierr.Status(apierr.PermissionDenied, 0, "role "+who.role+" may not decommission nodes").Err()
+	}
+	n, ok := f.nodes[req.GetNodeId()]
+	if !ok {
+		return nil, notEnrolled(req.GetNodeId())
+	}
+	if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
+		return nil, apierr.Status(apierr.NodeRevoked, 0, n.GetNodeId()+" is already decommissioned").Err()
+	}
+	if f.streaming[n.GetNodeId()] && !req.GetForce() {
+		return nil, apierr.Status(apierr.NodeStreaming, 0, "node "+n.GetNodeId()+" is running (stream seen 0s ago); decommissioning cuts it off: re-run with --force").Err()
+	}
+	next := proto.Clone(n).(*pactv1.Node)
+	next.State = pactv1.NodeState_NODE_STATE_REVOKED
+	next.RevokedAtUnixNano = fakeNow.UnixNano()
+	next.RevokedBy = "admin/" + who.name
+	f.putLocked(next)
+	return &pactv1.DecommissionNodeResponse{Node: next}, nil
+}
+
+// setVCluster mirrors the journal: fromOK checks the node's current
+// vCluster, and a pact-ops-V caller may only touch V.
+func (f *fakeAdmin) setVCluster(ctx context.Context, method, id, to string, fromOK func(string) bool) (*pactv1.Node, string, error) {
+	who, err := f.recordCaller(ctx, method)
+	if err != nil {
+		return nil, "", err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if who.role == pki.RoleViewer {
+		return nil, "", apierr.Status(apierr.PermissionDenied, 0, "role viewer may not change assignments").Err()
+	}
+	n, ok := f.nodes[id]
+	if !ok {
+		return nil, "", notEnrolled(id)
+	}
+	if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
+		return nil, "", apierr.Status(apierr.NodeRevoked, 0, id+" was decommissioned").Err()
+	}
+	from := n.GetVcluster()
+	if fromOK != nil && !fromOK(from) {
+		if from == "" {
+			return nil, "", apierr.Status(apierr.VClusterChanged, 0, id+" is in maintenance (no vCluster); use assign").Err()
+		}
+		return nil, "", apierr.Status(apierr.VClusterChanged, 0, id+" is already in "+from+"; use move").Err()
+	}
+	if own, ok := strings.CutPrefix(who.role, pki.RoleOpsPrefix); ok {
+		for _, v := range []string{from, to} {
+			if v != "" && v != own {
+				return nil, "", apierr.Status(apierr.PermissionDenied, 0, "role "+who.role+" may only move nodes into and out of "+own+"; "+id+" touches "+v).Err()
+			}
+		}
+	}
+	next := proto.Clone(n).(*pactv1.Node)
+	next.Vcluster = to
+	f.putLocked(next)
+	return next, from, nil
+}
+
+func (f *fakeAdmin) AssignNode(ctx context.Context, req *pactv1.AssignNodeRequest) (*pactv1.AssignNodeResponse, error) {
+	n, _, err := f.setVCluster(ctx, "AssignNode", req.GetNodeId(), req.GetVcluster(), func(from string) bool { return from == "" })
+	if err != nil {
+		return nil, err
+	}
+	return &pactv1.AssignNodeResponse{Node: n}, nil
+}
+
+func (f *fakeAdmin) UnassignNode(ctx context.Context, req *pactv1.UnassignNodeRequest) (*pactv1.UnassignNodeResponse, error) {
+	n, prev, err := f.setVCluster(ctx, "UnassignNode", req.GetNodeId(), "", nil)
+	if err != nil {
+		return nil, err
+	}
+	return &pactv1.UnassignNodeResponse{Node: n, PreviousVcluster: prev}, nil
+}
+
+func (f *fakeAdmin) MoveNode(ctx context.Context, req *pactv1.MoveNodeRequest) (*pactv1.MoveNodeResponse, error) {
+	n, prev, err := f.setVCluster(ctx, "MoveNode", req.GetNodeId(), req.GetToVcluster(), func(from string) bool { return from != "" })
+	if err != nil {
+		return nil, err
+	}
+	return &pactv1.MoveNodeResponse{Node: n, PreviousVcluster: prev}, nil
+}
+
+func (f *fakeAdmin) ListAudit(ctx context.Context, req *pactv1.ListAuditRequest) (*pactv1.ListAuditResponse, error) {
+	if _, err := f.record(ctx, "ListAudit"); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastAudit = req
+	var out []*pactv1.AuditEntry
+	for _, e := range f.audit {
+		if req.GetNodeId() != "" && e.GetNodeId() != req.GetNodeId() {
+			continue
+		}
+		if e.GetAtUnixNano() < req.GetSinceUnixNano() {
+			continue
+		}
+		out = append(out, e)
+	}
+	limit := int(req.GetLimit())
+	if limit == 0 {
+		limit = 1000
+	}
+	if len(out) > limit {
+		out = out[len(out)-limit:]
+	}
+	return &pactv1.ListAuditResponse{Entries: out}, nil
 }
 
 // startJournal serves fake over mTLS on loopback, requiring a client
@@ -351,4 +639,32 @@ func assertNoKeyMaterial(t *testing.T, output string, keyPEM []byte) {
 			t.Errorf("output contains key material %q", line[:16])
 		}
 	}
+}
+
+// runOpts is the outside world of runEnv beyond the arguments.
+type runOpts struct {
+	stdin    io.Reader
+	terminal bool // stderr (only) is a terminal
+	now      func() time.Time
+	sleep    func(context.Context, time.Duration) error
+}
+
+// runEnv runs Run with captured output and the given environment, and
+// fails the test if any key material of p's credentials reached the output.
+func runEnv(t *testing.T, p *testPKI, o runOpts, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	env := Env{Stdin: o.stdin, Stdout: &out, Stderr: &errb, Now: o.now, Sleep: o.sleep}
+	if env.Sleep == nil {
+		env.Sleep = func(ctx context.Context, _ time.Duration) error { return ctx.Err() }
+	}
+	if o.terminal {
+		env.IsTerminal = func(w io.Writer) bool { return w == &errb }
+	}
+	code = Run(context.Background(), args, env)
+	stdout, stderr = out.String(), errb.String()
+	if p != nil {
+		assertNoKeyMaterial(t, stdout+stderr, p.admin.keyPEM)
+	}
+	return code, stdout, stderr
 }

@@ -15,20 +15,31 @@ import (
 func (a *app) nodeCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "node",
-		Short: "Register nodes and inspect the enrollment registry",
+		Short: "Register, assign and decommission nodes; inspect the enrollment registry",
 		Long: `Commands on the enrollment registry: the nodes that may join the domain,
-their hardware identity, state and current certificate.
+their hardware identity, state, vCluster and current certificate.
 
 A node's life: "pact node enroll" registers it (state registered); its agent
 enrolls with matching hardware and gets a certificate (active); if it stops
-checking in it becomes inactive until it enrolls again; a decommissioned node
-is revoked.`,
+checking in it becomes inactive until it enrolls again; "pact node
+decommission" revokes it and its certificate (revoked).
+
+A node is in at most one vCluster; with none it is in maintenance mode.
+"pact node assign" puts a node in maintenance into a vCluster, "pact node
+move" takes it from one vCluster to another in one step, and "pact node
+unassign" puts it back into maintenance. A platform-admin may do all of
+this; a pact-ops-VCLUSTER credential only moves nodes into and out of its
+own vCluster; a viewer only reads.`,
 		Example: `  pact node enroll node-001 --mac 52:54:00:12:34:56 --bmc-serial SN123
+  pact node enroll --batch rack-12.csv
   pact node list --state registered
-  pact node inspect node-001`,
+  pact node assign node-001 --vcluster ml
+  pact node inspect node-001
+  pact node decommission node-001`,
 	}
 	a.group(cmd)
-	cmd.AddCommand(a.enrollCommand(), a.listCommand(), a.inspectCommand())
+	cmd.AddCommand(a.enrollCommand(), a.listCommand(), a.inspectCommand(),
+		a.decommissionCommand(), a.assignCommand(), a.unassignCommand(), a.moveCommand())
 	return cmd
 }
 
@@ -52,13 +63,14 @@ type enrollOptions struct {
 	bmcSerial string
 	tpmEKHash string
 	vcluster  string
+	batch     string
 }
 
 func (a *app) enrollCommand() *cobra.Command {
 	var o enrollOptions
 	cmd := &cobra.Command{
-		Use:   "enroll NODE --mac MAC [--mac MAC ...]",
-		Short: "Pre-register a node's hardware so its agent can enroll",
+		Use:   "enroll (NODE --mac MAC [--mac MAC ...] | --batch FILE)",
+		Short: "Pre-register nodes' hardware, one or a CSV file of them, so their agents can enroll",
 		Long: `Register a node in the enrollment registry before it first boots. The node
 starts in state "registered". When its agent boots and enrolls with matching
 hardware, the journal signs its certificate and the node becomes "active".
@@ -73,7 +85,20 @@ and BMC serial can belong to only one node of the domain.
 
 Everything is checked here first, and every problem is reported at once,
 before the journal is contacted. Without --vcluster the node is in
-maintenance mode (no vCluster).`,
+maintenance mode (no vCluster).
+
+With --batch FILE (or --batch - for stdin) every row of a CSV file is
+registered: a header line node_id,mac,bmc_serial,tpm_ek_hash,vcluster
+(columns in any order; node_id and mac required), one node per line, several
+MACs of a node separated by ';'. The file is streamed: rows are checked and
+sent in chunks of 500, and each row's result (ok, exists or error, with the
+line number) is printed as it comes back, then a summary. Rows are
+independent: a bad row does not stop the others. Re-running the same file is
+safe: rows already registered identically report "exists". With -o json
+each result is one JSON line, and the summary is the last. A progress line
+shows on a terminal. Exit code: 0 if every row is ok or exists, 4 if some
+conflict with the registry, 2 if some are invalid (docs/batch.md has the
+format and all the rules).`,
 		Example: `  # One NIC and the BMC serial
   pact node enroll node-001 --mac 52:54:00:12:34:56 --bmc-serial SN123
 
@@ -83,9 +108,18 @@ maintenance mode (no vCluster).`,
       --vcluster ml
 
   # Print the registered record as JSON
-  pact node enroll node-003 --mac 52:54:00:12:34:58 -o json`,
+  pact node enroll node-003 --mac 52:54:00:12:34:58 -o json
+
+  # Register every node of a CSV file; keep the results, watch the progress
+  pact node enroll --batch rack-12.csv > rack-12.results
+
+  # The same from stdin, with only the rows that failed, via jq
+  generate-inventory | pact node enroll --batch - -o json | jq -c 'select(.result == "error")'`,
 		Args: cobra.ArbitraryArgs, // checked with the flags, so all problems show at once
 		RunE: a.action(func(cmd *cobra.Command, args []string) error {
+			if o.batch != "" {
+				return a.enrollBatch(cmd, args, o)
+			}
 			return a.enroll(cmd, args, o)
 		}),
 	}
@@ -94,13 +128,14 @@ maintenance mode (no vCluster).`,
 	f.StringVar(&o.bmcSerial, "bmc-serial", "", "serial number of the node's BMC")
 	f.StringVar(&o.tpmEKHash, "tpm-ek-hash", "", "hex SHA-256 of the node's TPM endorsement key")
 	f.StringVar(&o.vcluster, "vcluster", "", "vCluster to assign the node to (default: none, maintenance mode)")
+	f.StringVar(&o.batch, "batch", "", "register every node of this CSV file (- for stdin) instead of one NODE; see docs/batch.md")
 	return cmd
 }
 
 func (a *app) enroll(cmd *cobra.Command, args []string, o enrollOptions) error {
 	node, problems := nodeArg(cmd.CommandPath(), args)
 	if len(o.macs) == 0 {
-		problems = append(problems, errors.New("no MAC address: pass --mac with at least one of the node's NICs, e.g. --mac 52:54:00:12:34:56"))
+		problems = append(problems, errors.New("no MAC address: pass --mac with at least one of the node's NICs, e.g. --mac 52:54:00:12:34:56 (or --batch FILE for many nodes)"))
 	}
 	hw, err := hwid.Normalize(o.macs, o.bmcSerial, o.tpmEKHash)
 	for _, e := range flatten(err) {
@@ -140,41 +175,65 @@ func (a *app) enroll(cmd *cobra.Command, args []string, o enrollOptions) error {
 	return err
 }
 
+type listOptions struct {
+	state      string
+	vcluster   string
+	unassigned bool
+}
+
 func (a *app) listCommand() *cobra.Command {
-	var state string
+	var o listOptions
 	cmd := &cobra.Command{
-		Use:   "list [--state registered|active|inactive|revoked]",
+		Use:   "list [--state STATE] [--vcluster V | --unassigned]",
 		Short: "List the nodes of the enrollment registry",
-		Long: `List every node of the enrollment registry, sorted by name, optionally only
-those in one state. The table shortens long serials; -o json prints them in
+		Long: `List the nodes of the enrollment registry, sorted by name: every node, or
+only those in one state, in one vCluster, or in none (maintenance mode).
+The filters combine. The table shortens long serials; -o json prints them in
 full, as an array of the objects "pact node inspect -o json" prints.
 
-An empty VCLUSTER is shown as (maintenance); other empty cells as "-".`,
+LAST SEEN is when a journal last saw the node's stream (or its last
+enrollment or renewal), relative to now; "-" if never. An empty VCLUSTER is
+shown as (maintenance); other empty cells as "-".`,
 		Example: `  # Every node
   pact node list
 
   # Nodes whose agent has not enrolled yet
   pact node list --state registered
 
+  # Active nodes of vCluster ml, and nodes in maintenance
+  pact node list --state active --vcluster ml
+  pact node list --unassigned
+
   # Names of active nodes, with jq
   pact node list --state active -o json | jq -r '.[].node_id'`,
 		Args: cobra.ArbitraryArgs,
 		RunE: a.action(func(cmd *cobra.Command, args []string) error {
-			return a.list(cmd, args, state)
+			return a.list(cmd, args, o)
 		}),
 	}
-	cmd.Flags().StringVar(&state, "state", "", "only nodes in this state: registered, active, inactive or revoked")
+	f := cmd.Flags()
+	f.StringVar(&o.state, "state", "", "only nodes in this state: registered, active, inactive or revoked")
+	f.StringVar(&o.vcluster, "vcluster", "", "only nodes in this vCluster")
+	f.BoolVar(&o.unassigned, "unassigned", false, "only nodes in no vCluster (maintenance mode)")
 	return cmd
 }
 
-func (a *app) list(cmd *cobra.Command, args []string, stateFlag string) error {
+func (a *app) list(cmd *cobra.Command, args []string, o listOptions) error {
 	var problems []error
 	if len(args) > 0 {
 		problems = append(problems, fmt.Errorf("%s takes no arguments, got %q; to see one node use: pact node inspect %s", cmd.CommandPath(), args[0], args[0]))
 	}
-	state, err := parseState(stateFlag)
+	state, err := parseState(o.state)
 	if err != nil {
 		problems = append(problems, err)
+	}
+	if o.vcluster != "" {
+		if err := pki.ValidateName("vcluster", o.vcluster); err != nil {
+			problems = append(problems, err)
+		}
+		if o.unassigned {
+			problems = append(problems, errors.New("--vcluster and --unassigned exclude each other: a node in a vCluster is not unassigned; pass one"))
+		}
 	}
 	s, err := a.connect(cmd, problems)
 	if err != nil {
@@ -182,7 +241,7 @@ func (a *app) list(cmd *cobra.Command, args []string, stateFlag string) error {
 	}
 	defer s.close()
 
-	resp, err := s.client.ListNodes(cmd.Context(), &pactv1.ListNodesRequest{State: state})
+	resp, err := s.client.ListNodes(cmd.Context(), &pactv1.ListNodesRequest{State: state, Vcluster: o.vcluster, Unassigned: o.unassigned})
 	if err != nil {
 		return s.explain(action{verb: "list nodes", help: cmd.CommandPath()}, err)
 	}
@@ -191,14 +250,24 @@ func (a *app) list(cmd *cobra.Command, args []string, stateFlag string) error {
 		return writeJSON(a.env.Stdout, views)
 	}
 	if len(views) == 0 {
-		if stateFlag != "" {
-			fmt.Fprintf(a.env.Stderr, "no nodes in state %s\n", stateName(state))
+		var filters []string
+		if o.state != "" {
+			filters = append(filters, "in state "+stateName(state))
+		}
+		if o.vcluster != "" {
+			filters = append(filters, "in vCluster "+o.vcluster)
+		}
+		if o.unassigned {
+			filters = append(filters, "in maintenance (no vCluster)")
+		}
+		if len(filters) > 0 {
+			fmt.Fprintf(a.env.Stderr, "no nodes %s\n", strings.Join(filters, ", "))
 		} else {
 			fmt.Fprintln(a.env.Stderr, "no nodes registered; register one with: pact node enroll NODE --mac MAC")
 		}
 		return nil
 	}
-	return writeNodeTable(a.env.Stdout, views)
+	return writeNodeTable(a.env.Stdout, views, a.env.Now())
 }
 
 func (a *app) inspectCommand() *cobra.Command {
@@ -207,8 +276,9 @@ func (a *app) inspectCommand() *cobra.Command {
 		Short: "Show one node's registry record",
 		Long: `Show everything the registry holds about one node: state, vCluster,
 hardware identity, current certificate (full serial, expiry, issuing
-intermediate) and when and by whom it was registered and activated.
-No key material is ever stored in the registry, so none is shown.`,
+intermediate), when and by whom it was registered, activated and revoked,
+and when a journal last saw it. No key material is ever stored in the
+registry, so none is shown.`,
 		Example: `  pact node inspect node-001
 
   # Certificate expiry, with jq
@@ -241,5 +311,5 @@ func (a *app) inspect(cmd *cobra.Command, args []string) error {
 	if s.cfg.Output == outputJSON {
 		return writeJSON(a.env.Stdout, v)
 	}
-	return writeNodeBlock(a.env.Stdout, v)
+	return writeNodeBlock(a.env.Stdout, v, a.env.Now())
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 	"unicode"
 )
 
@@ -28,15 +29,21 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// writeNodeTable prints one row per node.
-func writeNodeTable(w io.Writer, nodes []NodeView) error {
+// writeJSONLine writes v as one compact JSON line.
+func writeJSONLine(w io.Writer, v any) error {
+	return json.NewEncoder(w).Encode(v)
+}
+
+// writeNodeTable prints one row per node. LAST SEEN is relative to now.
+func writeNodeTable(w io.Writer, nodes []NodeView, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tVCLUSTER\tMACS\tBMC SERIAL\tCERT SERIAL\tCERT EXPIRES")
+	fmt.Fprintln(tw, "NODE\tSTATE\tVCLUSTER\tLAST SEEN\tMACS\tBMC SERIAL\tCERT SERIAL\tCERT EXPIRES")
 	for _, n := range nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			cell(n.NodeID),
 			cell(n.State),
 			vclusterCell(n.VCluster),
+			ago(now, n.lastSeen),
 			cell(strings.Join(n.MACs, ",")),
 			cell(shorten(n.BMCSerial, bmcSerialWidth)),
 			cell(shorten(n.CertSerial, certSerialWidth)),
@@ -46,8 +53,34 @@ func writeNodeTable(w io.Writer, nodes []NodeView) error {
 	return tw.Flush()
 }
 
+// writeAuditTable prints one row per audit entry, in the order given.
+func writeAuditTable(w io.Writer, entries []AuditView) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tACTION\tNODE\tACTOR\tSOURCE\tSERIAL\tDETAIL")
+	for _, e := range entries {
+		t := e.Time
+		if parsed, err := time.Parse(time.RFC3339Nano, t); err == nil {
+			t = parsed.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			cell(t),
+			cell(e.Action),
+			cell(e.NodeID),
+			cell(e.Actor),
+			cell(e.Source),
+			cell(shorten(e.Serial, certSerialWidth)),
+			cell(e.Detail),
+		)
+	}
+	return tw.Flush()
+}
+
 // writeNodeBlock prints one node as aligned "key: value" lines.
-func writeNodeBlock(w io.Writer, n NodeView) error {
+func writeNodeBlock(w io.Writer, n NodeView, now time.Time) error {
+	lastSeen := none
+	if n.LastSeen != "" {
+		lastSeen = n.LastSeen + " (" + ago(now, n.lastSeen) + ")"
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	rows := []struct{ k, v string }{
 		{"node", cell(n.NodeID)},
@@ -63,6 +96,9 @@ func writeNodeBlock(w io.Writer, n NodeView) error {
 		{"registered by", cell(n.RegisteredBy)},
 		{"activated at", cell(n.ActivatedAt)},
 		{"updated at", cell(n.UpdatedAt)},
+		{"last seen", lastSeen},
+		{"revoked at", cell(n.RevokedAt)},
+		{"revoked by", cell(n.RevokedBy)},
 	}
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s:\t%s\n", r.k, r.v)

@@ -552,19 +552,19 @@ func TestObserver(t *testing.T) {
 	a.Apply(journal.Renew("node-1", "01", cert("04", "spki-4")))                   // 9
 	f.Apply(&raft.Log{Index: 10, Type: raft.LogNoop})
 	a.Index = 10
-	a.Apply(admin.Assign("node-1", "vc-a", ""))                         // 11 assign
-	a.Apply(admin.Assign("node-1", "vc-a", "vc-a"))                     // 12 idempotent
-	a.Apply(admin.Assign("node-1", "vc-b", ""))                         // 13 vcluster changed
-	a.Apply(journal.LivenessDigest("journal-1", "node-1"))              // 14 liveness alone: no event
-	a.Apply(later.MarkInactive(t0*1e9, "node-1"))                       // 15 seen after the cutoff: no event
-	a.Apply(later.MarkInactive(later.AtUnixNano, "node-1"))             // 16 inactive
-	a.Apply(later.LivenessDigest("journal-2", "node-1", "node-9"))      // 17 active again
-	a.Apply(admin.RegisterNode("node-3", "vc-b", hw3()))                // 18
+	a.Apply(admin.Assign("node-1", "vc-a", ""))                    // 11 assign
+	a.Apply(admin.Assign("node-1", "vc-a", "vc-a"))                // 12 idempotent
+	a.Apply(admin.Assign("node-1", "vc-b", ""))                    // 13 vcluster changed
+	a.Apply(journal.LivenessDigest("journal-1", "node-1"))         // 14 liveness alone: no event
+	a.Apply(later.MarkInactive(t0*1e9, "node-1"))                  // 15 seen after the cutoff: no event
+	a.Apply(later.MarkInactive(later.AtUnixNano, "node-1"))        // 16 inactive
+	a.Apply(later.LivenessDigest("journal-2", "node-1", "node-9")) // 17 active again
+	a.Apply(admin.RegisterNode("node-3", "vc-b", hw3()))           // 18
 	evenLater := later
 	evenLater.AtUnixNano++
 	a.Apply(evenLater.MarkInactive(evenLater.AtUnixNano, "node-1", "node-3")) // 19 one of two
-	a.Apply(admin.Decommission("node-1"))                               // 20
-	a.Apply(admin.Decommission("node-1"))                               // 21 already revoked
+	a.Apply(admin.Decommission("node-1"))                                     // 20
+	a.Apply(admin.Decommission("node-1"))                                     // 21 already revoked
 	restoreNodes(t, f, &pactv1.Snapshot{})
 
 	const (
