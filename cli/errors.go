@@ -351,8 +351,8 @@ func (e *BatchError) Error() string {
 	if e.Failed > len(e.Lines) {
 		list += ", ..."
 	}
-	return fmt.Sprintf("%d of %d %s failed (line %s; each has its reason in the results above); fix those rows and re-run the same file: rows already registered report \"exists\"",
-		e.Failed, e.Rows, plural(e.Rows, "row", "rows"), list)
+	return fmt.Sprintf("%d of %d %s failed (%s %s; each has its reason in the results above); fix those rows and re-run the same file: rows already registered report \"exists\"",
+		e.Failed, e.Rows, plural(e.Rows, "row", "rows"), plural(e.Failed, "line", "lines"), list)
 }
 
 func plural(n int, one, many string) string {

@@ -575,6 +575,14 @@ func (f *fakeAdmin) ListAudit(ctx context.Context, req *pactv1.ListAuditRequest)
 // certificate from the test root, and returns its address.
 func startJournal(t *testing.T, p *testPKI, fake *fakeAdmin) string {
 	t.Helper()
+	_, addr := startJournalServer(t, p, fake)
+	return addr
+}
+
+// startJournalServer is startJournal that also returns the server, so a
+// test can stop it mid-call.
+func startJournalServer(t *testing.T, p *testPKI, fake *fakeAdmin) (*grpc.Server, string) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -588,7 +596,7 @@ func startJournal(t *testing.T, p *testPKI, fake *fakeAdmin) string {
 	pactv1.RegisterAdminServiceServer(srv, fake)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	return lis.Addr().String()
+	return srv, lis.Addr().String()
 }
 
 // deadAddr is a loopback address nothing listens on.

@@ -117,7 +117,7 @@ format and all the rules).`,
   generate-inventory | pact node enroll --batch - -o json | jq -c 'select(.result == "error")'`,
 		Args: cobra.ArbitraryArgs, // checked with the flags, so all problems show at once
 		RunE: a.action(func(cmd *cobra.Command, args []string) error {
-			if o.batch != "" {
+			if cmd.Flags().Changed("batch") {
 				return a.enrollBatch(cmd, args, o)
 			}
 			return a.enroll(cmd, args, o)

@@ -29,9 +29,12 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// writeJSONLine writes v as one compact JSON line.
+// writeJSONLine writes v as one compact JSON line, with <, > and & as
+// themselves (a log line, not HTML).
 func writeJSONLine(w io.Writer, v any) error {
-	return json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
 }
 
 // writeNodeTable prints one row per node. LAST SEEN is relative to now.
