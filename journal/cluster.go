@@ -150,16 +150,39 @@ func (j *Journal) forward(ctx context.Context, data []byte) (*raftfsm.Result, er
 	return res, res.Err
 }
 
-// waitApplied waits (bounded) until this journal's FSM reaches index.
+// waitApplied waits (bounded) until this journal's FSM reflects index.
 func (j *Journal) waitApplied(ctx context.Context, index uint64) {
 	deadline := time.Now().Add(2 * time.Second)
-	for d := 200 * time.Microsecond; j.fsm.AppliedIndex() < index && time.Now().Before(deadline); d = min(2*d, 10*time.Millisecond) {
+	for d := 200 * time.Microsecond; !j.applied(index) && time.Now().Before(deadline); d = min(2*d, 10*time.Millisecond) {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(d):
 		}
 	}
+}
+
+// applied reports whether the FSM reflects every entry through index.
+// Raft hands entries to the FSM asynchronously and never hands it no-op or
+// barrier entries, so the FSM's own index can stay below the commit index:
+// the FSM is current once Raft has dispatched through index and the FSM
+// has applied the last command among them (or they lie in a snapshot it
+// restored).
+func (j *Journal) applied(index uint64) bool {
+	if j.raft.AppliedIndex() < index {
+		return false
+	}
+	fsmIndex := j.fsm.AppliedIndex()
+	for i := index; i > fsmIndex; i-- {
+		var l raft.Log
+		if err := j.store.GetLog(i, &l); err != nil {
+			return true // compacted into a snapshot the FSM has restored
+		}
+		if l.Type == raft.LogCommand {
+			return false
+		}
+	}
+	return true
 }
 
 // linearizableRead makes the next local read reflect every write committed
@@ -185,7 +208,7 @@ func (j *Journal) linearizableRead(ctx context.Context) error {
 		idx = resp.GetCommitIndex()
 	}
 	j.waitApplied(ctx, idx)
-	if j.fsm.AppliedIndex() < idx {
+	if !j.applied(idx) {
 		return fmt.Errorf("%w: this journal is behind the leader", ErrNoLeader)
 	}
 	return nil

@@ -263,7 +263,7 @@ func (j *Journal) waitReady(ctx context.Context) error {
 				if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) {
 					return fmt.Errorf("journal: replay registry: %w", err)
 				}
-			} else if c := j.raft.CommitIndex(); c > 0 && j.fsm.AppliedIndex() >= c {
+			} else if c := j.raft.CommitIndex(); c > 0 && j.applied(c) {
 				return nil
 			}
 		} else if j.cfg.Join && !announced && j.raft.LastIndex() == 0 {
@@ -344,6 +344,9 @@ func (j *Journal) rotateLoop() {
 
 // Addr is the address the gRPC server listens on (after Start).
 func (j *Journal) Addr() string { return j.lis.Addr().String() }
+
+// IsLeader reports whether this journal leads the quorum.
+func (j *Journal) IsLeader() bool { return j.raft.State() == raft.Leader }
 
 // MetricsAddr is where /metrics is served ("" if disabled).
 func (j *Journal) MetricsAddr() string { return j.metricsAddr }

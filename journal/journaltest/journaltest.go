@@ -11,7 +11,9 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
+	"net"
 	"log/slog"
 	"path/filepath"
 	"testing"
@@ -182,4 +184,139 @@ func (h *Harness) Enroll(t testing.TB, key Key, bmc string, macs ...string) (*pa
 		Hardware: &pactv1.HardwareIdentity{Macs: macs, BmcSerial: bmc},
 		CsrDer:   key.CSR,
 	})
+}
+
+// FreeAddr returns a loopback address with a port that was free a moment
+// ago (the journal must bind it itself, so there is a small race).
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Cluster is a quorum of real journals in this process, talking Raft over
+// mutual TLS on loopback, each with its own bbolt store.
+type Cluster struct {
+	Root    string // directory with the shared domain root and admin credential
+	Configs []journal.Config
+	Nodes   []*Harness // nil while a member is stopped
+}
+
+// ClusterConfigs makes configurations for an n-journal quorum sharing one
+// domain root (made in a temp dir); edit them before StartCluster.
+func ClusterConfigs(t testing.TB, n int) (string, []journal.Config) {
+	t.Helper()
+	root := t.TempDir()
+	if _, err := ca.InitDev(root, "pact.local", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var peers []journal.Peer
+	cfgs := make([]journal.Config, n)
+	for i := range cfgs {
+		cfg := Config(t.TempDir())
+		cfg.Dev = false
+		cfg.NodeID = fmt.Sprintf("j%d", i+1)
+		cfg.RootCertFile = filepath.Join(root, ca.RootCertFile)
+		cfg.RootKeyFile = filepath.Join(root, ca.RootKeyFile)
+		cfg.ListenAddr = FreeAddr(t)
+		cfg.RaftListen = FreeAddr(t)
+		cfg.RaftTimeout = 300 * time.Millisecond
+		peers = append(peers, journal.Peer{ID: cfg.NodeID, RaftAddr: cfg.RaftListen})
+		cfgs[i] = cfg
+	}
+	for i := range cfgs {
+		cfgs[i].InitialCluster = peers
+	}
+	return root, cfgs
+}
+
+// StartCluster starts every journal of cfgs concurrently (each waits for
+// a leader) and returns when all serve.
+func StartCluster(t testing.TB, root string, cfgs []journal.Config) *Cluster {
+	t.Helper()
+	c := &Cluster{Root: root, Configs: cfgs, Nodes: make([]*Harness, len(cfgs))}
+	errs := make(chan error, len(cfgs))
+	for i := range cfgs {
+		go func(i int) {
+			h, err := StartHarness(cfgs[i], root)
+			c.Nodes[i] = h
+			errs <- err
+		}(i)
+	}
+	for range cfgs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, h := range c.Nodes {
+			if h != nil {
+				_ = h.J.Close()
+			}
+		}
+	})
+	return c
+}
+
+// StartMember (re)starts member i with its configuration.
+func (c *Cluster) StartMember(t testing.TB, i int) *Harness {
+	t.Helper()
+	h, err := StartHarness(c.Configs[i], c.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Nodes[i] = h
+	return h
+}
+
+// StopMember closes member i.
+func (c *Cluster) StopMember(t testing.TB, i int) {
+	t.Helper()
+	if err := c.Nodes[i].J.Close(); err != nil {
+		t.Logf("close %s: %v", c.Configs[i].NodeID, err)
+	}
+	c.Nodes[i] = nil
+}
+
+// Leader returns the index of the member that leads, waiting for one.
+func (c *Cluster) Leader(t testing.TB) int {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for i, h := range c.Nodes {
+			if h != nil && h.J.IsLeader() {
+				return i
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("no leader within 20s")
+	return -1
+}
+
+// StartHarness starts one journal of a cluster whose credentials are in
+// credDir, without a testing.TB (it may run on another goroutine).
+func StartHarness(cfg journal.Config, credDir string) (*Harness, error) {
+	j, err := journal.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := j.Start(ctx); err != nil {
+		_ = j.Close()
+		return nil, err
+	}
+	h := &Harness{J: j, Cfg: cfg, Dir: credDir, Addr: j.Addr()}
+	if h.Roots, _, err = pki.LoadCertPool(filepath.Join(credDir, ca.RootCertFile)); err != nil {
+		return nil, err
+	}
+	if h.Admin, err = tls.LoadX509KeyPair(filepath.Join(credDir, ca.AdminCertFile), filepath.Join(credDir, ca.AdminKeyFile)); err != nil {
+		return nil, err
+	}
+	return h, nil
 }
