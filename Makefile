@@ -15,7 +15,7 @@ PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.1
 
 export CGO_ENABLED := 0
 
-.PHONY: help build run test lint generate check-generated bench fuzz fuzz-short clean tools
+.PHONY: help build run cluster cluster-down image compose-up compose-down test lint generate check-generated bench fuzz fuzz-short clean tools
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -25,6 +25,21 @@ build: ## build static binaries into bin/: pact-journal, pact-agent, pact
 
 run: build ## run a development journal with its state in ./.pact (prints what to do next)
 	$(BIN)/pact-journal --dev --data-dir $(DATA_DIR) --listen $(LISTEN) --metrics-listen $(METRICS)
+
+cluster: build ## run a three-journal quorum on loopback, state in ./.pact-cluster (writes ./.pact-cluster/env)
+	./scripts/cluster.sh up
+
+cluster-down: ## stop the quorum started by make cluster (keeps its state)
+	./scripts/cluster.sh down
+
+image: build ## build the pact container image FROM scratch (nothing is pulled)
+	docker build -t pact:dev -f Dockerfile .
+
+compose-up: image ## run three journals as containers (docker-compose.yml)
+	./scripts/compose.sh up
+
+compose-down: ## stop the containers
+	./scripts/compose.sh down
 
 test: ## run every test with the race detector (what CI runs)
 	CGO_ENABLED=1 $(GO) test -race -timeout 15m $(TESTFLAGS) ./...

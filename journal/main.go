@@ -23,10 +23,19 @@ the revocation set and a local CA that signs node agents' certificates.
 
 Usage:
   pact-journal [flags]                 run a journal
+  pact-journal init --dir DIR          create a domain root and a platform-admin credential
   pact-journal admin issue [flags]     issue an operator credential from the root
 
 Quick start (one development journal, state in ./.pact):
   pact-journal --dev --data-dir ./.pact --listen 127.0.0.1:7443
+
+A quorum of three (run each line on its own host; the root from init is
+copied to every journal host, key mode 0600):
+  pact-journal init --dir /etc/pact --domain site.example
+  pact-journal --node-id j1 --data-dir /var/lib/pact --listen 10.0.0.1:7443 \
+      --raft-listen 10.0.0.1:7500 --root-cert /etc/pact/ca.pem --root-key /etc/pact/ca-key.pem \
+      --initial-cluster j1=10.0.0.1:7500,j2=10.0.0.2:7500,j3=10.0.0.3:7500
+  (j2 and j3 the same, with their own --node-id and addresses)
 
 Every flag can also be set through the environment variable named in
 its description; a flag on the command line wins.
@@ -38,6 +47,9 @@ Flags:
 func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "admin" {
 		return adminMain(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "init" {
+		return initMain(args[1:], stdout, stderr)
 	}
 	cfg := DefaultConfig()
 	fs := flag.NewFlagSet("pact-journal", flag.ContinueOnError)
@@ -264,4 +276,47 @@ func envDuration(key string, def time.Duration) time.Duration {
 		}
 	}
 	return def
+}
+
+const initUsage = `pact-journal init creates a domain root CA and a platform-admin credential.
+
+Usage:
+  pact-journal init --dir DIR [--domain DOMAIN]
+
+It writes DIR/ca.pem (give it to every node image and operator),
+DIR/ca-key.pem (mode 0600: every journal host needs it to sign its
+intermediate; guard it), DIR/admin.pem and DIR/admin-key.pem. It never
+overwrites an existing root.
+
+Flags:
+`
+
+func initMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("pact-journal init", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, initUsage); fs.PrintDefaults() }
+	dir := fs.String("dir", "", "directory for the root and admin credential")
+	domain := fs.String("domain", "pact.local", "domain id (the SPIFFE trust domain)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *dir == "" {
+		fmt.Fprintln(stderr, "pact-journal init: --dir is required (see --help)")
+		return 2
+	}
+	created, err := ca.InitDev(*dir, *domain, time.Now())
+	if err != nil {
+		fmt.Fprintf(stderr, "pact-journal init: %v\n", err)
+		return 1
+	}
+	if !created {
+		fmt.Fprintf(stdout, "%s already holds a root; nothing changed\n", filepath.Join(*dir, ca.RootCertFile))
+		return 0
+	}
+	fmt.Fprintf(stdout, "created domain %s: root %s (key %s, mode 0600), admin credential %s\n", *domain,
+		filepath.Join(*dir, ca.RootCertFile), filepath.Join(*dir, ca.RootKeyFile), filepath.Join(*dir, ca.AdminCertFile))
+	return 0
 }
