@@ -72,6 +72,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.Join, "join", cmdutil.EnvOr("PACT_JOIN", "") == "true", "start empty and wait to be added to a running quorum with pact journal add (PACT_JOIN)")
 	fs.StringVar(&cfg.AdvertiseGRPC, "advertise", cmdutil.EnvOr("PACT_ADVERTISE", ""), "gRPC address other journals use to reach this one (default: --listen) (PACT_ADVERTISE)")
 	fs.StringVar(&cfg.AdvertiseRaft, "advertise-raft", cmdutil.EnvOr("PACT_ADVERTISE_RAFT", ""), "Raft address other journals use (default: --raft-listen) (PACT_ADVERTISE_RAFT)")
+	fs.Uint64Var(&cfg.RaftSnapshotThreshold, "raft-snapshot-threshold", cfg.RaftSnapshotThreshold, "take a Raft snapshot after this many new log entries")
+	fs.Uint64Var(&cfg.RaftTrailingLogs, "raft-trailing-logs", cfg.RaftTrailingLogs, "log entries kept after a snapshot, so a briefly lagging journal catches up without one")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", envDuration("PACT_HEARTBEAT_TIMEOUT", cfg.HeartbeatTimeout), "mark an Active node Inactive after this long without a stream on any journal (PACT_HEARTBEAT_TIMEOUT)")
 	fs.DurationVar(&cfg.TakeoverWindow, "takeover-window", envDuration("PACT_TAKEOVER_WINDOW", cfg.TakeoverWindow), "let a rebooted node (new key) enroll again once its stream has been gone this long (PACT_TAKEOVER_WINDOW)")
 	fs.DurationVar(&cfg.DigestInterval, "digest-interval", envDuration("PACT_DIGEST_INTERVAL", cfg.DigestInterval), "how often this journal reports the streams it holds (PACT_DIGEST_INTERVAL)")
