@@ -238,20 +238,21 @@ func (j *Journal) setVCluster(ctx context.Context, nodeID, to string, fromOK fun
 		return nil, "", err
 	}
 	from := n.GetVcluster()
-	if fromOK != nil && !fromOK(from) {
-		if from == "" {
-			return nil, "", fmt.Errorf("%w: %s is in maintenance (no vCluster); use assign", errVCluster, nodeID)
-		}
-		return nil, "", fmt.Errorf("%w: %s is already in %s; use move", errVCluster, nodeID, from)
-	}
 	if own := opsVCluster(p.role); own != "" {
 		// pact-ops-V may only move nodes into and out of V: every vCluster
-		// the change touches must be V.
+		// the change touches must be V. Checked first, so a role learns
+		// nothing about nodes outside its vCluster.
 		for _, v := range []string{from, to} {
 			if v != "" && v != own {
 				return nil, "", fmt.Errorf("%w: role %s may only move nodes into and out of %s; %s touches %s", ErrPermission, p.role, own, nodeID, v)
 			}
 		}
+	}
+	if fromOK != nil && !fromOK(from) {
+		if from == "" {
+			return nil, "", fmt.Errorf("%w: %s is in maintenance (no vCluster); use assign", errVCluster, nodeID)
+		}
+		return nil, "", fmt.Errorf("%w: %s is already in %s; use move", errVCluster, nodeID, from)
 	}
 	res, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_Assign{Assign: &pactv1.AssignOp{
 		NodeId: nodeID, Vcluster: to, ExpectVcluster: from,

@@ -132,15 +132,16 @@ func (j *Journal) takeoverCutoff(n *pactv1.Node) (int64, error) {
 	if j.hub.streamCount(n.GetNodeId()) > 0 || now.Sub(lastSeen) < 2*j.cfg.DigestInterval {
 		return 0, fmt.Errorf("%w: node %s is active with another key and streaming", raftfsm.ErrAlreadyActive, n.GetNodeId())
 	}
-	cutoff := now.Add(-j.cfg.TakeoverWindow)
-	if !lastSeen.Before(cutoff) {
-		wait := lastSeen.Sub(cutoff)
+	if quiet := now.Sub(lastSeen); quiet < j.cfg.TakeoverWindow {
+		wait := j.cfg.TakeoverWindow - quiet
 		return 0, &retryAfterError{
-			err:   fmt.Errorf("%w: node %s was active until %s ago; if it rebooted it may enroll again in %s", raftfsm.ErrAlreadyActive, n.GetNodeId(), now.Sub(lastSeen).Round(time.Second), wait.Round(time.Second)),
+			err:   fmt.Errorf("%w: node %s was active until %s ago; if it rebooted it may enroll again in %s", raftfsm.ErrAlreadyActive, n.GetNodeId(), quiet.Round(time.Second), wait.Round(time.Second)),
 			after: wait,
 		}
 	}
-	return cutoff.UnixNano(), nil
+	// The FSM accepts the takeover only if the node was last seen strictly
+	// before the cutoff; quiet for exactly the window is quiet enough.
+	return now.Add(-j.cfg.TakeoverWindow).UnixNano() + 1, nil
 }
 
 // enrollResponse builds the response from the committed record, never from
@@ -226,6 +227,9 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 	var sentVCluster string
 	var sentBundle uint64
 	sendState := func(first bool) error {
+		if now := j.cfg.Clock.Now(); now.After(p.leaf.NotAfter) {
+			return fmt.Errorf("%w: the stream's certificate %s expired at %s; renew or re-enroll", ErrUnauthenticated, p.serial, p.leaf.NotAfter.UTC().Format(time.RFC3339))
+		}
 		if err := j.checkBinding(p); err != nil {
 			if errors.Is(err, raftfsm.ErrNodeRevoked) {
 				// Tell the agent why before the stream ends; a stale
@@ -258,7 +262,12 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 		return err
 	}
 	for {
-		t := j.cfg.Clock.NewTimer(j.cfg.StreamRecheckInterval)
+		// Wake at the next recheck, or just after the certificate expires.
+		wait := j.cfg.StreamRecheckInterval
+		if untilExpiry := p.leaf.NotAfter.Sub(j.cfg.Clock.Now()) + time.Millisecond; untilExpiry < wait {
+			wait = max(untilExpiry, 0)
+		}
+		t := j.cfg.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
