@@ -1,7 +1,7 @@
 // Package cli is pact, the operator command line of a pact domain. It
 // registers nodes with the journal (one at a time or from a CSV file),
-// assigns them to vClusters, decommissions them, and shows the enrollment
-// registry and its audit trail.
+// assigns them to vClusters, decommissions them, shows the enrollment
+// registry and its audit trail, and shows and changes the journal quorum.
 //
 // Main does everything; cmd/pact only calls it. Each command checks its
 // arguments locally and reports every problem at once before it talks to the
@@ -163,7 +163,8 @@ each node holds. Operators pre-register nodes by hardware identity with
 when a node boots, its agent enrolls with matching hardware and receives a
 short-lived certificate. "pact node assign|unassign|move" place nodes in
 vClusters, "pact node decommission" revokes one, and "pact audit" shows who
-changed what.
+changed what. "pact journal status|add|remove" show and change the quorum of
+journals itself.
 
 Every command that talks to the journal needs an address and an admin
 credential. Pass them as flags or set the environment (flags win):
@@ -192,6 +193,9 @@ Exit codes: 0 ok, 1 internal, 2 usage, 3 not found, 4 already exists,
   # What changed in the last hour
   pact audit --since 1h
 
+  # Which journal leads, and is every journal up?
+  pact journal status
+
   # Try a second journal if the first cannot be reached
   pact --journal 10.0.0.1:7443,10.0.0.2:7443 node inspect node-001 -o json`,
 		Version:       version(),
@@ -207,7 +211,7 @@ Exit codes: 0 ok, 1 internal, 2 usage, 3 not found, 4 already exists,
 	a.flags.register(root)
 	root.Flags().Bool("version", false, "print pact's version") // no -v: keep it free
 	a.group(root)
-	root.AddCommand(a.nodeCommand(), a.auditCommand(), a.versionCommand())
+	root.AddCommand(a.nodeCommand(), a.journalCommand(), a.auditCommand(), a.versionCommand())
 	return root
 }
 

@@ -35,6 +35,9 @@ type AdminClient interface {
 	UnassignNode(ctx context.Context, in *pactv1.UnassignNodeRequest, opts ...grpc.CallOption) (*pactv1.UnassignNodeResponse, error)
 	MoveNode(ctx context.Context, in *pactv1.MoveNodeRequest, opts ...grpc.CallOption) (*pactv1.MoveNodeResponse, error)
 	ListAudit(ctx context.Context, in *pactv1.ListAuditRequest, opts ...grpc.CallOption) (*pactv1.ListAuditResponse, error)
+	JournalStatus(ctx context.Context, in *pactv1.JournalStatusRequest, opts ...grpc.CallOption) (*pactv1.JournalStatusResponse, error)
+	AddJournal(ctx context.Context, in *pactv1.AddJournalRequest, opts ...grpc.CallOption) (*pactv1.AddJournalResponse, error)
+	RemoveJournal(ctx context.Context, in *pactv1.RemoveJournalRequest, opts ...grpc.CallOption) (*pactv1.RemoveJournalResponse, error)
 }
 
 // credential is the operator's admin client credential and the domain root.
@@ -302,6 +305,39 @@ func (js *journals) ListAudit(ctx context.Context, in *pactv1.ListAuditRequest, 
 	var out *pactv1.ListAuditResponse
 	err := js.call(ctx, false, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
 		out, err = c.ListAudit(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// JournalStatus reads the quorum's status from the first journal that can
+// be reached; any journal answers, with its own view.
+func (js *journals) JournalStatus(ctx context.Context, in *pactv1.JournalStatusRequest, opts ...grpc.CallOption) (*pactv1.JournalStatusResponse, error) {
+	var out *pactv1.JournalStatusResponse
+	err := js.call(ctx, false, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.JournalStatus(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// AddJournal adds a voter. Only the leader takes it: a follower answers
+// NO_LEADER (Unavailable), so the call moves on to the next address.
+func (js *journals) AddJournal(ctx context.Context, in *pactv1.AddJournalRequest, opts ...grpc.CallOption) (*pactv1.AddJournalResponse, error) {
+	var out *pactv1.AddJournalResponse
+	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.AddJournal(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// RemoveJournal removes a member; like AddJournal it reaches the leader by
+// moving on from followers.
+func (js *journals) RemoveJournal(ctx context.Context, in *pactv1.RemoveJournalRequest, opts ...grpc.CallOption) (*pactv1.RemoveJournalResponse, error) {
+	var out *pactv1.RemoveJournalResponse
+	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.RemoveJournal(ctx, in, opts...)
 		return err
 	})
 	return out, err

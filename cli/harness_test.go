@@ -206,6 +206,21 @@ type fakeAdmin struct {
 	transient map[string]int
 	// rowReason forces an ERROR outcome with this reason for a node.
 	rowReason map[string]apierr.Reason
+
+	// The journal this fake plays, for served_by (ListNodes too: empty
+	// says nothing, as an older journal would) and the quorum it sees.
+	self         string
+	appliedIndex uint64
+	// quorum is what JournalStatus reports. Only the leader (quorum.leader
+	// == self) changes membership; others answer NO_LEADER naming it.
+	quorum fakeQuorum
+}
+
+// fakeQuorum is the Raft side of the fake journal.
+type fakeQuorum struct {
+	leader, leaderAddr string
+	term, commit       uint64
+	members            []*pactv1.JournalMember
 }
 
 var fakeNow = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
@@ -419,7 +434,7 @@ func (f *fakeAdmin) ListNodes(ctx context.Context, req *pactv1.ListNodesRequest)
 	defer f.mu.Unlock()
 	f.lastState = req.GetState()
 	f.lastList = req
-	out := &pactv1.ListNodesResponse{}
+	out := &pactv1.ListNodesResponse{ServedBy: f.self, AppliedIndex: f.appliedIndex}
 	for _, n := range f.nodes { // map order: the CLI must sort
 		if req.GetState() != pactv1.NodeState_NODE_STATE_UNSPECIFIED && n.GetState() != req.GetState() {
 			continue
@@ -569,6 +584,92 @@ func (f *fakeAdmin) ListAudit(ctx context.Context, req *pactv1.ListAuditRequest)
 		out = out[len(out)-limit:]
 	}
 	return &pactv1.ListAuditResponse{Entries: out}, nil
+}
+
+func (f *fakeAdmin) cloneMembersLocked() []*pactv1.JournalMember {
+	out := make([]*pactv1.JournalMember, len(f.quorum.members))
+	for i, m := range f.quorum.members {
+		out[i] = proto.Clone(m).(*pactv1.JournalMember)
+	}
+	return out
+}
+
+func (f *fakeAdmin) JournalStatus(ctx context.Context, _ *pactv1.JournalStatusRequest) (*pactv1.JournalStatusResponse, error) {
+	if _, err := f.record(ctx, "JournalStatus"); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q := f.quorum
+	return &pactv1.JournalStatusResponse{
+		LeaderId: q.leader, Term: q.term, CommitIndex: q.commit, AppliedIndex: f.appliedIndex,
+		ServedBy: f.self, Members: f.cloneMembersLocked(),
+	}, nil
+}
+
+// membershipLocked applies the journal's rules before a membership
+// change: platform-admin only, and only on the leader.
+func (f *fakeAdmin) membershipLocked(who caller) error {
+	if who.role != pki.RolePlatformAdmin {
+		return apierr.Status(apierr.PermissionDenied, 0, "role "+who.role+" may not change the journal quorum").Err()
+	}
+	if f.quorum.leader == "" {
+		return apierr.Status(apierr.NoLeader, 0, "no leader; a majority of the quorum must be up to change it").Err()
+	}
+	if f.quorum.leader != f.self {
+		return apierr.Status(apierr.NoLeader, 0, "membership changes go to the leader, "+f.quorum.leader+" at "+f.quorum.leaderAddr).Err()
+	}
+	return nil
+}
+
+func (f *fakeAdmin) AddJournal(ctx context.Context, req *pactv1.AddJournalRequest) (*pactv1.AddJournalResponse, error) {
+	who, err := f.recordCaller(ctx, "AddJournal")
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if who.role == pki.RolePlatformAdmin {
+		if err := pki.ValidateName("journal id", req.GetJournalId()); err != nil {
+			return nil, apierr.Status(apierr.InvalidArgument, 0, err.Error()).Err()
+		}
+	}
+	if err := f.membershipLocked(who); err != nil {
+		return nil, err
+	}
+	found := false
+	for _, m := range f.quorum.members {
+		if m.GetJournalId() == req.GetJournalId() {
+			m.RaftAddr, m.Voter, found = req.GetRaftAddr(), true, true
+		}
+	}
+	if !found {
+		f.quorum.members = append(f.quorum.members, &pactv1.JournalMember{
+			JournalId: req.GetJournalId(), RaftAddr: req.GetRaftAddr(), Voter: true,
+			Error: "its address is not published yet",
+		})
+	}
+	f.quorum.commit++
+	return &pactv1.AddJournalResponse{Members: f.cloneMembersLocked()}, nil
+}
+
+func (f *fakeAdmin) RemoveJournal(ctx context.Context, req *pactv1.RemoveJournalRequest) (*pactv1.RemoveJournalResponse, error) {
+	who, err := f.recordCaller(ctx, "RemoveJournal")
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.membershipLocked(who); err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(f.quorum.members, func(m *pactv1.JournalMember) bool { return m.GetJournalId() == req.GetJournalId() })
+	if i < 0 {
+		return nil, apierr.Status(apierr.NotFound, 0, "no journal \""+req.GetJournalId()+"\" in the quorum; see pact journal status").Err()
+	}
+	f.quorum.members = slices.Delete(f.quorum.members, i, i+1)
+	f.quorum.commit++
+	return &pactv1.RemoveJournalResponse{Members: f.cloneMembersLocked()}, nil
 }
 
 // startJournal serves fake over mTLS on loopback, requiring a client

@@ -193,7 +193,12 @@ full, as an array of the objects "pact node inspect -o json" prints.
 
 LAST SEEN is when a journal last saw the node's stream (or its last
 enrollment or renewal), relative to now; "-" if never. An empty VCLUSTER is
-shown as (maintenance); other empty cells as "-".`,
+shown as (maintenance); other empty cells as "-".
+
+A list is read from the answering journal's own copy of the registry, which
+may lag the leader by a few milliseconds; after the table, stderr names that
+journal and the Raft index its copy is at ("served by j2 at index 120").
+"pact node inspect" always reads the latest.`,
 		Example: `  # Every node
   pact node list
 
@@ -265,9 +270,24 @@ func (a *app) list(cmd *cobra.Command, args []string, o listOptions) error {
 		} else {
 			fmt.Fprintln(a.env.Stderr, "no nodes registered; register one with: pact node enroll NODE --mac MAC")
 		}
+		a.servedBy(resp)
 		return nil
 	}
-	return writeNodeTable(a.env.Stdout, views, a.env.Now())
+	if err := writeNodeTable(a.env.Stdout, views, a.env.Now()); err != nil {
+		return err
+	}
+	a.servedBy(resp)
+	return nil
+}
+
+// servedBy notes on stderr which journal's copy a list came from: a list
+// may lag the leader by a moment, inspect never does. Journals that do not
+// say get no note.
+func (a *app) servedBy(resp *pactv1.ListNodesResponse) {
+	if resp.GetServedBy() == "" {
+		return
+	}
+	fmt.Fprintf(a.env.Stderr, "served by %s at index %d\n", printable(resp.GetServedBy()), resp.GetAppliedIndex())
 }
 
 func (a *app) inspectCommand() *cobra.Command {

@@ -366,7 +366,7 @@ func (s *adminServer) AddJournal(ctx context.Context, req *pactv1.AddJournalRequ
 		return nil, j.notLeader()
 	}
 	if err := j.raft.AddVoter(raft.ServerID(req.GetJournalId()), raft.ServerAddress(req.GetRaftAddr()), 0, j.cfg.ApplyTimeout).Error(); err != nil {
-		return nil, fmt.Errorf("%w: add %s: %w", ErrNoLeader, req.GetJournalId(), err)
+		return nil, membershipError("add "+req.GetJournalId(), err)
 	}
 	j.log.Info("journal added to the quorum", "journal", req.GetJournalId(), "raft_addr", req.GetRaftAddr(), "actor", principalFrom(ctx).id.Name)
 	members, err := j.members(ctx)
@@ -390,9 +390,20 @@ func (s *adminServer) RemoveJournal(ctx context.Context, req *pactv1.RemoveJourn
 		return nil, fmt.Errorf("%w: no journal %q in the quorum; see pact journal status", ErrNotFound, req.GetJournalId())
 	}
 	if err := j.raft.RemoveServer(raft.ServerID(req.GetJournalId()), 0, j.cfg.ApplyTimeout).Error(); err != nil {
-		return nil, fmt.Errorf("%w: remove %s: %w", ErrNoLeader, req.GetJournalId(), err)
+		return nil, membershipError("remove "+req.GetJournalId(), err)
 	}
 	j.log.Info("journal removed from the quorum", "journal", req.GetJournalId(), "actor", principalFrom(ctx).id.Name)
 	members, err := j.members(ctx)
 	return &pactv1.RemoveJournalResponse{Members: members}, err
+}
+
+// errMembership is a membership change Raft refused for a reason other than
+// leadership (for example another change still in progress).
+var errMembership = errors.New("journal: membership change refused")
+
+func membershipError(what string, err error) error {
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrRaftShutdown) {
+		return fmt.Errorf("%w: %s: %w", ErrNoLeader, what, err)
+	}
+	return fmt.Errorf("%w: %s: %v; check pact journal status and retry", errMembership, what, err)
 }

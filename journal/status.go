@@ -56,6 +56,7 @@ var reasons = []struct {
 	{ErrOverloaded, apierr.RateLimited},
 	{ErrNoLeader, apierr.NoLeader},
 	{ErrNotFound, apierr.NotFound},
+	{errMembership, apierr.MembershipRefused},
 }
 
 // toStatus converts a handler error to a gRPC status error. Errors that are

@@ -38,6 +38,7 @@ const (
 	VClusterChanged          Reason = "VCLUSTER_CHANGED"
 	NoLeader                 Reason = "NO_LEADER"
 	NotFound                 Reason = "NOT_FOUND"
+	MembershipRefused        Reason = "MEMBERSHIP_REFUSED"
 	Internal                 Reason = "INTERNAL"
 )
 
@@ -57,6 +58,7 @@ var codeOf = map[Reason]codes.Code{
 	VClusterChanged:          codes.FailedPrecondition,
 	NoLeader:                 codes.Unavailable,
 	NotFound:                 codes.NotFound,
+	MembershipRefused:        codes.FailedPrecondition,
 	Internal:                 codes.Internal,
 }
 

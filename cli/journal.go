@@ -1,0 +1,692 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+
+	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/pki"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// QuorumView is the stable JSON form of "pact journal status -o json": the
+// journal quorum as the answering journal sees it. Field names are a
+// contract with scripts: add fields, never rename or remove them.
+type QuorumView struct {
+	// LeaderID is the leader the answering journal knows; empty: none.
+	LeaderID     string `json:"leader_id"`
+	Term         uint64 `json:"term"`
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
+	// ServedBy is the journal that answered.
+	ServedBy string              `json:"served_by"`
+	Members  []JournalMemberView `json:"members"` // never null
+}
+
+// JournalMemberView is one journal of the quorum. The Raft fields are as
+// the member itself reported them; they are zero when it is unreachable.
+// Times are RFC 3339 in UTC, empty when unknown.
+type JournalMemberView struct {
+	JournalID string `json:"journal_id"`
+	// State is leader, follower or candidate (the member's own Raft
+	// state, lower-case), unreachable, or unknown.
+	State     string `json:"state"`
+	Voter     bool   `json:"voter"`
+	Leader    bool   `json:"leader"`
+	Reachable bool   `json:"reachable"`
+	// Error says why an unreachable member did not answer.
+	Error        string `json:"error"`
+	RaftAddr     string `json:"raft_addr"`
+	GRPCAddr     string `json:"grpc_addr"`
+	RaftState    string `json:"raft_state"`
+	Term         uint64 `json:"term"`
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
+	// LastContact is when the member last heard from the leader (for the
+	// leader: when it answered), with nanoseconds.
+	LastContact          string `json:"last_contact"`
+	IntermediateSerial   string `json:"intermediate_serial"`
+	IntermediateNotAfter string `json:"intermediate_not_after"`
+
+	lastContact time.Time // for the relative LAST CONTACT column
+}
+
+// MembershipView is the JSON of "pact journal add|remove -o json": the
+// journal changed and the quorum's members afterwards.
+type MembershipView struct {
+	JournalID string `json:"journal_id"`
+	// RaftAddr is the address added; empty for remove.
+	RaftAddr string              `json:"raft_addr,omitempty"`
+	Members  []JournalMemberView `json:"members"` // never null
+}
+
+// QuorumViewOf converts a status answer to its view, members sorted by id.
+func QuorumViewOf(r *pactv1.JournalStatusResponse) QuorumView {
+	return QuorumView{
+		LeaderID:     r.GetLeaderId(),
+		Term:         r.GetTerm(),
+		CommitIndex:  r.GetCommitIndex(),
+		AppliedIndex: r.GetAppliedIndex(),
+		ServedBy:     r.GetServedBy(),
+		Members:      memberViews(r.GetMembers()),
+	}
+}
+
+func memberViews(ms []*pactv1.JournalMember) []JournalMemberView {
+	out := make([]JournalMemberView, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, JournalMemberViewOf(m))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].JournalID < out[j].JournalID })
+	return out
+}
+
+// JournalMemberViewOf converts one member to its view.
+func JournalMemberViewOf(m *pactv1.JournalMember) JournalMemberView {
+	lc := unixTime(0, m.GetLastContactUnixNano())
+	v := JournalMemberView{
+		JournalID:            m.GetJournalId(),
+		State:                memberState(m),
+		Voter:                m.GetVoter(),
+		Leader:               m.GetLeader(),
+		Reachable:            m.GetReachable(),
+		Error:                m.GetError(),
+		RaftAddr:             m.GetRaftAddr(),
+		GRPCAddr:             m.GetGrpcAddr(),
+		RaftState:            m.GetRaftState(),
+		Term:                 m.GetTerm(),
+		CommitIndex:          m.GetCommitIndex(),
+		AppliedIndex:         m.GetAppliedIndex(),
+		IntermediateSerial:   m.GetIntermediateSerial(),
+		IntermediateNotAfter: formatTime(unixTime(m.GetIntermediateNotAfterUnix(), 0)),
+		lastContact:          lc,
+	}
+	if !lc.IsZero() {
+		v.LastContact = lc.UTC().Format(time.RFC3339Nano)
+	}
+	return v
+}
+
+// memberState is the STATE of a member: its own Raft state in lower case,
+// or "unreachable" when it did not answer.
+func memberState(m *pactv1.JournalMember) string {
+	if !m.GetReachable() {
+		return "unreachable"
+	}
+	s := strings.ToLower(strings.TrimSpace(m.GetRaftState()))
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// majority is how many of n voters must be up for the quorum to serve.
+func majority(n int) int { return n/2 + 1 }
+
+func voters(ms []JournalMemberView) (all, answered int) {
+	for _, m := range ms {
+		if m.Voter {
+			all++
+			if m.Reachable {
+				answered++
+			}
+		}
+	}
+	return all, answered
+}
+
+func (a *app) journalCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "journal",
+		Short: "Show the journal quorum; add and remove journals",
+		Long: `Commands on the journal quorum: the pact-journal servers that keep the
+registry in Raft. Every journal serves reads and writes; writes reach the
+Raft leader, and the quorum serves while a majority of its voting journals
+is up: 2 of 3, 3 of 5. Run an odd number of journals.
+
+"pact journal status" shows every journal, its Raft state and how far it has
+applied the log, as the answering journal sees it. "pact journal add" and
+"pact journal remove" change the membership, one journal at a time; they go
+to the leader (pact tries each --journal address in turn), and need a
+platform-admin credential.`,
+		Example: `  pact journal status
+  pact journal status -o json
+
+  # Grow the quorum: start the new journal empty, then add it
+  pact-journal --node-id j4 --join --raft-listen 10.0.0.4:7500 --listen 10.0.0.4:7443 ...
+  pact journal add j4 10.0.0.4:7500
+
+  # Retire a journal, then stop it
+  pact journal remove j3`,
+	}
+	a.group(cmd)
+	cmd.AddCommand(a.journalStatusCommand(), a.journalAddCommand(), a.journalRemoveCommand())
+	return cmd
+}
+
+func (a *app) journalStatusCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show the journal quorum: leader, term, and each journal's state",
+		Long: `Show the journal quorum as the answering journal (the first --journal address
+that answers) sees it: the leader, the Raft term and commit index, then one
+row per journal of the Raft configuration. The answering journal asks each
+member for its own view, briefly, so the rows are fresh.
+
+STATE is the member's own Raft state (leader, follower or candidate), or
+unreachable when it did not answer: its ERROR column says why. VOTER says
+whether it counts towards the majority. APPLIED is the Raft index up to
+which its registry is current; a follower a little behind the commit index
+is normal. LAST CONTACT is when it last heard from the leader. INTERMEDIATE
+and EXPIRES are its current intermediate CA certificate (serial shortened;
+-o json has it in full), which it renews at half its life.
+
+Any admin role may read the status. Exit code 0 even when some journals are
+unreachable (a warning on stderr lists them); 7 when no --journal address
+answers at all.`,
+		Example: `  pact journal status
+
+  # Ask two journals: the second answers if the first is down
+  pact --journal 10.0.0.1:7443,10.0.0.2:7443 journal status
+
+  # Journals that are not up, with jq
+  pact journal status -o json | jq -r '.members[] | select(.reachable | not) | .journal_id'`,
+		Args: cobra.ArbitraryArgs,
+		RunE: a.action(func(cmd *cobra.Command, args []string) error {
+			return a.journalStatus(cmd, args)
+		}),
+	}
+}
+
+func (a *app) journalStatus(cmd *cobra.Command, args []string) error {
+	var problems []error
+	if len(args) > 0 {
+		problems = append(problems, fmt.Errorf("%s takes no arguments, got %q; to ask a particular journal, pass its address: pact --journal HOST:PORT journal status", cmd.CommandPath(), args[0]))
+	}
+	s, err := a.connect(cmd, problems)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+
+	resp, err := s.client.JournalStatus(cmd.Context(), &pactv1.JournalStatusRequest{})
+	if err != nil {
+		return a.explainJournal(cmd.Context(), s, journalAction{verb: "read the journal quorum's status", help: cmd.CommandPath()}, err)
+	}
+	v := QuorumViewOf(resp)
+	if s.cfg.Output == outputJSON {
+		if err := writeJSON(a.env.Stdout, v); err != nil {
+			return err
+		}
+	} else {
+		if _, err := fmt.Fprintln(a.env.Stdout, quorumHeadline(v)); err != nil {
+			return err
+		}
+		if len(v.Members) > 0 {
+			if err := writeJournalTable(a.env.Stdout, v.Members, a.env.Now()); err != nil {
+				return err
+			}
+		}
+	}
+	a.warnQuorum(v)
+	return nil
+}
+
+// quorumHeadline is "leader j1, term 3, commit index 120 (served by j2)".
+func quorumHeadline(v QuorumView) string {
+	leader := "no leader"
+	if v.LeaderID != "" {
+		leader = "leader " + printable(v.LeaderID)
+	}
+	served := ""
+	if v.ServedBy != "" {
+		served = " (served by " + printable(v.ServedBy) + ")"
+	}
+	return fmt.Sprintf("%s, term %d, commit index %d%s", leader, v.Term, v.CommitIndex, served)
+}
+
+// warnQuorum prints to stderr what in a status needs the operator: no
+// leader, no members, members that did not answer.
+func (a *app) warnQuorum(v QuorumView) {
+	w := a.env.Stderr
+	from := ""
+	if v.ServedBy != "" {
+		from = " from " + printable(v.ServedBy)
+	}
+	if len(v.Members) == 0 {
+		fmt.Fprintf(w, "warning: journal%s reports no members; check its log\n", from)
+		return
+	}
+	var down []string
+	for _, m := range v.Members {
+		if !m.Reachable {
+			down = append(down, printable(m.JournalID))
+		}
+	}
+	all, answered := voters(v.Members)
+	if len(down) > 0 {
+		msg := fmt.Sprintf("warning: %d of %d journals unreachable%s: %s; %d of %d voters answered, a majority is %d",
+			len(down), len(v.Members), from, strings.Join(down, ", "), answered, all, majority(all))
+		if answered < majority(all) {
+			msg += ": without a majority the quorum refuses writes"
+		}
+		msg += "; check pact-journal is running on those hosts and reachable from the others"
+		fmt.Fprintln(w, msg)
+	}
+	if v.LeaderID == "" {
+		fmt.Fprintf(w, "warning: no leader%s: writes are refused until a majority of the %d voters is up and elects one\n", from, all)
+	}
+}
+
+// writeJournalTable prints one row per member. An ERROR column is added
+// only when some member did not answer.
+func writeJournalTable(w io.Writer, ms []JournalMemberView, now time.Time) error {
+	withErr := slices.ContainsFunc(ms, func(m JournalMemberView) bool { return m.Error != "" || !m.Reachable })
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := "ID\tSTATE\tVOTER\tRAFT ADDR\tGRPC ADDR\tAPPLIED\tLAST CONTACT\tINTERMEDIATE\tEXPIRES"
+	if withErr {
+		header += "\tERROR"
+	}
+	fmt.Fprintln(tw, header)
+	for _, m := range ms {
+		voter := "no"
+		if m.Voter {
+			voter = "yes"
+		}
+		applied, contact := none, none
+		if m.Reachable {
+			applied = strconv.FormatUint(m.AppliedIndex, 10)
+			contact = contactAgo(now, m.lastContact, m.State == "leader")
+		}
+		row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s",
+			cell(m.JournalID),
+			cell(m.State),
+			voter,
+			cell(m.RaftAddr),
+			cell(m.GRPCAddr),
+			applied,
+			contact,
+			cell(shorten(m.IntermediateSerial, certSerialWidth)),
+			cell(m.IntermediateNotAfter),
+		)
+		if withErr {
+			row += "\t" + cell(m.Error)
+		}
+		fmt.Fprintln(tw, row)
+	}
+	return tw.Flush()
+}
+
+// contactAgo is LAST CONTACT: "-" for the leader (it is the one others
+// hear from), "never" for no contact, else a short relative time such as
+// "120ms ago". A time ahead of now (clock skew) reads "just now".
+func contactAgo(now, t time.Time, leader bool) string {
+	switch {
+	case leader:
+		return none
+	case t.IsZero():
+		return "never"
+	}
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "just now"
+	case d < time.Second:
+		return fmt.Sprintf("%dms ago", int(d/time.Millisecond))
+	}
+	return ago(now, t)
+}
+
+func (a *app) journalAddCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "add ID RAFT_ADDR",
+		Short: "Add a journal to the quorum as a voter",
+		Long: `Add journal ID, reachable for Raft at RAFT_ADDR (host:port), to the quorum as
+a voting member. Add one journal at a time, and wait until "pact journal
+status" shows it as a follower that has caught up before the next change.
+
+First start pact-journal on the new host, empty and waiting to be added:
+--join, its own --node-id (the ID given here), and --raft-listen (or
+--advertise-raft) at RAFT_ADDR, with the domain's root certificate and key
+like the other journals. It logs the exact "pact journal add" command to run.
+Then run this command: it goes to the leader (pact tries each --journal
+address in turn; a follower answers NO_LEADER and names the leader). The new
+journal copies the registry from the leader, publishes its addresses and
+intermediate certificate, and starts serving.
+
+RAFT_ADDR is the Raft address, not the gRPC address clients use. Adding an ID
+that is already a member at another address, or an address another member
+uses, is refused: remove the old member first. Adding a member again with the
+same address changes nothing, so re-running after a timeout is safe.
+
+Needs a platform-admin credential.`,
+		Example: `  # On the new host (10.0.0.4), first:
+  pact-journal --node-id j4 --join --raft-listen 10.0.0.4:7500 --listen 10.0.0.4:7443 \
+      --data-dir /var/lib/pact-journal --root-cert ca.pem --root-key ca-key.pem
+
+  # Then, from an operator machine:
+  pact journal add j4 10.0.0.4:7500
+
+  # Give every journal address, so the call reaches the leader wherever it is
+  pact --journal 10.0.0.1:7443,10.0.0.2:7443,10.0.0.3:7443 journal add j4 10.0.0.4:7500
+
+  # Watch it catch up
+  pact journal status`,
+		Args: cobra.ArbitraryArgs,
+		RunE: a.action(func(cmd *cobra.Command, args []string) error {
+			return a.journalAdd(cmd, args)
+		}),
+	}
+}
+
+// journalIDArg checks a journal ID argument.
+func journalIDArg(id string) error {
+	if err := pki.ValidateName("journal", id); err != nil {
+		return fmt.Errorf("ID: %w", err)
+	}
+	return nil
+}
+
+// checkRaftAddr accepts host:port with a numeric, non-zero port.
+func checkRaftAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil && host == "" {
+		err = errors.New("missing host")
+	}
+	if err == nil {
+		var n uint64
+		if n, err = strconv.ParseUint(port, 10, 16); err == nil && n == 0 {
+			err = errors.New("port 0")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("RAFT_ADDR %q: want host:port, the new journal's --raft-listen (or --advertise-raft) address, e.g. 10.0.0.4:7500", addr)
+	}
+	return nil
+}
+
+func (a *app) journalAdd(cmd *cobra.Command, args []string) error {
+	path := cmd.CommandPath()
+	var id, raftAddr string
+	var problems []error
+	switch len(args) {
+	case 0:
+		problems = append(problems, fmt.Errorf("missing ID and RAFT_ADDR: name the journal and its Raft address, e.g. %s j4 10.0.0.4:7500", path))
+	case 1:
+		id = args[0]
+		if err := journalIDArg(id); err != nil {
+			problems = append(problems, err)
+		}
+		problems = append(problems, fmt.Errorf("missing RAFT_ADDR: give the Raft address of journal %s, its --raft-listen, e.g. %s %s 10.0.0.4:7500", id, path, id))
+	case 2:
+		id, raftAddr = args[0], args[1]
+		if err := journalIDArg(id); err != nil {
+			problems = append(problems, err)
+		}
+		if err := checkRaftAddr(raftAddr); err != nil {
+			problems = append(problems, err)
+		} else if cfg, _ := a.flags.resolve(a.env.Getenv); slices.Contains(cfg.Journals, raftAddr) {
+			problems = append(problems, fmt.Errorf("RAFT_ADDR %s is in --journal, so it is a journal's gRPC address; give the new journal's Raft address, its --raft-listen, e.g. 10.0.0.4:7500", raftAddr))
+		}
+	default:
+		problems = append(problems, fmt.Errorf("%s takes ID and RAFT_ADDR, got %d arguments: %s; add one journal at a time", path, len(args), strings.Join(args, " ")))
+	}
+	s, err := a.connect(cmd, problems)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	ctx := cmd.Context()
+	act := journalAction{verb: "add journals to the quorum", id: id, write: true, help: path, retry: "re-running the same add is safe"}
+
+	// Look first: Raft would silently re-address a member added again
+	// with another address, and a second member at one address breaks both.
+	pre, err := s.client.JournalStatus(ctx, &pactv1.JournalStatusRequest{})
+	if err != nil {
+		return a.explainJournal(ctx, s, journalAction{verb: "read the journal quorum's status", help: path}, err)
+	}
+	already := false
+	for _, m := range pre.GetMembers() {
+		switch {
+		case m.GetJournalId() == id && m.GetRaftAddr() != raftAddr:
+			return conflict(fmt.Sprintf("journal %s is already a member, at Raft address %s; to move it, remove it first (pact journal remove %s), then add it with its new address", id, printable(m.GetRaftAddr()), id))
+		case m.GetJournalId() != id && m.GetRaftAddr() == raftAddr:
+			return conflict(fmt.Sprintf("Raft address %s belongs to journal %s; give journal %s its own --raft-listen address, or remove %s first (pact journal remove %s)", raftAddr, printable(m.GetJournalId()), id, printable(m.GetJournalId()), printable(m.GetJournalId())))
+		case m.GetJournalId() != id && m.GetGrpcAddr() == raftAddr:
+			return newUsage(path, fmt.Errorf("RAFT_ADDR %s is the gRPC address of journal %s; give the new journal's Raft address, its --raft-listen, e.g. 10.0.0.4:7500", raftAddr, printable(m.GetJournalId())))
+		case m.GetJournalId() == id && m.GetVoter():
+			already = true
+		}
+	}
+	resp, err := s.client.AddJournal(ctx, &pactv1.AddJournalRequest{JournalId: id, RaftAddr: raftAddr})
+	if err != nil {
+		return a.explainJournal(ctx, s, act, err)
+	}
+	members := memberViews(resp.GetMembers())
+	if s.cfg.Output == outputJSON {
+		if err := writeJSON(a.env.Stdout, MembershipView{JournalID: id, RaftAddr: raftAddr, Members: members}); err != nil {
+			return err
+		}
+	} else {
+		all, _ := voters(members)
+		if already {
+			fmt.Fprintf(a.env.Stdout, "journal %s was already a voting member at %s; nothing changed. %s\n", id, raftAddr, quorumSize(all))
+		} else {
+			fmt.Fprintf(a.env.Stdout, "added journal %s (raft %s) to the quorum: %s\n", id, raftAddr, quorumSize(all))
+		}
+		if err := writeJournalTable(a.env.Stdout, members, a.env.Now()); err != nil {
+			return err
+		}
+	}
+	for _, m := range members {
+		if m.JournalID == id && !m.Reachable {
+			reason := ""
+			if m.Error != "" {
+				reason = " (" + printable(m.Error) + ")"
+			}
+			fmt.Fprintf(a.env.Stderr, "journal %s has not answered yet%s: it joins once pact-journal runs on its host with --node-id %s --join --raft-listen %s, then copies the registry from the leader; watch it with: pact journal status\n", id, reason, id, raftAddr)
+		}
+	}
+	return nil
+}
+
+// quorumSize is "4 voters, a majority is 3: it serves with up to 1 down".
+func quorumSize(n int) string {
+	if n == 0 {
+		return "no voters"
+	}
+	m := majority(n)
+	return fmt.Sprintf("%d %s, a majority is %d: it serves with up to %d down", n, plural(n, "voter", "voters"), m, n-m)
+}
+
+// conflict is a membership change refused before it was sent, with the
+// exit code of a conflict.
+func conflict(msg string) error {
+	return &hintError{msg: msg, err: &apierr.Error{Code: codes.AlreadyExists, Message: msg}}
+}
+
+func (a *app) journalRemoveCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove ID",
+		Short: "Remove a journal from the quorum",
+		Long: `Remove journal ID from the quorum's Raft configuration: it no longer votes or
+receives the log, and the majority is counted without it. Then stop
+pact-journal on its host. Removing the leader is allowed: it steps down and
+the others elect a new one.
+
+Remove a journal before retiring its host for good, or to replace a dead
+one: a dead voter still counts towards the majority until it is removed.
+Change one journal at a time, and keep a majority of the remaining voters up.
+The command goes to the leader (pact tries each --journal address in turn; a
+follower answers NO_LEADER and names the leader).
+
+An ID that is not a member exits 3 (see "pact journal status"). Needs a
+platform-admin credential.`,
+		Example: `  pact journal remove j3
+
+  # Replace a dead journal j3 with a new one, j5
+  pact journal remove j3
+  pact journal add j5 10.0.0.5:7500
+
+  # The remaining members as JSON
+  pact journal remove j3 -o json`,
+		Args: cobra.ArbitraryArgs,
+		RunE: a.action(func(cmd *cobra.Command, args []string) error {
+			return a.journalRemove(cmd, args)
+		}),
+	}
+}
+
+func (a *app) journalRemove(cmd *cobra.Command, args []string) error {
+	path := cmd.CommandPath()
+	var id string
+	var problems []error
+	switch len(args) {
+	case 0:
+		problems = append(problems, fmt.Errorf("missing ID: name the journal, e.g. %s j3 (pact journal status lists them)", path))
+	case 1:
+		id = args[0]
+		if err := journalIDArg(id); err != nil {
+			problems = append(problems, err)
+		}
+	default:
+		problems = append(problems, fmt.Errorf("%s takes one ID, got %d arguments: %s; remove one journal at a time", path, len(args), strings.Join(args, " ")))
+	}
+	s, err := a.connect(cmd, problems)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	ctx := cmd.Context()
+
+	resp, err := s.client.RemoveJournal(ctx, &pactv1.RemoveJournalRequest{JournalId: id})
+	if err != nil {
+		return a.explainJournal(ctx, s, journalAction{
+			verb: "remove journals from the quorum", id: id, write: true, help: path,
+			retry: "if it is gone, re-running reports it is not a member",
+		}, err)
+	}
+	members := memberViews(resp.GetMembers())
+	if s.cfg.Output == outputJSON {
+		return writeJSON(a.env.Stdout, MembershipView{JournalID: id, Members: members})
+	}
+	all, _ := voters(members)
+	fmt.Fprintf(a.env.Stdout, "removed journal %s from the quorum: %s\n", id, quorumSize(all))
+	if len(members) > 0 {
+		if err := writeJournalTable(a.env.Stdout, members, a.env.Now()); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(a.env.Stderr, "now stop pact-journal on %s's host; to bring it back later, start it with an empty --data-dir and --join, then run: pact journal add %s RAFT_ADDR\n", id, id)
+	return nil
+}
+
+// journalAction describes what a journal command was doing, so an error
+// can say what to do next.
+type journalAction struct {
+	verb  string
+	id    string // the journal the command names, if any
+	write bool
+	help  string
+	// retry is what re-running a timed-out change does.
+	retry string
+}
+
+// explainJournal is session.explain for the journal commands: the same
+// rules, with advice about journals rather than nodes.
+func (a *app) explainJournal(ctx context.Context, s *session, act journalAction, err error) error {
+	if err == nil {
+		return nil
+	}
+	generic := action{
+		verb: act.verb, write: act.write, help: act.help,
+		denied: "changing the journal quorum needs a credential with role platform-admin",
+	}
+	if !act.write {
+		generic.denied = "reading the quorum's status is open to every admin role: check --cert is an admin credential of this domain"
+	}
+	var unreachable *UnreachableError
+	if errors.As(err, &unreachable) {
+		if act.write {
+			if msg := s.leaderHint(ctx, unreachable); msg != "" {
+				return &hintError{msg: msg, err: err}
+			}
+		}
+		return s.explain(generic, err)
+	}
+	var je *JournalError
+	addr := ""
+	if errors.As(err, &je) {
+		addr = je.Addr
+	}
+	e := apierr.FromError(err)
+	said := ""
+	if e.Message != "" {
+		detail := e.Message
+		if e.Reason != "" {
+			detail = string(e.Reason) + ": " + e.Message
+		}
+		said = " (journal: " + detail + ")"
+	}
+	var msg string
+	switch e.Code {
+	case codes.NotFound:
+		msg = fmt.Sprintf("no journal %s in the quorum%s; list the members with: pact journal status", act.id, said)
+	case codes.AlreadyExists, codes.Aborted:
+		msg = fmt.Sprintf("cannot %s: the change conflicts with the quorum's membership%s; check the members with: pact journal status", act.verb, said)
+	case codes.FailedPrecondition:
+		msg = fmt.Sprintf("cannot %s now%s; check the quorum with: pact journal status", act.verb, said)
+	case codes.DeadlineExceeded, codes.Unavailable:
+		if !act.write {
+			return s.explain(generic, err)
+		}
+		msg = fmt.Sprintf("journal %s did not answer within %s%s; the change may or may not have been made: check with pact journal status before retrying (%s)", orUnknown(addr), s.cfg.Timeout, said, act.retry)
+	default:
+		return s.explain(generic, err)
+	}
+	return &hintError{msg: msg, err: err}
+}
+
+// leaderHint explains a membership change that no --journal address took
+// because none is the leader: it names the leader's address to use. It
+// returns "" when the leader is unknown or already among the addresses.
+// It asks for the status afresh: the leader may have changed meanwhile.
+func (s *session) leaderHint(ctx context.Context, u *UnreachableError) string {
+	redirected := slices.ContainsFunc(u.Attempts, func(at Attempt) bool { return at.Err.Reason == apierr.NoLeader })
+	if !redirected {
+		return ""
+	}
+	st, err := s.client.JournalStatus(ctx, &pactv1.JournalStatusRequest{})
+	if err != nil {
+		return ""
+	}
+	leader := st.GetLeaderId()
+	var addr string
+	for _, m := range st.GetMembers() {
+		if m.GetJournalId() == leader {
+			addr = m.GetGrpcAddr()
+		}
+	}
+	if leader == "" || addr == "" || slices.Contains(s.cfg.Journals, addr) {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "membership changes go to the leader, journal %s at %s, and no --journal address reached it:", printable(leader), printable(addr))
+	for _, at := range u.Attempts {
+		fmt.Fprintf(&b, "\n  %s: %s", at.Addr, at.reason())
+	}
+	fmt.Fprintf(&b, "\nre-run with the leader's address: --journal %s (or add it to %s)", printable(addr), EnvJournal)
+	return b.String()
+}
