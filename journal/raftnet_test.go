@@ -1,0 +1,107 @@
+package journal_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"math/big"
+	"net"
+	"net/url"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/pact-hpc/pact/journal/ca"
+	"github.com/pact-hpc/pact/journal/journaltest"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// Only journals of the domain may speak Raft: the TLS stream layer refuses
+// agents, operators and certificates of another CA at the handshake.
+func TestRaftPortRefusesAllButJournals(t *testing.T) {
+	cfg := journaltest.Config(t.TempDir())
+	cfg.RaftListen = journaltest.FreeAddr(t)
+	h := journaltest.Start(t, cfg)
+	h.Register(t, "n1", "SN1", mac1)
+	key := journaltest.NewKey(t)
+	resp, err := h.Enroll(t, key, "SN1", mac1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := key.TLSCert(resp.GetCertChainDer())
+
+	// A second journal of the same domain, made with the real CA code.
+	auth, err := ca.LoadKeyFileAuthority(filepath.Join(h.Dir, ca.RootCertFile), filepath.Join(h.Dir, ca.RootKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCfg := ca.DefaultConfig()
+	caCfg.Upstream, caCfg.JournalID = auth, "j9"
+	peerCA, err := ca.New(caCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name   string
+		cert   *tls.Certificate
+		accept bool
+	}{
+		{"journal of the domain", peerCA.ServerCertificate(), true},
+		{"agent certificate", &agent, false},
+		{"operator certificate", &h.Admin, false},
+		{"foreign CA", foreignJournalCert(t), false},
+		{"no certificate", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cc := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}
+			if tt.cert != nil {
+				cc.Certificates = []tls.Certificate{*tt.cert}
+			}
+			conn, err := tls.Dial("tcp", cfg.RaftListen, cc)
+			if err != nil {
+				t.Fatalf("dial: %v", err)
+			}
+			defer conn.Close()
+			// TLS 1.3 verifies the client after the client's handshake
+			// returns: a refusal arrives as an alert on the first read. An
+			// accepted peer just sees Raft wait for its request.
+			_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+			_, err = conn.Read(make([]byte, 1))
+			var ne net.Error
+			accepted := errors.As(err, &ne) && ne.Timeout()
+			if accepted != tt.accept {
+				t.Errorf("accepted = %v (read: %v), want %v", accepted, err, tt.accept)
+			}
+		})
+	}
+	// The journal peer service is likewise closed to operators.
+	_, err = pactv1.NewJournalPeerServiceClient(h.Dial(t, &h.Admin)).ReadIndex(context.Background(), &pactv1.ReadIndexRequest{})
+	if err == nil {
+		t.Error("an operator certificate called the journal peer service")
+	}
+}
+
+func foreignJournalCert(t *testing.T) *tls.Certificate {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	u, _ := url.Parse("spiffe://pact.local/pact-journal/j1")
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "pact-journal/j1@pact.local"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
+		URIs:        []*url.URL{u},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
