@@ -182,6 +182,8 @@ type nodeJSON struct {
 	VCluster     string   `json:"vcluster"`
 	CertSerial   string   `json:"cert_serial"`
 	CertNotAfter string   `json:"cert_not_after"`
+	// CertIssuerSerial names the intermediate that signed the certificate.
+	CertIssuerSerial string `json:"cert_issuer_serial"`
 }
 
 func (j *devJournal) inspect(t *testing.T, node string) nodeJSON {
