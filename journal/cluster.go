@@ -134,8 +134,13 @@ func (j *Journal) forward(ctx context.Context, data []byte) (*raftfsm.Result, er
 	defer cancel()
 	resp, err := c.Propose(fctx, &pactv1.ProposeRequest{Command: data})
 	if err != nil {
-		if pe := apierr.FromError(err); pe.Code == codes.Unavailable || pe.Code == codes.DeadlineExceeded || pe.Code == codes.Canceled {
+		switch pe := apierr.FromError(err); pe.Code {
+		case codes.Unavailable:
 			return nil, fmt.Errorf("%w: forwarding to leader %s: %s", ErrNoLeader, leader, pe.Message)
+		case codes.DeadlineExceeded, codes.Canceled:
+			// The leader may have committed it: a retry elsewhere must
+			// not assume it was not served.
+			return nil, fmt.Errorf("%w: forwarded to leader %s, no answer in time: %s", ErrOutcomeUnknown, leader, pe.Message)
 		}
 		return nil, fmt.Errorf("journal: forwarding to leader %s: %w", leader, err)
 	}

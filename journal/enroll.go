@@ -62,6 +62,13 @@ func (j *Journal) enroll(ctx context.Context, req *pactv1.EnrollRequest) (*pactv
 		return nil, "refused", err
 	}
 	res := j.fsm.Resolve(rep)
+	if res.Err != nil && !j.IsLeader() && (errors.Is(res.Err, raftfsm.ErrNodeNotEnrolled) || errors.Is(res.Err, raftfsm.ErrHardwareIdentityConflict)) {
+		// This journal's copy may lag a registration that just committed:
+		// catch up with the leader before refusing a booting node for good.
+		if err := j.linearizableRead(ctx); err == nil {
+			res = j.fsm.Resolve(rep)
+		}
+	}
 	if res.Err != nil {
 		if res.Mismatch != "" {
 			// Only the journal's log learns why; the caller gets the code.

@@ -20,6 +20,9 @@ var (
 	ErrInvalidArgument = errors.New("journal: invalid argument")
 	ErrOverloaded      = errors.New("journal: too many enrollments in flight")
 	ErrNotFound        = errors.New("journal: not found")
+	// ErrOutcomeUnknown: the write was sent to the leader but no answer
+	// came in time; it may or may not have committed.
+	ErrOutcomeUnknown = errors.New("journal: outcome unknown")
 )
 
 // propose stamps cmd with this journal's clock, commits it through Raft and

@@ -56,6 +56,7 @@ var reasons = []struct {
 	{ErrOverloaded, apierr.RateLimited},
 	{ErrNoLeader, apierr.NoLeader},
 	{ErrNotFound, apierr.NotFound},
+	{ErrOutcomeUnknown, apierr.OutcomeUnknown},
 	{errMembership, apierr.MembershipRefused},
 }
 
@@ -72,8 +73,8 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, context.Canceled):
 		return status.FromContextError(err).Err()
-	case errors.Is(err, context.DeadlineExceeded):
-		return apierr.Status(apierr.NoLeader, time.Second, "the journal could not commit in time; retry").Err()
+	case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrOutcomeUnknown):
+		return apierr.Status(apierr.OutcomeUnknown, time.Second, "the journal could not commit in time; the change may or may not have been made: check before retrying").Err()
 	}
 	var after time.Duration
 	var ra *retryAfterError

@@ -39,6 +39,7 @@ const (
 	NoLeader                 Reason = "NO_LEADER"
 	NotFound                 Reason = "NOT_FOUND"
 	MembershipRefused        Reason = "MEMBERSHIP_REFUSED"
+	OutcomeUnknown           Reason = "OUTCOME_UNKNOWN"
 	Internal                 Reason = "INTERNAL"
 )
 
@@ -59,6 +60,7 @@ var codeOf = map[Reason]codes.Code{
 	NoLeader:                 codes.Unavailable,
 	NotFound:                 codes.NotFound,
 	MembershipRefused:        codes.FailedPrecondition,
+	OutcomeUnknown:           codes.DeadlineExceeded,
 	Internal:                 codes.Internal,
 }
 
