@@ -104,4 +104,3 @@ func foreignJournalCert(t *testing.T) *tls.Certificate {
 	}
 	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
-
