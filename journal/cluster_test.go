@@ -200,9 +200,14 @@ func TestClusterAddAndRemoveMember(t *testing.T) {
 	if n := inspectOn(t, j4, "n39"); n.GetNodeId() != "n39" {
 		t.Fatalf("new member lacks n39")
 	}
-	j4.Register(t, "via-j4", "", mac(200))
+	j4.Register(t, "via-j4", "SN-J4", mac(200))
 	if n := inspectOn(t, c.Nodes[leader], "via-j4"); n.GetNodeId() != "via-j4" {
 		t.Fatal("write through the new member not visible at the leader")
+	}
+	key := journaltest.NewKey(t)
+	signedByJ4, err := j4.Enroll(t, key, "SN-J4", mac(200))
+	if err != nil {
+		t.Fatalf("enroll at the new member: %v", err)
 	}
 	if _, err := admin.RemoveJournal(context.Background(), &pactv1.RemoveJournalRequest{JournalId: cfg.NodeID}); err != nil {
 		t.Fatalf("remove: %v", err)
@@ -210,5 +215,50 @@ func TestClusterAddAndRemoveMember(t *testing.T) {
 	st, err := admin.JournalStatus(context.Background(), &pactv1.JournalStatusRequest{})
 	if err != nil || len(st.GetMembers()) != 3 {
 		t.Fatalf("after remove: %d members, %v", len(st.GetMembers()), err)
+	}
+	// What the removed journal signed stays valid until it expires.
+	cert := key.TLSCert(signedByJ4.GetCertChainDer())
+	s, err := pactv1.NewEnrollmentServiceClient(c.Nodes[leader].Dial(t, &cert)).Subscribe(context.Background(), &pactv1.SubscribeRequest{})
+	if err == nil {
+		_, err = s.Recv()
+	}
+	if err != nil {
+		t.Fatalf("a certificate signed by the removed journal: %v", err)
+	}
+}
+
+// Decommissioning at one journal closes the node's stream on another
+// within a second.
+func TestClusterDecommissionClosesStreamsEverywhere(t *testing.T) {
+	c := startCluster(t, 3)
+	leader := c.Leader(t)
+	follower := c.Nodes[(leader+1)%3]
+	follower.Register(t, "n1", "SN1", mac1)
+	key := journaltest.NewKey(t)
+	resp, err := follower.Enroll(t, key, "SN1", mac1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := key.TLSCert(resp.GetCertChainDer())
+	stream, err := pactv1.NewEnrollmentServiceClient(follower.Dial(t, &cert)).Subscribe(context.Background(), &pactv1.SubscribeRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := c.Nodes[(leader+2)%3].AdminClient(t).DecommissionNode(context.Background(), &pactv1.DecommissionNodeRequest{NodeId: "n1", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err := stream.Recv()
+		if err != nil {
+			wantReason(t, err, codes.PermissionDenied, apierr.NodeRevoked)
+			break
+		}
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the stream on %s closed %v after the decommission", follower.Cfg.NodeID, d)
 	}
 }
