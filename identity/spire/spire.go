@@ -1,0 +1,353 @@
+// Package spire gets the node's identity from the local SPIRE agent: an
+// X.509-SVID over the SPIFFE Workload API, followed as SPIRE rotates it, and
+// given up when the agent goes away. It is the best-ranked source of a pact
+// identity and never a hard dependency: without a SPIRE agent, New still
+// succeeds and Current says why there is no SVID.
+package spire
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
+	"github.com/spiffe/go-spiffe/v2/workloadapi"
+	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pact-hpc/pact/identity"
+	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/logkey"
+)
+
+// DefaultSocket is where the SPIRE agent serves the Workload API by default.
+const DefaultSocket = "unix:///run/spire/agent.sock"
+
+// Config configures the SPIRE provider.
+type Config struct {
+	// Socket is the SPIRE agent's Workload API address, unix:///path or
+	// tcp://ip:port (--spire-socket).
+	Socket string
+	// LostGrace is how long the last SVID is still served after the
+	// Workload API stream breaks, so a restarting SPIRE agent does not make
+	// the node fall back and upgrade again. Zero gives it up at once.
+	LostGrace time.Duration
+	// RetryMin and RetryMax bound the delay between attempts to reach the
+	// SPIRE agent (exponential, jittered). RetryMax is also how late an
+	// agent that appears is noticed at worst.
+	RetryMin time.Duration
+	RetryMax time.Duration
+	// Picker chooses among several SVIDs; nil takes the first, the Workload
+	// API's default.
+	Picker func([]*x509svid.SVID) *x509svid.SVID
+
+	Clock  clock.Clock
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Socket:    DefaultSocket,
+		LostGrace: 10 * time.Second,
+		RetryMin:  500 * time.Millisecond,
+		RetryMax:  5 * time.Second,
+		Clock:     clock.Real{},
+		Logger:    slog.Default(),
+	}
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if err := workloadapi.ValidateAddress(c.Socket); err != nil {
+		errs = append(errs, fmt.Errorf("identity/spire: --spire-socket %q: %v (want unix:///path/to/agent.sock)", c.Socket, err))
+	}
+	if c.LostGrace < 0 {
+		errs = append(errs, fmt.Errorf("identity/spire: LostGrace %v must not be negative", c.LostGrace))
+	}
+	if c.RetryMin <= 0 || c.RetryMax < c.RetryMin {
+		errs = append(errs, fmt.Errorf("identity/spire: need 0 < RetryMin (%v) <= RetryMax (%v)", c.RetryMin, c.RetryMax))
+	}
+	if c.Clock == nil {
+		errs = append(errs, errors.New("identity/spire: Clock is required"))
+	}
+	if c.Logger == nil {
+		errs = append(errs, errors.New("identity/spire: Logger is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// Provider follows the SPIRE agent's Workload API. It is an
+// identity.Provider and an identity.Watcher; Close it when done.
+type Provider struct {
+	cfg     Config
+	log     *slog.Logger
+	client  *workloadapi.Client
+	ctx     context.Context // ended by Close
+	cancel  context.CancelFunc
+	done    chan struct{}  // closed when the watch loop has ended
+	wg      sync.WaitGroup // grace timers
+	changes chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+
+	mu        sync.Mutex
+	id        *identity.Identity // the last SVID, kept while the stream is lost
+	lostAt    time.Time          // when the stream broke; zero while it is up
+	recovered chan struct{}      // closed when the stream comes back
+	lastErr   error              // the last Workload API error
+	told      bool               // the absence of SPIRE was logged once
+}
+
+// New starts watching the Workload API in the background and returns at
+// once: a missing SPIRE agent never blocks the caller. Until an SVID
+// arrives, Current says why there is none.
+func New(cfg Config) (*Provider, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	client, err := workloadapi.New(ctx,
+		workloadapi.WithAddr(cfg.Socket),
+		workloadapi.WithBackoffStrategy(backoffStrategy{min: cfg.RetryMin, max: cfg.RetryMax}),
+		// gRPC's own reconnect backoff grows to two minutes; keep it
+		// within RetryMax so an agent that appears is found quickly.
+		workloadapi.WithDialOptions(grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           grpcbackoff.Config{BaseDelay: cfg.RetryMin, Multiplier: 1.6, Jitter: 0.2, MaxDelay: cfg.RetryMax},
+			MinConnectTimeout: 10 * time.Second,
+		})),
+	)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("identity/spire: Workload API client for %s: %w", cfg.Socket, err)
+	}
+	p := &Provider{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		client:  client,
+		ctx:     ctx,
+		cancel:  cancel,
+		done:    make(chan struct{}),
+		changes: make(chan struct{}, 1),
+	}
+	go p.run()
+	return p, nil
+}
+
+// Source returns identity.SourceSPIRE.
+func (p *Provider) Source() identity.Source { return identity.SourceSPIRE }
+
+// Current returns the latest SVID, unless none has arrived, the Workload API
+// stream has been broken for longer than LostGrace, or the SVID expired
+// without SPIRE rotating it.
+func (p *Provider) Current(context.Context) (*identity.Identity, error) {
+	now := p.cfg.Clock.Now()
+	p.mu.Lock()
+	id, lostAt, lastErr := p.id, p.lostAt, p.lastErr
+	p.mu.Unlock()
+	switch {
+	case p.ctx.Err() != nil:
+		return nil, identity.Unavailable(identity.SourceSPIRE, nil, "provider closed")
+	case id == nil && lastErr == nil:
+		return nil, identity.Unavailable(identity.SourceSPIRE, nil, "no SVID yet (waiting for the SPIRE agent at %s)", p.cfg.Socket)
+	case id == nil:
+		return nil, identity.Unavailable(identity.SourceSPIRE, lastErr, "no SVID (%s)", p.explain(lastErr))
+	case !lostAt.IsZero() && now.Sub(lostAt) >= p.cfg.LostGrace:
+		return nil, identity.Unavailable(identity.SourceSPIRE, lastErr, "SVID serial %s given up: Workload API stream lost at %s (%s)",
+			id.Serial(), lostAt.UTC().Format(time.RFC3339), p.explain(lastErr))
+	case id.Expired(now):
+		return nil, identity.Unavailable(identity.SourceSPIRE, identity.ErrExpired,
+			"SVID serial %s expired at %s and SPIRE has not rotated it; check spire-agent at %s and its link to spire-server",
+			id.Serial(), id.NotAfter.UTC().Format(time.RFC3339), p.cfg.Socket)
+	}
+	return id, nil
+}
+
+// Changes signals when an SVID arrives or rotates, and when the provider
+// gives its SVID up. See identity.Watcher.
+func (p *Provider) Changes() <-chan struct{} { return p.changes }
+
+// Close stops watching and closes the Workload API client. Current is
+// unavailable afterwards.
+func (p *Provider) Close() error {
+	p.closeOnce.Do(func() {
+		p.cancel()
+		<-p.done
+		p.wg.Wait()
+		p.closeErr = p.client.Close()
+		p.signal()
+	})
+	return p.closeErr
+}
+
+// explain turns a Workload API error into what is wrong and what to do.
+func (p *Provider) explain(err error) string {
+	msg := status.Convert(err).Message()
+	switch status.Code(err) {
+	case codes.Unavailable:
+		return fmt.Sprintf("agent socket %s not reachable: %s; start spire-agent there or set --spire-socket", p.cfg.Socket, msg)
+	case codes.PermissionDenied:
+		return fmt.Sprintf("the SPIRE agent at %s has no registration entry for this process: %s; register pact-agent with spire-server entry create", p.cfg.Socket, msg)
+	}
+	return fmt.Sprintf("Workload API at %s failed: %s", p.cfg.Socket, msg)
+}
+
+func (p *Provider) run() {
+	defer close(p.done)
+	for {
+		err := p.client.WatchX509Context(p.ctx, watcher{p})
+		if p.ctx.Err() != nil {
+			return
+		}
+		// go-spiffe stops watching for good when SPIRE calls the request
+		// itself invalid. SPIRE may be upgraded or fixed: keep trying.
+		p.log.Warn("SPIRE Workload API refused the watch; retrying", logkey.Addr, p.cfg.Socket, logkey.Err, err, "retry_in", p.cfg.RetryMax)
+		t := p.cfg.Clock.NewTimer(p.cfg.RetryMax)
+		select {
+		case <-p.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// watcher receives go-spiffe's callbacks, keeping them off Provider's API.
+type watcher struct{ p *Provider }
+
+func (w watcher) OnX509ContextUpdate(x *workloadapi.X509Context) { w.p.update(x) }
+func (w watcher) OnX509ContextWatchError(err error)              { w.p.watchError(err) }
+
+func (p *Provider) update(x *workloadapi.X509Context) {
+	id, err := p.convert(x)
+	if err != nil {
+		p.log.Warn("SPIRE sent an SVID pact cannot use; keeping the previous one", logkey.Addr, p.cfg.Socket, logkey.Err, err)
+		return
+	}
+	if p.ctx.Err() != nil {
+		return
+	}
+	p.mu.Lock()
+	back := p.id == nil || !p.lostAt.IsZero()
+	p.id, p.lostAt, p.lastErr, p.told = id, time.Time{}, nil, false
+	if p.recovered != nil {
+		close(p.recovered)
+		p.recovered = nil
+	}
+	p.mu.Unlock()
+	if back {
+		p.log.Info("SPIRE SVID received", "identity", id, logkey.Addr, p.cfg.Socket)
+	} else {
+		p.log.Debug("SPIRE SVID rotated", "identity", id)
+	}
+	p.signal()
+}
+
+// convert takes the chosen SVID, its key and its trust domain's bundle.
+func (p *Provider) convert(x *workloadapi.X509Context) (*identity.Identity, error) {
+	if x == nil || len(x.SVIDs) == 0 {
+		return nil, errors.New("no SVID in the response")
+	}
+	svid := x.DefaultSVID()
+	if p.cfg.Picker != nil {
+		if svid = p.cfg.Picker(x.SVIDs); svid == nil {
+			return nil, fmt.Errorf("the Picker chose none of %d SVIDs", len(x.SVIDs))
+		}
+	}
+	var anchors []*x509.Certificate
+	if x.Bundles != nil {
+		if b, ok := x.Bundles.Get(svid.ID.TrustDomain()); ok {
+			anchors = b.X509Authorities()
+		}
+	}
+	return identity.New(identity.SourceSPIRE, svid.Certificates, svid.PrivateKey, anchors)
+}
+
+func (p *Provider) watchError(err error) {
+	if p.ctx.Err() != nil {
+		return
+	}
+	if _, fromStream := status.FromError(err); !fromStream {
+		// go-spiffe could not parse a response; the stream is still up.
+		p.log.Warn("SPIRE sent an SVID response pact cannot use; keeping the previous SVID", logkey.Addr, p.cfg.Socket, logkey.Err, err)
+		return
+	}
+	p.mu.Lock()
+	p.lastErr = err
+	lost := p.id != nil && p.lostAt.IsZero()
+	var recovered chan struct{}
+	if lost {
+		p.lostAt = p.cfg.Clock.Now()
+		recovered = make(chan struct{})
+		p.recovered = recovered
+	}
+	tell := p.id == nil && !p.told
+	p.told = p.told || tell
+	p.mu.Unlock()
+
+	switch {
+	case lost:
+		p.log.Warn("SPIRE Workload API stream lost", logkey.Addr, p.cfg.Socket, logkey.Err, err, "grace", p.cfg.LostGrace)
+		if p.cfg.LostGrace == 0 {
+			p.signal()
+			return
+		}
+		p.wg.Add(1)
+		go p.graceTimer(recovered)
+	case tell:
+		p.log.Info("no SPIRE agent; will keep trying", logkey.Reason, p.explain(err), "retry_max", p.cfg.RetryMax)
+	default:
+		p.log.Debug("SPIRE Workload API still not reachable", logkey.Err, err)
+	}
+}
+
+// graceTimer signals when LostGrace has passed without the stream coming
+// back, which is when Current stops serving the last SVID.
+func (p *Provider) graceTimer(recovered <-chan struct{}) {
+	defer p.wg.Done()
+	t := p.cfg.Clock.NewTimer(p.cfg.LostGrace)
+	select {
+	case <-t.C():
+		p.log.Warn("SPIRE did not come back within the grace; giving its SVID up", logkey.Addr, p.cfg.Socket, "grace", p.cfg.LostGrace)
+		p.signal()
+	case <-recovered:
+		t.Stop()
+	case <-p.ctx.Done():
+		t.Stop()
+	}
+}
+
+func (p *Provider) signal() {
+	select {
+	case p.changes <- struct{}{}:
+	default:
+	}
+}
+
+// backoffStrategy is go-spiffe's retry delay: exponential from min to max,
+// each delay jittered down by up to half.
+type backoffStrategy struct{ min, max time.Duration }
+
+func (s backoffStrategy) NewBackoff() workloadapi.Backoff { return &backoff{min: s.min, max: s.max} }
+
+type backoff struct{ min, max, next time.Duration }
+
+func (b *backoff) Next() time.Duration {
+	if b.next == 0 {
+		b.next = b.min
+	}
+	d := b.next
+	b.next = min(2*b.next, b.max)
+	return d/2 + rand.N(d/2+1)
+}
+
+func (b *backoff) Reset() { b.next = 0 }
