@@ -323,3 +323,16 @@ func peerAddr(ctx context.Context) string {
 	}
 	return ""
 }
+
+// Ping answers an agent's health check with who it is to the journal and
+// the journal's clock.
+func (s *enrollmentServer) Ping(ctx context.Context, _ *pactv1.PingRequest) (*pactv1.PingResponse, error) {
+	p := principalFrom(ctx)
+	return &pactv1.PingResponse{
+		NodeId:             p.id.Name,
+		Serial:             p.serial,
+		IdentitySource:     "journal",
+		JournalId:          s.j.cfg.NodeID,
+		ServerTimeUnixNano: s.j.cfg.Clock.Now().UnixNano(),
+	}, nil
+}

@@ -76,10 +76,12 @@ func (RegisterOutcome) EnumDescriptor() ([]byte, []int) {
 }
 
 type RegisterNodeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Hardware      *HardwareIdentity      `protobuf:"bytes,2,opt,name=hardware,proto3" json:"hardware,omitempty"`
-	Vcluster      string                 `protobuf:"bytes,3,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	NodeId   string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Hardware *HardwareIdentity      `protobuf:"bytes,2,opt,name=hardware,proto3" json:"hardware,omitempty"`
+	Vcluster string                 `protobuf:"bytes,3,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
+	// Overrides the SPIFFE ID a SPIRE SVID for this node carries.
+	SpiffeId      string `protobuf:"bytes,4,opt,name=spiffe_id,json=spiffeId,proto3" json:"spiffe_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -131,6 +133,13 @@ func (x *RegisterNodeRequest) GetHardware() *HardwareIdentity {
 func (x *RegisterNodeRequest) GetVcluster() string {
 	if x != nil {
 		return x.Vcluster
+	}
+	return ""
+}
+
+func (x *RegisterNodeRequest) GetSpiffeId() string {
+	if x != nil {
+		return x.SpiffeId
 	}
 	return ""
 }
@@ -1511,11 +1520,12 @@ var File_pact_v1_admin_proto protoreflect.FileDescriptor
 
 const file_pact_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x13pact/v1/admin.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\x81\x01\n" +
+	"\x13pact/v1/admin.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\x9e\x01\n" +
 	"\x13RegisterNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
 	"\bhardware\x18\x02 \x01(\v2\x19.pact.v1.HardwareIdentityR\bhardware\x12\x1a\n" +
-	"\bvcluster\x18\x03 \x01(\tR\bvcluster\"9\n" +
+	"\bvcluster\x18\x03 \x01(\tR\bvcluster\x12\x1b\n" +
+	"\tspiffe_id\x18\x04 \x01(\tR\bspiffeId\"9\n" +
 	"\x14RegisterNodeResponse\x12!\n" +
 	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\"J\n" +
 	"\x14RegisterNodesRequest\x122\n" +

@@ -587,6 +587,121 @@ func (x *Revoked) GetReason() string {
 	return ""
 }
 
+type PingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PingRequest) Reset() {
+	*x = PingRequest{}
+	mi := &file_pact_v1_enrollment_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PingRequest) ProtoMessage() {}
+
+func (x *PingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_enrollment_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
+func (*PingRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{9}
+}
+
+type PingResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Who the journal authenticated.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Serial string `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
+	// Where the identity came from: "journal" (a pact certificate) or
+	// "spiffe" (an SVID from the site's SPIRE).
+	IdentitySource     string `protobuf:"bytes,3,opt,name=identity_source,json=identitySource,proto3" json:"identity_source,omitempty"`
+	JournalId          string `protobuf:"bytes,4,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
+	ServerTimeUnixNano int64  `protobuf:"varint,5,opt,name=server_time_unix_nano,json=serverTimeUnixNano,proto3" json:"server_time_unix_nano,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *PingResponse) Reset() {
+	*x = PingResponse{}
+	mi := &file_pact_v1_enrollment_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PingResponse) ProtoMessage() {}
+
+func (x *PingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_enrollment_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
+func (*PingResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *PingResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *PingResponse) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *PingResponse) GetIdentitySource() string {
+	if x != nil {
+		return x.IdentitySource
+	}
+	return ""
+}
+
+func (x *PingResponse) GetJournalId() string {
+	if x != nil {
+		return x.JournalId
+	}
+	return ""
+}
+
+func (x *PingResponse) GetServerTimeUnixNano() int64 {
+	if x != nil {
+		return x.ServerTimeUnixNano
+	}
+	return 0
+}
+
 var File_pact_v1_enrollment_proto protoreflect.FileDescriptor
 
 const file_pact_v1_enrollment_proto_rawDesc = "" +
@@ -628,11 +743,20 @@ const file_pact_v1_enrollment_proto_rawDesc = "" +
 	"\vTrustBundle\x12\x10\n" +
 	"\x03der\x18\x01 \x03(\fR\x03der\"!\n" +
 	"\aRevoked\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason2\xd8\x01\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\r\n" +
+	"\vPingRequest\"\xba\x01\n" +
+	"\fPingResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\x12'\n" +
+	"\x0fidentity_source\x18\x03 \x01(\tR\x0eidentitySource\x12\x1d\n" +
+	"\n" +
+	"journal_id\x18\x04 \x01(\tR\tjournalId\x121\n" +
+	"\x15server_time_unix_nano\x18\x05 \x01(\x03R\x12serverTimeUnixNano2\x8d\x02\n" +
 	"\x11EnrollmentService\x129\n" +
 	"\x06Enroll\x12\x16.pact.v1.EnrollRequest\x1a\x17.pact.v1.EnrollResponse\x12B\n" +
 	"\tRenewCert\x12\x19.pact.v1.RenewCertRequest\x1a\x1a.pact.v1.RenewCertResponse\x12D\n" +
-	"\tSubscribe\x12\x19.pact.v1.SubscribeRequest\x1a\x1a.pact.v1.SubscribeResponse0\x01B/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
+	"\tSubscribe\x12\x19.pact.v1.SubscribeRequest\x1a\x1a.pact.v1.SubscribeResponse0\x01\x123\n" +
+	"\x04Ping\x12\x14.pact.v1.PingRequest\x1a\x15.pact.v1.PingResponseB/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
 
 var (
 	file_pact_v1_enrollment_proto_rawDescOnce sync.Once
@@ -646,7 +770,7 @@ func file_pact_v1_enrollment_proto_rawDescGZIP() []byte {
 	return file_pact_v1_enrollment_proto_rawDescData
 }
 
-var file_pact_v1_enrollment_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_pact_v1_enrollment_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_pact_v1_enrollment_proto_goTypes = []any{
 	(*EnrollRequest)(nil),     // 0: pact.v1.EnrollRequest
 	(*EnrollResponse)(nil),    // 1: pact.v1.EnrollResponse
@@ -657,24 +781,28 @@ var file_pact_v1_enrollment_proto_goTypes = []any{
 	(*Assignment)(nil),        // 6: pact.v1.Assignment
 	(*TrustBundle)(nil),       // 7: pact.v1.TrustBundle
 	(*Revoked)(nil),           // 8: pact.v1.Revoked
-	(*HardwareIdentity)(nil),  // 9: pact.v1.HardwareIdentity
+	(*PingRequest)(nil),       // 9: pact.v1.PingRequest
+	(*PingResponse)(nil),      // 10: pact.v1.PingResponse
+	(*HardwareIdentity)(nil),  // 11: pact.v1.HardwareIdentity
 }
 var file_pact_v1_enrollment_proto_depIdxs = []int32{
-	9, // 0: pact.v1.EnrollRequest.hardware:type_name -> pact.v1.HardwareIdentity
-	6, // 1: pact.v1.SubscribeResponse.assignment:type_name -> pact.v1.Assignment
-	7, // 2: pact.v1.SubscribeResponse.trust_bundle:type_name -> pact.v1.TrustBundle
-	8, // 3: pact.v1.SubscribeResponse.revoked:type_name -> pact.v1.Revoked
-	0, // 4: pact.v1.EnrollmentService.Enroll:input_type -> pact.v1.EnrollRequest
-	2, // 5: pact.v1.EnrollmentService.RenewCert:input_type -> pact.v1.RenewCertRequest
-	4, // 6: pact.v1.EnrollmentService.Subscribe:input_type -> pact.v1.SubscribeRequest
-	1, // 7: pact.v1.EnrollmentService.Enroll:output_type -> pact.v1.EnrollResponse
-	3, // 8: pact.v1.EnrollmentService.RenewCert:output_type -> pact.v1.RenewCertResponse
-	5, // 9: pact.v1.EnrollmentService.Subscribe:output_type -> pact.v1.SubscribeResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	11, // 0: pact.v1.EnrollRequest.hardware:type_name -> pact.v1.HardwareIdentity
+	6,  // 1: pact.v1.SubscribeResponse.assignment:type_name -> pact.v1.Assignment
+	7,  // 2: pact.v1.SubscribeResponse.trust_bundle:type_name -> pact.v1.TrustBundle
+	8,  // 3: pact.v1.SubscribeResponse.revoked:type_name -> pact.v1.Revoked
+	0,  // 4: pact.v1.EnrollmentService.Enroll:input_type -> pact.v1.EnrollRequest
+	2,  // 5: pact.v1.EnrollmentService.RenewCert:input_type -> pact.v1.RenewCertRequest
+	4,  // 6: pact.v1.EnrollmentService.Subscribe:input_type -> pact.v1.SubscribeRequest
+	9,  // 7: pact.v1.EnrollmentService.Ping:input_type -> pact.v1.PingRequest
+	1,  // 8: pact.v1.EnrollmentService.Enroll:output_type -> pact.v1.EnrollResponse
+	3,  // 9: pact.v1.EnrollmentService.RenewCert:output_type -> pact.v1.RenewCertResponse
+	5,  // 10: pact.v1.EnrollmentService.Subscribe:output_type -> pact.v1.SubscribeResponse
+	10, // 11: pact.v1.EnrollmentService.Ping:output_type -> pact.v1.PingResponse
+	8,  // [8:12] is the sub-list for method output_type
+	4,  // [4:8] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_enrollment_proto_init() }
@@ -694,7 +822,7 @@ func file_pact_v1_enrollment_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_enrollment_proto_rawDesc), len(file_pact_v1_enrollment_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

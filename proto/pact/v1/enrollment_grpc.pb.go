@@ -22,6 +22,7 @@ const (
 	EnrollmentService_Enroll_FullMethodName    = "/pact.v1.EnrollmentService/Enroll"
 	EnrollmentService_RenewCert_FullMethodName = "/pact.v1.EnrollmentService/RenewCert"
 	EnrollmentService_Subscribe_FullMethodName = "/pact.v1.EnrollmentService/Subscribe"
+	EnrollmentService_Ping_FullMethodName      = "/pact.v1.EnrollmentService/Ping"
 )
 
 // EnrollmentServiceClient is the client API for EnrollmentService service.
@@ -42,6 +43,10 @@ type EnrollmentServiceClient interface {
 	// Subscribe holds a stream open for an Active node: assignment changes,
 	// trust bundle updates and revocation notices. Its presence is liveness.
 	Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error)
+	// Ping is a cheap authenticated call: it health-checks a channel before
+	// the agent swaps to it, and its server time lets the agent detect clock
+	// skew.
+	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
 }
 
 type enrollmentServiceClient struct {
@@ -91,6 +96,16 @@ func (c *enrollmentServiceClient) Subscribe(ctx context.Context, in *SubscribeRe
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type EnrollmentService_SubscribeClient = grpc.ServerStreamingClient[SubscribeResponse]
 
+func (c *enrollmentServiceClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PingResponse)
+	err := c.cc.Invoke(ctx, EnrollmentService_Ping_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EnrollmentServiceServer is the server API for EnrollmentService service.
 // All implementations must embed UnimplementedEnrollmentServiceServer
 // for forward compatibility.
@@ -109,6 +124,10 @@ type EnrollmentServiceServer interface {
 	// Subscribe holds a stream open for an Active node: assignment changes,
 	// trust bundle updates and revocation notices. Its presence is liveness.
 	Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error
+	// Ping is a cheap authenticated call: it health-checks a channel before
+	// the agent swaps to it, and its server time lets the agent detect clock
+	// skew.
+	Ping(context.Context, *PingRequest) (*PingResponse, error)
 	mustEmbedUnimplementedEnrollmentServiceServer()
 }
 
@@ -127,6 +146,9 @@ func (UnimplementedEnrollmentServiceServer) RenewCert(context.Context, *RenewCer
 }
 func (UnimplementedEnrollmentServiceServer) Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error {
 	return status.Error(codes.Unimplemented, "method Subscribe not implemented")
+}
+func (UnimplementedEnrollmentServiceServer) Ping(context.Context, *PingRequest) (*PingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Ping not implemented")
 }
 func (UnimplementedEnrollmentServiceServer) mustEmbedUnimplementedEnrollmentServiceServer() {}
 func (UnimplementedEnrollmentServiceServer) testEmbeddedByValue()                           {}
@@ -196,6 +218,24 @@ func _EnrollmentService_Subscribe_Handler(srv interface{}, stream grpc.ServerStr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type EnrollmentService_SubscribeServer = grpc.ServerStreamingServer[SubscribeResponse]
 
+func _EnrollmentService_Ping_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EnrollmentServiceServer).Ping(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EnrollmentService_Ping_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EnrollmentServiceServer).Ping(ctx, req.(*PingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // EnrollmentService_ServiceDesc is the grpc.ServiceDesc for EnrollmentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -210,6 +250,10 @@ var EnrollmentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RenewCert",
 			Handler:    _EnrollmentService_RenewCert_Handler,
+		},
+		{
+			MethodName: "Ping",
+			Handler:    _EnrollmentService_Ping_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

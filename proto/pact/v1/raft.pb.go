@@ -110,6 +110,7 @@ type Command struct {
 	//	*Command_Assign
 	//	*Command_LivenessDigest
 	//	*Command_MarkInactive
+	//	*Command_SvidSeen
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -252,6 +253,15 @@ func (x *Command) GetMarkInactive() *MarkInactiveOp {
 	return nil
 }
 
+func (x *Command) GetSvidSeen() *SVIDSeenOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SvidSeen); ok {
+			return x.SvidSeen
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -288,6 +298,10 @@ type Command_MarkInactive struct {
 	MarkInactive *MarkInactiveOp `protobuf:"bytes,17,opt,name=mark_inactive,json=markInactive,proto3,oneof"`
 }
 
+type Command_SvidSeen struct {
+	SvidSeen *SVIDSeenOp `protobuf:"bytes,18,opt,name=svid_seen,json=svidSeen,proto3,oneof"`
+}
+
 func (*Command_RegisterNode) isCommand_Op() {}
 
 func (*Command_Activate) isCommand_Op() {}
@@ -304,11 +318,14 @@ func (*Command_LivenessDigest) isCommand_Op() {}
 
 func (*Command_MarkInactive) isCommand_Op() {}
 
+func (*Command_SvidSeen) isCommand_Op() {}
+
 type RegisterNodeOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Hardware      *HardwareIdentity      `protobuf:"bytes,2,opt,name=hardware,proto3" json:"hardware,omitempty"`
 	Vcluster      string                 `protobuf:"bytes,3,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
+	SpiffeId      string                 `protobuf:"bytes,4,opt,name=spiffe_id,json=spiffeId,proto3" json:"spiffe_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -360,6 +377,13 @@ func (x *RegisterNodeOp) GetHardware() *HardwareIdentity {
 func (x *RegisterNodeOp) GetVcluster() string {
 	if x != nil {
 		return x.Vcluster
+	}
+	return ""
+}
+
+func (x *RegisterNodeOp) GetSpiffeId() string {
+	if x != nil {
+		return x.SpiffeId
 	}
 	return ""
 }
@@ -957,11 +981,82 @@ func (x *RevokedSerial) GetNotAfterUnix() int64 {
 	return 0
 }
 
+// SVIDSeenOp records that a node authenticated with a SPIRE SVID (which the
+// journal did not sign): a Registered or Inactive node becomes Active with
+// the SVID's serial and expiry as its current certificate.
+type SVIDSeenOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SpiffeId      string                 `protobuf:"bytes,2,opt,name=spiffe_id,json=spiffeId,proto3" json:"spiffe_id,omitempty"`
+	Serial        string                 `protobuf:"bytes,3,opt,name=serial,proto3" json:"serial,omitempty"`
+	NotAfterUnix  int64                  `protobuf:"varint,4,opt,name=not_after_unix,json=notAfterUnix,proto3" json:"not_after_unix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SVIDSeenOp) Reset() {
+	*x = SVIDSeenOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SVIDSeenOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SVIDSeenOp) ProtoMessage() {}
+
+func (x *SVIDSeenOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SVIDSeenOp.ProtoReflect.Descriptor instead.
+func (*SVIDSeenOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SVIDSeenOp) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SVIDSeenOp) GetSpiffeId() string {
+	if x != nil {
+		return x.SpiffeId
+	}
+	return ""
+}
+
+func (x *SVIDSeenOp) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *SVIDSeenOp) GetNotAfterUnix() int64 {
+	if x != nil {
+		return x.NotAfterUnix
+	}
+	return 0
+}
+
 var File_pact_v1_raft_proto protoreflect.FileDescriptor
 
 const file_pact_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\xea\x04\n" +
+	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\x9e\x05\n" +
 	"\aCommand\x12 \n" +
 	"\fat_unix_nano\x18\x01 \x01(\x03R\n" +
 	"atUnixNano\x12\x14\n" +
@@ -976,12 +1071,14 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\fdecommission\x18\x0e \x01(\v2\x17.pact.v1.DecommissionOpH\x00R\fdecommission\x12+\n" +
 	"\x06assign\x18\x0f \x01(\v2\x11.pact.v1.AssignOpH\x00R\x06assign\x12D\n" +
 	"\x0fliveness_digest\x18\x10 \x01(\v2\x19.pact.v1.LivenessDigestOpH\x00R\x0elivenessDigest\x12>\n" +
-	"\rmark_inactive\x18\x11 \x01(\v2\x17.pact.v1.MarkInactiveOpH\x00R\fmarkInactiveB\x04\n" +
-	"\x02op\"|\n" +
+	"\rmark_inactive\x18\x11 \x01(\v2\x17.pact.v1.MarkInactiveOpH\x00R\fmarkInactive\x122\n" +
+	"\tsvid_seen\x18\x12 \x01(\v2\x13.pact.v1.SVIDSeenOpH\x00R\bsvidSeenB\x04\n" +
+	"\x02op\"\x99\x01\n" +
 	"\x0eRegisterNodeOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
 	"\bhardware\x18\x02 \x01(\v2\x19.pact.v1.HardwareIdentityR\bhardware\x12\x1a\n" +
-	"\bvcluster\x18\x03 \x01(\tR\bvcluster\"\xc5\x01\n" +
+	"\bvcluster\x18\x03 \x01(\tR\bvcluster\x12\x1b\n" +
+	"\tspiffe_id\x18\x04 \x01(\tR\bspiffeId\"\xc5\x01\n" +
 	"\n" +
 	"ActivateOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
@@ -1021,7 +1118,13 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"atUnixNano\"M\n" +
 	"\rRevokedSerial\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12$\n" +
-	"\x0enot_after_unix\x18\x02 \x01(\x03R\fnotAfterUnix*\xc4\x02\n" +
+	"\x0enot_after_unix\x18\x02 \x01(\x03R\fnotAfterUnix\"\x80\x01\n" +
+	"\n" +
+	"SVIDSeenOp\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
+	"\tspiffe_id\x18\x02 \x01(\tR\bspiffeId\x12\x16\n" +
+	"\x06serial\x18\x03 \x01(\tR\x06serial\x12$\n" +
+	"\x0enot_after_unix\x18\x04 \x01(\x03R\fnotAfterUnix*\xc4\x02\n" +
 	"\n" +
 	"ApplyError\x12\x1b\n" +
 	"\x17APPLY_ERROR_UNSPECIFIED\x10\x00\x12!\n" +
@@ -1047,7 +1150,7 @@ func file_pact_v1_raft_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_pact_v1_raft_proto_goTypes = []any{
 	(ApplyError)(0),               // 0: pact.v1.ApplyError
 	(*Command)(nil),               // 1: pact.v1.Command
@@ -1062,12 +1165,13 @@ var file_pact_v1_raft_proto_goTypes = []any{
 	(*Snapshot)(nil),              // 10: pact.v1.Snapshot
 	(*LastSeen)(nil),              // 11: pact.v1.LastSeen
 	(*RevokedSerial)(nil),         // 12: pact.v1.RevokedSerial
-	(*HardwareIdentity)(nil),      // 13: pact.v1.HardwareIdentity
-	(*CertificateInfo)(nil),       // 14: pact.v1.CertificateInfo
-	(*Intermediate)(nil),          // 15: pact.v1.Intermediate
-	(*JournalInfo)(nil),           // 16: pact.v1.JournalInfo
-	(*Node)(nil),                  // 17: pact.v1.Node
-	(*AuditEntry)(nil),            // 18: pact.v1.AuditEntry
+	(*SVIDSeenOp)(nil),            // 13: pact.v1.SVIDSeenOp
+	(*HardwareIdentity)(nil),      // 14: pact.v1.HardwareIdentity
+	(*CertificateInfo)(nil),       // 15: pact.v1.CertificateInfo
+	(*Intermediate)(nil),          // 16: pact.v1.Intermediate
+	(*JournalInfo)(nil),           // 17: pact.v1.JournalInfo
+	(*Node)(nil),                  // 18: pact.v1.Node
+	(*AuditEntry)(nil),            // 19: pact.v1.AuditEntry
 }
 var file_pact_v1_raft_proto_depIdxs = []int32{
 	2,  // 0: pact.v1.Command.register_node:type_name -> pact.v1.RegisterNodeOp
@@ -1078,23 +1182,24 @@ var file_pact_v1_raft_proto_depIdxs = []int32{
 	7,  // 5: pact.v1.Command.assign:type_name -> pact.v1.AssignOp
 	8,  // 6: pact.v1.Command.liveness_digest:type_name -> pact.v1.LivenessDigestOp
 	9,  // 7: pact.v1.Command.mark_inactive:type_name -> pact.v1.MarkInactiveOp
-	13, // 8: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	13, // 9: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
-	14, // 10: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
-	14, // 11: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
-	15, // 12: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
-	16, // 13: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
-	17, // 14: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
-	12, // 15: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
-	15, // 16: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
-	11, // 17: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
-	18, // 18: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
-	16, // 19: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	13, // 8: pact.v1.Command.svid_seen:type_name -> pact.v1.SVIDSeenOp
+	14, // 9: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	14, // 10: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
+	15, // 11: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
+	15, // 12: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
+	16, // 13: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
+	17, // 14: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
+	18, // 15: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
+	12, // 16: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
+	16, // 17: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
+	11, // 18: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
+	19, // 19: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
+	17, // 20: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_raft_proto_init() }
@@ -1112,6 +1217,7 @@ func file_pact_v1_raft_proto_init() {
 		(*Command_Assign)(nil),
 		(*Command_LivenessDigest)(nil),
 		(*Command_MarkInactive)(nil),
+		(*Command_SvidSeen)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1119,7 +1225,7 @@ func file_pact_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_raft_proto_rawDesc), len(file_pact_v1_raft_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -253,8 +253,11 @@ type Node struct {
 	LastSeenUnixNano  int64  `protobuf:"varint,10,opt,name=last_seen_unix_nano,json=lastSeenUnixNano,proto3" json:"last_seen_unix_nano,omitempty"`
 	RevokedAtUnixNano int64  `protobuf:"varint,11,opt,name=revoked_at_unix_nano,json=revokedAtUnixNano,proto3" json:"revoked_at_unix_nano,omitempty"`
 	RevokedBy         string `protobuf:"bytes,12,opt,name=revoked_by,json=revokedBy,proto3" json:"revoked_by,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The SPIFFE ID that authenticates this node when it presents a SPIRE
+	// SVID; empty means spiffe://{trust-domain}/pact-agent/{node_id}.
+	SpiffeId      string `protobuf:"bytes,13,opt,name=spiffe_id,json=spiffeId,proto3" json:"spiffe_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -367,6 +370,13 @@ func (x *Node) GetRevokedAtUnixNano() int64 {
 func (x *Node) GetRevokedBy() string {
 	if x != nil {
 		return x.RevokedBy
+	}
+	return ""
+}
+
+func (x *Node) GetSpiffeId() string {
+	if x != nil {
+		return x.SpiffeId
 	}
 	return ""
 }
@@ -634,7 +644,7 @@ const file_pact_v1_registry_proto_rawDesc = "" +
 	"\x0fnot_before_unix\x18\x03 \x01(\x03R\rnotBeforeUnix\x12$\n" +
 	"\x0enot_after_unix\x18\x04 \x01(\x03R\fnotAfterUnix\x12#\n" +
 	"\rissuer_serial\x18\x05 \x01(\tR\fissuerSerial\x12\x10\n" +
-	"\x03der\x18\x06 \x01(\fR\x03der\"\x8b\x04\n" +
+	"\x03der\x18\x06 \x01(\fR\x03der\"\xa8\x04\n" +
 	"\x04Node\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
 	"\bhardware\x18\x02 \x01(\v2\x19.pact.v1.HardwareIdentityR\bhardware\x12(\n" +
@@ -649,7 +659,8 @@ const file_pact_v1_registry_proto_rawDesc = "" +
 	" \x01(\x03R\x10lastSeenUnixNano\x12/\n" +
 	"\x14revoked_at_unix_nano\x18\v \x01(\x03R\x11revokedAtUnixNano\x12\x1d\n" +
 	"\n" +
-	"revoked_by\x18\f \x01(\tR\trevokedBy\"}\n" +
+	"revoked_by\x18\f \x01(\tR\trevokedBy\x12\x1b\n" +
+	"\tspiffe_id\x18\r \x01(\tR\bspiffeId\"}\n" +
 	"\fIntermediate\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x16\n" +
