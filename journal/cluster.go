@@ -271,7 +271,7 @@ func (j *Journal) memberStatus() *pactv1.MemberStatusResponse {
 		RaftState:                j.raft.State().String(),
 		Term:                     j.raft.CurrentTerm(),
 		CommitIndex:              j.raft.CommitIndex(),
-		AppliedIndex:             j.fsm.AppliedIndex(),
+		AppliedIndex:             j.raft.AppliedIndex(),
 		LastContactUnixNano:      lcNano,
 		IntermediateSerial:       pki.SerialHex(inter.SerialNumber),
 		IntermediateNotAfterUnix: inter.NotAfter.Unix(),
@@ -339,7 +339,7 @@ func (s *adminServer) JournalStatus(ctx context.Context, _ *pactv1.JournalStatus
 		LeaderId:     string(leader),
 		Term:         j.raft.CurrentTerm(),
 		CommitIndex:  j.raft.CommitIndex(),
-		AppliedIndex: j.fsm.AppliedIndex(),
+		AppliedIndex: j.raft.AppliedIndex(),
 		ServedBy:     j.cfg.NodeID,
 		Members:      members,
 	}, nil
