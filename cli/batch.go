@@ -10,6 +10,8 @@ import (
 	"iter"
 	"strings"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
 	"github.com/pact-hpc/pact/internal/hwid"
 	"github.com/pact-hpc/pact/internal/pki"
 )
@@ -23,12 +25,14 @@ const (
 	colBMC      = "bmc_serial"
 	colEKHash   = "tpm_ek_hash"
 	colVCluster = "vcluster"
+	colSPIFFEID = "spiffe_id"
 )
 
-var batchColumns = []string{colNodeID, colMAC, colBMC, colEKHash, colVCluster}
+var batchColumns = []string{colNodeID, colMAC, colBMC, colEKHash, colVCluster, colSPIFFEID}
 
-// batchExampleHeader is the header the messages suggest.
-var batchExampleHeader = strings.Join(batchColumns, ",")
+// batchExampleHeader is the header the messages suggest: the usual columns
+// (spiffe_id matters to SPIRE sites only).
+var batchExampleHeader = strings.Join(batchColumns[:5], ",")
 
 // Reasons of rows rejected by the CLI itself. They are never sent to the
 // journal, so they never clash with a journal's reasons.
@@ -65,6 +69,9 @@ type BatchRow struct {
 	// Hardware is normalised: MACs lower-case colon form, sorted, unique.
 	Hardware hwid.Identity
 	VCluster string
+	// SPIFFEID is the spiffe_id cell: the SPIFFE ID the node's SPIRE SVIDs
+	// carry, empty for the default spiffe://{trust-domain}/pact-agent/NODE.
+	SPIFFEID string
 	Err      *RowError
 }
 
@@ -142,6 +149,7 @@ type batchReader struct {
 	macs    map[string]firstSeen
 	bmcs    map[string]firstSeen
 	ekHashs map[string]firstSeen
+	spiffes map[string]firstSeen
 }
 
 func newBatchReader(r io.Reader) (*batchReader, error) {
@@ -167,6 +175,7 @@ func newBatchReader(r io.Reader) (*batchReader, error) {
 		macs:    map[string]firstSeen{},
 		bmcs:    map[string]firstSeen{},
 		ekHashs: map[string]firstSeen{},
+		spiffes: map[string]firstSeen{},
 	}
 	if err := br.readHeader(); err != nil {
 		return nil, err
@@ -305,6 +314,7 @@ func (br *batchReader) row(rec []string, line int) BatchRow {
 	bmc := cell(colBMC)
 	ek := cell(colEKHash)
 	vcluster := cell(colVCluster)
+	spiffeID := cell(colSPIFFEID)
 
 	nodeOK := false
 	switch {
@@ -343,6 +353,11 @@ func (br *batchReader) row(rec []string, line int) BatchRow {
 	if vcluster != "" && pki.ValidateName("vcluster", vcluster) != nil {
 		problems = append(problems, fmt.Sprintf("vcluster %s is not a valid vCluster name: 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", quoteCell(vcluster)))
 	}
+	if spiffeID != "" && nodeOK {
+		if err := validateSPIFFEID(out.NodeID, spiffeID); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
 	invalid := len(problems) > 0
 	if err == nil {
 		hw.BMCSerial = strings.Clone(hw.BMCSerial)
@@ -367,6 +382,9 @@ func (br *batchReader) row(rec []string, line int) BatchRow {
 			problems = append(problems, br.claim(br.ekHashs, hw.EKHash, line, owner, "TPM EK hash "+shorten(hw.EKHash, 16), "an EK hash belongs to one node")...)
 		}
 	}
+	if spiffeID != "" {
+		problems = append(problems, br.claim(br.spiffes, spiffeID, line, owner, "SPIFFE ID "+quoteCell(spiffeID), "a SPIFFE ID belongs to one node")...)
+	}
 	if len(problems) > 0 {
 		reason := ReasonDuplicateInFile
 		if invalid {
@@ -376,6 +394,7 @@ func (br *batchReader) row(rec []string, line int) BatchRow {
 		return out
 	}
 	out.VCluster = strings.Clone(vcluster)
+	out.SPIFFEID = strings.Clone(spiffeID)
 	return out
 }
 
@@ -452,4 +471,26 @@ func (l *recordLimiter) Read(p []byte) (int, error) {
 	n, err := l.r.Read(p)
 	l.read += int64(n)
 	return n, err
+}
+
+// validateSPIFFEID checks a SPIFFE ID override for node as the journal
+// does: a canonical spiffe:// URI with a path, not another node's default
+// ID (spiffe://{trust-domain}/pact-agent/{node}). The journal also checks
+// that it is in the SPIRE trust domain it accepts.
+func validateSPIFFEID(node, id string) error {
+	sid, err := spiffeid.FromString(id)
+	switch {
+	case len(id) > 2048:
+		return fmt.Errorf("spiffe_id %s is longer than 2048 bytes", quoteCell(id))
+	case err != nil:
+		return fmt.Errorf("spiffe_id %s is not a SPIFFE ID: want spiffe://TRUST-DOMAIN/PATH, lower-case trust domain (%v)", quoteCell(id), err)
+	case sid.String() != id:
+		return fmt.Errorf("spiffe_id %s is not in canonical form; write %s", quoteCell(id), sid)
+	case sid.Path() == "":
+		return fmt.Errorf("spiffe_id %s names a trust domain only; give a path, e.g. %s/pact-agent/%s", quoteCell(id), id, node)
+	}
+	if other, ok := strings.CutPrefix(sid.Path(), "/"+pki.KindAgent+"/"); ok && other != node {
+		return fmt.Errorf("spiffe_id %s is the default SPIFFE ID of node %s, not of %s", quoteCell(id), shortCell(other), node)
+	}
+	return nil
 }

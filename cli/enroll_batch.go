@@ -73,7 +73,7 @@ func (a *app) enrollBatch(cmd *cobra.Command, args []string, o enrollOptions) er
 	if len(args) > 0 {
 		problems = append(problems, fmt.Errorf("--batch reads every node from the file; drop the NODE argument %q", args[0]))
 	}
-	for _, f := range []struct{ flag, column string }{{"mac", colMAC}, {"bmc-serial", colBMC}, {"tpm-ek-hash", colEKHash}, {"vcluster", colVCluster}} {
+	for _, f := range []struct{ flag, column string }{{"mac", colMAC}, {"bmc-serial", colBMC}, {"tpm-ek-hash", colEKHash}, {"vcluster", colVCluster}, {"spiffe-id", colSPIFFEID}} {
 		if cmd.Flags().Changed(f.flag) {
 			problems = append(problems, fmt.Errorf("--%s cannot be combined with --batch: put it in the file's %s column", f.flag, f.column))
 		}
@@ -205,6 +205,7 @@ func (r *batchRun) add(row BatchRow) {
 			NodeId:   row.NodeID,
 			Hardware: &pactv1.HardwareIdentity{Macs: hw.MACs, BmcSerial: hw.BMCSerial, TpmEkHash: hw.EKHash},
 			Vcluster: row.VCluster,
+			SpiffeId: row.SPIFFEID,
 		}
 	}
 	r.pending = append(r.pending, p)

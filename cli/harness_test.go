@@ -345,6 +345,7 @@ func (f *fakeAdmin) registerLocked(req *pactv1.RegisterNodeRequest, who string) 
 		Hardware:             req.GetHardware(),
 		State:                pactv1.NodeState_NODE_STATE_REGISTERED,
 		Vcluster:             req.GetVcluster(),
+		SpiffeId:             req.GetSpiffeId(),
 		RegisteredAtUnixNano: fakeNow.UnixNano(),
 		RegisteredBy:         who,
 		UpdatedAtUnixNano:    fakeNow.UnixNano(),
@@ -352,11 +353,11 @@ func (f *fakeAdmin) registerLocked(req *pactv1.RegisterNodeRequest, who string) 
 	return false, nil
 }
 
-// sameRegistration: same hardware (MACs as sent: normalised and sorted)
-// and the same vCluster, whatever the node's state.
+// sameRegistration: same hardware (MACs as sent: normalised and sorted),
+// the same vCluster and SPIFFE ID, whatever the node's state.
 func sameRegistration(n *pactv1.Node, req *pactv1.RegisterNodeRequest) bool {
 	a, b := n.GetHardware(), req.GetHardware()
-	return n.GetVcluster() == req.GetVcluster() && a.GetBmcSerial() == b.GetBmcSerial() &&
+	return n.GetVcluster() == req.GetVcluster() && n.GetSpiffeId() == req.GetSpiffeId() && a.GetBmcSerial() == b.GetBmcSerial() &&
 		a.GetTpmEkHash() == b.GetTpmEkHash() && slices.Equal(a.GetMacs(), b.GetMacs())
 }
 

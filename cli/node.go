@@ -63,6 +63,7 @@ type enrollOptions struct {
 	bmcSerial string
 	tpmEKHash string
 	vcluster  string
+	spiffeID  string
 	batch     string
 }
 
@@ -87,9 +88,15 @@ Everything is checked here first, and every problem is reported at once,
 before the journal is contacted. Without --vcluster the node is in
 maintenance mode (no vCluster).
 
+On a SPIRE site the node's agent may authenticate with its SPIRE X.509-SVID
+instead (docs/spire.md). Its SPIFFE ID maps to the node: by default
+spiffe://TRUST-DOMAIN/pact-agent/NODE, or the one given with --spiffe-id
+(then the default no longer maps). A SPIFFE ID belongs to one node.
+
 With --batch FILE (or --batch - for stdin) every row of a CSV file is
 registered: a header line node_id,mac,bmc_serial,tpm_ek_hash,vcluster
-(columns in any order; node_id and mac required), one node per line, several
+(columns in any order; node_id and mac required; spiffe_id optional), one
+node per line, several
 MACs of a node separated by ';'. The file is streamed: rows are checked and
 sent in chunks of 500, and each row's result (ok, exists or error, with the
 line number) is printed as it comes back, then a summary. Rows are
@@ -128,6 +135,7 @@ format and all the rules).`,
 	f.StringVar(&o.bmcSerial, "bmc-serial", "", "serial number of the node's BMC")
 	f.StringVar(&o.tpmEKHash, "tpm-ek-hash", "", "hex SHA-256 of the node's TPM endorsement key")
 	f.StringVar(&o.vcluster, "vcluster", "", "vCluster to assign the node to (default: none, maintenance mode)")
+	f.StringVar(&o.spiffeID, "spiffe-id", "", "SPIFFE ID of the node's SPIRE SVIDs, if not spiffe://TRUST-DOMAIN/pact-agent/NODE (SPIRE sites; docs/spire.md)")
 	f.StringVar(&o.batch, "batch", "", "register every node of this CSV file (- for stdin) instead of one NODE; see docs/batch.md")
 	return cmd
 }
@@ -148,6 +156,11 @@ func (a *app) enroll(cmd *cobra.Command, args []string, o enrollOptions) error {
 			problems = append(problems, err)
 		}
 	}
+	if o.spiffeID != "" && pki.ValidateName("node", node) == nil {
+		if err := validateSPIFFEID(node, o.spiffeID); err != nil {
+			problems = append(problems, fmt.Errorf("--spiffe-id: %w", err))
+		}
+	}
 	s, err := a.connect(cmd, problems)
 	if err != nil {
 		return err
@@ -158,6 +171,7 @@ func (a *app) enroll(cmd *cobra.Command, args []string, o enrollOptions) error {
 		NodeId:   node,
 		Hardware: &pactv1.HardwareIdentity{Macs: hw.MACs, BmcSerial: hw.BMCSerial, TpmEkHash: hw.EKHash},
 		Vcluster: o.vcluster,
+		SpiffeId: o.spiffeID,
 	}
 	resp, err := s.client.RegisterNode(cmd.Context(), req)
 	if err != nil {
@@ -165,7 +179,7 @@ func (a *app) enroll(cmd *cobra.Command, args []string, o enrollOptions) error {
 	}
 	n := resp.GetNode()
 	if n == nil { // a journal that answers success without the record
-		n = &pactv1.Node{NodeId: node, Hardware: req.Hardware, State: pactv1.NodeState_NODE_STATE_REGISTERED, Vcluster: o.vcluster}
+		n = &pactv1.Node{NodeId: node, Hardware: req.Hardware, State: pactv1.NodeState_NODE_STATE_REGISTERED, Vcluster: o.vcluster, SpiffeId: o.spiffeID}
 	}
 	v := NodeViewOf(n)
 	if s.cfg.Output == outputJSON {

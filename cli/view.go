@@ -32,6 +32,9 @@ type NodeView struct {
 	LastSeen  string `json:"last_seen"`
 	RevokedAt string `json:"revoked_at"`
 	RevokedBy string `json:"revoked_by"`
+	// SPIFFEID is the SPIFFE ID registered for the node's SPIRE SVIDs;
+	// absent for the default spiffe://{trust-domain}/pact-agent/{node_id}.
+	SPIFFEID string `json:"spiffe_id,omitempty"`
 
 	lastSeen time.Time // for the relative LAST SEEN column
 }
@@ -59,6 +62,7 @@ func NodeViewOf(n *pactv1.Node) NodeView {
 		LastSeen:         formatTime(unixTime(0, n.GetLastSeenUnixNano())),
 		RevokedAt:        formatTime(unixTime(0, n.GetRevokedAtUnixNano())),
 		RevokedBy:        n.GetRevokedBy(),
+		SPIFFEID:         n.GetSpiffeId(),
 		lastSeen:         unixTime(0, n.GetLastSeenUnixNano()),
 	}
 }

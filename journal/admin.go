@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,7 +31,7 @@ type adminServer struct {
 }
 
 // registerOp validates one registration request into a command.
-func registerOp(req *pactv1.RegisterNodeRequest) (*pactv1.RegisterNodeOp, error) {
+func (j *Journal) registerOp(req *pactv1.RegisterNodeRequest) (*pactv1.RegisterNodeOp, error) {
 	var errs []error
 	if err := pki.ValidateName("node id", req.GetNodeId()); err != nil {
 		errs = append(errs, err)
@@ -44,15 +45,34 @@ func registerOp(req *pactv1.RegisterNodeRequest) (*pactv1.RegisterNodeOp, error)
 	if err != nil {
 		errs = append(errs, err)
 	}
+	if sid := req.GetSpiffeId(); sid != "" {
+		if err := raftfsm.ValidateSPIFFEID(req.GetNodeId(), sid); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidArgument, err))
+		} else if td := j.spiffeTrustDomain(); !strings.HasPrefix(sid, "spiffe://"+td+"/") {
+			errs = append(errs, fmt.Errorf("%w: spiffe_id %s is not in the SPIRE trust domain %s this journal accepts SVIDs from (--spire-trust-domain)", ErrInvalidArgument, sid, td))
+		}
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return &pactv1.RegisterNodeOp{NodeId: req.GetNodeId(), Hardware: hardwareProto(id), Vcluster: req.GetVcluster()}, nil
+	return &pactv1.RegisterNodeOp{NodeId: req.GetNodeId(), Hardware: hardwareProto(id), Vcluster: req.GetVcluster(), SpiffeId: req.GetSpiffeId()}, nil
+}
+
+// spiffeTrustDomain is the SPIRE trust domain whose SPIFFE IDs map to nodes:
+// the configured one, or the pact domain.
+func (j *Journal) spiffeTrustDomain() string {
+	if j.spire != nil {
+		return j.spire.td.Name()
+	}
+	if td := j.cfg.SPIRETrustDomain; td != "" {
+		return td
+	}
+	return j.ca.Domain()
 }
 
 func (s *adminServer) RegisterNode(ctx context.Context, req *pactv1.RegisterNodeRequest) (*pactv1.RegisterNodeResponse, error) {
 	p := principalFrom(ctx)
-	op, err := registerOp(req)
+	op, err := s.j.registerOp(req)
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +80,7 @@ func (s *adminServer) RegisterNode(ctx context.Context, req *pactv1.RegisterNode
 	if err != nil {
 		return nil, err
 	}
-	s.j.log.Info("node registered", logkey.NodeID, req.GetNodeId(), logkey.Actor, p.id.Name, logkey.MACs, op.GetHardware().GetMacs())
+	s.j.log.Info("node registered", logkey.NodeID, req.GetNodeId(), logkey.Actor, p.id.Name, logkey.MACs, op.GetHardware().GetMacs(), "spiffe_id", op.GetSpiffeId())
 	return &pactv1.RegisterNodeResponse{Node: s.j.view(res.Node)}, nil
 }
 
@@ -77,7 +97,7 @@ func (s *adminServer) RegisterNodes(ctx context.Context, req *pactv1.RegisterNod
 	var wg sync.WaitGroup
 	for i, row := range rows {
 		results[i] = &pactv1.RegisterNodeResult{NodeId: row.GetNodeId()}
-		op, err := registerOp(row)
+		op, err := s.j.registerOp(row)
 		if err != nil {
 			s.j.setResult(results[i], err)
 			continue
@@ -112,7 +132,7 @@ func (j *Journal) setResult(r *pactv1.RegisterNodeResult, err error) {
 // sameRegistration reports whether an existing record is exactly what op
 // would register (so a re-run reports "exists", not an error).
 func sameRegistration(n *pactv1.Node, op *pactv1.RegisterNodeOp) bool {
-	if n == nil || n.GetVcluster() != op.GetVcluster() {
+	if n == nil || n.GetVcluster() != op.GetVcluster() || n.GetSpiffeId() != op.GetSpiffeId() {
 		return false
 	}
 	a, b := n.GetHardware(), op.GetHardware()
@@ -292,6 +312,7 @@ func (j *Journal) view(n *pactv1.Node) *pactv1.Node {
 		LastSeenUnixNano:     j.fsm.LastSeen(n.GetNodeId()),
 		RevokedAtUnixNano:    n.GetRevokedAtUnixNano(),
 		RevokedBy:            n.GetRevokedBy(),
+		SpiffeId:             n.GetSpiffeId(),
 	}
 	if c := n.GetCert(); c != nil {
 		out.Cert = &pactv1.CertificateInfo{

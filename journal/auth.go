@@ -23,6 +23,18 @@ type principal struct {
 	serial string
 	spki   string
 	leaf   *x509.Certificate
+	// svid is set when an agent authenticated with a SPIRE X.509-SVID
+	// rather than a journal-signed certificate; spiffeID is the SVID's ID.
+	svid     bool
+	spiffeID string
+}
+
+// identitySource names where an agent's identity came from (Ping).
+func (p *principal) identitySource() string {
+	if p.svid {
+		return spireIdentitySource
+	}
+	return "journal"
 }
 
 type principalKey struct{}
@@ -58,6 +70,7 @@ var policies = map[string]policy{
 	pactv1.EnrollmentService_Enroll_FullMethodName:      {public: true},
 	pactv1.EnrollmentService_RenewCert_FullMethodName:   {agent: true},
 	pactv1.EnrollmentService_Subscribe_FullMethodName:   {agent: true},
+	pactv1.EnrollmentService_Ping_FullMethodName:        {agent: true},
 	pactv1.AdminService_RegisterNode_FullMethodName:     {admin: platformAdmin},
 	pactv1.AdminService_RegisterNodes_FullMethodName:    {admin: platformAdmin},
 	pactv1.AdminService_DecommissionNode_FullMethodName: {admin: platformAdmin},
@@ -127,19 +140,35 @@ func (j *Journal) authenticate(ctx context.Context, method string) (*principal, 
 	if !ok || len(tlsInfo.State.PeerCertificates) == 0 {
 		return nil, fmt.Errorf("%w: this call needs a client certificate issued for this domain", ErrUnauthenticated)
 	}
-	leaf := tlsInfo.State.PeerCertificates[0]
+	chain := tlsInfo.State.PeerCertificates
+	leaf := chain[0]
 	id, err := pki.IdentityOf(leaf)
-	if err != nil || id.Domain != j.ca.Domain() {
-		return nil, fmt.Errorf("%w: client certificate names no identity in domain %s", ErrUnauthenticated, j.ca.Domain())
-	}
+	pactID := err == nil && id.Domain == j.ca.Domain()
+	noIdentity := fmt.Errorf("%w: client certificate names no identity in domain %s", ErrUnauthenticated, j.ca.Domain())
 	if pol.peer {
-		if err := j.checkJournalCert(tlsInfo.State.PeerCertificates); err != nil {
+		if !pactID {
+			return nil, noIdentity
+		}
+		if err := j.checkJournalCert(chain); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 		}
 		return &principal{id: id, leaf: leaf}, nil
 	}
-	if err := j.verifyClient(leaf, id); err != nil {
-		return nil, err
+	verr := noIdentity
+	if pactID {
+		verr = j.verifyClient(leaf, id)
+	}
+	if verr != nil {
+		if j.spire == nil {
+			return nil, verr
+		}
+		// Not a journal-signed certificate (nor an operator's): perhaps a
+		// SPIRE SVID.
+		kind := ""
+		if pactID {
+			kind = id.Kind
+		}
+		return j.authenticateSVID(ctx, pol, method, chain, kind, verr)
 	}
 	p := &principal{id: id, serial: pki.SerialHex(leaf.SerialNumber), spki: pki.SPKIFingerprint(leaf), leaf: leaf}
 	switch {
@@ -162,6 +191,41 @@ func (j *Journal) authenticate(ctx context.Context, method string) (*principal, 
 		}
 	}
 	return p, nil
+}
+
+// authenticateSVID authenticates a chain that is no journal-signed
+// certificate as a SPIRE SVID, and authorises it: an SVID is an agent
+// credential only. pactKind is the kind of pact identity the leaf names in
+// this domain ("" for none) and verr why it failed as a pact certificate;
+// that is the answer when the chain is no SVID of the trust domain either.
+func (j *Journal) authenticateSVID(ctx context.Context, pol policy, method string, chain []*x509.Certificate, pactKind string, verr error) (*principal, error) {
+	p, err := j.svidPrincipal(ctx, chain)
+	pactID := pactKind != ""
+	switch {
+	case errors.Is(err, errNotSVID) && !pactID:
+		return nil, fmt.Errorf("%w: client certificate names no identity in domain %s nor in SPIRE trust domain %s", ErrUnauthenticated, j.ca.Domain(), j.spire.td.Name())
+	case errors.Is(err, errNotSVID):
+		return nil, verr
+	case pactKind != "" && pactKind != pki.KindAgent && errors.Is(err, errSVIDUntrusted):
+		return nil, verr // an operator's or a journal's certificate
+	case pactID && errors.Is(err, errNoSPIREBundle):
+		return nil, fmt.Errorf("%w: client certificate does not chain to a live journal intermediate of domain %s, and no SPIRE trust bundle for %s is loaded yet (is this journal's SPIRE agent up?)", ErrUnauthenticated, j.ca.Domain(), j.spire.td.Name())
+	case pactID && errors.Is(err, errSVIDUntrusted):
+		// When the SPIRE trust domain is the pact domain, agent
+		// certificates and SVIDs share the ID form: say both failed.
+		return nil, fmt.Errorf("%w: client certificate chains neither to a live journal intermediate of domain %s nor to the SPIRE trust bundle of %s (expired, revoked or foreign); re-enroll", ErrUnauthenticated, j.ca.Domain(), j.spire.td.Name())
+	case err != nil && pactID && errors.Is(verr, ErrUnauthenticated) && errors.Is(err, ErrUnauthenticated):
+		return nil, verr // both say expired (or not yet valid)
+	case err != nil:
+		return nil, err
+	}
+	switch {
+	case pol.agent:
+		return p, nil
+	case pol.admin != nil:
+		return nil, fmt.Errorf("%w: %s needs an operator credential; a SPIRE SVID authenticates node agents only", ErrPermission, shortMethod(method))
+	}
+	return nil, fmt.Errorf("%w: a SPIRE SVID cannot call %s", ErrPermission, shortMethod(method))
 }
 
 // verifyClient verifies a client chain at the journal's clock. Agent
@@ -195,6 +259,9 @@ func (j *Journal) verifyClient(leaf *x509.Certificate, id pki.Identity) error {
 // holds for the node: same serial, same key, not revoked, node not Revoked.
 // It runs on every RPC and on every stream wake-up.
 func (j *Journal) checkBinding(p *principal) error {
+	if p.svid {
+		return j.checkSVIDBinding(p)
+	}
 	n, ok := j.fsm.Node(p.id.Name)
 	if !ok {
 		return fmt.Errorf("%w: node %s is not in the registry", ErrPermission, p.id.Name)

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/workloadapi"
+
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/journal/ca"
@@ -87,6 +90,20 @@ type Config struct {
 	// MetricsListen, if set, serves /metrics, /healthz and /readyz over
 	// plain HTTP on this address.
 	MetricsListen string
+	// SPIREBundleFile is a PEM file holding the X.509 bundle of the SPIRE
+	// trust domain (spire-server bundle show). With it the journal accepts
+	// X.509-SVIDs of that trust domain from node agents. The file is
+	// re-read when it changes (looked at every 10s at most), so a SPIRE CA
+	// rotation is picked up.
+	SPIREBundleFile string
+	// SPIRESocket is the Workload API address of the journal host's own
+	// SPIRE agent (unix:///run/spire/agent.sock): the bundle is fetched and
+	// followed from there instead of a file. While the agent does not
+	// answer, SVIDs are refused.
+	SPIRESocket string
+	// SPIRETrustDomain is the SPIRE trust domain whose bundle is trusted
+	// and whose SPIFFE IDs map to nodes; empty means the pact domain.
+	SPIRETrustDomain string
 	// RaftTimeout sets Raft's heartbeat, election and lease timeouts; zero
 	// keeps hashicorp/raft's defaults. Tests shorten it to start fast.
 	RaftTimeout time.Duration
@@ -217,6 +234,7 @@ func (c Config) Validate() error {
 	if err := c.RateLimit.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.validateSPIRE()...)
 	if c.Logger == nil {
 		errs = append(errs, errors.New("journal: Logger is required"))
 	}
@@ -252,4 +270,25 @@ func (c Config) rootKeyFile() string {
 		return c.RootKeyFile
 	}
 	return filepath.Join(c.DataDir, ca.RootKeyFile)
+}
+
+func (c Config) validateSPIRE() []error {
+	var errs []error
+	if c.SPIREBundleFile != "" && c.SPIRESocket != "" {
+		errs = append(errs, errors.New("journal: --spire-bundle and --spire-socket exclude each other: take the SPIRE bundle from a file or from this host's SPIRE agent"))
+	}
+	if c.SPIRESocket != "" {
+		if err := workloadapi.ValidateAddress(c.SPIRESocket); err != nil {
+			errs = append(errs, fmt.Errorf("journal: --spire-socket %q: %v (want unix:///path/to/agent.sock)", c.SPIRESocket, err))
+		}
+	}
+	if td := c.SPIRETrustDomain; td != "" {
+		if c.SPIREBundleFile == "" && c.SPIRESocket == "" {
+			errs = append(errs, errors.New("journal: --spire-trust-domain needs --spire-bundle or --spire-socket"))
+		}
+		if parsed, err := spiffeid.TrustDomainFromString(td); err != nil || parsed.Name() != td {
+			errs = append(errs, fmt.Errorf("journal: --spire-trust-domain %q is not a trust domain name (lower-case letters, digits, '.', '-' and '_', e.g. example.org)", td))
+		}
+	}
+	return errs
 }

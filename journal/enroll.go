@@ -181,6 +181,9 @@ func (j *Journal) chainFor(c *pactv1.CertificateInfo) (chain, bundle [][]byte, e
 func (s *enrollmentServer) RenewCert(ctx context.Context, req *pactv1.RenewCertRequest) (*pactv1.RenewCertResponse, error) {
 	j := s.j
 	p := principalFrom(ctx)
+	if p.svid {
+		return nil, fmt.Errorf("%w: SVID-authenticated agents renew through SPIRE, not the journal", ErrPermission)
+	}
 	if req.GetCurrentSerial() != p.serial {
 		return nil, fmt.Errorf("%w: current_serial %q is not the serial of the certificate this call was made with", ErrInvalidArgument, req.GetCurrentSerial())
 	}
@@ -226,9 +229,16 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 	j := s.j
 	ctx := stream.Context()
 	p := principalFrom(ctx)
+	if p.svid {
+		// The registry follows the SVID (Registered or Inactive → Active,
+		// or SPIRE's rotation) before the stream counts as the node's.
+		if err := j.recordSVID(ctx, p); err != nil {
+			return err
+		}
+	}
 	w := j.hub.register(p.id.Name)
 	defer j.hub.unregister(w)
-	j.log.Info("agent stream opened", logkey.NodeID, p.id.Name, logkey.Serial, p.serial, logkey.Source, peerAddr(ctx))
+	j.log.Info("agent stream opened", logkey.NodeID, p.id.Name, logkey.Serial, p.serial, logkey.Source, peerAddr(ctx), "identity_source", p.identitySource())
 	defer j.log.Info("agent stream closed", logkey.NodeID, p.id.Name, logkey.Serial, p.serial)
 
 	var sentVCluster string
@@ -331,7 +341,7 @@ func (s *enrollmentServer) Ping(ctx context.Context, _ *pactv1.PingRequest) (*pa
 	return &pactv1.PingResponse{
 		NodeId:             p.id.Name,
 		Serial:             p.serial,
-		IdentitySource:     "journal",
+		IdentitySource:     p.identitySource(),
 		JournalId:          s.j.cfg.NodeID,
 		ServerTimeUnixNano: s.j.cfg.Clock.Now().UnixNano(),
 	}, nil

@@ -45,6 +45,9 @@ type Journal struct {
 	roots   *x509.CertPool
 	metrics *metrics
 	limiter *ratelimit.Limiter
+	// spire is the SPIRE trust domain whose SVIDs authenticate agents; nil
+	// when the journal accepts none.
+	spire *spireTrust
 
 	lis    net.Listener
 	server *grpc.Server
@@ -106,6 +109,10 @@ func New(cfg Config) (*Journal, error) {
 	if err != nil {
 		return nil, err
 	}
+	spire, err := newSPIRETrust(cfg, authority.Domain(), log.With(logkey.Domain, authority.Domain()))
+	if err != nil {
+		return nil, err
+	}
 	j := &Journal{
 		limiter: limiter,
 		cfg:     cfg,
@@ -115,6 +122,7 @@ func New(cfg Config) (*Journal, error) {
 		hub:     newHub(),
 		gate:    newGate(cfg.MaxConcurrentEnrollments, cfg.EnrollQueueWait, cfg.Clock),
 		stop:    make(chan struct{}),
+		spire:   spire,
 	}
 	j.bundle = newBundleCache(authority.Root(), j.fsm, cfg.Clock)
 	j.roots = rootPool(authority.Root())
@@ -240,6 +248,13 @@ func (j *Journal) Start(ctx context.Context) error {
 		defer j.wg.Done()
 		j.rotateLoop()
 	}()
+	if j.spire != nil && j.spire.run != nil {
+		j.wg.Add(1)
+		go func() {
+			defer j.wg.Done()
+			j.spire.run(j.stop)
+		}()
+	}
 	inter := j.ca.Intermediate()
 	j.log.Info("journal serving", logkey.Addr, lis.Addr().String(),
 		"nodes", len(j.fsm.Nodes(raftfsm.Filter{})),

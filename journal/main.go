@@ -37,6 +37,11 @@ copied to every journal host, key mode 0600):
       --initial-cluster j1=10.0.0.1:7500,j2=10.0.0.2:7500,j3=10.0.0.3:7500
   (j2 and j3 the same, with their own --node-id and addresses)
 
+A SPIRE site lets node agents authenticate with their SPIRE X.509-SVIDs
+by giving the journal the SPIRE trust bundle (docs/spire.md):
+  pact-journal ... --spire-bundle /etc/pact/spire-bundle.pem
+  pact-journal ... --spire-socket unix:///run/spire/agent.sock
+
 Every flag can also be set through the environment variable named in
 its description; a flag on the command line wins.
 
@@ -79,6 +84,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.DigestInterval, "digest-interval", envDuration("PACT_DIGEST_INTERVAL", cfg.DigestInterval), "how often this journal reports the streams it holds (PACT_DIGEST_INTERVAL)")
 	fs.StringVar(&cfg.AuditLog, "audit-log", cmdutil.EnvOr("PACT_AUDIT_LOG", ""), "append every committed audit entry as a JSON line to this file, or - for stdout (PACT_AUDIT_LOG)")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", cmdutil.EnvOr("PACT_METRICS_LISTEN", ""), "serve /metrics, /healthz and /readyz over HTTP on host:port (PACT_METRICS_LISTEN)")
+	fs.StringVar(&cfg.SPIREBundleFile, "spire-bundle", cmdutil.EnvOr("PACT_SPIRE_BUNDLE", ""), "accept node agents' SPIRE X.509-SVIDs: PEM file of the SPIRE trust domain's X.509 bundle, re-read when it changes (PACT_SPIRE_BUNDLE)")
+	fs.StringVar(&cfg.SPIRESocket, "spire-socket", cmdutil.EnvOr("PACT_SPIRE_SOCKET", ""), "accept SPIRE X.509-SVIDs, with the bundle from this host's SPIRE agent Workload API, e.g. unix:///run/spire/agent.sock (PACT_SPIRE_SOCKET)")
+	fs.StringVar(&cfg.SPIRETrustDomain, "spire-trust-domain", cmdutil.EnvOr("PACT_SPIRE_TRUST_DOMAIN", ""), "SPIRE trust domain whose SVIDs map to nodes (default: the pact domain) (PACT_SPIRE_TRUST_DOMAIN)")
 	logFormat := fs.String("log-format", cmdutil.EnvOr("PACT_LOG_FORMAT", "text"), "log format: text or json (PACT_LOG_FORMAT)")
 	logLevel := fs.String("log-level", cmdutil.EnvOr("PACT_LOG_LEVEL", "info"), "log level: debug, info, warn, error (PACT_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {

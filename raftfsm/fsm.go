@@ -78,27 +78,35 @@ type state struct {
 	// restored from a snapshot must answer like one that applied the log).
 	byMAC, byBMC, byEK                      map[string]string
 	revokedByMAC, revokedByBMC, revokedByEK map[string]nodeSet
-	revoked                                 map[string]int64 // serial -> not_after (unix seconds)
-	intermediates                           map[string]*pactv1.Intermediate
-	lastSeen                                map[string]int64 // node -> unix nano
-	audit                                   *auditRing
-	journals                                map[string]*pactv1.JournalInfo
+	// SPIFFE ID overrides (Node.spiffe_id) indexed the same way: a live
+	// node owns its override alone; revoked nodes keep theirs in
+	// revokedBySPIFFE, so an SVID of a decommissioned node is answered
+	// NODE_REVOKED. Default IDs (/pact-agent/{node_id}) need no index.
+	bySPIFFE        map[string]string
+	revokedBySPIFFE map[string]nodeSet
+	revoked         map[string]int64 // serial -> not_after (unix seconds)
+	intermediates   map[string]*pactv1.Intermediate
+	lastSeen        map[string]int64 // node -> unix nano
+	audit           *auditRing
+	journals        map[string]*pactv1.JournalInfo
 }
 
 func newState(auditCap int) *state {
 	return &state{
-		nodes:         map[string]*pactv1.Node{},
-		byMAC:         map[string]string{},
-		byBMC:         map[string]string{},
-		byEK:          map[string]string{},
-		revokedByMAC:  map[string]nodeSet{},
-		revokedByBMC:  map[string]nodeSet{},
-		revokedByEK:   map[string]nodeSet{},
-		revoked:       map[string]int64{},
-		intermediates: map[string]*pactv1.Intermediate{},
-		lastSeen:      map[string]int64{},
-		audit:         newAuditRing(auditCap),
-		journals:      map[string]*pactv1.JournalInfo{},
+		nodes:           map[string]*pactv1.Node{},
+		byMAC:           map[string]string{},
+		byBMC:           map[string]string{},
+		byEK:            map[string]string{},
+		revokedByMAC:    map[string]nodeSet{},
+		revokedByBMC:    map[string]nodeSet{},
+		revokedByEK:     map[string]nodeSet{},
+		bySPIFFE:        map[string]string{},
+		revokedBySPIFFE: map[string]nodeSet{},
+		revoked:         map[string]int64{},
+		intermediates:   map[string]*pactv1.Intermediate{},
+		lastSeen:        map[string]int64{},
+		audit:           newAuditRing(auditCap),
+		journals:        map[string]*pactv1.JournalInfo{},
 	}
 }
 
@@ -178,6 +186,8 @@ func (f *FSM) applyLocked(cmd *pactv1.Command, index uint64) (*Result, Event) {
 		res = a.livenessDigest(op.LivenessDigest)
 	case *pactv1.Command_MarkInactive:
 		res = a.markInactive(op.MarkInactive)
+	case *pactv1.Command_SvidSeen:
+		res = a.svidSeen(op.SvidSeen)
 	case nil:
 		panic("raftfsm: command without an operation")
 	default:
@@ -256,8 +266,16 @@ func (a *applier) registerNode(op *pactv1.RegisterNodeOp) *Result {
 	if old, ok := s.nodes[op.GetNodeId()]; ok && old.GetState() != pactv1.NodeState_NODE_STATE_REVOKED {
 		return &Result{Node: old, Err: fmt.Errorf("%w: %s is %s", ErrNodeAlreadyEnrolled, op.GetNodeId(), StateName(old.GetState()))}
 	}
+	if sid := op.GetSpiffeId(); sid != "" {
+		if err := ValidateSPIFFEID(op.GetNodeId(), sid); err != nil {
+			return fail(fmt.Errorf("%w: %w", ErrInvalidCommand, err))
+		}
+	}
 	if owner, what := s.owner(identityOf(op.GetHardware())); owner != "" && owner != op.GetNodeId() {
 		return fail(fmt.Errorf("%w: %s is registered to node %s", ErrHardwareIdentityConflict, what, owner))
+	}
+	if owner, ok := s.bySPIFFE[op.GetSpiffeId()]; ok && owner != op.GetNodeId() {
+		return fail(fmt.Errorf("%w: SPIFFE ID %s is registered to node %s", ErrHardwareIdentityConflict, op.GetSpiffeId(), owner))
 	}
 	n := &pactv1.Node{
 		NodeId:               op.GetNodeId(),
@@ -267,11 +285,16 @@ func (a *applier) registerNode(op *pactv1.RegisterNodeOp) *Result {
 		RegisteredAtUnixNano: a.at(),
 		RegisteredBy:         a.cmd.GetActor(),
 		UpdatedAtUnixNano:    a.at(),
+		SpiffeId:             op.GetSpiffeId(),
 	}
 	delete(s.lastSeen, n.GetNodeId())
 	s.put(n)
 	a.changed(n.GetNodeId())
-	a.record("register", n.GetNodeId(), "", "macs "+strings.Join(n.GetHardware().GetMacs(), ","))
+	detail := "macs " + strings.Join(n.GetHardware().GetMacs(), ",")
+	if sid := n.GetSpiffeId(); sid != "" {
+		detail += "; spiffe_id " + sid
+	}
+	a.record("register", n.GetNodeId(), "", detail)
 	return &Result{Node: n}
 }
 
@@ -333,7 +356,13 @@ func (s *state) put(n *pactv1.Node) {
 		if e := h.GetTpmEkHash(); e != "" {
 			addHolder(s.revokedByEK, e, id)
 		}
+		if sid := n.GetSpiffeId(); sid != "" {
+			addHolder(s.revokedBySPIFFE, sid, id)
+		}
 		return
+	}
+	if sid := n.GetSpiffeId(); sid != "" {
+		s.bySPIFFE[sid] = id
 	}
 	for _, m := range h.GetMacs() {
 		s.byMAC[m] = id
@@ -366,6 +395,12 @@ func (s *state) unindex(n *pactv1.Node) {
 			delete(s.byEK, e)
 		}
 		removeHolder(s.revokedByEK, e, id)
+	}
+	if sid := n.GetSpiffeId(); sid != "" {
+		if s.bySPIFFE[sid] == id {
+			delete(s.bySPIFFE, sid)
+		}
+		removeHolder(s.revokedBySPIFFE, sid, id)
 	}
 }
 
@@ -645,6 +680,9 @@ func stateFromSnapshot(data []byte, auditCap int) (*state, error) {
 		if n.GetState() != pactv1.NodeState_NODE_STATE_REVOKED {
 			if owner, what := st.owner(identityOf(n.GetHardware())); owner != "" {
 				return nil, fmt.Errorf("raftfsm: snapshot gives %s to both %s and %s", what, owner, n.GetNodeId())
+			}
+			if owner, ok := st.bySPIFFE[n.GetSpiffeId()]; ok && n.GetSpiffeId() != "" {
+				return nil, fmt.Errorf("raftfsm: snapshot gives SPIFFE ID %s to both %s and %s", n.GetSpiffeId(), owner, n.GetNodeId())
 			}
 		}
 		st.put(n)

@@ -153,6 +153,7 @@ func checkInvariants(t *testing.T, f *raftfsm.FSM) {
 			t.Errorf("revoked %s has a last sighting %d", n.GetNodeId(), ls)
 		}
 	}
+	checkSPIFFEInvariants(t, f, all)
 	active := f.Nodes(raftfsm.Filter{State: pactv1.NodeState_NODE_STATE_ACTIVE})
 	seen := f.ActiveLastSeen()
 	if len(seen) != len(active) {
@@ -173,10 +174,56 @@ func checkInvariants(t *testing.T, f *raftfsm.FSM) {
 	}
 	// A replica restored from the snapshot answers every lookup the same.
 	for _, n := range all {
+		sid := raftfsm.SPIFFEIDOf(n, "pact.local")
+		x, xok := f.NodeBySPIFFEID(sid)
+		y, yok := g.NodeBySPIFFEID(sid)
+		if xok != yok || x.GetNodeId() != y.GetNodeId() {
+			t.Errorf("NodeBySPIFFEID(%s) = %q, %v; after a snapshot round trip %q, %v", sid, x.GetNodeId(), xok, y.GetNodeId(), yok)
+		}
 		for _, k := range hwKeys(n.GetHardware()) {
 			if x, y := f.Resolve(keyIdentity(k)), g.Resolve(keyIdentity(k)); !sameResolution(x, y) || errText(x.Err) != errText(y.Err) {
 				t.Errorf("Resolve(%s) = %q, %v; after a snapshot round trip %q, %v", k, x.Node.GetNodeId(), x.Err, y.Node.GetNodeId(), y.Err)
 			}
+		}
+	}
+}
+
+// checkSPIFFEInvariants: live nodes own their SPIFFE ID overrides alone,
+// each valid; every live node's ID (override or default) maps to it; an
+// override of a revoked node that no live node holds maps to a revoked
+// node that held it.
+func checkSPIFFEInvariants(t *testing.T, f *raftfsm.FSM, all []*pactv1.Node) {
+	t.Helper()
+	owner := map[string]string{}
+	for _, n := range all {
+		if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
+			continue
+		}
+		if sid := n.GetSpiffeId(); sid != "" {
+			if err := raftfsm.ValidateSPIFFEID(n.GetNodeId(), sid); err != nil {
+				t.Errorf("%s holds an invalid SPIFFE ID: %v", n.GetNodeId(), err)
+			}
+			if o, dup := owner[sid]; dup {
+				t.Errorf("SPIFFE ID %s is held by both %s and %s", sid, o, n.GetNodeId())
+			}
+			owner[sid] = n.GetNodeId()
+		}
+		sid := raftfsm.SPIFFEIDOf(n, "pact.local")
+		if m, ok := f.NodeBySPIFFEID(sid); !ok || m.GetNodeId() != n.GetNodeId() {
+			t.Errorf("%s's SPIFFE ID %s maps to %q (%v)", n.GetNodeId(), sid, m.GetNodeId(), ok)
+		}
+	}
+	for _, n := range all {
+		sid := n.GetSpiffeId()
+		if n.GetState() != pactv1.NodeState_NODE_STATE_REVOKED || sid == "" {
+			continue
+		}
+		if _, live := owner[sid]; live {
+			continue
+		}
+		m, ok := f.NodeBySPIFFEID(sid)
+		if !ok || m.GetState() != pactv1.NodeState_NODE_STATE_REVOKED || m.GetSpiffeId() != sid {
+			t.Errorf("SPIFFE ID %s of revoked %s, held by no live node, maps to %q (%v)", sid, n.GetNodeId(), m.GetNodeId(), stateOf(m))
 		}
 	}
 }

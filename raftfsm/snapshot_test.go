@@ -161,6 +161,9 @@ func (g *commandGen) next() *pactv1.Command {
 				hw = n.GetHardware() // another node's hardware, or its own again after a decommission
 			}
 		}
+		if sid := g.registeredSPIFFEID(id); sid != "" {
+			return p.RegisterNodeWithSPIFFEID(id, g.vcluster(), hw, sid)
+		}
 		return p.RegisterNode(id, g.vcluster(), hw)
 	case k < 46:
 		reported := n.GetHardware()
@@ -207,8 +210,10 @@ func (g *commandGen) next() *pactv1.Command {
 			to = expect // already there
 		}
 		return p.Assign(id, to, expect)
-	case k < 93:
+	case k < 89:
 		return p.LivenessDigest(fmt.Sprintf("journal-%d", g.r.Intn(3)), g.someNodes(6)...)
+	case k < 95:
+		return g.svidSeen(p, id, n)
 	default:
 		// The leader's sweep: the Active nodes it thinks are stale, with
 		// a few others, some of which a digest has just reported.
@@ -220,6 +225,53 @@ func (g *commandGen) next() *pactv1.Command {
 		}
 		return p.MarkInactive(g.now-heartbeat*1e9, ids...)
 	}
+}
+
+// genTrustDomain is the SPIRE trust domain of the generated SVIDs.
+const genTrustDomain = "pact.local"
+
+// genSPIFFE is the pool of SPIFFE ID overrides registrations draw from.
+const genSPIFFE = 6
+
+// registeredSPIFFEID returns the SPIFFE ID override a registration of id
+// carries: usually none, sometimes one from a small pool (so registrations
+// collide), its own default ID, or an invalid one.
+func (g *commandGen) registeredSPIFFEID(id string) string {
+	if g.r.Intn(4) != 0 {
+		return ""
+	}
+	switch g.r.Intn(10) {
+	case 0:
+		return "spiffe://" + genTrustDomain + "/pact-agent/node-99" // another node's default
+	case 1:
+		return "https://" + genTrustDomain + "/custom" // not a SPIFFE ID
+	case 2:
+		return "spiffe://" + genTrustDomain + raftfsm.DefaultSPIFFEPath(id)
+	}
+	return fmt.Sprintf("spiffe://%s/custom/%d", genTrustDomain, g.r.Intn(genSPIFFE))
+}
+
+// svidSeen proposes as a journal does when an SVID opens a stream, mostly
+// for the ID the node maps to, sometimes for another node's or one nobody
+// holds, and with a new serial, the recorded one, or one that was revoked.
+func (g *commandGen) svidSeen(p raftfsmtest.Proposer, id string, n *pactv1.Node) *pactv1.Command {
+	sid := raftfsm.SPIFFEIDOf(n, genTrustDomain)
+	switch g.r.Intn(8) {
+	case 0:
+		sid = fmt.Sprintf("spiffe://%s/custom/%d", genTrustDomain, g.r.Intn(genSPIFFE))
+	case 1:
+		sid = fmt.Sprintf("spiffe://%s/pact-agent/node-%02d", genTrustDomain, g.r.Intn(genNodes+2))
+	}
+	g.serial++
+	serial := fmt.Sprintf("s-%d", g.serial)
+	notAfter := g.now/1e9 + hour + g.r.Int63n(day)
+	switch g.r.Intn(6) {
+	case 0:
+		serial = n.GetCert().GetSerial() // the stream opened again on the same SVID
+	case 1:
+		serial = "c-revoked"
+	}
+	return p.SVIDSeen(id, sid, serial, notAfter)
 }
 
 func encodeAll(t testing.TB, cmds []*pactv1.Command) []*raft.Log {
@@ -373,7 +425,7 @@ func TestRandomLogInvariants(t *testing.T) {
 // and every audit action.
 func TestRandomLogCoverage(t *testing.T) {
 	_, _, seen := randomRun(t, 1, 600)
-	for _, kind := range []string{"RegisterNode", "Activate", "Renew", "PublishIntermediate", "Decommission", "Assign"} {
+	for _, kind := range []string{"RegisterNode", "Activate", "Renew", "PublishIntermediate", "Decommission", "Assign", "SvidSeen"} {
 		fails := 0
 		for o, n := range seen[kind] {
 			if o != "ok" && o != "idempotent" && !strings.HasPrefix(o, "audit:") {
@@ -398,6 +450,9 @@ func TestRandomLogCoverage(t *testing.T) {
 		{"Assign", "audit:assign"}, {"Assign", "audit:unassign"}, {"Assign", "audit:move"},
 		{"LivenessDigest", "audit:active"}, {"LivenessDigest", "audit:none"},
 		{"MarkInactive", "audit:inactive"}, {"MarkInactive", "audit:none"},
+
+		{"SvidSeen", "audit:enroll"}, {"SvidSeen", "audit:renew"}, {"SvidSeen", "idempotent"},
+		{"SvidSeen", "NODE_REVOKED"}, {"SvidSeen", "NODE_NOT_ENROLLED"}, {"SvidSeen", "STALE_CERTIFICATE"},
 	} {
 		if seen[want.kind][want.outcome] == 0 {
 			t.Errorf("%s never ended %s: %v", want.kind, want.outcome, seen[want.kind])

@@ -41,6 +41,22 @@ func (p Proposer) RegisterNode(nodeID, vcluster string, hw *pactv1.HardwareIdent
 	return c
 }
 
+// RegisterNodeWithSPIFFEID is RegisterNode with a SPIFFE ID override: the
+// node's SVIDs carry spiffeID instead of its default ID.
+func (p Proposer) RegisterNodeWithSPIFFEID(nodeID, vcluster string, hw *pactv1.HardwareIdentity, spiffeID string) *pactv1.Command {
+	c := p.RegisterNode(nodeID, vcluster, hw)
+	c.GetRegisterNode().SpiffeId = spiffeID
+	return c
+}
+
+// SVIDSeen returns an SVIDSeen command: nodeID authenticated with a SPIRE
+// X.509-SVID for spiffeID with this serial and expiry.
+func (p Proposer) SVIDSeen(nodeID, spiffeID, serial string, notAfterUnix int64) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_SvidSeen{SvidSeen: &pactv1.SVIDSeenOp{NodeId: nodeID, SpiffeId: spiffeID, Serial: serial, NotAfterUnix: notAfterUnix}}
+	return c
+}
+
 // Activate returns an Activate command for a node that enrolled reporting
 // the given hardware and was signed cert.
 func (p Proposer) Activate(nodeID string, reported *pactv1.HardwareIdentity, cert *pactv1.CertificateInfo) *pactv1.Command {
