@@ -1,7 +1,15 @@
 // Package agent is the pact node agent: it reads the node's hardware
-// identity, makes a key in RAM, enrolls with a journal, holds an mTLS
-// Subscribe stream (its liveness), and renews its certificate at 2/3 of its
-// life by building a new channel before it lets go of the old one.
+// identity, gets an mTLS identity (a SPIRE SVID, the certificate a journal
+// signs for a key made in RAM, or the image's bootstrap certificate, best
+// first), holds an mTLS Subscribe stream to a journal (its liveness), and
+// rotates: it renews the journal-signed certificate at 2/3 of its life and
+// moves to a better identity as soon as one appears, each time building and
+// health-checking a new channel before it lets go of the old one
+// (identity.Rotator).
+//
+// When something goes wrong the agent keeps the identity and channel it
+// has, retries with backoff, and says why in one of a few reasons
+// (classify), in its log, its metrics and `pact-agent status`.
 //
 // This package must never import raft, bbolt or the journal: a test keeps
 // the agent binary free of them.
@@ -9,19 +17,21 @@ package agent
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/pact-hpc/pact/agent/hwinfo"
+	"github.com/pact-hpc/pact/identity"
+	"github.com/pact-hpc/pact/identity/spire"
+	"github.com/pact-hpc/pact/identity/static"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/hwid"
 	"github.com/pact-hpc/pact/internal/logkey"
@@ -29,297 +39,818 @@ import (
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
-// ErrRefused wraps a journal's final answer to this node (not enrolled,
-// already active, revoked...): retrying would not change it.
-var ErrRefused = errors.New("agent: refused by the journal")
+// Sentinel errors.
+var (
+	// ErrRefused wraps a journal's final answer to this node (not
+	// enrolled, already active, revoked...): retrying would not change it.
+	ErrRefused = errors.New("agent: refused by the journal")
+	// ErrBadConfig wraps a configuration New cannot use (bootstrap files,
+	// --key-out off a tmpfs).
+	ErrBadConfig = errors.New("agent: bad configuration")
+)
 
-// Agent is one node agent.
+// Agent is one node agent. New prepares it; Run runs it, once.
 type Agent struct {
-	cfg   Config
-	log   *slog.Logger
-	roots *x509.CertPool
-	hw    hwid.Identity
+	cfg      Config
+	log      *slog.Logger
+	roots    []*x509.Certificate
+	rootPool *x509.CertPool
+	hw       hwid.Identity
+	jp       *identity.JournalProvider
+	static   *static.Provider // nil without bootstrap files
+	rot      *identity.Rotator
+	files    identityFiles
+	metrics  *metrics
 
-	next int // index of the next journal to try
+	next int // index of the next journal to enroll with; Run's goroutine only
+
+	mu            sync.Mutex
+	running       bool
+	providers     []identity.Provider // best first; set by Run
+	metricsAddr   string
+	nodeID        string
+	vcluster      string
+	lastJournal   *identity.Identity  // the latest journal-signed identity, even once expired
+	streamBundle  []*x509.Certificate // the latest trust bundle from a stream
+	bundleGen     int                 // counts streamBundle updates
+	nextRenewal   time.Time
+	lastRotation  time.Time
+	streamSeen    time.Time // the agent's clock when a stream was last seen open
+	failure       failureRecord
+	failureWarned time.Time // when a failure was last logged as a warning
 }
 
-// New reads the hardware identity and the domain root.
+type failureRecord struct {
+	reason, op, msg string
+	at              time.Time
+}
+
+// New reads the hardware identity, the domain root and the bootstrap files,
+// and checks --key-out. It starts nothing.
 func New(cfg Config) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.JournalAddrs = append([]string(nil), cfg.JournalAddrs...)
-	roots, _, err := pki.LoadCertPool(cfg.CAFile)
+	cfg.DialOptions = append([]grpc.DialOption(nil), cfg.DialOptions...)
+	pool, roots, err := pki.LoadCertPool(cfg.CAFile)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.KeyOut != "" {
+		if err := checkKeyOut(cfg.KeyOut); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+		}
+	}
+	var sp *static.Provider
+	if cfg.BootstrapCert != "" {
+		sc := static.DefaultConfig()
+		sc.CertFile, sc.KeyFile, sc.BundleFile, sc.Clock = cfg.BootstrapCert, cfg.BootstrapKey, cfg.BootstrapBundle, cfg.Clock
+		if sp, err = static.New(sc); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+		}
 	}
 	hw, report, err := hwinfo.Read(cfg.Hardware)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Logger.Info("hardware identity", logkey.MACs, hw.MACs, logkey.BMCSerial, hw.BMCSerial, "report", report)
-	return &Agent{cfg: cfg, log: cfg.Logger, roots: roots, hw: hw}, nil
-}
-
-// session is one mTLS channel to one journal with one credential.
-type session struct {
-	cred *credential
-	addr string
-	conn *grpc.ClientConn
-}
-
-func (s *session) close() {
-	if s != nil && s.conn != nil {
-		_ = s.conn.Close()
+	a := &Agent{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		roots:    roots,
+		rootPool: pool,
+		hw:       hw,
+		jp:       identity.NewJournalProvider(cfg.Clock),
+		static:   sp,
+		files:    identityFiles{dir: cfg.IdentityDir, keyOut: cfg.KeyOut},
 	}
+	rc := identity.DefaultRotatorConfig()
+	rc.Targets = cfg.JournalAddrs
+	rc.Roots = roots
+	rc.MaxClockSkew = cfg.MaxClockSkew
+	rc.CallTimeout = cfg.CallTimeout
+	rc.DrainTimeout = cfg.DrainTimeout
+	rc.OnEvent = a.handleEvent
+	rc.DialOptions = cfg.DialOptions
+	rc.Clock = cfg.Clock
+	rc.Logger = cfg.Logger
+	if a.rot, err = identity.NewRotator(rc); err != nil {
+		return nil, err
+	}
+	a.metrics = newMetrics(a)
+	return a, nil
 }
 
-// Run enrolls and then keeps the node's identity and stream until ctx ends.
-// It returns nil on ctx's end and an error wrapping ErrRefused when the
-// journal refuses this node for good.
+// Conn is the agent's live channel to the journal, for other components in
+// the same process: calls through it always take the current channel, and a
+// unary call caught by a certificate renewal is retried once on the new one
+// (see identity.Rotator).
+func (a *Agent) Conn() grpc.ClientConnInterface { return a.rot }
+
+// MetricsAddr is the address /metrics is served on, once Run has started
+// serving it ("" otherwise).
+func (a *Agent) MetricsAddr() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.metricsAddr
+}
+
+// Run gets the node an identity and keeps it, with its stream, until ctx
+// ends. It returns nil on ctx's end and an error wrapping ErrRefused when
+// the journal refuses this node for good (not registered, decommissioned).
 func (a *Agent) Run(ctx context.Context) error {
-	cred, addr, err := a.enroll(ctx)
-	if err != nil {
-		return err
+	a.mu.Lock()
+	if a.running {
+		a.mu.Unlock()
+		return errors.New("agent: Run called twice")
 	}
-	a.log.Info("enrolled", "identity", cred, logkey.VCluster, vclusterLabel(cred.vcluster), logkey.Addr, addr)
-	sess, st, err := a.connect(ctx, cred, addr)
-	if err != nil {
-		return err
-	}
-	defer func() { st.stop(); sess.close() }()
-	for {
-		renewIn := cred.renewAt(a.cfg.RenewAt).Sub(a.cfg.Clock.Now())
-		renewIn += jitter(renewIn / 20)
-		if renewIn < 0 {
-			renewIn = 0
+	a.running = true
+	a.mu.Unlock()
+	defer a.rot.Close()
+
+	var providers []identity.Provider
+	var sp *spire.Provider
+	if a.cfg.SPIRESocket != "" {
+		sc := spire.DefaultConfig()
+		sc.Socket, sc.Clock, sc.Logger = a.cfg.SPIRESocket, a.cfg.Clock, a.log
+		var err error
+		if sp, err = spire.New(sc); err != nil {
+			return err
 		}
-		timer := a.cfg.Clock.NewTimer(renewIn)
+		defer sp.Close()
+		providers = append(providers, sp)
+	}
+	providers = append(providers, a.jp)
+	if a.static != nil {
+		providers = append(providers, a.static)
+	}
+	cc := identity.DefaultCascadeConfig()
+	cc.Providers, cc.Clock, cc.Logger = providers, a.cfg.Clock, a.log
+	cascade, err := identity.NewCascade(cc)
+	if err != nil {
+		return err
+	}
+	defer cascade.Close()
+	a.mu.Lock()
+	a.providers = providers
+	a.mu.Unlock()
+
+	if a.cfg.StatusSocket != "" {
+		if lis, err := listenStatus(a.cfg.StatusSocket); err != nil {
+			if classify(err, nil, a.cfg.Clock.Now()) == ReasonDiskFull {
+				a.fail("status socket", err, nil)
+			}
+			a.log.Warn("no status socket; pact-agent status will not work", logkey.Err, err)
+		} else {
+			defer serve(lis, a.handler(false))()
+		}
+	}
+	if a.cfg.MetricsListen != "" {
+		lis, err := net.Listen("tcp", a.cfg.MetricsListen)
+		if err != nil {
+			return fmt.Errorf("agent: --metrics-listen: %w", err)
+		}
+		a.mu.Lock()
+		a.metricsAddr = lis.Addr().String()
+		a.mu.Unlock()
+		defer serve(lis, a.handler(true))()
+	}
+	if sp != nil {
+		a.waitForSPIRE(ctx, sp, cascade)
+	}
+	return a.loop(ctx, cascade)
+}
+
+// waitForSPIRE gives a local SPIRE agent a moment to hand over an SVID, so
+// a node that has one does not enroll with the journal for nothing. It
+// returns as soon as there is an SVID or the Workload API has said why
+// there is none.
+func (a *Agent) waitForSPIRE(ctx context.Context, sp *spire.Provider, cascade *identity.Cascade) {
+	deadline := time.Now().Add(a.cfg.SPIREWait)
+	for {
+		_, err := sp.Current(ctx)
+		var pe *identity.ProviderError
+		if err == nil || (errors.As(err, &pe) && pe.Err != nil) || !time.Now().Before(deadline) {
+			return
+		}
+		t := time.NewTimer(50 * time.Millisecond)
 		select {
 		case <-ctx.Done():
-			timer.Stop()
-			return nil
-		case err := <-st.done:
-			timer.Stop()
-			if refusal(err) {
-				return fmt.Errorf("%w: stream closed: %w", ErrRefused, err)
-			}
-			a.log.Warn("stream to journal lost; reconnecting", logkey.Err, err, logkey.Addr, sess.addr)
-			sess.close()
-			sess, st, err = a.connect(ctx, cred, a.pick())
-			if err != nil {
-				return err
-			}
-		case <-timer.C():
-			next, nst, err := a.renew(ctx, sess)
-			if err != nil {
-				if refusal(err) {
-					return fmt.Errorf("%w: renewal: %w", ErrRefused, err)
-				}
-				a.log.Warn("renewal failed; will retry", logkey.Err, err, "retry_in", a.cfg.MinRenewInterval)
-				if !a.sleep(ctx, a.cfg.MinRenewInterval) {
-					return nil
-				}
-				continue
-			}
-			// The new channel is up and streaming: let go of the old one.
-			st.stop()
-			sess.close()
-			sess, st, cred = next, nst, next.cred
-			a.log.Info("certificate renewed", "identity", cred)
+		case <-cascade.Changes():
+		case <-t.C:
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			return
 		}
 	}
 }
 
-// enroll calls Enroll until a journal gives this node a certificate or
-// refuses it for good.
-func (a *Agent) enroll(ctx context.Context) (*credential, string, error) {
+// retry is the backoff state of one kind of attempt.
+type retry struct {
+	attempt   int
+	notBefore time.Time
+}
+
+func (r *retry) due(now time.Time) bool { return !now.Before(r.notBefore) }
+
+func (r *retry) failed(a *Agent, err error, atLeast time.Duration) {
+	r.notBefore = a.cfg.Clock.Now().Add(max(a.backoff(r.attempt, err), atLeast))
+	r.attempt++
+}
+
+// loopState is what the loop remembers between steps. Only Run's goroutine
+// touches it.
+type loopState struct {
+	connect, enroll, upgrade, renew, files retry
+	upgradeKey                             string            // the identity upgrade retries are for
+	ended                                  *identity.Channel // whose stream end was handled
+	renewFor                               string            // serial renewAt was chosen for
+	renewAt                                time.Time         // when renewFor is due
+	lastRenew                              time.Time         // the latest renewal attempt
+	written                                string            // what the identity files hold
+}
+
+// loop runs step until ctx ends or the journal refuses the node, waking on
+// the step's next deadline, a cascade change, or the stream's end.
+func (a *Agent) loop(ctx context.Context, cascade *identity.Cascade) error {
+	var s loopState
+	for {
+		next, err := a.step(ctx, &s)
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		now := a.cfg.Clock.Now()
+		if !next.IsZero() && !next.After(now) {
+			continue // a step made progress: look again at once
+		}
+		var lost <-chan struct{}
+		if ch := a.rot.Active(); ch != nil && ch.StreamAlive() {
+			lost = ch.StreamDone()
+		}
+		var tick <-chan time.Time
+		var timer interface{ Stop() bool }
+		if !next.IsZero() {
+			t := a.cfg.Clock.NewTimer(next.Sub(now))
+			tick, timer = t.C(), t
+		}
+		select {
+		case <-ctx.Done():
+		case <-cascade.Changes():
+		case <-lost:
+		case <-tick:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// step does whatever is due now, in order: notice a stream that ended,
+// connect when there is no live stream, enroll when there is no identity
+// worth having, move to a better identity, renew the journal-signed
+// certificate, write the identity files. It returns when to look again
+// (zero: only on a signal; not after now: at once) or a final refusal.
+func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
+	now := a.cfg.Clock.Now()
+	var next time.Time
+	later := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+
+	act := a.rot.Active()
+	if act != nil && !act.StreamAlive() && s.ended != act {
+		s.ended = act
+		err := act.StreamErr()
+		a.fail("stream", err, act.Identity())
+		if revoked(err) {
+			return next, fmt.Errorf("%w: stream closed: %w", ErrRefused, err)
+		}
+		a.dropRefusedJournalIdentity(act.Identity(), err)
+		if s.connect.attempt == 0 {
+			s.connect = retry{attempt: 1, notBefore: now} // reconnect at once
+		} else {
+			s.connect.failed(a, err, 0) // the previous stream did not last: do not hammer
+		}
+	}
+	alive := act != nil && act.StreamAlive()
+	if alive {
+		a.sawStream(now)
+		a.mu.Lock()
+		stable := now.Sub(a.lastRotation) >= a.cfg.MaxBackoff
+		a.mu.Unlock()
+		if stable {
+			s.connect = retry{}
+		}
+	}
+
+	// Connect: there is no live stream.
+	if !alive {
+		if s.connect.due(now) {
+			switch err := a.connect(ctx); {
+			case err == nil:
+				return now, nil
+			case errors.Is(err, ErrRefused):
+				return next, err
+			case errors.Is(err, errNothingToTry):
+			default:
+				s.connect.failed(a, err, 0)
+			}
+		}
+		if s.connect.attempt > 0 {
+			later(s.connect.notBefore)
+		}
+	}
+
+	// Enroll: no journal-signed identity, and no live SVID channel.
+	if a.needEnroll(ctx, act, alive) {
+		if s.enroll.due(now) {
+			if err := a.enroll(ctx); err != nil {
+				if errors.Is(err, ErrRefused) {
+					return next, err
+				}
+				s.enroll.failed(a, err, 0)
+			} else {
+				s.enroll, s.connect = retry{}, retry{}
+				return now, nil
+			}
+		}
+		later(s.enroll.notBefore)
+	}
+
+	// Move to a better identity, a rotated one, or away from one its
+	// provider no longer offers.
+	if alive {
+		if want := a.wanted(ctx, act.Identity()); want != nil {
+			key := idKey(want)
+			if key != s.upgradeKey {
+				s.upgradeKey, s.upgrade = key, retry{}
+			}
+			if s.upgrade.due(now) {
+				op := "upgrade"
+				if want.Source.Rank() < act.Identity().Source.Rank() {
+					op = "fallback"
+				}
+				err := a.swapTo(ctx, op, want)
+				switch {
+				case err == nil:
+					s.upgrade = retry{}
+					return now, nil
+				case revoked(err):
+					return next, fmt.Errorf("%w: %w", ErrRefused, err)
+				}
+				a.dropRefusedJournalIdentity(want, err)
+				s.upgrade.failed(a, err, 0)
+			}
+			later(s.upgrade.notBefore)
+		}
+	}
+
+	// Renew the journal-signed certificate the live channel presents.
+	if alive && act.Identity().Source == identity.SourceJournal {
+		id := act.Identity()
+		if s.renewFor != id.Serial() {
+			s.renewFor, s.renewAt = id.Serial(), renewalTime(id, a.cfg.RenewAt)
+		}
+		due := s.renewAt
+		if !s.lastRenew.IsZero() {
+			due = latest(due, s.lastRenew.Add(a.cfg.MinRenewInterval), s.renew.notBefore)
+		}
+		a.setNextRenewal(due)
+		if !now.Before(due) {
+			s.lastRenew = now
+			if err := a.renew(ctx, act); err != nil {
+				if revoked(err) {
+					return next, fmt.Errorf("%w: renewal: %w", ErrRefused, err)
+				}
+				a.dropRefusedJournalIdentity(id, err)
+				s.renew.failed(a, err, a.cfg.MinRenewInterval)
+			} else {
+				s.renew = retry{}
+			}
+			return now, nil
+		}
+		later(due)
+	} else {
+		a.setNextRenewal(time.Time{})
+	}
+
+	// Hand the identity to other services on the node.
+	if act != nil && a.files.enabled() && act.Identity().Source != identity.SourceStatic {
+		id := act.Identity()
+		bundle, gen := a.publishedBundle(id)
+		key := fmt.Sprintf("%s/%d", idKey(id), gen)
+		if key != s.written {
+			if s.files.due(now) {
+				if err := a.files.write(id, bundle); err != nil {
+					a.fail("write identity files", err, nil)
+					s.files.failed(a, err, 0)
+				} else {
+					s.written, s.files = key, retry{}
+					a.log.Info("identity files written", logkey.Source, id.Source, logkey.Serial, id.Serial(),
+						"dir", a.cfg.IdentityDir, "key_out", a.cfg.KeyOut != "")
+				}
+			}
+			if s.written != key {
+				later(s.files.notBefore)
+			}
+		}
+	}
+	return next, nil
+}
+
+// errNothingToTry: no provider has an identity to connect with yet.
+var errNothingToTry = errors.New("agent: no identity to connect with yet")
+
+// connect makes a live channel with the best identity that works,
+// trying them best first.
+func (a *Agent) connect(ctx context.Context) error {
+	cands, err := a.candidates(ctx)
+	if len(cands) == 0 {
+		if errors.Is(err, identity.ErrExpired) {
+			err = fmt.Errorf("agent: every identity the agent held has expired: %w", err)
+			a.fail("connect", err, nil)
+			return err
+		}
+		return errNothingToTry
+	}
+	var first error
+	for _, id := range cands {
+		err := a.swapTo(ctx, "connect", id)
+		if err == nil {
+			return nil
+		}
+		if revoked(err) {
+			return fmt.Errorf("%w: %w", ErrRefused, err)
+		}
+		a.dropRefusedJournalIdentity(id, err)
+		if first == nil {
+			first = err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return first
+}
+
+// swapTo moves the live channel to id, counting the attempt and recording
+// a failure.
+func (a *Agent) swapTo(ctx context.Context, op string, id *identity.Identity) error {
+	a.metrics.attempts.Inc()
+	if err := a.rot.Swap(ctx, id); err != nil {
+		if ctx.Err() == nil {
+			a.fail(op, err, id)
+		}
+		return err
+	}
+	a.rotated()
+	return nil
+}
+
+// rotated notes that a new channel went live.
+func (a *Agent) rotated() {
+	now := a.cfg.Clock.Now()
+	a.mu.Lock()
+	a.lastRotation, a.streamSeen = now, now
+	a.mu.Unlock()
+	if ch := a.rot.Active(); ch != nil {
+		a.log.Info("stream open", logkey.Addr, ch.Target(), logkey.JournalID, ch.JournalID(), logkey.NodeID, ch.NodeID(), "identity", ch.Identity())
+	}
+}
+
+// renew exchanges the live channel's journal-signed certificate for one
+// for a fresh key (RenewCert over that channel) and swaps to it. From the
+// moment the renewal commits the journal takes the old certificate for
+// stale, so the swap follows at once, within the same rotation (calls the
+// journal refuses as stale meanwhile are retried on the new channel).
+func (a *Agent) renew(ctx context.Context, act *identity.Channel) error {
+	a.metrics.attempts.Inc()
+	err := a.rot.Rotate(ctx, func(ctx context.Context, cur *identity.Channel) (*identity.Identity, error) {
+		if cur != act {
+			return nil, nil // the channel changed meanwhile; look again
+		}
+		key, csr, err := newKey()
+		if err != nil {
+			return nil, err
+		}
+		cctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
+		resp, err := pactv1.NewEnrollmentServiceClient(cur.Conn()).RenewCert(cctx, &pactv1.RenewCertRequest{
+			CurrentSerial: cur.Identity().Serial(),
+			CsrDer:        csr,
+		})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("agent: RenewCert at %s: %w", cur.Target(), err)
+		}
+		id, who, err := journalIdentity(key, a.rootPool, resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now())
+		if err != nil {
+			return nil, err
+		}
+		a.adopt(id, who, resp.GetVcluster())
+		a.log.Info("certificate renewed", "identity", id, "previous", cur.Identity())
+		return id, nil
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			a.fail("renew", err, act.Identity())
+		}
+		return err
+	}
+	a.rotated()
+	return nil
+}
+
+// enroll makes a fresh key and asks the next journal to sign it on the
+// strength of the node's hardware identity.
+func (a *Agent) enroll(ctx context.Context) error {
+	a.metrics.attempts.Inc()
 	key, csr, err := newKey()
 	if err != nil {
-		return nil, "", err
+		return err
 	}
 	req := &pactv1.EnrollRequest{
 		Hardware: &pactv1.HardwareIdentity{Macs: a.hw.MACs, BmcSerial: a.hw.BMCSerial, TpmEkHash: a.hw.EKHash},
 		CsrDer:   csr,
 	}
-	for attempt := 0; ; attempt++ {
-		addr := a.pick()
-		resp, err := a.callEnroll(ctx, addr, req)
-		if err == nil {
-			cred, err := newCredential(key, a.roots, resp.GetCertChainDer(), resp.GetTrustBundleDer(), resp.GetVcluster(), a.cfg.Clock.Now())
-			return cred, addr, err
-		}
-		if refusal(err) {
-			return nil, "", a.explainRefusal(err)
-		}
-		wait := a.backoff(attempt, err)
-		a.log.Warn("enrollment failed; retrying", logkey.Addr, addr, logkey.Reason, classify(err), logkey.Err, err,
-			logkey.Attempt, attempt+1, "retry_in", wait.Round(time.Millisecond))
-		if !a.sleep(ctx, wait) {
-			return nil, "", ctx.Err()
+	addr := a.pick()
+	resp, err := a.callEnroll(ctx, addr, req)
+	if err == nil {
+		var id *identity.Identity
+		var who pki.Identity
+		if id, who, err = journalIdentity(key, a.rootPool, resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now()); err == nil {
+			a.adopt(id, who, resp.GetVcluster())
+			a.log.Info("enrolled", "identity", id, logkey.NodeID, who.Name, logkey.VCluster, vclusterLabel(resp.GetVcluster()), logkey.Addr, addr)
+			return nil
 		}
 	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	// ALREADY_ACTIVE is final for an agent that never held this node's
+	// identity (a second agent on the same hardware). One that did is
+	// re-enrolling after losing it (expired, superseded, SPIRE gone): the
+	// active identity is its own, and the journal will take it over once
+	// the node has been quiet long enough.
+	if refusal(err) && !(apierr.FromError(err).Reason == apierr.AlreadyActive && a.heldIdentity()) {
+		err = a.explainRefusal(err)
+	}
+	a.fail("enroll", fmt.Errorf("agent: enroll at %s: %w", addr, err), a.latestJournal())
+	return err
 }
 
 func (a *Agent) callEnroll(ctx context.Context, addr string, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, error) {
-	conn, err := a.dial(addr, nil)
+	creds := identity.NewClientCredentials(identity.ClientTLSConfig(a.roots, nil, a.cfg.Clock.Now))
+	conn, err := grpc.NewClient("passthrough:///"+addr, append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, a.cfg.DialOptions...)...)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
 	defer cancel()
-	return pactv1.NewEnrollmentServiceClient(conn).Enroll(cctx, req)
+	resp, err := pactv1.NewEnrollmentServiceClient(conn).Enroll(cctx, req)
+	return resp, creds.Explain(err)
 }
 
-// connect opens an mTLS channel with cred and a Subscribe stream on it,
-// retrying (over the journals) until the stream delivers its first event.
-func (a *Agent) connect(ctx context.Context, cred *credential, addr string) (*session, *stream, error) {
-	for attempt := 0; ; attempt++ {
-		sess, st, err := a.openSession(ctx, cred, addr)
-		if err == nil {
-			return sess, st, nil
-		}
-		if refusal(err) {
-			return nil, nil, fmt.Errorf("%w: %w", ErrRefused, err)
-		}
-		wait := a.backoff(attempt, err)
-		a.log.Warn("cannot open stream; retrying", logkey.Addr, addr, logkey.Reason, classify(err), logkey.Err, err, "retry_in", wait.Round(time.Millisecond))
-		if !a.sleep(ctx, wait) {
-			return nil, nil, ctx.Err()
-		}
-		addr = a.pick()
-	}
+// adopt makes a journal-signed identity the journal provider's.
+func (a *Agent) adopt(id *identity.Identity, who pki.Identity, vcluster string) {
+	a.mu.Lock()
+	a.lastJournal, a.nodeID, a.vcluster = id, who.Name, vcluster
+	a.mu.Unlock()
+	a.jp.Set(id)
 }
 
-func (a *Agent) openSession(ctx context.Context, cred *credential, addr string) (*session, *stream, error) {
-	conn, err := a.dial(addr, cred)
-	if err != nil {
-		return nil, nil, err
+// dropRefusedJournalIdentity forgets the journal-signed identity when the
+// journal no longer takes it (superseded by another certificate, or not
+// authenticated: its intermediate revoked, say), so the agent enrolls
+// again. A decommissioned node is handled by the caller: it fails closed.
+func (a *Agent) dropRefusedJournalIdentity(id *identity.Identity, err error) {
+	if id == nil || id.Source != identity.SourceJournal {
+		return
 	}
-	sess := &session{cred: cred, addr: addr, conn: conn}
-	st, err := a.subscribe(ctx, sess)
-	if err != nil {
-		sess.close()
-		return nil, nil, err
+	pe := apierr.FromError(err)
+	if pe.Reason != apierr.StaleCertificate && pe.Reason != apierr.Unauthenticated {
+		return
 	}
-	return sess, st, nil
+	cur, _ := a.jp.Current(context.Background())
+	if cur == nil || cur.Serial() != id.Serial() {
+		return
+	}
+	a.log.Warn("the journal no longer accepts this node's certificate; enrolling again", logkey.Serial, id.Serial(), logkey.Err, err)
+	a.jp.Clear(fmt.Sprintf("certificate serial %s no longer accepted by the journal (%s); enrolling again", id.Serial(), pe.Reason))
 }
 
-// renew gets a certificate for a fresh key over the current channel, then
-// builds and health-checks a new channel with it (a stream that delivers its
-// first event) before the caller swaps it in.
-func (a *Agent) renew(ctx context.Context, cur *session) (*session, *stream, error) {
-	key, csr, err := newKey()
-	if err != nil {
-		return nil, nil, err
-	}
-	cctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
-	resp, err := pactv1.NewEnrollmentServiceClient(cur.conn).RenewCert(cctx, &pactv1.RenewCertRequest{
-		CurrentSerial: cur.cred.serial,
-		CsrDer:        csr,
-	})
-	cancel()
-	if err != nil {
-		return nil, nil, err
-	}
-	cred, err := newCredential(key, a.roots, resp.GetCertChainDer(), resp.GetTrustBundleDer(), resp.GetVcluster(), a.cfg.Clock.Now())
-	if err != nil {
-		return nil, nil, err
-	}
-	// The renewal is committed: the old certificate no longer authenticates,
-	// so from here on only the new one is worth retrying with.
-	sess, st, err := a.connect(ctx, cred, cur.addr)
-	if err != nil {
-		return nil, nil, err
-	}
-	return sess, st, nil
-}
-
-// dial makes a channel to addr: server-TLS only when cred is nil (Enroll),
-// mTLS otherwise. The server must chain to the domain root; verification is
-// never turned off.
-func (a *Agent) dial(addr string, cred *credential) (*grpc.ClientConn, error) {
-	tlsCfg := &tls.Config{
-		MinVersion: tls.VersionTLS13,
-		RootCAs:    a.roots,
-		Time:       a.cfg.Clock.Now,
-	}
-	if cred != nil {
-		cert := cred.tlsCert
-		tlsCfg.Certificates = []tls.Certificate{cert}
-	}
-	return grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
-}
-
-// stream is a running Subscribe stream.
-type stream struct {
-	cancel context.CancelFunc
-	done   chan error
-}
-
-func (s *stream) stop() {
-	if s != nil {
-		s.cancel()
-	}
-}
-
-// subscribe opens the stream and waits for its first event, which proves
-// the channel works end to end.
-func (a *Agent) subscribe(ctx context.Context, sess *session) (*stream, error) {
-	sctx, cancel := context.WithCancel(ctx)
-	client, err := pactv1.NewEnrollmentServiceClient(sess.conn).Subscribe(sctx, &pactv1.SubscribeRequest{})
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	first := make(chan error, 1)
-	go func() {
-		ev, err := client.Recv()
-		if err == nil {
-			err = a.handleEvent(sess, ev)
-		}
-		first <- err
-	}()
-	t := a.cfg.Clock.NewTimer(a.cfg.CallTimeout)
-	defer t.Stop()
-	select {
-	case err := <-first:
+// candidates are the identities the providers have now, best first. When
+// there is none, err says why (it wraps identity.ErrExpired if one expired).
+func (a *Agent) candidates(ctx context.Context) ([]*identity.Identity, error) {
+	var out []*identity.Identity
+	var errs []error
+	for _, p := range a.providerList() {
+		id, err := p.Current(ctx)
 		if err != nil {
-			cancel()
-			return nil, err
+			errs = append(errs, err)
+			continue
 		}
-	case <-t.C():
-		cancel()
-		return nil, fmt.Errorf("agent: no event on the stream from %s within %v", sess.addr, a.cfg.CallTimeout)
+		out = append(out, id)
 	}
-	a.log.Info("stream open", logkey.Addr, sess.addr, logkey.NodeID, sess.cred.nodeID, logkey.Serial, sess.cred.serial)
-	st := &stream{cancel: cancel, done: make(chan error, 1)}
-	go func() {
-		for {
-			ev, err := client.Recv()
-			if err == nil {
-				err = a.handleEvent(sess, ev)
-			}
-			if err != nil {
-				st.done <- err
-				return
-			}
-		}
-	}()
-	return st, nil
+	if len(out) == 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
 }
 
-func (a *Agent) handleEvent(sess *session, ev *pactv1.SubscribeResponse) error {
+// wanted is the identity the live channel should move to, or nil: a better
+// source that has one, a newer identity from the same source (a renewal, an
+// SVID rotation), or, when the active source has none any more (SPIRE went
+// away), the best that has.
+func (a *Agent) wanted(ctx context.Context, cur *identity.Identity) *identity.Identity {
+	for _, p := range a.providerList() {
+		id, err := p.Current(ctx)
+		if err != nil {
+			continue
+		}
+		switch {
+		case id.Source.Rank() > cur.Source.Rank():
+			return id
+		case id.Source == cur.Source:
+			if id.Serial() != cur.Serial() {
+				return id
+			}
+			return nil
+		default:
+			if id.Source != identity.SourceStatic {
+				return id
+			}
+			return nil // never fall back to the bootstrap identity while a better channel lives
+		}
+	}
+	return nil
+}
+
+// needEnroll: there is no journal-signed identity, and no live channel
+// other than one on the bootstrap identity. While any other channel lives
+// the journal would refuse the enrollment anyway (the node is active and
+// streaming: it is this agent); the agent enrolls once that channel is gone.
+func (a *Agent) needEnroll(ctx context.Context, act *identity.Channel, alive bool) bool {
+	if _, err := a.jp.Current(ctx); err == nil {
+		return false
+	}
+	return !alive || act.Identity().Source == identity.SourceStatic
+}
+
+// handleEvent is the rotator's OnEvent: every event of every stream.
+func (a *Agent) handleEvent(ch *identity.Channel, ev *pactv1.SubscribeResponse) error {
+	a.sawStream(a.cfg.Clock.Now())
 	switch e := ev.GetEvent().(type) {
 	case *pactv1.SubscribeResponse_Assignment:
-		a.log.Info("assignment", logkey.NodeID, e.Assignment.GetNodeId(), logkey.VCluster, vclusterLabel(e.Assignment.GetVcluster()))
+		a.mu.Lock()
+		changed := a.vcluster != e.Assignment.GetVcluster()
+		a.nodeID, a.vcluster = e.Assignment.GetNodeId(), e.Assignment.GetVcluster()
+		a.mu.Unlock()
+		if changed || ch.Events() == 0 {
+			a.log.Info("assignment", logkey.NodeID, e.Assignment.GetNodeId(), logkey.VCluster, vclusterLabel(e.Assignment.GetVcluster()))
+		}
 	case *pactv1.SubscribeResponse_TrustBundle:
-		a.log.Debug("trust bundle", "certificates", len(e.TrustBundle.GetDer()))
+		var certs []*x509.Certificate
+		for _, d := range e.TrustBundle.GetDer() {
+			if c, err := x509.ParseCertificate(d); err == nil {
+				certs = append(certs, c)
+			}
+		}
+		a.mu.Lock()
+		if !sameCerts(a.streamBundle, certs) {
+			a.streamBundle = certs
+			a.bundleGen++
+		}
+		a.mu.Unlock()
+		a.log.Debug("trust bundle", "certificates", len(certs))
 	case *pactv1.SubscribeResponse_Revoked:
 		return apierr.Status(apierr.NodeRevoked, 0, e.Revoked.GetReason()).Err()
 	}
 	return nil
+}
+
+// publishedBundle is what bundle.pem holds for id: the journal's latest
+// trust bundle for a journal-signed identity, the identity's own bundle
+// otherwise, the domain root if that is empty. gen changes when it does.
+func (a *Agent) publishedBundle(id *identity.Identity) ([]*x509.Certificate, int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case id.Source == identity.SourceJournal && len(a.streamBundle) > 0:
+		return a.streamBundle, a.bundleGen
+	case len(id.Bundle) > 0:
+		return id.Bundle, 0
+	}
+	return a.roots, 0
+}
+
+// fail records why op failed: log, metrics, status. It returns the reason.
+func (a *Agent) fail(op string, err error, id *identity.Identity) string {
+	now := a.cfg.Clock.Now()
+	reason := classify(err, id, now)
+	a.metrics.failures.WithLabelValues(reason).Inc()
+	a.mu.Lock()
+	prev := a.failure
+	a.failure = failureRecord{reason: reason, op: op, msg: err.Error(), at: now}
+	// Retry logs are coalesced: a failure that repeats the previous one is
+	// logged at debug level, with a warning again every failureLogEvery.
+	level := slog.LevelWarn
+	if prev.reason == reason && prev.op == op && now.Sub(a.failureWarned) < failureLogEvery {
+		level = slog.LevelDebug
+	} else {
+		a.failureWarned = now
+	}
+	a.mu.Unlock()
+	attrs := []any{logkey.Reason, reason, logkey.Err, err}
+	if id != nil {
+		attrs = append(attrs, "identity", id)
+	}
+	a.log.Log(context.Background(), level, op+" failed; keeping what the agent has and retrying", attrs...)
+	return reason
+}
+
+// failureLogEvery is how often a failure that keeps repeating is logged as
+// a warning.
+const failureLogEvery = 5 * time.Minute
+
+func (a *Agent) sawStream(now time.Time) {
+	a.mu.Lock()
+	a.streamSeen = now
+	a.mu.Unlock()
+}
+
+// lastStream is when the agent last held an open stream: now while it does.
+func (a *Agent) lastStream() time.Time {
+	if ch := a.rot.Active(); ch != nil && ch.StreamAlive() {
+		return a.cfg.Clock.Now()
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.streamSeen
+}
+
+func (a *Agent) setNextRenewal(t time.Time) {
+	a.mu.Lock()
+	a.nextRenewal = t
+	a.mu.Unlock()
+}
+
+// heldIdentity reports whether the agent has had a live channel for its
+// node, or a journal-signed certificate, since it started.
+func (a *Agent) heldIdentity() bool {
+	return a.latestJournal() != nil || a.rot.NodeID() != ""
+}
+
+func (a *Agent) latestJournal() *identity.Identity {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastJournal
+}
+
+func (a *Agent) providerList() []identity.Provider {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.providers
+}
+
+// Status reports the agent's identity, channel and last failure. It never
+// includes key material.
+func (a *Agent) Status() Status {
+	now := a.cfg.Clock.Now()
+	a.mu.Lock()
+	st := Status{
+		NodeID:            a.nodeID,
+		VCluster:          a.vcluster,
+		NextRenewal:       a.nextRenewal,
+		LastRotation:      a.lastRotation,
+		LastFailureReason: a.failure.reason,
+		LastFailure:       a.failure.msg,
+		LastFailureOp:     a.failure.op,
+		LastFailureAt:     a.failure.at,
+		Now:               now,
+	}
+	a.mu.Unlock()
+	if st.NodeID == "" {
+		st.NodeID = a.rot.NodeID()
+	}
+	if ch := a.rot.Active(); ch != nil {
+		id := ch.Identity()
+		st.Source, st.Serial, st.NotAfter, st.SPIFFEID = string(id.Source), id.Serial(), id.NotAfter, id.SPIFFEID
+		st.StreamConnected = ch.StreamAlive()
+		st.Journal, st.JournalID = ch.Target(), ch.JournalID()
+		st.Ready = st.StreamConnected && !id.Expired(now)
+	}
+	return st
 }
 
 // pick returns the next journal address, round robin.
@@ -343,17 +874,6 @@ func (a *Agent) backoff(attempt int, err error) time.Duration {
 	return d
 }
 
-func (a *Agent) sleep(ctx context.Context, d time.Duration) bool {
-	t := a.cfg.Clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C():
-		return true
-	}
-}
-
 func jitter(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
@@ -361,33 +881,28 @@ func jitter(d time.Duration) time.Duration {
 	return rand.N(d)
 }
 
-// refusal reports whether err is a final answer about this node. An
-// ALREADY_ACTIVE with a retry-after is not: the node's previous incarnation
-// went quiet and the journal will accept a takeover after the window.
-func refusal(err error) bool {
-	pe := apierr.FromError(err)
-	if pe.Reason == apierr.AlreadyActive && pe.RetryAfter > 0 {
-		return false
+func latest(ts ...time.Time) time.Time {
+	var out time.Time
+	for _, t := range ts {
+		if t.After(out) {
+			out = t
+		}
 	}
-	switch pe.Code {
-	case codes.NotFound, codes.AlreadyExists, codes.PermissionDenied, codes.FailedPrecondition, codes.InvalidArgument:
-		return true
-	}
-	return false
+	return out
 }
 
-// classify names why a call failed, for logs and metrics.
-func classify(err error) string {
-	pe := apierr.FromError(err)
-	switch {
-	case pe.Reason != "":
-		return string(pe.Reason)
-	case pe.Code == codes.Unavailable && containsAny(pe.Message, "x509:", "certificate signed by unknown authority", "tls:"):
-		return "server_tls_untrusted"
-	case pe.Code == codes.Unavailable, pe.Code == codes.DeadlineExceeded:
-		return "endpoint_unreachable"
+func idKey(id *identity.Identity) string { return string(id.Source) + "/" + id.Serial() }
+
+func sameCerts(a, b []*x509.Certificate) bool {
+	if len(a) != len(b) {
+		return false
 	}
-	return pe.Code.String()
+	for i := range a {
+		if !a[i].Equal(b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 func (a *Agent) explainRefusal(err error) error {
@@ -422,15 +937,4 @@ func vclusterLabel(v string) string {
 		return "(maintenance mode)"
 	}
 	return v
-}
-
-func containsAny(s string, subs ...string) bool {
-	for _, sub := range subs {
-		for i := 0; i+len(sub) <= len(s); i++ {
-			if s[i:i+len(sub)] == sub {
-				return true
-			}
-		}
-	}
-	return false
 }

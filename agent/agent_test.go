@@ -3,6 +3,8 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
@@ -31,10 +34,16 @@ func agentConfig(h *journaltest.Harness, c clock.Clock, bmc string, macs ...stri
 	cfg.MinBackoff = 10 * time.Millisecond
 	cfg.MaxBackoff = 100 * time.Millisecond
 	cfg.Clock = c
+	cfg.SPIRESocket = ""
+	cfg.StatusSocket = ""
+	// Tests drive the agent's clock days ahead of the journal's to reach
+	// renewal time; the skew check has its own test.
+	cfg.MaxClockSkew = 365 * 24 * time.Hour
 	return cfg
 }
 
 type runningAgent struct {
+	*Agent
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -46,7 +55,7 @@ func runAgent(t *testing.T, cfg Config) *runningAgent {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningAgent{cancel: cancel, done: make(chan error, 1)}
+	r := &runningAgent{Agent: a, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- a.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
@@ -162,7 +171,7 @@ func TestAgentRenewsAtTwoThirds(t *testing.T) {
 	eventually(t, "one stream remains", func() bool { return h.J.OpenStreams("n1") == 1 })
 }
 
-func TestCredentialNeverPrintsKey(t *testing.T) {
+func TestJournalIdentityNeverPrintsKey(t *testing.T) {
 	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
 	h.Register(t, "n1", "SN1", mac1)
 	key := journaltest.NewKey(t)
@@ -170,9 +179,12 @@ func TestCredentialNeverPrintsKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cred, err := newCredential(key.Signer, h.Roots, resp.GetCertChainDer(), resp.GetTrustBundleDer(), "", time.Now())
+	id, who, err := journalIdentity(key.Signer, h.Roots, resp.GetCertChainDer(), resp.GetTrustBundleDer(), time.Now())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if who.Name != "n1" || id.Source != identity.SourceJournal {
+		t.Fatalf("identity of %v from %s, want n1 from journal", who, id.Source)
 	}
 	d := fmt.Sprintf("%v", key.Signer) // &{{curve X Y} D}
 	secret := strings.TrimSuffix(d[strings.LastIndex(d, " ")+1:], "}")
@@ -180,14 +192,46 @@ func TestCredentialNeverPrintsKey(t *testing.T) {
 		t.Fatalf("could not find the private scalar in %q", d)
 	}
 	var logs bytes.Buffer
-	slog.New(slog.NewJSONHandler(&logs, nil)).Info("x", "cred", cred)
-	slog.New(slog.NewTextHandler(&logs, nil)).Info("x", "cred", cred)
-	for _, out := range []string{fmt.Sprintf("%v %+v %#v %s", cred, cred, cred, cred), logs.String()} {
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("x", "identity", id)
+	slog.New(slog.NewTextHandler(&logs, nil)).Info("x", "identity", id)
+	for _, out := range []string{fmt.Sprintf("%v %+v %#v %s", id, id, id, id), logs.String()} {
 		if strings.Contains(out, secret) {
-			t.Fatalf("credential output contains the private key: %s", out)
+			t.Fatalf("identity output contains the private key: %s", out)
 		}
-		if !strings.Contains(out, cred.serial) {
-			t.Fatalf("credential output lacks the serial; the redaction test would pass vacuously: %s", out)
+		if !strings.Contains(out, id.Serial()) {
+			t.Fatalf("identity output lacks the serial; the redaction test would pass vacuously: %s", out)
 		}
+	}
+}
+
+func TestJournalIdentityRefusesWhatDoesNotBelong(t *testing.T) {
+	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
+	h.Register(t, "n1", "SN1", mac1)
+	key := journaltest.NewKey(t)
+	resp, err := h.Enroll(t, key, "SN1", mac1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := journaltest.NewKey(t)
+	foreign := journaltest.Start(t, journaltest.Config(t.TempDir()))
+	tests := []struct {
+		name  string
+		key   crypto.Signer
+		roots *x509.CertPool
+		chain [][]byte
+		want  string
+	}{
+		{"no certificate", key.Signer, h.Roots, nil, "no certificate"},
+		{"garbage", key.Signer, h.Roots, [][]byte{[]byte("x")}, "unparsable"},
+		{"another key", other.Signer, h.Roots, resp.GetCertChainDer(), "another key"},
+		{"another domain root", key.Signer, foreign.Roots, resp.GetCertChainDer(), "does not verify"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := journalIdentity(tt.key, tt.roots, tt.chain, nil, time.Now())
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one saying %q", err, tt.want)
+			}
+		})
 	}
 }

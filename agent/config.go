@@ -5,11 +5,19 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
+	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/pact-hpc/pact/agent/hwinfo"
+	"github.com/pact-hpc/pact/identity/spire"
 	"github.com/pact-hpc/pact/internal/clock"
 )
+
+// DefaultStatusSocket is where the agent serves its status by default.
+const DefaultStatusSocket = "/run/pact/agent.sock"
 
 // Config configures a node agent.
 type Config struct {
@@ -27,8 +35,48 @@ type Config struct {
 	// RenewAt is the fraction of a certificate's lifetime after which it is
 	// renewed.
 	RenewAt float64
-	// MinRenewInterval keeps a failing renewal from looping.
+	// MinRenewInterval is the least time between two renewal attempts, so a
+	// failing renewal never loops.
 	MinRenewInterval time.Duration
+	// MaxClockSkew is how far the agent's clock may be from a journal's (as
+	// its Ping answers) before the channel fails its health check with
+	// clock_skew.
+	MaxClockSkew time.Duration
+	// DrainTimeout bounds how long a replaced channel waits for its
+	// in-flight calls before it is closed.
+	DrainTimeout time.Duration
+
+	// SPIRESocket is the SPIRE agent's Workload API (--spire-socket); empty
+	// disables SPIRE.
+	SPIRESocket string
+	// SPIREWait is how long the agent waits at start for a first SVID (or
+	// for SPIRE to say it has none) before it enrolls with the journal.
+	SPIREWait time.Duration
+	// BootstrapCert, BootstrapKey and BootstrapBundle are the static
+	// bootstrap identity baked into the image (--bootstrap-*); empty
+	// BootstrapCert means none. It is held in memory only and never written
+	// anywhere.
+	BootstrapCert   string
+	BootstrapKey    string
+	BootstrapBundle string
+
+	// StatusSocket is the Unix socket `pact-agent status` reads (mode
+	// 0600); empty disables it.
+	StatusSocket string
+	// MetricsListen, if set, serves /metrics, /healthz and /readyz over
+	// plain HTTP on this address.
+	MetricsListen string
+	// IdentityDir, if set, receives chain.pem and bundle.pem (atomically
+	// replaced) whenever the active identity or its bundle changes, for
+	// other services on the node. The bootstrap identity is never written.
+	IdentityDir string
+	// KeyOut, if set, receives the active identity's private key (key.pem,
+	// mode 0600). It must be on a tmpfs: New refuses any other filesystem.
+	KeyOut string
+
+	// DialOptions are added to every channel to a journal (keepalive
+	// tuning; tests inject faults with an interceptor).
+	DialOptions []grpc.DialOption
 
 	Logger *slog.Logger
 	Clock  clock.Clock
@@ -43,6 +91,11 @@ func DefaultConfig() Config {
 		MaxBackoff:       30 * time.Second,
 		RenewAt:          2.0 / 3.0,
 		MinRenewInterval: 30 * time.Second,
+		MaxClockSkew:     5 * time.Minute,
+		DrainTimeout:     10 * time.Second,
+		SPIRESocket:      spire.DefaultSocket,
+		SPIREWait:        2 * time.Second,
+		StatusSocket:     DefaultStatusSocket,
 		Logger:           slog.Default(),
 		Clock:            clock.Real{},
 	}
@@ -76,6 +129,36 @@ func (c Config) Validate() error {
 	}
 	if c.MinRenewInterval <= 0 {
 		errs = append(errs, errors.New("agent: MinRenewInterval must be positive"))
+	}
+	if c.MaxClockSkew <= 0 {
+		errs = append(errs, errors.New("agent: MaxClockSkew must be positive"))
+	}
+	if c.DrainTimeout <= 0 {
+		errs = append(errs, errors.New("agent: DrainTimeout must be positive"))
+	}
+	if c.SPIREWait < 0 {
+		errs = append(errs, errors.New("agent: SPIREWait must not be negative"))
+	}
+	if c.SPIRESocket != "" {
+		sc := spire.DefaultConfig()
+		sc.Socket = c.SPIRESocket
+		if err := sc.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if (c.BootstrapCert == "") != (c.BootstrapKey == "") {
+		errs = append(errs, errors.New("agent: --bootstrap-cert and --bootstrap-key go together"))
+	}
+	if c.BootstrapBundle != "" && c.BootstrapCert == "" {
+		errs = append(errs, errors.New("agent: --bootstrap-bundle needs --bootstrap-cert and --bootstrap-key"))
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			errs = append(errs, fmt.Errorf("agent: --metrics-listen %q: want host:port", c.MetricsListen))
+		}
+	}
+	if c.KeyOut != "" && (strings.HasSuffix(c.KeyOut, "/") || filepath.Base(c.KeyOut) == ".") {
+		errs = append(errs, fmt.Errorf("agent: --key-out %q must name a file, not a directory", c.KeyOut))
 	}
 	if c.Logger == nil {
 		errs = append(errs, errors.New("agent: Logger is required"))

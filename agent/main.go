@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/pact-hpc/pact/internal/cmdutil"
 	"io"
 	"os"
 	"os/signal"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/pact-hpc/pact/agent/hwinfo"
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/cmdutil"
 )
 
 // Exit codes of pact-agent.
@@ -33,9 +33,24 @@ mTLS stream to it, renewing its certificate before it expires.
 
 Usage:
   pact-agent --journal HOST:PORT[,HOST:PORT...] --ca CA.pem [flags]
+  pact-agent status [--status-socket PATH] [-o table|json]
 
 The node must be registered first (pact node enroll). In containers and
 tests, --mac and --bmc-serial replace what is read from /sys.
+
+Identity sources, best first: an X.509-SVID from the local SPIRE agent
+(--spire-socket), the certificate the journal signs at enrollment, and a
+bootstrap certificate baked into the image (--bootstrap-cert/--bootstrap-key,
+kept in memory only). The agent moves to a better source as soon as it
+appears, and renews the journal-signed certificate at 2/3 of its lifetime,
+always by building and health-checking a new channel before it lets go of
+the old one.
+
+Other services on the node can use the identity: --identity-dir receives
+chain.pem and bundle.pem on every change (replaced atomically). The private
+key is written only with --key-out, only to a file on a tmpfs (the agent
+refuses any other filesystem), with mode 0600. The bootstrap identity is
+never written.
 
 Example:
   pact-agent --journal 127.0.0.1:7443 --ca .pact/ca.pem \
@@ -56,12 +71,45 @@ func (s *stringList) Set(v string) error {
 	return nil
 }
 
-// Main runs the pact-agent command and returns its exit code.
-func Main(args []string, stderr io.Writer) int {
-	cfg := DefaultConfig()
-	fs := flag.NewFlagSet("pact-agent", flag.ContinueOnError)
+func newFlagSet(name string, stderr io.Writer, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, agentUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	return fs
+}
+
+// parseFlags parses args; when it returns ok false, the command ends with
+// code.
+func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK, false
+		}
+		return ExitUsage, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q (see %s --help)\n", fs.Name(), fs.Arg(0), fs.Name())
+		return ExitUsage, false
+	}
+	return ExitOK, true
+}
+
+// envOrDefault is the environment variable key if it is set, even to the
+// empty string, and def otherwise.
+func envOrDefault(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}
+
+// Main runs the pact-agent command and returns its exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "status" {
+		return statusMain(args[1:], stdout, stderr)
+	}
+	cfg := DefaultConfig()
+	fs := newFlagSet("pact-agent", stderr, agentUsage)
 	journals := fs.String("journal", os.Getenv("PACT_JOURNAL"), "comma-separated journal addresses host:port (PACT_JOURNAL)")
 	fs.StringVar(&cfg.CAFile, "ca", os.Getenv("PACT_CA"), "domain root certificate, PEM (PACT_CA)")
 	var macs stringList
@@ -69,17 +117,18 @@ func Main(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.Hardware.BMCSerial, "bmc-serial", os.Getenv("PACT_AGENT_BMC_SERIAL"), "use this BMC serial instead of reading DMI (PACT_AGENT_BMC_SERIAL)")
 	fs.StringVar(&cfg.Hardware.TPMEKHash, "tpm-ek-hash", os.Getenv("PACT_AGENT_TPM_EK_HASH"), "hex SHA-256 of the TPM endorsement key (PACT_AGENT_TPM_EK_HASH)")
 	fs.StringVar(&cfg.Hardware.SysRoot, "sys-root", cfg.Hardware.SysRoot, "where sysfs is mounted")
+	fs.StringVar(&cfg.SPIRESocket, "spire-socket", envOrDefault("PACT_SPIRE_SOCKET", cfg.SPIRESocket), "SPIRE agent Workload API, unix:///path; empty disables SPIRE (PACT_SPIRE_SOCKET)")
+	fs.StringVar(&cfg.BootstrapCert, "bootstrap-cert", os.Getenv("PACT_BOOTSTRAP_CERT"), "bootstrap certificate chain from the image, PEM; held in memory only (PACT_BOOTSTRAP_CERT)")
+	fs.StringVar(&cfg.BootstrapKey, "bootstrap-key", os.Getenv("PACT_BOOTSTRAP_KEY"), "the bootstrap certificate's private key, PEM (PACT_BOOTSTRAP_KEY)")
+	fs.StringVar(&cfg.BootstrapBundle, "bootstrap-bundle", os.Getenv("PACT_BOOTSTRAP_BUNDLE"), "trust bundle that goes with the bootstrap certificate, PEM (PACT_BOOTSTRAP_BUNDLE)")
+	fs.StringVar(&cfg.StatusSocket, "status-socket", envOrDefault("PACT_AGENT_STATUS_SOCKET", cfg.StatusSocket), "Unix socket (mode 0600, root only) that \"pact-agent status\" reads; empty disables it (PACT_AGENT_STATUS_SOCKET)")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", os.Getenv("PACT_AGENT_METRICS_LISTEN"), "host:port to serve /metrics, /healthz and /readyz (200 only with an unexpired identity and an open stream) over plain HTTP (PACT_AGENT_METRICS_LISTEN)")
+	fs.StringVar(&cfg.IdentityDir, "identity-dir", os.Getenv("PACT_AGENT_IDENTITY_DIR"), "directory that receives chain.pem and bundle.pem, replaced atomically on every change (PACT_AGENT_IDENTITY_DIR)")
+	fs.StringVar(&cfg.KeyOut, "key-out", os.Getenv("PACT_AGENT_KEY_OUT"), "also write the private key to this file, mode 0600; it MUST be on a tmpfs (e.g. /run/pact/key.pem): the agent refuses any other filesystem (PACT_AGENT_KEY_OUT)")
 	logFormat := fs.String("log-format", cmdutil.EnvOr("PACT_LOG_FORMAT", "text"), "text or json (PACT_LOG_FORMAT)")
 	logLevel := fs.String("log-level", cmdutil.EnvOr("PACT_LOG_LEVEL", "info"), "debug, info, warn or error (PACT_LOG_LEVEL)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "pact-agent: unexpected argument %q (see pact-agent --help)\n", fs.Arg(0))
-		return ExitUsage
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if *journals != "" {
 		cfg.JournalAddrs = strings.Split(*journals, ",")
@@ -105,7 +154,7 @@ func Main(args []string, stderr io.Writer) int {
 	a, err := New(cfg)
 	if err != nil {
 		logger.Error("cannot start", "err", err)
-		if errors.Is(err, hwinfo.ErrNoHardwareIdentity) {
+		if errors.Is(err, hwinfo.ErrNoHardwareIdentity) || errors.Is(err, ErrBadConfig) {
 			return ExitUsage
 		}
 		return ExitError

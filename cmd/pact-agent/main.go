@@ -7,4 +7,4 @@ import (
 	"github.com/pact-hpc/pact/agent"
 )
 
-func main() { os.Exit(agent.Main(os.Args[1:], os.Stderr)) }
+func main() { os.Exit(agent.Main(os.Args[1:], os.Stdout, os.Stderr)) }

@@ -1,0 +1,797 @@
+package identity
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/logkey"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// Rotator errors. Match them with errors.Is.
+var (
+	// ErrNoChannel: the rotator has not established a channel yet.
+	ErrNoChannel = errors.New("identity: no channel to the journal yet")
+	// ErrRotatorClosed: the rotator was closed.
+	ErrRotatorClosed = errors.New("identity: rotator closed")
+	// ErrWrongNode: the journal's health check answered for another node
+	// or another certificate than the channel was built with.
+	ErrWrongNode = errors.New("identity: the journal authenticated another identity")
+	// ErrClockSkew: the journal's clock differs from ours by more than
+	// MaxClockSkew. Errors wrapping it are *ClockSkewError.
+	ErrClockSkew = errors.New("identity: clock skew with the journal")
+	// ErrChannelReplaced: a call reached a channel that a newer one has
+	// replaced and that is draining; the call was not sent. Calls made
+	// through the Rotator itself are moved to the new channel instead.
+	ErrChannelReplaced = errors.New("identity: channel replaced by a newer one; use the rotator's current channel")
+	// errStreamStopped ends a stream the rotator stopped itself.
+	errStreamStopped = errors.New("identity: stream stopped after the channel was replaced")
+)
+
+// ClockSkewError is a failed health check: the journal's clock, as its
+// Ping answered, differs from ours by more than the tolerance.
+type ClockSkewError struct {
+	Local, Journal time.Time
+	Skew           time.Duration // Local - Journal
+	Tolerance      time.Duration
+}
+
+func (e *ClockSkewError) Error() string {
+	return fmt.Sprintf("identity: local clock %s differs from the journal's %s by %v (tolerance %v); fix NTP on this node",
+		e.Local.UTC().Format(time.RFC3339), e.Journal.UTC().Format(time.RFC3339), e.Skew.Round(time.Second), e.Tolerance)
+}
+
+// Is makes a ClockSkewError match ErrClockSkew.
+func (e *ClockSkewError) Is(target error) bool { return target == ErrClockSkew }
+
+// RotatorConfig configures a Rotator.
+type RotatorConfig struct {
+	// Targets are the journal addresses (host:port). A swap keeps the
+	// active channel's journal while its stream is up and moves to the next
+	// one, round robin, when it is not.
+	Targets []string
+	// Roots are the domain roots (--ca) the journal's server certificate
+	// must chain to. Each channel trusts them plus its identity's Bundle.
+	// TLS verification is never turned off.
+	Roots []*x509.Certificate
+	// NodeID, if set, is the node every channel's health check must
+	// answer for. Empty: the first successful health check decides, and
+	// every later one must agree with it.
+	NodeID string
+	// MaxClockSkew fails a health check whose journal clock differs from
+	// ours by more than this.
+	MaxClockSkew time.Duration
+	// CallTimeout bounds the health check and the wait for a new stream's
+	// first event.
+	CallTimeout time.Duration
+	// DrainTimeout bounds how long a replaced channel waits for its
+	// in-flight calls before it is closed anyway.
+	DrainTimeout time.Duration
+	// OnEvent, if set, sees every event of every stream (a new channel's
+	// first event arrives before the channel goes live). An error ends that
+	// stream with the error; on a new channel's first event it fails the
+	// swap.
+	OnEvent func(ch *Channel, ev *pactv1.SubscribeResponse) error
+	// DialOptions are added to every channel's.
+	DialOptions []grpc.DialOption
+
+	// Clock is the time TLS verification and the skew check use.
+	Clock  clock.Clock
+	Logger *slog.Logger
+}
+
+// DefaultRotatorConfig returns the defaults; Targets and Roots are empty.
+func DefaultRotatorConfig() RotatorConfig {
+	return RotatorConfig{
+		MaxClockSkew: 5 * time.Minute,
+		CallTimeout:  15 * time.Second,
+		DrainTimeout: 10 * time.Second,
+		Clock:        clock.Real{},
+		Logger:       slog.Default(),
+	}
+}
+
+// Validate reports every problem at once.
+func (c RotatorConfig) Validate() error {
+	var errs []error
+	if len(c.Targets) == 0 {
+		errs = append(errs, errors.New("identity: the rotator needs at least one journal address"))
+	}
+	for _, t := range c.Targets {
+		if _, _, err := net.SplitHostPort(t); err != nil {
+			errs = append(errs, fmt.Errorf("identity: journal address %q: want host:port", t))
+		}
+	}
+	if len(c.Roots) == 0 {
+		errs = append(errs, errors.New("identity: the rotator needs the domain root to verify journals"))
+	}
+	if c.MaxClockSkew <= 0 {
+		errs = append(errs, fmt.Errorf("identity: MaxClockSkew %v must be positive", c.MaxClockSkew))
+	}
+	if c.CallTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("identity: CallTimeout %v must be positive", c.CallTimeout))
+	}
+	if c.DrainTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("identity: DrainTimeout %v must be positive", c.DrainTimeout))
+	}
+	if c.Clock == nil {
+		errs = append(errs, errors.New("identity: Clock is required"))
+	}
+	if c.Logger == nil {
+		errs = append(errs, errors.New("identity: Logger is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// Rotator holds one live mTLS channel to a journal and moves it to a new
+// identity without a gap: a swap builds a passive channel with the new
+// identity, health-checks it (Ping must answer for the expected node, with
+// a clock close to ours), opens the Subscribe stream on it and waits for its
+// first event, and only then publishes it. The old channel's stream is
+// stopped after that, and the old channel is closed once its in-flight unary
+// calls have finished (at most DrainTimeout). A swap that fails anywhere
+// leaves the active channel as it was.
+//
+// A Rotator is a grpc.ClientConnInterface: calls made through it go to the
+// active channel, and a unary call that the journal refused with
+// STALE_CERTIFICATE while a rotation was under way is retried once on the
+// new channel. That refusal comes before the journal runs the method, so the
+// retry never repeats a call: it exists because a journal renewal makes the
+// old certificate stale the moment it commits, a little before the new
+// channel can be published. Streams are not retried.
+//
+// All methods are safe for concurrent use; swaps are serialised.
+type Rotator struct {
+	cfg   RotatorConfig
+	log   *slog.Logger
+	ctx   context.Context // ended by Close; parents every stream
+	stop  context.CancelFunc
+	rotMu sync.Mutex // serialises Rotate
+	wg    sync.WaitGroup
+
+	active  atomic.Pointer[Channel]
+	retries atomic.Int64
+
+	mu       sync.Mutex
+	rotating chan struct{} // closed when the rotation under way ends; nil when none
+	next     int           // next target when a swap cannot stay on the active journal
+	nodeID   string
+	last     SwapRecord
+	closed   bool
+}
+
+// NewRotator returns a rotator with no channel; the first Swap makes one.
+func NewRotator(cfg RotatorConfig) (*Rotator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Targets = append([]string(nil), cfg.Targets...)
+	cfg.Roots = append([]*x509.Certificate(nil), cfg.Roots...)
+	cfg.DialOptions = append([]grpc.DialOption(nil), cfg.DialOptions...)
+	ctx, stop := context.WithCancel(context.Background())
+	return &Rotator{cfg: cfg, log: cfg.Logger, ctx: ctx, stop: stop, nodeID: cfg.NodeID}, nil
+}
+
+// SwapRecord describes the latest successful swap, for status and tests.
+// Times are wall-clock readings (with a monotonic part), not the injected
+// clock: they measure, they decide nothing.
+type SwapRecord struct {
+	// Started is when the rotation began (before the new identity was
+	// fetched, for Rotate); Published is when the new channel went live.
+	Started, Published time.Time
+	// From is the replaced channel (nil for the first), To the new one.
+	From, To *Channel
+}
+
+// Duration is how long the rotation took until the new channel went live.
+func (s SwapRecord) Duration() time.Duration { return s.Published.Sub(s.Started) }
+
+// StreamGap is how long no stream was open across the swap: from the end of
+// the old channel's stream to the first event of the new one, zero when
+// they overlapped (or there was no old channel).
+func (s SwapRecord) StreamGap() time.Duration {
+	if s.From == nil || s.To == nil {
+		return 0
+	}
+	_, _, closed := s.From.StreamTimes()
+	first, _, _ := s.To.StreamTimes()
+	if closed.IsZero() || first.Before(closed) {
+		return 0
+	}
+	return first.Sub(closed)
+}
+
+// Active returns the live channel, or nil before the first swap.
+func (r *Rotator) Active() *Channel { return r.active.Load() }
+
+// Conn returns the active channel's connection, or nil before the first
+// swap. A caller that keeps it past a swap keeps using the old channel until
+// it is drained and closed; calls made through the Rotator itself always
+// take the current one.
+func (r *Rotator) Conn() *grpc.ClientConn {
+	if ch := r.active.Load(); ch != nil {
+		return ch.conn
+	}
+	return nil
+}
+
+// Retries is how many unary calls were retried on a new channel after the
+// journal refused them as stale during a rotation.
+func (r *Rotator) Retries() int64 { return r.retries.Load() }
+
+// LastSwap returns the latest successful swap; ok is false before the first.
+func (r *Rotator) LastSwap() (rec SwapRecord, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last, r.last.To != nil
+}
+
+// NodeID is the node the journal's health checks answered for ("" before
+// the first successful one, unless configured).
+func (r *Rotator) NodeID() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.nodeID
+}
+
+// Swap moves the live channel to id (see Rotator). It returns once the new
+// channel is live, or with the reason it could not be, leaving the active
+// channel unchanged.
+func (r *Rotator) Swap(ctx context.Context, id *Identity) error {
+	if id == nil {
+		return errors.New("identity: Swap needs an identity")
+	}
+	return r.Rotate(ctx, func(context.Context, *Channel) (*Identity, error) { return id, nil })
+}
+
+// Rotate is Swap with an identity obtained by fetch, which is called with
+// the active channel (nil before the first swap) once the rotation has
+// begun: a journal renewal calls RenewCert on it. Calls that the journal
+// refuses as stale from then on wait for the rotation and are retried on the
+// new channel. fetch returning a nil identity and no error ends the rotation
+// without a swap.
+func (r *Rotator) Rotate(ctx context.Context, fetch func(ctx context.Context, active *Channel) (*Identity, error)) error {
+	r.rotMu.Lock()
+	defer r.rotMu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(r.ctx, cancel)()
+
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return ErrRotatorClosed
+	}
+	done := make(chan struct{})
+	r.rotating = done
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.rotating = nil
+		r.mu.Unlock()
+		close(done)
+	}()
+
+	started := time.Now()
+	id, err := fetch(ctx, r.active.Load())
+	if err != nil || id == nil {
+		return err
+	}
+	return r.swap(ctx, id, started)
+}
+
+func (r *Rotator) swap(ctx context.Context, id *Identity, started time.Time) error {
+	old := r.active.Load()
+	target := r.target(old)
+	ch, err := r.dial(id, target)
+	if err != nil {
+		return err
+	}
+	if err := r.check(ctx, ch); err != nil {
+		ch.close()
+		return err
+	}
+	if err := r.openStream(ctx, ch); err != nil {
+		ch.close()
+		return err
+	}
+
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		ch.close()
+		return ErrRotatorClosed
+	}
+	ch.published = time.Now()
+	r.active.Store(ch)
+	r.last = SwapRecord{Started: started, Published: ch.published, From: old, To: ch}
+	r.mu.Unlock()
+
+	r.log.Info("channel swapped", "identity", id, logkey.Addr, target, logkey.JournalID, ch.journalID,
+		"previous", old.identityOrNil(), logkey.Duration, ch.published.Sub(started))
+	if old != nil {
+		old.stopStream()
+		r.wg.Add(1)
+		go r.drain(old)
+	}
+	return nil
+}
+
+// target picks the journal for a new channel: the active one's while its
+// stream is up, otherwise the next in turn.
+func (r *Rotator) target(active *Channel) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if active != nil && active.StreamAlive() {
+		return active.target
+	}
+	t := r.cfg.Targets[r.next%len(r.cfg.Targets)]
+	r.next++
+	return t
+}
+
+func (r *Rotator) dial(id *Identity, target string) (*Channel, error) {
+	ch := &Channel{id: id, target: target, done: make(chan struct{}), first: make(chan struct{})}
+	ch.creds = NewClientCredentials(ClientTLSConfig(r.cfg.Roots, id, r.cfg.Clock.Now))
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(ch.creds),
+		grpc.WithChainUnaryInterceptor(ch.countCalls),
+	}, r.cfg.DialOptions...)
+	conn, err := grpc.NewClient("passthrough:///"+target, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("identity: channel to %s: %w", target, err)
+	}
+	ch.conn = conn
+	return ch, nil
+}
+
+// check is the health check: Ping must answer, for the node and the
+// certificate the channel was built with, with a clock close to ours.
+func (r *Rotator) check(ctx context.Context, ch *Channel) error {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	resp, err := pactv1.NewEnrollmentServiceClient(ch.conn).Ping(cctx, &pactv1.PingRequest{})
+	if err != nil {
+		return fmt.Errorf("identity: health check of %s with %s: %w", ch.target, ch.id, ch.creds.Explain(err))
+	}
+	r.mu.Lock()
+	want := r.nodeID
+	r.mu.Unlock()
+	if want != "" && resp.GetNodeId() != want {
+		return fmt.Errorf("%w: journal %s says %s is node %q, this agent is node %q", ErrWrongNode, ch.target, ch.id, resp.GetNodeId(), want)
+	}
+	if s := resp.GetSerial(); s != "" && s != ch.id.Serial() {
+		return fmt.Errorf("%w: journal %s authenticated serial %s, the channel presents %s", ErrWrongNode, ch.target, s, ch.id.Serial())
+	}
+	if ns := resp.GetServerTimeUnixNano(); ns != 0 {
+		local, journal := r.cfg.Clock.Now(), time.Unix(0, ns)
+		if skew := local.Sub(journal); skew > r.cfg.MaxClockSkew || -skew > r.cfg.MaxClockSkew {
+			return &ClockSkewError{Local: local, Journal: journal, Skew: skew, Tolerance: r.cfg.MaxClockSkew}
+		}
+	}
+	r.mu.Lock()
+	if r.nodeID == "" {
+		r.nodeID = resp.GetNodeId()
+	}
+	r.mu.Unlock()
+	ch.nodeID, ch.journalID = resp.GetNodeId(), resp.GetJournalId()
+	return nil
+}
+
+// openStream opens Subscribe on the channel and waits for its first event.
+func (r *Rotator) openStream(ctx context.Context, ch *Channel) error {
+	sctx, cancel := context.WithCancel(r.ctx)
+	ch.cancel = cancel
+	client, err := pactv1.NewEnrollmentServiceClient(ch.conn).Subscribe(sctx, &pactv1.SubscribeRequest{})
+	if err != nil {
+		cancel()
+		close(ch.done)
+		return fmt.Errorf("identity: open stream to %s: %w", ch.target, ch.creds.Explain(err))
+	}
+	go r.runStream(ch, client)
+	t := time.NewTimer(r.cfg.CallTimeout)
+	defer t.Stop()
+	select {
+	case <-ch.first:
+		return nil
+	case <-ch.done:
+		return fmt.Errorf("identity: stream to %s with %s: %w", ch.target, ch.id, ch.StreamErr())
+	case <-t.C:
+		return fmt.Errorf("identity: no event on the stream from %s within %v", ch.target, r.cfg.CallTimeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *Rotator) runStream(ch *Channel, client grpc.ServerStreamingClient[pactv1.SubscribeResponse]) {
+	defer close(ch.done)
+	for {
+		ev, err := client.Recv()
+		if err == nil && r.cfg.OnEvent != nil {
+			err = r.cfg.OnEvent(ch, ev)
+		}
+		now := time.Now()
+		ch.mu.Lock()
+		if err != nil {
+			if ch.stopped {
+				err = errStreamStopped
+			} else {
+				err = ch.creds.Explain(err)
+			}
+			ch.streamErr, ch.closedAt = err, now
+			ch.mu.Unlock()
+			ch.cancel()
+			return
+		}
+		ch.events++
+		ch.lastEvent = now
+		first := ch.firstEvent.IsZero()
+		if first {
+			ch.firstEvent = now
+		}
+		ch.mu.Unlock()
+		if first {
+			close(ch.first)
+		}
+	}
+}
+
+// drain closes a replaced channel once its in-flight calls are done, or
+// after DrainTimeout, or at Close.
+func (r *Rotator) drain(ch *Channel) {
+	defer r.wg.Done()
+	idle := ch.startDraining()
+	t := time.NewTimer(r.cfg.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+		r.log.Warn("closing a replaced channel with calls still in flight", logkey.Addr, ch.target,
+			"identity", ch.id, "in_flight", ch.InFlight(), "drain_timeout", r.cfg.DrainTimeout)
+	case <-r.ctx.Done():
+	}
+	_ = ch.conn.Close()
+	<-ch.done
+}
+
+// Close stops every stream and closes every channel; in-flight calls fail.
+// Later swaps fail with ErrRotatorClosed.
+func (r *Rotator) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.mu.Unlock()
+	r.stop()
+	r.rotMu.Lock() // a rotation under way ends quickly: its context is ended
+	r.rotMu.Unlock()
+	if ch := r.active.Load(); ch != nil {
+		ch.stopStream()
+		ch.startDraining()
+		_ = ch.conn.Close()
+		<-ch.done
+	}
+	r.wg.Wait()
+	return nil
+}
+
+// Invoke runs a unary call on the active channel. If the journal refused it
+// with STALE_CERTIFICATE because the channel's certificate was superseded by
+// a rotation under way (or just finished), it is retried once on the new
+// channel; see Rotator.
+func (r *Rotator) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	retried := false
+	for {
+		ch := r.active.Load()
+		if ch == nil {
+			return status.Error(codes.Unavailable, ErrNoChannel.Error())
+		}
+		err := ch.conn.Invoke(ctx, method, args, reply, opts...)
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return err
+		case errors.Is(err, ErrChannelReplaced):
+			// Not sent: the channel began draining after we loaded it.
+			if r.isClosed() {
+				return status.Error(codes.Unavailable, ErrRotatorClosed.Error())
+			}
+			continue
+		case retried || apierr.FromError(err).Reason != apierr.StaleCertificate:
+			return err
+		}
+		if !r.awaitNewer(ctx, ch) {
+			return err
+		}
+		retried = true
+		r.retries.Add(1)
+	}
+}
+
+// NewStream opens a stream on the active channel. Streams are not moved
+// across swaps: one opened on a replaced channel ends when it closes.
+func (r *Rotator) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	ch := r.active.Load()
+	if ch == nil {
+		return nil, status.Error(codes.Unavailable, ErrNoChannel.Error())
+	}
+	return ch.conn.NewStream(ctx, desc, method, opts...)
+}
+
+// awaitNewer reports whether a channel newer than ch is (or, once the
+// rotation under way ends, has become) active.
+func (r *Rotator) awaitNewer(ctx context.Context, ch *Channel) bool {
+	r.mu.Lock()
+	rot := r.rotating
+	r.mu.Unlock()
+	if r.active.Load() != ch {
+		return true
+	}
+	if rot == nil {
+		return false
+	}
+	select {
+	case <-rot:
+	case <-ctx.Done():
+		return false
+	}
+	return r.active.Load() != ch
+}
+
+func (r *Rotator) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
+// Channel is one mTLS channel with one identity, and its Subscribe stream.
+// Its accessors are safe for concurrent use.
+type Channel struct {
+	id        *Identity
+	target    string
+	conn      *grpc.ClientConn
+	creds     *ClientCredentials
+	nodeID    string
+	journalID string
+	published time.Time
+
+	cancel context.CancelFunc
+	first  chan struct{} // closed on the stream's first event
+	done   chan struct{} // closed when the stream has ended
+
+	mu         sync.Mutex
+	stopped    bool
+	streamErr  error
+	events     int
+	firstEvent time.Time
+	lastEvent  time.Time
+	closedAt   time.Time
+	inFlight   int
+	draining   bool
+	idle       chan struct{} // closed when draining and inFlight reaches 0
+}
+
+// Identity is the identity the channel presents.
+func (c *Channel) Identity() *Identity { return c.id }
+
+// Target is the journal address.
+func (c *Channel) Target() string { return c.target }
+
+// Conn is the channel's connection.
+func (c *Channel) Conn() *grpc.ClientConn { return c.conn }
+
+// NodeID is the node the journal's health check answered for.
+func (c *Channel) NodeID() string { return c.nodeID }
+
+// JournalID is the journal that answered the health check.
+func (c *Channel) JournalID() string { return c.journalID }
+
+// Published is when the channel went live.
+func (c *Channel) Published() time.Time { return c.published }
+
+// StreamDone is closed when the channel's stream has ended.
+func (c *Channel) StreamDone() <-chan struct{} { return c.done }
+
+// StreamAlive reports whether the stream is open.
+func (c *Channel) StreamAlive() bool {
+	select {
+	case <-c.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// StreamErr is why the stream ended (nil while it is open). A stream the
+// rotator stopped after replacing the channel ends with a non-nil error that
+// is no gRPC status.
+func (c *Channel) StreamErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.streamErr
+}
+
+// StreamStopped reports whether the rotator stopped the stream itself
+// (after a swap or at Close) rather than the journal or the network ending
+// it.
+func (c *Channel) StreamStopped() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopped && errors.Is(c.streamErr, errStreamStopped)
+}
+
+// StreamTimes returns when the stream delivered its first and its latest
+// event and when it ended (zero for what has not happened), as wall-clock
+// readings.
+func (c *Channel) StreamTimes() (first, last, closed time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.firstEvent, c.lastEvent, c.closedAt
+}
+
+// Events is how many events the stream has delivered.
+func (c *Channel) Events() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.events
+}
+
+// InFlight is how many unary calls are running on the channel.
+func (c *Channel) InFlight() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inFlight
+}
+
+func (c *Channel) identityOrNil() *Identity {
+	if c == nil {
+		return nil
+	}
+	return c.id
+}
+
+// countCalls is the channel's unary interceptor: it counts calls in flight
+// for the drain, and refuses new ones once the channel drains.
+func (c *Channel) countCalls(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	c.mu.Lock()
+	if c.draining {
+		c.mu.Unlock()
+		return fmt.Errorf("%w (%s, serial %s)", ErrChannelReplaced, c.target, c.id.Serial())
+	}
+	c.inFlight++
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.inFlight--
+		if c.inFlight == 0 && c.idle != nil {
+			close(c.idle)
+			c.idle = nil
+		}
+		c.mu.Unlock()
+	}()
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// startDraining refuses new calls and returns a channel closed when none is
+// in flight.
+func (c *Channel) startDraining() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.draining = true
+	idle := make(chan struct{})
+	if c.inFlight == 0 {
+		close(idle)
+	} else {
+		c.idle = idle
+	}
+	return idle
+}
+
+func (c *Channel) stopStream() {
+	c.mu.Lock()
+	c.stopped = true
+	c.mu.Unlock()
+	if c.cancel != nil {
+		c.cancel()
+	}
+}
+
+// close abandons a channel that never went live.
+func (c *Channel) close() {
+	c.stopStream()
+	_ = c.conn.Close()
+	if c.cancel != nil {
+		<-c.done
+	}
+}
+
+// ClientTLSConfig is the client side of pact's mTLS: TLS 1.3, the server
+// verified against roots plus id's Bundle at now's time, and id presented as
+// the client certificate (none when id is nil, as for Enroll). Verification
+// is never turned off.
+func ClientTLSConfig(roots []*x509.Certificate, id *Identity, now func() time.Time) *tls.Config {
+	pool := x509.NewCertPool()
+	for _, c := range roots {
+		pool.AddCert(c)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, Time: now}
+	if id != nil {
+		for _, c := range id.Bundle {
+			pool.AddCert(c)
+		}
+		cert := id.TLSCertificate()
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
+	}
+	return cfg
+}
+
+// ClientCredentials are gRPC TLS credentials that remember why the latest
+// handshake failed. gRPC reports a failed handshake as UNAVAILABLE with the
+// reason in text only; Explain puts the typed TLS error (an
+// x509.UnknownAuthorityError, a tls.CertificateVerificationError...) back
+// into the call's error, so callers can tell an untrusted server from an
+// unreachable one with errors.As.
+type ClientCredentials struct {
+	credentials.TransportCredentials
+	rec *handshakeRecord
+}
+
+type handshakeRecord struct {
+	mu  sync.Mutex
+	err error
+}
+
+// NewClientCredentials wraps cfg.
+func NewClientCredentials(cfg *tls.Config) *ClientCredentials {
+	return &ClientCredentials{TransportCredentials: credentials.NewTLS(cfg), rec: &handshakeRecord{}}
+}
+
+// ClientHandshake performs the TLS handshake and records its outcome.
+func (c *ClientCredentials) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	c.rec.mu.Lock()
+	c.rec.err = err
+	c.rec.mu.Unlock()
+	return conn, info, err
+}
+
+// Clone keeps the record shared.
+func (c *ClientCredentials) Clone() credentials.TransportCredentials {
+	return &ClientCredentials{TransportCredentials: c.TransportCredentials.Clone(), rec: c.rec}
+}
+
+// HandshakeError is the latest handshake's error, nil if it succeeded.
+func (c *ClientCredentials) HandshakeError() error {
+	c.rec.mu.Lock()
+	defer c.rec.mu.Unlock()
+	return c.rec.err
+}
+
+// Explain adds the latest handshake error to a call's UNAVAILABLE error; it
+// returns other errors as they are. The result still carries the gRPC
+// status.
+func (c *ClientCredentials) Explain(err error) error {
+	if err == nil || status.Code(err) != codes.Unavailable {
+		return err
+	}
+	if herr := c.HandshakeError(); herr != nil {
+		return fmt.Errorf("%w (TLS handshake: %w)", err, herr)
+	}
+	return err
+}
