@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -178,6 +179,12 @@ func (j *Journal) applied(index uint64) bool {
 		return false
 	}
 	fsmIndex := j.fsm.AppliedIndex()
+	// Entries up to the last snapshot are in the FSM whether it applied
+	// them or restored them (a restarted journal restores its own
+	// snapshot, and the FSM's own index starts from zero again).
+	if snap, err := strconv.ParseUint(j.raft.Stats()["last_snapshot_index"], 10, 64); err == nil {
+		fsmIndex = max(fsmIndex, snap)
+	}
 	for i := index; i > fsmIndex; i-- {
 		var l raft.Log
 		if err := j.store.GetLog(i, &l); err != nil {

@@ -23,6 +23,7 @@ func startCluster(t *testing.T, n int) *journaltest.Cluster {
 		// Small enough that a member added later must install a snapshot.
 		cfgs[i].RaftSnapshotThreshold = 16
 		cfgs[i].RaftTrailingLogs = 4
+		cfgs[i].RaftSnapshotInterval = 100 * time.Millisecond
 	}
 	return journaltest.StartCluster(t, root, cfgs)
 }
@@ -260,5 +261,56 @@ func TestClusterDecommissionClosesStreamsEverywhere(t *testing.T) {
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("the stream on %s closed %v after the decommission", follower.Cfg.NodeID, d)
+	}
+}
+
+// Journals restarted after taking their own snapshots become ready on a
+// quiet quorum: entries below the snapshot are in the restored FSM even
+// though its own applied index starts from zero.
+func TestClusterRestartAfterSnapshotOnQuietQuorum(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-journal test; skipped with -short")
+	}
+	root, cfgs := journaltest.ClusterConfigs(t, 3)
+	for i := range cfgs {
+		// Snapshot everything as soon as anything is new, so the snapshot
+		// reaches the end of the log.
+		cfgs[i].RaftSnapshotThreshold = 1
+		cfgs[i].RaftTrailingLogs = 4
+		cfgs[i].RaftSnapshotInterval = 50 * time.Millisecond
+	}
+	c := journaltest.StartCluster(t, root, cfgs)
+	leader := c.Leader(t)
+	follower := (leader + 1) % 3
+	for i := 0; i < 40; i++ {
+		c.Nodes[leader].Register(t, fmt.Sprintf("n%d", i), "", mac(i))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for c.Nodes[follower].J.LastSnapshotIndex() < c.Nodes[follower].J.CommitIndex() {
+		if time.Now().After(deadline) {
+			t.Fatal("the follower took no snapshot")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range c.Nodes {
+		c.StopMember(t, i)
+	}
+	start := time.Now()
+	errs := make(chan error, len(cfgs))
+	for i := range cfgs {
+		go func(i int) {
+			h, err := journaltest.StartHarness(cfgs[i], root)
+			c.Nodes[i] = h
+			errs <- err
+		}(i)
+	}
+	for range cfgs {
+		if err := <-errs; err != nil {
+			t.Fatalf("restart after snapshots: %v", err)
+		}
+	}
+	t.Logf("all three serving %v after a full restart", time.Since(start))
+	if n := inspectOn(t, c.Nodes[follower], "n39"); n.GetNodeId() != "n39" {
+		t.Fatal("restarted journal lacks n39")
 	}
 }

@@ -104,6 +104,9 @@ type Config struct {
 	// SPIRETrustDomain is the SPIRE trust domain whose bundle is trusted
 	// and whose SPIFFE IDs map to nodes; empty means the pact domain.
 	SPIRETrustDomain string
+	// RaftSnapshotInterval is how often Raft checks whether to snapshot;
+	// zero keeps hashicorp/raft's default (2 minutes).
+	RaftSnapshotInterval time.Duration
 	// RaftTimeout sets Raft's heartbeat, election and lease timeouts; zero
 	// keeps hashicorp/raft's defaults. Tests shorten it to start fast.
 	RaftTimeout time.Duration

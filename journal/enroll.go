@@ -178,8 +178,23 @@ func (j *Journal) chainFor(c *pactv1.CertificateInfo) (chain, bundle [][]byte, e
 	return [][]byte{c.GetDer(), inter}, tb.der, nil
 }
 
-func (s *enrollmentServer) RenewCert(ctx context.Context, req *pactv1.RenewCertRequest) (*pactv1.RenewCertResponse, error) {
+func (s *enrollmentServer) RenewCert(ctx context.Context, req *pactv1.RenewCertRequest) (resp *pactv1.RenewCertResponse, err error) {
 	j := s.j
+	// A renewal storm (or every agent of a restarted journal reconnecting)
+	// is bounded like an enrollment storm.
+	release, err := j.gate.acquire(ctx)
+	if err != nil {
+		j.metrics.renew.WithLabelValues("rate_limited").Inc()
+		return nil, err
+	}
+	defer release()
+	defer func() {
+		result := "ok"
+		if err != nil {
+			result = "refused"
+		}
+		j.metrics.renew.WithLabelValues(result).Inc()
+	}()
 	p := principalFrom(ctx)
 	if p.svid {
 		return nil, fmt.Errorf("%w: SVID-authenticated agents renew through SPIRE, not the journal", ErrPermission)

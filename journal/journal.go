@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -150,6 +151,9 @@ func (j *Journal) startRaft() error {
 	rc.Logger = newRaftLogger(j.log)
 	rc.SnapshotThreshold = j.cfg.RaftSnapshotThreshold
 	rc.TrailingLogs = j.cfg.RaftTrailingLogs
+	if j.cfg.RaftSnapshotInterval > 0 {
+		rc.SnapshotInterval = j.cfg.RaftSnapshotInterval
+	}
 	if t := j.cfg.RaftTimeout; t > 0 {
 		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = t, t, t
 	}
@@ -359,6 +363,15 @@ func (j *Journal) rotateLoop() {
 
 // Addr is the address the gRPC server listens on (after Start).
 func (j *Journal) Addr() string { return j.lis.Addr().String() }
+
+// LastSnapshotIndex is the index of this journal's newest Raft snapshot.
+func (j *Journal) LastSnapshotIndex() uint64 {
+	n, _ := strconv.ParseUint(j.raft.Stats()["last_snapshot_index"], 10, 64)
+	return n
+}
+
+// CommitIndex is the highest log index this journal knows is committed.
+func (j *Journal) CommitIndex() uint64 { return j.raft.CommitIndex() }
 
 // IsLeader reports whether this journal leads the quorum.
 func (j *Journal) IsLeader() bool { return j.raft.State() == raft.Leader }
