@@ -8,6 +8,12 @@ LISTEN    ?= 127.0.0.1:7443
 METRICS   ?= 127.0.0.1:7444
 FUZZTIME  ?= 30s
 TESTFLAGS ?=
+# make bench-storm / bench-scale (docs/benchmarks.md)
+AGENTS      ?= 10000
+SCALE_NODES ?= 100000
+WAIT_IDLE   ?= 30s
+STORMFLAGS  ?=
+SCALEFLAGS  ?=
 
 BUF_VERSION                ?= v1.57.0
 PROTOC_GEN_GO_VERSION      ?= v1.36.12
@@ -15,7 +21,7 @@ PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.1
 
 export CGO_ENABLED := 0
 
-.PHONY: help build run cluster cluster-down image compose-up compose-down test lint generate check-generated bench fuzz fuzz-short clean tools
+.PHONY: help build run cluster cluster-down image compose-up compose-down test lint generate check-generated bench bench-storm bench-scale fuzz fuzz-short clean tools
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -66,8 +72,17 @@ $(TOOLS)/protoc-gen-go:
 $(TOOLS)/protoc-gen-go-grpc:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 
-bench: ## benchmarks: CSR -> certificate, Enroll round trip, FSM apply and snapshots
+bench: build ## micro-benchmarks (CSR -> certificate, Enroll round trip, FSM apply, snapshots), then the boot storm
 	$(GO) test -run '^$$' -bench . -benchmem ./journal/... ./raftfsm/...
+	$(MAKE) --no-print-directory bench-storm
+
+bench-storm: build ## boot storm: 3 journals, AGENTS (10000) agents enroll then renew at once; a table, then one JSON line
+	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
+	$(BIN)/stormbench storm -bin $(BIN) -agents $(AGENTS) -wait-idle $(WAIT_IDLE) $(STORMFLAGS)
+
+bench-scale: build ## registry of SCALE_NODES (100000): memory per node, snapshot, restore, restart, leader failover
+	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
+	$(BIN)/stormbench scale -bin $(BIN) -nodes $(SCALE_NODES) $(SCALEFLAGS)
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 30s)
 	@set -e; for pkg in $$($(GO) list ./...); do \
@@ -80,3 +95,21 @@ fuzz-short: ## every fuzz target for 5s (the CI variant)
 
 clean: ## remove build output (keeps ./.pact)
 	rm -rf $(BIN)
+
+# make chaos / chaos-short / chaos-docker (integration/chaos). As root the
+# journals run in network namespaces (partitions are iptables rules in
+# them); otherwise on loopback, with partitions emulated by SIGSTOP.
+CHAOSFLAGS ?=
+.PHONY: chaos chaos-short chaos-docker
+
+chaos: build ## chaos campaign (minutes): kills, pauses, partitions, restarts, snapshot catch-up under load; table + JSON, non-zero on a violation
+	$(GO) build -trimpath -o $(BIN)/chaos ./integration/chaos/cmd/chaos
+	$(BIN)/chaos -bin $(BIN) $(CHAOSFLAGS)
+
+chaos-short: build ## the CI chaos campaign: every short scenario, under two minutes
+	$(GO) build -trimpath -o $(BIN)/chaos ./integration/chaos/cmd/chaos
+	$(BIN)/chaos -bin $(BIN) -short $(CHAOSFLAGS)
+
+chaos-docker: image ## the short chaos campaign against containers of the pact image (docker pause, nsenter iptables)
+	$(GO) build -trimpath -o $(BIN)/chaos ./integration/chaos/cmd/chaos
+	$(BIN)/chaos -bin $(BIN) -docker -short $(CHAOSFLAGS)

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// userHZ is the unit of utime and stime in /proc/PID/stat. Linux fixes
+// USER_HZ at 100 for the /proc interface on every architecture we run on.
+const userHZ = 100
+
+// procCPU is the user+system CPU time a process (all its threads) has
+// used, from /proc/PID/stat.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// the fields after it are counted from the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no ')'", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state); utime is field 14, stime field 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+	}
+	return time.Duration(ut+st) * time.Second / userHZ, nil
+}
+
+// selfCPU is this process's user+system CPU time (getrusage).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// memStatus is what /proc/PID/status says about a process's memory, in
+// bytes.
+type memStatus struct {
+	RSS, HWM, Anon, File int64
+}
+
+func procMem(pid int) (memStatus, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return memStatus{}, err
+	}
+	var m memStatus
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		var dst *int64
+		switch k {
+		case "VmRSS":
+			dst = &m.RSS
+		case "VmHWM":
+			dst = &m.HWM
+		case "RssAnon":
+			dst = &m.Anon
+		case "RssFile":
+			dst = &m.File
+		default:
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) >= 1 {
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			*dst = n << 10 // kB
+		}
+	}
+	return m, nil
+}
+
+// cpuMeter measures the CPU used by a set of processes and by this one
+// between start and stop.
+type cpuMeter struct {
+	pids      []int
+	startProc []time.Duration
+	startSelf time.Duration
+}
+
+func startCPU(pids []int) *cpuMeter {
+	m := &cpuMeter{pids: pids, startSelf: selfCPU()}
+	for _, p := range pids {
+		c, _ := procCPU(p)
+		m.startProc = append(m.startProc, c)
+	}
+	return m
+}
+
+// stop returns the CPU each process used and what this process used.
+func (m *cpuMeter) stop() (procs []time.Duration, self time.Duration) {
+	self = selfCPU() - m.startSelf
+	for i, p := range m.pids {
+		c, _ := procCPU(p)
+		procs = append(procs, c-m.startProc[i])
+	}
+	return procs, self
+}
+
+// rssSampler samples the resident set of processes until stopped and
+// keeps the largest VmRSS seen for each (VmHWM is read at the end too).
+type rssSampler struct {
+	pids []int
+	mu   sync.Mutex
+	max  []int64
+	stop chan struct{}
+	done chan struct{}
+}
+
+func sampleRSS(pids []int, every time.Duration) *rssSampler {
+	s := &rssSampler{pids: pids, max: make([]int64, len(pids)), stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			s.sample()
+			select {
+			case <-s.stop:
+				s.sample()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *rssSampler) sample() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, p := range s.pids {
+		if m, err := procMem(p); err == nil {
+			s.max[i] = max(s.max[i], m.RSS, m.HWM)
+		}
+	}
+}
+
+// finish stops sampling and returns the largest resident set of any of
+// the processes, in bytes.
+func (s *rssSampler) finish() int64 {
+	close(s.stop)
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var m int64
+	for _, v := range s.max {
+		m = max(m, v)
+	}
+	return m
+}
+
+// machineCPU reads the aggregate "cpu" line of /proc/stat: busy time
+// (everything but idle and iowait, steal included: on a VM, time another
+// guest took is time we did not get) and total time.
+func machineCPU() (busy, total time.Duration) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0
+	}
+	var sum, idle int64
+	for i, v := range f[1:] {
+		if i >= 8 { // guest and guest_nice are already in user and nice
+			break
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		sum += n
+		if i == 3 || i == 4 { // idle, iowait
+			idle += n
+		}
+	}
+	return time.Duration(sum-idle) * time.Second / userHZ, time.Duration(sum) * time.Second / userHZ
+}
+
+// machineMeter measures how busy the whole machine was over a window,
+// so the CPU that other users' processes took can be told apart from ours.
+type machineMeter struct{ busy, total time.Duration }
+
+func startMachine() machineMeter {
+	b, t := machineCPU()
+	return machineMeter{b, t}
+}
+
+// others returns the share of the machine's capacity over the window that
+// was busy with something other than ours (the CPU time we used).
+func (m machineMeter) others(ours time.Duration) float64 {
+	b, t := machineCPU()
+	if t <= m.total {
+		return 0
+	}
+	return max(0, float64(b-m.busy-ours)/float64(t-m.total))
+}
+
+// waitIdle waits up to limit for a second in which other processes use
+// less than maxShare of the machine, and returns the share seen last.
+// pids are ours (their CPU does not count).
+func waitIdle(limit time.Duration, maxShare float64, pids []int) float64 {
+	deadline := time.Now().Add(limit)
+	for {
+		m := startMachine()
+		cpu := startCPU(pids)
+		time.Sleep(time.Second)
+		procs, self := cpu.stop()
+		ours := self
+		for _, p := range procs {
+			ours += p
+		}
+		share := m.others(ours)
+		if share <= maxShare || time.Now().After(deadline) {
+			return share
+		}
+	}
+}
