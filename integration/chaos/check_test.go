@@ -1,0 +1,218 @@
+package chaos
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pact-hpc/pact/internal/apierr"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// recs builds records from compact ops (times in milliseconds).
+func recs(ops ...op) []*Record {
+	var out []*Record
+	for i, o := range ops {
+		in := o.in
+		in.Node = o.node
+		r := &Record{ID: i, Journal: "j1", In: in, Out: o.out, Call: o.call * 1e6, Return: o.ret * 1e6}
+		if o.ret < 0 {
+			r.Out.Result, r.Return = ResultUnknown, o.call*1e6+5e9
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func audit(entries ...string) []*pactv1.AuditEntry {
+	var out []*pactv1.AuditEntry
+	for i, e := range entries {
+		f := strings.Fields(e) // "node action [serial]"
+		a := &pactv1.AuditEntry{Index: uint64(i + 10), NodeId: f[0], Action: f[1], AtUnixNano: int64(i)}
+		if len(f) > 2 {
+			a.Serial = f[2]
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func node(id, state, serial, key string, macs ...string) *pactv1.Node {
+	st := map[string]pactv1.NodeState{StateRegistered: pactv1.NodeState_NODE_STATE_REGISTERED, StateActive: pactv1.NodeState_NODE_STATE_ACTIVE, StateRevoked: pactv1.NodeState_NODE_STATE_REVOKED}[state]
+	n := &pactv1.Node{NodeId: id, State: st, Hardware: &pactv1.HardwareIdentity{Macs: macs}}
+	if serial != "" {
+		n.Cert = &pactv1.CertificateInfo{Serial: serial, SpkiSha256: key}
+	}
+	return n
+}
+
+func final(nodes []*pactv1.Node, a []*pactv1.AuditEntry) JournalState {
+	js := JournalState{ID: "j1", Nodes: map[string]*pactv1.Node{}, Audit: a}
+	for _, n := range nodes {
+		js.Nodes[n.GetNodeId()] = n
+	}
+	return js
+}
+
+func TestClassify(t *testing.T) {
+	cases := []struct {
+		err    error
+		result Result
+		reason string
+	}{
+		{apierr.Status(apierr.NoLeader, 0, "no leader").Err(), ResultFailed, "NO_LEADER"},
+		{apierr.Status(apierr.OutcomeUnknown, time.Second, "maybe").Err(), ResultUnknown, "OUTCOME_UNKNOWN"},
+		{apierr.Status(apierr.Internal, 0, "oops").Err(), ResultUnknown, "INTERNAL"},
+		{apierr.Status(apierr.StaleCertificate, 0, "old").Err(), ResultFailed, "STALE_CERTIFICATE"},
+		{status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 10.213.0.11:7443: connect: connection refused"`), ResultFailed, "UNREACHABLE"},
+		{status.Error(codes.Unavailable, "error reading from server: EOF"), ResultUnknown, "UNAVAILABLE"},
+		{status.Error(codes.DeadlineExceeded, "context deadline exceeded"), ResultUnknown, "DEADLINEEXCEEDED"},
+		{errors.New("something else"), ResultUnknown, "UNKNOWN"},
+	}
+	for _, c := range cases {
+		got := Classify(c.err)
+		if got.Result != c.result || got.Reason != c.reason {
+			t.Errorf("Classify(%v) = %s %s, want %s %s", c.err, got.Result, got.Reason, c.result, c.reason)
+		}
+	}
+}
+
+func TestCheckLinearizableClassifies(t *testing.T) {
+	h := recs(
+		// n1: linearizable.
+		op{0, 10, "n1", register, ok},
+		op{11, 20, "n1", enrollIn("k1"), cert("s1", "k1")},
+		// n2: a lagging journal refused a renewal with the current
+		// certificate (allowed).
+		op{0, 10, "n2", register, ok},
+		op{11, 20, "n2", enrollIn("k1"), cert("s2", "k1")},
+		op{21, 30, "n2", renewIn("s2", "k2"), fail("STALE_CERTIFICATE")},
+		// n3: NO_LEADER, yet written.
+		op{0, 10, "n3", register, fail("NO_LEADER")},
+		op{11, 20, "n3", read, readOut(StateRegistered, "", "")},
+		// n4: an acknowledged registration lost.
+		op{0, 10, "n4", register, ok},
+		op{11, 20, "n4", read, fail("NODE_NOT_ENROLLED")},
+	)
+	l := CheckLinearizable(h, 0, 10*time.Second)
+	if l.Verdict != "no" || l.Nodes != 4 {
+		t.Errorf("verdict %s over %d nodes, want no over 4", l.Verdict, l.Nodes)
+	}
+	if strings.Join(l.Stale, ",") != "n2" || strings.Join(l.NoLeader, ",") != "n3" || strings.Join(l.Illegal, ",") != "n4" {
+		t.Errorf("stale %v, no-leader %v, illegal %v; want [n2] [n3] [n4]", l.Stale, l.NoLeader, l.Illegal)
+	}
+	if len(l.Excerpts) != 3 || !strings.Contains(l.Excerpts[2], ">>") || !strings.Contains(l.Excerpts[2], "n4 read() -> NODE_NOT_ENROLLED") {
+		t.Errorf("excerpts do not point at the offending call:\n%s", strings.Join(l.Excerpts, "\n"))
+	}
+	if l.Visualization == nil {
+		t.Error("no visualization for the violation")
+	}
+}
+
+func TestCheckAckedWrites(t *testing.T) {
+	h := recs(
+		op{0, 10, "n1", register, ok},
+		op{11, 20, "n1", enrollIn("k1"), cert("s1", "k1")},
+		op{21, 30, "n1", enrollIn("k1"), cert("s1", "k1")}, // a retry: no write
+		op{31, 40, "n1", renewIn("s1", "k2"), cert("s2", "k2")},
+	)
+	good := final([]*pactv1.Node{node("n1", StateActive, "s2", "k2")}, audit("n1 register", "n1 enroll s1", "n1 renew s2"))
+	if c := CheckAckedWrites(h, good, NewHistory()); !c.OK() || c.Checked != 3 {
+		t.Errorf("kept writes: %v (checked %d)", c.Violations, c.Checked)
+	}
+	lost := final([]*pactv1.Node{node("n1", StateActive, "s1", "k1")}, audit("n1 register", "n1 enroll s1"))
+	if c := CheckAckedWrites(h, lost, NewHistory()); len(c.Violations) != 2 {
+		t.Errorf("a lost renewal: %d violations, want 2 (not in the audit, not the final state):\n%s", len(c.Violations), strings.Join(c.Violations, "\n"))
+	}
+}
+
+func TestCheckCertsCommitted(t *testing.T) {
+	h := recs(op{0, 10, "n1", enrollIn("k1"), cert("s1", "k1")}, op{11, 20, "n1", renewIn("s1", "k2"), cert("s2", "k2")})
+	h[1].CertProblem = "does not verify"
+	c := CheckCertsCommitted(h, final(nil, audit("n1 enroll s1")), NewHistory())
+	if len(c.Violations) != 2 {
+		t.Errorf("%d violations, want 2 (s2 does not verify and never committed): %v", len(c.Violations), c.Violations)
+	}
+}
+
+func TestCheckNoRenewAfterDecommission(t *testing.T) {
+	h := recs(
+		op{0, 10, "n1", register, ok},
+		op{11, 20, "n1", enrollIn("k1"), cert("s1", "k1")},
+		op{21, 30, "n1", decomm, ok},
+		op{31, 40, "n1", renewIn("s1", "k2"), cert("s2", "k2")},
+	)
+	c := CheckNoRenewAfterDecommission(h, final(nil, audit("n1 register", "n1 enroll s1", "n1 decommission s1", "n1 renew s2")))
+	if len(c.Violations) != 2 {
+		t.Errorf("%d violations, want 2 (client side and audit): %v", len(c.Violations), c.Violations)
+	}
+	ok := CheckNoRenewAfterDecommission(h[:3], final(nil, audit("n1 register", "n1 enroll s1", "n1 decommission s1", "n1 register", "n1 enroll s3", "n1 renew s4")))
+	if !ok.OK() {
+		t.Errorf("a renewal after a new registration: %v", ok.Violations)
+	}
+}
+
+func TestCheckSerials(t *testing.T) {
+	h := recs(op{0, 10, "n1", enrollIn("k1"), cert("s1", "k1")}, op{0, 10, "n2", enrollIn("k2"), cert("s1", "k2")})
+	if c := CheckSerials(h, final(nil, audit("n1 enroll s1", "n2 enroll s1"))); len(c.Violations) != 2 {
+		t.Errorf("%d violations, want 2: %v", len(c.Violations), c.Violations)
+	}
+}
+
+func TestCheckHardware(t *testing.T) {
+	s := final([]*pactv1.Node{
+		node("n1", StateActive, "s1", "k1", "52:54:00:00:00:01"),
+		node("n2", StateRegistered, "", "", "52:54:00:00:00:01"),
+		node("n3", StateRevoked, "s3", "k3", "52:54:00:00:00:02"),
+		node("n4", StateActive, "s4", "k4", "52:54:00:00:00:02"),
+	}, nil)
+	c := CheckHardware([]JournalState{s})
+	if len(c.Violations) != 1 || !strings.Contains(c.Violations[0], "52:54:00:00:00:01") {
+		t.Errorf("violations %v, want one for 52:54:00:00:00:01", c.Violations)
+	}
+}
+
+func TestUnavailability(t *testing.T) {
+	h := recs(
+		op{0, 10, "n1", register, ok},
+		op{100, 150, "n1", enrollIn("k1"), fail("NO_LEADER")},
+		op{160, 170, "n1", enrollIn("k1"), cert("s1", "k1")},
+		op{300, 305, "n1", enrollIn("k1"), cert("s1", "k1")}, // a retry, no write
+		op{400, 450, "n1", decomm, ok},
+	)
+	got := Unavailability(h, []Fault{{At: 90e6}, {At: 200e6}}, 1e9)
+	if got[0] != 80*time.Millisecond || got[1] != 250*time.Millisecond {
+		t.Errorf("unavailability %v, want [80ms 250ms]", got)
+	}
+	if p := Percentile([]time.Duration{5, 1, 3, 2, 4}, 50); p != 3 {
+		t.Errorf("p50 %v, want 3", p)
+	}
+	if p := Percentile([]time.Duration{5, 1, 3, 2, 4}, 99); p != 5 {
+		t.Errorf("p99 %v, want 5", p)
+	}
+}
+
+func TestResolveUnknown(t *testing.T) {
+	h := recs(
+		// n1: the enrollment whose answer never came took effect (a later
+		// read shows its key).
+		op{0, 10, "n1", register, ok},
+		op{11, -1, "n1", enrollIn("k1"), unknown()},
+		op{6000, 6010, "n1", read, readOut(StateActive, "s1", "k1")},
+		// n2: the decommission did not (the node is active at the end).
+		op{0, 10, "n2", register, ok},
+		op{11, 20, "n2", enrollIn("k1"), cert("s2", "k1")},
+		op{21, -1, "n2", decomm, unknown()},
+		op{6000, 6010, "n2", read, readOut(StateActive, "s2", "k1")},
+		// n3: nothing tells.
+		op{0, -1, "n3", register, unknown()},
+	)
+	l := CheckLinearizable(h, 5000e6, 10*time.Second) // settled at 5s
+	if l.Verdict != "yes" || l.UnknownApplied != 1 || l.UnknownNotApplied != 1 || l.UnknownEither != 1 {
+		t.Errorf("verdict %s; applied %d, not applied %d, either %d; want yes 1 1 1", l.Verdict, l.UnknownApplied, l.UnknownNotApplied, l.UnknownEither)
+	}
+}

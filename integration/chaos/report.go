@@ -1,0 +1,197 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+func ms(d time.Duration) string {
+	if d >= 10*time.Second {
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	}
+	return fmt.Sprintf("%dms", d.Milliseconds())
+}
+
+// faultSummary counts faults by kind: "4 SIGKILL".
+func faultSummary(fs []Fault) string {
+	counts := map[string]int{}
+	var kinds []string
+	for _, f := range fs {
+		if counts[f.Kind] == 0 {
+			kinds = append(kinds, f.Kind)
+		}
+		counts[f.Kind]++
+	}
+	var parts []string
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%d %s", counts[k], k))
+	}
+	if len(parts) == 0 {
+		return "0"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (r *ScenarioResult) invariantSummary() string {
+	if r.Err != nil && len(r.Checks) == 0 {
+		return "ERROR"
+	}
+	var bad []string
+	for _, c := range r.Checks {
+		if !c.OK() {
+			bad = append(bad, fmt.Sprintf("%s(%d)", c.Name, len(c.Violations)))
+		}
+	}
+	if len(bad) == 0 {
+		return fmt.Sprintf("ok %d/%d", len(r.Checks), len(r.Checks))
+	}
+	return "VIOLATED " + strings.Join(bad, " ")
+}
+
+func (r *ScenarioResult) linSummary() string {
+	switch {
+	case r.Err != nil && r.Lin.Verdict == "":
+		return "-"
+	case r.Lin.Verdict == "yes" && len(r.Lin.Stale) > 0:
+		return fmt.Sprintf("yes (%d stale-refusal nodes)", len(r.Lin.Stale))
+	case r.Lin.Verdict == "no":
+		return fmt.Sprintf("NO (%d of %d nodes)", len(r.Lin.Illegal)+len(r.Lin.NoLeader), r.Lin.Nodes)
+	case r.Lin.Verdict == "unknown":
+		return fmt.Sprintf("unknown (%d timed out)", len(r.Lin.TimedOut))
+	}
+	return r.Lin.Verdict
+}
+
+// Report prints the table, every violation with its history excerpt, the
+// notes, and one JSON line; it returns whether everything passed.
+func Report(w io.Writer, results []*ScenarioResult, seed uint64, skipped []string) bool {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\tjournals\tops (ok/refused/unknown)\tfaults\tunavail p50\tunavail p99\tlinearizable\tinvariants\tresult")
+	pass := true
+	for _, r := range results {
+		verdict := "PASS"
+		if !r.Passed() {
+			verdict, pass = "FAIL", false
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d (%d/%d/%d)\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Journals, r.Ops, r.OK, r.Failed, r.Unknown,
+			faultSummary(r.Faults), ms(Percentile(r.Unavailable, 50)), ms(Percentile(r.Unavailable, 99)), r.linSummary(), r.invariantSummary(), verdict)
+	}
+	tw.Flush()
+	for _, s := range skipped {
+		fmt.Fprintf(w, "(skipped %s: a long scenario, run by make chaos)\n", s)
+	}
+	for _, r := range results {
+		var lines []string
+		if r.Err != nil {
+			lines = append(lines, "ERROR: "+r.Err.Error())
+		}
+		if r.Network != "" {
+			lines = append(lines, "network: "+r.Network)
+		}
+		for _, c := range r.Checks {
+			status := "ok"
+			if !c.OK() {
+				status = fmt.Sprintf("VIOLATED (%d)", len(c.Violations))
+			}
+			line := fmt.Sprintf("%-26s %s, %d checked", c.Name, status, c.Checked)
+			if c.Note != "" {
+				line += "; " + c.Note
+			}
+			lines = append(lines, line)
+			for k, v := range c.Violations {
+				if k == 5 {
+					lines = append(lines, fmt.Sprintf("  ... and %d more", len(c.Violations)-5))
+					break
+				}
+				lines = append(lines, "  "+strings.ReplaceAll(strings.TrimRight(v, "\n"), "\n", "\n  "))
+			}
+		}
+		if len(r.Unavailable) > 0 {
+			var us []string
+			for k, d := range r.Unavailable {
+				f := r.Faults[k]
+				held := ""
+				if f.Healed > f.At {
+					held = fmt.Sprintf(" (%.1fs)", float64(f.Healed-f.At)/1e9)
+				}
+				us = append(us, fmt.Sprintf("%s %s%s: %s", f.Kind, f.Target, held, ms(d)))
+			}
+			lines = append(lines, "unavailability per fault (injection to the first later write acknowledged): "+strings.Join(us, "; "))
+		}
+		if r.Unknown > 0 {
+			lines = append(lines, fmt.Sprintf("unknown outcomes resolved from the rest of the history and the converged registry: %d writes took effect, %d did not, %d either way (reads with unknown outcomes need no resolution)",
+				r.Lin.UnknownApplied, r.Lin.UnknownNotApplied, r.Lin.UnknownEither))
+		}
+		if len(r.Lin.Stale) > 0 {
+			lines = append(lines, fmt.Sprintf("stale answers on %d nodes (a journal refused Enroll/RenewCert, or answered an Enroll retry, from its own lagging copy; allowed, not a violation): %s", len(r.Lin.Stale), strings.Join(r.Lin.Stale, " ")))
+		}
+		for _, e := range r.Lin.Excerpts {
+			lines = append(lines, strings.TrimRight(e, "\n"))
+		}
+		for _, n := range r.Notes {
+			lines = append(lines, "note: "+n)
+		}
+		if !r.Passed() || r.Err != nil {
+			lines = append(lines, fmt.Sprintf("kept: %s (journal logs, history.txt); same schedule again: chaos -seed %d -scenario %s", r.Dir, r.Seed, r.Scenario))
+		}
+		t0 := ""
+		if !r.T0.IsZero() {
+			t0 = "; history time 0 = " + r.T0.UTC().Format("15:04:05.000")
+		}
+		fmt.Fprintf(w, "\n== %s (%d journals, %s, seed %d%s)\n", r.Scenario, r.Journals, r.Elapsed.Round(time.Second), r.Seed, t0)
+		for _, l := range lines {
+			fmt.Fprintln(w, "  "+strings.ReplaceAll(l, "\n", "\n  "))
+		}
+	}
+	fmt.Fprintln(w)
+	out, _ := json.Marshal(summary(results, seed, pass))
+	fmt.Fprintln(w, string(out))
+	return pass
+}
+
+type jsonScenario struct {
+	Scenario     string         `json:"scenario"`
+	Journals     int            `json:"journals"`
+	Ops          int            `json:"ops"`
+	OK           int            `json:"ok"`
+	Refused      int            `json:"refused"`
+	Unknown      int            `json:"unknown"`
+	Faults       int            `json:"faults"`
+	UnavailP50   int64          `json:"unavail_p50_ms"`
+	UnavailP99   int64          `json:"unavail_p99_ms"`
+	Linearizable string         `json:"linearizable"`
+	StaleNodes   int            `json:"stale_refusal_nodes"`
+	Resolved     [3]int         `json:"unknown_applied_notapplied_either"`
+	Invariants   map[string]int `json:"invariant_violations"`
+	Error        string         `json:"error,omitempty"`
+	Pass         bool           `json:"pass"`
+	Seconds      float64        `json:"seconds"`
+}
+
+func summary(results []*ScenarioResult, seed uint64, pass bool) any {
+	var ss []jsonScenario
+	violations := 0
+	for _, r := range results {
+		s := jsonScenario{Scenario: r.Scenario, Journals: r.Journals, Ops: r.Ops, OK: r.OK, Refused: r.Failed, Unknown: r.Unknown,
+			Faults: len(r.Faults), UnavailP50: Percentile(r.Unavailable, 50).Milliseconds(), UnavailP99: Percentile(r.Unavailable, 99).Milliseconds(),
+			Linearizable: r.Lin.Verdict, StaleNodes: len(r.Lin.Stale), Resolved: [3]int{r.Lin.UnknownApplied, r.Lin.UnknownNotApplied, r.Lin.UnknownEither}, Invariants: map[string]int{}, Pass: r.Passed(), Seconds: r.Elapsed.Seconds()}
+		for _, c := range r.Checks {
+			s.Invariants[c.Name] = len(c.Violations)
+			violations += len(c.Violations)
+		}
+		if r.Lin.Verdict == "no" {
+			violations += len(r.Lin.Illegal) + len(r.Lin.NoLeader)
+		}
+		if r.Err != nil {
+			s.Error = r.Err.Error()
+			violations++
+		}
+		ss = append(ss, s)
+	}
+	return map[string]any{"chaos": "pact", "seed": seed, "pass": pass, "violations": violations, "scenarios": ss}
+}

@@ -1,0 +1,378 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// Options configure a campaign.
+type Options struct {
+	Bin     string // directory with pact-journal
+	WorkDir string // one sub-directory per scenario (kept on failure)
+	Seed    uint64
+	// Scenarios to run by name (empty: the campaign's default set).
+	Scenarios []string
+	// Short shortens every scenario and skips the long ones (CI).
+	Short bool
+	// Duration overrides every scenario's fault-injection time.
+	Duration time.Duration
+	// Net is "auto" (namespaces if possible, else loopback), "netns",
+	// "loopback" or "docker".
+	Net string
+	// Image is the container image for Net "docker".
+	Image string
+	Keep  bool
+	// JournalFlags go to every journal, after the scenario's own.
+	JournalFlags []string
+	// Workload shape.
+	Clients, NodesPerClient int
+	// CheckTimeout bounds porcupine per node.
+	CheckTimeout time.Duration
+	Out          io.Writer // progress and the report
+}
+
+// ScenarioResult is one scenario's outcome.
+type ScenarioResult struct {
+	Scenario string
+	Journals int
+	Seed     uint64
+	Network  string
+	Dir      string
+	Elapsed  time.Duration
+
+	Ops, OK, Failed, Unknown int
+	Faults                   []Fault
+	Unavailable              []time.Duration
+	Lin                      Linearizability
+	Checks                   []Check
+	Notes                    []string
+	Snapshot                 *SnapshotResult
+	Err                      error
+	// T0 is the wall-clock instant of history time 0.
+	T0 time.Time
+	// Settled is the history time from which nothing was in flight (0:
+	// the journals never converged).
+	Settled int64
+}
+
+// Passed reports whether nothing was violated.
+func (r *ScenarioResult) Passed() bool {
+	if r.Err != nil || r.Lin.Verdict == "no" {
+		return false
+	}
+	for _, c := range r.Checks {
+		if !c.OK() {
+			return false
+		}
+	}
+	return true
+}
+
+// Pick returns the scenarios named (all of the campaign if none), or an
+// error naming an unknown one.
+func Pick(names []string, short bool) ([]Scenario, []string, error) {
+	all := Scenarios()
+	if len(names) == 0 {
+		var out []Scenario
+		var skipped []string
+		for _, s := range all {
+			if short && s.Long {
+				skipped = append(skipped, s.Name)
+				continue
+			}
+			out = append(out, s)
+		}
+		return out, skipped, nil
+	}
+	var out []Scenario
+	for _, n := range names {
+		found := false
+		for _, s := range all {
+			if s.Name == n {
+				out, found = append(out, s), true
+			}
+		}
+		if !found {
+			return nil, nil, fmt.Errorf("unknown scenario %q (see -list)", n)
+		}
+	}
+	return out, nil, nil
+}
+
+// RunScenario runs one scenario against a fresh quorum and checks it.
+func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
+	res := &ScenarioResult{Scenario: sc.Name, Journals: sc.Journals, Seed: seed}
+	began := time.Now()
+	defer func() { res.Elapsed = time.Since(began) }()
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(opts.Out, "  [%s %6.1fs] %s\n", sc.Name, time.Since(began).Seconds(), fmt.Sprintf(format, args...))
+	}
+	res.Dir = filepath.Join(opts.WorkDir, sc.Name)
+	if err := os.MkdirAll(res.Dir, 0o755); err != nil {
+		res.Err = err
+		return res
+	}
+	wl := DefaultWorkload()
+	if opts.Clients > 0 {
+		wl.Clients = opts.Clients
+	}
+	if opts.NodesPerClient > 0 {
+		wl.NodesPerClient = opts.NodesPerClient
+	}
+	if sc.ThinkMax > 0 {
+		wl.ThinkMin, wl.ThinkMax = sc.ThinkMin, sc.ThinkMax
+	}
+	wl.Seed = seed
+
+	q, err := newQuorum(sc, opts, &wl, res)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	unregister := onSignal(func() { q.Close() })
+	defer func() {
+		unregister()
+		if err := q.Close(); err != nil {
+			res.Notes = append(res.Notes, "cleanup: "+err.Error())
+		}
+		if res.Passed() && !opts.Keep {
+			os.RemoveAll(res.Dir)
+		}
+	}()
+	res.Network = q.Describe()
+	logf("%s", res.Network)
+	if err := StartAll(q, 90*time.Second); err != nil {
+		res.Err = fmt.Errorf("starting the quorum: %w", err)
+		return res
+	}
+	if _, err := Leader(context.Background(), q, 30*time.Second); err != nil {
+		res.Err = err
+		return res
+	}
+	h := NewHistory()
+	res.T0 = h.Start()
+	w, err := NewWorkload(wl, q, h)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	defer w.Close()
+	w.Start()
+	logf("quorum of %d serving; %d clients x %d nodes running", sc.Journals, wl.Clients, wl.NodesPerClient)
+	warmup, recovery := 1500*time.Millisecond, 3*time.Second
+	if opts.Short {
+		warmup, recovery = time.Second, 2*time.Second
+	}
+	time.Sleep(warmup)
+
+	dur := sc.Duration
+	if opts.Duration > 0 {
+		dur = opts.Duration
+	} else if opts.Short {
+		dur = dur / 3
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dur)
+	env := &Env{Ctx: ctx, Q: q, H: h, Rng: mrand.New(mrand.NewPCG(seed, 0x5eed)), Logf: logf}
+	injectErr := sc.Inject(env)
+	cancel()
+	healErr := healAll(env)
+	res.Faults, res.Snapshot = env.faults, env.snap
+	for _, p := range env.pauses {
+		if p.NewLeader != "" {
+			res.Notes = append(res.Notes, fmt.Sprintf("%s paused %.1fs-%.1fs; %s led meanwhile", p.ID, float64(p.From)/1e9, float64(p.To)/1e9, p.NewLeader))
+		}
+	}
+	res.Notes = append(res.Notes, env.notes...)
+	if err := errors.Join(injectErr, healErr); err != nil {
+		res.Err = fmt.Errorf("fault injection: %w", err)
+	}
+	logf("healed after %d faults; recovering under load", len(res.Faults))
+	time.Sleep(recovery)
+	w.Stop()
+	end := h.Now()
+
+	admins, closeAdmins, err := AdminConns(q)
+	if err != nil {
+		res.Err = errors.Join(res.Err, err)
+		return res
+	}
+	defer closeAdmins()
+	nodes := w.Nodes()
+	states, diff := Converge(context.Background(), q, admins, nodes[0], 60*time.Second)
+	var settled int64
+	if diff == "" {
+		settled = h.Now() // converged, nothing in flight: unknown outcomes have settled
+	}
+	finalReads(h, q, admins, nodes, wl.Clients)
+	recs := h.Records()
+	for _, r := range recs {
+		if r.Final {
+			continue
+		}
+		res.Ops++
+		switch r.Out.Result {
+		case ResultOK:
+			res.OK++
+		case ResultFailed:
+			res.Failed++
+		default:
+			res.Unknown++
+		}
+	}
+	logf("%d calls (%d ok, %d refused, %d unknown); checking", res.Ops, res.OK, res.Failed, res.Unknown)
+	timeout := opts.CheckTimeout
+	if timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	res.Settled = settled
+	res.Lin = CheckLinearizable(recs, settled, timeout)
+	res.Unavailable = Unavailability(recs, res.Faults, end)
+	final := states[0]
+	for _, s := range states {
+		if s.Err == nil {
+			final = s
+			break
+		}
+	}
+	res.Checks = []Check{
+		CheckAckedWrites(recs, final, h),
+		CheckHardware(states),
+		CheckCertsCommitted(recs, final, h),
+		CheckNoRenewAfterDecommission(recs, final),
+		CheckIdentical(states, diff),
+		CheckSerials(recs, final),
+	}
+	if sc.Name == "leader-pause" || len(env.pauses) > 0 {
+		res.Checks = append(res.Checks, CheckExLeader(recs, final, env.pauses, q.Log))
+	}
+	if res.Snapshot != nil {
+		c := Check{Name: InvSnapshot, Checked: 1}
+		s := res.Snapshot
+		switch {
+		case s.Err != "":
+			c.fail("%s", s.Err)
+		case !s.Installed:
+			c.fail("%s restarted behind a compacted log (index %d, compacted to %d) but logged no snapshot installation", s.Follower, s.BehindFrom, s.CompactedTo)
+		}
+		c.Note = fmt.Sprintf("%s stopped at index <= %d; log compacted to %d after %v; snapshot installed %v; serving %v after restart",
+			s.Follower, s.BehindFrom, s.CompactedTo, s.Waited.Round(time.Second), s.Installed, s.CatchUpAfter.Round(100*time.Millisecond))
+		res.Checks = append(res.Checks, c)
+	}
+	if err := writeArtifacts(res, recs); err != nil {
+		res.Notes = append(res.Notes, "artifacts: "+err.Error())
+	}
+	return res
+}
+
+func newQuorum(sc Scenario, opts Options, wl *WorkloadConfig, res *ScenarioResult) (Quorum, error) {
+	extra := append(append(append([]string{}, journalFlags...), sc.Extra...), opts.JournalFlags...)
+	var nw Network
+	switch opts.Net {
+	case "docker":
+		dq, err := NewDockerQuorum(DockerConfig{Image: opts.Image, Dir: res.Dir, N: sc.Journals, Extra: extra, Bin: opts.Bin})
+		if err != nil {
+			return nil, fmt.Errorf("docker: %w", err)
+		}
+		return dq, nil
+	case "loopback":
+		lb, err := NewLoopback(sc.Journals, "-net loopback")
+		if err != nil {
+			return nil, err
+		}
+		nw = lb
+	default:
+		ns, err := NewNetNS(sc.Journals, wl.Clients)
+		if err != nil {
+			if opts.Net == "netns" {
+				return nil, err
+			}
+			lb, lerr := NewLoopback(sc.Journals, "network namespaces unavailable: "+err.Error())
+			if lerr != nil {
+				return nil, lerr
+			}
+			nw = lb
+		} else {
+			nw = ns
+		}
+	}
+	wl.SourceIP = nw.ClientIP
+	q, err := NewProcQuorum(ProcConfig{Bin: opts.Bin, Dir: res.Dir, N: sc.Journals, Net: nw, Extra: extra})
+	if err != nil {
+		nw.Close()
+		return nil, err
+	}
+	return q, nil
+}
+
+// healAll undoes whatever a schedule left: links, frozen and stopped
+// journals; then waits until every journal serves.
+func healAll(e *Env) error {
+	var errs []error
+	if e.Q.CanPartition() {
+		errs = append(errs, e.Q.Heal())
+	}
+	errs = append(errs, e.uncut())
+	for i := range e.Q.Size() {
+		if e.Q.Running(i) {
+			_ = e.Q.Resume(i)
+			continue
+		}
+		errs = append(errs, e.Q.Start(i))
+	}
+	for i := range e.Q.Size() {
+		errs = append(errs, e.Q.WaitServing(i, 90*time.Second))
+	}
+	return errors.Join(errs...)
+}
+
+// finalReads reads every node from every journal once the quorum has
+// converged; the reads join the history (as one more client), so the
+// linearizability check covers the final state too.
+func finalReads(h *History, q Quorum, admins []pactv1.AdminServiceClient, nodes []string, client int) {
+	for _, n := range nodes {
+		for i := range q.Size() {
+			r := h.Begin(client, q.ID(i), Input{Kind: OpRead, Node: n})
+			r.Final = true
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			resp, err := admins[i].InspectNode(ctx, &pactv1.InspectNodeRequest{NodeId: n})
+			cancel()
+			out := Output{}
+			if err != nil {
+				out = Classify(err)
+			} else {
+				out = NodeOutput(resp.GetNode())
+			}
+			h.End(r, out, err)
+		}
+	}
+}
+
+// writeArtifacts keeps the history (and porcupine's visualization of a
+// violation) next to the journals' logs.
+func writeArtifacts(res *ScenarioResult, recs []*Record) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# history time 0 = %s (journal logs are in wall-clock time)\n", res.T0.UTC().Format(time.RFC3339Nano))
+	for _, r := range recs {
+		b.WriteString(r.String())
+		b.WriteString("\n")
+	}
+	if err := os.WriteFile(filepath.Join(res.Dir, "history.txt"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	if err := WriteHistory(filepath.Join(res.Dir, "history.jsonl"), recs, res.Settled); err != nil {
+		return err
+	}
+	if res.Lin.Visualization != nil {
+		return os.WriteFile(filepath.Join(res.Dir, "linearizability.html"), res.Lin.Visualization, 0o644)
+	}
+	return nil
+}

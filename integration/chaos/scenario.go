@@ -1,0 +1,470 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Fault is one injected fault.
+type Fault struct {
+	Kind   string
+	Target string
+	At     int64 // history time it took effect
+	Healed int64 // history time it was undone (0: at the end of the run)
+}
+
+// Env is what a scenario's fault schedule works with.
+type Env struct {
+	Ctx  context.Context
+	Q    Quorum
+	H    *History
+	Rng  *mrand.Rand
+	Logf func(format string, args ...any)
+
+	mu     sync.Mutex
+	faults []Fault
+	pauses []Pause
+	notes  []string
+	snap   *SnapshotResult
+	// emulated lists journals SIGSTOPped to emulate a partition.
+	emulated map[int]bool
+}
+
+// SnapshotResult is what the lagging-follower scenario saw.
+type SnapshotResult struct {
+	Follower     string
+	BehindFrom   uint64 // the follower's last index when stopped (approx.)
+	CompactedTo  uint64 // the leader's log was compacted through here
+	Waited       time.Duration
+	Installed    bool // the follower installed a snapshot from the leader
+	Err          string
+	CatchUpAfter time.Duration
+}
+
+func (e *Env) addFault(kind, target string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.faults = append(e.faults, Fault{Kind: kind, Target: target, At: e.H.Now()})
+	e.Logf("fault %d: %s %s", len(e.faults), kind, target)
+	return len(e.faults) - 1
+}
+
+func (e *Env) heal(k int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.faults[k].Healed = e.H.Now()
+}
+
+func (e *Env) note(format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	msg := fmt.Sprintf(format, args...)
+	for _, n := range e.notes {
+		if n == msg {
+			return
+		}
+	}
+	e.notes = append(e.notes, msg)
+}
+
+// sleep waits d or until the schedule ends; false means it ended.
+func (e *Env) sleep(d time.Duration) bool {
+	select {
+	case <-e.Ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// between is a random duration in [a, b).
+func (e *Env) between(a, b time.Duration) time.Duration {
+	if b <= a {
+		return a
+	}
+	return a + time.Duration(e.Rng.Int64N(int64(b-a)))
+}
+
+func (e *Env) leader() (int, error) {
+	return Leader(context.Background(), e.Q, 30*time.Second)
+}
+
+func (e *Env) others(except ...int) []int {
+	var out []int
+	for i := range e.Q.Size() {
+		skip := false
+		for _, x := range except {
+			skip = skip || x == i
+		}
+		if !skip {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func (e *Env) restart(i int) error {
+	if err := e.Q.Start(i); err != nil {
+		return err
+	}
+	return e.Q.WaitServing(i, 90*time.Second)
+}
+
+// cut partitions the quorum, or emulates it by freezing the side that
+// would lose the quorum (SIGSTOP) when the network cannot cut links.
+func (e *Env) cut(groups [][]int, minority []int) error {
+	if e.Q.CanPartition() {
+		return e.Q.Partition(groups)
+	}
+	e.note("partitions emulated with SIGSTOP (no network namespaces): the cut-off journals could not answer clients either")
+	e.mu.Lock()
+	if e.emulated == nil {
+		e.emulated = map[int]bool{}
+	}
+	e.mu.Unlock()
+	var errs []error
+	for _, i := range minority {
+		errs = append(errs, e.Q.Pause(i))
+		e.mu.Lock()
+		e.emulated[i] = true
+		e.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+func (e *Env) uncut() error {
+	if e.Q.CanPartition() {
+		return e.Q.Heal()
+	}
+	e.mu.Lock()
+	frozen := e.emulated
+	e.emulated = nil
+	e.mu.Unlock()
+	var errs []error
+	for i := range frozen {
+		errs = append(errs, e.Q.Resume(i))
+	}
+	return errors.Join(errs...)
+}
+
+// Scenario is a fault schedule run against a fresh quorum under load.
+type Scenario struct {
+	Name     string
+	Journals int
+	// Duration is how long faults are injected (the workload runs a
+	// little longer: warm-up and recovery).
+	Duration time.Duration
+	// Extra flags for every journal.
+	Extra []string
+	// Long marks scenarios only the full campaign runs.
+	Long bool
+	// ThinkMin and ThinkMax override the workload's pacing.
+	ThinkMin, ThinkMax time.Duration
+	// Inject runs the fault schedule until e.Ctx ends and must leave the
+	// quorum healed (the runner heals again anyway).
+	Inject func(e *Env) error
+	// Describe says what the scenario does, for -list.
+	Describe string
+}
+
+// Flags every journal of every scenario gets: a small snapshot threshold
+// so snapshots and log compaction happen during a run, and liveness and
+// takeover windows far beyond a run (the workload's nodes never stream).
+var journalFlags = []string{
+	"--raft-snapshot-threshold", "64", "--raft-trailing-logs", "16",
+	"--heartbeat-timeout", "24h", "--takeover-window", "12h",
+}
+
+// Scenarios is the campaign: name -> scenario, in run order.
+func Scenarios() []Scenario {
+	return []Scenario{
+		{Name: "leader-kill", Journals: 3, Duration: 30 * time.Second, Inject: leaderKill,
+			Describe: "SIGKILL the leader every 3-6 s, restart it 1-3 s later"},
+		{Name: "leader-pause", Journals: 3, Duration: 30 * time.Second, Inject: leaderPause,
+			Describe: "SIGSTOP the leader for 2.5-4 s (a new leader is elected), then SIGCONT: a paused ex-leader"},
+		{Name: "minority-partition", Journals: 3, Duration: 30 * time.Second, Inject: minorityPartition,
+			Describe: "cut a minority (half the time with the leader) off the others for 3-6 s; clients still reach it"},
+		{Name: "flapping-partition", Journals: 3, Duration: 30 * time.Second, Inject: flappingPartition,
+			Describe: "partitions that come and go every 0.3-2 s: isolate one journal (often the leader) or cut one link"},
+		{Name: "full-restart", Journals: 3, Duration: 30 * time.Second, Inject: fullRestart,
+			Describe: "stop every journal (SIGTERM or SIGKILL), start them all again"},
+		{Name: "lagging-follower-snapshot", Journals: 3, Duration: 20 * time.Second, Long: true, Inject: laggingFollower,
+			ThinkMin: 60 * time.Millisecond, ThinkMax: 200 * time.Millisecond,
+			Describe: "SIGKILL a follower, write until the leader has snapshotted and compacted its log past it, restart it: it must install the snapshot and catch up"},
+		{Name: "leader-kill-5", Journals: 5, Duration: 30 * time.Second, Inject: leaderKill,
+			Describe: "five journals: SIGKILL the leader (half the time a follower too: two of five), restart them"},
+		{Name: "minority-partition-5", Journals: 5, Duration: 30 * time.Second, Inject: minorityPartition, Long: true,
+			Describe: "five journals: cut two off the other three"},
+	}
+}
+
+func leaderKill(e *Env) error {
+	for e.sleep(e.between(3*time.Second, 6*time.Second)) {
+		l, err := e.leader()
+		if err != nil {
+			return err
+		}
+		victims := []int{l}
+		if e.Q.Size() >= 5 && e.Rng.IntN(2) == 0 {
+			o := e.others(l)
+			victims = append(victims, o[e.Rng.IntN(len(o))])
+		}
+		var ks []int
+		for _, v := range victims {
+			if err := e.Q.Kill(v); err != nil {
+				return err
+			}
+			ks = append(ks, e.addFault("SIGKILL", e.Q.ID(v)+map[bool]string{true: "(leader)", false: ""}[v == l]))
+		}
+		time.Sleep(e.between(time.Second, 3*time.Second))
+		for n, v := range victims {
+			if err := e.restart(v); err != nil {
+				return err
+			}
+			e.heal(ks[n])
+		}
+	}
+	return nil
+}
+
+func leaderPause(e *Env) error {
+	for e.sleep(e.between(3*time.Second, 5*time.Second)) {
+		l, err := e.leader()
+		if err != nil {
+			return err
+		}
+		if err := e.Q.Pause(l); err != nil {
+			return err
+		}
+		k := e.addFault("pause", e.Q.ID(l)+"(leader)")
+		p := Pause{Journal: l, ID: e.Q.ID(l), From: e.H.Now()}
+		hold := e.between(2500*time.Millisecond, 4*time.Second)
+		deadline := time.Now().Add(hold)
+		if nl, err := Leader(context.Background(), e.Q, hold, e.others(l)...); err == nil {
+			p.NewLeader = e.Q.ID(nl)
+		}
+		time.Sleep(time.Until(deadline))
+		if err := e.Q.Resume(l); err != nil {
+			return err
+		}
+		p.To = e.H.Now()
+		e.heal(k)
+		e.mu.Lock()
+		e.pauses = append(e.pauses, p)
+		e.mu.Unlock()
+		if p.NewLeader == "" {
+			e.note("a pause of %s ended before another journal led", p.ID)
+		}
+	}
+	return nil
+}
+
+// minority picks ceil(n/2)-1 journals, with the leader half the time.
+func (e *Env) minority(withLeader bool) ([]int, []int, error) {
+	l, err := e.leader()
+	if err != nil {
+		return nil, nil, err
+	}
+	size := (e.Q.Size() - 1) / 2
+	var pool []int
+	var minority []int
+	if withLeader {
+		minority = append(minority, l)
+		pool = e.others(l)
+	} else {
+		pool = e.others(l)
+	}
+	e.Rng.Shuffle(len(pool), func(a, b int) { pool[a], pool[b] = pool[b], pool[a] })
+	for len(minority) < size {
+		minority, pool = append(minority, pool[0]), pool[1:]
+	}
+	return minority, e.others(minority...), nil
+}
+
+func names(q Quorum, is []int) string {
+	s := ""
+	for k, i := range is {
+		if k > 0 {
+			s += ","
+		}
+		s += q.ID(i)
+	}
+	return s
+}
+
+func minorityPartition(e *Env) error {
+	for e.sleep(e.between(2*time.Second, 4*time.Second)) {
+		withLeader := e.Rng.IntN(2) == 0
+		minor, major, err := e.minority(withLeader)
+		if err != nil {
+			return err
+		}
+		label := names(e.Q, minor) + "|" + names(e.Q, major)
+		if withLeader {
+			label += " (leader cut off)"
+		}
+		if err := e.cut([][]int{minor, major}, minor); err != nil {
+			return err
+		}
+		k := e.addFault("partition", label)
+		time.Sleep(e.between(3*time.Second, 6*time.Second))
+		if err := e.uncut(); err != nil {
+			return err
+		}
+		e.heal(k)
+	}
+	return nil
+}
+
+func flappingPartition(e *Env) error {
+	for e.sleep(e.between(300*time.Millisecond, 1500*time.Millisecond)) {
+		var groups [][]int
+		var minor []int
+		var label string
+		switch p := e.Rng.IntN(3); {
+		case p == 0 && e.Q.CanPartition():
+			// One link only: both ends still reach everyone else.
+			pair := e.Rng.Perm(e.Q.Size())[:2]
+			groups, label = [][]int{{pair[0]}, {pair[1]}}, "link "+e.Q.ID(pair[0])+"-"+e.Q.ID(pair[1])
+		default:
+			var err error
+			var major []int
+			minor, major, err = e.minority(p == 1)
+			if err != nil {
+				return err
+			}
+			groups, label = [][]int{minor, major}, names(e.Q, minor)+"|"+names(e.Q, major)
+		}
+		if err := e.cut(groups, minor); err != nil {
+			return err
+		}
+		k := e.addFault("flap", label)
+		time.Sleep(e.between(500*time.Millisecond, 2*time.Second))
+		if err := e.uncut(); err != nil {
+			return err
+		}
+		e.heal(k)
+	}
+	return nil
+}
+
+func fullRestart(e *Env) error {
+	for e.sleep(e.between(4*time.Second, 7*time.Second)) {
+		kill := e.Rng.IntN(2) == 0
+		kind := "SIGTERM all"
+		if kill {
+			kind = "SIGKILL all"
+		}
+		var errs []error
+		for i := range e.Q.Size() {
+			if kill {
+				errs = append(errs, e.Q.Kill(i))
+			} else {
+				errs = append(errs, e.Q.Stop(i))
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		// The fault counts from the moment no journal runs (a graceful
+		// stop still answers for a moment).
+		k := e.addFault(kind, names(e.Q, e.others()))
+		time.Sleep(e.between(500*time.Millisecond, 1500*time.Millisecond))
+		for i := range e.Q.Size() {
+			if err := e.Q.Start(i); err != nil {
+				return err
+			}
+		}
+		for i := range e.Q.Size() {
+			if err := e.Q.WaitServing(i, 90*time.Second); err != nil {
+				return err
+			}
+		}
+		e.heal(k)
+	}
+	return nil
+}
+
+var (
+	compactRE   = regexp.MustCompile(`msg="compacting logs".*? to=(\d+)`)
+	installedRE = regexp.MustCompile(`msg="Installed remote snapshot"`)
+)
+
+// SnapshotWait bounds how long the lagging-follower scenario waits for the
+// leader to snapshot: hashicorp/raft looks at the threshold only every
+// SnapshotInterval (120-240 s, not configurable through the journal).
+var SnapshotWait = 300 * time.Second
+
+func laggingFollower(e *Env) error {
+	if !e.sleep(2 * time.Second) {
+		return nil
+	}
+	l, err := e.leader()
+	if err != nil {
+		return err
+	}
+	o := e.others(l)
+	f := o[e.Rng.IntN(len(o))]
+	res := &SnapshotResult{Follower: e.Q.ID(f)}
+	e.mu.Lock()
+	e.snap = res
+	e.mu.Unlock()
+	if err := e.Q.Kill(f); err != nil {
+		return err
+	}
+	k := e.addFault("SIGKILL follower", e.Q.ID(f))
+	// The follower's log ends at most at the leader's last index now; once
+	// a journal has compacted its log beyond that, the follower can only
+	// catch up from a snapshot.
+	behind, err := LastIndex(e.Q, l)
+	if err != nil {
+		return err
+	}
+	marker := time.Now()
+	startLogs := make([]int, e.Q.Size())
+	for _, i := range e.others(f) {
+		startLogs[i] = len(e.Q.Log(i))
+	}
+	deadline := time.Now().Add(SnapshotWait)
+	var compacted uint64
+	for time.Now().Before(deadline) {
+		for _, i := range e.others(f) {
+			log := e.Q.Log(i)
+			if m := compactRE.FindAllStringSubmatch(log[min(startLogs[i], len(log)):], -1); len(m) > 0 {
+				to, _ := strconv.ParseUint(m[len(m)-1][1], 10, 64)
+				compacted = max(compacted, to)
+			}
+		}
+		if compacted > behind+32 { // margin: entries in flight beyond the commit index
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	res.BehindFrom, res.CompactedTo, res.Waited = behind, compacted, time.Since(marker)
+	if compacted <= behind+32 {
+		res.Err = fmt.Sprintf("no journal compacted its log past index %d within %v (raft looks at the snapshot threshold only every 120-240 s)", behind, SnapshotWait)
+	}
+	before := len(e.Q.Log(f))
+	restarted := time.Now()
+	if err := e.restart(f); err != nil {
+		return err
+	}
+	e.heal(k)
+	for wait := time.Now().Add(30 * time.Second); time.Now().Before(wait); time.Sleep(200 * time.Millisecond) {
+		log := e.Q.Log(f)
+		if installedRE.MatchString(log[min(before, len(log)):]) {
+			res.Installed = true
+			break
+		}
+	}
+	res.CatchUpAfter = time.Since(restarted)
+	// Keep the load on a while with the follower back.
+	e.sleep(e.between(3*time.Second, 5*time.Second))
+	return nil
+}
