@@ -177,7 +177,19 @@ func (j *Journal) authenticate(ctx context.Context, method string) (*principal, 
 			return nil, fmt.Errorf("%w: %s is for node agents; a %s credential cannot call it", ErrPermission, method, id.Kind)
 		}
 		if err := j.checkBinding(p); err != nil {
-			return nil, err
+			if errors.Is(err, errNodeRevoked) || j.IsLeader() {
+				return nil, err
+			}
+			// This journal's copy may lag a renewal or enrollment committed
+			// through another journal: catch up before refusing the caller's
+			// certificate as stale. Cut off from the leader, say so rather
+			// than call a current certificate stale.
+			if rerr := j.linearizableRead(ctx); rerr != nil {
+				return nil, rerr
+			}
+			if err := j.checkBinding(p); err != nil {
+				return nil, err
+			}
 		}
 	case pol.admin != nil:
 		if id.Kind != pki.KindAdmin {

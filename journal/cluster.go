@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
@@ -78,10 +79,18 @@ func newPeerConns(j *Journal) *peerConns {
 }
 
 func (p *peerConns) get(addr string) (pactv1.JournalPeerServiceClient, error) {
+	c, err := p.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return pactv1.NewJournalPeerServiceClient(c), nil
+}
+
+func (p *peerConns) conn(addr string) (*grpc.ClientConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c, ok := p.conns[addr]; ok {
-		return pactv1.NewJournalPeerServiceClient(c), nil
+		return c, nil
 	}
 	tlsCfg := &tls.Config{
 		MinVersion: tls.VersionTLS13,
@@ -98,7 +107,28 @@ func (p *peerConns) get(addr string) (pactv1.JournalPeerServiceClient, error) {
 		return nil, err
 	}
 	p.conns[addr] = c
-	return pactv1.NewJournalPeerServiceClient(c), nil
+	return c, nil
+}
+
+// ready waits briefly for the channel to addr to be connected, so a
+// failure before that point is known to have sent nothing.
+func (p *peerConns) ready(ctx context.Context, addr string, wait time.Duration) (*grpc.ClientConn, bool) {
+	c, err := p.conn(addr)
+	if err != nil {
+		return nil, false
+	}
+	c.Connect()
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		st := c.GetState()
+		if st == connectivity.Ready {
+			return c, true
+		}
+		if !c.WaitForStateChange(wctx, st) {
+			return c, false
+		}
+	}
 }
 
 func (p *peerConns) close() {
@@ -110,38 +140,60 @@ func (p *peerConns) close() {
 	p.conns = map[string]*grpc.ClientConn{}
 }
 
-// leaderClient returns a channel to the current leader.
-func (j *Journal) leaderClient() (pactv1.JournalPeerServiceClient, string, error) {
+// leaderAddr returns the current leader's id and gRPC address.
+func (j *Journal) leaderAddr() (string, string, error) {
 	_, id := j.raft.LeaderWithID()
 	if id == "" {
-		return nil, "", fmt.Errorf("%w: this journal knows no leader (is a majority of the quorum reachable?)", ErrNoLeader)
+		return "", "", fmt.Errorf("%w: this journal knows no leader (is a majority of the quorum reachable?)", ErrNoLeader)
 	}
 	ji, ok := j.fsm.Journal(string(id))
 	if !ok || ji.GetGrpcAddr() == "" {
-		return nil, "", fmt.Errorf("%w: the address of leader %s is not known yet", ErrNoLeader, id)
+		return "", "", fmt.Errorf("%w: the address of leader %s is not known yet", ErrNoLeader, id)
 	}
-	c, err := j.peers.get(ji.GetGrpcAddr())
-	return c, string(id), err
+	return string(id), ji.GetGrpcAddr(), nil
+}
+
+// leaderClient returns a channel to the current leader.
+func (j *Journal) leaderClient() (pactv1.JournalPeerServiceClient, string, error) {
+	id, addr, err := j.leaderAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := j.peers.get(addr)
+	return c, id, err
 }
 
 // forward sends an encoded command to the leader and waits until this
 // journal has applied it too, so a read that follows sees it.
 func (j *Journal) forward(ctx context.Context, data []byte) (*raftfsm.Result, error) {
-	c, leader, err := j.leaderClient()
+	leader, addr, err := j.leaderAddr()
 	if err != nil {
 		return nil, err
 	}
+	// Only a failure before the request could leave is "not written"; so
+	// wait for a connected channel first, and treat any transport failure
+	// after that as an unknown outcome.
+	conn, ok := j.peers.ready(ctx, addr, time.Second)
+	if !ok {
+		return nil, fmt.Errorf("%w: cannot connect to leader %s at %s", ErrNoLeader, leader, addr)
+	}
 	fctx, cancel := context.WithTimeout(ctx, min(forwardTimeout, j.cfg.ApplyTimeout))
 	defer cancel()
-	resp, err := c.Propose(fctx, &pactv1.ProposeRequest{Command: data})
+	resp, err := pactv1.NewJournalPeerServiceClient(conn).Propose(fctx, &pactv1.ProposeRequest{Command: data})
 	if err != nil {
-		switch pe := apierr.FromError(err); pe.Code {
-		case codes.Unavailable:
-			return nil, fmt.Errorf("%w: forwarding to leader %s: %s", ErrNoLeader, leader, pe.Message)
-		case codes.DeadlineExceeded, codes.Canceled:
-			// The leader may have committed it: a retry elsewhere must
-			// not assume it was not served.
-			return nil, fmt.Errorf("%w: forwarded to leader %s, no answer in time: %s", ErrOutcomeUnknown, leader, pe.Message)
+		pe := apierr.FromError(err)
+		switch {
+		case pe.Reason == apierr.NoLeader:
+			// A leader that stepped down refuses before taking the entry.
+			return nil, fmt.Errorf("%w: %s", ErrNoLeader, pe.Message)
+		case pe.Reason == apierr.OutcomeUnknown:
+			return nil, fmt.Errorf("%w: %s", ErrOutcomeUnknown, pe.Message)
+		case pe.Reason != "":
+			// Any other answer of the leader stands as it is.
+			return nil, err
+		case pe.Code == codes.Unavailable, pe.Code == codes.DeadlineExceeded, pe.Code == codes.Canceled:
+			// The request may have reached the leader and committed.
+			return nil, fmt.Errorf("%w: forwarded to leader %s, no answer: %s", ErrOutcomeUnknown, leader, pe.Message)
 		}
 		return nil, fmt.Errorf("journal: forwarding to leader %s: %w", leader, err)
 	}

@@ -68,9 +68,14 @@ func (j *Journal) applyLocal(ctx context.Context, data []byte, op string) (*raft
 	err := f.Error()
 	j.metrics.applySeconds.WithLabelValues(op).Observe(time.Since(start).Seconds())
 	if err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
-			errors.Is(err, raft.ErrEnqueueTimeout) || errors.Is(err, raft.ErrRaftShutdown) {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrEnqueueTimeout):
+			// Never entered the log: nothing was written.
 			return nil, 0, fmt.Errorf("%w: %w", ErrNoLeader, err)
+		case errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrRaftShutdown):
+			// In the log but not known committed: a later leader may still
+			// commit it, so the caller must not be told it was not written.
+			return nil, 0, fmt.Errorf("%w: leadership lost before the entry was known committed: %w", ErrOutcomeUnknown, err)
 		}
 		return nil, 0, fmt.Errorf("journal: raft apply: %w", err)
 	}
