@@ -136,8 +136,11 @@ func (j *Journal) enroll(ctx context.Context, req *pactv1.EnrollRequest) (*pactv
 func (j *Journal) takeoverCutoff(n *pactv1.Node) (int64, error) {
 	now := j.cfg.Clock.Now()
 	lastSeen := time.Unix(0, j.fsm.LastSeen(n.GetNodeId()))
-	if j.hub.streamCount(n.GetNodeId()) > 0 || now.Sub(lastSeen) < 2*j.cfg.DigestInterval {
-		return 0, fmt.Errorf("%w: node %s is active with another key and streaming", raftfsm.ErrAlreadyActive, n.GetNodeId())
+	if j.hub.streamCount(n.GetNodeId()) > 0 {
+		return 0, fmt.Errorf("%w: node %s is active with another key and streaming to this journal", raftfsm.ErrAlreadyActive, n.GetNodeId())
+	}
+	if ago := now.Sub(lastSeen); ago < 2*j.cfg.DigestInterval {
+		return 0, fmt.Errorf("%w: node %s is active with another key; a journal saw its stream %s ago", raftfsm.ErrAlreadyActive, n.GetNodeId(), ago.Round(time.Second))
 	}
 	if quiet := now.Sub(lastSeen); quiet < j.cfg.TakeoverWindow {
 		wait := j.cfg.TakeoverWindow - quiet
@@ -266,7 +269,7 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 			if errors.Is(err, raftfsm.ErrNodeRevoked) {
 				// Tell the agent why before the stream ends; a stale
 				// certificate (after a renewal) just ends the stream.
-				_ = stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_Revoked{Revoked: &pactv1.Revoked{Reason: err.Error()}}})
+				_ = stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_Revoked{Revoked: &pactv1.Revoked{Reason: apierr.FromError(toStatus(err)).Message}}})
 			}
 			return err
 		}
