@@ -231,22 +231,32 @@ func (j *Journal) applied(index uint64) bool {
 		return false
 	}
 	fsmIndex := j.fsm.AppliedIndex()
-	// Entries up to the last snapshot are in the FSM whether it applied
-	// them or restored them (a restarted journal restores its own
-	// snapshot, and the FSM's own index starts from zero again).
-	if snap, err := strconv.ParseUint(j.raft.Stats()["last_snapshot_index"], 10, 64); err == nil {
-		fsmIndex = max(fsmIndex, snap)
-	}
 	for i := index; i > fsmIndex; i-- {
 		var l raft.Log
 		if err := j.store.GetLog(i, &l); err != nil {
 			return true // compacted into a snapshot the FSM has restored
 		}
 		if l.Type == raft.LogCommand {
-			return false
+			// Entries up to a restored snapshot are in the FSM although
+			// its own index restarted from zero.
+			return i <= j.restoredThrough()
 		}
 	}
 	return true
+}
+
+// restoredThrough is the index of the newest snapshot the FSM may have
+// restored. Raft's Stats goes through its main loop, so it is asked only
+// after the FSM has restored a snapshot it has not asked about yet.
+func (j *Journal) restoredThrough() uint64 {
+	j.snapMu.Lock()
+	defer j.snapMu.Unlock()
+	if n := j.fsm.Restores(); n != j.snapRestores {
+		if idx, err := strconv.ParseUint(j.raft.Stats()["last_snapshot_index"], 10, 64); err == nil {
+			j.snapIndex, j.snapRestores = idx, n
+		}
+	}
+	return j.snapIndex
 }
 
 // linearizableRead makes the next local read reflect every write committed

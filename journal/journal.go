@@ -54,9 +54,13 @@ type Journal struct {
 	server *grpc.Server
 
 	metricsAddr string
-	grpcAddr    string // as other journals reach it
-	raftAddr    string
-	peers       *peerConns
+
+	snapMu       sync.Mutex // guards the two below (restoredThrough)
+	snapRestores uint64
+	snapIndex    uint64
+	grpcAddr     string // as other journals reach it
+	raftAddr     string
+	peers        *peerConns
 
 	stopOnce sync.Once
 	stop     chan struct{}

@@ -62,6 +62,7 @@ const DefaultAuditCapacity = 10000
 // FSM implements raft.FSM.
 type FSM struct {
 	applied  atomic.Uint64
+	restores atomic.Uint64
 	mu       sync.RWMutex
 	st       *state
 	observer func(Event)
@@ -656,6 +657,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.st = st
+	f.restores.Add(1)
 	obs := f.observer
 	f.mu.Unlock()
 	if obs != nil {

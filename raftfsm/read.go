@@ -142,3 +142,6 @@ func (f *FSM) Journal(id string) (*pactv1.JournalInfo, bool) {
 
 // AppliedIndex is the index of the last log entry applied here.
 func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }
+
+// Restores counts the snapshots restored into this FSM.
+func (f *FSM) Restores() uint64 { return f.restores.Load() }
