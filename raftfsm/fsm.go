@@ -417,17 +417,7 @@ type Resolution struct {
 // choice made from the records alone so every replica makes it.
 func (s *state) revokedOwner(rep hwid.Identity) string {
 	var best *pactv1.Node
-	consider := func(set nodeSet) {
-		for id := range set {
-			n := s.nodes[id]
-			switch {
-			case best == nil,
-				n.GetRevokedAtUnixNano() > best.GetRevokedAtUnixNano(),
-				n.GetRevokedAtUnixNano() == best.GetRevokedAtUnixNano() && id < best.GetNodeId():
-				best = n
-			}
-		}
-	}
+	consider := func(set nodeSet) { best = laterRevoked(best, s.latestRevoked(set)) }
 	for _, m := range rep.MACs {
 		consider(s.revokedByMAC[m])
 	}

@@ -89,15 +89,24 @@ func (s *state) spiffeNode(id string) (*pactv1.Node, bool) {
 func (s *state) latestRevoked(set nodeSet) *pactv1.Node {
 	var best *pactv1.Node
 	for id := range set {
-		n := s.nodes[id]
-		switch {
-		case best == nil,
-			n.GetRevokedAtUnixNano() > best.GetRevokedAtUnixNano(),
-			n.GetRevokedAtUnixNano() == best.GetRevokedAtUnixNano() && id < best.GetNodeId():
-			best = n
-		}
+		best = laterRevoked(best, s.nodes[id])
 	}
 	return best
+}
+
+// laterRevoked picks of two revoked nodes the one decommissioned last,
+// then the least node id; either may be nil.
+func laterRevoked(a, b *pactv1.Node) *pactv1.Node {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	case b.GetRevokedAtUnixNano() > a.GetRevokedAtUnixNano(),
+		b.GetRevokedAtUnixNano() == a.GetRevokedAtUnixNano() && b.GetNodeId() < a.GetNodeId():
+		return b
+	}
+	return a
 }
 
 // NodeBySPIFFEID returns the node a SPIFFE ID maps to, with the rule
