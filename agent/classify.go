@@ -116,7 +116,3 @@ func refusal(err error) bool {
 // revoked reports whether the journal said the node was decommissioned:
 // the agent fails closed and never tries to recover on its own.
 func revoked(err error) bool { return apierr.FromError(err).Reason == apierr.NodeRevoked }
-
-// stale reports whether the journal refused a certificate because the
-// registry holds a newer one for the node.
-func stale(err error) bool { return apierr.FromError(err).Reason == apierr.StaleCertificate }

@@ -247,20 +247,6 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (c Config) advertiseGRPC() string {
-	if c.AdvertiseGRPC != "" {
-		return c.AdvertiseGRPC
-	}
-	return c.ListenAddr
-}
-
-func (c Config) advertiseRaft() string {
-	if c.AdvertiseRaft != "" {
-		return c.AdvertiseRaft
-	}
-	return c.RaftListen
-}
-
 func (c Config) rootCertFile() string {
 	if c.RootCertFile != "" {
 		return c.RootCertFile

@@ -290,7 +290,7 @@ func (j *Journal) waitReady(ctx context.Context) error {
 				return nil
 			}
 		} else if j.cfg.Join && !announced && j.raft.LastIndex() == 0 {
-			j.log.Info("waiting to be added to a quorum; on a journal of the quorum run: pact journal add " + j.cfg.NodeID + " " + j.cfg.advertiseRaft())
+			j.log.Info("waiting to be added to a quorum; on a journal of the quorum run: pact journal add " + j.cfg.NodeID + " " + j.raftAddr)
 			announced = true
 		}
 		select {
