@@ -36,6 +36,7 @@ import (
 	"github.com/pact-hpc/pact/internal/hwid"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/wire"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -133,6 +134,7 @@ func New(cfg Config) (*Agent, error) {
 	rc.DrainTimeout = cfg.DrainTimeout
 	rc.OnEvent = a.handleEvent
 	rc.DialOptions = cfg.DialOptions
+	rc.KeyExchange = cfg.KeyExchange
 	rc.Clock = cfg.Clock
 	rc.Logger = cfg.Logger
 	if a.rot, err = identity.NewRotator(rc); err != nil {
@@ -609,8 +611,9 @@ func (a *Agent) enroll(ctx context.Context) error {
 }
 
 func (a *Agent) callEnroll(ctx context.Context, addr string, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, error) {
-	creds := identity.NewClientCredentials(identity.ClientTLSConfig(a.roots, nil, a.cfg.Clock.Now))
-	conn, err := grpc.NewClient("passthrough:///"+addr, append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, a.cfg.DialOptions...)...)
+	creds := identity.NewClientCredentials(a.cfg.KeyExchange.Apply(identity.ClientTLSConfig(a.roots, nil, a.cfg.Clock.Now)))
+	opts := append(wire.ClientOptions(), grpc.WithTransportCredentials(creds))
+	conn, err := grpc.NewClient("passthrough:///"+addr, append(opts, a.cfg.DialOptions...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/pact-hpc/pact/agent/hwinfo"
 	"github.com/pact-hpc/pact/identity/spire"
 	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/wire"
 )
 
 // DefaultStatusSocket is where the agent serves its status by default.
@@ -77,6 +78,9 @@ type Config struct {
 	// DialOptions are added to every channel to a journal (keepalive
 	// tuning; tests inject faults with an interceptor).
 	DialOptions []grpc.DialOption
+	// KeyExchange is the TLS key exchange the agent offers journals
+	// (internal/wire: X25519 by default, or the post-quantum hybrid).
+	KeyExchange wire.KeyExchange
 
 	Logger *slog.Logger
 	Clock  clock.Clock
@@ -86,6 +90,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Hardware:         hwinfo.DefaultConfig(),
+		KeyExchange:      wire.Classical,
 		CallTimeout:      15 * time.Second,
 		MinBackoff:       250 * time.Millisecond,
 		MaxBackoff:       30 * time.Second,
@@ -104,6 +109,9 @@ func DefaultConfig() Config {
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	var errs []error
+	if _, err := wire.ParseKeyExchange(string(c.KeyExchange)); err != nil {
+		errs = append(errs, fmt.Errorf("agent: --key-exchange: %w", err))
+	}
 	if len(c.JournalAddrs) == 0 {
 		errs = append(errs, errors.New("agent: no journal address (--journal host:port)"))
 	}

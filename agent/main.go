@@ -14,6 +14,7 @@ import (
 	"github.com/pact-hpc/pact/agent/hwinfo"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/cmdutil"
+	"github.com/pact-hpc/pact/internal/wire"
 )
 
 // Exit codes of pact-agent.
@@ -125,6 +126,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", os.Getenv("PACT_AGENT_METRICS_LISTEN"), "host:port to serve /metrics, /healthz and /readyz (200 only with an unexpired identity and an open stream) over plain HTTP (PACT_AGENT_METRICS_LISTEN)")
 	fs.StringVar(&cfg.IdentityDir, "identity-dir", os.Getenv("PACT_AGENT_IDENTITY_DIR"), "directory that receives chain.pem and bundle.pem, replaced atomically on every change (PACT_AGENT_IDENTITY_DIR)")
 	fs.StringVar(&cfg.KeyOut, "key-out", os.Getenv("PACT_AGENT_KEY_OUT"), "also write the private key to this file, mode 0600; it MUST be on a tmpfs (e.g. /run/pact/key.pem): the agent refuses any other filesystem (PACT_AGENT_KEY_OUT)")
+	keyExchange := fs.String("key-exchange", envOrDefault("PACT_KEY_EXCHANGE", string(cfg.KeyExchange)), "TLS key exchange offered to journals: x25519, or x25519mlkem768 for the post-quantum hybrid (PACT_KEY_EXCHANGE)")
 	logFormat := fs.String("log-format", cmdutil.EnvOr("PACT_LOG_FORMAT", "text"), "text or json (PACT_LOG_FORMAT)")
 	logLevel := fs.String("log-level", cmdutil.EnvOr("PACT_LOG_LEVEL", "info"), "debug, info, warn or error (PACT_LOG_LEVEL)")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -133,6 +135,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if *journals != "" {
 		cfg.JournalAddrs = strings.Split(*journals, ",")
 	}
+	cfg.KeyExchange = wire.KeyExchange(*keyExchange)
 	cfg.Hardware.MACs = macs
 	if len(macs) == 0 {
 		if env := os.Getenv("PACT_AGENT_MACS"); env != "" {

@@ -20,6 +20,7 @@ import (
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/logkey"
+	"github.com/pact-hpc/pact/internal/wire"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -89,6 +90,8 @@ type RotatorConfig struct {
 	OnEvent func(ch *Channel, ev *pactv1.SubscribeResponse) error
 	// DialOptions are added to every channel's.
 	DialOptions []grpc.DialOption
+	// KeyExchange is the TLS key exchange every channel offers.
+	KeyExchange wire.KeyExchange
 
 	// Clock is the time TLS verification and the skew check use.
 	Clock  clock.Clock
@@ -347,11 +350,11 @@ func (r *Rotator) target(active *Channel) string {
 
 func (r *Rotator) dial(id *Identity, target string) (*Channel, error) {
 	ch := &Channel{id: id, target: target, done: make(chan struct{}), first: make(chan struct{})}
-	ch.creds = NewClientCredentials(ClientTLSConfig(r.cfg.Roots, id, r.cfg.Clock.Now))
-	opts := append([]grpc.DialOption{
+	ch.creds = NewClientCredentials(r.cfg.KeyExchange.Apply(ClientTLSConfig(r.cfg.Roots, id, r.cfg.Clock.Now)))
+	opts := append(wire.ClientOptions(),
 		grpc.WithTransportCredentials(ch.creds),
-		grpc.WithChainUnaryInterceptor(ch.countCalls),
-	}, r.cfg.DialOptions...)
+		grpc.WithChainUnaryInterceptor(ch.countCalls))
+	opts = append(opts, r.cfg.DialOptions...)
 	conn, err := grpc.NewClient("passthrough:///"+target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("identity: channel to %s: %w", target, err)

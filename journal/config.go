@@ -15,6 +15,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/wire"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/ratelimit"
 )
@@ -110,6 +111,9 @@ type Config struct {
 	// RaftTimeout sets Raft's heartbeat, election and lease timeouts; zero
 	// keeps hashicorp/raft's defaults. Tests shorten it to start fast.
 	RaftTimeout time.Duration
+	// KeyExchange is the TLS key exchange the gRPC listener prefers
+	// (internal/wire: X25519 by default, or the post-quantum hybrid).
+	KeyExchange wire.KeyExchange
 
 	Logger *slog.Logger
 	Clock  clock.Clock
@@ -154,6 +158,7 @@ func DefaultConfig() Config {
 		DigestInterval:           10 * time.Second,
 		RaftSnapshotThreshold:    8192,
 		RaftTrailingLogs:         10240,
+		KeyExchange:              wire.Classical,
 		Logger:                   slog.Default(),
 		Clock:                    clock.Real{},
 	}
@@ -230,6 +235,9 @@ func (c Config) Validate() error {
 	}
 	if c.HeartbeatTimeout < c.TakeoverWindow {
 		errs = append(errs, fmt.Errorf("journal: heartbeat timeout %v must not be shorter than the takeover window %v", c.HeartbeatTimeout, c.TakeoverWindow))
+	}
+	if _, err := wire.ParseKeyExchange(string(c.KeyExchange)); err != nil {
+		errs = append(errs, fmt.Errorf("journal: %w", err))
 	}
 	if c.RaftSnapshotThreshold == 0 {
 		errs = append(errs, errors.New("journal: RaftSnapshotThreshold must be positive"))

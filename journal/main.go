@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/pact-hpc/pact/internal/cmdutil"
 	"io"
 	"os"
 	"os/signal"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/cmdutil"
+	"github.com/pact-hpc/pact/internal/wire"
 	"github.com/pact-hpc/pact/journal/ca"
 )
 
@@ -79,6 +80,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.AdvertiseRaft, "advertise-raft", cmdutil.EnvOr("PACT_ADVERTISE_RAFT", ""), "Raft address other journals use (default: --raft-listen) (PACT_ADVERTISE_RAFT)")
 	fs.Uint64Var(&cfg.RaftSnapshotThreshold, "raft-snapshot-threshold", cfg.RaftSnapshotThreshold, "take a Raft snapshot after this many new log entries")
 	fs.Uint64Var(&cfg.RaftTrailingLogs, "raft-trailing-logs", cfg.RaftTrailingLogs, "log entries kept after a snapshot, so a briefly lagging journal catches up without one")
+	fs.DurationVar(&cfg.RaftSnapshotInterval, "raft-snapshot-interval", cfg.RaftSnapshotInterval, "how often Raft checks whether --raft-snapshot-threshold is reached (0: hashicorp/raft's default, 2m with jitter)")
+	keyExchange := fs.String("key-exchange", cmdutil.EnvOr("PACT_KEY_EXCHANGE", string(cfg.KeyExchange)), "TLS key exchange the gRPC listener prefers: x25519, or x25519mlkem768 for the post-quantum hybrid (PACT_KEY_EXCHANGE)")
 	fs.IntVar(&cfg.MaxConcurrentEnrollments, "max-concurrent-enrollments", cfg.MaxConcurrentEnrollments, "enrollments and renewals worked on at once; more wait up to --enroll-queue-wait, then get a retry-after")
 	fs.DurationVar(&cfg.EnrollQueueWait, "enroll-queue-wait", cfg.EnrollQueueWait, "how long an enrollment may wait for a slot before it is refused with a retry-after")
 	fs.DurationVar(&cfg.RaftTimeout, "raft-timeout", cfg.RaftTimeout, "Raft heartbeat, election and lease timeout (0: hashicorp/raft's defaults, 1s/1s/500ms)")
@@ -114,6 +117,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.CertLifetime = d
+	if cfg.KeyExchange, err = wire.ParseKeyExchange(*keyExchange); err != nil {
+		fmt.Fprintf(stderr, "pact-journal: --key-exchange: %v\n", err)
+		return 2
+	}
 	peers, err := ParsePeers(*initial)
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal: %v\n", err)

@@ -1,0 +1,94 @@
+// Package wire holds the transport settings journals and agents share: the
+// TLS key exchange and the gRPC options for the short, one-call
+// connections of a boot storm.
+package wire
+
+import (
+	"crypto/tls"
+	"fmt"
+	"runtime"
+	"strings"
+
+	"google.golang.org/grpc"
+)
+
+// KeyExchange names the TLS 1.3 key exchange a journal prefers and an agent
+// offers.
+type KeyExchange string
+
+const (
+	// Classical is X25519 alone: the default. Enroll and RenewCert carry
+	// only public material (a CSR, certificates, the trust bundle) and
+	// authentication is ECDSA either way, so the hybrid's protection
+	// against recording traffic now and breaking it later buys little,
+	// and it costs about a fifth of a handshake's CPU in a boot storm
+	// (docs/benchmarks.md).
+	Classical KeyExchange = "x25519"
+	// Hybrid is X25519MLKEM768 (post-quantum hybrid) with X25519 as the
+	// fallback: Go's default.
+	Hybrid KeyExchange = "x25519mlkem768"
+)
+
+// ParseKeyExchange reads a --key-exchange flag value.
+func ParseKeyExchange(s string) (KeyExchange, error) {
+	switch k := KeyExchange(strings.ToLower(strings.TrimSpace(s))); k {
+	case Classical, Hybrid:
+		return k, nil
+	case "":
+		return Classical, nil
+	}
+	return "", fmt.Errorf("unknown key exchange %q: use %s or %s", s, Classical, Hybrid)
+}
+
+// Curves is the tls.Config.CurvePreferences for k. A client offers exactly
+// these key shares; a server picks the first one the client also supports,
+// so peers with different settings still agree on X25519.
+func (k KeyExchange) Curves() []tls.CurveID {
+	if k == Hybrid {
+		return []tls.CurveID{tls.X25519MLKEM768, tls.X25519}
+	}
+	return []tls.CurveID{tls.X25519}
+}
+
+// Apply sets the key exchange on cfg and returns it.
+func (k KeyExchange) Apply(cfg *tls.Config) *tls.Config {
+	cfg.CurvePreferences = k.Curves()
+	return cfg
+}
+
+// Window sizes fixed for every connection: a fixed window turns off gRPC's
+// bandwidth estimation and the PING it sends on every new connection. A
+// journal's messages are a few KiB; 1 MiB never limits them.
+const (
+	streamWindow = 1 << 20
+	connWindow   = 1 << 20
+	// bufferSize replaces gRPC's 32 KiB read and write buffers per
+	// connection: an agent connection carries one small call.
+	bufferSize = 8 << 10
+)
+
+// ServerOptions are the journal's gRPC transport settings for thousands of
+// short agent connections.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ReadBufferSize(bufferSize),
+		grpc.WriteBufferSize(bufferSize),
+		grpc.SharedWriteBuffer(true),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
+		// Reuse goroutines for incoming streams instead of starting one
+		// (and growing its stack) per call.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+	}
+}
+
+// ClientOptions are the matching settings for an agent's channels.
+func ClientOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithReadBufferSize(bufferSize),
+		grpc.WithWriteBufferSize(bufferSize),
+		grpc.WithSharedWriteBuffer(true),
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(connWindow),
+	}
+}
