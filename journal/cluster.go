@@ -208,14 +208,29 @@ func (j *Journal) forward(ctx context.Context, data []byte) (*raftfsm.Result, er
 	return res, res.Err
 }
 
-// waitApplied waits (bounded) until this journal's FSM reflects index.
+// waitApplied waits (bounded) until this journal's FSM reflects index. The
+// FSM wakes it on every entry it applies; entries Raft applies without the
+// FSM (no-ops, barriers) are caught by a short poll.
 func (j *Journal) waitApplied(ctx context.Context, index uint64) {
-	deadline := time.Now().Add(2 * time.Second)
-	for d := 200 * time.Microsecond; !j.applied(index) && time.Now().Before(deadline); d = min(2*d, 10*time.Millisecond) {
+	if j.applied(index) {
+		return
+	}
+	deadline := time.NewTimer(2 * time.Second)
+	defer deadline.Stop()
+	poll := time.NewTicker(5 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		woken := j.appliedSignal.wait()
+		if j.applied(index) {
+			return
+		}
 		select {
+		case <-woken:
+		case <-poll.C:
+		case <-deadline.C:
+			return
 		case <-ctx.Done():
 			return
-		case <-time.After(d):
 		}
 	}
 }
@@ -233,7 +248,7 @@ func (j *Journal) applied(index uint64) bool {
 	fsmIndex := j.fsm.AppliedIndex()
 	for i := index; i > fsmIndex; i-- {
 		var l raft.Log
-		if err := j.store.GetLog(i, &l); err != nil {
+		if err := j.logs.GetLog(i, &l); err != nil {
 			return true // compacted into a snapshot the FSM has restored
 		}
 		if l.Type == raft.LogCommand {

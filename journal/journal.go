@@ -19,12 +19,14 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/wire"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/ratelimit"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -39,6 +41,7 @@ type Journal struct {
 	fsm     *raftfsm.FSM
 	raft    *raft.Raft
 	store   *raftboltdb.BoltStore
+	logs    raft.LogStore // store behind a cache of recent entries
 	hub     *hub
 	bundle  *bundleCache
 	gate    *gate
@@ -49,6 +52,10 @@ type Journal struct {
 	// spire is the SPIRE trust domain whose SVIDs authenticate agents; nil
 	// when the journal accepts none.
 	spire *spireTrust
+	// appliedSignal wakes callers waiting for an index to be applied.
+	appliedSignal appliedSignal
+	// peerCerts remembers peer journal chains already verified.
+	peerCerts verifiedChains
 
 	lis    net.Listener
 	server *grpc.Server
@@ -141,7 +148,13 @@ func New(cfg Config) (*Journal, error) {
 }
 
 func (j *Journal) startRaft() error {
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(j.cfg.DataDir, "raft.db")})
+	store, err := raftboltdb.New(raftboltdb.Options{
+		Path: filepath.Join(j.cfg.DataDir, "raft.db"),
+		// What etcd runs bbolt with: the freelist is rebuilt when the file
+		// is opened instead of written with every commit, and kept as a
+		// map, which stays fast as the log grows between snapshots.
+		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
+	})
 	if err != nil {
 		return fmt.Errorf("journal: open raft store: %w", err)
 	}
@@ -151,6 +164,9 @@ func (j *Journal) startRaft() error {
 		return fmt.Errorf("journal: open snapshot store: %w", err)
 	}
 	rc := raft.DefaultConfig()
+	// Proposals arriving together (a boot storm) go into one log write and
+	// one AppendEntries instead of one each.
+	rc.BatchApplyCh = true
 	rc.LocalID = raft.ServerID(j.cfg.NodeID)
 	rc.Logger = newRaftLogger(j.log)
 	rc.SnapshotThreshold = j.cfg.RaftSnapshotThreshold
@@ -196,7 +212,14 @@ func (j *Journal) startRaft() error {
 			return err
 		}
 	}
-	r, err := raft.NewRaft(rc, j.fsm, store, store, snaps, transport)
+	// Replication reads recent entries from memory rather than from bbolt.
+	logs, err := raft.NewLogCache(1024, store)
+	if err != nil {
+		store.Close()
+		return fmt.Errorf("journal: raft log cache: %w", err)
+	}
+	j.logs = logs
+	r, err := raft.NewRaft(rc, &signalingFSM{FSM: j.fsm, signal: &j.appliedSignal}, logs, store, snaps, transport)
 	if err != nil {
 		store.Close()
 		return fmt.Errorf("journal: start raft: %w", err)
@@ -427,15 +450,19 @@ func (j *Journal) newGRPCServer() *grpc.Server {
 		// certificate gets a typed error rather than a failed handshake.
 		ClientAuth: tls.RequestClientCert,
 		Time:       j.cfg.Clock.Now,
+		// Agents and the CLI never resume a session: each boot and each
+		// renewal is a new connection with a new key. A ticket per
+		// connection would be sealed, sent and thrown away.
+		SessionTicketsDisabled: true,
 	}
-	s := grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(tlsCfg)),
+	s := grpc.NewServer(append(wire.ServerOptions(),
+		grpc.Creds(credentials.NewTLS(j.cfg.KeyExchange.Apply(tlsCfg))),
 		grpc.MaxRecvMsgSize(64<<10),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 60 * time.Second, Timeout: 20 * time.Second}),
 		grpc.ChainUnaryInterceptor(j.unaryInterceptor),
 		grpc.ChainStreamInterceptor(j.streamInterceptor),
-	)
+	)...)
 	pactv1.RegisterEnrollmentServiceServer(s, &enrollmentServer{j: j})
 	pactv1.RegisterAdminServiceServer(s, &adminServer{j: j})
 	pactv1.RegisterJournalPeerServiceServer(s, &peerServer{j: j})

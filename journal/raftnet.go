@@ -3,9 +3,12 @@ package journal
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -112,6 +115,18 @@ func (j *Journal) verifyJournalPeer(raw [][]byte, _ [][]*x509.Certificate) error
 }
 
 func (j *Journal) checkJournalCert(certs []*x509.Certificate) error {
+	now := j.cfg.Clock.Now()
+	if j.peerCerts.verified(certs, now) {
+		return nil
+	}
+	if err := j.verifyJournalChain(certs, now); err != nil {
+		return err
+	}
+	j.peerCerts.add(certs, now)
+	return nil
+}
+
+func (j *Journal) verifyJournalChain(certs []*x509.Certificate, now time.Time) error {
 	inter := x509.NewCertPool()
 	for _, c := range certs[1:] {
 		inter.AddCert(c)
@@ -119,7 +134,7 @@ func (j *Journal) checkJournalCert(certs []*x509.Certificate) error {
 	if _, err := certs[0].Verify(x509.VerifyOptions{
 		Roots:         j.roots,
 		Intermediates: inter,
-		CurrentTime:   j.cfg.Clock.Now(),
+		CurrentTime:   now,
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
 	}); err != nil {
 		return fmt.Errorf("journal peer: %w", err)
@@ -129,4 +144,68 @@ func (j *Journal) checkJournalCert(certs []*x509.Certificate) error {
 		return fmt.Errorf("journal peer: certificate names no journal of domain %s", j.ca.Domain())
 	}
 	return nil
+}
+
+// verifiedChains remembers peer journal chains that verified, so a leader
+// does not re-verify the same follower's chain (two ECDSA verifications) on
+// every forwarded write. A journal chain depends on nothing but the root,
+// which never changes while the journal runs, and the clock: an entry
+// holds until the earliest NotAfter in the chain.
+type verifiedChains struct {
+	mu sync.Mutex
+	m  map[string]time.Time // the chain's DER, concatenated -> valid until
+}
+
+// maxVerifiedChains bounds the cache: a quorum has at most a handful of
+// journals, each with one chain per intermediate it held.
+const maxVerifiedChains = 64
+
+// chainKey is the chain's certificates, each after its length.
+func chainKey(certs []*x509.Certificate) string {
+	var b strings.Builder
+	for _, c := range certs {
+		b.Write(binary.BigEndian.AppendUint32(nil, uint32(len(c.Raw))))
+		b.Write(c.Raw)
+	}
+	return b.String()
+}
+
+func (v *verifiedChains) verified(certs []*x509.Certificate, now time.Time) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	until, ok := v.m[chainKey(certs)]
+	if !ok {
+		return false
+	}
+	for _, c := range certs {
+		if now.Before(c.NotBefore) {
+			return false // a clock stepped back: verify again
+		}
+	}
+	return now.Before(until)
+}
+
+func (v *verifiedChains) add(certs []*x509.Certificate, now time.Time) {
+	until := certs[0].NotAfter
+	for _, c := range certs[1:] {
+		if c.NotAfter.Before(until) {
+			until = c.NotAfter
+		}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.m == nil || len(v.m) >= maxVerifiedChains {
+		for k, u := range v.m {
+			if !now.Before(u) {
+				delete(v.m, k)
+			}
+		}
+		if len(v.m) >= maxVerifiedChains {
+			v.m = nil
+		}
+	}
+	if v.m == nil {
+		v.m = make(map[string]time.Time, 8)
+	}
+	v.m[chainKey(certs)] = until
 }

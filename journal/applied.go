@@ -1,0 +1,55 @@
+package journal
+
+import (
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+// appliedSignal is a broadcast: wait returns a channel that is closed at
+// the next notify.
+type appliedSignal struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (s *appliedSignal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *appliedSignal) notify() {
+	s.mu.Lock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+	s.mu.Unlock()
+}
+
+// signalingFSM is the registry as Raft sees it: every applied entry and
+// every restored snapshot wakes the callers waiting in waitApplied, so a
+// forwarded write is answered as soon as this journal has applied it.
+type signalingFSM struct {
+	*raftfsm.FSM
+	signal *appliedSignal
+}
+
+func (f *signalingFSM) Apply(l *raft.Log) any {
+	res := f.FSM.Apply(l)
+	f.signal.notify()
+	return res
+}
+
+func (f *signalingFSM) Restore(rc io.ReadCloser) error {
+	err := f.FSM.Restore(rc)
+	f.signal.notify()
+	return err
+}
