@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/wire"
 	"github.com/pact-hpc/pact/journal/ca"
 )
 
@@ -58,13 +59,13 @@ type ceilingKit struct {
 	keygen     bool
 }
 
-// probeCurve makes one TLS handshake with a journal, as an agent does (Go's
-// default client settings), and returns the key exchange the journal
-// chose: the ceiling's server side uses the same, so the ceiling follows
-// the journal's TLS configuration.
-func probeCurve(addr string, roots *x509.CertPool) (tls.CurveID, error) {
+// probeCurve makes one TLS handshake with a journal, as an agent offering
+// kx does, and returns the key exchange the journal chose: the ceiling
+// uses the same on both sides, so it follows the journals' and the agents'
+// TLS configuration.
+func probeCurve(addr string, roots *x509.CertPool, kx wire.KeyExchange) (tls.CurveID, error) {
 	d := &net.Dialer{Timeout: 5 * time.Second}
-	conn, err := tls.DialWithDialer(d, "tcp", addr, &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: roots, NextProtos: []string{"h2"}})
+	conn, err := tls.DialWithDialer(d, "tcp", addr, kx.Apply(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: roots, NextProtos: []string{"h2"}}))
 	if err != nil {
 		return 0, err
 	}
@@ -99,6 +100,8 @@ func newCeilingKit(dir string, keygen bool, curve tls.CurveID) (*ceilingKit, err
 		Certificates: []tls.Certificate{*serverCert},
 		ClientAuth:   tls.RequestClientCert,
 		NextProtos:   []string{"h2"},
+		// As the journal: no session tickets (nobody resumes).
+		SessionTicketsDisabled: true,
 	}
 	if curve != 0 {
 		k.server.CurvePreferences = []tls.CurveID{curve}
@@ -111,6 +114,9 @@ func newCeilingKit(dir string, keygen bool, curve tls.CurveID) (*ceilingKit, err
 		RootCAs:    roots,
 		ServerName: "127.0.0.1",
 		NextProtos: []string{"h2"},
+	}
+	if curve != 0 {
+		k.client.CurvePreferences = []tls.CurveID{curve}
 	}
 	return k, nil
 }

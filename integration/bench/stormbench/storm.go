@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/wire"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -99,11 +100,11 @@ type storm struct {
 	agents      []*simAgent
 	addrs       []string
 	roots       *x509.CertPool
-	concurrency int           // agents worked on at once by the load generator
-	spread      time.Duration // arrivals are spread evenly over this
-	keygen      bool          // make the key and CSR at arrival (else before)
-	deadline    time.Duration // give up on the storm after this
-	lean        bool          // gRPC client options pact-agent does not use (yet)
+	concurrency int              // agents worked on at once by the load generator
+	spread      time.Duration    // arrivals are spread evenly over this
+	keygen      bool             // make the key and CSR at arrival (else before)
+	deadline    time.Duration    // give up on the storm after this
+	kx          wire.KeyExchange // what the agents offer
 }
 
 type stormResult struct {
@@ -322,15 +323,13 @@ func (s *storm) attempt(ctx context.Context, a *simAgent) bool {
 }
 
 func (s *storm) call(ctx context.Context, a *simAgent, addr string) error {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: s.roots}
+	// Dial exactly as pact-agent does: its key exchange and its gRPC
+	// transport options.
+	cfg := s.kx.Apply(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: s.roots})
 	if s.kind == stormRenew {
 		cfg.Certificates = []tls.Certificate{{Certificate: a.chain, PrivateKey: a.key}}
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}
-	if s.lean {
-		opts = append(opts, grpc.WithReadBufferSize(8<<10), grpc.WithWriteBufferSize(8<<10), grpc.WithSharedWriteBuffer(true),
-			grpc.WithInitialWindowSize(1<<20), grpc.WithInitialConnWindowSize(1<<20))
-	}
+	opts := append(wire.ClientOptions(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	conn, err := grpc.NewClient("passthrough:///"+addr, opts...)
 	if err != nil {
 		return err

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/pact-hpc/pact/internal/wire"
 )
 
 type stormFlags struct {
@@ -35,7 +37,7 @@ type stormFlags struct {
 	journalArgs string
 	journalEnv  string
 	waitIdle    time.Duration
-	lean        bool
+	keyExchange string
 }
 
 func runStorm(args []string) int {
@@ -56,7 +58,7 @@ func runStorm(args []string) int {
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the load generator (this process) during each storm to FILE.enroll and FILE.renew")
 	fs.StringVar(&f.journalArgs, "journal-args", "", "extra flags for every pact-journal, space-separated")
 	fs.StringVar(&f.journalEnv, "journal-env", "", "extra environment for every pact-journal, space-separated (e.g. GOGC=200)")
-	fs.BoolVar(&f.lean, "lean-client", false, "dial with smaller gRPC buffers, a shared write buffer and fixed flow-control windows (no BDP pings); pact-agent does not (yet): this shows what it would save")
+	fs.StringVar(&f.keyExchange, "key-exchange", string(wire.Classical), "TLS key exchange the simulated agents offer, as pact-agent --key-exchange (x25519 or x25519mlkem768); run the journals with the same through -journal-args")
 	fs.DurationVar(&f.waitIdle, "wait-idle", 0, "before each ceiling and storm, wait up to this long for a second in which other processes use less than 15% of the machine (a shared machine)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -132,11 +134,15 @@ func stormMain(f stormFlags, dir string, cl *cleanup) error {
 	}
 	logf("registered %d nodes with one pact node enroll --batch in %.2fs (%.0f/s)", len(nodes), regTook.Seconds(), float64(len(nodes))/regTook.Seconds())
 
-	curve, err := probeCurve(c.journals[0].grpc, c.roots)
+	kx, err := wire.ParseKeyExchange(f.keyExchange)
+	if err != nil {
+		return err
+	}
+	curve, err := probeCurve(c.journals[0].grpc, c.roots, kx)
 	if err != nil {
 		return fmt.Errorf("TLS probe of %s: %w", c.journals[0].id, err)
 	}
-	logf("the journals negotiate %v with a Go-default client; the ceiling's server side does the same", curve)
+	logf("the journals negotiate %v with an agent offering %s; the ceiling does the same", curve, kx)
 	kit, err := newCeilingKit(dir, !f.pregen, curve)
 	if err != nil {
 		return err
@@ -159,7 +165,7 @@ func stormMain(f stormFlags, dir string, cl *cleanup) error {
 		agents[i] = &simAgent{idx: i, node: n}
 	}
 	st := &storm{kind: stormEnroll, agents: agents, addrs: c.addrs(), roots: c.roots,
-		concurrency: f.concurrency, spread: f.spread, keygen: !f.pregen, deadline: f.deadline, lean: f.lean}
+		concurrency: f.concurrency, spread: f.spread, keygen: !f.pregen, deadline: f.deadline, kx: kx}
 	enrollRes, err := runOneStorm(c, st, f, dir)
 	if err != nil {
 		return err
@@ -190,7 +196,7 @@ func stormMain(f stormFlags, dir string, cl *cleanup) error {
 			}
 		}
 		st := &storm{kind: stormRenew, agents: enrolled, addrs: c.addrs(), roots: c.roots,
-			concurrency: f.concurrency, spread: f.spread, keygen: !f.pregen, deadline: f.deadline, lean: f.lean}
+			concurrency: f.concurrency, spread: f.spread, keygen: !f.pregen, deadline: f.deadline, kx: kx}
 		if renewRes, err = runOneStorm(c, st, f, dir); err != nil {
 			return err
 		}
