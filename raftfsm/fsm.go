@@ -92,11 +92,15 @@ type state struct {
 	journals        map[string]*pactv1.JournalInfo
 }
 
-func newState(auditCap int) *state {
+func newState(auditCap int) *state { return newStateSized(auditCap, 0, 0) }
+
+// newStateSized presizes the maps a snapshot of nodes nodes (liveness for
+// seen of them) fills, so a restore does not rehash them as they grow.
+func newStateSized(auditCap, nodes, seen int) *state {
 	return &state{
-		nodes:           map[string]*pactv1.Node{},
-		byMAC:           map[string]string{},
-		byBMC:           map[string]string{},
+		nodes:           make(map[string]*pactv1.Node, nodes),
+		byMAC:           make(map[string]string, nodes),
+		byBMC:           make(map[string]string, nodes),
 		byEK:            map[string]string{},
 		revokedByMAC:    map[string]nodeSet{},
 		revokedByBMC:    map[string]nodeSet{},
@@ -105,7 +109,7 @@ func newState(auditCap int) *state {
 		revokedBySPIFFE: map[string]nodeSet{},
 		revoked:         map[string]int64{},
 		intermediates:   map[string]*pactv1.Intermediate{},
-		lastSeen:        map[string]int64{},
+		lastSeen:        make(map[string]int64, seen),
 		audit:           newAuditRing(auditCap),
 		journals:        map[string]*pactv1.JournalInfo{},
 	}
@@ -661,7 +665,7 @@ func stateFromSnapshot(data []byte, auditCap int) (*state, error) {
 	if err := proto.Unmarshal(data, snap); err != nil {
 		return nil, fmt.Errorf("raftfsm: decode snapshot: %w", err)
 	}
-	st := newState(auditCap)
+	st := newStateSized(auditCap, len(snap.GetNodes()), len(snap.GetLastSeen()))
 	for _, n := range snap.GetNodes() {
 		if n.GetNodeId() == "" {
 			return nil, errors.New("raftfsm: snapshot has a node without an id")
