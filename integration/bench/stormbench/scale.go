@@ -173,7 +173,7 @@ func scaleMain(f scaleFlags, dir string, cl *cleanup) error {
 	// does within the wait, so the restart restores from it.
 	follower := -1
 	if f.snapshotWait > 0 {
-		logf("waiting up to %v for a follower's own Raft snapshot (hashicorp/raft looks every 120-240 s)", f.snapshotWait)
+		logf("waiting up to %v for a follower's own Raft snapshot", f.snapshotWait)
 		if i, d, size, ok := c.waitRaftSnapshot(f.snapshotWait); ok {
 			v := round(d.Seconds(), 3)
 			r.RaftSnapshotS, r.RaftSnapshotBytes = &v, size
