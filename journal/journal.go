@@ -403,6 +403,13 @@ func (j *Journal) CommitIndex() uint64 { return j.raft.CommitIndex() }
 // IsLeader reports whether this journal leads the quorum.
 func (j *Journal) IsLeader() bool { return j.raft.State() == raft.Leader }
 
+// KnownLeader is the id of the journal this one currently takes for the
+// leader ("" while it knows none).
+func (j *Journal) KnownLeader() string {
+	_, id := j.raft.LeaderWithID()
+	return string(id)
+}
+
 // MetricsAddr is where /metrics is served ("" if disabled).
 func (j *Journal) MetricsAddr() string { return j.metricsAddr }
 

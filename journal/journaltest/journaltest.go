@@ -282,20 +282,38 @@ func (c *Cluster) StopMember(t testing.TB, i int) {
 	c.Nodes[i] = nil
 }
 
-// Leader returns the index of the member that leads, waiting for one.
+// Leader returns the index of the member that leads, waiting until there
+// is one and every running member knows it: right after an election a
+// follower that has not heard from the new leader yet answers NO_LEADER.
 func (c *Cluster) Leader(t testing.TB) int {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		for i, h := range c.Nodes {
-			if h != nil && h.J.IsLeader() {
-				return i
-			}
+		if i, ok := c.agreedLeader(); ok {
+			return i
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatal("no leader within 20s")
+	t.Fatal("no leader known to every running member within 20s")
 	return -1
+}
+
+func (c *Cluster) agreedLeader() (int, bool) {
+	leader := -1
+	for i, h := range c.Nodes {
+		if h != nil && h.J.IsLeader() {
+			leader = i
+		}
+	}
+	if leader < 0 {
+		return -1, false
+	}
+	for _, h := range c.Nodes {
+		if h != nil && h.J.KnownLeader() != c.Configs[leader].NodeID {
+			return -1, false
+		}
+	}
+	return leader, true
 }
 
 // StartHarness starts one journal of a cluster whose credentials are in
