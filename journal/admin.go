@@ -25,6 +25,13 @@ var (
 // MaxBatch is the most rows one RegisterNodes call may carry.
 const MaxBatch = 1000
 
+// The audit entries ListAudit returns when no limit is asked for, and the
+// most it returns: the size of the audit ring.
+const (
+	defaultAuditLimit = 1000
+	maxAuditLimit     = raftfsm.DefaultAuditCapacity
+)
+
 type adminServer struct {
 	pactv1.UnimplementedAdminServiceServer
 	j *Journal
@@ -286,8 +293,12 @@ func (j *Journal) setVCluster(ctx context.Context, nodeID, to string, fromOK fun
 
 func (s *adminServer) ListAudit(_ context.Context, req *pactv1.ListAuditRequest) (*pactv1.ListAuditResponse, error) {
 	limit := int(req.GetLimit())
-	if limit <= 0 || limit > 10000 {
-		limit = 1000
+	switch {
+	case limit == 0:
+		limit = defaultAuditLimit
+	case limit < 0 || limit > maxAuditLimit:
+		// Capping silently would look like the whole history.
+		return nil, fmt.Errorf("%w: audit limit %d: ask for 1 to %d entries (the most the audit keeps), or 0 for %d", ErrInvalidArgument, limit, maxAuditLimit, defaultAuditLimit)
 	}
 	return &pactv1.ListAuditResponse{Entries: s.j.fsm.Audit(req.GetNodeId(), req.GetSinceUnixNano(), limit)}, nil
 }

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pact-hpc/pact/internal/apierr"
@@ -1450,6 +1451,12 @@ func TestAuditTrail(t *testing.T) {
 		{"another node", &pactv1.ListAuditRequest{NodeId: "n2"}, []string{"register"}},
 		{"an unknown node", &pactv1.ListAuditRequest{NodeId: "nope"}, nil},
 		{"the future", &pactv1.ListAuditRequest{SinceUnixNano: e.now() + 1}, nil},
+	}
+	for _, limit := range []uint32{10001, 1 << 31} {
+		_, err := e.admin.ListAudit(callCtx(t), &pactv1.ListAuditRequest{Limit: limit})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "ask for 1 to 10000") {
+			t.Errorf("ListAudit limit %d: %v, want InvalidArgument saying the range", limit, err)
+		}
 	}
 	for _, f := range filters {
 		t.Run(f.name, func(t *testing.T) {
