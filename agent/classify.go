@@ -98,20 +98,8 @@ func classify(err error, id *identity.Identity, now time.Time) string {
 }
 
 // refusal reports whether err is a final answer about this node's
-// enrollment. An ALREADY_ACTIVE with a retry-after is not: the node's
-// previous incarnation went quiet and the journal will accept a takeover
-// after the window.
-func refusal(err error) bool {
-	pe := apierr.FromError(err)
-	if pe.Reason == apierr.AlreadyActive && pe.RetryAfter > 0 {
-		return false
-	}
-	switch pe.Code {
-	case codes.NotFound, codes.AlreadyExists, codes.PermissionDenied, codes.FailedPrecondition, codes.InvalidArgument:
-		return true
-	}
-	return false
-}
+// enrollment (apierr.Error.Final).
+func refusal(err error) bool { return apierr.FromError(err).Final() }
 
 // revoked reports whether the journal said the node was decommissioned:
 // the agent fails closed and never tries to recover on its own.

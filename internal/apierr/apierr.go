@@ -87,6 +87,22 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s: %s", e.Code, e.Message)
 }
 
+// Final reports whether e is a final answer about a node's enrollment,
+// one that retrying will not change (pact-agent's rule, which the boot-storm
+// benchmark follows too). An ALREADY_ACTIVE with a retry-after is not: the
+// node's previous incarnation went quiet and the journal will accept a
+// takeover after the window.
+func (e *Error) Final() bool {
+	if e.Reason == AlreadyActive && e.RetryAfter > 0 {
+		return false
+	}
+	switch e.Code {
+	case codes.NotFound, codes.AlreadyExists, codes.PermissionDenied, codes.FailedPrecondition, codes.InvalidArgument:
+		return true
+	}
+	return false
+}
+
 // Is lets errors.Is(err, &Error{Reason: X}) match on reason.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)

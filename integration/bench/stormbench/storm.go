@@ -42,18 +42,6 @@ func backoff(attempt int, pe *apierr.Error) time.Duration {
 	return d
 }
 
-// refusal is a final answer about a node (pact-agent's rule).
-func refusal(pe *apierr.Error) bool {
-	if pe.Reason == apierr.AlreadyActive && pe.RetryAfter > 0 {
-		return false
-	}
-	switch pe.Code {
-	case codes.NotFound, codes.AlreadyExists, codes.PermissionDenied, codes.FailedPrecondition, codes.InvalidArgument:
-		return true
-	}
-	return false
-}
-
 // simAgent is one simulated node agent.
 type simAgent struct {
 	idx  int
@@ -314,7 +302,7 @@ func (s *storm) attempt(ctx context.Context, a *simAgent) bool {
 	if pe.Code == codes.Unavailable || pe.Code == codes.DeadlineExceeded || pe.Code == codes.Unknown {
 		a.uncertain = true
 	}
-	if refusal(pe) {
+	if pe.Final() {
 		a.err = fmt.Errorf("attempt %d at %s: %w", a.attempts, addr, pe)
 		return true
 	}
