@@ -109,7 +109,7 @@ func DefaultConfig() Config {
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	var errs []error
-	if _, err := wire.ParseKeyExchange(string(c.KeyExchange)); err != nil {
+	if err := c.KeyExchange.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("agent: --key-exchange: %w", err))
 	}
 	if len(c.JournalAddrs) == 0 {

@@ -135,7 +135,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if *journals != "" {
 		cfg.JournalAddrs = strings.Split(*journals, ",")
 	}
-	cfg.KeyExchange = wire.KeyExchange(*keyExchange)
+	kx, err := wire.ParseKeyExchange(*keyExchange)
+	if err != nil {
+		fmt.Fprintf(stderr, "pact-agent: --key-exchange: %v\n", err)
+		return ExitUsage
+	}
+	cfg.KeyExchange = kx
 	cfg.Hardware.MACs = macs
 	if len(macs) == 0 {
 		if env := os.Getenv("PACT_AGENT_MACS"); env != "" {

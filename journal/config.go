@@ -236,7 +236,7 @@ func (c Config) Validate() error {
 	if c.HeartbeatTimeout < c.TakeoverWindow {
 		errs = append(errs, fmt.Errorf("journal: heartbeat timeout %v must not be shorter than the takeover window %v", c.HeartbeatTimeout, c.TakeoverWindow))
 	}
-	if _, err := wire.ParseKeyExchange(string(c.KeyExchange)); err != nil {
+	if err := c.KeyExchange.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("journal: %w", err))
 	}
 	if c.RaftSnapshotThreshold == 0 {

@@ -40,6 +40,16 @@ func ParseKeyExchange(s string) (KeyExchange, error) {
 	return "", fmt.Errorf("unknown key exchange %q: use %s or %s", s, Classical, Hybrid)
 }
 
+// Validate accepts exactly Classical and Hybrid: a Config holds the parsed
+// value, so anything else (say an unnormalised " X25519MLKEM768") would be
+// taken silently for Classical by Curves.
+func (k KeyExchange) Validate() error {
+	if k == Classical || k == Hybrid {
+		return nil
+	}
+	return fmt.Errorf("unknown key exchange %q: use %s or %s", string(k), Classical, Hybrid)
+}
+
 // Curves is the tls.Config.CurvePreferences for k. A client offers exactly
 // these key shares; a server picks the first one the client also supports,
 // so peers with different settings still agree on X25519.

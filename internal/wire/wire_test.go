@@ -33,3 +33,18 @@ func TestCurves(t *testing.T) {
 		t.Errorf("Hybrid.Curves() = %v", got)
 	}
 }
+
+// A Config holds the parsed value; an unnormalised one must not pass for
+// the classical exchange.
+func TestValidate(t *testing.T) {
+	for _, k := range []KeyExchange{Classical, Hybrid} {
+		if err := k.Validate(); err != nil {
+			t.Errorf("%q: %v", k, err)
+		}
+	}
+	for _, k := range []KeyExchange{"", " X25519MLKEM768", "X25519", "p256"} {
+		if err := k.Validate(); err == nil {
+			t.Errorf("%q: accepted", k)
+		}
+	}
+}
