@@ -260,12 +260,7 @@ func (q *DockerQuorum) Partition(groups [][]int) error {
 	if err := q.Heal(); err != nil {
 		return err
 	}
-	group := map[int]int{}
-	for g, members := range groups {
-		for _, i := range members {
-			group[i] = g
-		}
-	}
+	group := groupOf(groups)
 	var errs []error
 	if !q.nsenter {
 		// Disconnect the smaller side from the network.

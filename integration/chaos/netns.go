@@ -188,12 +188,7 @@ func (nw *NetNS) Partition(groups [][]int) error {
 	if err := nw.Heal(); err != nil {
 		return err
 	}
-	group := map[int]int{}
-	for g, members := range groups {
-		for _, i := range members {
-			group[i] = g
-		}
-	}
+	group := groupOf(groups)
 	var errs []error
 	for a, ga := range group {
 		for b, gb := range group {
@@ -286,3 +281,14 @@ func (lb *Loopback) CanPartition() bool             { return false }
 func (lb *Loopback) Partition(groups [][]int) error { return errors.New("loopback: no partitions") }
 func (lb *Loopback) Heal() error                    { return nil }
 func (lb *Loopback) Close() error                   { return nil }
+
+// groupOf maps each journal of a partition to the index of its group.
+func groupOf(groups [][]int) map[int]int {
+	group := map[int]int{}
+	for g, members := range groups {
+		for _, i := range members {
+			group[i] = g
+		}
+	}
+	return group
+}

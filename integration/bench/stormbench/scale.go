@@ -52,21 +52,7 @@ func runScale(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	var cl cleanup
-	cl.onSignal()
-	defer cl.run()
-	dir, err := workDir(f.dir, f.keep, &cl)
-	if err != nil {
-		logf("%v", err)
-		return 1
-	}
-	if err := scaleMain(f, dir, &cl); err != nil {
-		logf("%v", err)
-		logf("journal logs are in %s", dir)
-		keepDir = true
-		return 1
-	}
-	return 0
+	return runIn(f.dir, f.keep, func(dir string, cl *cleanup) error { return scaleMain(f, dir, cl) })
 }
 
 type scaleResult struct {

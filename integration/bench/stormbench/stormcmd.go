@@ -67,15 +67,21 @@ func runStorm(args []string) int {
 		fmt.Fprintln(os.Stderr, "stormbench: -agents and -journals must be positive")
 		return 2
 	}
+	return runIn(f.dir, f.keep, func(dir string, cl *cleanup) error { return stormMain(f, dir, cl) })
+}
+
+// runIn runs a benchmark in its working directory (made, or dir), cleaning
+// up on return or on a signal; a failure keeps the directory and its logs.
+func runIn(dir string, keep bool, bench func(dir string, cl *cleanup) error) int {
 	var cl cleanup
 	cl.onSignal()
 	defer cl.run()
-	dir, err := workDir(f.dir, f.keep, &cl)
+	dir, err := workDir(dir, keep, &cl)
 	if err != nil {
 		logf("%v", err)
 		return 1
 	}
-	if err := stormMain(f, dir, &cl); err != nil {
+	if err := bench(dir, &cl); err != nil {
 		logf("%v", err)
 		logf("journal logs are in %s", dir)
 		keepDir = true
