@@ -253,7 +253,13 @@ func TestRotatorSwapDrainsTheOldChannel(t *testing.T) {
 	e.fj.set(func(f *fakeJournal) { f.hold = hold })
 	inflight := make(chan error, 1)
 	go func() { inflight <- ping(t.Context(), e.rot) }()
-	waitFor(t, "the call is in flight", func() bool { return old.InFlight() == 1 })
+	// Wait for the journal to hold the call, not only for the client to
+	// count it: clearing hold before the handler reads it would let the
+	// call finish at once.
+	waitFor(t, "the journal holds the call", func() bool { return e.fj.get(func(f *fakeJournal) int { return f.held }) == 1 })
+	if n := old.InFlight(); n != 1 {
+		t.Fatalf("%d calls in flight on the old channel, want 1", n)
+	}
 	e.fj.set(func(f *fakeJournal) { f.hold = nil })
 
 	next := e.swap(t, e.issue("n1"))
@@ -295,7 +301,13 @@ func TestRotatorDrainTimeout(t *testing.T) {
 	e.fj.set(func(f *fakeJournal) { f.hold = hold })
 	inflight := make(chan error, 1)
 	go func() { inflight <- ping(t.Context(), e.rot) }()
-	waitFor(t, "the call is in flight", func() bool { return old.InFlight() == 1 })
+	// Wait for the journal to hold the call, not only for the client to
+	// count it: clearing hold before the handler reads it would let the
+	// call finish at once.
+	waitFor(t, "the journal holds the call", func() bool { return e.fj.get(func(f *fakeJournal) int { return f.held }) == 1 })
+	if n := old.InFlight(); n != 1 {
+		t.Fatalf("%d calls in flight on the old channel, want 1", n)
+	}
 	e.fj.set(func(f *fakeJournal) { f.hold = nil })
 	e.swap(t, e.issue("n1"))
 	waitFor(t, "the old channel is closed", func() bool { return old.Conn().GetState() == connectivity.Shutdown })
