@@ -16,6 +16,20 @@ var (
 	ErrStaleCertificate         = errors.New("raftfsm: certificate is not the node's current one")
 	ErrInvalidCommand           = errors.New("raftfsm: invalid command")
 	ErrVClusterChanged          = errors.New("raftfsm: vcluster changed")
+	// ErrNodeFenced: an operator fenced the node; it may not enroll or
+	// renew until unfenced.
+	ErrNodeFenced = errors.New("raftfsm: node fenced")
+	// ErrJoinTokenRequired: the node's policy requires a join token and
+	// none was presented.
+	ErrJoinTokenRequired = errors.New("raftfsm: join token required")
+	// ErrJoinTokenInvalid: the join token presented is unknown, expired,
+	// used, or another node's. The message says which; it never holds the
+	// token.
+	ErrJoinTokenInvalid = errors.New("raftfsm: join token refused")
+	// ErrKeyInUse: the public key is the current key of another node.
+	ErrKeyInUse        = errors.New("raftfsm: public key bound to another node")
+	ErrOperatorRevoked = errors.New("raftfsm: operator credential revoked")
+	ErrNotFound        = errors.New("raftfsm: not found")
 )
 
 // errorCodes ties each rule error to its wire form so a replica's result can
@@ -32,6 +46,12 @@ var errorCodes = []struct {
 	{ErrStaleCertificate, "STALE_CERTIFICATE"},
 	{ErrInvalidCommand, "INVALID_ARGUMENT"},
 	{ErrVClusterChanged, "VCLUSTER_CHANGED"},
+	{ErrNodeFenced, "NODE_FENCED"},
+	{ErrJoinTokenRequired, "JOIN_TOKEN_REQUIRED"},
+	{ErrJoinTokenInvalid, "JOIN_TOKEN_INVALID"},
+	{ErrKeyInUse, "KEY_IN_USE"},
+	{ErrOperatorRevoked, "OPERATOR_REVOKED"},
+	{ErrNotFound, "NOT_FOUND"},
 }
 
 // ErrorCode returns the stable code of a rule error, or "" if err is none.

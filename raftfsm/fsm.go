@@ -61,7 +61,13 @@ const DefaultAuditCapacity = 10000
 
 // FSM implements raft.FSM.
 type FSM struct {
-	applied  atomic.Uint64
+	applied atomic.Uint64
+	// halted holds why the FSM stopped applying the log (nil while it
+	// applies); release lets a halted Apply return when the journal stops.
+	halted   atomic.Pointer[string]
+	release  chan struct{}
+	relOnce  sync.Once
+	onHalt   func(index uint64, reason string)
 	restores atomic.Uint64
 	mu       sync.RWMutex
 	st       *state
@@ -90,6 +96,12 @@ type state struct {
 	lastSeen        map[string]int64 // node -> unix nano
 	audit           *auditRing
 	journals        map[string]*pactv1.JournalInfo
+	// Current certificate key fingerprints of non-revoked nodes (one key,
+	// one node), and join tokens by hex SHA-256.
+	bySPKI       map[string]nodeSet
+	joinTokens   map[string]*pactv1.JoinToken
+	operators    map[string]*pactv1.Operator               // serial -> record
+	revokedNames map[string]*pactv1.OperatorNameRevocation // operator name -> revocation
 }
 
 func newState(auditCap int) *state { return newStateSized(auditCap, 0, 0) }
@@ -112,6 +124,10 @@ func newStateSized(auditCap, nodes, seen int) *state {
 		lastSeen:        make(map[string]int64, seen),
 		audit:           newAuditRing(auditCap),
 		journals:        map[string]*pactv1.JournalInfo{},
+		bySPKI:          make(map[string]nodeSet, nodes),
+		joinTokens:      map[string]*pactv1.JoinToken{},
+		operators:       map[string]*pactv1.Operator{},
+		revokedNames:    map[string]*pactv1.OperatorNameRevocation{},
 	}
 }
 
@@ -124,8 +140,29 @@ func NewWithAuditCapacity(n int) *FSM {
 	if n < 1 {
 		n = 1
 	}
-	return &FSM{st: newState(n), auditCap: n}
+	return &FSM{st: newState(n), auditCap: n, release: make(chan struct{})}
 }
+
+// SetHaltHandler registers a function called once, on Raft's apply
+// goroutine, when the FSM meets a command it does not know and may not
+// skip. It must not block.
+func (f *FSM) SetHaltHandler(fn func(index uint64, reason string)) {
+	f.mu.Lock()
+	f.onHalt = fn
+	f.mu.Unlock()
+}
+
+// Halted is why the FSM stopped applying the log, or "".
+func (f *FSM) Halted() string {
+	if r := f.halted.Load(); r != nil {
+		return *r
+	}
+	return ""
+}
+
+// Release unblocks a halted Apply so Raft can shut down. Call it only when
+// the journal stops: entries after the halt are never applied.
+func (f *FSM) Release() { f.relOnce.Do(func() { close(f.release) }) }
 
 // SetObserver registers a function called after every applied command that
 // changed something. It runs on Raft's apply goroutine: it must not block.
@@ -150,17 +187,44 @@ func Decode(data []byte) (*pactv1.Command, error) {
 }
 
 // Apply applies one committed log entry.
+//
+// An entry whose operation this version does not know (a newer journal
+// proposed it during a rolling upgrade) is skipped if it is marked
+// ignorable. Otherwise the FSM halts: it calls the halt handler and blocks
+// Raft's apply goroutine, so no later entry is applied and no snapshot is
+// taken on top of the gap, until Release. Skipping it would diverge.
 func (f *FSM) Apply(l *raft.Log) interface{} {
-	defer f.applied.Store(l.Index)
+	if f.halted.Load() != nil {
+		return &Result{Err: ErrHalted}
+	}
 	if l.Type != raft.LogCommand {
+		f.applied.Store(l.Index)
 		return &Result{}
 	}
 	cmd, err := Decode(l.Data)
 	if err != nil {
 		panic(fmt.Sprintf("raftfsm: log entry %d: %v", l.Index, err))
 	}
+	if cmd.GetOp() == nil {
+		if cmd.GetIgnorable() {
+			f.applied.Store(l.Index)
+			return &Result{}
+		}
+		reason := unknownOp(cmd, l.Index)
+		f.halted.Store(&reason)
+		f.mu.RLock()
+		h := f.onHalt
+		f.mu.RUnlock()
+		if h != nil {
+			h(l.Index, reason)
+		}
+		<-f.release
+		return &Result{Err: ErrHalted}
+	}
 	f.mu.Lock()
 	res, ev := f.applyLocked(cmd, l.Index)
+	// Under the lock, so Consistent reads an index that matches the state.
+	f.applied.Store(l.Index)
 	obs := f.observer
 	f.mu.Unlock()
 	if obs != nil && !ev.empty() {
@@ -193,8 +257,26 @@ func (f *FSM) applyLocked(cmd *pactv1.Command, index uint64) (*Result, Event) {
 		res = a.markInactive(op.MarkInactive)
 	case *pactv1.Command_SvidSeen:
 		res = a.svidSeen(op.SvidSeen)
-	case nil:
-		panic("raftfsm: command without an operation")
+	case *pactv1.Command_CreateJoinToken:
+		res = a.createJoinToken(op.CreateJoinToken)
+	case *pactv1.Command_RevokeJoinTokens:
+		res = a.revokeJoinTokens(op.RevokeJoinTokens)
+	case *pactv1.Command_Fence:
+		res = a.fence(op.Fence)
+	case *pactv1.Command_RecordOperator:
+		res = a.recordOperator(op.RecordOperator)
+	case *pactv1.Command_RevokeOperator:
+		res = a.revokeOperator(op.RevokeOperator)
+	case *pactv1.Command_RetireIntermediate:
+		res = a.retireIntermediate(op.RetireIntermediate)
+	case *pactv1.Command_Release:
+		res = a.release(op.Release)
+	case *pactv1.Command_UpdateNode:
+		res = a.updateNode(op.UpdateNode)
+	case *pactv1.Command_StandbyIssued:
+		res = a.standbyIssued(op.StandbyIssued)
+	case *pactv1.Command_StandbyActivated:
+		res = a.standbyActivated(op.StandbyActivated)
 	default:
 		panic(fmt.Sprintf("raftfsm: unknown command %T", op))
 	}
@@ -292,12 +374,18 @@ func (a *applier) registerNode(op *pactv1.RegisterNodeOp) *Result {
 		UpdatedAtUnixNano:    a.at(),
 		SpiffeId:             op.GetSpiffeId(),
 	}
+	if c := op.GetCredentials(); c != nil && !proto.Equal(c, &pactv1.CredentialPolicy{}) {
+		n.Credentials = proto.Clone(c).(*pactv1.CredentialPolicy)
+	}
 	delete(s.lastSeen, n.GetNodeId())
 	s.put(n)
 	a.changed(n.GetNodeId())
 	detail := "macs " + strings.Join(n.GetHardware().GetMacs(), ",")
 	if sid := n.GetSpiffeId(); sid != "" {
 		detail += "; spiffe_id " + sid
+	}
+	if RequiresJoinToken(n) {
+		detail += "; requires join token"
 	}
 	a.record("register", n.GetNodeId(), "", detail)
 	return &Result{Node: n}
@@ -366,6 +454,12 @@ func (s *state) put(n *pactv1.Node) {
 		}
 		return
 	}
+	if k := n.GetCert().GetSpkiSha256(); k != "" {
+		addHolder(s.bySPKI, k, id)
+	}
+	if k := n.GetStandbyCert().GetSpkiSha256(); k != "" {
+		addHolder(s.bySPKI, k, id)
+	}
 	if sid := n.GetSpiffeId(); sid != "" {
 		s.bySPIFFE[sid] = id
 	}
@@ -383,6 +477,12 @@ func (s *state) put(n *pactv1.Node) {
 func (s *state) unindex(n *pactv1.Node) {
 	id := n.GetNodeId()
 	h := n.GetHardware()
+	if k := n.GetCert().GetSpkiSha256(); k != "" {
+		removeHolder(s.bySPKI, k, id)
+	}
+	if k := n.GetStandbyCert().GetSpkiSha256(); k != "" {
+		removeHolder(s.bySPKI, k, id)
+	}
 	for _, m := range h.GetMacs() {
 		if s.byMAC[m] == id {
 			delete(s.byMAC, m)
@@ -495,22 +595,44 @@ func (a *applier) activate(op *pactv1.ActivateOp) *Result {
 		// than activate a node nobody signed for.
 		return fail(fmt.Errorf("%w: hardware now resolves to another node", ErrHardwareIdentityConflict))
 	}
+	if n.GetFence() != nil {
+		return fail(fenced(n))
+	}
 	action, detail := "enroll", ""
+	if n.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE && n.GetCert().GetSpkiSha256() == op.GetCert().GetSpkiSha256() {
+		return &Result{Node: n, Idempotent: true}
+	}
+	if owner := s.keyOwner(op.GetCert().GetSpkiSha256(), n.GetNodeId()); owner != "" {
+		return fail(fmt.Errorf("%w: the CSR's public key is the current key of another node", ErrKeyInUse))
+	}
+	consume, note, err := a.checkCredentials(n, op.GetCredentials())
+	if err != nil {
+		return fail(err)
+	}
 	if n.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE {
-		if n.GetCert().GetSpkiSha256() == op.GetCert().GetSpkiSha256() {
-			return &Result{Node: n, Idempotent: true}
+		if Released(n) {
+			// Its agent stopped on purpose with the current certificate:
+			// the restart enrolls at once.
+			action, detail = "enroll", "after release of serial "+n.GetCert().GetSerial()
+		} else {
+			cutoff := op.GetTakeoverCutoffUnixNano()
+			if cutoff == 0 || cutoff > a.at() || s.lastSeen[n.GetNodeId()] >= cutoff {
+				return fail(fmt.Errorf("%w: %s already holds a certificate for another key", ErrAlreadyActive, n.GetNodeId()))
+			}
+			// No journal has seen the node's stream since the cutoff: it
+			// rebooted and lost its key. Its old certificate stops binding.
+			action, detail = "takeover", "replaces serial "+n.GetCert().GetSerial()
 		}
-		cutoff := op.GetTakeoverCutoffUnixNano()
-		if cutoff == 0 || cutoff > a.at() || s.lastSeen[n.GetNodeId()] >= cutoff {
-			return fail(fmt.Errorf("%w: %s already holds a certificate for another key", ErrAlreadyActive, n.GetNodeId()))
-		}
-		// No journal has seen the node's stream since the cutoff: it
-		// rebooted and lost its key. Its old certificate stops binding.
-		action, detail = "takeover", "replaces serial "+n.GetCert().GetSerial()
+	}
+	consume()
+	if note != "" {
+		detail = strings.TrimPrefix(detail+"; "+note, "; ")
 	}
 	next := proto.Clone(n).(*pactv1.Node)
 	next.State = pactv1.NodeState_NODE_STATE_ACTIVE
 	next.Cert = proto.Clone(op.GetCert()).(*pactv1.CertificateInfo)
+	next.ReleasedSerial = ""
+	next.StandbyCert = nil // a new key from the hardware path: the old standby stops binding
 	next.ActivatedAtUnixNano = a.at()
 	next.UpdatedAtUnixNano = a.at()
 	s.put(next)
@@ -535,8 +657,14 @@ func (a *applier) renew(op *pactv1.RenewOp) *Result {
 	case pactv1.NodeState_NODE_STATE_REGISTERED:
 		return fail(fmt.Errorf("%w: %s has never enrolled", ErrStaleCertificate, n.GetNodeId()))
 	}
+	if n.GetFence() != nil {
+		return fail(fenced(n))
+	}
 	if n.GetCert().GetSpkiSha256() == op.GetCert().GetSpkiSha256() {
 		return &Result{Node: n, Idempotent: true}
+	}
+	if owner := s.keyOwner(op.GetCert().GetSpkiSha256(), n.GetNodeId()); owner != "" {
+		return fail(fmt.Errorf("%w: the CSR's public key is the current key of another node", ErrKeyInUse))
 	}
 	if _, revoked := s.revoked[op.GetPreviousSerial()]; revoked || n.GetCert().GetSerial() != op.GetPreviousSerial() {
 		return fail(fmt.Errorf("%w: serial %s", ErrStaleCertificate, op.GetPreviousSerial()))
@@ -544,6 +672,7 @@ func (a *applier) renew(op *pactv1.RenewOp) *Result {
 	next := proto.Clone(n).(*pactv1.Node)
 	next.State = pactv1.NodeState_NODE_STATE_ACTIVE
 	next.Cert = proto.Clone(op.GetCert()).(*pactv1.CertificateInfo)
+	next.StandbyCert = nil
 	next.UpdatedAtUnixNano = a.at()
 	s.put(next)
 	s.lastSeen[next.GetNodeId()] = a.at()
@@ -557,11 +686,20 @@ func (a *applier) publishIntermediate(op *pactv1.PublishIntermediateOp) *Result 
 	if in.GetSerial() == "" || len(in.GetDer()) == 0 || in.GetJournalId() == "" {
 		return fail(fmt.Errorf("%w: intermediate without serial, certificate or journal", ErrInvalidCommand))
 	}
-	a.s.intermediates[in.GetSerial()] = proto.Clone(in).(*pactv1.Intermediate)
+	next := proto.Clone(in).(*pactv1.Intermediate)
+	if old, ok := a.s.intermediates[in.GetSerial()]; ok {
+		// Publishing again (a retry) never undoes a retirement.
+		next.RetiredAtUnixNano, next.RevokeAtUnixNano = old.GetRetiredAtUnixNano(), old.GetRevokeAtUnixNano()
+		next.RetiredBy, next.RetireReason = old.GetRetiredBy(), old.GetRetireReason()
+	} else if next.GetRevokeAtUnixNano() != 0 || next.GetRetiredAtUnixNano() != 0 || next.GetRetiredBy() != "" {
+		return fail(fmt.Errorf("%w: a journal cannot publish a retired intermediate", ErrInvalidCommand))
+	}
+	a.s.intermediates[in.GetSerial()] = next
 	if ji := op.GetJournal(); ji.GetJournalId() != "" {
 		a.s.journals[ji.GetJournalId()] = proto.Clone(ji).(*pactv1.JournalInfo)
 	}
 	a.s.prune(a.at() / 1e9)
+	a.s.pruneJoinTokens(a.at())
 	a.ev.BundleChanged = true
 	return &Result{}
 }
@@ -584,8 +722,16 @@ func (s *state) prune(nowUnix int64) {
 // Snapshot captures the state. Because records are copy-on-write, copying
 // the maps is enough; marshalling happens outside the lock in Persist.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	if r := f.Halted(); r != "" {
+		// The state lacks an entry Raft counts as applied.
+		return nil, fmt.Errorf("%w: %s", ErrHalted, r)
+	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	return f.snapshotLocked(), nil
+}
+
+func (f *FSM) snapshotLocked() *fsmSnapshot {
 	snap := &pactv1.Snapshot{
 		Nodes:         make([]*pactv1.Node, 0, len(f.st.nodes)),
 		Revoked:       make([]*pactv1.RevokedSerial, 0, len(f.st.revoked)),
@@ -593,6 +739,16 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		LastSeen:      make([]*pactv1.LastSeen, 0, len(f.st.lastSeen)),
 		Audit:         f.st.audit.entries(),
 		Journals:      make([]*pactv1.JournalInfo, 0, len(f.st.journals)),
+		JoinTokens:    make([]*pactv1.JoinToken, 0, len(f.st.joinTokens)),
+	}
+	for _, t := range f.st.joinTokens {
+		snap.JoinTokens = append(snap.JoinTokens, t)
+	}
+	for _, o := range f.st.operators {
+		snap.Operators = append(snap.Operators, o)
+	}
+	for _, n := range f.st.revokedNames {
+		snap.RevokedOperatorNames = append(snap.RevokedOperatorNames, n)
 	}
 	for _, ji := range f.st.journals {
 		snap.Journals = append(snap.Journals, ji)
@@ -609,7 +765,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	for _, in := range f.st.intermediates {
 		snap.Intermediates = append(snap.Intermediates, in)
 	}
-	return &fsmSnapshot{snap: snap}, nil
+	return &fsmSnapshot{snap: snap}
 }
 
 type fsmSnapshot struct{ snap *pactv1.Snapshot }
@@ -635,6 +791,11 @@ func sortSnapshot(s *pactv1.Snapshot) {
 	sort.Slice(s.Intermediates, func(i, j int) bool { return s.Intermediates[i].GetSerial() < s.Intermediates[j].GetSerial() })
 	sort.Slice(s.LastSeen, func(i, j int) bool { return s.LastSeen[i].GetNodeId() < s.LastSeen[j].GetNodeId() })
 	sort.Slice(s.Journals, func(i, j int) bool { return s.Journals[i].GetJournalId() < s.Journals[j].GetJournalId() })
+	sort.Slice(s.JoinTokens, func(i, j int) bool { return s.JoinTokens[i].GetSha256() < s.JoinTokens[j].GetSha256() })
+	sort.Slice(s.Operators, func(i, j int) bool { return s.Operators[i].GetSerial() < s.Operators[j].GetSerial() })
+	sort.Slice(s.RevokedOperatorNames, func(i, j int) bool {
+		return s.RevokedOperatorNames[i].GetName() < s.RevokedOperatorNames[j].GetName()
+	})
 }
 
 // Restore replaces the state with a snapshot. It builds the new state first
@@ -700,6 +861,21 @@ func stateFromSnapshot(data []byte, auditCap int) (*state, error) {
 	}
 	for _, ji := range snap.GetJournals() {
 		st.journals[ji.GetJournalId()] = ji
+	}
+	for _, t := range snap.GetJoinTokens() {
+		if _, dup := st.joinTokens[t.GetSha256()]; dup || !isHexSHA256(t.GetSha256()) {
+			return nil, fmt.Errorf("raftfsm: snapshot has a malformed or repeated join token for node %s", t.GetNodeId())
+		}
+		st.joinTokens[t.GetSha256()] = t
+	}
+	for _, o := range snap.GetOperators() {
+		if o.GetSerial() == "" {
+			return nil, errors.New("raftfsm: snapshot has an operator credential without a serial")
+		}
+		st.operators[o.GetSerial()] = o
+	}
+	for _, n := range snap.GetRevokedOperatorNames() {
+		st.revokedNames[n.GetName()] = n
 	}
 	return st, nil
 }

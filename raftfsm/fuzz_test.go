@@ -154,6 +154,22 @@ func checkInvariants(t *testing.T, f *raftfsm.FSM) {
 		}
 	}
 	checkSPIFFEInvariants(t, f, all)
+	// One key, one node: no two live nodes hold the same current key, and
+	// each live node's key is found bound to it.
+	keys := map[string]string{}
+	for _, n := range all {
+		k := n.GetCert().GetSpkiSha256()
+		if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED || k == "" {
+			continue
+		}
+		if o, dup := keys[k]; dup {
+			t.Errorf("key %s is the current key of both %s and %s", k, o, n.GetNodeId())
+		}
+		keys[k] = n.GetNodeId()
+		if got := f.KeyOwner(k, ""); got != n.GetNodeId() {
+			t.Errorf("KeyOwner(%s) = %q, want %s", k, got, n.GetNodeId())
+		}
+	}
 	active := f.Nodes(raftfsm.Filter{State: pactv1.NodeState_NODE_STATE_ACTIVE})
 	seen := f.ActiveLastSeen()
 	if len(seen) != len(active) {
@@ -238,14 +254,38 @@ func stateOf(n *pactv1.Node) string {
 
 // FuzzApply feeds arbitrary bytes to Apply as a command entry, twice (a
 // command is often retried). Apply must panic exactly when the entry does
-// not decode or names no operation, and otherwise keep every invariant; a
+// not decode, skip or halt on one naming no operation it knows, and otherwise keep every invariant; a
 // refused or idempotent command must change nothing, and every audit entry
 // must carry the command's context and log index.
 func FuzzApply(f *testing.F) {
+	for _, c := range []*pactv1.Command{
+		admin.RecordOperator(&pactv1.Operator{Name: "alice", Role: "viewer", Serial: "a1", NotBeforeUnix: t0, NotAfterUnix: t0 + day, IssuedBy: "admin/root"}),
+		admin.RevokeOperator("alice", ""),
+		admin.RevokeOperator("", "a1"),
+		journal.RetireIntermediate((t0+600)*1e9, "i-1"),
+		journal.RetireIntermediate(0, "i-1", "i-9"),
+	} {
+		data, err := raftfsm.Encode(c)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fsm := fixtureFSM(t)
 		cmd, decodeErr := raftfsm.Decode(data)
-		wantPanic := decodeErr != nil || cmd.GetOp() == nil
+		wantPanic := decodeErr != nil
+		if decodeErr == nil && cmd.GetOp() == nil {
+			// An operation this version does not know: skipped if
+			// ignorable, else the FSM halts (blocking until released).
+			before := snapshotBytes(t, fsm)
+			fsm.Release()
+			res, panicked := applyRecover(fsm, 100, data)
+			if panicked || (res.Err != nil) == cmd.GetIgnorable() || (cmd.GetIgnorable() && !bytes.Equal(before, snapshotBytes(t, fsm))) {
+				t.Fatalf("unknown operation (ignorable %v): panicked %v, result %+v, or the state changed", cmd.GetIgnorable(), panicked, res)
+			}
+			return
+		}
 		var evs []raftfsm.Event
 		fsm.SetObserver(func(ev raftfsm.Event) { evs = append(evs, ev) })
 		for i := range uint64(2) {

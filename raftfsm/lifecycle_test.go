@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -906,4 +907,104 @@ func TestSnapshotCarriesLivenessAndAudit(t *testing.T) {
 	if !bytes.Equal(snapshotBytes(t, f), snapshotBytes(t, g)) {
 		t.Error("the replicas differ")
 	}
+}
+
+// A node whose agent released it on a clean stop enrolls again with a new
+// key at once; without a release (a crash) the takeover cutoff still
+// rules; a release of a serial that is no longer current changes nothing.
+func TestRelease(t *testing.T) {
+	t.Run("release then a new key enrolls at once", func(t *testing.T) {
+		f, a := newRegistry(t)
+		mustApply(t, a, journal.Activate("node-1", hw1(), cert("01", "spki-1")))
+		n := mustApply(t, a, at(t0+10).Release("node-1", "01")).Node
+		if n.GetReleasedSerial() != "01" || !raftfsm.Released(n) || n.GetState() != pactv1.NodeState_NODE_STATE_ACTIVE {
+			t.Fatalf("after release: %v", n)
+		}
+		// Repeating it is a no-op.
+		if res := applyUnchanged(t, a, at(t0+11).Release("node-1", "01")); res.Err != nil || !res.Idempotent {
+			t.Errorf("repeated release: %v idempotent=%v", res.Err, res.Idempotent)
+		}
+		n = mustApply(t, a, at(t0+12).Activate("node-1", hw1(), cert("02", "spki-2"))).Node
+		if n.GetCert().GetSerial() != "02" || n.GetReleasedSerial() != "" || raftfsm.Released(n) {
+			t.Errorf("after the new enrollment: %v", n)
+		}
+		var actions []string
+		for _, e := range f.Audit("node-1", 0, 100) {
+			actions = append(actions, e.GetAction())
+		}
+		if got := strings.Join(actions, ","); got != "register,enroll,release,enroll" {
+			t.Errorf("audit actions %s", got)
+		}
+		// The release was used up: the next new key waits again.
+		applyFails(t, a, at(t0+13).Activate("node-1", hw1(), cert("03", "spki-3")), raftfsm.ErrAlreadyActive)
+	})
+	t.Run("no release: a new key is refused", func(t *testing.T) {
+		_, a := newRegistry(t)
+		mustApply(t, a, journal.Activate("node-1", hw1(), cert("01", "spki-1")))
+		applyFails(t, a, at(t0+12).Activate("node-1", hw1(), cert("02", "spki-2")), raftfsm.ErrAlreadyActive)
+	})
+	t.Run("stale or foreign releases change nothing", func(t *testing.T) {
+		_, a := newRegistry(t)
+		mustApply(t, a, journal.Activate("node-1", hw1(), cert("01", "spki-1")))
+		mustApply(t, a, at(t0+day).Renew("node-1", "01", cert("02", "spki-2")))
+		for _, cmd := range []*pactv1.Command{
+			at(t0+day+1).Release("node-1", "01"), // renewed since
+			at(t0+day+1).Release("node-1", ""),
+			at(t0+day+1).Release("node-2", "02"), // registered, never enrolled
+			at(t0+day+1).Release("node-9", "02"), // unknown
+		} {
+			if res := applyUnchanged(t, a, cmd); res.Err != nil {
+				t.Errorf("%v: %v", cmd, res.Err)
+			}
+		}
+		applyFails(t, a, at(t0+day+2).Activate("node-1", hw1(), cert("03", "spki-3")), raftfsm.ErrAlreadyActive)
+	})
+}
+
+func TestUpdateNode(t *testing.T) {
+	t.Run("a NIC swap: new identity, same certificate, audited, re-indexed", func(t *testing.T) {
+		f, a := newRegistry(t)
+		mustApply(t, a, journal.Activate("node-1", hw1(), cert("01", "spki-1")))
+		newHW := raftfsmtest.Hardware("S1", mac1, "52:54:00:00:0a:0a")
+		n := mustApply(t, a, at(t0+10).UpdateNode("node-1", newHW)).Node
+		if !proto.Equal(n.GetHardware(), newHW) || n.GetState() != pactv1.NodeState_NODE_STATE_ACTIVE || n.GetCert().GetSerial() != "01" {
+			t.Fatalf("after update: %v", n)
+		}
+		if e := lastAudit(f); e.GetAction() != "update" || !strings.Contains(e.GetDetail(), "macs ") {
+			t.Errorf("audit %v", e)
+		}
+		// The removed MAC is free for another node; the new one is taken.
+		mustApply(t, a, admin.RegisterNode("node-8", "", raftfsmtest.Hardware("S8", mac2)))
+		applyFails(t, a, admin.RegisterNode("node-9", "", raftfsmtest.Hardware("S9", "52:54:00:00:0a:0a")), raftfsm.ErrHardwareIdentityConflict)
+		// The next enrollment is matched against the new identity.
+		if r := f.Resolve(ident(newHW)); r.Err != nil || r.Node.GetNodeId() != "node-1" {
+			t.Errorf("resolve the new identity: %v", r.Err)
+		}
+		// Same identity again: nothing changes.
+		if res := applyUnchanged(t, a, at(t0+11).UpdateNode("node-1", newHW)); res.Err != nil || !res.Idempotent {
+			t.Errorf("repeat: %v %v", res.Err, res.Idempotent)
+		}
+	})
+	tests := []struct {
+		name string
+		cmd  *pactv1.Command
+		want error
+	}{
+		{"another node's MAC", at(t0).UpdateNode("node-1", raftfsmtest.Hardware("S1", mac3)), raftfsm.ErrHardwareIdentityConflict},
+		{"another node's BMC serial", at(t0).UpdateNode("node-1", raftfsmtest.Hardware("S2", mac1)), raftfsm.ErrHardwareIdentityConflict},
+		{"unknown node", at(t0).UpdateNode("node-9", raftfsmtest.Hardware("S9", "52:54:00:00:0a:0b")), raftfsm.ErrNodeNotEnrolled},
+		{"not normalised", at(t0).UpdateNode("node-1", raftfsmtest.Hardware("S1", "52:54:00:00:0A:0B")), raftfsm.ErrInvalidCommand},
+		{"no MAC", at(t0).UpdateNode("node-1", raftfsmtest.Hardware("S1")), raftfsm.ErrInvalidCommand},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, a := newRegistry(t)
+			applyFails(t, a, tt.cmd, tt.want)
+		})
+	}
+	t.Run("decommissioned node", func(t *testing.T) {
+		_, a := newRegistry(t)
+		mustApply(t, a, admin.Decommission("node-1"))
+		applyFails(t, a, at(t0).UpdateNode("node-1", raftfsmtest.Hardware("S1", mac1)), raftfsm.ErrNodeRevoked)
+	})
 }

@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"slices"
 	"sort"
 	"strings"
 
@@ -32,6 +33,8 @@ type Filter struct {
 	State      pactv1.NodeState // NODE_STATE_UNSPECIFIED: any
 	VCluster   string           // "": any
 	Unassigned bool             // only nodes in no vCluster
+	MAC        string           // normalised; "": any
+	BMCSerial  string           // normalised; "": any
 }
 
 func (fl Filter) match(n *pactv1.Node) bool {
@@ -39,6 +42,10 @@ func (fl Filter) match(n *pactv1.Node) bool {
 	case fl.State != pactv1.NodeState_NODE_STATE_UNSPECIFIED && n.GetState() != fl.State:
 		return false
 	case fl.VCluster != "" && n.GetVcluster() != fl.VCluster:
+		return false
+	case fl.MAC != "" && !slices.Contains(n.GetHardware().GetMacs(), fl.MAC):
+		return false
+	case fl.BMCSerial != "" && n.GetHardware().GetBmcSerial() != fl.BMCSerial:
 		return false
 	case fl.Unassigned && n.GetVcluster() != "":
 		return false
@@ -111,10 +118,17 @@ func (f *FSM) IsRevoked(serial string) bool {
 // Intermediates returns the published intermediates that are not expired
 // at nowUnix and not revoked, in serial order.
 func (f *FSM) Intermediates(nowUnix int64) []*pactv1.Intermediate {
+	return f.IntermediatesAt(nowUnix * 1e9)
+}
+
+// IntermediatesAt returns the intermediates live at now (Unix nanoseconds):
+// not expired, not revoked, and not past the end of a retirement.
+func (f *FSM) IntermediatesAt(nowUnixNano int64) []*pactv1.Intermediate {
+	nowUnix := nowUnixNano / 1e9
 	f.mu.RLock()
 	out := make([]*pactv1.Intermediate, 0, len(f.st.intermediates))
 	for s, in := range f.st.intermediates {
-		if _, revoked := f.st.revoked[s]; revoked || in.GetNotAfterUnix() < nowUnix {
+		if _, revoked := f.st.revoked[s]; revoked || in.GetNotAfterUnix() < nowUnix || IntermediateRevoked(in, nowUnixNano) {
 			continue
 		}
 		out = append(out, in)
@@ -145,3 +159,15 @@ func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }
 
 // Restores counts the snapshots restored into this FSM.
 func (f *FSM) Restores() uint64 { return f.restores.Load() }
+
+// Journals lists the journals that published their addresses, by id.
+func (f *FSM) Journals() []*pactv1.JournalInfo {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]*pactv1.JournalInfo, 0, len(f.st.journals))
+	for _, ji := range f.st.journals {
+		out = append(out, ji)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].GetJournalId() < out[b].GetJournalId() })
+	return out
+}

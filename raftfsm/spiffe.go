@@ -129,6 +129,8 @@ func (f *FSM) NodeBySPIFFEID(id string) (*pactv1.Node, bool) {
 //     unless the SVID expires before the one recorded (an older SVID still
 //     in use during a rotation), which changes nothing;
 //   - Active with the same serial: nothing to do (Idempotent).
+//
+// A journal certificate the SVID replaces becomes the node's standby.
 func (a *applier) svidSeen(op *pactv1.SVIDSeenOp) *Result {
 	s := a.s
 	if op.GetSerial() == "" || op.GetSpiffeId() == "" || op.GetNotAfterUnix() == 0 {
@@ -140,6 +142,9 @@ func (a *applier) svidSeen(op *pactv1.SVIDSeenOp) *Result {
 	}
 	if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
 		return fail(fmt.Errorf("%w: %s was decommissioned", ErrNodeRevoked, n.GetNodeId()))
+	}
+	if n.GetFence() != nil {
+		return fail(fenced(n))
 	}
 	if _, revoked := s.revoked[op.GetSerial()]; revoked {
 		return fail(fmt.Errorf("%w: SVID serial %s was revoked", ErrNodeRevoked, op.GetSerial()))
@@ -159,10 +164,16 @@ func (a *applier) svidSeen(op *pactv1.SVIDSeenOp) *Result {
 		case cur.GetIssuerSerial() == SPIREIssuer:
 			action, detail = "renew", "SPIRE rotation"
 		default:
-			action, detail = "renew", "SPIRE SVID replaces journal certificate "+cur.GetSerial()
+			action, detail = "renew", "SPIRE SVID replaces journal certificate "+cur.GetSerial()+" (kept as standby)"
 		}
 	}
 	next := proto.Clone(n).(*pactv1.Node)
+	if n.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE && cur.GetIssuerSerial() != SPIREIssuer && cur.GetSerial() != "" {
+		// The journal certificate the SVID replaces is the agent's own key:
+		// it becomes the standby, so the agent can fall back to it at once
+		// when SPIRE stops serving again.
+		next.StandbyCert = proto.Clone(cur).(*pactv1.CertificateInfo)
+	}
 	next.State = pactv1.NodeState_NODE_STATE_ACTIVE
 	next.Cert = &pactv1.CertificateInfo{
 		Serial:       op.GetSerial(),

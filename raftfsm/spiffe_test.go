@@ -171,7 +171,7 @@ func TestSVIDSeen(t *testing.T) {
 			setup: []setup{func(t *testing.T, a *raftfsmtest.Applier) {
 				mustApply(t, a, journal.Activate("node-1", hw1(), cert("01", "spki-1")))
 			}},
-			cmd: later.SVIDSeen("node-1", default1, "a1", t0+day), action: "renew", detail: "SPIRE SVID replaces journal certificate 01", cert: spireCert("a1", t0+day),
+			cmd: later.SVIDSeen("node-1", default1, "a1", t0+day), action: "renew", detail: "SPIRE SVID replaces journal certificate 01 (kept as standby)", cert: spireCert("a1", t0+day),
 		},
 		{name: "unknown node", cmd: later.SVIDSeen("node-9", "spiffe://pact.local/pact-agent/node-9", "a1", t0+day), want: raftfsm.ErrNodeNotEnrolled},
 		{

@@ -57,6 +57,22 @@ func (p Proposer) SVIDSeen(nodeID, spiffeID, serial string, notAfterUnix int64) 
 	return c
 }
 
+// StandbyIssued returns a StandbyIssued command: a journal signed cert as
+// the standby of nodeID, which authenticated with an SVID of spiffeID.
+func (p Proposer) StandbyIssued(nodeID, spiffeID string, cert *pactv1.CertificateInfo) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_StandbyIssued{StandbyIssued: &pactv1.StandbyIssuedOp{NodeId: nodeID, SpiffeId: spiffeID, Cert: cert}}
+	return c
+}
+
+// StandbyActivated returns a StandbyActivated command: nodeID opened a
+// stream with its standby certificate serial.
+func (p Proposer) StandbyActivated(nodeID, serial string) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_StandbyActivated{StandbyActivated: &pactv1.StandbyActivatedOp{NodeId: nodeID, Serial: serial}}
+	return c
+}
+
 // Activate returns an Activate command for a node that enrolled reporting
 // the given hardware and was signed cert.
 func (p Proposer) Activate(nodeID string, reported *pactv1.HardwareIdentity, cert *pactv1.CertificateInfo) *pactv1.Command {
@@ -117,6 +133,88 @@ func (p Proposer) LivenessDigest(journalID string, nodeIDs ...string) *pactv1.Co
 func (p Proposer) MarkInactive(cutoffUnixNano int64, nodeIDs ...string) *pactv1.Command {
 	c := p.command()
 	c.Op = &pactv1.Command_MarkInactive{MarkInactive: &pactv1.MarkInactiveOp{NodeIds: nodeIDs, CutoffUnixNano: cutoffUnixNano}}
+	return c
+}
+
+// RegisterNodeRequiringToken is RegisterNode for a node whose credential
+// policy requires a join token.
+func (p Proposer) RegisterNodeRequiringToken(nodeID, vcluster string, hw *pactv1.HardwareIdentity) *pactv1.Command {
+	c := p.RegisterNode(nodeID, vcluster, hw)
+	c.GetRegisterNode().Credentials = &pactv1.CredentialPolicy{RequireJoinToken: true}
+	return c
+}
+
+// CreateJoinToken stores a join token hash (64 hex digits) for nodeID,
+// expiring at expiresUnixNano.
+func (p Proposer) CreateJoinToken(nodeID, sha256Hex string, expiresUnixNano int64) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_CreateJoinToken{CreateJoinToken: &pactv1.CreateJoinTokenOp{Token: &pactv1.JoinToken{
+		Sha256: sha256Hex, NodeId: nodeID, ExpiresAtUnixNano: expiresUnixNano,
+	}}}
+	return c
+}
+
+// RevokeJoinTokens deletes nodeID's unused tokens whose hash has prefix.
+func (p Proposer) RevokeJoinTokens(nodeID, prefix string) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_RevokeJoinTokens{RevokeJoinTokens: &pactv1.RevokeJoinTokensOp{NodeId: nodeID, Sha256Prefix: prefix}}
+	return c
+}
+
+// ActivateWithToken is Activate presenting the join token with this hash.
+func (p Proposer) ActivateWithToken(nodeID string, reported *pactv1.HardwareIdentity, cert *pactv1.CertificateInfo, sha256Hex string) *pactv1.Command {
+	c := p.Activate(nodeID, reported, cert)
+	c.GetActivate().Credentials = &pactv1.PresentedCredentials{JoinTokenSha256: sha256Hex}
+	return c
+}
+
+// Fence fences nodeID with reason; Unfence lifts it.
+func (p Proposer) Fence(nodeID, reason string) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_Fence{Fence: &pactv1.FenceOp{NodeId: nodeID, Fenced: true, Reason: reason}}
+	return c
+}
+
+// Unfence lifts nodeID's fence.
+func (p Proposer) Unfence(nodeID string) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_Fence{Fence: &pactv1.FenceOp{NodeId: nodeID}}
+	return c
+}
+
+// RecordOperator returns a RecordOperator command.
+func (p Proposer) RecordOperator(o *pactv1.Operator) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_RecordOperator{RecordOperator: &pactv1.RecordOperatorOp{Operator: o}}
+	return c
+}
+
+// RevokeOperator returns a RevokeOperator command by name or serial.
+func (p Proposer) RevokeOperator(name, serial string) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_RevokeOperator{RevokeOperator: &pactv1.RevokeOperatorOp{Name: name, Serial: serial}}
+	return c
+}
+
+// RetireIntermediate returns a RetireIntermediate command.
+func (p Proposer) RetireIntermediate(revokeAtUnixNano int64, serials ...string) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_RetireIntermediate{RetireIntermediate: &pactv1.RetireIntermediateOp{Serials: serials, RevokeAtUnixNano: revokeAtUnixNano, Reason: "test"}}
+	return c
+}
+
+// Release returns a Release command: nodeID's agent stopped on purpose
+// holding the certificate serial.
+func (p Proposer) Release(nodeID, serial string) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_Release{Release: &pactv1.ReleaseOp{NodeId: nodeID, Serial: serial}}
+	return c
+}
+
+// UpdateNode returns an UpdateNode command replacing nodeID's hardware.
+func (p Proposer) UpdateNode(nodeID string, hw *pactv1.HardwareIdentity) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_UpdateNode{UpdateNode: &pactv1.UpdateNodeOp{NodeId: nodeID, Hardware: hw}}
 	return c
 }
 

@@ -81,7 +81,9 @@ type RegisterNodeRequest struct {
 	Hardware *HardwareIdentity      `protobuf:"bytes,2,opt,name=hardware,proto3" json:"hardware,omitempty"`
 	Vcluster string                 `protobuf:"bytes,3,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
 	// Overrides the SPIFFE ID a SPIRE SVID for this node carries.
-	SpiffeId      string `protobuf:"bytes,4,opt,name=spiffe_id,json=spiffeId,proto3" json:"spiffe_id,omitempty"`
+	SpiffeId string `protobuf:"bytes,4,opt,name=spiffe_id,json=spiffeId,proto3" json:"spiffe_id,omitempty"`
+	// Credentials the node must present beside its hardware at Enroll.
+	Credentials   *CredentialPolicy `protobuf:"bytes,140,opt,name=credentials,proto3" json:"credentials,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -144,9 +146,19 @@ func (x *RegisterNodeRequest) GetSpiffeId() string {
 	return ""
 }
 
+func (x *RegisterNodeRequest) GetCredentials() *CredentialPolicy {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
 type RegisterNodeResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// The node was already registered with exactly this identity, vCluster
+	// and SPIFFE ID: nothing was written.
+	Exists        bool `protobuf:"varint,200,opt,name=exists,proto3" json:"exists,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -186,6 +198,13 @@ func (x *RegisterNodeResponse) GetNode() *Node {
 		return x.Node
 	}
 	return nil
+}
+
+func (x *RegisterNodeResponse) GetExists() bool {
+	if x != nil {
+		return x.Exists
+	}
+	return false
 }
 
 type RegisterNodesRequest struct {
@@ -354,7 +373,12 @@ type ListNodesRequest struct {
 	// Only nodes in this vCluster.
 	Vcluster string `protobuf:"bytes,2,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
 	// Only nodes in no vCluster (maintenance mode).
-	Unassigned    bool `protobuf:"varint,3,opt,name=unassigned,proto3" json:"unassigned,omitempty"`
+	Unassigned bool `protobuf:"varint,3,opt,name=unassigned,proto3" json:"unassigned,omitempty"`
+	// Only the node with this MAC (any form hwid accepts).
+	Mac string `protobuf:"bytes,200,opt,name=mac,proto3" json:"mac,omitempty"`
+	// Only the node with this BMC serial: compared exactly, case and all,
+	// after trimming surrounding space (the matching rule of enrollment).
+	BmcSerial     string `protobuf:"bytes,201,opt,name=bmc_serial,json=bmcSerial,proto3" json:"bmc_serial,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -408,6 +432,20 @@ func (x *ListNodesRequest) GetUnassigned() bool {
 		return x.Unassigned
 	}
 	return false
+}
+
+func (x *ListNodesRequest) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *ListNodesRequest) GetBmcSerial() string {
+	if x != nil {
+		return x.BmcSerial
+	}
+	return ""
 }
 
 type ListNodesResponse struct {
@@ -1116,8 +1154,18 @@ type JournalMember struct {
 	LastContactUnixNano      int64  `protobuf:"varint,12,opt,name=last_contact_unix_nano,json=lastContactUnixNano,proto3" json:"last_contact_unix_nano,omitempty"`
 	IntermediateSerial       string `protobuf:"bytes,13,opt,name=intermediate_serial,json=intermediateSerial,proto3" json:"intermediate_serial,omitempty"`
 	IntermediateNotAfterUnix int64  `protobuf:"varint,14,opt,name=intermediate_not_after_unix,json=intermediateNotAfterUnix,proto3" json:"intermediate_not_after_unix,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// Why the member stopped applying the log or serving (an unknown
+	// command, removed from the quorum); empty while it works.
+	Halted string `protobuf:"bytes,121,opt,name=halted,proto3" json:"halted,omitempty"`
+	// Log entries the member's registry is behind the leader's commit index.
+	Lag uint64 `protobuf:"varint,122,opt,name=lag,proto3" json:"lag,omitempty"`
+	// For a non-voter: since when the answering journal has seen it as one
+	// (a non-voter is promoted once caught up; one that stays is stuck).
+	NonvoterSinceUnixNano int64 `protobuf:"varint,123,opt,name=nonvoter_since_unix_nano,json=nonvoterSinceUnixNano,proto3" json:"nonvoter_since_unix_nano,omitempty"`
+	// The member's build as it reports it; empty when unreachable.
+	Version       string `protobuf:"bytes,200,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JournalMember) Reset() {
@@ -1248,6 +1296,34 @@ func (x *JournalMember) GetIntermediateNotAfterUnix() int64 {
 	return 0
 }
 
+func (x *JournalMember) GetHalted() string {
+	if x != nil {
+		return x.Halted
+	}
+	return ""
+}
+
+func (x *JournalMember) GetLag() uint64 {
+	if x != nil {
+		return x.Lag
+	}
+	return 0
+}
+
+func (x *JournalMember) GetNonvoterSinceUnixNano() int64 {
+	if x != nil {
+		return x.NonvoterSinceUnixNano
+	}
+	return 0
+}
+
+func (x *JournalMember) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
 type JournalStatusResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LeaderId      string                 `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
@@ -1333,9 +1409,12 @@ func (x *JournalStatusResponse) GetMembers() []*JournalMember {
 }
 
 type AddJournalRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JournalId     string                 `protobuf:"bytes,1,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
-	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	JournalId string                 `protobuf:"bytes,1,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
+	RaftAddr  string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	// Add even though the quorum could not elect a leader with the members
+	// reachable now once the new journal votes.
+	Force         bool `protobuf:"varint,120,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1384,6 +1463,13 @@ func (x *AddJournalRequest) GetRaftAddr() string {
 	return ""
 }
 
+func (x *AddJournalRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
 type AddJournalResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Members       []*JournalMember       `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
@@ -1429,10 +1515,16 @@ func (x *AddJournalResponse) GetMembers() []*JournalMember {
 }
 
 type RemoveJournalRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JournalId     string                 `protobuf:"bytes,1,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	JournalId string                 `protobuf:"bytes,1,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
+	// Remove even though the remaining reachable voters are not a majority.
+	Force bool `protobuf:"varint,120,opt,name=force,proto3" json:"force,omitempty"`
+	// Also retire every intermediate the journal published, revoking them
+	// after grace_seconds (0: the journal's default grace).
+	RevokeIntermediate bool  `protobuf:"varint,170,opt,name=revoke_intermediate,json=revokeIntermediate,proto3" json:"revoke_intermediate,omitempty"`
+	GraceSeconds       int64 `protobuf:"varint,171,opt,name=grace_seconds,json=graceSeconds,proto3" json:"grace_seconds,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *RemoveJournalRequest) Reset() {
@@ -1472,16 +1564,120 @@ func (x *RemoveJournalRequest) GetJournalId() string {
 	return ""
 }
 
+func (x *RemoveJournalRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *RemoveJournalRequest) GetRevokeIntermediate() bool {
+	if x != nil {
+		return x.RevokeIntermediate
+	}
+	return false
+}
+
+func (x *RemoveJournalRequest) GetGraceSeconds() int64 {
+	if x != nil {
+		return x.GraceSeconds
+	}
+	return 0
+}
+
+type SaveSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SaveSnapshotRequest) Reset() {
+	*x = SaveSnapshotRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SaveSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SaveSnapshotRequest) ProtoMessage() {}
+
+func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+// SaveSnapshotResponse is one piece of a snapshot file, in order: the
+// concatenated data fields are the file (pact journal snapshot save).
+type SaveSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SaveSnapshotResponse) Reset() {
+	*x = SaveSnapshotResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SaveSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SaveSnapshotResponse) ProtoMessage() {}
+
+func (x *SaveSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SaveSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*SaveSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SaveSnapshotResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 type RemoveJournalResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Members       []*JournalMember       `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	Retired       []*Intermediate        `protobuf:"bytes,170,rep,name=retired,proto3" json:"retired,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RemoveJournalResponse) Reset() {
 	*x = RemoveJournalResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[25]
+	mi := &file_pact_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1689,7 @@ func (x *RemoveJournalResponse) String() string {
 func (*RemoveJournalResponse) ProtoMessage() {}
 
 func (x *RemoveJournalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[25]
+	mi := &file_pact_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1702,7 @@ func (x *RemoveJournalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveJournalResponse.ProtoReflect.Descriptor instead.
 func (*RemoveJournalResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RemoveJournalResponse) GetMembers() []*JournalMember {
@@ -1516,18 +1712,1235 @@ func (x *RemoveJournalResponse) GetMembers() []*JournalMember {
 	return nil
 }
 
+func (x *RemoveJournalResponse) GetRetired() []*Intermediate {
+	if x != nil {
+		return x.Retired
+	}
+	return nil
+}
+
+type IssueOperatorRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role  string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// DER PKCS#10 request; only its public key is used.
+	CsrDer []byte `protobuf:"bytes,3,opt,name=csr_der,json=csrDer,proto3" json:"csr_der,omitempty"`
+	// 0: the journal's default operator lifetime.
+	LifetimeSeconds int64 `protobuf:"varint,4,opt,name=lifetime_seconds,json=lifetimeSeconds,proto3" json:"lifetime_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *IssueOperatorRequest) Reset() {
+	*x = IssueOperatorRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueOperatorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueOperatorRequest) ProtoMessage() {}
+
+func (x *IssueOperatorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueOperatorRequest.ProtoReflect.Descriptor instead.
+func (*IssueOperatorRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *IssueOperatorRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *IssueOperatorRequest) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *IssueOperatorRequest) GetCsrDer() []byte {
+	if x != nil {
+		return x.CsrDer
+	}
+	return nil
+}
+
+func (x *IssueOperatorRequest) GetLifetimeSeconds() int64 {
+	if x != nil {
+		return x.LifetimeSeconds
+	}
+	return 0
+}
+
+type IssueOperatorResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// DER of the certificate (signed by the domain root).
+	CertDer       []byte    `protobuf:"bytes,1,opt,name=cert_der,json=certDer,proto3" json:"cert_der,omitempty"`
+	Operator      *Operator `protobuf:"bytes,2,opt,name=operator,proto3" json:"operator,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueOperatorResponse) Reset() {
+	*x = IssueOperatorResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueOperatorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueOperatorResponse) ProtoMessage() {}
+
+func (x *IssueOperatorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueOperatorResponse.ProtoReflect.Descriptor instead.
+func (*IssueOperatorResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *IssueOperatorResponse) GetCertDer() []byte {
+	if x != nil {
+		return x.CertDer
+	}
+	return nil
+}
+
+func (x *IssueOperatorResponse) GetOperator() *Operator {
+	if x != nil {
+		return x.Operator
+	}
+	return nil
+}
+
+type ListOperatorsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Include revoked and expired records.
+	All           bool `protobuf:"varint,1,opt,name=all,proto3" json:"all,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperatorsRequest) Reset() {
+	*x = ListOperatorsRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperatorsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperatorsRequest) ProtoMessage() {}
+
+func (x *ListOperatorsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperatorsRequest.ProtoReflect.Descriptor instead.
+func (*ListOperatorsRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListOperatorsRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+type ListOperatorsResponse struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Operators     []*Operator               `protobuf:"bytes,1,rep,name=operators,proto3" json:"operators,omitempty"`
+	RevokedNames  []*OperatorNameRevocation `protobuf:"bytes,2,rep,name=revoked_names,json=revokedNames,proto3" json:"revoked_names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperatorsResponse) Reset() {
+	*x = ListOperatorsResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperatorsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperatorsResponse) ProtoMessage() {}
+
+func (x *ListOperatorsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperatorsResponse.ProtoReflect.Descriptor instead.
+func (*ListOperatorsResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListOperatorsResponse) GetOperators() []*Operator {
+	if x != nil {
+		return x.Operators
+	}
+	return nil
+}
+
+func (x *ListOperatorsResponse) GetRevokedNames() []*OperatorNameRevocation {
+	if x != nil {
+		return x.RevokedNames
+	}
+	return nil
+}
+
+type RevokeOperatorRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A name revokes every credential of it issued so far; a hex serial
+	// revokes one.
+	NameOrSerial  string `protobuf:"bytes,1,opt,name=name_or_serial,json=nameOrSerial,proto3" json:"name_or_serial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeOperatorRequest) Reset() {
+	*x = RevokeOperatorRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeOperatorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeOperatorRequest) ProtoMessage() {}
+
+func (x *RevokeOperatorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeOperatorRequest.ProtoReflect.Descriptor instead.
+func (*RevokeOperatorRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *RevokeOperatorRequest) GetNameOrSerial() string {
+	if x != nil {
+		return x.NameOrSerial
+	}
+	return ""
+}
+
+type RevokeOperatorResponse struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Revoked       []*Operator             `protobuf:"bytes,1,rep,name=revoked,proto3" json:"revoked,omitempty"`
+	Name          *OperatorNameRevocation `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeOperatorResponse) Reset() {
+	*x = RevokeOperatorResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeOperatorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeOperatorResponse) ProtoMessage() {}
+
+func (x *RevokeOperatorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeOperatorResponse.ProtoReflect.Descriptor instead.
+func (*RevokeOperatorResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RevokeOperatorResponse) GetRevoked() []*Operator {
+	if x != nil {
+		return x.Revoked
+	}
+	return nil
+}
+
+func (x *RevokeOperatorResponse) GetName() *OperatorNameRevocation {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+type RetireIntermediateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Intermediate serials or journal ids (every intermediate it published).
+	Targets []string `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
+	// Seconds until the intermediates are revoked; 0: the default grace.
+	GraceSeconds int64 `protobuf:"varint,2,opt,name=grace_seconds,json=graceSeconds,proto3" json:"grace_seconds,omitempty"`
+	// Revoke at once, with no grace.
+	Now           bool   `protobuf:"varint,3,opt,name=now,proto3" json:"now,omitempty"`
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetireIntermediateRequest) Reset() {
+	*x = RetireIntermediateRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetireIntermediateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetireIntermediateRequest) ProtoMessage() {}
+
+func (x *RetireIntermediateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetireIntermediateRequest.ProtoReflect.Descriptor instead.
+func (*RetireIntermediateRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *RetireIntermediateRequest) GetTargets() []string {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *RetireIntermediateRequest) GetGraceSeconds() int64 {
+	if x != nil {
+		return x.GraceSeconds
+	}
+	return 0
+}
+
+func (x *RetireIntermediateRequest) GetNow() bool {
+	if x != nil {
+		return x.Now
+	}
+	return false
+}
+
+func (x *RetireIntermediateRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RetireIntermediateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Retired       []*Intermediate        `protobuf:"bytes,1,rep,name=retired,proto3" json:"retired,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetireIntermediateResponse) Reset() {
+	*x = RetireIntermediateResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetireIntermediateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetireIntermediateResponse) ProtoMessage() {}
+
+func (x *RetireIntermediateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetireIntermediateResponse.ProtoReflect.Descriptor instead.
+func (*RetireIntermediateResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *RetireIntermediateResponse) GetRetired() []*Intermediate {
+	if x != nil {
+		return x.Retired
+	}
+	return nil
+}
+
+type ListIntermediatesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListIntermediatesRequest) Reset() {
+	*x = ListIntermediatesRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListIntermediatesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListIntermediatesRequest) ProtoMessage() {}
+
+func (x *ListIntermediatesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListIntermediatesRequest.ProtoReflect.Descriptor instead.
+func (*ListIntermediatesRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+type ListIntermediatesResponse struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Intermediates      []*Intermediate        `protobuf:"bytes,1,rep,name=intermediates,proto3" json:"intermediates,omitempty"`
+	ServerTimeUnixNano int64                  `protobuf:"varint,2,opt,name=server_time_unix_nano,json=serverTimeUnixNano,proto3" json:"server_time_unix_nano,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ListIntermediatesResponse) Reset() {
+	*x = ListIntermediatesResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListIntermediatesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListIntermediatesResponse) ProtoMessage() {}
+
+func (x *ListIntermediatesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListIntermediatesResponse.ProtoReflect.Descriptor instead.
+func (*ListIntermediatesResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ListIntermediatesResponse) GetIntermediates() []*Intermediate {
+	if x != nil {
+		return x.Intermediates
+	}
+	return nil
+}
+
+func (x *ListIntermediatesResponse) GetServerTimeUnixNano() int64 {
+	if x != nil {
+		return x.ServerTimeUnixNano
+	}
+	return 0
+}
+
+type CreateJoinTokenRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// How long the token may be used; zero means one hour.
+	TtlSeconds    int64 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateJoinTokenRequest) Reset() {
+	*x = CreateJoinTokenRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateJoinTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateJoinTokenRequest) ProtoMessage() {}
+
+func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
+func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *CreateJoinTokenRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *CreateJoinTokenRequest) GetTtlSeconds() int64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+type CreateJoinTokenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The token, shown only here: pactjt_ and 43 base64url characters.
+	Token string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	// Its description as stored (hash, node, expiry).
+	Info          *JoinTokenInfo `protobuf:"bytes,2,opt,name=info,proto3" json:"info,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateJoinTokenResponse) Reset() {
+	*x = CreateJoinTokenResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateJoinTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateJoinTokenResponse) ProtoMessage() {}
+
+func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateJoinTokenResponse.ProtoReflect.Descriptor instead.
+func (*CreateJoinTokenResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *CreateJoinTokenResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *CreateJoinTokenResponse) GetInfo() *JoinTokenInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+// JoinTokenInfo describes a join token without revealing it.
+type JoinTokenInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The first 12 hex digits of the token's SHA-256: enough to name it.
+	Id                string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	NodeId            string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	CreatedAtUnixNano int64  `protobuf:"varint,3,opt,name=created_at_unix_nano,json=createdAtUnixNano,proto3" json:"created_at_unix_nano,omitempty"`
+	CreatedBy         string `protobuf:"bytes,4,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	ExpiresAtUnixNano int64  `protobuf:"varint,5,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
+	UsedAtUnixNano    int64  `protobuf:"varint,6,opt,name=used_at_unix_nano,json=usedAtUnixNano,proto3" json:"used_at_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *JoinTokenInfo) Reset() {
+	*x = JoinTokenInfo{}
+	mi := &file_pact_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinTokenInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinTokenInfo) ProtoMessage() {}
+
+func (x *JoinTokenInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinTokenInfo.ProtoReflect.Descriptor instead.
+func (*JoinTokenInfo) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *JoinTokenInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *JoinTokenInfo) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *JoinTokenInfo) GetCreatedAtUnixNano() int64 {
+	if x != nil {
+		return x.CreatedAtUnixNano
+	}
+	return 0
+}
+
+func (x *JoinTokenInfo) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *JoinTokenInfo) GetExpiresAtUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresAtUnixNano
+	}
+	return 0
+}
+
+func (x *JoinTokenInfo) GetUsedAtUnixNano() int64 {
+	if x != nil {
+		return x.UsedAtUnixNano
+	}
+	return 0
+}
+
+type ListJoinTokensRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this node's tokens.
+	NodeId        string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJoinTokensRequest) Reset() {
+	*x = ListJoinTokensRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJoinTokensRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJoinTokensRequest) ProtoMessage() {}
+
+func (x *ListJoinTokensRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJoinTokensRequest.ProtoReflect.Descriptor instead.
+func (*ListJoinTokensRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ListJoinTokensRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type ListJoinTokensResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tokens        []*JoinTokenInfo       `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJoinTokensResponse) Reset() {
+	*x = ListJoinTokensResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJoinTokensResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJoinTokensResponse) ProtoMessage() {}
+
+func (x *ListJoinTokensResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJoinTokensResponse.ProtoReflect.Descriptor instead.
+func (*ListJoinTokensResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ListJoinTokensResponse) GetTokens() []*JoinTokenInfo {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+type RevokeJoinTokensRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Only the token with this id; empty revokes every unused token of the node.
+	Id            string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeJoinTokensRequest) Reset() {
+	*x = RevokeJoinTokensRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeJoinTokensRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeJoinTokensRequest) ProtoMessage() {}
+
+func (x *RevokeJoinTokensRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeJoinTokensRequest.ProtoReflect.Descriptor instead.
+func (*RevokeJoinTokensRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *RevokeJoinTokensRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RevokeJoinTokensRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type RevokeJoinTokensResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revoked       []*JoinTokenInfo       `protobuf:"bytes,1,rep,name=revoked,proto3" json:"revoked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeJoinTokensResponse) Reset() {
+	*x = RevokeJoinTokensResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeJoinTokensResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeJoinTokensResponse) ProtoMessage() {}
+
+func (x *RevokeJoinTokensResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeJoinTokensResponse.ProtoReflect.Descriptor instead.
+func (*RevokeJoinTokensResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *RevokeJoinTokensResponse) GetRevoked() []*JoinTokenInfo {
+	if x != nil {
+		return x.Revoked
+	}
+	return nil
+}
+
+type FenceNodeRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Why: required, recorded in the audit.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FenceNodeRequest) Reset() {
+	*x = FenceNodeRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceNodeRequest) ProtoMessage() {}
+
+func (x *FenceNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceNodeRequest.ProtoReflect.Descriptor instead.
+func (*FenceNodeRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *FenceNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *FenceNodeRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type FenceNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FenceNodeResponse) Reset() {
+	*x = FenceNodeResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceNodeResponse) ProtoMessage() {}
+
+func (x *FenceNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceNodeResponse.ProtoReflect.Descriptor instead.
+func (*FenceNodeResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *FenceNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+type UnfenceNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnfenceNodeRequest) Reset() {
+	*x = UnfenceNodeRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnfenceNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnfenceNodeRequest) ProtoMessage() {}
+
+func (x *UnfenceNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnfenceNodeRequest.ProtoReflect.Descriptor instead.
+func (*UnfenceNodeRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *UnfenceNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type UnfenceNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnfenceNodeResponse) Reset() {
+	*x = UnfenceNodeResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnfenceNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnfenceNodeResponse) ProtoMessage() {}
+
+func (x *UnfenceNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnfenceNodeResponse.ProtoReflect.Descriptor instead.
+func (*UnfenceNodeResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *UnfenceNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+type UpdateNodeRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Replace the MACs; empty keeps them.
+	Macs []string `protobuf:"bytes,2,rep,name=macs,proto3" json:"macs,omitempty"`
+	// Replace the BMC serial / TPM EK hash when set ("" removes it).
+	BmcSerial     *string `protobuf:"bytes,3,opt,name=bmc_serial,json=bmcSerial,proto3,oneof" json:"bmc_serial,omitempty"`
+	TpmEkHash     *string `protobuf:"bytes,4,opt,name=tpm_ek_hash,json=tpmEkHash,proto3,oneof" json:"tpm_ek_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateNodeRequest) Reset() {
+	*x = UpdateNodeRequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateNodeRequest) ProtoMessage() {}
+
+func (x *UpdateNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateNodeRequest.ProtoReflect.Descriptor instead.
+func (*UpdateNodeRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *UpdateNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *UpdateNodeRequest) GetMacs() []string {
+	if x != nil {
+		return x.Macs
+	}
+	return nil
+}
+
+func (x *UpdateNodeRequest) GetBmcSerial() string {
+	if x != nil && x.BmcSerial != nil {
+		return *x.BmcSerial
+	}
+	return ""
+}
+
+func (x *UpdateNodeRequest) GetTpmEkHash() string {
+	if x != nil && x.TpmEkHash != nil {
+		return *x.TpmEkHash
+	}
+	return ""
+}
+
+type UpdateNodeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// Nothing differed from the registered identity: nothing was written.
+	Unchanged     bool `protobuf:"varint,2,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateNodeResponse) Reset() {
+	*x = UpdateNodeResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateNodeResponse) ProtoMessage() {}
+
+func (x *UpdateNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateNodeResponse.ProtoReflect.Descriptor instead.
+func (*UpdateNodeResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *UpdateNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *UpdateNodeResponse) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
+	}
+	return false
+}
+
 var File_pact_v1_admin_proto protoreflect.FileDescriptor
 
 const file_pact_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x13pact/v1/admin.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\x9e\x01\n" +
+	"\x13pact/v1/admin.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\xdc\x01\n" +
 	"\x13RegisterNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
 	"\bhardware\x18\x02 \x01(\v2\x19.pact.v1.HardwareIdentityR\bhardware\x12\x1a\n" +
 	"\bvcluster\x18\x03 \x01(\tR\bvcluster\x12\x1b\n" +
-	"\tspiffe_id\x18\x04 \x01(\tR\bspiffeId\"9\n" +
+	"\tspiffe_id\x18\x04 \x01(\tR\bspiffeId\x12<\n" +
+	"\vcredentials\x18\x8c\x01 \x01(\v2\x19.pact.v1.CredentialPolicyR\vcredentials\"R\n" +
 	"\x14RegisterNodeResponse\x12!\n" +
-	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\"J\n" +
+	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\x12\x17\n" +
+	"\x06exists\x18\xc8\x01 \x01(\bR\x06exists\"J\n" +
 	"\x14RegisterNodesRequest\x122\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x1c.pact.v1.RegisterNodeRequestR\x05nodes\"\x93\x01\n" +
 	"\x12RegisterNodeResult\x12\x17\n" +
@@ -1536,13 +2949,16 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\"N\n" +
 	"\x15RegisterNodesResponse\x125\n" +
-	"\aresults\x18\x01 \x03(\v2\x1b.pact.v1.RegisterNodeResultR\aresults\"x\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.pact.v1.RegisterNodeResultR\aresults\"\xab\x01\n" +
 	"\x10ListNodesRequest\x12(\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x12.pact.v1.NodeStateR\x05state\x12\x1a\n" +
 	"\bvcluster\x18\x02 \x01(\tR\bvcluster\x12\x1e\n" +
 	"\n" +
 	"unassigned\x18\x03 \x01(\bR\n" +
-	"unassigned\"z\n" +
+	"unassigned\x12\x11\n" +
+	"\x03mac\x18\xc8\x01 \x01(\tR\x03mac\x12\x1e\n" +
+	"\n" +
+	"bmc_serial\x18\xc9\x01 \x01(\tR\tbmcSerial\"z\n" +
 	"\x11ListNodesResponse\x12#\n" +
 	"\x05nodes\x18\x01 \x03(\v2\r.pact.v1.NodeR\x05nodes\x12\x1b\n" +
 	"\tserved_by\x18\x02 \x01(\tR\bservedBy\x12#\n" +
@@ -1579,7 +2995,7 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\rR\x05limit\"B\n" +
 	"\x11ListAuditResponse\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.pact.v1.AuditEntryR\aentries\"\x16\n" +
-	"\x14JournalStatusRequest\"\xea\x03\n" +
+	"\x14JournalStatusRequest\"\xe8\x04\n" +
 	"\rJournalMember\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x1b\n" +
@@ -1597,30 +3013,115 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\rapplied_index\x18\v \x01(\x04R\fappliedIndex\x123\n" +
 	"\x16last_contact_unix_nano\x18\f \x01(\x03R\x13lastContactUnixNano\x12/\n" +
 	"\x13intermediate_serial\x18\r \x01(\tR\x12intermediateSerial\x12=\n" +
-	"\x1bintermediate_not_after_unix\x18\x0e \x01(\x03R\x18intermediateNotAfterUnix\"\xdf\x01\n" +
+	"\x1bintermediate_not_after_unix\x18\x0e \x01(\x03R\x18intermediateNotAfterUnix\x12\x16\n" +
+	"\x06halted\x18y \x01(\tR\x06halted\x12\x10\n" +
+	"\x03lag\x18z \x01(\x04R\x03lag\x127\n" +
+	"\x18nonvoter_since_unix_nano\x18{ \x01(\x03R\x15nonvoterSinceUnixNano\x12\x19\n" +
+	"\aversion\x18\xc8\x01 \x01(\tR\aversion\"\xdf\x01\n" +
 	"\x15JournalStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12!\n" +
 	"\fcommit_index\x18\x03 \x01(\x04R\vcommitIndex\x12#\n" +
 	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12\x1b\n" +
 	"\tserved_by\x18\x05 \x01(\tR\bservedBy\x120\n" +
-	"\amembers\x18\x06 \x03(\v2\x16.pact.v1.JournalMemberR\amembers\"O\n" +
+	"\amembers\x18\x06 \x03(\v2\x16.pact.v1.JournalMemberR\amembers\"e\n" +
 	"\x11AddJournalRequest\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x1b\n" +
-	"\traft_addr\x18\x02 \x01(\tR\braftAddr\"F\n" +
+	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x14\n" +
+	"\x05force\x18x \x01(\bR\x05force\"F\n" +
 	"\x12AddJournalResponse\x120\n" +
-	"\amembers\x18\x01 \x03(\v2\x16.pact.v1.JournalMemberR\amembers\"5\n" +
+	"\amembers\x18\x01 \x03(\v2\x16.pact.v1.JournalMemberR\amembers\"\xa3\x01\n" +
 	"\x14RemoveJournalRequest\x12\x1d\n" +
 	"\n" +
-	"journal_id\x18\x01 \x01(\tR\tjournalId\"I\n" +
+	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x14\n" +
+	"\x05force\x18x \x01(\bR\x05force\x120\n" +
+	"\x13revoke_intermediate\x18\xaa\x01 \x01(\bR\x12revokeIntermediate\x12$\n" +
+	"\rgrace_seconds\x18\xab\x01 \x01(\x03R\fgraceSeconds\"\x15\n" +
+	"\x13SaveSnapshotRequest\"*\n" +
+	"\x14SaveSnapshotResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"{\n" +
 	"\x15RemoveJournalResponse\x120\n" +
-	"\amembers\x18\x01 \x03(\v2\x16.pact.v1.JournalMemberR\amembers*\x85\x01\n" +
+	"\amembers\x18\x01 \x03(\v2\x16.pact.v1.JournalMemberR\amembers\x120\n" +
+	"\aretired\x18\xaa\x01 \x03(\v2\x15.pact.v1.IntermediateR\aretired\"\x82\x01\n" +
+	"\x14IssueOperatorRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x17\n" +
+	"\acsr_der\x18\x03 \x01(\fR\x06csrDer\x12)\n" +
+	"\x10lifetime_seconds\x18\x04 \x01(\x03R\x0flifetimeSeconds\"a\n" +
+	"\x15IssueOperatorResponse\x12\x19\n" +
+	"\bcert_der\x18\x01 \x01(\fR\acertDer\x12-\n" +
+	"\boperator\x18\x02 \x01(\v2\x11.pact.v1.OperatorR\boperator\"(\n" +
+	"\x14ListOperatorsRequest\x12\x10\n" +
+	"\x03all\x18\x01 \x01(\bR\x03all\"\x8e\x01\n" +
+	"\x15ListOperatorsResponse\x12/\n" +
+	"\toperators\x18\x01 \x03(\v2\x11.pact.v1.OperatorR\toperators\x12D\n" +
+	"\rrevoked_names\x18\x02 \x03(\v2\x1f.pact.v1.OperatorNameRevocationR\frevokedNames\"=\n" +
+	"\x15RevokeOperatorRequest\x12$\n" +
+	"\x0ename_or_serial\x18\x01 \x01(\tR\fnameOrSerial\"z\n" +
+	"\x16RevokeOperatorResponse\x12+\n" +
+	"\arevoked\x18\x01 \x03(\v2\x11.pact.v1.OperatorR\arevoked\x123\n" +
+	"\x04name\x18\x02 \x01(\v2\x1f.pact.v1.OperatorNameRevocationR\x04name\"\x84\x01\n" +
+	"\x19RetireIntermediateRequest\x12\x18\n" +
+	"\atargets\x18\x01 \x03(\tR\atargets\x12#\n" +
+	"\rgrace_seconds\x18\x02 \x01(\x03R\fgraceSeconds\x12\x10\n" +
+	"\x03now\x18\x03 \x01(\bR\x03now\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"M\n" +
+	"\x1aRetireIntermediateResponse\x12/\n" +
+	"\aretired\x18\x01 \x03(\v2\x15.pact.v1.IntermediateR\aretired\"\x1a\n" +
+	"\x18ListIntermediatesRequest\"\x8b\x01\n" +
+	"\x19ListIntermediatesResponse\x12;\n" +
+	"\rintermediates\x18\x01 \x03(\v2\x15.pact.v1.IntermediateR\rintermediates\x121\n" +
+	"\x15server_time_unix_nano\x18\x02 \x01(\x03R\x12serverTimeUnixNano\"R\n" +
+	"\x16CreateJoinTokenRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1f\n" +
+	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
+	"ttlSeconds\"[\n" +
+	"\x17CreateJoinTokenResponse\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12*\n" +
+	"\x04info\x18\x02 \x01(\v2\x16.pact.v1.JoinTokenInfoR\x04info\"\xe4\x01\n" +
+	"\rJoinTokenInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12/\n" +
+	"\x14created_at_unix_nano\x18\x03 \x01(\x03R\x11createdAtUnixNano\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x04 \x01(\tR\tcreatedBy\x12/\n" +
+	"\x14expires_at_unix_nano\x18\x05 \x01(\x03R\x11expiresAtUnixNano\x12)\n" +
+	"\x11used_at_unix_nano\x18\x06 \x01(\x03R\x0eusedAtUnixNano\"0\n" +
+	"\x15ListJoinTokensRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"H\n" +
+	"\x16ListJoinTokensResponse\x12.\n" +
+	"\x06tokens\x18\x01 \x03(\v2\x16.pact.v1.JoinTokenInfoR\x06tokens\"B\n" +
+	"\x17RevokeJoinTokensRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"L\n" +
+	"\x18RevokeJoinTokensResponse\x120\n" +
+	"\arevoked\x18\x01 \x03(\v2\x16.pact.v1.JoinTokenInfoR\arevoked\"C\n" +
+	"\x10FenceNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"6\n" +
+	"\x11FenceNodeResponse\x12!\n" +
+	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\"-\n" +
+	"\x12UnfenceNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"8\n" +
+	"\x13UnfenceNodeResponse\x12!\n" +
+	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\"\xa8\x01\n" +
+	"\x11UpdateNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04macs\x18\x02 \x03(\tR\x04macs\x12\"\n" +
+	"\n" +
+	"bmc_serial\x18\x03 \x01(\tH\x00R\tbmcSerial\x88\x01\x01\x12#\n" +
+	"\vtpm_ek_hash\x18\x04 \x01(\tH\x01R\ttpmEkHash\x88\x01\x01B\r\n" +
+	"\v_bmc_serialB\x0e\n" +
+	"\f_tpm_ek_hash\"U\n" +
+	"\x12UpdateNodeResponse\x12!\n" +
+	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\x12\x1c\n" +
+	"\tunchanged\x18\x02 \x01(\bR\tunchanged*\x85\x01\n" +
 	"\x0fRegisterOutcome\x12 \n" +
 	"\x1cREGISTER_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13REGISTER_OUTCOME_OK\x10\x01\x12\x1b\n" +
 	"\x17REGISTER_OUTCOME_EXISTS\x10\x02\x12\x1a\n" +
-	"\x16REGISTER_OUTCOME_ERROR\x10\x032\x92\a\n" +
+	"\x16REGISTER_OUTCOME_ERROR\x10\x032\xe6\x0e\n" +
 	"\fAdminService\x12K\n" +
 	"\fRegisterNode\x12\x1c.pact.v1.RegisterNodeRequest\x1a\x1d.pact.v1.RegisterNodeResponse\x12N\n" +
 	"\rRegisterNodes\x12\x1d.pact.v1.RegisterNodesRequest\x1a\x1e.pact.v1.RegisterNodesResponse\x12B\n" +
@@ -1635,7 +3136,20 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\rJournalStatus\x12\x1d.pact.v1.JournalStatusRequest\x1a\x1e.pact.v1.JournalStatusResponse\x12E\n" +
 	"\n" +
 	"AddJournal\x12\x1a.pact.v1.AddJournalRequest\x1a\x1b.pact.v1.AddJournalResponse\x12N\n" +
-	"\rRemoveJournal\x12\x1d.pact.v1.RemoveJournalRequest\x1a\x1e.pact.v1.RemoveJournalResponseB/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
+	"\rRemoveJournal\x12\x1d.pact.v1.RemoveJournalRequest\x1a\x1e.pact.v1.RemoveJournalResponse\x12T\n" +
+	"\x0fCreateJoinToken\x12\x1f.pact.v1.CreateJoinTokenRequest\x1a .pact.v1.CreateJoinTokenResponse\x12Q\n" +
+	"\x0eListJoinTokens\x12\x1e.pact.v1.ListJoinTokensRequest\x1a\x1f.pact.v1.ListJoinTokensResponse\x12W\n" +
+	"\x10RevokeJoinTokens\x12 .pact.v1.RevokeJoinTokensRequest\x1a!.pact.v1.RevokeJoinTokensResponse\x12B\n" +
+	"\tFenceNode\x12\x19.pact.v1.FenceNodeRequest\x1a\x1a.pact.v1.FenceNodeResponse\x12H\n" +
+	"\vUnfenceNode\x12\x1b.pact.v1.UnfenceNodeRequest\x1a\x1c.pact.v1.UnfenceNodeResponse\x12N\n" +
+	"\rIssueOperator\x12\x1d.pact.v1.IssueOperatorRequest\x1a\x1e.pact.v1.IssueOperatorResponse\x12N\n" +
+	"\rListOperators\x12\x1d.pact.v1.ListOperatorsRequest\x1a\x1e.pact.v1.ListOperatorsResponse\x12Q\n" +
+	"\x0eRevokeOperator\x12\x1e.pact.v1.RevokeOperatorRequest\x1a\x1f.pact.v1.RevokeOperatorResponse\x12]\n" +
+	"\x12RetireIntermediate\x12\".pact.v1.RetireIntermediateRequest\x1a#.pact.v1.RetireIntermediateResponse\x12Z\n" +
+	"\x11ListIntermediates\x12!.pact.v1.ListIntermediatesRequest\x1a\".pact.v1.ListIntermediatesResponse\x12E\n" +
+	"\n" +
+	"UpdateNode\x12\x1a.pact.v1.UpdateNodeRequest\x1a\x1b.pact.v1.UpdateNodeResponse\x12M\n" +
+	"\fSaveSnapshot\x12\x1c.pact.v1.SaveSnapshotRequest\x1a\x1d.pact.v1.SaveSnapshotResponse0\x01B/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
 
 var (
 	file_pact_v1_admin_proto_rawDescOnce sync.Once
@@ -1650,86 +3164,154 @@ func file_pact_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_pact_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_pact_v1_admin_proto_goTypes = []any{
-	(RegisterOutcome)(0),             // 0: pact.v1.RegisterOutcome
-	(*RegisterNodeRequest)(nil),      // 1: pact.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),     // 2: pact.v1.RegisterNodeResponse
-	(*RegisterNodesRequest)(nil),     // 3: pact.v1.RegisterNodesRequest
-	(*RegisterNodeResult)(nil),       // 4: pact.v1.RegisterNodeResult
-	(*RegisterNodesResponse)(nil),    // 5: pact.v1.RegisterNodesResponse
-	(*ListNodesRequest)(nil),         // 6: pact.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),        // 7: pact.v1.ListNodesResponse
-	(*InspectNodeRequest)(nil),       // 8: pact.v1.InspectNodeRequest
-	(*InspectNodeResponse)(nil),      // 9: pact.v1.InspectNodeResponse
-	(*DecommissionNodeRequest)(nil),  // 10: pact.v1.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil), // 11: pact.v1.DecommissionNodeResponse
-	(*AssignNodeRequest)(nil),        // 12: pact.v1.AssignNodeRequest
-	(*AssignNodeResponse)(nil),       // 13: pact.v1.AssignNodeResponse
-	(*UnassignNodeRequest)(nil),      // 14: pact.v1.UnassignNodeRequest
-	(*UnassignNodeResponse)(nil),     // 15: pact.v1.UnassignNodeResponse
-	(*MoveNodeRequest)(nil),          // 16: pact.v1.MoveNodeRequest
-	(*MoveNodeResponse)(nil),         // 17: pact.v1.MoveNodeResponse
-	(*ListAuditRequest)(nil),         // 18: pact.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),        // 19: pact.v1.ListAuditResponse
-	(*JournalStatusRequest)(nil),     // 20: pact.v1.JournalStatusRequest
-	(*JournalMember)(nil),            // 21: pact.v1.JournalMember
-	(*JournalStatusResponse)(nil),    // 22: pact.v1.JournalStatusResponse
-	(*AddJournalRequest)(nil),        // 23: pact.v1.AddJournalRequest
-	(*AddJournalResponse)(nil),       // 24: pact.v1.AddJournalResponse
-	(*RemoveJournalRequest)(nil),     // 25: pact.v1.RemoveJournalRequest
-	(*RemoveJournalResponse)(nil),    // 26: pact.v1.RemoveJournalResponse
-	(*HardwareIdentity)(nil),         // 27: pact.v1.HardwareIdentity
-	(*Node)(nil),                     // 28: pact.v1.Node
-	(NodeState)(0),                   // 29: pact.v1.NodeState
-	(*AuditEntry)(nil),               // 30: pact.v1.AuditEntry
+	(RegisterOutcome)(0),               // 0: pact.v1.RegisterOutcome
+	(*RegisterNodeRequest)(nil),        // 1: pact.v1.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),       // 2: pact.v1.RegisterNodeResponse
+	(*RegisterNodesRequest)(nil),       // 3: pact.v1.RegisterNodesRequest
+	(*RegisterNodeResult)(nil),         // 4: pact.v1.RegisterNodeResult
+	(*RegisterNodesResponse)(nil),      // 5: pact.v1.RegisterNodesResponse
+	(*ListNodesRequest)(nil),           // 6: pact.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),          // 7: pact.v1.ListNodesResponse
+	(*InspectNodeRequest)(nil),         // 8: pact.v1.InspectNodeRequest
+	(*InspectNodeResponse)(nil),        // 9: pact.v1.InspectNodeResponse
+	(*DecommissionNodeRequest)(nil),    // 10: pact.v1.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil),   // 11: pact.v1.DecommissionNodeResponse
+	(*AssignNodeRequest)(nil),          // 12: pact.v1.AssignNodeRequest
+	(*AssignNodeResponse)(nil),         // 13: pact.v1.AssignNodeResponse
+	(*UnassignNodeRequest)(nil),        // 14: pact.v1.UnassignNodeRequest
+	(*UnassignNodeResponse)(nil),       // 15: pact.v1.UnassignNodeResponse
+	(*MoveNodeRequest)(nil),            // 16: pact.v1.MoveNodeRequest
+	(*MoveNodeResponse)(nil),           // 17: pact.v1.MoveNodeResponse
+	(*ListAuditRequest)(nil),           // 18: pact.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),          // 19: pact.v1.ListAuditResponse
+	(*JournalStatusRequest)(nil),       // 20: pact.v1.JournalStatusRequest
+	(*JournalMember)(nil),              // 21: pact.v1.JournalMember
+	(*JournalStatusResponse)(nil),      // 22: pact.v1.JournalStatusResponse
+	(*AddJournalRequest)(nil),          // 23: pact.v1.AddJournalRequest
+	(*AddJournalResponse)(nil),         // 24: pact.v1.AddJournalResponse
+	(*RemoveJournalRequest)(nil),       // 25: pact.v1.RemoveJournalRequest
+	(*SaveSnapshotRequest)(nil),        // 26: pact.v1.SaveSnapshotRequest
+	(*SaveSnapshotResponse)(nil),       // 27: pact.v1.SaveSnapshotResponse
+	(*RemoveJournalResponse)(nil),      // 28: pact.v1.RemoveJournalResponse
+	(*IssueOperatorRequest)(nil),       // 29: pact.v1.IssueOperatorRequest
+	(*IssueOperatorResponse)(nil),      // 30: pact.v1.IssueOperatorResponse
+	(*ListOperatorsRequest)(nil),       // 31: pact.v1.ListOperatorsRequest
+	(*ListOperatorsResponse)(nil),      // 32: pact.v1.ListOperatorsResponse
+	(*RevokeOperatorRequest)(nil),      // 33: pact.v1.RevokeOperatorRequest
+	(*RevokeOperatorResponse)(nil),     // 34: pact.v1.RevokeOperatorResponse
+	(*RetireIntermediateRequest)(nil),  // 35: pact.v1.RetireIntermediateRequest
+	(*RetireIntermediateResponse)(nil), // 36: pact.v1.RetireIntermediateResponse
+	(*ListIntermediatesRequest)(nil),   // 37: pact.v1.ListIntermediatesRequest
+	(*ListIntermediatesResponse)(nil),  // 38: pact.v1.ListIntermediatesResponse
+	(*CreateJoinTokenRequest)(nil),     // 39: pact.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil),    // 40: pact.v1.CreateJoinTokenResponse
+	(*JoinTokenInfo)(nil),              // 41: pact.v1.JoinTokenInfo
+	(*ListJoinTokensRequest)(nil),      // 42: pact.v1.ListJoinTokensRequest
+	(*ListJoinTokensResponse)(nil),     // 43: pact.v1.ListJoinTokensResponse
+	(*RevokeJoinTokensRequest)(nil),    // 44: pact.v1.RevokeJoinTokensRequest
+	(*RevokeJoinTokensResponse)(nil),   // 45: pact.v1.RevokeJoinTokensResponse
+	(*FenceNodeRequest)(nil),           // 46: pact.v1.FenceNodeRequest
+	(*FenceNodeResponse)(nil),          // 47: pact.v1.FenceNodeResponse
+	(*UnfenceNodeRequest)(nil),         // 48: pact.v1.UnfenceNodeRequest
+	(*UnfenceNodeResponse)(nil),        // 49: pact.v1.UnfenceNodeResponse
+	(*UpdateNodeRequest)(nil),          // 50: pact.v1.UpdateNodeRequest
+	(*UpdateNodeResponse)(nil),         // 51: pact.v1.UpdateNodeResponse
+	(*HardwareIdentity)(nil),           // 52: pact.v1.HardwareIdentity
+	(*CredentialPolicy)(nil),           // 53: pact.v1.CredentialPolicy
+	(*Node)(nil),                       // 54: pact.v1.Node
+	(NodeState)(0),                     // 55: pact.v1.NodeState
+	(*AuditEntry)(nil),                 // 56: pact.v1.AuditEntry
+	(*Intermediate)(nil),               // 57: pact.v1.Intermediate
+	(*Operator)(nil),                   // 58: pact.v1.Operator
+	(*OperatorNameRevocation)(nil),     // 59: pact.v1.OperatorNameRevocation
 }
 var file_pact_v1_admin_proto_depIdxs = []int32{
-	27, // 0: pact.v1.RegisterNodeRequest.hardware:type_name -> pact.v1.HardwareIdentity
-	28, // 1: pact.v1.RegisterNodeResponse.node:type_name -> pact.v1.Node
-	1,  // 2: pact.v1.RegisterNodesRequest.nodes:type_name -> pact.v1.RegisterNodeRequest
-	0,  // 3: pact.v1.RegisterNodeResult.outcome:type_name -> pact.v1.RegisterOutcome
-	4,  // 4: pact.v1.RegisterNodesResponse.results:type_name -> pact.v1.RegisterNodeResult
-	29, // 5: pact.v1.ListNodesRequest.state:type_name -> pact.v1.NodeState
-	28, // 6: pact.v1.ListNodesResponse.nodes:type_name -> pact.v1.Node
-	28, // 7: pact.v1.InspectNodeResponse.node:type_name -> pact.v1.Node
-	28, // 8: pact.v1.DecommissionNodeResponse.node:type_name -> pact.v1.Node
-	28, // 9: pact.v1.AssignNodeResponse.node:type_name -> pact.v1.Node
-	28, // 10: pact.v1.UnassignNodeResponse.node:type_name -> pact.v1.Node
-	28, // 11: pact.v1.MoveNodeResponse.node:type_name -> pact.v1.Node
-	30, // 12: pact.v1.ListAuditResponse.entries:type_name -> pact.v1.AuditEntry
-	21, // 13: pact.v1.JournalStatusResponse.members:type_name -> pact.v1.JournalMember
-	21, // 14: pact.v1.AddJournalResponse.members:type_name -> pact.v1.JournalMember
-	21, // 15: pact.v1.RemoveJournalResponse.members:type_name -> pact.v1.JournalMember
-	1,  // 16: pact.v1.AdminService.RegisterNode:input_type -> pact.v1.RegisterNodeRequest
-	3,  // 17: pact.v1.AdminService.RegisterNodes:input_type -> pact.v1.RegisterNodesRequest
-	6,  // 18: pact.v1.AdminService.ListNodes:input_type -> pact.v1.ListNodesRequest
-	8,  // 19: pact.v1.AdminService.InspectNode:input_type -> pact.v1.InspectNodeRequest
-	10, // 20: pact.v1.AdminService.DecommissionNode:input_type -> pact.v1.DecommissionNodeRequest
-	12, // 21: pact.v1.AdminService.AssignNode:input_type -> pact.v1.AssignNodeRequest
-	14, // 22: pact.v1.AdminService.UnassignNode:input_type -> pact.v1.UnassignNodeRequest
-	16, // 23: pact.v1.AdminService.MoveNode:input_type -> pact.v1.MoveNodeRequest
-	18, // 24: pact.v1.AdminService.ListAudit:input_type -> pact.v1.ListAuditRequest
-	20, // 25: pact.v1.AdminService.JournalStatus:input_type -> pact.v1.JournalStatusRequest
-	23, // 26: pact.v1.AdminService.AddJournal:input_type -> pact.v1.AddJournalRequest
-	25, // 27: pact.v1.AdminService.RemoveJournal:input_type -> pact.v1.RemoveJournalRequest
-	2,  // 28: pact.v1.AdminService.RegisterNode:output_type -> pact.v1.RegisterNodeResponse
-	5,  // 29: pact.v1.AdminService.RegisterNodes:output_type -> pact.v1.RegisterNodesResponse
-	7,  // 30: pact.v1.AdminService.ListNodes:output_type -> pact.v1.ListNodesResponse
-	9,  // 31: pact.v1.AdminService.InspectNode:output_type -> pact.v1.InspectNodeResponse
-	11, // 32: pact.v1.AdminService.DecommissionNode:output_type -> pact.v1.DecommissionNodeResponse
-	13, // 33: pact.v1.AdminService.AssignNode:output_type -> pact.v1.AssignNodeResponse
-	15, // 34: pact.v1.AdminService.UnassignNode:output_type -> pact.v1.UnassignNodeResponse
-	17, // 35: pact.v1.AdminService.MoveNode:output_type -> pact.v1.MoveNodeResponse
-	19, // 36: pact.v1.AdminService.ListAudit:output_type -> pact.v1.ListAuditResponse
-	22, // 37: pact.v1.AdminService.JournalStatus:output_type -> pact.v1.JournalStatusResponse
-	24, // 38: pact.v1.AdminService.AddJournal:output_type -> pact.v1.AddJournalResponse
-	26, // 39: pact.v1.AdminService.RemoveJournal:output_type -> pact.v1.RemoveJournalResponse
-	28, // [28:40] is the sub-list for method output_type
-	16, // [16:28] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	52, // 0: pact.v1.RegisterNodeRequest.hardware:type_name -> pact.v1.HardwareIdentity
+	53, // 1: pact.v1.RegisterNodeRequest.credentials:type_name -> pact.v1.CredentialPolicy
+	54, // 2: pact.v1.RegisterNodeResponse.node:type_name -> pact.v1.Node
+	1,  // 3: pact.v1.RegisterNodesRequest.nodes:type_name -> pact.v1.RegisterNodeRequest
+	0,  // 4: pact.v1.RegisterNodeResult.outcome:type_name -> pact.v1.RegisterOutcome
+	4,  // 5: pact.v1.RegisterNodesResponse.results:type_name -> pact.v1.RegisterNodeResult
+	55, // 6: pact.v1.ListNodesRequest.state:type_name -> pact.v1.NodeState
+	54, // 7: pact.v1.ListNodesResponse.nodes:type_name -> pact.v1.Node
+	54, // 8: pact.v1.InspectNodeResponse.node:type_name -> pact.v1.Node
+	54, // 9: pact.v1.DecommissionNodeResponse.node:type_name -> pact.v1.Node
+	54, // 10: pact.v1.AssignNodeResponse.node:type_name -> pact.v1.Node
+	54, // 11: pact.v1.UnassignNodeResponse.node:type_name -> pact.v1.Node
+	54, // 12: pact.v1.MoveNodeResponse.node:type_name -> pact.v1.Node
+	56, // 13: pact.v1.ListAuditResponse.entries:type_name -> pact.v1.AuditEntry
+	21, // 14: pact.v1.JournalStatusResponse.members:type_name -> pact.v1.JournalMember
+	21, // 15: pact.v1.AddJournalResponse.members:type_name -> pact.v1.JournalMember
+	21, // 16: pact.v1.RemoveJournalResponse.members:type_name -> pact.v1.JournalMember
+	57, // 17: pact.v1.RemoveJournalResponse.retired:type_name -> pact.v1.Intermediate
+	58, // 18: pact.v1.IssueOperatorResponse.operator:type_name -> pact.v1.Operator
+	58, // 19: pact.v1.ListOperatorsResponse.operators:type_name -> pact.v1.Operator
+	59, // 20: pact.v1.ListOperatorsResponse.revoked_names:type_name -> pact.v1.OperatorNameRevocation
+	58, // 21: pact.v1.RevokeOperatorResponse.revoked:type_name -> pact.v1.Operator
+	59, // 22: pact.v1.RevokeOperatorResponse.name:type_name -> pact.v1.OperatorNameRevocation
+	57, // 23: pact.v1.RetireIntermediateResponse.retired:type_name -> pact.v1.Intermediate
+	57, // 24: pact.v1.ListIntermediatesResponse.intermediates:type_name -> pact.v1.Intermediate
+	41, // 25: pact.v1.CreateJoinTokenResponse.info:type_name -> pact.v1.JoinTokenInfo
+	41, // 26: pact.v1.ListJoinTokensResponse.tokens:type_name -> pact.v1.JoinTokenInfo
+	41, // 27: pact.v1.RevokeJoinTokensResponse.revoked:type_name -> pact.v1.JoinTokenInfo
+	54, // 28: pact.v1.FenceNodeResponse.node:type_name -> pact.v1.Node
+	54, // 29: pact.v1.UnfenceNodeResponse.node:type_name -> pact.v1.Node
+	54, // 30: pact.v1.UpdateNodeResponse.node:type_name -> pact.v1.Node
+	1,  // 31: pact.v1.AdminService.RegisterNode:input_type -> pact.v1.RegisterNodeRequest
+	3,  // 32: pact.v1.AdminService.RegisterNodes:input_type -> pact.v1.RegisterNodesRequest
+	6,  // 33: pact.v1.AdminService.ListNodes:input_type -> pact.v1.ListNodesRequest
+	8,  // 34: pact.v1.AdminService.InspectNode:input_type -> pact.v1.InspectNodeRequest
+	10, // 35: pact.v1.AdminService.DecommissionNode:input_type -> pact.v1.DecommissionNodeRequest
+	12, // 36: pact.v1.AdminService.AssignNode:input_type -> pact.v1.AssignNodeRequest
+	14, // 37: pact.v1.AdminService.UnassignNode:input_type -> pact.v1.UnassignNodeRequest
+	16, // 38: pact.v1.AdminService.MoveNode:input_type -> pact.v1.MoveNodeRequest
+	18, // 39: pact.v1.AdminService.ListAudit:input_type -> pact.v1.ListAuditRequest
+	20, // 40: pact.v1.AdminService.JournalStatus:input_type -> pact.v1.JournalStatusRequest
+	23, // 41: pact.v1.AdminService.AddJournal:input_type -> pact.v1.AddJournalRequest
+	25, // 42: pact.v1.AdminService.RemoveJournal:input_type -> pact.v1.RemoveJournalRequest
+	39, // 43: pact.v1.AdminService.CreateJoinToken:input_type -> pact.v1.CreateJoinTokenRequest
+	42, // 44: pact.v1.AdminService.ListJoinTokens:input_type -> pact.v1.ListJoinTokensRequest
+	44, // 45: pact.v1.AdminService.RevokeJoinTokens:input_type -> pact.v1.RevokeJoinTokensRequest
+	46, // 46: pact.v1.AdminService.FenceNode:input_type -> pact.v1.FenceNodeRequest
+	48, // 47: pact.v1.AdminService.UnfenceNode:input_type -> pact.v1.UnfenceNodeRequest
+	29, // 48: pact.v1.AdminService.IssueOperator:input_type -> pact.v1.IssueOperatorRequest
+	31, // 49: pact.v1.AdminService.ListOperators:input_type -> pact.v1.ListOperatorsRequest
+	33, // 50: pact.v1.AdminService.RevokeOperator:input_type -> pact.v1.RevokeOperatorRequest
+	35, // 51: pact.v1.AdminService.RetireIntermediate:input_type -> pact.v1.RetireIntermediateRequest
+	37, // 52: pact.v1.AdminService.ListIntermediates:input_type -> pact.v1.ListIntermediatesRequest
+	50, // 53: pact.v1.AdminService.UpdateNode:input_type -> pact.v1.UpdateNodeRequest
+	26, // 54: pact.v1.AdminService.SaveSnapshot:input_type -> pact.v1.SaveSnapshotRequest
+	2,  // 55: pact.v1.AdminService.RegisterNode:output_type -> pact.v1.RegisterNodeResponse
+	5,  // 56: pact.v1.AdminService.RegisterNodes:output_type -> pact.v1.RegisterNodesResponse
+	7,  // 57: pact.v1.AdminService.ListNodes:output_type -> pact.v1.ListNodesResponse
+	9,  // 58: pact.v1.AdminService.InspectNode:output_type -> pact.v1.InspectNodeResponse
+	11, // 59: pact.v1.AdminService.DecommissionNode:output_type -> pact.v1.DecommissionNodeResponse
+	13, // 60: pact.v1.AdminService.AssignNode:output_type -> pact.v1.AssignNodeResponse
+	15, // 61: pact.v1.AdminService.UnassignNode:output_type -> pact.v1.UnassignNodeResponse
+	17, // 62: pact.v1.AdminService.MoveNode:output_type -> pact.v1.MoveNodeResponse
+	19, // 63: pact.v1.AdminService.ListAudit:output_type -> pact.v1.ListAuditResponse
+	22, // 64: pact.v1.AdminService.JournalStatus:output_type -> pact.v1.JournalStatusResponse
+	24, // 65: pact.v1.AdminService.AddJournal:output_type -> pact.v1.AddJournalResponse
+	28, // 66: pact.v1.AdminService.RemoveJournal:output_type -> pact.v1.RemoveJournalResponse
+	40, // 67: pact.v1.AdminService.CreateJoinToken:output_type -> pact.v1.CreateJoinTokenResponse
+	43, // 68: pact.v1.AdminService.ListJoinTokens:output_type -> pact.v1.ListJoinTokensResponse
+	45, // 69: pact.v1.AdminService.RevokeJoinTokens:output_type -> pact.v1.RevokeJoinTokensResponse
+	47, // 70: pact.v1.AdminService.FenceNode:output_type -> pact.v1.FenceNodeResponse
+	49, // 71: pact.v1.AdminService.UnfenceNode:output_type -> pact.v1.UnfenceNodeResponse
+	30, // 72: pact.v1.AdminService.IssueOperator:output_type -> pact.v1.IssueOperatorResponse
+	32, // 73: pact.v1.AdminService.ListOperators:output_type -> pact.v1.ListOperatorsResponse
+	34, // 74: pact.v1.AdminService.RevokeOperator:output_type -> pact.v1.RevokeOperatorResponse
+	36, // 75: pact.v1.AdminService.RetireIntermediate:output_type -> pact.v1.RetireIntermediateResponse
+	38, // 76: pact.v1.AdminService.ListIntermediates:output_type -> pact.v1.ListIntermediatesResponse
+	51, // 77: pact.v1.AdminService.UpdateNode:output_type -> pact.v1.UpdateNodeResponse
+	27, // 78: pact.v1.AdminService.SaveSnapshot:output_type -> pact.v1.SaveSnapshotResponse
+	55, // [55:79] is the sub-list for method output_type
+	31, // [31:55] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_admin_proto_init() }
@@ -1738,13 +3320,14 @@ func file_pact_v1_admin_proto_init() {
 		return
 	}
 	file_pact_v1_registry_proto_init()
+	file_pact_v1_admin_proto_msgTypes[49].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_admin_proto_rawDesc), len(file_pact_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,18 +19,30 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_RegisterNode_FullMethodName     = "/pact.v1.AdminService/RegisterNode"
-	AdminService_RegisterNodes_FullMethodName    = "/pact.v1.AdminService/RegisterNodes"
-	AdminService_ListNodes_FullMethodName        = "/pact.v1.AdminService/ListNodes"
-	AdminService_InspectNode_FullMethodName      = "/pact.v1.AdminService/InspectNode"
-	AdminService_DecommissionNode_FullMethodName = "/pact.v1.AdminService/DecommissionNode"
-	AdminService_AssignNode_FullMethodName       = "/pact.v1.AdminService/AssignNode"
-	AdminService_UnassignNode_FullMethodName     = "/pact.v1.AdminService/UnassignNode"
-	AdminService_MoveNode_FullMethodName         = "/pact.v1.AdminService/MoveNode"
-	AdminService_ListAudit_FullMethodName        = "/pact.v1.AdminService/ListAudit"
-	AdminService_JournalStatus_FullMethodName    = "/pact.v1.AdminService/JournalStatus"
-	AdminService_AddJournal_FullMethodName       = "/pact.v1.AdminService/AddJournal"
-	AdminService_RemoveJournal_FullMethodName    = "/pact.v1.AdminService/RemoveJournal"
+	AdminService_RegisterNode_FullMethodName       = "/pact.v1.AdminService/RegisterNode"
+	AdminService_RegisterNodes_FullMethodName      = "/pact.v1.AdminService/RegisterNodes"
+	AdminService_ListNodes_FullMethodName          = "/pact.v1.AdminService/ListNodes"
+	AdminService_InspectNode_FullMethodName        = "/pact.v1.AdminService/InspectNode"
+	AdminService_DecommissionNode_FullMethodName   = "/pact.v1.AdminService/DecommissionNode"
+	AdminService_AssignNode_FullMethodName         = "/pact.v1.AdminService/AssignNode"
+	AdminService_UnassignNode_FullMethodName       = "/pact.v1.AdminService/UnassignNode"
+	AdminService_MoveNode_FullMethodName           = "/pact.v1.AdminService/MoveNode"
+	AdminService_ListAudit_FullMethodName          = "/pact.v1.AdminService/ListAudit"
+	AdminService_JournalStatus_FullMethodName      = "/pact.v1.AdminService/JournalStatus"
+	AdminService_AddJournal_FullMethodName         = "/pact.v1.AdminService/AddJournal"
+	AdminService_RemoveJournal_FullMethodName      = "/pact.v1.AdminService/RemoveJournal"
+	AdminService_CreateJoinToken_FullMethodName    = "/pact.v1.AdminService/CreateJoinToken"
+	AdminService_ListJoinTokens_FullMethodName     = "/pact.v1.AdminService/ListJoinTokens"
+	AdminService_RevokeJoinTokens_FullMethodName   = "/pact.v1.AdminService/RevokeJoinTokens"
+	AdminService_FenceNode_FullMethodName          = "/pact.v1.AdminService/FenceNode"
+	AdminService_UnfenceNode_FullMethodName        = "/pact.v1.AdminService/UnfenceNode"
+	AdminService_IssueOperator_FullMethodName      = "/pact.v1.AdminService/IssueOperator"
+	AdminService_ListOperators_FullMethodName      = "/pact.v1.AdminService/ListOperators"
+	AdminService_RevokeOperator_FullMethodName     = "/pact.v1.AdminService/RevokeOperator"
+	AdminService_RetireIntermediate_FullMethodName = "/pact.v1.AdminService/RetireIntermediate"
+	AdminService_ListIntermediates_FullMethodName  = "/pact.v1.AdminService/ListIntermediates"
+	AdminService_UpdateNode_FullMethodName         = "/pact.v1.AdminService/UpdateNode"
+	AdminService_SaveSnapshot_FullMethodName       = "/pact.v1.AdminService/SaveSnapshot"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -63,6 +75,40 @@ type AdminServiceClient interface {
 	AddJournal(ctx context.Context, in *AddJournalRequest, opts ...grpc.CallOption) (*AddJournalResponse, error)
 	// RemoveJournal removes a journal from the quorum (platform-admin).
 	RemoveJournal(ctx context.Context, in *RemoveJournalRequest, opts ...grpc.CallOption) (*RemoveJournalResponse, error)
+	// CreateJoinToken makes a single-use join token for a node and returns
+	// it once; only its SHA-256 is kept (platform-admin).
+	CreateJoinToken(ctx context.Context, in *CreateJoinTokenRequest, opts ...grpc.CallOption) (*CreateJoinTokenResponse, error)
+	// ListJoinTokens lists join tokens by id, never the tokens themselves.
+	ListJoinTokens(ctx context.Context, in *ListJoinTokensRequest, opts ...grpc.CallOption) (*ListJoinTokensResponse, error)
+	// RevokeJoinTokens deletes a node's unused join tokens (platform-admin).
+	RevokeJoinTokens(ctx context.Context, in *RevokeJoinTokensRequest, opts ...grpc.CallOption) (*RevokeJoinTokensResponse, error)
+	// FenceNode quarantines a node: its certificate is revoked, its streams
+	// close, Enroll and RenewCert answer NODE_FENCED (platform-admin).
+	FenceNode(ctx context.Context, in *FenceNodeRequest, opts ...grpc.CallOption) (*FenceNodeResponse, error)
+	// UnfenceNode lifts a fence; the node may enroll again (platform-admin).
+	UnfenceNode(ctx context.Context, in *UnfenceNodeRequest, opts ...grpc.CallOption) (*UnfenceNodeResponse, error)
+	// IssueOperator signs an operator credential for the caller's CSR with the
+	// domain root and records it in Raft before returning it. platform-admin
+	// may issue any name and role; any other operator only renews its own.
+	IssueOperator(ctx context.Context, in *IssueOperatorRequest, opts ...grpc.CallOption) (*IssueOperatorResponse, error)
+	// ListOperators lists the recorded operator credentials.
+	ListOperators(ctx context.Context, in *ListOperatorsRequest, opts ...grpc.CallOption) (*ListOperatorsResponse, error)
+	// RevokeOperator revokes an operator credential by serial, or every
+	// credential of a name (platform-admin).
+	RevokeOperator(ctx context.Context, in *RevokeOperatorRequest, opts ...grpc.CallOption) (*RevokeOperatorResponse, error)
+	// RetireIntermediate retires journal intermediates (platform-admin).
+	RetireIntermediate(ctx context.Context, in *RetireIntermediateRequest, opts ...grpc.CallOption) (*RetireIntermediateResponse, error)
+	// ListIntermediates lists the intermediates in Raft with their state.
+	ListIntermediates(ctx context.Context, in *ListIntermediatesRequest, opts ...grpc.CallOption) (*ListIntermediatesResponse, error)
+	// UpdateNode changes a registered node's hardware identity (a NIC or BMC
+	// swapped) without decommissioning it. Audited; the node's current
+	// certificate stays valid, and the new identity is what its next
+	// enrollment is matched against.
+	UpdateNode(ctx context.Context, in *UpdateNodeRequest, opts ...grpc.CallOption) (*UpdateNodeResponse, error)
+	// SaveSnapshot streams a consistent snapshot of the whole replicated
+	// state, taken on the leader after a linearizable barrier
+	// (platform-admin). The first message carries the header.
+	SaveSnapshot(ctx context.Context, in *SaveSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SaveSnapshotResponse], error)
 }
 
 type adminServiceClient struct {
@@ -193,6 +239,135 @@ func (c *adminServiceClient) RemoveJournal(ctx context.Context, in *RemoveJourna
 	return out, nil
 }
 
+func (c *adminServiceClient) CreateJoinToken(ctx context.Context, in *CreateJoinTokenRequest, opts ...grpc.CallOption) (*CreateJoinTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateJoinTokenResponse)
+	err := c.cc.Invoke(ctx, AdminService_CreateJoinToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListJoinTokens(ctx context.Context, in *ListJoinTokensRequest, opts ...grpc.CallOption) (*ListJoinTokensResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListJoinTokensResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListJoinTokens_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RevokeJoinTokens(ctx context.Context, in *RevokeJoinTokensRequest, opts ...grpc.CallOption) (*RevokeJoinTokensResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeJoinTokensResponse)
+	err := c.cc.Invoke(ctx, AdminService_RevokeJoinTokens_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) FenceNode(ctx context.Context, in *FenceNodeRequest, opts ...grpc.CallOption) (*FenceNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FenceNodeResponse)
+	err := c.cc.Invoke(ctx, AdminService_FenceNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) UnfenceNode(ctx context.Context, in *UnfenceNodeRequest, opts ...grpc.CallOption) (*UnfenceNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnfenceNodeResponse)
+	err := c.cc.Invoke(ctx, AdminService_UnfenceNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) IssueOperator(ctx context.Context, in *IssueOperatorRequest, opts ...grpc.CallOption) (*IssueOperatorResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IssueOperatorResponse)
+	err := c.cc.Invoke(ctx, AdminService_IssueOperator_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListOperators(ctx context.Context, in *ListOperatorsRequest, opts ...grpc.CallOption) (*ListOperatorsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOperatorsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListOperators_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RevokeOperator(ctx context.Context, in *RevokeOperatorRequest, opts ...grpc.CallOption) (*RevokeOperatorResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeOperatorResponse)
+	err := c.cc.Invoke(ctx, AdminService_RevokeOperator_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RetireIntermediate(ctx context.Context, in *RetireIntermediateRequest, opts ...grpc.CallOption) (*RetireIntermediateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RetireIntermediateResponse)
+	err := c.cc.Invoke(ctx, AdminService_RetireIntermediate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListIntermediates(ctx context.Context, in *ListIntermediatesRequest, opts ...grpc.CallOption) (*ListIntermediatesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListIntermediatesResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListIntermediates_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) UpdateNode(ctx context.Context, in *UpdateNodeRequest, opts ...grpc.CallOption) (*UpdateNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateNodeResponse)
+	err := c.cc.Invoke(ctx, AdminService_UpdateNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) SaveSnapshot(ctx context.Context, in *SaveSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SaveSnapshotResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AdminService_ServiceDesc.Streams[0], AdminService_SaveSnapshot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SaveSnapshotRequest, SaveSnapshotResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_SaveSnapshotClient = grpc.ServerStreamingClient[SaveSnapshotResponse]
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -223,6 +398,40 @@ type AdminServiceServer interface {
 	AddJournal(context.Context, *AddJournalRequest) (*AddJournalResponse, error)
 	// RemoveJournal removes a journal from the quorum (platform-admin).
 	RemoveJournal(context.Context, *RemoveJournalRequest) (*RemoveJournalResponse, error)
+	// CreateJoinToken makes a single-use join token for a node and returns
+	// it once; only its SHA-256 is kept (platform-admin).
+	CreateJoinToken(context.Context, *CreateJoinTokenRequest) (*CreateJoinTokenResponse, error)
+	// ListJoinTokens lists join tokens by id, never the tokens themselves.
+	ListJoinTokens(context.Context, *ListJoinTokensRequest) (*ListJoinTokensResponse, error)
+	// RevokeJoinTokens deletes a node's unused join tokens (platform-admin).
+	RevokeJoinTokens(context.Context, *RevokeJoinTokensRequest) (*RevokeJoinTokensResponse, error)
+	// FenceNode quarantines a node: its certificate is revoked, its streams
+	// close, Enroll and RenewCert answer NODE_FENCED (platform-admin).
+	FenceNode(context.Context, *FenceNodeRequest) (*FenceNodeResponse, error)
+	// UnfenceNode lifts a fence; the node may enroll again (platform-admin).
+	UnfenceNode(context.Context, *UnfenceNodeRequest) (*UnfenceNodeResponse, error)
+	// IssueOperator signs an operator credential for the caller's CSR with the
+	// domain root and records it in Raft before returning it. platform-admin
+	// may issue any name and role; any other operator only renews its own.
+	IssueOperator(context.Context, *IssueOperatorRequest) (*IssueOperatorResponse, error)
+	// ListOperators lists the recorded operator credentials.
+	ListOperators(context.Context, *ListOperatorsRequest) (*ListOperatorsResponse, error)
+	// RevokeOperator revokes an operator credential by serial, or every
+	// credential of a name (platform-admin).
+	RevokeOperator(context.Context, *RevokeOperatorRequest) (*RevokeOperatorResponse, error)
+	// RetireIntermediate retires journal intermediates (platform-admin).
+	RetireIntermediate(context.Context, *RetireIntermediateRequest) (*RetireIntermediateResponse, error)
+	// ListIntermediates lists the intermediates in Raft with their state.
+	ListIntermediates(context.Context, *ListIntermediatesRequest) (*ListIntermediatesResponse, error)
+	// UpdateNode changes a registered node's hardware identity (a NIC or BMC
+	// swapped) without decommissioning it. Audited; the node's current
+	// certificate stays valid, and the new identity is what its next
+	// enrollment is matched against.
+	UpdateNode(context.Context, *UpdateNodeRequest) (*UpdateNodeResponse, error)
+	// SaveSnapshot streams a consistent snapshot of the whole replicated
+	// state, taken on the leader after a linearizable barrier
+	// (platform-admin). The first message carries the header.
+	SaveSnapshot(*SaveSnapshotRequest, grpc.ServerStreamingServer[SaveSnapshotResponse]) error
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -268,6 +477,42 @@ func (UnimplementedAdminServiceServer) AddJournal(context.Context, *AddJournalRe
 }
 func (UnimplementedAdminServiceServer) RemoveJournal(context.Context, *RemoveJournalRequest) (*RemoveJournalResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveJournal not implemented")
+}
+func (UnimplementedAdminServiceServer) CreateJoinToken(context.Context, *CreateJoinTokenRequest) (*CreateJoinTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateJoinToken not implemented")
+}
+func (UnimplementedAdminServiceServer) ListJoinTokens(context.Context, *ListJoinTokensRequest) (*ListJoinTokensResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListJoinTokens not implemented")
+}
+func (UnimplementedAdminServiceServer) RevokeJoinTokens(context.Context, *RevokeJoinTokensRequest) (*RevokeJoinTokensResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeJoinTokens not implemented")
+}
+func (UnimplementedAdminServiceServer) FenceNode(context.Context, *FenceNodeRequest) (*FenceNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FenceNode not implemented")
+}
+func (UnimplementedAdminServiceServer) UnfenceNode(context.Context, *UnfenceNodeRequest) (*UnfenceNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnfenceNode not implemented")
+}
+func (UnimplementedAdminServiceServer) IssueOperator(context.Context, *IssueOperatorRequest) (*IssueOperatorResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method IssueOperator not implemented")
+}
+func (UnimplementedAdminServiceServer) ListOperators(context.Context, *ListOperatorsRequest) (*ListOperatorsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListOperators not implemented")
+}
+func (UnimplementedAdminServiceServer) RevokeOperator(context.Context, *RevokeOperatorRequest) (*RevokeOperatorResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeOperator not implemented")
+}
+func (UnimplementedAdminServiceServer) RetireIntermediate(context.Context, *RetireIntermediateRequest) (*RetireIntermediateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RetireIntermediate not implemented")
+}
+func (UnimplementedAdminServiceServer) ListIntermediates(context.Context, *ListIntermediatesRequest) (*ListIntermediatesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListIntermediates not implemented")
+}
+func (UnimplementedAdminServiceServer) UpdateNode(context.Context, *UpdateNodeRequest) (*UpdateNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateNode not implemented")
+}
+func (UnimplementedAdminServiceServer) SaveSnapshot(*SaveSnapshotRequest, grpc.ServerStreamingServer[SaveSnapshotResponse]) error {
+	return status.Error(codes.Unimplemented, "method SaveSnapshot not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -506,6 +751,215 @@ func _AdminService_RemoveJournal_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_CreateJoinToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateJoinTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).CreateJoinToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_CreateJoinToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).CreateJoinToken(ctx, req.(*CreateJoinTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListJoinTokens_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListJoinTokensRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListJoinTokens(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListJoinTokens_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListJoinTokens(ctx, req.(*ListJoinTokensRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RevokeJoinTokens_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeJoinTokensRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RevokeJoinTokens(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RevokeJoinTokens_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RevokeJoinTokens(ctx, req.(*RevokeJoinTokensRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_FenceNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FenceNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).FenceNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_FenceNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).FenceNode(ctx, req.(*FenceNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_UnfenceNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnfenceNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).UnfenceNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_UnfenceNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).UnfenceNode(ctx, req.(*UnfenceNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_IssueOperator_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IssueOperatorRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).IssueOperator(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_IssueOperator_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).IssueOperator(ctx, req.(*IssueOperatorRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListOperators_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOperatorsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListOperators(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListOperators_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListOperators(ctx, req.(*ListOperatorsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RevokeOperator_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeOperatorRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RevokeOperator(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RevokeOperator_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RevokeOperator(ctx, req.(*RevokeOperatorRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RetireIntermediate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RetireIntermediateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RetireIntermediate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RetireIntermediate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RetireIntermediate(ctx, req.(*RetireIntermediateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListIntermediates_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListIntermediatesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListIntermediates(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListIntermediates_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListIntermediates(ctx, req.(*ListIntermediatesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_UpdateNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).UpdateNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_UpdateNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).UpdateNode(ctx, req.(*UpdateNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_SaveSnapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SaveSnapshotRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServiceServer).SaveSnapshot(m, &grpc.GenericServerStream[SaveSnapshotRequest, SaveSnapshotResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_SaveSnapshotServer = grpc.ServerStreamingServer[SaveSnapshotResponse]
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -561,7 +1015,57 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "RemoveJournal",
 			Handler:    _AdminService_RemoveJournal_Handler,
 		},
+		{
+			MethodName: "CreateJoinToken",
+			Handler:    _AdminService_CreateJoinToken_Handler,
+		},
+		{
+			MethodName: "ListJoinTokens",
+			Handler:    _AdminService_ListJoinTokens_Handler,
+		},
+		{
+			MethodName: "RevokeJoinTokens",
+			Handler:    _AdminService_RevokeJoinTokens_Handler,
+		},
+		{
+			MethodName: "FenceNode",
+			Handler:    _AdminService_FenceNode_Handler,
+		},
+		{
+			MethodName: "UnfenceNode",
+			Handler:    _AdminService_UnfenceNode_Handler,
+		},
+		{
+			MethodName: "IssueOperator",
+			Handler:    _AdminService_IssueOperator_Handler,
+		},
+		{
+			MethodName: "ListOperators",
+			Handler:    _AdminService_ListOperators_Handler,
+		},
+		{
+			MethodName: "RevokeOperator",
+			Handler:    _AdminService_RevokeOperator_Handler,
+		},
+		{
+			MethodName: "RetireIntermediate",
+			Handler:    _AdminService_RetireIntermediate_Handler,
+		},
+		{
+			MethodName: "ListIntermediates",
+			Handler:    _AdminService_ListIntermediates_Handler,
+		},
+		{
+			MethodName: "UpdateNode",
+			Handler:    _AdminService_UpdateNode_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "SaveSnapshot",
+			Handler:       _AdminService_SaveSnapshot_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "pact/v1/admin.proto",
 }

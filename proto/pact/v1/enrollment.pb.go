@@ -22,13 +22,14 @@ const (
 )
 
 // EnrollRequest carries the enrollment credentials. Hardware identity is the
-// first credential; further ones (bootstrap token, recovery token, TPM quote)
-// are added as new fields beside it.
+// first credential and always required; the others are in credentials, and
+// the node's CredentialPolicy says which of them it must present.
 type EnrollRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Hardware *HardwareIdentity      `protobuf:"bytes,1,opt,name=hardware,proto3" json:"hardware,omitempty"`
 	// DER PKCS#10 certificate request. Only its public key is used.
-	CsrDer        []byte `protobuf:"bytes,2,opt,name=csr_der,json=csrDer,proto3" json:"csr_der,omitempty"`
+	CsrDer        []byte             `protobuf:"bytes,2,opt,name=csr_der,json=csrDer,proto3" json:"csr_der,omitempty"`
+	Credentials   *EnrollCredentials `protobuf:"bytes,140,opt,name=credentials,proto3" json:"credentials,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -77,6 +78,223 @@ func (x *EnrollRequest) GetCsrDer() []byte {
 	return nil
 }
 
+func (x *EnrollRequest) GetCredentials() *EnrollCredentials {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+// EnrollCredentials are the credentials beside the hardware match. A
+// credential the node's policy does not require is ignored. Secret values
+// here are never logged, stored or echoed in an error.
+type EnrollCredentials struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A join token (pact node token create), as printed: pactjt_ and 43
+	// base64url characters.
+	JoinToken string `protobuf:"bytes,1,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
+	// TPM 2.0 credential activation (docs/tpm.md). Required when the node is
+	// registered with a TPM EK hash; ignored otherwise.
+	Tpm           *TpmAttestation `protobuf:"bytes,150,opt,name=tpm,proto3" json:"tpm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnrollCredentials) Reset() {
+	*x = EnrollCredentials{}
+	mi := &file_pact_v1_enrollment_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnrollCredentials) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnrollCredentials) ProtoMessage() {}
+
+func (x *EnrollCredentials) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_enrollment_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnrollCredentials.ProtoReflect.Descriptor instead.
+func (*EnrollCredentials) Descriptor() ([]byte, []int) {
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EnrollCredentials) GetJoinToken() string {
+	if x != nil {
+		return x.JoinToken
+	}
+	return ""
+}
+
+func (x *EnrollCredentials) GetTpm() *TpmAttestation {
+	if x != nil {
+		return x.Tpm
+	}
+	return nil
+}
+
+// TpmAttestation is the agent's side of TPM credential activation. Round
+// one carries the EK and AK public areas; the journal answers with a
+// TpmChallenge. Round two repeats them with the same CSR, plus the
+// challenge id and the proof.
+type TpmAttestation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// TPMT_PUBLIC of the endorsement key, as the TPM marshals it.
+	EkPublic []byte `protobuf:"bytes,1,opt,name=ek_public,json=ekPublic,proto3" json:"ek_public,omitempty"`
+	// TPMT_PUBLIC of a fresh attestation key: restricted signing, fixedTPM,
+	// fixedParent, sensitiveDataOrigin.
+	AkPublic []byte `protobuf:"bytes,2,opt,name=ak_public,json=akPublic,proto3" json:"ak_public,omitempty"`
+	// Round two only: the id of the challenge answered.
+	ChallengeId string `protobuf:"bytes,3,opt,name=challenge_id,json=challengeId,proto3" json:"challenge_id,omitempty"`
+	// Round two only: HMAC-SHA256 under the activated secret of the
+	// challenge id and the hex SHA-256 of the CSR's SubjectPublicKeyInfo.
+	Proof         []byte `protobuf:"bytes,4,opt,name=proof,proto3" json:"proof,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TpmAttestation) Reset() {
+	*x = TpmAttestation{}
+	mi := &file_pact_v1_enrollment_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TpmAttestation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TpmAttestation) ProtoMessage() {}
+
+func (x *TpmAttestation) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_enrollment_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TpmAttestation.ProtoReflect.Descriptor instead.
+func (*TpmAttestation) Descriptor() ([]byte, []int) {
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TpmAttestation) GetEkPublic() []byte {
+	if x != nil {
+		return x.EkPublic
+	}
+	return nil
+}
+
+func (x *TpmAttestation) GetAkPublic() []byte {
+	if x != nil {
+		return x.AkPublic
+	}
+	return nil
+}
+
+func (x *TpmAttestation) GetChallengeId() string {
+	if x != nil {
+		return x.ChallengeId
+	}
+	return ""
+}
+
+func (x *TpmAttestation) GetProof() []byte {
+	if x != nil {
+		return x.Proof
+	}
+	return nil
+}
+
+// TpmChallenge asks the agent to activate a credential with its TPM and
+// enroll again, to the same journal, with the same CSR.
+type TpmChallenge struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ChallengeId string                 `protobuf:"bytes,1,opt,name=challenge_id,json=challengeId,proto3" json:"challenge_id,omitempty"`
+	// TPM2B_ID_OBJECT and TPM2B_ENCRYPTED_SECRET contents for
+	// TPM2_ActivateCredential.
+	CredentialBlob  []byte `protobuf:"bytes,2,opt,name=credential_blob,json=credentialBlob,proto3" json:"credential_blob,omitempty"`
+	EncryptedSecret []byte `protobuf:"bytes,3,opt,name=encrypted_secret,json=encryptedSecret,proto3" json:"encrypted_secret,omitempty"`
+	// How long the journal keeps the challenge, in milliseconds.
+	ExpiresInMs   int64 `protobuf:"varint,4,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TpmChallenge) Reset() {
+	*x = TpmChallenge{}
+	mi := &file_pact_v1_enrollment_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TpmChallenge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TpmChallenge) ProtoMessage() {}
+
+func (x *TpmChallenge) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_enrollment_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TpmChallenge.ProtoReflect.Descriptor instead.
+func (*TpmChallenge) Descriptor() ([]byte, []int) {
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TpmChallenge) GetChallengeId() string {
+	if x != nil {
+		return x.ChallengeId
+	}
+	return ""
+}
+
+func (x *TpmChallenge) GetCredentialBlob() []byte {
+	if x != nil {
+		return x.CredentialBlob
+	}
+	return nil
+}
+
+func (x *TpmChallenge) GetEncryptedSecret() []byte {
+	if x != nil {
+		return x.EncryptedSecret
+	}
+	return nil
+}
+
+func (x *TpmChallenge) GetExpiresInMs() int64 {
+	if x != nil {
+		return x.ExpiresInMs
+	}
+	return 0
+}
+
 // Credential bundle returned by Enroll and RenewCert.
 type EnrollResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -89,13 +307,19 @@ type EnrollResponse struct {
 	Vcluster       string   `protobuf:"bytes,5,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
 	Serial         string   `protobuf:"bytes,6,opt,name=serial,proto3" json:"serial,omitempty"`
 	NotAfterUnix   int64    `protobuf:"varint,7,opt,name=not_after_unix,json=notAfterUnix,proto3" json:"not_after_unix,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Set (and nothing else) when the node must first prove its TPM: answer
+	// it with a second Enroll carrying TpmAttestation.challenge_id and proof.
+	TpmChallenge *TpmChallenge `protobuf:"bytes,150,opt,name=tpm_challenge,json=tpmChallenge,proto3" json:"tpm_challenge,omitempty"`
+	// The journal's clock when it answered, so an agent whose clock is off
+	// can check the certificate against the journal's time.
+	ServerTimeUnixNano int64 `protobuf:"varint,170,opt,name=server_time_unix_nano,json=serverTimeUnixNano,proto3" json:"server_time_unix_nano,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[1]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -107,7 +331,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[1]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -120,7 +344,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{1}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -172,6 +396,20 @@ func (x *EnrollResponse) GetNotAfterUnix() int64 {
 	return 0
 }
 
+func (x *EnrollResponse) GetTpmChallenge() *TpmChallenge {
+	if x != nil {
+		return x.TpmChallenge
+	}
+	return nil
+}
+
+func (x *EnrollResponse) GetServerTimeUnixNano() int64 {
+	if x != nil {
+		return x.ServerTimeUnixNano
+	}
+	return 0
+}
+
 type RenewCertRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The serial of the certificate the caller is authenticated with; must
@@ -184,7 +422,7 @@ type RenewCertRequest struct {
 
 func (x *RenewCertRequest) Reset() {
 	*x = RenewCertRequest{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[2]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -196,7 +434,7 @@ func (x *RenewCertRequest) String() string {
 func (*RenewCertRequest) ProtoMessage() {}
 
 func (x *RenewCertRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[2]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -209,7 +447,7 @@ func (x *RenewCertRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertRequest.ProtoReflect.Descriptor instead.
 func (*RenewCertRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{2}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RenewCertRequest) GetCurrentSerial() string {
@@ -227,20 +465,21 @@ func (x *RenewCertRequest) GetCsrDer() []byte {
 }
 
 type RenewCertResponse struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	NodeId         string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	CertChainDer   [][]byte               `protobuf:"bytes,2,rep,name=cert_chain_der,json=certChainDer,proto3" json:"cert_chain_der,omitempty"`
-	TrustBundleDer [][]byte               `protobuf:"bytes,3,rep,name=trust_bundle_der,json=trustBundleDer,proto3" json:"trust_bundle_der,omitempty"`
-	Vcluster       string                 `protobuf:"bytes,4,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
-	Serial         string                 `protobuf:"bytes,5,opt,name=serial,proto3" json:"serial,omitempty"`
-	NotAfterUnix   int64                  `protobuf:"varint,6,opt,name=not_after_unix,json=notAfterUnix,proto3" json:"not_after_unix,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	NodeId             string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	CertChainDer       [][]byte               `protobuf:"bytes,2,rep,name=cert_chain_der,json=certChainDer,proto3" json:"cert_chain_der,omitempty"`
+	TrustBundleDer     [][]byte               `protobuf:"bytes,3,rep,name=trust_bundle_der,json=trustBundleDer,proto3" json:"trust_bundle_der,omitempty"`
+	Vcluster           string                 `protobuf:"bytes,4,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
+	Serial             string                 `protobuf:"bytes,5,opt,name=serial,proto3" json:"serial,omitempty"`
+	NotAfterUnix       int64                  `protobuf:"varint,6,opt,name=not_after_unix,json=notAfterUnix,proto3" json:"not_after_unix,omitempty"`
+	ServerTimeUnixNano int64                  `protobuf:"varint,170,opt,name=server_time_unix_nano,json=serverTimeUnixNano,proto3" json:"server_time_unix_nano,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *RenewCertResponse) Reset() {
 	*x = RenewCertResponse{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[3]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -252,7 +491,7 @@ func (x *RenewCertResponse) String() string {
 func (*RenewCertResponse) ProtoMessage() {}
 
 func (x *RenewCertResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[3]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -265,7 +504,7 @@ func (x *RenewCertResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertResponse.ProtoReflect.Descriptor instead.
 func (*RenewCertResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{3}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RenewCertResponse) GetNodeId() string {
@@ -310,6 +549,13 @@ func (x *RenewCertResponse) GetNotAfterUnix() int64 {
 	return 0
 }
 
+func (x *RenewCertResponse) GetServerTimeUnixNano() int64 {
+	if x != nil {
+		return x.ServerTimeUnixNano
+	}
+	return 0
+}
+
 type SubscribeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -318,7 +564,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[4]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -330,7 +576,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[4]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -343,7 +589,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{4}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{7}
 }
 
 // SubscribeResponse is one event on the agent stream. The first event is
@@ -355,6 +601,7 @@ type SubscribeResponse struct {
 	//	*SubscribeResponse_Assignment
 	//	*SubscribeResponse_TrustBundle
 	//	*SubscribeResponse_Revoked
+	//	*SubscribeResponse_RenewNow
 	Event         isSubscribeResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -362,7 +609,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[5]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -374,7 +621,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[5]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -387,7 +634,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{5}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SubscribeResponse) GetEvent() isSubscribeResponse_Event {
@@ -424,6 +671,15 @@ func (x *SubscribeResponse) GetRevoked() *Revoked {
 	return nil
 }
 
+func (x *SubscribeResponse) GetRenewNow() *RenewNow {
+	if x != nil {
+		if x, ok := x.Event.(*SubscribeResponse_RenewNow); ok {
+			return x.RenewNow
+		}
+	}
+	return nil
+}
+
 type isSubscribeResponse_Event interface {
 	isSubscribeResponse_Event()
 }
@@ -440,11 +696,79 @@ type SubscribeResponse_Revoked struct {
 	Revoked *Revoked `protobuf:"bytes,3,opt,name=revoked,proto3,oneof"`
 }
 
+type SubscribeResponse_RenewNow struct {
+	RenewNow *RenewNow `protobuf:"bytes,170,opt,name=renew_now,json=renewNow,proto3,oneof"`
+}
+
 func (*SubscribeResponse_Assignment) isSubscribeResponse_Event() {}
 
 func (*SubscribeResponse_TrustBundle) isSubscribeResponse_Event() {}
 
 func (*SubscribeResponse_Revoked) isSubscribeResponse_Event() {}
+
+func (*SubscribeResponse_RenewNow) isSubscribeResponse_Event() {}
+
+// RenewNow tells an agent that the intermediate its certificate chains to
+// is being retired: renew at once, before it is revoked.
+type RenewNow struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Reason           string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	IssuerSerial     string                 `protobuf:"bytes,2,opt,name=issuer_serial,json=issuerSerial,proto3" json:"issuer_serial,omitempty"`
+	RevokeAtUnixNano int64                  `protobuf:"varint,3,opt,name=revoke_at_unix_nano,json=revokeAtUnixNano,proto3" json:"revoke_at_unix_nano,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RenewNow) Reset() {
+	*x = RenewNow{}
+	mi := &file_pact_v1_enrollment_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewNow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewNow) ProtoMessage() {}
+
+func (x *RenewNow) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_enrollment_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewNow.ProtoReflect.Descriptor instead.
+func (*RenewNow) Descriptor() ([]byte, []int) {
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RenewNow) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RenewNow) GetIssuerSerial() string {
+	if x != nil {
+		return x.IssuerSerial
+	}
+	return ""
+}
+
+func (x *RenewNow) GetRevokeAtUnixNano() int64 {
+	if x != nil {
+		return x.RevokeAtUnixNano
+	}
+	return 0
+}
 
 type Assignment struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -457,7 +781,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[6]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +793,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[6]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +806,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{6}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Assignment) GetNodeId() string {
@@ -508,7 +832,7 @@ type TrustBundle struct {
 
 func (x *TrustBundle) Reset() {
 	*x = TrustBundle{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[7]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +844,7 @@ func (x *TrustBundle) String() string {
 func (*TrustBundle) ProtoMessage() {}
 
 func (x *TrustBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[7]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +857,7 @@ func (x *TrustBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustBundle.ProtoReflect.Descriptor instead.
 func (*TrustBundle) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{7}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TrustBundle) GetDer() [][]byte {
@@ -544,15 +868,19 @@ func (x *TrustBundle) GetDer() [][]byte {
 }
 
 type Revoked struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Reason string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The pact error reason the stream ends with: NODE_REVOKED
+	// (decommissioned) or NODE_FENCED (quarantined). Empty from older
+	// journals: NODE_REVOKED.
+	Code          string `protobuf:"bytes,140,opt,name=code,proto3" json:"code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Revoked) Reset() {
 	*x = Revoked{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[8]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +892,7 @@ func (x *Revoked) String() string {
 func (*Revoked) ProtoMessage() {}
 
 func (x *Revoked) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[8]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,12 +905,19 @@ func (x *Revoked) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Revoked.ProtoReflect.Descriptor instead.
 func (*Revoked) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{8}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Revoked) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *Revoked) GetCode() string {
+	if x != nil {
+		return x.Code
 	}
 	return ""
 }
@@ -595,7 +930,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[9]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -607,7 +942,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[9]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -620,7 +955,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{9}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{13}
 }
 
 type PingResponse struct {
@@ -639,7 +974,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[10]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +986,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[10]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +999,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{10}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PingResponse) GetNodeId() string {
@@ -702,14 +1037,243 @@ func (x *PingResponse) GetServerTimeUnixNano() int64 {
 	return 0
 }
 
+type ReleaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseRequest) Reset() {
+	*x = ReleaseRequest{}
+	mi := &file_pact_v1_enrollment_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseRequest) ProtoMessage() {}
+
+func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_enrollment_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{15}
+}
+
+type ReleaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the caller's certificate is not the node's current one
+	// (nothing to release), or the identity is a SPIRE SVID.
+	Released      bool `protobuf:"varint,1,opt,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseResponse) Reset() {
+	*x = ReleaseResponse{}
+	mi := &file_pact_v1_enrollment_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseResponse) ProtoMessage() {}
+
+func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_enrollment_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReleaseResponse) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
+}
+
+type IssueStandbyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// DER PKCS#10 certificate request for a key the agent holds in RAM. Only
+	// its public key is used.
+	CsrDer        []byte `protobuf:"bytes,1,opt,name=csr_der,json=csrDer,proto3" json:"csr_der,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueStandbyRequest) Reset() {
+	*x = IssueStandbyRequest{}
+	mi := &file_pact_v1_enrollment_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueStandbyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueStandbyRequest) ProtoMessage() {}
+
+func (x *IssueStandbyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_enrollment_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueStandbyRequest.ProtoReflect.Descriptor instead.
+func (*IssueStandbyRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *IssueStandbyRequest) GetCsrDer() []byte {
+	if x != nil {
+		return x.CsrDer
+	}
+	return nil
+}
+
+type IssueStandbyResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Leaf first, then the issuing intermediate, DER each.
+	CertChainDer [][]byte `protobuf:"bytes,2,rep,name=cert_chain_der,json=certChainDer,proto3" json:"cert_chain_der,omitempty"`
+	// Domain root followed by every live intermediate, DER each.
+	TrustBundleDer [][]byte `protobuf:"bytes,3,rep,name=trust_bundle_der,json=trustBundleDer,proto3" json:"trust_bundle_der,omitempty"`
+	Vcluster       string   `protobuf:"bytes,4,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
+	Serial         string   `protobuf:"bytes,5,opt,name=serial,proto3" json:"serial,omitempty"`
+	NotAfterUnix   int64    `protobuf:"varint,6,opt,name=not_after_unix,json=notAfterUnix,proto3" json:"not_after_unix,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *IssueStandbyResponse) Reset() {
+	*x = IssueStandbyResponse{}
+	mi := &file_pact_v1_enrollment_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueStandbyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueStandbyResponse) ProtoMessage() {}
+
+func (x *IssueStandbyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_enrollment_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueStandbyResponse.ProtoReflect.Descriptor instead.
+func (*IssueStandbyResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *IssueStandbyResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *IssueStandbyResponse) GetCertChainDer() [][]byte {
+	if x != nil {
+		return x.CertChainDer
+	}
+	return nil
+}
+
+func (x *IssueStandbyResponse) GetTrustBundleDer() [][]byte {
+	if x != nil {
+		return x.TrustBundleDer
+	}
+	return nil
+}
+
+func (x *IssueStandbyResponse) GetVcluster() string {
+	if x != nil {
+		return x.Vcluster
+	}
+	return ""
+}
+
+func (x *IssueStandbyResponse) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *IssueStandbyResponse) GetNotAfterUnix() int64 {
+	if x != nil {
+		return x.NotAfterUnix
+	}
+	return 0
+}
+
 var File_pact_v1_enrollment_proto protoreflect.FileDescriptor
 
 const file_pact_v1_enrollment_proto_rawDesc = "" +
 	"\n" +
-	"\x18pact/v1/enrollment.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"_\n" +
+	"\x18pact/v1/enrollment.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\x9e\x01\n" +
 	"\rEnrollRequest\x125\n" +
 	"\bhardware\x18\x01 \x01(\v2\x19.pact.v1.HardwareIdentityR\bhardware\x12\x17\n" +
-	"\acsr_der\x18\x02 \x01(\fR\x06csrDer\"\xf0\x01\n" +
+	"\acsr_der\x18\x02 \x01(\fR\x06csrDer\x12=\n" +
+	"\vcredentials\x18\x8c\x01 \x01(\v2\x1a.pact.v1.EnrollCredentialsR\vcredentials\"^\n" +
+	"\x11EnrollCredentials\x12\x1d\n" +
+	"\n" +
+	"join_token\x18\x01 \x01(\tR\tjoinToken\x12*\n" +
+	"\x03tpm\x18\x96\x01 \x01(\v2\x17.pact.v1.TpmAttestationR\x03tpm\"\x83\x01\n" +
+	"\x0eTpmAttestation\x12\x1b\n" +
+	"\tek_public\x18\x01 \x01(\fR\bekPublic\x12\x1b\n" +
+	"\tak_public\x18\x02 \x01(\fR\bakPublic\x12!\n" +
+	"\fchallenge_id\x18\x03 \x01(\tR\vchallengeId\x12\x14\n" +
+	"\x05proof\x18\x04 \x01(\fR\x05proof\"\xa9\x01\n" +
+	"\fTpmChallenge\x12!\n" +
+	"\fchallenge_id\x18\x01 \x01(\tR\vchallengeId\x12'\n" +
+	"\x0fcredential_blob\x18\x02 \x01(\fR\x0ecredentialBlob\x12)\n" +
+	"\x10encrypted_secret\x18\x03 \x01(\fR\x0fencryptedSecret\x12\"\n" +
+	"\rexpires_in_ms\x18\x04 \x01(\x03R\vexpiresInMs\"\xe1\x02\n" +
 	"\x0eEnrollResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tdomain_id\x18\x02 \x01(\tR\bdomainId\x12$\n" +
@@ -717,33 +1281,42 @@ const file_pact_v1_enrollment_proto_rawDesc = "" +
 	"\x10trust_bundle_der\x18\x04 \x03(\fR\x0etrustBundleDer\x12\x1a\n" +
 	"\bvcluster\x18\x05 \x01(\tR\bvcluster\x12\x16\n" +
 	"\x06serial\x18\x06 \x01(\tR\x06serial\x12$\n" +
-	"\x0enot_after_unix\x18\a \x01(\x03R\fnotAfterUnix\"R\n" +
+	"\x0enot_after_unix\x18\a \x01(\x03R\fnotAfterUnix\x12;\n" +
+	"\rtpm_challenge\x18\x96\x01 \x01(\v2\x15.pact.v1.TpmChallengeR\ftpmChallenge\x122\n" +
+	"\x15server_time_unix_nano\x18\xaa\x01 \x01(\x03R\x12serverTimeUnixNano\"R\n" +
 	"\x10RenewCertRequest\x12%\n" +
 	"\x0ecurrent_serial\x18\x01 \x01(\tR\rcurrentSerial\x12\x17\n" +
-	"\acsr_der\x18\x02 \x01(\fR\x06csrDer\"\xd6\x01\n" +
+	"\acsr_der\x18\x02 \x01(\fR\x06csrDer\"\x8a\x02\n" +
 	"\x11RenewCertResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12$\n" +
 	"\x0ecert_chain_der\x18\x02 \x03(\fR\fcertChainDer\x12(\n" +
 	"\x10trust_bundle_der\x18\x03 \x03(\fR\x0etrustBundleDer\x12\x1a\n" +
 	"\bvcluster\x18\x04 \x01(\tR\bvcluster\x12\x16\n" +
 	"\x06serial\x18\x05 \x01(\tR\x06serial\x12$\n" +
-	"\x0enot_after_unix\x18\x06 \x01(\x03R\fnotAfterUnix\"\x12\n" +
-	"\x10SubscribeRequest\"\xbc\x01\n" +
+	"\x0enot_after_unix\x18\x06 \x01(\x03R\fnotAfterUnix\x122\n" +
+	"\x15server_time_unix_nano\x18\xaa\x01 \x01(\x03R\x12serverTimeUnixNano\"\x12\n" +
+	"\x10SubscribeRequest\"\xef\x01\n" +
 	"\x11SubscribeResponse\x125\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x13.pact.v1.AssignmentH\x00R\n" +
 	"assignment\x129\n" +
 	"\ftrust_bundle\x18\x02 \x01(\v2\x14.pact.v1.TrustBundleH\x00R\vtrustBundle\x12,\n" +
-	"\arevoked\x18\x03 \x01(\v2\x10.pact.v1.RevokedH\x00R\arevokedB\a\n" +
-	"\x05event\"A\n" +
+	"\arevoked\x18\x03 \x01(\v2\x10.pact.v1.RevokedH\x00R\arevoked\x121\n" +
+	"\trenew_now\x18\xaa\x01 \x01(\v2\x11.pact.v1.RenewNowH\x00R\brenewNowB\a\n" +
+	"\x05event\"v\n" +
+	"\bRenewNow\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12#\n" +
+	"\rissuer_serial\x18\x02 \x01(\tR\fissuerSerial\x12-\n" +
+	"\x13revoke_at_unix_nano\x18\x03 \x01(\x03R\x10revokeAtUnixNano\"A\n" +
 	"\n" +
 	"Assignment\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1a\n" +
 	"\bvcluster\x18\x02 \x01(\tR\bvcluster\"\x1f\n" +
 	"\vTrustBundle\x12\x10\n" +
-	"\x03der\x18\x01 \x03(\fR\x03der\"!\n" +
+	"\x03der\x18\x01 \x03(\fR\x03der\"6\n" +
 	"\aRevoked\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"\r\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x13\n" +
+	"\x04code\x18\x8c\x01 \x01(\tR\x04code\"\r\n" +
 	"\vPingRequest\"\xba\x01\n" +
 	"\fPingResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
@@ -751,12 +1324,26 @@ const file_pact_v1_enrollment_proto_rawDesc = "" +
 	"\x0fidentity_source\x18\x03 \x01(\tR\x0eidentitySource\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x04 \x01(\tR\tjournalId\x121\n" +
-	"\x15server_time_unix_nano\x18\x05 \x01(\x03R\x12serverTimeUnixNano2\x8d\x02\n" +
+	"\x15server_time_unix_nano\x18\x05 \x01(\x03R\x12serverTimeUnixNano\"\x10\n" +
+	"\x0eReleaseRequest\"-\n" +
+	"\x0fReleaseResponse\x12\x1a\n" +
+	"\breleased\x18\x01 \x01(\bR\breleased\".\n" +
+	"\x13IssueStandbyRequest\x12\x17\n" +
+	"\acsr_der\x18\x01 \x01(\fR\x06csrDer\"\xd9\x01\n" +
+	"\x14IssueStandbyResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12$\n" +
+	"\x0ecert_chain_der\x18\x02 \x03(\fR\fcertChainDer\x12(\n" +
+	"\x10trust_bundle_der\x18\x03 \x03(\fR\x0etrustBundleDer\x12\x1a\n" +
+	"\bvcluster\x18\x04 \x01(\tR\bvcluster\x12\x16\n" +
+	"\x06serial\x18\x05 \x01(\tR\x06serial\x12$\n" +
+	"\x0enot_after_unix\x18\x06 \x01(\x03R\fnotAfterUnix2\x98\x03\n" +
 	"\x11EnrollmentService\x129\n" +
 	"\x06Enroll\x12\x16.pact.v1.EnrollRequest\x1a\x17.pact.v1.EnrollResponse\x12B\n" +
 	"\tRenewCert\x12\x19.pact.v1.RenewCertRequest\x1a\x1a.pact.v1.RenewCertResponse\x12D\n" +
 	"\tSubscribe\x12\x19.pact.v1.SubscribeRequest\x1a\x1a.pact.v1.SubscribeResponse0\x01\x123\n" +
-	"\x04Ping\x12\x14.pact.v1.PingRequest\x1a\x15.pact.v1.PingResponseB/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
+	"\x04Ping\x12\x14.pact.v1.PingRequest\x1a\x15.pact.v1.PingResponse\x12K\n" +
+	"\fIssueStandby\x12\x1c.pact.v1.IssueStandbyRequest\x1a\x1d.pact.v1.IssueStandbyResponse\x12<\n" +
+	"\aRelease\x12\x17.pact.v1.ReleaseRequest\x1a\x18.pact.v1.ReleaseResponseB/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
 
 var (
 	file_pact_v1_enrollment_proto_rawDescOnce sync.Once
@@ -770,39 +1357,55 @@ func file_pact_v1_enrollment_proto_rawDescGZIP() []byte {
 	return file_pact_v1_enrollment_proto_rawDescData
 }
 
-var file_pact_v1_enrollment_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_pact_v1_enrollment_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_pact_v1_enrollment_proto_goTypes = []any{
-	(*EnrollRequest)(nil),     // 0: pact.v1.EnrollRequest
-	(*EnrollResponse)(nil),    // 1: pact.v1.EnrollResponse
-	(*RenewCertRequest)(nil),  // 2: pact.v1.RenewCertRequest
-	(*RenewCertResponse)(nil), // 3: pact.v1.RenewCertResponse
-	(*SubscribeRequest)(nil),  // 4: pact.v1.SubscribeRequest
-	(*SubscribeResponse)(nil), // 5: pact.v1.SubscribeResponse
-	(*Assignment)(nil),        // 6: pact.v1.Assignment
-	(*TrustBundle)(nil),       // 7: pact.v1.TrustBundle
-	(*Revoked)(nil),           // 8: pact.v1.Revoked
-	(*PingRequest)(nil),       // 9: pact.v1.PingRequest
-	(*PingResponse)(nil),      // 10: pact.v1.PingResponse
-	(*HardwareIdentity)(nil),  // 11: pact.v1.HardwareIdentity
+	(*EnrollRequest)(nil),        // 0: pact.v1.EnrollRequest
+	(*EnrollCredentials)(nil),    // 1: pact.v1.EnrollCredentials
+	(*TpmAttestation)(nil),       // 2: pact.v1.TpmAttestation
+	(*TpmChallenge)(nil),         // 3: pact.v1.TpmChallenge
+	(*EnrollResponse)(nil),       // 4: pact.v1.EnrollResponse
+	(*RenewCertRequest)(nil),     // 5: pact.v1.RenewCertRequest
+	(*RenewCertResponse)(nil),    // 6: pact.v1.RenewCertResponse
+	(*SubscribeRequest)(nil),     // 7: pact.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),    // 8: pact.v1.SubscribeResponse
+	(*RenewNow)(nil),             // 9: pact.v1.RenewNow
+	(*Assignment)(nil),           // 10: pact.v1.Assignment
+	(*TrustBundle)(nil),          // 11: pact.v1.TrustBundle
+	(*Revoked)(nil),              // 12: pact.v1.Revoked
+	(*PingRequest)(nil),          // 13: pact.v1.PingRequest
+	(*PingResponse)(nil),         // 14: pact.v1.PingResponse
+	(*ReleaseRequest)(nil),       // 15: pact.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),      // 16: pact.v1.ReleaseResponse
+	(*IssueStandbyRequest)(nil),  // 17: pact.v1.IssueStandbyRequest
+	(*IssueStandbyResponse)(nil), // 18: pact.v1.IssueStandbyResponse
+	(*HardwareIdentity)(nil),     // 19: pact.v1.HardwareIdentity
 }
 var file_pact_v1_enrollment_proto_depIdxs = []int32{
-	11, // 0: pact.v1.EnrollRequest.hardware:type_name -> pact.v1.HardwareIdentity
-	6,  // 1: pact.v1.SubscribeResponse.assignment:type_name -> pact.v1.Assignment
-	7,  // 2: pact.v1.SubscribeResponse.trust_bundle:type_name -> pact.v1.TrustBundle
-	8,  // 3: pact.v1.SubscribeResponse.revoked:type_name -> pact.v1.Revoked
-	0,  // 4: pact.v1.EnrollmentService.Enroll:input_type -> pact.v1.EnrollRequest
-	2,  // 5: pact.v1.EnrollmentService.RenewCert:input_type -> pact.v1.RenewCertRequest
-	4,  // 6: pact.v1.EnrollmentService.Subscribe:input_type -> pact.v1.SubscribeRequest
-	9,  // 7: pact.v1.EnrollmentService.Ping:input_type -> pact.v1.PingRequest
-	1,  // 8: pact.v1.EnrollmentService.Enroll:output_type -> pact.v1.EnrollResponse
-	3,  // 9: pact.v1.EnrollmentService.RenewCert:output_type -> pact.v1.RenewCertResponse
-	5,  // 10: pact.v1.EnrollmentService.Subscribe:output_type -> pact.v1.SubscribeResponse
-	10, // 11: pact.v1.EnrollmentService.Ping:output_type -> pact.v1.PingResponse
-	8,  // [8:12] is the sub-list for method output_type
-	4,  // [4:8] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	19, // 0: pact.v1.EnrollRequest.hardware:type_name -> pact.v1.HardwareIdentity
+	1,  // 1: pact.v1.EnrollRequest.credentials:type_name -> pact.v1.EnrollCredentials
+	2,  // 2: pact.v1.EnrollCredentials.tpm:type_name -> pact.v1.TpmAttestation
+	3,  // 3: pact.v1.EnrollResponse.tpm_challenge:type_name -> pact.v1.TpmChallenge
+	10, // 4: pact.v1.SubscribeResponse.assignment:type_name -> pact.v1.Assignment
+	11, // 5: pact.v1.SubscribeResponse.trust_bundle:type_name -> pact.v1.TrustBundle
+	12, // 6: pact.v1.SubscribeResponse.revoked:type_name -> pact.v1.Revoked
+	9,  // 7: pact.v1.SubscribeResponse.renew_now:type_name -> pact.v1.RenewNow
+	0,  // 8: pact.v1.EnrollmentService.Enroll:input_type -> pact.v1.EnrollRequest
+	5,  // 9: pact.v1.EnrollmentService.RenewCert:input_type -> pact.v1.RenewCertRequest
+	7,  // 10: pact.v1.EnrollmentService.Subscribe:input_type -> pact.v1.SubscribeRequest
+	13, // 11: pact.v1.EnrollmentService.Ping:input_type -> pact.v1.PingRequest
+	17, // 12: pact.v1.EnrollmentService.IssueStandby:input_type -> pact.v1.IssueStandbyRequest
+	15, // 13: pact.v1.EnrollmentService.Release:input_type -> pact.v1.ReleaseRequest
+	4,  // 14: pact.v1.EnrollmentService.Enroll:output_type -> pact.v1.EnrollResponse
+	6,  // 15: pact.v1.EnrollmentService.RenewCert:output_type -> pact.v1.RenewCertResponse
+	8,  // 16: pact.v1.EnrollmentService.Subscribe:output_type -> pact.v1.SubscribeResponse
+	14, // 17: pact.v1.EnrollmentService.Ping:output_type -> pact.v1.PingResponse
+	18, // 18: pact.v1.EnrollmentService.IssueStandby:output_type -> pact.v1.IssueStandbyResponse
+	16, // 19: pact.v1.EnrollmentService.Release:output_type -> pact.v1.ReleaseResponse
+	14, // [14:20] is the sub-list for method output_type
+	8,  // [8:14] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_enrollment_proto_init() }
@@ -811,10 +1414,11 @@ func file_pact_v1_enrollment_proto_init() {
 		return
 	}
 	file_pact_v1_registry_proto_init()
-	file_pact_v1_enrollment_proto_msgTypes[5].OneofWrappers = []any{
+	file_pact_v1_enrollment_proto_msgTypes[8].OneofWrappers = []any{
 		(*SubscribeResponse_Assignment)(nil),
 		(*SubscribeResponse_TrustBundle)(nil),
 		(*SubscribeResponse_Revoked)(nil),
+		(*SubscribeResponse_RenewNow)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -822,7 +1426,7 @@ func file_pact_v1_enrollment_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_enrollment_proto_rawDesc), len(file_pact_v1_enrollment_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,10 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	EnrollmentService_Enroll_FullMethodName    = "/pact.v1.EnrollmentService/Enroll"
-	EnrollmentService_RenewCert_FullMethodName = "/pact.v1.EnrollmentService/RenewCert"
-	EnrollmentService_Subscribe_FullMethodName = "/pact.v1.EnrollmentService/Subscribe"
-	EnrollmentService_Ping_FullMethodName      = "/pact.v1.EnrollmentService/Ping"
+	EnrollmentService_Enroll_FullMethodName       = "/pact.v1.EnrollmentService/Enroll"
+	EnrollmentService_RenewCert_FullMethodName    = "/pact.v1.EnrollmentService/RenewCert"
+	EnrollmentService_Subscribe_FullMethodName    = "/pact.v1.EnrollmentService/Subscribe"
+	EnrollmentService_Ping_FullMethodName         = "/pact.v1.EnrollmentService/Ping"
+	EnrollmentService_IssueStandby_FullMethodName = "/pact.v1.EnrollmentService/IssueStandby"
+	EnrollmentService_Release_FullMethodName      = "/pact.v1.EnrollmentService/Release"
 )
 
 // EnrollmentServiceClient is the client API for EnrollmentService service.
@@ -47,6 +49,20 @@ type EnrollmentServiceClient interface {
 	// the agent swaps to it, and its server time lets the agent detect clock
 	// skew.
 	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
+	// IssueStandby signs a journal certificate for a node that is
+	// authenticated with a SPIRE SVID, for a fresh key of the agent's: the
+	// standby the agent swaps to, without re-enrolling, the moment SPIRE stops
+	// serving it. The journal knows the node from the SVID, so there is no
+	// hardware check and no takeover wait. The certificate is recorded as the
+	// node's standby in Raft before it is returned; a new standby replaces the
+	// previous one. Needs mTLS with the SVID; journal-signed callers renew with
+	// RenewCert.
+	IssueStandby(ctx context.Context, in *IssueStandbyRequest, opts ...grpc.CallOption) (*IssueStandbyResponse, error)
+	// Release tells the journal the agent is stopping on purpose (SIGTERM),
+	// with the certificate it authenticates with: the same node restarting
+	// (same hardware, new key) enrolls at once instead of waiting for the
+	// takeover window. An agent that crashes never calls it.
+	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 }
 
 type enrollmentServiceClient struct {
@@ -106,6 +122,26 @@ func (c *enrollmentServiceClient) Ping(ctx context.Context, in *PingRequest, opt
 	return out, nil
 }
 
+func (c *enrollmentServiceClient) IssueStandby(ctx context.Context, in *IssueStandbyRequest, opts ...grpc.CallOption) (*IssueStandbyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IssueStandbyResponse)
+	err := c.cc.Invoke(ctx, EnrollmentService_IssueStandby_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *enrollmentServiceClient) Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseResponse)
+	err := c.cc.Invoke(ctx, EnrollmentService_Release_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EnrollmentServiceServer is the server API for EnrollmentService service.
 // All implementations must embed UnimplementedEnrollmentServiceServer
 // for forward compatibility.
@@ -128,6 +164,20 @@ type EnrollmentServiceServer interface {
 	// the agent swaps to it, and its server time lets the agent detect clock
 	// skew.
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
+	// IssueStandby signs a journal certificate for a node that is
+	// authenticated with a SPIRE SVID, for a fresh key of the agent's: the
+	// standby the agent swaps to, without re-enrolling, the moment SPIRE stops
+	// serving it. The journal knows the node from the SVID, so there is no
+	// hardware check and no takeover wait. The certificate is recorded as the
+	// node's standby in Raft before it is returned; a new standby replaces the
+	// previous one. Needs mTLS with the SVID; journal-signed callers renew with
+	// RenewCert.
+	IssueStandby(context.Context, *IssueStandbyRequest) (*IssueStandbyResponse, error)
+	// Release tells the journal the agent is stopping on purpose (SIGTERM),
+	// with the certificate it authenticates with: the same node restarting
+	// (same hardware, new key) enrolls at once instead of waiting for the
+	// takeover window. An agent that crashes never calls it.
+	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	mustEmbedUnimplementedEnrollmentServiceServer()
 }
 
@@ -149,6 +199,12 @@ func (UnimplementedEnrollmentServiceServer) Subscribe(*SubscribeRequest, grpc.Se
 }
 func (UnimplementedEnrollmentServiceServer) Ping(context.Context, *PingRequest) (*PingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ping not implemented")
+}
+func (UnimplementedEnrollmentServiceServer) IssueStandby(context.Context, *IssueStandbyRequest) (*IssueStandbyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method IssueStandby not implemented")
+}
+func (UnimplementedEnrollmentServiceServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
 }
 func (UnimplementedEnrollmentServiceServer) mustEmbedUnimplementedEnrollmentServiceServer() {}
 func (UnimplementedEnrollmentServiceServer) testEmbeddedByValue()                           {}
@@ -236,6 +292,42 @@ func _EnrollmentService_Ping_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EnrollmentService_IssueStandby_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IssueStandbyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EnrollmentServiceServer).IssueStandby(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EnrollmentService_IssueStandby_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EnrollmentServiceServer).IssueStandby(ctx, req.(*IssueStandbyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _EnrollmentService_Release_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EnrollmentServiceServer).Release(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EnrollmentService_Release_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EnrollmentServiceServer).Release(ctx, req.(*ReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // EnrollmentService_ServiceDesc is the grpc.ServiceDesc for EnrollmentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -254,6 +346,14 @@ var EnrollmentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Ping",
 			Handler:    _EnrollmentService_Ping_Handler,
+		},
+		{
+			MethodName: "IssueStandby",
+			Handler:    _EnrollmentService_IssueStandby_Handler,
+		},
+		{
+			MethodName: "Release",
+			Handler:    _EnrollmentService_Release_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

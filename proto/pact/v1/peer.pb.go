@@ -270,8 +270,16 @@ type MemberStatusResponse struct {
 	LastContactUnixNano      int64                  `protobuf:"varint,6,opt,name=last_contact_unix_nano,json=lastContactUnixNano,proto3" json:"last_contact_unix_nano,omitempty"`
 	IntermediateSerial       string                 `protobuf:"bytes,7,opt,name=intermediate_serial,json=intermediateSerial,proto3" json:"intermediate_serial,omitempty"`
 	IntermediateNotAfterUnix int64                  `protobuf:"varint,8,opt,name=intermediate_not_after_unix,json=intermediateNotAfterUnix,proto3" json:"intermediate_not_after_unix,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	Halted                   string                 `protobuf:"bytes,121,opt,name=halted,proto3" json:"halted,omitempty"`
+	// The configuration as this member knows it, and its leader ("" if
+	// none): a journal that no longer finds itself in it was removed.
+	Voters    []string `protobuf:"bytes,122,rep,name=voters,proto3" json:"voters,omitempty"`
+	Nonvoters []string `protobuf:"bytes,123,rep,name=nonvoters,proto3" json:"nonvoters,omitempty"`
+	LeaderId  string   `protobuf:"bytes,124,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// The journal's build (internal/version), e.g. "v0.3.0 (commit 0123abc, go1.26.0, linux/amd64)".
+	Version       string `protobuf:"bytes,200,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MemberStatusResponse) Reset() {
@@ -360,6 +368,41 @@ func (x *MemberStatusResponse) GetIntermediateNotAfterUnix() int64 {
 	return 0
 }
 
+func (x *MemberStatusResponse) GetHalted() string {
+	if x != nil {
+		return x.Halted
+	}
+	return ""
+}
+
+func (x *MemberStatusResponse) GetVoters() []string {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
+func (x *MemberStatusResponse) GetNonvoters() []string {
+	if x != nil {
+		return x.Nonvoters
+	}
+	return nil
+}
+
+func (x *MemberStatusResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *MemberStatusResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
 var File_pact_v1_peer_proto protoreflect.FileDescriptor
 
 const file_pact_v1_peer_proto_rawDesc = "" +
@@ -379,7 +422,7 @@ const file_pact_v1_peer_proto_rawDesc = "" +
 	"\x10ReadIndexRequest\"6\n" +
 	"\x11ReadIndexResponse\x12!\n" +
 	"\fcommit_index\x18\x01 \x01(\x04R\vcommitIndex\"\x15\n" +
-	"\x13MemberStatusRequest\"\xd5\x02\n" +
+	"\x13MemberStatusRequest\"\xdb\x03\n" +
 	"\x14MemberStatusResponse\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x1d\n" +
@@ -390,7 +433,12 @@ const file_pact_v1_peer_proto_rawDesc = "" +
 	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\x123\n" +
 	"\x16last_contact_unix_nano\x18\x06 \x01(\x03R\x13lastContactUnixNano\x12/\n" +
 	"\x13intermediate_serial\x18\a \x01(\tR\x12intermediateSerial\x12=\n" +
-	"\x1bintermediate_not_after_unix\x18\b \x01(\x03R\x18intermediateNotAfterUnix2\xe3\x01\n" +
+	"\x1bintermediate_not_after_unix\x18\b \x01(\x03R\x18intermediateNotAfterUnix\x12\x16\n" +
+	"\x06halted\x18y \x01(\tR\x06halted\x12\x16\n" +
+	"\x06voters\x18z \x03(\tR\x06voters\x12\x1c\n" +
+	"\tnonvoters\x18{ \x03(\tR\tnonvoters\x12\x1b\n" +
+	"\tleader_id\x18| \x01(\tR\bleaderId\x12\x19\n" +
+	"\aversion\x18\xc8\x01 \x01(\tR\aversion2\xe3\x01\n" +
 	"\x12JournalPeerService\x12<\n" +
 	"\aPropose\x12\x17.pact.v1.ProposeRequest\x1a\x18.pact.v1.ProposeResponse\x12B\n" +
 	"\tReadIndex\x12\x19.pact.v1.ReadIndexRequest\x1a\x1a.pact.v1.ReadIndexResponse\x12K\n" +

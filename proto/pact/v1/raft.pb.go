@@ -34,20 +34,32 @@ const (
 	ApplyError_APPLY_ERROR_STALE_CERTIFICATE          ApplyError = 6
 	ApplyError_APPLY_ERROR_INVALID_ARGUMENT           ApplyError = 7
 	ApplyError_APPLY_ERROR_VCLUSTER_CHANGED           ApplyError = 8
+	ApplyError_APPLY_ERROR_NODE_FENCED                ApplyError = 140
+	ApplyError_APPLY_ERROR_JOIN_TOKEN_REQUIRED        ApplyError = 141
+	ApplyError_APPLY_ERROR_JOIN_TOKEN_INVALID         ApplyError = 142
+	ApplyError_APPLY_ERROR_KEY_IN_USE                 ApplyError = 143
+	ApplyError_APPLY_ERROR_OPERATOR_REVOKED           ApplyError = 170
+	ApplyError_APPLY_ERROR_NOT_FOUND                  ApplyError = 171
 )
 
 // Enum value maps for ApplyError.
 var (
 	ApplyError_name = map[int32]string{
-		0: "APPLY_ERROR_UNSPECIFIED",
-		1: "APPLY_ERROR_NODE_NOT_ENROLLED",
-		2: "APPLY_ERROR_NODE_ALREADY_ENROLLED",
-		3: "APPLY_ERROR_HARDWARE_IDENTITY_CONFLICT",
-		4: "APPLY_ERROR_NODE_REVOKED",
-		5: "APPLY_ERROR_ALREADY_ACTIVE",
-		6: "APPLY_ERROR_STALE_CERTIFICATE",
-		7: "APPLY_ERROR_INVALID_ARGUMENT",
-		8: "APPLY_ERROR_VCLUSTER_CHANGED",
+		0:   "APPLY_ERROR_UNSPECIFIED",
+		1:   "APPLY_ERROR_NODE_NOT_ENROLLED",
+		2:   "APPLY_ERROR_NODE_ALREADY_ENROLLED",
+		3:   "APPLY_ERROR_HARDWARE_IDENTITY_CONFLICT",
+		4:   "APPLY_ERROR_NODE_REVOKED",
+		5:   "APPLY_ERROR_ALREADY_ACTIVE",
+		6:   "APPLY_ERROR_STALE_CERTIFICATE",
+		7:   "APPLY_ERROR_INVALID_ARGUMENT",
+		8:   "APPLY_ERROR_VCLUSTER_CHANGED",
+		140: "APPLY_ERROR_NODE_FENCED",
+		141: "APPLY_ERROR_JOIN_TOKEN_REQUIRED",
+		142: "APPLY_ERROR_JOIN_TOKEN_INVALID",
+		143: "APPLY_ERROR_KEY_IN_USE",
+		170: "APPLY_ERROR_OPERATOR_REVOKED",
+		171: "APPLY_ERROR_NOT_FOUND",
 	}
 	ApplyError_value = map[string]int32{
 		"APPLY_ERROR_UNSPECIFIED":                0,
@@ -59,6 +71,12 @@ var (
 		"APPLY_ERROR_STALE_CERTIFICATE":          6,
 		"APPLY_ERROR_INVALID_ARGUMENT":           7,
 		"APPLY_ERROR_VCLUSTER_CHANGED":           8,
+		"APPLY_ERROR_NODE_FENCED":                140,
+		"APPLY_ERROR_JOIN_TOKEN_REQUIRED":        141,
+		"APPLY_ERROR_JOIN_TOKEN_INVALID":         142,
+		"APPLY_ERROR_KEY_IN_USE":                 143,
+		"APPLY_ERROR_OPERATOR_REVOKED":           170,
+		"APPLY_ERROR_NOT_FOUND":                  171,
 	}
 )
 
@@ -100,6 +118,11 @@ type Command struct {
 	// The caller's address and the request's correlation id, for the audit.
 	Source        string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
 	CorrelationId string `protobuf:"bytes,4,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	// Set by the proposer when a journal that does not know this op may skip
+	// it without diverging (it changes nothing other journals rely on).
+	// A journal meeting an op it does not know and not marked ignorable
+	// stops applying the log instead (docs/quorum.md, rolling upgrades).
+	Ignorable bool `protobuf:"varint,120,opt,name=ignorable,proto3" json:"ignorable,omitempty"`
 	// Types that are valid to be assigned to Op:
 	//
 	//	*Command_RegisterNode
@@ -111,6 +134,16 @@ type Command struct {
 	//	*Command_LivenessDigest
 	//	*Command_MarkInactive
 	//	*Command_SvidSeen
+	//	*Command_CreateJoinToken
+	//	*Command_RevokeJoinTokens
+	//	*Command_Fence
+	//	*Command_RecordOperator
+	//	*Command_RevokeOperator
+	//	*Command_RetireIntermediate
+	//	*Command_Release
+	//	*Command_UpdateNode
+	//	*Command_StandbyIssued
+	//	*Command_StandbyActivated
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -172,6 +205,13 @@ func (x *Command) GetCorrelationId() string {
 		return x.CorrelationId
 	}
 	return ""
+}
+
+func (x *Command) GetIgnorable() bool {
+	if x != nil {
+		return x.Ignorable
+	}
+	return false
 }
 
 func (x *Command) GetOp() isCommand_Op {
@@ -262,6 +302,96 @@ func (x *Command) GetSvidSeen() *SVIDSeenOp {
 	return nil
 }
 
+func (x *Command) GetCreateJoinToken() *CreateJoinTokenOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CreateJoinToken); ok {
+			return x.CreateJoinToken
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRevokeJoinTokens() *RevokeJoinTokensOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RevokeJoinTokens); ok {
+			return x.RevokeJoinTokens
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetFence() *FenceOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Fence); ok {
+			return x.Fence
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRecordOperator() *RecordOperatorOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RecordOperator); ok {
+			return x.RecordOperator
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRevokeOperator() *RevokeOperatorOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RevokeOperator); ok {
+			return x.RevokeOperator
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRetireIntermediate() *RetireIntermediateOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RetireIntermediate); ok {
+			return x.RetireIntermediate
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRelease() *ReleaseOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetUpdateNode() *UpdateNodeOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_UpdateNode); ok {
+			return x.UpdateNode
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetStandbyIssued() *StandbyIssuedOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_StandbyIssued); ok {
+			return x.StandbyIssued
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetStandbyActivated() *StandbyActivatedOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_StandbyActivated); ok {
+			return x.StandbyActivated
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -302,6 +432,46 @@ type Command_SvidSeen struct {
 	SvidSeen *SVIDSeenOp `protobuf:"bytes,18,opt,name=svid_seen,json=svidSeen,proto3,oneof"`
 }
 
+type Command_CreateJoinToken struct {
+	CreateJoinToken *CreateJoinTokenOp `protobuf:"bytes,140,opt,name=create_join_token,json=createJoinToken,proto3,oneof"`
+}
+
+type Command_RevokeJoinTokens struct {
+	RevokeJoinTokens *RevokeJoinTokensOp `protobuf:"bytes,141,opt,name=revoke_join_tokens,json=revokeJoinTokens,proto3,oneof"`
+}
+
+type Command_Fence struct {
+	Fence *FenceOp `protobuf:"bytes,142,opt,name=fence,proto3,oneof"`
+}
+
+type Command_RecordOperator struct {
+	RecordOperator *RecordOperatorOp `protobuf:"bytes,170,opt,name=record_operator,json=recordOperator,proto3,oneof"`
+}
+
+type Command_RevokeOperator struct {
+	RevokeOperator *RevokeOperatorOp `protobuf:"bytes,171,opt,name=revoke_operator,json=revokeOperator,proto3,oneof"`
+}
+
+type Command_RetireIntermediate struct {
+	RetireIntermediate *RetireIntermediateOp `protobuf:"bytes,172,opt,name=retire_intermediate,json=retireIntermediate,proto3,oneof"`
+}
+
+type Command_Release struct {
+	Release *ReleaseOp `protobuf:"bytes,200,opt,name=release,proto3,oneof"`
+}
+
+type Command_UpdateNode struct {
+	UpdateNode *UpdateNodeOp `protobuf:"bytes,201,opt,name=update_node,json=updateNode,proto3,oneof"`
+}
+
+type Command_StandbyIssued struct {
+	StandbyIssued *StandbyIssuedOp `protobuf:"bytes,180,opt,name=standby_issued,json=standbyIssued,proto3,oneof"`
+}
+
+type Command_StandbyActivated struct {
+	StandbyActivated *StandbyActivatedOp `protobuf:"bytes,181,opt,name=standby_activated,json=standbyActivated,proto3,oneof"`
+}
+
 func (*Command_RegisterNode) isCommand_Op() {}
 
 func (*Command_Activate) isCommand_Op() {}
@@ -320,12 +490,33 @@ func (*Command_MarkInactive) isCommand_Op() {}
 
 func (*Command_SvidSeen) isCommand_Op() {}
 
+func (*Command_CreateJoinToken) isCommand_Op() {}
+
+func (*Command_RevokeJoinTokens) isCommand_Op() {}
+
+func (*Command_Fence) isCommand_Op() {}
+
+func (*Command_RecordOperator) isCommand_Op() {}
+
+func (*Command_RevokeOperator) isCommand_Op() {}
+
+func (*Command_RetireIntermediate) isCommand_Op() {}
+
+func (*Command_Release) isCommand_Op() {}
+
+func (*Command_UpdateNode) isCommand_Op() {}
+
+func (*Command_StandbyIssued) isCommand_Op() {}
+
+func (*Command_StandbyActivated) isCommand_Op() {}
+
 type RegisterNodeOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Hardware      *HardwareIdentity      `protobuf:"bytes,2,opt,name=hardware,proto3" json:"hardware,omitempty"`
 	Vcluster      string                 `protobuf:"bytes,3,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
 	SpiffeId      string                 `protobuf:"bytes,4,opt,name=spiffe_id,json=spiffeId,proto3" json:"spiffe_id,omitempty"`
+	Credentials   *CredentialPolicy      `protobuf:"bytes,140,opt,name=credentials,proto3" json:"credentials,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -388,6 +579,13 @@ func (x *RegisterNodeOp) GetSpiffeId() string {
 	return ""
 }
 
+func (x *RegisterNodeOp) GetCredentials() *CredentialPolicy {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
 // ActivateOp records a certificate a journal has signed for a node that
 // enrolled with the given hardware identity. The FSM re-checks the state and
 // the hardware match before it accepts it.
@@ -400,8 +598,11 @@ type ActivateOp struct {
 	// stream from it since this time (the takeover window), so a rebooted
 	// node may enroll again. The FSM re-checks it against last_seen.
 	TakeoverCutoffUnixNano int64 `protobuf:"varint,4,opt,name=takeover_cutoff_unix_nano,json=takeoverCutoffUnixNano,proto3" json:"takeover_cutoff_unix_nano,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// What the journal verified of the node's credential policy and the FSM
+	// must re-check (and consume) in this same entry.
+	Credentials   *PresentedCredentials `protobuf:"bytes,140,opt,name=credentials,proto3" json:"credentials,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ActivateOp) Reset() {
@@ -462,6 +663,224 @@ func (x *ActivateOp) GetTakeoverCutoffUnixNano() int64 {
 	return 0
 }
 
+func (x *ActivateOp) GetCredentials() *PresentedCredentials {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+// PresentedCredentials is the part of an enrollment's credentials that
+// depends on replicated state, carried in the activation so that checking
+// and consuming it is atomic with the activation: two journals cannot both
+// accept one join token. Secrets never travel here, only their hashes.
+type PresentedCredentials struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Hex SHA-256 of the join token the agent presented.
+	JoinTokenSha256 string `protobuf:"bytes,1,opt,name=join_token_sha256,json=joinTokenSha256,proto3" json:"join_token_sha256,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PresentedCredentials) Reset() {
+	*x = PresentedCredentials{}
+	mi := &file_pact_v1_raft_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PresentedCredentials) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PresentedCredentials) ProtoMessage() {}
+
+func (x *PresentedCredentials) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PresentedCredentials.ProtoReflect.Descriptor instead.
+func (*PresentedCredentials) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PresentedCredentials) GetJoinTokenSha256() string {
+	if x != nil {
+		return x.JoinTokenSha256
+	}
+	return ""
+}
+
+// CreateJoinTokenOp stores a join token's hash for a node. The proposer
+// computes the expiry from its own clock.
+type CreateJoinTokenOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         *JoinToken             `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateJoinTokenOp) Reset() {
+	*x = CreateJoinTokenOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateJoinTokenOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateJoinTokenOp) ProtoMessage() {}
+
+func (x *CreateJoinTokenOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateJoinTokenOp.ProtoReflect.Descriptor instead.
+func (*CreateJoinTokenOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CreateJoinTokenOp) GetToken() *JoinToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+// RevokeJoinTokensOp deletes a node's unused join tokens: all of them, or
+// only those whose hash starts with sha256_prefix.
+type RevokeJoinTokensOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Sha256Prefix  string                 `protobuf:"bytes,2,opt,name=sha256_prefix,json=sha256Prefix,proto3" json:"sha256_prefix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeJoinTokensOp) Reset() {
+	*x = RevokeJoinTokensOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeJoinTokensOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeJoinTokensOp) ProtoMessage() {}
+
+func (x *RevokeJoinTokensOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeJoinTokensOp.ProtoReflect.Descriptor instead.
+func (*RevokeJoinTokensOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RevokeJoinTokensOp) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RevokeJoinTokensOp) GetSha256Prefix() string {
+	if x != nil {
+		return x.Sha256Prefix
+	}
+	return ""
+}
+
+// FenceOp fences (quarantines) a node or lifts its fence. Fencing revokes
+// the node's current certificate at once; an Active node becomes Inactive.
+type FenceOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Fenced        bool                   `protobuf:"varint,2,opt,name=fenced,proto3" json:"fenced,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FenceOp) Reset() {
+	*x = FenceOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceOp) ProtoMessage() {}
+
+func (x *FenceOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceOp.ProtoReflect.Descriptor instead.
+func (*FenceOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *FenceOp) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *FenceOp) GetFenced() bool {
+	if x != nil {
+		return x.Fenced
+	}
+	return false
+}
+
+func (x *FenceOp) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type RenewOp struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	NodeId         string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -473,7 +892,7 @@ type RenewOp struct {
 
 func (x *RenewOp) Reset() {
 	*x = RenewOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[3]
+	mi := &file_pact_v1_raft_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +904,7 @@ func (x *RenewOp) String() string {
 func (*RenewOp) ProtoMessage() {}
 
 func (x *RenewOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[3]
+	mi := &file_pact_v1_raft_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +917,7 @@ func (x *RenewOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewOp.ProtoReflect.Descriptor instead.
 func (*RenewOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{3}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RenewOp) GetNodeId() string {
@@ -533,7 +952,7 @@ type PublishIntermediateOp struct {
 
 func (x *PublishIntermediateOp) Reset() {
 	*x = PublishIntermediateOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[4]
+	mi := &file_pact_v1_raft_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +964,7 @@ func (x *PublishIntermediateOp) String() string {
 func (*PublishIntermediateOp) ProtoMessage() {}
 
 func (x *PublishIntermediateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[4]
+	mi := &file_pact_v1_raft_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +977,7 @@ func (x *PublishIntermediateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishIntermediateOp.ProtoReflect.Descriptor instead.
 func (*PublishIntermediateOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{4}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PublishIntermediateOp) GetIntermediate() *Intermediate {
@@ -586,7 +1005,7 @@ type DecommissionOp struct {
 
 func (x *DecommissionOp) Reset() {
 	*x = DecommissionOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[5]
+	mi := &file_pact_v1_raft_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +1017,7 @@ func (x *DecommissionOp) String() string {
 func (*DecommissionOp) ProtoMessage() {}
 
 func (x *DecommissionOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[5]
+	mi := &file_pact_v1_raft_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +1030,7 @@ func (x *DecommissionOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionOp.ProtoReflect.Descriptor instead.
 func (*DecommissionOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{5}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DecommissionOp) GetNodeId() string {
@@ -635,7 +1054,7 @@ type AssignOp struct {
 
 func (x *AssignOp) Reset() {
 	*x = AssignOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[6]
+	mi := &file_pact_v1_raft_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +1066,7 @@ func (x *AssignOp) String() string {
 func (*AssignOp) ProtoMessage() {}
 
 func (x *AssignOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[6]
+	mi := &file_pact_v1_raft_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +1079,7 @@ func (x *AssignOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignOp.ProtoReflect.Descriptor instead.
 func (*AssignOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{6}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AssignOp) GetNodeId() string {
@@ -696,7 +1115,7 @@ type LivenessDigestOp struct {
 
 func (x *LivenessDigestOp) Reset() {
 	*x = LivenessDigestOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[7]
+	mi := &file_pact_v1_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +1127,7 @@ func (x *LivenessDigestOp) String() string {
 func (*LivenessDigestOp) ProtoMessage() {}
 
 func (x *LivenessDigestOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[7]
+	mi := &file_pact_v1_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +1140,7 @@ func (x *LivenessDigestOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LivenessDigestOp.ProtoReflect.Descriptor instead.
 func (*LivenessDigestOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{7}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LivenessDigestOp) GetJournalId() string {
@@ -749,7 +1168,7 @@ type MarkInactiveOp struct {
 
 func (x *MarkInactiveOp) Reset() {
 	*x = MarkInactiveOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[8]
+	mi := &file_pact_v1_raft_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -761,7 +1180,7 @@ func (x *MarkInactiveOp) String() string {
 func (*MarkInactiveOp) ProtoMessage() {}
 
 func (x *MarkInactiveOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[8]
+	mi := &file_pact_v1_raft_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -774,7 +1193,7 @@ func (x *MarkInactiveOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkInactiveOp.ProtoReflect.Descriptor instead.
 func (*MarkInactiveOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{8}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MarkInactiveOp) GetNodeIds() []string {
@@ -799,15 +1218,20 @@ type Snapshot struct {
 	Intermediates []*Intermediate        `protobuf:"bytes,3,rep,name=intermediates,proto3" json:"intermediates,omitempty"`
 	LastSeen      []*LastSeen            `protobuf:"bytes,4,rep,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
 	// The newest audit entries, oldest first.
-	Audit         []*AuditEntry  `protobuf:"bytes,5,rep,name=audit,proto3" json:"audit,omitempty"`
-	Journals      []*JournalInfo `protobuf:"bytes,6,rep,name=journals,proto3" json:"journals,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Audit      []*AuditEntry  `protobuf:"bytes,5,rep,name=audit,proto3" json:"audit,omitempty"`
+	Journals   []*JournalInfo `protobuf:"bytes,6,rep,name=journals,proto3" json:"journals,omitempty"`
+	JoinTokens []*JoinToken   `protobuf:"bytes,140,rep,name=join_tokens,json=joinTokens,proto3" json:"join_tokens,omitempty"`
+	// Operator credentials recorded at issue (or at first use), and the
+	// operator names revoked as a whole.
+	Operators            []*Operator               `protobuf:"bytes,170,rep,name=operators,proto3" json:"operators,omitempty"`
+	RevokedOperatorNames []*OperatorNameRevocation `protobuf:"bytes,171,rep,name=revoked_operator_names,json=revokedOperatorNames,proto3" json:"revoked_operator_names,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_pact_v1_raft_proto_msgTypes[9]
+	mi := &file_pact_v1_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +1243,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[9]
+	mi := &file_pact_v1_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +1256,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{9}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Snapshot) GetNodes() []*Node {
@@ -877,6 +1301,27 @@ func (x *Snapshot) GetJournals() []*JournalInfo {
 	return nil
 }
 
+func (x *Snapshot) GetJoinTokens() []*JoinToken {
+	if x != nil {
+		return x.JoinTokens
+	}
+	return nil
+}
+
+func (x *Snapshot) GetOperators() []*Operator {
+	if x != nil {
+		return x.Operators
+	}
+	return nil
+}
+
+func (x *Snapshot) GetRevokedOperatorNames() []*OperatorNameRevocation {
+	if x != nil {
+		return x.RevokedOperatorNames
+	}
+	return nil
+}
+
 type LastSeen struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -887,7 +1332,7 @@ type LastSeen struct {
 
 func (x *LastSeen) Reset() {
 	*x = LastSeen{}
-	mi := &file_pact_v1_raft_proto_msgTypes[10]
+	mi := &file_pact_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +1344,7 @@ func (x *LastSeen) String() string {
 func (*LastSeen) ProtoMessage() {}
 
 func (x *LastSeen) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[10]
+	mi := &file_pact_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +1357,7 @@ func (x *LastSeen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastSeen.ProtoReflect.Descriptor instead.
 func (*LastSeen) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{10}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LastSeen) GetNodeId() string {
@@ -939,7 +1384,7 @@ type RevokedSerial struct {
 
 func (x *RevokedSerial) Reset() {
 	*x = RevokedSerial{}
-	mi := &file_pact_v1_raft_proto_msgTypes[11]
+	mi := &file_pact_v1_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1396,7 @@ func (x *RevokedSerial) String() string {
 func (*RevokedSerial) ProtoMessage() {}
 
 func (x *RevokedSerial) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[11]
+	mi := &file_pact_v1_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1409,7 @@ func (x *RevokedSerial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokedSerial.ProtoReflect.Descriptor instead.
 func (*RevokedSerial) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{11}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RevokedSerial) GetSerial() string {
@@ -979,6 +1424,116 @@ func (x *RevokedSerial) GetNotAfterUnix() int64 {
 		return x.NotAfterUnix
 	}
 	return 0
+}
+
+// ReleaseOp records that a node's agent stopped on purpose (SIGTERM) while
+// holding the certificate with this serial: the same hardware may enroll
+// again with a new key at once, without the takeover window. A serial
+// that is no longer the node's current one changes nothing.
+type ReleaseOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Serial        string                 `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseOp) Reset() {
+	*x = ReleaseOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseOp) ProtoMessage() {}
+
+func (x *ReleaseOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseOp.ProtoReflect.Descriptor instead.
+func (*ReleaseOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReleaseOp) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ReleaseOp) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+// UpdateNodeOp replaces a registered node's hardware identity (normalised
+// by the proposer). The FSM refuses identifiers another node holds.
+type UpdateNodeOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Hardware      *HardwareIdentity      `protobuf:"bytes,2,opt,name=hardware,proto3" json:"hardware,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateNodeOp) Reset() {
+	*x = UpdateNodeOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateNodeOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateNodeOp) ProtoMessage() {}
+
+func (x *UpdateNodeOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateNodeOp.ProtoReflect.Descriptor instead.
+func (*UpdateNodeOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *UpdateNodeOp) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *UpdateNodeOp) GetHardware() *HardwareIdentity {
+	if x != nil {
+		return x.Hardware
+	}
+	return nil
 }
 
 // SVIDSeenOp records that a node authenticated with a SPIRE SVID (which the
@@ -996,7 +1551,7 @@ type SVIDSeenOp struct {
 
 func (x *SVIDSeenOp) Reset() {
 	*x = SVIDSeenOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[12]
+	mi := &file_pact_v1_raft_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1563,7 @@ func (x *SVIDSeenOp) String() string {
 func (*SVIDSeenOp) ProtoMessage() {}
 
 func (x *SVIDSeenOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[12]
+	mi := &file_pact_v1_raft_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1576,7 @@ func (x *SVIDSeenOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SVIDSeenOp.ProtoReflect.Descriptor instead.
 func (*SVIDSeenOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{12}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SVIDSeenOp) GetNodeId() string {
@@ -1052,17 +1607,422 @@ func (x *SVIDSeenOp) GetNotAfterUnix() int64 {
 	return 0
 }
 
+// RecordOperatorOp records an operator credential when it is issued (or, for
+// one signed offline with the root key, at its first use). Recording the same
+// serial again changes nothing; a serial or name already revoked is refused.
+type RecordOperatorOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Operator      *Operator              `protobuf:"bytes,1,opt,name=operator,proto3" json:"operator,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordOperatorOp) Reset() {
+	*x = RecordOperatorOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordOperatorOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordOperatorOp) ProtoMessage() {}
+
+func (x *RecordOperatorOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordOperatorOp.ProtoReflect.Descriptor instead.
+func (*RecordOperatorOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RecordOperatorOp) GetOperator() *Operator {
+	if x != nil {
+		return x.Operator
+	}
+	return nil
+}
+
+// RevokeOperatorOp revokes one operator credential by serial, or every
+// credential of a name issued up to the command's time. Exactly one is set.
+type RevokeOperatorOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Serial        string                 `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeOperatorOp) Reset() {
+	*x = RevokeOperatorOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeOperatorOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeOperatorOp) ProtoMessage() {}
+
+func (x *RevokeOperatorOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeOperatorOp.ProtoReflect.Descriptor instead.
+func (*RevokeOperatorOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RevokeOperatorOp) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RevokeOperatorOp) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+// RetireIntermediateOp retires journal intermediates: agents holding
+// certificates from them are told to renew, and at revoke_at the
+// intermediates leave the trust bundle. revoke_at at or before the
+// command's time revokes at once.
+type RetireIntermediateOp struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Serials          []string               `protobuf:"bytes,1,rep,name=serials,proto3" json:"serials,omitempty"`
+	RevokeAtUnixNano int64                  `protobuf:"varint,2,opt,name=revoke_at_unix_nano,json=revokeAtUnixNano,proto3" json:"revoke_at_unix_nano,omitempty"`
+	Reason           string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RetireIntermediateOp) Reset() {
+	*x = RetireIntermediateOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetireIntermediateOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetireIntermediateOp) ProtoMessage() {}
+
+func (x *RetireIntermediateOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetireIntermediateOp.ProtoReflect.Descriptor instead.
+func (*RetireIntermediateOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RetireIntermediateOp) GetSerials() []string {
+	if x != nil {
+		return x.Serials
+	}
+	return nil
+}
+
+func (x *RetireIntermediateOp) GetRevokeAtUnixNano() int64 {
+	if x != nil {
+		return x.RevokeAtUnixNano
+	}
+	return 0
+}
+
+func (x *RetireIntermediateOp) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// StandbyIssuedOp records a journal certificate signed for a node that
+// authenticated with a SPIRE SVID, as the node's standby (Node.standby_cert).
+// The FSM re-checks that the node is Active on a SPIRE SVID and that the
+// SPIFFE ID still maps to it.
+type StandbyIssuedOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SpiffeId      string                 `protobuf:"bytes,2,opt,name=spiffe_id,json=spiffeId,proto3" json:"spiffe_id,omitempty"`
+	Cert          *CertificateInfo       `protobuf:"bytes,3,opt,name=cert,proto3" json:"cert,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StandbyIssuedOp) Reset() {
+	*x = StandbyIssuedOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StandbyIssuedOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StandbyIssuedOp) ProtoMessage() {}
+
+func (x *StandbyIssuedOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StandbyIssuedOp.ProtoReflect.Descriptor instead.
+func (*StandbyIssuedOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *StandbyIssuedOp) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *StandbyIssuedOp) GetSpiffeId() string {
+	if x != nil {
+		return x.SpiffeId
+	}
+	return ""
+}
+
+func (x *StandbyIssuedOp) GetCert() *CertificateInfo {
+	if x != nil {
+		return x.Cert
+	}
+	return nil
+}
+
+// StandbyActivatedOp records that the node opened a stream with its standby
+// certificate (SPIRE stopped serving it): the standby becomes its current
+// certificate.
+type StandbyActivatedOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Serial        string                 `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StandbyActivatedOp) Reset() {
+	*x = StandbyActivatedOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StandbyActivatedOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StandbyActivatedOp) ProtoMessage() {}
+
+func (x *StandbyActivatedOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StandbyActivatedOp.ProtoReflect.Descriptor instead.
+func (*StandbyActivatedOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *StandbyActivatedOp) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *StandbyActivatedOp) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+// SnapshotHeader opens a snapshot file (pact journal snapshot save),
+// after the magic line and its own length.
+type SnapshotHeader struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	FormatVersion   uint32                 `protobuf:"varint,1,opt,name=format_version,json=formatVersion,proto3" json:"format_version,omitempty"`
+	Domain          string                 `protobuf:"bytes,2,opt,name=domain,proto3" json:"domain,omitempty"`
+	Index           uint64                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	Term            uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	TakenAtUnixNano int64                  `protobuf:"varint,5,opt,name=taken_at_unix_nano,json=takenAtUnixNano,proto3" json:"taken_at_unix_nano,omitempty"`
+	// SHA-256 of the Snapshot message bytes that follow the header.
+	Sha256        []byte `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Size          uint64 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
+	TakenBy       string `protobuf:"bytes,8,opt,name=taken_by,json=takenBy,proto3" json:"taken_by,omitempty"`
+	Version       string `protobuf:"bytes,9,opt,name=version,proto3" json:"version,omitempty"`
+	Nodes         uint64 `protobuf:"varint,10,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotHeader) Reset() {
+	*x = SnapshotHeader{}
+	mi := &file_pact_v1_raft_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotHeader) ProtoMessage() {}
+
+func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
+func (*SnapshotHeader) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *SnapshotHeader) GetFormatVersion() uint32 {
+	if x != nil {
+		return x.FormatVersion
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *SnapshotHeader) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetTakenAtUnixNano() int64 {
+	if x != nil {
+		return x.TakenAtUnixNano
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+func (x *SnapshotHeader) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetTakenBy() string {
+	if x != nil {
+		return x.TakenBy
+	}
+	return ""
+}
+
+func (x *SnapshotHeader) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *SnapshotHeader) GetNodes() uint64 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
 var File_pact_v1_raft_proto protoreflect.FileDescriptor
 
 const file_pact_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\x9e\x05\n" +
+	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\xde\n" +
+	"\n" +
 	"\aCommand\x12 \n" +
 	"\fat_unix_nano\x18\x01 \x01(\x03R\n" +
 	"atUnixNano\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x16\n" +
 	"\x06source\x18\x03 \x01(\tR\x06source\x12%\n" +
-	"\x0ecorrelation_id\x18\x04 \x01(\tR\rcorrelationId\x12>\n" +
+	"\x0ecorrelation_id\x18\x04 \x01(\tR\rcorrelationId\x12\x1c\n" +
+	"\tignorable\x18x \x01(\bR\tignorable\x12>\n" +
 	"\rregister_node\x18\n" +
 	" \x01(\v2\x17.pact.v1.RegisterNodeOpH\x00R\fregisterNode\x121\n" +
 	"\bactivate\x18\v \x01(\v2\x13.pact.v1.ActivateOpH\x00R\bactivate\x12S\n" +
@@ -1072,19 +2032,43 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x06assign\x18\x0f \x01(\v2\x11.pact.v1.AssignOpH\x00R\x06assign\x12D\n" +
 	"\x0fliveness_digest\x18\x10 \x01(\v2\x19.pact.v1.LivenessDigestOpH\x00R\x0elivenessDigest\x12>\n" +
 	"\rmark_inactive\x18\x11 \x01(\v2\x17.pact.v1.MarkInactiveOpH\x00R\fmarkInactive\x122\n" +
-	"\tsvid_seen\x18\x12 \x01(\v2\x13.pact.v1.SVIDSeenOpH\x00R\bsvidSeenB\x04\n" +
-	"\x02op\"\x99\x01\n" +
+	"\tsvid_seen\x18\x12 \x01(\v2\x13.pact.v1.SVIDSeenOpH\x00R\bsvidSeen\x12I\n" +
+	"\x11create_join_token\x18\x8c\x01 \x01(\v2\x1a.pact.v1.CreateJoinTokenOpH\x00R\x0fcreateJoinToken\x12L\n" +
+	"\x12revoke_join_tokens\x18\x8d\x01 \x01(\v2\x1b.pact.v1.RevokeJoinTokensOpH\x00R\x10revokeJoinTokens\x12)\n" +
+	"\x05fence\x18\x8e\x01 \x01(\v2\x10.pact.v1.FenceOpH\x00R\x05fence\x12E\n" +
+	"\x0frecord_operator\x18\xaa\x01 \x01(\v2\x19.pact.v1.RecordOperatorOpH\x00R\x0erecordOperator\x12E\n" +
+	"\x0frevoke_operator\x18\xab\x01 \x01(\v2\x19.pact.v1.RevokeOperatorOpH\x00R\x0erevokeOperator\x12Q\n" +
+	"\x13retire_intermediate\x18\xac\x01 \x01(\v2\x1d.pact.v1.RetireIntermediateOpH\x00R\x12retireIntermediate\x12/\n" +
+	"\arelease\x18\xc8\x01 \x01(\v2\x12.pact.v1.ReleaseOpH\x00R\arelease\x129\n" +
+	"\vupdate_node\x18\xc9\x01 \x01(\v2\x15.pact.v1.UpdateNodeOpH\x00R\n" +
+	"updateNode\x12B\n" +
+	"\x0estandby_issued\x18\xb4\x01 \x01(\v2\x18.pact.v1.StandbyIssuedOpH\x00R\rstandbyIssued\x12K\n" +
+	"\x11standby_activated\x18\xb5\x01 \x01(\v2\x1b.pact.v1.StandbyActivatedOpH\x00R\x10standbyActivatedB\x04\n" +
+	"\x02op\"\xd7\x01\n" +
 	"\x0eRegisterNodeOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
 	"\bhardware\x18\x02 \x01(\v2\x19.pact.v1.HardwareIdentityR\bhardware\x12\x1a\n" +
 	"\bvcluster\x18\x03 \x01(\tR\bvcluster\x12\x1b\n" +
-	"\tspiffe_id\x18\x04 \x01(\tR\bspiffeId\"\xc5\x01\n" +
+	"\tspiffe_id\x18\x04 \x01(\tR\bspiffeId\x12<\n" +
+	"\vcredentials\x18\x8c\x01 \x01(\v2\x19.pact.v1.CredentialPolicyR\vcredentials\"\x87\x02\n" +
 	"\n" +
 	"ActivateOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
 	"\breported\x18\x02 \x01(\v2\x19.pact.v1.HardwareIdentityR\breported\x12,\n" +
 	"\x04cert\x18\x03 \x01(\v2\x18.pact.v1.CertificateInfoR\x04cert\x129\n" +
-	"\x19takeover_cutoff_unix_nano\x18\x04 \x01(\x03R\x16takeoverCutoffUnixNano\"y\n" +
+	"\x19takeover_cutoff_unix_nano\x18\x04 \x01(\x03R\x16takeoverCutoffUnixNano\x12@\n" +
+	"\vcredentials\x18\x8c\x01 \x01(\v2\x1d.pact.v1.PresentedCredentialsR\vcredentials\"B\n" +
+	"\x14PresentedCredentials\x12*\n" +
+	"\x11join_token_sha256\x18\x01 \x01(\tR\x0fjoinTokenSha256\"=\n" +
+	"\x11CreateJoinTokenOp\x12(\n" +
+	"\x05token\x18\x01 \x01(\v2\x12.pact.v1.JoinTokenR\x05token\"R\n" +
+	"\x12RevokeJoinTokensOp\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12#\n" +
+	"\rsha256_prefix\x18\x02 \x01(\tR\fsha256Prefix\"R\n" +
+	"\aFenceOp\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06fenced\x18\x02 \x01(\bR\x06fenced\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"y\n" +
 	"\aRenewOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12'\n" +
 	"\x0fprevious_serial\x18\x02 \x01(\tR\x0epreviousSerial\x12,\n" +
@@ -1104,27 +2088,65 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\bnode_ids\x18\x02 \x03(\tR\anodeIds\"U\n" +
 	"\x0eMarkInactiveOp\x12\x19\n" +
 	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\x12(\n" +
-	"\x10cutoff_unix_nano\x18\x02 \x01(\x03R\x0ecutoffUnixNano\"\xab\x02\n" +
+	"\x10cutoff_unix_nano\x18\x02 \x01(\x03R\x0ecutoffUnixNano\"\xeb\x03\n" +
 	"\bSnapshot\x12#\n" +
 	"\x05nodes\x18\x01 \x03(\v2\r.pact.v1.NodeR\x05nodes\x120\n" +
 	"\arevoked\x18\x02 \x03(\v2\x16.pact.v1.RevokedSerialR\arevoked\x12;\n" +
 	"\rintermediates\x18\x03 \x03(\v2\x15.pact.v1.IntermediateR\rintermediates\x12.\n" +
 	"\tlast_seen\x18\x04 \x03(\v2\x11.pact.v1.LastSeenR\blastSeen\x12)\n" +
 	"\x05audit\x18\x05 \x03(\v2\x13.pact.v1.AuditEntryR\x05audit\x120\n" +
-	"\bjournals\x18\x06 \x03(\v2\x14.pact.v1.JournalInfoR\bjournals\"E\n" +
+	"\bjournals\x18\x06 \x03(\v2\x14.pact.v1.JournalInfoR\bjournals\x124\n" +
+	"\vjoin_tokens\x18\x8c\x01 \x03(\v2\x12.pact.v1.JoinTokenR\n" +
+	"joinTokens\x120\n" +
+	"\toperators\x18\xaa\x01 \x03(\v2\x11.pact.v1.OperatorR\toperators\x12V\n" +
+	"\x16revoked_operator_names\x18\xab\x01 \x03(\v2\x1f.pact.v1.OperatorNameRevocationR\x14revokedOperatorNames\"E\n" +
 	"\bLastSeen\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
 	"atUnixNano\"M\n" +
 	"\rRevokedSerial\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12$\n" +
-	"\x0enot_after_unix\x18\x02 \x01(\x03R\fnotAfterUnix\"\x80\x01\n" +
+	"\x0enot_after_unix\x18\x02 \x01(\x03R\fnotAfterUnix\"<\n" +
+	"\tReleaseOp\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\"^\n" +
+	"\fUpdateNodeOp\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
+	"\bhardware\x18\x02 \x01(\v2\x19.pact.v1.HardwareIdentityR\bhardware\"\x80\x01\n" +
 	"\n" +
 	"SVIDSeenOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tspiffe_id\x18\x02 \x01(\tR\bspiffeId\x12\x16\n" +
 	"\x06serial\x18\x03 \x01(\tR\x06serial\x12$\n" +
-	"\x0enot_after_unix\x18\x04 \x01(\x03R\fnotAfterUnix*\xc4\x02\n" +
+	"\x0enot_after_unix\x18\x04 \x01(\x03R\fnotAfterUnix\"A\n" +
+	"\x10RecordOperatorOp\x12-\n" +
+	"\boperator\x18\x01 \x01(\v2\x11.pact.v1.OperatorR\boperator\">\n" +
+	"\x10RevokeOperatorOp\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\"w\n" +
+	"\x14RetireIntermediateOp\x12\x18\n" +
+	"\aserials\x18\x01 \x03(\tR\aserials\x12-\n" +
+	"\x13revoke_at_unix_nano\x18\x02 \x01(\x03R\x10revokeAtUnixNano\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"u\n" +
+	"\x0fStandbyIssuedOp\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
+	"\tspiffe_id\x18\x02 \x01(\tR\bspiffeId\x12,\n" +
+	"\x04cert\x18\x03 \x01(\v2\x18.pact.v1.CertificateInfoR\x04cert\"E\n" +
+	"\x12StandbyActivatedOp\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\"\x9d\x02\n" +
+	"\x0eSnapshotHeader\x12%\n" +
+	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x16\n" +
+	"\x06domain\x18\x02 \x01(\tR\x06domain\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\x12+\n" +
+	"\x12taken_at_unix_nano\x18\x05 \x01(\x03R\x0ftakenAtUnixNano\x12\x16\n" +
+	"\x06sha256\x18\x06 \x01(\fR\x06sha256\x12\x12\n" +
+	"\x04size\x18\a \x01(\x04R\x04size\x12\x19\n" +
+	"\btaken_by\x18\b \x01(\tR\atakenBy\x12\x18\n" +
+	"\aversion\x18\t \x01(\tR\aversion\x12\x14\n" +
+	"\x05nodes\x18\n" +
+	" \x01(\x04R\x05nodes*\x89\x04\n" +
 	"\n" +
 	"ApplyError\x12\x1b\n" +
 	"\x17APPLY_ERROR_UNSPECIFIED\x10\x00\x12!\n" +
@@ -1135,7 +2157,13 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x1aAPPLY_ERROR_ALREADY_ACTIVE\x10\x05\x12!\n" +
 	"\x1dAPPLY_ERROR_STALE_CERTIFICATE\x10\x06\x12 \n" +
 	"\x1cAPPLY_ERROR_INVALID_ARGUMENT\x10\a\x12 \n" +
-	"\x1cAPPLY_ERROR_VCLUSTER_CHANGED\x10\bB/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
+	"\x1cAPPLY_ERROR_VCLUSTER_CHANGED\x10\b\x12\x1c\n" +
+	"\x17APPLY_ERROR_NODE_FENCED\x10\x8c\x01\x12$\n" +
+	"\x1fAPPLY_ERROR_JOIN_TOKEN_REQUIRED\x10\x8d\x01\x12#\n" +
+	"\x1eAPPLY_ERROR_JOIN_TOKEN_INVALID\x10\x8e\x01\x12\x1b\n" +
+	"\x16APPLY_ERROR_KEY_IN_USE\x10\x8f\x01\x12!\n" +
+	"\x1cAPPLY_ERROR_OPERATOR_REVOKED\x10\xaa\x01\x12\x1a\n" +
+	"\x15APPLY_ERROR_NOT_FOUND\x10\xab\x01B/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
 
 var (
 	file_pact_v1_raft_proto_rawDescOnce sync.Once
@@ -1150,56 +2178,91 @@ func file_pact_v1_raft_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_pact_v1_raft_proto_goTypes = []any{
-	(ApplyError)(0),               // 0: pact.v1.ApplyError
-	(*Command)(nil),               // 1: pact.v1.Command
-	(*RegisterNodeOp)(nil),        // 2: pact.v1.RegisterNodeOp
-	(*ActivateOp)(nil),            // 3: pact.v1.ActivateOp
-	(*RenewOp)(nil),               // 4: pact.v1.RenewOp
-	(*PublishIntermediateOp)(nil), // 5: pact.v1.PublishIntermediateOp
-	(*DecommissionOp)(nil),        // 6: pact.v1.DecommissionOp
-	(*AssignOp)(nil),              // 7: pact.v1.AssignOp
-	(*LivenessDigestOp)(nil),      // 8: pact.v1.LivenessDigestOp
-	(*MarkInactiveOp)(nil),        // 9: pact.v1.MarkInactiveOp
-	(*Snapshot)(nil),              // 10: pact.v1.Snapshot
-	(*LastSeen)(nil),              // 11: pact.v1.LastSeen
-	(*RevokedSerial)(nil),         // 12: pact.v1.RevokedSerial
-	(*SVIDSeenOp)(nil),            // 13: pact.v1.SVIDSeenOp
-	(*HardwareIdentity)(nil),      // 14: pact.v1.HardwareIdentity
-	(*CertificateInfo)(nil),       // 15: pact.v1.CertificateInfo
-	(*Intermediate)(nil),          // 16: pact.v1.Intermediate
-	(*JournalInfo)(nil),           // 17: pact.v1.JournalInfo
-	(*Node)(nil),                  // 18: pact.v1.Node
-	(*AuditEntry)(nil),            // 19: pact.v1.AuditEntry
+	(ApplyError)(0),                // 0: pact.v1.ApplyError
+	(*Command)(nil),                // 1: pact.v1.Command
+	(*RegisterNodeOp)(nil),         // 2: pact.v1.RegisterNodeOp
+	(*ActivateOp)(nil),             // 3: pact.v1.ActivateOp
+	(*PresentedCredentials)(nil),   // 4: pact.v1.PresentedCredentials
+	(*CreateJoinTokenOp)(nil),      // 5: pact.v1.CreateJoinTokenOp
+	(*RevokeJoinTokensOp)(nil),     // 6: pact.v1.RevokeJoinTokensOp
+	(*FenceOp)(nil),                // 7: pact.v1.FenceOp
+	(*RenewOp)(nil),                // 8: pact.v1.RenewOp
+	(*PublishIntermediateOp)(nil),  // 9: pact.v1.PublishIntermediateOp
+	(*DecommissionOp)(nil),         // 10: pact.v1.DecommissionOp
+	(*AssignOp)(nil),               // 11: pact.v1.AssignOp
+	(*LivenessDigestOp)(nil),       // 12: pact.v1.LivenessDigestOp
+	(*MarkInactiveOp)(nil),         // 13: pact.v1.MarkInactiveOp
+	(*Snapshot)(nil),               // 14: pact.v1.Snapshot
+	(*LastSeen)(nil),               // 15: pact.v1.LastSeen
+	(*RevokedSerial)(nil),          // 16: pact.v1.RevokedSerial
+	(*ReleaseOp)(nil),              // 17: pact.v1.ReleaseOp
+	(*UpdateNodeOp)(nil),           // 18: pact.v1.UpdateNodeOp
+	(*SVIDSeenOp)(nil),             // 19: pact.v1.SVIDSeenOp
+	(*RecordOperatorOp)(nil),       // 20: pact.v1.RecordOperatorOp
+	(*RevokeOperatorOp)(nil),       // 21: pact.v1.RevokeOperatorOp
+	(*RetireIntermediateOp)(nil),   // 22: pact.v1.RetireIntermediateOp
+	(*StandbyIssuedOp)(nil),        // 23: pact.v1.StandbyIssuedOp
+	(*StandbyActivatedOp)(nil),     // 24: pact.v1.StandbyActivatedOp
+	(*SnapshotHeader)(nil),         // 25: pact.v1.SnapshotHeader
+	(*HardwareIdentity)(nil),       // 26: pact.v1.HardwareIdentity
+	(*CredentialPolicy)(nil),       // 27: pact.v1.CredentialPolicy
+	(*CertificateInfo)(nil),        // 28: pact.v1.CertificateInfo
+	(*JoinToken)(nil),              // 29: pact.v1.JoinToken
+	(*Intermediate)(nil),           // 30: pact.v1.Intermediate
+	(*JournalInfo)(nil),            // 31: pact.v1.JournalInfo
+	(*Node)(nil),                   // 32: pact.v1.Node
+	(*AuditEntry)(nil),             // 33: pact.v1.AuditEntry
+	(*Operator)(nil),               // 34: pact.v1.Operator
+	(*OperatorNameRevocation)(nil), // 35: pact.v1.OperatorNameRevocation
 }
 var file_pact_v1_raft_proto_depIdxs = []int32{
 	2,  // 0: pact.v1.Command.register_node:type_name -> pact.v1.RegisterNodeOp
 	3,  // 1: pact.v1.Command.activate:type_name -> pact.v1.ActivateOp
-	5,  // 2: pact.v1.Command.publish_intermediate:type_name -> pact.v1.PublishIntermediateOp
-	4,  // 3: pact.v1.Command.renew:type_name -> pact.v1.RenewOp
-	6,  // 4: pact.v1.Command.decommission:type_name -> pact.v1.DecommissionOp
-	7,  // 5: pact.v1.Command.assign:type_name -> pact.v1.AssignOp
-	8,  // 6: pact.v1.Command.liveness_digest:type_name -> pact.v1.LivenessDigestOp
-	9,  // 7: pact.v1.Command.mark_inactive:type_name -> pact.v1.MarkInactiveOp
-	13, // 8: pact.v1.Command.svid_seen:type_name -> pact.v1.SVIDSeenOp
-	14, // 9: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	14, // 10: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
-	15, // 11: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
-	15, // 12: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
-	16, // 13: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
-	17, // 14: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
-	18, // 15: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
-	12, // 16: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
-	16, // 17: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
-	11, // 18: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
-	19, // 19: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
-	17, // 20: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	9,  // 2: pact.v1.Command.publish_intermediate:type_name -> pact.v1.PublishIntermediateOp
+	8,  // 3: pact.v1.Command.renew:type_name -> pact.v1.RenewOp
+	10, // 4: pact.v1.Command.decommission:type_name -> pact.v1.DecommissionOp
+	11, // 5: pact.v1.Command.assign:type_name -> pact.v1.AssignOp
+	12, // 6: pact.v1.Command.liveness_digest:type_name -> pact.v1.LivenessDigestOp
+	13, // 7: pact.v1.Command.mark_inactive:type_name -> pact.v1.MarkInactiveOp
+	19, // 8: pact.v1.Command.svid_seen:type_name -> pact.v1.SVIDSeenOp
+	5,  // 9: pact.v1.Command.create_join_token:type_name -> pact.v1.CreateJoinTokenOp
+	6,  // 10: pact.v1.Command.revoke_join_tokens:type_name -> pact.v1.RevokeJoinTokensOp
+	7,  // 11: pact.v1.Command.fence:type_name -> pact.v1.FenceOp
+	20, // 12: pact.v1.Command.record_operator:type_name -> pact.v1.RecordOperatorOp
+	21, // 13: pact.v1.Command.revoke_operator:type_name -> pact.v1.RevokeOperatorOp
+	22, // 14: pact.v1.Command.retire_intermediate:type_name -> pact.v1.RetireIntermediateOp
+	17, // 15: pact.v1.Command.release:type_name -> pact.v1.ReleaseOp
+	18, // 16: pact.v1.Command.update_node:type_name -> pact.v1.UpdateNodeOp
+	23, // 17: pact.v1.Command.standby_issued:type_name -> pact.v1.StandbyIssuedOp
+	24, // 18: pact.v1.Command.standby_activated:type_name -> pact.v1.StandbyActivatedOp
+	26, // 19: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	27, // 20: pact.v1.RegisterNodeOp.credentials:type_name -> pact.v1.CredentialPolicy
+	26, // 21: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
+	28, // 22: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
+	4,  // 23: pact.v1.ActivateOp.credentials:type_name -> pact.v1.PresentedCredentials
+	29, // 24: pact.v1.CreateJoinTokenOp.token:type_name -> pact.v1.JoinToken
+	28, // 25: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
+	30, // 26: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
+	31, // 27: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
+	32, // 28: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
+	16, // 29: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
+	30, // 30: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
+	15, // 31: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
+	33, // 32: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
+	31, // 33: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
+	29, // 34: pact.v1.Snapshot.join_tokens:type_name -> pact.v1.JoinToken
+	34, // 35: pact.v1.Snapshot.operators:type_name -> pact.v1.Operator
+	35, // 36: pact.v1.Snapshot.revoked_operator_names:type_name -> pact.v1.OperatorNameRevocation
+	26, // 37: pact.v1.UpdateNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	34, // 38: pact.v1.RecordOperatorOp.operator:type_name -> pact.v1.Operator
+	28, // 39: pact.v1.StandbyIssuedOp.cert:type_name -> pact.v1.CertificateInfo
+	40, // [40:40] is the sub-list for method output_type
+	40, // [40:40] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_raft_proto_init() }
@@ -1218,6 +2281,16 @@ func file_pact_v1_raft_proto_init() {
 		(*Command_LivenessDigest)(nil),
 		(*Command_MarkInactive)(nil),
 		(*Command_SvidSeen)(nil),
+		(*Command_CreateJoinToken)(nil),
+		(*Command_RevokeJoinTokens)(nil),
+		(*Command_Fence)(nil),
+		(*Command_RecordOperator)(nil),
+		(*Command_RevokeOperator)(nil),
+		(*Command_RetireIntermediate)(nil),
+		(*Command_Release)(nil),
+		(*Command_UpdateNode)(nil),
+		(*Command_StandbyIssued)(nil),
+		(*Command_StandbyActivated)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1225,7 +2298,7 @@ func file_pact_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_raft_proto_rawDesc), len(file_pact_v1_raft_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

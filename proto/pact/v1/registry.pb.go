@@ -87,7 +87,10 @@ type HardwareIdentity struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Macs      []string               `protobuf:"bytes,1,rep,name=macs,proto3" json:"macs,omitempty"`
 	BmcSerial string                 `protobuf:"bytes,2,opt,name=bmc_serial,json=bmcSerial,proto3" json:"bmc_serial,omitempty"`
-	// Hex SHA-256 of the TPM endorsement key, lower case; optional.
+	// The TPM EK hash: lower-case hex SHA-256 of the DER (PKIX)
+	// SubjectPublicKeyInfo of the TPM endorsement key's public key
+	// (docs/tpm.md); optional. A node registered with one must prove its TPM
+	// at every enrollment (EnrollCredentials.tpm).
 	TpmEkHash     string `protobuf:"bytes,3,opt,name=tpm_ek_hash,json=tpmEkHash,proto3" json:"tpm_ek_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -255,7 +258,24 @@ type Node struct {
 	RevokedBy         string `protobuf:"bytes,12,opt,name=revoked_by,json=revokedBy,proto3" json:"revoked_by,omitempty"`
 	// The SPIFFE ID that authenticates this node when it presents a SPIRE
 	// SVID; empty means spiffe://{trust-domain}/pact-agent/{node_id}.
-	SpiffeId      string `protobuf:"bytes,13,opt,name=spiffe_id,json=spiffeId,proto3" json:"spiffe_id,omitempty"`
+	SpiffeId string `protobuf:"bytes,13,opt,name=spiffe_id,json=spiffeId,proto3" json:"spiffe_id,omitempty"`
+	// Which enrollment credentials the node must present beside its
+	// hardware identity. Unset: the hardware match alone.
+	Credentials *CredentialPolicy `protobuf:"bytes,140,opt,name=credentials,proto3" json:"credentials,omitempty"`
+	// Set while an operator has the node fenced (quarantined). Orthogonal to
+	// state: a fenced node keeps its registration and vCluster, its
+	// certificate is revoked, and Enroll and RenewCert answer NODE_FENCED.
+	Fence *Fence `protobuf:"bytes,141,opt,name=fence,proto3" json:"fence,omitempty"`
+	// The serial of the certificate whose agent released the node on a clean
+	// stop; while it equals cert.serial, the node's hardware may enroll with
+	// a new key at once.
+	ReleasedSerial string `protobuf:"bytes,200,opt,name=released_serial,json=releasedSerial,proto3" json:"released_serial,omitempty"`
+	// A journal-signed certificate held in reserve by a node whose current
+	// certificate is a SPIRE SVID (IssueStandby), or the journal certificate an
+	// SVID replaced. It authenticates like the current certificate; the first
+	// stream opened with it makes it current. Cleared when the node gets a
+	// journal certificate by any other way.
+	StandbyCert   *CertificateInfo `protobuf:"bytes,180,opt,name=standby_cert,json=standbyCert,proto3" json:"standby_cert,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -381,21 +401,265 @@ func (x *Node) GetSpiffeId() string {
 	return ""
 }
 
-// Intermediate is a journal's current signing certificate, published into
-// Raft so every journal can verify what any other journal signed.
-type Intermediate struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JournalId     string                 `protobuf:"bytes,1,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
-	Serial        string                 `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
-	Der           []byte                 `protobuf:"bytes,3,opt,name=der,proto3" json:"der,omitempty"`
-	NotAfterUnix  int64                  `protobuf:"varint,4,opt,name=not_after_unix,json=notAfterUnix,proto3" json:"not_after_unix,omitempty"`
+func (x *Node) GetCredentials() *CredentialPolicy {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+func (x *Node) GetFence() *Fence {
+	if x != nil {
+		return x.Fence
+	}
+	return nil
+}
+
+func (x *Node) GetReleasedSerial() string {
+	if x != nil {
+		return x.ReleasedSerial
+	}
+	return ""
+}
+
+func (x *Node) GetStandbyCert() *CertificateInfo {
+	if x != nil {
+		return x.StandbyCert
+	}
+	return nil
+}
+
+// CredentialPolicy is a node's policy of enrollment credentials: which
+// credentials beside the hardware match it must present at Enroll
+// (docs/security.md). The journal checks each required credential before it
+// signs or proposes anything; what must hold at commit time (a join token
+// not yet used) travels in ActivateOp.credentials and is re-checked by the
+// FSM in the same Raft entry as the activation.
+//
+// A new credential adds a field here (issue 13b, TPM attestation: numbers
+// 150-159), a field in EnrollCredentials for what the agent presents and,
+// if the FSM must re-check something, one in PresentedCredentials.
+type CredentialPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Enroll needs a join token created for this node (pact node token
+	// create); each token enrolls once.
+	RequireJoinToken bool `protobuf:"varint,1,opt,name=require_join_token,json=requireJoinToken,proto3" json:"require_join_token,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *CredentialPolicy) Reset() {
+	*x = CredentialPolicy{}
+	mi := &file_pact_v1_registry_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CredentialPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CredentialPolicy) ProtoMessage() {}
+
+func (x *CredentialPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_registry_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CredentialPolicy.ProtoReflect.Descriptor instead.
+func (*CredentialPolicy) Descriptor() ([]byte, []int) {
+	return file_pact_v1_registry_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CredentialPolicy) GetRequireJoinToken() bool {
+	if x != nil {
+		return x.RequireJoinToken
+	}
+	return false
+}
+
+// Fence records why and by whom a node was fenced.
+type Fence struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Reason     string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	AtUnixNano int64                  `protobuf:"varint,2,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	// admin/NAME
+	By            string `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *Fence) Reset() {
+	*x = Fence{}
+	mi := &file_pact_v1_registry_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Fence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Fence) ProtoMessage() {}
+
+func (x *Fence) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_registry_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Fence.ProtoReflect.Descriptor instead.
+func (*Fence) Descriptor() ([]byte, []int) {
+	return file_pact_v1_registry_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Fence) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Fence) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
+func (x *Fence) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+// JoinToken is a single-use bootstrap credential for one node. Only the
+// SHA-256 of the token is stored; the token itself is shown once, to the
+// operator who created it.
+type JoinToken struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Hex SHA-256 of the token string.
+	Sha256            string `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	NodeId            string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	CreatedAtUnixNano int64  `protobuf:"varint,3,opt,name=created_at_unix_nano,json=createdAtUnixNano,proto3" json:"created_at_unix_nano,omitempty"`
+	CreatedBy         string `protobuf:"bytes,4,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// The token is refused at or after this time (the proposer's clock).
+	ExpiresAtUnixNano int64 `protobuf:"varint,5,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
+	// Non-zero once an activation consumed it; kept until it expires, so a
+	// second use is told it was used.
+	UsedAtUnixNano int64 `protobuf:"varint,6,opt,name=used_at_unix_nano,json=usedAtUnixNano,proto3" json:"used_at_unix_nano,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *JoinToken) Reset() {
+	*x = JoinToken{}
+	mi := &file_pact_v1_registry_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinToken) ProtoMessage() {}
+
+func (x *JoinToken) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_registry_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
+func (*JoinToken) Descriptor() ([]byte, []int) {
+	return file_pact_v1_registry_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *JoinToken) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *JoinToken) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *JoinToken) GetCreatedAtUnixNano() int64 {
+	if x != nil {
+		return x.CreatedAtUnixNano
+	}
+	return 0
+}
+
+func (x *JoinToken) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *JoinToken) GetExpiresAtUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresAtUnixNano
+	}
+	return 0
+}
+
+func (x *JoinToken) GetUsedAtUnixNano() int64 {
+	if x != nil {
+		return x.UsedAtUnixNano
+	}
+	return 0
+}
+
+// Intermediate is a journal's current signing certificate, published into
+// Raft so every journal can verify what any other journal signed.
+type Intermediate struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	JournalId    string                 `protobuf:"bytes,1,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
+	Serial       string                 `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
+	Der          []byte                 `protobuf:"bytes,3,opt,name=der,proto3" json:"der,omitempty"`
+	NotAfterUnix int64                  `protobuf:"varint,4,opt,name=not_after_unix,json=notAfterUnix,proto3" json:"not_after_unix,omitempty"`
+	// Set when an operator retired it: from then on it is retiring (holders
+	// are told to renew); from revoke_at it is revoked (out of the bundle,
+	// its certificates refused everywhere).
+	RetiredAtUnixNano int64  `protobuf:"varint,170,opt,name=retired_at_unix_nano,json=retiredAtUnixNano,proto3" json:"retired_at_unix_nano,omitempty"`
+	RevokeAtUnixNano  int64  `protobuf:"varint,171,opt,name=revoke_at_unix_nano,json=revokeAtUnixNano,proto3" json:"revoke_at_unix_nano,omitempty"`
+	RetiredBy         string `protobuf:"bytes,172,opt,name=retired_by,json=retiredBy,proto3" json:"retired_by,omitempty"`
+	RetireReason      string `protobuf:"bytes,173,opt,name=retire_reason,json=retireReason,proto3" json:"retire_reason,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
 func (x *Intermediate) Reset() {
 	*x = Intermediate{}
-	mi := &file_pact_v1_registry_proto_msgTypes[3]
+	mi := &file_pact_v1_registry_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +671,7 @@ func (x *Intermediate) String() string {
 func (*Intermediate) ProtoMessage() {}
 
 func (x *Intermediate) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_registry_proto_msgTypes[3]
+	mi := &file_pact_v1_registry_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +684,7 @@ func (x *Intermediate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Intermediate.ProtoReflect.Descriptor instead.
 func (*Intermediate) Descriptor() ([]byte, []int) {
-	return file_pact_v1_registry_proto_rawDescGZIP(), []int{3}
+	return file_pact_v1_registry_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Intermediate) GetJournalId() string {
@@ -451,6 +715,154 @@ func (x *Intermediate) GetNotAfterUnix() int64 {
 	return 0
 }
 
+func (x *Intermediate) GetRetiredAtUnixNano() int64 {
+	if x != nil {
+		return x.RetiredAtUnixNano
+	}
+	return 0
+}
+
+func (x *Intermediate) GetRevokeAtUnixNano() int64 {
+	if x != nil {
+		return x.RevokeAtUnixNano
+	}
+	return 0
+}
+
+func (x *Intermediate) GetRetiredBy() string {
+	if x != nil {
+		return x.RetiredBy
+	}
+	return ""
+}
+
+func (x *Intermediate) GetRetireReason() string {
+	if x != nil {
+		return x.RetireReason
+	}
+	return ""
+}
+
+// Operator is an operator credential as recorded in Raft. No key material.
+type Operator struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role  string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// Hex of the certificate serial.
+	Serial             string `protobuf:"bytes,3,opt,name=serial,proto3" json:"serial,omitempty"`
+	NotBeforeUnix      int64  `protobuf:"varint,4,opt,name=not_before_unix,json=notBeforeUnix,proto3" json:"not_before_unix,omitempty"`
+	NotAfterUnix       int64  `protobuf:"varint,5,opt,name=not_after_unix,json=notAfterUnix,proto3" json:"not_after_unix,omitempty"`
+	RecordedAtUnixNano int64  `protobuf:"varint,6,opt,name=recorded_at_unix_nano,json=recordedAtUnixNano,proto3" json:"recorded_at_unix_nano,omitempty"`
+	// Who issued it: admin/NAME through the journal, journal/ID for the
+	// --dev bootstrap credential, or "first-use" for one signed offline.
+	IssuedBy          string `protobuf:"bytes,7,opt,name=issued_by,json=issuedBy,proto3" json:"issued_by,omitempty"`
+	RevokedAtUnixNano int64  `protobuf:"varint,8,opt,name=revoked_at_unix_nano,json=revokedAtUnixNano,proto3" json:"revoked_at_unix_nano,omitempty"`
+	RevokedBy         string `protobuf:"bytes,9,opt,name=revoked_by,json=revokedBy,proto3" json:"revoked_by,omitempty"`
+	SpkiSha256        string `protobuf:"bytes,10,opt,name=spki_sha256,json=spkiSha256,proto3" json:"spki_sha256,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *Operator) Reset() {
+	*x = Operator{}
+	mi := &file_pact_v1_registry_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Operator) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Operator) ProtoMessage() {}
+
+func (x *Operator) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_registry_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Operator.ProtoReflect.Descriptor instead.
+func (*Operator) Descriptor() ([]byte, []int) {
+	return file_pact_v1_registry_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Operator) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Operator) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *Operator) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *Operator) GetNotBeforeUnix() int64 {
+	if x != nil {
+		return x.NotBeforeUnix
+	}
+	return 0
+}
+
+func (x *Operator) GetNotAfterUnix() int64 {
+	if x != nil {
+		return x.NotAfterUnix
+	}
+	return 0
+}
+
+func (x *Operator) GetRecordedAtUnixNano() int64 {
+	if x != nil {
+		return x.RecordedAtUnixNano
+	}
+	return 0
+}
+
+func (x *Operator) GetIssuedBy() string {
+	if x != nil {
+		return x.IssuedBy
+	}
+	return ""
+}
+
+func (x *Operator) GetRevokedAtUnixNano() int64 {
+	if x != nil {
+		return x.RevokedAtUnixNano
+	}
+	return 0
+}
+
+func (x *Operator) GetRevokedBy() string {
+	if x != nil {
+		return x.RevokedBy
+	}
+	return ""
+}
+
+func (x *Operator) GetSpkiSha256() string {
+	if x != nil {
+		return x.SpkiSha256
+	}
+	return ""
+}
+
 // AuditEntry is one committed change to the registry, recorded in Raft.
 type AuditEntry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -462,7 +874,7 @@ type AuditEntry struct {
 	// The caller's network address as the journal saw it.
 	Source string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
 	// What happened: register, enroll, takeover, renew, decommission, assign,
-	// unassign, move, inactive, active.
+	// unassign, move, inactive, active, release.
 	Action        string `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
 	NodeId        string `protobuf:"bytes,6,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Serial        string `protobuf:"bytes,7,opt,name=serial,proto3" json:"serial,omitempty"`
@@ -474,7 +886,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_pact_v1_registry_proto_msgTypes[4]
+	mi := &file_pact_v1_registry_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -486,7 +898,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_registry_proto_msgTypes[4]
+	mi := &file_pact_v1_registry_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -499,7 +911,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_pact_v1_registry_proto_rawDescGZIP(), []int{4}
+	return file_pact_v1_registry_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AuditEntry) GetIndex() uint64 {
@@ -578,7 +990,7 @@ type JournalInfo struct {
 
 func (x *JournalInfo) Reset() {
 	*x = JournalInfo{}
-	mi := &file_pact_v1_registry_proto_msgTypes[5]
+	mi := &file_pact_v1_registry_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +1002,7 @@ func (x *JournalInfo) String() string {
 func (*JournalInfo) ProtoMessage() {}
 
 func (x *JournalInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_registry_proto_msgTypes[5]
+	mi := &file_pact_v1_registry_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +1015,7 @@ func (x *JournalInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JournalInfo.ProtoReflect.Descriptor instead.
 func (*JournalInfo) Descriptor() ([]byte, []int) {
-	return file_pact_v1_registry_proto_rawDescGZIP(), []int{5}
+	return file_pact_v1_registry_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *JournalInfo) GetJournalId() string {
@@ -627,6 +1039,68 @@ func (x *JournalInfo) GetGrpcAddr() string {
 	return ""
 }
 
+// OperatorNameRevocation: every credential of name issued at or before
+// revoked_at is revoked, recorded or not.
+type OperatorNameRevocation struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Name              string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	RevokedAtUnixNano int64                  `protobuf:"varint,2,opt,name=revoked_at_unix_nano,json=revokedAtUnixNano,proto3" json:"revoked_at_unix_nano,omitempty"`
+	RevokedBy         string                 `protobuf:"bytes,3,opt,name=revoked_by,json=revokedBy,proto3" json:"revoked_by,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *OperatorNameRevocation) Reset() {
+	*x = OperatorNameRevocation{}
+	mi := &file_pact_v1_registry_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OperatorNameRevocation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OperatorNameRevocation) ProtoMessage() {}
+
+func (x *OperatorNameRevocation) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_registry_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OperatorNameRevocation.ProtoReflect.Descriptor instead.
+func (*OperatorNameRevocation) Descriptor() ([]byte, []int) {
+	return file_pact_v1_registry_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *OperatorNameRevocation) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *OperatorNameRevocation) GetRevokedAtUnixNano() int64 {
+	if x != nil {
+		return x.RevokedAtUnixNano
+	}
+	return 0
+}
+
+func (x *OperatorNameRevocation) GetRevokedBy() string {
+	if x != nil {
+		return x.RevokedBy
+	}
+	return ""
+}
+
 var File_pact_v1_registry_proto protoreflect.FileDescriptor
 
 const file_pact_v1_registry_proto_rawDesc = "" +
@@ -644,7 +1118,7 @@ const file_pact_v1_registry_proto_rawDesc = "" +
 	"\x0fnot_before_unix\x18\x03 \x01(\x03R\rnotBeforeUnix\x12$\n" +
 	"\x0enot_after_unix\x18\x04 \x01(\x03R\fnotAfterUnix\x12#\n" +
 	"\rissuer_serial\x18\x05 \x01(\tR\fissuerSerial\x12\x10\n" +
-	"\x03der\x18\x06 \x01(\fR\x03der\"\xa8\x04\n" +
+	"\x03der\x18\x06 \x01(\fR\x03der\"\xf5\x05\n" +
 	"\x04Node\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
 	"\bhardware\x18\x02 \x01(\v2\x19.pact.v1.HardwareIdentityR\bhardware\x12(\n" +
@@ -660,13 +1134,51 @@ const file_pact_v1_registry_proto_rawDesc = "" +
 	"\x14revoked_at_unix_nano\x18\v \x01(\x03R\x11revokedAtUnixNano\x12\x1d\n" +
 	"\n" +
 	"revoked_by\x18\f \x01(\tR\trevokedBy\x12\x1b\n" +
-	"\tspiffe_id\x18\r \x01(\tR\bspiffeId\"}\n" +
+	"\tspiffe_id\x18\r \x01(\tR\bspiffeId\x12<\n" +
+	"\vcredentials\x18\x8c\x01 \x01(\v2\x19.pact.v1.CredentialPolicyR\vcredentials\x12%\n" +
+	"\x05fence\x18\x8d\x01 \x01(\v2\x0e.pact.v1.FenceR\x05fence\x12(\n" +
+	"\x0freleased_serial\x18\xc8\x01 \x01(\tR\x0ereleasedSerial\x12<\n" +
+	"\fstandby_cert\x18\xb4\x01 \x01(\v2\x18.pact.v1.CertificateInfoR\vstandbyCert\"@\n" +
+	"\x10CredentialPolicy\x12,\n" +
+	"\x12require_join_token\x18\x01 \x01(\bR\x10requireJoinToken\"Q\n" +
+	"\x05Fence\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12 \n" +
+	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
+	"atUnixNano\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\"\xe8\x01\n" +
+	"\tJoinToken\x12\x16\n" +
+	"\x06sha256\x18\x01 \x01(\tR\x06sha256\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12/\n" +
+	"\x14created_at_unix_nano\x18\x03 \x01(\x03R\x11createdAtUnixNano\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x04 \x01(\tR\tcreatedBy\x12/\n" +
+	"\x14expires_at_unix_nano\x18\x05 \x01(\x03R\x11expiresAtUnixNano\x12)\n" +
+	"\x11used_at_unix_nano\x18\x06 \x01(\x03R\x0eusedAtUnixNano\"\xa5\x02\n" +
 	"\fIntermediate\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x16\n" +
 	"\x06serial\x18\x02 \x01(\tR\x06serial\x12\x10\n" +
 	"\x03der\x18\x03 \x01(\fR\x03der\x12$\n" +
-	"\x0enot_after_unix\x18\x04 \x01(\x03R\fnotAfterUnix\"\xfa\x01\n" +
+	"\x0enot_after_unix\x18\x04 \x01(\x03R\fnotAfterUnix\x120\n" +
+	"\x14retired_at_unix_nano\x18\xaa\x01 \x01(\x03R\x11retiredAtUnixNano\x12.\n" +
+	"\x13revoke_at_unix_nano\x18\xab\x01 \x01(\x03R\x10revokeAtUnixNano\x12\x1e\n" +
+	"\n" +
+	"retired_by\x18\xac\x01 \x01(\tR\tretiredBy\x12$\n" +
+	"\rretire_reason\x18\xad\x01 \x01(\tR\fretireReason\"\xd9\x02\n" +
+	"\bOperator\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x16\n" +
+	"\x06serial\x18\x03 \x01(\tR\x06serial\x12&\n" +
+	"\x0fnot_before_unix\x18\x04 \x01(\x03R\rnotBeforeUnix\x12$\n" +
+	"\x0enot_after_unix\x18\x05 \x01(\x03R\fnotAfterUnix\x121\n" +
+	"\x15recorded_at_unix_nano\x18\x06 \x01(\x03R\x12recordedAtUnixNano\x12\x1b\n" +
+	"\tissued_by\x18\a \x01(\tR\bissuedBy\x12/\n" +
+	"\x14revoked_at_unix_nano\x18\b \x01(\x03R\x11revokedAtUnixNano\x12\x1d\n" +
+	"\n" +
+	"revoked_by\x18\t \x01(\tR\trevokedBy\x12\x1f\n" +
+	"\vspki_sha256\x18\n" +
+	" \x01(\tR\n" +
+	"spkiSha256\"\xfa\x01\n" +
 	"\n" +
 	"AuditEntry\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12 \n" +
@@ -683,7 +1195,12 @@ const file_pact_v1_registry_proto_rawDesc = "" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
-	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr*\x8a\x01\n" +
+	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\"|\n" +
+	"\x16OperatorNameRevocation\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
+	"\x14revoked_at_unix_nano\x18\x02 \x01(\x03R\x11revokedAtUnixNano\x12\x1d\n" +
+	"\n" +
+	"revoked_by\x18\x03 \x01(\tR\trevokedBy*\x8a\x01\n" +
 	"\tNodeState\x12\x1a\n" +
 	"\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15NODE_STATE_REGISTERED\x10\x01\x12\x15\n" +
@@ -704,25 +1221,33 @@ func file_pact_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_pact_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_pact_v1_registry_proto_goTypes = []any{
-	(NodeState)(0),           // 0: pact.v1.NodeState
-	(*HardwareIdentity)(nil), // 1: pact.v1.HardwareIdentity
-	(*CertificateInfo)(nil),  // 2: pact.v1.CertificateInfo
-	(*Node)(nil),             // 3: pact.v1.Node
-	(*Intermediate)(nil),     // 4: pact.v1.Intermediate
-	(*AuditEntry)(nil),       // 5: pact.v1.AuditEntry
-	(*JournalInfo)(nil),      // 6: pact.v1.JournalInfo
+	(NodeState)(0),                 // 0: pact.v1.NodeState
+	(*HardwareIdentity)(nil),       // 1: pact.v1.HardwareIdentity
+	(*CertificateInfo)(nil),        // 2: pact.v1.CertificateInfo
+	(*Node)(nil),                   // 3: pact.v1.Node
+	(*CredentialPolicy)(nil),       // 4: pact.v1.CredentialPolicy
+	(*Fence)(nil),                  // 5: pact.v1.Fence
+	(*JoinToken)(nil),              // 6: pact.v1.JoinToken
+	(*Intermediate)(nil),           // 7: pact.v1.Intermediate
+	(*Operator)(nil),               // 8: pact.v1.Operator
+	(*AuditEntry)(nil),             // 9: pact.v1.AuditEntry
+	(*JournalInfo)(nil),            // 10: pact.v1.JournalInfo
+	(*OperatorNameRevocation)(nil), // 11: pact.v1.OperatorNameRevocation
 }
 var file_pact_v1_registry_proto_depIdxs = []int32{
 	1, // 0: pact.v1.Node.hardware:type_name -> pact.v1.HardwareIdentity
 	0, // 1: pact.v1.Node.state:type_name -> pact.v1.NodeState
 	2, // 2: pact.v1.Node.cert:type_name -> pact.v1.CertificateInfo
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	4, // 3: pact.v1.Node.credentials:type_name -> pact.v1.CredentialPolicy
+	5, // 4: pact.v1.Node.fence:type_name -> pact.v1.Fence
+	2, // 5: pact.v1.Node.standby_cert:type_name -> pact.v1.CertificateInfo
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_registry_proto_init() }
@@ -736,7 +1261,7 @@ func file_pact_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_registry_proto_rawDesc), len(file_pact_v1_registry_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
