@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/hwid"
 	"github.com/pact-hpc/pact/internal/logkey"
@@ -52,6 +54,9 @@ func (j *Journal) registerOp(req *pactv1.RegisterNodeRequest) (*pactv1.RegisterN
 	if err != nil {
 		errs = append(errs, err)
 	}
+	if err := hwid.CheckUnicast(id.MACs); err != nil {
+		errs = append(errs, err)
+	}
 	if sid := req.GetSpiffeId(); sid != "" {
 		if err := raftfsm.ValidateSPIFFEID(req.GetNodeId(), sid); err != nil {
 			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidArgument, err))
@@ -62,7 +67,11 @@ func (j *Journal) registerOp(req *pactv1.RegisterNodeRequest) (*pactv1.RegisterN
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return &pactv1.RegisterNodeOp{NodeId: req.GetNodeId(), Hardware: hardwareProto(id), Vcluster: req.GetVcluster(), SpiffeId: req.GetSpiffeId()}, nil
+	op := &pactv1.RegisterNodeOp{NodeId: req.GetNodeId(), Hardware: hardwareProto(id), Vcluster: req.GetVcluster(), SpiffeId: req.GetSpiffeId()}
+	if c := req.GetCredentials(); c != nil && !proto.Equal(c, &pactv1.CredentialPolicy{}) {
+		op.Credentials = c
+	}
+	return op, nil
 }
 
 // spiffeTrustDomain is the SPIRE trust domain whose SPIFFE IDs map to nodes:
@@ -83,8 +92,15 @@ func (s *adminServer) RegisterNode(ctx context.Context, req *pactv1.RegisterNode
 	if err != nil {
 		return nil, err
 	}
+	if n, ok := s.j.registered(ctx, op); ok {
+		return &pactv1.RegisterNodeResponse{Node: s.j.view(n), Exists: true}, nil
+	}
 	res, err := s.j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_RegisterNode{RegisterNode: op}})
 	if err != nil {
+		if errors.Is(err, raftfsm.ErrNodeAlreadyEnrolled) && res != nil && sameRegistration(res.Node, op) {
+			// Registered concurrently with exactly this: the same answer.
+			return &pactv1.RegisterNodeResponse{Node: s.j.view(res.Node), Exists: true}, nil
+		}
 		return nil, err
 	}
 	s.j.log.Info("node registered", logkey.NodeID, req.GetNodeId(), logkey.Actor, p.id.Name, logkey.MACs, op.GetHardware().GetMacs(), "spiffe_id", op.GetSpiffeId())
@@ -100,6 +116,10 @@ func (s *adminServer) RegisterNodes(ctx context.Context, req *pactv1.RegisterNod
 		return nil, fmt.Errorf("%w: %d rows in one call (at most %d)", ErrInvalidArgument, len(rows), MaxBatch)
 	}
 	results := make([]*pactv1.RegisterNodeResult, len(rows))
+	// One read confirmed by the leader makes this journal's copy current,
+	// so rows already registered exactly so are answered without a Raft
+	// write: re-running a file writes nothing for them.
+	current := s.j.linearizableRead(ctx) == nil
 	sem := make(chan struct{}, 64)
 	var wg sync.WaitGroup
 	for i, row := range rows {
@@ -107,6 +127,10 @@ func (s *adminServer) RegisterNodes(ctx context.Context, req *pactv1.RegisterNod
 		op, err := s.j.registerOp(row)
 		if err != nil {
 			s.j.setResult(results[i], err)
+			continue
+		}
+		if n, ok := s.j.fsm.Node(op.GetNodeId()); current && ok && n.GetState() != pactv1.NodeState_NODE_STATE_REVOKED && sameRegistration(n, op) {
+			results[i].Outcome = pactv1.RegisterOutcome_REGISTER_OUTCOME_EXISTS
 			continue
 		}
 		wg.Add(1)
@@ -136,10 +160,72 @@ func (j *Journal) setResult(r *pactv1.RegisterNodeResult, err error) {
 	r.Reason, r.Message = string(pe.Reason), pe.Message
 }
 
+// UpdateNode replaces the hardware identifiers the request sets, after a
+// linearizable read so the merge starts from the latest record; the state
+// machine re-checks uniqueness and the node's state.
+func (s *adminServer) UpdateNode(ctx context.Context, req *pactv1.UpdateNodeRequest) (*pactv1.UpdateNodeResponse, error) {
+	j := s.j
+	p := principalFrom(ctx)
+	if err := pki.ValidateName("node id", req.GetNodeId()); err != nil {
+		return nil, err
+	}
+	if len(req.GetMacs()) == 0 && req.BmcSerial == nil && req.TpmEkHash == nil {
+		return nil, fmt.Errorf("%w: nothing to update: set macs, bmc_serial or tpm_ek_hash", ErrInvalidArgument)
+	}
+	if err := j.linearizableRead(ctx); err != nil {
+		return nil, err
+	}
+	n, err := j.node(req.GetNodeId())
+	if err != nil {
+		return nil, err
+	}
+	macs, bmc, ek := n.GetHardware().GetMacs(), n.GetHardware().GetBmcSerial(), n.GetHardware().GetTpmEkHash()
+	if len(req.GetMacs()) > 0 {
+		macs = req.GetMacs()
+	}
+	if req.BmcSerial != nil {
+		bmc = req.GetBmcSerial()
+	}
+	if req.TpmEkHash != nil {
+		ek = req.GetTpmEkHash()
+	}
+	id, err := hwid.Normalize(macs, bmc, ek)
+	if err == nil {
+		err = hwid.CheckUnicast(id.MACs)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_UpdateNode{UpdateNode: &pactv1.UpdateNodeOp{NodeId: req.GetNodeId(), Hardware: hardwareProto(id)}}})
+	if err != nil {
+		return nil, err
+	}
+	if !res.Idempotent {
+		j.log.Info("node updated", logkey.NodeID, req.GetNodeId(), logkey.Actor, p.id.Name, logkey.MACs, id.MACs)
+	}
+	return &pactv1.UpdateNodeResponse{Node: j.view(res.Node), Unchanged: res.Idempotent}, nil
+}
+
+// registered returns the node op would register when it already exists
+// exactly so, read after the leader confirmed this journal's copy is
+// current. On any doubt (no leader to confirm) it says no, and the write
+// goes ahead to the state machine, which gives the final answer.
+func (j *Journal) registered(ctx context.Context, op *pactv1.RegisterNodeOp) (*pactv1.Node, bool) {
+	if err := j.linearizableRead(ctx); err != nil {
+		return nil, false
+	}
+	n, ok := j.fsm.Node(op.GetNodeId())
+	if !ok || n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED || !sameRegistration(n, op) {
+		return nil, false
+	}
+	return n, true
+}
+
 // sameRegistration reports whether an existing record is exactly what op
 // would register (so a re-run reports "exists", not an error).
 func sameRegistration(n *pactv1.Node, op *pactv1.RegisterNodeOp) bool {
-	if n == nil || n.GetVcluster() != op.GetVcluster() || n.GetSpiffeId() != op.GetSpiffeId() {
+	if n == nil || n.GetVcluster() != op.GetVcluster() || n.GetSpiffeId() != op.GetSpiffeId() ||
+		!proto.Equal(n.GetCredentials(), op.GetCredentials()) {
 		return false
 	}
 	a, b := n.GetHardware(), op.GetHardware()
@@ -158,7 +244,24 @@ func (s *adminServer) ListNodes(_ context.Context, req *pactv1.ListNodesRequest)
 	if v := req.GetVcluster(); v != "" && req.GetUnassigned() {
 		return nil, fmt.Errorf("%w: --vcluster and --unassigned exclude each other", ErrInvalidArgument)
 	}
-	nodes := s.j.fsm.Nodes(raftfsm.Filter{State: req.GetState(), VCluster: req.GetVcluster(), Unassigned: req.GetUnassigned()})
+	fl := raftfsm.Filter{State: req.GetState(), VCluster: req.GetVcluster(), Unassigned: req.GetUnassigned()}
+	var errs []error
+	if m := req.GetMac(); m != "" {
+		var err error
+		if fl.MAC, err = hwid.NormalizeMAC(m); err != nil {
+			errs = append(errs, fmt.Errorf("%w: mac: %w", ErrInvalidArgument, err))
+		}
+	}
+	if b := req.GetBmcSerial(); b != "" {
+		var err error
+		if fl.BMCSerial, err = hwid.NormalizeBMCSerial(b); err != nil {
+			errs = append(errs, fmt.Errorf("%w: bmc serial: %w", ErrInvalidArgument, err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	nodes := s.j.fsm.Nodes(fl)
 	out := make([]*pactv1.Node, len(nodes))
 	for i, n := range nodes {
 		out[i] = s.j.view(n)
@@ -190,14 +293,20 @@ func (j *Journal) node(id string) (*pactv1.Node, error) {
 func (s *adminServer) DecommissionNode(ctx context.Context, req *pactv1.DecommissionNodeRequest) (*pactv1.DecommissionNodeResponse, error) {
 	j := s.j
 	p := principalFrom(ctx)
-	n, err := j.node(req.GetNodeId())
+	var n *pactv1.Node
+	err := j.confirmFinal(ctx, func() (err error) {
+		if n, err = j.node(req.GetNodeId()); err != nil {
+			return err
+		}
+		if !req.GetForce() {
+			if streaming, ago := j.streaming(n); streaming {
+				return fmt.Errorf("%w: node %s is running (stream seen %s ago); decommissioning cuts it off: re-run with --force", errNodeStreaming, n.GetNodeId(), ago.Round(time.Second))
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	if !req.GetForce() {
-		if streaming, ago := j.streaming(n); streaming {
-			return nil, fmt.Errorf("%w: node %s is running (stream seen %s ago); decommissioning cuts it off: re-run with --force", errNodeStreaming, n.GetNodeId(), ago.Round(time.Second))
-		}
 	}
 	res, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_Decommission{Decommission: &pactv1.DecommissionOp{NodeId: n.GetNodeId()}}})
 	if err != nil {
@@ -260,26 +369,33 @@ func (j *Journal) setVCluster(ctx context.Context, nodeID, to string, fromOK fun
 			return nil, "", err
 		}
 	}
-	n, err := j.node(nodeID)
-	if err != nil {
-		return nil, "", err
-	}
-	from := n.GetVcluster()
-	if own := opsVCluster(p.role); own != "" {
-		// pact-ops-V may only move nodes into and out of V: every vCluster
-		// the change touches must be V. Checked first, so a role learns
-		// nothing about nodes outside its vCluster.
-		for _, v := range []string{from, to} {
-			if v != "" && v != own {
-				return nil, "", fmt.Errorf("%w: role %s may only move nodes into and out of %s; %s touches %s", ErrPermission, p.role, own, nodeID, v)
+	var from string
+	err := j.confirmFinal(ctx, func() error {
+		n, err := j.node(nodeID)
+		if err != nil {
+			return err
+		}
+		from = n.GetVcluster()
+		if own := opsVCluster(p.role); own != "" {
+			// pact-ops-V may only move nodes into and out of V: every
+			// vCluster the change touches must be V. Checked first, so a
+			// role learns nothing about nodes outside its vCluster.
+			for _, v := range []string{from, to} {
+				if v != "" && v != own {
+					return fmt.Errorf("%w: role %s may only move nodes into and out of %s; %s touches %s", ErrPermission, p.role, own, nodeID, v)
+				}
 			}
 		}
-	}
-	if fromOK != nil && !fromOK(from) {
-		if from == "" {
-			return nil, "", fmt.Errorf("%w: %s is in maintenance (no vCluster); use assign", errVCluster, nodeID)
+		if fromOK != nil && !fromOK(from) {
+			if from == "" {
+				return fmt.Errorf("%w: %s is in maintenance (no vCluster); use assign", errVCluster, nodeID)
+			}
+			return fmt.Errorf("%w: %s is already in %s; use move", errVCluster, nodeID, from)
 		}
-		return nil, "", fmt.Errorf("%w: %s is already in %s; use move", errVCluster, nodeID, from)
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
 	}
 	res, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_Assign{Assign: &pactv1.AssignOp{
 		NodeId: nodeID, Vcluster: to, ExpectVcluster: from,
@@ -324,15 +440,24 @@ func (j *Journal) view(n *pactv1.Node) *pactv1.Node {
 		RevokedAtUnixNano:    n.GetRevokedAtUnixNano(),
 		RevokedBy:            n.GetRevokedBy(),
 		SpiffeId:             n.GetSpiffeId(),
+		Credentials:          n.GetCredentials(),
+		Fence:                n.GetFence(),
 	}
-	if c := n.GetCert(); c != nil {
-		out.Cert = &pactv1.CertificateInfo{
-			Serial:        c.GetSerial(),
-			SpkiSha256:    c.GetSpkiSha256(),
-			NotBeforeUnix: c.GetNotBeforeUnix(),
-			NotAfterUnix:  c.GetNotAfterUnix(),
-			IssuerSerial:  c.GetIssuerSerial(),
-		}
-	}
+	out.Cert = certSummary(n.GetCert())
+	out.StandbyCert = certSummary(n.GetStandbyCert())
 	return out
+}
+
+// certSummary is a certificate's record without its DER, or nil.
+func certSummary(c *pactv1.CertificateInfo) *pactv1.CertificateInfo {
+	if c == nil {
+		return nil
+	}
+	return &pactv1.CertificateInfo{
+		Serial:        c.GetSerial(),
+		SpkiSha256:    c.GetSpkiSha256(),
+		NotBeforeUnix: c.GetNotBeforeUnix(),
+		NotAfterUnix:  c.GetNotAfterUnix(),
+		IssuerSerial:  c.GetIssuerSerial(),
+	}
 }

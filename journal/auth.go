@@ -8,12 +8,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
+	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
 )
 
 // principal is an authenticated caller.
@@ -67,13 +70,16 @@ func opsVCluster(role string) string {
 }
 
 var policies = map[string]policy{
-	pactv1.EnrollmentService_Enroll_FullMethodName:      {public: true},
-	pactv1.EnrollmentService_RenewCert_FullMethodName:   {agent: true},
-	pactv1.EnrollmentService_Subscribe_FullMethodName:   {agent: true},
-	pactv1.EnrollmentService_Ping_FullMethodName:        {agent: true},
-	pactv1.AdminService_RegisterNode_FullMethodName:     {admin: platformAdmin},
-	pactv1.AdminService_RegisterNodes_FullMethodName:    {admin: platformAdmin},
-	pactv1.AdminService_DecommissionNode_FullMethodName: {admin: platformAdmin},
+	pactv1.EnrollmentService_Enroll_FullMethodName:       {public: true},
+	pactv1.EnrollmentService_RenewCert_FullMethodName:    {agent: true},
+	pactv1.EnrollmentService_Subscribe_FullMethodName:    {agent: true},
+	pactv1.EnrollmentService_Ping_FullMethodName:         {agent: true},
+	pactv1.EnrollmentService_IssueStandby_FullMethodName: {agent: true},
+	pactv1.EnrollmentService_Release_FullMethodName:      {agent: true},
+	pactv1.AdminService_RegisterNode_FullMethodName:      {admin: platformAdmin},
+	pactv1.AdminService_RegisterNodes_FullMethodName:     {admin: platformAdmin},
+	pactv1.AdminService_DecommissionNode_FullMethodName:  {admin: platformAdmin},
+	pactv1.AdminService_UpdateNode_FullMethodName:        {admin: platformAdmin},
 	// The vCluster rules for pact-ops roles are checked in the handlers,
 	// against the node's current assignment.
 	pactv1.AdminService_AssignNode_FullMethodName:         {admin: assigner},
@@ -85,15 +91,33 @@ var policies = map[string]policy{
 	pactv1.AdminService_JournalStatus_FullMethodName:      {admin: anyRole},
 	pactv1.AdminService_AddJournal_FullMethodName:         {admin: platformAdmin},
 	pactv1.AdminService_RemoveJournal_FullMethodName:      {admin: platformAdmin},
+	pactv1.AdminService_CreateJoinToken_FullMethodName:    {admin: platformAdmin},
+	pactv1.AdminService_ListJoinTokens_FullMethodName:     {admin: anyRole},
+	pactv1.AdminService_RevokeJoinTokens_FullMethodName:   {admin: platformAdmin},
+	pactv1.AdminService_FenceNode_FullMethodName:          {admin: platformAdmin},
+	pactv1.AdminService_UnfenceNode_FullMethodName:        {admin: platformAdmin},
+	pactv1.AdminService_SaveSnapshot_FullMethodName:       {admin: platformAdmin},
 	pactv1.JournalPeerService_Propose_FullMethodName:      {peer: true},
 	pactv1.JournalPeerService_ReadIndex_FullMethodName:    {peer: true},
 	pactv1.JournalPeerService_MemberStatus_FullMethodName: {peer: true},
+
+	// Any operator may renew its own credential; the handler checks that
+	// only a platform-admin issues for another name or role.
+	pactv1.AdminService_IssueOperator_FullMethodName:      {admin: anyRole},
+	pactv1.AdminService_ListOperators_FullMethodName:      {admin: anyRole},
+	pactv1.AdminService_RevokeOperator_FullMethodName:     {admin: platformAdmin},
+	pactv1.AdminService_RetireIntermediate_FullMethodName: {admin: platformAdmin},
+	pactv1.AdminService_ListIntermediates_FullMethodName:  {admin: anyRole},
 }
 
 func (j *Journal) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	ctx = withCorrelation(ctx)
+	if err := j.serving(info.FullMethod); err != nil {
+		return nil, toStatus(err)
+	}
 	p, err := j.authenticate(ctx, info.FullMethod)
 	if err != nil {
+		j.authRefused(ctx, info.FullMethod, err)
 		return nil, toStatus(err)
 	}
 	if p != nil {
@@ -110,11 +134,32 @@ type authedStream struct {
 
 func (s *authedStream) Context() context.Context { return s.ctx }
 
+// RecvMsg answers a request that does not decode with INVALID_ARGUMENT
+// (decode.go).
+func (s *authedStream) RecvMsg(m any) error { return decoded(s.ServerStream.RecvMsg(m), m) }
+
 func (j *Journal) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx := withCorrelation(ss.Context())
+	if err := j.serving(info.FullMethod); err != nil {
+		return toStatus(err)
+	}
 	p, err := j.authenticate(ctx, info.FullMethod)
 	if err != nil {
+		j.authRefused(ctx, info.FullMethod, err)
 		return toStatus(err)
+	}
+	if p != nil && p.id.Kind != pki.KindJournal {
+		// Bound the streams per certificate before the handler spends a
+		// goroutine's lifetime, a timer and a registry subscription on it.
+		// Journals of the quorum are exempt: they are few, trusted, and a
+		// peer protocol may well multiplex many streams.
+		serial := pki.SerialHex(p.leaf.SerialNumber)
+		release, err := j.streams.acquire(serial+"|"+pki.SPKIFingerprint(p.leaf), p.id.Kind+" certificate "+serial)
+		if err != nil {
+			j.metrics.streamsRefused.Inc()
+			return toStatus(err)
+		}
+		defer release()
 	}
 	if p != nil {
 		ctx = context.WithValue(ctx, principalKey{}, p)
@@ -157,6 +202,9 @@ func (j *Journal) authenticate(ctx context.Context, method string) (*principal, 
 	verr := noIdentity
 	if pactID {
 		verr = j.verifyClient(leaf, id)
+	} else if sid, err := x509svid.IDFromCert(leaf); err == nil && sid.TrustDomain().Name() != j.ca.Domain() && j.spire == nil {
+		verr = fmt.Errorf("%w: %w: SPIFFE ID %s is of trust domain %s; this journal accepts domain %s only and trusts no SPIRE bundle (--spire-bundle or --spire-socket)",
+			ErrUnauthenticated, errForeignTrustDomain, sid, sid.TrustDomain().Name(), j.ca.Domain())
 	}
 	if verr != nil {
 		if j.spire == nil {
@@ -176,20 +224,12 @@ func (j *Journal) authenticate(ctx context.Context, method string) (*principal, 
 		if id.Kind != pki.KindAgent {
 			return nil, fmt.Errorf("%w: %s is for node agents; a %s credential cannot call it", ErrPermission, method, id.Kind)
 		}
-		if err := j.checkBinding(p); err != nil {
-			if errors.Is(err, errNodeRevoked) || j.IsLeader() {
-				return nil, err
-			}
-			// This journal's copy may lag a renewal or enrollment committed
-			// through another journal: catch up before refusing the caller's
-			// certificate as stale. Cut off from the leader, say so rather
-			// than call a current certificate stale.
-			if rerr := j.linearizableRead(ctx); rerr != nil {
-				return nil, rerr
-			}
-			if err := j.checkBinding(p); err != nil {
-				return nil, err
-			}
+		// This journal's copy may lag a renewal or enrollment committed
+		// through another journal: a refusal stands only once the leader
+		// has confirmed it; cut off from the leader, say so rather than
+		// call a current certificate stale.
+		if err := j.confirmFinal(ctx, func() error { return j.checkBinding(p) }); err != nil {
+			return nil, err
 		}
 	case pol.admin != nil:
 		if id.Kind != pki.KindAdmin {
@@ -200,6 +240,11 @@ func (j *Journal) authenticate(ctx context.Context, method string) (*principal, 
 		}
 		if !pol.admin(p.role) {
 			return nil, fmt.Errorf("%w: role %q may not call %s", ErrPermission, p.role, shortMethod(method))
+		}
+		// After the role: a call refused for its role writes nothing,
+		// not even the first-use record.
+		if err := j.checkOperator(ctx, p, method); err != nil {
+			return nil, err
 		}
 	}
 	return p, nil
@@ -213,19 +258,26 @@ func (j *Journal) authenticate(ctx context.Context, method string) (*principal, 
 func (j *Journal) authenticateSVID(ctx context.Context, pol policy, method string, chain []*x509.Certificate, pactKind string, verr error) (*principal, error) {
 	p, err := j.svidPrincipal(ctx, chain)
 	pactID := pactKind != ""
+	// When the SPIRE trust domain is the pact domain, agent certificates and
+	// SVIDs share the ID form; the subject tells one the journal signed.
+	journalSigned := hasPactSubject(chain[0])
 	switch {
+	case errors.Is(err, errForeignTrustDomain) && !pactID:
+		return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	case errors.Is(err, errNotSVID) && !pactID:
 		return nil, fmt.Errorf("%w: client certificate names no identity in domain %s nor in SPIRE trust domain %s", ErrUnauthenticated, j.ca.Domain(), j.spire.td.Name())
-	case errors.Is(err, errNotSVID):
+	case errors.Is(err, errNotSVID), errors.Is(err, errForeignTrustDomain):
 		return nil, verr
 	case pactKind != "" && pactKind != pki.KindAgent && errors.Is(err, errSVIDUntrusted):
 		return nil, verr // an operator's or a journal's certificate
-	case pactID && errors.Is(err, errNoSPIREBundle):
+	case pactID && journalSigned && errors.Is(err, errNoSPIREBundle):
 		return nil, fmt.Errorf("%w: client certificate does not chain to a live journal intermediate of domain %s, and no SPIRE trust bundle for %s is loaded yet (is this journal's SPIRE agent up?)", ErrUnauthenticated, j.ca.Domain(), j.spire.td.Name())
-	case pactID && errors.Is(err, errSVIDUntrusted):
-		// When the SPIRE trust domain is the pact domain, agent
-		// certificates and SVIDs share the ID form: say both failed.
+	case pactID && journalSigned && errors.Is(err, errSVIDUntrusted):
 		return nil, fmt.Errorf("%w: client certificate chains neither to a live journal intermediate of domain %s nor to the SPIRE trust bundle of %s (expired, revoked or foreign); re-enroll", ErrUnauthenticated, j.ca.Domain(), j.spire.td.Name())
+	case pactID && errors.Is(err, errSVIDUntrusted):
+		// An SVID in the pact ID form that neither the journal nor the
+		// SPIRE bundle signed: name the SPIRE side.
+		return nil, err
 	case err != nil && pactID && errors.Is(verr, ErrUnauthenticated) && errors.Is(err, ErrUnauthenticated):
 		return nil, verr // both say expired (or not yet valid)
 	case err != nil:
@@ -257,7 +309,7 @@ func (j *Journal) verifyClient(leaf *x509.Certificate, id pki.Identity) error {
 		case errors.As(err, &inv) && inv.Reason == x509.Expired && now.After(leaf.NotAfter):
 			return fmt.Errorf("%w: client certificate %s expired at %s", ErrUnauthenticated, pki.SerialHex(leaf.SerialNumber), leaf.NotAfter.UTC().Format(time.RFC3339))
 		case errors.As(err, &inv) && inv.Reason == x509.Expired:
-			return fmt.Errorf("%w: client certificate not valid before %s (check the clocks)", ErrUnauthenticated, leaf.NotBefore.UTC().Format(time.RFC3339))
+			return fmt.Errorf("%w: %w: client certificate not valid before %s, the journal's clock reads %s (check the clocks)", ErrUnauthenticated, errNotYetValid, leaf.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 		case id.Kind == pki.KindAgent:
 			return fmt.Errorf("%w: client certificate does not chain to a trusted journal intermediate of this domain (expired, revoked or foreign); re-enroll", ErrUnauthenticated)
 		default:
@@ -278,13 +330,87 @@ func (j *Journal) checkBinding(p *principal) error {
 	if !ok {
 		return fmt.Errorf("%w: node %s is not in the registry", ErrPermission, p.id.Name)
 	}
+	if n.GetState() != pactv1.NodeState_NODE_STATE_REVOKED && n.GetFence() != nil {
+		return fencedError(p.id.Name)
+	}
 	if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED || j.fsm.IsRevoked(p.serial) {
 		return fmt.Errorf("%w: node %s was decommissioned", errNodeRevoked, p.id.Name)
 	}
-	if n.GetCert().GetSerial() != p.serial || n.GetCert().GetSpkiSha256() != p.spki {
-		return fmt.Errorf("%w: certificate %s is not the current certificate of node %s", errStale, p.serial, p.id.Name)
+	if cur := n.GetCert(); cur.GetSerial() == p.serial && cur.GetSpkiSha256() == p.spki {
+		return nil
 	}
-	return nil
+	if sb := n.GetStandbyCert(); sb.GetSerial() == p.serial && sb.GetSpkiSha256() == p.spki {
+		// The standby a SPIRE node holds for when SPIRE stops serving it;
+		// its first stream makes it current (Subscribe).
+		return nil
+	}
+	return fmt.Errorf("%w: certificate %s is not the current certificate of node %s (it was replaced); the agent must use its newer certificate or enroll again", errStale, p.serial, p.id.Name)
+}
+
+// errNotYetValid: a client certificate whose not_before is ahead of the
+// journal's clock; one of the two clocks is wrong. It comes with
+// ErrUnauthenticated.
+var errNotYetValid = errors.New("journal: certificate not valid yet")
+
+// hasPactSubject reports whether cert carries the subject a journal gives
+// the certificates it signs (pact-service-agent/{node}@{domain}), which
+// SPIRE's SVIDs do not. It trusts nothing: it only tells the two ID forms
+// apart in an error message and its reason.
+func hasPactSubject(cert *x509.Certificate) bool {
+	id, err := pki.IdentityOf(cert)
+	return err == nil && cert.Subject.CommonName == id.CommonName()
+}
+
+// checkOperator refuses a revoked operator credential, on every call. A
+// credential the registry does not know yet (signed offline with the root:
+// pact-journal admin issue, or a --dev bootstrap credential from before
+// operators were recorded) is recorded now, at its first use; the FSM
+// refuses it there if its name was revoked after it was made.
+//
+// A revocation is final wherever it is seen, so refusing from this
+// journal's copy is safe; a copy that lags a revocation committed a moment
+// ago admits the credential for that moment, as it would a node's.
+func (j *Journal) checkOperator(ctx context.Context, p *principal, method string) error {
+	st, why := j.fsm.CheckOperator(p.id.Name, p.serial, p.leaf.NotBefore.Unix())
+	switch st {
+	case raftfsm.OperatorRevoked:
+		return fmt.Errorf("%w: %s; ask a platform-admin for a new credential (pact admin issue)", raftfsm.ErrOperatorRevoked, why)
+	case raftfsm.OperatorRecorded:
+		return nil
+	}
+	_, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_RecordOperator{RecordOperator: &pactv1.RecordOperatorOp{
+		Operator: operatorRecord(p.leaf, p.id.Name, p.role, raftfsm.IssuedAtFirstUse),
+	}}})
+	if err != nil && errors.Is(err, ErrNoLeader) && method == pactv1.AdminService_JournalStatus_FullMethodName {
+		// Status is how an operator (or a monitoring probe) diagnoses a
+		// quorum that lost its leader: refusing it then, because the
+		// first-use record needs a leader, would hide the outage behind
+		// NO_LEADER. The credential passed every local check (its serial
+		// and name are not revoked here); the record is written at its
+		// next call with a leader.
+		j.log.Warn("operator credential not recorded (no leader); serving the status call", logkey.Actor, p.id.Name, logkey.Serial, p.serial)
+		return nil
+	}
+	if err != nil && !errors.Is(err, raftfsm.ErrOperatorRevoked) {
+		return fmt.Errorf("journal: recording operator credential %s of %s at its first use: %w", p.serial, p.id.Name, err)
+	}
+	if err == nil {
+		j.log.Info("operator credential recorded at first use", logkey.Actor, p.id.Name, logkey.Serial, p.serial, "role", p.role)
+	}
+	return err
+}
+
+// operatorRecord is what the registry keeps of an operator certificate.
+func operatorRecord(cert *x509.Certificate, name, role, issuedBy string) *pactv1.Operator {
+	return &pactv1.Operator{
+		Name:          name,
+		Role:          role,
+		Serial:        pki.SerialHex(cert.SerialNumber),
+		NotBeforeUnix: cert.NotBefore.Unix(),
+		NotAfterUnix:  cert.NotAfter.Unix(),
+		IssuedBy:      issuedBy,
+		SpkiSha256:    pki.SPKIFingerprint(cert),
+	}
 }
 
 func shortMethod(full string) string {

@@ -26,13 +26,20 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/google/go-tpm/tpm2"
+
+	agenttpm "github.com/pact-hpc/pact/agent/tpm"
+	"github.com/pact-hpc/pact/cli"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/swtpmtest"
+	"github.com/pact-hpc/pact/internal/tpmattest"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -330,9 +337,11 @@ func TestRenewRefusals(t *testing.T) {
 		{"revoked certificate", &revoked.cert, revoked.serial, codes.PermissionDenied, apierr.NodeRevoked},
 		{"no client certificate", nil, a.serial, codes.Unauthenticated, apierr.Unauthenticated},
 		{"operator certificate", &operator, a.serial, codes.PermissionDenied, apierr.PermissionDenied},
-		{"agent certificate from a foreign CA", &foreignAgent, a.serial, codes.Unauthenticated, apierr.Unauthenticated},
-		{"operator certificate from a foreign CA", &foreignAdmin, a.serial, codes.Unauthenticated, apierr.Unauthenticated},
-		{"self-signed certificate naming the node", &selfSigned, a.serial, codes.Unauthenticated, apierr.Unauthenticated},
+		// A chain to another root fails the TLS handshake itself: the
+		// client sees Unavailable, with no pact reason.
+		{"agent certificate from a foreign CA", &foreignAgent, a.serial, codes.Unavailable, ""},
+		{"operator certificate from a foreign CA", &foreignAdmin, a.serial, codes.Unavailable, ""},
+		{"self-signed certificate naming the node", &selfSigned, a.serial, codes.Unavailable, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -340,6 +349,11 @@ func TestRenewRefusals(t *testing.T) {
 			c := pactv1.NewEnrollmentServiceClient(e.h.Dial(t, tt.cert))
 			resp, err := c.RenewCert(callCtx(t), &pactv1.RenewCertRequest{CurrentSerial: tt.serial, CsrDer: journaltest.NewKey(t).CSR})
 			e.refused(t, before, resp, err, tt.code, tt.reason)
+			if tt.code == codes.Unavailable && !strings.Contains(fmt.Sprint(err), "bad certificate") {
+				// The refusal reaches the client as the TLS alert, not as
+				// a reset that would read like a journal that is down.
+				t.Errorf("handshake refusal reads %v, want the bad_certificate alert", err)
+			}
 			if tt.reason == apierr.InvalidArgument {
 				return // the stream takes no serial
 			}
@@ -455,7 +469,7 @@ func selfSignedAgent(t testing.TB, node string) tls.Certificate {
 // from the service descriptors, so an RPC added later is covered too.
 
 // readRPCs are the admin RPCs every operator role may call.
-var readRPCs = map[protoreflect.Name]bool{"ListNodes": true, "InspectNode": true, "ListAudit": true, "JournalStatus": true}
+var readRPCs = map[protoreflect.Name]bool{"ListNodes": true, "InspectNode": true, "ListAudit": true, "JournalStatus": true, "ListOperators": true, "ListIntermediates": true, "ListJoinTokens": true}
 
 // rpcRequests are requests that would change the registry if they got
 // through; RPCs not listed get an empty request.
@@ -472,7 +486,15 @@ func rpcRequests() map[protoreflect.Name]proto.Message {
 		"MoveNode":         &pactv1.MoveNodeRequest{NodeId: "n1", ToVcluster: "vc2"},
 		"ListAudit":        &pactv1.ListAuditRequest{},
 		"AddJournal":       &pactv1.AddJournalRequest{JournalId: "j9", RaftAddr: "127.0.0.1:1"},
-		"RemoveJournal":    &pactv1.RemoveJournalRequest{JournalId: "j1"},
+		// Another operator's credential: only a platform-admin issues one.
+		"IssueOperator":      &pactv1.IssueOperatorRequest{Name: "mallory", Role: "platform-admin", CsrDer: operatorCSR()},
+		"RevokeOperator":     &pactv1.RevokeOperatorRequest{NameOrSerial: "admin"},
+		"RetireIntermediate": &pactv1.RetireIntermediateRequest{Targets: []string{"j1"}, Now: true},
+		"RemoveJournal":      &pactv1.RemoveJournalRequest{JournalId: "j1"},
+		"CreateJoinToken":    &pactv1.CreateJoinTokenRequest{NodeId: "n1"},
+		"RevokeJoinTokens":   &pactv1.RevokeJoinTokensRequest{NodeId: "n1"},
+		"FenceNode":          &pactv1.FenceNodeRequest{NodeId: "n1", Reason: "test"},
+		"UnfenceNode":        &pactv1.UnfenceNodeRequest{NodeId: "n1"},
 	}
 }
 
@@ -487,7 +509,7 @@ func rpcs(t testing.TB, service protoreflect.FullName) []protoreflect.MethodDesc
 	var out []protoreflect.MethodDescriptor
 	for i := range ms.Len() {
 		m := ms.Get(i)
-		if m.IsStreamingClient() || m.IsStreamingServer() {
+		if m.IsStreamingClient() || (m.IsStreamingServer() && m.Name() != "SaveSnapshot") {
 			t.Fatalf("%s is a stream; extend this test", m.FullName())
 		}
 		out = append(out, m)
@@ -511,6 +533,21 @@ func (e *env) invoke(t testing.TB, cert *tls.Certificate, m protoreflect.MethodD
 		req = newMessage(t, m.Input())
 	}
 	method := fmt.Sprintf("/%s/%s", m.Parent().FullName(), m.Name())
+	if m.IsStreamingServer() {
+		// A server stream (SaveSnapshot): the refusal comes with the first
+		// message.
+		s, err := e.h.Dial(t, cert).NewStream(callCtx(t), &grpc.StreamDesc{ServerStreams: true}, method)
+		if err != nil {
+			return err
+		}
+		if err := s.SendMsg(req); err != nil {
+			return err
+		}
+		if err := s.CloseSend(); err != nil {
+			return err
+		}
+		return s.RecvMsg(newMessage(t, m.Output()))
+	}
 	return e.h.Dial(t, cert).Invoke(callCtx(t), method, req, newMessage(t, m.Output()))
 }
 
@@ -525,6 +562,14 @@ func credEnv(t *testing.T) (*env, map[string]*tls.Certificate) {
 	e.registerIn(t, "in2", "vc2", "", mac(0x902))
 	viewer := e.h.IssueAdmin(t, "val", "viewer")
 	ops := e.h.IssueAdmin(t, "otto", "pact-ops-vc1")
+	// Credentials signed offline are recorded at their first call; make
+	// that call here, so the refusals below are measured against a
+	// registry that no longer changes.
+	for _, c := range []*tls.Certificate{&viewer, &ops} {
+		if _, err := pactv1.NewAdminServiceClient(e.h.Dial(t, c)).ListNodes(callCtx(t), &pactv1.ListNodesRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return e, map[string]*tls.Certificate{"agent": &a.cert, "viewer": &viewer, "pact-ops-vc1": &ops, "platform-admin": &e.h.Admin}
 }
 
@@ -680,4 +725,407 @@ func TestOpenStreamEndsWhenItsCertificateExpires(t *testing.T) {
 	e.tick(t, 2*e.cfg.StreamRecheckInterval+time.Minute)
 	_, _, err := w.end(t)
 	wantErr(t, err, codes.Unauthenticated, apierr.Unauthenticated)
+}
+
+// tpmNode is a node registered with the EK hash of a real software TPM,
+// and that TPM, ready to attest.
+type tpmNode struct {
+	id, bmc, mac string
+	att          *agenttpm.Attestor
+	key          journaltest.Key
+}
+
+func newTPMNode(t *testing.T, e *env, id, bmc, mac string) *tpmNode {
+	t.Helper()
+	att := startAttestor(t)
+	h := hw(bmc, mac)
+	h.TpmEkHash = att.EKHash()
+	if _, err := e.admin.RegisterNode(callCtx(t), &pactv1.RegisterNodeRequest{NodeId: id, Hardware: h}); err != nil {
+		t.Fatal(err)
+	}
+	return &tpmNode{id: id, bmc: bmc, mac: mac, att: att, key: journaltest.NewKey(t)}
+}
+
+// startAttestor starts a fresh software TPM and makes an AK in it.
+func startAttestor(t *testing.T) *agenttpm.Attestor {
+	t.Helper()
+	sw := swtpmtest.Start(t)
+	tr, err := agenttpm.Open(sw.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	att, err := agenttpm.NewAttestor(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { att.Close() })
+	return att
+}
+
+// request is round one as pact-agent sends it.
+func (n *tpmNode) request() *pactv1.EnrollRequest {
+	h := hw(n.bmc, n.mac)
+	h.TpmEkHash = n.att.EKHash()
+	return &pactv1.EnrollRequest{Hardware: h, CsrDer: n.key.CSR, Credentials: &pactv1.EnrollCredentials{Tpm: &pactv1.TpmAttestation{EkPublic: n.att.EKPublic(), AkPublic: n.att.AKPublic()}}}
+}
+
+func (e *env) enrollReq(t testing.TB, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, error) {
+	t.Helper()
+	return pactv1.NewEnrollmentServiceClient(e.h.Dial(t, nil)).Enroll(callCtx(t), req)
+}
+
+// challenge runs round one and returns the challenge.
+func (n *tpmNode) challenge(t *testing.T, e *env) *pactv1.TpmChallenge {
+	t.Helper()
+	before := e.h.J.CommitIndex()
+	resp, err := e.enrollReq(t, n.request())
+	if err != nil {
+		t.Fatalf("round one: %v", err)
+	}
+	if resp.GetTpmChallenge() == nil || len(resp.GetCertChainDer()) > 0 {
+		t.Fatalf("round one answered %v, want a challenge and no certificate", resp)
+	}
+	if after := e.h.J.CommitIndex(); after != before {
+		t.Fatalf("round one wrote to Raft: commit index %d -> %d", before, after)
+	}
+	return resp.GetTpmChallenge()
+}
+
+// answer is round two: the TPM activates the credential, the proof binds
+// it to key's SPKI.
+func (n *tpmNode) answer(t *testing.T, ch *pactv1.TpmChallenge, key journaltest.Key) *pactv1.EnrollRequest {
+	t.Helper()
+	secret, err := n.att.Activate(ch.GetCredentialBlob(), ch.GetEncryptedSecret())
+	if err != nil {
+		t.Fatalf("activate: %v", err)
+	}
+	req := n.request()
+	req.CsrDer = key.CSR
+	req.Credentials.Tpm.ChallengeId = ch.GetChallengeId()
+	req.Credentials.Tpm.Proof = tpmattest.Proof(secret, ch.GetChallengeId(), spkiHex(t, key.CSR))
+	return req
+}
+
+func spkiHex(t testing.TB, csrDER []byte) string {
+	t.Helper()
+	csr, err := x509.ParseCertificateRequest(csrDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pki.SPKIFingerprintRaw(csr.RawSubjectPublicKeyInfo)
+}
+
+// tweakAK re-encodes an AK public area with one attribute changed.
+func tweakAK(t testing.TB, pub []byte, change func(*tpm2.TPMAObject)) []byte {
+	t.Helper()
+	p, err := tpm2.Unmarshal[tpm2.TPMTPublic](pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	change(&p.ObjectAttributes)
+	return tpm2.Marshal(*p)
+}
+
+// TestTPMRefusals: a node registered with a TPM EK hash, against a real
+// software TPM. Every way of failing the credential activation is refused
+// with its own reason, returns no certificate, and writes nothing to Raft
+// (registry, audit trail and commit index unchanged). The node still
+// enrolls with the right TPM afterwards.
+func TestTPMRefusals(t *testing.T) {
+	e := newEnv(t)
+	n := newTPMNode(t, e, "t1", "SN-T1", mac1)
+	// Another machine's TPM, not registered.
+	other := startAttestor(t)
+
+	type refusal struct {
+		name   string
+		req    func(t *testing.T) *pactv1.EnrollRequest
+		code   codes.Code
+		reason apierr.Reason
+		// exit is the exit status cli.ExitCode gives the refusal (by its
+		// gRPC code). pact-agent, which is what meets these, exits 5 on
+		// the final ones and starts over on the Aborted ones (docs/tpm.md,
+		// agent.TestAgentTPMRefusals).
+		exit int
+	}
+	refusals := []refusal{
+		{"no TPM attestation", func(t *testing.T) *pactv1.EnrollRequest {
+			r := n.request()
+			r.Credentials = nil
+			return r
+		}, codes.FailedPrecondition, apierr.TPMRequired, cli.ExitPrecondition},
+		{"no TPM and no EK hash reported", func(t *testing.T) *pactv1.EnrollRequest {
+			r := n.request()
+			r.Credentials, r.Hardware.TpmEkHash = nil, ""
+			return r
+		}, codes.FailedPrecondition, apierr.TPMRequired, cli.ExitPrecondition},
+		{"another TPM's EK reporting the registered hash", func(t *testing.T) *pactv1.EnrollRequest {
+			r := n.request()
+			r.Credentials.Tpm.EkPublic = other.EKPublic()
+			return r
+		}, codes.PermissionDenied, apierr.TPMEKMismatch, cli.ExitDenied},
+		{"another TPM's EK and its hash", func(t *testing.T) *pactv1.EnrollRequest {
+			r := n.request()
+			r.Credentials.Tpm.EkPublic, r.Hardware.TpmEkHash = other.EKPublic(), other.EKHash()
+			return r
+		}, codes.PermissionDenied, apierr.TPMEKMismatch, cli.ExitDenied},
+		{"EK public area that is not a TPMT_PUBLIC", func(t *testing.T) *pactv1.EnrollRequest {
+			r := n.request()
+			r.Credentials.Tpm.EkPublic = []byte("not a TPM structure")
+			return r
+		}, codes.PermissionDenied, apierr.TPMEKMismatch, cli.ExitDenied},
+		{"the AK offered as EK", func(t *testing.T) *pactv1.EnrollRequest {
+			r := n.request()
+			r.Credentials.Tpm.EkPublic = n.att.AKPublic()
+			return r
+		}, codes.PermissionDenied, apierr.TPMEKMismatch, cli.ExitDenied},
+		{"AK not restricted", func(t *testing.T) *pactv1.EnrollRequest {
+			r := n.request()
+			r.Credentials.Tpm.AkPublic = tweakAK(t, r.Credentials.Tpm.AkPublic, func(a *tpm2.TPMAObject) { a.Restricted = false })
+			return r
+		}, codes.InvalidArgument, apierr.TPMAKRefused, cli.ExitUsage},
+		{"AK not fixedTPM", func(t *testing.T) *pactv1.EnrollRequest {
+			r := n.request()
+			r.Credentials.Tpm.AkPublic = tweakAK(t, r.Credentials.Tpm.AkPublic, func(a *tpm2.TPMAObject) { a.FixedTPM = false })
+			return r
+		}, codes.InvalidArgument, apierr.TPMAKRefused, cli.ExitUsage},
+		{"AK not fixedParent", func(t *testing.T) *pactv1.EnrollRequest {
+			r := n.request()
+			r.Credentials.Tpm.AkPublic = tweakAK(t, r.Credentials.Tpm.AkPublic, func(a *tpm2.TPMAObject) { a.FixedParent = false })
+			return r
+		}, codes.InvalidArgument, apierr.TPMAKRefused, cli.ExitUsage},
+		{"AK is a decryption key (the EK)", func(t *testing.T) *pactv1.EnrollRequest {
+			r := n.request()
+			r.Credentials.Tpm.AkPublic = n.att.EKPublic()
+			return r
+		}, codes.InvalidArgument, apierr.TPMAKRefused, cli.ExitUsage},
+		{"no AK", func(t *testing.T) *pactv1.EnrollRequest {
+			r := n.request()
+			r.Credentials.Tpm.AkPublic = nil
+			return r
+		}, codes.InvalidArgument, apierr.TPMAKRefused, cli.ExitUsage},
+		{"answer to a challenge never issued", func(t *testing.T) *pactv1.EnrollRequest {
+			r := n.request()
+			r.Credentials.Tpm.ChallengeId, r.Credentials.Tpm.Proof = strings.Repeat("ab", 16), make([]byte, 32)
+			return r
+		}, codes.Aborted, apierr.TPMChallengeUnknown, cli.ExitConflict},
+		{"malformed answer", func(t *testing.T) *pactv1.EnrollRequest {
+			r := n.request()
+			r.Credentials.Tpm.ChallengeId, r.Credentials.Tpm.Proof = "x", []byte{1}
+			return r
+		}, codes.PermissionDenied, apierr.TPMAttestationFailed, cli.ExitDenied},
+		{"wrong proof", func(t *testing.T) *pactv1.EnrollRequest {
+			ch := n.challenge(t, e)
+			r := n.answer(t, ch, n.key)
+			r.Credentials.Tpm.Proof[0] ^= 1
+			return r
+		}, codes.PermissionDenied, apierr.TPMAttestationFailed, cli.ExitDenied},
+		{"answer with another CSR key than round one", func(t *testing.T) *pactv1.EnrollRequest {
+			ch := n.challenge(t, e)
+			return n.answer(t, ch, journaltest.NewKey(t))
+		}, codes.PermissionDenied, apierr.TPMAttestationFailed, cli.ExitDenied},
+		{"proof for round one's key sent with another CSR", func(t *testing.T) *pactv1.EnrollRequest {
+			ch := n.challenge(t, e)
+			r := n.answer(t, ch, n.key)
+			r.CsrDer = journaltest.NewKey(t).CSR
+			return r
+		}, codes.PermissionDenied, apierr.TPMAttestationFailed, cli.ExitDenied},
+		{"answer from another AK", func(t *testing.T) *pactv1.EnrollRequest {
+			ch := n.challenge(t, e)
+			r := n.answer(t, ch, n.key)
+			r.Credentials.Tpm.AkPublic = other.AKPublic()
+			return r
+		}, codes.PermissionDenied, apierr.TPMAttestationFailed, cli.ExitDenied},
+		{"replayed answer", func(t *testing.T) *pactv1.EnrollRequest {
+			ch := n.challenge(t, e)
+			r := n.answer(t, ch, n.key)
+			bad := proto.Clone(r).(*pactv1.EnrollRequest)
+			bad.Credentials.Tpm.Proof[0] ^= 1
+			// The first try uses the challenge up, right or wrong.
+			if _, err := e.enrollReq(t, bad); apierr.FromError(err).Reason != apierr.TPMAttestationFailed {
+				t.Fatalf("first answer: %v, want TPM_ATTESTATION_FAILED", err)
+			}
+			return r
+		}, codes.Aborted, apierr.TPMChallengeUnknown, cli.ExitConflict},
+		{"late answer", func(t *testing.T) *pactv1.EnrollRequest {
+			ch := n.challenge(t, e)
+			r := n.answer(t, ch, n.key)
+			e.fc.Advance(e.cfg.TPMChallenges.TTL + time.Millisecond)
+			return r
+		}, codes.Aborted, apierr.TPMChallengeExpired, cli.ExitConflict},
+	}
+	for _, c := range refusals {
+		t.Run(c.name, func(t *testing.T) {
+			req := c.req(t)
+			before, idx := e.registry(t), e.h.J.CommitIndex()
+			resp, err := e.enrollReq(t, req)
+			e.refusedUnwritten(t, before, resp, err, c.code, c.reason)
+			if got := cli.ExitCode(err); got != c.exit {
+				t.Errorf("pact exits %d for it, want %d", got, c.exit)
+			}
+			if resp.GetTpmChallenge() != nil {
+				t.Errorf("a refusal carried a challenge")
+			}
+			if after := e.h.J.CommitIndex(); after != idx {
+				t.Errorf("the refusal wrote to Raft: commit index %d -> %d", idx, after)
+			}
+		})
+	}
+
+	// Someone who knows the registered EK's public key (it is public) but
+	// not its TPM: the journal challenges the registered EK, and their own
+	// TPM cannot activate the credential, so there is no proof to send.
+	t.Run("another TPM cannot answer", func(t *testing.T) {
+		r := n.request()
+		r.Credentials.Tpm.AkPublic = other.AKPublic()
+		resp, err := e.enrollReq(t, r)
+		if err != nil || resp.GetTpmChallenge() == nil {
+			t.Fatalf("round one: %v %v", resp, err)
+		}
+		if secret, err := other.Activate(resp.GetTpmChallenge().GetCredentialBlob(), resp.GetTpmChallenge().GetEncryptedSecret()); err == nil {
+			t.Fatalf("a TPM without the registered EK activated the credential: %x", secret)
+		}
+	})
+
+	// The right TPM, answering in time, enrolls; only that writes.
+	ch := n.challenge(t, e)
+	resp, err := e.enrollReq(t, n.answer(t, ch, n.key))
+	if err != nil {
+		t.Fatalf("enroll with the registered TPM: %v", err)
+	}
+	if len(resp.GetCertChainDer()) == 0 || resp.GetNodeId() != "t1" {
+		t.Fatalf("enrolled %v, want t1's certificate", resp)
+	}
+	if got := e.node(t, "t1").GetState(); got != pactv1.NodeState_NODE_STATE_ACTIVE {
+		t.Errorf("t1 is %v, want active", got)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Credentials beside the hardware match, fencing, one key per node: every
+// refusal with its gRPC code, its reason, the exit status the pact CLI
+// gives it (cli.ExitCode, docs/exit-codes.md), and no Raft write (the
+// applied index, the registry and the audit trail are unchanged).
+
+func TestCredentialRefusals(t *testing.T) {
+	e := newEnv(t)
+	e.registerWithToken(t, "tok", "SNT", mac(0xa01))
+	e.registerWithToken(t, "other", "SNO", mac(0xa02))
+	tok, _ := e.createToken(t, "tok", time.Hour)
+	otherTok, _ := e.createToken(t, "other", time.Hour)
+	revokedTok, revokedInfo := e.createToken(t, "tok", time.Hour)
+	if _, err := e.admin.RevokeJoinTokens(callCtx(t), &pactv1.RevokeJoinTokensRequest{NodeId: "tok", Id: revokedInfo.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	usedOn := e.registerWithToken(t, "used", "SNU", mac(0xa03))
+	usedTok, _ := e.createToken(t, usedOn.GetNodeId(), time.Hour)
+	if _, err := e.enrollToken(t, journaltest.NewKey(t), usedTok, "SNU", mac(0xa03)); err != nil {
+		t.Fatal(err)
+	}
+	shortTok, _ := e.createToken(t, "tok", time.Minute)
+
+	holder := e.activate(t, "holder", "SNH", mac(0xa04))
+	renewer := e.activate(t, "renewer", "SNR", mac(0xa05))
+	e.register(t, "fresh", "SNF", mac(0xa06))
+	fenced := e.activate(t, "fenced", "SNX", mac(0xa07))
+	if _, err := e.admin.FenceNode(callCtx(t), &pactv1.FenceNodeRequest{NodeId: "fenced", Reason: "INC-1"}); err != nil {
+		t.Fatal(err)
+	}
+	gone := e.activate(t, "gone", "SNG", mac(0xa08))
+	if _, err := e.admin.DecommissionNode(callCtx(t), &pactv1.DecommissionNodeRequest{NodeId: gone.node, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.tick(t, time.Minute) // shortTok expires; the others have an hour
+
+	enrollTok := func(token, bmc, m string) func(*testing.T) (certCarrier, error) {
+		return func(t *testing.T) (certCarrier, error) {
+			return e.enrollToken(t, journaltest.NewKey(t), token, bmc, m)
+		}
+	}
+	tests := []struct {
+		name   string
+		call   func(*testing.T) (certCarrier, error)
+		code   codes.Code
+		reason apierr.Reason
+		exit   int
+	}{
+		{"Enroll without the required token", enrollTok("", "SNT", mac(0xa01)), codes.PermissionDenied, apierr.JoinTokenRequired, cli.ExitDenied},
+		{"Enroll with a malformed token", enrollTok("pactjt_short", "SNT", mac(0xa01)), codes.PermissionDenied, apierr.JoinTokenInvalid, cli.ExitDenied},
+		{"Enroll with an unknown token", enrollTok("pactjt_"+strings.Repeat("Q", 43), "SNT", mac(0xa01)), codes.PermissionDenied, apierr.JoinTokenInvalid, cli.ExitDenied},
+		{"Enroll with another node's token", enrollTok(otherTok, "SNT", mac(0xa01)), codes.PermissionDenied, apierr.JoinTokenInvalid, cli.ExitDenied},
+		{"Enroll with a used token", enrollTok(usedTok, "SNU", mac(0xa03)), codes.PermissionDenied, apierr.JoinTokenInvalid, cli.ExitDenied},
+		{"Enroll with an expired token", enrollTok(shortTok, "SNT", mac(0xa01)), codes.PermissionDenied, apierr.JoinTokenInvalid, cli.ExitDenied},
+		{"Enroll with a revoked token", enrollTok(revokedTok, "SNT", mac(0xa01)), codes.PermissionDenied, apierr.JoinTokenInvalid, cli.ExitDenied},
+		{"Enroll of a fenced node", func(t *testing.T) (certCarrier, error) {
+			return e.enroll(t, journaltest.NewKey(t), "SNX", mac(0xa07))
+		}, codes.PermissionDenied, apierr.NodeFenced, cli.ExitDenied},
+		{"RenewCert of a fenced node", func(t *testing.T) (certCarrier, error) {
+			return e.agentClient(t, fenced).RenewCert(callCtx(t), &pactv1.RenewCertRequest{CurrentSerial: fenced.serial, CsrDer: journaltest.NewKey(t).CSR})
+		}, codes.PermissionDenied, apierr.NodeFenced, cli.ExitDenied},
+		{"Enroll with another node's key", func(t *testing.T) (certCarrier, error) {
+			return e.enroll(t, holder.key, "SNF", mac(0xa06))
+		}, codes.AlreadyExists, apierr.KeyInUse, cli.ExitConflict},
+		{"RenewCert onto another node's key", func(t *testing.T) (certCarrier, error) {
+			return e.agentClient(t, renewer).RenewCert(callCtx(t), &pactv1.RenewCertRequest{CurrentSerial: renewer.serial, CsrDer: holder.key.CSR})
+		}, codes.AlreadyExists, apierr.KeyInUse, cli.ExitConflict},
+		{"FenceNode without a reason", func(t *testing.T) (certCarrier, error) {
+			_, err := e.admin.FenceNode(callCtx(t), &pactv1.FenceNodeRequest{NodeId: "holder"})
+			return nil, err
+		}, codes.InvalidArgument, apierr.InvalidArgument, cli.ExitUsage},
+		{"FenceNode of an unknown node", func(t *testing.T) (certCarrier, error) {
+			_, err := e.admin.FenceNode(callCtx(t), &pactv1.FenceNodeRequest{NodeId: "nobody", Reason: "r"})
+			return nil, err
+		}, codes.NotFound, apierr.NodeNotEnrolled, cli.ExitNotFound},
+		{"FenceNode of a decommissioned node", func(t *testing.T) (certCarrier, error) {
+			_, err := e.admin.FenceNode(callCtx(t), &pactv1.FenceNodeRequest{NodeId: gone.node, Reason: "r"})
+			return nil, err
+		}, codes.PermissionDenied, apierr.NodeRevoked, cli.ExitDenied},
+		{"CreateJoinToken with a lifetime over 7 days", func(t *testing.T) (certCarrier, error) {
+			_, err := e.admin.CreateJoinToken(callCtx(t), &pactv1.CreateJoinTokenRequest{NodeId: "tok", TtlSeconds: int64(8 * 24 * time.Hour / time.Second)})
+			return nil, err
+		}, codes.InvalidArgument, apierr.InvalidArgument, cli.ExitUsage},
+		{"CreateJoinToken for an unknown node", func(t *testing.T) (certCarrier, error) {
+			_, err := e.admin.CreateJoinToken(callCtx(t), &pactv1.CreateJoinTokenRequest{NodeId: "nobody"})
+			return nil, err
+		}, codes.NotFound, apierr.NodeNotEnrolled, cli.ExitNotFound},
+		{"CreateJoinToken for a decommissioned node", func(t *testing.T) (certCarrier, error) {
+			_, err := e.admin.CreateJoinToken(callCtx(t), &pactv1.CreateJoinTokenRequest{NodeId: gone.node})
+			return nil, err
+		}, codes.PermissionDenied, apierr.NodeRevoked, cli.ExitDenied},
+		{"RevokeJoinTokens with nothing to revoke", func(t *testing.T) (certCarrier, error) {
+			_, err := e.admin.RevokeJoinTokens(callCtx(t), &pactv1.RevokeJoinTokensRequest{NodeId: "holder"})
+			return nil, err
+		}, codes.NotFound, apierr.NotFound, cli.ExitNotFound},
+		{"RevokeJoinTokens with a malformed id", func(t *testing.T) (certCarrier, error) {
+			_, err := e.admin.RevokeJoinTokens(callCtx(t), &pactv1.RevokeJoinTokensRequest{NodeId: "tok", Id: "xyz"})
+			return nil, err
+		}, codes.InvalidArgument, apierr.InvalidArgument, cli.ExitUsage},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := e.registry(t)
+			resp, err := tt.call(t)
+			e.refusedUnwritten(t, before, resp, err, tt.code, tt.reason)
+			if got := cli.ExitCode(err); got != tt.exit {
+				t.Errorf("pact exits %d for it, want %d", got, tt.exit)
+			}
+		})
+	}
+	// The refusals consumed nothing: the node's own unused token enrolls.
+	if _, err := e.enrollToken(t, journaltest.NewKey(t), tok, "SNT", mac(0xa01)); err != nil {
+		t.Fatalf("the right token after the refusals: %v", err)
+	}
+}
+
+// operatorCSR is a valid CSR for an operator credential request.
+func operatorCSR() []byte {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	if err != nil {
+		panic(err)
+	}
+	return der
 }

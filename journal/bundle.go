@@ -19,15 +19,20 @@ type bundleCache struct {
 
 	mu    sync.Mutex
 	built time.Time
-	cur   *trustBundle
+	// next is when a retiring intermediate turns revoked: the bundle is
+	// rebuilt then, not up to a minute later.
+	next time.Time
+	cur  *trustBundle
 }
 
 // trustBundle is one immutable version of the bundle.
 type trustBundle struct {
 	der  [][]byte          // root first, then live intermediates
 	live map[string][]byte // intermediate serial -> DER
-	// intermediates holds the live intermediates for chain verification.
+	// intermediates holds the live intermediates for chain verification;
+	// parsed the same, for the handshake's signature walk.
 	intermediates *x509.CertPool
+	parsed        []*x509.Certificate
 	// version changes whenever the set of intermediates changes, so a
 	// stream knows when to resend.
 	version uint64
@@ -48,10 +53,16 @@ func (b *bundleCache) get() *trustBundle {
 	now := b.clock.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.cur != nil && !b.built.IsZero() && now.Sub(b.built) <= time.Minute && !now.Before(b.built) {
+	if b.cur != nil && !b.built.IsZero() && now.Sub(b.built) <= time.Minute && !now.Before(b.built) && (b.next.IsZero() || now.Before(b.next)) {
 		return b.cur
 	}
-	inters := b.fsm.Intermediates(now.Unix())
+	inters := b.fsm.IntermediatesAt(now.UnixNano())
+	b.next = time.Time{}
+	for _, in := range inters {
+		if at := in.GetRevokeAtUnixNano(); at != 0 && (b.next.IsZero() || at < b.next.UnixNano()) {
+			b.next = time.Unix(0, at)
+		}
+	}
 	next := &trustBundle{der: make([][]byte, 0, 1+len(inters)), live: make(map[string][]byte, len(inters)), intermediates: x509.NewCertPool()}
 	next.der = append(next.der, b.root.Raw)
 	for _, in := range inters {
@@ -62,6 +73,7 @@ func (b *bundleCache) get() *trustBundle {
 		next.der = append(next.der, in.GetDer())
 		next.live[in.GetSerial()] = in.GetDer()
 		next.intermediates.AddCert(c)
+		next.parsed = append(next.parsed, c)
 	}
 	next.version = 1
 	if b.cur != nil {

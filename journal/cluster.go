@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/version"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -27,6 +29,10 @@ import (
 // forwardTimeout bounds a call to the leader, so a journal cut off from it
 // answers Unavailable quickly instead of hanging.
 const forwardTimeout = 3 * time.Second
+
+// peerMaxBackoff bounds the wait between reconnection attempts to another
+// journal, and so how long after a heal a journal still cannot reach it.
+const peerMaxBackoff = time.Second
 
 // raftTransport is an in-memory transport for a journal alone, or Raft over
 // mutual TLS for a member of a quorum.
@@ -44,11 +50,12 @@ func (j *Journal) raftTransport() (raft.ServerAddress, raft.Transport, error) {
 		j.raftAddr = lis.Addr().String()
 	}
 	t := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  &advertisedStream{tlsStreamLayer: j.newStreamLayer(lis), addr: j.raftAddr},
+		Stream:  &advertisedStream{tlsStreamLayer: j.newStreamLayer(j.raftConns.Listener(lis)), addr: j.raftAddr},
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  newRaftLogger(j.log),
 	})
+	j.netTrans = t
 	return raft.ServerAddress(j.raftAddr), t, nil
 }
 
@@ -102,7 +109,14 @@ func (p *peerConns) conn(addr string) (*grpc.ClientConn, error) {
 		VerifyPeerCertificate: p.j.verifyJournalPeer,
 		Time:                  p.j.cfg.Clock.Now,
 	}
-	c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+		// gRPC's default backoff grows to two minutes: a journal cut off
+		// from the leader for a while would keep answering NO_LEADER that
+		// long after the heal. Peers are few; retry them often.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: peerMaxBackoff},
+			MinConnectTimeout: forwardTimeout,
+		}))
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +304,9 @@ func (j *Journal) linearizableRead(ctx context.Context) error {
 		}
 		fctx, cancel := context.WithTimeout(ctx, forwardTimeout)
 		defer cancel()
-		resp, err := c.ReadIndex(fctx, &pactv1.ReadIndexRequest{})
+		// Wait for the channel (it may be reconnecting after a heal) within
+		// the bound rather than fail at once.
+		resp, err := c.ReadIndex(fctx, &pactv1.ReadIndexRequest{}, grpc.WaitForReady(true))
 		if err != nil {
 			return fmt.Errorf("%w: read index from leader %s: %s", ErrNoLeader, leader, apierr.FromError(err).Message)
 		}
@@ -314,8 +330,14 @@ func (s *peerServer) Propose(ctx context.Context, req *pactv1.ProposeRequest) (*
 	if j.raft.State() != raft.Leader {
 		return nil, fmt.Errorf("%w: this journal is no longer the leader", ErrNoLeader)
 	}
-	if _, err := raftfsm.Decode(req.GetCommand()); err != nil {
+	cmd, err := raftfsm.Decode(req.GetCommand())
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	if cmd.GetOp() == nil && !cmd.GetIgnorable() {
+		// A newer journal's command: committing it would stop every
+		// journal of this version. Upgrade the leader last (docs/quorum.md).
+		return nil, fmt.Errorf("%w: leader %s runs pact-journal %s, which does not know this command; it is refused until the leader is upgraded (upgrade followers first, the leader last)", ErrInvalidArgument, j.cfg.NodeID, version.Get().String())
 	}
 	res, index, err := j.applyLocal(ctx, req.GetCommand(), "forwarded")
 	if err != nil && res == nil {
@@ -350,7 +372,22 @@ func (j *Journal) memberStatus() *pactv1.MemberStatusResponse {
 	if !lc.IsZero() {
 		lcNano = lc.UnixNano()
 	}
+	var voters, nonvoters []string
+	if f := j.raft.GetConfiguration(); f.Error() == nil {
+		for _, srv := range f.Configuration().Servers {
+			if srv.Suffrage == raft.Voter {
+				voters = append(voters, string(srv.ID))
+			} else {
+				nonvoters = append(nonvoters, string(srv.ID))
+			}
+		}
+	}
+	_, leader := j.raft.LeaderWithID()
 	return &pactv1.MemberStatusResponse{
+		Halted:                   j.haltedReason(),
+		Voters:                   voters,
+		Nonvoters:                nonvoters,
+		LeaderId:                 string(leader),
 		JournalId:                j.cfg.NodeID,
 		RaftState:                j.raft.State().String(),
 		Term:                     j.raft.CurrentTerm(),
@@ -359,6 +396,7 @@ func (j *Journal) memberStatus() *pactv1.MemberStatusResponse {
 		LastContactUnixNano:      lcNano,
 		IntermediateSerial:       pki.SerialHex(inter.SerialNumber),
 		IntermediateNotAfterUnix: inter.NotAfter.Unix(),
+		Version:                  version.Get().String(),
 	}
 }
 
@@ -405,9 +443,14 @@ func (j *Journal) members(ctx context.Context) ([]*pactv1.JournalMember, error) 
 			m.RaftState, m.Term, m.CommitIndex, m.AppliedIndex = st.GetRaftState(), st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex()
 			m.LastContactUnixNano = st.GetLastContactUnixNano()
 			m.IntermediateSerial, m.IntermediateNotAfterUnix = st.GetIntermediateSerial(), st.GetIntermediateNotAfterUnix()
+			m.Version, m.Halted = st.GetVersion(), st.GetHalted()
+			if c := j.raft.CommitIndex(); c > m.AppliedIndex {
+				m.Lag = c - m.AppliedIndex
+			}
 		}()
 	}
 	wg.Wait()
+	j.trackNonvoters(out)
 	sort.Slice(out, func(a, b int) bool { return out[a].GetJournalId() < out[b].GetJournalId() })
 	return out, nil
 }
@@ -429,6 +472,32 @@ func (s *adminServer) JournalStatus(ctx context.Context, _ *pactv1.JournalStatus
 	}, nil
 }
 
+// trackNonvoters stamps each non-voter with when this journal first saw
+// it as one, and forgets those no longer non-voters.
+func (j *Journal) trackNonvoters(ms []*pactv1.JournalMember) {
+	j.nonvoterMu.Lock()
+	defer j.nonvoterMu.Unlock()
+	now := j.cfg.Clock.Now()
+	seen := map[string]bool{}
+	for _, m := range ms {
+		if m.GetVoter() {
+			continue
+		}
+		seen[m.GetJournalId()] = true
+		since, ok := j.nonvoterSince[m.GetJournalId()]
+		if !ok {
+			since = now
+			j.nonvoterSince[m.GetJournalId()] = now
+		}
+		m.NonvoterSinceUnixNano = since.UnixNano()
+	}
+	for id := range j.nonvoterSince {
+		if !seen[id] {
+			delete(j.nonvoterSince, id)
+		}
+	}
+}
+
 // notLeader answers a membership change sent to a follower: the CLI moves
 // on to the next journal address on Unavailable.
 func (j *Journal) notLeader() error {
@@ -443,55 +512,16 @@ func (j *Journal) notLeader() error {
 	return fmt.Errorf("%w: membership changes go to the leader, %s%s", ErrNoLeader, id, addr)
 }
 
-func (s *adminServer) AddJournal(ctx context.Context, req *pactv1.AddJournalRequest) (*pactv1.AddJournalResponse, error) {
-	j := s.j
-	if err := pki.ValidateName("journal id", req.GetJournalId()); err != nil {
-		return nil, err
-	}
-	if _, _, err := net.SplitHostPort(req.GetRaftAddr()); err != nil {
-		return nil, fmt.Errorf("%w: raft address %q: want host:port", ErrInvalidArgument, req.GetRaftAddr())
-	}
-	if j.raft.State() != raft.Leader {
-		return nil, j.notLeader()
-	}
-	if err := j.raft.AddVoter(raft.ServerID(req.GetJournalId()), raft.ServerAddress(req.GetRaftAddr()), 0, j.cfg.ApplyTimeout).Error(); err != nil {
-		return nil, membershipError("add "+req.GetJournalId(), err)
-	}
-	j.log.Info("journal added to the quorum", "journal", req.GetJournalId(), "raft_addr", req.GetRaftAddr(), "actor", principalFrom(ctx).id.Name)
-	members, err := j.members(ctx)
-	return &pactv1.AddJournalResponse{Members: members}, err
-}
-
-func (s *adminServer) RemoveJournal(ctx context.Context, req *pactv1.RemoveJournalRequest) (*pactv1.RemoveJournalResponse, error) {
-	j := s.j
-	if j.raft.State() != raft.Leader {
-		return nil, j.notLeader()
-	}
-	f := j.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return nil, err
-	}
-	known := false
-	for _, srv := range f.Configuration().Servers {
-		known = known || string(srv.ID) == req.GetJournalId()
-	}
-	if !known {
-		return nil, fmt.Errorf("%w: no journal %q in the quorum; see pact journal status", ErrNotFound, req.GetJournalId())
-	}
-	if err := j.raft.RemoveServer(raft.ServerID(req.GetJournalId()), 0, j.cfg.ApplyTimeout).Error(); err != nil {
-		return nil, membershipError("remove "+req.GetJournalId(), err)
-	}
-	j.log.Info("journal removed from the quorum", "journal", req.GetJournalId(), "actor", principalFrom(ctx).id.Name)
-	members, err := j.members(ctx)
-	return &pactv1.RemoveJournalResponse{Members: members}, err
-}
-
 // errMembership is a membership change Raft refused for a reason other than
 // leadership (for example another change still in progress).
 var errMembership = errors.New("journal: membership change refused")
 
 func membershipError(what string, err error) error {
-	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrRaftShutdown) {
+	if errors.Is(err, raft.ErrLeadershipLost) {
+		// The change is in the log; a later leader may still commit it.
+		return fmt.Errorf("%w: %s: leadership lost before the change was known committed; it may or may not take effect: check pact journal status", ErrOutcomeUnknown, what)
+	}
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrRaftShutdown) {
 		return fmt.Errorf("%w: %s: %w", ErrNoLeader, what, err)
 	}
 	return fmt.Errorf("%w: %s: %v; check pact journal status and retry", errMembership, what, err)

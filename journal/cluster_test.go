@@ -2,6 +2,7 @@ package journal_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/version"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -91,6 +93,11 @@ func TestClusterWritesAtAnyJournal(t *testing.T) {
 	for _, m := range st.GetMembers() {
 		if !m.GetReachable() || !m.GetVoter() || m.GetIntermediateSerial() == "" || m.GetGrpcAddr() == "" {
 			t.Errorf("member %+v", m)
+		}
+		// Each member reports its own build, over the peer call for the
+		// two that are not the one answering.
+		if m.GetVersion() != version.Get().String() {
+			t.Errorf("member %s version %q, want %q", m.GetJournalId(), m.GetVersion(), version.Get().String())
 		}
 	}
 }
@@ -313,4 +320,169 @@ func TestClusterRestartAfterSnapshotOnQuietQuorum(t *testing.T) {
 	if n := inspectOn(t, c.Nodes[follower], "n39"); n.GetNodeId() != "n39" {
 		t.Fatal("restarted journal lacks n39")
 	}
+}
+
+// A TPM refusal rests on the registered EK hash: a follower gives it as
+// final only once the leader confirmed its copy; cut off from the majority
+// it answers a retryable NO_LEADER instead, and the agent tries again.
+func TestClusterTPMRefusalNeedsTheLeader(t *testing.T) {
+	c := startCluster(t, 3)
+	leader := c.Leader(t)
+	lone := (leader + 1) % 3
+	registered, other := startAttestor(t), startAttestor(t)
+	h := hw("SN-T", mac1)
+	h.TpmEkHash = registered.EKHash()
+	if _, err := c.Nodes[leader].AdminClient(t).RegisterNode(callCtx(t), &pactv1.RegisterNodeRequest{NodeId: "t1", Hardware: h}); err != nil {
+		t.Fatal(err)
+	}
+	wrongEK := func() error {
+		r := hw("SN-T", mac1)
+		r.TpmEkHash = registered.EKHash()
+		_, err := pactv1.NewEnrollmentServiceClient(c.Nodes[lone].Dial(t, nil)).Enroll(callCtx(t), &pactv1.EnrollRequest{
+			Hardware: r, CsrDer: journaltest.NewKey(t).CSR,
+			Credentials: &pactv1.EnrollCredentials{Tpm: &pactv1.TpmAttestation{EkPublic: other.EKPublic(), AkPublic: other.AKPublic()}},
+		})
+		return err
+	}
+	// With a leader, the refusal is final (the follower catches up with
+	// the registration through the leader if it has to).
+	wantReason(t, wrongEK(), codes.PermissionDenied, apierr.TPMEKMismatch)
+	c.StopMember(t, leader)
+	c.StopMember(t, (leader+2)%3)
+	wantReason(t, wrongEK(), codes.Unavailable, apierr.NoLeader)
+}
+
+// A journal answers a final refusal only from a copy of the registry the
+// leader has confirmed. Cut off from the leader, a journal answers
+// NO_LEADER with a retry-after for every final code (pact-agent exits for
+// good on a final one), although its copy would refuse; once the quorum is
+// back the same journal gives the leader's answer. (A copy that really
+// lags a registration needs a partition of a running journal: the
+// process-level test in integration/ covers it.)
+func TestCutOffJournalGivesNoFinalRefusal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-journal test; skipped with -short")
+	}
+	root, cfgs := journaltest.ClusterConfigs(t, 3)
+	for i := range cfgs {
+		// A node that enrolled during the test still counts as streaming,
+		// however slow the restarts below are.
+		cfgs[i].DigestInterval = 5 * time.Minute
+		cfgs[i].TakeoverWindow = 10 * time.Minute
+		cfgs[i].HeartbeatTimeout = 10 * time.Minute
+	}
+	c := journaltest.StartCluster(t, root, cfgs)
+	leader := c.Leader(t)
+	lag := (leader + 1) % 3
+	others := []int{leader, (leader + 2) % 3}
+	via := c.Nodes[leader]
+
+	via.Register(t, "conflictA", "SNA", mac(1))
+	via.Register(t, "conflictB", "SNB", mac(2))
+	via.Register(t, "gone", "SNG", mac(3))
+	if _, err := via.AdminClient(t).DecommissionNode(context.Background(), &pactv1.DecommissionNodeRequest{NodeId: "gone", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	via.Register(t, "busy", "SNX", mac(4))
+	busyKey := journaltest.NewKey(t)
+	busy, err := via.Enroll(t, busyKey, "SNX", mac(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	via.Register(t, "renewed", "SNR", mac(5))
+	firstKey := journaltest.NewKey(t)
+	first, err := via.Enroll(t, firstKey, "SNR", mac(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldCert := firstKey.TLSCert(first.GetCertChainDer())
+	newKey := journaltest.NewKey(t)
+	renewed, err := pactv1.NewEnrollmentServiceClient(via.Dial(t, &oldCert)).RenewCert(context.Background(),
+		&pactv1.RenewCertRequest{CurrentSerial: first.GetSerial(), CsrDer: newKey.CSR})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newCert := newKey.TLSCert(renewed.GetCertChainDer())
+	ping := func(h *journaltest.Harness, cert *tls.Certificate) error {
+		_, err := pactv1.NewEnrollmentServiceClient(h.Dial(t, cert)).Ping(context.Background(), &pactv1.PingRequest{})
+		return err
+	}
+	for _, id := range []string{"conflictB", "gone", "busy"} {
+		inspectOn(t, c.Nodes[lag], id) // the journal to be cut off has them all
+	}
+	// busy streams to the journal to be cut off: an Enroll there with
+	// another key is refused for good (ALREADY_ACTIVE without a
+	// retry-after) once the leader confirms it.
+	busyCert := busyKey.TLSCert(busy.GetCertChainDer())
+	stream, err := pactv1.NewEnrollmentServiceClient(c.Nodes[lag].Dial(t, &busyCert)).Subscribe(context.Background(), &pactv1.SubscribeRequest{})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if err != nil {
+		t.Fatalf("busy's stream to %s: %v", cfgs[lag].NodeID, err)
+	}
+	if n := inspectOn(t, c.Nodes[lag], "renewed"); n.GetCert().GetSerial() != renewed.GetSerial() {
+		t.Fatalf("%s has serial %s, want the renewed %s", cfgs[lag].NodeID, n.GetCert().GetSerial(), renewed.GetSerial())
+	}
+
+	attempts := []struct {
+		name   string
+		bmc    string
+		mac    string
+		reason apierr.Reason // the leader's answer
+	}{
+		{"hardware of two nodes", "SNB", mac(1), apierr.HardwareIdentityConflict},
+		{"decommissioned", "SNG", mac(3), apierr.NodeRevoked},
+		{"active with another key, streaming here", "SNX", mac(4), apierr.AlreadyActive},
+		{"unknown hardware", "SNU", mac(7), apierr.NodeNotEnrolled},
+	}
+
+	// Only one journal runs: it knows no leader.
+	for _, i := range others {
+		c.StopMember(t, i)
+	}
+	lone := c.Nodes[lag]
+	wantRetry := func(what string, err error) {
+		t.Helper()
+		pe := apierr.FromError(err)
+		if pe == nil || pe.Reason != apierr.NoLeader || pe.Code != codes.Unavailable || pe.RetryAfter <= 0 || pe.Final() {
+			t.Errorf("%s, cut off: got %v, want a retryable NO_LEADER with a retry-after", what, err)
+		}
+	}
+	for _, a := range attempts {
+		_, err := lone.Enroll(t, journaltest.NewKey(t), a.bmc, a.mac)
+		wantRetry(a.name, err)
+	}
+	wantRetry("certificate replaced by a renewal", ping(lone, &oldCert))
+	_, err = lone.Enroll(t, newKey, "SNR", mac(5))
+	wantRetry("retry with the current key", err)
+	_, err = lone.AdminClient(t).DecommissionNode(context.Background(), &pactv1.DecommissionNodeRequest{NodeId: "nobody", Force: true})
+	wantRetry("decommission of an unknown node", err)
+	// A malformed CSR is refused whatever the registry says: no
+	// confirmation needed.
+	_, err = lone.Enroll(t, journaltest.Key{CSR: []byte("not a CSR")}, "SNB", mac(2))
+	wantReason(t, err, codes.InvalidArgument, apierr.InvalidCSR)
+
+	// The quorum is back: the same journal answers as the leader does.
+	for _, i := range others {
+		c.StartMember(t, i)
+	}
+	c.Leader(t)
+	for _, a := range attempts {
+		_, err := lone.Enroll(t, journaltest.NewKey(t), a.bmc, a.mac)
+		if pe := apierr.FromError(err); pe == nil || pe.Reason != a.reason || !pe.Final() {
+			t.Errorf("%s, quorum back: got %v, want final %s", a.name, err, a.reason)
+		}
+	}
+	if pe := apierr.FromError(ping(lone, &oldCert)); pe == nil || pe.Reason != apierr.StaleCertificate {
+		t.Errorf("certificate replaced by a renewal, quorum back: got %v, want STALE_CERTIFICATE", pe)
+	}
+	if err := ping(lone, &newCert); err != nil {
+		t.Errorf("renewed certificate: %v", err)
+	}
+	if resp, err := lone.Enroll(t, newKey, "SNR", mac(5)); err != nil || resp.GetSerial() != renewed.GetSerial() {
+		t.Errorf("retry with the current key, quorum back: %v, serial %s, want %s", err, resp.GetSerial(), renewed.GetSerial())
+	}
+	_, err = lone.AdminClient(t).DecommissionNode(context.Background(), &pactv1.DecommissionNodeRequest{NodeId: "nobody", Force: true})
+	wantReason(t, err, codes.NotFound, apierr.NodeNotEnrolled)
 }

@@ -17,7 +17,9 @@ import (
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/wire"
 	"github.com/pact-hpc/pact/journal/ca"
+	"github.com/pact-hpc/pact/journal/connlimit"
 	"github.com/pact-hpc/pact/journal/ratelimit"
+	"github.com/pact-hpc/pact/journal/tpmchallenge"
 )
 
 // Config configures one journal node.
@@ -38,8 +40,9 @@ type Config struct {
 	AdvertiseRaft string
 	// InitialCluster lists every voter of a new quorum (this journal
 	// included). A journal with no Raft state bootstraps with it; all
-	// journals of a new quorum must be given the same list. Empty with
-	// RaftListen set bootstraps a quorum of one that others can join.
+	// journals of a new quorum must be given the same list. A journal with
+	// no Raft state and RaftListen set needs it or Join (a quorum of one
+	// lists itself alone).
 	InitialCluster []Peer
 	// Join starts a journal with no state that waits to be added to a
 	// running quorum (pact journal add) instead of bootstrapping.
@@ -88,6 +91,10 @@ type Config struct {
 	AuditLog string
 	// RateLimit bounds failed enrollments per source and globally.
 	RateLimit ratelimit.Config
+	// TPMChallenges bounds the TPM credential-activation challenges this
+	// journal keeps between the two rounds of an Enroll, and how long an
+	// agent has to answer one (docs/tpm.md).
+	TPMChallenges tpmchallenge.Config
 	// MetricsListen, if set, serves /metrics, /healthz and /readyz over
 	// plain HTTP on this address.
 	MetricsListen string
@@ -114,6 +121,32 @@ type Config struct {
 	// KeyExchange is the TLS key exchange the gRPC listener prefers
 	// (internal/wire: X25519 by default, or the post-quantum hybrid).
 	KeyExchange wire.KeyExchange
+	// OperatorLifetime is the validity of an operator credential issued
+	// through the journal (pact admin issue/renew) when none is asked for;
+	// MaxOperatorLifetime caps what may be asked.
+	OperatorLifetime    time.Duration
+	MaxOperatorLifetime time.Duration
+	// RetireGrace is how long a retired intermediate stays in the trust
+	// bundle so the agents holding its certificates can renew, when the
+	// operator names no grace.
+	RetireGrace time.Duration
+	// Connections bounds unauthenticated connections: per source address,
+	// in all, TLS handshakes in progress, and the time to finish a
+	// handshake. The gRPC port and the Raft port each count their own.
+	Connections connlimit.Config
+	// IdleTimeout closes a gRPC connection that has carried no call for
+	// this long (an agent's open stream keeps its connection busy).
+	IdleTimeout time.Duration
+	// MaxStreamsPerCert bounds the streams (Subscribe, and any other
+	// streaming call) one certificate may hold open on this journal at
+	// once: enough for a certificate swap's overlap and a reconnect whose
+	// old stream the journal has not yet seen die.
+	MaxStreamsPerCert int
+	// MaxEnrollWaiters bounds the Enroll calls that may wait for the
+	// global failed-enrollment budget while it is spent (see
+	// docs/registry.md, "Rate limits"); the lowest-priority waiter is
+	// refused first.
+	MaxEnrollWaiters int
 
 	Logger *slog.Logger
 	Clock  clock.Clock
@@ -153,12 +186,20 @@ func DefaultConfig() Config {
 		ApplyTimeout:             10 * time.Second,
 		StreamRecheckInterval:    30 * time.Second,
 		RateLimit:                ratelimit.DefaultConfig(),
+		TPMChallenges:            tpmchallenge.DefaultConfig(),
 		HeartbeatTimeout:         5 * time.Minute,
+		OperatorLifetime:         ca.DefaultOperatorLifetime,
+		MaxOperatorLifetime:      90 * 24 * time.Hour,
+		RetireGrace:              15 * time.Minute,
 		TakeoverWindow:           60 * time.Second,
 		DigestInterval:           10 * time.Second,
 		RaftSnapshotThreshold:    8192,
 		RaftTrailingLogs:         10240,
 		KeyExchange:              wire.Classical,
+		Connections:              connlimit.DefaultConfig(),
+		IdleTimeout:              5 * time.Minute,
+		MaxStreamsPerCert:        3,
+		MaxEnrollWaiters:         256,
 		Logger:                   slog.Default(),
 		Clock:                    clock.Real{},
 	}
@@ -224,6 +265,12 @@ func (c Config) Validate() error {
 	if c.ApplyTimeout <= 0 {
 		errs = append(errs, errors.New("journal: ApplyTimeout must be positive"))
 	}
+	if c.OperatorLifetime < time.Minute || c.OperatorLifetime > c.MaxOperatorLifetime {
+		errs = append(errs, fmt.Errorf("journal: operator credential lifetime %v must lie between 1m and the maximum %v", c.OperatorLifetime, c.MaxOperatorLifetime))
+	}
+	if c.RetireGrace < 0 {
+		errs = append(errs, errors.New("journal: RetireGrace must not be negative"))
+	}
 	if c.StreamRecheckInterval <= 0 {
 		errs = append(errs, errors.New("journal: StreamRecheckInterval must be positive"))
 	}
@@ -242,8 +289,23 @@ func (c Config) Validate() error {
 	if c.RaftSnapshotThreshold == 0 {
 		errs = append(errs, errors.New("journal: RaftSnapshotThreshold must be positive"))
 	}
+	if err := c.TPMChallenges.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.RateLimit.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if err := c.Connections.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.IdleTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("journal: idle timeout %v must be at least 1s", c.IdleTimeout))
+	}
+	if c.MaxStreamsPerCert < 2 {
+		errs = append(errs, fmt.Errorf("journal: MaxStreamsPerCert %d must be at least 2, or an agent reconnecting before this journal saw its old stream die would be refused", c.MaxStreamsPerCert))
+	}
+	if c.MaxEnrollWaiters < 1 {
+		errs = append(errs, fmt.Errorf("journal: MaxEnrollWaiters %d must be at least 1", c.MaxEnrollWaiters))
 	}
 	errs = append(errs, c.validateSPIRE()...)
 	if c.Logger == nil {

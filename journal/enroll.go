@@ -30,10 +30,15 @@ type enrollmentServer struct {
 func (s *enrollmentServer) Enroll(ctx context.Context, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, error) {
 	j := s.j
 	source := ratelimit.SourceOf(peerNetAddr(ctx))
-	if ok, after := j.limiter.Allow(source, j.cfg.Clock.Now()); !ok {
+	// Admission before cost: refused here, a call has cost a map lookup.
+	admitted, err := j.admission.admit(ctx, source)
+	if err != nil {
 		j.metrics.enroll.WithLabelValues("rate_limited").Inc()
-		return nil, &retryAfterError{err: fmt.Errorf("%w: too many failed enrollments from %s; retry after %v", ErrOverloaded, source, after), after: after}
+		return nil, err
 	}
+	// Runs after the outcome is recorded below, so the next caller waiting
+	// for the failure budget sees what this one spent.
+	defer admitted()
 	release, err := j.gate.acquire(ctx)
 	if err != nil {
 		j.metrics.enroll.WithLabelValues("rate_limited").Inc()
@@ -42,7 +47,11 @@ func (s *enrollmentServer) Enroll(ctx context.Context, req *pactv1.EnrollRequest
 	defer release()
 	resp, outcome, err := j.enroll(ctx, req)
 	if err == nil {
-		j.limiter.RecordSuccess(source, j.cfg.Clock.Now())
+		if outcome != "tpm_challenge" {
+			// A challenge is not yet a success: the source has proved
+			// nothing.
+			j.limiter.RecordSuccess(source, j.cfg.Clock.Now())
+		}
 		j.metrics.enroll.WithLabelValues(outcome).Inc()
 		return resp, nil
 	}
@@ -54,42 +63,119 @@ func (s *enrollmentServer) Enroll(ctx context.Context, req *pactv1.EnrollRequest
 }
 
 // enroll does the work of Enroll and says how it ended: ok, retry (same
-// key, same certificate), takeover, refused (the caller's fault: counted and
-// rate limited) or error (ours).
+// key, same certificate), takeover, tpm_challenge (round one of TPM
+// attestation), refused (the caller's fault: counted and rate limited) or
+// error (ours).
 func (j *Journal) enroll(ctx context.Context, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, string, error) {
+	resp, outcome, err := j.enrollOnce(ctx, req)
+	if tpmEKRefusal(err) {
+		// The refusal rests on the registered EK hash as this journal's
+		// copy has it. Only the leader's word is final: confirm the state,
+		// then decide again (nothing was stored or written before these
+		// refusals, so deciding twice is safe).
+		if rerr := j.linearizableRead(ctx); rerr != nil {
+			return nil, "error", fmt.Errorf("%w: cannot confirm the node's TPM registration with the leader (%w); retry", ErrNoLeader, rerr)
+		}
+		return j.enrollOnce(ctx, req)
+	}
+	return resp, outcome, err
+}
+
+func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, string, error) {
 	rep, err := hwid.Normalize(req.GetHardware().GetMacs(), req.GetHardware().GetBmcSerial(), req.GetHardware().GetTpmEkHash())
 	if err != nil {
 		return nil, "refused", err
 	}
-	res := j.fsm.Resolve(rep)
-	if res.Err != nil && !j.IsLeader() && (errors.Is(res.Err, raftfsm.ErrNodeNotEnrolled) || errors.Is(res.Err, raftfsm.ErrHardwareIdentityConflict)) {
-		// This journal's copy may lag a registration that just committed:
-		// catch up with the leader before refusing a booting node for good.
-		if err := j.linearizableRead(ctx); err == nil {
-			res = j.fsm.Resolve(rep)
+	// Everything below reads this journal's copy of the registry, which may
+	// lag the leader: a final refusal decided from it stands only once the
+	// leader has confirmed the copy (confirmFinal).
+	// The CSR is checked once: whether it is valid does not depend on the
+	// registry, so its refusal needs no confirmation; it is reported after
+	// the hardware resolved, as before.
+	csr, csrErr := ca.ParseCSR(req.GetCsrDer())
+	var (
+		res      raftfsm.Resolution
+		takeover int64
+		retry    bool
+	)
+	decide := func() error {
+		retry = false
+		if res = j.fsm.Resolve(rep); res.Err != nil {
+			return res.Err
 		}
+		if csrErr != nil {
+			return csrErr
+		}
+		if res.Node.GetState() != pactv1.NodeState_NODE_STATE_ACTIVE {
+			return nil
+		}
+		if res.Node.GetCert().GetSpkiSha256() == fingerprint(csr.SPKI) {
+			// A retry of an enrollment that already committed: same key,
+			// same certificate, no new write.
+			retry = true
+		}
+		// A new key for an Active node is a takeover, decided below once
+		// the node's credentials are proved: a caller without them learns
+		// nothing about the takeover window.
+		return nil
 	}
-	if res.Err != nil {
+	// A retry's answer (the committed certificate again) is confirmed too:
+	// from a lagging copy it could hand back a certificate since replaced
+	// or revoked.
+	needs := func(err error) bool {
+		return err == nil && retry || isFinal(err) && (csrErr == nil || err != csrErr)
+	}
+	if err := j.confirm(ctx, decide, needs); err != nil {
 		if res.Mismatch != "" {
 			// Only the journal's log learns why; the caller gets the code.
 			j.log.Info("enrollment hardware mismatch", logkey.Reason, string(res.Mismatch), logkey.NodeID, res.Node.GetNodeId())
 		}
-		return nil, "refused", res.Err
-	}
-	node := res.Node
-	csr, err := ca.ParseCSR(req.GetCsrDer())
-	if err != nil {
+		if errors.Is(err, ErrNoLeader) {
+			return nil, "error", err
+		}
+		if res.Node != nil {
+			if terr := tpmMismatch(res.Mismatch, res.Node.GetNodeId()); terr != nil {
+				return nil, "refused", terr
+			}
+		}
 		return nil, "refused", err
 	}
-	var takeover int64
+	node := res.Node
+	// A fenced node, or a key that is another node's, goes no further.
+	if err := j.checkAdmission(ctx, node.GetNodeId(), fingerprint(csr.SPKI)); err != nil {
+		return nil, outcomeOf(err), err
+	}
+	if retry {
+		// Its credentials were checked (and a join token consumed) the
+		// first time; the CSR proves the key.
+		resp, err := j.enrollResponse(node)
+		return resp, "retry", err
+	}
+	// The credentials beside the hardware match that the node's policy
+	// requires, checked before anything is signed (credentials.go).
+	proof, err := j.checkCredentials(ctx, node, req, csr)
+	var round1 *tpmChallengeIssued
+	if errors.As(err, &round1) {
+		// Round one of TPM attestation: nothing is signed or written
+		// until the TPM answers (tpm.go).
+		return &pactv1.EnrollResponse{TpmChallenge: round1.challenge}, "tpm_challenge", nil
+	}
+	if err != nil {
+		return nil, outcomeOf(err), err
+	}
 	if node.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE {
-		if node.GetCert().GetSpkiSha256() == fingerprint(csr.SPKI) {
-			// A retry of an enrollment that already committed: same key,
-			// same certificate, no new write.
-			resp, err := j.enrollResponse(node)
-			return resp, "retry", err
+		err := j.confirmFinal(ctx, func() error {
+			if n, ok := j.fsm.Node(node.GetNodeId()); ok {
+				node = n
+			}
+			var err error
+			takeover, err = j.takeoverCutoff(node)
+			return err
+		})
+		if errors.Is(err, ErrNoLeader) {
+			return nil, "error", err
 		}
-		if takeover, err = j.takeoverCutoff(node); err != nil {
+		if err != nil {
 			return nil, "refused", err
 		}
 	}
@@ -105,6 +191,7 @@ func (j *Journal) enroll(ctx context.Context, req *pactv1.EnrollRequest) (*pactv
 			Cert:     certInfo(issued),
 
 			TakeoverCutoffUnixNano: takeover,
+			Credentials:            proof,
 		}},
 	})
 	if err != nil {
@@ -128,22 +215,91 @@ func (j *Journal) enroll(ctx context.Context, req *pactv1.EnrollRequest) (*pactv
 	return resp, outcome, err
 }
 
+// outcomeOf classes an error of an enrollment check: a rule error is the
+// caller's (refused: counted by the failure limiter), anything else (the
+// leader could not be reached) is ours.
+func outcomeOf(err error) string {
+	switch {
+	case raftfsm.ErrorCode(err) != "", tpmRefusal(err):
+		return "refused"
+	case errors.Is(err, ErrOverloaded):
+		return "rate_limited"
+	}
+	return "error"
+}
+
+// unconfirmedRetryAfter is the retry-after of a refusal this journal could
+// not confirm with the leader: about an election's time.
+const unconfirmedRetryAfter = 2 * time.Second
+
+// confirmFinal runs decide, which answers from this journal's copy of the
+// registry. An error retrying would not change (a final refusal, as
+// apierr.Error.Final and so pact-agent see it) stands only if decide still
+// gives it after a linearizable read: a follower's copy may lag a
+// registration, a decommission or an enrollment committed through another
+// journal, and a leader cut off from its quorum may not know it has been
+// deposed. When the leader cannot be reached, the caller is told to retry
+// (NO_LEADER) instead: an agent exits for good on a final refusal, so a
+// lagging journal must never give one.
+func (j *Journal) confirmFinal(ctx context.Context, decide func() error) error {
+	return j.confirm(ctx, decide, isFinal)
+}
+
+// confirm is confirmFinal for the answers needs names.
+func (j *Journal) confirm(ctx context.Context, decide func() error, needs func(error) bool) error {
+	err := decide()
+	if !needs(err) {
+		return err
+	}
+	if rerr := j.linearizableRead(ctx); rerr != nil {
+		j.metrics.unconfirmed.Inc()
+		return &retryAfterError{
+			err:   fmt.Errorf("%w: this journal cannot confirm its answer with the leader (its copy of the registry may lag): %s; retry, or try another journal", ErrNoLeader, strings.TrimPrefix(rerr.Error(), ErrNoLeader.Error()+": ")),
+			after: unconfirmedRetryAfter,
+		}
+	}
+	return decide()
+}
+
+// isFinal reports whether err, as the caller will see it, is final.
+func isFinal(err error) bool {
+	return err != nil && apierr.FromError(toStatus(err)).Final()
+}
+
 // takeoverCutoff decides whether an Active node's hardware may enroll with a
 // new key: only when no journal has seen its stream for TakeoverWindow (it
-// rebooted and lost its key). While the node streams it is refused for good
-// (a second agent, or a spoofed identity); when it merely went quiet, the
-// refusal carries a retry-after for when the takeover becomes possible.
+// rebooted and lost its key). While the node streams to this journal it is
+// refused for good (a second agent, or a spoofed identity); otherwise the
+// refusal can clear by waiting and carries a retry-after for when the
+// takeover becomes possible.
 func (j *Journal) takeoverCutoff(n *pactv1.Node) (int64, error) {
+	if raftfsm.Released(n) {
+		// Its agent stopped on purpose (Release): no window to wait for,
+		// and the FSM re-checks the release. The stream of the released
+		// certificate, if this journal has not noticed its end yet, ends
+		// at its next binding check.
+		return 0, nil
+	}
 	now := j.cfg.Clock.Now()
 	lastSeen := time.Unix(0, j.fsm.LastSeen(n.GetNodeId()))
 	if j.hub.streamCount(n.GetNodeId()) > 0 {
 		return 0, fmt.Errorf("%w: node %s is active with another key and streaming to this journal", raftfsm.ErrAlreadyActive, n.GetNodeId())
 	}
+	// Not streaming here. Seen lately (perhaps streaming to another
+	// journal) or quiet for less than the window, the refusal can clear
+	// by waiting: it says when to come back, and the agent honours it
+	// instead of retrying blindly. If the node still streams elsewhere,
+	// the digests keep it seen and the next try is refused the same way.
+	settle := max(j.cfg.TakeoverWindow, 2*j.cfg.DigestInterval)
 	if ago := now.Sub(lastSeen); ago < 2*j.cfg.DigestInterval {
-		return 0, fmt.Errorf("%w: node %s is active with another key; a journal saw its stream %s ago", raftfsm.ErrAlreadyActive, n.GetNodeId(), ago.Round(time.Second))
+		wait := settle - ago
+		return 0, &retryAfterError{
+			err:   fmt.Errorf("%w: node %s is active with another key; a journal saw its stream %s ago. If this is its own agent after a reboot, it may enroll again in %s", raftfsm.ErrAlreadyActive, n.GetNodeId(), ago.Round(time.Second), wait.Round(time.Second)),
+			after: wait,
+		}
 	}
-	if quiet := now.Sub(lastSeen); quiet < j.cfg.TakeoverWindow {
-		wait := j.cfg.TakeoverWindow - quiet
+	if quiet := now.Sub(lastSeen); quiet < settle {
+		wait := settle - quiet
 		return 0, &retryAfterError{
 			err:   fmt.Errorf("%w: node %s was active until %s ago; if it rebooted it may enroll again in %s", raftfsm.ErrAlreadyActive, n.GetNodeId(), quiet.Round(time.Second), wait.Round(time.Second)),
 			after: wait,
@@ -169,6 +325,8 @@ func (j *Journal) enrollResponse(n *pactv1.Node) (*pactv1.EnrollResponse, error)
 		Vcluster:       n.GetVcluster(),
 		Serial:         n.GetCert().GetSerial(),
 		NotAfterUnix:   n.GetCert().GetNotAfterUnix(),
+
+		ServerTimeUnixNano: j.cfg.Clock.Now().UnixNano(),
 	}, nil
 }
 
@@ -205,11 +363,7 @@ func (s *enrollmentServer) RenewCert(ctx context.Context, req *pactv1.RenewCertR
 	if req.GetCurrentSerial() != p.serial {
 		return nil, fmt.Errorf("%w: current_serial %q is not the serial of the certificate this call was made with", ErrInvalidArgument, req.GetCurrentSerial())
 	}
-	csr, err := ca.ParseCSR(req.GetCsrDer())
-	if err != nil {
-		return nil, err
-	}
-	issued, err := j.ca.SignAgent(csr, p.id.Name)
+	issued, err := j.signForNode(ctx, p.id.Name, req.GetCsrDer())
 	if err != nil {
 		return nil, err
 	}
@@ -237,6 +391,8 @@ func (s *enrollmentServer) RenewCert(ctx context.Context, req *pactv1.RenewCertR
 		Vcluster:       n.GetVcluster(),
 		Serial:         n.GetCert().GetSerial(),
 		NotAfterUnix:   n.GetCert().GetNotAfterUnix(),
+
+		ServerTimeUnixNano: j.cfg.Clock.Now().UnixNano(),
 	}, nil
 }
 
@@ -253,6 +409,8 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 		if err := j.recordSVID(ctx, p); err != nil {
 			return err
 		}
+	} else if err := j.activateStandby(ctx, p); err != nil {
+		return err
 	}
 	w := j.hub.register(p.id.Name)
 	defer j.hub.unregister(w)
@@ -261,19 +419,45 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 
 	var sentVCluster string
 	var sentBundle uint64
+	var sentRenewNow bool
+	// revokeAt is when the intermediate behind the stream's certificate is
+	// revoked (zero: not retiring); the stream ends then.
+	var revokeAt time.Time
 	sendState := func(first bool) error {
 		if now := j.cfg.Clock.Now(); now.After(p.leaf.NotAfter) {
 			return fmt.Errorf("%w: the stream's certificate %s expired at %s; renew or re-enroll", ErrUnauthenticated, p.serial, p.leaf.NotAfter.UTC().Format(time.RFC3339))
 		}
 		if err := j.checkBinding(p); err != nil {
-			if errors.Is(err, raftfsm.ErrNodeRevoked) {
+			if errors.Is(err, raftfsm.ErrNodeRevoked) || errors.Is(err, raftfsm.ErrNodeFenced) {
 				// Tell the agent why before the stream ends; a stale
 				// certificate (after a renewal) just ends the stream.
-				_ = stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_Revoked{Revoked: &pactv1.Revoked{Reason: apierr.FromError(toStatus(err)).Message}}})
+				pe := apierr.FromError(toStatus(err))
+				_ = stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_Revoked{Revoked: &pactv1.Revoked{Reason: pe.Message, Code: string(pe.Reason)}}})
 			}
 			return err
 		}
 		n, _ := j.fsm.Node(p.id.Name)
+		if !p.svid {
+			if in, ok := j.fsm.Intermediate(n.GetCert().GetIssuerSerial()); ok && in.GetRevokeAtUnixNano() != 0 {
+				revokeAt = time.Unix(0, in.GetRevokeAtUnixNano())
+				if raftfsm.IntermediateRevoked(in, j.cfg.Clock.Now().UnixNano()) {
+					return fmt.Errorf("%w: certificate %s was signed by intermediate %s, revoked at %s (%s); re-enroll", ErrUnauthenticated, p.serial, in.GetSerial(), revokeAt.UTC().Format(time.RFC3339), in.GetRetireReason())
+				}
+				if !sentRenewNow {
+					// The agent renews through its usual rotation; the new
+					// certificate comes from a live intermediate.
+					if err := stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_RenewNow{RenewNow: &pactv1.RenewNow{
+						Reason:           "intermediate " + in.GetSerial() + " is being retired: " + in.GetRetireReason(),
+						IssuerSerial:     in.GetSerial(),
+						RevokeAtUnixNano: in.GetRevokeAtUnixNano(),
+					}}}); err != nil {
+						return err
+					}
+					sentRenewNow = true
+					j.log.Info("agent told to renew: its intermediate is retiring", logkey.NodeID, p.id.Name, logkey.Serial, p.serial, logkey.IssuerSerial, in.GetSerial())
+				}
+			}
+		}
 		if first || n.GetVcluster() != sentVCluster {
 			if err := stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_Assignment{
 				Assignment: &pactv1.Assignment{NodeId: n.GetNodeId(), Vcluster: n.GetVcluster()},
@@ -301,6 +485,11 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 		wait := j.cfg.StreamRecheckInterval
 		if untilExpiry := p.leaf.NotAfter.Sub(j.cfg.Clock.Now()) + time.Millisecond; untilExpiry < wait {
 			wait = max(untilExpiry, 0)
+		}
+		if !revokeAt.IsZero() {
+			if untilRevoked := revokeAt.Sub(j.cfg.Clock.Now()); untilRevoked < wait {
+				wait = max(untilRevoked, 0)
+			}
 		}
 		t := j.cfg.Clock.NewTimer(wait)
 		select {
@@ -330,6 +519,7 @@ func (j *Journal) enrollRefused(ctx context.Context, req *pactv1.EnrollRequest, 
 	hw := req.GetHardware()
 	key := strings.Join(hw.GetMacs(), ",") + "|" + hw.GetBmcSerial()
 	warn, count := j.limiter.RecordFailure(source, key, j.cfg.Clock.Now())
+	j.admission.failed(source)
 	j.log.Warn("enrollment refused", logkey.Reason, reason, logkey.Err, err,
 		logkey.MACs, hw.GetMacs(), logkey.BMCSerial, hw.GetBmcSerial(), logkey.Source, peerAddr(ctx))
 	if warn {
@@ -354,6 +544,28 @@ func peerAddr(ctx context.Context) string {
 
 // Ping answers an agent's health check with who it is to the journal and
 // the journal's clock.
+// Release records that the calling agent stops on purpose, so its node's
+// next enrollment (same hardware, new key) need not wait for the takeover
+// window. The interceptor has bound the caller to the node's current
+// certificate; an SVID is not the journal's to release.
+func (s *enrollmentServer) Release(ctx context.Context, _ *pactv1.ReleaseRequest) (*pactv1.ReleaseResponse, error) {
+	j := s.j
+	p := principalFrom(ctx)
+	if p.svid {
+		return &pactv1.ReleaseResponse{}, nil
+	}
+	res, err := j.propose(ctx, &pactv1.Command{
+		Actor: "agent/" + p.id.Name,
+		Op:    &pactv1.Command_Release{Release: &pactv1.ReleaseOp{NodeId: p.id.Name, Serial: p.serial}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	released := res.Node.GetReleasedSerial() == p.serial
+	j.log.Info("node released by its agent", logkey.NodeID, p.id.Name, logkey.Serial, p.serial, "released", released)
+	return &pactv1.ReleaseResponse{Released: released}, nil
+}
+
 func (s *enrollmentServer) Ping(ctx context.Context, _ *pactv1.PingRequest) (*pactv1.PingResponse, error) {
 	p := principalFrom(ctx)
 	return &pactv1.PingResponse{
@@ -363,4 +575,19 @@ func (s *enrollmentServer) Ping(ctx context.Context, _ *pactv1.PingRequest) (*pa
 		JournalId:          s.j.cfg.NodeID,
 		ServerTimeUnixNano: s.j.cfg.Clock.Now().UnixNano(),
 	}, nil
+}
+
+// signForNode signs a CSR of an authenticated node (RenewCert,
+// IssueStandby): the key must pass the CSR policy and the node's admission
+// (not fenced, not another node's key) first. The certificate leaves only
+// once the caller's command recording it commits.
+func (j *Journal) signForNode(ctx context.Context, nodeID string, csrDER []byte) (*ca.Issued, error) {
+	csr, err := ca.ParseCSR(csrDER)
+	if err != nil {
+		return nil, err
+	}
+	if err := j.checkAdmission(ctx, nodeID, fingerprint(csr.SPKI)); err != nil {
+		return nil, err
+	}
+	return j.ca.SignAgent(csr, nodeID)
 }

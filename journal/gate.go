@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/clock"
 )
 
@@ -37,7 +38,7 @@ func (g *gate) acquire(ctx context.Context) (func(), error) {
 	case <-t.C():
 		// Spread the retries so refused callers do not return together.
 		after := time.Second + rand.N(2*time.Second)
-		return nil, &retryAfterError{err: fmt.Errorf("%w; retry after %v", ErrOverloaded, after.Round(time.Millisecond)), after: after}
+		return nil, &retryAfterError{err: fmt.Errorf("%w; retry after %v", ErrOverloaded, after.Round(time.Millisecond)), after: after, limit: apierr.LimitJournal}
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

@@ -3,6 +3,7 @@ package journal
 import (
 	"sync"
 
+	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
@@ -12,6 +13,9 @@ import (
 type hub struct {
 	mu      sync.Mutex
 	streams map[string]map[*streamWaker]struct{}
+	// drops counts, per node, the times its last stream here ended: a
+	// stream moved to a new channel before the old one closed is no drop.
+	drops map[string]int
 }
 
 type streamWaker struct {
@@ -20,7 +24,9 @@ type streamWaker struct {
 	bundle chan struct{}
 }
 
-func newHub() *hub { return &hub{streams: map[string]map[*streamWaker]struct{}{}} }
+func newHub() *hub {
+	return &hub{streams: map[string]map[*streamWaker]struct{}{}, drops: map[string]int{}}
+}
 
 func (h *hub) register(nodeID string) *streamWaker {
 	w := &streamWaker{nodeID: nodeID, node: make(chan struct{}, 1), bundle: make(chan struct{}, 1)}
@@ -38,8 +44,16 @@ func (h *hub) unregister(w *streamWaker) {
 	delete(h.streams[w.nodeID], w)
 	if len(h.streams[w.nodeID]) == 0 {
 		delete(h.streams, w.nodeID)
+		h.drops[w.nodeID]++
 	}
 	h.mu.Unlock()
+}
+
+// dropCount is how many times the node's last stream here ended.
+func (h *hub) dropCount(nodeID string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.drops[nodeID]
 }
 
 // streamCount is how many streams this journal holds for a node.
@@ -101,6 +115,11 @@ func (h *hub) nodes() []string {
 func (j *Journal) onApply(ev raftfsm.Event) {
 	if ev.BundleChanged {
 		j.bundle.invalidate()
+		j.peerCerts.clear()
+		if in, ok := j.fsm.Intermediate(pki.SerialHex(j.ca.Intermediate().SerialNumber)); ok && in.GetRevokeAtUnixNano() != 0 {
+			// This journal's own intermediate is being retired: re-key now.
+			wake(j.rotateNow)
+		}
 	}
 	j.hub.notify(ev)
 	if j.audit != nil && len(ev.Audit) > 0 {

@@ -28,7 +28,9 @@ import (
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/wire"
 	"github.com/pact-hpc/pact/journal/ca"
+	"github.com/pact-hpc/pact/journal/connlimit"
 	"github.com/pact-hpc/pact/journal/ratelimit"
+	"github.com/pact-hpc/pact/journal/tpmchallenge"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -49,13 +51,34 @@ type Journal struct {
 	roots   *x509.CertPool
 	metrics *metrics
 	limiter *ratelimit.Limiter
+	// tpm holds pending TPM challenges (memory only: their secrets never
+	// reach Raft or disk).
+	tpm *tpmchallenge.Store
+	// admission orders Enroll calls waiting for the global failure budget.
+	admission *admission
+	// conns and raftConns bound the connections of the gRPC and the Raft
+	// port before any is authenticated.
+	conns, raftConns *connlimit.Limiter
+	// streams counts the open streams of each certificate.
+	streams *streamLimits
+	// raftRefusals samples the log lines for refused Raft connections.
+	raftRefusals *sampledLog
+	// refusals rate-limits the log of refused authentications.
+	refusals authRefusals
 	// spire is the SPIRE trust domain whose SVIDs authenticate agents; nil
 	// when the journal accepts none.
 	spire *spireTrust
+	// credentials are the enrollment credentials checked beside the
+	// hardware match, each when the node's policy requires it
+	// (credentials.go).
+	credentials []enrollCredential
 	// appliedSignal wakes callers waiting for an index to be applied.
 	appliedSignal appliedSignal
 	// peerCerts remembers peer journal chains already verified.
 	peerCerts verifiedChains
+	// rootSigned remembers CA certificates found signed by the root in a
+	// client handshake (handshake.go).
+	rootSigned sync.Map
 
 	lis    net.Listener
 	server *grpc.Server
@@ -68,6 +91,20 @@ type Journal struct {
 	grpcAddr     string // as other journals reach it
 	raftAddr     string
 	peers        *peerConns
+	// netTrans is the Raft transport of a member of a quorum (nil alone).
+	netTrans *raft.NetworkTransport
+
+	// rotateNow asks rotateLoop to re-key at once (this journal's
+	// intermediate was retired).
+	rotateNow chan struct{}
+
+	// halted says why the journal stopped serving; promoteNow wakes
+	// promoteLoop after an add; nonvoterSince is when this journal first
+	// saw each current non-voter.
+	halted        haltState
+	promoteNow    chan struct{}
+	nonvoterMu    sync.Mutex
+	nonvoterSince map[string]time.Time
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -86,6 +123,9 @@ func New(cfg Config) (*Journal, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("journal: data dir: %w", err)
 	}
+	if err := checkRemovedMarker(cfg.DataDir); err != nil {
+		return nil, err
+	}
 	if cfg.Dev {
 		created, err := ca.InitDev(cfg.DataDir, cfg.Domain, cfg.Clock.Now())
 		if err != nil {
@@ -94,6 +134,11 @@ func New(cfg Config) (*Journal, error) {
 		if created {
 			log.Info("created a development domain root and admin credential",
 				"root", filepath.Join(cfg.DataDir, ca.RootCertFile),
+				"admin_cert", filepath.Join(cfg.DataDir, ca.AdminCertFile))
+		} else if renewed, err := ca.RenewDevAdmin(cfg.DataDir, cfg.Clock.Now()); err != nil {
+			return nil, err
+		} else if renewed {
+			log.Info("renewed the development admin credential, which expired within a day",
 				"admin_cert", filepath.Join(cfg.DataDir, ca.AdminCertFile))
 		}
 	}
@@ -121,12 +166,25 @@ func New(cfg Config) (*Journal, error) {
 	if err != nil {
 		return nil, err
 	}
+	challenges, err := tpmchallenge.New(cfg.TPMChallenges)
+	if err != nil {
+		return nil, err
+	}
+	conns, err := connlimit.New(cfg.Connections)
+	if err != nil {
+		return nil, err
+	}
+	raftConns, err := connlimit.New(cfg.Connections)
+	if err != nil {
+		return nil, err
+	}
 	spire, err := newSPIRETrust(cfg, authority.Domain(), log.With(logkey.Domain, authority.Domain()))
 	if err != nil {
 		return nil, err
 	}
 	j := &Journal{
 		limiter: limiter,
+		tpm:     challenges,
 		cfg:     cfg,
 		log:     log.With(logkey.Domain, authority.Domain()),
 		ca:      authority,
@@ -135,15 +193,33 @@ func New(cfg Config) (*Journal, error) {
 		gate:    newGate(cfg.MaxConcurrentEnrollments, cfg.EnrollQueueWait, cfg.Clock),
 		stop:    make(chan struct{}),
 		spire:   spire,
+
+		promoteNow:    make(chan struct{}, 1),
+		nonvoterSince: map[string]time.Time{},
+		rotateNow:     make(chan struct{}, 1),
 	}
+	j.credentials = j.defaultCredentials()
+	j.halted.removed = make(chan struct{})
+	j.conns, j.raftConns = conns, raftConns
+	j.streams = newStreamLimits(cfg.MaxStreamsPerCert)
+	j.raftRefusals = newSampledLog(cfg.Clock, 10*time.Second)
+	j.admission = newAdmission(limiter, cfg.MaxEnrollWaiters, cfg.EnrollQueueWait, cfg.Clock)
 	j.bundle = newBundleCache(authority.Root(), j.fsm, cfg.Clock)
 	j.roots = rootPool(authority.Root())
 	j.metrics = newMetrics(j)
 	j.peers = newPeerConns(j)
 	j.fsm.SetObserver(j.onApply)
+	j.fsm.SetHaltHandler(j.onFSMHalt)
 	if err := j.startRaft(); err != nil {
 		return nil, err
 	}
+	// From the start: a removed journal restarted with its old state may
+	// never find a leader, and must learn it was removed while it waits.
+	j.wg.Add(1)
+	go func() {
+		defer j.wg.Done()
+		j.removalLoop()
+	}()
 	return j, nil
 }
 
@@ -155,6 +231,9 @@ func (j *Journal) startRaft() error {
 		// map, which stays fast as the log grows between snapshots.
 		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
 	})
+	if errors.Is(err, bbolt.ErrTimeout) {
+		return fmt.Errorf("%w by another pact-journal: %s (its raft.db is locked); stop that journal, or give this one its own --data-dir", ErrDataDirInUse, j.cfg.DataDir)
+	}
 	if err != nil {
 		return fmt.Errorf("journal: open raft store: %w", err)
 	}
@@ -186,6 +265,10 @@ func (j *Journal) startRaft() error {
 	if err != nil {
 		store.Close()
 		return fmt.Errorf("journal: inspect raft state: %w", err)
+	}
+	if !existing && !j.cfg.Join && j.cfg.RaftListen != "" && len(j.cfg.InitialCluster) == 0 {
+		store.Close()
+		return fmt.Errorf("%w: --raft-listen is set but neither --initial-cluster nor --join: give --initial-cluster with every voter of a new quorum (this journal included, e.g. %s=%s), or --join to wait to be added to a running one (pact journal add)", ErrNoCluster, j.cfg.NodeID, addr)
 	}
 	if !existing && !j.cfg.Join {
 		cfg := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: addr, Suffrage: raft.Voter}}}
@@ -255,6 +338,7 @@ func (j *Journal) Start(ctx context.Context) error {
 		lis.Close()
 		return err
 	}
+	j.recordBootstrapOperator(ctx)
 	j.server = j.newGRPCServer()
 	if j.cfg.MetricsListen != "" {
 		mlis, err := j.serveMetrics()
@@ -264,14 +348,19 @@ func (j *Journal) Start(ctx context.Context) error {
 		}
 		j.metricsAddr = mlis.Addr().String()
 	}
-	j.wg.Add(3)
+	j.wg.Add(4)
 	go func() {
 		defer j.wg.Done()
 		j.livenessLoop()
 	}()
 	go func() {
 		defer j.wg.Done()
-		if err := j.server.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		j.promoteLoop()
+	}()
+
+	go func() {
+		defer j.wg.Done()
+		if err := j.server.Serve(j.conns.Listener(lis)); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			j.log.Error("gRPC server stopped", logkey.Err, err)
 		}
 	}()
@@ -356,6 +445,36 @@ func (j *Journal) publishIntermediate(ctx context.Context) error {
 	}
 }
 
+// recordBootstrapOperator records the operator credential in the data
+// directory (the one --dev or pact-journal init made) so pact admin list
+// shows it from the start; it is dated by its NotBefore, so a revoked
+// bootstrap credential is never revived by a restart. Failure only delays
+// the record to the credential's first use.
+func (j *Journal) recordBootstrapOperator(ctx context.Context) {
+	data, err := os.ReadFile(filepath.Join(j.cfg.DataDir, ca.AdminCertFile))
+	if err != nil {
+		return
+	}
+	certs, err := pki.ParseCertsPEM(data)
+	if err != nil {
+		return
+	}
+	cert := certs[0]
+	id, err := pki.IdentityOf(cert)
+	if err != nil || id.Kind != pki.KindAdmin || id.Domain != j.ca.Domain() || cert.CheckSignatureFrom(j.ca.Root()) != nil || len(cert.Subject.OrganizationalUnit) != 1 {
+		return
+	}
+	if st, _ := j.fsm.CheckOperator(id.Name, pki.SerialHex(cert.SerialNumber), cert.NotBefore.Unix()); st != raftfsm.OperatorUnrecorded {
+		return
+	}
+	by := "journal/" + j.cfg.NodeID
+	if _, err := j.propose(ctx, &pactv1.Command{Actor: by, Op: &pactv1.Command_RecordOperator{RecordOperator: &pactv1.RecordOperatorOp{
+		Operator: operatorRecord(cert, id.Name, cert.Subject.OrganizationalUnit[0], by),
+	}}}); err != nil {
+		j.log.Warn("could not record the bootstrap operator credential", "cert", filepath.Join(j.cfg.DataDir, ca.AdminCertFile), logkey.Err, err)
+	}
+}
+
 // rotateLoop re-keys the intermediate at half its life.
 func (j *Journal) rotateLoop() {
 	for {
@@ -367,6 +486,9 @@ func (j *Journal) rotateLoop() {
 			t.Stop()
 			return
 		case <-t.C():
+		case <-j.rotateNow:
+			t.Stop()
+			j.log.Warn("this journal's intermediate was retired by an operator; re-keying now")
 		}
 		if err := j.ca.Rotate(); err != nil {
 			j.log.Error("intermediate rotation failed; retrying in a minute", logkey.Err, err)
@@ -420,6 +542,9 @@ func (j *Journal) Domain() string { return j.ca.Domain() }
 func (j *Journal) Close() error {
 	var errs []error
 	j.stopOnce.Do(func() {
+		// A halted FSM blocks Raft's apply goroutine, and with it every
+		// proposal still waiting, until released.
+		j.fsm.Release()
 		close(j.stop)
 		if j.server != nil {
 			done := make(chan struct{})
@@ -434,6 +559,12 @@ func (j *Journal) Close() error {
 		j.peers.close()
 		if err := j.raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("journal: raft shutdown: %w", err))
+		}
+		if j.netTrans != nil {
+			// Raft's shutdown closes the listener but keeps the pooled
+			// connections to the peers, whose reading goroutines would then
+			// wait on them for as long as the peers run.
+			j.netTrans.CloseStreams()
 		}
 		if err := j.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("journal: close raft store: %w", err))
@@ -456,23 +587,33 @@ func (j *Journal) newGRPCServer() *grpc.Server {
 		// bundle at the journal's clock, so an expired or no longer trusted
 		// certificate gets a typed error rather than a failed handshake.
 		ClientAuth: tls.RequestClientCert,
-		Time:       j.cfg.Clock.Now,
+		// A chain from another root fails the handshake, though: it has
+		// no business on this port at all.
+		VerifyPeerCertificate: j.verifyClientHandshake,
+		Time:                  j.cfg.Clock.Now,
 		// Agents and the CLI never resume a session: each boot and each
 		// renewal is a new connection with a new key. A ticket per
 		// connection would be sealed, sent and thrown away.
 		SessionTicketsDisabled: true,
 	}
 	s := grpc.NewServer(append(wire.ServerOptions(),
-		grpc.Creds(credentials.NewTLS(j.cfg.KeyExchange.Apply(tlsCfg))),
+		// A refused client chain gets its alert (handshake.go); the
+		// connection limits apply first (limits.go).
+		grpc.Creds(refusingCreds{&limitedCreds{TransportCredentials: credentials.NewTLS(j.cfg.KeyExchange.Apply(tlsCfg)), lim: j.conns}}),
+		// gRPC's default gives a connection 120 s to finish its TLS
+		// handshake and HTTP/2 preface; a silent client would hold its
+		// file descriptor that long.
+		grpc.ConnectionTimeout(j.cfg.Connections.HandshakeTimeout),
 		grpc.MaxRecvMsgSize(64<<10),
+		grpc.ForceServerCodecV2(newDecodeCodec()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 60 * time.Second, Timeout: 20 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 60 * time.Second, Timeout: 20 * time.Second, MaxConnectionIdle: j.cfg.IdleTimeout}),
 		grpc.ChainUnaryInterceptor(j.unaryInterceptor),
 		grpc.ChainStreamInterceptor(j.streamInterceptor),
 	)...)
-	pactv1.RegisterEnrollmentServiceServer(s, &enrollmentServer{j: j})
-	pactv1.RegisterAdminServiceServer(s, &adminServer{j: j})
-	pactv1.RegisterJournalPeerServiceServer(s, &peerServer{j: j})
+	registerDecoded(s, &pactv1.EnrollmentService_ServiceDesc, &enrollmentServer{j: j})
+	registerDecoded(s, &pactv1.AdminService_ServiceDesc, &adminServer{j: j})
+	registerDecoded(s, &pactv1.JournalPeerService_ServiceDesc, &peerServer{j: j})
 	return s
 }
 
@@ -511,3 +652,15 @@ func serverNames(listen string, extra []string) ([]string, []net.IP) {
 
 // OpenStreams is how many Subscribe streams this journal holds for a node.
 func (j *Journal) OpenStreams(nodeID string) int { return j.hub.streamCount(nodeID) }
+
+// Root is the domain root certificate.
+func (j *Journal) Root() *x509.Certificate { return j.ca.Root() }
+
+// Intermediate is the serial of the intermediate this journal signs with.
+func (j *Journal) Intermediate() string { return pki.SerialHex(j.ca.Intermediate().SerialNumber) }
+
+// StreamDrops is how many times this journal went from holding at least one
+// stream of the node to holding none. A dual-channel swap opens the new
+// stream before it ends the old one, so it adds nothing: the figure that
+// shows a node never went dark.
+func (j *Journal) StreamDrops(nodeID string) int { return j.hub.dropCount(nodeID) }

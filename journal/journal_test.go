@@ -7,6 +7,8 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -352,6 +355,7 @@ func TestRegisterNodeRules(t *testing.T) {
 		{"BMC serial of another node", &pactv1.RegisterNodeRequest{NodeId: "n2", Hardware: &pactv1.HardwareIdentity{Macs: []string{mac2}, BmcSerial: "SN1"}}, codes.AlreadyExists, apierr.HardwareIdentityConflict},
 		{"bad node id", &pactv1.RegisterNodeRequest{NodeId: "a/b", Hardware: &pactv1.HardwareIdentity{Macs: []string{mac2}}}, codes.InvalidArgument, apierr.InvalidArgument},
 		{"bad MAC", &pactv1.RegisterNodeRequest{NodeId: "n2", Hardware: &pactv1.HardwareIdentity{Macs: []string{"zz"}}}, codes.InvalidArgument, apierr.InvalidArgument},
+		{"multicast MAC", &pactv1.RegisterNodeRequest{NodeId: "n2", Hardware: &pactv1.HardwareIdentity{Macs: []string{"33:33:00:00:00:01"}}}, codes.InvalidArgument, apierr.InvalidArgument},
 		{"formula vcluster", &pactv1.RegisterNodeRequest{NodeId: "n2", Vcluster: "=1+1", Hardware: &pactv1.HardwareIdentity{Macs: []string{mac2}}}, codes.InvalidArgument, apierr.InvalidArgument},
 	}
 	for _, tt := range tests {
@@ -397,5 +401,20 @@ func TestRestartKeepsRegistryAndOldCertificates(t *testing.T) {
 	}
 	if len(fresh.GetTrustBundleDer()) != 3 {
 		t.Errorf("bundle after restart has %d certificates, want root + 2 intermediates", len(fresh.GetTrustBundleDer()))
+	}
+}
+
+// A second journal on a data directory a running one holds says so, and
+// what to do, instead of a bare bbolt timeout.
+func TestDataDirInUse(t *testing.T) {
+	h := start(t)
+	cfg := h.Cfg
+	cfg.ListenAddr = "127.0.0.1:0"
+	j, err := journal.New(cfg)
+	if err == nil {
+		j.Close()
+	}
+	if !errors.Is(err, journal.ErrDataDirInUse) || !strings.Contains(err.Error(), "in use by another pact-journal: "+cfg.DataDir) {
+		t.Errorf("second journal on the same data dir: %v", err)
 	}
 }

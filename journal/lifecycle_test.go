@@ -277,10 +277,12 @@ func actions(entries []*pactv1.AuditEntry) []string {
 	return out
 }
 
-// registry is what a refusal must leave untouched.
+// registry is what a refusal must leave untouched: the records, the audit
+// trail, and the Raft log (the journal's applied index: no write at all).
 type registry struct {
-	nodes []*pactv1.Node
-	audit int
+	nodes   []*pactv1.Node
+	audit   int
+	applied uint64
 }
 
 func (e *env) registry(t testing.TB) registry {
@@ -289,7 +291,7 @@ func (e *env) registry(t testing.TB) registry {
 	if err != nil {
 		t.Fatalf("list nodes: %v", err)
 	}
-	return registry{nodes: resp.GetNodes(), audit: len(e.audit(t, ""))}
+	return registry{nodes: resp.GetNodes(), audit: len(e.audit(t, "")), applied: resp.GetAppliedIndex()}
 }
 
 func (e *env) unchanged(t testing.TB, before registry) {
@@ -319,6 +321,19 @@ func (e *env) refused(t testing.TB, before registry, resp certCarrier, err error
 	}
 	pe := wantErr(t, err, code, reason)
 	e.unchanged(t, before)
+	return pe
+}
+
+// refusedUnwritten is refused, and also checks that nothing reached the
+// Raft log: the journal's applied index did not move. (Operator writes a
+// rule refuses in Apply are entries; agent and credential refusals are
+// decided before any proposal.)
+func (e *env) refusedUnwritten(t testing.TB, before registry, resp certCarrier, err error, code codes.Code, reason apierr.Reason) *apierr.Error {
+	t.Helper()
+	pe := e.refused(t, before, resp, err, code, reason)
+	if after := e.registry(t); after.applied != before.applied {
+		t.Errorf("the Raft log went from index %d to %d: the refusal was written", before.applied, after.applied)
+	}
 	return pe
 }
 
@@ -521,7 +536,7 @@ func TestEnrollOnActiveNode(t *testing.T) {
 			e.subscribe(t, a)
 			e.tick(t, window+time.Second)
 		}},
-		{name: "other key, stream closed a digest interval ago", refusal: true, before: func(t *testing.T, e *env, a *agent) {
+		{name: "other key, stream closed a digest interval ago", refusal: true, retryAfter: window - digest, before: func(t *testing.T, e *env, a *agent) {
 			w := e.subscribe(t, a)
 			e.tick(t, 3*digest)
 			now := e.now()
@@ -529,7 +544,7 @@ func TestEnrollOnActiveNode(t *testing.T) {
 			w.close(t, e)
 			e.tick(t, digest)
 		}},
-		{name: "other key, no stream, seen within two digest intervals", refusal: true, before: wait(2*digest - time.Second)},
+		{name: "other key, no stream, seen within two digest intervals", refusal: true, retryAfter: window - 2*digest + time.Second, before: wait(2*digest - time.Second)},
 		{name: "other key, quiet for two digest intervals", refusal: true, retryAfter: window - 2*digest, before: wait(2 * digest)},
 		{name: "other key, quiet for half the window", refusal: true, retryAfter: window / 2, before: wait(window / 2)},
 		{name: "other key, quiet until a second before the window", refusal: true, retryAfter: time.Second, before: wait(window - time.Second)},
@@ -564,7 +579,7 @@ func TestEnrollOnActiveNode(t *testing.T) {
 			case tt.refusal:
 				pe := e.refused(t, before, resp, err, codes.FailedPrecondition, apierr.AlreadyActive)
 				if tt.retryAfter == 0 && pe.RetryAfter != 0 {
-					t.Errorf("retry-after %v; a node that streams must be refused for good", pe.RetryAfter)
+					t.Errorf("retry-after %v; a node that streams to this journal must be refused for good", pe.RetryAfter)
 				}
 				if tt.retryAfter != 0 && (pe.RetryAfter <= 0 || (pe.RetryAfter-tt.retryAfter).Abs() > time.Second) {
 					t.Errorf("retry-after %v, want about %v (what is left of the takeover window)", pe.RetryAfter, tt.retryAfter)
@@ -1430,8 +1445,11 @@ func TestAuditTrail(t *testing.T) {
 	}
 
 	all := e.audit(t, "")
-	if len(all) != len(trail)+1 || all[1].GetNodeId() != "n2" || all[1].GetCorrelationId() != "c-other-node" {
-		t.Errorf("whole trail %v, want n1's and n2's registration", all)
+	// The whole trail opens with the record of the bootstrap operator
+	// credential, made when the journal started.
+	if len(all) != len(trail)+2 || all[0].GetAction() != "operator-record" || all[0].GetActor() != "journal/j1" ||
+		all[2].GetNodeId() != "n2" || all[2].GetCorrelationId() != "c-other-node" {
+		t.Errorf("whole trail %v, want the bootstrap operator's record, n1's and n2's registration", all)
 	}
 	for _, a := range all {
 		if strings.HasPrefix(a.GetCorrelationId(), "c-refused") {
@@ -1550,7 +1568,8 @@ func TestCorrelationID(t *testing.T) {
 				ctx = metadata.AppendToOutgoingContext(ctx, journal.CorrelationHeader, v)
 			}
 			hdr = nil
-			_, err := e.admin.RegisterNode(ctx, &pactv1.RegisterNodeRequest{NodeId: node, Hardware: hw("", mac(0x500+i))}, grpc.Header(&hdr))
+			// (another MAC: the same registration again would be "exists")
+			_, err := e.admin.RegisterNode(ctx, &pactv1.RegisterNodeRequest{NodeId: node, Hardware: hw("", mac(0x600+i))}, grpc.Header(&hdr))
 			wantErr(t, err, codes.AlreadyExists, apierr.NodeAlreadyEnrolled)
 			if got := correlation(t, hdr); tt.want != "" && got != tt.want {
 				t.Errorf("refusal: correlation id %q, want %q", got, tt.want)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pact-hpc/pact/internal/logkey"
+	"github.com/pact-hpc/pact/journal/connlimit"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -24,7 +25,13 @@ type metrics struct {
 	enrollFailures   *prometheus.CounterVec
 	identityWarnings prometheus.Counter
 	renew            *prometheus.CounterVec
+	unconfirmed      prometheus.Counter
+	authRefused      *prometheus.CounterVec
 	applySeconds     *prometheus.HistogramVec
+	// credentialRefusals counts enrollments refused by a credential
+	// beside the hardware match, by credential kind.
+	credentialRefusals *prometheus.CounterVec
+	streamsRefused     prometheus.Counter
 }
 
 func newMetrics(j *Journal) *metrics {
@@ -32,7 +39,7 @@ func newMetrics(j *Journal) *metrics {
 		reg: prometheus.NewRegistry(),
 		enroll: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pact_journal_enroll_total",
-			Help: "Enroll calls by result: ok, retry (same key, same certificate), takeover, refused, rate_limited, error.",
+			Help: "Enroll calls by result: ok, retry (same key, same certificate), takeover, tpm_challenge (round one of TPM attestation), refused, rate_limited, error.",
 		}, []string{"result"}),
 		enrollFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pact_journal_enroll_failures_total",
@@ -42,22 +49,41 @@ func newMetrics(j *Journal) *metrics {
 			Name: "pact_journal_enroll_identity_failure_warnings_total",
 			Help: "Times one hardware identity crossed the repeated-failure threshold.",
 		}),
+		unconfirmed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pact_journal_unconfirmed_refusals_total",
+			Help: "Final refusals this journal could not confirm with the leader and answered NO_LEADER instead.",
+		}),
 		renew: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pact_journal_renew_total",
 			Help: "RenewCert calls by result.",
 		}, []string{"result"}),
+		authRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pact_journal_auth_refused_total",
+			Help: "Refused authentications of calls that need a client certificate, by wire reason (SPIRE_BUNDLE_UNTRUSTED, TRUST_DOMAIN_NOT_ACCEPTED, SPIFFE_ID_UNMAPPED, STALE_CERTIFICATE, NODE_REVOKED, NODE_FENCED, CERT_NOT_YET_VALID, UNAUTHENTICATED, PERMISSION_DENIED ...).",
+		}, []string{"reason"}),
 		applySeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "pact_journal_raft_apply_seconds",
 			Help:    "Time from proposal to applied result, by command.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}, []string{"op"}),
+		credentialRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pact_journal_enroll_credential_refusals_total",
+			Help: "Enrollments refused by a credential beside the hardware match (join_token, tpm), checked before any Raft write.",
+		}, []string{"credential"}),
+		streamsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pact_journal_streams_refused_total",
+			Help: "Streams refused because their certificate held --max-streams-per-cert already.",
+		}),
 	}
-	m.reg.MustRegister(m.enroll, m.enrollFailures, m.identityWarnings, m.renew, m.applySeconds,
+	m.reg.MustRegister(m.enroll, m.credentialRefusals, m.enrollFailures, m.identityWarnings, m.renew, m.unconfirmed, m.authRefused, m.applySeconds, m.streamsRefused,
+		&connCollector{ports: map[string]*connlimit.Limiter{"grpc": j.conns, "raft": j.raftConns}},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pact_journal_enroll_in_flight", Help: "Enrollments being worked on."},
 			func() float64 { return float64(j.gate.inFlight()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pact_journal_streams_open", Help: "Agent streams held by this journal."},
 			func() float64 { return float64(j.hub.total()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pact_journal_tpm_challenges_pending", Help: "TPM credential-activation challenges this journal holds between the two rounds of an Enroll (bounded by TPMChallenges.MaxPending)."},
+			func() float64 { return float64(j.tpm.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pact_journal_is_leader", Help: "1 if this journal is the Raft leader."},
 			func() float64 {
 				if j.raft.State() == raft.Leader {
@@ -79,18 +105,55 @@ func newMetrics(j *Journal) *metrics {
 	return m
 }
 
+// connCollector reports the connection limiters of both ports.
+type connCollector struct{ ports map[string]*connlimit.Limiter }
+
+var (
+	connsOpenDesc    = prometheus.NewDesc("pact_journal_connections_open", "Connections open, by port.", []string{"port"}, nil)
+	handshakesDesc   = prometheus.NewDesc("pact_journal_handshakes_in_progress", "TLS handshakes in progress, by port.", []string{"port"}, nil)
+	connsRefusedDesc = prometheus.NewDesc("pact_journal_connections_refused_total", "Connections closed before their TLS handshake, by port and limit (per_source, total, handshakes).", []string{"port", "limit"}, nil)
+)
+
+func (c *connCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- connsOpenDesc
+	ch <- handshakesDesc
+	ch <- connsRefusedDesc
+}
+
+func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
+	for port, l := range c.ports {
+		st := l.Stats()
+		ch <- prometheus.MustNewConstMetric(connsOpenDesc, prometheus.GaugeValue, float64(st.Open), port)
+		ch <- prometheus.MustNewConstMetric(handshakesDesc, prometheus.GaugeValue, float64(st.Handshakes), port)
+		ch <- prometheus.MustNewConstMetric(connsRefusedDesc, prometheus.CounterValue, float64(st.RefusedPerSource), port, "per_source")
+		ch <- prometheus.MustNewConstMetric(connsRefusedDesc, prometheus.CounterValue, float64(st.RefusedTotal), port, "total")
+		ch <- prometheus.MustNewConstMetric(connsRefusedDesc, prometheus.CounterValue, float64(st.RefusedBusy), port, "handshakes")
+	}
+}
+
 // nodeCollector reports the registry by state at scrape time.
 type nodeCollector struct{ fsm *raftfsm.FSM }
 
-var nodesDesc = prometheus.NewDesc("pact_journal_nodes", "Registered nodes by state.", []string{"state"}, nil)
+var (
+	nodesDesc  = prometheus.NewDesc("pact_journal_nodes", "Registered nodes by state.", []string{"state"}, nil)
+	fencedDesc = prometheus.NewDesc("pact_journal_nodes_fenced", "Nodes an operator has fenced (quarantined), whatever their state.", nil, nil)
+)
 
-func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- nodesDesc }
+func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- nodesDesc
+	ch <- fencedDesc
+}
 
 func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counts := map[pactv1.NodeState]int{}
+	fenced := 0
 	for _, n := range c.fsm.Nodes(raftfsm.Filter{}) {
 		counts[n.GetState()]++
+		if n.GetFence() != nil {
+			fenced++
+		}
 	}
+	ch <- prometheus.MustNewConstMetric(fencedDesc, prometheus.GaugeValue, float64(fenced))
 	for _, s := range []pactv1.NodeState{pactv1.NodeState_NODE_STATE_REGISTERED, pactv1.NodeState_NODE_STATE_ACTIVE, pactv1.NodeState_NODE_STATE_INACTIVE, pactv1.NodeState_NODE_STATE_REVOKED} {
 		ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(counts[s]), raftfsm.StateName(s))
 	}
@@ -115,6 +178,22 @@ func opName(cmd *pactv1.Command) string {
 		return "liveness_digest"
 	case *pactv1.Command_MarkInactive:
 		return "mark_inactive"
+	case *pactv1.Command_CreateJoinToken:
+		return "create_join_token"
+	case *pactv1.Command_RevokeJoinTokens:
+		return "revoke_join_tokens"
+	case *pactv1.Command_Fence:
+		return "fence"
+	case *pactv1.Command_Release:
+		return "release"
+	case *pactv1.Command_UpdateNode:
+		return "update_node"
+	case *pactv1.Command_SvidSeen:
+		return "svid_seen"
+	case *pactv1.Command_StandbyIssued:
+		return "standby_issued"
+	case *pactv1.Command_StandbyActivated:
+		return "standby_activated"
 	}
 	return "unknown"
 }
@@ -153,6 +232,9 @@ func (j *Journal) serveMetrics() (net.Listener, error) {
 }
 
 func (j *Journal) ready() error {
+	if r := j.haltedReason(); r != "" {
+		return errors.New("halted: " + r)
+	}
 	if j.server == nil {
 		return errors.New("not serving yet")
 	}

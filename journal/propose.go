@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/pact-hpc/pact/internal/logkey"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -20,9 +21,15 @@ var (
 	ErrInvalidArgument = errors.New("journal: invalid argument")
 	ErrOverloaded      = errors.New("journal: too many enrollments in flight")
 	ErrNotFound        = errors.New("journal: not found")
+	// ErrTooManyStreams: the caller's certificate holds the most streams
+	// one certificate may open on a journal (Config.MaxStreamsPerCert).
+	ErrTooManyStreams = errors.New("journal: too many streams for one certificate")
 	// ErrOutcomeUnknown: the write was sent to the leader but no answer
 	// came in time; it may or may not have committed.
 	ErrOutcomeUnknown = errors.New("journal: outcome unknown")
+	// ErrDataDirInUse: another process (another pact-journal) holds the
+	// lock on the data directory's Raft store.
+	ErrDataDirInUse = errors.New("journal: data directory in use")
 )
 
 // propose stamps cmd with this journal's clock, commits it through Raft and
@@ -31,6 +38,7 @@ var (
 // back as the error (from Result.Err); the Result is still returned.
 func (j *Journal) propose(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
 	cmd.AtUnixNano = j.cfg.Clock.Now().UnixNano()
+	cmd.Ignorable = raftfsm.Ignorable(cmd)
 	if cmd.Source == "" {
 		cmd.Source = peerAddr(ctx)
 	}
@@ -77,7 +85,13 @@ func (j *Journal) applyLocal(ctx context.Context, data []byte, op string) (*raft
 			// commit it, so the caller must not be told it was not written.
 			return nil, 0, fmt.Errorf("%w: leadership lost before the entry was known committed: %w", ErrOutcomeUnknown, err)
 		}
-		return nil, 0, fmt.Errorf("journal: raft apply: %w", err)
+		// Anything else failed before the entry was in this journal's log:
+		// above all, the log could not be written (a full or failing disk;
+		// Raft passes the storage error on as text and steps down), so no
+		// follower can have it either. Nothing was written: the caller may
+		// retry, here once the disk is fixed, or at another journal.
+		j.log.Error("raft could not take the entry; this journal steps down", logkey.Err, err)
+		return nil, 0, fmt.Errorf("%w: this journal could not write its Raft log (is its disk full or failing?): %w", ErrNoLeader, err)
 	}
 	res, ok := f.Response().(*raftfsm.Result)
 	if !ok {

@@ -13,20 +13,34 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal/connlimit"
+	"github.com/pact-hpc/pact/raftfsm"
 )
 
 // tlsStreamLayer carries Raft between journals over mutual TLS. Both sides
 // present their journal certificate (from their own intermediate) and accept
 // only a peer whose chain reaches the domain root and that names a journal
 // of this domain: an agent, an operator or a foreign CA cannot speak Raft.
+//
+// Raft gives every connection it accepts a 256 KiB read buffer, so only
+// authenticated connections reach it: the layer accepts on its own,
+// authenticates each connection in a goroutine of its own (bounded by the
+// connection limiter and the handshake timeout), and hands Raft the ones
+// that pass.
 type tlsStreamLayer struct {
 	net.Listener
-	j *Journal
+	j     *Journal
+	ready chan net.Conn
+	done  chan struct{}
+	once  sync.Once
 }
 
 func (j *Journal) newStreamLayer(lis net.Listener) *tlsStreamLayer {
-	return &tlsStreamLayer{Listener: lis, j: j}
+	l := &tlsStreamLayer{Listener: lis, j: j, ready: make(chan net.Conn), done: make(chan struct{})}
+	go l.acceptLoop()
+	return l
 }
 
 func (l *tlsStreamLayer) serverConfig() *tls.Config {
@@ -55,17 +69,67 @@ func (l *tlsStreamLayer) clientConfig() *tls.Config {
 	}
 }
 
-// Accept wraps each connection in TLS; the handshake (and so the peer
-// check) runs on the first read, in Raft's per-connection goroutine, so a
-// silent client cannot stall the accept loop.
+// Accept returns the next authenticated peer connection.
 func (l *tlsStreamLayer) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	select {
+	case c := <-l.ready:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
 	}
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	tc := tls.Server(c, l.serverConfig())
-	return &handshakeDeadlineConn{Conn: tc, raw: c}, nil
+}
+
+// Close stops accepting.
+func (l *tlsStreamLayer) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+func (l *tlsStreamLayer) acceptLoop() {
+	var backoff time.Duration
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			select {
+			case <-l.done:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors, say: wait a little, as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			l.j.log.Warn("accepting on the Raft port failed; retrying", logkey.Err, err, "retry_in", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		go l.authenticate(c)
+	}
+}
+
+// authenticate runs the handshake of one accepted connection and hands it
+// to Raft if the peer is a journal of this domain. A refusal is logged
+// here, at most one line per interval with the count held back: an
+// unauthenticated client must not be able to fill the journal's log.
+func (l *tlsStreamLayer) authenticate(raw net.Conn) {
+	_ = raw.SetDeadline(time.Now().Add(l.j.cfg.Connections.HandshakeTimeout))
+	tc, err := l.serverHandshake(raw)
+	if err != nil {
+		if ok, held := l.j.raftRefusals.allow(); ok {
+			l.j.log.Warn("refused a connection on the Raft port", logkey.Source, raw.RemoteAddr().String(), logkey.Err, err, "refusals_not_logged", held)
+		}
+		_ = raw.Close()
+		return
+	}
+	// An idle Raft connection must not be cut.
+	_ = raw.SetDeadline(time.Time{})
+	select {
+	case l.ready <- tc:
+	case <-l.done:
+		_ = tc.Close()
+	}
 }
 
 // Dial connects to a peer journal's Raft port.
@@ -78,23 +142,21 @@ func (l *tlsStreamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (n
 	return c, nil
 }
 
-// handshakeDeadlineConn clears the handshake deadline once the handshake
-// is done, so an idle Raft connection is not cut.
-type handshakeDeadlineConn struct {
-	*tls.Conn
-	raw  net.Conn
-	done bool
-}
-
-func (c *handshakeDeadlineConn) Read(b []byte) (int, error) {
-	if !c.done {
-		if err := c.Conn.Handshake(); err != nil {
-			return 0, err
-		}
-		c.done = true
-		_ = c.raw.SetDeadline(time.Time{})
+func (l *tlsStreamLayer) serverHandshake(raw net.Conn) (*tls.Conn, error) {
+	hello, err := connlimit.AwaitHello(raw)
+	if err != nil {
+		return nil, err
 	}
-	return c.Conn.Read(b)
+	release, err := l.j.raftConns.AcquireHandshake()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	tc := tls.Server(hello, l.serverConfig())
+	if err := tc.Handshake(); err != nil {
+		return nil, err
+	}
+	return tc, nil
 }
 
 // verifyJournalPeer accepts a chain that reaches the domain root through
@@ -116,6 +178,15 @@ func (j *Journal) verifyJournalPeer(raw [][]byte, _ [][]*x509.Certificate) error
 
 func (j *Journal) checkJournalCert(certs []*x509.Certificate) error {
 	now := j.cfg.Clock.Now()
+	// A revoked intermediate (pact journal remove --revoke-intermediate)
+	// cuts its journal off at once, cached chain or not. An intermediate
+	// not yet in Raft passes: a journal publishes its new one over this
+	// very connection.
+	for _, c := range certs[1:] {
+		if in, ok := j.fsm.Intermediate(pki.SerialHex(c.SerialNumber)); ok && raftfsm.IntermediateRevoked(in, now.UnixNano()) {
+			return fmt.Errorf("journal peer: intermediate %s of journal %s is revoked", in.GetSerial(), in.GetJournalId())
+		}
+	}
 	if j.peerCerts.verified(certs, now) {
 		return nil
 	}
@@ -183,6 +254,14 @@ func (v *verifiedChains) verified(certs []*x509.Certificate, now time.Time) bool
 		}
 	}
 	return now.Before(until)
+}
+
+// clear forgets every verified chain: called when an intermediate is
+// retired or revoked, so nothing verified before is trusted from memory.
+func (v *verifiedChains) clear() {
+	v.mu.Lock()
+	v.m = nil
+	v.mu.Unlock()
 }
 
 func (v *verifiedChains) add(certs []*x509.Certificate, now time.Time) {

@@ -51,3 +51,26 @@ func TestVerifiedChains(t *testing.T) {
 		}
 	}
 }
+
+// An intermediate retired or revoked clears every remembered chain, so a
+// chain through it is verified again (and refused) at once.
+func TestVerifiedChainsClear(t *testing.T) {
+	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	chain := []*x509.Certificate{
+		{Raw: []byte("leaf"), NotBefore: t0.Add(-time.Hour), NotAfter: t0.Add(time.Hour)},
+		{Raw: []byte("inter"), NotBefore: t0.Add(-time.Hour), NotAfter: t0.Add(time.Hour)},
+	}
+	var v verifiedChains
+	v.add(chain, t0)
+	if !v.verified(chain, t0) {
+		t.Fatal("chain not remembered")
+	}
+	v.clear()
+	if v.verified(chain, t0) {
+		t.Error("a chain is still remembered after clear")
+	}
+	v.add(chain, t0) // usable again after a clear
+	if !v.verified(chain, t0) {
+		t.Error("chain not remembered after clear and add")
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -26,6 +27,7 @@ import (
 func TestRaftPortRefusesAllButJournals(t *testing.T) {
 	cfg := journaltest.Config(t.TempDir())
 	cfg.RaftListen = journaltest.FreeAddr(t)
+	cfg.InitialCluster = []journal.Peer{{ID: cfg.NodeID, RaftAddr: cfg.RaftListen}}
 	h := journaltest.Start(t, cfg)
 	h.Register(t, "n1", "SN1", mac1)
 	key := journaltest.NewKey(t)

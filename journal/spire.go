@@ -47,6 +47,11 @@ var (
 	// errNoSPIREBundle: no bundle known yet (the Workload API has not
 	// answered); it comes with errSVIDUntrusted.
 	errNoSPIREBundle = errors.New("journal: no SPIRE trust bundle")
+	// errForeignTrustDomain: the certificate carries a SPIFFE ID of a trust
+	// domain this journal does not accept: not an SVID for it either.
+	errForeignTrustDomain = errors.New("journal: trust domain not accepted")
+	// errSPIFFEUnmapped: a valid SVID whose SPIFFE ID maps to no node.
+	errSPIFFEUnmapped = errors.New("journal: SPIFFE ID maps to no node")
 )
 
 // spireBundleSource yields the current X.509 bundle of the SPIRE trust
@@ -233,8 +238,12 @@ func (j *Journal) svidPrincipal(ctx context.Context, chain []*x509.Certificate) 
 	st := j.spire
 	leaf := chain[0]
 	sid, err := x509svid.IDFromCert(leaf)
-	if err != nil || !sid.MemberOf(st.td) {
+	if err != nil {
 		return nil, errNotSVID
+	}
+	if !sid.MemberOf(st.td) {
+		return nil, fmt.Errorf("%w: SPIFFE ID %s is of trust domain %s; this journal accepts SVIDs of %s only (--spire-trust-domain)",
+			errForeignTrustDomain, sid, sid.TrustDomain().Name(), st.td.Name())
 	}
 	bundle := st.src.current()
 	if bundle == nil {
@@ -247,7 +256,7 @@ func (j *Journal) svidPrincipal(ctx context.Context, chain []*x509.Certificate) 
 		case now.After(leaf.NotAfter):
 			return nil, fmt.Errorf("%w: SVID %s (%s) expired at %s", ErrUnauthenticated, pki.SerialHex(leaf.SerialNumber), sid, leaf.NotAfter.UTC().Format(time.RFC3339))
 		case now.Before(leaf.NotBefore):
-			return nil, fmt.Errorf("%w: SVID %s (%s) not valid before %s (check the clocks)", ErrUnauthenticated, pki.SerialHex(leaf.SerialNumber), sid, leaf.NotBefore.UTC().Format(time.RFC3339))
+			return nil, fmt.Errorf("%w: %w: SVID %s (%s) not valid before %s, the journal's clock reads %s (check the clocks)", ErrUnauthenticated, errNotYetValid, pki.SerialHex(leaf.SerialNumber), sid, leaf.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 		case errors.As(err, &inv) && inv.Reason == x509.Expired:
 			return nil, fmt.Errorf("%w: %w: SVID %s chains through an expired SPIRE intermediate", ErrUnauthenticated, errSVIDUntrusted, sid)
 		default:
@@ -265,7 +274,7 @@ func (j *Journal) svidPrincipal(ctx context.Context, chain []*x509.Certificate) 
 		// A valid SVID, but no node of this domain: authenticated by SPIRE,
 		// not authorised here (PERMISSION_DENIED, as an agent certificate
 		// whose node is not in the registry).
-		return nil, fmt.Errorf("%w: SPIFFE ID %s maps to no node in the registry: register the node (pact node enroll NODE ...), its default SPIFFE ID is spiffe://%s/pact-agent/NODE, or pass --spiffe-id", ErrPermission, sid, st.td.Name())
+		return nil, fmt.Errorf("%w: %w: SPIFFE ID %s maps to no node in the registry: register the node (pact node enroll NODE ...), its default SPIFFE ID is spiffe://%s/pact-agent/NODE, or pass --spiffe-id", ErrPermission, errSPIFFEUnmapped, sid, st.td.Name())
 	}
 	p := &principal{
 		id:       pki.Identity{Kind: pki.KindAgent, Name: n.GetNodeId(), Domain: j.ca.Domain()},
@@ -302,6 +311,9 @@ func (j *Journal) checkSVIDBinding(p *principal) error {
 	}
 	if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
 		return fmt.Errorf("%w: node %s was decommissioned", errNodeRevoked, p.id.Name)
+	}
+	if n.GetFence() != nil {
+		return fencedError(p.id.Name)
 	}
 	if j.fsm.IsRevoked(p.serial) {
 		return fmt.Errorf("%w: SVID %s of node %s was revoked when the node was decommissioned; SPIRE must issue a new one", errNodeRevoked, p.serial, p.id.Name)
@@ -345,6 +357,34 @@ func (j *Journal) recordSVID(ctx context.Context, p *principal) error {
 	if !res.Idempotent {
 		j.log.Info("node identified by SPIRE SVID", logkey.NodeID, p.id.Name, "spiffe_id", p.spiffeID, logkey.Serial, p.serial,
 			logkey.NotAfter, p.leaf.NotAfter.UTC().Format(time.RFC3339), "was", raftfsm.StateName(n.GetState()))
+	}
+	return nil
+}
+
+// reload re-reads the bundle file now, whatever its modification time (a
+// SIGHUP from the service manager after the operator replaced it).
+func (b *spireFileBundle) reload() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.load()
+}
+
+// Reload re-reads what the journal can take without a restart: today the
+// SPIRE trust bundle file (--spire-bundle). Every other setting needs a
+// restart. A bundle that does not parse leaves the previous one in force
+// and is returned as an error.
+func (j *Journal) Reload() error {
+	if j.spire == nil {
+		j.log.Info("reload: nothing to re-read (no --spire-bundle); other settings need a restart")
+		return nil
+	}
+	fb, ok := j.spire.src.(*spireFileBundle)
+	if !ok {
+		j.log.Info("reload: the SPIRE bundle follows the Workload API; nothing to re-read")
+		return nil
+	}
+	if err := fb.reload(); err != nil {
+		return fmt.Errorf("journal: --spire-bundle: %w", err)
 	}
 	return nil
 }

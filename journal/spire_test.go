@@ -259,21 +259,23 @@ func TestSVIDs(t *testing.T) {
 		{name: "per-node SPIFFE ID override", node: "n-custom", svid: valid(e.ca, "spiffe://pact.local/custom/x")},
 
 		{name: "default ID of a node with an override", svid: valid(e.ca, agentID("n-custom")), call: subscribe,
-			code: codes.PermissionDenied, want: apierr.PermissionDenied, msg: "maps to no node"},
+			code: codes.PermissionDenied, want: apierr.SPIFFEIDUnmapped, msg: "maps to no node"},
 		{name: "unknown node", svid: valid(e.ca, agentID("n-unknown")), call: subscribe,
-			code: codes.PermissionDenied, want: apierr.PermissionDenied, msg: "spiffe://pact.local/pact-agent/n-unknown maps to no node in the registry"},
+			code: codes.PermissionDenied, want: apierr.SPIFFEIDUnmapped, msg: "SPIFFE ID spiffe://pact.local/pact-agent/n-unknown maps to no node in the registry"},
 		{name: "unknown node, Ping", svid: valid(e.ca, agentID("n-unknown")), call: ping,
-			code: codes.PermissionDenied, want: apierr.PermissionDenied, msg: "maps to no node"},
+			code: codes.PermissionDenied, want: apierr.SPIFFEIDUnmapped, msg: "maps to no node"},
 		{name: "decommissioned node", svid: valid(e.ca, agentID("n-gone")), call: subscribe,
 			code: codes.PermissionDenied, want: apierr.NodeRevoked, msg: "n-gone was decommissioned"},
 		{name: "another trust domain, signed by the trusted CA", svid: valid(e.ca, "spiffe://other.org/pact-agent/n-other"), call: subscribe,
-			code: codes.Unauthenticated, want: apierr.Unauthenticated, msg: "nor in SPIRE trust domain pact.local"},
+			code: codes.Unauthenticated, want: apierr.TrustDomainNotAccepted, msg: "SPIFFE ID spiffe://other.org/pact-agent/n-other is of trust domain other.org; this journal accepts SVIDs of pact.local only"},
 		{name: "another trust domain's CA", svid: valid(other, "spiffe://other.org/pact-agent/n-other"), call: ping,
-			code: codes.Unauthenticated, want: apierr.Unauthenticated},
+			code: codes.Unauthenticated, want: apierr.TrustDomainNotAccepted},
+		{name: "no SPIFFE ID of any domain", svid: valid(e.ca, "https://pact.local/x"), call: ping,
+			code: codes.Unauthenticated, want: apierr.Unauthenticated, msg: "nor in SPIRE trust domain pact.local"},
 		{name: "untrusted CA", svid: valid(rogue, agentID("n-other")), call: subscribe,
-			code: codes.Unauthenticated, want: apierr.Unauthenticated, msg: "nor to the SPIRE trust bundle of pact.local"},
+			code: codes.Unauthenticated, want: apierr.SPIREBundleUntrusted, msg: "SVID spiffe://pact.local/pact-agent/n-other is not signed by the SPIRE trust bundle of pact.local"},
 		{name: "untrusted CA, an override", svid: valid(rogue, "spiffe://pact.local/custom/x"), call: ping,
-			code: codes.Unauthenticated, want: apierr.Unauthenticated, msg: "not signed by the SPIRE trust bundle"},
+			code: codes.Unauthenticated, want: apierr.SPIREBundleUntrusted, msg: "not signed by the SPIRE trust bundle"},
 		{name: "expired", svid: func(t *testing.T) svid {
 			return e.ca.issue(t, now.Add(-2*time.Hour), now.Add(-time.Minute), agentID("n-other"))
 		}, call: subscribe, code: codes.Unauthenticated, want: apierr.Unauthenticated, msg: "expired"},
@@ -282,7 +284,7 @@ func TestSVIDs(t *testing.T) {
 		}, call: ping, code: codes.Unauthenticated, want: apierr.Unauthenticated, msg: "expired"},
 		{name: "not yet valid", svid: func(t *testing.T) svid {
 			return e.ca.issue(t, now.Add(time.Hour), now.Add(2*time.Hour), "spiffe://pact.local/custom/x")
-		}, call: subscribe, code: codes.Unauthenticated, want: apierr.Unauthenticated, msg: "not valid before"},
+		}, call: subscribe, code: codes.Unauthenticated, want: apierr.CertNotYetValid, msg: "not valid before"},
 		{name: "two SPIFFE IDs", svid: valid(e.ca, "spiffe://pact.local/custom/x", agentID("n-other")), call: subscribe,
 			code: codes.Unauthenticated, want: apierr.Unauthenticated},
 		{name: "RenewCert", svid: valid(e.ca, agentID("n-other")), call: func(t *testing.T, a *agent) error {
@@ -463,17 +465,17 @@ func TestSPIREBundleFileRotation(t *testing.T) {
 	next := newSPIRECA(t, "pact.local", e.fc.Now())
 	newSVID := next.issue(t, e.fc.Now().Add(-time.Minute), e.fc.Now().Add(time.Hour), agentID("n1"))
 	_, err := e.ping(t, newSVID.agent("n1"))
-	wantErr(t, err, codes.Unauthenticated, apierr.Unauthenticated)
+	wantErr(t, err, codes.Unauthenticated, apierr.SPIREBundleUntrusted)
 
 	writeBundle(t, e.bundle, time.Now(), next)
 	_, err = e.ping(t, newSVID.agent("n1"))
-	wantErr(t, err, codes.Unauthenticated, apierr.Unauthenticated) // not looked at yet
+	wantErr(t, err, codes.Unauthenticated, apierr.SPIREBundleUntrusted) // not looked at yet
 	e.tick(t, 10*time.Second)
 	if _, err := e.ping(t, newSVID.agent("n1")); err != nil {
 		t.Errorf("ping with an SVID of the new CA 10s after the rotation: %v", err)
 	}
 	_, err = e.ping(t, oldSVID.agent("n1"))
-	wantErr(t, err, codes.Unauthenticated, apierr.Unauthenticated)
+	wantErr(t, err, codes.Unauthenticated, apierr.SPIREBundleUntrusted)
 
 	// A file that does not parse keeps the bundle in force.
 	if err := os.WriteFile(e.bundle, []byte("not PEM"), 0o644); err != nil {
@@ -498,7 +500,7 @@ func TestSPIREBundleFromWorkloadAPI(t *testing.T) {
 	leafCA := &spireCA{cert: root.Cert, key: root.Key}
 	s := leafCA.issue(t, now.Add(-time.Minute), now.Add(time.Hour), agentID("n1"))
 	_, err := e.ping(t, s.agent("n1"))
-	pe := wantErr(t, err, codes.Unauthenticated, apierr.Unauthenticated)
+	pe := wantErr(t, err, codes.Unauthenticated, apierr.SPIREBundleUntrusted)
 	if !strings.Contains(pe.Message, "no SPIRE trust bundle for pact.local is loaded yet") {
 		t.Errorf("message %q, want it to say no SPIRE bundle is loaded yet", pe.Message)
 	}
@@ -629,8 +631,10 @@ func TestRegisterNodeSPIFFEID(t *testing.T) {
 
 // Journal-signed certificates work as before on a SPIRE site, and Ping
 // tells the two apart. When the node's agent moves to its SVID (the
-// identity cascade prefers SPIRE), the registry records the SVID and the
-// stream still held with the journal-signed certificate ends as stale.
+// identity cascade prefers SPIRE), the registry records the SVID and keeps
+// the journal-signed certificate as the node's standby: its stream stands
+// (the agent ends it itself), and a stream opened with it later (SPIRE
+// stopped serving the node) makes it current again, with no enrollment.
 func TestJournalCertificateAndSVID(t *testing.T) {
 	e := newSPIREEnv(t)
 	a := e.activate(t, "n1", "SN1", mac1)
@@ -642,9 +646,141 @@ func TestJournalCertificateAndSVID(t *testing.T) {
 
 	s := e.svidFor(t, agentID("n1"))
 	w2 := e.subscribe(t, s.agent("n1"))
-	e.checkSVIDActive(t, "n1", s, "renew", "SPIRE SVID replaces journal certificate "+a.serial)
+	e.checkSVIDActive(t, "n1", s, "renew", "SPIRE SVID replaces journal certificate "+a.serial+" (kept as standby)")
+	if sb := e.node(t, "n1").GetStandbyCert(); sb.GetSerial() != a.serial {
+		t.Errorf("standby %v, want the journal certificate %s", sb, a.serial)
+	}
+	if _, err := e.ping(t, a); err != nil {
+		t.Errorf("ping with the standby: %v", err)
+	}
+	w.quiet(t)
+
+	drops := e.h.J.StreamDrops("n1")
+	w3 := e.subscribe(t, a)
+	n := e.node(t, "n1")
+	if n.GetCert().GetSerial() != a.serial || n.GetStandbyCert() != nil {
+		t.Errorf("node %v: want the standby %s current, no standby left", n, a.serial)
+	}
+	if l := e.lastAudit(t, "n1"); l.GetAction() != "renew" || l.GetDetail() != "journal standby replaces SPIRE SVID "+s.serial() || l.GetSerial() != a.serial {
+		t.Errorf("last audit entry %v, want renew (journal standby replaces SPIRE SVID %s)", l, s.serial())
+	}
+	for _, old := range []*watch{w, w2} {
+		old.cancel()
+		<-old.done
+	}
+	eventually(t, "the journal to hold the standby's stream only", func() bool { return e.h.J.OpenStreams("n1") == 1 })
+	w3.quiet(t)
+	if d := e.h.J.StreamDrops("n1"); d != drops {
+		t.Errorf("the journal's streams of n1 dropped to none %d times across the moves", d-drops)
+	}
+}
+
+// IssueStandby: an SVID-authenticated agent gets a journal certificate
+// recorded as its node's standby, which authenticates at once; a new one
+// replaces it (the old one is refused as replaced); only SVIDs may ask;
+// a decommission revokes it.
+func TestIssueStandby(t *testing.T) {
+	e := newSPIREEnv(t)
+	e.register(t, "n1", "SN1", mac1)
+	s := e.svidFor(t, agentID("n1"))
+	sa := s.agent("n1")
+	issue := func(t *testing.T, from *agent, key journaltest.Key) (*agent, error) {
+		t.Helper()
+		resp, err := e.agentClient(t, from).IssueStandby(callCtx(t), &pactv1.IssueStandbyRequest{CsrDer: key.CSR})
+		if err != nil {
+			if len(resp.GetCertChainDer()) > 0 {
+				t.Error("a refused standby returned a certificate")
+			}
+			return nil, err
+		}
+		if resp.GetNodeId() != "n1" || len(resp.GetTrustBundleDer()) == 0 {
+			t.Errorf("response %v", resp)
+		}
+		return newAgent("n1", key, resp.GetCertChainDer(), resp.GetSerial()), nil
+	}
+
+	// Before the SVID's stream recorded it, there is nothing to stand by for.
+	before := e.registry(t)
+	_, err := issue(t, sa, journaltest.NewKey(t))
+	e.refused(t, before, nil, err, codes.PermissionDenied, apierr.StaleCertificate)
+
+	w := e.subscribe(t, sa)
+	sb1, err := issue(t, sa, journaltest.NewKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := e.node(t, "n1")
+	if n.GetCert().GetSerial() != s.serial() || n.GetStandbyCert().GetSerial() != sb1.serial || n.GetStandbyCert().GetIssuerSerial() == "spire" {
+		t.Errorf("node %v: want SVID %s current and standby %s", n, s.serial(), sb1.serial)
+	}
+	if l := e.lastAudit(t, "n1"); l.GetAction() != "standby" || l.GetSerial() != sb1.serial {
+		t.Errorf("last audit %v, want standby of %s", l, sb1.serial)
+	}
+	if resp, err := e.ping(t, sb1); err != nil || resp.GetIdentitySource() != "journal" || resp.GetSerial() != sb1.serial {
+		t.Errorf("ping with the standby = %v, %v", resp, err)
+	}
+
+	sb2, err := issue(t, sa, journaltest.NewKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.ping(t, sb1)
+	pe := wantErr(t, err, codes.PermissionDenied, apierr.StaleCertificate)
+	if !strings.Contains(pe.Message, "was replaced") {
+		t.Errorf("message %q, want it to say the certificate was replaced", pe.Message)
+	}
+
+	refusals := []struct {
+		name   string
+		from   *agent
+		csr    []byte
+		code   codes.Code
+		reason apierr.Reason
+	}{
+		{"a journal-signed caller", sb2, journaltest.NewKey(t).CSR, codes.PermissionDenied, apierr.PermissionDenied},
+		{"a bad CSR", sa, []byte("not a CSR"), codes.InvalidArgument, apierr.InvalidCSR},
+	}
+	for _, tt := range refusals {
+		t.Run(tt.name, func(t *testing.T) {
+			before := e.registry(t)
+			resp, err := e.agentClient(t, tt.from).IssueStandby(callCtx(t), &pactv1.IssueStandbyRequest{CsrDer: tt.csr})
+			e.refused(t, before, resp, err, tt.code, tt.reason)
+		})
+	}
+
+	if _, err := e.admin.DecommissionNode(callCtx(t), &pactv1.DecommissionNodeRequest{NodeId: "n1", Force: true}); err != nil {
+		t.Fatal(err)
+	}
 	_, _, err = w.end(t)
-	wantErr(t, err, codes.PermissionDenied, apierr.StaleCertificate)
-	w2.quiet(t)
-	w2.close(t, e.env)
+	wantErr(t, err, codes.PermissionDenied, apierr.NodeRevoked)
+	_, err = e.ping(t, sb2)
+	wantErr(t, err, codes.PermissionDenied, apierr.NodeRevoked)
+}
+
+// Reload (SIGHUP) trusts a replaced bundle file at once, without waiting
+// for the journal to look at the file again; a broken file is an error
+// and leaves the bundle in force.
+func TestSPIREBundleReload(t *testing.T) {
+	e := newSPIREEnv(t)
+	e.register(t, "n1", "SN1", mac1)
+	next := newSPIRECA(t, "pact.local", e.fc.Now())
+	newSVID := next.issue(t, e.fc.Now().Add(-time.Minute), e.fc.Now().Add(time.Hour), agentID("n1"))
+	writeBundle(t, e.bundle, time.Now(), next)
+	_, err := e.ping(t, newSVID.agent("n1"))
+	wantErr(t, err, codes.Unauthenticated, apierr.SPIREBundleUntrusted) // not looked at yet
+	if err := e.h.J.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ping(t, newSVID.agent("n1")); err != nil {
+		t.Errorf("ping with an SVID of the new CA right after Reload: %v", err)
+	}
+	if err := os.WriteFile(e.bundle, []byte("not PEM"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.h.J.Reload(); err == nil {
+		t.Error("Reload of a broken bundle file must fail")
+	}
+	if _, err := e.ping(t, newSVID.agent("n1")); err != nil {
+		t.Errorf("ping after a failed Reload: %v", err)
+	}
 }

@@ -19,6 +19,8 @@ import (
 type retryAfterError struct {
 	err   error
 	after time.Duration
+	// limit says what a rate-limit refusal limits (apierr.Limit).
+	limit apierr.Limit
 }
 
 func (e *retryAfterError) Error() string { return e.err.Error() }
@@ -38,6 +40,14 @@ var reasons = []struct {
 	{raftfsm.ErrStaleCertificate, apierr.StaleCertificate},
 	{raftfsm.ErrInvalidCommand, apierr.InvalidArgument},
 	{raftfsm.ErrVClusterChanged, apierr.VClusterChanged},
+	{raftfsm.ErrNodeFenced, apierr.NodeFenced},
+	{raftfsm.ErrJoinTokenRequired, apierr.JoinTokenRequired},
+	{raftfsm.ErrJoinTokenInvalid, apierr.JoinTokenInvalid},
+	{raftfsm.ErrKeyInUse, apierr.KeyInUse},
+	{raftfsm.ErrOperatorRevoked, apierr.OperatorRevoked},
+	{raftfsm.ErrNotFound, apierr.NotFound},
+	{ca.ErrInvalidRole, apierr.InvalidArgument},
+	{ca.ErrInvalidLifetime, apierr.InvalidArgument},
 	{errNodeStreaming, apierr.NodeStreaming},
 	{ca.ErrCSRTooLarge, apierr.InvalidCSR},
 	{ca.ErrCSRMalformed, apierr.InvalidCSR},
@@ -51,13 +61,27 @@ var reasons = []struct {
 	{hwid.ErrTooMany, apierr.InvalidArgument},
 	{pki.ErrInvalidName, apierr.InvalidArgument},
 	{ErrInvalidArgument, apierr.InvalidArgument},
+	// The specific authentication refusals come before the generic
+	// ErrUnauthenticated and ErrPermission they wrap.
+	{errForeignTrustDomain, apierr.TrustDomainNotAccepted},
+	{errSVIDUntrusted, apierr.SPIREBundleUntrusted},
+	{errSPIFFEUnmapped, apierr.SPIFFEIDUnmapped},
+	{errNotYetValid, apierr.CertNotYetValid},
 	{ErrUnauthenticated, apierr.Unauthenticated},
 	{ErrPermission, apierr.PermissionDenied},
 	{ErrOverloaded, apierr.RateLimited},
+	{ErrTooManyStreams, apierr.TooManyStreams},
 	{ErrNoLeader, apierr.NoLeader},
 	{ErrNotFound, apierr.NotFound},
 	{ErrOutcomeUnknown, apierr.OutcomeUnknown},
 	{errMembership, apierr.MembershipRefused},
+	{ErrTPMRequired, apierr.TPMRequired},
+	{ErrTPMEKMismatch, apierr.TPMEKMismatch},
+	{ErrTPMAKRefused, apierr.TPMAKRefused},
+	{ErrTPMAttestationFailed, apierr.TPMAttestationFailed},
+	{ErrTPMChallengeExpired, apierr.TPMChallengeExpired},
+	{ErrTPMChallengeUnknown, apierr.TPMChallengeUnknown},
+	{errHalted, apierr.JournalHalted},
 }
 
 // toStatus converts a handler error to a gRPC status error. Errors that are
@@ -77,16 +101,30 @@ func toStatus(err error) error {
 		return apierr.Status(apierr.OutcomeUnknown, time.Second, "the journal could not commit in time; the change may or may not have been made: check before retrying").Err()
 	}
 	var after time.Duration
+	var limit apierr.Limit
 	var ra *retryAfterError
 	if errors.As(err, &ra) {
-		after = ra.after
+		after, limit = ra.after, ra.limit
 	}
 	for _, r := range reasons {
 		if errors.Is(err, r.err) {
 			// The reason code already names the sentinel; keep the detail.
-			msg := strings.TrimPrefix(err.Error(), r.err.Error()+": ")
-			return apierr.Status(r.reason, after, msg).Err()
+			return apierr.StatusLimit(r.reason, after, limit, detail(err.Error())).Err()
 		}
 	}
 	return apierr.Status(apierr.Internal, 0, "internal error; see the journal log").Err()
+}
+
+// detail strips the sentinels' own texts ("journal: unauthenticated: ...")
+// from the front of an error message: the wire reason names them already.
+func detail(msg string) string {
+	for again := true; again; {
+		again = false
+		for _, r := range reasons {
+			if rest, ok := strings.CutPrefix(msg, r.err.Error()+": "); ok {
+				msg, again = rest, true
+			}
+		}
+	}
+	return msg
 }

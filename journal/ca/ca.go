@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -28,14 +30,15 @@ import (
 
 // Sentinel errors.
 var (
-	ErrUpstream      = errors.New("ca: upstream authority")
-	ErrInvalidRole   = errors.New("ca: invalid role")
-	ErrCSRTooLarge   = errors.New("ca: CSR too large")
-	ErrCSRMalformed  = errors.New("ca: malformed CSR")
-	ErrKeyPolicy     = errors.New("ca: CSR key not allowed")
-	ErrCSRSignature  = errors.New("ca: CSR signature invalid")
-	ErrCSRExtensions = errors.New("ca: CSR requests extensions")
-	ErrIssuedInvalid = errors.New("ca: issued certificate failed validation")
+	ErrUpstream        = errors.New("ca: upstream authority")
+	ErrInvalidRole     = errors.New("ca: invalid role")
+	ErrCSRTooLarge     = errors.New("ca: CSR too large")
+	ErrCSRMalformed    = errors.New("ca: malformed CSR")
+	ErrKeyPolicy       = errors.New("ca: CSR key not allowed")
+	ErrCSRSignature    = errors.New("ca: CSR signature invalid")
+	ErrCSRExtensions   = errors.New("ca: CSR requests extensions")
+	ErrIssuedInvalid   = errors.New("ca: issued certificate failed validation")
+	ErrInvalidLifetime = errors.New("ca: invalid lifetime")
 )
 
 // MaxCSRBytes caps a CSR before any parsing: a P-384 CSR is ~500 bytes.
@@ -90,6 +93,13 @@ func (c Config) Validate() error {
 	if c.Clock == nil {
 		errs = append(errs, errors.New("ca: Clock is required"))
 	}
+	for _, n := range c.ServerDNSNames {
+		// Each name is also a name constraint of the intermediate, which
+		// cannot hold an empty label.
+		if n == "" || strings.Contains(n, "..") || strings.HasPrefix(n, ".") || strings.HasSuffix(n, ".") {
+			errs = append(errs, fmt.Errorf("ca: server name %q has an empty label; give names like j1.site.example", n))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -130,6 +140,13 @@ func (c *CA) Domain() string { return c.domain }
 
 // Root is the domain root certificate.
 func (c *CA) Root() *x509.Certificate { return c.cfg.Upstream.Root() }
+
+// SignOperator signs an operator credential for a CSR's public key with the
+// domain root (operators chain to the root directly, so no journal
+// intermediate can mint one).
+func (c *CA) SignOperator(csr *CSR, name, role string, lifetime time.Duration) (*x509.Certificate, error) {
+	return SignAdmin(c.cfg.Upstream, csr.PublicKey, name, role, lifetime, c.cfg.Clock.Now())
+}
 
 // Intermediate is the current intermediate certificate.
 func (c *CA) Intermediate() *x509.Certificate { return c.cur.Load().cert }
@@ -178,6 +195,7 @@ func (c *CA) Rotate() error {
 		MaxPathLenZero:        true,
 		URIs:                  []*url.URL{{Scheme: "spiffe", Host: c.domain}},
 	}
+	c.constrain(tmpl)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, root, key.Public(), c.cfg.Upstream.Signer())
 	if err != nil {
 		return fmt.Errorf("%w: sign intermediate: %w", ErrUpstream, err)
@@ -194,6 +212,36 @@ func (c *CA) Rotate() error {
 	inter.server = server
 	c.cur.Store(inter)
 	return nil
+}
+
+// constrain limits what the intermediate can vouch for (RFC 5280 name
+// constraints, checked by every verifier that walks the chain): SPIFFE IDs
+// of this trust domain only (not of its subdomains, which are other trust
+// domains), and the DNS names and addresses the journal serves under. A bug
+// in leaf issuance, or a stolen intermediate key, cannot mint an identity
+// that a pact verifier, a SPIRE verifier or a browser-style TLS client of
+// this domain would accept outside those names.
+func (c *CA) constrain(tmpl *x509.Certificate) {
+	tmpl.PermittedDNSDomainsCritical = true
+	tmpl.PermittedURIDomains = []string{c.domain}
+	tmpl.ExcludedURIDomains = []string{"." + c.domain}
+	tmpl.PermittedDNSDomains = append([]string(nil), c.cfg.ServerDNSNames...)
+	if len(tmpl.PermittedDNSDomains) == 0 {
+		// An empty permitted list would permit every name: exclude them all.
+		tmpl.ExcludedDNSDomains = []string{""}
+	}
+	for _, ip := range c.cfg.ServerIPs {
+		bits := 8 * len(ip)
+		if v4 := ip.To4(); v4 != nil {
+			ip, bits = v4, 32
+		}
+		tmpl.PermittedIPRanges = append(tmpl.PermittedIPRanges, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
+	}
+	if len(tmpl.PermittedIPRanges) == 0 {
+		tmpl.ExcludedIPRanges = []*net.IPNet{{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}, {IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}}
+	}
+	// No certificate below a journal intermediate carries an e-mail address.
+	tmpl.ExcludedEmailAddresses = []string{""}
 }
 
 func (c *CA) issueServer(inter *intermediate, id pki.Identity, now time.Time) (*tls.Certificate, error) {
@@ -316,12 +364,16 @@ func (c *CA) SignAgent(csr *CSR, nodeID string) (*Issued, error) {
 	}
 	id := pki.Identity{Kind: pki.KindAgent, Name: nodeID, Domain: c.domain}
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: id.CommonName()},
-		NotBefore:             now.Add(-c.cfg.Backdate),
-		NotAfter:              notAfter,
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: id.CommonName()},
+		NotBefore:    now.Add(-c.cfg.Backdate),
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		// X.509-SVID §4.4: when the extension is present, serverAuth and
+		// clientAuth must both be set. An agent certificate still cannot
+		// pose as a journal: journals are identified by their SPIFFE ID
+		// (pact-journal/...) and agent leaves carry no DNS or IP name.
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
 		IsCA:                  false,
 		URIs:                  []*url.URL{id.SPIFFEID()},
@@ -352,11 +404,14 @@ func (c *CA) SignAgent(csr *CSR, nodeID string) (*Issued, error) {
 // template mistake can never ship a CA or a foreign-key certificate.
 func validateAgentCert(cert *x509.Certificate, id pki.Identity, csr *CSR) error {
 	var errs []error
-	if cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign != 0 {
+	if cert.IsCA || cert.KeyUsage&(x509.KeyUsageCertSign|x509.KeyUsageCRLSign) != 0 {
 		errs = append(errs, errors.New("is a CA"))
 	}
-	if len(cert.ExtKeyUsage) != 1 || cert.ExtKeyUsage[0] != x509.ExtKeyUsageClientAuth {
-		errs = append(errs, errors.New("EKU is not exactly clientAuth"))
+	if cert.KeyUsage&x509.KeyUsageDigitalSignature == 0 {
+		errs = append(errs, errors.New("key usage lacks digitalSignature (X.509-SVID §4.3)"))
+	}
+	if len(cert.ExtKeyUsage) != 2 || !slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageClientAuth) || !slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageServerAuth) || len(cert.UnknownExtKeyUsage) != 0 {
+		errs = append(errs, errors.New("EKU is not exactly serverAuth and clientAuth (X.509-SVID §4.4)"))
 	}
 	if len(cert.URIs) != 1 || cert.URIs[0].String() != id.SPIFFEID().String() {
 		errs = append(errs, errors.New("URI SAN mismatch"))

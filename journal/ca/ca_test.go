@@ -202,8 +202,8 @@ func checkAgentCert(t *testing.T, f *fixture, iss *Issued, csr *CSR, nodeID stri
 	if len(cert.DNSNames) != 0 || len(cert.IPAddresses) != 0 || len(cert.EmailAddresses) != 0 {
 		t.Errorf("unexpected SANs: DNS %v IP %v email %v", cert.DNSNames, cert.IPAddresses, cert.EmailAddresses)
 	}
-	if len(cert.ExtKeyUsage) != 1 || cert.ExtKeyUsage[0] != x509.ExtKeyUsageClientAuth || len(cert.UnknownExtKeyUsage) != 0 {
-		t.Errorf("EKU = %v (unknown %v), want exactly [clientAuth]", cert.ExtKeyUsage, cert.UnknownExtKeyUsage)
+	if !slices.Equal(cert.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}) || len(cert.UnknownExtKeyUsage) != 0 {
+		t.Errorf("EKU = %v (unknown %v), want exactly [serverAuth clientAuth] (X.509-SVID §4.4)", cert.ExtKeyUsage, cert.UnknownExtKeyUsage)
 	}
 	if cert.KeyUsage != x509.KeyUsageDigitalSignature {
 		t.Errorf("KeyUsage = %b, want digitalSignature only (%b)", cert.KeyUsage, x509.KeyUsageDigitalSignature)
@@ -299,13 +299,14 @@ func TestSignAgentCertificateFields(t *testing.T) {
 			}
 			checkAgentCert(t, f, iss, csr, tc.node, testNow)
 
-			// The agent cert is a client certificate, not a server one.
+			// The agent cert carries serverAuth (X.509-SVID §4.4) but no
+			// host name: it cannot pose as a journal a client dials.
 			roots := x509.NewCertPool()
 			roots.AddCert(f.ca.Root())
 			inters := x509.NewCertPool()
 			inters.AddCert(f.ca.Intermediate())
-			if _, err := iss.Cert.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inters, CurrentTime: testNow}); err == nil {
-				t.Error("agent certificate verified for serverAuth")
+			if _, err := iss.Cert.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inters, CurrentTime: testNow, DNSName: "localhost"}); err == nil {
+				t.Error("agent certificate verified as the server localhost")
 			}
 			// Without the intermediate, or after expiry, it does not verify.
 			if err := verifyClient(iss.Cert, f.ca.Root(), testNow); err == nil {
@@ -885,6 +886,7 @@ func TestConfigValidate(t *testing.T) {
 		{"intermediate under twice leaf", func() Config { c := good(); c.IntermediateLifetime = 2*c.LeafLifetime - time.Second; return c }(), []string{"at least twice LeafLifetime"}, nil},
 		{"intermediate exactly twice leaf", func() Config { c := good(); c.IntermediateLifetime = 2 * c.LeafLifetime; return c }(), nil, nil},
 		{"negative backdate", func() Config { c := good(); c.Backdate = -time.Second; return c }(), []string{"Backdate must not be negative"}, nil},
+		{"server name with an empty label", func() Config { c := good(); c.ServerDNSNames = []string{"ok.example", "j1.example."}; return c }(), []string{`server name "j1.example." has an empty label`}, nil},
 		{"everything wrong", Config{JournalID: "-x", LeafLifetime: time.Hour, IntermediateLifetime: time.Hour, Backdate: -1}, []string{
 			"Upstream is required", "journal id", "at least twice", "Backdate", "Clock is required",
 		}, nil},
@@ -1112,7 +1114,7 @@ func TestValidateAgentCertCatchesTemplateMistakes(t *testing.T) {
 			SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: id.CommonName()},
 			NotBefore: testNow, NotAfter: testNow.Add(time.Hour),
 			KeyUsage:              x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+			ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 			BasicConstraintsValid: true,
 			URIs:                  []*url.URL{id.SPIFFEID()},
 		}
@@ -1127,9 +1129,12 @@ func TestValidateAgentCertCatchesTemplateMistakes(t *testing.T) {
 		{"correct", func(*x509.Certificate) {}, nil, true},
 		{"CA", func(c *x509.Certificate) { c.IsCA = true }, nil, false},
 		{"keyCertSign", func(c *x509.Certificate) { c.KeyUsage |= x509.KeyUsageCertSign }, nil, false},
-		{"serverAuth", func(c *x509.Certificate) { c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth} }, nil, false},
-		{"two EKUs", func(c *x509.Certificate) {
-			c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}
+		{"cRLSign", func(c *x509.Certificate) { c.KeyUsage |= x509.KeyUsageCRLSign }, nil, false},
+		{"no digitalSignature", func(c *x509.Certificate) { c.KeyUsage = x509.KeyUsageKeyAgreement }, nil, false},
+		{"serverAuth only", func(c *x509.Certificate) { c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth} }, nil, false},
+		{"clientAuth only", func(c *x509.Certificate) { c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth} }, nil, false},
+		{"extra EKU", func(c *x509.Certificate) {
+			c.ExtKeyUsage = append(c.ExtKeyUsage, x509.ExtKeyUsageCodeSigning)
 		}, nil, false},
 		{"no EKU", func(c *x509.Certificate) { c.ExtKeyUsage = nil }, nil, false},
 		{"wrong URI", func(c *x509.Certificate) { c.URIs = []*url.URL{other} }, nil, false},

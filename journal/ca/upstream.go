@@ -34,6 +34,11 @@ const (
 	AdminKeyFile  = "admin-key.pem"
 )
 
+// DefaultOperatorLifetime is how long an operator credential lives unless
+// asked otherwise: days, so a lost laptop's credential dies on its own; an
+// operator renews with pact admin renew while the old one is valid.
+const DefaultOperatorLifetime = 7 * 24 * time.Hour
+
 // KeyFileAuthority holds a root certificate and its key read from files.
 type KeyFileAuthority struct {
 	root *x509.Certificate
@@ -136,7 +141,7 @@ func InitDev(dir, domain string, now time.Time) (bool, error) {
 		return false, err
 	}
 	auth := &KeyFileAuthority{root: root, key: key}
-	certPEM, keyPEM, err := IssueAdmin(auth, "admin", pki.RolePlatformAdmin, 365*24*time.Hour, now)
+	certPEM, keyPEM, err := IssueAdmin(auth, "admin", pki.RolePlatformAdmin, DefaultOperatorLifetime, now)
 	if err != nil {
 		return false, err
 	}
@@ -153,46 +158,116 @@ func InitDev(dir, domain string, now time.Time) (bool, error) {
 	return true, nil
 }
 
-// IssueAdmin signs an operator credential with the root. The role travels in
-// the subject's OrganizationalUnit; the name in the SPIFFE ID.
-func IssueAdmin(auth UpstreamAuthority, name, role string, lifetime time.Duration, now time.Time) (certPEM, keyPEM []byte, err error) {
-	if err := pki.ValidateName("operator name", name); err != nil {
-		return nil, nil, err
-	}
-	if err := ValidateRole(role); err != nil {
-		return nil, nil, err
-	}
-	domain, err := DomainOf(auth.Root())
+// RenewDevAdmin replaces the development admin credential in dir when it
+// expires within a day (operator credentials live days; a --dev journal
+// started after a week away should not lock its user out). It reports
+// whether it did. The files are replaced whole, key first.
+func RenewDevAdmin(dir string, now time.Time) (bool, error) {
+	certPath := filepath.Join(dir, AdminCertFile)
+	certs, err := readCerts(certPath)
 	if err != nil {
-		return nil, nil, err
+		return false, nil // no dev admin to renew
 	}
+	old := certs[0]
+	if old.NotAfter.Sub(now) > 24*time.Hour {
+		return false, nil
+	}
+	auth, err := LoadKeyFileAuthority(filepath.Join(dir, RootCertFile), filepath.Join(dir, RootKeyFile))
+	if err != nil {
+		return false, err
+	}
+	id, err := pki.IdentityOf(old)
+	if err != nil || len(old.Subject.OrganizationalUnit) != 1 {
+		return false, fmt.Errorf("ca: %s names no operator; remove it to have --dev make a new one", certPath)
+	}
+	certPEM, keyPEM, err := IssueAdmin(auth, id.Name, old.Subject.OrganizationalUnit[0], DefaultOperatorLifetime, now)
+	if err != nil {
+		return false, err
+	}
+	if err := replaceFile(filepath.Join(dir, AdminKeyFile), keyPEM, 0o600); err != nil {
+		return false, err
+	}
+	return true, replaceFile(certPath, certPEM, 0o644)
+}
+
+func replaceFile(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".new"
+	_ = os.Remove(tmp)
+	if err := writeFile(tmp, data, mode); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("ca: %w", err)
+	}
+	return nil
+}
+
+// IssueAdmin signs an operator credential with the root, for a fresh key
+// it returns with the certificate. The role travels in the subject's
+// OrganizationalUnit; the name in the SPIFFE ID.
+func IssueAdmin(auth UpstreamAuthority, name, role string, lifetime time.Duration, now time.Time) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, fmt.Errorf("ca: admin key: %w", err)
 	}
-	serial, err := pki.NewSerial()
+	cert, err := SignAdmin(auth, key.Public(), name, role, lifetime, now)
 	if err != nil {
 		return nil, nil, err
+	}
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ca: encode admin key: %w", err)
+	}
+	return pki.EncodeCertsPEM(cert.Raw), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}), nil
+}
+
+// SignAdmin signs an operator certificate for pub with the root. Only the
+// public key comes from the caller; name, role and validity are checked
+// here.
+func SignAdmin(auth UpstreamAuthority, pub crypto.PublicKey, name, role string, lifetime time.Duration, now time.Time) (*x509.Certificate, error) {
+	if err := pki.ValidateName("operator name", name); err != nil {
+		return nil, err
+	}
+	if err := ValidateRole(role); err != nil {
+		return nil, err
+	}
+	if lifetime < time.Minute {
+		return nil, fmt.Errorf("%w: operator credential lifetime %v is shorter than a minute", ErrInvalidLifetime, lifetime)
+	}
+	if err := CheckKeyPolicy(pub); err != nil {
+		return nil, err
+	}
+	domain, err := DomainOf(auth.Root())
+	if err != nil {
+		return nil, err
+	}
+	serial, err := pki.NewSerial()
+	if err != nil {
+		return nil, err
+	}
+	notAfter := now.Add(lifetime)
+	if notAfter.After(auth.Root().NotAfter) {
+		notAfter = auth.Root().NotAfter
 	}
 	id := pki.Identity{Kind: pki.KindAdmin, Name: name, Domain: domain}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: id.CommonName(), OrganizationalUnit: []string{role}},
 		NotBefore:    now.Add(-time.Minute),
-		NotAfter:     now.Add(lifetime),
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		URIs:         []*url.URL{id.SPIFFEID()},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, auth.Root(), key.Public(), auth.Signer())
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, auth.Root(), pub, auth.Signer())
 	if err != nil {
-		return nil, nil, fmt.Errorf("ca: sign admin: %w", err)
+		return nil, fmt.Errorf("ca: sign admin: %w", err)
 	}
-	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
+	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return nil, nil, fmt.Errorf("ca: encode admin key: %w", err)
+		return nil, fmt.Errorf("ca: parse admin certificate: %w", err)
 	}
-	return pki.EncodeCertsPEM(der), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}), nil
+	return cert, nil
 }
 
 // ValidateRole accepts platform-admin, viewer and pact-ops-{vcluster}.

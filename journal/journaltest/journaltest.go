@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/porttest"
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/ca"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -52,6 +52,9 @@ func Config(dir string) journal.Config {
 	// their own.
 	cfg.RateLimit.PerSourceBurst = 100000
 	cfg.RateLimit.GlobalBurst = 100000
+	// Likewise for connections: a test dials a channel per helper call and
+	// closes them at its end. Connection-limit tests set their own.
+	cfg.Connections.MaxConnsPerSource = 4096
 	return cfg
 }
 
@@ -190,7 +193,7 @@ func (h *Harness) Enroll(t testing.TB, key Key, bmc string, macs ...string) (*pa
 // ago (the journal must bind it itself, so there is a small race).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := porttest.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}

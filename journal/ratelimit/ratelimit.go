@@ -84,6 +84,17 @@ type Config struct {
 	// source's own debt is not capped, so it pays for every failure.
 	GlobalBurst  int
 	GlobalRefill time.Duration
+	// FreshBurst and FreshRefill are a second shared budget, for the
+	// first failure of a source that has none on record. A booting node
+	// is such a source, and so is each address of a flood until it has
+	// failed once; with its own budget a flood's addresses, once they
+	// have failed, no longer compete with booting nodes, and a flood from
+	// A fresh addresses keeps a booting node waiting at most about
+	// A*FreshRefill (if the caller serves fresh sources in the order they
+	// were first seen). Zero FreshBurst turns it off: first failures
+	// spend the global budget like any other.
+	FreshBurst  int
+	FreshRefill time.Duration
 	// MaxSources bounds the sources tracked (failure budgets and known-good
 	// marks); the least recently used is forgotten first.
 	//
@@ -109,7 +120,8 @@ type Config struct {
 }
 
 // DefaultConfig returns the defaults: 10 failures a minute per source with a
-// burst of 10, 200 a minute globally with a burst of 200, a warning after 5
+// burst of 10, 200 a minute globally with a burst of 200, first failures
+// of fresh sources 200 a second with a burst of 200, a warning after 5
 // failures of one identity within 10 minutes, and 65536 sources and
 // identities tracked (a few megabytes each).
 func DefaultConfig() Config {
@@ -118,6 +130,8 @@ func DefaultConfig() Config {
 		PerSourceRefill:   6 * time.Second,
 		GlobalBurst:       200,
 		GlobalRefill:      300 * time.Millisecond,
+		FreshBurst:        200,
+		FreshRefill:       5 * time.Millisecond,
 		MaxSources:        1 << 16,
 		IdentityWarnAfter: 5,
 		IdentityWindow:    10 * time.Minute,
@@ -141,6 +155,11 @@ func (c Config) Validate() error {
 	}
 	bucket("PerSource", c.PerSourceBurst, c.PerSourceRefill)
 	bucket("Global", c.GlobalBurst, c.GlobalRefill)
+	if c.FreshBurst < 0 {
+		errs = append(errs, fmt.Errorf("ratelimit: FreshBurst %d must not be negative (0 turns the fresh budget off)", c.FreshBurst))
+	} else if c.FreshBurst > 0 {
+		bucket("Fresh", c.FreshBurst, c.FreshRefill)
+	}
 	if c.PerSourceBurst >= 1 && c.GlobalBurst < c.PerSourceBurst {
 		errs = append(errs, fmt.Errorf("ratelimit: GlobalBurst %d is below PerSourceBurst %d, so one source could empty the global budget", c.GlobalBurst, c.PerSourceBurst))
 	}
@@ -168,6 +187,8 @@ type Stats struct {
 	// GlobalTokens is the whole failures left in the global budget as of
 	// the most recent call (0 when it is empty or in debt).
 	GlobalTokens int
+	// FreshTokens is the same for the fresh-source budget.
+	FreshTokens int
 	// SourceEvictions and IdentityEvictions count entries forgotten to make
 	// room. A steady rate of source evictions under failures means
 	// MaxSources is too small for the sources failing at once (or someone
@@ -182,8 +203,8 @@ type Limiter struct {
 	cfg Config
 	// sourceCap and globalCap are the bucket capacities (burst*refill);
 	// goodFor is how long a success keeps a source known good.
-	sourceCap, globalCap, goodFor time.Duration
-	seed                          maphash.Seed
+	sourceCap, globalCap, freshCap, goodFor time.Duration
+	seed                                    maphash.Seed
 
 	mu sync.Mutex
 	// epoch is the first now seen; times are kept as offsets from it, and
@@ -192,6 +213,7 @@ type Limiter struct {
 	epoch      time.Time
 	now        time.Duration
 	global     bucket
+	fresh      bucket
 	sources    lru[sourceState]
 	identities lru[identityState]
 }
@@ -209,6 +231,10 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	l.goodFor = l.sourceCap
 	l.global = bucket{credit: l.globalCap}
+	if cfg.FreshBurst > 0 {
+		l.freshCap = time.Duration(cfg.FreshBurst) * cfg.FreshRefill
+		l.fresh = bucket{credit: l.freshCap}
+	}
 	l.sources.init(cfg.MaxSources)
 	l.identities.init(cfg.MaxIdentities)
 	return l, nil
@@ -224,25 +250,111 @@ func New(cfg Config) (*Limiter, error) {
 // Allow spends nothing and never adds a source to the tracked set, so
 // unknown sources cost no memory until they fail or succeed.
 func (l *Limiter) Allow(source string, now time.Time) (ok bool, retryAfter time.Duration) {
+	v := l.Check(source, now)
+	return v.OK, v.RetryAfter
+}
+
+// Scope names the budget behind a refusal.
+type Scope int
+
+const (
+	// ScopeNone: not refused.
+	ScopeNone Scope = iota
+	// ScopeSource: the source's own failure budget is empty.
+	ScopeSource
+	// ScopeGlobal: the budget of all sources together is empty, and the
+	// source is not known good. The source itself is not to blame.
+	ScopeGlobal
+)
+
+// Verdict is Check's answer.
+type Verdict struct {
+	OK bool
+	// Scope is the budget that refused (ScopeNone when OK). When both are
+	// empty it is ScopeSource: the source would be refused on its own.
+	Scope      Scope
+	RetryAfter time.Duration
+	// NeedsGlobal reports that the source is not known good, so it is
+	// admitted only while a shared budget lasts (the fresh one when Fresh).
+	// A caller that queues such sources while the budget is spent uses it
+	// to let known good sources pass the queue.
+	NeedsGlobal bool
+	// Fresh reports that the source has no failure on record, so its
+	// failure would spend the fresh budget (when there is one).
+	Fresh bool
+}
+
+// Check is Allow saying which budget refused and whether the global one
+// applies to the source. Like Allow it spends and adds nothing.
+func (l *Limiter) Check(source string, now time.Time) Verdict {
 	h := maphash.String(l.seed, source)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.tick(now)
-	l.global.fill(t, l.globalCap)
-	var wait time.Duration
+	var v Verdict
 	knownGood := false
+	v.Fresh = true
 	if s := l.sources.get(h); s != nil {
 		s.fill(t, l.sourceCap)
-		wait = s.wait(l.cfg.PerSourceRefill)
+		if w := s.wait(l.cfg.PerSourceRefill); w > 0 {
+			v.Scope, v.RetryAfter = ScopeSource, w
+		}
 		knownGood = t < s.goodUntil
+		v.Fresh = !s.failed
 	}
 	if !knownGood {
-		wait = max(wait, l.global.wait(l.cfg.GlobalRefill))
+		v.NeedsGlobal = true
+		b, capacity, refill := l.shared(v.Fresh)
+		b.fill(t, capacity)
+		if w := b.wait(refill); w > 0 {
+			if v.Scope == ScopeNone {
+				v.Scope = ScopeGlobal
+			}
+			v.RetryAfter = max(v.RetryAfter, w)
+		}
 	}
-	if wait == 0 {
-		return true, 0
+	if v.Scope == ScopeNone {
+		v.OK = true
+		return v
 	}
-	return false, roundRetry(wait)
+	v.RetryAfter = roundRetry(v.RetryAfter)
+	return v
+}
+
+// shared is the budget a failure of a fresh (or not fresh) source spends.
+func (l *Limiter) shared(fresh bool) (b *bucket, capacity, refill time.Duration) {
+	if fresh && l.cfg.FreshBurst > 0 {
+		return &l.fresh, l.freshCap, l.cfg.FreshRefill
+	}
+	return &l.global, l.globalCap, l.cfg.GlobalRefill
+}
+
+// Tokens is how many whole failures the budget a fresh (or not fresh)
+// source spends holds now (0 when it is empty or in debt), and how long
+// until it holds one more. A caller that admits requests against a shared
+// budget before they fail (and so before RecordFailure spends) uses it to
+// admit no more at once than the budget can pay for.
+func (l *Limiter) Tokens(fresh bool, now time.Time) (tokens int, next time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, capacity, refill := l.shared(fresh)
+	b.fill(l.tick(now), capacity)
+	c := b.credit
+	if c < 0 {
+		return 0, -c + refill
+	}
+	tokens = int(c / refill)
+	if c >= capacity {
+		return tokens, refill
+	}
+	return tokens, refill - c%refill
+}
+
+// Refill is how often the budget a fresh (or not fresh) source spends
+// regains a failure.
+func (l *Limiter) Refill(fresh bool) time.Duration {
+	_, _, refill := l.shared(fresh)
+	return refill
 }
 
 // RecordFailure records a failed Enroll from source (unknown identity, bad
@@ -267,13 +379,14 @@ func (l *Limiter) RecordFailure(source, identityKey string, now time.Time) (warn
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.tick(now)
-	l.global.fill(t, l.globalCap)
-	l.global.take(l.cfg.GlobalRefill, l.globalCap)
-
 	s, added := l.sources.getOrAdd(sh)
 	if added {
 		*s = sourceState{bucket: bucket{credit: l.sourceCap, last: t}}
 	}
+	b, capacity, refill := l.shared(!s.failed)
+	b.fill(t, capacity)
+	b.take(refill, capacity)
+	s.failed = true
 	s.fill(t, l.sourceCap)
 	s.take(l.cfg.PerSourceRefill, maxDebt)
 
@@ -310,9 +423,17 @@ func (l *Limiter) Stats() Stats {
 		Sources:           l.sources.len(),
 		Identities:        l.identities.len(),
 		GlobalTokens:      int(max(l.global.credit, 0) / l.cfg.GlobalRefill),
+		FreshTokens:       l.freshTokens(),
 		SourceEvictions:   l.sources.evictions,
 		IdentityEvictions: l.identities.evictions,
 	}
+}
+
+func (l *Limiter) freshTokens() int {
+	if l.cfg.FreshBurst == 0 {
+		return 0
+	}
+	return int(max(l.fresh.credit, 0) / l.cfg.FreshRefill)
 }
 
 // tick converts now to the limiter's time: the offset from the first now
@@ -378,6 +499,7 @@ func (b *bucket) wait(cost time.Duration) time.Duration {
 type sourceState struct {
 	bucket
 	goodUntil time.Duration // known good while the limiter time is before this
+	failed    bool          // a failure is on record: the source is not fresh
 }
 
 // identityState is what is tracked per hardware identity.

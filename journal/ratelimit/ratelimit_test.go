@@ -164,7 +164,8 @@ func TestSuccessesNeverThrottle(t *testing.T) {
 }
 
 func TestGlobalBudget(t *testing.T) {
-	cfg := ratelimit.DefaultConfig()
+	// Without the fresh budget every failure spends the global one.
+	cfg := config(func(c *ratelimit.Config) { c.FreshBurst = 0 })
 	l := newLimiter(t, cfg)
 	const stale, good, unknown = "10.9.0.1", "10.9.0.2", "10.9.0.3"
 	// stale enrolled long enough ago to be unknown again.
@@ -196,12 +197,63 @@ func TestGlobalBudget(t *testing.T) {
 	wantAllowed(t, l, "10.9.0.4", t0.Add(after))
 }
 
+// TestFreshBudget: a source's first failure spends the fresh budget, its
+// later ones the global budget, so sources that have failed cannot keep a
+// fresh source (a booting node) out, and the other way round.
+func TestFreshBudget(t *testing.T) {
+	cfg := config(func(c *ratelimit.Config) {
+		c.GlobalBurst, c.GlobalRefill = 10, time.Second
+		c.FreshBurst, c.FreshRefill = 3, 100*time.Millisecond
+		c.PerSourceBurst = 10
+	})
+	l := newLimiter(t, cfg)
+	const a, b, c, d = "10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.4"
+	if v := l.Check(a, t0); !v.OK || !v.Fresh || !v.NeedsGlobal {
+		t.Fatalf("unknown source: %+v, want allowed, fresh, needing a shared budget", v)
+	}
+	for _, src := range []string{a, b, c} {
+		fail(t, l, src, t0)
+	}
+	if st := l.Stats(); st.FreshTokens != 0 || st.GlobalTokens != 10 {
+		t.Fatalf("after three first failures: %+v, want the fresh budget spent and the global one whole", st)
+	}
+	// A fresh source waits for the fresh budget, and is told it is the
+	// shared budget, not its own.
+	v := l.Check(d, t0)
+	if v.OK || v.Scope != ratelimit.ScopeGlobal || !v.Fresh {
+		t.Fatalf("fresh source with the fresh budget spent: %+v, want refused for the shared budget", v)
+	}
+	// A source that has failed is not fresh and spends the global budget.
+	if v := l.Check(a, t0); !v.OK || v.Fresh {
+		t.Fatalf("a failed source: %+v, want allowed and not fresh", v)
+	}
+	for range 9 { // a's own budget: 10, one spent while fresh
+		fail(t, l, a, t0)
+	}
+	fail(t, l, b, t0)
+	if st := l.Stats(); st.GlobalTokens != 0 {
+		t.Fatalf("after ten later failures: %+v, want the global budget spent", st)
+	}
+	if v := l.Check(c, t0); v.OK || v.Scope != ratelimit.ScopeGlobal {
+		t.Fatalf("failed source with the global budget spent: %+v, want refused", v)
+	}
+	// The fresh budget comes back on its own schedule.
+	wantAllowed(t, l, d, t0.Add(cfg.FreshRefill))
+	if n, next := l.Tokens(true, t0.Add(cfg.FreshRefill)); n != 1 || next != cfg.FreshRefill {
+		t.Fatalf("Tokens(fresh) = %d, %v; want 1 and a refill", n, next)
+	}
+	if n, _ := l.Tokens(false, t0.Add(cfg.FreshRefill)); n != 0 {
+		t.Fatalf("Tokens(global) = %d, want 0", n)
+	}
+}
+
 // TestGlobalDebtCapped: failures admitted together drive the global budget
 // into debt of at most one burst.
 func TestGlobalDebtCapped(t *testing.T) {
 	cfg := config(func(c *ratelimit.Config) {
 		c.GlobalBurst, c.GlobalRefill = 10, time.Second
 		c.PerSourceBurst = 1
+		c.FreshBurst = 0
 	})
 	l := newLimiter(t, cfg)
 	for i := range 1000 {

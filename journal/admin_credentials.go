@@ -1,0 +1,186 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/logkey"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+// Join token lifetimes: the default when none is asked for, and the
+// longest allowed (a bootstrap token is meant to be used soon).
+const (
+	DefaultJoinTokenTTL = time.Hour
+	MaxJoinTokenTTL     = 7 * 24 * time.Hour
+)
+
+// CreateJoinToken makes a token for a node. The token leaves this journal
+// once, in the answer; Raft, the log and the audit see only its hash (or
+// the hash's first digits).
+func (s *adminServer) CreateJoinToken(ctx context.Context, req *pactv1.CreateJoinTokenRequest) (*pactv1.CreateJoinTokenResponse, error) {
+	j := s.j
+	p := principalFrom(ctx)
+	ttl := time.Duration(req.GetTtlSeconds()) * time.Second
+	switch {
+	case req.GetTtlSeconds() == 0:
+		ttl = DefaultJoinTokenTTL
+	case req.GetTtlSeconds() < 0 || ttl > MaxJoinTokenTTL:
+		return nil, fmt.Errorf("%w: token lifetime %ds: give 1s to %s", ErrInvalidArgument, req.GetTtlSeconds(), MaxJoinTokenTTL)
+	}
+	n, err := j.confirmedNode(ctx, req.GetNodeId())
+	if err != nil {
+		return nil, err
+	}
+	tok, err := newJoinToken()
+	if err != nil {
+		return nil, err
+	}
+	now := j.cfg.Clock.Now()
+	op := &pactv1.CreateJoinTokenOp{Token: &pactv1.JoinToken{
+		Sha256:            tok.sum(),
+		NodeId:            n.GetNodeId(),
+		ExpiresAtUnixNano: now.Add(ttl).UnixNano(),
+	}}
+	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_CreateJoinToken{CreateJoinToken: op}}); err != nil {
+		return nil, err
+	}
+	var info *pactv1.JoinTokenInfo
+	for _, t := range j.fsm.JoinTokens(n.GetNodeId()) {
+		if t.GetSha256() == op.GetToken().GetSha256() {
+			info = tokenInfo(t)
+		}
+	}
+	if info == nil {
+		// Committed and applied here, so only a prune by a later entry
+		// stamped past its expiry can have removed it: describe what was
+		// asked for.
+		info = tokenInfo(op.GetToken())
+	}
+	j.log.Info("join token created", logkey.NodeID, n.GetNodeId(), "token_id", info.GetId(), logkey.Actor, p.id.Name,
+		"expires", time.Unix(0, info.GetExpiresAtUnixNano()).UTC().Format(time.RFC3339))
+	if !raftfsm.RequiresJoinToken(n) {
+		j.log.Info("join token created for a node that does not require one; the agent's token is ignored until the node is registered with --require-token", logkey.NodeID, n.GetNodeId())
+	}
+	return &pactv1.CreateJoinTokenResponse{Token: string(tok), Info: info}, nil
+}
+
+func tokenInfo(t *pactv1.JoinToken) *pactv1.JoinTokenInfo {
+	return &pactv1.JoinTokenInfo{
+		Id:                raftfsm.JoinTokenID(t.GetSha256()),
+		NodeId:            t.GetNodeId(),
+		CreatedAtUnixNano: t.GetCreatedAtUnixNano(),
+		CreatedBy:         t.GetCreatedBy(),
+		ExpiresAtUnixNano: t.GetExpiresAtUnixNano(),
+		UsedAtUnixNano:    t.GetUsedAtUnixNano(),
+	}
+}
+
+// ListJoinTokens answers from this journal's copy, like ListNodes.
+func (s *adminServer) ListJoinTokens(_ context.Context, req *pactv1.ListJoinTokensRequest) (*pactv1.ListJoinTokensResponse, error) {
+	out := &pactv1.ListJoinTokensResponse{}
+	for _, t := range s.j.fsm.JoinTokens(req.GetNodeId()) {
+		out.Tokens = append(out.Tokens, tokenInfo(t))
+	}
+	return out, nil
+}
+
+// RevokeJoinTokens deletes a node's unused tokens (all, or the one named).
+func (s *adminServer) RevokeJoinTokens(ctx context.Context, req *pactv1.RevokeJoinTokensRequest) (*pactv1.RevokeJoinTokensResponse, error) {
+	j := s.j
+	p := principalFrom(ctx)
+	id := strings.ToLower(req.GetId())
+	if id != "" && (len(id) < 6 || len(id) > 64 || strings.Trim(id, "0123456789abcdef") != "") {
+		return nil, fmt.Errorf("%w: token id %q: give the hex id pact node token list shows (at least 6 digits)", ErrInvalidArgument, req.GetId())
+	}
+	n, err := j.confirmedNode(ctx, req.GetNodeId())
+	if err != nil {
+		return nil, err
+	}
+	var revoked []*pactv1.JoinTokenInfo
+	for _, t := range j.fsm.JoinTokens(n.GetNodeId()) {
+		if t.GetUsedAtUnixNano() == 0 && strings.HasPrefix(t.GetSha256(), id) {
+			revoked = append(revoked, tokenInfo(t))
+		}
+	}
+	if len(revoked) == 0 {
+		what := "no unused join token"
+		if id != "" {
+			what += " with id " + id
+		}
+		return nil, fmt.Errorf("%w: %s for node %s (pact node token list %s)", ErrNotFound, what, n.GetNodeId(), n.GetNodeId())
+	}
+	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_RevokeJoinTokens{RevokeJoinTokens: &pactv1.RevokeJoinTokensOp{
+		NodeId: n.GetNodeId(), Sha256Prefix: id,
+	}}}); err != nil {
+		return nil, err
+	}
+	j.log.Info("join tokens revoked", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.id.Name, "count", len(revoked))
+	return &pactv1.RevokeJoinTokensResponse{Revoked: revoked}, nil
+}
+
+// FenceNode quarantines a node. Its certificate is revoked in the same
+// entry, so every journal closes its streams as soon as it applies it.
+func (s *adminServer) FenceNode(ctx context.Context, req *pactv1.FenceNodeRequest) (*pactv1.FenceNodeResponse, error) {
+	j := s.j
+	p := principalFrom(ctx)
+	if err := raftfsm.ValidateFenceReason(req.GetReason()); err != nil {
+		return nil, err
+	}
+	n, err := j.confirmedNode(ctx, req.GetNodeId())
+	if err != nil {
+		return nil, err
+	}
+	res, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_Fence{Fence: &pactv1.FenceOp{
+		NodeId: n.GetNodeId(), Fenced: true, Reason: req.GetReason(),
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	if res.Idempotent {
+		j.log.Info("node already fenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.id.Name)
+	} else {
+		j.log.Warn("node fenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.id.Name, logkey.Reason, req.GetReason(), logkey.Serial, n.GetCert().GetSerial())
+	}
+	return &pactv1.FenceNodeResponse{Node: j.view(res.Node)}, nil
+}
+
+// UnfenceNode lifts a fence. The node's old certificate stays revoked: the
+// agent enrolls again.
+func (s *adminServer) UnfenceNode(ctx context.Context, req *pactv1.UnfenceNodeRequest) (*pactv1.UnfenceNodeResponse, error) {
+	j := s.j
+	p := principalFrom(ctx)
+	n, err := j.confirmedNode(ctx, req.GetNodeId())
+	if err != nil {
+		return nil, err
+	}
+	res, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_Fence{Fence: &pactv1.FenceOp{NodeId: n.GetNodeId()}}})
+	if err != nil {
+		return nil, err
+	}
+	if !res.Idempotent {
+		j.log.Info("node unfenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.id.Name)
+	}
+	return &pactv1.UnfenceNodeResponse{Node: j.view(res.Node)}, nil
+}
+
+// confirmedNode looks a node up; "no such node" is answered only from state
+// the leader confirmed (the registration may have just committed elsewhere).
+// A decommissioned node is refused the same way: fencing or a token would
+// mean nothing for it.
+func (j *Journal) confirmedNode(ctx context.Context, id string) (*pactv1.Node, error) {
+	var n *pactv1.Node
+	err := j.confirmed(ctx, func() (err error) {
+		if n, err = j.node(id); err != nil {
+			return err
+		}
+		if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
+			return fmt.Errorf("%w: %s was decommissioned; register it again first", raftfsm.ErrNodeRevoked, id)
+		}
+		return nil
+	})
+	return n, err
+}

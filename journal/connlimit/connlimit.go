@@ -1,0 +1,306 @@
+// Package connlimit bounds what unauthenticated TCP connections may cost a
+// journal before any of them has proved anything: how many one source
+// address may hold, how many may be open at all, and how many TLS
+// handshakes may be worked on at once.
+//
+// The checks are ordered by what they cost. A connection over the per-source
+// or total cap is closed in Accept, before a goroutine, a buffer or a TLS
+// state is spent on it. A connection that is let in waits for its client's
+// first TLS record (the ClientHello) without holding a handshake slot, so
+// silent or trickling clients cost one parked goroutine and a file
+// descriptor each, never handshake capacity; the handshake timeout (the
+// caller sets it as the connection's deadline) closes them. Only a client
+// whose ClientHello has arrived takes a handshake slot (a TLS handshake is
+// the largest CPU cost of a connection, PERFORMANCE.md); when every slot
+// is taken it waits a moment for one, costing no CPU, and is then closed,
+// to retry with jitter.
+package connlimit
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Errors. A refused connection is closed; these reach the caller's log.
+var (
+	// ErrHandshakesBusy: every handshake slot was taken when the
+	// connection's ClientHello arrived.
+	ErrHandshakesBusy = errors.New("connlimit: too many TLS handshakes in progress")
+	// ErrNotTLS: the first bytes were not a TLS handshake record.
+	ErrNotTLS = errors.New("connlimit: the client did not start a TLS handshake")
+)
+
+// Config configures a Limiter.
+type Config struct {
+	// MaxConnsPerSource bounds the connections one source IP address may
+	// hold open (handshaking or established). An agent needs two during a
+	// certificate swap; an operator's host a few; a peer journal a handful.
+	MaxConnsPerSource int
+	// MaxConns bounds the connections open at once from all sources, so
+	// file descriptors remain for Raft, the stores and outgoing calls.
+	MaxConns int
+	// MaxHandshakes bounds the TLS handshakes in progress (ClientHello
+	// received, handshake not finished).
+	MaxHandshakes int
+	// HandshakeTimeout is how long a new connection has to send its
+	// ClientHello and finish the handshake. The caller applies it (gRPC's
+	// ConnectionTimeout, a deadline on the Raft port); it is here so the
+	// limits are configured and documented together.
+	HandshakeTimeout time.Duration
+	// HandshakeQueueWait is how long a client whose ClientHello has
+	// arrived may wait for a handshake slot before it is closed. A short
+	// wait smooths a boot storm (handshakes go at the speed of the CPU
+	// instead of every excess client retrying); the waiting client costs
+	// no CPU. Zero closes it at once.
+	HandshakeQueueWait time.Duration
+}
+
+// DefaultConfig returns the defaults: 32 connections per source address,
+// 16,384 in all, 64 handshakes in progress, 5 s to finish a handshake,
+// 1 s to wait for a handshake slot.
+func DefaultConfig() Config {
+	return Config{
+		MaxConnsPerSource:  32,
+		MaxConns:           16384,
+		MaxHandshakes:      64,
+		HandshakeTimeout:   5 * time.Second,
+		HandshakeQueueWait: time.Second,
+	}
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxConnsPerSource < 1 {
+		errs = append(errs, fmt.Errorf("connlimit: MaxConnsPerSource %d must be at least 1", c.MaxConnsPerSource))
+	}
+	if c.MaxConns < c.MaxConnsPerSource {
+		errs = append(errs, fmt.Errorf("connlimit: MaxConns %d must be at least MaxConnsPerSource %d", c.MaxConns, c.MaxConnsPerSource))
+	}
+	if c.MaxHandshakes < 1 {
+		errs = append(errs, fmt.Errorf("connlimit: MaxHandshakes %d must be at least 1", c.MaxHandshakes))
+	}
+	if c.HandshakeTimeout < 100*time.Millisecond || c.HandshakeTimeout > time.Minute {
+		errs = append(errs, fmt.Errorf("connlimit: HandshakeTimeout %v must be between 100ms and 1m", c.HandshakeTimeout))
+	}
+	if c.HandshakeQueueWait < 0 || c.HandshakeQueueWait >= c.HandshakeTimeout {
+		errs = append(errs, fmt.Errorf("connlimit: HandshakeQueueWait %v must be at least 0 and shorter than HandshakeTimeout %v", c.HandshakeQueueWait, c.HandshakeTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Stats counts what a Limiter refused, for metrics.
+type Stats struct {
+	Open             int    // connections open now
+	Handshakes       int    // handshakes in progress now
+	RefusedPerSource uint64 // closed in Accept: the source held its cap
+	RefusedTotal     uint64 // closed in Accept: MaxConns open
+	RefusedBusy      uint64 // closed at ClientHello: no handshake slot within HandshakeQueueWait
+}
+
+// Limiter applies one Config to one listener (and the handshakes of its
+// connections). It is safe for concurrent use.
+type Limiter struct {
+	cfg        Config
+	handshakes chan struct{}
+
+	mu        sync.Mutex
+	perSource map[netip.Addr]int
+	open      int
+
+	refusedSource, refusedTotal, refusedBusy atomic.Uint64
+}
+
+// New returns a Limiter. It copies cfg.
+func New(cfg Config) (*Limiter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Limiter{cfg: cfg, handshakes: make(chan struct{}, cfg.MaxHandshakes), perSource: map[netip.Addr]int{}}, nil
+}
+
+// Config returns the limiter's configuration.
+func (l *Limiter) Config() Config { return l.cfg }
+
+// Stats returns the current counts.
+func (l *Limiter) Stats() Stats {
+	l.mu.Lock()
+	open := l.open
+	l.mu.Unlock()
+	return Stats{
+		Open:             open,
+		Handshakes:       len(l.handshakes),
+		RefusedPerSource: l.refusedSource.Load(),
+		RefusedTotal:     l.refusedTotal.Load(),
+		RefusedBusy:      l.refusedBusy.Load(),
+	}
+}
+
+// Listener wraps lis: Accept closes, without handing them on, connections
+// over the per-source or the total cap. Every connection it returns gives
+// its place back when closed.
+func (l *Limiter) Listener(lis net.Listener) net.Listener { return &listener{Listener: lis, l: l} }
+
+type listener struct {
+	net.Listener
+	l *Limiter
+}
+
+func (ln *listener) Accept() (net.Conn, error) {
+	for {
+		c, err := ln.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		src := sourceOf(c.RemoteAddr())
+		if ok := ln.l.take(src); !ok {
+			// Closed before any byte is read: the cheapest refusal there is.
+			_ = c.Close()
+			continue
+		}
+		return &conn{Conn: c, l: ln.l, src: src}, nil
+	}
+}
+
+func (l *Limiter) take(src netip.Addr) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open >= l.cfg.MaxConns {
+		l.refusedTotal.Add(1)
+		return false
+	}
+	if l.perSource[src] >= l.cfg.MaxConnsPerSource {
+		l.refusedSource.Add(1)
+		return false
+	}
+	l.perSource[src]++
+	l.open++
+	return true
+}
+
+func (l *Limiter) give(src netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.perSource[src]--; l.perSource[src] <= 0 {
+		delete(l.perSource, src)
+	}
+	l.open--
+}
+
+// conn gives its place back on the first Close.
+type conn struct {
+	net.Conn
+	l      *Limiter
+	src    netip.Addr
+	closed atomic.Bool
+}
+
+func (c *conn) Close() error {
+	if c.closed.CompareAndSwap(false, true) {
+		c.l.give(c.src)
+	}
+	return c.Conn.Close()
+}
+
+// CloseWrite half-closes a TCP connection (the journal does, to deliver a
+// handshake refusal before it closes), keeping the place until Close.
+func (c *conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// sourceOf is the IP of a remote address without zone, IPv4-mapped
+// addresses as IPv4; the zero Addr when there is none (one shared source).
+func sourceOf(a net.Addr) netip.Addr {
+	if ta, ok := a.(*net.TCPAddr); ok && ta != nil {
+		if ip, ok := netip.AddrFromSlice(ta.IP); ok {
+			return ip.Unmap().WithZone("")
+		}
+	}
+	if ap, err := netip.ParseAddrPort(fmt.Sprint(a)); err == nil {
+		return ap.Addr().Unmap().WithZone("")
+	}
+	return netip.Addr{}
+}
+
+// TLS record framing: a handshake record is type 22, a two-byte version
+// and a two-byte length of at most 2^14 (RFC 8446 section 5.1).
+const (
+	recordHeaderLen     = 5
+	recordTypeHandshake = 22
+	maxRecordLen        = 1 << 14
+)
+
+// AwaitHello reads the client's first TLS record (its ClientHello) from c,
+// bounded by whatever deadline c carries, and returns a connection that
+// replays it before reading on. It holds no handshake slot while it waits.
+func AwaitHello(c net.Conn) (net.Conn, error) {
+	hdr := make([]byte, recordHeaderLen)
+	if _, err := io.ReadFull(c, hdr); err != nil {
+		return nil, fmt.Errorf("connlimit: waiting for the ClientHello: %w", err)
+	}
+	n := int(hdr[3])<<8 | int(hdr[4])
+	if hdr[0] != recordTypeHandshake || n == 0 || n > maxRecordLen {
+		return nil, ErrNotTLS
+	}
+	buf := make([]byte, recordHeaderLen+n)
+	copy(buf, hdr)
+	if _, err := io.ReadFull(c, buf[recordHeaderLen:]); err != nil {
+		return nil, fmt.Errorf("connlimit: waiting for the ClientHello: %w", err)
+	}
+	return &prefixConn{Conn: c, prefix: buf}, nil
+}
+
+// AcquireHandshake takes a handshake slot, waiting up to
+// HandshakeQueueWait for one; release gives it back. A client refused here
+// is closed and retries.
+func (l *Limiter) AcquireHandshake() (release func(), err error) {
+	select {
+	case l.handshakes <- struct{}{}:
+		return l.releaser(), nil
+	default:
+	}
+	if l.cfg.HandshakeQueueWait > 0 {
+		t := time.NewTimer(l.cfg.HandshakeQueueWait)
+		defer t.Stop()
+		select {
+		case l.handshakes <- struct{}{}:
+			return l.releaser(), nil
+		case <-t.C:
+		}
+	}
+	l.refusedBusy.Add(1)
+	return nil, ErrHandshakesBusy
+}
+
+func (l *Limiter) releaser() func() {
+	var once sync.Once
+	return func() { once.Do(func() { <-l.handshakes }) }
+}
+
+// prefixConn replays bytes already read before reading from the
+// connection.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (c *prefixConn) Read(b []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(b, c.prefix)
+		c.prefix = c.prefix[n:]
+		if len(c.prefix) == 0 {
+			c.prefix = nil
+		}
+		return n, nil
+	}
+	return c.Conn.Read(b)
+}

@@ -1,0 +1,239 @@
+package connlimit_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"io"
+	"math/big"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pact-hpc/pact/journal/connlimit"
+)
+
+func newLimiter(t *testing.T, mutate func(*connlimit.Config)) *connlimit.Limiter {
+	t.Helper()
+	cfg := connlimit.DefaultConfig()
+	mutate(&cfg)
+	l, err := connlimit.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// dialFrom connects to addr from the loopback address src.
+func dialFrom(t *testing.T, src, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// closedByServer reports whether the server closed c (EOF or reset) rather
+// than leaving it open; it waits up to a second for the verdict.
+func closedByServer(c net.Conn) bool {
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	_, err := c.Read(make([]byte, 1))
+	var ne net.Error
+	return !(errors.As(err, &ne) && ne.Timeout())
+}
+
+func TestAcceptEnforcesPerSourceAndTotalCaps(t *testing.T) {
+	l := newLimiter(t, func(c *connlimit.Config) { c.MaxConnsPerSource = 2; c.MaxConns = 3 })
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis := l.Listener(raw)
+	defer lis.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	addr := raw.Addr().String()
+	a1, a2 := dialFrom(t, "127.0.0.1", addr), dialFrom(t, "127.0.0.1", addr)
+	got := []net.Conn{<-accepted, <-accepted}
+	a3 := dialFrom(t, "127.0.0.1", addr) // third from the same source
+	if !closedByServer(a3) {
+		t.Fatal("a third connection from one source was not closed")
+	}
+	b1 := dialFrom(t, "127.0.0.2", addr) // another source: under both caps
+	got = append(got, <-accepted)
+	b2 := dialFrom(t, "127.0.0.3", addr) // the fourth in all
+	if !closedByServer(b2) {
+		t.Fatal("a connection over the total cap was not closed")
+	}
+	for _, c := range []net.Conn{a1, a2, b1} {
+		if closedByServer(c) {
+			t.Fatal("a connection under the caps was closed")
+		}
+	}
+	st := l.Stats()
+	if st.Open != 3 || st.RefusedPerSource != 1 || st.RefusedTotal != 1 {
+		t.Fatalf("stats %+v, want 3 open, 1 refused per source, 1 over the total", st)
+	}
+	// Closing gives the place back (twice closing gives it back once).
+	got[0].Close()
+	got[0].Close()
+	a4 := dialFrom(t, "127.0.0.1", addr)
+	<-accepted
+	if closedByServer(a4) {
+		t.Fatal("a connection after a close was refused")
+	}
+	if st := l.Stats(); st.Open != 3 {
+		t.Fatalf("open %d after one close and one accept, want 3", st.Open)
+	}
+}
+
+func TestHandshakeSlotsAreTakenOnlyAfterTheClientHello(t *testing.T) {
+	l := newLimiter(t, func(c *connlimit.Config) { c.MaxHandshakes = 1; c.HandshakeQueueWait = 50 * time.Millisecond })
+	release, err := l.AcquireHandshake()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.AcquireHandshake(); !errors.Is(err, connlimit.ErrHandshakesBusy) {
+		t.Fatalf("second slot: %v, want ErrHandshakesBusy", err)
+	}
+	// A slot freed while a client waits goes to it.
+	got := make(chan error, 1)
+	go func() {
+		r, err := l.AcquireHandshake()
+		if err == nil {
+			r()
+		}
+		got <- err
+	}()
+	release()
+	release() // idempotent
+	if err := <-got; err != nil {
+		t.Fatalf("a waiting client did not get the freed slot: %v", err)
+	}
+	if st := l.Stats(); st.Handshakes != 0 || st.RefusedBusy != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+
+	// A real TLS handshake goes through AwaitHello's replay intact.
+	cert := selfSigned(t)
+	client, server := net.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		pc, err := connlimit.AwaitHello(server)
+		if err != nil {
+			done <- err
+			return
+		}
+		done <- tls.Server(pc, &tls.Config{Certificates: []tls.Certificate{cert}}).Handshake()
+	}()
+	tc := tls.Client(client, &tls.Config{InsecureSkipVerify: true})
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("client handshake: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("server handshake after AwaitHello: %v", err)
+	}
+
+	// Bytes that are no TLS record are refused without a handshake.
+	client, server = net.Pipe()
+	go func() { _, _ = io.WriteString(client, "GET / HTTP/1.1\r\n\r\n") }()
+	if _, err := connlimit.AwaitHello(server); !errors.Is(err, connlimit.ErrNotTLS) {
+		t.Fatalf("plain HTTP: %v, want ErrNotTLS", err)
+	}
+	// A silent client is bounded by the connection's deadline.
+	client, server = net.Pipe()
+	defer client.Close()
+	_ = server.SetDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := connlimit.AwaitHello(server); err == nil || !strings.Contains(err.Error(), "ClientHello") {
+		t.Fatalf("silent client: %v", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*connlimit.Config)
+		want   string
+	}{
+		{"per source", func(c *connlimit.Config) { c.MaxConnsPerSource = 0 }, "MaxConnsPerSource"},
+		{"total below per source", func(c *connlimit.Config) { c.MaxConns = 4; c.MaxConnsPerSource = 8 }, "MaxConns 4"},
+		{"handshakes", func(c *connlimit.Config) { c.MaxHandshakes = 0 }, "MaxHandshakes"},
+		{"timeout", func(c *connlimit.Config) { c.HandshakeTimeout = 120 * time.Second }, "HandshakeTimeout"},
+		{"queue wait", func(c *connlimit.Config) { c.HandshakeQueueWait = 5 * time.Second }, "HandshakeQueueWait"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := connlimit.DefaultConfig()
+			tc.mutate(&cfg)
+			if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate = %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+	if err := connlimit.DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func selfSigned(t *testing.T) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// FuzzAwaitHello: whatever a client sends first, AwaitHello either refuses
+// it or hands on a connection that reads back exactly what was sent.
+func FuzzAwaitHello(f *testing.F) {
+	f.Add([]byte{22, 3, 1, 0, 5, 1, 0, 0, 1, 0, 'x'})
+	f.Add([]byte{22, 3, 1, 0x40, 0x01})
+	f.Add([]byte("GET / HTTP/1.1\r\n"))
+	f.Add([]byte{22, 3, 3, 0, 0})
+	f.Fuzz(func(t *testing.T, sent []byte) {
+		client, server := net.Pipe()
+		go func() {
+			_, _ = client.Write(sent)
+			client.Close()
+		}()
+		_ = server.SetDeadline(time.Now().Add(5 * time.Second))
+		c, err := connlimit.AwaitHello(server)
+		if err != nil {
+			server.Close()
+			return
+		}
+		got, _ := io.ReadAll(c)
+		c.Close()
+		if string(got) != string(sent) {
+			t.Fatalf("read back %x, sent %x", got, sent)
+		}
+		if len(sent) < 5 || sent[0] != 22 {
+			t.Fatalf("accepted %x, which starts with no TLS handshake record header", sent)
+		}
+		if n := int(sent[3])<<8 | int(sent[4]); len(sent) < 5+n || n == 0 || n > 1<<14 {
+			t.Fatalf("accepted %x without a whole first record", sent)
+		}
+	})
+}

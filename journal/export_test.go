@@ -1,0 +1,31 @@
+package journal
+
+import (
+	"context"
+	"time"
+
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+// ApplyRaw appends data to the Raft log through this journal, which must
+// lead, without waiting for it to be applied: the rolling-upgrade tests use
+// it to stand for a newer journal's command.
+func (j *Journal) ApplyRaw(data []byte, timeout time.Duration) {
+	j.raft.Apply(data, timeout)
+}
+
+// Ready is what /readyz answers.
+func (j *Journal) Ready() error { return j.ready() }
+
+// EnrollInProcess calls the journal's Enroll handler directly, as the gRPC
+// server does after decoding a request (Enroll needs no authentication),
+// and maps its error to the status a caller would see. Test only: the fuzz
+// target drives the real handler without a network round trip.
+func (j *Journal) EnrollInProcess(ctx context.Context, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, error) {
+	resp, err := (&enrollmentServer{j: j}).Enroll(withCorrelation(ctx), req)
+	return resp, toStatus(err)
+}
+
+// RegistryForTest returns every node record of the journal's registry.
+func (j *Journal) RegistryForTest() []*pactv1.Node { return j.fsm.Nodes(raftfsm.Filter{}) }

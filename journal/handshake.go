@@ -1,0 +1,190 @@
+package journal
+
+import (
+	"bytes"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/credentials"
+
+	"github.com/pact-hpc/pact/internal/pki"
+)
+
+// errForeignChain is a client chain that reaches no authority of this
+// domain: it fails the TLS handshake, so a certificate from another root
+// never gets as far as a call (on the gRPC port; the Raft port has always
+// verified its peers in the handshake).
+var errForeignChain = errors.New("journal: client certificate is not issued under this domain's root")
+
+// maxChainDepth bounds the walk from a leaf to an authority: leaf,
+// intermediate, root for pact; SPIRE may add an intermediate or two.
+const maxChainDepth = 4
+
+// verifyClientHandshake accepts a client chain whose signatures reach the
+// domain root (directly, for operators; through the intermediate the client
+// sent or a live one of the trust bundle, for agents), or, on a SPIRE site,
+// an authority of the SPIRE bundle. It checks signatures only: validity
+// dates, revocation and the registry binding are checked on every call, at
+// the journal's clock, so that an expired or revoked certificate of this
+// domain gets a typed error saying what to do rather than a bare TLS alert.
+// A connection with no client certificate (Enroll) passes.
+func (j *Journal) verifyClientHandshake(raw [][]byte, _ [][]*x509.Certificate) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	if len(raw) > maxChainDepth+1 {
+		return fmt.Errorf("%w: chain of %d certificates", errForeignChain, len(raw))
+	}
+	certs := make([]*x509.Certificate, len(raw))
+	for i, d := range raw {
+		c, err := x509.ParseCertificate(d)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errForeignChain, err)
+		}
+		certs[i] = c
+	}
+	leaf := certs[0]
+	pool := certs[1:]
+	if chainsTo(leaf, []*x509.Certificate{j.ca.Root()}, &j.rootSigned, pool, j.bundle.get().parsed) {
+		return nil
+	}
+	if j.spire != nil {
+		// On a SPIRE site an agent may present an SVID: a chain to the
+		// SPIRE bundle passes here, and the call decides whether its
+		// SPIFFE ID is acceptable. So does an agent SVID the bundle does
+		// not verify (a SPIRE CA rotation the journal has not picked up
+		// yet, another trust domain): the call answers with a typed reason
+		// (SPIRE_BUNDLE_UNTRUSTED, TRUST_DOMAIN_NOT_ACCEPTED...) on which
+		// the agent falls back to its journal certificate. Operator and
+		// journal identities are never SVIDs: from another root they fail
+		// here.
+		b := j.spire.src.current()
+		if b == nil || chainsTo(leaf, b.X509Authorities(), nil, pool) || agentSVIDShaped(leaf) {
+			return nil
+		}
+	}
+	return errForeignChain
+}
+
+// agentSVIDShaped reports whether leaf carries a SPIFFE ID that is not a
+// pact operator's or journal's: what a node agent's SVID looks like.
+func agentSVIDShaped(leaf *x509.Certificate) bool {
+	for _, u := range leaf.URIs {
+		if u.Scheme != "spiffe" {
+			continue
+		}
+		if strings.HasPrefix(u.Path, "/"+pki.KindAdmin+"/") || strings.HasPrefix(u.Path, "/"+pki.KindJournal+"/") {
+			return false
+		}
+		return true
+	}
+	return false
+}
+
+// chainsTo reports whether leaf's signatures lead to one of roots through
+// the intermediates given (an issuer is tried only when its subject is the
+// name the certificate was issued by). known, if not nil, remembers the CA
+// certificates already found signed by a root, so a journal's intermediate
+// costs one signature check per journal, not one per handshake; only
+// certificates a root signed enter it, so it cannot be grown by a client.
+func chainsTo(leaf *x509.Certificate, roots []*x509.Certificate, known *sync.Map, pools ...[]*x509.Certificate) bool {
+	cur := leaf
+	for range maxChainDepth {
+		if cur != leaf && known != nil {
+			if _, ok := known.Load(string(cur.Raw)); ok {
+				return true
+			}
+		}
+		for _, r := range roots {
+			if bytes.Equal(cur.RawIssuer, r.RawSubject) && cur.CheckSignatureFrom(r) == nil {
+				if cur != leaf && known != nil {
+					known.Store(string(cur.Raw), struct{}{})
+				}
+				return true
+			}
+		}
+		var next *x509.Certificate
+	search:
+		for _, pool := range pools {
+			for _, c := range pool {
+				if c != cur && c.IsCA && bytes.Equal(cur.RawIssuer, c.RawSubject) && cur.CheckSignatureFrom(c) == nil {
+					next = c
+					break search
+				}
+			}
+		}
+		if next == nil {
+			return false
+		}
+		cur = next
+	}
+	return false
+}
+
+// refusalDrain bounds how long a connection whose client certificate was
+// refused is kept to deliver the refusal.
+const refusalDrain = 250 * time.Millisecond
+
+// refusingCreds delivers a handshake refusal reliably. In TLS 1.3 the client
+// finishes its side of the handshake before the server verifies the client
+// certificate, and sends its first bytes at once; a server that then closes
+// with those bytes unread resets the connection, and the client sees
+// "connection reset" instead of the bad_certificate alert. Half-closing and
+// draining briefly lets the alert arrive, so an operator or an agent learns
+// that its certificate was refused, not that the journal is down.
+type refusingCreds struct {
+	credentials.TransportCredentials
+}
+
+func (c refusingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	// The TLS credentials close the connection when the handshake fails:
+	// hold that close until the refusal has been delivered.
+	held := &holdClose{Conn: raw, hold: true}
+	conn, info, err := c.TransportCredentials.ServerHandshake(held)
+	held.release()
+	if err != nil {
+		if errors.Is(err, errForeignChain) {
+			if tc, ok := raw.(interface{ CloseWrite() error }); ok {
+				_ = tc.CloseWrite()
+				_ = raw.SetReadDeadline(time.Now().Add(refusalDrain))
+				_, _ = io.Copy(io.Discard, io.LimitReader(raw, 64<<10))
+			}
+		}
+		_ = raw.Close()
+		return nil, nil, err
+	}
+	return conn, info, nil
+}
+
+// holdClose ignores Close while held; after release it closes for real.
+type holdClose struct {
+	net.Conn
+	mu   sync.Mutex
+	hold bool
+}
+
+func (h *holdClose) Close() error {
+	h.mu.Lock()
+	held := h.hold
+	h.mu.Unlock()
+	if held {
+		return nil
+	}
+	return h.Conn.Close()
+}
+
+func (h *holdClose) release() {
+	h.mu.Lock()
+	h.hold = false
+	h.mu.Unlock()
+}
+
+func (c refusingCreds) Clone() credentials.TransportCredentials {
+	return refusingCreds{c.TransportCredentials.Clone()}
+}

@@ -1,0 +1,147 @@
+package journal
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal/ca"
+)
+
+const restoreUsage = `pact-journal restore seeds a journal of a NEW quorum from a snapshot file
+(pact journal snapshot save). Run it on every journal host of the new
+quorum, with the same file and the same --initial-cluster, then start
+pact-journal there with its usual flags (--initial-cluster is then ignored:
+the data directory is no longer empty).
+
+Usage:
+  pact-journal restore --snapshot FILE --data-dir DIR --node-id ID \
+      --initial-cluster j1=HOST:PORT,j2=HOST:PORT,j3=HOST:PORT --root-cert ca.pem
+
+The file is checked completely before anything is written: its format
+version, size and SHA-256, that its registry decodes and keeps its rules,
+and that its domain is the domain of --root-cert. A data directory that
+already holds Raft state is refused.
+
+Agents that enrolled before the snapshot keep working: their certificates
+chain to intermediates the snapshot holds, and the registry has their
+serials. Agents whose certificate is newer than the snapshot re-enroll on
+their own (docs/quorum.md, "Backup and restore").
+
+Exit codes: 0 restored; 1 the file or the directory refused (the message
+says why); 2 bad flags.
+
+Flags:
+`
+
+func restoreMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("pact-journal restore", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, restoreUsage); fs.PrintDefaults() }
+	var c RestoreConfig
+	fs.StringVar(&c.Snapshot, "snapshot", "", "the snapshot file")
+	fs.StringVar(&c.DataDir, "data-dir", "", "the new journal's data directory (empty or absent)")
+	fs.StringVar(&c.NodeID, "node-id", "", "this journal's id in the new quorum")
+	initial := fs.String("initial-cluster", "", "every voter of the new quorum as id=raft-host:port,...; the same on every journal")
+	rootCert := fs.String("root-cert", "", "the domain root certificate the journal will run with (default DATA_DIR/ca.pem); the snapshot must be of its domain")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	peers, err := ParsePeers(*initial)
+	if err != nil {
+		fmt.Fprintf(stderr, "pact-journal restore: %v\n", err)
+		return 2
+	}
+	c.InitialCluster = peers
+	if err := c.Validate(); err != nil {
+		fmt.Fprintf(stderr, "pact-journal restore: %v\n(see pact-journal restore --help)\n", err)
+		return 2
+	}
+	if *rootCert == "" {
+		*rootCert = filepath.Join(c.DataDir, ca.RootCertFile)
+	}
+	_, certs, err := pki.LoadCertPool(*rootCert)
+	if err != nil || len(certs) == 0 {
+		fmt.Fprintf(stderr, "pact-journal restore: --root-cert %s: %v; give the domain root the journal will run with\n", *rootCert, err)
+		return 2
+	}
+	if c.Domain, err = ca.DomainOf(certs[0]); err != nil {
+		fmt.Fprintf(stderr, "pact-journal restore: --root-cert %s: %v\n", *rootCert, err)
+		return 2
+	}
+	res, err := Restore(c)
+	if err != nil {
+		fmt.Fprintf(stderr, "pact-journal restore: %v\nnothing was written to %s\n", err, c.DataDir)
+		return 1
+	}
+	h := res.Header
+	fmt.Fprintf(stdout, "restored %d nodes of domain %s (index %d, term %d, taken %s by %s) into %s as journal %s of a new quorum of %d\nnow start pact-journal --node-id %s --data-dir %s with its usual flags\n",
+		res.Nodes, h.GetDomain(), h.GetIndex(), h.GetTerm(), time.Unix(0, h.GetTakenAtUnixNano()).UTC().Format(time.RFC3339), h.GetTakenBy(),
+		c.DataDir, c.NodeID, len(c.InitialCluster), c.NodeID, c.DataDir)
+	return 0
+}
+
+const recoverUsage = `pact-journal recover makes the surviving journal(s) of a quorum that lost
+its majority for good into a new quorum (hashicorp/raft's RecoverCluster).
+Use it only when the lost journals will never come back: see the runbook in
+docs/quorum.md ("Recovering from a lost majority"). Stop pact-journal on
+the survivor first.
+
+Usage:
+  pact-journal recover --data-dir DIR --node-id ID --members j1=HOST:PORT[,...]
+
+--members is the new quorum: usually the survivor alone, with its own Raft
+address. Run the same command on every survivor. Then start pact-journal as
+before, and add new journals with pact journal add.
+
+What the survivor has in its log is kept, committed or not; writes that
+only the lost journals had are gone.
+
+Exit codes: 0 recovered; 1 failed (nothing changed unless the message says
+so); 2 bad flags.
+
+Flags:
+`
+
+func recoverMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("pact-journal recover", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, recoverUsage); fs.PrintDefaults() }
+	var c RecoverConfig
+	fs.StringVar(&c.DataDir, "data-dir", "", "the stopped survivor's data directory")
+	fs.StringVar(&c.NodeID, "node-id", "", "the survivor's journal id")
+	members := fs.String("members", "", "the new quorum as id=raft-host:port,...")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	peers, err := ParsePeers(*members)
+	if err != nil {
+		fmt.Fprintf(stderr, "pact-journal recover: --members: %v\n", err)
+		return 2
+	}
+	c.Members = peers
+	if c.NodeID != "" {
+		if err := pki.ValidateName("journal id", c.NodeID); err != nil {
+			fmt.Fprintf(stderr, "pact-journal recover: --node-id: %v\n", err)
+			return 2
+		}
+	}
+	last, err := Recover(c)
+	if err != nil {
+		fmt.Fprintf(stderr, "pact-journal recover: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "recovered %s: its log through index %d is now the state of a new quorum of %d (%s)\nstart pact-journal as before; then add new journals with: pact journal add ID RAFT_ADDR\n",
+		c.DataDir, last, len(c.Members), *members)
+	return 0
+}

@@ -1,0 +1,204 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/logkey"
+	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal/ca"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// Operator credentials and intermediates: everything that authenticates can
+// be revoked in Raft (docs/security.md).
+
+// IssueOperator signs an operator credential for the caller's CSR with the
+// domain root and returns it only once its record has committed, so no
+// credential exists that pact admin list does not show.
+func (s *adminServer) IssueOperator(ctx context.Context, req *pactv1.IssueOperatorRequest) (*pactv1.IssueOperatorResponse, error) {
+	j := s.j
+	p := principalFrom(ctx)
+	name, role := req.GetName(), req.GetRole()
+	if name == "" {
+		name = p.id.Name
+	}
+	if role == "" && name == p.id.Name {
+		role = p.role
+	}
+	if !platformAdmin(p.role) && (name != p.id.Name || role != p.role) {
+		return nil, fmt.Errorf("%w: role %s may only renew its own credential (%s, role %s); a platform-admin issues others", ErrPermission, p.role, p.id.Name, p.role)
+	}
+	lifetime := time.Duration(req.GetLifetimeSeconds()) * time.Second
+	switch {
+	case req.GetLifetimeSeconds() == 0:
+		lifetime = j.cfg.OperatorLifetime
+	case req.GetLifetimeSeconds() < 0 || lifetime > j.cfg.MaxOperatorLifetime:
+		return nil, fmt.Errorf("%w: lifetime %ds: at most %v (--max-operator-lifetime)", ErrInvalidArgument, req.GetLifetimeSeconds(), j.cfg.MaxOperatorLifetime)
+	}
+	csr, err := ca.ParseCSR(req.GetCsrDer())
+	if err != nil {
+		return nil, err
+	}
+	cert, err := j.ca.SignOperator(csr, name, role, lifetime)
+	if err != nil {
+		return nil, err
+	}
+	rec := operatorRecord(cert, name, role, p.actor())
+	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_RecordOperator{RecordOperator: &pactv1.RecordOperatorOp{Operator: rec}}}); err != nil {
+		// The certificate never leaves: its record did not commit.
+		return nil, err
+	}
+	if got, ok := j.fsm.Operator(rec.GetSerial()); ok {
+		rec = got
+	}
+	j.log.Info("operator credential issued", logkey.Actor, p.id.Name, "operator", name, "role", role, logkey.Serial, rec.GetSerial(),
+		logkey.NotAfter, cert.NotAfter.UTC().Format(time.RFC3339))
+	return &pactv1.IssueOperatorResponse{CertDer: cert.Raw, Operator: rec}, nil
+}
+
+func (s *adminServer) ListOperators(_ context.Context, req *pactv1.ListOperatorsRequest) (*pactv1.ListOperatorsResponse, error) {
+	ops, names := s.j.fsm.Operators()
+	now := s.j.cfg.Clock.Now().Unix()
+	out := &pactv1.ListOperatorsResponse{RevokedNames: names}
+	for _, o := range ops {
+		if !req.GetAll() && (o.GetRevokedAtUnixNano() != 0 || o.GetNotAfterUnix() < now) {
+			continue
+		}
+		out.Operators = append(out.Operators, o)
+	}
+	return out, nil
+}
+
+// serialRE is a certificate serial as pact prints it (lower-case hex).
+var serialRE = regexp.MustCompile(`^[0-9a-f]{16,40}$`)
+
+// RevokeOperator revokes by serial (one credential) or by name (every
+// credential of the name issued so far, recorded or not).
+func (s *adminServer) RevokeOperator(ctx context.Context, req *pactv1.RevokeOperatorRequest) (*pactv1.RevokeOperatorResponse, error) {
+	j := s.j
+	p := principalFrom(ctx)
+	target := req.GetNameOrSerial()
+	op := &pactv1.RevokeOperatorOp{}
+	if _, known := j.fsm.Operator(target); known || serialRE.MatchString(target) {
+		op.Serial = target
+	} else {
+		if err := pki.ValidateName("operator name", target); err != nil {
+			return nil, fmt.Errorf("%w: %q is neither an operator name nor a credential serial (see pact admin list)", ErrInvalidArgument, target)
+		}
+		op.Name = target
+	}
+	if op.Serial != "" {
+		// Whether the serial is recorded decides the answer: ask the leader's state.
+		if err := j.linearizableRead(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_RevokeOperator{RevokeOperator: op}}); err != nil {
+		return nil, err
+	}
+	ops, names := j.fsm.Operators()
+	out := &pactv1.RevokeOperatorResponse{}
+	for _, o := range ops {
+		if o.GetRevokedAtUnixNano() != 0 && (o.GetSerial() == op.GetSerial() || (op.GetName() != "" && o.GetName() == op.GetName())) {
+			out.Revoked = append(out.Revoked, o)
+		}
+	}
+	for _, n := range names {
+		if op.GetName() != "" && n.GetName() == op.GetName() {
+			out.Name = n
+		}
+	}
+	j.log.Warn("operator credential revoked", logkey.Actor, p.id.Name, "name", op.GetName(), logkey.Serial, op.GetSerial(), "records", len(out.Revoked))
+	return out, nil
+}
+
+// RetireIntermediate retires intermediates named by serial or by journal.
+func (s *adminServer) RetireIntermediate(ctx context.Context, req *pactv1.RetireIntermediateRequest) (*pactv1.RetireIntermediateResponse, error) {
+	j := s.j
+	if len(req.GetTargets()) == 0 {
+		return nil, fmt.Errorf("%w: name an intermediate serial or a journal id (see pact journal intermediates)", ErrInvalidArgument)
+	}
+	if req.GetGraceSeconds() < 0 || (req.GetNow() && req.GetGraceSeconds() > 0) {
+		return nil, fmt.Errorf("%w: give either --grace (positive) or --now", ErrInvalidArgument)
+	}
+	if err := j.linearizableRead(ctx); err != nil {
+		return nil, err
+	}
+	var serials []string
+	for _, t := range req.GetTargets() {
+		found := j.intermediatesOf(t)
+		if len(found) == 0 {
+			return nil, fmt.Errorf("%w: no intermediate %q: give a serial or a journal id from pact journal intermediates", ErrNotFound, t)
+		}
+		serials = append(serials, found...)
+	}
+	retired, err := j.retire(ctx, serials, req.GetGraceSeconds(), req.GetNow(), req.GetReason())
+	if err != nil {
+		return nil, err
+	}
+	return &pactv1.RetireIntermediateResponse{Retired: retired}, nil
+}
+
+// intermediatesOf resolves a serial or a journal id to intermediate serials.
+func (j *Journal) intermediatesOf(target string) []string {
+	if _, ok := j.fsm.Intermediate(target); ok {
+		return []string{target}
+	}
+	var out []string
+	for _, in := range j.fsm.AllIntermediates() {
+		if in.GetJournalId() == target {
+			out = append(out, in.GetSerial())
+		}
+	}
+	return out
+}
+
+// retire commits the retirement of serials and returns their records.
+func (j *Journal) retire(ctx context.Context, serials []string, graceSeconds int64, now bool, reason string) ([]*pactv1.Intermediate, error) {
+	p := principalFrom(ctx)
+	grace := j.cfg.RetireGrace
+	switch {
+	case now:
+		grace = 0
+	case graceSeconds > 0:
+		grace = time.Duration(graceSeconds) * time.Second
+	}
+	if reason == "" {
+		reason = "retired by " + p.id.Name
+	}
+	revokeAt := j.cfg.Clock.Now().Add(grace).UnixNano()
+	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_RetireIntermediate{RetireIntermediate: &pactv1.RetireIntermediateOp{
+		Serials: serials, RevokeAtUnixNano: revokeAt, Reason: reason,
+	}}}); err != nil {
+		return nil, err
+	}
+	out := make([]*pactv1.Intermediate, 0, len(serials))
+	for _, s := range serials {
+		if in, ok := j.fsm.Intermediate(s); ok {
+			out = append(out, intermediateView(in))
+		}
+	}
+	j.log.Warn("intermediates retired", logkey.Actor, p.id.Name, "serials", serials, "revoke_at", time.Unix(0, revokeAt).UTC().Format(time.RFC3339), logkey.Reason, reason)
+	return out, nil
+}
+
+// intermediateView drops the DER: operators see serials and dates.
+func intermediateView(in *pactv1.Intermediate) *pactv1.Intermediate {
+	return &pactv1.Intermediate{
+		JournalId: in.GetJournalId(), Serial: in.GetSerial(), NotAfterUnix: in.GetNotAfterUnix(),
+		RetiredAtUnixNano: in.GetRetiredAtUnixNano(), RevokeAtUnixNano: in.GetRevokeAtUnixNano(),
+		RetiredBy: in.GetRetiredBy(), RetireReason: in.GetRetireReason(),
+	}
+}
+
+func (s *adminServer) ListIntermediates(context.Context, *pactv1.ListIntermediatesRequest) (*pactv1.ListIntermediatesResponse, error) {
+	all := s.j.fsm.AllIntermediates()
+	out := &pactv1.ListIntermediatesResponse{ServerTimeUnixNano: s.j.cfg.Clock.Now().UnixNano()}
+	for _, in := range all {
+		out.Intermediates = append(out.Intermediates, intermediateView(in))
+	}
+	return out, nil
+}

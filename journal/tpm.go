@@ -1,0 +1,187 @@
+package journal
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/hwid"
+	"github.com/pact-hpc/pact/internal/logkey"
+	"github.com/pact-hpc/pact/internal/tpmattest"
+	"github.com/pact-hpc/pact/journal/tpmchallenge"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// TPM refusals of Enroll (docs/tpm.md). Each maps to its own reason in
+// status.go.
+var (
+	// ErrTPMRequired: the node is registered with a TPM EK hash and the
+	// agent presented no TPM attestation.
+	ErrTPMRequired = errors.New("journal: this node must prove its TPM")
+	// ErrTPMEKMismatch: the presented EK is not the registered one (or not
+	// an endorsement key at all).
+	ErrTPMEKMismatch = errors.New("journal: TPM endorsement key does not match the registration")
+	// ErrTPMAKRefused: the attestation key is not a restricted signing key
+	// bound to its TPM.
+	ErrTPMAKRefused = errors.New("journal: TPM attestation key refused")
+	// ErrTPMAttestationFailed: the answer to the challenge is wrong, or was
+	// made for another node, EK, AK or CSR key.
+	ErrTPMAttestationFailed = errors.New("journal: TPM credential activation failed")
+	// ErrTPMChallengeExpired: the answer came after the challenge's TTL.
+	ErrTPMChallengeExpired = errors.New("journal: TPM challenge expired")
+	// ErrTPMChallengeUnknown: no such pending challenge on this journal
+	// (answered already, issued by another journal, or lost in a restart).
+	ErrTPMChallengeUnknown = errors.New("journal: unknown TPM challenge")
+)
+
+// tpmRefusal reports whether err is one of the TPM refusals (the caller's
+// fault: counted by the failure limiter).
+func tpmRefusal(err error) bool {
+	for _, e := range []error{ErrTPMRequired, ErrTPMEKMismatch, ErrTPMAKRefused, ErrTPMAttestationFailed, ErrTPMChallengeExpired, ErrTPMChallengeUnknown} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// tpmCredential is TPM 2.0 credential activation as an enrollment
+// credential (credentials.go). A node registered with a TPM EK hash
+// requires it.
+type tpmCredential struct{ j *Journal }
+
+func (tpmCredential) kind() string { return "tpm" }
+
+func (tpmCredential) required(n *pactv1.Node) bool { return n.GetHardware().GetTpmEkHash() != "" }
+
+// verify answers round one with a *tpmChallengeIssued (not a refusal: the
+// caller turns it into the response) and checks round two's proof. It
+// records nothing for the state machine: the EK hash the activation
+// reports is the attested one (checked here), and the state machine
+// re-checks that against the registration in the activation's entry.
+func (c tpmCredential) verify(_ context.Context, a *enrollAttempt, _ *pactv1.PresentedCredentials) error {
+	reported, err := hwid.NormalizeEKHash(a.req.GetHardware().GetTpmEkHash())
+	if err != nil {
+		return err
+	}
+	ch, err := c.j.tpmCheck(a.node, reported, fingerprint(a.csr.SPKI), a.req.GetCredentials().GetTpm())
+	if err != nil {
+		return err
+	}
+	if ch != nil {
+		return &tpmChallengeIssued{challenge: ch}
+	}
+	return nil
+}
+
+// tpmChallengeIssued carries round one's challenge out of the credential
+// check. It never reaches the caller as an error.
+type tpmChallengeIssued struct{ challenge *pactv1.TpmChallenge }
+
+func (*tpmChallengeIssued) Error() string { return "journal: TPM challenge issued" }
+
+func tpmChallengeError(err error) bool {
+	var c *tpmChallengeIssued
+	return errors.As(err, &c)
+}
+
+// tpmEKRefusal reports whether err is a TPM refusal that depends on the
+// replicated registration (the EK hash), and so is final only once the
+// leader has confirmed the state it was read from.
+func tpmEKRefusal(err error) bool {
+	return errors.Is(err, ErrTPMRequired) || errors.Is(err, ErrTPMEKMismatch)
+}
+
+// tpmMismatch turns a hardware match that failed only on the EK hash into
+// the TPM refusal it is: the agent then learns its TPM is the problem
+// rather than being told the node is unknown.
+func tpmMismatch(m hwid.Mismatch, nodeID string) error {
+	switch m {
+	case hwid.MismatchEKMissing:
+		return fmt.Errorf("%w: node %s is registered with a TPM EK hash and the agent reported none", ErrTPMRequired, nodeID)
+	case hwid.MismatchEKDiffers:
+		return fmt.Errorf("%w: the EK hash this node reports is not the one registered for %s", ErrTPMEKMismatch, nodeID)
+	}
+	return nil
+}
+
+// tpmCheck runs TPM credential activation for a node registered with an EK
+// hash, before anything is signed or written. It returns:
+//   - nil, nil: the node needs no TPM, or round two proved it;
+//   - a challenge: round one; the caller answers it and writes nothing;
+//   - an error: a refusal (nothing stored, nothing written).
+//
+// reportedEKHash is the EK hash of the reported hardware identity (what the
+// state machine re-checks at commit, so it must be the attested EK's); spki
+// is the hex SHA-256 of the CSR's SubjectPublicKeyInfo.
+func (j *Journal) tpmCheck(node *pactv1.Node, reportedEKHash, spki string, att *pactv1.TpmAttestation) (*pactv1.TpmChallenge, error) {
+	registered := node.GetHardware().GetTpmEkHash()
+	if registered == "" {
+		return nil, nil
+	}
+	id := node.GetNodeId()
+	if att == nil || len(att.GetEkPublic()) == 0 {
+		return nil, fmt.Errorf("%w: node %s is registered with a TPM EK hash and the request carries no TPM attestation", ErrTPMRequired, id)
+	}
+	ek, err := tpmattest.ParseEK(att.GetEkPublic())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrTPMEKMismatch, err)
+	}
+	if err := ek.Check(registered); err != nil {
+		return nil, fmt.Errorf("%w: node %s: %w", ErrTPMEKMismatch, id, err)
+	}
+	if reportedEKHash != ek.Hash {
+		return nil, fmt.Errorf("%w: the reported EK hash is not the hash of the presented EK", ErrTPMEKMismatch)
+	}
+	ak, err := tpmattest.ParseAK(att.GetAkPublic())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrTPMAKRefused, err)
+	}
+	now := j.cfg.Clock.Now()
+	if att.GetChallengeId() == "" && len(att.GetProof()) == 0 {
+		ch, secret, err := tpmattest.CreateChallenge(rand.Reader, ek, ak)
+		if err != nil {
+			return nil, err
+		}
+		cid, expires, err := j.tpm.Put(now, tpmchallenge.Pending{NodeID: id, EKHash: ek.Hash, AKName: ak.Name, SPKI: spki, Secret: secret})
+		if err != nil {
+			if errors.Is(err, tpmchallenge.ErrFull) {
+				return nil, &retryAfterError{err: fmt.Errorf("%w: %w", ErrOverloaded, err), after: max(expires.Sub(now), time.Second)}
+			}
+			return nil, err
+		}
+		return &pactv1.TpmChallenge{
+			ChallengeId:     cid,
+			CredentialBlob:  ch.CredentialBlob,
+			EncryptedSecret: ch.EncryptedSecret,
+			ExpiresInMs:     expires.Sub(now).Milliseconds(),
+		}, nil
+	}
+	if err := tpmattest.CheckAnswerShape(att.GetChallengeId(), att.GetProof()); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrTPMAttestationFailed, err)
+	}
+	p, err := j.tpm.Take(now, att.GetChallengeId())
+	switch {
+	case errors.Is(err, tpmchallenge.ErrExpired):
+		return nil, fmt.Errorf("%w: %w; enroll again from the start", ErrTPMChallengeExpired, err)
+	case errors.Is(err, tpmchallenge.ErrUnknown):
+		return nil, fmt.Errorf("%w: %w (answers go to the journal that issued the challenge, once); enroll again from the start", ErrTPMChallengeUnknown, err)
+	case err != nil:
+		return nil, err
+	}
+	defer clear(p.Secret)
+	switch {
+	case p.NodeID != id, p.EKHash != ek.Hash, !bytes.Equal(p.AKName, ak.Name):
+		return nil, fmt.Errorf("%w: the answer is for another node, EK or attestation key than the challenge", ErrTPMAttestationFailed)
+	case p.SPKI != spki:
+		return nil, fmt.Errorf("%w: the answer comes with another CSR key than the challenge was issued for", ErrTPMAttestationFailed)
+	}
+	if err := tpmattest.VerifyProof(p.Secret, att.GetChallengeId(), spki, att.GetProof()); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrTPMAttestationFailed, err)
+	}
+	j.log.Info("TPM credential activation proved", logkey.NodeID, id, "ek_hash", ek.Hash)
+	return nil, nil
+}
