@@ -24,9 +24,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
 	"github.com/pact-hpc/pact/agent/hwinfo"
 	"github.com/pact-hpc/pact/identity"
@@ -62,12 +64,21 @@ type Agent struct {
 	rot      *identity.Rotator
 	files    identityFiles
 	metrics  *metrics
+	// clk is cfg.Clock: the node's clock plus the offset to the journal's
+	// it has learned (skew.go).
+	clk *skewClock
+	// renewNow holds the serial a journal told to renew at once (its
+	// intermediate is being retired); wake tells the loop.
+	renewNow atomic.Value // string
+	wake     chan struct{}
 
 	next int // index of the next journal to enroll with; Run's goroutine only
 
 	mu            sync.Mutex
 	running       bool
 	providers     []identity.Provider // best first; set by Run
+	spire         *spire.Provider     // nil without SPIRE; set by Run
+	standby       string              // serial of the journal identity the registry holds as this SPIRE node's standby
 	metricsAddr   string
 	nodeID        string
 	vcluster      string
@@ -94,6 +105,10 @@ func New(cfg Config) (*Agent, error) {
 	}
 	cfg.JournalAddrs = append([]string(nil), cfg.JournalAddrs...)
 	cfg.DialOptions = append([]grpc.DialOption(nil), cfg.DialOptions...)
+	// Every certificate decision runs on the journal's time as far as the
+	// agent knows it; timers are the node's own.
+	clk := &skewClock{base: cfg.Clock}
+	cfg.Clock = clk
 	pool, roots, err := pki.LoadCertPool(cfg.CAFile)
 	if err != nil {
 		return nil, err
@@ -101,6 +116,13 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.KeyOut != "" {
 		if err := checkKeyOut(cfg.KeyOut); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+		}
+	}
+	if cfg.JoinTokenFile != "" {
+		// Fail fast on a path that cannot be read; the token is read
+		// again at every enrollment.
+		if _, err := readJoinToken(cfg.JoinTokenFile); err != nil {
+			return nil, err
 		}
 	}
 	var sp *static.Provider
@@ -117,6 +139,8 @@ func New(cfg Config) (*Agent, error) {
 	}
 	cfg.Logger.Info("hardware identity", logkey.MACs, hw.MACs, logkey.BMCSerial, hw.BMCSerial, "report", report)
 	a := &Agent{
+		wake:     make(chan struct{}, 1),
+		clk:      clk,
 		cfg:      cfg,
 		log:      cfg.Logger,
 		roots:    roots,
@@ -176,6 +200,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.SPIRESocket != "" {
 		sc := spire.DefaultConfig()
 		sc.Socket, sc.Clock, sc.Logger = a.cfg.SPIRESocket, a.cfg.Clock, a.log
+		sc.LostGrace, sc.ExpiryMargin = a.cfg.SPIRELostGrace, a.cfg.SPIREExpiryMargin
 		var err error
 		if sp, err = spire.New(sc); err != nil {
 			return err
@@ -196,6 +221,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cascade.Close()
 	a.mu.Lock()
 	a.providers = providers
+	a.spire = sp
 	a.mu.Unlock()
 
 	if a.cfg.StatusSocket != "" {
@@ -221,7 +247,36 @@ func (a *Agent) Run(ctx context.Context) error {
 	if sp != nil {
 		a.waitForSPIRE(ctx, sp, cascade)
 	}
-	return a.loop(ctx, cascade)
+	if err := a.loop(ctx, cascade); err != nil {
+		return err
+	}
+	a.release()
+	return nil
+}
+
+// releaseTimeout bounds the Release call on a clean stop, well inside the
+// unit's TimeoutStopSec.
+const releaseTimeout = 3 * time.Second
+
+// release tells the journal this agent stops on purpose (Run's context
+// ended: SIGTERM), so the node restarting with a new key enrolls at once
+// instead of waiting for the takeover window. Only a journal-signed
+// certificate is released; a crash never gets here, and then the journal
+// waits for the window as before. A failure is logged, not returned: the
+// stop goes on, and the restart waits for the window.
+func (a *Agent) release() {
+	ch := a.rot.Active()
+	if ch == nil || ch.Identity().Source != identity.SourceJournal {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	resp, err := pactv1.NewEnrollmentServiceClient(ch.Conn()).Release(ctx, &pactv1.ReleaseRequest{})
+	if err != nil {
+		a.log.Warn("could not release the node; a restart waits for the journal's takeover window", logkey.Err, err)
+		return
+	}
+	a.log.Info("node released: a restart enrolls at once", logkey.NodeID, ch.NodeID(), "released", resp.GetReleased())
 }
 
 // waitForSPIRE gives a local SPIRE agent a moment to hand over an SVID, so
@@ -266,6 +321,9 @@ func (r *retry) failed(a *Agent, err error, atLeast time.Duration) {
 // touches it.
 type loopState struct {
 	connect, enroll, upgrade, renew, files retry
+	standby                                retry
+	standbyAt                              time.Time         // when the standby is renewed
+	standbyFor                             string            // serial standbyAt was chosen for
 	upgradeKey                             string            // the identity upgrade retries are for
 	ended                                  *identity.Channel // whose stream end was handled
 	renewFor                               string            // serial renewAt was chosen for
@@ -274,10 +332,23 @@ type loopState struct {
 	written                                string            // what the identity files hold
 }
 
+// rebased forgets the retry deadlines and the last renewal attempt, which
+// were taken on the clock before the agent bridged to the journal's time:
+// they may lie far in the new clock's future. It returns true for the
+// caller's switch.
+func (s *loopState) rebased() bool {
+	for _, r := range []*retry{&s.connect, &s.enroll, &s.upgrade, &s.renew, &s.files} {
+		r.notBefore = time.Time{}
+	}
+	s.lastRenew = time.Time{}
+	return true
+}
+
 // loop runs step until ctx ends or the journal refuses the node, waking on
 // the step's next deadline, a cascade change, or the stream's end.
 func (a *Agent) loop(ctx context.Context, cascade *identity.Cascade) error {
 	var s loopState
+	readyTold := a.cfg.OnReady == nil
 	for {
 		next, err := a.step(ctx, &s)
 		if err != nil {
@@ -285,6 +356,10 @@ func (a *Agent) loop(ctx context.Context, cascade *identity.Cascade) error {
 		}
 		if ctx.Err() != nil {
 			return nil
+		}
+		if !readyTold && a.Status().Ready {
+			readyTold = true
+			a.cfg.OnReady()
 		}
 		now := a.cfg.Clock.Now()
 		if !next.IsZero() && !next.After(now) {
@@ -305,6 +380,7 @@ func (a *Agent) loop(ctx context.Context, cascade *identity.Cascade) error {
 		case <-cascade.Changes():
 		case <-lost:
 		case <-tick:
+		case <-a.wake:
 		}
 		if timer != nil {
 			timer.Stop()
@@ -364,6 +440,10 @@ func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 			case errors.Is(err, ErrRefused):
 				return next, err
 			case errors.Is(err, errNothingToTry):
+			case a.bridge(err) && s.rebased():
+				// The agent now runs on the journal's time: again, at once
+				// (on the new clock: now was taken on the old one).
+				return a.cfg.Clock.Now(), nil
 			default:
 				s.connect.failed(a, err, 0)
 			}
@@ -379,6 +459,9 @@ func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 			if err := a.enroll(ctx); err != nil {
 				if errors.Is(err, ErrRefused) {
 					return next, err
+				}
+				if errors.Is(err, errBridged) && s.rebased() {
+					return a.cfg.Clock.Now(), nil
 				}
 				s.enroll.failed(a, err, 0)
 			} else {
@@ -406,15 +489,45 @@ func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 				switch {
 				case err == nil:
 					s.upgrade = retry{}
+					if act.Identity().Source == identity.SourceJournal && want.Source == identity.SourceSPIRE {
+						// The SVID's first stream made the journal
+						// certificate this channel held the node's standby
+						// (raftfsm svidSeen): no need to ask for another.
+						a.setStandby(act.Identity().Serial())
+					}
 					return now, nil
 				case revoked(err):
 					return next, fmt.Errorf("%w: %w", ErrRefused, err)
+				case a.bridge(err) && s.rebased():
+					return a.cfg.Clock.Now(), nil
 				}
 				a.dropRefusedJournalIdentity(want, err)
 				s.upgrade.failed(a, err, 0)
 			}
 			later(s.upgrade.notBefore)
 		}
+	}
+
+	// On SPIRE: hold a journal-signed standby, obtained and renewed over
+	// the SVID channel, and wake when the SVID is to be given up.
+	if alive && act.Identity().Source == identity.SourceSPIRE {
+		if sp := a.spireProvider(); sp != nil && sp.GiveUpAt(act.Identity()).After(now) {
+			// Past it, the fall-back above is under way, on its own retry.
+			later(sp.GiveUpAt(act.Identity()))
+		}
+		due, ok := a.standbyDue(ctx, s, now)
+		if ok {
+			if err := a.obtainStandby(ctx, act); err != nil {
+				if revoked(err) {
+					return next, fmt.Errorf("%w: standby: %w", ErrRefused, err)
+				}
+				s.standby.failed(a, err, 0)
+			} else {
+				s.standby = retry{}
+			}
+			return now, nil
+		}
+		later(due)
 	}
 
 	// Renew the journal-signed certificate the live channel presents.
@@ -424,6 +537,9 @@ func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 			s.renewFor, s.renewAt = id.Serial(), renewalTime(id, a.cfg.RenewAt)
 		}
 		due := s.renewAt
+		if told, _ := a.renewNow.Load().(string); told == id.Serial() {
+			due = now // the journal asked: its intermediate is being retired
+		}
 		if !s.lastRenew.IsZero() {
 			due = latest(due, s.lastRenew.Add(a.cfg.MinRenewInterval), s.renew.notBefore)
 		}
@@ -433,6 +549,9 @@ func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 			if err := a.renew(ctx, act); err != nil {
 				if revoked(err) {
 					return next, fmt.Errorf("%w: renewal: %w", ErrRefused, err)
+				}
+				if a.bridge(err) && s.rebased() {
+					return a.cfg.Clock.Now(), nil
 				}
 				a.dropRefusedJournalIdentity(id, err)
 				s.renew.failed(a, err, a.cfg.MinRenewInterval)
@@ -468,6 +587,17 @@ func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 		}
 	}
 	return next, nil
+}
+
+// errBridged: an operation failed on the agent's clock, and the agent now
+// uses the journal's time: retry at once.
+var errBridged = errors.New("agent: clock bridged to the journal's; retrying")
+
+func unixNano(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // errNothingToTry: no provider has an identity to connect with yet.
@@ -554,6 +684,9 @@ func (a *Agent) renew(ctx context.Context, act *identity.Channel) error {
 		if err != nil {
 			return nil, fmt.Errorf("agent: RenewCert at %s: %w", cur.Target(), err)
 		}
+		if _, err := a.observeJournalTime(unixNano(resp.GetServerTimeUnixNano())); err != nil {
+			return nil, err
+		}
 		id, who, err := journalIdentity(key, a.rootPool, resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now())
 		if err != nil {
 			return nil, err
@@ -572,6 +705,73 @@ func (a *Agent) renew(ctx context.Context, act *identity.Channel) error {
 	return nil
 }
 
+// standbyDue reports whether the agent, on a live SVID channel, should ask
+// for a standby now: it has none the registry holds (or it expired), its
+// standby is due for renewal, and no retry is pending. Otherwise it returns
+// when to look again.
+func (a *Agent) standbyDue(ctx context.Context, s *loopState, now time.Time) (time.Time, bool) {
+	id, err := a.jp.Current(ctx)
+	if err != nil || id.Serial() != a.standbySerial() {
+		return s.standby.notBefore, s.standby.due(now)
+	}
+	if s.standbyFor != id.Serial() {
+		s.standbyFor, s.standbyAt = id.Serial(), renewalTime(id, a.cfg.RenewAt)
+	}
+	due := latest(s.standbyAt, s.standby.notBefore)
+	return due, !now.Before(due)
+}
+
+// obtainStandby asks the journal, over the live SVID channel, to sign a
+// journal certificate for a fresh key and record it as the node's standby,
+// and makes it the journal provider's identity: the one the agent swaps to
+// when SPIRE stops serving it. The previous standby is dropped: the
+// journal no longer takes it.
+func (a *Agent) obtainStandby(ctx context.Context, act *identity.Channel) error {
+	a.metrics.attempts.Inc()
+	key, csr, err := newKey()
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
+	resp, err := pactv1.NewEnrollmentServiceClient(act.Conn()).IssueStandby(cctx, &pactv1.IssueStandbyRequest{CsrDer: csr})
+	cancel()
+	if err == nil {
+		var id *identity.Identity
+		var who pki.Identity
+		if id, who, err = journalIdentity(key, a.rootPool, resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now()); err == nil {
+			prev := a.latestJournal()
+			a.adopt(id, who, resp.GetVcluster())
+			a.setStandby(id.Serial())
+			a.log.Info("standby certificate obtained", "identity", id, "previous", prev, logkey.Addr, act.Target())
+			return nil
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	err = fmt.Errorf("agent: IssueStandby at %s: %w", act.Target(), err)
+	a.fail("standby", err, act.Identity())
+	return err
+}
+
+func (a *Agent) setStandby(serial string) {
+	a.mu.Lock()
+	a.standby = serial
+	a.mu.Unlock()
+}
+
+func (a *Agent) standbySerial() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.standby
+}
+
+func (a *Agent) spireProvider() *spire.Provider {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.spire
+}
+
 // enroll makes a fresh key and asks the next journal to sign it on the
 // strength of the node's hardware identity.
 func (a *Agent) enroll(ctx context.Context) error {
@@ -580,12 +780,49 @@ func (a *Agent) enroll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A TPM that exists but fails does not stop a node that needs none
+	// (most nodes of a site may have a TPM and be registered without
+	// one): the agent enrolls without it, and only if the journal then
+	// asks for a TPM is the failure reported, as a retryable one.
+	att, tpmErr := a.openTPM()
+	if tpmErr != nil {
+		a.log.Warn("cannot use the TPM; enrolling without TPM attestation", "tpm_device", a.cfg.TPMDevice, logkey.Err, tpmErr)
+	}
+	if att != nil {
+		defer att.Close()
+	}
 	req := &pactv1.EnrollRequest{
 		Hardware: &pactv1.HardwareIdentity{Macs: a.hw.MACs, BmcSerial: a.hw.BMCSerial, TpmEkHash: a.hw.EKHash},
 		CsrDer:   csr,
 	}
+	if a.cfg.JoinTokenFile != "" {
+		tok, err := readJoinToken(a.cfg.JoinTokenFile)
+		if err != nil {
+			a.fail("enroll", err, a.latestJournal())
+			return err
+		}
+		req.Credentials = &pactv1.EnrollCredentials{JoinToken: tok}
+	}
+	if att != nil {
+		// The EK hash the node reports is its TPM's, whatever
+		// --tpm-ek-hash says: the journal checks the two agree.
+		req.Hardware.TpmEkHash = att.EKHash()
+		if req.Credentials == nil {
+			req.Credentials = &pactv1.EnrollCredentials{}
+		}
+		req.Credentials.Tpm = &pactv1.TpmAttestation{EkPublic: att.EKPublic(), AkPublic: att.AKPublic()}
+	}
 	addr := a.pick()
 	resp, err := a.callEnroll(ctx, addr, req)
+	if err == nil && resp.GetTpmChallenge() != nil {
+		resp, err = a.answerTPM(ctx, addr, req, key, att, resp.GetTpmChallenge())
+	}
+	if err != nil && a.bridge(err) {
+		return errBridged // the journal's certificate is good on the journal's time
+	}
+	if err == nil {
+		_, err = a.observeJournalTime(unixNano(resp.GetServerTimeUnixNano()))
+	}
 	if err == nil {
 		var id *identity.Identity
 		var who pki.Identity
@@ -597,6 +834,11 @@ func (a *Agent) enroll(ctx context.Context) error {
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if tpmErr != nil && apierr.FromError(err).Reason == apierr.TPMRequired {
+		// The node needs its TPM and the TPM failed here: not the
+		// journal's final word, retry.
+		err = fmt.Errorf("%w (the journal answered %s)", tpmErr, apierr.TPMRequired)
 	}
 	// ALREADY_ACTIVE is final for an agent that never held this node's
 	// identity (a second agent on the same hardware). One that did is
@@ -641,7 +883,10 @@ func (a *Agent) dropRefusedJournalIdentity(id *identity.Identity, err error) {
 		return
 	}
 	pe := apierr.FromError(err)
-	if pe.Reason != apierr.StaleCertificate && pe.Reason != apierr.Unauthenticated {
+	// Replaced, or not authenticated (its intermediate revoked, say). A
+	// certificate that is merely not valid yet at the journal's clock is
+	// kept: that is clock skew, and a new one would fare no better.
+	if pe.Reason != apierr.StaleCertificate && (pe.Code != codes.Unauthenticated || pe.Reason == apierr.CertNotYetValid || pe.Reason == "") {
 		return
 	}
 	cur, _ := a.jp.Current(context.Background())
@@ -737,7 +982,23 @@ func (a *Agent) handleEvent(ch *identity.Channel, ev *pactv1.SubscribeResponse) 
 		a.mu.Unlock()
 		a.log.Debug("trust bundle", "certificates", len(certs))
 	case *pactv1.SubscribeResponse_Revoked:
-		return apierr.Status(apierr.NodeRevoked, 0, e.Revoked.GetReason()).Err()
+		reason := apierr.NodeRevoked
+		if apierr.Reason(e.Revoked.GetCode()) == apierr.NodeFenced {
+			reason = apierr.NodeFenced
+		}
+		return apierr.Status(reason, 0, e.Revoked.GetReason()).Err()
+	case *pactv1.SubscribeResponse_RenewNow:
+		// Renewed through the usual rotation (step), from a live
+		// intermediate, before the retiring one is revoked.
+		if id := ch.Identity(); id != nil && id.Source == identity.SourceJournal {
+			a.renewNow.Store(id.Serial())
+			a.log.Warn("the journal asks for renewal now", logkey.Reason, e.RenewNow.GetReason(),
+				logkey.IssuerSerial, e.RenewNow.GetIssuerSerial(), "revoke_at", unixNano(e.RenewNow.GetRevokeAtUnixNano()).UTC().Format(time.RFC3339))
+			select {
+			case a.wake <- struct{}{}:
+			default:
+			}
+		}
 	}
 	return nil
 }
@@ -852,6 +1113,9 @@ func (a *Agent) Status() Status {
 		st.StreamConnected = ch.StreamAlive()
 		st.Journal, st.JournalID = ch.Target(), ch.JournalID()
 		st.Ready = st.StreamConnected && !id.Expired(now)
+		if sb, err := a.jp.Current(context.Background()); err == nil && id.Source == identity.SourceSPIRE && sb.Serial() == a.standbySerial() {
+			st.StandbySerial, st.StandbyNotAfter = sb.Serial(), sb.NotAfter
+		}
 	}
 	return st
 }
@@ -920,6 +1184,20 @@ func (a *Agent) explainRefusal(err error) error {
 		hint = "; the node was decommissioned: an operator must register it again"
 	case apierr.HardwareIdentityConflict:
 		hint = "; the reported MACs/BMC serial belong to more than one registered node: fix the registry (pact node inspect)"
+	case apierr.NodeFenced:
+		hint = "; an operator fenced (quarantined) this node: restart the agent after pact node unfence"
+	case apierr.JoinTokenRequired:
+		// The journal's message says how to make one and pass it.
+	case apierr.JoinTokenInvalid:
+		hint = "; put a new token (pact node token create NODE --out FILE) into --join-token-file"
+	case apierr.KeyInUse:
+		hint = "; the new key is already another node's: this should not happen with a fresh key; investigate"
+	case apierr.TPMRequired:
+		hint = fmt.Sprintf("; the node is registered with a TPM: run pact-agent where it can open the TPM (--tpm-device, now %q; see docs/tpm.md)", a.cfg.TPMDevice)
+	case apierr.TPMEKMismatch:
+		hint = "; this TPM's endorsement key is not the one registered: if this is the right machine, re-register it with the hash `pact-agent tpm-ek` prints; otherwise investigate (docs/tpm.md)"
+	case apierr.TPMAKRefused, apierr.TPMAttestationFailed:
+		hint = "; the TPM could not prove it holds the registered endorsement key (docs/tpm.md)"
 	}
 	return fmt.Errorf("%w: %w%s", ErrRefused, pe, hint)
 }

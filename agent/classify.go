@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,12 +28,37 @@ const (
 	// ReasonCertExpired: the identity the agent holds has expired; only a
 	// new enrollment (or SPIRE) gives it one again.
 	ReasonCertExpired = "cert_expired"
-	// ReasonRevokedOrFenced: the journal refuses the identity: the node
-	// was decommissioned, its certificate superseded, or the identity is
-	// not one the journal trusts for this node.
+	// ReasonRevoked: the node was decommissioned (or the certificate's
+	// serial revoked); the agent stops. An operator must register it again.
+	ReasonRevoked = "node_revoked"
+	// ReasonFenced: an operator fenced (quarantined) the node: it keeps its
+	// registration but may not enroll or renew until unfenced.
+	ReasonFenced = "node_fenced"
+	// ReasonCertReplaced: the journal holds a newer certificate for this
+	// node than the one presented (a renewal or a new standby replaced
+	// it); the agent drops it and uses the newer one, or enrolls again.
+	ReasonCertReplaced = "cert_replaced"
+	// ReasonSPIREBundleUntrusted: the journal does not verify the SVID
+	// with the SPIRE bundle it trusts (another SPIRE CA, a forged one of
+	// the same name, or the journal has no bundle loaded yet).
+	ReasonSPIREBundleUntrusted = "spire_bundle_untrusted"
+	// ReasonTrustDomainNotAccepted: the SVID is of a trust domain the
+	// journal does not accept (--spire-trust-domain on the journal).
+	ReasonTrustDomainNotAccepted = "trust_domain_not_accepted"
+	// ReasonSPIFFEIDUnmapped: the SVID is valid but its SPIFFE ID maps to
+	// no registered node (pact node enroll ... --spiffe-id).
+	ReasonSPIFFEIDUnmapped = "spiffe_id_unmapped"
+	// ReasonIdentityRefused: the journal refused the identity for another
+	// reason it did not name (no certificate of this domain, a journal
+	// that answers for another node).
+	ReasonIdentityRefused = "identity_refused"
+	// ReasonRevokedOrFenced is no longer reported: revocation, fencing,
+	// replaced certificates and SPIRE refusals each have a reason of their
+	// own. Kept so that code written against it still compiles.
 	ReasonRevokedOrFenced = "identity_revoked_or_fenced"
 	// ReasonClockSkew: the agent's clock differs from the journal's by more
-	// than MaxClockSkew.
+	// than MaxClockSkew, or the journal found the agent's certificate not
+	// valid yet at its clock.
 	ReasonClockSkew = "clock_skew"
 	// ReasonDiskFull: writing the identity files failed for lack of space.
 	ReasonDiskFull = "disk_full"
@@ -43,8 +69,16 @@ const (
 	// call (no Raft leader, a commit that timed out).
 	ReasonJournalUnavailable = "journal_unavailable"
 	// ReasonEnrollmentRefused: the journal refused this node's enrollment
-	// (not registered, hardware conflict, already active elsewhere).
+	// (not registered, hardware conflict, already active elsewhere, a
+	// join token missing or refused, a key bound to another node).
 	ReasonEnrollmentRefused = "enrollment_refused"
+	// ReasonTPMRefused: the journal refused the node's TPM proof (no TPM
+	// where one is registered, another EK, a refused attestation key, a
+	// wrong answer).
+	ReasonTPMRefused = "tpm_attestation_refused"
+	// ReasonTPMUnavailable: the node's TPM exists but failed, or the
+	// journal challenged a TPM the agent does not have.
+	ReasonTPMUnavailable = "tpm_unavailable"
 	// ReasonOther: anything else; the log and the status say what.
 	ReasonOther = "other"
 )
@@ -67,28 +101,53 @@ func classify(err error, id *identity.Identity, now time.Time) string {
 	switch {
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return ReasonDiskFull
-	case errors.Is(err, identity.ErrClockSkew):
+	case errors.Is(err, identity.ErrClockSkew), pe.Reason == apierr.CertNotYetValid:
 		return ReasonClockSkew
 	case errors.Is(err, identity.ErrExpired), id != nil && id.Expired(now):
 		return ReasonCertExpired
+	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
+		// A journal's certificate not valid at the agent's time, beyond
+		// what the agent bridges (skew.go): the clocks, not the trust.
+		return ReasonClockSkew
+	case strings.Contains(err.Error(), "remote error: tls: bad certificate"):
+		// The journal refused this identity's certificate in the TLS
+		// handshake (a chain to no authority it trusts); the alert crosses
+		// gRPC as text only.
+		return ReasonIdentityRefused
 	case errors.As(err, &verr), errors.As(err, &unknown), errors.As(err, &invalid), errors.As(err, &host):
 		return ReasonServerTLSUntrusted
 	case errors.Is(err, identity.ErrWrongNode):
-		return ReasonRevokedOrFenced
+		return ReasonIdentityRefused
+	case errors.Is(err, ErrTPM):
+		return ReasonTPMUnavailable
 	}
 	switch pe.Reason {
-	case apierr.NodeRevoked, apierr.StaleCertificate:
-		return ReasonRevokedOrFenced
+	case apierr.NodeRevoked:
+		return ReasonRevoked
+	case apierr.NodeFenced:
+		return ReasonFenced
+	case apierr.StaleCertificate:
+		return ReasonCertReplaced
+	case apierr.SPIREBundleUntrusted:
+		return ReasonSPIREBundleUntrusted
+	case apierr.TrustDomainNotAccepted:
+		return ReasonTrustDomainNotAccepted
+	case apierr.SPIFFEIDUnmapped:
+		return ReasonSPIFFEIDUnmapped
 	case apierr.RateLimited:
 		return ReasonRateLimited
 	case apierr.NoLeader, apierr.OutcomeUnknown:
 		return ReasonJournalUnavailable
-	case apierr.NodeNotEnrolled, apierr.HardwareIdentityConflict, apierr.AlreadyActive, apierr.NodeAlreadyEnrolled:
+	case apierr.NodeNotEnrolled, apierr.HardwareIdentityConflict, apierr.AlreadyActive, apierr.NodeAlreadyEnrolled,
+		apierr.JoinTokenRequired, apierr.JoinTokenInvalid, apierr.KeyInUse:
 		return ReasonEnrollmentRefused
+	case apierr.TPMRequired, apierr.TPMEKMismatch, apierr.TPMAKRefused, apierr.TPMAttestationFailed,
+		apierr.TPMChallengeExpired, apierr.TPMChallengeUnknown:
+		return ReasonTPMRefused
 	}
 	switch pe.Code {
 	case codes.PermissionDenied, codes.Unauthenticated:
-		return ReasonRevokedOrFenced
+		return ReasonIdentityRefused
 	case codes.ResourceExhausted:
 		return ReasonRateLimited
 	case codes.Unavailable, codes.DeadlineExceeded:
@@ -101,6 +160,10 @@ func classify(err error, id *identity.Identity, now time.Time) string {
 // enrollment (apierr.Error.Final).
 func refusal(err error) bool { return apierr.FromError(err).Final() }
 
-// revoked reports whether the journal said the node was decommissioned:
-// the agent fails closed and never tries to recover on its own.
-func revoked(err error) bool { return apierr.FromError(err).Reason == apierr.NodeRevoked }
+// revoked reports whether the journal said the node was decommissioned or
+// fenced: the agent fails closed and never tries to recover on its own (a
+// fenced node is restarted once an operator unfences it).
+func revoked(err error) bool {
+	r := apierr.FromError(err).Reason
+	return r == apierr.NodeRevoked || r == apierr.NodeFenced
+}

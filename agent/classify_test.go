@@ -135,7 +135,7 @@ func TestFailureClassification(t *testing.T) {
 		}
 	})
 
-	t.Run("decommissioned node: identity_revoked_or_fenced", func(t *testing.T) {
+	t.Run("decommissioned node: node_revoked", func(t *testing.T) {
 		h := journaltest.Start(t, journaltest.Config(t.TempDir()))
 		h.Register(t, "n1", "SN1", mac1)
 		a, err := New(agentConfig(h, clock.Real{}, "SN1", mac1))
@@ -156,20 +156,21 @@ func TestFailureClassification(t *testing.T) {
 		case <-time.After(15 * time.Second):
 			t.Fatal("the agent did not stop after its node was decommissioned")
 		}
-		if got := a.Status().LastFailureReason; got != ReasonRevokedOrFenced {
-			t.Errorf("last failure %q, want %q", got, ReasonRevokedOrFenced)
+		if got := a.Status().LastFailureReason; got != ReasonRevoked {
+			t.Errorf("last failure %q, want %q", got, ReasonRevoked)
 		}
 	})
 
-	t.Run("clock ten minutes ahead: clock_skew", func(t *testing.T) {
+	t.Run("clock two hours ahead: clock_skew", func(t *testing.T) {
+		// Ten minutes is bridged (skew_test.go); two hours is beyond it.
 		h := journaltest.Start(t, journaltest.Config(t.TempDir()))
 		h.Register(t, "n1", "SN1", mac1)
-		cfg := agentConfig(h, fakeclock.New(time.Now().Add(10*time.Minute)), "SN1", mac1)
+		cfg := agentConfig(h, fakeclock.New(time.Now().Add(2*time.Hour)), "SN1", mac1)
 		cfg.MaxClockSkew = 5 * time.Minute
 		r := runAgent(t, cfg)
 		st := waitFailure(t, r.Agent, ReasonClockSkew)
-		if st.LastFailureOp != "connect" || st.Ready {
-			t.Errorf("status %+v, want a failed connect and not ready", st)
+		if st.Ready {
+			t.Errorf("status %+v, want not ready", st)
 		}
 	})
 
@@ -221,13 +222,28 @@ func TestClassify(t *testing.T) {
 		{"no identity left", fmt.Errorf("x: %w", identity.ErrExpired), nil, ReasonCertExpired},
 		{"unreachable", unavailable, valid, ReasonEndpointUnreachable},
 		{"deadline", status.Error(codes.DeadlineExceeded, "slow"), valid, ReasonEndpointUnreachable},
-		{"revoked", apierr.Status(apierr.NodeRevoked, 0, "gone").Err(), valid, ReasonRevokedOrFenced},
-		{"stale", apierr.Status(apierr.StaleCertificate, 0, "old").Err(), valid, ReasonRevokedOrFenced},
-		{"unauthenticated", apierr.Status(apierr.Unauthenticated, 0, "who").Err(), valid, ReasonRevokedOrFenced},
-		{"wrong node", fmt.Errorf("x: %w", identity.ErrWrongNode), valid, ReasonRevokedOrFenced},
+		{"revoked", apierr.Status(apierr.NodeRevoked, 0, "gone").Err(), valid, ReasonRevoked},
+		{"fenced", apierr.Status(apierr.NodeFenced, 0, "quarantined").Err(), valid, ReasonFenced},
+		{"stale", apierr.Status(apierr.StaleCertificate, 0, "old").Err(), valid, ReasonCertReplaced},
+		{"SPIRE bundle", apierr.Status(apierr.SPIREBundleUntrusted, 0, "forged").Err(), valid, ReasonSPIREBundleUntrusted},
+		{"trust domain", apierr.Status(apierr.TrustDomainNotAccepted, 0, "example.org").Err(), valid, ReasonTrustDomainNotAccepted},
+		{"unmapped SPIFFE ID", apierr.Status(apierr.SPIFFEIDUnmapped, 0, "ghost").Err(), valid, ReasonSPIFFEIDUnmapped},
+		{"not valid yet at the journal", apierr.Status(apierr.CertNotYetValid, 0, "clocks").Err(), valid, ReasonClockSkew},
+		{"unauthenticated", apierr.Status(apierr.Unauthenticated, 0, "who").Err(), valid, ReasonIdentityRefused},
+		{"permission denied", apierr.Status(apierr.PermissionDenied, 0, "who").Err(), valid, ReasonIdentityRefused},
+		{"wrong node", fmt.Errorf("x: %w", identity.ErrWrongNode), valid, ReasonIdentityRefused},
 		{"rate limited", apierr.Status(apierr.RateLimited, time.Second, "busy").Err(), nil, ReasonRateLimited},
 		{"no leader", apierr.Status(apierr.NoLeader, 0, "election").Err(), nil, ReasonJournalUnavailable},
 		{"not enrolled", apierr.Status(apierr.NodeNotEnrolled, 0, "who").Err(), nil, ReasonEnrollmentRefused},
+		{"TPM required", apierr.Status(apierr.TPMRequired, 0, "no TPM").Err(), nil, ReasonTPMRefused},
+		{"TPM EK mismatch", apierr.Status(apierr.TPMEKMismatch, 0, "other EK").Err(), nil, ReasonTPMRefused},
+		{"TPM AK refused", apierr.Status(apierr.TPMAKRefused, 0, "weak AK").Err(), nil, ReasonTPMRefused},
+		{"TPM answer wrong", apierr.Status(apierr.TPMAttestationFailed, 0, "proof").Err(), nil, ReasonTPMRefused},
+		{"TPM answer late", apierr.Status(apierr.TPMChallengeExpired, 0, "late").Err(), nil, ReasonTPMRefused},
+		{"the local TPM failed", fmt.Errorf("x: %w", ErrTPM), nil, ReasonTPMUnavailable},
+		{"join token required", apierr.Status(apierr.JoinTokenRequired, 0, "token").Err(), nil, ReasonEnrollmentRefused},
+		{"join token invalid", apierr.Status(apierr.JoinTokenInvalid, 0, "used").Err(), nil, ReasonEnrollmentRefused},
+		{"key in use", apierr.Status(apierr.KeyInUse, 0, "key").Err(), nil, ReasonEnrollmentRefused},
 		{"anything else", errors.New("boom"), nil, ReasonOther},
 	}
 	for _, tt := range tests {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/pact-hpc/pact/agent/hwinfo"
+	"github.com/pact-hpc/pact/agent/tpm"
 	"github.com/pact-hpc/pact/identity/spire"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/wire"
@@ -43,6 +44,11 @@ type Config struct {
 	// its Ping answers) before the channel fails its health check with
 	// clock_skew.
 	MaxClockSkew time.Duration
+	// ClockBridge is how far off the agent's clock may be and still be
+	// bridged: the agent then uses the journal's time (learned from its
+	// answers) for every certificate decision, and warns. Beyond it the
+	// agent refuses with reason clock_skew.
+	ClockBridge time.Duration
 	// DrainTimeout bounds how long a replaced channel waits for its
 	// in-flight calls before it is closed.
 	DrainTimeout time.Duration
@@ -53,6 +59,12 @@ type Config struct {
 	// SPIREWait is how long the agent waits at start for a first SVID (or
 	// for SPIRE to say it has none) before it enrolls with the journal.
 	SPIREWait time.Duration
+	// SPIRELostGrace is how long the last SVID is still used after the
+	// Workload API stream breaks (a restarting SPIRE agent); SPIREExpiryMargin
+	// gives an SVID up that long before its end when SPIRE has not rotated
+	// it. Either way the agent then swaps to its journal-signed standby.
+	SPIRELostGrace    time.Duration
+	SPIREExpiryMargin time.Duration
 	// BootstrapCert, BootstrapKey and BootstrapBundle are the static
 	// bootstrap identity baked into the image (--bootstrap-*); empty
 	// BootstrapCert means none. It is held in memory only and never written
@@ -60,6 +72,12 @@ type Config struct {
 	BootstrapCert   string
 	BootstrapKey    string
 	BootstrapBundle string
+
+	// JoinTokenFile holds a single-use join token (pact node token create)
+	// that the agent presents with its CSR at Enroll, for nodes registered
+	// with --require-token. It is read at every enrollment, so a new token
+	// dropped in place is picked up; the token is never logged.
+	JoinTokenFile string
 
 	// StatusSocket is the Unix socket `pact-agent status` reads (mode
 	// 0600); empty disables it.
@@ -75,12 +93,24 @@ type Config struct {
 	// mode 0600). It must be on a tmpfs: New refuses any other filesystem.
 	KeyOut string
 
+	// TPMDevice is the TPM the agent proves the node with when it is
+	// registered with a TPM EK hash (docs/tpm.md): a character device
+	// (/dev/tpmrm0, the default) or unix:PATH for a software TPM. When the
+	// device does not exist the agent enrolls without a TPM; empty disables
+	// the TPM altogether.
+	TPMDevice string
+
 	// DialOptions are added to every channel to a journal (keepalive
 	// tuning; tests inject faults with an interceptor).
 	DialOptions []grpc.DialOption
 	// KeyExchange is the TLS key exchange the agent offers journals
 	// (internal/wire: X25519 by default, or the post-quantum hybrid).
 	KeyExchange wire.KeyExchange
+
+	// OnReady, if set, is called once, the first time the agent is ready
+	// (an unexpired identity and an open stream, what /readyz answers):
+	// pact-agent tells systemd READY=1 there (Type=notify).
+	OnReady func()
 
 	Logger *slog.Logger
 	Clock  clock.Clock
@@ -89,20 +119,24 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Hardware:         hwinfo.DefaultConfig(),
-		KeyExchange:      wire.Classical,
-		CallTimeout:      15 * time.Second,
-		MinBackoff:       250 * time.Millisecond,
-		MaxBackoff:       30 * time.Second,
-		RenewAt:          2.0 / 3.0,
-		MinRenewInterval: 30 * time.Second,
-		MaxClockSkew:     5 * time.Minute,
-		DrainTimeout:     10 * time.Second,
-		SPIRESocket:      spire.DefaultSocket,
-		SPIREWait:        2 * time.Second,
-		StatusSocket:     DefaultStatusSocket,
-		Logger:           slog.Default(),
-		Clock:            clock.Real{},
+		Hardware:          hwinfo.DefaultConfig(),
+		KeyExchange:       wire.Classical,
+		CallTimeout:       15 * time.Second,
+		MinBackoff:        250 * time.Millisecond,
+		MaxBackoff:        30 * time.Second,
+		RenewAt:           2.0 / 3.0,
+		MinRenewInterval:  30 * time.Second,
+		MaxClockSkew:      5 * time.Minute,
+		ClockBridge:       time.Hour,
+		DrainTimeout:      10 * time.Second,
+		SPIRESocket:       spire.DefaultSocket,
+		SPIREWait:         2 * time.Second,
+		SPIRELostGrace:    spire.DefaultConfig().LostGrace,
+		SPIREExpiryMargin: spire.DefaultConfig().ExpiryMargin,
+		StatusSocket:      DefaultStatusSocket,
+		TPMDevice:         tpm.DefaultDevice,
+		Logger:            slog.Default(),
+		Clock:             clock.Real{},
 	}
 }
 
@@ -138,6 +172,9 @@ func (c Config) Validate() error {
 	if c.MinRenewInterval <= 0 {
 		errs = append(errs, errors.New("agent: MinRenewInterval must be positive"))
 	}
+	if c.ClockBridge < 0 {
+		errs = append(errs, errors.New("agent: ClockBridge must not be negative"))
+	}
 	if c.MaxClockSkew <= 0 {
 		errs = append(errs, errors.New("agent: MaxClockSkew must be positive"))
 	}
@@ -149,7 +186,7 @@ func (c Config) Validate() error {
 	}
 	if c.SPIRESocket != "" {
 		sc := spire.DefaultConfig()
-		sc.Socket = c.SPIRESocket
+		sc.Socket, sc.LostGrace, sc.ExpiryMargin = c.SPIRESocket, c.SPIRELostGrace, c.SPIREExpiryMargin
 		if err := sc.Validate(); err != nil {
 			errs = append(errs, err)
 		}

@@ -7,6 +7,8 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/pact-hpc/pact/identity"
@@ -90,4 +92,18 @@ func renewalTime(id *identity.Identity, fraction float64) time.Time {
 	leaf := id.Chain[0]
 	life := id.NotAfter.Sub(leaf.NotBefore)
 	return leaf.NotBefore.Add(time.Duration(float64(life)*fraction) + jitter(life/20))
+}
+
+// readJoinToken reads the join token file. Its content never reaches a log
+// or an error: only the file name does.
+func readJoinToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%w: --join-token-file: %w", ErrBadConfig, err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("%w: --join-token-file %s is empty; write the token pact node token create printed into it", ErrBadConfig, path)
+	}
+	return tok, nil
 }

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -17,7 +19,9 @@ type metrics struct {
 // allReasons are pre-set to zero so every failure series exists from the
 // start.
 var allReasons = []string{
-	ReasonEndpointUnreachable, ReasonServerTLSUntrusted, ReasonCertExpired, ReasonRevokedOrFenced,
+	ReasonEndpointUnreachable, ReasonServerTLSUntrusted, ReasonCertExpired,
+	ReasonRevoked, ReasonFenced, ReasonCertReplaced, ReasonSPIREBundleUntrusted, ReasonTrustDomainNotAccepted,
+	ReasonSPIFFEIDUnmapped, ReasonIdentityRefused,
 	ReasonClockSkew, ReasonDiskFull, ReasonRateLimited, ReasonJournalUnavailable, ReasonEnrollmentRefused, ReasonOther,
 }
 
@@ -39,6 +43,14 @@ func newMetrics(a *Agent) *metrics {
 	m.reg.MustRegister(
 		m.attempts,
 		m.failures,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "pact_agent_clock_skew_seconds",
+			Help: "This node's clock minus the journal's, as last measured from a journal's answer (positive: the node is ahead).",
+		}, func() float64 { return time.Duration(a.clk.measured.Load()).Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "pact_agent_clock_offset_seconds",
+			Help: "What the agent adds to its clock for certificate decisions (the journal's time as it knows it); non-zero means its clock is being bridged.",
+		}, func() float64 { return a.clk.Offset().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "pact_agent_cert_expiry_seconds",
 			Help: "Seconds until the certificate of the active channel expires (negative once expired, 0 without one).",

@@ -12,6 +12,7 @@ import (
 	"github.com/pact-hpc/pact/identity/spire/spiretest"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/journal/journaltest"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
 // spireSite is a journal, a SPIRE CA for the pact.local trust domain and a
@@ -97,7 +98,8 @@ func TestUpgradeToSPIRE(t *testing.T) {
 	})
 }
 
-// With an SVID at start, the agent never enrolls with the journal.
+// With an SVID at start, the agent never enrolls with the journal: its
+// journal-signed identity is the standby it got over the SVID channel.
 func TestSPIREAtBoot(t *testing.T) {
 	s := newSPIRESite(t, true)
 	svid := s.svid()
@@ -110,8 +112,16 @@ func TestSPIREAtBoot(t *testing.T) {
 	if c := inspect(t, s.h, "n1").GetCert(); c.GetSerial() != svid.Serial() {
 		t.Errorf("registry holds certificate %s, want the SVID %s", c.GetSerial(), svid.Serial())
 	}
-	if _, err := r.jp.Current(t.Context()); err == nil {
-		t.Error("the agent enrolled although it had an SVID")
+	eventually(t, "the agent holds the node's standby", func() bool {
+		id, err := r.jp.Current(t.Context())
+		return err == nil && inspect(t, s.h, "n1").GetStandbyCert().GetSerial() == id.Serial()
+	})
+	resp, err := s.h.AdminClient(t).ListAudit(t.Context(), &pactv1.ListAuditRequest{NodeId: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := auditActions(resp.GetEntries()); strings.Join(got, ",") != "register,enroll,standby" {
+		t.Errorf("audit actions %v, want register, enroll (by the SVID), standby", got)
 	}
 }
 
@@ -127,12 +137,12 @@ func TestUpgradeRefusedKeepsTheChannel(t *testing.T) {
 	before := r.rot.Active()
 	l := startLoad(t, r.Agent, 4)
 	s.spire.SetSVID(s.svid())
-	st := waitFailure(t, r.Agent, ReasonRevokedOrFenced)
+	st := waitFailure(t, r.Agent, ReasonIdentityRefused)
 	if st.LastFailureOp != "upgrade" {
 		t.Errorf("failed op %q, want upgrade", st.LastFailureOp)
 	}
-	n := failures(t, r.Agent, ReasonRevokedOrFenced)
-	eventually(t, "the upgrade is retried", func() bool { return failures(t, r.Agent, ReasonRevokedOrFenced) > n })
+	n := failures(t, r.Agent, ReasonIdentityRefused)
+	eventually(t, "the upgrade is retried", func() bool { return failures(t, r.Agent, ReasonIdentityRefused) > n })
 	l.waitCalls(t, 100)
 	l.end()
 	if n := l.failures.Load(); n != 0 {
@@ -164,7 +174,7 @@ func TestBootstrapIdentityThenJournal(t *testing.T) {
 		st := r.Status()
 		return st.Ready && st.Source == "journal"
 	})
-	if st := r.Status(); st.LastFailureOp != "connect" || st.LastFailureReason != ReasonRevokedOrFenced {
+	if st := r.Status(); st.LastFailureOp != "connect" || st.LastFailureReason != ReasonIdentityRefused {
 		t.Errorf("the refused bootstrap identity is not the last failure: %+v", st)
 	}
 	chainFile := filepath.Join(cfg.IdentityDir, ChainFile)
@@ -176,4 +186,12 @@ func TestBootstrapIdentityThenJournal(t *testing.T) {
 	if string(data) == string(identitytest.CertsPEM(boot.Chain...)) || !strings.Contains(string(data), "CERTIFICATE") {
 		t.Fatalf("chain.pem holds the bootstrap certificate or nothing:\n%s", data)
 	}
+}
+
+func auditActions(entries []*pactv1.AuditEntry) []string {
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.GetAction())
+	}
+	return out
 }

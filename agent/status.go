@@ -30,6 +30,11 @@ type Status struct {
 	// NextRenewal is when the journal-signed certificate will be renewed
 	// (zero unless it is the active identity).
 	NextRenewal time.Time `json:"next_renewal,omitzero"`
+	// StandbySerial and StandbyNotAfter are the journal-signed standby the
+	// agent holds while it streams on a SPIRE SVID (empty otherwise): what
+	// it swaps to when SPIRE stops serving it.
+	StandbySerial   string    `json:"standby_serial,omitempty"`
+	StandbyNotAfter time.Time `json:"standby_not_after,omitzero"`
 	// LastRotation is when the active channel went live.
 	LastRotation      time.Time `json:"last_rotation,omitzero"`
 	LastFailureReason string    `json:"last_failure_reason"`
@@ -222,6 +227,9 @@ func printStatus(w io.Writer, st Status) error {
 	row("serial:", dash(st.Serial))
 	row("not after:", at(st.NotAfter))
 	row("next renewal:", at(st.NextRenewal))
+	if st.StandbySerial != "" {
+		row("standby:", fmt.Sprintf("%s, not after %s", st.StandbySerial, at(st.StandbyNotAfter)))
+	}
 	row("last rotation:", at(st.LastRotation))
 	row("stream:", stream)
 	row("journal:", journal)
@@ -264,6 +272,17 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pact-agent status: %v\n", err)
 		return ExitError
 	}
+	if !st.Ready {
+		reason := "no unexpired identity with an open stream"
+		if st.LastFailureReason != "" {
+			reason += "; last failure: " + st.LastFailureReason
+			if st.LastFailure != "" {
+				reason += " (" + st.LastFailure + ")"
+			}
+		}
+		fmt.Fprintf(stderr, "pact-agent status: the agent is not ready: %s\n", reason)
+		return ExitNotReady
+	}
 	return ExitOK
 }
 
@@ -273,6 +292,10 @@ from the agent's status socket (root only). It never shows key material.
 
 Usage:
   pact-agent status [--status-socket PATH] [-o table|json]
+
+Exit codes, for monitoring: 0 ready (an unexpired identity and an open
+stream); 9 the agent answers but is not ready (stderr says why); 1 no agent
+answers on the socket; 2 bad flags.
 
 Flags:
 `

@@ -87,7 +87,9 @@ type Config struct {
 	MACs []string
 	// BMCSerial, if non-empty, is used instead of DMI (--bmc-serial flag).
 	BMCSerial string
-	// TPMEKHash is optional and passed through after normalisation.
+	// TPMEKHash is optional and passed through after normalisation. With a
+	// TPM (agent.Config.TPMDevice) the agent reports the TPM's own EK hash
+	// instead.
 	TPMEKHash string
 }
 

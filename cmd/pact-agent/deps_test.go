@@ -17,3 +17,14 @@ func TestAgentBinaryImportsNoJournalRaftOrBolt(t *testing.T) {
 		"github.com/pact-hpc/pact/raftfsm",
 	)
 }
+
+// The agent speaks to the TPM in pure Go: go-tpm's simulator transport and
+// go-tpm-tools' simulator wrap the C reference TPM (cgo), and the test
+// harness starts swtpm; none of them belongs in the binary.
+func TestAgentBinaryCarriesNoTPMSimulator(t *testing.T) {
+	deptest.Forbid(t, []string{"github.com/pact-hpc/pact/cmd/pact-agent"},
+		"github.com/google/go-tpm/tpm2/transport/simulator",
+		"github.com/google/go-tpm-tools",
+		"github.com/pact-hpc/pact/internal/swtpmtest",
+	)
+}

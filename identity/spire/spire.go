@@ -39,6 +39,12 @@ type Config struct {
 	// Workload API stream breaks, so a restarting SPIRE agent does not make
 	// the node fall back and upgrade again. Zero gives it up at once.
 	LostGrace time.Duration
+	// ExpiryMargin gives an SVID up this long before its not_after when
+	// SPIRE has not rotated it by then, so the node moves to its standby
+	// identity while the SVID's channel still stands, rather than after the
+	// journal has closed it. SPIRE rotates at half an SVID's life, so an SVID
+	// this close to its end means SPIRE is not doing its job.
+	ExpiryMargin time.Duration
 	// RetryMin and RetryMax bound the delay between attempts to reach the
 	// SPIRE agent (exponential, jittered). RetryMax is also how late an
 	// agent that appears is noticed at worst.
@@ -55,12 +61,13 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Socket:    DefaultSocket,
-		LostGrace: 10 * time.Second,
-		RetryMin:  500 * time.Millisecond,
-		RetryMax:  5 * time.Second,
-		Clock:     clock.Real{},
-		Logger:    slog.Default(),
+		Socket:       DefaultSocket,
+		LostGrace:    10 * time.Second,
+		ExpiryMargin: 30 * time.Second,
+		RetryMin:     500 * time.Millisecond,
+		RetryMax:     5 * time.Second,
+		Clock:        clock.Real{},
+		Logger:       slog.Default(),
 	}
 }
 
@@ -72,6 +79,9 @@ func (c Config) Validate() error {
 	}
 	if c.LostGrace < 0 {
 		errs = append(errs, fmt.Errorf("identity/spire: LostGrace %v must not be negative", c.LostGrace))
+	}
+	if c.ExpiryMargin < 0 {
+		errs = append(errs, fmt.Errorf("identity/spire: ExpiryMargin %v must not be negative", c.ExpiryMargin))
 	}
 	if c.RetryMin <= 0 || c.RetryMax < c.RetryMin {
 		errs = append(errs, fmt.Errorf("identity/spire: need 0 < RetryMin (%v) <= RetryMax (%v)", c.RetryMin, c.RetryMax))
@@ -168,8 +178,18 @@ func (p *Provider) Current(context.Context) (*identity.Identity, error) {
 		return nil, identity.Unavailable(identity.SourceSPIRE, identity.ErrExpired,
 			"SVID serial %s expired at %s and SPIRE has not rotated it; check spire-agent at %s and its link to spire-server",
 			id.Serial(), id.NotAfter.UTC().Format(time.RFC3339), p.cfg.Socket)
+	case !now.Before(p.GiveUpAt(id)):
+		return nil, identity.Unavailable(identity.SourceSPIRE, nil,
+			"SVID serial %s expires at %s and SPIRE has not rotated it; given up %v before its end. Check spire-agent at %s and its link to spire-server",
+			id.Serial(), id.NotAfter.UTC().Format(time.RFC3339), p.cfg.ExpiryMargin, p.cfg.Socket)
 	}
 	return id, nil
+}
+
+// GiveUpAt is when Current stops serving id if SPIRE has not rotated it
+// by then: ExpiryMargin before its not_after. The agent wakes at that time.
+func (p *Provider) GiveUpAt(id *identity.Identity) time.Time {
+	return id.NotAfter.Add(-p.cfg.ExpiryMargin)
 }
 
 // Changes signals when an SVID arrives or rotates, and when the provider
@@ -281,9 +301,25 @@ func (p *Provider) watchError(err error) {
 		p.log.Warn("SPIRE sent an SVID response pact cannot use; keeping the previous SVID", logkey.Addr, p.cfg.Socket, logkey.Err, err)
 		return
 	}
+	// PERMISSION_DENIED is a SPIRE agent that is up and says it has no
+	// identity for this process any more (its entry was deleted): not a
+	// restart to ride out, so the SVID is given up at once.
+	denied := status.Code(err) == codes.PermissionDenied
 	p.mu.Lock()
 	p.lastErr = err
 	lost := p.id != nil && p.lostAt.IsZero()
+	if denied && p.id != nil {
+		p.id, p.lostAt = nil, time.Time{}
+		if p.recovered != nil {
+			close(p.recovered)
+			p.recovered = nil
+		}
+		p.mu.Unlock()
+		p.log.Warn("SPIRE issues no identity for this process any more (registration entry deleted?); giving its SVID up",
+			logkey.Addr, p.cfg.Socket, logkey.Err, err)
+		p.signal()
+		return
+	}
 	var recovered chan struct{}
 	if lost {
 		p.lostAt = p.cfg.Clock.Now()

@@ -326,6 +326,52 @@ func TestSPIRESVIDExpires(t *testing.T) {
 	}
 }
 
+// TestSPIREEntryDeleted: a SPIRE agent that is up and answers "no identity
+// issued" (the registration entry was deleted) is no restart to ride out:
+// the SVID is given up at once, grace or not, and the error says why.
+func TestSPIREEntryDeleted(t *testing.T) {
+	ca := identitytest.NewCA("pact.local", t0)
+	srv := spiretest.New(t)
+	srv.SetSVID(issue(ca))
+	srv.Start()
+	sp := newProvider(t, srv.Addr(), fakeclock.New(t0), time.Hour, slog.New(slog.DiscardHandler))
+	waitFor(t, sp.Changes(), "the SVID", func() bool { _, err := sp.Current(context.Background()); return err == nil })
+	drain(sp.Changes())
+	srv.SetSVID(nil)
+	waitSignal(t, sp.Changes(), "entry deleted")
+	_, err := sp.Current(context.Background())
+	if !errors.Is(err, identity.ErrUnavailable) || !strings.Contains(err.Error(), "no registration entry") {
+		t.Fatalf("Current = %v; want ErrUnavailable at once, saying there is no registration entry", err)
+	}
+}
+
+// TestSPIRESVIDNearExpiry: an SVID SPIRE has not rotated is given up
+// ExpiryMargin before its not_after, while it is still valid, so the agent
+// moves to its standby before the journal closes the SVID's stream.
+func TestSPIRESVIDNearExpiry(t *testing.T) {
+	ca := identitytest.NewCA("pact.local", t0)
+	srv := spiretest.New(t)
+	svid := issue(ca)
+	srv.SetSVID(svid)
+	srv.Start()
+	clk := fakeclock.New(t0)
+	sp := newProvider(t, srv.Addr(), clk, grace, slog.New(slog.DiscardHandler))
+	waitFor(t, sp.Changes(), "the SVID", func() bool { _, err := sp.Current(context.Background()); return err == nil })
+	giveUp := sp.GiveUpAt(svid)
+	if want := svid.NotAfter.Add(-spire.DefaultConfig().ExpiryMargin); !giveUp.Equal(want) {
+		t.Fatalf("GiveUpAt = %v, want %v", giveUp, want)
+	}
+	clk.Advance(giveUp.Sub(clk.Now()) - time.Second)
+	if _, err := sp.Current(context.Background()); err != nil {
+		t.Fatalf("a second before the margin: %v", err)
+	}
+	clk.Advance(time.Second)
+	_, err := sp.Current(context.Background())
+	if !errors.Is(err, identity.ErrUnavailable) || errors.Is(err, identity.ErrExpired) || !strings.Contains(err.Error(), "given up") || !strings.Contains(err.Error(), svid.Serial()) {
+		t.Fatalf("Current = %v; want unavailable (not expired) naming serial %s", err, svid.Serial())
+	}
+}
+
 func TestSPIREClose(t *testing.T) {
 	ca := identitytest.NewCA("pact.local", t0)
 	srv := spiretest.New(t)
@@ -349,9 +395,9 @@ func TestSPIREClose(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	cfg := spire.Config{Socket: "http://spire", LostGrace: -time.Second, RetryMin: 0, RetryMax: time.Second}
+	cfg := spire.Config{Socket: "http://spire", LostGrace: -time.Second, ExpiryMargin: -time.Second, RetryMin: 0, RetryMax: time.Second}
 	err := cfg.Validate()
-	for _, want := range []string{`--spire-socket "http://spire"`, "LostGrace", "RetryMin", "Clock is required", "Logger is required"} {
+	for _, want := range []string{`--spire-socket "http://spire"`, "LostGrace", "ExpiryMargin", "RetryMin", "Clock is required", "Logger is required"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate error lacks %q: %v", want, err)
 		}

@@ -27,27 +27,101 @@ const (
 	NodeAlreadyEnrolled      Reason = "NODE_ALREADY_ENROLLED"
 	HardwareIdentityConflict Reason = "HARDWARE_IDENTITY_CONFLICT"
 	NodeRevoked              Reason = "NODE_REVOKED"
-	AlreadyActive            Reason = "ALREADY_ACTIVE"
-	RateLimited              Reason = "RATE_LIMITED"
-	InvalidCSR               Reason = "INVALID_CSR"
-	InvalidArgument          Reason = "INVALID_ARGUMENT"
-	Unauthenticated          Reason = "UNAUTHENTICATED"
-	PermissionDenied         Reason = "PERMISSION_DENIED"
-	StaleCertificate         Reason = "STALE_CERTIFICATE"
-	NodeStreaming            Reason = "NODE_STREAMING"
-	VClusterChanged          Reason = "VCLUSTER_CHANGED"
-	NoLeader                 Reason = "NO_LEADER"
-	NotFound                 Reason = "NOT_FOUND"
-	MembershipRefused        Reason = "MEMBERSHIP_REFUSED"
-	OutcomeUnknown           Reason = "OUTCOME_UNKNOWN"
-	Internal                 Reason = "INTERNAL"
+	// NodeFenced: an operator quarantined the node (pact node fence); it
+	// keeps its registration but may not enroll or renew until unfenced.
+	NodeFenced Reason = "NODE_FENCED"
+	// JoinTokenRequired: the node's policy requires a join token
+	// (--require-token) and the agent presented none.
+	JoinTokenRequired Reason = "JOIN_TOKEN_REQUIRED"
+	// JoinTokenInvalid: the join token is unknown, expired, already used,
+	// or another node's.
+	JoinTokenInvalid Reason = "JOIN_TOKEN_INVALID"
+	// KeyInUse: the CSR's public key is the current key of another node.
+	KeyInUse          Reason = "KEY_IN_USE"
+	AlreadyActive     Reason = "ALREADY_ACTIVE"
+	RateLimited       Reason = "RATE_LIMITED"
+	InvalidCSR        Reason = "INVALID_CSR"
+	InvalidArgument   Reason = "INVALID_ARGUMENT"
+	Unauthenticated   Reason = "UNAUTHENTICATED"
+	PermissionDenied  Reason = "PERMISSION_DENIED"
+	StaleCertificate  Reason = "STALE_CERTIFICATE"
+	NodeStreaming     Reason = "NODE_STREAMING"
+	VClusterChanged   Reason = "VCLUSTER_CHANGED"
+	NoLeader          Reason = "NO_LEADER"
+	NotFound          Reason = "NOT_FOUND"
+	MembershipRefused Reason = "MEMBERSHIP_REFUSED"
+	OutcomeUnknown    Reason = "OUTCOME_UNKNOWN"
+	// TooManyStreams: the certificate already holds the most streams a
+	// journal allows one certificate; retryable once one has closed.
+	TooManyStreams Reason = "TOO_MANY_STREAMS"
+	Internal       Reason = "INTERNAL"
+	// JournalHalted: this journal stopped serving (removed from the
+	// quorum, or it met a log entry of a newer version); another journal
+	// may serve the call.
+	JournalHalted Reason = "JOURNAL_HALTED"
+	// OperatorRevoked: the operator credential was revoked (pact admin
+	// revoke); get a new one from a platform-admin.
+	OperatorRevoked Reason = "OPERATOR_REVOKED"
+	// SPIREBundleUntrusted: an X.509-SVID of the accepted trust domain that
+	// the journal's SPIRE bundle does not verify (a CA the journal does not
+	// trust, an expired SPIRE intermediate, or no bundle loaded yet).
+	SPIREBundleUntrusted Reason = "SPIRE_BUNDLE_UNTRUSTED"
+	// TrustDomainNotAccepted: the client certificate carries a SPIFFE ID
+	// of a trust domain the journal does not accept (--spire-trust-domain).
+	TrustDomainNotAccepted Reason = "TRUST_DOMAIN_NOT_ACCEPTED"
+	// SPIFFEIDUnmapped: a valid SVID whose SPIFFE ID maps to no node in the
+	// registry.
+	SPIFFEIDUnmapped Reason = "SPIFFE_ID_UNMAPPED"
+	// CertNotYetValid: the client certificate's not_before is ahead of the
+	// journal's clock: one of the two clocks is wrong.
+	CertNotYetValid Reason = "CERT_NOT_YET_VALID"
+
+	// TPM attestation refusals of Enroll (docs/tpm.md).
+
+	// TPMRequired: the node is registered with a TPM EK hash and the agent
+	// presented no TPM.
+	TPMRequired Reason = "TPM_REQUIRED"
+	// TPMEKMismatch: the TPM's endorsement key is not the registered one.
+	TPMEKMismatch Reason = "TPM_EK_MISMATCH"
+	// TPMAKRefused: the attestation key is not a restricted signing key
+	// bound to its TPM (fixedTPM, fixedParent).
+	TPMAKRefused Reason = "TPM_AK_REFUSED"
+	// TPMAttestationFailed: the answer to the credential-activation
+	// challenge is wrong or was made for another CSR key.
+	TPMAttestationFailed Reason = "TPM_ATTESTATION_FAILED"
+	// TPMChallengeExpired: the answer came too late; enroll again from
+	// round one (retryable).
+	TPMChallengeExpired Reason = "TPM_CHALLENGE_EXPIRED"
+	// TPMChallengeUnknown: the journal holds no such challenge (answered
+	// already, another journal's, or lost in a restart); enroll again from
+	// round one (retryable).
+	TPMChallengeUnknown Reason = "TPM_CHALLENGE_UNKNOWN"
 )
+
+// Limit names what a RATE_LIMITED refusal is about, so a caller (and the
+// operator reading its log) knows whether its own address is to blame.
+type Limit string
+
+const (
+	// LimitSource: this source address spent its own failure budget.
+	LimitSource Limit = "source"
+	// LimitJournal: the journal's budget for all sources together is spent
+	// or busy; the caller's address is not the cause.
+	LimitJournal Limit = "journal"
+)
+
+// limitKey is the ErrorInfo metadata key carrying a Limit.
+const limitKey = "limit"
 
 var codeOf = map[Reason]codes.Code{
 	NodeNotEnrolled:          codes.NotFound,
 	NodeAlreadyEnrolled:      codes.AlreadyExists,
 	HardwareIdentityConflict: codes.AlreadyExists,
 	NodeRevoked:              codes.PermissionDenied,
+	NodeFenced:               codes.PermissionDenied,
+	JoinTokenRequired:        codes.PermissionDenied,
+	JoinTokenInvalid:         codes.PermissionDenied,
+	KeyInUse:                 codes.AlreadyExists,
 	AlreadyActive:            codes.FailedPrecondition,
 	RateLimited:              codes.ResourceExhausted,
 	InvalidCSR:               codes.InvalidArgument,
@@ -61,7 +135,20 @@ var codeOf = map[Reason]codes.Code{
 	NotFound:                 codes.NotFound,
 	MembershipRefused:        codes.FailedPrecondition,
 	OutcomeUnknown:           codes.DeadlineExceeded,
+	TooManyStreams:           codes.ResourceExhausted,
 	Internal:                 codes.Internal,
+	JournalHalted:            codes.Unavailable,
+	OperatorRevoked:          codes.PermissionDenied,
+	SPIREBundleUntrusted:     codes.Unauthenticated,
+	TrustDomainNotAccepted:   codes.Unauthenticated,
+	SPIFFEIDUnmapped:         codes.PermissionDenied,
+	CertNotYetValid:          codes.Unauthenticated,
+	TPMRequired:              codes.FailedPrecondition,
+	TPMEKMismatch:            codes.PermissionDenied,
+	TPMAKRefused:             codes.InvalidArgument,
+	TPMAttestationFailed:     codes.PermissionDenied,
+	TPMChallengeExpired:      codes.Aborted,
+	TPMChallengeUnknown:      codes.Aborted,
 }
 
 // Code is the gRPC code a reason travels with.
@@ -78,6 +165,8 @@ type Error struct {
 	Reason     Reason // empty when the server gave none (e.g. a transport error)
 	Message    string
 	RetryAfter time.Duration
+	// Limit says what a RATE_LIMITED refusal limits ("" when not said).
+	Limit Limit
 }
 
 func (e *Error) Error() string {
@@ -115,8 +204,16 @@ func (e *Error) Is(target error) bool {
 // Status builds the gRPC status for a reason. The message must hold no
 // secret: it reaches the caller and the logs.
 func Status(r Reason, retryAfter time.Duration, msg string) *status.Status {
+	return StatusLimit(r, retryAfter, "", msg)
+}
+
+// StatusLimit is Status naming what was limited (empty: nothing said).
+func StatusLimit(r Reason, retryAfter time.Duration, limit Limit, msg string) *status.Status {
 	st := status.New(r.Code(), string(r)+": "+msg)
 	info := &errdetails.ErrorInfo{Reason: string(r), Domain: Domain}
+	if limit != "" {
+		info.Metadata = map[string]string{limitKey: string(limit)}
+	}
 	var err error
 	if retryAfter > 0 {
 		st, err = st.WithDetails(info, &errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)})
@@ -149,6 +246,7 @@ func FromError(err error) *Error {
 		case *errdetails.ErrorInfo:
 			if v.GetDomain() == Domain {
 				out.Reason = Reason(v.GetReason())
+				out.Limit = Limit(v.GetMetadata()[limitKey])
 				prefix := v.GetReason() + ": "
 				if len(out.Message) >= len(prefix) && out.Message[:len(prefix)] == prefix {
 					out.Message = out.Message[len(prefix):]

@@ -28,6 +28,25 @@ const (
 	MaxBMCSerialLen = 128
 )
 
+// CheckUnicast refuses multicast MACs (the group bit, the least
+// significant bit of the first octet, set), which no NIC owns, in
+// normalised MACs. It is checked where a registration enters the journal
+// and the CLI, not by the state machine: Normalize's rules are what Raft
+// entries already committed were checked against, and they must not
+// change under a replica replaying its log.
+func CheckUnicast(macs []string) error {
+	var errs []error
+	for _, m := range macs {
+		if len(m) < 2 {
+			continue
+		}
+		if first := strings.IndexByte("0123456789abcdef", m[1]); first >= 0 && first&1 == 1 {
+			errs = append(errs, fmt.Errorf("%w: %q is a multicast address, not a NIC's", ErrInvalidMAC, truncate(m)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // NormalizeMAC returns a 48-bit MAC in lower-case colon form. It accepts
 // colon, dash, dot (Cisco) separated and bare hex forms. All-zero and
 // broadcast addresses are rejected: they identify nothing.
@@ -111,7 +130,9 @@ func NormalizeBMCSerial(s string) (string, error) {
 	return t, nil
 }
 
-// NormalizeEKHash returns a lower-case hex SHA-256, or "" for none.
+// NormalizeEKHash returns a lower-case hex SHA-256, or "" for none. The EK
+// hash is the SHA-256 of the DER SubjectPublicKeyInfo of the TPM
+// endorsement key (internal/tpmattest.EKHash, docs/tpm.md).
 func NormalizeEKHash(s string) (string, error) {
 	t := strings.ToLower(strings.TrimSpace(s))
 	if t == "" {

@@ -115,3 +115,35 @@ func FuzzNormalize(f *testing.F) {
 		}
 	})
 }
+
+func TestCheckUnicast(t *testing.T) {
+	tests := []struct {
+		macs []string
+		bad  int
+	}{
+		{[]string{"52:54:00:ab:cd:01", "00:1b:21:00:00:01"}, 0},
+		{[]string{"01:00:5e:00:00:fb"}, 1},                      // IPv4 multicast
+		{[]string{"33:33:00:00:00:01", "52:54:00:ab:cd:01"}, 1}, // IPv6 multicast
+		{[]string{"03:00:00:00:00:01", "ff:ff:ff:ff:ff:fe"}, 2},
+		{nil, 0},
+	}
+	for _, tt := range tests {
+		err := CheckUnicast(tt.macs)
+		if got := len(flattenErrs(err)); got != tt.bad {
+			t.Errorf("%v: %d errors (%v), want %d", tt.macs, got, err, tt.bad)
+		}
+		if err != nil && !errors.Is(err, ErrInvalidMAC) {
+			t.Errorf("%v: %v is not ErrInvalidMAC", tt.macs, err)
+		}
+	}
+}
+
+func flattenErrs(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}

@@ -25,4 +25,5 @@ const (
 	Attempt      = "attempt"
 	Index        = "index"
 	Duration     = "duration"
+	SPIFFEID     = "spiffe_id"
 )

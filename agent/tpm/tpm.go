@@ -1,0 +1,291 @@
+// Package tpm is the agent's side of TPM 2.0 credential activation: it
+// reads the node's endorsement key (EK), makes a fresh attestation key (AK)
+// and answers the journal's challenge with TPM2_ActivateCredential. The
+// journal's side, which never touches a TPM, is internal/tpmattest.
+//
+// It speaks to the TPM through github.com/google/go-tpm (pure Go, no cgo):
+// the kernel's resource manager (/dev/tpmrm0) in production, or a software
+// TPM's socket (unix:PATH, swtpm's --server type=unixio) in tests and labs.
+package tpm
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-tpm/tpm2"
+	"github.com/google/go-tpm/tpm2/transport"
+	"github.com/google/go-tpm/tpm2/transport/linuxtpm"
+
+	"github.com/pact-hpc/pact/internal/tpmattest"
+)
+
+// DefaultDevice is the kernel's TPM resource manager: it lets several
+// programs use the TPM and flushes what a crashed one left loaded.
+const DefaultDevice = "/dev/tpmrm0"
+
+// PersistentEK is where TCG's provisioning guidance puts the RSA EK
+// (tpm2_createek -c 0x81010001 does too); when it is there the agent uses
+// it, otherwise it derives the EK from the TCG default RSA template.
+const PersistentEK tpm2.TPMHandle = 0x81010001
+
+// Sentinel errors.
+var (
+	// ErrNoDevice: the TPM device does not exist (a node without a TPM, or
+	// the driver is not loaded).
+	ErrNoDevice = errors.New("tpm: no TPM device")
+	// ErrTPM: the TPM refused or failed a command.
+	ErrTPM = errors.New("tpm: TPM command failed")
+)
+
+// Open connects to the TPM at device: a character device (/dev/tpmrm0), or
+// unix:PATH for a software TPM's socket.
+func Open(device string) (transport.TPMCloser, error) {
+	if path, ok := strings.CutPrefix(device, "unix:"); ok {
+		path = strings.TrimPrefix(path, "//")
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("%w: %s: %w", ErrNoDevice, device, err)
+			}
+			return nil, fmt.Errorf("tpm: %s: %w", device, err)
+		}
+		return &retryTPM{t: &streamTPM{conn: c}}, nil
+	}
+	if _, err := os.Stat(device); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrNoDevice, device, err)
+	}
+	t, err := linuxtpm.Open(device)
+	if err != nil {
+		return nil, fmt.Errorf("tpm: open %s: %w", device, err)
+	}
+	return &retryTPM{t: t}, nil
+}
+
+// retryTPM resends a command the TPM answered with a warning that means
+// "not started, send it again" (TPM 2.0 Part 2, 6.6.3): TPM_RC_RETRY,
+// TPM_RC_YIELDED, TPM_RC_TESTING. The command had no effect, so the same
+// bytes (same session nonces) are valid again.
+type retryTPM struct{ t transport.TPMCloser }
+
+const maxRetries = 100
+
+func (r *retryTPM) Send(cmd []byte) ([]byte, error) {
+	for i := 0; ; i++ {
+		rsp, err := r.t.Send(cmd)
+		if err != nil || len(rsp) < 10 || i == maxRetries {
+			return rsp, err
+		}
+		switch tpm2.TPMRC(binary.BigEndian.Uint32(rsp[6:10])) {
+		case tpm2.TPMRCRetry, tpm2.TPMRCYielded, tpm2.TPMRCTesting:
+			time.Sleep(time.Duration(min(i+1, 10)) * time.Millisecond)
+			continue
+		}
+		return rsp, nil
+	}
+}
+
+func (r *retryTPM) Close() error { return r.t.Close() }
+
+// streamTPM sends TPM commands over a stream socket and reads each
+// response by the size in its header (swtpm's raw command channel).
+type streamTPM struct {
+	mu   sync.Mutex
+	conn net.Conn
+}
+
+// maxResponse bounds what the agent reads from a socket it was pointed at.
+const maxResponse = 64 << 10
+
+func (s *streamTPM) Send(cmd []byte) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.conn.Write(cmd); err != nil {
+		return nil, fmt.Errorf("tpm: send: %w", err)
+	}
+	hdr := make([]byte, 10)
+	if _, err := io.ReadFull(s.conn, hdr); err != nil {
+		return nil, fmt.Errorf("tpm: read response header: %w", err)
+	}
+	size := binary.BigEndian.Uint32(hdr[2:6])
+	if size < 10 || size > maxResponse {
+		return nil, fmt.Errorf("tpm: response of %d bytes", size)
+	}
+	rsp := make([]byte, size)
+	copy(rsp, hdr)
+	if _, err := io.ReadFull(s.conn, rsp[10:]); err != nil {
+		return nil, fmt.Errorf("tpm: read response: %w", err)
+	}
+	return rsp, nil
+}
+
+func (s *streamTPM) Close() error { return s.conn.Close() }
+
+// Attestor holds a node's EK and a fresh AK loaded in its TPM for one
+// enrollment. Close flushes what it loaded.
+type Attestor struct {
+	t        transport.TPMCloser
+	ekHandle tpm2.TPMHandle
+	ekName   tpm2.TPM2BName
+	ekPublic []byte
+	ekHash   string
+	flushEK  bool
+	ak       *tpm2.CreatePrimaryResponse
+	akPublic []byte
+}
+
+// AKTemplate is the attestation key the agent makes: ECC P-256 ECDSA, a
+// restricted signing key that never leaves the TPM (fixedTPM, fixedParent,
+// sensitiveDataOrigin). The journal refuses anything weaker.
+var AKTemplate = tpm2.TPMTPublic{
+	Type:    tpm2.TPMAlgECC,
+	NameAlg: tpm2.TPMAlgSHA256,
+	ObjectAttributes: tpm2.TPMAObject{
+		FixedTPM:            true,
+		FixedParent:         true,
+		SensitiveDataOrigin: true,
+		UserWithAuth:        true,
+		Restricted:          true,
+		SignEncrypt:         true,
+	},
+	Parameters: tpm2.NewTPMUPublicParms(tpm2.TPMAlgECC, &tpm2.TPMSECCParms{
+		Symmetric: tpm2.TPMTSymDefObject{Algorithm: tpm2.TPMAlgNull},
+		Scheme: tpm2.TPMTECCScheme{
+			Scheme:  tpm2.TPMAlgECDSA,
+			Details: tpm2.NewTPMUAsymScheme(tpm2.TPMAlgECDSA, &tpm2.TPMSSigSchemeECDSA{HashAlg: tpm2.TPMAlgSHA256}),
+		},
+		CurveID: tpm2.TPMECCNistP256,
+		KDF:     tpm2.TPMTKDFScheme{Scheme: tpm2.TPMAlgNull},
+	}),
+}
+
+// NewAttestor reads the EK from t and creates a fresh AK (a primary key in
+// the endorsement hierarchy with a random unique field, so every enrollment
+// gets a new one). It takes ownership of t: Close closes it.
+func NewAttestor(t transport.TPMCloser) (_ *Attestor, err error) {
+	a := &Attestor{t: t}
+	defer func() {
+		if err != nil {
+			_ = a.Close()
+		}
+	}()
+	if err := a.loadEK(); err != nil {
+		return nil, err
+	}
+	tmpl := AKTemplate
+	unique := make([]byte, 32)
+	if _, err := rand.Read(unique); err != nil {
+		return nil, err
+	}
+	tmpl.Unique = tpm2.NewTPMUPublicID(tpm2.TPMAlgECC, &tpm2.TPMSECCPoint{X: tpm2.TPM2BECCParameter{Buffer: unique}, Y: tpm2.TPM2BECCParameter{Buffer: make([]byte, 32)}})
+	ak, err := tpm2.CreatePrimary{PrimaryHandle: tpm2.TPMRHEndorsement, InPublic: tpm2.New2B(tmpl)}.Execute(t)
+	if err != nil {
+		return nil, fmt.Errorf("%w: create attestation key: %w", ErrTPM, err)
+	}
+	a.ak = ak
+	akPub, err := ak.OutPublic.Contents()
+	if err != nil {
+		return nil, fmt.Errorf("%w: attestation key public area: %w", ErrTPM, err)
+	}
+	a.akPublic = tpm2.Marshal(*akPub)
+	return a, nil
+}
+
+func (a *Attestor) loadEK() error {
+	var pub *tpm2.TPMTPublic
+	if rp, err := (tpm2.ReadPublic{ObjectHandle: PersistentEK}).Execute(a.t); err == nil {
+		p, err := rp.OutPublic.Contents()
+		if err != nil {
+			return fmt.Errorf("%w: persistent EK public area: %w", ErrTPM, err)
+		}
+		pub, a.ekHandle, a.ekName = p, PersistentEK, rp.Name
+	} else {
+		ek, err := tpm2.CreatePrimary{PrimaryHandle: tpm2.TPMRHEndorsement, InPublic: tpm2.New2B(tpm2.RSAEKTemplate)}.Execute(a.t)
+		if err != nil {
+			return fmt.Errorf("%w: create the endorsement key from the TCG RSA template: %w", ErrTPM, err)
+		}
+		p, err := ek.OutPublic.Contents()
+		if err != nil {
+			return fmt.Errorf("%w: EK public area: %w", ErrTPM, err)
+		}
+		pub, a.ekHandle, a.ekName, a.flushEK = p, ek.ObjectHandle, ek.Name, true
+	}
+	a.ekPublic = tpm2.Marshal(*pub)
+	parsed, err := tpmattest.ParseEK(a.ekPublic)
+	if err != nil {
+		return err
+	}
+	a.ekHash = parsed.Hash
+	return nil
+}
+
+// EKPublic is the EK's TPMT_PUBLIC.
+func (a *Attestor) EKPublic() []byte { return a.ekPublic }
+
+// EKHash is the EK hash as registration defines it (tpmattest.EKHash).
+func (a *Attestor) EKHash() string { return a.ekHash }
+
+// AKPublic is the AK's TPMT_PUBLIC.
+func (a *Attestor) AKPublic() []byte { return a.akPublic }
+
+// Activate runs TPM2_ActivateCredential: the TPM recovers the secret only
+// if the credential was made for this EK and this AK's name.
+func (a *Attestor) Activate(credentialBlob, encryptedSecret []byte) ([]byte, error) {
+	rsp, err := tpm2.ActivateCredential{
+		ActivateHandle: tpm2.NamedHandle{Handle: a.ak.ObjectHandle, Name: a.ak.Name},
+		KeyHandle: tpm2.AuthHandle{
+			Handle: a.ekHandle,
+			Name:   a.ekName,
+			// The TCG EK's policy is PolicySecret(TPM_RH_ENDORSEMENT).
+			Auth: tpm2.Policy(tpm2.TPMAlgSHA256, 16, func(t transport.TPM, h tpm2.TPMISHPolicy, nonce tpm2.TPM2BNonce) error {
+				_, err := tpm2.PolicySecret{AuthHandle: tpm2.TPMRHEndorsement, PolicySession: h, NonceTPM: nonce}.Execute(t)
+				return err
+			}),
+		},
+		CredentialBlob: tpm2.TPM2BIDObject{Buffer: credentialBlob},
+		Secret:         tpm2.TPM2BEncryptedSecret{Buffer: encryptedSecret},
+	}.Execute(a.t)
+	if err != nil {
+		return nil, fmt.Errorf("%w: activate credential: %w", ErrTPM, err)
+	}
+	return rsp.CertInfo.Buffer, nil
+}
+
+// Close flushes the AK (and a derived EK) and closes the TPM connection.
+func (a *Attestor) Close() error {
+	var errs []error
+	if a.ak != nil {
+		if _, err := (tpm2.FlushContext{FlushHandle: a.ak.ObjectHandle}).Execute(a.t); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if a.flushEK {
+		if _, err := (tpm2.FlushContext{FlushHandle: a.ekHandle}).Execute(a.t); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, a.t.Close())
+	return errors.Join(errs...)
+}
+
+// ReadEK opens device and returns the EK's public area and hash, for
+// registration (pact-agent tpm-ek).
+func ReadEK(device string) (ekPublic []byte, ekHash string, err error) {
+	t, err := Open(device)
+	if err != nil {
+		return nil, "", err
+	}
+	a := &Attestor{t: t}
+	defer a.Close()
+	if err := a.loadEK(); err != nil {
+		return nil, "", err
+	}
+	return a.ekPublic, a.ekHash, nil
+}
