@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/pact-hpc/pact/internal/hwid"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/tpmattest"
 )
 
 // The batch file format is specified in docs/batch.md; keep the two in step.
@@ -26,9 +29,13 @@ const (
 	colEKHash   = "tpm_ek_hash"
 	colVCluster = "vcluster"
 	colSPIFFEID = "spiffe_id"
+	colEKCert   = "tpm_ek_cert"
+	// colRequireToken: yes/true/1 makes the node enroll only with a join
+	// token (pact node token create); empty, no, false or 0 does not.
+	colRequireToken = "require_token"
 )
 
-var batchColumns = []string{colNodeID, colMAC, colBMC, colEKHash, colVCluster, colSPIFFEID}
+var batchColumns = []string{colNodeID, colMAC, colBMC, colEKHash, colVCluster, colSPIFFEID, colRequireToken, colEKCert}
 
 // batchExampleHeader is the header the messages suggest: the usual columns
 // (spiffe_id matters to SPIRE sites only).
@@ -72,7 +79,10 @@ type BatchRow struct {
 	// SPIFFEID is the spiffe_id cell: the SPIFFE ID the node's SPIRE SVIDs
 	// carry, empty for the default spiffe://{trust-domain}/pact-agent/NODE.
 	SPIFFEID string
-	Err      *RowError
+	// RequireToken is the require_token cell: the node enrolls only with
+	// a join token.
+	RequireToken bool
+	Err          *RowError
 }
 
 // RowError is why a row was rejected locally: every problem of the row.
@@ -115,9 +125,16 @@ func (e *BatchFileError) Is(target error) bool { return target == ErrBatchFile }
 // Memory is bounded by one record plus, for the duplicate checks, the
 // identifiers seen so far (a few dozen bytes per row), never by the size of
 // the file.
-func ReadBatch(r io.Reader) iter.Seq2[BatchRow, error] {
+func ReadBatch(r io.Reader) iter.Seq2[BatchRow, error] { return ReadBatchIn(r, "") }
+
+// ReadBatchIn is ReadBatch for a file in dir: a relative path in the
+// tpm_ek_cert column is read from dir ("" is the current directory).
+func ReadBatchIn(r io.Reader, dir string) iter.Seq2[BatchRow, error] {
 	return func(yield func(BatchRow, error) bool) {
 		br, err := newBatchReader(r)
+		if br != nil {
+			br.dir = dir
+		}
 		if err != nil {
 			yield(BatchRow{}, err)
 			return
@@ -150,6 +167,7 @@ type batchReader struct {
 	bmcs    map[string]firstSeen
 	ekHashs map[string]firstSeen
 	spiffes map[string]firstSeen
+	dir     string // where relative tpm_ek_cert paths are
 }
 
 func newBatchReader(r io.Reader) (*batchReader, error) {
@@ -315,6 +333,23 @@ func (br *batchReader) row(rec []string, line int) BatchRow {
 	ek := cell(colEKHash)
 	vcluster := cell(colVCluster)
 	spiffeID := cell(colSPIFFEID)
+	requireToken, tokErr := parseYesNo(cell(colRequireToken))
+	if tokErr != nil {
+		problems = append(problems, tokErr.Error())
+	}
+	if certPath := cell(colEKCert); certPath != "" {
+		if !filepath.IsAbs(certPath) && br.dir != "" {
+			certPath = filepath.Join(br.dir, certPath)
+		}
+		switch h, err := ekHashFromCert(certPath); {
+		case err != nil:
+			problems = append(problems, "tpm_ek_cert: "+err.Error())
+		case ek != "" && !strings.EqualFold(ek, h):
+			problems = append(problems, fmt.Sprintf("tpm_ek_hash %s is not the hash of the key in tpm_ek_cert (%s); give one of them", shorten(ek, 16), shorten(h, 16)))
+		default:
+			ek = h
+		}
+	}
 
 	nodeOK := false
 	switch {
@@ -338,6 +373,7 @@ func (br *batchReader) row(rec []string, line int) BatchRow {
 		}
 	}
 	hw, err := hwid.Normalize(macs, bmc, ek)
+	err = errors.Join(err, hwid.CheckUnicast(hw.MACs))
 	for _, e := range flatten(err) {
 		switch {
 		case errors.Is(e, hwid.ErrEmpty):
@@ -345,9 +381,9 @@ func (br *batchReader) row(rec []string, line int) BatchRow {
 				problems = append(problems, "mac is empty: give at least one MAC, e.g. 52:54:00:12:34:56 (several separated by ';')")
 			}
 		case errors.Is(e, hwid.ErrInvalidMAC) && strings.ContainsAny(macCell, ", \t"):
-			problems = append(problems, e.Error()+"; separate several MACs in one cell with ';'")
+			problems = append(problems, plainMessage(e.Error())+"; separate several MACs in one cell with ';'")
 		default:
-			problems = append(problems, e.Error())
+			problems = append(problems, plainMessage(e.Error()))
 		}
 	}
 	if vcluster != "" && pki.ValidateName("vcluster", vcluster) != nil {
@@ -395,7 +431,19 @@ func (br *batchReader) row(rec []string, line int) BatchRow {
 	}
 	out.VCluster = strings.Clone(vcluster)
 	out.SPIFFEID = strings.Clone(spiffeID)
+	out.RequireToken = requireToken
 	return out
+}
+
+// parseYesNo reads a require_token cell.
+func parseYesNo(c string) (bool, error) {
+	switch strings.ToLower(c) {
+	case "", "no", "false", "0":
+		return false, nil
+	case "yes", "true", "1":
+		return true, nil
+	}
+	return false, fmt.Errorf("require_token %s is not yes or no (also true/false, 1/0, or empty for no)", quoteCell(c))
 }
 
 // claim records key for this line, or explains which earlier line has it.
@@ -493,4 +541,27 @@ func validateSPIFFEID(node, id string) error {
 		return fmt.Errorf("spiffe_id %s is the default SPIFFE ID of node %s, not of %s", quoteCell(id), shortCell(other), node)
 	}
 	return nil
+}
+
+// ekHashFromCert reads a TPM EK certificate file (PEM or DER) and returns
+// the EK hash of its public key (docs/tpm.md). It reads at most
+// tpmattest.MaxEKCert bytes, and only from a regular file.
+func ekHashFromCert(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("%s is not a regular file", path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, tpmattest.MaxEKCert+1))
+	if err != nil {
+		return "", err
+	}
+	h, err := tpmattest.ParseEKCertificate(b)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return h, nil
 }

@@ -346,7 +346,7 @@ func TestEnrollBatch(t *testing.T) {
 			file:     hdr + "node-1,zz,,,\nnode-1,52:54:00:00:00:01,,,\n",
 			wantCode: ExitUsage,
 			wantOut: []string{
-				`line 2: node-1: error INVALID_ROW: hwid: invalid MAC address: "zz"`,
+				`line 2: node-1: error INVALID_ROW: invalid MAC address: "zz"`,
 				"line 3: node-1: error DUPLICATE_IN_FILE: node node-1 is already on line 2 of this file; each node may appear once",
 				"2 rows: 0 ok, 0 exists, 2 errors",
 			},
@@ -976,4 +976,25 @@ func BenchmarkBatchParse(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "rows/s")
+}
+
+func TestReadBatchRequireToken(t *testing.T) {
+	rows, err := readAll(t, "node_id,mac,require_token\n"+
+		"n1,52:54:00:00:00:01,yes\n"+
+		"n2,52:54:00:00:00:02,\n"+
+		"n3,52:54:00:00:00:03,FALSE\n"+
+		"n4,52:54:00:00:00:04,1\n"+
+		"n5,52:54:00:00:00:05,maybe\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []bool{true, false, false, true}
+	for i, w := range want {
+		if rows[i].Err != nil || rows[i].RequireToken != w {
+			t.Errorf("row %d: require %v err %v, want %v", i+2, rows[i].RequireToken, rows[i].Err, w)
+		}
+	}
+	if e := rows[4].Err; e == nil || e.Reason != ReasonInvalidRow || !strings.Contains(e.Error(), "require_token") {
+		t.Errorf("row 6: %v, want INVALID_ROW naming require_token", e)
+	}
 }

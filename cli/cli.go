@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/pact-hpc/pact/internal/version"
 )
 
 // Env is the outside world one run of the CLI sees.
@@ -137,7 +139,7 @@ func (a *app) run(ctx context.Context, args []string) int {
 		}
 		err = &UsageError{Command: path, Problems: []error{err}}
 	}
-	fmt.Fprintf(a.env.Stderr, "pact: %s\n", err)
+	fmt.Fprintf(a.env.Stderr, "pact: %s\n", plainMessage(err.Error()))
 	return ExitCode(err)
 }
 
@@ -162,9 +164,13 @@ each node holds. Operators pre-register nodes by hardware identity with
 "pact node enroll" (one node, or thousands from a CSV file with --batch);
 when a node boots, its agent enrolls with matching hardware and receives a
 short-lived certificate. "pact node assign|unassign|move" place nodes in
-vClusters, "pact node decommission" revokes one, and "pact audit" shows who
+vClusters, "pact node decommission" revokes one, "pact node fence" quarantines
+one without forgetting it, "pact node token" makes single-use join tokens
+for nodes registered with --require-token, and "pact audit" shows who
 changed what. "pact journal status|add|remove" show and change the quorum of
-journals itself.
+journals itself, and "pact journal snapshot save|inspect" back it up;
+"pact journal intermediates|retire-intermediate" its signing certificates.
+"pact admin list|issue|renew|revoke" manage operator credentials.
 
 Every command that talks to the journal needs an address and an admin
 credential. Pass them as flags or set the environment (flags win):
@@ -198,7 +204,7 @@ Exit codes: 0 ok, 1 internal, 2 usage, 3 not found, 4 already exists,
 
   # Try a second journal if the first cannot be reached
   pact --journal 10.0.0.1:7443,10.0.0.2:7443 node inspect node-001 -o json`,
-		Version:       version(),
+		Version:       version.Get().String(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		CompletionOptions: cobra.CompletionOptions{
@@ -211,7 +217,7 @@ Exit codes: 0 ok, 1 internal, 2 usage, 3 not found, 4 already exists,
 	a.flags.register(root)
 	root.Flags().Bool("version", false, "print pact's version") // no -v: keep it free
 	a.group(root)
-	root.AddCommand(a.nodeCommand(), a.journalCommand(), a.auditCommand(), a.versionCommand())
+	root.AddCommand(a.nodeCommand(), a.journalCommand(), a.adminCommand(), a.auditCommand(), a.versionCommand())
 	return root
 }
 

@@ -63,6 +63,13 @@ func TestEnroll(t *testing.T) {
 			wantCalls: 0,
 		},
 		{
+			name:      "multicast MAC",
+			args:      []string{"node-001", "--mac", "01:00:5e:00:00:fb", "--bmc-serial", "SN1"},
+			wantCode:  ExitUsage,
+			wantErr:   []string{`"01:00:5e:00:00:fb" is a multicast address`},
+			wantCalls: 0,
+		},
+		{
 			name:      "no MAC",
 			args:      []string{"node-001", "--bmc-serial", "SN1"},
 			wantCode:  ExitUsage,
@@ -106,7 +113,7 @@ func TestEnroll(t *testing.T) {
 			fail:      apierr.Status(apierr.PermissionDenied, 0, "role viewer may not register").Err(),
 			args:      []string{"node-001", "--mac", "52:54:00:12:34:56"},
 			wantCode:  ExitDenied,
-			wantErr:   []string{"your credential (admin bob, role viewer) may not register nodes", "platform-admin"},
+			wantErr:   []string{"your credential (admin bob, role viewer) may not register nodes", "registering nodes needs a credential with role platform-admin\n"},
 			wantCalls: 1,
 		},
 		{
@@ -536,9 +543,18 @@ func TestFailover(t *testing.T) {
 	t.Run("journal certificate from another domain", func(t *testing.T) {
 		other := newTestPKI(t)
 		addr := startJournal(t, other, newFakeAdmin())
+		// Every journal answered with a certificate --ca does not trust:
+		// the CLI's root is wrong, not the journal down.
 		code, _, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(addr)...)...)
-		if code != ExitUnavailable || !strings.Contains(stderr, "did not verify against --ca "+p.caFile) {
+		if code != ExitUsage || !strings.Contains(stderr, "server certificate is not trusted") || !strings.Contains(stderr, "--ca "+p.caFile) ||
+			strings.Contains(stderr, "cannot reach") {
 			t.Errorf("exit %d stderr %s", code, stderr)
+		}
+		// One journal down and one untrusted: the outage explanation, which
+		// names both.
+		code, _, stderr = runCLI(t, p, append([]string{"node", "list"}, p.flags(deadAddr(t), addr)...)...)
+		if code != ExitUnavailable || !strings.Contains(stderr, "did not verify against --ca "+p.caFile) {
+			t.Errorf("mixed: exit %d stderr %s", code, stderr)
 		}
 	})
 }
@@ -772,6 +788,7 @@ func TestExitCodesDocumented(t *testing.T) {
 		"ExitOK": ExitOK, "ExitInternal": ExitInternal, "ExitUsage": ExitUsage, "ExitNotFound": ExitNotFound,
 		"ExitConflict": ExitConflict, "ExitDenied": ExitDenied, "ExitPrecondition": ExitPrecondition,
 		"ExitUnavailable": ExitUnavailable, "ExitRateLimited": ExitRateLimited,
+		"ExitQuorumNoLeader": ExitQuorumNoLeader, "ExitQuorumDegraded": ExitQuorumDegraded, "ExitQuorumLearnerStuck": ExitQuorumLearnerStuck,
 	}
 	rows := regexp.MustCompile("(?m)^\\| *(\\d+) *\\| *`(Exit\\w+)` *\\|").FindAllStringSubmatch(string(doc), -1)
 	seen := map[string]bool{}
@@ -802,6 +819,24 @@ func TestNodeViewOfEmpty(t *testing.T) {
 	want := `{"node_id":"n","state":"unknown","macs":[],"bmc_serial":"","vcluster":"","cert_serial":"","cert_not_after":"","cert_issuer_serial":"","registered_at":"","registered_by":"","activated_at":"","updated_at":"","last_seen":"","revoked_at":"","revoked_by":""}`
 	if string(b) != want {
 		t.Errorf("got  %s\nwant %s", b, want)
+	}
+}
+
+// A SPIRE node's standby shows in inspect, as JSON and as a block.
+func TestNodeViewShowsTheStandby(t *testing.T) {
+	n := &pactv1.Node{NodeId: "n", State: pactv1.NodeState_NODE_STATE_ACTIVE,
+		Cert:        &pactv1.CertificateInfo{Serial: "a1", IssuerSerial: "spire", NotAfterUnix: 1800000000},
+		StandbyCert: &pactv1.CertificateInfo{Serial: "s1", IssuerSerial: "i1", NotAfterUnix: 1800003600}}
+	v := NodeViewOf(n)
+	if v.StandbySerial != "s1" || v.StandbyNotAfter != "2027-01-15T09:00:00Z" {
+		t.Errorf("view %+v, want standby s1 until 2027-01-15T09:00:00Z", v)
+	}
+	var out bytes.Buffer
+	if err := writeNodeBlock(&out, v, fakeNow); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "standby serial:     s1") || !strings.Contains(out.String(), "standby expires:") {
+		t.Errorf("inspect block lacks the standby:\n%s", out.String())
 	}
 }
 
@@ -864,9 +899,87 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	code, stdout, _ := runCLI(t, nil, "version", "-o", "json")
-	var v versionView
-	if err := json.Unmarshal([]byte(stdout), &v); code != ExitOK || err != nil || v.Version == "" || v.Go == "" {
-		t.Errorf("exit %d err %v %+v", code, err, v)
+	clearEnv(t)
+	p := newTestPKI(t)
+	fake := newFakeAdmin()
+	seedQuorum(fake, "j2", time.Now())
+	downJ3(fake)
+	addr := startJournal(t, p, fake)
+
+	t.Run("no journal configured", func(t *testing.T) {
+		code, stdout, stderr := runCLI(t, nil, "version", "-o", "json")
+		var v versionView
+		if err := json.Unmarshal([]byte(stdout), &v); code != ExitOK || err != nil || v.Version == "" || v.Go == "" || v.Journals != nil {
+			t.Errorf("exit %d err %v %+v stderr %q", code, err, v, stderr)
+		}
+	})
+	t.Run("each journal", func(t *testing.T) {
+		code, stdout, stderr := runCLI(t, p, append([]string{"version"}, p.flags(addr)...)...)
+		if code != ExitOK {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
+		if len(lines) != 5 || !strings.HasPrefix(lines[0], "pact ") {
+			t.Fatalf("want the CLI's line, a header and 3 journals:\n%s", stdout)
+		}
+		rows := tableRows(lines[1:])
+		want := [][]string{
+			{"JOURNAL", "VERSION"},
+			{"j1", "v0.3.1 (commit 0123abc, go1.26.0, linux/amd64)"},
+			{"j2", "v0.3.2 (commit 0123abc, go1.26.0, linux/amd64)"},
+		}
+		for i := range want {
+			if fmt.Sprint(rows[i]) != fmt.Sprint(want[i]) {
+				t.Errorf("line %d = %q, want %q", i+1, rows[i], want[i])
+			}
+		}
+		if !strings.HasPrefix(lines[4], "j3") || !strings.Contains(lines[4], "unreachable: ") {
+			t.Errorf("j3: %q", lines[4])
+		}
+	})
+	t.Run("json", func(t *testing.T) {
+		code, stdout, stderr := runCLI(t, p, append([]string{"version", "-o", "json"}, p.flags(addr)...)...)
+		var v versionView
+		if err := json.Unmarshal([]byte(stdout), &v); code != ExitOK || err != nil || len(v.Journals) != 3 {
+			t.Fatalf("exit %d err %v %+v stderr %q", code, err, v, stderr)
+		}
+		if j := v.Journals[1]; j.JournalID != "j2" || !j.Reachable || j.Version != "v0.3.2 (commit 0123abc, go1.26.0, linux/amd64)" {
+			t.Errorf("j2 %+v", j)
+		}
+		if j := v.Journals[2]; j.Reachable || j.Version != "" || j.Error == "" {
+			t.Errorf("j3 %+v", j)
+		}
+	})
+	t.Run("client only never dials", func(t *testing.T) {
+		code, stdout, stderr := runCLI(t, p, append([]string{"version", "--client"}, p.flags(deadAddr(t))...)...)
+		if code != ExitOK || strings.Count(stdout, "\n") != 1 || !strings.HasPrefix(stdout, "pact ") {
+			t.Errorf("exit %d stdout %q stderr %q", code, stdout, stderr)
+		}
+	})
+	t.Run("journal down", func(t *testing.T) {
+		code, _, stderr := runCLI(t, p, append([]string{"version"}, p.flags(deadAddr(t))...)...)
+		if code != ExitUnavailable {
+			t.Errorf("exit %d, want %d: %s", code, ExitUnavailable, stderr)
+		}
+	})
+}
+
+// Messages carry no internal package prefixes ("hwid:", "pki:"), whether
+// the problem was found locally or by the journal.
+func TestNoInternalPrefixes(t *testing.T) {
+	clearEnv(t)
+	p := newTestPKI(t)
+	fake := newFakeAdmin()
+	fake.setFail(apierr.Status(apierr.InvalidArgument, 0, `hwid: invalid MAC address: "x"; pki: invalid name`).Err())
+	addr := startJournal(t, p, fake)
+	for _, args := range [][]string{
+		{"node", "enroll", "bad!", "--mac", "zz", "--bmc-serial", "a\x01"},
+		{"node", "assign", "n1", "--vcluster", "no/pe"},
+		append([]string{"node", "list"}, p.flags(addr)...),
+	} {
+		_, _, stderr := runCLI(t, p, args...)
+		if stderr == "" || strings.Contains(stderr, "hwid:") || strings.Contains(stderr, "pki:") {
+			t.Errorf("%v: %q", args, stderr)
+		}
 	}
 }

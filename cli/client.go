@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/version"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -31,6 +33,7 @@ type AdminClient interface {
 	InspectNode(ctx context.Context, in *pactv1.InspectNodeRequest, opts ...grpc.CallOption) (*pactv1.InspectNodeResponse, error)
 	RegisterNodes(ctx context.Context, in *pactv1.RegisterNodesRequest, opts ...grpc.CallOption) (*pactv1.RegisterNodesResponse, error)
 	DecommissionNode(ctx context.Context, in *pactv1.DecommissionNodeRequest, opts ...grpc.CallOption) (*pactv1.DecommissionNodeResponse, error)
+	UpdateNode(ctx context.Context, in *pactv1.UpdateNodeRequest, opts ...grpc.CallOption) (*pactv1.UpdateNodeResponse, error)
 	AssignNode(ctx context.Context, in *pactv1.AssignNodeRequest, opts ...grpc.CallOption) (*pactv1.AssignNodeResponse, error)
 	UnassignNode(ctx context.Context, in *pactv1.UnassignNodeRequest, opts ...grpc.CallOption) (*pactv1.UnassignNodeResponse, error)
 	MoveNode(ctx context.Context, in *pactv1.MoveNodeRequest, opts ...grpc.CallOption) (*pactv1.MoveNodeResponse, error)
@@ -38,6 +41,19 @@ type AdminClient interface {
 	JournalStatus(ctx context.Context, in *pactv1.JournalStatusRequest, opts ...grpc.CallOption) (*pactv1.JournalStatusResponse, error)
 	AddJournal(ctx context.Context, in *pactv1.AddJournalRequest, opts ...grpc.CallOption) (*pactv1.AddJournalResponse, error)
 	RemoveJournal(ctx context.Context, in *pactv1.RemoveJournalRequest, opts ...grpc.CallOption) (*pactv1.RemoveJournalResponse, error)
+	CreateJoinToken(ctx context.Context, in *pactv1.CreateJoinTokenRequest, opts ...grpc.CallOption) (*pactv1.CreateJoinTokenResponse, error)
+	ListJoinTokens(ctx context.Context, in *pactv1.ListJoinTokensRequest, opts ...grpc.CallOption) (*pactv1.ListJoinTokensResponse, error)
+	RevokeJoinTokens(ctx context.Context, in *pactv1.RevokeJoinTokensRequest, opts ...grpc.CallOption) (*pactv1.RevokeJoinTokensResponse, error)
+	FenceNode(ctx context.Context, in *pactv1.FenceNodeRequest, opts ...grpc.CallOption) (*pactv1.FenceNodeResponse, error)
+	UnfenceNode(ctx context.Context, in *pactv1.UnfenceNodeRequest, opts ...grpc.CallOption) (*pactv1.UnfenceNodeResponse, error)
+	// SaveSnapshot streams the leader's snapshot into w and returns the
+	// bytes written.
+	SaveSnapshot(ctx context.Context, w io.Writer) (int64, error)
+	IssueOperator(ctx context.Context, in *pactv1.IssueOperatorRequest, opts ...grpc.CallOption) (*pactv1.IssueOperatorResponse, error)
+	ListOperators(ctx context.Context, in *pactv1.ListOperatorsRequest, opts ...grpc.CallOption) (*pactv1.ListOperatorsResponse, error)
+	RevokeOperator(ctx context.Context, in *pactv1.RevokeOperatorRequest, opts ...grpc.CallOption) (*pactv1.RevokeOperatorResponse, error)
+	RetireIntermediate(ctx context.Context, in *pactv1.RetireIntermediateRequest, opts ...grpc.CallOption) (*pactv1.RetireIntermediateResponse, error)
+	ListIntermediates(ctx context.Context, in *pactv1.ListIntermediatesRequest, opts ...grpc.CallOption) (*pactv1.ListIntermediatesResponse, error)
 }
 
 // credential is the operator's admin client credential and the domain root.
@@ -197,7 +213,7 @@ func dialJournals(cfg Config, cred *credential, now func() time.Time) (*journals
 		creds := recordingCreds{TransportCredentials: credentials.NewTLS(tc), log: log}
 		conn, err := grpc.NewClient("dns:///"+addr,
 			grpc.WithTransportCredentials(creds),
-			grpc.WithUserAgent("pact-cli/"+version()),
+			grpc.WithUserAgent("pact-cli/"+version.Get().Version),
 		)
 		if err != nil {
 			js.Close()
@@ -265,6 +281,16 @@ func (js *journals) DecommissionNode(ctx context.Context, in *pactv1.Decommissio
 	var out *pactv1.DecommissionNodeResponse
 	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
 		out, err = c.DecommissionNode(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// UpdateNode changes a node's hardware identity (a write).
+func (js *journals) UpdateNode(ctx context.Context, in *pactv1.UpdateNodeRequest, opts ...grpc.CallOption) (*pactv1.UpdateNodeResponse, error) {
+	var out *pactv1.UpdateNodeResponse
+	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.UpdateNode(ctx, in, opts...)
 		return err
 	})
 	return out, err
@@ -345,6 +371,57 @@ func (js *journals) RemoveJournal(ctx context.Context, in *pactv1.RemoveJournalR
 
 // call runs fn against each journal in turn, each attempt bounded by the
 // timeout. It returns nil, a *JournalError carrying the answer of the
+// CreateJoinToken makes a join token; a write, so not re-sent elsewhere
+// once a journal may have acted.
+func (js *journals) CreateJoinToken(ctx context.Context, in *pactv1.CreateJoinTokenRequest, opts ...grpc.CallOption) (*pactv1.CreateJoinTokenResponse, error) {
+	var out *pactv1.CreateJoinTokenResponse
+	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.CreateJoinToken(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// ListJoinTokens lists join tokens from the first journal that answers.
+func (js *journals) ListJoinTokens(ctx context.Context, in *pactv1.ListJoinTokensRequest, opts ...grpc.CallOption) (*pactv1.ListJoinTokensResponse, error) {
+	var out *pactv1.ListJoinTokensResponse
+	err := js.call(ctx, false, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.ListJoinTokens(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// RevokeJoinTokens deletes a node's unused join tokens.
+func (js *journals) RevokeJoinTokens(ctx context.Context, in *pactv1.RevokeJoinTokensRequest, opts ...grpc.CallOption) (*pactv1.RevokeJoinTokensResponse, error) {
+	var out *pactv1.RevokeJoinTokensResponse
+	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.RevokeJoinTokens(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// FenceNode quarantines a node.
+func (js *journals) FenceNode(ctx context.Context, in *pactv1.FenceNodeRequest, opts ...grpc.CallOption) (*pactv1.FenceNodeResponse, error) {
+	var out *pactv1.FenceNodeResponse
+	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.FenceNode(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// UnfenceNode lifts a node's fence.
+func (js *journals) UnfenceNode(ctx context.Context, in *pactv1.UnfenceNodeRequest, opts ...grpc.CallOption) (*pactv1.UnfenceNodeResponse, error) {
+	var out *pactv1.UnfenceNodeResponse
+	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.UnfenceNode(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
 // journal that decided, or an *UnreachableError listing every address.
 func (js *journals) call(ctx context.Context, write bool, fn func(context.Context, pactv1.AdminServiceClient) error) error {
 	var failed []Attempt
@@ -372,6 +449,57 @@ func (js *journals) call(ctx context.Context, write bool, fn func(context.Contex
 		})
 	}
 	return &UnreachableError{Attempts: failed}
+}
+
+// SaveSnapshot streams a snapshot from the first journal that serves it
+// (the leader: followers answer NO_LEADER, so the call moves on). Only
+// the first message is bounded by --timeout: a large registry takes longer
+// to stream than a unary call.
+func (js *journals) SaveSnapshot(ctx context.Context, w io.Writer) (int64, error) {
+	var failed []Attempt
+	for _, j := range js.conns {
+		sctx, cancel := context.WithCancel(ctx)
+		timer := time.AfterFunc(js.timeout, cancel)
+		stream, err := j.client.SaveSnapshot(sctx, &pactv1.SaveSnapshotRequest{})
+		var first *pactv1.SaveSnapshotResponse
+		if err == nil {
+			first, err = stream.Recv()
+		}
+		timer.Stop()
+		if err != nil {
+			cancel()
+			e := apierr.FromError(err)
+			reached := j.handshake.succeeded() || j.conn.GetState() == connectivity.Ready
+			if ctx.Err() != nil || !failover(e.Code, reached, false) {
+				return 0, &JournalError{Addr: j.addr, Err: e, Earlier: failed}
+			}
+			failed = append(failed, Attempt{Addr: j.addr, Err: e, Handshake: j.handshake.get()})
+			continue
+		}
+		n, err := copyChunks(w, first, stream)
+		cancel()
+		if err != nil {
+			return n, &JournalError{Addr: j.addr, Err: apierr.FromError(err), Earlier: failed}
+		}
+		return n, nil
+	}
+	return 0, &UnreachableError{Attempts: failed}
+}
+
+func copyChunks(w io.Writer, first *pactv1.SaveSnapshotResponse, stream grpc.ServerStreamingClient[pactv1.SaveSnapshotResponse]) (int64, error) {
+	var n int64
+	for c := first; ; {
+		k, err := w.Write(c.GetData())
+		n += int64(k)
+		if err != nil {
+			return n, err
+		}
+		if c, err = stream.Recv(); err == io.EOF {
+			return n, nil
+		} else if err != nil {
+			return n, err
+		}
+	}
 }
 
 // failover decides whether a failed call may be retried on the next
@@ -433,4 +561,55 @@ func (c recordingCreds) ClientHandshake(ctx context.Context, authority string, r
 
 func (c recordingCreds) Clone() credentials.TransportCredentials {
 	return recordingCreds{TransportCredentials: c.TransportCredentials.Clone(), log: c.log}
+}
+
+// IssueOperator has a journal sign and record an operator credential. A
+// write: a timed-out call is not repeated elsewhere (it may have issued).
+func (js *journals) IssueOperator(ctx context.Context, in *pactv1.IssueOperatorRequest, opts ...grpc.CallOption) (*pactv1.IssueOperatorResponse, error) {
+	var out *pactv1.IssueOperatorResponse
+	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.IssueOperator(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// ListOperators reads the recorded operator credentials.
+func (js *journals) ListOperators(ctx context.Context, in *pactv1.ListOperatorsRequest, opts ...grpc.CallOption) (*pactv1.ListOperatorsResponse, error) {
+	var out *pactv1.ListOperatorsResponse
+	err := js.call(ctx, false, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.ListOperators(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// RevokeOperator revokes operator credentials.
+func (js *journals) RevokeOperator(ctx context.Context, in *pactv1.RevokeOperatorRequest, opts ...grpc.CallOption) (*pactv1.RevokeOperatorResponse, error) {
+	var out *pactv1.RevokeOperatorResponse
+	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.RevokeOperator(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// RetireIntermediate retires journal intermediates.
+func (js *journals) RetireIntermediate(ctx context.Context, in *pactv1.RetireIntermediateRequest, opts ...grpc.CallOption) (*pactv1.RetireIntermediateResponse, error) {
+	var out *pactv1.RetireIntermediateResponse
+	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.RetireIntermediate(ctx, in, opts...)
+		return err
+	})
+	return out, err
+}
+
+// ListIntermediates reads the intermediates in Raft.
+func (js *journals) ListIntermediates(ctx context.Context, in *pactv1.ListIntermediatesRequest, opts ...grpc.CallOption) (*pactv1.ListIntermediatesResponse, error) {
+	var out *pactv1.ListIntermediatesResponse
+	err := js.call(ctx, false, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
+		out, err = c.ListIntermediates(ctx, in, opts...)
+		return err
+	})
+	return out, err
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -73,7 +74,7 @@ func (a *app) enrollBatch(cmd *cobra.Command, args []string, o enrollOptions) er
 	if len(args) > 0 {
 		problems = append(problems, fmt.Errorf("--batch reads every node from the file; drop the NODE argument %q", args[0]))
 	}
-	for _, f := range []struct{ flag, column string }{{"mac", colMAC}, {"bmc-serial", colBMC}, {"tpm-ek-hash", colEKHash}, {"vcluster", colVCluster}, {"spiffe-id", colSPIFFEID}} {
+	for _, f := range []struct{ flag, column string }{{"mac", colMAC}, {"bmc-serial", colBMC}, {"tpm-ek-hash", colEKHash}, {"tpm-ek-cert", colEKCert}, {"vcluster", colVCluster}, {"spiffe-id", colSPIFFEID}} {
 		if cmd.Flags().Changed(f.flag) {
 			problems = append(problems, fmt.Errorf("--%s cannot be combined with --batch: put it in the file's %s column", f.flag, f.column))
 		}
@@ -110,6 +111,7 @@ func (a *app) enrollBatch(cmd *cobra.Command, args []string, o enrollOptions) er
 		cmd:  cmd.CommandPath(),
 		name: name,
 		out:  bufio.NewWriterSize(a.env.Stdout, 64<<10),
+		dir:  batchDir(o.batch),
 		json: s.cfg.Output == outputJSON,
 		prog: &progress{
 			w:          a.env.Stderr,
@@ -137,6 +139,8 @@ type batchRun struct {
 	ctx  context.Context
 	cmd  string
 	name string
+	// dir is where relative tpm_ek_cert paths of the file are read from.
+	dir  string
 	out  *bufio.Writer
 	json bool
 	prog *progress
@@ -150,7 +154,7 @@ type batchRun struct {
 func (r *batchRun) run(in io.Reader) error {
 	var fatal error
 	started := false
-	for row, err := range ReadBatch(in) {
+	for row, err := range ReadBatchIn(in, r.dir) {
 		if err != nil {
 			fatal = err
 			break
@@ -206,6 +210,9 @@ func (r *batchRun) add(row BatchRow) {
 			Hardware: &pactv1.HardwareIdentity{Macs: hw.MACs, BmcSerial: hw.BMCSerial, TpmEkHash: hw.EKHash},
 			Vcluster: row.VCluster,
 			SpiffeId: row.SPIFFEID,
+		}
+		if row.RequireToken {
+			p.req.Credentials = &pactv1.CredentialPolicy{RequireJoinToken: true}
 		}
 	}
 	r.pending = append(r.pending, p)
@@ -287,7 +294,7 @@ func (r *batchRun) send() error {
 					}
 					continue
 				}
-				p.res.Result, p.res.Reason, p.res.Message = resultError, res.GetReason(), res.GetMessage()
+				p.res.Result, p.res.Reason, p.res.Message = resultError, res.GetReason(), plainMessage(res.GetMessage())
 			default:
 				p.res.Result, p.res.Message = resultError, "the journal gave no outcome for this row; check it with: pact node inspect "+p.req.GetNodeId()
 			}
@@ -481,4 +488,13 @@ func (p *progress) clear() {
 	}
 	fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", p.shown))
 	p.shown = 0
+}
+
+// batchDir is the directory relative tpm_ek_cert paths of a batch file are
+// read from: the file's own, or the current one for stdin.
+func batchDir(batch string) string {
+	if batch == "-" || batch == "" {
+		return ""
+	}
+	return filepath.Dir(batch)
 }

@@ -169,6 +169,8 @@ type action struct {
 	// precondition, when set, is added to the advice given on
 	// FailedPrecondition (which command fits the node's state).
 	precondition string
+	// notFound, when set, replaces the advice given on NotFound.
+	notFound string
 }
 
 // explain turns a command's error into one actionable message. Unknown
@@ -179,6 +181,9 @@ func (s *session) explain(a action, err error) error {
 	}
 	var unreachable *UnreachableError
 	if errors.As(err, &unreachable) {
+		if untrusted := untrustedServer(unreachable, s.cfg.CAFile); untrusted != nil {
+			return untrusted
+		}
 		return &hintError{msg: s.explainUnreachable(unreachable), err: err}
 	}
 	var je *JournalError
@@ -204,6 +209,10 @@ func (s *session) explain(a action, err error) error {
 	var msg string
 	switch e.Code {
 	case codes.NotFound:
+		if a.notFound != "" {
+			msg = a.notFound + said
+			break
+		}
 		if a.node != "" {
 			msg = fmt.Sprintf("no node %s in the registry%s; list nodes with: pact node list", a.node, said)
 		} else {
@@ -223,11 +232,16 @@ func (s *session) explain(a action, err error) error {
 			}
 		}
 	case codes.PermissionDenied:
+		if e.Reason == apierr.OperatorRevoked {
+			// The journal's message says what to do.
+			msg = fmt.Sprintf("your credential (%s) was revoked%s", s.cred, said)
+			break
+		}
 		if e.Reason == apierr.NodeRevoked && a.node != "" {
 			msg = fmt.Sprintf("node %s is revoked%s; re-enrolling it needs a new registration", a.node, said)
 			break
 		}
-		advice := "use a credential with role platform-admin, or pact-ops-VCLUSTER for nodes of that vCluster"
+		advice := "use a credential with role platform-admin"
 		if a.denied != "" {
 			advice = a.denied
 		}
@@ -310,6 +324,51 @@ func (s *session) explainUnreachable(e *UnreachableError) string {
 	return b.String()
 }
 
+// UntrustedServerError means every journal answered, but with a
+// certificate --ca does not trust: the journals are up and the CLI holds
+// the wrong root. It is a local configuration error (exit 2), not an
+// outage (exit 7).
+type UntrustedServerError struct {
+	CAFile   string
+	Attempts []Attempt
+}
+
+func (e *UntrustedServerError) Error() string {
+	addrs := make([]string, len(e.Attempts))
+	for i, at := range e.Attempts {
+		addrs[i] = at.Addr
+	}
+	return fmt.Sprintf("the journal's server certificate is not trusted: %s answered with a certificate that the root in --ca %s did not sign (%s); "+
+		"pass this domain's root certificate with --ca or %s: the ca.pem that pact-journal init (or --dev) wrote",
+		strings.Join(addrs, ", "), e.CAFile, e.Attempts[0].Handshake, EnvCA)
+}
+
+// Unwrap exposes each address's handshake error.
+func (e *UntrustedServerError) Unwrap() []error {
+	out := make([]error, 0, len(e.Attempts))
+	for _, at := range e.Attempts {
+		out = append(out, at.Handshake)
+	}
+	return out
+}
+
+// untrustedServer is an UntrustedServerError when every attempt failed
+// because the server's certificate chains to an unknown authority, and nil
+// otherwise (some journal is down, or the name did not match: the other
+// explanations say more).
+func untrustedServer(e *UnreachableError, caFile string) error {
+	if len(e.Attempts) == 0 {
+		return nil
+	}
+	for _, at := range e.Attempts {
+		var ua x509.UnknownAuthorityError
+		if at.Handshake == nil || !errors.As(at.Handshake, &ua) {
+			return nil
+		}
+	}
+	return &UntrustedServerError{CAFile: caFile, Attempts: e.Attempts}
+}
+
 // isVerifyError reports whether a handshake failed because the server's
 // certificate did not verify against our roots or its name.
 func isVerifyError(err error) bool {
@@ -321,6 +380,14 @@ func isVerifyError(err error) bool {
 	)
 	return errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci)
 }
+
+// internalPrefixes are the package prefixes Go errors carry ("hwid:
+// invalid MAC address"); an operator reading a message needs none of them.
+var internalPrefixes = strings.NewReplacer("hwid: ", "", "pki: ", "", "raftfsm: ", "")
+
+// plainMessage is an error text as the operator sees it: without pact's
+// internal package prefixes, the journal's included.
+func plainMessage(s string) string { return internalPrefixes.Replace(s) }
 
 func orUnknown(s string) string {
 	if s == "" {

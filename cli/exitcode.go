@@ -21,6 +21,11 @@ const (
 	ExitPrecondition = 6 // FailedPrecondition: ALREADY_ACTIVE, NODE_STREAMING, VCLUSTER_CHANGED
 	ExitUnavailable  = 7 // Unavailable / DeadlineExceeded / no journal reachable
 	ExitRateLimited  = 8 // ResourceExhausted: retry later
+
+	// pact journal status, for monitoring.
+	ExitQuorumNoLeader     = 10 // no leader: writes refused
+	ExitQuorumDegraded     = 11 // a voter unreachable, halted or lagging
+	ExitQuorumLearnerStuck = 12 // a non-voter not promoted in time
 )
 
 // ExitCode maps an error returned by a command to the process exit code.
@@ -33,9 +38,17 @@ func ExitCode(err error) int {
 	if errors.As(err, &batch) {
 		return batch.Code
 	}
+	var quorum *QuorumError
+	if errors.As(err, &quorum) {
+		return quorum.Code
+	}
 	var usage *UsageError
 	if errors.As(err, &usage) {
 		return ExitUsage
+	}
+	var untrusted *UntrustedServerError
+	if errors.As(err, &untrusted) {
+		return ExitUsage // the local --ca is wrong; the journals are up
 	}
 	var unreachable *UnreachableError
 	if errors.As(err, &unreachable) {

@@ -59,8 +59,20 @@ type JournalMemberView struct {
 	LastContact          string `json:"last_contact"`
 	IntermediateSerial   string `json:"intermediate_serial"`
 	IntermediateNotAfter string `json:"intermediate_not_after"`
+	// Version is the build the member reports; empty when unreachable.
+	Version string `json:"version"`
+	// Halted says why the member stopped serving (removed from the quorum,
+	// or it met a log entry of a newer version); empty while it serves.
+	Halted string `json:"halted"`
+	// Lag is how many log entries its registry is behind the commit index
+	// of the answering journal.
+	Lag uint64 `json:"lag"`
+	// NonvoterSince is when the answering journal first saw it as a
+	// non-voter (it is promoted once caught up); empty for a voter.
+	NonvoterSince string `json:"nonvoter_since"`
 
-	lastContact time.Time // for the relative LAST CONTACT column
+	lastContact   time.Time // for the relative LAST CONTACT column
+	nonvoterSince time.Time
 }
 
 // MembershipView is the JSON of "pact journal add|remove -o json": the
@@ -70,6 +82,8 @@ type MembershipView struct {
 	// RaftAddr is the address added; empty for remove.
 	RaftAddr string              `json:"raft_addr,omitempty"`
 	Members  []JournalMemberView `json:"members"` // never null
+	// Retired lists the intermediates remove --revoke-intermediate retired.
+	Retired []IntermediateView `json:"retired_intermediates,omitempty"`
 }
 
 // QuorumViewOf converts a status answer to its view, members sorted by id.
@@ -111,7 +125,14 @@ func JournalMemberViewOf(m *pactv1.JournalMember) JournalMemberView {
 		AppliedIndex:         m.GetAppliedIndex(),
 		IntermediateSerial:   m.GetIntermediateSerial(),
 		IntermediateNotAfter: formatTime(unixTime(m.GetIntermediateNotAfterUnix(), 0)),
+		Version:              m.GetVersion(),
+		Halted:               m.GetHalted(),
+		Lag:                  m.GetLag(),
 		lastContact:          lc,
+	}
+	if !m.GetVoter() && m.GetNonvoterSinceUnixNano() != 0 {
+		v.nonvoterSince = unixTime(0, m.GetNonvoterSinceUnixNano())
+		v.NonvoterSince = v.nonvoterSince.UTC().Format(time.RFC3339)
 	}
 	if !lc.IsZero() {
 		v.LastContact = lc.UTC().Format(time.RFC3339Nano)
@@ -150,7 +171,7 @@ func voters(ms []JournalMemberView) (all, answered int) {
 func (a *app) journalCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "journal",
-		Short: "Show the journal quorum; add and remove journals",
+		Short: "Show the journal quorum; add and remove journals; save and inspect snapshots",
 		Long: `Commands on the journal quorum: the pact-journal servers that keep the
 registry in Raft. Every journal serves reads and writes; writes reach the
 Raft leader, and the quorum serves while a majority of its voting journals
@@ -172,12 +193,14 @@ platform-admin credential.`,
   pact journal remove j3`,
 	}
 	a.group(cmd)
-	cmd.AddCommand(a.journalStatusCommand(), a.journalAddCommand(), a.journalRemoveCommand())
+	cmd.AddCommand(a.journalStatusCommand(), a.journalAddCommand(), a.journalRemoveCommand(), a.journalSnapshotCommand(),
+		a.journalIntermediatesCommand(), a.journalRetireCommand())
 	return cmd
 }
 
 func (a *app) journalStatusCommand() *cobra.Command {
-	return &cobra.Command{
+	var chk quorumCheck
+	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the journal quorum: leader, term, and each journal's state",
 		Long: `Show the journal quorum as the answering journal (the first --journal address
@@ -193,9 +216,20 @@ is normal. LAST CONTACT is when it last heard from the leader. INTERMEDIATE
 and EXPIRES are its current intermediate CA certificate (serial shortened;
 -o json has it in full), which it renews at half its life.
 
-Any admin role may read the status. Exit code 0 even when some journals are
-unreachable (a warning on stderr lists them); 7 when no --journal address
-answers at all.`,
+LAG is how many log entries a member's registry is behind the answering
+journal's commit index; VERSION is its pact-journal version (all equal
+outside a rolling upgrade). A non-voter ("no (catching up)") is a journal
+just added: it copies the registry, and the leader makes it a voter once it
+has caught up. A halted member stopped serving: the ERROR column says why.
+
+For monitoring, the exit code says what needs attention (docs/exit-codes.md):
+0 all is well; 10 no leader (writes and enrollments are refused);
+11 a voter is unreachable or halted, or lags more than --max-lag entries;
+12 a non-voter has not become a voter within --stuck-after, or is
+unreachable; 7 no --journal address answers at all. The table (or JSON) is
+printed first either way, and stderr says what is wrong.
+
+Any admin role may read the status.`,
 		Example: `  pact journal status
 
   # Ask two journals: the second answers if the first is down
@@ -205,12 +239,15 @@ answers at all.`,
   pact journal status -o json | jq -r '.members[] | select(.reachable | not) | .journal_id'`,
 		Args: cobra.ArbitraryArgs,
 		RunE: a.action(func(cmd *cobra.Command, args []string) error {
-			return a.journalStatus(cmd, args)
+			return a.journalStatus(cmd, args, chk)
 		}),
 	}
+	cmd.Flags().Uint64Var(&chk.maxLag, "max-lag", 1000, "a member whose registry is more than this many log entries behind counts as lagging (exit 11)")
+	cmd.Flags().DurationVar(&chk.stuckAfter, "stuck-after", 5*time.Minute, "a non-voter not promoted within this long counts as stuck (exit 12)")
+	return cmd
 }
 
-func (a *app) journalStatus(cmd *cobra.Command, args []string) error {
+func (a *app) journalStatus(cmd *cobra.Command, args []string, chk quorumCheck) error {
 	var problems []error
 	if len(args) > 0 {
 		problems = append(problems, fmt.Errorf("%s takes no arguments, got %q; to ask a particular journal, pass its address: pact --journal HOST:PORT journal status", cmd.CommandPath(), args[0]))
@@ -241,7 +278,7 @@ func (a *app) journalStatus(cmd *cobra.Command, args []string) error {
 		}
 	}
 	a.warnQuorum(v)
-	return nil
+	return chk.verdict(v, a.env.Now())
 }
 
 // quorumHeadline is "leader j1, term 3, commit index 120 (served by j2)".
@@ -293,40 +330,60 @@ func (a *app) warnQuorum(v QuorumView) {
 // writeJournalTable prints one row per member. An ERROR column is added
 // only when some member did not answer.
 func writeJournalTable(w io.Writer, ms []JournalMemberView, now time.Time) error {
-	withErr := slices.ContainsFunc(ms, func(m JournalMemberView) bool { return m.Error != "" || !m.Reachable })
+	withErr := slices.ContainsFunc(ms, func(m JournalMemberView) bool { return m.Error != "" || !m.Reachable || m.Halted != "" })
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	header := "ID\tSTATE\tVOTER\tRAFT ADDR\tGRPC ADDR\tAPPLIED\tLAST CONTACT\tINTERMEDIATE\tEXPIRES"
+	header := "ID\tSTATE\tVOTER\tRAFT ADDR\tGRPC ADDR\tAPPLIED\tLAG\tLAST CONTACT\tINTERMEDIATE\tEXPIRES\tVERSION"
 	if withErr {
 		header += "\tERROR"
 	}
 	fmt.Fprintln(tw, header)
 	for _, m := range ms {
-		voter := "no"
+		voter := "no (catching up)"
 		if m.Voter {
 			voter = "yes"
 		}
-		applied, contact := none, none
+		applied, contact, lag := none, none, none
 		if m.Reachable {
 			applied = strconv.FormatUint(m.AppliedIndex, 10)
 			contact = contactAgo(now, m.lastContact, m.State == "leader")
+			lag = strconv.FormatUint(m.Lag, 10)
 		}
-		row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s",
+		state := m.State
+		if m.Halted != "" {
+			state += " (halted)"
+		}
+		row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s",
 			cell(m.JournalID),
-			cell(m.State),
+			cell(state),
 			voter,
 			cell(m.RaftAddr),
 			cell(m.GRPCAddr),
 			applied,
+			lag,
 			contact,
 			cell(shorten(m.IntermediateSerial, certSerialWidth)),
 			cell(m.IntermediateNotAfter),
+			cell(shortVersion(m.Version)),
 		)
 		if withErr {
-			row += "\t" + cell(m.Error)
+			msg := m.Error
+			if m.Halted != "" {
+				msg = m.Halted
+			}
+			row += "\t" + cell(msg)
 		}
 		fmt.Fprintln(tw, row)
 	}
 	return tw.Flush()
+}
+
+// shortVersion is the release part of a journal's version line, the
+// column's width; -o json has the whole line.
+func shortVersion(v string) string {
+	if i := strings.IndexByte(v, ' '); i > 0 {
+		return v[:i]
+	}
+	return v
 }
 
 // contactAgo is LAST CONTACT: "-" for the leader (it is the one others
@@ -350,9 +407,10 @@ func contactAgo(now, t time.Time, leader bool) string {
 }
 
 func (a *app) journalAddCommand() *cobra.Command {
-	return &cobra.Command{
+	var force bool
+	cmd := &cobra.Command{
 		Use:   "add ID RAFT_ADDR",
-		Short: "Add a journal to the quorum as a voter",
+		Short: "Add a journal to the quorum: a non-voter first, a voter once caught up",
 		Long: `Add journal ID, reachable for Raft at RAFT_ADDR (host:port), to the quorum as
 a voting member. Add one journal at a time, and wait until "pact journal
 status" shows it as a follower that has caught up before the next change.
@@ -365,6 +423,19 @@ Then run this command: it goes to the leader (pact tries each --journal
 address in turn; a follower answers NO_LEADER and names the leader). The new
 journal copies the registry from the leader, publishes its addresses and
 intermediate certificate, and starts serving.
+
+The leader first checks that a journal answers at RAFT_ADDR with a
+certificate of this domain for ID, so a mistyped address or id is refused
+before it becomes a member. The journal joins as a non-voter: it copies the
+registry (a snapshot and the log) without counting towards the majority, and
+the leader promotes it to voter once it has caught up ("pact journal status"
+shows it as "no (catching up)" and its LAG until then).
+
+The add is refused when, once the new journal votes, the journals that
+answer now would not be a majority: the quorum would stop at the next
+failure. The error spells out the arithmetic. Bring the unreachable journals
+back or remove the dead ones first; --force adds anyway. A journal started
+without --raft-listen (a development journal) cannot be grown at all.
 
 RAFT_ADDR is the Raft address, not the gRPC address clients use. Adding an ID
 that is already a member at another address, or an address another member
@@ -386,9 +457,11 @@ Needs a platform-admin credential.`,
   pact journal status`,
 		Args: cobra.ArbitraryArgs,
 		RunE: a.action(func(cmd *cobra.Command, args []string) error {
-			return a.journalAdd(cmd, args)
+			return a.journalAdd(cmd, args, force)
 		}),
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "add even though the journals that answer now would not be a majority of the grown quorum (it then stops accepting writes whenever fewer than a majority are up)")
+	return cmd
 }
 
 // journalIDArg checks a journal ID argument.
@@ -417,7 +490,7 @@ func checkRaftAddr(addr string) error {
 	return nil
 }
 
-func (a *app) journalAdd(cmd *cobra.Command, args []string) error {
+func (a *app) journalAdd(cmd *cobra.Command, args []string, force bool) error {
 	path := cmd.CommandPath()
 	var id, raftAddr string
 	var problems []error
@@ -470,7 +543,7 @@ func (a *app) journalAdd(cmd *cobra.Command, args []string) error {
 			already = true
 		}
 	}
-	resp, err := s.client.AddJournal(ctx, &pactv1.AddJournalRequest{JournalId: id, RaftAddr: raftAddr})
+	resp, err := s.client.AddJournal(ctx, &pactv1.AddJournalRequest{JournalId: id, RaftAddr: raftAddr, Force: force})
 	if err != nil {
 		return a.explainJournal(ctx, s, act, err)
 	}
@@ -481,10 +554,14 @@ func (a *app) journalAdd(cmd *cobra.Command, args []string) error {
 		}
 	} else {
 		all, _ := voters(members)
-		if already {
+		voter := slices.ContainsFunc(members, func(m JournalMemberView) bool { return m.JournalID == id && m.Voter })
+		switch {
+		case already:
 			fmt.Fprintf(a.env.Stdout, "journal %s was already a voting member at %s; nothing changed. %s\n", id, raftAddr, quorumSize(all))
-		} else {
-			fmt.Fprintf(a.env.Stdout, "added journal %s (raft %s) to the quorum: %s\n", id, raftAddr, quorumSize(all))
+		case voter:
+			fmt.Fprintf(a.env.Stdout, "added journal %s (raft %s) to the quorum; it caught up and votes: %s\n", id, raftAddr, quorumSize(all))
+		default:
+			fmt.Fprintf(a.env.Stdout, "added journal %s (raft %s) as a non-voter; it is copying the registry and the leader makes it a voter once it has caught up (watch: pact journal status). Meanwhile: %s\n", id, raftAddr, quorumSize(all))
 		}
 		if err := writeJournalTable(a.env.Stdout, members, a.env.Now()); err != nil {
 			return err
@@ -518,7 +595,9 @@ func conflict(msg string) error {
 }
 
 func (a *app) journalRemoveCommand() *cobra.Command {
-	return &cobra.Command{
+	var force, revoke bool
+	var grace time.Duration
+	cmd := &cobra.Command{
 		Use:   "remove ID",
 		Short: "Remove a journal from the quorum",
 		Long: `Remove journal ID from the quorum's Raft configuration: it no longer votes or
@@ -532,9 +611,25 @@ Change one journal at a time, and keep a majority of the remaining voters up.
 The command goes to the leader (pact tries each --journal address in turn; a
 follower answers NO_LEADER and names the leader).
 
+The remove is refused when the voters left that answer now would not be a
+majority of the voters left: the quorum could not elect a leader. The error
+spells out the arithmetic; --force removes anyway. The removed journal
+notices, stops serving and exits with code 3, and refuses to start again
+from the same data directory.
+
+With --revoke-intermediate every intermediate the journal published is
+retired first: agents holding its certificates are told to renew at once,
+and after --grace (default 15m) its intermediates are revoked, so nothing it
+signed authenticates anywhere, and the journal itself is refused on every
+journal's Raft and gRPC ports. Use it for a compromised journal host: the
+nodes it served keep working through another journal.
+
 An ID that is not a member exits 3 (see "pact journal status"). Needs a
 platform-admin credential.`,
 		Example: `  pact journal remove j3
+
+  # A compromised journal: cut it off, let its agents renew elsewhere
+  pact journal remove j3 --revoke-intermediate --grace 10m
 
   # Replace a dead journal j3 with a new one, j5
   pact journal remove j3
@@ -544,12 +639,16 @@ platform-admin credential.`,
   pact journal remove j3 -o json`,
 		Args: cobra.ArbitraryArgs,
 		RunE: a.action(func(cmd *cobra.Command, args []string) error {
-			return a.journalRemove(cmd, args)
+			return a.journalRemove(cmd, args, force, revoke, grace)
 		}),
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "remove even though the voters left that answer now are not a majority (the quorum then accepts no write until enough of them are up)")
+	cmd.Flags().BoolVar(&revoke, "revoke-intermediate", false, "also retire the journal's intermediates: agents renew, then they are revoked")
+	cmd.Flags().DurationVar(&grace, "grace", 0, "with --revoke-intermediate: how long agents have to renew (default: the journal's, 15m)")
+	return cmd
 }
 
-func (a *app) journalRemove(cmd *cobra.Command, args []string) error {
+func (a *app) journalRemove(cmd *cobra.Command, args []string, force, revoke bool, grace time.Duration) error {
 	path := cmd.CommandPath()
 	var id string
 	var problems []error
@@ -564,6 +663,9 @@ func (a *app) journalRemove(cmd *cobra.Command, args []string) error {
 	default:
 		problems = append(problems, fmt.Errorf("%s takes one ID, got %d arguments: %s; remove one journal at a time", path, len(args), strings.Join(args, " ")))
 	}
+	if cmd.Flags().Changed("grace") && (!revoke || grace < time.Second) {
+		problems = append(problems, errors.New("--grace goes with --revoke-intermediate and must be at least 1s"))
+	}
 	s, err := a.connect(cmd, problems)
 	if err != nil {
 		return err
@@ -571,7 +673,7 @@ func (a *app) journalRemove(cmd *cobra.Command, args []string) error {
 	defer s.close()
 	ctx := cmd.Context()
 
-	resp, err := s.client.RemoveJournal(ctx, &pactv1.RemoveJournalRequest{JournalId: id})
+	resp, err := s.client.RemoveJournal(ctx, &pactv1.RemoveJournalRequest{JournalId: id, Force: force, RevokeIntermediate: revoke, GraceSeconds: int64(grace / time.Second)})
 	if err != nil {
 		return a.explainJournal(ctx, s, journalAction{
 			verb: "remove journals from the quorum", id: id, write: true, help: path,
@@ -579,17 +681,25 @@ func (a *app) journalRemove(cmd *cobra.Command, args []string) error {
 		}, err)
 	}
 	members := memberViews(resp.GetMembers())
+	retired := intermediateViews(resp.GetRetired(), a.env.Now())
 	if s.cfg.Output == outputJSON {
-		return writeJSON(a.env.Stdout, MembershipView{JournalID: id, Members: members})
+		v := MembershipView{JournalID: id, Members: members}
+		if revoke {
+			v.Retired = retired
+		}
+		return writeJSON(a.env.Stdout, v)
 	}
 	all, _ := voters(members)
 	fmt.Fprintf(a.env.Stdout, "removed journal %s from the quorum: %s\n", id, quorumSize(all))
+	for _, r := range retired {
+		fmt.Fprintf(a.env.Stdout, "retired intermediate %s: its agents are renewing; revoked at %s\n", r.Serial, r.RevokeAt)
+	}
 	if len(members) > 0 {
 		if err := writeJournalTable(a.env.Stdout, members, a.env.Now()); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(a.env.Stderr, "now stop pact-journal on %s's host; to bring it back later, start it with an empty --data-dir and --join, then run: pact journal add %s RAFT_ADDR\n", id, id)
+	fmt.Fprintf(a.env.Stderr, "pact-journal on %s's host notices it was removed, stops serving and exits with code 3, and will not start again from the same data directory; to bring it back later, start it with an empty --data-dir and --join, then run: pact journal add %s RAFT_ADDR\n", id, id)
 	return nil
 }
 

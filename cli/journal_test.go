@@ -40,6 +40,7 @@ func seedQuorum(f *fakeAdmin, self string, now time.Time) {
 			Term: 3, CommitIndex: 120, AppliedIndex: applied, LastContactUnixNano: contact.UnixNano(),
 			IntermediateSerial:       "5e" + strings.Repeat(n, 30),
 			IntermediateNotAfterUnix: interNotAfter.Unix(),
+			Version:                  "v0.3." + n + " (commit 0123abc, go1.26.0, linux/amd64)",
 		}
 	}
 	f.quorum = fakeQuorum{
@@ -97,8 +98,8 @@ func TestJournalStatusTable(t *testing.T) {
 		downJ3(fake)
 		addr := startJournal(t, p, fake)
 		code, stdout, stderr := runEnv(t, p, runOpts{now: func() time.Time { return now }}, append([]string{"journal", "status"}, p.flags(addr)...)...)
-		if code != ExitOK {
-			t.Fatalf("exit %d, want 0 with a member down; stderr:\n%s", code, stderr)
+		if code != ExitQuorumDegraded {
+			t.Fatalf("exit %d, want %d with a voter down; stderr:\n%s", code, ExitQuorumDegraded, stderr)
 		}
 		lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
 		if len(lines) != 5 {
@@ -109,10 +110,10 @@ func TestJournalStatusTable(t *testing.T) {
 		}
 		rows := tableRows(lines[1:])
 		want := [][]string{
-			{"ID", "STATE", "VOTER", "RAFT ADDR", "GRPC ADDR", "APPLIED", "LAST CONTACT", "INTERMEDIATE", "EXPIRES", "ERROR"},
-			{"j1", "leader", "yes", j1Raft, j1GRPC, "120", "-", "5e111111111…", "2026-03-05T05:06:07Z", "-"},
-			{"j2", "follower", "yes", "10.0.0.2:7500", "10.0.0.2:7443", "120", "120ms ago", "5e222222222…", "2026-03-05T05:06:07Z", "-"},
-			{"j3", "unreachable", "yes", "10.0.0.3:7500", "10.0.0.3:7443", "-", "-", "-", "-", "connection error: dial tcp 10.0.0.3:7443: connect: connection refused"},
+			{"ID", "STATE", "VOTER", "RAFT ADDR", "GRPC ADDR", "APPLIED", "LAG", "LAST CONTACT", "INTERMEDIATE", "EXPIRES", "VERSION", "ERROR"},
+			{"j1", "leader", "yes", j1Raft, j1GRPC, "120", "0", "-", "5e111111111…", "2026-03-05T05:06:07Z", "v0.3.1", "-"},
+			{"j2", "follower", "yes", "10.0.0.2:7500", "10.0.0.2:7443", "120", "0", "120ms ago", "5e222222222…", "2026-03-05T05:06:07Z", "v0.3.2", "-"},
+			{"j3", "unreachable", "yes", "10.0.0.3:7500", "10.0.0.3:7443", "-", "-", "-", "-", "-", "-", "connection error: dial tcp 10.0.0.3:7443: connect: connection refused"},
 		}
 		for i := range want {
 			if fmt.Sprint(rows[i]) != fmt.Sprint(want[i]) {
@@ -130,8 +131,8 @@ func TestJournalStatusTable(t *testing.T) {
 				t.Errorf("stderr lacks %q:\n%s", w, stderr)
 			}
 		}
-		if strings.Contains(stderr, "refuses writes") || strings.Count(stderr, "\n") != 1 {
-			t.Errorf("want one warning line, got:\n%s", stderr)
+		if strings.Contains(stderr, "refuses writes") || strings.Count(stderr, "\n") != 2 || !strings.Contains(stderr, "voter j3 is unreachable") {
+			t.Errorf("want one warning line and the exit reason, got:\n%s", stderr)
 		}
 	})
 
@@ -147,7 +148,7 @@ func TestJournalStatusTable(t *testing.T) {
 		if lines[0] != "leader j1, term 3, commit index 120 (served by j1)" || strings.Contains(lines[1], "ERROR") {
 			t.Errorf("stdout:\n%s", stdout)
 		}
-		if got := tableRows(lines[4:])[0]; fmt.Sprint(got[:7]) != fmt.Sprint([]string{"j3", "follower", "yes", "10.0.0.3:7500", "10.0.0.3:7443", "118", "2s ago"}) {
+		if got := tableRows(lines[4:])[0]; fmt.Sprint(got[:8]) != fmt.Sprint([]string{"j3", "follower", "yes", "10.0.0.3:7500", "10.0.0.3:7443", "118", "0", "2s ago"}) {
 			t.Errorf("j3 row %q", got)
 		}
 	})
@@ -167,8 +168,8 @@ func TestJournalStatusTable(t *testing.T) {
 		}
 		addr := startJournal(t, p, fake)
 		code, stdout, stderr := runEnv(t, p, runOpts{now: func() time.Time { return now }}, append([]string{"journal", "status"}, p.flags(addr)...)...)
-		if code != ExitOK {
-			t.Fatalf("exit %d: %s", code, stderr)
+		if code != ExitQuorumNoLeader {
+			t.Fatalf("exit %d, want %d: %s", code, ExitQuorumNoLeader, stderr)
 		}
 		if !strings.HasPrefix(stdout, "no leader, term 3, commit index 120 (served by j2)\n") || !strings.Contains(stdout, "candidate") {
 			t.Errorf("stdout:\n%s", stdout)
@@ -190,8 +191,8 @@ func TestJournalStatusJSON(t *testing.T) {
 	downJ3(fake)
 	addr := startJournal(t, p, fake)
 	code, stdout, stderr := runEnv(t, p, runOpts{now: func() time.Time { return now }}, append([]string{"journal", "status", "-o", "json"}, p.flags(addr)...)...)
-	if code != ExitOK {
-		t.Fatalf("exit %d: %s", code, stderr)
+	if code != ExitQuorumDegraded {
+		t.Fatalf("exit %d, want %d: %s", code, ExitQuorumDegraded, stderr)
 	}
 	if !strings.Contains(stderr, "j3") {
 		t.Errorf("the warning about j3 belongs on stderr in JSON mode too: %q", stderr)
@@ -205,6 +206,7 @@ func TestJournalStatusJSON(t *testing.T) {
 	}
 	j2 := v.Members[1]
 	if j2.JournalID != "j2" || j2.State != "follower" || j2.RaftState != "Follower" || !j2.Voter || j2.Leader || !j2.Reachable ||
+		j2.Version != "v0.3.2 (commit 0123abc, go1.26.0, linux/amd64)" ||
 		j2.IntermediateSerial != "5e"+strings.Repeat("2", 30) || j2.IntermediateNotAfter != "2026-03-05T05:06:07Z" ||
 		j2.LastContact != now.Add(-120*time.Millisecond).UTC().Format(time.RFC3339Nano) {
 		t.Errorf("j2 %+v", j2)
@@ -232,7 +234,7 @@ func TestJournalStatusJSON(t *testing.T) {
 			t.Errorf("no %q", k)
 		}
 	}
-	wantMember := []string{"journal_id", "state", "voter", "leader", "reachable", "error", "raft_addr", "grpc_addr", "raft_state", "term", "commit_index", "applied_index", "last_contact", "intermediate_serial", "intermediate_not_after"}
+	wantMember := []string{"journal_id", "state", "voter", "leader", "reachable", "error", "raft_addr", "grpc_addr", "raft_state", "term", "commit_index", "applied_index", "last_contact", "intermediate_serial", "intermediate_not_after", "version", "halted", "lag", "nonvoter_since"}
 	if len(raw.Members[0]) != len(wantMember) {
 		t.Errorf("member fields %v", keys(raw.Members[0]))
 	}
@@ -355,7 +357,7 @@ func TestJournalAdd(t *testing.T) {
 		{
 			name: "to the leader", args: []string{"journal", "add", "j4", "10.0.0.4:7500"}, wantCode: ExitOK,
 			wantStdout: []string{
-				"added journal j4 (raft 10.0.0.4:7500) to the quorum: 4 voters, a majority is 3: it serves with up to 1 down\n",
+				"added journal j4 (raft 10.0.0.4:7500) to the quorum; it caught up and votes: 4 voters, a majority is 3: it serves with up to 1 down\n",
 				"ID  ", "j4  ", "unreachable",
 			},
 			wantErr: []string{"journal j4 has not answered yet (its address is not published yet): it joins once pact-journal runs on its host with --node-id j4 --join --raft-listen 10.0.0.4:7500", "pact journal status"},
@@ -449,7 +451,7 @@ func TestJournalRemove(t *testing.T) {
 		{
 			name: "a member", args: []string{"journal", "remove", "j3"}, wantCode: ExitOK,
 			wantStdout: []string{"removed journal j3 from the quorum: 2 voters, a majority is 2: it serves with up to 0 down\n", "j1  ", "j2  "},
-			wantErr:    []string{"now stop pact-journal on j3's host"},
+			wantErr:    []string{"pact-journal on j3's host notices it was removed, stops serving and exits with code 3"},
 			check: func(t *testing.T, leader, _ *fakeAdmin, stdout string) {
 				if leader.member("j3") != nil || strings.Contains(stdout, "j3  ") {
 					t.Errorf("j3 still listed:\n%s", stdout)

@@ -110,7 +110,7 @@ own vCluster V.`,
 			if err != nil {
 				return s.explain(action{
 					verb: "assign nodes to " + vcluster, node: node, write: true, help: cmd.CommandPath(),
-					denied:       vclusterDenied(s.cred),
+					denied:       vclusterDenied(s.cred, pki.RoleOpsPrefix+vcluster),
 					precondition: fmt.Sprintf("a node already in a vCluster is moved with: pact node move %s --to-vcluster %s", node, vcluster),
 				}, err)
 			}
@@ -147,7 +147,7 @@ its own vCluster V.`,
 			if err != nil {
 				return s.explain(action{
 					verb: "take nodes out of their vCluster", node: node, write: true, help: cmd.CommandPath(),
-					denied:       vclusterDenied(s.cred),
+					denied:       vclusterDenied(s.cred, pki.RoleOpsPrefix+"VCLUSTER of the node's vCluster"),
 					precondition: "re-run if it should still go into maintenance",
 				}, err)
 			}
@@ -185,7 +185,7 @@ credential may only move nodes into and out of its own vCluster V.`,
 			if err != nil {
 				return s.explain(action{
 					verb: "move nodes to " + to, node: node, write: true, help: cmd.CommandPath(),
-					denied:       vclusterDenied(s.cred),
+					denied:       vclusterDenied(s.cred, ""),
 					precondition: fmt.Sprintf("a node in maintenance is placed with: pact node assign %s --vcluster %s", node, to),
 				}, err)
 			}
@@ -208,20 +208,26 @@ func vclusterFlag(flag, v string) []error {
 }
 
 // vclusterDenied is the advice when the journal refuses a vCluster change:
-// what the caller's own role allows.
-func vclusterDenied(cred *credential) string {
+// what the caller's own role allows, and only roles that would work. ops
+// is the pact-ops role that may make this change besides platform-admin
+// (empty: none, e.g. a move between two vClusters).
+func vclusterDenied(cred *credential, ops string) string {
 	role := ""
 	if cred != nil {
 		role = cred.role
 	}
+	others := "a platform-admin credential"
+	if ops != "" {
+		others += ", or " + ops
+	}
 	switch {
 	case strings.HasPrefix(role, pki.RoleOpsPrefix) && len(role) > len(pki.RoleOpsPrefix):
 		v := role[len(pki.RoleOpsPrefix):]
-		return fmt.Sprintf("a %s credential may only move nodes into and out of %s; a change that touches another vCluster needs a platform-admin credential", role, v)
+		return fmt.Sprintf("a %s credential may only move nodes into and out of %s; this change needs %s", role, v, others)
 	case role == pki.RoleViewer:
-		return "role viewer may only read; use a platform-admin credential, or pact-ops-VCLUSTER for nodes of that vCluster"
+		return "role viewer may only read; use " + others
 	}
-	return "use a platform-admin credential, or pact-ops-VCLUSTER for nodes of that vCluster"
+	return "use " + others
 }
 
 // printAssignment prints "NODE: FROM -> TO" (or the record as JSON). from

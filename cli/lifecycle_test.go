@@ -24,6 +24,7 @@ type commandCase struct {
 	wantCode   int
 	wantStdout string   // exact, when set
 	wantErr    []string // substrings of stderr
+	notErr     []string // must not appear in stderr
 	check      func(t *testing.T, f *fakeAdmin, stdout string)
 }
 
@@ -58,6 +59,11 @@ func runCommandCases(t *testing.T, p *testPKI, prefix []string, tests []commandC
 			for _, w := range tt.wantErr {
 				if !strings.Contains(stderr, w) {
 					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+			for _, w := range tt.notErr {
+				if strings.Contains(stderr, w) {
+					t.Errorf("stderr has %q:\n%s", w, stderr)
 				}
 			}
 			if tt.check != nil {
@@ -191,7 +197,7 @@ func TestAssignment(t *testing.T) {
 		},
 		{
 			name: "assign checks names locally", args: []string{"assign", "bad!", "--vcluster", "no/pe"}, wantCode: ExitUsage,
-			wantErr: []string{"2 problems", `node "bad!"`, `--vcluster: pki: invalid name: vcluster "no/pe"`},
+			wantErr: []string{"2 problems", `node "bad!"`, `--vcluster: invalid name: vcluster "no/pe"`},
 		},
 		{
 			name: "assign a decommissioned node", args: []string{"assign", "node-c", "--vcluster", "ml"}, wantCode: ExitDenied,
@@ -211,7 +217,16 @@ func TestAssignment(t *testing.T) {
 		},
 		{
 			name: "unassign by a viewer", args: []string{"unassign", "node-b"}, cred: &viewer, wantCode: ExitDenied,
-			wantErr: []string{"role viewer may only read"},
+			wantErr: []string{"role viewer may only read", "platform-admin", "pact-ops-VCLUSTER of the node's vCluster"},
+		},
+		{
+			// The advice names only roles that could make this change.
+			name: "assign by a viewer", args: []string{"assign", "node-a", "--vcluster", "ml"}, cred: &viewer, wantCode: ExitDenied,
+			wantErr: []string{"role viewer may only read; use a platform-admin credential, or pact-ops-ml"},
+		},
+		{
+			name: "move by a viewer", args: []string{"move", "node-b", "--to-vcluster", "hpc"}, cred: &viewer, wantCode: ExitDenied,
+			wantErr: []string{"role viewer may only read; use a platform-admin credential"}, notErr: []string{"pact-ops"},
 		},
 		{
 			name: "move", args: []string{"move", "node-b", "--to-vcluster", "hpc"},

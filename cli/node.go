@@ -22,7 +22,10 @@ their hardware identity, state, vCluster and current certificate.
 A node's life: "pact node enroll" registers it (state registered); its agent
 enrolls with matching hardware and gets a certificate (active); if it stops
 checking in it becomes inactive until it enrolls again; "pact node
-decommission" revokes it and its certificate (revoked).
+decommission" revokes it and its certificate (revoked). "pact node fence"
+quarantines a node without forgetting it: its certificate is revoked and it
+may not enroll again until "pact node unfence". "pact node token" makes
+single-use join tokens for nodes registered with --require-token.
 
 A node is in at most one vCluster; with none it is in maintenance mode.
 "pact node assign" puts a node in maintenance into a vCluster, "pact node
@@ -35,11 +38,14 @@ own vCluster; a viewer only reads.`,
   pact node list --state registered
   pact node assign node-001 --vcluster ml
   pact node inspect node-001
-  pact node decommission node-001`,
+  pact node decommission node-001
+  pact node fence node-001 --reason "INC-1234: unexpected outbound traffic"
+  pact node token create node-001 --ttl 1h`,
 	}
 	a.group(cmd)
 	cmd.AddCommand(a.enrollCommand(), a.listCommand(), a.inspectCommand(),
-		a.decommissionCommand(), a.assignCommand(), a.unassignCommand(), a.moveCommand())
+		a.updateCommand(), a.decommissionCommand(), a.assignCommand(), a.unassignCommand(), a.moveCommand(),
+		a.tokenCommand(), a.fenceCommand(), a.unfenceCommand())
 	return cmd
 }
 
@@ -62,9 +68,12 @@ type enrollOptions struct {
 	macs      []string
 	bmcSerial string
 	tpmEKHash string
+	tpmEKCert string
 	vcluster  string
 	spiffeID  string
 	batch     string
+	// requireToken: the node enrolls only with a join token.
+	requireToken bool
 }
 
 func (a *app) enrollCommand() *cobra.Command {
@@ -88,6 +97,11 @@ Everything is checked here first, and every problem is reported at once,
 before the journal is contacted. Without --vcluster the node is in
 maintenance mode (no vCluster).
 
+With --require-token the node must also present a single-use join token
+when it enrolls: create one with "pact node token create NODE" and hand it
+to the node's agent (--join-token-file). Hardware identifiers are not
+secret; a token is (docs/security.md).
+
 On a SPIRE site the node's agent may authenticate with its SPIRE X.509-SVID
 instead (docs/spire.md). Its SPIFFE ID maps to the node: by default
 spiffe://TRUST-DOMAIN/pact-agent/NODE, or the one given with --spiffe-id
@@ -95,8 +109,9 @@ spiffe://TRUST-DOMAIN/pact-agent/NODE, or the one given with --spiffe-id
 
 With --batch FILE (or --batch - for stdin) every row of a CSV file is
 registered: a header line node_id,mac,bmc_serial,tpm_ek_hash,vcluster
-(columns in any order; node_id and mac required; spiffe_id optional), one
-node per line, several
+(columns in any order; node_id and mac required; spiffe_id, require_token
+and tpm_ek_cert, a path to the node's EK certificate, optional), one node
+per line, several
 MACs of a node separated by ';'. The file is streamed: rows are checked and
 sent in chunks of 500, and each row's result (ok, exists or error, with the
 line number) is printed as it comes back, then a summary. Rows are
@@ -114,8 +129,15 @@ format and all the rules).`,
       --tpm-ek-hash 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 \
       --vcluster ml
 
+  # A node with a TPM, registered by its EK certificate (docs/tpm.md)
+  pact node enroll node-004 --mac 52:54:00:12:34:59 --tpm-ek-cert node-004-ek.pem
+
   # Print the registered record as JSON
   pact node enroll node-003 --mac 52:54:00:12:34:58 -o json
+
+  # A node that must also present a join token to enroll
+  pact node enroll node-004 --mac 52:54:00:12:34:59 --require-token
+  pact node token create node-004 --ttl 1h
 
   # Register every node of a CSV file; keep the results, watch the progress
   pact node enroll --batch rack-12.csv > rack-12.results
@@ -133,10 +155,12 @@ format and all the rules).`,
 	f := cmd.Flags()
 	f.StringSliceVar(&o.macs, "mac", nil, "MAC address of one of the node's NICs; repeat (or comma-separate) for several")
 	f.StringVar(&o.bmcSerial, "bmc-serial", "", "serial number of the node's BMC")
-	f.StringVar(&o.tpmEKHash, "tpm-ek-hash", "", "hex SHA-256 of the node's TPM endorsement key")
+	f.StringVar(&o.tpmEKHash, "tpm-ek-hash", "", "the node's TPM EK hash (pact-agent tpm-ek prints it): the node must then prove its TPM at every enrollment (docs/tpm.md)")
+	f.StringVar(&o.tpmEKCert, "tpm-ek-cert", "", "the node's TPM EK certificate, PEM or DER: registers the EK hash of its key (docs/tpm.md)")
 	f.StringVar(&o.vcluster, "vcluster", "", "vCluster to assign the node to (default: none, maintenance mode)")
 	f.StringVar(&o.spiffeID, "spiffe-id", "", "SPIFFE ID of the node's SPIRE SVIDs, if not spiffe://TRUST-DOMAIN/pact-agent/NODE (SPIRE sites; docs/spire.md)")
 	f.StringVar(&o.batch, "batch", "", "register every node of this CSV file (- for stdin) instead of one NODE; see docs/batch.md")
+	f.BoolVar(&o.requireToken, "require-token", false, "the node enrolls only with a single-use join token besides matching hardware (pact node token create; docs/security.md)")
 	return cmd
 }
 
@@ -145,7 +169,19 @@ func (a *app) enroll(cmd *cobra.Command, args []string, o enrollOptions) error {
 	if len(o.macs) == 0 {
 		problems = append(problems, errors.New("no MAC address: pass --mac with at least one of the node's NICs, e.g. --mac 52:54:00:12:34:56 (or --batch FILE for many nodes)"))
 	}
-	hw, err := hwid.Normalize(o.macs, o.bmcSerial, o.tpmEKHash)
+	ekHash := o.tpmEKHash
+	if o.tpmEKCert != "" {
+		switch h, err := ekHashFromCert(o.tpmEKCert); {
+		case err != nil:
+			problems = append(problems, fmt.Errorf("--tpm-ek-cert: %w", err))
+		case ekHash != "" && !strings.EqualFold(strings.TrimSpace(ekHash), h):
+			problems = append(problems, fmt.Errorf("--tpm-ek-hash %s is not the hash of the key in --tpm-ek-cert (%s); give one of them", ekHash, h))
+		default:
+			ekHash = h
+		}
+	}
+	hw, err := hwid.Normalize(o.macs, o.bmcSerial, ekHash)
+	err = errors.Join(err, hwid.CheckUnicast(hw.MACs))
 	for _, e := range flatten(err) {
 		if !errors.Is(e, hwid.ErrEmpty) { // reported above, with the flag to use
 			problems = append(problems, e)
@@ -173,9 +209,13 @@ func (a *app) enroll(cmd *cobra.Command, args []string, o enrollOptions) error {
 		Vcluster: o.vcluster,
 		SpiffeId: o.spiffeID,
 	}
+	if o.requireToken {
+		req.Credentials = &pactv1.CredentialPolicy{RequireJoinToken: true}
+	}
 	resp, err := s.client.RegisterNode(cmd.Context(), req)
 	if err != nil {
-		return s.explain(action{verb: "register nodes", node: node, write: true, help: cmd.CommandPath()}, err)
+		return s.explain(action{verb: "register nodes", node: node, write: true, help: cmd.CommandPath(),
+			denied: "registering nodes needs a credential with role platform-admin"}, err)
 	}
 	n := resp.GetNode()
 	if n == nil { // a journal that answers success without the record
@@ -185,6 +225,10 @@ func (a *app) enroll(cmd *cobra.Command, args []string, o enrollOptions) error {
 	if s.cfg.Output == outputJSON {
 		return writeJSON(a.env.Stdout, v)
 	}
+	if resp.GetExists() {
+		_, err = fmt.Fprintf(a.env.Stdout, "%s exists: already registered with this identity; nothing changed\n", printable(v.NodeID))
+		return err
+	}
 	_, err = fmt.Fprintf(a.env.Stdout, "registered %s (macs %s)\n", printable(v.NodeID), printable(strings.Join(v.MACs, ", ")))
 	return err
 }
@@ -193,12 +237,14 @@ type listOptions struct {
 	state      string
 	vcluster   string
 	unassigned bool
+	mac        string
+	bmcSerial  string
 }
 
 func (a *app) listCommand() *cobra.Command {
 	var o listOptions
 	cmd := &cobra.Command{
-		Use:   "list [--state STATE] [--vcluster V | --unassigned]",
+		Use:   "list [--state STATE] [--vcluster V | --unassigned] [--mac M] [--bmc-serial S]",
 		Short: "List the nodes of the enrollment registry",
 		Long: `List the nodes of the enrollment registry, sorted by name: every node, or
 only those in one state, in one vCluster, or in none (maintenance mode).
@@ -223,6 +269,10 @@ journal and the Raft index its copy is at ("served by j2 at index 120").
   pact node list --state active --vcluster ml
   pact node list --unassigned
 
+  # Which node has this NIC, or this BMC? (a swapped card, a found server)
+  pact node list --mac 52:54:00:12:34:56
+  pact node list --bmc-serial SN123
+
   # Names of active nodes, with jq
   pact node list --state active -o json | jq -r '.[].node_id'`,
 		Args: cobra.ArbitraryArgs,
@@ -234,6 +284,8 @@ journal and the Raft index its copy is at ("served by j2 at index 120").
 	f.StringVar(&o.state, "state", "", "only nodes in this state: registered, active, inactive or revoked")
 	f.StringVar(&o.vcluster, "vcluster", "", "only nodes in this vCluster")
 	f.BoolVar(&o.unassigned, "unassigned", false, "only nodes in no vCluster (maintenance mode)")
+	f.StringVar(&o.mac, "mac", "", "only the node with this MAC address (any common form)")
+	f.StringVar(&o.bmcSerial, "bmc-serial", "", "only the node with this BMC serial (exact, case-sensitive, as registered)")
 	return cmd
 }
 
@@ -254,13 +306,27 @@ func (a *app) list(cmd *cobra.Command, args []string, o listOptions) error {
 			problems = append(problems, errors.New("--vcluster and --unassigned exclude each other: a node in a vCluster is not unassigned; pass one"))
 		}
 	}
+	if o.mac != "" {
+		m, err := hwid.NormalizeMAC(o.mac)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("--mac: %w", err))
+		}
+		o.mac = m
+	}
+	if o.bmcSerial != "" {
+		b, err := hwid.NormalizeBMCSerial(o.bmcSerial)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("--bmc-serial: %w", err))
+		}
+		o.bmcSerial = b
+	}
 	s, err := a.connect(cmd, problems)
 	if err != nil {
 		return err
 	}
 	defer s.close()
 
-	resp, err := s.client.ListNodes(cmd.Context(), &pactv1.ListNodesRequest{State: state, Vcluster: o.vcluster, Unassigned: o.unassigned})
+	resp, err := s.client.ListNodes(cmd.Context(), &pactv1.ListNodesRequest{State: state, Vcluster: o.vcluster, Unassigned: o.unassigned, Mac: o.mac, BmcSerial: o.bmcSerial})
 	if err != nil {
 		return s.explain(action{verb: "list nodes", help: cmd.CommandPath()}, err)
 	}
@@ -278,6 +344,12 @@ func (a *app) list(cmd *cobra.Command, args []string, o listOptions) error {
 		}
 		if o.unassigned {
 			filters = append(filters, "in maintenance (no vCluster)")
+		}
+		if o.mac != "" {
+			filters = append(filters, "with MAC "+o.mac)
+		}
+		if o.bmcSerial != "" {
+			filters = append(filters, "with BMC serial "+printable(o.bmcSerial)+" (serials match exactly, case-sensitive)")
 		}
 		if len(filters) > 0 {
 			fmt.Fprintf(a.env.Stderr, "no nodes %s\n", strings.Join(filters, ", "))

@@ -44,7 +44,7 @@ func writeNodeTable(w io.Writer, nodes []NodeView, now time.Time) error {
 	for _, n := range nodes {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			cell(n.NodeID),
-			cell(n.State),
+			stateCell(n),
 			vclusterCell(n.VCluster),
 			ago(now, n.lastSeen),
 			cell(strings.Join(n.MACs, ",")),
@@ -103,6 +103,19 @@ func writeNodeBlock(w io.Writer, n NodeView, now time.Time) error {
 		{"revoked at", cell(n.RevokedAt)},
 		{"revoked by", cell(n.RevokedBy)},
 	}
+	if n.RequireJoinToken {
+		rows = append(rows, struct{ k, v string }{"credentials", "hardware + join token"})
+	}
+	if n.Fenced {
+		rows = append(rows,
+			struct{ k, v string }{"fenced at", cell(n.FencedAt)},
+			struct{ k, v string }{"fenced by", cell(n.FencedBy)},
+			struct{ k, v string }{"fence reason", cell(n.FenceReason)})
+	}
+	if n.StandbySerial != "" {
+		rows = append(rows, struct{ k, v string }{"standby serial", cell(n.StandbySerial)},
+			struct{ k, v string }{"standby expires", cell(n.StandbyNotAfter)})
+	}
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s:\t%s\n", r.k, r.v)
 	}
@@ -116,6 +129,24 @@ func cell(s string) string {
 		return none
 	}
 	return printable(s)
+}
+
+// stateCell is a node's state for a table, marked when it is fenced.
+func stateCell(n NodeView) string {
+	if n.Fenced {
+		return cell(n.State) + ",fenced"
+	}
+	return cell(n.State)
+}
+
+// writeTokenTable prints one row per join token.
+func writeTokenTable(w io.Writer, tokens []JoinTokenView) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNODE\tSTATE\tEXPIRES\tUSED\tCREATED BY")
+	for _, t := range tokens {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(t.ID), cell(t.NodeID), cell(t.State), cell(t.ExpiresAt), cell(t.UsedAt), cell(t.CreatedBy))
+	}
+	return tw.Flush()
 }
 
 func vclusterCell(v string) string {

@@ -35,6 +35,19 @@ type NodeView struct {
 	// SPIFFEID is the SPIFFE ID registered for the node's SPIRE SVIDs;
 	// absent for the default spiffe://{trust-domain}/pact-agent/{node_id}.
 	SPIFFEID string `json:"spiffe_id,omitempty"`
+	// RequireJoinToken: the node enrolls only with a join token.
+	RequireJoinToken bool `json:"require_join_token,omitempty"`
+	// Fenced is set while an operator has the node quarantined; the
+	// reason, time and operator come with it.
+	Fenced      bool   `json:"fenced,omitempty"`
+	FenceReason string `json:"fence_reason,omitempty"`
+	FencedAt    string `json:"fenced_at,omitempty"`
+	FencedBy    string `json:"fenced_by,omitempty"`
+	// StandbySerial and StandbyNotAfter are the journal-signed standby a
+	// node on a SPIRE SVID holds for when SPIRE stops serving it
+	// (docs/spire.md); absent when it has none.
+	StandbySerial   string `json:"standby_serial,omitempty"`
+	StandbyNotAfter string `json:"standby_not_after,omitempty"`
 
 	lastSeen time.Time // for the relative LAST SEEN column
 }
@@ -63,7 +76,47 @@ func NodeViewOf(n *pactv1.Node) NodeView {
 		RevokedAt:        formatTime(unixTime(0, n.GetRevokedAtUnixNano())),
 		RevokedBy:        n.GetRevokedBy(),
 		SPIFFEID:         n.GetSpiffeId(),
+		RequireJoinToken: n.GetCredentials().GetRequireJoinToken(),
+		Fenced:           n.GetFence() != nil,
+		FenceReason:      n.GetFence().GetReason(),
+		FencedAt:         formatTime(unixTime(0, n.GetFence().GetAtUnixNano())),
+		FencedBy:         n.GetFence().GetBy(),
+		StandbySerial:    n.GetStandbyCert().GetSerial(),
+		StandbyNotAfter:  formatTime(unixTime(n.GetStandbyCert().GetNotAfterUnix(), 0)),
 		lastSeen:         unixTime(0, n.GetLastSeenUnixNano()),
+	}
+}
+
+// JoinTokenView is the stable JSON form of a join token as "pact node
+// token list|revoke -o json" print it: never the token, only its id (the
+// first digits of its SHA-256).
+type JoinTokenView struct {
+	ID        string `json:"id"`
+	NodeID    string `json:"node_id"`
+	State     string `json:"state"` // unused, used or expired
+	CreatedAt string `json:"created_at"`
+	CreatedBy string `json:"created_by"`
+	ExpiresAt string `json:"expires_at"`
+	UsedAt    string `json:"used_at"`
+}
+
+// JoinTokenViewOf converts a token description to its view at now.
+func JoinTokenViewOf(t *pactv1.JoinTokenInfo, now time.Time) JoinTokenView {
+	state := "unused"
+	switch {
+	case t.GetUsedAtUnixNano() != 0:
+		state = "used"
+	case !now.Before(unixTime(0, t.GetExpiresAtUnixNano())):
+		state = "expired"
+	}
+	return JoinTokenView{
+		ID:        t.GetId(),
+		NodeID:    t.GetNodeId(),
+		State:     state,
+		CreatedAt: formatTime(unixTime(0, t.GetCreatedAtUnixNano())),
+		CreatedBy: t.GetCreatedBy(),
+		ExpiresAt: formatTime(unixTime(0, t.GetExpiresAtUnixNano())),
+		UsedAt:    formatTime(unixTime(0, t.GetUsedAtUnixNano())),
 	}
 }
 
