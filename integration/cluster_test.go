@@ -37,30 +37,114 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/pact-hpc/pact/integration/launch"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/porttest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
 // ---------------------------------------------------------------------------
 // A quorum of journal processes.
 
-// member is one journal of a quorum; its flags stay the same across
-// restarts, so a restart reuses its data directory and addresses.
+// member is one journal of a quorum; its flags (kept by the launcher)
+// stay the same across restarts unless a test sets new ones
+// (pq.SetArgs), so a restart reuses its data directory and addresses.
 type member struct {
 	id      string
 	grpc    string // gRPC address (CLI, agents, peers)
 	raft    string
 	metrics string
-	args    []string
-	proc    *proc // the current process
-	starts  int
 }
 
+// quorum is journal processes run by integration/launch on loopback.
 type quorum struct {
 	t       *testing.T
 	dir     string // domain root, admin credential, one data dir per journal
+	pq      *launch.ProcQuorum
 	members []*member
+}
+
+// startQuorum initialises a domain root and starts n journals, returning
+// once every one logs that it serves.
+func startQuorum(t *testing.T, n int) *quorum {
+	t.Helper()
+	q := &quorum{t: t, dir: t.TempDir()}
+	lb, err := launch.NewLoopback(n, "the integration tests run on loopback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.pq, err = launch.NewProcQuorum(launch.ProcConfig{Bin: binDir, Dir: q.dir, N: n, Net: lb}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i := range q.pq.Size() {
+				t.Logf("--- %s output:\n%s", q.pq.ID(i), q.pq.Log(i))
+			}
+		}
+		if err := q.pq.Close(); err != nil {
+			t.Logf("stopping the journals: %v", err)
+		}
+	})
+	for i := range n {
+		q.members = append(q.members, &member{id: q.pq.ID(i), grpc: q.pq.GRPC(i), raft: q.pq.Raft(i), metrics: q.pq.Metrics(i)})
+	}
+	for i := range q.members {
+		q.launch(i)
+	}
+	for i := range q.members {
+		q.waitServing(i)
+	}
+	return q
+}
+
+// launch starts member i's process (first start or restart).
+func (q *quorum) launch(i int) {
+	q.t.Helper()
+	if err := q.pq.Start(i); err != nil {
+		q.t.Fatal(err)
+	}
+}
+
+// output is member i's current process's output so far.
+func (q *quorum) output(i int) string { return q.pq.CurrentLog(i) }
+
+// exited is closed when member i's current process has exited.
+func (q *quorum) exited(i int) <-chan struct{} { return q.pq.Exited(i) }
+
+// signal sends sig to member i's current process.
+func (q *quorum) signal(i int, sig syscall.Signal) error { return q.pq.Signal(i, sig) }
+
+// wait waits (bounded) until member i's current process exits and returns
+// its exit code.
+func (q *quorum) wait(i int) int {
+	q.t.Helper()
+	select {
+	case <-q.exited(i):
+	case <-time.After(30 * time.Second):
+		q.t.Fatalf("%s did not exit:\n%s", q.members[i].id, q.output(i))
+	}
+	err := q.pq.ExitError(i)
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		q.t.Fatalf("wait for %s: %v", q.members[i].id, err)
+	}
+	return 0
+}
+
+// add appends a journal with its own flags (on addresses from freeAddrs)
+// to the quorum, not started, and returns its index.
+func (q *quorum) add(m *member, args []string) int {
+	q.t.Helper()
+	i := q.pq.Add(m.id, args)
+	q.members = append(q.members, m)
+	if i != len(q.members)-1 {
+		q.t.Fatalf("member %s has index %d in the launcher, %d here", m.id, i, len(q.members)-1)
+	}
+	return i
 }
 
 // freeAddrs returns n loopback addresses whose ports were free a moment
@@ -75,7 +159,7 @@ func freeAddrs(t *testing.T, n int) []string {
 	}()
 	var out []string
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := porttest.Listen()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,68 +169,20 @@ func freeAddrs(t *testing.T, n int) []string {
 	return out
 }
 
-// startQuorum initialises a domain root and starts n journals, returning
-// once every one logs that it serves.
-func startQuorum(t *testing.T, n int) *quorum {
-	t.Helper()
-	q := &quorum{t: t, dir: t.TempDir()}
-	if out, err := exec.Command(filepath.Join(binDir, "pact-journal"), "init", "--dir", q.dir).CombinedOutput(); err != nil {
-		t.Fatalf("pact-journal init: %v\n%s", err, out)
-	}
-	addrs := freeAddrs(t, 3*n)
-	var peers []string
-	for i := range n {
-		m := &member{id: fmt.Sprintf("j%d", i+1), grpc: addrs[3*i], raft: addrs[3*i+1], metrics: addrs[3*i+2]}
-		q.members = append(q.members, m)
-		peers = append(peers, m.id+"="+m.raft)
-	}
-	for _, m := range q.members {
-		m.args = []string{
-			"--node-id", m.id, "--data-dir", filepath.Join(q.dir, m.id),
-			"--listen", m.grpc, "--raft-listen", m.raft, "--metrics-listen", m.metrics,
-			"--root-cert", filepath.Join(q.dir, "ca.pem"), "--root-key", filepath.Join(q.dir, "ca-key.pem"),
-			"--initial-cluster", strings.Join(peers, ","),
-		}
-	}
-	for i := range q.members {
-		q.launch(i)
-	}
-	for i := range q.members {
-		q.waitServing(i)
-	}
-	return q
-}
-
-// launch starts member i's process (first start or restart).
-func (q *quorum) launch(i int) {
-	q.t.Helper()
-	m := q.members[i]
-	m.starts++
-	m.proc = start(q.t, nil, "pact-journal", m.args...)
-}
-
 var journalServingRE = regexp.MustCompile(`msg="journal serving".*issuer_serial=([0-9a-f]+)`)
 
 // waitServing waits (bounded) until member i's current process serves and
-// returns the serial of the intermediate it signs with. It reads the
-// captured output, so a line the proc helper dropped is still found.
+// returns the serial of the intermediate it signs with.
 func (q *quorum) waitServing(i int) string {
 	q.t.Helper()
-	p := q.members[i].proc
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if m := journalServingRE.FindStringSubmatch(p.output()); m != nil {
-			return m[1]
-		}
-		select {
-		case <-p.exited:
-			q.t.Fatalf("%s exited (%v) before serving:\n%s", q.members[i].id, p.err, p.output())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			q.t.Fatalf("%s did not serve within 60s:\n%s", q.members[i].id, p.output())
-		}
+	if err := q.pq.WaitServing(i, 60*time.Second); err != nil {
+		q.t.Fatal(err)
 	}
+	m := journalServingRE.FindStringSubmatch(q.pq.CurrentLog(i))
+	if m == nil {
+		q.t.Fatalf("%s serves but logged no intermediate serial:\n%s", q.members[i].id, launch.Tail(q.pq.CurrentLog(i), 20))
+	}
+	return m[1]
 }
 
 // addrs is every member's gRPC address.
@@ -258,8 +294,9 @@ func (q *quorum) registerBatch(nodes []testNode) {
 	}
 	// Enroll resolves hardware against the answering journal's local
 	// registry, which may lag the journal that committed the batch by a few
-	// milliseconds; a lagging one refuses with NODE_NOT_ENROLLED. Wait until
-	// every journal has applied the batch before any agent enrolls.
+	// milliseconds; a lagging one confirms with the leader before refusing
+	// (and answers NO_LEADER if it cannot). Wait until every journal has
+	// applied the batch so the enrollments below are not slowed by that.
 	for i := range q.members {
 		q.syncRead(i, nodes[len(nodes)-1].id)
 	}
@@ -561,7 +598,7 @@ func TestQuorumSurvivesLeaderKill(t *testing.T) {
 				if len(acks) >= killAfter {
 					killOnce.Do(func() {
 						killAt, killAck = time.Now(), len(acks)
-						killErr = q.members[victim].proc.cmd.Process.Signal(syscall.SIGKILL)
+						killErr = q.pq.Signal(victim, syscall.SIGKILL)
 					})
 				}
 				mu.Unlock()
@@ -574,7 +611,7 @@ func TestQuorumSurvivesLeaderKill(t *testing.T) {
 		t.Fatalf("SIGKILL of the leader %s: %v (killed: %v)", q.members[victim].id, killErr, !killAt.IsZero())
 	}
 	select {
-	case <-q.members[victim].proc.exited:
+	case <-q.pq.Exited(victim):
 	case <-time.After(10 * time.Second):
 		t.Fatalf("%s did not die on SIGKILL", q.members[victim].id)
 	}
@@ -787,14 +824,14 @@ func TestQuorumMinorityAcceptsNoWrites(t *testing.T) {
 		if i == survivor {
 			continue
 		}
-		if err := m.proc.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		if err := q.pq.Signal(i, syscall.SIGSTOP); err != nil {
 			t.Fatalf("SIGSTOP %s: %v", m.id, err)
 		}
 		frozen = append(frozen, i)
 	}
 	thaw := func() {
 		for _, i := range frozen {
-			q.members[i].proc.cmd.Process.Signal(syscall.SIGCONT)
+			q.pq.Signal(i, syscall.SIGCONT)
 		}
 	}
 	t.Cleanup(thaw) // before the processes' own cleanup sends SIGTERM
@@ -902,12 +939,17 @@ func TestQuorumFullRestart(t *testing.T) {
 	}
 
 	// Stop all three at once, then start all three.
-	for _, m := range q.members {
-		m.proc.cmd.Process.Signal(syscall.SIGTERM)
+	for i := range q.members {
+		q.pq.Signal(i, syscall.SIGTERM)
 	}
-	for _, m := range q.members {
-		if code := m.proc.wait(t); code != 0 {
-			t.Errorf("%s exited %d on SIGTERM", m.id, code)
+	for i, m := range q.members {
+		select {
+		case <-q.pq.Exited(i):
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s did not exit on SIGTERM", m.id)
+		}
+		if err := q.pq.ExitError(i); err != nil {
+			t.Errorf("%s exited on SIGTERM: %v", m.id, err)
 		}
 	}
 	began := time.Now()

@@ -23,6 +23,12 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(floodHelperEnv); spec != "" {
+		os.Exit(floodHelper(spec))
+	}
+	if spec := os.Getenv(guessHelperEv); spec != "" {
+		os.Exit(guessHelper(spec))
+	}
 	dir, err := os.MkdirTemp("", "pact-e2e-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -99,7 +105,13 @@ func start(t *testing.T, env []string, name string, args ...string) *proc {
 // waitLine waits for a line matching re and returns its submatches.
 func (p *proc) waitLine(t *testing.T, re *regexp.Regexp) []string {
 	t.Helper()
-	deadline := time.After(30 * time.Second)
+	return p.waitLineWithin(t, re, 30*time.Second)
+}
+
+// waitLineWithin is waitLine with its own bound.
+func (p *proc) waitLineWithin(t *testing.T, re *regexp.Regexp, within time.Duration) []string {
+	t.Helper()
+	deadline := time.After(within)
 	for {
 		select {
 		case l := <-p.lines:

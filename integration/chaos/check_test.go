@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -86,11 +87,13 @@ func TestCheckLinearizableClassifies(t *testing.T) {
 		// n1: linearizable.
 		op{0, 10, "n1", register, ok},
 		op{11, 20, "n1", enrollIn("k1"), cert("s1", "k1")},
-		// n2: a lagging journal refused a renewal with the current
-		// certificate (allowed).
+		// n2: a lagging journal told a new incarnation to wait for a
+		// takeover (allowed: takeover-wait).
 		op{0, 10, "n2", register, ok},
 		op{11, 20, "n2", enrollIn("k1"), cert("s2", "k1")},
-		op{21, 30, "n2", renewIn("s2", "k2"), fail("STALE_CERTIFICATE")},
+		op{21, 30, "n2", decomm, ok},
+		op{31, 40, "n2", register, ok},
+		op{41, 50, "n2", enrollIn("k2"), retryable("ALREADY_ACTIVE")},
 		// n3: NO_LEADER, yet written.
 		op{0, 10, "n3", register, fail("NO_LEADER")},
 		op{11, 20, "n3", read, readOut(StateRegistered, "", "")},
@@ -102,8 +105,8 @@ func TestCheckLinearizableClassifies(t *testing.T) {
 	if l.Verdict != "no" || l.Nodes != 4 {
 		t.Errorf("verdict %s over %d nodes, want no over 4", l.Verdict, l.Nodes)
 	}
-	if strings.Join(l.Stale, ",") != "n2" || strings.Join(l.NoLeader, ",") != "n3" || strings.Join(l.Illegal, ",") != "n4" {
-		t.Errorf("stale %v, no-leader %v, illegal %v; want [n2] [n3] [n4]", l.Stale, l.NoLeader, l.Illegal)
+	if strings.Join(l.Allowed[AllowTakeoverWait], ",") != "n2" || l.AllowedNodes() != 1 || strings.Join(l.NoLeader, ",") != "n3" || strings.Join(l.Illegal, ",") != "n4" {
+		t.Errorf("allowed %v, no-leader %v, illegal %v; want takeover-wait [n2] [n3] [n4]", l.Allowed, l.NoLeader, l.Illegal)
 	}
 	if len(l.Excerpts) != 3 || !strings.Contains(l.Excerpts[2], ">>") || !strings.Contains(l.Excerpts[2], "n4 read() -> NODE_NOT_ENROLLED") {
 		t.Errorf("excerpts do not point at the offending call:\n%s", strings.Join(l.Excerpts, "\n"))
@@ -170,9 +173,52 @@ func TestCheckHardware(t *testing.T) {
 		node("n3", StateRevoked, "s3", "k3", "52:54:00:00:00:02"),
 		node("n4", StateActive, "s4", "k4", "52:54:00:00:00:02"),
 	}, nil)
-	c := CheckHardware([]JournalState{s})
+	c := CheckHardware([]JournalState{s}, s, nil, NewHistory())
 	if len(c.Violations) != 1 || !strings.Contains(c.Violations[0], "52:54:00:00:00:01") {
 		t.Errorf("violations %v, want one for 52:54:00:00:00:01", c.Violations)
+	}
+}
+
+// hw-active-once holds at every moment, not only at the end: a history
+// whose end state is clean but which had two live (or active) holders of
+// one MAC or BMC at some index fails.
+func TestCheckHardwareOverTheHistory(t *testing.T) {
+	hw := map[string][2]string{
+		"old":   {"52:54:00:00:00:01", "SN-OLD"},
+		"new":   {"52:54:00:00:00:01", "SN-OLD"}, // the old node's hardware
+		"nic":   {"52:54:00:00:00:01", "SN-NIC"}, // only its NIC
+		"other": {"52:54:00:00:00:02", "SN-OTHER"},
+	}
+	clean := []*pactv1.Node{node("old", StateRevoked, "s1", "k1", "52:54:00:00:00:01"), node("new", StateActive, "s2", "k2", "52:54:00:00:00:01")}
+	cases := map[string]struct {
+		audit []*pactv1.AuditEntry
+		want  string // a violation containing this; "" none
+	}{
+		"hardware handed on after the decommission": {audit: audit(
+			"old register", "old enroll s1", "old decommission", "new register", "new enroll s2")},
+		"registered to a new id while the old one was live": {audit: audit(
+			"old register", "old enroll s1", "new register", "old decommission", "new enroll s2"),
+			want: "new registered with mac 52:54:00:00:00:01, which node old (active) holds"},
+		"a moved NIC registered while its node was live": {audit: audit(
+			"old register", "nic register", "old decommission", "nic decommission", "new register", "new enroll s2"),
+			want: "nic registered with mac 52:54:00:00:00:01"},
+		"activated with hardware another node holds": {audit: audit(
+			"old register", "old decommission", "new register", "old enroll s1", "old decommission", "new enroll s2"),
+			want: "old became active with mac 52:54:00:00:00:01, which node new holds"},
+		"an id the workload never registers": {audit: audit("ghost register"),
+			want: "ghost registered, but the workload never registers it"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := final(clean, tc.audit)
+			c := CheckHardware([]JournalState{s}, s, hw, NewHistory())
+			switch {
+			case tc.want == "" && !c.OK():
+				t.Errorf("violations %v, want none", c.Violations)
+			case tc.want != "" && !strings.Contains(strings.Join(c.Violations, "\n"), tc.want):
+				t.Errorf("violations %v, want one with %q", c.Violations, tc.want)
+			}
+		})
 	}
 }
 
@@ -214,5 +260,100 @@ func TestResolveUnknown(t *testing.T) {
 	l := CheckLinearizable(h, 5000e6, 10*time.Second) // settled at 5s
 	if l.Verdict != "yes" || l.UnknownApplied != 1 || l.UnknownNotApplied != 1 || l.UnknownEither != 1 {
 		t.Errorf("verdict %s; applied %d, not applied %d, either %d; want yes 1 1 1", l.Verdict, l.UnknownApplied, l.UnknownNotApplied, l.UnknownEither)
+	}
+}
+
+// A run passes only with a definite verdict and the evidence that it did
+// what it is about; each missing piece alone fails it.
+func TestPassedNeedsVerdictAndEvidence(t *testing.T) {
+	good := func() *ScenarioResult {
+		return &ScenarioResult{
+			Ops: 500, OK: 400, MinOps: 100, MinFaults: 1, NeedLeaderChange: true,
+			Faults:  []Fault{{Kind: "SIGKILL", Target: "j1(leader)"}},
+			Leaders: []LeaderTerm{{Leader: "j1", Term: 2}, {Leader: "j2", Term: 3}},
+			Lin:     Linearizability{Verdict: "yes"},
+			Checks:  []Check{{Name: InvHardware, Checked: 4}},
+		}
+	}
+	if r := good(); !r.Passed() {
+		t.Fatalf("a complete run fails: %v", r.Evidence())
+	}
+	cases := map[string]func(r *ScenarioResult){
+		"checker timed out":          func(r *ScenarioResult) { r.Lin = Linearizability{Verdict: "unknown", TimedOut: []string{"n1"}} },
+		"not linearizable":           func(r *ScenarioResult) { r.Lin = Linearizability{Verdict: "no", Illegal: []string{"n1"}} },
+		"no verdict":                 func(r *ScenarioResult) { r.Lin = Linearizability{} },
+		"too few operations":         func(r *ScenarioResult) { r.Ops = 99 },
+		"nothing succeeded":          func(r *ScenarioResult) { r.OK = 0 },
+		"no fault injected":          func(r *ScenarioResult) { r.Faults = nil },
+		"no leader change":           func(r *ScenarioResult) { r.Leaders = r.Leaders[:1] },
+		"no leader seen at all":      func(r *ScenarioResult) { r.Leaders = nil },
+		"an invariant violated":      func(r *ScenarioResult) { r.Checks[0].Violations = []string{"x"} },
+		"fewer faults than required": func(r *ScenarioResult) { r.MinFaults = 2 },
+	}
+	for name, spoil := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := good()
+			spoil(r)
+			if r.Passed() {
+				t.Errorf("passed")
+			}
+		})
+	}
+	// Not about leaders: no change needed.
+	r := good()
+	r.NeedLeaderChange, r.Leaders = false, nil
+	if !r.Passed() {
+		t.Errorf("a scenario not about leaders fails without a leader change: %v", r.Evidence())
+	}
+}
+
+// A node the checker cannot decide within its budget (and the larger
+// retry) makes the verdict "unknown", never "yes".
+func TestCheckLinearizableTimeoutIsUnknown(t *testing.T) {
+	var ops []op
+	ops = append(ops, op{0, 10, "n1", register, ok}, op{11, 20, "n1", enrollIn("k0"), cert("s0", "k0")})
+	// Many concurrent renewals of unknown outcome, then reads: a large
+	// search for porcupine.
+	for i := range 60 {
+		ops = append(ops, op{30, -1, "n1", renewIn("s0", fmt.Sprintf("k%d", i+1)), unknown()})
+	}
+	for i := range 40 {
+		ops = append(ops, op{int64(100 + 10*i), int64(105 + 10*i), "n1", read, readOut(StateActive, fmt.Sprintf("x%d", i), "kz")})
+	}
+	l := CheckLinearizable(recs(ops...), 0, time.Nanosecond)
+	if l.Verdict != "unknown" || len(l.TimedOut) != 1 {
+		t.Fatalf("verdict %s, timed out %v; want unknown [n1]", l.Verdict, l.TimedOut)
+	}
+	r := &ScenarioResult{Ops: 1, OK: 1, Faults: []Fault{{}}, Lin: l}
+	if r.Passed() {
+		t.Error("a run with an undecided node passes")
+	}
+}
+
+func TestCheckNoStall(t *testing.T) {
+	slow := []Fault{{Kind: "slow", Target: "j2", At: 1000e6, Healed: 5000e6}}
+	steady := recs(
+		op{900, 1100, "n1", register, ok},
+		op{1200, 2500, "n1", enrollIn("k1"), cert("s1", "k1")},
+		op{2600, 4000, "n1", renewIn("s1", "k2"), cert("s2", "k2")},
+		op{4100, 4900, "n1", decomm, ok},
+		op{4100, 4200, "n1", read, readOut(StateActive, "s2", "k2")},
+	)
+	if c := CheckNoStall(steady, slow, 6000e6); !c.OK() || c.Checked != 1 {
+		t.Errorf("steady writes: %v (checked %d)", c.Violations, c.Checked)
+	}
+	stalled := recs(
+		op{900, 1100, "n1", register, ok},
+		op{1200, 1500, "n1", enrollIn("k1"), cert("s1", "k1")},
+		op{1600, 4000, "n1", read, readOut(StateActive, "s1", "k1")}, // reads do not count
+		op{4100, 4600, "n1", renewIn("s1", "k2"), cert("s2", "k2")},
+		op{4700, 4800, "n1", decomm, ok},
+	)
+	if c := CheckNoStall(stalled, slow, 6000e6); len(c.Violations) != 1 || !strings.Contains(c.Violations[0], "3.1s") {
+		t.Errorf("a 3.1 s stall: %v", c.Violations)
+	}
+	quietEnd := recs(op{900, 1100, "n1", register, ok}, op{1200, 1500, "n1", enrollIn("k1"), cert("s1", "k1")})
+	if c := CheckNoStall(quietEnd, slow, 6000e6); c.OK() {
+		t.Error("no write in the last 3.5 s of the fault passed")
 	}
 }

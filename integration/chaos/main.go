@@ -189,13 +189,13 @@ func Recheck(stdout, stderr io.Writer, path, node string, timeout time.Duration)
 		recs = only
 	}
 	l := CheckLinearizable(recs, settled, timeout)
-	fmt.Fprintf(stdout, "%d calls on %d nodes: linearizable %s; stale %v; NO_LEADER written %v; illegal %v; timed out %v\n",
-		len(recs), l.Nodes, l.Verdict, l.Stale, l.NoLeader, l.Illegal, l.TimedOut)
+	fmt.Fprintf(stdout, "%d calls on %d nodes: linearizable %s; allowed stale answers %v; NO_LEADER written %v; illegal %v; timed out %v\n",
+		len(recs), l.Nodes, l.Verdict, l.Allowed, l.NoLeader, l.Illegal, l.TimedOut)
 	fmt.Fprintf(stdout, "unknown writes: %d took effect, %d did not, %d either way\n", l.UnknownApplied, l.UnknownNotApplied, l.UnknownEither)
 	for _, e := range l.Excerpts {
 		fmt.Fprintln(stdout, e)
 	}
-	if l.Verdict == "no" {
+	if l.Verdict != "yes" {
 		return 1
 	}
 	return 0

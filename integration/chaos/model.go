@@ -24,7 +24,15 @@ const (
 	OpRenew        OpKind = "renew"        // EnrollmentService.RenewCert over mTLS
 	OpDecommission OpKind = "decommission" // AdminService.DecommissionNode, forced
 	OpRead         OpKind = "read"         // AdminService.InspectNode (linearizable)
+	// OpTakeover is an Enroll with a new key for a node that may be
+	// Active: a reboot that lost the key. Within the takeover window it is
+	// refused (ALREADY_ACTIVE); after it, it replaces the certificate.
+	OpTakeover OpKind = "takeover"
 )
+
+// issuesCert reports whether a successful call of this kind hands out a
+// certificate.
+func (k OpKind) issuesCert() bool { return k == OpEnroll || k == OpRenew || k == OpTakeover }
 
 // Result says what a client learned from one call.
 type Result string
@@ -78,6 +86,10 @@ type Output struct {
 	Key    string
 	// State is the node's state (InspectNode).
 	State string
+	// Retryable: the refusal came with a retry-after, so it is not final
+	// (apierr.Error.Final): an ALREADY_ACTIVE while a takeover may still
+	// become possible.
+	Retryable bool `json:",omitempty"`
 }
 
 // ModelState is one node's registry record as the specification sees it.
@@ -89,18 +101,17 @@ type ModelState struct {
 	// Revoked holds the serials this node's decommissions put into the
 	// revocation set (sorted).
 	Revoked []string
-	// Stale-read bookkeeping for the lenient model (see Spec.Lenient):
-	// whether the node was ever revoked, and every certificate it ever held
-	// as "key/serial" (sorted).
-	EverRevoked bool
-	EverCerts   []string
+	// Every certificate the node ever held as "key/serial" (sorted): an
+	// undetermined serial can never be one of these, and a takeover-wait
+	// answer needs a key the node once held.
+	EverCerts []string
 	// EverUnbound holds the keys of certificates whose serial never
 	// became known (sorted).
 	EverUnbound []string
 }
 
 func (s ModelState) key() string {
-	return fmt.Sprintf("%s|%s|%s|%s|%v|%s|%s", s.State, s.Serial, s.Key, strings.Join(s.Revoked, ","), s.EverRevoked, strings.Join(s.EverCerts, ","), strings.Join(s.EverUnbound, ","))
+	return fmt.Sprintf("%s|%s|%s|%s|%s|%s", s.State, s.Serial, s.Key, strings.Join(s.Revoked, ","), strings.Join(s.EverCerts, ","), strings.Join(s.EverUnbound, ","))
 }
 
 func (s ModelState) String() string {
@@ -212,29 +223,42 @@ func (s ModelState) mayBeRevoked(serial string) bool {
 	return s.serialRevoked(serial) || slices.Contains(s.Revoked, unknownSerial)
 }
 
-func (s ModelState) everHeldOtherKey(key string) bool {
-	for _, c := range s.EverCerts {
-		if k, _, _ := strings.Cut(c, "/"); k != key {
-			return true
-		}
-	}
-	return false
-}
+// Allowance names one answer the design lets a journal give from its own,
+// possibly lagging, copy of the registry. Every other answer must be
+// explained by the node's state at its linearization point. The design
+// (DESIGN.md section 6) allows no final refusal from a lagging copy: each
+// allowance is an answer the caller is told to retry.
+type Allowance string
+
+// Allowances (docs/chaos.md lists them with their reasons).
+const (
+	// AllowTakeoverWait: ALREADY_ACTIVE with a retry-after ("the node was
+	// active until a while ago; if it rebooted it may enroll again in
+	// ..."). The journal decides it from its own copy of the registry
+	// without asking the leader, because the answer is not final: the
+	// agent retries after the delay, and a takeover itself is decided by
+	// the leader's state machine. A lagging copy may even resolve the
+	// hardware to its previous owner (a node since decommissioned, whose
+	// hardware now belongs to this node id), so the model accepts it in
+	// any state: it changes nothing and promises nothing.
+	AllowTakeoverWait Allowance = "takeover-wait"
+)
+
+// DesignAllowances is every allowance the design makes.
+var DesignAllowances = []Allowance{AllowTakeoverWait}
 
 // Spec is the registry's sequential specification for one node.
 type Spec struct {
-	// Lenient accepts the answers the documented design allows a journal to
-	// give from its own, possibly lagging, copy of the registry: Enroll and
-	// RenewCert refuse (and an Enroll retry with the same key answers) from
-	// local state before anything is proposed. Such an answer must match
-	// some state the node was in earlier, not necessarily the current one.
-	// Writes that succeed, admin calls and InspectNode stay strict.
-	Lenient bool
+	// Allow lists the stale answers accepted (none: strictly the state at
+	// the linearization point).
+	Allow []Allowance
 	// NoLeaderUnknown treats NO_LEADER as an unknown outcome instead of the
 	// definite "nothing was written" the wire contract promises. Used only
 	// to diagnose a violation.
 	NoLeaderUnknown bool
 }
+
+func (sp Spec) allows(a Allowance) bool { return slices.Contains(sp.Allow, a) }
 
 // noEffect reports whether a failure reason is one that changes nothing
 // whatever the state: the call was refused before any rule was evaluated.
@@ -269,6 +293,8 @@ func (sp Spec) Step(s ModelState, in Input, out Output) []ModelState {
 		return sp.register(s, out)
 	case OpEnroll:
 		return sp.enroll(s, in, out)
+	case OpTakeover:
+		return sp.takeover(s, in, out)
 	case OpRenew:
 		return sp.renew(s, in, out)
 	case OpDecommission:
@@ -304,6 +330,12 @@ func (sp Spec) register(s ModelState, out Output) []ModelState {
 			if !canRegister {
 				return one(s)
 			}
+		case out.Reason == "HARDWARE_IDENTITY_CONFLICT":
+			// Another node holds the hardware: a fact about other nodes,
+			// which CheckHardwareConflicts verifies against the audit.
+			if canRegister {
+				return one(s)
+			}
 		case noEffect(out.Reason):
 			return one(s)
 		}
@@ -322,9 +354,6 @@ func (sp Spec) enroll(s ModelState, in Input, out Output) []ModelState {
 			return one(s.withCert(out.Serial, in.Key))
 		case s.State == StateActive && s.Key == in.Key && s.canBeSerial(out.Serial):
 			return one(s.bind(out.Serial)) // a retry: the committed certificate again
-		case sp.Lenient && (slices.Contains(s.EverCerts, in.Key+"/"+out.Serial) ||
-			slices.Contains(s.EverUnbound, in.Key) && !s.known(out.Serial, in.Key)):
-			return one(s) // a retry answered from a lagging copy
 		}
 	case ResultUnknown:
 		next := []ModelState{s}
@@ -335,15 +364,15 @@ func (sp Spec) enroll(s ModelState, in Input, out Output) []ModelState {
 	case ResultFailed:
 		switch out.Reason {
 		case "NODE_NOT_ENROLLED":
-			if s.State == StateNone || sp.Lenient {
+			if s.State == StateNone {
 				return one(s)
 			}
 		case "NODE_REVOKED":
-			if s.State == StateRevoked || (sp.Lenient && s.EverRevoked) {
+			if s.State == StateRevoked {
 				return one(s)
 			}
 		case "ALREADY_ACTIVE":
-			if (s.State == StateActive && s.Key != in.Key) || (sp.Lenient && s.everHeldOtherKey(in.Key)) {
+			if (s.State == StateActive && s.Key != in.Key) || (out.Retryable && sp.allows(AllowTakeoverWait)) {
 				return one(s)
 			}
 		default:
@@ -353,6 +382,29 @@ func (sp Spec) enroll(s ModelState, in Input, out Output) []ModelState {
 		}
 	}
 	return nil
+}
+
+// takeover is an Enroll with a new key: as enroll, and an Active node's
+// certificate for another key may be replaced (the takeover window had
+// passed) or the call refused (it had not; whether it had depends on
+// when the node was last seen, which the journals decide).
+func (sp Spec) takeover(s ModelState, in Input, out Output) []ModelState {
+	otherKey := s.State == StateActive && s.Key != in.Key
+	switch out.Result {
+	case ResultOK:
+		if otherKey && out.Key == in.Key {
+			return one(s.bind(s.Serial).withCert(out.Serial, in.Key))
+		}
+	case ResultUnknown:
+		if otherKey {
+			return []ModelState{s, s.withCert(unknownSerial, in.Key)}
+		}
+	case ResultFailed:
+		if out.Reason == "ALREADY_ACTIVE" && otherKey {
+			return one(s)
+		}
+	}
+	return sp.enroll(s, in, out)
 }
 
 func (sp Spec) renew(s ModelState, in Input, out Output) []ModelState {
@@ -377,7 +429,7 @@ func (sp Spec) renew(s ModelState, in Input, out Output) []ModelState {
 	case ResultFailed:
 		switch out.Reason {
 		case "NODE_REVOKED":
-			if s.State == StateRevoked || s.mayBeRevoked(in.Prev) || (sp.Lenient && s.EverRevoked) {
+			if s.State == StateRevoked || s.mayBeRevoked(in.Prev) {
 				return one(s)
 			}
 		case "STALE_CERTIFICATE":
@@ -386,11 +438,11 @@ func (sp Spec) renew(s ModelState, in Input, out Output) []ModelState {
 			// replaced, or revoked in an earlier registration).
 			stale := (s.State == StateRegistered || s.State == StateActive || s.State == StateInactive) &&
 				(s.State != StateActive || s.Serial != in.Prev || s.mayBeRevoked(in.Prev))
-			if stale || sp.Lenient {
+			if stale {
 				return one(s)
 			}
 		case "PERMISSION_DENIED", "NODE_NOT_ENROLLED":
-			if s.State == StateNone || sp.Lenient {
+			if s.State == StateNone {
 				return one(s)
 			}
 		default:
@@ -406,7 +458,7 @@ func (sp Spec) decommission(s ModelState, out Output) []ModelState {
 	live := s.State == StateRegistered || s.State == StateActive || s.State == StateInactive
 	revoked := func() ModelState {
 		n := s.clone()
-		n.State, n.EverRevoked = StateRevoked, true
+		n.State = StateRevoked
 		if n.Serial != "" {
 			n.Revoked = insertSorted(n.Revoked, n.Serial)
 		}
@@ -530,6 +582,8 @@ func DescribeOp(in Input, out Output) string {
 	switch in.Kind {
 	case OpEnroll:
 		call = fmt.Sprintf("enroll(key=%s)", short(in.Key))
+	case OpTakeover:
+		call = fmt.Sprintf("takeover(key=%s)", short(in.Key))
 	case OpRenew:
 		call = fmt.Sprintf("renew(with=%s, key=%s)", short(in.Prev), short(in.Key))
 	default:
@@ -538,7 +592,7 @@ func DescribeOp(in Input, out Output) string {
 	switch out.Result {
 	case ResultOK:
 		switch in.Kind {
-		case OpEnroll, OpRenew:
+		case OpEnroll, OpRenew, OpTakeover:
 			return fmt.Sprintf("%s -> ok serial=%s", call, short(out.Serial))
 		case OpRead:
 			if out.Serial != "" {
@@ -549,6 +603,9 @@ func DescribeOp(in Input, out Output) string {
 		return call + " -> ok"
 	case ResultUnknown:
 		return fmt.Sprintf("%s -> unknown (%s)", call, out.Reason)
+	}
+	if out.Retryable {
+		return fmt.Sprintf("%s -> %s (retry-after)", call, out.Reason)
 	}
 	return fmt.Sprintf("%s -> %s", call, out.Reason)
 }

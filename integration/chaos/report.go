@@ -56,12 +56,18 @@ func (r *ScenarioResult) linSummary() string {
 	switch {
 	case r.Err != nil && r.Lin.Verdict == "":
 		return "-"
-	case r.Lin.Verdict == "yes" && len(r.Lin.Stale) > 0:
-		return fmt.Sprintf("yes (%d stale-refusal nodes)", len(r.Lin.Stale))
+	case r.Lin.Verdict == "yes" && r.Lin.AllowedNodes() > 0:
+		var parts []string
+		for _, a := range DesignAllowances {
+			if n := len(r.Lin.Allowed[a]); n > 0 {
+				parts = append(parts, fmt.Sprintf("%d %s", n, a))
+			}
+		}
+		return fmt.Sprintf("yes (%s)", strings.Join(parts, ", "))
 	case r.Lin.Verdict == "no":
 		return fmt.Sprintf("NO (%d of %d nodes)", len(r.Lin.Illegal)+len(r.Lin.NoLeader), r.Lin.Nodes)
 	case r.Lin.Verdict == "unknown":
-		return fmt.Sprintf("unknown (%d timed out)", len(r.Lin.TimedOut))
+		return fmt.Sprintf("UNKNOWN (%d timed out)", len(r.Lin.TimedOut))
 	}
 	return r.Lin.Verdict
 }
@@ -92,6 +98,20 @@ func Report(w io.Writer, results []*ScenarioResult, seed uint64, skipped []strin
 		}
 		if r.Network != "" {
 			lines = append(lines, "network: "+r.Network)
+		}
+		for _, m := range r.Evidence() {
+			lines = append(lines, "NOT SHOWN (the run proves nothing without it): "+m)
+		}
+		if len(r.Leaders) > 0 {
+			var ls []string
+			for _, l := range r.Leaders {
+				ls = append(ls, fmt.Sprintf("%s (term %d, %.1fs)", l.Leader, l.Term, float64(l.At)/1e9))
+			}
+			lines = append(lines, fmt.Sprintf("leaders seen: %d changes: %s", LeaderChanges(r.Leaders), strings.Join(ls, ", ")))
+		}
+		if hc := r.Hardware; hc != (HardwareCounts{}) {
+			lines = append(lines, fmt.Sprintf("hardware: %d registrations of another node id's hardware, %d refused as a conflict; reboots with a new key: %d takeovers, %d refused (ALREADY_ACTIVE)",
+				hc.Moves, hc.Conflicts, hc.Takeovers, hc.TakeoversRefused))
 		}
 		for _, c := range r.Checks {
 			status := "ok"
@@ -127,8 +147,10 @@ func Report(w io.Writer, results []*ScenarioResult, seed uint64, skipped []strin
 			lines = append(lines, fmt.Sprintf("unknown outcomes resolved from the rest of the history and the converged registry: %d writes took effect, %d did not, %d either way (reads with unknown outcomes need no resolution)",
 				r.Lin.UnknownApplied, r.Lin.UnknownNotApplied, r.Lin.UnknownEither))
 		}
-		if len(r.Lin.Stale) > 0 {
-			lines = append(lines, fmt.Sprintf("stale answers on %d nodes (a journal refused Enroll/RenewCert, or answered an Enroll retry, from its own lagging copy; allowed, not a violation): %s", len(r.Lin.Stale), strings.Join(r.Lin.Stale, " ")))
+		for _, a := range DesignAllowances {
+			if nodes := r.Lin.Allowed[a]; len(nodes) > 0 {
+				lines = append(lines, fmt.Sprintf("allowed stale answer %s on %d nodes (docs/chaos.md; not a violation): %s", a, len(nodes), strings.Join(nodes, " ")))
+			}
 		}
 		for _, e := range r.Lin.Excerpts {
 			lines = append(lines, strings.TrimRight(e, "\n"))
@@ -162,10 +184,11 @@ type jsonScenario struct {
 	Refused      int            `json:"refused"`
 	Unknown      int            `json:"unknown"`
 	Faults       int            `json:"faults"`
+	LeaderChgs   int            `json:"leader_changes"`
 	UnavailP50   int64          `json:"unavail_p50_ms"`
 	UnavailP99   int64          `json:"unavail_p99_ms"`
 	Linearizable string         `json:"linearizable"`
-	StaleNodes   int            `json:"stale_refusal_nodes"`
+	Allowed      map[string]int `json:"allowed_stale_nodes"`
 	Resolved     [3]int         `json:"unknown_applied_notapplied_either"`
 	Invariants   map[string]int `json:"invariant_violations"`
 	Error        string         `json:"error,omitempty"`
@@ -178,19 +201,23 @@ func summary(results []*ScenarioResult, seed uint64, pass bool) any {
 	violations := 0
 	for _, r := range results {
 		s := jsonScenario{Scenario: r.Scenario, Journals: r.Journals, Ops: r.Ops, OK: r.OK, Refused: r.Failed, Unknown: r.Unknown,
-			Faults: len(r.Faults), UnavailP50: Percentile(r.Unavailable, 50).Milliseconds(), UnavailP99: Percentile(r.Unavailable, 99).Milliseconds(),
-			Linearizable: r.Lin.Verdict, StaleNodes: len(r.Lin.Stale), Resolved: [3]int{r.Lin.UnknownApplied, r.Lin.UnknownNotApplied, r.Lin.UnknownEither}, Invariants: map[string]int{}, Pass: r.Passed(), Seconds: r.Elapsed.Seconds()}
+			Faults: len(r.Faults), LeaderChgs: LeaderChanges(r.Leaders), UnavailP50: Percentile(r.Unavailable, 50).Milliseconds(), UnavailP99: Percentile(r.Unavailable, 99).Milliseconds(),
+			Linearizable: r.Lin.Verdict, Allowed: map[string]int{}, Resolved: [3]int{r.Lin.UnknownApplied, r.Lin.UnknownNotApplied, r.Lin.UnknownEither}, Invariants: map[string]int{}, Pass: r.Passed(), Seconds: r.Elapsed.Seconds()}
+		for a, nodes := range r.Lin.Allowed {
+			s.Allowed[string(a)] = len(nodes)
+		}
 		for _, c := range r.Checks {
 			s.Invariants[c.Name] = len(c.Violations)
 			violations += len(c.Violations)
 		}
-		if r.Lin.Verdict == "no" {
-			violations += len(r.Lin.Illegal) + len(r.Lin.NoLeader)
+		if r.Lin.Verdict != "yes" {
+			violations += len(r.Lin.Illegal) + len(r.Lin.NoLeader) + len(r.Lin.TimedOut)
 		}
 		if r.Err != nil {
 			s.Error = r.Err.Error()
 			violations++
 		}
+		violations += len(r.Evidence())
 		ss = append(ss, s)
 	}
 	return map[string]any{"chaos": "pact", "seed": seed, "pass": pass, "violations": violations, "scenarios": ss}

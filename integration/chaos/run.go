@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -62,11 +63,24 @@ type ScenarioResult struct {
 	// Settled is the history time from which nothing was in flight (0:
 	// the journals never converged).
 	Settled int64
+	// What the run must show (Evidence): at least MinOps calls and
+	// MinFaults faults, and, if NeedLeaderChange, a new leader among
+	// Leaders (every term with a known leader the watcher saw).
+	MinOps, MinFaults int
+	NeedLeaderChange  bool
+	Leaders           []LeaderTerm
+	// Hardware is what the workload did with hardware and keys, and
+	// NeedMoves / NeedReboots whether the run must show moves and
+	// conflicts / takeovers and refused takeovers.
+	Hardware               HardwareCounts
+	NeedMoves, NeedReboots bool
 }
 
-// Passed reports whether nothing was violated.
+// Passed reports whether nothing was violated, the checker reached a
+// definite verdict, and the run showed the work and faults it is about
+// (Evidence).
 func (r *ScenarioResult) Passed() bool {
-	if r.Err != nil || r.Lin.Verdict == "no" {
+	if r.Err != nil || r.Lin.Verdict != "yes" || len(r.Evidence()) > 0 {
 		return false
 	}
 	for _, c := range r.Checks {
@@ -132,18 +146,38 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 		wl.ThinkMin, wl.ThinkMax = sc.ThinkMin, sc.ThinkMax
 	}
 	wl.Seed = seed
+	// Every scenario moves hardware between node ids; hw-active-once is
+	// checked over the whole history.
+	wl.Churn = true
+	if sc.TakeoverWindow > 0 {
+		wl.TakeoverWindow = sc.TakeoverWindow
+		sc.Extra = append(append([]string{}, sc.Extra...),
+			"--takeover-window", sc.TakeoverWindow.String(), "--digest-interval", (sc.TakeoverWindow / 3).String())
+	}
 
 	q, err := newQuorum(sc, opts, &wl, res)
 	if err != nil {
 		res.Err = err
 		return res
 	}
-	unregister := onSignal(func() { q.Close() })
+	unmount := func() {}
+	if sc.Disk {
+		if _, ok := q.(*ProcQuorum); !ok {
+			res.Err = errors.New("the disk-full scenario needs journal processes (not containers)")
+			return res
+		}
+		if unmount, err = smallDisks(res.Dir, sc.Journals); err != nil {
+			res.Err = err
+			return res
+		}
+	}
+	unregister := onSignal(func() { q.Close(); unmount() })
 	defer func() {
 		unregister()
 		if err := q.Close(); err != nil {
 			res.Notes = append(res.Notes, "cleanup: "+err.Error())
 		}
+		unmount()
 		if res.Passed() && !opts.Keep {
 			os.RemoveAll(res.Dir)
 		}
@@ -160,6 +194,13 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 	}
 	h := NewHistory()
 	res.T0 = h.Start()
+	watch, err := watchLeaders(q, h)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	stopWatch := sync.OnceFunc(func() { res.Leaders = watch.Stop() })
+	defer stopWatch()
 	w, err := NewWorkload(wl, q, h)
 	if err != nil {
 		res.Err = err
@@ -180,8 +221,11 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 	} else if opts.Short {
 		dur = dur / 3
 	}
+	res.MinOps = int(dur.Seconds() * minOpsPerSecond)
+	res.MinFaults = max(sc.MinFaults, 1)
+	res.NeedLeaderChange = sc.Leaders
 	ctx, cancel := context.WithTimeout(context.Background(), dur)
-	env := &Env{Ctx: ctx, Q: q, H: h, Rng: mrand.New(mrand.NewPCG(seed, 0x5eed)), Logf: logf}
+	env := &Env{Ctx: ctx, Dir: res.Dir, Q: q, H: h, Rng: mrand.New(mrand.NewPCG(seed, 0x5eed)), Logf: logf}
 	injectErr := sc.Inject(env)
 	cancel()
 	healErr := healAll(env)
@@ -198,6 +242,7 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 	logf("healed after %d faults; recovering under load", len(res.Faults))
 	time.Sleep(recovery)
 	w.Stop()
+	stopWatch()
 	end := h.Now()
 
 	admins, closeAdmins, err := AdminConns(q)
@@ -236,6 +281,8 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 	res.Settled = settled
 	res.Lin = CheckLinearizable(recs, settled, timeout)
 	res.Unavailable = Unavailability(recs, res.Faults, end)
+	res.Hardware = CountHardware(recs, w.Hardware())
+	res.NeedMoves, res.NeedReboots = wl.Churn, wl.TakeoverWindow > 0
 	final := states[0]
 	for _, s := range states {
 		if s.Err == nil {
@@ -245,11 +292,25 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 	}
 	res.Checks = []Check{
 		CheckAckedWrites(recs, final, h),
-		CheckHardware(states),
+		CheckHardware(states, final, w.Hardware(), h),
 		CheckCertsCommitted(recs, final, h),
 		CheckNoRenewAfterDecommission(recs, final),
 		CheckIdentical(states, diff),
 		CheckSerials(recs, final),
+	}
+	if sc.Slow {
+		res.Checks = append(res.Checks, CheckNoStall(recs, res.Faults, end))
+	}
+	if sc.Disk {
+		running := func(id string) bool {
+			for i := range q.Size() {
+				if q.ID(i) == id {
+					return q.Running(i)
+				}
+			}
+			return false
+		}
+		res.Checks = append(res.Checks, CheckDiskFull(recs, res.Faults, running))
 	}
 	if sc.Name == "leader-pause" || len(env.pauses) > 0 {
 		res.Checks = append(res.Checks, CheckExLeader(recs, final, env.pauses, q.Log))

@@ -21,7 +21,9 @@ type Fault struct {
 
 // Env is what a scenario's fault schedule works with.
 type Env struct {
-	Ctx  context.Context
+	Ctx context.Context
+	// Dir holds the journals' data directories (Dir/jN).
+	Dir  string
 	Q    Quorum
 	H    *History
 	Rng  *mrand.Rand
@@ -171,6 +173,21 @@ type Scenario struct {
 	Inject func(e *Env) error
 	// Describe says what the scenario does, for -list.
 	Describe string
+	// Leaders marks a scenario about leaders: it fails unless the leader
+	// changed at least once (ScenarioResult.Evidence).
+	Leaders bool
+	// MinFaults is the fewest faults the run must inject (at least 1).
+	MinFaults int
+	// Disk gives every journal a small filesystem of its own (diskFull
+	// fills them); the run is checked with CheckDiskFull.
+	Disk bool
+	// Slow marks the slow-follower scenario: its run is checked for write
+	// stalls while a follower is slowed (CheckSlowFollower).
+	Slow bool
+	// TakeoverWindow, if set, is given to the journals (with a digest
+	// interval of a third of it) and the workload reboots nodes with a
+	// new key inside and after it; the run must show both answers.
+	TakeoverWindow time.Duration
 }
 
 // Flags every journal of every scenario gets: a small snapshot threshold,
@@ -185,21 +202,27 @@ var journalFlags = []string{
 // Scenarios is the campaign: name -> scenario, in run order.
 func Scenarios() []Scenario {
 	return []Scenario{
-		{Name: "leader-kill", Journals: 3, Duration: 30 * time.Second, Inject: leaderKill,
+		{Name: "leader-kill", Journals: 3, Leaders: true, Duration: 30 * time.Second, Inject: leaderKill,
 			Describe: "SIGKILL the leader every 3-6 s, restart it 1-3 s later"},
-		{Name: "leader-pause", Journals: 3, Duration: 30 * time.Second, Inject: leaderPause,
+		{Name: "leader-pause", Journals: 3, Leaders: true, Duration: 30 * time.Second, Inject: leaderPause,
 			Describe: "SIGSTOP the leader for 2.5-4 s (a new leader is elected), then SIGCONT: a paused ex-leader"},
 		{Name: "minority-partition", Journals: 3, Duration: 30 * time.Second, Inject: minorityPartition,
 			Describe: "cut a minority (half the time with the leader) off the others for 3-6 s; clients still reach it"},
 		{Name: "flapping-partition", Journals: 3, Duration: 30 * time.Second, Inject: flappingPartition,
 			Describe: "partitions that come and go every 0.3-2 s: isolate one journal (often the leader) or cut one link"},
-		{Name: "full-restart", Journals: 3, Duration: 30 * time.Second, Inject: fullRestart,
+		{Name: "full-restart", Journals: 3, Leaders: true, Duration: 30 * time.Second, Inject: fullRestart,
 			Describe: "stop every journal (SIGTERM or SIGKILL), start them all again"},
 		{Name: "lagging-follower-snapshot", Journals: 3, Duration: 20 * time.Second, Inject: laggingFollower,
 			ThinkMin: 60 * time.Millisecond, ThinkMax: 200 * time.Millisecond,
 			Describe: "SIGKILL a follower, write until the leader has snapshotted and compacted its log past it, restart it: it must install the snapshot and catch up"},
-		{Name: "leader-kill-5", Journals: 5, Duration: 30 * time.Second, Inject: leaderKill,
+		{Name: "leader-kill-5", Journals: 5, Leaders: true, Duration: 30 * time.Second, Inject: leaderKill,
 			Describe: "five journals: SIGKILL the leader (half the time a follower too: two of five), restart them"},
+		{Name: "hardware-churn", Journals: 3, Leaders: true, Duration: 30 * time.Second, Inject: leaderKill, TakeoverWindow: 6 * time.Second,
+			Describe: "SIGKILL the leader while nodes reboot with a new key inside and after a 6 s takeover window and hardware moves between node ids"},
+		{Name: "slow-follower", Journals: 3, Duration: 30 * time.Second, Inject: slowFollower, Slow: true,
+			Describe: "slow one follower's link (tc netem delay, or a tbf token bucket without sch_netem) for 4-8 s at a time: writes must not stall"},
+		{Name: "disk-full", Journals: 3, Duration: 30 * time.Second, Inject: diskFull, Disk: true, Long: true,
+			Describe: "fill one journal's own 64 MB tmpfs (the leader half the time) for 3-6 s, then free it: it must stop writing cleanly and catch up"},
 		{Name: "minority-partition-5", Journals: 5, Duration: 30 * time.Second, Inject: minorityPartition, Long: true,
 			Describe: "five journals: cut two off the other three"},
 	}
@@ -467,5 +490,52 @@ func laggingFollower(e *Env) error {
 	res.CatchUpAfter = time.Since(restarted)
 	// Keep the load on a while with the follower back.
 	e.sleep(e.between(3*time.Second, 5*time.Second))
+	return nil
+}
+
+// slowFollower slows one follower's link at a time. Without a network that
+// can (loopback, containers) it emulates slowness by freezing the follower
+// for 150 ms of every 400 ms, and says so.
+func slowFollower(e *Env) error {
+	type slower interface {
+		Slow(i int) (string, error)
+		Unslow(i int) error
+	}
+	for e.sleep(e.between(time.Second, 2*time.Second)) {
+		l, err := e.leader()
+		if err != nil {
+			return err
+		}
+		others := e.others(l)
+		f := others[e.Rng.IntN(len(others))]
+		hold := e.between(4*time.Second, 8*time.Second)
+		if s, ok := e.Q.(slower); ok {
+			how, err := s.Slow(f)
+			if err == nil {
+				e.note("slow link: %s", how)
+				k := e.addFault("slow", e.Q.ID(f))
+				time.Sleep(hold)
+				err = s.Unslow(f)
+				e.heal(k)
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			e.note("slow link unavailable (%v): emulated by freezing the follower 150 ms of every 400 ms", err)
+		}
+		k := e.addFault("slow (SIGSTOP 150ms/400ms)", e.Q.ID(f))
+		for end := time.Now().Add(hold); time.Now().Before(end); {
+			if err := e.Q.Pause(f); err != nil {
+				return err
+			}
+			time.Sleep(150 * time.Millisecond)
+			if err := e.Q.Resume(f); err != nil {
+				return err
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		e.heal(k)
+	}
 	return nil
 }

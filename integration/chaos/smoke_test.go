@@ -43,8 +43,9 @@ func TestSmoke(t *testing.T) {
 	if len(res.Faults) == 0 || res.Faults[0].Kind != "SIGKILL" {
 		t.Errorf("faults %v, want a SIGKILL", res.Faults)
 	}
-	if res.Lin.Verdict == "" || res.Lin.Nodes != 6 {
-		t.Errorf("linearizability %q over %d nodes, want a verdict over 6", res.Lin.Verdict, res.Lin.Nodes)
+	// Three clients of two nodes, and the node ids hardware moved to.
+	if res.Lin.Verdict == "" || res.Lin.Nodes < 6 {
+		t.Errorf("linearizability %q over %d nodes, want a verdict over at least 6", res.Lin.Verdict, res.Lin.Nodes)
 	}
 	names := map[string]bool{}
 	for _, c := range res.Checks {

@@ -36,6 +36,17 @@ type WorkloadConfig struct {
 	Seed               uint64
 	// SourceIP gives client k's source address (nil: any).
 	SourceIP func(k int) net.IP
+	// Churn moves hardware between node ids, as a site does: a
+	// decommissioned node's hardware registered to a new node id, a NIC
+	// moved to a new node (a new id with the MAC of another, and its own
+	// BMC). While the old owner is not decommissioned the registration
+	// must be refused (HARDWARE_IDENTITY_CONFLICT).
+	Churn bool
+	// TakeoverWindow is the journals' --takeover-window when the workload
+	// reboots nodes with a new key, inside the window (refused) and after
+	// it (a takeover); 0: no reboots, and an Enroll with another key is
+	// always refused.
+	TakeoverWindow time.Duration
 }
 
 // DefaultWorkload is six clients of four nodes each.
@@ -59,7 +70,7 @@ type Workload struct {
 func NewWorkload(cfg WorkloadConfig, q Quorum, h *History) (*Workload, error) {
 	w := &Workload{cfg: cfg, q: q, h: h, stop: make(chan struct{})}
 	for k := range cfg.Clients {
-		c := &client{id: k, w: w, rng: mrand.New(mrand.NewPCG(cfg.Seed, uint64(k)+1)), next: k}
+		c := &client{id: k, w: w, rng: mrand.New(mrand.NewPCG(cfg.Seed, uint64(k)+1)), next: k, made: cfg.NodesPerClient}
 		if cfg.SourceIP != nil {
 			c.src = cfg.SourceIP(k)
 		}
@@ -147,22 +158,24 @@ func (w *Workload) Close() {
 	}
 }
 
-// Nodes lists every node of the workload.
+// Nodes lists every node of the workload (retired ones too). Call it
+// after Stop.
 func (w *Workload) Nodes() []string {
 	var out []string
 	for _, c := range w.clients {
-		for _, n := range c.nodes {
+		for _, n := range append(append([]*nodeBelief{}, c.nodes...), c.retired...) {
 			out = append(out, n.id)
 		}
 	}
 	return out
 }
 
-// Hardware maps each node to its MAC and BMC serial.
+// Hardware maps each node to its MAC and BMC serial (a node id always
+// registers with the same hardware). Call it after Stop.
 func (w *Workload) Hardware() map[string][2]string {
 	out := map[string][2]string{}
 	for _, c := range w.clients {
-		for _, n := range c.nodes {
+		for _, n := range append(append([]*nodeBelief{}, c.nodes...), c.retired...) {
 			out[n.id] = [2]string{n.mac, n.bmc}
 		}
 	}
@@ -216,6 +229,11 @@ type nodeBelief struct {
 	// pending are keys of calls whose outcome is unknown (they may hold
 	// the node's certificate now).
 	pending []*agentKey
+	// rebootKey is the new key of a node "rebooting": nothing touches it
+	// until quietUntil (past the takeover window), then it enrolls with
+	// rebootKey.
+	rebootKey  *agentKey
+	quietUntil time.Time
 }
 
 const uncertain = "uncertain"
@@ -233,6 +251,13 @@ type client struct {
 	// nextRefusal paces calls made to be refused: failed enrollments
 	// cost the source's rate-limit budget.
 	nextRefusal time.Time
+	// retired nodes left the rotation: their hardware went to another
+	// node id (or their one registration was refused).
+	retired []*nodeBelief
+	// made counts node ids this client has made; nextChurn and
+	// nextReboot pace hardware moves and reboots.
+	made                  int
+	nextChurn, nextReboot time.Time
 }
 
 func (c *client) stopped() bool {
@@ -276,7 +301,37 @@ func (c *client) mayRefuse() bool {
 }
 
 func (c *client) step(n *nodeBelief) {
+	if n.rebootKey != nil {
+		if time.Now().Before(n.quietUntil) {
+			return // rebooting: no call touches it, so it goes unseen
+		}
+		key := n.rebootKey
+		n.rebootKey = nil
+		c.retryEnroll(n, key, OpTakeover) // after the window: a takeover
+		return
+	}
 	p := c.rng.IntN(100)
+	if c.w.cfg.Churn && time.Now().After(c.nextChurn) &&
+		// A decommissioned node's hardware always goes to a new id once the
+		// pace allows: a short scenario must still show a move.
+		(n.state == StateRevoked || (n.state == StateActive || n.state == StateRegistered) && p < 4) {
+		c.nextChurn = time.Now().Add(time.Second)
+		c.reassign(n)
+		return
+	}
+	if w := c.w.cfg.TakeoverWindow; w > 0 && n.state == StateActive && p < 4 && time.Now().After(c.nextReboot) {
+		c.nextReboot = time.Now().Add(2 * time.Second)
+		k, err := newAgentKey()
+		if err != nil {
+			return
+		}
+		if c.rng.IntN(2) == 0 {
+			c.retryEnroll(n, k, OpTakeover) // inside the window: refused
+			return
+		}
+		n.rebootKey, n.quietUntil = k, time.Now().Add(w+time.Second)
+		return
+	}
 	switch n.state {
 	case StateNone:
 		c.register(n)
@@ -295,13 +350,17 @@ func (c *client) step(n *nodeBelief) {
 		case p < 68:
 			c.decommission(n)
 		case p < 76:
-			c.retryEnroll(n, n.cur.key) // same key: the same certificate back
+			c.retryEnroll(n, n.cur.key, OpEnroll) // same key: the same certificate back
 		case p < 82 && len(n.old) > 0:
 			c.renew(n, n.old[len(n.old)-1]) // a replaced certificate: refused
 		case p < 88 && c.mayRefuse():
 			k, err := newAgentKey()
 			if err == nil {
-				c.retryEnroll(n, k) // another key: ALREADY_ACTIVE
+				kind := OpEnroll // another key: ALREADY_ACTIVE
+				if c.w.cfg.TakeoverWindow > 0 {
+					kind = OpTakeover // ... unless the node went unseen for the window
+				}
+				c.retryEnroll(n, k, kind)
 			}
 		default:
 			c.renew(n, n.cur)
@@ -350,7 +409,8 @@ func Classify(err error) Output {
 		case apierr.OutcomeUnknown, apierr.Internal:
 			return Output{Result: ResultUnknown, Reason: string(pe.Reason)}
 		}
-		return Output{Result: ResultFailed, Reason: string(pe.Reason)}
+		// A refusal with a retry-after is not final (apierr.Error.Final).
+		return Output{Result: ResultFailed, Reason: string(pe.Reason), Retryable: pe.RetryAfter > 0 && !pe.Final()}
 	}
 	if pe.Code == codes.Unavailable && notSent(pe.Message) {
 		return Output{Result: ResultFailed, Reason: "UNREACHABLE"}
@@ -406,14 +466,40 @@ func (c *client) enrollNode(n *nodeBelief) {
 		}
 		n.enrollKey = k
 	}
-	c.retryEnroll(n, n.enrollKey)
+	c.retryEnroll(n, n.enrollKey, OpEnroll)
 }
 
-// retryEnroll calls Enroll with key and follows the answer.
-func (c *client) retryEnroll(n *nodeBelief, key *agentKey) {
+// reassign gives d's hardware to a new node id: all of it (the node was
+// replaced) or only its MAC (a NIC moved to a new node, which has its own
+// BMC). It must succeed only once d is decommissioned; while d is
+// registered or active the journals must refuse it as a hardware conflict.
+// A new node that may be registered takes d's place in the rotation.
+func (c *client) reassign(d *nodeBelief) {
+	id := fmt.Sprintf("c%02d-n%03d", c.id, c.made)
+	n := &nodeBelief{id: id, mac: d.mac, bmc: d.bmc, state: StateNone}
+	if c.rng.IntN(2) == 0 {
+		n.bmc = fmt.Sprintf("SN-C%02d-N%03d", c.id, c.made) // only the NIC moves
+	}
+	c.made++
+	c.register(n)
+	if n.state == StateNone {
+		c.retired = append(c.retired, n) // refused: d keeps its hardware
+		return
+	}
+	for k, x := range c.nodes {
+		if x == d {
+			c.nodes[k] = n
+		}
+	}
+	c.retired = append(c.retired, d)
+}
+
+// retryEnroll calls Enroll with key and follows the answer; kind is
+// OpTakeover when the key is a reboot's.
+func (c *client) retryEnroll(n *nodeBelief, key *agentKey, kind OpKind) {
 	i := c.journal()
 	var resp *pactv1.EnrollResponse
-	r, out := c.call(i, Input{Kind: OpEnroll, Node: n.id, Key: key.hash}, func(ctx context.Context) (Output, error) {
+	r, out := c.call(i, Input{Kind: kind, Node: n.id, Key: key.hash}, func(ctx context.Context) (Output, error) {
 		var err error
 		resp, err = c.enroll[i].Enroll(ctx, &pactv1.EnrollRequest{
 			Hardware: &pactv1.HardwareIdentity{Macs: []string{n.mac}, BmcSerial: n.bmc},
@@ -627,7 +713,7 @@ func (c *client) resolve(n *nodeBelief) {
 		}
 		for _, k := range keys {
 			if k.hash == out.Key {
-				c.retryEnroll(n, k) // the committed certificate, for our key
+				c.retryEnroll(n, k, OpEnroll) // the committed certificate, for our key
 				return
 			}
 		}

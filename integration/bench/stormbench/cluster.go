@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,126 +17,69 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/integration/launch"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
-// journalProc is one pact-journal process of the benchmark quorum.
+// launchStart begins the line integration/launch writes to a journal's
+// log at each start ("=== launch: start N of jX at TIME").
+const launchStart = "=== launch: start "
+
+// journalProc is one pact-journal of the benchmark quorum; its process
+// runs under c.q (integration/launch).
 type journalProc struct {
+	c       *cluster
+	i       int
 	id      string
 	grpc    string
 	raft    string
 	metrics string
-	args    []string
-	log     string // path of its log (stdout and stderr)
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	started time.Time
+	log     string // path of its log (stdout and stderr of every start)
 }
 
-func (j *journalProc) pid() int { return j.cmd.Process.Pid }
+func (j *journalProc) pid() int                { return j.c.q.Pid(j.i) }
+func (j *journalProc) started() time.Time      { return j.c.q.Started(j.i) }
+func (j *journalProc) exited() <-chan struct{} { return j.c.q.Exited(j.i) }
 
 // cluster is a quorum of journal processes sharing one domain root in dir.
 type cluster struct {
 	bin      string
 	dir      string
+	q        *launch.ProcQuorum
 	journals []*journalProc
 	roots    *x509.CertPool
 	admin    tls.Certificate
-	env      []string // extra environment for the journals (GOGC=...)
-}
-
-// freePorts returns n loopback addresses whose ports were free a moment
-// ago; all are held open together so they are distinct.
-func freePorts(n int) ([]string, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
 }
 
 // newCluster runs pact-journal init in dir and prepares (does not start)
-// n journals on free loopback ports. extra flags go to every journal.
-func newCluster(bin, dir string, n int, extra []string) (*cluster, error) {
+// n journals on free loopback ports. extra flags and env go to every
+// journal.
+func newCluster(bin, dir string, n int, extra, env []string) (*cluster, error) {
 	c := &cluster{bin: bin, dir: dir}
-	out, err := exec.Command(filepath.Join(bin, "pact-journal"), "init", "--dir", dir).CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("pact-journal init: %v\n%s", err, out)
-	}
-	if c.roots, _, err = pki.LoadCertPool(filepath.Join(dir, "ca.pem")); err != nil {
-		return nil, err
-	}
-	if c.admin, err = tls.LoadX509KeyPair(filepath.Join(dir, "admin.pem"), filepath.Join(dir, "admin-key.pem")); err != nil {
-		return nil, err
-	}
-	addrs, err := freePorts(3 * n)
+	lb, err := launch.NewLoopback(n, "the benchmark runs on loopback")
 	if err != nil {
 		return nil, err
 	}
-	var peers []string
+	// Every simulated agent connects from 127.0.0.1; a real site has one
+	// address per node. (--journal-args may override.)
+	extra = append([]string{"--max-conns-per-source", "16384"}, extra...)
+	if c.q, err = launch.NewProcQuorum(launch.ProcConfig{Bin: bin, Dir: dir, N: n, Net: lb, Extra: extra, Env: env}); err != nil {
+		return nil, err
+	}
+	c.roots, c.admin = c.q.Roots(), c.q.Admin()
 	for i := range n {
-		j := &journalProc{id: fmt.Sprintf("j%d", i+1), grpc: addrs[3*i], raft: addrs[3*i+1], metrics: addrs[3*i+2]}
-		j.log = filepath.Join(dir, j.id+".log")
-		c.journals = append(c.journals, j)
-		peers = append(peers, j.id+"="+j.raft)
-	}
-	for _, j := range c.journals {
-		j.args = append([]string{
-			"--node-id", j.id, "--data-dir", filepath.Join(dir, j.id),
-			"--listen", j.grpc, "--raft-listen", j.raft, "--metrics-listen", j.metrics,
-			"--root-cert", filepath.Join(dir, "ca.pem"), "--root-key", filepath.Join(dir, "ca-key.pem"),
-			"--initial-cluster", strings.Join(peers, ","),
-		}, extra...)
+		c.journals = append(c.journals, &journalProc{c: c, i: i, id: c.q.ID(i), grpc: c.q.GRPC(i), raft: c.q.Raft(i), metrics: c.q.Metrics(i), log: c.q.LogPath(i)})
 	}
 	return c, nil
 }
 
 // start launches journal i (first start or restart), appending to its log.
-func (c *cluster) start(i int) error {
-	j := c.journals[i]
-	f, err := os.OpenFile(j.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(f, "==== stormbench: starting %s at %s\n", j.id, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(filepath.Join(c.bin, "pact-journal"), j.args...)
-	cmd.Env = append(os.Environ(), c.env...)
-	cmd.Stdout, cmd.Stderr = f, f
-	// Its own process group, so a Ctrl-C of the benchmark reaches it only
-	// through our cleanup.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	j.started = time.Now()
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return err
-	}
-	j.cmd = cmd
-	j.exited = make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		f.Close()
-		close(j.exited)
-	}()
-	return nil
-}
+func (c *cluster) start(i int) error { return c.q.Start(i) }
 
 // startAll launches every journal and waits until each serves.
 func (c *cluster) startAll(timeout time.Duration) error {
@@ -159,21 +101,10 @@ var servingRE = regexp.MustCompile(`msg="journal serving"`)
 // waitServing waits until journal i's current process logs that it
 // serves and returns how long after its start that was.
 func (c *cluster) waitServing(i int, timeout time.Duration) (time.Duration, error) {
-	j := c.journals[i]
-	deadline := time.Now().Add(timeout)
-	for {
-		if ok, _ := logHasSince(j.log, j.started, servingRE); ok {
-			return time.Since(j.started), nil
-		}
-		select {
-		case <-j.exited:
-			return 0, fmt.Errorf("%s exited before serving; see %s", j.id, j.log)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("%s did not serve within %v; see %s", j.id, timeout, j.log)
-		}
+	if err := c.q.WaitServing(i, timeout); err != nil {
+		return 0, fmt.Errorf("%w; see %s", err, c.journals[i].log)
 	}
+	return time.Since(c.q.Started(i)), nil
 }
 
 // logHasSince reports whether the part of a journal log written by the
@@ -183,7 +114,7 @@ func logHasSince(path string, since time.Time, re *regexp.Regexp) (bool, string)
 	if err != nil {
 		return false, ""
 	}
-	if k := bytes.LastIndex(b, []byte("==== stormbench: starting")); k >= 0 {
+	if k := bytes.LastIndex(b, []byte(launchStart)); k >= 0 {
 		b = b[k:]
 	}
 	if loc := re.FindIndex(b); loc != nil {
@@ -220,33 +151,13 @@ func (c *cluster) countInLogs(re *regexp.Regexp) int {
 
 // stop terminates journal i: SIGTERM, then SIGKILL after grace.
 func (c *cluster) stop(i int, grace time.Duration) {
-	j := c.journals[i]
-	if j.cmd == nil {
-		return
-	}
-	select {
-	case <-j.exited:
-		return
-	default:
-	}
-	_ = j.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-j.exited:
-	case <-time.After(grace):
-		_ = j.cmd.Process.Kill()
-		<-j.exited
+	if c.q.Running(i) {
+		_ = c.q.StopWithin(i, grace)
 	}
 }
 
 // kill SIGKILLs journal i and waits for it to be gone.
-func (c *cluster) kill(i int) error {
-	j := c.journals[i]
-	if err := j.cmd.Process.Kill(); err != nil {
-		return err
-	}
-	<-j.exited
-	return nil
-}
+func (c *cluster) kill(i int) error { return c.q.Kill(i) }
 
 func (c *cluster) stopAll() {
 	for i := range c.journals {
@@ -254,24 +165,13 @@ func (c *cluster) stopAll() {
 	}
 }
 
-func (c *cluster) running(i int) bool {
-	j := c.journals[i]
-	if j.cmd == nil {
-		return false
-	}
-	select {
-	case <-j.exited:
-		return false
-	default:
-		return true
-	}
-}
+func (c *cluster) running(i int) bool { return c.q.Running(i) }
 
 func (c *cluster) pids() []int {
 	var out []int
-	for i, j := range c.journals {
+	for i := range c.journals {
 		if c.running(i) {
-			out = append(out, j.pid())
+			out = append(out, c.q.Pid(i))
 		}
 	}
 	return out

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -21,6 +22,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/pact-hpc/pact/internal/hwid"
+	"github.com/pact-hpc/pact/journal"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -80,6 +82,10 @@ type scaleResult struct {
 	ActiveSnapshotBytes       int64   `json:"active_snapshot_bytes"`
 	ActiveSnapshotS           float64 `json:"active_snapshot_s"`
 	ActiveRestoreS            float64 `json:"active_restore_s"`
+	// The operator's backup of the all-Active registry (issue 12).
+	BackupBytes    int64   `json:"backup_bytes"`
+	BackupSaveS    float64 `json:"backup_save_s"`
+	BackupRestoreS float64 `json:"backup_restore_s"`
 
 	// The journals' own Raft snapshot (from their logs), when one was taken.
 	RaftSnapshotS     *float64 `json:"raft_snapshot_s"`
@@ -103,11 +109,10 @@ type scaleResult struct {
 func scaleMain(f scaleFlags, dir string, cl *cleanup) error {
 	r := scaleResult{Nodes: f.nodes, Journals: f.journals}
 	logf("machine: %d CPUs, %s; working directory %s", runtime.NumCPU(), runtime.Version(), dir)
-	c, err := newCluster(f.bin, dir, f.journals, strings.Fields(f.journalArgs))
+	c, err := newCluster(f.bin, dir, f.journals, strings.Fields(f.journalArgs), strings.Fields(f.journalEnv))
 	if err != nil {
 		return err
 	}
-	c.env = strings.Fields(f.journalEnv)
 	cl.add(c.stopAll)
 	if err := c.startAll(90 * time.Second); err != nil {
 		return err
@@ -154,6 +159,7 @@ func scaleMain(f scaleFlags, dir string, cl *cleanup) error {
 	}
 	r.FSMLiveBytesPerNode, r.SnapshotBytes, r.SnapshotS, r.RestoreS = round(reg.live, 0), reg.size, round(reg.snap.Seconds(), 3), round(reg.restore.Seconds(), 3)
 	r.ActiveFSMLiveBytesPerNode, r.ActiveSnapshotBytes, r.ActiveSnapshotS, r.ActiveRestoreS = round(act.live, 0), act.size, round(act.snap.Seconds(), 3), round(act.restore.Seconds(), 3)
+	r.BackupBytes, r.BackupSaveS, r.BackupRestoreS = act.backupSize, round(act.backupSave.Seconds(), 3), round(act.backupRestore.Seconds(), 3)
 
 	// Restart a follower: one that has taken its own Raft snapshot, if one
 	// does within the wait, so the restart restores from it.
@@ -182,8 +188,8 @@ func scaleMain(f scaleFlags, dir string, cl *cleanup) error {
 	}
 	r.RestartS, r.RestartNudges = round(d.Seconds(), 3), nudges
 	j := c.journals[follower]
-	r.RestartFromSnapshot, _ = logHasSince(j.log, j.started, regexp.MustCompile(`msg="restored from snapshot"`))
-	if rd, ok := logSpan(j.log, j.started, restoreStartRE, restoreDoneRE); ok {
+	r.RestartFromSnapshot, _ = logHasSince(j.log, j.started(), regexp.MustCompile(`msg="restored from snapshot"`))
+	if rd, ok := logSpan(j.log, j.started(), restoreStartRE, restoreDoneRE); ok {
 		v := round(rd.Seconds(), 3)
 		r.RaftRestoreS = &v
 	}
@@ -259,17 +265,17 @@ func (c *cluster) waitServingNudged(i int, patience, timeout time.Duration) (tim
 	j := c.journals[i]
 	deadline := time.Now().Add(timeout)
 	nudges := 0
-	next := j.started.Add(patience)
+	next := j.started().Add(patience)
 	for {
-		if ok, _ := logHasSince(j.log, j.started, servingRE); ok {
+		if ok, _ := logHasSince(j.log, j.started(), servingRE); ok {
 			// The serving line's own time, not when we looked.
-			if d, ok := logSpan(j.log, j.started, stormStartRE, servingTimeRE); ok {
+			if d, ok := logSpan(j.log, j.started(), stormStartRE, servingTimeRE); ok {
 				return d, nudges, nil
 			}
-			return time.Since(j.started), nudges, nil
+			return time.Since(j.started()), nudges, nil
 		}
 		select {
-		case <-j.exited:
+		case <-j.exited():
 			return 0, nudges, fmt.Errorf("%s exited before serving; see %s", j.id, j.log)
 		case <-time.After(20 * time.Millisecond):
 		}
@@ -296,7 +302,7 @@ func (c *cluster) waitServingNudged(i int, patience, timeout time.Duration) (tim
 }
 
 var (
-	stormStartRE  = regexp.MustCompile(`==== stormbench: starting \S+ at (\S+)`)
+	stormStartRE  = regexp.MustCompile(launchStart + `\d+ of \S+ at (\S+)`)
 	servingTimeRE = regexp.MustCompile(`time=(\S+) .*msg="journal serving"`)
 )
 
@@ -429,6 +435,12 @@ type fsmScaleResult struct {
 	live          float64 // bytes of live heap per node
 	size          int64
 	snap, restore time.Duration
+	// The operator's backup of the same state: a snapshot file as the
+	// leader writes it for pact journal snapshot save, and pact-journal
+	// restore of it into a new data directory, then the FSM restore a
+	// journal starting there does.
+	backupSave, backupRestore time.Duration
+	backupSize                int64
 }
 
 // fsmScale applies the registrations (then activations) to the journal's
@@ -506,8 +518,82 @@ func fsmScale(nodes []benchNode, dir string) (reg, act fsmScaleResult, err error
 		return reg, act, err
 	}
 	logf("active: FSM %.0f B/node live heap; snapshot %d bytes in %.3fs, restore %.3fs", act.live, act.size, act.snap.Seconds(), act.restore.Seconds())
+	if act.backupSize, act.backupSave, act.backupRestore, err = backupRestore(fsm, filepath.Join(filepath.Dir(dir), "backup"), len(nodes)); err != nil {
+		return reg, act, fmt.Errorf("backup and restore: %w", err)
+	}
+	logf("active: backup file %d bytes saved in %.3fs; pact-journal restore plus the FSM restore of a journal starting from it %.3fs", act.backupSize, act.backupSave.Seconds(), act.backupRestore.Seconds())
 	runtime.KeepAlive(fsm)
 	return reg, act, nil
+}
+
+// backupRestore measures the operator's backup path on fsm: the leader's
+// part of pact journal snapshot save (a consistent copy of the state, the
+// snapshot file with its header and checksum, written and fsynced; the
+// stream to the CLI is left out), then pact-journal restore of the file
+// into a new data directory (read, checksum, full validation, a Raft
+// snapshot written) and the FSM restore a journal starting there does.
+func backupRestore(fsm *raftfsm.FSM, dir string, want int) (int64, time.Duration, time.Duration, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return 0, 0, 0, err
+	}
+	file := filepath.Join(dir, "pact.snap")
+	began := time.Now()
+	state, index, nodes, err := fsm.Consistent()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	h := &pactv1.SnapshotHeader{Domain: "pact.local", Index: index, Term: 1, TakenAtUnixNano: time.Now().UnixNano(), TakenBy: "bench", Nodes: uint64(nodes)}
+	if err := raftfsm.WriteSnapshotFile(bw, h, state); err != nil {
+		f.Close()
+		return 0, 0, 0, err
+	}
+	if err := bw.Flush(); err != nil {
+		f.Close()
+		return 0, 0, 0, err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return 0, 0, 0, err
+	}
+	fi, _ := f.Stat()
+	if err := f.Close(); err != nil {
+		return 0, 0, 0, err
+	}
+	save := time.Since(began)
+
+	began = time.Now()
+	dataDir := filepath.Join(dir, "restored")
+	res, err := journal.Restore(journal.RestoreConfig{Snapshot: file, DataDir: dataDir, NodeID: "r1",
+		InitialCluster: []journal.Peer{{ID: "r1", RaftAddr: "127.0.0.1:1"}}, Domain: "pact.local"})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	store, err := raft.NewFileSnapshotStoreWithLogger(dataDir, 2, hclog.NewNullLogger())
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	list, err := store.List()
+	if err != nil || len(list) != 1 {
+		return 0, 0, 0, fmt.Errorf("restored data directory: %d snapshots, %v", len(list), err)
+	}
+	_, rc, err := store.Open(list[0].ID)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	fresh := raftfsm.New()
+	if err := fresh.Restore(rc); err != nil {
+		return 0, 0, 0, err
+	}
+	restore := time.Since(began)
+	if n := len(fresh.Nodes(raftfsm.Filter{State: pactv1.NodeState_NODE_STATE_ACTIVE})); n != want || res.Nodes != want {
+		return 0, 0, 0, fmt.Errorf("restored %d active nodes (file: %d), want %d", n, res.Nodes, want)
+	}
+	return fi.Size(), save, restore, nil
 }
 
 // snapshotRestore does what Raft does: FSM.Snapshot and Persist into a
@@ -556,6 +642,8 @@ func reportScale(r scaleResult) {
 	row("FSM live heap per node, registered / active", fmt.Sprintf("%.0f / %.0f B", r.FSMLiveBytesPerNode, r.ActiveFSMLiveBytesPerNode), "")
 	row("snapshot (FSM.Snapshot + Persist + fsync), registered / active", fmt.Sprintf("%.3f / %.3f s (%d / %d bytes)", r.SnapshotS, r.ActiveSnapshotS, r.SnapshotBytes, r.ActiveSnapshotBytes), "<= 1 s")
 	row("restore (Open + FSM.Restore), registered / active", fmt.Sprintf("%.3f / %.3f s", r.RestoreS, r.ActiveRestoreS), "<= 1 s")
+	row("backup save, all active (snapshot file, fsync)", fmt.Sprintf("%.3f s (%d bytes)", r.BackupSaveS, r.BackupBytes), "<= 3 s")
+	row("backup restore, all active (pact-journal restore + FSM restore)", fmt.Sprintf("%.3f s", r.BackupRestoreS), "<= 3 s")
 	if r.RaftSnapshotS != nil {
 		row("journal's own Raft snapshot incl. log compaction", fmt.Sprintf("%.3f s (%d bytes)", *r.RaftSnapshotS, r.RaftSnapshotBytes), "")
 	} else {

@@ -122,11 +122,10 @@ func workDir(dir string, keep bool, cl *cleanup) (string, error) {
 
 func stormMain(f stormFlags, dir string, cl *cleanup) error {
 	logf("machine: %d CPUs (GOMAXPROCS %d), %s/%s, %s; working directory %s", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version(), dir)
-	c, err := newCluster(f.bin, dir, f.journals, strings.Fields(f.journalArgs))
+	c, err := newCluster(f.bin, dir, f.journals, strings.Fields(f.journalArgs), strings.Fields(f.journalEnv))
 	if err != nil {
 		return err
 	}
-	c.env = strings.Fields(f.journalEnv)
 	cl.add(c.stopAll)
 	if err := c.startAll(90 * time.Second); err != nil {
 		return err

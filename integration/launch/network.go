@@ -1,4 +1,4 @@
-package chaos
+package launch
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/pact-hpc/pact/internal/porttest"
 )
 
 // Network places journal processes and the workload's clients on a
@@ -43,23 +45,37 @@ type Network interface {
 // veth pair. Partitions are iptables DROP rules inside a journal's
 // namespace, so only journal-to-journal traffic is cut.
 
-// Namespace names and the private subnet (it exists only inside the
-// namespaces this harness creates and on its own veth).
-const (
-	nsPrefix   = "pactchaos-"
-	nsHub      = nsPrefix + "hub"
-	bridgeName = "pcbr0"
-	hostVeth   = "pchost"
-	subnet     = "10.213.0"
-)
+// NetNSNames names what a namespace network creates: namespaces
+// Prefix+"hub" and Prefix+"j<i>", links Short+"br0", Short+"host" (with its
+// peer Short+"hostp") and Short+"j<i>", and the private /24 Subnet (it
+// exists only inside the namespaces and on the host link). Two networks
+// with different names can exist at once: the chaos campaign uses
+// ChaosNames, and tests under make test use their own.
+type NetNSNames struct {
+	Prefix string // namespaces; every one starting with it is the network's
+	Short  string // link names; at most 9 characters (IFNAMSIZ)
+	Subnet string // first three octets, e.g. "10.213.0"
+}
+
+// ChaosNames are the chaos campaign's names (make chaos deletes every
+// namespace named pactchaos-*).
+var ChaosNames = NetNSNames{Prefix: "pactchaos-", Short: "pc", Subnet: "10.213.0"}
 
 // NetNS is the namespace network for n journals and k clients.
 type NetNS struct {
+	names      NetNSNames
 	n, clients int
 	ports      map[string]int
 }
 
-func run(name string, args ...string) error {
+func (nm NetNSNames) hub() string          { return nm.Prefix + "hub" }
+func (nm NetNSNames) bridge() string       { return nm.Short + "br0" }
+func (nm NetNSNames) hostVeth() string     { return nm.Short + "host" }
+func (nm NetNSNames) ns(i int) string      { return fmt.Sprintf("%sj%d", nm.Prefix, i+1) }
+func (nm NetNSNames) hubVeth(i int) string { return fmt.Sprintf("%sj%d", nm.Short, i+1) }
+
+// Run runs a command to completion; its error carries the output.
+func Run(name string, args ...string) error {
 	cmd := exec.Command(name, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -69,12 +85,15 @@ func run(name string, args ...string) error {
 	return nil
 }
 
-func nsName(i int) string { return fmt.Sprintf("%sj%d", nsPrefix, i+1) }
+// CleanStaleNamespaces removes the chaos campaign's namespaces and links a
+// previous run left behind (see CleanStale).
+func CleanStaleNamespaces() { ChaosNames.CleanStale() }
 
-// CleanStaleNamespaces removes namespaces and links a previous run left
-// behind (they are all named pactchaos-*), after killing the journals a
-// crashed run left running in them (found by namespace, killed by pid).
-func CleanStaleNamespaces() {
+// CleanStale removes namespaces and links a previous run left behind (they
+// are all named nm.Prefix*), after killing the journals a crashed run left
+// running in them (found by namespace, killed by pid).
+func (nm NetNSNames) CleanStale() {
+	nsPrefix, hostVeth := nm.Prefix, nm.hostVeth()
 	out, err := exec.Command("ip", "netns", "list").Output()
 	if err == nil {
 		for _, line := range strings.Split(string(out), "\n") {
@@ -89,16 +108,23 @@ func CleanStaleNamespaces() {
 					}
 				}
 			}
-			_ = run("ip", "netns", "del", name)
+			_ = Run("ip", "netns", "del", name)
 		}
 	}
 	if _, err := net.InterfaceByName(hostVeth); err == nil {
-		_ = run("ip", "link", "del", hostVeth)
+		_ = Run("ip", "link", "del", hostVeth)
 	}
 }
 
-// NewNetNS builds the namespaces, or says why it cannot.
-func NewNetNS(n, clients int) (*NetNS, error) {
+// NewNetNS builds the chaos campaign's namespaces, or says why it cannot.
+func NewNetNS(n, clients int) (*NetNS, error) { return NewNetNSNamed(ChaosNames, n, clients) }
+
+// NewNetNSNamed builds a namespace network named nm, or says why it cannot.
+func NewNetNSNamed(nm NetNSNames, n, clients int) (*NetNS, error) {
+	if len(nm.Short) > 9 || nm.Prefix == "" || nm.Short == "" {
+		return nil, fmt.Errorf("namespace names %+v: want a prefix and a link prefix of 1-9 characters", nm)
+	}
+	subnet := nm.Subnet
 	if os.Geteuid() != 0 {
 		return nil, errors.New("network namespaces need root")
 	}
@@ -109,13 +135,13 @@ func NewNetNS(n, clients int) (*NetNS, error) {
 	}
 	// The subnet must be free in the root namespace.
 	if out, err := exec.Command("ip", "-4", "route", "show", subnet+".0/24").Output(); err == nil && len(bytes.TrimSpace(out)) > 0 {
-		CleanStaleNamespaces()
+		nm.CleanStale()
 		if out, _ := exec.Command("ip", "-4", "route", "show", subnet+".0/24").Output(); len(bytes.TrimSpace(out)) > 0 {
 			return nil, fmt.Errorf("subnet %s.0/24 is already routed here: %s", subnet, bytes.TrimSpace(out))
 		}
 	}
-	CleanStaleNamespaces()
-	nw := &NetNS{n: n, clients: clients, ports: map[string]int{"grpc": 7443, "raft": 7500, "metrics": 7444}}
+	nm.CleanStale()
+	nw := &NetNS{names: nm, n: n, clients: clients, ports: map[string]int{"grpc": 7443, "raft": 7500, "metrics": 7444}}
 	if err := nw.setup(); err != nil {
 		nw.Close()
 		return nil, err
@@ -124,13 +150,14 @@ func NewNetNS(n, clients int) (*NetNS, error) {
 }
 
 func (nw *NetNS) setup() error {
+	nsHub, bridgeName, hostVeth, subnet := nw.names.hub(), nw.names.bridge(), nw.names.hostVeth(), nw.names.Subnet
 	steps := [][]string{
 		{"ip", "netns", "add", nsHub},
 		{"ip", "-n", nsHub, "link", "set", "lo", "up"},
 		{"ip", "-n", nsHub, "link", "add", bridgeName, "type", "bridge"},
 		{"ip", "-n", nsHub, "link", "set", bridgeName, "up"},
-		{"ip", "link", "add", hostVeth, "type", "veth", "peer", "name", "pchostp", "netns", nsHub},
-		{"ip", "-n", nsHub, "link", "set", "pchostp", "master", bridgeName, "up"},
+		{"ip", "link", "add", hostVeth, "type", "veth", "peer", "name", hostVeth + "p", "netns", nsHub},
+		{"ip", "-n", nsHub, "link", "set", hostVeth + "p", "master", bridgeName, "up"},
 		{"ip", "addr", "add", subnet + ".1/24", "dev", hostVeth},
 	}
 	for k := range nw.clients {
@@ -138,7 +165,7 @@ func (nw *NetNS) setup() error {
 	}
 	steps = append(steps, []string{"ip", "link", "set", hostVeth, "up"})
 	for i := range nw.n {
-		ns, peer := nsName(i), fmt.Sprintf("pcj%d", i+1)
+		ns, peer := nw.names.ns(i), nw.names.hubVeth(i)
 		steps = append(steps,
 			[]string{"ip", "netns", "add", ns},
 			[]string{"ip", "-n", ns, "link", "set", "lo", "up"},
@@ -149,17 +176,17 @@ func (nw *NetNS) setup() error {
 		)
 	}
 	for _, s := range steps {
-		if err := run(s[0], s[1:]...); err != nil {
+		if err := Run(s[0], s[1:]...); err != nil {
 			return err
 		}
 	}
 	// iptables must work inside a journal's namespace.
-	if err := run("ip", "netns", "exec", nsName(0), "iptables", "-L", "-n"); err != nil {
+	if err := Run("ip", "netns", "exec", nw.names.ns(0), "iptables", "-L", "-n"); err != nil {
 		return fmt.Errorf("iptables in a namespace: %w", err)
 	}
 	// Every journal must be reachable from the root namespace.
 	for i := range nw.n {
-		if err := run("ping", "-c", "1", "-W", "2", nw.Host(i)); err != nil {
+		if err := Run("ping", "-c", "1", "-W", "2", nw.Host(i)); err != nil {
 			if _, lerr := exec.LookPath("ping"); lerr != nil {
 				break // no ping here; the journals' start will tell
 			}
@@ -171,15 +198,17 @@ func (nw *NetNS) setup() error {
 
 func (nw *NetNS) Describe() string {
 	return fmt.Sprintf("network namespaces (%s*, bridge %s in %s, journals at %s.11-%d, clients at %s.101-%d); partitions are iptables DROP rules inside the journals' namespaces",
-		nsPrefix, bridgeName, nsHub, subnet, 10+nw.n, subnet, 100+nw.clients)
+		nw.names.Prefix, nw.names.bridge(), nw.names.hub(), nw.names.Subnet, 10+nw.n, nw.names.Subnet, 100+nw.clients)
 }
 
-func (nw *NetNS) Host(i int) string              { return fmt.Sprintf("%s.%d", subnet, 11+i) }
+func (nw *NetNS) Host(i int) string              { return fmt.Sprintf("%s.%d", nw.names.Subnet, 11+i) }
 func (nw *NetNS) Port(_ int, service string) int { return nw.ports[service] }
-func (nw *NetNS) ClientIP(k int) net.IP          { return net.ParseIP(fmt.Sprintf("%s.%d", subnet, 101+k)) }
-func (nw *NetNS) CanPartition() bool             { return true }
+func (nw *NetNS) ClientIP(k int) net.IP {
+	return net.ParseIP(fmt.Sprintf("%s.%d", nw.names.Subnet, 101+k))
+}
+func (nw *NetNS) CanPartition() bool { return true }
 func (nw *NetNS) Command(i int, name string, args ...string) *exec.Cmd {
-	return exec.Command("ip", append([]string{"netns", "exec", nsName(i), name}, args...)...)
+	return exec.Command("ip", append([]string{"netns", "exec", nw.names.ns(i), name}, args...)...)
 }
 
 // Partition drops, in each journal's namespace, packets to and from every
@@ -188,17 +217,17 @@ func (nw *NetNS) Partition(groups [][]int) error {
 	if err := nw.Heal(); err != nil {
 		return err
 	}
-	group := groupOf(groups)
+	group := GroupOf(groups)
 	var errs []error
 	for a, ga := range group {
 		for b, gb := range group {
 			if ga == gb {
 				continue
 			}
-			ns := nsName(a)
+			ns := nw.names.ns(a)
 			errs = append(errs,
-				run("ip", "netns", "exec", ns, "iptables", "-A", "INPUT", "-s", nw.Host(b), "-j", "DROP"),
-				run("ip", "netns", "exec", ns, "iptables", "-A", "OUTPUT", "-d", nw.Host(b), "-j", "DROP"))
+				Run("ip", "netns", "exec", ns, "iptables", "-A", "INPUT", "-s", nw.Host(b), "-j", "DROP"),
+				Run("ip", "netns", "exec", ns, "iptables", "-A", "OUTPUT", "-d", nw.Host(b), "-j", "DROP"))
 		}
 	}
 	return errors.Join(errs...)
@@ -207,7 +236,7 @@ func (nw *NetNS) Partition(groups [][]int) error {
 func (nw *NetNS) Heal() error {
 	var errs []error
 	for i := range nw.n {
-		errs = append(errs, run("ip", "netns", "exec", nsName(i), "iptables", "-F"))
+		errs = append(errs, Run("ip", "netns", "exec", nw.names.ns(i), "iptables", "-F"))
 	}
 	return errors.Join(errs...)
 }
@@ -215,11 +244,11 @@ func (nw *NetNS) Heal() error {
 func (nw *NetNS) Close() error {
 	var errs []error
 	for i := range nw.n {
-		errs = append(errs, run("ip", "netns", "del", nsName(i)))
+		errs = append(errs, Run("ip", "netns", "del", nw.names.ns(i)))
 	}
-	errs = append(errs, run("ip", "netns", "del", nsHub))
-	if _, err := net.InterfaceByName(hostVeth); err == nil {
-		errs = append(errs, run("ip", "link", "del", hostVeth))
+	errs = append(errs, Run("ip", "netns", "del", nw.names.hub()))
+	if _, err := net.InterfaceByName(nw.names.hostVeth()); err == nil {
+		errs = append(errs, Run("ip", "link", "del", nw.names.hostVeth()))
 	}
 	return errors.Join(errs...)
 }
@@ -248,7 +277,7 @@ func NewLoopback(n int, why string) (*Loopback, error) {
 	for range n {
 		var p [3]int
 		for s := range p {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
+			l, err := porttest.Listen()
 			if err != nil {
 				return nil, err
 			}
@@ -282,8 +311,8 @@ func (lb *Loopback) Partition(groups [][]int) error { return errors.New("loopbac
 func (lb *Loopback) Heal() error                    { return nil }
 func (lb *Loopback) Close() error                   { return nil }
 
-// groupOf maps each journal of a partition to the index of its group.
-func groupOf(groups [][]int) map[int]int {
+// GroupOf maps each journal of a partition to the index of its group.
+func GroupOf(groups [][]int) map[int]int {
 	group := map[int]int{}
 	for g, members := range groups {
 		for _, i := range members {
@@ -291,4 +320,23 @@ func groupOf(groups [][]int) map[int]int {
 		}
 	}
 	return group
+}
+
+// Slow makes journal i's link slow: a netem delay (150 ms ± 50 ms) where
+// the kernel has sch_netem, else a token bucket (512 kbit/s with a 400 ms
+// queue: Raft's appends to it wait in line). It says which.
+func (nw *NetNS) Slow(i int) (string, error) {
+	ns := nw.names.ns(i)
+	if err := Run("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", "eth0", "root", "netem", "delay", "150ms", "50ms"); err == nil {
+		return "netem delay 150ms±50ms", nil
+	}
+	if err := Run("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", "512kbit", "burst", "16kbit", "latency", "400ms"); err != nil {
+		return "", fmt.Errorf("slowing %s: neither netem nor tbf: %w", ns, err)
+	}
+	return "tbf 512kbit/s, 400ms queue (no sch_netem in this kernel)", nil
+}
+
+// Unslow removes what Slow added.
+func (nw *NetNS) Unslow(i int) error {
+	return Run("ip", "netns", "exec", nw.names.ns(i), "tc", "qdisc", "del", "dev", "eth0", "root")
 }

@@ -1,0 +1,215 @@
+package integration
+
+// Process-level test of recovery from a lost majority (issue 12): three
+// journals with enrollments going on, two of them killed for good, the
+// survivor turned into a new quorum with pact-journal recover, two new
+// journals added; running pact-agent processes carry on by themselves.
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// agentStatus runs pact-agent status against socket and returns its code.
+func agentStatus(t *testing.T, socket string) (int, string) {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(binDir, "pact-agent"), "status", "--status-socket", socket).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), string(out)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return 0, string(out)
+}
+
+// waitAgentStatus polls pact-agent status (bounded) until it exits want.
+func waitAgentStatus(t *testing.T, socket string, want int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		code, out := agentStatus(t, socket)
+		if code == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pact-agent status on %s: exit %d, want %d within %s\n%s", socket, code, want, within, out)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func TestRecoverLostMajority(t *testing.T) {
+	skipShort(t)
+	q := startQuorum(t, 3)
+	nodes := inventory("rec", 120)
+	q.registerBatch(nodes)
+	ca := filepath.Join(q.dir, "ca.pem")
+
+	// Two real agents, streaming.
+	var sockets []string
+	for i, n := range nodes[:2] {
+		sock := filepath.Join(t.TempDir(), "agent.sock")
+		sockets = append(sockets, sock)
+		a := start(t, nil, "pact-agent", "--journal", strings.Join(q.addrs(), ","), "--ca", ca,
+			"--mac", n.mac, "--bmc-serial", n.bmc, "--status-socket", sock)
+		a.waitLine(t, streamOpenRE)
+		_ = i
+	}
+	for _, s := range sockets {
+		waitAgentStatus(t, s, 0, 30*time.Second)
+	}
+	// The agents' enrollments are on j1 (a linearizable read there).
+	q.syncRead(0, nodes[1].id)
+
+	// Enrollments going on through all three journals; j2 and j3 die for
+	// good in the middle.
+	enr := newEnroller(t, ca, q.addrs())
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var acks []ack
+	var wg sync.WaitGroup
+	next := make(chan testNode)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range next {
+				a := enr.enroll(ctx, n)
+				mu.Lock()
+				acks = append(acks, a)
+				mu.Unlock()
+			}
+		}()
+	}
+	killed := false
+	for _, n := range nodes[2:] {
+		next <- n
+		mu.Lock()
+		done := len(acks)
+		mu.Unlock()
+		if done >= 40 && !killed {
+			q.kill(1)
+			q.kill(2)
+			killed = true
+			// Let the in-flight attempts run into the lost majority, then stop.
+			time.AfterFunc(2*time.Second, cancel)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	close(next)
+	wg.Wait()
+	cancel()
+	if !killed {
+		t.Fatal("the enrollments finished before the kill")
+	}
+
+	// What the survivor had, read from its own copy (no leader now).
+	had, _ := func() ([]nodeJSON, []byte) {
+		stdout, stderr, code := runPact(t, q.env(q.members[0].grpc), "node", "list", "-o", "json")
+		if code != 0 {
+			t.Fatalf("pact node list on the survivor: exit %d\n%s%s", code, stdout, stderr)
+		}
+		var ns []nodeJSON
+		mustJSON(t, stdout, &ns)
+		return ns, nil
+	}()
+	q.waitStatus("the survivor without a leader (exit 10)", func(_ statusJSON, code int) bool { return code == 10 }, q.members[0].grpc)
+
+	// Stop the survivor, recover it into a quorum of one, start it again.
+	j1 := q.members[0]
+	q.signal(0, syscall.SIGTERM)
+	<-q.exited(0)
+	// With every journal down the agents are not ready: pact-agent status
+	// says so with its exit code.
+	for _, s := range sockets {
+		waitAgentStatus(t, s, 9, 60*time.Second)
+	}
+	out, err := exec.Command(filepath.Join(binDir, "pact-journal"), "recover",
+		"--data-dir", filepath.Join(q.dir, "j1"), "--node-id", "j1", "--members", "j1="+j1.raft).CombinedOutput()
+	if err != nil {
+		t.Fatalf("pact-journal recover: %v\n%s", err, out)
+	}
+	wantContains(t, "recover's answer", string(out), "new quorum of 1")
+	q.launch(0)
+	q.waitServing(0)
+
+	// Every write the survivor had is there, unchanged.
+	after, _ := q.nodeList(0, nodes[0].id)
+	byID := map[string]nodeJSON{}
+	for _, n := range after {
+		byID[n.NodeID] = n
+	}
+	// Every write the survivor had applied is there. Entries it held in
+	// its log but had not yet learnt were committed are kept too
+	// (RecoverCluster keeps the whole log), so a node it listed as
+	// registered may be active now; nothing moves backwards.
+	for _, n := range had {
+		a, ok := byID[n.NodeID]
+		switch {
+		case !ok:
+			t.Errorf("the survivor had %+v; after the recovery it is gone", n)
+		case n.CertSerial != "" && (a.State != n.State || a.CertSerial != n.CertSerial):
+			t.Errorf("the survivor had %+v; after the recovery: %+v", n, a)
+		case n.CertSerial == "" && a.State != n.State && a.State != "active":
+			t.Errorf("the survivor had %+v; after the recovery: %+v", n, a)
+		}
+	}
+	// Every acknowledged enrollment that reached the survivor (it answered
+	// it, so it had applied it) is kept.
+	kept := 0
+	for _, a := range acks {
+		if a.err != nil || a.unknown || a.addr != j1.grpc {
+			continue
+		}
+		kept++
+		if n := byID[a.node.id]; n.State != "active" || n.CertSerial != a.serial {
+			t.Errorf("%s was acknowledged by the survivor with serial %s; after the recovery: %+v", a.node.id, a.serial, n)
+		}
+	}
+	t.Logf("%d acks in all, %d answered by the survivor; the survivor listed %d nodes before the recovery", len(acks), kept, len(had))
+
+	// Two new journals join the recovered quorum.
+	for _, id := range []string{"j4", "j5"} {
+		i := q.addJoiner(id)
+		if stdout, stderr, code := runPact(t, q.env(j1.grpc), "journal", "add", id, q.members[i].raft); code != 0 {
+			t.Fatalf("pact journal add %s: exit %d\n%s%s", id, code, stdout, stderr)
+		}
+		q.waitServing(i)
+	}
+	live := []string{j1.grpc, q.members[q.index("j4")].grpc, q.members[q.index("j5")].grpc}
+	q.waitStatus("three voters, healthy", func(st statusJSON, code int) bool {
+		voters := 0
+		for _, m := range st.Members {
+			if m.Voter && m.Reachable {
+				voters++
+			}
+		}
+		return code == 0 && voters == 3 && len(st.Members) == 3
+	}, live...)
+	for _, id := range []string{"j4", "j5"} {
+		got, _ := q.nodeList(q.index(id), nodes[0].id)
+		if len(got) != len(after) {
+			t.Errorf("%s lists %d nodes, the survivor %d", id, len(got), len(after))
+		}
+	}
+	// The running agents are back without an operator: streaming again.
+	for _, s := range sockets {
+		waitAgentStatus(t, s, 0, 90*time.Second)
+	}
+}
+
+func mustJSON(t *testing.T, s string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, s)
+	}
+}
