@@ -15,19 +15,49 @@ WAIT_IDLE   ?= 30s
 STORMFLAGS  ?=
 SCALEFLAGS  ?=
 
+# nfpm builds the .deb and .rpm. v2.46+ need modules the Go module proxy
+# cannot serve here (go.digitalxero.dev), so it stays at v2.45.2.
+NFPM_VERSION               ?= v2.45.2
 BUF_VERSION                ?= v1.57.0
 PROTOC_GEN_GO_VERSION      ?= v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.1
 
 export CGO_ENABLED := 0
 
-.PHONY: help build run cluster cluster-down image compose-up compose-down test lint generate check-generated bench bench-storm bench-scale fuzz fuzz-short clean tools
+# The release stamped into every binary (internal/version), from git; the
+# image and the packages are built from these binaries, so all agree.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X github.com/pact-hpc/pact/internal/version.Version=$(VERSION) -X github.com/pact-hpc/pact/internal/version.Commit=$(COMMIT)
+
+.PHONY: help build print-ldflags package package-check run cluster cluster-down image compose-up compose-down test lint generate check-generated bench bench-storm bench-scale fuzz fuzz-short clean tools
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build static binaries into bin/: pact-journal, pact-agent, pact
-	$(GO) build -trimpath -o $(BIN)/ ./cmd/pact-journal ./cmd/pact-agent ./cmd/pact
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/pact-journal ./cmd/pact-agent ./cmd/pact
+
+# Package versions: a tag v1.2.3 gives 1.2.3; an untagged build gives
+# 0.0.0~git<describe>, which sorts before any release; '-' becomes '~'
+# (rpm allows no '-' in a version). Built in PKG_DIR from a copy of
+# dist/nfpm.yaml with @BIN@, @ARCH@ and @VERSION@ filled in.
+PKG_VERSION ?= $(subst -,~,$(if $(filter v0% v1% v2% v3% v4% v5% v6% v7% v8% v9%,$(VERSION)),$(patsubst v%,%,$(VERSION)),0.0.0~git$(VERSION)))
+PKG_ARCH    ?= $(shell $(GO) env GOARCH)
+PKG_DIR     ?= $(BIN)/packages
+
+package: build $(TOOLS)/nfpm ## .deb and .rpm (binaries, systemd units, example settings, docs) into bin/packages/
+	@mkdir -p $(PKG_DIR)
+	sed -e 's#@BIN@#$(BIN)#g' -e 's#@ARCH@#$(PKG_ARCH)#g' -e 's#@VERSION@#$(PKG_VERSION)#g' dist/nfpm.yaml > $(PKG_DIR)/nfpm.yaml
+	$(TOOLS)/nfpm package -f $(PKG_DIR)/nfpm.yaml -p deb -t $(PKG_DIR)/
+	$(TOOLS)/nfpm package -f $(PKG_DIR)/nfpm.yaml -p rpm -t $(PKG_DIR)/
+	@rm $(PKG_DIR)/nfpm.yaml
+
+package-check: package ## install the .deb into a fresh Debian root (mmdebstrap, Debian's packages), run --version, remove it
+	./scripts/package-check.sh $(PKG_DIR)/pact_$(PKG_VERSION)-1_$(PKG_ARCH).deb
+
+print-ldflags: ## print the -ldflags make build stamps the version with (the version test uses it)
+	@echo '$(LDFLAGS)'
 
 run: build ## run a development journal with its state in ./.pact (prints what to do next)
 	$(BIN)/pact-journal --dev --data-dir $(DATA_DIR) --listen $(LISTEN) --metrics-listen $(METRICS)
@@ -39,7 +69,7 @@ cluster-down: ## stop the quorum started by make cluster (keeps its state)
 	./scripts/cluster.sh down
 
 image: build ## build the pact container image FROM scratch (nothing is pulled)
-	docker build -t pact:dev -f Dockerfile .
+	docker build --build-arg VERSION=$(VERSION) -t pact:dev -f Dockerfile .
 
 compose-up: image ## run three journals as containers (docker-compose.yml)
 	./scripts/compose.sh up
@@ -69,6 +99,8 @@ $(TOOLS)/buf:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 $(TOOLS)/protoc-gen-go:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+$(TOOLS)/nfpm:
+	GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 $(TOOLS)/protoc-gen-go-grpc:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 
@@ -80,7 +112,7 @@ bench-storm: build ## boot storm: 3 journals, AGENTS (10000) agents enroll then 
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
 	$(BIN)/stormbench storm -bin $(BIN) -agents $(AGENTS) -wait-idle $(WAIT_IDLE) $(STORMFLAGS)
 
-bench-scale: build ## registry of SCALE_NODES (100000): memory per node, snapshot, restore, restart, leader failover
+bench-scale: build ## registry of SCALE_NODES (100000): memory per node, snapshot, restore, backup save and restore (all Active), restart, leader failover
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
 	$(BIN)/stormbench scale -bin $(BIN) -nodes $(SCALE_NODES) $(SCALEFLAGS)
 

@@ -16,9 +16,16 @@ up() {
     peers="${peers:+$peers,}j$i=127.0.0.1:$((7500 + i))"
     grpc="${grpc:+$grpc,}127.0.0.1:$((7450 + i))"
   done
+  local want=$N
   for i in $(seq 1 $N); do
     if [ -f "$DIR/j$i.pid" ] && kill -0 "$(cat "$DIR/j$i.pid")" 2>/dev/null; then
       echo "j$i is already running (pid $(cat "$DIR/j$i.pid"))"; continue
+    fi
+    # A journal removed from the quorum (pact journal remove) must not come
+    # back as if nothing happened: pact-journal would refuse (exit 3) anyway.
+    if [ -f "$DIR/j$i/REMOVED" ]; then
+      echo "j$i was removed from the quorum; not starting it (to bring it back: rm -rf $DIR/j$i, start it with --join, then pact journal add j$i 127.0.0.1:$((7500 + i)))" >&2
+      want=$((want - 1)); continue
     fi
     "$BIN/pact-journal" --node-id "j$i" --data-dir "$DIR/j$i" \
       --listen "127.0.0.1:$((7450 + i))" --raft-listen "127.0.0.1:$((7500 + i))" \
@@ -37,8 +44,8 @@ export PACT_KEY=$abs/admin-key.pem
 ENV
   # Ready once every journal serves (they wait for a leader first).
   for _ in $(seq 1 150); do
-    if [ "$(grep -l 'journal serving' "$DIR"/j*.log 2>/dev/null | wc -l)" -eq $N ]; then
-      echo "three journals serving on $grpc (Raft on 127.0.0.1:7501-7503, metrics on 127.0.0.1:7461-7463)"
+    if [ "$(grep -l 'journal serving' "$DIR"/j*.log 2>/dev/null | wc -l)" -ge $want ]; then
+      echo "$want of $N journals serving on $grpc (Raft on 127.0.0.1:7501-7503, metrics on 127.0.0.1:7461-7463)"
       echo "state and logs in $DIR/; for the CLI:  source $DIR/env && $BIN/pact journal status"
       return 0
     fi
