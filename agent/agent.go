@@ -32,6 +32,7 @@ import (
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/identity/spire"
 	"github.com/pact-hpc/pact/identity/static"
+	"github.com/pact-hpc/pact/internal/backoff"
 	"github.com/pact-hpc/pact/internal/hwid"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
@@ -63,6 +64,8 @@ type Agent struct {
 	// clk is cfg.Clock: the node's clock plus the offset to the journal's
 	// it has learned (skew.go).
 	clk *skewClock
+	// backoff is the retry policy for every kind of attempt.
+	backoff backoff.Policy
 	// renewNow holds the serial a journal told to renew at once (its
 	// intermediate is being retired); wake tells the loop.
 	renewNow atomic.Value // string
@@ -145,6 +148,7 @@ func New(cfg Config) (*Agent, error) {
 		jp:       identity.NewJournalProvider(cfg.Clock),
 		static:   sp,
 		files:    identityFiles{dir: cfg.IdentityDir, keyOut: cfg.KeyOut},
+		backoff:  backoff.Policy{Min: cfg.MinBackoff, Max: cfg.MaxBackoff},
 	}
 	rc := identity.DefaultRotatorConfig()
 	rc.Targets = cfg.JournalAddrs
@@ -297,6 +301,33 @@ func (a *Agent) waitForSPIRE(ctx context.Context, sp *spire.Provider, cascade *i
 		if ctx.Err() != nil {
 			return
 		}
+	}
+}
+
+// RenewNow asks the agent to renew the journal-signed certificate its
+// live channel presents at once, through the same step as the renewal at
+// RenewAt of its life (and as a journal's RenewNow notice): a fresh key,
+// RenewCert over the live channel, a new channel with the new certificate.
+// MinRenewInterval still applies after an earlier renewal attempt. It
+// returns false, and does nothing, when the live channel presents no
+// journal-signed identity. The outcome reaches OnAttempt and OnStream.
+func (a *Agent) RenewNow() bool {
+	ch := a.rot.Active()
+	if ch == nil || ch.Identity().Source != identity.SourceJournal {
+		return false
+	}
+	a.renewNow.Store(ch.Identity().Serial())
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// attempted tells OnAttempt how an attempt ended.
+func (a *Agent) attempted(op string, err error) {
+	if a.cfg.OnAttempt != nil {
+		a.cfg.OnAttempt(op, err)
 	}
 }
 

@@ -22,8 +22,9 @@ import (
 
 // enroll makes a fresh key and asks the next journal to sign it on the
 // strength of the node's hardware identity.
-func (a *Agent) enroll(ctx context.Context) error {
+func (a *Agent) enroll(ctx context.Context) (err error) {
 	a.metrics.attempts.Inc()
+	defer func() { a.attempted("enroll", err) }()
 	key, csr, err := newKey()
 	if err != nil {
 		return err
