@@ -69,7 +69,26 @@ func runStorm(args []string) int {
 		fmt.Fprintln(os.Stderr, "stormbench: -agents and -journals must be positive")
 		return 2
 	}
+	checkFiles(f.agents)
 	return runIn(f.dir, f.keep, func(dir string, cl *cleanup) error { return stormMain(f, dir, cl) })
+}
+
+// checkFiles raises this process's open-file limit to its hard limit and
+// warns when that is still short of what the agents need: a channel each,
+// and an Enroll connection each at the storm's peak.
+func checkFiles(agents int) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+		_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+	if need := uint64(2*agents + 1000); lim.Cur < need {
+		logf("warning: the open-file limit is %d; %d agents may need up to %d (ulimit -n)", lim.Cur, agents, need)
+	}
 }
 
 // runIn runs a benchmark in its working directory (made, or dir), cleaning
