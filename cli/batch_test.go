@@ -853,7 +853,8 @@ func TestBatchDocumented(t *testing.T) {
 	for _, w := range append(append([]string{}, batchColumns...), ReasonInvalidRow, ReasonDuplicateInFile, batchExampleHeader,
 		fmt.Sprintf("chunks of at most %d", batchChunk), fmt.Sprintf("%d KiB", maxRecordBytes>>10),
 		fmt.Sprintf("%d ms", progressEvery.Milliseconds()), fmt.Sprintf("At most %d attempts", batchAttempts),
-		fmt.Sprintf("waiting %d ms", batchBackoff.Milliseconds()), "`"+macSeparator+"`") {
+		fmt.Sprintf("about %d-%d ms the first time", batchBackoff.Milliseconds()/2, batchBackoff.Milliseconds()*3/2),
+		fmt.Sprintf("up to %d s", batchMaxBackoff/time.Second), "`"+macSeparator+"`") {
 		if !strings.Contains(doc, w) {
 			t.Errorf("docs/batch.md does not mention %q", w)
 		}
