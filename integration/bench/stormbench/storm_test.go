@@ -92,8 +92,8 @@ func confirm(t *testing.T, c *journaltest.Cluster, agents []*benchAgent, before 
 		if ag == nil {
 			t.Fatalf("%s: no agent.Agent", a.node.id)
 		}
-		if st := ag.Status(); !strings.EqualFold(st.Serial, serial) || !st.StreamConnected {
-			t.Errorf("%s: the agent says serial %s (stream %v), the benchmark saw %s", a.node.id, st.Serial, st.StreamConnected, serial)
+		if st := ag.Status(); !strings.EqualFold(st.Serial, serial) {
+			t.Errorf("%s: the agent's channel presents serial %s, the benchmark saw %s", a.node.id, st.Serial, serial)
 		}
 		n := inspectNode(t, c.Nodes[0], a.node.id)
 		if n.GetState() != pactv1.NodeState_NODE_STATE_ACTIVE || !strings.EqualFold(n.GetCert().GetSerial(), serial) {
