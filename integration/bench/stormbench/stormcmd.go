@@ -74,8 +74,9 @@ func runStorm(args []string) int {
 }
 
 // checkFiles raises this process's open-file limit to its hard limit and
-// warns when that is still short of what the agents need: a channel each,
-// and an Enroll connection each at the storm's peak.
+// warns when that is still short of what the agents need: a connection
+// each (an Enroll connection, then a channel), and a second one for those
+// moving to a new channel at the same moment.
 func checkFiles(agents int) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
@@ -86,7 +87,7 @@ func checkFiles(agents int) {
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 		_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 	}
-	if need := uint64(2*agents + 1000); lim.Cur < need {
+	if need := uint64(agents*3/2 + 1000); lim.Cur < need {
 		logf("warning: the open-file limit is %d; %d agents may need up to %d (ulimit -n)", lim.Cur, agents, need)
 	}
 }
