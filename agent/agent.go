@@ -11,6 +11,14 @@
 // has, retries with backoff, and says why in one of a few reasons
 // (classify), in its log, its metrics and `pact-agent status`.
 //
+// Many agents can run in one process (the boot-storm benchmark runs
+// thousands): what only a process of its own should have (the status
+// socket, the /metrics listener and the process's runtime metrics,
+// identity files, the tmpfs key file, SPIRE, the TPM) is off with its
+// Config field's zero value, every agent has its own Prometheus registry,
+// logger and clock, and OnAttempt and OnStream let the process watch each
+// one.
+//
 // This package must never import raft, bbolt or the journal: a test keeps
 // the agent binary free of them.
 package agent
