@@ -216,7 +216,7 @@ func stormMain(f stormFlags, dir string, cl *cleanup) error {
 		return err
 	}
 	var chk checks
-	chk.enroll(c, f, nodes, enrollRes)
+	chk.enroll(c, nodes, enrollRes)
 
 	var renewRes *stormResult
 	if f.renew {
@@ -233,7 +233,7 @@ func stormMain(f stormFlags, dir string, cl *cleanup) error {
 		if renewRes, err = runOneStorm(c, &rs, f, dir); err != nil {
 			return err
 		}
-		chk.renew(c, f, nodes, enrolled, renewRes)
+		chk.renew(c, nodes, enrolled, renewRes)
 	}
 	report(f, regTook, curve, signRate, signCPU, price, ceilE, enrollRes, ceilR, renewRes, &chk)
 	if !chk.pass() {
@@ -244,14 +244,12 @@ func stormMain(f stormFlags, dir string, cl *cleanup) error {
 
 // checks is the journals' confirmation of what the agents reported.
 type checks struct {
-	counts        map[string]int // registry after the enrollment storm, by state
-	streams       int            // pact_journal_streams_open, summed, after the enrollment storm
-	renewCounts   map[string]int
-	renewStreams  int
-	renewed       int // nodes whose registry serial is the agent's new one
-	problems      []string
-	renewChecked  bool
-	agents, nodes int
+	counts       map[string]int // registry after the enrollment storm, by state
+	streams      int            // pact_journal_streams_open, summed, after the enrollment storm
+	renewCounts  map[string]int
+	renewStreams int
+	renewed      int // nodes whose registry serial is the agent's new one
+	problems     []string
 }
 
 func (k *checks) fail(format string, args ...any) {
@@ -269,8 +267,7 @@ func (k *checks) reason() string {
 
 // enroll confirms the enrollment storm with the journals: every node
 // Active in the registry, and one stream per node in their metrics.
-func (k *checks) enroll(c *cluster, f stormFlags, nodes []benchNode, r *stormResult) {
-	k.nodes = len(nodes)
+func (k *checks) enroll(c *cluster, nodes []benchNode, r *stormResult) {
 	if r.failed > 0 {
 		k.fail("enroll storm: %d agents failed or were abandoned", r.failed)
 	}
@@ -292,8 +289,7 @@ func (k *checks) enroll(c *cluster, f stormFlags, nodes []benchNode, r *stormRes
 
 // renew confirms the renewal storm: every node Active with the serial its
 // agent now presents (a new one), and still one stream per node.
-func (k *checks) renew(c *cluster, f stormFlags, nodes []benchNode, agents []*benchAgent, r *stormResult) {
-	k.renewChecked = true
+func (k *checks) renew(c *cluster, nodes []benchNode, agents []*benchAgent, r *stormResult) {
 	if r.failed > 0 {
 		k.fail("renew storm: %d agents failed or were abandoned", r.failed)
 	}
