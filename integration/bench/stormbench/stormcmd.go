@@ -535,9 +535,11 @@ func report(f stormFlags, regTook time.Duration, curve tls.CurveID, signRate flo
 	fmt.Fprintln(os.Stdout, "CPU ms/op counts every journal process and the load generator per agent; ratio = per s / ceiling per s; CPU ratio = ceiling CPU ms/op / CPU ms/op;")
 	fmt.Fprintln(os.Stdout, "wasted CPU = share of the CPU spent on attempts that ended refused, timed out or abandoned (each attempt priced by its crypto, overhead in proportion);")
 	fmt.Fprintln(os.Stdout, "others' CPU = share of the machine other users' processes took during the storm / during its ceiling (a shared machine: trust the CPU ratio more than the ratio when these differ)")
+	ws, wsMin := wastedShare(e, price)
+	fmt.Fprintf(os.Stdout, "\nheadline: %d of %d agents streaming %.2f s after the first arrival; ratio to ceiling %.2f; wasted CPU %.1f%%; journal CPU ratio %.2f; %d failed; %d leader changes (others took %.0f%% of the machine)\n",
+		e.ok, f.agents, e.wall.Seconds(), e.perSec/ceilE.perSec, 100*ws, ratio(ceilE.serverOp, e.journalCPUPerOp()), e.failed, e.leaderChange, 100*e.others)
 	fmt.Fprintf(os.Stdout, "final check: %s: %s\n\n", map[bool]string{true: "PASS", false: "FAIL"}[chk.pass()], chk.reason())
 
-	ws, wsMin := wastedShare(e, price)
 	out := map[string]any{
 		"bench":                    "storm",
 		"agent_code":               "pact-agent (agent.New/Run, in process)",
