@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/pact-hpc/pact/agent"
@@ -101,8 +103,9 @@ type benchAgent struct {
 	attempts   int
 	byOp       map[string]int
 	failures   map[string]int
-	wasted     work // attempts that failed
-	spent      work // every attempt of this storm
+	examples   map[string]string // one error message per failure label
+	wasted     work              // attempts that failed
+	spent      work              // every attempt of this storm
 	err        error
 	finished   bool
 	held       bool // holds a slot of the load generator's pool
@@ -116,7 +119,7 @@ func (a *benchAgent) reset(kind stormKind, onFinished func(held bool)) {
 	a.kind, a.onFinished = kind, onFinished
 	a.arrival, a.activeAt, a.streamAt = time.Time{}, time.Time{}, time.Time{}
 	a.before = a.serial
-	a.attempts, a.byOp, a.failures = 0, map[string]int{}, map[string]int{}
+	a.attempts, a.byOp, a.failures, a.examples = 0, map[string]int{}, map[string]int{}, map[string]string{}
 	a.wasted, a.spent, a.err, a.finished, a.held = work{}, work{}, nil, false, false
 }
 
@@ -150,6 +153,9 @@ func (a *benchAgent) onAttempt(op string, err error) {
 			label += "/" + string(pe.Reason)
 		}
 		a.failures[label]++
+		if _, ok := a.examples[label]; !ok {
+			a.examples[label] = err.Error()
+		}
 		return
 	}
 	if op == "enroll" && a.activeAt.IsZero() {
@@ -181,6 +187,7 @@ type storm struct {
 	deadline    time.Duration // give up on the storm after this
 	kx          wire.KeyExchange
 	sameOrder   bool            // every agent lists the journals in the same order
+	oneSource   bool            // every agent connects from 127.0.0.1
 	life        context.Context // the agents run until it ends
 	log         *slog.Logger    // the agents' logger
 }
@@ -200,6 +207,7 @@ type stormResult struct {
 	failedTries  int
 	maxAttempt   int
 	failures     map[string]int
+	examples     map[string]string // one error message per failure label
 	firstErrs    []string
 	wasted       work
 	spent        work
@@ -272,10 +280,27 @@ func (s *storm) agentConfig(a *benchAgent) agent.Config {
 	cfg.SPIRESocket = ""
 	cfg.StatusSocket = ""
 	cfg.TPMDevice = ""
+	if !s.oneSource {
+		// A node of a site has an address of its own, and the journals'
+		// per-source limits (connections, failed enrollments) are per
+		// node: each agent connects from its own loopback address.
+		src := &net.TCPAddr{IP: sourceIP(a.idx)}
+		cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			d := net.Dialer{LocalAddr: src}
+			return d.DialContext(ctx, "tcp", addr)
+		})}
+	}
 	cfg.Logger = s.log
 	cfg.OnAttempt = a.onAttempt
 	cfg.OnStream = a.onStream
 	return cfg
+}
+
+// sourceIP is agent i's own loopback address: 127.1.0.1 on, skipping .0
+// and .255 (Linux routes all of 127.0.0.0/8 to the loopback interface).
+func sourceIP(i int) net.IP {
+	const perBlock = 254 * 256
+	return net.IPv4(127, byte(1+i/perBlock), byte(i%perBlock/254), byte(1+i%254))
 }
 
 // start makes a's agent and runs it until s.life ends (or it is stopped).
@@ -406,7 +431,7 @@ func (s *storm) run(pids []int) *stormResult {
 			a.mu.Unlock()
 		}
 	}
-	res := &stormResult{kind: s.kind, agents: n, abandoned: abandoned, byOp: map[string]int{}, failures: map[string]int{}}
+	res := &stormResult{kind: s.kind, agents: n, abandoned: abandoned, byOp: map[string]int{}, failures: map[string]int{}, examples: map[string]string{}}
 	res.journalCPU, res.genCPU = cpu.stop()
 	ours := res.genCPU + res.journalCPUSum()
 	res.others = machine.others(ours)
@@ -423,6 +448,9 @@ func (s *storm) run(pids []int) *stormResult {
 		for k, v := range a.failures {
 			res.failures[k] += v
 			res.failedTries += v
+			if _, ok := res.examples[k]; !ok {
+				res.examples[k] = a.examples[k]
+			}
 		}
 		res.wasted.add(a.wasted)
 		res.spent.add(a.spent)

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -33,6 +35,7 @@ type stormFlags struct {
 	ceiling     time.Duration
 	renew       bool
 	sameOrder   bool
+	oneSource   bool
 	deadline    time.Duration
 	perf        bool
 	cpuprofile  string
@@ -55,6 +58,7 @@ func runStorm(args []string) int {
 	fs.DurationVar(&f.ceiling, "ceiling", 3*time.Second, "how long to run each crypto ceiling")
 	fs.BoolVar(&f.renew, "renew", true, "run the renewal storm after the enrollment storm")
 	fs.BoolVar(&f.sameOrder, "same-order", false, "give every agent the journals in the same order (pact-agent then starts every enrollment at the first); by default each agent's list starts at a different journal, as a site spreads its racks")
+	fs.BoolVar(&f.oneSource, "one-source", false, "connect every agent from 127.0.0.1, so the journals' per-source limits see one address for all nodes; by default each agent has a loopback address of its own (127.1.x.y), as each node of a site has")
 	fs.DurationVar(&f.deadline, "deadline", 10*time.Minute, "give up on a storm after this long (agents still trying count as abandoned)")
 	fs.BoolVar(&f.perf, "perf", false, "record the journals with perf(1) during each storm (DIR/perf-*.data and a flat report DIR/perf-*.txt)")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the load generator (this process, the agents) during each storm to FILE.enroll and FILE.renew")
@@ -209,7 +213,7 @@ func stormMain(f stormFlags, dir string, cl *cleanup) error {
 	}
 	cl.add(func() { stop(); stopAgents(agents) }) // before the journals stop
 	st := &storm{kind: stormEnroll, agents: agents, addrs: c.addrs(), caFile: filepath.Join(dir, "ca.pem"),
-		concurrency: f.concurrency, spread: f.spread, deadline: f.deadline, kx: kx, sameOrder: f.sameOrder,
+		concurrency: f.concurrency, spread: f.spread, deadline: f.deadline, kx: kx, sameOrder: f.sameOrder, oneSource: f.oneSource,
 		life: life, log: slog.New(slog.DiscardHandler)}
 	enrollRes, err := runOneStorm(c, st, f, dir)
 	if err != nil {
@@ -404,6 +408,9 @@ func runOneStorm(c *cluster, st *storm, f stormFlags, dir string) (*stormResult,
 	for _, e := range res.firstErrs {
 		logf("  failed: %s", e)
 	}
+	for _, k := range slices.Sorted(maps.Keys(res.examples)) {
+		logf("  a failed attempt %s: %s", k, res.examples[k])
+	}
 	return res, nil
 }
 
@@ -549,6 +556,7 @@ func report(f stormFlags, regTook time.Duration, curve tls.CurveID, signRate flo
 		"concurrency":              f.concurrency,
 		"spread_s":                 f.spread.Seconds(),
 		"same_order":               f.sameOrder,
+		"one_source":               f.oneSource,
 		"register_s":               round(regTook.Seconds(), 3),
 		"pass":                     chk.pass(),
 		"reason":                   chk.reason(),
