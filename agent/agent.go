@@ -25,6 +25,7 @@ package agent
 
 import (
 	"context"
+	"crypto"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -80,6 +81,14 @@ type Agent struct {
 	wake     chan struct{}
 
 	next int // index of the next journal to enroll with; Run's goroutine only
+	// enrollKey and enrollCSR are the key an enrollment asks a journal to
+	// sign, kept across retries until one is signed (Run's goroutine
+	// only): a retry after an answer that was lost (a deadline, leadership
+	// lost while committing) then gets the committed certificate back,
+	// where a fresh key would be refused ALREADY_ACTIVE for the takeover
+	// window.
+	enrollKey crypto.Signer
+	enrollCSR []byte
 
 	mu            sync.Mutex
 	running       bool

@@ -1,15 +1,22 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/journal/journaltest"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
 // hookLog records what OnAttempt and OnStream report, and signals each
@@ -87,5 +94,37 @@ func TestRenewNowWithoutChannel(t *testing.T) {
 	}
 	if a.RenewNow() {
 		t.Error("RenewNow accepted with no channel")
+	}
+}
+
+// An Enroll whose answer is lost after the journal committed it (a
+// deadline) is retried with the same key, and the journal hands back the
+// committed certificate: with a fresh key the retry would be refused
+// ALREADY_ACTIVE for the takeover window.
+func TestEnrollRetryAfterLostAnswerKeepsTheKey(t *testing.T) {
+	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
+	h.Register(t, "n1", "SN1", mac1)
+	var enrolls atomic.Int64
+	log := &hookLog{streams: make(chan string, 4)}
+	cfg := agentConfig(h, clock.Real{}, "SN1", mac1)
+	cfg.OnAttempt, cfg.OnStream = log.attempt, log.stream
+	cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			if method == pactv1.EnrollmentService_Enroll_FullMethodName && enrolls.Add(1) == 1 && err == nil {
+				return status.Error(codes.DeadlineExceeded, "injected: the answer was lost")
+			}
+			return err
+		})}
+	runAgent(t, cfg)
+
+	serial := log.nextStream(t)
+	if got := inspect(t, h, "n1").GetCert().GetSerial(); !strings.EqualFold(got, serial) {
+		t.Fatalf("the agent streams with serial %s, the registry holds %s", serial, got)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if want := "[enroll:false enroll:true connect:true]"; fmt.Sprint(log.attempts) != want {
+		t.Errorf("attempts %v, want %s", log.attempts, want)
 	}
 }
