@@ -59,14 +59,22 @@ func (w *work) add(o work) {
 // how far it got. A failure the journal answered is priced as far as the
 // answer needs; a deadline as if the journal had done everything (it may
 // have); a renewal refused before RenewCert answered as its key alone.
+// The agent keeps its enrollment key across retries until it is signed,
+// so the key is priced with the enrollment that succeeds.
 func attemptWork(op string, err error) work {
 	deadline := err != nil && apierr.FromError(err).Code == codes.DeadlineExceeded
+	if closedUnshaken(err) {
+		return work{}
+	}
 	switch op {
 	case "enroll":
-		if err == nil || deadline {
+		switch {
+		case err == nil:
 			return work{keygen: 1, tls: 1, sign: 1}
+		case deadline:
+			return work{tls: 1, sign: 1}
 		}
-		return work{keygen: 1, tls: 1}
+		return work{tls: 1}
 	case "renew":
 		switch {
 		case err == nil:
@@ -83,6 +91,17 @@ func attemptWork(op string, err error) work {
 		return work{keygen: 1, sign: 1}
 	}
 	return work{mtls: 1} // connect, upgrade, fallback: a new channel
+}
+
+// closedUnshaken reports a connection the journal closed before it
+// answered the ClientHello: it had no handshake slot free for it within
+// --handshake-queue-wait (journal --max-handshakes). No crypto was done
+// for it on either side but the client's key share; the wait is not CPU.
+// (A handshake the journal cut off half-way, past --handshake-timeout,
+// ends the same way: it is priced as nothing too, a slight
+// underestimate.)
+func closedUnshaken(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "authentication handshake failed: EOF")
 }
 
 // benchAgent is one node of the storm.
@@ -149,8 +168,11 @@ func (a *benchAgent) onAttempt(op string, err error) {
 		a.wasted.add(w)
 		pe := apierr.FromError(err)
 		label := op + " " + pe.Code.String()
-		if pe.Reason != "" {
+		switch {
+		case pe.Reason != "":
 			label += "/" + string(pe.Reason)
+		case closedUnshaken(err):
+			label = op + " closed before the handshake"
 		}
 		a.failures[label]++
 		if _, ok := a.examples[label]; !ok {

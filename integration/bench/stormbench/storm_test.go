@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -193,5 +194,33 @@ func TestStormbenchHasNoAgentCopy(t *testing.T) {
 	}
 	if !importsAgent {
 		t.Error("stormbench does not import github.com/pact-hpc/pact/agent")
+	}
+}
+
+// How far each kind of failed attempt got decides what it is priced at.
+func TestAttemptWork(t *testing.T) {
+	closed := status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: EOF"`)
+	deadline := status.Error(codes.DeadlineExceeded, "context deadline exceeded")
+	refused := status.Error(codes.Unavailable, "NO_LEADER")
+	for _, tc := range []struct {
+		op   string
+		err  error
+		want work
+	}{
+		{"enroll", nil, work{keygen: 1, tls: 1, sign: 1}},
+		{"enroll", refused, work{tls: 1}},
+		{"enroll", deadline, work{tls: 1, sign: 1}},
+		{"enroll", closed, work{}},
+		{"connect", nil, work{mtls: 1}},
+		{"connect", refused, work{mtls: 1}},
+		{"connect", closed, work{}},
+		{"renew", nil, work{keygen: 1, sign: 1, mtls: 1}},
+		{"renew", fmt.Errorf("agent: RenewCert at x: %w", refused), work{keygen: 1}},
+		{"renew", fmt.Errorf("agent: RenewCert at x: %w", deadline), work{keygen: 1, sign: 1}},
+		{"renew", fmt.Errorf("identity: health check of x: %w", refused), work{keygen: 1, sign: 1, mtls: 1}},
+	} {
+		if got := attemptWork(tc.op, tc.err); got != tc.want {
+			t.Errorf("attemptWork(%s, %v) = %+v, want %+v", tc.op, tc.err, got, tc.want)
+		}
 	}
 }
