@@ -1,22 +1,49 @@
 // Package cmdutil holds what pact's binaries share when they parse their
-// flags: environment fallbacks and the slog logger they build.
+// flags beyond internal/settings: the logging settings and the slog logger
+// they build.
 package cmdutil
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
+	"strings"
+
+	"github.com/pact-hpc/pact/internal/settings"
 )
 
-// EnvOr returns the environment variable key, or def when it is unset or
-// empty.
-func EnvOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
+// Logging is the --log-format and --log-level settings of a daemon.
+type Logging struct {
+	Format string
+	Level  string
 }
+
+// Declare adds --log-format (PACT_LOG_FORMAT) and --log-level
+// (PACT_LOG_LEVEL), checked as they are read so a bad value in the file
+// is reported with its line.
+func (l *Logging) Declare(s *settings.Set) {
+	l.Format, l.Level = "text", "info"
+	s.Func("log-format", "PACT_LOG_FORMAT", "log format: text or json", "string", "text", func(v string) error {
+		if v != "text" && v != "json" {
+			return errors.New("want text or json")
+		}
+		l.Format = v
+		return nil
+	}, func() { l.Format = "text" })
+	s.Func("log-level", "PACT_LOG_LEVEL", "log level: debug, info, warn or error", "string", "info", func(v string) error {
+		var lvl slog.Level
+		if err := lvl.UnmarshalText([]byte(v)); err != nil {
+			return errors.New("want debug, info, warn or error")
+		}
+		l.Level = v
+		return nil
+	}, func() { l.Level = "info" })
+}
+
+// Logger builds the logger the settings name.
+func (l Logging) Logger(w io.Writer) (*slog.Logger, error) { return NewLogger(w, l.Format, l.Level) }
 
 // NewLogger builds a text or JSON slog logger at the named level.
 func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
@@ -32,4 +59,52 @@ func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// Parse parses a daemon's command line into fs (the settings of s,
+// registered with s.Register, and any plain flags beside them), then
+// resolves s against the environment and the configuration file. When it
+// returns false the command ends with the exit code it gives: 0 for
+// --help, 2 for bad usage or a bad setting, each problem on its own line.
+func Parse(s *settings.Set, fs *flag.FlagSet, args []string, env settings.Env) (int, bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q (see %s --help)\n", fs.Name(), fs.Arg(0), fs.Name())
+		return 2, false
+	}
+	if err := s.Resolve(env); err != nil {
+		ReportProblems(fs.Output(), fs.Name(), err)
+		return 2, false
+	}
+	return 0, true
+}
+
+// ReportProblems prints what settings.Resolve or a Validate found, one
+// problem per line, and that nothing was started.
+func ReportProblems(w io.Writer, prog string, err error) {
+	var lines []string
+	var walk func(error)
+	walk = func(err error) {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		lines = append(lines, strings.Split(err.Error(), "\n")...)
+	}
+	walk(err)
+	noun := "problem"
+	if len(lines) > 1 {
+		noun = "problems"
+	}
+	fmt.Fprintf(w, "%s: %d configuration %s; nothing was started:\n", prog, len(lines), noun)
+	for _, l := range lines {
+		fmt.Fprintf(w, "  %s\n", l)
+	}
 }

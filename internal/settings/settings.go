@@ -15,6 +15,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -152,7 +153,7 @@ func (s *Set) add(st *Setting) *Setting {
 	return st
 }
 
-func scalar(name string, raw []string) (string, error) {
+func scalar(raw []string) (string, error) {
 	if len(raw) == 0 {
 		return "", errors.New("no value")
 	}
@@ -165,7 +166,7 @@ func (s *Set) String(p *string, name, env, usage string) {
 	s.add(&Setting{Name: name, Env: env, Usage: usage, Kind: "string", Default: def,
 		reset: func() { *p = def },
 		apply: func(raw []string) error {
-			v, err := scalar(name, raw)
+			v, err := scalar(raw)
 			*p = v
 			return err
 		}})
@@ -177,7 +178,7 @@ func (s *Set) Bool(p *bool, name, env, usage string) {
 	s.add(&Setting{Name: name, Env: env, Usage: usage, Kind: "bool", Default: strconv.FormatBool(def),
 		reset: func() { *p = def },
 		apply: func(raw []string) error {
-			v, err := scalar(name, raw)
+			v, err := scalar(raw)
 			if err != nil {
 				return err
 			}
@@ -196,7 +197,7 @@ func (s *Set) Int(p *int, name, env, usage string) {
 	s.add(&Setting{Name: name, Env: env, Usage: usage, Kind: "int", Default: strconv.Itoa(def),
 		reset: func() { *p = def },
 		apply: func(raw []string) error {
-			v, err := scalar(name, raw)
+			v, err := scalar(raw)
 			if err != nil {
 				return err
 			}
@@ -215,7 +216,7 @@ func (s *Set) Uint64(p *uint64, name, env, usage string) {
 	s.add(&Setting{Name: name, Env: env, Usage: usage, Kind: "uint", Default: strconv.FormatUint(def, 10),
 		reset: func() { *p = def },
 		apply: func(raw []string) error {
-			v, err := scalar(name, raw)
+			v, err := scalar(raw)
 			if err != nil {
 				return err
 			}
@@ -235,7 +236,7 @@ func (s *Set) Duration(p *time.Duration, name, env, usage string) {
 	s.add(&Setting{Name: name, Env: env, Usage: usage, Kind: "duration", Default: def.String(),
 		reset: func() { *p = def },
 		apply: func(raw []string) error {
-			v, err := scalar(name, raw)
+			v, err := scalar(raw)
 			if err != nil {
 				return err
 			}
@@ -277,12 +278,34 @@ func (s *Set) Func(name, env, usage, kind, def string, parse func(string) error,
 	s.add(&Setting{Name: name, Env: env, Usage: usage, Kind: kind, Default: def,
 		reset: reset,
 		apply: func(raw []string) error {
-			v, err := scalar(name, raw)
+			v, err := scalar(raw)
 			if err != nil {
 				return err
 			}
 			if err := parse(v); err != nil {
 				return fmt.Errorf("%s %s: %w", name, quote(v), err)
+			}
+			return nil
+		}})
+}
+
+// FuncList is Func for a list the command parses itself: parse gets the
+// items of the winning source (a comma-separated flag or variable, a
+// repeated flag, or a YAML sequence).
+func (s *Set) FuncList(name, env, usage, def string, parse func([]string) error, reset func()) {
+	s.add(&Setting{Name: name, Env: env, Usage: usage, Kind: "list", Default: def, list: true,
+		reset: reset,
+		apply: func(raw []string) error {
+			var items []string
+			for _, r := range raw {
+				for _, v := range strings.Split(r, ",") {
+					if v = strings.TrimSpace(v); v != "" {
+						items = append(items, v)
+					}
+				}
+			}
+			if err := parse(items); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
 			}
 			return nil
 		}})
@@ -349,6 +372,26 @@ func (st *Setting) usage() string {
 		return st.Usage
 	}
 	return st.Usage + " (" + st.Env + ")"
+}
+
+// PrintDefaults writes the help of every setting, as flag.PrintDefaults
+// does, with each one's kind, variable and default.
+func (s *Set) PrintDefaults(w io.Writer) {
+	for _, st := range s.settings {
+		kind := " " + st.Kind
+		if st.Kind == "bool" {
+			kind = ""
+		}
+		fmt.Fprintf(w, "  --%s%s\n    \t%s", st.Name, kind, strings.ReplaceAll(st.usage(), "\n", "\n    \t"))
+		switch {
+		case st.Kind == "bool" && st.Default == "false", st.Default == "", st.Default == "0" && st.Kind != "int":
+		case st.Kind == "string":
+			fmt.Fprintf(w, " (default %q)", st.Default)
+		default:
+			fmt.Fprintf(w, " (default %s)", st.Default)
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // Register adds every setting to fs as a flag. Flags that are not
