@@ -119,6 +119,13 @@ func Settings(cfg *agent.Config, log *cmdutil.Logging, configFile *string) *sett
 	return s
 }
 
+// newFlagSet is pact-agent's command line: its settings as flags.
+func newFlagSet(s *settings.Set) *flag.FlagSet {
+	fs := flag.NewFlagSet("pact-agent", flag.ContinueOnError)
+	s.Register(fs)
+	return fs
+}
+
 // Main runs the pact-agent command and returns its exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
 	return run(args, os.LookupEnv, stdout, stderr)
@@ -135,15 +142,11 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	var log cmdutil.Logging
 	var configFile string
 	s := Settings(&cfg, &log, &configFile)
-	fs := flag.NewFlagSet("pact-agent", flag.ContinueOnError)
+	fs := newFlagSet(s)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, agentUsage)
-		s.PrintDefaults(stderr)
-		fmt.Fprint(stderr, "  --version\n    \tprint pact-agent's version and exit\n")
-	}
-	s.Register(fs)
 	showVersion := fs.Bool("version", false, "print pact-agent's version and exit")
+	check := fs.Bool("check-config", false, "check the settings (file, environment and flags) and exit: 0 if pact-agent would start with them; 2, with every problem, if not")
+	cmdutil.SetUsage(fs, s, agentUsage)
 	if code, ok := cmdutil.Parse(s, fs, args, env); !ok {
 		return code
 	}
@@ -160,6 +163,10 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	if err := cfg.Validate(); err != nil {
 		cmdutil.ReportProblems(stderr, "pact-agent", err)
 		return agent.ExitUsage
+	}
+	if *check {
+		fmt.Fprintln(stdout, "pact-agent: the settings are valid")
+		return agent.ExitOK
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

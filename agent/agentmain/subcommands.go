@@ -26,15 +26,7 @@ func subcommand(name, usage string, stderr io.Writer, declare func(*settings.Set
 	fs.SetOutput(stderr)
 	declare(s, fs)
 	s.Register(fs)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		s.PrintDefaults(stderr)
-		fs.VisitAll(func(f *flag.Flag) {
-			if _, ok := s.Lookup(f.Name); !ok {
-				fmt.Fprintf(stderr, "  -%s\n    \t%s (default %q)\n", f.Name, f.Usage, f.DefValue)
-			}
-		})
-	}
+	cmdutil.SetUsage(fs, s, usage)
 	return s, fs
 }
 

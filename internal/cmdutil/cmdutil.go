@@ -108,3 +108,27 @@ func ReportProblems(w io.Writer, prog string, err error) {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
 }
+
+// SetUsage makes fs's --help print usage, then the settings of s (with
+// their variables and defaults), then fs's flags that are not settings.
+func SetUsage(fs *flag.FlagSet, s *settings.Set, usage string) {
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprint(w, usage)
+		s.PrintDefaults(w)
+		fs.VisitAll(func(f *flag.Flag) {
+			if _, ok := s.Lookup(f.Name); ok {
+				return
+			}
+			dash := "--"
+			if len(f.Name) == 1 {
+				dash = "-"
+			}
+			fmt.Fprintf(w, "  %s%s\n    \t%s", dash, f.Name, f.Usage)
+			if f.DefValue != "" && f.DefValue != "false" {
+				fmt.Fprintf(w, " (default %q)", f.DefValue)
+			}
+			fmt.Fprintln(w)
+		})
+	}
+}

@@ -184,6 +184,15 @@ func (s *Set) nearest(key string) string {
 			best, bestD = n, d
 		}
 	}
+	if best != "" {
+		return best
+	}
+	// listen-addr for listen: a name with a word too many.
+	for _, n := range names {
+		if s.byName[n].file && strings.HasPrefix(norm, n+"-") && len(n) > len(best) {
+			best = n
+		}
+	}
 	return best
 }
 

@@ -139,6 +139,13 @@ func Settings(cfg *journal.Config, log *cmdutil.Logging, configFile *string) *se
 	return s
 }
 
+// newFlagSet is pact-journal's command line: its settings as flags.
+func newFlagSet(s *settings.Set) *flag.FlagSet {
+	fs := flag.NewFlagSet("pact-journal", flag.ContinueOnError)
+	s.Register(fs)
+	return fs
+}
+
 // Main runs the pact-journal command and returns its exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
 	return run(args, os.LookupEnv, stdout, stderr)
@@ -161,15 +168,11 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	var log cmdutil.Logging
 	var configFile string
 	s := Settings(&cfg, &log, &configFile)
-	fs := flag.NewFlagSet("pact-journal", flag.ContinueOnError)
+	fs := newFlagSet(s)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, journalUsage)
-		s.PrintDefaults(stderr)
-		fmt.Fprint(stderr, "  --version\n    \tprint pact-journal's version and exit\n")
-	}
-	s.Register(fs)
 	showVersion := fs.Bool("version", false, "print pact-journal's version and exit")
+	check := fs.Bool("check-config", false, "check the settings (file, environment and flags) and exit: 0 if pact-journal would start with them; 2, with every problem, if not")
+	cmdutil.SetUsage(fs, s, journalUsage)
 	if code, ok := cmdutil.Parse(s, fs, args, env); !ok {
 		return code
 	}
@@ -186,6 +189,10 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	if err := cfg.Validate(); err != nil {
 		cmdutil.ReportProblems(stderr, "pact-journal", err)
 		return 2
+	}
+	if *check {
+		fmt.Fprintln(stdout, "pact-journal: the settings are valid")
+		return 0
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
