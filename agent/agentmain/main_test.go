@@ -2,9 +2,11 @@ package agentmain
 
 import (
 	"bytes"
+	"go/build"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -203,5 +205,18 @@ func TestStatusCommand(t *testing.T) {
 	}
 	if code, _, errOut := runWith(t, "", nil, "status", "-o", "yaml"); code != agent.ExitUsage {
 		t.Errorf("status -o yaml: exit %d, %s", code, errOut)
+	}
+}
+
+// The library takes a Config: flags, variables and files stay here.
+func TestLibraryParsesNoFlags(t *testing.T) {
+	pkg, err := build.ImportDir("..", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, forbidden := range []string{"flag", "github.com/pact-hpc/pact/internal/settings", "github.com/pact-hpc/pact/internal/cmdutil"} {
+		if slices.Contains(pkg.Imports, forbidden) {
+			t.Errorf("package agent imports %s; flag parsing belongs in agent/agentmain", forbidden)
+		}
 	}
 }

@@ -18,23 +18,12 @@ import (
 	"github.com/pact-hpc/pact/internal/tpmattest"
 )
 
-// subcommand parses the flags of a subcommand: its settings (flag and
-// variable, no configuration file) and plain flags beside them.
-func subcommand(name, usage string, stderr io.Writer, declare func(*settings.Set, *flag.FlagSet)) (*settings.Set, *flag.FlagSet) {
-	s := settings.New(name)
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	declare(s, fs)
-	s.Register(fs)
-	cmdutil.SetUsage(fs, s, usage)
-	return s, fs
-}
 
 // statusMain is `pact-agent status`.
 func statusMain(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	socket := agent.DefaultStatusSocket
 	var output *string
-	s, fs := subcommand("pact-agent status", statusUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
+	s, fs := cmdutil.Subcommand("pact-agent status", statusUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
 		s.String(&socket, "status-socket", "PACT_AGENT_STATUS_SOCKET", "the agent's status socket")
 		output = fs.String("o", "table", "output format: table or json")
 	})
@@ -111,7 +100,7 @@ Flags:
 func tpmEKMain(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	device := tpm.DefaultDevice
 	var output *string
-	s, fs := subcommand("pact-agent tpm-ek", tpmEKUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
+	s, fs := cmdutil.Subcommand("pact-agent tpm-ek", tpmEKUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
 		s.String(&device, "tpm-device", "PACT_AGENT_TPM_DEVICE", "TPM device, or unix:PATH for a software TPM")
 		output = fs.String("o", "text", "text or json")
 	})

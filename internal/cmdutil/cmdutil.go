@@ -124,11 +124,28 @@ func SetUsage(fs *flag.FlagSet, s *settings.Set, usage string) {
 			if len(f.Name) == 1 {
 				dash = "-"
 			}
-			fmt.Fprintf(w, "  %s%s\n    \t%s", dash, f.Name, f.Usage)
+			kind, usage := flag.UnquoteUsage(f)
+			if kind != "" {
+				kind = " " + kind
+			}
+			fmt.Fprintf(w, "  %s%s%s\n    \t%s", dash, f.Name, kind, usage)
 			if f.DefValue != "" && f.DefValue != "false" {
 				fmt.Fprintf(w, " (default %q)", f.DefValue)
 			}
 			fmt.Fprintln(w)
 		})
 	}
+}
+
+// Subcommand makes the flag set of a subcommand: declare adds its settings
+// (a flag and a variable each; subcommands read no configuration file)
+// and plain flags beside them. Parse it with Parse.
+func Subcommand(name, usage string, stderr io.Writer, declare func(*settings.Set, *flag.FlagSet)) (*settings.Set, *flag.FlagSet) {
+	s := settings.New(name)
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	declare(s, fs)
+	s.Register(fs)
+	SetUsage(fs, s, usage)
+	return s, fs
 }

@@ -315,22 +315,21 @@ func adminMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, adminIssueUsage)
 		return 2
 	}
-	fs := flag.NewFlagSet("pact-journal admin issue", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, adminIssueUsage); fs.PrintDefaults() }
-	dataDir := fs.String("data-dir", os.Getenv("PACT_DATA_DIR"), "journal data directory holding ca.pem and ca-key.pem (PACT_DATA_DIR)")
-	rootCert := fs.String("root-cert", os.Getenv("PACT_ROOT_CERT"), "domain root certificate (default DATA_DIR/ca.pem)")
-	rootKey := fs.String("root-key", os.Getenv("PACT_ROOT_KEY"), "domain root key (default DATA_DIR/ca-key.pem)")
-	name := fs.String("name", "", "operator name (goes into the certificate)")
-	role := fs.String("role", "", "platform-admin, viewer or pact-ops-{vcluster}")
-	certOut := fs.String("cert-out", "", "where to write the certificate")
-	keyOut := fs.String("key-out", "", "where to write the private key (mode 0600)")
-	lifetime := fs.Duration("lifetime", ca.DefaultOperatorLifetime, "validity of the credential (short: renew with pact admin renew)")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	var dataDir, rootCert, rootKey string
+	var name, role, certOut, keyOut *string
+	var lifetime *time.Duration
+	s, fs := cmdutil.Subcommand("pact-journal admin issue", adminIssueUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
+		s.String(&dataDir, "data-dir", "PACT_DATA_DIR", "journal data directory holding ca.pem and ca-key.pem")
+		s.String(&rootCert, "root-cert", "PACT_ROOT_CERT", "domain root certificate (default DATA_DIR/ca.pem)")
+		s.String(&rootKey, "root-key", "PACT_ROOT_KEY", "domain root key (default DATA_DIR/ca-key.pem)")
+		name = fs.String("name", "", "operator name (goes into the certificate)")
+		role = fs.String("role", "", "platform-admin, viewer or pact-ops-{vcluster}")
+		certOut = fs.String("cert-out", "", "where to write the certificate")
+		keyOut = fs.String("key-out", "", "where to write the private key (mode 0600)")
+		lifetime = fs.Duration("lifetime", ca.DefaultOperatorLifetime, "validity of the credential (short: renew with pact admin renew)")
+	})
+	if code, ok := cmdutil.Parse(s, fs, args[1:], os.LookupEnv); !ok {
+		return code
 	}
 	var missing []string
 	for flagName, v := range map[string]string{"--name": *name, "--role": *role, "--cert-out": *certOut, "--key-out": *keyOut} {
@@ -338,20 +337,20 @@ func adminMain(args []string, stdout, stderr io.Writer) int {
 			missing = append(missing, flagName)
 		}
 	}
-	if *dataDir == "" && (*rootCert == "" || *rootKey == "") {
+	if dataDir == "" && (rootCert == "" || rootKey == "") {
 		missing = append(missing, "--data-dir (or --root-cert and --root-key)")
 	}
 	if len(missing) > 0 {
 		fmt.Fprintf(stderr, "pact-journal admin issue: missing %s (see --help)\n", strings.Join(missing, ", "))
 		return 2
 	}
-	if *rootCert == "" {
-		*rootCert = filepath.Join(*dataDir, ca.RootCertFile)
+	if rootCert == "" {
+		rootCert = filepath.Join(dataDir, ca.RootCertFile)
 	}
-	if *rootKey == "" {
-		*rootKey = filepath.Join(*dataDir, ca.RootKeyFile)
+	if rootKey == "" {
+		rootKey = filepath.Join(dataDir, ca.RootKeyFile)
 	}
-	auth, err := ca.LoadKeyFileAuthority(*rootCert, *rootKey)
+	auth, err := ca.LoadKeyFileAuthority(rootCert, rootKey)
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal admin issue: %v\n", err)
 		return 1

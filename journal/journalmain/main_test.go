@@ -2,9 +2,11 @@ package journalmain
 
 import (
 	"bytes"
+	"go/build"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -166,6 +168,19 @@ func TestHelp(t *testing.T) {
 		"/etc/pact/journal.yaml", "--raft-snapshot-threshold uint", "(PACT_RAFT_SNAPSHOT_THRESHOLD) (default 8192)", "--check-config", "--version"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("--help lacks %q", want)
+		}
+	}
+}
+
+// The library takes a Config: flags, variables and files stay here.
+func TestLibraryParsesNoFlags(t *testing.T) {
+	pkg, err := build.ImportDir("..", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, forbidden := range []string{"flag", "github.com/pact-hpc/pact/internal/settings", "github.com/pact-hpc/pact/internal/cmdutil"} {
+		if slices.Contains(pkg.Imports, forbidden) {
+			t.Errorf("package journal imports %s; flag parsing belongs in journal/journalmain", forbidden)
 		}
 	}
 }
