@@ -18,7 +18,6 @@ import (
 	"github.com/pact-hpc/pact/internal/tpmattest"
 )
 
-
 // statusMain is `pact-agent status`.
 func statusMain(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	socket := agent.DefaultStatusSocket
