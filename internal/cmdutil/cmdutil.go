@@ -88,6 +88,7 @@ func Parse(s *settings.Set, fs *flag.FlagSet, args []string, env settings.Env) (
 // problem per line, and that nothing was started.
 func ReportProblems(w io.Writer, prog string, err error) {
 	var lines []string
+	n := 0
 	var walk func(error)
 	walk = func(err error) {
 		if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -96,14 +97,15 @@ func ReportProblems(w io.Writer, prog string, err error) {
 			}
 			return
 		}
+		n++
 		lines = append(lines, strings.Split(err.Error(), "\n")...)
 	}
 	walk(err)
 	noun := "problem"
-	if len(lines) > 1 {
+	if n > 1 {
 		noun = "problems"
 	}
-	fmt.Fprintf(w, "%s: %d configuration %s; nothing was started:\n", prog, len(lines), noun)
+	fmt.Fprintf(w, "%s: %d configuration %s; nothing was started:\n", prog, n, noun)
 	for _, l := range lines {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
