@@ -89,9 +89,9 @@ func TestJournalBadConfigFile(t *testing.T) {
 	}
 	for _, want := range []string{
 		"3 configuration problems; nothing was started",
-		path + `:2: unknown setting: "listen_addr" is not a setting of pact-journal (did you mean listen?)`,
-		path + `:3: bad value: cert-lifetime "3 days" is not a duration`,
-		path + `:4: bad value: max-conns "many" is not a whole number`,
+		path + `:2: unknown setting "listen_addr" (did you mean listen?): remove it, or see pact-journal --help`,
+		path + `:3: cert-lifetime: "3 days" is not a duration: write it like 72h, 30m or 1h30m`,
+		path + `:4: max-conns: "many" is not a whole number`,
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

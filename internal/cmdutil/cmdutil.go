@@ -91,11 +91,20 @@ func ReportProblems(w io.Writer, prog string, err error) {
 	n := 0
 	var walk func(error)
 	walk = func(err error) {
+		// Into errors.Join only (its text is its parts' one per line),
+		// not into an error that wraps several causes in one message.
 		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			for _, e := range j.Unwrap() {
-				walk(e)
+			parts := j.Unwrap()
+			texts := make([]string, len(parts))
+			for i, e := range parts {
+				texts[i] = e.Error()
 			}
-			return
+			if len(parts) > 0 && err.Error() == strings.Join(texts, "\n") {
+				for _, e := range parts {
+					walk(e)
+				}
+				return
+			}
 		}
 		n++
 		lines = append(lines, strings.Split(err.Error(), "\n")...)

@@ -25,8 +25,8 @@ func TestParse(t *testing.T) {
 		{"stray argument", []string{"extra"}, nil, 2, false, []string{`unexpected argument "extra" (see test --help)`}},
 		{"bad values everywhere", []string{"--log-level", "loud"}, map[string]string{"PACT_LOG_FORMAT": "xml"}, 2, false, []string{
 			"test: 2 configuration problems; nothing was started:",
-			"  environment variable PACT_LOG_FORMAT: bad value: log-format \"xml\": want text or json",
-			"  --log-level: bad value: log-level \"loud\": want debug, info, warn or error",
+			"  PACT_LOG_FORMAT: \"xml\": want text or json",
+			"  --log-level: \"loud\": want debug, info, warn or error",
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

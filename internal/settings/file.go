@@ -33,7 +33,7 @@ var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 func (s *Set) ParseFile(path string, data []byte) (map[string]FileValue, []error) {
 	values := map[string]FileValue{}
 	fileErr := func(line int, name string, sentinel error, format string, args ...any) error {
-		return &Error{Source: FromFile, File: path, Line: line, Name: name, Err: fmt.Errorf("%w: "+format, append([]any{sentinel}, args...)...)}
+		return &Error{Source: FromFile, File: path, Line: line, Name: name, Reason: sentinel, Err: fmt.Errorf(format, args...)}
 	}
 	if len(data) > MaxFileSize {
 		return values, []error{fileErr(0, "", ErrFile, "larger than %d bytes; is it the right file?", MaxFileSize)}
@@ -79,7 +79,7 @@ func (s *Set) ParseFile(path string, data []byte) (map[string]FileValue, []error
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if k.Kind != yaml.ScalarNode {
-			errs = append(errs, fileErr(k.Line, "", ErrUnknownKey, "a key must be a setting name"))
+			errs = append(errs, fileErr(k.Line, "", ErrUnknownKey, "a key must be a setting name, not a list or mapping"))
 			continue
 		}
 		name := k.Value
@@ -89,13 +89,13 @@ func (s *Set) ParseFile(path string, data []byte) (map[string]FileValue, []error
 			continue
 		}
 		if l, dup := first[name]; dup {
-			errs = append(errs, fileErr(k.Line, name, ErrBadValue, "%s is set twice (first on line %d); keep one", name, l))
+			errs = append(errs, fileErr(k.Line, name, ErrBadValue, "set twice (first on line %d); keep one", l))
 			continue
 		}
 		first[name] = k.Line
 		raw, err := scalars(v, st.list)
 		if err != nil {
-			errs = append(errs, fileErr(v.Line, name, ErrBadValue, "%s: %v", name, err))
+			errs = append(errs, fileErr(v.Line, name, ErrBadValue, "%v", err))
 			continue
 		}
 		values[name] = FileValue{Raw: raw, File: path, Line: v.Line}
@@ -156,11 +156,11 @@ func (s *Set) unknown(name string, isConfig bool) string {
 	if isConfig {
 		return fmt.Sprintf("%s cannot be set in the configuration file itself; give it as a flag or in the environment", name)
 	}
-	msg := fmt.Sprintf("%s is not a setting of %s", quote(name), s.prog)
+	msg := fmt.Sprintf("unknown setting %s", quote(name))
 	if near := s.nearest(name); near != "" {
 		msg += fmt.Sprintf(" (did you mean %s?)", near)
 	}
-	return msg + "; remove it or see " + s.prog + " --help for the settings (the keys are the flag names without --)"
+	return msg + ": remove it, or see " + s.prog + " --help for the settings (the keys are the flag names without --)"
 }
 
 // nearest is the setting whose name is closest to a misspelt key, if one

@@ -69,8 +69,10 @@ type Error struct {
 	// Env the variable when Source is FromEnv.
 	Name string
 	Env  string
-	// Err wraps ErrUnknownKey, ErrBadValue or ErrFile with the detail.
-	Err error
+	// Reason is ErrUnknownKey, ErrBadValue or ErrFile; Err says what is
+	// wrong and what to do.
+	Reason error
+	Err    error
 }
 
 func (e *Error) Error() string {
@@ -81,14 +83,18 @@ func (e *Error) Error() string {
 	case e.Source == FromFile:
 		where = e.File + ": "
 	case e.Source == FromEnv:
-		where = "environment variable " + e.Env + ": "
+		where = e.Env + ": "
 	case e.Source == FromFlag:
 		where = "--" + e.Name + ": "
+	}
+	if e.Source == FromFile && e.Reason == ErrBadValue && e.Name != "" {
+		where += e.Name + ": "
 	}
 	return where + e.Err.Error()
 }
 
-func (e *Error) Unwrap() error { return e.Err }
+// Unwrap gives errors.Is the sentinel and errors.As the detail.
+func (e *Error) Unwrap() []error { return []error{e.Reason, e.Err} }
 
 // Setting is one declared setting.
 type Setting struct {
@@ -184,7 +190,7 @@ func (s *Set) Bool(p *bool, name, env, usage string) {
 			}
 			b, err := strconv.ParseBool(v)
 			if err != nil {
-				return fmt.Errorf("%s %s is not a boolean: write true or false", name, quote(v))
+				return fmt.Errorf("%s is not a boolean: write true or false", quote(v))
 			}
 			*p = b
 			return nil
@@ -203,7 +209,7 @@ func (s *Set) Int(p *int, name, env, usage string) {
 			}
 			n, err := strconv.Atoi(strings.TrimSpace(v))
 			if err != nil {
-				return fmt.Errorf("%s %s is not a whole number", name, quote(v))
+				return fmt.Errorf("%s is not a whole number", quote(v))
 			}
 			*p = n
 			return nil
@@ -222,7 +228,7 @@ func (s *Set) Uint64(p *uint64, name, env, usage string) {
 			}
 			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
 			if err != nil {
-				return fmt.Errorf("%s %s is not a whole number of 0 or more", name, quote(v))
+				return fmt.Errorf("%s is not a whole number of 0 or more", quote(v))
 			}
 			*p = n
 			return nil
@@ -242,7 +248,7 @@ func (s *Set) Duration(p *time.Duration, name, env, usage string) {
 			}
 			d, err := time.ParseDuration(strings.TrimSpace(v))
 			if err != nil {
-				return fmt.Errorf("%s %s is not a duration: write it like 72h, 30m or 1h30m", name, quote(v))
+				return fmt.Errorf("%s is not a duration: write it like 72h, 30m or 1h30m", quote(v))
 			}
 			*p = d
 			return nil
@@ -283,7 +289,7 @@ func (s *Set) Func(name, env, usage, kind, def string, parse func(string) error,
 				return err
 			}
 			if err := parse(v); err != nil {
-				return fmt.Errorf("%s %s: %w", name, quote(v), err)
+				return fmt.Errorf("%s: %w", quote(v), err)
 			}
 			return nil
 		}})
@@ -304,10 +310,7 @@ func (s *Set) FuncList(name, env, usage, def string, parse func([]string) error,
 					}
 				}
 			}
-			if err := parse(items); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			return nil
+			return parse(items)
 		}})
 }
 
@@ -455,10 +458,10 @@ func (s *Set) Resolve(env Env) error {
 			path = s.config.given[len(s.config.given)-1]
 		}
 		if path != "" {
-			data, err := os.ReadFile(path)
+			data, err := readFile(path)
 			if err != nil {
-				errs = append(errs, &Error{Source: FromFile, File: path, Name: s.config.Name,
-					Err: fmt.Errorf("%w: %v; give --%s an existing file or unset %s", ErrFile, errors.Unwrap(err), s.config.Name, s.config.Env)})
+				errs = append(errs, &Error{Source: FromFile, File: path, Name: s.config.Name, Reason: ErrFile,
+					Err: fmt.Errorf("cannot read the configuration file: %v; give --%s an existing file or unset %s", errors.Unwrap(err), s.config.Name, s.config.Env)})
 			} else {
 				var ferrs []error
 				fileValues, ferrs = s.ParseFile(path, data)
@@ -469,23 +472,42 @@ func (s *Set) Resolve(env Env) error {
 	for _, st := range s.settings {
 		if v, ok := fileValues[st.Name]; ok {
 			if err := st.apply(v.Raw); err != nil {
-				errs = append(errs, &Error{Source: FromFile, File: v.File, Line: v.Line, Name: st.Name, Err: fmt.Errorf("%w: %v", ErrBadValue, err)})
+				errs = append(errs, &Error{Source: FromFile, File: v.File, Line: v.Line, Name: st.Name, Reason: ErrBadValue, Err: err})
 			}
 		}
 		if st.Env != "" {
 			if v, ok := env(st.Env); ok {
 				if err := st.apply([]string{v}); err != nil {
-					errs = append(errs, &Error{Source: FromEnv, Env: st.Env, Name: st.Name, Err: fmt.Errorf("%w: %v", ErrBadValue, err)})
+					errs = append(errs, &Error{Source: FromEnv, Env: st.Env, Name: st.Name, Reason: ErrBadValue, Err: err})
 				}
 			}
 		}
 		if st.set {
 			if err := st.apply(st.given); err != nil {
-				errs = append(errs, &Error{Source: FromFlag, Name: st.Name, Err: fmt.Errorf("%w: %v", ErrBadValue, err)})
+				errs = append(errs, &Error{Source: FromFlag, Name: st.Name, Reason: ErrBadValue, Err: err})
 			}
 		}
 	}
+	// In reading order: the file line by line, then the environment, then
+	// the command line.
+	slices.SortStableFunc(errs, func(a, b error) int {
+		ea, eb := a.(*Error), b.(*Error)
+		if ea.Source != eb.Source {
+			return int(ea.Source - eb.Source)
+		}
+		return ea.Line - eb.Line
+	})
 	return errors.Join(errs...)
+}
+
+// readFile reads at most MaxFileSize+1 bytes: ParseFile refuses more.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 }
 
 // Problems splits what Resolve returned into its *Errors.
@@ -496,15 +518,14 @@ func Problems(err error) []*Error {
 		if err == nil {
 			return
 		}
+		if e, ok := err.(*Error); ok {
+			out = append(out, e)
+			return
+		}
 		if j, ok := err.(interface{ Unwrap() []error }); ok {
 			for _, e := range j.Unwrap() {
 				walk(e)
 			}
-			return
-		}
-		var e *Error
-		if errors.As(err, &e) {
-			out = append(out, e)
 		}
 	}
 	walk(err)

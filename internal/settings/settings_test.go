@@ -146,11 +146,11 @@ func TestProblems(t *testing.T) {
 		want []want
 	}{
 		{"unknown key", "node-id: a\nlisten_adr: x\n", nil, nil,
-			[]want{{FromFile, 2, "listen_adr", ErrUnknownKey, "not a setting of pact-test"}}},
+			[]want{{FromFile, 2, "listen_adr", ErrUnknownKey, `pact.yaml:2: unknown setting "listen_adr": remove it, or see pact-test --help`}}},
 		{"typo suggests", "max_conns: 3\n", nil, nil,
 			[]want{{FromFile, 1, "max_conns", ErrUnknownKey, "did you mean max-conns?"}}},
 		{"bad duration", "node-id: a\n\ncert-lifetime: 3 days\n", nil, nil,
-			[]want{{FromFile, 3, "cert-lifetime", ErrBadValue, `"3 days" is not a duration`}}},
+			[]want{{FromFile, 3, "cert-lifetime", ErrBadValue, `pact.yaml:3: cert-lifetime: "3 days" is not a duration`}}},
 		{"every problem at once", "cert-lifetime: 3d\nbogus: 1\nmax-conns: many\ndev: yes\nmac: {a: b}\nnode-id: [a]\nkey-exchange: rsa\n", nil, nil,
 			[]want{
 				{FromFile, 2, "bogus", ErrUnknownKey, "remove it"},
@@ -164,13 +164,13 @@ func TestProblems(t *testing.T) {
 		{"file, env and flag problems together", "max-conns: x\n", map[string]string{"PACT_CERT_LIFETIME": "soon"}, []string{"--raft-snapshot-threshold", "-1"},
 			[]want{
 				{FromFile, 1, "max-conns", ErrBadValue, "not a whole number"},
-				{FromEnv, 0, "cert-lifetime", ErrBadValue, "environment variable PACT_CERT_LIFETIME"},
-				{FromFlag, 0, "raft-snapshot-threshold", ErrBadValue, "--raft-snapshot-threshold"},
+				{FromEnv, 0, "cert-lifetime", ErrBadValue, `PACT_CERT_LIFETIME: "soon" is not a duration`},
+				{FromFlag, 0, "raft-snapshot-threshold", ErrBadValue, `--raft-snapshot-threshold: "-1" is not a whole number of 0 or more`},
 			}},
 		{"bad file value is reported even when a flag overrides it", "max-conns: x\n", nil, []string{"--max-conns", "3"},
 			[]want{{FromFile, 1, "max-conns", ErrBadValue, "not a whole number"}}},
 		{"set twice", "node-id: a\nnode-id: b\n", nil, nil,
-			[]want{{FromFile, 2, "node-id", ErrBadValue, "first on line 1"}}},
+			[]want{{FromFile, 2, "node-id", ErrBadValue, "node-id: set twice (first on line 1); keep one"}}},
 		{"config in the file", "config: other.yaml\n", nil, nil,
 			[]want{{FromFile, 1, "config", ErrUnknownKey, "cannot be set in the configuration file"}}},
 		{"null value", "node-id:\n", nil, nil,

@@ -132,17 +132,17 @@ func TestCheckConfig(t *testing.T) {
 		{"file, env and flag problems at once", good + "raft-listen: x\nlisten_addr: y\nheartbeat-timeout: 5 min\n",
 			map[string]string{"PACT_MAX_CONNS": "lots"}, []string{"--cert-lifetime", "3d"}, 2, []string{
 				"4 configuration problems; nothing was started",
-				"journal.yaml:4: unknown setting: \"listen_addr\" is not a setting of pact-journal (did you mean listen?)",
-				"journal.yaml:5: bad value: heartbeat-timeout \"5 min\" is not a duration",
-				"environment variable PACT_MAX_CONNS: bad value: max-conns \"lots\" is not a whole number",
-				"--cert-lifetime: bad value: cert-lifetime \"3d\" is not a duration",
+				"journal.yaml:4: unknown setting \"listen_addr\" (did you mean listen?): remove it, or see pact-journal --help",
+				"journal.yaml:5: heartbeat-timeout: \"5 min\" is not a duration: write it like 72h, 30m or 1h30m",
+				"PACT_MAX_CONNS: \"lots\" is not a whole number",
+				"--cert-lifetime: \"3d\" is not a duration",
 			}},
 		{"a valid file with a value the journal refuses", good + "cert-lifetime: 1m\nmax-concurrent-enrollments: 0\n", nil, nil, 2, []string{
 			"2 configuration problems", "shorter than 10m", "MaxConcurrentEnrollments"}},
 		{"env over file", good, map[string]string{"PACT_NODE_ID": "bad id!"}, nil, 2, []string{"journal id"}},
 		{"flag over env over file", good, map[string]string{"PACT_NODE_ID": "bad id!"}, []string{"--node-id", "j8"}, 0, []string{"valid"}},
 		{"missing file", "", map[string]string{"PACT_JOURNAL_CONFIG": filepath.Join(dir, "none.yaml")}, nil, 2, []string{
-			"none.yaml: bad configuration file", "give --config an existing file or unset PACT_JOURNAL_CONFIG"}},
+			"none.yaml: cannot read the configuration file: no such file or directory", "give --config an existing file or unset PACT_JOURNAL_CONFIG"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			code, out, errOut := runWith(t, tt.file, tt.env, append(tt.args, "--check-config")...)
