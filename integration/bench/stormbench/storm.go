@@ -241,6 +241,9 @@ type stormResult struct {
 	others       float64
 	leaderChange int
 	journalCount map[string]float64 // pact_journal_{enroll,renew}_total by result, during the storm
+	// journalClosed is pact_journal_connections_refused_total during the
+	// storm: connections the journals closed before their handshake.
+	journalClosed int
 }
 
 func (r *stormResult) pct(p float64) time.Duration { return percentile(r.lat, p) }

@@ -326,6 +326,20 @@ func (k *checks) renew(c *cluster, nodes []benchNode, agents []*benchAgent, r *s
 	}
 }
 
+// sumMetric sums every sample of name over the running journals.
+func (c *cluster) sumMetric(name string) float64 {
+	var n float64
+	for i := range c.journals {
+		if !c.running(i) {
+			continue
+		}
+		if m, err := c.metrics(i); err == nil {
+			n += metricValue(m, name)
+		}
+	}
+	return n
+}
+
 // settledStreams sums pact_journal_streams_open over the journals until
 // it reads want, or for at most 30 s: a journal notices a replaced
 // channel's stream end a moment after the agent moved.
@@ -355,6 +369,7 @@ var leaderRE = regexp.MustCompile(`msg="entering leader state"`)
 func runOneStorm(c *cluster, st *storm, f stormFlags, dir string) (*stormResult, error) {
 	leadersBefore := c.countInLogs(leaderRE)
 	e0, r0 := c.enrollCounters()
+	closed0 := c.sumMetric("pact_journal_connections_refused_total")
 	var perf *exec.Cmd
 	if f.perf {
 		perf = startPerf(c.pids(), filepath.Join(dir, "perf-"+st.kind.String()+".data"))
@@ -389,6 +404,7 @@ func runOneStorm(c *cluster, st *storm, f stormFlags, dir string) (*stormResult,
 		}
 	}
 	e1, r1 := c.enrollCounters()
+	res.journalClosed = int(c.sumMetric("pact_journal_connections_refused_total") - closed0)
 	res.leaderChange = c.countInLogs(leaderRE) - leadersBefore
 	res.journalCount = map[string]float64{}
 	a, b := e0, e1
@@ -403,8 +419,8 @@ func runOneStorm(c *cluster, st *storm, f stormFlags, dir string) (*stormResult,
 	if m, err := procMem(os.Getpid()); err == nil {
 		res.genRSS = max(m.RSS, m.HWM)
 	}
-	logf("%s storm: %d streaming, %d failed (%d abandoned) in %.2fs (%.0f/s), p50 %.0f ms, p99 %.0f ms from arrival; attempts %v; journals answered %v; failed attempts %v; leader changes %d; other processes used %.0f%% of the machine meanwhile",
-		st.kind, res.ok, res.failed, res.abandoned, res.wall.Seconds(), res.perSec, ms(res.pct(0.50)), ms(res.pct(0.99)), res.byOp, res.journalCount, res.failures, res.leaderChange, 100*res.others)
+	logf("%s storm: %d streaming, %d failed (%d abandoned) in %.2fs (%.0f/s), p50 %.0f ms, p99 %.0f ms from arrival; attempts %v; journals answered %v and closed %d connections before their handshake; failed attempts %v; leader changes %d; other processes used %.0f%% of the machine meanwhile",
+		st.kind, res.ok, res.failed, res.abandoned, res.wall.Seconds(), res.perSec, ms(res.pct(0.50)), ms(res.pct(0.99)), res.byOp, res.journalCount, res.journalClosed, res.failures, res.leaderChange, 100*res.others)
 	for _, e := range res.firstErrs {
 		logf("  failed: %s", e)
 	}
@@ -548,58 +564,59 @@ func report(f stormFlags, regTook time.Duration, curve tls.CurveID, signRate flo
 	fmt.Fprintf(os.Stdout, "final check: %s: %s\n\n", map[bool]string{true: "PASS", false: "FAIL"}[chk.pass()], chk.reason())
 
 	out := map[string]any{
-		"bench":                    "storm",
-		"agent_code":               "pact-agent (agent.New/Run, in process)",
-		"agents":                   f.agents,
-		"journals":                 f.journals,
-		"cpus":                     runtime.NumCPU(),
-		"concurrency":              f.concurrency,
-		"spread_s":                 f.spread.Seconds(),
-		"same_order":               f.sameOrder,
-		"one_source":               f.oneSource,
-		"register_s":               round(regTook.Seconds(), 3),
-		"pass":                     chk.pass(),
-		"reason":                   chk.reason(),
-		"seconds_to_all_streaming": round(e.wall.Seconds(), 3),
-		"seconds_to_all_active":    round(e.activeWall.Seconds(), 3),
-		"streaming_per_s":          round(e.perSec, 1),
-		"wasted_cpu_share":         round(ws, 4),
-		"wasted_cpu_share_crypto":  round(wsMin, 4),
-		"active":                   chk.counts["active"],
-		"streams_open":             chk.streams,
-		"failed":                   e.failed,
-		"abandoned":                e.abandoned,
-		"p50_ms":                   round(ms(e.pct(0.5)), 1),
-		"p99_ms":                   round(ms(e.pct(0.99)), 1),
-		"max_ms":                   round(ms(e.pct(1)), 1),
-		"attempts":                 e.attempts,
-		"attempts_by_kind":         e.byOp,
-		"failed_attempts":          e.failedTries,
-		"max_attempts_one_agent":   e.maxAttempt,
-		"failures":                 e.failures,
-		"cpu_ms_per_agent":         round(ms(e.cpuPerOp()), 3),
-		"journal_cpu_ms_per_agent": round(ms(e.journalCPUPerOp()), 3),
-		"loadgen_cpu_ms_per_agent": round(ms(e.genCPUPerOp()), 3),
-		"journal_rss_mb":           round(mb(e.rssMax), 1),
-		"loadgen_rss_mb":           round(mb(e.genRSS), 1),
-		"leader_changes":           e.leaderChange,
-		"key_exchange":             curve.String(),
-		"sign_only_per_s_one_core": round(signRate, 0),
-		"sign_only_cpu_ms":         round(ms(signCPU), 3),
-		"ceiling_per_s":            round(ceilE.perSec, 1),
-		"ceiling_cpu_ms_per_agent": round(ms(ceilE.cpuOp), 3),
-		"ceiling_journal_cpu_ms":   round(ms(ceilE.serverOp), 3),
-		"ceiling_agent_cpu_ms":     round(ms(ceilE.clientOp), 3),
-		"ratio_to_ceiling":         round(e.perSec/ceilE.perSec, 3),
-		"cpu_ratio_to_ceiling":     round(cpuRatio(ceilE, e), 3),
-		"journal_cpu_ratio":        round(ratio(ceilE.serverOp, e.journalCPUPerOp()), 3),
-		"other_cpu_share":          round(e.others, 3),
-		"ceiling_other_cpu_share":  round(ceilE.others, 3),
-		"price_keygen_ms":          round(ms(price.keygen), 3),
-		"price_tls_handshake_ms":   round(ms(price.tls), 3),
-		"price_mtls_handshake_ms":  round(ms(price.mtls), 3),
-		"price_sign_ms":            round(ms(price.sign), 3),
-		"targets_met":              targets(e, ceilE, ws),
+		"bench":                           "storm",
+		"agent_code":                      "pact-agent (agent.New/Run, in process)",
+		"agents":                          f.agents,
+		"journals":                        f.journals,
+		"cpus":                            runtime.NumCPU(),
+		"concurrency":                     f.concurrency,
+		"spread_s":                        f.spread.Seconds(),
+		"same_order":                      f.sameOrder,
+		"one_source":                      f.oneSource,
+		"register_s":                      round(regTook.Seconds(), 3),
+		"pass":                            chk.pass(),
+		"reason":                          chk.reason(),
+		"seconds_to_all_streaming":        round(e.wall.Seconds(), 3),
+		"seconds_to_all_active":           round(e.activeWall.Seconds(), 3),
+		"streaming_per_s":                 round(e.perSec, 1),
+		"wasted_cpu_share":                round(ws, 4),
+		"wasted_cpu_share_crypto":         round(wsMin, 4),
+		"active":                          chk.counts["active"],
+		"streams_open":                    chk.streams,
+		"failed":                          e.failed,
+		"abandoned":                       e.abandoned,
+		"p50_ms":                          round(ms(e.pct(0.5)), 1),
+		"p99_ms":                          round(ms(e.pct(0.99)), 1),
+		"max_ms":                          round(ms(e.pct(1)), 1),
+		"attempts":                        e.attempts,
+		"attempts_by_kind":                e.byOp,
+		"failed_attempts":                 e.failedTries,
+		"journal_closed_before_handshake": e.journalClosed,
+		"max_attempts_one_agent":          e.maxAttempt,
+		"failures":                        e.failures,
+		"cpu_ms_per_agent":                round(ms(e.cpuPerOp()), 3),
+		"journal_cpu_ms_per_agent":        round(ms(e.journalCPUPerOp()), 3),
+		"loadgen_cpu_ms_per_agent":        round(ms(e.genCPUPerOp()), 3),
+		"journal_rss_mb":                  round(mb(e.rssMax), 1),
+		"loadgen_rss_mb":                  round(mb(e.genRSS), 1),
+		"leader_changes":                  e.leaderChange,
+		"key_exchange":                    curve.String(),
+		"sign_only_per_s_one_core":        round(signRate, 0),
+		"sign_only_cpu_ms":                round(ms(signCPU), 3),
+		"ceiling_per_s":                   round(ceilE.perSec, 1),
+		"ceiling_cpu_ms_per_agent":        round(ms(ceilE.cpuOp), 3),
+		"ceiling_journal_cpu_ms":          round(ms(ceilE.serverOp), 3),
+		"ceiling_agent_cpu_ms":            round(ms(ceilE.clientOp), 3),
+		"ratio_to_ceiling":                round(e.perSec/ceilE.perSec, 3),
+		"cpu_ratio_to_ceiling":            round(cpuRatio(ceilE, e), 3),
+		"journal_cpu_ratio":               round(ratio(ceilE.serverOp, e.journalCPUPerOp()), 3),
+		"other_cpu_share":                 round(e.others, 3),
+		"ceiling_other_cpu_share":         round(ceilE.others, 3),
+		"price_keygen_ms":                 round(ms(price.keygen), 3),
+		"price_tls_handshake_ms":          round(ms(price.tls), 3),
+		"price_mtls_handshake_ms":         round(ms(price.mtls), 3),
+		"price_sign_ms":                   round(ms(price.sign), 3),
+		"targets_met":                     targets(e, ceilE, ws),
 	}
 	if r != nil {
 		rws, rwsMin := wastedShare(r, price)
@@ -612,6 +629,7 @@ func report(f stormFlags, regTook time.Duration, curve tls.CurveID, signRate flo
 		out["renew_p99_ms"] = round(ms(r.pct(0.99)), 1)
 		out["renew_attempts"] = r.attempts
 		out["renew_failed_attempts"] = r.failedTries
+		out["renew_journal_closed_before_handshake"] = r.journalClosed
 		out["renew_wasted_cpu_share"] = round(rws, 4)
 		out["renew_wasted_cpu_share_crypto"] = round(rwsMin, 4)
 		out["cpu_ms_per_renew"] = round(ms(r.cpuPerOp()), 3)
