@@ -28,7 +28,7 @@ type retry struct {
 func (r *retry) due(now time.Time) bool { return !now.Before(r.notBefore) }
 
 func (r *retry) failed(a *Agent, err error, atLeast time.Duration) {
-	r.notBefore = a.cfg.Clock.Now().Add(max(a.backoff(r.attempt, err), atLeast))
+	r.notBefore = a.cfg.Clock.Now().Add(max(a.backoff.After(r.attempt, err), atLeast))
 	r.attempt++
 }
 
@@ -358,8 +358,10 @@ func (a *Agent) swapTo(ctx context.Context, op string, id *identity.Identity) er
 		if ctx.Err() == nil {
 			a.fail(op, err, id)
 		}
+		a.attempted(op, err)
 		return err
 	}
+	a.attempted(op, nil)
 	a.rotated()
 	return nil
 }
@@ -372,6 +374,9 @@ func (a *Agent) rotated() {
 	a.mu.Unlock()
 	if ch := a.rot.Active(); ch != nil {
 		a.log.Info("stream open", logkey.Addr, ch.Target(), logkey.JournalID, ch.JournalID(), logkey.NodeID, ch.NodeID(), "identity", ch.Identity())
+		if a.cfg.OnStream != nil {
+			a.cfg.OnStream(ch)
+		}
 	}
 }
 
@@ -467,20 +472,7 @@ func (a *Agent) fail(op string, err error, id *identity.Identity) string {
 // a warning.
 const failureLogEvery = 5 * time.Minute
 
-// backoff is exponential with full jitter, and never shorter than a
-// retry-after the journal asked for.
-func (a *Agent) backoff(attempt int, err error) time.Duration {
-	ceiling := a.cfg.MinBackoff << min(attempt, 16)
-	if ceiling > a.cfg.MaxBackoff || ceiling <= 0 {
-		ceiling = a.cfg.MaxBackoff
-	}
-	d := a.cfg.MinBackoff/2 + rand.N(ceiling)
-	if pe := apierr.FromError(err); pe != nil && pe.RetryAfter > 0 {
-		d = max(d, pe.RetryAfter+jitter(pe.RetryAfter/2))
-	}
-	return d
-}
-
+// jitter is a uniform duration in [0, d), 0 for d <= 0 (renewal times).
 func jitter(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
