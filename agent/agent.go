@@ -30,7 +30,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,7 +121,11 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.JournalAddrs = append([]string(nil), cfg.JournalAddrs...)
+	// Every node of a site boots the same image and so lists the journals
+	// in the same order; starting each agent at a random one spreads a boot
+	// storm's first attempts over the quorum instead of all on the first.
+	start := rand.IntN(len(cfg.JournalAddrs))
+	cfg.JournalAddrs = append(slices.Clone(cfg.JournalAddrs[start:]), cfg.JournalAddrs[:start]...)
 	cfg.DialOptions = append([]grpc.DialOption(nil), cfg.DialOptions...)
 	// Every certificate decision runs on the journal's time as far as the
 	// agent knows it; timers are the node's own.

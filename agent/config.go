@@ -24,7 +24,8 @@ const DefaultStatusSocket = "/run/pact/agent.sock"
 
 // Config configures a node agent.
 type Config struct {
-	// JournalAddrs are the journals to use, tried in turn.
+	// JournalAddrs are the journals to use, tried in turn from one picked
+	// at random.
 	JournalAddrs []string
 	// CAFile is the domain root certificate baked into the node image.
 	CAFile string

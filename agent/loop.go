@@ -256,8 +256,9 @@ func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 			due = now // the journal asked: its intermediate is being retired
 		}
 		if !s.lastRenew.IsZero() {
-			due = latest(due, s.lastRenew.Add(a.cfg.MinRenewInterval), s.renew.notBefore)
+			due = latest(due, s.lastRenew.Add(a.cfg.MinRenewInterval))
 		}
+		due = latest(due, s.renew.notBefore)
 		a.setNextRenewal(due)
 		if !now.Before(due) {
 			s.lastRenew = now
@@ -269,7 +270,17 @@ func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 					return a.cfg.Clock.Now(), nil
 				}
 				a.dropRefusedJournalIdentity(id, err)
-				s.renew.failed(a, err, a.cfg.MinRenewInterval)
+				if apierr.FromError(err).RetryAfter > 0 {
+					// The journal said when to come back (it is busy, or
+					// rate-limits this source): its retry-after, with the
+					// backoff's jitter and growth, paces the next attempt,
+					// not MinRenewInterval, or a renewal storm would stall
+					// every refused node for MinRenewInterval.
+					s.lastRenew = time.Time{}
+					s.renew.failed(a, err, 0)
+				} else {
+					s.renew.failed(a, err, a.cfg.MinRenewInterval)
+				}
 			} else {
 				s.renew = retry{}
 			}

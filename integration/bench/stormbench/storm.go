@@ -208,7 +208,6 @@ type storm struct {
 	spread      time.Duration // arrivals are spread evenly over this
 	deadline    time.Duration // give up on the storm after this
 	kx          wire.KeyExchange
-	sameOrder   bool            // every agent lists the journals in the same order
 	oneSource   bool            // every agent connects from 127.0.0.1
 	life        context.Context // the agents run until it ends
 	log         *slog.Logger    // the agents' logger
@@ -291,13 +290,9 @@ func (r *stormResult) journalCPUPerOp() time.Duration {
 // SPIRE and no TPM (the nodes are registered by MAC and BMC serial).
 func (s *storm) agentConfig(a *benchAgent) agent.Config {
 	cfg := agent.DefaultConfig()
+	// One image: every node lists the journals in the same order (the
+	// agent starts at one picked at random).
 	cfg.JournalAddrs = s.addrs
-	if !s.sameOrder {
-		// A site lists the journals in a different order on different
-		// racks, so first attempts spread over the quorum.
-		n := len(s.addrs)
-		cfg.JournalAddrs = append(slices.Clone(s.addrs[a.idx%n:]), s.addrs[:a.idx%n]...)
-	}
 	cfg.CAFile = s.caFile
 	cfg.Hardware.MACs = []string{a.node.mac}
 	cfg.Hardware.BMCSerial = a.node.bmc

@@ -34,7 +34,6 @@ type stormFlags struct {
 	spread      time.Duration
 	ceiling     time.Duration
 	renew       bool
-	sameOrder   bool
 	oneSource   bool
 	deadline    time.Duration
 	perf        bool
@@ -57,7 +56,6 @@ func runStorm(args []string) int {
 	fs.DurationVar(&f.spread, "spread", time.Second, "agents arrive evenly spread over this window")
 	fs.DurationVar(&f.ceiling, "ceiling", 3*time.Second, "how long to run each crypto ceiling")
 	fs.BoolVar(&f.renew, "renew", true, "run the renewal storm after the enrollment storm")
-	fs.BoolVar(&f.sameOrder, "same-order", false, "give every agent the journals in the same order (pact-agent then starts every enrollment at the first); by default each agent's list starts at a different journal, as a site spreads its racks")
 	fs.BoolVar(&f.oneSource, "one-source", false, "connect every agent from 127.0.0.1, so the journals' per-source limits see one address for all nodes; by default each agent has a loopback address of its own (127.1.x.y), as each node of a site has")
 	fs.DurationVar(&f.deadline, "deadline", 10*time.Minute, "give up on a storm after this long (agents still trying count as abandoned)")
 	fs.BoolVar(&f.perf, "perf", false, "record the journals with perf(1) during each storm (DIR/perf-*.data and a flat report DIR/perf-*.txt)")
@@ -213,7 +211,7 @@ func stormMain(f stormFlags, dir string, cl *cleanup) error {
 	}
 	cl.add(func() { stop(); stopAgents(agents) }) // before the journals stop
 	st := &storm{kind: stormEnroll, agents: agents, addrs: c.addrs(), caFile: filepath.Join(dir, "ca.pem"),
-		concurrency: f.concurrency, spread: f.spread, deadline: f.deadline, kx: kx, sameOrder: f.sameOrder, oneSource: f.oneSource,
+		concurrency: f.concurrency, spread: f.spread, deadline: f.deadline, kx: kx, oneSource: f.oneSource,
 		life: life, log: slog.New(slog.DiscardHandler)}
 	enrollRes, err := runOneStorm(c, st, f, dir)
 	if err != nil {
@@ -571,7 +569,6 @@ func report(f stormFlags, regTook time.Duration, curve tls.CurveID, signRate flo
 		"cpus":                            runtime.NumCPU(),
 		"concurrency":                     f.concurrency,
 		"spread_s":                        f.spread.Seconds(),
-		"same_order":                      f.sameOrder,
 		"one_source":                      f.oneSource,
 		"register_s":                      round(regTook.Seconds(), 3),
 		"pass":                            chk.pass(),
