@@ -170,21 +170,25 @@ func TestClusterLeaderLoss(t *testing.T) {
 	}
 }
 
-// A journal cut off from the majority accepts no write and says so quickly.
+// A journal cut off from the majority accepts no write and says so quickly:
+// it refuses on its own rather than running out a commit timeout. The
+// apply timeout is longer here than the call may wait, so a journal that
+// waited for it would fail the call with DEADLINE_EXCEEDED, not NO_LEADER,
+// however fast or slow the machine.
 func TestClusterMinorityRefusesWrites(t *testing.T) {
-	c := startCluster(t, 3)
+	c := startCluster(t, 3, func(c *journal.Config) { c.ApplyTimeout = 10 * time.Minute })
 	leader := c.Leader(t)
 	lone := (leader + 1) % 3
 	c.StopMember(t, leader)
 	c.StopMember(t, (leader+2)%3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	start := time.Now()
-	_, err := c.Nodes[lone].AdminClient(t).RegisterNode(context.Background(), &pactv1.RegisterNodeRequest{
+	_, err := c.Nodes[lone].AdminClient(t).RegisterNode(ctx, &pactv1.RegisterNodeRequest{
 		NodeId: "late", Hardware: &pactv1.HardwareIdentity{Macs: []string{mac(99)}},
 	})
 	wantReason(t, err, codes.Unavailable, apierr.NoLeader)
-	if d := time.Since(start); d > 8*time.Second {
-		t.Errorf("the minority journal took %v to refuse", d)
-	}
+	t.Logf("the minority journal refused after %v", time.Since(start))
 	_, err = c.Nodes[lone].AdminClient(t).InspectNode(context.Background(), &pactv1.InspectNodeRequest{NodeId: "late"})
 	wantReason(t, err, codes.Unavailable, apierr.NoLeader)
 }
