@@ -165,6 +165,9 @@ func TestClusterLeaderLoss(t *testing.T) {
 	}
 	// The old leader comes back as a follower and catches up.
 	back := c.StartMember(t, leader)
+	// Until it hears from the leader (which backed off from the stopped
+	// member) it knows none and answers NO_LEADER.
+	c.Leader(t)
 	if n := inspectOn(t, back, "n1"); n.GetState() != pactv1.NodeState_NODE_STATE_ACTIVE {
 		t.Errorf("restarted journal sees n1 as %v", n.GetState())
 	}
