@@ -16,6 +16,7 @@
 package porttest
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -51,9 +52,25 @@ func Listen() (net.Listener, error) {
 			return l, nil
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err == nil {
-		given[l.Addr().(*net.TCPAddr).Port] = true
+	// Hold the ports already given while asking again, so the kernel
+	// cannot hand the same one back.
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	for range 1024 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if !given[port] {
+			given[port] = true
+			return l, nil
+		}
+		held = append(held, l)
 	}
-	return l, err
+	return nil, errors.New("porttest: no loopback port left that was not handed out already")
 }
