@@ -87,7 +87,9 @@ func (a *Agent) loop(ctx context.Context, cascade *identity.Cascade) error {
 		var tick <-chan time.Time
 		var timer interface{ Stop() bool }
 		if !next.IsZero() {
-			t := a.cfg.Clock.NewTimer(next.Sub(now))
+			// Read the clock again: a fake clock advanced since now was
+			// read would otherwise set the timer that much past next.
+			t := a.cfg.Clock.NewTimer(next.Sub(a.cfg.Clock.Now()))
 			tick, timer = t.C(), t
 		}
 		select {

@@ -64,9 +64,9 @@ func TestRefusalsNameTheirCause(t *testing.T) {
 			if !strings.Contains(st.LastFailure, tt.says) {
 				t.Errorf("status says %q, want it to say %q", st.LastFailure, tt.says)
 			}
-			if !strings.Contains(logs.String(), "reason="+tt.reason) {
-				t.Errorf("the log names no %s:\n%s", tt.reason, logs.String())
-			}
+			// The agent counts a failure and sets its status before it
+			// logs it: wait for the line, bounded.
+			waitLogged(t, logs, "reason="+tt.reason)
 			// The agent falls back to the journal and keeps the node up.
 			eventually(t, "n1 streams with its journal certificate", func() bool {
 				st := r.Status()
@@ -98,10 +98,31 @@ func TestRefusalsNameTheirCause(t *testing.T) {
 		// and enrolls again (refused: its node streamed a moment ago),
 		// which then becomes the last failure in the status.
 		eventually(t, "a failure counted as cert_replaced", func() bool { return failures(t, r.Agent, ReasonCertReplaced) >= 1 })
-		if !strings.Contains(logs.String(), "reason="+ReasonCertReplaced) || !strings.Contains(logs.String(), "was replaced") {
-			t.Errorf("the log names no %s:\n%s", ReasonCertReplaced, logs.String())
-		}
+		waitLogged(t, logs, "reason="+ReasonCertReplaced, "was replaced")
 	})
+}
+
+// waitLogged waits, bounded, until the log holds every one of what, and
+// fails the test with the log if it never does.
+func waitLogged(t *testing.T, logs *syncBuffer, what ...string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		out, missing := logs.String(), ""
+		for _, w := range what {
+			if !strings.Contains(out, w) {
+				missing = w
+				break
+			}
+		}
+		if missing == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log does not say %q:\n%s", missing, out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // A refusal that can clear by waiting carries a retry-after, and the agent

@@ -41,7 +41,7 @@ func startLoad(t *testing.T, a *Agent, workers int) *load {
 					return
 				default:
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				_, err := client.Ping(ctx, &pactv1.PingRequest{})
 				cancel()
 				l.calls.Add(1)

@@ -81,7 +81,7 @@ func TestAgentTPMRefusals(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			err = a.Run(ctx)
 			if !errors.Is(err, ErrRefused) {

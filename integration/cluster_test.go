@@ -837,16 +837,24 @@ func TestQuorumMinorityAcceptsNoWrites(t *testing.T) {
 	t.Cleanup(thaw) // before the processes' own cleanup sends SIGTERM
 	t.Logf("froze %s and %s (leader %s); %s is alone", q.members[frozen[0]].id, q.members[frozen[1]].id, q.members[leader].id, q.members[survivor].id)
 
+	// The survivor must answer for itself, at once: NO_LEADER, or
+	// OUTCOME_UNKNOWN for a write forwarded into the frozen leader. The
+	// CLI waits a minute per journal, so a survivor that only let the
+	// call run out of time would end it with the CLI's deadline, not
+	// with one of those reasons, however slow or fast the machine.
+	answered := func(out string) bool {
+		return strings.Contains(out, "NO_LEADER") || strings.Contains(out, "OUTCOME_UNKNOWN")
+	}
 	alone := q.env(q.members[survivor].grpc)
 	began := time.Now()
-	stdout, stderr, code = runPact(t, alone, "node", "enroll", "min-0002", "--mac", "52:54:00:aa:00:02", "--bmc-serial", "SN-MIN-2")
+	stdout, stderr, code = runPact(t, alone, "node", "enroll", "min-0002", "--mac", "52:54:00:aa:00:02", "--bmc-serial", "SN-MIN-2", "--timeout", "60s")
 	took := time.Since(began)
 	t.Logf("write on the minority: exit %d after %v: %s", code, took.Round(time.Millisecond), strings.TrimSpace(stderr+stdout))
 	if code != 7 {
 		t.Errorf("a write on the minority: exit %d, want 7 (unavailable)\n%s%s", code, stdout, stderr)
 	}
-	if took > 10*time.Second {
-		t.Errorf("a write on the minority took %v to fail, want at most 10s", took)
+	if !answered(stderr + stdout) {
+		t.Errorf("a write on the minority failed after %v without the journal's NO_LEADER or OUTCOME_UNKNOWN:\n%s%s", took, stdout, stderr)
 	}
 	// Frozen right after the registration, the leader may still be the
 	// survivor's leader when the write comes: it is forwarded into the
@@ -856,14 +864,14 @@ func TestQuorumMinorityAcceptsNoWrites(t *testing.T) {
 	mayHaveBeenMade := strings.Contains(stderr+stdout, "OUTCOME_UNKNOWN")
 
 	began = time.Now()
-	stdout, stderr, code = runPact(t, alone, "node", "inspect", "min-0001", "-o", "json")
+	stdout, stderr, code = runPact(t, alone, "node", "inspect", "min-0001", "-o", "json", "--timeout", "60s")
 	took = time.Since(began)
 	t.Logf("linearizable read on the minority: exit %d after %v: %s", code, took.Round(time.Millisecond), strings.TrimSpace(stderr))
 	if code != 7 {
 		t.Errorf("inspect on the minority: exit %d, want 7 (a linearizable read needs the majority)\n%s%s", code, stdout, stderr)
 	}
-	if took > 10*time.Second {
-		t.Errorf("inspect on the minority took %v to fail, want at most 10s", took)
+	if !strings.Contains(stderr, "NO_LEADER") {
+		t.Errorf("inspect on the minority failed after %v without the journal's NO_LEADER:\n%s%s", took, stdout, stderr)
 	}
 
 	thaw()

@@ -47,7 +47,10 @@ func nextNotify(t *testing.T, msgs <-chan string, p *proc) string {
 		select {
 		case m := <-msgs: // sent just before it exited
 			return m
-		case <-time.After(time.Second):
+		case <-time.After(10 * time.Second):
+			// A hang guard too: STOPPING=1 comes just before the exit,
+			// and the goroutine that reads the socket may be slower to
+			// run than the exit is to be noticed.
 		}
 		t.Fatalf("process exited (%v) before notifying systemd:\n%s", p.err, p.output())
 	case <-time.After(30 * time.Second):

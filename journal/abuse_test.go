@@ -211,17 +211,20 @@ func TestRaftPortLimitsAndQuietRefusals(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	cfg.RaftListen = journaltest.FreeAddr(t)
 	cfg.InitialCluster = []journal.Peer{{ID: cfg.NodeID, RaftAddr: cfg.RaftListen}}
+	cfg.MetricsListen = "127.0.0.1:0"
 	cfg.Connections.MaxConnsPerSource = 3
-	cfg.Connections.HandshakeTimeout = 500 * time.Millisecond
+	// Long enough that the three silent connections below are still open
+	// when the fourth is accepted, however loaded the machine.
+	cfg.Connections.HandshakeTimeout = 3 * time.Second
 	cfg.Connections.HandshakeQueueWait = 100 * time.Millisecond
-	journaltest.Start(t, cfg)
+	h := journaltest.Start(t, cfg)
 	addr := cfg.RaftListen
 
 	// Ten clients that are no journal: bytes that are no TLS at all.
 	for range 10 {
 		c := dialFrom(t, "127.0.3.1", addr)
 		_, _ = io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-		if !waitClosed(c, 5*time.Second) {
+		if !waitClosed(c, 30*time.Second) {
 			t.Fatal("the Raft port kept a connection that sent no TLS")
 		}
 	}
@@ -235,25 +238,31 @@ func TestRaftPortLimitsAndQuietRefusals(t *testing.T) {
 	fc.Advance(11 * time.Second)
 	c := dialFrom(t, "127.0.3.1", addr)
 	_, _ = io.WriteString(c, "nonsense")
-	waitClosed(c, 5*time.Second)
+	if !waitClosed(c, 30*time.Second) {
+		t.Fatal("the Raft port kept a connection that sent nonsense")
+	}
 	if n := strings.Count(logs.String(), refusal); n != 2 || !strings.Contains(logs.String(), "refusals_not_logged=9") {
 		t.Fatalf("after the interval: %d refusal lines, want 2, the second counting 9 held back:\n%s", n, logs.String())
 	}
 
 	// Per source: the fourth silent connection from one address is closed
-	// at once; another address still gets in.
+	// at once, in Accept (the refusal counter says which limit closed it:
+	// the handshake timeout would close it too, later).
 	silent := []net.Conn{dialFrom(t, "127.0.3.2", addr), dialFrom(t, "127.0.3.2", addr), dialFrom(t, "127.0.3.2", addr)}
 	over := dialFrom(t, "127.0.3.2", addr)
-	if !waitClosed(over, 300*time.Millisecond) {
+	if !waitClosed(over, 30*time.Second) {
 		t.Fatal("a fourth connection from one source was kept")
 	}
-	// A silent connection is closed after the handshake timeout (500 ms
+	if m := `pact_journal_connections_refused_total{limit="per_source",port="raft"} 1`; !strings.Contains(scrape(t, h), m) {
+		t.Fatalf("the fourth connection from one source was not refused by the per-source cap: /metrics lacks %s", m)
+	}
+	// A silent connection is closed after the handshake timeout (3 s
 	// here), not held for minutes.
 	began := time.Now()
-	if !waitClosed(silent[0], 10*time.Second) {
+	if !waitClosed(silent[0], 30*time.Second) {
 		t.Fatal("a silent Raft connection outlived the handshake timeout")
 	}
-	t.Logf("silent Raft connection closed after %v (handshake timeout 500ms)", time.Since(began).Round(10*time.Millisecond))
+	t.Logf("silent Raft connection closed after %v (handshake timeout 3s)", time.Since(began).Round(10*time.Millisecond))
 }
 
 // The gRPC port does the same before its TLS handshake: a source's
@@ -261,20 +270,27 @@ func TestRaftPortLimitsAndQuietRefusals(t *testing.T) {
 // closed after the handshake timeout instead of gRPC's 120 s.
 func TestGRPCPortConnectionLimits(t *testing.T) {
 	cfg := journaltest.Config(t.TempDir())
+	cfg.MetricsListen = "127.0.0.1:0"
 	cfg.Connections.MaxConnsPerSource = 2
-	cfg.Connections.HandshakeTimeout = 500 * time.Millisecond
+	// Long enough that a and b are still open when the third is accepted,
+	// however loaded the machine.
+	cfg.Connections.HandshakeTimeout = 3 * time.Second
 	cfg.Connections.HandshakeQueueWait = 100 * time.Millisecond
 	h := journaltest.Start(t, cfg)
 	a, b := dialFrom(t, "127.0.4.1", h.Addr), dialFrom(t, "127.0.4.1", h.Addr)
-	if !waitClosed(dialFrom(t, "127.0.4.1", h.Addr), 2*time.Second) {
+	if !waitClosed(dialFrom(t, "127.0.4.1", h.Addr), 30*time.Second) {
 		t.Fatal("a third connection from one source was kept")
+	}
+	// Closed by the cap, at once, not later by the handshake timeout.
+	if m := `pact_journal_connections_refused_total{limit="per_source",port="grpc"} 1`; !strings.Contains(scrape(t, h), m) {
+		t.Fatalf("the third connection from one source was not refused by the per-source cap: /metrics lacks %s", m)
 	}
 	// Honest callers from other addresses are served meanwhile.
 	if _, err := h.AdminClient(t).ListNodes(context.Background(), &pactv1.ListNodesRequest{}); err != nil {
 		t.Fatalf("ListNodes while one source holds its cap: %v", err)
 	}
 	for _, c := range []net.Conn{a, b} {
-		if !waitClosed(c, 10*time.Second) {
+		if !waitClosed(c, 30*time.Second) {
 			t.Fatal("a silent connection outlived the handshake timeout")
 		}
 	}

@@ -10,12 +10,14 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/clock/fakeclock"
 	"github.com/pact-hpc/pact/internal/version"
+	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
-func startCluster(t *testing.T, n int) *journaltest.Cluster {
+func startCluster(t *testing.T, n int, mutate ...func(*journal.Config)) *journaltest.Cluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("multi-journal test; skipped with -short")
@@ -26,8 +28,29 @@ func startCluster(t *testing.T, n int) *journaltest.Cluster {
 		cfgs[i].RaftSnapshotThreshold = 16
 		cfgs[i].RaftTrailingLogs = 4
 		cfgs[i].RaftSnapshotInterval = 100 * time.Millisecond
+		for _, m := range mutate {
+			m(&cfgs[i])
+		}
 	}
 	return journaltest.StartCluster(t, root, cfgs)
+}
+
+// frozenClock gives every journal one fake clock that the test never
+// advances: whatever happens then happens on an event, never on one of
+// the journals' timers (Raft keeps its own wall-clock timers).
+func frozenClock() func(*journal.Config) {
+	fc := fakeclock.New(time.Now())
+	return func(c *journal.Config) { c.Clock = fc }
+}
+
+// recvUntilEnd reads s until it ends and returns how it ended; the stream's
+// context bounds the wait (a hang guard, not a measure).
+func recvUntilEnd(s pactv1.EnrollmentService_SubscribeClient) error {
+	for {
+		if _, err := s.Recv(); err != nil {
+			return err
+		}
+	}
 }
 
 func inspectOn(t *testing.T, h *journaltest.Harness, node string) *pactv1.Node {
@@ -83,12 +106,25 @@ func TestClusterWritesAtAnyJournal(t *testing.T) {
 		t.Errorf("follower sees serial %s after renewal to %s", n.GetCert().GetSerial(), renewed.GetSerial())
 	}
 
-	st, err := c.Nodes[other].AdminClient(t).JournalStatus(context.Background(), &pactv1.JournalStatusRequest{})
-	if err != nil {
-		t.Fatal(err)
+	// The status names the leader. A loaded machine may have moved the
+	// leadership since the test began: compare with the leader the
+	// members agree on now, again until both were read in one term.
+	var st *pactv1.JournalStatusResponse
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		st, err = c.Nodes[other].AdminClient(t).JournalStatus(context.Background(), &pactv1.JournalStatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now := c.Configs[c.Leader(t)].NodeID; st.GetLeaderId() == now || time.Now().After(deadline) {
+			if st.GetLeaderId() != now {
+				t.Fatalf("status names leader %q; the members agree on %s", st.GetLeaderId(), now)
+			}
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // polling the status
 	}
-	if len(st.GetMembers()) != 3 || st.GetLeaderId() != c.Configs[leader].NodeID {
-		t.Fatalf("status: leader %q, %d members", st.GetLeaderId(), len(st.GetMembers()))
+	if len(st.GetMembers()) != 3 {
+		t.Fatalf("status: %d members", len(st.GetMembers()))
 	}
 	for _, m := range st.GetMembers() {
 		if !m.GetReachable() || !m.GetVoter() || m.GetIntermediateSerial() == "" || m.GetGrpcAddr() == "" {
@@ -142,26 +178,33 @@ func TestClusterLeaderLoss(t *testing.T) {
 	}
 	// The old leader comes back as a follower and catches up.
 	back := c.StartMember(t, leader)
+	// Until it hears from the leader (which backed off from the stopped
+	// member) it knows none and answers NO_LEADER.
+	c.Leader(t)
 	if n := inspectOn(t, back, "n1"); n.GetState() != pactv1.NodeState_NODE_STATE_ACTIVE {
 		t.Errorf("restarted journal sees n1 as %v", n.GetState())
 	}
 }
 
-// A journal cut off from the majority accepts no write and says so quickly.
+// A journal cut off from the majority accepts no write and says so quickly:
+// it refuses on its own rather than running out a commit timeout. The
+// apply timeout is longer here than the call may wait, so a journal that
+// waited for it would fail the call with DEADLINE_EXCEEDED, not NO_LEADER,
+// however fast or slow the machine.
 func TestClusterMinorityRefusesWrites(t *testing.T) {
-	c := startCluster(t, 3)
+	c := startCluster(t, 3, func(c *journal.Config) { c.ApplyTimeout = 10 * time.Minute })
 	leader := c.Leader(t)
 	lone := (leader + 1) % 3
 	c.StopMember(t, leader)
 	c.StopMember(t, (leader+2)%3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	start := time.Now()
-	_, err := c.Nodes[lone].AdminClient(t).RegisterNode(context.Background(), &pactv1.RegisterNodeRequest{
+	_, err := c.Nodes[lone].AdminClient(t).RegisterNode(ctx, &pactv1.RegisterNodeRequest{
 		NodeId: "late", Hardware: &pactv1.HardwareIdentity{Macs: []string{mac(99)}},
 	})
 	wantReason(t, err, codes.Unavailable, apierr.NoLeader)
-	if d := time.Since(start); d > 8*time.Second {
-		t.Errorf("the minority journal took %v to refuse", d)
-	}
+	t.Logf("the minority journal refused after %v", time.Since(start))
 	_, err = c.Nodes[lone].AdminClient(t).InspectNode(context.Background(), &pactv1.InspectNodeRequest{NodeId: "late"})
 	wantReason(t, err, codes.Unavailable, apierr.NoLeader)
 }
@@ -235,10 +278,12 @@ func TestClusterAddAndRemoveMember(t *testing.T) {
 	}
 }
 
-// Decommissioning at one journal closes the node's stream on another
-// within a second.
+// Decommissioning at one journal closes the node's stream on another at
+// once: when the revocation is applied there, not on a later check. The
+// journals' clocks stand still, so no timer of theirs can be what closes
+// it.
 func TestClusterDecommissionClosesStreamsEverywhere(t *testing.T) {
-	c := startCluster(t, 3)
+	c := startCluster(t, 3, frozenClock())
 	leader := c.Leader(t)
 	follower := c.Nodes[(leader+1)%3]
 	follower.Register(t, "n1", "SN1", mac1)
@@ -248,7 +293,9 @@ func TestClusterDecommissionClosesStreamsEverywhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	cert := key.TLSCert(resp.GetCertChainDer())
-	stream, err := pactv1.NewEnrollmentServiceClient(follower.Dial(t, &cert)).Subscribe(context.Background(), &pactv1.SubscribeRequest{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stream, err := pactv1.NewEnrollmentServiceClient(follower.Dial(t, &cert)).Subscribe(ctx, &pactv1.SubscribeRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,16 +306,8 @@ func TestClusterDecommissionClosesStreamsEverywhere(t *testing.T) {
 	if _, err := c.Nodes[(leader+2)%3].AdminClient(t).DecommissionNode(context.Background(), &pactv1.DecommissionNodeRequest{NodeId: "n1", Force: true}); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		_, err := stream.Recv()
-		if err != nil {
-			wantReason(t, err, codes.PermissionDenied, apierr.NodeRevoked)
-			break
-		}
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("the stream on %s closed %v after the decommission", follower.Cfg.NodeID, d)
-	}
+	wantReason(t, recvUntilEnd(stream), codes.PermissionDenied, apierr.NodeRevoked)
+	t.Logf("the stream on %s closed %v after the decommission", follower.Cfg.NodeID, time.Since(start))
 }
 
 // Journals restarted after taking their own snapshots become ready on a

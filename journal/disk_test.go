@@ -60,8 +60,11 @@ func TestDiskFullStopsWritesCleanly(t *testing.T) {
 	cfg := journaltest.Config(filepath.Join(dir, "j"))
 	h := journaltest.Start(t, cfg)
 	admin := h.AdminClient(t)
+	// Each call's deadline is a hang guard, longer than the journal's own
+	// apply timeout (10 s): a loaded machine must end a call with the
+	// journal's answer, never with the client's DEADLINE_EXCEEDED.
 	register := func(id, mac string) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_, err := admin.RegisterNode(ctx, &pactv1.RegisterNodeRequest{NodeId: id, Hardware: &pactv1.HardwareIdentity{Macs: []string{mac}}})
 		return err
@@ -70,7 +73,7 @@ func TestDiskFullStopsWritesCleanly(t *testing.T) {
 	var refusal error
 	for i := 0; i < 20000 && refusal == nil; i++ {
 		id := fmt.Sprintf("disk-%05d", i)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		_, err := admin.RegisterNode(ctx, &pactv1.RegisterNodeRequest{
 			NodeId:   id,
 			Hardware: &pactv1.HardwareIdentity{Macs: []string{fmt.Sprintf("52:54:%02x:%02x:%02x:01", i>>16&0xff, i>>8&0xff, i&0xff)}},

@@ -9,10 +9,16 @@ import (
 )
 
 // ApplyRaw appends data to the Raft log through this journal, which must
-// lead, without waiting for it to be applied: the rolling-upgrade tests use
-// it to stand for a newer journal's command.
-func (j *Journal) ApplyRaw(data []byte, timeout time.Duration) {
-	j.raft.Apply(data, timeout)
+// lead: the rolling-upgrade tests use it to stand for a newer journal's
+// command. The channel receives Raft's answer once the entry is applied
+// here or refused (this journal did not lead, or lost the leadership). An
+// entry that halts the journal is never answered: its Apply waits until
+// the journal stops.
+func (j *Journal) ApplyRaw(data []byte, timeout time.Duration) <-chan error {
+	f := j.raft.Apply(data, timeout)
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	return done
 }
 
 // Ready is what /readyz answers.

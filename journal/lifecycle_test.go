@@ -37,13 +37,13 @@ import (
 )
 
 // Every wait is a bounded poll: a loaded machine makes the suite slower,
-// never wrong.
+// never wrong. No test bounds how long the journal takes in wall time:
+// "at once" is checked with the journal's clock standing still, so only
+// the event itself, never a timer, can have done it.
 const (
 	pollEvery   = 10 * time.Millisecond
-	pollTimeout = 10 * time.Second
+	pollTimeout = 20 * time.Second
 	callTimeout = 30 * time.Second
-	// streamCutoff is how soon a decommission must close the node's stream.
-	streamCutoff = time.Second
 )
 
 const (
@@ -850,12 +850,11 @@ func TestDecommissionForcedCutsTheStream(t *testing.T) {
 		t.Fatalf("forced decommission: %v", err)
 	}
 	checkRevoked(t, e, resp.GetNode(), prev)
+	// The journal's clock has not moved since the stream opened: no
+	// re-check or liveness timer can have fired, so the decommission
+	// itself closed the stream.
 	evs, ended, err := w.end(t)
-	took := ended.Sub(start)
-	t.Logf("decommission answered in %v; the stream ended %v after the call began", answered, took)
-	if took > streamCutoff {
-		t.Errorf("the stream ended %v after the decommission began, want within %v", took, streamCutoff)
-	}
+	t.Logf("decommission answered in %v; the stream ended %v after the call began", answered, ended.Sub(start))
 	if len(evs) != 1 || evs[0].GetRevoked() == nil {
 		t.Errorf("the stream delivered %v before ending, want one Revoked event", evs)
 	}

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/porttest"
 	"github.com/pact-hpc/pact/journal"
@@ -143,16 +144,26 @@ func (h *Harness) IssueAdmin(t testing.TB, name, role string) tls.Certificate {
 }
 
 // Register pre-registers a node as platform-admin.
+//
+// A NO_LEADER answer (nothing was written) is retried for up to 30 s: in
+// a quorum on a loaded machine the leadership can move at any moment, and
+// a test that registers a node as its set-up is not about that.
 func (h *Harness) Register(t testing.TB, nodeID string, bmc string, macs ...string) *pactv1.Node {
 	t.Helper()
-	resp, err := h.AdminClient(t).RegisterNode(context.Background(), &pactv1.RegisterNodeRequest{
-		NodeId:   nodeID,
-		Hardware: &pactv1.HardwareIdentity{Macs: macs, BmcSerial: bmc},
-	})
-	if err != nil {
-		t.Fatalf("register %s: %v", nodeID, err)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := h.AdminClient(t).RegisterNode(context.Background(), &pactv1.RegisterNodeRequest{
+			NodeId:   nodeID,
+			Hardware: &pactv1.HardwareIdentity{Macs: macs, BmcSerial: bmc},
+		})
+		if err == nil {
+			return resp.GetNode()
+		}
+		if apierr.FromError(err).Reason != apierr.NoLeader || time.Now().After(deadline) {
+			t.Fatalf("register %s: %v", nodeID, err)
+		}
+		time.Sleep(50 * time.Millisecond) // a new leader is being elected
 	}
-	return resp.GetNode()
 }
 
 // Key is an agent key pair and its CSR.
@@ -227,7 +238,11 @@ func ClusterConfigs(t testing.TB, n int) (string, []journal.Config) {
 		cfg.RootKeyFile = filepath.Join(root, ca.RootKeyFile)
 		cfg.ListenAddr = FreeAddr(t)
 		cfg.RaftListen = FreeAddr(t)
-		cfg.RaftTimeout = 300 * time.Millisecond
+		// Raft's own defaults (1 s heartbeat and election timeouts): with
+		// 300 ms a leader on a loaded machine, under -race, missed its
+		// lease now and then and stepped down in the middle of a test that
+		// is not about elections.
+		cfg.RaftTimeout = time.Second
 		peers = append(peers, journal.Peer{ID: cfg.NodeID, RaftAddr: cfg.RaftListen})
 		cfgs[i] = cfg
 	}

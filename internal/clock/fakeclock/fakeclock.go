@@ -51,10 +51,18 @@ func (c *Clock) Advance(d time.Duration) {
 }
 
 // NewTimer returns a timer that fires when the clock is advanced past d.
+// A timer for d <= 0 fires at once, as a time.Timer does: code that arms
+// one for a moment already past (a renewal that is overdue) must not wait
+// for an Advance that the test, having advanced already, may never make.
+// Such a timer is never pending.
 func (c *Clock) NewTimer(d time.Duration) clock.Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &timer{c: c, at: c.now.Add(d), ch: make(chan time.Time, 1)}
+	if d <= 0 {
+		t.ch <- c.now
+		return t
+	}
 	c.timers = append(c.timers, t)
 	close(c.changed)
 	c.changed = make(chan struct{})
