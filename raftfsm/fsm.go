@@ -39,6 +39,9 @@ type Result struct {
 	Idempotent bool
 	// Err is a rule error (errors.Is against the package sentinels).
 	Err error
+	// Batch holds, for a batch entry (BatchOp), one result per command of
+	// the batch in order; the fields above are then empty.
+	Batch []*Result
 }
 
 // Event tells an observer what an applied command changed.
@@ -205,12 +208,14 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	if err != nil {
 		panic(fmt.Sprintf("raftfsm: log entry %d: %v", l.Index, err))
 	}
-	if cmd.GetOp() == nil {
-		if cmd.GetIgnorable() {
-			f.applied.Store(l.Index)
-			return &Result{}
-		}
-		reason := unknownOp(cmd, l.Index)
+	if cmd.GetOp() == nil && cmd.GetIgnorable() {
+		f.applied.Store(l.Index)
+		return &Result{}
+	}
+	// Checked for the whole entry before any of it is applied: a batch
+	// stops at its entry, never half applied.
+	if unknown := unknownIn(cmd); unknown != nil {
+		reason := unknownOp(unknown, l.Index)
 		f.halted.Store(&reason)
 		f.mu.RLock()
 		h := f.onHalt
@@ -234,11 +239,57 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	return res
 }
 
-// applyLocked is the one switch over every command.
+// unknownIn returns the command of an entry whose operation this version
+// does not know and may not skip: the entry itself, or a command of its
+// batch. Nil if there is none.
+func unknownIn(cmd *pactv1.Command) *pactv1.Command {
+	if cmd.GetOp() == nil {
+		if cmd.GetIgnorable() {
+			return nil
+		}
+		return cmd
+	}
+	for _, sub := range cmd.GetBatch().GetCommands() {
+		if sub.GetOp() == nil && !sub.GetIgnorable() {
+			return sub
+		}
+	}
+	return nil
+}
+
+// applyLocked applies one entry: a command, or each command of a batch in
+// order. A batch's commands are applied exactly as if each had an entry of
+// its own at this index (same rules, results and audit entries), so a
+// refusal refuses that command alone, and a later command of the batch
+// sees what the earlier ones changed.
 func (f *FSM) applyLocked(cmd *pactv1.Command, index uint64) (*Result, Event) {
+	b, ok := cmd.GetOp().(*pactv1.Command_Batch)
+	if !ok {
+		return f.applyOne(cmd, index)
+	}
+	out := &Result{Batch: make([]*Result, len(b.Batch.GetCommands()))}
+	var ev Event
+	for i, sub := range b.Batch.GetCommands() {
+		res, sev := f.applyOne(sub, index)
+		out.Batch[i] = res
+		ev.NodeIDs = append(ev.NodeIDs, sev.NodeIDs...)
+		ev.BundleChanged = ev.BundleChanged || sev.BundleChanged
+		ev.Audit = append(ev.Audit, sev.Audit...)
+	}
+	return out, ev
+}
+
+// applyOne is the one switch over every command.
+func (f *FSM) applyOne(cmd *pactv1.Command, index uint64) (*Result, Event) {
 	a := &applier{s: f.st, cmd: cmd, index: index}
 	var res *Result
 	switch op := cmd.GetOp().(type) {
+	case nil:
+		// An ignorable command of a newer version inside a batch
+		// (unknownIn let it through): skipped, as its own entry would be.
+		res = &Result{}
+	case *pactv1.Command_Batch:
+		res = fail(fmt.Errorf("%w: a batch inside a batch", ErrInvalidCommand))
 	case *pactv1.Command_RegisterNode:
 		res = a.registerNode(op.RegisterNode)
 	case *pactv1.Command_Activate:

@@ -48,6 +48,8 @@ var ignorable = map[protoreflect.Name]bool{
 	"record_operator":     false,
 	"revoke_operator":     false,
 	"retire_intermediate": false,
+	// A batch carries commands none of which may be skipped.
+	"batch": false,
 }
 
 // Ignorable reports whether a journal that does not know cmd's operation
