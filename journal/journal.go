@@ -106,6 +106,10 @@ type Journal struct {
 	nonvoterMu    sync.Mutex
 	nonvoterSince map[string]time.Time
 
+	// batcher groups enrollment activations into one Raft entry (nil
+	// when ActivationBatchMax is 1).
+	batcher *batcher
+
 	stopOnce sync.Once
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -208,10 +212,20 @@ func New(cfg Config) (*Journal, error) {
 	j.roots = rootPool(authority.Root())
 	j.metrics = newMetrics(j)
 	j.peers = newPeerConns(j)
+	if cfg.ActivationBatchMax > 1 {
+		j.batcher = newBatcher(cfg.ActivationBatchMax, cfg.ActivationBatchWindow, cfg.Clock, j.stop, j.sendBatch)
+	}
 	j.fsm.SetObserver(j.onApply)
 	j.fsm.SetHaltHandler(j.onFSMHalt)
 	if err := j.startRaft(); err != nil {
 		return nil, err
+	}
+	if j.batcher != nil {
+		j.wg.Add(1)
+		go func() {
+			defer j.wg.Done()
+			j.batcher.run()
+		}()
 	}
 	// From the start: a removed journal restarted with its old state may
 	// never find a leader, and must learn it was removed while it waits.

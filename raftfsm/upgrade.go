@@ -62,6 +62,11 @@ func Ignorable(cmd *pactv1.Command) bool {
 	return ignorable[fd.Name()]
 }
 
+// HasUnknownOp reports whether cmd, or a command of its batch, names an
+// operation this version does not know and is not marked ignorable: Apply
+// would stop at its entry.
+func HasUnknownOp(cmd *pactv1.Command) bool { return unknownIn(cmd) != nil }
+
 // KnownOps lists the operations this version applies, sorted (for the
 // journal's status and the docs' skew table).
 func KnownOps() []string {
