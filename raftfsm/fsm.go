@@ -821,13 +821,11 @@ func (f *FSM) snapshotLocked() *fsmSnapshot {
 
 type fsmSnapshot struct{ snap *pactv1.Snapshot }
 
+// Persist streams the state in format 2 (snaprecords.go), one record at a
+// time, without building its whole encoding first.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	sortSnapshot(s.snap)
-	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(s.snap)
-	if err == nil {
-		_, err = sink.Write(data)
-	}
-	if err != nil {
+	if err := writeRecords(sink, s.snap); err != nil {
 		_ = sink.Cancel()
 		return fmt.Errorf("raftfsm: persist snapshot: %w", err)
 	}
@@ -849,15 +847,12 @@ func sortSnapshot(s *pactv1.Snapshot) {
 	})
 }
 
-// Restore replaces the state with a snapshot. It builds the new state first
-// and swaps it in whole, so a bad snapshot leaves the old state untouched.
+// Restore replaces the state with a snapshot, in either format
+// (snaprecords.go). It builds the new state first and swaps it in whole, so
+// a bad snapshot leaves the old state untouched.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	data, err := io.ReadAll(rc)
-	if err != nil {
-		return fmt.Errorf("raftfsm: read snapshot: %w", err)
-	}
-	st, err := stateFromSnapshot(data, f.auditCap)
+	st, err := decodeState(rc, f.auditCap)
 	if err != nil {
 		return err
 	}
@@ -870,63 +865,4 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		obs(Event{BundleChanged: true})
 	}
 	return nil
-}
-
-func stateFromSnapshot(data []byte, auditCap int) (*state, error) {
-	snap := &pactv1.Snapshot{}
-	if err := proto.Unmarshal(data, snap); err != nil {
-		return nil, fmt.Errorf("raftfsm: decode snapshot: %w", err)
-	}
-	st := newStateSized(auditCap, len(snap.GetNodes()), len(snap.GetLastSeen()))
-	for _, n := range snap.GetNodes() {
-		if n.GetNodeId() == "" {
-			return nil, errors.New("raftfsm: snapshot has a node without an id")
-		}
-		if _, dup := st.nodes[n.GetNodeId()]; dup {
-			return nil, fmt.Errorf("raftfsm: snapshot has node %s twice", n.GetNodeId())
-		}
-		if n.GetState() != pactv1.NodeState_NODE_STATE_REVOKED {
-			if owner, what := st.owner(identityOf(n.GetHardware())); owner != "" {
-				return nil, fmt.Errorf("raftfsm: snapshot gives %s to both %s and %s", what, owner, n.GetNodeId())
-			}
-			if owner, ok := st.bySPIFFE[n.GetSpiffeId()]; ok && n.GetSpiffeId() != "" {
-				return nil, fmt.Errorf("raftfsm: snapshot gives SPIFFE ID %s to both %s and %s", n.GetSpiffeId(), owner, n.GetNodeId())
-			}
-		}
-		st.put(n)
-	}
-	for _, r := range snap.GetRevoked() {
-		st.revoked[r.GetSerial()] = r.GetNotAfterUnix()
-	}
-	for _, in := range snap.GetIntermediates() {
-		st.intermediates[in.GetSerial()] = in
-	}
-	for _, ls := range snap.GetLastSeen() {
-		if _, ok := st.nodes[ls.GetNodeId()]; !ok {
-			return nil, fmt.Errorf("raftfsm: snapshot has liveness for unknown node %s", ls.GetNodeId())
-		}
-		st.lastSeen[ls.GetNodeId()] = ls.GetAtUnixNano()
-	}
-	for _, e := range snap.GetAudit() {
-		st.audit.add(e)
-	}
-	for _, ji := range snap.GetJournals() {
-		st.journals[ji.GetJournalId()] = ji
-	}
-	for _, t := range snap.GetJoinTokens() {
-		if _, dup := st.joinTokens[t.GetSha256()]; dup || !isHexSHA256(t.GetSha256()) {
-			return nil, fmt.Errorf("raftfsm: snapshot has a malformed or repeated join token for node %s", t.GetNodeId())
-		}
-		st.joinTokens[t.GetSha256()] = t
-	}
-	for _, o := range snap.GetOperators() {
-		if o.GetSerial() == "" {
-			return nil, errors.New("raftfsm: snapshot has an operator credential without a serial")
-		}
-		st.operators[o.GetSerial()] = o
-	}
-	for _, n := range snap.GetRevokedOperatorNames() {
-		st.revokedNames[n.GetName()] = n
-	}
-	return st, nil
 }
