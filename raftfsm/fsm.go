@@ -101,7 +101,7 @@ type state struct {
 	journals        map[string]*pactv1.JournalInfo
 	// Current certificate key fingerprints of non-revoked nodes (one key,
 	// one node), and join tokens by hex SHA-256.
-	bySPKI       map[string]nodeSet
+	bySPKI       holders
 	joinTokens   map[string]*pactv1.JoinToken
 	operators    map[string]*pactv1.Operator               // serial -> record
 	revokedNames map[string]*pactv1.OperatorNameRevocation // operator name -> revocation
@@ -127,7 +127,7 @@ func newStateSized(auditCap, nodes, seen int) *state {
 		lastSeen:        make(map[string]int64, seen),
 		audit:           newAuditRing(auditCap),
 		journals:        map[string]*pactv1.JournalInfo{},
-		bySPKI:          make(map[string]nodeSet, nodes),
+		bySPKI:          newHolders(nodes),
 		joinTokens:      map[string]*pactv1.JoinToken{},
 		operators:       map[string]*pactv1.Operator{},
 		revokedNames:    map[string]*pactv1.OperatorNameRevocation{},
@@ -473,6 +473,59 @@ func addHolder(idx map[string]nodeSet, key, id string) {
 	idx[key][id] = struct{}{}
 }
 
+// holders indexes keys to the set of nodes holding each, like a
+// map[string]nodeSet. Nearly every key has one holder, kept as a plain
+// string; only a key held by several gets a set, so indexing a registry
+// (a restore) costs no map per key.
+type holders struct {
+	one  map[string]string
+	many map[string]nodeSet
+}
+
+func newHolders(n int) holders {
+	return holders{one: make(map[string]string, n), many: map[string]nodeSet{}}
+}
+
+func (h holders) add(key, id string) {
+	if set, ok := h.many[key]; ok {
+		set[id] = struct{}{}
+		return
+	}
+	if o, ok := h.one[key]; ok && o != id {
+		h.many[key] = nodeSet{o: {}, id: {}}
+		delete(h.one, key)
+		return
+	}
+	h.one[key] = id
+}
+
+func (h holders) remove(key, id string) {
+	if set, ok := h.many[key]; ok {
+		delete(set, id)
+		if len(set) == 1 {
+			for o := range set {
+				h.one[key] = o
+			}
+			delete(h.many, key)
+		}
+		return
+	}
+	if h.one[key] == id {
+		delete(h.one, key)
+	}
+}
+
+// each calls fn for every holder of key, in no particular order.
+func (h holders) each(key string, fn func(id string)) {
+	if o, ok := h.one[key]; ok {
+		fn(o)
+		return
+	}
+	for id := range h.many[key] {
+		fn(id)
+	}
+}
+
 func removeHolder(idx map[string]nodeSet, key, id string) {
 	delete(idx[key], id)
 	if len(idx[key]) == 0 {
@@ -506,10 +559,10 @@ func (s *state) put(n *pactv1.Node) {
 		return
 	}
 	if k := n.GetCert().GetSpkiSha256(); k != "" {
-		addHolder(s.bySPKI, k, id)
+		s.bySPKI.add(k, id)
 	}
 	if k := n.GetStandbyCert().GetSpkiSha256(); k != "" {
-		addHolder(s.bySPKI, k, id)
+		s.bySPKI.add(k, id)
 	}
 	if sid := n.GetSpiffeId(); sid != "" {
 		s.bySPIFFE[sid] = id
@@ -529,10 +582,10 @@ func (s *state) unindex(n *pactv1.Node) {
 	id := n.GetNodeId()
 	h := n.GetHardware()
 	if k := n.GetCert().GetSpkiSha256(); k != "" {
-		removeHolder(s.bySPKI, k, id)
+		s.bySPKI.remove(k, id)
 	}
 	if k := n.GetStandbyCert().GetSpkiSha256(); k != "" {
-		removeHolder(s.bySPKI, k, id)
+		s.bySPKI.remove(k, id)
 	}
 	for _, m := range h.GetMacs() {
 		if s.byMAC[m] == id {

@@ -50,7 +50,13 @@ const (
 	recJoinToken
 	recOperator
 	recRevokedName
+	recSizes
 )
+
+// maxSizeHint bounds how far a reader presizes its indexes on a sizes
+// record's word: a corrupt or hostile hint cannot make it allocate much
+// before a single node is read. Larger registries grow past it.
+const maxSizeHint = 1 << 18
 
 // stateFormat says which format state bytes are in.
 func stateFormat(state []byte) uint32 {
@@ -64,6 +70,7 @@ func stateFormat(state []byte) uint32 {
 func writeRecords(w io.Writer, s *pactv1.Snapshot) error {
 	e := &recordEncoder{w: bufio.NewWriterSize(w, 256<<10)}
 	_, e.err = e.w.WriteString(recordsMagic)
+	e.put(recSizes, &pactv1.SnapshotSizes{Nodes: uint64(len(s.GetNodes())), LastSeen: uint64(len(s.GetLastSeen()))})
 	for _, n := range s.GetNodes() {
 		e.put(recNode, n)
 	}
@@ -141,38 +148,105 @@ func walkState(r io.Reader, visit func(*pactv1.SnapshotRecord) error) error {
 	return walkFormat1(data, visit)
 }
 
+// readRecords decodes the records on a goroutine of its own while visit
+// indexes those already decoded, in order: decoding is about half of a
+// restore, and the other half need not wait for it.
 func readRecords(br *bufio.Reader, visit func(*pactv1.SnapshotRecord) error) error {
-	var buf []byte
-	for {
-		n, err := binary.ReadUvarint(br)
-		if err != nil {
-			return fmt.Errorf("raftfsm: decode snapshot: no end record: %w", noEOF(err))
+	type chunk struct {
+		recs []*pactv1.SnapshotRecord
+		err  error
+	}
+	chunks := make(chan chunk, 8)
+	quit := make(chan struct{})
+	defer func() {
+		// The reader is the caller's again only once the decoder is done.
+		close(quit)
+		for range chunks {
 		}
-		if n == 0 {
-			if _, err := br.ReadByte(); err != io.EOF {
-				return errors.New("raftfsm: decode snapshot: bytes after the end record")
+	}()
+	go func() {
+		defer close(chunks)
+		var recs []*pactv1.SnapshotRecord
+		send := func(err error) bool {
+			select {
+			case chunks <- chunk{recs: recs, err: err}:
+				recs = nil
+				return err == nil
+			case <-quit:
+				return false
 			}
-			return nil
 		}
-		if n > maxRecord {
-			return fmt.Errorf("raftfsm: decode snapshot: a record of %d bytes (at most %d)", n, maxRecord)
+		var buf []byte
+		for {
+			rec, end, err := readRecord(br, &buf)
+			if err != nil || end {
+				send(err)
+				return
+			}
+			if recs = append(recs, rec); len(recs) == 512 && !send(nil) {
+				return
+			}
 		}
-		if buf, err = readN(br, buf, int(n)); err != nil {
-			return fmt.Errorf("raftfsm: decode snapshot: %w", noEOF(err))
+	}()
+	for c := range chunks {
+		for _, rec := range c.recs {
+			if err := visit(rec); err != nil {
+				return err
+			}
 		}
-		rec := &pactv1.SnapshotRecord{}
-		if err := proto.Unmarshal(buf, rec); err != nil {
-			return fmt.Errorf("raftfsm: decode snapshot: %w", err)
-		}
-		if rec.GetRecord() == nil {
-			// A newer version's kind of state: restoring without it would
-			// diverge from the journals that have it.
-			return errors.New("raftfsm: decode snapshot: a record of a kind this version does not know")
-		}
-		if err := visit(rec); err != nil {
-			return err
+		if c.err != nil {
+			return c.err
 		}
 	}
+	return nil
+}
+
+// readRecord reads the next record into a new message, through buf; end
+// reports the end record.
+func readRecord(br *bufio.Reader, buf *[]byte) (rec *pactv1.SnapshotRecord, end bool, err error) {
+	n, err := binary.ReadUvarint(br)
+	if err != nil {
+		return nil, false, fmt.Errorf("raftfsm: decode snapshot: no end record: %w", noEOF(err))
+	}
+	if n == 0 {
+		if _, err := br.ReadByte(); err != io.EOF {
+			return nil, false, errors.New("raftfsm: decode snapshot: bytes after the end record")
+		}
+		return nil, true, nil
+	}
+	if n > maxRecord {
+		return nil, false, fmt.Errorf("raftfsm: decode snapshot: a record of %d bytes (at most %d)", n, maxRecord)
+	}
+	if *buf, err = readN(br, *buf, int(n)); err != nil {
+		return nil, false, fmt.Errorf("raftfsm: decode snapshot: %w", noEOF(err))
+	}
+	if rec, err = unmarshalRecord(*buf); err != nil {
+		return nil, false, fmt.Errorf("raftfsm: decode snapshot: %w", err)
+	}
+	if rec.GetRecord() == nil {
+		// A newer version's kind of state: restoring without it would
+		// diverge from the journals that have it.
+		return nil, false, errors.New("raftfsm: decode snapshot: a record of a kind this version does not know")
+	}
+	return rec, false, nil
+}
+
+// unmarshalRecord decodes a SnapshotRecord. A node record, nearly all of
+// a registry, is decoded straight into its Node: the same result as
+// proto.Unmarshal without its generic oneof path.
+func unmarshalRecord(b []byte) (*pactv1.SnapshotRecord, error) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n > 0 && num == recNode && typ == protowire.BytesType {
+		if v, m := protowire.ConsumeBytes(b[n:]); m > 0 && n+m == len(b) {
+			node := &pactv1.Node{}
+			if err := proto.Unmarshal(v, node); err != nil {
+				return nil, err
+			}
+			return &pactv1.SnapshotRecord{Record: &pactv1.SnapshotRecord_Node{Node: node}}, nil
+		}
+	}
+	rec := &pactv1.SnapshotRecord{}
+	return rec, proto.Unmarshal(b, rec)
 }
 
 func noEOF(err error) error {
@@ -249,7 +323,7 @@ func walkFormat1(data []byte, visit func(*pactv1.SnapshotRecord) error) error {
 // decodeState reads a state in either format and checks the registry's
 // rules on it.
 func decodeState(r io.Reader, auditCap int) (*state, error) {
-	b := &stateBuilder{st: newState(auditCap)}
+	b := &stateBuilder{st: newState(auditCap), auditCap: auditCap}
 	if err := walkState(r, b.add); err != nil {
 		return nil, err
 	}
@@ -257,11 +331,22 @@ func decodeState(r io.Reader, auditCap int) (*state, error) {
 }
 
 // stateBuilder builds a state one record at a time.
-type stateBuilder struct{ st *state }
+type stateBuilder struct {
+	st       *state
+	auditCap int
+	started  bool
+}
 
 func (b *stateBuilder) add(rec *pactv1.SnapshotRecord) error {
+	first := !b.started
+	b.started = true
 	st := b.st
 	switch r := rec.GetRecord().(type) {
+	case *pactv1.SnapshotRecord_Sizes:
+		if !first {
+			return errors.New("raftfsm: snapshot has a sizes record after other records")
+		}
+		b.st = newStateSized(b.auditCap, int(min(r.Sizes.GetNodes(), maxSizeHint)), int(min(r.Sizes.GetLastSeen(), maxSizeHint)))
 	case *pactv1.SnapshotRecord_Node:
 		n := r.Node
 		if n.GetNodeId() == "" {

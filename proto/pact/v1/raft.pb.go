@@ -1460,6 +1460,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_JoinToken
 	//	*SnapshotRecord_Operator
 	//	*SnapshotRecord_RevokedOperatorName
+	//	*SnapshotRecord_Sizes
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1583,6 +1584,15 @@ func (x *SnapshotRecord) GetRevokedOperatorName() *OperatorNameRevocation {
 	return nil
 }
 
+func (x *SnapshotRecord) GetSizes() *SnapshotSizes {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Sizes); ok {
+			return x.Sizes
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -1623,6 +1633,12 @@ type SnapshotRecord_RevokedOperatorName struct {
 	RevokedOperatorName *OperatorNameRevocation `protobuf:"bytes,9,opt,name=revoked_operator_name,json=revokedOperatorName,proto3,oneof"`
 }
 
+type SnapshotRecord_Sizes struct {
+	// First, if present: how many records of some kinds follow, so a
+	// reader can size its indexes once. A hint only.
+	Sizes *SnapshotSizes `protobuf:"bytes,10,opt,name=sizes,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Node) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Revoked) isSnapshotRecord_Record() {}
@@ -1641,6 +1657,60 @@ func (*SnapshotRecord_Operator) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_RevokedOperatorName) isSnapshotRecord_Record() {}
 
+func (*SnapshotRecord_Sizes) isSnapshotRecord_Record() {}
+
+type SnapshotSizes struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         uint64                 `protobuf:"varint,1,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	LastSeen      uint64                 `protobuf:"varint,2,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotSizes) Reset() {
+	*x = SnapshotSizes{}
+	mi := &file_pact_v1_raft_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotSizes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotSizes) ProtoMessage() {}
+
+func (x *SnapshotSizes) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotSizes.ProtoReflect.Descriptor instead.
+func (*SnapshotSizes) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SnapshotSizes) GetNodes() uint64 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *SnapshotSizes) GetLastSeen() uint64 {
+	if x != nil {
+		return x.LastSeen
+	}
+	return 0
+}
+
 type RevokedSerial struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Serial        string                 `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"`
@@ -1651,7 +1721,7 @@ type RevokedSerial struct {
 
 func (x *RevokedSerial) Reset() {
 	*x = RevokedSerial{}
-	mi := &file_pact_v1_raft_proto_msgTypes[17]
+	mi := &file_pact_v1_raft_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1733,7 @@ func (x *RevokedSerial) String() string {
 func (*RevokedSerial) ProtoMessage() {}
 
 func (x *RevokedSerial) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[17]
+	mi := &file_pact_v1_raft_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1746,7 @@ func (x *RevokedSerial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokedSerial.ProtoReflect.Descriptor instead.
 func (*RevokedSerial) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{17}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RevokedSerial) GetSerial() string {
@@ -1707,7 +1777,7 @@ type ReleaseOp struct {
 
 func (x *ReleaseOp) Reset() {
 	*x = ReleaseOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[18]
+	mi := &file_pact_v1_raft_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1789,7 @@ func (x *ReleaseOp) String() string {
 func (*ReleaseOp) ProtoMessage() {}
 
 func (x *ReleaseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[18]
+	mi := &file_pact_v1_raft_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1802,7 @@ func (x *ReleaseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseOp.ProtoReflect.Descriptor instead.
 func (*ReleaseOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{18}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReleaseOp) GetNodeId() string {
@@ -1761,7 +1831,7 @@ type UpdateNodeOp struct {
 
 func (x *UpdateNodeOp) Reset() {
 	*x = UpdateNodeOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[19]
+	mi := &file_pact_v1_raft_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +1843,7 @@ func (x *UpdateNodeOp) String() string {
 func (*UpdateNodeOp) ProtoMessage() {}
 
 func (x *UpdateNodeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[19]
+	mi := &file_pact_v1_raft_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +1856,7 @@ func (x *UpdateNodeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeOp.ProtoReflect.Descriptor instead.
 func (*UpdateNodeOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{19}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UpdateNodeOp) GetNodeId() string {
@@ -1818,7 +1888,7 @@ type SVIDSeenOp struct {
 
 func (x *SVIDSeenOp) Reset() {
 	*x = SVIDSeenOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[20]
+	mi := &file_pact_v1_raft_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +1900,7 @@ func (x *SVIDSeenOp) String() string {
 func (*SVIDSeenOp) ProtoMessage() {}
 
 func (x *SVIDSeenOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[20]
+	mi := &file_pact_v1_raft_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +1913,7 @@ func (x *SVIDSeenOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SVIDSeenOp.ProtoReflect.Descriptor instead.
 func (*SVIDSeenOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{20}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SVIDSeenOp) GetNodeId() string {
@@ -1886,7 +1956,7 @@ type RecordOperatorOp struct {
 
 func (x *RecordOperatorOp) Reset() {
 	*x = RecordOperatorOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[21]
+	mi := &file_pact_v1_raft_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1898,7 +1968,7 @@ func (x *RecordOperatorOp) String() string {
 func (*RecordOperatorOp) ProtoMessage() {}
 
 func (x *RecordOperatorOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[21]
+	mi := &file_pact_v1_raft_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1911,7 +1981,7 @@ func (x *RecordOperatorOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordOperatorOp.ProtoReflect.Descriptor instead.
 func (*RecordOperatorOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{21}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RecordOperatorOp) GetOperator() *Operator {
@@ -1933,7 +2003,7 @@ type RevokeOperatorOp struct {
 
 func (x *RevokeOperatorOp) Reset() {
 	*x = RevokeOperatorOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[22]
+	mi := &file_pact_v1_raft_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2015,7 @@ func (x *RevokeOperatorOp) String() string {
 func (*RevokeOperatorOp) ProtoMessage() {}
 
 func (x *RevokeOperatorOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[22]
+	mi := &file_pact_v1_raft_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2028,7 @@ func (x *RevokeOperatorOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeOperatorOp.ProtoReflect.Descriptor instead.
 func (*RevokeOperatorOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{22}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RevokeOperatorOp) GetName() string {
@@ -1990,7 +2060,7 @@ type RetireIntermediateOp struct {
 
 func (x *RetireIntermediateOp) Reset() {
 	*x = RetireIntermediateOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[23]
+	mi := &file_pact_v1_raft_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2002,7 +2072,7 @@ func (x *RetireIntermediateOp) String() string {
 func (*RetireIntermediateOp) ProtoMessage() {}
 
 func (x *RetireIntermediateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[23]
+	mi := &file_pact_v1_raft_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2015,7 +2085,7 @@ func (x *RetireIntermediateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireIntermediateOp.ProtoReflect.Descriptor instead.
 func (*RetireIntermediateOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{23}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RetireIntermediateOp) GetSerials() []string {
@@ -2054,7 +2124,7 @@ type StandbyIssuedOp struct {
 
 func (x *StandbyIssuedOp) Reset() {
 	*x = StandbyIssuedOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[24]
+	mi := &file_pact_v1_raft_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2136,7 @@ func (x *StandbyIssuedOp) String() string {
 func (*StandbyIssuedOp) ProtoMessage() {}
 
 func (x *StandbyIssuedOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[24]
+	mi := &file_pact_v1_raft_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2149,7 @@ func (x *StandbyIssuedOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StandbyIssuedOp.ProtoReflect.Descriptor instead.
 func (*StandbyIssuedOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{24}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StandbyIssuedOp) GetNodeId() string {
@@ -2116,7 +2186,7 @@ type StandbyActivatedOp struct {
 
 func (x *StandbyActivatedOp) Reset() {
 	*x = StandbyActivatedOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[25]
+	mi := &file_pact_v1_raft_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2198,7 @@ func (x *StandbyActivatedOp) String() string {
 func (*StandbyActivatedOp) ProtoMessage() {}
 
 func (x *StandbyActivatedOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[25]
+	mi := &file_pact_v1_raft_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2211,7 @@ func (x *StandbyActivatedOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StandbyActivatedOp.ProtoReflect.Descriptor instead.
 func (*StandbyActivatedOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{25}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StandbyActivatedOp) GetNodeId() string {
@@ -2179,7 +2249,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_pact_v1_raft_proto_msgTypes[26]
+	mi := &file_pact_v1_raft_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2261,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[26]
+	mi := &file_pact_v1_raft_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2274,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{26}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SnapshotHeader) GetFormatVersion() uint32 {
@@ -2372,7 +2442,7 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\bLastSeen\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
-	"atUnixNano\"\xfe\x03\n" +
+	"atUnixNano\"\xae\x04\n" +
 	"\x0eSnapshotRecord\x12#\n" +
 	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeH\x00R\x04node\x122\n" +
 	"\arevoked\x18\x02 \x01(\v2\x16.pact.v1.RevokedSerialH\x00R\arevoked\x12;\n" +
@@ -2383,8 +2453,13 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\n" +
 	"join_token\x18\a \x01(\v2\x12.pact.v1.JoinTokenH\x00R\tjoinToken\x12/\n" +
 	"\boperator\x18\b \x01(\v2\x11.pact.v1.OperatorH\x00R\boperator\x12U\n" +
-	"\x15revoked_operator_name\x18\t \x01(\v2\x1f.pact.v1.OperatorNameRevocationH\x00R\x13revokedOperatorNameB\b\n" +
-	"\x06record\"M\n" +
+	"\x15revoked_operator_name\x18\t \x01(\v2\x1f.pact.v1.OperatorNameRevocationH\x00R\x13revokedOperatorName\x12.\n" +
+	"\x05sizes\x18\n" +
+	" \x01(\v2\x16.pact.v1.SnapshotSizesH\x00R\x05sizesB\b\n" +
+	"\x06record\"B\n" +
+	"\rSnapshotSizes\x12\x14\n" +
+	"\x05nodes\x18\x01 \x01(\x04R\x05nodes\x12\x1b\n" +
+	"\tlast_seen\x18\x02 \x01(\x04R\blastSeen\"M\n" +
 	"\rRevokedSerial\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12$\n" +
 	"\x0enot_after_unix\x18\x02 \x01(\x03R\fnotAfterUnix\"<\n" +
@@ -2459,7 +2534,7 @@ func file_pact_v1_raft_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_pact_v1_raft_proto_goTypes = []any{
 	(ApplyError)(0),                // 0: pact.v1.ApplyError
 	(*Command)(nil),                // 1: pact.v1.Command
@@ -2479,26 +2554,27 @@ var file_pact_v1_raft_proto_goTypes = []any{
 	(*Snapshot)(nil),               // 15: pact.v1.Snapshot
 	(*LastSeen)(nil),               // 16: pact.v1.LastSeen
 	(*SnapshotRecord)(nil),         // 17: pact.v1.SnapshotRecord
-	(*RevokedSerial)(nil),          // 18: pact.v1.RevokedSerial
-	(*ReleaseOp)(nil),              // 19: pact.v1.ReleaseOp
-	(*UpdateNodeOp)(nil),           // 20: pact.v1.UpdateNodeOp
-	(*SVIDSeenOp)(nil),             // 21: pact.v1.SVIDSeenOp
-	(*RecordOperatorOp)(nil),       // 22: pact.v1.RecordOperatorOp
-	(*RevokeOperatorOp)(nil),       // 23: pact.v1.RevokeOperatorOp
-	(*RetireIntermediateOp)(nil),   // 24: pact.v1.RetireIntermediateOp
-	(*StandbyIssuedOp)(nil),        // 25: pact.v1.StandbyIssuedOp
-	(*StandbyActivatedOp)(nil),     // 26: pact.v1.StandbyActivatedOp
-	(*SnapshotHeader)(nil),         // 27: pact.v1.SnapshotHeader
-	(*HardwareIdentity)(nil),       // 28: pact.v1.HardwareIdentity
-	(*CredentialPolicy)(nil),       // 29: pact.v1.CredentialPolicy
-	(*CertificateInfo)(nil),        // 30: pact.v1.CertificateInfo
-	(*JoinToken)(nil),              // 31: pact.v1.JoinToken
-	(*Intermediate)(nil),           // 32: pact.v1.Intermediate
-	(*JournalInfo)(nil),            // 33: pact.v1.JournalInfo
-	(*Node)(nil),                   // 34: pact.v1.Node
-	(*AuditEntry)(nil),             // 35: pact.v1.AuditEntry
-	(*Operator)(nil),               // 36: pact.v1.Operator
-	(*OperatorNameRevocation)(nil), // 37: pact.v1.OperatorNameRevocation
+	(*SnapshotSizes)(nil),          // 18: pact.v1.SnapshotSizes
+	(*RevokedSerial)(nil),          // 19: pact.v1.RevokedSerial
+	(*ReleaseOp)(nil),              // 20: pact.v1.ReleaseOp
+	(*UpdateNodeOp)(nil),           // 21: pact.v1.UpdateNodeOp
+	(*SVIDSeenOp)(nil),             // 22: pact.v1.SVIDSeenOp
+	(*RecordOperatorOp)(nil),       // 23: pact.v1.RecordOperatorOp
+	(*RevokeOperatorOp)(nil),       // 24: pact.v1.RevokeOperatorOp
+	(*RetireIntermediateOp)(nil),   // 25: pact.v1.RetireIntermediateOp
+	(*StandbyIssuedOp)(nil),        // 26: pact.v1.StandbyIssuedOp
+	(*StandbyActivatedOp)(nil),     // 27: pact.v1.StandbyActivatedOp
+	(*SnapshotHeader)(nil),         // 28: pact.v1.SnapshotHeader
+	(*HardwareIdentity)(nil),       // 29: pact.v1.HardwareIdentity
+	(*CredentialPolicy)(nil),       // 30: pact.v1.CredentialPolicy
+	(*CertificateInfo)(nil),        // 31: pact.v1.CertificateInfo
+	(*JoinToken)(nil),              // 32: pact.v1.JoinToken
+	(*Intermediate)(nil),           // 33: pact.v1.Intermediate
+	(*JournalInfo)(nil),            // 34: pact.v1.JournalInfo
+	(*Node)(nil),                   // 35: pact.v1.Node
+	(*AuditEntry)(nil),             // 36: pact.v1.AuditEntry
+	(*Operator)(nil),               // 37: pact.v1.Operator
+	(*OperatorNameRevocation)(nil), // 38: pact.v1.OperatorNameRevocation
 }
 var file_pact_v1_raft_proto_depIdxs = []int32{
 	2,  // 0: pact.v1.Command.register_node:type_name -> pact.v1.RegisterNodeOp
@@ -2509,54 +2585,55 @@ var file_pact_v1_raft_proto_depIdxs = []int32{
 	12, // 5: pact.v1.Command.assign:type_name -> pact.v1.AssignOp
 	13, // 6: pact.v1.Command.liveness_digest:type_name -> pact.v1.LivenessDigestOp
 	14, // 7: pact.v1.Command.mark_inactive:type_name -> pact.v1.MarkInactiveOp
-	21, // 8: pact.v1.Command.svid_seen:type_name -> pact.v1.SVIDSeenOp
+	22, // 8: pact.v1.Command.svid_seen:type_name -> pact.v1.SVIDSeenOp
 	6,  // 9: pact.v1.Command.create_join_token:type_name -> pact.v1.CreateJoinTokenOp
 	7,  // 10: pact.v1.Command.revoke_join_tokens:type_name -> pact.v1.RevokeJoinTokensOp
 	8,  // 11: pact.v1.Command.fence:type_name -> pact.v1.FenceOp
-	22, // 12: pact.v1.Command.record_operator:type_name -> pact.v1.RecordOperatorOp
-	23, // 13: pact.v1.Command.revoke_operator:type_name -> pact.v1.RevokeOperatorOp
-	24, // 14: pact.v1.Command.retire_intermediate:type_name -> pact.v1.RetireIntermediateOp
-	19, // 15: pact.v1.Command.release:type_name -> pact.v1.ReleaseOp
-	20, // 16: pact.v1.Command.update_node:type_name -> pact.v1.UpdateNodeOp
+	23, // 12: pact.v1.Command.record_operator:type_name -> pact.v1.RecordOperatorOp
+	24, // 13: pact.v1.Command.revoke_operator:type_name -> pact.v1.RevokeOperatorOp
+	25, // 14: pact.v1.Command.retire_intermediate:type_name -> pact.v1.RetireIntermediateOp
+	20, // 15: pact.v1.Command.release:type_name -> pact.v1.ReleaseOp
+	21, // 16: pact.v1.Command.update_node:type_name -> pact.v1.UpdateNodeOp
 	4,  // 17: pact.v1.Command.batch:type_name -> pact.v1.BatchOp
-	25, // 18: pact.v1.Command.standby_issued:type_name -> pact.v1.StandbyIssuedOp
-	26, // 19: pact.v1.Command.standby_activated:type_name -> pact.v1.StandbyActivatedOp
-	28, // 20: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	29, // 21: pact.v1.RegisterNodeOp.credentials:type_name -> pact.v1.CredentialPolicy
-	28, // 22: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
-	30, // 23: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
+	26, // 18: pact.v1.Command.standby_issued:type_name -> pact.v1.StandbyIssuedOp
+	27, // 19: pact.v1.Command.standby_activated:type_name -> pact.v1.StandbyActivatedOp
+	29, // 20: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	30, // 21: pact.v1.RegisterNodeOp.credentials:type_name -> pact.v1.CredentialPolicy
+	29, // 22: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
+	31, // 23: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
 	5,  // 24: pact.v1.ActivateOp.credentials:type_name -> pact.v1.PresentedCredentials
 	1,  // 25: pact.v1.BatchOp.commands:type_name -> pact.v1.Command
-	31, // 26: pact.v1.CreateJoinTokenOp.token:type_name -> pact.v1.JoinToken
-	30, // 27: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
-	32, // 28: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
-	33, // 29: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
-	34, // 30: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
-	18, // 31: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
-	32, // 32: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
+	32, // 26: pact.v1.CreateJoinTokenOp.token:type_name -> pact.v1.JoinToken
+	31, // 27: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
+	33, // 28: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
+	34, // 29: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
+	35, // 30: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
+	19, // 31: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
+	33, // 32: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
 	16, // 33: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
-	35, // 34: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
-	33, // 35: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
-	31, // 36: pact.v1.Snapshot.join_tokens:type_name -> pact.v1.JoinToken
-	36, // 37: pact.v1.Snapshot.operators:type_name -> pact.v1.Operator
-	37, // 38: pact.v1.Snapshot.revoked_operator_names:type_name -> pact.v1.OperatorNameRevocation
-	34, // 39: pact.v1.SnapshotRecord.node:type_name -> pact.v1.Node
-	18, // 40: pact.v1.SnapshotRecord.revoked:type_name -> pact.v1.RevokedSerial
-	32, // 41: pact.v1.SnapshotRecord.intermediate:type_name -> pact.v1.Intermediate
+	36, // 34: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
+	34, // 35: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
+	32, // 36: pact.v1.Snapshot.join_tokens:type_name -> pact.v1.JoinToken
+	37, // 37: pact.v1.Snapshot.operators:type_name -> pact.v1.Operator
+	38, // 38: pact.v1.Snapshot.revoked_operator_names:type_name -> pact.v1.OperatorNameRevocation
+	35, // 39: pact.v1.SnapshotRecord.node:type_name -> pact.v1.Node
+	19, // 40: pact.v1.SnapshotRecord.revoked:type_name -> pact.v1.RevokedSerial
+	33, // 41: pact.v1.SnapshotRecord.intermediate:type_name -> pact.v1.Intermediate
 	16, // 42: pact.v1.SnapshotRecord.last_seen:type_name -> pact.v1.LastSeen
-	35, // 43: pact.v1.SnapshotRecord.audit:type_name -> pact.v1.AuditEntry
-	33, // 44: pact.v1.SnapshotRecord.journal:type_name -> pact.v1.JournalInfo
-	31, // 45: pact.v1.SnapshotRecord.join_token:type_name -> pact.v1.JoinToken
-	36, // 46: pact.v1.SnapshotRecord.operator:type_name -> pact.v1.Operator
-	37, // 47: pact.v1.SnapshotRecord.revoked_operator_name:type_name -> pact.v1.OperatorNameRevocation
-	28, // 48: pact.v1.UpdateNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	36, // 49: pact.v1.RecordOperatorOp.operator:type_name -> pact.v1.Operator
-	30, // 50: pact.v1.StandbyIssuedOp.cert:type_name -> pact.v1.CertificateInfo
-	51, // [51:51] is the sub-list for method output_type
-	51, // [51:51] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	36, // 43: pact.v1.SnapshotRecord.audit:type_name -> pact.v1.AuditEntry
+	34, // 44: pact.v1.SnapshotRecord.journal:type_name -> pact.v1.JournalInfo
+	32, // 45: pact.v1.SnapshotRecord.join_token:type_name -> pact.v1.JoinToken
+	37, // 46: pact.v1.SnapshotRecord.operator:type_name -> pact.v1.Operator
+	38, // 47: pact.v1.SnapshotRecord.revoked_operator_name:type_name -> pact.v1.OperatorNameRevocation
+	18, // 48: pact.v1.SnapshotRecord.sizes:type_name -> pact.v1.SnapshotSizes
+	29, // 49: pact.v1.UpdateNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	37, // 50: pact.v1.RecordOperatorOp.operator:type_name -> pact.v1.Operator
+	31, // 51: pact.v1.StandbyIssuedOp.cert:type_name -> pact.v1.CertificateInfo
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_raft_proto_init() }
@@ -2597,6 +2674,7 @@ func file_pact_v1_raft_proto_init() {
 		(*SnapshotRecord_JoinToken)(nil),
 		(*SnapshotRecord_Operator)(nil),
 		(*SnapshotRecord_RevokedOperatorName)(nil),
+		(*SnapshotRecord_Sizes)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2604,7 +2682,7 @@ func file_pact_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_raft_proto_rawDesc), len(file_pact_v1_raft_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
