@@ -140,9 +140,8 @@ func TestActivationsBatchedAtLeader(t *testing.T) {
 	}
 }
 
-// A follower groups its activations too and forwards the batch to the
-// leader in one call: one entry in the leader's log.
-func TestActivationsBatchedAtFollower(t *testing.T) {
+func batchCluster(t *testing.T) *journaltest.Cluster {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("multi-journal test; skipped with -short")
 	}
@@ -158,7 +157,13 @@ func TestActivationsBatchedAtFollower(t *testing.T) {
 		// heartbeats) would refuse the enrollments NO_LEADER.
 		cfgs[i].RaftTimeout = 3 * time.Second
 	}
-	c := journaltest.StartCluster(t, root, cfgs)
+	return journaltest.StartCluster(t, root, cfgs)
+}
+
+// A follower groups its activations too and forwards the batch to the
+// leader in one call: one entry in the leader's log.
+func TestActivationsBatchedAtFollower(t *testing.T) {
+	c := batchCluster(t)
 	leader := c.Leader(t)
 	follower := c.Nodes[(leader+1)%3]
 	const nodes = 16
@@ -170,5 +175,26 @@ func TestActivationsBatchedAtFollower(t *testing.T) {
 	// Each forwarded call is one entry: the batch went in one call.
 	if entries := follower.J.RaftLastIndex() - before; entries != 2 {
 		t.Errorf("%d enrollments at a follower took %d Raft entries, want 2 (one alone, then one batch)", len(all), entries)
+	}
+}
+
+// A leader of the release before batches refuses a forwarded batch before
+// writing it; the follower then sends its activations one by one, and
+// every enrollment still gets its answer.
+func TestActivationsBatchRefusedByOlderLeader(t *testing.T) {
+	c := batchCluster(t)
+	leader := c.Leader(t)
+	c.Nodes[leader].J.RefuseBatchesAsLeader()
+	follower := c.Nodes[(leader+1)%3]
+	const nodes = 8
+	all, held, before := enrollConcurrently(t, follower, follower, nodes)
+	checkEnrollments(t, c.Nodes[leader], all)
+	if fmt.Sprint(held.sizes) != fmt.Sprint([]int{1, nodes}) {
+		t.Errorf("batch sizes %v, want [1 %d]", held.sizes, nodes)
+	}
+	// One entry alone, then the batch's activations one entry each (the
+	// one of node-00's two that lost is refused in its own entry).
+	if entries := follower.J.RaftLastIndex() - before; entries != 1+nodes {
+		t.Errorf("%d enrollments took %d Raft entries, want %d", len(all), entries, 1+nodes)
 	}
 }

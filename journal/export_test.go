@@ -42,3 +42,11 @@ func (j *Journal) SetBatchHooks(queued, beforeSend func(n int)) {
 
 // RaftLastIndex is the index of the last entry in this journal's Raft log.
 func (j *Journal) RaftLastIndex() uint64 { return j.raft.LastIndex() }
+
+// RefuseBatchesAsLeader makes this journal, as leader, refuse forwarded
+// batches the way a leader of the release before batches does (it does
+// not know the command).
+func (j *Journal) RefuseBatchesAsLeader() {
+	older := func(cmd *pactv1.Command) bool { return cmd.GetBatch() != nil || raftfsm.HasUnknownOp(cmd) }
+	j.unknownOp.Store(&older)
+}

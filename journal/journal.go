@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -109,6 +110,10 @@ type Journal struct {
 	// batcher groups enrollment activations into one Raft entry (nil
 	// when ActivationBatchMax is 1).
 	batcher *batcher
+	// unknownOp says whether this journal, as leader, must refuse a
+	// forwarded command it cannot apply (raftfsm.HasUnknownOp; a test
+	// makes it stand for a leader of the previous release).
+	unknownOp atomic.Pointer[func(*pactv1.Command) bool]
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -212,6 +217,8 @@ func New(cfg Config) (*Journal, error) {
 	j.roots = rootPool(authority.Root())
 	j.metrics = newMetrics(j)
 	j.peers = newPeerConns(j)
+	unknown := raftfsm.HasUnknownOp
+	j.unknownOp.Store(&unknown)
 	if cfg.ActivationBatchMax > 1 {
 		j.batcher = newBatcher(cfg.ActivationBatchMax, cfg.ActivationBatchWindow, cfg.Clock, j.stop, j.sendBatch)
 	}
