@@ -540,6 +540,11 @@ func (s *state) put(n *pactv1.Node) {
 	if old, ok := s.nodes[n.GetNodeId()]; ok {
 		s.unindex(old)
 	}
+	s.putNew(n)
+}
+
+// putNew is put for a node not in s yet.
+func (s *state) putNew(n *pactv1.Node) {
 	id := n.GetNodeId()
 	s.nodes[id] = n
 	h := n.GetHardware()

@@ -335,6 +335,13 @@ type stateBuilder struct {
 	st       *state
 	auditCap int
 	started  bool
+	// Live nodes in the order read, and how many identifiers of each kind
+	// they hold: a conflict (one identifier given to two live nodes) shows
+	// as an index smaller than its count, and only then are the nodes
+	// checked one by one to name it (checkNodes). A registry without one
+	// costs no lookup per identifier.
+	live                  []*pactv1.Node
+	macs, bmcs, eks, sids int
 }
 
 func (b *stateBuilder) add(rec *pactv1.SnapshotRecord) error {
@@ -356,14 +363,14 @@ func (b *stateBuilder) add(rec *pactv1.SnapshotRecord) error {
 			return fmt.Errorf("raftfsm: snapshot has node %s twice", n.GetNodeId())
 		}
 		if n.GetState() != pactv1.NodeState_NODE_STATE_REVOKED {
-			if owner, what := st.owner(identityOf(n.GetHardware())); owner != "" {
-				return fmt.Errorf("raftfsm: snapshot gives %s to both %s and %s", what, owner, n.GetNodeId())
-			}
-			if owner, ok := st.bySPIFFE[n.GetSpiffeId()]; ok && n.GetSpiffeId() != "" {
-				return fmt.Errorf("raftfsm: snapshot gives SPIFFE ID %s to both %s and %s", n.GetSpiffeId(), owner, n.GetNodeId())
-			}
+			h := n.GetHardware()
+			b.live = append(b.live, n)
+			b.macs += len(h.GetMacs())
+			b.bmcs += count(h.GetBmcSerial())
+			b.eks += count(h.GetTpmEkHash())
+			b.sids += count(n.GetSpiffeId())
 		}
-		st.put(n)
+		st.putNew(n)
 	case *pactv1.SnapshotRecord_Revoked:
 		st.revoked[r.Revoked.GetSerial()] = r.Revoked.GetNotAfterUnix()
 	case *pactv1.SnapshotRecord_Intermediate:
@@ -394,7 +401,36 @@ func (b *stateBuilder) add(rec *pactv1.SnapshotRecord) error {
 	return nil
 }
 
+func count(s string) int {
+	if s == "" {
+		return 0
+	}
+	return 1
+}
+
+// checkNodes names the first identifier the live nodes, in the order
+// read, give to two of them; nil if none does (an index can also be
+// smaller than its count when one node lists an identifier twice).
+func checkNodes(live []*pactv1.Node, auditCap int) error {
+	st := newState(auditCap)
+	for _, n := range live {
+		if owner, what := st.owner(identityOf(n.GetHardware())); owner != "" {
+			return fmt.Errorf("raftfsm: snapshot gives %s to both %s and %s", what, owner, n.GetNodeId())
+		}
+		if owner, ok := st.bySPIFFE[n.GetSpiffeId()]; ok && n.GetSpiffeId() != "" {
+			return fmt.Errorf("raftfsm: snapshot gives SPIFFE ID %s to both %s and %s", n.GetSpiffeId(), owner, n.GetNodeId())
+		}
+		st.putNew(n)
+	}
+	return nil
+}
+
 func (b *stateBuilder) finish() (*state, error) {
+	if st := b.st; len(st.byMAC) != b.macs || len(st.byBMC) != b.bmcs || len(st.byEK) != b.eks || len(st.bySPIFFE) != b.sids {
+		if err := checkNodes(b.live, b.auditCap); err != nil {
+			return nil, err
+		}
+	}
 	for id := range b.st.lastSeen {
 		if _, ok := b.st.nodes[id]; !ok {
 			return nil, fmt.Errorf("raftfsm: snapshot has liveness for unknown node %s", id)
@@ -435,4 +471,12 @@ func DecodeSnapshot(state []byte) (*pactv1.Snapshot, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// EncodeSnapshot writes s in format 2 as it is (unsorted): for tools and
+// tests that build a state by hand.
+func EncodeSnapshot(s *pactv1.Snapshot) ([]byte, error) {
+	var buf bytes.Buffer
+	err := writeRecords(&buf, s)
+	return buf.Bytes(), err
 }

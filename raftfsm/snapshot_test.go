@@ -611,6 +611,19 @@ func TestRestoreRejects(t *testing.T) {
 			LastSeen: []*pactv1.LastSeen{{NodeId: "node-1", AtUnixNano: t0 * 1e9}, {NodeId: "node-9", AtUnixNano: t0 * 1e9}},
 		})},
 	}
+	// The same states as a stream of records (format 2).
+	for _, tt := range tests {
+		if s, err := raftfsm.DecodeSnapshot(tt.data); err == nil {
+			data, err := raftfsm.EncodeSnapshot(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tests = append(tests, struct {
+				name string
+				data []byte
+			}{tt.name + " (format 2)", data})
+		}
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f, a := newRegistry(t)
