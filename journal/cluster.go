@@ -211,6 +211,16 @@ func (j *Journal) forward(ctx context.Context, data []byte) (*raftfsm.Result, er
 		}
 		return nil, fmt.Errorf("journal: forwarding to leader %s: %w", leader, err)
 	}
+	res := resultOf(resp)
+	for _, r := range resp.GetBatch() {
+		res.Batch = append(res.Batch, resultOf(r))
+	}
+	j.waitApplied(ctx, resp.GetIndex())
+	return res, res.Err
+}
+
+// resultOf reads the leader's answer to one command.
+func resultOf(resp *pactv1.ProposeResponse) *raftfsm.Result {
 	res := &raftfsm.Result{Node: resp.GetNode(), Idempotent: resp.GetIdempotent()}
 	if code := resp.GetErrorCode(); code != "" {
 		res.Err = raftfsm.ErrorFromCode(code, resp.GetErrorMessage())
@@ -218,8 +228,20 @@ func (j *Journal) forward(ctx context.Context, data []byte) (*raftfsm.Result, er
 			res.Err = fmt.Errorf("journal: leader answered unknown error %s: %s", code, resp.GetErrorMessage())
 		}
 	}
-	j.waitApplied(ctx, resp.GetIndex())
-	return res, res.Err
+	return res
+}
+
+// proposeResponse is the answer to a forwarded command applied at index.
+func proposeResponse(index uint64, res *raftfsm.Result) *pactv1.ProposeResponse {
+	out := &pactv1.ProposeResponse{Index: index, Node: res.Node, Idempotent: res.Idempotent}
+	if res.Err != nil {
+		out.ErrorCode = raftfsm.ErrorCode(res.Err)
+		out.ErrorMessage = res.Err.Error()
+	}
+	for _, r := range res.Batch {
+		out.Batch = append(out.Batch, proposeResponse(index, r))
+	}
+	return out
 }
 
 // waitApplied waits (bounded) until this journal's FSM reflects index. The
@@ -334,7 +356,7 @@ func (s *peerServer) Propose(ctx context.Context, req *pactv1.ProposeRequest) (*
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
-	if cmd.GetOp() == nil && !cmd.GetIgnorable() {
+	if (*j.unknownOp.Load())(cmd) {
 		// A newer journal's command: committing it would stop every
 		// journal of this version. Upgrade the leader last (docs/quorum.md).
 		return nil, fmt.Errorf("%w: leader %s runs pact-journal %s, which does not know this command; it is refused until the leader is upgraded (upgrade followers first, the leader last)", ErrInvalidArgument, j.cfg.NodeID, version.Get().String())
@@ -343,12 +365,7 @@ func (s *peerServer) Propose(ctx context.Context, req *pactv1.ProposeRequest) (*
 	if err != nil && res == nil {
 		return nil, err
 	}
-	out := &pactv1.ProposeResponse{Index: index, Node: res.Node, Idempotent: res.Idempotent}
-	if res.Err != nil {
-		out.ErrorCode = raftfsm.ErrorCode(res.Err)
-		out.ErrorMessage = res.Err.Error()
-	}
-	return out, nil
+	return proposeResponse(index, res), nil
 }
 
 func (s *peerServer) ReadIndex(context.Context, *pactv1.ReadIndexRequest) (*pactv1.ReadIndexResponse, error) {

@@ -147,6 +147,15 @@ type Config struct {
 	// docs/registry.md, "Rate limits"); the lowest-priority waiter is
 	// refused first.
 	MaxEnrollWaiters int
+	// ActivationBatchMax is the most enrollment activations one Raft entry
+	// carries (batch.go): activations arriving while this journal's
+	// previous batch is in flight go together in the next. 1 sends each
+	// in an entry of its own.
+	ActivationBatchMax int
+	// ActivationBatchWindow is the longest an activation waits behind a
+	// batch in flight before it is sent beside it. An activation that
+	// finds none in flight goes at once.
+	ActivationBatchWindow time.Duration
 
 	Logger *slog.Logger
 	Clock  clock.Clock
@@ -174,6 +183,11 @@ func ParsePeers(s string) ([]Peer, error) {
 	return out, nil
 }
 
+// MaxActivationBatch bounds ActivationBatchMax: a batch of activations
+// (about 1.5 KB each with its certificate) stays well inside gRPC's 4 MB
+// message limit when a follower forwards it.
+const MaxActivationBatch = 1024
+
 // DefaultConfig returns a single-node configuration with the defaults.
 func DefaultConfig() Config {
 	return Config{
@@ -200,6 +214,8 @@ func DefaultConfig() Config {
 		IdleTimeout:              5 * time.Minute,
 		MaxStreamsPerCert:        3,
 		MaxEnrollWaiters:         256,
+		ActivationBatchMax:       256,
+		ActivationBatchWindow:    2 * time.Millisecond,
 		Logger:                   slog.Default(),
 		Clock:                    clock.Real{},
 	}
@@ -306,6 +322,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxEnrollWaiters < 1 {
 		errs = append(errs, fmt.Errorf("journal: MaxEnrollWaiters %d must be at least 1", c.MaxEnrollWaiters))
+	}
+	if c.ActivationBatchMax < 1 || c.ActivationBatchMax > MaxActivationBatch {
+		errs = append(errs, fmt.Errorf("journal: ActivationBatchMax %d must lie between 1 (no batching) and %d", c.ActivationBatchMax, MaxActivationBatch))
+	}
+	if c.ActivationBatchWindow <= 0 || c.ActivationBatchWindow > c.ApplyTimeout {
+		errs = append(errs, fmt.Errorf("journal: ActivationBatchWindow %v must be positive and no longer than ApplyTimeout %v", c.ActivationBatchWindow, c.ApplyTimeout))
 	}
 	errs = append(errs, c.validateSPIRE()...)
 	if c.Logger == nil {

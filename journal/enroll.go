@@ -183,7 +183,7 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 	if err != nil {
 		return nil, "error", err
 	}
-	result, err := j.propose(ctx, &pactv1.Command{
+	result, err := j.proposeActivation(ctx, &pactv1.Command{
 		Actor: "agent/" + node.GetNodeId(),
 		Op: &pactv1.Command_Activate{Activate: &pactv1.ActivateOp{
 			NodeId:   node.GetNodeId(),

@@ -35,3 +35,24 @@ func (j *Journal) EnrollInProcess(ctx context.Context, req *pactv1.EnrollRequest
 
 // RegistryForTest returns every node record of the journal's registry.
 func (j *Journal) RegistryForTest() []*pactv1.Node { return j.fsm.Nodes(raftfsm.Filter{}) }
+
+// SetBatchHooks installs the activation batcher's test hooks: queued is
+// told the number of activations waiting each time it changes, beforeSend
+// runs (on the batch's goroutine) before a batch of n is proposed and may
+// block it. Set them before any enrollment.
+func (j *Journal) SetBatchHooks(queued, beforeSend func(n int)) {
+	j.batcher.hookMu.Lock()
+	defer j.batcher.hookMu.Unlock()
+	j.batcher.queued, j.batcher.beforeSend = queued, beforeSend
+}
+
+// RaftLastIndex is the index of the last entry in this journal's Raft log.
+func (j *Journal) RaftLastIndex() uint64 { return j.raft.LastIndex() }
+
+// RefuseBatchesAsLeader makes this journal, as leader, refuse forwarded
+// batches the way a leader of the release before batches does (it does
+// not know the command).
+func (j *Journal) RefuseBatchesAsLeader() {
+	older := func(cmd *pactv1.Command) bool { return cmd.GetBatch() != nil || raftfsm.HasUnknownOp(cmd) }
+	j.unknownOp.Store(&older)
+}

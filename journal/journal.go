@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -105,6 +106,14 @@ type Journal struct {
 	promoteNow    chan struct{}
 	nonvoterMu    sync.Mutex
 	nonvoterSince map[string]time.Time
+
+	// batcher groups enrollment activations into one Raft entry (nil
+	// when ActivationBatchMax is 1).
+	batcher *batcher
+	// unknownOp says whether this journal, as leader, must refuse a
+	// forwarded command it cannot apply (raftfsm.HasUnknownOp; a test
+	// makes it stand for a leader of the previous release).
+	unknownOp atomic.Pointer[func(*pactv1.Command) bool]
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -208,10 +217,22 @@ func New(cfg Config) (*Journal, error) {
 	j.roots = rootPool(authority.Root())
 	j.metrics = newMetrics(j)
 	j.peers = newPeerConns(j)
+	unknown := raftfsm.HasUnknownOp
+	j.unknownOp.Store(&unknown)
+	if cfg.ActivationBatchMax > 1 {
+		j.batcher = newBatcher(cfg.ActivationBatchMax, cfg.ActivationBatchWindow, cfg.Clock, j.stop, j.sendBatch)
+	}
 	j.fsm.SetObserver(j.onApply)
 	j.fsm.SetHaltHandler(j.onFSMHalt)
 	if err := j.startRaft(); err != nil {
 		return nil, err
+	}
+	if j.batcher != nil {
+		j.wg.Add(1)
+		go func() {
+			defer j.wg.Done()
+			j.batcher.run()
+		}()
 	}
 	// From the start: a removed journal restarted with its old state may
 	// never find a leader, and must learn it was removed while it waits.

@@ -32,6 +32,9 @@ type metrics struct {
 	// beside the hardware match, by credential kind.
 	credentialRefusals *prometheus.CounterVec
 	streamsRefused     prometheus.Counter
+	// activationBatch observes how many activations each proposal this
+	// journal sends carries (1: alone).
+	activationBatch prometheus.Histogram
 }
 
 func newMetrics(j *Journal) *metrics {
@@ -74,8 +77,13 @@ func newMetrics(j *Journal) *metrics {
 			Name: "pact_journal_streams_refused_total",
 			Help: "Streams refused because their certificate held --max-streams-per-cert already.",
 		}),
+		activationBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pact_journal_activation_batch_size",
+			Help:    "Activations per Raft entry this journal proposed (or forwarded to the leader in one call); 1 is an activation sent alone.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
+		}),
 	}
-	m.reg.MustRegister(m.enroll, m.credentialRefusals, m.enrollFailures, m.identityWarnings, m.renew, m.unconfirmed, m.authRefused, m.applySeconds, m.streamsRefused,
+	m.reg.MustRegister(m.enroll, m.credentialRefusals, m.enrollFailures, m.identityWarnings, m.renew, m.unconfirmed, m.authRefused, m.applySeconds, m.streamsRefused, m.activationBatch,
 		&connCollector{ports: map[string]*connlimit.Limiter{"grpc": j.conns, "raft": j.raftConns}},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pact_journal_enroll_in_flight", Help: "Enrollments being worked on."},
@@ -194,6 +202,8 @@ func opName(cmd *pactv1.Command) string {
 		return "standby_issued"
 	case *pactv1.Command_StandbyActivated:
 		return "standby_activated"
+	case *pactv1.Command_Batch:
+		return "batch"
 	}
 	return "unknown"
 }

@@ -37,6 +37,13 @@ var (
 // so whatever the caller does next sees the new state. A rule failure comes
 // back as the error (from Result.Err); the Result is still returned.
 func (j *Journal) propose(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
+	j.stamp(ctx, cmd)
+	return j.proposeStamped(ctx, cmd)
+}
+
+// stamp fills in what the proposer owes a command: its clock, the ignorable
+// marker, the caller's address and the request's correlation id.
+func (j *Journal) stamp(ctx context.Context, cmd *pactv1.Command) {
 	cmd.AtUnixNano = j.cfg.Clock.Now().UnixNano()
 	cmd.Ignorable = raftfsm.Ignorable(cmd)
 	if cmd.Source == "" {
@@ -45,6 +52,10 @@ func (j *Journal) propose(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Re
 	if cmd.CorrelationId == "" {
 		cmd.CorrelationId = correlationFrom(ctx)
 	}
+}
+
+// proposeStamped is propose for a command already stamped.
+func (j *Journal) proposeStamped(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
 	data, err := raftfsm.Encode(cmd)
 	if err != nil {
 		return nil, fmt.Errorf("journal: encode command: %w", err)

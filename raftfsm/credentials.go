@@ -104,11 +104,11 @@ func (s *state) keyOwner(spki, nodeID string) string {
 		return ""
 	}
 	owner := ""
-	for id := range s.bySPKI[spki] {
+	s.bySPKI.each(spki, func(id string) {
 		if id != nodeID && (owner == "" || id < owner) {
 			owner = id
 		}
-	}
+	})
 	return owner
 }
 

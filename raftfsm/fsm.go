@@ -39,6 +39,9 @@ type Result struct {
 	Idempotent bool
 	// Err is a rule error (errors.Is against the package sentinels).
 	Err error
+	// Batch holds, for a batch entry (BatchOp), one result per command of
+	// the batch in order; the fields above are then empty.
+	Batch []*Result
 }
 
 // Event tells an observer what an applied command changed.
@@ -98,7 +101,7 @@ type state struct {
 	journals        map[string]*pactv1.JournalInfo
 	// Current certificate key fingerprints of non-revoked nodes (one key,
 	// one node), and join tokens by hex SHA-256.
-	bySPKI       map[string]nodeSet
+	bySPKI       holders
 	joinTokens   map[string]*pactv1.JoinToken
 	operators    map[string]*pactv1.Operator               // serial -> record
 	revokedNames map[string]*pactv1.OperatorNameRevocation // operator name -> revocation
@@ -124,7 +127,7 @@ func newStateSized(auditCap, nodes, seen int) *state {
 		lastSeen:        make(map[string]int64, seen),
 		audit:           newAuditRing(auditCap),
 		journals:        map[string]*pactv1.JournalInfo{},
-		bySPKI:          make(map[string]nodeSet, nodes),
+		bySPKI:          newHolders(nodes),
 		joinTokens:      map[string]*pactv1.JoinToken{},
 		operators:       map[string]*pactv1.Operator{},
 		revokedNames:    map[string]*pactv1.OperatorNameRevocation{},
@@ -205,12 +208,14 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	if err != nil {
 		panic(fmt.Sprintf("raftfsm: log entry %d: %v", l.Index, err))
 	}
-	if cmd.GetOp() == nil {
-		if cmd.GetIgnorable() {
-			f.applied.Store(l.Index)
-			return &Result{}
-		}
-		reason := unknownOp(cmd, l.Index)
+	if cmd.GetOp() == nil && cmd.GetIgnorable() {
+		f.applied.Store(l.Index)
+		return &Result{}
+	}
+	// Checked for the whole entry before any of it is applied: a batch
+	// stops at its entry, never half applied.
+	if unknown := unknownIn(cmd); unknown != nil {
+		reason := unknownOp(unknown, l.Index)
 		f.halted.Store(&reason)
 		f.mu.RLock()
 		h := f.onHalt
@@ -234,11 +239,57 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	return res
 }
 
-// applyLocked is the one switch over every command.
+// unknownIn returns the command of an entry whose operation this version
+// does not know and may not skip: the entry itself, or a command of its
+// batch. Nil if there is none.
+func unknownIn(cmd *pactv1.Command) *pactv1.Command {
+	if cmd.GetOp() == nil {
+		if cmd.GetIgnorable() {
+			return nil
+		}
+		return cmd
+	}
+	for _, sub := range cmd.GetBatch().GetCommands() {
+		if sub.GetOp() == nil && !sub.GetIgnorable() {
+			return sub
+		}
+	}
+	return nil
+}
+
+// applyLocked applies one entry: a command, or each command of a batch in
+// order. A batch's commands are applied exactly as if each had an entry of
+// its own at this index (same rules, results and audit entries), so a
+// refusal refuses that command alone, and a later command of the batch
+// sees what the earlier ones changed.
 func (f *FSM) applyLocked(cmd *pactv1.Command, index uint64) (*Result, Event) {
+	b, ok := cmd.GetOp().(*pactv1.Command_Batch)
+	if !ok {
+		return f.applyOne(cmd, index)
+	}
+	out := &Result{Batch: make([]*Result, len(b.Batch.GetCommands()))}
+	var ev Event
+	for i, sub := range b.Batch.GetCommands() {
+		res, sev := f.applyOne(sub, index)
+		out.Batch[i] = res
+		ev.NodeIDs = append(ev.NodeIDs, sev.NodeIDs...)
+		ev.BundleChanged = ev.BundleChanged || sev.BundleChanged
+		ev.Audit = append(ev.Audit, sev.Audit...)
+	}
+	return out, ev
+}
+
+// applyOne is the one switch over every command.
+func (f *FSM) applyOne(cmd *pactv1.Command, index uint64) (*Result, Event) {
 	a := &applier{s: f.st, cmd: cmd, index: index}
 	var res *Result
 	switch op := cmd.GetOp().(type) {
+	case nil:
+		// An ignorable command of a newer version inside a batch
+		// (unknownIn let it through): skipped, as its own entry would be.
+		res = &Result{}
+	case *pactv1.Command_Batch:
+		res = fail(fmt.Errorf("%w: a batch inside a batch", ErrInvalidCommand))
 	case *pactv1.Command_RegisterNode:
 		res = a.registerNode(op.RegisterNode)
 	case *pactv1.Command_Activate:
@@ -422,6 +473,59 @@ func addHolder(idx map[string]nodeSet, key, id string) {
 	idx[key][id] = struct{}{}
 }
 
+// holders indexes keys to the set of nodes holding each, like a
+// map[string]nodeSet. Nearly every key has one holder, kept as a plain
+// string; only a key held by several gets a set, so indexing a registry
+// (a restore) costs no map per key.
+type holders struct {
+	one  map[string]string
+	many map[string]nodeSet
+}
+
+func newHolders(n int) holders {
+	return holders{one: make(map[string]string, n), many: map[string]nodeSet{}}
+}
+
+func (h holders) add(key, id string) {
+	if set, ok := h.many[key]; ok {
+		set[id] = struct{}{}
+		return
+	}
+	if o, ok := h.one[key]; ok && o != id {
+		h.many[key] = nodeSet{o: {}, id: {}}
+		delete(h.one, key)
+		return
+	}
+	h.one[key] = id
+}
+
+func (h holders) remove(key, id string) {
+	if set, ok := h.many[key]; ok {
+		delete(set, id)
+		if len(set) == 1 {
+			for o := range set {
+				h.one[key] = o
+			}
+			delete(h.many, key)
+		}
+		return
+	}
+	if h.one[key] == id {
+		delete(h.one, key)
+	}
+}
+
+// each calls fn for every holder of key, in no particular order.
+func (h holders) each(key string, fn func(id string)) {
+	if o, ok := h.one[key]; ok {
+		fn(o)
+		return
+	}
+	for id := range h.many[key] {
+		fn(id)
+	}
+}
+
 func removeHolder(idx map[string]nodeSet, key, id string) {
 	delete(idx[key], id)
 	if len(idx[key]) == 0 {
@@ -436,6 +540,11 @@ func (s *state) put(n *pactv1.Node) {
 	if old, ok := s.nodes[n.GetNodeId()]; ok {
 		s.unindex(old)
 	}
+	s.putNew(n)
+}
+
+// putNew is put for a node not in s yet.
+func (s *state) putNew(n *pactv1.Node) {
 	id := n.GetNodeId()
 	s.nodes[id] = n
 	h := n.GetHardware()
@@ -455,10 +564,10 @@ func (s *state) put(n *pactv1.Node) {
 		return
 	}
 	if k := n.GetCert().GetSpkiSha256(); k != "" {
-		addHolder(s.bySPKI, k, id)
+		s.bySPKI.add(k, id)
 	}
 	if k := n.GetStandbyCert().GetSpkiSha256(); k != "" {
-		addHolder(s.bySPKI, k, id)
+		s.bySPKI.add(k, id)
 	}
 	if sid := n.GetSpiffeId(); sid != "" {
 		s.bySPIFFE[sid] = id
@@ -478,10 +587,10 @@ func (s *state) unindex(n *pactv1.Node) {
 	id := n.GetNodeId()
 	h := n.GetHardware()
 	if k := n.GetCert().GetSpkiSha256(); k != "" {
-		removeHolder(s.bySPKI, k, id)
+		s.bySPKI.remove(k, id)
 	}
 	if k := n.GetStandbyCert().GetSpkiSha256(); k != "" {
-		removeHolder(s.bySPKI, k, id)
+		s.bySPKI.remove(k, id)
 	}
 	for _, m := range h.GetMacs() {
 		if s.byMAC[m] == id {
@@ -770,13 +879,11 @@ func (f *FSM) snapshotLocked() *fsmSnapshot {
 
 type fsmSnapshot struct{ snap *pactv1.Snapshot }
 
+// Persist streams the state in format 2 (snaprecords.go), one record at a
+// time, without building its whole encoding first.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	sortSnapshot(s.snap)
-	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(s.snap)
-	if err == nil {
-		_, err = sink.Write(data)
-	}
-	if err != nil {
+	if err := writeRecords(sink, s.snap); err != nil {
 		_ = sink.Cancel()
 		return fmt.Errorf("raftfsm: persist snapshot: %w", err)
 	}
@@ -798,15 +905,12 @@ func sortSnapshot(s *pactv1.Snapshot) {
 	})
 }
 
-// Restore replaces the state with a snapshot. It builds the new state first
-// and swaps it in whole, so a bad snapshot leaves the old state untouched.
+// Restore replaces the state with a snapshot, in either format
+// (snaprecords.go). It builds the new state first and swaps it in whole, so
+// a bad snapshot leaves the old state untouched.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	data, err := io.ReadAll(rc)
-	if err != nil {
-		return fmt.Errorf("raftfsm: read snapshot: %w", err)
-	}
-	st, err := stateFromSnapshot(data, f.auditCap)
+	st, err := decodeState(rc, f.auditCap)
 	if err != nil {
 		return err
 	}
@@ -819,63 +923,4 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		obs(Event{BundleChanged: true})
 	}
 	return nil
-}
-
-func stateFromSnapshot(data []byte, auditCap int) (*state, error) {
-	snap := &pactv1.Snapshot{}
-	if err := proto.Unmarshal(data, snap); err != nil {
-		return nil, fmt.Errorf("raftfsm: decode snapshot: %w", err)
-	}
-	st := newStateSized(auditCap, len(snap.GetNodes()), len(snap.GetLastSeen()))
-	for _, n := range snap.GetNodes() {
-		if n.GetNodeId() == "" {
-			return nil, errors.New("raftfsm: snapshot has a node without an id")
-		}
-		if _, dup := st.nodes[n.GetNodeId()]; dup {
-			return nil, fmt.Errorf("raftfsm: snapshot has node %s twice", n.GetNodeId())
-		}
-		if n.GetState() != pactv1.NodeState_NODE_STATE_REVOKED {
-			if owner, what := st.owner(identityOf(n.GetHardware())); owner != "" {
-				return nil, fmt.Errorf("raftfsm: snapshot gives %s to both %s and %s", what, owner, n.GetNodeId())
-			}
-			if owner, ok := st.bySPIFFE[n.GetSpiffeId()]; ok && n.GetSpiffeId() != "" {
-				return nil, fmt.Errorf("raftfsm: snapshot gives SPIFFE ID %s to both %s and %s", n.GetSpiffeId(), owner, n.GetNodeId())
-			}
-		}
-		st.put(n)
-	}
-	for _, r := range snap.GetRevoked() {
-		st.revoked[r.GetSerial()] = r.GetNotAfterUnix()
-	}
-	for _, in := range snap.GetIntermediates() {
-		st.intermediates[in.GetSerial()] = in
-	}
-	for _, ls := range snap.GetLastSeen() {
-		if _, ok := st.nodes[ls.GetNodeId()]; !ok {
-			return nil, fmt.Errorf("raftfsm: snapshot has liveness for unknown node %s", ls.GetNodeId())
-		}
-		st.lastSeen[ls.GetNodeId()] = ls.GetAtUnixNano()
-	}
-	for _, e := range snap.GetAudit() {
-		st.audit.add(e)
-	}
-	for _, ji := range snap.GetJournals() {
-		st.journals[ji.GetJournalId()] = ji
-	}
-	for _, t := range snap.GetJoinTokens() {
-		if _, dup := st.joinTokens[t.GetSha256()]; dup || !isHexSHA256(t.GetSha256()) {
-			return nil, fmt.Errorf("raftfsm: snapshot has a malformed or repeated join token for node %s", t.GetNodeId())
-		}
-		st.joinTokens[t.GetSha256()] = t
-	}
-	for _, o := range snap.GetOperators() {
-		if o.GetSerial() == "" {
-			return nil, errors.New("raftfsm: snapshot has an operator credential without a serial")
-		}
-		st.operators[o.GetSerial()] = o
-	}
-	for _, n := range snap.GetRevokedOperatorNames() {
-		st.revokedNames[n.GetName()] = n
-	}
-	return st, nil
 }

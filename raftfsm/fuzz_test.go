@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pact-hpc/pact/internal/hwid"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -252,11 +253,42 @@ func stateOf(n *pactv1.Node) string {
 	return raftfsm.StateName(n.GetState())
 }
 
+// batchSeeds are batches of activations as a journal proposes them in a
+// boot storm: retries and second keys of one node, a key or hardware of two
+// nodes, a refusal among successes, a decommission between two activations,
+// an unknown command, a batch inside a batch.
+func batchSeeds() []*pactv1.Command {
+	a1 := func(s int64) raftfsmtest.Proposer { return agent("node-1", s) }
+	return []*pactv1.Command{
+		journal.Batch(a1(1).Activate("node-1", hw1(), cert("0a", "spki-a")), agent("node-3", 2).Activate("node-3", hw3(), cert("0b", "spki-b"))),
+		journal.Batch(a1(1).Activate("node-1", hw1(), cert("0a", "spki-a")), a1(2).Activate("node-1", hw1(), cert("0a", "spki-a"))),
+		journal.Batch(a1(1).Activate("node-1", hw1(), cert("0a", "spki-a")), a1(2).Activate("node-1", hw1(), cert("0c", "spki-c"))),
+		journal.Batch(a1(1).Activate("node-1", hw1(), cert("0a", "spki-a")), agent("node-3", 2).Activate("node-3", hw3(), cert("0b", "spki-a"))),
+		journal.Batch(agent("node-3", 1).Activate("node-3", raftfsmtest.Hardware("S1", mac4), cert("0b", "spki-b")), a1(2).Activate("node-1", hw1(), cert("0a", "spki-a"))),
+		journal.Batch(a1(1).Activate("node-1", hw1(), cert("0a", "spki-a")), admin.Decommission("node-1"), a1(3).Activate("node-1", hw1(), cert("0c", "spki-c"))),
+		journal.Batch(a1(1).Activate("node-1", hw1(), cert("0a", "spki-a")), &pactv1.Command{Actor: "journal/j9", Ignorable: true}),
+		journal.Batch(a1(1).Activate("node-1", hw1(), cert("0a", "spki-a")), &pactv1.Command{Actor: "journal/j9"}),
+		journal.Batch(journal.Batch(a1(1).Activate("node-1", hw1(), cert("0a", "spki-a")))),
+		journal.Batch(),
+	}
+}
+
+// halts reports whether the FSM must stop at cmd's entry: it, or a command
+// of its batch, names no operation this version knows and is not ignorable.
+func halts(cmd *pactv1.Command) bool {
+	if cmd.GetOp() == nil {
+		return !cmd.GetIgnorable()
+	}
+	return slices.ContainsFunc(cmd.GetBatch().GetCommands(), func(c *pactv1.Command) bool { return c.GetOp() == nil && !c.GetIgnorable() })
+}
+
 // FuzzApply feeds arbitrary bytes to Apply as a command entry, twice (a
 // command is often retried). Apply must panic exactly when the entry does
 // not decode, skip or halt on one naming no operation it knows, and otherwise keep every invariant; a
 // refused or idempotent command must change nothing, and every audit entry
-// must carry the command's context and log index.
+// must carry the command's context and log index. A batch must answer and
+// leave the state exactly as its commands would in entries of their own at
+// the same index.
 func FuzzApply(f *testing.F) {
 	for _, c := range []*pactv1.Command{
 		admin.RecordOperator(&pactv1.Operator{Name: "alice", Role: "viewer", Serial: "a1", NotBeforeUnix: t0, NotAfterUnix: t0 + day, IssuedBy: "admin/root"}),
@@ -271,19 +303,34 @@ func FuzzApply(f *testing.F) {
 		}
 		f.Add(data)
 	}
+	for _, c := range batchSeeds() {
+		data, err := raftfsm.Encode(c)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fsm := fixtureFSM(t)
 		cmd, decodeErr := raftfsm.Decode(data)
 		wantPanic := decodeErr != nil
-		if decodeErr == nil && cmd.GetOp() == nil {
+		if decodeErr == nil && (cmd.GetOp() == nil || halts(cmd)) {
 			// An operation this version does not know: skipped if
-			// ignorable, else the FSM halts (blocking until released).
+			// ignorable, else the FSM halts (blocking until released)
+			// before any of the entry is applied.
 			before := snapshotBytes(t, fsm)
 			fsm.Release()
 			res, panicked := applyRecover(fsm, 100, data)
-			if panicked || (res.Err != nil) == cmd.GetIgnorable() || (cmd.GetIgnorable() && !bytes.Equal(before, snapshotBytes(t, fsm))) {
-				t.Fatalf("unknown operation (ignorable %v): panicked %v, result %+v, or the state changed", cmd.GetIgnorable(), panicked, res)
+			skip := !halts(cmd)
+			// A halted FSM takes no snapshot; it must not count the entry
+			// applied either.
+			if panicked || (res.Err != nil) == skip || (skip && !bytes.Equal(before, snapshotBytes(t, fsm))) || (!skip && fsm.AppliedIndex() == 100) {
+				t.Fatalf("unknown operation (skipped %v): panicked %v, result %+v, or the state changed", skip, panicked, res)
 			}
+			return
+		}
+		if decodeErr == nil && cmd.GetBatch() != nil {
+			checkBatch(t, fsm, cmd)
 			return
 		}
 		var evs []raftfsm.Event
@@ -352,4 +399,75 @@ func FuzzRestore(f *testing.F) {
 			t.Error("Snapshot → Restore → Snapshot changed the bytes")
 		}
 	})
+}
+
+// checkBatch applies a batch entry twice and, beside it, each of its
+// commands as an entry of its own at the same index on a twin: the results,
+// the state (byte for byte, audit entries included) and the invariants must
+// agree, a refused or idempotent command must change nothing, and every
+// audit entry must carry the stamp of a command of the batch.
+func checkBatch(t *testing.T, fsm *raftfsm.FSM, cmd *pactv1.Command) {
+	t.Helper()
+	twin := fixtureFSM(t)
+	subs := cmd.GetBatch().GetCommands()
+	data, err := raftfsm.Encode(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []raftfsm.Event
+	fsm.SetObserver(func(ev raftfsm.Event) { evs = append(evs, ev) })
+	for i := range uint64(2) {
+		index := 100 + i
+		evs = evs[:0]
+		res, panicked := applyRecover(fsm, index, data)
+		if panicked || res.Err != nil || len(res.Batch) != len(subs) {
+			t.Fatalf("batch: panicked %v, result %+v for %d commands", panicked, res, len(subs))
+		}
+		for k, sub := range subs {
+			got := res.Batch[k]
+			if got.Err != nil && (raftfsm.ErrorCode(got.Err) == "" || got.Idempotent) {
+				t.Errorf("command %d: result %+v: want a typed rule error and no idempotent flag", k, got)
+			}
+			if sub.GetBatch() != nil {
+				if !errors.Is(got.Err, raftfsm.ErrInvalidCommand) {
+					t.Errorf("command %d, a batch inside a batch: %v", k, got.Err)
+				}
+				continue
+			}
+			before := snapshotBytes(t, twin)
+			sd, err := raftfsm.Encode(sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			alone, panicked := applyRecover(twin, index, sd)
+			if panicked {
+				t.Fatalf("command %d alone panicked", k)
+			}
+			if (alone.Err != nil || alone.Idempotent) && !bytes.Equal(before, snapshotBytes(t, twin)) {
+				t.Errorf("command %d alone: result %+v: the state changed", k, alone)
+			}
+			if errText(alone.Err) != errText(got.Err) || alone.Idempotent != got.Idempotent || !proto.Equal(alone.Node, got.Node) {
+				t.Errorf("command %d: in the batch %+v, alone %+v", k, got, alone)
+			}
+		}
+		if !bytes.Equal(snapshotBytes(t, fsm), snapshotBytes(t, twin)) {
+			t.Fatal("the batch left another state than its commands in entries of their own")
+		}
+		if len(evs) > 1 {
+			t.Errorf("%d events for one entry", len(evs))
+		}
+		for _, ev := range evs {
+			if ev.Index != index {
+				t.Errorf("event index %d, want %d", ev.Index, index)
+			}
+			for _, e := range ev.Audit {
+				if e.GetIndex() != index || e.GetAction() == "" || !slices.ContainsFunc(subs, func(c *pactv1.Command) bool {
+					return e.GetAtUnixNano() == c.GetAtUnixNano() && e.GetActor() == c.GetActor() && e.GetSource() == c.GetSource() && e.GetCorrelationId() == c.GetCorrelationId()
+				}) {
+					t.Errorf("audit entry %v at index %d carries no command's stamp", e, index)
+				}
+			}
+		}
+		checkInvariants(t, fsm)
+	}
 }

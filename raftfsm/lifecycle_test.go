@@ -792,8 +792,8 @@ func TestAuditRing(t *testing.T) {
 	}
 
 	data := snapshotBytes(t, f)
-	snap := &pactv1.Snapshot{}
-	if err := proto.Unmarshal(data, snap); err != nil {
+	snap, err := raftfsm.DecodeSnapshot(data)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got := actions(snap.GetAudit()); !slices.Equal(got, want) {

@@ -24,8 +24,9 @@ import (
 const (
 	snapMagic = "PACTSNAP"
 	// SnapshotFormat is the format this version writes and the newest it
-	// reads.
-	SnapshotFormat = 1
+	// reads: 2, the state as a stream of records (snaprecords.go). It
+	// reads format 1 (one Snapshot message) too.
+	SnapshotFormat = 2
 	// maxHeader bounds the header a reader accepts (it is a few hundred
 	// bytes).
 	maxHeader = 64 << 10
@@ -54,8 +55,9 @@ func (f *FSM) Consistent() ([]byte, uint64, int, error) {
 	index := f.applied.Load()
 	f.mu.RUnlock()
 	sortSnapshot(s)
-	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(s)
-	return data, index, len(s.GetNodes()), err
+	var buf bytes.Buffer
+	err := writeRecords(&buf, s)
+	return buf.Bytes(), index, len(s.GetNodes()), err
 }
 
 // WriteSnapshotFile writes a snapshot file: h with its checksum and size
@@ -63,7 +65,7 @@ func (f *FSM) Consistent() ([]byte, uint64, int, error) {
 func WriteSnapshotFile(w io.Writer, h *pactv1.SnapshotHeader, state []byte) error {
 	sum := sha256.Sum256(state)
 	h = proto.CloneOf(h)
-	h.FormatVersion, h.Sha256, h.Size = SnapshotFormat, sum[:], uint64(len(state))
+	h.FormatVersion, h.Sha256, h.Size = stateFormat(state), sum[:], uint64(len(state))
 	hb, err := proto.MarshalOptions{Deterministic: true}.Marshal(h)
 	if err != nil {
 		return err
@@ -151,7 +153,10 @@ func ReadSnapshotFile(r io.Reader) (*pactv1.SnapshotHeader, []byte, int, error) 
 	if sum := sha256.Sum256(state); !bytes.Equal(sum[:], h.GetSha256()) {
 		return nil, nil, 0, fmt.Errorf("%w: SHA-256 of the state does not match the header", ErrSnapshotCorrupt)
 	}
-	st, err := stateFromSnapshot(state, DefaultAuditCapacity)
+	if stateFormat(state) != h.GetFormatVersion() {
+		return nil, nil, 0, fmt.Errorf("%w: the header says format %d, the state is in format %d", ErrSnapshotCorrupt, h.GetFormatVersion(), stateFormat(state))
+	}
+	st, err := decodeState(bytes.NewReader(state), DefaultAuditCapacity)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("%w: %v", ErrSnapshotCorrupt, err)
 	}
@@ -167,18 +172,26 @@ type SnapshotCounts struct {
 	Journals      []string
 }
 
-// CountSnapshot decodes state and counts what it holds.
+// CountSnapshot decodes state (either format) and counts what it holds.
 func CountSnapshot(state []byte) (SnapshotCounts, error) {
-	s := &pactv1.Snapshot{}
-	if err := proto.Unmarshal(state, s); err != nil {
+	c := SnapshotCounts{Nodes: map[string]int{}}
+	err := walkState(bytes.NewReader(state), func(rec *pactv1.SnapshotRecord) error {
+		switch r := rec.GetRecord().(type) {
+		case *pactv1.SnapshotRecord_Node:
+			c.Nodes[r.Node.GetState().String()]++
+		case *pactv1.SnapshotRecord_Revoked:
+			c.Revoked++
+		case *pactv1.SnapshotRecord_Intermediate:
+			c.Intermediates++
+		case *pactv1.SnapshotRecord_Audit:
+			c.Audit++
+		case *pactv1.SnapshotRecord_Journal:
+			c.Journals = append(c.Journals, r.Journal.GetJournalId())
+		}
+		return nil
+	})
+	if err != nil {
 		return SnapshotCounts{}, fmt.Errorf("%w: %v", ErrSnapshotCorrupt, err)
-	}
-	c := SnapshotCounts{Nodes: map[string]int{}, Revoked: len(s.GetRevoked()), Intermediates: len(s.GetIntermediates()), Audit: len(s.GetAudit())}
-	for _, n := range s.GetNodes() {
-		c.Nodes[n.GetState().String()]++
-	}
-	for _, j := range s.GetJournals() {
-		c.Journals = append(c.Journals, j.GetJournalId())
 	}
 	return c, nil
 }

@@ -48,6 +48,8 @@ var ignorable = map[protoreflect.Name]bool{
 	"record_operator":     false,
 	"revoke_operator":     false,
 	"retire_intermediate": false,
+	// A batch carries commands none of which may be skipped.
+	"batch": false,
 }
 
 // Ignorable reports whether a journal that does not know cmd's operation
@@ -59,6 +61,11 @@ func Ignorable(cmd *pactv1.Command) bool {
 	}
 	return ignorable[fd.Name()]
 }
+
+// HasUnknownOp reports whether cmd, or a command of its batch, names an
+// operation this version does not know and is not marked ignorable: Apply
+// would stop at its entry.
+func HasUnknownOp(cmd *pactv1.Command) bool { return unknownIn(cmd) != nil }
 
 // KnownOps lists the operations this version applies, sorted (for the
 // journal's status and the docs' skew table).

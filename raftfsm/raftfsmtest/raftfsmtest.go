@@ -218,6 +218,14 @@ func (p Proposer) UpdateNode(nodeID string, hw *pactv1.HardwareIdentity) *pactv1
 	return c
 }
 
+// Batch returns a batch of cmds in one command, as a journal proposes the
+// activations it groups (each keeps its own proposer stamp).
+func (p Proposer) Batch(cmds ...*pactv1.Command) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_Batch{Batch: &pactv1.BatchOp{Commands: cmds}}
+	return c
+}
+
 // Hardware returns a hardware identity with the given BMC serial (empty for
 // none) and MACs, taken as they are: pass them sorted, lower-case and unique
 // unless the point is that they are not.

@@ -71,10 +71,13 @@ type ProposeResponse struct {
 	// Raft index the command was applied at.
 	Index uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
 	// Empty on success; otherwise the raftfsm rule error code.
-	ErrorCode     string `protobuf:"bytes,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
-	ErrorMessage  string `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
-	Node          *Node  `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
-	Idempotent    bool   `protobuf:"varint,5,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
+	ErrorCode    string `protobuf:"bytes,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage string `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	Node         *Node  `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	Idempotent   bool   `protobuf:"varint,5,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
+	// For a batch (Command.batch): one result per command of the batch, in
+	// order, each with the batch's index; the fields above stay empty.
+	Batch         []*ProposeResponse `protobuf:"bytes,200,rep,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -142,6 +145,13 @@ func (x *ProposeResponse) GetIdempotent() bool {
 		return x.Idempotent
 	}
 	return false
+}
+
+func (x *ProposeResponse) GetBatch() []*ProposeResponse {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
 }
 
 type ReadIndexRequest struct {
@@ -409,7 +419,7 @@ const file_pact_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"\x12pact/v1/peer.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"*\n" +
 	"\x0eProposeRequest\x12\x18\n" +
-	"\acommand\x18\x01 \x01(\fR\acommand\"\xae\x01\n" +
+	"\acommand\x18\x01 \x01(\fR\acommand\"\xdf\x01\n" +
 	"\x0fProposeResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1d\n" +
 	"\n" +
@@ -418,7 +428,8 @@ const file_pact_v1_peer_proto_rawDesc = "" +
 	"\x04node\x18\x04 \x01(\v2\r.pact.v1.NodeR\x04node\x12\x1e\n" +
 	"\n" +
 	"idempotent\x18\x05 \x01(\bR\n" +
-	"idempotent\"\x12\n" +
+	"idempotent\x12/\n" +
+	"\x05batch\x18\xc8\x01 \x03(\v2\x18.pact.v1.ProposeResponseR\x05batch\"\x12\n" +
 	"\x10ReadIndexRequest\"6\n" +
 	"\x11ReadIndexResponse\x12!\n" +
 	"\fcommit_index\x18\x01 \x01(\x04R\vcommitIndex\"\x15\n" +
@@ -468,17 +479,18 @@ var file_pact_v1_peer_proto_goTypes = []any{
 }
 var file_pact_v1_peer_proto_depIdxs = []int32{
 	6, // 0: pact.v1.ProposeResponse.node:type_name -> pact.v1.Node
-	0, // 1: pact.v1.JournalPeerService.Propose:input_type -> pact.v1.ProposeRequest
-	2, // 2: pact.v1.JournalPeerService.ReadIndex:input_type -> pact.v1.ReadIndexRequest
-	4, // 3: pact.v1.JournalPeerService.MemberStatus:input_type -> pact.v1.MemberStatusRequest
-	1, // 4: pact.v1.JournalPeerService.Propose:output_type -> pact.v1.ProposeResponse
-	3, // 5: pact.v1.JournalPeerService.ReadIndex:output_type -> pact.v1.ReadIndexResponse
-	5, // 6: pact.v1.JournalPeerService.MemberStatus:output_type -> pact.v1.MemberStatusResponse
-	4, // [4:7] is the sub-list for method output_type
-	1, // [1:4] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	1, // 1: pact.v1.ProposeResponse.batch:type_name -> pact.v1.ProposeResponse
+	0, // 2: pact.v1.JournalPeerService.Propose:input_type -> pact.v1.ProposeRequest
+	2, // 3: pact.v1.JournalPeerService.ReadIndex:input_type -> pact.v1.ReadIndexRequest
+	4, // 4: pact.v1.JournalPeerService.MemberStatus:input_type -> pact.v1.MemberStatusRequest
+	1, // 5: pact.v1.JournalPeerService.Propose:output_type -> pact.v1.ProposeResponse
+	3, // 6: pact.v1.JournalPeerService.ReadIndex:output_type -> pact.v1.ReadIndexResponse
+	5, // 7: pact.v1.JournalPeerService.MemberStatus:output_type -> pact.v1.MemberStatusResponse
+	5, // [5:8] is the sub-list for method output_type
+	2, // [2:5] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_peer_proto_init() }

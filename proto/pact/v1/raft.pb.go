@@ -142,6 +142,7 @@ type Command struct {
 	//	*Command_RetireIntermediate
 	//	*Command_Release
 	//	*Command_UpdateNode
+	//	*Command_Batch
 	//	*Command_StandbyIssued
 	//	*Command_StandbyActivated
 	Op            isCommand_Op `protobuf_oneof:"op"`
@@ -374,6 +375,15 @@ func (x *Command) GetUpdateNode() *UpdateNodeOp {
 	return nil
 }
 
+func (x *Command) GetBatch() *BatchOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetStandbyIssued() *StandbyIssuedOp {
 	if x != nil {
 		if x, ok := x.Op.(*Command_StandbyIssued); ok {
@@ -464,6 +474,10 @@ type Command_UpdateNode struct {
 	UpdateNode *UpdateNodeOp `protobuf:"bytes,201,opt,name=update_node,json=updateNode,proto3,oneof"`
 }
 
+type Command_Batch struct {
+	Batch *BatchOp `protobuf:"bytes,202,opt,name=batch,proto3,oneof"`
+}
+
 type Command_StandbyIssued struct {
 	StandbyIssued *StandbyIssuedOp `protobuf:"bytes,180,opt,name=standby_issued,json=standbyIssued,proto3,oneof"`
 }
@@ -505,6 +519,8 @@ func (*Command_RetireIntermediate) isCommand_Op() {}
 func (*Command_Release) isCommand_Op() {}
 
 func (*Command_UpdateNode) isCommand_Op() {}
+
+func (*Command_Batch) isCommand_Op() {}
 
 func (*Command_StandbyIssued) isCommand_Op() {}
 
@@ -670,6 +686,57 @@ func (x *ActivateOp) GetCredentials() *PresentedCredentials {
 	return nil
 }
 
+// BatchOp carries several commands in one log entry (a journal groups the
+// activations of a boot storm). They are applied in order, each with its
+// own result and audit entries, exactly as if each had its own entry at
+// this index: a refused command changes nothing and does not stop the
+// others. Each command keeps its own proposer time, actor, source and
+// correlation id; the envelope's are the batching journal's. A batch
+// inside a batch is refused.
+type BatchOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Commands      []*Command             `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchOp) Reset() {
+	*x = BatchOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchOp) ProtoMessage() {}
+
+func (x *BatchOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchOp.ProtoReflect.Descriptor instead.
+func (*BatchOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *BatchOp) GetCommands() []*Command {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
 // PresentedCredentials is the part of an enrollment's credentials that
 // depends on replicated state, carried in the activation so that checking
 // and consuming it is atomic with the activation: two journals cannot both
@@ -684,7 +751,7 @@ type PresentedCredentials struct {
 
 func (x *PresentedCredentials) Reset() {
 	*x = PresentedCredentials{}
-	mi := &file_pact_v1_raft_proto_msgTypes[3]
+	mi := &file_pact_v1_raft_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +763,7 @@ func (x *PresentedCredentials) String() string {
 func (*PresentedCredentials) ProtoMessage() {}
 
 func (x *PresentedCredentials) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[3]
+	mi := &file_pact_v1_raft_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +776,7 @@ func (x *PresentedCredentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresentedCredentials.ProtoReflect.Descriptor instead.
 func (*PresentedCredentials) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{3}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PresentedCredentials) GetJoinTokenSha256() string {
@@ -730,7 +797,7 @@ type CreateJoinTokenOp struct {
 
 func (x *CreateJoinTokenOp) Reset() {
 	*x = CreateJoinTokenOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[4]
+	mi := &file_pact_v1_raft_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +809,7 @@ func (x *CreateJoinTokenOp) String() string {
 func (*CreateJoinTokenOp) ProtoMessage() {}
 
 func (x *CreateJoinTokenOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[4]
+	mi := &file_pact_v1_raft_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +822,7 @@ func (x *CreateJoinTokenOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenOp.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{4}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateJoinTokenOp) GetToken() *JoinToken {
@@ -777,7 +844,7 @@ type RevokeJoinTokensOp struct {
 
 func (x *RevokeJoinTokensOp) Reset() {
 	*x = RevokeJoinTokensOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[5]
+	mi := &file_pact_v1_raft_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +856,7 @@ func (x *RevokeJoinTokensOp) String() string {
 func (*RevokeJoinTokensOp) ProtoMessage() {}
 
 func (x *RevokeJoinTokensOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[5]
+	mi := &file_pact_v1_raft_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +869,7 @@ func (x *RevokeJoinTokensOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeJoinTokensOp.ProtoReflect.Descriptor instead.
 func (*RevokeJoinTokensOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{5}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RevokeJoinTokensOp) GetNodeId() string {
@@ -832,7 +899,7 @@ type FenceOp struct {
 
 func (x *FenceOp) Reset() {
 	*x = FenceOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[6]
+	mi := &file_pact_v1_raft_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +911,7 @@ func (x *FenceOp) String() string {
 func (*FenceOp) ProtoMessage() {}
 
 func (x *FenceOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[6]
+	mi := &file_pact_v1_raft_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +924,7 @@ func (x *FenceOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceOp.ProtoReflect.Descriptor instead.
 func (*FenceOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{6}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FenceOp) GetNodeId() string {
@@ -892,7 +959,7 @@ type RenewOp struct {
 
 func (x *RenewOp) Reset() {
 	*x = RenewOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[7]
+	mi := &file_pact_v1_raft_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -904,7 +971,7 @@ func (x *RenewOp) String() string {
 func (*RenewOp) ProtoMessage() {}
 
 func (x *RenewOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[7]
+	mi := &file_pact_v1_raft_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -917,7 +984,7 @@ func (x *RenewOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewOp.ProtoReflect.Descriptor instead.
 func (*RenewOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{7}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RenewOp) GetNodeId() string {
@@ -952,7 +1019,7 @@ type PublishIntermediateOp struct {
 
 func (x *PublishIntermediateOp) Reset() {
 	*x = PublishIntermediateOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[8]
+	mi := &file_pact_v1_raft_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1031,7 @@ func (x *PublishIntermediateOp) String() string {
 func (*PublishIntermediateOp) ProtoMessage() {}
 
 func (x *PublishIntermediateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[8]
+	mi := &file_pact_v1_raft_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1044,7 @@ func (x *PublishIntermediateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishIntermediateOp.ProtoReflect.Descriptor instead.
 func (*PublishIntermediateOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{8}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PublishIntermediateOp) GetIntermediate() *Intermediate {
@@ -1005,7 +1072,7 @@ type DecommissionOp struct {
 
 func (x *DecommissionOp) Reset() {
 	*x = DecommissionOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[9]
+	mi := &file_pact_v1_raft_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1017,7 +1084,7 @@ func (x *DecommissionOp) String() string {
 func (*DecommissionOp) ProtoMessage() {}
 
 func (x *DecommissionOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[9]
+	mi := &file_pact_v1_raft_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1030,7 +1097,7 @@ func (x *DecommissionOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionOp.ProtoReflect.Descriptor instead.
 func (*DecommissionOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{9}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DecommissionOp) GetNodeId() string {
@@ -1054,7 +1121,7 @@ type AssignOp struct {
 
 func (x *AssignOp) Reset() {
 	*x = AssignOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[10]
+	mi := &file_pact_v1_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1133,7 @@ func (x *AssignOp) String() string {
 func (*AssignOp) ProtoMessage() {}
 
 func (x *AssignOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[10]
+	mi := &file_pact_v1_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1146,7 @@ func (x *AssignOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignOp.ProtoReflect.Descriptor instead.
 func (*AssignOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{10}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AssignOp) GetNodeId() string {
@@ -1115,7 +1182,7 @@ type LivenessDigestOp struct {
 
 func (x *LivenessDigestOp) Reset() {
 	*x = LivenessDigestOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[11]
+	mi := &file_pact_v1_raft_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1194,7 @@ func (x *LivenessDigestOp) String() string {
 func (*LivenessDigestOp) ProtoMessage() {}
 
 func (x *LivenessDigestOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[11]
+	mi := &file_pact_v1_raft_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1207,7 @@ func (x *LivenessDigestOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LivenessDigestOp.ProtoReflect.Descriptor instead.
 func (*LivenessDigestOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{11}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LivenessDigestOp) GetJournalId() string {
@@ -1168,7 +1235,7 @@ type MarkInactiveOp struct {
 
 func (x *MarkInactiveOp) Reset() {
 	*x = MarkInactiveOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[12]
+	mi := &file_pact_v1_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1247,7 @@ func (x *MarkInactiveOp) String() string {
 func (*MarkInactiveOp) ProtoMessage() {}
 
 func (x *MarkInactiveOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[12]
+	mi := &file_pact_v1_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1260,7 @@ func (x *MarkInactiveOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkInactiveOp.ProtoReflect.Descriptor instead.
 func (*MarkInactiveOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{12}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MarkInactiveOp) GetNodeIds() []string {
@@ -1231,7 +1298,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_pact_v1_raft_proto_msgTypes[13]
+	mi := &file_pact_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1310,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[13]
+	mi := &file_pact_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1323,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{13}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Snapshot) GetNodes() []*Node {
@@ -1332,7 +1399,7 @@ type LastSeen struct {
 
 func (x *LastSeen) Reset() {
 	*x = LastSeen{}
-	mi := &file_pact_v1_raft_proto_msgTypes[14]
+	mi := &file_pact_v1_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1411,7 @@ func (x *LastSeen) String() string {
 func (*LastSeen) ProtoMessage() {}
 
 func (x *LastSeen) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[14]
+	mi := &file_pact_v1_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1424,7 @@ func (x *LastSeen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastSeen.ProtoReflect.Descriptor instead.
 func (*LastSeen) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{14}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LastSeen) GetNodeId() string {
@@ -1374,6 +1441,276 @@ func (x *LastSeen) GetAtUnixNano() int64 {
 	return 0
 }
 
+// SnapshotRecord is one record of a streamed snapshot (format 2, see
+// raftfsm/snapfile.go): the state as a sequence of length-delimited
+// records, so a reader decodes and indexes one node at a time instead of
+// holding the whole encoded state and its decoded copy at once. Exactly one
+// field is set; each holds one element of the Snapshot message's list of
+// the same name. A record of a kind the reader does not know is refused.
+type SnapshotRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Record:
+	//
+	//	*SnapshotRecord_Node
+	//	*SnapshotRecord_Revoked
+	//	*SnapshotRecord_Intermediate
+	//	*SnapshotRecord_LastSeen
+	//	*SnapshotRecord_Audit
+	//	*SnapshotRecord_Journal
+	//	*SnapshotRecord_JoinToken
+	//	*SnapshotRecord_Operator
+	//	*SnapshotRecord_RevokedOperatorName
+	//	*SnapshotRecord_Sizes
+	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRecord) Reset() {
+	*x = SnapshotRecord{}
+	mi := &file_pact_v1_raft_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRecord) ProtoMessage() {}
+
+func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
+func (*SnapshotRecord) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetNode() *Node {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Node); ok {
+			return x.Node
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetRevoked() *RevokedSerial {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Revoked); ok {
+			return x.Revoked
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetIntermediate() *Intermediate {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Intermediate); ok {
+			return x.Intermediate
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetLastSeen() *LastSeen {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_LastSeen); ok {
+			return x.LastSeen
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetAudit() *AuditEntry {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Audit); ok {
+			return x.Audit
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetJournal() *JournalInfo {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Journal); ok {
+			return x.Journal
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetJoinToken() *JoinToken {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_JoinToken); ok {
+			return x.JoinToken
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetOperator() *Operator {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Operator); ok {
+			return x.Operator
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetRevokedOperatorName() *OperatorNameRevocation {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_RevokedOperatorName); ok {
+			return x.RevokedOperatorName
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetSizes() *SnapshotSizes {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Sizes); ok {
+			return x.Sizes
+		}
+	}
+	return nil
+}
+
+type isSnapshotRecord_Record interface {
+	isSnapshotRecord_Record()
+}
+
+type SnapshotRecord_Node struct {
+	Node *Node `protobuf:"bytes,1,opt,name=node,proto3,oneof"`
+}
+
+type SnapshotRecord_Revoked struct {
+	Revoked *RevokedSerial `protobuf:"bytes,2,opt,name=revoked,proto3,oneof"`
+}
+
+type SnapshotRecord_Intermediate struct {
+	Intermediate *Intermediate `protobuf:"bytes,3,opt,name=intermediate,proto3,oneof"`
+}
+
+type SnapshotRecord_LastSeen struct {
+	LastSeen *LastSeen `protobuf:"bytes,4,opt,name=last_seen,json=lastSeen,proto3,oneof"`
+}
+
+type SnapshotRecord_Audit struct {
+	Audit *AuditEntry `protobuf:"bytes,5,opt,name=audit,proto3,oneof"`
+}
+
+type SnapshotRecord_Journal struct {
+	Journal *JournalInfo `protobuf:"bytes,6,opt,name=journal,proto3,oneof"`
+}
+
+type SnapshotRecord_JoinToken struct {
+	JoinToken *JoinToken `protobuf:"bytes,7,opt,name=join_token,json=joinToken,proto3,oneof"`
+}
+
+type SnapshotRecord_Operator struct {
+	Operator *Operator `protobuf:"bytes,8,opt,name=operator,proto3,oneof"`
+}
+
+type SnapshotRecord_RevokedOperatorName struct {
+	RevokedOperatorName *OperatorNameRevocation `protobuf:"bytes,9,opt,name=revoked_operator_name,json=revokedOperatorName,proto3,oneof"`
+}
+
+type SnapshotRecord_Sizes struct {
+	// First, if present: how many records of some kinds follow, so a
+	// reader can size its indexes once. A hint only.
+	Sizes *SnapshotSizes `protobuf:"bytes,10,opt,name=sizes,proto3,oneof"`
+}
+
+func (*SnapshotRecord_Node) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_Revoked) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_Intermediate) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_LastSeen) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_Audit) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_Journal) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_JoinToken) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_Operator) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_RevokedOperatorName) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_Sizes) isSnapshotRecord_Record() {}
+
+type SnapshotSizes struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         uint64                 `protobuf:"varint,1,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	LastSeen      uint64                 `protobuf:"varint,2,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotSizes) Reset() {
+	*x = SnapshotSizes{}
+	mi := &file_pact_v1_raft_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotSizes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotSizes) ProtoMessage() {}
+
+func (x *SnapshotSizes) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotSizes.ProtoReflect.Descriptor instead.
+func (*SnapshotSizes) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SnapshotSizes) GetNodes() uint64 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *SnapshotSizes) GetLastSeen() uint64 {
+	if x != nil {
+		return x.LastSeen
+	}
+	return 0
+}
+
 type RevokedSerial struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Serial        string                 `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"`
@@ -1384,7 +1721,7 @@ type RevokedSerial struct {
 
 func (x *RevokedSerial) Reset() {
 	*x = RevokedSerial{}
-	mi := &file_pact_v1_raft_proto_msgTypes[15]
+	mi := &file_pact_v1_raft_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1733,7 @@ func (x *RevokedSerial) String() string {
 func (*RevokedSerial) ProtoMessage() {}
 
 func (x *RevokedSerial) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[15]
+	mi := &file_pact_v1_raft_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1746,7 @@ func (x *RevokedSerial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokedSerial.ProtoReflect.Descriptor instead.
 func (*RevokedSerial) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{15}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RevokedSerial) GetSerial() string {
@@ -1440,7 +1777,7 @@ type ReleaseOp struct {
 
 func (x *ReleaseOp) Reset() {
 	*x = ReleaseOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[16]
+	mi := &file_pact_v1_raft_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1452,7 +1789,7 @@ func (x *ReleaseOp) String() string {
 func (*ReleaseOp) ProtoMessage() {}
 
 func (x *ReleaseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[16]
+	mi := &file_pact_v1_raft_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1465,7 +1802,7 @@ func (x *ReleaseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseOp.ProtoReflect.Descriptor instead.
 func (*ReleaseOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{16}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReleaseOp) GetNodeId() string {
@@ -1494,7 +1831,7 @@ type UpdateNodeOp struct {
 
 func (x *UpdateNodeOp) Reset() {
 	*x = UpdateNodeOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[17]
+	mi := &file_pact_v1_raft_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1506,7 +1843,7 @@ func (x *UpdateNodeOp) String() string {
 func (*UpdateNodeOp) ProtoMessage() {}
 
 func (x *UpdateNodeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[17]
+	mi := &file_pact_v1_raft_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1519,7 +1856,7 @@ func (x *UpdateNodeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeOp.ProtoReflect.Descriptor instead.
 func (*UpdateNodeOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{17}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UpdateNodeOp) GetNodeId() string {
@@ -1551,7 +1888,7 @@ type SVIDSeenOp struct {
 
 func (x *SVIDSeenOp) Reset() {
 	*x = SVIDSeenOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[18]
+	mi := &file_pact_v1_raft_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1900,7 @@ func (x *SVIDSeenOp) String() string {
 func (*SVIDSeenOp) ProtoMessage() {}
 
 func (x *SVIDSeenOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[18]
+	mi := &file_pact_v1_raft_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1913,7 @@ func (x *SVIDSeenOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SVIDSeenOp.ProtoReflect.Descriptor instead.
 func (*SVIDSeenOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{18}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SVIDSeenOp) GetNodeId() string {
@@ -1619,7 +1956,7 @@ type RecordOperatorOp struct {
 
 func (x *RecordOperatorOp) Reset() {
 	*x = RecordOperatorOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[19]
+	mi := &file_pact_v1_raft_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1968,7 @@ func (x *RecordOperatorOp) String() string {
 func (*RecordOperatorOp) ProtoMessage() {}
 
 func (x *RecordOperatorOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[19]
+	mi := &file_pact_v1_raft_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1981,7 @@ func (x *RecordOperatorOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordOperatorOp.ProtoReflect.Descriptor instead.
 func (*RecordOperatorOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{19}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RecordOperatorOp) GetOperator() *Operator {
@@ -1666,7 +2003,7 @@ type RevokeOperatorOp struct {
 
 func (x *RevokeOperatorOp) Reset() {
 	*x = RevokeOperatorOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[20]
+	mi := &file_pact_v1_raft_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +2015,7 @@ func (x *RevokeOperatorOp) String() string {
 func (*RevokeOperatorOp) ProtoMessage() {}
 
 func (x *RevokeOperatorOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[20]
+	mi := &file_pact_v1_raft_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +2028,7 @@ func (x *RevokeOperatorOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeOperatorOp.ProtoReflect.Descriptor instead.
 func (*RevokeOperatorOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{20}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RevokeOperatorOp) GetName() string {
@@ -1723,7 +2060,7 @@ type RetireIntermediateOp struct {
 
 func (x *RetireIntermediateOp) Reset() {
 	*x = RetireIntermediateOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[21]
+	mi := &file_pact_v1_raft_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +2072,7 @@ func (x *RetireIntermediateOp) String() string {
 func (*RetireIntermediateOp) ProtoMessage() {}
 
 func (x *RetireIntermediateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[21]
+	mi := &file_pact_v1_raft_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +2085,7 @@ func (x *RetireIntermediateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireIntermediateOp.ProtoReflect.Descriptor instead.
 func (*RetireIntermediateOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{21}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RetireIntermediateOp) GetSerials() []string {
@@ -1787,7 +2124,7 @@ type StandbyIssuedOp struct {
 
 func (x *StandbyIssuedOp) Reset() {
 	*x = StandbyIssuedOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[22]
+	mi := &file_pact_v1_raft_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +2136,7 @@ func (x *StandbyIssuedOp) String() string {
 func (*StandbyIssuedOp) ProtoMessage() {}
 
 func (x *StandbyIssuedOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[22]
+	mi := &file_pact_v1_raft_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +2149,7 @@ func (x *StandbyIssuedOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StandbyIssuedOp.ProtoReflect.Descriptor instead.
 func (*StandbyIssuedOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{22}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StandbyIssuedOp) GetNodeId() string {
@@ -1849,7 +2186,7 @@ type StandbyActivatedOp struct {
 
 func (x *StandbyActivatedOp) Reset() {
 	*x = StandbyActivatedOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[23]
+	mi := &file_pact_v1_raft_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +2198,7 @@ func (x *StandbyActivatedOp) String() string {
 func (*StandbyActivatedOp) ProtoMessage() {}
 
 func (x *StandbyActivatedOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[23]
+	mi := &file_pact_v1_raft_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +2211,7 @@ func (x *StandbyActivatedOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StandbyActivatedOp.ProtoReflect.Descriptor instead.
 func (*StandbyActivatedOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{23}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StandbyActivatedOp) GetNodeId() string {
@@ -1912,7 +2249,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_pact_v1_raft_proto_msgTypes[24]
+	mi := &file_pact_v1_raft_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2261,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[24]
+	mi := &file_pact_v1_raft_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2274,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{24}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SnapshotHeader) GetFormatVersion() uint32 {
@@ -2014,8 +2351,7 @@ var File_pact_v1_raft_proto protoreflect.FileDescriptor
 
 const file_pact_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\xde\n" +
-	"\n" +
+	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\x89\v\n" +
 	"\aCommand\x12 \n" +
 	"\fat_unix_nano\x18\x01 \x01(\x03R\n" +
 	"atUnixNano\x12\x14\n" +
@@ -2041,7 +2377,8 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x13retire_intermediate\x18\xac\x01 \x01(\v2\x1d.pact.v1.RetireIntermediateOpH\x00R\x12retireIntermediate\x12/\n" +
 	"\arelease\x18\xc8\x01 \x01(\v2\x12.pact.v1.ReleaseOpH\x00R\arelease\x129\n" +
 	"\vupdate_node\x18\xc9\x01 \x01(\v2\x15.pact.v1.UpdateNodeOpH\x00R\n" +
-	"updateNode\x12B\n" +
+	"updateNode\x12)\n" +
+	"\x05batch\x18\xca\x01 \x01(\v2\x10.pact.v1.BatchOpH\x00R\x05batch\x12B\n" +
 	"\x0estandby_issued\x18\xb4\x01 \x01(\v2\x18.pact.v1.StandbyIssuedOpH\x00R\rstandbyIssued\x12K\n" +
 	"\x11standby_activated\x18\xb5\x01 \x01(\v2\x1b.pact.v1.StandbyActivatedOpH\x00R\x10standbyActivatedB\x04\n" +
 	"\x02op\"\xd7\x01\n" +
@@ -2057,7 +2394,9 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\breported\x18\x02 \x01(\v2\x19.pact.v1.HardwareIdentityR\breported\x12,\n" +
 	"\x04cert\x18\x03 \x01(\v2\x18.pact.v1.CertificateInfoR\x04cert\x129\n" +
 	"\x19takeover_cutoff_unix_nano\x18\x04 \x01(\x03R\x16takeoverCutoffUnixNano\x12@\n" +
-	"\vcredentials\x18\x8c\x01 \x01(\v2\x1d.pact.v1.PresentedCredentialsR\vcredentials\"B\n" +
+	"\vcredentials\x18\x8c\x01 \x01(\v2\x1d.pact.v1.PresentedCredentialsR\vcredentials\"7\n" +
+	"\aBatchOp\x12,\n" +
+	"\bcommands\x18\x01 \x03(\v2\x10.pact.v1.CommandR\bcommands\"B\n" +
 	"\x14PresentedCredentials\x12*\n" +
 	"\x11join_token_sha256\x18\x01 \x01(\tR\x0fjoinTokenSha256\"=\n" +
 	"\x11CreateJoinTokenOp\x12(\n" +
@@ -2103,7 +2442,24 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\bLastSeen\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
-	"atUnixNano\"M\n" +
+	"atUnixNano\"\xae\x04\n" +
+	"\x0eSnapshotRecord\x12#\n" +
+	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeH\x00R\x04node\x122\n" +
+	"\arevoked\x18\x02 \x01(\v2\x16.pact.v1.RevokedSerialH\x00R\arevoked\x12;\n" +
+	"\fintermediate\x18\x03 \x01(\v2\x15.pact.v1.IntermediateH\x00R\fintermediate\x120\n" +
+	"\tlast_seen\x18\x04 \x01(\v2\x11.pact.v1.LastSeenH\x00R\blastSeen\x12+\n" +
+	"\x05audit\x18\x05 \x01(\v2\x13.pact.v1.AuditEntryH\x00R\x05audit\x120\n" +
+	"\ajournal\x18\x06 \x01(\v2\x14.pact.v1.JournalInfoH\x00R\ajournal\x123\n" +
+	"\n" +
+	"join_token\x18\a \x01(\v2\x12.pact.v1.JoinTokenH\x00R\tjoinToken\x12/\n" +
+	"\boperator\x18\b \x01(\v2\x11.pact.v1.OperatorH\x00R\boperator\x12U\n" +
+	"\x15revoked_operator_name\x18\t \x01(\v2\x1f.pact.v1.OperatorNameRevocationH\x00R\x13revokedOperatorName\x12.\n" +
+	"\x05sizes\x18\n" +
+	" \x01(\v2\x16.pact.v1.SnapshotSizesH\x00R\x05sizesB\b\n" +
+	"\x06record\"B\n" +
+	"\rSnapshotSizes\x12\x14\n" +
+	"\x05nodes\x18\x01 \x01(\x04R\x05nodes\x12\x1b\n" +
+	"\tlast_seen\x18\x02 \x01(\x04R\blastSeen\"M\n" +
 	"\rRevokedSerial\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12$\n" +
 	"\x0enot_after_unix\x18\x02 \x01(\x03R\fnotAfterUnix\"<\n" +
@@ -2178,91 +2534,106 @@ func file_pact_v1_raft_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_pact_v1_raft_proto_goTypes = []any{
 	(ApplyError)(0),                // 0: pact.v1.ApplyError
 	(*Command)(nil),                // 1: pact.v1.Command
 	(*RegisterNodeOp)(nil),         // 2: pact.v1.RegisterNodeOp
 	(*ActivateOp)(nil),             // 3: pact.v1.ActivateOp
-	(*PresentedCredentials)(nil),   // 4: pact.v1.PresentedCredentials
-	(*CreateJoinTokenOp)(nil),      // 5: pact.v1.CreateJoinTokenOp
-	(*RevokeJoinTokensOp)(nil),     // 6: pact.v1.RevokeJoinTokensOp
-	(*FenceOp)(nil),                // 7: pact.v1.FenceOp
-	(*RenewOp)(nil),                // 8: pact.v1.RenewOp
-	(*PublishIntermediateOp)(nil),  // 9: pact.v1.PublishIntermediateOp
-	(*DecommissionOp)(nil),         // 10: pact.v1.DecommissionOp
-	(*AssignOp)(nil),               // 11: pact.v1.AssignOp
-	(*LivenessDigestOp)(nil),       // 12: pact.v1.LivenessDigestOp
-	(*MarkInactiveOp)(nil),         // 13: pact.v1.MarkInactiveOp
-	(*Snapshot)(nil),               // 14: pact.v1.Snapshot
-	(*LastSeen)(nil),               // 15: pact.v1.LastSeen
-	(*RevokedSerial)(nil),          // 16: pact.v1.RevokedSerial
-	(*ReleaseOp)(nil),              // 17: pact.v1.ReleaseOp
-	(*UpdateNodeOp)(nil),           // 18: pact.v1.UpdateNodeOp
-	(*SVIDSeenOp)(nil),             // 19: pact.v1.SVIDSeenOp
-	(*RecordOperatorOp)(nil),       // 20: pact.v1.RecordOperatorOp
-	(*RevokeOperatorOp)(nil),       // 21: pact.v1.RevokeOperatorOp
-	(*RetireIntermediateOp)(nil),   // 22: pact.v1.RetireIntermediateOp
-	(*StandbyIssuedOp)(nil),        // 23: pact.v1.StandbyIssuedOp
-	(*StandbyActivatedOp)(nil),     // 24: pact.v1.StandbyActivatedOp
-	(*SnapshotHeader)(nil),         // 25: pact.v1.SnapshotHeader
-	(*HardwareIdentity)(nil),       // 26: pact.v1.HardwareIdentity
-	(*CredentialPolicy)(nil),       // 27: pact.v1.CredentialPolicy
-	(*CertificateInfo)(nil),        // 28: pact.v1.CertificateInfo
-	(*JoinToken)(nil),              // 29: pact.v1.JoinToken
-	(*Intermediate)(nil),           // 30: pact.v1.Intermediate
-	(*JournalInfo)(nil),            // 31: pact.v1.JournalInfo
-	(*Node)(nil),                   // 32: pact.v1.Node
-	(*AuditEntry)(nil),             // 33: pact.v1.AuditEntry
-	(*Operator)(nil),               // 34: pact.v1.Operator
-	(*OperatorNameRevocation)(nil), // 35: pact.v1.OperatorNameRevocation
+	(*BatchOp)(nil),                // 4: pact.v1.BatchOp
+	(*PresentedCredentials)(nil),   // 5: pact.v1.PresentedCredentials
+	(*CreateJoinTokenOp)(nil),      // 6: pact.v1.CreateJoinTokenOp
+	(*RevokeJoinTokensOp)(nil),     // 7: pact.v1.RevokeJoinTokensOp
+	(*FenceOp)(nil),                // 8: pact.v1.FenceOp
+	(*RenewOp)(nil),                // 9: pact.v1.RenewOp
+	(*PublishIntermediateOp)(nil),  // 10: pact.v1.PublishIntermediateOp
+	(*DecommissionOp)(nil),         // 11: pact.v1.DecommissionOp
+	(*AssignOp)(nil),               // 12: pact.v1.AssignOp
+	(*LivenessDigestOp)(nil),       // 13: pact.v1.LivenessDigestOp
+	(*MarkInactiveOp)(nil),         // 14: pact.v1.MarkInactiveOp
+	(*Snapshot)(nil),               // 15: pact.v1.Snapshot
+	(*LastSeen)(nil),               // 16: pact.v1.LastSeen
+	(*SnapshotRecord)(nil),         // 17: pact.v1.SnapshotRecord
+	(*SnapshotSizes)(nil),          // 18: pact.v1.SnapshotSizes
+	(*RevokedSerial)(nil),          // 19: pact.v1.RevokedSerial
+	(*ReleaseOp)(nil),              // 20: pact.v1.ReleaseOp
+	(*UpdateNodeOp)(nil),           // 21: pact.v1.UpdateNodeOp
+	(*SVIDSeenOp)(nil),             // 22: pact.v1.SVIDSeenOp
+	(*RecordOperatorOp)(nil),       // 23: pact.v1.RecordOperatorOp
+	(*RevokeOperatorOp)(nil),       // 24: pact.v1.RevokeOperatorOp
+	(*RetireIntermediateOp)(nil),   // 25: pact.v1.RetireIntermediateOp
+	(*StandbyIssuedOp)(nil),        // 26: pact.v1.StandbyIssuedOp
+	(*StandbyActivatedOp)(nil),     // 27: pact.v1.StandbyActivatedOp
+	(*SnapshotHeader)(nil),         // 28: pact.v1.SnapshotHeader
+	(*HardwareIdentity)(nil),       // 29: pact.v1.HardwareIdentity
+	(*CredentialPolicy)(nil),       // 30: pact.v1.CredentialPolicy
+	(*CertificateInfo)(nil),        // 31: pact.v1.CertificateInfo
+	(*JoinToken)(nil),              // 32: pact.v1.JoinToken
+	(*Intermediate)(nil),           // 33: pact.v1.Intermediate
+	(*JournalInfo)(nil),            // 34: pact.v1.JournalInfo
+	(*Node)(nil),                   // 35: pact.v1.Node
+	(*AuditEntry)(nil),             // 36: pact.v1.AuditEntry
+	(*Operator)(nil),               // 37: pact.v1.Operator
+	(*OperatorNameRevocation)(nil), // 38: pact.v1.OperatorNameRevocation
 }
 var file_pact_v1_raft_proto_depIdxs = []int32{
 	2,  // 0: pact.v1.Command.register_node:type_name -> pact.v1.RegisterNodeOp
 	3,  // 1: pact.v1.Command.activate:type_name -> pact.v1.ActivateOp
-	9,  // 2: pact.v1.Command.publish_intermediate:type_name -> pact.v1.PublishIntermediateOp
-	8,  // 3: pact.v1.Command.renew:type_name -> pact.v1.RenewOp
-	10, // 4: pact.v1.Command.decommission:type_name -> pact.v1.DecommissionOp
-	11, // 5: pact.v1.Command.assign:type_name -> pact.v1.AssignOp
-	12, // 6: pact.v1.Command.liveness_digest:type_name -> pact.v1.LivenessDigestOp
-	13, // 7: pact.v1.Command.mark_inactive:type_name -> pact.v1.MarkInactiveOp
-	19, // 8: pact.v1.Command.svid_seen:type_name -> pact.v1.SVIDSeenOp
-	5,  // 9: pact.v1.Command.create_join_token:type_name -> pact.v1.CreateJoinTokenOp
-	6,  // 10: pact.v1.Command.revoke_join_tokens:type_name -> pact.v1.RevokeJoinTokensOp
-	7,  // 11: pact.v1.Command.fence:type_name -> pact.v1.FenceOp
-	20, // 12: pact.v1.Command.record_operator:type_name -> pact.v1.RecordOperatorOp
-	21, // 13: pact.v1.Command.revoke_operator:type_name -> pact.v1.RevokeOperatorOp
-	22, // 14: pact.v1.Command.retire_intermediate:type_name -> pact.v1.RetireIntermediateOp
-	17, // 15: pact.v1.Command.release:type_name -> pact.v1.ReleaseOp
-	18, // 16: pact.v1.Command.update_node:type_name -> pact.v1.UpdateNodeOp
-	23, // 17: pact.v1.Command.standby_issued:type_name -> pact.v1.StandbyIssuedOp
-	24, // 18: pact.v1.Command.standby_activated:type_name -> pact.v1.StandbyActivatedOp
-	26, // 19: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	27, // 20: pact.v1.RegisterNodeOp.credentials:type_name -> pact.v1.CredentialPolicy
-	26, // 21: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
-	28, // 22: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
-	4,  // 23: pact.v1.ActivateOp.credentials:type_name -> pact.v1.PresentedCredentials
-	29, // 24: pact.v1.CreateJoinTokenOp.token:type_name -> pact.v1.JoinToken
-	28, // 25: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
-	30, // 26: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
-	31, // 27: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
-	32, // 28: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
-	16, // 29: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
-	30, // 30: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
-	15, // 31: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
-	33, // 32: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
-	31, // 33: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
-	29, // 34: pact.v1.Snapshot.join_tokens:type_name -> pact.v1.JoinToken
-	34, // 35: pact.v1.Snapshot.operators:type_name -> pact.v1.Operator
-	35, // 36: pact.v1.Snapshot.revoked_operator_names:type_name -> pact.v1.OperatorNameRevocation
-	26, // 37: pact.v1.UpdateNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	34, // 38: pact.v1.RecordOperatorOp.operator:type_name -> pact.v1.Operator
-	28, // 39: pact.v1.StandbyIssuedOp.cert:type_name -> pact.v1.CertificateInfo
-	40, // [40:40] is the sub-list for method output_type
-	40, // [40:40] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	10, // 2: pact.v1.Command.publish_intermediate:type_name -> pact.v1.PublishIntermediateOp
+	9,  // 3: pact.v1.Command.renew:type_name -> pact.v1.RenewOp
+	11, // 4: pact.v1.Command.decommission:type_name -> pact.v1.DecommissionOp
+	12, // 5: pact.v1.Command.assign:type_name -> pact.v1.AssignOp
+	13, // 6: pact.v1.Command.liveness_digest:type_name -> pact.v1.LivenessDigestOp
+	14, // 7: pact.v1.Command.mark_inactive:type_name -> pact.v1.MarkInactiveOp
+	22, // 8: pact.v1.Command.svid_seen:type_name -> pact.v1.SVIDSeenOp
+	6,  // 9: pact.v1.Command.create_join_token:type_name -> pact.v1.CreateJoinTokenOp
+	7,  // 10: pact.v1.Command.revoke_join_tokens:type_name -> pact.v1.RevokeJoinTokensOp
+	8,  // 11: pact.v1.Command.fence:type_name -> pact.v1.FenceOp
+	23, // 12: pact.v1.Command.record_operator:type_name -> pact.v1.RecordOperatorOp
+	24, // 13: pact.v1.Command.revoke_operator:type_name -> pact.v1.RevokeOperatorOp
+	25, // 14: pact.v1.Command.retire_intermediate:type_name -> pact.v1.RetireIntermediateOp
+	20, // 15: pact.v1.Command.release:type_name -> pact.v1.ReleaseOp
+	21, // 16: pact.v1.Command.update_node:type_name -> pact.v1.UpdateNodeOp
+	4,  // 17: pact.v1.Command.batch:type_name -> pact.v1.BatchOp
+	26, // 18: pact.v1.Command.standby_issued:type_name -> pact.v1.StandbyIssuedOp
+	27, // 19: pact.v1.Command.standby_activated:type_name -> pact.v1.StandbyActivatedOp
+	29, // 20: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	30, // 21: pact.v1.RegisterNodeOp.credentials:type_name -> pact.v1.CredentialPolicy
+	29, // 22: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
+	31, // 23: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
+	5,  // 24: pact.v1.ActivateOp.credentials:type_name -> pact.v1.PresentedCredentials
+	1,  // 25: pact.v1.BatchOp.commands:type_name -> pact.v1.Command
+	32, // 26: pact.v1.CreateJoinTokenOp.token:type_name -> pact.v1.JoinToken
+	31, // 27: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
+	33, // 28: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
+	34, // 29: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
+	35, // 30: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
+	19, // 31: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
+	33, // 32: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
+	16, // 33: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
+	36, // 34: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
+	34, // 35: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
+	32, // 36: pact.v1.Snapshot.join_tokens:type_name -> pact.v1.JoinToken
+	37, // 37: pact.v1.Snapshot.operators:type_name -> pact.v1.Operator
+	38, // 38: pact.v1.Snapshot.revoked_operator_names:type_name -> pact.v1.OperatorNameRevocation
+	35, // 39: pact.v1.SnapshotRecord.node:type_name -> pact.v1.Node
+	19, // 40: pact.v1.SnapshotRecord.revoked:type_name -> pact.v1.RevokedSerial
+	33, // 41: pact.v1.SnapshotRecord.intermediate:type_name -> pact.v1.Intermediate
+	16, // 42: pact.v1.SnapshotRecord.last_seen:type_name -> pact.v1.LastSeen
+	36, // 43: pact.v1.SnapshotRecord.audit:type_name -> pact.v1.AuditEntry
+	34, // 44: pact.v1.SnapshotRecord.journal:type_name -> pact.v1.JournalInfo
+	32, // 45: pact.v1.SnapshotRecord.join_token:type_name -> pact.v1.JoinToken
+	37, // 46: pact.v1.SnapshotRecord.operator:type_name -> pact.v1.Operator
+	38, // 47: pact.v1.SnapshotRecord.revoked_operator_name:type_name -> pact.v1.OperatorNameRevocation
+	18, // 48: pact.v1.SnapshotRecord.sizes:type_name -> pact.v1.SnapshotSizes
+	29, // 49: pact.v1.UpdateNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	37, // 50: pact.v1.RecordOperatorOp.operator:type_name -> pact.v1.Operator
+	31, // 51: pact.v1.StandbyIssuedOp.cert:type_name -> pact.v1.CertificateInfo
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_raft_proto_init() }
@@ -2289,8 +2660,21 @@ func file_pact_v1_raft_proto_init() {
 		(*Command_RetireIntermediate)(nil),
 		(*Command_Release)(nil),
 		(*Command_UpdateNode)(nil),
+		(*Command_Batch)(nil),
 		(*Command_StandbyIssued)(nil),
 		(*Command_StandbyActivated)(nil),
+	}
+	file_pact_v1_raft_proto_msgTypes[16].OneofWrappers = []any{
+		(*SnapshotRecord_Node)(nil),
+		(*SnapshotRecord_Revoked)(nil),
+		(*SnapshotRecord_Intermediate)(nil),
+		(*SnapshotRecord_LastSeen)(nil),
+		(*SnapshotRecord_Audit)(nil),
+		(*SnapshotRecord_Journal)(nil),
+		(*SnapshotRecord_JoinToken)(nil),
+		(*SnapshotRecord_Operator)(nil),
+		(*SnapshotRecord_RevokedOperatorName)(nil),
+		(*SnapshotRecord_Sizes)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2298,7 +2682,7 @@ func file_pact_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_raft_proto_rawDesc), len(file_pact_v1_raft_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

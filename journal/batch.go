@@ -1,0 +1,236 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/logkey"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+// Activation batching (docs/architecture.md, "Batched activation").
+//
+// In a boot storm every enrollment ends in one Activate command. Each
+// command of its own costs a Raft entry on every journal (a future, a log
+// record, an FSM call) and, on a follower, a gRPC call to the leader. The
+// batcher groups the activations a journal holds at one moment into one
+// BatchOp entry, which the FSM applies in order with a result each.
+//
+// When to send is a group commit, not a timer: an activation that finds
+// no batch of this journal in flight goes at once, alone, so a quiet
+// journal adds no latency at all; activations arriving while a batch is in
+// flight wait for it and go together as the next batch, so the batch grows
+// with the load and with the time a commit takes, by itself. A fixed
+// window would add its whole length to every lone enrollment and still
+// guess the commit time wrong on a loaded machine. Two bounds keep the
+// wait short: a batch holds at most ActivationBatchMax commands (the rest
+// wait for the next), and an activation never waits longer than
+// ActivationBatchWindow behind a slow batch: then the waiting ones go
+// beside it.
+//
+// Each caller gets its own result only once the batch entry is applied on
+// this journal (propose, forward), so no certificate leaves before its
+// activation has committed.
+
+// batchCall is one activation waiting for its result.
+type batchCall struct {
+	cmd  *pactv1.Command // stamped (propose.stamp)
+	done chan batchOutcome
+}
+
+type batchOutcome struct {
+	res *raftfsm.Result
+	err error
+}
+
+// batcher groups activations. Its loop owns the queue; send runs each batch
+// on a goroutine of its own.
+type batcher struct {
+	max    int
+	window time.Duration
+	clock  clock.Clock
+	send   func([]*batchCall)
+	in     chan *batchCall
+	sent   chan struct{}
+	stop   <-chan struct{}
+
+	// Test hooks (export_test.go): queued is told the queue's length each
+	// time it changes; beforeSend runs before a batch is proposed.
+	hookMu     sync.Mutex
+	queued     func(n int)
+	beforeSend func(n int)
+}
+
+func newBatcher(max int, window time.Duration, clk clock.Clock, stop <-chan struct{}, send func([]*batchCall)) *batcher {
+	return &batcher{max: max, window: window, clock: clk, send: send, in: make(chan *batchCall), sent: make(chan struct{}), stop: stop}
+}
+
+// submit queues c and waits for its outcome.
+func (b *batcher) submit(ctx context.Context, c *batchCall) (*raftfsm.Result, error) {
+	select {
+	case b.in <- c:
+	case <-ctx.Done():
+		// Not queued: nothing was written.
+		return nil, ctx.Err()
+	case <-b.stop:
+		return nil, fmt.Errorf("%w: journal shutting down", ErrNoLeader)
+	}
+	select {
+	case out := <-c.done:
+		return out.res, out.err
+	case <-ctx.Done():
+		// It may still commit; its certificate never leaves.
+		return nil, fmt.Errorf("%w: the caller went away before its activation was known committed: %w", ErrOutcomeUnknown, ctx.Err())
+	}
+}
+
+func (b *batcher) run() {
+	var (
+		queue    []*batchCall
+		inFlight int
+		timer    clock.Timer
+		expired  <-chan time.Time
+	)
+	flush := func() {
+		n := min(len(queue), b.max)
+		batch := queue[:n:n]
+		queue = queue[n:]
+		inFlight++
+		b.hookMu.Lock()
+		before := b.beforeSend
+		b.hookMu.Unlock()
+		go func() {
+			if before != nil {
+				before(len(batch))
+			}
+			b.send(batch)
+			select {
+			case b.sent <- struct{}{}:
+			case <-b.stop:
+			}
+		}()
+	}
+	for {
+		before := len(queue)
+		select {
+		case c := <-b.in:
+			queue = append(queue, c)
+		case <-b.sent:
+			inFlight--
+		case <-expired:
+			// The oldest waiting activation has waited a whole window
+			// behind a slow batch: send what waits beside it.
+			expired, timer = nil, nil
+			if len(queue) > 0 {
+				flush()
+			}
+		case <-b.stop:
+			if timer != nil {
+				timer.Stop()
+			}
+			for _, c := range queue {
+				c.done <- batchOutcome{err: fmt.Errorf("%w: journal shutting down", ErrNoLeader)}
+			}
+			return
+		}
+		for len(queue) >= b.max || len(queue) > 0 && inFlight == 0 {
+			flush()
+		}
+		switch {
+		case len(queue) == 0 && timer != nil:
+			timer.Stop()
+			timer, expired = nil, nil
+		case len(queue) > 0 && timer == nil:
+			timer = b.clock.NewTimer(b.window)
+			expired = timer.C()
+		}
+		if len(queue) != before {
+			b.hookMu.Lock()
+			q := b.queued
+			b.hookMu.Unlock()
+			if q != nil {
+				q(len(queue))
+			}
+		}
+	}
+}
+
+// proposeActivation commits an Activate command, in a batch with others
+// when ActivationBatchMax allows. It returns like propose: only after the
+// entry is applied here, with the command's own result.
+func (j *Journal) proposeActivation(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
+	if j.batcher == nil {
+		return j.propose(ctx, cmd)
+	}
+	j.stamp(ctx, cmd)
+	res, err := j.batcher.submit(ctx, &batchCall{cmd: cmd, done: make(chan batchOutcome, 1)})
+	if err == nil && res != nil {
+		err = res.Err
+	}
+	return res, err
+}
+
+// sendBatch proposes one batch and gives every caller its own outcome. A
+// batch of one goes as the plain command it is.
+func (j *Journal) sendBatch(calls []*batchCall) {
+	j.metrics.activationBatch.Observe(float64(len(calls)))
+	ctx := context.Background()
+	if len(calls) == 1 {
+		res, err := j.proposeStamped(ctx, calls[0].cmd)
+		calls[0].done <- batchOutcome{res: res, err: err}
+		return
+	}
+	cmds := make([]*pactv1.Command, len(calls))
+	for i, c := range calls {
+		cmds[i] = c.cmd
+	}
+	env := &pactv1.Command{
+		AtUnixNano: j.cfg.Clock.Now().UnixNano(),
+		Actor:      "journal/" + j.cfg.NodeID,
+		Op:         &pactv1.Command_Batch{Batch: &pactv1.BatchOp{Commands: cmds}},
+	}
+	env.Ignorable = raftfsm.Ignorable(env)
+	res, err := j.proposeStamped(ctx, env)
+	if err == nil && len(res.Batch) != len(calls) {
+		err = fmt.Errorf("journal: a batch of %d commands came back with %d results", len(calls), len(res.Batch))
+	}
+	if err != nil && olderLeader(err) {
+		// A leader of the previous release (a rolling upgrade) refuses
+		// the batch before writing it: send each activation alone.
+		j.log.Info("the leader does not take batched activations (an older pact-journal?); sending them one by one", logkey.Err, err)
+		j.sendEach(calls)
+		return
+	}
+	for i, c := range calls {
+		if err != nil {
+			c.done <- batchOutcome{err: err}
+			continue
+		}
+		c.done <- batchOutcome{res: res.Batch[i], err: res.Batch[i].Err}
+	}
+}
+
+func (j *Journal) sendEach(calls []*batchCall) {
+	var wg sync.WaitGroup
+	for _, c := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := j.proposeStamped(context.Background(), c.cmd)
+			c.done <- batchOutcome{res: res, err: err}
+		}()
+	}
+	wg.Wait()
+}
+
+// olderLeader reports whether err is the leader's refusal of a command it
+// does not know: an INVALID_ARGUMENT answer to a forwarded batch, given
+// before anything was written (peerServer.Propose).
+func olderLeader(err error) bool {
+	return apierr.FromError(err).Reason == apierr.InvalidArgument
+}
