@@ -74,6 +74,10 @@ type ScenarioResult struct {
 	// conflicts / takeovers and refused takeovers.
 	Hardware               HardwareCounts
 	NeedMoves, NeedReboots bool
+	// Membership is what the membership scenario saw; it must show an add
+	// and a remove that took effect under a fault.
+	Membership     *MembershipResult
+	NeedMembership bool
 }
 
 // Passed reports whether nothing was violated, the checker reached a
@@ -224,12 +228,19 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 	res.MinOps = int(dur.Seconds() * minOpsPerSecond)
 	res.MinFaults = max(sc.MinFaults, 1)
 	res.NeedLeaderChange = sc.Leaders
+	res.NeedMembership = sc.Membership
 	ctx, cancel := context.WithTimeout(context.Background(), dur)
 	env := &Env{Ctx: ctx, Dir: res.Dir, Q: q, H: h, Rng: mrand.New(mrand.NewPCG(seed, 0x5eed)), Logf: logf}
 	injectErr := sc.Inject(env)
 	cancel()
 	healErr := healAll(env)
-	res.Faults, res.Snapshot = env.faults, env.snap
+	res.Faults, res.Snapshot, res.Membership = env.faults, env.snap, env.members
+	// The membership scenario ends with some journals outside the quorum
+	// (waiting with --join): the checks read the members only.
+	post := q
+	if env.view != nil {
+		post = env.view
+	}
 	for _, p := range env.pauses {
 		if p.NewLeader != "" {
 			res.Notes = append(res.Notes, fmt.Sprintf("%s paused %.1fs-%.1fs; %s led meanwhile", p.ID, float64(p.From)/1e9, float64(p.To)/1e9, p.NewLeader))
@@ -245,19 +256,19 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 	stopWatch()
 	end := h.Now()
 
-	admins, closeAdmins, err := AdminConns(q)
+	admins, closeAdmins, err := AdminConns(post)
 	if err != nil {
 		res.Err = errors.Join(res.Err, err)
 		return res
 	}
 	defer closeAdmins()
 	nodes := w.Nodes()
-	states, diff := Converge(context.Background(), q, admins, nodes[0], 60*time.Second)
+	states, diff := Converge(context.Background(), post, admins, nodes[0], 60*time.Second)
 	var settled int64
 	if diff == "" {
 		settled = h.Now() // converged, nothing in flight: unknown outcomes have settled
 	}
-	finalReads(h, q, admins, nodes, wl.Clients)
+	finalReads(h, post, admins, nodes, wl.Clients)
 	recs := h.Records()
 	for _, r := range recs {
 		if r.Final {
@@ -298,6 +309,9 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 		CheckIdentical(states, diff),
 		CheckSerials(recs, final),
 	}
+	if sc.Membership {
+		res.Checks = append(res.Checks, CheckMembership(res.Membership))
+	}
 	if sc.Slow {
 		res.Checks = append(res.Checks, CheckNoStall(recs, res.Faults, end))
 	}
@@ -313,7 +327,7 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 		res.Checks = append(res.Checks, CheckDiskFull(recs, res.Faults, running))
 	}
 	if sc.Name == "leader-pause" || len(env.pauses) > 0 {
-		res.Checks = append(res.Checks, CheckExLeader(recs, final, env.pauses, q.Log))
+		res.Checks = append(res.Checks, CheckExLeader(recs, final, env.pauses, post.Log))
 	}
 	if res.Snapshot != nil {
 		c := Check{Name: InvSnapshot, Checked: 1}
@@ -336,6 +350,10 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 
 func newQuorum(sc Scenario, opts Options, wl *WorkloadConfig, res *ScenarioResult) (Quorum, error) {
 	extra := append(append(append([]string{}, journalFlags...), sc.Extra...), opts.JournalFlags...)
+	n, initial := sc.Journals, 0
+	if sc.Slots > sc.Journals {
+		n, initial = sc.Slots, sc.Journals
+	}
 	var nw Network
 	switch opts.Net {
 	case "docker":
@@ -345,18 +363,18 @@ func newQuorum(sc Scenario, opts Options, wl *WorkloadConfig, res *ScenarioResul
 		}
 		return dq, nil
 	case "loopback":
-		lb, err := NewLoopback(sc.Journals, "-net loopback")
+		lb, err := NewLoopback(n, "-net loopback")
 		if err != nil {
 			return nil, err
 		}
 		nw = lb
 	default:
-		ns, err := NewNetNS(sc.Journals, wl.Clients)
+		ns, err := NewNetNS(n, wl.Clients)
 		if err != nil {
 			if opts.Net == "netns" {
 				return nil, err
 			}
-			lb, lerr := NewLoopback(sc.Journals, "network namespaces unavailable: "+err.Error())
+			lb, lerr := NewLoopback(n, "network namespaces unavailable: "+err.Error())
 			if lerr != nil {
 				return nil, lerr
 			}
@@ -366,7 +384,7 @@ func newQuorum(sc Scenario, opts Options, wl *WorkloadConfig, res *ScenarioResul
 		}
 	}
 	wl.SourceIP = nw.ClientIP
-	q, err := NewProcQuorum(ProcConfig{Bin: opts.Bin, Dir: res.Dir, N: sc.Journals, Net: nw, Extra: extra})
+	q, err := NewProcQuorum(ProcConfig{Bin: opts.Bin, Dir: res.Dir, N: n, Initial: initial, Net: nw, Extra: extra})
 	if err != nil {
 		nw.Close()
 		return nil, err
@@ -390,7 +408,7 @@ func healAll(e *Env) error {
 		errs = append(errs, e.Q.Start(i))
 	}
 	for i := range e.Q.Size() {
-		errs = append(errs, e.Q.WaitServing(i, 90*time.Second))
+		errs = append(errs, waitUp(e.Q, i, 90*time.Second))
 	}
 	return errors.Join(errs...)
 }

@@ -36,6 +36,10 @@ type Env struct {
 	snap   *SnapshotResult
 	// emulated lists journals SIGSTOPped to emulate a partition.
 	emulated map[int]bool
+	// members is what the membership scenario saw; view, if set, is the
+	// journals that are members at the end (the checks read those only).
+	members *MembershipResult
+	view    Quorum
 }
 
 // SnapshotResult is what the lagging-follower scenario saw.
@@ -184,6 +188,13 @@ type Scenario struct {
 	// Slow marks the slow-follower scenario: its run is checked for write
 	// stalls while a follower is slowed (CheckSlowFollower).
 	Slow bool
+	// Slots, if more than Journals, is how many journal processes run:
+	// the first Journals form the quorum, the others wait with --join to
+	// be added (the membership scenario).
+	Slots int
+	// Membership marks the membership scenario: the run must show an add
+	// and a remove committed under a fault (CheckMembership).
+	Membership bool
 	// TakeoverWindow, if set, is given to the journals (with a digest
 	// interval of a third of it) and the workload reboots nodes with a
 	// new key inside and after it; the run must show both answers.
@@ -225,6 +236,8 @@ func Scenarios() []Scenario {
 			Describe: "fill one journal's own 64 MB tmpfs (the leader half the time) for 3-6 s, then free it: it must stop writing cleanly and catch up"},
 		{Name: "minority-partition-5", Journals: 5, Duration: 30 * time.Second, Inject: minorityPartition, Long: true,
 			Describe: "five journals: cut two off the other three"},
+		{Name: "membership-change", Journals: 3, Slots: 5, Duration: 45 * time.Second, Inject: membershipChurn, Membership: true, Long: true, MinFaults: 2,
+			Describe: "add and remove journals (pact journal add/remove through the leader; two spare journals wait with --join) while the leader is killed or a minority is cut off; a removed journal must exit 3 and is added back empty"},
 	}
 }
 
