@@ -380,6 +380,7 @@ const (
 	InvNoStall       = "slow-follower-no-stall"
 	InvDiskFull      = "disk-full-clean"
 	InvMembership    = "membership-converges"
+	InvLiveness      = "no-wrong-inactive"
 )
 
 // maxStall is the longest a quorum with one slow follower may go without

@@ -3,6 +3,7 @@ package chaos
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // A membership history that holds, and every way CheckMembership must
@@ -84,5 +85,43 @@ func TestMembershipEvidence(t *testing.T) {
 	r.Membership.Changes[1].During = "partition j4|j1"
 	if ev := r.Evidence(); len(ev) != 0 {
 		t.Fatalf("evidence %q; want none", ev)
+	}
+}
+
+// CheckLiveness fails a node marked Inactive while streaming to a journal
+// that reached the leader, and accepts one streaming to a cut-off journal.
+func TestCheckLiveness(t *testing.T) {
+	s := int64(time.Second)
+	l := &LivenessResult{Heartbeat: 8 * time.Second, Digest: time.Second,
+		Sessions: []StreamSession{
+			{Node: "s00", Journal: "j1", Up: 1 * s},               // open to the end
+			{Node: "s01", Journal: "j2", Up: 1 * s, Down: 40 * s}, // covers the mark
+			{Node: "s02", Journal: "j3", Up: 25 * s},              // opened too late to be reported
+		},
+		Marks: []LivenessMark{
+			{Node: "s00", At: 30 * s, Index: 40},
+			{Node: "s01", At: 30 * s, Index: 41},
+			{Node: "s02", At: 30 * s, Index: 42},
+			{Node: "s00", At: 31 * s, Index: 43, Active: true},
+		},
+	}
+	faults := []Fault{{Kind: "partition", Target: "j1|j2,j3", At: 10 * s, Healed: 29 * s}}
+	cut := map[int][]string{0: {"j1"}}
+	c, rightly := CheckLiveness(l, faults, cut)
+	if len(c.Violations) != 1 || !strings.Contains(c.Violations[0], "node s01 marked Inactive") {
+		t.Fatalf("violations %q; want s01's mark only", c.Violations)
+	}
+	if rightly != 1 || c.Checked != 3 {
+		t.Fatalf("rightly %d, checked %d; want 1 (s00 on the cut-off j1), 3", rightly, c.Checked)
+	}
+	// With j2 cut off too, s01's mark is right.
+	cut[0] = append(cut[0], "j2")
+	if c, rightly := CheckLiveness(l, faults, cut); !c.OK() || rightly != 2 {
+		t.Fatalf("violations %q, rightly %d; want none, 2", c.Violations, rightly)
+	}
+	// A cut that healed before the heartbeat timeout's window does not excuse it.
+	faults[0].Healed = 20 * s
+	if c, _ := CheckLiveness(l, faults, cut); len(c.Violations) != 2 {
+		t.Fatalf("violations %q; want s00 and s01", c.Violations)
 	}
 }

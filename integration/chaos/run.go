@@ -78,13 +78,19 @@ type ScenarioResult struct {
 	// and a remove that took effect under a fault.
 	Membership     *MembershipResult
 	NeedMembership bool
+	// Liveness is what the liveness scenario saw; LivenessRightly counts
+	// nodes marked Inactive while streaming to a cut-off journal (it must
+	// show one: the marking works, the check is not vacuous).
+	Liveness        *LivenessResult
+	LivenessRightly int
 }
 
 // Passed reports whether nothing was violated, the checker reached a
 // definite verdict, and the run showed the work and faults it is about
 // (Evidence).
 func (r *ScenarioResult) Passed() bool {
-	if r.Err != nil || r.Lin.Verdict != "yes" || len(r.Evidence()) > 0 {
+	lin := r.Lin.Verdict == "yes" || r.Liveness != nil && r.Lin.Verdict == "n/a"
+	if r.Err != nil || !lin || len(r.Evidence()) > 0 {
 		return false
 	}
 	for _, c := range r.Checks {
@@ -137,6 +143,10 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 	res.Dir = filepath.Join(opts.WorkDir, sc.Name)
 	if err := os.MkdirAll(res.Dir, 0o755); err != nil {
 		res.Err = err
+		return res
+	}
+	if sc.Liveness {
+		runLiveness(sc, opts, seed, res, logf)
 		return res
 	}
 	wl := DefaultWorkload()

@@ -40,6 +40,9 @@ type Env struct {
 	// journals that are members at the end (the checks read those only).
 	members *MembershipResult
 	view    Quorum
+	// cutoff lists, per fault, the journals it cut off from the leader
+	// (the liveness scenario).
+	cutoff map[int][]string
 }
 
 // SnapshotResult is what the lagging-follower scenario saw.
@@ -195,6 +198,9 @@ type Scenario struct {
 	// Membership marks the membership scenario: the run must show an add
 	// and a remove committed under a fault (CheckMembership).
 	Membership bool
+	// Liveness marks the liveness scenario: streaming nodes instead of
+	// the registry workload (runLiveness).
+	Liveness bool
 	// TakeoverWindow, if set, is given to the journals (with a digest
 	// interval of a third of it) and the workload reboots nodes with a
 	// new key inside and after it; the run must show both answers.
@@ -236,6 +242,8 @@ func Scenarios() []Scenario {
 			Describe: "fill one journal's own 64 MB tmpfs (the leader half the time) for 3-6 s, then free it: it must stop writing cleanly and catch up"},
 		{Name: "minority-partition-5", Journals: 5, Duration: 30 * time.Second, Inject: minorityPartition, Long: true,
 			Describe: "five journals: cut two off the other three"},
+		{Name: "liveness-partition", Journals: 3, Duration: 45 * time.Second, Inject: livenessPartition, Liveness: true, Long: true,
+			Describe: "12 nodes hold Subscribe streams (heartbeat timeout 8 s, digests every 1 s) while one journal is cut off for longer than the timeout or the leader is killed: no node streaming to a journal that reaches the leader is marked Inactive"},
 		{Name: "membership-change", Journals: 3, Slots: 5, Duration: 45 * time.Second, Inject: membershipChurn, Membership: true, Long: true, MinFaults: 2,
 			Describe: "add and remove journals (pact journal add/remove through the leader; two spare journals wait with --join) while the leader is killed or a minority is cut off; a removed journal must exit 3 and is added back empty"},
 	}
