@@ -1,0 +1,489 @@
+// The run loop: one goroutine decides, each time round, whether the node
+// must enroll, renew, move to a better identity or just wait, and backs off
+// on failures (retry, classify).
+
+package agent
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/pact-hpc/pact/identity"
+	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/logkey"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// retry is the backoff state of one kind of attempt.
+type retry struct {
+	attempt   int
+	notBefore time.Time
+}
+
+func (r *retry) due(now time.Time) bool { return !now.Before(r.notBefore) }
+
+func (r *retry) failed(a *Agent, err error, atLeast time.Duration) {
+	r.notBefore = a.cfg.Clock.Now().Add(max(a.backoff(r.attempt, err), atLeast))
+	r.attempt++
+}
+
+// loopState is what the loop remembers between steps. Only Run's goroutine
+// touches it.
+type loopState struct {
+	connect, enroll, upgrade, renew, files retry
+	standby                                retry
+	standbyAt                              time.Time         // when the standby is renewed
+	standbyFor                             string            // serial standbyAt was chosen for
+	upgradeKey                             string            // the identity upgrade retries are for
+	ended                                  *identity.Channel // whose stream end was handled
+	renewFor                               string            // serial renewAt was chosen for
+	renewAt                                time.Time         // when renewFor is due
+	lastRenew                              time.Time         // the latest renewal attempt
+	written                                string            // what the identity files hold
+}
+
+// rebased forgets the retry deadlines and the last renewal attempt, which
+// were taken on the clock before the agent bridged to the journal's time:
+// they may lie far in the new clock's future. It returns true for the
+// caller's switch.
+func (s *loopState) rebased() bool {
+	for _, r := range []*retry{&s.connect, &s.enroll, &s.upgrade, &s.renew, &s.files} {
+		r.notBefore = time.Time{}
+	}
+	s.lastRenew = time.Time{}
+	return true
+}
+
+// loop runs step until ctx ends or the journal refuses the node, waking on
+// the step's next deadline, a cascade change, or the stream's end.
+func (a *Agent) loop(ctx context.Context, cascade *identity.Cascade) error {
+	var s loopState
+	readyTold := a.cfg.OnReady == nil
+	for {
+		next, err := a.step(ctx, &s)
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !readyTold && a.Status().Ready {
+			readyTold = true
+			a.cfg.OnReady()
+		}
+		now := a.cfg.Clock.Now()
+		if !next.IsZero() && !next.After(now) {
+			continue // a step made progress: look again at once
+		}
+		var lost <-chan struct{}
+		if ch := a.rot.Active(); ch != nil && ch.StreamAlive() {
+			lost = ch.StreamDone()
+		}
+		var tick <-chan time.Time
+		var timer interface{ Stop() bool }
+		if !next.IsZero() {
+			t := a.cfg.Clock.NewTimer(next.Sub(now))
+			tick, timer = t.C(), t
+		}
+		select {
+		case <-ctx.Done():
+		case <-cascade.Changes():
+		case <-lost:
+		case <-tick:
+		case <-a.wake:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// step does whatever is due now, in order: notice a stream that ended,
+// connect when there is no live stream, enroll when there is no identity
+// worth having, move to a better identity, renew the journal-signed
+// certificate, write the identity files. It returns when to look again
+// (zero: only on a signal; not after now: at once) or a final refusal.
+func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
+	now := a.cfg.Clock.Now()
+	var next time.Time
+	later := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+
+	act := a.rot.Active()
+	if act != nil && !act.StreamAlive() && s.ended != act {
+		s.ended = act
+		err := act.StreamErr()
+		a.fail("stream", err, act.Identity())
+		if revoked(err) {
+			return next, fmt.Errorf("%w: stream closed: %w", ErrRefused, err)
+		}
+		a.dropRefusedJournalIdentity(act.Identity(), err)
+		if s.connect.attempt == 0 {
+			s.connect = retry{attempt: 1, notBefore: now} // reconnect at once
+		} else {
+			s.connect.failed(a, err, 0) // the previous stream did not last: do not hammer
+		}
+	}
+	alive := act != nil && act.StreamAlive()
+	if alive {
+		a.sawStream(now)
+		a.mu.Lock()
+		stable := now.Sub(a.lastRotation) >= a.cfg.MaxBackoff
+		a.mu.Unlock()
+		if stable {
+			s.connect = retry{}
+		}
+	}
+
+	// Connect: there is no live stream.
+	if !alive {
+		if s.connect.due(now) {
+			switch err := a.connect(ctx); {
+			case err == nil:
+				return now, nil
+			case errors.Is(err, ErrRefused):
+				return next, err
+			case errors.Is(err, errNothingToTry):
+			case a.bridge(err) && s.rebased():
+				// The agent now runs on the journal's time: again, at once
+				// (on the new clock: now was taken on the old one).
+				return a.cfg.Clock.Now(), nil
+			default:
+				s.connect.failed(a, err, 0)
+			}
+		}
+		if s.connect.attempt > 0 {
+			later(s.connect.notBefore)
+		}
+	}
+
+	// Enroll: no journal-signed identity, and no live SVID channel.
+	if a.needEnroll(ctx, act, alive) {
+		if s.enroll.due(now) {
+			if err := a.enroll(ctx); err != nil {
+				if errors.Is(err, ErrRefused) {
+					return next, err
+				}
+				if errors.Is(err, errBridged) && s.rebased() {
+					return a.cfg.Clock.Now(), nil
+				}
+				s.enroll.failed(a, err, 0)
+			} else {
+				s.enroll, s.connect = retry{}, retry{}
+				return now, nil
+			}
+		}
+		later(s.enroll.notBefore)
+	}
+
+	// Move to a better identity, a rotated one, or away from one its
+	// provider no longer offers.
+	if alive {
+		if want := a.wanted(ctx, act.Identity()); want != nil {
+			key := idKey(want)
+			if key != s.upgradeKey {
+				s.upgradeKey, s.upgrade = key, retry{}
+			}
+			if s.upgrade.due(now) {
+				op := "upgrade"
+				if want.Source.Rank() < act.Identity().Source.Rank() {
+					op = "fallback"
+				}
+				err := a.swapTo(ctx, op, want)
+				switch {
+				case err == nil:
+					s.upgrade = retry{}
+					if act.Identity().Source == identity.SourceJournal && want.Source == identity.SourceSPIRE {
+						// The SVID's first stream made the journal
+						// certificate this channel held the node's standby
+						// (raftfsm svidSeen): no need to ask for another.
+						a.setStandby(act.Identity().Serial())
+					}
+					return now, nil
+				case revoked(err):
+					return next, fmt.Errorf("%w: %w", ErrRefused, err)
+				case a.bridge(err) && s.rebased():
+					return a.cfg.Clock.Now(), nil
+				}
+				a.dropRefusedJournalIdentity(want, err)
+				s.upgrade.failed(a, err, 0)
+			}
+			later(s.upgrade.notBefore)
+		}
+	}
+
+	// On SPIRE: hold a journal-signed standby, obtained and renewed over
+	// the SVID channel, and wake when the SVID is to be given up.
+	if alive && act.Identity().Source == identity.SourceSPIRE {
+		if sp := a.spireProvider(); sp != nil && sp.GiveUpAt(act.Identity()).After(now) {
+			// Past it, the fall-back above is under way, on its own retry.
+			later(sp.GiveUpAt(act.Identity()))
+		}
+		due, ok := a.standbyDue(ctx, s, now)
+		if ok {
+			if err := a.obtainStandby(ctx, act); err != nil {
+				if revoked(err) {
+					return next, fmt.Errorf("%w: standby: %w", ErrRefused, err)
+				}
+				s.standby.failed(a, err, 0)
+			} else {
+				s.standby = retry{}
+			}
+			return now, nil
+		}
+		later(due)
+	}
+
+	// Renew the journal-signed certificate the live channel presents.
+	if alive && act.Identity().Source == identity.SourceJournal {
+		id := act.Identity()
+		if s.renewFor != id.Serial() {
+			s.renewFor, s.renewAt = id.Serial(), renewalTime(id, a.cfg.RenewAt)
+		}
+		due := s.renewAt
+		if told, _ := a.renewNow.Load().(string); told == id.Serial() {
+			due = now // the journal asked: its intermediate is being retired
+		}
+		if !s.lastRenew.IsZero() {
+			due = latest(due, s.lastRenew.Add(a.cfg.MinRenewInterval), s.renew.notBefore)
+		}
+		a.setNextRenewal(due)
+		if !now.Before(due) {
+			s.lastRenew = now
+			if err := a.renew(ctx, act); err != nil {
+				if revoked(err) {
+					return next, fmt.Errorf("%w: renewal: %w", ErrRefused, err)
+				}
+				if a.bridge(err) && s.rebased() {
+					return a.cfg.Clock.Now(), nil
+				}
+				a.dropRefusedJournalIdentity(id, err)
+				s.renew.failed(a, err, a.cfg.MinRenewInterval)
+			} else {
+				s.renew = retry{}
+			}
+			return now, nil
+		}
+		later(due)
+	} else {
+		a.setNextRenewal(time.Time{})
+	}
+
+	// Hand the identity to other services on the node.
+	if act != nil && a.files.enabled() && act.Identity().Source != identity.SourceStatic {
+		id := act.Identity()
+		bundle, gen := a.publishedBundle(id)
+		key := fmt.Sprintf("%s/%d", idKey(id), gen)
+		if key != s.written {
+			if s.files.due(now) {
+				if err := a.files.write(id, bundle); err != nil {
+					a.fail("write identity files", err, nil)
+					s.files.failed(a, err, 0)
+				} else {
+					s.written, s.files = key, retry{}
+					a.log.Info("identity files written", logkey.Source, id.Source, logkey.Serial, id.Serial(),
+						"dir", a.cfg.IdentityDir, "key_out", a.cfg.KeyOut != "")
+				}
+			}
+			if s.written != key {
+				later(s.files.notBefore)
+			}
+		}
+	}
+	return next, nil
+}
+
+// errBridged: an operation failed on the agent's clock, and the agent now
+// uses the journal's time: retry at once.
+var errBridged = errors.New("agent: clock bridged to the journal's; retrying")
+
+func unixNano(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// errNothingToTry: no provider has an identity to connect with yet.
+var errNothingToTry = errors.New("agent: no identity to connect with yet")
+
+// connect makes a live channel with the best identity that works,
+// trying them best first.
+func (a *Agent) connect(ctx context.Context) error {
+	cands, err := a.candidates(ctx)
+	if len(cands) == 0 {
+		if errors.Is(err, identity.ErrExpired) {
+			err = fmt.Errorf("agent: every identity the agent held has expired: %w", err)
+			a.fail("connect", err, nil)
+			return err
+		}
+		return errNothingToTry
+	}
+	var first error
+	for _, id := range cands {
+		err := a.swapTo(ctx, "connect", id)
+		if err == nil {
+			return nil
+		}
+		if revoked(err) {
+			return fmt.Errorf("%w: %w", ErrRefused, err)
+		}
+		a.dropRefusedJournalIdentity(id, err)
+		if first == nil {
+			first = err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return first
+}
+
+// swapTo moves the live channel to id, counting the attempt and recording
+// a failure.
+func (a *Agent) swapTo(ctx context.Context, op string, id *identity.Identity) error {
+	a.metrics.attempts.Inc()
+	if err := a.rot.Swap(ctx, id); err != nil {
+		if ctx.Err() == nil {
+			a.fail(op, err, id)
+		}
+		return err
+	}
+	a.rotated()
+	return nil
+}
+
+// rotated notes that a new channel went live.
+func (a *Agent) rotated() {
+	now := a.cfg.Clock.Now()
+	a.mu.Lock()
+	a.lastRotation, a.streamSeen = now, now
+	a.mu.Unlock()
+	if ch := a.rot.Active(); ch != nil {
+		a.log.Info("stream open", logkey.Addr, ch.Target(), logkey.JournalID, ch.JournalID(), logkey.NodeID, ch.NodeID(), "identity", ch.Identity())
+	}
+}
+
+// handleEvent is the rotator's OnEvent: every event of every stream.
+func (a *Agent) handleEvent(ch *identity.Channel, ev *pactv1.SubscribeResponse) error {
+	a.sawStream(a.cfg.Clock.Now())
+	switch e := ev.GetEvent().(type) {
+	case *pactv1.SubscribeResponse_Assignment:
+		a.mu.Lock()
+		changed := a.vcluster != e.Assignment.GetVcluster()
+		a.nodeID, a.vcluster = e.Assignment.GetNodeId(), e.Assignment.GetVcluster()
+		a.mu.Unlock()
+		if changed || ch.Events() == 0 {
+			a.log.Info("assignment", logkey.NodeID, e.Assignment.GetNodeId(), logkey.VCluster, vclusterLabel(e.Assignment.GetVcluster()))
+		}
+	case *pactv1.SubscribeResponse_TrustBundle:
+		var certs []*x509.Certificate
+		for _, d := range e.TrustBundle.GetDer() {
+			if c, err := x509.ParseCertificate(d); err == nil {
+				certs = append(certs, c)
+			}
+		}
+		a.mu.Lock()
+		if !sameCerts(a.streamBundle, certs) {
+			a.streamBundle = certs
+			a.bundleGen++
+		}
+		a.mu.Unlock()
+		a.log.Debug("trust bundle", "certificates", len(certs))
+	case *pactv1.SubscribeResponse_Revoked:
+		reason := apierr.NodeRevoked
+		if apierr.Reason(e.Revoked.GetCode()) == apierr.NodeFenced {
+			reason = apierr.NodeFenced
+		}
+		return apierr.Status(reason, 0, e.Revoked.GetReason()).Err()
+	case *pactv1.SubscribeResponse_RenewNow:
+		// Renewed through the usual rotation (step), from a live
+		// intermediate, before the retiring one is revoked.
+		if id := ch.Identity(); id != nil && id.Source == identity.SourceJournal {
+			a.renewNow.Store(id.Serial())
+			a.log.Warn("the journal asks for renewal now", logkey.Reason, e.RenewNow.GetReason(),
+				logkey.IssuerSerial, e.RenewNow.GetIssuerSerial(), "revoke_at", unixNano(e.RenewNow.GetRevokeAtUnixNano()).UTC().Format(time.RFC3339))
+			select {
+			case a.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return nil
+}
+
+// publishedBundle is what bundle.pem holds for id: the journal's latest
+// trust bundle for a journal-signed identity, the identity's own bundle
+// otherwise, the domain root if that is empty. gen changes when it does.
+func (a *Agent) publishedBundle(id *identity.Identity) ([]*x509.Certificate, int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case id.Source == identity.SourceJournal && len(a.streamBundle) > 0:
+		return a.streamBundle, a.bundleGen
+	case len(id.Bundle) > 0:
+		return id.Bundle, 0
+	}
+	return a.roots, 0
+}
+
+// fail records why op failed: log, metrics, status. It returns the reason.
+func (a *Agent) fail(op string, err error, id *identity.Identity) string {
+	now := a.cfg.Clock.Now()
+	reason := classify(err, id, now)
+	a.metrics.failures.WithLabelValues(reason).Inc()
+	a.mu.Lock()
+	prev := a.failure
+	a.failure = failureRecord{reason: reason, op: op, msg: err.Error(), at: now}
+	// Retry logs are coalesced: a failure that repeats the previous one is
+	// logged at debug level, with a warning again every failureLogEvery.
+	level := slog.LevelWarn
+	if prev.reason == reason && prev.op == op && now.Sub(a.failureWarned) < failureLogEvery {
+		level = slog.LevelDebug
+	} else {
+		a.failureWarned = now
+	}
+	a.mu.Unlock()
+	attrs := []any{logkey.Reason, reason, logkey.Err, err}
+	if id != nil {
+		attrs = append(attrs, "identity", id)
+	}
+	a.log.Log(context.Background(), level, op+" failed; keeping what the agent has and retrying", attrs...)
+	return reason
+}
+
+// failureLogEvery is how often a failure that keeps repeating is logged as
+// a warning.
+const failureLogEvery = 5 * time.Minute
+
+// backoff is exponential with full jitter, and never shorter than a
+// retry-after the journal asked for.
+func (a *Agent) backoff(attempt int, err error) time.Duration {
+	ceiling := a.cfg.MinBackoff << min(attempt, 16)
+	if ceiling > a.cfg.MaxBackoff || ceiling <= 0 {
+		ceiling = a.cfg.MaxBackoff
+	}
+	d := a.cfg.MinBackoff/2 + rand.N(ceiling)
+	if pe := apierr.FromError(err); pe != nil && pe.RetryAfter > 0 {
+		d = max(d, pe.RetryAfter+jitter(pe.RetryAfter/2))
+	}
+	return d
+}
+
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return rand.N(d)
+}

@@ -1,0 +1,128 @@
+// Renewal: the journal-signed certificate renewed over the live channel at
+// 2/3 of its life, and the standby a SPIRE node keeps for when SPIRE goes.
+
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/pact-hpc/pact/identity"
+	"github.com/pact-hpc/pact/identity/spire"
+	"github.com/pact-hpc/pact/internal/logkey"
+	"github.com/pact-hpc/pact/internal/pki"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// renew exchanges the live channel's journal-signed certificate for one
+// for a fresh key (RenewCert over that channel) and swaps to it. From the
+// moment the renewal commits the journal takes the old certificate for
+// stale, so the swap follows at once, within the same rotation (calls the
+// journal refuses as stale meanwhile are retried on the new channel).
+func (a *Agent) renew(ctx context.Context, act *identity.Channel) error {
+	a.metrics.attempts.Inc()
+	err := a.rot.Rotate(ctx, func(ctx context.Context, cur *identity.Channel) (*identity.Identity, error) {
+		if cur != act {
+			return nil, nil // the channel changed meanwhile; look again
+		}
+		key, csr, err := newKey()
+		if err != nil {
+			return nil, err
+		}
+		cctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
+		resp, err := pactv1.NewEnrollmentServiceClient(cur.Conn()).RenewCert(cctx, &pactv1.RenewCertRequest{
+			CurrentSerial: cur.Identity().Serial(),
+			CsrDer:        csr,
+		})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("agent: RenewCert at %s: %w", cur.Target(), err)
+		}
+		if _, err := a.observeJournalTime(unixNano(resp.GetServerTimeUnixNano())); err != nil {
+			return nil, err
+		}
+		id, who, err := journalIdentity(key, a.rootPool, resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now())
+		if err != nil {
+			return nil, err
+		}
+		a.adopt(id, who, resp.GetVcluster())
+		a.log.Info("certificate renewed", "identity", id, "previous", cur.Identity())
+		return id, nil
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			a.fail("renew", err, act.Identity())
+		}
+		return err
+	}
+	a.rotated()
+	return nil
+}
+
+// standbyDue reports whether the agent, on a live SVID channel, should ask
+// for a standby now: it has none the registry holds (or it expired), its
+// standby is due for renewal, and no retry is pending. Otherwise it returns
+// when to look again.
+func (a *Agent) standbyDue(ctx context.Context, s *loopState, now time.Time) (time.Time, bool) {
+	id, err := a.jp.Current(ctx)
+	if err != nil || id.Serial() != a.standbySerial() {
+		return s.standby.notBefore, s.standby.due(now)
+	}
+	if s.standbyFor != id.Serial() {
+		s.standbyFor, s.standbyAt = id.Serial(), renewalTime(id, a.cfg.RenewAt)
+	}
+	due := latest(s.standbyAt, s.standby.notBefore)
+	return due, !now.Before(due)
+}
+
+// obtainStandby asks the journal, over the live SVID channel, to sign a
+// journal certificate for a fresh key and record it as the node's standby,
+// and makes it the journal provider's identity: the one the agent swaps to
+// when SPIRE stops serving it. The previous standby is dropped: the
+// journal no longer takes it.
+func (a *Agent) obtainStandby(ctx context.Context, act *identity.Channel) error {
+	a.metrics.attempts.Inc()
+	key, csr, err := newKey()
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
+	resp, err := pactv1.NewEnrollmentServiceClient(act.Conn()).IssueStandby(cctx, &pactv1.IssueStandbyRequest{CsrDer: csr})
+	cancel()
+	if err == nil {
+		var id *identity.Identity
+		var who pki.Identity
+		if id, who, err = journalIdentity(key, a.rootPool, resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now()); err == nil {
+			prev := a.latestJournal()
+			a.adopt(id, who, resp.GetVcluster())
+			a.setStandby(id.Serial())
+			a.log.Info("standby certificate obtained", "identity", id, "previous", prev, logkey.Addr, act.Target())
+			return nil
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	err = fmt.Errorf("agent: IssueStandby at %s: %w", act.Target(), err)
+	a.fail("standby", err, act.Identity())
+	return err
+}
+
+func (a *Agent) setStandby(serial string) {
+	a.mu.Lock()
+	a.standby = serial
+	a.mu.Unlock()
+}
+
+func (a *Agent) standbySerial() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.standby
+}
+
+func (a *Agent) spireProvider() *spire.Provider {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.spire
+}
