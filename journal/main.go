@@ -167,6 +167,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if *names != "" {
 		cfg.ServerNames = strings.Split(*names, ",")
 	}
+	if chaosClock != nil {
+		cfg.Clock = chaosClock(cfg.Clock, cfg.NodeID, logger)
+	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "pact-journal: invalid configuration:\n%v\n", err)
 		return 2

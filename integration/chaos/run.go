@@ -17,9 +17,12 @@ import (
 
 // Options configure a campaign.
 type Options struct {
-	Bin     string // directory with pact-journal
-	WorkDir string // one sub-directory per scenario (kept on failure)
-	Seed    uint64
+	Bin string // directory with pact-journal
+	// ClockBin is a directory with a pact-journal built with -tags
+	// chaosclock (clock-step needs it).
+	ClockBin string
+	WorkDir  string // one sub-directory per scenario (kept on failure)
+	Seed     uint64
 	// Scenarios to run by name (empty: the campaign's default set).
 	Scenarios []string
 	// Short shortens every scenario and skips the long ones (CI).
@@ -367,6 +370,9 @@ func newQuorum(sc Scenario, opts Options, wl *WorkloadConfig, res *ScenarioResul
 	var nw Network
 	switch opts.Net {
 	case "docker":
+		if sc.ClockStep {
+			return nil, errors.New("clock-step needs journal processes (not containers)")
+		}
 		dq, err := NewDockerQuorum(DockerConfig{Image: opts.Image, Dir: res.Dir, N: sc.Journals, Extra: extra, Bin: opts.Bin})
 		if err != nil {
 			return nil, fmt.Errorf("docker: %w", err)
@@ -394,7 +400,20 @@ func newQuorum(sc Scenario, opts Options, wl *WorkloadConfig, res *ScenarioResul
 		}
 	}
 	wl.SourceIP = nw.ClientIP
-	q, err := NewProcQuorum(ProcConfig{Bin: opts.Bin, Dir: res.Dir, N: n, Initial: initial, Net: nw, Extra: extra})
+	pc := ProcConfig{Bin: opts.Bin, Dir: res.Dir, N: n, Initial: initial, Net: nw, Extra: extra}
+	if sc.ClockStep {
+		// The journals follow the offsets the scenario writes here.
+		if opts.ClockBin == "" {
+			nw.Close()
+			return nil, errors.New("clock-step needs a pact-journal built with -tags chaosclock: pass -clock-bin (make chaos builds bin/chaosclock)")
+		}
+		if err := os.MkdirAll(filepath.Join(res.Dir, "clock"), 0o755); err != nil {
+			nw.Close()
+			return nil, err
+		}
+		pc.Bin, pc.Env = opts.ClockBin, []string{"PACT_CHAOS_CLOCK_DIR=" + filepath.Join(res.Dir, "clock")}
+	}
+	q, err := NewProcQuorum(pc)
 	if err != nil {
 		nw.Close()
 		return nil, err

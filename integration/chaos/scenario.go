@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"sync"
@@ -198,6 +200,9 @@ type Scenario struct {
 	// Membership marks the membership scenario: the run must show an add
 	// and a remove committed under a fault (CheckMembership).
 	Membership bool
+	// ClockStep runs the journals from Options.ClockBin, whose clocks
+	// follow offsets in Dir/clock (clockStep).
+	ClockStep bool
 	// Liveness marks the liveness scenario: streaming nodes instead of
 	// the registry workload (runLiveness).
 	Liveness bool
@@ -242,6 +247,8 @@ func Scenarios() []Scenario {
 			Describe: "fill one journal's own 64 MB tmpfs (the leader half the time) for 3-6 s, then free it: it must stop writing cleanly and catch up"},
 		{Name: "minority-partition-5", Journals: 5, Duration: 30 * time.Second, Inject: minorityPartition, Long: true,
 			Describe: "five journals: cut two off the other three"},
+		{Name: "clock-step", Journals: 3, Duration: 30 * time.Second, Inject: clockStep, ClockStep: true, Long: true,
+			Describe: "step one journal's wall clock (the leader half the time) 2-5 minutes forward or back for 4-8 s, then back (a pact-journal built with -tags chaosclock)"},
 		{Name: "liveness-partition", Journals: 3, Duration: 45 * time.Second, Inject: livenessPartition, Liveness: true, Long: true,
 			Describe: "12 nodes hold Subscribe streams (heartbeat timeout 8 s, digests every 1 s) while one journal is cut off for longer than the timeout or the leader is killed: no node streaming to a journal that reaches the leader is marked Inactive"},
 		{Name: "membership-change", Journals: 3, Slots: 5, Duration: 45 * time.Second, Inject: membershipChurn, Membership: true, Long: true, MinFaults: 2,
@@ -555,6 +562,42 @@ func slowFollower(e *Env) error {
 				return err
 			}
 			time.Sleep(250 * time.Millisecond)
+		}
+		e.heal(k)
+	}
+	return nil
+}
+
+// clockStep steps one journal's wall clock (the leader half the time) by
+// 2-5 minutes, forward or back, for 4-8 s, then sets it right again: a
+// second step, the other way. The journal logs each step it adopts.
+func clockStep(e *Env) error {
+	for e.sleep(e.between(2*time.Second, 4*time.Second)) {
+		l, err := e.leader()
+		if err != nil {
+			return err
+		}
+		j := l
+		if e.Rng.IntN(2) == 0 {
+			o := e.others(l)
+			j = o[e.Rng.IntN(len(o))]
+		}
+		off := e.between(2*time.Minute, 5*time.Minute).Round(time.Second)
+		if e.Rng.IntN(2) == 0 {
+			off = -off
+		}
+		file := filepath.Join(e.Dir, "clock", e.Q.ID(j))
+		if err := os.WriteFile(file, []byte(off.String()), 0o644); err != nil {
+			return err
+		}
+		who := e.Q.ID(j)
+		if j == l {
+			who += "(leader)"
+		}
+		k := e.addFault(fmt.Sprintf("clock %+v", off), who)
+		time.Sleep(e.between(4*time.Second, 8*time.Second))
+		if err := os.WriteFile(file, []byte("0s"), 0o644); err != nil {
+			return err
 		}
 		e.heal(k)
 	}
