@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -247,8 +248,8 @@ func Scenarios() []Scenario {
 			Describe: "fill one journal's own 64 MB tmpfs (the leader half the time) for 3-6 s, then free it: it must stop writing cleanly and catch up"},
 		{Name: "minority-partition-5", Journals: 5, Duration: 30 * time.Second, Inject: minorityPartition, Long: true,
 			Describe: "five journals: cut two off the other three"},
-		{Name: "clock-step", Journals: 3, Duration: 30 * time.Second, Inject: clockStep, ClockStep: true, Long: true,
-			Describe: "step one journal's wall clock (the leader half the time) 2-5 minutes forward or back for 4-8 s, then back (a pact-journal built with -tags chaosclock)"},
+		{Name: "clock-step", Journals: 3, Duration: 30 * time.Second, Inject: clockStep, ClockStep: true, Long: true, MinFaults: 2,
+			Describe: "step one journal's wall clock (the leader half the time) 2-5 minutes forward, or back, in turn, for 4-8 s, then set it right (a pact-journal built with -tags chaosclock)"},
 		{Name: "liveness-partition", Journals: 3, Duration: 45 * time.Second, Inject: livenessPartition, Liveness: true, Long: true,
 			Describe: "12 nodes hold Subscribe streams (heartbeat timeout 8 s, digests every 1 s) while one journal is cut off for longer than the timeout or the leader is killed: no node streaming to a journal that reaches the leader is marked Inactive"},
 		{Name: "membership-change", Journals: 3, Slots: 5, Duration: 45 * time.Second, Inject: membershipChurn, Membership: true, Long: true, MinFaults: 2,
@@ -582,24 +583,43 @@ func clockStep(e *Env) error {
 			o := e.others(l)
 			j = o[e.Rng.IntN(len(o))]
 		}
+		// Forward and back in turn: both directions in every run.
 		off := e.between(2*time.Minute, 5*time.Minute).Round(time.Second)
-		if e.Rng.IntN(2) == 0 {
+		e.mu.Lock()
+		if len(e.faults)%2 == 1 {
 			off = -off
 		}
+		e.mu.Unlock()
 		file := filepath.Join(e.Dir, "clock", e.Q.ID(j))
-		if err := os.WriteFile(file, []byte(off.String()), 0o644); err != nil {
+		if err := e.stepClock(j, file, off); err != nil {
 			return err
 		}
 		who := e.Q.ID(j)
 		if j == l {
 			who += "(leader)"
 		}
-		k := e.addFault(fmt.Sprintf("clock %+v", off), who)
+		k := e.addFault(fmt.Sprintf("clock %+.0fs", off.Seconds()), who)
 		time.Sleep(e.between(4*time.Second, 8*time.Second))
-		if err := os.WriteFile(file, []byte("0s"), 0o644); err != nil {
+		if err := e.stepClock(j, file, 0); err != nil {
 			return err
 		}
 		e.heal(k)
 	}
 	return nil
+}
+
+// stepClock sets journal j's clock offset and waits until the journal has
+// logged that it follows it: a run whose journals ignore the file proves
+// nothing.
+func (e *Env) stepClock(j int, file string, off time.Duration) error {
+	before := strings.Count(e.Q.Log(j), "CHAOS: clock stepped")
+	if err := os.WriteFile(file, []byte(off.String()), 0o644); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if strings.Count(e.Q.Log(j), "CHAOS: clock stepped") > before {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s did not log that its clock stepped to %v: is it built with -tags chaosclock?", e.Q.ID(j), off)
 }
