@@ -140,7 +140,7 @@ CHAOSFLAGS ?=
 
 chaos: build ## chaos campaign (minutes): kills, pauses, partitions, restarts, snapshot catch-up, membership, liveness, clock steps under load; table + JSON, non-zero on a violation
 	$(GO) build -trimpath -o $(BIN)/chaos ./integration/chaos/cmd/chaos
-	@# clock-step runs a test-only pact-journal whose clock the harness steps (journal/chaosclock_on.go); never shipped
+	@# clock-step runs a test-only pact-journal whose clock the harness steps (journal/journalmain/chaosclock_on.go); never shipped
 	$(GO) build -trimpath -tags chaosclock -o $(BIN)/chaosclock/pact-journal ./cmd/pact-journal
 	$(BIN)/chaos -bin $(BIN) -clock-bin $(BIN)/chaosclock $(CHAOSFLAGS)
 

@@ -13,6 +13,7 @@ require (
 	github.com/spiffe/go-spiffe/v2 v2.9.0
 	go.etcd.io/bbolt v1.3.5
 	go.uber.org/goleak v1.3.0
+	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/sys v0.48.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
 	google.golang.org/grpc v1.85.0

@@ -131,7 +131,7 @@ func TestAgentRefusals(t *testing.T) {
 			if got := apierr.FromError(err).Reason; got != tt.reason {
 				t.Errorf("reason %q, want %q (%v)", got, tt.reason, err)
 			}
-			if got := exitCode(err); got != tt.exitCode {
+			if got := ExitCode(err); got != tt.exitCode {
 				t.Errorf("exit code %d, want %d", got, tt.exitCode)
 			}
 			if !strings.Contains(err.Error(), tt.hint) {

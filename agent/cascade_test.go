@@ -132,7 +132,7 @@ func TestCascadeNeverDark(t *testing.T) {
 		t.Errorf("status shows standby %q until %v, want %s until %v", st.StandbySerial, st.StandbyNotAfter, standby.Serial(), standby.NotAfter)
 	}
 	var shown strings.Builder
-	if err := printStatus(&shown, r.Status()); err != nil || !strings.Contains(shown.String(), "standby:") || !strings.Contains(shown.String(), standby.Serial()) {
+	if err := PrintStatus(&shown, r.Status()); err != nil || !strings.Contains(shown.String(), "standby:") || !strings.Contains(shown.String(), standby.Serial()) {
 		t.Errorf("pact-agent status does not show the standby (%v):\n%s", err, shown.String())
 	}
 	if standby.Chain[0].Subject.CommonName != "pact-service-agent/n1@pact.local" {

@@ -150,8 +150,8 @@ func TestFailureClassification(t *testing.T) {
 		}
 		select {
 		case err := <-done:
-			if !errors.Is(err, ErrRefused) || exitCode(err) != ExitRevoked {
-				t.Fatalf("Run = %v (exit %d), want a refusal with exit code %d", err, exitCode(err), ExitRevoked)
+			if !errors.Is(err, ErrRefused) || ExitCode(err) != ExitRevoked {
+				t.Fatalf("Run = %v (exit %d), want a refusal with exit code %d", err, ExitCode(err), ExitRevoked)
 			}
 		case <-time.After(15 * time.Second):
 			t.Fatal("the agent did not stop after its node was decommissioned")

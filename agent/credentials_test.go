@@ -51,8 +51,8 @@ func TestAgentJoinToken(t *testing.T) {
 	registerRequiringToken(t, h, "n1", "SN1", mac1)
 
 	err := runUntilRefused(t, agentConfig(h, clock.Real{}, "SN1", mac1))
-	if pe := apierr.FromError(err); pe.Reason != apierr.JoinTokenRequired || exitCode(err) != ExitRevoked || !strings.Contains(err.Error(), "--join-token-file") {
-		t.Errorf("without a token: %v (exit %d)", err, exitCode(err))
+	if pe := apierr.FromError(err); pe.Reason != apierr.JoinTokenRequired || ExitCode(err) != ExitRevoked || !strings.Contains(err.Error(), "--join-token-file") {
+		t.Errorf("without a token: %v (exit %d)", err, ExitCode(err))
 	}
 	if got := classify(err, nil, time.Now()); got != ReasonEnrollmentRefused {
 		t.Errorf("classified %q", got)
@@ -119,8 +119,8 @@ func TestAgentFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = <-done
-	if !errors.Is(err, ErrRefused) || apierr.FromError(err).Reason != apierr.NodeFenced || exitCode(err) != ExitRevoked {
-		t.Fatalf("Run = %v (exit %d), want ErrRefused NODE_FENCED", err, exitCode(err))
+	if !errors.Is(err, ErrRefused) || apierr.FromError(err).Reason != apierr.NodeFenced || ExitCode(err) != ExitRevoked {
+		t.Fatalf("Run = %v (exit %d), want ErrRefused NODE_FENCED", err, ExitCode(err))
 	}
 	if st := a.Status(); st.LastFailureReason != ReasonFenced || !strings.Contains(st.LastFailure, "NODE_FENCED") {
 		t.Errorf("status last failure %q: %q, want %s reporting NODE_FENCED", st.LastFailureReason, st.LastFailure, ReasonFenced)

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -179,8 +178,8 @@ func ReadStatus(ctx context.Context, path string) (Status, error) {
 	return st, nil
 }
 
-// printStatus writes st for a person.
-func printStatus(w io.Writer, st Status) error {
+// PrintStatus writes st for a person (pact-agent status).
+func PrintStatus(w io.Writer, st Status) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	at := func(t time.Time) string {
@@ -241,61 +240,3 @@ func printStatus(w io.Writer, st Status) error {
 	}
 	return tw.Flush()
 }
-
-// statusMain is `pact-agent status`.
-func statusMain(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("pact-agent status", stderr, statusUsage)
-	socket := fs.String("status-socket", envOrDefault("PACT_AGENT_STATUS_SOCKET", DefaultStatusSocket), "the agent's status socket (PACT_AGENT_STATUS_SOCKET)")
-	output := fs.String("o", "table", "output format: table or json")
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
-	if *output != "table" && *output != "json" {
-		fmt.Fprintf(stderr, "pact-agent status: -o %q: want table or json\n", *output)
-		return ExitUsage
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := ReadStatus(ctx, *socket)
-	if err != nil {
-		fmt.Fprintf(stderr, "pact-agent status: %v\n", err)
-		return ExitError
-	}
-	if *output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(st)
-	} else {
-		err = printStatus(stdout, st)
-	}
-	if err != nil && !errors.Is(err, io.ErrShortWrite) {
-		fmt.Fprintf(stderr, "pact-agent status: %v\n", err)
-		return ExitError
-	}
-	if !st.Ready {
-		reason := "no unexpired identity with an open stream"
-		if st.LastFailureReason != "" {
-			reason += "; last failure: " + st.LastFailureReason
-			if st.LastFailure != "" {
-				reason += " (" + st.LastFailure + ")"
-			}
-		}
-		fmt.Fprintf(stderr, "pact-agent status: the agent is not ready: %s\n", reason)
-		return ExitNotReady
-	}
-	return ExitOK
-}
-
-const statusUsage = `pact-agent status shows the identity of the agent running on this node:
-its source, serial and expiry, its last rotation and its last failure, read
-from the agent's status socket (root only). It never shows key material.
-
-Usage:
-  pact-agent status [--status-socket PATH] [-o table|json]
-
-Exit codes, for monitoring: 0 ready (an unexpired identity and an open
-stream); 9 the agent answers but is not ready (stderr says why); 1 no agent
-answers on the socket; 2 bad flags.
-
-Flags:
-`

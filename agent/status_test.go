@@ -67,9 +67,15 @@ func TestStatusSocketAndCommand(t *testing.T) {
 		t.Errorf("status socket mode %v, want a socket with 0600", fi.Mode())
 	}
 
-	var out, errOut bytes.Buffer
-	if code := Main([]string{"status", "--status-socket", cfg.StatusSocket}, &out, &errOut); code != ExitOK {
-		t.Fatalf("pact-agent status: exit %d: %s", code, errOut.String())
+	// pact-agent status (agent/agentmain) is ReadStatus then PrintStatus
+	// or JSON; its exit codes are tested there.
+	read, err := ReadStatus(context.Background(), cfg.StatusSocket)
+	if err != nil {
+		t.Fatalf("ReadStatus: %v", err)
+	}
+	var out bytes.Buffer
+	if err := PrintStatus(&out, read); err != nil {
+		t.Fatal(err)
 	}
 	table := out.String()
 	t.Logf("pact-agent status:\n%s", table)
@@ -81,8 +87,8 @@ func TestStatusSocketAndCommand(t *testing.T) {
 	}
 
 	out.Reset()
-	if code := Main([]string{"status", "--status-socket", cfg.StatusSocket, "-o", "json"}, &out, &errOut); code != ExitOK {
-		t.Fatalf("pact-agent status -o json: exit %d: %s", code, errOut.String())
+	if err := json.NewEncoder(&out).Encode(read); err != nil {
+		t.Fatal(err)
 	}
 	var st Status
 	if err := json.Unmarshal(out.Bytes(), &st); err != nil {
@@ -107,9 +113,8 @@ func TestStatusSocketAndCommand(t *testing.T) {
 		}
 	}
 
-	if code := Main([]string{"status", "--status-socket", filepath.Join(t.TempDir(), "none.sock")}, &out, &errOut); code != ExitError ||
-		!strings.Contains(errOut.String(), "no agent answers") {
-		t.Errorf("status without an agent: exit %d, %s", code, errOut.String())
+	if _, err := ReadStatus(context.Background(), filepath.Join(t.TempDir(), "none.sock")); err == nil || !strings.Contains(err.Error(), "no agent answers") {
+		t.Errorf("status without an agent: %v", err)
 	}
 }
 

@@ -4,11 +4,8 @@ import (
 	"context"
 	"crypto"
 	"crypto/x509"
-	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 
 	"google.golang.org/protobuf/proto"
 
@@ -74,65 +71,4 @@ func (a *Agent) answerTPM(ctx context.Context, addr string, req *pactv1.EnrollRe
 		return nil, fmt.Errorf("%w: the journal answered the TPM proof with another challenge", ErrTPM)
 	}
 	return resp, err
-}
-
-const tpmEKUsage = `Usage:
-  pact-agent tpm-ek [--tpm-device DEV] [-o text|json]
-
-Reads the node's TPM endorsement key (EK) the way pact-agent does when it
-enrolls (the persistent EK at 0x81010001, or the one derived from the TCG
-default RSA template) and prints its EK hash, the value to register:
-
-  pact node enroll NODE --mac ... --tpm-ek-hash HASH
-
-The EK hash is the hex SHA-256 of the EK public key's DER
-SubjectPublicKeyInfo (docs/tpm.md). Also printed: the EK public key in
-PEM, for records or to compare with the vendor's EK certificate.
-
-Flags:
-`
-
-// tpmEKMain prints the node's EK hash and public key for registration.
-func tpmEKMain(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("pact-agent tpm-ek", stderr, tpmEKUsage)
-	device := fs.String("tpm-device", envOrDefault("PACT_AGENT_TPM_DEVICE", tpm.DefaultDevice), "TPM device, or unix:PATH for a software TPM (PACT_AGENT_TPM_DEVICE)")
-	output := fs.String("o", "text", "text or json")
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
-	if *output != "text" && *output != "json" {
-		fmt.Fprintf(stderr, "pact-agent tpm-ek: -o %q: want text or json\n", *output)
-		return ExitUsage
-	}
-	pubArea, hash, err := tpm.ReadEK(*device)
-	if err != nil {
-		fmt.Fprintf(stderr, "pact-agent tpm-ek: %v\n", err)
-		if errors.Is(err, tpm.ErrNoDevice) {
-			fmt.Fprintf(stderr, "no TPM at %s: is the tpm_crb/tpm_tis driver loaded (ls /dev/tpm*)? Use --tpm-device for another path\n", *device)
-		}
-		return ExitError
-	}
-	ek, err := tpmattest.ParseEK(pubArea)
-	if err != nil {
-		fmt.Fprintf(stderr, "pact-agent tpm-ek: %v\n", err)
-		return ExitError
-	}
-	der, err := x509.MarshalPKIXPublicKey(ek.PublicKey())
-	if err != nil {
-		fmt.Fprintf(stderr, "pact-agent tpm-ek: %v\n", err)
-		return ExitError
-	}
-	pemText := string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
-	if *output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(struct {
-			EKHash      string `json:"tpm_ek_hash"`
-			EKPublicPEM string `json:"ek_public_pem"`
-			Device      string `json:"tpm_device"`
-		}{hash, pemText, *device})
-		return ExitOK
-	}
-	fmt.Fprintf(stdout, "tpm_ek_hash: %s\n%s", hash, pemText)
-	return ExitOK
 }

@@ -91,7 +91,7 @@ func TestAgentTPMRefusals(t *testing.T) {
 				t.Errorf("reason %q, want %q (%v)", got, tt.reason, err)
 			}
 			// A credential refused: exit 5, like a join token refusal.
-			if got := exitCode(err); got != ExitRevoked {
+			if got := ExitCode(err); got != ExitRevoked {
 				t.Errorf("exit code %d, want %d", got, ExitRevoked)
 			}
 			if !strings.Contains(err.Error(), tt.hint) {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/pact-hpc/pact/internal/settings"
 )
 
 // Environment variables read when the matching flag is not given. A flag
@@ -30,7 +32,10 @@ const (
 const DefaultTimeout = 10 * time.Second
 
 // globalFlags are the persistent flags of the root command, as parsed.
+// --journal, --ca, --cert and --key are settings (internal/settings, as in
+// pact-journal and pact-agent): a flag, or else its PACT_* variable.
 type globalFlags struct {
+	set      *settings.Set
 	journal  string
 	ca       string
 	cert     string
@@ -42,10 +47,14 @@ type globalFlags struct {
 
 func (g *globalFlags) register(cmd *cobra.Command) {
 	f := cmd.PersistentFlags()
-	f.StringVar(&g.journal, "journal", "", "journal address host:port; several, comma-separated, are tried in order (env "+EnvJournal+")")
-	f.StringVar(&g.ca, "ca", "", "PEM file of the domain root CA, ca.pem (env "+EnvCA+")")
-	f.StringVar(&g.cert, "cert", "", "PEM file of your admin client certificate (env "+EnvCert+")")
-	f.StringVar(&g.key, "key", "", "PEM file of your admin client key (env "+EnvKey+")")
+	g.set = settings.New("pact")
+	g.set.String(&g.journal, "journal", EnvJournal, "journal address host:port; several, comma-separated, are tried in order")
+	g.set.String(&g.ca, "ca", EnvCA, "PEM file of the domain root CA, ca.pem")
+	g.set.String(&g.cert, "cert", EnvCert, "PEM file of your admin client certificate")
+	g.set.String(&g.key, "key", EnvKey, "PEM file of your admin client key")
+	for _, s := range g.set.Flags() {
+		f.Var(s.Value, s.Name, s.Usage)
+	}
 	f.StringVarP(&g.output, "output", "o", outputTable, "output format: table or json")
 	f.DurationVar(&g.timeout, "timeout", DefaultTimeout, "how long to wait for each journal")
 	g.flagsSet = func(name string) bool { return f.Changed(name) }
@@ -75,14 +84,11 @@ func (g *globalFlags) resolveOutput() (string, error) {
 // resolve merges flags with the environment (flags win) and reports every
 // problem at once.
 func (g *globalFlags) resolve(getenv func(string) string) (Config, []error) {
-	pick := func(flag, value, env string) string {
-		if g.flagsSet(flag) {
-			return strings.TrimSpace(value)
-		}
-		return strings.TrimSpace(getenv(env))
-	}
 	var cfg Config
 	var problems []error
+	// An empty variable counts as unset, as it always has for the CLI.
+	// String settings cannot fail to parse.
+	_ = g.set.Resolve(func(k string) (string, bool) { v := getenv(k); return v, v != "" })
 	out, err := g.resolveOutput()
 	if err != nil {
 		problems = append(problems, err)
@@ -93,7 +99,7 @@ func (g *globalFlags) resolve(getenv func(string) string) (Config, []error) {
 	}
 	cfg.Timeout = g.timeout
 
-	journal := pick("journal", g.journal, EnvJournal)
+	journal := strings.TrimSpace(g.journal)
 	if journal == "" {
 		problems = append(problems, fmt.Errorf("no journal address: pass --journal host:port or set %s (make run prints the exports)", EnvJournal))
 	}
@@ -112,15 +118,15 @@ func (g *globalFlags) resolve(getenv func(string) string) (Config, []error) {
 		problems = append(problems, fmt.Errorf("no journal address in %q: pass --journal host:port", journal))
 	}
 
-	cfg.CAFile = pick("ca", g.ca, EnvCA)
+	cfg.CAFile = strings.TrimSpace(g.ca)
 	if cfg.CAFile == "" {
 		problems = append(problems, fmt.Errorf("no CA bundle: pass --ca FILE or set %s to the domain root, ca.pem (make run prints the exports)", EnvCA))
 	}
-	cfg.CertFile = pick("cert", g.cert, EnvCert)
+	cfg.CertFile = strings.TrimSpace(g.cert)
 	if cfg.CertFile == "" {
 		problems = append(problems, fmt.Errorf("no admin certificate: pass --cert FILE or set %s (make run prints the exports)", EnvCert))
 	}
-	cfg.KeyFile = pick("key", g.key, EnvKey)
+	cfg.KeyFile = strings.TrimSpace(g.key)
 	if cfg.KeyFile == "" {
 		problems = append(problems, fmt.Errorf("no admin key: pass --key FILE or set %s (make run prints the exports)", EnvKey))
 	}

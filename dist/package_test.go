@@ -20,13 +20,15 @@ var packageFiles = map[string]string{
 	"/usr/lib/sysusers.d/pact.conf":                "-rw-r--r--",
 	"/etc/pact/journal.env":                        "-rw-r--r--",
 	"/etc/pact/agent.env":                          "-rw-r--r--",
+	"/etc/pact/journal.yaml":                       "-rw-r--r--",
+	"/etc/pact/agent.yaml":                         "-rw-r--r--",
 	"/usr/share/doc/pact/README.md":                "-rw-r--r--",
 	"/usr/share/doc/pact/exit-codes.md":            "-rw-r--r--",
 	"/usr/share/doc/pact/quorum.md":                "-rw-r--r--",
 	"/usr/share/doc/pact/diskless.md":              "-rw-r--r--",
 }
 
-var configFiles = []string{"/etc/pact/agent.env", "/etc/pact/journal.env"}
+var configFiles = []string{"/etc/pact/agent.env", "/etc/pact/agent.yaml", "/etc/pact/journal.env", "/etc/pact/journal.yaml"}
 
 // makePackage runs `make package` as a user does, into a temp dir, with a
 // release version so the package version rule is checked too.

@@ -30,6 +30,9 @@ for b in pact-journal pact-agent pact; do
 	printf '%s --version: ' "$b"
 	in_root "/usr/bin/$b" --version
 done
+echo "== the installed example configuration files, through the installed binaries"
+in_root /usr/bin/pact-journal --config /etc/pact/journal.yaml --check-config
+in_root /usr/bin/pact-agent --config /etc/pact/agent.yaml --check-config
 in_root getent passwd pact >/dev/null || { echo "package-check: postinst did not create user pact" >&2; exit 1; }
 echo "user pact: $(in_root getent passwd pact)"
 echo "== systemd-analyze verify (the installed units, the installed binaries)"
@@ -44,8 +47,12 @@ in_root dpkg -r pact
 for f in /usr/bin/pact-journal /usr/bin/pact-agent /usr/bin/pact /usr/lib/systemd/system/pact-agent.service; do
 	if [ -e "$root$f" ]; then echo "package-check: $f left after removal" >&2; exit 1; fi
 done
-[ -e "$root/etc/pact/journal.env" ] || { echo "package-check: remove (not purge) must keep /etc/pact/*.env" >&2; exit 1; }
+for f in journal.env agent.env journal.yaml agent.yaml; do
+	[ -e "$root/etc/pact/$f" ] || { echo "package-check: remove (not purge) must keep /etc/pact/$f" >&2; exit 1; }
+done
 in_root dpkg -P pact
-if [ -e "$root/etc/pact/journal.env" ] || [ -e "$root/etc/pact/agent.env" ]; then echo "package-check: purge left /etc/pact/*.env" >&2; exit 1; fi
+for f in journal.env agent.env journal.yaml agent.yaml; do
+	if [ -e "$root/etc/pact/$f" ]; then echo "package-check: purge left /etc/pact/$f" >&2; exit 1; fi
+done
 if in_root dpkg -s pact >/dev/null 2>&1; then echo "package-check: dpkg still knows pact" >&2; exit 1; fi
 echo "package-check: ok: installed, --version ran, units verified, removed and purged cleanly"

@@ -4,7 +4,7 @@ package main
 import (
 	"os"
 
-	"github.com/pact-hpc/pact/agent"
+	"github.com/pact-hpc/pact/agent/agentmain"
 )
 
-func main() { os.Exit(agent.Main(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() { os.Exit(agentmain.Main(os.Args[1:], os.Stdout, os.Stderr)) }

@@ -4,7 +4,7 @@ package main
 import (
 	"os"
 
-	"github.com/pact-hpc/pact/journal"
+	"github.com/pact-hpc/pact/journal/journalmain"
 )
 
-func main() { os.Exit(journal.Main(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() { os.Exit(journalmain.Main(os.Args[1:], os.Stdout, os.Stderr)) }

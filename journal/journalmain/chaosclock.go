@@ -1,4 +1,4 @@
-package journal
+package journalmain
 
 import (
 	"log/slog"

@@ -1,6 +1,6 @@
 //go:build chaosclock
 
-package journal
+package journalmain
 
 import (
 	"log/slog"

@@ -1,4 +1,4 @@
-package journal
+package journalmain
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/ca"
 )
 
@@ -42,7 +43,7 @@ func restoreMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pact-journal restore", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, restoreUsage); fs.PrintDefaults() }
-	var c RestoreConfig
+	var c journal.RestoreConfig
 	fs.StringVar(&c.Snapshot, "snapshot", "", "the snapshot file")
 	fs.StringVar(&c.DataDir, "data-dir", "", "the new journal's data directory (empty or absent)")
 	fs.StringVar(&c.NodeID, "node-id", "", "this journal's id in the new quorum")
@@ -54,7 +55,7 @@ func restoreMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	peers, err := ParsePeers(*initial)
+	peers, err := journal.ParsePeers(*initial)
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal restore: %v\n", err)
 		return 2
@@ -76,7 +77,7 @@ func restoreMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pact-journal restore: --root-cert %s: %v\n", *rootCert, err)
 		return 2
 	}
-	res, err := Restore(c)
+	res, err := journal.Restore(c)
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal restore: %v\nnothing was written to %s\n", err, c.DataDir)
 		return 1
@@ -114,7 +115,7 @@ func recoverMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pact-journal recover", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, recoverUsage); fs.PrintDefaults() }
-	var c RecoverConfig
+	var c journal.RecoverConfig
 	fs.StringVar(&c.DataDir, "data-dir", "", "the stopped survivor's data directory")
 	fs.StringVar(&c.NodeID, "node-id", "", "the survivor's journal id")
 	members := fs.String("members", "", "the new quorum as id=raft-host:port,...")
@@ -124,7 +125,7 @@ func recoverMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	peers, err := ParsePeers(*members)
+	peers, err := journal.ParsePeers(*members)
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal recover: --members: %v\n", err)
 		return 2
@@ -136,7 +137,7 @@ func recoverMain(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	last, err := Recover(c)
+	last, err := journal.Recover(c)
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal recover: %v\n", err)
 		return 1

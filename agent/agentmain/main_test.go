@@ -1,0 +1,222 @@
+package agentmain
+
+import (
+	"bytes"
+	"go/build"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/pact-hpc/pact/agent"
+	"github.com/pact-hpc/pact/internal/cmdutil"
+	"github.com/pact-hpc/pact/internal/settings"
+	"github.com/pact-hpc/pact/journal/journaltest"
+)
+
+func envOf(m map[string]string) settings.Env {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// comparable is the part of agent.Config the settings reach (the rest
+// holds functions and a logger).
+func comparable(c agent.Config) agent.Config {
+	c.Logger, c.Clock, c.OnReady = nil, nil, nil
+	return c
+}
+
+func resolve(t *testing.T, args []string, env map[string]string) (agent.Config, cmdutil.Logging, error) {
+	t.Helper()
+	cfg := agent.DefaultConfig()
+	var log cmdutil.Logging
+	var file string
+	s := Settings(&cfg, &log, &file)
+	fs := newFlagSet(s)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Resolve(envOf(env))
+	return comparable(cfg), log, err
+}
+
+// The example the packages install as /etc/pact/agent.yaml loads through
+// the real parser, names only real settings, and validates.
+func TestExampleConfig(t *testing.T) {
+	cfg, log, err := resolve(t, []string{"--config", "../../dist/config/agent.yaml"}, nil)
+	if err != nil {
+		t.Fatalf("dist/config/agent.yaml:\n%v", err)
+	}
+	def := agent.DefaultConfig()
+	cfg.Logger, cfg.Clock = def.Logger, def.Clock
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("dist/config/agent.yaml does not validate:\n%v", err)
+	}
+	if len(cfg.JournalAddrs) != 3 || cfg.CAFile != "/etc/pact/ca.pem" || log.Format != "json" {
+		t.Errorf("the example did not reach the configuration: %+v", cfg)
+	}
+}
+
+var samples = map[string]string{
+	"string": "s", "bool": "true", "int": "7", "uint": "7", "duration": "7s", "list": "10.0.0.9:7443",
+	"key-exchange": "x25519mlkem768", "log-format": "json", "log-level": "debug",
+}
+
+// Every setting is reachable all three ways: as a flag, as its variable
+// and as a key of the file, each changing the configuration.
+func TestEverySettingThreeWays(t *testing.T) {
+	def, defLog, err := resolve(t, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg agent.Config
+	var log cmdutil.Logging
+	var file string
+	for _, st := range Settings(&cfg, &log, &file).Settings() {
+		if !strings.HasPrefix(st.Env, "PACT_") {
+			t.Errorf("--%s has no PACT_* variable (%q)", st.Name, st.Env)
+		}
+		if st.Name == "config" {
+			continue
+		}
+		v, ok := samples[st.Name]
+		if !ok {
+			v = samples[st.Kind]
+		}
+		path := filepath.Join(t.TempDir(), "a.yaml")
+		if err := os.WriteFile(path, []byte(st.Name+": "+v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for way, r := range map[string]struct {
+			args []string
+			env  map[string]string
+		}{
+			"flag": {[]string{"--" + st.Name + "=" + v}, nil},
+			"env":  {nil, map[string]string{st.Env: v}},
+			"file": {[]string{"--config", path}, nil},
+		} {
+			got, gotLog, err := resolve(t, r.args, r.env)
+			if err != nil {
+				t.Errorf("%s by %s = %q: %v", st.Name, way, v, err)
+				continue
+			}
+			if reflect.DeepEqual(got, def) && gotLog == defLog {
+				t.Errorf("%s by %s = %q changed nothing", st.Name, way, v)
+			}
+		}
+	}
+}
+
+func runWith(t *testing.T, file string, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	if file != "" {
+		path := filepath.Join(t.TempDir(), "agent.yaml")
+		if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append([]string{"--config", path}, args...)
+	}
+	var out, errb bytes.Buffer
+	code := run(args, envOf(env), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestCheckConfig(t *testing.T) {
+	const good = "journal: [127.0.0.1:7443]\nca: /etc/pact/ca.pem\n"
+	for _, tt := range []struct {
+		name     string
+		file     string
+		env      map[string]string
+		args     []string
+		code     int
+		contains []string
+	}{
+		{"good file", good, nil, nil, agent.ExitOK, []string{"the settings are valid"}},
+		{"every problem at once", good + "macs: [52:54:00:00:00:01]\nclock-bridge: an hour\nkey-exchange: rsa\n",
+			map[string]string{"PACT_LOG_LEVEL": "loud"}, nil, agent.ExitUsage, []string{
+				"4 configuration problems; nothing was started",
+				`agent.yaml:3: unknown setting "macs" (did you mean mac?): remove it, or see pact-agent --help`,
+				`agent.yaml:4: clock-bridge: "an hour" is not a duration`,
+				`agent.yaml:5: key-exchange: "rsa": `,
+				`PACT_LOG_LEVEL: "loud": want debug, info, warn or error`,
+			}},
+		{"env over file", good, map[string]string{"PACT_JOURNAL": ""}, nil, agent.ExitUsage, []string{"no journal address"}},
+		{"flag over env over file", good, map[string]string{"PACT_JOURNAL": ""}, []string{"--journal", "127.0.0.1:7443"}, agent.ExitOK, []string{"valid"}},
+		{"config from the environment", "", map[string]string{"PACT_AGENT_CONFIG": "../../dist/config/agent.yaml"}, nil, agent.ExitOK, []string{"valid"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := runWith(t, tt.file, tt.env, append(tt.args, "--check-config")...)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d\nstdout %s\nstderr %s", code, tt.code, out, errOut)
+			}
+			for _, want := range tt.contains {
+				if !strings.Contains(out+errOut, want) {
+					t.Errorf("output lacks %q:\n%s%s", want, out, errOut)
+				}
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	code, _, help := runWith(t, "", nil, "--help")
+	if code != 0 {
+		t.Fatalf("--help exit %d", code)
+	}
+	for _, want := range []string{"--config FILE", "PACT_AGENT_CONFIG", "A flag wins over its variable, which wins over the file",
+		"/etc/pact/agent.yaml", "(PACT_AGENT_CLOCK_BRIDGE) (default 1h0m0s)", "--check-config", "--version", "tmpfs"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
+}
+
+// pact-agent refuses a --key-out off a tmpfs as a usage error (exit 2),
+// before it enrolls.
+func TestKeyOutOffTmpfs(t *testing.T) {
+	dir := t.TempDir()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Type == 0x01021994 { // TMPFS_MAGIC
+		t.Skipf("the test temp dir %s is itself on a tmpfs; cannot test the refusal here", dir)
+	}
+	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
+	keyOut := filepath.Join(dir, "key.pem")
+	code, _, errOut := runWith(t, "", nil, "--journal", h.Addr, "--ca", filepath.Join(h.Dir, "ca.pem"), "--mac", "52:54:00:00:00:01",
+		"--bmc-serial", "SN1", "--spire-socket", "", "--status-socket", "", "--key-out", keyOut)
+	if code != agent.ExitUsage || !strings.Contains(errOut, "not on a tmpfs") {
+		t.Fatalf("pact-agent --key-out on a disk: exit %d, stderr %s", code, errOut)
+	}
+	if _, err := os.Stat(keyOut); !os.IsNotExist(err) {
+		t.Fatalf("the key was written to a disk: %v", err)
+	}
+}
+
+// The subcommands read their settings the same way.
+func TestStatusCommand(t *testing.T) {
+	none := filepath.Join(t.TempDir(), "none.sock")
+	code, _, errOut := runWith(t, "", map[string]string{"PACT_AGENT_STATUS_SOCKET": none}, "status")
+	if code != agent.ExitError || !strings.Contains(errOut, "no agent answers") || !strings.Contains(errOut, none) {
+		t.Errorf("status without an agent: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := runWith(t, "", nil, "status", "-o", "yaml"); code != agent.ExitUsage {
+		t.Errorf("status -o yaml: exit %d, %s", code, errOut)
+	}
+}
+
+// The library takes a Config: flags, variables and files stay here.
+func TestLibraryParsesNoFlags(t *testing.T) {
+	pkg, err := build.ImportDir("..", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, forbidden := range []string{"flag", "github.com/pact-hpc/pact/internal/settings", "github.com/pact-hpc/pact/internal/cmdutil"} {
+		if slices.Contains(pkg.Imports, forbidden) {
+			t.Errorf("package agent imports %s; flag parsing belongs in agent/agentmain", forbidden)
+		}
+	}
+}

@@ -1,0 +1,463 @@
+// Package journalmain is the pact-journal command: its flags, environment
+// and configuration file (internal/settings), its subcommands, signals and
+// exit codes. Package journal is the library and knows none of them.
+package journalmain
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/cmdutil"
+	"github.com/pact-hpc/pact/internal/sdnotify"
+	"github.com/pact-hpc/pact/internal/settings"
+	"github.com/pact-hpc/pact/internal/version"
+	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/journal"
+	"github.com/pact-hpc/pact/journal/ca"
+)
+
+const journalUsage = `pact-journal runs one node of the pact journal: the enrollment registry,
+the revocation set and a local CA that signs node agents' certificates.
+
+Usage:
+  pact-journal [--config FILE] [flags]   run a journal
+  pact-journal init --dir DIR            create a domain root and a platform-admin credential
+  pact-journal admin issue [flags]       issue an operator credential from the root
+  pact-journal restore [flags]           seed a journal of a new quorum from a snapshot file
+  pact-journal recover [flags]           make a survivor of a lost majority a new quorum
+  pact-journal --version                 print the version
+
+Quick start (one development journal, state in ./.pact):
+  pact-journal --dev --data-dir ./.pact --listen 127.0.0.1:7443
+
+A quorum of three (run each line on its own host; the root from init is
+copied to every journal host, key mode 0600):
+  pact-journal init --dir /etc/pact --domain site.example
+  pact-journal --node-id j1 --data-dir /var/lib/pact --listen 10.0.0.1:7443 \
+      --raft-listen 10.0.0.1:7500 --root-cert /etc/pact/ca.pem --root-key /etc/pact/ca-key.pem \
+      --initial-cluster j1=10.0.0.1:7500,j2=10.0.0.2:7500,j3=10.0.0.3:7500
+  (j2 and j3 the same, with their own --node-id and addresses)
+
+A SPIRE site lets node agents authenticate with their SPIRE X.509-SVIDs
+by giving the journal the SPIRE trust bundle (docs/spire.md):
+  pact-journal ... --spire-bundle /etc/pact/spire-bundle.pem
+  pact-journal ... --spire-socket unix:///run/spire/agent.sock
+
+Settings: every flag below can also be set through the environment
+variable named in its description, and in a YAML configuration file
+(--config FILE or PACT_JOURNAL_CONFIG) under the flag's name without the
+dashes, e.g.
+  node-id: j1
+  raft-listen: 10.0.0.1:7500
+  initial-cluster: [j1=10.0.0.1:7500, j2=10.0.0.2:7500, j3=10.0.0.3:7500]
+  cert-lifetime: 72h
+A flag wins over its variable, which wins over the file. An unknown key or
+a bad value anywhere is reported with its line, all at once, and nothing
+starts. The packages install an example, /etc/pact/journal.yaml
+(docs/configuration.md).
+
+As a service: the packages install pact-journal.service (Type=notify:
+READY=1 once serving) reading /etc/pact/journal.yaml, with overrides in
+/etc/pact/journal.env; SIGHUP (systemctl reload) re-reads the
+--spire-bundle file at once.
+
+Flags:
+`
+
+// Settings declares every setting of pact-journal over cfg (whose values
+// are the defaults) and log. The names are the flags and the keys of the
+// configuration file; configFile receives --config.
+func Settings(cfg *journal.Config, log *cmdutil.Logging, configFile *string) *settings.Set {
+	s := settings.New("pact-journal")
+	s.ConfigFile(configFile, "config", "PACT_JOURNAL_CONFIG", "YAML configuration file: the settings below by name, e.g. \"raft-listen: 10.0.0.1:7500\"; flags and variables win over it")
+	s.String(&cfg.NodeID, "node-id", "PACT_NODE_ID", "this journal's id")
+	s.String(&cfg.DataDir, "data-dir", "PACT_DATA_DIR", "directory for Raft state and, with --dev, the root and admin credentials")
+	s.String(&cfg.ListenAddr, "listen", "PACT_LISTEN", "gRPC listen address host:port")
+	s.Bool(&cfg.Dev, "dev", "PACT_DEV", "create a development domain root and admin credential in --data-dir on first start")
+	s.String(&cfg.Domain, "domain", "PACT_DOMAIN", "domain id for a --dev root; otherwise read from the root certificate")
+	s.String(&cfg.RootCertFile, "root-cert", "PACT_ROOT_CERT", "domain root certificate (default DATA_DIR/ca.pem)")
+	s.String(&cfg.RootKeyFile, "root-key", "PACT_ROOT_KEY", "domain root key, mode 0600 (default DATA_DIR/ca-key.pem)")
+	s.Duration(&cfg.CertLifetime, "cert-lifetime", "PACT_CERT_LIFETIME", "validity of agent certificates, e.g. 72h")
+	s.List(&cfg.ServerNames, "server-names", "PACT_SERVER_NAMES", "extra comma-separated DNS names for the server certificate")
+	s.String(&cfg.RaftListen, "raft-listen", "PACT_RAFT_LISTEN", "Raft address host:port for a journal in a quorum; empty runs a single journal")
+	initial := cfg.InitialCluster
+	s.FuncList("initial-cluster", "PACT_INITIAL_CLUSTER", "every voter of a NEW quorum as id=raft-host:port,...; the same on every journal", "",
+		func(items []string) error {
+			peers, err := journal.ParsePeers(strings.Join(items, ","))
+			cfg.InitialCluster = peers
+			return err
+		}, func() { cfg.InitialCluster = initial })
+	s.Bool(&cfg.Join, "join", "PACT_JOIN", "start empty and wait to be added to a running quorum with pact journal add")
+	s.String(&cfg.AdvertiseGRPC, "advertise", "PACT_ADVERTISE", "gRPC address other journals use to reach this one (default: --listen)")
+	s.String(&cfg.AdvertiseRaft, "advertise-raft", "PACT_ADVERTISE_RAFT", "Raft address other journals use (default: --raft-listen)")
+	s.Uint64(&cfg.RaftSnapshotThreshold, "raft-snapshot-threshold", "PACT_RAFT_SNAPSHOT_THRESHOLD", "take a Raft snapshot after this many new log entries")
+	s.Uint64(&cfg.RaftTrailingLogs, "raft-trailing-logs", "PACT_RAFT_TRAILING_LOGS", "log entries kept after a snapshot, so a briefly lagging journal catches up without one")
+	s.Duration(&cfg.RaftSnapshotInterval, "raft-snapshot-interval", "PACT_RAFT_SNAPSHOT_INTERVAL", "how often Raft checks whether --raft-snapshot-threshold is reached (0: hashicorp/raft's default, 2m with jitter)")
+	kx := cfg.KeyExchange
+	s.Func("key-exchange", "PACT_KEY_EXCHANGE", "TLS key exchange the gRPC listener prefers: x25519, or x25519mlkem768 for the post-quantum hybrid", "string", string(kx),
+		func(v string) (err error) { cfg.KeyExchange, err = wire.ParseKeyExchange(v); return err },
+		func() { cfg.KeyExchange = kx })
+	s.Int(&cfg.MaxConcurrentEnrollments, "max-concurrent-enrollments", "PACT_MAX_CONCURRENT_ENROLLMENTS", "enrollments and renewals worked on at once; more wait up to --enroll-queue-wait, then get a retry-after")
+	s.Duration(&cfg.EnrollQueueWait, "enroll-queue-wait", "PACT_ENROLL_QUEUE_WAIT", "how long an enrollment may wait for a slot, or for the shared failure budget during a guessing flood, before it is refused with a retry-after")
+	s.Duration(&cfg.RaftTimeout, "raft-timeout", "PACT_RAFT_TIMEOUT", "Raft heartbeat, election and lease timeout (0: hashicorp/raft's defaults, 1s/1s/500ms)")
+	s.Duration(&cfg.HeartbeatTimeout, "heartbeat-timeout", "PACT_HEARTBEAT_TIMEOUT", "mark an Active node Inactive after this long without a stream on any journal")
+	s.Duration(&cfg.TakeoverWindow, "takeover-window", "PACT_TAKEOVER_WINDOW", "let a rebooted node (new key) enroll again once its stream has been gone this long")
+	s.Duration(&cfg.DigestInterval, "digest-interval", "PACT_DIGEST_INTERVAL", "how often this journal reports the streams it holds")
+	s.String(&cfg.AuditLog, "audit-log", "PACT_AUDIT_LOG", "append every committed audit entry as a JSON line to this file, or - for stdout")
+	s.String(&cfg.MetricsListen, "metrics-listen", "PACT_METRICS_LISTEN", "serve /metrics, /healthz and /readyz over HTTP on host:port")
+	s.String(&cfg.SPIREBundleFile, "spire-bundle", "PACT_SPIRE_BUNDLE", "accept node agents' SPIRE X.509-SVIDs: PEM file of the SPIRE trust domain's X.509 bundle, re-read when it changes")
+	s.String(&cfg.SPIRESocket, "spire-socket", "PACT_SPIRE_SOCKET", "accept SPIRE X.509-SVIDs, with the bundle from this host's SPIRE agent Workload API, e.g. unix:///run/spire/agent.sock")
+	s.String(&cfg.SPIRETrustDomain, "spire-trust-domain", "PACT_SPIRE_TRUST_DOMAIN", "SPIRE trust domain whose SVIDs map to nodes (default: the pact domain)")
+	s.Duration(&cfg.OperatorLifetime, "operator-lifetime", "PACT_OPERATOR_LIFETIME", "validity of operator credentials issued through the journal (pact admin issue|renew) when none is asked for")
+	s.Duration(&cfg.MaxOperatorLifetime, "max-operator-lifetime", "PACT_MAX_OPERATOR_LIFETIME", "the longest operator credential the journal issues")
+	s.Duration(&cfg.RetireGrace, "retire-grace", "PACT_RETIRE_GRACE", "how long a retired intermediate stays trusted so its agents can renew, unless the operator names a grace")
+	s.Int(&cfg.Connections.MaxConnsPerSource, "max-conns-per-source", "PACT_MAX_CONNS_PER_SOURCE", "connections one source address may hold open on the gRPC port, and again on the Raft port; more are closed before their TLS handshake")
+	s.Int(&cfg.Connections.MaxConns, "max-conns", "PACT_MAX_CONNS", "connections open at once on each port from all sources; keep it below the open-files limit (ulimit -n)")
+	s.Int(&cfg.Connections.MaxHandshakes, "max-handshakes", "PACT_MAX_HANDSHAKES", "TLS handshakes worked on at once per port; a client whose ClientHello arrives when all are busy waits up to --handshake-queue-wait, then is closed and retries")
+	s.Duration(&cfg.Connections.HandshakeTimeout, "handshake-timeout", "PACT_HANDSHAKE_TIMEOUT", "time a new connection has to send its ClientHello and finish the TLS handshake")
+	s.Duration(&cfg.Connections.HandshakeQueueWait, "handshake-queue-wait", "PACT_HANDSHAKE_QUEUE_WAIT", "how long a client whose ClientHello has arrived may wait for a handshake slot before it is closed")
+	s.Duration(&cfg.IdleTimeout, "idle-timeout", "PACT_IDLE_TIMEOUT", "close a gRPC connection that has carried no call for this long; an agent's stream keeps its connection busy")
+	s.Int(&cfg.MaxStreamsPerCert, "max-streams-per-cert", "PACT_MAX_STREAMS_PER_CERT", "streams one certificate may hold open on this journal; the next is refused with TOO_MANY_STREAMS")
+	s.Int(&cfg.RateLimit.PerSourceBurst, "enroll-failures-per-source", "PACT_ENROLL_FAILURES_PER_SOURCE", "failed enrollments one source address may make before it is refused")
+	s.Duration(&cfg.RateLimit.PerSourceRefill, "enroll-failure-refill-per-source", "PACT_ENROLL_FAILURE_REFILL_PER_SOURCE", "a source regains one failed enrollment this often")
+	s.Int(&cfg.RateLimit.GlobalBurst, "enroll-failures-global", "PACT_ENROLL_FAILURES_GLOBAL", "failed enrollments all sources together may make before unknown sources queue")
+	s.Duration(&cfg.RateLimit.GlobalRefill, "enroll-failure-refill-global", "PACT_ENROLL_FAILURE_REFILL_GLOBAL", "the journal regains one failed enrollment for all sources this often: the bound on hardware guesses it evaluates")
+	s.Int(&cfg.RateLimit.FreshBurst, "enroll-failures-fresh", "PACT_ENROLL_FAILURES_FRESH", "first failed enrollments of addresses with none on record that all together may make before they queue; 0 makes them spend the global budget")
+	s.Duration(&cfg.RateLimit.FreshRefill, "enroll-failure-refill-fresh", "PACT_ENROLL_FAILURE_REFILL_FRESH", "the journal regains one first failure of a fresh address this often: a node booting during a flood from A addresses waits about A times this")
+	s.Int(&cfg.MaxEnrollWaiters, "max-enroll-waiters", "PACT_MAX_ENROLL_WAITERS", "enrollments that may wait for the global failure budget while it is spent")
+	log.Declare(s)
+	return s
+}
+
+// newFlagSet is pact-journal's command line: its settings as flags.
+func newFlagSet(s *settings.Set) *flag.FlagSet {
+	fs := flag.NewFlagSet("pact-journal", flag.ContinueOnError)
+	s.Register(fs)
+	return fs
+}
+
+// Main runs the pact-journal command and returns its exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	return run(args, os.LookupEnv, stdout, stderr)
+}
+
+func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "admin":
+			return adminMain(args[1:], stdout, stderr)
+		case "init":
+			return initMain(args[1:], stdout, stderr)
+		case "restore":
+			return restoreMain(args[1:], stdout, stderr)
+		case "recover":
+			return recoverMain(args[1:], stdout, stderr)
+		}
+	}
+	cfg := journal.DefaultConfig()
+	var log cmdutil.Logging
+	var configFile string
+	s := Settings(&cfg, &log, &configFile)
+	fs := newFlagSet(s)
+	fs.SetOutput(stderr)
+	showVersion := fs.Bool("version", false, "print pact-journal's version and exit")
+	check := fs.Bool("check-config", false, "check the settings (file, environment and flags) and exit: 0 if pact-journal would start with them; 2, with every problem, if not")
+	cmdutil.SetUsage(fs, s, journalUsage)
+	if code, ok := cmdutil.Parse(s, fs, args, env); !ok {
+		return code
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.Line("pact-journal"))
+		return 0
+	}
+	logger, err := log.Logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "pact-journal: %v\n", err)
+		return 2
+	}
+	cfg.Logger = logger
+	if chaosClock != nil {
+		cfg.Clock = chaosClock(cfg.Clock, cfg.NodeID, logger)
+	}
+	if err := cfg.Validate(); err != nil {
+		cmdutil.ReportProblems(stderr, "pact-journal", err)
+		return 2
+	}
+	if *check {
+		fmt.Fprintln(stdout, "pact-journal: the settings are valid")
+		return 0
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// SIGHUP reloads (below); caught from the start so an early one never
+	// kills the journal.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	j, err := journal.New(cfg)
+	if err != nil {
+		logger.Error("cannot start", "err", err)
+		switch {
+		case errors.Is(err, journal.ErrRemoved):
+			return ExitRemoved
+		case errors.Is(err, journal.ErrNoCluster):
+			return 2
+		}
+		return 1
+	}
+	startTimeout := 60 * time.Second
+	if cfg.Join {
+		startTimeout = 24 * time.Hour // until an operator adds it
+	}
+	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
+	// A journal removed while it waits to start gives up at once.
+	go func() {
+		select {
+		case <-j.Removed():
+			cancel()
+		case <-startCtx.Done():
+		}
+	}()
+	err = j.Start(startCtx)
+	cancel()
+	if err != nil {
+		logger.Error("cannot start", "err", err)
+		_ = j.Close()
+		if isRemoved(j) {
+			return ExitRemoved
+		}
+		return 1
+	}
+	if cfg.Dev {
+		printDevBanner(stdout, cfg, j.Addr(), j.Domain())
+	}
+	notify := sdnotify.FromEnv()
+	if err := notify.Notify(sdnotify.Ready, "STATUS=serving on "+j.Addr()); err != nil {
+		logger.Warn("cannot tell systemd the journal is ready", "err", err)
+	}
+	code := 0
+	for ctx.Err() == nil && code == 0 {
+		select {
+		case <-ctx.Done():
+		case <-j.Removed():
+			logger.Info("shutting down: removed from the quorum", "exit_code", ExitRemoved)
+			code = ExitRemoved
+		case <-hup:
+			_ = notify.Notify(sdnotify.Reloading)
+			if err := j.Reload(); err != nil {
+				logger.Error("reload failed; keeping the previous settings", "err", err)
+			} else {
+				logger.Info("reloaded on SIGHUP")
+			}
+			_ = notify.Notify(sdnotify.Ready)
+		}
+	}
+	_ = notify.Notify(sdnotify.Stopping)
+	if code == 0 {
+		logger.Info("shutting down")
+	}
+	if err := j.Close(); err != nil {
+		logger.Error("shutdown", "err", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+// Exit codes of pact-journal (docs/exit-codes.md).
+const (
+	// ExitRemoved: the journal was removed from its quorum (now or
+	// before); it must not be restarted from the same data directory.
+	ExitRemoved = 3
+)
+
+func isRemoved(j *journal.Journal) bool {
+	select {
+	case <-j.Removed():
+		return true
+	default:
+		return false
+	}
+}
+
+const adminIssueUsage = `pact-journal admin issue signs an operator credential with the domain root.
+
+Usage:
+  pact-journal admin issue --data-dir DIR --name NAME --role ROLE --cert-out FILE --key-out FILE
+
+Roles: platform-admin (register and decommission nodes), pact-ops-{vcluster}
+(assign nodes into and out of that vCluster), viewer (read only).
+
+This is the offline way, for the first credential or when no journal is up:
+it needs the root key. The journal records the credential in Raft at its
+first use, and "pact admin revoke NAME" revokes it even before that. With a
+running journal prefer "pact admin issue" (the key never leaves the
+operator's machine and the credential is recorded at once). Credentials live
+7 days unless --lifetime says otherwise; renew with "pact admin renew".
+
+Example:
+  pact-journal admin issue --data-dir ./.pact --name alice --role viewer \
+      --cert-out alice.pem --key-out alice-key.pem
+
+Flags:
+`
+
+func adminMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "issue" {
+		fmt.Fprint(stderr, adminIssueUsage)
+		return 2
+	}
+	var dataDir, rootCert, rootKey string
+	var name, role, certOut, keyOut *string
+	var lifetime *time.Duration
+	s, fs := cmdutil.Subcommand("pact-journal admin issue", adminIssueUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
+		s.String(&dataDir, "data-dir", "PACT_DATA_DIR", "journal data directory holding ca.pem and ca-key.pem")
+		s.String(&rootCert, "root-cert", "PACT_ROOT_CERT", "domain root certificate (default DATA_DIR/ca.pem)")
+		s.String(&rootKey, "root-key", "PACT_ROOT_KEY", "domain root key (default DATA_DIR/ca-key.pem)")
+		name = fs.String("name", "", "operator name (goes into the certificate)")
+		role = fs.String("role", "", "platform-admin, viewer or pact-ops-{vcluster}")
+		certOut = fs.String("cert-out", "", "where to write the certificate")
+		keyOut = fs.String("key-out", "", "where to write the private key (mode 0600)")
+		lifetime = fs.Duration("lifetime", ca.DefaultOperatorLifetime, "validity of the credential (short: renew with pact admin renew)")
+	})
+	if code, ok := cmdutil.Parse(s, fs, args[1:], os.LookupEnv); !ok {
+		return code
+	}
+	var missing []string
+	for flagName, v := range map[string]string{"--name": *name, "--role": *role, "--cert-out": *certOut, "--key-out": *keyOut} {
+		if v == "" {
+			missing = append(missing, flagName)
+		}
+	}
+	if dataDir == "" && (rootCert == "" || rootKey == "") {
+		missing = append(missing, "--data-dir (or --root-cert and --root-key)")
+	}
+	if len(missing) > 0 {
+		fmt.Fprintf(stderr, "pact-journal admin issue: missing %s (see --help)\n", strings.Join(missing, ", "))
+		return 2
+	}
+	if rootCert == "" {
+		rootCert = filepath.Join(dataDir, ca.RootCertFile)
+	}
+	if rootKey == "" {
+		rootKey = filepath.Join(dataDir, ca.RootKeyFile)
+	}
+	auth, err := ca.LoadKeyFileAuthority(rootCert, rootKey)
+	if err != nil {
+		fmt.Fprintf(stderr, "pact-journal admin issue: %v\n", err)
+		return 1
+	}
+	certPEM, keyPEM, err := ca.IssueAdmin(auth, *name, *role, *lifetime, clock.Real{}.Now())
+	if err != nil {
+		fmt.Fprintf(stderr, "pact-journal admin issue: %v\n", err)
+		return 2
+	}
+	if err := writeNew(*keyOut, keyPEM, 0o600); err != nil {
+		fmt.Fprintf(stderr, "pact-journal admin issue: %v\n", err)
+		return 1
+	}
+	if err := writeNew(*certOut, certPEM, 0o644); err != nil {
+		fmt.Fprintf(stderr, "pact-journal admin issue: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "issued %s credential for %s, valid %v: %s, %s (recorded by the journal at its first use)\n", *role, *name, *lifetime, *certOut, *keyOut)
+	return 0
+}
+
+// writeNew refuses to overwrite, so an existing credential is never lost.
+func writeNew(path string, data []byte, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("%s already exists; remove it or choose another path", path)
+		}
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// printDevBanner tells a first-time user exactly what to type next.
+func printDevBanner(w io.Writer, cfg journal.Config, addr, domain string) {
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		dir = cfg.DataDir
+	}
+	fmt.Fprintf(w, `
+pact dev journal %s is serving on %s (domain %s, state in %s).
+
+In another terminal, point the CLI at it:
+
+  export PACT_JOURNAL=%s
+  export PACT_CA=%s
+  export PACT_CERT=%s
+  export PACT_KEY=%s
+
+Register a node by its hardware identity, start an agent for it, and look:
+
+  bin/pact node enroll node-001 --mac 52:54:00:00:00:01 --bmc-serial SN-0001
+  bin/pact-agent --journal %s --ca %s --mac 52:54:00:00:00:01 --bmc-serial SN-0001
+  bin/pact node inspect node-001
+
+Stop with Ctrl-C; the registry stays in %s.
+`, cfg.NodeID, addr, domain, dir,
+		addr, filepath.Join(dir, ca.RootCertFile), filepath.Join(dir, ca.AdminCertFile), filepath.Join(dir, ca.AdminKeyFile),
+		addr, filepath.Join(dir, ca.RootCertFile), dir)
+}
+
+const initUsage = `pact-journal init creates a domain root CA and a platform-admin credential.
+
+Usage:
+  pact-journal init --dir DIR [--domain DOMAIN]
+
+It writes DIR/ca.pem (give it to every node image and operator),
+DIR/ca-key.pem (mode 0600: every journal host needs it to sign its
+intermediate; guard it), DIR/admin.pem and DIR/admin-key.pem. It never
+overwrites an existing root.
+
+Flags:
+`
+
+func initMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("pact-journal init", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, initUsage); fs.PrintDefaults() }
+	dir := fs.String("dir", "", "directory for the root and admin credential")
+	domain := fs.String("domain", "pact.local", "domain id (the SPIFFE trust domain)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *dir == "" {
+		fmt.Fprintln(stderr, "pact-journal init: --dir is required (see --help)")
+		return 2
+	}
+	created, err := ca.InitDev(*dir, *domain, time.Now())
+	if err != nil {
+		fmt.Fprintf(stderr, "pact-journal init: %v\n", err)
+		return 1
+	}
+	if !created {
+		fmt.Fprintf(stdout, "%s already holds a root; nothing changed\n", filepath.Join(*dir, ca.RootCertFile))
+		return 0
+	}
+	fmt.Fprintf(stdout, "created domain %s: root %s (key %s, mode 0600), admin credential %s\n", *domain,
+		filepath.Join(*dir, ca.RootCertFile), filepath.Join(*dir, ca.RootKeyFile), filepath.Join(*dir, ca.AdminCertFile))
+	return 0
+}
