@@ -11,17 +11,28 @@
 // has, retries with backoff, and says why in one of a few reasons
 // (classify), in its log, its metrics and `pact-agent status`.
 //
+// Many agents can run in one process (the boot-storm benchmark runs
+// thousands): what only a process of its own should have (the status
+// socket, the /metrics listener and the process's runtime metrics,
+// identity files, the tmpfs key file, SPIRE, the TPM) is off with its
+// Config field's zero value, every agent has its own Prometheus registry,
+// logger and clock, and OnAttempt and OnStream let the process watch each
+// one.
+//
 // This package must never import raft, bbolt or the journal: a test keeps
 // the agent binary free of them.
 package agent
 
 import (
 	"context"
+	"crypto"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +43,7 @@ import (
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/identity/spire"
 	"github.com/pact-hpc/pact/identity/static"
+	"github.com/pact-hpc/pact/internal/backoff"
 	"github.com/pact-hpc/pact/internal/hwid"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
@@ -63,12 +75,22 @@ type Agent struct {
 	// clk is cfg.Clock: the node's clock plus the offset to the journal's
 	// it has learned (skew.go).
 	clk *skewClock
+	// backoff is the retry policy for every kind of attempt.
+	backoff backoff.Policy
 	// renewNow holds the serial a journal told to renew at once (its
 	// intermediate is being retired); wake tells the loop.
 	renewNow atomic.Value // string
 	wake     chan struct{}
 
 	next int // index of the next journal to enroll with; Run's goroutine only
+	// enrollKey and enrollCSR are the key an enrollment asks a journal to
+	// sign, kept across retries until one is signed (Run's goroutine
+	// only): a retry after an answer that was lost (a deadline, leadership
+	// lost while committing) then gets the committed certificate back,
+	// where a fresh key would be refused ALREADY_ACTIVE for the takeover
+	// window.
+	enrollKey crypto.Signer
+	enrollCSR []byte
 
 	mu            sync.Mutex
 	running       bool
@@ -99,7 +121,11 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.JournalAddrs = append([]string(nil), cfg.JournalAddrs...)
+	// Every node of a site boots the same image and so lists the journals
+	// in the same order; starting each agent at a random one spreads a boot
+	// storm's first attempts over the quorum instead of all on the first.
+	start := rand.IntN(len(cfg.JournalAddrs))
+	cfg.JournalAddrs = append(slices.Clone(cfg.JournalAddrs[start:]), cfg.JournalAddrs[:start]...)
 	cfg.DialOptions = append([]grpc.DialOption(nil), cfg.DialOptions...)
 	// Every certificate decision runs on the journal's time as far as the
 	// agent knows it; timers are the node's own.
@@ -145,6 +171,7 @@ func New(cfg Config) (*Agent, error) {
 		jp:       identity.NewJournalProvider(cfg.Clock),
 		static:   sp,
 		files:    identityFiles{dir: cfg.IdentityDir, keyOut: cfg.KeyOut},
+		backoff:  backoff.Policy{Min: cfg.MinBackoff, Max: cfg.MaxBackoff},
 	}
 	rc := identity.DefaultRotatorConfig()
 	rc.Targets = cfg.JournalAddrs
@@ -297,6 +324,33 @@ func (a *Agent) waitForSPIRE(ctx context.Context, sp *spire.Provider, cascade *i
 		if ctx.Err() != nil {
 			return
 		}
+	}
+}
+
+// RenewNow asks the agent to renew the journal-signed certificate its
+// live channel presents at once, through the same step as the renewal at
+// RenewAt of its life (and as a journal's RenewNow notice): a fresh key,
+// RenewCert over the live channel, a new channel with the new certificate.
+// MinRenewInterval still applies after an earlier renewal attempt. It
+// returns false, and does nothing, when the live channel presents no
+// journal-signed identity. The outcome reaches OnAttempt and OnStream.
+func (a *Agent) RenewNow() bool {
+	ch := a.rot.Active()
+	if ch == nil || ch.Identity().Source != identity.SourceJournal {
+		return false
+	}
+	a.renewNow.Store(ch.Identity().Serial())
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// attempted tells OnAttempt how an attempt ended.
+func (a *Agent) attempted(op string, err error) {
+	if a.cfg.OnAttempt != nil {
+		a.cfg.OnAttempt(op, err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pact-hpc/pact/agent/hwinfo"
 	"github.com/pact-hpc/pact/agent/tpm"
+	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/identity/spire"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/wire"
@@ -23,7 +24,8 @@ const DefaultStatusSocket = "/run/pact/agent.sock"
 
 // Config configures a node agent.
 type Config struct {
-	// JournalAddrs are the journals to use, tried in turn.
+	// JournalAddrs are the journals to use, tried in turn from one picked
+	// at random.
 	JournalAddrs []string
 	// CAFile is the domain root certificate baked into the node image.
 	CAFile string
@@ -31,7 +33,8 @@ type Config struct {
 	Hardware hwinfo.Config
 	// CallTimeout bounds one Enroll or RenewCert call.
 	CallTimeout time.Duration
-	// MinBackoff and MaxBackoff bound the retry delay (full jitter).
+	// MinBackoff and MaxBackoff bound the retry delay (internal/backoff:
+	// exponential with full jitter, honouring a journal's retry-after).
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
 	// RenewAt is the fraction of a certificate's lifetime after which it is
@@ -111,6 +114,18 @@ type Config struct {
 	// (an unexpired identity and an open stream, what /readyz answers):
 	// pact-agent tells systemd READY=1 there (Type=notify).
 	OnReady func()
+
+	// OnAttempt, if set, is told the outcome of every attempt the agent
+	// makes to get an identity or move its channel (what
+	// pact_agent_cert_renewal_attempts_total counts): op is "enroll",
+	// "connect", "upgrade", "fallback", "renew" or "standby", err nil on
+	// success. OnStream, if set, is told each time a new channel goes live,
+	// that is once its Subscribe stream has delivered its first event. Both
+	// run on the agent's own goroutine and must not block; they let a
+	// process that runs many agents (the boot-storm benchmark) watch each
+	// one's own path without polling Status. pact-agent sets neither.
+	OnAttempt func(op string, err error)
+	OnStream  func(ch *identity.Channel)
 
 	Logger *slog.Logger
 	Clock  clock.Clock

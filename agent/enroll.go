@@ -20,14 +20,18 @@ import (
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
-// enroll makes a fresh key and asks the next journal to sign it on the
-// strength of the node's hardware identity.
-func (a *Agent) enroll(ctx context.Context) error {
+// enroll asks the next journal to sign the enrollment key on the strength
+// of the node's hardware identity. The key is made for the first attempt
+// and kept until a journal signs it.
+func (a *Agent) enroll(ctx context.Context) (err error) {
 	a.metrics.attempts.Inc()
-	key, csr, err := newKey()
-	if err != nil {
-		return err
+	defer func() { a.attempted("enroll", err) }()
+	if a.enrollKey == nil {
+		if a.enrollKey, a.enrollCSR, err = newKey(); err != nil {
+			return err
+		}
 	}
+	key, csr := a.enrollKey, a.enrollCSR
 	// A TPM that exists but fails does not stop a node that needs none
 	// (most nodes of a site may have a TPM and be registered without
 	// one): the agent enrolls without it, and only if the journal then
@@ -76,6 +80,7 @@ func (a *Agent) enroll(ctx context.Context) error {
 		var who pki.Identity
 		if id, who, err = journalIdentity(key, a.rootPool, resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now()); err == nil {
 			a.adopt(id, who, resp.GetVcluster())
+			a.enrollKey, a.enrollCSR = nil, nil // the next enrollment makes a new one
 			a.log.Info("enrolled", "identity", id, logkey.NodeID, who.Name, logkey.VCluster, vclusterLabel(resp.GetVcluster()), logkey.Addr, addr)
 			return nil
 		}

@@ -28,7 +28,7 @@ type retry struct {
 func (r *retry) due(now time.Time) bool { return !now.Before(r.notBefore) }
 
 func (r *retry) failed(a *Agent, err error, atLeast time.Duration) {
-	r.notBefore = a.cfg.Clock.Now().Add(max(a.backoff(r.attempt, err), atLeast))
+	r.notBefore = a.cfg.Clock.Now().Add(max(a.backoff.After(r.attempt, err), atLeast))
 	r.attempt++
 }
 
@@ -256,8 +256,9 @@ func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 			due = now // the journal asked: its intermediate is being retired
 		}
 		if !s.lastRenew.IsZero() {
-			due = latest(due, s.lastRenew.Add(a.cfg.MinRenewInterval), s.renew.notBefore)
+			due = latest(due, s.lastRenew.Add(a.cfg.MinRenewInterval))
 		}
+		due = latest(due, s.renew.notBefore)
 		a.setNextRenewal(due)
 		if !now.Before(due) {
 			s.lastRenew = now
@@ -269,7 +270,17 @@ func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 					return a.cfg.Clock.Now(), nil
 				}
 				a.dropRefusedJournalIdentity(id, err)
-				s.renew.failed(a, err, a.cfg.MinRenewInterval)
+				if apierr.FromError(err).RetryAfter > 0 {
+					// The journal said when to come back (it is busy, or
+					// rate-limits this source): its retry-after, with the
+					// backoff's jitter and growth, paces the next attempt,
+					// not MinRenewInterval, or a renewal storm would stall
+					// every refused node for MinRenewInterval.
+					s.lastRenew = time.Time{}
+					s.renew.failed(a, err, 0)
+				} else {
+					s.renew.failed(a, err, a.cfg.MinRenewInterval)
+				}
 			} else {
 				s.renew = retry{}
 			}
@@ -358,8 +369,10 @@ func (a *Agent) swapTo(ctx context.Context, op string, id *identity.Identity) er
 		if ctx.Err() == nil {
 			a.fail(op, err, id)
 		}
+		a.attempted(op, err)
 		return err
 	}
+	a.attempted(op, nil)
 	a.rotated()
 	return nil
 }
@@ -372,6 +385,9 @@ func (a *Agent) rotated() {
 	a.mu.Unlock()
 	if ch := a.rot.Active(); ch != nil {
 		a.log.Info("stream open", logkey.Addr, ch.Target(), logkey.JournalID, ch.JournalID(), logkey.NodeID, ch.NodeID(), "identity", ch.Identity())
+		if a.cfg.OnStream != nil {
+			a.cfg.OnStream(ch)
+		}
 	}
 }
 
@@ -467,20 +483,7 @@ func (a *Agent) fail(op string, err error, id *identity.Identity) string {
 // a warning.
 const failureLogEvery = 5 * time.Minute
 
-// backoff is exponential with full jitter, and never shorter than a
-// retry-after the journal asked for.
-func (a *Agent) backoff(attempt int, err error) time.Duration {
-	ceiling := a.cfg.MinBackoff << min(attempt, 16)
-	if ceiling > a.cfg.MaxBackoff || ceiling <= 0 {
-		ceiling = a.cfg.MaxBackoff
-	}
-	d := a.cfg.MinBackoff/2 + rand.N(ceiling)
-	if pe := apierr.FromError(err); pe != nil && pe.RetryAfter > 0 {
-		d = max(d, pe.RetryAfter+jitter(pe.RetryAfter/2))
-	}
-	return d
-}
-
+// jitter is a uniform duration in [0, d), 0 for d <= 0 (renewal times).
 func jitter(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0

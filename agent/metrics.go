@@ -71,9 +71,12 @@ func newMetrics(a *Agent) *metrics {
 			}
 			return float64(t.UnixNano()) / 1e9
 		}),
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	if a.cfg.MetricsListen != "" {
+		// The process's own figures, only where /metrics is served: a
+		// process running many agents (the storm benchmark) builds none.
+		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
 	for _, src := range []identity.Source{identity.SourceSPIRE, identity.SourceJournal, identity.SourceStatic} {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "pact_agent_identity_source",

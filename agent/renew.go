@@ -54,8 +54,12 @@ func (a *Agent) renew(ctx context.Context, act *identity.Channel) error {
 		if ctx.Err() == nil {
 			a.fail("renew", err, act.Identity())
 		}
+		a.attempted("renew", err)
 		return err
 	}
+	// Told before the new stream is, so an observer has the attempt when
+	// it sees the stream.
+	a.attempted("renew", nil)
 	a.rotated()
 	return nil
 }
@@ -81,8 +85,9 @@ func (a *Agent) standbyDue(ctx context.Context, s *loopState, now time.Time) (ti
 // and makes it the journal provider's identity: the one the agent swaps to
 // when SPIRE stops serving it. The previous standby is dropped: the
 // journal no longer takes it.
-func (a *Agent) obtainStandby(ctx context.Context, act *identity.Channel) error {
+func (a *Agent) obtainStandby(ctx context.Context, act *identity.Channel) (err error) {
 	a.metrics.attempts.Inc()
+	defer func() { a.attempted("standby", err) }()
 	key, csr, err := newKey()
 	if err != nil {
 		return err

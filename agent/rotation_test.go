@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
+	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -176,5 +177,56 @@ func TestFailingRenewalDoesNotLoop(t *testing.T) {
 	})
 	if n := failures(t, r.Agent, ReasonEndpointUnreachable); n != 2 {
 		t.Errorf("%v failures counted, want 2", n)
+	}
+}
+
+// A renewal the journal refuses with a retry-after (RATE_LIMITED: busy, or
+// this source spent its budget) is tried again after that retry-after and
+// the backoff's jitter, not after MinRenewInterval: in a renewal storm a
+// refused node must not stall for MinRenewInterval.
+func TestRenewalHonoursRetryAfter(t *testing.T) {
+	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
+	h.Register(t, "n1", "SN1", mac1)
+	fc := fakeclock.New(time.Now())
+	const retryAfter = 2 * time.Second
+	var renewCalls atomic.Int64
+	cfg := agentConfig(h, fc, "SN1", mac1)
+	cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if method == pactv1.EnrollmentService_RenewCert_FullMethodName && renewCalls.Add(1) == 1 {
+				return apierr.Status(apierr.RateLimited, retryAfter, "injected: journal busy").Err()
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		})}
+	if cfg.MinRenewInterval <= 2*retryAfter {
+		t.Fatalf("MinRenewInterval %v does not tell a retry-after of %v apart", cfg.MinRenewInterval, retryAfter)
+	}
+	r := runAgent(t, cfg)
+	eventually(t, "n1 streams", func() bool { return r.Status().Ready })
+	first := inspect(t, h, "n1").GetCert()
+	lifetime := time.Duration(first.GetNotAfterUnix()-first.GetNotBeforeUnix()) * time.Second
+
+	fc.Advance(lifetime*2/3 + lifetime/20 + time.Hour)
+	st := waitFailure(t, r.Agent, ReasonRateLimited)
+	if st.LastFailureOp != "renew" || renewCalls.Load() != 1 {
+		t.Fatalf("after a refused renewal: %d RenewCert calls, status %+v", renewCalls.Load(), st)
+	}
+	// The next attempt is scheduled within the retry-after and up to half of
+	// it again (the backoff's jitter), far before MinRenewInterval.
+	refusedAt := fc.Now()
+	eventually(t, "the next attempt is scheduled after the retry-after", func() bool {
+		next := r.Status().NextRenewal
+		return !next.Before(refusedAt.Add(retryAfter)) && !next.After(refusedAt.Add(retryAfter*3/2+time.Second))
+	})
+	advanceAndSettle(t, fc, retryAfter/2)
+	if n := renewCalls.Load(); n != 1 {
+		t.Fatalf("%d RenewCert calls before the retry-after passed", n)
+	}
+	fc.Advance(retryAfter + time.Second)
+	eventually(t, "the renewal succeeds", func() bool {
+		return inspect(t, h, "n1").GetCert().GetSerial() != first.GetSerial() && r.Status().Serial != first.GetSerial()
+	})
+	if n := renewCalls.Load(); n != 2 {
+		t.Errorf("%d RenewCert calls, want 2", n)
 	}
 }

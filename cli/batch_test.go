@@ -748,7 +748,9 @@ func TestEnrollBatchRetries(t *testing.T) {
 		if got := fake.chunkSizes(); !slices.Equal(got, []int{5, 1, 1}) {
 			t.Errorf("chunks %v", got)
 		}
-		if !slices.Equal(slept, []time.Duration{batchBackoff, 2 * batchBackoff}) {
+		// The agents' policy (internal/backoff), every draw half its
+		// range: Min/2 + Min/2, then Min/2 + Min.
+		if !slices.Equal(slept, []time.Duration{batchBackoff, batchBackoff * 3 / 2}) {
 			t.Errorf("slept %v", slept)
 		}
 	})
@@ -784,7 +786,7 @@ func TestEnrollBatchRetries(t *testing.T) {
 		}
 		addr := startJournal(t, p, fake)
 		code, _, stderr := runEnv(t, p, runOpts{stdin: strings.NewReader(file), sleep: sleep}, append([]string{"node", "enroll", "--batch", "-"}, p.flags(addr)...)...)
-		if code != ExitOK || !slices.Equal(slept, []time.Duration{3 * time.Second}) || !slices.Equal(fake.chunkSizes(), []int{5, 5}) {
+		if code != ExitOK || !slices.Equal(slept, []time.Duration{3*time.Second + 750*time.Millisecond}) || !slices.Equal(fake.chunkSizes(), []int{5, 5}) {
 			t.Errorf("exit %d, slept %v, chunks %v: %s", code, slept, fake.chunkSizes(), stderr)
 		}
 	})
@@ -851,7 +853,8 @@ func TestBatchDocumented(t *testing.T) {
 	for _, w := range append(append([]string{}, batchColumns...), ReasonInvalidRow, ReasonDuplicateInFile, batchExampleHeader,
 		fmt.Sprintf("chunks of at most %d", batchChunk), fmt.Sprintf("%d KiB", maxRecordBytes>>10),
 		fmt.Sprintf("%d ms", progressEvery.Milliseconds()), fmt.Sprintf("At most %d attempts", batchAttempts),
-		fmt.Sprintf("waiting %d ms", batchBackoff.Milliseconds()), "`"+macSeparator+"`") {
+		fmt.Sprintf("about %d-%d ms the first time", batchBackoff.Milliseconds()/2, batchBackoff.Milliseconds()*3/2),
+		fmt.Sprintf("up to %d s", batchMaxBackoff/time.Second), "`"+macSeparator+"`") {
 		if !strings.Contains(doc, w) {
 			t.Errorf("docs/batch.md does not mention %q", w)
 		}

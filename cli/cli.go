@@ -44,6 +44,9 @@ type Env struct {
 	// Sleep waits before a retry, returning early with ctx's error; nil
 	// waits on a real timer.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// Jitter draws the random part of a retry's wait (internal/backoff):
+	// a uniform duration in [0, n); nil draws from math/rand/v2.
+	Jitter func(n time.Duration) time.Duration
 }
 
 func (e Env) withDefaults() Env {

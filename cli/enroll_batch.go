@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/backoff"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -25,8 +26,11 @@ const (
 	// batchAttempts bounds how often a chunk is sent while the journal
 	// answers that it is overloaded or has no leader.
 	batchAttempts = 5
-	// batchBackoff is the first wait between attempts; it doubles.
-	batchBackoff = 250 * time.Millisecond
+	// batchBackoff and batchMaxBackoff bound the wait between attempts
+	// (internal/backoff, the agents' policy: exponential with full jitter,
+	// at least a retry-after the journal asks for).
+	batchBackoff    = 250 * time.Millisecond
+	batchMaxBackoff = 4 * time.Second
 	// progressEvery is the least time between two progress lines.
 	progressEvery = 200 * time.Millisecond
 )
@@ -251,7 +255,7 @@ func (r *batchRun) send() error {
 			todo = append(todo, i)
 		}
 	}
-	wait := batchBackoff
+	policy := backoff.Policy{Min: batchBackoff, Max: batchMaxBackoff, Rand: r.a.env.Jitter}
 	for attempt := 1; len(todo) > 0; attempt++ {
 		reqs := make([]*pactv1.RegisterNodeRequest, len(todo))
 		for k, i := range todo {
@@ -263,10 +267,9 @@ func (r *batchRun) send() error {
 			if e.Code != codes.ResourceExhausted || attempt >= batchAttempts {
 				return err
 			}
-			if err := r.a.env.Sleep(r.ctx, max(wait, e.RetryAfter)); err != nil {
+			if err := r.a.env.Sleep(r.ctx, policy.Delay(attempt-1, e.RetryAfter)); err != nil {
 				return err
 			}
-			wait *= 2
 			continue
 		}
 		results := resp.GetResults()
@@ -307,10 +310,9 @@ func (r *batchRun) send() error {
 		if attempt >= batchAttempts {
 			return &transientError{line: r.pending[todo[0]].line, attempts: attempt, err: transient}
 		}
-		if err := r.a.env.Sleep(r.ctx, max(wait, transient.RetryAfter)); err != nil {
+		if err := r.a.env.Sleep(r.ctx, policy.Delay(attempt-1, transient.RetryAfter)); err != nil {
 			return err
 		}
-		wait *= 2
 	}
 	return nil
 }

@@ -764,7 +764,10 @@ type runOpts struct {
 func runEnv(t *testing.T, p *testPKI, o runOpts, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	env := Env{Stdin: o.stdin, Stdout: &out, Stderr: &errb, Now: o.now, Sleep: o.sleep}
+	// Retry waits are deterministic in tests: every jitter draw is half
+	// its range.
+	half := func(n time.Duration) time.Duration { return n / 2 }
+	env := Env{Stdin: o.stdin, Stdout: &out, Stderr: &errb, Now: o.now, Sleep: o.sleep, Jitter: half}
 	if env.Sleep == nil {
 		env.Sleep = func(ctx context.Context, _ time.Duration) error { return ctx.Err() }
 	}

@@ -94,7 +94,7 @@ Flags:
 func Settings(cfg *agent.Config, log *cmdutil.Logging, configFile *string) *settings.Set {
 	s := settings.New("pact-agent")
 	s.ConfigFile(configFile, "config", "PACT_AGENT_CONFIG", "YAML configuration file: the settings below by name, e.g. \"ca: /etc/pact/ca.pem\"; flags and variables win over it")
-	s.List(&cfg.JournalAddrs, "journal", "PACT_JOURNAL", "comma-separated journal addresses host:port")
+	s.List(&cfg.JournalAddrs, "journal", "PACT_JOURNAL", "comma-separated journal addresses host:port (the agent starts at one picked at random and tries the others in turn)")
 	s.String(&cfg.CAFile, "ca", "PACT_CA", "domain root certificate, PEM")
 	s.List(&cfg.Hardware.MACs, "mac", "PACT_AGENT_MACS", "use these MACs instead of reading /sys/class/net: comma-separated, or repeat the flag")
 	s.String(&cfg.Hardware.BMCSerial, "bmc-serial", "PACT_AGENT_BMC_SERIAL", "use this BMC serial instead of reading DMI")

@@ -22,18 +22,21 @@ import (
 	"github.com/pact-hpc/pact/journal/ca"
 )
 
-// The ceiling is the crypto an enrollment (or a renewal) cannot avoid, run
-// flat out on every core of this machine:
+// The ceiling is the crypto a node's way to streaming (or its renewal)
+// cannot avoid, run flat out on every core of this machine:
 //
-//   - the agent's key generation and CSR (ECDSA P-256), unless -pregen
-//     takes them out of both the storm and the ceiling;
-//   - a full TLS 1.3 handshake, both sides, with Go's default curve
-//     preferences (as the journal and the agent use), the server presenting
-//     a journal-style P-256 chain (leaf + intermediate) that the client
-//     verifies against the domain root; for a renewal the client presents
-//     its agent chain and the server verifies it (mTLS);
+//   - the agent's key generation and CSR (ECDSA P-256);
+//   - for an enrollment, a full TLS 1.3 handshake, both sides, with the
+//     key exchange the journals negotiate, the server presenting a
+//     journal-style P-256 chain (leaf + intermediate) that the client
+//     verifies against the domain root: the Enroll connection;
 //   - the journal's CSR check (ca.ParseCSR) and signing (ca.SignAgent),
-//     the very functions the journal calls.
+//     the very functions the journal calls;
+//   - a second full handshake, mutual this time (the client presents its
+//     new agent chain and the server verifies it): the agent's mTLS
+//     channel, on which it Pings and Subscribes. A renewal needs only this
+//     one (RenewCert goes over the live channel, then the agent moves to a
+//     new channel with the new certificate).
 //
 // What it leaves out is what the ratio measures: gRPC and HTTP/2, Raft
 // replication and fsync, the registry, logging, and scheduling.
@@ -56,7 +59,6 @@ type ceilingKit struct {
 	server     *tls.Config // as the journal: a client certificate is requested, not required
 	mtlsServer *tls.Config // the same, verifying the client chain (a renewal)
 	client     *tls.Config
-	keygen     bool
 }
 
 // probeCurve makes one TLS handshake with a journal, as an agent offering
@@ -76,7 +78,7 @@ func probeCurve(addr string, roots *x509.CertPool, kx wire.KeyExchange) (tls.Cur
 // newCeilingKit makes a CA from the benchmark's domain root, exactly as a
 // journal makes its own (a fresh in-memory intermediate and server cert).
 // curve is the key exchange the journals negotiate (0: Go's default).
-func newCeilingKit(dir string, keygen bool, curve tls.CurveID) (*ceilingKit, error) {
+func newCeilingKit(dir string, curve tls.CurveID) (*ceilingKit, error) {
 	up, err := ca.LoadKeyFileAuthority(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"))
 	if err != nil {
 		return nil, err
@@ -94,7 +96,7 @@ func newCeilingKit(dir string, keygen bool, curve tls.CurveID) (*ceilingKit, err
 	roots := x509.NewCertPool()
 	roots.AddCert(authority.Root())
 	serverCert := authority.ServerCertificate()
-	k := &ceilingKit{ca: authority, keygen: keygen}
+	k := &ceilingKit{ca: authority}
 	k.server = &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{*serverCert},
@@ -227,20 +229,15 @@ func threadCPU() time.Duration {
 	return time.Duration(ts.Nano())
 }
 
-// op is one enrollment's (mtls: one renewal's) unavoidable crypto. With
-// serverCPU set, the journal's part (its side of the handshake, the CSR
-// check and the signing) is timed on its own thread.
-func (k *ceilingKit) op(clientCfg *tls.Config, mtls bool, fixedCSR []byte, serverCPU *atomic.Int64) error {
-	csrDER := fixedCSR
-	if k.keygen {
-		var err error
-		if _, csrDER, err = newAgentKey(); err != nil {
-			return err
-		}
-	}
-	server := k.server
-	if mtls {
-		server = k.mtlsServer
+// op is one enrollment's (renew: one renewal's) unavoidable crypto, with
+// the agent's channel: plain is the client for the Enroll connection, mtls
+// the client (with an agent certificate) for the channel. With serverCPU
+// set, the journal's part (its side of the handshakes, the CSR check and
+// the signing) is timed on its own thread.
+func (k *ceilingKit) op(plain, mtls *tls.Config, renew bool, serverCPU *atomic.Int64) error {
+	_, csrDER, err := newAgentKey()
+	if err != nil {
+		return err
 	}
 	sign := func() error {
 		csr, err := ca.ParseCSR(csrDER)
@@ -250,8 +247,18 @@ func (k *ceilingKit) op(clientCfg *tls.Config, mtls bool, fixedCSR []byte, serve
 		_, err = k.ca.SignAgent(csr, "ceiling-node")
 		return err
 	}
-	if err := handshake(clientCfg, server, sign, serverCPU); err != nil {
+	if renew {
+		// RenewCert over the live channel, then the new channel.
+		if err := handshake(mtls, k.mtlsServer, sign, serverCPU); err != nil {
+			return fmt.Errorf("handshake: %w", err)
+		}
+		return nil
+	}
+	if err := handshake(plain, k.server, sign, serverCPU); err != nil {
 		return fmt.Errorf("handshake: %w", err)
+	}
+	if err := handshake(mtls, k.mtlsServer, nil, serverCPU); err != nil {
+		return fmt.Errorf("mTLS handshake: %w", err)
 	}
 	return nil
 }
@@ -260,13 +267,13 @@ func (k *ceilingKit) op(clientCfg *tls.Config, mtls bool, fixedCSR []byte, serve
 // warm-up) and reports the rate and the CPU per operation; then, for a
 // third of d more, the same with the journal's part timed on its own
 // thread, to split the CPU between the journal's side and the agent's.
-func (k *ceilingKit) run(d time.Duration, mtls bool) (ceilingResult, error) {
-	res, err := k.pass(d, mtls, nil)
+func (k *ceilingKit) run(d time.Duration, renew bool) (ceilingResult, error) {
+	res, err := k.pass(d, renew, nil)
 	if err != nil {
 		return res, err
 	}
 	var server atomic.Int64
-	split, err := k.pass(d/3, mtls, &server)
+	split, err := k.pass(d/3, renew, &server)
 	if err != nil {
 		return res, err
 	}
@@ -275,28 +282,14 @@ func (k *ceilingKit) run(d time.Duration, mtls bool) (ceilingResult, error) {
 	return res, nil
 }
 
-func (k *ceilingKit) pass(d time.Duration, mtls bool, serverCPU *atomic.Int64) (ceilingResult, error) {
+func (k *ceilingKit) pass(d time.Duration, renew bool, serverCPU *atomic.Int64) (ceilingResult, error) {
 	workers := 2 * runtime.GOMAXPROCS(0)
-	clients := make([]*tls.Config, workers)
-	csrs := make([][]byte, workers)
-	for w := range workers {
-		clients[w] = k.client
-		if mtls {
-			cert, err := k.agentCert(fmt.Sprintf("ceiling-%d", w))
-			if err != nil {
-				return ceilingResult{}, err
-			}
-			clients[w] = k.client.Clone()
-			clients[w].Certificates = []tls.Certificate{cert}
-		}
-		_, csr, err := newAgentKey()
-		if err != nil {
-			return ceilingResult{}, err
-		}
-		csrs[w] = csr
+	clients, err := k.mtlsClients(workers)
+	if err != nil {
+		return ceilingResult{}, err
 	}
 	for w := range workers { // warm-up
-		if err := k.op(clients[w], mtls, csrs[w], nil); err != nil {
+		if err := k.op(k.client, clients[w], renew, nil); err != nil {
 			return ceilingResult{}, err
 		}
 	}
@@ -317,7 +310,7 @@ func (k *ceilingKit) pass(d time.Duration, mtls bool, serverCPU *atomic.Int64) (
 					return
 				default:
 				}
-				if err := k.op(clients[w], mtls, csrs[w], serverCPU); err != nil {
+				if err := k.op(k.client, clients[w], renew, serverCPU); err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}
@@ -339,6 +332,70 @@ func (k *ceilingKit) pass(d time.Duration, mtls bool, serverCPU *atomic.Int64) (
 		return ceilingResult{}, fmt.Errorf("no operation completed in %v", d)
 	}
 	return ceilingResult{ops: n, wall: wall, cpu: cpu, perSec: float64(n) / wall.Seconds(), cpuOp: cpu / time.Duration(n), others: others}, nil
+}
+
+// mtlsClients makes n client configurations, each with an agent
+// certificate of its own.
+func (k *ceilingKit) mtlsClients(n int) ([]*tls.Config, error) {
+	out := make([]*tls.Config, n)
+	for w := range n {
+		cert, err := k.agentCert(fmt.Sprintf("ceiling-%d", w))
+		if err != nil {
+			return nil, err
+		}
+		out[w] = k.client.Clone()
+		out[w].Certificates = []tls.Certificate{cert}
+	}
+	return out, nil
+}
+
+// prices is the CPU of each unit of work (storm.go work), measured one at
+// a time on an otherwise idle load generator: it prices the attempts
+// that came to nothing.
+type prices struct{ keygen, tls, sign, mtls time.Duration }
+
+func (p prices) of(w work) time.Duration {
+	return time.Duration(w.keygen)*p.keygen + time.Duration(w.tls)*p.tls + time.Duration(w.sign)*p.sign + time.Duration(w.mtls)*p.mtls
+}
+
+// price measures each unit for about d.
+func (k *ceilingKit) price(d time.Duration) (prices, error) {
+	clients, err := k.mtlsClients(1)
+	if err != nil {
+		return prices{}, err
+	}
+	_, csrDER, err := newAgentKey()
+	if err != nil {
+		return prices{}, err
+	}
+	each := func(f func() error) (time.Duration, error) {
+		n := 0
+		cpu0 := selfCPU()
+		for began := time.Now(); time.Since(began) < d/4; n++ {
+			if err := f(); err != nil {
+				return 0, err
+			}
+		}
+		return (selfCPU() - cpu0) / time.Duration(n), nil
+	}
+	var p prices
+	if p.keygen, err = each(func() error { _, _, err := newAgentKey(); return err }); err != nil {
+		return p, err
+	}
+	if p.tls, err = each(func() error { return handshake(k.client, k.server, nil, nil) }); err != nil {
+		return p, err
+	}
+	if p.mtls, err = each(func() error { return handshake(clients[0], k.mtlsServer, nil, nil) }); err != nil {
+		return p, err
+	}
+	p.sign, err = each(func() error {
+		csr, err := ca.ParseCSR(csrDER)
+		if err == nil {
+			_, err = k.ca.SignAgent(csr, "ceiling-node")
+		}
+		return err
+	})
+	return p, err
 }
 
 // signOnly runs the journal's CSR check and signing alone, on one

@@ -65,8 +65,9 @@ func newCluster(bin, dir string, n int, extra, env []string) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Every simulated agent connects from 127.0.0.1; a real site has one
-	// address per node. (--journal-args may override.)
+	// With storm -one-source every agent connects from 127.0.0.1, where a
+	// real site has one address per node (by default each agent has its
+	// own loopback address; --journal-args may override).
 	extra = append([]string{"--max-conns-per-source", "16384"}, extra...)
 	if c.q, err = launch.NewProcQuorum(launch.ProcConfig{Bin: bin, Dir: dir, N: n, Net: lb, Extra: extra, Env: env}); err != nil {
 		return nil, err

@@ -494,7 +494,7 @@ func fsmScale(nodes []benchNode, dir string) (reg, act fsmScaleResult, err error
 
 	// Every node Active, with a certificate of real size (DER of a real
 	// agent certificate; serial and key fingerprint unique per node).
-	kit, err := newCeilingKit(filepath.Dir(dir), true, 0)
+	kit, err := newCeilingKit(filepath.Dir(dir), 0)
 	if err != nil {
 		return reg, act, err
 	}

@@ -2,71 +2,34 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/tls"
-	"crypto/x509"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 
+	"github.com/pact-hpc/pact/agent"
+	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/wire"
-	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
-// The agents' retry policy, as pact-agent's defaults (agent.DefaultConfig):
-// exponential backoff with full jitter between MinBackoff and MaxBackoff,
-// never shorter than a retry-after the journal asked for plus up to half
-// of it again.
-const (
-	minBackoff  = 250 * time.Millisecond
-	maxBackoff  = 30 * time.Second
-	callTimeout = 15 * time.Second
-)
-
-func backoff(attempt int, pe *apierr.Error) time.Duration {
-	ceiling := minBackoff << min(attempt, 16)
-	if ceiling > maxBackoff || ceiling <= 0 {
-		ceiling = maxBackoff
-	}
-	d := minBackoff/2 + rand.N(ceiling)
-	if pe != nil && pe.RetryAfter > 0 {
-		d = max(d, pe.RetryAfter+rand.N(pe.RetryAfter/2+1))
-	}
-	return d
-}
-
-// simAgent is one simulated node agent.
-type simAgent struct {
-	idx  int
-	node benchNode
-
-	// The enrolled credential (after the enroll storm).
-	key    *ecdsa.PrivateKey
-	chain  [][]byte
-	serial string
-
-	// The storm in progress.
-	newKey   *ecdsa.PrivateKey
-	csr      []byte
-	arrival  time.Time // first arrival
-	attempts int
-	next     int // journal rotation
-	done     time.Time
-	call     time.Duration // the successful attempt, dial to answer
-	failures map[string]int
-	lastErr  *apierr.Error // the failure the next backoff answers
-	err      error
-	// uncertain: an attempt failed in a way that may have been after the
-	// journal acted (a renewal that then sees STALE_CERTIFICATE committed).
-	uncertain bool
-}
+// Every simulated node is pact-agent's own agent.Agent, run in this
+// process: agent.New and Run with the hardware identity given here, so the
+// storm goes through the agent's enrollment (key and CSR, Enroll with its
+// retry and backoff policy, chain verification), its mTLS channel (Ping,
+// Subscribe, the first event) and, in the renewal storm, its rotation
+// (RenewNow: RenewCert over the live channel, a new channel). The
+// benchmark only starts agents, watches them through Config.OnAttempt and
+// Config.OnStream, and counts. Nothing of the agent's path is copied here
+// (storm_test.go checks that).
 
 type stormKind int
 
@@ -82,40 +45,204 @@ func (k stormKind) String() string {
 	return "enroll"
 }
 
+// work counts the unavoidable crypto of attempts, in units the ceiling
+// prices (ceiling.go componentCPU): key+CSR, a server-authenticated TLS
+// handshake (both sides), CSR check and signing, an mTLS handshake (both
+// sides).
+type work struct{ keygen, tls, sign, mtls int }
+
+func (w *work) add(o work) {
+	w.keygen, w.tls, w.sign, w.mtls = w.keygen+o.keygen, w.tls+o.tls, w.sign+o.sign, w.mtls+o.mtls
+}
+
+// attemptWork is what an attempt the agent reported (OnAttempt) cost, by
+// how far it got. A failure the journal answered is priced as far as the
+// answer needs; a deadline as if the journal had done everything (it may
+// have); a renewal refused before RenewCert answered as its key alone.
+// The agent keeps its enrollment key across retries until it is signed,
+// so the key is priced with the enrollment that succeeds.
+func attemptWork(op string, err error) work {
+	deadline := err != nil && apierr.FromError(err).Code == codes.DeadlineExceeded
+	if closedUnshaken(err) {
+		return work{}
+	}
+	switch op {
+	case "enroll":
+		switch {
+		case err == nil:
+			return work{keygen: 1, tls: 1, sign: 1}
+		case deadline:
+			return work{tls: 1, sign: 1}
+		}
+		return work{tls: 1}
+	case "renew":
+		switch {
+		case err == nil:
+			return work{keygen: 1, sign: 1, mtls: 1}
+		case strings.Contains(err.Error(), "RenewCert at "):
+			if deadline {
+				return work{keygen: 1, sign: 1}
+			}
+			return work{keygen: 1}
+		}
+		// RenewCert answered; the new channel failed.
+		return work{keygen: 1, sign: 1, mtls: 1}
+	case "standby":
+		return work{keygen: 1, sign: 1}
+	}
+	return work{mtls: 1} // connect, upgrade, fallback: a new channel
+}
+
+// closedUnshaken reports a connection the journal closed before it
+// answered the ClientHello: it had no handshake slot free for it within
+// --handshake-queue-wait (journal --max-handshakes). No crypto was done
+// for it on either side but the client's key share; the wait is not CPU.
+// (A handshake the journal cut off half-way, past --handshake-timeout,
+// ends the same way: it is priced as nothing too, a slight
+// underestimate.)
+func closedUnshaken(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "authentication handshake failed: EOF")
+}
+
+// benchAgent is one node of the storm.
+type benchAgent struct {
+	idx  int
+	node benchNode
+	ag   *agent.Agent
+	stop context.CancelFunc
+	ran  chan error // Run's result, once it returns
+
+	mu         sync.Mutex
+	kind       stormKind // the storm under way
+	arrival    time.Time
+	activeAt   time.Time // the enrollment answered (enroll storm)
+	streamAt   time.Time // the storm's goal: a new stream's first event
+	serial     string    // the serial of the latest live channel
+	before     string    // the serial before the renewal storm
+	attempts   int
+	byOp       map[string]int
+	failures   map[string]int
+	examples   map[string]string // one error message per failure label
+	wasted     work              // attempts that failed
+	spent      work              // every attempt of this storm
+	err        error
+	finished   bool
+	held       bool // holds a slot of the load generator's pool
+	onFinished func(held bool)
+}
+
+// reset prepares a for a storm.
+func (a *benchAgent) reset(kind stormKind, onFinished func(held bool)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.kind, a.onFinished = kind, onFinished
+	a.arrival, a.activeAt, a.streamAt = time.Time{}, time.Time{}, time.Time{}
+	a.before = a.serial
+	a.attempts, a.byOp, a.failures, a.examples = 0, map[string]int{}, map[string]int{}, map[string]string{}
+	a.wasted, a.spent, a.err, a.finished, a.held = work{}, work{}, nil, false, false
+}
+
+// finish ends a's part in the storm (under a.mu), once.
+func (a *benchAgent) finish(err error) {
+	if a.finished {
+		return
+	}
+	a.finished, a.err = true, err
+	if a.onFinished != nil {
+		a.onFinished(a.held)
+	}
+}
+
+// onAttempt is the agent's OnAttempt.
+func (a *benchAgent) onAttempt(op string, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.finished && a.err != nil {
+		return // abandoned: its cancellation is not an attempt of the storm
+	}
+	a.attempts++
+	a.byOp[op]++
+	w := attemptWork(op, err)
+	a.spent.add(w)
+	if err != nil {
+		a.wasted.add(w)
+		pe := apierr.FromError(err)
+		label := op + " " + pe.Code.String()
+		switch {
+		case pe.Reason != "":
+			label += "/" + string(pe.Reason)
+		case closedUnshaken(err):
+			label = op + " closed before the handshake"
+		}
+		a.failures[label]++
+		if _, ok := a.examples[label]; !ok {
+			a.examples[label] = err.Error()
+		}
+		return
+	}
+	if op == "enroll" && a.activeAt.IsZero() {
+		a.activeAt = time.Now()
+	}
+}
+
+// onStream is the agent's OnStream: a new channel is live.
+func (a *benchAgent) onStream(ch *identity.Channel) {
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.serial = ch.Identity().Serial()
+	if a.finished || (a.kind == stormRenew && a.serial == a.before) {
+		return // a reconnection, not what this storm waits for
+	}
+	a.streamAt = now
+	a.finish(nil)
+}
+
 // storm is one run of every agent against the quorum.
 type storm struct {
 	kind        stormKind
-	agents      []*simAgent
+	agents      []*benchAgent
 	addrs       []string
-	roots       *x509.CertPool
-	concurrency int              // agents worked on at once by the load generator
-	spread      time.Duration    // arrivals are spread evenly over this
-	keygen      bool             // make the key and CSR at arrival (else before)
-	deadline    time.Duration    // give up on the storm after this
-	kx          wire.KeyExchange // what the agents offer
+	caFile      string
+	concurrency int           // agents the load generator lets work at once; 0: all
+	spread      time.Duration // arrivals are spread evenly over this
+	deadline    time.Duration // give up on the storm after this
+	kx          wire.KeyExchange
+	oneSource   bool            // every agent connects from 127.0.0.1
+	life        context.Context // the agents run until it ends
+	log         *slog.Logger    // the agents' logger
 }
 
 type stormResult struct {
-	kind       stormKind
-	agents     int
-	ok         int
-	failed     int
-	unknown    int // renewals whose outcome the client never learned
-	wall       time.Duration
-	perSec     float64
-	lat        []time.Duration // arrival to answer, per successful agent, sorted
-	calls      []time.Duration // the successful attempt, sorted
-	attempts   int
-	maxAttempt int
-	failures   map[string]int
-	firstErrs  []string
-	journalCPU []time.Duration
-	genCPU     time.Duration
-	rssMax     int64
-
-	others          float64 // share of the machine other processes used meanwhile
-	leaderChanges   int
-	journalCounters map[string]float64 // pact_journal_{enroll,renew}_total by result, during the storm
+	kind         stormKind
+	agents       int
+	ok           int
+	failed       int
+	abandoned    int // still trying at the deadline
+	wall         time.Duration
+	activeWall   time.Duration // first arrival to the last enrollment's answer
+	perSec       float64
+	lat          []time.Duration // arrival to the goal, per successful agent, sorted
+	attempts     int
+	byOp         map[string]int
+	failedTries  int
+	maxAttempt   int
+	failures     map[string]int
+	examples     map[string]string // one error message per failure label
+	firstErrs    []string
+	wasted       work
+	spent        work
+	journalCPU   []time.Duration
+	genCPU       time.Duration
+	rssMax       int64 // the largest journal's
+	genRSS       int64 // the load generator's (every agent), at its peak
+	streamsOpen  int   // pact_journal_streams_open summed over the journals, after the storm
+	others       float64
+	leaderChange int
+	journalCount map[string]float64 // pact_journal_{enroll,renew}_total by result, during the storm
+	// journalClosed is pact_journal_connections_refused_total during the
+	// storm: connections the journals closed before their handshake.
+	journalClosed int
 }
 
 func (r *stormResult) pct(p float64) time.Duration { return percentile(r.lat, p) }
@@ -128,15 +255,19 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-func (r *stormResult) cpuPerOp() time.Duration {
-	if r.ok == 0 {
-		return 0
-	}
+func (r *stormResult) journalCPUSum() time.Duration {
 	var t time.Duration
 	for _, c := range r.journalCPU {
 		t += c
 	}
-	return (t + r.genCPU) / time.Duration(r.ok)
+	return t
+}
+
+func (r *stormResult) cpuPerOp() time.Duration {
+	if r.ok == 0 {
+		return 0
+	}
+	return (r.journalCPUSum() + r.genCPU) / time.Duration(r.ok)
 }
 
 func (r *stormResult) genCPUPerOp() time.Duration {
@@ -150,197 +281,242 @@ func (r *stormResult) journalCPUPerOp() time.Duration {
 	if r.ok == 0 {
 		return 0
 	}
-	var t time.Duration
-	for _, c := range r.journalCPU {
-		t += c
-	}
-	return t / time.Duration(r.ok)
+	return r.journalCPUSum() / time.Duration(r.ok)
 }
 
-// prepare makes the keys and CSRs before the timed phase when keygen is
-// off.
-func (s *storm) prepare() error {
-	if s.keygen {
-		return nil
+// agentConfig is pact-agent's configuration for node a, as a diskless node
+// booting from the image would run it, minus what only a process of its
+// own has: no status socket, no /metrics listener, no identity files, no
+// SPIRE and no TPM (the nodes are registered by MAC and BMC serial).
+func (s *storm) agentConfig(a *benchAgent) agent.Config {
+	cfg := agent.DefaultConfig()
+	// One image: every node lists the journals in the same order (the
+	// agent starts at one picked at random).
+	cfg.JournalAddrs = s.addrs
+	cfg.CAFile = s.caFile
+	cfg.Hardware.MACs = []string{a.node.mac}
+	cfg.Hardware.BMCSerial = a.node.bmc
+	cfg.KeyExchange = s.kx
+	cfg.SPIRESocket = ""
+	cfg.StatusSocket = ""
+	cfg.TPMDevice = ""
+	if !s.oneSource {
+		// A node of a site has an address of its own, and the journals'
+		// per-source limits (connections, failed enrollments) are per
+		// node: each agent connects from its own loopback address.
+		src := &net.TCPAddr{IP: sourceIP(a.idx)}
+		cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			d := net.Dialer{LocalAddr: src}
+			return d.DialContext(ctx, "tcp", addr)
+		})}
 	}
-	for _, a := range s.agents {
-		k, csr, err := newAgentKey()
-		if err != nil {
-			return err
+	cfg.Logger = s.log
+	cfg.OnAttempt = a.onAttempt
+	cfg.OnStream = a.onStream
+	return cfg
+}
+
+// sourceIP is agent i's own loopback address: 127.1.0.1 on, skipping .0
+// and .255 (Linux routes all of 127.0.0.0/8 to the loopback interface).
+func sourceIP(i int) net.IP {
+	const perBlock = 254 * 256
+	return net.IPv4(127, byte(1+i/perBlock), byte(i%perBlock/254), byte(1+i%254))
+}
+
+// start makes a's agent and runs it until s.life ends (or it is stopped).
+func (s *storm) start(a *benchAgent) error {
+	ag, err := agent.New(s.agentConfig(a))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(s.life)
+	a.mu.Lock()
+	a.ag, a.stop, a.ran = ag, cancel, make(chan error, 1)
+	a.mu.Unlock()
+	go func() {
+		err := ag.Run(ctx)
+		if err == nil && ctx.Err() == nil {
+			err = errors.New("agent: Run returned")
 		}
-		a.newKey, a.csr = k, csr
-	}
+		a.ran <- err
+		a.mu.Lock()
+		if err != nil {
+			a.finish(fmt.Errorf("%s: %w", a.node.id, err))
+		} else {
+			a.finish(errors.New("stopped"))
+		}
+		a.mu.Unlock()
+	}()
 	return nil
 }
 
+// arrive is a's arrival: its agent starts (enroll storm) or is told to
+// renew (renewal storm).
+func (s *storm) arrive(a *benchAgent) {
+	a.mu.Lock()
+	a.arrival = time.Now()
+	a.mu.Unlock()
+	if s.kind == stormEnroll {
+		if err := s.start(a); err != nil {
+			a.mu.Lock()
+			a.finish(err)
+			a.mu.Unlock()
+		}
+		return
+	}
+	// The agent renews as at 2/3 of its certificate's life. Between a
+	// stream's end and the reconnection there is no channel to renew on:
+	// ask again once there is.
+	for !a.ag.RenewNow() {
+		a.mu.Lock()
+		done := a.finished
+		a.mu.Unlock()
+		if done || s.life.Err() != nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // run releases every agent at its arrival time (spread evenly over
-// s.spread, in a random order) to a pool of s.concurrency workers; an
-// agent told to retry goes back to the pool after its backoff, holding no
-// worker while it waits. pids are the journal processes whose CPU and
-// memory are measured.
+// s.spread, in a random order) and waits until each has reached the goal
+// (its first stream; in the renewal storm, a stream with its new
+// certificate), has been refused for good, or the deadline passes. With
+// s.concurrency > 0 at most that many agents work at once: an arrival
+// waits for a slot, and an agent holds its slot until it is done. pids are
+// the journal processes whose CPU and memory are measured.
 func (s *storm) run(pids []int) *stormResult {
 	n := len(s.agents)
 	order := rand.Perm(n)
-	ready := make(chan *simAgent, n)
 	var pending sync.WaitGroup
 	pending.Add(n)
-	workers := s.concurrency
-	if workers <= 0 || workers > n {
-		workers = n
+	var slots chan struct{}
+	if s.concurrency > 0 && s.concurrency < n {
+		slots = make(chan struct{}, s.concurrency)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.deadline)
-	defer cancel()
+	for _, a := range s.agents {
+		a.reset(s.kind, func(held bool) {
+			if held {
+				<-slots
+			}
+			pending.Done()
+		})
+	}
+	allDone := make(chan struct{})
+	go func() { pending.Wait(); close(allDone) }()
 
 	rss := sampleRSS(pids, 100*time.Millisecond)
 	machine := startMachine()
 	cpu := startCPU(pids)
 	t0 := time.Now()
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for a := range ready {
-				if s.attempt(ctx, a) {
-					pending.Done()
-					continue
-				}
-				wait := backoff(a.attempts-1, a.lastErr)
-				time.AfterFunc(wait, func() { ready <- a })
-			}
-		})
-	}
 	go func() { // arrivals
 		for k, i := range order {
 			a := s.agents[i]
-			a.arrival = t0.Add(time.Duration(k) * s.spread / time.Duration(n))
-			a.attempts, a.done, a.err, a.lastErr, a.uncertain, a.failures = 0, time.Time{}, nil, nil, false, map[string]int{}
-			a.next = i
-			time.Sleep(time.Until(a.arrival))
-			ready <- a
+			time.Sleep(time.Until(t0.Add(time.Duration(k) * s.spread / time.Duration(n))))
+			if slots != nil {
+				select {
+				case slots <- struct{}{}:
+				case <-allDone:
+					return
+				case <-s.life.Done():
+					return
+				}
+				a.mu.Lock()
+				a.held = !a.finished
+				a.mu.Unlock()
+				if !a.held {
+					<-slots // abandoned before its turn
+					continue
+				}
+			}
+			go s.arrive(a)
 		}
 	}()
-	pending.Wait()
-	close(ready)
-	wg.Wait()
-	res := &stormResult{kind: s.kind, agents: n, failures: map[string]int{}}
-	res.journalCPU, res.genCPU = cpu.stop()
-	ours := res.genCPU
-	for _, c := range res.journalCPU {
-		ours += c
+	timer := time.NewTimer(s.deadline)
+	defer timer.Stop()
+	abandoned := 0
+	select {
+	case <-allDone:
+	case <-timer.C:
+		for _, a := range s.agents {
+			a.mu.Lock()
+			if !a.finished {
+				abandoned++
+				a.finish(fmt.Errorf("%s: still trying after %v: abandoned", a.node.id, s.deadline))
+				a.wasted = a.spent // nothing it did came to anything
+				if a.stop != nil && s.kind == stormEnroll {
+					a.stop()
+				}
+			}
+			a.mu.Unlock()
+		}
 	}
+	res := &stormResult{kind: s.kind, agents: n, abandoned: abandoned, byOp: map[string]int{}, failures: map[string]int{}, examples: map[string]string{}}
+	res.journalCPU, res.genCPU = cpu.stop()
+	ours := res.genCPU + res.journalCPUSum()
 	res.others = machine.others(ours)
 	res.rssMax = rss.finish()
 
-	var last time.Time
+	var last, lastActive time.Time
 	for _, a := range s.agents {
+		a.mu.Lock()
 		res.attempts += a.attempts
 		res.maxAttempt = max(res.maxAttempt, a.attempts)
+		for k, v := range a.byOp {
+			res.byOp[k] += v
+		}
 		for k, v := range a.failures {
 			res.failures[k] += v
+			res.failedTries += v
+			if _, ok := res.examples[k]; !ok {
+				res.examples[k] = a.examples[k]
+			}
+		}
+		res.wasted.add(a.wasted)
+		res.spent.add(a.spent)
+		if a.activeAt.After(lastActive) {
+			lastActive = a.activeAt
 		}
 		switch {
-		case a.err == nil:
+		case a.err == nil && !a.streamAt.IsZero():
 			res.ok++
-			res.lat = append(res.lat, a.done.Sub(a.arrival))
-			res.calls = append(res.calls, a.call)
-			if a.done.After(last) {
-				last = a.done
+			res.lat = append(res.lat, a.streamAt.Sub(a.arrival))
+			if a.streamAt.After(last) {
+				last = a.streamAt
 			}
-		case a.uncertain && s.kind == stormRenew:
-			res.unknown++
-			fallthrough
 		default:
 			res.failed++
 			if len(res.firstErrs) < 5 {
-				res.firstErrs = append(res.firstErrs, fmt.Sprintf("%s: %v", a.node.id, a.err))
+				res.firstErrs = append(res.firstErrs, fmt.Sprint(a.err))
 			}
 		}
+		a.mu.Unlock()
 	}
 	slices.Sort(res.lat)
-	slices.Sort(res.calls)
 	if res.ok > 0 {
 		res.wall = last.Sub(t0)
 		res.perSec = float64(res.ok) / res.wall.Seconds()
 	}
+	if !lastActive.IsZero() {
+		res.activeWall = lastActive.Sub(t0)
+	}
 	return res
 }
 
-// attempt makes one Enroll or RenewCert call for a, on a fresh connection
-// (a fresh TLS handshake) to the next journal in its rotation. It reports
-// whether the agent is finished (success, a final refusal, or the storm's
-// deadline).
-func (s *storm) attempt(ctx context.Context, a *simAgent) bool {
-	if err := ctx.Err(); err != nil {
-		a.err = fmt.Errorf("gave up after %d attempts: %w", a.attempts, err)
-		return true
-	}
-	if a.csr == nil { // -keygen: the agent makes its key at boot
-		k, csr, err := newAgentKey()
-		if err != nil {
-			a.err = err
-			return true
+// stopAgents stops every running agent and waits for each Run to return
+// (each releases its node on the way out, as pact-agent does on SIGTERM).
+func stopAgents(agents []*benchAgent) {
+	var ran []chan error
+	for _, a := range agents {
+		a.mu.Lock()
+		if a.stop != nil {
+			a.stop()
+			ran = append(ran, a.ran)
 		}
-		a.newKey, a.csr = k, csr
+		a.stop = nil
+		a.mu.Unlock()
 	}
-	a.attempts++
-	addr := s.addrs[a.next%len(s.addrs)]
-	a.next++
-	began := time.Now()
-	err := s.call(ctx, a, addr)
-	if err == nil {
-		a.done = time.Now()
-		a.call = a.done.Sub(began)
-		a.key, a.newKey, a.csr = a.newKey, nil, nil
-		a.lastErr = nil
-		return true
+	for _, r := range ran {
+		<-r
 	}
-	pe := apierr.FromError(err)
-	label := pe.Code.String()
-	if pe.Reason != "" {
-		label += "/" + string(pe.Reason)
-	}
-	a.failures[label]++
-	if pe.Code == codes.Unavailable || pe.Code == codes.DeadlineExceeded || pe.Code == codes.Unknown {
-		a.uncertain = true
-	}
-	if pe.Final() {
-		a.err = fmt.Errorf("attempt %d at %s: %w", a.attempts, addr, pe)
-		return true
-	}
-	a.lastErr = pe
-	return false
-}
-
-func (s *storm) call(ctx context.Context, a *simAgent, addr string) error {
-	// Dial exactly as pact-agent does: its key exchange and its gRPC
-	// transport options.
-	cfg := s.kx.Apply(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: s.roots})
-	if s.kind == stormRenew {
-		cfg.Certificates = []tls.Certificate{{Certificate: a.chain, PrivateKey: a.key}}
-	}
-	opts := append(wire.ClientOptions(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
-	conn, err := grpc.NewClient("passthrough:///"+addr, opts...)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	client := pactv1.NewEnrollmentServiceClient(conn)
-	if s.kind == stormEnroll {
-		resp, err := client.Enroll(cctx, &pactv1.EnrollRequest{
-			Hardware: &pactv1.HardwareIdentity{Macs: []string{a.node.mac}, BmcSerial: a.node.bmc},
-			CsrDer:   a.csr,
-		})
-		if err != nil {
-			return err
-		}
-		a.chain, a.serial = resp.GetCertChainDer(), resp.GetSerial()
-		return nil
-	}
-	resp, err := client.RenewCert(cctx, &pactv1.RenewCertRequest{CurrentSerial: a.serial, CsrDer: a.csr})
-	if err != nil {
-		return err
-	}
-	a.chain, a.serial = resp.GetCertChainDer(), resp.GetSerial()
-	return nil
 }

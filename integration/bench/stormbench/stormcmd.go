@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -12,6 +15,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -30,7 +34,7 @@ type stormFlags struct {
 	spread      time.Duration
 	ceiling     time.Duration
 	renew       bool
-	pregen      bool
+	oneSource   bool
 	deadline    time.Duration
 	perf        bool
 	cpuprofile  string
@@ -43,22 +47,22 @@ type stormFlags struct {
 func runStorm(args []string) int {
 	var f stormFlags
 	fs := flag.NewFlagSet("stormbench storm", flag.ContinueOnError)
-	fs.IntVar(&f.agents, "agents", 10000, "simulated agents (= registered nodes)")
+	fs.IntVar(&f.agents, "agents", 10000, "agents (= registered nodes), each pact-agent's own code in this process")
 	fs.IntVar(&f.journals, "journals", 3, "journals in the quorum")
 	fs.StringVar(&f.bin, "bin", "bin", "directory holding pact-journal and pact (make build)")
 	fs.StringVar(&f.dir, "dir", "", "working directory for the domain root, data and logs (default: a new temporary directory, removed at the end unless -keep)")
 	fs.BoolVar(&f.keep, "keep", false, "keep the working directory")
-	fs.IntVar(&f.concurrency, "concurrency", 256, "agents the load generator works on at once (a worker pool pulling arrivals); 0: every agent at once, one goroutine each")
+	fs.IntVar(&f.concurrency, "concurrency", 0, "0: every agent runs from its arrival (real agents cannot coordinate); N: the load generator lets at most N agents work at once, each holding its slot until it streams (not the headline)")
 	fs.DurationVar(&f.spread, "spread", time.Second, "agents arrive evenly spread over this window")
 	fs.DurationVar(&f.ceiling, "ceiling", 3*time.Second, "how long to run each crypto ceiling")
 	fs.BoolVar(&f.renew, "renew", true, "run the renewal storm after the enrollment storm")
-	fs.BoolVar(&f.pregen, "pregen", false, "make the agents' keys and CSRs before the timed phase (and leave keygen out of the ceiling too)")
-	fs.DurationVar(&f.deadline, "deadline", 10*time.Minute, "give up on a storm after this long")
+	fs.BoolVar(&f.oneSource, "one-source", false, "connect every agent from 127.0.0.1, so the journals' per-source limits see one address for all nodes; by default each agent has a loopback address of its own (127.1.x.y), as each node of a site has")
+	fs.DurationVar(&f.deadline, "deadline", 10*time.Minute, "give up on a storm after this long (agents still trying count as abandoned)")
 	fs.BoolVar(&f.perf, "perf", false, "record the journals with perf(1) during each storm (DIR/perf-*.data and a flat report DIR/perf-*.txt)")
-	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the load generator (this process) during each storm to FILE.enroll and FILE.renew")
+	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the load generator (this process, the agents) during each storm to FILE.enroll and FILE.renew")
 	fs.StringVar(&f.journalArgs, "journal-args", "", "extra flags for every pact-journal, space-separated")
 	fs.StringVar(&f.journalEnv, "journal-env", "", "extra environment for every pact-journal, space-separated (e.g. GOGC=200)")
-	fs.StringVar(&f.keyExchange, "key-exchange", string(wire.Classical), "TLS key exchange the simulated agents offer, as pact-agent --key-exchange (x25519 or x25519mlkem768); run the journals with the same through -journal-args")
+	fs.StringVar(&f.keyExchange, "key-exchange", string(wire.Classical), "TLS key exchange the agents offer, as pact-agent --key-exchange (x25519 or x25519mlkem768); run the journals with the same through -journal-args")
 	fs.DurationVar(&f.waitIdle, "wait-idle", 0, "before each ceiling and storm, wait up to this long for a second in which other processes use less than 15% of the machine (a shared machine)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -67,7 +71,27 @@ func runStorm(args []string) int {
 		fmt.Fprintln(os.Stderr, "stormbench: -agents and -journals must be positive")
 		return 2
 	}
+	checkFiles(f.agents)
 	return runIn(f.dir, f.keep, func(dir string, cl *cleanup) error { return stormMain(f, dir, cl) })
+}
+
+// checkFiles raises this process's open-file limit to its hard limit and
+// warns when that is still short of what the agents need: a connection
+// each (an Enroll connection, then a channel), and a second one for those
+// moving to a new channel at the same moment.
+func checkFiles(agents int) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+		_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+	if need := uint64(agents*3/2 + 1000); lim.Cur < need {
+		logf("warning: the open-file limit is %d; %d agents may need up to %d (ulimit -n)", lim.Cur, agents, need)
+	}
 }
 
 // runIn runs a benchmark in its working directory (made, or dir), cleaning
@@ -148,80 +172,192 @@ func stormMain(f stormFlags, dir string, cl *cleanup) error {
 		return fmt.Errorf("TLS probe of %s: %w", c.journals[0].id, err)
 	}
 	logf("the journals negotiate %v with an agent offering %s; the ceiling does the same", curve, kx)
-	kit, err := newCeilingKit(dir, !f.pregen, curve)
+	kit, err := newCeilingKit(dir, curve)
 	if err != nil {
 		return err
 	}
+	// Both ceilings before the storms, while this process runs no agent.
 	idle(f, c)
-	logf("enroll ceiling: keygen+CSR %v, TLS 1.3 handshake (both sides), ParseCSR, SignAgent, flat out for %v", !f.pregen, f.ceiling)
+	logf("enroll ceiling: keygen+CSR, TLS 1.3 handshake (both sides), ParseCSR, SignAgent, then an mTLS handshake (both sides, the agent's channel), flat out for %v", f.ceiling)
 	ceilE, err := kit.run(f.ceiling, false)
 	if err != nil {
 		return fmt.Errorf("enroll ceiling: %w", err)
+	}
+	logf("enroll ceiling: %.0f/s, %.3f ms CPU each (journal's part %.3f ms, agent's part %.3f ms); other processes used %.0f%% of the machine meanwhile", ceilE.perSec, ms(ceilE.cpuOp), ms(ceilE.serverOp), ms(ceilE.clientOp), 100*ceilE.others)
+	var ceilR ceilingResult
+	if f.renew {
+		idle(f, c)
+		logf("renew ceiling: keygen+CSR, ParseCSR, SignAgent, an mTLS handshake (both sides, the new channel), flat out for %v", f.ceiling)
+		if ceilR, err = kit.run(f.ceiling, true); err != nil {
+			return fmt.Errorf("renew ceiling: %w", err)
+		}
+		logf("renew ceiling: %.0f/s, %.3f ms CPU each (journal's part %.3f ms, agent's part %.3f ms); other processes used %.0f%% of the machine meanwhile", ceilR.perSec, ms(ceilR.cpuOp), ms(ceilR.serverOp), ms(ceilR.clientOp), 100*ceilR.others)
 	}
 	signRate, signCPU, err := kit.signOnly(time.Second)
 	if err != nil {
 		return err
 	}
 	logf("signing only (ca.ParseCSR + ca.SignAgent, one goroutine): %.0f/s, %.3f ms CPU each", signRate, ms(signCPU))
-	logf("enroll ceiling: %.0f/s, %.3f ms CPU each (journal's part %.3f ms, agent's part %.3f ms); other processes used %.0f%% of the machine meanwhile", ceilE.perSec, ms(ceilE.cpuOp), ms(ceilE.serverOp), ms(ceilE.clientOp), 100*ceilE.others)
-
-	agents := make([]*simAgent, len(nodes))
-	for i, n := range nodes {
-		agents[i] = &simAgent{idx: i, node: n}
+	price, err := kit.price(time.Second)
+	if err != nil {
+		return err
 	}
-	st := &storm{kind: stormEnroll, agents: agents, addrs: c.addrs(), roots: c.roots,
-		concurrency: f.concurrency, spread: f.spread, keygen: !f.pregen, deadline: f.deadline, kx: kx}
+	logf("unit prices (both sides): keygen+CSR %.3f ms, TLS handshake %.3f ms, mTLS handshake %.3f ms, ParseCSR+SignAgent %.3f ms", ms(price.keygen), ms(price.tls), ms(price.mtls), ms(price.sign))
+
+	life, stop := context.WithCancel(context.Background())
+	agents := make([]*benchAgent, len(nodes))
+	for i, n := range nodes {
+		agents[i] = &benchAgent{idx: i, node: n}
+	}
+	cl.add(func() { stop(); stopAgents(agents) }) // before the journals stop
+	st := &storm{kind: stormEnroll, agents: agents, addrs: c.addrs(), caFile: filepath.Join(dir, "ca.pem"),
+		concurrency: f.concurrency, spread: f.spread, deadline: f.deadline, kx: kx, oneSource: f.oneSource,
+		life: life, log: slog.New(slog.DiscardHandler)}
 	enrollRes, err := runOneStorm(c, st, f, dir)
 	if err != nil {
 		return err
 	}
-	counts, _, err := c.stateCounts(0, nodes[len(nodes)-1].id)
-	if err != nil {
-		return err
-	}
-	logf("pact node list -o json after the enroll storm: %v", counts)
+	var chk checks
+	chk.enroll(c, nodes, enrollRes)
 
 	var renewRes *stormResult
-	var ceilR ceilingResult
-	var renewCounts map[string]int
-	renewed := 0
 	if f.renew {
-		idle(f, c)
-		logf("renew ceiling: keygen+CSR %v, TLS 1.3 handshake with client certificate (both sides, chain verified), ParseCSR, SignAgent, flat out for %v", !f.pregen, f.ceiling)
-		if ceilR, err = kit.run(f.ceiling, true); err != nil {
-			return fmt.Errorf("renew ceiling: %w", err)
-		}
-		logf("renew ceiling: %.0f/s, %.3f ms CPU each (journal's part %.3f ms, agent's part %.3f ms); other processes used %.0f%% of the machine meanwhile", ceilR.perSec, ms(ceilR.cpuOp), ms(ceilR.serverOp), ms(ceilR.clientOp), 100*ceilR.others)
-		var enrolled []*simAgent
-		before := map[string]string{}
+		var enrolled []*benchAgent
 		for _, a := range agents {
-			if a.err == nil && a.chain != nil {
+			a.mu.Lock()
+			if a.err == nil && a.serial != "" {
 				enrolled = append(enrolled, a)
-				before[a.node.id] = a.serial
 			}
+			a.mu.Unlock()
 		}
-		st := &storm{kind: stormRenew, agents: enrolled, addrs: c.addrs(), roots: c.roots,
-			concurrency: f.concurrency, spread: f.spread, keygen: !f.pregen, deadline: f.deadline, kx: kx}
-		if renewRes, err = runOneStorm(c, st, f, dir); err != nil {
+		rs := *st
+		rs.kind, rs.agents = stormRenew, enrolled
+		if renewRes, err = runOneStorm(c, &rs, f, dir); err != nil {
 			return err
 		}
-		var list []nodeJSON
-		if renewCounts, list, err = c.stateCounts(0, nodes[len(nodes)-1].id); err != nil {
-			return err
-		}
-		for _, n := range list {
-			if old, ok := before[n.NodeID]; ok && n.State == "active" && !strings.EqualFold(n.CertSerial, old) && n.CertSerial != "" {
-				renewed++
-			}
-		}
-		logf("pact node list -o json after the renew storm: %v; %d nodes hold a new certificate", renewCounts, renewed)
+		chk.renew(c, nodes, enrolled, renewRes)
 	}
-
-	report(f, regTook, curve, signRate, signCPU, ceilE, enrollRes, counts, ceilR, renewRes, renewed)
-	if counts["active"] != f.agents {
-		return fmt.Errorf("only %d of %d nodes are active after the storm", counts["active"], f.agents)
+	report(f, regTook, curve, signRate, signCPU, price, ceilE, enrollRes, ceilR, renewRes, &chk)
+	if !chk.pass() {
+		return fmt.Errorf("the final check failed: %s", chk.reason())
 	}
 	return nil
+}
+
+// checks is the journals' confirmation of what the agents reported.
+type checks struct {
+	counts       map[string]int // registry after the enrollment storm, by state
+	streams      int            // pact_journal_streams_open, summed, after the enrollment storm
+	renewCounts  map[string]int
+	renewStreams int
+	renewed      int // nodes whose registry serial is the agent's new one
+	problems     []string
+}
+
+func (k *checks) fail(format string, args ...any) {
+	k.problems = append(k.problems, fmt.Sprintf(format, args...))
+}
+
+func (k *checks) pass() bool { return len(k.problems) == 0 }
+
+func (k *checks) reason() string {
+	if k.pass() {
+		return "every node active with one stream counted by the journals after each storm; no agent failed"
+	}
+	return strings.Join(k.problems, "; ")
+}
+
+// enroll confirms the enrollment storm with the journals: every node
+// Active in the registry, and one stream per node in their metrics.
+func (k *checks) enroll(c *cluster, nodes []benchNode, r *stormResult) {
+	if r.failed > 0 {
+		k.fail("enroll storm: %d agents failed or were abandoned", r.failed)
+	}
+	counts, _, err := c.stateCounts(0, nodes[len(nodes)-1].id)
+	if err != nil {
+		k.fail("enroll storm: pact node list: %v", err)
+	}
+	k.counts = counts
+	logf("pact node list -o json after the enroll storm: %v", counts)
+	if counts["active"] != len(nodes) {
+		k.fail("enroll storm: %d of %d nodes active", counts["active"], len(nodes))
+	}
+	k.streams = c.settledStreams(len(nodes))
+	logf("pact_journal_streams_open after the enroll storm: %d (of %d nodes)", k.streams, len(nodes))
+	if k.streams != len(nodes) {
+		k.fail("enroll storm: the journals hold %d streams for %d nodes", k.streams, len(nodes))
+	}
+}
+
+// renew confirms the renewal storm: every node Active with the serial its
+// agent now presents (a new one), and still one stream per node.
+func (k *checks) renew(c *cluster, nodes []benchNode, agents []*benchAgent, r *stormResult) {
+	if r.failed > 0 {
+		k.fail("renew storm: %d agents failed or were abandoned", r.failed)
+	}
+	counts, list, err := c.stateCounts(0, nodes[len(nodes)-1].id)
+	if err != nil {
+		k.fail("renew storm: pact node list: %v", err)
+	}
+	k.renewCounts = counts
+	serial := map[string]string{}
+	for _, n := range list {
+		if n.State == "active" {
+			serial[n.NodeID] = n.CertSerial
+		}
+	}
+	for _, a := range agents {
+		a.mu.Lock()
+		if s := serial[a.node.id]; s != "" && strings.EqualFold(s, a.serial) && !strings.EqualFold(s, a.before) {
+			k.renewed++
+		}
+		a.mu.Unlock()
+	}
+	logf("pact node list -o json after the renew storm: %v; %d nodes hold the new certificate their agent presents", counts, k.renewed)
+	if k.renewed != len(nodes) {
+		k.fail("renew storm: %d of %d nodes hold a new certificate", k.renewed, len(nodes))
+	}
+	k.renewStreams = c.settledStreams(len(nodes))
+	logf("pact_journal_streams_open after the renew storm: %d (of %d nodes)", k.renewStreams, len(nodes))
+	if k.renewStreams != len(nodes) {
+		k.fail("renew storm: the journals hold %d streams for %d nodes", k.renewStreams, len(nodes))
+	}
+}
+
+// sumMetric sums every sample of name over the running journals.
+func (c *cluster) sumMetric(name string) float64 {
+	var n float64
+	for i := range c.journals {
+		if !c.running(i) {
+			continue
+		}
+		if m, err := c.metrics(i); err == nil {
+			n += metricValue(m, name)
+		}
+	}
+	return n
+}
+
+// settledStreams sums pact_journal_streams_open over the journals until
+// it reads want, or for at most 30 s: a journal notices a replaced
+// channel's stream end a moment after the agent moved.
+func (c *cluster) settledStreams(want int) int {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, ok := 0, true
+		for i := range c.journals {
+			m, err := c.metrics(i)
+			if err != nil {
+				ok = false
+				break
+			}
+			n += int(metricValue(m, "pact_journal_streams_open"))
+		}
+		if (ok && n == want) || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 var leaderRE = regexp.MustCompile(`msg="entering leader state"`)
@@ -229,17 +365,15 @@ var leaderRE = regexp.MustCompile(`msg="entering leader state"`)
 // runOneStorm runs st with the journals' CPU, memory, leader changes and
 // refusals measured (and perf recording them when asked).
 func runOneStorm(c *cluster, st *storm, f stormFlags, dir string) (*stormResult, error) {
-	if err := st.prepare(); err != nil {
-		return nil, err
-	}
 	leadersBefore := c.countInLogs(leaderRE)
 	e0, r0 := c.enrollCounters()
+	closed0 := c.sumMetric("pact_journal_connections_refused_total")
 	var perf *exec.Cmd
 	if f.perf {
 		perf = startPerf(c.pids(), filepath.Join(dir, "perf-"+st.kind.String()+".data"))
 	}
 	idle(f, c)
-	logf("%s storm: %d agents arriving over %v, load generator works on %s at once", st.kind, len(st.agents), f.spread, concurrencyName(f.concurrency))
+	logf("%s storm: %d agents (pact-agent's own code) arriving over %v; %s", st.kind, len(st.agents), f.spread, concurrencyName(f.concurrency))
 	var prof *os.File
 	if f.cpuprofile != "" {
 		var err error
@@ -268,21 +402,28 @@ func runOneStorm(c *cluster, st *storm, f stormFlags, dir string) (*stormResult,
 		}
 	}
 	e1, r1 := c.enrollCounters()
-	res.leaderChanges = c.countInLogs(leaderRE) - leadersBefore
-	res.journalCounters = map[string]float64{}
+	res.journalClosed = int(c.sumMetric("pact_journal_connections_refused_total") - closed0)
+	res.leaderChange = c.countInLogs(leaderRE) - leadersBefore
+	res.journalCount = map[string]float64{}
 	a, b := e0, e1
 	if st.kind == stormRenew {
 		a, b = r0, r1
 	}
 	for k, v := range b {
 		if d := v - a[k]; d != 0 {
-			res.journalCounters[k] = d
+			res.journalCount[k] = d
 		}
 	}
-	logf("%s storm: %d ok, %d failed in %.2fs (%.0f/s), p50 %.0f ms, p99 %.0f ms; journals answered %v; retried failures %v; leader changes %d; other processes used %.0f%% of the machine meanwhile",
-		st.kind, res.ok, res.failed, res.wall.Seconds(), res.perSec, ms(res.pct(0.50)), ms(res.pct(0.99)), res.journalCounters, res.failures, res.leaderChanges, 100*res.others)
+	if m, err := procMem(os.Getpid()); err == nil {
+		res.genRSS = max(m.RSS, m.HWM)
+	}
+	logf("%s storm: %d streaming, %d failed (%d abandoned) in %.2fs (%.0f/s), p50 %.0f ms, p99 %.0f ms from arrival; attempts %v; journals answered %v and closed %d connections before their handshake; failed attempts %v; leader changes %d; other processes used %.0f%% of the machine meanwhile",
+		st.kind, res.ok, res.failed, res.abandoned, res.wall.Seconds(), res.perSec, ms(res.pct(0.50)), ms(res.pct(0.99)), res.byOp, res.journalCount, res.journalClosed, res.failures, res.leaderChange, 100*res.others)
 	for _, e := range res.firstErrs {
 		logf("  failed: %s", e)
+	}
+	for _, k := range slices.Sorted(maps.Keys(res.examples)) {
+		logf("  a failed attempt %s: %s", k, res.examples[k])
 	}
 	return res, nil
 }
@@ -300,9 +441,9 @@ func idle(f stormFlags, c *cluster) {
 
 func concurrencyName(n int) string {
 	if n <= 0 {
-		return "every agent"
+		return "every agent runs from its arrival, no load-generator bound"
 	}
-	return fmt.Sprintf("at most %d agents", n)
+	return fmt.Sprintf("the load generator lets at most %d agents work at once", n)
 }
 
 func startPerf(pids []int, out string) *exec.Cmd {
@@ -346,6 +487,21 @@ func cpuRatio(c ceilingResult, s *stormResult) float64 {
 	return float64(c.cpuOp) / float64(s.cpuPerOp())
 }
 
+// wastedShare is the share of all the CPU the storm used that went to
+// attempts that ended refused, timed out or abandoned. Each attempt the
+// agents reported is priced by the crypto it did (prices) and every
+// attempt is assumed to carry the same overhead on top in proportion, so
+// the share is wasted crypto over all crypto. cryptoOnly is the bare
+// lower bound: wasted crypto over the CPU the processes really used.
+func wastedShare(r *stormResult, p prices) (share, cryptoOnly float64) {
+	all, waste := p.of(r.spent), p.of(r.wasted)
+	total := r.journalCPUSum() + r.genCPU
+	if all <= 0 || total <= 0 {
+		return 0, 0
+	}
+	return float64(waste) / float64(all), float64(waste) / float64(total)
+}
+
 func ratio(a, b time.Duration) float64 {
 	if b == 0 {
 		return 0
@@ -360,15 +516,16 @@ func round(v float64, places int) float64 {
 	return math.Round(v*p) / p
 }
 
-func report(f stormFlags, regTook time.Duration, curve tls.CurveID, signRate float64, signCPU time.Duration, ceilE ceilingResult, e *stormResult, counts map[string]int, ceilR ceilingResult, r *stormResult, renewed int) {
+func report(f stormFlags, regTook time.Duration, curve tls.CurveID, signRate float64, signCPU time.Duration, price prices, ceilE ceilingResult, e *stormResult, ceilR ceilingResult, r *stormResult, chk *checks) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(os.Stdout, "\npact boot storm: %d agents, %d journals (bbolt on disk), %d CPUs, agents arrive over %v, load generator works on %s at once, keygen+CSR %s\n\n",
-		f.agents, f.journals, runtime.NumCPU(), f.spread, concurrencyName(f.concurrency), map[bool]string{true: "before the timed phase", false: "at arrival (timed)"}[f.pregen])
-	fmt.Fprintln(w, "storm\tok\tfailed\tseconds\tper s\tp50 ms\tp99 ms\tmax ms\trpc p99 ms\tattempts\tCPU ms/op\tjournals ms/op\tceiling/s\tceiling CPU ms/op\tratio\tCPU ratio\tleader changes\tothers' CPU\t")
+	fmt.Fprintf(os.Stdout, "\npact boot storm: %d agents (pact-agent's own code, in process), %d journals (bbolt on disk), %d CPUs, agents arrive over %v, %s\n\n",
+		f.agents, f.journals, runtime.NumCPU(), f.spread, concurrencyName(f.concurrency))
+	fmt.Fprintln(w, "storm\tstreaming\tfailed\tseconds\tper s\tp50 ms\tp99 ms\tmax ms\tattempts\tfailed attempts\twasted CPU\tCPU ms/op\tjournals ms/op\tceiling/s\tceiling CPU ms/op\tratio\tCPU ratio\tleader changes\tothers' CPU\t")
 	row := func(name string, s *stormResult, c ceilingResult) {
-		fmt.Fprintf(w, "%s\t%d\t%d\t%.2f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%.3f\t%.3f\t%.0f\t%.3f\t%.2f\t%.2f\t%d\t%.0f%% / %.0f%%\t\n",
-			name, s.ok, s.failed, s.wall.Seconds(), s.perSec, ms(s.pct(0.5)), ms(s.pct(0.99)), ms(s.pct(1)), ms(percentile(s.calls, 0.99)),
-			s.attempts, ms(s.cpuPerOp()), ms(s.journalCPUPerOp()), c.perSec, ms(c.cpuOp), s.perSec/c.perSec, cpuRatio(c, s), s.leaderChanges, 100*s.others, 100*c.others)
+		ws, _ := wastedShare(s, price)
+		fmt.Fprintf(w, "%s\t%d\t%d\t%.2f\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%d\t%.1f%%\t%.3f\t%.3f\t%.0f\t%.3f\t%.2f\t%.2f\t%d\t%.0f%% / %.0f%%\t\n",
+			name, s.ok, s.failed, s.wall.Seconds(), s.perSec, ms(s.pct(0.5)), ms(s.pct(0.99)), ms(s.pct(1)),
+			s.attempts, s.failedTries, 100*ws, ms(s.cpuPerOp()), ms(s.journalCPUPerOp()), c.perSec, ms(c.cpuOp), s.perSec/c.perSec, cpuRatio(c, s), s.leaderChange, 100*s.others, 100*c.others)
 	}
 	row("enroll", e, ceilE)
 	if r != nil {
@@ -376,7 +533,7 @@ func report(f stormFlags, regTook time.Duration, curve tls.CurveID, signRate flo
 	}
 	w.Flush()
 	fmt.Fprintln(os.Stdout)
-	fmt.Fprintln(w, "CPU ms/op\tjournals\tjournal's part of the ceiling\tjournal ratio\tload generator\tagent's part of the ceiling\tagent ratio\t")
+	fmt.Fprintln(w, "CPU ms/op\tjournals\tjournal's part of the ceiling\tjournal ratio\tagents (load generator)\tagent's part of the ceiling\tagent ratio\t")
 	split := func(name string, s *stormResult, c ceilingResult) {
 		fmt.Fprintf(w, "%s\t%.3f\t%.3f\t%.2f\t%.3f\t%.3f\t%.2f\t\n", name, ms(s.journalCPUPerOp()), ms(c.serverOp), ratio(c.serverOp, s.journalCPUPerOp()),
 			ms(s.genCPUPerOp()), ms(c.clientOp), ratio(c.clientOp, s.genCPUPerOp()))
@@ -387,73 +544,114 @@ func report(f stormFlags, regTook time.Duration, curve tls.CurveID, signRate flo
 	}
 	w.Flush()
 	fmt.Fprintf(os.Stdout, "\nregistration: %d nodes in %.2fs with one pact node enroll --batch\n", f.agents, regTook.Seconds())
-	fmt.Fprintf(os.Stdout, "enroll: journals answered %v; agents retried after %v\n", e.journalCounters, e.failures)
+	fmt.Fprintf(os.Stdout, "enroll: every node active after %.2fs, streaming after %.2fs; attempts by kind %v; failed attempts %v; journals answered %v\n", e.activeWall.Seconds(), e.wall.Seconds(), e.byOp, e.failures, e.journalCount)
 	if r != nil {
-		fmt.Fprintf(os.Stdout, "renew: journals answered %v; agents retried after %v; %d nodes hold a renewed certificate\n", r.journalCounters, r.failures, renewed)
+		fmt.Fprintf(os.Stdout, "renew: attempts by kind %v; failed attempts %v; journals answered %v; %d nodes hold the new certificate\n", r.byOp, r.failures, r.journalCount, chk.renewed)
 	}
-	fmt.Fprintf(os.Stdout, "registry after the storm: %v\n", counts)
-	fmt.Fprintf(os.Stdout, "signing only (ca.ParseCSR + ca.SignAgent) on one core: %.0f/s, %.3f ms CPU each: 10,000 in %.1f s (ADR-008 assumed ~1 ms, ~10 s)\n", signRate, ms(signCPU), 10000/signRate)
+	fmt.Fprintf(os.Stdout, "registry after the enroll storm: %v; streams the journals hold: %d\n", chk.counts, chk.streams)
+	fmt.Fprintf(os.Stdout, "unit prices (both sides): keygen+CSR %.3f ms, TLS handshake %.3f ms, mTLS handshake %.3f ms, ParseCSR+SignAgent %.3f ms\n", ms(price.keygen), ms(price.tls), ms(price.mtls), ms(price.sign))
+	fmt.Fprintf(os.Stdout, "signing only (ca.ParseCSR + ca.SignAgent) on one core: %.0f/s, %.3f ms CPU each\n", signRate, ms(signCPU))
 	fmt.Fprintf(os.Stdout, "TLS key exchange the journals negotiate (and the ceiling uses): %v\n", curve)
-	fmt.Fprintf(os.Stdout, "max journal RSS: %.0f MB\n", float64(e.rssMax)/(1<<20))
-	fmt.Fprintln(os.Stdout, "CPU ms/op counts every journal process and the load generator; ratio = per s / ceiling per s; CPU ratio = ceiling CPU ms/op / CPU ms/op;")
+	fmt.Fprintf(os.Stdout, "max journal RSS: %.0f MB; load generator (every agent) RSS: %.0f MB\n", mb(e.rssMax), mb(e.genRSS))
+	fmt.Fprintln(os.Stdout, "CPU ms/op counts every journal process and the load generator per agent; ratio = per s / ceiling per s; CPU ratio = ceiling CPU ms/op / CPU ms/op;")
+	fmt.Fprintln(os.Stdout, "wasted CPU = share of the CPU spent on attempts that ended refused, timed out or abandoned (each attempt priced by its crypto, overhead in proportion);")
 	fmt.Fprintln(os.Stdout, "others' CPU = share of the machine other users' processes took during the storm / during its ceiling (a shared machine: trust the CPU ratio more than the ratio when these differ)")
-	fmt.Fprintln(os.Stdout)
+	ws, wsMin := wastedShare(e, price)
+	fmt.Fprintf(os.Stdout, "\nheadline: %d of %d agents streaming %.2f s after the first arrival; ratio to ceiling %.2f; wasted CPU %.1f%%; journal CPU ratio %.2f; %d failed; %d leader changes (others took %.0f%% of the machine)\n",
+		e.ok, f.agents, e.wall.Seconds(), e.perSec/ceilE.perSec, 100*ws, ratio(ceilE.serverOp, e.journalCPUPerOp()), e.failed, e.leaderChange, 100*e.others)
+	fmt.Fprintf(os.Stdout, "final check: %s: %s\n\n", map[bool]string{true: "PASS", false: "FAIL"}[chk.pass()], chk.reason())
 
 	out := map[string]any{
-		"bench":                     "storm",
-		"agents":                    f.agents,
-		"journals":                  f.journals,
-		"cpus":                      runtime.NumCPU(),
-		"concurrency":               f.concurrency,
-		"spread_s":                  f.spread.Seconds(),
-		"keygen_timed":              !f.pregen,
-		"register_s":                round(regTook.Seconds(), 3),
-		"active":                    counts["active"],
-		"enroll_failed":             e.failed,
-		"seconds_to_all_active":     round(e.wall.Seconds(), 3),
-		"enroll_per_s":              round(e.perSec, 1),
-		"p50_ms":                    round(ms(e.pct(0.5)), 1),
-		"p99_ms":                    round(ms(e.pct(0.99)), 1),
-		"max_ms":                    round(ms(e.pct(1)), 1),
-		"rpc_p99_ms":                round(ms(percentile(e.calls, 0.99)), 1),
-		"enroll_attempts":           e.attempts,
-		"cpu_ms_per_enroll":         round(ms(e.cpuPerOp()), 3),
-		"journal_cpu_ms_per_enroll": round(ms(e.journalCPUPerOp()), 3),
-		"journal_rss_mb":            round(float64(e.rssMax)/(1<<20), 1),
-		"leader_changes":            e.leaderChanges,
-		"key_exchange":              curve.String(),
-		"sign_only_per_s_one_core":  round(signRate, 0),
-		"sign_only_cpu_ms":          round(ms(signCPU), 3),
-		"ceiling_per_s":             round(ceilE.perSec, 1),
-		"ceiling_cpu_ms_per_enroll": round(ms(ceilE.cpuOp), 3),
-		"ratio_to_ceiling":          round(e.perSec/ceilE.perSec, 3),
-		"cpu_ratio_to_ceiling":      round(cpuRatio(ceilE, e), 3),
-		"loadgen_cpu_ms_per_enroll": round(ms(e.genCPUPerOp()), 3),
-		"ceiling_journal_cpu_ms":    round(ms(ceilE.serverOp), 3),
-		"ceiling_agent_cpu_ms":      round(ms(ceilE.clientOp), 3),
-		"journal_cpu_ratio":         round(ratio(ceilE.serverOp, e.journalCPUPerOp()), 3),
-		"other_cpu_share":           round(e.others, 3),
-		"ceiling_other_cpu_share":   round(ceilE.others, 3),
+		"bench":                           "storm",
+		"agent_code":                      "pact-agent (agent.New/Run, in process)",
+		"agents":                          f.agents,
+		"journals":                        f.journals,
+		"cpus":                            runtime.NumCPU(),
+		"concurrency":                     f.concurrency,
+		"spread_s":                        f.spread.Seconds(),
+		"one_source":                      f.oneSource,
+		"register_s":                      round(regTook.Seconds(), 3),
+		"pass":                            chk.pass(),
+		"reason":                          chk.reason(),
+		"seconds_to_all_streaming":        round(e.wall.Seconds(), 3),
+		"seconds_to_all_active":           round(e.activeWall.Seconds(), 3),
+		"streaming_per_s":                 round(e.perSec, 1),
+		"wasted_cpu_share":                round(ws, 4),
+		"wasted_cpu_share_crypto":         round(wsMin, 4),
+		"active":                          chk.counts["active"],
+		"streams_open":                    chk.streams,
+		"failed":                          e.failed,
+		"abandoned":                       e.abandoned,
+		"p50_ms":                          round(ms(e.pct(0.5)), 1),
+		"p99_ms":                          round(ms(e.pct(0.99)), 1),
+		"max_ms":                          round(ms(e.pct(1)), 1),
+		"attempts":                        e.attempts,
+		"attempts_by_kind":                e.byOp,
+		"failed_attempts":                 e.failedTries,
+		"journal_closed_before_handshake": e.journalClosed,
+		"max_attempts_one_agent":          e.maxAttempt,
+		"failures":                        e.failures,
+		"cpu_ms_per_agent":                round(ms(e.cpuPerOp()), 3),
+		"journal_cpu_ms_per_agent":        round(ms(e.journalCPUPerOp()), 3),
+		"loadgen_cpu_ms_per_agent":        round(ms(e.genCPUPerOp()), 3),
+		"journal_rss_mb":                  round(mb(e.rssMax), 1),
+		"loadgen_rss_mb":                  round(mb(e.genRSS), 1),
+		"leader_changes":                  e.leaderChange,
+		"key_exchange":                    curve.String(),
+		"sign_only_per_s_one_core":        round(signRate, 0),
+		"sign_only_cpu_ms":                round(ms(signCPU), 3),
+		"ceiling_per_s":                   round(ceilE.perSec, 1),
+		"ceiling_cpu_ms_per_agent":        round(ms(ceilE.cpuOp), 3),
+		"ceiling_journal_cpu_ms":          round(ms(ceilE.serverOp), 3),
+		"ceiling_agent_cpu_ms":            round(ms(ceilE.clientOp), 3),
+		"ratio_to_ceiling":                round(e.perSec/ceilE.perSec, 3),
+		"cpu_ratio_to_ceiling":            round(cpuRatio(ceilE, e), 3),
+		"journal_cpu_ratio":               round(ratio(ceilE.serverOp, e.journalCPUPerOp()), 3),
+		"other_cpu_share":                 round(e.others, 3),
+		"ceiling_other_cpu_share":         round(ceilE.others, 3),
+		"price_keygen_ms":                 round(ms(price.keygen), 3),
+		"price_tls_handshake_ms":          round(ms(price.tls), 3),
+		"price_mtls_handshake_ms":         round(ms(price.mtls), 3),
+		"price_sign_ms":                   round(ms(price.sign), 3),
+		"targets_met":                     targets(e, ceilE, ws),
 	}
 	if r != nil {
-		out["renewed"] = renewed
+		rws, rwsMin := wastedShare(r, price)
+		out["renewed"] = chk.renewed
+		out["renew_streams_open"] = chk.renewStreams
 		out["renew_failed"] = r.failed
 		out["renew_seconds"] = round(r.wall.Seconds(), 3)
 		out["renew_per_s"] = round(r.perSec, 1)
 		out["renew_p50_ms"] = round(ms(r.pct(0.5)), 1)
 		out["renew_p99_ms"] = round(ms(r.pct(0.99)), 1)
+		out["renew_attempts"] = r.attempts
+		out["renew_failed_attempts"] = r.failedTries
+		out["renew_journal_closed_before_handshake"] = r.journalClosed
+		out["renew_wasted_cpu_share"] = round(rws, 4)
+		out["renew_wasted_cpu_share_crypto"] = round(rwsMin, 4)
 		out["cpu_ms_per_renew"] = round(ms(r.cpuPerOp()), 3)
-		out["renew_journal_rss_mb"] = round(float64(r.rssMax)/(1<<20), 1)
-		out["renew_leader_changes"] = r.leaderChanges
+		out["journal_cpu_ms_per_renew"] = round(ms(r.journalCPUPerOp()), 3)
+		out["renew_journal_rss_mb"] = round(mb(r.rssMax), 1)
+		out["renew_leader_changes"] = r.leaderChange
 		out["renew_ceiling_per_s"] = round(ceilR.perSec, 1)
 		out["renew_ceiling_cpu_ms"] = round(ms(ceilR.cpuOp), 3)
 		out["renew_ratio_to_ceiling"] = round(r.perSec/ceilR.perSec, 3)
 		out["renew_cpu_ratio_to_ceiling"] = round(cpuRatio(ceilR, r), 3)
-		out["journal_cpu_ms_per_renew"] = round(ms(r.journalCPUPerOp()), 3)
 		out["renew_journal_cpu_ratio"] = round(ratio(ceilR.serverOp, r.journalCPUPerOp()), 3)
 		out["renew_other_cpu_share"] = round(r.others, 3)
 		out["renew_ceiling_other_cpu_share"] = round(ceilR.others, 3)
 	}
 	b, _ := json.Marshal(out)
 	fmt.Fprintln(os.Stdout, string(b))
+}
+
+// targets are issue 11's, for the enrollment storm, measured in this run.
+func targets(e *stormResult, c ceilingResult, wasted float64) map[string]bool {
+	return map[string]bool{
+		"failed_0":                 e.failed == 0,
+		"leader_changes_0":         e.leaderChange == 0,
+		"wasted_cpu_share_le_5pc":  wasted <= 0.05,
+		"ratio_to_ceiling_ge_0.6":  e.perSec/c.perSec >= 0.6,
+		"journal_cpu_ratio_ge_0.5": ratio(c.serverOp, e.journalCPUPerOp()) >= 0.5,
+	}
 }
