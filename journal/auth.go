@@ -303,7 +303,25 @@ func (j *Journal) verifyClient(leaf *x509.Certificate, id pki.Identity) error {
 	if id.Kind == pki.KindAgent {
 		opts.Intermediates = j.bundle.get().intermediates
 	}
-	if _, err := leaf.Verify(opts); err != nil {
+	_, err := leaf.Verify(opts)
+	// A certificate (the leaf, or its journal's intermediate) not valid yet
+	// by less than the tolerance was made by a journal whose clock runs
+	// ahead of this one's (or this one's runs behind): the chain is checked
+	// again at that certificate's not_before. Checking later, never
+	// earlier, accepts nothing that has expired.
+	for range 3 {
+		var inv x509.CertificateInvalidError
+		if err == nil || !errors.As(err, &inv) || inv.Reason != x509.Expired || inv.Cert == nil {
+			break
+		}
+		ahead := inv.Cert.NotBefore.Sub(now)
+		if ahead <= 0 || ahead > j.cfg.ClockSkewTolerance || !inv.Cert.NotBefore.After(opts.CurrentTime) {
+			break
+		}
+		opts.CurrentTime = inv.Cert.NotBefore
+		_, err = leaf.Verify(opts)
+	}
+	if err != nil {
 		var inv x509.CertificateInvalidError
 		switch {
 		case errors.As(err, &inv) && inv.Reason == x509.Expired && now.After(leaf.NotAfter):

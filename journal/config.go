@@ -82,6 +82,11 @@ type Config struct {
 	// before a fresh Enroll from its hardware (a reboot that lost the key)
 	// may replace its certificate.
 	TakeoverWindow time.Duration
+	// ClockSkewTolerance is how far ahead of this journal's clock a client
+	// certificate's not_before may be and still be accepted: another
+	// journal whose clock runs ahead (or this one's, behind) signed it.
+	// Beyond it the call is refused CERT_NOT_YET_VALID.
+	ClockSkewTolerance time.Duration
 	// DigestInterval is how often each journal reports the streams it holds
 	// (one Raft write per journal per interval) and the leader looks for
 	// nodes to mark Inactive.
@@ -206,6 +211,7 @@ func DefaultConfig() Config {
 		MaxOperatorLifetime:      90 * 24 * time.Hour,
 		RetireGrace:              15 * time.Minute,
 		TakeoverWindow:           60 * time.Second,
+		ClockSkewTolerance:       5 * time.Minute,
 		DigestInterval:           10 * time.Second,
 		RaftSnapshotThreshold:    8192,
 		RaftTrailingLogs:         10240,
@@ -292,6 +298,9 @@ func (c Config) Validate() error {
 	}
 	if c.DigestInterval <= 0 {
 		errs = append(errs, errors.New("journal: DigestInterval must be positive"))
+	}
+	if c.ClockSkewTolerance < 0 {
+		errs = append(errs, errors.New("journal: ClockSkewTolerance must not be negative"))
 	}
 	if c.TakeoverWindow < 2*c.DigestInterval {
 		errs = append(errs, fmt.Errorf("journal: takeover window %v must be at least twice the digest interval %v, or a streaming node could be taken over", c.TakeoverWindow, c.DigestInterval))

@@ -1576,3 +1576,26 @@ func TestCorrelationID(t *testing.T) {
 		})
 	}
 }
+
+// A certificate another journal signed while its clock ran ahead (here:
+// this journal's clock stepped back) is accepted while its not_before is
+// within ClockSkewTolerance of this journal's clock, and refused
+// CERT_NOT_YET_VALID beyond it.
+func TestClientCertAheadWithinSkewTolerance(t *testing.T) {
+	e := newEnv(t)
+	a := e.activate(t, "n1", "SN1", "02:00:00:00:00:01")
+	c := e.agentClient(t, a)
+	if _, err := c.Ping(callCtx(t), &pactv1.PingRequest{}); err != nil {
+		t.Fatalf("ping with a fresh certificate: %v", err)
+	}
+	// not_before is one minute back (the CA's backdate): 4 minutes back,
+	// the journal's clock is 3 minutes behind it, inside the 5 minutes.
+	e.fc.Advance(-4 * time.Minute)
+	if _, err := c.Ping(callCtx(t), &pactv1.PingRequest{}); err != nil {
+		t.Fatalf("ping with not_before 3 minutes ahead of the journal's clock: %v", err)
+	}
+	// 7 minutes ahead: beyond the tolerance.
+	e.fc.Advance(-4 * time.Minute)
+	_, err := c.Ping(callCtx(t), &pactv1.PingRequest{})
+	wantErr(t, err, codes.Unauthenticated, apierr.CertNotYetValid)
+}

@@ -379,6 +379,8 @@ const (
 	InvSnapshot      = "snapshot-catch-up"
 	InvNoStall       = "slow-follower-no-stall"
 	InvDiskFull      = "disk-full-clean"
+	InvMembership    = "membership-converges"
+	InvLiveness      = "no-wrong-inactive"
 )
 
 // maxStall is the longest a quorum with one slow follower may go without

@@ -100,7 +100,8 @@ func Leader(ctx context.Context, q Quorum, timeout time.Duration, among ...int) 
 	}
 }
 
-// StartAll starts every journal and waits until all serve.
+// StartAll starts every journal and waits until all serve (or, started
+// with --join, wait to be added).
 func StartAll(q Quorum, timeout time.Duration) error {
 	for i := range q.Size() {
 		if err := q.Start(i); err != nil {
@@ -109,9 +110,20 @@ func StartAll(q Quorum, timeout time.Duration) error {
 	}
 	var errs []error
 	for i := range q.Size() {
-		errs = append(errs, q.WaitServing(i, timeout))
+		errs = append(errs, waitUp(q, i, timeout))
 	}
 	return errors.Join(errs...)
+}
+
+// waitUp is WaitServing, except that a journal waiting with --join to be
+// added counts as up.
+func waitUp(q Quorum, i int, timeout time.Duration) error {
+	if u, ok := q.(interface {
+		WaitUp(i int, timeout time.Duration) error
+	}); ok {
+		return u.WaitUp(i, timeout)
+	}
+	return q.WaitServing(i, timeout)
 }
 
 // LastIndex is the highest Raft index journal i knows of (its commit

@@ -108,6 +108,18 @@ func (r *ScenarioResult) Evidence() []string {
 	if r.NeedLeaderChange && LeaderChanges(r.Leaders) == 0 {
 		out = append(out, "no leader change seen in a scenario about leaders")
 	}
+	if r.NeedMembership {
+		adds, removes := 0, 0
+		if r.Membership != nil {
+			adds, removes = r.Membership.Committed()
+		}
+		if adds == 0 || removes == 0 {
+			out = append(out, fmt.Sprintf("%d journal adds and %d removes took effect under a fault (at least 1 each)", adds, removes))
+		}
+	}
+	if r.Liveness != nil && r.LivenessRightly == 0 {
+		out = append(out, "no node was marked Inactive while streaming to a journal cut off from the leader (at least 1: the marking must be seen to work)")
+	}
 	hc := r.Hardware
 	if r.NeedMoves && (hc.Moves == 0 || hc.Conflicts == 0) {
 		out = append(out, fmt.Sprintf("hardware moved to a new node id %d times, refused as a conflict %d times (at least 1 each)", hc.Moves, hc.Conflicts))

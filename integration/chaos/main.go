@@ -19,6 +19,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	bin := fs.String("bin", "bin", "directory holding pact-journal (make build)")
+	clockBin := fs.String("clock-bin", "", "directory holding a pact-journal built with -tags chaosclock, for clock-step (make chaos builds bin/chaosclock)")
 	seed := fs.Uint64("seed", 0, "seed of the fault schedules and the workload (0: from the clock); printed, to reproduce a run")
 	scenarios := fs.String("scenario", "", "comma-separated scenarios to run (default: the campaign; see -list)")
 	short := fs.Bool("short", false, "the CI campaign: every scenario a third as long, long scenarios skipped")
@@ -81,6 +82,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	absBin, _ := filepath.Abs(*bin)
+	absClockBin := ""
+	if *clockBin != "" {
+		absClockBin, _ = filepath.Abs(*clockBin)
+	}
 	if *workDir == "" {
 		d, err := os.MkdirTemp("", "pact-chaos-")
 		if err != nil {
@@ -89,7 +94,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		*workDir = d
 	}
-	opts := Options{Bin: absBin, WorkDir: *workDir, Seed: *seed, Short: *short, Duration: *duration, Net: *netMode, Image: *image,
+	opts := Options{Bin: absBin, ClockBin: absClockBin, WorkDir: *workDir, Seed: *seed, Short: *short, Duration: *duration, Net: *netMode, Image: *image,
 		Keep: *keep, Clients: *clients, NodesPerClient: *nodes, CheckTimeout: *checkTimeout, Out: stdout, JournalFlags: strings.Fields(*journalFlagsArg)}
 
 	// One campaign at a time: namespaces, the subnet and container names

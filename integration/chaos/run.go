@@ -17,9 +17,12 @@ import (
 
 // Options configure a campaign.
 type Options struct {
-	Bin     string // directory with pact-journal
-	WorkDir string // one sub-directory per scenario (kept on failure)
-	Seed    uint64
+	Bin string // directory with pact-journal
+	// ClockBin is a directory with a pact-journal built with -tags
+	// chaosclock (clock-step needs it).
+	ClockBin string
+	WorkDir  string // one sub-directory per scenario (kept on failure)
+	Seed     uint64
 	// Scenarios to run by name (empty: the campaign's default set).
 	Scenarios []string
 	// Short shortens every scenario and skips the long ones (CI).
@@ -74,13 +77,23 @@ type ScenarioResult struct {
 	// conflicts / takeovers and refused takeovers.
 	Hardware               HardwareCounts
 	NeedMoves, NeedReboots bool
+	// Membership is what the membership scenario saw; it must show an add
+	// and a remove that took effect under a fault.
+	Membership     *MembershipResult
+	NeedMembership bool
+	// Liveness is what the liveness scenario saw; LivenessRightly counts
+	// nodes marked Inactive while streaming to a cut-off journal (it must
+	// show one: the marking works, the check is not vacuous).
+	Liveness        *LivenessResult
+	LivenessRightly int
 }
 
 // Passed reports whether nothing was violated, the checker reached a
 // definite verdict, and the run showed the work and faults it is about
 // (Evidence).
 func (r *ScenarioResult) Passed() bool {
-	if r.Err != nil || r.Lin.Verdict != "yes" || len(r.Evidence()) > 0 {
+	lin := r.Lin.Verdict == "yes" || r.Liveness != nil && r.Lin.Verdict == "n/a"
+	if r.Err != nil || !lin || len(r.Evidence()) > 0 {
 		return false
 	}
 	for _, c := range r.Checks {
@@ -133,6 +146,10 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 	res.Dir = filepath.Join(opts.WorkDir, sc.Name)
 	if err := os.MkdirAll(res.Dir, 0o755); err != nil {
 		res.Err = err
+		return res
+	}
+	if sc.Liveness {
+		runLiveness(sc, opts, seed, res, logf)
 		return res
 	}
 	wl := DefaultWorkload()
@@ -224,12 +241,19 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 	res.MinOps = int(dur.Seconds() * minOpsPerSecond)
 	res.MinFaults = max(sc.MinFaults, 1)
 	res.NeedLeaderChange = sc.Leaders
+	res.NeedMembership = sc.Membership
 	ctx, cancel := context.WithTimeout(context.Background(), dur)
 	env := &Env{Ctx: ctx, Dir: res.Dir, Q: q, H: h, Rng: mrand.New(mrand.NewPCG(seed, 0x5eed)), Logf: logf}
 	injectErr := sc.Inject(env)
 	cancel()
 	healErr := healAll(env)
-	res.Faults, res.Snapshot = env.faults, env.snap
+	res.Faults, res.Snapshot, res.Membership = env.faults, env.snap, env.members
+	// The membership scenario ends with some journals outside the quorum
+	// (waiting with --join): the checks read the members only.
+	post := q
+	if env.view != nil {
+		post = env.view
+	}
 	for _, p := range env.pauses {
 		if p.NewLeader != "" {
 			res.Notes = append(res.Notes, fmt.Sprintf("%s paused %.1fs-%.1fs; %s led meanwhile", p.ID, float64(p.From)/1e9, float64(p.To)/1e9, p.NewLeader))
@@ -245,19 +269,19 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 	stopWatch()
 	end := h.Now()
 
-	admins, closeAdmins, err := AdminConns(q)
+	admins, closeAdmins, err := AdminConns(post)
 	if err != nil {
 		res.Err = errors.Join(res.Err, err)
 		return res
 	}
 	defer closeAdmins()
 	nodes := w.Nodes()
-	states, diff := Converge(context.Background(), q, admins, nodes[0], 60*time.Second)
+	states, diff := Converge(context.Background(), post, admins, nodes[0], 60*time.Second)
 	var settled int64
 	if diff == "" {
 		settled = h.Now() // converged, nothing in flight: unknown outcomes have settled
 	}
-	finalReads(h, q, admins, nodes, wl.Clients)
+	finalReads(h, post, admins, nodes, wl.Clients)
 	recs := h.Records()
 	for _, r := range recs {
 		if r.Final {
@@ -298,6 +322,9 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 		CheckIdentical(states, diff),
 		CheckSerials(recs, final),
 	}
+	if sc.Membership {
+		res.Checks = append(res.Checks, CheckMembership(res.Membership))
+	}
 	if sc.Slow {
 		res.Checks = append(res.Checks, CheckNoStall(recs, res.Faults, end))
 	}
@@ -313,7 +340,7 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 		res.Checks = append(res.Checks, CheckDiskFull(recs, res.Faults, running))
 	}
 	if sc.Name == "leader-pause" || len(env.pauses) > 0 {
-		res.Checks = append(res.Checks, CheckExLeader(recs, final, env.pauses, q.Log))
+		res.Checks = append(res.Checks, CheckExLeader(recs, final, env.pauses, post.Log))
 	}
 	if res.Snapshot != nil {
 		c := Check{Name: InvSnapshot, Checked: 1}
@@ -336,27 +363,34 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 
 func newQuorum(sc Scenario, opts Options, wl *WorkloadConfig, res *ScenarioResult) (Quorum, error) {
 	extra := append(append(append([]string{}, journalFlags...), sc.Extra...), opts.JournalFlags...)
+	n, initial := sc.Journals, 0
+	if sc.Slots > sc.Journals {
+		n, initial = sc.Slots, sc.Journals
+	}
 	var nw Network
 	switch opts.Net {
 	case "docker":
+		if sc.ClockStep {
+			return nil, errors.New("clock-step needs journal processes (not containers)")
+		}
 		dq, err := NewDockerQuorum(DockerConfig{Image: opts.Image, Dir: res.Dir, N: sc.Journals, Extra: extra, Bin: opts.Bin})
 		if err != nil {
 			return nil, fmt.Errorf("docker: %w", err)
 		}
 		return dq, nil
 	case "loopback":
-		lb, err := NewLoopback(sc.Journals, "-net loopback")
+		lb, err := NewLoopback(n, "-net loopback")
 		if err != nil {
 			return nil, err
 		}
 		nw = lb
 	default:
-		ns, err := NewNetNS(sc.Journals, wl.Clients)
+		ns, err := NewNetNS(n, wl.Clients)
 		if err != nil {
 			if opts.Net == "netns" {
 				return nil, err
 			}
-			lb, lerr := NewLoopback(sc.Journals, "network namespaces unavailable: "+err.Error())
+			lb, lerr := NewLoopback(n, "network namespaces unavailable: "+err.Error())
 			if lerr != nil {
 				return nil, lerr
 			}
@@ -366,7 +400,20 @@ func newQuorum(sc Scenario, opts Options, wl *WorkloadConfig, res *ScenarioResul
 		}
 	}
 	wl.SourceIP = nw.ClientIP
-	q, err := NewProcQuorum(ProcConfig{Bin: opts.Bin, Dir: res.Dir, N: sc.Journals, Net: nw, Extra: extra})
+	pc := ProcConfig{Bin: opts.Bin, Dir: res.Dir, N: n, Initial: initial, Net: nw, Extra: extra}
+	if sc.ClockStep {
+		// The journals follow the offsets the scenario writes here.
+		if opts.ClockBin == "" {
+			nw.Close()
+			return nil, errors.New("clock-step needs a pact-journal built with -tags chaosclock: pass -clock-bin (make chaos builds bin/chaosclock)")
+		}
+		if err := os.MkdirAll(filepath.Join(res.Dir, "clock"), 0o755); err != nil {
+			nw.Close()
+			return nil, err
+		}
+		pc.Bin, pc.Env = opts.ClockBin, []string{"PACT_CHAOS_CLOCK_DIR=" + filepath.Join(res.Dir, "clock")}
+	}
+	q, err := NewProcQuorum(pc)
 	if err != nil {
 		nw.Close()
 		return nil, err
@@ -390,7 +437,7 @@ func healAll(e *Env) error {
 		errs = append(errs, e.Q.Start(i))
 	}
 	for i := range e.Q.Size() {
-		errs = append(errs, e.Q.WaitServing(i, 90*time.Second))
+		errs = append(errs, waitUp(e.Q, i, 90*time.Second))
 	}
 	return errors.Join(errs...)
 }

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -36,6 +39,13 @@ type Env struct {
 	snap   *SnapshotResult
 	// emulated lists journals SIGSTOPped to emulate a partition.
 	emulated map[int]bool
+	// members is what the membership scenario saw; view, if set, is the
+	// journals that are members at the end (the checks read those only).
+	members *MembershipResult
+	view    Quorum
+	// cutoff lists, per fault, the journals it cut off from the leader
+	// (the liveness scenario).
+	cutoff map[int][]string
 }
 
 // SnapshotResult is what the lagging-follower scenario saw.
@@ -184,6 +194,19 @@ type Scenario struct {
 	// Slow marks the slow-follower scenario: its run is checked for write
 	// stalls while a follower is slowed (CheckSlowFollower).
 	Slow bool
+	// Slots, if more than Journals, is how many journal processes run:
+	// the first Journals form the quorum, the others wait with --join to
+	// be added (the membership scenario).
+	Slots int
+	// Membership marks the membership scenario: the run must show an add
+	// and a remove committed under a fault (CheckMembership).
+	Membership bool
+	// ClockStep runs the journals from Options.ClockBin, whose clocks
+	// follow offsets in Dir/clock (clockStep).
+	ClockStep bool
+	// Liveness marks the liveness scenario: streaming nodes instead of
+	// the registry workload (runLiveness).
+	Liveness bool
 	// TakeoverWindow, if set, is given to the journals (with a digest
 	// interval of a third of it) and the workload reboots nodes with a
 	// new key inside and after it; the run must show both answers.
@@ -225,6 +248,12 @@ func Scenarios() []Scenario {
 			Describe: "fill one journal's own 64 MB tmpfs (the leader half the time) for 3-6 s, then free it: it must stop writing cleanly and catch up"},
 		{Name: "minority-partition-5", Journals: 5, Duration: 30 * time.Second, Inject: minorityPartition, Long: true,
 			Describe: "five journals: cut two off the other three"},
+		{Name: "clock-step", Journals: 3, Duration: 30 * time.Second, Inject: clockStep, ClockStep: true, Long: true, MinFaults: 2,
+			Describe: "step one journal's wall clock (the leader half the time) 2-5 minutes forward, or back, in turn, for 4-8 s, then set it right (a pact-journal built with -tags chaosclock)"},
+		{Name: "liveness-partition", Journals: 3, Duration: 45 * time.Second, Inject: livenessPartition, Liveness: true, Long: true,
+			Describe: "12 nodes hold Subscribe streams (heartbeat timeout 8 s, digests every 1 s) while one journal is cut off for longer than the timeout or the leader is killed: no node streaming to a journal that reaches the leader is marked Inactive"},
+		{Name: "membership-change", Journals: 3, Slots: 5, Duration: 45 * time.Second, Inject: membershipChurn, Membership: true, Long: true, MinFaults: 2,
+			Describe: "add and remove journals (pact journal add/remove through the leader; two spare journals wait with --join) while the leader is killed or a minority is cut off; a removed journal must exit 3 and is added back empty"},
 	}
 }
 
@@ -538,4 +567,59 @@ func slowFollower(e *Env) error {
 		e.heal(k)
 	}
 	return nil
+}
+
+// clockStep steps one journal's wall clock (the leader half the time) by
+// 2-5 minutes, forward or back, for 4-8 s, then sets it right again: a
+// second step, the other way. The journal logs each step it adopts.
+func clockStep(e *Env) error {
+	for e.sleep(e.between(2*time.Second, 4*time.Second)) {
+		l, err := e.leader()
+		if err != nil {
+			return err
+		}
+		j := l
+		if e.Rng.IntN(2) == 0 {
+			o := e.others(l)
+			j = o[e.Rng.IntN(len(o))]
+		}
+		// Forward and back in turn: both directions in every run.
+		off := e.between(2*time.Minute, 5*time.Minute).Round(time.Second)
+		e.mu.Lock()
+		if len(e.faults)%2 == 1 {
+			off = -off
+		}
+		e.mu.Unlock()
+		file := filepath.Join(e.Dir, "clock", e.Q.ID(j))
+		if err := e.stepClock(j, file, off); err != nil {
+			return err
+		}
+		who := e.Q.ID(j)
+		if j == l {
+			who += "(leader)"
+		}
+		k := e.addFault(fmt.Sprintf("clock %+.0fs", off.Seconds()), who)
+		time.Sleep(e.between(4*time.Second, 8*time.Second))
+		if err := e.stepClock(j, file, 0); err != nil {
+			return err
+		}
+		e.heal(k)
+	}
+	return nil
+}
+
+// stepClock sets journal j's clock offset and waits until the journal has
+// logged that it follows it: a run whose journals ignore the file proves
+// nothing.
+func (e *Env) stepClock(j int, file string, off time.Duration) error {
+	before := strings.Count(e.Q.Log(j), "CHAOS: clock stepped")
+	if err := os.WriteFile(file, []byte(off.String()), 0o644); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if strings.Count(e.Q.Log(j), "CHAOS: clock stepped") > before {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s did not log that its clock stepped to %v: is it built with -tags chaosclock?", e.Q.ID(j), off)
 }

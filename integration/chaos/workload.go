@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"net"
@@ -512,7 +513,7 @@ func (c *client) retryEnroll(n *nodeBelief, key *agentKey, kind OpKind) {
 	})
 	switch out.Result {
 	case ResultOK:
-		c.verify(r, resp.GetCertChainDer(), resp.GetSerial(), key, resp.GetNodeId(), n.id)
+		c.verify(r, resp.GetCertChainDer(), resp.GetSerial(), key, resp.GetNodeId(), n.id, resp.GetServerTimeUnixNano())
 		if n.cur == nil || n.cur.serial != resp.GetSerial() {
 			n.retire()
 			n.cur = &heldCert{key: key, chain: resp.GetCertChainDer(), serial: resp.GetSerial()}
@@ -544,6 +545,10 @@ func appendKey(keys []*agentKey, k *agentKey) []*agentKey {
 	return append(keys, k)
 }
 
+// maxClockSkew is pact-agent's --max-clock-skew and the journals'
+// ClockSkewTolerance (both 5 minutes by default).
+const maxClockSkew = 5 * time.Minute
+
 // received describes a certificate chain received for key.
 func (c *client) received(chain [][]byte, serial string, key *agentKey) Output {
 	out := Output{Result: ResultOK, Serial: serial}
@@ -557,8 +562,12 @@ func (c *client) received(chain [][]byte, serial string, key *agentKey) Output {
 
 // verify records what is wrong with a certificate a client received: it
 // must chain to the domain root, carry the serial of the response, be for
-// the client's key and name the node.
-func (c *client) verify(r *Record, chain [][]byte, serial string, key *agentKey, respNode, node string) {
+// the client's key and name the node. Validity is checked at the time the
+// answering journal gave (serverTime, if it gave one), as pact-agent
+// does: an agent runs its certificate decisions on the journal's clock
+// (docs/security.md, clock skew), so a journal whose clock is stepped
+// hands out certificates valid on its own clock.
+func (c *client) verify(r *Record, chain [][]byte, serial string, key *agentKey, respNode, node string, serverTime int64) {
 	var problems []string
 	if respNode != "" && respNode != node {
 		problems = append(problems, fmt.Sprintf("the response names node %s", respNode))
@@ -577,7 +586,28 @@ func (c *client) verify(r *Record, chain [][]byte, serial string, key *agentKey,
 				}
 			}
 		}
-		if _, err := leaf.Verify(x509.VerifyOptions{Roots: c.w.q.Roots(), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		at := time.Now()
+		if serverTime != 0 {
+			at = time.Unix(0, serverTime)
+		}
+		opts := x509.VerifyOptions{Roots: c.w.q.Roots(), Intermediates: inter, CurrentTime: at, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+		_, err := leaf.Verify(opts)
+		// A certificate of the chain not valid yet by less than the skew
+		// the agent (--max-clock-skew) and the journals
+		// (ClockSkewTolerance) accept: made by a journal whose clock ran
+		// ahead of the answering one's. Checked again at its not_before.
+		for range 3 {
+			var inv x509.CertificateInvalidError
+			if err == nil || !errors.As(err, &inv) || inv.Reason != x509.Expired || inv.Cert == nil {
+				break
+			}
+			if ahead := inv.Cert.NotBefore.Sub(at); ahead <= 0 || ahead > maxClockSkew || !inv.Cert.NotBefore.After(opts.CurrentTime) {
+				break
+			}
+			opts.CurrentTime = inv.Cert.NotBefore
+			_, err = leaf.Verify(opts)
+		}
+		if err != nil {
 			problems = append(problems, "does not verify: "+err.Error())
 		}
 		if got := pki.SerialHex(leaf.SerialNumber); got != serial {
@@ -616,7 +646,7 @@ func (c *client) renew(n *nodeBelief, held *heldCert) {
 	})
 	switch out.Result {
 	case ResultOK:
-		c.verify(r, resp.GetCertChainDer(), resp.GetSerial(), key, resp.GetNodeId(), n.id)
+		c.verify(r, resp.GetCertChainDer(), resp.GetSerial(), key, resp.GetNodeId(), n.id, resp.GetServerTimeUnixNano())
 		n.retire()
 		n.cur = &heldCert{key: key, chain: resp.GetCertChainDer(), serial: resp.GetSerial()}
 		n.state, n.pending = StateActive, nil

@@ -34,6 +34,10 @@ type ProcConfig struct {
 	Net   Network
 	Extra []string // more flags for every journal
 	Env   []string // more environment for every journal (e.g. GOGC=...)
+	// Initial, if between 1 and N-1, is how many journals form the quorum
+	// (--initial-cluster of the first Initial); the others start empty
+	// with --join and wait to be added (pact journal add).
+	Initial int
 }
 
 // ProcQuorum runs journals as processes.
@@ -70,8 +74,12 @@ func NewProcQuorum(cfg ProcConfig) (*ProcQuorum, error) {
 	if q.roots, q.admin, err = LoadCreds(cfg.Dir); err != nil {
 		return nil, err
 	}
+	initial := cfg.N
+	if cfg.Initial > 0 && cfg.Initial < cfg.N {
+		initial = cfg.Initial
+	}
 	var peers []string
-	for i := range cfg.N {
+	for i := range initial {
 		peers = append(peers, fmt.Sprintf("j%d=%s", i+1, q.addr(i, "raft")))
 	}
 	for i := range cfg.N {
@@ -80,7 +88,11 @@ func NewProcQuorum(cfg ProcConfig) (*ProcQuorum, error) {
 			"--node-id", id, "--data-dir", filepath.Join(cfg.Dir, id),
 			"--listen", q.addr(i, "grpc"), "--raft-listen", q.addr(i, "raft"), "--metrics-listen", q.addr(i, "metrics"),
 			"--root-cert", filepath.Join(cfg.Dir, "ca.pem"), "--root-key", filepath.Join(cfg.Dir, "ca-key.pem"),
-			"--initial-cluster", strings.Join(peers, ","),
+		}
+		if i < initial {
+			args = append(args, "--initial-cluster", strings.Join(peers, ","))
+		} else {
+			args = append(args, "--join")
 		}
 		args = append(args, cfg.Extra...)
 		q.js = append(q.js, &procJournal{id: id, args: args, logPath: filepath.Join(cfg.Dir, id+".log")})
@@ -211,18 +223,34 @@ func (q *ProcQuorum) Start(i int) error {
 	return nil
 }
 
-var servingRE = regexp.MustCompile(`msg="journal serving"`)
+var (
+	servingRE = regexp.MustCompile(`msg="journal serving"`)
+	joiningRE = regexp.MustCompile(`msg="journal serving"|msg="waiting to be added to a quorum`)
+)
 
 // WaitServing waits until journal i's current process logs that it
 // serves, or fails saying why (with the end of its log).
 func (q *ProcQuorum) WaitServing(i int, timeout time.Duration) error {
+	return q.waitLog(i, servingRE, timeout)
+}
+
+// WaitUp is WaitServing, except that a journal started with --join that
+// logs it waits to be added counts as up (it serves only once added).
+func (q *ProcQuorum) WaitUp(i int, timeout time.Duration) error {
+	if slices.Contains(q.Args(i), "--join") {
+		return q.waitLog(i, joiningRE, timeout)
+	}
+	return q.waitLog(i, servingRE, timeout)
+}
+
+func (q *ProcQuorum) waitLog(i int, re *regexp.Regexp, timeout time.Duration) error {
 	j := q.js[i]
 	deadline := time.Now().Add(timeout)
 	for {
 		j.mu.Lock()
 		from, exited := j.logFrom, j.exited
 		j.mu.Unlock()
-		if servingRE.MatchString(readFrom(j.logPath, from)) {
+		if re.MatchString(readFrom(j.logPath, from)) {
 			return nil
 		}
 		select {
@@ -255,6 +283,36 @@ func (q *ProcQuorum) CurrentLog(i int) string {
 
 // LogPath is the file every start of journal i appends its output to.
 func (q *ProcQuorum) LogPath(i int) string { return q.js[i].logPath }
+
+// DataDir is journal i's data directory.
+func (q *ProcQuorum) DataDir(i int) string { return filepath.Join(q.cfg.Dir, q.js[i].id) }
+
+// Rejoin prepares journal i, which must not be running, to be added to the
+// quorum again: its data directory is emptied and its next start waits
+// with --join instead of forming a quorum (--initial-cluster).
+func (q *ProcQuorum) Rejoin(i int) error {
+	if q.Running(i) {
+		return fmt.Errorf("%s is still running", q.js[i].id)
+	}
+	if err := os.RemoveAll(q.DataDir(i)); err != nil {
+		return err
+	}
+	j := q.js[i]
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var args []string
+	for k := 0; k < len(j.args); k++ {
+		switch j.args[k] {
+		case "--initial-cluster":
+			k++ // and its value
+		case "--join":
+		default:
+			args = append(args, j.args[k])
+		}
+	}
+	j.args = append(args, "--join")
+	return nil
+}
 
 // Raft is journal i's Raft address.
 func (q *ProcQuorum) Raft(i int) string { return q.addr(i, "raft") }

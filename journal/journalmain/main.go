@@ -188,6 +188,9 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Logger = logger
+	if chaosClock != nil {
+		cfg.Clock = chaosClock(cfg.Clock, cfg.NodeID, logger)
+	}
 	if err := cfg.Validate(); err != nil {
 		cmdutil.ReportProblems(stderr, "pact-journal", err)
 		return 2
