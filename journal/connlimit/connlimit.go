@@ -54,23 +54,26 @@ type Config struct {
 	// limits are configured and documented together.
 	HandshakeTimeout time.Duration
 	// HandshakeQueueWait is how long a client whose ClientHello has
-	// arrived may wait for a handshake slot before it is closed. A short
-	// wait smooths a boot storm (handshakes go at the speed of the CPU
-	// instead of every excess client retrying); the waiting client costs
-	// no CPU. Zero closes it at once.
+	// arrived may wait for a handshake slot before it is closed. The wait
+	// is what carries a boot storm: handshakes go at the speed of the CPU,
+	// in turn, while the waiting clients cost no CPU; a client closed
+	// instead retries with a backoff that grows with every refusal, and a
+	// storm's tail grows with it (docs/benchmarks.md: 10,000 agents took
+	// 94 s to all stream with a 1 s wait, 44 s with 8 s). Zero closes it
+	// at once.
 	HandshakeQueueWait time.Duration
 }
 
 // DefaultConfig returns the defaults: 32 connections per source address,
-// 16,384 in all, 64 handshakes in progress, 5 s to finish a handshake,
-// 1 s to wait for a handshake slot.
+// 16,384 in all, 64 handshakes in progress, 15 s to finish a handshake,
+// of which up to 8 s waiting for a handshake slot.
 func DefaultConfig() Config {
 	return Config{
 		MaxConnsPerSource:  32,
 		MaxConns:           16384,
 		MaxHandshakes:      64,
-		HandshakeTimeout:   5 * time.Second,
-		HandshakeQueueWait: time.Second,
+		HandshakeTimeout:   15 * time.Second,
+		HandshakeQueueWait: 8 * time.Second,
 	}
 }
 

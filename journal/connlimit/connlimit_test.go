@@ -207,7 +207,7 @@ func TestConfigValidate(t *testing.T) {
 		{"total below per source", func(c *connlimit.Config) { c.MaxConns = 4; c.MaxConnsPerSource = 8 }, "MaxConns 4"},
 		{"handshakes", func(c *connlimit.Config) { c.MaxHandshakes = 0 }, "MaxHandshakes"},
 		{"timeout", func(c *connlimit.Config) { c.HandshakeTimeout = 120 * time.Second }, "HandshakeTimeout"},
-		{"queue wait", func(c *connlimit.Config) { c.HandshakeQueueWait = 5 * time.Second }, "HandshakeQueueWait"},
+		{"queue wait", func(c *connlimit.Config) { c.HandshakeQueueWait = c.HandshakeTimeout }, "HandshakeQueueWait"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := connlimit.DefaultConfig()
