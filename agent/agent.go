@@ -88,7 +88,8 @@ type Agent struct {
 	// only): a retry after an answer that was lost (a deadline, leadership
 	// lost while committing) then gets the committed certificate back,
 	// where a fresh key would be refused ALREADY_ACTIVE for the takeover
-	// window.
+	// window. A renewal whose outcome is unknown leaves its key here for
+	// the same reason.
 	enrollKey crypto.Signer
 	enrollCSR []byte
 

@@ -128,3 +128,43 @@ func TestEnrollRetryAfterLostAnswerKeepsTheKey(t *testing.T) {
 		t.Errorf("attempts %v, want %s", log.attempts, want)
 	}
 }
+
+// A RenewCert whose answer is lost after the journal committed it leaves
+// the channel's certificate stale; the agent enrolls again with the
+// renewal's key and the journal hands back the committed certificate,
+// instead of refusing a fresh key ALREADY_ACTIVE for the takeover window.
+func TestRenewalAfterLostAnswerEnrollsWithItsKey(t *testing.T) {
+	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
+	h.Register(t, "n1", "SN1", mac1)
+	var renewals atomic.Int64
+	log := &hookLog{streams: make(chan string, 4)}
+	cfg := agentConfig(h, clock.Real{}, "SN1", mac1)
+	cfg.OnAttempt, cfg.OnStream = log.attempt, log.stream
+	cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			if method == pactv1.EnrollmentService_RenewCert_FullMethodName && renewals.Add(1) == 1 && err == nil {
+				return status.Error(codes.DeadlineExceeded, "injected: the answer was lost")
+			}
+			return err
+		})}
+	a := runAgent(t, cfg)
+
+	first := log.nextStream(t)
+	if !a.RenewNow() {
+		t.Fatal("RenewNow refused on a live journal-signed channel")
+	}
+	second := log.nextStream(t)
+	registered := inspect(t, h, "n1").GetCert().GetSerial()
+	if second == first || !strings.EqualFold(registered, second) {
+		t.Fatalf("after the lost renewal the agent streams with %s (first %s), the registry holds %s", second, first, registered)
+	}
+	if n := renewals.Load(); n != 1 {
+		t.Errorf("%d RenewCert calls, want 1: the committed renewal is recovered by Enroll", n)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if want := "[enroll:true connect:true renew:false enroll:true connect:true]"; fmt.Sprint(log.attempts) != want {
+		t.Errorf("attempts %v, want %s (no enrollment refused)", log.attempts, want)
+	}
+}

@@ -37,8 +37,16 @@ func (a *Agent) renew(ctx context.Context, act *identity.Channel) error {
 		})
 		cancel()
 		if err != nil {
+			// The renewal may have committed with its answer lost (a
+			// deadline under load): the journal then takes the channel's
+			// certificate for stale, and the node must enroll again. It
+			// enrolls with this key, and the journal hands back the
+			// committed certificate; a fresh key would be refused
+			// ALREADY_ACTIVE for the takeover window.
+			a.enrollKey, a.enrollCSR = key, csr
 			return nil, fmt.Errorf("agent: RenewCert at %s: %w", cur.Target(), err)
 		}
+		a.enrollKey, a.enrollCSR = nil, nil
 		if _, err := a.observeJournalTime(unixNano(resp.GetServerTimeUnixNano())); err != nil {
 			return nil, err
 		}
