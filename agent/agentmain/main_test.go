@@ -5,7 +5,6 @@ import (
 	"go/build"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -14,6 +13,7 @@ import (
 	"github.com/pact-hpc/pact/agent"
 	"github.com/pact-hpc/pact/internal/cmdutil"
 	"github.com/pact-hpc/pact/internal/settings"
+	"github.com/pact-hpc/pact/internal/settings/settingstest"
 	"github.com/pact-hpc/pact/journal/journaltest"
 )
 
@@ -67,46 +67,16 @@ var samples = map[string]string{
 // Every setting is reachable all three ways: as a flag, as its variable
 // and as a key of the file, each changing the configuration.
 func TestEverySettingThreeWays(t *testing.T) {
-	def, defLog, err := resolve(t, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var cfg agent.Config
 	var log cmdutil.Logging
 	var file string
-	for _, st := range Settings(&cfg, &log, &file).Settings() {
-		if !strings.HasPrefix(st.Env, "PACT_") {
-			t.Errorf("--%s has no PACT_* variable (%q)", st.Name, st.Env)
-		}
-		if st.Name == "config" {
-			continue
-		}
-		v, ok := samples[st.Name]
-		if !ok {
-			v = samples[st.Kind]
-		}
-		path := filepath.Join(t.TempDir(), "a.yaml")
-		if err := os.WriteFile(path, []byte(st.Name+": "+v+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		for way, r := range map[string]struct {
-			args []string
-			env  map[string]string
-		}{
-			"flag": {[]string{"--" + st.Name + "=" + v}, nil},
-			"env":  {nil, map[string]string{st.Env: v}},
-			"file": {[]string{"--config", path}, nil},
-		} {
-			got, gotLog, err := resolve(t, r.args, r.env)
-			if err != nil {
-				t.Errorf("%s by %s = %q: %v", st.Name, way, v, err)
-				continue
-			}
-			if reflect.DeepEqual(got, def) && gotLog == defLog {
-				t.Errorf("%s by %s = %q changed nothing", st.Name, way, v)
-			}
-		}
-	}
+	settingstest.EveryWay(t, Settings(&cfg, &log, &file), samples, func(t *testing.T, args []string, env map[string]string) (any, error) {
+		cfg, log, err := resolve(t, args, env)
+		return struct {
+			Config  agent.Config
+			Logging cmdutil.Logging
+		}{cfg, log}, err
+	})
 }
 
 func runWith(t *testing.T, file string, env map[string]string, args ...string) (int, string, string) {
