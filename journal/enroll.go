@@ -179,6 +179,9 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 			return nil, "refused", err
 		}
 	}
+	if err := j.awaitLiveIntermediate(ctx); err != nil {
+		return nil, "error", err
+	}
 	issued, err := j.ca.SignAgent(csr, node.GetNodeId())
 	if err != nil {
 		return nil, "error", err
@@ -587,6 +590,9 @@ func (j *Journal) signForNode(ctx context.Context, nodeID string, csrDER []byte)
 		return nil, err
 	}
 	if err := j.checkAdmission(ctx, nodeID, fingerprint(csr.SPKI)); err != nil {
+		return nil, err
+	}
+	if err := j.awaitLiveIntermediate(ctx); err != nil {
 		return nil, err
 	}
 	return j.ca.SignAgent(csr, nodeID)

@@ -56,3 +56,12 @@ func (j *Journal) RefuseBatchesAsLeader() {
 	older := func(cmd *pactv1.Command) bool { return cmd.GetBatch() != nil || raftfsm.HasUnknownOp(cmd) }
 	j.unknownOp.Store(&older)
 }
+
+// SetRekeyHooks installs the re-key test hooks: beforeRekey runs in the
+// rotation loop before it re-keys and may block it; awaitingRekey runs each
+// time a signature waits for the re-key.
+func (j *Journal) SetRekeyHooks(beforeRekey, awaitingRekey func()) {
+	j.rekeyMu.Lock()
+	defer j.rekeyMu.Unlock()
+	j.beforeRekey, j.awaitingRekey = beforeRekey, awaitingRekey
+}

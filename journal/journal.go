@@ -98,6 +98,14 @@ type Journal struct {
 	// rotateNow asks rotateLoop to re-key at once (this journal's
 	// intermediate was retired).
 	rotateNow chan struct{}
+	// rekeyed is closed (and replaced) each time rotateLoop has re-keyed;
+	// awaitLiveIntermediate waits on it.
+	rekeyMu sync.Mutex
+	rekeyed chan struct{}
+	// Test hooks (export_test.go): beforeRekey runs in rotateLoop before it
+	// re-keys and may block it; awaitingRekey runs when a signature waits
+	// for the re-key.
+	beforeRekey, awaitingRekey func()
 
 	// halted says why the journal stopped serving; promoteNow wakes
 	// promoteLoop after an add; nonvoterSince is when this journal first
@@ -206,6 +214,7 @@ func New(cfg Config) (*Journal, error) {
 		promoteNow:    make(chan struct{}, 1),
 		nonvoterSince: map[string]time.Time{},
 		rotateNow:     make(chan struct{}, 1),
+		rekeyed:       make(chan struct{}),
 	}
 	j.credentials = j.defaultCredentials()
 	j.halted.removed = make(chan struct{})
@@ -511,6 +520,12 @@ func (j *Journal) rotateLoop() {
 			t.Stop()
 			j.log.Warn("this journal's intermediate was retired by an operator; re-keying now")
 		}
+		j.rekeyMu.Lock()
+		hold := j.beforeRekey
+		j.rekeyMu.Unlock()
+		if hold != nil {
+			hold()
+		}
 		if err := j.ca.Rotate(); err != nil {
 			j.log.Error("intermediate rotation failed; retrying in a minute", logkey.Err, err)
 			retry := j.cfg.Clock.NewTimer(time.Minute)
@@ -527,7 +542,41 @@ func (j *Journal) rotateLoop() {
 			j.log.Error("publishing the new intermediate failed", logkey.Err, err)
 		}
 		cancel()
+		j.rekeyMu.Lock()
+		close(j.rekeyed)
+		j.rekeyed = make(chan struct{})
+		j.rekeyMu.Unlock()
 		j.log.Info("intermediate rotated", logkey.IssuerSerial, pki.SerialHex(j.ca.Intermediate().SerialNumber))
+	}
+}
+
+// awaitLiveIntermediate returns once this journal's intermediate is not
+// one the registry marks retiring. Between an operator's retirement
+// committing and rotateLoop re-keying, a signature would put the node on
+// the retiring intermediate: its stream would tell it to renew again, and
+// the agent's MinRenewInterval would hold it there.
+func (j *Journal) awaitLiveIntermediate(ctx context.Context) error {
+	for {
+		// Taken before the check, so a re-key between the check and the
+		// wait is not missed.
+		j.rekeyMu.Lock()
+		rekeyed, told := j.rekeyed, j.awaitingRekey
+		j.rekeyMu.Unlock()
+		in, ok := j.fsm.Intermediate(pki.SerialHex(j.ca.Intermediate().SerialNumber))
+		if !ok || in.GetRevokeAtUnixNano() == 0 {
+			return nil
+		}
+		wake(j.rotateNow)
+		if told != nil {
+			told()
+		}
+		select {
+		case <-rekeyed:
+		case <-ctx.Done():
+			return fmt.Errorf("journal: this journal's intermediate is being re-keyed: %w", ctx.Err())
+		case <-j.stop:
+			return fmt.Errorf("%w: journal shutting down", ErrNoLeader)
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -266,6 +267,51 @@ func TestRetireIntermediate(t *testing.T) {
 	}
 	if _, err := e.agentClient(t, a2).Ping(callCtx(t), &pactv1.PingRequest{}); err != nil {
 		t.Errorf("the renewed agent: %v", err)
+	}
+}
+
+// A renewal that arrives after an operator retired this journal's
+// intermediate, but before the journal re-keyed, waits for the new
+// intermediate: signed by the retiring one, the node would be told to
+// renew again at once, and pact-agent would hold it there for its
+// MinRenewInterval.
+func TestRenewalWaitsForTheReKey(t *testing.T) {
+	e := newEnv(t)
+	a := e.activate(t, "n1", "SN1", mac1)
+	old := e.node(t, "n1").GetCert().GetIssuerSerial()
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer free()
+	waiting := make(chan struct{}, 1)
+	e.h.J.SetRekeyHooks(func() { <-release }, func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	})
+	if _, err := e.admin.RetireIntermediate(callCtx(t), &pactv1.RetireIntermediateRequest{Targets: []string{"j1"}, GraceSeconds: 600}); err != nil {
+		t.Fatalf("retire: %v", err)
+	}
+	client := e.agentClient(t, a)
+	key := journaltest.NewKey(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := client.RenewCert(callCtx(t), &pactv1.RenewCertRequest{CurrentSerial: a.serial, CsrDer: key.CSR})
+		done <- err
+	}()
+	select {
+	case <-waiting:
+	case err := <-done:
+		free()
+		t.Fatalf("the renewal was answered (%v) before the journal re-keyed; the node's issuer is %s (retired: %s)", err, e.node(t, "n1").GetCert().GetIssuerSerial(), old)
+	}
+	free()
+	if err := <-done; err != nil {
+		t.Fatalf("renewal: %v", err)
+	}
+	if got := e.node(t, "n1").GetCert().GetIssuerSerial(); got == old {
+		t.Errorf("the renewed certificate comes from the retired intermediate %s", old)
 	}
 }
 
