@@ -3,7 +3,6 @@ package journal
 import (
 	"sync"
 
-	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
@@ -116,7 +115,7 @@ func (j *Journal) onApply(ev raftfsm.Event) {
 	if ev.BundleChanged {
 		j.bundle.invalidate()
 		j.peerCerts.clear()
-		if in, ok := j.fsm.Intermediate(pki.SerialHex(j.ca.Intermediate().SerialNumber)); ok && in.GetRevokeAtUnixNano() != 0 {
+		if j.ownIntermediateRetiring() {
 			// This journal's own intermediate is being retired: re-key now.
 			wake(j.rotateNow)
 		}

@@ -550,6 +550,13 @@ func (j *Journal) rotateLoop() {
 	}
 }
 
+// ownIntermediateRetiring reports whether the registry marks the
+// intermediate this journal signs with as retiring (or revoked).
+func (j *Journal) ownIntermediateRetiring() bool {
+	in, ok := j.fsm.Intermediate(pki.SerialHex(j.ca.Intermediate().SerialNumber))
+	return ok && in.GetRevokeAtUnixNano() != 0
+}
+
 // awaitLiveIntermediate returns once this journal's intermediate is not
 // one the registry marks retiring. Between an operator's retirement
 // committing and rotateLoop re-keying, a signature would put the node on
@@ -562,8 +569,7 @@ func (j *Journal) awaitLiveIntermediate(ctx context.Context) error {
 		j.rekeyMu.Lock()
 		rekeyed, told := j.rekeyed, j.awaitingRekey
 		j.rekeyMu.Unlock()
-		in, ok := j.fsm.Intermediate(pki.SerialHex(j.ca.Intermediate().SerialNumber))
-		if !ok || in.GetRevokeAtUnixNano() == 0 {
+		if !j.ownIntermediateRetiring() {
 			return nil
 		}
 		wake(j.rotateNow)
