@@ -22,6 +22,7 @@ import (
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/version"
+	"github.com/pact-hpc/pact/internal/wire"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -552,7 +553,9 @@ type recordingCreds struct {
 }
 
 func (c recordingCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	// A saturated journal answers busy, with a retry-after, in place of
+	// its ServerHello: wire.BusyAware turns that into a *wire.BusyError.
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, wire.BusyAware(raw))
 	if ctx.Err() == nil { // a cancelled dial says nothing about the journal
 		c.log.set(err)
 	}

@@ -765,9 +765,10 @@ func NewClientCredentials(cfg *tls.Config) *ClientCredentials {
 	return &ClientCredentials{TransportCredentials: credentials.NewTLS(cfg), rec: &handshakeRecord{}}
 }
 
-// ClientHandshake performs the TLS handshake and records its outcome.
+// ClientHandshake performs the TLS handshake and records its outcome. A
+// journal's busy answer (internal/wire) ends it with a *wire.BusyError.
 func (c *ClientCredentials) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, wire.BusyAware(raw))
 	c.rec.mu.Lock()
 	c.rec.err = err
 	c.rec.mu.Unlock()
