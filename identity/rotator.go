@@ -307,6 +307,10 @@ func (r *Rotator) swap(ctx context.Context, id *Identity, started time.Time) err
 	}
 	if err := r.check(ctx, ch); err != nil {
 		ch.close()
+		var busy *wire.BusyError
+		if errors.As(err, &busy) {
+			r.stay(target)
+		}
 		return err
 	}
 	if err := r.openStream(ctx, ch); err != nil {
@@ -346,6 +350,20 @@ func (r *Rotator) target(active *Channel) string {
 	t := r.cfg.Targets[r.next%len(r.cfg.Targets)]
 	r.next++
 	return t
+}
+
+// stay makes the next new channel go to target again: it answered busy
+// (internal/wire) and named when to come back, and coming back there keeps
+// the place its reservation schedule gave this node. The caller waits.
+func (r *Rotator) stay(target string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, t := range r.cfg.Targets {
+		if t == target {
+			r.next = i
+			return
+		}
+	}
 }
 
 func (r *Rotator) dial(id *Identity, target string) (*Channel, error) {

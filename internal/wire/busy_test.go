@@ -79,7 +79,7 @@ func serve(data []byte) net.Conn {
 
 func TestBusyAware(t *testing.T) {
 	// A busy line becomes a *BusyError.
-	_, err := serve(FormatBusy(2500*time.Millisecond)).Read(make([]byte, 512))
+	_, err := serve(FormatBusy(2500 * time.Millisecond)).Read(make([]byte, 512))
 	var busy *BusyError
 	if !errors.As(err, &busy) || busy.RetryAfter != 2500*time.Millisecond {
 		t.Fatalf("busy line: %v, want a BusyError of 2.5s", err)
