@@ -63,6 +63,14 @@ func (w *work) add(o work) {
 // so the key is priced with the enrollment that succeeds.
 func attemptWork(op string, err error) work {
 	deadline := err != nil && apierr.FromError(err).Code == codes.DeadlineExceeded
+	if answeredBusy(err) {
+		if op == "renew" && !strings.Contains(err.Error(), "RenewCert at ") {
+			// RenewCert answered (a key, a signature); the new
+			// channel's journal answered busy, before any handshake.
+			return work{keygen: 1, sign: 1}
+		}
+		return work{}
+	}
 	if closedUnshaken(err) {
 		return work{}
 	}
@@ -104,6 +112,15 @@ func closedUnshaken(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "authentication handshake failed: EOF")
 }
 
+// answeredBusy reports a journal's busy answer (internal/wire): it had no
+// handshake slot soon enough and named when to come back, before any
+// crypto on either side but the client's key share. Not a failure: the
+// agent comes back when told, without growing its backoff.
+func answeredBusy(err error) bool {
+	var busy *wire.BusyError
+	return errors.As(err, &busy)
+}
+
 // benchAgent is one node of the storm.
 type benchAgent struct {
 	idx  int
@@ -120,6 +137,7 @@ type benchAgent struct {
 	serial     string    // the serial of the latest live channel
 	before     string    // the serial before the renewal storm
 	attempts   int
+	busy       int // attempts a journal answered busy
 	byOp       map[string]int
 	failures   map[string]int
 	examples   map[string]string // one error message per failure label
@@ -138,7 +156,7 @@ func (a *benchAgent) reset(kind stormKind, onFinished func(held bool)) {
 	a.kind, a.onFinished = kind, onFinished
 	a.arrival, a.activeAt, a.streamAt = time.Time{}, time.Time{}, time.Time{}
 	a.before = a.serial
-	a.attempts, a.byOp, a.failures, a.examples = 0, map[string]int{}, map[string]int{}, map[string]string{}
+	a.attempts, a.busy, a.byOp, a.failures, a.examples = 0, 0, map[string]int{}, map[string]int{}, map[string]string{}
 	a.wasted, a.spent, a.err, a.finished, a.held = work{}, work{}, nil, false, false
 }
 
@@ -164,6 +182,10 @@ func (a *benchAgent) onAttempt(op string, err error) {
 	a.byOp[op]++
 	w := attemptWork(op, err)
 	a.spent.add(w)
+	if answeredBusy(err) {
+		a.busy++
+		return
+	}
 	if err != nil {
 		a.wasted.add(w)
 		pe := apierr.FromError(err)
@@ -226,6 +248,7 @@ type stormResult struct {
 	attempts     int
 	byOp         map[string]int
 	failedTries  int
+	busy         int // attempts answered busy (not failures, not in failures)
 	maxAttempt   int
 	failures     map[string]int
 	examples     map[string]string // one error message per failure label
@@ -243,6 +266,9 @@ type stormResult struct {
 	// journalClosed is pact_journal_connections_refused_total during the
 	// storm: connections the journals closed before their handshake.
 	journalClosed int
+	// journalBusy is pact_journal_connections_busy_total during the
+	// storm: connections the journals answered busy, with a retry-after.
+	journalBusy int
 }
 
 func (r *stormResult) pct(p float64) time.Duration { return percentile(r.lat, p) }
@@ -461,6 +487,7 @@ func (s *storm) run(pids []int) *stormResult {
 	for _, a := range s.agents {
 		a.mu.Lock()
 		res.attempts += a.attempts
+		res.busy += a.busy
 		res.maxAttempt = max(res.maxAttempt, a.attempts)
 		for k, v := range a.byOp {
 			res.byOp[k] += v

@@ -368,6 +368,7 @@ func runOneStorm(c *cluster, st *storm, f stormFlags, dir string) (*stormResult,
 	leadersBefore := c.countInLogs(leaderRE)
 	e0, r0 := c.enrollCounters()
 	closed0 := c.sumMetric("pact_journal_connections_refused_total")
+	busy0 := c.sumMetric("pact_journal_connections_busy_total")
 	var perf *exec.Cmd
 	if f.perf {
 		perf = startPerf(c.pids(), filepath.Join(dir, "perf-"+st.kind.String()+".data"))
@@ -403,6 +404,7 @@ func runOneStorm(c *cluster, st *storm, f stormFlags, dir string) (*stormResult,
 	}
 	e1, r1 := c.enrollCounters()
 	res.journalClosed = int(c.sumMetric("pact_journal_connections_refused_total") - closed0)
+	res.journalBusy = int(c.sumMetric("pact_journal_connections_busy_total") - busy0)
 	res.leaderChange = c.countInLogs(leaderRE) - leadersBefore
 	res.journalCount = map[string]float64{}
 	a, b := e0, e1
@@ -417,8 +419,8 @@ func runOneStorm(c *cluster, st *storm, f stormFlags, dir string) (*stormResult,
 	if m, err := procMem(os.Getpid()); err == nil {
 		res.genRSS = max(m.RSS, m.HWM)
 	}
-	logf("%s storm: %d streaming, %d failed (%d abandoned) in %.2fs (%.0f/s), p50 %.0f ms, p99 %.0f ms from arrival; attempts %v; journals answered %v and closed %d connections before their handshake; failed attempts %v; leader changes %d; other processes used %.0f%% of the machine meanwhile",
-		st.kind, res.ok, res.failed, res.abandoned, res.wall.Seconds(), res.perSec, ms(res.pct(0.50)), ms(res.pct(0.99)), res.byOp, res.journalCount, res.journalClosed, res.failures, res.leaderChange, 100*res.others)
+	logf("%s storm: %d streaming, %d failed (%d abandoned) in %.2fs (%.0f/s), p50 %.0f ms, p99 %.0f ms from arrival; attempts %v; journals answered %v, answered %d connections busy (agents saw %d) and closed %d before their handshake; failed attempts %v; leader changes %d; other processes used %.0f%% of the machine meanwhile",
+		st.kind, res.ok, res.failed, res.abandoned, res.wall.Seconds(), res.perSec, ms(res.pct(0.50)), ms(res.pct(0.99)), res.byOp, res.journalCount, res.journalBusy, res.busy, res.journalClosed, res.failures, res.leaderChange, 100*res.others)
 	for _, e := range res.firstErrs {
 		logf("  failed: %s", e)
 	}
@@ -589,6 +591,8 @@ func report(f stormFlags, regTook time.Duration, curve tls.CurveID, signRate flo
 		"attempts_by_kind":                e.byOp,
 		"failed_attempts":                 e.failedTries,
 		"journal_closed_before_handshake": e.journalClosed,
+		"journal_busy_answers":            e.journalBusy,
+		"busy_attempts":                   e.busy,
 		"max_attempts_one_agent":          e.maxAttempt,
 		"failures":                        e.failures,
 		"cpu_ms_per_agent":                round(ms(e.cpuPerOp()), 3),
@@ -627,6 +631,8 @@ func report(f stormFlags, regTook time.Duration, curve tls.CurveID, signRate flo
 		out["renew_attempts"] = r.attempts
 		out["renew_failed_attempts"] = r.failedTries
 		out["renew_journal_closed_before_handshake"] = r.journalClosed
+		out["renew_journal_busy_answers"] = r.journalBusy
+		out["renew_busy_attempts"] = r.busy
 		out["renew_wasted_cpu_share"] = round(rws, 4)
 		out["renew_wasted_cpu_share_crypto"] = round(rwsMin, 4)
 		out["cpu_ms_per_renew"] = round(ms(r.cpuPerOp()), 3)
