@@ -285,7 +285,12 @@ func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 					return a.cfg.Clock.Now(), nil
 				}
 				a.dropRefusedJournalIdentity(id, err)
-				if apierr.FromError(err).RetryAfter > 0 {
+				if busy, ok := busyOf(err); ok {
+					// The new channel's journal answered busy: back at
+					// the time it named, the backoff not grown.
+					s.lastRenew = time.Time{}
+					s.renew.deferred(a, busy)
+				} else if apierr.FromError(err).RetryAfter > 0 {
 					// The journal said when to come back (it is busy, or
 					// rate-limits this source): its retry-after, with the
 					// backoff's jitter and growth, paces the next attempt,
