@@ -1,6 +1,8 @@
 package connlimit
 
 import (
+	"net"
+	"net/netip"
 	"time"
 )
 
@@ -36,19 +38,89 @@ const (
 	minJitter = 20 * time.Millisecond
 	// jitterShare is the jitter's share of a longer retry-after.
 	jitterShare = 20 // 1/20: 5 %
+	// favorWindow is how long a source that enrolled here keeps the
+	// favour of its next connection (Favor).
+	favorWindow = 5 * time.Second
+	// maxFavored bounds the sources remembered as favoured.
+	maxFavored = 65536
 )
+
+// favor is what Favor granted one source: n connections until until.
+type favor struct {
+	n     int
+	until time.Time
+}
 
 // initialRate is the optimistic first estimate: every slot finishing a
 // handshake every 100 ms (a loaded journal does 1-5 ms of CPU per
 // handshake; the rest is the client's round trips).
 func initialRate(slots int) float64 { return float64(slots) * 10 }
 
+// Favor notes that the source of addr has just enrolled here: an agent's
+// mTLS channel follows its Enroll at once, and bouncing it would waste the
+// enrollment's momentum. Its next connection within a few seconds queues
+// for a predicted wait up to HandshakeQueueWait (the hard bound) instead
+// of HandshakeQueueTarget. Each Favor is good for one connection, so a
+// shared address (NAT, a test's loopback) gains no more than its
+// enrollments.
+func (l *Limiter) Favor(addr net.Addr) {
+	src := sourceOf(addr)
+	now := l.clock.Now()
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	if l.favored == nil {
+		l.favored = map[netip.Addr]favor{}
+	}
+	f, ok := l.favored[src]
+	if !ok && len(l.favored) >= maxFavored {
+		for a, f := range l.favored {
+			if !now.Before(f.until) {
+				delete(l.favored, a)
+			}
+		}
+		if len(l.favored) >= maxFavored {
+			return // a flood of sources: favour none more
+		}
+	}
+	if !now.Before(f.until) {
+		f.n = 0
+	}
+	f.n++
+	f.until = now.Add(favorWindow)
+	l.favored[src] = f
+}
+
+// useFavorLocked spends one of src's favours, if it has one.
+func (l *Limiter) useFavorLocked(src netip.Addr, now time.Time) bool {
+	f, ok := l.favored[src]
+	if !ok {
+		return false
+	}
+	if !now.Before(f.until) || f.n <= 0 {
+		delete(l.favored, src)
+		return false
+	}
+	if f.n--; f.n == 0 {
+		delete(l.favored, src)
+	} else {
+		l.favored[src] = f
+	}
+	return true
+}
+
+// AdmitFrom is Admit for a connection from addr, honouring Favor.
+func (l *Limiter) AdmitFrom(addr net.Addr) (release func(), err error) {
+	return l.admit(sourceOf(addr), addr != nil)
+}
+
 // Admit takes a handshake slot for a client whose ClientHello has arrived:
 // at once if one is free; after a wait if the predicted wait is at most
 // HandshakeQueueTarget; otherwise, or if the wait reaches
 // HandshakeQueueWait, it returns a *BusyError with the retry-after to
 // answer. release gives the slot back when the handshake is over.
-func (l *Limiter) Admit() (release func(), err error) {
+func (l *Limiter) Admit() (release func(), err error) { return l.admit(netip.Addr{}, false) }
+
+func (l *Limiter) admit(src netip.Addr, known bool) (release func(), err error) {
 	select {
 	case l.handshakes <- struct{}{}:
 		return l.releaser(), nil
@@ -59,7 +131,12 @@ func (l *Limiter) Admit() (release func(), err error) {
 	l.rollLocked(now)
 	l.winWaited = true
 	wait := l.waitLocked(l.queued + 1)
-	if l.cfg.HandshakeQueueWait <= 0 || wait > l.cfg.HandshakeQueueTarget {
+	limit := l.cfg.HandshakeQueueTarget
+	if known && wait > limit && wait <= l.cfg.HandshakeQueueWait && l.useFavorLocked(src, now) {
+		limit = l.cfg.HandshakeQueueWait
+		l.favoredQueued.Add(1)
+	}
+	if l.cfg.HandshakeQueueWait <= 0 || wait > limit {
 		busy := l.deferLocked(now, wait)
 		l.qmu.Unlock()
 		return nil, busy

@@ -2,6 +2,7 @@ package connlimit_test
 
 import (
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -215,5 +216,75 @@ func TestAdmitMeasuresTheRateWhileSaturated(t *testing.T) {
 	fc.Advance(10 * time.Second) // past the old schedule
 	if _, err := l.Admit(); busyAfter(t, err) != 160*ms {
 		t.Fatalf("retry-after %v, want 160ms", err)
+	}
+}
+
+// A source that has just enrolled (Favor) queues for a predicted wait up
+// to the hard bound instead of the target, once per enrollment, for a few
+// seconds; others, and it again, are answered busy.
+func TestAdmitFavorsASourceThatJustEnrolled(t *testing.T) {
+	fc := fakeclock.New(time.Unix(1e9, 0))
+	l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) {
+		c.HandshakeQueueTarget, c.HandshakeQueueWait = 0, 2*time.Second
+	})
+	agent := &net.TCPAddr{IP: net.ParseIP("10.0.0.7"), Port: 40000}
+	stranger := &net.TCPAddr{IP: net.ParseIP("10.0.0.8"), Port: 40000}
+	held, err := l.Admit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Favor(&net.TCPAddr{IP: net.ParseIP("10.0.0.7"), Port: 39999}) // its Enroll's connection
+	if _, err := l.AdmitFrom(stranger); err == nil {
+		t.Fatal("a stranger was queued with a queue target of 0")
+	} else {
+		busyAfter(t, err)
+	}
+	// The agent's channel connection queues and gets the slot freed.
+	got := make(chan error, 1)
+	go func() {
+		r, err := l.AdmitFrom(agent)
+		if err == nil {
+			r()
+		}
+		got <- err
+	}()
+	if !fc.WaitForTimers(1, 30*time.Second) {
+		t.Fatalf("the enrolled source was not queued: %+v", l.Stats())
+	}
+	held()
+	if err := <-got; err != nil {
+		t.Fatalf("the enrolled source: %v", err)
+	}
+	// Spent: its next connection is answered busy like any other.
+	held, err = l.Admit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held()
+	if _, err := l.AdmitFrom(agent); err == nil {
+		t.Fatal("one enrollment favoured two connections")
+	}
+	// A favour lasts a few seconds.
+	l.Favor(agent)
+	fc.Advance(6 * time.Second)
+	if _, err := l.AdmitFrom(agent); err == nil {
+		t.Fatal("a favour outlived its window")
+	}
+	// And never beyond the hard bound: a predicted wait past it is
+	// answered busy, keeping the favour.
+	l2 := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) {
+		c.HandshakeQueueTarget, c.HandshakeQueueWait = 0, 50*ms // below one handshake at 10/s
+	})
+	r2, err := l2.Admit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2()
+	l2.Favor(agent)
+	if _, err := l2.AdmitFrom(agent); err == nil {
+		t.Fatal("favoured past the hard bound")
+	}
+	if st := l.Stats(); st.Favored != 1 {
+		t.Fatalf("stats %+v, want one favoured client", st)
 	}
 }

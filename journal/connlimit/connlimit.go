@@ -150,6 +150,7 @@ type Stats struct {
 	RefusedTotal     uint64  // closed in Accept: MaxConns open
 	RefusedBusy      uint64  // closed at ClientHello: no handshake slot within HandshakeQueueWait (AcquireHandshake, the Raft port)
 	Deferred         uint64  // answered busy at ClientHello, with a retry-after (Admit, the gRPC port)
+	Favored          uint64  // clients queued beyond HandshakeQueueTarget because their source had just enrolled (Favor)
 	Queued           int     // clients waiting for a handshake slot now (Admit)
 	Rate             float64 // handshakes per second the limiter counts on (measured while saturated)
 }
@@ -164,7 +165,7 @@ type Limiter struct {
 	perSource map[netip.Addr]int
 	open      int
 
-	refusedSource, refusedTotal, refusedBusy, deferred atomic.Uint64
+	refusedSource, refusedTotal, refusedBusy, deferred, favoredQueued atomic.Uint64
 
 	clock  clock.Clock
 	jitter func(time.Duration) time.Duration
@@ -176,6 +177,7 @@ type Limiter struct {
 	winDone    int       // handshakes finished in it
 	winWaited  bool      // someone waited for a slot in it
 	nextReturn time.Time // the next free place in the reservation schedule
+	favored    map[netip.Addr]favor
 }
 
 // New returns a Limiter. It copies cfg.
@@ -212,6 +214,7 @@ func (l *Limiter) Stats() Stats {
 		RefusedTotal:     l.refusedTotal.Load(),
 		RefusedBusy:      l.refusedBusy.Load(),
 		Deferred:         l.deferred.Load(),
+		Favored:          l.favoredQueued.Load(),
 		Queued:           queued,
 		Rate:             rate,
 	}
