@@ -368,3 +368,42 @@ func TestAgentRecordJSON(t *testing.T) {
 		t.Errorf("round trip: got %+v, want %+v", out, in)
 	}
 }
+
+// The worker's side of the protocol: ready with its share, one report per
+// command (an unknown storm is an error, not an exit), and done when the
+// parent closes its stdin.
+func TestWorkerProtocol(t *testing.T) {
+	w := workerFlags{stormFlags: stormFlags{agents: 5, keyExchange: string(wire.Classical), deadline: time.Minute},
+		index: 1, from: 2, to: 5, addrs: "127.0.0.1:1", caFile: filepath.Join(t.TempDir(), "ca.pem")}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- workerMain(w, inR, outW); outW.Close() }()
+	dec, enc := json.NewDecoder(outR), json.NewEncoder(inW)
+	var r workerReport
+	if err := dec.Decode(&r); err != nil || r.Ready != 3 {
+		t.Fatalf("first line: %+v, %v; want ready 3", r, err)
+	}
+	for _, tc := range []struct {
+		kind, wantErr string
+	}{
+		{"enroll", ""},
+		{"renew", ""},
+		{"reboot", `unknown storm "reboot"`},
+	} {
+		if err := enc.Encode(workerCommand{Kind: tc.kind, Start: time.Now().UnixNano()}); err != nil {
+			t.Fatal(err)
+		}
+		r = workerReport{}
+		if err := dec.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Kind != tc.kind || r.Error != tc.wantErr || len(r.Records) != 0 {
+			t.Errorf("%s: report %+v, want no records and error %q", tc.kind, r, tc.wantErr)
+		}
+	}
+	inW.Close()
+	if err := <-done; err != nil {
+		t.Errorf("workerMain after stdin closed: %v", err)
+	}
+}

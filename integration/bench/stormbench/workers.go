@@ -166,19 +166,31 @@ func workerMain(w workerFlags, in io.Reader, out io.Writer) error {
 	if err := enc.Encode(workerReport{Ready: len(agents)}); err != nil {
 		return err
 	}
-	dec := json.NewDecoder(in)
-	for {
-		var cmd workerCommand
-		if err := dec.Decode(&cmd); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil // the parent is done
+	// The parent closing stdin ends the worker even in the middle of a
+	// storm (the parent was interrupted): the agents stop at once.
+	cmds := make(chan workerCommand)
+	var readErr error
+	go func() {
+		defer close(cmds)
+		defer stop()
+		dec := json.NewDecoder(in)
+		for {
+			var cmd workerCommand
+			if err := dec.Decode(&cmd); err != nil {
+				if !errors.Is(err, io.EOF) {
+					readErr = err
+				}
+				return
 			}
-			return err
+			cmds <- cmd
 		}
+	}()
+	for cmd := range cmds {
 		if err := enc.Encode(st.workerStorm(w, cmd)); err != nil {
 			return err
 		}
 	}
+	return readErr // nil: the parent is done
 }
 
 // workerStorm runs a worker's part of one storm.
@@ -232,7 +244,7 @@ type worker struct {
 	enc      *json.Encoder
 	dec      *json.Decoder
 	exited   chan struct{}
-	waitErr  error
+	waitErr  error // once exited is closed
 }
 
 // workerPool is the load generator split over worker processes.
@@ -358,6 +370,9 @@ func (p *workerPool) stop() {
 			logf("load-generator worker %d did not exit; killing it", wk.index)
 			_ = wk.cmd.Process.Kill()
 			<-wk.exited
+		}
+		if wk.waitErr != nil {
+			logf("load-generator worker %d: %v", wk.index, wk.waitErr)
 		}
 	}
 }
