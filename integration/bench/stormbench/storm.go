@@ -136,6 +136,16 @@ type benchAgent struct {
 	onFinished func(held bool)
 }
 
+// benchAgents are the nodes [from, to) of the inventory, as agents of
+// the load generator (their agent.Agent is made at their arrival).
+func benchAgents(nodes []benchNode, from, to int) []*benchAgent {
+	out := make([]*benchAgent, 0, to-from)
+	for i := from; i < to; i++ {
+		out = append(out, &benchAgent{idx: i, node: nodes[i]})
+	}
+	return out
+}
+
 // reset prepares a for a storm.
 func (a *benchAgent) reset(kind stormKind, onFinished func(held bool)) {
 	a.mu.Lock()

@@ -270,10 +270,7 @@ func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutc
 		lg = pool
 	} else {
 		life, stop := context.WithCancel(context.Background())
-		agents := make([]*benchAgent, len(nodes))
-		for i, n := range nodes {
-			agents[i] = &benchAgent{idx: i, node: n}
-		}
+		agents := benchAgents(nodes, 0, len(nodes))
 		cl.add(func() { stop(); stopAgents(agents) }) // before the journals stop
 		st, err := newStorm(f, c.addrs(), caFile, agents, life)
 		if err != nil {

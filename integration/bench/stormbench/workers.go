@@ -151,11 +151,7 @@ func runWorker(args []string) int {
 
 func workerMain(w workerFlags, in io.Reader, out io.Writer) error {
 	checkFiles(w.to - w.from)
-	nodes := inventory("storm", w.agents)
-	agents := make([]*benchAgent, 0, w.to-w.from)
-	for i := w.from; i < w.to; i++ {
-		agents = append(agents, &benchAgent{idx: i, node: nodes[i]})
-	}
+	agents := benchAgents(inventory("storm", w.agents), w.from, w.to)
 	life, stop := context.WithCancel(context.Background())
 	defer func() { stop(); stopAgents(agents) }()
 	st, err := newStorm(w.stormFlags, strings.Split(w.addrs, ","), w.caFile, agents, life)
