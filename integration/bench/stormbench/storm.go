@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/pact-hpc/pact/agent"
@@ -320,10 +319,10 @@ func (s *storm) agentConfig(a *benchAgent) agent.Config {
 		// per-source limits (connections, failed enrollments) are per
 		// node: each agent connects from its own loopback address.
 		src := &net.TCPAddr{IP: sourceIP(a.idx)}
-		cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		cfg.Dialer = func(ctx context.Context, addr string) (net.Conn, error) {
 			d := net.Dialer{LocalAddr: src}
 			return d.DialContext(ctx, "tcp", addr)
-		})}
+		}
 	}
 	cfg.Logger = s.log
 	cfg.OnAttempt = a.onAttempt
