@@ -108,7 +108,7 @@ bench: build ## micro-benchmarks (CSR -> certificate, Enroll round trip, FSM app
 	$(GO) test -run '^$$' -bench . -benchmem ./journal/... ./raftfsm/...
 	$(MAKE) --no-print-directory bench-storm
 
-bench-storm: build ## boot storm: 3 journals, AGENTS (10000) pact-agents (in process) arrive in 1 s, stream, then renew; a table, then one JSON line with pass/fail
+bench-storm: build ## boot storm: 3 journals, AGENTS (10000) pact-agents (in process; over worker processes past the open-file limit) arrive in 1 s, stream, then renew; a table, then one JSON line with pass/fail
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
 	$(BIN)/stormbench storm -bin $(BIN) -agents $(AGENTS) -wait-idle $(WAIT_IDLE) $(STORMFLAGS)
 

@@ -129,6 +129,9 @@ func New(cfg Config) (*Agent, error) {
 	start := rand.IntN(len(cfg.JournalAddrs))
 	cfg.JournalAddrs = append(slices.Clone(cfg.JournalAddrs[start:]), cfg.JournalAddrs[:start]...)
 	cfg.DialOptions = append([]grpc.DialOption(nil), cfg.DialOptions...)
+	if cfg.Dialer != nil {
+		cfg.DialOptions = append(cfg.DialOptions, grpc.WithContextDialer(cfg.Dialer))
+	}
 	// Every certificate decision runs on the journal's time as far as the
 	// agent knows it; timers are the node's own.
 	clk := &skewClock{base: cfg.Clock}

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -245,5 +247,32 @@ func TestJournalIdentityRefusesWhatDoesNotBelong(t *testing.T) {
 				t.Fatalf("err = %v, want one saying %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// Config.Dialer opens every connection to a journal: the enrollment's
+// (dialled and handshaken before any gRPC channel exists) and the
+// channel's.
+func TestAgentDialsEveryConnectionWithItsDialer(t *testing.T) {
+	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
+	h.Register(t, "n1", "SN1", mac1)
+	cfg := agentConfig(h, clock.Real{}, "SN1", mac1)
+	var mu sync.Mutex
+	dialled := map[string]int{}
+	cfg.Dialer = func(ctx context.Context, addr string) (net.Conn, error) {
+		mu.Lock()
+		dialled[addr]++
+		mu.Unlock()
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	runAgent(t, cfg)
+	eventually(t, "n1 is active with one stream", func() bool {
+		return inspect(t, h, "n1").GetState() == pactv1.NodeState_NODE_STATE_ACTIVE && h.J.OpenStreams("n1") == 1
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if n := dialled[h.Addr]; n < 2 {
+		t.Errorf("the dialer opened %d connections to %s, want one for Enroll and one for the channel at least (%v)", n, h.Addr, dialled)
 	}
 }

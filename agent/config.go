@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -104,8 +105,14 @@ type Config struct {
 	TPMDevice string
 
 	// DialOptions are added to every channel to a journal (keepalive
-	// tuning; tests inject faults with an interceptor).
+	// tuning; tests inject faults with an interceptor). A dialer among
+	// them applies to the channels only: set Dialer for every connection.
 	DialOptions []grpc.DialOption
+	// Dialer, if set, opens every TCP connection to a journal (the
+	// enrollment's and the channels'); nil uses a net.Dialer. The
+	// boot-storm benchmark gives each simulated node a source address of
+	// its own with it.
+	Dialer func(ctx context.Context, addr string) (net.Conn, error)
 	// KeyExchange is the TLS key exchange the agent offers journals
 	// (internal/wire: X25519 by default, or the post-quantum hybrid).
 	KeyExchange wire.KeyExchange

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/internal/apierr"
@@ -117,17 +118,29 @@ func (a *Agent) enroll(ctx context.Context) (err error) {
 }
 
 func (a *Agent) callEnroll(ctx context.Context, addr string, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, error) {
-	creds := identity.NewClientCredentials(a.cfg.KeyExchange.Apply(identity.ClientTLSConfig(a.roots, nil, a.cfg.Clock.Now)))
-	opts := append(wire.ClientOptions(), grpc.WithTransportCredentials(creds))
-	conn, err := grpc.NewClient("passthrough:///"+addr, append(opts, a.cfg.DialOptions...)...)
+	cctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
+	defer cancel()
+	// The connection and its handshake first (enrollconn.go), reported as
+	// gRPC reports them: UNAVAILABLE, with the handshake's own error.
+	raw, err := a.dial(cctx, addr)
 	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "connection error: desc = \"transport: error while dialing: %v\"", err)
+	}
+	creds := identity.NewClientCredentials(a.cfg.KeyExchange.Apply(identity.ClientTLSConfig(a.roots, nil, a.cfg.Clock.Now)))
+	tlsConn, info, err := creds.ClientHandshake(cctx, addr, raw)
+	if err != nil {
+		_ = raw.Close()
+		return nil, creds.Explain(status.Errorf(codes.Unavailable, "connection error: desc = \"transport: authentication handshake failed: %v\"", err))
+	}
+	opts := append(wire.ClientOptions(), a.cfg.DialOptions...)
+	opts = append(opts, grpc.WithTransportCredentials(handshaken{info: info}), grpc.WithContextDialer(oneConn(tlsConn)))
+	conn, err := grpc.NewClient("passthrough:///"+addr, opts...)
+	if err != nil {
+		_ = tlsConn.Close()
 		return nil, err
 	}
 	defer conn.Close()
-	cctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
-	defer cancel()
-	resp, err := pactv1.NewEnrollmentServiceClient(conn).Enroll(cctx, req)
-	return resp, creds.Explain(err)
+	return pactv1.NewEnrollmentServiceClient(conn).Enroll(cctx, req)
 }
 
 // adopt makes a journal-signed identity the journal provider's.

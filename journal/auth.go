@@ -10,7 +10,6 @@ import (
 
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
 	"github.com/pact-hpc/pact/internal/logkey"
@@ -181,7 +180,7 @@ func (j *Journal) authenticate(ctx context.Context, method string) (*principal, 
 	if !ok {
 		return nil, fmt.Errorf("%w: no peer", ErrUnauthenticated)
 	}
-	tlsInfo, ok := pr.AuthInfo.(credentials.TLSInfo)
+	tlsInfo, verdict, ok := tlsInfoOf(pr.AuthInfo)
 	if !ok || len(tlsInfo.State.PeerCertificates) == 0 {
 		return nil, fmt.Errorf("%w: this call needs a client certificate issued for this domain", ErrUnauthenticated)
 	}
@@ -201,7 +200,7 @@ func (j *Journal) authenticate(ctx context.Context, method string) (*principal, 
 	}
 	verr := noIdentity
 	if pactID {
-		verr = j.verifyClient(leaf, id)
+		verr = j.verifyClient(leaf, id, verdict)
 	} else if sid, err := x509svid.IDFromCert(leaf); err == nil && sid.TrustDomain().Name() != j.ca.Domain() && j.spire == nil {
 		verr = fmt.Errorf("%w: %w: SPIFFE ID %s is of trust domain %s; this journal accepts domain %s only and trusts no SPIRE bundle (--spire-bundle or --spire-socket)",
 			ErrUnauthenticated, errForeignTrustDomain, sid, sid.TrustDomain().Name(), j.ca.Domain())
@@ -297,13 +296,21 @@ func (j *Journal) authenticateSVID(ctx context.Context, pol policy, method strin
 // (whatever intermediates the client sent are ignored); operator
 // certificates must be signed by the root itself, so no journal
 // intermediate can mint one.
-func (j *Journal) verifyClient(leaf *x509.Certificate, id pki.Identity) error {
+func (j *Journal) verifyClient(leaf *x509.Certificate, id pki.Identity, verdict *chainVerdict) error {
 	now := j.cfg.Clock.Now()
 	opts := x509.VerifyOptions{Roots: j.roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	if id.Kind == pki.KindAgent {
-		opts.Intermediates = j.bundle.get().intermediates
+	bundle := j.bundle.get()
+	if verdict.valid(bundle.version, now) {
+		return nil
 	}
-	_, err := leaf.Verify(opts)
+	if id.Kind == pki.KindAgent {
+		opts.Intermediates = bundle.intermediates
+	}
+	chains, err := leaf.Verify(opts)
+	if err == nil {
+		verdict.remember(bundle.version, chains[0])
+		return nil
+	}
 	// A certificate (the leaf, or its journal's intermediate) not valid yet
 	// by less than the tolerance was made by a journal whose clock runs
 	// ahead of this one's (or this one's runs behind): the chain is checked

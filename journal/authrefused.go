@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
 	"github.com/pact-hpc/pact/internal/apierr"
@@ -82,7 +81,7 @@ func (j *Journal) authRefused(ctx context.Context, method string, err error) {
 	attrs := []any{logkey.Reason, string(reason), logkey.Method, shortMethod(method), logkey.Source, source}
 	subject := ""
 	if pr, ok := peer.FromContext(ctx); ok {
-		if ti, ok := pr.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+		if ti, _, ok := tlsInfoOf(pr.AuthInfo); ok && len(ti.State.PeerCertificates) > 0 {
 			leaf := ti.State.PeerCertificates[0]
 			serial := pki.SerialHex(leaf.SerialNumber)
 			attrs = append(attrs, logkey.Serial, serial)

@@ -159,6 +159,9 @@ func (c refusingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.Auth
 		_ = raw.Close()
 		return nil, nil, err
 	}
+	if ti, ok := info.(credentials.TLSInfo); ok {
+		info = connAuthInfo{TLSInfo: ti, verdict: &chainVerdict{}}
+	}
 	return conn, info, nil
 }
 

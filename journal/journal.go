@@ -659,9 +659,11 @@ func (j *Journal) newGRPCServer() *grpc.Server {
 			return j.ca.ServerCertificate(), nil
 		},
 		// Enroll needs no client certificate. Client chains are verified
-		// per call (authenticate), against the root and the live trust
-		// bundle at the journal's clock, so an expired or no longer trusted
-		// certificate gets a typed error rather than a failed handshake.
+		// by the calls (authenticate; once per connection while the bundle
+		// and the chain's validity hold, connverdict.go), against the root
+		// and the live trust bundle at the journal's clock, so an expired
+		// or no longer trusted certificate gets a typed error rather than a
+		// failed handshake.
 		ClientAuth: tls.RequestClientCert,
 		// A chain from another root fails the handshake, though: it has
 		// no business on this port at all.

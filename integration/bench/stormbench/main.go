@@ -9,7 +9,9 @@
 // with the agent's own retry policy. The headline is the time until the
 // last one has its first Subscribe event, confirmed by the journals. Then
 // every agent renews through its own rotation. It prints a table and,
-// last, one JSON line that says whether the final check passed.
+// last, one JSON line that says whether the final check passed. When one
+// process cannot hold every agent (the open-file limit), the agents are
+// split over worker processes of this program (-workers; workers.go).
 //
 // scale registers 100,000 nodes and reports journal memory per node,
 // snapshot and restore time, restart time and leader failover time.
@@ -54,6 +56,8 @@ func main() {
 		code = runStorm(args)
 	case "scale":
 		code = runScale(args)
+	case "storm-worker": // hidden: storm starts it when the agents need more than one process (workers.go)
+		code = runWorker(args)
 	default:
 		fmt.Fprintf(os.Stderr, "stormbench: unknown mode %q (want storm or scale)\n", mode)
 		code = 2

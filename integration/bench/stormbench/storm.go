@@ -2,17 +2,19 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/pact-hpc/pact/agent"
@@ -21,8 +23,9 @@ import (
 	"github.com/pact-hpc/pact/internal/wire"
 )
 
-// Every simulated node is pact-agent's own agent.Agent, run in this
-// process: agent.New and Run with the hardware identity given here, so the
+// Every simulated node is pact-agent's own agent.Agent, run in the load
+// generator's process (or in one of its workers, workers.go): agent.New
+// and Run with the hardware identity given here, so the
 // storm goes through the agent's enrollment (key and CSR, Enroll with its
 // retry and backoff policy, chain verification), its mTLS channel (Ping,
 // Subscribe, the first event) and, in the renewal storm, its rotation
@@ -101,6 +104,15 @@ func attemptWork(op string, err error) work {
 	return work{mtls: 1} // connect, upgrade, fallback: a new channel
 }
 
+// answeredBusy reports a journal's busy answer (internal/wire): it had no
+// handshake slot soon enough and named when to come back, before any
+// crypto on either side but the client's key share. Not a failure: the
+// agent comes back when told, without growing its backoff.
+func answeredBusy(err error) bool {
+	var busy *wire.BusyError
+	return errors.As(err, &busy)
+}
+
 // closedUnshaken reports a connection the journal closed before it
 // answered the ClientHello: it had no handshake slot free for it within
 // --handshake-queue-wait (journal --max-handshakes). No crypto was done
@@ -110,15 +122,6 @@ func attemptWork(op string, err error) work {
 // underestimate.)
 func closedUnshaken(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "authentication handshake failed: EOF")
-}
-
-// answeredBusy reports a journal's busy answer (internal/wire): it had no
-// handshake slot soon enough and named when to come back, before any
-// crypto on either side but the client's key share. Not a failure: the
-// agent comes back when told, without growing its backoff.
-func answeredBusy(err error) bool {
-	var busy *wire.BusyError
-	return errors.As(err, &busy)
 }
 
 // benchAgent is one node of the storm.
@@ -145,8 +148,19 @@ type benchAgent struct {
 	spent      work              // every attempt of this storm
 	err        error
 	finished   bool
+	abandoned  bool // still trying at the storm's deadline
 	held       bool // holds a slot of the load generator's pool
 	onFinished func(held bool)
+}
+
+// benchAgents are the nodes [from, to) of the inventory, as agents of
+// the load generator (their agent.Agent is made at their arrival).
+func benchAgents(nodes []benchNode, from, to int) []*benchAgent {
+	out := make([]*benchAgent, 0, to-from)
+	for i := from; i < to; i++ {
+		out = append(out, &benchAgent{idx: i, node: nodes[i]})
+	}
+	return out
 }
 
 // reset prepares a for a storm.
@@ -157,7 +171,7 @@ func (a *benchAgent) reset(kind stormKind, onFinished func(held bool)) {
 	a.arrival, a.activeAt, a.streamAt = time.Time{}, time.Time{}, time.Time{}
 	a.before = a.serial
 	a.attempts, a.busy, a.byOp, a.failures, a.examples = 0, 0, map[string]int{}, map[string]int{}, map[string]string{}
-	a.wasted, a.spent, a.err, a.finished, a.held = work{}, work{}, nil, false, false
+	a.wasted, a.spent, a.err, a.finished, a.held, a.abandoned = work{}, work{}, nil, false, false, false
 }
 
 // finish ends a's part in the storm (under a.mu), once.
@@ -331,10 +345,10 @@ func (s *storm) agentConfig(a *benchAgent) agent.Config {
 		// per-source limits (connections, failed enrollments) are per
 		// node: each agent connects from its own loopback address.
 		src := &net.TCPAddr{IP: sourceIP(a.idx)}
-		cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		cfg.Dialer = func(ctx context.Context, addr string) (net.Conn, error) {
 			d := net.Dialer{LocalAddr: src}
 			return d.DialContext(ctx, "tcp", addr)
-		})}
+		}
 	}
 	cfg.Logger = s.log
 	cfg.OnAttempt = a.onAttempt
@@ -404,23 +418,76 @@ func (s *storm) arrive(a *benchAgent) {
 	}
 }
 
-// run releases every agent at its arrival time (spread evenly over
-// s.spread, in a random order) and waits until each has reached the goal
-// (its first stream; in the renewal storm, a stream with its new
-// certificate), has been refused for good, or the deadline passes. With
-// s.concurrency > 0 at most that many agents work at once: an arrival
-// waits for a slot, and an agent holds its slot until it is done. pids are
-// the journal processes whose CPU and memory are measured.
+// arrival is an agent's place in a storm's schedule: the agent (its
+// index in the inventory) and when it arrives, from the storm's start.
+type arrival struct {
+	Idx int           `json:"i"`
+	At  time.Duration `json:"at"`
+}
+
+// schedule spreads the arrivals of the agents idxs evenly over spread, in
+// a random order. Every load-generator process runs its part of one
+// schedule (workers.go), so the storm is the same however many there are.
+func schedule(idxs []int, spread time.Duration) []arrival {
+	n := len(idxs)
+	out := make([]arrival, n)
+	for k, i := range rand.Perm(n) {
+		out[k] = arrival{Idx: idxs[i], At: time.Duration(k) * spread / time.Duration(n)}
+	}
+	return out
+}
+
+func indices(agents []*benchAgent) []int {
+	out := make([]int, len(agents))
+	for i, a := range agents {
+		out[i] = a.idx
+	}
+	return out
+}
+
+// run runs every agent of s in this process, arriving spread evenly over
+// s.spread in a random order, and measures it. pids are the journal
+// processes whose CPU and memory are measured.
 func (s *storm) run(pids []int) *stormResult {
-	n := len(s.agents)
-	order := rand.Perm(n)
+	res, _ := s.runArrivals(pids, schedule(indices(s.agents), s.spread))
+	return res
+}
+
+// runArrivals runs the agents of arr in this process and measures it.
+func (s *storm) runArrivals(pids []int, arr []arrival) (*stormResult, []agentRecord) {
+	m := startMeters(pids)
+	t0 := time.Now()
+	recs := s.play(t0, arr)
+	res := m.stop(s.kind, 0)
+	res.genRSS = ownRSS()
+	aggregate(res, recs, t0)
+	return res, recs
+}
+
+// play releases each agent of arr (of s.agents) at t0 plus its offset and
+// waits until each has reached the goal (its first stream; in the
+// renewal storm, a stream with its new certificate), has been refused for
+// good, or the deadline passes (it is abandoned). With s.concurrency > 0
+// at most that many agents work at once: an arrival waits for a slot, and
+// an agent holds its slot until it is done. It returns the agents'
+// records, in the order of arr.
+func (s *storm) play(t0 time.Time, arr []arrival) []agentRecord {
+	byIdx := make(map[int]*benchAgent, len(s.agents))
+	for _, a := range s.agents {
+		byIdx[a.idx] = a
+	}
+	agents := make([]*benchAgent, len(arr))
+	for k, x := range arr {
+		agents[k] = byIdx[x.Idx]
+	}
+	n := len(agents)
 	var pending sync.WaitGroup
 	pending.Add(n)
 	var slots chan struct{}
 	if s.concurrency > 0 && s.concurrency < n {
 		slots = make(chan struct{}, s.concurrency)
 	}
-	for _, a := range s.agents {
+	for _, a := range agents {
 		a.reset(s.kind, func(held bool) {
 			if held {
 				<-slots
@@ -431,14 +498,9 @@ func (s *storm) run(pids []int) *stormResult {
 	allDone := make(chan struct{})
 	go func() { pending.Wait(); close(allDone) }()
 
-	rss := sampleRSS(pids, 100*time.Millisecond)
-	machine := startMachine()
-	cpu := startCPU(pids)
-	t0 := time.Now()
 	go func() { // arrivals
-		for k, i := range order {
-			a := s.agents[i]
-			time.Sleep(time.Until(t0.Add(time.Duration(k) * s.spread / time.Duration(n))))
+		for k, a := range agents {
+			time.Sleep(time.Until(t0.Add(arr[k].At)))
 			if slots != nil {
 				select {
 				case slots <- struct{}{}:
@@ -460,14 +522,13 @@ func (s *storm) run(pids []int) *stormResult {
 	}()
 	timer := time.NewTimer(s.deadline)
 	defer timer.Stop()
-	abandoned := 0
 	select {
 	case <-allDone:
 	case <-timer.C:
-		for _, a := range s.agents {
+		for _, a := range agents {
 			a.mu.Lock()
 			if !a.finished {
-				abandoned++
+				a.abandoned = true
 				a.finish(fmt.Errorf("%s: still trying after %v: abandoned", a.node.id, s.deadline))
 				a.wasted = a.spent // nothing it did came to anything
 				if a.stop != nil && s.kind == stormEnroll {
@@ -477,47 +538,139 @@ func (s *storm) run(pids []int) *stormResult {
 			a.mu.Unlock()
 		}
 	}
-	res := &stormResult{kind: s.kind, agents: n, abandoned: abandoned, byOp: map[string]int{}, failures: map[string]int{}, examples: map[string]string{}}
-	res.journalCPU, res.genCPU = cpu.stop()
-	ours := res.genCPU + res.journalCPUSum()
-	res.others = machine.others(ours)
-	res.rssMax = rss.finish()
+	recs := make([]agentRecord, n)
+	for k, a := range agents {
+		recs[k] = a.record()
+	}
+	return recs
+}
 
+// agentRecord is what one agent did in a storm: what the load generator
+// collects from each, in this process or from a worker (as JSON).
+type agentRecord struct {
+	Idx       int               `json:"i"`
+	Arrival   time.Time         `json:"arrival"`
+	ActiveAt  time.Time         `json:"active_at"`
+	StreamAt  time.Time         `json:"stream_at"`
+	Serial    string            `json:"serial,omitempty"`
+	Before    string            `json:"before,omitempty"`
+	Attempts  int               `json:"attempts"`
+	Busy      int               `json:"busy,omitempty"`
+	ByOp      map[string]int    `json:"by_op,omitempty"`
+	Failures  map[string]int    `json:"failures,omitempty"`
+	Examples  map[string]string `json:"examples,omitempty"`
+	Wasted    work              `json:"wasted"`
+	Spent     work              `json:"spent"`
+	Failed    bool              `json:"failed,omitempty"`
+	Err       string            `json:"err,omitempty"`
+	Abandoned bool              `json:"abandoned,omitempty"`
+}
+
+// ok reports an agent that reached the storm's goal.
+func (r *agentRecord) ok() bool { return !r.Failed && !r.StreamAt.IsZero() }
+
+// record is a's record of the storm (its agent runs on: the maps are
+// copied).
+func (a *benchAgent) record() agentRecord {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := agentRecord{Idx: a.idx, Arrival: a.arrival, ActiveAt: a.activeAt, StreamAt: a.streamAt,
+		Serial: a.serial, Before: a.before, Attempts: a.attempts, Busy: a.busy,
+		ByOp: maps.Clone(a.byOp), Failures: maps.Clone(a.failures), Examples: maps.Clone(a.examples),
+		Wasted: a.wasted, Spent: a.spent, Failed: a.err != nil, Abandoned: a.abandoned}
+	if a.err != nil {
+		r.Err = a.err.Error()
+	}
+	return r
+}
+
+// MarshalJSON writes w as [keygen, tls, sign, mtls].
+func (w work) MarshalJSON() ([]byte, error) {
+	return json.Marshal([4]int{w.keygen, w.tls, w.sign, w.mtls})
+}
+
+func (w *work) UnmarshalJSON(b []byte) error {
+	var v [4]int
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*w = work{keygen: v[0], tls: v[1], sign: v[2], mtls: v[3]}
+	return nil
+}
+
+// meters measure a storm: the journals' CPU and memory, the load
+// generator's CPU (this process's; workers add theirs), and the machine.
+type meters struct {
+	rss     *rssSampler
+	machine machineMeter
+	cpu     *cpuMeter
+}
+
+func startMeters(pids []int) *meters {
+	return &meters{rss: sampleRSS(pids, 100*time.Millisecond), machine: startMachine(), cpu: startCPU(pids)}
+}
+
+// stop ends the measurement; workerCPU is what the load generator's
+// worker processes used meanwhile.
+func (m *meters) stop(kind stormKind, workerCPU time.Duration) *stormResult {
+	res := &stormResult{kind: kind, byOp: map[string]int{}, failures: map[string]int{}, examples: map[string]string{}}
+	res.journalCPU, res.genCPU = m.cpu.stop()
+	res.genCPU += workerCPU
+	res.others = m.machine.others(res.genCPU + res.journalCPUSum())
+	res.rssMax = m.rss.finish()
+	return res
+}
+
+// ownRSS is this process's peak resident set so far.
+func ownRSS() int64 {
+	m, err := procMem(os.Getpid())
+	if err != nil {
+		return 0
+	}
+	return max(m.RSS, m.HWM)
+}
+
+// aggregate adds the agents' records of a storm that started at t0 to
+// res.
+func aggregate(res *stormResult, recs []agentRecord, t0 time.Time) {
+	res.agents = len(recs)
 	var last, lastActive time.Time
-	for _, a := range s.agents {
-		a.mu.Lock()
-		res.attempts += a.attempts
-		res.busy += a.busy
-		res.maxAttempt = max(res.maxAttempt, a.attempts)
-		for k, v := range a.byOp {
+	for i := range recs {
+		r := &recs[i]
+		res.attempts += r.Attempts
+		res.busy += r.Busy
+		res.maxAttempt = max(res.maxAttempt, r.Attempts)
+		for k, v := range r.ByOp {
 			res.byOp[k] += v
 		}
-		for k, v := range a.failures {
+		for k, v := range r.Failures {
 			res.failures[k] += v
 			res.failedTries += v
 			if _, ok := res.examples[k]; !ok {
-				res.examples[k] = a.examples[k]
+				res.examples[k] = r.Examples[k]
 			}
 		}
-		res.wasted.add(a.wasted)
-		res.spent.add(a.spent)
-		if a.activeAt.After(lastActive) {
-			lastActive = a.activeAt
+		res.wasted.add(r.Wasted)
+		res.spent.add(r.Spent)
+		if r.ActiveAt.After(lastActive) {
+			lastActive = r.ActiveAt
+		}
+		if r.Abandoned {
+			res.abandoned++
 		}
 		switch {
-		case a.err == nil && !a.streamAt.IsZero():
+		case r.ok():
 			res.ok++
-			res.lat = append(res.lat, a.streamAt.Sub(a.arrival))
-			if a.streamAt.After(last) {
-				last = a.streamAt
+			res.lat = append(res.lat, r.StreamAt.Sub(r.Arrival))
+			if r.StreamAt.After(last) {
+				last = r.StreamAt
 			}
 		default:
 			res.failed++
 			if len(res.firstErrs) < 5 {
-				res.firstErrs = append(res.firstErrs, fmt.Sprint(a.err))
+				res.firstErrs = append(res.firstErrs, r.Err)
 			}
 		}
-		a.mu.Unlock()
 	}
 	slices.Sort(res.lat)
 	if res.ok > 0 {
@@ -527,7 +680,6 @@ func (s *storm) run(pids []int) *stormResult {
 	if !lastActive.IsZero() {
 		res.activeWall = lastActive.Sub(t0)
 	}
-	return res
 }
 
 // stopAgents stops every running agent and waits for each Run to return

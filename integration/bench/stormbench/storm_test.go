@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -9,7 +11,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,6 +27,16 @@ import (
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
+
+// The test binary doubles as the load generator's worker process: a
+// storm with -workers starts os.Executable() storm-worker, which is this
+// binary in a test.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "storm-worker" {
+		os.Exit(runWorker(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
 
 // A tiny storm against three journals in this process: every node the
 // benchmark counts as streaming is one whose pact-agent (agent.Agent)
@@ -227,5 +241,174 @@ func TestAttemptWork(t *testing.T) {
 		if got := attemptWork(tc.op, tc.err); got != tc.want {
 			t.Errorf("attemptWork(%s, %v) = %+v, want %+v", tc.op, tc.err, got, tc.want)
 		}
+	}
+}
+
+// The whole benchmark, as make bench-storm runs it, with its agents split
+// over two worker processes: three pact-journal processes, registration
+// with the pact CLI, the ceilings, both storms, and the final check by
+// the journals (pact node list, pact_journal_streams_open). The parent
+// merges the workers' records into one result.
+func TestTinyStormInWorkers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts journal processes; skipped with -short")
+	}
+	bin := t.TempDir()
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin+"/", "../../../cmd/pact-journal", "../../../cmd/pact")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building pact-journal and pact: %v\n%s", err, out)
+	}
+	const agents = 20
+	f := stormFlags{agents: agents, journals: 3, bin: bin, workers: 2, spread: 200 * time.Millisecond,
+		ceiling: 100 * time.Millisecond, renew: true, deadline: 2 * time.Minute, keyExchange: string(wire.Classical)}
+	var cl cleanup
+	defer cl.run()
+	var out bytes.Buffer
+	res, err := stormMain(f, t.TempDir(), &cl, &out)
+	t.Logf("report:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err) // a failed final check too
+	}
+	if !res.chk.pass() || res.chk.counts["active"] != agents || res.chk.streams != agents || res.chk.renewed != agents {
+		t.Errorf("final check: %s; active %d, streams %d, renewed %d", res.chk.reason(), res.chk.counts["active"], res.chk.streams, res.chk.renewed)
+	}
+	e, r := res.enroll, res.renew
+	if e.agents != agents || e.ok != agents || e.failed != 0 || len(e.lat) != agents {
+		t.Errorf("enroll storm: %d agents, %d streaming, %d failed, %d latencies", e.agents, e.ok, e.failed, len(e.lat))
+	}
+	if e.byOp["enroll"] < agents || e.byOp["connect"] < agents || e.attempts < 2*agents {
+		t.Errorf("enroll attempts %d %v: want an enrollment and a channel per agent", e.attempts, e.byOp)
+	}
+	if e.spent.keygen != agents || e.spent.sign < agents {
+		t.Errorf("enroll work %+v: want a key and a signature per agent", e.spent)
+	}
+	if r == nil || r.agents != agents || r.ok != agents || r.byOp["renew"] < agents {
+		t.Fatalf("renew storm: %+v", r)
+	}
+	if e.genCPU <= 0 || e.genRSS <= 0 || e.wall <= 0 {
+		t.Errorf("load generator CPU %v, RSS %d, wall %v: the workers' measurements did not arrive", e.genCPU, e.genRSS, e.wall)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var js map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &js); err != nil {
+		t.Fatalf("last line: %v", err)
+	}
+	if js["loadgen_processes"] != float64(2) || js["pass"] != true || js["agents"] != float64(agents) || js["attempts"] != float64(e.attempts) {
+		t.Errorf("JSON: loadgen_processes %v, pass %v, agents %v, attempts %v", js["loadgen_processes"], js["pass"], js["agents"], js["attempts"])
+	}
+}
+
+// -workers 0 keeps one process while the open-file limit holds every
+// agent, and always for up to half the limit (the recorded 10,000-agent
+// runs, at 20,000); else the fewest processes whose shares fit.
+func TestAutoWorkers(t *testing.T) {
+	for _, tc := range []struct {
+		agents int
+		limit  uint64
+		want   int
+	}{
+		{10000, 20000, 1},
+		{30000, 20000, 4}, // 8,260 agents fit one process: 2.3 each and a margin
+		{8260, 20000, 1},
+		{12000, 20000, 2},
+		{100, 1024, 1},
+		{20000, 20000, 3},
+		{30000, 0, 1},       // unknown or unlimited
+		{30000, 1 << 20, 1}, // a raised limit
+	} {
+		got := autoWorkers(tc.agents, tc.limit)
+		if got != tc.want {
+			t.Errorf("autoWorkers(%d, %d) = %d, want %d", tc.agents, tc.limit, got, tc.want)
+		}
+		if got > 1 {
+			for w := range got {
+				from, to := share(tc.agents, got, w)
+				if n := to - from; float64(n)*fdsPerAgent+fdMargin > float64(tc.limit) {
+					t.Errorf("autoWorkers(%d, %d): worker %d holds %d agents, over the limit", tc.agents, tc.limit, w, n)
+				}
+			}
+		}
+	}
+}
+
+// The workers' shares cover the inventory, each agent once.
+func TestShareCoversEveryAgent(t *testing.T) {
+	for _, n := range []int{1, 7, 20, 30000} {
+		for k := 1; k <= min(n, 5); k++ {
+			next := 0
+			for w := range k {
+				from, to := share(n, k, w)
+				if from != next || to <= from {
+					t.Fatalf("share(%d, %d, %d) = [%d, %d), want from %d", n, k, w, from, to, next)
+				}
+				next = to
+			}
+			if next != n {
+				t.Fatalf("share(%d, %d, ...) ends at %d", n, k, next)
+			}
+		}
+	}
+}
+
+// An agent's record survives the trip from a worker as JSON.
+func TestAgentRecordJSON(t *testing.T) {
+	now := time.Now().Round(0)
+	in := agentRecord{Idx: 7, Arrival: now, StreamAt: now.Add(time.Second), Serial: "ab", Before: "cd", Attempts: 3,
+		ByOp: map[string]int{"enroll": 2, "connect": 1}, Failures: map[string]int{"enroll Unavailable": 1},
+		Examples: map[string]string{"enroll Unavailable": "x"}, Wasted: work{tls: 1}, Spent: work{1, 2, 3, 4}, Failed: true, Err: "e", Abandoned: true}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out agentRecord
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !out.Arrival.Equal(in.Arrival) || !out.StreamAt.Equal(in.StreamAt) || !out.ActiveAt.IsZero() {
+		t.Errorf("times %v %v %v, want %v %v zero", out.Arrival, out.StreamAt, out.ActiveAt, in.Arrival, in.StreamAt)
+	}
+	out.Arrival, out.StreamAt, out.ActiveAt = in.Arrival, in.StreamAt, in.ActiveAt
+	if !reflect.DeepEqual(in, out) {
+		t.Errorf("round trip: got %+v, want %+v", out, in)
+	}
+}
+
+// The worker's side of the protocol: ready with its share, one report per
+// command (an unknown storm is an error, not an exit), and done when the
+// parent closes its stdin.
+func TestWorkerProtocol(t *testing.T) {
+	w := workerFlags{stormFlags: stormFlags{agents: 5, keyExchange: string(wire.Classical), deadline: time.Minute},
+		index: 1, from: 2, to: 5, addrs: "127.0.0.1:1", caFile: filepath.Join(t.TempDir(), "ca.pem")}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- workerMain(w, inR, outW); outW.Close() }()
+	dec, enc := json.NewDecoder(outR), json.NewEncoder(inW)
+	var r workerReport
+	if err := dec.Decode(&r); err != nil || r.Ready != 3 {
+		t.Fatalf("first line: %+v, %v; want ready 3", r, err)
+	}
+	for _, tc := range []struct {
+		kind, wantErr string
+	}{
+		{"enroll", ""},
+		{"renew", ""},
+		{"reboot", `unknown storm "reboot"`},
+	} {
+		if err := enc.Encode(workerCommand{Kind: tc.kind, Start: time.Now().UnixNano()}); err != nil {
+			t.Fatal(err)
+		}
+		r = workerReport{}
+		if err := dec.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Kind != tc.kind || r.Error != tc.wantErr || len(r.Records) != 0 {
+			t.Errorf("%s: report %+v, want no records and error %q", tc.kind, r, tc.wantErr)
+		}
+	}
+	inW.Close()
+	if err := <-done; err != nil {
+		t.Errorf("workerMain after stdin closed: %v", err)
 	}
 }

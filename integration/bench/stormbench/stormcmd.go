@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"math"
@@ -14,7 +15,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -42,12 +42,13 @@ type stormFlags struct {
 	journalEnv  string
 	waitIdle    time.Duration
 	keyExchange string
+	workers     int
 }
 
 func runStorm(args []string) int {
 	var f stormFlags
 	fs := flag.NewFlagSet("stormbench storm", flag.ContinueOnError)
-	fs.IntVar(&f.agents, "agents", 10000, "agents (= registered nodes), each pact-agent's own code in this process")
+	fs.IntVar(&f.agents, "agents", 10000, "agents (= registered nodes), each pact-agent's own code in the load generator")
 	fs.IntVar(&f.journals, "journals", 3, "journals in the quorum")
 	fs.StringVar(&f.bin, "bin", "bin", "directory holding pact-journal and pact (make build)")
 	fs.StringVar(&f.dir, "dir", "", "working directory for the domain root, data and logs (default: a new temporary directory, removed at the end unless -keep)")
@@ -59,7 +60,8 @@ func runStorm(args []string) int {
 	fs.BoolVar(&f.oneSource, "one-source", false, "connect every agent from 127.0.0.1, so the journals' per-source limits see one address for all nodes; by default each agent has a loopback address of its own (127.1.x.y), as each node of a site has")
 	fs.DurationVar(&f.deadline, "deadline", 10*time.Minute, "give up on a storm after this long (agents still trying count as abandoned)")
 	fs.BoolVar(&f.perf, "perf", false, "record the journals with perf(1) during each storm (DIR/perf-*.data and a flat report DIR/perf-*.txt)")
-	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the load generator (this process, the agents) during each storm to FILE.enroll and FILE.renew")
+	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the load generator (the agents) during each storm to FILE.enroll and FILE.renew (with workers, one per worker: FILE.enroll.wN, FILE.renew.wN)")
+	fs.IntVar(&f.workers, "workers", 0, "load-generator processes the agents are split over: 0 picks one while the open-file limit holds every agent (and always for up to half the limit), else the fewest whose shares fit")
 	fs.StringVar(&f.journalArgs, "journal-args", "", "extra flags for every pact-journal, space-separated")
 	fs.StringVar(&f.journalEnv, "journal-env", "", "extra environment for every pact-journal, space-separated (e.g. GOGC=200)")
 	fs.StringVar(&f.keyExchange, "key-exchange", string(wire.Classical), "TLS key exchange the agents offer, as pact-agent --key-exchange (x25519 or x25519mlkem768); run the journals with the same through -journal-args")
@@ -67,30 +69,30 @@ func runStorm(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if f.agents < 1 || f.journals < 1 {
-		fmt.Fprintln(os.Stderr, "stormbench: -agents and -journals must be positive")
+	if f.agents < 1 || f.journals < 1 || f.workers < 0 || f.workers > f.agents {
+		fmt.Fprintln(os.Stderr, "stormbench: -agents and -journals must be positive, -workers from 0 to -agents")
 		return 2
 	}
-	checkFiles(f.agents)
-	return runIn(f.dir, f.keep, func(dir string, cl *cleanup) error { return stormMain(f, dir, cl) })
+	if f.workers == 0 {
+		f.workers = autoWorkers(f.agents, fileLimit())
+	}
+	if f.workers == 1 {
+		checkFiles(f.agents)
+	}
+	return runIn(f.dir, f.keep, func(dir string, cl *cleanup) error {
+		_, err := stormMain(f, dir, cl, os.Stdout)
+		return err
+	})
 }
 
 // checkFiles raises this process's open-file limit to its hard limit and
-// warns when that is still short of what the agents need: a connection
+// warns when that is still short of what its agents need: a connection
 // each (an Enroll connection, then a channel), and a second one for those
 // moving to a new channel at the same moment.
 func checkFiles(agents int) {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return
-	}
-	if lim.Cur < lim.Max {
-		lim.Cur = lim.Max
-		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
-		_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
-	}
-	if need := uint64(agents*3/2 + 1000); lim.Cur < need {
-		logf("warning: the open-file limit is %d; %d agents may need up to %d (ulimit -n)", lim.Cur, agents, need)
+	limit := fileLimit()
+	if need := uint64(agents*3/2 + fdMargin); limit != 0 && limit < need {
+		logf("warning: the open-file limit is %d; %d agents in one process may need up to %d (ulimit -n, or -workers)", limit, agents, need)
 	}
 }
 
@@ -144,44 +146,94 @@ func workDir(dir string, keep bool, cl *cleanup) (string, error) {
 	return d, nil
 }
 
-func stormMain(f stormFlags, dir string, cl *cleanup) error {
+// stormOutcome is what a run measured and checked.
+type stormOutcome struct {
+	enroll, renew *stormResult
+	chk           *checks
+}
+
+// loadgen runs the storms' agents: in this process (inProcess) or split
+// over worker processes (workerPool, workers.go).
+type loadgen interface {
+	// run runs one storm of kind with the agents idxs (inventory
+	// indices) arriving spread over -spread, measuring the journal
+	// processes pids, and returns the result and each agent's record.
+	run(kind stormKind, idxs []int, pids []int) (*stormResult, []agentRecord, error)
+}
+
+// newStorm is the storm every load-generator process sets up, in this
+// process or in a worker: the agents' configuration (storm.agentConfig)
+// has this one source.
+func newStorm(f stormFlags, addrs []string, caFile string, agents []*benchAgent, life context.Context) (*storm, error) {
+	kx, err := wire.ParseKeyExchange(f.keyExchange)
+	if err != nil {
+		return nil, err
+	}
+	return &storm{kind: stormEnroll, agents: agents, addrs: addrs, caFile: caFile,
+		concurrency: f.concurrency, spread: f.spread, deadline: f.deadline, kx: kx, oneSource: f.oneSource,
+		life: life, log: slog.New(slog.DiscardHandler)}, nil
+}
+
+// inProcess runs every agent in this process.
+type inProcess struct {
+	s       *storm
+	profile string // -cpuprofile
+}
+
+func (p *inProcess) run(kind stormKind, idxs []int, pids []int) (*stormResult, []agentRecord, error) {
+	p.s.kind = kind
+	if p.profile != "" {
+		stop, err := startProfile(p.profile + "." + kind.String())
+		if err != nil {
+			return nil, nil, err
+		}
+		defer stop()
+	}
+	res, recs := p.s.runArrivals(pids, schedule(idxs, p.s.spread))
+	return res, recs, nil
+}
+
+func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutcome, error) {
+	if f.workers < 1 {
+		f.workers = 1
+	}
 	logf("machine: %d CPUs (GOMAXPROCS %d), %s/%s, %s; working directory %s", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version(), dir)
 	c, err := newCluster(f.bin, dir, f.journals, strings.Fields(f.journalArgs), strings.Fields(f.journalEnv))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cl.add(c.stopAll)
 	if err := c.startAll(90 * time.Second); err != nil {
-		return err
+		return nil, err
 	}
 	logf("%d journals serving on %s", f.journals, strings.Join(c.addrs(), ","))
 
 	nodes := inventory("storm", f.agents)
 	regTook, err := c.registerBatch(nodes)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	logf("registered %d nodes with one pact node enroll --batch in %.2fs (%.0f/s)", len(nodes), regTook.Seconds(), float64(len(nodes))/regTook.Seconds())
 
 	kx, err := wire.ParseKeyExchange(f.keyExchange)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	curve, err := probeCurve(c.journals[0].grpc, c.roots, kx)
 	if err != nil {
-		return fmt.Errorf("TLS probe of %s: %w", c.journals[0].id, err)
+		return nil, fmt.Errorf("TLS probe of %s: %w", c.journals[0].id, err)
 	}
 	logf("the journals negotiate %v with an agent offering %s; the ceiling does the same", curve, kx)
 	kit, err := newCeilingKit(dir, curve)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Both ceilings before the storms, while this process runs no agent.
 	idle(f, c)
 	logf("enroll ceiling: keygen+CSR, TLS 1.3 handshake (both sides), ParseCSR, SignAgent, then an mTLS handshake (both sides, the agent's channel), flat out for %v", f.ceiling)
 	ceilE, err := kit.run(f.ceiling, false)
 	if err != nil {
-		return fmt.Errorf("enroll ceiling: %w", err)
+		return nil, fmt.Errorf("enroll ceiling: %w", err)
 	}
 	logf("enroll ceiling: %.0f/s, %.3f ms CPU each (journal's part %.3f ms, agent's part %.3f ms); other processes used %.0f%% of the machine meanwhile", ceilE.perSec, ms(ceilE.cpuOp), ms(ceilE.serverOp), ms(ceilE.clientOp), 100*ceilE.others)
 	var ceilR ceilingResult
@@ -189,59 +241,74 @@ func stormMain(f stormFlags, dir string, cl *cleanup) error {
 		idle(f, c)
 		logf("renew ceiling: keygen+CSR, ParseCSR, SignAgent, an mTLS handshake (both sides, the new channel), flat out for %v", f.ceiling)
 		if ceilR, err = kit.run(f.ceiling, true); err != nil {
-			return fmt.Errorf("renew ceiling: %w", err)
+			return nil, fmt.Errorf("renew ceiling: %w", err)
 		}
 		logf("renew ceiling: %.0f/s, %.3f ms CPU each (journal's part %.3f ms, agent's part %.3f ms); other processes used %.0f%% of the machine meanwhile", ceilR.perSec, ms(ceilR.cpuOp), ms(ceilR.serverOp), ms(ceilR.clientOp), 100*ceilR.others)
 	}
-	signRate, signCPU, err := kit.signOnly(time.Second)
+	// Short runs (tests) shorten these too; the default (3 s) keeps 1 s.
+	short := min(time.Second, f.ceiling)
+	signRate, signCPU, err := kit.signOnly(short)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	logf("signing only (ca.ParseCSR + ca.SignAgent, one goroutine): %.0f/s, %.3f ms CPU each", signRate, ms(signCPU))
-	price, err := kit.price(time.Second)
+	price, err := kit.price(short)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	logf("unit prices (both sides): keygen+CSR %.3f ms, TLS handshake %.3f ms, mTLS handshake %.3f ms, ParseCSR+SignAgent %.3f ms", ms(price.keygen), ms(price.tls), ms(price.mtls), ms(price.sign))
 
-	life, stop := context.WithCancel(context.Background())
-	agents := make([]*benchAgent, len(nodes))
-	for i, n := range nodes {
-		agents[i] = &benchAgent{idx: i, node: n}
+	caFile := filepath.Join(dir, "ca.pem")
+	var lg loadgen
+	if f.workers > 1 {
+		logf("the load generator: %d agents over %d worker processes (open-file limit %d per process)", f.agents, f.workers, fileLimit())
+		pool, err := startWorkers(f, f.workers, c.addrs(), caFile)
+		if err != nil {
+			return nil, err
+		}
+		cl.add(pool.stop) // before the journals stop
+		lg = pool
+	} else {
+		life, stop := context.WithCancel(context.Background())
+		agents := benchAgents(nodes, 0, len(nodes))
+		cl.add(func() { stop(); stopAgents(agents) }) // before the journals stop
+		st, err := newStorm(f, c.addrs(), caFile, agents, life)
+		if err != nil {
+			return nil, err
+		}
+		lg = &inProcess{s: st, profile: f.cpuprofile}
 	}
-	cl.add(func() { stop(); stopAgents(agents) }) // before the journals stop
-	st := &storm{kind: stormEnroll, agents: agents, addrs: c.addrs(), caFile: filepath.Join(dir, "ca.pem"),
-		concurrency: f.concurrency, spread: f.spread, deadline: f.deadline, kx: kx, oneSource: f.oneSource,
-		life: life, log: slog.New(slog.DiscardHandler)}
-	enrollRes, err := runOneStorm(c, st, f, dir)
+	all := make([]int, len(nodes))
+	for i := range all {
+		all[i] = i
+	}
+	enrollRes, enrollRecs, err := runOneStorm(c, lg, stormEnroll, all, f, dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var chk checks
+	chk := &checks{}
 	chk.enroll(c, nodes, enrollRes)
 
 	var renewRes *stormResult
 	if f.renew {
-		var enrolled []*benchAgent
-		for _, a := range agents {
-			a.mu.Lock()
-			if a.err == nil && a.serial != "" {
-				enrolled = append(enrolled, a)
+		var enrolled []int
+		for _, r := range enrollRecs {
+			if !r.Failed && r.Serial != "" {
+				enrolled = append(enrolled, r.Idx)
 			}
-			a.mu.Unlock()
 		}
-		rs := *st
-		rs.kind, rs.agents = stormRenew, enrolled
-		if renewRes, err = runOneStorm(c, &rs, f, dir); err != nil {
-			return err
+		var renewRecs []agentRecord
+		if renewRes, renewRecs, err = runOneStorm(c, lg, stormRenew, enrolled, f, dir); err != nil {
+			return nil, err
 		}
-		chk.renew(c, nodes, enrolled, renewRes)
+		chk.renew(c, nodes, renewRecs, renewRes)
 	}
-	report(f, regTook, curve, signRate, signCPU, price, ceilE, enrollRes, ceilR, renewRes, &chk)
+	report(out, f, regTook, curve, signRate, signCPU, price, ceilE, enrollRes, ceilR, renewRes, chk)
+	res := &stormOutcome{enroll: enrollRes, renew: renewRes, chk: chk}
 	if !chk.pass() {
-		return fmt.Errorf("the final check failed: %s", chk.reason())
+		return res, fmt.Errorf("the final check failed: %s", chk.reason())
 	}
-	return nil
+	return res, nil
 }
 
 // checks is the journals' confirmation of what the agents reported.
@@ -291,7 +358,7 @@ func (k *checks) enroll(c *cluster, nodes []benchNode, r *stormResult) {
 
 // renew confirms the renewal storm: every node Active with the serial its
 // agent now presents (a new one), and still one stream per node.
-func (k *checks) renew(c *cluster, nodes []benchNode, agents []*benchAgent, r *stormResult) {
+func (k *checks) renew(c *cluster, nodes []benchNode, recs []agentRecord, r *stormResult) {
 	if r.failed > 0 {
 		k.fail("renew storm: %d agents failed or were abandoned", r.failed)
 	}
@@ -306,12 +373,10 @@ func (k *checks) renew(c *cluster, nodes []benchNode, agents []*benchAgent, r *s
 			serial[n.NodeID] = n.CertSerial
 		}
 	}
-	for _, a := range agents {
-		a.mu.Lock()
-		if s := serial[a.node.id]; s != "" && strings.EqualFold(s, a.serial) && !strings.EqualFold(s, a.before) {
+	for _, a := range recs {
+		if s := serial[nodes[a.Idx].id]; s != "" && strings.EqualFold(s, a.Serial) && !strings.EqualFold(s, a.Before) {
 			k.renewed++
 		}
-		a.mu.Unlock()
 	}
 	logf("pact node list -o json after the renew storm: %v; %d nodes hold the new certificate their agent presents", counts, k.renewed)
 	if k.renewed != len(nodes) {
@@ -362,37 +427,30 @@ func (c *cluster) settledStreams(want int) int {
 
 var leaderRE = regexp.MustCompile(`msg="entering leader state"`)
 
-// runOneStorm runs st with the journals' CPU, memory, leader changes and
-// refusals measured (and perf recording them when asked).
-func runOneStorm(c *cluster, st *storm, f stormFlags, dir string) (*stormResult, error) {
+// runOneStorm runs one storm of kind with the agents idxs through lg,
+// with the journals' CPU, memory, leader changes and refusals measured
+// (and perf recording them when asked).
+func runOneStorm(c *cluster, lg loadgen, kind stormKind, idxs []int, f stormFlags, dir string) (*stormResult, []agentRecord, error) {
 	leadersBefore := c.countInLogs(leaderRE)
 	e0, r0 := c.enrollCounters()
 	closed0 := c.sumMetric("pact_journal_connections_refused_total")
 	busy0 := c.sumMetric("pact_journal_connections_busy_total")
 	var perf *exec.Cmd
 	if f.perf {
-		perf = startPerf(c.pids(), filepath.Join(dir, "perf-"+st.kind.String()+".data"))
+		perf = startPerf(c.pids(), filepath.Join(dir, "perf-"+kind.String()+".data"))
 	}
 	idle(f, c)
-	logf("%s storm: %d agents (pact-agent's own code) arriving over %v; %s", st.kind, len(st.agents), f.spread, concurrencyName(f.concurrency))
-	var prof *os.File
-	if f.cpuprofile != "" {
-		var err error
-		if prof, err = os.Create(f.cpuprofile + "." + st.kind.String()); err != nil {
-			return nil, err
+	logf("%s storm: %d agents (pact-agent's own code, %s) arriving over %v; %s", kind, len(idxs), processesName(f.workers), f.spread, concurrencyName(f.concurrency))
+	res, recs, err := lg.run(kind, idxs, c.pids())
+	if err != nil {
+		if perf != nil {
+			_ = perf.Process.Kill()
+			_ = perf.Wait()
 		}
-		if err := pprof.StartCPUProfile(prof); err != nil {
-			return nil, err
-		}
-	}
-	res := st.run(c.pids())
-	if prof != nil {
-		pprof.StopCPUProfile()
-		prof.Close()
-		logf("load generator CPU profile: %s", prof.Name())
+		return nil, nil, err
 	}
 	if perf != nil {
-		base := filepath.Join(dir, "perf-"+st.kind.String())
+		base := filepath.Join(dir, "perf-"+kind.String())
 		stopPerf(perf, base)
 		if shares, total, err := categorizePerf(base + ".data"); err != nil {
 			logf("-perf: perf script: %v", err)
@@ -408,7 +466,7 @@ func runOneStorm(c *cluster, st *storm, f stormFlags, dir string) (*stormResult,
 	res.leaderChange = c.countInLogs(leaderRE) - leadersBefore
 	res.journalCount = map[string]float64{}
 	a, b := e0, e1
-	if st.kind == stormRenew {
+	if kind == stormRenew {
 		a, b = r0, r1
 	}
 	for k, v := range b {
@@ -416,18 +474,15 @@ func runOneStorm(c *cluster, st *storm, f stormFlags, dir string) (*stormResult,
 			res.journalCount[k] = d
 		}
 	}
-	if m, err := procMem(os.Getpid()); err == nil {
-		res.genRSS = max(m.RSS, m.HWM)
-	}
 	logf("%s storm: %d streaming, %d failed (%d abandoned) in %.2fs (%.0f/s), p50 %.0f ms, p99 %.0f ms from arrival; attempts %v; journals answered %v, answered %d connections busy (agents saw %d) and closed %d before their handshake; failed attempts %v; leader changes %d; other processes used %.0f%% of the machine meanwhile",
-		st.kind, res.ok, res.failed, res.abandoned, res.wall.Seconds(), res.perSec, ms(res.pct(0.50)), ms(res.pct(0.99)), res.byOp, res.journalCount, res.journalBusy, res.busy, res.journalClosed, res.failures, res.leaderChange, 100*res.others)
+		kind, res.ok, res.failed, res.abandoned, res.wall.Seconds(), res.perSec, ms(res.pct(0.50)), ms(res.pct(0.99)), res.byOp, res.journalCount, res.journalBusy, res.busy, res.journalClosed, res.failures, res.leaderChange, 100*res.others)
 	for _, e := range res.firstErrs {
 		logf("  failed: %s", e)
 	}
 	for _, k := range slices.Sorted(maps.Keys(res.examples)) {
 		logf("  a failed attempt %s: %s", k, res.examples[k])
 	}
-	return res, nil
+	return res, recs, nil
 }
 
 // idle waits (bounded by -wait-idle) for other users of the machine to
@@ -439,6 +494,13 @@ func idle(f stormFlags, c *cluster) {
 	if share := waitIdle(f.waitIdle, 0.15, c.pids()); share > 0.15 {
 		logf("the machine is busy: other processes use %.0f%% of it; going ahead after waiting %v", 100*share, f.waitIdle)
 	}
+}
+
+func processesName(n int) string {
+	if n <= 1 {
+		return "in one load-generator process"
+	}
+	return fmt.Sprintf("split over %d load-generator processes", n)
 }
 
 func concurrencyName(n int) string {
@@ -518,10 +580,10 @@ func round(v float64, places int) float64 {
 	return math.Round(v*p) / p
 }
 
-func report(f stormFlags, regTook time.Duration, curve tls.CurveID, signRate float64, signCPU time.Duration, price prices, ceilE ceilingResult, e *stormResult, ceilR ceilingResult, r *stormResult, chk *checks) {
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(os.Stdout, "\npact boot storm: %d agents (pact-agent's own code, in process), %d journals (bbolt on disk), %d CPUs, agents arrive over %v, %s\n\n",
-		f.agents, f.journals, runtime.NumCPU(), f.spread, concurrencyName(f.concurrency))
+func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveID, signRate float64, signCPU time.Duration, price prices, ceilE ceilingResult, e *stormResult, ceilR ceilingResult, r *stormResult, chk *checks) {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(out, "\npact boot storm: %d agents (pact-agent's own code, %s), %d journals (bbolt on disk), %d CPUs, agents arrive over %v, %s\n\n",
+		f.agents, processesName(f.workers), f.journals, runtime.NumCPU(), f.spread, concurrencyName(f.concurrency))
 	fmt.Fprintln(w, "storm\tstreaming\tfailed\tseconds\tper s\tp50 ms\tp99 ms\tmax ms\tattempts\tfailed attempts\twasted CPU\tCPU ms/op\tjournals ms/op\tceiling/s\tceiling CPU ms/op\tratio\tCPU ratio\tleader changes\tothers' CPU\t")
 	row := func(name string, s *stormResult, c ceilingResult) {
 		ws, _ := wastedShare(s, price)
@@ -534,36 +596,36 @@ func report(f stormFlags, regTook time.Duration, curve tls.CurveID, signRate flo
 		row("renew", r, ceilR)
 	}
 	w.Flush()
-	fmt.Fprintln(os.Stdout)
-	fmt.Fprintln(w, "CPU ms/op\tjournals\tjournal's part of the ceiling\tjournal ratio\tagents (load generator)\tagent's part of the ceiling\tagent ratio\t")
+	fmt.Fprintln(out)
+	fmt.Fprintln(w, "CPU ms/op\tjournals\tjournal's part of the ceiling\tjournal ratio\tagents (load generator)\tagent's part of the ceiling\tagent ratio\tloadgen processes\t")
 	split := func(name string, s *stormResult, c ceilingResult) {
-		fmt.Fprintf(w, "%s\t%.3f\t%.3f\t%.2f\t%.3f\t%.3f\t%.2f\t\n", name, ms(s.journalCPUPerOp()), ms(c.serverOp), ratio(c.serverOp, s.journalCPUPerOp()),
-			ms(s.genCPUPerOp()), ms(c.clientOp), ratio(c.clientOp, s.genCPUPerOp()))
+		fmt.Fprintf(w, "%s\t%.3f\t%.3f\t%.2f\t%.3f\t%.3f\t%.2f\t%d\t\n", name, ms(s.journalCPUPerOp()), ms(c.serverOp), ratio(c.serverOp, s.journalCPUPerOp()),
+			ms(s.genCPUPerOp()), ms(c.clientOp), ratio(c.clientOp, s.genCPUPerOp()), f.workers)
 	}
 	split("enroll", e, ceilE)
 	if r != nil {
 		split("renew", r, ceilR)
 	}
 	w.Flush()
-	fmt.Fprintf(os.Stdout, "\nregistration: %d nodes in %.2fs with one pact node enroll --batch\n", f.agents, regTook.Seconds())
-	fmt.Fprintf(os.Stdout, "enroll: every node active after %.2fs, streaming after %.2fs; attempts by kind %v; failed attempts %v; journals answered %v\n", e.activeWall.Seconds(), e.wall.Seconds(), e.byOp, e.failures, e.journalCount)
+	fmt.Fprintf(out, "\nregistration: %d nodes in %.2fs with one pact node enroll --batch\n", f.agents, regTook.Seconds())
+	fmt.Fprintf(out, "enroll: every node active after %.2fs, streaming after %.2fs; attempts by kind %v; failed attempts %v; journals answered %v\n", e.activeWall.Seconds(), e.wall.Seconds(), e.byOp, e.failures, e.journalCount)
 	if r != nil {
-		fmt.Fprintf(os.Stdout, "renew: attempts by kind %v; failed attempts %v; journals answered %v; %d nodes hold the new certificate\n", r.byOp, r.failures, r.journalCount, chk.renewed)
+		fmt.Fprintf(out, "renew: attempts by kind %v; failed attempts %v; journals answered %v; %d nodes hold the new certificate\n", r.byOp, r.failures, r.journalCount, chk.renewed)
 	}
-	fmt.Fprintf(os.Stdout, "registry after the enroll storm: %v; streams the journals hold: %d\n", chk.counts, chk.streams)
-	fmt.Fprintf(os.Stdout, "unit prices (both sides): keygen+CSR %.3f ms, TLS handshake %.3f ms, mTLS handshake %.3f ms, ParseCSR+SignAgent %.3f ms\n", ms(price.keygen), ms(price.tls), ms(price.mtls), ms(price.sign))
-	fmt.Fprintf(os.Stdout, "signing only (ca.ParseCSR + ca.SignAgent) on one core: %.0f/s, %.3f ms CPU each\n", signRate, ms(signCPU))
-	fmt.Fprintf(os.Stdout, "TLS key exchange the journals negotiate (and the ceiling uses): %v\n", curve)
-	fmt.Fprintf(os.Stdout, "max journal RSS: %.0f MB; load generator (every agent) RSS: %.0f MB\n", mb(e.rssMax), mb(e.genRSS))
-	fmt.Fprintln(os.Stdout, "CPU ms/op counts every journal process and the load generator per agent; ratio = per s / ceiling per s; CPU ratio = ceiling CPU ms/op / CPU ms/op;")
-	fmt.Fprintln(os.Stdout, "wasted CPU = share of the CPU spent on attempts that ended refused, timed out or abandoned (each attempt priced by its crypto, overhead in proportion);")
-	fmt.Fprintln(os.Stdout, "others' CPU = share of the machine other users' processes took during the storm / during its ceiling (a shared machine: trust the CPU ratio more than the ratio when these differ)")
+	fmt.Fprintf(out, "registry after the enroll storm: %v; streams the journals hold: %d\n", chk.counts, chk.streams)
+	fmt.Fprintf(out, "unit prices (both sides): keygen+CSR %.3f ms, TLS handshake %.3f ms, mTLS handshake %.3f ms, ParseCSR+SignAgent %.3f ms\n", ms(price.keygen), ms(price.tls), ms(price.mtls), ms(price.sign))
+	fmt.Fprintf(out, "signing only (ca.ParseCSR + ca.SignAgent) on one core: %.0f/s, %.3f ms CPU each\n", signRate, ms(signCPU))
+	fmt.Fprintf(out, "TLS key exchange the journals negotiate (and the ceiling uses): %v\n", curve)
+	fmt.Fprintf(out, "max journal RSS: %.0f MB; load generator (every agent; %d processes, their peaks summed) RSS: %.0f MB\n", mb(e.rssMax), f.workers, mb(e.genRSS))
+	fmt.Fprintln(out, "CPU ms/op counts every journal process and the load generator (every process of it) per agent; ratio = per s / ceiling per s; CPU ratio = ceiling CPU ms/op / CPU ms/op;")
+	fmt.Fprintln(out, "wasted CPU = share of the CPU spent on attempts that ended refused, timed out or abandoned (each attempt priced by its crypto, overhead in proportion);")
+	fmt.Fprintln(out, "others' CPU = share of the machine other users' processes took during the storm / during its ceiling (a shared machine: trust the CPU ratio more than the ratio when these differ)")
 	ws, wsMin := wastedShare(e, price)
-	fmt.Fprintf(os.Stdout, "\nheadline: %d of %d agents streaming %.2f s after the first arrival; ratio to ceiling %.2f; wasted CPU %.1f%%; journal CPU ratio %.2f; %d failed; %d leader changes (others took %.0f%% of the machine)\n",
+	fmt.Fprintf(out, "\nheadline: %d of %d agents streaming %.2f s after the first arrival; ratio to ceiling %.2f; wasted CPU %.1f%%; journal CPU ratio %.2f; %d failed; %d leader changes (others took %.0f%% of the machine)\n",
 		e.ok, f.agents, e.wall.Seconds(), e.perSec/ceilE.perSec, 100*ws, ratio(ceilE.serverOp, e.journalCPUPerOp()), e.failed, e.leaderChange, 100*e.others)
-	fmt.Fprintf(os.Stdout, "final check: %s: %s\n\n", map[bool]string{true: "PASS", false: "FAIL"}[chk.pass()], chk.reason())
+	fmt.Fprintf(out, "final check: %s: %s\n\n", map[bool]string{true: "PASS", false: "FAIL"}[chk.pass()], chk.reason())
 
-	out := map[string]any{
+	js := map[string]any{
 		"bench":                           "storm",
 		"agent_code":                      "pact-agent (agent.New/Run, in process)",
 		"agents":                          f.agents,
@@ -600,6 +662,7 @@ func report(f stormFlags, regTook time.Duration, curve tls.CurveID, signRate flo
 		"loadgen_cpu_ms_per_agent":        round(ms(e.genCPUPerOp()), 3),
 		"journal_rss_mb":                  round(mb(e.rssMax), 1),
 		"loadgen_rss_mb":                  round(mb(e.genRSS), 1),
+		"loadgen_processes":               f.workers,
 		"leader_changes":                  e.leaderChange,
 		"key_exchange":                    curve.String(),
 		"sign_only_per_s_one_core":        round(signRate, 0),
@@ -621,34 +684,34 @@ func report(f stormFlags, regTook time.Duration, curve tls.CurveID, signRate flo
 	}
 	if r != nil {
 		rws, rwsMin := wastedShare(r, price)
-		out["renewed"] = chk.renewed
-		out["renew_streams_open"] = chk.renewStreams
-		out["renew_failed"] = r.failed
-		out["renew_seconds"] = round(r.wall.Seconds(), 3)
-		out["renew_per_s"] = round(r.perSec, 1)
-		out["renew_p50_ms"] = round(ms(r.pct(0.5)), 1)
-		out["renew_p99_ms"] = round(ms(r.pct(0.99)), 1)
-		out["renew_attempts"] = r.attempts
-		out["renew_failed_attempts"] = r.failedTries
-		out["renew_journal_closed_before_handshake"] = r.journalClosed
-		out["renew_journal_busy_answers"] = r.journalBusy
-		out["renew_busy_attempts"] = r.busy
-		out["renew_wasted_cpu_share"] = round(rws, 4)
-		out["renew_wasted_cpu_share_crypto"] = round(rwsMin, 4)
-		out["cpu_ms_per_renew"] = round(ms(r.cpuPerOp()), 3)
-		out["journal_cpu_ms_per_renew"] = round(ms(r.journalCPUPerOp()), 3)
-		out["renew_journal_rss_mb"] = round(mb(r.rssMax), 1)
-		out["renew_leader_changes"] = r.leaderChange
-		out["renew_ceiling_per_s"] = round(ceilR.perSec, 1)
-		out["renew_ceiling_cpu_ms"] = round(ms(ceilR.cpuOp), 3)
-		out["renew_ratio_to_ceiling"] = round(r.perSec/ceilR.perSec, 3)
-		out["renew_cpu_ratio_to_ceiling"] = round(cpuRatio(ceilR, r), 3)
-		out["renew_journal_cpu_ratio"] = round(ratio(ceilR.serverOp, r.journalCPUPerOp()), 3)
-		out["renew_other_cpu_share"] = round(r.others, 3)
-		out["renew_ceiling_other_cpu_share"] = round(ceilR.others, 3)
+		js["renewed"] = chk.renewed
+		js["renew_streams_open"] = chk.renewStreams
+		js["renew_failed"] = r.failed
+		js["renew_seconds"] = round(r.wall.Seconds(), 3)
+		js["renew_per_s"] = round(r.perSec, 1)
+		js["renew_p50_ms"] = round(ms(r.pct(0.5)), 1)
+		js["renew_p99_ms"] = round(ms(r.pct(0.99)), 1)
+		js["renew_attempts"] = r.attempts
+		js["renew_failed_attempts"] = r.failedTries
+		js["renew_journal_closed_before_handshake"] = r.journalClosed
+		js["renew_journal_busy_answers"] = r.journalBusy
+		js["renew_busy_attempts"] = r.busy
+		js["renew_wasted_cpu_share"] = round(rws, 4)
+		js["renew_wasted_cpu_share_crypto"] = round(rwsMin, 4)
+		js["cpu_ms_per_renew"] = round(ms(r.cpuPerOp()), 3)
+		js["journal_cpu_ms_per_renew"] = round(ms(r.journalCPUPerOp()), 3)
+		js["renew_journal_rss_mb"] = round(mb(r.rssMax), 1)
+		js["renew_leader_changes"] = r.leaderChange
+		js["renew_ceiling_per_s"] = round(ceilR.perSec, 1)
+		js["renew_ceiling_cpu_ms"] = round(ms(ceilR.cpuOp), 3)
+		js["renew_ratio_to_ceiling"] = round(r.perSec/ceilR.perSec, 3)
+		js["renew_cpu_ratio_to_ceiling"] = round(cpuRatio(ceilR, r), 3)
+		js["renew_journal_cpu_ratio"] = round(ratio(ceilR.serverOp, r.journalCPUPerOp()), 3)
+		js["renew_other_cpu_share"] = round(r.others, 3)
+		js["renew_ceiling_other_cpu_share"] = round(ceilR.others, 3)
 	}
-	b, _ := json.Marshal(out)
-	fmt.Fprintln(os.Stdout, string(b))
+	b, _ := json.Marshal(js)
+	fmt.Fprintln(out, string(b))
 }
 
 // targets are issue 11's, for the enrollment storm, measured in this run.
