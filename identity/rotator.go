@@ -1,6 +1,7 @@
 package identity
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -749,7 +750,7 @@ func (c *Channel) close() {
 }
 
 // ClientTLSConfig is the client side of pact's mTLS: TLS 1.3, the server
-// verified against roots plus id's Bundle at now's time, and id presented as
+// verified against roots plus the roots in id's Bundle at now's time, and id presented as
 // the client certificate (none when id is nil, as for Enroll). Verification
 // is never turned off.
 func ClientTLSConfig(roots []*x509.Certificate, id *Identity, now func() time.Time) *tls.Config {
@@ -760,7 +761,14 @@ func ClientTLSConfig(roots []*x509.Certificate, id *Identity, now func() time.Ti
 	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, Time: now}
 	if id != nil {
 		for _, c := range id.Bundle {
-			pool.AddCert(c)
+			// Only the bundle's roots. Its intermediates add no trust (a
+			// journal sends its intermediate with its certificate, and
+			// that chains to a root here), but as anchors they make Go
+			// check the same signature on two paths: three ECDSA
+			// verifications per channel instead of one.
+			if bytes.Equal(c.RawSubject, c.RawIssuer) {
+				pool.AddCert(c)
+			}
 		}
 		cert := id.TLSCertificate()
 		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
