@@ -625,7 +625,7 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 
 	js := map[string]any{
 		"bench":                           "storm",
-		"agent_code":                      "pact-agent (agent.New/Run, in process)",
+		"agent_code":                      "pact-agent (agent.New/Run, in the load generator's processes)",
 		"agents":                          f.agents,
 		"journals":                        f.journals,
 		"cpus":                            runtime.NumCPU(),
