@@ -12,19 +12,27 @@
 // caller sets it as the connection's deadline) closes them. Only a client
 // whose ClientHello has arrived takes a handshake slot (a TLS handshake is
 // the largest CPU cost of a connection, PERFORMANCE.md); when every slot
-// is taken it waits a moment for one, costing no CPU, and is then closed,
-// to retry with jitter.
+// is taken it waits for one, costing no CPU, but only if the wait this
+// limiter predicts (clients queued ahead over the handshake rate it has
+// measured) is short. Otherwise, and if the wait runs out, it is answered
+// busy: a short line naming when to come back (internal/wire), written
+// before any cryptography, from a reservation schedule that spreads the
+// returns at the rate the journal serves them. A client told to wait holds
+// nothing on the journal.
 package connlimit
 
 import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pact-hpc/pact/internal/clock"
 )
 
 // Errors. A refused connection is closed; these reach the caller's log.
@@ -35,6 +43,19 @@ var (
 	// ErrNotTLS: the first bytes were not a TLS handshake record.
 	ErrNotTLS = errors.New("connlimit: the client did not start a TLS handshake")
 )
+
+// BusyError is Admit's refusal: no handshake slot soon enough; the client
+// is to come back after RetryAfter. errors.Is(err, ErrHandshakesBusy) holds.
+type BusyError struct {
+	RetryAfter time.Duration
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("%v: answered busy, retry after %v", ErrHandshakesBusy, e.RetryAfter)
+}
+
+// Is makes a BusyError an ErrHandshakesBusy.
+func (e *BusyError) Is(target error) bool { return target == ErrHandshakesBusy }
 
 // Config configures a Limiter.
 type Config struct {
@@ -59,21 +80,41 @@ type Config struct {
 	// in turn, while the waiting clients cost no CPU; a client closed
 	// instead retries with a backoff that grows with every refusal, and a
 	// storm's tail grows with it (docs/benchmarks.md: 10,000 agents took
-	// 94 s to all stream with a 1 s wait, 44 s with 8 s). Zero closes it
-	// at once.
+	// 94 s to all stream with a 1 s wait, 44 s with 8 s). On the gRPC
+	// port (Admit) it is the hard bound: a client queues only when its
+	// predicted wait is below HandshakeQueueTarget, and one that still
+	// waits this long is answered busy. On the Raft port (AcquireHandshake)
+	// a client waits this long and is then closed. Zero queues nobody.
 	HandshakeQueueWait time.Duration
+	// HandshakeQueueTarget is the longest predicted wait for which a
+	// client queues for a handshake slot (Admit): longer, and it is
+	// answered busy at once with a retry-after, holding no socket or
+	// goroutine meanwhile. The prediction is the clients queued ahead
+	// over the measured handshake rate. Zero answers busy whenever no
+	// slot is free. A target above HandshakeQueueWait queues clients that
+	// the hard bound will then answer busy: set it at most that.
+	HandshakeQueueTarget time.Duration
+
+	// Clock decides the rate windows, the queue's hard bound and the
+	// retry-afters; nil is the system clock. For tests.
+	Clock clock.Clock
+	// Jitter draws a uniform duration in [0, n); nil is math/rand. For
+	// tests.
+	Jitter func(n time.Duration) time.Duration
 }
 
 // DefaultConfig returns the defaults: 32 connections per source address,
 // 16,384 in all, 64 handshakes in progress, 15 s to finish a handshake,
-// of which up to 8 s waiting for a handshake slot.
+// of which up to 8 s waiting for a handshake slot, queueing only for a
+// predicted wait of at most 1 s.
 func DefaultConfig() Config {
 	return Config{
-		MaxConnsPerSource:  32,
-		MaxConns:           16384,
-		MaxHandshakes:      64,
-		HandshakeTimeout:   15 * time.Second,
-		HandshakeQueueWait: 8 * time.Second,
+		MaxConnsPerSource:    32,
+		MaxConns:             16384,
+		MaxHandshakes:        64,
+		HandshakeTimeout:     15 * time.Second,
+		HandshakeQueueWait:   8 * time.Second,
+		HandshakeQueueTarget: time.Second,
 	}
 }
 
@@ -95,16 +136,23 @@ func (c Config) Validate() error {
 	if c.HandshakeQueueWait < 0 || c.HandshakeQueueWait >= c.HandshakeTimeout {
 		errs = append(errs, fmt.Errorf("connlimit: HandshakeQueueWait %v must be at least 0 and shorter than HandshakeTimeout %v", c.HandshakeQueueWait, c.HandshakeTimeout))
 	}
+	if c.HandshakeQueueTarget < 0 || c.HandshakeQueueTarget >= c.HandshakeTimeout {
+		errs = append(errs, fmt.Errorf("connlimit: HandshakeQueueTarget %v must be at least 0 and shorter than HandshakeTimeout %v", c.HandshakeQueueTarget, c.HandshakeTimeout))
+	}
 	return errors.Join(errs...)
 }
 
 // Stats counts what a Limiter refused, for metrics.
 type Stats struct {
-	Open             int    // connections open now
-	Handshakes       int    // handshakes in progress now
-	RefusedPerSource uint64 // closed in Accept: the source held its cap
-	RefusedTotal     uint64 // closed in Accept: MaxConns open
-	RefusedBusy      uint64 // closed at ClientHello: no handshake slot within HandshakeQueueWait
+	Open             int     // connections open now
+	Handshakes       int     // handshakes in progress now
+	RefusedPerSource uint64  // closed in Accept: the source held its cap
+	RefusedTotal     uint64  // closed in Accept: MaxConns open
+	RefusedBusy      uint64  // closed at ClientHello: no handshake slot within HandshakeQueueWait (AcquireHandshake, the Raft port)
+	Deferred         uint64  // answered busy at ClientHello, with a retry-after (Admit, the gRPC port)
+	Favored          uint64  // clients queued beyond HandshakeQueueTarget because their source had just enrolled (Favor)
+	Queued           int     // clients waiting for a handshake slot now (Admit)
+	Rate             float64 // handshakes per second the limiter counts on (measured while saturated)
 }
 
 // Limiter applies one Config to one listener (and the handshakes of its
@@ -117,7 +165,19 @@ type Limiter struct {
 	perSource map[netip.Addr]int
 	open      int
 
-	refusedSource, refusedTotal, refusedBusy atomic.Uint64
+	refusedSource, refusedTotal, refusedBusy, deferred, favoredQueued atomic.Uint64
+
+	clock  clock.Clock
+	jitter func(time.Duration) time.Duration
+	// The admission queue (Admit), under qmu.
+	qmu        sync.Mutex
+	queued     int       // clients waiting for a slot
+	rate       float64   // handshakes per second, measured while saturated
+	winStart   time.Time // the current rate window
+	winDone    int       // handshakes finished in it
+	winWaited  bool      // someone waited for a slot in it
+	nextReturn time.Time // the next free place in the reservation schedule
+	favored    map[netip.Addr]favor
 }
 
 // New returns a Limiter. It copies cfg.
@@ -125,7 +185,15 @@ func New(cfg Config) (*Limiter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Limiter{cfg: cfg, handshakes: make(chan struct{}, cfg.MaxHandshakes), perSource: map[netip.Addr]int{}}, nil
+	l := &Limiter{cfg: cfg, handshakes: make(chan struct{}, cfg.MaxHandshakes), perSource: map[netip.Addr]int{},
+		clock: cfg.Clock, jitter: cfg.Jitter, rate: initialRate(cfg.MaxHandshakes)}
+	if l.clock == nil {
+		l.clock = clock.Real{}
+	}
+	if l.jitter == nil {
+		l.jitter = func(n time.Duration) time.Duration { return rand.N(n) }
+	}
+	return l, nil
 }
 
 // Config returns the limiter's configuration.
@@ -136,12 +204,19 @@ func (l *Limiter) Stats() Stats {
 	l.mu.Lock()
 	open := l.open
 	l.mu.Unlock()
+	l.qmu.Lock()
+	queued, rate := l.queued, l.rate
+	l.qmu.Unlock()
 	return Stats{
 		Open:             open,
 		Handshakes:       len(l.handshakes),
 		RefusedPerSource: l.refusedSource.Load(),
 		RefusedTotal:     l.refusedTotal.Load(),
 		RefusedBusy:      l.refusedBusy.Load(),
+		Deferred:         l.deferred.Load(),
+		Favored:          l.favoredQueued.Load(),
+		Queued:           queued,
+		Rate:             rate,
 	}
 }
 
@@ -286,7 +361,12 @@ func (l *Limiter) AcquireHandshake() (release func(), err error) {
 
 func (l *Limiter) releaser() func() {
 	var once sync.Once
-	return func() { once.Do(func() { <-l.handshakes }) }
+	return func() {
+		once.Do(func() {
+			<-l.handshakes
+			l.finished()
+		})
+	}
 }
 
 // prefixConn replays bytes already read before reading from the
