@@ -83,9 +83,6 @@ func (a *Agent) enroll(ctx context.Context) (err error) {
 			a.adopt(id, who, resp.GetVcluster())
 			a.enrollKey, a.enrollCSR = nil, nil // the next enrollment makes a new one
 			a.notBusy()
-			// The channel follows at the journal that just enrolled the
-			// node: it queues the connection rather than answer busy.
-			a.rot.Prefer(addr)
 			a.log.Info("enrolled", "identity", id, logkey.NodeID, who.Name, logkey.VCluster, vclusterLabel(resp.GetVcluster()), logkey.Addr, addr)
 			return nil
 		}

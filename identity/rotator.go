@@ -353,12 +353,6 @@ func (r *Rotator) target(active *Channel) string {
 	return t
 }
 
-// Prefer makes the next new channel go to target (one of the Targets;
-// others are ignored) when the active stream is not up: an agent that has
-// just enrolled there opens its channel where the journal expects it
-// (journal/connlimit Favor).
-func (r *Rotator) Prefer(target string) { r.stay(target) }
-
 // stay makes the next new channel go to target again: it answered busy
 // (internal/wire) and named when to come back, and coming back there keeps
 // the place its reservation schedule gave this node. The caller waits.

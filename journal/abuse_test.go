@@ -308,7 +308,6 @@ func TestLimitsConfigValidate(t *testing.T) {
 		{"waiters", func(c *journal.Config) { c.MaxEnrollWaiters = 0 }, "MaxEnrollWaiters"},
 		{"per source", func(c *journal.Config) { c.Connections.MaxConnsPerSource = 0 }, "MaxConnsPerSource"},
 		{"handshake timeout", func(c *journal.Config) { c.Connections.HandshakeTimeout = 2 * time.Minute }, "HandshakeTimeout"},
-		{"handshake queue target", func(c *journal.Config) { c.Connections.HandshakeQueueTarget = -time.Second }, "HandshakeQueueTarget"},
 		{"fresh budget", func(c *journal.Config) { c.RateLimit.FreshBurst = -1 }, "FreshBurst"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -49,7 +49,7 @@ func TestSaturatedJournalAnswersBusy(t *testing.T) {
 	cfg.MetricsListen = "127.0.0.1:0"
 	cfg.Connections.MaxHandshakes = 1
 	// Answer busy whenever no slot is free: no queue.
-	cfg.Connections.HandshakeQueueTarget = 0
+	cfg.Connections.HandshakeQueueWait = 0
 	// The held handshake below keeps its slot until this timeout, far
 	// longer than the test.
 	cfg.Connections.HandshakeTimeout = 50 * time.Second

@@ -51,9 +51,6 @@ func (s *enrollmentServer) Enroll(ctx context.Context, req *pactv1.EnrollRequest
 			// A challenge is not yet a success: the source has proved
 			// nothing.
 			j.limiter.RecordSuccess(source, j.cfg.Clock.Now())
-			// Its channel connection follows at once: let it queue
-			// for a handshake slot rather than be answered busy.
-			j.conns.Favor(peerNetAddr(ctx))
 		}
 		j.metrics.enroll.WithLabelValues(outcome).Inc()
 		return resp, nil

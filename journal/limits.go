@@ -34,7 +34,7 @@ func (c *limitedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.Auth
 	if err != nil {
 		return nil, nil, err
 	}
-	release, err := c.lim.AdmitFrom(raw.RemoteAddr())
+	release, err := c.lim.Admit()
 	var busy *connlimit.BusyError
 	if errors.As(err, &busy) {
 		answerBusy(raw, busy.RetryAfter)

@@ -122,7 +122,6 @@ var (
 	connsRefusedDesc = prometheus.NewDesc("pact_journal_connections_refused_total", "Connections closed before their TLS handshake, by port and limit (per_source, total, handshakes).", []string{"port", "limit"}, nil)
 	connsBusyDesc    = prometheus.NewDesc("pact_journal_connections_busy_total", "Connections answered busy, with a retry-after, at their ClientHello: no handshake slot soon enough (gRPC port).", []string{"port"}, nil)
 	handshakeQueued  = prometheus.NewDesc("pact_journal_handshakes_queued", "Clients whose ClientHello has arrived waiting for a handshake slot, by port.", []string{"port"}, nil)
-	handshakeFavored = prometheus.NewDesc("pact_journal_handshakes_favored_total", "Clients queued for a handshake slot beyond --handshake-queue-target because their address had just enrolled here (an agent's channel after its Enroll).", []string{"port"}, nil)
 	handshakeRate    = prometheus.NewDesc("pact_journal_handshake_rate", "Handshakes per second the port's admission counts on, measured while clients wait for a slot.", []string{"port"}, nil)
 )
 
@@ -133,7 +132,6 @@ func (c *connCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- connsBusyDesc
 	ch <- handshakeQueued
 	ch <- handshakeRate
-	ch <- handshakeFavored
 }
 
 func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
@@ -147,7 +145,6 @@ func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(connsBusyDesc, prometheus.CounterValue, float64(st.Deferred), port)
 		ch <- prometheus.MustNewConstMetric(handshakeQueued, prometheus.GaugeValue, float64(st.Queued), port)
 		ch <- prometheus.MustNewConstMetric(handshakeRate, prometheus.GaugeValue, st.Rate, port)
-		ch <- prometheus.MustNewConstMetric(handshakeFavored, prometheus.CounterValue, float64(st.Favored), port)
 	}
 }
 

@@ -2,7 +2,7 @@ package connlimit_test
 
 import (
 	"errors"
-	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -34,11 +34,12 @@ func busyAfter(t *testing.T, err error) time.Duration {
 }
 
 // A client queues while its predicted wait (clients ahead over the rate)
-// is within the target; the next is answered busy at once, told to come
-// back when the queue ahead of it should be done.
-func TestAdmitQueuesShortWaitsAndAnswersBusyBeyond(t *testing.T) {
+// is within HandshakeQueueWait; the next is answered busy at once, told to
+// come back when the queue ahead of it should be down to half of
+// HandshakeQueueWait.
+func TestAdmitQueuesWhatItCanServeAndAnswersBusyBeyond(t *testing.T) {
 	fc := fakeclock.New(time.Unix(1e9, 0))
-	l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueTarget = 500 * ms })
+	l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = 500 * ms })
 	held, err := l.Admit()
 	if err != nil {
 		t.Fatal(err)
@@ -60,10 +61,11 @@ func TestAdmitQueuesShortWaitsAndAnswersBusyBeyond(t *testing.T) {
 	if st := l.Stats(); st.Queued != 5 || st.Deferred != 0 {
 		t.Fatalf("stats %+v, want 5 queued, none answered busy", st)
 	}
-	// The sixth would wait 600 ms: busy, come back in 600 ms.
+	// The sixth would wait 600 ms: busy, come back when 250 ms of queue
+	// (half the wait) is left ahead of it.
 	_, err = l.Admit()
-	if ra := busyAfter(t, err); ra != 600*ms {
-		t.Fatalf("retry-after %v, want 600ms (six handshakes at 10/s)", ra)
+	if ra := busyAfter(t, err); ra != 350*ms {
+		t.Fatalf("retry-after %v, want 350ms (six handshakes at 10/s, less half the queue wait)", ra)
 	}
 	// The slot freed goes to the queue, one after another.
 	held()
@@ -82,7 +84,7 @@ func TestAdmitQueuesShortWaitsAndAnswersBusyBeyond(t *testing.T) {
 // the journal serves; past the cap every answer is the cap.
 func TestAdmitReservationScheduleSpreadsReturnsAndIsCapped(t *testing.T) {
 	fc := fakeclock.New(time.Unix(1e9, 0))
-	l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueTarget = 0 })
+	l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = 0 })
 	held, err := l.Admit()
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +127,7 @@ func TestAdmitJitterBounds(t *testing.T) {
 	var asked []time.Duration
 	highest := func(n time.Duration) time.Duration { asked = append(asked, n); return n - 1 }
 	fc := fakeclock.New(time.Unix(1e9, 0))
-	l := admitLimiter(t, fc, highest, func(c *connlimit.Config) { c.HandshakeQueueTarget = 0 })
+	l := admitLimiter(t, fc, highest, func(c *connlimit.Config) { c.HandshakeQueueWait = 0 })
 	held, err := l.Admit()
 	if err != nil {
 		t.Fatal(err)
@@ -141,150 +143,81 @@ func TestAdmitJitterBounds(t *testing.T) {
 	}
 }
 
-// A queued client that reaches the hard bound (HandshakeQueueWait) is
-// answered busy, not closed silently.
-func TestAdmitHardBoundAnswersBusy(t *testing.T) {
+// A queued client that reaches HandshakeQueueWait is answered busy, not
+// closed silently, and told to come back when half a queue wait is left
+// ahead of the back of the queue.
+func TestAdmitQueueWaitAnswersBusy(t *testing.T) {
 	fc := fakeclock.New(time.Unix(1e9, 0))
-	l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) {
-		c.HandshakeQueueTarget, c.HandshakeQueueWait = time.Second, 2*time.Second
-	})
+	l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = 2 * time.Second })
 	held, err := l.Admit()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held()
-	got := make(chan error, 1)
-	go func() {
-		_, err := l.Admit()
-		got <- err
-	}()
-	if !fc.WaitForTimers(1, 30*time.Second) {
-		t.Fatal("the client did not queue")
+	got := make(chan error, 20)
+	for range 20 {
+		go func() {
+			_, err := l.Admit()
+			got <- err
+		}()
+	}
+	if !fc.WaitForTimers(20, 30*time.Second) {
+		t.Fatalf("the clients did not queue: %+v", l.Stats())
 	}
 	fc.Advance(2 * time.Second)
-	if ra := busyAfter(t, <-got); ra != 100*ms {
-		t.Fatalf("retry-after %v, want 100ms (the queue is empty again; one handshake at 10/s)", ra)
+	// The slot was never freed: all twenty are answered. The first to be
+	// answered sees 19 behind it (2 s at 10/s): back in 1 s, when 1 s of
+	// queue is left; the rest are booked 100 ms apart after it.
+	var ras []time.Duration
+	for range 20 {
+		ras = append(ras, busyAfter(t, <-got))
 	}
-	if st := l.Stats(); st.Queued != 0 || st.Deferred != 1 || st.RefusedBusy != 0 {
-		t.Fatalf("stats %+v, want one busy answer and nothing queued or closed", st)
+	slices.Sort(ras)
+	for i, ra := range ras {
+		if want := time.Second + time.Duration(i)*100*ms; ra != want {
+			t.Fatalf("answers %v: answer %d is %v, want %v", ras, i, ra, want)
+		}
+	}
+	if st := l.Stats(); st.Queued != 0 || st.Deferred != 20 || st.RefusedBusy != 0 {
+		t.Fatalf("stats %+v, want twenty busy answers and nothing queued or closed", st)
 	}
 }
 
-// The rate is measured in windows during which clients waited, and only
-// then: an idle journal's rate says nothing about its capacity.
-func TestAdmitMeasuresTheRateWhileSaturated(t *testing.T) {
+// The rate is Little's law over the slots: MaxHandshakes over the moving
+// mean of how long a handshake held its slot (1/16 per handshake).
+func TestAdmitRateFromHowLongHandshakesHoldTheirSlot(t *testing.T) {
 	fc := fakeclock.New(time.Unix(1e9, 0))
-	l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueTarget = 0 })
+	l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = 0 })
+	if st := l.Stats(); st.Rate != 10 {
+		t.Fatalf("rate before any handshake %v, want 10 (one slot, 100 ms)", st.Rate)
+	}
 	r, err := l.Admit()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Someone waits: this window measures.
-	if _, err := l.Admit(); err == nil {
-		t.Fatal("a second client got the only slot")
-	}
-	// Five handshakes in the window, 150 ms each; the sixth, as the window
-	// closes, counts in the next.
-	for range 5 {
-		fc.Advance(150 * ms)
-		r()
-		if r, err = l.Admit(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fc.Advance(250 * ms)
+	fc.Advance(1700 * ms)
 	r()
-	// 10/s before, 5/s measured: (10 + 3*5)/4.
-	if st := l.Stats(); st.Rate != 6.25 {
-		t.Fatalf("rate %v, want 6.25", st.Rate)
+	r() // a second release counts nothing
+	// 100 ms + (1700 - 100) ms / 16 = 200 ms: 5 a second.
+	if st := l.Stats(); st.Rate != 5 {
+		t.Fatalf("rate %v, want 5", st.Rate)
 	}
-	// A window in which nobody waited leaves the rate alone.
-	for range 10 {
-		fc.Advance(150 * ms)
-		r, err := l.Admit()
+	// The rate sizes the answers: one handshake at 5/s.
+	r, _ = l.Admit()
+	defer r()
+	if _, err := l.Admit(); busyAfter(t, err) != 200*ms {
+		t.Fatalf("retry-after %v, want 200ms", err)
+	}
+	// Fast handshakes raise it again, down to a floor of 1 ms each.
+	l2 := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = 0 })
+	for range 200 {
+		r, err := l2.Admit()
 		if err != nil {
 			t.Fatal(err)
 		}
 		r()
 	}
-	if st := l.Stats(); st.Rate != 6.25 {
-		t.Fatalf("rate %v after an unsaturated window, want 6.25 still", st.Rate)
-	}
-	// The measured rate sizes the answers: one handshake at 6.25/s.
-	r, _ = l.Admit()
-	defer r()
-	fc.Advance(10 * time.Second) // past the old schedule
-	if _, err := l.Admit(); busyAfter(t, err) != 160*ms {
-		t.Fatalf("retry-after %v, want 160ms", err)
-	}
-}
-
-// A source that has just enrolled (Favor) queues for a predicted wait up
-// to the hard bound instead of the target, once per enrollment, for a few
-// seconds; others, and it again, are answered busy.
-func TestAdmitFavorsASourceThatJustEnrolled(t *testing.T) {
-	fc := fakeclock.New(time.Unix(1e9, 0))
-	l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) {
-		c.HandshakeQueueTarget, c.HandshakeQueueWait = 0, 2*time.Second
-	})
-	agent := &net.TCPAddr{IP: net.ParseIP("10.0.0.7"), Port: 40000}
-	stranger := &net.TCPAddr{IP: net.ParseIP("10.0.0.8"), Port: 40000}
-	held, err := l.Admit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Favor(&net.TCPAddr{IP: net.ParseIP("10.0.0.7"), Port: 39999}) // its Enroll's connection
-	if _, err := l.AdmitFrom(stranger); err == nil {
-		t.Fatal("a stranger was queued with a queue target of 0")
-	} else {
-		busyAfter(t, err)
-	}
-	// The agent's channel connection queues and gets the slot freed.
-	got := make(chan error, 1)
-	go func() {
-		r, err := l.AdmitFrom(agent)
-		if err == nil {
-			r()
-		}
-		got <- err
-	}()
-	if !fc.WaitForTimers(1, 30*time.Second) {
-		t.Fatalf("the enrolled source was not queued: %+v", l.Stats())
-	}
-	held()
-	if err := <-got; err != nil {
-		t.Fatalf("the enrolled source: %v", err)
-	}
-	// Spent: its next connection is answered busy like any other.
-	held, err = l.Admit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held()
-	if _, err := l.AdmitFrom(agent); err == nil {
-		t.Fatal("one enrollment favoured two connections")
-	}
-	// A favour lasts a few seconds.
-	l.Favor(agent)
-	fc.Advance(6 * time.Second)
-	if _, err := l.AdmitFrom(agent); err == nil {
-		t.Fatal("a favour outlived its window")
-	}
-	// And never beyond the hard bound: a predicted wait past it is
-	// answered busy, keeping the favour.
-	l2 := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) {
-		c.HandshakeQueueTarget, c.HandshakeQueueWait = 0, 50*ms // below one handshake at 10/s
-	})
-	r2, err := l2.Admit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r2()
-	l2.Favor(agent)
-	if _, err := l2.AdmitFrom(agent); err == nil {
-		t.Fatal("favoured past the hard bound")
-	}
-	if st := l.Stats(); st.Favored != 1 {
-		t.Fatalf("stats %+v, want one favoured client", st)
+	if st := l2.Stats(); st.Rate != 1000 {
+		t.Fatalf("rate after instant handshakes %v, want 1000 (the 1 ms floor)", st.Rate)
 	}
 }

@@ -12,13 +12,15 @@
 // caller sets it as the connection's deadline) closes them. Only a client
 // whose ClientHello has arrived takes a handshake slot (a TLS handshake is
 // the largest CPU cost of a connection, PERFORMANCE.md); when every slot
-// is taken it waits for one, costing no CPU, but only if the wait this
-// limiter predicts (clients queued ahead over the handshake rate it has
-// measured) is short. Otherwise, and if the wait runs out, it is answered
-// busy: a short line naming when to come back (internal/wire), written
-// before any cryptography, from a reservation schedule that spreads the
-// returns at the rate the journal serves them. A client told to wait holds
-// nothing on the journal.
+// is taken it waits for one, costing no CPU: the queue is what carries a
+// boot storm, handshakes going at the speed of the CPU, in turn. A client
+// the queue cannot serve in time (its predicted wait, clients queued ahead
+// over the handshake rate this limiter measures, is beyond
+// HandshakeQueueWait, or its wait runs out) is answered busy: a short line
+// naming when to come back (internal/wire), written before any
+// cryptography, from a reservation schedule that spreads the returns at
+// the rate the journal serves them. A client told to wait holds nothing on
+// the journal.
 package connlimit
 
 import (
@@ -81,19 +83,13 @@ type Config struct {
 	// instead retries with a backoff that grows with every refusal, and a
 	// storm's tail grows with it (docs/benchmarks.md: 10,000 agents took
 	// 94 s to all stream with a 1 s wait, 44 s with 8 s). On the gRPC
-	// port (Admit) it is the hard bound: a client queues only when its
-	// predicted wait is below HandshakeQueueTarget, and one that still
-	// waits this long is answered busy. On the Raft port (AcquireHandshake)
-	// a client waits this long and is then closed. Zero queues nobody.
+	// port (Admit) a client whose predicted wait is longer is answered
+	// busy at once, and so is one that has waited this long; a queue
+	// shorter than this, tried as a target, paced clients below what the
+	// journal could serve (docs/benchmarks.md, the busy answer). On the
+	// Raft port (AcquireHandshake) a client waits this long and is then
+	// closed. Zero queues nobody.
 	HandshakeQueueWait time.Duration
-	// HandshakeQueueTarget is the longest predicted wait for which a
-	// client queues for a handshake slot (Admit): longer, and it is
-	// answered busy at once with a retry-after, holding no socket or
-	// goroutine meanwhile. The prediction is the clients queued ahead
-	// over the measured handshake rate. Zero answers busy whenever no
-	// slot is free. A target above HandshakeQueueWait queues clients that
-	// the hard bound will then answer busy: set it at most that.
-	HandshakeQueueTarget time.Duration
 
 	// Clock decides the rate windows, the queue's hard bound and the
 	// retry-afters; nil is the system clock. For tests.
@@ -105,16 +101,14 @@ type Config struct {
 
 // DefaultConfig returns the defaults: 32 connections per source address,
 // 16,384 in all, 64 handshakes in progress, 15 s to finish a handshake,
-// of which up to 8 s waiting for a handshake slot, queueing only for a
-// predicted wait of at most 1 s.
+// of which up to 8 s waiting for a handshake slot.
 func DefaultConfig() Config {
 	return Config{
-		MaxConnsPerSource:    32,
-		MaxConns:             16384,
-		MaxHandshakes:        64,
-		HandshakeTimeout:     15 * time.Second,
-		HandshakeQueueWait:   8 * time.Second,
-		HandshakeQueueTarget: time.Second,
+		MaxConnsPerSource:  32,
+		MaxConns:           16384,
+		MaxHandshakes:      64,
+		HandshakeTimeout:   15 * time.Second,
+		HandshakeQueueWait: 8 * time.Second,
 	}
 }
 
@@ -136,9 +130,6 @@ func (c Config) Validate() error {
 	if c.HandshakeQueueWait < 0 || c.HandshakeQueueWait >= c.HandshakeTimeout {
 		errs = append(errs, fmt.Errorf("connlimit: HandshakeQueueWait %v must be at least 0 and shorter than HandshakeTimeout %v", c.HandshakeQueueWait, c.HandshakeTimeout))
 	}
-	if c.HandshakeQueueTarget < 0 || c.HandshakeQueueTarget >= c.HandshakeTimeout {
-		errs = append(errs, fmt.Errorf("connlimit: HandshakeQueueTarget %v must be at least 0 and shorter than HandshakeTimeout %v", c.HandshakeQueueTarget, c.HandshakeTimeout))
-	}
 	return errors.Join(errs...)
 }
 
@@ -150,9 +141,8 @@ type Stats struct {
 	RefusedTotal     uint64  // closed in Accept: MaxConns open
 	RefusedBusy      uint64  // closed at ClientHello: no handshake slot within HandshakeQueueWait (AcquireHandshake, the Raft port)
 	Deferred         uint64  // answered busy at ClientHello, with a retry-after (Admit, the gRPC port)
-	Favored          uint64  // clients queued beyond HandshakeQueueTarget because their source had just enrolled (Favor)
 	Queued           int     // clients waiting for a handshake slot now (Admit)
-	Rate             float64 // handshakes per second the limiter counts on (measured while saturated)
+	Rate             float64 // handshakes per second the limiter counts on: MaxHandshakes over the mean time a handshake holds its slot
 }
 
 // Limiter applies one Config to one listener (and the handshakes of its
@@ -165,19 +155,15 @@ type Limiter struct {
 	perSource map[netip.Addr]int
 	open      int
 
-	refusedSource, refusedTotal, refusedBusy, deferred, favoredQueued atomic.Uint64
+	refusedSource, refusedTotal, refusedBusy, deferred atomic.Uint64
 
 	clock  clock.Clock
 	jitter func(time.Duration) time.Duration
 	// The admission queue (Admit), under qmu.
 	qmu        sync.Mutex
-	queued     int       // clients waiting for a slot
-	rate       float64   // handshakes per second, measured while saturated
-	winStart   time.Time // the current rate window
-	winDone    int       // handshakes finished in it
-	winWaited  bool      // someone waited for a slot in it
-	nextReturn time.Time // the next free place in the reservation schedule
-	favored    map[netip.Addr]favor
+	queued     int           // clients waiting for a slot
+	held       time.Duration // moving mean of how long a handshake holds its slot
+	nextReturn time.Time     // the next free place in the reservation schedule
 }
 
 // New returns a Limiter. It copies cfg.
@@ -186,7 +172,7 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{cfg: cfg, handshakes: make(chan struct{}, cfg.MaxHandshakes), perSource: map[netip.Addr]int{},
-		clock: cfg.Clock, jitter: cfg.Jitter, rate: initialRate(cfg.MaxHandshakes)}
+		clock: cfg.Clock, jitter: cfg.Jitter, held: initialHeld}
 	if l.clock == nil {
 		l.clock = clock.Real{}
 	}
@@ -205,7 +191,7 @@ func (l *Limiter) Stats() Stats {
 	open := l.open
 	l.mu.Unlock()
 	l.qmu.Lock()
-	queued, rate := l.queued, l.rate
+	queued, rate := l.queued, l.rateLocked()
 	l.qmu.Unlock()
 	return Stats{
 		Open:             open,
@@ -214,7 +200,6 @@ func (l *Limiter) Stats() Stats {
 		RefusedTotal:     l.refusedTotal.Load(),
 		RefusedBusy:      l.refusedBusy.Load(),
 		Deferred:         l.deferred.Load(),
-		Favored:          l.favoredQueued.Load(),
 		Queued:           queued,
 		Rate:             rate,
 	}
@@ -343,7 +328,7 @@ func AwaitHello(c net.Conn) (net.Conn, error) {
 func (l *Limiter) AcquireHandshake() (release func(), err error) {
 	select {
 	case l.handshakes <- struct{}{}:
-		return l.releaser(), nil
+		return l.releaser(l.clock.Now()), nil
 	default:
 	}
 	if l.cfg.HandshakeQueueWait > 0 {
@@ -351,7 +336,7 @@ func (l *Limiter) AcquireHandshake() (release func(), err error) {
 		defer t.Stop()
 		select {
 		case l.handshakes <- struct{}{}:
-			return l.releaser(), nil
+			return l.releaser(l.clock.Now()), nil
 		case <-t.C:
 		}
 	}
@@ -359,12 +344,14 @@ func (l *Limiter) AcquireHandshake() (release func(), err error) {
 	return nil, ErrHandshakesBusy
 }
 
-func (l *Limiter) releaser() func() {
+// releaser gives back a slot taken at start and counts how long it was
+// held.
+func (l *Limiter) releaser(start time.Time) func() {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			<-l.handshakes
-			l.finished()
+			l.finished(l.clock.Now().Sub(start))
 		})
 	}
 }

@@ -208,8 +208,6 @@ func TestConfigValidate(t *testing.T) {
 		{"handshakes", func(c *connlimit.Config) { c.MaxHandshakes = 0 }, "MaxHandshakes"},
 		{"timeout", func(c *connlimit.Config) { c.HandshakeTimeout = 120 * time.Second }, "HandshakeTimeout"},
 		{"queue wait", func(c *connlimit.Config) { c.HandshakeQueueWait = c.HandshakeTimeout }, "HandshakeQueueWait"},
-		{"queue target", func(c *connlimit.Config) { c.HandshakeQueueTarget = c.HandshakeTimeout }, "HandshakeQueueTarget"},
-		{"negative queue target", func(c *connlimit.Config) { c.HandshakeQueueTarget = -time.Second }, "HandshakeQueueTarget"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := connlimit.DefaultConfig()
