@@ -163,6 +163,8 @@ type Limiter struct {
 	qmu        sync.Mutex
 	queued     int           // clients waiting for a slot
 	held       time.Duration // moving mean of how long a handshake holds its slot
+	fastest    time.Duration // the least held has been within fastestWindow
+	fastestAt  time.Time     // when fastest was seen
 	nextReturn time.Time     // the next free place in the reservation schedule
 }
 
@@ -172,10 +174,11 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{cfg: cfg, handshakes: make(chan struct{}, cfg.MaxHandshakes), perSource: map[netip.Addr]int{},
-		clock: cfg.Clock, jitter: cfg.Jitter, held: initialHeld}
+		clock: cfg.Clock, jitter: cfg.Jitter, held: initialHeld, fastest: initialHeld}
 	if l.clock == nil {
 		l.clock = clock.Real{}
 	}
+	l.fastestAt = l.clock.Now()
 	if l.jitter == nil {
 		l.jitter = func(n time.Duration) time.Duration { return rand.N(n) }
 	}
