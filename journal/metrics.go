@@ -122,7 +122,7 @@ var (
 	connsRefusedDesc = prometheus.NewDesc("pact_journal_connections_refused_total", "Connections closed before their TLS handshake, by port and limit (per_source, total, handshakes).", []string{"port", "limit"}, nil)
 	connsBusyDesc    = prometheus.NewDesc("pact_journal_connections_busy_total", "Connections answered busy, with a retry-after, at their ClientHello: no handshake slot soon enough (gRPC port).", []string{"port"}, nil)
 	handshakeQueued  = prometheus.NewDesc("pact_journal_handshakes_queued", "Clients whose ClientHello has arrived waiting for a handshake slot, by port.", []string{"port"}, nil)
-	handshakeRate    = prometheus.NewDesc("pact_journal_handshake_rate", "Handshakes per second the port's admission counts on, measured while clients wait for a slot.", []string{"port"}, nil)
+	handshakeRate    = prometheus.NewDesc("pact_journal_handshake_rate", "Handshakes per second the port's admission counts on: its handshake slots over the moving mean of how long a handshake holds one.", []string{"port"}, nil)
 )
 
 func (c *connCollector) Describe(ch chan<- *prometheus.Desc) {
