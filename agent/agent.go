@@ -109,6 +109,7 @@ type Agent struct {
 	streamSeen    time.Time // the agent's clock when a stream was last seen open
 	failure       failureRecord
 	failureWarned time.Time // when a failure was last logged as a warning
+	busySeries    bool      // the latest attempt was answered busy (busy.go)
 }
 
 type failureRecord struct {

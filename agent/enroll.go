@@ -82,12 +82,20 @@ func (a *Agent) enroll(ctx context.Context) (err error) {
 		if id, who, err = journalIdentity(key, a.rootPool, resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now()); err == nil {
 			a.adopt(id, who, resp.GetVcluster())
 			a.enrollKey, a.enrollCSR = nil, nil // the next enrollment makes a new one
+			a.notBusy()
 			a.log.Info("enrolled", "identity", id, logkey.NodeID, who.Name, logkey.VCluster, vclusterLabel(resp.GetVcluster()), logkey.Addr, addr)
 			return nil
 		}
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if busy, ok := busyOf(err); ok {
+		// Not a failure: come back to this journal when it said.
+		a.stay(addr)
+		err = fmt.Errorf("agent: enroll at %s: %w", addr, err)
+		a.journalBusy("enroll", err, busy)
+		return err
 	}
 	if tpmErr != nil && apierr.FromError(err).Reason == apierr.TPMRequired {
 		// The node needs its TPM and the TPM failed here: not the
@@ -226,6 +234,18 @@ func (a *Agent) pick() string {
 	addr := a.cfg.JournalAddrs[a.next%len(a.cfg.JournalAddrs)]
 	a.next++
 	return addr
+}
+
+// stay makes the next pick addr again: the journal answered busy and named
+// when to come back, and coming back there keeps the place its
+// reservation schedule gave this node.
+func (a *Agent) stay(addr string) {
+	for i, j := range a.cfg.JournalAddrs {
+		if j == addr {
+			a.next = i
+			return
+		}
+	}
 }
 
 func (a *Agent) explainRefusal(err error) error {

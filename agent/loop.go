@@ -23,6 +23,7 @@ import (
 type retry struct {
 	attempt   int
 	notBefore time.Time
+	busy      bool // notBefore is a journal's busy answer (deferred)
 }
 
 func (r *retry) due(now time.Time) bool { return !now.Before(r.notBefore) }
@@ -162,10 +163,14 @@ func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 				// (on the new clock: now was taken on the old one).
 				return a.cfg.Clock.Now(), nil
 			default:
-				s.connect.failed(a, err, 0)
+				if busy, ok := busyOf(err); ok {
+					s.connect.deferred(a, busy)
+				} else {
+					s.connect.failed(a, err, 0)
+				}
 			}
 		}
-		if s.connect.attempt > 0 {
+		if s.connect.attempt > 0 || s.connect.busy {
 			later(s.connect.notBefore)
 		}
 	}
@@ -180,7 +185,11 @@ func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 				if errors.Is(err, errBridged) && s.rebased() {
 					return a.cfg.Clock.Now(), nil
 				}
-				s.enroll.failed(a, err, 0)
+				if busy, ok := busyOf(err); ok {
+					s.enroll.deferred(a, busy)
+				} else {
+					s.enroll.failed(a, err, 0)
+				}
 			} else {
 				s.enroll, s.connect = retry{}, retry{}
 				return now, nil
@@ -219,7 +228,11 @@ func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 					return a.cfg.Clock.Now(), nil
 				}
 				a.dropRefusedJournalIdentity(want, err)
-				s.upgrade.failed(a, err, 0)
+				if busy, ok := busyOf(err); ok {
+					s.upgrade.deferred(a, busy)
+				} else {
+					s.upgrade.failed(a, err, 0)
+				}
 			}
 			later(s.upgrade.notBefore)
 		}
@@ -272,7 +285,12 @@ func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 					return a.cfg.Clock.Now(), nil
 				}
 				a.dropRefusedJournalIdentity(id, err)
-				if apierr.FromError(err).RetryAfter > 0 {
+				if busy, ok := busyOf(err); ok {
+					// The new channel's journal answered busy: back at
+					// the time it named, the backoff not grown.
+					s.lastRenew = time.Time{}
+					s.renew.deferred(a, busy)
+				} else if apierr.FromError(err).RetryAfter > 0 {
 					// The journal said when to come back (it is busy, or
 					// rate-limits this source): its retry-after, with the
 					// backoff's jitter and growth, paces the next attempt,
@@ -352,6 +370,11 @@ func (a *Agent) connect(ctx context.Context) error {
 		if revoked(err) {
 			return fmt.Errorf("%w: %w", ErrRefused, err)
 		}
+		if _, ok := busyOf(err); ok {
+			// The journal is busy whichever identity comes: the rotator
+			// goes back to it, at the time it named (step).
+			return err
+		}
 		a.dropRefusedJournalIdentity(id, err)
 		if first == nil {
 			first = err
@@ -368,13 +391,16 @@ func (a *Agent) connect(ctx context.Context) error {
 func (a *Agent) swapTo(ctx context.Context, op string, id *identity.Identity) error {
 	a.metrics.attempts.Inc()
 	if err := a.rot.Swap(ctx, id); err != nil {
-		if ctx.Err() == nil {
+		if busy, ok := busyOf(err); ok {
+			a.journalBusy(op, err, busy)
+		} else if ctx.Err() == nil {
 			a.fail(op, err, id)
 		}
 		a.attempted(op, err)
 		return err
 	}
 	a.attempted(op, nil)
+	a.notBusy()
 	a.rotated()
 	return nil
 }

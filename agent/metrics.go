@@ -14,6 +14,7 @@ type metrics struct {
 	reg      *prometheus.Registry
 	attempts prometheus.Counter
 	failures *prometheus.CounterVec
+	busy     prometheus.Counter
 }
 
 // allReasons are pre-set to zero so every failure series exists from the
@@ -36,6 +37,10 @@ func newMetrics(a *Agent) *metrics {
 			Name: "pact_agent_cert_renewal_failures_total",
 			Help: "Failed attempts (as counted by pact_agent_cert_renewal_attempts_total) and failed identity file writes, by classified reason.",
 		}, []string{"reason"}),
+		busy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pact_agent_journal_busy_total",
+			Help: "Attempts a journal answered busy before its TLS handshake, naming when to come back (not failures: the backoff does not grow).",
+		}),
 	}
 	for _, r := range allReasons {
 		m.failures.WithLabelValues(r)
@@ -43,6 +48,7 @@ func newMetrics(a *Agent) *metrics {
 	m.reg.MustRegister(
 		m.attempts,
 		m.failures,
+		m.busy,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "pact_agent_clock_skew_seconds",
 			Help: "This node's clock minus the journal's, as last measured from a journal's answer (positive: the node is ahead).",

@@ -59,7 +59,9 @@ func (a *Agent) renew(ctx context.Context, act *identity.Channel) error {
 		return id, nil
 	})
 	if err != nil {
-		if ctx.Err() == nil {
+		if busy, ok := busyOf(err); ok {
+			a.journalBusy("renew", err, busy)
+		} else if ctx.Err() == nil {
 			a.fail("renew", err, act.Identity())
 		}
 		a.attempted("renew", err)

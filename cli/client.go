@@ -22,6 +22,7 @@ import (
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/version"
+	"github.com/pact-hpc/pact/internal/wire"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -179,6 +180,20 @@ type journalConn struct {
 	conn      *grpc.ClientConn
 	client    pactv1.AdminServiceClient
 	handshake *handshakeLog
+	creds     credentials.TransportCredentials
+}
+
+// dial makes j's connection (lazily: nothing connects until a call).
+func (j *journalConn) dial() error {
+	conn, err := grpc.NewClient("dns:///"+j.addr,
+		grpc.WithTransportCredentials(j.creds),
+		grpc.WithUserAgent("pact-cli/"+version.Get().Version),
+	)
+	if err != nil {
+		return fmt.Errorf("journal address %q: %w", j.addr, err)
+	}
+	j.conn, j.client = conn, pactv1.NewAdminServiceClient(conn)
+	return nil
 }
 
 // journals is an AdminClient that tries each journal address in order. A
@@ -210,18 +225,33 @@ func dialJournals(cfg Config, cred *credential, now func() time.Time) (*journals
 			Time:         now,
 		}
 		log := &handshakeLog{}
-		creds := recordingCreds{TransportCredentials: credentials.NewTLS(tc), log: log}
-		conn, err := grpc.NewClient("dns:///"+addr,
-			grpc.WithTransportCredentials(creds),
-			grpc.WithUserAgent("pact-cli/"+version.Get().Version),
-		)
-		if err != nil {
+		j := &journalConn{addr: addr, handshake: log, creds: recordingCreds{TransportCredentials: credentials.NewTLS(tc), log: log}}
+		if err := j.dial(); err != nil {
 			js.Close()
-			return nil, fmt.Errorf("journal address %q: %w", addr, err)
+			return nil, err
 		}
-		js.conns = append(js.conns, &journalConn{addr: addr, conn: conn, client: pactv1.NewAdminServiceClient(conn), handshake: log})
+		js.conns = append(js.conns, j)
 	}
 	return js, nil
+}
+
+// RedialBusy replaces the connections of journals that answered busy: a
+// gRPC connection whose handshake failed waits out gRPC's own reconnect
+// backoff, failing calls meanwhile with the old error, where the journal
+// named its own time to come back, which the caller has waited.
+func (js *journals) RedialBusy() error {
+	for _, j := range js.conns {
+		var busy *wire.BusyError
+		if !errors.As(j.handshake.get(), &busy) {
+			continue
+		}
+		_ = j.conn.Close()
+		j.handshake.forget()
+		if err := j.dial(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close closes every connection.
@@ -533,6 +563,14 @@ func (l *handshakeLog) set(err error) {
 	l.mu.Unlock()
 }
 
+// forget clears the latest error (a new connection replaces the one it
+// was seen on) without marking a handshake as having succeeded.
+func (l *handshakeLog) forget() {
+	l.mu.Lock()
+	l.err = nil
+	l.mu.Unlock()
+}
+
 func (l *handshakeLog) succeeded() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -552,7 +590,9 @@ type recordingCreds struct {
 }
 
 func (c recordingCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	// A saturated journal answers busy, with a retry-after, in place of
+	// its ServerHello: wire.BusyAware turns that into a *wire.BusyError.
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, wire.BusyAware(raw))
 	if ctx.Err() == nil { // a cancelled dial says nothing about the journal
 		c.log.set(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/backoff"
+	"github.com/pact-hpc/pact/internal/wire"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -31,6 +33,11 @@ const (
 	// at least a retry-after the journal asks for).
 	batchBackoff    = 250 * time.Millisecond
 	batchMaxBackoff = 4 * time.Second
+	// batchBusyRounds bounds how often a chunk waits out every journal's
+	// busy answer (a boot storm saturating their handshakes). Such a wait
+	// is the journal's own retry-after and does not use up batchAttempts:
+	// nothing was refused.
+	batchBusyRounds = 20
 	// progressEvery is the least time between two progress lines.
 	progressEvery = 200 * time.Millisecond
 )
@@ -256,6 +263,7 @@ func (r *batchRun) send() error {
 		}
 	}
 	policy := backoff.Policy{Min: batchBackoff, Max: batchMaxBackoff, Rand: r.a.env.Jitter}
+	busyRounds := 0
 	for attempt := 1; len(todo) > 0; attempt++ {
 		reqs := make([]*pactv1.RegisterNodeRequest, len(todo))
 		for k, i := range todo {
@@ -263,6 +271,27 @@ func (r *batchRun) send() error {
 		}
 		resp, err := r.s.client.RegisterNodes(r.ctx, &pactv1.RegisterNodesRequest{Nodes: reqs})
 		if err != nil {
+			var unreachable *UnreachableError
+			if errors.As(err, &unreachable) && unreachable.Busy() != nil && busyRounds < batchBusyRounds {
+				// Back at the time the journal named, plus a little
+				// jitter; the backoff does not grow.
+				busyRounds++
+				attempt--
+				ra := min(unreachable.Busy().RetryAfter, wire.MaxBusyRetryAfter)
+				draw := r.a.env.Jitter
+				if draw == nil {
+					draw = rand.N[time.Duration]
+				}
+				if err := r.a.env.Sleep(r.ctx, ra+draw(max(ra/20, 20*time.Millisecond))); err != nil {
+					return err
+				}
+				if rd, ok := r.s.client.(interface{ RedialBusy() error }); ok {
+					if err := rd.RedialBusy(); err != nil {
+						return err
+					}
+				}
+				continue
+			}
 			e := apierr.FromError(err)
 			if e.Code != codes.ResourceExhausted || attempt >= batchAttempts {
 				return err

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/wire"
 )
 
 // UsageError reports everything wrong with a command line, found before
@@ -83,6 +84,10 @@ type Attempt struct {
 }
 
 func (a Attempt) reason() string {
+	var busy *wire.BusyError
+	if errors.As(a.Handshake, &busy) {
+		return fmt.Sprintf("busy (boot storm?); it asked to retry after %s", seconds(busy.RetryAfter))
+	}
 	if a.Handshake != nil {
 		return "TLS handshake: " + a.Handshake.Error()
 	}
@@ -117,6 +122,27 @@ func (e *UnreachableError) Error() string {
 		fmt.Fprintf(&b, " %s: %s", at.Addr, at.reason())
 	}
 	return b.String()
+}
+
+// Busy is the shortest retry-after when every journal answered busy (a
+// boot storm saturating their TLS handshakes), nil otherwise.
+func (e *UnreachableError) Busy() *wire.BusyError {
+	var soonest *wire.BusyError
+	for _, at := range e.Attempts {
+		var busy *wire.BusyError
+		if !errors.As(at.Handshake, &busy) {
+			return nil
+		}
+		if soonest == nil || busy.RetryAfter < soonest.RetryAfter {
+			soonest = busy
+		}
+	}
+	return soonest
+}
+
+// seconds renders a retry-after for a person: tenths of a second.
+func seconds(d time.Duration) string {
+	return fmt.Sprintf("%.1f s", d.Seconds())
 }
 
 // Unwrap exposes each address's error.
@@ -299,6 +325,16 @@ func (s *session) explain(a action, err error) error {
 
 func (s *session) explainUnreachable(e *UnreachableError) string {
 	var b strings.Builder
+	if busy := e.Busy(); busy != nil {
+		// Not an outage and not a configuration error: the journals are
+		// up and turned the connection away before any cryptography.
+		word := "journal " + e.addrs() + " is"
+		if len(e.Attempts) > 1 {
+			word = "journals " + e.addrs() + " are"
+		}
+		fmt.Fprintf(&b, "%s busy (boot storm?); retry after %s", word, seconds(busy.RetryAfter))
+		return b.String()
+	}
 	fmt.Fprintf(&b, "cannot reach any journal at %s:", e.addrs())
 	for _, at := range e.Attempts {
 		fmt.Fprintf(&b, "\n  %s: %s", at.Addr, at.reason())

@@ -308,6 +308,10 @@ func (r *Rotator) swap(ctx context.Context, id *Identity, started time.Time) err
 	}
 	if err := r.check(ctx, ch); err != nil {
 		ch.close()
+		var busy *wire.BusyError
+		if errors.As(err, &busy) {
+			r.stay(target)
+		}
 		return err
 	}
 	if err := r.openStream(ctx, ch); err != nil {
@@ -347,6 +351,20 @@ func (r *Rotator) target(active *Channel) string {
 	t := r.cfg.Targets[r.next%len(r.cfg.Targets)]
 	r.next++
 	return t
+}
+
+// stay makes the next new channel go to target again: it answered busy
+// (internal/wire) and named when to come back, and coming back there keeps
+// the place its reservation schedule gave this node. The caller waits.
+func (r *Rotator) stay(target string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, t := range r.cfg.Targets {
+		if t == target {
+			r.next = i
+			return
+		}
+	}
 }
 
 func (r *Rotator) dial(id *Identity, target string) (*Channel, error) {
@@ -773,9 +791,10 @@ func NewClientCredentials(cfg *tls.Config) *ClientCredentials {
 	return &ClientCredentials{TransportCredentials: credentials.NewTLS(cfg), rec: &handshakeRecord{}}
 }
 
-// ClientHandshake performs the TLS handshake and records its outcome.
+// ClientHandshake performs the TLS handshake and records its outcome. A
+// journal's busy answer (internal/wire) ends it with a *wire.BusyError.
 func (c *ClientCredentials) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, wire.BusyAware(raw))
 	c.rec.mu.Lock()
 	c.rec.err = err
 	c.rec.mu.Unlock()

@@ -182,6 +182,15 @@ func (h *holdClose) Close() error {
 	return h.Conn.Close()
 }
 
+// CloseWrite half-closes the connection underneath (a busy answer is
+// delivered so), which a held Close does not.
+func (h *holdClose) CloseWrite() error {
+	if cw, ok := h.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 func (h *holdClose) release() {
 	h.mu.Lock()
 	h.hold = false

@@ -256,5 +256,12 @@ func FromError(err error) *Error {
 			out.RetryAfter = v.GetRetryDelay().AsDuration()
 		}
 	}
+	// A retry-after given before any gRPC status could be: a journal's
+	// busy answer to the ClientHello (internal/wire.BusyError), which
+	// identity.ClientCredentials.Explain puts into the UNAVAILABLE error.
+	var hint interface{ RetryHint() time.Duration }
+	if out.RetryAfter == 0 && errors.As(err, &hint) {
+		out.RetryAfter = hint.RetryHint()
+	}
 	return out
 }

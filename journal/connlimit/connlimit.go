@@ -12,19 +12,29 @@
 // caller sets it as the connection's deadline) closes them. Only a client
 // whose ClientHello has arrived takes a handshake slot (a TLS handshake is
 // the largest CPU cost of a connection, PERFORMANCE.md); when every slot
-// is taken it waits a moment for one, costing no CPU, and is then closed,
-// to retry with jitter.
+// is taken it waits for one, costing no CPU: the queue is what carries a
+// boot storm, handshakes going at the speed of the CPU, in turn. A client
+// the queue cannot serve in time (its predicted wait, clients queued ahead
+// over the handshake rate this limiter measures, is beyond
+// HandshakeQueueWait, or its wait runs out) is answered busy: a short line
+// naming when to come back (internal/wire), written before any
+// cryptography, from a reservation schedule that spreads the returns at
+// the rate the journal serves them. A client told to wait holds nothing on
+// the journal.
 package connlimit
 
 import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pact-hpc/pact/internal/clock"
 )
 
 // Errors. A refused connection is closed; these reach the caller's log.
@@ -35,6 +45,19 @@ var (
 	// ErrNotTLS: the first bytes were not a TLS handshake record.
 	ErrNotTLS = errors.New("connlimit: the client did not start a TLS handshake")
 )
+
+// BusyError is Admit's refusal: no handshake slot soon enough; the client
+// is to come back after RetryAfter. errors.Is(err, ErrHandshakesBusy) holds.
+type BusyError struct {
+	RetryAfter time.Duration
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("%v: answered busy, retry after %v", ErrHandshakesBusy, e.RetryAfter)
+}
+
+// Is makes a BusyError an ErrHandshakesBusy.
+func (e *BusyError) Is(target error) bool { return target == ErrHandshakesBusy }
 
 // Config configures a Limiter.
 type Config struct {
@@ -59,9 +82,21 @@ type Config struct {
 	// in turn, while the waiting clients cost no CPU; a client closed
 	// instead retries with a backoff that grows with every refusal, and a
 	// storm's tail grows with it (docs/benchmarks.md: 10,000 agents took
-	// 94 s to all stream with a 1 s wait, 44 s with 8 s). Zero closes it
-	// at once.
+	// 94 s to all stream with a 1 s wait, 44 s with 8 s). On the gRPC
+	// port (Admit) a client whose predicted wait is longer is answered
+	// busy at once, and so is one that has waited this long; a queue
+	// shorter than this, tried as a target, paced clients below what the
+	// journal could serve (docs/benchmarks.md, the busy answer). On the
+	// Raft port (AcquireHandshake) a client waits this long and is then
+	// closed. Zero queues nobody.
 	HandshakeQueueWait time.Duration
+
+	// Clock decides the rate windows, the queue's hard bound and the
+	// retry-afters; nil is the system clock. For tests.
+	Clock clock.Clock
+	// Jitter draws a uniform duration in [0, n); nil is math/rand. For
+	// tests.
+	Jitter func(n time.Duration) time.Duration
 }
 
 // DefaultConfig returns the defaults: 32 connections per source address,
@@ -100,11 +135,14 @@ func (c Config) Validate() error {
 
 // Stats counts what a Limiter refused, for metrics.
 type Stats struct {
-	Open             int    // connections open now
-	Handshakes       int    // handshakes in progress now
-	RefusedPerSource uint64 // closed in Accept: the source held its cap
-	RefusedTotal     uint64 // closed in Accept: MaxConns open
-	RefusedBusy      uint64 // closed at ClientHello: no handshake slot within HandshakeQueueWait
+	Open             int     // connections open now
+	Handshakes       int     // handshakes in progress now
+	RefusedPerSource uint64  // closed in Accept: the source held its cap
+	RefusedTotal     uint64  // closed in Accept: MaxConns open
+	RefusedBusy      uint64  // closed at ClientHello: no handshake slot within HandshakeQueueWait (AcquireHandshake, the Raft port)
+	Deferred         uint64  // answered busy at ClientHello, with a retry-after (Admit, the gRPC port)
+	Queued           int     // clients waiting for a handshake slot now (Admit)
+	Rate             float64 // handshakes per second the limiter counts on: MaxHandshakes over the mean time a handshake holds its slot
 }
 
 // Limiter applies one Config to one listener (and the handshakes of its
@@ -117,7 +155,17 @@ type Limiter struct {
 	perSource map[netip.Addr]int
 	open      int
 
-	refusedSource, refusedTotal, refusedBusy atomic.Uint64
+	refusedSource, refusedTotal, refusedBusy, deferred atomic.Uint64
+
+	clock  clock.Clock
+	jitter func(time.Duration) time.Duration
+	// The admission queue (Admit), under qmu.
+	qmu        sync.Mutex
+	queued     int           // clients waiting for a slot
+	held       time.Duration // moving mean of how long a handshake holds its slot
+	fastest    time.Duration // the least held has been within fastestWindow
+	fastestAt  time.Time     // when fastest was seen
+	nextReturn time.Time     // the next free place in the reservation schedule
 }
 
 // New returns a Limiter. It copies cfg.
@@ -125,7 +173,16 @@ func New(cfg Config) (*Limiter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Limiter{cfg: cfg, handshakes: make(chan struct{}, cfg.MaxHandshakes), perSource: map[netip.Addr]int{}}, nil
+	l := &Limiter{cfg: cfg, handshakes: make(chan struct{}, cfg.MaxHandshakes), perSource: map[netip.Addr]int{},
+		clock: cfg.Clock, jitter: cfg.Jitter, held: initialHeld, fastest: initialHeld}
+	if l.clock == nil {
+		l.clock = clock.Real{}
+	}
+	l.fastestAt = l.clock.Now()
+	if l.jitter == nil {
+		l.jitter = func(n time.Duration) time.Duration { return rand.N(n) }
+	}
+	return l, nil
 }
 
 // Config returns the limiter's configuration.
@@ -136,12 +193,18 @@ func (l *Limiter) Stats() Stats {
 	l.mu.Lock()
 	open := l.open
 	l.mu.Unlock()
+	l.qmu.Lock()
+	queued, rate := l.queued, l.rateLocked()
+	l.qmu.Unlock()
 	return Stats{
 		Open:             open,
 		Handshakes:       len(l.handshakes),
 		RefusedPerSource: l.refusedSource.Load(),
 		RefusedTotal:     l.refusedTotal.Load(),
 		RefusedBusy:      l.refusedBusy.Load(),
+		Deferred:         l.deferred.Load(),
+		Queued:           queued,
+		Rate:             rate,
 	}
 }
 
@@ -268,7 +331,7 @@ func AwaitHello(c net.Conn) (net.Conn, error) {
 func (l *Limiter) AcquireHandshake() (release func(), err error) {
 	select {
 	case l.handshakes <- struct{}{}:
-		return l.releaser(), nil
+		return l.releaser(l.clock.Now()), nil
 	default:
 	}
 	if l.cfg.HandshakeQueueWait > 0 {
@@ -276,7 +339,7 @@ func (l *Limiter) AcquireHandshake() (release func(), err error) {
 		defer t.Stop()
 		select {
 		case l.handshakes <- struct{}{}:
-			return l.releaser(), nil
+			return l.releaser(l.clock.Now()), nil
 		case <-t.C:
 		}
 	}
@@ -284,9 +347,16 @@ func (l *Limiter) AcquireHandshake() (release func(), err error) {
 	return nil, ErrHandshakesBusy
 }
 
-func (l *Limiter) releaser() func() {
+// releaser gives back a slot taken at start and counts how long it was
+// held.
+func (l *Limiter) releaser(start time.Time) func() {
 	var once sync.Once
-	return func() { once.Do(func() { <-l.handshakes }) }
+	return func() {
+		once.Do(func() {
+			<-l.handshakes
+			l.finished(l.clock.Now().Sub(start))
+		})
+	}
 }
 
 // prefixConn replays bytes already read before reading from the

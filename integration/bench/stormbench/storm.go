@@ -66,6 +66,14 @@ func (w *work) add(o work) {
 // so the key is priced with the enrollment that succeeds.
 func attemptWork(op string, err error) work {
 	deadline := err != nil && apierr.FromError(err).Code == codes.DeadlineExceeded
+	if answeredBusy(err) {
+		if op == "renew" && !strings.Contains(err.Error(), "RenewCert at ") {
+			// RenewCert answered (a key, a signature); the new
+			// channel's journal answered busy, before any handshake.
+			return work{keygen: 1, sign: 1}
+		}
+		return work{}
+	}
 	if closedUnshaken(err) {
 		return work{}
 	}
@@ -96,6 +104,15 @@ func attemptWork(op string, err error) work {
 	return work{mtls: 1} // connect, upgrade, fallback: a new channel
 }
 
+// answeredBusy reports a journal's busy answer (internal/wire): it had no
+// handshake slot soon enough and named when to come back, before any
+// crypto on either side but the client's key share. Not a failure: the
+// agent comes back when told, without growing its backoff.
+func answeredBusy(err error) bool {
+	var busy *wire.BusyError
+	return errors.As(err, &busy)
+}
+
 // closedUnshaken reports a connection the journal closed before it
 // answered the ClientHello: it had no handshake slot free for it within
 // --handshake-queue-wait (journal --max-handshakes). No crypto was done
@@ -123,6 +140,7 @@ type benchAgent struct {
 	serial     string    // the serial of the latest live channel
 	before     string    // the serial before the renewal storm
 	attempts   int
+	busy       int // attempts a journal answered busy
 	byOp       map[string]int
 	failures   map[string]int
 	examples   map[string]string // one error message per failure label
@@ -152,7 +170,7 @@ func (a *benchAgent) reset(kind stormKind, onFinished func(held bool)) {
 	a.kind, a.onFinished = kind, onFinished
 	a.arrival, a.activeAt, a.streamAt = time.Time{}, time.Time{}, time.Time{}
 	a.before = a.serial
-	a.attempts, a.byOp, a.failures, a.examples = 0, map[string]int{}, map[string]int{}, map[string]string{}
+	a.attempts, a.busy, a.byOp, a.failures, a.examples = 0, 0, map[string]int{}, map[string]int{}, map[string]string{}
 	a.wasted, a.spent, a.err, a.finished, a.held, a.abandoned = work{}, work{}, nil, false, false, false
 }
 
@@ -178,6 +196,10 @@ func (a *benchAgent) onAttempt(op string, err error) {
 	a.byOp[op]++
 	w := attemptWork(op, err)
 	a.spent.add(w)
+	if answeredBusy(err) {
+		a.busy++
+		return
+	}
 	if err != nil {
 		a.wasted.add(w)
 		pe := apierr.FromError(err)
@@ -240,6 +262,7 @@ type stormResult struct {
 	attempts     int
 	byOp         map[string]int
 	failedTries  int
+	busy         int // attempts answered busy (not failures, not in failures)
 	maxAttempt   int
 	failures     map[string]int
 	examples     map[string]string // one error message per failure label
@@ -257,6 +280,9 @@ type stormResult struct {
 	// journalClosed is pact_journal_connections_refused_total during the
 	// storm: connections the journals closed before their handshake.
 	journalClosed int
+	// journalBusy is pact_journal_connections_busy_total during the
+	// storm: connections the journals answered busy, with a retry-after.
+	journalBusy int
 }
 
 func (r *stormResult) pct(p float64) time.Duration { return percentile(r.lat, p) }
@@ -529,6 +555,7 @@ type agentRecord struct {
 	Serial    string            `json:"serial,omitempty"`
 	Before    string            `json:"before,omitempty"`
 	Attempts  int               `json:"attempts"`
+	Busy      int               `json:"busy,omitempty"`
 	ByOp      map[string]int    `json:"by_op,omitempty"`
 	Failures  map[string]int    `json:"failures,omitempty"`
 	Examples  map[string]string `json:"examples,omitempty"`
@@ -548,7 +575,7 @@ func (a *benchAgent) record() agentRecord {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r := agentRecord{Idx: a.idx, Arrival: a.arrival, ActiveAt: a.activeAt, StreamAt: a.streamAt,
-		Serial: a.serial, Before: a.before, Attempts: a.attempts,
+		Serial: a.serial, Before: a.before, Attempts: a.attempts, Busy: a.busy,
 		ByOp: maps.Clone(a.byOp), Failures: maps.Clone(a.failures), Examples: maps.Clone(a.examples),
 		Wasted: a.wasted, Spent: a.spent, Failed: a.err != nil, Abandoned: a.abandoned}
 	if a.err != nil {
@@ -611,6 +638,7 @@ func aggregate(res *stormResult, recs []agentRecord, t0 time.Time) {
 	for i := range recs {
 		r := &recs[i]
 		res.attempts += r.Attempts
+		res.busy += r.Busy
 		res.maxAttempt = max(res.maxAttempt, r.Attempts)
 		for k, v := range r.ByOp {
 			res.byOp[k] += v

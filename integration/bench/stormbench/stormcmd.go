@@ -434,6 +434,7 @@ func runOneStorm(c *cluster, lg loadgen, kind stormKind, idxs []int, f stormFlag
 	leadersBefore := c.countInLogs(leaderRE)
 	e0, r0 := c.enrollCounters()
 	closed0 := c.sumMetric("pact_journal_connections_refused_total")
+	busy0 := c.sumMetric("pact_journal_connections_busy_total")
 	var perf *exec.Cmd
 	if f.perf {
 		perf = startPerf(c.pids(), filepath.Join(dir, "perf-"+kind.String()+".data"))
@@ -461,6 +462,7 @@ func runOneStorm(c *cluster, lg loadgen, kind stormKind, idxs []int, f stormFlag
 	}
 	e1, r1 := c.enrollCounters()
 	res.journalClosed = int(c.sumMetric("pact_journal_connections_refused_total") - closed0)
+	res.journalBusy = int(c.sumMetric("pact_journal_connections_busy_total") - busy0)
 	res.leaderChange = c.countInLogs(leaderRE) - leadersBefore
 	res.journalCount = map[string]float64{}
 	a, b := e0, e1
@@ -472,8 +474,8 @@ func runOneStorm(c *cluster, lg loadgen, kind stormKind, idxs []int, f stormFlag
 			res.journalCount[k] = d
 		}
 	}
-	logf("%s storm: %d streaming, %d failed (%d abandoned) in %.2fs (%.0f/s), p50 %.0f ms, p99 %.0f ms from arrival; attempts %v; journals answered %v and closed %d connections before their handshake; failed attempts %v; leader changes %d; other processes used %.0f%% of the machine meanwhile",
-		kind, res.ok, res.failed, res.abandoned, res.wall.Seconds(), res.perSec, ms(res.pct(0.50)), ms(res.pct(0.99)), res.byOp, res.journalCount, res.journalClosed, res.failures, res.leaderChange, 100*res.others)
+	logf("%s storm: %d streaming, %d failed (%d abandoned) in %.2fs (%.0f/s), p50 %.0f ms, p99 %.0f ms from arrival; attempts %v; journals answered %v, answered %d connections busy (agents saw %d) and closed %d before their handshake; failed attempts %v; leader changes %d; other processes used %.0f%% of the machine meanwhile",
+		kind, res.ok, res.failed, res.abandoned, res.wall.Seconds(), res.perSec, ms(res.pct(0.50)), ms(res.pct(0.99)), res.byOp, res.journalCount, res.journalBusy, res.busy, res.journalClosed, res.failures, res.leaderChange, 100*res.others)
 	for _, e := range res.firstErrs {
 		logf("  failed: %s", e)
 	}
@@ -651,6 +653,8 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		"attempts_by_kind":                e.byOp,
 		"failed_attempts":                 e.failedTries,
 		"journal_closed_before_handshake": e.journalClosed,
+		"journal_busy_answers":            e.journalBusy,
+		"busy_attempts":                   e.busy,
 		"max_attempts_one_agent":          e.maxAttempt,
 		"failures":                        e.failures,
 		"cpu_ms_per_agent":                round(ms(e.cpuPerOp()), 3),
@@ -690,6 +694,8 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		js["renew_attempts"] = r.attempts
 		js["renew_failed_attempts"] = r.failedTries
 		js["renew_journal_closed_before_handshake"] = r.journalClosed
+		js["renew_journal_busy_answers"] = r.journalBusy
+		js["renew_busy_attempts"] = r.busy
 		js["renew_wasted_cpu_share"] = round(rws, 4)
 		js["renew_wasted_cpu_share_crypto"] = round(rwsMin, 4)
 		js["cpu_ms_per_renew"] = round(ms(r.cpuPerOp()), 3)

@@ -1,0 +1,165 @@
+package connlimit
+
+import (
+	"time"
+)
+
+// Admission on the gRPC port: the queue carries a storm; a busy answer,
+// with a retry-after, goes to a client the queue cannot serve in time.
+//
+// A queue is closed-loop: a freed slot is taken at once by the next
+// client, so the CPU never waits for a client that is not there. A
+// retry-after is open-loop: it is a forecast, and a client told to come
+// back too late leaves the CPU idle meanwhile. Forecasts are worst exactly
+// when they are made most: at the start of a storm the journal shares its
+// CPU with the storm's other work (a renewal storm's signing and Raft
+// writes), handshakes hold their slots for long, and the rate measured
+// then is a fraction of what the journal serves a few seconds later.
+// Measured: a journal that answered busy whenever the predicted wait
+// passed 1 s took twice as long to carry 10,000 agents as one that only
+// queued; one that queued up to 8 s but booked returns up to a minute
+// ahead carried the renewal storm in 85 s instead of 35-50 s, the CPU
+// idle for half of it (docs/benchmarks.md). So:
+//
+//   - a client is answered busy at once only if it could not be served
+//     within HandshakeQueueWait even at the fastest rate the journal has
+//     shown in the last minute: a client the queue would surely close.
+//     Every other client queues (measured: answering busy at once beyond
+//     twice the wait predicted at the present rate still turned away
+//     thousands of renewal channels the queue would have served);
+//   - a queued client that has waited HandshakeQueueWait is answered busy
+//     (before the busy answer it was closed, to retry with a backoff);
+//   - nobody is told to come back later than HandshakeQueueWait: a
+//     returning client that finds the queue still long is answered again,
+//     which costs a connection and a ClientHello, no cryptography.
+//
+// The rate is Little's law over the slots: MaxHandshakes over the moving
+// mean of how long a handshake holds its slot. It needs no window and
+// cannot be talked down by the busy answers themselves (a count of
+// handshakes finished per second, tried first, measured the journal's own
+// throttle once busy answers paced the clients). While the slots are not
+// all taken the mean is a pure handshake's time and the rate too high;
+// that errs towards queueing, the safe side.
+//
+// A reservation schedule spreads the returns: each busy answer books the
+// next free place, no earlier than when the queue ahead of it should be
+// down to half of HandshakeQueueWait, and moves the schedule on by one
+// handshake time (1/rate). Once the schedule reaches HandshakeQueueWait
+// ahead, answers are spread uniformly over its second half instead. A
+// thousand clients answered in the same second come back over the seconds
+// the journal needs, not all at once.
+
+const (
+	// initialHeld is the first guess at how long a handshake holds its
+	// slot, before any has finished: short, so that the first clients of
+	// a storm queue rather than bounce.
+	initialHeld = 100 * time.Millisecond
+	// heldWeight is the moving mean's weight for the newest handshake:
+	// 1/heldWeight.
+	heldWeight = 16
+	// maxRetryAfterNoQueue is the horizon of a journal configured to
+	// queue nobody (HandshakeQueueWait 0).
+	maxRetryAfterNoQueue = time.Minute
+	// fastestWindow is how long the fastest rate seen counts as what the
+	// journal can do.
+	fastestWindow = time.Minute
+	// minJitter is the least jitter added to a retry-after, so clients
+	// booked into the same place do not return in the same millisecond.
+	minJitter = 20 * time.Millisecond
+	// jitterShare is the jitter's share of a longer retry-after.
+	jitterShare = 20 // 1/20: 5 %
+)
+
+// Admit takes a handshake slot for a client whose ClientHello has arrived:
+// at once if one is free, else after a wait in the queue, up to
+// HandshakeQueueWait. A client that would wait longer even at the fastest
+// rate of the last minute, or that has waited that long, gets a
+// *BusyError with the retry-after to answer. release gives the slot back when the handshake is over.
+func (l *Limiter) Admit() (release func(), err error) {
+	select {
+	case l.handshakes <- struct{}{}:
+		return l.releaser(l.clock.Now()), nil
+	default:
+	}
+	now := l.clock.Now()
+	l.qmu.Lock()
+	n := l.queued + 1
+	if l.cfg.HandshakeQueueWait <= 0 || l.bestWaitLocked(n) > l.cfg.HandshakeQueueWait {
+		busy := l.deferLocked(now, l.waitLocked(n))
+		l.qmu.Unlock()
+		return nil, busy
+	}
+	l.queued++
+	l.qmu.Unlock()
+
+	t := l.clock.NewTimer(l.cfg.HandshakeQueueWait)
+	defer t.Stop()
+	select {
+	case l.handshakes <- struct{}{}:
+		l.qmu.Lock()
+		l.queued--
+		l.qmu.Unlock()
+		return l.releaser(l.clock.Now()), nil
+	case <-t.C():
+	}
+	now = l.clock.Now()
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	l.queued--
+	return nil, l.deferLocked(now, l.waitLocked(l.queued+1))
+}
+
+// finished counts a handshake that held its slot for held.
+func (l *Limiter) finished(held time.Duration) {
+	now := l.clock.Now()
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	l.held += (held - l.held) / heldWeight
+	if l.held < time.Millisecond {
+		l.held = time.Millisecond
+	}
+	if l.held <= l.fastest || now.Sub(l.fastestAt) > fastestWindow {
+		l.fastest, l.fastestAt = l.held, now
+	}
+}
+
+// bestWaitLocked predicts how long the n-th client in the queue waits at
+// the fastest rate of the last minute: the least it can wait.
+func (l *Limiter) bestWaitLocked(n int) time.Duration {
+	return time.Duration(n) * l.fastest / time.Duration(l.cfg.MaxHandshakes)
+}
+
+// rateLocked is the handshakes per second the slots serve.
+func (l *Limiter) rateLocked() float64 {
+	return float64(l.cfg.MaxHandshakes) / l.held.Seconds()
+}
+
+// waitLocked predicts how long the n-th client in the queue waits.
+func (l *Limiter) waitLocked(n int) time.Duration {
+	return time.Duration(float64(n) / l.rateLocked() * float64(time.Second))
+}
+
+// deferLocked answers a client whose predicted wait is wait: it books the
+// next free place in the reservation schedule no earlier than when the
+// queue ahead of it should be down to half of HandshakeQueueWait, and no
+// later than HandshakeQueueWait from now (past that, a uniform draw over
+// the second half of HandshakeQueueWait; a minute where nobody queues).
+func (l *Limiter) deferLocked(now time.Time, wait time.Duration) *BusyError {
+	l.deferred.Add(1)
+	horizon := l.cfg.HandshakeQueueWait
+	if horizon <= 0 {
+		// No queue to come back to: the forecast itself, within a
+		// minute.
+		horizon = maxRetryAfterNoQueue
+	}
+	at := now.Add(min(max(wait-l.cfg.HandshakeQueueWait/2, 0), horizon))
+	if l.nextReturn.After(at) {
+		at = l.nextReturn
+	}
+	retry := at.Sub(now)
+	if retry > horizon {
+		return &BusyError{RetryAfter: horizon/2 + l.jitter(horizon/2)}
+	}
+	l.nextReturn = at.Add(time.Duration(float64(time.Second) / l.rateLocked()))
+	return &BusyError{RetryAfter: retry + l.jitter(max(retry/jitterShare, minJitter))}
+}

@@ -1,0 +1,286 @@
+package connlimit_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/clock/fakeclock"
+	"github.com/pact-hpc/pact/journal/connlimit"
+)
+
+const ms = time.Millisecond
+
+func noJitter(time.Duration) time.Duration { return 0 }
+
+// admitLimiter is a limiter on a fake clock with one handshake slot
+// (initial rate: 10 handshakes a second, 100 ms each).
+func admitLimiter(t *testing.T, fc *fakeclock.Clock, jitter func(time.Duration) time.Duration, mutate func(*connlimit.Config)) *connlimit.Limiter {
+	return newLimiter(t, func(c *connlimit.Config) {
+		c.MaxHandshakes = 1
+		c.Clock, c.Jitter = fc, jitter
+		mutate(c)
+	})
+}
+
+func busyAfter(t *testing.T, err error) time.Duration {
+	t.Helper()
+	var busy *connlimit.BusyError
+	if !errors.As(err, &busy) || !errors.Is(err, connlimit.ErrHandshakesBusy) {
+		t.Fatalf("Admit: %v, want a BusyError", err)
+	}
+	return busy.RetryAfter
+}
+
+// A client queues unless even the fastest rate of the last minute could
+// not serve it within HandshakeQueueWait; the next is answered busy at
+// once, told to come back (at the present rate) when the queue ahead of it
+// should be down to half of HandshakeQueueWait, and no later than
+// HandshakeQueueWait.
+func TestAdmitQueuesWhatItCouldServeAtItsFastest(t *testing.T) {
+	fc := fakeclock.New(time.Unix(1e9, 0))
+	l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = time.Second })
+	// One slow handshake, 1.7 s: the moving mean goes from 100 ms to
+	// 200 ms (5/s); the fastest of the last minute stays 100 ms (10/s).
+	slow, err := l.Admit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.Advance(1700 * ms)
+	slow()
+	held, err := l.Admit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// At 10/s ten clients could be served within 1 s: they queue.
+	got := make(chan error, 10)
+	for range 10 {
+		go func() {
+			r, err := l.Admit()
+			if err == nil {
+				r()
+			}
+			got <- err
+		}()
+	}
+	if !fc.WaitForTimers(10, 30*time.Second) {
+		t.Fatalf("ten clients did not queue: %+v", l.Stats())
+	}
+	if st := l.Stats(); st.Queued != 10 || st.Deferred != 0 || st.Rate != 5 {
+		t.Fatalf("stats %+v, want 10 queued, none answered busy, a rate of 5/s", st)
+	}
+	// The eleventh could not be served within 1 s even at 10/s: busy.
+	// At 5/s it would wait 2.2 s; less half the queue wait, 1.7 s; no
+	// later than the queue wait: 1 s.
+	_, err = l.Admit()
+	if ra := busyAfter(t, err); ra != time.Second {
+		t.Fatalf("retry-after %v, want 1s (the queue wait)", ra)
+	}
+	// The slot freed goes to the queue, one after another.
+	held()
+	for range 10 {
+		if err := <-got; err != nil {
+			t.Fatalf("a queued client: %v", err)
+		}
+	}
+	if st := l.Stats(); st.Queued != 0 || st.Handshakes != 0 || st.Deferred != 1 {
+		t.Fatalf("stats %+v, want nothing queued or in progress, one busy answer", st)
+	}
+}
+
+// The fastest rate counts for a minute: after that the present one
+// decides who queues.
+func TestAdmitForgetsTheFastestRateAfterAMinute(t *testing.T) {
+	fc := fakeclock.New(time.Unix(1e9, 0))
+	l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = time.Second })
+	slow, err := l.Admit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.Advance(1700 * ms)
+	slow() // mean 200 ms, fastest 100 ms
+	fc.Advance(time.Minute)
+	r, err := l.Admit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.Advance(200 * ms)
+	r() // mean 200 ms still; the fastest of the last minute is that
+	held, err := l.Admit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held()
+	// At 5/s five clients could be served within 1 s.
+	for range 5 {
+		go func() {
+			if r, err := l.Admit(); err == nil {
+				r()
+			}
+		}()
+	}
+	if !fc.WaitForTimers(5, 30*time.Second) {
+		t.Fatalf("five clients did not queue: %+v", l.Stats())
+	}
+	if _, err := l.Admit(); err == nil {
+		t.Fatal("a sixth client got a slot")
+	} else {
+		busyAfter(t, err)
+	}
+	fc.Advance(time.Second) // the five are answered busy and return
+}
+
+// Busy answers book places in a reservation schedule one handshake time
+// (1/rate) apart, so the clients told to wait come back spread at the rate
+// the journal serves; past the horizon (a minute where nobody queues) they
+// are spread uniformly over its second half.
+func TestAdmitReservationScheduleSpreadsReturnsUpToTheHorizon(t *testing.T) {
+	fc := fakeclock.New(time.Unix(1e9, 0))
+	l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = 0 })
+	held, err := l.Admit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held()
+	prev := time.Duration(0)
+	beyond := 0
+	for i := range 700 {
+		_, err := l.Admit()
+		ra := busyAfter(t, err)
+		switch {
+		case ra == 30*time.Second && i >= 600:
+			beyond++
+		case i == 0 && ra != 100*ms:
+			t.Fatalf("first answer %v, want 100ms (one handshake at 10/s)", ra)
+		case i > 0 && ra-prev != 100*ms:
+			t.Fatalf("answer %d: %v after %v, want the returns 100ms apart", i, ra, prev)
+		}
+		prev = ra
+	}
+	// 0.1 s, 0.2 s ... 60 s, then the horizon's second half (its lowest
+	// draw, with no jitter) from the 601st on.
+	if beyond != 100 {
+		t.Fatalf("%d answers beyond the horizon, want 100", beyond)
+	}
+	// The schedule is in time, not in answers: a second later the next
+	// place is still where it was, a second nearer.
+	fc.Advance(time.Second)
+	if _, err := l.Admit(); busyAfter(t, err) != 59100*ms {
+		t.Fatalf("a second later: %v, want 59.1s", err)
+	}
+	if st := l.Stats(); st.Deferred != 701 {
+		t.Fatalf("stats %+v, want 701 busy answers", st)
+	}
+}
+
+// The jitter is drawn below max(5 % of the retry-after, 20 ms), or over
+// the horizon's second half.
+func TestAdmitJitterBounds(t *testing.T) {
+	var asked []time.Duration
+	highest := func(n time.Duration) time.Duration { asked = append(asked, n); return n - 1 }
+	fc := fakeclock.New(time.Unix(1e9, 0))
+	l := admitLimiter(t, fc, highest, func(c *connlimit.Config) { c.HandshakeQueueWait = 0 })
+	held, err := l.Admit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held()
+	for i := range 650 {
+		_, err := l.Admit()
+		ra := busyAfter(t, err)
+		base, bound := time.Duration(i+1)*100*ms, max(time.Duration(i+1)*5*ms, 20*ms)
+		if i >= 600 { // past the horizon: uniform over its second half
+			base, bound = 30*time.Second, 30*time.Second
+		}
+		if asked[i] != bound || ra != base+bound-1 {
+			t.Fatalf("answer %d: %v with jitter drawn below %v, want %v + below %v", i, ra, asked[i], base, bound)
+		}
+	}
+}
+
+// A queued client that reaches HandshakeQueueWait is answered busy, not
+// closed silently, and told to come back when half a queue wait is left
+// ahead of the back of the queue.
+func TestAdmitQueueWaitAnswersBusy(t *testing.T) {
+	fc := fakeclock.New(time.Unix(1e9, 0))
+	l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = 2 * time.Second })
+	held, err := l.Admit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held()
+	got := make(chan error, 20)
+	for range 20 {
+		go func() {
+			_, err := l.Admit()
+			got <- err
+		}()
+	}
+	if !fc.WaitForTimers(20, 30*time.Second) {
+		t.Fatalf("the clients did not queue: %+v", l.Stats())
+	}
+	fc.Advance(2 * time.Second)
+	// The slot was never freed: all twenty are answered. The first to be
+	// answered sees 19 behind it (2 s at 10/s): back in 1 s, when 1 s of
+	// queue is left; the next ten are booked 100 ms apart after it, up to
+	// the horizon (2 s); the last nine are drawn over 1-2 s (the lowest
+	// draw here, no jitter).
+	var ras []time.Duration
+	for range 20 {
+		ras = append(ras, busyAfter(t, <-got))
+	}
+	slices.Sort(ras)
+	var want []time.Duration
+	for range 9 {
+		want = append(want, time.Second)
+	}
+	for i := range 11 {
+		want = append(want, time.Second+time.Duration(i)*100*ms)
+	}
+	if !slices.Equal(ras, want) {
+		t.Fatalf("answers %v, want %v", ras, want)
+	}
+	if st := l.Stats(); st.Queued != 0 || st.Deferred != 20 || st.RefusedBusy != 0 {
+		t.Fatalf("stats %+v, want twenty busy answers and nothing queued or closed", st)
+	}
+}
+
+// The rate is Little's law over the slots: MaxHandshakes over the moving
+// mean of how long a handshake held its slot (1/16 per handshake).
+func TestAdmitRateFromHowLongHandshakesHoldTheirSlot(t *testing.T) {
+	fc := fakeclock.New(time.Unix(1e9, 0))
+	l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = 0 })
+	if st := l.Stats(); st.Rate != 10 {
+		t.Fatalf("rate before any handshake %v, want 10 (one slot, 100 ms)", st.Rate)
+	}
+	r, err := l.Admit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.Advance(1700 * ms)
+	r()
+	r() // a second release counts nothing
+	// 100 ms + (1700 - 100) ms / 16 = 200 ms: 5 a second.
+	if st := l.Stats(); st.Rate != 5 {
+		t.Fatalf("rate %v, want 5", st.Rate)
+	}
+	// The rate sizes the answers: one handshake at 5/s.
+	r, _ = l.Admit()
+	defer r()
+	if _, err := l.Admit(); busyAfter(t, err) != 200*ms {
+		t.Fatalf("retry-after %v, want 200ms", err)
+	}
+	// Fast handshakes raise it again, down to a floor of 1 ms each.
+	l2 := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = 0 })
+	for range 200 {
+		r, err := l2.Admit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r()
+	}
+	if st := l2.Stats(); st.Rate != 1000 {
+		t.Fatalf("rate after instant handshakes %v, want 1000 (the 1 ms floor)", st.Rate)
+	}
+}
