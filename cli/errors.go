@@ -293,6 +293,12 @@ func (s *session) explain(a action, err error) error {
 			msg += "; " + a.precondition
 		}
 	case codes.ResourceExhausted:
+		if tooLarge(e) {
+			// gRPC's own size limit, on either side: no rate limit, and
+			// waiting will not help.
+			msg = fmt.Sprintf("the answer to %s is larger than one message may be%s; narrow it (pact node list --state, --vcluster) or upgrade the journals and pact to versions that page their answers", a.verb, said)
+			break
+		}
 		retry := "retry in a few seconds"
 		if e.RetryAfter > 0 {
 			retry = "retry in " + e.RetryAfter.Round(time.Millisecond).String()

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 
@@ -54,7 +55,11 @@ func ExitCode(err error) int {
 	if errors.As(err, &unreachable) {
 		return ExitUnavailable
 	}
-	switch apierr.FromError(err).Code {
+	e := apierr.FromError(err)
+	if tooLarge(e) {
+		return ExitInternal // waiting will not help: a version or a fault
+	}
+	switch e.Code {
 	case codes.OK:
 		// A non-nil error that carries no code is still a failure.
 		return ExitInternal
@@ -75,6 +80,12 @@ func ExitCode(err error) int {
 	default: // Unknown, Internal, Unimplemented, DataLoss, Canceled
 		return ExitInternal
 	}
+}
+
+// tooLarge reports gRPC's own message size limit, on either side: a
+// ResourceExhausted that is no rate limit.
+func tooLarge(e *apierr.Error) bool {
+	return e.Code == codes.ResourceExhausted && e.Reason == "" && strings.Contains(e.Message, "message larger than max")
 }
 
 // severity orders exit codes for a batch whose rows failed in different

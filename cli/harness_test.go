@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -189,9 +190,13 @@ type fakeAdmin struct {
 	peers     []*x509.Certificate
 	lastState pactv1.NodeState
 	lastList  *pactv1.ListNodesRequest
-	lastAudit *pactv1.ListAuditRequest
-	lastForce bool
-	fail      error
+	// listPages counts ListNodes answers; stuckToken makes every page
+	// name itself as the next (a journal fault).
+	listPages  int
+	stuckToken bool
+	lastAudit  *pactv1.ListAuditRequest
+	lastForce  bool
+	fail       error
 
 	// streaming nodes hold an open stream: decommission needs force.
 	streaming map[string]bool
@@ -447,6 +452,22 @@ func (f *fakeAdmin) ListNodes(ctx context.Context, req *pactv1.ListNodesRequest)
 			continue
 		}
 		out.Nodes = append(out.Nodes, n)
+	}
+	f.listPages++
+	if size := int(req.GetPageSize()); size > 0 {
+		// Page as a journal does, in node ID order after the token (here
+		// the plain ID; the CLI treats it as opaque), each page at the
+		// next applied index.
+		sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].GetNodeId() < out.Nodes[j].GetNodeId() })
+		rest := out.Nodes[sort.Search(len(out.Nodes), func(i int) bool { return out.Nodes[i].GetNodeId() > req.GetPageToken() }):]
+		out.Nodes = rest[:min(size, len(rest))]
+		if len(rest) > size {
+			out.NextPageToken = out.Nodes[len(out.Nodes)-1].GetNodeId()
+		}
+		if f.stuckToken {
+			out.NextPageToken = "stuck"
+		}
+		out.AppliedIndex += uint64(f.listPages - 1)
 	}
 	return out, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
@@ -591,5 +592,74 @@ func TestJournalHelp(t *testing.T) {
 	code, stdout, _ = runCLI(t, nil, "journal")
 	if code != ExitOK || !strings.Contains(stdout, "status") || !strings.Contains(stdout, "remove") {
 		t.Errorf("exit %d:\n%s", code, stdout)
+	}
+}
+
+// A registry larger than one page is listed page by page: every node
+// once, in order, and the note says which indexes the pages were read at.
+func TestListPagesThroughALargeRegistry(t *testing.T) {
+	clearEnv(t)
+	p := newTestPKI(t)
+	fake := newFakeAdmin()
+	for i := range 2500 {
+		fake.put(&pactv1.Node{NodeId: fmt.Sprintf("node-%05d", i), State: pactv1.NodeState_NODE_STATE_REGISTERED,
+			Hardware: &pactv1.HardwareIdentity{Macs: []string{fmt.Sprintf("52:54:00:00:%02x:%02x", i>>8, i&0xff)}}})
+	}
+	seedQuorum(fake, "j2", time.Now())
+	addr := startJournal(t, p, fake)
+
+	code, stdout, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(addr)...)...)
+	if code != ExitOK || stderr != "served by j2 at indexes 120-122, in 3 pages\n" {
+		t.Fatalf("exit %d stderr %q", code, stderr)
+	}
+	if lines := strings.Split(strings.TrimSpace(stdout), "\n"); len(lines) != 2501 || !strings.HasPrefix(lines[1], "node-00000 ") || !strings.HasPrefix(lines[2500], "node-02499 ") {
+		t.Fatalf("%d lines, want a header and 2500 nodes in order", len(lines))
+	}
+	if got := fake.lastList.GetPageSize(); got != listPageSize {
+		t.Errorf("page size asked %d, want %d", got, listPageSize)
+	}
+	code, stdout, _ = runCLI(t, p, append([]string{"node", "list", "-o", "json"}, p.flags(addr)...)...)
+	var views []NodeView
+	if err := json.Unmarshal([]byte(stdout), &views); code != ExitOK || err != nil || len(views) != 2500 {
+		t.Fatalf("json: exit %d, %d nodes, %v", code, len(views), err)
+	}
+	seen := map[string]bool{}
+	for _, v := range views {
+		if seen[v.NodeID] {
+			t.Fatalf("%s listed twice", v.NodeID)
+		}
+		seen[v.NodeID] = true
+	}
+}
+
+// A journal that hands back a page token already used would list forever:
+// pact stops and says it is a journal fault.
+func TestListStopsOnAPageTokenLoop(t *testing.T) {
+	clearEnv(t)
+	p := newTestPKI(t)
+	fake := newFakeAdmin()
+	seedRegistry(fake)
+	fake.stuckToken = true
+	addr := startJournal(t, p, fake)
+	code, stdout, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(addr)...)...)
+	if code != ExitInternal || stdout != "" || !strings.Contains(stderr, "token of a page already read") || !strings.Contains(stderr, "journal fault") {
+		t.Fatalf("exit %d stdout %q stderr %q", code, stdout, stderr)
+	}
+	if fake.listPages != 2 {
+		t.Errorf("%d pages asked for, want 2", fake.listPages)
+	}
+}
+
+// gRPC's message size limit is a ResourceExhausted with no pact reason:
+// not a rate limit, and no use waiting.
+func TestListAnswerTooLargeIsNotARateLimit(t *testing.T) {
+	clearEnv(t)
+	p := newTestPKI(t)
+	fake := newFakeAdmin()
+	fake.setFail(status.Error(codes.ResourceExhausted, "grpc: received message larger than max (7799738 vs. 4194304)"))
+	addr := startJournal(t, p, fake)
+	code, _, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(addr)...)...)
+	if code != ExitInternal || strings.Contains(stderr, "rate limiting") || !strings.Contains(stderr, "larger than one message may be") || !strings.Contains(stderr, "upgrade") {
+		t.Fatalf("exit %d stderr %q", code, stderr)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
 	"github.com/pact-hpc/pact/internal/hwid"
 	"github.com/pact-hpc/pact/internal/pki"
@@ -326,11 +327,28 @@ func (a *app) list(cmd *cobra.Command, args []string, o listOptions) error {
 	}
 	defer s.close()
 
-	resp, err := s.client.ListNodes(cmd.Context(), &pactv1.ListNodesRequest{State: state, Vcluster: o.vcluster, Unassigned: o.unassigned, Mac: o.mac, BmcSerial: o.bmcSerial})
-	if err != nil {
-		return s.explain(action{verb: "list nodes", help: cmd.CommandPath()}, err)
+	req := &pactv1.ListNodesRequest{State: state, Vcluster: o.vcluster, Unassigned: o.unassigned, Mac: o.mac, BmcSerial: o.bmcSerial, PageSize: listPageSize}
+	var nodes []*pactv1.Node
+	var pages []*pactv1.ListNodesResponse
+	for {
+		resp, err := s.client.ListNodes(cmd.Context(), req, grpc.MaxCallRecvMsgSize(maxListAnswer))
+		if err != nil {
+			return s.explain(action{verb: "list nodes", help: cmd.CommandPath()}, err)
+		}
+		nodes = append(nodes, resp.GetNodes()...)
+		pages = append(pages, resp)
+		next := resp.GetNextPageToken()
+		if next == "" {
+			break
+		}
+		if next == req.GetPageToken() || len(pages) >= maxListPages {
+			msg := fmt.Sprintf("journal %s gave page %d of the list the token of a page already read; this is a journal fault: check the journal's log", printable(resp.GetServedBy()), len(pages))
+			return &hintError{msg: msg, err: errors.New(msg)}
+		}
+		req.PageToken = next
 	}
-	views := nodeViews(resp.GetNodes())
+	resp := servedRange(pages)
+	views := nodeViews(nodes)
 	if s.cfg.Output == outputJSON {
 		return writeJSON(a.env.Stdout, views)
 	}
@@ -366,14 +384,61 @@ func (a *app) list(cmd *cobra.Command, args []string, o listOptions) error {
 	return nil
 }
 
+const (
+	// listPageSize is how many nodes pact node list asks for at a time:
+	// about 260 KB of active nodes, well inside any receive limit.
+	listPageSize = 1000
+	// maxListAnswer is the largest answer pact node list accepts: a
+	// journal from before paging sends every node at once (about 260
+	// bytes each), and 64 MiB holds some 250,000.
+	maxListAnswer = 64 << 20
+	// maxListPages ends a list whose pages do not end (a journal fault):
+	// ten million nodes at the page size.
+	maxListPages = 10000
+)
+
+// listServed is which journals' copies a list came from.
+type listServed struct {
+	by       []string
+	from, to uint64
+	pages    int
+}
+
+func servedRange(pages []*pactv1.ListNodesResponse) listServed {
+	var s listServed
+	seen := map[string]bool{}
+	for i, p := range pages {
+		if b := p.GetServedBy(); b != "" && !seen[b] {
+			seen[b] = true
+			s.by = append(s.by, printable(b))
+		}
+		ix := p.GetAppliedIndex()
+		if i == 0 || ix < s.from {
+			s.from = ix
+		}
+		s.to = max(s.to, ix)
+	}
+	s.pages = len(pages)
+	return s
+}
+
 // servedBy notes on stderr which journal's copy a list came from: a list
-// may lag the leader by a moment, inspect never does. Journals that do not
-// say get no note.
-func (a *app) servedBy(resp *pactv1.ListNodesResponse) {
-	if resp.GetServedBy() == "" {
+// may lag the leader by a moment, inspect never does. A list of several
+// pages was read page by page, not as one snapshot: the note gives the
+// range of indexes. Journals that do not say get no note.
+func (a *app) servedBy(s listServed) {
+	if len(s.by) == 0 {
 		return
 	}
-	fmt.Fprintf(a.env.Stderr, "served by %s at index %d\n", printable(resp.GetServedBy()), resp.GetAppliedIndex())
+	if s.pages <= 1 {
+		fmt.Fprintf(a.env.Stderr, "served by %s at index %d\n", s.by[0], s.to)
+		return
+	}
+	at := fmt.Sprintf("index %d", s.to)
+	if s.from != s.to {
+		at = fmt.Sprintf("indexes %d-%d", s.from, s.to)
+	}
+	fmt.Fprintf(a.env.Stderr, "served by %s at %s, in %d pages\n", strings.Join(s.by, ", "), at, s.pages)
 }
 
 func (a *app) inspectCommand() *cobra.Command {

@@ -261,12 +261,14 @@ func (s *adminServer) ListNodes(_ context.Context, req *pactv1.ListNodesRequest)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	nodes := s.j.fsm.Nodes(fl)
-	out := make([]*pactv1.Node, len(nodes))
-	for i, n := range nodes {
-		out[i] = s.j.view(n)
+	// The applied index is read first: the nodes listed are at least that
+	// fresh.
+	applied := s.j.fsm.AppliedIndex()
+	out, next, err := listPage(s.j.fsm.Nodes(fl), s.j.view, req.GetPageToken(), req.GetPageSize(), listPageBytes)
+	if err != nil {
+		return nil, err
 	}
-	return &pactv1.ListNodesResponse{Nodes: out, ServedBy: s.j.cfg.NodeID, AppliedIndex: s.j.fsm.AppliedIndex()}, nil
+	return &pactv1.ListNodesResponse{Nodes: out, ServedBy: s.j.cfg.NodeID, AppliedIndex: applied, NextPageToken: next}, nil
 }
 
 func (s *adminServer) InspectNode(ctx context.Context, req *pactv1.InspectNodeRequest) (*pactv1.InspectNodeResponse, error) {

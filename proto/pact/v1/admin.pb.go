@@ -378,7 +378,17 @@ type ListNodesRequest struct {
 	Mac string `protobuf:"bytes,200,opt,name=mac,proto3" json:"mac,omitempty"`
 	// Only the node with this BMC serial: compared exactly, case and all,
 	// after trimming surrounding space (the matching rule of enrollment).
-	BmcSerial     string `protobuf:"bytes,201,opt,name=bmc_serial,json=bmcSerial,proto3" json:"bmc_serial,omitempty"`
+	BmcSerial string `protobuf:"bytes,201,opt,name=bmc_serial,json=bmcSerial,proto3" json:"bmc_serial,omitempty"`
+	// At most this many nodes in one answer (in node ID order), and never
+	// more than about 2 MiB of them, so that an answer fits any client's
+	// receive limit (gRPC's default is 4 MiB: about 15,000 active nodes).
+	// Zero asks for every matching node in one answer, as journals did
+	// before paging; pact always pages.
+	PageSize uint32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Continue after the previous answer: its next_page_token, with the
+	// same filters. Pages are successive reads, not one snapshot: a node
+	// changed between two pages is listed once, as the later page saw it.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -448,14 +458,30 @@ func (x *ListNodesRequest) GetBmcSerial() string {
 	return ""
 }
 
+func (x *ListNodesRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListNodesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListNodesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Nodes []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	// Which journal answered, and up to which Raft index its copy is
 	// applied. A list is served from that journal's copy and may lag the
 	// leader by a few milliseconds; inspect is linearizable.
-	ServedBy      string `protobuf:"bytes,2,opt,name=served_by,json=servedBy,proto3" json:"served_by,omitempty"`
-	AppliedIndex  uint64 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	ServedBy     string `protobuf:"bytes,2,opt,name=served_by,json=servedBy,proto3" json:"served_by,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// Set when more matching nodes follow: pass it as page_token.
+	NextPageToken string `protobuf:"bytes,4,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -509,6 +535,13 @@ func (x *ListNodesResponse) GetAppliedIndex() uint64 {
 		return x.AppliedIndex
 	}
 	return 0
+}
+
+func (x *ListNodesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type InspectNodeRequest struct {
@@ -2949,7 +2982,7 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\"N\n" +
 	"\x15RegisterNodesResponse\x125\n" +
-	"\aresults\x18\x01 \x03(\v2\x1b.pact.v1.RegisterNodeResultR\aresults\"\xab\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.pact.v1.RegisterNodeResultR\aresults\"\xe7\x01\n" +
 	"\x10ListNodesRequest\x12(\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x12.pact.v1.NodeStateR\x05state\x12\x1a\n" +
 	"\bvcluster\x18\x02 \x01(\tR\bvcluster\x12\x1e\n" +
@@ -2958,11 +2991,15 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"unassigned\x12\x11\n" +
 	"\x03mac\x18\xc8\x01 \x01(\tR\x03mac\x12\x1e\n" +
 	"\n" +
-	"bmc_serial\x18\xc9\x01 \x01(\tR\tbmcSerial\"z\n" +
+	"bmc_serial\x18\xc9\x01 \x01(\tR\tbmcSerial\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"\xa2\x01\n" +
 	"\x11ListNodesResponse\x12#\n" +
 	"\x05nodes\x18\x01 \x03(\v2\r.pact.v1.NodeR\x05nodes\x12\x1b\n" +
 	"\tserved_by\x18\x02 \x01(\tR\bservedBy\x12#\n" +
-	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"-\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12&\n" +
+	"\x0fnext_page_token\x18\x04 \x01(\tR\rnextPageToken\"-\n" +
 	"\x12InspectNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"8\n" +
 	"\x13InspectNodeResponse\x12!\n" +
