@@ -71,6 +71,11 @@ type scaleResult struct {
 	HeapInuseBytesPerNd float64 `json:"journal_heap_inuse_bytes_per_node"`
 	JournalRSSMB        float64 `json:"journal_rss_mb"`
 
+	// pact node list -o json of the whole registry, as an operator runs
+	// it (in pages of 1,000), and how many nodes it listed.
+	ListS     float64 `json:"node_list_s"`
+	ListNodes int     `json:"node_list_nodes"`
+
 	// In this process, with the journal's own FSM code and Raft's file
 	// snapshot store (fsync included), for the same registry.
 	FSMLiveBytesPerNode float64 `json:"fsm_live_bytes_per_node"`
@@ -139,6 +144,16 @@ func scaleMain(f scaleFlags, dir string, cl *cleanup) error {
 	}
 
 	r.RSSBytesPerNode, r.AnonBytesPerNode, r.HeapInuseBytesPerNd = round(r.RSSBytesPerNode, 0), round(r.AnonBytesPerNode, 0), round(r.HeapInuseBytesPerNd, 0)
+	start := time.Now()
+	_, listed, err := c.stateCounts(0, nodes[len(nodes)-1].id)
+	if err != nil {
+		return err
+	}
+	r.ListS, r.ListNodes = round(time.Since(start).Seconds(), 3), len(listed)
+	logf("pact node list -o json: %d nodes in %.3fs (a linearizable read first)", len(listed), r.ListS)
+	if len(listed) != f.nodes {
+		return fmt.Errorf("pact node list -o json listed %d nodes, want %d", len(listed), f.nodes)
+	}
 	logf("in-process: the journal's FSM with the same %d registrations; snapshot and restore through Raft's file snapshot store", f.nodes)
 	if f.cpuprofile != "" {
 		pf, err := os.Create(f.cpuprofile)
@@ -639,6 +654,7 @@ func reportScale(r scaleResult) {
 	row("journal RSS growth per registered node (max of journals)", fmt.Sprintf("%.0f B", r.RSSBytesPerNode), "<= 2048 B")
 	row("  of which anonymous memory", fmt.Sprintf("%.0f B", r.AnonBytesPerNode), "")
 	row("  Go heap in use growth per node", fmt.Sprintf("%.0f B", r.HeapInuseBytesPerNd), "")
+	row("pact node list -o json of every node", fmt.Sprintf("%.3f s (%d nodes)", r.ListS, r.ListNodes), "")
 	row("FSM live heap per node, registered / active", fmt.Sprintf("%.0f / %.0f B", r.FSMLiveBytesPerNode, r.ActiveFSMLiveBytesPerNode), "")
 	row("snapshot (FSM.Snapshot + Persist + fsync), registered / active", fmt.Sprintf("%.3f / %.3f s (%d / %d bytes)", r.SnapshotS, r.ActiveSnapshotS, r.SnapshotBytes, r.ActiveSnapshotBytes), "<= 1 s")
 	row("restore (Open + FSM.Restore), registered / active", fmt.Sprintf("%.3f / %.3f s", r.RestoreS, r.ActiveRestoreS), "<= 1 s")
