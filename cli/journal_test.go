@@ -601,7 +601,7 @@ func TestListPagesThroughALargeRegistry(t *testing.T) {
 	clearEnv(t)
 	p := newTestPKI(t)
 	fake := newFakeAdmin()
-	for i := range 2500 {
+	for i := range 12000 {
 		fake.put(&pactv1.Node{NodeId: fmt.Sprintf("node-%05d", i), State: pactv1.NodeState_NODE_STATE_REGISTERED,
 			Hardware: &pactv1.HardwareIdentity{Macs: []string{fmt.Sprintf("52:54:00:00:%02x:%02x", i>>8, i&0xff)}}})
 	}
@@ -612,15 +612,15 @@ func TestListPagesThroughALargeRegistry(t *testing.T) {
 	if code != ExitOK || stderr != "served by j2 at indexes 120-122, in 3 pages\n" {
 		t.Fatalf("exit %d stderr %q", code, stderr)
 	}
-	if lines := strings.Split(strings.TrimSpace(stdout), "\n"); len(lines) != 2501 || !strings.HasPrefix(lines[1], "node-00000 ") || !strings.HasPrefix(lines[2500], "node-02499 ") {
-		t.Fatalf("%d lines, want a header and 2500 nodes in order", len(lines))
+	if lines := strings.Split(strings.TrimSpace(stdout), "\n"); len(lines) != 12001 || !strings.HasPrefix(lines[1], "node-00000 ") || !strings.HasPrefix(lines[12000], "node-11999 ") {
+		t.Fatalf("%d lines, want a header and 12000 nodes in order", len(lines))
 	}
 	if got := fake.lastList.GetPageSize(); got != listPageSize {
 		t.Errorf("page size asked %d, want %d", got, listPageSize)
 	}
 	code, stdout, _ = runCLI(t, p, append([]string{"node", "list", "-o", "json"}, p.flags(addr)...)...)
 	var views []NodeView
-	if err := json.Unmarshal([]byte(stdout), &views); code != ExitOK || err != nil || len(views) != 2500 {
+	if err := json.Unmarshal([]byte(stdout), &views); code != ExitOK || err != nil || len(views) != 12000 {
 		t.Fatalf("json: exit %d, %d nodes, %v", code, len(views), err)
 	}
 	seen := map[string]bool{}

@@ -385,9 +385,12 @@ func (a *app) list(cmd *cobra.Command, args []string, o listOptions) error {
 }
 
 const (
-	// listPageSize is how many nodes pact node list asks for at a time:
-	// about 260 KB of active nodes, well inside any receive limit.
-	listPageSize = 1000
+	// listPageSize is how many nodes pact node list asks for at a time,
+	// the most a journal gives (about 1.3 MB of active nodes; a journal
+	// also ends a page at about 2 MiB): each page costs the journal a
+	// sort of the whole registry, so fewer pages list a large one faster
+	// (100,000 nodes: 5.8 s in pages of 1,000).
+	listPageSize = 5000
 	// maxListAnswer is the largest answer pact node list accepts: a
 	// journal from before paging sends every node at once (about 260
 	// bytes each), and 64 MiB holds some 250,000.
