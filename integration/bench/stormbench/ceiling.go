@@ -52,6 +52,8 @@ type ceilingResult struct {
 	// handshake, ParseCSR, SignAgent) and of the agent's part (the rest:
 	// keygen, CSR, its side of the handshake, and GC).
 	serverOp, clientOp time.Duration
+	// probe is the speed probe's median while it ran (probe.go).
+	probe time.Duration
 }
 
 type ceilingKit struct {

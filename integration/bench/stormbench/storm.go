@@ -250,6 +250,7 @@ type storm struct {
 }
 
 type stormResult struct {
+	probe        time.Duration // the speed probe's median during the storm (probe.go)
 	kind         stormKind
 	agents       int
 	ok           int

@@ -231,7 +231,9 @@ func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutc
 	// Both ceilings before the storms, while this process runs no agent.
 	idle(f, c)
 	logf("enroll ceiling: keygen+CSR, TLS 1.3 handshake (both sides), ParseCSR, SignAgent, then an mTLS handshake (both sides, the agent's channel), flat out for %v", f.ceiling)
+	probe := startProbe()
 	ceilE, err := kit.run(f.ceiling, false)
+	ceilE.probe = probe.finish()
 	if err != nil {
 		return nil, fmt.Errorf("enroll ceiling: %w", err)
 	}
@@ -240,7 +242,10 @@ func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutc
 	if f.renew {
 		idle(f, c)
 		logf("renew ceiling: keygen+CSR, ParseCSR, SignAgent, an mTLS handshake (both sides, the new channel), flat out for %v", f.ceiling)
-		if ceilR, err = kit.run(f.ceiling, true); err != nil {
+		probe := startProbe()
+		ceilR, err = kit.run(f.ceiling, true)
+		ceilR.probe = probe.finish()
+		if err != nil {
 			return nil, fmt.Errorf("renew ceiling: %w", err)
 		}
 		logf("renew ceiling: %.0f/s, %.3f ms CPU each (journal's part %.3f ms, agent's part %.3f ms); other processes used %.0f%% of the machine meanwhile", ceilR.perSec, ms(ceilR.cpuOp), ms(ceilR.serverOp), ms(ceilR.clientOp), 100*ceilR.others)
@@ -282,10 +287,13 @@ func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutc
 	for i := range all {
 		all[i] = i
 	}
+	probe = startProbe()
 	enrollRes, enrollRecs, err := runOneStorm(c, lg, stormEnroll, all, f, dir)
 	if err != nil {
+		probe.finish()
 		return nil, err
 	}
+	enrollRes.probe = probe.finish()
 	chk := &checks{}
 	chk.enroll(c, nodes, enrollRes)
 
@@ -298,9 +306,13 @@ func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutc
 			}
 		}
 		var renewRecs []agentRecord
-		if renewRes, renewRecs, err = runOneStorm(c, lg, stormRenew, enrolled, f, dir); err != nil {
+		probe := startProbe()
+		renewRes, renewRecs, err = runOneStorm(c, lg, stormRenew, enrolled, f, dir)
+		if err != nil {
+			probe.finish()
 			return nil, err
 		}
+		renewRes.probe = probe.finish()
 		chk.renew(c, nodes, renewRecs, renewRes)
 	}
 	report(out, f, regTook, curve, signRate, signCPU, price, ceilE, enrollRes, ceilR, renewRes, chk)
@@ -575,6 +587,8 @@ func ratio(a, b time.Duration) float64 {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
+
 func round(v float64, places int) float64 {
 	p := math.Pow(10, float64(places))
 	return math.Round(v*p) / p
@@ -616,6 +630,11 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 	fmt.Fprintf(out, "unit prices (both sides): keygen+CSR %.3f ms, TLS handshake %.3f ms, mTLS handshake %.3f ms, ParseCSR+SignAgent %.3f ms\n", ms(price.keygen), ms(price.tls), ms(price.mtls), ms(price.sign))
 	fmt.Fprintf(out, "signing only (ca.ParseCSR + ca.SignAgent) on one core: %.0f/s, %.3f ms CPU each\n", signRate, ms(signCPU))
 	fmt.Fprintf(out, "TLS key exchange the journals negotiate (and the ceiling uses): %v\n", curve)
+	fmt.Fprintf(out, "speed probe (thread CPU of one ECDSA P-256 sign and verify, median): enroll ceiling %.1f µs, enroll storm %.1f µs (%.2fx)", us(ceilE.probe), us(e.probe), ratio(e.probe, ceilE.probe))
+	if r != nil {
+		fmt.Fprintf(out, "; renew ceiling %.1f µs, renew storm %.1f µs (%.2fx)", us(ceilR.probe), us(r.probe), ratio(r.probe, ceilR.probe))
+	}
+	fmt.Fprintln(out)
 	fmt.Fprintf(out, "max journal RSS: %.0f MB; load generator (every agent; %d processes, their peaks summed) RSS: %.0f MB\n", mb(e.rssMax), f.workers, mb(e.genRSS))
 	fmt.Fprintln(out, "CPU ms/op counts every journal process and the load generator (every process of it) per agent; ratio = per s / ceiling per s; CPU ratio = ceiling CPU ms/op / CPU ms/op;")
 	fmt.Fprintln(out, "wasted CPU = share of the CPU spent on attempts that ended refused, timed out or abandoned (each attempt priced by its crypto, overhead in proportion);")
@@ -681,6 +700,9 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		"price_mtls_handshake_ms":         round(ms(price.mtls), 3),
 		"price_sign_ms":                   round(ms(price.sign), 3),
 		"targets_met":                     targets(e, ceilE, ws),
+		"probe_ceiling_us":                round(us(ceilE.probe), 1),
+		"probe_storm_us":                  round(us(e.probe), 1),
+		"probe_slowdown":                  round(ratio(e.probe, ceilE.probe), 3),
 	}
 	if r != nil {
 		rws, rwsMin := wastedShare(r, price)
@@ -709,6 +731,9 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		js["renew_journal_cpu_ratio"] = round(ratio(ceilR.serverOp, r.journalCPUPerOp()), 3)
 		js["renew_other_cpu_share"] = round(r.others, 3)
 		js["renew_ceiling_other_cpu_share"] = round(ceilR.others, 3)
+		js["renew_probe_ceiling_us"] = round(us(ceilR.probe), 1)
+		js["renew_probe_storm_us"] = round(us(r.probe), 1)
+		js["renew_probe_slowdown"] = round(ratio(r.probe, ceilR.probe), 3)
 	}
 	b, _ := json.Marshal(js)
 	fmt.Fprintln(out, string(b))
