@@ -396,7 +396,7 @@ const (
 	// bytes each), and 64 MiB holds some 250,000.
 	maxListAnswer = 64 << 20
 	// maxListPages ends a list whose pages do not end (a journal fault):
-	// ten million nodes at the page size.
+	// fifty million nodes at the page size.
 	maxListPages = 10000
 )
 

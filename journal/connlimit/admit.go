@@ -18,7 +18,7 @@ import (
 // Measured: a journal that answered busy whenever the predicted wait
 // passed 1 s took twice as long to carry 10,000 agents as one that only
 // queued; one that queued up to 8 s but booked returns up to a minute
-// ahead carried the renewal storm in 85 s instead of 35-50 s, the CPU
+// ahead carried the renewal storm in 85 s instead of 25 s, the CPU
 // idle for half of it (docs/benchmarks.md). So:
 //
 //   - a client is answered busy at once only if it could not be served

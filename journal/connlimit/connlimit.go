@@ -14,9 +14,10 @@
 // the largest CPU cost of a connection, PERFORMANCE.md); when every slot
 // is taken it waits for one, costing no CPU: the queue is what carries a
 // boot storm, handshakes going at the speed of the CPU, in turn. A client
-// the queue cannot serve in time (its predicted wait, clients queued ahead
-// over the handshake rate this limiter measures, is beyond
-// HandshakeQueueWait, or its wait runs out) is answered busy: a short line
+// the queue cannot serve in time (the clients queued ahead of it could not
+// be served within HandshakeQueueWait even at the fastest handshake rate
+// this limiter has measured in the last minute, or its wait runs out) is
+// answered busy: a short line
 // naming when to come back (internal/wire), written before any
 // cryptography, from a reservation schedule that spreads the returns at
 // the rate the journal serves them. A client told to wait holds nothing on
@@ -83,16 +84,17 @@ type Config struct {
 	// instead retries with a backoff that grows with every refusal, and a
 	// storm's tail grows with it (docs/benchmarks.md: 10,000 agents took
 	// 94 s to all stream with a 1 s wait, 44 s with 8 s). On the gRPC
-	// port (Admit) a client whose predicted wait is longer is answered
-	// busy at once, and so is one that has waited this long; a queue
+	// port (Admit) a client that could not be served within it even at
+	// the fastest rate of the last minute is answered busy at once, and
+	// so is one that has waited this long; a queue
 	// shorter than this, tried as a target, paced clients below what the
 	// journal could serve (docs/benchmarks.md, the busy answer). On the
 	// Raft port (AcquireHandshake) a client waits this long and is then
 	// closed. Zero queues nobody.
 	HandshakeQueueWait time.Duration
 
-	// Clock decides the rate windows, the queue's hard bound and the
-	// retry-afters; nil is the system clock. For tests.
+	// Clock decides the handshake times the rate is measured from, the
+	// queue's hard bound and the retry-afters; nil is the system clock. For tests.
 	Clock clock.Clock
 	// Jitter draws a uniform duration in [0, n); nil is math/rand. For
 	// tests.
