@@ -30,7 +30,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X github.com/pact-hpc/pact/internal/version.Version=$(VERSION) -X github.com/pact-hpc/pact/internal/version.Commit=$(COMMIT)
 
-.PHONY: help build print-ldflags package package-check run cluster cluster-down image compose-up compose-down test lint generate check-generated bench bench-storm bench-scale fuzz fuzz-short clean tools
+.PHONY: help build print-ldflags package package-check run cluster cluster-down image compose-up compose-down test lint generate check-generated bench bench-storm bench-floor bench-scale fuzz fuzz-short clean tools
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -111,6 +111,10 @@ bench: build ## micro-benchmarks (CSR -> certificate, Enroll round trip, FSM app
 bench-storm: build ## boot storm: 3 journals, AGENTS (10000) pact-agents (in process; over worker processes past the open-file limit) arrive in 1 s, stream, then renew; a table, then one JSON line with pass/fail
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
 	$(BIN)/stormbench storm -bin $(BIN) -agents $(AGENTS) -wait-idle $(WAIT_IDLE) $(STORMFLAGS)
+
+bench-floor: build ## the floor: the same storm against stub journals doing only the ceiling's work behind gRPC (the best a gRPC journal could do here); a table, then one JSON line
+	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
+	$(BIN)/stormbench storm -floor -bin $(BIN) -agents $(AGENTS) -wait-idle $(WAIT_IDLE) $(STORMFLAGS)
 
 bench-scale: build ## registry of SCALE_NODES (100000): memory per node, snapshot, restore, backup save and restore (all Active), restart, leader failover
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench

@@ -56,6 +56,8 @@ func main() {
 		code = runStorm(args)
 	case "scale":
 		code = runScale(args)
+	case "floor-journal": // hidden: storm -floor starts its stub journals (floor.go)
+		code = runFloorJournal(args)
 	case "storm-worker": // hidden: storm starts it when the agents need more than one process (workers.go)
 		code = runWorker(args)
 	default:

@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "storm-worker" {
 		os.Exit(runWorker(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "floor-journal" {
+		os.Exit(runFloorJournal(os.Args[2:]))
+	}
 	os.Exit(m.Run())
 }
 
@@ -296,6 +299,50 @@ func TestTinyStormInWorkers(t *testing.T) {
 	}
 	if js["loadgen_processes"] != float64(2) || js["pass"] != true || js["agents"] != float64(agents) || js["attempts"] != float64(e.attempts) {
 		t.Errorf("JSON: loadgen_processes %v, pass %v, agents %v, attempts %v", js["loadgen_processes"], js["pass"], js["agents"], js["attempts"])
+	}
+}
+
+// The floor: the same agents (pact-agent's code) against stub journals,
+// each a process of this test binary, doing only the ceiling's work. Every
+// agent must enroll, stream and renew there, and the stubs must count one
+// stream per agent; the report's JSON line carries the floor's ratios.
+func TestTinyFloor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds pact-journal and starts stub journal processes; skipped with -short")
+	}
+	bin := t.TempDir()
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin+"/", "../../../cmd/pact-journal")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building pact-journal: %v\n%s", err, out)
+	}
+	const agents = 20
+	f := stormFlags{agents: agents, journals: 3, bin: bin, workers: 1, spread: 200 * time.Millisecond,
+		ceiling: 100 * time.Millisecond, renew: true, deadline: 2 * time.Minute, keyExchange: string(wire.Classical), floor: true}
+	var cl cleanup
+	defer cl.run()
+	var out bytes.Buffer
+	err := floorMain(f, t.TempDir(), &cl, &out)
+	t.Logf("report:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err) // a failed final check too
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var js map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &js); err != nil {
+		t.Fatalf("last line: %v", err)
+	}
+	if js["bench"] != "storm-floor" || js["pass"] != true || js["agents"] != float64(agents) || js["failed"] != float64(0) || js["renew_failed"] != float64(0) {
+		t.Errorf("JSON: bench %v, pass %v, agents %v, failed %v, renew_failed %v", js["bench"], js["pass"], js["agents"], js["failed"], js["renew_failed"])
+	}
+	// An enrollment and a channel per agent at least.
+	if a, _ := js["attempts"].(float64); a < 2*agents {
+		t.Errorf("attempts %v: want at least two per agent", js["attempts"])
+	}
+	for _, k := range []string{"journal_cpu_ms_per_agent", "loadgen_cpu_ms_per_agent", "journal_cpu_ratio", "ratio_to_ceiling", "renew_journal_cpu_ratio"} {
+		if v, _ := js[k].(float64); v <= 0 {
+			t.Errorf("%s = %v: not measured", k, js[k])
+		}
 	}
 }
 

@@ -43,6 +43,7 @@ type stormFlags struct {
 	waitIdle    time.Duration
 	keyExchange string
 	workers     int
+	floor       bool
 }
 
 func runStorm(args []string) int {
@@ -62,9 +63,10 @@ func runStorm(args []string) int {
 	fs.BoolVar(&f.perf, "perf", false, "record the journals with perf(1) during each storm (DIR/perf-*.data and a flat report DIR/perf-*.txt)")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the load generator (the agents) during each storm to FILE.enroll and FILE.renew (with workers, one per worker: FILE.enroll.wN, FILE.renew.wN)")
 	fs.IntVar(&f.workers, "workers", 0, "load-generator processes the agents are split over: 0 picks one while the open-file limit holds every agent (and always for up to half the limit), else the fewest whose shares fit")
-	fs.StringVar(&f.journalArgs, "journal-args", "", "extra flags for every pact-journal, space-separated")
+	fs.StringVar(&f.journalArgs, "journal-args", "", "extra flags for every pact-journal (with -floor: for every stub journal, e.g. -admission=false), space-separated")
 	fs.StringVar(&f.journalEnv, "journal-env", "", "extra environment for every pact-journal, space-separated (e.g. GOGC=200)")
 	fs.StringVar(&f.keyExchange, "key-exchange", string(wire.Classical), "TLS key exchange the agents offer, as pact-agent --key-exchange (x25519 or x25519mlkem768); run the journals with the same through -journal-args")
+	fs.BoolVar(&f.floor, "floor", false, "run the storm against stub journals that do only the ceiling's work behind gRPC (no Raft, registry, authentication or rate limits; floor.go): the best a gRPC journal could do on this machine, to compare with the storm")
 	fs.DurationVar(&f.waitIdle, "wait-idle", 0, "before each ceiling and storm, wait up to this long for a second in which other processes use less than 15% of the machine (a shared machine)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -78,6 +80,11 @@ func runStorm(args []string) int {
 	}
 	if f.workers == 1 {
 		checkFiles(f.agents)
+	}
+	if f.floor {
+		return runIn(f.dir, f.keep, func(dir string, cl *cleanup) error {
+			return floorMain(f, dir, cl, os.Stdout)
+		})
 	}
 	return runIn(f.dir, f.keep, func(dir string, cl *cleanup) error {
 		_, err := stormMain(f, dir, cl, os.Stdout)

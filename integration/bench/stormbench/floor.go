@@ -1,0 +1,628 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/journal/ca"
+	"github.com/pact-hpc/pact/journal/connlimit"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// The floor (storm -floor) is the same storm, with the same agents, against
+// stub journals that do only what the ceiling counts behind gRPC: the TLS
+// handshakes (the client chain verified in the mTLS one), ParseCSR and
+// SignAgent, with the journal's gRPC transport options and its admission
+// queue in front of the handshake. They keep nothing: no Raft, no registry,
+// no per-call authentication or binding, no rate limits, no audit, no
+// logging, no metrics. So:
+//
+//   - the floor over the ceiling is what gRPC, HTTP/2, loopback TCP, the Go
+//     runtime and the agent's own code cost on this machine, whatever a
+//     journal does: the best ratio any gRPC journal could reach here;
+//   - the storm over the floor is what pact's journal adds.
+//
+// A stub journal is this program run as "stormbench floor-journal", one
+// process per journal as pact-journal would be.
+
+// floorJournal is one stub journal's EnrollmentService.
+type floorJournal struct {
+	pactv1.UnimplementedEnrollmentServiceServer
+	id      string
+	ca      *ca.CA
+	dir     string // holds every stub's intermediate (floor-inter-*.der)
+	streams atomic.Int64
+
+	bundleOnce sync.Once
+	bundle     [][]byte // root, then every stub's intermediate
+}
+
+// trustBundle is the root and every stub's intermediate, read once: every
+// stub writes its intermediate before it serves, and the driver starts the
+// agents only when all serve.
+func (f *floorJournal) trustBundle() [][]byte {
+	f.bundleOnce.Do(func() {
+		f.bundle = [][]byte{f.ca.Root().Raw}
+		paths, _ := filepath.Glob(filepath.Join(f.dir, "floor-inter-*.der"))
+		sort.Strings(paths)
+		for _, p := range paths {
+			if der, err := os.ReadFile(p); err == nil {
+				f.bundle = append(f.bundle, der)
+			}
+		}
+	})
+	return f.bundle
+}
+
+// floorNodeID names a node by its BMC serial: the stub has no registry.
+func floorNodeID(hw *pactv1.HardwareIdentity) (string, error) {
+	id := strings.ToLower(hw.GetBmcSerial())
+	if err := pki.ValidateName("node id", id); err != nil {
+		return "", status.Error(codes.InvalidArgument, err.Error())
+	}
+	return id, nil
+}
+
+// caller is the verified client certificate of the call's connection (the
+// stub verifies it in the handshake, as the ceiling does).
+func caller(ctx context.Context) (*x509.Certificate, pki.Identity, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil, pki.Identity{}, status.Error(codes.Unauthenticated, "no peer")
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 {
+		return nil, pki.Identity{}, status.Error(codes.Unauthenticated, "no verified client certificate")
+	}
+	leaf := info.State.VerifiedChains[0][0]
+	id, err := pki.IdentityOf(leaf)
+	if err != nil {
+		return nil, pki.Identity{}, status.Error(codes.Unauthenticated, err.Error())
+	}
+	return leaf, id, nil
+}
+
+func (f *floorJournal) sign(csrDER []byte, nodeID string) (*ca.Issued, error) {
+	csr, err := ca.ParseCSR(csrDER)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	iss, err := f.ca.SignAgent(csr, nodeID)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return iss, nil
+}
+
+func (f *floorJournal) Enroll(_ context.Context, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, error) {
+	nodeID, err := floorNodeID(req.GetHardware())
+	if err != nil {
+		return nil, err
+	}
+	iss, err := f.sign(req.GetCsrDer(), nodeID)
+	if err != nil {
+		return nil, err
+	}
+	return &pactv1.EnrollResponse{
+		NodeId:             nodeID,
+		CertChainDer:       iss.ChainDER,
+		TrustBundleDer:     f.trustBundle(),
+		Serial:             iss.Serial,
+		NotAfterUnix:       iss.NotAfter.Unix(),
+		ServerTimeUnixNano: time.Now().UnixNano(),
+	}, nil
+}
+
+func (f *floorJournal) RenewCert(ctx context.Context, req *pactv1.RenewCertRequest) (*pactv1.RenewCertResponse, error) {
+	_, id, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	iss, err := f.sign(req.GetCsrDer(), id.Name)
+	if err != nil {
+		return nil, err
+	}
+	return &pactv1.RenewCertResponse{
+		NodeId:             id.Name,
+		CertChainDer:       iss.ChainDER,
+		TrustBundleDer:     f.trustBundle(),
+		Serial:             iss.Serial,
+		NotAfterUnix:       iss.NotAfter.Unix(),
+		ServerTimeUnixNano: time.Now().UnixNano(),
+	}, nil
+}
+
+func (f *floorJournal) Ping(ctx context.Context, _ *pactv1.PingRequest) (*pactv1.PingResponse, error) {
+	leaf, id, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &pactv1.PingResponse{NodeId: id.Name, JournalId: f.id, Serial: pki.SerialHex(leaf.SerialNumber), ServerTimeUnixNano: time.Now().UnixNano()}, nil
+}
+
+func (f *floorJournal) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.EnrollmentService_SubscribeServer) error {
+	_, id, err := caller(stream.Context())
+	if err != nil {
+		return err
+	}
+	f.streams.Add(1)
+	defer f.streams.Add(-1)
+	if err := stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_Assignment{Assignment: &pactv1.Assignment{NodeId: id.Name}}}); err != nil {
+		return err
+	}
+	if err := stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_TrustBundle{TrustBundle: &pactv1.TrustBundle{Der: f.trustBundle()}}}); err != nil {
+		return err
+	}
+	<-stream.Context().Done()
+	return nil
+}
+
+// admittedCreds puts the journal's admission queue (connlimit) in front
+// of the handshake, as pact-journal does: without it ten thousand
+// simultaneous handshakes time out and retry, and the floor would measure
+// that instead.
+type admittedCreds struct {
+	credentials.TransportCredentials
+	lim *connlimit.Limiter
+}
+
+func (c *admittedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	hello, err := connlimit.AwaitHello(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	release, err := c.lim.Admit()
+	var busy *connlimit.BusyError
+	if errors.As(err, &busy) {
+		_ = raw.SetWriteDeadline(time.Now().Add(time.Second))
+		if _, err := raw.Write(wire.FormatBusy(busy.RetryAfter)); err == nil {
+			if cw, ok := raw.(interface{ CloseWrite() error }); ok {
+				_ = cw.CloseWrite()
+			}
+		}
+		return nil, nil, err
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	defer release()
+	return c.TransportCredentials.ServerHandshake(hello)
+}
+
+func (c *admittedCreds) Clone() credentials.TransportCredentials {
+	return &admittedCreds{TransportCredentials: c.TransportCredentials.Clone(), lim: c.lim}
+}
+
+// runFloorJournal is "stormbench floor-journal": one stub journal. It
+// prints "serving GRPC-ADDR STATUS-ADDR" once it serves and runs until its
+// standard input closes (the driver's end).
+func runFloorJournal(args []string) int {
+	fs := flag.NewFlagSet("stormbench floor-journal", flag.ContinueOnError)
+	dir := fs.String("dir", "", "directory with the domain root (ca.pem, ca-key.pem)")
+	id := fs.String("id", "floor-1", "journal id")
+	kxName := fs.String("key-exchange", string(wire.Classical), "TLS key exchange (as pact-journal --key-exchange)")
+	admission := fs.Bool("admission", true, "the journal's admission queue in front of the TLS handshake")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	// main set the load generator's GC (GOGC 400, a memory limit); a stub
+	// journal collects as pact-journal does, with Go's defaults, unless
+	// the environment says otherwise.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(100)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(math.MaxInt64)
+	}
+	if err := serveFloorJournal(*dir, *id, *kxName, *admission); err != nil {
+		fmt.Fprintf(os.Stderr, "stormbench floor-journal: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func serveFloorJournal(dir, id, kxName string, admission bool) error {
+	kx, err := wire.ParseKeyExchange(kxName)
+	if err != nil {
+		return err
+	}
+	up, err := ca.LoadKeyFileAuthority(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"))
+	if err != nil {
+		return err
+	}
+	cfg := ca.DefaultConfig()
+	cfg.Upstream = up
+	cfg.JournalID = id
+	cfg.ServerDNSNames = []string{"localhost"}
+	cfg.ServerIPs = []net.IP{net.IPv4(127, 0, 0, 1)}
+	cfg.Clock = clock.Real{}
+	authority, err := ca.New(cfg)
+	if err != nil {
+		return err
+	}
+	server := authority.ServerCertificate()
+	if len(server.Certificate) < 2 {
+		return fmt.Errorf("the server certificate has no intermediate")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "floor-inter-"+id+".der"), server.Certificate[1], 0o644); err != nil {
+		return err
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(authority.Root())
+	tlsCfg := kx.Apply(&tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{*server},
+		// Enroll comes without a client certificate; the channel's is
+		// verified in the handshake (the ceiling's mTLS handshake).
+		ClientAuth:             tls.VerifyClientCertIfGiven,
+		ClientCAs:              roots,
+		SessionTicketsDisabled: true,
+	})
+	var creds credentials.TransportCredentials = credentials.NewTLS(tlsCfg)
+	if admission {
+		lim, err := connlimit.New(connlimit.DefaultConfig())
+		if err != nil {
+			return err
+		}
+		creds = &admittedCreds{TransportCredentials: creds, lim: lim}
+	}
+	fj := &floorJournal{id: id, ca: authority, dir: dir}
+	s := grpc.NewServer(append(wire.ServerOptions(), grpc.Creds(creds), grpc.ConnectionTimeout(10*time.Second))...)
+	pactv1.RegisterEnrollmentServiceServer(s, fj)
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	statusLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/streams", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, fj.streams.Load())
+	})
+	go func() { _ = http.Serve(statusLis, mux) }()
+	go func() { _ = s.Serve(lis) }()
+	fmt.Printf("serving %s %s\n", lis.Addr(), statusLis.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	s.Stop()
+	return nil
+}
+
+// floorCluster is the stub journals, each a process of this program.
+type floorCluster struct {
+	procs  []*exec.Cmd
+	stdins []io.WriteCloser
+	grpc   []string
+	status []string
+}
+
+func startFloorCluster(dir string, n int, kx string, extra []string) (*floorCluster, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	c := &floorCluster{}
+	for i := range n {
+		args := append([]string{"floor-journal", "-dir", dir, "-id", fmt.Sprintf("floor-%d", i+1), "-key-exchange", kx}, extra...)
+		cmd := exec.Command(self, args...)
+		cmd.Stderr = os.Stderr
+		// Its own process group, as the load generator's workers: an
+		// interrupt reaches the driver, which stops the stubs last.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			c.stop()
+			return nil, err
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			c.stop()
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			c.stop()
+			return nil, err
+		}
+		c.procs, c.stdins = append(c.procs, cmd), append(c.stdins, in)
+		line, err := bufio.NewReader(out).ReadString('\n')
+		f := strings.Fields(line)
+		if err != nil || len(f) != 3 || f[0] != "serving" {
+			c.stop()
+			return nil, fmt.Errorf("stub journal %d did not start (%q): %v", i+1, line, err)
+		}
+		c.grpc, c.status = append(c.grpc, f[1]), append(c.status, f[2])
+	}
+	return c, nil
+}
+
+func (c *floorCluster) pids() []int {
+	out := make([]int, len(c.procs))
+	for i, p := range c.procs {
+		out[i] = p.Process.Pid
+	}
+	return out
+}
+
+// streams is the streams the stubs hold open, summed.
+func (c *floorCluster) streams() (int, error) {
+	n := 0
+	for _, a := range c.status {
+		resp, err := http.Get("http://" + a + "/streams")
+		if err != nil {
+			return 0, err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return 0, err
+		}
+		k, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			return 0, err
+		}
+		n += k
+	}
+	return n, nil
+}
+
+// settledStreams reads the stubs' stream count until it is want, for at
+// most 30 s (a replaced channel's stream ends a moment after the move).
+func (c *floorCluster) settledStreams(want int) int {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, err := c.streams()
+		if (err == nil && n == want) || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func (c *floorCluster) stop() {
+	for _, in := range c.stdins {
+		_ = in.Close()
+	}
+	for _, p := range c.procs {
+		done := make(chan struct{})
+		go func() { _ = p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = p.Process.Signal(syscall.SIGKILL)
+			<-done
+		}
+	}
+	c.procs, c.stdins = nil, nil
+}
+
+// floorMain is storm -floor: the ceilings, then the enrollment and renewal
+// storms of the same agents against stub journals, and a report comparing
+// the floor with the ceiling.
+func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
+	if f.workers < 1 {
+		f.workers = 1
+	}
+	logf("machine: %d CPUs (GOMAXPROCS %d), %s/%s, %s; working directory %s", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version(), dir)
+	if b, err := exec.Command(filepath.Join(f.bin, "pact-journal"), "init", "--dir", dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("pact-journal init: %w\n%s", err, b)
+	}
+	c, err := startFloorCluster(dir, f.journals, f.keyExchange, strings.Fields(f.journalArgs))
+	if err != nil {
+		return err
+	}
+	cl.add(c.stop)
+	logf("%d stub journals serving on %s (the floor: only the ceiling's work behind gRPC)", f.journals, strings.Join(c.grpc, ","))
+	caFile := filepath.Join(dir, "ca.pem")
+	roots, _, err := pki.LoadCertPool(caFile)
+	if err != nil {
+		return err
+	}
+	kx, err := wire.ParseKeyExchange(f.keyExchange)
+	if err != nil {
+		return err
+	}
+	curve, err := probeCurve(c.grpc[0], roots, kx)
+	if err != nil {
+		return fmt.Errorf("TLS probe of stub journal 1: %w", err)
+	}
+	kit, err := newCeilingKit(dir, curve)
+	if err != nil {
+		return err
+	}
+	quiet := func() {
+		if f.waitIdle > 0 {
+			if share := waitIdle(f.waitIdle, 0.15, c.pids()); share > 0.15 {
+				logf("the machine is busy: other processes use %.0f%% of it; going ahead after waiting %v", 100*share, f.waitIdle)
+			}
+		}
+	}
+	ceiling := func(renew bool) (ceilingResult, error) {
+		quiet()
+		probe := startProbe()
+		res, err := kit.run(f.ceiling, renew)
+		res.probe = probe.finish()
+		return res, err
+	}
+	ceilE, err := ceiling(false)
+	if err != nil {
+		return fmt.Errorf("enroll ceiling: %w", err)
+	}
+	logf("enroll ceiling: %.0f/s, %.3f ms CPU each (journal's part %.3f ms, agent's part %.3f ms)", ceilE.perSec, ms(ceilE.cpuOp), ms(ceilE.serverOp), ms(ceilE.clientOp))
+	var ceilR ceilingResult
+	if f.renew {
+		if ceilR, err = ceiling(true); err != nil {
+			return fmt.Errorf("renew ceiling: %w", err)
+		}
+		logf("renew ceiling: %.0f/s, %.3f ms CPU each (journal's part %.3f ms, agent's part %.3f ms)", ceilR.perSec, ms(ceilR.cpuOp), ms(ceilR.serverOp), ms(ceilR.clientOp))
+	}
+
+	var lg loadgen
+	if f.workers > 1 {
+		pool, err := startWorkers(f, f.workers, c.grpc, caFile)
+		if err != nil {
+			return err
+		}
+		cl.add(pool.stop) // before the stubs stop
+		lg = pool
+	} else {
+		checkFiles(f.agents)
+		life, stop := context.WithCancel(context.Background())
+		agents := benchAgents(inventory("storm", f.agents), 0, f.agents)
+		cl.add(func() { stop(); stopAgents(agents) })
+		st, err := newStorm(f, c.grpc, caFile, agents, life)
+		if err != nil {
+			return err
+		}
+		lg = &inProcess{s: st, profile: f.cpuprofile}
+	}
+	all := make([]int, f.agents)
+	for i := range all {
+		all[i] = i
+	}
+	var problems []string
+	one := func(kind stormKind, idxs []int) (*stormResult, []agentRecord, error) {
+		quiet()
+		logf("%s storm against the stub journals: %d agents (pact-agent's own code, %s) arriving over %v", kind, len(idxs), processesName(f.workers), f.spread)
+		var perf *exec.Cmd
+		if f.perf {
+			perf = startPerf(c.pids(), filepath.Join(dir, "perf-floor-"+kind.String()+".data"))
+		}
+		probe := startProbe()
+		res, recs, err := lg.run(kind, idxs, c.pids())
+		res.probe = probe.finish()
+		if perf != nil {
+			base := filepath.Join(dir, "perf-floor-"+kind.String())
+			stopPerf(perf, base)
+			if err == nil {
+				if shares, total, perr := categorizePerf(base + ".data"); perr != nil {
+					logf("-perf: perf script: %v", perr)
+				} else {
+					txt := formatShares(shares, total, ms(res.journalCPUPerOp()))
+					_ = os.WriteFile(base+"-categories.txt", []byte(txt), 0o644)
+					fmt.Fprint(os.Stderr, txt)
+				}
+			}
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		res.streamsOpen = c.settledStreams(len(idxs))
+		logf("%s storm: %d streaming, %d failed (%d abandoned) in %.2fs (%.0f/s); attempts %v, %d answered busy; failed attempts %v; the stubs hold %d streams",
+			kind, res.ok, res.failed, res.abandoned, res.wall.Seconds(), res.perSec, res.byOp, res.busy, res.failures, res.streamsOpen)
+		if res.failed > 0 {
+			problems = append(problems, fmt.Sprintf("%s storm: %d agents failed or were abandoned", kind, res.failed))
+		}
+		if res.streamsOpen != f.agents {
+			problems = append(problems, fmt.Sprintf("%s storm: the stubs hold %d streams for %d agents", kind, res.streamsOpen, f.agents))
+		}
+		return res, recs, nil
+	}
+	e, recs, err := one(stormEnroll, all)
+	if err != nil {
+		return err
+	}
+	var r *stormResult
+	if f.renew {
+		var enrolled []int
+		for _, rec := range recs {
+			if !rec.Failed && rec.Serial != "" {
+				enrolled = append(enrolled, rec.Idx)
+			}
+		}
+		if r, _, err = one(stormRenew, enrolled); err != nil {
+			return err
+		}
+	}
+	floorReport(out, f, ceilE, e, ceilR, r, problems)
+	if len(problems) > 0 {
+		return fmt.Errorf("the final check failed: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func floorReport(out io.Writer, f stormFlags, ceilE ceilingResult, e *stormResult, ceilR ceilingResult, r *stormResult, problems []string) {
+	fmt.Fprintf(out, "\npact boot storm, the floor: %d agents (pact-agent's own code, %s) against %d stub journals (only the ceiling's work behind gRPC, floor.go), %d CPUs, agents arrive over %v\n\n",
+		f.agents, processesName(f.workers), f.journals, runtime.NumCPU(), f.spread)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "storm\tstreaming\tfailed\tseconds\tper s\tattempts\tCPU ms/op\tstubs ms/op\tagents ms/op\tceiling/s\tceiling CPU ms/op\tratio\tCPU ratio\tjournal ratio\tagent ratio\tprobe slowdown\t")
+	row := func(name string, s *stormResult, c ceilingResult) {
+		fmt.Fprintf(w, "%s\t%d\t%d\t%.2f\t%.0f\t%d\t%.3f\t%.3f\t%.3f\t%.0f\t%.3f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n",
+			name, s.ok, s.failed, s.wall.Seconds(), s.perSec, s.attempts, ms(s.cpuPerOp()), ms(s.journalCPUPerOp()), ms(s.genCPUPerOp()),
+			c.perSec, ms(c.cpuOp), s.perSec/c.perSec, cpuRatio(c, s), ratio(c.serverOp, s.journalCPUPerOp()), ratio(c.clientOp, s.genCPUPerOp()), slowdown(c, s))
+	}
+	row("enroll", e, ceilE)
+	if r != nil {
+		row("renew", r, ceilR)
+	}
+	w.Flush()
+	pass := len(problems) == 0
+	reason := "every agent streaming, one stream per agent held by the stubs, after each storm"
+	if !pass {
+		reason = strings.Join(problems, "; ")
+	}
+	fmt.Fprintf(out, "\nfinal check: %s: %s\n\n", map[bool]string{true: "PASS", false: "FAIL"}[pass], reason)
+	line := map[string]any{
+		"bench": "storm-floor", "agents": f.agents, "journals": f.journals, "cpus": runtime.NumCPU(), "spread_s": f.spread.Seconds(),
+		"pass": pass, "reason": reason,
+		"seconds_to_all_streaming": round(e.wall.Seconds(), 3), "failed": e.failed, "attempts": e.attempts,
+		"ceiling_per_s": round(ceilE.perSec, 3), "ratio_to_ceiling": round(e.perSec/ceilE.perSec, 3), "cpu_ratio_to_ceiling": round(cpuRatio(ceilE, e), 3),
+		"cpu_ms_per_agent": ms(e.cpuPerOp()), "journal_cpu_ms_per_agent": ms(e.journalCPUPerOp()), "loadgen_cpu_ms_per_agent": ms(e.genCPUPerOp()),
+		"ceiling_journal_cpu_ms": ms(ceilE.serverOp), "ceiling_agent_cpu_ms": ms(ceilE.clientOp),
+		"journal_cpu_ratio": round(ratio(ceilE.serverOp, e.journalCPUPerOp()), 3), "agent_cpu_ratio": round(ratio(ceilE.clientOp, e.genCPUPerOp()), 3),
+		"probe_slowdown": round(slowdown(ceilE, e), 3),
+	}
+	if r != nil {
+		line["renew_seconds"] = round(r.wall.Seconds(), 3)
+		line["renew_failed"] = r.failed
+		line["renew_ratio_to_ceiling"] = round(r.perSec/ceilR.perSec, 3)
+		line["renew_cpu_ratio_to_ceiling"] = round(cpuRatio(ceilR, r), 3)
+		line["renew_journal_cpu_ratio"] = round(ratio(ceilR.serverOp, r.journalCPUPerOp()), 3)
+		line["renew_agent_cpu_ratio"] = round(ratio(ceilR.clientOp, r.genCPUPerOp()), 3)
+		line["renew_probe_slowdown"] = round(slowdown(ceilR, r), 3)
+	}
+	b, _ := json.Marshal(line)
+	fmt.Fprintln(out, string(b))
+}
+
+// slowdown is the speed probe's median during the storm over its median
+// during the ceiling (probe.go); 0 when either is missing.
+func slowdown(c ceilingResult, s *stormResult) float64 {
+	if c.probe <= 0 || s.probe <= 0 {
+		return 0
+	}
+	return float64(s.probe) / float64(c.probe)
+}
