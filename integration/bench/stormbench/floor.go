@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/pact-hpc/pact/integration/bench/stormbench/bareclient"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/wire"
@@ -490,6 +491,32 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 		logf("renew ceiling: %.0f/s, %.3f ms CPU each (journal's part %.3f ms, agent's part %.3f ms)", ceilR.perSec, ms(ceilR.cpuOp), ms(ceilR.serverOp), ms(ceilR.clientOp))
 	}
 
+	switch f.floorClient {
+	case "pact":
+	case "bare":
+		if f.workers > 1 {
+			return errors.New("-floor-client bare runs its clients in this process: -workers 1")
+		}
+		e, err := bareStorm(f, c, roots, kx)
+		if err != nil {
+			return err
+		}
+		var problems []string
+		if e.failed > 0 {
+			problems = append(problems, fmt.Sprintf("enroll storm: %d bare clients failed", e.failed))
+		}
+		if e.streamsOpen != f.agents {
+			problems = append(problems, fmt.Sprintf("enroll storm: the stubs hold %d streams for %d clients", e.streamsOpen, f.agents))
+		}
+		floorReport(out, f, ceilE, e, ceilR, nil, problems)
+		if len(problems) > 0 {
+			return fmt.Errorf("the final check failed: %s", strings.Join(problems, "; "))
+		}
+		return nil
+	default:
+		return fmt.Errorf("-floor-client %q: want pact or bare", f.floorClient)
+	}
+
 	var lg loadgen
 	if f.workers > 1 {
 		pool, err := startWorkers(f, f.workers, c.grpc, caFile)
@@ -575,8 +602,12 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 }
 
 func floorReport(out io.Writer, f stormFlags, ceilE ceilingResult, e *stormResult, ceilR ceilingResult, r *stormResult, problems []string) {
-	fmt.Fprintf(out, "\npact boot storm, the floor: %d agents (pact-agent's own code, %s) against %d stub journals (only the ceiling's work behind gRPC, floor.go), %d CPUs, agents arrive over %v\n\n",
-		f.agents, processesName(f.workers), f.journals, runtime.NumCPU(), f.spread)
+	clients := fmt.Sprintf("pact-agent's own code, %s", processesName(f.workers))
+	if f.floorClient == "bare" {
+		clients = "bare gRPC clients (bareclient), in one load-generator process"
+	}
+	fmt.Fprintf(out, "\npact boot storm, the floor: %d agents (%s) against %d stub journals (only the ceiling's work behind gRPC, floor.go), %d CPUs, agents arrive over %v\n\n",
+		f.agents, clients, f.journals, runtime.NumCPU(), f.spread)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "storm\tstreaming\tfailed\tseconds\tper s\tattempts\tCPU ms/op\tstubs ms/op\tagents ms/op\tceiling/s\tceiling CPU ms/op\tratio\tCPU ratio\tjournal ratio\tagent ratio\tprobe slowdown\t")
 	row := func(name string, s *stormResult, c ceilingResult) {
@@ -596,7 +627,7 @@ func floorReport(out io.Writer, f stormFlags, ceilE ceilingResult, e *stormResul
 	}
 	fmt.Fprintf(out, "\nfinal check: %s: %s\n\n", map[bool]string{true: "PASS", false: "FAIL"}[pass], reason)
 	line := map[string]any{
-		"bench": "storm-floor", "agents": f.agents, "journals": f.journals, "cpus": runtime.NumCPU(), "spread_s": f.spread.Seconds(),
+		"bench": "storm-floor", "floor_client": f.floorClient, "agents": f.agents, "journals": f.journals, "cpus": runtime.NumCPU(), "spread_s": f.spread.Seconds(),
 		"pass": pass, "reason": reason,
 		"seconds_to_all_streaming": round(e.wall.Seconds(), 3), "failed": e.failed, "attempts": e.attempts,
 		"ceiling_per_s": round(ceilE.perSec, 3), "ratio_to_ceiling": round(e.perSec/ceilE.perSec, 3), "cpu_ratio_to_ceiling": round(cpuRatio(ceilE, e), 3),
@@ -625,4 +656,43 @@ func slowdown(c ceilingResult, s *stormResult) float64 {
 		return 0
 	}
 	return float64(s.probe) / float64(c.probe)
+}
+
+// bareStorm is the enrollment storm of the floor with bare gRPC clients
+// (bareclient) instead of pact-agent: neither side is pact.
+func bareStorm(f stormFlags, c *floorCluster, roots *x509.CertPool, kx wire.KeyExchange) (*stormResult, error) {
+	nodes := inventory("storm", f.agents)
+	cfg := bareclient.DefaultConfig()
+	cfg.Addrs, cfg.Roots, cfg.KeyExchange, cfg.Agents, cfg.Spread = c.grpc, roots, kx, f.agents, f.spread
+	cfg.Deadline = f.deadline
+	cfg.Hardware = func(i int) *pactv1.HardwareIdentity {
+		return &pactv1.HardwareIdentity{Macs: []string{nodes[i].mac}, BmcSerial: nodes[i].bmc}
+	}
+	if !f.oneSource {
+		cfg.Source = sourceIP
+	}
+	if f.waitIdle > 0 {
+		waitIdle(f.waitIdle, 0.15, c.pids())
+	}
+	logf("enroll storm against the stub journals: %d bare gRPC clients arriving over %v", f.agents, f.spread)
+	m := startMeters(c.pids())
+	probe := startProbe()
+	br, err := bareclient.Run(cfg)
+	if err != nil {
+		probe.finish()
+		return nil, err
+	}
+	defer br.Close()
+	res := m.stop(stormEnroll, 0)
+	res.probe = probe.finish()
+	res.agents, res.ok, res.failed, res.attempts, res.wall, res.lat = f.agents, br.OK, br.Failed, br.Attempts, br.Wall, br.Latencies
+	if res.wall > 0 {
+		res.perSec = float64(res.ok) / res.wall.Seconds()
+	}
+	res.streamsOpen = c.settledStreams(f.agents)
+	logf("enroll storm: %d streaming, %d failed in %.2fs (%.0f/s); %d attempts; the stubs hold %d streams", res.ok, res.failed, res.wall.Seconds(), res.perSec, res.attempts, res.streamsOpen)
+	if br.FirstError != nil {
+		logf("  a failure: %v", br.FirstError)
+	}
+	return res, nil
 }

@@ -44,6 +44,7 @@ type stormFlags struct {
 	keyExchange string
 	workers     int
 	floor       bool
+	floorClient string
 }
 
 func runStorm(args []string) int {
@@ -67,6 +68,7 @@ func runStorm(args []string) int {
 	fs.StringVar(&f.journalEnv, "journal-env", "", "extra environment for every pact-journal, space-separated (e.g. GOGC=200)")
 	fs.StringVar(&f.keyExchange, "key-exchange", string(wire.Classical), "TLS key exchange the agents offer, as pact-agent --key-exchange (x25519 or x25519mlkem768); run the journals with the same through -journal-args")
 	fs.BoolVar(&f.floor, "floor", false, "run the storm against stub journals that do only the ceiling's work behind gRPC (no Raft, registry, authentication or rate limits; floor.go): the best a gRPC journal could do on this machine, to compare with the storm")
+	fs.StringVar(&f.floorClient, "floor-client", "pact", "with -floor, the clients: pact (pact-agent's own code, as in the storm) or bare (bareclient: the least a node can do with gRPC; enrollment storm only)")
 	fs.DurationVar(&f.waitIdle, "wait-idle", 0, "before each ceiling and storm, wait up to this long for a second in which other processes use less than 15% of the machine (a shared machine)")
 	if err := fs.Parse(args); err != nil {
 		return 2
