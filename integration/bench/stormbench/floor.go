@@ -437,6 +437,9 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 	if f.workers < 1 {
 		f.workers = 1
 	}
+	if f.floorClient == "" {
+		f.floorClient = "pact"
+	}
 	logf("machine: %d CPUs (GOMAXPROCS %d), %s/%s, %s; working directory %s", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version(), dir)
 	if b, err := exec.Command(filepath.Join(f.bin, "pact-journal"), "init", "--dir", dir).CombinedOutput(); err != nil {
 		return fmt.Errorf("pact-journal init: %w\n%s", err, b)

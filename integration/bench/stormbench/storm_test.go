@@ -191,8 +191,13 @@ func TestStormbenchHasNoAgentCopy(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, imp := range f.Imports {
-			if p, _ := strconv.Unquote(imp.Path.Value); p == "github.com/pact-hpc/pact/agent" {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if p == "github.com/pact-hpc/pact/agent" {
 				importsAgent = true
+			}
+			// The bare clients are the floor's alone (-floor-client bare).
+			if strings.HasSuffix(p, "/bareclient") && name != "floor.go" {
+				t.Errorf("%s imports %s; only the floor may use bare clients, the storm's agents are pact-agent", name, p)
 			}
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
@@ -343,6 +348,45 @@ func TestTinyFloor(t *testing.T) {
 		if v, _ := js[k].(float64); v <= 0 {
 			t.Errorf("%s = %v: not measured", k, js[k])
 		}
+	}
+}
+
+// The floor with bare gRPC clients: neither side is pact, and still every
+// client must enroll at a stub and hold a stream there.
+func TestTinyFloorBareClients(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds pact-journal and starts stub journal processes; skipped with -short")
+	}
+	bin := t.TempDir()
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin+"/", "../../../cmd/pact-journal")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building pact-journal: %v\n%s", err, out)
+	}
+	const agents = 20
+	f := stormFlags{agents: agents, journals: 2, bin: bin, workers: 1, spread: 200 * time.Millisecond,
+		ceiling: 100 * time.Millisecond, deadline: time.Minute, keyExchange: string(wire.Classical), floor: true, floorClient: "bare"}
+	var cl cleanup
+	defer cl.run()
+	var out bytes.Buffer
+	err := floorMain(f, t.TempDir(), &cl, &out)
+	t.Logf("report:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var js map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &js); err != nil {
+		t.Fatalf("last line: %v", err)
+	}
+	if js["floor_client"] != "bare" || js["pass"] != true || js["failed"] != float64(0) {
+		t.Errorf("JSON: floor_client %v, pass %v, failed %v", js["floor_client"], js["pass"], js["failed"])
+	}
+	if a, _ := js["attempts"].(float64); a < 2*agents {
+		t.Errorf("attempts %v: want an Enroll and a channel per client at least", js["attempts"])
+	}
+	if _, ok := js["renew_seconds"]; ok {
+		t.Error("a bare floor ran a renewal storm: bare clients do not renew")
 	}
 }
 
