@@ -331,7 +331,7 @@ type floorCluster struct {
 	status []string
 }
 
-func startFloorCluster(dir string, n int, kx string, extra []string) (*floorCluster, error) {
+func startFloorCluster(dir string, n int, kx string, extra, env []string) (*floorCluster, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -340,6 +340,7 @@ func startFloorCluster(dir string, n int, kx string, extra []string) (*floorClus
 	for i := range n {
 		args := append([]string{"floor-journal", "-dir", dir, "-id", fmt.Sprintf("floor-%d", i+1), "-key-exchange", kx}, extra...)
 		cmd := exec.Command(self, args...)
+		cmd.Env = append(os.Environ(), env...)
 		cmd.Stderr = os.Stderr
 		// Its own process group, as the load generator's workers: an
 		// interrupt reaches the driver, which stops the stubs last.
@@ -430,6 +431,35 @@ func (c *floorCluster) stop() {
 	c.procs, c.stdins = nil, nil
 }
 
+// checkFloorFlags rejects a floor the run could only fail at after its
+// ceilings: an unknown client, bare clients over workers (they run in this
+// process) or with a renewal storm (they do not renew), floor flags
+// without -floor.
+func checkFloorFlags(f *stormFlags, fs *flag.FlagSet) error {
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if !f.floor {
+		if set["floor-client"] {
+			return errors.New("-floor-client needs -floor")
+		}
+		return nil
+	}
+	switch f.floorClient {
+	case "pact":
+	case "bare":
+		if f.workers > 1 {
+			return errors.New("-floor-client bare runs every client in this process: leave -workers at 0 or 1")
+		}
+		if f.renew && set["renew"] {
+			return errors.New("-floor-client bare has no renewal storm (bare clients do not renew): drop -renew")
+		}
+		f.renew, f.workers = false, 1
+	default:
+		return fmt.Errorf("-floor-client %q: want pact (pact-agent's own code) or bare (bareclient)", f.floorClient)
+	}
+	return nil
+}
+
 // floorMain is storm -floor: the ceilings, then the enrollment and renewal
 // storms of the same agents against stub journals, and a report comparing
 // the floor with the ceiling.
@@ -444,7 +474,7 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 	if b, err := exec.Command(filepath.Join(f.bin, "pact-journal"), "init", "--dir", dir).CombinedOutput(); err != nil {
 		return fmt.Errorf("pact-journal init: %w\n%s", err, b)
 	}
-	c, err := startFloorCluster(dir, f.journals, f.keyExchange, strings.Fields(f.journalArgs))
+	c, err := startFloorCluster(dir, f.journals, f.keyExchange, strings.Fields(f.journalArgs), strings.Fields(f.journalEnv))
 	if err != nil {
 		return err
 	}
@@ -499,6 +529,9 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 	case "bare":
 		if f.workers > 1 {
 			return errors.New("-floor-client bare runs its clients in this process: -workers 1")
+		}
+		if f.renew {
+			logf("-floor-client bare: no renewal storm (bare clients do not renew)")
 		}
 		e, err := bareStorm(f, c, roots, kx)
 		if err != nil {

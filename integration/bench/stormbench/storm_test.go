@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -501,5 +502,43 @@ func TestWorkerProtocol(t *testing.T) {
 	inW.Close()
 	if err := <-done; err != nil {
 		t.Errorf("workerMain after stdin closed: %v", err)
+	}
+}
+
+// A floor the run could only fail at after its ceilings is refused at
+// once, with what to do.
+func TestCheckFloorFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		wantErr   string // "" for accepted
+		wantRenew bool
+	}{
+		{[]string{}, "", true},
+		{[]string{"-floor"}, "", true},
+		{[]string{"-floor", "-floor-client", "bare"}, "", false},
+		{[]string{"-floor", "-floor-client", "bare", "-renew=false"}, "", false},
+		{[]string{"-floor-client", "bare"}, "needs -floor", true},
+		{[]string{"-floor", "-floor-client", "foo"}, "want pact", true},
+		{[]string{"-floor", "-floor-client", "bare", "-workers", "2"}, "-workers", false},
+		{[]string{"-floor", "-floor-client", "bare", "-renew"}, "drop -renew", true},
+	} {
+		f := stormFlags{}
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.BoolVar(&f.floor, "floor", false, "")
+		fs.StringVar(&f.floorClient, "floor-client", "pact", "")
+		fs.IntVar(&f.workers, "workers", 0, "")
+		fs.BoolVar(&f.renew, "renew", true, "")
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		err := checkFloorFlags(&f, fs)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%v: %v", tc.args, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%v: got %v, want an error saying %q", tc.args, err, tc.wantErr)
+		case err == nil && f.renew != tc.wantRenew:
+			t.Errorf("%v: renew %v, want %v", tc.args, f.renew, tc.wantRenew)
+		}
 	}
 }

@@ -65,7 +65,7 @@ func runStorm(args []string) int {
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the load generator (the agents) during each storm to FILE.enroll and FILE.renew (with workers, one per worker: FILE.enroll.wN, FILE.renew.wN)")
 	fs.IntVar(&f.workers, "workers", 0, "load-generator processes the agents are split over: 0 picks one while the open-file limit holds every agent (and always for up to half the limit), else the fewest whose shares fit")
 	fs.StringVar(&f.journalArgs, "journal-args", "", "extra flags for every pact-journal (with -floor: for every stub journal, e.g. -admission=false), space-separated")
-	fs.StringVar(&f.journalEnv, "journal-env", "", "extra environment for every pact-journal, space-separated (e.g. GOGC=200)")
+	fs.StringVar(&f.journalEnv, "journal-env", "", "extra environment for every pact-journal (with -floor: every stub journal), space-separated (e.g. GOGC=200)")
 	fs.StringVar(&f.keyExchange, "key-exchange", string(wire.Classical), "TLS key exchange the agents offer, as pact-agent --key-exchange (x25519 or x25519mlkem768); run the journals with the same through -journal-args")
 	fs.BoolVar(&f.floor, "floor", false, "run the storm against stub journals that do only the ceiling's work behind gRPC (no Raft, registry, authentication or rate limits; floor.go): the best a gRPC journal could do on this machine, to compare with the storm")
 	fs.StringVar(&f.floorClient, "floor-client", "pact", "with -floor, the clients: pact (pact-agent's own code, as in the storm) or bare (bareclient: the least a node can do with gRPC; enrollment storm only)")
@@ -75,6 +75,10 @@ func runStorm(args []string) int {
 	}
 	if f.agents < 1 || f.journals < 1 || f.workers < 0 || f.workers > f.agents {
 		fmt.Fprintln(os.Stderr, "stormbench: -agents and -journals must be positive, -workers from 0 to -agents")
+		return 2
+	}
+	if err := checkFloorFlags(&f, fs); err != nil {
+		fmt.Fprintf(os.Stderr, "stormbench: %v\n", err)
 		return 2
 	}
 	if f.workers == 0 {
