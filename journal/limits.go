@@ -1,7 +1,6 @@
 package journal
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -10,7 +9,6 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/pact-hpc/pact/internal/clock"
-	"github.com/pact-hpc/pact/internal/wire"
 	"github.com/pact-hpc/pact/journal/connlimit"
 )
 
@@ -18,48 +16,20 @@ import (
 // ClientHello without a handshake slot, and take a slot (or answer busy)
 // only once it has arrived. gRPC runs ServerHandshake in the connection's
 // own goroutine under its ConnectionTimeout deadline, so a silent client
-// blocks nobody and is closed when the timeout passes.
-//
-// A busy answer is the line of wire.FormatBusy in place of a ServerHello:
-// the client's ClientHello has been read whole and it sends nothing more
-// until it hears from the server, so writing, half-closing and closing
-// delivers the line without a reset.
+// blocks nobody and is closed when the timeout passes. The admission and
+// the busy answer are connlimit's (Limiter.AdmitHandshake).
 type limitedCreds struct {
 	credentials.TransportCredentials
 	lim *connlimit.Limiter
 }
 
 func (c *limitedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	hello, err := connlimit.AwaitHello(raw)
-	if err != nil {
-		return nil, nil, err
-	}
-	release, err := c.lim.Admit()
-	var busy *connlimit.BusyError
-	if errors.As(err, &busy) {
-		answerBusy(raw, busy.RetryAfter)
-		return nil, nil, err
-	}
+	hello, release, err := c.lim.AdmitHandshake(raw)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer release()
 	return c.TransportCredentials.ServerHandshake(hello)
-}
-
-// busyWriteTimeout bounds writing the busy line: a client that does not
-// read it is not waited for.
-const busyWriteTimeout = time.Second
-
-// answerBusy writes the busy line and half-closes; the caller closes.
-func answerBusy(c net.Conn, retryAfter time.Duration) {
-	_ = c.SetWriteDeadline(time.Now().Add(busyWriteTimeout))
-	if _, err := c.Write(wire.FormatBusy(retryAfter)); err != nil {
-		return
-	}
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		_ = cw.CloseWrite()
-	}
 }
 
 func (c *limitedCreds) Clone() credentials.TransportCredentials {

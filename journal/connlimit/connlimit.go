@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/wire"
 )
 
 // Errors. A refused connection is closed; these reach the caller's log.
@@ -325,6 +326,47 @@ func AwaitHello(c net.Conn) (net.Conn, error) {
 		return nil, fmt.Errorf("connlimit: waiting for the ClientHello: %w", err)
 	}
 	return &prefixConn{Conn: c, prefix: buf}, nil
+}
+
+// AdmitHandshake is the gRPC port's admission of a new connection before
+// its TLS handshake: it waits for the client's ClientHello without a slot
+// (AwaitHello), then takes one (Admit). A client the queue cannot serve in
+// time is answered busy: the line of wire.FormatBusy in place of a
+// ServerHello, then a half-close (the client has sent its whole ClientHello
+// and sends nothing more until it hears from the server, so it reads the
+// line rather than a reset); the caller closes raw and fails the handshake
+// with the *BusyError. Otherwise hello replays the ClientHello, and release
+// gives the slot back once the handshake is over.
+func (l *Limiter) AdmitHandshake(raw net.Conn) (hello net.Conn, release func(), err error) {
+	hello, err = AwaitHello(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	release, err = l.Admit()
+	var busy *BusyError
+	if errors.As(err, &busy) {
+		answerBusy(raw, busy.RetryAfter)
+		return nil, nil, err
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return hello, release, nil
+}
+
+// busyWriteTimeout bounds writing the busy line: a client that does not
+// read it is not waited for.
+const busyWriteTimeout = time.Second
+
+// answerBusy writes the busy line and half-closes; the caller closes.
+func answerBusy(c net.Conn, retryAfter time.Duration) {
+	_ = c.SetWriteDeadline(time.Now().Add(busyWriteTimeout))
+	if _, err := c.Write(wire.FormatBusy(retryAfter)); err != nil {
+		return
+	}
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
 }
 
 // AcquireHandshake takes a handshake slot, waiting up to

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pact-hpc/pact/internal/wire"
 	"github.com/pact-hpc/pact/journal/connlimit"
 )
 
@@ -267,4 +268,78 @@ func FuzzAwaitHello(f *testing.F) {
 			t.Fatalf("accepted %x without a whole first record", sent)
 		}
 	})
+}
+
+// AdmitHandshake over loopback TCP: with the only slot taken and no queue,
+// a client's real ClientHello is answered with the busy line (which the
+// client side of internal/wire reads as a retry-after) and the connection
+// half-closed; once the slot is free, the next client's TLS handshake goes
+// through the replayed ClientHello.
+func TestAdmitHandshakeAnswersBusyOrReplaysTheHello(t *testing.T) {
+	l := newLimiter(t, func(c *connlimit.Config) { c.MaxHandshakes = 1; c.HandshakeQueueWait = 0 })
+	cert := selfSigned(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	serve := func() chan error {
+		done := make(chan error, 1)
+		go func() {
+			raw, err := ln.Accept()
+			if err != nil {
+				done <- err
+				return
+			}
+			defer raw.Close()
+			hello, release, err := l.AdmitHandshake(raw)
+			if err != nil {
+				done <- err
+				return
+			}
+			err = tls.Server(hello, &tls.Config{Certificates: []tls.Certificate{cert}}).Handshake()
+			release()
+			done <- err
+		}()
+		return done
+	}
+
+	held, err := l.AcquireHandshake()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := serve()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	err = tls.Client(wire.BusyAware(c), &tls.Config{InsecureSkipVerify: true}).Handshake()
+	c.Close()
+	var busy *wire.BusyError
+	if !errors.As(err, &busy) || busy.RetryAfter <= 0 {
+		t.Fatalf("client of a full journal: %v, want a busy answer with a retry-after", err)
+	}
+	var served *connlimit.BusyError
+	if err := <-done; !errors.As(err, &served) {
+		t.Fatalf("server side: %v, want *connlimit.BusyError", err)
+	}
+
+	held()
+	done = serve()
+	c, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := tls.Client(c, &tls.Config{InsecureSkipVerify: true}).Handshake(); err != nil {
+		t.Fatalf("client once a slot is free: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("server handshake after AdmitHandshake: %v", err)
+	}
+	if st := l.Stats(); st.Handshakes != 0 {
+		t.Fatalf("stats %+v: the slot was not given back", st)
+	}
 }

@@ -190,8 +190,8 @@ func (f *floorJournal) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.Enrol
 	return nil
 }
 
-// admittedCreds puts the journal's admission queue (connlimit) in front
-// of the handshake, as pact-journal does: without it ten thousand
+// admittedCreds puts the journal's admission queue in front of the
+// handshake, with pact-journal's own code (connlimit.AdmitHandshake): without it ten thousand
 // simultaneous handshakes time out and retry, and the floor would measure
 // that instead.
 type admittedCreds struct {
@@ -200,21 +200,7 @@ type admittedCreds struct {
 }
 
 func (c *admittedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	hello, err := connlimit.AwaitHello(raw)
-	if err != nil {
-		return nil, nil, err
-	}
-	release, err := c.lim.Admit()
-	var busy *connlimit.BusyError
-	if errors.As(err, &busy) {
-		_ = raw.SetWriteDeadline(time.Now().Add(time.Second))
-		if _, err := raw.Write(wire.FormatBusy(busy.RetryAfter)); err == nil {
-			if cw, ok := raw.(interface{ CloseWrite() error }); ok {
-				_ = cw.CloseWrite()
-			}
-		}
-		return nil, nil, err
-	}
+	hello, release, err := c.lim.AdmitHandshake(raw)
 	if err != nil {
 		return nil, nil, err
 	}
