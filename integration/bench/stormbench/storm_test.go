@@ -262,12 +262,7 @@ func TestTinyStormInWorkers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts journal processes; skipped with -short")
 	}
-	bin := t.TempDir()
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin+"/", "../../../cmd/pact-journal", "../../../cmd/pact")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building pact-journal and pact: %v\n%s", err, out)
-	}
+	bin := buildCommands(t, "pact-journal", "pact")
 	const agents = 20
 	f := stormFlags{agents: agents, journals: 3, bin: bin, workers: 2, spread: 200 * time.Millisecond,
 		ceiling: 100 * time.Millisecond, renew: true, deadline: 2 * time.Minute, keyExchange: string(wire.Classical)}
@@ -316,12 +311,7 @@ func TestTinyFloor(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds pact-journal and starts stub journal processes; skipped with -short")
 	}
-	bin := t.TempDir()
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin+"/", "../../../cmd/pact-journal")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building pact-journal: %v\n%s", err, out)
-	}
+	bin := buildCommands(t, "pact-journal")
 	const agents = 20
 	f := stormFlags{agents: agents, journals: 3, bin: bin, workers: 1, spread: 200 * time.Millisecond,
 		ceiling: 100 * time.Millisecond, renew: true, deadline: 2 * time.Minute, keyExchange: string(wire.Classical), floor: true}
@@ -358,12 +348,7 @@ func TestTinyFloorBareClients(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds pact-journal and starts stub journal processes; skipped with -short")
 	}
-	bin := t.TempDir()
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin+"/", "../../../cmd/pact-journal")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building pact-journal: %v\n%s", err, out)
-	}
+	bin := buildCommands(t, "pact-journal")
 	const agents = 20
 	f := stormFlags{agents: agents, journals: 2, bin: bin, workers: 1, spread: 200 * time.Millisecond,
 		ceiling: 100 * time.Millisecond, deadline: time.Minute, keyExchange: string(wire.Classical), floor: true, floorClient: "bare"}
@@ -541,4 +526,21 @@ func TestCheckFloorFlags(t *testing.T) {
 			t.Errorf("%v: renew %v, want %v", tc.args, f.renew, tc.wantRenew)
 		}
 	}
+}
+
+// buildCommands builds the named commands of cmd/ into a temporary bin
+// directory, as make build would (static), and returns it.
+func buildCommands(t *testing.T, names ...string) string {
+	t.Helper()
+	bin := t.TempDir()
+	args := []string{"build", "-trimpath", "-o", bin + "/"}
+	for _, n := range names {
+		args = append(args, "../../../cmd/"+n)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building %v: %v\n%s", names, err, out)
+	}
+	return bin
 }
