@@ -516,9 +516,6 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 		if f.workers > 1 {
 			return errors.New("-floor-client bare runs its clients in this process: -workers 1")
 		}
-		if f.renew {
-			logf("-floor-client bare: no renewal storm (bare clients do not renew)")
-		}
 		e, err := bareStorm(f, c, roots, kx)
 		if err != nil {
 			return err
@@ -548,7 +545,6 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 		cl.add(pool.stop) // before the stubs stop
 		lg = pool
 	} else {
-		checkFiles(f.agents)
 		life, stop := context.WithCancel(context.Background())
 		agents := benchAgents(inventory("storm", f.agents), 0, f.agents)
 		cl.add(func() { stop(); stopAgents(agents) })
