@@ -568,22 +568,17 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 		}
 		probe := startProbe()
 		res, recs, err := lg.run(kind, idxs, c.pids())
-		res.probe = probe.finish()
-		if perf != nil {
-			base := filepath.Join(dir, "perf-floor-"+kind.String())
-			stopPerf(perf, base)
-			if err == nil {
-				if shares, total, perr := categorizePerf(base + ".data"); perr != nil {
-					logf("-perf: perf script: %v", perr)
-				} else {
-					txt := formatShares(shares, total, ms(res.journalCPUPerOp()))
-					_ = os.WriteFile(base+"-categories.txt", []byte(txt), 0o644)
-					fmt.Fprint(os.Stderr, txt)
-				}
-			}
-		}
+		probeAt := probe.finish()
 		if err != nil {
+			if perf != nil {
+				_ = perf.Process.Kill()
+				_ = perf.Wait()
+			}
 			return nil, nil, err
+		}
+		res.probe = probeAt
+		if perf != nil {
+			finishPerf(perf, filepath.Join(dir, "perf-floor-"+kind.String()), res)
 		}
 		res.streamsOpen = c.settledStreams(len(idxs))
 		logf("%s storm: %d streaming, %d failed (%d abandoned) in %.2fs (%.0f/s); attempts %v, %d answered busy; failed attempts %v; the stubs hold %d streams",

@@ -475,15 +475,7 @@ func runOneStorm(c *cluster, lg loadgen, kind stormKind, idxs []int, f stormFlag
 		return nil, nil, err
 	}
 	if perf != nil {
-		base := filepath.Join(dir, "perf-"+kind.String())
-		stopPerf(perf, base)
-		if shares, total, err := categorizePerf(base + ".data"); err != nil {
-			logf("-perf: perf script: %v", err)
-		} else {
-			txt := formatShares(shares, total, ms(res.journalCPUPerOp()))
-			_ = os.WriteFile(base+"-categories.txt", []byte(txt), 0o644)
-			fmt.Fprint(os.Stderr, txt)
-		}
+		finishPerf(perf, filepath.Join(dir, "perf-"+kind.String()), res)
 	}
 	e1, r1 := c.enrollCounters()
 	res.journalClosed = int(c.sumMetric("pact_journal_connections_refused_total") - closed0)
@@ -552,6 +544,20 @@ func startPerf(pids []int, out string) *exec.Cmd {
 	}
 	time.Sleep(300 * time.Millisecond) // let it attach
 	return cmd
+}
+
+// finishPerf stops the recording of a storm that ended with res, and
+// prints and writes (BASE-categories.txt) the journals' CPU by activity.
+func finishPerf(cmd *exec.Cmd, base string, res *stormResult) {
+	stopPerf(cmd, base)
+	shares, total, err := categorizePerf(base + ".data")
+	if err != nil {
+		logf("-perf: perf script: %v", err)
+		return
+	}
+	txt := formatShares(shares, total, ms(res.journalCPUPerOp()))
+	_ = os.WriteFile(base+"-categories.txt", []byte(txt), 0o644)
+	fmt.Fprint(os.Stderr, txt)
 }
 
 func stopPerf(cmd *exec.Cmd, base string) {
