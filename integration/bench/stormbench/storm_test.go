@@ -293,11 +293,7 @@ func TestTinyStormInWorkers(t *testing.T) {
 	if e.genCPU <= 0 || e.genRSS <= 0 || e.wall <= 0 {
 		t.Errorf("load generator CPU %v, RSS %d, wall %v: the workers' measurements did not arrive", e.genCPU, e.genRSS, e.wall)
 	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	var js map[string]any
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &js); err != nil {
-		t.Fatalf("last line: %v", err)
-	}
+	js := lastJSONLine(t, out.String())
 	if js["loadgen_processes"] != float64(2) || js["pass"] != true || js["agents"] != float64(agents) || js["attempts"] != float64(e.attempts) {
 		t.Errorf("JSON: loadgen_processes %v, pass %v, agents %v, attempts %v", js["loadgen_processes"], js["pass"], js["agents"], js["attempts"])
 	}
@@ -323,11 +319,7 @@ func TestTinyFloor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err) // a failed final check too
 	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	var js map[string]any
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &js); err != nil {
-		t.Fatalf("last line: %v", err)
-	}
+	js := lastJSONLine(t, out.String())
 	if js["bench"] != "storm-floor" || js["pass"] != true || js["agents"] != float64(agents) || js["failed"] != float64(0) || js["renew_failed"] != float64(0) {
 		t.Errorf("JSON: bench %v, pass %v, agents %v, failed %v, renew_failed %v", js["bench"], js["pass"], js["agents"], js["failed"], js["renew_failed"])
 	}
@@ -360,11 +352,7 @@ func TestTinyFloorBareClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	var js map[string]any
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &js); err != nil {
-		t.Fatalf("last line: %v", err)
-	}
+	js := lastJSONLine(t, out.String())
 	if js["floor_client"] != "bare" || js["pass"] != true || js["failed"] != float64(0) {
 		t.Errorf("JSON: floor_client %v, pass %v, failed %v", js["floor_client"], js["pass"], js["failed"])
 	}
@@ -543,4 +531,15 @@ func buildCommands(t *testing.T, names ...string) string {
 		t.Fatalf("building %v: %v\n%s", names, err, out)
 	}
 	return bin
+}
+
+// lastJSONLine is a report's last line, which must be its JSON object.
+func lastJSONLine(t *testing.T, report string) map[string]any {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(report), "\n")
+	var js map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &js); err != nil {
+		t.Fatalf("last line: %v", err)
+	}
+	return js
 }
