@@ -1196,7 +1196,9 @@ type JournalMember struct {
 	// (a non-voter is promoted once caught up; one that stays is stuck).
 	NonvoterSinceUnixNano int64 `protobuf:"varint,123,opt,name=nonvoter_since_unix_nano,json=nonvoterSinceUnixNano,proto3" json:"nonvoter_since_unix_nano,omitempty"`
 	// The member's build as it reports it; empty when unreachable.
-	Version       string `protobuf:"bytes,200,opt,name=version,proto3" json:"version,omitempty"`
+	Version string `protobuf:"bytes,200,opt,name=version,proto3" json:"version,omitempty"`
+	// The quorum the member says it belongs to ("" if unknown).
+	QuorumId      string `protobuf:"bytes,124,opt,name=quorum_id,json=quorumId,proto3" json:"quorum_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1357,14 +1359,23 @@ func (x *JournalMember) GetVersion() string {
 	return ""
 }
 
+func (x *JournalMember) GetQuorumId() string {
+	if x != nil {
+		return x.QuorumId
+	}
+	return ""
+}
+
 type JournalStatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	LeaderId      string                 `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
-	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
-	CommitIndex   uint64                 `protobuf:"varint,3,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	AppliedIndex  uint64                 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	ServedBy      string                 `protobuf:"bytes,5,opt,name=served_by,json=servedBy,proto3" json:"served_by,omitempty"`
-	Members       []*JournalMember       `protobuf:"bytes,6,rep,name=members,proto3" json:"members,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	LeaderId     string                 `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	Term         uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	CommitIndex  uint64                 `protobuf:"varint,3,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex uint64                 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	ServedBy     string                 `protobuf:"bytes,5,opt,name=served_by,json=servedBy,proto3" json:"served_by,omitempty"`
+	Members      []*JournalMember       `protobuf:"bytes,6,rep,name=members,proto3" json:"members,omitempty"`
+	// The quorum's identity as the serving journal knows it.
+	QuorumId      string `protobuf:"bytes,7,opt,name=quorum_id,json=quorumId,proto3" json:"quorum_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1439,6 +1450,13 @@ func (x *JournalStatusResponse) GetMembers() []*JournalMember {
 		return x.Members
 	}
 	return nil
+}
+
+func (x *JournalStatusResponse) GetQuorumId() string {
+	if x != nil {
+		return x.QuorumId
+	}
+	return ""
 }
 
 type AddJournalRequest struct {
@@ -3032,7 +3050,7 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\rR\x05limit\"B\n" +
 	"\x11ListAuditResponse\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.pact.v1.AuditEntryR\aentries\"\x16\n" +
-	"\x14JournalStatusRequest\"\xe8\x04\n" +
+	"\x14JournalStatusRequest\"\x85\x05\n" +
 	"\rJournalMember\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x1b\n" +
@@ -3054,14 +3072,16 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\x06halted\x18y \x01(\tR\x06halted\x12\x10\n" +
 	"\x03lag\x18z \x01(\x04R\x03lag\x127\n" +
 	"\x18nonvoter_since_unix_nano\x18{ \x01(\x03R\x15nonvoterSinceUnixNano\x12\x19\n" +
-	"\aversion\x18\xc8\x01 \x01(\tR\aversion\"\xdf\x01\n" +
+	"\aversion\x18\xc8\x01 \x01(\tR\aversion\x12\x1b\n" +
+	"\tquorum_id\x18| \x01(\tR\bquorumId\"\xfc\x01\n" +
 	"\x15JournalStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12!\n" +
 	"\fcommit_index\x18\x03 \x01(\x04R\vcommitIndex\x12#\n" +
 	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12\x1b\n" +
 	"\tserved_by\x18\x05 \x01(\tR\bservedBy\x120\n" +
-	"\amembers\x18\x06 \x03(\v2\x16.pact.v1.JournalMemberR\amembers\"e\n" +
+	"\amembers\x18\x06 \x03(\v2\x16.pact.v1.JournalMemberR\amembers\x12\x1b\n" +
+	"\tquorum_id\x18\a \x01(\tR\bquorumId\"e\n" +
 	"\x11AddJournalRequest\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x1b\n" +

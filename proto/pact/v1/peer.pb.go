@@ -21,6 +21,55 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type QuorumHelloKind int32
+
+const (
+	QuorumHelloKind_QUORUM_HELLO_KIND_UNSPECIFIED QuorumHelloKind = 0
+	QuorumHelloKind_QUORUM_HELLO_KIND_RAFT        QuorumHelloKind = 1
+	QuorumHelloKind_QUORUM_HELLO_KIND_PROBE       QuorumHelloKind = 2
+)
+
+// Enum value maps for QuorumHelloKind.
+var (
+	QuorumHelloKind_name = map[int32]string{
+		0: "QUORUM_HELLO_KIND_UNSPECIFIED",
+		1: "QUORUM_HELLO_KIND_RAFT",
+		2: "QUORUM_HELLO_KIND_PROBE",
+	}
+	QuorumHelloKind_value = map[string]int32{
+		"QUORUM_HELLO_KIND_UNSPECIFIED": 0,
+		"QUORUM_HELLO_KIND_RAFT":        1,
+		"QUORUM_HELLO_KIND_PROBE":       2,
+	}
+)
+
+func (x QuorumHelloKind) Enum() *QuorumHelloKind {
+	p := new(QuorumHelloKind)
+	*p = x
+	return p
+}
+
+func (x QuorumHelloKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (QuorumHelloKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_pact_v1_peer_proto_enumTypes[0].Descriptor()
+}
+
+func (QuorumHelloKind) Type() protoreflect.EnumType {
+	return &file_pact_v1_peer_proto_enumTypes[0]
+}
+
+func (x QuorumHelloKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use QuorumHelloKind.Descriptor instead.
+func (QuorumHelloKind) EnumDescriptor() ([]byte, []int) {
+	return file_pact_v1_peer_proto_rawDescGZIP(), []int{0}
+}
+
 type ProposeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A pact.v1.Command, already stamped by the proposing journal.
@@ -287,7 +336,9 @@ type MemberStatusResponse struct {
 	Nonvoters []string `protobuf:"bytes,123,rep,name=nonvoters,proto3" json:"nonvoters,omitempty"`
 	LeaderId  string   `protobuf:"bytes,124,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
 	// The journal's build (internal/version), e.g. "v0.3.0 (commit 0123abc, go1.26.0, linux/amd64)".
-	Version       string `protobuf:"bytes,200,opt,name=version,proto3" json:"version,omitempty"`
+	Version string `protobuf:"bytes,200,opt,name=version,proto3" json:"version,omitempty"`
+	// The quorum this journal belongs to ("" before it knows one).
+	QuorumId      string `protobuf:"bytes,210,opt,name=quorum_id,json=quorumId,proto3" json:"quorum_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -413,6 +464,172 @@ func (x *MemberStatusResponse) GetVersion() string {
 	return ""
 }
 
+func (x *MemberStatusResponse) GetQuorumId() string {
+	if x != nil {
+		return x.QuorumId
+	}
+	return ""
+}
+
+// QuorumHello opens every Raft connection between journals, after the TLS
+// handshake (ALPN pact-raft/2): the dialer says which quorum it belongs to
+// and what it wants. Sent as a 4-byte big-endian length and the message.
+type QuorumHello struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty for a journal that belongs to no quorum yet.
+	QuorumId string `protobuf:"bytes,1,opt,name=quorum_id,json=quorumId,proto3" json:"quorum_id,omitempty"`
+	// RAFT: the connection carries Raft; PROBE: one reply, then the
+	// connection closes (an empty journal asking before it bootstraps).
+	Kind          QuorumHelloKind `protobuf:"varint,2,opt,name=kind,proto3,enum=pact.v1.QuorumHelloKind" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuorumHello) Reset() {
+	*x = QuorumHello{}
+	mi := &file_pact_v1_peer_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuorumHello) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuorumHello) ProtoMessage() {}
+
+func (x *QuorumHello) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_peer_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuorumHello.ProtoReflect.Descriptor instead.
+func (*QuorumHello) Descriptor() ([]byte, []int) {
+	return file_pact_v1_peer_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *QuorumHello) GetQuorumId() string {
+	if x != nil {
+		return x.QuorumId
+	}
+	return ""
+}
+
+func (x *QuorumHello) GetKind() QuorumHelloKind {
+	if x != nil {
+		return x.Kind
+	}
+	return QuorumHelloKind_QUORUM_HELLO_KIND_UNSPECIFIED
+}
+
+// QuorumHelloReply answers a QuorumHello.
+type QuorumHelloReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty when accepted; otherwise why the connection is refused.
+	Refused       string `protobuf:"bytes,1,opt,name=refused,proto3" json:"refused,omitempty"`
+	RefusedReason string `protobuf:"bytes,2,opt,name=refused_reason,json=refusedReason,proto3" json:"refused_reason,omitempty"`
+	// The answering journal's quorum ("" if none yet).
+	QuorumId string `protobuf:"bytes,3,opt,name=quorum_id,json=quorumId,proto3" json:"quorum_id,omitempty"`
+	// Whether the answering journal has Raft state (belongs to a quorum,
+	// with or without a quorum id).
+	HasState bool `protobuf:"varint,4,opt,name=has_state,json=hasState,proto3" json:"has_state,omitempty"`
+	// A journal that has not bootstrapped yet (or bootstrapped a new quorum
+	// from --initial-cluster): its bootstrap candidate, kept in its store.
+	BootstrapCandidate string `protobuf:"bytes,5,opt,name=bootstrap_candidate,json=bootstrapCandidate,proto3" json:"bootstrap_candidate,omitempty"`
+	// For a journal that bootstrapped from --initial-cluster: every member's
+	// candidate it formed the quorum with (journal id -> candidate).
+	FormedWith    map[string]string `protobuf:"bytes,6,rep,name=formed_with,json=formedWith,proto3" json:"formed_with,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	JournalId     string            `protobuf:"bytes,7,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuorumHelloReply) Reset() {
+	*x = QuorumHelloReply{}
+	mi := &file_pact_v1_peer_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuorumHelloReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuorumHelloReply) ProtoMessage() {}
+
+func (x *QuorumHelloReply) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_peer_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuorumHelloReply.ProtoReflect.Descriptor instead.
+func (*QuorumHelloReply) Descriptor() ([]byte, []int) {
+	return file_pact_v1_peer_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *QuorumHelloReply) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
+
+func (x *QuorumHelloReply) GetRefusedReason() string {
+	if x != nil {
+		return x.RefusedReason
+	}
+	return ""
+}
+
+func (x *QuorumHelloReply) GetQuorumId() string {
+	if x != nil {
+		return x.QuorumId
+	}
+	return ""
+}
+
+func (x *QuorumHelloReply) GetHasState() bool {
+	if x != nil {
+		return x.HasState
+	}
+	return false
+}
+
+func (x *QuorumHelloReply) GetBootstrapCandidate() string {
+	if x != nil {
+		return x.BootstrapCandidate
+	}
+	return ""
+}
+
+func (x *QuorumHelloReply) GetFormedWith() map[string]string {
+	if x != nil {
+		return x.FormedWith
+	}
+	return nil
+}
+
+func (x *QuorumHelloReply) GetJournalId() string {
+	if x != nil {
+		return x.JournalId
+	}
+	return ""
+}
+
 var File_pact_v1_peer_proto protoreflect.FileDescriptor
 
 const file_pact_v1_peer_proto_rawDesc = "" +
@@ -433,7 +650,7 @@ const file_pact_v1_peer_proto_rawDesc = "" +
 	"\x10ReadIndexRequest\"6\n" +
 	"\x11ReadIndexResponse\x12!\n" +
 	"\fcommit_index\x18\x01 \x01(\x04R\vcommitIndex\"\x15\n" +
-	"\x13MemberStatusRequest\"\xdb\x03\n" +
+	"\x13MemberStatusRequest\"\xf9\x03\n" +
 	"\x14MemberStatusResponse\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x1d\n" +
@@ -449,7 +666,28 @@ const file_pact_v1_peer_proto_rawDesc = "" +
 	"\x06voters\x18z \x03(\tR\x06voters\x12\x1c\n" +
 	"\tnonvoters\x18{ \x03(\tR\tnonvoters\x12\x1b\n" +
 	"\tleader_id\x18| \x01(\tR\bleaderId\x12\x19\n" +
-	"\aversion\x18\xc8\x01 \x01(\tR\aversion2\xe3\x01\n" +
+	"\aversion\x18\xc8\x01 \x01(\tR\aversion\x12\x1c\n" +
+	"\tquorum_id\x18\xd2\x01 \x01(\tR\bquorumId\"X\n" +
+	"\vQuorumHello\x12\x1b\n" +
+	"\tquorum_id\x18\x01 \x01(\tR\bquorumId\x12,\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x18.pact.v1.QuorumHelloKindR\x04kind\"\xe8\x02\n" +
+	"\x10QuorumHelloReply\x12\x18\n" +
+	"\arefused\x18\x01 \x01(\tR\arefused\x12%\n" +
+	"\x0erefused_reason\x18\x02 \x01(\tR\rrefusedReason\x12\x1b\n" +
+	"\tquorum_id\x18\x03 \x01(\tR\bquorumId\x12\x1b\n" +
+	"\thas_state\x18\x04 \x01(\bR\bhasState\x12/\n" +
+	"\x13bootstrap_candidate\x18\x05 \x01(\tR\x12bootstrapCandidate\x12J\n" +
+	"\vformed_with\x18\x06 \x03(\v2).pact.v1.QuorumHelloReply.FormedWithEntryR\n" +
+	"formedWith\x12\x1d\n" +
+	"\n" +
+	"journal_id\x18\a \x01(\tR\tjournalId\x1a=\n" +
+	"\x0fFormedWithEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*m\n" +
+	"\x0fQuorumHelloKind\x12!\n" +
+	"\x1dQUORUM_HELLO_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16QUORUM_HELLO_KIND_RAFT\x10\x01\x12\x1b\n" +
+	"\x17QUORUM_HELLO_KIND_PROBE\x10\x022\xe3\x01\n" +
 	"\x12JournalPeerService\x12<\n" +
 	"\aPropose\x12\x17.pact.v1.ProposeRequest\x1a\x18.pact.v1.ProposeResponse\x12B\n" +
 	"\tReadIndex\x12\x19.pact.v1.ReadIndexRequest\x1a\x1a.pact.v1.ReadIndexResponse\x12K\n" +
@@ -467,30 +705,37 @@ func file_pact_v1_peer_proto_rawDescGZIP() []byte {
 	return file_pact_v1_peer_proto_rawDescData
 }
 
-var file_pact_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_pact_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_pact_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_pact_v1_peer_proto_goTypes = []any{
-	(*ProposeRequest)(nil),       // 0: pact.v1.ProposeRequest
-	(*ProposeResponse)(nil),      // 1: pact.v1.ProposeResponse
-	(*ReadIndexRequest)(nil),     // 2: pact.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),    // 3: pact.v1.ReadIndexResponse
-	(*MemberStatusRequest)(nil),  // 4: pact.v1.MemberStatusRequest
-	(*MemberStatusResponse)(nil), // 5: pact.v1.MemberStatusResponse
-	(*Node)(nil),                 // 6: pact.v1.Node
+	(QuorumHelloKind)(0),         // 0: pact.v1.QuorumHelloKind
+	(*ProposeRequest)(nil),       // 1: pact.v1.ProposeRequest
+	(*ProposeResponse)(nil),      // 2: pact.v1.ProposeResponse
+	(*ReadIndexRequest)(nil),     // 3: pact.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),    // 4: pact.v1.ReadIndexResponse
+	(*MemberStatusRequest)(nil),  // 5: pact.v1.MemberStatusRequest
+	(*MemberStatusResponse)(nil), // 6: pact.v1.MemberStatusResponse
+	(*QuorumHello)(nil),          // 7: pact.v1.QuorumHello
+	(*QuorumHelloReply)(nil),     // 8: pact.v1.QuorumHelloReply
+	nil,                          // 9: pact.v1.QuorumHelloReply.FormedWithEntry
+	(*Node)(nil),                 // 10: pact.v1.Node
 }
 var file_pact_v1_peer_proto_depIdxs = []int32{
-	6, // 0: pact.v1.ProposeResponse.node:type_name -> pact.v1.Node
-	1, // 1: pact.v1.ProposeResponse.batch:type_name -> pact.v1.ProposeResponse
-	0, // 2: pact.v1.JournalPeerService.Propose:input_type -> pact.v1.ProposeRequest
-	2, // 3: pact.v1.JournalPeerService.ReadIndex:input_type -> pact.v1.ReadIndexRequest
-	4, // 4: pact.v1.JournalPeerService.MemberStatus:input_type -> pact.v1.MemberStatusRequest
-	1, // 5: pact.v1.JournalPeerService.Propose:output_type -> pact.v1.ProposeResponse
-	3, // 6: pact.v1.JournalPeerService.ReadIndex:output_type -> pact.v1.ReadIndexResponse
-	5, // 7: pact.v1.JournalPeerService.MemberStatus:output_type -> pact.v1.MemberStatusResponse
-	5, // [5:8] is the sub-list for method output_type
-	2, // [2:5] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	10, // 0: pact.v1.ProposeResponse.node:type_name -> pact.v1.Node
+	2,  // 1: pact.v1.ProposeResponse.batch:type_name -> pact.v1.ProposeResponse
+	0,  // 2: pact.v1.QuorumHello.kind:type_name -> pact.v1.QuorumHelloKind
+	9,  // 3: pact.v1.QuorumHelloReply.formed_with:type_name -> pact.v1.QuorumHelloReply.FormedWithEntry
+	1,  // 4: pact.v1.JournalPeerService.Propose:input_type -> pact.v1.ProposeRequest
+	3,  // 5: pact.v1.JournalPeerService.ReadIndex:input_type -> pact.v1.ReadIndexRequest
+	5,  // 6: pact.v1.JournalPeerService.MemberStatus:input_type -> pact.v1.MemberStatusRequest
+	2,  // 7: pact.v1.JournalPeerService.Propose:output_type -> pact.v1.ProposeResponse
+	4,  // 8: pact.v1.JournalPeerService.ReadIndex:output_type -> pact.v1.ReadIndexResponse
+	6,  // 9: pact.v1.JournalPeerService.MemberStatus:output_type -> pact.v1.MemberStatusResponse
+	7,  // [7:10] is the sub-list for method output_type
+	4,  // [4:7] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_peer_proto_init() }
@@ -504,13 +749,14 @@ func file_pact_v1_peer_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_peer_proto_rawDesc), len(file_pact_v1_peer_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   6,
+			NumEnums:      1,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_pact_v1_peer_proto_goTypes,
 		DependencyIndexes: file_pact_v1_peer_proto_depIdxs,
+		EnumInfos:         file_pact_v1_peer_proto_enumTypes,
 		MessageInfos:      file_pact_v1_peer_proto_msgTypes,
 	}.Build()
 	File_pact_v1_peer_proto = out.File

@@ -123,6 +123,10 @@ type Command struct {
 	// A journal meeting an op it does not know and not marked ignorable
 	// stops applying the log instead (docs/quorum.md, rolling upgrades).
 	Ignorable bool `protobuf:"varint,120,opt,name=ignorable,proto3" json:"ignorable,omitempty"`
+	// The journal that forwarded this command to the leader (journal/ID), as
+	// the leader authenticated it; set only by the leader, whatever the
+	// forwarder sent. Empty for a command the leader proposed itself.
+	Via string `protobuf:"bytes,121,opt,name=via,proto3" json:"via,omitempty"`
 	// Types that are valid to be assigned to Op:
 	//
 	//	*Command_RegisterNode
@@ -145,6 +149,7 @@ type Command struct {
 	//	*Command_Batch
 	//	*Command_StandbyIssued
 	//	*Command_StandbyActivated
+	//	*Command_SetQuorumId
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -213,6 +218,13 @@ func (x *Command) GetIgnorable() bool {
 		return x.Ignorable
 	}
 	return false
+}
+
+func (x *Command) GetVia() string {
+	if x != nil {
+		return x.Via
+	}
+	return ""
 }
 
 func (x *Command) GetOp() isCommand_Op {
@@ -402,6 +414,15 @@ func (x *Command) GetStandbyActivated() *StandbyActivatedOp {
 	return nil
 }
 
+func (x *Command) GetSetQuorumId() *SetQuorumIdOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetQuorumId); ok {
+			return x.SetQuorumId
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -486,6 +507,10 @@ type Command_StandbyActivated struct {
 	StandbyActivated *StandbyActivatedOp `protobuf:"bytes,181,opt,name=standby_activated,json=standbyActivated,proto3,oneof"`
 }
 
+type Command_SetQuorumId struct {
+	SetQuorumId *SetQuorumIdOp `protobuf:"bytes,210,opt,name=set_quorum_id,json=setQuorumId,proto3,oneof"`
+}
+
 func (*Command_RegisterNode) isCommand_Op() {}
 
 func (*Command_Activate) isCommand_Op() {}
@@ -526,6 +551,127 @@ func (*Command_StandbyIssued) isCommand_Op() {}
 
 func (*Command_StandbyActivated) isCommand_Op() {}
 
+func (*Command_SetQuorumId) isCommand_Op() {}
+
+// SetQuorumIdOp records the quorum's identity in the replicated state. A
+// leader proposes it once its own quorum id (from its stable store) and
+// the state's differ: after bootstrap, an upgrade from a version without
+// one, a recover or a restore.
+type SetQuorumIdOp struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	QuorumId string                 `protobuf:"bytes,1,opt,name=quorum_id,json=quorumId,proto3" json:"quorum_id,omitempty"`
+	// Why it is set: bootstrap, upgrade, recover, restore.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetQuorumIdOp) Reset() {
+	*x = SetQuorumIdOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetQuorumIdOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetQuorumIdOp) ProtoMessage() {}
+
+func (x *SetQuorumIdOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetQuorumIdOp.ProtoReflect.Descriptor instead.
+func (*SetQuorumIdOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SetQuorumIdOp) GetQuorumId() string {
+	if x != nil {
+		return x.QuorumId
+	}
+	return ""
+}
+
+func (x *SetQuorumIdOp) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// QuorumIdentity is the quorum's identity as a snapshot carries it.
+type QuorumIdentity struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	QuorumId string                 `protobuf:"bytes,1,opt,name=quorum_id,json=quorumId,proto3" json:"quorum_id,omitempty"`
+	// The Raft index at which it was set.
+	SetAtIndex    uint64 `protobuf:"varint,2,opt,name=set_at_index,json=setAtIndex,proto3" json:"set_at_index,omitempty"`
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuorumIdentity) Reset() {
+	*x = QuorumIdentity{}
+	mi := &file_pact_v1_raft_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuorumIdentity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuorumIdentity) ProtoMessage() {}
+
+func (x *QuorumIdentity) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuorumIdentity.ProtoReflect.Descriptor instead.
+func (*QuorumIdentity) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *QuorumIdentity) GetQuorumId() string {
+	if x != nil {
+		return x.QuorumId
+	}
+	return ""
+}
+
+func (x *QuorumIdentity) GetSetAtIndex() uint64 {
+	if x != nil {
+		return x.SetAtIndex
+	}
+	return 0
+}
+
+func (x *QuorumIdentity) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type RegisterNodeOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -539,7 +685,7 @@ type RegisterNodeOp struct {
 
 func (x *RegisterNodeOp) Reset() {
 	*x = RegisterNodeOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[1]
+	mi := &file_pact_v1_raft_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +697,7 @@ func (x *RegisterNodeOp) String() string {
 func (*RegisterNodeOp) ProtoMessage() {}
 
 func (x *RegisterNodeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[1]
+	mi := &file_pact_v1_raft_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +710,7 @@ func (x *RegisterNodeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeOp.ProtoReflect.Descriptor instead.
 func (*RegisterNodeOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{1}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RegisterNodeOp) GetNodeId() string {
@@ -623,7 +769,7 @@ type ActivateOp struct {
 
 func (x *ActivateOp) Reset() {
 	*x = ActivateOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[2]
+	mi := &file_pact_v1_raft_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +781,7 @@ func (x *ActivateOp) String() string {
 func (*ActivateOp) ProtoMessage() {}
 
 func (x *ActivateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[2]
+	mi := &file_pact_v1_raft_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +794,7 @@ func (x *ActivateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateOp.ProtoReflect.Descriptor instead.
 func (*ActivateOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{2}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ActivateOp) GetNodeId() string {
@@ -702,7 +848,7 @@ type BatchOp struct {
 
 func (x *BatchOp) Reset() {
 	*x = BatchOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[3]
+	mi := &file_pact_v1_raft_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +860,7 @@ func (x *BatchOp) String() string {
 func (*BatchOp) ProtoMessage() {}
 
 func (x *BatchOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[3]
+	mi := &file_pact_v1_raft_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +873,7 @@ func (x *BatchOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchOp.ProtoReflect.Descriptor instead.
 func (*BatchOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{3}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BatchOp) GetCommands() []*Command {
@@ -751,7 +897,7 @@ type PresentedCredentials struct {
 
 func (x *PresentedCredentials) Reset() {
 	*x = PresentedCredentials{}
-	mi := &file_pact_v1_raft_proto_msgTypes[4]
+	mi := &file_pact_v1_raft_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +909,7 @@ func (x *PresentedCredentials) String() string {
 func (*PresentedCredentials) ProtoMessage() {}
 
 func (x *PresentedCredentials) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[4]
+	mi := &file_pact_v1_raft_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +922,7 @@ func (x *PresentedCredentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresentedCredentials.ProtoReflect.Descriptor instead.
 func (*PresentedCredentials) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{4}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PresentedCredentials) GetJoinTokenSha256() string {
@@ -797,7 +943,7 @@ type CreateJoinTokenOp struct {
 
 func (x *CreateJoinTokenOp) Reset() {
 	*x = CreateJoinTokenOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[5]
+	mi := &file_pact_v1_raft_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +955,7 @@ func (x *CreateJoinTokenOp) String() string {
 func (*CreateJoinTokenOp) ProtoMessage() {}
 
 func (x *CreateJoinTokenOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[5]
+	mi := &file_pact_v1_raft_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +968,7 @@ func (x *CreateJoinTokenOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenOp.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{5}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateJoinTokenOp) GetToken() *JoinToken {
@@ -844,7 +990,7 @@ type RevokeJoinTokensOp struct {
 
 func (x *RevokeJoinTokensOp) Reset() {
 	*x = RevokeJoinTokensOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[6]
+	mi := &file_pact_v1_raft_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +1002,7 @@ func (x *RevokeJoinTokensOp) String() string {
 func (*RevokeJoinTokensOp) ProtoMessage() {}
 
 func (x *RevokeJoinTokensOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[6]
+	mi := &file_pact_v1_raft_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +1015,7 @@ func (x *RevokeJoinTokensOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeJoinTokensOp.ProtoReflect.Descriptor instead.
 func (*RevokeJoinTokensOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{6}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RevokeJoinTokensOp) GetNodeId() string {
@@ -899,7 +1045,7 @@ type FenceOp struct {
 
 func (x *FenceOp) Reset() {
 	*x = FenceOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[7]
+	mi := &file_pact_v1_raft_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1057,7 @@ func (x *FenceOp) String() string {
 func (*FenceOp) ProtoMessage() {}
 
 func (x *FenceOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[7]
+	mi := &file_pact_v1_raft_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1070,7 @@ func (x *FenceOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceOp.ProtoReflect.Descriptor instead.
 func (*FenceOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{7}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FenceOp) GetNodeId() string {
@@ -959,7 +1105,7 @@ type RenewOp struct {
 
 func (x *RenewOp) Reset() {
 	*x = RenewOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[8]
+	mi := &file_pact_v1_raft_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1117,7 @@ func (x *RenewOp) String() string {
 func (*RenewOp) ProtoMessage() {}
 
 func (x *RenewOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[8]
+	mi := &file_pact_v1_raft_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -984,7 +1130,7 @@ func (x *RenewOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewOp.ProtoReflect.Descriptor instead.
 func (*RenewOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{8}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RenewOp) GetNodeId() string {
@@ -1019,7 +1165,7 @@ type PublishIntermediateOp struct {
 
 func (x *PublishIntermediateOp) Reset() {
 	*x = PublishIntermediateOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[9]
+	mi := &file_pact_v1_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1177,7 @@ func (x *PublishIntermediateOp) String() string {
 func (*PublishIntermediateOp) ProtoMessage() {}
 
 func (x *PublishIntermediateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[9]
+	mi := &file_pact_v1_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1190,7 @@ func (x *PublishIntermediateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishIntermediateOp.ProtoReflect.Descriptor instead.
 func (*PublishIntermediateOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{9}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PublishIntermediateOp) GetIntermediate() *Intermediate {
@@ -1072,7 +1218,7 @@ type DecommissionOp struct {
 
 func (x *DecommissionOp) Reset() {
 	*x = DecommissionOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[10]
+	mi := &file_pact_v1_raft_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1084,7 +1230,7 @@ func (x *DecommissionOp) String() string {
 func (*DecommissionOp) ProtoMessage() {}
 
 func (x *DecommissionOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[10]
+	mi := &file_pact_v1_raft_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1097,7 +1243,7 @@ func (x *DecommissionOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionOp.ProtoReflect.Descriptor instead.
 func (*DecommissionOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{10}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DecommissionOp) GetNodeId() string {
@@ -1121,7 +1267,7 @@ type AssignOp struct {
 
 func (x *AssignOp) Reset() {
 	*x = AssignOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[11]
+	mi := &file_pact_v1_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1279,7 @@ func (x *AssignOp) String() string {
 func (*AssignOp) ProtoMessage() {}
 
 func (x *AssignOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[11]
+	mi := &file_pact_v1_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1292,7 @@ func (x *AssignOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignOp.ProtoReflect.Descriptor instead.
 func (*AssignOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{11}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AssignOp) GetNodeId() string {
@@ -1182,7 +1328,7 @@ type LivenessDigestOp struct {
 
 func (x *LivenessDigestOp) Reset() {
 	*x = LivenessDigestOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[12]
+	mi := &file_pact_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1340,7 @@ func (x *LivenessDigestOp) String() string {
 func (*LivenessDigestOp) ProtoMessage() {}
 
 func (x *LivenessDigestOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[12]
+	mi := &file_pact_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1353,7 @@ func (x *LivenessDigestOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LivenessDigestOp.ProtoReflect.Descriptor instead.
 func (*LivenessDigestOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{12}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LivenessDigestOp) GetJournalId() string {
@@ -1235,7 +1381,7 @@ type MarkInactiveOp struct {
 
 func (x *MarkInactiveOp) Reset() {
 	*x = MarkInactiveOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[13]
+	mi := &file_pact_v1_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1393,7 @@ func (x *MarkInactiveOp) String() string {
 func (*MarkInactiveOp) ProtoMessage() {}
 
 func (x *MarkInactiveOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[13]
+	mi := &file_pact_v1_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1406,7 @@ func (x *MarkInactiveOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkInactiveOp.ProtoReflect.Descriptor instead.
 func (*MarkInactiveOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{13}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MarkInactiveOp) GetNodeIds() []string {
@@ -1292,13 +1438,14 @@ type Snapshot struct {
 	// operator names revoked as a whole.
 	Operators            []*Operator               `protobuf:"bytes,170,rep,name=operators,proto3" json:"operators,omitempty"`
 	RevokedOperatorNames []*OperatorNameRevocation `protobuf:"bytes,171,rep,name=revoked_operator_names,json=revokedOperatorNames,proto3" json:"revoked_operator_names,omitempty"`
+	Quorum               *QuorumIdentity           `protobuf:"bytes,210,opt,name=quorum,proto3" json:"quorum,omitempty"`
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_pact_v1_raft_proto_msgTypes[14]
+	mi := &file_pact_v1_raft_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1457,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[14]
+	mi := &file_pact_v1_raft_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1470,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{14}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Snapshot) GetNodes() []*Node {
@@ -1389,6 +1536,13 @@ func (x *Snapshot) GetRevokedOperatorNames() []*OperatorNameRevocation {
 	return nil
 }
 
+func (x *Snapshot) GetQuorum() *QuorumIdentity {
+	if x != nil {
+		return x.Quorum
+	}
+	return nil
+}
+
 type LastSeen struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -1399,7 +1553,7 @@ type LastSeen struct {
 
 func (x *LastSeen) Reset() {
 	*x = LastSeen{}
-	mi := &file_pact_v1_raft_proto_msgTypes[15]
+	mi := &file_pact_v1_raft_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1565,7 @@ func (x *LastSeen) String() string {
 func (*LastSeen) ProtoMessage() {}
 
 func (x *LastSeen) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[15]
+	mi := &file_pact_v1_raft_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1578,7 @@ func (x *LastSeen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastSeen.ProtoReflect.Descriptor instead.
 func (*LastSeen) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{15}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LastSeen) GetNodeId() string {
@@ -1461,6 +1615,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Operator
 	//	*SnapshotRecord_RevokedOperatorName
 	//	*SnapshotRecord_Sizes
+	//	*SnapshotRecord_Quorum
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1468,7 +1623,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_pact_v1_raft_proto_msgTypes[16]
+	mi := &file_pact_v1_raft_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1635,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[16]
+	mi := &file_pact_v1_raft_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1648,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{16}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -1593,6 +1748,15 @@ func (x *SnapshotRecord) GetSizes() *SnapshotSizes {
 	return nil
 }
 
+func (x *SnapshotRecord) GetQuorum() *QuorumIdentity {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Quorum); ok {
+			return x.Quorum
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -1639,6 +1803,10 @@ type SnapshotRecord_Sizes struct {
 	Sizes *SnapshotSizes `protobuf:"bytes,10,opt,name=sizes,proto3,oneof"`
 }
 
+type SnapshotRecord_Quorum struct {
+	Quorum *QuorumIdentity `protobuf:"bytes,11,opt,name=quorum,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Node) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Revoked) isSnapshotRecord_Record() {}
@@ -1659,6 +1827,8 @@ func (*SnapshotRecord_RevokedOperatorName) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Sizes) isSnapshotRecord_Record() {}
 
+func (*SnapshotRecord_Quorum) isSnapshotRecord_Record() {}
+
 type SnapshotSizes struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Nodes         uint64                 `protobuf:"varint,1,opt,name=nodes,proto3" json:"nodes,omitempty"`
@@ -1669,7 +1839,7 @@ type SnapshotSizes struct {
 
 func (x *SnapshotSizes) Reset() {
 	*x = SnapshotSizes{}
-	mi := &file_pact_v1_raft_proto_msgTypes[17]
+	mi := &file_pact_v1_raft_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1851,7 @@ func (x *SnapshotSizes) String() string {
 func (*SnapshotSizes) ProtoMessage() {}
 
 func (x *SnapshotSizes) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[17]
+	mi := &file_pact_v1_raft_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1864,7 @@ func (x *SnapshotSizes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSizes.ProtoReflect.Descriptor instead.
 func (*SnapshotSizes) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{17}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SnapshotSizes) GetNodes() uint64 {
@@ -1721,7 +1891,7 @@ type RevokedSerial struct {
 
 func (x *RevokedSerial) Reset() {
 	*x = RevokedSerial{}
-	mi := &file_pact_v1_raft_proto_msgTypes[18]
+	mi := &file_pact_v1_raft_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1903,7 @@ func (x *RevokedSerial) String() string {
 func (*RevokedSerial) ProtoMessage() {}
 
 func (x *RevokedSerial) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[18]
+	mi := &file_pact_v1_raft_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1916,7 @@ func (x *RevokedSerial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokedSerial.ProtoReflect.Descriptor instead.
 func (*RevokedSerial) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{18}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RevokedSerial) GetSerial() string {
@@ -1777,7 +1947,7 @@ type ReleaseOp struct {
 
 func (x *ReleaseOp) Reset() {
 	*x = ReleaseOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[19]
+	mi := &file_pact_v1_raft_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +1959,7 @@ func (x *ReleaseOp) String() string {
 func (*ReleaseOp) ProtoMessage() {}
 
 func (x *ReleaseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[19]
+	mi := &file_pact_v1_raft_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +1972,7 @@ func (x *ReleaseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseOp.ProtoReflect.Descriptor instead.
 func (*ReleaseOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{19}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReleaseOp) GetNodeId() string {
@@ -1831,7 +2001,7 @@ type UpdateNodeOp struct {
 
 func (x *UpdateNodeOp) Reset() {
 	*x = UpdateNodeOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[20]
+	mi := &file_pact_v1_raft_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +2013,7 @@ func (x *UpdateNodeOp) String() string {
 func (*UpdateNodeOp) ProtoMessage() {}
 
 func (x *UpdateNodeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[20]
+	mi := &file_pact_v1_raft_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +2026,7 @@ func (x *UpdateNodeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeOp.ProtoReflect.Descriptor instead.
 func (*UpdateNodeOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{20}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UpdateNodeOp) GetNodeId() string {
@@ -1888,7 +2058,7 @@ type SVIDSeenOp struct {
 
 func (x *SVIDSeenOp) Reset() {
 	*x = SVIDSeenOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[21]
+	mi := &file_pact_v1_raft_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2070,7 @@ func (x *SVIDSeenOp) String() string {
 func (*SVIDSeenOp) ProtoMessage() {}
 
 func (x *SVIDSeenOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[21]
+	mi := &file_pact_v1_raft_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2083,7 @@ func (x *SVIDSeenOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SVIDSeenOp.ProtoReflect.Descriptor instead.
 func (*SVIDSeenOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{21}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SVIDSeenOp) GetNodeId() string {
@@ -1956,7 +2126,7 @@ type RecordOperatorOp struct {
 
 func (x *RecordOperatorOp) Reset() {
 	*x = RecordOperatorOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[22]
+	mi := &file_pact_v1_raft_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2138,7 @@ func (x *RecordOperatorOp) String() string {
 func (*RecordOperatorOp) ProtoMessage() {}
 
 func (x *RecordOperatorOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[22]
+	mi := &file_pact_v1_raft_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2151,7 @@ func (x *RecordOperatorOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordOperatorOp.ProtoReflect.Descriptor instead.
 func (*RecordOperatorOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{22}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RecordOperatorOp) GetOperator() *Operator {
@@ -2003,7 +2173,7 @@ type RevokeOperatorOp struct {
 
 func (x *RevokeOperatorOp) Reset() {
 	*x = RevokeOperatorOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[23]
+	mi := &file_pact_v1_raft_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2185,7 @@ func (x *RevokeOperatorOp) String() string {
 func (*RevokeOperatorOp) ProtoMessage() {}
 
 func (x *RevokeOperatorOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[23]
+	mi := &file_pact_v1_raft_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2198,7 @@ func (x *RevokeOperatorOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeOperatorOp.ProtoReflect.Descriptor instead.
 func (*RevokeOperatorOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{23}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RevokeOperatorOp) GetName() string {
@@ -2060,7 +2230,7 @@ type RetireIntermediateOp struct {
 
 func (x *RetireIntermediateOp) Reset() {
 	*x = RetireIntermediateOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[24]
+	mi := &file_pact_v1_raft_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2242,7 @@ func (x *RetireIntermediateOp) String() string {
 func (*RetireIntermediateOp) ProtoMessage() {}
 
 func (x *RetireIntermediateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[24]
+	mi := &file_pact_v1_raft_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2255,7 @@ func (x *RetireIntermediateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireIntermediateOp.ProtoReflect.Descriptor instead.
 func (*RetireIntermediateOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{24}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RetireIntermediateOp) GetSerials() []string {
@@ -2124,7 +2294,7 @@ type StandbyIssuedOp struct {
 
 func (x *StandbyIssuedOp) Reset() {
 	*x = StandbyIssuedOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[25]
+	mi := &file_pact_v1_raft_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2306,7 @@ func (x *StandbyIssuedOp) String() string {
 func (*StandbyIssuedOp) ProtoMessage() {}
 
 func (x *StandbyIssuedOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[25]
+	mi := &file_pact_v1_raft_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2319,7 @@ func (x *StandbyIssuedOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StandbyIssuedOp.ProtoReflect.Descriptor instead.
 func (*StandbyIssuedOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{25}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StandbyIssuedOp) GetNodeId() string {
@@ -2186,7 +2356,7 @@ type StandbyActivatedOp struct {
 
 func (x *StandbyActivatedOp) Reset() {
 	*x = StandbyActivatedOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[26]
+	mi := &file_pact_v1_raft_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2198,7 +2368,7 @@ func (x *StandbyActivatedOp) String() string {
 func (*StandbyActivatedOp) ProtoMessage() {}
 
 func (x *StandbyActivatedOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[26]
+	mi := &file_pact_v1_raft_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2211,7 +2381,7 @@ func (x *StandbyActivatedOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StandbyActivatedOp.ProtoReflect.Descriptor instead.
 func (*StandbyActivatedOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{26}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StandbyActivatedOp) GetNodeId() string {
@@ -2238,18 +2408,20 @@ type SnapshotHeader struct {
 	Term            uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
 	TakenAtUnixNano int64                  `protobuf:"varint,5,opt,name=taken_at_unix_nano,json=takenAtUnixNano,proto3" json:"taken_at_unix_nano,omitempty"`
 	// SHA-256 of the Snapshot message bytes that follow the header.
-	Sha256        []byte `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
-	Size          uint64 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
-	TakenBy       string `protobuf:"bytes,8,opt,name=taken_by,json=takenBy,proto3" json:"taken_by,omitempty"`
-	Version       string `protobuf:"bytes,9,opt,name=version,proto3" json:"version,omitempty"`
-	Nodes         uint64 `protobuf:"varint,10,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	Sha256  []byte `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Size    uint64 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
+	TakenBy string `protobuf:"bytes,8,opt,name=taken_by,json=takenBy,proto3" json:"taken_by,omitempty"`
+	Version string `protobuf:"bytes,9,opt,name=version,proto3" json:"version,omitempty"`
+	Nodes   uint64 `protobuf:"varint,10,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	// The quorum the snapshot was taken from ("" for a quorum without one).
+	QuorumId      string `protobuf:"bytes,20,opt,name=quorum_id,json=quorumId,proto3" json:"quorum_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_pact_v1_raft_proto_msgTypes[27]
+	mi := &file_pact_v1_raft_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2261,7 +2433,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[27]
+	mi := &file_pact_v1_raft_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2274,7 +2446,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{27}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SnapshotHeader) GetFormatVersion() uint32 {
@@ -2347,18 +2519,26 @@ func (x *SnapshotHeader) GetNodes() uint64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetQuorumId() string {
+	if x != nil {
+		return x.QuorumId
+	}
+	return ""
+}
+
 var File_pact_v1_raft_proto protoreflect.FileDescriptor
 
 const file_pact_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\x89\v\n" +
+	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\xda\v\n" +
 	"\aCommand\x12 \n" +
 	"\fat_unix_nano\x18\x01 \x01(\x03R\n" +
 	"atUnixNano\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x16\n" +
 	"\x06source\x18\x03 \x01(\tR\x06source\x12%\n" +
 	"\x0ecorrelation_id\x18\x04 \x01(\tR\rcorrelationId\x12\x1c\n" +
-	"\tignorable\x18x \x01(\bR\tignorable\x12>\n" +
+	"\tignorable\x18x \x01(\bR\tignorable\x12\x10\n" +
+	"\x03via\x18y \x01(\tR\x03via\x12>\n" +
 	"\rregister_node\x18\n" +
 	" \x01(\v2\x17.pact.v1.RegisterNodeOpH\x00R\fregisterNode\x121\n" +
 	"\bactivate\x18\v \x01(\v2\x13.pact.v1.ActivateOpH\x00R\bactivate\x12S\n" +
@@ -2380,8 +2560,17 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"updateNode\x12)\n" +
 	"\x05batch\x18\xca\x01 \x01(\v2\x10.pact.v1.BatchOpH\x00R\x05batch\x12B\n" +
 	"\x0estandby_issued\x18\xb4\x01 \x01(\v2\x18.pact.v1.StandbyIssuedOpH\x00R\rstandbyIssued\x12K\n" +
-	"\x11standby_activated\x18\xb5\x01 \x01(\v2\x1b.pact.v1.StandbyActivatedOpH\x00R\x10standbyActivatedB\x04\n" +
-	"\x02op\"\xd7\x01\n" +
+	"\x11standby_activated\x18\xb5\x01 \x01(\v2\x1b.pact.v1.StandbyActivatedOpH\x00R\x10standbyActivated\x12=\n" +
+	"\rset_quorum_id\x18\xd2\x01 \x01(\v2\x16.pact.v1.SetQuorumIdOpH\x00R\vsetQuorumIdB\x04\n" +
+	"\x02op\"D\n" +
+	"\rSetQuorumIdOp\x12\x1b\n" +
+	"\tquorum_id\x18\x01 \x01(\tR\bquorumId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"g\n" +
+	"\x0eQuorumIdentity\x12\x1b\n" +
+	"\tquorum_id\x18\x01 \x01(\tR\bquorumId\x12 \n" +
+	"\fset_at_index\x18\x02 \x01(\x04R\n" +
+	"setAtIndex\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xd7\x01\n" +
 	"\x0eRegisterNodeOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
 	"\bhardware\x18\x02 \x01(\v2\x19.pact.v1.HardwareIdentityR\bhardware\x12\x1a\n" +
@@ -2427,7 +2616,7 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\bnode_ids\x18\x02 \x03(\tR\anodeIds\"U\n" +
 	"\x0eMarkInactiveOp\x12\x19\n" +
 	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\x12(\n" +
-	"\x10cutoff_unix_nano\x18\x02 \x01(\x03R\x0ecutoffUnixNano\"\xeb\x03\n" +
+	"\x10cutoff_unix_nano\x18\x02 \x01(\x03R\x0ecutoffUnixNano\"\x9d\x04\n" +
 	"\bSnapshot\x12#\n" +
 	"\x05nodes\x18\x01 \x03(\v2\r.pact.v1.NodeR\x05nodes\x120\n" +
 	"\arevoked\x18\x02 \x03(\v2\x16.pact.v1.RevokedSerialR\arevoked\x12;\n" +
@@ -2438,11 +2627,12 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\vjoin_tokens\x18\x8c\x01 \x03(\v2\x12.pact.v1.JoinTokenR\n" +
 	"joinTokens\x120\n" +
 	"\toperators\x18\xaa\x01 \x03(\v2\x11.pact.v1.OperatorR\toperators\x12V\n" +
-	"\x16revoked_operator_names\x18\xab\x01 \x03(\v2\x1f.pact.v1.OperatorNameRevocationR\x14revokedOperatorNames\"E\n" +
+	"\x16revoked_operator_names\x18\xab\x01 \x03(\v2\x1f.pact.v1.OperatorNameRevocationR\x14revokedOperatorNames\x120\n" +
+	"\x06quorum\x18\xd2\x01 \x01(\v2\x17.pact.v1.QuorumIdentityR\x06quorum\"E\n" +
 	"\bLastSeen\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
-	"atUnixNano\"\xae\x04\n" +
+	"atUnixNano\"\xe1\x04\n" +
 	"\x0eSnapshotRecord\x12#\n" +
 	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeH\x00R\x04node\x122\n" +
 	"\arevoked\x18\x02 \x01(\v2\x16.pact.v1.RevokedSerialH\x00R\arevoked\x12;\n" +
@@ -2455,7 +2645,8 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\boperator\x18\b \x01(\v2\x11.pact.v1.OperatorH\x00R\boperator\x12U\n" +
 	"\x15revoked_operator_name\x18\t \x01(\v2\x1f.pact.v1.OperatorNameRevocationH\x00R\x13revokedOperatorName\x12.\n" +
 	"\x05sizes\x18\n" +
-	" \x01(\v2\x16.pact.v1.SnapshotSizesH\x00R\x05sizesB\b\n" +
+	" \x01(\v2\x16.pact.v1.SnapshotSizesH\x00R\x05sizes\x121\n" +
+	"\x06quorum\x18\v \x01(\v2\x17.pact.v1.QuorumIdentityH\x00R\x06quorumB\b\n" +
 	"\x06record\"B\n" +
 	"\rSnapshotSizes\x12\x14\n" +
 	"\x05nodes\x18\x01 \x01(\x04R\x05nodes\x12\x1b\n" +
@@ -2490,7 +2681,7 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x04cert\x18\x03 \x01(\v2\x18.pact.v1.CertificateInfoR\x04cert\"E\n" +
 	"\x12StandbyActivatedOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
-	"\x06serial\x18\x02 \x01(\tR\x06serial\"\x9d\x02\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\"\xba\x02\n" +
 	"\x0eSnapshotHeader\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x16\n" +
 	"\x06domain\x18\x02 \x01(\tR\x06domain\x12\x14\n" +
@@ -2502,7 +2693,8 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\btaken_by\x18\b \x01(\tR\atakenBy\x12\x18\n" +
 	"\aversion\x18\t \x01(\tR\aversion\x12\x14\n" +
 	"\x05nodes\x18\n" +
-	" \x01(\x04R\x05nodes*\x89\x04\n" +
+	" \x01(\x04R\x05nodes\x12\x1b\n" +
+	"\tquorum_id\x18\x14 \x01(\tR\bquorumId*\x89\x04\n" +
 	"\n" +
 	"ApplyError\x12\x1b\n" +
 	"\x17APPLY_ERROR_UNSPECIFIED\x10\x00\x12!\n" +
@@ -2534,106 +2726,111 @@ func file_pact_v1_raft_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_pact_v1_raft_proto_goTypes = []any{
 	(ApplyError)(0),                // 0: pact.v1.ApplyError
 	(*Command)(nil),                // 1: pact.v1.Command
-	(*RegisterNodeOp)(nil),         // 2: pact.v1.RegisterNodeOp
-	(*ActivateOp)(nil),             // 3: pact.v1.ActivateOp
-	(*BatchOp)(nil),                // 4: pact.v1.BatchOp
-	(*PresentedCredentials)(nil),   // 5: pact.v1.PresentedCredentials
-	(*CreateJoinTokenOp)(nil),      // 6: pact.v1.CreateJoinTokenOp
-	(*RevokeJoinTokensOp)(nil),     // 7: pact.v1.RevokeJoinTokensOp
-	(*FenceOp)(nil),                // 8: pact.v1.FenceOp
-	(*RenewOp)(nil),                // 9: pact.v1.RenewOp
-	(*PublishIntermediateOp)(nil),  // 10: pact.v1.PublishIntermediateOp
-	(*DecommissionOp)(nil),         // 11: pact.v1.DecommissionOp
-	(*AssignOp)(nil),               // 12: pact.v1.AssignOp
-	(*LivenessDigestOp)(nil),       // 13: pact.v1.LivenessDigestOp
-	(*MarkInactiveOp)(nil),         // 14: pact.v1.MarkInactiveOp
-	(*Snapshot)(nil),               // 15: pact.v1.Snapshot
-	(*LastSeen)(nil),               // 16: pact.v1.LastSeen
-	(*SnapshotRecord)(nil),         // 17: pact.v1.SnapshotRecord
-	(*SnapshotSizes)(nil),          // 18: pact.v1.SnapshotSizes
-	(*RevokedSerial)(nil),          // 19: pact.v1.RevokedSerial
-	(*ReleaseOp)(nil),              // 20: pact.v1.ReleaseOp
-	(*UpdateNodeOp)(nil),           // 21: pact.v1.UpdateNodeOp
-	(*SVIDSeenOp)(nil),             // 22: pact.v1.SVIDSeenOp
-	(*RecordOperatorOp)(nil),       // 23: pact.v1.RecordOperatorOp
-	(*RevokeOperatorOp)(nil),       // 24: pact.v1.RevokeOperatorOp
-	(*RetireIntermediateOp)(nil),   // 25: pact.v1.RetireIntermediateOp
-	(*StandbyIssuedOp)(nil),        // 26: pact.v1.StandbyIssuedOp
-	(*StandbyActivatedOp)(nil),     // 27: pact.v1.StandbyActivatedOp
-	(*SnapshotHeader)(nil),         // 28: pact.v1.SnapshotHeader
-	(*HardwareIdentity)(nil),       // 29: pact.v1.HardwareIdentity
-	(*CredentialPolicy)(nil),       // 30: pact.v1.CredentialPolicy
-	(*CertificateInfo)(nil),        // 31: pact.v1.CertificateInfo
-	(*JoinToken)(nil),              // 32: pact.v1.JoinToken
-	(*Intermediate)(nil),           // 33: pact.v1.Intermediate
-	(*JournalInfo)(nil),            // 34: pact.v1.JournalInfo
-	(*Node)(nil),                   // 35: pact.v1.Node
-	(*AuditEntry)(nil),             // 36: pact.v1.AuditEntry
-	(*Operator)(nil),               // 37: pact.v1.Operator
-	(*OperatorNameRevocation)(nil), // 38: pact.v1.OperatorNameRevocation
+	(*SetQuorumIdOp)(nil),          // 2: pact.v1.SetQuorumIdOp
+	(*QuorumIdentity)(nil),         // 3: pact.v1.QuorumIdentity
+	(*RegisterNodeOp)(nil),         // 4: pact.v1.RegisterNodeOp
+	(*ActivateOp)(nil),             // 5: pact.v1.ActivateOp
+	(*BatchOp)(nil),                // 6: pact.v1.BatchOp
+	(*PresentedCredentials)(nil),   // 7: pact.v1.PresentedCredentials
+	(*CreateJoinTokenOp)(nil),      // 8: pact.v1.CreateJoinTokenOp
+	(*RevokeJoinTokensOp)(nil),     // 9: pact.v1.RevokeJoinTokensOp
+	(*FenceOp)(nil),                // 10: pact.v1.FenceOp
+	(*RenewOp)(nil),                // 11: pact.v1.RenewOp
+	(*PublishIntermediateOp)(nil),  // 12: pact.v1.PublishIntermediateOp
+	(*DecommissionOp)(nil),         // 13: pact.v1.DecommissionOp
+	(*AssignOp)(nil),               // 14: pact.v1.AssignOp
+	(*LivenessDigestOp)(nil),       // 15: pact.v1.LivenessDigestOp
+	(*MarkInactiveOp)(nil),         // 16: pact.v1.MarkInactiveOp
+	(*Snapshot)(nil),               // 17: pact.v1.Snapshot
+	(*LastSeen)(nil),               // 18: pact.v1.LastSeen
+	(*SnapshotRecord)(nil),         // 19: pact.v1.SnapshotRecord
+	(*SnapshotSizes)(nil),          // 20: pact.v1.SnapshotSizes
+	(*RevokedSerial)(nil),          // 21: pact.v1.RevokedSerial
+	(*ReleaseOp)(nil),              // 22: pact.v1.ReleaseOp
+	(*UpdateNodeOp)(nil),           // 23: pact.v1.UpdateNodeOp
+	(*SVIDSeenOp)(nil),             // 24: pact.v1.SVIDSeenOp
+	(*RecordOperatorOp)(nil),       // 25: pact.v1.RecordOperatorOp
+	(*RevokeOperatorOp)(nil),       // 26: pact.v1.RevokeOperatorOp
+	(*RetireIntermediateOp)(nil),   // 27: pact.v1.RetireIntermediateOp
+	(*StandbyIssuedOp)(nil),        // 28: pact.v1.StandbyIssuedOp
+	(*StandbyActivatedOp)(nil),     // 29: pact.v1.StandbyActivatedOp
+	(*SnapshotHeader)(nil),         // 30: pact.v1.SnapshotHeader
+	(*HardwareIdentity)(nil),       // 31: pact.v1.HardwareIdentity
+	(*CredentialPolicy)(nil),       // 32: pact.v1.CredentialPolicy
+	(*CertificateInfo)(nil),        // 33: pact.v1.CertificateInfo
+	(*JoinToken)(nil),              // 34: pact.v1.JoinToken
+	(*Intermediate)(nil),           // 35: pact.v1.Intermediate
+	(*JournalInfo)(nil),            // 36: pact.v1.JournalInfo
+	(*Node)(nil),                   // 37: pact.v1.Node
+	(*AuditEntry)(nil),             // 38: pact.v1.AuditEntry
+	(*Operator)(nil),               // 39: pact.v1.Operator
+	(*OperatorNameRevocation)(nil), // 40: pact.v1.OperatorNameRevocation
 }
 var file_pact_v1_raft_proto_depIdxs = []int32{
-	2,  // 0: pact.v1.Command.register_node:type_name -> pact.v1.RegisterNodeOp
-	3,  // 1: pact.v1.Command.activate:type_name -> pact.v1.ActivateOp
-	10, // 2: pact.v1.Command.publish_intermediate:type_name -> pact.v1.PublishIntermediateOp
-	9,  // 3: pact.v1.Command.renew:type_name -> pact.v1.RenewOp
-	11, // 4: pact.v1.Command.decommission:type_name -> pact.v1.DecommissionOp
-	12, // 5: pact.v1.Command.assign:type_name -> pact.v1.AssignOp
-	13, // 6: pact.v1.Command.liveness_digest:type_name -> pact.v1.LivenessDigestOp
-	14, // 7: pact.v1.Command.mark_inactive:type_name -> pact.v1.MarkInactiveOp
-	22, // 8: pact.v1.Command.svid_seen:type_name -> pact.v1.SVIDSeenOp
-	6,  // 9: pact.v1.Command.create_join_token:type_name -> pact.v1.CreateJoinTokenOp
-	7,  // 10: pact.v1.Command.revoke_join_tokens:type_name -> pact.v1.RevokeJoinTokensOp
-	8,  // 11: pact.v1.Command.fence:type_name -> pact.v1.FenceOp
-	23, // 12: pact.v1.Command.record_operator:type_name -> pact.v1.RecordOperatorOp
-	24, // 13: pact.v1.Command.revoke_operator:type_name -> pact.v1.RevokeOperatorOp
-	25, // 14: pact.v1.Command.retire_intermediate:type_name -> pact.v1.RetireIntermediateOp
-	20, // 15: pact.v1.Command.release:type_name -> pact.v1.ReleaseOp
-	21, // 16: pact.v1.Command.update_node:type_name -> pact.v1.UpdateNodeOp
-	4,  // 17: pact.v1.Command.batch:type_name -> pact.v1.BatchOp
-	26, // 18: pact.v1.Command.standby_issued:type_name -> pact.v1.StandbyIssuedOp
-	27, // 19: pact.v1.Command.standby_activated:type_name -> pact.v1.StandbyActivatedOp
-	29, // 20: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	30, // 21: pact.v1.RegisterNodeOp.credentials:type_name -> pact.v1.CredentialPolicy
-	29, // 22: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
-	31, // 23: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
-	5,  // 24: pact.v1.ActivateOp.credentials:type_name -> pact.v1.PresentedCredentials
-	1,  // 25: pact.v1.BatchOp.commands:type_name -> pact.v1.Command
-	32, // 26: pact.v1.CreateJoinTokenOp.token:type_name -> pact.v1.JoinToken
-	31, // 27: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
-	33, // 28: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
-	34, // 29: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
-	35, // 30: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
-	19, // 31: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
-	33, // 32: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
-	16, // 33: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
-	36, // 34: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
-	34, // 35: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
-	32, // 36: pact.v1.Snapshot.join_tokens:type_name -> pact.v1.JoinToken
-	37, // 37: pact.v1.Snapshot.operators:type_name -> pact.v1.Operator
-	38, // 38: pact.v1.Snapshot.revoked_operator_names:type_name -> pact.v1.OperatorNameRevocation
-	35, // 39: pact.v1.SnapshotRecord.node:type_name -> pact.v1.Node
-	19, // 40: pact.v1.SnapshotRecord.revoked:type_name -> pact.v1.RevokedSerial
-	33, // 41: pact.v1.SnapshotRecord.intermediate:type_name -> pact.v1.Intermediate
-	16, // 42: pact.v1.SnapshotRecord.last_seen:type_name -> pact.v1.LastSeen
-	36, // 43: pact.v1.SnapshotRecord.audit:type_name -> pact.v1.AuditEntry
-	34, // 44: pact.v1.SnapshotRecord.journal:type_name -> pact.v1.JournalInfo
-	32, // 45: pact.v1.SnapshotRecord.join_token:type_name -> pact.v1.JoinToken
-	37, // 46: pact.v1.SnapshotRecord.operator:type_name -> pact.v1.Operator
-	38, // 47: pact.v1.SnapshotRecord.revoked_operator_name:type_name -> pact.v1.OperatorNameRevocation
-	18, // 48: pact.v1.SnapshotRecord.sizes:type_name -> pact.v1.SnapshotSizes
-	29, // 49: pact.v1.UpdateNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	37, // 50: pact.v1.RecordOperatorOp.operator:type_name -> pact.v1.Operator
-	31, // 51: pact.v1.StandbyIssuedOp.cert:type_name -> pact.v1.CertificateInfo
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	4,  // 0: pact.v1.Command.register_node:type_name -> pact.v1.RegisterNodeOp
+	5,  // 1: pact.v1.Command.activate:type_name -> pact.v1.ActivateOp
+	12, // 2: pact.v1.Command.publish_intermediate:type_name -> pact.v1.PublishIntermediateOp
+	11, // 3: pact.v1.Command.renew:type_name -> pact.v1.RenewOp
+	13, // 4: pact.v1.Command.decommission:type_name -> pact.v1.DecommissionOp
+	14, // 5: pact.v1.Command.assign:type_name -> pact.v1.AssignOp
+	15, // 6: pact.v1.Command.liveness_digest:type_name -> pact.v1.LivenessDigestOp
+	16, // 7: pact.v1.Command.mark_inactive:type_name -> pact.v1.MarkInactiveOp
+	24, // 8: pact.v1.Command.svid_seen:type_name -> pact.v1.SVIDSeenOp
+	8,  // 9: pact.v1.Command.create_join_token:type_name -> pact.v1.CreateJoinTokenOp
+	9,  // 10: pact.v1.Command.revoke_join_tokens:type_name -> pact.v1.RevokeJoinTokensOp
+	10, // 11: pact.v1.Command.fence:type_name -> pact.v1.FenceOp
+	25, // 12: pact.v1.Command.record_operator:type_name -> pact.v1.RecordOperatorOp
+	26, // 13: pact.v1.Command.revoke_operator:type_name -> pact.v1.RevokeOperatorOp
+	27, // 14: pact.v1.Command.retire_intermediate:type_name -> pact.v1.RetireIntermediateOp
+	22, // 15: pact.v1.Command.release:type_name -> pact.v1.ReleaseOp
+	23, // 16: pact.v1.Command.update_node:type_name -> pact.v1.UpdateNodeOp
+	6,  // 17: pact.v1.Command.batch:type_name -> pact.v1.BatchOp
+	28, // 18: pact.v1.Command.standby_issued:type_name -> pact.v1.StandbyIssuedOp
+	29, // 19: pact.v1.Command.standby_activated:type_name -> pact.v1.StandbyActivatedOp
+	2,  // 20: pact.v1.Command.set_quorum_id:type_name -> pact.v1.SetQuorumIdOp
+	31, // 21: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	32, // 22: pact.v1.RegisterNodeOp.credentials:type_name -> pact.v1.CredentialPolicy
+	31, // 23: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
+	33, // 24: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
+	7,  // 25: pact.v1.ActivateOp.credentials:type_name -> pact.v1.PresentedCredentials
+	1,  // 26: pact.v1.BatchOp.commands:type_name -> pact.v1.Command
+	34, // 27: pact.v1.CreateJoinTokenOp.token:type_name -> pact.v1.JoinToken
+	33, // 28: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
+	35, // 29: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
+	36, // 30: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
+	37, // 31: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
+	21, // 32: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
+	35, // 33: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
+	18, // 34: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
+	38, // 35: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
+	36, // 36: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
+	34, // 37: pact.v1.Snapshot.join_tokens:type_name -> pact.v1.JoinToken
+	39, // 38: pact.v1.Snapshot.operators:type_name -> pact.v1.Operator
+	40, // 39: pact.v1.Snapshot.revoked_operator_names:type_name -> pact.v1.OperatorNameRevocation
+	3,  // 40: pact.v1.Snapshot.quorum:type_name -> pact.v1.QuorumIdentity
+	37, // 41: pact.v1.SnapshotRecord.node:type_name -> pact.v1.Node
+	21, // 42: pact.v1.SnapshotRecord.revoked:type_name -> pact.v1.RevokedSerial
+	35, // 43: pact.v1.SnapshotRecord.intermediate:type_name -> pact.v1.Intermediate
+	18, // 44: pact.v1.SnapshotRecord.last_seen:type_name -> pact.v1.LastSeen
+	38, // 45: pact.v1.SnapshotRecord.audit:type_name -> pact.v1.AuditEntry
+	36, // 46: pact.v1.SnapshotRecord.journal:type_name -> pact.v1.JournalInfo
+	34, // 47: pact.v1.SnapshotRecord.join_token:type_name -> pact.v1.JoinToken
+	39, // 48: pact.v1.SnapshotRecord.operator:type_name -> pact.v1.Operator
+	40, // 49: pact.v1.SnapshotRecord.revoked_operator_name:type_name -> pact.v1.OperatorNameRevocation
+	20, // 50: pact.v1.SnapshotRecord.sizes:type_name -> pact.v1.SnapshotSizes
+	3,  // 51: pact.v1.SnapshotRecord.quorum:type_name -> pact.v1.QuorumIdentity
+	31, // 52: pact.v1.UpdateNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	39, // 53: pact.v1.RecordOperatorOp.operator:type_name -> pact.v1.Operator
+	33, // 54: pact.v1.StandbyIssuedOp.cert:type_name -> pact.v1.CertificateInfo
+	55, // [55:55] is the sub-list for method output_type
+	55, // [55:55] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_raft_proto_init() }
@@ -2663,8 +2860,9 @@ func file_pact_v1_raft_proto_init() {
 		(*Command_Batch)(nil),
 		(*Command_StandbyIssued)(nil),
 		(*Command_StandbyActivated)(nil),
+		(*Command_SetQuorumId)(nil),
 	}
-	file_pact_v1_raft_proto_msgTypes[16].OneofWrappers = []any{
+	file_pact_v1_raft_proto_msgTypes[18].OneofWrappers = []any{
 		(*SnapshotRecord_Node)(nil),
 		(*SnapshotRecord_Revoked)(nil),
 		(*SnapshotRecord_Intermediate)(nil),
@@ -2675,6 +2873,7 @@ func file_pact_v1_raft_proto_init() {
 		(*SnapshotRecord_Operator)(nil),
 		(*SnapshotRecord_RevokedOperatorName)(nil),
 		(*SnapshotRecord_Sizes)(nil),
+		(*SnapshotRecord_Quorum)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2682,7 +2881,7 @@ func file_pact_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_raft_proto_rawDesc), len(file_pact_v1_raft_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

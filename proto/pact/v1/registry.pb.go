@@ -880,6 +880,9 @@ type AuditEntry struct {
 	Serial        string `protobuf:"bytes,7,opt,name=serial,proto3" json:"serial,omitempty"`
 	CorrelationId string `protobuf:"bytes,8,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
 	Detail        string `protobuf:"bytes,9,opt,name=detail,proto3" json:"detail,omitempty"`
+	// The journal that forwarded the write to the leader (journal/ID), as
+	// the leader authenticated it; empty when the leader took it itself.
+	Via           string `protobuf:"bytes,10,opt,name=via,proto3" json:"via,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -973,6 +976,13 @@ func (x *AuditEntry) GetCorrelationId() string {
 func (x *AuditEntry) GetDetail() string {
 	if x != nil {
 		return x.Detail
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetVia() string {
+	if x != nil {
+		return x.Via
 	}
 	return ""
 }
@@ -1178,7 +1188,7 @@ const file_pact_v1_registry_proto_rawDesc = "" +
 	"revoked_by\x18\t \x01(\tR\trevokedBy\x12\x1f\n" +
 	"\vspki_sha256\x18\n" +
 	" \x01(\tR\n" +
-	"spkiSha256\"\xfa\x01\n" +
+	"spkiSha256\"\x8c\x02\n" +
 	"\n" +
 	"AuditEntry\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12 \n" +
@@ -1190,7 +1200,9 @@ const file_pact_v1_registry_proto_rawDesc = "" +
 	"\anode_id\x18\x06 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06serial\x18\a \x01(\tR\x06serial\x12%\n" +
 	"\x0ecorrelation_id\x18\b \x01(\tR\rcorrelationId\x12\x16\n" +
-	"\x06detail\x18\t \x01(\tR\x06detail\"f\n" +
+	"\x06detail\x18\t \x01(\tR\x06detail\x12\x10\n" +
+	"\x03via\x18\n" +
+	" \x01(\tR\x03via\"f\n" +
 	"\vJournalInfo\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x1b\n" +
