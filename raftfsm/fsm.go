@@ -53,10 +53,12 @@ type Event struct {
 	BundleChanged bool
 	// Audit holds the audit entries the command recorded.
 	Audit []*pactv1.AuditEntry
+	// QuorumChanged: the quorum id (Quorum) changed.
+	QuorumChanged bool
 }
 
 func (e Event) empty() bool {
-	return len(e.NodeIDs) == 0 && !e.BundleChanged && len(e.Audit) == 0
+	return len(e.NodeIDs) == 0 && !e.BundleChanged && len(e.Audit) == 0 && !e.QuorumChanged
 }
 
 // DefaultAuditCapacity is how many audit entries the registry keeps.
@@ -105,6 +107,8 @@ type state struct {
 	joinTokens   map[string]*pactv1.JoinToken
 	operators    map[string]*pactv1.Operator               // serial -> record
 	revokedNames map[string]*pactv1.OperatorNameRevocation // operator name -> revocation
+	// quorum is the quorum's identity (nil until a leader records one).
+	quorum *pactv1.QuorumIdentity
 }
 
 func newState(auditCap int) *state { return newStateSized(auditCap, 0, 0) }
@@ -275,6 +279,7 @@ func (f *FSM) applyLocked(cmd *pactv1.Command, index uint64) (*Result, Event) {
 		ev.NodeIDs = append(ev.NodeIDs, sev.NodeIDs...)
 		ev.BundleChanged = ev.BundleChanged || sev.BundleChanged
 		ev.Audit = append(ev.Audit, sev.Audit...)
+		ev.QuorumChanged = ev.QuorumChanged || sev.QuorumChanged
 	}
 	return out, ev
 }
@@ -328,6 +333,8 @@ func (f *FSM) applyOne(cmd *pactv1.Command, index uint64) (*Result, Event) {
 		res = a.standbyIssued(op.StandbyIssued)
 	case *pactv1.Command_StandbyActivated:
 		res = a.standbyActivated(op.StandbyActivated)
+	case *pactv1.Command_SetQuorumId:
+		res = a.setQuorumID(op.SetQuorumId)
 	default:
 		panic(fmt.Sprintf("raftfsm: unknown command %T", op))
 	}
@@ -359,6 +366,7 @@ func (a *applier) record(action, nodeID, serial, detail string) {
 		Serial:        serial,
 		CorrelationId: a.cmd.GetCorrelationId(),
 		Detail:        detail,
+		Via:           a.cmd.GetVia(),
 	}
 	a.s.audit.add(e)
 	a.ev.Audit = append(a.ev.Audit, e)
@@ -849,6 +857,7 @@ func (f *FSM) snapshotLocked() *fsmSnapshot {
 		Audit:         f.st.audit.entries(),
 		Journals:      make([]*pactv1.JournalInfo, 0, len(f.st.journals)),
 		JoinTokens:    make([]*pactv1.JoinToken, 0, len(f.st.joinTokens)),
+		Quorum:        f.st.quorum,
 	}
 	for _, t := range f.st.joinTokens {
 		snap.JoinTokens = append(snap.JoinTokens, t)

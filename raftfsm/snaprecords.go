@@ -51,6 +51,7 @@ const (
 	recOperator
 	recRevokedName
 	recSizes
+	recQuorum
 )
 
 // maxSizeHint bounds how far a reader presizes its indexes on a sizes
@@ -97,6 +98,11 @@ func writeRecords(w io.Writer, s *pactv1.Snapshot) error {
 	}
 	for _, n := range s.GetRevokedOperatorNames() {
 		e.put(recRevokedName, n)
+	}
+	// Only when there is one: a state without a quorum id stays readable
+	// by a journal of the version before quorum ids.
+	if q := s.GetQuorum(); q.GetQuorumId() != "" {
+		e.put(recQuorum, q)
 	}
 	if e.err == nil {
 		e.err = e.w.WriteByte(0) // the end
@@ -395,6 +401,11 @@ func (b *stateBuilder) add(rec *pactv1.SnapshotRecord) error {
 		st.operators[r.Operator.GetSerial()] = r.Operator
 	case *pactv1.SnapshotRecord_RevokedOperatorName:
 		st.revokedNames[r.RevokedOperatorName.GetName()] = r.RevokedOperatorName
+	case *pactv1.SnapshotRecord_Quorum:
+		if st.quorum != nil {
+			return errors.New("raftfsm: snapshot has two quorum identities")
+		}
+		st.quorum = r.Quorum
 	default:
 		return fmt.Errorf("raftfsm: snapshot record %T this version does not know", r)
 	}
@@ -464,6 +475,8 @@ func DecodeSnapshot(state []byte) (*pactv1.Snapshot, error) {
 			s.Operators = append(s.Operators, r.Operator)
 		case *pactv1.SnapshotRecord_RevokedOperatorName:
 			s.RevokedOperatorNames = append(s.RevokedOperatorNames, r.RevokedOperatorName)
+		case *pactv1.SnapshotRecord_Quorum:
+			s.Quorum = r.Quorum
 		}
 		return nil
 	})

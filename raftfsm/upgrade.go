@@ -48,6 +48,9 @@ var ignorable = map[protoreflect.Name]bool{
 	"record_operator":     false,
 	"revoke_operator":     false,
 	"retire_intermediate": false,
+	// The quorum id is checked by the journals, never by another command:
+	// a journal that does not know it loses nothing by skipping it.
+	"set_quorum_id": true,
 	// A batch carries commands none of which may be skipped.
 	"batch": false,
 }
