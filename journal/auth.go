@@ -194,7 +194,16 @@ func (j *Journal) authenticate(ctx context.Context, method string) (*principal, 
 			return nil, noIdentity
 		}
 		if err := j.checkJournalCert(chain); err != nil {
+			var r *peerRefusal
+			if errors.As(err, &r) {
+				j.countPeerRefusal("peer service", id.Name, err)
+			}
 			return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+		}
+		// The caller's quorum and membership, on every call: removal ends
+		// a journal's peer rights the moment it commits.
+		if err := j.checkPeerCall(ctx, id.Name); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrPermission, err)
 		}
 		return &principal{id: id, leaf: leaf}, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -49,6 +50,7 @@ func (s *adminServer) SaveSnapshot(_ *pactv1.SaveSnapshotRequest, stream pactv1.
 		TakenBy:         j.cfg.NodeID,
 		Version:         version.Get().String(),
 		Nodes:           uint64(nodes),
+		QuorumId:        j.quorum.get(),
 	}
 	var buf bytes.Buffer
 	buf.Grow(len(state) + 512)
@@ -142,6 +144,10 @@ func (c RestoreConfig) Validate() error {
 type RestoreResult struct {
 	Header *pactv1.SnapshotHeader
 	Nodes  int
+	// QuorumID is the new quorum's id, derived from the file and the
+	// initial cluster (the same on every journal restored alike); the
+	// snapshot's own quorum is in Header.QuorumId.
+	QuorumID string
 }
 
 // Restore checks the snapshot file completely (format, size, checksum,
@@ -202,7 +208,15 @@ func Restore(c RestoreConfig) (RestoreResult, error) {
 	if err := store.SetUint64([]byte("CurrentTerm"), term); err != nil {
 		return RestoreResult{}, err
 	}
-	return RestoreResult{Header: h, Nodes: nodes}, nil
+	// A restored quorum is a new quorum: journals of the one the snapshot
+	// was taken from cannot speak Raft with it, nor it with them.
+	parts := []string{"pact restore", string(h.GetSha256()), h.GetQuorumId()}
+	parts = append(parts, peerParts(c.InitialCluster)...)
+	qid := DeriveQuorumID(parts...)
+	if err := store.Set([]byte(keyQuorumID), []byte(qid)); err != nil {
+		return RestoreResult{}, err
+	}
+	return RestoreResult{Header: h, Nodes: nodes, QuorumID: qid}, nil
 }
 
 // checkEmptyRaft refuses a data directory that already holds Raft state
@@ -238,12 +252,36 @@ type RecoverConfig struct {
 	Members []Peer
 }
 
+// RecoverResult says what Recover did.
+type RecoverResult struct {
+	// LastIndex is the last log index the new quorum's state holds.
+	LastIndex uint64
+	// QuorumID is the new quorum's id (derived from the old one and the
+	// members, so every survivor recovered alike agrees); PreviousQuorumID
+	// the one the survivor belonged to ("" for a quorum without one).
+	QuorumID, PreviousQuorumID string
+}
+
+// peerParts lists peers as id=address, sorted, for a derived quorum id.
+func peerParts(peers []Peer) []string {
+	out := make([]string, 0, len(peers))
+	for _, p := range peers {
+		out = append(out, p.ID+"="+p.RaftAddr)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Recover rewrites the Raft configuration in DataDir to Members (hashicorp
 // raft's RecoverCluster): the journal's log is replayed into a snapshot
 // whose configuration is Members, so it starts as part of a new quorum.
 // Every entry in its log is kept, committed or not; what only the lost
 // journals had is gone. The journal must be stopped.
-func Recover(c RecoverConfig) (uint64, error) {
+//
+// The new quorum gets a new quorum id: a lost journal that comes back
+// with its old state belongs to the old quorum, and can neither pull the
+// survivor into its history nor be followed by it.
+func Recover(c RecoverConfig) (RecoverResult, error) {
 	var errs []error
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("--data-dir is required: the stopped survivor's data directory"))
@@ -252,22 +290,22 @@ func Recover(c RecoverConfig) (uint64, error) {
 		errs = append(errs, errors.New("--members is required: the journals of the new quorum as id=raft-host:port,... (usually the survivors alone; add new journals afterwards with pact journal add)"))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return 0, err
+		return RecoverResult{}, err
 	}
 	if _, err := os.Stat(filepath.Join(c.DataDir, "raft.db")); err != nil {
-		return 0, fmt.Errorf("journal: %s has no raft.db: give the data directory of a journal that ran in the quorum", c.DataDir)
+		return RecoverResult{}, fmt.Errorf("journal: %s has no raft.db: give the data directory of a journal that ran in the quorum", c.DataDir)
 	}
 	if err := checkRemovedMarker(c.DataDir); err != nil {
-		return 0, err
+		return RecoverResult{}, err
 	}
 	store, err := openStore(c.DataDir)
 	if err != nil {
-		return 0, err
+		return RecoverResult{}, err
 	}
 	defer store.Close()
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(c.DataDir, 2, hclog.NewNullLogger())
 	if err != nil {
-		return 0, err
+		return RecoverResult{}, err
 	}
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(c.NodeID)
@@ -281,11 +319,19 @@ func Recover(c RecoverConfig) (uint64, error) {
 	}
 	_, trans := raft.NewInmemTransport("")
 	if err := raft.RecoverCluster(rc, raftfsm.New(), store, store, snaps, trans, cfg); err != nil {
-		return 0, fmt.Errorf("journal: recover: %w", err)
+		return RecoverResult{}, fmt.Errorf("journal: recover: %w", err)
 	}
 	last, _ := store.LastIndex()
 	if list, err := snaps.List(); err == nil && len(list) > 0 && list[0].Index > last {
 		last = list[0].Index
 	}
-	return last, nil
+	prev, err := getString(store, keyQuorumID)
+	if err != nil {
+		return RecoverResult{}, err
+	}
+	qid := DeriveQuorumID(append([]string{"pact recover", prev}, peerParts(c.Members)...)...)
+	if err := store.Set([]byte(keyQuorumID), []byte(qid)); err != nil {
+		return RecoverResult{}, fmt.Errorf("journal: recover: the configuration was rewritten, but the new quorum id could not be stored: %w", err)
+	}
+	return RecoverResult{LastIndex: last, QuorumID: qid, PreviousQuorumID: prev}, nil
 }

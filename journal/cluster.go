@@ -110,6 +110,8 @@ func (p *peerConns) conn(addr string) (*grpc.ClientConn, error) {
 		Time:                  p.j.cfg.Clock.Now,
 	}
 	c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+		// Every peer call proves this journal's quorum.
+		grpc.WithUnaryInterceptor(p.j.withQuorumID),
 		// gRPC's default backoff grows to two minutes: a journal cut off
 		// from the leader for a while would keep answering NO_LEADER that
 		// long after the heal. Peers are few; retry them often.
@@ -356,12 +358,16 @@ func (s *peerServer) Propose(ctx context.Context, req *pactv1.ProposeRequest) (*
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
+	data, err := j.stampForwarded(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
 	if (*j.unknownOp.Load())(cmd) {
 		// A newer journal's command: committing it would stop every
 		// journal of this version. Upgrade the leader last (docs/quorum.md).
 		return nil, fmt.Errorf("%w: leader %s runs pact-journal %s, which does not know this command; it is refused until the leader is upgraded (upgrade followers first, the leader last)", ErrInvalidArgument, j.cfg.NodeID, version.Get().String())
 	}
-	res, index, err := j.applyLocal(ctx, req.GetCommand(), "forwarded")
+	res, index, err := j.applyLocal(ctx, data, "forwarded")
 	if err != nil && res == nil {
 		return nil, err
 	}
@@ -414,6 +420,7 @@ func (j *Journal) memberStatus() *pactv1.MemberStatusResponse {
 		IntermediateSerial:       pki.SerialHex(inter.SerialNumber),
 		IntermediateNotAfterUnix: inter.NotAfter.Unix(),
 		Version:                  version.Get().String(),
+		QuorumId:                 j.quorum.get(),
 	}
 }
 
@@ -461,6 +468,7 @@ func (j *Journal) members(ctx context.Context) ([]*pactv1.JournalMember, error) 
 			m.LastContactUnixNano = st.GetLastContactUnixNano()
 			m.IntermediateSerial, m.IntermediateNotAfterUnix = st.GetIntermediateSerial(), st.GetIntermediateNotAfterUnix()
 			m.Version, m.Halted = st.GetVersion(), st.GetHalted()
+			m.QuorumId = st.GetQuorumId()
 			if c := j.raft.CommitIndex(); c > m.AppliedIndex {
 				m.Lag = c - m.AppliedIndex
 			}
@@ -486,6 +494,7 @@ func (s *adminServer) JournalStatus(ctx context.Context, _ *pactv1.JournalStatus
 		AppliedIndex: j.raft.AppliedIndex(),
 		ServedBy:     j.cfg.NodeID,
 		Members:      members,
+		QuorumId:     j.quorum.get(),
 	}, nil
 }
 

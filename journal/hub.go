@@ -120,6 +120,9 @@ func (j *Journal) onApply(ev raftfsm.Event) {
 			wake(j.rotateNow)
 		}
 	}
+	if ev.QuorumChanged {
+		j.onQuorumApplied()
+	}
 	j.hub.notify(ev)
 	if j.audit != nil && len(ev.Audit) > 0 {
 		j.audit.offer(ev.Audit)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 	"google.golang.org/grpc"
@@ -123,6 +124,14 @@ type Journal struct {
 	// makes it stand for a leader of the previous release).
 	unknownOp atomic.Pointer[func(*pactv1.Command) bool]
 
+	// quorum is this journal's quorum identity (quorum.go); peerRefused
+	// counts the journal peers it refused.
+	quorum      quorumIdentity
+	peerRefused *prometheus.CounterVec
+	// raftStarted is raft once it runs, for the Raft port's goroutines,
+	// which start before it.
+	raftStarted atomic.Pointer[raft.Raft]
+
 	stopOnce sync.Once
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -131,7 +140,11 @@ type Journal struct {
 // New opens the data directory, loads the upstream authority, makes a fresh
 // intermediate, starts Raft and replays the registry. It opens no listener:
 // Start does that once the registry is loaded.
-func New(cfg Config) (*Journal, error) {
+func New(cfg Config) (*Journal, error) { return NewContext(context.Background(), cfg) }
+
+// NewContext is New, stopped by ctx while an empty journal of a new quorum
+// waits for its --initial-cluster peers to answer before it bootstraps.
+func NewContext(ctx context.Context, cfg Config) (*Journal, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -224,6 +237,7 @@ func New(cfg Config) (*Journal, error) {
 	j.admission = newAdmission(limiter, cfg.MaxEnrollWaiters, cfg.EnrollQueueWait, cfg.Clock)
 	j.bundle = newBundleCache(authority.Root(), j.fsm, cfg.Clock)
 	j.roots = rootPool(authority.Root())
+	j.peerRefused = newPeerRefusedCounter()
 	j.metrics = newMetrics(j)
 	j.peers = newPeerConns(j)
 	unknown := raftfsm.HasUnknownOp
@@ -233,9 +247,14 @@ func New(cfg Config) (*Journal, error) {
 	}
 	j.fsm.SetObserver(j.onApply)
 	j.fsm.SetHaltHandler(j.onFSMHalt)
-	if err := j.startRaft(); err != nil {
+	if err := j.startRaft(ctx); err != nil {
 		return nil, err
 	}
+	j.wg.Add(1)
+	go func() {
+		defer j.wg.Done()
+		j.quorumLoop()
+	}()
 	if j.batcher != nil {
 		j.wg.Add(1)
 		go func() {
@@ -253,7 +272,7 @@ func New(cfg Config) (*Journal, error) {
 	return j, nil
 }
 
-func (j *Journal) startRaft() error {
+func (j *Journal) startRaft(ctx context.Context) error {
 	store, err := raftboltdb.New(raftboltdb.Options{
 		Path: filepath.Join(j.cfg.DataDir, "raft.db"),
 		// What etcd runs bbolt with: the freelist is rebuilt when the file
@@ -300,7 +319,28 @@ func (j *Journal) startRaft() error {
 		store.Close()
 		return fmt.Errorf("%w: --raft-listen is set but neither --initial-cluster nor --join: give --initial-cluster with every voter of a new quorum (this journal included, e.g. %s=%s), or --join to wait to be added to a running one (pact journal add)", ErrNoCluster, j.cfg.NodeID, addr)
 	}
+	if err := j.quorum.load(store, existing); err != nil {
+		store.Close()
+		return err
+	}
 	if !existing && !j.cfg.Join {
+		// A new quorum's id: agreed with the other founding journals (who
+		// must all answer, and none may belong to a quorum already), or
+		// minted for a quorum of one.
+		var qerr error
+		if len(j.cfg.InitialCluster) > 1 {
+			_, qerr = j.agreeBootstrap(ctx, store)
+		} else if j.quorum.get() == "" {
+			qerr = j.quorum.set(MintQuorumID())
+		}
+		if qerr != nil {
+			store.Close()
+			if c, ok := transport.(raft.WithClose); ok {
+				_ = c.Close()
+			}
+			return qerr
+		}
+		j.log.Info("bootstrapping a new quorum", "quorum_id", j.quorum.get(), "members", len(j.cfg.InitialCluster))
 		cfg := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: addr, Suffrage: raft.Voter}}}
 		if len(j.cfg.InitialCluster) > 0 {
 			cfg.Servers = nil
@@ -338,6 +378,7 @@ func (j *Journal) startRaft() error {
 		return fmt.Errorf("journal: start raft: %w", err)
 	}
 	j.raft = r
+	j.raftStarted.Store(r)
 	j.store = store
 	return nil
 }
@@ -364,6 +405,9 @@ func (j *Journal) Start(ctx context.Context) error {
 		lis.Close()
 		return err
 	}
+	// A journal that joined learns its quorum from what it was sent (a
+	// snapshot raises no apply event) before it calls a peer.
+	j.onQuorumApplied()
 	if err := j.publishIntermediate(ctx); err != nil {
 		lis.Close()
 		return err

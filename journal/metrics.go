@@ -83,6 +83,7 @@ func newMetrics(j *Journal) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 		}),
 	}
+	m.reg.MustRegister(j.peerRefused)
 	m.reg.MustRegister(m.enroll, m.credentialRefusals, m.enrollFailures, m.identityWarnings, m.renew, m.unconfirmed, m.authRefused, m.applySeconds, m.streamsRefused, m.activationBatch,
 		&connCollector{ports: map[string]*connlimit.Limiter{"grpc": j.conns, "raft": j.raftConns}},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -16,6 +16,7 @@ import (
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/journal/connlimit"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
@@ -35,37 +36,103 @@ type tlsStreamLayer struct {
 	ready chan net.Conn
 	done  chan struct{}
 	once  sync.Once
+
+	// conns are the Raft connections accepted, by the journal that
+	// dialed them: closed the moment that journal leaves the
+	// configuration (sweepRemoved).
+	connMu sync.Mutex
+	conns  map[*peerConn]struct{}
 }
 
 func (j *Journal) newStreamLayer(lis net.Listener) *tlsStreamLayer {
-	l := &tlsStreamLayer{Listener: lis, j: j, ready: make(chan net.Conn), done: make(chan struct{})}
+	l := &tlsStreamLayer{Listener: lis, j: j, ready: make(chan net.Conn), done: make(chan struct{}), conns: map[*peerConn]struct{}{}}
 	go l.acceptLoop()
+	go l.sweepLoop()
 	return l
 }
 
-func (l *tlsStreamLayer) serverConfig() *tls.Config {
-	return &tls.Config{
-		MinVersion: tls.VersionTLS13,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return l.j.ca.ServerCertificate(), nil
-		},
-		ClientAuth:            tls.RequireAnyClientCert,
-		VerifyPeerCertificate: l.j.verifyJournalPeer,
-		Time:                  l.j.cfg.Clock.Now,
+// peerConn is an accepted Raft connection and the journal it proved.
+type peerConn struct {
+	*tls.Conn
+	peer string
+	l    *tlsStreamLayer
+	once sync.Once
+}
+
+func (c *peerConn) Close() error {
+	c.once.Do(func() {
+		c.l.connMu.Lock()
+		delete(c.l.conns, c)
+		c.l.connMu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+func (l *tlsStreamLayer) track(tc *tls.Conn) net.Conn {
+	c := &peerConn{Conn: tc, peer: peerJournalID(tc.ConnectionState()), l: l}
+	l.connMu.Lock()
+	l.conns[c] = struct{}{}
+	l.connMu.Unlock()
+	return c
+}
+
+// sweepLoop closes the Raft connections of journals no longer in the
+// configuration: removal ends a journal's peer rights at once, on
+// connections it opened before as on new ones.
+func (l *tlsStreamLayer) sweepLoop() {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-t.C:
+		}
+		l.connMu.Lock()
+		var stale []*peerConn
+		for c := range l.conns {
+			if !l.j.isMember(c.peer) {
+				stale = append(stale, c)
+			}
+		}
+		l.connMu.Unlock()
+		for _, c := range stale {
+			l.j.countPeerRefusal("raft port", c.RemoteAddr().String(), refusal(refusedNotMember, "journal %s left the configuration; its Raft connection is closed", c.peer))
+			_ = c.Close()
+		}
 	}
 }
 
-func (l *tlsStreamLayer) clientConfig() *tls.Config {
+func (l *tlsStreamLayer) serverConfig() *tls.Config { return l.j.raftServerTLS() }
+
+func (l *tlsStreamLayer) clientConfig() *tls.Config { return l.j.raftClientTLS() }
+
+func (j *Journal) raftServerTLS() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return j.ca.ServerCertificate(), nil
+		},
+		ClientAuth:            tls.RequireAnyClientCert,
+		VerifyPeerCertificate: j.verifyJournalPeer,
+		// A dialer offering pact-raft/2 opens with a QuorumHello.
+		NextProtos: []string{alpnRaft},
+		Time:       j.cfg.Clock.Now,
+	}
+}
+
+func (j *Journal) raftClientTLS() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return l.j.ca.ServerCertificate(), nil
+			return j.ca.ServerCertificate(), nil
 		},
 		// Raft addresses are often bare IPs; the peer is identified by its
 		// SPIFFE ID instead of a host name, in verifyJournalPeer.
 		InsecureSkipVerify:    true,
-		VerifyPeerCertificate: l.j.verifyJournalPeer,
-		Time:                  l.j.cfg.Clock.Now,
+		VerifyPeerCertificate: j.verifyJournalPeer,
+		NextProtos:            []string{alpnRaft},
+		Time:                  j.cfg.Clock.Now,
 	}
 }
 
@@ -117,18 +184,31 @@ func (l *tlsStreamLayer) authenticate(raw net.Conn) {
 	_ = raw.SetDeadline(time.Now().Add(l.j.cfg.Connections.HandshakeTimeout))
 	tc, err := l.serverHandshake(raw)
 	if err != nil {
-		if ok, held := l.j.raftRefusals.allow(); ok {
+		var r *peerRefusal
+		if errors.As(err, &r) {
+			// A journal certificate refused for what it is, not a
+			// stranger: counted as a refused peer.
+			l.j.countPeerRefusal("raft port", raw.RemoteAddr().String(), err)
+		} else if ok, held := l.j.raftRefusals.allow(); ok {
 			l.j.log.Warn("refused a connection on the Raft port", logkey.Source, raw.RemoteAddr().String(), logkey.Err, err, "refusals_not_logged", held)
 		}
 		_ = raw.Close()
 		return
 	}
+	if err := l.j.admitRaftConn(tc); err != nil {
+		if !errors.Is(err, errProbeAnswered) {
+			l.j.countPeerRefusal("raft port", raw.RemoteAddr().String(), err)
+		}
+		_ = tc.Close()
+		return
+	}
+	conn := l.track(tc)
 	// An idle Raft connection must not be cut.
 	_ = raw.SetDeadline(time.Time{})
 	select {
-	case l.ready <- tc:
+	case l.ready <- conn:
 	case <-l.done:
-		_ = tc.Close()
+		_ = conn.Close()
 	}
 }
 
@@ -137,8 +217,19 @@ func (l *tlsStreamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (n
 	d := &net.Dialer{Timeout: timeout}
 	c, err := tls.DialWithDialer(d, "tcp", string(addr), l.clientConfig())
 	if err != nil {
+		var r *peerRefusal
+		if errors.As(err, &r) {
+			l.j.countPeerRefusal("raft dial", string(addr), err)
+		}
 		return nil, fmt.Errorf("journal: raft dial %s: %w", addr, err)
 	}
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := l.j.dialHello(c, pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_RAFT); err != nil {
+		_ = c.Close()
+		l.j.countPeerRefusal("raft dial", string(addr), err)
+		return nil, fmt.Errorf("journal: raft dial %s: %w", addr, err)
+	}
+	_ = c.SetDeadline(time.Time{})
 	return c, nil
 }
 
@@ -184,8 +275,16 @@ func (j *Journal) checkJournalCert(certs []*x509.Certificate) error {
 	// very connection.
 	for _, c := range certs[1:] {
 		if in, ok := j.fsm.Intermediate(pki.SerialHex(c.SerialNumber)); ok && raftfsm.IntermediateRevoked(in, now.UnixNano()) {
-			return fmt.Errorf("journal peer: intermediate %s of journal %s is revoked", in.GetSerial(), in.GetJournalId())
+			return refusal(refusedRevoked, "intermediate %s of journal %s is revoked", in.GetSerial(), in.GetJournalId())
 		}
+	}
+	// A journal is a peer with its own intermediate only: a certificate
+	// naming j1 made with j2's intermediate key is no j1. An intermediate
+	// not yet in Raft passes on the chain alone (the root signed it for a
+	// journal that publishes it over this very connection); membership is
+	// checked by the caller, per connection and per call.
+	if err := j.checkIntermediateBinding(certs); err != nil {
+		return err
 	}
 	if j.peerCerts.verified(certs, now) {
 		return nil

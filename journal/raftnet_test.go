@@ -48,13 +48,23 @@ func TestRaftPortRefusesAllButJournals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	caCfg.JournalID = cfg.NodeID
+	memberCA, err := ca.New(caCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	tests := []struct {
 		name   string
 		cert   *tls.Certificate
 		accept bool
 	}{
-		{"journal of the domain", peerCA.ServerCertificate(), true},
+		// A journal of the domain that is not a member of this quorum:
+		// peer rights come with membership (TestPeerBinding has members).
+		{"journal of the domain, not a member", peerCA.ServerCertificate(), false},
+		// The member's own id from an intermediate not (yet) in Raft: the
+		// root signed it, as for a journal's fresh re-key.
+		{"journal of the domain and a member", memberCA.ServerCertificate(), true},
 		{"agent certificate", &agent, false},
 		{"operator certificate", &h.Admin, false},
 		{"foreign CA", foreignJournalCert(t), false},

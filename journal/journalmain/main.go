@@ -206,12 +206,14 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	j, err := journal.New(cfg)
+	j, err := journal.NewContext(ctx, cfg)
 	if err != nil {
 		logger.Error("cannot start", "err", err)
 		switch {
 		case errors.Is(err, journal.ErrRemoved):
 			return ExitRemoved
+		case errors.Is(err, journal.ErrBootstrapRefused):
+			return ExitBootstrapRefused
 		case errors.Is(err, journal.ErrNoCluster):
 			return 2
 		}
@@ -282,6 +284,10 @@ const (
 	// ExitRemoved: the journal was removed from its quorum (now or
 	// before); it must not be restarted from the same data directory.
 	ExitRemoved = 3
+	// ExitBootstrapRefused: an empty journal was to bootstrap a new
+	// quorum, but a journal it lists belongs to one already; restarting
+	// it as it is would refuse again.
+	ExitBootstrapRefused = 4
 )
 
 func isRemoved(j *journal.Journal) bool {

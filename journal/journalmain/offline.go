@@ -28,6 +28,10 @@ version, size and SHA-256, that its registry decodes and keeps its rules,
 and that its domain is the domain of --root-cert. A data directory that
 already holds Raft state is refused.
 
+The restored quorum is a new quorum with a new quorum id (printed; the
+same on every journal restored with the same file and --initial-cluster):
+journals of the quorum the snapshot came from cannot speak Raft with it.
+
 Agents that enrolled before the snapshot keep working: their certificates
 chain to intermediates the snapshot holds, and the registry has their
 serials. Agents whose certificate is newer than the snapshot re-enroll on
@@ -83,6 +87,7 @@ func restoreMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	h := res.Header
+	fmt.Fprintf(stdout, "new quorum id %s (the snapshot's quorum was %s)\n", res.QuorumID, quorumOrNone(h.GetQuorumId()))
 	fmt.Fprintf(stdout, "restored %d nodes of domain %s (index %d, term %d, taken %s by %s) into %s as journal %s of a new quorum of %d\nnow start pact-journal --node-id %s --data-dir %s with its usual flags\n",
 		res.Nodes, h.GetDomain(), h.GetIndex(), h.GetTerm(), time.Unix(0, h.GetTakenAtUnixNano()).UTC().Format(time.RFC3339), h.GetTakenBy(),
 		c.DataDir, c.NodeID, len(c.InitialCluster), c.NodeID, c.DataDir)
@@ -103,7 +108,11 @@ address. Run the same command on every survivor. Then start pact-journal as
 before, and add new journals with pact journal add.
 
 What the survivor has in its log is kept, committed or not; writes that
-only the lost journals had are gone.
+only the lost journals had are gone. The new quorum gets a new quorum id
+(printed): a lost journal that comes back with its old disk belongs to the
+old quorum and is refused, and a wiped one must join with --join and
+pact journal add (an empty journal started with --initial-cluster asks the
+listed journals first and refuses to start a second quorum).
 
 Exit codes: 0 recovered; 1 failed (nothing changed unless the message says
 so); 2 bad flags.
@@ -137,12 +146,19 @@ func recoverMain(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	last, err := journal.Recover(c)
+	res, err := journal.Recover(c)
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal recover: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "recovered %s: its log through index %d is now the state of a new quorum of %d (%s)\nstart pact-journal as before; then add new journals with: pact journal add ID RAFT_ADDR\n",
-		c.DataDir, last, len(c.Members), *members)
+	fmt.Fprintf(stdout, "recovered %s: its log through index %d is now the state of a new quorum of %d (%s)\nnew quorum id %s (was %s): journals of the old quorum that come back are refused, and cannot pull this one into their history\nstart pact-journal as before; then add new journals with --join and: pact journal add ID RAFT_ADDR\n",
+		c.DataDir, res.LastIndex, len(c.Members), *members, res.QuorumID, quorumOrNone(res.PreviousQuorumID))
 	return 0
+}
+
+func quorumOrNone(id string) string {
+	if id == "" {
+		return "none recorded"
+	}
+	return id
 }

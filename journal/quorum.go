@@ -1,0 +1,685 @@
+package journal
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base32"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pact-hpc/pact/internal/logkey"
+	"github.com/pact-hpc/pact/internal/pki"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+// A quorum's identity.
+//
+// Every journal of a domain holds a certificate from the same root, so TLS
+// alone cannot tell one quorum from another: a wiped journal restarted with
+// its old --initial-cluster would bootstrap a second quorum that a survivor
+// might follow. The quorum id is what tells them apart. It is minted when a
+// quorum is bootstrapped (derived from every initial member's bootstrap
+// candidate, so all of them agree without a leader), re-derived by recover
+// and restore, kept in this journal's stable store (read before Raft
+// starts) and in the replicated state (SetQuorumIdOp, in snapshots), and
+// proven on every Raft connection (a QuorumHello after the TLS handshake)
+// and every peer call (gRPC metadata). A journal never takes Raft traffic
+// from, votes for, or forwards to a journal of another quorum.
+
+// ErrQuorumMismatch: a peer journal belongs to another quorum.
+var ErrQuorumMismatch = errors.New("journal: journal of another quorum")
+
+// ErrBootstrapRefused: an empty journal was asked to bootstrap a new
+// quorum, but a journal it lists already belongs to one.
+var ErrBootstrapRefused = errors.New("journal: bootstrap refused")
+
+const (
+	// alpnRaft marks a Raft connection that opens with a QuorumHello. A
+	// journal of a version before quorum ids offers no ALPN.
+	alpnRaft = "pact-raft/2"
+	// quorumMetadata carries the caller's quorum id on peer calls.
+	quorumMetadata = "pact-quorum-id"
+	// Stable-store keys (raft-boltdb's "conf" bucket, beside Raft's own).
+	keyQuorumID   = "pact.quorum_id"
+	keyCandidate  = "pact.bootstrap_candidate"
+	keyFormedWith = "pact.bootstrap_formed_with"
+	maxHelloSize  = 16 << 10
+)
+
+// Reasons a journal refuses a peer (pact_journal_peer_refused_total).
+const (
+	refusedQuorumMismatch = "quorum_mismatch"
+	refusedNotMember      = "not_member"
+	refusedIntermediate   = "wrong_intermediate"
+	refusedRevoked        = "revoked_intermediate"
+	refusedBootstrapping  = "bootstrapping"
+	refusedByPeer         = "refused_by_peer"
+	refusedCertificate    = "bad_certificate"
+)
+
+// peerRefusal is a peer refused for a reason the metric counts.
+type peerRefusal struct {
+	reason string
+	msg    string
+}
+
+func (e *peerRefusal) Error() string { return "journal peer: " + e.msg }
+
+func refusal(reason, format string, args ...any) error {
+	return &peerRefusal{reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
+func refusalReason(err error) string {
+	var r *peerRefusal
+	if errors.As(err, &r) {
+		return r.reason
+	}
+	return refusedCertificate
+}
+
+func newPeerRefusedCounter() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pact_journal_peer_refused_total",
+		Help: "Journal peers refused on the Raft port or the peer service, by reason: quorum_mismatch (a journal of another quorum), not_member (not in the Raft configuration, e.g. removed), wrong_intermediate (a journal certificate not from that journal's own intermediate), revoked_intermediate, bootstrapping (this journal is still asking its peers before it bootstraps), refused_by_peer (the other journal refused this one), bad_certificate.",
+	}, []string{"reason"})
+}
+
+// quorumIdentity is this journal's knowledge of its quorum.
+type quorumIdentity struct {
+	mu    sync.Mutex
+	store raft.StableStore
+	id    string
+	// candidate and formedWith: this journal's bootstrap candidate and,
+	// once it bootstrapped from --initial-cluster, every member's.
+	candidate  string
+	formedWith map[string]string
+	// bootstrapping: asking the --initial-cluster peers; no Raft traffic
+	// is taken until the journal has bootstrapped.
+	bootstrapping bool
+	hasState      bool
+}
+
+// load reads what the stable store holds.
+func (q *quorumIdentity) load(store raft.StableStore, hasState bool) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.store, q.hasState = store, hasState
+	var err error
+	if q.id, err = getString(store, keyQuorumID); err != nil {
+		return err
+	}
+	if q.candidate, err = getString(store, keyCandidate); err != nil {
+		return err
+	}
+	formed, err := getString(store, keyFormedWith)
+	if err != nil {
+		return err
+	}
+	if formed != "" {
+		if err := json.Unmarshal([]byte(formed), &q.formedWith); err != nil {
+			return fmt.Errorf("journal: stable store %s: %w", keyFormedWith, err)
+		}
+	}
+	return nil
+}
+
+func getString(store raft.StableStore, key string) (string, error) {
+	v, err := store.Get([]byte(key))
+	if err != nil {
+		if strings.Contains(err.Error(), "not found") {
+			return "", nil
+		}
+		return "", fmt.Errorf("journal: stable store %s: %w", key, err)
+	}
+	return string(v), nil
+}
+
+func (q *quorumIdentity) get() string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.id
+}
+
+// adopt sets the id if this journal has none yet (a joining journal, or a
+// quorum upgraded from a version without ids); it reports the id held.
+func (q *quorumIdentity) adopt(id string) (held string, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.id != "" || id == "" {
+		return q.id, nil
+	}
+	if q.store != nil {
+		if err := q.store.Set([]byte(keyQuorumID), []byte(id)); err != nil {
+			return q.id, fmt.Errorf("journal: stable store: %w", err)
+		}
+	}
+	q.id = id
+	return id, nil
+}
+
+// set replaces the id (bootstrap, upgrade).
+func (q *quorumIdentity) set(id string) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err := q.store.Set([]byte(keyQuorumID), []byte(id)); err != nil {
+		return fmt.Errorf("journal: stable store: %w", err)
+	}
+	q.id = id
+	return nil
+}
+
+func (q *quorumIdentity) reply(journalID string) *pactv1.QuorumHelloReply {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return &pactv1.QuorumHelloReply{QuorumId: q.id, HasState: q.hasState, BootstrapCandidate: q.candidate, FormedWith: q.formedWith, JournalId: journalID}
+}
+
+func (q *quorumIdentity) isBootstrapping() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.bootstrapping
+}
+
+var quorumIDEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// MintQuorumID returns a new random quorum id.
+func MintQuorumID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return strings.ToLower(quorumIDEncoding.EncodeToString(b[:]))
+}
+
+// DeriveQuorumID derives a quorum id from parts, so journals that run the
+// same step (bootstrap from the same candidates, recover with the same
+// members, restore of the same file) agree without talking.
+func DeriveQuorumID(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		_ = binary.Write(h, binary.BigEndian, uint32(len(p)))
+		h.Write([]byte(p))
+	}
+	return strings.ToLower(quorumIDEncoding.EncodeToString(h.Sum(nil)[:16]))
+}
+
+func bootstrapQuorumID(formed map[string]string) string {
+	parts := []string{"pact bootstrap"}
+	ids := make([]string, 0, len(formed))
+	for id := range formed {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		parts = append(parts, id, formed[id])
+	}
+	return DeriveQuorumID(parts...)
+}
+
+// writeHello and readHello frame a QuorumHello or its reply.
+func writeHello(w io.Writer, m proto.Message) error {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return err
+	}
+	buf := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(b)), uint32(len(b)))
+	_, err = w.Write(append(buf, b...))
+	return err
+}
+
+func readHello(r io.Reader, m proto.Message) error {
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return fmt.Errorf("journal peer: reading its quorum hello: %w", err)
+	}
+	size := binary.BigEndian.Uint32(n[:])
+	if size > maxHelloSize {
+		return fmt.Errorf("journal peer: quorum hello of %d bytes", size)
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return fmt.Errorf("journal peer: reading its quorum hello: %w", err)
+	}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return fmt.Errorf("journal peer: quorum hello: %w", err)
+	}
+	return nil
+}
+
+// peerJournalID is the journal a verified peer certificate names.
+func peerJournalID(cs tls.ConnectionState) string {
+	if len(cs.PeerCertificates) == 0 {
+		return ""
+	}
+	id, err := pki.IdentityOf(cs.PeerCertificates[0])
+	if err != nil {
+		return ""
+	}
+	return id.Name
+}
+
+// errProbeAnswered ends a probe connection once it has been answered.
+var errProbeAnswered = errors.New("journal: probe answered")
+
+// admitRaftConn runs the quorum hello of an accepted, authenticated Raft
+// connection: it answers a probe (errProbeAnswered), or admits the
+// connection for Raft, or refuses it.
+func (j *Journal) admitRaftConn(tc *tls.Conn) error {
+	cs := tc.ConnectionState()
+	peerID := peerJournalID(cs)
+	if cs.NegotiatedProtocol != alpnRaft {
+		// A journal of a version before quorum ids: it proves none.
+		return j.admitPeer(peerID, "", false)
+	}
+	var hello pactv1.QuorumHello
+	if err := readHello(tc, &hello); err != nil {
+		return err
+	}
+	reply := j.quorum.reply(j.cfg.NodeID)
+	if hello.GetKind() == pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_PROBE {
+		_ = writeHello(tc, reply)
+		return errProbeAnswered
+	}
+	err := j.admitPeer(peerID, hello.GetQuorumId(), true)
+	if err != nil {
+		var r *peerRefusal
+		if errors.As(err, &r) {
+			reply.Refused, reply.RefusedReason = r.msg, r.reason
+		}
+	}
+	if werr := writeHello(tc, reply); werr != nil && err == nil {
+		return werr
+	}
+	return err
+}
+
+// admitPeer decides whether journal peerID, proving quorum theirs, may
+// speak Raft or call the peer service here.
+func (j *Journal) admitPeer(peerID, theirs string, proven bool) error {
+	if j.quorum.isBootstrapping() {
+		return refusal(refusedBootstrapping, "journal %s: this journal has not bootstrapped yet (it is asking its --initial-cluster peers first)", peerID)
+	}
+	own := j.quorum.get()
+	if own != "" && theirs != "" && theirs != own {
+		return refusal(refusedQuorumMismatch, "journal %s belongs to quorum %s, this journal to quorum %s: they are two quorums (see docs/quorum.md, \"One quorum\")", peerID, theirs, own)
+	}
+	// A journal that proves no quorum belongs to none yet (added with
+	// --join, it learns the id from what it is sent) or runs a version
+	// before quorum ids: a member may be either, anyone else neither.
+	if !j.isMember(peerID) {
+		return refusal(refusedNotMember, "journal %s is not a member of this quorum (removed, or never added)", peerID)
+	}
+	return nil
+}
+
+// isMember reports whether id is in this journal's Raft configuration. A
+// journal that knows no configuration yet (waiting to join) cannot tell,
+// and lets the chain and the quorum id decide.
+func (j *Journal) isMember(id string) bool {
+	r := j.raftStarted.Load()
+	if r == nil {
+		return true
+	}
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	servers := f.Configuration().Servers
+	if len(servers) == 0 {
+		return true
+	}
+	return slices.ContainsFunc(servers, func(s raft.Server) bool { return string(s.ID) == id })
+}
+
+// dialHello runs the dialer's side of the quorum hello on a Raft
+// connection: it proves this journal's quorum and checks the answer.
+func (j *Journal) dialHello(c *tls.Conn, kind pactv1.QuorumHelloKind) (*pactv1.QuorumHelloReply, error) {
+	cs := c.ConnectionState()
+	own := j.quorum.get()
+	if cs.NegotiatedProtocol != alpnRaft {
+		// A journal of a version before quorum ids (a rolling upgrade):
+		// a peer if it is a member. To a probe it counts as belonging to
+		// a quorum: such a journal serves Raft only with state, or while
+		// joining one.
+		if kind == pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_RAFT && !j.isMember(peerJournalID(cs)) {
+			return nil, refusal(refusedNotMember, "journal %s is not a member of this quorum", peerJournalID(cs))
+		}
+		return &pactv1.QuorumHelloReply{JournalId: peerJournalID(cs), HasState: true}, nil
+	}
+	if err := writeHello(c, &pactv1.QuorumHello{QuorumId: own, Kind: kind}); err != nil {
+		return nil, err
+	}
+	var reply pactv1.QuorumHelloReply
+	if err := readHello(c, &reply); err != nil {
+		return nil, err
+	}
+	if kind == pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_PROBE {
+		return &reply, nil
+	}
+	if reply.GetRefused() != "" {
+		return nil, refusal(refusedByPeer, "refused by journal %s: %s", reply.GetJournalId(), reply.GetRefused())
+	}
+	if theirs := reply.GetQuorumId(); own != "" && theirs != "" && theirs != own {
+		return nil, refusal(refusedQuorumMismatch, "journal %s belongs to quorum %s, this journal to quorum %s", reply.GetJournalId(), theirs, own)
+	}
+	if !j.isMember(peerJournalID(cs)) {
+		return nil, refusal(refusedNotMember, "journal %s is not a member of this quorum", peerJournalID(cs))
+	}
+	return &reply, nil
+}
+
+// countPeerRefusal counts and (sampled) logs a refused peer.
+func (j *Journal) countPeerRefusal(where, source string, err error) {
+	reason := refusalReason(err)
+	j.peerRefused.WithLabelValues(reason).Inc()
+	if ok, held := j.raftRefusals.allow(); ok {
+		j.log.Warn("refused a journal peer", "where", where, logkey.Source, source, logkey.Reason, reason, logkey.Err, err, "refusals_not_logged", held)
+	}
+}
+
+// checkPeerCall admits a peer-service call: the caller's quorum id (gRPC
+// metadata) and its membership.
+func (j *Journal) checkPeerCall(ctx context.Context, peerID string) error {
+	theirs := ""
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(quorumMetadata); len(v) == 1 {
+			theirs = v[0]
+		}
+	}
+	if err := j.admitPeer(peerID, theirs, false); err != nil {
+		j.countPeerRefusal("peer service", peerID, err)
+		return err
+	}
+	return nil
+}
+
+// withQuorumID adds this journal's quorum id to every peer call it makes.
+func (j *Journal) withQuorumID(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if id := j.quorum.get(); id != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, quorumMetadata, id)
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// probePeer asks the journal at addr (its Raft port) which quorum it
+// belongs to, without joining anything.
+func (j *Journal) probePeer(addr string, timeout time.Duration) (*pactv1.QuorumHelloReply, error) {
+	d := &net.Dialer{Timeout: timeout}
+	cfg := j.raftClientTLS()
+	c, err := tls.DialWithDialer(d, "tcp", addr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	return j.dialHello(c, pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_PROBE)
+}
+
+// agreeBootstrap runs before an empty journal bootstraps a quorum of
+// several from --initial-cluster. It asks every other listed journal on
+// its Raft port and refuses (ErrBootstrapRefused) if one already belongs
+// to a quorum other than the one these journals are forming together; it
+// waits until every one has answered, and derives the quorum id from their
+// bootstrap candidates.
+func (j *Journal) agreeBootstrap(ctx context.Context, store raft.StableStore) (string, error) {
+	q := &j.quorum
+	q.mu.Lock()
+	if q.candidate == "" {
+		c := MintQuorumID()
+		if err := store.Set([]byte(keyCandidate), []byte(c)); err != nil {
+			q.mu.Unlock()
+			return "", fmt.Errorf("journal: stable store: %w", err)
+		}
+		q.candidate = c
+	}
+	self := q.candidate
+	q.bootstrapping = true
+	q.mu.Unlock()
+	defer func() {
+		q.mu.Lock()
+		q.bootstrapping = false
+		q.mu.Unlock()
+	}()
+
+	got := map[string]string{j.cfg.NodeID: self}
+	pending := map[string]string{} // id -> raft address
+	for _, p := range j.cfg.InitialCluster {
+		if p.ID != j.cfg.NodeID {
+			pending[p.ID] = p.RaftAddr
+		}
+	}
+	var formed map[string]string
+	lastErr := map[string]error{}
+	lastLog := time.Now()
+	for len(pending) > 0 {
+		for id, addr := range pending {
+			reply, err := j.probePeer(addr, 2*time.Second)
+			if err != nil {
+				lastErr[id] = err
+				continue
+			}
+			if reply.GetJournalId() != id {
+				return "", fmt.Errorf("%w: --initial-cluster lists %s at %s, but the journal there is %s: correct --initial-cluster", ErrBootstrapRefused, id, addr, reply.GetJournalId())
+			}
+			switch {
+			case reply.GetHasState() && reply.GetFormedWith()[j.cfg.NodeID] != self:
+				return "", fmt.Errorf("%w: journal %s at %s already belongs to a quorum (quorum id %s), and this journal's data directory %s is empty: bootstrapping would start a second quorum. To make this journal a member of that quorum, start it with --join instead of --initial-cluster, then run `pact journal add %s %s` against the quorum (docs/quorum.md, \"Replacing a lost journal\")",
+					ErrBootstrapRefused, id, addr, quorumOrUnknown(reply.GetQuorumId()), j.cfg.DataDir, j.cfg.NodeID, j.raftAddr)
+			case reply.GetHasState():
+				formed = reply.GetFormedWith()
+			case reply.GetBootstrapCandidate() == "":
+				return "", fmt.Errorf("%w: journal %s at %s waits to join a quorum (--join) but --initial-cluster lists it as a founding member: start every journal of a new quorum with the same --initial-cluster", ErrBootstrapRefused, id, addr)
+			default:
+				got[id] = reply.GetBootstrapCandidate()
+			}
+			delete(pending, id)
+			delete(lastErr, id)
+		}
+		if len(pending) == 0 {
+			break
+		}
+		if time.Since(lastLog) >= 10*time.Second {
+			lastLog = time.Now()
+			var waiting []string
+			for id, addr := range pending {
+				waiting = append(waiting, fmt.Sprintf("%s at %s (%v)", id, addr, lastErr[id]))
+			}
+			sort.Strings(waiting)
+			j.log.Warn("waiting for every --initial-cluster journal to answer before bootstrapping a new quorum", "waiting_for", waiting)
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("journal: stopped while waiting for --initial-cluster journals to answer: %w", ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	if formed != nil {
+		for id, c := range got {
+			if formed[id] != c {
+				return "", fmt.Errorf("%w: journal %s's bootstrap candidate changed while the quorum formed (was its data directory wiped?); stop every journal of the new quorum, empty their data directories and start them again", ErrBootstrapRefused, id)
+			}
+		}
+		got = formed
+	}
+	if len(got) != len(j.cfg.InitialCluster) {
+		return "", fmt.Errorf("%w: the journals listed in --initial-cluster differ from journal to journal: give every one the same list", ErrBootstrapRefused)
+	}
+	b, err := json.Marshal(got)
+	if err != nil {
+		return "", err
+	}
+	if err := store.Set([]byte(keyFormedWith), b); err != nil {
+		return "", fmt.Errorf("journal: stable store: %w", err)
+	}
+	id := bootstrapQuorumID(got)
+	q.mu.Lock()
+	q.formedWith = got
+	q.mu.Unlock()
+	return id, q.set(id)
+}
+
+func quorumOrUnknown(id string) string {
+	if id == "" {
+		return "not recorded yet"
+	}
+	return id
+}
+
+// establishQuorumID runs on the leader once it can serve reads in its
+// term: if the replicated state's quorum id differs from this journal's
+// own, it records its own (bootstrap, recover, restore) or, for a quorum
+// from a version without ids, mints one.
+func (j *Journal) establishQuorumID(ctx context.Context) {
+	own := j.quorum.get()
+	reason := "bootstrap"
+	if own == "" {
+		own = MintQuorumID()
+		reason = "upgrade"
+		if err := j.quorum.set(own); err != nil {
+			j.log.Error("could not record a quorum id", logkey.Err, err)
+			return
+		}
+	}
+	state := j.fsm.Quorum().GetQuorumId()
+	if state == own {
+		return
+	}
+	if state != "" {
+		reason = "recover or restore"
+	}
+	cmd := &pactv1.Command{Actor: "journal/" + j.cfg.NodeID, Op: &pactv1.Command_SetQuorumId{SetQuorumId: &pactv1.SetQuorumIdOp{QuorumId: own, Reason: reason}}}
+	if _, err := j.propose(ctx, cmd); err != nil {
+		j.log.Warn("could not record the quorum id in the replicated state; retrying at the next leadership", logkey.Err, err)
+		return
+	}
+	j.log.Info("quorum id recorded", "quorum_id", own, logkey.Reason, reason)
+}
+
+// quorumLoop records the quorum id whenever this journal becomes leader.
+func (j *Journal) quorumLoop() {
+	obs := make(chan raft.Observation, 4)
+	o := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	j.raft.RegisterObserver(o)
+	defer j.raft.DeregisterObserver(o)
+	check := time.NewTicker(5 * time.Second)
+	defer check.Stop()
+	for {
+		select {
+		case <-j.stop:
+			return
+		case <-obs:
+		case <-check.C:
+		}
+		// A joining journal learns the id from a snapshot as well as
+		// from the entry.
+		j.onQuorumApplied()
+		if j.raft.State() != raft.Leader || j.fsm.Quorum().GetQuorumId() == j.quorum.get() && j.quorum.get() != "" {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), j.cfg.ApplyTimeout)
+		// A barrier first: the state must hold everything committed
+		// before this term before it is compared.
+		if err := j.raft.Barrier(j.cfg.ApplyTimeout).Error(); err == nil {
+			j.establishQuorumID(ctx)
+		}
+		cancel()
+	}
+}
+
+// onQuorumApplied learns the quorum id from the replicated state: a
+// joining journal adopts it; a journal holding another one has been
+// reached by a quorum it does not belong to, which the hello should have
+// made impossible, and stops serving.
+func (j *Journal) onQuorumApplied() {
+	state := j.fsm.Quorum().GetQuorumId()
+	if state == "" {
+		return
+	}
+	held, err := j.quorum.adopt(state)
+	if err != nil {
+		j.log.Error("could not keep the quorum id", logkey.Err, err)
+		return
+	}
+	if held != state && j.raft.State() != raft.Leader {
+		j.log.Error("the replicated state names another quorum than this journal's", "state_quorum_id", state, "quorum_id", held)
+	}
+}
+
+// checkIntermediateBinding refuses a journal certificate whose
+// intermediate is recorded in Raft for another journal: a peer is a
+// journal only with its own intermediate.
+func (j *Journal) checkIntermediateBinding(certs []*x509.Certificate) error {
+	if len(certs) < 2 {
+		return refusal(refusedCertificate, "no intermediate in the chain")
+	}
+	id, err := pki.IdentityOf(certs[0])
+	if err != nil || id.Kind != pki.KindJournal {
+		return refusal(refusedCertificate, "certificate names no journal")
+	}
+	in, ok := j.fsm.Intermediate(pki.SerialHex(certs[1].SerialNumber))
+	if ok && in.GetJournalId() != id.Name {
+		return refusal(refusedIntermediate, "a certificate naming journal %s from the intermediate of journal %s", id.Name, in.GetJournalId())
+	}
+	return nil
+}
+
+// stampForwarded checks a command another journal forwarded and stamps it
+// with that journal, as this leader authenticated it: the audit then says
+// which journal a write came through, and a journal can speak only for
+// itself (its own intermediate, its own liveness digest).
+func (j *Journal) stampForwarded(ctx context.Context, cmd *pactv1.Command) ([]byte, error) {
+	p := principalFrom(ctx)
+	if p == nil || p.id.Kind != pki.KindJournal {
+		return nil, fmt.Errorf("%w: a forwarded write needs a journal's certificate", ErrPermission)
+	}
+	via := "journal/" + p.id.Name
+	check := func(c *pactv1.Command) error {
+		c.Via = via
+		if a := c.GetActor(); strings.HasPrefix(a, "journal/") && a != via {
+			return fmt.Errorf("%w: journal %s forwarded a write in the name of %s", ErrPermission, p.id.Name, a)
+		}
+		switch op := c.GetOp().(type) {
+		case *pactv1.Command_PublishIntermediate:
+			ji := op.PublishIntermediate.GetJournal()
+			if id := op.PublishIntermediate.GetIntermediate().GetJournalId(); id != p.id.Name || ji != nil && ji.GetJournalId() != p.id.Name {
+				return fmt.Errorf("%w: journal %s may publish only its own intermediate, not one of %s", ErrPermission, p.id.Name, id)
+			}
+		case *pactv1.Command_LivenessDigest:
+			if id := op.LivenessDigest.GetJournalId(); id != p.id.Name {
+				return fmt.Errorf("%w: journal %s may report only its own liveness digest, not one of %s", ErrPermission, p.id.Name, id)
+			}
+		case *pactv1.Command_SetQuorumId:
+			return fmt.Errorf("%w: only the leader records the quorum id", ErrPermission)
+		}
+		return nil
+	}
+	if err := check(cmd); err != nil {
+		return nil, err
+	}
+	for _, sub := range cmd.GetBatch().GetCommands() {
+		if err := check(sub); err != nil {
+			return nil, err
+		}
+	}
+	return raftfsm.Encode(cmd)
+}
