@@ -33,6 +33,9 @@ type QuorumView struct {
 	// ServedBy is the journal that answered.
 	ServedBy string              `json:"served_by"`
 	Members  []JournalMemberView `json:"members"` // never null
+	// QuorumID is the quorum's identity as the answering journal knows it
+	// (minted at bootstrap, new after a recover or restore).
+	QuorumID string `json:"quorum_id"`
 }
 
 // JournalMemberView is one journal of the quorum. The Raft fields are as
@@ -70,6 +73,8 @@ type JournalMemberView struct {
 	// NonvoterSince is when the answering journal first saw it as a
 	// non-voter (it is promoted once caught up); empty for a voter.
 	NonvoterSince string `json:"nonvoter_since"`
+	// QuorumID is the quorum the member says it belongs to.
+	QuorumID string `json:"quorum_id"`
 
 	lastContact   time.Time // for the relative LAST CONTACT column
 	nonvoterSince time.Time
@@ -95,6 +100,7 @@ func QuorumViewOf(r *pactv1.JournalStatusResponse) QuorumView {
 		AppliedIndex: r.GetAppliedIndex(),
 		ServedBy:     r.GetServedBy(),
 		Members:      memberViews(r.GetMembers()),
+		QuorumID:     r.GetQuorumId(),
 	}
 }
 
@@ -128,6 +134,7 @@ func JournalMemberViewOf(m *pactv1.JournalMember) JournalMemberView {
 		Version:              m.GetVersion(),
 		Halted:               m.GetHalted(),
 		Lag:                  m.GetLag(),
+		QuorumID:             m.GetQuorumId(),
 		lastContact:          lc,
 	}
 	if !m.GetVoter() && m.GetNonvoterSinceUnixNano() != 0 {
@@ -291,7 +298,11 @@ func quorumHeadline(v QuorumView) string {
 	if v.ServedBy != "" {
 		served = " (served by " + printable(v.ServedBy) + ")"
 	}
-	return fmt.Sprintf("%s, term %d, commit index %d%s", leader, v.Term, v.CommitIndex, served)
+	quorum := ""
+	if v.QuorumID != "" {
+		quorum = ", quorum " + printable(v.QuorumID)
+	}
+	return fmt.Sprintf("%s, term %d, commit index %d%s%s", leader, v.Term, v.CommitIndex, quorum, served)
 }
 
 // warnQuorum prints to stderr what in a status needs the operator: no

@@ -97,6 +97,9 @@ type SnapshotView struct {
 	Intermediates int            `json:"intermediates"`
 	Audit         int            `json:"audit_entries"`
 	Journals      []string       `json:"journals"`
+	// QuorumID is the quorum the snapshot was taken from (empty for a
+	// quorum without one); a restore makes a new one.
+	QuorumID string `json:"quorum_id"`
 }
 
 func (a *app) journalSnapshotCommand() *cobra.Command {
@@ -252,7 +255,7 @@ func inspectFile(path string) (SnapshotView, error) {
 		Index: h.GetIndex(), Term: h.GetTerm(), TakenAt: formatTime(unixTime(0, h.GetTakenAtUnixNano())),
 		TakenBy: h.GetTakenBy(), Version: h.GetVersion(), SHA256: fmt.Sprintf("%x", h.GetSha256()),
 		Nodes: nodes, NodesByState: byState, Revoked: c.Revoked, Intermediates: c.Intermediates, Audit: c.Audit,
-		Journals: append([]string{}, c.Journals...),
+		Journals: append([]string{}, c.Journals...), QuorumID: h.GetQuorumId(),
 	}, nil
 }
 
@@ -278,6 +281,7 @@ func printSnapshot(w io.Writer, v SnapshotView) error {
 	row("raft term:", fmt.Sprint(v.Term))
 	row("taken at:", v.TakenAt)
 	row("taken by:", cell(v.TakenBy))
+	row("quorum id:", cell(v.QuorumID))
 	row("version:", cell(v.Version))
 	row("sha256:", v.SHA256)
 	var states []string

@@ -62,6 +62,10 @@ func writeAuditTable(w io.Writer, entries []AuditView) error {
 	fmt.Fprintln(tw, "TIME\tACTION\tNODE\tACTOR\tSOURCE\tSERIAL\tDETAIL")
 	for _, e := range entries {
 		t := e.Time
+		actor := e.Actor
+		if e.Via != "" {
+			actor += " via " + e.Via
+		}
 		if parsed, err := time.Parse(time.RFC3339Nano, t); err == nil {
 			t = parsed.UTC().Format(time.RFC3339)
 		}
@@ -69,7 +73,7 @@ func writeAuditTable(w io.Writer, entries []AuditView) error {
 			cell(t),
 			cell(e.Action),
 			cell(e.NodeID),
-			cell(e.Actor),
+			cell(actor),
 			cell(e.Source),
 			cell(shorten(e.Serial, certSerialWidth)),
 			cell(e.Detail),

@@ -126,10 +126,14 @@ func JoinTokenViewOf(t *pactv1.JoinTokenInfo, now time.Time) JoinTokenView {
 type AuditView struct {
 	Index uint64 `json:"index"` // Raft log index of the change
 	// Time is RFC 3339 with nanoseconds, UTC.
-	Time          string `json:"time"`
-	Action        string `json:"action"`
-	NodeID        string `json:"node_id"`
-	Actor         string `json:"actor"`
+	Time   string `json:"time"`
+	Action string `json:"action"`
+	NodeID string `json:"node_id"`
+	Actor  string `json:"actor"`
+	// Via is the journal that forwarded the write to the leader
+	// (journal/ID, as the leader authenticated it); empty when the leader
+	// took it itself.
+	Via           string `json:"via"`
 	Source        string `json:"source"`
 	Serial        string `json:"serial"`
 	CorrelationID string `json:"correlation_id"`
@@ -148,6 +152,7 @@ func AuditViewOf(e *pactv1.AuditEntry) AuditView {
 		Action:        e.GetAction(),
 		NodeID:        e.GetNodeId(),
 		Actor:         e.GetActor(),
+		Via:           e.GetVia(),
 		Source:        e.GetSource(),
 		Serial:        e.GetSerial(),
 		CorrelationID: e.GetCorrelationId(),
