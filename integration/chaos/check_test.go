@@ -72,6 +72,11 @@ func TestClassify(t *testing.T) {
 		{apierr.Status(apierr.StaleCertificate, 0, "old").Err(), ResultFailed, "STALE_CERTIFICATE"},
 		{status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 10.213.0.11:7443: connect: connection refused"`), ResultFailed, "UNREACHABLE"},
 		{status.Error(codes.Unavailable, "error reading from server: EOF"), ResultUnknown, "UNAVAILABLE"},
+		// The journal refused the client certificate: definite, and about
+		// the certificate, not a connection never made nor an unknown one.
+		{status.Error(codes.Unavailable, `connection error: desc = "error reading server preface: remote error: tls: bad certificate"`), ResultFailed, ReasonCertRefused},
+		{status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: remote error: tls: bad certificate"`), ResultFailed, ReasonCertRefused},
+		{status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: remote error: tls: internal error"`), ResultFailed, "UNREACHABLE"},
 		{status.Error(codes.DeadlineExceeded, "context deadline exceeded"), ResultUnknown, "DEADLINEEXCEEDED"},
 		{errors.New("something else"), ResultUnknown, "UNKNOWN"},
 	}

@@ -22,7 +22,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	clockBin := fs.String("clock-bin", "", "directory holding a pact-journal built with -tags chaosclock, for clock-step (make chaos builds bin/chaosclock)")
 	seed := fs.Uint64("seed", 0, "seed of the fault schedules and the workload (0: from the clock); printed, to reproduce a run")
 	scenarios := fs.String("scenario", "", "comma-separated scenarios to run (default: the campaign; see -list)")
-	short := fs.Bool("short", false, "the CI campaign: every scenario a third as long, long scenarios skipped")
+	short := fs.Bool("short", false, "the CI campaign: every scenario a quarter as long, long scenarios skipped")
 	duration := fs.Duration("duration", 0, "fault-injection time of every scenario (overrides the scenario's own)")
 	netMode := fs.String("net", "auto", "auto (network namespaces if possible, else loopback), netns, loopback or docker")
 	docker := fs.Bool("docker", false, "run the journals as containers of the pact image (same as -net docker)")

@@ -327,7 +327,8 @@ func (sp Spec) allows(a Allowance) bool { return slices.Contains(sp.Allow, a) }
 // Nothing else is: the workload sends no malformed request
 // (INVALID_ARGUMENT, INVALID_CSR), decommissions with force (never
 // NODE_STREAMING) and presents its own credentials, so those answers are
-// violations. UNAUTHENTICATED is accepted for a renewal only with a
+// violations. UNAUTHENTICATED and CERT_REFUSED (the certificate refused
+// in the TLS handshake) are accepted for a renewal only with a
 // certificate that is not the node's current one (renew).
 func noEffect(reason string) bool {
 	switch reason {
@@ -501,7 +502,7 @@ func (sp Spec) renew(s ModelState, in Input, out Output) []ModelState {
 			// The node's current certificate, not revoked: a journal may
 			// refuse it only for a reason that says nothing about the
 			// certificate (no leader, shed, never sent). Any other refusal,
-			// final or not (UNAUTHENTICATED, STALE_CERTIFICATE,
+			// final or not (UNAUTHENTICATED, CERT_REFUSED, STALE_CERTIFICATE,
 			// NODE_REVOKED ...), is a violation here; a renewal racing a
 			// decommission or another renewal is refused in the state
 			// after that write, which porcupine tries too.
@@ -522,7 +523,7 @@ func (sp Spec) renew(s ModelState, in Input, out Output) []ModelState {
 			if s.State == StateRegistered || s.State == StateActive || s.State == StateInactive {
 				return one(s)
 			}
-		case "UNAUTHENTICATED":
+		case "UNAUTHENTICATED", ReasonCertRefused:
 			// A certificate that is not the current one (replaced, or of a
 			// decommissioned node) may fail authentication: its intermediate
 			// may have been retired since.

@@ -311,6 +311,11 @@ func TestModelNotLinearizable(t *testing.T) {
 			{11, 20, "n1", enrollIn("k1"), cert("s1", "k1")},
 			{21, 30, "n1", renewIn("s1", "k2"), fail("UNAUTHENTICATED")},
 		}},
+		"a renewal with the current certificate refused in the TLS handshake": {ops: []op{
+			{0, 10, "n1", register, ok},
+			{11, 20, "n1", enrollIn("k1"), cert("s1", "k1")},
+			{21, 30, "n1", renewIn("s1", "k2"), fail(ReasonCertRefused)},
+		}},
 		"a renewal with the current certificate refused INVALID_ARGUMENT": {ops: []op{
 			{0, 10, "n1", register, ok},
 			{11, 20, "n1", enrollIn("k1"), cert("s1", "k1")},

@@ -521,10 +521,31 @@ func Classify(err error) Output {
 		// A refusal with a retry-after is not final (apierr.Error.Final).
 		return Output{Result: ResultFailed, Reason: string(pe.Reason), Retryable: pe.RetryAfter > 0 && !pe.Final()}
 	}
+	if certRefused(pe.Message) {
+		// The journal refused the client certificate in the handshake
+		// (a TLS alert): nothing reached a handler, so the refusal is
+		// definite, and it is about the certificate: the model accepts it
+		// only for one that is not the node's current certificate.
+		return Output{Result: ResultFailed, Reason: ReasonCertRefused}
+	}
 	if pe.Code == codes.Unavailable && notSent(pe.Message) {
 		return Output{Result: ResultFailed, Reason: "UNREACHABLE"}
 	}
 	return Output{Result: ResultUnknown, Reason: strings.ToUpper(pe.Code.String())}
+}
+
+// ReasonCertRefused is the outcome of a call whose client certificate the
+// journal refused in the TLS handshake (a certificate alert).
+const ReasonCertRefused = "CERT_REFUSED"
+
+// certRefused recognises a TLS alert by which the server refused the
+// client's certificate ("remote error: tls: bad certificate"); gRPC
+// reports it as a transport error, during the handshake or, in TLS 1.3,
+// on the first read after it. It is not a connection that was never made,
+// nor an unknown outcome.
+func certRefused(msg string) bool {
+	_, alert, ok := strings.Cut(msg, "remote error: tls: ")
+	return ok && strings.Contains(alert, "certificate")
 }
 
 // notSent recognises transport errors that happen before a request leaves.
