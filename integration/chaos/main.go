@@ -47,6 +47,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 				long = " [long: not in -short]"
 			}
 			fmt.Fprintf(stdout, "%-26s %d journals, %v%s\n    %s\n", s.Name, s.Journals, s.Duration, long, s.Describe)
+			p := PlanInvariants(s)
+			var na []string
+			for _, n := range p.NA {
+				na = append(na, n.What)
+			}
+			fmt.Fprintf(stdout, "    checks: %s; not applicable (the report says why): %s\n", strings.Join(p.Apply, " "), strings.Join(na, " "))
 		}
 		return 0
 	}

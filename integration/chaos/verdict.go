@@ -275,7 +275,7 @@ func (p ProbeCounts) String() string {
 	if len(fs) > 0 {
 		final = strings.Join(fs, ", ")
 	}
-	return fmt.Sprintf("%d calls after %d leader losses: %d reads answered, %d other successes; final refusals: %s; %d not final (no leader, shed, unreachable, retry-after), %d unknown",
+	return fmt.Sprintf("%d calls after %d leader loss(es): %d reads answered, %d other successes; final refusals: %s; %d not final (no leader, shed, unreachable, retry-after), %d unknown",
 		p.Calls, p.Losses, p.ReadsOK, p.WritesOK, final, p.NotFinal, p.Unknown)
 }
 
