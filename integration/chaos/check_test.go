@@ -3,6 +3,7 @@ package chaos
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,11 @@ func TestClassify(t *testing.T) {
 		{apierr.Status(apierr.StaleCertificate, 0, "old").Err(), ResultFailed, "STALE_CERTIFICATE"},
 		{status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 10.213.0.11:7443: connect: connection refused"`), ResultFailed, "UNREACHABLE"},
 		{status.Error(codes.Unavailable, "error reading from server: EOF"), ResultUnknown, "UNAVAILABLE"},
+		// The journal refused the client certificate: definite, and about
+		// the certificate, not a connection never made nor an unknown one.
+		{status.Error(codes.Unavailable, `connection error: desc = "error reading server preface: remote error: tls: bad certificate"`), ResultFailed, ReasonCertRefused},
+		{status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: remote error: tls: bad certificate"`), ResultFailed, ReasonCertRefused},
+		{status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: remote error: tls: internal error"`), ResultFailed, "UNREACHABLE"},
 		{status.Error(codes.DeadlineExceeded, "context deadline exceeded"), ResultUnknown, "DEADLINEEXCEEDED"},
 		{errors.New("something else"), ResultUnknown, "UNKNOWN"},
 	}
@@ -269,26 +275,36 @@ func TestPassedNeedsVerdictAndEvidence(t *testing.T) {
 	good := func() *ScenarioResult {
 		return &ScenarioResult{
 			Ops: 500, OK: 400, MinOps: 100, MinFaults: 1, NeedLeaderChange: true,
-			Faults:  []Fault{{Kind: "SIGKILL", Target: "j1(leader)"}},
-			Leaders: []LeaderTerm{{Leader: "j1", Term: 2}, {Leader: "j2", Term: 3}},
-			Lin:     Linearizability{Verdict: "yes"},
-			Checks:  []Check{{Name: InvHardware, Checked: 4}},
+			Faults:       []Fault{{Kind: "SIGKILL", Target: "j1(leader)"}},
+			Leaders:      []LeaderTerm{{Leader: "j1", Term: 2}, {Leader: "j2", Term: 3}},
+			Lin:          Linearizability{Verdict: "yes", Nodes: 4},
+			Checks:       []Check{{Name: InvHardware, Checked: 4}},
+			Expected:     []string{InvLinearizable, InvHardware},
+			AfterHealMin: map[OpKind]int{OpRenew: 5, OpRead: 5},
+			AfterHeal:    map[OpKind]int{OpRenew: 40, OpRead: 20},
+			NeedProbes:   true,
+			Probes:       ProbeCounts{Losses: 1, Calls: 10, ReadsOK: 3, Final: map[string]int{"NODE_NOT_ENROLLED": 2}},
 		}
 	}
 	if r := good(); !r.Passed() {
 		t.Fatalf("a complete run fails: %v", r.Evidence())
 	}
 	cases := map[string]func(r *ScenarioResult){
-		"checker timed out":          func(r *ScenarioResult) { r.Lin = Linearizability{Verdict: "unknown", TimedOut: []string{"n1"}} },
-		"not linearizable":           func(r *ScenarioResult) { r.Lin = Linearizability{Verdict: "no", Illegal: []string{"n1"}} },
-		"no verdict":                 func(r *ScenarioResult) { r.Lin = Linearizability{} },
-		"too few operations":         func(r *ScenarioResult) { r.Ops = 99 },
-		"nothing succeeded":          func(r *ScenarioResult) { r.OK = 0 },
-		"no fault injected":          func(r *ScenarioResult) { r.Faults = nil },
-		"no leader change":           func(r *ScenarioResult) { r.Leaders = r.Leaders[:1] },
-		"no leader seen at all":      func(r *ScenarioResult) { r.Leaders = nil },
-		"an invariant violated":      func(r *ScenarioResult) { r.Checks[0].Violations = []string{"x"} },
-		"fewer faults than required": func(r *ScenarioResult) { r.MinFaults = 2 },
+		"checker timed out":                   func(r *ScenarioResult) { r.Lin = Linearizability{Verdict: "unknown", TimedOut: []string{"n1"}} },
+		"not linearizable":                    func(r *ScenarioResult) { r.Lin = Linearizability{Verdict: "no", Illegal: []string{"n1"}} },
+		"no verdict":                          func(r *ScenarioResult) { r.Lin = Linearizability{} },
+		"too few operations":                  func(r *ScenarioResult) { r.Ops = 99 },
+		"nothing succeeded":                   func(r *ScenarioResult) { r.OK = 0 },
+		"no fault injected":                   func(r *ScenarioResult) { r.Faults = nil },
+		"no leader change":                    func(r *ScenarioResult) { r.Leaders = r.Leaders[:1] },
+		"no leader seen at all":               func(r *ScenarioResult) { r.Leaders = nil },
+		"an invariant violated":               func(r *ScenarioResult) { r.Checks[0].Violations = []string{"x"} },
+		"fewer faults than required":          func(r *ScenarioResult) { r.MinFaults = 2 },
+		"every renewal refused after healing": func(r *ScenarioResult) { r.AfterHeal[OpRenew] = 0 },
+		"an invariant checked nothing":        func(r *ScenarioResult) { r.Checks[0].Checked = 0 },
+		"an expected invariant not run":       func(r *ScenarioResult) { r.Expected = append(r.Expected, InvSerials) },
+		"a leader loss not probed":            func(r *ScenarioResult) { r.Probes.Unprobed = []int64{1} },
+		"no probe refused for good":           func(r *ScenarioResult) { r.Probes.Final = nil },
 	}
 	for name, spoil := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -301,7 +317,7 @@ func TestPassedNeedsVerdictAndEvidence(t *testing.T) {
 	}
 	// Not about leaders: no change needed.
 	r := good()
-	r.NeedLeaderChange, r.Leaders = false, nil
+	r.NeedLeaderChange, r.Leaders, r.NeedProbes, r.Probes = false, nil, false, ProbeCounts{}
 	if !r.Passed() {
 		t.Errorf("a scenario not about leaders fails without a leader change: %v", r.Evidence())
 	}
@@ -355,5 +371,223 @@ func TestCheckNoStall(t *testing.T) {
 	quietEnd := recs(op{900, 1100, "n1", register, ok}, op{1200, 1500, "n1", enrollIn("k1"), cert("s1", "k1")})
 	if c := CheckNoStall(quietEnd, slow, 6000e6); c.OK() {
 		t.Error("no write in the last 3.5 s of the fault passed")
+	}
+}
+
+// The load must still succeed once the faults are healed: each kind of
+// call at least its minimum, counted from the heal; a run whose quorum
+// refused every renewal after healing fails, whatever else it shows.
+func TestAfterHealMinimums(t *testing.T) {
+	// Healed at 1 s; ok calls of every kind after it, takeovers only if
+	// asked.
+	life := func(extra ...op) []*Record {
+		ops := []op{
+			{500, 600, "n1", register, ok},                          // before the heal: not counted
+			{600, 700, "n1", renewIn("s0", "k0"), cert("s0", "k0")}, // neither
+			{1000, 1010, "n1", register, ok},
+			{1011, 1020, "n1", enrollIn("k1"), cert("s1", "k1")},
+			{1021, 1030, "n1", renewIn("s1", "k2"), cert("s2", "k2")},
+			{1031, 1040, "n1", read, readOut(StateActive, "s2", "k2")},
+			{1041, 1050, "n1", decomm, ok},
+		}
+		return recs(append(ops, extra...)...)
+	}
+	one := map[OpKind]int{OpRegister: 1, OpEnroll: 1, OpRenew: 1, OpDecommission: 1, OpRead: 1}
+	cases := map[string]struct {
+		sc   Scenario
+		recs []*Record
+		// want: the evidence names this; "" none.
+		want string
+	}{
+		"every kind after healing": {sc: Scenario{AfterHeal: one}, recs: life()},
+		"renewals only before the heal": {sc: Scenario{AfterHeal: one}, recs: recs(
+			op{600, 700, "n1", renewIn("s0", "k0"), cert("s0", "k0")},
+			op{1000, 1010, "n1", register, ok},
+			op{1011, 1020, "n1", enrollIn("k1"), cert("s1", "k1")},
+			op{1021, 1030, "n1", renewIn("s1", "k2"), fail("STALE_CERTIFICATE")},
+			op{1031, 1040, "n1", read, readOut(StateActive, "s1", "k1")},
+			op{1041, 1050, "n1", decomm, ok},
+		), want: "0 successful renew calls"},
+		"too few reads": {sc: Scenario{AfterHeal: map[OpKind]int{OpRead: 2}}, recs: life(), want: "1 successful read calls (at least 2"},
+		"final reads do not count": {sc: Scenario{AfterHeal: one}, recs: func() []*Record {
+			rs := life()
+			rs[5].Final = true
+			return rs
+		}(), want: "0 successful read calls"},
+		"takeovers needed where nodes reboot": {sc: Scenario{AfterHeal: one, TakeoverWindow: 6 * time.Second}, recs: life(), want: "0 successful takeover calls"},
+		"and counted":                         {sc: Scenario{AfterHeal: one, TakeoverWindow: 6 * time.Second}, recs: life(op{1051, 1060, "n2", takeoverIn("k9"), cert("s9", "k9")})},
+		"a kind declared not applicable": {sc: Scenario{AfterHeal: one, NotApplicable: map[string]string{"renew": "a scenario whose nodes never renew"}}, recs: recs(
+			op{1000, 1010, "n1", register, ok},
+			op{1011, 1020, "n1", enrollIn("k1"), cert("s1", "k1")},
+			op{1031, 1040, "n1", read, readOut(StateActive, "s1", "k1")},
+			op{1041, 1050, "n1", decomm, ok},
+		)},
+		"no registry workload": {sc: Scenario{Liveness: true}, recs: nil},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := &ScenarioResult{HealedAt: 1000e6, OK: 1}
+			r.AfterHealMin, r.AfterHealNA = AfterHealPlan(tc.sc)
+			r.AfterHeal = CountAfterHeal(tc.recs, r.HealedAt)
+			got := strings.Join(r.Evidence(), "\n")
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("evidence %q, want none", got)
+			case tc.want != "" && !strings.Contains(got, tc.want):
+				t.Errorf("evidence %q, want one with %q", got, tc.want)
+			}
+		})
+	}
+	if min, na := AfterHealPlan(Scenario{}); min[OpRenew] != DefaultAfterHeal[OpRenew] || len(na) != 1 || na[0].What != "takeover" || na[0].Why == "" {
+		t.Errorf("default plan %v, not applicable %v; want the defaults and takeover not applicable, with why", min, na)
+	}
+}
+
+// Every invariant of the verdict looked at something, or is declared not
+// applicable to the scenario with why; an invariant that checked nothing,
+// or one expected but not run, fails the run.
+func TestInvariantCoverage(t *testing.T) {
+	all := func(sc Scenario) *ScenarioResult {
+		p := PlanInvariants(sc)
+		r := &ScenarioResult{OK: 1, Expected: p.Apply, NotApplicable: p.NA, Lin: Linearizability{Verdict: "yes", Nodes: 3}}
+		for _, n := range p.Apply {
+			if n != InvLinearizable {
+				r.Checks = append(r.Checks, Check{Name: n, Checked: 2})
+			}
+		}
+		return r
+	}
+	cases := map[string]struct {
+		result func() *ScenarioResult
+		want   string // "" passes
+	}{
+		"every invariant checked something": {result: func() *ScenarioResult { return all(Scenario{Leaders: true}) }},
+		"an invariant checked nothing": {result: func() *ScenarioResult {
+			r := all(Scenario{})
+			r.Checks[2].Checked = 0
+			return r
+		}, want: "invariant " + InvCertsComitted + " checked nothing"},
+		"an invariant expected but not run": {result: func() *ScenarioResult {
+			r := all(Scenario{PausesLeader: true})
+			r.Checks = slices.DeleteFunc(r.Checks, func(c Check) bool { return c.Name == InvExLeader })
+			return r
+		}, want: "invariant " + InvExLeader + " was neither checked nor declared"},
+		"linearizability over no node": {result: func() *ScenarioResult {
+			r := all(Scenario{})
+			r.Lin.Nodes = 0
+			return r
+		}, want: "linearizability checked no node"},
+		"an extra check that checked nothing": {result: func() *ScenarioResult {
+			r := all(Scenario{})
+			r.Checks = append(r.Checks, Check{Name: InvExLeader})
+			return r
+		}, want: "invariant " + InvExLeader + " checked nothing"},
+		"declared not applicable by the scenario": {result: func() *ScenarioResult {
+			r := all(Scenario{NotApplicable: map[string]string{InvSerials: "no certificate is issued"}})
+			return r
+		}},
+		"liveness: linearizability not applicable": {result: func() *ScenarioResult {
+			r := all(Scenario{Liveness: true})
+			r.Lin = Linearizability{Verdict: "n/a"}
+			r.Ops, r.OK, r.Faults, r.MinFaults = 1, 1, []Fault{{}}, 1
+			return r
+		}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := tc.result()
+			got := strings.Join(r.Evidence(), "\n")
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("evidence %q, want none", got)
+			case tc.want != "" && !strings.Contains(got, tc.want):
+				t.Errorf("evidence %q, want one with %q", got, tc.want)
+			}
+		})
+	}
+	// The campaign: every scenario's plan covers every invariant, each
+	// either applied or not applicable with a reason; linearizability
+	// applies wherever there is a registry workload.
+	for _, sc := range Scenarios() {
+		p := PlanInvariants(sc)
+		if len(p.Apply)+len(p.NA) != len(invariantRules) {
+			t.Errorf("%s: %d applied + %d not applicable, want %d", sc.Name, len(p.Apply), len(p.NA), len(invariantRules))
+		}
+		for _, n := range p.NA {
+			if n.Why == "" {
+				t.Errorf("%s: %s not applicable without a reason", sc.Name, n.What)
+			}
+		}
+		if p.applies(InvLinearizable) == sc.Liveness {
+			t.Errorf("%s: linearizability applies %v", sc.Name, p.applies(InvLinearizable))
+		}
+	}
+	// A liveness run passes with "n/a" only because it declares
+	// linearizability not applicable.
+	r := all(Scenario{})
+	r.Lin = Linearizability{Verdict: "n/a", Nodes: 1}
+	r.Ops, r.OK, r.Faults = 1, 1, []Fault{{}}
+	if r.Passed() {
+		t.Error("a registry scenario passes with linearizability n/a")
+	}
+}
+
+// After every leader loss the workload probes: the probes must have been
+// made (within the window), a read answered and a final refusal given.
+func TestProbeCoverage(t *testing.T) {
+	probes := func(ops ...op) []*Record {
+		rs := recs(ops...)
+		for _, r := range rs {
+			r.Probe = true
+		}
+		return rs
+	}
+	good := probes(
+		op{1000, 1100, "g", read, fail("NO_LEADER")},
+		op{1200, 3000, "g", read, fail("NODE_NOT_ENROLLED")},
+		op{3100, 3200, "n1", read, readOut(StateActive, "s1", "k1")},
+		op{3300, 3400, "n1", renewIn("s0", "k2"), fail("STALE_CERTIFICATE")},
+		op{3500, 3600, "n1", enrollIn("k3"), retryable("ALREADY_ACTIVE")},
+		op{9000, 9100, "n1", read, readOut(StateActive, "s1", "k1")},
+	)
+	cases := map[string]struct {
+		recs   []*Record
+		losses []int64
+		need   bool
+		want   string
+	}{
+		"probed after each loss":       {recs: good, losses: []int64{900e6, 8900e6}, need: true},
+		"a loss not probed":            {recs: good, losses: []int64{900e6, 20000e6}, need: true, want: "no probe within 4s of the leader losses at 20.0s"},
+		"no loss in a leader scenario": {recs: good, need: true, want: "no leader loss was announced"},
+		"no loss, not about leaders":   {recs: nil},
+		"no read answered": {recs: probes(
+			op{1000, 1100, "g", read, fail("NO_LEADER")},
+			op{1200, 3000, "g", decomm, fail("NODE_NOT_ENROLLED")},
+		), losses: []int64{900e6}, want: "no probe read after a leader loss was answered"},
+		"no final refusal": {recs: probes(
+			op{1000, 1100, "g", decomm, fail("NO_LEADER")},
+			op{1100, 1200, "n1", enrollIn("k3"), retryable("ALREADY_ACTIVE")},
+			op{1200, 3000, "n1", read, readOut(StateActive, "s1", "k1")},
+		), losses: []int64{900e6}, want: "no probe after a leader loss was refused for good"},
+		"calls that are no probes do not count": {recs: recs(
+			op{1200, 3000, "g", read, fail("NODE_NOT_ENROLLED")},
+			op{3100, 3200, "n1", read, readOut(StateActive, "s1", "k1")},
+		), losses: []int64{900e6}, want: "no probe within"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := &ScenarioResult{OK: 1, Probes: CountProbes(tc.recs, tc.losses), NeedProbes: tc.need}
+			got := strings.Join(r.Evidence(), "\n")
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("evidence %q, want none", got)
+			case tc.want != "" && !strings.Contains(got, tc.want):
+				t.Errorf("evidence %q, want one with %q", got, tc.want)
+			}
+		})
+	}
+	p := CountProbes(good, []int64{900e6})
+	if p.Calls != 6 || p.ReadsOK != 2 || p.FinalRefusals() != 2 || p.Final["NODE_NOT_ENROLLED"] != 1 || p.NotFinal != 2 {
+		t.Errorf("counts %+v: want 6 calls, 2 reads answered, 2 final refusals, 2 not final", p)
 	}
 }

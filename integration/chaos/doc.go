@@ -1,7 +1,8 @@
 // Package chaos is pact's chaos harness: it runs journal quorums (3 or 5)
 // as real processes, or as containers of the pact image, drives them with
 // a recording workload while it injects faults, and then checks the
-// history for linearizability and the registry for its invariants.
+// history for linearizability, the registry for its invariants, and the
+// run for the evidence that it did what it is about.
 //
 // # Quorums and faults
 //
@@ -18,12 +19,15 @@
 // faults are docker kill/start/stop, docker pause, and iptables rules
 // entered into a container's namespace with nsenter.
 //
-// Scenarios (chaos -list): leader kill and restart, leader pause (a
-// paused ex-leader), minority partition, flapping partitions, full
-// restart, a follower that must catch up from a snapshot, and 5-journal
-// variants. Each injects its faults on a seeded random schedule, heals,
-// lets the load run on, waits until every journal holds the same
-// registry, and reads every node from every journal.
+// Scenarios (chaos -list, scenario.go): leader kill and restart, leader
+// pause (a paused ex-leader), minority partition, flapping partitions,
+// full restart, a follower that must catch up from a snapshot, 5-journal
+// variants, hardware churn with reboots around a takeover window, a slow
+// follower, a full disk, clock steps, liveness under partitions (nodes
+// that stream instead of the registry workload) and membership changes.
+// Each injects its faults on a seeded random schedule, heals, lets the
+// load run on, waits until every journal holds the same registry, and
+// reads every node from every journal.
 //
 // # Workload and history
 //
@@ -32,30 +36,80 @@
 // key, or the same key again after an unknown outcome), renew (RenewCert
 // over mTLS with the node's current certificate), decommission (forced)
 // and read (InspectNode, linearizable), plus calls made to be refused
-// (another key, a replaced or revoked certificate). Calls go round robin
-// over all journals, each client from its own source address. Every call
-// is recorded with its call and return time and what came back: ok, a
-// definite refusal (a reason from the journal, NO_LEADER included), or an
-// unknown outcome (OUTCOME_UNKNOWN, a timeout, a connection lost after
-// the request left).
+// (another key, a replaced or revoked certificate). Hardware moves between
+// node ids as at a site: a decommissioned node's hardware (or its NIC)
+// goes to a new node id, and the Enroll calls of such a node say so
+// (Input.Moved). With a takeover window, nodes reboot with a new key
+// (takeover). Calls go round robin over all journals, each client from its
+// own source address.
 //
-// # Checks
+// Right after every leader loss (a kill, a pause, a full restart, a
+// leader cut off) the schedule tells the workload (Env.leaderLost,
+// Workload.Probe), and for the next few seconds every other call of every
+// client is a probe: a read of each of its nodes and of a node id never
+// registered, and calls made to be refused for good (a replaced or
+// revoked certificate, a decommission of a revoked or unknown node, an
+// Enroll of unknown hardware). They are part of the history like any
+// other call.
+//
+// Every call is recorded with its call and return time and what came
+// back: ok, a definite refusal (a reason from the journal, NO_LEADER
+// included, or UNREACHABLE: a connection refused before the request
+// left), or an unknown outcome (OUTCOME_UNKNOWN, INTERNAL, a timeout, a
+// connection lost after the request left).
+//
+// # The model
 //
 // The registry is specified per node (model.go) and porcupine checks each
 // node's history. An unknown outcome may take effect any time until the
 // run has settled (load stopped, journals converged); the final reads
 // then decide, and each unknown write is reported as taken effect, not,
-// or either. A node that fails the strict model is checked again with the
-// allowances the design makes (a journal may refuse Enroll and RenewCert,
-// or answer an Enroll retry, from its own lagging copy: "stale", reported
-// but no violation) and with NO_LEADER taken as unknown, to say what kind
-// of violation it is. After every run (check.go): no acknowledged write
-// lost, no hardware identity active twice, every certificate received is
-// committed and for the client's key, no renewal after an acknowledged
-// decommission, all journals identical, serials unique, a paused
-// ex-leader issued nothing uncommitted, and a lagging follower installed
-// a snapshot and caught up.
+// or either.
+//
+// The model is strict: every answer must be the one the node's state at
+// the call's linearization point gives. Final refusals (NODE_NOT_ENROLLED,
+// NODE_REVOKED, STALE_CERTIFICATE, ALREADY_ACTIVE without a retry-after,
+// NODE_ALREADY_ENROLLED) and an Enroll retry's certificate are accepted
+// only in the states that give them: a journal confirms them with the
+// leader first. In any state it accepts only the refusals that say
+// nothing about the node: NO_LEADER, RATE_LIMITED and UNREACHABLE. A
+// renewal with the node's current, unrevoked certificate may be refused
+// only with one of those; any other refusal of it (UNAUTHENTICATED,
+// STALE_CERTIFICATE, NODE_REVOKED, ...) is a violation, and a renewal
+// racing a decommission is judged in the state after it, as porcupine
+// tries every order. The one stale answer the design allows
+// (DesignAllowances) is takeover-wait: ALREADY_ACTIVE with a retry-after,
+// which a journal gives from its own copy, accepted only where a lagging
+// copy could show the node's hardware active with another key (the node
+// held a certificate for another key at some point, or its hardware moved
+// from another node id). Nodes that need it are reported, not failed. A
+// node that fails the model is checked again with NO_LEADER taken as
+// unknown, to say whether a write refused NO_LEADER took effect.
+//
+// # Invariants and evidence
+//
+// After every run (check.go): no acknowledged write lost, no hardware
+// identity active twice at any index of the committed audit, every
+// certificate received is committed and for the client's key, no renewal
+// after an acknowledged decommission, all journals identical, serials
+// unique, and, where the scenario does it: a paused ex-leader issued
+// nothing uncommitted, a lagging follower installed a snapshot, a slow
+// follower stalled no write, a full disk gave no INTERNAL, membership
+// changes converged, no node streaming to a journal that reaches the
+// leader was marked Inactive.
+//
+// A verdict that looked at nothing fails (verdict.go): every invariant
+// must have checked something in the run, or be declared not applicable
+// to the scenario with the reason (invariantRules, Scenario.NotApplicable),
+// and the report prints both. Once the faults are healed, the load must
+// still succeed: at least a few successful calls of each kind (register,
+// enroll, renew, decommission, read, and takeover where nodes reboot;
+// AfterHealPlan), or the run fails; the recovery lasts until they are
+// reached or 15 s have passed. The probes after leader losses must have
+// been made and answered (a read and a final refusal at least). And each
+// scenario must show what it is about (evidence.go): enough calls, its
+// faults, a leader change, hardware moves and conflicts, takeovers.
 //
 // cmd/chaos is the command; make chaos runs the campaign, make chaos-short
-// the CI version.
+// the CI version. docs/chaos.md describes both and how to add a scenario.
 package chaos

@@ -93,7 +93,9 @@ func LeaderChanges(seen []LeaderTerm) int { return max(len(seen)-1, 0) }
 
 // Evidence says what a scenario result lacks to count: too few
 // operations, no fault, no leader change where the scenario is about
-// leaders. Empty means it showed what it is about.
+// leaders, and what its verdict failed to cover (coverage: an invariant
+// that checked nothing, too few successes after healing, leader losses
+// not probed). Empty means it showed what it is about.
 func (r *ScenarioResult) Evidence() []string {
 	var out []string
 	if r.MinOps > 0 && r.Ops < r.MinOps {
@@ -127,7 +129,7 @@ func (r *ScenarioResult) Evidence() []string {
 	if r.NeedReboots && (hc.Takeovers == 0 || hc.TakeoversRefused == 0) {
 		out = append(out, fmt.Sprintf("reboots with a new key: %d takeovers, %d refused inside the window (at least 1 each)", hc.Takeovers, hc.TakeoversRefused))
 	}
-	return out
+	return append(out, r.coverage()...)
 }
 
 // HardwareCounts is what a run did with shared hardware and new keys.

@@ -31,6 +31,9 @@ type Record struct {
 	CertProblem string
 	// Final marks the reads made after the run, once the quorum converged.
 	Final bool
+	// Probe marks a call made right after a leader loss to elicit a read
+	// or a final refusal (Workload.Probe).
+	Probe bool `json:",omitempty"`
 }
 
 func (r *Record) String() string {
@@ -39,6 +42,9 @@ func (r *Record) String() string {
 		ret = fmt.Sprintf("%8.3fs?", float64(r.Return)/1e9)
 	}
 	s := fmt.Sprintf("#%-5d c%-2d %-3s [%8.3fs %s] %s %s", r.ID, r.Client, r.Journal, float64(r.Call)/1e9, ret, r.In.Node, DescribeOp(r.In, r.Out))
+	if r.Probe {
+		s += " (probe)"
+	}
 	if r.Out.Result != ResultOK && r.Err != "" {
 		msg := r.Err
 		if len(msg) > 140 {

@@ -383,6 +383,7 @@ func livenessPartition(e *Env) error {
 			}
 			k := e.addFault("SIGKILL", e.Q.ID(l)+"(leader)")
 			e.cutOff(k, l)
+			e.leaderLost() // no registry workload here: nothing to probe
 			time.Sleep(e.between(time.Second, 2*time.Second))
 			if err := e.restart(l); err != nil {
 				return err

@@ -22,7 +22,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	clockBin := fs.String("clock-bin", "", "directory holding a pact-journal built with -tags chaosclock, for clock-step (make chaos builds bin/chaosclock)")
 	seed := fs.Uint64("seed", 0, "seed of the fault schedules and the workload (0: from the clock); printed, to reproduce a run")
 	scenarios := fs.String("scenario", "", "comma-separated scenarios to run (default: the campaign; see -list)")
-	short := fs.Bool("short", false, "the CI campaign: every scenario a third as long, long scenarios skipped")
+	short := fs.Bool("short", false, "the CI campaign: every scenario a quarter as long, long scenarios skipped")
 	duration := fs.Duration("duration", 0, "fault-injection time of every scenario (overrides the scenario's own)")
 	netMode := fs.String("net", "auto", "auto (network namespaces if possible, else loopback), netns, loopback or docker")
 	docker := fs.Bool("docker", false, "run the journals as containers of the pact image (same as -net docker)")
@@ -47,6 +47,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 				long = " [long: not in -short]"
 			}
 			fmt.Fprintf(stdout, "%-26s %d journals, %v%s\n    %s\n", s.Name, s.Journals, s.Duration, long, s.Describe)
+			p := PlanInvariants(s)
+			var na []string
+			for _, n := range p.NA {
+				na = append(na, n.What)
+			}
+			fmt.Fprintf(stdout, "    checks: %s; not applicable (the report says why): %s\n", strings.Join(p.Apply, " "), strings.Join(na, " "))
 		}
 		return 0
 	}

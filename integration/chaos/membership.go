@@ -248,6 +248,9 @@ func membershipChurn(e *Env) error {
 			}
 		}
 		k := e.addFault(kind, label)
+		if killed >= 0 {
+			e.leaderLost()
+		}
 		label = kind + " " + label
 		// The change, asked while the fault is in place.
 		ch := MemberChange{During: label, Before: members}

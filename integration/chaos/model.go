@@ -73,6 +73,11 @@ type Input struct {
 	Key string
 	// Prev is the serial of the certificate a RenewCert call is made with.
 	Prev string
+	// Moved marks an Enroll (or takeover) for a node whose hardware, or
+	// its NIC, was registered to another node id before (the workload
+	// moved it here): a journal's lagging copy may still resolve it to
+	// that previous owner.
+	Moved bool `json:",omitempty"`
 }
 
 // Output is what came back.
@@ -218,9 +223,54 @@ func (s ModelState) serialRevoked(serial string) bool {
 }
 
 // mayBeRevoked is serialRevoked, also true when a revoked serial is still
-// undetermined (it may be this one).
+// undetermined and may be this one. It cannot be a serial already seen
+// for a key whose certificate is bound: a serial names one certificate,
+// and the undetermined one belongs to a key whose serial never became
+// known (EverUnbound). So a current certificate is never "maybe revoked"
+// because an earlier registration's unseen certificate was.
 func (s ModelState) mayBeRevoked(serial string) bool {
-	return s.serialRevoked(serial) || slices.Contains(s.Revoked, unknownSerial)
+	if s.serialRevoked(serial) {
+		return true
+	}
+	if !slices.Contains(s.Revoked, unknownSerial) {
+		return false
+	}
+	for _, c := range s.EverCerts {
+		if k, sr, _ := strings.Cut(c, "/"); sr == serial {
+			if _, unbound := slices.BinarySearch(s.EverUnbound, k); !unbound {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// current reports whether serial is, for certain, the node's current
+// certificate: the node is active, the registry holds this serial (not an
+// undetermined one) and it is not revoked.
+func (s ModelState) current(serial string) bool {
+	return s.State == StateActive && serial != "" && s.Serial == serial && !s.mayBeRevoked(serial)
+}
+
+// heldOtherKey reports whether the node held, now or at any earlier point
+// of its history (earlier registrations included), a certificate for a key
+// other than key: a journal whose copy lags may still see it active with
+// that key.
+func (s ModelState) heldOtherKey(key string) bool {
+	if s.State == StateActive && s.Key != key {
+		return true
+	}
+	for _, c := range s.EverCerts {
+		if k, _, _ := strings.Cut(c, "/"); k != key {
+			return true
+		}
+	}
+	for _, k := range s.EverUnbound {
+		if k != key {
+			return true
+		}
+	}
+	return false
 }
 
 // Allowance names one answer the design lets a journal give from its own,
@@ -237,10 +287,14 @@ const (
 	// ..."). The journal decides it from its own copy of the registry
 	// without asking the leader, because the answer is not final: the
 	// agent retries after the delay, and a takeover itself is decided by
-	// the leader's state machine. A lagging copy may even resolve the
-	// hardware to its previous owner (a node since decommissioned, whose
-	// hardware now belongs to this node id), so the model accepts it in
-	// any state: it changes nothing and promises nothing.
+	// the leader's state machine (journal/enroll.go, takeoverCutoff). The
+	// copy must show the hardware's node active with another key, so the
+	// model accepts it only where a copy could: the node held a
+	// certificate for another key at some point up to the call (now, or
+	// before a renewal, a takeover, or a decommission and a new
+	// registration), or its hardware belonged to another node id before
+	// (Input.Moved: a lagging copy resolves it to that previous owner). A
+	// node never active whose hardware is its own cannot get it.
 	AllowTakeoverWait Allowance = "takeover-wait"
 )
 
@@ -260,11 +314,25 @@ type Spec struct {
 
 func (sp Spec) allows(a Allowance) bool { return slices.Contains(sp.Allow, a) }
 
-// noEffect reports whether a failure reason is one that changes nothing
-// whatever the state: the call was refused before any rule was evaluated.
+// noEffect reports whether a failure reason is one the model accepts in
+// any state, as changing nothing: each says nothing about the node, so it
+// cannot contradict the registry.
+//
+//   - NO_LEADER: no leader could decide (or confirm) the call; the wire
+//     contract promises nothing was written.
+//   - RATE_LIMITED: the journal shed the call before looking at it (a
+//     source's failure budget, the handshake or work gate).
+//   - UNREACHABLE: the request never left the client (Classify).
+//
+// Nothing else is: the workload sends no malformed request
+// (INVALID_ARGUMENT, INVALID_CSR), decommissions with force (never
+// NODE_STREAMING) and presents its own credentials, so those answers are
+// violations. UNAUTHENTICATED and CERT_REFUSED (the certificate refused
+// in the TLS handshake) are accepted for a renewal only with a
+// certificate that is not the node's current one (renew).
 func noEffect(reason string) bool {
 	switch reason {
-	case "NO_LEADER", "RATE_LIMITED", "UNREACHABLE", "INVALID_ARGUMENT", "INVALID_CSR", "UNAUTHENTICATED", "NODE_STREAMING":
+	case "NO_LEADER", "RATE_LIMITED", "UNREACHABLE":
 		return true
 	}
 	return false
@@ -372,7 +440,10 @@ func (sp Spec) enroll(s ModelState, in Input, out Output) []ModelState {
 				return one(s)
 			}
 		case "ALREADY_ACTIVE":
-			if (s.State == StateActive && s.Key != in.Key) || (out.Retryable && sp.allows(AllowTakeoverWait)) {
+			if s.State == StateActive && s.Key != in.Key {
+				return one(s)
+			}
+			if out.Retryable && sp.allows(AllowTakeoverWait) && (in.Moved || s.heldOtherKey(in.Key)) {
 				return one(s)
 			}
 		default:
@@ -427,6 +498,19 @@ func (sp Spec) renew(s ModelState, in Input, out Output) []ModelState {
 		}
 		return next
 	case ResultFailed:
+		if s.current(in.Prev) {
+			// The node's current certificate, not revoked: a journal may
+			// refuse it only for a reason that says nothing about the
+			// certificate (no leader, shed, never sent). Any other refusal,
+			// final or not (UNAUTHENTICATED, CERT_REFUSED, STALE_CERTIFICATE,
+			// NODE_REVOKED ...), is a violation here; a renewal racing a
+			// decommission or another renewal is refused in the state
+			// after that write, which porcupine tries too.
+			if noEffect(out.Reason) {
+				return one(s)
+			}
+			return nil
+		}
 		switch out.Reason {
 		case "NODE_REVOKED":
 			if s.State == StateRevoked || s.mayBeRevoked(in.Prev) {
@@ -436,11 +520,14 @@ func (sp Spec) renew(s ModelState, in Input, out Output) []ModelState {
 			// Refused by the binding check (the call's certificate is not
 			// the current one) or by the state machine (never enrolled,
 			// replaced, or revoked in an earlier registration).
-			stale := (s.State == StateRegistered || s.State == StateActive || s.State == StateInactive) &&
-				(s.State != StateActive || s.Serial != in.Prev || s.mayBeRevoked(in.Prev))
-			if stale {
+			if s.State == StateRegistered || s.State == StateActive || s.State == StateInactive {
 				return one(s)
 			}
+		case "UNAUTHENTICATED", ReasonCertRefused:
+			// A certificate that is not the current one (replaced, or of a
+			// decommissioned node) may fail authentication: its intermediate
+			// may have been retired since.
+			return one(s)
 		case "PERMISSION_DENIED", "NODE_NOT_ENROLLED":
 			if s.State == StateNone {
 				return one(s)

@@ -46,6 +46,7 @@ var (
 )
 
 func enrollIn(key string) Input   { return Input{Kind: OpEnroll, Key: key} }
+func movedIn(key string) Input    { return Input{Kind: OpEnroll, Key: key, Moved: true} }
 func takeoverIn(key string) Input { return Input{Kind: OpTakeover, Key: key} }
 func renewIn(prev, key string) Input {
 	return Input{Kind: OpRenew, Prev: prev, Key: key}
@@ -122,6 +123,28 @@ func TestModelLinearizable(t *testing.T) {
 			{0, 10, "n1", register, fail("HARDWARE_IDENTITY_CONFLICT")},
 			{11, 20, "n1", read, fail("NODE_NOT_ENROLLED")},
 			{21, 30, "n1", register, ok},
+		},
+		// A renewal with the current certificate may be refused only for a
+		// reason that says nothing about it.
+		"a renewal with the current certificate refused NO_LEADER, RATE_LIMITED, unreachable": {
+			{0, 10, "n1", register, ok},
+			{11, 20, "n1", enrollIn("k1"), cert("s1", "k1")},
+			{21, 30, "n1", renewIn("s1", "k2"), fail("NO_LEADER")},
+			{31, 40, "n1", renewIn("s1", "k3"), fail("RATE_LIMITED")},
+			{41, 50, "n1", renewIn("s1", "k4"), fail("UNREACHABLE")},
+			{51, 60, "n1", renewIn("s1", "k5"), cert("s5", "k5")},
+		},
+		"a renewal racing a decommission refused as revoked": {
+			{0, 10, "n1", register, ok},
+			{11, 20, "n1", enrollIn("k1"), cert("s1", "k1")},
+			{21, 40, "n1", decomm, ok},
+			{25, 35, "n1", renewIn("s1", "k2"), fail("NODE_REVOKED")},
+		},
+		"a replaced certificate refused UNAUTHENTICATED": {
+			{0, 10, "n1", register, ok},
+			{11, 20, "n1", enrollIn("k1"), cert("s1", "k1")},
+			{21, 30, "n1", renewIn("s1", "k2"), cert("s2", "k2")},
+			{31, 40, "n1", renewIn("s1", "k3"), fail("UNAUTHENTICATED")},
 		},
 		"nodes are independent": {
 			{0, 10, "n1", register, ok},
@@ -258,9 +281,69 @@ func TestModelNotLinearizable(t *testing.T) {
 			{41, 50, "n1", enrollIn("k2"), retryable("ALREADY_ACTIVE")},
 		}},
 		// A lagging copy resolved the hardware to its previous owner.
-		"a retryable ALREADY_ACTIVE for a node never active": {allowed: true, ops: []op{
+		"a retryable ALREADY_ACTIVE for a node never active, whose hardware moved": {allowed: true, ops: []op{
+			{0, 10, "n1", register, ok},
+			{11, 20, "n1", movedIn("k2"), retryable("ALREADY_ACTIVE")},
+		}},
+		"a retryable ALREADY_ACTIVE for a key replaced by a renewal": {allowed: true, ops: []op{
+			{0, 10, "n1", register, ok},
+			{11, 20, "n1", enrollIn("k1"), cert("s1", "k1")},
+			{21, 30, "n1", renewIn("s1", "k2"), cert("s2", "k2")},
+			{31, 40, "n1", enrollIn("k2"), retryable("ALREADY_ACTIVE")}, // a copy from before the renewal
+		}},
+		// takeover-wait only where a copy could show the node active with
+		// another key: never for a node never active on its own hardware.
+		"a retryable ALREADY_ACTIVE for a node never active, on its own hardware": {ops: []op{
 			{0, 10, "n1", register, ok},
 			{11, 20, "n1", enrollIn("k2"), retryable("ALREADY_ACTIVE")},
+		}},
+		"a retryable ALREADY_ACTIVE for the only key the node ever held": {ops: []op{
+			{0, 10, "n1", register, ok},
+			{11, 20, "n1", enrollIn("k1"), cert("s1", "k1")},
+			{21, 30, "n1", decomm, ok},
+			{31, 40, "n1", register, ok},
+			{41, 50, "n1", enrollIn("k1"), retryable("ALREADY_ACTIVE")},
+		}},
+		// A refusal of the node's current, unrevoked certificate is never
+		// "no effect".
+		"a renewal with the current certificate refused UNAUTHENTICATED": {ops: []op{
+			{0, 10, "n1", register, ok},
+			{11, 20, "n1", enrollIn("k1"), cert("s1", "k1")},
+			{21, 30, "n1", renewIn("s1", "k2"), fail("UNAUTHENTICATED")},
+		}},
+		"a renewal with the current certificate refused in the TLS handshake": {ops: []op{
+			{0, 10, "n1", register, ok},
+			{11, 20, "n1", enrollIn("k1"), cert("s1", "k1")},
+			{21, 30, "n1", renewIn("s1", "k2"), fail(ReasonCertRefused)},
+		}},
+		"a renewal with the current certificate refused INVALID_ARGUMENT": {ops: []op{
+			{0, 10, "n1", register, ok},
+			{11, 20, "n1", enrollIn("k1"), cert("s1", "k1")},
+			{21, 30, "n1", renewIn("s1", "k2"), fail("INVALID_ARGUMENT")},
+		}},
+		"a renewal with the current certificate refused as revoked because an earlier registration's unseen certificate was": {ops: []op{
+			{0, 10, "n1", register, ok},
+			{11, -1, "n1", enrollIn("k1"), unknown()}, // took effect before the decommission, or never
+			{20, 30, "n1", decomm, ok},
+			{31, 40, "n1", register, ok},
+			{41, 50, "n1", enrollIn("k3"), cert("s3", "k3")},
+			{51, 60, "n1", renewIn("s3", "k4"), fail("NODE_REVOKED")},
+		}},
+		"a renewal with the current certificate refused as stale because an earlier registration's unseen certificate was revoked": {ops: []op{
+			{0, 10, "n1", register, ok},
+			{11, -1, "n1", enrollIn("k1"), unknown()},
+			{20, 30, "n1", decomm, ok},
+			{31, 40, "n1", register, ok},
+			{41, 50, "n1", enrollIn("k3"), cert("s3", "k3")},
+			{51, 60, "n1", renewIn("s3", "k4"), fail("STALE_CERTIFICATE")},
+		}},
+		// The workload sends no malformed call and decommissions with force.
+		"a registration refused INVALID_ARGUMENT": {ops: []op{
+			{0, 10, "n1", register, fail("INVALID_ARGUMENT")},
+		}},
+		"a forced decommission refused NODE_STREAMING": {ops: []op{
+			{0, 10, "n1", register, ok},
+			{11, 20, "n1", decomm, fail("NODE_STREAMING")},
 		}},
 	}
 	for name, c := range cases {

@@ -46,10 +46,56 @@ func (r *ScenarioResult) invariantSummary() string {
 			bad = append(bad, fmt.Sprintf("%s(%d)", c.Name, len(c.Violations)))
 		}
 	}
+	for _, c := range r.Checks {
+		if c.OK() && c.Checked == 0 {
+			bad = append(bad, c.Name+"(checked nothing)")
+		}
+	}
 	if len(bad) == 0 {
 		return fmt.Sprintf("ok %d/%d", len(r.Checks), len(r.Checks))
 	}
 	return "VIOLATED " + strings.Join(bad, " ")
+}
+
+// afterHealSummary is the table's word on the load after healing: "ok",
+// the kinds short of their minimum, or "n/a".
+func (r *ScenarioResult) afterHealSummary() string {
+	if len(r.AfterHealMin) == 0 {
+		if r.Err != nil {
+			return "-"
+		}
+		return "n/a"
+	}
+	var short []string
+	for _, k := range AfterHealKinds {
+		if m, ok := r.AfterHealMin[k]; ok && r.AfterHeal[k] < m {
+			short = append(short, fmt.Sprintf("%s %d/%d", k, r.AfterHeal[k], m))
+		}
+	}
+	if len(short) > 0 {
+		return "LOW " + strings.Join(short, " ")
+	}
+	return "ok"
+}
+
+// afterHealLine details the calls after healing: each kind's successes
+// and its minimum, and the kinds not required, with why.
+func (r *ScenarioResult) afterHealLine() string {
+	var parts []string
+	for _, k := range AfterHealKinds {
+		if m, ok := r.AfterHealMin[k]; ok {
+			parts = append(parts, fmt.Sprintf("%s %d (min %d)", k, r.AfterHeal[k], m))
+		}
+	}
+	reached := "never reached"
+	if r.RecoveredAfter >= 0 {
+		reached = "reached " + ms(r.RecoveredAfter) + " after healing"
+	}
+	line := fmt.Sprintf("successful calls after healing (at %.1fs; minimums %s): %s", float64(r.HealedAt)/1e9, reached, strings.Join(parts, ", "))
+	for _, n := range r.AfterHealNA {
+		line += fmt.Sprintf("; %s not required: %s", n.What, n.Why)
+	}
+	return line
 }
 
 func (r *ScenarioResult) linSummary() string {
@@ -77,15 +123,15 @@ func (r *ScenarioResult) linSummary() string {
 func Report(w io.Writer, results []*ScenarioResult, seed uint64, skipped []string) bool {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tjournals\tops (ok/refused/unknown)\tfaults\tunavail p50\tunavail p99\tlinearizable\tinvariants\tresult")
+	fmt.Fprintln(tw, "scenario\tjournals\tops (ok/refused/unknown)\tfaults\tunavail p50\tunavail p99\tlinearizable\tinvariants\tafter heal\tresult")
 	pass := true
 	for _, r := range results {
 		verdict := "PASS"
 		if !r.Passed() {
 			verdict, pass = "FAIL", false
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d (%d/%d/%d)\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Journals, r.Ops, r.OK, r.Failed, r.Unknown,
-			faultSummary(r.Faults), ms(Percentile(r.Unavailable, 50)), ms(Percentile(r.Unavailable, 99)), r.linSummary(), r.invariantSummary(), verdict)
+		fmt.Fprintf(tw, "%s\t%d\t%d (%d/%d/%d)\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Journals, r.Ops, r.OK, r.Failed, r.Unknown,
+			faultSummary(r.Faults), ms(Percentile(r.Unavailable, 50)), ms(Percentile(r.Unavailable, 99)), r.linSummary(), r.invariantSummary(), r.afterHealSummary(), verdict)
 	}
 	tw.Flush()
 	for _, s := range skipped {
@@ -113,10 +159,19 @@ func Report(w io.Writer, results []*ScenarioResult, seed uint64, skipped []strin
 			lines = append(lines, fmt.Sprintf("hardware: %d registrations of another node id's hardware, %d refused as a conflict; reboots with a new key: %d takeovers, %d refused (ALREADY_ACTIVE)",
 				hc.Moves, hc.Conflicts, hc.Takeovers, hc.TakeoversRefused))
 		}
+		if len(r.AfterHealMin) > 0 {
+			lines = append(lines, r.afterHealLine())
+		}
+		if r.Probes.Losses > 0 || r.NeedProbes {
+			lines = append(lines, "probes right after leader losses: "+r.Probes.String())
+		}
 		for _, c := range r.Checks {
 			status := "ok"
-			if !c.OK() {
+			switch {
+			case !c.OK():
 				status = fmt.Sprintf("VIOLATED (%d)", len(c.Violations))
+			case c.Checked == 0:
+				status = "CHECKED NOTHING"
 			}
 			line := fmt.Sprintf("%-26s %s, %d checked", c.Name, status, c.Checked)
 			if c.Note != "" {
@@ -130,6 +185,9 @@ func Report(w io.Writer, results []*ScenarioResult, seed uint64, skipped []strin
 				}
 				lines = append(lines, "  "+strings.ReplaceAll(strings.TrimRight(v, "\n"), "\n", "\n  "))
 			}
+		}
+		for _, n := range r.NotApplicable {
+			lines = append(lines, fmt.Sprintf("%-26s not applicable: %s", n.What, n.Why))
 		}
 		if len(r.Unavailable) > 0 {
 			var us []string
@@ -191,6 +249,12 @@ type jsonScenario struct {
 	Allowed      map[string]int `json:"allowed_stale_nodes"`
 	Resolved     [3]int         `json:"unknown_applied_notapplied_either"`
 	Invariants   map[string]int `json:"invariant_violations"`
+	Checked      map[string]int `json:"invariant_checked"`
+	NA           []string       `json:"invariants_not_applicable"`
+	AfterHeal    map[string]int `json:"after_heal_ok"`
+	AfterHealMin map[string]int `json:"after_heal_min"`
+	ProbeCalls   int            `json:"probe_calls"`
+	ProbeFinal   int            `json:"probe_final_refusals"`
 	Error        string         `json:"error,omitempty"`
 	Pass         bool           `json:"pass"`
 	Seconds      float64        `json:"seconds"`
@@ -206,10 +270,20 @@ func summary(results []*ScenarioResult, seed uint64, pass bool) any {
 		for a, nodes := range r.Lin.Allowed {
 			s.Allowed[string(a)] = len(nodes)
 		}
+		s.Checked, s.AfterHeal, s.AfterHealMin = map[string]int{}, map[string]int{}, map[string]int{}
 		for _, c := range r.Checks {
 			s.Invariants[c.Name] = len(c.Violations)
+			s.Checked[c.Name] = c.Checked
 			violations += len(c.Violations)
 		}
+		for _, n := range r.NotApplicable {
+			s.NA = append(s.NA, n.What)
+		}
+		for k, m := range r.AfterHealMin {
+			s.AfterHealMin[string(k)] = m
+			s.AfterHeal[string(k)] = r.AfterHeal[k]
+		}
+		s.ProbeCalls, s.ProbeFinal = r.Probes.Calls, r.Probes.FinalRefusals()
 		if r.Lin.Verdict != "yes" {
 			violations += len(r.Lin.Illegal) + len(r.Lin.NoLeader) + len(r.Lin.TimedOut)
 		}

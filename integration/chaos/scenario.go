@@ -31,8 +31,14 @@ type Env struct {
 	H    *History
 	Rng  *mrand.Rand
 	Logf func(format string, args ...any)
+	// Probe, if set, makes the workload probe right after a leader loss
+	// (Workload.Probe); schedules call it through leaderLost.
+	Probe func()
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// losses are the history times of the leader losses announced
+	// (leaderLost).
+	losses []int64
 	faults []Fault
 	pauses []Pause
 	notes  []string
@@ -65,6 +71,20 @@ func (e *Env) addFault(kind, target string) int {
 	e.faults = append(e.faults, Fault{Kind: kind, Target: target, At: e.H.Now()})
 	e.Logf("fault %d: %s %s", len(e.faults), kind, target)
 	return len(e.faults) - 1
+}
+
+// leaderLost announces that the leader was just killed or frozen: the
+// workload's clients issue reads and calls made to be refused right away
+// (Workload.Probe), so the answers given while a new leader is elected
+// and a restarted journal catches up are in the checked history. Every
+// schedule that kills or freezes a leader calls it.
+func (e *Env) leaderLost() {
+	e.mu.Lock()
+	e.losses = append(e.losses, e.H.Now())
+	e.mu.Unlock()
+	if e.Probe != nil {
+		e.Probe()
+	}
 }
 
 func (e *Env) heal(k int) {
@@ -211,6 +231,21 @@ type Scenario struct {
 	// interval of a third of it) and the workload reboots nodes with a
 	// new key inside and after it; the run must show both answers.
 	TakeoverWindow time.Duration
+	// PausesLeader marks a scenario that freezes and thaws leaders: its
+	// run is checked with CheckExLeader.
+	PausesLeader bool
+	// Snapshot marks the lagging-follower scenario: its run is checked
+	// for the follower's snapshot installation (snapshot-catch-up).
+	Snapshot bool
+	// AfterHeal overrides the fewest successful calls of a kind the load
+	// must make once the faults are healed (DefaultAfterHeal).
+	AfterHeal map[OpKind]int
+	// NotApplicable declares, with the reason, invariants (by name) or
+	// kinds of call after healing (by OpKind) this scenario does not
+	// check, beyond what invariantRules and AfterHealPlan already
+	// exempt. Anything else the verdict must see checked: an invariant
+	// that checked nothing fails the run (ScenarioResult.Evidence).
+	NotApplicable map[string]string
 }
 
 // Flags every journal of every scenario gets: a small snapshot threshold,
@@ -227,7 +262,7 @@ func Scenarios() []Scenario {
 	return []Scenario{
 		{Name: "leader-kill", Journals: 3, Leaders: true, Duration: 30 * time.Second, Inject: leaderKill,
 			Describe: "SIGKILL the leader every 3-6 s, restart it 1-3 s later"},
-		{Name: "leader-pause", Journals: 3, Leaders: true, Duration: 30 * time.Second, Inject: leaderPause,
+		{Name: "leader-pause", Journals: 3, Leaders: true, PausesLeader: true, Duration: 30 * time.Second, Inject: leaderPause,
 			Describe: "SIGSTOP the leader for 2.5-4 s (a new leader is elected), then SIGCONT: a paused ex-leader"},
 		{Name: "minority-partition", Journals: 3, Duration: 30 * time.Second, Inject: minorityPartition,
 			Describe: "cut a minority (half the time with the leader) off the others for 3-6 s; clients still reach it"},
@@ -235,7 +270,7 @@ func Scenarios() []Scenario {
 			Describe: "partitions that come and go every 0.3-2 s: isolate one journal (often the leader) or cut one link"},
 		{Name: "full-restart", Journals: 3, Leaders: true, Duration: 30 * time.Second, Inject: fullRestart,
 			Describe: "stop every journal (SIGTERM or SIGKILL), start them all again"},
-		{Name: "lagging-follower-snapshot", Journals: 3, Duration: 20 * time.Second, Inject: laggingFollower,
+		{Name: "lagging-follower-snapshot", Journals: 3, Duration: 20 * time.Second, Inject: laggingFollower, Snapshot: true,
 			ThinkMin: 60 * time.Millisecond, ThinkMax: 200 * time.Millisecond,
 			Describe: "SIGKILL a follower, write until the leader has snapshotted and compacted its log past it, restart it: it must install the snapshot and catch up"},
 		{Name: "leader-kill-5", Journals: 5, Leaders: true, Duration: 30 * time.Second, Inject: leaderKill,
@@ -275,6 +310,7 @@ func leaderKill(e *Env) error {
 			}
 			ks = append(ks, e.addFault("SIGKILL", e.Q.ID(v)+map[bool]string{true: "(leader)", false: ""}[v == l]))
 		}
+		e.leaderLost()
 		time.Sleep(e.between(time.Second, 3*time.Second))
 		for n, v := range victims {
 			if err := e.restart(v); err != nil {
@@ -296,6 +332,7 @@ func leaderPause(e *Env) error {
 			return err
 		}
 		k := e.addFault("pause", e.Q.ID(l)+"(leader)")
+		e.leaderLost()
 		p := Pause{Journal: l, ID: e.Q.ID(l), From: e.H.Now()}
 		hold := e.between(2500*time.Millisecond, 4*time.Second)
 		deadline := time.Now().Add(hold)
@@ -366,6 +403,9 @@ func minorityPartition(e *Env) error {
 			return err
 		}
 		k := e.addFault("partition", label)
+		if withLeader {
+			e.leaderLost() // the majority elects another; the cut-off one must not answer for good
+		}
 		time.Sleep(e.between(3*time.Second, 6*time.Second))
 		if err := e.uncut(); err != nil {
 			return err
@@ -434,6 +474,10 @@ func fullRestart(e *Env) error {
 				return err
 			}
 		}
+		// The leader is lost from the stop; the probes start with the
+		// journals (while all are down they could only be unreachable),
+		// so they meet the election and the first answers after it.
+		e.leaderLost()
 		for i := range e.Q.Size() {
 			if err := e.Q.WaitServing(i, 90*time.Second); err != nil {
 				return err

@@ -13,6 +13,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -65,7 +66,16 @@ type Workload struct {
 	clients []*client
 	wg      sync.WaitGroup
 	stop    chan struct{}
+	// probes counts the leader losses announced (Probe); each client
+	// probes after each one.
+	probes atomic.Int64
 }
+
+// probeWindow is how long after a leader loss the clients probe: every
+// other call they make is a read or a call made to be refused, from the
+// moment of the loss through the election and the first seconds of the
+// new leader, while a restarted journal catches up.
+const probeWindow = 4 * time.Second
 
 // NewWorkload dials every journal from every client.
 func NewWorkload(cfg WorkloadConfig, q Quorum, h *History) (*Workload, error) {
@@ -100,6 +110,9 @@ func NewWorkload(cfg WorkloadConfig, q Quorum, h *History) (*Workload, error) {
 				state: StateNone,
 			})
 		}
+		// Never registered: its reads and its writes must be refused
+		// (NODE_NOT_ENROLLED), whichever journal answers.
+		c.ghost = &nodeBelief{id: fmt.Sprintf("c%02d-ghost", k), mac: fmt.Sprintf("52:54:%02x:%02x:ff:ff", 0xee, k), bmc: fmt.Sprintf("SN-GHOST-C%02d", k), state: StateNone}
 		w.clients = append(w.clients, c)
 	}
 	return w, nil
@@ -159,8 +172,8 @@ func (w *Workload) Close() {
 	}
 }
 
-// Nodes lists every node of the workload (retired ones too). Call it
-// after Stop.
+// Nodes lists every node of the workload (retired ones, and the ghosts
+// the probes ask about, too). Call it after Stop.
 func (w *Workload) Nodes() []string {
 	var out []string
 	for _, c := range w.clients {
@@ -168,8 +181,16 @@ func (w *Workload) Nodes() []string {
 			out = append(out, n.id)
 		}
 	}
+	for _, c := range w.clients {
+		out = append(out, c.ghost.id)
+	}
 	return out
 }
+
+// Probe tells every client that a leader was just lost (killed or
+// frozen): for probeWindow, every other call a client makes is a probe
+// (probe), recorded with Record.Probe.
+func (w *Workload) Probe() { w.probes.Add(1) }
 
 // Hardware maps each node to its MAC and BMC serial (a node id always
 // registers with the same hardware). Call it after Stop.
@@ -235,6 +256,9 @@ type nodeBelief struct {
 	// rebootKey.
 	rebootKey  *agentKey
 	quietUntil time.Time
+	// moved: the node's hardware (or its NIC) was another node id's
+	// before (reassign); its enrollments say so (Input.Moved).
+	moved bool
 }
 
 const uncertain = "uncertain"
@@ -259,6 +283,17 @@ type client struct {
 	// nextReboot pace hardware moves and reboots.
 	made                  int
 	nextChurn, nextReboot time.Time
+	// ghost is a node id that is never registered, with hardware of its
+	// own; the probes read it and try to decommission and enroll it.
+	ghost *nodeBelief
+	// Probing after a leader loss: the last loss seen, until when to
+	// probe, whether the next call is a probe, the next probe's number,
+	// and whether the call in flight is one.
+	probeSeen  int64
+	probeUntil time.Time
+	probeTurn  bool
+	probeK     int
+	inProbe    bool
 }
 
 func (c *client) stopped() bool {
@@ -272,8 +307,11 @@ func (c *client) stopped() bool {
 
 func (c *client) loop() {
 	for !c.stopped() {
-		n := c.nodes[c.rng.IntN(len(c.nodes))]
-		c.step(n)
+		if c.probing() {
+			c.probe()
+		} else {
+			c.step(c.nodes[c.rng.IntN(len(c.nodes))])
+		}
 		think := c.w.cfg.ThinkMin
 		if d := c.w.cfg.ThinkMax - c.w.cfg.ThinkMin; d > 0 {
 			think += time.Duration(c.rng.Int64N(int64(d)))
@@ -282,6 +320,75 @@ func (c *client) loop() {
 		case <-c.w.stop:
 		case <-time.After(think):
 		}
+	}
+}
+
+// probing reports whether the next call is a probe: every other call
+// during probeWindow after a leader loss, the first one at once.
+func (c *client) probing() bool {
+	if g := c.w.probes.Load(); g != c.probeSeen {
+		c.probeSeen, c.probeUntil, c.probeTurn = g, time.Now().Add(probeWindow), false
+	}
+	if !time.Now().Before(c.probeUntil) {
+		return false
+	}
+	c.probeTurn = !c.probeTurn
+	return c.probeTurn
+}
+
+// probe makes one call that a journal must answer from the registry as
+// the leader has it, right after a leader loss: in turn, a read of the
+// ghost and of each node (linearizable), then a call made to be refused
+// for good (a final refusal: NODE_NOT_ENROLLED, NODE_REVOKED,
+// STALE_CERTIFICATE, ALREADY_ACTIVE), which a journal may give only once
+// the leader has confirmed it. A rebooting node is only read (any call
+// with its identity would be seen and spoil the takeover).
+func (c *client) probe() {
+	c.inProbe = true
+	defer func() { c.inProbe = false }()
+	k := c.probeK
+	c.probeK++
+	targets := 1 + len(c.nodes)
+	t, refuse := k%targets, (k/targets)%2 == 1
+	if t == 0 {
+		switch {
+		case !refuse:
+			c.read(c.ghost) // NODE_NOT_ENROLLED
+		case c.mayRefuse():
+			if key, err := newAgentKey(); err == nil {
+				c.retryEnroll(c.ghost, key, OpEnroll) // NODE_NOT_ENROLLED (costs the source's failure budget)
+			}
+		default:
+			c.decommission(c.ghost) // NODE_NOT_ENROLLED
+		}
+		return
+	}
+	n := c.nodes[t-1]
+	if !refuse || n.rebootKey != nil {
+		c.read(n)
+		return
+	}
+	switch {
+	case n.state == StateActive && len(n.old) > 0:
+		c.renew(n, n.old[len(n.old)-1]) // replaced (STALE_CERTIFICATE) or of an earlier registration (NODE_REVOKED)
+	case n.state == StateRevoked && (n.cur != nil || len(n.old) > 0):
+		held := n.cur
+		if held == nil {
+			held = n.old[len(n.old)-1]
+		}
+		c.renew(n, held) // NODE_REVOKED
+	case n.state == StateRevoked, n.state == StateNone:
+		c.decommission(n) // NODE_REVOKED, NODE_NOT_ENROLLED
+	case n.state == StateActive && c.mayRefuse():
+		if key, err := newAgentKey(); err == nil {
+			kind := OpEnroll // another key: ALREADY_ACTIVE
+			if c.w.cfg.TakeoverWindow > 0 {
+				kind = OpTakeover
+			}
+			c.retryEnroll(n, key, kind)
+		}
+	default:
+		c.read(n)
 	}
 }
 
@@ -389,6 +496,7 @@ func (c *client) step(n *nodeBelief) {
 // call records one call to journal i: do makes it and says what came back.
 func (c *client) call(i int, in Input, do func(ctx context.Context) (Output, error)) (*Record, Output) {
 	r := c.w.h.Begin(c.id, c.w.q.ID(i), in)
+	r.Probe = c.inProbe
 	ctx, cancel := context.WithTimeout(context.Background(), c.w.cfg.OpTimeout)
 	out, err := do(ctx)
 	cancel()
@@ -413,10 +521,31 @@ func Classify(err error) Output {
 		// A refusal with a retry-after is not final (apierr.Error.Final).
 		return Output{Result: ResultFailed, Reason: string(pe.Reason), Retryable: pe.RetryAfter > 0 && !pe.Final()}
 	}
+	if certRefused(pe.Message) {
+		// The journal refused the client certificate in the handshake
+		// (a TLS alert): nothing reached a handler, so the refusal is
+		// definite, and it is about the certificate: the model accepts it
+		// only for one that is not the node's current certificate.
+		return Output{Result: ResultFailed, Reason: ReasonCertRefused}
+	}
 	if pe.Code == codes.Unavailable && notSent(pe.Message) {
 		return Output{Result: ResultFailed, Reason: "UNREACHABLE"}
 	}
 	return Output{Result: ResultUnknown, Reason: strings.ToUpper(pe.Code.String())}
+}
+
+// ReasonCertRefused is the outcome of a call whose client certificate the
+// journal refused in the TLS handshake (a certificate alert).
+const ReasonCertRefused = "CERT_REFUSED"
+
+// certRefused recognises a TLS alert by which the server refused the
+// client's certificate ("remote error: tls: bad certificate"); gRPC
+// reports it as a transport error, during the handshake or, in TLS 1.3,
+// on the first read after it. It is not a connection that was never made,
+// nor an unknown outcome.
+func certRefused(msg string) bool {
+	_, alert, ok := strings.Cut(msg, "remote error: tls: ")
+	return ok && strings.Contains(alert, "certificate")
 }
 
 // notSent recognises transport errors that happen before a request leaves.
@@ -477,7 +606,7 @@ func (c *client) enrollNode(n *nodeBelief) {
 // A new node that may be registered takes d's place in the rotation.
 func (c *client) reassign(d *nodeBelief) {
 	id := fmt.Sprintf("c%02d-n%03d", c.id, c.made)
-	n := &nodeBelief{id: id, mac: d.mac, bmc: d.bmc, state: StateNone}
+	n := &nodeBelief{id: id, mac: d.mac, bmc: d.bmc, state: StateNone, moved: true}
 	if c.rng.IntN(2) == 0 {
 		n.bmc = fmt.Sprintf("SN-C%02d-N%03d", c.id, c.made) // only the NIC moves
 	}
@@ -500,7 +629,7 @@ func (c *client) reassign(d *nodeBelief) {
 func (c *client) retryEnroll(n *nodeBelief, key *agentKey, kind OpKind) {
 	i := c.journal()
 	var resp *pactv1.EnrollResponse
-	r, out := c.call(i, Input{Kind: kind, Node: n.id, Key: key.hash}, func(ctx context.Context) (Output, error) {
+	r, out := c.call(i, Input{Kind: kind, Node: n.id, Key: key.hash, Moved: n.moved}, func(ctx context.Context) (Output, error) {
 		var err error
 		resp, err = c.enroll[i].Enroll(ctx, &pactv1.EnrollRequest{
 			Hardware: &pactv1.HardwareIdentity{Macs: []string{n.mac}, BmcSerial: n.bmc},
