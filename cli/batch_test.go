@@ -544,7 +544,7 @@ func TestEnrollBatchStreams100k(t *testing.T) {
 	fake := newFakeAdmin()
 	var written, writtenAtFirstChunk atomic.Int64
 	writtenAtFirstChunk.Store(-1)
-	fake.onChunk = func(n int) error {
+	fake.onChunk = func(_ context.Context, n int) error {
 		if n == 0 {
 			writtenAtFirstChunk.Store(written.Load())
 		}
@@ -656,7 +656,7 @@ func TestEnrollBatchJournalLost(t *testing.T) {
 
 	t.Run("unavailable after two chunks, then a re-run finishes", func(t *testing.T) {
 		fake := newFakeAdmin()
-		fake.onChunk = func(n int) error {
+		fake.onChunk = func(_ context.Context, n int) error {
 			if n >= 2 {
 				return status.Error(codes.Unavailable, "connection reset by peer")
 			}
@@ -692,7 +692,7 @@ func TestEnrollBatchJournalLost(t *testing.T) {
 		fake := newFakeAdmin()
 		srv, addr := startJournalServer(t, p, fake)
 		release := make(chan struct{})
-		fake.onChunk = func(n int) error {
+		fake.onChunk = func(_ context.Context, n int) error {
 			if n == 1 {
 				go srv.Stop()
 				<-release
@@ -712,9 +712,18 @@ func TestEnrollBatchJournalLost(t *testing.T) {
 		fake := newFakeAdmin()
 		addr := startJournal(t, p, fake)
 		ctx, cancel := context.WithCancel(context.Background())
-		fake.onChunk = func(n int) error {
+		fake.onChunk = func(callCtx context.Context, n int) error {
 			if n == 1 {
+				// The interrupt lands while the second chunk is in flight,
+				// and its answer must never reach the CLI: the answer is
+				// held until the CLI has abandoned the call (its
+				// cancellation reaches this handler as the call's own
+				// context ending). Answering at once would race the
+				// cancellation: gRPC may hand the CLI the answer first, and
+				// the run then stops one chunk later.
 				cancel()
+				<-callCtx.Done()
+				return callCtx.Err()
 			}
 			return nil
 		}
@@ -778,7 +787,7 @@ func TestEnrollBatchRetries(t *testing.T) {
 	t.Run("a rate-limited call waits as told", func(t *testing.T) {
 		slept = nil
 		fake := newFakeAdmin()
-		fake.onChunk = func(n int) error {
+		fake.onChunk = func(_ context.Context, n int) error {
 			if n == 0 {
 				return apierr.Status(apierr.RateLimited, 3*time.Second, "busy").Err()
 			}

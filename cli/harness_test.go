@@ -205,8 +205,9 @@ type fakeAdmin struct {
 	// chunks are the sizes of the RegisterNodes calls received.
 	chunks []int
 	// onChunk, if set, runs at the start of each RegisterNodes call with
-	// its 0-based number; an error it returns is the call's answer.
-	onChunk func(n int) error
+	// the call's context and its 0-based number; an error it returns is
+	// the call's answer.
+	onChunk func(ctx context.Context, n int) error
 	// transient answers NO_LEADER for a node this many more times.
 	transient map[string]int
 	// rowReason forces an ERROR outcome with this reason for a node.
@@ -393,7 +394,7 @@ func (f *fakeAdmin) RegisterNodes(ctx context.Context, req *pactv1.RegisterNodes
 	hook := f.onChunk
 	f.mu.Unlock()
 	if hook != nil {
-		if err := hook(n); err != nil {
+		if err := hook(ctx, n); err != nil {
 			return nil, err
 		}
 	}

@@ -65,7 +65,8 @@ type JournalMemberView struct {
 	// Version is the build the member reports; empty when unreachable.
 	Version string `json:"version"`
 	// Halted says why the member stopped serving (removed from the quorum,
-	// or it met a log entry of a newer version); empty while it serves.
+	// it met a log entry of a newer version, or its Raft store write is
+	// stuck); empty while it serves.
 	Halted string `json:"halted"`
 	// Lag is how many log entries its registry is behind the commit index
 	// of the answering journal.

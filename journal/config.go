@@ -123,6 +123,12 @@ type Config struct {
 	// RaftTimeout sets Raft's heartbeat, election and lease timeouts; zero
 	// keeps hashicorp/raft's defaults. Tests shorten it to start fast.
 	RaftTimeout time.Duration
+	// RaftWriteTimeout is how long a Raft store write (raft.db) may stay
+	// unfinished while this journal leads. Past it the journal stops
+	// sending Raft messages, so the others elect a leader, and serves
+	// nothing until the write finishes (watchdog.go). Far above a normal
+	// fsync: a slow disk must not make the leader flap.
+	RaftWriteTimeout time.Duration
 	// KeyExchange is the TLS key exchange the gRPC listener prefers
 	// (internal/wire: X25519 by default, or the post-quantum hybrid).
 	KeyExchange wire.KeyExchange
@@ -164,6 +170,13 @@ type Config struct {
 
 	Logger *slog.Logger
 	Clock  clock.Clock
+
+	// watchdogClock times the Raft store writes for the write watchdog
+	// (watchdog.go); nil is the system clock, whose readings are
+	// monotonic. Not Clock: a step of the domain's clock (or a test's fake
+	// one jumping an hour) must not make a write look stuck. A test sets
+	// it (export_test.go).
+	watchdogClock clock.Clock
 }
 
 // Peer is one journal of an initial cluster.
@@ -193,6 +206,14 @@ func ParsePeers(s string) ([]Peer, error) {
 // message limit when a follower forwards it.
 const MaxActivationBatch = 1024
 
+// DefaultRaftWriteTimeout is Config.RaftWriteTimeout's default: several
+// election timeouts, and hundreds of times a normal fsync.
+const DefaultRaftWriteTimeout = 5 * time.Second
+
+// MinRaftWriteTimeout bounds Config.RaftWriteTimeout from below: a busy
+// disk's fsync may take a good part of a second.
+const MinRaftWriteTimeout = time.Second
+
 // DefaultConfig returns a single-node configuration with the defaults.
 func DefaultConfig() Config {
 	return Config{
@@ -215,6 +236,7 @@ func DefaultConfig() Config {
 		DigestInterval:           10 * time.Second,
 		RaftSnapshotThreshold:    8192,
 		RaftTrailingLogs:         10240,
+		RaftWriteTimeout:         DefaultRaftWriteTimeout,
 		KeyExchange:              wire.Classical,
 		Connections:              connlimit.DefaultConfig(),
 		IdleTimeout:              5 * time.Minute,
@@ -310,6 +332,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.KeyExchange.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("journal: %w", err))
+	}
+	if c.RaftWriteTimeout < MinRaftWriteTimeout {
+		errs = append(errs, fmt.Errorf("journal: raft write timeout %v is shorter than %v: a busy disk's fsync would make the leader step down", c.RaftWriteTimeout, MinRaftWriteTimeout))
 	}
 	if c.RaftSnapshotThreshold == 0 {
 		errs = append(errs, errors.New("journal: RaftSnapshotThreshold must be positive"))

@@ -2,8 +2,10 @@ package journal
 
 import (
 	"context"
+	"sync"
 	"time"
 
+	"github.com/pact-hpc/pact/internal/clock"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -65,3 +67,36 @@ func (j *Journal) SetRekeyHooks(beforeRekey, awaitingRekey func()) {
 	defer j.rekeyMu.Unlock()
 	j.beforeRekey, j.awaitingRekey = beforeRekey, awaitingRekey
 }
+
+// HoldRaftWrites makes every Raft store write of this journal block, as
+// on a hung disk, until release is called; the writes held then go on.
+func (j *Journal) HoldRaftWrites() (release func()) {
+	gate := make(chan struct{})
+	hold := func() { <-gate }
+	j.watchdog.watch.hold.Store(&hold)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			j.watchdog.watch.hold.Store(nil)
+			close(gate)
+		})
+	}
+}
+
+// RaftWritesInFlight is how many Raft store writes have started and not
+// finished.
+func (j *Journal) RaftWritesInFlight() int {
+	_, n := j.watchdog.watch.oldest(j.watchdog.watch.clock.Now())
+	return n
+}
+
+// WithWatchdogClock returns cfg with the write watchdog timing Raft's
+// store writes on c instead of the system clock.
+func WithWatchdogClock(cfg Config, c clock.Clock) Config {
+	cfg.watchdogClock = c
+	return cfg
+}
+
+// CheckRaftWrites runs one look of the write watchdog now, as its loop
+// does every quarter of RaftWriteTimeout.
+func (j *Journal) CheckRaftWrites() { j.checkWrites() }

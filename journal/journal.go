@@ -108,6 +108,10 @@ type Journal struct {
 	// for the re-key.
 	beforeRekey, awaitingRekey func()
 
+	// watchdog cuts this journal off while it leads with a Raft store
+	// write stuck (watchdog.go).
+	watchdog writeWatchdog
+
 	// halted says why the journal stopped serving; promoteNow wakes
 	// promoteLoop after an add; nonvoterSince is when this journal first
 	// saw each current non-voter.
@@ -231,6 +235,7 @@ func NewContext(ctx context.Context, cfg Config) (*Journal, error) {
 	}
 	j.credentials = j.defaultCredentials()
 	j.halted.removed = make(chan struct{})
+	j.watchdog.watch = newWriteWatch(cfg.watchdogClock)
 	j.conns, j.raftConns = conns, raftConns
 	j.streams = newStreamLimits(cfg.MaxStreamsPerCert)
 	j.raftRefusals = newSampledLog(cfg.Clock, 10*time.Second)
@@ -263,11 +268,16 @@ func NewContext(ctx context.Context, cfg Config) (*Journal, error) {
 		}()
 	}
 	// From the start: a removed journal restarted with its old state may
-	// never find a leader, and must learn it was removed while it waits.
-	j.wg.Add(1)
+	// never find a leader, and must learn it was removed while it waits;
+	// a leader's write may stick before the journal serves.
+	j.wg.Add(2)
 	go func() {
 		defer j.wg.Done()
 		j.removalLoop()
+	}()
+	go func() {
+		defer j.wg.Done()
+		j.watchdogLoop()
 	}()
 	return j, nil
 }
@@ -365,14 +375,19 @@ func (j *Journal) startRaft(ctx context.Context) error {
 			return err
 		}
 	}
-	// Replication reads recent entries from memory rather than from bbolt.
-	logs, err := raft.NewLogCache(1024, store)
+	// Raft's writes are timed by the watchdog; replication reads recent
+	// entries from memory rather than from bbolt.
+	watched := watchedStore{BoltStore: store, w: j.watchdog.watch}
+	logs, err := raft.NewLogCache(1024, watched)
 	if err != nil {
 		store.Close()
 		return fmt.Errorf("journal: raft log cache: %w", err)
 	}
 	j.logs = logs
-	r, err := raft.NewRaft(rc, &signalingFSM{FSM: j.fsm, signal: &j.appliedSignal}, logs, store, snaps, transport)
+	if j.netTrans != nil {
+		transport = fencedTransport{NetworkTransport: j.netTrans, fenced: &j.watchdog.fenced}
+	}
+	r, err := raft.NewRaft(rc, &signalingFSM{FSM: j.fsm, signal: &j.appliedSignal}, logs, watched, snaps, transport)
 	if err != nil {
 		store.Close()
 		return fmt.Errorf("journal: start raft: %w", err)

@@ -23,9 +23,11 @@ import (
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
-// A journal stops serving when it finds itself removed from the quorum or
-// meets a log entry it may not skip; errHalted answers every call but the
-// status ones then, as Unavailable so clients move to another journal.
+// A journal stops serving when it finds itself removed from the quorum,
+// meets a log entry it may not skip, or, leading, has a Raft store write
+// stuck (watchdog.go, until the write finishes); errHalted answers every
+// call but the status ones then, as Unavailable so clients move to another
+// journal.
 var (
 	errHalted = errors.New("journal: halted")
 	// ErrRemoved: this journal was removed from the quorum's configuration.
@@ -41,8 +43,11 @@ const RemovedMarker = "REMOVED"
 
 // haltState records why a journal stopped serving.
 type haltState struct {
-	mu      sync.Mutex
-	reason  string
+	mu     sync.Mutex
+	reason string
+	// stalled is why the write watchdog cut this journal off (watchdog.go),
+	// or "": unlike reason, it clears once the stuck write finishes.
+	stalled string
 	removed chan struct{}
 	once    sync.Once
 }
@@ -56,11 +61,21 @@ func (j *Journal) halt(reason string) {
 	}
 }
 
+// setStalled sets (or, with "", clears) the write watchdog's reason.
+func (j *Journal) setStalled(reason string) {
+	j.halted.mu.Lock()
+	defer j.halted.mu.Unlock()
+	j.halted.stalled = reason
+}
+
 // haltedReason is why this journal stopped serving, or "".
 func (j *Journal) haltedReason() string {
 	j.halted.mu.Lock()
 	defer j.halted.mu.Unlock()
-	return j.halted.reason
+	if j.halted.reason != "" {
+		return j.halted.reason
+	}
+	return j.halted.stalled
 }
 
 // Removed is closed once this journal found itself removed from the

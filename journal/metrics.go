@@ -109,6 +109,20 @@ func newMetrics(j *Journal) *metrics {
 				}
 				return float64(j.audit.dropped.Load())
 			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pact_journal_raft_write_stalls_total", Help: "Times this journal, leading, had a Raft store write unfinished past --raft-write-timeout and cut itself off so the others elect a leader."},
+			func() float64 { return float64(j.watchdog.stalls.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pact_journal_raft_write_stalled", Help: "1 while this journal is cut off by the write watchdog (a stuck Raft store write): it sends no Raft message and serves nothing."},
+			func() float64 {
+				if j.watchdog.fenced.Load() {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pact_journal_raft_write_oldest_seconds", Help: "How long the oldest Raft store write in flight has been outstanding (0: none); a leader is cut off at --raft-write-timeout."},
+			func() float64 {
+				age, _ := j.watchdog.watch.oldest(j.watchdog.watch.clock.Now())
+				return age.Seconds()
+			}),
 		&nodeCollector{fsm: j.fsm},
 	)
 	return m

@@ -56,8 +56,8 @@ const (
 	TooManyStreams Reason = "TOO_MANY_STREAMS"
 	Internal       Reason = "INTERNAL"
 	// JournalHalted: this journal stopped serving (removed from the
-	// quorum, or it met a log entry of a newer version); another journal
-	// may serve the call.
+	// quorum, it met a log entry of a newer version, or its Raft store
+	// write is stuck); another journal may serve the call.
 	JournalHalted Reason = "JOURNAL_HALTED"
 	// OperatorRevoked: the operator credential was revoked (pact admin
 	// revoke); get a new one from a platform-admin.

@@ -1,0 +1,294 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/logkey"
+)
+
+// The write watchdog: a leader whose Raft store write blocks must stop
+// leading.
+//
+// hashicorp/raft appends the leader's log (and writes its term and vote)
+// on its main goroutine, while a goroutine per follower sends the
+// heartbeats. A leader whose raft.db write blocks (a hung device, a file
+// system that blocks when full) therefore stays leader: its heartbeats
+// keep the followers from electing another while nothing can be written,
+// and the quorum commits nothing. Raft cannot be asked to step down then:
+// a leadership transfer is handled by the main goroutine, which is the one
+// stuck, and Shutdown waits for it too.
+//
+// So the watchdog cuts the leader off instead. Every Raft store write is
+// timed; while this journal leads, a write outstanding for longer than
+// Config.RaftWriteTimeout fences its Raft transport (every RPC it sends
+// fails: no heartbeat, no vote request) and halts it (every call but the
+// status ones is refused Unavailable, /readyz fails, pact journal status
+// says why). The followers stop hearing from it and elect a leader among
+// themselves. Once the write has finished and this journal no longer leads
+// (Raft steps it down: a newer term, or its lease lapses without the
+// followers' answers), the fence is lifted and it serves again as a
+// follower, with no restart. A write that never finishes keeps it fenced
+// until it is restarted.
+
+// errFenced answers every Raft RPC this journal sends while fenced.
+var errFenced = errors.New("journal: Raft cut off by the write watchdog: a Raft store write is stuck")
+
+// writeWatch times the Raft store writes in flight.
+type writeWatch struct {
+	clock    clock.Clock
+	mu       sync.Mutex
+	next     uint64
+	inflight map[uint64]time.Time
+	// hold, if set, runs inside each write before it reaches the store and
+	// may block it: a test's stuck disk (export_test.go).
+	hold atomic.Pointer[func()]
+}
+
+// newWriteWatch times writes on c (nil: the system clock).
+func newWriteWatch(c clock.Clock) *writeWatch {
+	if c == nil {
+		c = clock.Real{}
+	}
+	return &writeWatch{clock: c, inflight: map[uint64]time.Time{}}
+}
+
+// track records a write starting now and returns the function that ends
+// it.
+func (w *writeWatch) track() func() {
+	w.mu.Lock()
+	id := w.next
+	w.next++
+	w.inflight[id] = w.clock.Now()
+	w.mu.Unlock()
+	if h := w.hold.Load(); h != nil {
+		(*h)()
+	}
+	return func() {
+		w.mu.Lock()
+		delete(w.inflight, id)
+		w.mu.Unlock()
+	}
+}
+
+// oldest is how long the oldest write in flight has been outstanding at
+// now (0 with none), and how many are in flight.
+func (w *writeWatch) oldest(now time.Time) (time.Duration, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var age time.Duration
+	for _, at := range w.inflight {
+		age = max(age, now.Sub(at))
+	}
+	return age, len(w.inflight)
+}
+
+// watchedStore is the bbolt store as Raft sees it (log and stable store),
+// with every write timed by the watchdog. Reads pass through: bbolt
+// serves them beside a stuck writer.
+type watchedStore struct {
+	*raftboltdb.BoltStore
+	w *writeWatch
+}
+
+func (s watchedStore) StoreLog(l *raft.Log) error {
+	defer s.w.track()()
+	return s.BoltStore.StoreLog(l)
+}
+
+func (s watchedStore) StoreLogs(logs []*raft.Log) error {
+	defer s.w.track()()
+	return s.BoltStore.StoreLogs(logs)
+}
+
+func (s watchedStore) DeleteRange(lo, hi uint64) error {
+	defer s.w.track()()
+	return s.BoltStore.DeleteRange(lo, hi)
+}
+
+func (s watchedStore) Set(k, v []byte) error {
+	defer s.w.track()()
+	return s.BoltStore.Set(k, v)
+}
+
+func (s watchedStore) SetUint64(k []byte, v uint64) error {
+	defer s.w.track()()
+	return s.BoltStore.SetUint64(k, v)
+}
+
+// fencedTransport is the Raft network transport with the watchdog's
+// fence: while it is up, every RPC this journal sends fails at once. What
+// it receives is untouched, so a newer leader's heartbeat still reaches
+// it and steps it down.
+type fencedTransport struct {
+	*raft.NetworkTransport
+	fenced *atomic.Bool
+}
+
+func (t fencedTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+	if t.fenced.Load() {
+		return nil, errFenced
+	}
+	p, err := t.NetworkTransport.AppendEntriesPipeline(id, target)
+	if err != nil {
+		return nil, err
+	}
+	return fencedPipeline{AppendPipeline: p, fenced: t.fenced}, nil
+}
+
+func (t fencedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if t.fenced.Load() {
+		return errFenced
+	}
+	return t.NetworkTransport.AppendEntries(id, target, args, resp)
+}
+
+func (t fencedTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if t.fenced.Load() {
+		return errFenced
+	}
+	return t.NetworkTransport.RequestVote(id, target, args, resp)
+}
+
+func (t fencedTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	if t.fenced.Load() {
+		return errFenced
+	}
+	return t.NetworkTransport.RequestPreVote(id, target, args, resp)
+}
+
+func (t fencedTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	if t.fenced.Load() {
+		return errFenced
+	}
+	return t.NetworkTransport.InstallSnapshot(id, target, args, resp, data)
+}
+
+func (t fencedTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
+	if t.fenced.Load() {
+		return errFenced
+	}
+	return t.NetworkTransport.TimeoutNow(id, target, args, resp)
+}
+
+// fencedPipeline fences a pipeline opened before the fence went up.
+type fencedPipeline struct {
+	raft.AppendPipeline
+	fenced *atomic.Bool
+}
+
+func (p fencedPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
+	if p.fenced.Load() {
+		return nil, errFenced
+	}
+	return p.AppendPipeline.AppendEntries(args, resp)
+}
+
+// watchdogAction is what one look of the watchdog does.
+type watchdogAction int
+
+const (
+	watchdogKeep  watchdogAction = iota // nothing changes
+	watchdogFence                       // cut this leader off
+	watchdogLift                        // serve again
+)
+
+// watchdogDecide is the watchdog's rule. stuck is how long the oldest Raft
+// store write in flight has been outstanding (0: none); alone says this
+// journal is the only voter, so no one else could lead.
+//
+// A leader whose write has been stuck for bound or longer is cut off. A
+// follower's stuck write harms no one (its leader goes on with the
+// others), so it is left alone. The fence stays up until the write has
+// finished (or is back under the bound) and Raft has stepped this journal
+// down: lifting it from a leader would let its heartbeats hold the
+// followers again. A journal alone stays leader whatever happens, so for
+// it the finished write is enough.
+func watchdogDecide(fenced, leader, alone bool, stuck, bound time.Duration) watchdogAction {
+	stalled := stuck >= bound
+	switch {
+	case !fenced && leader && stalled:
+		return watchdogFence
+	case fenced && !stalled && (!leader || alone):
+		return watchdogLift
+	}
+	return watchdogKeep
+}
+
+// writeWatchdog is the watchdog's state on a journal.
+type writeWatchdog struct {
+	watch *writeWatch
+	// fenced is read by the transport on every RPC.
+	fenced atomic.Bool
+	// mu serialises the looks (the loop's, and a test's).
+	mu sync.Mutex
+	// since is when the fence went up (under mu).
+	since time.Time
+	// stalls counts the fences (pact_journal_raft_write_stalls_total).
+	stalls atomic.Uint64
+}
+
+// watchdogLoop looks at the Raft store writes four times per
+// RaftWriteTimeout until the journal stops.
+func (j *Journal) watchdogLoop() {
+	every := j.cfg.RaftWriteTimeout / 4
+	for {
+		t := j.watchdog.watch.clock.NewTimer(every)
+		select {
+		case <-j.stop:
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		j.checkWrites()
+	}
+}
+
+// checkWrites is one look of the watchdog.
+func (j *Journal) checkWrites() {
+	wd := &j.watchdog
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
+	now := wd.watch.clock.Now()
+	stuck, n := wd.watch.oldest(now)
+	leader := j.raft.State() == raft.Leader
+	switch watchdogDecide(wd.fenced.Load(), leader, j.soleVoter(), stuck, j.cfg.RaftWriteTimeout) {
+	case watchdogFence:
+		wd.fenced.Store(true)
+		wd.since = now
+		wd.stalls.Add(1)
+		reason := fmt.Sprintf("a Raft store write (raft.db in %s) has not finished for %v, over --raft-write-timeout %v: this journal stopped leading and serves nothing until the write finishes; check that disk (full, hung or failing device)",
+			j.cfg.DataDir, stuck.Round(time.Millisecond), j.cfg.RaftWriteTimeout)
+		j.setStalled(reason)
+		j.log.Error("RAFT WRITE STUCK: this leader stops sending heartbeats and votes so the other journals elect a leader, and serves nothing until the write finishes; check the disk of --data-dir (full, hung or failing device). If the write never finishes, restart pact-journal once the disk is fixed",
+			logkey.DataDir, j.cfg.DataDir, logkey.Duration, stuck.Round(time.Millisecond), "raft_write_timeout", j.cfg.RaftWriteTimeout, "writes_in_flight", n)
+	case watchdogLift:
+		wd.fenced.Store(false)
+		j.setStalled("")
+		j.log.Warn("the stuck Raft store write finished; this journal serves again (as a follower unless elected)",
+			logkey.Duration, now.Sub(wd.since).Round(time.Millisecond), logkey.State, j.raft.State().String())
+	}
+}
+
+// soleVoter reports whether this journal is the only voter of its
+// configuration.
+func (j *Journal) soleVoter() bool {
+	f := j.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != j.cfg.NodeID {
+			return false
+		}
+	}
+	return true
+}
