@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"sync"
 	"time"
 
@@ -100,3 +101,8 @@ func WithWatchdogClock(cfg Config, c clock.Clock) Config {
 // CheckRaftWrites runs one look of the write watchdog now, as its loop
 // does every quarter of RaftWriteTimeout.
 func (j *Journal) CheckRaftWrites() { j.checkWrites() }
+
+// PeerRefusedForTest reads pact_journal_peer_refused_total{reason}.
+func (j *Journal) PeerRefusedForTest(reason string) float64 {
+	return testutil.ToFloat64(j.peerRefused.WithLabelValues(reason))
+}

@@ -275,8 +275,12 @@ func peerJournalID(cs tls.ConnectionState) string {
 	return id.Name
 }
 
-// errProbeAnswered ends a probe connection once it has been answered.
-var errProbeAnswered = errors.New("journal: probe answered")
+// errProbeAnswered ends a probe connection once it has been answered;
+// errRefusalCounted one whose refusal admitRaftConn has counted.
+var (
+	errProbeAnswered  = errors.New("journal: probe answered")
+	errRefusalCounted = errors.New("journal: peer refused")
+)
 
 // admitRaftConn runs the quorum hello of an accepted, authenticated Raft
 // connection: it answers a probe (errProbeAnswered), or admits the
@@ -303,6 +307,10 @@ func (j *Journal) admitRaftConn(tc *tls.Conn) error {
 		if errors.As(err, &r) {
 			reply.Refused, reply.RefusedReason = r.msg, r.reason
 		}
+		// Counted before the answer leaves, so whoever reads the answer
+		// also sees the count.
+		j.countPeerRefusal("raft port", tc.RemoteAddr().String(), err)
+		err = errRefusalCounted
 	}
 	if werr := writeHello(tc, reply); werr != nil && err == nil {
 		return werr

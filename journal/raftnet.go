@@ -196,7 +196,7 @@ func (l *tlsStreamLayer) authenticate(raw net.Conn) {
 		return
 	}
 	if err := l.j.admitRaftConn(tc); err != nil {
-		if !errors.Is(err, errProbeAnswered) {
+		if !errors.Is(err, errProbeAnswered) && !errors.Is(err, errRefusalCounted) {
 			l.j.countPeerRefusal("raft port", raw.RemoteAddr().String(), err)
 		}
 		_ = tc.Close()

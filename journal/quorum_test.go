@@ -1,0 +1,275 @@
+package journal_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/binary"
+	"io"
+	"math/big"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal/ca"
+	"github.com/pact-hpc/pact/journal/journaltest"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+// An attacker who read one journal's intermediate key out of its memory
+// (or kept a removed journal's) holds a valid chain to the domain root.
+// The test stands for that key with an intermediate it makes from the
+// root and records in Raft as journal j2's, exactly as j2 publishes its
+// own; everything else is the real quorum over real TLS.
+type stolenIntermediate struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+func makeIntermediate(t *testing.T, rootDir string) stolenIntermediate {
+	t.Helper()
+	auth, err := ca.LoadKeyFileAuthority(filepath.Join(rootDir, ca.RootCertFile), filepath.Join(rootDir, ca.RootKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	serial, _ := pki.NewSerial()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: "stolen intermediate"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true, MaxPathLenZero: true,
+		URIs: []*url.URL{{Scheme: "spiffe", Host: "pact.local"}},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, auth.Root(), key.Public(), auth.Signer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return stolenIntermediate{cert: cert, key: key}
+}
+
+// journalCert mints a journal certificate naming id with the intermediate.
+func (s stolenIntermediate) journalCert(t *testing.T, id string) *tls.Certificate {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ident := pki.Identity{Kind: pki.KindJournal, Name: id, Domain: "pact.local"}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: ident.CommonName()},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
+		URIs:        []*url.URL{ident.SPIFFEID()},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, s.cert, key.Public(), s.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Certificate{Certificate: [][]byte{der, s.cert.Raw}, PrivateKey: key}
+}
+
+// recordAs publishes the intermediate in Raft as journal id's own.
+func (s stolenIntermediate) recordAs(t *testing.T, leader *journaltest.Harness, id string) {
+	t.Helper()
+	data, err := raftfsm.Encode(&pactv1.Command{AtUnixNano: time.Now().UnixNano(), Actor: "journal/" + id,
+		Op: &pactv1.Command_PublishIntermediate{PublishIntermediate: &pactv1.PublishIntermediateOp{Intermediate: &pactv1.Intermediate{
+			JournalId: id, Serial: pki.SerialHex(s.cert.SerialNumber), Der: s.cert.Raw, NotAfterUnix: s.cert.NotAfter.Unix(),
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-leader.J.ApplyRaw(data, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// raftHello dials addr's Raft port with cert, says hello as quorum, and
+// returns the reply, or the error that ended the exchange (a certificate
+// refused in the handshake arrives as an alert on the first read).
+func raftHello(t *testing.T, addr string, cert *tls.Certificate, quorum string) (*pactv1.QuorumHelloReply, error) {
+	t.Helper()
+	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, NextProtos: []string{"pact-raft/2"}, Certificates: []tls.Certificate{*cert}})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if c.ConnectionState().NegotiatedProtocol != "pact-raft/2" {
+		t.Fatalf("the Raft port did not negotiate pact-raft/2")
+	}
+	b, _ := proto.Marshal(&pactv1.QuorumHello{QuorumId: quorum, Kind: pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_RAFT})
+	if _, err := c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...)); err != nil {
+		return nil, err
+	}
+	var n [4]byte
+	if _, err := io.ReadFull(c, n[:]); err != nil {
+		return nil, err
+	}
+	msg := make([]byte, binary.BigEndian.Uint32(n[:]))
+	if _, err := io.ReadFull(c, msg); err != nil {
+		return nil, err
+	}
+	var reply pactv1.QuorumHelloReply
+	if err := proto.Unmarshal(msg, &reply); err != nil {
+		t.Fatal(err)
+	}
+	return &reply, nil
+}
+
+func quorumStatus(t *testing.T, h *journaltest.Harness) *pactv1.JournalStatusResponse {
+	t.Helper()
+	st, err := h.AdminClient(t).JournalStatus(context.Background(), &pactv1.JournalStatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// waitQuorumID waits until the leader has recorded the quorum id in the
+// replicated state and every member reports the same one.
+func waitQuorumID(t *testing.T, c *journaltest.Cluster, leader int) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st := quorumStatus(t, c.Nodes[leader])
+		id := st.GetQuorumId()
+		same := id != ""
+		for _, m := range st.GetMembers() {
+			same = same && m.GetQuorumId() == id
+		}
+		if same {
+			return id
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("members do not agree on a quorum id: %v", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestPeerIsAMemberWithItsOwnIntermediateAndQuorum(t *testing.T) {
+	root, cfgs := journaltest.ClusterConfigs(t, 3)
+	c := journaltest.StartCluster(t, root, cfgs)
+	leader := c.Leader(t)
+	lh := c.Nodes[leader]
+	qid := waitQuorumID(t, c, leader)
+	if len(qid) != 26 {
+		t.Fatalf("quorum id %q", qid)
+	}
+
+	// The stolen intermediate is j2's (or whichever member is not the
+	// leader); certificates are minted with it for several names.
+	victim, owner := "", ""
+	for i, cfg := range cfgs {
+		if i == leader {
+			victim = cfg.NodeID // the attacker names the leader itself
+		} else if owner == "" {
+			owner = cfg.NodeID
+		}
+	}
+	stolen := makeIntermediate(t, root)
+	stolen.recordAs(t, lh, owner)
+	raftAddr := lh.Cfg.RaftListen
+
+	t.Run("the owner's own name and quorum is a peer", func(t *testing.T) {
+		reply, err := raftHello(t, raftAddr, stolen.journalCert(t, owner), qid)
+		if err != nil || reply.GetRefused() != "" {
+			t.Fatalf("refused: %v %v", err, reply)
+		}
+		if reply.GetQuorumId() != qid {
+			t.Fatalf("reply quorum %q, want %q", reply.GetQuorumId(), qid)
+		}
+	})
+	t.Run("another quorum is refused", func(t *testing.T) {
+		before := lh.J.PeerRefusedForTest("quorum_mismatch")
+		reply, err := raftHello(t, raftAddr, stolen.journalCert(t, owner), "someotherquorum")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reply.GetRefusedReason() != "quorum_mismatch" || !strings.Contains(reply.GetRefused(), qid) {
+			t.Fatalf("reply %v, want a quorum_mismatch refusal naming %s", reply, qid)
+		}
+		if got := lh.J.PeerRefusedForTest("quorum_mismatch"); got != before+1 {
+			t.Errorf("pact_journal_peer_refused_total{reason=quorum_mismatch} = %v, want %v", got, before+1)
+		}
+	})
+	t.Run("another journal's name from this intermediate is refused", func(t *testing.T) {
+		before := lh.J.PeerRefusedForTest("wrong_intermediate")
+		reply, err := raftHello(t, raftAddr, stolen.journalCert(t, victim), qid)
+		if err == nil {
+			t.Fatalf("a certificate naming %s from %s's intermediate was answered: %v", victim, owner, reply)
+		}
+		if got := lh.J.PeerRefusedForTest("wrong_intermediate"); got != before+1 {
+			t.Errorf("pact_journal_peer_refused_total{reason=wrong_intermediate} = %v, want %v", got, before+1)
+		}
+	})
+
+	macs := map[string]string{"forged-1": "02:00:00:00:00:01", "via-1": "02:00:00:00:00:02", "via-2": "02:00:00:00:00:03", "removed-1": "02:00:00:00:00:04"}
+	register := func(cert *tls.Certificate, actor, node string) error {
+		cmd := &pactv1.Command{AtUnixNano: time.Now().UnixNano(), Actor: actor,
+			Op: &pactv1.Command_RegisterNode{RegisterNode: &pactv1.RegisterNodeOp{NodeId: node,
+				Hardware: &pactv1.HardwareIdentity{Macs: []string{macs[node]}, BmcSerial: "SN-" + node}}}}
+		data, err := raftfsm.Encode(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := pactv1.NewJournalPeerServiceClient(lh.Dial(t, cert)).Propose(context.Background(), &pactv1.ProposeRequest{Command: data})
+		if err == nil && resp.GetErrorCode() != "" {
+			t.Errorf("Propose: %s %s", resp.GetErrorCode(), resp.GetErrorMessage())
+		}
+		return err
+	}
+	t.Run("a forged journal cannot propose", func(t *testing.T) {
+		err := register(stolen.journalCert(t, victim), "admin/admin", "forged-1")
+		if status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("Propose with %s's name from %s's intermediate: %v, want Unauthenticated", victim, owner, err)
+		}
+	})
+	t.Run("a forwarded write is stamped with the journal that forwarded it", func(t *testing.T) {
+		if err := register(stolen.journalCert(t, owner), "admin/admin", "via-1"); err != nil {
+			t.Fatal(err)
+		}
+		audit, err := lh.AdminClient(t).ListAudit(context.Background(), &pactv1.ListAuditRequest{NodeId: "via-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(audit.GetEntries()) != 1 || audit.GetEntries()[0].GetVia() != "journal/"+owner {
+			t.Fatalf("audit %v, want one entry via journal/%s", audit.GetEntries(), owner)
+		}
+		if err := register(stolen.journalCert(t, owner), "journal/"+victim, "via-2"); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("a journal forwarding in another journal's name: %v, want PermissionDenied", err)
+		}
+	})
+
+	// Removal ends peer rights at once, whatever the intermediate's life.
+	t.Run("a removed journal is no peer", func(t *testing.T) {
+		if _, err := lh.AdminClient(t).RemoveJournal(context.Background(), &pactv1.RemoveJournalRequest{JournalId: owner}); err != nil {
+			t.Fatal(err)
+		}
+		before := lh.J.PeerRefusedForTest("not_member")
+		reply, err := raftHello(t, raftAddr, stolen.journalCert(t, owner), qid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reply.GetRefusedReason() != "not_member" {
+			t.Fatalf("removed journal %s: reply %v, want not_member", owner, reply)
+		}
+		if err := register(stolen.journalCert(t, owner), "admin/admin", "removed-1"); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("Propose from removed journal %s: %v, want PermissionDenied", owner, err)
+		}
+		if got := lh.J.PeerRefusedForTest("not_member"); got < before+2 {
+			t.Errorf("pact_journal_peer_refused_total{reason=not_member} = %v, want at least %v", got, before+2)
+		}
+	})
+}
