@@ -19,6 +19,7 @@ import (
 // statusJSON is the part of "pact journal status -o json" the tests read.
 type statusJSON struct {
 	LeaderID string `json:"leader_id"`
+	QuorumID string `json:"quorum_id"`
 	Members  []struct {
 		JournalID     string `json:"journal_id"`
 		Voter         bool   `json:"voter"`

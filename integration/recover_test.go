@@ -8,13 +8,20 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pact-hpc/pact/integration/launch"
 )
 
 // agentStatus runs pact-agent status against socket and returns its code.
@@ -51,6 +58,10 @@ func TestRecoverLostMajority(t *testing.T) {
 	nodes := inventory("rec", 120)
 	q.registerBatch(nodes)
 	ca := filepath.Join(q.dir, "ca.pem")
+	before, _, _ := q.status(q.members[0].grpc)
+	if before.QuorumID == "" {
+		t.Fatal("pact journal status shows no quorum id")
+	}
 
 	// Two real agents, streaming.
 	var sockets []string
@@ -177,6 +188,61 @@ func TestRecoverLostMajority(t *testing.T) {
 	}
 	t.Logf("%d acks in all, %d answered by the survivor; the survivor listed %d nodes before the recovery", len(acks), kept, len(had))
 
+	// The recovered quorum is a new quorum: a new quorum id, printed by
+	// recover and shown by pact journal status.
+	recovered := q.waitStatus("the recovered quorum serving with its new quorum id", func(st statusJSON, code int) bool {
+		return code == 0 && st.QuorumID != ""
+	}, j1.grpc)
+	if recovered.QuorumID == before.QuorumID {
+		t.Errorf("the recovered quorum kept quorum id %s", before.QuorumID)
+	}
+	wantContains(t, "recover's answer", string(out), "new quorum id "+recovered.QuorumID, "was "+before.QuorumID)
+
+	// Mistake 1: a lost journal comes back with its old disk and flags
+	// while the survivor runs the recovered quorum. It belongs to the old
+	// quorum: the survivor refuses it, and it never serves.
+	q.launch(1)
+	deadline := time.Now().Add(30 * time.Second)
+	for peerRefused(t, j1.metrics, "quorum_mismatch") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the survivor never refused the old quorum's journal j2:\n%s", launch.Tail(q.output(1), 30))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if strings.Contains(q.output(1), "journal serving") {
+		t.Errorf("j2 of the old quorum serves:\n%s", launch.Tail(q.output(1), 20))
+	}
+	q.waitStatus("the survivor alone, leading, undisturbed", func(st statusJSON, code int) bool {
+		return code == 0 && st.LeaderID == "j1" && len(st.Members) == 1 && st.QuorumID == recovered.QuorumID
+	}, j1.grpc)
+	q.kill(1)
+
+	// Mistake 2: the two lost journals, their disks wiped, started again
+	// with the flags they had (make cluster, or a re-imaged host whose
+	// journal.yaml still holds initial-cluster). An empty journal asks
+	// the journals it lists before it bootstraps: j1 belongs to a quorum,
+	// so each refuses to start a second one (exit 4) and says what to do.
+	for _, i := range []int{1, 2} {
+		if err := os.RemoveAll(filepath.Join(q.dir, q.members[i].id)); err != nil {
+			t.Fatal(err)
+		}
+		q.launch(i)
+	}
+	for _, i := range []int{1, 2} {
+		if code := q.wait(i); code != 4 {
+			t.Errorf("%s, wiped and started with --initial-cluster: exit %d, want 4\n%s", q.members[i].id, code, launch.Tail(q.output(i), 20))
+		}
+		wantContains(t, q.members[i].id+"'s refusal", q.output(i), "already belongs to a quorum", "--join", "pact journal add "+q.members[i].id)
+	}
+	// The survivor keeps its registry, and a write through it lands there.
+	if stdout, stderr, code := runPact(t, q.env(j1.grpc), "node", "enroll", "rec-after-mistakes", "--mac", "02:aa:00:00:00:01", "--bmc-serial", "SN-AFTER"); code != 0 {
+		t.Fatalf("pact node enroll through the survivor: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if got, _ := q.nodeList(0, "rec-after-mistakes"); len(got) != len(after)+1 {
+		t.Errorf("the survivor lists %d nodes after the mistakes, want %d", len(got), len(after)+1)
+	}
+	after, _ = q.nodeList(0, nodes[0].id)
+
 	// Two new journals join the recovered quorum.
 	for _, id := range []string{"j4", "j5"} {
 		i := q.addJoiner(id)
@@ -212,4 +278,24 @@ func mustJSON(t *testing.T, s string, v any) {
 	if err := json.Unmarshal([]byte(s), v); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, s)
 	}
+}
+
+// peerRefused reads a journal's pact_journal_peer_refused_total{reason}
+// (0 if it does not answer).
+func peerRefused(t *testing.T, metrics, reason string) int {
+	t.Helper()
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	re := regexp.MustCompile(`(?m)^pact_journal_peer_refused_total\{reason="` + regexp.QuoteMeta(reason) + `"\} (\d+)$`)
+	m := re.FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
 }
