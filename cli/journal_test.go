@@ -226,7 +226,7 @@ func TestJournalStatusJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &raw); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"leader_id": true, "term": true, "commit_index": true, "applied_index": true, "served_by": true, "members": true}
+	want := map[string]bool{"leader_id": true, "term": true, "commit_index": true, "applied_index": true, "served_by": true, "members": true, "quorum_id": true}
 	if len(raw.Top) != len(want) {
 		t.Errorf("top-level fields %v", keys(raw.Top))
 	}
@@ -235,7 +235,7 @@ func TestJournalStatusJSON(t *testing.T) {
 			t.Errorf("no %q", k)
 		}
 	}
-	wantMember := []string{"journal_id", "state", "voter", "leader", "reachable", "error", "raft_addr", "grpc_addr", "raft_state", "term", "commit_index", "applied_index", "last_contact", "intermediate_serial", "intermediate_not_after", "version", "halted", "lag", "nonvoter_since"}
+	wantMember := []string{"journal_id", "state", "voter", "leader", "reachable", "error", "raft_addr", "grpc_addr", "raft_state", "term", "commit_index", "applied_index", "last_contact", "intermediate_serial", "intermediate_not_after", "version", "halted", "lag", "nonvoter_since", "quorum_id"}
 	if len(raw.Members[0]) != len(wantMember) {
 		t.Errorf("member fields %v", keys(raw.Members[0]))
 	}

@@ -426,7 +426,7 @@ func TestAudit(t *testing.T) {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
-		if want := []string{"action", "actor", "correlation_id", "detail", "index", "node_id", "serial", "source", "time"}; fmt.Sprint(keys) != fmt.Sprint(want) {
+		if want := []string{"action", "actor", "correlation_id", "detail", "index", "node_id", "serial", "source", "time", "via"}; fmt.Sprint(keys) != fmt.Sprint(want) {
 			t.Errorf("keys %v, want %v", keys, want)
 		}
 		if !strings.Contains(stdout, `"detail":"maintenance -> ml"`) {

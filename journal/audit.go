@@ -35,6 +35,7 @@ type auditLine struct {
 	Action        string `json:"action"`
 	NodeID        string `json:"node_id,omitempty"`
 	Actor         string `json:"actor"`
+	Via           string `json:"via,omitempty"`
 	Source        string `json:"source,omitempty"`
 	Serial        string `json:"serial,omitempty"`
 	CorrelationID string `json:"correlation_id,omitempty"`
@@ -82,6 +83,7 @@ func (e *auditExporter) run() {
 				Action:        a.GetAction(),
 				NodeID:        a.GetNodeId(),
 				Actor:         a.GetActor(),
+				Via:           a.GetVia(),
 				Source:        a.GetSource(),
 				Serial:        a.GetSerial(),
 				CorrelationID: a.GetCorrelationId(),

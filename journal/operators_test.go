@@ -317,7 +317,9 @@ func TestRenewalWaitsForTheReKey(t *testing.T) {
 
 // TestRevokedIntermediateCutsOffItsJournal: a journal whose intermediate is
 // revoked can no longer speak Raft nor the peer service, even with a chain
-// the journal verified (and cached) a moment before.
+// the journal verified (and cached) a moment before. The journal is the
+// member j1 with a second intermediate of its own (as after a re-key): only
+// a member is a peer at all.
 func TestRevokedIntermediateCutsOffItsJournal(t *testing.T) {
 	cfg := journaltest.Config(t.TempDir())
 	cfg.RaftListen = journaltest.FreeAddr(t)
@@ -328,15 +330,15 @@ func TestRevokedIntermediateCutsOffItsJournal(t *testing.T) {
 		t.Fatal(err)
 	}
 	caCfg := ca.DefaultConfig()
-	caCfg.Upstream, caCfg.JournalID = auth, "j9"
+	caCfg.Upstream, caCfg.JournalID = auth, cfg.NodeID
 	j9, err := ca.New(caCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	peer := pactv1.NewJournalPeerServiceClient(h.Dial(t, j9.ServerCertificate()))
 	inter := j9.Intermediate()
-	publish := raftfsmtest.Proposer{Actor: "journal/j9", AtUnixNano: time.Now().UnixNano()}.PublishIntermediate(&pactv1.Intermediate{
-		JournalId: "j9", Serial: pki.SerialHex(inter.SerialNumber), Der: inter.Raw, NotAfterUnix: inter.NotAfter.Unix(),
+	publish := raftfsmtest.Proposer{Actor: "journal/" + cfg.NodeID, AtUnixNano: time.Now().UnixNano()}.PublishIntermediate(&pactv1.Intermediate{
+		JournalId: cfg.NodeID, Serial: pki.SerialHex(inter.SerialNumber), Der: inter.Raw, NotAfterUnix: inter.NotAfter.Unix(),
 	})
 	data, err := raftfsm.Encode(publish)
 	if err != nil {
@@ -348,7 +350,7 @@ func TestRevokedIntermediateCutsOffItsJournal(t *testing.T) {
 	if !raftPortAccepts(t, cfg.RaftListen, j9.ServerCertificate()) {
 		t.Fatal("the Raft port refuses j9 before its revocation")
 	}
-	if _, err := h.AdminClient(t).RetireIntermediate(callCtx(t), &pactv1.RetireIntermediateRequest{Targets: []string{"j9"}, Now: true}); err != nil {
+	if _, err := h.AdminClient(t).RetireIntermediate(callCtx(t), &pactv1.RetireIntermediateRequest{Targets: []string{pki.SerialHex(inter.SerialNumber)}, Now: true}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = peer.MemberStatus(callCtx(t), &pactv1.MemberStatusRequest{})

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs a three-journal pact quorum on loopback: `cluster.sh up` / `cluster.sh down`.
+# Runs a three-journal pact quorum on loopback: `cluster.sh up` / `cluster.sh down`,
+# and `cluster.sh join jN` to add an empty journal jN to the running quorum.
 # State lives in $DIR (default ./.pact-cluster): the shared domain root and
 # admin credential, one data directory, log and pid file per journal, and
 # `env` with the exports for the CLI.
@@ -42,16 +43,67 @@ export PACT_CA=$abs/ca.pem
 export PACT_CERT=$abs/admin.pem
 export PACT_KEY=$abs/admin-key.pem
 ENV
-  # Ready once every journal serves (they wait for a leader first).
+  # Ready once every journal serves (they wait for a leader first); a
+  # journal that exits instead (say, an empty one refusing to bootstrap a
+  # second quorum after a recovery) is reported with its reason.
   for _ in $(seq 1 150); do
     if [ "$(grep -l 'journal serving' "$DIR"/j*.log 2>/dev/null | wc -l)" -ge $want ]; then
       echo "$want of $N journals serving on $grpc (Raft on 127.0.0.1:7501-7503, metrics on 127.0.0.1:7461-7463)"
       echo "state and logs in $DIR/; for the CLI:  source $DIR/env && $BIN/pact journal status"
       return 0
     fi
+    local dead=0
+    for i in $(seq 1 $N); do
+      [ -f "$DIR/j$i.pid" ] || continue
+      if ! kill -0 "$(cat "$DIR/j$i.pid")" 2>/dev/null; then
+        echo "j$i exited: $(grep 'cannot start' "$DIR/j$i.log" | tail -1)" >&2
+        rm -f "$DIR/j$i.pid"
+        dead=1
+      fi
+    done
+    if [ $dead = 1 ]; then
+      echo "not every journal started; see $DIR/j*.log (after a recovery, add a wiped journal with: $0 join jN)" >&2
+      return 1
+    fi
     sleep 0.2
   done
   echo "the journals did not all start; see $DIR/j*.log" >&2
+  return 1
+}
+
+# join jN: start journal jN empty with --join and add it to the running
+# quorum (pact journal add): how a lost journal comes back after
+# pact-journal recover (docs/quorum.md, "Recovering from a lost majority").
+join() {
+  local id=${1:-}
+  case "$id" in j[1-9]) ;; *) echo "usage: $0 join jN (N from 1 to $N)" >&2; exit 2 ;; esac
+  local i=${id#j}
+  if [ -f "$DIR/$id.pid" ] && kill -0 "$(cat "$DIR/$id.pid")" 2>/dev/null; then
+    echo "$id is already running (pid $(cat "$DIR/$id.pid"))" >&2; exit 1
+  fi
+  if [ -e "$DIR/$id" ] && [ -n "$(ls -A "$DIR/$id" 2>/dev/null)" ]; then
+    echo "$DIR/$id holds a journal's state: a journal joins empty (move it aside: mv $DIR/$id $DIR/$id.old)" >&2; exit 1
+  fi
+  # shellcheck disable=SC1091
+  . "$DIR/env"
+  "$BIN/pact-journal" --node-id "$id" --data-dir "$DIR/$id" \
+    --listen "127.0.0.1:$((7450 + i))" --raft-listen "127.0.0.1:$((7500 + i))" \
+    --metrics-listen "127.0.0.1:$((7460 + i))" \
+    --root-cert "$DIR/ca.pem" --root-key "$DIR/ca-key.pem" --join >"$DIR/$id.log" 2>&1 &
+  echo $! >"$DIR/$id.pid"
+  for _ in $(seq 1 150); do
+    grep -q 'waiting to be added' "$DIR/$id.log" 2>/dev/null && break
+    sleep 0.2
+  done
+  "$BIN/pact" journal add "$id" "127.0.0.1:$((7500 + i))"
+  for _ in $(seq 1 300); do
+    if grep -q 'journal serving' "$DIR/$id.log" 2>/dev/null; then
+      echo "$id joined the quorum and serves on 127.0.0.1:$((7450 + i))"
+      return 0
+    fi
+    sleep 0.2
+  done
+  echo "$id did not start serving; see $DIR/$id.log" >&2
   return 1
 }
 
@@ -71,5 +123,6 @@ down() {
 case "${1:-}" in
   up) up ;;
   down) down ;;
-  *) echo "usage: $0 up|down" >&2; exit 2 ;;
+  join) join "${2:-}" ;;
+  *) echo "usage: $0 up|down|join jN" >&2; exit 2 ;;
 esac
