@@ -311,14 +311,17 @@ func (j *Journal) restoredThrough() uint64 {
 }
 
 // linearizableRead makes the next local read reflect every write committed
-// before it started (the Raft read-index protocol).
+// before it started (the Raft read-index protocol). It is the one way a
+// journal confirms its copy with the leader (confirm, confirmed and
+// confirmFinal go through it); the index comes from leaderReads, here or
+// at the leader through ReadIndex.
 func (j *Journal) linearizableRead(ctx context.Context) error {
 	var idx uint64
 	if j.raft.State() == raft.Leader {
-		if err := j.raft.VerifyLeader().Error(); err != nil {
-			return fmt.Errorf("%w: %w", ErrNoLeader, err)
+		var err error
+		if idx, err = j.reads.readIndex(ctx); err != nil {
+			return err
 		}
-		idx = j.raft.CommitIndex()
 	} else {
 		c, leader, err := j.leaderClient()
 		if err != nil {
@@ -368,11 +371,14 @@ func (s *peerServer) Propose(ctx context.Context, req *pactv1.ProposeRequest) (*
 	return proposeResponse(index, res), nil
 }
 
-func (s *peerServer) ReadIndex(context.Context, *pactv1.ReadIndexRequest) (*pactv1.ReadIndexResponse, error) {
-	if err := s.j.raft.VerifyLeader().Error(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoLeader, err)
+// ReadIndex answers a follower's linearizableRead with this leader's read
+// index (leaderReads: only once it has committed an entry of its term).
+func (s *peerServer) ReadIndex(ctx context.Context, _ *pactv1.ReadIndexRequest) (*pactv1.ReadIndexResponse, error) {
+	idx, err := s.j.reads.readIndex(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return &pactv1.ReadIndexResponse{CommitIndex: s.j.raft.CommitIndex()}, nil
+	return &pactv1.ReadIndexResponse{CommitIndex: idx}, nil
 }
 
 func (s *peerServer) MemberStatus(context.Context, *pactv1.MemberStatusRequest) (*pactv1.MemberStatusResponse, error) {

@@ -75,6 +75,8 @@ type Journal struct {
 	credentials []enrollCredential
 	// appliedSignal wakes callers waiting for an index to be applied.
 	appliedSignal appliedSignal
+	// reads serves the Raft read index, as leader (readindex.go).
+	reads *leaderReads
 	// peerCerts remembers peer journal chains already verified.
 	peerCerts verifiedChains
 	// rootSigned remembers CA certificates found signed by the root in a
@@ -236,6 +238,11 @@ func New(cfg Config) (*Journal, error) {
 	if err := j.startRaft(); err != nil {
 		return nil, err
 	}
+	j.wg.Add(1)
+	go func() {
+		defer j.wg.Done()
+		j.reads.watch(j.stop)
+	}()
 	if j.batcher != nil {
 		j.wg.Add(1)
 		go func() {
@@ -339,6 +346,7 @@ func (j *Journal) startRaft() error {
 	}
 	j.raft = r
 	j.store = store
+	j.reads = newLeaderReads(r, termReadyWait)
 	return nil
 }
 
