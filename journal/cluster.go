@@ -30,6 +30,10 @@ import (
 // answers Unavailable quickly instead of hanging.
 const forwardTimeout = 3 * time.Second
 
+// appliedWait bounds how long a journal waits to apply an entry the
+// leader has committed (waitApplied) before it gives up on showing it.
+const appliedWait = 2 * time.Second
+
 // peerMaxBackoff bounds the wait between reconnection attempts to another
 // journal, and so how long after a heal a journal still cannot reach it.
 const peerMaxBackoff = time.Second
@@ -215,7 +219,11 @@ func (j *Journal) forward(ctx context.Context, data []byte) (*raftfsm.Result, er
 	for _, r := range resp.GetBatch() {
 		res.Batch = append(res.Batch, resultOf(r))
 	}
-	j.waitApplied(ctx, resp.GetIndex())
+	if !j.waitApplied(ctx, resp.GetIndex()) {
+		// Committed, but this journal cannot show it yet: answering now
+		// would break propose's promise that the caller sees the new state.
+		return nil, fmt.Errorf("%w: leader %s committed the write (Raft index %d), but this journal (%s) lags the leader and has not applied it yet, so it cannot show the result; check with a read before retrying", ErrOutcomeUnknown, leader, resp.GetIndex(), j.cfg.NodeID)
+	}
 	return res, res.Err
 }
 
@@ -244,29 +252,30 @@ func proposeResponse(index uint64, res *raftfsm.Result) *pactv1.ProposeResponse 
 	return out
 }
 
-// waitApplied waits (bounded) until this journal's FSM reflects index. The
-// FSM wakes it on every entry it applies; entries Raft applies without the
-// FSM (no-ops, barriers) are caught by a short poll.
-func (j *Journal) waitApplied(ctx context.Context, index uint64) {
+// waitApplied waits (bounded by applyWait and ctx) until this journal's
+// FSM reflects index, and reports whether it does. The FSM wakes it on
+// every entry it applies; entries Raft applies without the FSM (no-ops,
+// barriers) are caught by a short poll.
+func (j *Journal) waitApplied(ctx context.Context, index uint64) bool {
 	if j.applied(index) {
-		return
+		return true
 	}
-	deadline := time.NewTimer(2 * time.Second)
+	deadline := time.NewTimer(time.Duration(j.applyWait.Load()))
 	defer deadline.Stop()
 	poll := time.NewTicker(5 * time.Millisecond)
 	defer poll.Stop()
 	for {
 		woken := j.appliedSignal.wait()
 		if j.applied(index) {
-			return
+			return true
 		}
 		select {
 		case <-woken:
 		case <-poll.C:
 		case <-deadline.C:
-			return
+			return j.applied(index)
 		case <-ctx.Done():
-			return
+			return j.applied(index)
 		}
 	}
 }
@@ -337,8 +346,7 @@ func (j *Journal) linearizableRead(ctx context.Context) error {
 		}
 		idx = resp.GetCommitIndex()
 	}
-	j.waitApplied(ctx, idx)
-	if !j.applied(idx) {
+	if !j.waitApplied(ctx, idx) {
 		return fmt.Errorf("%w: this journal is behind the leader", ErrNoLeader)
 	}
 	return nil

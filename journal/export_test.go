@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -65,3 +66,23 @@ func (j *Journal) SetRekeyHooks(beforeRekey, awaitingRekey func()) {
 	defer j.rekeyMu.Unlock()
 	j.beforeRekey, j.awaitingRekey = beforeRekey, awaitingRekey
 }
+
+// HoldApply makes this journal's FSM wait, before applying each entry,
+// until release is called: Raft still takes and commits entries here,
+// but none reaches the registry.
+func (j *Journal) HoldApply() (release func()) {
+	held := make(chan struct{})
+	hook := func() { <-held }
+	j.beforeApply.Store(&hook)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			j.beforeApply.Store(nil)
+			close(held)
+		})
+	}
+}
+
+// SetApplyWait sets how long this journal waits to apply an entry the
+// leader committed before it gives up on showing it (waitApplied).
+func (j *Journal) SetApplyWait(d time.Duration) { j.applyWait.Store(int64(d)) }

@@ -77,6 +77,11 @@ type Journal struct {
 	appliedSignal appliedSignal
 	// reads serves the Raft read index, as leader (readindex.go).
 	reads *leaderReads
+	// applyWait bounds waitApplied, in nanoseconds (appliedWait; a test
+	// shortens it while the journal runs).
+	applyWait atomic.Int64
+	// beforeApply is signalingFSM's test hook (export_test.go).
+	beforeApply atomic.Pointer[func()]
 	// peerCerts remembers peer journal chains already verified.
 	peerCerts verifiedChains
 	// rootSigned remembers CA certificates found signed by the root in a
@@ -219,6 +224,7 @@ func New(cfg Config) (*Journal, error) {
 		rekeyed:       make(chan struct{}),
 	}
 	j.credentials = j.defaultCredentials()
+	j.applyWait.Store(int64(appliedWait))
 	j.halted.removed = make(chan struct{})
 	j.conns, j.raftConns = conns, raftConns
 	j.streams = newStreamLimits(cfg.MaxStreamsPerCert)
@@ -339,7 +345,7 @@ func (j *Journal) startRaft() error {
 		return fmt.Errorf("journal: raft log cache: %w", err)
 	}
 	j.logs = logs
-	r, err := raft.NewRaft(rc, &signalingFSM{FSM: j.fsm, signal: &j.appliedSignal}, logs, store, snaps, transport)
+	r, err := raft.NewRaft(rc, &signalingFSM{FSM: j.fsm, signal: &j.appliedSignal, beforeApply: &j.beforeApply}, logs, store, snaps, transport)
 	if err != nil {
 		store.Close()
 		return fmt.Errorf("journal: start raft: %w", err)
@@ -472,7 +478,9 @@ func (j *Journal) publishIntermediate(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, ErrNoLeader) {
+		// Publishing again is harmless: an unknown outcome (committed,
+		// perhaps, but not yet applied here) is retried like no leader.
+		if !errors.Is(err, ErrNoLeader) && !errors.Is(err, ErrOutcomeUnknown) {
 			return fmt.Errorf("journal: publish intermediate: %w", err)
 		}
 		select {
