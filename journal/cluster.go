@@ -60,7 +60,7 @@ func (j *Journal) raftTransport() (raft.ServerAddress, raft.Transport, error) {
 		Logger:  newRaftLogger(j.log),
 	})
 	j.netTrans = t
-	return raft.ServerAddress(j.raftAddr), t, nil
+	return raft.ServerAddress(j.raftAddr), &severableTransport{NetworkTransport: t, severed: &j.raftSevered}, nil
 }
 
 // advertisedStream reports the advertised address as the listener's, which

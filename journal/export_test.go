@@ -86,3 +86,12 @@ func (j *Journal) HoldApply() (release func()) {
 // SetApplyWait sets how long this journal waits to apply an entry the
 // leader committed before it gives up on showing it (waitApplied).
 func (j *Journal) SetApplyWait(d time.Duration) { j.applyWait.Store(int64(d)) }
+
+// KillRaft stops this journal's Raft as a crash does for the other
+// journals: first its outgoing Raft calls fail (Raft's own shutdown would
+// tell the followers one last time what it committed), then Raft stops.
+// Close still releases the rest.
+func (j *Journal) KillRaft() error {
+	j.raftSevered.Store(true)
+	return j.raft.Shutdown().Error()
+}

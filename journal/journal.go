@@ -101,6 +101,9 @@ type Journal struct {
 	peers        *peerConns
 	// netTrans is the Raft transport of a member of a quorum (nil alone).
 	netTrans *raft.NetworkTransport
+	// raftSevered fails every outgoing Raft call (severableTransport; a
+	// test's crash).
+	raftSevered atomic.Bool
 
 	// rotateNow asks rotateLoop to re-key at once (this journal's
 	// intermediate was retired).
