@@ -3,6 +3,7 @@ package journal
 import (
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -40,9 +41,15 @@ func (s *appliedSignal) notify() {
 type signalingFSM struct {
 	*raftfsm.FSM
 	signal *appliedSignal
+	// beforeApply, when set (a test hook, export_test.go), runs before
+	// each entry is applied and may hold it back.
+	beforeApply *atomic.Pointer[func()]
 }
 
 func (f *signalingFSM) Apply(l *raft.Log) any {
+	if h := f.beforeApply.Load(); h != nil {
+		(*h)()
+	}
 	res := f.FSM.Apply(l)
 	f.signal.notify()
 	return res

@@ -30,6 +30,10 @@ import (
 // answers Unavailable quickly instead of hanging.
 const forwardTimeout = 3 * time.Second
 
+// appliedWait bounds how long a journal waits to apply an entry the
+// leader has committed (waitApplied) before it gives up on showing it.
+const appliedWait = 2 * time.Second
+
 // peerMaxBackoff bounds the wait between reconnection attempts to another
 // journal, and so how long after a heal a journal still cannot reach it.
 const peerMaxBackoff = time.Second
@@ -217,7 +221,11 @@ func (j *Journal) forward(ctx context.Context, data []byte) (*raftfsm.Result, er
 	for _, r := range resp.GetBatch() {
 		res.Batch = append(res.Batch, resultOf(r))
 	}
-	j.waitApplied(ctx, resp.GetIndex())
+	if !j.waitApplied(ctx, resp.GetIndex()) {
+		// Committed, but this journal cannot show it yet: answering now
+		// would break propose's promise that the caller sees the new state.
+		return nil, fmt.Errorf("%w: leader %s committed the write (Raft index %d), but this journal (%s) lags the leader and has not applied it yet, so it cannot show the result; check with a read before retrying", ErrOutcomeUnknown, leader, resp.GetIndex(), j.cfg.NodeID)
+	}
 	return res, res.Err
 }
 
@@ -246,29 +254,30 @@ func proposeResponse(index uint64, res *raftfsm.Result) *pactv1.ProposeResponse 
 	return out
 }
 
-// waitApplied waits (bounded) until this journal's FSM reflects index. The
-// FSM wakes it on every entry it applies; entries Raft applies without the
-// FSM (no-ops, barriers) are caught by a short poll.
-func (j *Journal) waitApplied(ctx context.Context, index uint64) {
+// waitApplied waits (bounded by applyWait and ctx) until this journal's
+// FSM reflects index, and reports whether it does. The FSM wakes it on
+// every entry it applies; entries Raft applies without the FSM (no-ops,
+// barriers) are caught by a short poll.
+func (j *Journal) waitApplied(ctx context.Context, index uint64) bool {
 	if j.applied(index) {
-		return
+		return true
 	}
-	deadline := time.NewTimer(2 * time.Second)
+	deadline := time.NewTimer(time.Duration(j.applyWait.Load()))
 	defer deadline.Stop()
 	poll := time.NewTicker(5 * time.Millisecond)
 	defer poll.Stop()
 	for {
 		woken := j.appliedSignal.wait()
 		if j.applied(index) {
-			return
+			return true
 		}
 		select {
 		case <-woken:
 		case <-poll.C:
 		case <-deadline.C:
-			return
+			return j.applied(index)
 		case <-ctx.Done():
-			return
+			return j.applied(index)
 		}
 	}
 }
@@ -313,14 +322,17 @@ func (j *Journal) restoredThrough() uint64 {
 }
 
 // linearizableRead makes the next local read reflect every write committed
-// before it started (the Raft read-index protocol).
+// before it started (the Raft read-index protocol). It is the one way a
+// journal confirms its copy with the leader (confirm, confirmed and
+// confirmFinal go through it); the index comes from leaderReads, here or
+// at the leader through ReadIndex.
 func (j *Journal) linearizableRead(ctx context.Context) error {
 	var idx uint64
 	if j.raft.State() == raft.Leader {
-		if err := j.raft.VerifyLeader().Error(); err != nil {
-			return fmt.Errorf("%w: %w", ErrNoLeader, err)
+		var err error
+		if idx, err = j.reads.readIndex(ctx); err != nil {
+			return err
 		}
-		idx = j.raft.CommitIndex()
 	} else {
 		c, leader, err := j.leaderClient()
 		if err != nil {
@@ -336,8 +348,7 @@ func (j *Journal) linearizableRead(ctx context.Context) error {
 		}
 		idx = resp.GetCommitIndex()
 	}
-	j.waitApplied(ctx, idx)
-	if !j.applied(idx) {
+	if !j.waitApplied(ctx, idx) {
 		return fmt.Errorf("%w: this journal is behind the leader", ErrNoLeader)
 	}
 	return nil
@@ -374,11 +385,14 @@ func (s *peerServer) Propose(ctx context.Context, req *pactv1.ProposeRequest) (*
 	return proposeResponse(index, res), nil
 }
 
-func (s *peerServer) ReadIndex(context.Context, *pactv1.ReadIndexRequest) (*pactv1.ReadIndexResponse, error) {
-	if err := s.j.raft.VerifyLeader().Error(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoLeader, err)
+// ReadIndex answers a follower's linearizableRead with this leader's read
+// index (leaderReads: only once it has committed an entry of its term).
+func (s *peerServer) ReadIndex(ctx context.Context, _ *pactv1.ReadIndexRequest) (*pactv1.ReadIndexResponse, error) {
+	idx, err := s.j.reads.readIndex(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return &pactv1.ReadIndexResponse{CommitIndex: s.j.raft.CommitIndex()}, nil
+	return &pactv1.ReadIndexResponse{CommitIndex: idx}, nil
 }
 
 func (s *peerServer) MemberStatus(context.Context, *pactv1.MemberStatusRequest) (*pactv1.MemberStatusResponse, error) {

@@ -84,6 +84,22 @@ func (j *Journal) HoldRaftWrites() (release func()) {
 	}
 }
 
+// HoldApply makes this journal's FSM wait, before applying each entry,
+// until release is called: Raft still takes and commits entries here,
+// but none reaches the registry.
+func (j *Journal) HoldApply() (release func()) {
+	held := make(chan struct{})
+	hook := func() { <-held }
+	j.beforeApply.Store(&hook)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			j.beforeApply.Store(nil)
+			close(held)
+		})
+	}
+}
+
 // RaftWritesInFlight is how many Raft store writes have started and not
 // finished.
 func (j *Journal) RaftWritesInFlight() int {
@@ -105,4 +121,17 @@ func (j *Journal) CheckRaftWrites() { j.checkWrites() }
 // PeerRefusedForTest reads pact_journal_peer_refused_total{reason}.
 func (j *Journal) PeerRefusedForTest(reason string) float64 {
 	return testutil.ToFloat64(j.peerRefused.WithLabelValues(reason))
+}
+
+// SetApplyWait sets how long this journal waits to apply an entry the
+// leader committed before it gives up on showing it (waitApplied).
+func (j *Journal) SetApplyWait(d time.Duration) { j.applyWait.Store(int64(d)) }
+
+// KillRaft stops this journal's Raft as a crash does for the other
+// journals: first its outgoing Raft calls fail (Raft's own shutdown would
+// tell the followers one last time what it committed), then Raft stops.
+// Close still releases the rest.
+func (j *Journal) KillRaft() error {
+	j.raftSevered.Store(true)
+	return j.raft.Shutdown().Error()
 }

@@ -76,6 +76,13 @@ type Journal struct {
 	credentials []enrollCredential
 	// appliedSignal wakes callers waiting for an index to be applied.
 	appliedSignal appliedSignal
+	// reads serves the Raft read index, as leader (readindex.go).
+	reads *leaderReads
+	// applyWait bounds waitApplied, in nanoseconds (appliedWait; a test
+	// shortens it while the journal runs).
+	applyWait atomic.Int64
+	// beforeApply is signalingFSM's test hook (export_test.go).
+	beforeApply atomic.Pointer[func()]
 	// peerCerts remembers peer journal chains already verified.
 	peerCerts verifiedChains
 	// rootSigned remembers CA certificates found signed by the root in a
@@ -95,6 +102,9 @@ type Journal struct {
 	peers        *peerConns
 	// netTrans is the Raft transport of a member of a quorum (nil alone).
 	netTrans *raft.NetworkTransport
+	// raftSevered fails every outgoing Raft call (severableTransport; a
+	// test's crash).
+	raftSevered atomic.Bool
 
 	// rotateNow asks rotateLoop to re-key at once (this journal's
 	// intermediate was retired).
@@ -234,6 +244,7 @@ func NewContext(ctx context.Context, cfg Config) (*Journal, error) {
 		rekeyed:       make(chan struct{}),
 	}
 	j.credentials = j.defaultCredentials()
+	j.applyWait.Store(int64(appliedWait))
 	j.halted.removed = make(chan struct{})
 	j.watchdog.watch = newWriteWatch(cfg.watchdogClock)
 	j.conns, j.raftConns = conns, raftConns
@@ -255,6 +266,11 @@ func NewContext(ctx context.Context, cfg Config) (*Journal, error) {
 	if err := j.startRaft(ctx); err != nil {
 		return nil, err
 	}
+	j.wg.Add(1)
+	go func() {
+		defer j.wg.Done()
+		j.reads.watch(j.stop)
+	}()
 	j.wg.Add(1)
 	go func() {
 		defer j.wg.Done()
@@ -385,9 +401,9 @@ func (j *Journal) startRaft(ctx context.Context) error {
 	}
 	j.logs = logs
 	if j.netTrans != nil {
-		transport = fencedTransport{NetworkTransport: j.netTrans, fenced: &j.watchdog.fenced}
+		transport = fencedTransport{NetworkTransport: j.netTrans, fenced: &j.watchdog.fenced, severed: &j.raftSevered}
 	}
-	r, err := raft.NewRaft(rc, &signalingFSM{FSM: j.fsm, signal: &j.appliedSignal}, logs, watched, snaps, transport)
+	r, err := raft.NewRaft(rc, &signalingFSM{FSM: j.fsm, signal: &j.appliedSignal, beforeApply: &j.beforeApply}, logs, watched, snaps, transport)
 	if err != nil {
 		store.Close()
 		return fmt.Errorf("journal: start raft: %w", err)
@@ -395,6 +411,7 @@ func (j *Journal) startRaft(ctx context.Context) error {
 	j.raft = r
 	j.raftStarted.Store(r)
 	j.store = store
+	j.reads = newLeaderReads(r, termReadyWait)
 	return nil
 }
 
@@ -523,7 +540,9 @@ func (j *Journal) publishIntermediate(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, ErrNoLeader) {
+		// Publishing again is harmless: an unknown outcome (committed,
+		// perhaps, but not yet applied here) is retried like no leader.
+		if !errors.Is(err, ErrNoLeader) && !errors.Is(err, ErrOutcomeUnknown) {
 			return fmt.Errorf("journal: publish intermediate: %w", err)
 		}
 		select {

@@ -25,7 +25,9 @@ var (
 	// one certificate may open on a journal (Config.MaxStreamsPerCert).
 	ErrTooManyStreams = errors.New("journal: too many streams for one certificate")
 	// ErrOutcomeUnknown: the write was sent to the leader but no answer
-	// came in time; it may or may not have committed.
+	// came in time, so it may or may not have committed; or it committed
+	// but this journal could not apply it in time to show the result.
+	// Retryable, never final.
 	ErrOutcomeUnknown = errors.New("journal: outcome unknown")
 	// ErrDataDirInUse: another process (another pact-journal) holds the
 	// lock on the data directory's Raft store.
@@ -34,7 +36,8 @@ var (
 
 // propose stamps cmd with this journal's clock, commits it through Raft and
 // returns its typed result. It returns only after the entry is applied here,
-// so whatever the caller does next sees the new state. A rule failure comes
+// so whatever the caller does next sees the new state (a journal that
+// cannot apply it in time answers ErrOutcomeUnknown instead). A rule failure comes
 // back as the error (from Result.Err); the Result is still returned.
 func (j *Journal) propose(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
 	j.stamp(ctx, cmd)

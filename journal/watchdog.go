@@ -124,57 +124,73 @@ func (s watchedStore) SetUint64(k []byte, v uint64) error {
 	return s.BoltStore.SetUint64(k, v)
 }
 
-// fencedTransport is the Raft network transport with the watchdog's
-// fence: while it is up, every RPC this journal sends fails at once. What
-// it receives is untouched, so a newer leader's heartbeat still reaches
-// it and steps it down.
+// fencedTransport is the Raft network transport with two switches that
+// fail every RPC this journal sends: the watchdog's fence (while up, what
+// it receives is untouched, so a newer leader's heartbeat still reaches it
+// and steps it down), and a test's severing (export_test.go, KillRaft:
+// thrown before Raft stops, so the journal goes silent as a crashed one
+// does; hashicorp/raft's own shutdown first tells each follower, one last
+// time, what it has committed, which a crash never does).
 type fencedTransport struct {
 	*raft.NetworkTransport
-	fenced *atomic.Bool
+	fenced, severed *atomic.Bool
+}
+
+// errSevered is every outgoing Raft call of a severed transport.
+var errSevered = errors.New("journal: raft transport severed")
+
+func (t fencedTransport) closed() error {
+	if t.severed.Load() {
+		return errSevered
+	}
+	if t.fenced.Load() {
+		return errFenced
+	}
+	return nil
 }
 
 func (t fencedTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
-	if t.fenced.Load() {
-		return nil, errFenced
+	if err := t.closed(); err != nil {
+		return nil, err
 	}
 	p, err := t.NetworkTransport.AppendEntriesPipeline(id, target)
 	if err != nil {
 		return nil, err
 	}
-	return fencedPipeline{AppendPipeline: p, fenced: t.fenced}, nil
+	return fencedPipeline{AppendPipeline: p, t: t}, nil
 }
 
 func (t fencedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	if t.fenced.Load() {
-		return errFenced
+	if err := t.closed(); err != nil {
+		return err
 	}
 	return t.NetworkTransport.AppendEntries(id, target, args, resp)
 }
 
 func (t fencedTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	if t.fenced.Load() {
-		return errFenced
+	if err := t.closed(); err != nil {
+		return err
 	}
 	return t.NetworkTransport.RequestVote(id, target, args, resp)
 }
 
 func (t fencedTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	if t.fenced.Load() {
-		return errFenced
+	if err := t.closed(); err != nil {
+		return err
 	}
 	return t.NetworkTransport.RequestPreVote(id, target, args, resp)
 }
 
 func (t fencedTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
-	if t.fenced.Load() {
-		return errFenced
+	if err := t.closed(); err != nil {
+		return err
 	}
 	return t.NetworkTransport.InstallSnapshot(id, target, args, resp, data)
 }
 
 func (t fencedTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
-	if t.fenced.Load() {
-		return errFenced
+	if err := t.closed(); err != nil {
+		return err
 	}
 	return t.NetworkTransport.TimeoutNow(id, target, args, resp)
 }
@@ -182,12 +198,12 @@ func (t fencedTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress,
 // fencedPipeline fences a pipeline opened before the fence went up.
 type fencedPipeline struct {
 	raft.AppendPipeline
-	fenced *atomic.Bool
+	t fencedTransport
 }
 
 func (p fencedPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
-	if p.fenced.Load() {
-		return nil, errFenced
+	if err := p.t.closed(); err != nil {
+		return nil, err
 	}
 	return p.AppendPipeline.AppendEntries(args, resp)
 }
