@@ -408,7 +408,8 @@ func (j *Journal) Start(ctx context.Context) error {
 	inter := j.ca.Intermediate()
 	j.log.Info("journal serving", logkey.Addr, lis.Addr().String(),
 		"nodes", len(j.fsm.Nodes(raftfsm.Filter{})),
-		logkey.IssuerSerial, pki.SerialHex(inter.SerialNumber), logkey.NotAfter, inter.NotAfter.UTC().Format(time.RFC3339))
+		logkey.IssuerSerial, pki.SerialHex(inter.SerialNumber), logkey.NotAfter, inter.NotAfter.UTC().Format(time.RFC3339),
+		logkey.RootSHA256, pki.CertFingerprint(j.ca.Root()))
 	return nil
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/cmdutil"
+	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/sdnotify"
 	"github.com/pact-hpc/pact/internal/settings"
 	"github.com/pact-hpc/pact/internal/version"
@@ -241,7 +242,7 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if cfg.Dev {
-		printDevBanner(stdout, cfg, j.Addr(), j.Domain())
+		printDevBanner(stdout, cfg, j.Addr(), j.Domain(), pki.CertFingerprint(j.Root()))
 	}
 	notify := sdnotify.FromEnv()
 	if err := notify.Notify(sdnotify.Ready, "STATUS=serving on "+j.Addr()); err != nil {
@@ -394,13 +395,15 @@ func writeNew(path string, data []byte, mode os.FileMode) error {
 }
 
 // printDevBanner tells a first-time user exactly what to type next.
-func printDevBanner(w io.Writer, cfg journal.Config, addr, domain string) {
+func printDevBanner(w io.Writer, cfg journal.Config, addr, domain, rootFP string) {
 	dir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		dir = cfg.DataDir
 	}
 	fmt.Fprintf(w, `
 pact dev journal %s is serving on %s (domain %s, state in %s).
+Its root is a development root of its own (SHA-256 fingerprint %s):
+another --dev journal's domain of the same name is another domain.
 
 In another terminal, point the CLI at it:
 
@@ -416,7 +419,7 @@ Register a node by its hardware identity, start an agent for it, and look:
   bin/pact node inspect node-001
 
 Stop with Ctrl-C; the registry stays in %s.
-`, cfg.NodeID, addr, domain, dir,
+`, cfg.NodeID, addr, domain, dir, rootFP,
 		addr, filepath.Join(dir, ca.RootCertFile), filepath.Join(dir, ca.AdminCertFile), filepath.Join(dir, ca.AdminKeyFile),
 		addr, filepath.Join(dir, ca.RootCertFile), dir)
 }
@@ -424,12 +427,21 @@ Stop with Ctrl-C; the registry stays in %s.
 const initUsage = `pact-journal init creates a domain root CA and a platform-admin credential.
 
 Usage:
-  pact-journal init --dir DIR [--domain DOMAIN]
+  pact-journal init --dir DIR --domain DOMAIN
 
 It writes DIR/ca.pem (give it to every node image and operator),
 DIR/ca-key.pem (mode 0600: every journal host needs it to sign its
-intermediate; guard it), DIR/admin.pem and DIR/admin-key.pem. It never
-overwrites an existing root.
+intermediate; guard it), DIR/admin.pem and DIR/admin-key.pem, and prints
+the root's SHA-256 fingerprint. It never overwrites an existing root.
+
+--domain is the domain's name: the SPIFFE trust domain every journal,
+agent and operator certificate of the site carries, e.g. hpc.example.org
+(a DNS name the site owns; it cannot change later). There is no default:
+each root is a domain of its own, and giving two the same name only makes
+them look alike. What tells roots apart is the fingerprint: record it with
+the site's backups (pact-journal restore takes a snapshot only under the
+root it was taken under; openssl x509 -noout -fingerprint -sha256 -in
+DIR/ca.pem prints it again).
 
 Flags:
 `
@@ -439,27 +451,51 @@ func initMain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, initUsage); fs.PrintDefaults() }
 	dir := fs.String("dir", "", "directory for the root and admin credential")
-	domain := fs.String("domain", "pact.local", "domain id (the SPIFFE trust domain)")
+	domain := fs.String("domain", "", "the domain's name, required: the SPIFFE trust domain of the site, e.g. hpc.example.org")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
+	var missing []string
 	if *dir == "" {
-		fmt.Fprintln(stderr, "pact-journal init: --dir is required (see --help)")
+		missing = append(missing, "--dir is required: the directory for the root and the admin credential")
+	}
+	if *domain == "" {
+		missing = append(missing, "--domain is required: name the domain after the site, e.g. --domain hpc.example.org (every certificate carries it and it cannot change later; see --help)")
+	}
+	if *domain != "" {
+		if err := pki.ValidateDomain(*domain); err != nil {
+			missing = append(missing, fmt.Sprintf("--domain: %v", err))
+		}
+	}
+	if len(missing) > 0 {
+		fmt.Fprintf(stderr, "pact-journal init: %s\n", strings.Join(missing, "\n  "))
 		return 2
 	}
+	rootPath := filepath.Join(*dir, ca.RootCertFile)
 	created, err := ca.InitDev(*dir, *domain, time.Now())
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal init: %v\n", err)
 		return 1
 	}
+	auth, err := ca.LoadKeyFileAuthority(rootPath, filepath.Join(*dir, ca.RootKeyFile))
+	if err != nil {
+		fmt.Fprintf(stderr, "pact-journal init: %v\n", err)
+		return 1
+	}
+	have, _ := ca.DomainOf(auth.Root())
+	fp := pki.CertFingerprint(auth.Root())
 	if !created {
-		fmt.Fprintf(stdout, "%s already holds a root; nothing changed\n", filepath.Join(*dir, ca.RootCertFile))
+		if have != *domain {
+			fmt.Fprintf(stderr, "pact-journal init: %s already holds the root of domain %s (SHA-256 fingerprint %s), not %s; nothing changed: give another --dir for a new root\n", rootPath, have, fp, *domain)
+			return 1
+		}
+		fmt.Fprintf(stdout, "%s already holds the root of domain %s (SHA-256 fingerprint %s); nothing changed\n", rootPath, have, fp)
 		return 0
 	}
-	fmt.Fprintf(stdout, "created domain %s: root %s (key %s, mode 0600), admin credential %s\n", *domain,
-		filepath.Join(*dir, ca.RootCertFile), filepath.Join(*dir, ca.RootKeyFile), filepath.Join(*dir, ca.AdminCertFile))
+	fmt.Fprintf(stdout, "created domain %s: root %s (key %s, mode 0600), admin credential %s\nroot SHA-256 fingerprint %s\n(record it with the site's backups: pact-journal restore takes a snapshot only under this root)\n", *domain,
+		rootPath, filepath.Join(*dir, ca.RootKeyFile), filepath.Join(*dir, ca.AdminCertFile), fp)
 	return 0
 }

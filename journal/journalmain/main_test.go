@@ -10,9 +10,11 @@ import (
 	"testing"
 
 	"github.com/pact-hpc/pact/internal/cmdutil"
+	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/settings"
 	"github.com/pact-hpc/pact/internal/settings/settingstest"
 	"github.com/pact-hpc/pact/journal"
+	"github.com/pact-hpc/pact/journal/ca"
 )
 
 func envOf(m map[string]string) settings.Env {
@@ -151,5 +153,58 @@ func TestLibraryParsesNoFlags(t *testing.T) {
 		if slices.Contains(pkg.Imports, forbidden) {
 			t.Errorf("package journal imports %s; flag parsing belongs in journal/journalmain", forbidden)
 		}
+	}
+}
+
+// init names no domain on its own: a root made without --domain would be
+// one more pact.local. It prints the root's fingerprint, the one thing
+// that tells two roots apart, and never changes an existing root.
+func TestInitNeedsADomain(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		name     string
+		args     []string
+		code     int
+		contains []string
+	}{
+		{"no flags", nil, 2, []string{"--dir is required", "--domain is required: name the domain after the site"}},
+		{"no domain", []string{"--dir", dir}, 2, []string{"--domain is required"}},
+		{"bad domain", []string{"--dir", dir, "--domain", "Site Example"}, 2, []string{"--domain: ", "lower-case"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := run(append([]string{"init"}, tt.args...), envOf(nil), &out, &errb); code != tt.code {
+				t.Fatalf("exit %d, want %d\n%s%s", code, tt.code, out.String(), errb.String())
+			}
+			for _, want := range tt.contains {
+				if !strings.Contains(errb.String(), want) {
+					t.Errorf("stderr lacks %q:\n%s", want, errb.String())
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dir, ca.RootCertFile)); err == nil {
+				t.Errorf("a refused init wrote %s", ca.RootCertFile)
+			}
+		})
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"init", "--dir", dir, "--domain", "hpc.example.org"}, envOf(nil), &out, &errb); code != 0 {
+		t.Fatalf("init: exit %d\n%s", code, errb.String())
+	}
+	auth, err := ca.LoadKeyFileAuthority(filepath.Join(dir, ca.RootCertFile), filepath.Join(dir, ca.RootKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := pki.CertFingerprint(auth.Root())
+	if !strings.Contains(out.String(), "created domain hpc.example.org") || !strings.Contains(out.String(), "root SHA-256 fingerprint "+fp) {
+		t.Errorf("init's answer lacks the domain or the fingerprint %s:\n%s", fp, out.String())
+	}
+	out.Reset()
+	if code := run([]string{"init", "--dir", dir, "--domain", "hpc.example.org"}, envOf(nil), &out, &errb); code != 0 || !strings.Contains(out.String(), "nothing changed") {
+		t.Errorf("init again: exit %d\n%s", code, out.String())
+	}
+	errb.Reset()
+	if code := run([]string{"init", "--dir", dir, "--domain", "other.example.org"}, envOf(nil), &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), "already holds the root of domain hpc.example.org (SHA-256 fingerprint "+fp+"), not other.example.org") {
+		t.Errorf("init of another domain over a root: exit %d\n%s", code, errb.String())
 	}
 }
