@@ -162,7 +162,7 @@ func New(cfg Config) (*Journal, error) {
 	upstream, err := ca.LoadKeyFileAuthority(cfg.rootCertFile(), cfg.rootKeyFile())
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) && !cfg.Dev {
-			return nil, fmt.Errorf("%w (start with --dev to create a development root in %s)", err, cfg.DataDir)
+			return nil, fmt.Errorf("%w: %s", err, productionRoot)
 		}
 		return nil, err
 	}

@@ -174,7 +174,7 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	fs := newFlagSet(s)
 	fs.SetOutput(stderr)
 	showVersion := fs.Bool("version", false, "print pact-journal's version and exit")
-	check := fs.Bool("check-config", false, "check the settings (file, environment and flags) and exit: 0 if pact-journal would start with them; 2, with every problem, if not")
+	check := fs.Bool("check-config", false, "check the settings (file, environment and flags) and what they name on disk (root certificate and key, data directory, SPIRE bundle, audit log) without starting, and exit: 0 if pact-journal would start with them; 2, with every problem, if not")
 	cmdutil.SetUsage(fs, s, journalUsage)
 	if code, ok := cmdutil.Parse(s, fs, args, env); !ok {
 		return code
@@ -192,12 +192,26 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	if chaosClock != nil {
 		cfg.Clock = chaosClock(cfg.Clock, cfg.NodeID, logger)
 	}
-	if err := cfg.Validate(); err != nil {
+	// What a start would meet on disk is checked with the settings, so a
+	// missing root or an unwritable data directory is a configuration
+	// problem (exit 2, which the unit does not restart), reported with
+	// every other at once, before anything is created.
+	problems, notes := splitPreflight(cfg.Preflight())
+	if err := errors.Join(cfg.Validate(), problems); err != nil {
 		cmdutil.ReportProblems(stderr, "pact-journal", err)
+		if errors.Is(err, journal.ErrRemoved) {
+			return ExitRemoved
+		}
 		return 2
 	}
 	if *check {
-		fmt.Fprintln(stdout, "pact-journal: the settings are valid")
+		for _, n := range notes {
+			fmt.Fprintf(stdout, "pact-journal: note: %v\n", n)
+		}
+		if os.Geteuid() == 0 && !cfg.Dev {
+			fmt.Fprintln(stdout, "pact-journal: note: checked as root, who reads every file: run the check as the journal's user (sudo -u pact ...) to know that it can read them")
+		}
+		fmt.Fprintln(stdout, "pact-journal: the settings are valid, and the files and directories they name are usable")
 		return 0
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -276,6 +290,40 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 		}
 	}
 	return code
+}
+
+// splitPreflight separates what only a running journal causes (its data
+// directory in use: a restart stops it first) from the problems a start
+// would fail on. A start meets the former in New, and says so.
+func splitPreflight(err error) (problems error, notes []error) {
+	if err == nil {
+		return nil, nil
+	}
+	var errs []error
+	parts := []error{err}
+	for len(parts) > 0 {
+		e := parts[0]
+		parts = parts[1:]
+		// Into errors.Join only, as cmdutil.ReportProblems.
+		if j, ok := e.(interface{ Unwrap() []error }); ok && isJoin(e, j.Unwrap()) {
+			parts = append(j.Unwrap(), parts...)
+			continue
+		}
+		if errors.Is(e, journal.ErrDataDirInUse) {
+			notes = append(notes, e)
+		} else {
+			errs = append(errs, e)
+		}
+	}
+	return errors.Join(errs...), notes
+}
+
+func isJoin(e error, parts []error) bool {
+	texts := make([]string, len(parts))
+	for i, p := range parts {
+		texts[i] = p.Error()
+	}
+	return len(parts) > 0 && e.Error() == strings.Join(texts, "\n")
 }
 
 // Exit codes of pact-journal (docs/exit-codes.md).
