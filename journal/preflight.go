@@ -142,7 +142,7 @@ func checkDataDir(dir string) error {
 					return fmt.Errorf("journal: data directory %s cannot be created: %s is not a directory; choose another --data-dir", dir, parent)
 				}
 				if unix.Access(parent, unix.W_OK|unix.X_OK) != nil {
-					return fmt.Errorf("journal: data directory %s does not exist and cannot be created by this user (uid %d): %s is not writable; create it owned by the journal's user, mode 0700 (the packaged unit's StateDirectory does), or choose another --data-dir", dir, os.Getuid(), parent)
+					return fmt.Errorf("journal: data directory %s does not exist and cannot be created by this user (uid %d): %s is not writable; create it owned by the journal's user, mode 0700, or choose another --data-dir (under the packaged unit systemd creates /var/lib/pact-journal at start: StateDirectory=)", dir, os.Getuid(), parent)
 				}
 				return nil
 			}

@@ -42,8 +42,9 @@ Quick start (one development journal, state in ./.pact):
   pact-journal --dev --data-dir ./.pact --listen 127.0.0.1:7443
 
 A quorum of three (run each line on its own host; the root from init is
-copied to every journal host, key mode 0600):
-  pact-journal init --dir /etc/pact --domain site.example
+copied to every journal host, key mode 0600; --domain names the site's
+domain and init prints the root's SHA-256 fingerprint: record it):
+  pact-journal init --dir /etc/pact --domain hpc.example.org
   pact-journal --node-id j1 --data-dir /var/lib/pact --listen 10.0.0.1:7443 \
       --raft-listen 10.0.0.1:7500 --root-cert /etc/pact/ca.pem --root-key /etc/pact/ca-key.pem \
       --initial-cluster j1=10.0.0.1:7500,j2=10.0.0.2:7500,j3=10.0.0.3:7500
@@ -66,6 +67,14 @@ A flag wins over its variable, which wins over the file. An unknown key or
 a bad value anywhere is reported with its line, all at once, and nothing
 starts. The packages install an example, /etc/pact/journal.yaml
 (docs/configuration.md).
+
+Before a start (and before a restart after an edit), as the journal's user:
+  pact-journal --config /etc/pact/journal.yaml --check-config
+checks the settings and what they name on disk without starting: the root
+certificate and key (present, readable, a pair, the key mode 0600), the
+data directory (writable or creatable, not removed), every address, the
+SPIRE bundle and the audit log; every problem at once, each saying what to
+do (exit 2). A start makes the same checks first and exits 2 on them.
 
 As a service: the packages install pact-journal.service (Type=notify:
 READY=1 once serving) reading /etc/pact/journal.yaml, with overrides in
@@ -450,8 +459,8 @@ func printDevBanner(w io.Writer, cfg journal.Config, addr, domain, rootFP string
 	}
 	fmt.Fprintf(w, `
 pact dev journal %s is serving on %s (domain %s, state in %s).
-Its root is a development root of its own (SHA-256 fingerprint %s):
-another --dev journal's domain of the same name is another domain.
+Its root was made for it alone (SHA-256 fingerprint %s);
+another --dev journal's %s is another domain.
 
 In another terminal, point the CLI at it:
 
@@ -467,7 +476,7 @@ Register a node by its hardware identity, start an agent for it, and look:
   bin/pact node inspect node-001
 
 Stop with Ctrl-C; the registry stays in %s.
-`, cfg.NodeID, addr, domain, dir, rootFP,
+`, cfg.NodeID, addr, domain, dir, rootFP, domain,
 		addr, filepath.Join(dir, ca.RootCertFile), filepath.Join(dir, ca.AdminCertFile), filepath.Join(dir, ca.AdminKeyFile),
 		addr, filepath.Join(dir, ca.RootCertFile), dir)
 }
