@@ -32,7 +32,7 @@ the revocation set and a local CA that signs node agents' certificates.
 
 Usage:
   pact-journal [--config FILE] [flags]   run a journal
-  pact-journal init --dir DIR            create a domain root and a platform-admin credential
+  pact-journal init --dir DIR --domain D create a domain root and a platform-admin credential
   pact-journal admin issue [flags]       issue an operator credential from the root
   pact-journal restore [flags]           seed a journal of a new quorum from a snapshot file
   pact-journal recover [flags]           make a survivor of a lost majority a new quorum
