@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pact-hpc/pact/internal/pki"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -81,10 +82,14 @@ func (c quorumCheck) verdict(v QuorumView, now time.Time) error {
 
 // SnapshotView is "pact journal snapshot save|inspect -o json".
 type SnapshotView struct {
-	File          string         `json:"file"`
-	Bytes         int64          `json:"bytes"`
-	FormatVersion uint32         `json:"format_version"`
-	Domain        string         `json:"domain"`
+	File          string `json:"file"`
+	Bytes         int64  `json:"bytes"`
+	FormatVersion uint32 `json:"format_version"`
+	Domain        string `json:"domain"`
+	// RootSHA256 is the fingerprint of the domain root the quorum ran
+	// with, as openssl x509 -fingerprint -sha256 prints it; empty for a
+	// file from a version that did not record it.
+	RootSHA256    string         `json:"root_sha256,omitempty"`
 	Index         uint64         `json:"index"`
 	Term          uint64         `json:"term"`
 	TakenAt       string         `json:"taken_at"`
@@ -200,7 +205,10 @@ func (a *app) snapshotInspectCommand() *cobra.Command {
 		Use:   "inspect FILE",
 		Short: "Print a snapshot file's header and contents, without a journal",
 		Long: `Check a snapshot file completely (format, size, SHA-256, that its registry
-decodes and keeps its rules) and print its header and what it holds. No
+decodes and keeps its rules) and print its header and what it holds: the
+domain, and the SHA-256 fingerprint of the domain root the quorum ran with
+(compare it with: openssl x509 -noout -fingerprint -sha256 -in ca.pem;
+pact-journal restore takes the file only with that very root). No
 journal and no credential is needed. A truncated, corrupt or newer-format
 file exits 2 with the reason.`,
 		Example: `  pact journal snapshot inspect pact.snap
@@ -251,12 +259,19 @@ func inspectFile(path string) (SnapshotView, error) {
 	}
 	sort.Strings(c.Journals)
 	return SnapshotView{
-		File: path, Bytes: fi.Size(), FormatVersion: h.GetFormatVersion(), Domain: h.GetDomain(),
+		File: path, Bytes: fi.Size(), FormatVersion: h.GetFormatVersion(), Domain: h.GetDomain(), RootSHA256: rootFingerprint(h.GetRootSha256()),
 		Index: h.GetIndex(), Term: h.GetTerm(), TakenAt: formatTime(unixTime(0, h.GetTakenAtUnixNano())),
 		TakenBy: h.GetTakenBy(), Version: h.GetVersion(), SHA256: fmt.Sprintf("%x", h.GetSha256()),
 		Nodes: nodes, NodesByState: byState, Revoked: c.Revoked, Intermediates: c.Intermediates, Audit: c.Audit,
 		Journals: append([]string{}, c.Journals...), QuorumID: h.GetQuorumId(),
 	}, nil
+}
+
+func rootFingerprint(sum []byte) string {
+	if len(sum) == 0 {
+		return ""
+	}
+	return pki.FormatFingerprint(sum)
 }
 
 func explainSnapshotErr(err error) error {
@@ -277,6 +292,11 @@ func printSnapshot(w io.Writer, v SnapshotView) error {
 	row("file:", v.File)
 	row("format:", fmt.Sprint(v.FormatVersion))
 	row("domain:", v.Domain)
+	if v.RootSHA256 != "" {
+		row("root sha256:", v.RootSHA256)
+	} else {
+		row("root sha256:", "(not recorded: written by a version before snapshots recorded the root)")
+	}
 	row("raft index:", fmt.Sprint(v.Index))
 	row("raft term:", fmt.Sprint(v.Term))
 	row("taken at:", v.TakenAt)

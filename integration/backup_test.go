@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/pki"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -268,6 +269,67 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "already holds Raft state") {
 		t.Errorf("restore into a used data directory: exit %d\n%s", code, out)
 	}
+}
+
+// rootFingerprint is the SHA-256 fingerprint of the root in a ca.pem.
+func rootFingerprint(t *testing.T, caFile string) string {
+	t.Helper()
+	_, certs, err := pki.LoadCertPool(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pki.CertFingerprint(certs[0])
+}
+
+// A snapshot restores only under the root it was taken under. Another
+// root named like it (init --domain pact.local again: every --dev root is
+// pact.local too) is refused, saying which fingerprint was expected and
+// which found, and nothing is written; the snapshot's own root restores
+// it, matched by the fingerprint the header records.
+func TestRestoreRefusesAnotherRootOfTheSameName(t *testing.T) {
+	skipShort(t)
+	q := startQuorum(t, 1)
+	q.registerBatch(inventory("rr", 3))
+	file := filepath.Join(t.TempDir(), "pact.snap")
+	if stdout, stderr, code := runPact(t, q.env(q.addrs()...), "journal", "snapshot", "save", file); code != 0 {
+		t.Fatalf("pact journal snapshot save: exit %d\n%s%s", code, stdout, stderr)
+	}
+	ours := rootFingerprint(t, filepath.Join(q.dir, "ca.pem"))
+	stdout, stderr, code := runPact(t, nil, "journal", "snapshot", "inspect", file)
+	if code != 0 {
+		t.Fatalf("inspect: exit %d\n%s%s", code, stdout, stderr)
+	}
+	wantContains(t, "inspect", stdout, "domain:", "pact.local", "root sha256:", ours)
+
+	other := t.TempDir()
+	out, err := exec.Command(filepath.Join(binDir, "pact-journal"), "init", "--dir", other, "--domain", "pact.local").CombinedOutput()
+	if err != nil {
+		t.Fatalf("init: %v\n%s", err, out)
+	}
+	theirs := rootFingerprint(t, filepath.Join(other, "ca.pem"))
+	wantContains(t, "init", string(out), "created domain pact.local", "root SHA-256 fingerprint "+theirs)
+	if theirs == ours {
+		t.Fatal("two roots made apart have one fingerprint")
+	}
+	dd := filepath.Join(t.TempDir(), "data")
+	args := func(root string) []string {
+		return []string{"--snapshot", file, "--data-dir", dd, "--node-id", "r1", "--initial-cluster", "r1=127.0.0.1:1", "--root-cert", root}
+	}
+	got, code := restoreJournal(t, args(filepath.Join(other, "ca.pem"))...)
+	if code != 1 {
+		t.Errorf("restore under another root of the same name: exit %d, want 1\n%s", code, got)
+	}
+	wantContains(t, "the refusal", got, "snapshot of another root", "was taken under the root with SHA-256 fingerprint "+ours,
+		"has fingerprint "+theirs, "both of domain pact.local", "give --root-cert the ca.pem of the quorum the snapshot was taken from", "nothing was written to "+dd)
+	if _, err := os.Stat(dd); !os.IsNotExist(err) {
+		t.Errorf("a refused restore created %s", dd)
+	}
+
+	got, code = restoreJournal(t, args(filepath.Join(q.dir, "ca.pem"))...)
+	if code != 0 {
+		t.Fatalf("restore under the snapshot's root: exit %d\n%s", code, got)
+	}
+	wantContains(t, "restore", got, "restored 3 nodes of domain pact.local", "root SHA-256 fingerprint "+ours+", matched by the fingerprint in the snapshot's header")
 }
 
 // inspect reads one node through the quorum (linearizable).

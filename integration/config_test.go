@@ -102,3 +102,90 @@ func TestJournalBadConfigFile(t *testing.T) {
 		t.Errorf("a bad file still touched the data directory: %v", entries)
 	}
 }
+
+// The journal.yaml the packages ship, on a host where the root has not
+// been installed yet: --check-config fails with the reasons (the root
+// files it names, how a production root is made, never --dev), and so
+// does a real start, at once and with exit 2 (which the unit does not
+// restart) instead of exit 1 every 5 s. Once the root is installed, a key
+// others can read is refused, and then the file checks out. The file's
+// /etc/pact and /var/lib paths are moved under a temporary directory.
+func TestShippedJournalConfigWithoutRoot(t *testing.T) {
+	shipped, err := os.ReadFile("../dist/config/journal.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	etc, data := filepath.Join(tmp, "etc/pact"), filepath.Join(tmp, "var/lib/pact-journal")
+	yaml := strings.NewReplacer("/etc/pact/", etc+"/", "/var/lib/pact-journal", data).Replace(string(shipped))
+	if !strings.Contains(yaml, "root-cert: "+etc+"/ca.pem") || !strings.Contains(yaml, "data-dir: "+data) {
+		t.Fatalf("the shipped file no longer names /etc/pact/ca.pem and /var/lib/pact-journal:\n%s", shipped)
+	}
+	path := filepath.Join(tmp, "journal.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	journal := func(args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(binDir, "pact-journal"), append([]string{"--config", path}, args...)...)
+		cmd.Env = append(os.Environ(), "PACT_LOG_FORMAT=text")
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
+	}
+	reasons := []string{
+		"1 configuration problem; nothing was started",
+		"the domain root is missing: neither the root certificate " + etc + "/ca.pem nor the root key " + etc + "/ca-key.pem exists",
+		"pact-journal init --dir DIR --domain DOMAIN", "point --root-cert and --root-key at them",
+	}
+	for _, args := range [][]string{{"--check-config"}, nil} {
+		out, code := journal(args...)
+		if code != 2 {
+			t.Errorf("pact-journal %v without its root: exit %d, want 2\n%s", args, code, out)
+		}
+		wantContains(t, fmt.Sprintf("pact-journal %v", args), out, reasons...)
+		if strings.Contains(out, "--dev") {
+			t.Errorf("pact-journal %v, a production journal, suggests --dev:\n%s", args, out)
+		}
+		if _, err := os.Stat(data); !os.IsNotExist(err) {
+			t.Errorf("pact-journal %v without its root created %s", args, data)
+		}
+	}
+
+	// The root installed as the file's comment says, but the key left
+	// readable by others.
+	pki := filepath.Join(tmp, "pki")
+	if out, err := exec.Command(filepath.Join(binDir, "pact-journal"), "init", "--dir", pki, "--domain", "site.example").CombinedOutput(); err != nil {
+		t.Fatalf("init: %v\n%s", err, out)
+	}
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, mode := range map[string]os.FileMode{"ca.pem": 0o644, "ca-key.pem": 0o644} {
+		b, err := os.ReadFile(filepath.Join(pki, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(etc, name), b, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, code := journal("--check-config")
+	if code != 2 {
+		t.Errorf("a root key of mode 0644: exit %d, want 2\n%s", code, out)
+	}
+	wantContains(t, "a root key of mode 0644", out, "has mode 0644, readable by group or others; run: chmod 600 "+etc+"/ca-key.pem")
+	if err := os.Chmod(filepath.Join(etc, "ca-key.pem"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code = journal("--check-config")
+	if code != 0 {
+		t.Errorf("the shipped file with its root installed: exit %d, want 0\n%s", code, out)
+	}
+	wantContains(t, "--check-config", out, "the settings are valid")
+}

@@ -124,7 +124,7 @@ func wantContains(t *testing.T, what, got string, wants ...string) {
 func TestRaftListenNeedsClusterOrJoin(t *testing.T) {
 	skipShort(t)
 	dir := t.TempDir()
-	if out, err := exec.Command(filepath.Join(binDir, "pact-journal"), "init", "--dir", dir).CombinedOutput(); err != nil {
+	if out, err := exec.Command(filepath.Join(binDir, "pact-journal"), "init", "--dir", dir, "--domain", "pact.local").CombinedOutput(); err != nil {
 		t.Fatalf("init: %v\n%s", err, out)
 	}
 	a := freeAddrs(t, 2)

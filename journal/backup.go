@@ -2,6 +2,8 @@ package journal
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -15,7 +17,9 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/pact-hpc/pact/internal/logkey"
+	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/version"
+	"github.com/pact-hpc/pact/journal/ca"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -42,8 +46,10 @@ func (s *adminServer) SaveSnapshot(_ *pactv1.SaveSnapshotRequest, stream pactv1.
 	if err := j.raft.VerifyLeader().Error(); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoLeader, err)
 	}
+	rootSum := sha256.Sum256(j.ca.Root().Raw)
 	h := &pactv1.SnapshotHeader{
 		Domain:          j.ca.Domain(),
+		RootSha256:      rootSum[:],
 		Index:           index,
 		Term:            j.termOf(index),
 		TakenAtUnixNano: j.cfg.Clock.Now().UnixNano(),
@@ -99,6 +105,12 @@ func (j *Journal) notLeaderFor(what string) error {
 var (
 	ErrDataDirNotEmpty = errors.New("journal: data directory already holds Raft state")
 	ErrWrongDomain     = errors.New("journal: snapshot of another domain")
+	// ErrWrongRoot: the snapshot was taken under another root than the
+	// one given, even if both name the same domain.
+	ErrWrongRoot = errors.New("journal: snapshot of another root")
+	// ErrRootCert: the root certificate given cannot be read or is not a
+	// pact domain root.
+	ErrRootCert = errors.New("journal: root certificate")
 )
 
 // RestoreConfig seeds a journal of a new quorum from a snapshot file.
@@ -109,9 +121,10 @@ type RestoreConfig struct {
 	// InitialCluster is every voter of the new quorum, the same on every
 	// journal restored from the file.
 	InitialCluster []Peer
-	// Domain is the domain of the root the journal will run with; the
-	// snapshot must be of it.
-	Domain string
+	// RootCertFile is the domain root certificate the journal will run
+	// with (PEM). The snapshot must have been taken under this very root:
+	// the same certificate by SHA-256, not merely the same domain name.
+	RootCertFile string
 }
 
 // Validate reports every problem at once.
@@ -137,6 +150,9 @@ func (c RestoreConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("--initial-cluster does not list --node-id %s", c.NodeID))
 		}
 	}
+	if c.RootCertFile == "" {
+		errs = append(errs, errors.New("--root-cert is required: the domain root certificate (ca.pem) the journal will run with"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -148,15 +164,24 @@ type RestoreResult struct {
 	// initial cluster (the same on every journal restored alike); the
 	// snapshot's own quorum is in Header.QuorumId.
 	QuorumID string
+	// RootFingerprint is the SHA-256 of the root the snapshot was checked
+	// against (pki.CertFingerprint); RootCheck says how it was matched.
+	RootFingerprint string
+	RootCheck       string
 }
 
 // Restore checks the snapshot file completely (format, size, checksum,
-// domain, that the registry decodes and keeps its rules) and that the data
-// directory holds no Raft state, and only then writes a Raft snapshot
-// holding the state and the new quorum's configuration. The journal then
-// starts from it with the usual flags.
+// that it was taken under the root of RootCertFile, that the registry
+// decodes and keeps its rules) and that the data directory holds no Raft
+// state, and only then writes a Raft snapshot holding the state and the
+// new quorum's configuration. The journal then starts from it with the
+// usual flags.
 func Restore(c RestoreConfig) (RestoreResult, error) {
 	if err := c.Validate(); err != nil {
+		return RestoreResult{}, err
+	}
+	root, domain, err := readRoot(c.RootCertFile)
+	if err != nil {
 		return RestoreResult{}, err
 	}
 	f, err := os.Open(c.Snapshot)
@@ -168,8 +193,12 @@ func Restore(c RestoreConfig) (RestoreResult, error) {
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("%s: %w", c.Snapshot, err)
 	}
-	if c.Domain != "" && h.GetDomain() != c.Domain {
-		return RestoreResult{}, fmt.Errorf("%w: %s holds domain %s, the root certificate is of domain %s; restore it with that domain's root (--root-cert)", ErrWrongDomain, c.Snapshot, h.GetDomain(), c.Domain)
+	if h.GetDomain() != domain {
+		return RestoreResult{}, fmt.Errorf("%w: %s holds domain %s, --root-cert %s is the root of domain %s; restore it with the root of domain %s (the ca.pem its quorum ran with)", ErrWrongDomain, c.Snapshot, h.GetDomain(), c.RootCertFile, domain, h.GetDomain())
+	}
+	how, err := checkSnapshotRoot(c, h, state, root)
+	if err != nil {
+		return RestoreResult{}, err
 	}
 	if err := checkEmptyRaft(c.DataDir); err != nil {
 		return RestoreResult{}, err
@@ -216,7 +245,66 @@ func Restore(c RestoreConfig) (RestoreResult, error) {
 	if err := store.Set([]byte(keyQuorumID), []byte(qid)); err != nil {
 		return RestoreResult{}, err
 	}
-	return RestoreResult{Header: h, Nodes: nodes, QuorumID: qid}, nil
+	return RestoreResult{Header: h, Nodes: nodes, RootFingerprint: pki.CertFingerprint(root), RootCheck: how, QuorumID: qid}, nil
+}
+
+// readRoot reads the first certificate of a PEM file and the domain it is
+// the root of.
+func readRoot(path string) (*x509.Certificate, string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: --root-cert: %w; give the domain root certificate (ca.pem) the journal will run with", ErrRootCert, err)
+	}
+	certs, err := pki.ParseCertsPEM(data)
+	if err != nil || len(certs) == 0 {
+		return nil, "", fmt.Errorf("%w: --root-cert %s holds no PEM certificate (%v); give the domain root certificate (ca.pem) the journal will run with", ErrRootCert, path, err)
+	}
+	domain, err := ca.DomainOf(certs[0])
+	if err != nil || !certs[0].IsCA {
+		return nil, "", fmt.Errorf("%w: --root-cert %s is not a pact domain root (a CA certificate naming a spiffe:// trust domain); give the ca.pem pact-journal init made", ErrRootCert, path)
+	}
+	return certs[0], domain, nil
+}
+
+// checkSnapshotRoot refuses a snapshot taken under another root than
+// root, and says how it matched: by the fingerprint the header records,
+// or, for a file written before headers recorded it, by an intermediate
+// in the state that root signed. A domain name alone proves nothing:
+// every --dev root and every init without --domain used to be pact.local.
+func checkSnapshotRoot(c RestoreConfig, h *pactv1.SnapshotHeader, state []byte, root *x509.Certificate) (string, error) {
+	have := pki.CertFingerprint(root)
+	advice := "give --root-cert the ca.pem of the quorum the snapshot was taken from (openssl x509 -noout -fingerprint -sha256 -in ca.pem prints a root's fingerprint); a registry cannot move to another root: its agents' certificates chain to the old one"
+	if want := h.GetRootSha256(); len(want) > 0 {
+		sum := sha256.Sum256(root.Raw)
+		if !bytes.Equal(want, sum[:]) {
+			return "", fmt.Errorf("%w: %s was taken under the root with SHA-256 fingerprint %s; --root-cert %s has fingerprint %s, another root (both of domain %s); %s",
+				ErrWrongRoot, c.Snapshot, pki.FormatFingerprint(want), c.RootCertFile, have, h.GetDomain(), advice)
+		}
+		return "the fingerprint in the snapshot's header", nil
+	}
+	inters, err := raftfsm.SnapshotIntermediates(state)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", c.Snapshot, err)
+	}
+	for _, in := range inters {
+		cert, err := x509.ParseCertificate(in.GetDer())
+		if err == nil && cert.CheckSignatureFrom(root) == nil {
+			return "intermediate " + in.GetSerial() + " (of " + in.GetJournalId() + "), signed by the root", nil
+		}
+	}
+	if len(inters) == 0 {
+		return "", fmt.Errorf("%w: %s records no root fingerprint (written by pact %s, before snapshots did) and holds no journal intermediate, so nothing shows it was taken under --root-cert %s (fingerprint %s); take a new snapshot with pact journal snapshot save from a journal of this version, whose header records the root",
+			ErrWrongRoot, c.Snapshot, orUnknownVersion(h.GetVersion()), c.RootCertFile, have)
+	}
+	return "", fmt.Errorf("%w: %s records no root fingerprint (written by pact %s, before snapshots did), and none of its %d journal intermediates is signed by --root-cert %s (fingerprint %s): it was taken under another root of domain %s; %s",
+		ErrWrongRoot, c.Snapshot, orUnknownVersion(h.GetVersion()), len(inters), c.RootCertFile, have, h.GetDomain(), advice)
+}
+
+func orUnknownVersion(v string) string {
+	if v == "" {
+		return "of an unknown version"
+	}
+	return v
 }
 
 // checkEmptyRaft refuses a data directory that already holds Raft state

@@ -3,6 +3,7 @@ package journal_test
 import (
 	"bufio"
 	"crypto/rand"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/journal"
+	"github.com/pact-hpc/pact/journal/ca"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -48,6 +51,14 @@ func BenchmarkBackup100kActive(b *testing.B) {
 			Cert: &pactv1.CertificateInfo{Serial: fmt.Sprintf("%032x", i+1), SpkiSha256: fmt.Sprintf("%064x", i+1), NotBeforeUnix: at.Unix(), NotAfterUnix: at.Add(72 * time.Hour).Unix(), IssuerSerial: "0123456789abcdef0123456789abcdef", Der: der}}}})
 	}
 	dir := b.TempDir()
+	if _, err := ca.InitDev(dir, "pact.local", at); err != nil {
+		b.Fatal(err)
+	}
+	_, roots, err := pki.LoadCertPool(filepath.Join(dir, ca.RootCertFile))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rootSum := sha256.Sum256(roots[0].Raw)
 	b.ResetTimer()
 	for i := range b.N {
 		file := filepath.Join(dir, fmt.Sprintf("s%d.snap", i))
@@ -61,7 +72,7 @@ func BenchmarkBackup100kActive(b *testing.B) {
 			b.Fatal(err)
 		}
 		w := bufio.NewWriterSize(f, 1<<20)
-		if err := raftfsm.WriteSnapshotFile(w, &pactv1.SnapshotHeader{Domain: "pact.local", Index: idx, Term: 1, Nodes: uint64(nodes)}, state); err != nil {
+		if err := raftfsm.WriteSnapshotFile(w, &pactv1.SnapshotHeader{Domain: "pact.local", RootSha256: rootSum[:], Index: idx, Term: 1, Nodes: uint64(nodes)}, state); err != nil {
 			b.Fatal(err)
 		}
 		if err := w.Flush(); err != nil {
@@ -74,7 +85,7 @@ func BenchmarkBackup100kActive(b *testing.B) {
 		save := time.Since(began)
 		began = time.Now()
 		res, err := journal.Restore(journal.RestoreConfig{Snapshot: file, DataDir: filepath.Join(dir, fmt.Sprintf("r%d", i)), NodeID: "r1",
-			InitialCluster: []journal.Peer{{ID: "r1", RaftAddr: "127.0.0.1:1"}}, Domain: "pact.local"})
+			InitialCluster: []journal.Peer{{ID: "r1", RaftAddr: "127.0.0.1:1"}}, RootCertFile: filepath.Join(dir, ca.RootCertFile)})
 		if err != nil || res.Nodes != n {
 			b.Fatalf("restore: %d nodes, %v", res.Nodes, err)
 		}

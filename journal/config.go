@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -258,13 +257,27 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("journal: a data directory is required (--data-dir)"))
 	}
-	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
-		errs = append(errs, fmt.Errorf("journal: listen address %q: %w", c.ListenAddr, err))
-	}
-	if c.RaftListen != "" {
-		if _, _, err := net.SplitHostPort(c.RaftListen); err != nil {
-			errs = append(errs, fmt.Errorf("journal: raft listen address %q: %w", c.RaftListen, err))
+	addr := func(setting, a string, dialed bool) {
+		if err := checkAddr(setting, a, dialed); err != nil {
+			errs = append(errs, err)
 		}
+	}
+	addr("--listen", c.ListenAddr, false)
+	for _, a := range []struct {
+		setting, addr string
+		dialed        bool
+	}{
+		{"--raft-listen", c.RaftListen, false},
+		{"--advertise", c.AdvertiseGRPC, true},
+		{"--advertise-raft", c.AdvertiseRaft, true},
+		{"--metrics-listen", c.MetricsListen, false},
+	} {
+		if a.addr != "" {
+			addr(a.setting, a.addr, a.dialed)
+		}
+	}
+	for _, p := range c.InitialCluster {
+		addr("--initial-cluster "+p.ID, p.RaftAddr, true)
 	}
 	if c.RaftListen == "" && (len(c.InitialCluster) > 0 || c.Join) {
 		errs = append(errs, errors.New("journal: --initial-cluster and --join need --raft-listen"))

@@ -189,7 +189,7 @@ func NewContext(ctx context.Context, cfg Config) (*Journal, error) {
 	upstream, err := ca.LoadKeyFileAuthority(cfg.rootCertFile(), cfg.rootKeyFile())
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) && !cfg.Dev {
-			return nil, fmt.Errorf("%w (start with --dev to create a development root in %s)", err, cfg.DataDir)
+			return nil, fmt.Errorf("%w: %s", err, productionRoot)
 		}
 		return nil, err
 	}
@@ -484,7 +484,8 @@ func (j *Journal) Start(ctx context.Context) error {
 	inter := j.ca.Intermediate()
 	j.log.Info("journal serving", logkey.Addr, lis.Addr().String(),
 		"nodes", len(j.fsm.Nodes(raftfsm.Filter{})),
-		logkey.IssuerSerial, pki.SerialHex(inter.SerialNumber), logkey.NotAfter, inter.NotAfter.UTC().Format(time.RFC3339))
+		logkey.IssuerSerial, pki.SerialHex(inter.SerialNumber), logkey.NotAfter, inter.NotAfter.UTC().Format(time.RFC3339),
+		logkey.RootSHA256, pki.CertFingerprint(j.ca.Root()))
 	return nil
 }
 

@@ -117,6 +117,8 @@ func ReadSnapshotHeader(r io.Reader) (*pactv1.SnapshotHeader, error) {
 		return nil, fmt.Errorf("%w: state of %d bytes (at most %d)", ErrSnapshotCorrupt, h.GetSize(), uint64(MaxSnapshotSize))
 	case h.GetDomain() == "":
 		return nil, fmt.Errorf("%w: header names no domain", ErrSnapshotCorrupt)
+	case len(h.GetRootSha256()) != 0 && len(h.GetRootSha256()) != sha256.Size:
+		return nil, fmt.Errorf("%w: header's root fingerprint is %d bytes, not a SHA-256", ErrSnapshotCorrupt, len(h.GetRootSha256()))
 	}
 	return h, nil
 }
@@ -194,4 +196,20 @@ func CountSnapshot(state []byte) (SnapshotCounts, error) {
 		return SnapshotCounts{}, fmt.Errorf("%w: %v", ErrSnapshotCorrupt, err)
 	}
 	return c, nil
+}
+
+// SnapshotIntermediates returns the journal intermediates state (either
+// format) holds, retired ones included.
+func SnapshotIntermediates(state []byte) ([]*pactv1.Intermediate, error) {
+	var out []*pactv1.Intermediate
+	err := walkState(bytes.NewReader(state), func(rec *pactv1.SnapshotRecord) error {
+		if r, ok := rec.GetRecord().(*pactv1.SnapshotRecord_Intermediate); ok {
+			out = append(out, r.Intermediate)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSnapshotCorrupt, err)
+	}
+	return out, nil
 }

@@ -11,7 +11,7 @@ N=3
 
 up() {
   mkdir -p "$DIR"
-  "$BIN/pact-journal" init --dir "$DIR" >/dev/null
+  "$BIN/pact-journal" init --dir "$DIR" --domain pact.local >/dev/null
   local peers="" grpc=""
   for i in $(seq 1 $N); do
     peers="${peers:+$peers,}j$i=127.0.0.1:$((7500 + i))"

@@ -7,7 +7,7 @@ COMPOSE=${COMPOSE:-docker-compose}
 
 up() {
   mkdir -p "$DIR/pki" "$DIR/j1" "$DIR/j2" "$DIR/j3"
-  "$BIN/pact-journal" init --dir "$DIR/pki" >/dev/null
+  "$BIN/pact-journal" init --dir "$DIR/pki" --domain pact.local >/dev/null
   $COMPOSE up -d
   for _ in $(seq 1 150); do
     n=$($COMPOSE logs 2>/dev/null | grep -c 'journal serving' || true)

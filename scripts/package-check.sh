@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # make package-check: install the .deb into a fresh Debian root built with
 # mmdebstrap from Debian's own packages (no container image), run the
-# installed binaries' --version and check the installed units, then remove
+# installed binaries' --version, --check-config the installed example
+# files (the journal's fails until a root is installed, then passes as
+# user pact) and check the installed units, then remove
 # and purge the package and check nothing of it is left. Needs root (for
 # chroot) or mmdebstrap's unshare mode, and network access to the Debian
 # mirror. SUITE and MIRROR may be overridden.
@@ -30,11 +32,25 @@ for b in pact-journal pact-agent pact; do
 	printf '%s --version: ' "$b"
 	in_root "/usr/bin/$b" --version
 done
-echo "== the installed example configuration files, through the installed binaries"
-in_root /usr/bin/pact-journal --config /etc/pact/journal.yaml --check-config
-in_root /usr/bin/pact-agent --config /etc/pact/agent.yaml --check-config
 in_root getent passwd pact >/dev/null || { echo "package-check: postinst did not create user pact" >&2; exit 1; }
 echo "user pact: $(in_root getent passwd pact)"
+echo "== the installed example configuration files, through the installed binaries"
+# Before a root is installed, the journal's file must not check out: the
+# journal could not start with it (exit 2, naming the missing root files).
+if out=$(in_root /usr/bin/pact-journal --config /etc/pact/journal.yaml --check-config 2>&1); then
+	echo "package-check: --check-config called journal.yaml valid without /etc/pact/ca.pem:" >&2; echo "$out" >&2; exit 1
+fi
+case $out in *"the domain root is missing"*"/etc/pact/ca.pem"*) ;; *) echo "package-check: unexpected --check-config answer without a root:" >&2; echo "$out" >&2; exit 1 ;; esac
+echo "without a root, as expected: $out"
+# The root installed as journal.yaml's comment says, the data directory
+# as the unit's StateDirectory makes it; checked as the journal's user.
+in_root /usr/bin/pact-journal init --dir /tmp/pki --domain package-check.example
+in_root install -o pact -g pact -m 0644 /tmp/pki/ca.pem /etc/pact/ca.pem
+in_root install -o pact -g pact -m 0600 /tmp/pki/ca-key.pem /etc/pact/ca-key.pem
+in_root install -d -o pact -g pact -m 0700 /var/lib/pact-journal
+in_root runuser -u pact -- /usr/bin/pact-journal --config /etc/pact/journal.yaml --check-config
+in_root rm -rf /etc/pact/ca.pem /etc/pact/ca-key.pem /var/lib/pact-journal /tmp/pki
+in_root /usr/bin/pact-agent --config /etc/pact/agent.yaml --check-config
 echo "== systemd-analyze verify (the installed units, the installed binaries)"
 mount -t proc proc "$root/proc"
 out=$(in_root systemd-analyze verify /usr/lib/systemd/system/pact-journal.service /usr/lib/systemd/system/pact-agent.service 2>&1 || true)

@@ -88,7 +88,7 @@ func NewDockerQuorum(cfg DockerConfig) (*DockerQuorum, error) {
 	if err := os.MkdirAll(pkiDir, 0o755); err != nil {
 		return nil, err
 	}
-	if out, err := exec.Command(filepath.Join(cfg.Bin, "pact-journal"), "init", "--dir", pkiDir).CombinedOutput(); err != nil {
+	if out, err := exec.Command(filepath.Join(cfg.Bin, "pact-journal"), "init", "--dir", pkiDir, "--domain", "pact.local").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("pact-journal init: %w\n%s", err, out)
 	}
 	q := &DockerQuorum{cfg: cfg, network: fmt.Sprintf("pactchaos-%d", os.Getpid()), served: make([]int, cfg.N), cut: map[[2]int]bool{}}

@@ -66,7 +66,7 @@ type procJournal struct {
 // start) the journals.
 func NewProcQuorum(cfg ProcConfig) (*ProcQuorum, error) {
 	journal := filepath.Join(cfg.Bin, "pact-journal")
-	if out, err := exec.Command(journal, "init", "--dir", cfg.Dir).CombinedOutput(); err != nil {
+	if out, err := exec.Command(journal, "init", "--dir", cfg.Dir, "--domain", "pact.local").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("pact-journal init: %w\n%s", err, out)
 	}
 	q := &ProcQuorum{cfg: cfg}

@@ -26,4 +26,6 @@ const (
 	Index        = "index"
 	Duration     = "duration"
 	SPIFFEID     = "spiffe_id"
+	// RootSHA256 is a domain root's fingerprint (pki.CertFingerprint).
+	RootSHA256 = "root_sha256"
 )

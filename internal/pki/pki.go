@@ -131,6 +131,26 @@ func SPKIFingerprintRaw(spki []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// CertFingerprint is the SHA-256 of a certificate's DER, written as
+// openssl x509 -noout -fingerprint -sha256 writes it (upper-case hex
+// pairs joined by colons), so an operator can compare the two by eye.
+func CertFingerprint(cert *x509.Certificate) string {
+	sum := sha256.Sum256(cert.Raw)
+	return FormatFingerprint(sum[:])
+}
+
+// FormatFingerprint writes a digest as CertFingerprint does.
+func FormatFingerprint(sum []byte) string {
+	var b strings.Builder
+	for i, c := range sum {
+		if i > 0 {
+			b.WriteByte(':')
+		}
+		fmt.Fprintf(&b, "%02X", c)
+	}
+	return b.String()
+}
+
 // EncodeCertsPEM encodes DER certificates as concatenated PEM.
 func EncodeCertsPEM(ders ...[]byte) []byte {
 	var out []byte

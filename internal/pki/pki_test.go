@@ -65,3 +65,14 @@ func TestNewSerialIs128Bit(t *testing.T) {
 		seen[h] = true
 	}
 }
+
+// CertFingerprint writes the SHA-256 of the DER as openssl x509
+// -fingerprint -sha256 does, so an operator can compare the two.
+func TestCertFingerprint(t *testing.T) {
+	cert := &x509.Certificate{Raw: []byte("abc")}
+	// SHA-256("abc"), FIPS 180-2's example.
+	want := "BA:78:16:BF:8F:01:CF:EA:41:41:40:DE:5D:AE:22:23:B0:03:61:A3:96:17:7A:9C:B4:10:FF:61:F2:00:15:AD"
+	if got := CertFingerprint(cert); got != want {
+		t.Errorf("CertFingerprint = %s, want %s", got, want)
+	}
+}

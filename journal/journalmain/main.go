@@ -18,6 +18,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/cmdutil"
+	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/sdnotify"
 	"github.com/pact-hpc/pact/internal/settings"
 	"github.com/pact-hpc/pact/internal/version"
@@ -31,7 +32,7 @@ the revocation set and a local CA that signs node agents' certificates.
 
 Usage:
   pact-journal [--config FILE] [flags]   run a journal
-  pact-journal init --dir DIR            create a domain root and a platform-admin credential
+  pact-journal init --dir DIR --domain D create a domain root and a platform-admin credential
   pact-journal admin issue [flags]       issue an operator credential from the root
   pact-journal restore [flags]           seed a journal of a new quorum from a snapshot file
   pact-journal recover [flags]           make a survivor of a lost majority a new quorum
@@ -41,8 +42,9 @@ Quick start (one development journal, state in ./.pact):
   pact-journal --dev --data-dir ./.pact --listen 127.0.0.1:7443
 
 A quorum of three (run each line on its own host; the root from init is
-copied to every journal host, key mode 0600):
-  pact-journal init --dir /etc/pact --domain site.example
+copied to every journal host, key mode 0600; --domain names the site's
+domain and init prints the root's SHA-256 fingerprint: record it):
+  pact-journal init --dir /etc/pact --domain hpc.example.org
   pact-journal --node-id j1 --data-dir /var/lib/pact --listen 10.0.0.1:7443 \
       --raft-listen 10.0.0.1:7500 --root-cert /etc/pact/ca.pem --root-key /etc/pact/ca-key.pem \
       --initial-cluster j1=10.0.0.1:7500,j2=10.0.0.2:7500,j3=10.0.0.3:7500
@@ -65,6 +67,14 @@ A flag wins over its variable, which wins over the file. An unknown key or
 a bad value anywhere is reported with its line, all at once, and nothing
 starts. The packages install an example, /etc/pact/journal.yaml
 (docs/configuration.md).
+
+Before a start (and before a restart after an edit), as the journal's user:
+  pact-journal --config /etc/pact/journal.yaml --check-config
+checks the settings and what they name on disk without starting: the root
+certificate and key (present, readable, a pair, the key mode 0600), the
+data directory (writable or creatable, not removed), every address, the
+SPIRE bundle and the audit log; every problem at once, each saying what to
+do (exit 2). A start makes the same checks first and exits 2 on them.
 
 As a service: the packages install pact-journal.service (Type=notify:
 READY=1 once serving) reading /etc/pact/journal.yaml, with overrides in
@@ -174,7 +184,7 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	fs := newFlagSet(s)
 	fs.SetOutput(stderr)
 	showVersion := fs.Bool("version", false, "print pact-journal's version and exit")
-	check := fs.Bool("check-config", false, "check the settings (file, environment and flags) and exit: 0 if pact-journal would start with them; 2, with every problem, if not")
+	check := fs.Bool("check-config", false, "check the settings (file, environment and flags) and what they name on disk (root certificate and key, data directory, SPIRE bundle, audit log) without starting, and exit: 0 if pact-journal would start with them; 2, with every problem, if not")
 	cmdutil.SetUsage(fs, s, journalUsage)
 	if code, ok := cmdutil.Parse(s, fs, args, env); !ok {
 		return code
@@ -192,12 +202,26 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	if chaosClock != nil {
 		cfg.Clock = chaosClock(cfg.Clock, cfg.NodeID, logger)
 	}
-	if err := cfg.Validate(); err != nil {
+	// What a start would meet on disk is checked with the settings, so a
+	// missing root or an unwritable data directory is a configuration
+	// problem (exit 2, which the unit does not restart), reported with
+	// every other at once, before anything is created.
+	problems, notes := splitPreflight(cfg.Preflight())
+	if err := errors.Join(cfg.Validate(), problems); err != nil {
 		cmdutil.ReportProblems(stderr, "pact-journal", err)
+		if errors.Is(err, journal.ErrRemoved) {
+			return ExitRemoved
+		}
 		return 2
 	}
 	if *check {
-		fmt.Fprintln(stdout, "pact-journal: the settings are valid")
+		for _, n := range notes {
+			fmt.Fprintf(stdout, "pact-journal: note: %v\n", n)
+		}
+		if os.Geteuid() == 0 && !cfg.Dev {
+			fmt.Fprintln(stdout, "pact-journal: note: checked as root, who reads every file: run the check as the journal's user (sudo -u pact ...) to know that it can read them")
+		}
+		fmt.Fprintln(stdout, "pact-journal: the settings are valid, and the files and directories they name are usable")
 		return 0
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -244,7 +268,7 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if cfg.Dev {
-		printDevBanner(stdout, cfg, j.Addr(), j.Domain())
+		printDevBanner(stdout, cfg, j.Addr(), j.Domain(), pki.CertFingerprint(j.Root()))
 	}
 	notify := sdnotify.FromEnv()
 	if err := notify.Notify(sdnotify.Ready, "STATUS=serving on "+j.Addr()); err != nil {
@@ -278,6 +302,40 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 		}
 	}
 	return code
+}
+
+// splitPreflight separates what only a running journal causes (its data
+// directory in use: a restart stops it first) from the problems a start
+// would fail on. A start meets the former in New, and says so.
+func splitPreflight(err error) (problems error, notes []error) {
+	if err == nil {
+		return nil, nil
+	}
+	var errs []error
+	parts := []error{err}
+	for len(parts) > 0 {
+		e := parts[0]
+		parts = parts[1:]
+		// Into errors.Join only, as cmdutil.ReportProblems.
+		if j, ok := e.(interface{ Unwrap() []error }); ok && isJoin(e, j.Unwrap()) {
+			parts = append(j.Unwrap(), parts...)
+			continue
+		}
+		if errors.Is(e, journal.ErrDataDirInUse) {
+			notes = append(notes, e)
+		} else {
+			errs = append(errs, e)
+		}
+	}
+	return errors.Join(errs...), notes
+}
+
+func isJoin(e error, parts []error) bool {
+	texts := make([]string, len(parts))
+	for i, p := range parts {
+		texts[i] = p.Error()
+	}
+	return len(parts) > 0 && e.Error() == strings.Join(texts, "\n")
 }
 
 // Exit codes of pact-journal (docs/exit-codes.md).
@@ -401,13 +459,15 @@ func writeNew(path string, data []byte, mode os.FileMode) error {
 }
 
 // printDevBanner tells a first-time user exactly what to type next.
-func printDevBanner(w io.Writer, cfg journal.Config, addr, domain string) {
+func printDevBanner(w io.Writer, cfg journal.Config, addr, domain, rootFP string) {
 	dir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		dir = cfg.DataDir
 	}
 	fmt.Fprintf(w, `
 pact dev journal %s is serving on %s (domain %s, state in %s).
+Its root was made for it alone (SHA-256 fingerprint %s);
+another --dev journal's %s is another domain.
 
 In another terminal, point the CLI at it:
 
@@ -423,7 +483,7 @@ Register a node by its hardware identity, start an agent for it, and look:
   bin/pact node inspect node-001
 
 Stop with Ctrl-C; the registry stays in %s.
-`, cfg.NodeID, addr, domain, dir,
+`, cfg.NodeID, addr, domain, dir, rootFP, domain,
 		addr, filepath.Join(dir, ca.RootCertFile), filepath.Join(dir, ca.AdminCertFile), filepath.Join(dir, ca.AdminKeyFile),
 		addr, filepath.Join(dir, ca.RootCertFile), dir)
 }
@@ -431,12 +491,21 @@ Stop with Ctrl-C; the registry stays in %s.
 const initUsage = `pact-journal init creates a domain root CA and a platform-admin credential.
 
 Usage:
-  pact-journal init --dir DIR [--domain DOMAIN]
+  pact-journal init --dir DIR --domain DOMAIN
 
 It writes DIR/ca.pem (give it to every node image and operator),
 DIR/ca-key.pem (mode 0600: every journal host needs it to sign its
-intermediate; guard it), DIR/admin.pem and DIR/admin-key.pem. It never
-overwrites an existing root.
+intermediate; guard it), DIR/admin.pem and DIR/admin-key.pem, and prints
+the root's SHA-256 fingerprint. It never overwrites an existing root.
+
+--domain is the domain's name: the SPIFFE trust domain every journal,
+agent and operator certificate of the site carries, e.g. hpc.example.org
+(a DNS name the site owns; it cannot change later). There is no default:
+each root is a domain of its own, and giving two the same name only makes
+them look alike. What tells roots apart is the fingerprint: record it with
+the site's backups (pact-journal restore takes a snapshot only under the
+root it was taken under; openssl x509 -noout -fingerprint -sha256 -in
+DIR/ca.pem prints it again).
 
 Flags:
 `
@@ -446,27 +515,51 @@ func initMain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, initUsage); fs.PrintDefaults() }
 	dir := fs.String("dir", "", "directory for the root and admin credential")
-	domain := fs.String("domain", "pact.local", "domain id (the SPIFFE trust domain)")
+	domain := fs.String("domain", "", "the domain's name, required: the SPIFFE trust domain of the site, e.g. hpc.example.org")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
+	var missing []string
 	if *dir == "" {
-		fmt.Fprintln(stderr, "pact-journal init: --dir is required (see --help)")
+		missing = append(missing, "--dir is required: the directory for the root and the admin credential")
+	}
+	if *domain == "" {
+		missing = append(missing, "--domain is required: name the domain after the site, e.g. --domain hpc.example.org (every certificate carries it and it cannot change later; see --help)")
+	}
+	if *domain != "" {
+		if err := pki.ValidateDomain(*domain); err != nil {
+			missing = append(missing, fmt.Sprintf("--domain: %v", err))
+		}
+	}
+	if len(missing) > 0 {
+		fmt.Fprintf(stderr, "pact-journal init: %s\n", strings.Join(missing, "\n  "))
 		return 2
 	}
+	rootPath := filepath.Join(*dir, ca.RootCertFile)
 	created, err := ca.InitDev(*dir, *domain, time.Now())
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal init: %v\n", err)
 		return 1
 	}
+	auth, err := ca.LoadKeyFileAuthority(rootPath, filepath.Join(*dir, ca.RootKeyFile))
+	if err != nil {
+		fmt.Fprintf(stderr, "pact-journal init: %v\n", err)
+		return 1
+	}
+	have, _ := ca.DomainOf(auth.Root())
+	fp := pki.CertFingerprint(auth.Root())
 	if !created {
-		fmt.Fprintf(stdout, "%s already holds a root; nothing changed\n", filepath.Join(*dir, ca.RootCertFile))
+		if have != *domain {
+			fmt.Fprintf(stderr, "pact-journal init: %s already holds the root of domain %s (SHA-256 fingerprint %s), not %s; nothing changed: give another --dir for a new root\n", rootPath, have, fp, *domain)
+			return 1
+		}
+		fmt.Fprintf(stdout, "%s already holds the root of domain %s (SHA-256 fingerprint %s); nothing changed\n", rootPath, have, fp)
 		return 0
 	}
-	fmt.Fprintf(stdout, "created domain %s: root %s (key %s, mode 0600), admin credential %s\n", *domain,
-		filepath.Join(*dir, ca.RootCertFile), filepath.Join(*dir, ca.RootKeyFile), filepath.Join(*dir, ca.AdminCertFile))
+	fmt.Fprintf(stdout, "created domain %s: root %s (key %s, mode 0600), admin credential %s\nroot SHA-256 fingerprint %s\n(record it with the site's backups: pact-journal restore takes a snapshot only under this root)\n", *domain,
+		rootPath, filepath.Join(*dir, ca.RootKeyFile), filepath.Join(*dir, ca.AdminCertFile), fp)
 	return 0
 }

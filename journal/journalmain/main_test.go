@@ -8,11 +8,16 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"go.etcd.io/bbolt"
 
 	"github.com/pact-hpc/pact/internal/cmdutil"
+	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/settings"
 	"github.com/pact-hpc/pact/internal/settings/settingstest"
 	"github.com/pact-hpc/pact/journal"
+	"github.com/pact-hpc/pact/journal/ca"
 )
 
 func envOf(m map[string]string) settings.Env {
@@ -88,6 +93,9 @@ func runWith(t *testing.T, file string, env map[string]string, args ...string) (
 
 func TestCheckConfig(t *testing.T) {
 	dir := t.TempDir()
+	if _, err := ca.InitDev(dir, "site.example", time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	good := "data-dir: " + dir + "\nnode-id: j7\n"
 	for _, tt := range []struct {
 		name     string
@@ -97,7 +105,7 @@ func TestCheckConfig(t *testing.T) {
 		code     int
 		contains []string
 	}{
-		{"good file", good, nil, nil, 0, []string{"the settings are valid"}},
+		{"good file", good, nil, nil, 0, []string{"the settings are valid, and the files and directories they name are usable"}},
 		{"file, env and flag problems at once", good + "raft-listen: x\nlisten_addr: y\nheartbeat-timeout: 5 min\n",
 			map[string]string{"PACT_MAX_CONNS": "lots"}, []string{"--cert-lifetime", "3d"}, 2, []string{
 				"4 configuration problems; nothing was started",
@@ -151,5 +159,205 @@ func TestLibraryParsesNoFlags(t *testing.T) {
 		if slices.Contains(pkg.Imports, forbidden) {
 			t.Errorf("package journal imports %s; flag parsing belongs in journal/journalmain", forbidden)
 		}
+	}
+}
+
+// init names no domain on its own: a root made without --domain would be
+// one more pact.local. It prints the root's fingerprint, the one thing
+// that tells two roots apart, and never changes an existing root.
+func TestInitNeedsADomain(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		name     string
+		args     []string
+		code     int
+		contains []string
+	}{
+		{"no flags", nil, 2, []string{"--dir is required", "--domain is required: name the domain after the site"}},
+		{"no domain", []string{"--dir", dir}, 2, []string{"--domain is required"}},
+		{"bad domain", []string{"--dir", dir, "--domain", "Site Example"}, 2, []string{"--domain: ", "lower-case"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := run(append([]string{"init"}, tt.args...), envOf(nil), &out, &errb); code != tt.code {
+				t.Fatalf("exit %d, want %d\n%s%s", code, tt.code, out.String(), errb.String())
+			}
+			for _, want := range tt.contains {
+				if !strings.Contains(errb.String(), want) {
+					t.Errorf("stderr lacks %q:\n%s", want, errb.String())
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dir, ca.RootCertFile)); err == nil {
+				t.Errorf("a refused init wrote %s", ca.RootCertFile)
+			}
+		})
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"init", "--dir", dir, "--domain", "hpc.example.org"}, envOf(nil), &out, &errb); code != 0 {
+		t.Fatalf("init: exit %d\n%s", code, errb.String())
+	}
+	auth, err := ca.LoadKeyFileAuthority(filepath.Join(dir, ca.RootCertFile), filepath.Join(dir, ca.RootKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := pki.CertFingerprint(auth.Root())
+	if !strings.Contains(out.String(), "created domain hpc.example.org") || !strings.Contains(out.String(), "root SHA-256 fingerprint "+fp) {
+		t.Errorf("init's answer lacks the domain or the fingerprint %s:\n%s", fp, out.String())
+	}
+	out.Reset()
+	if code := run([]string{"init", "--dir", dir, "--domain", "hpc.example.org"}, envOf(nil), &out, &errb); code != 0 || !strings.Contains(out.String(), "nothing changed") {
+		t.Errorf("init again: exit %d\n%s", code, out.String())
+	}
+	errb.Reset()
+	if code := run([]string{"init", "--dir", dir, "--domain", "other.example.org"}, envOf(nil), &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), "already holds the root of domain hpc.example.org (SHA-256 fingerprint "+fp+"), not other.example.org") {
+		t.Errorf("init of another domain over a root: exit %d\n%s", code, errb.String())
+	}
+}
+
+// --check-config checks what a start would meet on disk, without
+// starting: the root files, the data directory, the SPIRE bundle and the
+// audit log, and every address. Each problem says what to do, all are
+// reported at once, and a production journal never hears of --dev.
+func TestCheckConfigFiles(t *testing.T) {
+	// newRoot makes a root of its own in a fresh directory.
+	newRoot := func(t *testing.T) string {
+		d := t.TempDir()
+		if _, err := ca.InitDev(d, "site.example", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	write := func(t *testing.T, path, data string, mode os.FileMode) {
+		if err := os.WriteFile(path, []byte(data), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		name string
+		// setup returns the settings (YAML lines) for a journal whose
+		// root is in root and data directory is data (not yet made);
+		// ROOT and DATA in contains stand for the two.
+		setup    func(t *testing.T, root, data string) string
+		code     int
+		contains []string
+		lacks    []string
+	}{
+		{"a production journal with its root", func(t *testing.T, root, data string) string { return "" }, 0,
+			[]string{"the settings are valid"}, nil},
+		{"the root files missing", func(t *testing.T, root, data string) string {
+			return "root-cert: " + filepath.Join(data, "nowhere/ca.pem") + "\nroot-key: " + filepath.Join(data, "nowhere/ca-key.pem") + "\n"
+		}, 2, []string{"1 configuration problem;", "the domain root is missing: neither the root certificate DATA/nowhere/ca.pem",
+			"pact-journal init --dir DIR --domain DOMAIN", "point --root-cert and --root-key at them"}, []string{"--dev"}},
+		{"the root key missing", func(t *testing.T, root, data string) string {
+			return "root-key: " + filepath.Join(root, "none.pem") + "\n"
+		}, 2, []string{"root key ROOT/none.pem does not exist", "pact-journal init --dir DIR --domain DOMAIN"}, []string{"--dev"}},
+		{"a key readable by others", func(t *testing.T, root, data string) string {
+			if err := os.Chmod(filepath.Join(root, ca.RootKeyFile), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return ""
+		}, 2, []string{"has mode 0644, readable by group or others; run: chmod 600 ROOT/ca-key.pem"}, nil},
+		{"a key of another root", func(t *testing.T, root, data string) string {
+			return "root-key: " + filepath.Join(newRoot(t), ca.RootKeyFile) + "\n"
+		}, 2, []string{"does not belong to root certificate ROOT/ca.pem"}, nil},
+		{"a root certificate that is no certificate", func(t *testing.T, root, data string) string {
+			write(t, filepath.Join(root, ca.RootCertFile), "not PEM\n", 0o644)
+			return ""
+		}, 2, []string{"holds no PEM certificate", "give --root-cert the ca.pem pact-journal init made"}, nil},
+		{"a key that is no key", func(t *testing.T, root, data string) string {
+			write(t, filepath.Join(root, ca.RootKeyFile), "not PEM\n", 0o600)
+			return ""
+		}, 2, []string{"holds no PEM block", "point --root-key at the ca-key.pem"}, nil},
+		{"a data directory that is a file", func(t *testing.T, root, data string) string {
+			write(t, data, "", 0o600)
+			return ""
+		}, 2, []string{"data directory DATA is not a directory; choose another --data-dir"}, nil},
+		{"a data directory under a file", func(t *testing.T, root, data string) string {
+			write(t, data, "", 0o600)
+			return "data-dir: " + filepath.Join(data, "sub") + "\n"
+		}, 2, []string{"data directory DATA/sub cannot be created: DATA is not a directory"}, nil},
+		{"a removed journal", func(t *testing.T, root, data string) string {
+			if err := os.MkdirAll(data, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			write(t, filepath.Join(data, journal.RemovedMarker), "removed by admin at 2026-01-01\n", 0o600)
+			return ""
+		}, ExitRemoved, []string{"removed from the quorum: removed by admin", "empty it and add the journal anew"}, nil},
+		{"addresses that do not parse", func(t *testing.T, root, data string) string {
+			return "listen: 10.0.0.1:99999\nraft-listen: 10.0.0.1\nadvertise-raft: :7500\ninitial-cluster: [j1=10.0.0.1:7500, j2=10.0.0.2:0]\nmetrics-listen: localhost:metrics\n"
+		}, 2, []string{"--listen \"10.0.0.1:99999\": port \"99999\" is not a port number",
+			"--raft-listen \"10.0.0.1\": address 10.0.0.1: missing port in address; write it as host:port",
+			"--advertise-raft \":7500\": other journals dial it, so it needs a host",
+			"--initial-cluster j2 \"10.0.0.2:0\": other journals dial it",
+			"--metrics-listen \"localhost:metrics\": port \"metrics\" is not a port number"}, nil},
+		{"a SPIRE bundle and an audit log that cannot be", func(t *testing.T, root, data string) string {
+			return "spire-bundle: " + filepath.Join(root, "spire.pem") + "\naudit-log: " + filepath.Join(root, "no/such/dir/audit.jsonl") + "\n"
+		}, 2, []string{"--spire-bundle: ", "spire-server bundle show", "--audit-log ROOT/no/such/dir/audit.jsonl cannot be created"}, nil},
+		{"every problem at once", func(t *testing.T, root, data string) string {
+			if err := os.Chmod(filepath.Join(root, ca.RootKeyFile), 0o640); err != nil {
+				t.Fatal(err)
+			}
+			write(t, data, "", 0o600)
+			return "listen: nowhere\ncert-lifetime: 1m\n"
+		}, 2, []string{"4 configuration problems; nothing was started", "shorter than 10m", "--listen \"nowhere\"", "has mode 0640", "is not a directory"}, nil},
+		{"a data directory a running journal holds", func(t *testing.T, root, data string) string {
+			if err := os.MkdirAll(data, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			db, err := bbolt.Open(filepath.Join(data, "raft.db"), 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			return ""
+		}, 0, []string{"note: journal: data directory in use by a running pact-journal", "a start now would fail until that journal stops", "the settings are valid"}, nil},
+		{"--dev makes its root", func(t *testing.T, root, data string) string {
+			return "dev: true\nroot-cert: \"\"\nroot-key: \"\"\n"
+		}, 0, []string{"the settings are valid"}, nil},
+		{"--dev with a root key given that is missing", func(t *testing.T, root, data string) string {
+			return "dev: true\nroot-cert: \"\"\nroot-key: " + filepath.Join(root, "none.pem") + "\n"
+		}, 2, []string{"root key ROOT/none.pem does not exist; remove --root-key to have --dev make a development root"}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			root := newRoot(t)
+			data := filepath.Join(t.TempDir(), "data")
+			file := "node-id: j1\ndata-dir: " + data + "\nroot-cert: " + filepath.Join(root, ca.RootCertFile) + "\nroot-key: " + filepath.Join(root, ca.RootKeyFile) + "\n"
+			extra := tt.setup(t, root, data)
+			// Later keys would be duplicates: the case's settings replace the
+			// defaults above by name.
+			lines := map[string]bool{}
+			for _, l := range strings.Split(extra, "\n") {
+				if k, _, ok := strings.Cut(l, ":"); ok {
+					lines[k] = true
+				}
+			}
+			var kept []string
+			for _, l := range strings.Split(file, "\n") {
+				if k, _, ok := strings.Cut(l, ":"); ok && !lines[k] {
+					kept = append(kept, l)
+				}
+			}
+			code, out, errOut := runWith(t, strings.Join(kept, "\n")+"\n"+extra, nil, "--check-config")
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d\nstdout %s\nstderr %s", code, tt.code, out, errOut)
+			}
+			for _, want := range tt.contains {
+				want = strings.NewReplacer("ROOT", root, "DATA", data).Replace(want)
+				if !strings.Contains(out+errOut, want) {
+					t.Errorf("output lacks %q:\n%s%s", want, out, errOut)
+				}
+			}
+			for _, not := range tt.lacks {
+				if strings.Contains(out+errOut, not) {
+					t.Errorf("output says %q:\n%s%s", not, out, errOut)
+				}
+			}
+			if tt.name != "a data directory a running journal holds" && tt.name != "a removed journal" {
+				if _, err := os.Stat(filepath.Join(data, "raft.db")); err == nil {
+					t.Errorf("--check-config created %s", filepath.Join(data, "raft.db"))
+				}
+			}
+		})
 	}
 }

@@ -25,8 +25,11 @@ Usage:
 
 The file is checked completely before anything is written: its format
 version, size and SHA-256, that its registry decodes and keeps its rules,
-and that its domain is the domain of --root-cert. A data directory that
-already holds Raft state is refused.
+and that it was taken under the very root given as --root-cert: the SHA-256
+fingerprint its header records must be that of --root-cert (a file from a
+version that recorded none must hold an intermediate --root-cert signed).
+The same domain name is not enough: two roots made apart are two domains.
+A data directory that already holds Raft state is refused.
 
 The restored quorum is a new quorum with a new quorum id (printed; the
 same on every journal restored with the same file and --initial-cluster):
@@ -38,7 +41,8 @@ serials. Agents whose certificate is newer than the snapshot re-enroll on
 their own (docs/quorum.md, "Backup and restore").
 
 Exit codes: 0 restored; 1 the file or the directory refused (the message
-says why); 2 bad flags.
+says why; nothing was written); 2 bad flags, or a --root-cert that cannot
+be read.
 
 Flags:
 `
@@ -52,7 +56,7 @@ func restoreMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.DataDir, "data-dir", "", "the new journal's data directory (empty or absent)")
 	fs.StringVar(&c.NodeID, "node-id", "", "this journal's id in the new quorum")
 	initial := fs.String("initial-cluster", "", "every voter of the new quorum as id=raft-host:port,...; the same on every journal")
-	rootCert := fs.String("root-cert", "", "the domain root certificate the journal will run with (default DATA_DIR/ca.pem); the snapshot must be of its domain")
+	fs.StringVar(&c.RootCertFile, "root-cert", "", "the domain root certificate the journal will run with (default DATA_DIR/ca.pem); the snapshot must have been taken under this root")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -65,32 +69,26 @@ func restoreMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	c.InitialCluster = peers
+	if c.RootCertFile == "" && c.DataDir != "" {
+		c.RootCertFile = filepath.Join(c.DataDir, ca.RootCertFile)
+	}
 	if err := c.Validate(); err != nil {
 		fmt.Fprintf(stderr, "pact-journal restore: %v\n(see pact-journal restore --help)\n", err)
-		return 2
-	}
-	if *rootCert == "" {
-		*rootCert = filepath.Join(c.DataDir, ca.RootCertFile)
-	}
-	_, certs, err := pki.LoadCertPool(*rootCert)
-	if err != nil || len(certs) == 0 {
-		fmt.Fprintf(stderr, "pact-journal restore: --root-cert %s: %v; give the domain root the journal will run with\n", *rootCert, err)
-		return 2
-	}
-	if c.Domain, err = ca.DomainOf(certs[0]); err != nil {
-		fmt.Fprintf(stderr, "pact-journal restore: --root-cert %s: %v\n", *rootCert, err)
 		return 2
 	}
 	res, err := journal.Restore(c)
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal restore: %v\nnothing was written to %s\n", err, c.DataDir)
+		if errors.Is(err, journal.ErrRootCert) {
+			return 2
+		}
 		return 1
 	}
 	h := res.Header
 	fmt.Fprintf(stdout, "new quorum id %s (the snapshot's quorum was %s)\n", res.QuorumID, quorumOrNone(h.GetQuorumId()))
-	fmt.Fprintf(stdout, "restored %d nodes of domain %s (index %d, term %d, taken %s by %s) into %s as journal %s of a new quorum of %d\nnow start pact-journal --node-id %s --data-dir %s with its usual flags\n",
+	fmt.Fprintf(stdout, "restored %d nodes of domain %s (index %d, term %d, taken %s by %s) into %s as journal %s of a new quorum of %d\nroot SHA-256 fingerprint %s, matched by %s\nnow start pact-journal --node-id %s --data-dir %s with its usual flags\n",
 		res.Nodes, h.GetDomain(), h.GetIndex(), h.GetTerm(), time.Unix(0, h.GetTakenAtUnixNano()).UTC().Format(time.RFC3339), h.GetTakenBy(),
-		c.DataDir, c.NodeID, len(c.InitialCluster), c.NodeID, c.DataDir)
+		c.DataDir, c.NodeID, len(c.InitialCluster), res.RootFingerprint, res.RootCheck, c.NodeID, c.DataDir)
 	return 0
 }
 

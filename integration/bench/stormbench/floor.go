@@ -457,7 +457,7 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 		f.floorClient = "pact"
 	}
 	logf("machine: %d CPUs (GOMAXPROCS %d), %s/%s, %s; working directory %s", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version(), dir)
-	if b, err := exec.Command(filepath.Join(f.bin, "pact-journal"), "init", "--dir", dir).CombinedOutput(); err != nil {
+	if b, err := exec.Command(filepath.Join(f.bin, "pact-journal"), "init", "--dir", dir, "--domain", "pact.local").CombinedOutput(); err != nil {
 		return fmt.Errorf("pact-journal init: %w\n%s", err, b)
 	}
 	c, err := startFloorCluster(dir, f.journals, f.keyExchange, strings.Fields(f.journalArgs), strings.Fields(f.journalEnv))

@@ -533,7 +533,7 @@ func fsmScale(nodes []benchNode, dir string) (reg, act fsmScaleResult, err error
 		return reg, act, err
 	}
 	logf("active: FSM %.0f B/node live heap; snapshot %d bytes in %.3fs, restore %.3fs", act.live, act.size, act.snap.Seconds(), act.restore.Seconds())
-	if act.backupSize, act.backupSave, act.backupRestore, err = backupRestore(fsm, filepath.Join(filepath.Dir(dir), "backup"), len(nodes)); err != nil {
+	if act.backupSize, act.backupSave, act.backupRestore, err = backupRestore(fsm, filepath.Join(filepath.Dir(dir), "backup"), filepath.Join(filepath.Dir(dir), "ca.pem"), kit.ca.Root().Raw, len(nodes)); err != nil {
 		return reg, act, fmt.Errorf("backup and restore: %w", err)
 	}
 	logf("active: backup file %d bytes saved in %.3fs; pact-journal restore plus the FSM restore of a journal starting from it %.3fs", act.backupSize, act.backupSave.Seconds(), act.backupRestore.Seconds())
@@ -547,7 +547,7 @@ func fsmScale(nodes []benchNode, dir string) (reg, act fsmScaleResult, err error
 // stream to the CLI is left out), then pact-journal restore of the file
 // into a new data directory (read, checksum, full validation, a Raft
 // snapshot written) and the FSM restore a journal starting there does.
-func backupRestore(fsm *raftfsm.FSM, dir string, want int) (int64, time.Duration, time.Duration, error) {
+func backupRestore(fsm *raftfsm.FSM, dir, rootFile string, rootDER []byte, want int) (int64, time.Duration, time.Duration, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, 0, 0, err
 	}
@@ -562,7 +562,8 @@ func backupRestore(fsm *raftfsm.FSM, dir string, want int) (int64, time.Duration
 		return 0, 0, 0, err
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
-	h := &pactv1.SnapshotHeader{Domain: "pact.local", Index: index, Term: 1, TakenAtUnixNano: time.Now().UnixNano(), TakenBy: "bench", Nodes: uint64(nodes)}
+	rootSum := sha256.Sum256(rootDER)
+	h := &pactv1.SnapshotHeader{Domain: "pact.local", RootSha256: rootSum[:], Index: index, Term: 1, TakenAtUnixNano: time.Now().UnixNano(), TakenBy: "bench", Nodes: uint64(nodes)}
 	if err := raftfsm.WriteSnapshotFile(bw, h, state); err != nil {
 		f.Close()
 		return 0, 0, 0, err
@@ -584,7 +585,7 @@ func backupRestore(fsm *raftfsm.FSM, dir string, want int) (int64, time.Duration
 	began = time.Now()
 	dataDir := filepath.Join(dir, "restored")
 	res, err := journal.Restore(journal.RestoreConfig{Snapshot: file, DataDir: dataDir, NodeID: "r1",
-		InitialCluster: []journal.Peer{{ID: "r1", RaftAddr: "127.0.0.1:1"}}, Domain: "pact.local"})
+		InitialCluster: []journal.Peer{{ID: "r1", RaftAddr: "127.0.0.1:1"}}, RootCertFile: rootFile})
 	if err != nil {
 		return 0, 0, 0, err
 	}

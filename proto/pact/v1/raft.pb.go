@@ -2414,7 +2414,13 @@ type SnapshotHeader struct {
 	Version string `protobuf:"bytes,9,opt,name=version,proto3" json:"version,omitempty"`
 	Nodes   uint64 `protobuf:"varint,10,opt,name=nodes,proto3" json:"nodes,omitempty"`
 	// The quorum the snapshot was taken from ("" for a quorum without one).
-	QuorumId      string `protobuf:"bytes,20,opt,name=quorum_id,json=quorumId,proto3" json:"quorum_id,omitempty"`
+	QuorumId string `protobuf:"bytes,20,opt,name=quorum_id,json=quorumId,proto3" json:"quorum_id,omitempty"`
+	// SHA-256 of the DER of the domain root certificate the quorum ran
+	// with. pact-journal restore refuses the file under any other root,
+	// whatever its domain name. Files written before this field existed
+	// lack it: restore then checks that an intermediate in the file is
+	// signed by the root.
+	RootSha256    []byte `protobuf:"bytes,11,opt,name=root_sha256,json=rootSha256,proto3" json:"root_sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2524,6 +2530,13 @@ func (x *SnapshotHeader) GetQuorumId() string {
 		return x.QuorumId
 	}
 	return ""
+}
+
+func (x *SnapshotHeader) GetRootSha256() []byte {
+	if x != nil {
+		return x.RootSha256
+	}
+	return nil
 }
 
 var File_pact_v1_raft_proto protoreflect.FileDescriptor
@@ -2681,7 +2694,7 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x04cert\x18\x03 \x01(\v2\x18.pact.v1.CertificateInfoR\x04cert\"E\n" +
 	"\x12StandbyActivatedOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
-	"\x06serial\x18\x02 \x01(\tR\x06serial\"\xba\x02\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\"\xdb\x02\n" +
 	"\x0eSnapshotHeader\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x16\n" +
 	"\x06domain\x18\x02 \x01(\tR\x06domain\x12\x14\n" +
@@ -2694,7 +2707,9 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\aversion\x18\t \x01(\tR\aversion\x12\x14\n" +
 	"\x05nodes\x18\n" +
 	" \x01(\x04R\x05nodes\x12\x1b\n" +
-	"\tquorum_id\x18\x14 \x01(\tR\bquorumId*\x89\x04\n" +
+	"\tquorum_id\x18\x14 \x01(\tR\bquorumId\x12\x1f\n" +
+	"\vroot_sha256\x18\v \x01(\fR\n" +
+	"rootSha256*\x89\x04\n" +
 	"\n" +
 	"ApplyError\x12\x1b\n" +
 	"\x17APPLY_ERROR_UNSPECIFIED\x10\x00\x12!\n" +
