@@ -11,13 +11,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/pact-hpc/pact/internal/duration"
 	"github.com/pact-hpc/pact/internal/pki"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -160,20 +160,19 @@ func writeOperatorTable(w io.Writer, v OperatorsView) error {
 	return nil
 }
 
-// parseLifetime reads 7d, 36h, 90m (days are 24h).
+// parseLifetime reads 7d, 36h, 90m, 1d12h (duration.Parse: days are 24h).
 func parseLifetime(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, nil
 	}
-	if d, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.Atoi(d)
-		if err == nil && n > 0 {
-			return time.Duration(n) * 24 * time.Hour, nil
-		}
-	} else if d, err := time.ParseDuration(s); err == nil && d > 0 {
-		return d, nil
+	d, err := duration.Parse(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("--lifetime: %w", err)
 	}
-	return 0, fmt.Errorf("--lifetime %q: want a positive duration such as 7d or 36h", s)
+	if d <= 0 {
+		return 0, fmt.Errorf("--lifetime %q: want a positive duration such as 7d or 36h", s)
+	}
+	return d, nil
 }
 
 // newOperatorKey makes a key and a CSR carrying only its public key.

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/duration"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -102,7 +103,7 @@ with --require-token. Needs a platform-admin credential.`,
 			return err
 		}),
 	}
-	cmd.Flags().DurationVar(&ttl, "ttl", defaultTokenTTL, "how long the token may be used (at most 168h)")
+	cmd.Flags().Var(duration.NewValue(&ttl, defaultTokenTTL), "ttl", "how long the token may be used, e.g. 30m, 1h or 2d (at most 7d)")
 	cmd.Flags().StringVar(&out, "out", "", "write the token to this new file (mode 0600) instead of printing it")
 	return cmd
 }
