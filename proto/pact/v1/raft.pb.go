@@ -2238,11 +2238,16 @@ type SnapshotHeader struct {
 	Term            uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
 	TakenAtUnixNano int64                  `protobuf:"varint,5,opt,name=taken_at_unix_nano,json=takenAtUnixNano,proto3" json:"taken_at_unix_nano,omitempty"`
 	// SHA-256 of the Snapshot message bytes that follow the header.
-	Sha256        []byte `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
-	Size          uint64 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
-	TakenBy       string `protobuf:"bytes,8,opt,name=taken_by,json=takenBy,proto3" json:"taken_by,omitempty"`
-	Version       string `protobuf:"bytes,9,opt,name=version,proto3" json:"version,omitempty"`
-	Nodes         uint64 `protobuf:"varint,10,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	Sha256  []byte `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Size    uint64 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
+	TakenBy string `protobuf:"bytes,8,opt,name=taken_by,json=takenBy,proto3" json:"taken_by,omitempty"`
+	Version string `protobuf:"bytes,9,opt,name=version,proto3" json:"version,omitempty"`
+	Nodes   uint64 `protobuf:"varint,10,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	// The journals in the Raft configuration when the snapshot was taken
+	// (voters and non-voters, by id). The state also keeps the addresses of
+	// journals removed since; pact journal snapshot inspect lists only these.
+	// Absent in files written before it (every journal is then listed).
+	Members       []string `protobuf:"bytes,20,rep,name=members,proto3" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2345,6 +2350,13 @@ func (x *SnapshotHeader) GetNodes() uint64 {
 		return x.Nodes
 	}
 	return 0
+}
+
+func (x *SnapshotHeader) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
 }
 
 var File_pact_v1_raft_proto protoreflect.FileDescriptor
@@ -2490,7 +2502,7 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x04cert\x18\x03 \x01(\v2\x18.pact.v1.CertificateInfoR\x04cert\"E\n" +
 	"\x12StandbyActivatedOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
-	"\x06serial\x18\x02 \x01(\tR\x06serial\"\x9d\x02\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\"\xb7\x02\n" +
 	"\x0eSnapshotHeader\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x16\n" +
 	"\x06domain\x18\x02 \x01(\tR\x06domain\x12\x14\n" +
@@ -2502,7 +2514,8 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\btaken_by\x18\b \x01(\tR\atakenBy\x12\x18\n" +
 	"\aversion\x18\t \x01(\tR\aversion\x12\x14\n" +
 	"\x05nodes\x18\n" +
-	" \x01(\x04R\x05nodes*\x89\x04\n" +
+	" \x01(\x04R\x05nodes\x12\x18\n" +
+	"\amembers\x18\x14 \x03(\tR\amembers*\x89\x04\n" +
 	"\n" +
 	"ApplyError\x12\x1b\n" +
 	"\x17APPLY_ERROR_UNSPECIFIED\x10\x00\x12!\n" +
