@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -41,6 +42,17 @@ func (s *adminServer) SaveSnapshot(_ *pactv1.SaveSnapshotRequest, stream pactv1.
 	if err := j.raft.VerifyLeader().Error(); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoLeader, err)
 	}
+	// The members: the state keeps the addresses of journals removed
+	// since, and an operator reading the file wants the quorum it was.
+	cf := j.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return fmt.Errorf("%w: the Raft configuration: %w", ErrNoLeader, err)
+	}
+	members := make([]string, 0, len(cf.Configuration().Servers))
+	for _, srv := range cf.Configuration().Servers {
+		members = append(members, string(srv.ID))
+	}
+	slices.Sort(members)
 	h := &pactv1.SnapshotHeader{
 		Domain:          j.ca.Domain(),
 		Index:           index,
@@ -49,6 +61,7 @@ func (s *adminServer) SaveSnapshot(_ *pactv1.SaveSnapshotRequest, stream pactv1.
 		TakenBy:         j.cfg.NodeID,
 		Version:         version.Get().String(),
 		Nodes:           uint64(nodes),
+		Members:         members,
 	}
 	var buf bytes.Buffer
 	buf.Grow(len(state) + 512)
