@@ -88,7 +88,7 @@ func Settings(cfg *journal.Config, log *cmdutil.Logging, configFile *string) *se
 	s.String(&cfg.Domain, "domain", "PACT_DOMAIN", "domain id for a --dev root; otherwise read from the root certificate")
 	s.String(&cfg.RootCertFile, "root-cert", "PACT_ROOT_CERT", "domain root certificate (default DATA_DIR/ca.pem)")
 	s.String(&cfg.RootKeyFile, "root-key", "PACT_ROOT_KEY", "domain root key, mode 0600 (default DATA_DIR/ca-key.pem)")
-	s.Duration(&cfg.CertLifetime, "cert-lifetime", "PACT_CERT_LIFETIME", "validity of agent certificates, e.g. 72h")
+	s.Duration(&cfg.CertLifetime, "cert-lifetime", "PACT_CERT_LIFETIME", "validity of agent certificates, e.g. 3d or 72h")
 	s.List(&cfg.ServerNames, "server-names", "PACT_SERVER_NAMES", "extra comma-separated DNS names for the server certificate")
 	s.String(&cfg.RaftListen, "raft-listen", "PACT_RAFT_LISTEN", "Raft address host:port for a journal in a quorum; empty runs a single journal")
 	initial := cfg.InitialCluster
