@@ -11,13 +11,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/duration"
 	"github.com/pact-hpc/pact/internal/pki"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -160,20 +161,19 @@ func writeOperatorTable(w io.Writer, v OperatorsView) error {
 	return nil
 }
 
-// parseLifetime reads 7d, 36h, 90m (days are 24h).
+// parseLifetime reads 7d, 36h, 90m, 1d12h (duration.Parse: days are 24h).
 func parseLifetime(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, nil
 	}
-	if d, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.Atoi(d)
-		if err == nil && n > 0 {
-			return time.Duration(n) * 24 * time.Hour, nil
-		}
-	} else if d, err := time.ParseDuration(s); err == nil && d > 0 {
-		return d, nil
+	d, err := duration.Parse(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("--lifetime: %w", err)
 	}
-	return 0, fmt.Errorf("--lifetime %q: want a positive duration such as 7d or 36h", s)
+	if d <= 0 {
+		return 0, fmt.Errorf("--lifetime %q: want a positive duration such as 7d or 36h", s)
+	}
+	return d, nil
 }
 
 // newOperatorKey makes a key and a CSR carrying only its public key.
@@ -381,7 +381,8 @@ func replaceFile(path string, data []byte, mode os.FileMode) error {
 }
 
 func (a *app) adminRevokeCommand() *cobra.Command {
-	return &cobra.Command{
+	var unrecorded bool
+	cmd := &cobra.Command{
 		Use:   "revoke NAME|SERIAL",
 		Short: "Revoke operator credentials (platform-admin)",
 		Long: `Revoke operator credentials. A SERIAL (hex, from "pact admin list") revokes
@@ -389,9 +390,17 @@ that one credential. A NAME revokes every credential of that name issued
 until now, recorded or not, including ones signed offline and never used;
 a credential issued for the name afterwards is valid. The next call made
 with a revoked credential is refused (exit 5, OPERATOR_REVOKED) on every
-journal. There is no undo: issue a new credential instead.`,
+journal. There is no undo: issue a new credential instead.
+
+A NAME that no recorded credential carries is refused (exit 3,
+OPERATOR_NOT_FOUND) with the nearest recorded names: most likely it is
+misspelt. A credential signed offline (pact-journal admin issue) is recorded
+at its first use; to revoke the name of one never used, pass --unrecorded.`,
 		Example: `  pact admin revoke alice
-  pact admin revoke 3f1c2a9be0d04c65a1f3e2d9c8b7a6f5`,
+  pact admin revoke 3f1c2a9be0d04c65a1f3e2d9c8b7a6f5
+
+  # A credential signed offline for dave and never used
+  pact admin revoke dave --unrecorded`,
 		Args: cobra.ArbitraryArgs,
 		RunE: a.action(func(cmd *cobra.Command, args []string) error {
 			var problems []error
@@ -403,10 +412,14 @@ journal. There is no undo: issue a new credential instead.`,
 				return err
 			}
 			defer s.close()
-			resp, err := s.client.RevokeOperator(cmd.Context(), &pactv1.RevokeOperatorRequest{NameOrSerial: args[0]})
+			resp, err := s.client.RevokeOperator(cmd.Context(), &pactv1.RevokeOperatorRequest{NameOrSerial: args[0], Unrecorded: unrecorded})
 			if err != nil {
-				return s.explain(action{verb: "revoke operator credentials", write: true, help: cmd.CommandPath(),
-					notFound: "no recorded credential has serial " + args[0] + "; pact admin list shows them, or revoke by name"}, err)
+				notFound := "no recorded credential has serial " + args[0] + "; pact admin list shows them, or revoke by name"
+				if apierr.FromError(err).Reason == apierr.OperatorNotFound {
+					// The journal's message names the nearest recorded names.
+					notFound = "nothing revoked: no recorded operator credential has the name " + printable(args[0])
+				}
+				return s.explain(action{verb: "revoke operator credentials", write: true, help: cmd.CommandPath(), notFound: notFound}, err)
 			}
 			now := a.env.Now()
 			v := OperatorsView{Operators: []OperatorView{}, RevokedNames: []RevokedNameView{}}
@@ -427,4 +440,6 @@ journal. There is no undo: issue a new credential instead.`,
 			return nil
 		}),
 	}
+	cmd.Flags().BoolVar(&unrecorded, "unrecorded", false, "revoke a NAME even though no recorded credential carries it (one signed offline and never used)")
+	return cmd
 }

@@ -3,12 +3,12 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/pact-hpc/pact/internal/duration"
 	"github.com/pact-hpc/pact/internal/pki"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -127,24 +127,13 @@ func (a *app) audit(cmd *cobra.Command, args []string, o auditOptions) error {
 var errSince = errors.New("bad --since")
 
 // parseSince reads --since: an RFC 3339 time, or a positive duration back
-// from now (Go syntax such as 90m or 1h30m, or whole days such as 2d).
+// from now (Go syntax such as 90m or 1h30m, days such as 2d or 1d12h: internal/duration).
 func parseSince(s string, now time.Time) (time.Time, error) {
 	s = strings.TrimSpace(s)
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		return t, nil
 	}
-	var d time.Duration
-	var err error
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		var n int
-		n, err = strconv.Atoi(days)
-		d = time.Duration(n) * 24 * time.Hour
-		if err == nil && n > 365*100 {
-			err = errors.New("too far back")
-		}
-	} else {
-		d, err = time.ParseDuration(s)
-	}
+	d, err := duration.Parse(s)
 	if err != nil || d <= 0 {
 		return time.Time{}, fmt.Errorf("%w %q: want an RFC 3339 time such as 2026-03-04T05:06:07Z, or a duration back from now such as 90s, 15m, 1h or 2d", errSince, s)
 	}

@@ -387,6 +387,30 @@ func TestListStateFilter(t *testing.T) {
 	}
 }
 
+// A journal from before the fenced and released filters ignores them and
+// lists every node (the fake does too): the CLI filters the answer again.
+func TestListStateMarksWithAnOlderJournal(t *testing.T) {
+	clearEnv(t)
+	p := newTestPKI(t)
+	fake := newFakeAdmin()
+	seedRegistry(fake)
+	fake.put(&pactv1.Node{NodeId: "node-f", State: pactv1.NodeState_NODE_STATE_INACTIVE, Fence: &pactv1.Fence{Reason: "INC-1"},
+		Hardware: &pactv1.HardwareIdentity{Macs: []string{"52:54:00:00:00:f1"}}})
+	fake.put(&pactv1.Node{NodeId: "node-r", State: pactv1.NodeState_NODE_STATE_ACTIVE, ReleasedSerial: "0a",
+		Cert: &pactv1.CertificateInfo{Serial: "0a"}, Hardware: &pactv1.HardwareIdentity{Macs: []string{"52:54:00:00:00:f2"}}})
+	addr := startJournal(t, p, fake)
+	for state, want := range map[string]string{"fenced": "node-f", "inactive,fenced": "node-f", "released": "node-r", "active,released": "node-r"} {
+		code, stdout, stderr := runCLI(t, p, append([]string{"node", "list", "--state", state, "-o", "json"}, p.flags(addr)...)...)
+		var got []NodeView
+		if err := json.Unmarshal([]byte(stdout), &got); code != ExitOK || err != nil || len(got) != 1 || got[0].NodeID != want {
+			t.Errorf("--state %s: exit %d, %v, %+v %s", state, code, err, got, stderr)
+		}
+		if !fake.lastList.GetFenced() && !fake.lastList.GetReleased() {
+			t.Errorf("--state %s: the journal was not asked to filter: %v", state, fake.lastList)
+		}
+	}
+}
+
 func TestInspect(t *testing.T) {
 	clearEnv(t)
 	p := newTestPKI(t)

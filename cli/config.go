@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pact-hpc/pact/internal/duration"
 	"github.com/pact-hpc/pact/internal/settings"
 )
 
@@ -56,7 +57,7 @@ func (g *globalFlags) register(cmd *cobra.Command) {
 		f.Var(s.Value, s.Name, s.Usage)
 	}
 	f.StringVarP(&g.output, "output", "o", outputTable, "output format: table or json")
-	f.DurationVar(&g.timeout, "timeout", DefaultTimeout, "how long to wait for each journal")
+	f.Var(duration.NewValue(&g.timeout, DefaultTimeout), "timeout", "how long to wait for each journal, e.g. 10s or 2m")
 	g.flagsSet = func(name string) bool { return f.Changed(name) }
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/duration"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -102,7 +103,7 @@ with --require-token. Needs a platform-admin credential.`,
 			return err
 		}),
 	}
-	cmd.Flags().DurationVar(&ttl, "ttl", defaultTokenTTL, "how long the token may be used (at most 168h)")
+	cmd.Flags().Var(duration.NewValue(&ttl, defaultTokenTTL), "ttl", "how long the token may be used, e.g. 30m, 1h or 2d (at most 7d)")
 	cmd.Flags().StringVar(&out, "out", "", "write the token to this new file (mode 0600) instead of printing it")
 	return cmd
 }
@@ -214,7 +215,9 @@ once (every journal closes its streams), and Enroll and RenewCert answer
 NODE_FENCED until "pact node unfence". Unlike decommission, the node keeps
 its registration, hardware identity and vCluster, so nothing the registry
 knows about it is lost. The reason is recorded in the audit trail (the node
-itself is not told it). Needs a platform-admin credential.`,
+itself is not told it). Needs a platform-admin credential. Fencing a fenced
+node changes nothing (its first reason stays): pact says so and exits 0
+(with -o json, "result": "unchanged"; "ok" when it fenced the node).`,
 		Example: `  pact node fence node-001 --reason "INC-1234: unexpected outbound traffic"
   pact audit --node node-001`,
 		Args: cobra.ArbitraryArgs,
@@ -235,7 +238,12 @@ itself is not told it). Needs a platform-admin credential.`,
 			}
 			v := NodeViewOf(resp.GetNode())
 			if s.cfg.Output == outputJSON {
-				return writeJSON(a.env.Stdout, v)
+				return writeJSON(a.env.Stdout, nodeResult(resp.GetNode(), resp.GetUnchanged(), resultUnchanged))
+			}
+			if resp.GetUnchanged() {
+				_, err = fmt.Fprintf(a.env.Stdout, "%s is already fenced (since %s by %s: %s); nothing changed\n",
+					printable(node), cell(v.FencedAt), cell(v.FencedBy), cell(v.FenceReason))
+				return err
 			}
 			revoked := ""
 			if v.CertSerial != "" {
@@ -255,7 +263,11 @@ func (a *app) unfenceCommand() *cobra.Command {
 		Short: "Lift a node's fence so its agent may enroll again",
 		Long: `Lift the fence of NODE. Its old certificate stays revoked: the agent enrolls
 again (with a new key, and a new join token if the node requires one). Needs
-a platform-admin credential.`,
+a platform-admin credential.
+
+A node that is not fenced is left as it is: pact says "nothing changed",
+exits 0 and writes nothing (with -o json, "result": "unchanged"; "ok" when
+it lifted a fence).`,
 		Example: `  pact node unfence node-001`,
 		Args:    cobra.ArbitraryArgs,
 		RunE: a.action(func(cmd *cobra.Command, args []string) error {
@@ -270,9 +282,12 @@ a platform-admin credential.`,
 				return s.explain(action{verb: "unfence nodes", node: node, write: true, help: cmd.CommandPath(),
 					denied: "unfencing needs a credential with role platform-admin"}, err)
 			}
-			v := NodeViewOf(resp.GetNode())
 			if s.cfg.Output == outputJSON {
-				return writeJSON(a.env.Stdout, v)
+				return writeJSON(a.env.Stdout, nodeResult(resp.GetNode(), resp.GetUnchanged(), resultUnchanged))
+			}
+			if resp.GetUnchanged() {
+				_, err = fmt.Fprintf(a.env.Stdout, "%s is not fenced; nothing changed\n", printable(node))
+				return err
 			}
 			_, err = fmt.Fprintf(a.env.Stdout, "unfenced %s; its agent may enroll again\n", printable(node))
 			return err

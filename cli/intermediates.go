@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pact-hpc/pact/internal/duration"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -163,7 +164,7 @@ one step: pact journal remove ID --revoke-intermediate.`,
 			return nil
 		}),
 	}
-	cmd.Flags().DurationVar(&grace, "grace", 0, "how long agents have to renew before the intermediates are revoked (default: the journal's, 15m)")
+	cmd.Flags().Var(duration.NewValue(&grace, 0), "grace", "how long agents have to renew before the intermediates are revoked (default: the journal's, 15m)")
 	cmd.Flags().BoolVar(&now, "now", false, "revoke at once, with no grace")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit trail and the agents' logs")
 	return cmd

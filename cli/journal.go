@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/duration"
 	"github.com/pact-hpc/pact/internal/pki"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -251,7 +252,7 @@ Any admin role may read the status.`,
 		}),
 	}
 	cmd.Flags().Uint64Var(&chk.maxLag, "max-lag", 1000, "a member whose registry is more than this many log entries behind counts as lagging (exit 11)")
-	cmd.Flags().DurationVar(&chk.stuckAfter, "stuck-after", 5*time.Minute, "a non-voter not promoted within this long counts as stuck (exit 12)")
+	cmd.Flags().Var(duration.NewValue(&chk.stuckAfter, 5*time.Minute), "stuck-after", "a non-voter not promoted within this long counts as stuck (exit 12)")
 	return cmd
 }
 
@@ -656,7 +657,7 @@ platform-admin credential.`,
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "remove even though the voters left that answer now are not a majority (the quorum then accepts no write until enough of them are up)")
 	cmd.Flags().BoolVar(&revoke, "revoke-intermediate", false, "also retire the journal's intermediates: agents renew, then they are revoked")
-	cmd.Flags().DurationVar(&grace, "grace", 0, "with --revoke-intermediate: how long agents have to renew (default: the journal's, 15m)")
+	cmd.Flags().Var(duration.NewValue(&grace, 0), "grace", "with --revoke-intermediate: how long agents have to renew (default: the journal's, 15m)")
 	return cmd
 }
 

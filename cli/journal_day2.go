@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -101,7 +102,17 @@ type SnapshotView struct {
 	Revoked       int            `json:"revoked_serials"`
 	Intermediates int            `json:"intermediates"`
 	Audit         int            `json:"audit_entries"`
-	Journals      []string       `json:"journals"`
+	// Journals are the quorum's members when the snapshot was taken (for
+	// a file from before pact recorded them: every journal whose
+	// addresses the state holds, removed ones included).
+	Journals []string `json:"journals"`
+	// RemovedJournals are journals whose addresses the state still holds
+	// but that were no longer members; absent when there are none or the
+	// file does not say.
+	RemovedJournals []string `json:"removed_journals,omitempty"`
+	// MembersUnknown: the file is from before pact recorded the members,
+	// so Journals may include removed journals.
+	MembersUnknown bool `json:"members_unknown,omitempty"`
 	// QuorumID is the quorum the snapshot was taken from (empty for a
 	// quorum without one); a restore makes a new one.
 	QuorumID string `json:"quorum_id"`
@@ -210,7 +221,12 @@ domain, and the SHA-256 fingerprint of the domain root the quorum ran with
 (compare it with: openssl x509 -noout -fingerprint -sha256 -in ca.pem;
 pact-journal restore takes the file only with that very root). No
 journal and no credential is needed. A truncated, corrupt or newer-format
-file exits 2 with the reason.`,
+file exits 2 with the reason.
+
+"journals" are the members of the quorum when the snapshot was taken; the
+state also keeps the addresses of journals removed before it, listed apart
+as "removed journals". A file from before pact recorded the members lists
+every journal the state names, and says so.`,
 		Example: `  pact journal snapshot inspect pact.snap
   pact journal snapshot inspect pact.snap -o json | jq .nodes`,
 		Args: cobra.ArbitraryArgs,
@@ -257,14 +273,33 @@ func inspectFile(path string) (SnapshotView, error) {
 	for k, n := range c.Nodes {
 		byState[strings.ToLower(strings.TrimPrefix(k, "NODE_STATE_"))] = n
 	}
-	sort.Strings(c.Journals)
+	journals, removed, unknown := snapshotMembers(h.GetMembers(), c.Journals)
 	return SnapshotView{
 		File: path, Bytes: fi.Size(), FormatVersion: h.GetFormatVersion(), Domain: h.GetDomain(), RootSHA256: rootFingerprint(h.GetRootSha256()),
 		Index: h.GetIndex(), Term: h.GetTerm(), TakenAt: formatTime(unixTime(0, h.GetTakenAtUnixNano())),
 		TakenBy: h.GetTakenBy(), Version: h.GetVersion(), SHA256: fmt.Sprintf("%x", h.GetSha256()),
 		Nodes: nodes, NodesByState: byState, Revoked: c.Revoked, Intermediates: c.Intermediates, Audit: c.Audit,
-		Journals: append([]string{}, c.Journals...), QuorumID: h.GetQuorumId(),
+		Journals: journals, RemovedJournals: removed, MembersUnknown: unknown, QuorumID: h.GetQuorumId(),
 	}, nil
+}
+
+// snapshotMembers splits the journals whose addresses a snapshot's state
+// holds into the members its header names and the rest (removed before
+// the snapshot; the state keeps their addresses). A file without members
+// (written before pact recorded them) lists every journal, unknown set.
+func snapshotMembers(members, recorded []string) (journals, removed []string, unknown bool) {
+	if len(members) == 0 {
+		journals = slices.Sorted(slices.Values(recorded))
+		return append([]string{}, journals...), nil, true
+	}
+	journals = slices.Sorted(slices.Values(members))
+	for _, id := range recorded {
+		if !slices.Contains(members, id) {
+			removed = append(removed, id)
+		}
+	}
+	slices.Sort(removed)
+	return journals, removed, false
 }
 
 func rootFingerprint(sum []byte) string {
@@ -313,7 +348,15 @@ func printSnapshot(w io.Writer, v SnapshotView) error {
 	row("revoked serials:", fmt.Sprint(v.Revoked))
 	row("intermediates:", fmt.Sprint(v.Intermediates))
 	row("audit entries:", fmt.Sprint(v.Audit))
-	row("journals:", strings.Join(v.Journals, ", "))
+	switch {
+	case v.MembersUnknown:
+		row("journals:", strings.Join(v.Journals, ", ")+" (every journal the state names: this file does not record which were members)")
+	default:
+		row("journals:", strings.Join(v.Journals, ", "))
+	}
+	if len(v.RemovedJournals) > 0 {
+		row("removed journals:", strings.Join(v.RemovedJournals, ", ")+" (removed before the snapshot; not members)")
+	}
 	return tw.Flush()
 }
 

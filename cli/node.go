@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -96,7 +97,9 @@ and BMC serial can belong to only one node of the domain.
 
 Everything is checked here first, and every problem is reported at once,
 before the journal is contacted. Without --vcluster the node is in
-maintenance mode (no vCluster).
+maintenance mode (no vCluster). A node already registered exactly so
+answers "exists", exit 0, and nothing is written (with -o json, the record
+with "result": "exists"; "ok" when it was registered).
 
 With --require-token the node must also present a single-use join token
 when it enrolls: create one with "pact node token create NODE" and hand it
@@ -224,7 +227,7 @@ func (a *app) enroll(cmd *cobra.Command, args []string, o enrollOptions) error {
 	}
 	v := NodeViewOf(n)
 	if s.cfg.Output == outputJSON {
-		return writeJSON(a.env.Stdout, v)
+		return writeJSON(a.env.Stdout, nodeResult(n, resp.GetExists(), resultExists))
 	}
 	if resp.GetExists() {
 		_, err = fmt.Fprintf(a.env.Stdout, "%s exists: already registered with this identity; nothing changed\n", printable(v.NodeID))
@@ -252,6 +255,13 @@ only those in one state, in one vCluster, or in none (maintenance mode).
 The filters combine. The table shortens long serials; -o json prints them in
 full, as an array of the objects "pact node inspect -o json" prints.
 
+STATE is registered, active, inactive or revoked, marked ",fenced" while an
+operator has the node fenced (pact node fence) and ",released" while its
+agent has stopped cleanly (SIGTERM) and released its certificate, until the
+node enrolls again or is marked inactive. --state takes any of these, and
+several joined by commas as the column shows them, every one of which must
+hold: --state fenced, --state inactive,fenced, --state released.
+
 LAST SEEN is when a journal last saw the node's stream (or its last
 enrollment or renewal), relative to now; "-" if never. An empty VCLUSTER is
 shown as (maintenance); other empty cells as "-".
@@ -265,6 +275,10 @@ journal and the Raft index its copy is at ("served by j2 at index 120").
 
   # Nodes whose agent has not enrolled yet
   pact node list --state registered
+
+  # Fenced nodes, and those whose agent was stopped (e.g. for an upgrade)
+  pact node list --state fenced
+  pact node list --state active,released
 
   # Active nodes of vCluster ml, and nodes in maintenance
   pact node list --state active --vcluster ml
@@ -282,7 +296,7 @@ journal and the Raft index its copy is at ("served by j2 at index 120").
 		}),
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.state, "state", "", "only nodes in this state: registered, active, inactive or revoked")
+	f.StringVar(&o.state, "state", "", "only nodes in this state (registered, active, inactive or revoked), fenced or released nodes, or both as the STATE column shows them (inactive,fenced)")
 	f.StringVar(&o.vcluster, "vcluster", "", "only nodes in this vCluster")
 	f.BoolVar(&o.unassigned, "unassigned", false, "only nodes in no vCluster (maintenance mode)")
 	f.StringVar(&o.mac, "mac", "", "only the node with this MAC address (any common form)")
@@ -327,7 +341,8 @@ func (a *app) list(cmd *cobra.Command, args []string, o listOptions) error {
 	}
 	defer s.close()
 
-	req := &pactv1.ListNodesRequest{State: state, Vcluster: o.vcluster, Unassigned: o.unassigned, Mac: o.mac, BmcSerial: o.bmcSerial, PageSize: listPageSize}
+	req := &pactv1.ListNodesRequest{State: state.state, Fenced: state.fenced, Released: state.released,
+		Vcluster: o.vcluster, Unassigned: o.unassigned, Mac: o.mac, BmcSerial: o.bmcSerial, PageSize: listPageSize}
 	var nodes []*pactv1.Node
 	var pages []*pactv1.ListNodesResponse
 	for {
@@ -348,14 +363,14 @@ func (a *app) list(cmd *cobra.Command, args []string, o listOptions) error {
 		req.PageToken = next
 	}
 	resp := servedRange(pages)
-	views := nodeViews(nodes)
+	views := slices.DeleteFunc(nodeViews(nodes), func(v NodeView) bool { return !state.match(v) })
 	if s.cfg.Output == outputJSON {
 		return writeJSON(a.env.Stdout, views)
 	}
 	if len(views) == 0 {
 		var filters []string
-		if o.state != "" {
-			filters = append(filters, "in state "+stateName(state))
+		if f := state.String(); f != "" {
+			filters = append(filters, "in state "+f)
 		}
 		if o.vcluster != "" {
 			filters = append(filters, "in vCluster "+o.vcluster)

@@ -110,6 +110,9 @@ func writeNodeBlock(w io.Writer, n NodeView, now time.Time) error {
 	if n.RequireJoinToken {
 		rows = append(rows, struct{ k, v string }{"credentials", "hardware + join token"})
 	}
+	if n.Released {
+		rows = append(rows, struct{ k, v string }{"released", "yes: its agent stopped cleanly holding certificate " + cell(n.CertSerial) + "; the node may enroll again at once"})
+	}
 	if n.Fenced {
 		rows = append(rows,
 			struct{ k, v string }{"fenced at", cell(n.FencedAt)},
@@ -135,12 +138,18 @@ func cell(s string) string {
 	return printable(s)
 }
 
-// stateCell is a node's state for a table, marked when it is fenced.
+// stateCell is a node's state for a table, marked when it is released or
+// fenced: "active,released", "inactive,fenced". Each part is also a
+// --state filter of pact node list.
 func stateCell(n NodeView) string {
-	if n.Fenced {
-		return cell(n.State) + ",fenced"
+	s := cell(n.State)
+	if n.Released {
+		s += "," + markReleased
 	}
-	return cell(n.State)
+	if n.Fenced {
+		s += "," + markFenced
+	}
+	return s
 }
 
 // writeTokenTable prints one row per join token.

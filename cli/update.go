@@ -108,7 +108,7 @@ func (a *app) update(cmd *cobra.Command, args []string, o updateOptions) error {
 	}
 	v := NodeViewOf(resp.GetNode())
 	if s.cfg.Output == outputJSON {
-		return writeJSON(a.env.Stdout, v)
+		return writeJSON(a.env.Stdout, nodeResult(resp.GetNode(), resp.GetUnchanged(), resultUnchanged))
 	}
 	if resp.GetUnchanged() {
 		_, err = fmt.Fprintf(a.env.Stdout, "%s already has this hardware identity; nothing changed\n", printable(node))

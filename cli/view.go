@@ -48,8 +48,37 @@ type NodeView struct {
 	// (docs/spire.md); absent when it has none.
 	StandbySerial   string `json:"standby_serial,omitempty"`
 	StandbyNotAfter string `json:"standby_not_after,omitempty"`
+	// Released is set while the node is Active and its agent released
+	// the current certificate on a clean stop (SIGTERM): the node may
+	// enroll again at once, with no takeover window. It ends when the
+	// node enrolls again, or when it is marked inactive.
+	Released bool `json:"released,omitempty"`
 
 	lastSeen time.Time // for the relative LAST SEEN column
+}
+
+// NodeResultView is what a command that writes one node prints with -o
+// json (enroll, update, fence, unfence): the record, and what the command
+// did to it.
+type NodeResultView struct {
+	NodeView
+	// Result is "ok" when the command changed the node, "exists" when
+	// enroll found it registered exactly so, "unchanged" when there was
+	// nothing to do (fence of a fenced node, unfence of one that is not,
+	// update to the same identity). Nothing is written to Raft then.
+	Result string `json:"result"`
+}
+
+// resultUnchanged is the result of a single-node write with nothing to
+// do; resultOK and resultExists are those of a batch row.
+const resultUnchanged = "unchanged"
+
+func nodeResult(n *pactv1.Node, unchanged bool, noop string) NodeResultView {
+	r := NodeResultView{NodeView: NodeViewOf(n), Result: resultOK}
+	if unchanged {
+		r.Result = noop
+	}
+	return r
 }
 
 // NodeViewOf converts a registry record to its view. It is the only place
@@ -83,8 +112,17 @@ func NodeViewOf(n *pactv1.Node) NodeView {
 		FencedBy:         n.GetFence().GetBy(),
 		StandbySerial:    n.GetStandbyCert().GetSerial(),
 		StandbyNotAfter:  formatTime(unixTime(n.GetStandbyCert().GetNotAfterUnix(), 0)),
+		Released:         released(n),
 		lastSeen:         unixTime(0, n.GetLastSeenUnixNano()),
 	}
+}
+
+// released is raftfsm.Released as the admin view shows it: a journal
+// sends released_serial only while the release holds, and the CLI checks
+// it against the record all the same.
+func released(n *pactv1.Node) bool {
+	return n.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE && n.GetReleasedSerial() != "" &&
+		n.GetReleasedSerial() == n.GetCert().GetSerial()
 }
 
 // JoinTokenView is the stable JSON form of a join token as "pact node
@@ -231,17 +269,85 @@ func stateNames() string {
 	return strings.Join(names, ", ")
 }
 
-// parseState reads a --state value; "" means every state.
-func parseState(s string) (pactv1.NodeState, error) {
-	if s == "" {
-		return pactv1.NodeState_NODE_STATE_UNSPECIFIED, nil
+// Marks the STATE column adds to a state, each also a --state filter.
+const (
+	markFenced   = "fenced"
+	markReleased = "released"
+)
+
+// stateFilter is a --state value: a state, marks, or both ("" and false:
+// any).
+type stateFilter struct {
+	state    pactv1.NodeState
+	fenced   bool
+	released bool
+}
+
+// parseState reads a --state value as the STATE column prints it: a
+// state (registered, active, inactive, revoked), a mark (fenced,
+// released), or several comma-separated, every one of which must hold
+// ("inactive,fenced"). "" means every node.
+func parseState(s string) (stateFilter, error) {
+	var f stateFilter
+	if strings.TrimSpace(s) == "" {
+		return f, nil
 	}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.ToLower(strings.TrimSpace(part))
+		switch part {
+		case markFenced:
+			f.fenced = true
+			continue
+		case markReleased:
+			f.released = true
+			continue
+		}
+		st, ok := stateOf(part)
+		switch {
+		case !ok:
+			return stateFilter{}, fmt.Errorf("unknown state %q in --state %q: use one of %s, or the marks %s and %s (alone, or after a state as the STATE column shows them, e.g. inactive,fenced)",
+				part, s, stateNames(), markFenced, markReleased)
+		case f.state != pactv1.NodeState_NODE_STATE_UNSPECIFIED && f.state != st:
+			return stateFilter{}, fmt.Errorf("--state %q names two states: a node is in one; pass one of them (or run pact node list twice)", s)
+		}
+		f.state = st
+	}
+	if f.released && f.state != pactv1.NodeState_NODE_STATE_UNSPECIFIED && f.state != pactv1.NodeState_NODE_STATE_ACTIVE {
+		return stateFilter{}, fmt.Errorf("--state %q: only an active node can be released; use --state released or active,released", s)
+	}
+	return f, nil
+}
+
+func stateOf(name string) (pactv1.NodeState, bool) {
 	for _, st := range states {
-		if strings.EqualFold(st.name, s) {
-			return st.state, nil
+		if st.name == name {
+			return st.state, true
 		}
 	}
-	return 0, fmt.Errorf("unknown state %q: use --state with one of %s", s, stateNames())
+	return 0, false
+}
+
+// match reports whether v passes the filter. The journal filters too;
+// this also holds for a journal from before the fenced and released
+// filters, which ignores them and lists every node.
+func (f stateFilter) match(v NodeView) bool {
+	return (f.state == pactv1.NodeState_NODE_STATE_UNSPECIFIED || v.State == stateName(f.state)) &&
+		(!f.fenced || v.Fenced) && (!f.released || v.Released)
+}
+
+// String is the filter as the STATE column would show it.
+func (f stateFilter) String() string {
+	var parts []string
+	if f.state != pactv1.NodeState_NODE_STATE_UNSPECIFIED {
+		parts = append(parts, stateName(f.state))
+	}
+	if f.released {
+		parts = append(parts, markReleased)
+	}
+	if f.fenced {
+		parts = append(parts, markFenced)
+	}
+	return strings.Join(parts, ",")
 }
 
 func unixTime(sec, nsec int64) time.Time {

@@ -90,7 +90,7 @@ func TestJournalBadConfigFile(t *testing.T) {
 	for _, want := range []string{
 		"3 configuration problems; nothing was started",
 		path + `:2: unknown setting "listen_addr" (did you mean listen?): remove it, or see pact-journal --help`,
-		path + `:3: cert-lifetime: "3 days" is not a duration: write it like 72h, 30m or 1h30m`,
+		path + `:3: cert-lifetime: "3 days" is not a duration (unknown unit " days"; units: ns, us, ms, s, m, h, d): write it like 90s, 30m, 36h, 7d or 1d12h`,
 		path + `:4: max-conns: "many" is not a whole number`,
 	} {
 		if !strings.Contains(string(out), want) {

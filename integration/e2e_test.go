@@ -196,6 +196,8 @@ type nodeJSON struct {
 	CertNotAfter string   `json:"cert_not_after"`
 	// CertIssuerSerial names the intermediate that signed the certificate.
 	CertIssuerSerial string `json:"cert_issuer_serial"`
+	// Released: the agent of the current certificate stopped cleanly.
+	Released bool `json:"released"`
 }
 
 func (j *devJournal) inspect(t *testing.T, node string) nodeJSON {

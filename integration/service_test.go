@@ -137,6 +137,13 @@ func TestAgentReleaseOnCleanStop(t *testing.T) {
 	if !strings.Contains(first.output(), "node released") {
 		t.Errorf("the stopping agent did not release the node:\n%s", first.output())
 	}
+	// The operator sees it: active, released, until it enrolls again.
+	if n := j.inspect(t, "node-001"); n.State != "active" || !n.Released || n.CertSerial != serial1 {
+		t.Errorf("after a clean stop: %+v, want active and released", n)
+	}
+	if out, code := j.pact(t, "node", "list", "--state", "released"); code != 0 || !regexp.MustCompile(`node-001\s+active,released\s`).MatchString(out) {
+		t.Errorf("pact node list --state released: exit %d\n%s", code, out)
+	}
 
 	second := agent()
 	serial2 := second.waitLine(t, enrolledRE)[1]
@@ -144,8 +151,8 @@ func TestAgentReleaseOnCleanStop(t *testing.T) {
 	if serial2 == serial1 {
 		t.Fatalf("the restarted agent holds the old certificate %s", serial1)
 	}
-	if n := j.inspect(t, "node-001"); n.State != "active" || n.CertSerial != serial2 {
-		t.Errorf("after the restart: %+v, want active with %s", n, serial2)
+	if n := j.inspect(t, "node-001"); n.State != "active" || n.CertSerial != serial2 || n.Released {
+		t.Errorf("after the restart: %+v, want active (not released) with %s", n, serial2)
 	}
 	audit, _ := j.pact(t, "audit", "--node", "node-001")
 	if !strings.Contains(audit, "release") {
@@ -159,8 +166,8 @@ func TestAgentReleaseOnCleanStop(t *testing.T) {
 	second.wait(t)
 	third := agent()
 	third.waitLine(t, regexp.MustCompile(`ALREADY_ACTIVE: node node-001 is active with another key`))
-	if n := j.inspect(t, "node-001"); n.CertSerial != serial2 {
-		t.Errorf("after a crash the next agent enrolled at once: %+v", n)
+	if n := j.inspect(t, "node-001"); n.CertSerial != serial2 || n.Released {
+		t.Errorf("after a crash the next agent enrolled at once, or the node shows released: %+v", n)
 	}
 	if strings.Contains(third.output(), "msg=enrolled") {
 		t.Errorf("after a crash the next agent enrolled before the takeover window:\n%s", third.output())

@@ -244,7 +244,8 @@ func (s *adminServer) ListNodes(_ context.Context, req *pactv1.ListNodesRequest)
 	if v := req.GetVcluster(); v != "" && req.GetUnassigned() {
 		return nil, fmt.Errorf("%w: --vcluster and --unassigned exclude each other", ErrInvalidArgument)
 	}
-	fl := raftfsm.Filter{State: req.GetState(), VCluster: req.GetVcluster(), Unassigned: req.GetUnassigned()}
+	fl := raftfsm.Filter{State: req.GetState(), VCluster: req.GetVcluster(), Unassigned: req.GetUnassigned(),
+		Fenced: req.GetFenced(), Released: req.GetReleased()}
 	var errs []error
 	if m := req.GetMac(); m != "" {
 		var err error
@@ -447,6 +448,11 @@ func (j *Journal) view(n *pactv1.Node) *pactv1.Node {
 	}
 	out.Cert = certSummary(n.GetCert())
 	out.StandbyCert = certSummary(n.GetStandbyCert())
+	if raftfsm.Released(n) {
+		// Only while it means something: the agent of the current
+		// certificate stopped cleanly, and the node may enroll at once.
+		out.ReleasedSerial = n.GetReleasedSerial()
+	}
 	return out
 }
 

@@ -134,6 +134,10 @@ func (s *adminServer) FenceNode(ctx context.Context, req *pactv1.FenceNodeReques
 	if err != nil {
 		return nil, err
 	}
+	if already, ok := j.fenceIs(ctx, n.GetNodeId(), true); ok {
+		j.log.Info("node already fenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.id.Name)
+		return &pactv1.FenceNodeResponse{Node: j.view(already), Unchanged: true}, nil
+	}
 	res, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_Fence{Fence: &pactv1.FenceOp{
 		NodeId: n.GetNodeId(), Fenced: true, Reason: req.GetReason(),
 	}}})
@@ -145,7 +149,27 @@ func (s *adminServer) FenceNode(ctx context.Context, req *pactv1.FenceNodeReques
 	} else {
 		j.log.Warn("node fenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.id.Name, logkey.Reason, req.GetReason(), logkey.Serial, n.GetCert().GetSerial())
 	}
-	return &pactv1.FenceNodeResponse{Node: j.view(res.Node)}, nil
+	return &pactv1.FenceNodeResponse{Node: j.view(res.Node), Unchanged: res.Idempotent}, nil
+}
+
+// fenceIs returns the node when the leader-confirmed registry already has
+// it fenced (fenced true) or not fenced (false): fence and unfence then
+// answer "unchanged" and write nothing to Raft, as a registration that
+// exists does. Without a leader to confirm it says no, and the command goes
+// to the state machine, which gives the final answer.
+func (j *Journal) fenceIs(ctx context.Context, id string, fenced bool) (*pactv1.Node, bool) {
+	n, ok := j.fsm.Node(id)
+	if !ok || (n.GetFence() != nil) != fenced {
+		return nil, false
+	}
+	if err := j.linearizableRead(ctx); err != nil {
+		return nil, false
+	}
+	n, ok = j.fsm.Node(id)
+	if !ok || (n.GetFence() != nil) != fenced || n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
+		return nil, false
+	}
+	return n, true
 }
 
 // UnfenceNode lifts a fence. The node's old certificate stays revoked: the
@@ -157,6 +181,9 @@ func (s *adminServer) UnfenceNode(ctx context.Context, req *pactv1.UnfenceNodeRe
 	if err != nil {
 		return nil, err
 	}
+	if notFenced, ok := j.fenceIs(ctx, n.GetNodeId(), false); ok {
+		return &pactv1.UnfenceNodeResponse{Node: j.view(notFenced), Unchanged: true}, nil
+	}
 	res, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_Fence{Fence: &pactv1.FenceOp{NodeId: n.GetNodeId()}}})
 	if err != nil {
 		return nil, err
@@ -164,7 +191,7 @@ func (s *adminServer) UnfenceNode(ctx context.Context, req *pactv1.UnfenceNodeRe
 	if !res.Idempotent {
 		j.log.Info("node unfenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.id.Name)
 	}
-	return &pactv1.UnfenceNodeResponse{Node: j.view(res.Node)}, nil
+	return &pactv1.UnfenceNodeResponse{Node: j.view(res.Node), Unchanged: res.Idempotent}, nil
 }
 
 // confirmedNode looks a node up; "no such node" is answered only from state

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -47,6 +48,17 @@ func (s *adminServer) SaveSnapshot(_ *pactv1.SaveSnapshotRequest, stream pactv1.
 		return fmt.Errorf("%w: %w", ErrNoLeader, err)
 	}
 	rootSum := sha256.Sum256(j.ca.Root().Raw)
+	// The members: the state keeps the addresses of journals removed
+	// since, and an operator reading the file wants the quorum it was.
+	cf := j.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return fmt.Errorf("%w: the Raft configuration: %w", ErrNoLeader, err)
+	}
+	members := make([]string, 0, len(cf.Configuration().Servers))
+	for _, srv := range cf.Configuration().Servers {
+		members = append(members, string(srv.ID))
+	}
+	slices.Sort(members)
 	h := &pactv1.SnapshotHeader{
 		Domain:          j.ca.Domain(),
 		RootSha256:      rootSum[:],
@@ -57,6 +69,7 @@ func (s *adminServer) SaveSnapshot(_ *pactv1.SaveSnapshotRequest, stream pactv1.
 		Version:         version.Get().String(),
 		Nodes:           uint64(nodes),
 		QuorumId:        j.quorum.get(),
+		Members:         members,
 	}
 	var buf bytes.Buffer
 	buf.Grow(len(state) + 512)

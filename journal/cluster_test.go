@@ -1,9 +1,12 @@
 package journal_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
 )
 
 func startCluster(t *testing.T, n int, mutate ...func(*journal.Config)) *journaltest.Cluster {
@@ -266,6 +270,37 @@ func TestClusterAddAndRemoveMember(t *testing.T) {
 	st, err := admin.JournalStatus(context.Background(), &pactv1.JournalStatusRequest{})
 	if err != nil || len(st.GetMembers()) != 3 {
 		t.Fatalf("after remove: %d members, %v", len(st.GetMembers()), err)
+	}
+	// A snapshot taken now names the three members; the state still holds
+	// the removed journal's addresses (pact journal snapshot inspect
+	// tells them apart by the header).
+	ss, err := admin.SaveSnapshot(context.Background(), &pactv1.SaveSnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file bytes.Buffer
+	for {
+		chunk, err := ss.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("save snapshot: %v", err)
+		}
+		file.Write(chunk.GetData())
+	}
+	h, state, _, err := raftfsm.ReadSnapshotFile(&file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, m := range c.Configs[:3] {
+		want = append(want, m.NodeID)
+	}
+	slices.Sort(want)
+	counts, err := raftfsm.CountSnapshot(state)
+	if err != nil || !slices.Equal(h.GetMembers(), want) || !slices.Contains(counts.Journals, cfg.NodeID) {
+		t.Errorf("snapshot after remove: members %v (want %v), journal records %v (with the removed %s), %v", h.GetMembers(), want, counts.Journals, cfg.NodeID, err)
 	}
 	// What the removed journal signed stays valid until it expires.
 	cert := key.TLSCert(signedByJ4.GetCertChainDer())

@@ -333,17 +333,25 @@ func TestFenceNode(t *testing.T) {
 			}
 		})
 	}
-	// Fencing again changes nothing.
-	if again, err := e.admin.FenceNode(callCtx(t), &pactv1.FenceNodeRequest{NodeId: "n1", Reason: "again"}); err != nil || again.GetNode().GetFence().GetReason() != "INC-42 suspicious traffic" {
+	// Fencing again changes nothing, says so, and writes nothing.
+	before := e.registry(t)
+	if again, err := e.admin.FenceNode(callCtx(t), &pactv1.FenceNodeRequest{NodeId: "n1", Reason: "again"}); err != nil || again.GetNode().GetFence().GetReason() != "INC-42 suspicious traffic" || !again.GetUnchanged() {
 		t.Errorf("fence again: %v %v", again, err)
 	}
+	e.unchangedUnwritten(t, before)
 	un, err := e.admin.UnfenceNode(callCtx(t), &pactv1.UnfenceNodeRequest{NodeId: "n1"})
-	if err != nil || un.GetNode().GetFence() != nil {
+	if err != nil || un.GetNode().GetFence() != nil || un.GetUnchanged() {
 		t.Fatalf("unfence: %v %v", un, err)
 	}
 	if au := e.lastAudit(t, "n1"); au.GetAction() != "unfence" {
 		t.Errorf("audit %v", au)
 	}
+	// Unfencing a node that is not fenced: the same, no Raft write.
+	before = e.registry(t)
+	if again, err := e.admin.UnfenceNode(callCtx(t), &pactv1.UnfenceNodeRequest{NodeId: "n1"}); err != nil || !again.GetUnchanged() || again.GetNode().GetNodeId() != "n1" {
+		t.Errorf("unfence again: %v %v", again, err)
+	}
+	e.unchangedUnwritten(t, before)
 	// The old certificate stays revoked; the node enrolls again.
 	e.refused(t, e.registry(t), nil, e.subscribeErr(t, &a.cert), codes.PermissionDenied, apierr.NodeRevoked)
 	b := e.enrollNew(t, "n1", "SN1", mac1)

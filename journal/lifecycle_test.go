@@ -310,6 +310,16 @@ func (e *env) unchanged(t testing.TB, before registry) {
 	}
 }
 
+// unchangedUnwritten is unchanged, and also checks that nothing reached
+// the Raft log (a no-op answered "unchanged" from confirmed state).
+func (e *env) unchangedUnwritten(t testing.TB, before registry) {
+	t.Helper()
+	e.unchanged(t, before)
+	if after := e.registry(t); after.applied != before.applied {
+		t.Errorf("the Raft log went from index %d to %d: the no-op was written", before.applied, after.applied)
+	}
+}
+
 // certCarrier is a response that can carry a certificate.
 type certCarrier interface{ GetCertChainDer() [][]byte }
 
@@ -1244,20 +1254,34 @@ func TestListNodesFilters(t *testing.T) {
 	if _, err := e.admin.DecommissionNode(callCtx(t), &pactv1.DecommissionNodeRequest{NodeId: "d1"}); err != nil {
 		t.Fatal(err)
 	}
+	// f1 is fenced while registered; rel's agent stopped cleanly.
+	e.register(t, "f1", "", mac(0x17))
+	if _, err := e.admin.FenceNode(callCtx(t), &pactv1.FenceNodeRequest{NodeId: "f1", Reason: "INC-1"}); err != nil {
+		t.Fatal(err)
+	}
+	rel := e.activate(t, "rel", "", mac(0x18))
+	if resp, err := e.agentClient(t, rel).Release(callCtx(t), &pactv1.ReleaseRequest{}); err != nil || !resp.GetReleased() {
+		t.Fatalf("release: %v %v", resp, err)
+	}
 	tests := []struct {
 		name string
 		req  *pactv1.ListNodesRequest
 		want string
 	}{
-		{"everything", &pactv1.ListNodesRequest{}, "a1 a2 d1 i1 r1 r2"},
-		{"registered", &pactv1.ListNodesRequest{State: stRegistered}, "r1 r2"},
-		{"active", &pactv1.ListNodesRequest{State: stActive}, "a1 a2"},
+		{"everything", &pactv1.ListNodesRequest{}, "a1 a2 d1 f1 i1 r1 r2 rel"},
+		{"registered", &pactv1.ListNodesRequest{State: stRegistered}, "f1 r1 r2"},
+		{"active", &pactv1.ListNodesRequest{State: stActive}, "a1 a2 rel"},
+		{"fenced", &pactv1.ListNodesRequest{Fenced: true}, "f1"},
+		{"registered and fenced", &pactv1.ListNodesRequest{State: stRegistered, Fenced: true}, "f1"},
+		{"inactive and fenced", &pactv1.ListNodesRequest{State: stInactive, Fenced: true}, ""},
+		{"released", &pactv1.ListNodesRequest{Released: true}, "rel"},
+		{"active and released", &pactv1.ListNodesRequest{State: stActive, Released: true}, "rel"},
 		{"inactive", &pactv1.ListNodesRequest{State: stInactive}, "i1"},
 		{"revoked", &pactv1.ListNodesRequest{State: stRevoked}, "d1"},
 		{"vc1", &pactv1.ListNodesRequest{Vcluster: "vc1"}, "a1 r2"},
-		{"unassigned", &pactv1.ListNodesRequest{Unassigned: true}, "d1 i1 r1"},
+		{"unassigned", &pactv1.ListNodesRequest{Unassigned: true}, "d1 f1 i1 r1 rel"},
 		{"active in vc2", &pactv1.ListNodesRequest{State: stActive, Vcluster: "vc2"}, "a2"},
-		{"registered and unassigned", &pactv1.ListNodesRequest{State: stRegistered, Unassigned: true}, "r1"},
+		{"registered and unassigned", &pactv1.ListNodesRequest{State: stRegistered, Unassigned: true}, "f1 r1"},
 		{"a vCluster with no nodes", &pactv1.ListNodesRequest{Vcluster: "vc9"}, ""},
 	}
 	for _, tt := range tests {
@@ -1271,6 +1295,10 @@ func TestListNodesFilters(t *testing.T) {
 				got = append(got, n.GetNodeId())
 				if len(n.GetCert().GetDer()) != 0 {
 					t.Errorf("%s listed with its certificate DER", n.GetNodeId())
+				}
+				// The release shows while it holds: rel's, and no one else's.
+				if released := n.GetReleasedSerial() != ""; released != (n.GetNodeId() == "rel") || (released && n.GetReleasedSerial() != rel.serial) {
+					t.Errorf("%s listed with released serial %q (rel's certificate %s)", n.GetNodeId(), n.GetReleasedSerial(), rel.serial)
 				}
 			}
 			if strings.Join(got, " ") != tt.want {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/suggest"
 	"github.com/pact-hpc/pact/journal/ca"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -90,9 +93,15 @@ func (s *adminServer) RevokeOperator(ctx context.Context, req *pactv1.RevokeOper
 		}
 		op.Name = target
 	}
-	if op.Serial != "" {
-		// Whether the serial is recorded decides the answer: ask the leader's state.
+	if op.Serial != "" || !req.GetUnrecorded() {
+		// Whether the serial (or the name) is recorded decides the
+		// answer: ask the leader's state.
 		if err := j.linearizableRead(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if op.Name != "" && !req.GetUnrecorded() {
+		if err := j.knownOperatorName(op.Name); err != nil {
 			return nil, err
 		}
 	}
@@ -113,6 +122,34 @@ func (s *adminServer) RevokeOperator(ctx context.Context, req *pactv1.RevokeOper
 	}
 	j.log.Warn("operator credential revoked", logkey.Actor, p.id.Name, "name", op.GetName(), logkey.Serial, op.GetSerial(), "records", len(out.Revoked))
 	return out, nil
+}
+
+// knownOperatorName refuses a name that no recorded credential carries and
+// that was never revoked: most likely a typo, which revoking would turn
+// into a silent no-op. The refusal names the recorded names nearest to it.
+// (A credential signed offline and never used is not recorded: the
+// operator revokes its name with --unrecorded.)
+func (j *Journal) knownOperatorName(name string) error {
+	ops, revoked := j.fsm.Operators()
+	var names []string
+	for _, o := range ops {
+		if o.GetName() == name {
+			return nil
+		}
+		if !slices.Contains(names, o.GetName()) {
+			names = append(names, o.GetName())
+		}
+	}
+	for _, n := range revoked {
+		if n.GetName() == name {
+			return nil
+		}
+	}
+	hint := "pact admin list --all shows the recorded names"
+	if near := suggest.Closest(name, names); len(near) > 0 {
+		hint = "did you mean " + strings.Join(near, " or ") + "? " + hint
+	}
+	return fmt.Errorf("%w: no recorded operator credential has the name %q; %s. To revoke a name whose credentials were signed offline and never used, run again with --unrecorded", ErrOperatorNotFound, name, hint)
 }
 
 // RetireIntermediate retires intermediates named by serial or by journal.

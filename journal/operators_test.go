@@ -157,6 +157,32 @@ func TestOperatorCredentials(t *testing.T) {
 	e.refused(t, before, nil, err, codes.NotFound, apierr.NotFound)
 	_, err = e.admin.RevokeOperator(callCtx(t), &pactv1.RevokeOperatorRequest{NameOrSerial: "not a name!"})
 	e.refused(t, before, nil, err, codes.InvalidArgument, apierr.InvalidArgument)
+	// A name no recorded credential carries is most likely a typo: refused
+	// (no Raft write), with the nearest recorded names.
+	before = e.registry(t)
+	_, err = e.admin.RevokeOperator(callCtx(t), &pactv1.RevokeOperatorRequest{NameOrSerial: "bobb"})
+	if pe := e.refusedUnwritten(t, before, nil, err, codes.NotFound, apierr.OperatorNotFound); !strings.Contains(pe.Message, "did you mean bob?") || !strings.Contains(pe.Message, "--unrecorded") {
+		t.Errorf("revoke bobb: %q", pe.Message)
+	}
+	_, err = e.admin.RevokeOperator(callCtx(t), &pactv1.RevokeOperatorRequest{NameOrSerial: "nobody"})
+	if pe := e.refusedUnwritten(t, before, nil, err, codes.NotFound, apierr.OperatorNotFound); strings.Contains(pe.Message, "did you mean") {
+		t.Errorf("revoke nobody guessed a name: %q", pe.Message)
+	}
+	// A credential signed offline and never used is not recorded: its name
+	// is revoked on purpose, with Unrecorded.
+	erin := e.h.IssueAdmin(t, "erin", "viewer")
+	before = e.registry(t)
+	_, err = e.admin.RevokeOperator(callCtx(t), &pactv1.RevokeOperatorRequest{NameOrSerial: "erin"})
+	e.refusedUnwritten(t, before, nil, err, codes.NotFound, apierr.OperatorNotFound)
+	if rev, err := e.admin.RevokeOperator(callCtx(t), &pactv1.RevokeOperatorRequest{NameOrSerial: "erin", Unrecorded: true}); err != nil || rev.GetName().GetName() != "erin" || len(rev.GetRevoked()) != 0 {
+		t.Fatalf("revoke erin --unrecorded: %v %v", rev, err)
+	}
+	_, err = pactv1.NewAdminServiceClient(e.h.Dial(t, &erin)).ListNodes(callCtx(t), &pactv1.ListNodesRequest{})
+	wantErr(t, err, codes.PermissionDenied, apierr.OperatorRevoked)
+	// A revoked name is known: revoking it again is no typo.
+	if _, err := e.admin.RevokeOperator(callCtx(t), &pactv1.RevokeOperatorRequest{NameOrSerial: "erin"}); err != nil {
+		t.Errorf("revoke erin again: %v", err)
+	}
 
 	// The journal survives a restart with all of it.
 	e.h.Restart(t)

@@ -21,6 +21,10 @@ var (
 	ErrInvalidArgument = errors.New("journal: invalid argument")
 	ErrOverloaded      = errors.New("journal: too many enrollments in flight")
 	ErrNotFound        = errors.New("journal: not found")
+	// ErrOperatorNotFound: pact admin revoke NAME of a name no recorded
+	// operator credential carries (a typo, most likely). It is an
+	// ErrNotFound.
+	ErrOperatorNotFound = fmt.Errorf("%w: no such operator", ErrNotFound)
 	// ErrTooManyStreams: the caller's certificate holds the most streams
 	// one certificate may open on a journal (Config.MaxStreamsPerCert).
 	ErrTooManyStreams = errors.New("journal: too many streams for one certificate")

@@ -72,6 +72,7 @@ var reasons = []struct {
 	{ErrOverloaded, apierr.RateLimited},
 	{ErrTooManyStreams, apierr.TooManyStreams},
 	{ErrNoLeader, apierr.NoLeader},
+	{ErrOperatorNotFound, apierr.OperatorNotFound},
 	{ErrNotFound, apierr.NotFound},
 	{ErrOutcomeUnknown, apierr.OutcomeUnknown},
 	{errMembership, apierr.MembershipRefused},

@@ -171,6 +171,28 @@ func checkInvariants(t *testing.T, f *raftfsm.FSM) {
 			t.Errorf("KeyOwner(%s) = %q, want %s", k, got, n.GetNodeId())
 		}
 	}
+	// What pact node list --state fenced|released shows: the filters
+	// agree with the records, and a released node is Active and not
+	// fenced (a fence makes an Active node Inactive: no release survives
+	// it).
+	var fenced, released []string
+	for _, n := range all {
+		if n.GetFence() != nil {
+			fenced = append(fenced, n.GetNodeId())
+		}
+		if raftfsm.Released(n) {
+			released = append(released, n.GetNodeId())
+			if n.GetFence() != nil || n.GetState() != pactv1.NodeState_NODE_STATE_ACTIVE || n.GetReleasedSerial() != n.GetCert().GetSerial() {
+				t.Errorf("released %s is %v, fenced %v, released serial %q of certificate %q", n.GetNodeId(), n.GetState(), n.GetFence() != nil, n.GetReleasedSerial(), n.GetCert().GetSerial())
+			}
+		}
+	}
+	if got := ids(f.Nodes(raftfsm.Filter{Fenced: true})); !slices.Equal(got, fenced) {
+		t.Errorf("Filter{Fenced} = %v, the fenced nodes are %v", got, fenced)
+	}
+	if got := ids(f.Nodes(raftfsm.Filter{Released: true})); !slices.Equal(got, released) {
+		t.Errorf("Filter{Released} = %v, the released nodes are %v", got, released)
+	}
 	active := f.Nodes(raftfsm.Filter{State: pactv1.NodeState_NODE_STATE_ACTIVE})
 	seen := f.ActiveLastSeen()
 	if len(seen) != len(active) {
@@ -203,6 +225,14 @@ func checkInvariants(t *testing.T, f *raftfsm.FSM) {
 			}
 		}
 	}
+}
+
+func ids(nodes []*pactv1.Node) []string {
+	out := []string{}
+	for _, n := range nodes {
+		out = append(out, n.GetNodeId())
+	}
+	return out
 }
 
 // checkSPIFFEInvariants: live nodes own their SPIFFE ID overrides alone,
@@ -296,6 +326,9 @@ func FuzzApply(f *testing.F) {
 		admin.RevokeOperator("", "a1"),
 		journal.RetireIntermediate((t0+600)*1e9, "i-1"),
 		journal.RetireIntermediate(0, "i-1", "i-9"),
+		journal.Release("node-2", "02"),
+		journal.Batch(journal.Release("node-2", "02"), journal.Fence("node-2", "INC-1")),
+		journal.Batch(journal.Release("node-2", "02"), journal.MarkInactive((t0+day)*1e9, "node-2"), journal.LivenessDigest("journal-1", "node-2")),
 	} {
 		data, err := raftfsm.Encode(c)
 		if err != nil {

@@ -35,6 +35,8 @@ type Filter struct {
 	Unassigned bool             // only nodes in no vCluster
 	MAC        string           // normalised; "": any
 	BMCSerial  string           // normalised; "": any
+	Fenced     bool             // only fenced nodes
+	Released   bool             // only released nodes (see Released)
 }
 
 func (fl Filter) match(n *pactv1.Node) bool {
@@ -48,6 +50,10 @@ func (fl Filter) match(n *pactv1.Node) bool {
 	case fl.BMCSerial != "" && n.GetHardware().GetBmcSerial() != fl.BMCSerial:
 		return false
 	case fl.Unassigned && n.GetVcluster() != "":
+		return false
+	case fl.Fenced && n.GetFence() == nil:
+		return false
+	case fl.Released && !Released(n):
 		return false
 	}
 	return true

@@ -104,6 +104,7 @@ func TestCheckConfig(t *testing.T) {
 		contains []string
 	}{
 		{"good file", good, nil, nil, agent.ExitOK, []string{"the settings are valid"}},
+		{"days, as pact takes them", good + "clock-bridge: 1d\n", nil, nil, agent.ExitOK, []string{"the settings are valid"}},
 		{"every problem at once", good + "macs: [52:54:00:00:00:01]\nclock-bridge: an hour\nkey-exchange: rsa\n",
 			map[string]string{"PACT_LOG_LEVEL": "loud"}, nil, agent.ExitUsage, []string{
 				"4 configuration problems; nothing was started",

@@ -62,6 +62,10 @@ const (
 	// OperatorRevoked: the operator credential was revoked (pact admin
 	// revoke); get a new one from a platform-admin.
 	OperatorRevoked Reason = "OPERATOR_REVOKED"
+	// OperatorNotFound: pact admin revoke NAME of a name no recorded
+	// operator credential carries; the message names the nearest
+	// recorded names.
+	OperatorNotFound Reason = "OPERATOR_NOT_FOUND"
 	// SPIREBundleUntrusted: an X.509-SVID of the accepted trust domain that
 	// the journal's SPIRE bundle does not verify (a CA the journal does not
 	// trust, an expired SPIRE intermediate, or no bundle loaded yet).
@@ -139,6 +143,7 @@ var codeOf = map[Reason]codes.Code{
 	Internal:                 codes.Internal,
 	JournalHalted:            codes.Unavailable,
 	OperatorRevoked:          codes.PermissionDenied,
+	OperatorNotFound:         codes.NotFound,
 	SPIREBundleUntrusted:     codes.Unauthenticated,
 	TrustDomainNotAccepted:   codes.Unauthenticated,
 	SPIFFEIDUnmapped:         codes.PermissionDenied,

@@ -44,15 +44,7 @@ func (s *Set) ParseFile(path string, data []byte) (map[string]FileValue, []error
 		if errors.Is(err, io.EOF) {
 			return values, nil // empty: every setting keeps its default
 		}
-		line := 0
-		msg := err.Error()
-		if m := yamlLine.FindStringSubmatch(msg); m != nil {
-			line, _ = strconv.Atoi(m[1])
-			msg = m[2]
-			if parserError(msg) {
-				line++
-			}
-		}
+		line, msg := syntaxLine(data, err)
 		return values, []error{fileErr(line, "", ErrFile, "not valid YAML: %s", msg)}
 	}
 	var errs []error
@@ -101,6 +93,57 @@ func (s *Set) ParseFile(path string, data []byte) (map[string]FileValue, []error
 		values[name] = FileValue{Raw: raw, File: path, Line: v.Line}
 	}
 	return values, errs
+}
+
+// syntaxLine finds the line (1-based; 0 if unknown) of the syntax error
+// err that yaml.v3 gave for data, and its message without the prefix.
+//
+// yaml.v3 (through v3.0.5) prints the line of the construct it was parsing
+// (the context), counted from 0 for a parser error and from 1 for a
+// scanner error, and prints none when that line is the first (0): it then
+// falls back to the line of the problem, or to no line at all, so an error
+// on line 1 showed as line 2, 3 or nothing. Parsing the file again behind
+// one blank line puts every construct on a line other than 0, so the
+// context line is always printed; the blank line changes nothing else in
+// YAML. (A file in UTF-16 keeps its byte order mark first: it gets the
+// plain reading.)
+func syntaxLine(data []byte, err error) (int, string) {
+	line, msg, scanner, ok := yamlErrLine(err)
+	if utf16 := bytes.HasPrefix(data, []byte{0xfe, 0xff}) || bytes.HasPrefix(data, []byte{0xff, 0xfe}); !utf16 {
+		var n yaml.Node
+		shifted := append([]byte("\n"), bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))...)
+		if serr := yaml.NewDecoder(bytes.NewReader(shifted)).Decode(&n); serr != nil {
+			if l, m, sc, ok := yamlErrLine(serr); ok && m == msg {
+				if sc {
+					l-- // printed from 1: the blank line counts once
+				}
+				// A parser error's line is printed from 0: the blank line
+				// makes it the 1-based line of the original.
+				return l, msg
+			}
+		}
+	}
+	if !ok {
+		return 0, msg
+	}
+	if !scanner {
+		line++ // printed from 0
+	}
+	return line, msg
+}
+
+// yamlErrLine splits one of yaml's syntax errors ("yaml: line 3: ...")
+// into the line as printed, the message, whether it is a scanner error
+// (line printed from 1) rather than a parser error (from 0), and whether
+// a line was printed at all.
+func yamlErrLine(err error) (line int, msg string, scanner, ok bool) {
+	msg = strings.TrimPrefix(err.Error(), "yaml: ")
+	m := yamlLine.FindStringSubmatch(err.Error())
+	if m == nil {
+		return 0, msg, false, false
+	}
+	line, _ = strconv.Atoi(m[1])
+	return line, m[2], !parserError(m[2]), true
 }
 
 // parserError tells yaml's parser errors from its scanner errors: for the

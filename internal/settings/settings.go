@@ -21,6 +21,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pact-hpc/pact/internal/duration"
 )
 
 // Sentinel errors, matched with errors.Is on an *Error.
@@ -235,20 +237,21 @@ func (s *Set) Uint64(p *uint64, name, env, usage string) {
 		}})
 }
 
-// Duration declares a duration setting (72h, 30m, 1h30m) with its default
-// in *p.
+// Duration declares a duration setting with its default in *p. A value
+// is read with duration.Parse, the syntax of every pact binary: Go's
+// (72h, 30m, 1h30m) plus days (3d, 1d12h).
 func (s *Set) Duration(p *time.Duration, name, env, usage string) {
 	def := *p
-	s.add(&Setting{Name: name, Env: env, Usage: usage, Kind: "duration", Default: def.String(),
+	s.add(&Setting{Name: name, Env: env, Usage: usage, Kind: "duration", Default: duration.Format(def),
 		reset: func() { *p = def },
 		apply: func(raw []string) error {
 			v, err := scalar(raw)
 			if err != nil {
 				return err
 			}
-			d, err := time.ParseDuration(strings.TrimSpace(v))
+			d, err := duration.Parse(strings.TrimSpace(v))
 			if err != nil {
-				return fmt.Errorf("%s is not a duration: write it like 72h, 30m or 1h30m", quote(v))
+				return err
 			}
 			*p = d
 			return nil

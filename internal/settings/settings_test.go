@@ -3,6 +3,7 @@ package settings
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -101,6 +102,11 @@ func TestPrecedence(t *testing.T) {
 		{"uint from env", "", map[string]string{"PACT_RAFT_SNAPSHOT_THRESHOLD": "16"}, nil, func(g *target) bool { return g.snap == 16 }},
 		{"comments only", "# nothing yet\n", nil, nil, func(g *target) bool { return g.name == "j1" }},
 		{"empty file", " ", nil, nil, func(g *target) bool { return g.name == "j1" }},
+		// One duration syntax everywhere: days in the file, the
+		// environment and on the command line, as the pact CLI takes them.
+		{"days in the file", "cert-lifetime: 3d\n", nil, nil, func(g *target) bool { return g.lifetime == 72*time.Hour }},
+		{"days and hours from env", "", map[string]string{"PACT_CERT_LIFETIME": "1d12h"}, nil, func(g *target) bool { return g.lifetime == 36*time.Hour }},
+		{"days on the command line", "cert-lifetime: 1h\n", nil, []string{"--cert-lifetime", "2d"}, func(g *target) bool { return g.lifetime == 48*time.Hour }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			g, probs := resolve(t, tt.file, tt.env, tt.args...)
@@ -151,14 +157,14 @@ func TestProblems(t *testing.T) {
 			[]want{{FromFile, 1, "max_conns", ErrUnknownKey, "did you mean max-conns?"}}},
 		{"bad duration", "node-id: a\n\ncert-lifetime: 3 days\n", nil, nil,
 			[]want{{FromFile, 3, "cert-lifetime", ErrBadValue, `pact.yaml:3: cert-lifetime: "3 days" is not a duration`}}},
-		{"every problem at once", "cert-lifetime: 3d\nbogus: 1\nmax-conns: many\ndev: yes\nmac: {a: b}\nnode-id: [a]\nkey-exchange: rsa\n", nil, nil,
+		{"every problem at once", "cert-lifetime: 3 weeks\nbogus: 1\nmax-conns: many\ndev: yes\nmac: {a: b}\nnode-id: [a]\nkey-exchange: rsa\n", nil, nil,
 			[]want{
 				{FromFile, 2, "bogus", ErrUnknownKey, "remove it"},
 				{FromFile, 6, "node-id", ErrBadValue, "not a list"},
 				{FromFile, 5, "mac", ErrBadValue, "not a mapping"},
 				{FromFile, 4, "dev", ErrBadValue, "write true or false"},
 				{FromFile, 3, "max-conns", ErrBadValue, "not a whole number"},
-				{FromFile, 1, "cert-lifetime", ErrBadValue, "72h"},
+				{FromFile, 1, "cert-lifetime", ErrBadValue, `unknown unit " weeks"; units: ns, us, ms, s, m, h, d): write it like 90s, 30m, 36h, 7d or 1d12h`},
 				{FromFile, 7, "key-exchange", ErrBadValue, "want x25519 or"},
 			}},
 		{"file, env and flag problems together", "max-conns: x\n", map[string]string{"PACT_CERT_LIFETIME": "soon"}, []string{"--raft-snapshot-threshold", "-1"},
@@ -182,9 +188,13 @@ func TestProblems(t *testing.T) {
 		{"scanner error with its line", "node-id: a\nmax-conns: 2\ndev: a: b\n", nil, nil,
 			[]want{{FromFile, 3, "", ErrFile, "not valid YAML"}}},
 		{"parser error on the first lines", "- a\nb: c\n", nil, nil,
-			[]want{{FromFile, 2, "", ErrFile, "expected '-' indicator"}}},
+			[]want{{FromFile, 1, "", ErrFile, "expected '-' indicator"}}},
+		// The line of the construct the error breaks: the value of node-id,
+		// which the tabbed line would continue (as on any other line).
 		{"tab indentation", "node-id: a\n\tdev: true\n", nil, nil,
-			[]want{{FromFile, 2, "", ErrFile, "not valid YAML"}}},
+			[]want{{FromFile, 1, "", ErrFile, "not valid YAML: found a tab character that violates indentation"}}},
+		{"tab indentation further down", "node-id: a\nmax-conns: 2\n\tdev: true\n", nil, nil,
+			[]want{{FromFile, 2, "", ErrFile, "not valid YAML: found a tab character that violates indentation"}}},
 		{"two documents", "node-id: a\n---\ndev: true\n", nil, nil,
 			[]want{{FromFile, 2, "", ErrFile, "second YAML document"}}},
 	} {
@@ -210,6 +220,39 @@ func TestProblems(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSyntaxErrorLines: a syntax error is reported at the line of the
+// construct it breaks, wherever that line is. yaml.v3 prints no line, or
+// the line of the problem, when the construct starts on line 1: an error
+// on line 1 used to read "line 2", "line 3" or no line.
+func TestSyntaxErrorLines(t *testing.T) {
+	for _, tt := range []struct{ bad, msg string }{
+		{"max-conns: [1", "did not find expected ',' or ']'"},
+		{"max-conns: {a", "did not find expected ',' or '}'"},
+		{"dev: a: b", "mapping values are not allowed in this context"},
+		{"node-id: 'x", "found unexpected end of stream"},
+		{"\tdev: true", "found character that cannot start any token"},
+		{"- a", "did not find expected '-' indicator"},
+	} {
+		for line := 1; line <= 3; line++ {
+			file := strings.Repeat("# comment\n", line-1) + tt.bad + "\nnode-id: z\n"
+			if line == 2 {
+				file = "\xef\xbb\xbf" + file // a byte order mark changes no line
+			}
+			_, s := newTarget()
+			_, errs := s.ParseFile("pact.yaml", []byte(file))
+			want := fmt.Sprintf("pact.yaml:%d: not valid YAML: %s", line, tt.msg)
+			if len(errs) != 1 || errs[0].Error() != want {
+				t.Errorf("%q: got %v, want %q", file, errs, want)
+			}
+		}
+	}
+	// An error yaml gives no position for keeps none.
+	_, s := newTarget()
+	if _, errs := s.ParseFile("pact.yaml", []byte("node-id: *x\n")); len(errs) != 1 || errs[0].Error() != "pact.yaml: not valid YAML: unknown anchor 'x' referenced" {
+		t.Errorf("unknown anchor: %v", errs)
 	}
 }
 
@@ -246,7 +289,7 @@ func TestHelpNamesVariables(t *testing.T) {
 	fs.SetOutput(&out)
 	s.Register(fs)
 	fs.PrintDefaults()
-	for _, want := range []string{"(PACT_RAFT_SNAPSHOT_THRESHOLD)", "(default 8192)", "(default 72h0m0s)", "-dev", "(PACT_TEST_CONFIG)"} {
+	for _, want := range []string{"(PACT_RAFT_SNAPSHOT_THRESHOLD)", "(default 8192)", "(default 3d)", "-dev", "(PACT_TEST_CONFIG)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help lacks %q:\n%s", want, out.String())
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/cmdutil"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/duration"
 	"github.com/pact-hpc/pact/internal/sdnotify"
 	"github.com/pact-hpc/pact/internal/settings"
 	"github.com/pact-hpc/pact/internal/version"
@@ -97,7 +98,7 @@ func Settings(cfg *journal.Config, log *cmdutil.Logging, configFile *string) *se
 	s.String(&cfg.Domain, "domain", "PACT_DOMAIN", "domain id for a --dev root; otherwise read from the root certificate")
 	s.String(&cfg.RootCertFile, "root-cert", "PACT_ROOT_CERT", "domain root certificate (default DATA_DIR/ca.pem)")
 	s.String(&cfg.RootKeyFile, "root-key", "PACT_ROOT_KEY", "domain root key, mode 0600 (default DATA_DIR/ca-key.pem)")
-	s.Duration(&cfg.CertLifetime, "cert-lifetime", "PACT_CERT_LIFETIME", "validity of agent certificates, e.g. 72h")
+	s.Duration(&cfg.CertLifetime, "cert-lifetime", "PACT_CERT_LIFETIME", "validity of agent certificates, e.g. 3d or 72h")
 	s.List(&cfg.ServerNames, "server-names", "PACT_SERVER_NAMES", "extra comma-separated DNS names for the server certificate")
 	s.String(&cfg.RaftListen, "raft-listen", "PACT_RAFT_LISTEN", "Raft address host:port for a journal in a quorum; empty runs a single journal")
 	initial := cfg.InitialCluster
@@ -387,7 +388,7 @@ func adminMain(args []string, stdout, stderr io.Writer) int {
 	}
 	var dataDir, rootCert, rootKey string
 	var name, role, certOut, keyOut *string
-	var lifetime *time.Duration
+	var lifetime time.Duration
 	s, fs := cmdutil.Subcommand("pact-journal admin issue", adminIssueUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
 		s.String(&dataDir, "data-dir", "PACT_DATA_DIR", "journal data directory holding ca.pem and ca-key.pem")
 		s.String(&rootCert, "root-cert", "PACT_ROOT_CERT", "domain root certificate (default DATA_DIR/ca.pem)")
@@ -396,7 +397,7 @@ func adminMain(args []string, stdout, stderr io.Writer) int {
 		role = fs.String("role", "", "platform-admin, viewer or pact-ops-{vcluster}")
 		certOut = fs.String("cert-out", "", "where to write the certificate")
 		keyOut = fs.String("key-out", "", "where to write the private key (mode 0600)")
-		lifetime = fs.Duration("lifetime", ca.DefaultOperatorLifetime, "validity of the credential (short: renew with pact admin renew)")
+		fs.Var(duration.NewValue(&lifetime, ca.DefaultOperatorLifetime), "lifetime", "validity of the credential, e.g. 7d or 36h (short: renew with pact admin renew)")
 	})
 	if code, ok := cmdutil.Parse(s, fs, args[1:], os.LookupEnv); !ok {
 		return code
@@ -425,7 +426,7 @@ func adminMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pact-journal admin issue: %v\n", err)
 		return 1
 	}
-	certPEM, keyPEM, err := ca.IssueAdmin(auth, *name, *role, *lifetime, clock.Real{}.Now())
+	certPEM, keyPEM, err := ca.IssueAdmin(auth, *name, *role, lifetime, clock.Real{}.Now())
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal admin issue: %v\n", err)
 		return 2
@@ -438,7 +439,7 @@ func adminMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pact-journal admin issue: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "issued %s credential for %s, valid %v: %s, %s (recorded by the journal at its first use)\n", *role, *name, *lifetime, *certOut, *keyOut)
+	fmt.Fprintf(stdout, "issued %s credential for %s, valid %v: %s, %s (recorded by the journal at its first use)\n", *role, *name, lifetime, *certOut, *keyOut)
 	return 0
 }
 

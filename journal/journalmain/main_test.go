@@ -106,13 +106,16 @@ func TestCheckConfig(t *testing.T) {
 		contains []string
 	}{
 		{"good file", good, nil, nil, 0, []string{"the settings are valid, and the files and directories they name are usable"}},
+		// One duration syntax: the days pact admin issue --lifetime takes.
+		{"days in the file, a variable and a flag", good + "cert-lifetime: 3d\n", map[string]string{"PACT_OPERATOR_LIFETIME": "1d12h"},
+			[]string{"--max-operator-lifetime", "30d"}, 0, []string{"the settings are valid, and the files and directories they name are usable"}},
 		{"file, env and flag problems at once", good + "raft-listen: x\nlisten_addr: y\nheartbeat-timeout: 5 min\n",
-			map[string]string{"PACT_MAX_CONNS": "lots"}, []string{"--cert-lifetime", "3d"}, 2, []string{
+			map[string]string{"PACT_MAX_CONNS": "lots"}, []string{"--cert-lifetime", "3w"}, 2, []string{
 				"4 configuration problems; nothing was started",
 				"journal.yaml:4: unknown setting \"listen_addr\" (did you mean listen?): remove it, or see pact-journal --help",
-				"journal.yaml:5: heartbeat-timeout: \"5 min\" is not a duration: write it like 72h, 30m or 1h30m",
+				"journal.yaml:5: heartbeat-timeout: \"5 min\" is not a duration (unknown unit \" min\"; units: ns, us, ms, s, m, h, d): write it like 90s, 30m, 36h, 7d or 1d12h",
 				"PACT_MAX_CONNS: \"lots\" is not a whole number",
-				"--cert-lifetime: \"3d\" is not a duration",
+				"--cert-lifetime: \"3w\" is not a duration",
 			}},
 		{"a valid file with a value the journal refuses", good + "cert-lifetime: 1m\nmax-concurrent-enrollments: 0\n", nil, nil, 2, []string{
 			"2 configuration problems", "shorter than 10m", "MaxConcurrentEnrollments"}},

@@ -379,6 +379,12 @@ type ListNodesRequest struct {
 	// Only the node with this BMC serial: compared exactly, case and all,
 	// after trimming surrounding space (the matching rule of enrollment).
 	BmcSerial string `protobuf:"bytes,201,opt,name=bmc_serial,json=bmcSerial,proto3" json:"bmc_serial,omitempty"`
+	// Only fenced nodes (pact node list --state fenced). A journal from
+	// before this field lists every node: pact filters the answer again.
+	Fenced bool `protobuf:"varint,202,opt,name=fenced,proto3" json:"fenced,omitempty"`
+	// Only released nodes: Active, and their agent released the current
+	// certificate on a clean stop (pact node list --state released).
+	Released bool `protobuf:"varint,203,opt,name=released,proto3" json:"released,omitempty"`
 	// At most this many nodes in one answer (in node ID order), and never
 	// more than about 2 MiB of them, so that an answer fits any client's
 	// receive limit (gRPC's default is 4 MiB: about 15,000 active nodes).
@@ -456,6 +462,20 @@ func (x *ListNodesRequest) GetBmcSerial() string {
 		return x.BmcSerial
 	}
 	return ""
+}
+
+func (x *ListNodesRequest) GetFenced() bool {
+	if x != nil {
+		return x.Fenced
+	}
+	return false
+}
+
+func (x *ListNodesRequest) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
 }
 
 func (x *ListNodesRequest) GetPageSize() uint32 {
@@ -1994,7 +2014,11 @@ type RevokeOperatorRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A name revokes every credential of it issued so far; a hex serial
 	// revokes one.
-	NameOrSerial  string `protobuf:"bytes,1,opt,name=name_or_serial,json=nameOrSerial,proto3" json:"name_or_serial,omitempty"`
+	NameOrSerial string `protobuf:"bytes,1,opt,name=name_or_serial,json=nameOrSerial,proto3" json:"name_or_serial,omitempty"`
+	// Revoke a name no recorded credential carries (one signed offline and
+	// never used). Without it such a name is refused NOT_FOUND, so a
+	// misspelt name is not revoked by mistake.
+	Unrecorded    bool `protobuf:"varint,2,opt,name=unrecorded,proto3" json:"unrecorded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2034,6 +2058,13 @@ func (x *RevokeOperatorRequest) GetNameOrSerial() string {
 		return x.NameOrSerial
 	}
 	return ""
+}
+
+func (x *RevokeOperatorRequest) GetUnrecorded() bool {
+	if x != nil {
+		return x.Unrecorded
+	}
+	return false
 }
 
 type RevokeOperatorResponse struct {
@@ -2724,8 +2755,11 @@ func (x *FenceNodeRequest) GetReason() string {
 }
 
 type FenceNodeResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// The node was already fenced: nothing was written (the reason of the
+	// first fence stays).
+	Unchanged     bool `protobuf:"varint,2,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2765,6 +2799,13 @@ func (x *FenceNodeResponse) GetNode() *Node {
 		return x.Node
 	}
 	return nil
+}
+
+func (x *FenceNodeResponse) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
+	}
+	return false
 }
 
 type UnfenceNodeRequest struct {
@@ -2812,8 +2853,10 @@ func (x *UnfenceNodeRequest) GetNodeId() string {
 }
 
 type UnfenceNodeResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// The node was not fenced: nothing was written.
+	Unchanged     bool `protobuf:"varint,2,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2853,6 +2896,13 @@ func (x *UnfenceNodeResponse) GetNode() *Node {
 		return x.Node
 	}
 	return nil
+}
+
+func (x *UnfenceNodeResponse) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
+	}
+	return false
 }
 
 type UpdateNodeRequest struct {
@@ -3000,7 +3050,7 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\"N\n" +
 	"\x15RegisterNodesResponse\x125\n" +
-	"\aresults\x18\x01 \x03(\v2\x1b.pact.v1.RegisterNodeResultR\aresults\"\xe7\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.pact.v1.RegisterNodeResultR\aresults\"\x9d\x02\n" +
 	"\x10ListNodesRequest\x12(\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x12.pact.v1.NodeStateR\x05state\x12\x1a\n" +
 	"\bvcluster\x18\x02 \x01(\tR\bvcluster\x12\x1e\n" +
@@ -3009,7 +3059,9 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"unassigned\x12\x11\n" +
 	"\x03mac\x18\xc8\x01 \x01(\tR\x03mac\x12\x1e\n" +
 	"\n" +
-	"bmc_serial\x18\xc9\x01 \x01(\tR\tbmcSerial\x12\x1b\n" +
+	"bmc_serial\x18\xc9\x01 \x01(\tR\tbmcSerial\x12\x17\n" +
+	"\x06fenced\x18\xca\x01 \x01(\bR\x06fenced\x12\x1b\n" +
+	"\breleased\x18\xcb\x01 \x01(\bR\breleased\x12\x1b\n" +
 	"\tpage_size\x18\x04 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x05 \x01(\tR\tpageToken\"\xa2\x01\n" +
@@ -3113,9 +3165,12 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\x03all\x18\x01 \x01(\bR\x03all\"\x8e\x01\n" +
 	"\x15ListOperatorsResponse\x12/\n" +
 	"\toperators\x18\x01 \x03(\v2\x11.pact.v1.OperatorR\toperators\x12D\n" +
-	"\rrevoked_names\x18\x02 \x03(\v2\x1f.pact.v1.OperatorNameRevocationR\frevokedNames\"=\n" +
+	"\rrevoked_names\x18\x02 \x03(\v2\x1f.pact.v1.OperatorNameRevocationR\frevokedNames\"]\n" +
 	"\x15RevokeOperatorRequest\x12$\n" +
-	"\x0ename_or_serial\x18\x01 \x01(\tR\fnameOrSerial\"z\n" +
+	"\x0ename_or_serial\x18\x01 \x01(\tR\fnameOrSerial\x12\x1e\n" +
+	"\n" +
+	"unrecorded\x18\x02 \x01(\bR\n" +
+	"unrecorded\"z\n" +
 	"\x16RevokeOperatorResponse\x12+\n" +
 	"\arevoked\x18\x01 \x03(\v2\x11.pact.v1.OperatorR\arevoked\x123\n" +
 	"\x04name\x18\x02 \x01(\v2\x1f.pact.v1.OperatorNameRevocationR\x04name\"\x84\x01\n" +
@@ -3156,13 +3211,15 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\arevoked\x18\x01 \x03(\v2\x16.pact.v1.JoinTokenInfoR\arevoked\"C\n" +
 	"\x10FenceNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"6\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"T\n" +
 	"\x11FenceNodeResponse\x12!\n" +
-	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\"-\n" +
+	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\x12\x1c\n" +
+	"\tunchanged\x18\x02 \x01(\bR\tunchanged\"-\n" +
 	"\x12UnfenceNodeRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"8\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"V\n" +
 	"\x13UnfenceNodeResponse\x12!\n" +
-	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\"\xa8\x01\n" +
+	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\x12\x1c\n" +
+	"\tunchanged\x18\x02 \x01(\bR\tunchanged\"\xa8\x01\n" +
 	"\x11UpdateNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04macs\x18\x02 \x03(\tR\x04macs\x12\"\n" +

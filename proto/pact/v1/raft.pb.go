@@ -2420,7 +2420,12 @@ type SnapshotHeader struct {
 	// whatever its domain name. Files written before this field existed
 	// lack it: restore then checks that an intermediate in the file is
 	// signed by the root.
-	RootSha256    []byte `protobuf:"bytes,11,opt,name=root_sha256,json=rootSha256,proto3" json:"root_sha256,omitempty"`
+	RootSha256 []byte `protobuf:"bytes,11,opt,name=root_sha256,json=rootSha256,proto3" json:"root_sha256,omitempty"`
+	// The journals in the Raft configuration when the snapshot was taken
+	// (voters and non-voters, by id). The state also keeps the addresses of
+	// journals removed since; pact journal snapshot inspect lists only these.
+	// Absent in files written before it (every journal is then listed).
+	Members       []string `protobuf:"bytes,21,rep,name=members,proto3" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2535,6 +2540,13 @@ func (x *SnapshotHeader) GetQuorumId() string {
 func (x *SnapshotHeader) GetRootSha256() []byte {
 	if x != nil {
 		return x.RootSha256
+	}
+	return nil
+}
+
+func (x *SnapshotHeader) GetMembers() []string {
+	if x != nil {
+		return x.Members
 	}
 	return nil
 }
@@ -2694,7 +2706,7 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x04cert\x18\x03 \x01(\v2\x18.pact.v1.CertificateInfoR\x04cert\"E\n" +
 	"\x12StandbyActivatedOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
-	"\x06serial\x18\x02 \x01(\tR\x06serial\"\xdb\x02\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\"\xf5\x02\n" +
 	"\x0eSnapshotHeader\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x16\n" +
 	"\x06domain\x18\x02 \x01(\tR\x06domain\x12\x14\n" +
@@ -2709,7 +2721,8 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	" \x01(\x04R\x05nodes\x12\x1b\n" +
 	"\tquorum_id\x18\x14 \x01(\tR\bquorumId\x12\x1f\n" +
 	"\vroot_sha256\x18\v \x01(\fR\n" +
-	"rootSha256*\x89\x04\n" +
+	"rootSha256\x12\x18\n" +
+	"\amembers\x18\x15 \x03(\tR\amembers*\x89\x04\n" +
 	"\n" +
 	"ApplyError\x12\x1b\n" +
 	"\x17APPLY_ERROR_UNSPECIFIED\x10\x00\x12!\n" +
