@@ -18,8 +18,8 @@ import (
 
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/cmdutil"
-	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/duration"
+	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/sdnotify"
 	"github.com/pact-hpc/pact/internal/settings"
 	"github.com/pact-hpc/pact/internal/version"
