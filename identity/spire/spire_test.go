@@ -420,7 +420,10 @@ func TestSPIRERestartWithinGrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sp.Close() })
-	serving := func() bool { id, err := sp.Current(context.Background()); return err == nil && id.Serial() == svid.Serial() }
+	serving := func() bool {
+		id, err := sp.Current(context.Background())
+		return err == nil && id.Serial() == svid.Serial()
+	}
 	waitFor(t, sp.Changes(), "the SVID", serving)
 
 	srv.Stop()
