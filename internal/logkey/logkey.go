@@ -26,4 +26,6 @@ const (
 	Index        = "index"
 	Duration     = "duration"
 	SPIFFEID     = "spiffe_id"
+	TPM          = "tpm"
+	TPMEKHash    = "tpm_ek_hash"
 )
