@@ -176,7 +176,7 @@ func ReadStatus(ctx context.Context, path string) (Status, error) {
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return Status{}, fmt.Errorf("agent: no agent answers on %s (is pact-agent running, and are you root?): %w", path, err)
+		return Status{}, fmt.Errorf("agent: no agent answers on %s (is pact-agent running, with this --status-socket, and are you root or its user?): %w", path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
