@@ -30,7 +30,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X github.com/pact-hpc/pact/internal/version.Version=$(VERSION) -X github.com/pact-hpc/pact/internal/version.Commit=$(COMMIT)
 
-.PHONY: help build print-ldflags package package-check run cluster cluster-down image compose-up compose-down test lint generate check-generated bench bench-storm bench-floor bench-scale fuzz fuzz-short clean tools
+.PHONY: help build print-ldflags package package-check package-check-tools run cluster cluster-down image compose-up compose-down test lint generate check-generated bench bench-storm bench-floor bench-scale fuzz fuzz-short clean tools
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -45,16 +45,26 @@ build: ## build static binaries into bin/: pact-journal, pact-agent, pact
 PKG_VERSION ?= $(subst -,~,$(if $(filter v0% v1% v2% v3% v4% v5% v6% v7% v8% v9%,$(VERSION)),$(patsubst v%,%,$(VERSION)),0.0.0~git$(VERSION)))
 PKG_ARCH    ?= $(shell $(GO) env GOARCH)
 PKG_DIR     ?= $(BIN)/packages
+# The packages' binaries: stamped like make build's, and stripped of the
+# symbol table and DWARF (-s -w: a third smaller; stack traces and
+# --version are unchanged), built apart from bin/.
+PKG_BIN     ?= $(PKG_DIR)/bin
+PKG_LDFLAGS := -s -w $(LDFLAGS)
 
-package: build $(TOOLS)/nfpm ## .deb and .rpm (binaries, systemd units, example settings, docs) into bin/packages/
+package: $(TOOLS)/nfpm ## .deb and .rpm (stripped binaries, systemd units, example settings, mkroot.sh, docs, copyright) into bin/packages/
+	$(GO) build -trimpath -ldflags "$(PKG_LDFLAGS)" -o $(PKG_BIN)/ ./cmd/pact-journal ./cmd/pact-agent ./cmd/pact
 	@mkdir -p $(PKG_DIR)
-	sed -e 's#@BIN@#$(BIN)#g' -e 's#@ARCH@#$(PKG_ARCH)#g' -e 's#@VERSION@#$(PKG_VERSION)#g' dist/nfpm.yaml > $(PKG_DIR)/nfpm.yaml
+	$(GO) run ./dist/copyright -o $(PKG_DIR)/copyright $(PKG_BIN)/pact-journal $(PKG_BIN)/pact-agent $(PKG_BIN)/pact
+	sed -e 's#@BIN@#$(PKG_BIN)#g' -e 's#@PKG_DIR@#$(PKG_DIR)#g' -e 's#@ARCH@#$(PKG_ARCH)#g' -e 's#@VERSION@#$(PKG_VERSION)#g' dist/nfpm.yaml > $(PKG_DIR)/nfpm.yaml
 	$(TOOLS)/nfpm package -f $(PKG_DIR)/nfpm.yaml -p deb -t $(PKG_DIR)/
 	$(TOOLS)/nfpm package -f $(PKG_DIR)/nfpm.yaml -p rpm -t $(PKG_DIR)/
 	@rm $(PKG_DIR)/nfpm.yaml
 
-package-check: package ## install the .deb into a fresh Debian root (mmdebstrap, Debian's packages), run --version, remove it
+package-check: package-check-tools package ## install the .deb into a fresh Debian root (mmdebstrap, Debian's packages), run --version, remove it
 	./scripts/package-check.sh $(PKG_DIR)/pact_$(PKG_VERSION)-1_$(PKG_ARCH).deb
+
+package-check-tools: ## install what make package-check needs (mmdebstrap; apt-get, as root) or say how
+	./scripts/package-check.sh --install-tools
 
 print-ldflags: ## print the -ldflags make build stamps the version with (the version test uses it)
 	@echo '$(LDFLAGS)'

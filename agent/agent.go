@@ -260,6 +260,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Warn("no status socket; pact-agent status will not work", logkey.Err, err)
 		} else {
 			defer serve(lis, a.handler(false))()
+			a.log.Info("status socket open", "path", a.cfg.StatusSocket)
 		}
 	}
 	if a.cfg.MetricsListen != "" {

@@ -160,6 +160,11 @@ func classify(err error, id *identity.Identity, now time.Time) string {
 // enrollment (apierr.Error.Final).
 func refusal(err error) bool { return apierr.FromError(err).Final() }
 
+// final reports whether err ends the agent: a refusal the agent does not
+// retry (ErrRefused), or the node decommissioned or fenced, which the loop
+// turns into one wherever it meets it.
+func final(err error) bool { return errors.Is(err, ErrRefused) || revoked(err) }
+
 // revoked reports whether the journal said the node was decommissioned or
 // fenced: the agent fails closed and never tries to recover on its own (a
 // fenced node is restarted once an operator unfences it).

@@ -126,3 +126,60 @@ func TestAgentFenced(t *testing.T) {
 		t.Errorf("status last failure %q: %q, want %s reporting NODE_FENCED", st.LastFailureReason, st.LastFailure, ReasonFenced)
 	}
 }
+
+// An agent that stops on a final refusal logs no "retrying" on its way
+// out: the refusal is recorded (status, metrics) and Run returns it for
+// its caller to report once. Before the fix each of these logged
+// "... failed; keeping what the agent has and retrying" at WARN just
+// before stopping.
+func TestFinalRefusalIsNotLoggedAsRetried(t *testing.T) {
+	tests := []struct {
+		name   string
+		bmc    string
+		act    func(t *testing.T, h *journaltest.Harness) // nil: the hardware is not registered
+		reason string
+	}{
+		{"unregistered hardware", "SN9", nil, ReasonEnrollmentRefused},
+		{"decommissioned", "SN1", func(t *testing.T, h *journaltest.Harness) {
+			if _, err := h.AdminClient(t).DecommissionNode(context.Background(), &pactv1.DecommissionNodeRequest{NodeId: "n1", Force: true}); err != nil {
+				t.Fatal(err)
+			}
+		}, ReasonRevoked},
+		{"fenced", "SN1", func(t *testing.T, h *journaltest.Harness) {
+			if _, err := h.AdminClient(t).FenceNode(context.Background(), &pactv1.FenceNodeRequest{NodeId: "n1", Reason: "INC-42"}); err != nil {
+				t.Fatal(err)
+			}
+		}, ReasonFenced},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := journaltest.Start(t, journaltest.Config(t.TempDir()))
+			h.Register(t, "n1", "SN1", mac1)
+			var logs syncBuffer
+			cfg := agentConfig(h, clock.Real{}, tt.bmc, mac1)
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			a, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- a.Run(ctx) }()
+			if tt.act != nil {
+				eventually(t, "n1 streams", func() bool { return a.Status().Ready })
+				tt.act(t, h)
+			}
+			if err := <-done; !errors.Is(err, ErrRefused) {
+				t.Fatalf("Run = %v, want ErrRefused", err)
+			}
+			if got := a.Status().LastFailureReason; got != tt.reason {
+				t.Errorf("status reason %q, want %q", got, tt.reason)
+			}
+			out := logs.String()
+			if strings.Contains(out, "retrying") || strings.Contains(out, "level=WARN") {
+				t.Errorf("the agent stopped on a final refusal, and its log says otherwise:\n%s", out)
+			}
+		})
+	}
+}

@@ -67,7 +67,8 @@ func (a *Agent) enroll(ctx context.Context) (err error) {
 	}
 	addr := a.pick()
 	resp, err := a.callEnroll(ctx, addr, req)
-	if err == nil && resp.GetTpmChallenge() != nil {
+	challenged := err == nil && resp.GetTpmChallenge() != nil
+	if challenged {
 		resp, err = a.answerTPM(ctx, addr, req, key, att, resp.GetTpmChallenge())
 	}
 	if err != nil && a.bridge(err) {
@@ -83,7 +84,11 @@ func (a *Agent) enroll(ctx context.Context) (err error) {
 			a.adopt(id, who, resp.GetVcluster())
 			a.enrollKey, a.enrollCSR = nil, nil // the next enrollment makes a new one
 			a.notBusy()
-			a.log.Info("enrolled", "identity", id, logkey.NodeID, who.Name, logkey.VCluster, vclusterLabel(resp.GetVcluster()), logkey.Addr, addr)
+			attrs := []any{"identity", id, logkey.NodeID, who.Name, logkey.VCluster, vclusterLabel(resp.GetVcluster()), logkey.Addr, addr}
+			if att != nil {
+				attrs = append(attrs, tpmAttrs(challenged, att.EKHash())...)
+			}
+			a.log.Info("enrolled", attrs...)
 			return nil
 		}
 	}

@@ -483,6 +483,9 @@ func (a *Agent) publishedBundle(id *identity.Identity) ([]*x509.Certificate, int
 }
 
 // fail records why op failed: log, metrics, status. It returns the reason.
+// A final refusal (the node decommissioned or fenced, its enrollment
+// refused for good) is recorded but not logged: the agent stops, Run
+// returns it, and its caller says so once (pact-agent's "stopping" line).
 func (a *Agent) fail(op string, err error, id *identity.Identity) string {
 	now := a.cfg.Clock.Now()
 	reason := classify(err, id, now)
@@ -490,6 +493,10 @@ func (a *Agent) fail(op string, err error, id *identity.Identity) string {
 	a.mu.Lock()
 	prev := a.failure
 	a.failure = failureRecord{reason: reason, op: op, msg: err.Error(), at: now}
+	if final(err) {
+		a.mu.Unlock()
+		return reason
+	}
 	// Retry logs are coalesced: a failure that repeats the previous one is
 	// logged at debug level, with a warning again every failureLogEvery.
 	level := slog.LevelWarn

@@ -3,8 +3,10 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -89,6 +91,10 @@ func (a *Agent) handler(metrics bool) http.Handler {
 // can ever connect.
 func listenStatus(path string) (net.Listener, error) {
 	dir := filepath.Dir(path)
+	made := ""
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		made = dir // removed again on close, if empty: an agent run by hand leaves no /run/pact behind
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("agent: --status-socket: %w", err)
 	}
@@ -118,18 +124,23 @@ func listenStatus(path string) (net.Listener, error) {
 		_ = os.Remove(tmp)
 		return nil, fmt.Errorf("agent: --status-socket: %w", err)
 	}
-	return &removingListener{Listener: lis, path: path}, nil
+	return &removingListener{Listener: lis, path: path, dir: made}, nil
 }
 
-// removingListener removes the socket file when closed.
+// removingListener removes the socket file when closed, and the directory
+// listenStatus made for it if nothing else is in it.
 type removingListener struct {
 	net.Listener
 	path string
+	dir  string
 }
 
 func (l *removingListener) Close() error {
 	err := l.Listener.Close()
 	_ = os.Remove(l.path)
+	if l.dir != "" {
+		_ = os.Remove(l.dir) // fails, harmlessly, if not empty
+	}
 	return err
 }
 
@@ -165,7 +176,7 @@ func ReadStatus(ctx context.Context, path string) (Status, error) {
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return Status{}, fmt.Errorf("agent: no agent answers on %s (is pact-agent running, and are you root?): %w", path, err)
+		return Status{}, fmt.Errorf("agent: no agent answers on %s (is pact-agent running, with this --status-socket, and are you root or its user?): %w", path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

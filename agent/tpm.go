@@ -72,3 +72,16 @@ func (a *Agent) answerTPM(ctx context.Context, addr string, req *pactv1.EnrollRe
 	}
 	return resp, err
 }
+
+// tpmAttrs say, on the "enrolled" line, what the node's TPM did: attested
+// (the journal challenged it and it proved the registered EK), or
+// not_required (the node is registered without an EK hash, so the
+// hardware match alone enrolled it), with the first 16 hex digits of its
+// EK hash to compare with the registry (pact node inspect).
+func tpmAttrs(challenged bool, ekHash string) []any {
+	what := "not_required"
+	if challenged {
+		what = "attested"
+	}
+	return []any{logkey.TPM, what, logkey.TPMEKHash, ekHash[:min(16, len(ekHash))]}
+}

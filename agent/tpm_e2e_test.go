@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -42,13 +43,53 @@ func ekHashOf(t *testing.T, device string) string {
 func TestAgentEnrollsWithTPM(t *testing.T) {
 	sw := swtpmtest.Start(t)
 	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
-	registerWithEK(t, h, "n1", "SN1", ekHashOf(t, sw.Device), mac1)
+	ek := ekHashOf(t, sw.Device)
+	registerWithEK(t, h, "n1", "SN1", ek, mac1)
 	cfg := agentConfig(h, clock.Real{}, "SN1", mac1)
 	cfg.TPMDevice = sw.Device
+	var logs syncBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	runAgent(t, cfg)
 	eventually(t, "n1 is active with one stream", func() bool {
 		return inspect(t, h, "n1").GetState() == pactv1.NodeState_NODE_STATE_ACTIVE && h.J.OpenStreams("n1") == 1
 	})
+	// The log says, once, that the TPM proved the node, and which TPM.
+	enrolled := logLines(logs.String(), "msg=enrolled")
+	if len(enrolled) != 1 || !strings.Contains(enrolled[0], "level=INFO") || !strings.Contains(enrolled[0], " tpm=attested tpm_ek_hash="+ek[:16]+"\n") {
+		t.Errorf("enrolled lines %q; want one at INFO with tpm=attested tpm_ek_hash=%s", enrolled, ek[:16])
+	}
+
+	// A node with a TPM (another one: an EK hash belongs to one node)
+	// registered without an EK hash enrolls on its hardware alone, and the
+	// log says the TPM was not asked for.
+	sw2 := swtpmtest.Start(t)
+	ek2 := ekHashOf(t, sw2.Device)
+	h.Register(t, "n2", "SN2", "52:54:00:00:00:02")
+	cfg = agentConfig(h, clock.Real{}, "SN2", "52:54:00:00:00:02")
+	cfg.TPMDevice = sw2.Device
+	var logs2 syncBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs2, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	runAgent(t, cfg)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("n2 agent log:\n%s", logs2.String())
+		}
+	})
+	eventually(t, "n2 is active", func() bool { return h.J.OpenStreams("n2") == 1 })
+	if enrolled := logLines(logs2.String(), "msg=enrolled"); len(enrolled) != 1 || !strings.Contains(enrolled[0], " tpm=not_required tpm_ek_hash="+ek2[:16]) {
+		t.Errorf("enrolled lines %q; want one with tpm=not_required", enrolled)
+	}
+}
+
+// logLines are the lines of out that contain what, each with its newline.
+func logLines(out, what string) []string {
+	var got []string
+	for _, l := range strings.SplitAfter(out, "\n") {
+		if strings.Contains(l, what) {
+			got = append(got, l)
+		}
+	}
+	return got
 }
 
 // The refusals an operator sees from pact-agent when the TPM does not

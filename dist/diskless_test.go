@@ -95,12 +95,66 @@ func TestDisklessImageRoot(t *testing.T) {
 		t.Errorf("diskless drop-in does not order after network-online.target:\n%s", dropIn)
 	}
 
-	// Boot it. The settings come from the image's agent.env; ca.pem's
-	// absolute path is resolved inside the tree (no chroot in a test). The
-	// test machine has no NIC registered to this node, so the hardware
-	// identity is passed in the environment, the one thing that differs
-	// from a real boot.
-	env := []string{"PACT_AGENT_MACS=52:54:00:aa:00:01", "PACT_AGENT_BMC_SERIAL=SN-DISKLESS-1", "PACT_AGENT_STATUS_SOCKET="}
+	bootImage(t, h, root, "cn-0001", "52:54:00:aa:00:01", "SN-DISKLESS-1")
+}
+
+// A node registered with --require-token, from an image made with
+// JOIN_TOKEN_FILE: the boot puts a fresh token at that path (a tmpfs on a
+// real node) and the agent from the image enrolls with it. The image's
+// /etc stays as built: the pact user is baked in on the build host with
+// systemd-sysusers --root, as docs/diskless.md says for a read-only /etc.
+func TestDisklessImageRootWithJoinToken(t *testing.T) {
+	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
+	if _, err := h.AdminClient(t).RegisterNode(context.Background(), &pactv1.RegisterNodeRequest{
+		NodeId: "cn-0002", Hardware: &pactv1.HardwareIdentity{Macs: []string{"52:54:00:aa:00:02"}, BmcSerial: "SN-DISKLESS-2"},
+		Credentials: &pactv1.CredentialPolicy{RequireJoinToken: true},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	cmd := exec.Command("sh", "diskless/mkroot.sh", root, filepath.Join(binDir, "pact-agent"), filepath.Join(h.Dir, ca.RootCertFile), h.Addr)
+	cmd.Env = append(os.Environ(), "JOIN_TOKEN_FILE=/run/pact-token/join-token")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mkroot.sh: %v\n%s", err, out)
+	}
+	envFile, _ := os.ReadFile(filepath.Join(root, "etc/pact/agent.env"))
+	if !strings.Contains(string(envFile), "\nPACT_AGENT_JOIN_TOKEN_FILE=/run/pact-token/join-token\n") {
+		t.Fatalf("agent.env does not name the token file:\n%s", envFile)
+	}
+
+	// The read-only /etc recipe: the user and its tss membership in the
+	// image's own passwd and group.
+	run(t, need(t, "systemd-sysusers"), "--root="+root)
+	passwd, _ := os.ReadFile(filepath.Join(root, "etc/passwd"))
+	group, _ := os.ReadFile(filepath.Join(root, "etc/group"))
+	if !regexp.MustCompile(`(?m)^pact:x:\d+:\d+:`).Match(passwd) || !regexp.MustCompile(`(?m)^tss:x:\d+:(.*,)?pact(,|$)`).Match(group) {
+		t.Errorf("systemd-sysusers --root did not bake the pact user into the image:\n%s\n%s", passwd, group)
+	}
+
+	// This boot's token, delivered before the agent starts.
+	created, err := h.AdminClient(t).CreateJoinToken(context.Background(), &pactv1.CreateJoinTokenRequest{NodeId: "cn-0002", TtlSeconds: 900})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(root, "run/pact-token/join-token")
+	if err := os.MkdirAll(filepath.Dir(tokenFile), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tokenFile, []byte(created.GetToken()+"\n"), 0o440); err != nil {
+		t.Fatal(err)
+	}
+	bootImage(t, h, root, "cn-0002", "52:54:00:aa:00:02", "SN-DISKLESS-2")
+}
+
+// bootImage starts the agent of the image tree root with only the tree's
+// settings and waits for its READY=1; the node is then active. The
+// settings come from the image's agent.env; absolute paths in it are
+// resolved inside the tree (no chroot in a test). The test machine has no
+// NIC registered to the node, so the hardware identity is passed in the
+// environment, the one thing that differs from a real boot.
+func bootImage(t *testing.T, h *journaltest.Harness, root, node, mac, bmc string) {
+	t.Helper()
+	env := []string{"PACT_AGENT_MACS=" + mac, "PACT_AGENT_BMC_SERIAL=" + bmc, "PACT_AGENT_STATUS_SOCKET="}
 	f, err := os.Open(filepath.Join(root, "etc/pact/agent.env"))
 	if err != nil {
 		t.Fatal(err)
@@ -148,11 +202,11 @@ func TestDisklessImageRoot(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(buf[:n]), "READY=1") {
 		t.Fatalf("no READY=1 from the image's agent: %q %v", buf[:n], err)
 	}
-	node, err := h.AdminClient(t).InspectNode(context.Background(), &pactv1.InspectNodeRequest{NodeId: "cn-0001"})
+	got, err := h.AdminClient(t).InspectNode(context.Background(), &pactv1.InspectNodeRequest{NodeId: node})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if node.GetNode().GetState() != pactv1.NodeState_NODE_STATE_ACTIVE {
-		t.Errorf("after READY=1 the node is %v", node.GetNode().GetState())
+	if got.GetNode().GetState() != pactv1.NodeState_NODE_STATE_ACTIVE {
+		t.Errorf("after READY=1 %s is %v", node, got.GetNode().GetState())
 	}
 }

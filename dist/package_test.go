@@ -1,6 +1,8 @@
 package dist
 
 import (
+	"debug/buildinfo"
+	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +24,8 @@ var packageFiles = map[string]string{
 	"/etc/pact/agent.env":                          "-rw-r--r--",
 	"/etc/pact/journal.yaml":                       "-rw-r--r--",
 	"/etc/pact/agent.yaml":                         "-rw-r--r--",
+	"/usr/share/pact/diskless/mkroot.sh":           "-rwxr-xr-x",
+	"/usr/share/doc/pact/copyright":                "-rw-r--r--",
 	"/usr/share/doc/pact/README.md":                "-rw-r--r--",
 	"/usr/share/doc/pact/exit-codes.md":            "-rw-r--r--",
 	"/usr/share/doc/pact/quorum.md":                "-rw-r--r--",
@@ -135,14 +139,30 @@ func TestPackages(t *testing.T) {
 		if got := strings.Fields(string(conf)); !slices.Equal(sorted(got), configFiles) {
 			t.Errorf("conffiles %v, want %v", got, configFiles)
 		}
-		// The binaries in the package carry the version make stamped.
+		// The binaries in the package carry the version make stamped, and
+		// are stripped: no symbol table, no DWARF.
 		x := t.TempDir()
 		run(t, "dpkg-deb", "-x", deb, x)
+		var binaries []string
 		for _, b := range []string{"pact-journal", "pact-agent", "pact"} {
-			if out := run(t, filepath.Join(x, "usr/bin", b), "--version"); !strings.HasPrefix(out, b+" v1.2.3-4-gabcdef0 (commit ") {
+			p := filepath.Join(x, "usr/bin", b)
+			binaries = append(binaries, p)
+			if out := run(t, p, "--version"); !strings.HasPrefix(out, b+" v1.2.3-4-gabcdef0 (commit ") {
 				t.Errorf("%s --version from the package: %q", b, out)
 			}
+			f, err := elf.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, sec := range f.Sections {
+				if sec.Name == ".symtab" || strings.HasPrefix(sec.Name, ".debug_") || strings.HasPrefix(sec.Name, ".zdebug_") {
+					t.Errorf("%s is not stripped: it has %s", b, sec.Name)
+				}
+			}
+			f.Close()
 		}
+		checkCopyright(t, filepath.Join(x, "usr/share/doc/pact/copyright"), binaries)
+		checkInstalledMkroot(t, x)
 	})
 	t.Run("rpm", func(t *testing.T) {
 		if got := strings.Fields(run(t, "rpm", "-qp", "--qf", "%{NAME} %{VERSION} %{RELEASE} %{ARCH}\n", rpm)); !slices.Equal(got, []string{"pact", "1.2.3~4~gabcdef0", "1", "x86_64"}) {
@@ -171,6 +191,74 @@ func TestPackages(t *testing.T) {
 }
 
 func sorted(s []string) []string { slices.Sort(s); return s }
+
+// checkCopyright: the copyright file is in Debian's machine-readable
+// format and names, with a license text, the Go standard library and
+// every module the packaged binaries were built with.
+func checkCopyright(t *testing.T, path string, binaries []string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	if !strings.HasPrefix(text, "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n") ||
+		!strings.Contains(text, "\nFiles: *\nCopyright: The pact developers\nLicense: Apache-2.0\n") {
+		t.Errorf("copyright: not DEP-5, or pact's own license missing:\n%.600s", text)
+	}
+	licenses := map[string]bool{}
+	for _, para := range strings.Split(text, "\n\n") {
+		if name, ok := strings.CutPrefix(para, "License: "); ok {
+			name, body, _ := strings.Cut(name, "\n")
+			licenses[name] = len(body) > 200
+		}
+	}
+	mods := map[string]bool{"go": true}
+	for _, bin := range binaries {
+		info, err := buildinfo.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range info.Deps {
+			mods["go-module/"+d.Path] = true
+		}
+	}
+	if len(mods) < 20 {
+		t.Fatalf("only %d modules in the binaries' build information", len(mods))
+	}
+	for m := range mods {
+		i := strings.Index(text, "\nFiles: "+m+"/*\n")
+		if i < 0 {
+			t.Errorf("copyright does not name %s", m)
+			continue
+		}
+		para, _, _ := strings.Cut(text[i+1:], "\n\n")
+		_, lic, _ := strings.Cut(para, "\nLicense: ")
+		lic, _, _ = strings.Cut(lic, "\n")
+		if !licenses[lic] {
+			t.Errorf("copyright: %s has license %q, whose text is not in the file", m, lic)
+		}
+	}
+}
+
+// checkInstalledMkroot: mkroot.sh as the package installs it, run with no
+// UNITDIR, takes the unit and the sysusers.d file the package installs.
+func checkInstalledMkroot(t *testing.T, x string) {
+	t.Helper()
+	root := t.TempDir()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, []byte("a CA\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "sh", filepath.Join(x, "usr/share/pact/diskless/mkroot.sh"), root, filepath.Join(x, "usr/bin/pact-agent"), ca, "10.0.0.1:7443")
+	for _, f := range []string{"usr/lib/systemd/system/pact-agent.service", "usr/lib/sysusers.d/pact.conf"} {
+		got, err := os.ReadFile(filepath.Join(root, f))
+		want, _ := os.ReadFile(filepath.Join(x, f))
+		if err != nil || len(want) == 0 || string(got) != string(want) {
+			t.Errorf("the installed mkroot.sh put another %s into the image: %v", f, err)
+		}
+	}
+}
 
 // The maintainer scripts are valid sh and handle both deb's and rpm's
 // arguments for removal versus upgrade.

@@ -182,6 +182,6 @@ func (j *Journal) tpmCheck(node *pactv1.Node, reportedEKHash, spki string, att *
 	if err := tpmattest.VerifyProof(p.Secret, att.GetChallengeId(), spki, att.GetProof()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTPMAttestationFailed, err)
 	}
-	j.log.Info("TPM credential activation proved", logkey.NodeID, id, "ek_hash", ek.Hash)
+	j.log.Info("TPM credential activation proved", logkey.NodeID, id, logkey.TPMEKHash, ek.Hash)
 	return nil, nil
 }

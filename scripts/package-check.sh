@@ -7,12 +7,34 @@
 # and purge the package and check nothing of it is left. Needs root (for
 # chroot) or mmdebstrap's unshare mode, and network access to the Debian
 # mirror. SUITE and MIRROR may be overridden.
+#
+#   package-check.sh --install-tools   installs mmdebstrap if it is missing
+#                                      (apt-get, as root), or says how
+#   package-check.sh PACKAGE.deb       the check itself
 set -euo pipefail
-deb=${1:?usage: package-check.sh PACKAGE.deb}
 suite=${SUITE:-bookworm}
 mirror=${MIRROR:-http://deb.debian.org/debian}
-command -v mmdebstrap >/dev/null || { echo "package-check: needs mmdebstrap (apt-get install mmdebstrap)" >&2; exit 2; }
-[ "$(id -u)" = 0 ] || { echo "package-check: run as root (it chroots into the new Debian root)" >&2; exit 2; }
+
+install_tools() {
+	command -v mmdebstrap >/dev/null && return 0
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		echo "== installing mmdebstrap (apt-get)"
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null
+		return 0
+	fi
+	echo "package-check: needs mmdebstrap and root. Install it with" >&2
+	echo "  sudo apt-get install mmdebstrap     (Debian, Ubuntu)" >&2
+	echo "  sudo dnf install mmdebstrap         (Fedora)" >&2
+	echo "then run: sudo make package-check" >&2
+	exit 2
+}
+if [ "${1:-}" = --install-tools ]; then
+	install_tools
+	exit 0
+fi
+deb=${1:?usage: package-check.sh --install-tools | PACKAGE.deb}
+install_tools
+[ "$(id -u)" = 0 ] || { echo "package-check: run as root (it chroots into the new Debian root): sudo make package-check" >&2; exit 2; }
 
 root=$(mktemp -d /tmp/pi16-pkgcheck.XXXXXX)
 cleanup() {
@@ -51,6 +73,12 @@ in_root install -d -o pact -g pact -m 0700 /var/lib/pact-journal
 in_root runuser -u pact -- /usr/bin/pact-journal --config /etc/pact/journal.yaml --check-config
 in_root rm -rf /etc/pact/ca.pem /etc/pact/ca-key.pem /var/lib/pact-journal /tmp/pki
 in_root /usr/bin/pact-agent --config /etc/pact/agent.yaml --check-config
+echo "== the installed mkroot.sh, with the installed unit (docs/diskless.md), and the copyright file"
+in_root sh -c 'echo ca > /tmp/ca.pem && /usr/share/pact/diskless/mkroot.sh /tmp/image /usr/bin/pact-agent /tmp/ca.pem 10.0.0.1:7443 &&
+	cmp /tmp/image/usr/lib/systemd/system/pact-agent.service /usr/lib/systemd/system/pact-agent.service &&
+	cmp /tmp/image/usr/lib/sysusers.d/pact.conf /usr/lib/sysusers.d/pact.conf && rm -rf /tmp/image /tmp/ca.pem'
+grep -q '^Files: go-module/google.golang.org/grpc/\*$' "$root/usr/share/doc/pact/copyright" || { echo "package-check: /usr/share/doc/pact/copyright lacks the linked modules" >&2; exit 1; }
+echo "ok"
 echo "== systemd-analyze verify (the installed units, the installed binaries)"
 mount -t proc proc "$root/proc"
 out=$(in_root systemd-analyze verify /usr/lib/systemd/system/pact-journal.service /usr/lib/systemd/system/pact-agent.service 2>&1 || true)
@@ -60,7 +88,7 @@ echo "ok"
 
 echo "== dpkg -r pact, then dpkg -P pact"
 in_root dpkg -r pact
-for f in /usr/bin/pact-journal /usr/bin/pact-agent /usr/bin/pact /usr/lib/systemd/system/pact-agent.service; do
+for f in /usr/bin/pact-journal /usr/bin/pact-agent /usr/bin/pact /usr/lib/systemd/system/pact-agent.service /usr/share/pact/diskless/mkroot.sh; do
 	if [ -e "$root$f" ]; then echo "package-check: $f left after removal" >&2; exit 1; fi
 done
 for f in journal.env agent.env journal.yaml agent.yaml; do

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/pact-hpc/pact/agent"
@@ -106,7 +107,7 @@ func Settings(cfg *agent.Config, log *cmdutil.Logging, configFile *string) *sett
 	s.String(&cfg.BootstrapKey, "bootstrap-key", "PACT_BOOTSTRAP_KEY", "the bootstrap certificate's private key, PEM")
 	s.String(&cfg.BootstrapBundle, "bootstrap-bundle", "PACT_BOOTSTRAP_BUNDLE", "trust bundle that goes with the bootstrap certificate, PEM")
 	s.String(&cfg.JoinTokenFile, "join-token-file", "PACT_AGENT_JOIN_TOKEN_FILE", "file holding a single-use join token (pact node token create) to present at enrollment; needed for nodes registered with --require-token")
-	s.String(&cfg.StatusSocket, "status-socket", "PACT_AGENT_STATUS_SOCKET", "Unix socket (mode 0600, root only) that \"pact-agent status\" reads; empty disables it")
+	s.String(&cfg.StatusSocket, "status-socket", "PACT_AGENT_STATUS_SOCKET", "Unix socket (mode 0600) that \"pact-agent status\" reads; empty disables it. Default: /run/pact/agent.sock for root, $XDG_RUNTIME_DIR/pact/agent.sock for another user")
 	s.String(&cfg.MetricsListen, "metrics-listen", "PACT_AGENT_METRICS_LISTEN", "host:port to serve /metrics, /healthz and /readyz (200 only with an unexpired identity and an open stream) over plain HTTP")
 	s.String(&cfg.IdentityDir, "identity-dir", "PACT_AGENT_IDENTITY_DIR", "directory that receives chain.pem and bundle.pem, replaced atomically on every change")
 	s.String(&cfg.KeyOut, "key-out", "PACT_AGENT_KEY_OUT", "also write the private key to this file, mode 0600; it MUST be on a tmpfs (e.g. /run/pact/key.pem): the agent refuses any other filesystem")
@@ -118,6 +119,33 @@ func Settings(cfg *agent.Config, log *cmdutil.Logging, configFile *string) *sett
 	s.Duration(&cfg.ClockBridge, "clock-bridge", "PACT_AGENT_CLOCK_BRIDGE", "how far off this node's clock may be and still be bridged with the journal's time (a warning and pact_agent_clock_skew_seconds); beyond it the agent refuses with reason clock_skew; 0 disables bridging")
 	log.Declare(s)
 	return s
+}
+
+// defaultConfig is agent.DefaultConfig with the status socket this user
+// can serve (defaultStatusSocket).
+func defaultConfig(env settings.Env) agent.Config {
+	cfg := agent.DefaultConfig()
+	cfg.StatusSocket = defaultStatusSocket(getuid(), env)
+	return cfg
+}
+
+// getuid is os.Getuid; a test plays another user with it.
+var getuid = os.Getuid
+
+// defaultStatusSocket is where pact-agent serves its status, and where
+// pact-agent status looks, when --status-socket is not given: the
+// packaged path, /run/pact/agent.sock, for root; for another user, who
+// cannot create /run/pact, $XDG_RUNTIME_DIR/pact/agent.sock, so an agent
+// started by hand from a checkout (the README's walkthrough) answers
+// pact-agent status from the same shell. The packaged unit names the path
+// itself.
+func defaultStatusSocket(uid int, env settings.Env) string {
+	if uid != 0 {
+		if dir, ok := env("XDG_RUNTIME_DIR"); ok && filepath.IsAbs(dir) {
+			return filepath.Join(dir, "pact", "agent.sock")
+		}
+	}
+	return agent.DefaultStatusSocket
 }
 
 // newFlagSet is pact-agent's command line: its settings as flags.
@@ -139,7 +167,7 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "tpm-ek" {
 		return tpmEKMain(args[1:], env, stdout, stderr)
 	}
-	cfg := agent.DefaultConfig()
+	cfg := defaultConfig(env)
 	var log cmdutil.Logging
 	var configFile string
 	s := Settings(&cfg, &log, &configFile)

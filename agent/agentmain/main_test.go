@@ -2,13 +2,18 @@ package agentmain
 
 import (
 	"bytes"
+	"context"
 	"go/build"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pact-hpc/pact/agent"
 	"github.com/pact-hpc/pact/internal/cmdutil"
@@ -190,4 +195,87 @@ func TestLibraryParsesNoFlags(t *testing.T) {
 			t.Errorf("package agent imports %s; flag parsing belongs in agent/agentmain", forbidden)
 		}
 	}
+}
+
+func TestDefaultStatusSocket(t *testing.T) {
+	for _, tt := range []struct {
+		uid  int
+		env  map[string]string
+		want string
+	}{
+		{0, nil, "/run/pact/agent.sock"},
+		{0, map[string]string{"XDG_RUNTIME_DIR": "/run/user/0"}, "/run/pact/agent.sock"},
+		{1000, map[string]string{"XDG_RUNTIME_DIR": "/run/user/1000"}, "/run/user/1000/pact/agent.sock"},
+		{1000, map[string]string{"XDG_RUNTIME_DIR": "relative"}, "/run/pact/agent.sock"},
+		{1000, nil, "/run/pact/agent.sock"},
+	} {
+		if got := defaultStatusSocket(tt.uid, envOf(tt.env)); got != tt.want {
+			t.Errorf("uid %d, env %v: %s, want %s", tt.uid, tt.env, got, tt.want)
+		}
+	}
+}
+
+// The README's walkthrough as a user who is not root: the agent, started
+// with no --status-socket, serves its status in the user's runtime
+// directory, and pact-agent status, with no flag either, finds it there.
+// The directory the agent made for the socket goes with it.
+func TestStatusAsAUser(t *testing.T) {
+	uid := getuid
+	getuid = func() int { return 1000 }
+	defer func() { getuid = uid }()
+	env := map[string]string{"XDG_RUNTIME_DIR": t.TempDir()}
+	sock := filepath.Join(env["XDG_RUNTIME_DIR"], "pact", "agent.sock")
+
+	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
+	h.Register(t, "n1", "SN1", "52:54:00:00:00:01")
+	cfg := defaultConfig(envOf(env))
+	if cfg.StatusSocket != sock {
+		t.Fatalf("status socket %s, want %s", cfg.StatusSocket, sock)
+	}
+	cfg.JournalAddrs, cfg.CAFile, cfg.SPIRESocket = []string{h.Addr}, filepath.Join(h.Dir, "ca.pem"), ""
+	cfg.Hardware.MACs, cfg.Hardware.BMCSerial = []string{"52:54:00:00:00:01"}, "SN1"
+	var logs bytes.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+	a, err := agent.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		code, out, errOut := runWith(t, "", env, "status")
+		if code == agent.ExitOK {
+			if !strings.Contains(out, "n1") {
+				t.Errorf("pact-agent status: %s", out)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pact-agent status: exit %d: %s", code, errOut)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(sock)); !os.IsNotExist(err) {
+		t.Errorf("the agent left %s behind: %v", filepath.Dir(sock), err)
+	}
+	if want := `msg="status socket open" path=` + sock; !strings.Contains(logs.String(), want) {
+		t.Errorf("the log does not say where the status socket is (%s):\n%s", want, logs.String())
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

@@ -20,7 +20,7 @@ import (
 
 // statusMain is `pact-agent status`.
 func statusMain(args []string, env settings.Env, stdout, stderr io.Writer) int {
-	socket := agent.DefaultStatusSocket
+	socket := defaultStatusSocket(getuid(), env)
 	var output *string
 	s, fs := cmdutil.Subcommand("pact-agent status", statusUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
 		s.String(&socket, "status-socket", "PACT_AGENT_STATUS_SOCKET", "the agent's status socket")
@@ -67,10 +67,15 @@ func statusMain(args []string, env settings.Env, stdout, stderr io.Writer) int {
 
 const statusUsage = `pact-agent status shows the identity of the agent running on this node:
 its source, serial and expiry, its last rotation and its last failure, read
-from the agent's status socket (root only). It never shows key material.
+from the agent's status socket (mode 0600: root, or the user the agent runs
+as). It never shows key material.
 
 Usage:
   pact-agent status [--status-socket PATH] [-o table|json]
+
+The socket is the agent's --status-socket: by default /run/pact/agent.sock
+for root (the packaged unit's), $XDG_RUNTIME_DIR/pact/agent.sock for
+another user (an agent started by hand).
 
 Exit codes, for monitoring: 0 ready (an unexpired identity and an open
 stream); 9 the agent answers but is not ready (stderr says why); 1 no agent

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,6 +52,13 @@ type Config struct {
 	// agent that appears is noticed at worst.
 	RetryMin time.Duration
 	RetryMax time.Duration
+	// SocketPoll is how often, while the Workload API stream is down, the
+	// provider looks at a unix:// socket's file. When a new file appears
+	// there (a SPIRE agent that restarted makes a new socket), it connects
+	// again at once, without waiting out the retry backoff of go-spiffe and
+	// of gRPC, which together can outlast LostGrace. Zero disables it (a
+	// tcp:// address has no file and is never polled).
+	SocketPoll time.Duration
 	// Picker chooses among several SVIDs; nil takes the first, the Workload
 	// API's default.
 	Picker func([]*x509svid.SVID) *x509svid.SVID
@@ -66,6 +75,7 @@ func DefaultConfig() Config {
 		ExpiryMargin: 30 * time.Second,
 		RetryMin:     500 * time.Millisecond,
 		RetryMax:     5 * time.Second,
+		SocketPoll:   250 * time.Millisecond,
 		Clock:        clock.Real{},
 		Logger:       slog.Default(),
 	}
@@ -82,6 +92,9 @@ func (c Config) Validate() error {
 	}
 	if c.ExpiryMargin < 0 {
 		errs = append(errs, fmt.Errorf("identity/spire: ExpiryMargin %v must not be negative", c.ExpiryMargin))
+	}
+	if c.SocketPoll < 0 {
+		errs = append(errs, fmt.Errorf("identity/spire: SocketPoll %v must not be negative", c.SocketPoll))
 	}
 	if c.RetryMin <= 0 || c.RetryMax < c.RetryMin {
 		errs = append(errs, fmt.Errorf("identity/spire: need 0 < RetryMin (%v) <= RetryMax (%v)", c.RetryMin, c.RetryMax))
@@ -100,22 +113,25 @@ func (c Config) Validate() error {
 type Provider struct {
 	cfg     Config
 	log     *slog.Logger
-	client  *workloadapi.Client
+	path    string          // the socket's file, for a unix:// address
 	ctx     context.Context // ended by Close
 	cancel  context.CancelFunc
 	done    chan struct{}  // closed when the watch loop has ended
-	wg      sync.WaitGroup // grace timers
+	wg      sync.WaitGroup // grace timers and socket polls
 	changes chan struct{}
 
 	closeOnce sync.Once
-	closeErr  error
+	closeErr  error // the last client's Close, set by run before done
 
 	mu        sync.Mutex
 	id        *identity.Identity // the last SVID, kept while the stream is lost
 	lostAt    time.Time          // when the stream broke; zero while it is up
-	recovered chan struct{}      // closed when the stream comes back
+	recovered chan struct{}      // closed when the stream comes back or the SVID is given up
+	up        chan struct{}      // while the stream is down: closed when an SVID arrives again
 	lastErr   error              // the last Workload API error
-	told      bool               // the absence of SPIRE was logged once
+	told      codes.Code         // the condition logged at info/warn since the last SVID (codes.OK: none)
+	sock      os.FileInfo        // the socket file when the current connection was made or last served
+	redial    context.CancelFunc // ends the current watch so that run connects again
 }
 
 // New starts watching the Workload API in the background and returns at
@@ -126,31 +142,43 @@ func New(cfg Config) (*Provider, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	client, err := workloadapi.New(ctx,
-		workloadapi.WithAddr(cfg.Socket),
-		workloadapi.WithBackoffStrategy(backoffStrategy{min: cfg.RetryMin, max: cfg.RetryMax}),
-		// gRPC's own reconnect backoff grows to two minutes; keep it
-		// within RetryMax so an agent that appears is found quickly.
-		workloadapi.WithDialOptions(grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           grpcbackoff.Config{BaseDelay: cfg.RetryMin, Multiplier: 1.6, Jitter: 0.2, MaxDelay: cfg.RetryMax},
-			MinConnectTimeout: 10 * time.Second,
-		})),
-	)
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("identity/spire: Workload API client for %s: %w", cfg.Socket, err)
-	}
 	p := &Provider{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		client:  client,
 		ctx:     ctx,
 		cancel:  cancel,
 		done:    make(chan struct{}),
 		changes: make(chan struct{}, 1),
 	}
-	go p.run()
+	if path, ok := strings.CutPrefix(cfg.Socket, "unix://"); ok && cfg.SocketPoll > 0 {
+		p.path = path
+	}
+	client, err := p.dial()
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	go p.run(client)
 	return p, nil
+}
+
+// dial makes a Workload API client; gRPC starts connecting at once.
+func (p *Provider) dial() (*workloadapi.Client, error) {
+	p.noteSocket()
+	client, err := workloadapi.New(p.ctx,
+		workloadapi.WithAddr(p.cfg.Socket),
+		workloadapi.WithBackoffStrategy(backoffStrategy{min: p.cfg.RetryMin, max: p.cfg.RetryMax}),
+		// gRPC's own reconnect backoff grows to two minutes; keep it
+		// within RetryMax so an agent that appears is found quickly.
+		workloadapi.WithDialOptions(grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           grpcbackoff.Config{BaseDelay: p.cfg.RetryMin, Multiplier: 1.6, Jitter: 0.2, MaxDelay: p.cfg.RetryMax},
+			MinConnectTimeout: 10 * time.Second,
+		})),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("identity/spire: Workload API client for %s: %w", p.cfg.Socket, err)
+	}
+	return client, nil
 }
 
 // Source returns identity.SourceSPIRE.
@@ -203,7 +231,6 @@ func (p *Provider) Close() error {
 		p.cancel()
 		<-p.done
 		p.wg.Wait()
-		p.closeErr = p.client.Close()
 		p.signal()
 	})
 	return p.closeErr
@@ -221,12 +248,31 @@ func (p *Provider) explain(err error) string {
 	return fmt.Sprintf("Workload API at %s failed: %s", p.cfg.Socket, msg)
 }
 
-func (p *Provider) run() {
+// run watches the Workload API until Close, with a new client whenever a
+// socket poll finds the SPIRE agent's socket made anew (redial).
+func (p *Provider) run(client *workloadapi.Client) {
 	defer close(p.done)
+	defer func() { p.closeErr = client.Close() }()
 	for {
-		err := p.client.WatchX509Context(p.ctx, watcher{p})
+		wctx, redial := context.WithCancel(p.ctx)
+		p.mu.Lock()
+		p.redial = redial
+		p.mu.Unlock()
+		err := client.WatchX509Context(wctx, watcher{p: p, ctx: wctx})
+		redialed := wctx.Err() != nil
+		redial()
 		if p.ctx.Err() != nil {
 			return
+		}
+		if redialed {
+			next, err := p.dial()
+			if err == nil {
+				_ = client.Close()
+				client = next
+				continue
+			}
+			p.log.Warn("cannot make a new SPIRE Workload API client; keeping the old one", logkey.Addr, p.cfg.Socket, logkey.Err, err)
+			continue
 		}
 		// go-spiffe stops watching for good when SPIRE calls the request
 		// itself invalid. SPIRE may be upgraded or fixed: keep trying.
@@ -242,10 +288,24 @@ func (p *Provider) run() {
 }
 
 // watcher receives go-spiffe's callbacks, keeping them off Provider's API.
-type watcher struct{ p *Provider }
+// ctx is its watch's: once it ends (a redial, Close) the callbacks are
+// about a stream the provider ended itself, and are ignored.
+type watcher struct {
+	p   *Provider
+	ctx context.Context
+}
 
-func (w watcher) OnX509ContextUpdate(x *workloadapi.X509Context) { w.p.update(x) }
-func (w watcher) OnX509ContextWatchError(err error)              { w.p.watchError(err) }
+func (w watcher) OnX509ContextUpdate(x *workloadapi.X509Context) {
+	if w.ctx.Err() == nil {
+		w.p.update(x)
+	}
+}
+
+func (w watcher) OnX509ContextWatchError(err error) {
+	if w.ctx.Err() == nil {
+		w.p.watchError(err)
+	}
+}
 
 func (p *Provider) update(x *workloadapi.X509Context) {
 	id, err := p.convert(x)
@@ -256,12 +316,17 @@ func (p *Provider) update(x *workloadapi.X509Context) {
 	if p.ctx.Err() != nil {
 		return
 	}
+	p.noteSocket()
 	p.mu.Lock()
 	back := p.id == nil || !p.lostAt.IsZero()
-	p.id, p.lostAt, p.lastErr, p.told = id, time.Time{}, nil, false
+	p.id, p.lostAt, p.lastErr, p.told = id, time.Time{}, nil, codes.OK
 	if p.recovered != nil {
 		close(p.recovered)
 		p.recovered = nil
+	}
+	if p.up != nil {
+		close(p.up)
+		p.up = nil
 	}
 	p.mu.Unlock()
 	if back {
@@ -301,56 +366,77 @@ func (p *Provider) watchError(err error) {
 		p.log.Warn("SPIRE sent an SVID response pact cannot use; keeping the previous SVID", logkey.Addr, p.cfg.Socket, logkey.Err, err)
 		return
 	}
+	code := status.Code(err)
+	p.mu.Lock()
+	same := p.lastErr != nil && p.lastErr.Error() == err.Error()
+	p.lastErr = err
+	var up chan struct{}
+	if p.up == nil && p.path != "" {
+		// The stream is down from now until an SVID arrives: watch the
+		// socket's file for a restarted SPIRE agent.
+		up = make(chan struct{})
+		p.up = up
+	}
 	// PERMISSION_DENIED is a SPIRE agent that is up and says it has no
 	// identity for this process any more (its entry was deleted): not a
 	// restart to ride out, so the SVID is given up at once.
-	denied := status.Code(err) == codes.PermissionDenied
-	p.mu.Lock()
-	p.lastErr = err
-	lost := p.id != nil && p.lostAt.IsZero()
-	if denied && p.id != nil {
-		p.id, p.lostAt = nil, time.Time{}
+	if code == codes.PermissionDenied && p.id != nil {
+		p.id, p.lostAt, p.told = nil, time.Time{}, code
 		if p.recovered != nil {
 			close(p.recovered)
 			p.recovered = nil
 		}
 		p.mu.Unlock()
+		p.poll(up)
 		p.log.Warn("SPIRE issues no identity for this process any more (registration entry deleted?); giving its SVID up",
 			logkey.Addr, p.cfg.Socket, logkey.Err, err)
 		p.signal()
 		return
 	}
+	lost := p.id != nil && p.lostAt.IsZero()
+	var grace clock.Timer
 	var recovered chan struct{}
 	if lost {
 		p.lostAt = p.cfg.Clock.Now()
-		recovered = make(chan struct{})
-		p.recovered = recovered
+		if p.cfg.LostGrace > 0 {
+			recovered = make(chan struct{})
+			p.recovered = recovered
+			grace = p.cfg.Clock.NewTimer(p.cfg.LostGrace)
+		}
 	}
-	tell := p.id == nil && !p.told
-	p.told = p.told || tell
+	// Without an SVID, each condition is told once: no agent, an agent
+	// with no entry for pact-agent, another failure.
+	tell := p.id == nil && p.told != code
+	if tell {
+		p.told = code
+	}
 	p.mu.Unlock()
 
+	if grace != nil {
+		p.wg.Add(1)
+		go p.graceTimer(grace, recovered)
+	}
+	p.poll(up)
 	switch {
 	case lost:
 		p.log.Warn("SPIRE Workload API stream lost", logkey.Addr, p.cfg.Socket, logkey.Err, err, "grace", p.cfg.LostGrace)
 		if p.cfg.LostGrace == 0 {
 			p.signal()
-			return
 		}
-		p.wg.Add(1)
-		go p.graceTimer(recovered)
+	case tell && code == codes.Unavailable:
+		p.log.Info("no SPIRE agent answers at the socket; going on without SPIRE, and taking an SVID as soon as one is served there (--spire-socket \"\" turns SPIRE off)",
+			logkey.Addr, p.cfg.Socket, logkey.Err, status.Convert(err).Message())
 	case tell:
-		p.log.Info("no SPIRE agent; will keep trying", logkey.Reason, p.explain(err), "retry_max", p.cfg.RetryMax)
-	default:
+		p.log.Warn("no SVID from SPIRE; the node uses its other identities meanwhile", logkey.Addr, p.cfg.Socket, logkey.Reason, p.explain(err))
+	case !same:
 		p.log.Debug("SPIRE Workload API still not reachable", logkey.Err, err)
 	}
 }
 
 // graceTimer signals when LostGrace has passed without the stream coming
 // back, which is when Current stops serving the last SVID.
-func (p *Provider) graceTimer(recovered <-chan struct{}) {
+func (p *Provider) graceTimer(t clock.Timer, recovered <-chan struct{}) {
 	defer p.wg.Done()
-	t := p.cfg.Clock.NewTimer(p.cfg.LostGrace)
 	select {
 	case <-t.C():
 		p.log.Warn("SPIRE did not come back within the grace; giving its SVID up", logkey.Addr, p.cfg.Socket, "grace", p.cfg.LostGrace)
@@ -360,6 +446,69 @@ func (p *Provider) graceTimer(recovered <-chan struct{}) {
 	case <-p.ctx.Done():
 		t.Stop()
 	}
+}
+
+// poll starts a socket poll that lasts until up is closed; a nil up starts
+// nothing.
+func (p *Provider) poll(up chan struct{}) {
+	if up == nil {
+		return
+	}
+	p.wg.Add(1)
+	go p.pollSocket(up)
+}
+
+// pollSocket looks at the socket's file every SocketPoll while the stream
+// is down, and connects again as soon as the file is another than the one
+// the current connection was made to: a SPIRE agent that restarts removes
+// its socket and makes a new one, and the Workload API client would
+// otherwise find it only after its backoff.
+func (p *Provider) pollSocket(up <-chan struct{}) {
+	defer p.wg.Done()
+	for {
+		t := p.cfg.Clock.NewTimer(p.cfg.SocketPoll)
+		select {
+		case <-t.C():
+		case <-up:
+			t.Stop()
+			return
+		case <-p.ctx.Done():
+			t.Stop()
+			return
+		}
+		fi, err := os.Stat(p.path)
+		if err != nil {
+			continue
+		}
+		p.mu.Lock()
+		renewed := p.sock == nil || !sameFile(p.sock, fi)
+		redial := p.redial
+		p.mu.Unlock()
+		if renewed && redial != nil {
+			p.log.Info("SPIRE agent socket made anew; connecting again", logkey.Addr, p.cfg.Socket)
+			redial()
+		}
+	}
+}
+
+// noteSocket remembers the socket's file as it is now (nil: none).
+func (p *Provider) noteSocket() {
+	if p.path == "" {
+		return
+	}
+	fi, err := os.Stat(p.path)
+	if err != nil {
+		fi = nil
+	}
+	p.mu.Lock()
+	p.sock = fi
+	p.mu.Unlock()
+}
+
+// sameFile: the same inode, not made again since (an inode number can be
+// reused once the file is removed).
+func sameFile(a, b os.FileInfo) bool {
+	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime())
 }
 
 func (p *Provider) signal() {

@@ -263,7 +263,7 @@ func TestSPIREAbsentAtStart(t *testing.T) {
 		t.Errorf("error = %q\nwant it to start %q", last, want)
 	}
 	waitFor(t, nil, "the absence of SPIRE logged", func() bool {
-		return strings.Contains(logs.String(), "no SPIRE agent; will keep trying")
+		return strings.Contains(logs.String(), noAgent)
 	})
 
 	svid := issue(ca)
@@ -274,10 +274,17 @@ func TestSPIREAbsentAtStart(t *testing.T) {
 		id, err := sp.Current(context.Background())
 		return err == nil && id.Serial() == svid.Serial()
 	})
-	if n := strings.Count(logs.String(), "no SPIRE agent; will keep trying"); n != 1 {
-		t.Errorf("absence logged %d times at info, want once", n)
+	out := logs.String()
+	if n := strings.Count(out, noAgent); n != 1 {
+		t.Errorf("absence logged %d times, want once:\n%s", n, out)
+	}
+	if n := strings.Count(out, "SPIRE Workload API still not reachable"); n > 1 {
+		t.Errorf("the same failure logged %d times at debug, want once at most:\n%s", n, out)
 	}
 }
+
+// noAgent is what the provider logs, once, when no SPIRE agent answers.
+const noAgent = "msg=\"no SPIRE agent answers at the socket; going on without SPIRE"
 
 // TestSPIRENoEntry: an agent that has no registration entry for the caller
 // answers PermissionDenied, and the error says what to do.
@@ -345,6 +352,107 @@ func TestSPIREEntryDeleted(t *testing.T) {
 	}
 }
 
+// TestSPIREEntryDeletedLogs: the deletion is logged once, as what it is;
+// the retries that follow, each answered PermissionDenied by a SPIRE agent
+// that is up, log nothing about SPIRE being absent. When SPIRE then goes
+// away, that is told once too.
+func TestSPIREEntryDeletedLogs(t *testing.T) {
+	ca := identitytest.NewCA("pact.local", t0)
+	var logs logBuffer
+	srv := spiretest.New(t)
+	srv.SetSVID(issue(ca))
+	srv.Start()
+	sp := newProvider(t, srv.Addr(), fakeclock.New(t0), grace, logs.logger())
+	waitFor(t, sp.Changes(), "the SVID", func() bool { _, err := sp.Current(context.Background()); return err == nil })
+	calls := srv.Calls()
+	srv.SetSVID(nil)
+	waitFor(t, nil, "five retries refused", func() bool { return srv.Calls() >= calls+5 })
+	out := logs.String()
+	if n := strings.Count(out, "SPIRE issues no identity for this process any more"); n != 1 {
+		t.Errorf("the deletion logged %d times, want once:\n%s", n, out)
+	}
+	for _, wrong := range []string{"no SPIRE agent", "no SVID from SPIRE", "stream lost"} {
+		if strings.Contains(out, wrong) {
+			t.Errorf("with SPIRE up and the entry deleted, the log says %q:\n%s", wrong, out)
+		}
+	}
+	srv.Stop()
+	waitFor(t, nil, "SPIRE's absence logged", func() bool { return strings.Contains(logs.String(), noAgent) })
+}
+
+// TestSPIRENoEntryLogs: an agent with no entry for pact-agent from the
+// start is logged once as a warning that says what to do, not as an
+// absent SPIRE agent.
+func TestSPIRENoEntryLogs(t *testing.T) {
+	var logs logBuffer
+	srv := spiretest.New(t)
+	srv.Start()
+	newProvider(t, srv.Addr(), fakeclock.New(t0), grace, logs.logger())
+	waitFor(t, nil, "five calls refused", func() bool { return srv.Calls() >= 5 })
+	out := logs.String()
+	if n := strings.Count(out, "level=WARN msg=\"no SVID from SPIRE"); n != 1 || !strings.Contains(out, "register pact-agent with spire-server entry create") {
+		t.Errorf("no entry logged %d times, want once with what to do:\n%s", n, out)
+	}
+	if strings.Contains(out, "no SPIRE agent") {
+		t.Errorf("the log says there is no SPIRE agent; there is one:\n%s", out)
+	}
+}
+
+// TestSPIRERestartWithinGrace: a SPIRE agent that restarts (its socket
+// removed and made anew, 5 s later) within the grace is reached again as
+// soon as its new socket appears, not after the Workload API client's and
+// gRPC's backoffs, which together can outlast the grace: the SVID is never
+// given up. Here those backoffs are an hour, so only the socket poll can
+// bring the stream back in time (with SocketPoll 0 this test fails).
+func TestSPIRERestartWithinGrace(t *testing.T) {
+	ca := identitytest.NewCA("pact.local", t0)
+	var logs logBuffer
+	srv := spiretest.New(t)
+	svid := issue(ca)
+	srv.SetSVID(svid)
+	srv.Start()
+	clk := fakeclock.New(t0)
+	cfg := spire.DefaultConfig()
+	cfg.Socket, cfg.Clock, cfg.Logger = srv.Addr(), clk, logs.logger()
+	cfg.RetryMin, cfg.RetryMax = time.Hour, time.Hour
+	sp, err := spire.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sp.Close() })
+	serving := func() bool {
+		id, err := sp.Current(context.Background())
+		return err == nil && id.Serial() == svid.Serial()
+	}
+	waitFor(t, sp.Changes(), "the SVID", serving)
+
+	srv.Stop()
+	if !clk.WaitForTimers(2, 20*time.Second) {
+		t.Fatal("the provider set no grace timer and no socket poll")
+	}
+	clk.Advance(5 * time.Second) // SPIRE takes 5 s to restart; the polls find no socket
+	if !clk.WaitForTimers(2, 20*time.Second) {
+		t.Fatal("the socket poll was not set again")
+	}
+	if !serving() {
+		t.Fatal("the SVID was given up within the grace")
+	}
+	drain(sp.Changes())
+	srv.Start()
+	clk.Advance(cfg.SocketPoll)
+	waitSignal(t, sp.Changes(), "the SVID again, from the restarted SPIRE agent")
+	waitFor(t, sp.Changes(), "the stream back", func() bool { return strings.Count(logs.String(), "SPIRE SVID received") == 2 })
+
+	clk.Advance(cfg.LostGrace) // past the grace of the loss: nothing is given up
+	if !serving() {
+		t.Fatalf("after the restart and past the grace: %v", func() error { _, err := sp.Current(context.Background()); return err }())
+	}
+	out := logs.String()
+	if !strings.Contains(out, "SPIRE agent socket made anew; connecting again") || strings.Contains(out, "did not come back within the grace") {
+		t.Errorf("log:\n%s", out)
+	}
+}
+
 // TestSPIRESVIDNearExpiry: an SVID SPIRE has not rotated is given up
 // ExpiryMargin before its not_after, while it is still valid, so the agent
 // moves to its standby before the journal closes the SVID's stream.
@@ -395,9 +503,9 @@ func TestSPIREClose(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	cfg := spire.Config{Socket: "http://spire", LostGrace: -time.Second, ExpiryMargin: -time.Second, RetryMin: 0, RetryMax: time.Second}
+	cfg := spire.Config{Socket: "http://spire", LostGrace: -time.Second, ExpiryMargin: -time.Second, RetryMin: 0, RetryMax: time.Second, SocketPoll: -time.Second}
 	err := cfg.Validate()
-	for _, want := range []string{`--spire-socket "http://spire"`, "LostGrace", "ExpiryMargin", "RetryMin", "Clock is required", "Logger is required"} {
+	for _, want := range []string{`--spire-socket "http://spire"`, "LostGrace", "ExpiryMargin", "RetryMin", "SocketPoll", "Clock is required", "Logger is required"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate error lacks %q: %v", want, err)
 		}

@@ -28,4 +28,6 @@ const (
 	SPIFFEID     = "spiffe_id"
 	// RootSHA256 is a domain root's fingerprint (pki.CertFingerprint).
 	RootSHA256 = "root_sha256"
+	TPM        = "tpm"
+	TPMEKHash  = "tpm_ek_hash"
 )

@@ -31,6 +31,7 @@ type Server struct {
 	updated chan struct{}              // closed and replaced on every SetSVID
 	gs      *grpc.Server
 	streams int // FetchX509SVID streams open now
+	calls   int // FetchX509SVID calls answered, ever
 }
 
 // New returns a stopped server whose socket is in a fresh temporary
@@ -110,6 +111,14 @@ func (s *Server) Streams() int {
 	return s.streams
 }
 
+// Calls returns how many FetchX509SVID calls the server has taken, ever: a
+// test sees a client retrying.
+func (s *Server) Calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls
+}
+
 func concat(certs []*x509.Certificate) []byte {
 	var out []byte
 	for _, c := range certs {
@@ -132,6 +141,7 @@ func (h handler) FetchX509SVID(_ *workload.X509SVIDRequest, stream grpc.ServerSt
 	}
 	s := h.s
 	s.mu.Lock()
+	s.calls++
 	s.streams++
 	s.mu.Unlock()
 	defer func() {
