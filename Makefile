@@ -21,6 +21,10 @@ NFPM_VERSION               ?= v2.45.2
 BUF_VERSION                ?= v1.57.0
 PROTOC_GEN_GO_VERSION      ?= v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.1
+# promtool runs the unit tests of the shipped alerting rules
+# (dist/monitoring); built without the service-discovery plugins promtool
+# never needs for that (remove_all_sd), which saves most of its build.
+PROMTOOL_VERSION           ?= v0.316.0
 
 export CGO_ENABLED := 0
 
@@ -87,7 +91,7 @@ compose-up: image ## run three journals as containers (docker-compose.yml)
 compose-down: ## stop the containers
 	./scripts/compose.sh down
 
-test: ## run every test with the race detector (what CI runs)
+test: $(TOOLS)/promtool ## run every test with the race detector (what CI runs)
 	CGO_ENABLED=1 $(GO) test -race -timeout 15m $(TESTFLAGS) ./...
 
 lint: tools ## gofmt, go vet and buf lint
@@ -113,6 +117,8 @@ $(TOOLS)/nfpm:
 	GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 $(TOOLS)/protoc-gen-go-grpc:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+$(TOOLS)/promtool:
+	GOBIN=$(TOOLS) $(GO) install -tags remove_all_sd github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
 
 bench: build ## micro-benchmarks (CSR -> certificate, Enroll round trip, FSM apply, snapshots), then the boot storm
 	$(GO) test -run '^$$' -bench . -benchmem ./journal/... ./raftfsm/...

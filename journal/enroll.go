@@ -402,7 +402,7 @@ func (s *enrollmentServer) RenewCert(ctx context.Context, req *pactv1.RenewCertR
 // Subscribe holds the agent's stream. It sends the assignment and the trust
 // bundle first, then whatever changes, and re-checks the caller's binding on
 // every wake-up and at least every StreamRecheckInterval.
-func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.EnrollmentService_SubscribeServer) error {
+func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.EnrollmentService_SubscribeServer) (err error) {
 	j := s.j
 	ctx := stream.Context()
 	p := principalFrom(ctx)
@@ -417,6 +417,10 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 	}
 	w := j.hub.register(p.id.Name)
 	defer j.hub.unregister(w)
+	// dropped names why the stream ends where the error alone does not
+	// (pact_journal_stream_drops_total, monitoring.go).
+	var dropped string
+	defer func() { j.metrics.streamDrops.WithLabelValues(streamDropReason(dropped, err)).Inc() }()
 	j.log.Info("agent stream opened", logkey.NodeID, p.id.Name, logkey.Serial, p.serial, logkey.Source, peerAddr(ctx), "identity_source", p.identitySource())
 	defer j.log.Info("agent stream closed", logkey.NodeID, p.id.Name, logkey.Serial, p.serial)
 
@@ -426,8 +430,17 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 	// revokeAt is when the intermediate behind the stream's certificate is
 	// revoked (zero: not retiring); the stream ends then.
 	var revokeAt time.Time
+	// sendFailed notes a failed send: the client gone, or a broken send.
+	sendFailed := func(err error) error {
+		dropped = dropSendFailed
+		if ctx.Err() != nil {
+			dropped = dropClientGone
+		}
+		return err
+	}
 	sendState := func(first bool) error {
 		if now := j.cfg.Clock.Now(); now.After(p.leaf.NotAfter) {
+			dropped = dropCertExpired
 			return fmt.Errorf("%w: the stream's certificate %s expired at %s; renew or re-enroll", ErrUnauthenticated, p.serial, p.leaf.NotAfter.UTC().Format(time.RFC3339))
 		}
 		if err := j.checkBinding(p); err != nil {
@@ -444,6 +457,7 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 			if in, ok := j.fsm.Intermediate(n.GetCert().GetIssuerSerial()); ok && in.GetRevokeAtUnixNano() != 0 {
 				revokeAt = time.Unix(0, in.GetRevokeAtUnixNano())
 				if raftfsm.IntermediateRevoked(in, j.cfg.Clock.Now().UnixNano()) {
+					dropped = dropIntermediateRevoked
 					return fmt.Errorf("%w: certificate %s was signed by intermediate %s, revoked at %s (%s); re-enroll", ErrUnauthenticated, p.serial, in.GetSerial(), revokeAt.UTC().Format(time.RFC3339), in.GetRetireReason())
 				}
 				if !sentRenewNow {
@@ -454,7 +468,7 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 						IssuerSerial:     in.GetSerial(),
 						RevokeAtUnixNano: in.GetRevokeAtUnixNano(),
 					}}}); err != nil {
-						return err
+						return sendFailed(err)
 					}
 					sentRenewNow = true
 					j.log.Info("agent told to renew: its intermediate is retiring", logkey.NodeID, p.id.Name, logkey.Serial, p.serial, logkey.IssuerSerial, in.GetSerial())
@@ -465,7 +479,7 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 			if err := stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_Assignment{
 				Assignment: &pactv1.Assignment{NodeId: n.GetNodeId(), Vcluster: n.GetVcluster()},
 			}}); err != nil {
-				return err
+				return sendFailed(err)
 			}
 			sentVCluster = n.GetVcluster()
 		}
@@ -474,7 +488,7 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 			if err := stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_TrustBundle{
 				TrustBundle: &pactv1.TrustBundle{Der: tb.der},
 			}}); err != nil {
-				return err
+				return sendFailed(err)
 			}
 			sentBundle = tb.version
 		}
@@ -498,9 +512,15 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			select {
+			case <-j.stop:
+				dropped = dropShutdown
+			default:
+			}
 			return nil
 		case <-j.stop:
 			t.Stop()
+			dropped = dropShutdown
 			return fmt.Errorf("%w: journal shutting down", ErrNoLeader)
 		case <-w.node:
 		case <-w.bundle:

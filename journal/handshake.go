@@ -140,6 +140,8 @@ const refusalDrain = 250 * time.Millisecond
 // that its certificate was refused, not that the journal is down.
 type refusingCreds struct {
 	credentials.TransportCredentials
+	// refused counts a failed handshake (pact_journal_handshakes_refused_total).
+	refused func(error)
 }
 
 func (c refusingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
@@ -149,6 +151,9 @@ func (c refusingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.Auth
 	conn, info, err := c.TransportCredentials.ServerHandshake(held)
 	held.release()
 	if err != nil {
+		if c.refused != nil {
+			c.refused(err)
+		}
 		if errors.Is(err, errForeignChain) {
 			if tc, ok := raw.(interface{ CloseWrite() error }); ok {
 				_ = tc.CloseWrite()
@@ -198,5 +203,5 @@ func (h *holdClose) release() {
 }
 
 func (c refusingCreds) Clone() credentials.TransportCredentials {
-	return refusingCreds{c.TransportCredentials.Clone()}
+	return refusingCreds{c.TransportCredentials.Clone(), c.refused}
 }

@@ -756,7 +756,7 @@ func (j *Journal) newGRPCServer() *grpc.Server {
 	s := grpc.NewServer(append(wire.ServerOptions(),
 		// A refused client chain gets its alert (handshake.go); the
 		// connection limits apply first (limits.go).
-		grpc.Creds(refusingCreds{&limitedCreds{TransportCredentials: credentials.NewTLS(j.cfg.KeyExchange.Apply(tlsCfg)), lim: j.conns}}),
+		grpc.Creds(refusingCreds{&limitedCreds{TransportCredentials: credentials.NewTLS(j.cfg.KeyExchange.Apply(tlsCfg)), lim: j.conns}, func(err error) { j.countHandshakeRefused("grpc", err) }}),
 		// gRPC's default gives a connection 120 s to finish its TLS
 		// handshake and HTTP/2 preface; a silent client would hold its
 		// file descriptor that long.

@@ -35,6 +35,9 @@ type metrics struct {
 	// activationBatch observes how many activations each proposal this
 	// journal sends carries (1: alone).
 	activationBatch prometheus.Histogram
+	// streamDrops and handshakesRefused: monitoring.go.
+	streamDrops       *prometheus.CounterVec
+	handshakesRefused *prometheus.CounterVec
 }
 
 func newMetrics(j *Journal) *metrics {
@@ -123,8 +126,9 @@ func newMetrics(j *Journal) *metrics {
 				age, _ := j.watchdog.watch.oldest(j.watchdog.watch.clock.Now())
 				return age.Seconds()
 			}),
-		&nodeCollector{fsm: j.fsm},
+		&nodeCollector{fsm: j.fsm, now: j.cfg.Clock.Now},
 	)
+	m.registerMonitoring(j)
 	return m
 }
 
@@ -163,8 +167,12 @@ func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// nodeCollector reports the registry by state at scrape time.
-type nodeCollector struct{ fsm *raftfsm.FSM }
+// nodeCollector reports the registry by state at scrape time, and the
+// expiry of the Active nodes' certificates (monitoring.go).
+type nodeCollector struct {
+	fsm *raftfsm.FSM
+	now func() time.Time
+}
 
 var (
 	nodesDesc  = prometheus.NewDesc("pact_journal_nodes", "Registered nodes by state.", []string{"state"}, nil)
@@ -174,17 +182,25 @@ var (
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- nodesDesc
 	ch <- fencedDesc
+	ch <- nodeCertEarliestDesc
+	ch <- nodeCertsOverdueDesc
+	ch <- nodeCertsExpiredDesc
 }
 
 func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counts := map[pactv1.NodeState]int{}
 	fenced := 0
+	certs := nodeCertExpiry{now: c.now().Unix()}
 	for _, n := range c.fsm.Nodes(raftfsm.Filter{}) {
 		counts[n.GetState()]++
 		if n.GetFence() != nil {
 			fenced++
 		}
+		if cert := n.GetCert(); n.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE && cert.GetNotAfterUnix() != 0 {
+			certs.add(cert.GetNotBeforeUnix(), cert.GetNotAfterUnix())
+		}
 	}
+	certs.collect(ch)
 	ch <- prometheus.MustNewConstMetric(fencedDesc, prometheus.GaugeValue, float64(fenced))
 	for _, s := range []pactv1.NodeState{pactv1.NodeState_NODE_STATE_REGISTERED, pactv1.NodeState_NODE_STATE_ACTIVE, pactv1.NodeState_NODE_STATE_INACTIVE, pactv1.NodeState_NODE_STATE_REVOKED} {
 		ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(counts[s]), raftfsm.StateName(s))

@@ -80,9 +80,13 @@ const (
 type peerRefusal struct {
 	reason string
 	msg    string
+	// cause, if set, is the sentinel the handshake metrics classify by.
+	cause error
 }
 
 func (e *peerRefusal) Error() string { return "journal peer: " + e.msg }
+
+func (e *peerRefusal) Unwrap() error { return e.cause }
 
 func refusal(reason, format string, args ...any) error {
 	return &peerRefusal{reason: reason, msg: fmt.Sprintf(format, args...)}

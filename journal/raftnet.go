@@ -113,7 +113,9 @@ func (j *Journal) raftServerTLS() *tls.Config {
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return j.ca.ServerCertificate(), nil
 		},
-		ClientAuth:            tls.RequireAnyClientCert,
+		// verifyJournalPeer refuses a peer without a certificate (and
+		// names the refusal: errPeerNoCertificate).
+		ClientAuth:            tls.RequestClientCert,
 		VerifyPeerCertificate: j.verifyJournalPeer,
 		// A dialer offering pact-raft/2 opens with a QuorumHello.
 		NextProtos: []string{alpnRaft},
@@ -184,10 +186,11 @@ func (l *tlsStreamLayer) authenticate(raw net.Conn) {
 	_ = raw.SetDeadline(time.Now().Add(l.j.cfg.Connections.HandshakeTimeout))
 	tc, err := l.serverHandshake(raw)
 	if err != nil {
+		l.j.countHandshakeRefused("raft", err)
 		var r *peerRefusal
 		if errors.As(err, &r) {
 			// A journal certificate refused for what it is, not a
-			// stranger: counted as a refused peer.
+			// stranger: counted as a refused peer too.
 			l.j.countPeerRefusal("raft port", raw.RemoteAddr().String(), err)
 		} else if ok, held := l.j.raftRefusals.allow(); ok {
 			l.j.log.Warn("refused a connection on the Raft port", logkey.Source, raw.RemoteAddr().String(), logkey.Err, err, "refusals_not_logged", held)
@@ -254,7 +257,7 @@ func (l *tlsStreamLayer) serverHandshake(raw net.Conn) (*tls.Conn, error) {
 // the intermediate the peer presents, naming a journal of this domain.
 func (j *Journal) verifyJournalPeer(raw [][]byte, _ [][]*x509.Certificate) error {
 	if len(raw) == 0 {
-		return errors.New("journal peer: no certificate")
+		return errPeerNoCertificate
 	}
 	certs := make([]*x509.Certificate, len(raw))
 	for i, d := range raw {
@@ -275,7 +278,7 @@ func (j *Journal) checkJournalCert(certs []*x509.Certificate) error {
 	// very connection.
 	for _, c := range certs[1:] {
 		if in, ok := j.fsm.Intermediate(pki.SerialHex(c.SerialNumber)); ok && raftfsm.IntermediateRevoked(in, now.UnixNano()) {
-			return refusal(refusedRevoked, "intermediate %s of journal %s is revoked", in.GetSerial(), in.GetJournalId())
+			return &peerRefusal{reason: refusedRevoked, msg: fmt.Sprintf("intermediate %s of journal %s is revoked", in.GetSerial(), in.GetJournalId()), cause: errPeerIntermediateRevoked}
 		}
 	}
 	// A journal is a peer with its own intermediate only: a certificate
@@ -311,7 +314,7 @@ func (j *Journal) verifyJournalChain(certs []*x509.Certificate, now time.Time) e
 	}
 	id, err := pki.IdentityOf(certs[0])
 	if err != nil || id.Kind != pki.KindJournal || id.Domain != j.ca.Domain() {
-		return fmt.Errorf("journal peer: certificate names no journal of domain %s", j.ca.Domain())
+		return fmt.Errorf("%w (%s)", errPeerNotJournal, j.ca.Domain())
 	}
 	return nil
 }

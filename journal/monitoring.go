@@ -1,0 +1,371 @@
+package journal
+
+import (
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pact-hpc/pact/journal/connlimit"
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+// The metrics the shipped alerts and dashboards need beside the service
+// counters of metrics.go (dist/monitoring, docs/monitoring.md): the
+// quorum's state as this journal sees it, why streams end, why handshakes
+// fail, the expiry of every credential the journal knows, and the limits
+// the saturation alerts divide by. Every label has a fixed, small set of
+// values: no per-node or per-serial label.
+
+// Why a Subscribe stream ended (pact_journal_stream_drops_total{reason}).
+const (
+	dropClientGone          = "client_gone"          // the agent closed the stream or its connection died
+	dropSendFailed          = "send_failed"          // sending an update to the agent failed
+	dropShutdown            = "shutdown"             // this journal is stopping
+	dropSuperseded          = "superseded"           // the certificate was replaced (a renewal): the agent streams with the new one
+	dropNodeRevoked         = "node_revoked"         // the node was decommissioned or its serial revoked
+	dropNodeFenced          = "node_fenced"          // an operator fenced the node
+	dropCertExpired         = "cert_expired"         // the stream's certificate expired before the agent renewed it
+	dropIntermediateRevoked = "intermediate_revoked" // the intermediate that signed the certificate was revoked
+	dropOther               = "other"                // anything else (a node no longer in the registry, an SVID no longer accepted)
+)
+
+var dropReasons = []string{dropClientGone, dropSendFailed, dropShutdown, dropSuperseded, dropNodeRevoked, dropNodeFenced, dropCertExpired, dropIntermediateRevoked, dropOther}
+
+// streamDropReason names why a stream the journal had registered ended:
+// decided is set by the handler where it knows better than err (expiry,
+// a revoked intermediate, a failed send), err is what the handler returns.
+func streamDropReason(decided string, err error) string {
+	switch {
+	case decided != "":
+		return decided
+	case err == nil:
+		return dropClientGone
+	case errors.Is(err, raftfsm.ErrNodeRevoked):
+		return dropNodeRevoked
+	case errors.Is(err, raftfsm.ErrNodeFenced):
+		return dropNodeFenced
+	case errors.Is(err, raftfsm.ErrStaleCertificate):
+		return dropSuperseded
+	}
+	return dropOther
+}
+
+// Why a TLS handshake failed (pact_journal_handshakes_refused_total{port,reason}).
+// Busy answers and connection caps are not here: they are counted by
+// pact_journal_connections_busy_total and pact_journal_connections_refused_total.
+const (
+	hsForeignRoot         = "foreign_root"         // a client chain that reaches no authority of this domain
+	hsNoCertificate       = "no_certificate"       // no client certificate where one is required (Raft port)
+	hsIntermediateRevoked = "intermediate_revoked" // a peer journal's intermediate is revoked (Raft port)
+	hsNotJournal          = "not_journal"          // a certificate of this domain that names no journal (Raft port)
+	hsCertInvalid         = "certificate_invalid"  // expired, not yet valid or the wrong usage (Raft port)
+	hsClientAlert         = "client_alert"         // the client refused the journal's certificate (a stale ca.pem, another domain)
+	hsNotTLS              = "not_tls"              // the first bytes were not a TLS handshake
+	hsTimeout             = "timeout"              // the handshake did not finish within HandshakeTimeout
+	hsClientClosed        = "client_closed"        // the client closed the connection mid-handshake
+	hsTLSError            = "tls_error"            // any other TLS failure (no common version or cipher, a malformed message)
+)
+
+var handshakeReasons = []string{hsForeignRoot, hsNoCertificate, hsIntermediateRevoked, hsNotJournal, hsCertInvalid, hsClientAlert, hsNotTLS, hsTimeout, hsClientClosed, hsTLSError}
+
+// Sentinels of the Raft port's peer verification (raftnet.go), so its
+// refusals are counted by reason.
+var (
+	errPeerNoCertificate       = errors.New("journal peer: no certificate")
+	errPeerIntermediateRevoked = errors.New("journal peer: intermediate revoked")
+	errPeerNotJournal          = errors.New("journal peer: certificate names no journal of this domain")
+)
+
+// handshakeRefusalReason classifies a failed server handshake; ok is false
+// for a busy answer or a cap, which other metrics count.
+func handshakeRefusalReason(err error) (reason string, ok bool) {
+	var busy *connlimit.BusyError
+	var unknownAuthority x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	var op *net.OpError
+	switch {
+	case errors.As(err, &busy) || errors.Is(err, connlimit.ErrHandshakesBusy):
+		return "", false
+	case errors.Is(err, errForeignChain), errors.As(err, &unknownAuthority):
+		return hsForeignRoot, true
+	case errors.Is(err, errPeerNoCertificate):
+		return hsNoCertificate, true
+	case errors.Is(err, errPeerIntermediateRevoked):
+		return hsIntermediateRevoked, true
+	case errors.Is(err, errPeerNotJournal):
+		return hsNotJournal, true
+	case errors.As(err, &invalid):
+		return hsCertInvalid, true
+	case errors.Is(err, connlimit.ErrNotTLS):
+		return hsNotTLS, true
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return hsTimeout, true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, net.ErrClosed), errors.Is(err, syscall.EPIPE):
+		return hsClientClosed, true
+	case errors.As(err, &op) && op.Op == "remote error":
+		// crypto/tls reports an alert the client sent as a net.OpError
+		// with this Op (the alert type itself is unexported).
+		return hsClientAlert, true
+	}
+	return hsTLSError, true
+}
+
+// countHandshakeRefused counts a failed server handshake on port (grpc,
+// raft) by reason.
+func (j *Journal) countHandshakeRefused(port string, err error) {
+	if reason, ok := handshakeRefusalReason(err); ok {
+		j.metrics.handshakesRefused.WithLabelValues(port, reason).Inc()
+	}
+}
+
+// registerMonitoring makes the counters above, with every label value
+// present from the start (a rate over a series that appears with its first
+// increment misses that increment), and registers them with the collectors
+// below.
+func (m *metrics) registerMonitoring(j *Journal) {
+	m.streamDrops = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pact_journal_stream_drops_total",
+		Help: "Subscribe streams this journal held that ended, by reason: client_gone, send_failed, shutdown, superseded (the agent renewed), node_revoked, node_fenced, cert_expired, intermediate_revoked, other.",
+	}, []string{"reason"})
+	for _, r := range dropReasons {
+		m.streamDrops.WithLabelValues(r)
+	}
+	m.handshakesRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pact_journal_handshakes_refused_total",
+		Help: "TLS handshakes that failed, by port (grpc, raft) and reason (foreign_root, no_certificate, intermediate_revoked, not_journal, certificate_invalid, client_alert, not_tls, timeout, client_closed, tls_error); busy answers and connection caps are counted in pact_journal_connections_*.",
+	}, []string{"port", "reason"})
+	for _, port := range []string{"grpc", "raft"} {
+		for _, r := range handshakeReasons {
+			m.handshakesRefused.WithLabelValues(port, r)
+		}
+	}
+	m.reg.MustRegister(m.streamDrops, m.handshakesRefused,
+		&quorumCollector{j: j}, &credentialCollector{j: j}, newLimitsCollector(j))
+}
+
+// quorumCollector reports Raft as this journal sees it.
+type quorumCollector struct{ j *Journal }
+
+var (
+	haltedDesc      = prometheus.NewDesc("pact_journal_halted", "1 if this journal stopped serving (removed from the quorum, or a Raft entry it cannot apply); pact journal status says why.", nil, nil)
+	hasLeaderDesc   = prometheus.NewDesc("pact_journal_has_leader", "1 if this journal knows a Raft leader (itself or another).", nil, nil)
+	raftStateDesc   = prometheus.NewDesc("pact_journal_raft_state", "1 for this journal's Raft state (follower, candidate, leader, shutdown), 0 for the others.", []string{"state"}, nil)
+	termDesc        = prometheus.NewDesc("pact_journal_raft_term", "This journal's current Raft term.", nil, nil)
+	commitDesc      = prometheus.NewDesc("pact_journal_raft_commit_index", "The last Raft index this journal knows to be committed.", nil, nil)
+	appliedDesc     = prometheus.NewDesc("pact_journal_raft_applied_index", "The last Raft index this journal applied to its registry.", nil, nil)
+	lastContactDesc = prometheus.NewDesc("pact_journal_raft_last_contact_seconds", "Seconds since this journal last heard from the leader (0 on the leader; absent before the first contact).", nil, nil)
+	votersDesc      = prometheus.NewDesc("pact_journal_raft_voters", "Voters in the Raft configuration as this journal knows it.", nil, nil)
+	voterDesc       = prometheus.NewDesc("pact_journal_raft_voter", "1 if this journal is a voter of the Raft configuration it knows, 0 if a non-voter or not in it.", nil, nil)
+)
+
+var raftStates = []raft.RaftState{raft.Follower, raft.Candidate, raft.Leader, raft.Shutdown}
+
+func (c *quorumCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{haltedDesc, hasLeaderDesc, raftStateDesc, termDesc, commitDesc, appliedDesc, lastContactDesc, votersDesc, voterDesc} {
+		ch <- d
+	}
+}
+
+func (c *quorumCollector) Collect(ch chan<- prometheus.Metric) {
+	j := c.j
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	gauge(haltedDesc, b2f(j.haltedReason() != ""))
+	addr, _ := j.raft.LeaderWithID()
+	gauge(hasLeaderDesc, b2f(addr != ""))
+	state := j.raft.State()
+	for _, s := range raftStates {
+		gauge(raftStateDesc, b2f(s == state), lowerState(s))
+	}
+	gauge(termDesc, float64(j.raft.CurrentTerm()))
+	gauge(commitDesc, float64(j.raft.CommitIndex()))
+	gauge(appliedDesc, float64(j.raft.AppliedIndex()))
+	switch lc := j.raft.LastContact(); {
+	case state == raft.Leader:
+		gauge(lastContactDesc, 0)
+	case !lc.IsZero():
+		gauge(lastContactDesc, max(time.Since(lc), 0).Seconds())
+	}
+	if f := j.raft.GetConfiguration(); f.Error() == nil {
+		voters, self := 0, false
+		for _, srv := range f.Configuration().Servers {
+			if srv.Suffrage == raft.Voter {
+				voters++
+				self = self || string(srv.ID) == j.cfg.NodeID
+			}
+		}
+		gauge(votersDesc, float64(voters))
+		gauge(voterDesc, b2f(self))
+	}
+}
+
+func lowerState(s raft.RaftState) string {
+	switch s {
+	case raft.Follower:
+		return "follower"
+	case raft.Candidate:
+		return "candidate"
+	case raft.Leader:
+		return "leader"
+	}
+	return "shutdown"
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// credentialCollector reports how long the credentials this journal knows
+// have left, at the journal's clock. Node certificates are aggregated in
+// nodeCollector (metrics.go), which already walks the registry.
+type credentialCollector struct{ j *Journal }
+
+var (
+	rootExpiryDesc         = prometheus.NewDesc("pact_journal_root_expiry_seconds", "Seconds until the domain root certificate expires.", nil, nil)
+	intermediateLifeDesc   = prometheus.NewDesc("pact_journal_intermediate_lifetime_seconds", "The validity period of this journal's current intermediate (it re-keys at half of it).", nil, nil)
+	quorumIntermediateDesc = prometheus.NewDesc("pact_journal_quorum_intermediate_expiry_seconds", "Seconds until the newest live intermediate each member of the Raft configuration published expires, by journal_id (a member that stopped re-keying shows here on every journal).", []string{"journal_id"}, nil)
+	intermediatesDesc      = prometheus.NewDesc("pact_journal_intermediates", "Intermediates recorded in Raft, by state: active, retiring (holders told to renew), revoked, expired.", []string{"state"}, nil)
+	operatorExpiryDesc     = prometheus.NewDesc("pact_journal_operator_credential_expiry_seconds", "Seconds until the last-expiring valid (recorded, unrevoked, unexpired) credential of each operator expires, by operator name.", []string{"operator"}, nil)
+)
+
+func (c *credentialCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- rootExpiryDesc
+	ch <- intermediateLifeDesc
+	ch <- quorumIntermediateDesc
+	ch <- intermediatesDesc
+	ch <- operatorExpiryDesc
+}
+
+func (c *credentialCollector) Collect(ch chan<- prometheus.Metric) {
+	j := c.j
+	now := j.cfg.Clock.Now()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	gauge(rootExpiryDesc, j.ca.Root().NotAfter.Sub(now).Seconds())
+	inter := j.ca.Intermediate()
+	gauge(intermediateLifeDesc, inter.NotAfter.Sub(inter.NotBefore).Seconds())
+
+	newest := map[string]int64{}
+	states := map[string]int{"active": 0, "retiring": 0, "revoked": 0, "expired": 0}
+	for _, in := range j.fsm.AllIntermediates() {
+		st := raftfsm.IntermediateState(in, now.UnixNano())
+		if j.fsm.IsRevoked(in.GetSerial()) {
+			st = "revoked"
+		}
+		if st != "revoked" && in.GetNotAfterUnix() < now.Unix() {
+			st = "expired"
+		}
+		states[st]++
+		if st == "active" || st == "retiring" {
+			newest[in.GetJournalId()] = max(newest[in.GetJournalId()], in.GetNotAfterUnix())
+		}
+	}
+	for st, n := range states {
+		gauge(intermediatesDesc, float64(n), st)
+	}
+	// Members only: a removed journal's intermediates stay in Raft until
+	// they expire, and nobody re-keys them.
+	if f := j.raft.GetConfiguration(); f.Error() == nil {
+		for _, srv := range f.Configuration().Servers {
+			if notAfter, ok := newest[string(srv.ID)]; ok {
+				gauge(quorumIntermediateDesc, time.Unix(notAfter, 0).Sub(now).Seconds(), string(srv.ID))
+			}
+		}
+	}
+
+	ops, _ := j.fsm.Operators()
+	latest := map[string]int64{}
+	for _, o := range ops {
+		if o.GetNotAfterUnix() < now.Unix() {
+			continue
+		}
+		if st, _ := j.fsm.CheckOperator(o.GetName(), o.GetSerial(), o.GetNotBeforeUnix()); st != raftfsm.OperatorRecorded {
+			continue
+		}
+		latest[o.GetName()] = max(latest[o.GetName()], o.GetNotAfterUnix())
+	}
+	for name, notAfter := range latest {
+		gauge(operatorExpiryDesc, time.Unix(notAfter, 0).Sub(now).Seconds(), name)
+	}
+}
+
+// Node certificate expiry, aggregated over the Active nodes by
+// nodeCollector: how many are overdue for renewal or expired, and the
+// earliest expiry. Overdue is relative to each certificate's own lifetime
+// (agents renew at two thirds of it), so it holds for 3-day journal
+// certificates and 1-hour SPIRE SVIDs alike.
+var (
+	nodeCertEarliestDesc = prometheus.NewDesc("pact_journal_node_cert_earliest_expiry_seconds", "Seconds until the earliest-expiring current certificate of an Active node expires (negative once expired; absent with no Active node).", nil, nil)
+	nodeCertsOverdueDesc = prometheus.NewDesc("pact_journal_node_certs_renewal_overdue", "Active nodes whose current certificate has less than a sixth of its lifetime left (agents renew at two thirds) and has not expired.", nil, nil)
+	nodeCertsExpiredDesc = prometheus.NewDesc("pact_journal_node_certs_expired", "Active nodes whose current certificate has expired.", nil, nil)
+)
+
+// nodeCertExpiry accumulates the Active nodes' certificate expiries.
+type nodeCertExpiry struct {
+	now      int64 // Unix seconds
+	earliest int64
+	any      bool
+	overdue  int
+	expired  int
+}
+
+func (e *nodeCertExpiry) add(notBeforeUnix, notAfterUnix int64) {
+	if !e.any || notAfterUnix < e.earliest {
+		e.earliest, e.any = notAfterUnix, true
+	}
+	switch left := notAfterUnix - e.now; {
+	case left <= 0:
+		e.expired++
+	case 6*left < notAfterUnix-notBeforeUnix:
+		e.overdue++
+	}
+}
+
+func (e *nodeCertExpiry) collect(ch chan<- prometheus.Metric) {
+	if e.any {
+		ch <- prometheus.MustNewConstMetric(nodeCertEarliestDesc, prometheus.GaugeValue, float64(e.earliest-e.now))
+	}
+	ch <- prometheus.MustNewConstMetric(nodeCertsOverdueDesc, prometheus.GaugeValue, float64(e.overdue))
+	ch <- prometheus.MustNewConstMetric(nodeCertsExpiredDesc, prometheus.GaugeValue, float64(e.expired))
+}
+
+// newLimitsCollector reports the configured caps the saturation alerts
+// compare the connection and enrollment gauges with.
+func newLimitsCollector(j *Journal) prometheus.Collector {
+	c := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "pact_journal_connections_max", Help: "The most connections a port holds open at once (Connections.MaxConns), by port."}, []string{"port"})
+	h := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "pact_journal_handshakes_max", Help: "The most TLS handshakes a port runs at once (Connections.MaxHandshakes), by port."}, []string{"port"})
+	for _, port := range []string{"grpc", "raft"} {
+		c.WithLabelValues(port).Set(float64(j.cfg.Connections.MaxConns))
+		h.WithLabelValues(port).Set(float64(j.cfg.Connections.MaxHandshakes))
+	}
+	e := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pact_journal_enroll_in_flight_max", Help: "The most enrollments this journal works on at once (MaxConcurrentEnrollments)."})
+	e.Set(float64(cap(j.gate.slots)))
+	return collectorSet{c, h, e}
+}
+
+// collectorSet is several collectors as one.
+type collectorSet []prometheus.Collector
+
+func (cs collectorSet) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range cs {
+		c.Describe(ch)
+	}
+}
+
+func (cs collectorSet) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range cs {
+		c.Collect(ch)
+	}
+}
