@@ -23,9 +23,9 @@ import (
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
-func newerCommand(t *testing.T, ignorable bool) []byte {
+func newerCommand(t *testing.T, journalID string, ignorable bool) []byte {
 	t.Helper()
-	data, err := raftfsm.Encode(&pactv1.Command{AtUnixNano: time.Now().UnixNano(), Actor: "journal/j9", Ignorable: ignorable})
+	data, err := raftfsm.Encode(&pactv1.Command{AtUnixNano: time.Now().UnixNano(), Actor: "journal/" + journalID, Ignorable: ignorable})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,10 @@ func TestRollingUpgradeRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := ca.DefaultConfig()
-	cfg.Upstream, cfg.JournalID = auth, "j9"
+	// A follower already upgraded forwards a command of the newer
+	// version: a member's certificate from a fresh intermediate of its
+	// own (only members are peers).
+	cfg.Upstream, cfg.JournalID = auth, q.members[(leader+1)%len(q.members)].id
 	newer, err := ca.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -70,11 +73,11 @@ func TestRollingUpgradeRules(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	_, err = peer.Propose(ctx, &pactv1.ProposeRequest{Command: newerCommand(t, false)})
+	_, err = peer.Propose(ctx, &pactv1.ProposeRequest{Command: newerCommand(t, cfg.JournalID, false)})
 	if pe := apierr.FromError(err); pe.Code != codes.InvalidArgument || !strings.Contains(pe.Message, "does not know this command") || !strings.Contains(pe.Message, "leader last") {
 		t.Fatalf("an unknown, not ignorable command at the leader: %v; want INVALID_ARGUMENT saying to upgrade the leader last", err)
 	}
-	resp, err := peer.Propose(ctx, &pactv1.ProposeRequest{Command: newerCommand(t, true)})
+	resp, err := peer.Propose(ctx, &pactv1.ProposeRequest{Command: newerCommand(t, cfg.JournalID, true)})
 	if err != nil || resp.GetErrorCode() != "" || resp.GetIndex() == 0 {
 		t.Fatalf("an ignorable unknown command: %v %v", resp, err)
 	}

@@ -201,8 +201,12 @@ func (j *Journal) authenticate(ctx context.Context, method string) (*principal, 
 			return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 		}
 		// The caller's quorum and membership, on every call: removal ends
-		// a journal's peer rights the moment it commits.
-		if err := j.checkPeerCall(ctx, id.Name); err != nil {
+		// a journal's peer rights the moment it commits. MemberStatus, a
+		// read of this journal's own view, answers any journal of this
+		// quorum: a removed journal restarted with its old state learns
+		// from it that it was removed (removalLoop).
+		member := method != pactv1.JournalPeerService_MemberStatus_FullMethodName
+		if err := j.checkPeerCall(ctx, id.Name, member); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrPermission, err)
 		}
 		return &principal{id: id, leaf: leaf}, nil

@@ -408,14 +408,20 @@ func (j *Journal) countPeerRefusal(where, source string, err error) {
 
 // checkPeerCall admits a peer-service call: the caller's quorum id (gRPC
 // metadata) and its membership.
-func (j *Journal) checkPeerCall(ctx context.Context, peerID string) error {
+func (j *Journal) checkPeerCall(ctx context.Context, peerID string, member bool) error {
 	theirs := ""
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if v := md.Get(quorumMetadata); len(v) == 1 {
 			theirs = v[0]
 		}
 	}
-	if err := j.admitPeer(peerID, theirs, false); err != nil {
+	var err error
+	if member {
+		err = j.admitPeer(peerID, theirs, false)
+	} else if own := j.quorum.get(); own != "" && theirs != "" && theirs != own {
+		err = refusal(refusedQuorumMismatch, "journal %s belongs to quorum %s, this journal to quorum %s", peerID, theirs, own)
+	}
+	if err != nil {
 		j.countPeerRefusal("peer service", peerID, err)
 		return err
 	}
@@ -560,23 +566,25 @@ func quorumOrUnknown(id string) string {
 // from a version without ids, mints one.
 func (j *Journal) establishQuorumID(ctx context.Context) {
 	own := j.quorum.get()
+	state := j.fsm.Quorum().GetQuorumId()
 	reason := "bootstrap"
-	if own == "" {
+	switch {
+	case own == "" && state != "":
+		// Recorded by an earlier leader; this journal adopts it (onQuorumApplied).
+		return
+	case own == "":
+		// A quorum from a version without ids: this leader mints one.
+		// Every journal, this one included, takes it from the state once
+		// it commits (onQuorumApplied); if another leader's got there
+		// first, this one is refused and that one stands.
 		own = MintQuorumID()
 		reason = "upgrade"
-		if err := j.quorum.set(own); err != nil {
-			j.log.Error("could not record a quorum id", logkey.Err, err)
-			return
-		}
-	}
-	state := j.fsm.Quorum().GetQuorumId()
-	if state == own {
+	case state == own:
 		return
-	}
-	if state != "" {
+	case state != "":
 		reason = "recover or restore"
 	}
-	cmd := &pactv1.Command{Actor: "journal/" + j.cfg.NodeID, Op: &pactv1.Command_SetQuorumId{SetQuorumId: &pactv1.SetQuorumIdOp{QuorumId: own, Reason: reason}}}
+	cmd := &pactv1.Command{Actor: "journal/" + j.cfg.NodeID, Op: &pactv1.Command_SetQuorumId{SetQuorumId: &pactv1.SetQuorumIdOp{QuorumId: own, Reason: reason, ExpectQuorumId: state}}}
 	if _, err := j.propose(ctx, cmd); err != nil {
 		j.log.Warn("could not record the quorum id in the replicated state; retrying at the next leadership", logkey.Err, err)
 		return
@@ -609,9 +617,9 @@ func (j *Journal) quorumLoop() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), j.cfg.ApplyTimeout)
-		// A barrier first: the state must hold everything committed
-		// before this term before it is compared.
-		if err := j.raft.Barrier(j.cfg.ApplyTimeout).Error(); err == nil {
+		// The state must hold everything committed before this term
+		// before it is compared: the one read path (readindex.go).
+		if err := j.linearizableRead(ctx); err == nil {
 			j.establishQuorumID(ctx)
 		}
 		cancel()
@@ -641,12 +649,9 @@ func (j *Journal) onQuorumApplied() {
 // intermediate is recorded in Raft for another journal: a peer is a
 // journal only with its own intermediate.
 func (j *Journal) checkIntermediateBinding(certs []*x509.Certificate) error {
-	if len(certs) < 2 {
-		return refusal(refusedCertificate, "no intermediate in the chain")
-	}
 	id, err := pki.IdentityOf(certs[0])
-	if err != nil || id.Kind != pki.KindJournal {
-		return refusal(refusedCertificate, "certificate names no journal")
+	if err != nil || id.Kind != pki.KindJournal || len(certs) < 2 {
+		return nil // verifyJournalChain refused it already
 	}
 	in, ok := j.fsm.Intermediate(pki.SerialHex(certs[1].SerialNumber))
 	if ok && in.GetJournalId() != id.Name {

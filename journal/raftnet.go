@@ -281,22 +281,20 @@ func (j *Journal) checkJournalCert(certs []*x509.Certificate) error {
 			return &peerRefusal{reason: refusedRevoked, msg: fmt.Sprintf("intermediate %s of journal %s is revoked", in.GetSerial(), in.GetJournalId()), cause: errPeerIntermediateRevoked}
 		}
 	}
+	if !j.peerCerts.verified(certs, now) {
+		if err := j.verifyJournalChain(certs, now); err != nil {
+			return err
+		}
+		j.peerCerts.add(certs, now)
+	}
 	// A journal is a peer with its own intermediate only: a certificate
 	// naming j1 made with j2's intermediate key is no j1. An intermediate
 	// not yet in Raft passes on the chain alone (the root signed it for a
 	// journal that publishes it over this very connection); membership is
-	// checked by the caller, per connection and per call.
-	if err := j.checkIntermediateBinding(certs); err != nil {
-		return err
-	}
-	if j.peerCerts.verified(certs, now) {
-		return nil
-	}
-	if err := j.verifyJournalChain(certs, now); err != nil {
-		return err
-	}
-	j.peerCerts.add(certs, now)
-	return nil
+	// checked by the caller, per connection and per call. Checked on every
+	// call, cached chain or not: Raft's record of whose intermediate it is
+	// decides, as it stands now.
+	return j.checkIntermediateBinding(certs)
 }
 
 func (j *Journal) verifyJournalChain(certs []*x509.Certificate, now time.Time) error {

@@ -21,6 +21,9 @@ func (a *applier) setQuorumID(op *pactv1.SetQuorumIdOp) *Result {
 	if prev == id {
 		return &Result{Idempotent: true}
 	}
+	if prev != op.GetExpectQuorumId() {
+		return fail(fmt.Errorf("%w: the quorum id is %q, not the %q this change expects", ErrInvalidCommand, prev, op.GetExpectQuorumId()))
+	}
 	a.s.quorum = &pactv1.QuorumIdentity{QuorumId: id, SetAtIndex: a.index, Reason: op.GetReason()}
 	detail := "quorum id " + id + " (" + op.GetReason() + ")"
 	if prev != "" {

@@ -561,9 +561,13 @@ type SetQuorumIdOp struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	QuorumId string                 `protobuf:"bytes,1,opt,name=quorum_id,json=quorumId,proto3" json:"quorum_id,omitempty"`
 	// Why it is set: bootstrap, upgrade, recover, restore.
-	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The quorum id the state must hold for this to apply ("" for none): a
+	// compare-and-set, so two leaders of a quorum upgraded from a version
+	// without ids cannot each record one of their own.
+	ExpectQuorumId string `protobuf:"bytes,3,opt,name=expect_quorum_id,json=expectQuorumId,proto3" json:"expect_quorum_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SetQuorumIdOp) Reset() {
@@ -606,6 +610,13 @@ func (x *SetQuorumIdOp) GetQuorumId() string {
 func (x *SetQuorumIdOp) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *SetQuorumIdOp) GetExpectQuorumId() string {
+	if x != nil {
+		return x.ExpectQuorumId
 	}
 	return ""
 }
@@ -2587,10 +2598,11 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x0estandby_issued\x18\xb4\x01 \x01(\v2\x18.pact.v1.StandbyIssuedOpH\x00R\rstandbyIssued\x12K\n" +
 	"\x11standby_activated\x18\xb5\x01 \x01(\v2\x1b.pact.v1.StandbyActivatedOpH\x00R\x10standbyActivated\x12=\n" +
 	"\rset_quorum_id\x18\xd2\x01 \x01(\v2\x16.pact.v1.SetQuorumIdOpH\x00R\vsetQuorumIdB\x04\n" +
-	"\x02op\"D\n" +
+	"\x02op\"n\n" +
 	"\rSetQuorumIdOp\x12\x1b\n" +
 	"\tquorum_id\x18\x01 \x01(\tR\bquorumId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"g\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12(\n" +
+	"\x10expect_quorum_id\x18\x03 \x01(\tR\x0eexpectQuorumId\"g\n" +
 	"\x0eQuorumIdentity\x12\x1b\n" +
 	"\tquorum_id\x18\x01 \x01(\tR\bquorumId\x12 \n" +
 	"\fset_at_index\x18\x02 \x01(\x04R\n" +
