@@ -299,6 +299,8 @@ func NewContext(ctx context.Context, cfg Config) (*Journal, error) {
 }
 
 func (j *Journal) startRaft(ctx context.Context) error {
+	_, statErr := os.Stat(filepath.Join(j.cfg.DataDir, "raft.db"))
+	freshStore := errors.Is(statErr, os.ErrNotExist)
 	store, err := raftboltdb.New(raftboltdb.Options{
 		Path: filepath.Join(j.cfg.DataDir, "raft.db"),
 		// What etcd runs bbolt with: the freelist is rebuilt when the file
@@ -363,6 +365,12 @@ func (j *Journal) startRaft(ctx context.Context) error {
 			store.Close()
 			if c, ok := transport.(raft.WithClose); ok {
 				_ = c.Close()
+			}
+			if freshStore && errors.Is(qerr, ErrBootstrapRefused) {
+				// Leave the directory as empty as it was found, so the
+				// journal can be started with --join on it as it is.
+				_ = os.Remove(filepath.Join(j.cfg.DataDir, "raft.db"))
+				_ = os.Remove(filepath.Join(j.cfg.DataDir, "snapshots")) // only if empty
 			}
 			return qerr
 		}

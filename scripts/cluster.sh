@@ -55,13 +55,18 @@ ENV
     local dead=0
     for i in $(seq 1 $N); do
       [ -f "$DIR/j$i.pid" ] || continue
-      if ! kill -0 "$(cat "$DIR/j$i.pid")" 2>/dev/null; then
-        echo "j$i exited: $(grep 'cannot start' "$DIR/j$i.log" | tail -1)" >&2
-        rm -f "$DIR/j$i.pid"
-        dead=1
-      fi
+      kill -0 "$(cat "$DIR/j$i.pid")" 2>/dev/null || dead=1
     done
     if [ $dead = 1 ]; then
+      # Give the others a moment to fail the same way, then report them all.
+      sleep 2
+      for i in $(seq 1 $N); do
+        [ -f "$DIR/j$i.pid" ] || continue
+        if ! kill -0 "$(cat "$DIR/j$i.pid")" 2>/dev/null; then
+          echo "j$i exited: $(grep 'cannot start' "$DIR/j$i.log" | tail -1)" >&2
+          rm -f "$DIR/j$i.pid"
+        fi
+      done
       echo "not every journal started; see $DIR/j*.log (after a recovery, add a wiped journal with: $0 join jN)" >&2
       return 1
     fi
