@@ -128,11 +128,17 @@ func TestAgentAtCutOffFollowerEnrollsAfterHeal(t *testing.T) {
 	}
 }
 
-var unconfirmedRE = regexp.MustCompile(`(?m)^pact_journal_unconfirmed_refusals_total (\d+)$`)
-
 // unconfirmed reads a journal's count of refusals it could not confirm
 // with the leader (0 if it does not answer).
 func unconfirmed(t *testing.T, metrics string) int {
+	t.Helper()
+	return counter(t, metrics, "pact_journal_unconfirmed_refusals_total")
+}
+
+// counter reads the value of series (a metric name with its labels, as
+// /metrics prints it) from a journal's /metrics; 0 if the journal does not
+// answer or has no such series.
+func counter(t *testing.T, metrics, series string) int {
 	t.Helper()
 	c := http.Client{Timeout: time.Second}
 	resp, err := c.Get("http://" + metrics + "/metrics")
@@ -141,7 +147,7 @@ func unconfirmed(t *testing.T, metrics string) int {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	m := unconfirmedRE.FindSubmatch(b)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\d+)$`).FindSubmatch(b)
 	if m == nil {
 		return 0
 	}

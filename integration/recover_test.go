@@ -8,13 +8,9 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -284,18 +280,5 @@ func mustJSON(t *testing.T, s string, v any) {
 // (0 if it does not answer).
 func peerRefused(t *testing.T, metrics, reason string) int {
 	t.Helper()
-	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get("http://" + metrics + "/metrics")
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	re := regexp.MustCompile(`(?m)^pact_journal_peer_refused_total\{reason="` + regexp.QuoteMeta(reason) + `"\} (\d+)$`)
-	m := re.FindSubmatch(b)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(string(m[1]))
-	return n
+	return counter(t, metrics, `pact_journal_peer_refused_total{reason="`+reason+`"}`)
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/pact-hpc/pact/internal/suggest"
 )
 
 // MaxFileSize bounds a configuration file; pact's are a few hundred bytes.
@@ -223,7 +225,7 @@ func (s *Set) nearest(key string) string {
 		if !s.byName[n].file {
 			continue
 		}
-		if d := distance(norm, n); d < bestD {
+		if d := suggest.Distance(norm, n); d < bestD {
 			best, bestD = n, d
 		}
 	}
@@ -237,25 +239,4 @@ func (s *Set) nearest(key string) string {
 		}
 	}
 	return best
-}
-
-// distance is the Levenshtein distance of two short strings.
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
