@@ -624,11 +624,23 @@ func (j *Journal) rotateLoop() {
 			}
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), j.cfg.ApplyTimeout)
-		if err := j.publishIntermediate(ctx); err != nil {
-			j.log.Error("publishing the new intermediate failed", logkey.Err, err)
+		// Published before anyone waiting for the re-key signs with it: a
+		// certificate from an intermediate not in the bundle could not be
+		// answered with its chain. Retried until it is (or the journal stops).
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), j.cfg.ApplyTimeout)
+			err := j.publishIntermediate(ctx)
+			cancel()
+			if err == nil {
+				break
+			}
+			j.log.Error("publishing the new intermediate failed; retrying", logkey.Err, err)
+			select {
+			case <-j.stop:
+				return
+			case <-time.After(time.Second):
+			}
 		}
-		cancel()
 		j.rekeyMu.Lock()
 		close(j.rekeyed)
 		j.rekeyed = make(chan struct{})
@@ -644,8 +656,16 @@ func (j *Journal) ownIntermediateRetiring() bool {
 	return ok && in.GetRevokeAtUnixNano() != 0
 }
 
-// awaitLiveIntermediate returns once this journal's intermediate is not
-// one the registry marks retiring. Between an operator's retirement
+// ownIntermediateLive reports whether the intermediate this journal signs
+// with is published and not retiring: between a re-key and its
+// publication a signature would carry a chain no bundle holds yet.
+func (j *Journal) ownIntermediateLive() bool {
+	in, ok := j.fsm.Intermediate(pki.SerialHex(j.ca.Intermediate().SerialNumber))
+	return ok && in.GetRevokeAtUnixNano() == 0
+}
+
+// awaitLiveIntermediate returns once this journal's intermediate is
+// published and not one the registry marks retiring. Between an operator's retirement
 // committing and rotateLoop re-keying, a signature would put the node on
 // the retiring intermediate: its stream would tell it to renew again, and
 // the agent's MinRenewInterval would hold it there.
@@ -656,10 +676,14 @@ func (j *Journal) awaitLiveIntermediate(ctx context.Context) error {
 		j.rekeyMu.Lock()
 		rekeyed, told := j.rekeyed, j.awaitingRekey
 		j.rekeyMu.Unlock()
-		if !j.ownIntermediateRetiring() {
+		if j.ownIntermediateLive() {
 			return nil
 		}
-		wake(j.rotateNow)
+		if j.ownIntermediateRetiring() {
+			// Retired: re-key now. Not published yet: a re-key is under
+			// way, and rotateLoop signals once it is published.
+			wake(j.rotateNow)
+		}
 		if told != nil {
 			told()
 		}
