@@ -2,129 +2,31 @@ package journal_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/binary"
-	"io"
-	"math/big"
-	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
-	"github.com/pact-hpc/pact/internal/pki"
-	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
-// An attacker who read one journal's intermediate key out of its memory
-// (or kept a removed journal's) holds a valid chain to the domain root.
-// The test stands for that key with an intermediate it makes from the
-// root and records in Raft as journal j2's, exactly as j2 publishes its
-// own; everything else is the real quorum over real TLS.
-type stolenIntermediate struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-func makeIntermediate(t *testing.T, rootDir string) stolenIntermediate {
-	t.Helper()
-	auth, err := ca.LoadKeyFileAuthority(filepath.Join(rootDir, ca.RootCertFile), filepath.Join(rootDir, ca.RootKeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	serial, _ := pki.NewSerial()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: "stolen intermediate"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true, MaxPathLenZero: true,
-		URIs: []*url.URL{{Scheme: "spiffe", Host: "pact.local"}},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, auth.Root(), key.Public(), auth.Signer())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return stolenIntermediate{cert: cert, key: key}
-}
-
-// journalCert mints a journal certificate naming id with the intermediate.
-func (s stolenIntermediate) journalCert(t *testing.T, id string) *tls.Certificate {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	ident := pki.Identity{Kind: pki.KindJournal, Name: id, Domain: "pact.local"}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: ident.CommonName()},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
-		URIs:        []*url.URL{ident.SPIFFEID()},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, s.cert, key.Public(), s.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Certificate{Certificate: [][]byte{der, s.cert.Raw}, PrivateKey: key}
-}
-
-// recordAs publishes the intermediate in Raft as journal id's own.
-func (s stolenIntermediate) recordAs(t *testing.T, leader *journaltest.Harness, id string) {
+// recordAs publishes the intermediate in Raft as journal id's own, as that
+// journal publishes its own.
+func recordAs(t *testing.T, leader *journaltest.Harness, in journaltest.Intermediate, id string) {
 	t.Helper()
 	data, err := raftfsm.Encode(&pactv1.Command{AtUnixNano: time.Now().UnixNano(), Actor: "journal/" + id,
-		Op: &pactv1.Command_PublishIntermediate{PublishIntermediate: &pactv1.PublishIntermediateOp{Intermediate: &pactv1.Intermediate{
-			JournalId: id, Serial: pki.SerialHex(s.cert.SerialNumber), Der: s.cert.Raw, NotAfterUnix: s.cert.NotAfter.Unix(),
-		}}}})
+		Op: &pactv1.Command_PublishIntermediate{PublishIntermediate: &pactv1.PublishIntermediateOp{Intermediate: in.Record(id)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := <-leader.J.ApplyRaw(data, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// raftHello dials addr's Raft port with cert, says hello as quorum, and
-// returns the reply, or the error that ended the exchange (a certificate
-// refused in the handshake arrives as an alert on the first read).
-func raftHello(t *testing.T, addr string, cert *tls.Certificate, quorum string) (*pactv1.QuorumHelloReply, error) {
-	t.Helper()
-	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, NextProtos: []string{"pact-raft/2"}, Certificates: []tls.Certificate{*cert}})
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if c.ConnectionState().NegotiatedProtocol != "pact-raft/2" {
-		t.Fatalf("the Raft port did not negotiate pact-raft/2")
-	}
-	b, _ := proto.Marshal(&pactv1.QuorumHello{QuorumId: quorum, Kind: pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_RAFT})
-	if _, err := c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...)); err != nil {
-		return nil, err
-	}
-	var n [4]byte
-	if _, err := io.ReadFull(c, n[:]); err != nil {
-		return nil, err
-	}
-	msg := make([]byte, binary.BigEndian.Uint32(n[:]))
-	if _, err := io.ReadFull(c, msg); err != nil {
-		return nil, err
-	}
-	var reply pactv1.QuorumHelloReply
-	if err := proto.Unmarshal(msg, &reply); err != nil {
-		t.Fatal(err)
-	}
-	return &reply, nil
 }
 
 func quorumStatus(t *testing.T, h *journaltest.Harness) *pactv1.JournalStatusResponse {
@@ -178,12 +80,16 @@ func TestPeerIsAMemberWithItsOwnIntermediateAndQuorum(t *testing.T) {
 			owner = cfg.NodeID
 		}
 	}
-	stolen := makeIntermediate(t, root)
-	stolen.recordAs(t, lh, owner)
+	// An attacker who read one journal's intermediate key out of its
+	// memory holds a valid chain to the root: the test stands for that key
+	// with an intermediate recorded in Raft as the owner's, exactly as the
+	// owner publishes its own; everything else is the real quorum.
+	stolen := journaltest.NewIntermediate(t, root)
+	recordAs(t, lh, stolen, owner)
 	raftAddr := lh.Cfg.RaftListen
 
 	t.Run("the owner's own name and quorum is a peer", func(t *testing.T) {
-		reply, err := raftHello(t, raftAddr, stolen.journalCert(t, owner), qid)
+		reply, err := journaltest.RaftHello(t, raftAddr, stolen.JournalCert(t, owner, "pact.local"), qid)
 		if err != nil || reply.GetRefused() != "" {
 			t.Fatalf("refused: %v %v", err, reply)
 		}
@@ -193,7 +99,7 @@ func TestPeerIsAMemberWithItsOwnIntermediateAndQuorum(t *testing.T) {
 	})
 	t.Run("another quorum is refused", func(t *testing.T) {
 		before := lh.J.PeerRefusedForTest("quorum_mismatch")
-		reply, err := raftHello(t, raftAddr, stolen.journalCert(t, owner), "someotherquorum")
+		reply, err := journaltest.RaftHello(t, raftAddr, stolen.JournalCert(t, owner, "pact.local"), "someotherquorum")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +112,7 @@ func TestPeerIsAMemberWithItsOwnIntermediateAndQuorum(t *testing.T) {
 	})
 	t.Run("another journal's name from this intermediate is refused", func(t *testing.T) {
 		before := lh.J.PeerRefusedForTest("wrong_intermediate")
-		reply, err := raftHello(t, raftAddr, stolen.journalCert(t, victim), qid)
+		reply, err := journaltest.RaftHello(t, raftAddr, stolen.JournalCert(t, victim, "pact.local"), qid)
 		if err == nil {
 			t.Fatalf("a certificate naming %s from %s's intermediate was answered: %v", victim, owner, reply)
 		}
@@ -231,13 +137,13 @@ func TestPeerIsAMemberWithItsOwnIntermediateAndQuorum(t *testing.T) {
 		return err
 	}
 	t.Run("a forged journal cannot propose", func(t *testing.T) {
-		err := register(stolen.journalCert(t, victim), "admin/admin", "forged-1")
+		err := register(stolen.JournalCert(t, victim, "pact.local"), "admin/admin", "forged-1")
 		if status.Code(err) != codes.Unauthenticated {
 			t.Fatalf("Propose with %s's name from %s's intermediate: %v, want Unauthenticated", victim, owner, err)
 		}
 	})
 	t.Run("a forwarded write is stamped with the journal that forwarded it", func(t *testing.T) {
-		if err := register(stolen.journalCert(t, owner), "admin/admin", "via-1"); err != nil {
+		if err := register(stolen.JournalCert(t, owner, "pact.local"), "admin/admin", "via-1"); err != nil {
 			t.Fatal(err)
 		}
 		audit, err := lh.AdminClient(t).ListAudit(context.Background(), &pactv1.ListAuditRequest{NodeId: "via-1"})
@@ -247,7 +153,7 @@ func TestPeerIsAMemberWithItsOwnIntermediateAndQuorum(t *testing.T) {
 		if len(audit.GetEntries()) != 1 || audit.GetEntries()[0].GetVia() != "journal/"+owner {
 			t.Fatalf("audit %v, want one entry via journal/%s", audit.GetEntries(), owner)
 		}
-		if err := register(stolen.journalCert(t, owner), "journal/"+victim, "via-2"); status.Code(err) != codes.PermissionDenied {
+		if err := register(stolen.JournalCert(t, owner, "pact.local"), "journal/"+victim, "via-2"); status.Code(err) != codes.PermissionDenied {
 			t.Fatalf("a journal forwarding in another journal's name: %v, want PermissionDenied", err)
 		}
 	})
@@ -258,14 +164,14 @@ func TestPeerIsAMemberWithItsOwnIntermediateAndQuorum(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := lh.J.PeerRefusedForTest("not_member")
-		reply, err := raftHello(t, raftAddr, stolen.journalCert(t, owner), qid)
+		reply, err := journaltest.RaftHello(t, raftAddr, stolen.JournalCert(t, owner, "pact.local"), qid)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if reply.GetRefusedReason() != "not_member" {
 			t.Fatalf("removed journal %s: reply %v, want not_member", owner, reply)
 		}
-		if err := register(stolen.journalCert(t, owner), "admin/admin", "removed-1"); status.Code(err) != codes.PermissionDenied {
+		if err := register(stolen.JournalCert(t, owner, "pact.local"), "admin/admin", "removed-1"); status.Code(err) != codes.PermissionDenied {
 			t.Fatalf("Propose from removed journal %s: %v, want PermissionDenied", owner, err)
 		}
 		if got := lh.J.PeerRefusedForTest("not_member"); got < before+2 {

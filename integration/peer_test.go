@@ -1,0 +1,96 @@
+package integration
+
+// Process-level test of who is a journal peer (issue 22): a journal is a
+// peer only with its own intermediate, only while it is a member, and only
+// of the same quorum, on the Raft port and the peer service of journal
+// processes.
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal/journaltest"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+func TestPeerRightsOfJournalProcesses(t *testing.T) {
+	skipShort(t)
+	q := startQuorum(t, 3)
+	leader := q.leader()
+	st, _, _ := q.status(q.members[leader].grpc)
+	if st.QuorumID == "" {
+		t.Fatal("pact journal status shows no quorum id")
+	}
+	roots, _, err := pki.LoadCertPool(filepath.Join(q.dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := q.members[(leader+1)%3].id
+	victim := q.members[leader].id
+	raftAddr := q.members[leader].raft
+	propose := func(cmd *pactv1.Command, as string, stolen journaltest.Intermediate) error {
+		data, err := raftfsm.Encode(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := dialJournal(t, roots, q.members[leader].grpc, stolen.JournalCert(t, as, "pact.local"))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := pactv1.NewJournalPeerServiceClient(c).Propose(ctx, &pactv1.ProposeRequest{Command: data})
+		if err == nil && resp.GetErrorCode() != "" {
+			t.Fatalf("Propose as %s: %s %s", as, resp.GetErrorCode(), resp.GetErrorMessage())
+		}
+		return err
+	}
+
+	// A key in the wrong hands: an intermediate from the root, published
+	// as the owner's own by a certificate naming the owner (as a journal
+	// publishes its fresh re-key), then used to name the leader.
+	stolen := journaltest.NewIntermediate(t, q.dir)
+	publish := &pactv1.Command{AtUnixNano: time.Now().UnixNano(), Actor: "journal/" + owner,
+		Op: &pactv1.Command_PublishIntermediate{PublishIntermediate: &pactv1.PublishIntermediateOp{Intermediate: stolen.Record(owner)}}}
+	if err := propose(publish, owner, stolen); err != nil {
+		t.Fatalf("%s publishes an intermediate of its own: %v", owner, err)
+	}
+	before := counter(t, q.members[leader].metrics, `pact_journal_peer_refused_total{reason="wrong_intermediate"}`)
+	if reply, err := journaltest.RaftHello(t, raftAddr, stolen.JournalCert(t, victim, "pact.local"), st.QuorumID); err == nil {
+		t.Fatalf("a certificate naming %s from %s's intermediate was answered on the Raft port: %v", victim, owner, reply)
+	}
+	register := &pactv1.Command{AtUnixNano: time.Now().UnixNano(), Actor: "admin/admin",
+		Op: &pactv1.Command_RegisterNode{RegisterNode: &pactv1.RegisterNodeOp{NodeId: "forged",
+			Hardware: &pactv1.HardwareIdentity{Macs: []string{"02:00:00:00:0f:01"}, BmcSerial: "SN-FORGED"}}}}
+	if err := propose(register, victim, stolen); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("Propose naming %s from %s's intermediate: %v, want Unauthenticated", victim, owner, err)
+	}
+	if got := counter(t, q.members[leader].metrics, `pact_journal_peer_refused_total{reason="wrong_intermediate"}`); got < before+2 {
+		t.Errorf("the leader counted %d wrong_intermediate refusals, want at least %d", got, before+2)
+	}
+	if _, _, code := runPact(t, q.env(q.members[leader].grpc), "node", "inspect", "forged"); code != 3 {
+		t.Errorf("pact node inspect forged: exit %d, want 3 (the forged write never landed)", code)
+	}
+
+	// Another quorum's hello is refused, by the owner's own certificate.
+	if reply, err := journaltest.RaftHello(t, raftAddr, stolen.JournalCert(t, owner, "pact.local"), "anotherquorum"); err != nil || reply.GetRefusedReason() != "quorum_mismatch" {
+		t.Fatalf("hello of another quorum: %v %v, want a quorum_mismatch refusal", reply, err)
+	}
+
+	// A plain pact journal remove ends the owner's peer rights at once,
+	// its intermediate still valid.
+	if stdout, stderr, code := runPact(t, q.env(q.members[leader].grpc), "journal", "remove", owner); code != 0 {
+		t.Fatalf("pact journal remove %s: exit %d\n%s%s", owner, code, stdout, stderr)
+	}
+	if reply, err := journaltest.RaftHello(t, raftAddr, stolen.JournalCert(t, owner, "pact.local"), st.QuorumID); err != nil || reply.GetRefusedReason() != "not_member" {
+		t.Fatalf("removed journal %s on the Raft port: %v %v, want a not_member refusal", owner, reply, err)
+	}
+	register.GetRegisterNode().NodeId = "after-removal"
+	if err := propose(register, owner, stolen); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("Propose from removed journal %s: %v, want PermissionDenied", owner, err)
+	}
+}
