@@ -99,6 +99,13 @@ func (s stolenIntermediate) recordAs(t *testing.T, leader *journaltest.Harness, 
 // refused in the handshake arrives as an alert on the first read).
 func raftHello(t *testing.T, addr string, cert *tls.Certificate, quorum string) (*pactv1.QuorumHelloReply, error) {
 	t.Helper()
+	return raftHelloKind(t, addr, cert, quorum, pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_RAFT)
+}
+
+// raftHelloKind is raftHello with a kind of hello (a probe, as an empty
+// journal sends before it bootstraps).
+func raftHelloKind(t *testing.T, addr string, cert *tls.Certificate, quorum string, kind pactv1.QuorumHelloKind) (*pactv1.QuorumHelloReply, error) {
+	t.Helper()
 	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, NextProtos: []string{"pact-raft/2"}, Certificates: []tls.Certificate{*cert}})
 	if err != nil {
 		return nil, err
@@ -108,7 +115,7 @@ func raftHello(t *testing.T, addr string, cert *tls.Certificate, quorum string) 
 	if c.ConnectionState().NegotiatedProtocol != "pact-raft/2" {
 		t.Fatalf("the Raft port did not negotiate pact-raft/2")
 	}
-	b, _ := proto.Marshal(&pactv1.QuorumHello{QuorumId: quorum, Kind: pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_RAFT})
+	b, _ := proto.Marshal(&pactv1.QuorumHello{QuorumId: quorum, Kind: kind})
 	if _, err := c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...)); err != nil {
 		return nil, err
 	}
@@ -155,6 +162,31 @@ func waitQuorumID(t *testing.T, c *journaltest.Cluster, leader int) string {
 			t.Fatalf("members do not agree on a quorum id: %v", st)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A journal that bootstrapped since it started belongs to a quorum, and
+// says so to a probe, as one restarted on its data directory does: an
+// empty journal started with its old --initial-cluster (a wiped host)
+// then refuses to bootstrap a second quorum. The chaos scenario
+// operator-mistakes found members that had run since their own bootstrap
+// answering that they had no state, so the wiped journal took their
+// bootstrap candidates and bootstrapped a second quorum of the same
+// names (refused by them, it never served, but it did not exit 4 either).
+func TestProbeOfABootstrappedJournalSaysItHasState(t *testing.T) {
+	root, cfgs := journaltest.ClusterConfigs(t, 3)
+	c := journaltest.StartCluster(t, root, cfgs)
+	qid := waitQuorumID(t, c, c.Leader(t))
+	cert := makeIntermediate(t, root).journalCert(t, "j9")
+	for _, h := range c.Nodes {
+		reply, err := raftHelloKind(t, h.Cfg.RaftListen, cert, "", pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_PROBE)
+		if err != nil {
+			t.Fatalf("probe of %s: %v", h.Cfg.NodeID, err)
+		}
+		if !reply.GetHasState() || reply.GetQuorumId() != qid || len(reply.GetFormedWith()) != 3 {
+			t.Errorf("probe of %s, bootstrapped in this process: has_state %v, quorum %q (want %s), formed with %v",
+				h.Cfg.NodeID, reply.GetHasState(), reply.GetQuorumId(), qid, reply.GetFormedWith())
+		}
 	}
 }
 
