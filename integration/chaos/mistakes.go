@@ -237,11 +237,12 @@ func exitCode(err error) int {
 }
 
 var (
-	servingLogRE = regexp.MustCompile(`msg="journal serving"`)
-	leaderLogRE  = regexp.MustCompile(`msg="entering leader state"`)
-	newQuorumRE  = regexp.MustCompile(`new quorum id (\S+)`)
-	belongsRE    = regexp.MustCompile(`journal \S+ at \S+ already belongs to a quorum \(quorum id ([^)]*)\)`)
-	wasQuorumRE  = regexp.MustCompile(`new quorum id \S+ \(was ([^)]+)\)`)
+	servingLogRE   = regexp.MustCompile(`msg="journal serving"`)
+	leaderLogRE    = regexp.MustCompile(`msg="entering leader state"`)
+	newQuorumRE    = regexp.MustCompile(`new quorum id (\S+)`)
+	bootstrapLogRE = regexp.MustCompile(`msg="bootstrapping a new quorum".*? quorum_id=(\S+)`)
+	belongsRE      = regexp.MustCompile(`journal \S+ at \S+ already belongs to a quorum \(quorum id ([^)]*)\)`)
+	wasQuorumRE    = regexp.MustCompile(`new quorum id \S+ \(was ([^)]+)\)`)
 )
 
 // operatorMistakes is the scenario's schedule: the three mistakes in
@@ -317,9 +318,12 @@ func wipedRestart(e *Env, mo mistakeOps, m *MistakesResult) error {
 			out.Seen = false
 			out.Got += " (and it logged \"journal serving\" first)"
 		}
-	case <-time.After(60 * time.Second):
-		served := servingLogRE.MatchString(mo.CurrentLog(f))
-		out.Got = fmt.Sprintf("still running 60 s after its start (serving: %v)", served)
+	case <-time.After(30 * time.Second):
+		log := mo.CurrentLog(f)
+		out.Got = fmt.Sprintf("still running 30 s after its start (serving: %v)", servingLogRE.MatchString(log))
+		if g := bootstrapLogRE.FindStringSubmatch(log); g != nil {
+			out.Got += fmt.Sprintf("; it bootstrapped a second quorum, quorum id %s, beside %s", g[1], m.Initial)
+		}
 		if err := e.Q.Stop(f); err != nil {
 			return err
 		}
