@@ -301,6 +301,12 @@ func (j *Journal) admitRaftConn(tc *tls.Conn) error {
 		return err
 	}
 	reply := j.quorum.reply(j.cfg.NodeID)
+	if !reply.GetHasState() && j.hasRaftState() {
+		// Bootstrapped, or joined, since it started: the stable store
+		// was empty when it was read, but this journal belongs to a
+		// quorum now. An empty journal that probes it must be refused.
+		reply.HasState = true
+	}
 	if hello.GetKind() == pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_PROBE {
 		_ = writeHello(tc, reply)
 		return errProbeAnswered
@@ -339,6 +345,13 @@ func (j *Journal) admitPeer(peerID, theirs string, proven bool) error {
 		return refusal(refusedNotMember, "journal %s is not a member of this quorum (removed, or never added)", peerID)
 	}
 	return nil
+}
+
+// hasRaftState reports whether this journal's Raft log or snapshots hold
+// anything now: it bootstrapped a quorum, or a leader sent it entries.
+func (j *Journal) hasRaftState() bool {
+	r := j.raftStarted.Load()
+	return r != nil && r.LastIndex() > 0
 }
 
 // isMember reports whether id is in this journal's Raft configuration. A

@@ -60,6 +60,31 @@ func waitQuorumID(t *testing.T, c *journaltest.Cluster, leader int) string {
 	}
 }
 
+// A journal that bootstrapped since it started belongs to a quorum, and
+// says so to a probe, as one restarted on its data directory does: an
+// empty journal started with its old --initial-cluster (a wiped host)
+// then refuses to bootstrap a second quorum. The chaos scenario
+// operator-mistakes found members that had run since their own bootstrap
+// answering that they had no state, so the wiped journal took their
+// bootstrap candidates and bootstrapped a second quorum of the same
+// names (refused by them, it never served, but it did not exit 4 either).
+func TestProbeOfABootstrappedJournalSaysItHasState(t *testing.T) {
+	root, cfgs := journaltest.ClusterConfigs(t, 3)
+	c := journaltest.StartCluster(t, root, cfgs)
+	qid := waitQuorumID(t, c, c.Leader(t))
+	cert := journaltest.NewIntermediate(t, root).JournalCert(t, "j9", "pact.local")
+	for _, h := range c.Nodes {
+		reply, err := journaltest.RaftHelloKind(t, h.Cfg.RaftListen, cert, "", pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_PROBE)
+		if err != nil {
+			t.Fatalf("probe of %s: %v", h.Cfg.NodeID, err)
+		}
+		if !reply.GetHasState() || reply.GetQuorumId() != qid || len(reply.GetFormedWith()) != 3 {
+			t.Errorf("probe of %s, bootstrapped in this process: has_state %v, quorum %q (want %s), formed with %v",
+				h.Cfg.NodeID, reply.GetHasState(), reply.GetQuorumId(), qid, reply.GetFormedWith())
+		}
+	}
+}
+
 func TestPeerIsAMemberWithItsOwnIntermediateAndQuorum(t *testing.T) {
 	root, cfgs := journaltest.ClusterConfigs(t, 3)
 	c := journaltest.StartCluster(t, root, cfgs)

@@ -381,6 +381,8 @@ const (
 	InvDiskFull      = "disk-full-clean"
 	InvMembership    = "membership-converges"
 	InvLiveness      = "no-wrong-inactive"
+	InvMistakes      = "mistakes-refused"
+	InvOneQuorum     = "one-quorum"
 )
 
 // maxStall is the longest a quorum with one slow follower may go without

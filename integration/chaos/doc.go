@@ -24,10 +24,14 @@
 // full restart, a follower that must catch up from a snapshot, 5-journal
 // variants, hardware churn with reboots around a takeover window, a slow
 // follower, a full disk, clock steps, liveness under partitions (nodes
-// that stream instead of the registry workload) and membership changes.
-// Each injects its faults on a seeded random schedule, heals, lets the
-// load run on, waits until every journal holds the same registry, and
-// reads every node from every journal.
+// that stream instead of the registry workload), membership changes, and
+// operator mistakes (mistakes.go: a wiped journal restarted with its old
+// --initial-cluster, pact-journal recover while a lost journal comes back
+// with its old disk, pact-journal restore under another root of the same
+// name), each made with the operator's own commands. Each injects its
+// faults on a seeded random schedule, heals, lets the load run on, waits
+// until every journal holds the same registry, and reads every node from
+// every journal.
 //
 // # Workload and history
 //
@@ -96,7 +100,13 @@
 // nothing uncommitted, a lagging follower installed a snapshot, a slow
 // follower stalled no write, a full disk gave no INTERNAL, membership
 // changes converged, no node streaming to a journal that reaches the
-// leader was marked Inactive.
+// leader was marked Inactive, every operator mistake met the refusal it
+// must (exit code and message, a peer refusal counted by reason, nothing
+// written) while the quorum served, and each ended with one quorum (one
+// quorum id, configuration and leader in pact journal status, audit
+// trails of one history). The recovery is made while the survivor leads
+// (verified with the others frozen), so every acknowledged write is in
+// its log and the registry checks need no allowance for a recovery.
 //
 // A verdict that looked at nothing fails (verdict.go): every invariant
 // must have checked something in the run, or be declared not applicable

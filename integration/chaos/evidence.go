@@ -119,6 +119,15 @@ func (r *ScenarioResult) Evidence() []string {
 			out = append(out, fmt.Sprintf("%d journal adds and %d removes took effect under a fault (at least 1 each)", adds, removes))
 		}
 	}
+	if r.NeedMistakes {
+		made := 0
+		if r.Mistakes != nil {
+			made = len(r.Mistakes.Mistakes)
+		}
+		if made < mistakesPlanned {
+			out = append(out, fmt.Sprintf("%d of the %d operator mistakes were made", made, mistakesPlanned))
+		}
+	}
 	if r.Liveness != nil && r.LivenessRightly == 0 {
 		out = append(out, "no node was marked Inactive while streaming to a journal cut off from the leader (at least 1: the marking must be seen to work)")
 	}

@@ -83,6 +83,19 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "chaos:", err)
 		return 2
 	}
+	if *netMode == "docker" && len(names) == 0 {
+		// Scenarios that work on the journals' processes and data
+		// directories cannot run against containers.
+		var kept []Scenario
+		for _, sc := range picked {
+			if sc.Processes {
+				fmt.Fprintf(stdout, "(skipped %s: it needs journal processes, not containers)\n", sc.Name)
+				continue
+			}
+			kept = append(kept, sc)
+		}
+		picked = kept
+	}
 	if _, err := os.Stat(filepath.Join(*bin, "pact-journal")); err != nil {
 		fmt.Fprintf(stderr, "chaos: %v (run make build first, or pass -bin)\n", err)
 		return 2

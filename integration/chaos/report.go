@@ -186,6 +186,7 @@ func Report(w io.Writer, results []*ScenarioResult, seed uint64, skipped []strin
 				lines = append(lines, "  "+strings.ReplaceAll(strings.TrimRight(v, "\n"), "\n", "\n  "))
 			}
 		}
+		lines = append(lines, r.Mistakes.lines()...)
 		for _, n := range r.NotApplicable {
 			lines = append(lines, fmt.Sprintf("%-26s not applicable: %s", n.What, n.Why))
 		}

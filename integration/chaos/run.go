@@ -82,6 +82,10 @@ type ScenarioResult struct {
 	// and a remove that took effect under a fault.
 	Membership     *MembershipResult
 	NeedMembership bool
+	// Mistakes is what the operator-mistakes scenario saw; it must show
+	// every mistake made (mistakesPlanned).
+	Mistakes     *MistakesResult
+	NeedMistakes bool
 	// Liveness is what the liveness scenario saw; LivenessRightly counts
 	// nodes marked Inactive while streaming to a cut-off journal (it must
 	// show one: the marking works, the check is not vacuous).
@@ -281,13 +285,14 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 	res.MinFaults = max(sc.MinFaults, 1)
 	res.NeedLeaderChange = sc.Leaders
 	res.NeedMembership = sc.Membership
+	res.NeedMistakes = sc.Mistakes
 	ctx, cancel := context.WithTimeout(context.Background(), dur)
-	env := &Env{Ctx: ctx, Dir: res.Dir, Q: q, H: h, Rng: mrand.New(mrand.NewPCG(seed, 0x5eed)), Logf: logf, Probe: w.Probe}
+	env := &Env{Ctx: ctx, Dir: res.Dir, Bin: opts.Bin, Q: q, H: h, Rng: mrand.New(mrand.NewPCG(seed, 0x5eed)), Logf: logf, Probe: w.Probe}
 	injectErr := sc.Inject(env)
 	cancel()
 	healErr := healAll(env)
 	res.HealedAt = h.Now()
-	res.Faults, res.Snapshot, res.Membership = env.faults, env.snap, env.members
+	res.Faults, res.Snapshot, res.Membership, res.Mistakes = env.faults, env.snap, env.members, env.mistakes
 	// The membership scenario ends with some journals outside the quorum
 	// (waiting with --join): the checks read the members only.
 	post := q
@@ -382,6 +387,8 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 		{InvSerials, func() Check { return CheckSerials(recs, final) }},
 		{InvMembership, func() Check { return CheckMembership(res.Membership) }},
 		{InvNoStall, func() Check { return CheckNoStall(recs, res.Faults, end) }},
+		{InvMistakes, func() Check { return CheckMistakes(res.Mistakes, recs) }},
+		{InvOneQuorum, func() Check { return CheckOneQuorum(res.Mistakes) }},
 	} {
 		if plan.applies(c.name) {
 			res.Checks = append(res.Checks, c.check())

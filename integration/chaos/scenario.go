@@ -26,7 +26,10 @@ type Fault struct {
 type Env struct {
 	Ctx context.Context
 	// Dir holds the journals' data directories (Dir/jN).
-	Dir  string
+	Dir string
+	// Bin is the directory with the operator's commands (pact,
+	// pact-journal), for scenarios that run them.
+	Bin  string
 	Q    Quorum
 	H    *History
 	Rng  *mrand.Rand
@@ -52,6 +55,8 @@ type Env struct {
 	// cutoff lists, per fault, the journals it cut off from the leader
 	// (the liveness scenario).
 	cutoff map[int][]string
+	// mistakes is what the operator-mistakes scenario saw.
+	mistakes *MistakesResult
 }
 
 // SnapshotResult is what the lagging-follower scenario saw.
@@ -221,6 +226,14 @@ type Scenario struct {
 	// Membership marks the membership scenario: the run must show an add
 	// and a remove committed under a fault (CheckMembership).
 	Membership bool
+	// Processes marks a scenario that needs journal processes (their data
+	// directories, the operator's offline commands on them): a campaign
+	// against containers (-docker) skips it.
+	Processes bool
+	// Mistakes marks the operator-mistakes scenario: the run must show
+	// every mistake refused (CheckMistakes) and one quorum after each
+	// (CheckOneQuorum).
+	Mistakes bool
 	// ClockStep runs the journals from Options.ClockBin, whose clocks
 	// follow offsets in Dir/clock (clockStep).
 	ClockStep bool
@@ -289,6 +302,8 @@ func Scenarios() []Scenario {
 			Describe: "12 nodes hold Subscribe streams (heartbeat timeout 8 s, digests every 1 s) while one journal is cut off for longer than the timeout or the leader is killed: no node streaming to a journal that reaches the leader is marked Inactive"},
 		{Name: "membership-change", Journals: 3, Slots: 5, Duration: 45 * time.Second, Inject: membershipChurn, Membership: true, Long: true, MinFaults: 2,
 			Describe: "add and remove journals (pact journal add/remove through the leader; two spare journals wait with --join) while the leader is killed or a minority is cut off; a removed journal must exit 3 and is added back empty"},
+		{Name: "operator-mistakes", Journals: 3, Duration: 30 * time.Second, Inject: operatorMistakes, Mistakes: true, Processes: true, MinFaults: 4,
+			Describe: "operator mistakes under load: a wiped follower restarted with its old --initial-cluster (must exit 4), then added back with --join; the majority lost while the survivor leads, pact-journal recover on the survivor, a lost journal back with its old disk (the survivor must refuse it: quorum_mismatch; it must never serve), the lost ones added back wiped; a snapshot restored under another root of the same name (must be refused, nothing written); one quorum id after each"},
 	}
 }
 

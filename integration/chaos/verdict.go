@@ -86,10 +86,25 @@ var invariantRules = []struct {
 		return "no journal's disk fills"
 	}},
 	{InvMembership, func(sc Scenario) string {
-		if sc.Membership {
+		switch {
+		case sc.Membership:
 			return ""
+		case sc.Mistakes:
+			return "no change is asked under a fault: the configuration changes only to repair the mistakes, and one-quorum checks it after each"
 		}
 		return "the quorum's configuration does not change"
+	}},
+	{InvMistakes, func(sc Scenario) string {
+		if sc.Mistakes {
+			return ""
+		}
+		return "no operator mistake is made (no journal is wiped, recovered or restored)"
+	}},
+	{InvOneQuorum, func(sc Scenario) string {
+		if sc.Mistakes {
+			return ""
+		}
+		return "the quorum id never changes and no journal is wiped (journals-identical covers the registry)"
 	}},
 	{InvLiveness, func(sc Scenario) string {
 		if sc.Liveness {

@@ -88,6 +88,13 @@ func (in Intermediate) Record(id string) *pactv1.Intermediate {
 // as an alert on the first read).
 func RaftHello(t testing.TB, addr string, cert *tls.Certificate, quorum string) (*pactv1.QuorumHelloReply, error) {
 	t.Helper()
+	return RaftHelloKind(t, addr, cert, quorum, pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_RAFT)
+}
+
+// RaftHelloKind is RaftHello with another kind of hello (a probe, as an
+// empty journal sends before it bootstraps).
+func RaftHelloKind(t testing.TB, addr string, cert *tls.Certificate, quorum string, kind pactv1.QuorumHelloKind) (*pactv1.QuorumHelloReply, error) {
+	t.Helper()
 	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, NextProtos: []string{"pact-raft/2"}, Certificates: []tls.Certificate{*cert}})
 	if err != nil {
 		return nil, err
@@ -97,7 +104,7 @@ func RaftHello(t testing.TB, addr string, cert *tls.Certificate, quorum string) 
 	if c.ConnectionState().NegotiatedProtocol != "pact-raft/2" {
 		t.Fatalf("the Raft port at %s did not negotiate pact-raft/2", addr)
 	}
-	b, _ := proto.Marshal(&pactv1.QuorumHello{QuorumId: quorum, Kind: pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_RAFT})
+	b, _ := proto.Marshal(&pactv1.QuorumHello{QuorumId: quorum, Kind: kind})
 	if _, err := c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...)); err != nil {
 		return nil, err
 	}
