@@ -511,8 +511,8 @@ func (j *Journal) agreeBootstrap(ctx context.Context, store raft.StableStore) (s
 			}
 			switch {
 			case reply.GetHasState() && reply.GetFormedWith()[j.cfg.NodeID] != self:
-				return "", fmt.Errorf("%w: journal %s at %s already belongs to a quorum (quorum id %s), and this journal's data directory %s is empty: bootstrapping would start a second quorum. To make this journal a member of that quorum, start it with --join instead of --initial-cluster, then run `pact journal add %s %s` against the quorum (docs/quorum.md, \"One quorum\")",
-					ErrBootstrapRefused, id, addr, quorumOrUnknown(reply.GetQuorumId()), j.cfg.DataDir, j.cfg.NodeID, j.raftAddr)
+				return "", fmt.Errorf("%w: journal %s at %s already belongs to a quorum (quorum id %s), and this journal's data directory %s is empty: bootstrapping would start a second quorum. To make this journal a member of that quorum, start it with --join instead of --initial-cluster, then run `pact journal add %s %s` against the quorum; if the quorum still lists %s (its disk was wiped, it was not removed), run `pact journal remove %s` first: a voter that lost its log must not vote (docs/quorum.md, \"One quorum\")",
+					ErrBootstrapRefused, id, addr, quorumOrUnknown(reply.GetQuorumId()), j.cfg.DataDir, j.cfg.NodeID, j.raftAddr, j.cfg.NodeID, j.cfg.NodeID)
 			case reply.GetHasState():
 				formed = reply.GetFormedWith()
 			case reply.GetBootstrapCandidate() == "":
