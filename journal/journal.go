@@ -374,7 +374,7 @@ func (j *Journal) startRaft(ctx context.Context) error {
 			}
 			return qerr
 		}
-		j.log.Info("bootstrapping a new quorum", "quorum_id", j.quorum.get(), "members", len(j.cfg.InitialCluster))
+		j.log.Info("bootstrapping a new quorum", "quorum_id", j.quorum.get(), "members", max(1, len(j.cfg.InitialCluster)))
 		cfg := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: addr, Suffrage: raft.Voter}}}
 		if len(j.cfg.InitialCluster) > 0 {
 			cfg.Servers = nil
