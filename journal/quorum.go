@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -149,7 +150,7 @@ func (q *quorumIdentity) load(store raft.StableStore, hasState bool) error {
 func getString(store raft.StableStore, key string) (string, error) {
 	v, err := store.Get([]byte(key))
 	if err != nil {
-		if strings.Contains(err.Error(), "not found") {
+		if errors.Is(err, raftboltdb.ErrKeyNotFound) {
 			return "", nil
 		}
 		return "", fmt.Errorf("journal: stable store %s: %w", key, err)
