@@ -258,6 +258,9 @@ func Restore(c RestoreConfig) (RestoreResult, error) {
 	if err := store.Set([]byte(keyQuorumID), []byte(qid)); err != nil {
 		return RestoreResult{}, err
 	}
+	if err := store.Set([]byte(keyPreviousQuorumID), []byte(h.GetQuorumId())); err != nil {
+		return RestoreResult{}, err
+	}
 	return RestoreResult{Header: h, Nodes: nodes, RootFingerprint: pki.CertFingerprint(root), RootCheck: how, QuorumID: qid}, nil
 }
 
@@ -433,6 +436,9 @@ func Recover(c RecoverConfig) (RecoverResult, error) {
 	qid := DeriveQuorumID(append([]string{"pact recover", prev}, peerParts(c.Members)...)...)
 	if err := store.Set([]byte(keyQuorumID), []byte(qid)); err != nil {
 		return RecoverResult{}, fmt.Errorf("journal: recover: the configuration was rewritten, but the new quorum id could not be stored: %w", err)
+	}
+	if err := store.Set([]byte(keyPreviousQuorumID), []byte(prev)); err != nil {
+		return RecoverResult{}, fmt.Errorf("journal: recover: the configuration was rewritten, but the old quorum id could not be stored: %w", err)
 	}
 	return RecoverResult{LastIndex: last, QuorumID: qid, PreviousQuorumID: prev}, nil
 }

@@ -63,7 +63,11 @@ const (
 	keyQuorumID   = "pact.quorum_id"
 	keyCandidate  = "pact.bootstrap_candidate"
 	keyFormedWith = "pact.bootstrap_formed_with"
-	maxHelloSize  = 16 << 10
+	// keyPreviousQuorumID is the quorum a recover or restore made this
+	// journal leave: the replicated state names it until the new
+	// quorum's leader records the new id.
+	keyPreviousQuorumID = "pact.previous_quorum_id"
+	maxHelloSize        = 16 << 10
 )
 
 // Reasons a journal refuses a peer (pact_journal_peer_refused_total).
@@ -117,6 +121,9 @@ type quorumIdentity struct {
 	// once it bootstrapped from --initial-cluster, every member's.
 	candidate  string
 	formedWith map[string]string
+	// previous is the quorum a recover or restore left; warned is the
+	// last mismatch onQuorumApplied logged.
+	previous, warned string
 	// bootstrapping: asking the --initial-cluster peers; no Raft traffic
 	// is taken until the journal has bootstrapped.
 	bootstrapping bool
@@ -133,6 +140,9 @@ func (q *quorumIdentity) load(store raft.StableStore, hasState bool) error {
 		return err
 	}
 	if q.candidate, err = getString(store, keyCandidate); err != nil {
+		return err
+	}
+	if q.previous, err = getString(store, keyPreviousQuorumID); err != nil {
 		return err
 	}
 	formed, err := getString(store, keyFormedWith)
@@ -641,9 +651,11 @@ func (j *Journal) quorumLoop() {
 }
 
 // onQuorumApplied learns the quorum id from the replicated state: a
-// joining journal adopts it; a journal holding another one has been
-// reached by a quorum it does not belong to, which the hello should have
-// made impossible, and stops serving.
+// joining journal adopts it. A journal holding another id than the state
+// names is either one a recover or restore made (the state still names
+// the quorum it left, until the new leader records the new id) or one
+// reached by a quorum it does not belong to, which the hello makes
+// impossible: that is logged, once.
 func (j *Journal) onQuorumApplied() {
 	state := j.fsm.Quorum().GetQuorumId()
 	if state == "" {
@@ -654,7 +666,14 @@ func (j *Journal) onQuorumApplied() {
 		j.log.Error("could not keep the quorum id", logkey.Err, err)
 		return
 	}
-	if held != state && j.raft.State() != raft.Leader {
+	q := &j.quorum
+	q.mu.Lock()
+	warn := held != state && state != q.previous && q.warned != state
+	if warn {
+		q.warned = state
+	}
+	q.mu.Unlock()
+	if warn {
 		j.log.Error("the replicated state names another quorum than this journal's", "state_quorum_id", state, "quorum_id", held)
 	}
 }
