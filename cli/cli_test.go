@@ -735,6 +735,36 @@ func (conflictAfterDrop) RegisterNode(context.Context, *pactv1.RegisterNodeReque
 	}
 }
 
+// TestWriteOutcomeUnknown: a journal that answered OUTCOME_UNKNOWN did
+// answer; the message says the outcome is unknown, not that it timed out.
+func TestWriteOutcomeUnknown(t *testing.T) {
+	clearEnv(t)
+	p := newTestPKI(t)
+	var out, errb bytes.Buffer
+	a := &app{env: Env{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}.withDefaults()}
+	a.newClient = func(Config, *credential) (AdminClient, io.Closer, error) {
+		return outcomeUnknownClient{}, nil, nil
+	}
+	args := append([]string{"node", "enroll", "node-001", "--mac", "52:54:00:12:34:56"}, p.flags("127.0.0.1:1")...)
+	if code := a.run(context.Background(), args); code != ExitUnavailable {
+		t.Errorf("exit %d", code)
+	}
+	for _, w := range []string{"journal 127.0.0.1:1 could not tell whether the change was made", "OUTCOME_UNKNOWN", "may or may not have been made", "pact node inspect node-001"} {
+		if !strings.Contains(errb.String(), w) {
+			t.Errorf("stderr lacks %q: %s", w, errb.String())
+		}
+	}
+	if strings.Contains(errb.String(), "did not answer") {
+		t.Errorf("stderr says the journal did not answer: %s", errb.String())
+	}
+}
+
+type outcomeUnknownClient struct{ AdminClient }
+
+func (outcomeUnknownClient) RegisterNode(context.Context, *pactv1.RegisterNodeRequest, ...grpc.CallOption) (*pactv1.RegisterNodeResponse, error) {
+	return nil, &JournalError{Addr: "127.0.0.1:1", Err: apierr.FromError(apierr.Status(apierr.OutcomeUnknown, 0, "leader j2 committed the write at index 42, but this journal has not applied it yet").Err())}
+}
+
 type timeoutClient struct{ AdminClient }
 
 func (timeoutClient) RegisterNode(context.Context, *pactv1.RegisterNodeRequest, ...grpc.CallOption) (*pactv1.RegisterNodeResponse, error) {

@@ -308,6 +308,12 @@ func (s *session) explain(a action, err error) error {
 		msg = fmt.Sprintf("the journal rejected the request%s; see: %s --help", said, a.help)
 	case codes.DeadlineExceeded, codes.Unavailable:
 		msg = fmt.Sprintf("journal %s did not answer within %s%s; ", orUnknown(addr), s.cfg.Timeout, said)
+		if e.Reason == apierr.OutcomeUnknown {
+			// The journal answered in time: it could not tell whether the
+			// write committed (the leader stopped answering, or this
+			// journal could not apply it yet).
+			msg = fmt.Sprintf("journal %s could not tell whether the change was made%s; ", orUnknown(addr), said)
+		}
 		if a.write {
 			msg += "the change may or may not have been made: check with "
 			if inspect != "" {
