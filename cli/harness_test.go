@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pact-hpc/pact/internal/apierr"
@@ -260,6 +261,7 @@ func (f *fakeAdmin) recordCaller(ctx context.Context, method string) (caller, er
 	f.mu.Unlock()
 	if stall {
 		<-ctx.Done()
+		return caller{}, status.FromContextError(ctx.Err()).Err()
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
