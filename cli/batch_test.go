@@ -802,7 +802,7 @@ func TestEnrollBatchRetries(t *testing.T) {
 }
 
 // malformedClient answers RegisterNodes with too few results.
-type malformedClient struct{ AdminClient }
+type malformedClient struct{ pactv1.AdminServiceClient }
 
 func (malformedClient) RegisterNodes(context.Context, *pactv1.RegisterNodesRequest, ...grpc.CallOption) (*pactv1.RegisterNodesResponse, error) {
 	return &pactv1.RegisterNodesResponse{Results: []*pactv1.RegisterNodeResult{{Outcome: pactv1.RegisterOutcome_REGISTER_OUTCOME_OK}}}, nil
@@ -813,7 +813,9 @@ func TestEnrollBatchJournalFault(t *testing.T) {
 	p := newTestPKI(t)
 	var out, errb bytes.Buffer
 	a := &app{env: Env{Stdin: strings.NewReader(batchFile(3)), Stdout: &out, Stderr: &errb}.withDefaults()}
-	a.newClient = func(Config, *credential) (AdminClient, io.Closer, error) { return malformedClient{}, nil, nil }
+	a.newClient = func(Config, *credential) (pactv1.AdminServiceClient, io.Closer, error) {
+		return malformedClient{}, nil, nil
+	}
 	code := a.run(context.Background(), append([]string{"node", "enroll", "--batch", "-"}, p.flags("127.0.0.1:1")...))
 	if code != ExitInternal || !strings.Contains(errb.String(), "the journal answered 1 results for 3 rows; this is a journal fault") {
 		t.Errorf("exit %d stderr %s", code, errb.String())

@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pact-hpc/pact/internal/version"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
 // Env is the outside world one run of the CLI sees.
@@ -124,7 +125,7 @@ type app struct {
 	// cobra refusing the command line.
 	ran bool
 	// newClient connects to the journals; tests may replace it.
-	newClient func(Config, *credential) (AdminClient, io.Closer, error)
+	newClient func(Config, *credential) (pactv1.AdminServiceClient, io.Closer, error)
 }
 
 func (a *app) run(ctx context.Context, args []string) int {
@@ -245,7 +246,7 @@ func (a *app) group(cmd *cobra.Command) {
 type session struct {
 	cfg    Config
 	cred   *credential
-	client AdminClient
+	client pactv1.AdminServiceClient
 	closer io.Closer
 }
 
@@ -281,10 +282,10 @@ func (a *app) connect(cmd *cobra.Command, local []error) (*session, error) {
 }
 
 // dial is the production newClient.
-func (a *app) dial(cfg Config, cred *credential) (AdminClient, io.Closer, error) {
+func (a *app) dial(cfg Config, cred *credential) (pactv1.AdminServiceClient, io.Closer, error) {
 	js, err := dialJournals(cfg, cred, a.env.Now)
 	if err != nil {
 		return nil, nil, err
 	}
-	return js, js, nil
+	return pactv1.NewAdminServiceClient(js), js, nil
 }

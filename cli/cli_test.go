@@ -698,7 +698,7 @@ func TestWriteTimeout(t *testing.T) {
 	p := newTestPKI(t)
 	var out, errb bytes.Buffer
 	a := &app{env: Env{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}.withDefaults()}
-	a.newClient = func(Config, *credential) (AdminClient, io.Closer, error) {
+	a.newClient = func(Config, *credential) (pactv1.AdminServiceClient, io.Closer, error) {
 		return timeoutClient{}, nil, nil
 	}
 	args := append([]string{"node", "enroll", "node-001", "--mac", "52:54:00:12:34:56", "--timeout", "3s"}, p.flags("127.0.0.1:1")...)
@@ -718,14 +718,16 @@ func TestUncertainEarlierAttempt(t *testing.T) {
 	p := newTestPKI(t)
 	var out, errb bytes.Buffer
 	a := &app{env: Env{Stdout: &out, Stderr: &errb}.withDefaults()}
-	a.newClient = func(Config, *credential) (AdminClient, io.Closer, error) { return conflictAfterDrop{}, nil, nil }
+	a.newClient = func(Config, *credential) (pactv1.AdminServiceClient, io.Closer, error) {
+		return conflictAfterDrop{}, nil, nil
+	}
 	code := a.run(context.Background(), append([]string{"node", "enroll", "node-001", "--mac", "52:54:00:12:34:56"}, p.flags("127.0.0.1:1", "127.0.0.1:2")...))
 	if code != ExitConflict || !strings.Contains(errb.String(), "an earlier attempt at 127.0.0.1:1 failed mid-request and may have made this change") {
 		t.Errorf("exit %d stderr %q", code, errb.String())
 	}
 }
 
-type conflictAfterDrop struct{ AdminClient }
+type conflictAfterDrop struct{ pactv1.AdminServiceClient }
 
 func (conflictAfterDrop) RegisterNode(context.Context, *pactv1.RegisterNodeRequest, ...grpc.CallOption) (*pactv1.RegisterNodeResponse, error) {
 	return nil, &JournalError{
@@ -742,7 +744,7 @@ func TestWriteOutcomeUnknown(t *testing.T) {
 	p := newTestPKI(t)
 	var out, errb bytes.Buffer
 	a := &app{env: Env{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}.withDefaults()}
-	a.newClient = func(Config, *credential) (AdminClient, io.Closer, error) {
+	a.newClient = func(Config, *credential) (pactv1.AdminServiceClient, io.Closer, error) {
 		return outcomeUnknownClient{}, nil, nil
 	}
 	args := append([]string{"node", "enroll", "node-001", "--mac", "52:54:00:12:34:56"}, p.flags("127.0.0.1:1")...)
@@ -759,13 +761,13 @@ func TestWriteOutcomeUnknown(t *testing.T) {
 	}
 }
 
-type outcomeUnknownClient struct{ AdminClient }
+type outcomeUnknownClient struct{ pactv1.AdminServiceClient }
 
 func (outcomeUnknownClient) RegisterNode(context.Context, *pactv1.RegisterNodeRequest, ...grpc.CallOption) (*pactv1.RegisterNodeResponse, error) {
 	return nil, &JournalError{Addr: "127.0.0.1:1", Err: apierr.FromError(apierr.Status(apierr.OutcomeUnknown, 0, "leader j2 committed the write at index 42, but this journal has not applied it yet").Err())}
 }
 
-type timeoutClient struct{ AdminClient }
+type timeoutClient struct{ pactv1.AdminServiceClient }
 
 func (timeoutClient) RegisterNode(context.Context, *pactv1.RegisterNodeRequest, ...grpc.CallOption) (*pactv1.RegisterNodeResponse, error) {
 	return nil, &JournalError{Addr: "127.0.0.1:1", Err: &apierr.Error{Code: codes.DeadlineExceeded, Message: "context deadline exceeded"}}

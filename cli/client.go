@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
@@ -25,37 +26,6 @@ import (
 	"github.com/pact-hpc/pact/internal/wire"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
-
-// AdminClient is the part of the journal's AdminService the commands call.
-// The failover client below and pactv1.AdminServiceClient both satisfy it.
-type AdminClient interface {
-	RegisterNode(ctx context.Context, in *pactv1.RegisterNodeRequest, opts ...grpc.CallOption) (*pactv1.RegisterNodeResponse, error)
-	ListNodes(ctx context.Context, in *pactv1.ListNodesRequest, opts ...grpc.CallOption) (*pactv1.ListNodesResponse, error)
-	InspectNode(ctx context.Context, in *pactv1.InspectNodeRequest, opts ...grpc.CallOption) (*pactv1.InspectNodeResponse, error)
-	RegisterNodes(ctx context.Context, in *pactv1.RegisterNodesRequest, opts ...grpc.CallOption) (*pactv1.RegisterNodesResponse, error)
-	DecommissionNode(ctx context.Context, in *pactv1.DecommissionNodeRequest, opts ...grpc.CallOption) (*pactv1.DecommissionNodeResponse, error)
-	UpdateNode(ctx context.Context, in *pactv1.UpdateNodeRequest, opts ...grpc.CallOption) (*pactv1.UpdateNodeResponse, error)
-	AssignNode(ctx context.Context, in *pactv1.AssignNodeRequest, opts ...grpc.CallOption) (*pactv1.AssignNodeResponse, error)
-	UnassignNode(ctx context.Context, in *pactv1.UnassignNodeRequest, opts ...grpc.CallOption) (*pactv1.UnassignNodeResponse, error)
-	MoveNode(ctx context.Context, in *pactv1.MoveNodeRequest, opts ...grpc.CallOption) (*pactv1.MoveNodeResponse, error)
-	ListAudit(ctx context.Context, in *pactv1.ListAuditRequest, opts ...grpc.CallOption) (*pactv1.ListAuditResponse, error)
-	JournalStatus(ctx context.Context, in *pactv1.JournalStatusRequest, opts ...grpc.CallOption) (*pactv1.JournalStatusResponse, error)
-	AddJournal(ctx context.Context, in *pactv1.AddJournalRequest, opts ...grpc.CallOption) (*pactv1.AddJournalResponse, error)
-	RemoveJournal(ctx context.Context, in *pactv1.RemoveJournalRequest, opts ...grpc.CallOption) (*pactv1.RemoveJournalResponse, error)
-	CreateJoinToken(ctx context.Context, in *pactv1.CreateJoinTokenRequest, opts ...grpc.CallOption) (*pactv1.CreateJoinTokenResponse, error)
-	ListJoinTokens(ctx context.Context, in *pactv1.ListJoinTokensRequest, opts ...grpc.CallOption) (*pactv1.ListJoinTokensResponse, error)
-	RevokeJoinTokens(ctx context.Context, in *pactv1.RevokeJoinTokensRequest, opts ...grpc.CallOption) (*pactv1.RevokeJoinTokensResponse, error)
-	FenceNode(ctx context.Context, in *pactv1.FenceNodeRequest, opts ...grpc.CallOption) (*pactv1.FenceNodeResponse, error)
-	UnfenceNode(ctx context.Context, in *pactv1.UnfenceNodeRequest, opts ...grpc.CallOption) (*pactv1.UnfenceNodeResponse, error)
-	// SaveSnapshot streams the leader's snapshot into w and returns the
-	// bytes written.
-	SaveSnapshot(ctx context.Context, w io.Writer) (int64, error)
-	IssueOperator(ctx context.Context, in *pactv1.IssueOperatorRequest, opts ...grpc.CallOption) (*pactv1.IssueOperatorResponse, error)
-	ListOperators(ctx context.Context, in *pactv1.ListOperatorsRequest, opts ...grpc.CallOption) (*pactv1.ListOperatorsResponse, error)
-	RevokeOperator(ctx context.Context, in *pactv1.RevokeOperatorRequest, opts ...grpc.CallOption) (*pactv1.RevokeOperatorResponse, error)
-	RetireIntermediate(ctx context.Context, in *pactv1.RetireIntermediateRequest, opts ...grpc.CallOption) (*pactv1.RetireIntermediateResponse, error)
-	ListIntermediates(ctx context.Context, in *pactv1.ListIntermediatesRequest, opts ...grpc.CallOption) (*pactv1.ListIntermediatesResponse, error)
-}
 
 // credential is the operator's admin client credential and the domain root.
 // Its String method names the operator, never the key.
@@ -174,11 +144,10 @@ func hasPrivateKeyPEM(data []byte) bool {
 	}
 }
 
-// journalConn is one journal address and its lazily connected client.
+// journalConn is one journal address and its lazily connected channel.
 type journalConn struct {
 	addr      string
 	conn      *grpc.ClientConn
-	client    pactv1.AdminServiceClient
 	handshake *handshakeLog
 	creds     credentials.TransportCredentials
 }
@@ -192,19 +161,48 @@ func (j *journalConn) dial() error {
 	if err != nil {
 		return fmt.Errorf("journal address %q: %w", j.addr, err)
 	}
-	j.conn, j.client = conn, pactv1.NewAdminServiceClient(conn)
+	j.conn = conn
 	return nil
 }
 
-// journals is an AdminClient that tries each journal address in order. A
+// reached reports whether a call on j may have reached the journal: gRPC
+// sends a call only on an established connection, so one that never
+// completed a handshake cannot have.
+func (j *journalConn) reached() bool {
+	return j.handshake.succeeded() || j.conn.GetState() == connectivity.Ready
+}
+
+// journals is a grpc.ClientConnInterface that tries each journal address
+// in order; the commands use it through pactv1.NewAdminServiceClient. A
 // call moves to the next address when the current one cannot be reached or
-// answers Unavailable; any other answer is final.
+// answers Unavailable; any other answer is final (see failover). A call
+// returns nil, a *JournalError carrying the answer of the journal that
+// decided, or an *UnreachableError listing every address.
 type journals struct {
 	conns   []*journalConn
 	timeout time.Duration
 }
 
-var _ AdminClient = (*journals)(nil)
+var _ grpc.ClientConnInterface = (*journals)(nil)
+
+// repeatable are the methods that may be sent to the next journal after a
+// connected one timed out: the reads, and RegisterNodes, whose chunk is
+// safe to re-send (a row registered identically answers EXISTS: the second
+// journal reports what the first did as "exists"). Every other method is a
+// write that may have been made, and a method not listed counts as one.
+// AddJournal, RemoveJournal and SaveSnapshot reach the leader this way:
+// a follower answers NO_LEADER (Unavailable), so the call moves on.
+var repeatable = map[string]bool{
+	pactv1.AdminService_ListNodes_FullMethodName:         true,
+	pactv1.AdminService_InspectNode_FullMethodName:       true,
+	pactv1.AdminService_RegisterNodes_FullMethodName:     true,
+	pactv1.AdminService_ListAudit_FullMethodName:         true,
+	pactv1.AdminService_JournalStatus_FullMethodName:     true,
+	pactv1.AdminService_ListJoinTokens_FullMethodName:    true,
+	pactv1.AdminService_ListOperators_FullMethodName:     true,
+	pactv1.AdminService_ListIntermediates_FullMethodName: true,
+	pactv1.AdminService_SaveSnapshot_FullMethodName:      true,
+}
 
 // dialJournals prepares a client per address; nothing connects until the
 // first call. Each uses TLS 1.3 with the domain root and the admin
@@ -263,209 +261,20 @@ func (js *journals) Close() error {
 	return errors.Join(errs...)
 }
 
-// RegisterNode registers a node on the first journal that can be reached.
-func (js *journals) RegisterNode(ctx context.Context, in *pactv1.RegisterNodeRequest, opts ...grpc.CallOption) (*pactv1.RegisterNodeResponse, error) {
-	var out *pactv1.RegisterNodeResponse
-	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.RegisterNode(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// ListNodes lists nodes from the first journal that can be reached.
-func (js *journals) ListNodes(ctx context.Context, in *pactv1.ListNodesRequest, opts ...grpc.CallOption) (*pactv1.ListNodesResponse, error) {
-	var out *pactv1.ListNodesResponse
-	err := js.call(ctx, false, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.ListNodes(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// InspectNode reads one node from the first journal that can be reached.
-func (js *journals) InspectNode(ctx context.Context, in *pactv1.InspectNodeRequest, opts ...grpc.CallOption) (*pactv1.InspectNodeResponse, error) {
-	var out *pactv1.InspectNodeResponse
-	err := js.call(ctx, false, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.InspectNode(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// RegisterNodes registers a chunk of nodes. Re-sending a chunk is safe
-// (a row registered identically answers EXISTS), so unlike the other
-// writes it moves on to the next journal even when a connected one timed
-// out: the second journal reports what the first did as "exists".
-func (js *journals) RegisterNodes(ctx context.Context, in *pactv1.RegisterNodesRequest, opts ...grpc.CallOption) (*pactv1.RegisterNodesResponse, error) {
-	var out *pactv1.RegisterNodesResponse
-	err := js.call(ctx, false, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.RegisterNodes(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// DecommissionNode revokes a node on the first journal that can be reached.
-func (js *journals) DecommissionNode(ctx context.Context, in *pactv1.DecommissionNodeRequest, opts ...grpc.CallOption) (*pactv1.DecommissionNodeResponse, error) {
-	var out *pactv1.DecommissionNodeResponse
-	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.DecommissionNode(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// UpdateNode changes a node's hardware identity (a write).
-func (js *journals) UpdateNode(ctx context.Context, in *pactv1.UpdateNodeRequest, opts ...grpc.CallOption) (*pactv1.UpdateNodeResponse, error) {
-	var out *pactv1.UpdateNodeResponse
-	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.UpdateNode(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// AssignNode puts a node into a vCluster.
-func (js *journals) AssignNode(ctx context.Context, in *pactv1.AssignNodeRequest, opts ...grpc.CallOption) (*pactv1.AssignNodeResponse, error) {
-	var out *pactv1.AssignNodeResponse
-	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.AssignNode(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// UnassignNode puts a node into maintenance mode.
-func (js *journals) UnassignNode(ctx context.Context, in *pactv1.UnassignNodeRequest, opts ...grpc.CallOption) (*pactv1.UnassignNodeResponse, error) {
-	var out *pactv1.UnassignNodeResponse
-	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.UnassignNode(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// MoveNode moves a node from its vCluster to another.
-func (js *journals) MoveNode(ctx context.Context, in *pactv1.MoveNodeRequest, opts ...grpc.CallOption) (*pactv1.MoveNodeResponse, error) {
-	var out *pactv1.MoveNodeResponse
-	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.MoveNode(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// ListAudit reads the audit trail from the first journal that can be reached.
-func (js *journals) ListAudit(ctx context.Context, in *pactv1.ListAuditRequest, opts ...grpc.CallOption) (*pactv1.ListAuditResponse, error) {
-	var out *pactv1.ListAuditResponse
-	err := js.call(ctx, false, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.ListAudit(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// JournalStatus reads the quorum's status from the first journal that can
-// be reached; any journal answers, with its own view.
-func (js *journals) JournalStatus(ctx context.Context, in *pactv1.JournalStatusRequest, opts ...grpc.CallOption) (*pactv1.JournalStatusResponse, error) {
-	var out *pactv1.JournalStatusResponse
-	err := js.call(ctx, false, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.JournalStatus(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// AddJournal adds a voter. Only the leader takes it: a follower answers
-// NO_LEADER (Unavailable), so the call moves on to the next address.
-func (js *journals) AddJournal(ctx context.Context, in *pactv1.AddJournalRequest, opts ...grpc.CallOption) (*pactv1.AddJournalResponse, error) {
-	var out *pactv1.AddJournalResponse
-	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.AddJournal(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// RemoveJournal removes a member; like AddJournal it reaches the leader by
-// moving on from followers.
-func (js *journals) RemoveJournal(ctx context.Context, in *pactv1.RemoveJournalRequest, opts ...grpc.CallOption) (*pactv1.RemoveJournalResponse, error) {
-	var out *pactv1.RemoveJournalResponse
-	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.RemoveJournal(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// call runs fn against each journal in turn, each attempt bounded by the
-// timeout. It returns nil, a *JournalError carrying the answer of the
-// CreateJoinToken makes a join token; a write, so not re-sent elsewhere
-// once a journal may have acted.
-func (js *journals) CreateJoinToken(ctx context.Context, in *pactv1.CreateJoinTokenRequest, opts ...grpc.CallOption) (*pactv1.CreateJoinTokenResponse, error) {
-	var out *pactv1.CreateJoinTokenResponse
-	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.CreateJoinToken(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// ListJoinTokens lists join tokens from the first journal that answers.
-func (js *journals) ListJoinTokens(ctx context.Context, in *pactv1.ListJoinTokensRequest, opts ...grpc.CallOption) (*pactv1.ListJoinTokensResponse, error) {
-	var out *pactv1.ListJoinTokensResponse
-	err := js.call(ctx, false, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.ListJoinTokens(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// RevokeJoinTokens deletes a node's unused join tokens.
-func (js *journals) RevokeJoinTokens(ctx context.Context, in *pactv1.RevokeJoinTokensRequest, opts ...grpc.CallOption) (*pactv1.RevokeJoinTokensResponse, error) {
-	var out *pactv1.RevokeJoinTokensResponse
-	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.RevokeJoinTokens(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// FenceNode quarantines a node.
-func (js *journals) FenceNode(ctx context.Context, in *pactv1.FenceNodeRequest, opts ...grpc.CallOption) (*pactv1.FenceNodeResponse, error) {
-	var out *pactv1.FenceNodeResponse
-	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.FenceNode(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// UnfenceNode lifts a node's fence.
-func (js *journals) UnfenceNode(ctx context.Context, in *pactv1.UnfenceNodeRequest, opts ...grpc.CallOption) (*pactv1.UnfenceNodeResponse, error) {
-	var out *pactv1.UnfenceNodeResponse
-	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.UnfenceNode(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// journal that decided, or an *UnreachableError listing every address.
-func (js *journals) call(ctx context.Context, write bool, fn func(context.Context, pactv1.AdminServiceClient) error) error {
+// Invoke runs a unary call against each journal in turn, each attempt
+// bounded by the timeout.
+func (js *journals) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	write := !repeatable[method]
 	var failed []Attempt
 	for _, j := range js.conns {
 		actx, cancel := context.WithTimeout(ctx, js.timeout)
-		err := fn(actx, j.client)
+		err := j.conn.Invoke(actx, method, args, reply, opts...)
 		cancel()
 		if err == nil {
 			return nil
 		}
 		e := apierr.FromError(err)
-		// gRPC sends a call only on an established connection, so one that
-		// never completed a handshake cannot have reached the journal.
-		reached := j.handshake.succeeded() || j.conn.GetState() == connectivity.Ready
+		reached := j.reached()
 		if ctx.Err() != nil || !failover(e.Code, reached, write) {
 			return &JournalError{Addr: j.addr, Err: e, Earlier: failed}
 		}
@@ -481,55 +290,109 @@ func (js *journals) call(ctx context.Context, write bool, fn func(context.Contex
 	return &UnreachableError{Attempts: failed}
 }
 
-// SaveSnapshot streams a snapshot from the first journal that serves it
-// (the leader: followers answer NO_LEADER, so the call moves on). Only
-// the first message is bounded by --timeout: a large registry takes longer
-// to stream than a unary call.
-func (js *journals) SaveSnapshot(ctx context.Context, w io.Writer) (int64, error) {
-	var failed []Attempt
-	for _, j := range js.conns {
-		sctx, cancel := context.WithCancel(ctx)
-		timer := time.AfterFunc(js.timeout, cancel)
-		stream, err := j.client.SaveSnapshot(sctx, &pactv1.SaveSnapshotRequest{})
-		var first *pactv1.SaveSnapshotResponse
-		if err == nil {
-			first, err = stream.Recv()
-		}
-		timer.Stop()
-		if err != nil {
-			cancel()
-			e := apierr.FromError(err)
-			reached := j.handshake.succeeded() || j.conn.GetState() == connectivity.Ready
-			if ctx.Err() != nil || !failover(e.Code, reached, false) {
-				return 0, &JournalError{Addr: j.addr, Err: e, Earlier: failed}
-			}
-			failed = append(failed, Attempt{Addr: j.addr, Err: e, Handshake: j.handshake.get()})
-			continue
-		}
-		n, err := copyChunks(w, first, stream)
-		cancel()
-		if err != nil {
-			return n, &JournalError{Addr: j.addr, Err: apierr.FromError(err), Earlier: failed}
-		}
-		return n, nil
+// NewStream opens a server stream (SaveSnapshot) on the first journal that
+// serves it. The stream is opened at the first RecvMsg, once the request
+// is known; only that first message is bounded by the timeout (a large
+// registry takes longer to stream than a unary call) and only until it
+// arrives does the call move on to the next journal. Streams that send
+// more than one message are not supported: nothing here uses them.
+func (js *journals) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	if desc.ClientStreams || !desc.ServerStreams {
+		return nil, &apierr.Error{Code: codes.Unimplemented, Message: "pact CLI: " + method + " is not a server stream"}
 	}
-	return 0, &UnreachableError{Attempts: failed}
+	return &failoverStream{js: js, ctx: ctx, desc: desc, method: method, opts: opts}, nil
 }
 
-func copyChunks(w io.Writer, first *pactv1.SaveSnapshotResponse, stream grpc.ServerStreamingClient[pactv1.SaveSnapshotResponse]) (int64, error) {
-	var n int64
-	for c := first; ; {
-		k, err := w.Write(c.GetData())
-		n += int64(k)
-		if err != nil {
-			return n, err
-		}
-		if c, err = stream.Recv(); err == io.EOF {
-			return n, nil
-		} else if err != nil {
-			return n, err
-		}
+// failoverStream is a server stream that picks its journal when the first
+// message is asked for (see journals.NewStream).
+type failoverStream struct {
+	js     *journals
+	ctx    context.Context
+	desc   *grpc.StreamDesc
+	method string
+	opts   []grpc.CallOption
+	req    any
+
+	cur    grpc.ClientStream // nil until the first message arrived
+	cancel context.CancelFunc
+	addr   string
+	failed []Attempt
+}
+
+func (s *failoverStream) SendMsg(m any) error {
+	if s.req != nil || s.cur != nil {
+		return &apierr.Error{Code: codes.Internal, Message: "pact CLI: " + s.method + " sends one request"}
 	}
+	s.req = m
+	return nil
+}
+
+func (s *failoverStream) CloseSend() error { return nil }
+
+func (s *failoverStream) RecvMsg(m any) error {
+	if s.cur == nil {
+		return s.open(m)
+	}
+	err := s.cur.RecvMsg(m)
+	if err == nil {
+		return nil
+	}
+	s.cancel()
+	if err == io.EOF {
+		return err
+	}
+	return &JournalError{Addr: s.addr, Err: apierr.FromError(err), Earlier: s.failed}
+}
+
+// open tries each journal until one sends the first message into m.
+func (s *failoverStream) open(m any) error {
+	for _, j := range s.js.conns {
+		sctx, cancel := context.WithCancel(s.ctx)
+		timer := time.AfterFunc(s.js.timeout, cancel)
+		cs, err := j.conn.NewStream(sctx, s.desc, s.method, s.opts...)
+		if err == nil {
+			err = cs.SendMsg(s.req)
+		}
+		if err == nil {
+			err = cs.CloseSend()
+		}
+		if err == nil {
+			err = cs.RecvMsg(m)
+		}
+		timer.Stop()
+		if err == nil {
+			s.cur, s.cancel, s.addr = cs, cancel, j.addr
+			return nil
+		}
+		cancel()
+		e := apierr.FromError(err)
+		if s.ctx.Err() != nil || !failover(e.Code, j.reached(), !repeatable[s.method]) {
+			return &JournalError{Addr: j.addr, Err: e, Earlier: s.failed}
+		}
+		s.failed = append(s.failed, Attempt{Addr: j.addr, Err: e, Handshake: j.handshake.get()})
+	}
+	return &UnreachableError{Attempts: s.failed}
+}
+
+func (s *failoverStream) Header() (metadata.MD, error) {
+	if s.cur == nil {
+		return nil, nil
+	}
+	return s.cur.Header()
+}
+
+func (s *failoverStream) Trailer() metadata.MD {
+	if s.cur == nil {
+		return nil
+	}
+	return s.cur.Trailer()
+}
+
+func (s *failoverStream) Context() context.Context {
+	if s.cur == nil {
+		return s.ctx
+	}
+	return s.cur.Context()
 }
 
 // failover decides whether a failed call may be retried on the next
@@ -601,55 +464,4 @@ func (c recordingCreds) ClientHandshake(ctx context.Context, authority string, r
 
 func (c recordingCreds) Clone() credentials.TransportCredentials {
 	return recordingCreds{TransportCredentials: c.TransportCredentials.Clone(), log: c.log}
-}
-
-// IssueOperator has a journal sign and record an operator credential. A
-// write: a timed-out call is not repeated elsewhere (it may have issued).
-func (js *journals) IssueOperator(ctx context.Context, in *pactv1.IssueOperatorRequest, opts ...grpc.CallOption) (*pactv1.IssueOperatorResponse, error) {
-	var out *pactv1.IssueOperatorResponse
-	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.IssueOperator(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// ListOperators reads the recorded operator credentials.
-func (js *journals) ListOperators(ctx context.Context, in *pactv1.ListOperatorsRequest, opts ...grpc.CallOption) (*pactv1.ListOperatorsResponse, error) {
-	var out *pactv1.ListOperatorsResponse
-	err := js.call(ctx, false, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.ListOperators(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// RevokeOperator revokes operator credentials.
-func (js *journals) RevokeOperator(ctx context.Context, in *pactv1.RevokeOperatorRequest, opts ...grpc.CallOption) (*pactv1.RevokeOperatorResponse, error) {
-	var out *pactv1.RevokeOperatorResponse
-	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.RevokeOperator(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// RetireIntermediate retires journal intermediates.
-func (js *journals) RetireIntermediate(ctx context.Context, in *pactv1.RetireIntermediateRequest, opts ...grpc.CallOption) (*pactv1.RetireIntermediateResponse, error) {
-	var out *pactv1.RetireIntermediateResponse
-	err := js.call(ctx, true, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.RetireIntermediate(ctx, in, opts...)
-		return err
-	})
-	return out, err
-}
-
-// ListIntermediates reads the intermediates in Raft.
-func (js *journals) ListIntermediates(ctx context.Context, in *pactv1.ListIntermediatesRequest, opts ...grpc.CallOption) (*pactv1.ListIntermediatesResponse, error) {
-	var out *pactv1.ListIntermediatesResponse
-	err := js.call(ctx, false, func(ctx context.Context, c pactv1.AdminServiceClient) (err error) {
-		out, err = c.ListIntermediates(ctx, in, opts...)
-		return err
-	})
-	return out, err
 }

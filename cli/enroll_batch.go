@@ -285,7 +285,7 @@ func (r *batchRun) send() error {
 				if err := r.a.env.Sleep(r.ctx, ra+draw(max(ra/20, 20*time.Millisecond))); err != nil {
 					return err
 				}
-				if rd, ok := r.s.client.(interface{ RedialBusy() error }); ok {
+				if rd, ok := r.s.closer.(interface{ RedialBusy() error }); ok {
 					if err := rd.RedialBusy(); err != nil {
 						return err
 					}

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pact-hpc/pact/internal/apierr"
@@ -220,6 +221,14 @@ type fakeAdmin struct {
 	// quorum is what JournalStatus reports. Only the leader (quorum.leader
 	// == self) changes membership; others answer NO_LEADER naming it.
 	quorum fakeQuorum
+
+	// stall makes every call wait for its deadline (a journal that was
+	// reached and did not answer in time).
+	stall bool
+	// snapshot is what SaveSnapshot streams, a message per chunk, then
+	// snapshotErr ends the stream if set.
+	snapshot    [][]byte
+	snapshotErr error
 }
 
 // fakeQuorum is the Raft side of the fake journal.
@@ -247,6 +256,13 @@ func (f *fakeAdmin) record(ctx context.Context, method string) (string, error) {
 }
 
 func (f *fakeAdmin) recordCaller(ctx context.Context, method string) (caller, error) {
+	f.mu.Lock()
+	stall := f.stall
+	f.mu.Unlock()
+	if stall {
+		<-ctx.Done()
+		return caller{}, status.FromContextError(ctx.Err()).Err()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, method)
@@ -802,4 +818,19 @@ func runEnv(t *testing.T, p *testPKI, o runOpts, args ...string) (code int, stdo
 		assertNoKeyMaterial(t, stdout+stderr, p.admin.keyPEM)
 	}
 	return code, stdout, stderr
+}
+
+func (f *fakeAdmin) SaveSnapshot(_ *pactv1.SaveSnapshotRequest, stream grpc.ServerStreamingServer[pactv1.SaveSnapshotResponse]) error {
+	if _, err := f.record(stream.Context(), "SaveSnapshot"); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	chunks, end := f.snapshot, f.snapshotErr
+	f.mu.Unlock()
+	for _, c := range chunks {
+		if err := stream.Send(&pactv1.SaveSnapshotResponse{Data: c}); err != nil {
+			return err
+		}
+	}
+	return end
 }

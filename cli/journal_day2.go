@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -183,7 +184,7 @@ func (a *app) snapshotSave(cmd *cobra.Command, args []string) error {
 		return newUsage(cmd.CommandPath(), fmt.Errorf("cannot write next to %s: %w", file, err))
 	}
 	defer os.Remove(tmp.Name())
-	n, err := s.client.SaveSnapshot(cmd.Context(), tmp)
+	n, err := saveSnapshot(cmd.Context(), s.client, tmp)
 	if err != nil {
 		tmp.Close()
 		return a.explainJournal(cmd.Context(), s, journalAction{verb: "save a snapshot", write: true, help: cmd.CommandPath(), retry: "re-running takes a new snapshot"}, err)
@@ -360,4 +361,28 @@ func printSnapshot(w io.Writer, v SnapshotView) error {
 	return tw.Flush()
 }
 
-var _ = pactv1.SaveSnapshotResponse{}
+// saveSnapshot streams the leader's snapshot into w and returns the bytes
+// written. The client moves on from followers (they answer NO_LEADER) and
+// bounds only the first message by --timeout.
+func saveSnapshot(ctx context.Context, c pactv1.AdminServiceClient, w io.Writer) (int64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.SaveSnapshot(ctx, &pactv1.SaveSnapshotRequest{})
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for {
+		chunk, err := stream.Recv()
+		if err == io.EOF {
+			return n, nil
+		} else if err != nil {
+			return n, err
+		}
+		k, err := w.Write(chunk.GetData())
+		n += int64(k)
+		if err != nil {
+			return n, err
+		}
+	}
+}

@@ -508,7 +508,9 @@ func TestJournalWriteTimeout(t *testing.T) {
 	p := newTestPKI(t)
 	var out, errb bytes.Buffer
 	a := &app{env: Env{Stdout: &out, Stderr: &errb}.withDefaults()}
-	a.newClient = func(Config, *credential) (AdminClient, io.Closer, error) { return journalTimeoutClient{}, nil, nil }
+	a.newClient = func(Config, *credential) (pactv1.AdminServiceClient, io.Closer, error) {
+		return journalTimeoutClient{}, nil, nil
+	}
 	code := a.run(context.Background(), append([]string{"journal", "remove", "j3", "--timeout", "3s"}, p.flags("127.0.0.1:1")...))
 	if code != ExitUnavailable || out.Len() != 0 {
 		t.Errorf("exit %d stdout %q", code, out.String())
@@ -520,7 +522,7 @@ func TestJournalWriteTimeout(t *testing.T) {
 	}
 }
 
-type journalTimeoutClient struct{ AdminClient }
+type journalTimeoutClient struct{ pactv1.AdminServiceClient }
 
 func (journalTimeoutClient) RemoveJournal(context.Context, *pactv1.RemoveJournalRequest, ...grpc.CallOption) (*pactv1.RemoveJournalResponse, error) {
 	return nil, &JournalError{Addr: "127.0.0.1:1", Err: &apierr.Error{Code: codes.DeadlineExceeded, Message: "context deadline exceeded"}}

@@ -1,44 +1,41 @@
 package main
 
 import (
-	"bytes"
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
+	"math"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // userHZ is the unit of utime and stime in /proc/PID/stat. Linux fixes
-// USER_HZ at 100 for the /proc interface on every architecture we run on.
+// USER_HZ at 100 for the /proc interface on every architecture we run on
+// (procfs assumes the same).
 const userHZ = 100
+
+// procFS is /proc, read with prometheus/procfs.
+var procFS, procFSErr = procfs.NewDefaultFS()
+
+func proc(pid int) (procfs.Proc, error) {
+	if procFSErr != nil {
+		return procfs.Proc{}, procFSErr
+	}
+	return procFS.Proc(pid)
+}
 
 // procCPU is the user+system CPU time a process (all its threads) has
 // used, from /proc/PID/stat.
 func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	p, err := proc(pid)
 	if err != nil {
 		return 0, err
 	}
-	// The command name (field 2) is in parentheses and may hold spaces:
-	// the fields after it are counted from the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no ')'", pid)
+	st, err := p.Stat()
+	if err != nil {
+		return 0, err
 	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); utime is field 14, stime field 15.
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
-	}
-	return time.Duration(ut+st) * time.Second / userHZ, nil
+	return time.Duration(st.UTime+st.STime) * time.Second / userHZ, nil
 }
 
 // selfCPU is this process's user+system CPU time (getrusage).
@@ -57,36 +54,15 @@ type memStatus struct {
 }
 
 func procMem(pid int) (memStatus, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	p, err := proc(pid)
 	if err != nil {
 		return memStatus{}, err
 	}
-	var m memStatus
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		var dst *int64
-		switch k {
-		case "VmRSS":
-			dst = &m.RSS
-		case "VmHWM":
-			dst = &m.HWM
-		case "RssAnon":
-			dst = &m.Anon
-		case "RssFile":
-			dst = &m.File
-		default:
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) >= 1 {
-			n, _ := strconv.ParseInt(f[0], 10, 64)
-			*dst = n << 10 // kB
-		}
+	st, err := p.NewStatus()
+	if err != nil {
+		return memStatus{}, err
 	}
-	return m, nil
+	return memStatus{RSS: int64(st.VmRSS), HWM: int64(st.VmHWM), Anon: int64(st.RssAnon), File: int64(st.RssFile)}, nil
 }
 
 // cpuMeter measures the CPU used by a set of processes and by this one
@@ -173,26 +149,19 @@ func (s *rssSampler) finish() int64 {
 // (everything but idle and iowait, steal included: on a VM, time another
 // guest took is time we did not get) and total time.
 func machineCPU() (busy, total time.Duration) {
-	b, err := os.ReadFile("/proc/stat")
+	if procFSErr != nil {
+		return 0, 0
+	}
+	st, err := procFS.Stat()
 	if err != nil {
 		return 0, 0
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 5 || f[0] != "cpu" {
-		return 0, 0
-	}
-	var sum, idle int64
-	for i, v := range f[1:] {
-		if i >= 8 { // guest and guest_nice are already in user and nice
-			break
-		}
-		n, _ := strconv.ParseInt(v, 10, 64)
-		sum += n
-		if i == 3 || i == 4 { // idle, iowait
-			idle += n
-		}
-	}
+	// procfs gives seconds (ticks / USER_HZ); back to whole ticks, exactly.
+	// Guest and GuestNice are left out: they are already in User and Nice.
+	ticks := func(s float64) int64 { return int64(math.Round(s * userHZ)) }
+	c := st.CPUTotal
+	idle := ticks(c.Idle) + ticks(c.Iowait)
+	sum := ticks(c.User) + ticks(c.Nice) + ticks(c.System) + idle + ticks(c.IRQ) + ticks(c.SoftIRQ) + ticks(c.Steal)
 	return time.Duration(sum-idle) * time.Second / userHZ, time.Duration(sum) * time.Second / userHZ
 }
 
