@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pact-hpc/pact/internal/snapfile"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 	"github.com/pact-hpc/pact/raftfsm/raftfsmtest"
@@ -38,7 +39,7 @@ func TestSnapshotFormat1StillRestores(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, state, nodes, err := raftfsm.ReadSnapshotFile(bytes.NewReader(file))
+	h, state, nodes, err := snapfile.Read(bytes.NewReader(file))
 	if err != nil {
 		t.Fatalf("read a format-1 snapshot file: %v", err)
 	}
@@ -54,11 +55,11 @@ func TestSnapshotFormat1StillRestores(t *testing.T) {
 	if got := snapshotBytes(t, f); !bytes.Equal(got, want) {
 		t.Fatal("a format-1 snapshot restored to another state than it was written from")
 	}
-	c, err := raftfsm.CountSnapshot(state)
+	c, err := snapfile.Count(state)
 	if err != nil || c.Nodes["NODE_STATE_ACTIVE"] != 1 || c.Revoked != 2 || c.Intermediates != 1 || len(c.Journals) != 0 {
 		t.Errorf("counts of a format-1 state: %+v, %v", c, err)
 	}
-	if c2, err := raftfsm.CountSnapshot(want); err != nil || c2.Audit != c.Audit || c2.Revoked != c.Revoked {
+	if c2, err := snapfile.Count(want); err != nil || c2.Audit != c.Audit || c2.Revoked != c.Revoked {
 		t.Errorf("counts of the same state in format 2: %+v (format 1: %+v), %v", c2, c, err)
 	}
 }
@@ -76,11 +77,11 @@ func TestSnapshotFormat2(t *testing.T) {
 		t.Error("Consistent and Persist wrote different bytes for one state")
 	}
 	var file bytes.Buffer
-	if err := raftfsm.WriteSnapshotFile(&file, &pactv1.SnapshotHeader{Domain: "site.example"}, state); err != nil {
+	if err := snapfile.Write(&file, &pactv1.SnapshotHeader{Domain: "site.example"}, state); err != nil {
 		t.Fatal(err)
 	}
-	h, got, _, err := raftfsm.ReadSnapshotFile(bytes.NewReader(file.Bytes()))
-	if err != nil || h.GetFormatVersion() != raftfsm.SnapshotFormat || !bytes.Equal(got, state) {
+	h, got, _, err := snapfile.Read(bytes.NewReader(file.Bytes()))
+	if err != nil || h.GetFormatVersion() != snapfile.Format || !bytes.Equal(got, state) {
 		t.Fatalf("snapshot file: format %d, %v", h.GetFormatVersion(), err)
 	}
 	decoded, err := raftfsm.DecodeSnapshot(data)
@@ -131,12 +132,12 @@ func TestSnapshotFormat2Damaged(t *testing.T) {
 	}
 	// A file whose header names the other format is corrupt.
 	var file bytes.Buffer
-	if err := raftfsm.WriteSnapshotFile(&file, &pactv1.SnapshotHeader{Domain: "site.example"}, data); err != nil {
+	if err := snapfile.Write(&file, &pactv1.SnapshotHeader{Domain: "site.example"}, data); err != nil {
 		t.Fatal(err)
 	}
 	b := file.Bytes()
 	b[13] = 1 // the format version, the header's first field
-	if _, _, _, err := raftfsm.ReadSnapshotFile(bytes.NewReader(b)); err == nil {
+	if _, _, _, err := snapfile.Read(bytes.NewReader(b)); err == nil {
 		t.Error("a format-2 state under a format-1 header was accepted")
 	}
 }
