@@ -141,3 +141,86 @@ func TestSnapshotFormat2Damaged(t *testing.T) {
 		t.Error("a format-2 state under a format-1 header was accepted")
 	}
 }
+
+// snapfile.CheckState, the check of the CLI's inspect, refuses what
+// Restore refuses, with the same message, and accepts what it accepts,
+// counting as many nodes: every rule of decodeState, in both formats.
+func TestCheckStateAgreesWithRestore(t *testing.T) {
+	active := func(id string, hw *pactv1.HardwareIdentity) *pactv1.Node {
+		return node(id, pactv1.NodeState_NODE_STATE_ACTIVE, hw, cert("c-"+id, "spki-"+id))
+	}
+	spiffe := func(n *pactv1.Node, id string) *pactv1.Node { n.SpiffeId = id; return n }
+	token := func(node, sum string) *pactv1.JoinToken {
+		return &pactv1.JoinToken{NodeId: node, Sha256: sum, ExpiresAtUnixNano: (t0 + day) * 1e9}
+	}
+	quorum := &pactv1.QuorumIdentity{QuorumId: "q-1"}
+	states := map[string]*pactv1.Snapshot{
+		"empty":        {},
+		"rich":         raftfsm.StateWithoutAuditIndex(richRegistry(t)),
+		"a node twice": {Nodes: []*pactv1.Node{active("node-1", hw1()), active("node-1", hw2())}},
+		"no id":        {Nodes: []*pactv1.Node{active("", hw1())}},
+		"shared MAC":   {Nodes: []*pactv1.Node{active("node-1", hw1()), active("node-2", raftfsmtest.Hardware("S2", mac2))}},
+		"shared BMC":   {Nodes: []*pactv1.Node{active("node-1", hw1()), active("node-2", raftfsmtest.Hardware("S1", mac9))}},
+		"shared EK":    {Nodes: []*pactv1.Node{active("node-2", hw2()), active("node-9", withEK(raftfsmtest.Hardware("S9", mac9), ekA))}},
+		"shared SPIFFE ID": {Nodes: []*pactv1.Node{
+			spiffe(active("node-1", hw1()), custom1), spiffe(active("node-2", hw2()), custom1),
+		}},
+		"two conflicts, the first named": {Nodes: []*pactv1.Node{
+			active("node-1", hw1()), active("node-2", hw2()), active("node-3", withEK(raftfsmtest.Hardware("S1", mac3), ekA)),
+		}},
+		"a conflict and a bad token": {
+			Nodes:      []*pactv1.Node{active("node-1", hw1()), active("node-2", hw1())},
+			JoinTokens: []*pactv1.JoinToken{token("node-1", "not-hex")},
+		},
+		"a conflict and unknown liveness": {
+			Nodes:    []*pactv1.Node{active("node-1", hw1()), active("node-2", hw1())},
+			LastSeen: []*pactv1.LastSeen{{NodeId: "node-9", AtUnixNano: t0 * 1e9}},
+		},
+		"revoked nodes share hardware": {Nodes: []*pactv1.Node{
+			node("node-1", pactv1.NodeState_NODE_STATE_REVOKED, hw1(), nil),
+			spiffe(node("node-2", pactv1.NodeState_NODE_STATE_REVOKED, hw1(), nil), custom1),
+			spiffe(active("node-3", hw1()), custom1),
+		}},
+		"a node lists a MAC twice": {Nodes: []*pactv1.Node{active("node-1", raftfsmtest.Hardware("S1", mac1, mac1))}},
+		"unknown liveness": {
+			Nodes:    []*pactv1.Node{active("node-1", hw1())},
+			LastSeen: []*pactv1.LastSeen{{NodeId: "node-9", AtUnixNano: t0 * 1e9}},
+		},
+		"a token twice":         {JoinTokens: []*pactv1.JoinToken{token("node-1", strings.Repeat("ab", 32)), token("node-2", strings.Repeat("ab", 32))}},
+		"a malformed token":     {JoinTokens: []*pactv1.JoinToken{token("node-1", strings.Repeat("AB", 32))}},
+		"an operator no serial": {Operators: []*pactv1.Operator{{Name: "alice"}}},
+		"a quorum":              {Quorum: quorum},
+	}
+	datas := map[string][]byte{}
+	for name, s := range states {
+		datas[name+" (format 1)"] = mustMarshal(t, s)
+		b, err := raftfsm.EncodeSnapshot(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		datas[name] = b
+	}
+	// Records no Snapshot message makes: a second quorum identity, and a
+	// sizes record after another. A state in format 2 ends in a zero byte.
+	withQ, _ := raftfsm.EncodeSnapshot(&pactv1.Snapshot{Quorum: quorum})
+	empty, _ := raftfsm.EncodeSnapshot(&pactv1.Snapshot{})
+	qRec := withQ[len(empty)-1 : len(withQ)-1]
+	const magic = "\x00pact-snapshot-records\n"
+	sizesRec := empty[len(magic) : len(empty)-1]
+	datas["two quorums"] = append(append(bytes.Clone(withQ[:len(withQ)-1]), qRec...), 0)
+	datas["sizes after a record"] = append(append(bytes.Clone(withQ[:len(withQ)-1]), sizesRec...), 0)
+	refused := 0
+	for name, data := range datas {
+		t.Run(name, func(t *testing.T) {
+			f := raftfsm.New()
+			err := raftfsmtest.RestoreBytes(f, data)
+			if err != nil {
+				refused++
+			}
+			checkAgrees(t, data, err, len(f.Nodes(raftfsm.Filter{})))
+		})
+	}
+	if refused < 2*12 {
+		t.Errorf("Restore refused %d of the states; the table lost its teeth", refused)
+	}
+}
