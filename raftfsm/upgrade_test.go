@@ -165,15 +165,4 @@ func TestSnapshotFile(t *testing.T) {
 	}
 }
 
-func FuzzReadSnapshotFile(f *testing.F) {
-	f.Add([]byte("PACTSNAP\x00\x00\x00\x02\x08\x01"))
-	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, data []byte) {
-		h, state, _, err := snapfile.Read(bytes.NewReader(data))
-		if err == nil && (h == nil || uint64(len(state)) != h.GetSize()) {
-			t.Fatalf("accepted a file whose state does not match its header")
-		}
-	})
-}
-
 var _ = raftfsmtest.Hardware
