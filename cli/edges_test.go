@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/cli"
+	"github.com/pact-hpc/pact/internal/snapfile"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
@@ -257,7 +258,7 @@ func TestSnapshotInspectListsMembers(t *testing.T) {
 	}
 	write := func(members ...string) string {
 		var b bytes.Buffer
-		if err := raftfsm.WriteSnapshotFile(&b, &pactv1.SnapshotHeader{Domain: "pact.local", Index: 9, Term: 2, Members: members}, state); err != nil {
+		if err := snapfile.Write(&b, &pactv1.SnapshotHeader{Domain: "pact.local", Index: 9, Term: 2, Members: members}, state); err != nil {
 			t.Fatal(err)
 		}
 		p := filepath.Join(t.TempDir(), "s.snap")

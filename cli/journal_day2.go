@@ -16,8 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/snapfile"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
-	"github.com/pact-hpc/pact/raftfsm"
 )
 
 // quorumCheck turns a status into an exit code for monitoring.
@@ -262,11 +262,11 @@ func inspectFile(path string) (SnapshotView, error) {
 	if err != nil {
 		return SnapshotView{}, err
 	}
-	h, state, nodes, err := raftfsm.ReadSnapshotFile(f)
+	h, state, nodes, err := snapfile.Read(f)
 	if err != nil {
 		return SnapshotView{}, explainSnapshotErr(err)
 	}
-	c, err := raftfsm.CountSnapshot(state)
+	c, err := snapfile.Count(state)
 	if err != nil {
 		return SnapshotView{}, err
 	}
@@ -312,11 +312,11 @@ func rootFingerprint(sum []byte) string {
 
 func explainSnapshotErr(err error) error {
 	switch {
-	case errors.Is(err, raftfsm.ErrSnapshotTruncated):
+	case errors.Is(err, snapfile.ErrTruncated):
 		return fmt.Errorf("%w: the file is incomplete (an interrupted copy?); use another snapshot", err)
-	case errors.Is(err, raftfsm.ErrSnapshotCorrupt):
+	case errors.Is(err, snapfile.ErrCorrupt):
 		return fmt.Errorf("%w: the file was altered or damaged; use another snapshot", err)
-	case errors.Is(err, raftfsm.ErrSnapshotNewer):
+	case errors.Is(err, snapfile.ErrNewer):
 		return fmt.Errorf("%w: read it with the pact version that wrote it, or newer", err)
 	}
 	return err

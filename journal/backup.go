@@ -19,6 +19,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/snapfile"
 	"github.com/pact-hpc/pact/internal/version"
 	"github.com/pact-hpc/pact/journal/ca"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -73,7 +74,7 @@ func (s *adminServer) SaveSnapshot(_ *pactv1.SaveSnapshotRequest, stream pactv1.
 	}
 	var buf bytes.Buffer
 	buf.Grow(len(state) + 512)
-	if err := raftfsm.WriteSnapshotFile(&buf, h, state); err != nil {
+	if err := snapfile.Write(&buf, h, state); err != nil {
 		return err
 	}
 	data := buf.Bytes()
@@ -202,7 +203,7 @@ func Restore(c RestoreConfig) (RestoreResult, error) {
 		return RestoreResult{}, err
 	}
 	defer f.Close()
-	h, state, nodes, err := raftfsm.ReadSnapshotFile(f)
+	h, state, nodes, err := snapfile.Read(f)
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("%s: %w", c.Snapshot, err)
 	}
@@ -298,7 +299,7 @@ func checkSnapshotRoot(c RestoreConfig, h *pactv1.SnapshotHeader, state []byte, 
 		}
 		return "the fingerprint in the snapshot's header", nil
 	}
-	inters, err := raftfsm.SnapshotIntermediates(state)
+	inters, err := snapfile.Intermediates(state)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", c.Snapshot, err)
 	}

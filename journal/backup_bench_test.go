@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/snapfile"
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/ca"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -72,7 +73,7 @@ func BenchmarkBackup100kActive(b *testing.B) {
 			b.Fatal(err)
 		}
 		w := bufio.NewWriterSize(f, 1<<20)
-		if err := raftfsm.WriteSnapshotFile(w, &pactv1.SnapshotHeader{Domain: "pact.local", RootSha256: rootSum[:], Index: idx, Term: 1, Nodes: uint64(nodes)}, state); err != nil {
+		if err := snapfile.Write(w, &pactv1.SnapshotHeader{Domain: "pact.local", RootSha256: rootSum[:], Index: idx, Term: 1, Nodes: uint64(nodes)}, state); err != nil {
 			b.Fatal(err)
 		}
 		if err := w.Flush(); err != nil {

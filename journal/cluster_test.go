@@ -14,11 +14,11 @@ import (
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
+	"github.com/pact-hpc/pact/internal/snapfile"
 	"github.com/pact-hpc/pact/internal/version"
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
-	"github.com/pact-hpc/pact/raftfsm"
 )
 
 func startCluster(t *testing.T, n int, mutate ...func(*journal.Config)) *journaltest.Cluster {
@@ -289,7 +289,7 @@ func TestClusterAddAndRemoveMember(t *testing.T) {
 		}
 		file.Write(chunk.GetData())
 	}
-	h, state, _, err := raftfsm.ReadSnapshotFile(&file)
+	h, state, _, err := snapfile.Read(&file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestClusterAddAndRemoveMember(t *testing.T) {
 		want = append(want, m.NodeID)
 	}
 	slices.Sort(want)
-	counts, err := raftfsm.CountSnapshot(state)
+	counts, err := snapfile.Count(state)
 	if err != nil || !slices.Equal(h.GetMembers(), want) || !slices.Contains(counts.Journals, cfg.NodeID) {
 		t.Errorf("snapshot after remove: members %v (want %v), journal records %v (with the removed %s), %v", h.GetMembers(), want, counts.Journals, cfg.NodeID, err)
 	}

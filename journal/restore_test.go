@@ -14,6 +14,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/snapfile"
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/ca"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -73,7 +74,7 @@ func snapshotState(t *testing.T, root *restoreRoot) []byte {
 func writeSnapshot(t *testing.T, h *pactv1.SnapshotHeader, state []byte) string {
 	t.Helper()
 	var b bytes.Buffer
-	if err := raftfsm.WriteSnapshotFile(&b, h, state); err != nil {
+	if err := snapfile.Write(&b, h, state); err != nil {
 		t.Fatal(err)
 	}
 	f := filepath.Join(t.TempDir(), "pact.snap")

@@ -1,8 +1,11 @@
 package raftfsm
 
 import (
+	"bytes"
+
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pact-hpc/pact/internal/snapfile"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -23,4 +26,48 @@ func StateWithoutAuditIndex(f *FSM) *pactv1.Snapshot {
 		s.Audit[i] = e
 	}
 	return s
+}
+
+// DecodeSnapshot reads state bytes of either format into one Snapshot
+// message, as stored (no registry rule is checked): for tests that look
+// inside a snapshot.
+func DecodeSnapshot(state []byte) (*pactv1.Snapshot, error) {
+	s := &pactv1.Snapshot{}
+	err := snapfile.Walk(bytes.NewReader(state), func(rec *pactv1.SnapshotRecord) error {
+		switch r := rec.GetRecord().(type) {
+		case *pactv1.SnapshotRecord_Node:
+			s.Nodes = append(s.Nodes, r.Node)
+		case *pactv1.SnapshotRecord_Revoked:
+			s.Revoked = append(s.Revoked, r.Revoked)
+		case *pactv1.SnapshotRecord_Intermediate:
+			s.Intermediates = append(s.Intermediates, r.Intermediate)
+		case *pactv1.SnapshotRecord_LastSeen:
+			s.LastSeen = append(s.LastSeen, r.LastSeen)
+		case *pactv1.SnapshotRecord_Audit:
+			s.Audit = append(s.Audit, r.Audit)
+		case *pactv1.SnapshotRecord_Journal:
+			s.Journals = append(s.Journals, r.Journal)
+		case *pactv1.SnapshotRecord_JoinToken:
+			s.JoinTokens = append(s.JoinTokens, r.JoinToken)
+		case *pactv1.SnapshotRecord_Operator:
+			s.Operators = append(s.Operators, r.Operator)
+		case *pactv1.SnapshotRecord_RevokedOperatorName:
+			s.RevokedOperatorNames = append(s.RevokedOperatorNames, r.RevokedOperatorName)
+		case *pactv1.SnapshotRecord_Quorum:
+			s.Quorum = r.Quorum
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// EncodeSnapshot writes s in format 2 as it is (unsorted): for tests that
+// build a state by hand.
+func EncodeSnapshot(s *pactv1.Snapshot) ([]byte, error) {
+	var buf bytes.Buffer
+	err := snapfile.WriteState(&buf, s)
+	return buf.Bytes(), err
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/hwid"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/snapfile"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -888,11 +889,11 @@ func (f *FSM) snapshotLocked() *fsmSnapshot {
 
 type fsmSnapshot struct{ snap *pactv1.Snapshot }
 
-// Persist streams the state in format 2 (snaprecords.go), one record at a
+// Persist streams the state in format 2 (internal/snapfile), one record at a
 // time, without building its whole encoding first.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	sortSnapshot(s.snap)
-	if err := writeRecords(sink, s.snap); err != nil {
+	if err := snapfile.WriteState(sink, s.snap); err != nil {
 		_ = sink.Cancel()
 		return fmt.Errorf("raftfsm: persist snapshot: %w", err)
 	}
@@ -915,7 +916,7 @@ func sortSnapshot(s *pactv1.Snapshot) {
 }
 
 // Restore replaces the state with a snapshot, in either format
-// (snaprecords.go). It builds the new state first and swaps it in whole, so
+// (internal/snapfile; snaprecords.go builds the registry). It builds the new state first and swaps it in whole, so
 // a bad snapshot leaves the old state untouched.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pact-hpc/pact/internal/hwid"
+	"github.com/pact-hpc/pact/internal/snapfile"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 	"github.com/pact-hpc/pact/raftfsm/raftfsmtest"
@@ -416,8 +417,10 @@ func FuzzRestore(f *testing.F) {
 			if !bytes.Equal(snapshotBytes(t, fsm), fuzzFixture()) {
 				t.Fatalf("a failed Restore (%v) changed the state", err)
 			}
+			checkAgrees(t, data, err, 0)
 			return
 		}
+		checkAgrees(t, data, nil, len(fsm.Nodes(raftfsm.Filter{})))
 		// The read side copes with whatever was accepted.
 		for _, n := range fsm.Nodes(raftfsm.Filter{}) {
 			fsm.Resolve(ident(n.GetHardware()))
@@ -432,6 +435,28 @@ func FuzzRestore(f *testing.F) {
 			t.Error("Snapshot → Restore → Snapshot changed the bytes")
 		}
 	})
+}
+
+// checkAgrees fails t unless snapfile.CheckState (what the CLI's inspect
+// checks a snapshot file's state with) judges data as Restore did: the
+// same refusal, or acceptance with as many nodes. When several nodes have
+// liveness but no record, each names one at random.
+func checkAgrees(t *testing.T, data []byte, restoreErr error, nodes int) {
+	t.Helper()
+	n, err := snapfile.CheckState(bytes.NewReader(data))
+	switch {
+	case restoreErr == nil && err != nil:
+		t.Fatalf("Restore accepted a state snapfile.CheckState refuses: %v", err)
+	case restoreErr == nil && n != nodes:
+		t.Fatalf("snapfile.CheckState counts %d nodes, Restore restored %d", n, nodes)
+	case restoreErr != nil && err == nil:
+		t.Fatalf("snapfile.CheckState accepts a state Restore refuses (%v)", restoreErr)
+	case restoreErr != nil && err.Error() != restoreErr.Error():
+		const unknownLiveness = "raftfsm: snapshot has liveness for unknown node "
+		if !strings.HasPrefix(err.Error(), unknownLiveness) || !strings.HasPrefix(restoreErr.Error(), unknownLiveness) {
+			t.Fatalf("snapfile.CheckState refuses %q, Restore %q", err, restoreErr)
+		}
+	}
 }
 
 // checkBatch applies a batch entry twice and, beside it, each of its

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pact-hpc/pact/internal/snapfile"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 	"github.com/pact-hpc/pact/raftfsm/raftfsmtest"
@@ -38,7 +39,7 @@ func TestSnapshotFormat1StillRestores(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, state, nodes, err := raftfsm.ReadSnapshotFile(bytes.NewReader(file))
+	h, state, nodes, err := snapfile.Read(bytes.NewReader(file))
 	if err != nil {
 		t.Fatalf("read a format-1 snapshot file: %v", err)
 	}
@@ -54,11 +55,11 @@ func TestSnapshotFormat1StillRestores(t *testing.T) {
 	if got := snapshotBytes(t, f); !bytes.Equal(got, want) {
 		t.Fatal("a format-1 snapshot restored to another state than it was written from")
 	}
-	c, err := raftfsm.CountSnapshot(state)
+	c, err := snapfile.Count(state)
 	if err != nil || c.Nodes["NODE_STATE_ACTIVE"] != 1 || c.Revoked != 2 || c.Intermediates != 1 || len(c.Journals) != 0 {
 		t.Errorf("counts of a format-1 state: %+v, %v", c, err)
 	}
-	if c2, err := raftfsm.CountSnapshot(want); err != nil || c2.Audit != c.Audit || c2.Revoked != c.Revoked {
+	if c2, err := snapfile.Count(want); err != nil || c2.Audit != c.Audit || c2.Revoked != c.Revoked {
 		t.Errorf("counts of the same state in format 2: %+v (format 1: %+v), %v", c2, c, err)
 	}
 }
@@ -76,11 +77,11 @@ func TestSnapshotFormat2(t *testing.T) {
 		t.Error("Consistent and Persist wrote different bytes for one state")
 	}
 	var file bytes.Buffer
-	if err := raftfsm.WriteSnapshotFile(&file, &pactv1.SnapshotHeader{Domain: "site.example"}, state); err != nil {
+	if err := snapfile.Write(&file, &pactv1.SnapshotHeader{Domain: "site.example"}, state); err != nil {
 		t.Fatal(err)
 	}
-	h, got, _, err := raftfsm.ReadSnapshotFile(bytes.NewReader(file.Bytes()))
-	if err != nil || h.GetFormatVersion() != raftfsm.SnapshotFormat || !bytes.Equal(got, state) {
+	h, got, _, err := snapfile.Read(bytes.NewReader(file.Bytes()))
+	if err != nil || h.GetFormatVersion() != snapfile.Format || !bytes.Equal(got, state) {
 		t.Fatalf("snapshot file: format %d, %v", h.GetFormatVersion(), err)
 	}
 	decoded, err := raftfsm.DecodeSnapshot(data)
@@ -131,12 +132,95 @@ func TestSnapshotFormat2Damaged(t *testing.T) {
 	}
 	// A file whose header names the other format is corrupt.
 	var file bytes.Buffer
-	if err := raftfsm.WriteSnapshotFile(&file, &pactv1.SnapshotHeader{Domain: "site.example"}, data); err != nil {
+	if err := snapfile.Write(&file, &pactv1.SnapshotHeader{Domain: "site.example"}, data); err != nil {
 		t.Fatal(err)
 	}
 	b := file.Bytes()
 	b[13] = 1 // the format version, the header's first field
-	if _, _, _, err := raftfsm.ReadSnapshotFile(bytes.NewReader(b)); err == nil {
+	if _, _, _, err := snapfile.Read(bytes.NewReader(b)); err == nil {
 		t.Error("a format-2 state under a format-1 header was accepted")
+	}
+}
+
+// snapfile.CheckState, the check of the CLI's inspect, refuses what
+// Restore refuses, with the same message, and accepts what it accepts,
+// counting as many nodes: every rule of decodeState, in both formats.
+func TestCheckStateAgreesWithRestore(t *testing.T) {
+	active := func(id string, hw *pactv1.HardwareIdentity) *pactv1.Node {
+		return node(id, pactv1.NodeState_NODE_STATE_ACTIVE, hw, cert("c-"+id, "spki-"+id))
+	}
+	spiffe := func(n *pactv1.Node, id string) *pactv1.Node { n.SpiffeId = id; return n }
+	token := func(node, sum string) *pactv1.JoinToken {
+		return &pactv1.JoinToken{NodeId: node, Sha256: sum, ExpiresAtUnixNano: (t0 + day) * 1e9}
+	}
+	quorum := &pactv1.QuorumIdentity{QuorumId: "q-1"}
+	states := map[string]*pactv1.Snapshot{
+		"empty":        {},
+		"rich":         raftfsm.StateWithoutAuditIndex(richRegistry(t)),
+		"a node twice": {Nodes: []*pactv1.Node{active("node-1", hw1()), active("node-1", hw2())}},
+		"no id":        {Nodes: []*pactv1.Node{active("", hw1())}},
+		"shared MAC":   {Nodes: []*pactv1.Node{active("node-1", hw1()), active("node-2", raftfsmtest.Hardware("S2", mac2))}},
+		"shared BMC":   {Nodes: []*pactv1.Node{active("node-1", hw1()), active("node-2", raftfsmtest.Hardware("S1", mac9))}},
+		"shared EK":    {Nodes: []*pactv1.Node{active("node-2", hw2()), active("node-9", withEK(raftfsmtest.Hardware("S9", mac9), ekA))}},
+		"shared SPIFFE ID": {Nodes: []*pactv1.Node{
+			spiffe(active("node-1", hw1()), custom1), spiffe(active("node-2", hw2()), custom1),
+		}},
+		"two conflicts, the first named": {Nodes: []*pactv1.Node{
+			active("node-1", hw1()), active("node-2", hw2()), active("node-3", withEK(raftfsmtest.Hardware("S1", mac3), ekA)),
+		}},
+		"a conflict and a bad token": {
+			Nodes:      []*pactv1.Node{active("node-1", hw1()), active("node-2", hw1())},
+			JoinTokens: []*pactv1.JoinToken{token("node-1", "not-hex")},
+		},
+		"a conflict and unknown liveness": {
+			Nodes:    []*pactv1.Node{active("node-1", hw1()), active("node-2", hw1())},
+			LastSeen: []*pactv1.LastSeen{{NodeId: "node-9", AtUnixNano: t0 * 1e9}},
+		},
+		"revoked nodes share hardware": {Nodes: []*pactv1.Node{
+			node("node-1", pactv1.NodeState_NODE_STATE_REVOKED, hw1(), nil),
+			spiffe(node("node-2", pactv1.NodeState_NODE_STATE_REVOKED, hw1(), nil), custom1),
+			spiffe(active("node-3", hw1()), custom1),
+		}},
+		"a node lists a MAC twice": {Nodes: []*pactv1.Node{active("node-1", raftfsmtest.Hardware("S1", mac1, mac1))}},
+		"unknown liveness": {
+			Nodes:    []*pactv1.Node{active("node-1", hw1())},
+			LastSeen: []*pactv1.LastSeen{{NodeId: "node-9", AtUnixNano: t0 * 1e9}},
+		},
+		"a token twice":         {JoinTokens: []*pactv1.JoinToken{token("node-1", strings.Repeat("ab", 32)), token("node-2", strings.Repeat("ab", 32))}},
+		"a malformed token":     {JoinTokens: []*pactv1.JoinToken{token("node-1", strings.Repeat("AB", 32))}},
+		"an operator no serial": {Operators: []*pactv1.Operator{{Name: "alice"}}},
+		"a quorum":              {Quorum: quorum},
+	}
+	datas := map[string][]byte{}
+	for name, s := range states {
+		datas[name+" (format 1)"] = mustMarshal(t, s)
+		b, err := raftfsm.EncodeSnapshot(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		datas[name] = b
+	}
+	// Records no Snapshot message makes: a second quorum identity, and a
+	// sizes record after another. A state in format 2 ends in a zero byte.
+	withQ, _ := raftfsm.EncodeSnapshot(&pactv1.Snapshot{Quorum: quorum})
+	empty, _ := raftfsm.EncodeSnapshot(&pactv1.Snapshot{})
+	qRec := withQ[len(empty)-1 : len(withQ)-1]
+	const magic = "\x00pact-snapshot-records\n"
+	sizesRec := empty[len(magic) : len(empty)-1]
+	datas["two quorums"] = append(append(bytes.Clone(withQ[:len(withQ)-1]), qRec...), 0)
+	datas["sizes after a record"] = append(append(bytes.Clone(withQ[:len(withQ)-1]), sizesRec...), 0)
+	refused := 0
+	for name, data := range datas {
+		t.Run(name, func(t *testing.T) {
+			f := raftfsm.New()
+			err := raftfsmtest.RestoreBytes(f, data)
+			if err != nil {
+				refused++
+			}
+			checkAgrees(t, data, err, len(f.Nodes(raftfsm.Filter{})))
+		})
+	}
+	if refused < 2*12 {
+		t.Errorf("Restore refused %d of the states; the table lost its teeth", refused)
 	}
 }

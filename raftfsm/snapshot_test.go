@@ -630,9 +630,12 @@ func TestRestoreRejects(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f, a := newRegistry(t)
 			before := snapshotBytes(t, f)
-			if err := raftfsmtest.RestoreBytes(f, tt.data); err == nil {
+			err := raftfsmtest.RestoreBytes(f, tt.data)
+			if err == nil {
 				t.Fatal("Restore accepted it")
 			}
+			// The CLI's inspect refuses it the same way.
+			checkAgrees(t, tt.data, err, 0)
 			if !bytes.Equal(before, snapshotBytes(t, f)) {
 				t.Error("a failed Restore changed the state")
 			}

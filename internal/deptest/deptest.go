@@ -8,6 +8,18 @@ import (
 	"testing"
 )
 
+// JournalOnly lists what only the journal may link: Raft and its msgpack
+// codec, bbolt, and the journal and its state machine. The agent and the
+// operator CLI speak the wire contract only.
+var JournalOnly = []string{
+	"github.com/hashicorp/raft",
+	"github.com/hashicorp/go-msgpack",
+	"go.etcd.io/bbolt",
+	"github.com/boltdb/bolt",
+	"github.com/pact-hpc/pact/journal",
+	"github.com/pact-hpc/pact/raftfsm",
+}
+
 // Forbid fails t if any of pkgs depends, directly or not, on a forbidden
 // package or on anything below it.
 func Forbid(t testing.TB, pkgs []string, forbidden ...string) {

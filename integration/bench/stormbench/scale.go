@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/pact-hpc/pact/internal/hwid"
+	"github.com/pact-hpc/pact/internal/snapfile"
 	"github.com/pact-hpc/pact/journal"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
@@ -564,7 +565,7 @@ func backupRestore(fsm *raftfsm.FSM, dir, rootFile string, rootDER []byte, want 
 	bw := bufio.NewWriterSize(f, 1<<20)
 	rootSum := sha256.Sum256(rootDER)
 	h := &pactv1.SnapshotHeader{Domain: "pact.local", RootSha256: rootSum[:], Index: index, Term: 1, TakenAtUnixNano: time.Now().UnixNano(), TakenBy: "bench", Nodes: uint64(nodes)}
-	if err := raftfsm.WriteSnapshotFile(bw, h, state); err != nil {
+	if err := snapfile.Write(bw, h, state); err != nil {
 		f.Close()
 		return 0, 0, 0, err
 	}
