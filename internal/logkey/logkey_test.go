@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -149,4 +150,41 @@ func isLogkey(e ast.Expr) bool {
 	}
 	pkg, ok := sel.X.(*ast.Ident)
 	return ok && pkg.Name == "logkey"
+}
+
+// The check itself: what it flags and what it leaves alone.
+func TestLiteralKeys(t *testing.T) {
+	const src = `package p
+
+import (
+	"log/slog"
+
+	"google.golang.org/grpc/status"
+
+	"github.com/pact-hpc/pact/internal/logkey"
+)
+
+func f(log *slog.Logger) {
+	log.Info("msg", "bad1", 1)
+	log.Info("msg", logkey.Err, "a value", slog.String("bad2", "v"), "bad3", 2)
+	log.With("bad4", 1).Warn("msg", slog.Int(logkey.Index, 1), logkey.Reason, "why")
+	log.Log(nil, slog.LevelInfo, "msg", "bad5", 1)
+	slog.Error("msg", "bad6", 1)
+	_ = status.Error(1, "not a log call")
+	log.Debug("only a message")
+}
+`
+	f, err := parser.ParseFile(token.NewFileSet(), "p.go", src, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, lit := range literalKeys(f) {
+		got = append(got, lit.Value)
+	}
+	slices.Sort(got)
+	want := `"bad1" "bad2" "bad3" "bad4" "bad5" "bad6"`
+	if g := strings.Join(got, " "); g != want {
+		t.Fatalf("flagged %s, want %s", g, want)
+	}
 }
