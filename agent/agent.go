@@ -164,7 +164,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Logger.Info("hardware identity", logkey.MACs, hw.MACs, logkey.BMCSerial, hw.BMCSerial, "report", report)
+	cfg.Logger.Info("hardware identity", logkey.MACs, hw.MACs, logkey.BMCSerial, hw.BMCSerial, logkey.Report, report)
 	a := &Agent{
 		wake:     make(chan struct{}, 1),
 		clk:      clk,
@@ -260,7 +260,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Warn("no status socket; pact-agent status will not work", logkey.Err, err)
 		} else {
 			defer serve(lis, a.handler(false))()
-			a.log.Info("status socket open", "path", a.cfg.StatusSocket)
+			a.log.Info("status socket open", logkey.Path, a.cfg.StatusSocket)
 		}
 	}
 	if a.cfg.MetricsListen != "" {
@@ -305,7 +305,7 @@ func (a *Agent) release() {
 		a.log.Warn("could not release the node; a restart waits for the journal's takeover window", logkey.Err, err)
 		return
 	}
-	a.log.Info("node released: a restart enrolls at once", logkey.NodeID, ch.NodeID(), "released", resp.GetReleased())
+	a.log.Info("node released: a restart enrolls at once", logkey.NodeID, ch.NodeID(), logkey.Released, resp.GetReleased())
 }
 
 // waitForSPIRE gives a local SPIRE agent a moment to hand over an SVID, so

@@ -20,6 +20,7 @@ import (
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -74,13 +75,7 @@ func runAgent(t *testing.T, cfg Config) *runningAgent {
 // test waits for an observable state rather than for a fixed time.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	polltest.Until(t, 15*time.Second, 10*time.Millisecond, cond, "timed out waiting until %s", what)
 }
 
 func inspect(t *testing.T, h *journaltest.Harness, id string) *pactv1.Node {

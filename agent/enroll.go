@@ -39,7 +39,7 @@ func (a *Agent) enroll(ctx context.Context) (err error) {
 	// asks for a TPM is the failure reported, as a retryable one.
 	att, tpmErr := a.openTPM()
 	if tpmErr != nil {
-		a.log.Warn("cannot use the TPM; enrolling without TPM attestation", "tpm_device", a.cfg.TPMDevice, logkey.Err, tpmErr)
+		a.log.Warn("cannot use the TPM; enrolling without TPM attestation", logkey.TPMDevice, a.cfg.TPMDevice, logkey.Err, tpmErr)
 	}
 	if att != nil {
 		defer att.Close()

@@ -324,7 +324,7 @@ func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 				} else {
 					s.written, s.files = key, retry{}
 					a.log.Info("identity files written", logkey.Source, id.Source, logkey.Serial, id.Serial(),
-						"dir", a.cfg.IdentityDir, "key_out", a.cfg.KeyOut != "")
+						logkey.Dir, a.cfg.IdentityDir, logkey.KeyOut, a.cfg.KeyOut != "")
 				}
 			}
 			if s.written != key {
@@ -412,7 +412,7 @@ func (a *Agent) rotated() {
 	a.lastRotation, a.streamSeen = now, now
 	a.mu.Unlock()
 	if ch := a.rot.Active(); ch != nil {
-		a.log.Info("stream open", logkey.Addr, ch.Target(), logkey.JournalID, ch.JournalID(), logkey.NodeID, ch.NodeID(), "identity", ch.Identity())
+		a.log.Info("stream open", logkey.Addr, ch.Target(), logkey.JournalID, ch.JournalID(), logkey.NodeID, ch.NodeID(), logkey.Identity, ch.Identity())
 		if a.cfg.OnStream != nil {
 			a.cfg.OnStream(ch)
 		}
@@ -444,7 +444,7 @@ func (a *Agent) handleEvent(ch *identity.Channel, ev *pactv1.SubscribeResponse) 
 			a.bundleGen++
 		}
 		a.mu.Unlock()
-		a.log.Debug("trust bundle", "certificates", len(certs))
+		a.log.Debug("trust bundle", logkey.Certificates, len(certs))
 	case *pactv1.SubscribeResponse_Revoked:
 		reason := apierr.NodeRevoked
 		if apierr.Reason(e.Revoked.GetCode()) == apierr.NodeFenced {
@@ -457,7 +457,7 @@ func (a *Agent) handleEvent(ch *identity.Channel, ev *pactv1.SubscribeResponse) 
 		if id := ch.Identity(); id != nil && id.Source == identity.SourceJournal {
 			a.renewNow.Store(id.Serial())
 			a.log.Warn("the journal asks for renewal now", logkey.Reason, e.RenewNow.GetReason(),
-				logkey.IssuerSerial, e.RenewNow.GetIssuerSerial(), "revoke_at", unixNano(e.RenewNow.GetRevokeAtUnixNano()).UTC().Format(time.RFC3339))
+				logkey.IssuerSerial, e.RenewNow.GetIssuerSerial(), logkey.RevokeAt, unixNano(e.RenewNow.GetRevokeAtUnixNano()).UTC().Format(time.RFC3339))
 			select {
 			case a.wake <- struct{}{}:
 			default:

@@ -55,7 +55,7 @@ func (a *Agent) renew(ctx context.Context, act *identity.Channel) error {
 			return nil, err
 		}
 		a.adopt(id, who, resp.GetVcluster())
-		a.log.Info("certificate renewed", "identity", id, "previous", cur.Identity())
+		a.log.Info("certificate renewed", logkey.Identity, id, logkey.Previous, cur.Identity())
 		return id, nil
 	})
 	if err != nil {
@@ -112,7 +112,7 @@ func (a *Agent) obtainStandby(ctx context.Context, act *identity.Channel) (err e
 			prev := a.latestJournal()
 			a.adopt(id, who, resp.GetVcluster())
 			a.setStandby(id.Serial())
-			a.log.Info("standby certificate obtained", "identity", id, "previous", prev, logkey.Addr, act.Target())
+			a.log.Info("standby certificate obtained", logkey.Identity, id, logkey.Previous, prev, logkey.Addr, act.Target())
 			return nil
 		}
 	}

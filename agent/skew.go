@@ -8,6 +8,7 @@ import (
 
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/logkey"
 )
 
 // Clock skew. Diskless nodes often boot before NTP has set their clock. A
@@ -65,7 +66,7 @@ func (a *Agent) observeJournalTime(journal time.Time) (bool, error) {
 	case abs(skew) <= a.cfg.ClockBridge:
 		a.clk.offset.Store(int64(-skew))
 		a.log.Warn("this node's clock differs from the journal's; using the journal's time for certificates (fix NTP on this node)",
-			"skew", skew.Round(time.Second), "local", local.UTC().Format(time.RFC3339), "journal", journal.UTC().Format(time.RFC3339), "bridge", a.cfg.ClockBridge)
+			logkey.Skew, skew.Round(time.Second), logkey.Local, local.UTC().Format(time.RFC3339), logkey.Journal, journal.UTC().Format(time.RFC3339), logkey.Bridge, a.cfg.ClockBridge)
 		return true, nil
 	case abs(resid) <= a.cfg.MaxClockSkew:
 		return false, nil // tolerated by configuration

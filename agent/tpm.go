@@ -30,7 +30,7 @@ func (a *Agent) openTPM() (*tpm.Attestor, error) {
 	}
 	t, err := tpm.Open(a.cfg.TPMDevice)
 	if errors.Is(err, tpm.ErrNoDevice) {
-		a.log.Debug("no TPM; enrolling without TPM attestation", "tpm_device", a.cfg.TPMDevice, logkey.Err, err)
+		a.log.Debug("no TPM; enrolling without TPM attestation", logkey.TPMDevice, a.cfg.TPMDevice, logkey.Err, err)
 		return nil, nil
 	}
 	if err != nil {
@@ -41,7 +41,7 @@ func (a *Agent) openTPM() (*tpm.Attestor, error) {
 		return nil, fmt.Errorf("%w: %s: %w", ErrTPM, a.cfg.TPMDevice, err)
 	}
 	if a.hw.EKHash != "" && a.hw.EKHash != att.EKHash() {
-		a.log.Warn("--tpm-ek-hash differs from the TPM's EK hash; reporting the TPM's", "configured", a.hw.EKHash, "tpm", att.EKHash())
+		a.log.Warn("--tpm-ek-hash differs from the TPM's EK hash; reporting the TPM's", logkey.Configured, a.hw.EKHash, logkey.TPM, att.EKHash())
 	}
 	return att, nil
 }

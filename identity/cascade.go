@@ -217,11 +217,11 @@ func (c *Cascade) reevaluate() {
 	c.seen = id
 	switch {
 	case id == nil:
-		c.log.Warn("no identity available", logkey.Err, err, "previous", prev)
+		c.log.Warn("no identity available", logkey.Err, err, logkey.Previous, prev)
 	case prev == nil || prev.Source != id.Source:
-		c.log.Info("identity source changed", "identity", id, "previous", prev)
+		c.log.Info("identity source changed", logkey.Identity, id, logkey.Previous, prev)
 	default:
-		c.log.Debug("identity changed", "identity", id, "previous", prev)
+		c.log.Debug("identity changed", logkey.Identity, id, logkey.Previous, prev)
 	}
 	select {
 	case c.changes <- struct{}{}:

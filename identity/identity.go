@@ -36,6 +36,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 )
 
@@ -219,10 +220,10 @@ func (id *Identity) LogValue() slog.Value {
 		return slog.StringValue("<nil>")
 	}
 	return slog.GroupValue(
-		slog.String("source", string(id.Source)),
-		slog.String("spiffe_id", id.SPIFFEID),
-		slog.String("serial", id.Serial()),
-		slog.String("not_after", id.notAfterText()),
+		slog.String(logkey.Source, string(id.Source)),
+		slog.String(logkey.SPIFFEID, id.SPIFFEID),
+		slog.String(logkey.Serial, id.Serial()),
+		slog.String(logkey.NotAfter, id.notAfterText()),
 	)
 }
 

@@ -330,8 +330,8 @@ func (r *Rotator) swap(ctx context.Context, id *Identity, started time.Time) err
 	r.last = SwapRecord{Started: started, Published: ch.published, From: old, To: ch}
 	r.mu.Unlock()
 
-	r.log.Info("channel swapped", "identity", id, logkey.Addr, target, logkey.JournalID, ch.journalID,
-		"previous", old.identityOrNil(), logkey.Duration, ch.published.Sub(started))
+	r.log.Info("channel swapped", logkey.Identity, id, logkey.Addr, target, logkey.JournalID, ch.journalID,
+		logkey.Previous, old.identityOrNil(), logkey.Duration, ch.published.Sub(started))
 	if old != nil {
 		old.stopStream()
 		r.wg.Add(1)
@@ -484,7 +484,7 @@ func (r *Rotator) drain(ch *Channel) {
 	case <-idle:
 	case <-t.C:
 		r.log.Warn("closing a replaced channel with calls still in flight", logkey.Addr, ch.target,
-			"identity", ch.id, "in_flight", ch.InFlight(), "drain_timeout", r.cfg.DrainTimeout)
+			logkey.Identity, ch.id, logkey.InFlight, ch.InFlight(), logkey.DrainTimeout, r.cfg.DrainTimeout)
 	case <-r.ctx.Done():
 	}
 	_ = ch.conn.Close()

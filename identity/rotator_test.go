@@ -27,6 +27,7 @@ import (
 	"github.com/pact-hpc/pact/identity/identitytest"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/polltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -225,13 +226,7 @@ func (e *rotatorEnv) swap(t *testing.T, id *identity.Identity) *identity.Channel
 // waitFor polls cond; the fake journal runs on its own goroutines.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	polltest.Until(t, 10*time.Second, 5*time.Millisecond, cond, "timed out waiting until %s", what)
 }
 
 func ping(ctx context.Context, cc grpc.ClientConnInterface) error {

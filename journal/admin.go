@@ -103,7 +103,7 @@ func (s *adminServer) RegisterNode(ctx context.Context, req *pactv1.RegisterNode
 		}
 		return nil, err
 	}
-	s.j.log.Info("node registered", logkey.NodeID, req.GetNodeId(), logkey.Actor, p.id.Name, logkey.MACs, op.GetHardware().GetMacs(), "spiffe_id", op.GetSpiffeId())
+	s.j.log.Info("node registered", logkey.NodeID, req.GetNodeId(), logkey.Actor, p.id.Name, logkey.MACs, op.GetHardware().GetMacs(), logkey.SPIFFEID, op.GetSpiffeId())
 	return &pactv1.RegisterNodeResponse{Node: s.j.view(res.Node)}, nil
 }
 
@@ -315,7 +315,7 @@ func (s *adminServer) DecommissionNode(ctx context.Context, req *pactv1.Decommis
 	if err != nil {
 		return nil, err
 	}
-	j.log.Info("node decommissioned", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.id.Name, logkey.Serial, n.GetCert().GetSerial(), "forced", req.GetForce())
+	j.log.Info("node decommissioned", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.id.Name, logkey.Serial, n.GetCert().GetSerial(), logkey.Forced, req.GetForce())
 	return &pactv1.DecommissionNodeResponse{Node: j.view(res.Node)}, nil
 }
 
@@ -406,7 +406,7 @@ func (j *Journal) setVCluster(ctx context.Context, nodeID, to string, fromOK fun
 	if err != nil {
 		return nil, "", err
 	}
-	j.log.Info("node assignment changed", logkey.NodeID, nodeID, logkey.Actor, p.id.Name, "from", from, "to", to)
+	j.log.Info("node assignment changed", logkey.NodeID, nodeID, logkey.Actor, p.id.Name, logkey.From, from, logkey.To, to)
 	return j.view(res.Node), from, nil
 }
 

@@ -60,8 +60,8 @@ func (s *adminServer) CreateJoinToken(ctx context.Context, req *pactv1.CreateJoi
 		// asked for.
 		info = tokenInfo(op.GetToken())
 	}
-	j.log.Info("join token created", logkey.NodeID, n.GetNodeId(), "token_id", info.GetId(), logkey.Actor, p.id.Name,
-		"expires", time.Unix(0, info.GetExpiresAtUnixNano()).UTC().Format(time.RFC3339))
+	j.log.Info("join token created", logkey.NodeID, n.GetNodeId(), logkey.TokenID, info.GetId(), logkey.Actor, p.id.Name,
+		logkey.Expires, time.Unix(0, info.GetExpiresAtUnixNano()).UTC().Format(time.RFC3339))
 	if !raftfsm.RequiresJoinToken(n) {
 		j.log.Info("join token created for a node that does not require one; the agent's token is ignored until the node is registered with --require-token", logkey.NodeID, n.GetNodeId())
 	}
@@ -118,7 +118,7 @@ func (s *adminServer) RevokeJoinTokens(ctx context.Context, req *pactv1.RevokeJo
 	}}}); err != nil {
 		return nil, err
 	}
-	j.log.Info("join tokens revoked", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.id.Name, "count", len(revoked))
+	j.log.Info("join tokens revoked", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.id.Name, logkey.Count, len(revoked))
 	return &pactv1.RevokeJoinTokensResponse{Revoked: revoked}, nil
 }
 

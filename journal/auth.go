@@ -433,7 +433,7 @@ func (j *Journal) checkOperator(ctx context.Context, p *principal, method string
 		return fmt.Errorf("journal: recording operator credential %s of %s at its first use: %w", p.serial, p.id.Name, err)
 	}
 	if err == nil {
-		j.log.Info("operator credential recorded at first use", logkey.Actor, p.id.Name, logkey.Serial, p.serial, "role", p.role)
+		j.log.Info("operator credential recorded at first use", logkey.Actor, p.id.Name, logkey.Serial, p.serial, logkey.Role, p.role)
 	}
 	return err
 }

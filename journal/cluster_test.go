@@ -14,6 +14,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/internal/snapfile"
 	"github.com/pact-hpc/pact/internal/version"
 	"github.com/pact-hpc/pact/journal"
@@ -366,13 +367,9 @@ func TestClusterRestartAfterSnapshotOnQuietQuorum(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		c.Nodes[leader].Register(t, fmt.Sprintf("n%d", i), "", mac(i))
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for c.Nodes[follower].J.LastSnapshotIndex() < c.Nodes[follower].J.CommitIndex() {
-		if time.Now().After(deadline) {
-			t.Fatal("the follower took no snapshot")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		return c.Nodes[follower].J.LastSnapshotIndex() >= c.Nodes[follower].J.CommitIndex()
+	}, "the follower took no snapshot")
 	for i := range c.Nodes {
 		c.StopMember(t, i)
 	}

@@ -210,7 +210,7 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 	}
 	j.log.Info("node enrolled", logkey.NodeID, node.GetNodeId(), logkey.Serial, result.Node.GetCert().GetSerial(),
 		logkey.NotAfter, time.Unix(result.Node.GetCert().GetNotAfterUnix(), 0).UTC().Format(time.RFC3339),
-		logkey.Source, peerAddr(ctx), "takeover", takeover != 0)
+		logkey.Source, peerAddr(ctx), logkey.Takeover, takeover != 0)
 	resp, err := j.enrollResponse(result.Node)
 	if result.Idempotent {
 		outcome = "retry"
@@ -386,7 +386,7 @@ func (s *enrollmentServer) RenewCert(ctx context.Context, req *pactv1.RenewCertR
 	if err != nil {
 		return nil, err
 	}
-	j.log.Info("certificate renewed", logkey.NodeID, n.GetNodeId(), logkey.Serial, n.GetCert().GetSerial(), "previous_serial", p.serial)
+	j.log.Info("certificate renewed", logkey.NodeID, n.GetNodeId(), logkey.Serial, n.GetCert().GetSerial(), logkey.PreviousSerial, p.serial)
 	return &pactv1.RenewCertResponse{
 		NodeId:         n.GetNodeId(),
 		CertChainDer:   chain,
@@ -421,7 +421,7 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 	// (pact_journal_stream_drops_total, monitoring.go).
 	var dropped string
 	defer func() { j.metrics.streamDrops.WithLabelValues(streamDropReason(dropped, err)).Inc() }()
-	j.log.Info("agent stream opened", logkey.NodeID, p.id.Name, logkey.Serial, p.serial, logkey.Source, peerAddr(ctx), "identity_source", p.identitySource())
+	j.log.Info("agent stream opened", logkey.NodeID, p.id.Name, logkey.Serial, p.serial, logkey.Source, peerAddr(ctx), logkey.IdentitySource, p.identitySource())
 	defer j.log.Info("agent stream closed", logkey.NodeID, p.id.Name, logkey.Serial, p.serial)
 
 	var sentVCluster string
@@ -547,7 +547,7 @@ func (j *Journal) enrollRefused(ctx context.Context, req *pactv1.EnrollRequest, 
 		logkey.MACs, hw.GetMacs(), logkey.BMCSerial, hw.GetBmcSerial(), logkey.Source, peerAddr(ctx))
 	if warn {
 		j.metrics.identityWarnings.Inc()
-		j.log.Warn("repeated enrollment failures for one hardware identity", logkey.MACs, hw.GetMacs(), logkey.BMCSerial, hw.GetBmcSerial(), "failures", count)
+		j.log.Warn("repeated enrollment failures for one hardware identity", logkey.MACs, hw.GetMacs(), logkey.BMCSerial, hw.GetBmcSerial(), logkey.Failures, count)
 	}
 }
 
@@ -585,7 +585,7 @@ func (s *enrollmentServer) Release(ctx context.Context, _ *pactv1.ReleaseRequest
 		return nil, err
 	}
 	released := res.Node.GetReleasedSerial() == p.serial
-	j.log.Info("node released by its agent", logkey.NodeID, p.id.Name, logkey.Serial, p.serial, "released", released)
+	j.log.Info("node released by its agent", logkey.NodeID, p.id.Name, logkey.Serial, p.serial, logkey.Released, released)
 	return &pactv1.ReleaseResponse{Released: released}, nil
 }
 

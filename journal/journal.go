@@ -177,13 +177,13 @@ func NewContext(ctx context.Context, cfg Config) (*Journal, error) {
 		}
 		if created {
 			log.Info("created a development domain root and admin credential",
-				"root", filepath.Join(cfg.DataDir, ca.RootCertFile),
-				"admin_cert", filepath.Join(cfg.DataDir, ca.AdminCertFile))
+				logkey.Root, filepath.Join(cfg.DataDir, ca.RootCertFile),
+				logkey.AdminCert, filepath.Join(cfg.DataDir, ca.AdminCertFile))
 		} else if renewed, err := ca.RenewDevAdmin(cfg.DataDir, cfg.Clock.Now()); err != nil {
 			return nil, err
 		} else if renewed {
 			log.Info("renewed the development admin credential, which expired within a day",
-				"admin_cert", filepath.Join(cfg.DataDir, ca.AdminCertFile))
+				logkey.AdminCert, filepath.Join(cfg.DataDir, ca.AdminCertFile))
 		}
 	}
 	upstream, err := ca.LoadKeyFileAuthority(cfg.rootCertFile(), cfg.rootKeyFile())
@@ -374,7 +374,7 @@ func (j *Journal) startRaft(ctx context.Context) error {
 			}
 			return qerr
 		}
-		j.log.Info("bootstrapping a new quorum", "quorum_id", j.quorum.get(), "members", max(1, len(j.cfg.InitialCluster)))
+		j.log.Info("bootstrapping a new quorum", logkey.QuorumID, j.quorum.get(), logkey.Members, max(1, len(j.cfg.InitialCluster)))
 		cfg := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: addr, Suffrage: raft.Voter}}}
 		if len(j.cfg.InitialCluster) > 0 {
 			cfg.Servers = nil
@@ -491,7 +491,7 @@ func (j *Journal) Start(ctx context.Context) error {
 	}
 	inter := j.ca.Intermediate()
 	j.log.Info("journal serving", logkey.Addr, lis.Addr().String(),
-		"nodes", len(j.fsm.Nodes(raftfsm.Filter{})),
+		logkey.Nodes, len(j.fsm.Nodes(raftfsm.Filter{})),
 		logkey.IssuerSerial, pki.SerialHex(inter.SerialNumber), logkey.NotAfter, inter.NotAfter.UTC().Format(time.RFC3339),
 		logkey.RootSHA256, pki.CertFingerprint(j.ca.Root()))
 	return nil
@@ -588,7 +588,7 @@ func (j *Journal) recordBootstrapOperator(ctx context.Context) {
 	if _, err := j.propose(ctx, &pactv1.Command{Actor: by, Op: &pactv1.Command_RecordOperator{RecordOperator: &pactv1.RecordOperatorOp{
 		Operator: operatorRecord(cert, id.Name, cert.Subject.OrganizationalUnit[0], by),
 	}}}); err != nil {
-		j.log.Warn("could not record the bootstrap operator credential", "cert", filepath.Join(j.cfg.DataDir, ca.AdminCertFile), logkey.Err, err)
+		j.log.Warn("could not record the bootstrap operator credential", logkey.AdminCert, filepath.Join(j.cfg.DataDir, ca.AdminCertFile), logkey.Err, err)
 	}
 }
 

@@ -32,6 +32,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -59,13 +60,7 @@ const devAdmin = "admin/admin"
 
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(pollTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %v waiting for %s", pollTimeout, what)
-		}
-		time.Sleep(pollEvery)
-	}
+	polltest.Until(t, pollTimeout, pollEvery, cond, "gave up after %v waiting for %s", pollTimeout, what)
 }
 
 func callCtx(t testing.TB) context.Context {

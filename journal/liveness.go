@@ -35,7 +35,7 @@ func (j *Journal) livenessTick() {
 			Actor: "journal/" + j.cfg.NodeID,
 			Op:    &pactv1.Command_LivenessDigest{LivenessDigest: &pactv1.LivenessDigestOp{JournalId: j.cfg.NodeID, NodeIds: ids}},
 		}); err != nil {
-			j.log.Warn("liveness digest not committed", logkey.Err, err, "nodes", len(ids))
+			j.log.Warn("liveness digest not committed", logkey.Err, err, logkey.Nodes, len(ids))
 		}
 	}
 	if j.raft.State() != raft.Leader {
@@ -56,8 +56,8 @@ func (j *Journal) livenessTick() {
 		Actor: "journal/" + j.cfg.NodeID,
 		Op:    &pactv1.Command_MarkInactive{MarkInactive: &pactv1.MarkInactiveOp{NodeIds: stale, CutoffUnixNano: cutoff}},
 	}); err != nil {
-		j.log.Warn("marking nodes inactive failed", logkey.Err, err, "nodes", len(stale))
+		j.log.Warn("marking nodes inactive failed", logkey.Err, err, logkey.Nodes, len(stale))
 		return
 	}
-	j.log.Info("nodes without a stream for the heartbeat timeout marked inactive", "nodes", len(stale), "timeout", j.cfg.HeartbeatTimeout)
+	j.log.Info("nodes without a stream for the heartbeat timeout marked inactive", logkey.Nodes, len(stale), logkey.Timeout, j.cfg.HeartbeatTimeout)
 }

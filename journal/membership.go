@@ -103,7 +103,7 @@ func (j *Journal) serving(method string) error {
 // an entry it does not know and may not skip.
 func (j *Journal) onFSMHalt(index uint64, reason string) {
 	j.log.Error("STOPPED APPLYING THE LOG: "+reason+"; a newer pact-journal wrote it. This journal serves nothing until it is upgraded: install the newer pact-journal and restart it (docs/quorum.md, rolling upgrades)",
-		"index", index, "version", version.Get().String())
+		logkey.Index, index, logkey.Version, version.Get().String())
 	j.halt("stopped applying the log at entry " + fmt.Sprint(index) + ": " + reason + "; upgrade this journal")
 }
 
@@ -181,7 +181,7 @@ func (s *adminServer) AddJournal(ctx context.Context, req *pactv1.AddJournalRequ
 		if !req.GetForce() {
 			return nil, fmt.Errorf("%w: with %s the quorum would have %d voters, and %d of them must be up to elect a leader; %d of the %d voters answer now (%s), so with %s there would be %d: one more failure or restart and the quorum could not elect a leader. Bring the unreachable journals back, or remove the dead ones first (pact journal remove ID); --force adds anyway, and then the quorum stops accepting writes whenever fewer than %d journals are up", errMembership, id, voters+1, need, reachable, voters, downList(down), id, reachable+1, need)
 		}
-		j.log.Warn("adding a journal although the reachable voters are not a safe majority (--force)", "journal", id, "voters_after", voters+1, "reachable_after", reachable+1)
+		j.log.Warn("adding a journal although the reachable voters are not a safe majority (--force)", logkey.Journal, id, logkey.VotersAfter, voters+1, logkey.ReachableAfter, reachable+1)
 	}
 	// A non-voter first: it copies the registry without counting towards
 	// the majority, so a slow or wrong new journal cannot stall commits.
@@ -189,7 +189,7 @@ func (s *adminServer) AddJournal(ctx context.Context, req *pactv1.AddJournalRequ
 	if err := j.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, j.cfg.ApplyTimeout).Error(); err != nil {
 		return nil, membershipError("add "+id, err)
 	}
-	j.log.Info("journal added to the quorum as a non-voter; it becomes a voter once caught up", "journal", id, "raft_addr", addr, logkey.Actor, principalFrom(ctx).id.Name, "forced", req.GetForce())
+	j.log.Info("journal added to the quorum as a non-voter; it becomes a voter once caught up", logkey.Journal, id, logkey.RaftAddr, addr, logkey.Actor, principalFrom(ctx).id.Name, logkey.Forced, req.GetForce())
 	j.nudgePromote()
 	// Wait briefly for the promotion, so a small registry is answered
 	// with the new voter in place.
@@ -294,7 +294,7 @@ func (s *adminServer) RemoveJournal(ctx context.Context, req *pactv1.RemoveJourn
 			if !req.GetForce() {
 				return nil, fmt.Errorf("%w: without %s the quorum would have %d voters, and %d of them must be up to elect a leader; only %d of them answer now (%s). Removing %s now would leave the quorum unable to elect a leader: bring the unreachable journals back first; --force removes anyway, and then no write or enrollment is accepted until %d of the remaining voters are up", errMembership, id, voters, need, reachable, downList(down), id, need)
 			}
-			j.log.Warn("removing a journal although the remaining reachable voters are not a majority (--force)", "journal", id, "voters_after", voters, "reachable_after", reachable)
+			j.log.Warn("removing a journal although the remaining reachable voters are not a majority (--force)", logkey.Journal, id, logkey.VotersAfter, voters, logkey.ReachableAfter, reachable)
 		}
 	}
 	if req.GetGraceSeconds() < 0 || (req.GetGraceSeconds() > 0 && !req.GetRevokeIntermediate()) {
@@ -316,7 +316,7 @@ func (s *adminServer) RemoveJournal(ctx context.Context, req *pactv1.RemoveJourn
 	if err := j.raft.RemoveServer(raft.ServerID(id), 0, j.cfg.ApplyTimeout).Error(); err != nil {
 		return nil, membershipError("remove "+id, err)
 	}
-	j.log.Info("journal removed from the quorum", "journal", id, logkey.Actor, principalFrom(ctx).id.Name, "forced", req.GetForce(), "intermediates_retired", len(resp.Retired))
+	j.log.Info("journal removed from the quorum", logkey.Journal, id, logkey.Actor, principalFrom(ctx).id.Name, logkey.Forced, req.GetForce(), logkey.IntermediatesRetired, len(resp.Retired))
 	members, err = j.members(ctx)
 	resp.Members = members
 	return resp, err
@@ -383,14 +383,14 @@ func (j *Journal) promoteCaughtUp() {
 			continue
 		}
 		if reachable+1 < majority(voters+1) {
-			j.log.Warn("a caught-up non-voter is not promoted: with it the reachable voters would not be a majority", "journal", srv.ID)
+			j.log.Warn("a caught-up non-voter is not promoted: with it the reachable voters would not be a majority", logkey.Journal, srv.ID)
 			continue
 		}
 		if err := j.raft.AddVoter(srv.ID, srv.Address, f.Index(), j.cfg.ApplyTimeout).Error(); err != nil {
-			j.log.Warn("promoting a caught-up non-voter failed; retrying", "journal", srv.ID, logkey.Err, err)
+			j.log.Warn("promoting a caught-up non-voter failed; retrying", logkey.Journal, srv.ID, logkey.Err, err)
 			return
 		}
-		j.log.Info("journal caught up and promoted to voter", "journal", srv.ID, "applied", m.GetAppliedIndex())
+		j.log.Info("journal caught up and promoted to voter", logkey.Journal, srv.ID, logkey.Applied, m.GetAppliedIndex())
 		return // the configuration changed: look again next round
 	}
 }
@@ -475,7 +475,7 @@ func (j *Journal) markRemoved(by string) {
 	reason := "removed from the quorum (according to " + by + ")"
 	j.halt(reason)
 	j.log.Error("THIS JOURNAL WAS REMOVED FROM THE QUORUM ("+by+"): it stops serving and exits. To bring it back: stop it, empty its --data-dir, start it with --join and run pact journal add "+j.cfg.NodeID+" RAFT_ADDR (docs/quorum.md)",
-		"data_dir", j.cfg.DataDir)
+		logkey.DataDir, j.cfg.DataDir)
 	msg := fmt.Sprintf("journal %s was removed from the quorum (according to %s) at %s.\nIt must not serve from this directory again: to bring it back, empty this directory,\nstart pact-journal with --join and run: pact journal add %s RAFT_ADDR\n",
 		j.cfg.NodeID, by, j.cfg.Clock.Now().UTC().Format(time.RFC3339), j.cfg.NodeID)
 	if err := os.WriteFile(filepath.Join(j.cfg.DataDir, RemovedMarker), []byte(msg), 0o600); err != nil {

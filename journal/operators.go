@@ -57,7 +57,7 @@ func (s *adminServer) IssueOperator(ctx context.Context, req *pactv1.IssueOperat
 	if got, ok := j.fsm.Operator(rec.GetSerial()); ok {
 		rec = got
 	}
-	j.log.Info("operator credential issued", logkey.Actor, p.id.Name, "operator", name, "role", role, logkey.Serial, rec.GetSerial(),
+	j.log.Info("operator credential issued", logkey.Actor, p.id.Name, logkey.Operator, name, logkey.Role, role, logkey.Serial, rec.GetSerial(),
 		logkey.NotAfter, cert.NotAfter.UTC().Format(time.RFC3339))
 	return &pactv1.IssueOperatorResponse{CertDer: cert.Raw, Operator: rec}, nil
 }
@@ -120,7 +120,7 @@ func (s *adminServer) RevokeOperator(ctx context.Context, req *pactv1.RevokeOper
 			out.Name = n
 		}
 	}
-	j.log.Warn("operator credential revoked", logkey.Actor, p.id.Name, "name", op.GetName(), logkey.Serial, op.GetSerial(), "records", len(out.Revoked))
+	j.log.Warn("operator credential revoked", logkey.Actor, p.id.Name, logkey.Name, op.GetName(), logkey.Serial, op.GetSerial(), logkey.Records, len(out.Revoked))
 	return out, nil
 }
 
@@ -218,7 +218,7 @@ func (j *Journal) retire(ctx context.Context, serials []string, graceSeconds int
 			out = append(out, intermediateView(in))
 		}
 	}
-	j.log.Warn("intermediates retired", logkey.Actor, p.id.Name, "serials", serials, "revoke_at", time.Unix(0, revokeAt).UTC().Format(time.RFC3339), logkey.Reason, reason)
+	j.log.Warn("intermediates retired", logkey.Actor, p.id.Name, logkey.Serials, serials, logkey.RevokeAt, time.Unix(0, revokeAt).UTC().Format(time.RFC3339), logkey.Reason, reason)
 	return out, nil
 }
 

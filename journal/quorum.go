@@ -426,7 +426,7 @@ func (j *Journal) countPeerRefusal(where, source string, err error) {
 	reason := refusalReason(err)
 	j.peerRefused.WithLabelValues(reason).Inc()
 	if ok, held := j.raftRefusals.allow(); ok {
-		j.log.Warn("refused a journal peer", "where", where, logkey.Source, source, logkey.Reason, reason, logkey.Err, err, "refusals_not_logged", held)
+		j.log.Warn("refused a journal peer", logkey.Where, where, logkey.Source, source, logkey.Reason, reason, logkey.Err, err, logkey.RefusalsNotLogged, held)
 	}
 }
 
@@ -544,7 +544,7 @@ func (j *Journal) agreeBootstrap(ctx context.Context, store raft.StableStore) (s
 				waiting = append(waiting, fmt.Sprintf("%s at %s (%v)", id, addr, lastErr[id]))
 			}
 			sort.Strings(waiting)
-			j.log.Warn("waiting for every --initial-cluster journal to answer before bootstrapping a new quorum", "waiting_for", waiting)
+			j.log.Warn("waiting for every --initial-cluster journal to answer before bootstrapping a new quorum", logkey.WaitingFor, waiting)
 		}
 		select {
 		case <-ctx.Done():
@@ -613,7 +613,7 @@ func (j *Journal) establishQuorumID(ctx context.Context) {
 		j.log.Warn("could not record the quorum id in the replicated state; retrying at the next leadership", logkey.Err, err)
 		return
 	}
-	j.log.Info("quorum id recorded", "quorum_id", own, logkey.Reason, reason)
+	j.log.Info("quorum id recorded", logkey.QuorumID, own, logkey.Reason, reason)
 }
 
 // quorumLoop records the quorum id whenever this journal becomes leader.
@@ -674,7 +674,7 @@ func (j *Journal) onQuorumApplied() {
 	}
 	q.mu.Unlock()
 	if warn {
-		j.log.Error("the replicated state names another quorum than this journal's", "state_quorum_id", state, "quorum_id", held)
+		j.log.Error("the replicated state names another quorum than this journal's", logkey.StateQuorumID, state, logkey.QuorumID, held)
 	}
 }
 

@@ -169,7 +169,7 @@ func (l *tlsStreamLayer) acceptLoop() {
 			}
 			// Out of file descriptors, say: wait a little, as net/http does.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			l.j.log.Warn("accepting on the Raft port failed; retrying", logkey.Err, err, "retry_in", backoff)
+			l.j.log.Warn("accepting on the Raft port failed; retrying", logkey.Err, err, logkey.RetryIn, backoff)
 			time.Sleep(backoff)
 			continue
 		}
@@ -193,7 +193,7 @@ func (l *tlsStreamLayer) authenticate(raw net.Conn) {
 			// stranger: counted as a refused peer too.
 			l.j.countPeerRefusal("raft port", raw.RemoteAddr().String(), err)
 		} else if ok, held := l.j.raftRefusals.allow(); ok {
-			l.j.log.Warn("refused a connection on the Raft port", logkey.Source, raw.RemoteAddr().String(), logkey.Err, err, "refusals_not_logged", held)
+			l.j.log.Warn("refused a connection on the Raft port", logkey.Source, raw.RemoteAddr().String(), logkey.Err, err, logkey.RefusalsNotLogged, held)
 		}
 		_ = raw.Close()
 		return

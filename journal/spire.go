@@ -83,7 +83,7 @@ func newSPIRETrust(cfg Config, domain string, log *slog.Logger) (*spireTrust, er
 	if err != nil {
 		return nil, fmt.Errorf("journal: SPIRE trust domain %q: %w", name, err)
 	}
-	log = log.With("spire_trust_domain", td.Name())
+	log = log.With(logkey.SPIRETrustDomain, td.Name())
 	if cfg.SPIREBundleFile != "" {
 		fb := &spireFileBundle{path: cfg.SPIREBundleFile, td: td, clock: cfg.Clock, log: log}
 		if err := fb.load(); err != nil {
@@ -128,7 +128,7 @@ func (b *spireFileBundle) load() error {
 	}
 	b.cur, b.mtime, b.size = bundle, fi.ModTime(), fi.Size()
 	b.checked = b.clock.Now()
-	b.log.Info("SPIRE trust bundle loaded", "file", b.path, "authorities", len(bundle.X509Authorities()))
+	b.log.Info("SPIRE trust bundle loaded", logkey.File, b.path, logkey.Authorities, len(bundle.X509Authorities()))
 	return nil
 }
 
@@ -142,7 +142,7 @@ func (b *spireFileBundle) current() *x509bundle.Bundle {
 	b.checked = now
 	fi, err := os.Stat(b.path)
 	if err != nil {
-		b.log.Warn("SPIRE trust bundle file unreadable; keeping the bundle loaded before", "file", b.path, logkey.Err, err)
+		b.log.Warn("SPIRE trust bundle file unreadable; keeping the bundle loaded before", logkey.File, b.path, logkey.Err, err)
 		return b.cur
 	}
 	if fi.ModTime().Equal(b.mtime) && fi.Size() == b.size {
@@ -180,7 +180,7 @@ func (b *spireSocketBundle) run(stop <-chan struct{}) {
 		case <-ctx.Done():
 		}
 	}()
-	b.log.Info("fetching the SPIRE trust bundle from the Workload API", "socket", b.addr)
+	b.log.Info("fetching the SPIRE trust bundle from the Workload API", logkey.Socket, b.addr)
 	for {
 		client, err := workloadapi.New(ctx, workloadapi.WithAddr(b.addr))
 		if err == nil {
@@ -192,7 +192,7 @@ func (b *spireSocketBundle) run(stop <-chan struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
-		b.log.Error("SPIRE Workload API watch ended; retrying in 30s", "socket", b.addr, logkey.Err, err)
+		b.log.Error("SPIRE Workload API watch ended; retrying in 30s", logkey.Socket, b.addr, logkey.Err, err)
 		select {
 		case <-ctx.Done():
 			return
@@ -206,12 +206,12 @@ func (b *spireSocketBundle) OnX509ContextUpdate(c *workloadapi.X509Context) {
 	b.failed.Store(false)
 	bundle, err := c.Bundles.GetX509BundleForTrustDomain(b.td)
 	if err != nil || bundle.Empty() {
-		b.log.Warn("the SPIRE agent sent no bundle for the trust domain; check --spire-trust-domain", "socket", b.addr)
+		b.log.Warn("the SPIRE agent sent no bundle for the trust domain; check --spire-trust-domain", logkey.Socket, b.addr)
 		return
 	}
 	bundle = bundle.Clone()
 	if prev := b.cur.Swap(bundle); prev == nil || !prev.Equal(bundle) {
-		b.log.Info("SPIRE trust bundle updated from the Workload API", "socket", b.addr, "authorities", len(bundle.X509Authorities()))
+		b.log.Info("SPIRE trust bundle updated from the Workload API", logkey.Socket, b.addr, logkey.Authorities, len(bundle.X509Authorities()))
 	}
 }
 
@@ -224,7 +224,7 @@ func (b *spireSocketBundle) OnX509ContextWatchError(err error) {
 	if b.cur.Load() != nil {
 		msg = "lost the SPIRE agent's Workload API; keeping the last bundle while reconnecting"
 	}
-	b.log.Warn(msg, "socket", b.addr, logkey.Err, err)
+	b.log.Warn(msg, logkey.Socket, b.addr, logkey.Err, err)
 }
 
 // svidPrincipal authenticates a client chain as a SPIRE X.509-SVID: a leaf
@@ -355,8 +355,8 @@ func (j *Journal) recordSVID(ctx context.Context, p *principal) error {
 		return err
 	}
 	if !res.Idempotent {
-		j.log.Info("node identified by SPIRE SVID", logkey.NodeID, p.id.Name, "spiffe_id", p.spiffeID, logkey.Serial, p.serial,
-			logkey.NotAfter, p.leaf.NotAfter.UTC().Format(time.RFC3339), "was", raftfsm.StateName(n.GetState()))
+		j.log.Info("node identified by SPIRE SVID", logkey.NodeID, p.id.Name, logkey.SPIFFEID, p.spiffeID, logkey.Serial, p.serial,
+			logkey.NotAfter, p.leaf.NotAfter.UTC().Format(time.RFC3339), logkey.Was, raftfsm.StateName(n.GetState()))
 	}
 	return nil
 }

@@ -52,7 +52,7 @@ func (s *enrollmentServer) IssueStandby(ctx context.Context, req *pactv1.IssueSt
 	}
 	if !result.Idempotent {
 		j.log.Info("standby certificate issued", logkey.NodeID, n.GetNodeId(), logkey.Serial, sb.GetSerial(),
-			"spiffe_id", p.spiffeID, "svid_serial", p.serial, logkey.NotAfter, time.Unix(sb.GetNotAfterUnix(), 0).UTC().Format(time.RFC3339))
+			logkey.SPIFFEID, p.spiffeID, logkey.SVIDSerial, p.serial, logkey.NotAfter, time.Unix(sb.GetNotAfterUnix(), 0).UTC().Format(time.RFC3339))
 	}
 	return &pactv1.IssueStandbyResponse{
 		NodeId:         n.GetNodeId(),
@@ -84,7 +84,7 @@ func (j *Journal) activateStandby(ctx context.Context, p *principal) error {
 	}
 	if !res.Idempotent {
 		j.log.Info("standby certificate now current", logkey.NodeID, p.id.Name, logkey.Serial, p.serial,
-			"previous_serial", n.GetCert().GetSerial(), logkey.Source, peerAddr(ctx))
+			logkey.PreviousSerial, n.GetCert().GetSerial(), logkey.Source, peerAddr(ctx))
 	}
 	return nil
 }

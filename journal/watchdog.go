@@ -285,7 +285,7 @@ func (j *Journal) checkWrites() {
 			j.cfg.DataDir, stuck.Round(time.Millisecond), j.cfg.RaftWriteTimeout)
 		j.setStalled(reason)
 		j.log.Error("RAFT WRITE STUCK: this leader stops sending heartbeats and votes so the other journals elect a leader, and serves nothing until the write finishes; check the disk of --data-dir (full, hung or failing device). If the write never finishes, restart pact-journal once the disk is fixed",
-			logkey.DataDir, j.cfg.DataDir, logkey.Duration, stuck.Round(time.Millisecond), "raft_write_timeout", j.cfg.RaftWriteTimeout, "writes_in_flight", n)
+			logkey.DataDir, j.cfg.DataDir, logkey.Duration, stuck.Round(time.Millisecond), logkey.RaftWriteTimeout, j.cfg.RaftWriteTimeout, logkey.WritesInFlight, n)
 	case watchdogLift:
 		wd.fenced.Store(false)
 		j.setStalled("")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -19,13 +20,7 @@ import (
 // measure.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 30s: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	polltest.Until(t, 30*time.Second, 10*time.Millisecond, cond, "not within 30s: %s", what)
 }
 
 // A leader whose Raft store write blocks (a hung disk) is cut off once the

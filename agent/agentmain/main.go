@@ -17,6 +17,7 @@ import (
 	"github.com/pact-hpc/pact/agent"
 	"github.com/pact-hpc/pact/agent/hwinfo"
 	"github.com/pact-hpc/pact/internal/cmdutil"
+	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/sdnotify"
 	"github.com/pact-hpc/pact/internal/settings"
 	"github.com/pact-hpc/pact/internal/version"
@@ -202,20 +203,20 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	notify := sdnotify.FromEnv()
 	cfg.OnReady = func() {
 		if err := notify.Notify(sdnotify.Ready, "STATUS=enrolled, stream open"); err != nil {
-			logger.Warn("cannot tell systemd the agent is ready", "err", err)
+			logger.Warn("cannot tell systemd the agent is ready", logkey.Err, err)
 		}
 	}
 	defer func() { _ = notify.Notify(sdnotify.Stopping) }()
 	a, err := agent.New(cfg)
 	if err != nil {
-		logger.Error("cannot start", "err", err)
+		logger.Error("cannot start", logkey.Err, err)
 		if errors.Is(err, hwinfo.ErrNoHardwareIdentity) || errors.Is(err, agent.ErrBadConfig) {
 			return agent.ExitUsage
 		}
 		return agent.ExitError
 	}
 	if err := a.Run(ctx); err != nil {
-		logger.Error("stopping", "err", err)
+		logger.Error("stopping", logkey.Err, err)
 		return agent.ExitCode(err)
 	}
 	return agent.ExitOK

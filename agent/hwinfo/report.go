@@ -3,6 +3,8 @@ package hwinfo
 import (
 	"log/slog"
 	"strings"
+
+	"github.com/pact-hpc/pact/internal/logkey"
 )
 
 // Report says where each part of an identity came from. It holds no
@@ -98,19 +100,19 @@ func (r Report) String() string {
 func (r Report) LogValue() slog.Value {
 	var attrs []slog.Attr
 	if r.MACSource != "" {
-		attrs = append(attrs, slog.String("mac_source", r.MACSource))
+		attrs = append(attrs, slog.String(logkey.MACSource, r.MACSource))
 	}
 	if taken := r.Taken(); len(taken) > 0 {
-		attrs = append(attrs, slog.Any("taken", interfaceStrings(taken)))
+		attrs = append(attrs, slog.Any(logkey.Taken, interfaceStrings(taken)))
 	}
 	if skipped := r.Skipped(); len(skipped) > 0 {
-		attrs = append(attrs, slog.Any("skipped", interfaceStrings(skipped)))
+		attrs = append(attrs, slog.Any(logkey.Skipped, interfaceStrings(skipped)))
 	}
 	if r.BMCSerialSource != "" {
-		attrs = append(attrs, slog.String("bmc_serial_source", r.BMCSerialSource))
+		attrs = append(attrs, slog.String(logkey.BMCSerialSource, r.BMCSerialSource))
 	}
 	if len(r.DMINotes) > 0 {
-		attrs = append(attrs, slog.Any("dmi_notes", r.DMINotes))
+		attrs = append(attrs, slog.Any(logkey.DMINotes, r.DMINotes))
 	}
 	return slog.GroupValue(attrs...)
 }

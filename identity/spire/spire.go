@@ -276,7 +276,7 @@ func (p *Provider) run(client *workloadapi.Client) {
 		}
 		// go-spiffe stops watching for good when SPIRE calls the request
 		// itself invalid. SPIRE may be upgraded or fixed: keep trying.
-		p.log.Warn("SPIRE Workload API refused the watch; retrying", logkey.Addr, p.cfg.Socket, logkey.Err, err, "retry_in", p.cfg.RetryMax)
+		p.log.Warn("SPIRE Workload API refused the watch; retrying", logkey.Addr, p.cfg.Socket, logkey.Err, err, logkey.RetryIn, p.cfg.RetryMax)
 		t := p.cfg.Clock.NewTimer(p.cfg.RetryMax)
 		select {
 		case <-p.ctx.Done():
@@ -330,9 +330,9 @@ func (p *Provider) update(x *workloadapi.X509Context) {
 	}
 	p.mu.Unlock()
 	if back {
-		p.log.Info("SPIRE SVID received", "identity", id, logkey.Addr, p.cfg.Socket)
+		p.log.Info("SPIRE SVID received", logkey.Identity, id, logkey.Addr, p.cfg.Socket)
 	} else {
-		p.log.Debug("SPIRE SVID rotated", "identity", id)
+		p.log.Debug("SPIRE SVID rotated", logkey.Identity, id)
 	}
 	p.signal()
 }
@@ -419,7 +419,7 @@ func (p *Provider) watchError(err error) {
 	p.poll(up)
 	switch {
 	case lost:
-		p.log.Warn("SPIRE Workload API stream lost", logkey.Addr, p.cfg.Socket, logkey.Err, err, "grace", p.cfg.LostGrace)
+		p.log.Warn("SPIRE Workload API stream lost", logkey.Addr, p.cfg.Socket, logkey.Err, err, logkey.Grace, p.cfg.LostGrace)
 		if p.cfg.LostGrace == 0 {
 			p.signal()
 		}
@@ -439,7 +439,7 @@ func (p *Provider) graceTimer(t clock.Timer, recovered <-chan struct{}) {
 	defer p.wg.Done()
 	select {
 	case <-t.C():
-		p.log.Warn("SPIRE did not come back within the grace; giving its SVID up", logkey.Addr, p.cfg.Socket, "grace", p.cfg.LostGrace)
+		p.log.Warn("SPIRE did not come back within the grace; giving its SVID up", logkey.Addr, p.cfg.Socket, logkey.Grace, p.cfg.LostGrace)
 		p.signal()
 	case <-recovered:
 		t.Stop()

@@ -18,6 +18,7 @@ import (
 	"github.com/pact-hpc/pact/identity/spire/spiretest"
 	"github.com/pact-hpc/pact/identity/static"
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
+	"github.com/pact-hpc/pact/internal/polltest"
 )
 
 var t0 = time.Date(2026, 3, 17, 12, 0, 0, 0, time.UTC)
@@ -70,17 +71,7 @@ func issue(ca *identitytest.CA) *identity.Identity {
 // from wake and every few milliseconds.
 func waitFor(t *testing.T, wake <-chan struct{}, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.After(20 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-wake:
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	polltest.UntilWoken(t, wake, 20*time.Second, 5*time.Millisecond, cond, "timed out waiting for %s", what)
 }
 
 func waitSignal(t *testing.T, ch <-chan struct{}, what string) {

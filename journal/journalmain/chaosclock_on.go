@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/logkey"
 )
 
 // In a pact-journal built with -tags chaosclock (make chaos builds one
@@ -35,7 +36,7 @@ func init() {
 				if b, err := os.ReadFile(path); err == nil {
 					if d, err := time.ParseDuration(strings.TrimSpace(string(b))); err == nil && d != last {
 						c.off.Store(int64(d))
-						log.Warn("CHAOS: clock stepped (test build)", "offset", d, "was", last)
+						log.Warn("CHAOS: clock stepped (test build)", logkey.Offset, d, logkey.Was, last)
 						last = d
 					}
 				}

@@ -19,6 +19,7 @@ import (
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/cmdutil"
 	"github.com/pact-hpc/pact/internal/duration"
+	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/sdnotify"
 	"github.com/pact-hpc/pact/internal/settings"
@@ -234,7 +235,7 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	defer signal.Stop(hup)
 	j, err := journal.NewContext(ctx, cfg)
 	if err != nil {
-		logger.Error("cannot start", "err", err)
+		logger.Error("cannot start", logkey.Err, err)
 		switch {
 		case errors.Is(err, journal.ErrRemoved):
 			return ExitRemoved
@@ -261,7 +262,7 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	err = j.Start(startCtx)
 	cancel()
 	if err != nil {
-		logger.Error("cannot start", "err", err)
+		logger.Error("cannot start", logkey.Err, err)
 		_ = j.Close()
 		if isRemoved(j) {
 			return ExitRemoved
@@ -273,19 +274,19 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	}
 	notify := sdnotify.FromEnv()
 	if err := notify.Notify(sdnotify.Ready, "STATUS=serving on "+j.Addr()); err != nil {
-		logger.Warn("cannot tell systemd the journal is ready", "err", err)
+		logger.Warn("cannot tell systemd the journal is ready", logkey.Err, err)
 	}
 	code := 0
 	for ctx.Err() == nil && code == 0 {
 		select {
 		case <-ctx.Done():
 		case <-j.Removed():
-			logger.Info("shutting down: removed from the quorum", "exit_code", ExitRemoved)
+			logger.Info("shutting down: removed from the quorum", logkey.ExitCode, ExitRemoved)
 			code = ExitRemoved
 		case <-hup:
 			_ = notify.Notify(sdnotify.Reloading)
 			if err := j.Reload(); err != nil {
-				logger.Error("reload failed; keeping the previous settings", "err", err)
+				logger.Error("reload failed; keeping the previous settings", logkey.Err, err)
 			} else {
 				logger.Info("reloaded on SIGHUP")
 			}
@@ -297,7 +298,7 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 		logger.Info("shutting down")
 	}
 	if err := j.Close(); err != nil {
-		logger.Error("shutdown", "err", err)
+		logger.Error("shutdown", logkey.Err, err)
 		if code == 0 {
 			code = 1
 		}
