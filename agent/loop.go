@@ -50,14 +50,12 @@ type loopState struct {
 
 // rebased forgets the retry deadlines and the last renewal attempt, which
 // were taken on the clock before the agent bridged to the journal's time:
-// they may lie far in the new clock's future. It returns true for the
-// caller's switch.
-func (s *loopState) rebased() bool {
+// they may lie far in the new clock's future.
+func (s *loopState) rebased() {
 	for _, r := range []*retry{&s.connect, &s.enroll, &s.upgrade, &s.renew, &s.files} {
 		r.notBefore = time.Time{}
 	}
 	s.lastRenew = time.Time{}
-	return true
 }
 
 // loop runs step until ctx ends or the journal refuses the node, waking on
@@ -111,228 +109,310 @@ func (a *Agent) loop(ctx context.Context, cascade *identity.Cascade) error {
 
 // step does whatever is due now, in order: notice a stream that ended,
 // connect when there is no live stream, enroll when there is no identity
-// worth having, move to a better identity, renew the journal-signed
-// certificate, write the identity files. It returns when to look again
-// (zero: only on a signal; not after now: at once) or a final refusal.
+// worth having, move to a better identity, keep a standby on SPIRE, renew
+// the journal-signed certificate, write the identity files. It returns
+// when to look again (zero: only on a signal; not after now: at once) or a
+// final refusal. Each phase applies the same ladder to its attempt's
+// result (outcomeOf); the first to end the step early (a verdict) ends it.
 func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
-	now := a.cfg.Clock.Now()
-	var next time.Time
-	later := func(t time.Time) {
-		if next.IsZero() || t.Before(next) {
-			next = t
-		}
+	r := &round{ctx: ctx, s: s, now: a.cfg.Clock.Now(), act: a.rot.Active()}
+	if err := a.stepStreamEnd(r); err != nil {
+		return r.next.t, err
 	}
-
-	act := a.rot.Active()
-	if act != nil && !act.StreamAlive() && s.ended != act {
-		s.ended = act
-		err := act.StreamErr()
-		a.fail("stream", err, act.Identity())
-		if revoked(err) {
-			return next, fmt.Errorf("%w: stream closed: %w", ErrRefused, err)
-		}
-		a.dropRefusedJournalIdentity(act.Identity(), err)
-		if s.connect.attempt == 0 {
-			s.connect = retry{attempt: 1, notBefore: now} // reconnect at once
-		} else {
-			s.connect.failed(a, err, 0) // the previous stream did not last: do not hammer
-		}
+	r.alive = r.act != nil && r.act.StreamAlive()
+	if r.alive {
+		a.stepStreamAlive(r)
 	}
-	alive := act != nil && act.StreamAlive()
-	if alive {
-		a.sawStream(now)
-		a.mu.Lock()
-		stable := now.Sub(a.lastRotation) >= a.cfg.MaxBackoff
-		a.mu.Unlock()
-		if stable {
-			s.connect = retry{}
-		}
-	}
-
-	// Connect: there is no live stream.
-	if !alive {
-		if s.connect.due(now) {
-			switch err := a.connect(ctx); {
-			case err == nil:
-				return now, nil
-			case errors.Is(err, ErrRefused):
-				return next, err
-			case errors.Is(err, errNothingToTry):
-			case a.bridge(err) && s.rebased():
-				// The agent now runs on the journal's time: again, at once
-				// (on the new clock: now was taken on the old one).
-				return a.cfg.Clock.Now(), nil
-			default:
-				if busy, ok := busyOf(err); ok {
-					s.connect.deferred(a, busy)
-				} else {
-					s.connect.failed(a, err, 0)
-				}
+	for _, phase := range [...]func(*round) *verdict{a.stepConnect, a.stepEnroll, a.stepMove, a.stepStandby, a.stepRenew} {
+		if v := phase(r); v != nil {
+			if v.err != nil {
+				return r.next.t, v.err
 			}
-		}
-		if s.connect.attempt > 0 || s.connect.busy {
-			later(s.connect.notBefore)
+			return v.at, nil
 		}
 	}
+	a.stepFiles(r)
+	return r.next.t, nil
+}
 
-	// Enroll: no journal-signed identity, and no live SVID channel.
-	if a.needEnroll(ctx, act, alive) {
-		if s.enroll.due(now) {
-			if err := a.enroll(ctx); err != nil {
-				if errors.Is(err, ErrRefused) {
-					return next, err
-				}
-				if errors.Is(err, errBridged) && s.rebased() {
-					return a.cfg.Clock.Now(), nil
-				}
-				if busy, ok := busyOf(err); ok {
-					s.enroll.deferred(a, busy)
-				} else {
-					s.enroll.failed(a, err, 0)
-				}
-			} else {
-				s.enroll, s.connect = retry{}, retry{}
-				return now, nil
-			}
-		}
-		later(s.enroll.notBefore)
+// round is one step: what the phases share.
+type round struct {
+	ctx   context.Context
+	s     *loopState
+	now   time.Time         // taken once, at the step's start
+	act   *identity.Channel // the active channel at the step's start
+	alive bool              // act's stream lived after its end was noticed
+	next  soonest           // when to look again
+}
+
+// soonest is the earliest of the times a step's phases want to look again
+// (zero: none).
+type soonest struct{ t time.Time }
+
+func (n *soonest) at(t time.Time) {
+	if n.t.IsZero() || t.Before(n.t) {
+		n.t = t
 	}
+}
 
-	// Move to a better identity, a rotated one, or away from one its
-	// provider no longer offers.
-	if alive {
-		if want := a.wanted(ctx, act.Identity()); want != nil {
-			key := idKey(want)
-			if key != s.upgradeKey {
-				s.upgradeKey, s.upgrade = key, retry{}
-			}
-			if s.upgrade.due(now) {
-				op := "upgrade"
-				if want.Source.Rank() < act.Identity().Source.Rank() {
-					op = "fallback"
-				}
-				err := a.swapTo(ctx, op, want)
-				switch {
-				case err == nil:
-					s.upgrade = retry{}
-					if act.Identity().Source == identity.SourceJournal && want.Source == identity.SourceSPIRE {
-						// The SVID's first stream made the journal
-						// certificate this channel held the node's standby
-						// (raftfsm svidSeen): no need to ask for another.
-						a.setStandby(act.Identity().Serial())
-					}
-					return now, nil
-				case revoked(err):
-					return next, fmt.Errorf("%w: %w", ErrRefused, err)
-				case a.bridge(err) && s.rebased():
-					return a.cfg.Clock.Now(), nil
-				}
-				a.dropRefusedJournalIdentity(want, err)
-				if busy, ok := busyOf(err); ok {
-					s.upgrade.deferred(a, busy)
-				} else {
-					s.upgrade.failed(a, err, 0)
-				}
-			}
-			later(s.upgrade.notBefore)
-		}
+// verdict ends a step early: look again at at (not after now: at once),
+// or stop with err.
+type verdict struct {
+	at  time.Time
+	err error
+}
+
+func again(at time.Time) *verdict { return &verdict{at: at} }
+func stop(err error) *verdict     { return &verdict{err: err} }
+
+// onNewClock is the verdict after the agent bridged to the journal's
+// time: the retry deadlines forgotten, again at once (on the new clock:
+// the step's now was taken on the old one).
+func (a *Agent) onNewClock(s *loopState) *verdict {
+	s.rebased()
+	return again(a.cfg.Clock.Now())
+}
+
+// stepStreamEnd notices, once, that the active channel's stream ended: a
+// final refusal stops the agent; otherwise the agent reconnects, at once
+// the first time, with backoff when the previous stream did not last.
+func (a *Agent) stepStreamEnd(r *round) error {
+	act, s := r.act, r.s
+	if act == nil || act.StreamAlive() || s.ended == act {
+		return nil
 	}
-
-	// On SPIRE: hold a journal-signed standby, obtained and renewed over
-	// the SVID channel, and wake when the SVID is to be given up.
-	if alive && act.Identity().Source == identity.SourceSPIRE {
-		if sp := a.spireProvider(); sp != nil && sp.GiveUpAt(act.Identity()).After(now) {
-			// Past it, the fall-back above is under way, on its own retry.
-			later(sp.GiveUpAt(act.Identity()))
-		}
-		due, ok := a.standbyDue(ctx, s, now)
-		if ok {
-			if err := a.obtainStandby(ctx, act); err != nil {
-				if revoked(err) {
-					return next, fmt.Errorf("%w: standby: %w", ErrRefused, err)
-				}
-				s.standby.failed(a, err, 0)
-			} else {
-				s.standby = retry{}
-			}
-			return now, nil
-		}
-		later(due)
+	s.ended = act
+	err := act.StreamErr()
+	a.fail("stream", err, act.Identity())
+	if outcomeOf(err, nil) == outRefused {
+		return refusedBy("stream closed", err)
 	}
-
-	// Renew the journal-signed certificate the live channel presents.
-	if alive && act.Identity().Source == identity.SourceJournal {
-		id := act.Identity()
-		if s.renewFor != id.Serial() {
-			s.renewFor, s.renewAt = id.Serial(), renewalTime(id, a.cfg.RenewAt)
-		}
-		due := s.renewAt
-		if told, _ := a.renewNow.Load().(string); told == id.Serial() {
-			due = now // the journal asked: its intermediate is being retired
-		}
-		if !s.lastRenew.IsZero() {
-			due = latest(due, s.lastRenew.Add(a.cfg.MinRenewInterval))
-		}
-		due = latest(due, s.renew.notBefore)
-		a.setNextRenewal(due)
-		if !now.Before(due) {
-			s.lastRenew = now
-			if err := a.renew(ctx, act); err != nil {
-				if revoked(err) {
-					return next, fmt.Errorf("%w: renewal: %w", ErrRefused, err)
-				}
-				if a.bridge(err) && s.rebased() {
-					return a.cfg.Clock.Now(), nil
-				}
-				a.dropRefusedJournalIdentity(id, err)
-				if busy, ok := busyOf(err); ok {
-					// The new channel's journal answered busy: back at
-					// the time it named, the backoff not grown.
-					s.lastRenew = time.Time{}
-					s.renew.deferred(a, busy)
-				} else if apierr.FromError(err).RetryAfter > 0 {
-					// The journal said when to come back (it is busy, or
-					// rate-limits this source): its retry-after, with the
-					// backoff's jitter and growth, paces the next attempt,
-					// not MinRenewInterval, or a renewal storm would stall
-					// every refused node for MinRenewInterval.
-					s.lastRenew = time.Time{}
-					s.renew.failed(a, err, 0)
-				} else {
-					s.renew.failed(a, err, a.cfg.MinRenewInterval)
-				}
-			} else {
-				s.renew = retry{}
-			}
-			return now, nil
-		}
-		later(due)
+	a.dropRefusedJournalIdentity(act.Identity(), err)
+	if s.connect.attempt == 0 {
+		s.connect = retry{attempt: 1, notBefore: r.now} // reconnect at once
 	} else {
-		a.setNextRenewal(time.Time{})
+		s.connect.failed(a, err, 0) // the previous stream did not last: do not hammer
 	}
+	return nil
+}
 
-	// Hand the identity to other services on the node.
-	if act != nil && a.files.enabled() && act.Identity().Source != identity.SourceStatic {
-		id := act.Identity()
-		bundle, gen := a.publishedBundle(id)
-		key := fmt.Sprintf("%s/%d", idKey(id), gen)
-		if key != s.written {
-			if s.files.due(now) {
-				if err := a.files.write(id, bundle); err != nil {
-					a.fail("write identity files", err, nil)
-					s.files.failed(a, err, 0)
-				} else {
-					s.written, s.files = key, retry{}
-					a.log.Info("identity files written", logkey.Source, id.Source, logkey.Serial, id.Serial(),
-						logkey.Dir, a.cfg.IdentityDir, logkey.KeyOut, a.cfg.KeyOut != "")
-				}
-			}
-			if s.written != key {
-				later(s.files.notBefore)
-			}
+// stepStreamAlive notes a live stream, and forgets the connect backoff
+// once the channel has lasted MaxBackoff.
+func (a *Agent) stepStreamAlive(r *round) {
+	a.sawStream(r.now)
+	a.mu.Lock()
+	stable := r.now.Sub(a.lastRotation) >= a.cfg.MaxBackoff
+	a.mu.Unlock()
+	if stable {
+		r.s.connect = retry{}
+	}
+}
+
+// stepConnect: there is no live stream; connect with the best identity
+// that works.
+func (a *Agent) stepConnect(r *round) *verdict {
+	s := r.s
+	if r.alive {
+		return nil
+	}
+	if s.connect.due(r.now) {
+		err := a.connect(r.ctx)
+		switch outcomeOf(err, a.bridge) {
+		case outProgressed:
+			return again(r.now)
+		case outRefused:
+			return stop(refusedBy("", err))
+		case outNothingYet:
+		case outRebase:
+			return a.onNewClock(s)
+		default:
+			// connect dropped a refused journal identity itself.
+			s.connect.retryAfter(a, err, 0)
 		}
 	}
-	return next, nil
+	if s.connect.attempt > 0 || s.connect.busy {
+		r.next.at(s.connect.notBefore)
+	}
+	return nil
+}
+
+// stepEnroll: no journal-signed identity, and no live SVID channel.
+func (a *Agent) stepEnroll(r *round) *verdict {
+	s := r.s
+	if !a.needEnroll(r.ctx, r.act, r.alive) {
+		return nil
+	}
+	if s.enroll.due(r.now) {
+		// enroll bridges the clock itself (errBridged).
+		err := a.enroll(r.ctx)
+		switch outcomeOf(err, nil) {
+		case outProgressed:
+			s.enroll, s.connect = retry{}, retry{}
+			return again(r.now)
+		case outRefused:
+			return stop(refusedBy("", err))
+		case outRebase:
+			return a.onNewClock(s)
+		default:
+			s.enroll.retryAfter(a, err, 0)
+		}
+	}
+	r.next.at(s.enroll.notBefore)
+	return nil
+}
+
+// stepMove moves the live channel to a better identity, a rotated one, or
+// away from one its provider no longer offers.
+func (a *Agent) stepMove(r *round) *verdict {
+	s, act := r.s, r.act
+	if !r.alive {
+		return nil
+	}
+	want := a.wanted(r.ctx, act.Identity())
+	if want == nil {
+		return nil
+	}
+	key := idKey(want)
+	if key != s.upgradeKey {
+		s.upgradeKey, s.upgrade = key, retry{}
+	}
+	if s.upgrade.due(r.now) {
+		op := "upgrade"
+		if want.Source.Rank() < act.Identity().Source.Rank() {
+			op = "fallback"
+		}
+		err := a.swapTo(r.ctx, op, want)
+		switch outcomeOf(err, a.bridge) {
+		case outProgressed:
+			s.upgrade = retry{}
+			if act.Identity().Source == identity.SourceJournal && want.Source == identity.SourceSPIRE {
+				// The SVID's first stream made the journal
+				// certificate this channel held the node's standby
+				// (raftfsm svidSeen): no need to ask for another.
+				a.setStandby(act.Identity().Serial())
+			}
+			return again(r.now)
+		case outRefused:
+			return stop(refusedBy("", err))
+		case outRebase:
+			return a.onNewClock(s)
+		default:
+			a.dropRefusedJournalIdentity(want, err)
+			s.upgrade.retryAfter(a, err, 0)
+		}
+	}
+	r.next.at(s.upgrade.notBefore)
+	return nil
+}
+
+// stepStandby: on SPIRE, hold a journal-signed standby, obtained and
+// renewed over the SVID channel, and wake when the SVID is to be given up.
+func (a *Agent) stepStandby(r *round) *verdict {
+	s, act := r.s, r.act
+	if !r.alive || act.Identity().Source != identity.SourceSPIRE {
+		return nil
+	}
+	if sp := a.spireProvider(); sp != nil && sp.GiveUpAt(act.Identity()).After(r.now) {
+		// Past it, the fall-back (stepMove) is under way, on its own retry.
+		r.next.at(sp.GiveUpAt(act.Identity()))
+	}
+	due, ok := a.standbyDue(r.ctx, s, r.now)
+	if !ok {
+		r.next.at(due)
+		return nil
+	}
+	// Asked over the live channel: no clock to bridge, and any failure,
+	// busy or not, backs off.
+	err := a.obtainStandby(r.ctx, act)
+	switch outcomeOf(err, nil) {
+	case outProgressed:
+		s.standby = retry{}
+	case outRefused:
+		return stop(refusedBy("standby", err))
+	default:
+		s.standby.failed(a, err, 0)
+	}
+	return again(r.now)
+}
+
+// stepRenew renews the journal-signed certificate the live channel
+// presents, and says when it is next due (none: not on one).
+func (a *Agent) stepRenew(r *round) *verdict {
+	s, act := r.s, r.act
+	if !r.alive || act.Identity().Source != identity.SourceJournal {
+		a.setNextRenewal(time.Time{})
+		return nil
+	}
+	id := act.Identity()
+	if s.renewFor != id.Serial() {
+		s.renewFor, s.renewAt = id.Serial(), renewalTime(id, a.cfg.RenewAt)
+	}
+	due := s.renewAt
+	if told, _ := a.renewNow.Load().(string); told == id.Serial() {
+		due = r.now // the journal asked: its intermediate is being retired
+	}
+	if !s.lastRenew.IsZero() {
+		due = latest(due, s.lastRenew.Add(a.cfg.MinRenewInterval))
+	}
+	due = latest(due, s.renew.notBefore)
+	a.setNextRenewal(due)
+	if r.now.Before(due) {
+		r.next.at(due)
+		return nil
+	}
+	s.lastRenew = r.now
+	err := a.renew(r.ctx, act)
+	switch o := outcomeOf(err, a.bridge); o {
+	case outProgressed:
+		s.renew = retry{}
+	case outRefused:
+		return stop(refusedBy("renewal", err))
+	case outRebase:
+		return a.onNewClock(s)
+	default:
+		a.dropRefusedJournalIdentity(id, err)
+		atLeast := a.cfg.MinRenewInterval
+		if o == outBusy || apierr.FromError(err).RetryAfter > 0 {
+			// The new channel's journal answered busy: back at the
+			// time it named, the backoff not grown. Or the journal said
+			// when to come back (it is busy, or rate-limits this
+			// source): its retry-after, with the backoff's jitter and
+			// growth, paces the next attempt, not MinRenewInterval, or
+			// a renewal storm would stall every refused node for
+			// MinRenewInterval.
+			s.lastRenew = time.Time{}
+			atLeast = 0
+		}
+		s.renew.retryAfter(a, err, atLeast)
+	}
+	return again(r.now)
+}
+
+// stepFiles hands the identity to other services on the node.
+func (a *Agent) stepFiles(r *round) {
+	s, act := r.s, r.act
+	if act == nil || !a.files.enabled() || act.Identity().Source == identity.SourceStatic {
+		return
+	}
+	id := act.Identity()
+	bundle, gen := a.publishedBundle(id)
+	key := fmt.Sprintf("%s/%d", idKey(id), gen)
+	if key == s.written {
+		return
+	}
+	if s.files.due(r.now) {
+		if err := a.files.write(id, bundle); err != nil {
+			a.fail("write identity files", err, nil)
+			s.files.failed(a, err, 0)
+		} else {
+			s.written, s.files = key, retry{}
+			a.log.Info("identity files written", logkey.Source, id.Source, logkey.Serial, id.Serial(),
+				logkey.Dir, a.cfg.IdentityDir, logkey.KeyOut, a.cfg.KeyOut != "")
+		}
+	}
+	if s.written != key {
+		r.next.at(s.files.notBefore)
+	}
 }
 
 // errBridged: an operation failed on the agent's clock, and the agent now
