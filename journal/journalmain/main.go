@@ -308,7 +308,7 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 
 // splitPreflight separates what only a running journal causes (its data
 // directory in use: a restart stops it first) from the problems a start
-// would fail on. A start meets the former in New, and says so.
+// would fail on. A start meets the former in NewContext, and says so.
 func splitPreflight(err error) (problems error, notes []error) {
 	if err == nil {
 		return nil, nil
