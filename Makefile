@@ -25,8 +25,8 @@ PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.1
 # (dist/monitoring); built without the service-discovery plugins promtool
 # never needs for that (remove_all_sd), which saves most of its build.
 PROMTOOL_VERSION           ?= v0.316.0
-# make lint: staticcheck (its default checks; staticcheck.conf) and
-# deadcode (golang.org/x/tools), whose version is that of x/tools.
+# make lint: staticcheck (its default checks) and deadcode
+# (golang.org/x/tools: its version is that of x/tools); docs/development.md.
 STATICCHECK_VERSION        ?= v0.8.2
 DEADCODE_VERSION           ?= v0.52.0
 # deadcode's roots: every main of the module (go list finds them).
@@ -105,13 +105,14 @@ lint: tools ## gofmt, go vet, staticcheck, deadcode and buf lint (docs/developme
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...
+	$(TOOLS)/staticcheck -tags chaosclock ./journal/journalmain/
 	@# Code nothing calls, tests included.
 	@out=$$($(TOOLS)/deadcode -test ./...) || exit 1; \
 	  if [ -n "$$out" ]; then echo "dead code (called by nothing, not even a test): remove it"; echo "$$out"; exit 1; fi
 	@# Code only tests call: it belongs in a _test.go file or a test helper
 	@# package. scripts/deadcode-keep lists the few exceptions, with why.
 	@out=$$($(TOOLS)/deadcode -f '{{range .Funcs}}{{$$.Path}}.{{.Name}}{{"\n"}}{{end}}' $(MAINS)) || exit 1; \
-	  out=$$(printf '%s\n' "$$out" | awk 'NR == FNR { if ($$1 !~ /^#/) keep[$$1] = 1; next } NF && !($$1 in keep)' scripts/deadcode-keep -); \
+	  out=$$(printf '%s\n' "$$out" | awk 'NR == FNR { if ($$1 !~ /^#/) keep[$$1] = 1; next } NF && !($$1 in keep)' scripts/deadcode-keep -) || exit 1; \
 	  if [ -n "$$out" ]; then echo "only tests call these: move them into a _test.go file or a test helper package"; echo "$$out"; exit 1; fi
 	$(TOOLS)/buf lint
 
