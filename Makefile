@@ -25,6 +25,12 @@ PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.1
 # (dist/monitoring); built without the service-discovery plugins promtool
 # never needs for that (remove_all_sd), which saves most of its build.
 PROMTOOL_VERSION           ?= v0.316.0
+# make lint: staticcheck (its default checks) and deadcode
+# (golang.org/x/tools: its version is that of x/tools); docs/development.md.
+STATICCHECK_VERSION        ?= v0.8.2
+DEADCODE_VERSION           ?= v0.52.0
+# deadcode's roots: every main of the module (go list finds them).
+MAINS = $(shell $(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./...)
 
 export CGO_ENABLED := 0
 
@@ -94,10 +100,20 @@ compose-down: ## stop the containers
 test: $(TOOLS)/promtool ## run every test with the race detector (what CI runs)
 	CGO_ENABLED=1 $(GO) test -race -timeout 15m $(TESTFLAGS) ./...
 
-lint: tools ## gofmt, go vet and buf lint
+lint: tools ## gofmt, go vet, staticcheck, deadcode and buf lint (docs/development.md)
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(TOOLS)/staticcheck ./...
+	$(TOOLS)/staticcheck -tags chaosclock ./journal/journalmain/
+	@# Code nothing calls, tests included.
+	@out=$$($(TOOLS)/deadcode -test ./...) || exit 1; \
+	  if [ -n "$$out" ]; then echo "dead code (called by nothing, not even a test): remove it"; echo "$$out"; exit 1; fi
+	@# Code only tests call: it belongs in a _test.go file or a test helper
+	@# package. scripts/deadcode-keep lists the few exceptions, with why.
+	@out=$$($(TOOLS)/deadcode -f '{{range .Funcs}}{{$$.Path}}.{{.Name}}{{"\n"}}{{end}}' $(MAINS)) || exit 1; \
+	  out=$$(printf '%s\n' "$$out" | awk 'NR == FNR { if ($$1 !~ /^#/) keep[$$1] = 1; next } NF && !($$1 in keep)' scripts/deadcode-keep -) || exit 1; \
+	  if [ -n "$$out" ]; then echo "only tests call these: move them into a _test.go file or a test helper package"; echo "$$out"; exit 1; fi
 	$(TOOLS)/buf lint
 
 generate: tools ## regenerate the Go code for proto/ (pinned protoc-gen-go, protoc-gen-go-grpc and buf)
@@ -107,10 +123,14 @@ check-generated: generate ## fail if the committed generated code is stale
 	@git diff --exit-code -- proto/ || { echo "generated code is stale: run make generate and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- proto/)" || { git status --porcelain -- proto/; echo "make generate produced untracked files"; exit 1; }
 
-tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc
+tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/staticcheck $(TOOLS)/deadcode
 
 $(TOOLS)/buf:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+$(TOOLS)/staticcheck:
+	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+$(TOOLS)/deadcode:
+	GOBIN=$(TOOLS) $(GO) install golang.org/x/tools/cmd/deadcode@$(DEADCODE_VERSION)
 $(TOOLS)/protoc-gen-go:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 $(TOOLS)/nfpm:

@@ -276,7 +276,7 @@ func TestRecoversAfterExpiry(t *testing.T) {
 	waitFailure(t, r.Agent, ReasonCertExpired)
 
 	jcfg.ListenAddr = addr // where the agent looks for it
-	h = journaltest.Start(t, jcfg)
+	journaltest.Start(t, jcfg)
 	eventually(t, "the agent enrolls again and streams", func() bool {
 		fc.Advance(50 * time.Millisecond) // the agent's backoff runs on its clock
 		st := r.Status()

@@ -37,7 +37,7 @@ func (h handshaken) ServerHandshake(net.Conn) (net.Conn, credentials.AuthInfo, e
 }
 
 func (h handshaken) Info() credentials.ProtocolInfo {
-	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.3"}
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
 }
 
 func (h handshaken) Clone() credentials.TransportCredentials { return h }

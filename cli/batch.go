@@ -115,8 +115,8 @@ func (e *BatchFileError) Error() string {
 // Is makes errors.Is(err, ErrBatchFile) true.
 func (e *BatchFileError) Is(target error) bool { return target == ErrBatchFile }
 
-// ReadBatch reads a batch CSV from r one record at a time and yields every
-// data row in file order, validated or with its per-row error. Blank rows
+// ReadBatchIn reads a batch CSV from r one record at a time and yields
+// every data row in file order, validated or with its per-row error. Blank rows
 // (empty, or every cell empty) are skipped silently, as is a UTF-8 byte
 // order mark at the start. A problem that leaves the rest of the file
 // unreadable is yielded once as the error (a *BatchFileError, or the
@@ -124,11 +124,8 @@ func (e *BatchFileError) Is(target error) bool { return target == ErrBatchFile }
 //
 // Memory is bounded by one record plus, for the duplicate checks, the
 // identifiers seen so far (a few dozen bytes per row), never by the size of
-// the file.
-func ReadBatch(r io.Reader) iter.Seq2[BatchRow, error] { return ReadBatchIn(r, "") }
-
-// ReadBatchIn is ReadBatch for a file in dir: a relative path in the
-// tpm_ek_cert column is read from dir ("" is the current directory).
+// the file. A relative path in the tpm_ek_cert column is read from dir
+// ("" is the current directory).
 func ReadBatchIn(r io.Reader, dir string) iter.Seq2[BatchRow, error] {
 	return func(yield func(BatchRow, error) bool) {
 		br, err := newBatchReader(r)

@@ -37,7 +37,7 @@ type wantRow struct {
 func readAll(t *testing.T, in string) ([]BatchRow, error) {
 	t.Helper()
 	var rows []BatchRow
-	for row, err := range ReadBatch(strings.NewReader(in)) {
+	for row, err := range ReadBatchIn(strings.NewReader(in), "") {
 		if err != nil {
 			return rows, err
 		}
@@ -243,7 +243,7 @@ func TestReadBatchReadError(t *testing.T) {
 	r := io.MultiReader(strings.NewReader(hdr+"node-1,52:54:00:00:00:01,,,\n"), iotestErrReader{boom})
 	var rows []BatchRow
 	var got error
-	for row, err := range ReadBatch(r) {
+	for row, err := range ReadBatchIn(r, "") {
 		if err != nil {
 			got = err
 			break
@@ -920,7 +920,7 @@ func FuzzBatchCSV(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		last := 0
 		nodes, macs, bmcs := map[string]bool{}, map[string]bool{}, map[string]bool{}
-		for row, err := range ReadBatch(bytes.NewReader(data)) {
+		for row, err := range ReadBatchIn(bytes.NewReader(data), "") {
 			if err != nil {
 				if !errors.Is(err, ErrBatchFile) {
 					t.Fatalf("a fatal error that is not ErrBatchFile: %v", err)
@@ -979,7 +979,7 @@ func BenchmarkBatchParse(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		n := 0
-		for row, err := range ReadBatch(bytes.NewReader(data)) {
+		for row, err := range ReadBatchIn(bytes.NewReader(data), "") {
 			if err != nil || row.Err != nil {
 				b.Fatal(err, row.Err)
 			}

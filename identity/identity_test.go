@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +40,8 @@ func secrets(t *testing.T, key crypto.Signer) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, k.D.String(), k.D.Text(16), hex.EncodeToString(d), base64.StdEncoding.EncodeToString(d))
+		n := new(big.Int).SetBytes(d) // the private scalar as a number
+		out = append(out, n.String(), n.Text(16), hex.EncodeToString(d), base64.StdEncoding.EncodeToString(d))
 	case ed25519.PrivateKey:
 		seed := k.Seed()
 		out = append(out, hex.EncodeToString(seed), base64.StdEncoding.EncodeToString(seed),

@@ -502,7 +502,9 @@ func (r *Rotator) Close() error {
 	r.closed = true
 	r.mu.Unlock()
 	r.stop()
-	r.rotMu.Lock() // a rotation under way ends quickly: its context is ended
+	// A rotation under way ends quickly (its context is ended): wait for it.
+	r.rotMu.Lock()
+	//lint:ignore SA2001 the empty critical section only waits for a rotation holding rotMu
 	r.rotMu.Unlock()
 	if ch := r.active.Load(); ch != nil {
 		ch.stopStream()

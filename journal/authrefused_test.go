@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"io"
 	"log/slog"
+	"math/big"
 	"net/http"
 	"strings"
 	"sync"
@@ -123,7 +124,11 @@ func TestAuthRefusedCountedAndLogged(t *testing.T) {
 		t.Errorf("the warning after the quiet minute does not count the 2 held back:\n%s", logs.String())
 	}
 	for _, tt := range tests {
-		d := tt.s.cert.PrivateKey.(*ecdsa.PrivateKey).D
+		raw, err := tt.s.cert.PrivateKey.(*ecdsa.PrivateKey).Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := new(big.Int).SetBytes(raw) // the private scalar as a number
 		for _, secret := range []string{d.Text(16), d.String()} {
 			if strings.Contains(logs.String(), secret) {
 				t.Fatalf("the journal's log holds the private key of the %s SVID", tt.name)

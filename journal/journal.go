@@ -151,13 +151,11 @@ type Journal struct {
 	wg       sync.WaitGroup
 }
 
-// New opens the data directory, loads the upstream authority, makes a fresh
-// intermediate, starts Raft and replays the registry. It opens no listener:
-// Start does that once the registry is loaded.
-func New(cfg Config) (*Journal, error) { return NewContext(context.Background(), cfg) }
-
-// NewContext is New, stopped by ctx while an empty journal of a new quorum
-// waits for its --initial-cluster peers to answer before it bootstraps.
+// NewContext opens the data directory, loads the upstream authority, makes
+// a fresh intermediate, starts Raft and replays the registry. It opens no
+// listener: Start does that once the registry is loaded. ctx stops it while
+// an empty journal of a new quorum waits for its --initial-cluster peers to
+// answer before it bootstraps.
 func NewContext(ctx context.Context, cfg Config) (*Journal, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

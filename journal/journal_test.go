@@ -410,7 +410,7 @@ func TestDataDirInUse(t *testing.T) {
 	h := start(t)
 	cfg := h.Cfg
 	cfg.ListenAddr = "127.0.0.1:0"
-	j, err := journal.New(cfg)
+	j, err := journal.NewContext(context.Background(), cfg)
 	if err == nil {
 		j.Close()
 	}

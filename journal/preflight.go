@@ -24,7 +24,7 @@ import (
 // and be a domain of its own that no agent of the site trusts.
 const productionRoot = `a production journal runs with its site's domain root: make it once, on a secure host, with pact-journal init --dir DIR --domain DOMAIN, copy ca.pem and ca-key.pem (mode 0600, owned by the journal's user) to every journal host, and point --root-cert and --root-key at them (docs/quorum.md, "Forming a quorum on real hosts")`
 
-// Preflight reports every problem a start (New, then Start) would meet in
+// Preflight reports every problem a start (NewContext, then Start) would meet in
 // what c names on disk, at once (errors.Join), each saying what to do. It
 // creates, locks and writes nothing, so it may run beside a journal that
 // is serving:

@@ -6,6 +6,7 @@ package journal_test
 // lifecycle suite's fake clock.
 
 import (
+	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -576,10 +577,10 @@ func TestSPIREBundleFileMissing(t *testing.T) {
 			}
 			cfg := journaltest.Config(t.TempDir())
 			cfg.SPIREBundleFile = path
-			j, err := journal.New(cfg)
+			j, err := journal.NewContext(context.Background(), cfg)
 			if err == nil {
 				j.Close()
-				t.Fatal("journal.New accepted an unusable SPIRE bundle file")
+				t.Fatal("journal.NewContext accepted an unusable SPIRE bundle file")
 			}
 			if !strings.Contains(err.Error(), "--spire-bundle") {
 				t.Errorf("error %v, want it to name --spire-bundle", err)

@@ -2,15 +2,47 @@ package raftfsm
 
 import (
 	"bytes"
+	"sort"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/pact-hpc/pact/internal/snapfile"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
-// DeclaredOps exposes the oneof cases of Command to the tests.
-var DeclaredOps = declaredOps
+// DefaultSPIFFEPath is the path of nodeID's default SPIFFE ID.
+func DefaultSPIFFEPath(nodeID string) string { return agentPathPrefix + nodeID }
+
+// SPIFFEIDOf is the SPIFFE ID n's SVIDs must carry in trustDomain: its
+// registered override, or spiffe://{trustDomain}/pact-agent/{node_id}.
+func SPIFFEIDOf(n *pactv1.Node, trustDomain string) string {
+	if sid := n.GetSpiffeId(); sid != "" {
+		return sid
+	}
+	return "spiffe://" + trustDomain + DefaultSPIFFEPath(n.GetNodeId())
+}
+
+// KnownOps lists the operations this version applies, sorted.
+func KnownOps() []string {
+	var out []string
+	for n := range ignorable {
+		out = append(out, string(n))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// DeclaredOps is the set of oneof cases of Command, for the test that
+// keeps the table complete.
+func DeclaredOps() []protoreflect.Name {
+	var out []protoreflect.Name
+	fields := (&pactv1.Command{}).ProtoReflect().Descriptor().Oneofs().ByName("op").Fields()
+	for i := range fields.Len() {
+		out = append(out, fields.Get(i).Name())
+	}
+	return out
+}
 
 // StateWithoutAuditIndex is f's whole state with every audit entry's log
 // index cleared: commands applied in one batch entry and the same commands

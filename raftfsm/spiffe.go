@@ -23,9 +23,6 @@ const agentPathPrefix = "/" + pki.KindAgent + "/"
 // SPIFFE standard's bound on the URI).
 const maxSPIFFEIDLength = 2048
 
-// DefaultSPIFFEPath is the path of nodeID's default SPIFFE ID.
-func DefaultSPIFFEPath(nodeID string) string { return agentPathPrefix + nodeID }
-
 // ValidateSPIFFEID checks a SPIFFE ID registered for nodeID (its override):
 // a well-formed spiffe:// URI in canonical form, naming a workload (a path,
 // not only a trust domain), and not the default ID of another node, which
@@ -189,13 +186,4 @@ func (a *applier) svidSeen(op *pactv1.SVIDSeenOp) *Result {
 	a.changed(next.GetNodeId())
 	a.record(action, next.GetNodeId(), op.GetSerial(), detail)
 	return &Result{Node: next}
-}
-
-// SPIFFEIDOf is the SPIFFE ID n's SVIDs must carry in trustDomain: its
-// registered override, or spiffe://{trustDomain}/pact-agent/{node_id}.
-func SPIFFEIDOf(n *pactv1.Node, trustDomain string) string {
-	if sid := n.GetSpiffeId(); sid != "" {
-		return sid
-	}
-	return "spiffe://" + trustDomain + DefaultSPIFFEPath(n.GetNodeId())
 }

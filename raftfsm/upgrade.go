@@ -3,7 +3,6 @@ package raftfsm
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -69,28 +68,6 @@ func Ignorable(cmd *pactv1.Command) bool {
 // operation this version does not know and is not marked ignorable: Apply
 // would stop at its entry.
 func HasUnknownOp(cmd *pactv1.Command) bool { return unknownIn(cmd) != nil }
-
-// KnownOps lists the operations this version applies, sorted (for the
-// journal's status and the docs' skew table).
-func KnownOps() []string {
-	var out []string
-	for n := range ignorable {
-		out = append(out, string(n))
-	}
-	sort.Strings(out)
-	return out
-}
-
-// declaredOps is the set of oneof cases of Command, for the test that
-// keeps the table complete.
-func declaredOps() []protoreflect.Name {
-	var out []protoreflect.Name
-	fields := (&pactv1.Command{}).ProtoReflect().Descriptor().Oneofs().ByName("op").Fields()
-	for i := range fields.Len() {
-		out = append(out, fields.Get(i).Name())
-	}
-	return out
-}
 
 // unknownOp describes an entry whose operation this version does not know.
 func unknownOp(cmd *pactv1.Command, index uint64) string {

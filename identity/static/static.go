@@ -132,21 +132,6 @@ func (p *Provider) Discard() {
 	p.mu.Unlock()
 }
 
-// Parse builds the bootstrap identity from the PEM contents of the three
-// files (bundlePEM may be empty for none). Errors wrap identity.ErrBadFiles.
-// It is what New does after reading, and what the fuzz target exercises.
-func Parse(certPEM, keyPEM, bundlePEM []byte) (*identity.Identity, error) {
-	bundle := input{}
-	if len(bundlePEM) > 0 {
-		bundle = input{label: "bundle", data: bundlePEM, present: true}
-	}
-	return build(
-		input{label: "certificate", data: certPEM, present: true},
-		input{label: "key", data: keyPEM, present: true},
-		bundle,
-	)
-}
-
 // input is one file's contents, or why it could not be read.
 type input struct {
 	label   string // "--bootstrap-key /etc/pact/key.pem", or "key" for Parse

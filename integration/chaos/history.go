@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 )
@@ -121,17 +120,6 @@ func ByNode(recs []*Record) map[string][]*Record {
 		out[r.In.Node] = append(out[r.In.Node], r)
 	}
 	return out
-}
-
-// Excerpt renders records, one per line, with a prefix.
-func Excerpt(recs []*Record, prefix string) string {
-	var b strings.Builder
-	for _, r := range recs {
-		b.WriteString(prefix)
-		b.WriteString(r.String())
-		b.WriteString("\n")
-	}
-	return b.String()
 }
 
 // savedHistory is the first line of a history file.

@@ -33,9 +33,6 @@ type Notifier struct {
 // FromEnv is the notifier for this process: $NOTIFY_SOCKET, if set.
 func FromEnv() Notifier { return Notifier{Socket: os.Getenv("NOTIFY_SOCKET")} }
 
-// Enabled reports whether a service manager listens.
-func (n Notifier) Enabled() bool { return n.Socket != "" }
-
 // ErrBadSocket is returned for a NOTIFY_SOCKET this package cannot use
 // (systemd only hands out unix sockets; vsock is not supported).
 var ErrBadSocket = errors.New("sdnotify: NOTIFY_SOCKET is not a unix socket path")

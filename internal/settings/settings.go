@@ -326,12 +326,6 @@ func (s *Set) ConfigFile(p *string, name, env, usage string) {
 	s.config = st
 }
 
-// Given reports whether name was given on the command line.
-func (s *Set) Given(name string) bool {
-	st, ok := s.byName[name]
-	return ok && st.set
-}
-
 // quote shows a value in a message, cut short so a huge or binary value
 // cannot flood a terminal.
 func quote(v string) string {
@@ -511,26 +505,4 @@ func readFile(path string) ([]byte, error) {
 	}
 	defer f.Close()
 	return io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-}
-
-// Problems splits what Resolve returned into its *Errors.
-func Problems(err error) []*Error {
-	var out []*Error
-	var walk func(error)
-	walk = func(err error) {
-		if err == nil {
-			return
-		}
-		if e, ok := err.(*Error); ok {
-			out = append(out, e)
-			return
-		}
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			for _, e := range j.Unwrap() {
-				walk(e)
-			}
-		}
-	}
-	walk(err)
-	return out
 }

@@ -7,7 +7,6 @@ package swtpmtest
 
 import (
 	"bytes"
-	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -97,14 +96,6 @@ func StartIn(t testing.TB, dir string) *TPM {
 			t.Fatalf("swtpm did not create %s within 30s\n%s", sock, out.String())
 		}
 	}
-}
-
-// Stop stops the TPM (its state stays in Dir).
-func (tp *TPM) Stop() error {
-	if err := tp.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return err
-	}
-	return nil
 }
 
 type syncBuffer struct {

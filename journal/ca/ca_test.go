@@ -598,8 +598,7 @@ func TestRotateKeepsOldLeavesValid(t *testing.T) {
 	oldInter := f.ca.Intermediate()
 	oldServer := f.ca.ServerCertificate()
 	csr := parseCSR(t, makeCSR(t, newKey(t, "P-256"), nil))
-	oldLeaf, err := f.ca.SignAgent(csr, "node-1")
-	if err != nil {
+	if _, err := f.ca.SignAgent(csr, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -609,7 +608,7 @@ func TestRotateKeepsOldLeavesValid(t *testing.T) {
 	if f.ca.RotationDue(f.clk.Now().Add(-time.Minute)) {
 		t.Fatal("rotation due before half life")
 	}
-	oldLeaf, err = f.ca.SignAgent(csr, "node-1")
+	oldLeaf, err := f.ca.SignAgent(csr, "node-1")
 	if err != nil {
 		t.Fatal(err)
 	}

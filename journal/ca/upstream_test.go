@@ -453,6 +453,16 @@ func TestValidateRole(t *testing.T) {
 // secretsOf lists strings that would betray key material from a key file:
 // each base64 line of its PEM body, the base64 of the whole DER, and the
 // private scalar in hex and decimal.
+// scalarOf is the private scalar of an ECDSA key as a number.
+func scalarOf(t *testing.T, key crypto.Signer) *big.Int {
+	t.Helper()
+	raw, err := key.(*ecdsa.PrivateKey).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return new(big.Int).SetBytes(raw)
+}
+
 func secretsOf(t *testing.T, pemData []byte, d *big.Int) []string {
 	t.Helper()
 	var out []string
@@ -493,7 +503,7 @@ func TestNoKeyMaterialInOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := auth.Signer().(*ecdsa.PrivateKey).D
+	d := scalarOf(t, auth.Signer())
 	secrets := secretsOf(t, keyPEM, d)
 
 	printed := fmt.Sprintf("%v %+v %s %#v | %v %+v", auth, auth, auth, auth, *auth, *auth)
@@ -568,7 +578,7 @@ func TestNoKeyMaterialInOutput(t *testing.T) {
 	if err == nil {
 		t.Fatal("mismatched key accepted")
 	}
-	assertNoSecrets(t, "mismatch error", err.Error(), secretsOf(t, otherPEM, other.Signer().(*ecdsa.PrivateKey).D))
+	assertNoSecrets(t, "mismatch error", err.Error(), secretsOf(t, otherPEM, scalarOf(t, other.Signer())))
 }
 
 // newFixtureWith builds a CA over an existing authority on the real clock.

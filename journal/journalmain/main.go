@@ -208,7 +208,7 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	// missing root or an unwritable data directory is a configuration
 	// problem (exit 2, which the unit does not restart), reported with
 	// every other at once, before anything is created.
-	problems, notes := splitPreflight(cfg.Preflight())
+	notes, problems := splitPreflight(cfg.Preflight())
 	if err := errors.Join(cfg.Validate(), problems); err != nil {
 		cmdutil.ReportProblems(stderr, "pact-journal", err)
 		if errors.Is(err, journal.ErrRemoved) {
@@ -308,8 +308,8 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 
 // splitPreflight separates what only a running journal causes (its data
 // directory in use: a restart stops it first) from the problems a start
-// would fail on. A start meets the former in New, and says so.
-func splitPreflight(err error) (problems error, notes []error) {
+// would fail on. A start meets the former in NewContext, and says so.
+func splitPreflight(err error) (notes []error, problems error) {
 	if err == nil {
 		return nil, nil
 	}
@@ -329,7 +329,7 @@ func splitPreflight(err error) (problems error, notes []error) {
 			errs = append(errs, e)
 		}
 	}
-	return errors.Join(errs...), notes
+	return notes, errors.Join(errs...)
 }
 
 func isJoin(e error, parts []error) bool {

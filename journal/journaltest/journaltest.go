@@ -62,9 +62,9 @@ func Config(dir string) journal.Config {
 // Start runs a journal with cfg (see Config) and stops it at test end.
 func Start(t testing.TB, cfg journal.Config) *Harness {
 	t.Helper()
-	j, err := journal.New(cfg)
+	j, err := journal.NewContext(context.Background(), cfg)
 	if err != nil {
-		t.Fatalf("journal.New: %v", err)
+		t.Fatalf("journal.NewContext: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -337,7 +337,7 @@ func (c *Cluster) agreedLeader() (int, bool) {
 // StartHarness starts one journal of a cluster whose credentials are in
 // credDir, without a testing.TB (it may run on another goroutine).
 func StartHarness(cfg journal.Config, credDir string) (*Harness, error) {
-	j, err := journal.New(cfg)
+	j, err := journal.NewContext(context.Background(), cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -438,22 +438,6 @@ func schedule(idxs []int, spread time.Duration) []arrival {
 	return out
 }
 
-func indices(agents []*benchAgent) []int {
-	out := make([]int, len(agents))
-	for i, a := range agents {
-		out[i] = a.idx
-	}
-	return out
-}
-
-// run runs every agent of s in this process, arriving spread evenly over
-// s.spread in a random order, and measures it. pids are the journal
-// processes whose CPU and memory are measured.
-func (s *storm) run(pids []int) *stormResult {
-	res, _ := s.runArrivals(pids, schedule(indices(s.agents), s.spread))
-	return res
-}
-
 // runArrivals runs the agents of arr in this process and measures it.
 func (s *storm) runArrivals(pids []int, arr []arrival) (*stormResult, []agentRecord) {
 	m := startMeters(pids)

@@ -1,0 +1,4 @@
+package sdnotify
+
+// Enabled reports whether a service manager listens.
+func (n Notifier) Enabled() bool { return n.Socket != "" }
