@@ -32,24 +32,6 @@ const (
 	outBackoff
 )
 
-func (o outcome) String() string {
-	switch o {
-	case outProgressed:
-		return "progressed"
-	case outRefused:
-		return "refused"
-	case outRebase:
-		return "rebase"
-	case outNothingYet:
-		return "nothing-yet"
-	case outBusy:
-		return "busy"
-	case outBackoff:
-		return "backoff"
-	}
-	return fmt.Sprintf("outcome(%d)", int(o))
-}
-
 // outcomeOf classifies an attempt's result, in this order: success, a
 // final refusal, nothing to try, the clock bridged, the journal busy, any
 // other failure. bridge learns the journal's time from a failure

@@ -149,3 +149,21 @@ func TestRetryAfter(t *testing.T) {
 		})
 	}
 }
+
+func (o outcome) String() string {
+	switch o {
+	case outProgressed:
+		return "progressed"
+	case outRefused:
+		return "refused"
+	case outRebase:
+		return "rebase"
+	case outNothingYet:
+		return "nothing-yet"
+	case outBusy:
+		return "busy"
+	case outBackoff:
+		return "backoff"
+	}
+	return fmt.Sprintf("outcome(%d)", int(o))
+}
