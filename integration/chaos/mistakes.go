@@ -172,24 +172,13 @@ func (e *Env) pactEnv(is ...int) []string {
 }
 
 // peerRefused reads pact_journal_peer_refused_total{reason} from a
-// journal's /metrics.
+// journal's /metrics (0 before the first refusal of that reason).
 func peerRefused(metrics, reason string) (int, error) {
-	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get("http://" + metrics + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	re := regexp.MustCompile(`(?m)^pact_journal_peer_refused_total\{reason="` + regexp.QuoteMeta(reason) + `"\} (\d+)$`)
-	m := re.FindSubmatch(b)
-	if m == nil {
+	n, err := metricValue(metrics, `pact_journal_peer_refused_total{reason="`+reason+`"}`)
+	if errors.Is(err, errNoSeries) {
 		return 0, nil
 	}
-	return strconv.Atoi(string(m[1]))
+	return n, err
 }
 
 // says lists which of subs s contains, quoted: `says "a", "b"`.
@@ -458,7 +447,11 @@ func (e *Env) loseMajority(mo mistakeOps) (int, []int, Outcome, error) {
 	return 0, nil, out, nil
 }
 
-// metricValue reads one unlabelled metric from a journal's /metrics.
+// errNoSeries: the journal's /metrics has no such series.
+var errNoSeries = errors.New("no such series")
+
+// metricValue reads one series (a name, with its labels as /metrics
+// prints them) from a journal's /metrics.
 func metricValue(metrics, name string) (int, error) {
 	c := http.Client{Timeout: time.Second}
 	resp, err := c.Get("http://" + metrics + "/metrics")
@@ -472,7 +465,7 @@ func metricValue(metrics, name string) (int, error) {
 	}
 	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(b)
 	if m == nil {
-		return 0, fmt.Errorf("%s has no %s", metrics, name)
+		return 0, fmt.Errorf("%w: %s has no %s", errNoSeries, metrics, name)
 	}
 	f, err := strconv.ParseFloat(string(m[1]), 64)
 	return int(f), err
