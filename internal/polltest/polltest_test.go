@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/pact-hpc/pact/internal/polltest"
@@ -21,45 +22,76 @@ func (f *fatalT) Fatalf(format string, args ...any) {
 	f.msg = fmt.Sprintf(format, args...)
 }
 
+// The tests run in a synctest bubble: its clock moves only when every
+// goroutine in it is blocked, so how long Until waited is exact.
+
+// Until looks at once and then once an interval: the third look, two
+// intervals in, is the one that returns.
 func TestUntilReturnsOnceCondHolds(t *testing.T) {
-	var n atomic.Int32
-	ft := &fatalT{TB: t}
-	polltest.Until(ft, time.Minute, time.Millisecond, func() bool { return n.Add(1) == 3 }, "never")
-	if ft.msg != "" || n.Load() != 3 {
-		t.Fatalf("calls %d, failure %q", n.Load(), ft.msg)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int32
+		ft := &fatalT{TB: t}
+		start := time.Now()
+		polltest.Until(ft, time.Minute, time.Millisecond, func() bool { return n.Add(1) == 3 }, "never")
+		if ft.msg != "" || n.Load() != 3 {
+			t.Fatalf("calls %d, failure %q", n.Load(), ft.msg)
+		}
+		if waited := time.Since(start); waited != 2*time.Millisecond {
+			t.Fatalf("returned after %v, want 2ms (two intervals)", waited)
+		}
+	})
 }
 
+// Until fails at the timeout, not before, having looked once an interval
+// and once more at the deadline.
 func TestUntilFailsWithTheMessageAfterTheTimeout(t *testing.T) {
-	ft := &fatalT{TB: t}
-	polltest.Until(ft, 20*time.Millisecond, time.Millisecond, func() bool { return false }, "waiting for %s", "x")
-	if ft.msg != "waiting for x" {
-		t.Fatalf("failure %q, want %q", ft.msg, "waiting for x")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int32
+		ft := &fatalT{TB: t}
+		start := time.Now()
+		polltest.Until(ft, 20*time.Millisecond, time.Millisecond, func() bool { n.Add(1); return false }, "waiting for %s", "x")
+		if ft.msg != "waiting for x" {
+			t.Fatalf("failure %q, want %q", ft.msg, "waiting for x")
+		}
+		if waited := time.Since(start); waited != 20*time.Millisecond {
+			t.Fatalf("failed after %v, want 20ms (the timeout)", waited)
+		}
+		// At once, at 1..19 ms, and at the deadline; the 20 ms tick and
+		// the deadline are ready together, so one more look may come first.
+		if got := n.Load(); got != 21 && got != 22 {
+			t.Fatalf("cond called %d times, want 21 or 22", got)
+		}
+	})
 }
 
 // A wake signal makes UntilWoken look again before its interval (an
-// hour) is up.
+// hour) is up: at once, with no time passing.
 func TestUntilWokenChecksOnEveryWake(t *testing.T) {
-	wake, looked := make(chan struct{}), make(chan struct{})
-	var ready atomic.Bool
-	go func() {
-		<-looked // UntilWoken has seen the condition false once
-		ready.Store(true)
-		wake <- struct{}{}
-	}()
-	first := true
-	cond := func() bool {
-		if first {
-			first = false
-			close(looked)
-			return false
+	synctest.Test(t, func(t *testing.T) {
+		wake, looked := make(chan struct{}), make(chan struct{})
+		var ready atomic.Bool
+		go func() {
+			<-looked // UntilWoken has seen the condition false once
+			ready.Store(true)
+			wake <- struct{}{}
+		}()
+		first := true
+		cond := func() bool {
+			if first {
+				first = false
+				close(looked)
+				return false
+			}
+			return ready.Load()
 		}
-		return ready.Load()
-	}
-	ft := &fatalT{TB: t}
-	polltest.UntilWoken(ft, wake, 10*time.Second, time.Hour, cond, "not woken")
-	if ft.msg != "" {
-		t.Fatal(ft.msg)
-	}
+		ft := &fatalT{TB: t}
+		start := time.Now()
+		polltest.UntilWoken(ft, wake, 10*time.Second, time.Hour, cond, "not woken")
+		if ft.msg != "" {
+			t.Fatal(ft.msg)
+		}
+		if waited := time.Since(start); waited != 0 {
+			t.Fatalf("returned after %v, want at once on the wake", waited)
+		}
+	})
 }
