@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/pact-hpc/pact/identity"
@@ -57,22 +58,38 @@ func newCascade(t *testing.T, clk *fakeclock.Clock, log *slog.Logger, ps ...iden
 	return c
 }
 
-// waitSignal waits, bounded, for an asynchronous change signal.
-func waitSignal(t *testing.T, ch <-chan struct{}, what string) {
+// The tests that wait on the cascade's goroutines run in a synctest
+// bubble: synctest.Wait returns once every goroutine in it is blocked, so
+// a signal that is coming has come, and one that has not come never will.
+
+// signalled says the cascade has signalled a change once it has settled.
+func signalled(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
+	synctest.Wait()
 	select {
 	case <-ch:
-	case <-time.After(10 * time.Second):
+	default:
 		t.Fatalf("no change signalled: %s", what)
 	}
 }
 
+// noSignal says the cascade has signalled nothing once it has settled.
 func noSignal(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
+	synctest.Wait()
 	select {
 	case <-ch:
 		t.Fatalf("unexpected change signal: %s", what)
 	default:
+	}
+}
+
+// probing says the cascade, once settled, waits on exactly one probe timer.
+func probing(t *testing.T, clk *fakeclock.Clock, what string) {
+	t.Helper()
+	synctest.Wait()
+	if n := clk.Timers(); n != 1 {
+		t.Fatalf("%d timers pending, want the probe's: %s", n, what)
 	}
 }
 
@@ -167,81 +184,77 @@ func TestCascadeExpiredFallsBack(t *testing.T) {
 // once; a provider that is not a Watcher is noticed by the periodic probe;
 // a probe that finds nothing new stays quiet; expiry is noticed by a probe.
 func TestCascadeChanges(t *testing.T) {
-	ca := identitytest.NewCA("pact.local", t0)
-	clk := fakeclock.New(t0)
-	var logs bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	spire := &stub{src: identity.SourceSPIRE}
-	jp := identity.NewJournalProvider(clk)
-	st := &stub{src: identity.SourceStatic}
-	boot := ca.Issue(identity.SourceStatic, "", t0, t0.Add(24*time.Hour))
-	st.set(boot)
-	c := newCascade(t, clk, log, jp, st, spire)
-	ctx := context.Background()
+	synctest.Test(t, func(t *testing.T) {
+		ca := identitytest.NewCA("pact.local", t0)
+		clk := fakeclock.New(t0)
+		var logs bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		spire := &stub{src: identity.SourceSPIRE}
+		jp := identity.NewJournalProvider(clk)
+		st := &stub{src: identity.SourceStatic}
+		boot := ca.Issue(identity.SourceStatic, "", t0, t0.Add(24*time.Hour))
+		st.set(boot)
+		c := newCascade(t, clk, log, jp, st, spire)
+		ctx := context.Background()
 
-	// The journal provider is a Watcher: Set is signalled without a probe.
-	jid := ca.Issue(identity.SourceJournal, nodeID, t0, t0.Add(time.Hour))
-	jp.Set(jid)
-	waitSignal(t, c.Changes(), "journal identity set")
-	if id, _ := c.Best(ctx); id == nil || id.Source != identity.SourceJournal || id.Serial() != jid.Serial() {
-		t.Fatalf("Best = %v; want the journal identity", id)
-	}
-
-	// SPIRE appears without a signal: only the probe notices.
-	if !clk.WaitForTimers(1, 10*time.Second) {
-		t.Fatal("the cascade is not waiting to probe")
-	}
-	sid := ca.Issue(identity.SourceSPIRE, nodeID, t0, t0.Add(time.Hour))
-	spire.set(sid)
-	noSignal(t, c.Changes(), "before the probe")
-	clk.Advance(5 * time.Second)
-	waitSignal(t, c.Changes(), "probe found SPIRE")
-	if id, _ := c.Best(ctx); id != sid {
-		t.Fatalf("Best = %v; want SPIRE's", id)
-	}
-
-	// A probe that finds the same answer signals nothing.
-	if !clk.WaitForTimers(1, 10*time.Second) {
-		t.Fatal("the cascade is not waiting to probe")
-	}
-	clk.Advance(5 * time.Second)
-	if !clk.WaitForTimers(1, 10*time.Second) { // re-armed: the probe is done
-		t.Fatal("the cascade did not re-arm its probe")
-	}
-	noSignal(t, c.Changes(), "probe with nothing new")
-
-	// SPIRE goes, the journal certificate expires: the probe falls back to
-	// the bootstrap identity.
-	spire.set(nil)
-	clk.Advance(time.Hour + time.Second)
-	waitSignal(t, c.Changes(), "probe after expiry")
-	if id, _ := c.Best(ctx); id != boot {
-		t.Fatalf("Best = %v; want the bootstrap identity", id)
-	}
-
-	// Clear is signalled too; the answer (static) did not change, but the
-	// cascade may say so: a spurious signal is allowed, a missed one is not.
-	jp.Clear("node revoked")
-	if _, err := jp.Current(ctx); err == nil || !strings.Contains(err.Error(), "node revoked") {
-		t.Errorf("journal Current after Clear = %v", err)
-	}
-
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	out := logs.String()
-	for _, want := range []string{"identity source changed", "identity.source=journal", "identity.source=spire", "identity.source=static"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("logs lack %q:\n%s", want, out)
+		// The journal provider is a Watcher: Set is signalled without a probe.
+		jid := ca.Issue(identity.SourceJournal, nodeID, t0, t0.Add(time.Hour))
+		jp.Set(jid)
+		signalled(t, c.Changes(), "journal identity set")
+		if id, _ := c.Best(ctx); id == nil || id.Source != identity.SourceJournal || id.Serial() != jid.Serial() {
+			t.Fatalf("Best = %v; want the journal identity", id)
 		}
-	}
-	for _, id := range []*identity.Identity{boot, jid, sid} {
-		for _, s := range secrets(t, id.Key) {
-			if strings.Contains(out, s) {
-				t.Fatalf("logs contain private key material")
+
+		// SPIRE appears without a signal: only the probe notices.
+		probing(t, clk, "the cascade waits to probe")
+		sid := ca.Issue(identity.SourceSPIRE, nodeID, t0, t0.Add(time.Hour))
+		spire.set(sid)
+		noSignal(t, c.Changes(), "before the probe")
+		clk.Advance(5 * time.Second)
+		signalled(t, c.Changes(), "probe found SPIRE")
+		if id, _ := c.Best(ctx); id != sid {
+			t.Fatalf("Best = %v; want SPIRE's", id)
+		}
+
+		// A probe that finds the same answer signals nothing.
+		probing(t, clk, "the cascade waits to probe")
+		clk.Advance(5 * time.Second)
+		probing(t, clk, "the probe is done and re-armed")
+		noSignal(t, c.Changes(), "probe with nothing new")
+
+		// SPIRE goes, the journal certificate expires: the probe falls back to
+		// the bootstrap identity.
+		spire.set(nil)
+		clk.Advance(time.Hour + time.Second)
+		signalled(t, c.Changes(), "probe after expiry")
+		if id, _ := c.Best(ctx); id != boot {
+			t.Fatalf("Best = %v; want the bootstrap identity", id)
+		}
+
+		// Clear is signalled too; the answer (static) did not change, but the
+		// cascade may say so: a spurious signal is allowed, a missed one is not.
+		jp.Clear("node revoked")
+		if _, err := jp.Current(ctx); err == nil || !strings.Contains(err.Error(), "node revoked") {
+			t.Errorf("journal Current after Clear = %v", err)
+		}
+
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		out := logs.String()
+		for _, want := range []string{"identity source changed", "identity.source=journal", "identity.source=spire", "identity.source=static"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("logs lack %q:\n%s", want, out)
 			}
 		}
-	}
+		for _, id := range []*identity.Identity{boot, jid, sid} {
+			for _, s := range secrets(t, id.Key) {
+				if strings.Contains(out, s) {
+					t.Fatalf("logs contain private key material")
+				}
+			}
+		}
+	})
 }
 
 func TestCascadeValidate(t *testing.T) {
@@ -269,33 +282,35 @@ func TestCascadeValidate(t *testing.T) {
 }
 
 func TestJournalProvider(t *testing.T) {
-	ca := identitytest.NewCA("pact.local", t0)
-	clk := fakeclock.New(t0)
-	ctx := context.Background()
+	synctest.Test(t, func(t *testing.T) {
+		ca := identitytest.NewCA("pact.local", t0)
+		clk := fakeclock.New(t0)
+		ctx := context.Background()
 
-	var zero identity.JournalProvider // the zero value works
-	if _, err := zero.Current(ctx); !errors.Is(err, identity.ErrUnavailable) || !strings.Contains(err.Error(), "not enrolled") {
-		t.Errorf("empty Current = %v", err)
-	}
+		var zero identity.JournalProvider // the zero value works
+		if _, err := zero.Current(ctx); !errors.Is(err, identity.ErrUnavailable) || !strings.Contains(err.Error(), "not enrolled") {
+			t.Errorf("empty Current = %v", err)
+		}
 
-	jp := identity.NewJournalProvider(clk)
-	// An identity made for another source is held as the journal's.
-	in := ca.Issue(identity.SourceStatic, nodeID, t0, t0.Add(time.Hour))
-	jp.Set(in)
-	waitSignal(t, jp.Changes(), "Set")
-	got, err := jp.Current(ctx)
-	if err != nil || got.Source != identity.SourceJournal || got.Serial() != in.Serial() || in.Source != identity.SourceStatic {
-		t.Fatalf("Current = %v, %v (input now %v)", got, err, in)
-	}
-	clk.Advance(time.Hour + time.Second)
-	if _, err := jp.Current(ctx); !errors.Is(err, identity.ErrExpired) || !errors.Is(err, identity.ErrUnavailable) {
-		t.Errorf("expired Current = %v", err)
-	}
-	jp.Set(nil)
-	waitSignal(t, jp.Changes(), "Set(nil)")
-	if _, err := jp.Current(ctx); !errors.Is(err, identity.ErrUnavailable) {
-		t.Errorf("after Set(nil) Current = %v", err)
-	}
+		jp := identity.NewJournalProvider(clk)
+		// An identity made for another source is held as the journal's.
+		in := ca.Issue(identity.SourceStatic, nodeID, t0, t0.Add(time.Hour))
+		jp.Set(in)
+		signalled(t, jp.Changes(), "Set")
+		got, err := jp.Current(ctx)
+		if err != nil || got.Source != identity.SourceJournal || got.Serial() != in.Serial() || in.Source != identity.SourceStatic {
+			t.Fatalf("Current = %v, %v (input now %v)", got, err, in)
+		}
+		clk.Advance(time.Hour + time.Second)
+		if _, err := jp.Current(ctx); !errors.Is(err, identity.ErrExpired) || !errors.Is(err, identity.ErrUnavailable) {
+			t.Errorf("expired Current = %v", err)
+		}
+		jp.Set(nil)
+		signalled(t, jp.Changes(), "Set(nil)")
+		if _, err := jp.Current(ctx); !errors.Is(err, identity.ErrUnavailable) {
+			t.Errorf("after Set(nil) Current = %v", err)
+		}
+	})
 }
 
 func ExampleCascade() {
