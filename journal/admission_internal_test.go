@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/pact-hpc/pact/internal/apierr"
@@ -48,11 +49,24 @@ type admitted struct {
 	err     error
 }
 
-func admitAsync(a *admission, src string, got chan<- admitted) {
+// admitAsync admits src on its own goroutine, until ctx ends: a test's
+// t.Context(), so a failed test leaves no waiter blocked in its bubble.
+func admitAsync(ctx context.Context, a *admission, src string, got chan<- admitted) {
 	go func() {
-		r, err := a.admit(context.Background(), src)
+		r, err := a.admit(ctx, src)
 		got <- admitted{src, r, err}
 	}()
+}
+
+// waiting says that, once every goroutine of the test's synctest bubble
+// is blocked, exactly n timers are pending on fc: the waiters have all
+// queued, and none has been let through or given up.
+func waiting(t *testing.T, fc *fakeclock.Clock, n int, what string) {
+	t.Helper()
+	synctest.Wait()
+	if got := fc.Timers(); got != n {
+		t.Fatalf("%d timers pending, want %d: %s", got, n, what)
+	}
 }
 
 // While the budget lasts, calls go straight through, and no more are
@@ -92,78 +106,75 @@ func TestAdmissionReservesTheBudget(t *testing.T) {
 // they were first seen, each failure spending it again; sources that have
 // failed draw on the global budget and do not stand in their way.
 func TestAdmissionServesFreshSourcesInTurn(t *testing.T) {
-	a, lim, fc := newTestAdmission(t, 1)
-	fail(t, a, lim, fc, "10.0.0.5") // the fresh budget is spent
-	a.mu.Lock()
-	a.historyLocked("10.0.0.2", fc.Now()) // a flood address, seen first
-	a.mu.Unlock()
-	fc.Advance(100 * time.Millisecond)
-	got := make(chan admitted, 2)
-	admitAsync(a, "10.0.0.9", got) // the booting node
-	admitAsync(a, "10.0.0.2", got)
-	if !fc.WaitForTimers(4, 5*time.Second) { // a deadline and a refill timer each
-		t.Fatalf("waiters did not queue (%d timers)", fc.Timers())
-	}
-	// A source that has failed is not fresh: the global budget admits it
-	// at once, though fresh sources wait.
-	r, err := a.admit(context.Background(), "10.0.0.5")
-	if err != nil {
-		t.Fatalf("a failed source with the global budget whole: %v", err)
-	}
-	r()
+	synctest.Test(t, func(t *testing.T) {
+		a, lim, fc := newTestAdmission(t, 1)
+		fail(t, a, lim, fc, "10.0.0.5") // the fresh budget is spent
+		a.mu.Lock()
+		a.historyLocked("10.0.0.2", fc.Now()) // a flood address, seen first
+		a.mu.Unlock()
+		fc.Advance(100 * time.Millisecond)
+		got := make(chan admitted, 2)
+		admitAsync(t.Context(), a, "10.0.0.9", got) // the booting node
+		admitAsync(t.Context(), a, "10.0.0.2", got)
+		waiting(t, fc, 4, "both waiters hold a deadline and a refill timer")
+		// A source that has failed is not fresh: the global budget admits it
+		// at once, though fresh sources wait.
+		r, err := a.admit(context.Background(), "10.0.0.5")
+		if err != nil {
+			t.Fatalf("a failed source with the global budget whole: %v", err)
+		}
+		r()
 
-	fc.Advance(time.Second) // one fresh failure's worth comes back
-	first := <-got
-	if first.src != "10.0.0.2" || first.err != nil {
-		t.Fatalf("first admitted: %s (%v), want 10.0.0.2, seen first", first.src, first.err)
-	}
-	// It fails: the fresh budget is spent again, the node waits on.
-	lim.RecordFailure(first.src, "", fc.Now())
-	a.failed(first.src)
-	first.release()
-	select {
-	case g := <-got:
-		t.Fatalf("%s admitted with the fresh budget spent", g.src)
-	default:
-	}
-	// The node's waiter holds its deadline and a new refill timer.
-	if !fc.WaitForTimers(2, 5*time.Second) {
-		t.Fatalf("the remaining waiter did not wait again (%d timers)", fc.Timers())
-	}
-	fc.Advance(time.Second)
-	second := <-got
-	if second.src != "10.0.0.9" || second.err != nil {
-		t.Fatalf("second admitted: %s (%v), want the booting node", second.src, second.err)
-	}
-	second.release()
-	// An address past its own budget (2) is told so at once.
-	fail(t, a, lim, fc, "10.0.0.5")
-	if _, err := a.admit(context.Background(), "10.0.0.5"); limitOf(err) != apierr.LimitSource {
-		t.Fatalf("an address past its own budget: %v, want RATE_LIMITED for the source", err)
-	}
+		fc.Advance(time.Second) // one fresh failure's worth comes back
+		first := <-got
+		if first.src != "10.0.0.2" || first.err != nil {
+			t.Fatalf("first admitted: %s (%v), want 10.0.0.2, seen first", first.src, first.err)
+		}
+		// It fails: the fresh budget is spent again, the node waits on.
+		lim.RecordFailure(first.src, "", fc.Now())
+		a.failed(first.src)
+		first.release()
+		waiting(t, fc, 2, "the node's waiter holds its deadline and a new refill timer")
+		select {
+		case g := <-got:
+			t.Fatalf("%s admitted with the fresh budget spent", g.src)
+		default:
+		}
+		fc.Advance(time.Second)
+		second := <-got
+		if second.src != "10.0.0.9" || second.err != nil {
+			t.Fatalf("second admitted: %s (%v), want the booting node", second.src, second.err)
+		}
+		second.release()
+		// An address past its own budget (2) is told so at once.
+		fail(t, a, lim, fc, "10.0.0.5")
+		if _, err := a.admit(context.Background(), "10.0.0.5"); limitOf(err) != apierr.LimitSource {
+			t.Fatalf("an address past its own budget: %v, want RATE_LIMITED for the source", err)
+		}
+	})
 }
 
 // A waiter that the budget cannot serve within the wait is refused for the
 // journal's limit, with a retry-after, never for its own address.
 func TestAdmissionRefusesForTheJournalAfterTheWait(t *testing.T) {
-	a, lim, fc := newTestAdmission(t, 1)
-	a.maxWait = 500 * time.Millisecond
-	fail(t, a, lim, fc, "10.0.0.1")
-	lim.RecordFailure("10.0.0.5", "", fc.Now()) // fresh budget in debt: 2 s to a failure
-	errc := make(chan error, 1)
-	go func() {
-		_, err := a.admit(context.Background(), "10.0.0.9")
-		errc <- err
-	}()
-	if !fc.WaitForTimers(2, 5*time.Second) {
-		t.Fatal("the caller did not wait")
-	}
-	fc.Advance(500 * time.Millisecond)
-	err := <-errc
-	pe := apierr.FromError(toStatus(err))
-	if pe.Reason != apierr.RateLimited || pe.Limit != apierr.LimitJournal || pe.RetryAfter <= 0 || strings.Contains(pe.Message, "this address") {
-		t.Fatalf("refusal %+v, want RATE_LIMITED for the journal with a retry-after", pe)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		a, lim, fc := newTestAdmission(t, 1)
+		a.maxWait = 500 * time.Millisecond
+		fail(t, a, lim, fc, "10.0.0.1")
+		lim.RecordFailure("10.0.0.5", "", fc.Now()) // fresh budget in debt: 2 s to a failure
+		errc := make(chan error, 1)
+		go func() {
+			_, err := a.admit(t.Context(), "10.0.0.9")
+			errc <- err
+		}()
+		waiting(t, fc, 2, "the caller holds a deadline and a refill timer")
+		fc.Advance(500 * time.Millisecond)
+		err := <-errc
+		pe := apierr.FromError(toStatus(err))
+		if pe.Reason != apierr.RateLimited || pe.Limit != apierr.LimitJournal || pe.RetryAfter <= 0 || strings.Contains(pe.Message, "this address") {
+			t.Fatalf("refusal %+v, want RATE_LIMITED for the journal with a retry-after", pe)
+		}
+	})
 }
 
 // A refused waiter's retry-after grows with the waiters of its tier ahead
