@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
@@ -16,7 +17,10 @@ func noJitter(time.Duration) time.Duration { return 0 }
 
 // admitLimiter is a limiter on a fake clock with one handshake slot
 // (initial rate: 10 handshakes a second, 100 ms each).
+// Its cleanup moves the clock past any queue wait, so a failed test's
+// queued clients are answered and end rather than deadlock its bubble.
 func admitLimiter(t *testing.T, fc *fakeclock.Clock, jitter func(time.Duration) time.Duration, mutate func(*connlimit.Config)) *connlimit.Limiter {
+	t.Cleanup(func() { fc.Advance(time.Hour) })
 	return newLimiter(t, func(c *connlimit.Config) {
 		c.MaxHandshakes = 1
 		c.Clock, c.Jitter = fc, jitter
@@ -33,102 +37,113 @@ func busyAfter(t *testing.T, err error) time.Duration {
 	return busy.RetryAfter
 }
 
+// queued says that, once every goroutine of the test's synctest bubble is
+// blocked, exactly n clients wait in the queue, each on its queue-wait
+// timer: all have queued, and none has been let through or turned away.
+func queued(t *testing.T, fc *fakeclock.Clock, l *connlimit.Limiter, n int) {
+	t.Helper()
+	synctest.Wait()
+	if got, st := fc.Timers(), l.Stats(); got != n || st.Queued != n {
+		t.Fatalf("%d timers pending, stats %+v; want %d clients queued", got, st, n)
+	}
+}
+
 // A client queues unless even the fastest rate of the last minute could
 // not serve it within HandshakeQueueWait; the next is answered busy at
 // once, told to come back (at the present rate) when the queue ahead of it
 // should be down to half of HandshakeQueueWait, and no later than
 // HandshakeQueueWait.
 func TestAdmitQueuesWhatItCouldServeAtItsFastest(t *testing.T) {
-	fc := fakeclock.New(time.Unix(1e9, 0))
-	l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = time.Second })
-	// One slow handshake, 1.7 s: the moving mean goes from 100 ms to
-	// 200 ms (5/s); the fastest of the last minute stays 100 ms (10/s).
-	slow, err := l.Admit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fc.Advance(1700 * ms)
-	slow()
-	held, err := l.Admit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// At 10/s ten clients could be served within 1 s: they queue.
-	got := make(chan error, 10)
-	for range 10 {
-		go func() {
-			r, err := l.Admit()
-			if err == nil {
-				r()
-			}
-			got <- err
-		}()
-	}
-	if !fc.WaitForTimers(10, 30*time.Second) {
-		t.Fatalf("ten clients did not queue: %+v", l.Stats())
-	}
-	if st := l.Stats(); st.Queued != 10 || st.Deferred != 0 || st.Rate != 5 {
-		t.Fatalf("stats %+v, want 10 queued, none answered busy, a rate of 5/s", st)
-	}
-	// The eleventh could not be served within 1 s even at 10/s: busy.
-	// At 5/s it would wait 2.2 s; less half the queue wait, 1.7 s; no
-	// later than the queue wait: 1 s.
-	_, err = l.Admit()
-	if ra := busyAfter(t, err); ra != time.Second {
-		t.Fatalf("retry-after %v, want 1s (the queue wait)", ra)
-	}
-	// The slot freed goes to the queue, one after another.
-	held()
-	for range 10 {
-		if err := <-got; err != nil {
-			t.Fatalf("a queued client: %v", err)
+	synctest.Test(t, func(t *testing.T) {
+		fc := fakeclock.New(time.Unix(1e9, 0))
+		l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = time.Second })
+		// One slow handshake, 1.7 s: the moving mean goes from 100 ms to
+		// 200 ms (5/s); the fastest of the last minute stays 100 ms (10/s).
+		slow, err := l.Admit()
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if st := l.Stats(); st.Queued != 0 || st.Handshakes != 0 || st.Deferred != 1 {
-		t.Fatalf("stats %+v, want nothing queued or in progress, one busy answer", st)
-	}
+		fc.Advance(1700 * ms)
+		slow()
+		held, err := l.Admit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// At 10/s ten clients could be served within 1 s: they queue.
+		got := make(chan error, 10)
+		for range 10 {
+			go func() {
+				r, err := l.Admit()
+				if err == nil {
+					r()
+				}
+				got <- err
+			}()
+		}
+		queued(t, fc, l, 10)
+		if st := l.Stats(); st.Queued != 10 || st.Deferred != 0 || st.Rate != 5 {
+			t.Fatalf("stats %+v, want 10 queued, none answered busy, a rate of 5/s", st)
+		}
+		// The eleventh could not be served within 1 s even at 10/s: busy.
+		// At 5/s it would wait 2.2 s; less half the queue wait, 1.7 s; no
+		// later than the queue wait: 1 s.
+		_, err = l.Admit()
+		if ra := busyAfter(t, err); ra != time.Second {
+			t.Fatalf("retry-after %v, want 1s (the queue wait)", ra)
+		}
+		// The slot freed goes to the queue, one after another.
+		held()
+		for range 10 {
+			if err := <-got; err != nil {
+				t.Fatalf("a queued client: %v", err)
+			}
+		}
+		if st := l.Stats(); st.Queued != 0 || st.Handshakes != 0 || st.Deferred != 1 {
+			t.Fatalf("stats %+v, want nothing queued or in progress, one busy answer", st)
+		}
+	})
 }
 
 // The fastest rate counts for a minute: after that the present one
 // decides who queues.
 func TestAdmitForgetsTheFastestRateAfterAMinute(t *testing.T) {
-	fc := fakeclock.New(time.Unix(1e9, 0))
-	l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = time.Second })
-	slow, err := l.Admit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fc.Advance(1700 * ms)
-	slow() // mean 200 ms, fastest 100 ms
-	fc.Advance(time.Minute)
-	r, err := l.Admit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fc.Advance(200 * ms)
-	r() // mean 200 ms still; the fastest of the last minute is that
-	held, err := l.Admit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held()
-	// At 5/s five clients could be served within 1 s.
-	for range 5 {
-		go func() {
-			if r, err := l.Admit(); err == nil {
-				r()
-			}
-		}()
-	}
-	if !fc.WaitForTimers(5, 30*time.Second) {
-		t.Fatalf("five clients did not queue: %+v", l.Stats())
-	}
-	if _, err := l.Admit(); err == nil {
-		t.Fatal("a sixth client got a slot")
-	} else {
-		busyAfter(t, err)
-	}
-	fc.Advance(time.Second) // the five are answered busy and return
+	synctest.Test(t, func(t *testing.T) {
+		fc := fakeclock.New(time.Unix(1e9, 0))
+		l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = time.Second })
+		slow, err := l.Admit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc.Advance(1700 * ms)
+		slow() // mean 200 ms, fastest 100 ms
+		fc.Advance(time.Minute)
+		r, err := l.Admit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc.Advance(200 * ms)
+		r() // mean 200 ms still; the fastest of the last minute is that
+		held, err := l.Admit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held()
+		// At 5/s five clients could be served within 1 s.
+		for range 5 {
+			go func() {
+				if r, err := l.Admit(); err == nil {
+					r()
+				}
+			}()
+		}
+		queued(t, fc, l, 5)
+		if _, err := l.Admit(); err == nil {
+			t.Fatal("a sixth client got a slot")
+		} else {
+			busyAfter(t, err)
+		}
+		fc.Advance(time.Second) // the five are answered busy and return
+	})
 }
 
 // Busy answers book places in a reservation schedule one handshake time
@@ -203,47 +218,47 @@ func TestAdmitJitterBounds(t *testing.T) {
 // closed silently, and told to come back when half a queue wait is left
 // ahead of the back of the queue.
 func TestAdmitQueueWaitAnswersBusy(t *testing.T) {
-	fc := fakeclock.New(time.Unix(1e9, 0))
-	l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = 2 * time.Second })
-	held, err := l.Admit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held()
-	got := make(chan error, 20)
-	for range 20 {
-		go func() {
-			_, err := l.Admit()
-			got <- err
-		}()
-	}
-	if !fc.WaitForTimers(20, 30*time.Second) {
-		t.Fatalf("the clients did not queue: %+v", l.Stats())
-	}
-	fc.Advance(2 * time.Second)
-	// The slot was never freed: all twenty are answered. The first to be
-	// answered sees 19 behind it (2 s at 10/s): back in 1 s, when 1 s of
-	// queue is left; the next ten are booked 100 ms apart after it, up to
-	// the horizon (2 s); the last nine are drawn over 1-2 s (the lowest
-	// draw here, no jitter).
-	var ras []time.Duration
-	for range 20 {
-		ras = append(ras, busyAfter(t, <-got))
-	}
-	slices.Sort(ras)
-	var want []time.Duration
-	for range 9 {
-		want = append(want, time.Second)
-	}
-	for i := range 11 {
-		want = append(want, time.Second+time.Duration(i)*100*ms)
-	}
-	if !slices.Equal(ras, want) {
-		t.Fatalf("answers %v, want %v", ras, want)
-	}
-	if st := l.Stats(); st.Queued != 0 || st.Deferred != 20 || st.RefusedBusy != 0 {
-		t.Fatalf("stats %+v, want twenty busy answers and nothing queued or closed", st)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		fc := fakeclock.New(time.Unix(1e9, 0))
+		l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = 2 * time.Second })
+		held, err := l.Admit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held()
+		got := make(chan error, 20)
+		for range 20 {
+			go func() {
+				_, err := l.Admit()
+				got <- err
+			}()
+		}
+		queued(t, fc, l, 20)
+		fc.Advance(2 * time.Second)
+		// The slot was never freed: all twenty are answered. The first to be
+		// answered sees 19 behind it (2 s at 10/s): back in 1 s, when 1 s of
+		// queue is left; the next ten are booked 100 ms apart after it, up to
+		// the horizon (2 s); the last nine are drawn over 1-2 s (the lowest
+		// draw here, no jitter).
+		var ras []time.Duration
+		for range 20 {
+			ras = append(ras, busyAfter(t, <-got))
+		}
+		slices.Sort(ras)
+		var want []time.Duration
+		for range 9 {
+			want = append(want, time.Second)
+		}
+		for i := range 11 {
+			want = append(want, time.Second+time.Duration(i)*100*ms)
+		}
+		if !slices.Equal(ras, want) {
+			t.Fatalf("answers %v, want %v", ras, want)
+		}
+		if st := l.Stats(); st.Queued != 0 || st.Deferred != 20 || st.RefusedBusy != 0 {
+			t.Fatalf("stats %+v, want twenty busy answers and nothing queued or closed", st)
+		}
+	})
 }
 
 // The rate is Little's law over the slots: MaxHandshakes over the moving
