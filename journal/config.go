@@ -14,7 +14,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/pki"
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/connlimit"
 	"github.com/pact-hpc/pact/journal/ratelimit"
@@ -129,8 +129,8 @@ type Config struct {
 	// fsync: a slow disk must not make the leader flap.
 	RaftWriteTimeout time.Duration
 	// KeyExchange is the TLS key exchange the gRPC listener prefers
-	// (internal/wire: X25519 by default, or the post-quantum hybrid).
-	KeyExchange wire.KeyExchange
+	// (internal/transport: X25519 by default, or the post-quantum hybrid).
+	KeyExchange transport.KeyExchange
 	// OperatorLifetime is the validity of an operator credential issued
 	// through the journal (pact admin issue/renew) when none is asked for;
 	// MaxOperatorLifetime caps what may be asked.
@@ -236,7 +236,7 @@ func DefaultConfig() Config {
 		RaftSnapshotThreshold:    8192,
 		RaftTrailingLogs:         10240,
 		RaftWriteTimeout:         DefaultRaftWriteTimeout,
-		KeyExchange:              wire.Classical,
+		KeyExchange:              transport.Classical,
 		Connections:              connlimit.DefaultConfig(),
 		IdleTimeout:              5 * time.Minute,
 		MaxStreamsPerCert:        3,

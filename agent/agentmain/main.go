@@ -20,8 +20,8 @@ import (
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/sdnotify"
 	"github.com/pact-hpc/pact/internal/settings"
+	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/internal/version"
-	"github.com/pact-hpc/pact/internal/wire"
 )
 
 const agentUsage = `pact-agent gives this node its identity: it reads the node's hardware
@@ -114,7 +114,7 @@ func Settings(cfg *agent.Config, log *cmdutil.Logging, configFile *string) *sett
 	s.String(&cfg.KeyOut, "key-out", "PACT_AGENT_KEY_OUT", "also write the private key to this file, mode 0600; it MUST be on a tmpfs (e.g. /run/pact/key.pem): the agent refuses any other filesystem")
 	kx := cfg.KeyExchange
 	s.Func("key-exchange", "PACT_KEY_EXCHANGE", "TLS key exchange offered to journals: x25519, or x25519mlkem768 for the post-quantum hybrid", "string", string(kx),
-		func(v string) (err error) { cfg.KeyExchange, err = wire.ParseKeyExchange(v); return err },
+		func(v string) (err error) { cfg.KeyExchange, err = transport.ParseKeyExchange(v); return err },
 		func() { cfg.KeyExchange = kx })
 	s.Duration(&cfg.MaxClockSkew, "max-clock-skew", "PACT_AGENT_MAX_CLOCK_SKEW", "how far this node's clock may be from a journal's (as its Ping answers) before a new channel fails its health check with reason clock_skew, where the clock is not bridged")
 	s.Duration(&cfg.ClockBridge, "clock-bridge", "PACT_AGENT_CLOCK_BRIDGE", "how far off this node's clock may be and still be bridged with the journal's time (a warning and pact_agent_clock_skew_seconds); beyond it the agent refuses with reason clock_skew; 0 disables bridging")

@@ -23,8 +23,8 @@ import (
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/sdnotify"
 	"github.com/pact-hpc/pact/internal/settings"
+	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/internal/version"
-	"github.com/pact-hpc/pact/internal/wire"
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/ca"
 )
@@ -117,7 +117,7 @@ func Settings(cfg *journal.Config, log *cmdutil.Logging, configFile *string) *se
 	s.Duration(&cfg.RaftSnapshotInterval, "raft-snapshot-interval", "PACT_RAFT_SNAPSHOT_INTERVAL", "how often Raft checks whether --raft-snapshot-threshold is reached (0: hashicorp/raft's default, 2m with jitter)")
 	kx := cfg.KeyExchange
 	s.Func("key-exchange", "PACT_KEY_EXCHANGE", "TLS key exchange the gRPC listener prefers: x25519, or x25519mlkem768 for the post-quantum hybrid", "string", string(kx),
-		func(v string) (err error) { cfg.KeyExchange, err = wire.ParseKeyExchange(v); return err },
+		func(v string) (err error) { cfg.KeyExchange, err = transport.ParseKeyExchange(v); return err },
 		func() { cfg.KeyExchange = kx })
 	s.Int(&cfg.MaxConcurrentEnrollments, "max-concurrent-enrollments", "PACT_MAX_CONCURRENT_ENROLLMENTS", "enrollments and renewals worked on at once; more wait up to --enroll-queue-wait, then get a retry-after")
 	s.Duration(&cfg.EnrollQueueWait, "enroll-queue-wait", "PACT_ENROLL_QUEUE_WAIT", "how long an enrollment may wait for a slot, or for the shared failure budget during a guessing flood, before it is refused with a retry-after")
