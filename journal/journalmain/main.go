@@ -123,7 +123,7 @@ func Settings(cfg *journal.Config, log *cmdline.Logging, configFile *string) *se
 	s.Duration(&cfg.EnrollQueueWait, "enroll-queue-wait", "PACT_ENROLL_QUEUE_WAIT", "how long an enrollment may wait for a slot, or for the shared failure budget during a guessing flood, before it is refused with a retry-after")
 	s.Duration(&cfg.RaftTimeout, "raft-timeout", "PACT_RAFT_TIMEOUT", "Raft heartbeat, election and lease timeout (0: hashicorp/raft's defaults, 1s/1s/500ms)")
 	s.Duration(&cfg.RaftWriteTimeout, "raft-write-timeout", "PACT_RAFT_WRITE_TIMEOUT", "a leader whose Raft store write (raft.db) has not finished after this long stops sending Raft messages, so the others elect a leader, and serves nothing until the write finishes (at least 1s)")
-	s.Duration(&cfg.HeartbeatTimeout, "heartbeat-timeout", "PACT_HEARTBEAT_TIMEOUT", "mark an Active node Inactive after this long without a stream on any journal")
+	s.Duration(&cfg.NodeLivenessTimeout, "heartbeat-timeout", "PACT_HEARTBEAT_TIMEOUT", "mark an Active node Inactive after this long without a stream on any journal")
 	s.Duration(&cfg.TakeoverWindow, "takeover-window", "PACT_TAKEOVER_WINDOW", "let a rebooted node (new key) enroll again once its stream has been gone this long")
 	s.Duration(&cfg.DigestInterval, "digest-interval", "PACT_DIGEST_INTERVAL", "how often this journal reports the streams it holds")
 	s.String(&cfg.AuditLog, "audit-log", "PACT_AUDIT_LOG", "append every committed audit entry as a JSON line to this file, or - for stdout")
