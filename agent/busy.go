@@ -1,6 +1,6 @@
 // A journal's busy answer: saturated with TLS handshakes, it turned the
 // connection away before any cryptography and named when to come back
-// (internal/wire). That is no failure: the agent returns to the same
+// (internal/transport). That is no failure: the agent returns to the same
 // journal at the time it named, plus a small jitter, and its backoff does
 // not grow, because the journal's retry-after is already spread over the
 // rate at which it can serve (journal/connlimit's reservation schedule).
@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/internal/logkey"
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 )
 
 const (
@@ -26,8 +26,8 @@ const (
 )
 
 // busyOf finds a journal's busy answer in err.
-func busyOf(err error) (*wire.BusyError, bool) {
-	var busy *wire.BusyError
+func busyOf(err error) (*transport.BusyError, bool) {
+	var busy *transport.BusyError
 	if errors.As(err, &busy) {
 		return busy, true
 	}
@@ -36,7 +36,7 @@ func busyOf(err error) (*wire.BusyError, bool) {
 
 // busyWait is how long to stay away from a journal that answered busy:
 // its retry-after, capped, plus a jitter of up to 5 % (at least 10 ms).
-func (a *Agent) busyWait(b *wire.BusyError) time.Duration {
+func (a *Agent) busyWait(b *transport.BusyError) time.Duration {
 	d := min(max(b.RetryAfter, 0), maxBusyWait)
 	n := max(d/20, minBusyJitter)
 	if a.backoff.Rand != nil {
@@ -47,7 +47,7 @@ func (a *Agent) busyWait(b *wire.BusyError) time.Duration {
 
 // deferred schedules the next attempt after a busy answer, keeping the
 // attempt count: the exponential backoff does not grow.
-func (r *retry) deferred(a *Agent, b *wire.BusyError) {
+func (r *retry) deferred(a *Agent, b *transport.BusyError) {
 	r.notBefore = a.cfg.Clock.Now().Add(a.busyWait(b))
 	r.busy = true
 }
@@ -55,7 +55,7 @@ func (r *retry) deferred(a *Agent, b *wire.BusyError) {
 // journalBusy counts a busy answer from addr and logs the first of a
 // series at info, the rest at debug: a boot storm would otherwise log one
 // line per node per try.
-func (a *Agent) journalBusy(op string, err error, b *wire.BusyError) {
+func (a *Agent) journalBusy(op string, err error, b *transport.BusyError) {
 	a.metrics.busy.Inc()
 	a.mu.Lock()
 	first := !a.busySeries

@@ -11,7 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/connlimit"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -68,7 +68,7 @@ func (p *busyProxy) serve(c net.Conn, journal string) {
 	p.hellos++
 	p.mu.Unlock()
 	if busy {
-		_, _ = c.Write(wire.FormatBusy(p.retryAfter))
+		_, _ = c.Write(transport.FormatBusy(p.retryAfter))
 		_ = c.(*net.TCPConn).CloseWrite()
 		return
 	}

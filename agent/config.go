@@ -17,7 +17,7 @@ import (
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/identity/spire"
 	"github.com/pact-hpc/pact/internal/clock"
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 )
 
 // DefaultStatusSocket is where the agent serves its status by default.
@@ -114,8 +114,8 @@ type Config struct {
 	// its own with it.
 	Dialer func(ctx context.Context, addr string) (net.Conn, error)
 	// KeyExchange is the TLS key exchange the agent offers journals
-	// (internal/wire: X25519 by default, or the post-quantum hybrid).
-	KeyExchange wire.KeyExchange
+	// (internal/transport: X25519 by default, or the post-quantum hybrid).
+	KeyExchange transport.KeyExchange
 
 	// OnReady, if set, is called once, the first time the agent is ready
 	// (an unexpired identity and an open stream, what /readyz answers):
@@ -142,7 +142,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Hardware:          hwinfo.DefaultConfig(),
-		KeyExchange:       wire.Classical,
+		KeyExchange:       transport.Classical,
 		CallTimeout:       15 * time.Second,
 		MinBackoff:        250 * time.Millisecond,
 		MaxBackoff:        30 * time.Second,

@@ -17,7 +17,7 @@ import (
 	"github.com/pact-hpc/pact/internal/hwid"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -134,7 +134,7 @@ func (a *Agent) callEnroll(ctx context.Context, addr string, req *pactv1.EnrollR
 		_ = raw.Close()
 		return nil, creds.Explain(status.Errorf(codes.Unavailable, "connection error: desc = \"transport: authentication handshake failed: %v\"", err))
 	}
-	opts := append(wire.ClientOptions(), a.cfg.DialOptions...)
+	opts := append(transport.ClientOptions(), a.cfg.DialOptions...)
 	opts = append(opts, grpc.WithTransportCredentials(handshaken{info: info}), grpc.WithContextDialer(oneConn(tlsConn)))
 	conn, err := grpc.NewClient("passthrough:///"+addr, opts...)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/backoff"
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 )
 
 // The ladder every phase of the loop applies to an attempt's result:
@@ -21,7 +21,7 @@ import (
 // (which may move the agent's clock) is asked only of a failure that is
 // neither final nor "nothing to try".
 func TestOutcomeOf(t *testing.T) {
-	busyErr := &wire.BusyError{RetryAfter: 3 * time.Second}
+	busyErr := &transport.BusyError{RetryAfter: 3 * time.Second}
 	revokedErr := apierr.Status(apierr.NodeRevoked, 0, "decommissioned").Err()
 	fencedErr := apierr.Status(apierr.NodeFenced, 0, "fenced").Err()
 	skewErr := &identity.ClockSkewError{Skew: time.Hour, Tolerance: time.Minute}
@@ -126,8 +126,8 @@ func TestRetryAfter(t *testing.T) {
 		wantBusy    bool
 	}{
 		// busyWait: the retry-after plus the jitter's draw (0 here).
-		{name: "busy", err: &wire.BusyError{RetryAfter: 7 * time.Second}, atLeast: time.Hour, wantWait: 7 * time.Second, wantAttempt: 2, wantBusy: true},
-		{name: "busy, wrapped", err: fmt.Errorf("agent: enroll at j1: %w", &wire.BusyError{RetryAfter: time.Second}), wantWait: time.Second, wantAttempt: 2, wantBusy: true},
+		{name: "busy", err: &transport.BusyError{RetryAfter: 7 * time.Second}, atLeast: time.Hour, wantWait: 7 * time.Second, wantAttempt: 2, wantBusy: true},
+		{name: "busy, wrapped", err: fmt.Errorf("agent: enroll at j1: %w", &transport.BusyError{RetryAfter: time.Second}), wantWait: time.Second, wantAttempt: 2, wantBusy: true},
 		// backoff: Min/2 plus the draw (0) for attempt 2.
 		{name: "failure", err: errors.New("connection reset"), wantWait: 50 * time.Millisecond, wantAttempt: 3},
 		{name: "failure, at least", err: errors.New("connection reset"), atLeast: time.Minute, wantWait: time.Minute, wantAttempt: 3},

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 )
 
 // busyFront stands in front of a journal: it reads each connection's
@@ -47,7 +47,7 @@ func busyFront(t *testing.T, journal string, busyFirst int, retryAfter time.Dura
 				busy := n <= busyFirst
 				mu.Unlock()
 				if busy {
-					_, _ = c.Write(wire.FormatBusy(retryAfter))
+					_, _ = c.Write(transport.FormatBusy(retryAfter))
 					_ = c.(*net.TCPConn).CloseWrite()
 					return
 				}

@@ -22,8 +22,8 @@ import (
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/internal/version"
-	"github.com/pact-hpc/pact/internal/wire"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -239,7 +239,7 @@ func dialJournals(cfg Config, cred *credential, now func() time.Time) (*journals
 // named its own time to come back, which the caller has waited.
 func (js *journals) RedialBusy() error {
 	for _, j := range js.conns {
-		var busy *wire.BusyError
+		var busy *transport.BusyError
 		if !errors.As(j.handshake.get(), &busy) {
 			continue
 		}
@@ -454,8 +454,8 @@ type recordingCreds struct {
 
 func (c recordingCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	// A saturated journal answers busy, with a retry-after, in place of
-	// its ServerHello: wire.BusyAware turns that into a *wire.BusyError.
-	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, wire.BusyAware(raw))
+	// its ServerHello: transport.BusyAware turns that into a *transport.BusyError.
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, transport.BusyAware(raw))
 	if ctx.Err() == nil { // a cancelled dial says nothing about the journal
 		c.log.set(err)
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/backoff"
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -277,7 +277,7 @@ func (r *batchRun) send() error {
 				// jitter; the backoff does not grow.
 				busyRounds++
 				attempt--
-				ra := min(unreachable.Busy().RetryAfter, wire.MaxBusyRetryAfter)
+				ra := min(unreachable.Busy().RetryAfter, transport.MaxBusyRetryAfter)
 				draw := r.a.env.Jitter
 				if draw == nil {
 					draw = rand.N[time.Duration]

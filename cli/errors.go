@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/pact-hpc/pact/internal/apierr"
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 )
 
 // UsageError reports everything wrong with a command line, found before
@@ -84,7 +84,7 @@ type Attempt struct {
 }
 
 func (a Attempt) reason() string {
-	var busy *wire.BusyError
+	var busy *transport.BusyError
 	if errors.As(a.Handshake, &busy) {
 		return fmt.Sprintf("busy (boot storm?); it asked to retry after %s", seconds(busy.RetryAfter))
 	}
@@ -126,10 +126,10 @@ func (e *UnreachableError) Error() string {
 
 // Busy is the shortest retry-after when every journal answered busy (a
 // boot storm saturating their TLS handshakes), nil otherwise.
-func (e *UnreachableError) Busy() *wire.BusyError {
-	var soonest *wire.BusyError
+func (e *UnreachableError) Busy() *transport.BusyError {
+	var soonest *transport.BusyError
 	for _, at := range e.Attempts {
-		var busy *wire.BusyError
+		var busy *transport.BusyError
 		if !errors.As(at.Handshake, &busy) {
 			return nil
 		}

@@ -21,7 +21,7 @@ import (
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/logkey"
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -92,7 +92,7 @@ type RotatorConfig struct {
 	// DialOptions are added to every channel's.
 	DialOptions []grpc.DialOption
 	// KeyExchange is the TLS key exchange every channel offers.
-	KeyExchange wire.KeyExchange
+	KeyExchange transport.KeyExchange
 
 	// Clock is the time TLS verification and the skew check use.
 	Clock  clock.Clock
@@ -308,7 +308,7 @@ func (r *Rotator) swap(ctx context.Context, id *Identity, started time.Time) err
 	}
 	if err := r.check(ctx, ch); err != nil {
 		ch.close()
-		var busy *wire.BusyError
+		var busy *transport.BusyError
 		if errors.As(err, &busy) {
 			r.stay(target)
 		}
@@ -354,7 +354,7 @@ func (r *Rotator) target(active *Channel) string {
 }
 
 // stay makes the next new channel go to target again: it answered busy
-// (internal/wire) and named when to come back, and coming back there keeps
+// (internal/transport) and named when to come back, and coming back there keeps
 // the place its reservation schedule gave this node. The caller waits.
 func (r *Rotator) stay(target string) {
 	r.mu.Lock()
@@ -370,7 +370,7 @@ func (r *Rotator) stay(target string) {
 func (r *Rotator) dial(id *Identity, target string) (*Channel, error) {
 	ch := &Channel{id: id, target: target, done: make(chan struct{}), first: make(chan struct{})}
 	ch.creds = NewClientCredentials(r.cfg.KeyExchange.Apply(ClientTLSConfig(r.cfg.Roots, id, r.cfg.Clock.Now)))
-	opts := append(wire.ClientOptions(),
+	opts := append(transport.ClientOptions(),
 		grpc.WithTransportCredentials(ch.creds),
 		grpc.WithChainUnaryInterceptor(ch.countCalls))
 	opts = append(opts, r.cfg.DialOptions...)
@@ -794,9 +794,9 @@ func NewClientCredentials(cfg *tls.Config) *ClientCredentials {
 }
 
 // ClientHandshake performs the TLS handshake and records its outcome. A
-// journal's busy answer (internal/wire) ends it with a *wire.BusyError.
+// journal's busy answer (internal/transport) ends it with a *transport.BusyError.
 func (c *ClientCredentials) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, wire.BusyAware(raw))
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, transport.BusyAware(raw))
 	c.rec.mu.Lock()
 	c.rec.err = err
 	c.rec.mu.Unlock()

@@ -152,7 +152,7 @@ func batchCluster(t *testing.T) *journaltest.Cluster {
 		// No liveness digest writes into the log while the test counts.
 		cfgs[i].DigestInterval = time.Hour
 		cfgs[i].TakeoverWindow = 2 * time.Hour
-		cfgs[i].HeartbeatTimeout = 2 * time.Hour
+		cfgs[i].NodeLivenessTimeout = 2 * time.Hour
 		// An election in the middle (a loaded machine missing 300ms
 		// heartbeats) would refuse the enrollments NO_LEADER.
 		cfgs[i].RaftTimeout = 3 * time.Second

@@ -14,7 +14,7 @@ import (
 
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/internal/apierr"
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -41,7 +41,7 @@ func clientHello(t *testing.T, serverName string) []byte {
 
 // A journal whose handshake slots are all taken answers a new client busy,
 // before any cryptography: pact's client credentials turn the answer into
-// a *wire.BusyError carrying the retry-after (and apierr sees it), a plain
+// a *transport.BusyError carrying the retry-after (and apierr sees it), a plain
 // TLS client fails at once on a record that is no TLS, and the journal
 // counts the answers.
 func TestSaturatedJournalAnswersBusy(t *testing.T) {
@@ -79,9 +79,9 @@ func TestSaturatedJournalAnswersBusy(t *testing.T) {
 	defer cancel()
 	_, err = pactv1.NewEnrollmentServiceClient(conn).Ping(ctx, &pactv1.PingRequest{})
 	err = creds.Explain(err)
-	var busy *wire.BusyError
+	var busy *transport.BusyError
 	if !errors.As(err, &busy) {
-		t.Fatalf("Ping at a saturated journal: %v, want a *wire.BusyError", err)
+		t.Fatalf("Ping at a saturated journal: %v, want a *transport.BusyError", err)
 	}
 	if busy.RetryAfter < 100*time.Millisecond || busy.RetryAfter > 120*time.Millisecond {
 		t.Errorf("retry-after %v, want 100-120ms", busy.RetryAfter)
@@ -103,7 +103,7 @@ func TestSaturatedJournalAnswersBusy(t *testing.T) {
 	}
 	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	line, err := io.ReadAll(c)
-	if _, perr := wire.ParseBusy(line); err != nil || perr != nil {
+	if _, perr := transport.ParseBusy(line); err != nil || perr != nil {
 		t.Fatalf("raw answer %q (%v): %v", line, err, perr)
 	}
 	if m := `pact_journal_connections_busy_total{port="grpc"} 3`; !strings.Contains(scrape(t, h), m) {

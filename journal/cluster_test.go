@@ -440,7 +440,7 @@ func TestCutOffJournalGivesNoFinalRefusal(t *testing.T) {
 		// however slow the restarts below are.
 		cfgs[i].DigestInterval = 5 * time.Minute
 		cfgs[i].TakeoverWindow = 10 * time.Minute
-		cfgs[i].HeartbeatTimeout = 10 * time.Minute
+		cfgs[i].NodeLivenessTimeout = 10 * time.Minute
 	}
 	c := journaltest.StartCluster(t, root, cfgs)
 	leader := c.Leader(t)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/pki"
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/connlimit"
 	"github.com/pact-hpc/pact/journal/ratelimit"
@@ -74,9 +74,12 @@ type Config struct {
 	// RaftSnapshotThreshold and RaftTrailingLogs tune log compaction.
 	RaftSnapshotThreshold uint64
 	RaftTrailingLogs      uint64
-	// HeartbeatTimeout is how long an Active node may go unseen (no stream
-	// on any journal) before the leader marks it Inactive.
-	HeartbeatTimeout time.Duration
+	// NodeLivenessTimeout is how long an Active node may go unseen (no
+	// Subscribe stream from its agent on any journal) before the leader
+	// marks it Inactive. It is node liveness, not Raft's heartbeat (that
+	// is RaftTimeout); operators set it as --heartbeat-timeout,
+	// PACT_HEARTBEAT_TIMEOUT or heartbeat-timeout in the file.
+	NodeLivenessTimeout time.Duration
 	// TakeoverWindow is how long an Active node must have gone unseen
 	// before a fresh Enroll from its hardware (a reboot that lost the key)
 	// may replace its certificate.
@@ -129,8 +132,8 @@ type Config struct {
 	// fsync: a slow disk must not make the leader flap.
 	RaftWriteTimeout time.Duration
 	// KeyExchange is the TLS key exchange the gRPC listener prefers
-	// (internal/wire: X25519 by default, or the post-quantum hybrid).
-	KeyExchange wire.KeyExchange
+	// (internal/transport: X25519 by default, or the post-quantum hybrid).
+	KeyExchange transport.KeyExchange
 	// OperatorLifetime is the validity of an operator credential issued
 	// through the journal (pact admin issue/renew) when none is asked for;
 	// MaxOperatorLifetime caps what may be asked.
@@ -226,7 +229,7 @@ func DefaultConfig() Config {
 		StreamRecheckInterval:    30 * time.Second,
 		RateLimit:                ratelimit.DefaultConfig(),
 		TPMChallenges:            tpmchallenge.DefaultConfig(),
-		HeartbeatTimeout:         5 * time.Minute,
+		NodeLivenessTimeout:      5 * time.Minute,
 		OperatorLifetime:         ca.DefaultOperatorLifetime,
 		MaxOperatorLifetime:      90 * 24 * time.Hour,
 		RetireGrace:              15 * time.Minute,
@@ -236,7 +239,7 @@ func DefaultConfig() Config {
 		RaftSnapshotThreshold:    8192,
 		RaftTrailingLogs:         10240,
 		RaftWriteTimeout:         DefaultRaftWriteTimeout,
-		KeyExchange:              wire.Classical,
+		KeyExchange:              transport.Classical,
 		Connections:              connlimit.DefaultConfig(),
 		IdleTimeout:              5 * time.Minute,
 		MaxStreamsPerCert:        3,
@@ -340,8 +343,8 @@ func (c Config) Validate() error {
 	if c.TakeoverWindow < 2*c.DigestInterval {
 		errs = append(errs, fmt.Errorf("journal: takeover window %v must be at least twice the digest interval %v, or a streaming node could be taken over", c.TakeoverWindow, c.DigestInterval))
 	}
-	if c.HeartbeatTimeout < c.TakeoverWindow {
-		errs = append(errs, fmt.Errorf("journal: heartbeat timeout %v must not be shorter than the takeover window %v", c.HeartbeatTimeout, c.TakeoverWindow))
+	if c.NodeLivenessTimeout < c.TakeoverWindow {
+		errs = append(errs, fmt.Errorf("journal: heartbeat timeout %v must not be shorter than the takeover window %v", c.NodeLivenessTimeout, c.TakeoverWindow))
 	}
 	if err := c.KeyExchange.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("journal: %w", err))

@@ -28,7 +28,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/connlimit"
 	"github.com/pact-hpc/pact/journal/ratelimit"
@@ -331,7 +331,7 @@ func (j *Journal) startRaft(ctx context.Context) error {
 	if t := j.cfg.RaftTimeout; t > 0 {
 		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = t, t, t
 	}
-	addr, transport, err := j.raftTransport()
+	addr, raftTrans, err := j.raftTransport()
 	if err != nil {
 		store.Close()
 		return err
@@ -361,7 +361,7 @@ func (j *Journal) startRaft(ctx context.Context) error {
 		}
 		if qerr != nil {
 			store.Close()
-			if c, ok := transport.(raft.WithClose); ok {
+			if c, ok := raftTrans.(raft.WithClose); ok {
 				_ = c.Close()
 			}
 			if freshStore && errors.Is(qerr, ErrBootstrapRefused) {
@@ -380,7 +380,7 @@ func (j *Journal) startRaft(ctx context.Context) error {
 				cfg.Servers = append(cfg.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr), Suffrage: raft.Voter})
 			}
 		}
-		if err := raft.BootstrapCluster(rc, store, store, snaps, transport, cfg); err != nil {
+		if err := raft.BootstrapCluster(rc, store, store, snaps, raftTrans, cfg); err != nil {
 			store.Close()
 			return fmt.Errorf("journal: bootstrap raft: %w", err)
 		}
@@ -407,9 +407,9 @@ func (j *Journal) startRaft(ctx context.Context) error {
 	}
 	j.logs = logs
 	if j.netTrans != nil {
-		transport = fencedTransport{NetworkTransport: j.netTrans, fenced: &j.watchdog.fenced, severed: &j.raftSevered}
+		raftTrans = fencedTransport{NetworkTransport: j.netTrans, fenced: &j.watchdog.fenced, severed: &j.raftSevered}
 	}
-	r, err := raft.NewRaft(rc, &signalingFSM{FSM: j.fsm, signal: &j.appliedSignal, beforeApply: &j.beforeApply}, logs, watched, snaps, transport)
+	r, err := raft.NewRaft(rc, &signalingFSM{FSM: j.fsm, signal: &j.appliedSignal, beforeApply: &j.beforeApply}, logs, watched, snaps, raftTrans)
 	if err != nil {
 		store.Close()
 		return fmt.Errorf("journal: start raft: %w", err)
@@ -783,7 +783,7 @@ func (j *Journal) newGRPCServer() *grpc.Server {
 		// connection would be sealed, sent and thrown away.
 		SessionTicketsDisabled: true,
 	}
-	s := grpc.NewServer(append(wire.ServerOptions(),
+	s := grpc.NewServer(append(transport.ServerOptions(),
 		// A refused client chain gets its alert (handshake.go); the
 		// connection limits apply first (limits.go).
 		grpc.Creds(refusingCreds{&limitedCreds{TransportCredentials: credentials.NewTLS(j.cfg.KeyExchange.Apply(tlsCfg)), lim: j.conns}, func(err error) { j.countHandshakeRefused("grpc", err) }}),

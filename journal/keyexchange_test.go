@@ -4,7 +4,7 @@ import (
 	"crypto/tls"
 	"testing"
 
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/journaltest"
 )
 
@@ -14,16 +14,16 @@ import (
 func TestKeyExchange(t *testing.T) {
 	tests := []struct {
 		name    string
-		journal wire.KeyExchange
+		journal transport.KeyExchange
 		client  []tls.CurveID // nil: Go's default offer
 		want    tls.CurveID
 	}{
-		{"default journal, Go-default client", wire.Classical, nil, tls.X25519},
-		{"default journal, agent default", wire.Classical, wire.Classical.Curves(), tls.X25519},
-		{"default journal, hybrid agent", wire.Classical, wire.Hybrid.Curves(), tls.X25519},
-		{"hybrid journal, Go-default client", wire.Hybrid, nil, tls.X25519MLKEM768},
-		{"hybrid journal, hybrid agent", wire.Hybrid, wire.Hybrid.Curves(), tls.X25519MLKEM768},
-		{"hybrid journal, agent default", wire.Hybrid, wire.Classical.Curves(), tls.X25519},
+		{"default journal, Go-default client", transport.Classical, nil, tls.X25519},
+		{"default journal, agent default", transport.Classical, transport.Classical.Curves(), tls.X25519},
+		{"default journal, hybrid agent", transport.Classical, transport.Hybrid.Curves(), tls.X25519},
+		{"hybrid journal, Go-default client", transport.Hybrid, nil, tls.X25519MLKEM768},
+		{"hybrid journal, hybrid agent", transport.Hybrid, transport.Hybrid.Curves(), tls.X25519MLKEM768},
+		{"hybrid journal, agent default", transport.Hybrid, transport.Classical.Curves(), tls.X25519},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -658,17 +658,17 @@ func TestTakeoverRetryAtTheRetryAfter(t *testing.T) {
 
 func TestLivenessInactiveAndBack(t *testing.T) {
 	e := newEnv(t)
-	timeout, digest := e.cfg.HeartbeatTimeout, e.cfg.DigestInterval
+	timeout, digest := e.cfg.NodeLivenessTimeout, e.cfg.DigestInterval
 	a := e.activate(t, "n1", "SN1", mac1)
 	enrolledAt := e.node(t, "n1").GetLastSeenUnixNano()
 	if enrolledAt != e.now() {
 		t.Fatalf("last_seen after enrollment %d, want the enrollment time %d", enrolledAt, e.now())
 	}
 
-	// A second short of the heartbeat timeout nothing happens...
+	// A second short of the node liveness timeout nothing happens...
 	e.tick(t, timeout-time.Second)
 	if n := e.node(t, "n1"); n.GetState() != stActive || n.GetLastSeenUnixNano() != enrolledAt {
-		t.Fatalf("%s short of the heartbeat timeout: %v last_seen %d, want active, seen at enrollment", timeout-time.Second, n.GetState(), n.GetLastSeenUnixNano())
+		t.Fatalf("%s short of the node liveness timeout: %v last_seen %d, want active, seen at enrollment", timeout-time.Second, n.GetState(), n.GetLastSeenUnixNano())
 	}
 	// ...at the next check, past it, the leader marks the node Inactive.
 	e.tick(t, digest)
@@ -693,7 +693,7 @@ func TestLivenessInactiveAndBack(t *testing.T) {
 	}
 
 	// While it streams, every digest moves last_seen and it stays Active
-	// well past the heartbeat timeout.
+	// well past the node liveness timeout.
 	for elapsed := time.Duration(0); elapsed <= timeout+time.Minute; elapsed += time.Minute {
 		e.tick(t, time.Minute)
 		now := e.now()
@@ -704,7 +704,7 @@ func TestLivenessInactiveAndBack(t *testing.T) {
 	}
 	w.quiet(t)
 
-	// The stream goes; a heartbeat timeout later the node is Inactive.
+	// The stream goes; a node liveness timeout later the node is Inactive.
 	w.close(t, e)
 	e.tick(t, timeout+time.Second)
 	e.waitState(t, "n1", stInactive)
@@ -807,7 +807,7 @@ func TestDecommissionWithoutForce(t *testing.T) {
 		}},
 		{"inactive", func(t *testing.T, e *env, node, bmc, mac string) {
 			e.activate(t, node, bmc, mac)
-			e.tick(t, e.cfg.HeartbeatTimeout+time.Second)
+			e.tick(t, e.cfg.NodeLivenessTimeout+time.Second)
 			e.waitState(t, node, stInactive)
 		}},
 	}
@@ -1237,7 +1237,7 @@ func TestRegisterNodesBatch(t *testing.T) {
 func TestListNodesFilters(t *testing.T) {
 	e := newEnv(t)
 	e.activate(t, "i1", "", mac(0x11))
-	e.tick(t, e.cfg.HeartbeatTimeout+time.Second)
+	e.tick(t, e.cfg.NodeLivenessTimeout+time.Second)
 	e.waitState(t, "i1", stInactive)
 	e.register(t, "r1", "", mac(0x12))
 	e.registerIn(t, "r2", "vc1", "", mac(0x13))
@@ -1423,7 +1423,7 @@ func TestAuditTrail(t *testing.T) {
 	})
 
 	// The journal's own changes: inactive, then active on the stream.
-	e.tick(t, e.cfg.HeartbeatTimeout+time.Second)
+	e.tick(t, e.cfg.NodeLivenessTimeout+time.Second)
 	e.waitState(t, "n1", stInactive)
 	wants = append(wants, want{action: "inactive", actor: journalActor, source: "*", corr: "*"})
 	w := e.subscribe(t, a)

@@ -12,7 +12,7 @@ import (
 
 // livenessLoop runs every DigestInterval: this journal reports the nodes
 // whose streams it holds (one Raft write, however many nodes), and the
-// leader marks Active nodes nobody has seen for HeartbeatTimeout Inactive.
+// leader marks Active nodes nobody has seen for NodeLivenessTimeout Inactive.
 func (j *Journal) livenessLoop() {
 	for {
 		t := j.cfg.Clock.NewTimer(j.cfg.DigestInterval)
@@ -41,7 +41,7 @@ func (j *Journal) livenessTick() {
 	if j.raft.State() != raft.Leader {
 		return
 	}
-	cutoff := j.cfg.Clock.Now().Add(-j.cfg.HeartbeatTimeout).UnixNano()
+	cutoff := j.cfg.Clock.Now().Add(-j.cfg.NodeLivenessTimeout).UnixNano()
 	var stale []string
 	for id, seen := range j.fsm.ActiveLastSeen() {
 		if seen < cutoff {
@@ -59,5 +59,5 @@ func (j *Journal) livenessTick() {
 		j.log.Warn("marking nodes inactive failed", logkey.Err, err, logkey.Nodes, len(stale))
 		return
 	}
-	j.log.Info("nodes without a stream for the heartbeat timeout marked inactive", logkey.Nodes, len(stale), logkey.Timeout, j.cfg.HeartbeatTimeout)
+	j.log.Info("nodes without a stream for the heartbeat timeout marked inactive", logkey.Nodes, len(stale), logkey.Timeout, j.cfg.NodeLivenessTimeout)
 }

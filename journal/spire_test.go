@@ -445,7 +445,7 @@ func TestSVIDLiveness(t *testing.T) {
 		t.Errorf("streaming SVID node is %v", n.GetState())
 	}
 	w.close(t, e.env)
-	e.tick(t, e.cfg.HeartbeatTimeout+e.cfg.DigestInterval)
+	e.tick(t, e.cfg.NodeLivenessTimeout+e.cfg.DigestInterval)
 	e.waitState(t, "n1", stInactive)
 
 	w = e.subscribe(t, s.agent("n1"))

@@ -115,9 +115,9 @@ func (g *commandGen) newCert(id string, notAfter int64) *pactv1.CertificateInfo 
 	return raftfsmtest.Cert(fmt.Sprintf("c-%d", g.serial), spki, notAfter)
 }
 
-// heartbeat is the generator's liveness timeout: takeovers and
-// mark-inactive commands use now-heartbeat as their cutoff.
-const heartbeat = 3 * hour
+// livenessTimeout is the generator's node liveness timeout: takeovers and
+// mark-inactive commands use now-livenessTimeout as their cutoff.
+const livenessTimeout = 3 * hour
 
 func (g *commandGen) vcluster() string {
 	if g.r.Intn(4) == 0 {
@@ -179,8 +179,8 @@ func (g *commandGen) next() *pactv1.Command {
 		c := g.newCert(id, nowUnix+3*day)
 		if n.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE && g.r.Intn(2) == 0 {
 			// A rebooted node enrolls again; the journal saw no stream
-			// from it within the heartbeat (or thinks so).
-			return p.ActivateTakeover(id, reported, c, g.now-heartbeat*1e9)
+			// from it within the liveness timeout (or thinks so).
+			return p.ActivateTakeover(id, reported, c, g.now-livenessTimeout*1e9)
 		}
 		return p.Activate(id, reported, c)
 	case k < 62:
@@ -226,7 +226,7 @@ func (g *commandGen) next() *pactv1.Command {
 				ids = append(ids, id)
 			}
 		}
-		return p.MarkInactive(g.now-heartbeat*1e9, ids...)
+		return p.MarkInactive(g.now-livenessTimeout*1e9, ids...)
 	}
 }
 

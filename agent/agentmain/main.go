@@ -16,12 +16,12 @@ import (
 
 	"github.com/pact-hpc/pact/agent"
 	"github.com/pact-hpc/pact/agent/hwinfo"
-	"github.com/pact-hpc/pact/internal/cmdutil"
+	"github.com/pact-hpc/pact/internal/cmdline"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/sdnotify"
 	"github.com/pact-hpc/pact/internal/settings"
+	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/internal/version"
-	"github.com/pact-hpc/pact/internal/wire"
 )
 
 const agentUsage = `pact-agent gives this node its identity: it reads the node's hardware
@@ -93,7 +93,7 @@ Flags:
 // Settings declares every setting of pact-agent over cfg (whose values are
 // the defaults) and log. The names are the flags and the keys of the
 // configuration file; configFile receives --config.
-func Settings(cfg *agent.Config, log *cmdutil.Logging, configFile *string) *settings.Set {
+func Settings(cfg *agent.Config, log *cmdline.Logging, configFile *string) *settings.Set {
 	s := settings.New("pact-agent")
 	s.ConfigFile(configFile, "config", "PACT_AGENT_CONFIG", "YAML configuration file: the settings below by name, e.g. \"ca: /etc/pact/ca.pem\"; flags and variables win over it")
 	s.List(&cfg.JournalAddrs, "journal", "PACT_JOURNAL", "comma-separated journal addresses host:port (the agent starts at one picked at random and tries the others in turn)")
@@ -114,7 +114,7 @@ func Settings(cfg *agent.Config, log *cmdutil.Logging, configFile *string) *sett
 	s.String(&cfg.KeyOut, "key-out", "PACT_AGENT_KEY_OUT", "also write the private key to this file, mode 0600; it MUST be on a tmpfs (e.g. /run/pact/key.pem): the agent refuses any other filesystem")
 	kx := cfg.KeyExchange
 	s.Func("key-exchange", "PACT_KEY_EXCHANGE", "TLS key exchange offered to journals: x25519, or x25519mlkem768 for the post-quantum hybrid", "string", string(kx),
-		func(v string) (err error) { cfg.KeyExchange, err = wire.ParseKeyExchange(v); return err },
+		func(v string) (err error) { cfg.KeyExchange, err = transport.ParseKeyExchange(v); return err },
 		func() { cfg.KeyExchange = kx })
 	s.Duration(&cfg.MaxClockSkew, "max-clock-skew", "PACT_AGENT_MAX_CLOCK_SKEW", "how far this node's clock may be from a journal's (as its Ping answers) before a new channel fails its health check with reason clock_skew, where the clock is not bridged")
 	s.Duration(&cfg.ClockBridge, "clock-bridge", "PACT_AGENT_CLOCK_BRIDGE", "how far off this node's clock may be and still be bridged with the journal's time (a warning and pact_agent_clock_skew_seconds); beyond it the agent refuses with reason clock_skew; 0 disables bridging")
@@ -169,15 +169,15 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 		return tpmEKMain(args[1:], env, stdout, stderr)
 	}
 	cfg := defaultConfig(env)
-	var log cmdutil.Logging
+	var log cmdline.Logging
 	var configFile string
 	s := Settings(&cfg, &log, &configFile)
 	fs := newFlagSet(s)
 	fs.SetOutput(stderr)
 	showVersion := fs.Bool("version", false, "print pact-agent's version and exit")
 	check := fs.Bool("check-config", false, "check the settings (file, environment and flags) and exit: 0 if pact-agent would start with them; 2, with every problem, if not")
-	cmdutil.SetUsage(fs, s, agentUsage)
-	if code, ok := cmdutil.Parse(s, fs, args, env); !ok {
+	cmdline.SetUsage(fs, s, agentUsage)
+	if code, ok := cmdline.Parse(s, fs, args, env); !ok {
 		return code
 	}
 	if *showVersion {
@@ -191,7 +191,7 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	}
 	cfg.Logger = logger
 	if err := cfg.Validate(); err != nil {
-		cmdutil.ReportProblems(stderr, "pact-agent", err)
+		cmdline.ReportProblems(stderr, "pact-agent", err)
 		return agent.ExitUsage
 	}
 	if *check {

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/agent"
-	"github.com/pact-hpc/pact/internal/cmdutil"
+	"github.com/pact-hpc/pact/internal/cmdline"
 	"github.com/pact-hpc/pact/internal/settings"
 	"github.com/pact-hpc/pact/internal/settings/settingstest"
 	"github.com/pact-hpc/pact/journal/journaltest"
@@ -33,10 +33,10 @@ func comparable(c agent.Config) agent.Config {
 	return c
 }
 
-func resolve(t *testing.T, args []string, env map[string]string) (agent.Config, cmdutil.Logging, error) {
+func resolve(t *testing.T, args []string, env map[string]string) (agent.Config, cmdline.Logging, error) {
 	t.Helper()
 	cfg := agent.DefaultConfig()
-	var log cmdutil.Logging
+	var log cmdline.Logging
 	var file string
 	s := Settings(&cfg, &log, &file)
 	fs := newFlagSet(s)
@@ -73,13 +73,13 @@ var samples = map[string]string{
 // and as a key of the file, each changing the configuration.
 func TestEverySettingThreeWays(t *testing.T) {
 	var cfg agent.Config
-	var log cmdutil.Logging
+	var log cmdline.Logging
 	var file string
 	settingstest.EveryWay(t, Settings(&cfg, &log, &file), samples, func(t *testing.T, args []string, env map[string]string) (any, error) {
 		cfg, log, err := resolve(t, args, env)
 		return struct {
 			Config  agent.Config
-			Logging cmdutil.Logging
+			Logging cmdline.Logging
 		}{cfg, log}, err
 	})
 }
@@ -190,7 +190,7 @@ func TestLibraryParsesNoFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, forbidden := range []string{"flag", "github.com/pact-hpc/pact/internal/settings", "github.com/pact-hpc/pact/internal/cmdutil"} {
+	for _, forbidden := range []string{"flag", "github.com/pact-hpc/pact/internal/settings", "github.com/pact-hpc/pact/internal/cmdline"} {
 		if slices.Contains(pkg.Imports, forbidden) {
 			t.Errorf("package agent imports %s; flag parsing belongs in agent/agentmain", forbidden)
 		}

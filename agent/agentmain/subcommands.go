@@ -13,7 +13,7 @@ import (
 
 	"github.com/pact-hpc/pact/agent"
 	"github.com/pact-hpc/pact/agent/tpm"
-	"github.com/pact-hpc/pact/internal/cmdutil"
+	"github.com/pact-hpc/pact/internal/cmdline"
 	"github.com/pact-hpc/pact/internal/settings"
 	"github.com/pact-hpc/pact/internal/tpmattest"
 )
@@ -22,11 +22,11 @@ import (
 func statusMain(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	socket := defaultStatusSocket(getuid(), env)
 	var output *string
-	s, fs := cmdutil.Subcommand("pact-agent status", statusUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
+	s, fs := cmdline.Subcommand("pact-agent status", statusUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
 		s.String(&socket, "status-socket", "PACT_AGENT_STATUS_SOCKET", "the agent's status socket")
 		output = fs.String("o", "table", "output format: table or json")
 	})
-	if code, ok := cmdutil.Parse(s, fs, args, env); !ok {
+	if code, ok := cmdline.Parse(s, fs, args, env); !ok {
 		return code
 	}
 	if *output != "table" && *output != "json" {
@@ -104,11 +104,11 @@ Flags:
 func tpmEKMain(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	device := tpm.DefaultDevice
 	var output *string
-	s, fs := cmdutil.Subcommand("pact-agent tpm-ek", tpmEKUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
+	s, fs := cmdline.Subcommand("pact-agent tpm-ek", tpmEKUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
 		s.String(&device, "tpm-device", "PACT_AGENT_TPM_DEVICE", "TPM device, or unix:PATH for a software TPM")
 		output = fs.String("o", "text", "text or json")
 	})
-	if code, ok := cmdutil.Parse(s, fs, args, env); !ok {
+	if code, ok := cmdline.Parse(s, fs, args, env); !ok {
 		return code
 	}
 	if *output != "text" && *output != "json" {

@@ -18,20 +18,21 @@ import (
 // The liveness scenario checks the liveness digests under partitions: a
 // node whose Subscribe stream is up on a journal that reaches the leader
 // must never be marked Inactive. Its nodes stream and do nothing else (the
-// registry workload's nodes never stream, so with the short heartbeat
-// timeout this scenario needs they would all go Inactive, a transition the
-// registry model does not have); each node keeps its stream on one
-// journal, as an agent does while that journal answers it, so a node on a
-// journal cut off from the others is not reported and is, rightly, marked
-// Inactive once the heartbeat timeout has passed.
+// registry workload's nodes never stream, so with the short node liveness
+// timeout (--heartbeat-timeout) this scenario needs they would all go
+// Inactive, a transition the registry model does not have); each node
+// keeps its stream on one journal, as an agent does while that journal
+// answers it, so a node on a journal cut off from the others is not
+// reported and is, rightly, marked Inactive once the node liveness timeout
+// has passed.
 
 // Liveness timing given to the journals of the liveness scenario: a
 // leader elected after a kill (about 3 s here) leaves several digests
 // inside the timeout.
 const (
-	livenessHeartbeat = 8 * time.Second
-	livenessDigest    = time.Second
-	livenessNodes     = 12
+	livenessTimeout = 8 * time.Second
+	livenessDigest  = time.Second
+	livenessNodes   = 12
 )
 
 // StreamSession is one Subscribe stream: open (the first message
@@ -54,9 +55,9 @@ type LivenessMark struct {
 type LivenessResult struct {
 	Sessions []StreamSession
 	Marks    []LivenessMark
-	// Heartbeat and Digest are the journals' --heartbeat-timeout and
-	// --digest-interval.
-	Heartbeat, Digest time.Duration
+	// Timeout and Digest are the journals' node liveness timeout
+	// (--heartbeat-timeout) and --digest-interval.
+	Timeout, Digest time.Duration
 }
 
 // unhealthy reports whether journal j could not reach the leader at some
@@ -81,7 +82,7 @@ func unhealthy(faults []Fault, cutoff map[int][]string, j string, from, to int64
 }
 
 // CheckLiveness: no node was marked Inactive while its stream had been up,
-// for the whole heartbeat timeout but two digest intervals before the
+// for the whole node liveness timeout but two digest intervals before the
 // mark, on a journal that could reach the leader throughout that time.
 // cutoff lists, per fault (by index), the journals it cut off, killed or
 // froze.
@@ -93,9 +94,9 @@ func CheckLiveness(l *LivenessResult, faults []Fault, cutoff map[int][]string) (
 			continue
 		}
 		c.Checked++
-		from := m.At - int64(l.Heartbeat)
+		from := m.At - int64(l.Timeout)
 		for _, s := range l.Sessions {
-			if s.Node != m.Node || s.Up > m.At-int64(l.Heartbeat-2*l.Digest) || (s.Down != 0 && s.Down < m.At) {
+			if s.Node != m.Node || s.Up > m.At-int64(l.Timeout-2*l.Digest) || (s.Down != 0 && s.Down < m.At) {
 				continue
 			}
 			if unhealthy(faults, cutoff, s.Journal, from, m.At) {
@@ -103,7 +104,7 @@ func CheckLiveness(l *LivenessResult, faults []Fault, cutoff map[int][]string) (
 				continue
 			}
 			c.fail("node %s marked Inactive at %.1fs (index %d) although its stream was up on %s from %.1fs to %s, and %s reached the leader throughout the %v before",
-				m.Node, float64(m.At)/1e9, m.Index, s.Journal, float64(s.Up)/1e9, downString(s.Down), s.Journal, l.Heartbeat)
+				m.Node, float64(m.At)/1e9, m.Index, s.Journal, float64(s.Up)/1e9, downString(s.Down), s.Journal, l.Timeout)
 		}
 	}
 	return c, rightly
@@ -129,7 +130,7 @@ type streamer struct {
 func runLiveness(sc Scenario, opts Options, seed uint64, res *ScenarioResult, logf func(string, ...any)) {
 	wl := DefaultWorkload()
 	sc.Extra = append(append([]string{}, sc.Extra...),
-		"--heartbeat-timeout", livenessHeartbeat.String(), "--digest-interval", livenessDigest.String(), "--takeover-window", livenessHeartbeat.String())
+		"--heartbeat-timeout", livenessTimeout.String(), "--digest-interval", livenessDigest.String(), "--takeover-window", livenessTimeout.String())
 	q, err := newQuorum(sc, opts, &wl, res)
 	if err != nil {
 		res.Err = err
@@ -182,7 +183,7 @@ func runLiveness(sc Scenario, opts Options, seed uint64, res *ScenarioResult, lo
 	}
 	stopWatch := sync.OnceFunc(func() { res.Leaders = watch.Stop() })
 	defer stopWatch()
-	lr := &LivenessResult{Heartbeat: livenessHeartbeat, Digest: livenessDigest}
+	lr := &LivenessResult{Timeout: livenessTimeout, Digest: livenessDigest}
 	var mu sync.Mutex
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -220,7 +221,7 @@ func runLiveness(sc Scenario, opts Options, seed uint64, res *ScenarioResult, lo
 		res.Err = fmt.Errorf("fault injection: %w", err)
 	}
 	logf("healed after %d faults; streams stay up one more heartbeat timeout", len(res.Faults))
-	time.Sleep(livenessHeartbeat + 2*livenessDigest)
+	time.Sleep(livenessTimeout + 2*livenessDigest)
 	close(stop)
 	wg.Wait()
 	stopWatch()
@@ -257,7 +258,7 @@ func runLiveness(sc Scenario, opts Options, seed uint64, res *ScenarioResult, lo
 		}
 	}
 	check.Note = fmt.Sprintf("%d stream sessions of %d nodes; %d marked Inactive (%d while streaming to a journal cut off from the leader), %d Active again by a digest; heartbeat timeout %v, digest interval %v",
-		len(lr.Sessions), livenessNodes, inactive, rightly, active, livenessHeartbeat, livenessDigest)
+		len(lr.Sessions), livenessNodes, inactive, rightly, active, livenessTimeout, livenessDigest)
 	res.LivenessRightly = rightly
 	res.Checks = []Check{check, CheckIdentical(states, diff)}
 	var b []byte
@@ -369,7 +370,7 @@ func (s *streamer) session(q Quorum, h *History, stop <-chan struct{}, report fu
 }
 
 // livenessPartition cuts one journal (the leader half the time) off the
-// others for longer than the heartbeat timeout, or kills the leader and
+// others for longer than the node liveness timeout, or kills the leader and
 // restarts it; it records which journals each fault cut off.
 func livenessPartition(e *Env) error {
 	for e.sleep(e.between(2*time.Second, 4*time.Second)) {
@@ -400,7 +401,7 @@ func livenessPartition(e *Env) error {
 		}
 		k := e.addFault("partition", names(e.Q, minor)+"|"+names(e.Q, major))
 		e.cutOff(k, minor...)
-		time.Sleep(e.between(livenessHeartbeat+2*time.Second, livenessHeartbeat+5*time.Second))
+		time.Sleep(e.between(livenessTimeout+2*time.Second, livenessTimeout+5*time.Second))
 		if err := e.uncut(); err != nil {
 			return err
 		}

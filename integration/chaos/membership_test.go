@@ -92,7 +92,7 @@ func TestMembershipEvidence(t *testing.T) {
 // that reached the leader, and accepts one streaming to a cut-off journal.
 func TestCheckLiveness(t *testing.T) {
 	s := int64(time.Second)
-	l := &LivenessResult{Heartbeat: 8 * time.Second, Digest: time.Second,
+	l := &LivenessResult{Timeout: 8 * time.Second, Digest: time.Second,
 		Sessions: []StreamSession{
 			{Node: "s00", Journal: "j1", Up: 1 * s},               // open to the end
 			{Node: "s01", Journal: "j2", Up: 1 * s, Down: 40 * s}, // covers the mark
@@ -119,7 +119,7 @@ func TestCheckLiveness(t *testing.T) {
 	if c, rightly := CheckLiveness(l, faults, cut); !c.OK() || rightly != 2 {
 		t.Fatalf("violations %q, rightly %d; want none, 2", c.Violations, rightly)
 	}
-	// A cut that healed before the heartbeat timeout's window does not excuse it.
+	// A cut that healed before the node liveness timeout's window does not excuse it.
 	faults[0].Healed = 20 * s
 	if c, _ := CheckLiveness(l, faults, cut); len(c.Violations) != 2 {
 		t.Fatalf("violations %q; want s00 and s01", c.Violations)

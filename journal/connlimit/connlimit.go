@@ -18,7 +18,7 @@
 // be served within HandshakeQueueWait even at the fastest handshake rate
 // this limiter has measured in the last minute, or its wait runs out) is
 // answered busy: a short line
-// naming when to come back (internal/wire), written before any
+// naming when to come back (internal/transport), written before any
 // cryptography, from a reservation schedule that spreads the returns at
 // the rate the journal serves them. A client told to wait holds nothing on
 // the journal.
@@ -36,7 +36,7 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/internal/clock"
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 )
 
 // Errors. A refused connection is closed; these reach the caller's log.
@@ -331,7 +331,7 @@ func AwaitHello(c net.Conn) (net.Conn, error) {
 // AdmitHandshake is the gRPC port's admission of a new connection before
 // its TLS handshake: it waits for the client's ClientHello without a slot
 // (AwaitHello), then takes one (Admit). A client the queue cannot serve in
-// time is answered busy: the line of wire.FormatBusy in place of a
+// time is answered busy: the line of transport.FormatBusy in place of a
 // ServerHello, then a half-close (the client has sent its whole ClientHello
 // and sends nothing more until it hears from the server, so it reads the
 // line rather than a reset); the caller closes raw and fails the handshake
@@ -361,7 +361,7 @@ const busyWriteTimeout = time.Second
 // answerBusy writes the busy line and half-closes; the caller closes.
 func answerBusy(c net.Conn, retryAfter time.Duration) {
 	_ = c.SetWriteDeadline(time.Now().Add(busyWriteTimeout))
-	if _, err := c.Write(wire.FormatBusy(retryAfter)); err != nil {
+	if _, err := c.Write(transport.FormatBusy(retryAfter)); err != nil {
 		return
 	}
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/connlimit"
 )
 
@@ -272,7 +272,7 @@ func FuzzAwaitHello(f *testing.F) {
 
 // AdmitHandshake over loopback TCP: with the only slot taken and no queue,
 // a client's real ClientHello is answered with the busy line (which the
-// client side of internal/wire reads as a retry-after) and the connection
+// client side of internal/transport reads as a retry-after) and the connection
 // half-closed; once the slot is free, the next client's TLS handshake goes
 // through the replayed ClientHello.
 func TestAdmitHandshakeAnswersBusyOrReplaysTheHello(t *testing.T) {
@@ -314,9 +314,9 @@ func TestAdmitHandshakeAnswersBusyOrReplaysTheHello(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	err = tls.Client(wire.BusyAware(c), &tls.Config{InsecureSkipVerify: true}).Handshake()
+	err = tls.Client(transport.BusyAware(c), &tls.Config{InsecureSkipVerify: true}).Handshake()
 	c.Close()
-	var busy *wire.BusyError
+	var busy *transport.BusyError
 	if !errors.As(err, &busy) || busy.RetryAfter <= 0 {
 		t.Fatalf("client of a full journal: %v, want a busy answer with a retry-after", err)
 	}

@@ -17,14 +17,14 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/internal/clock"
-	"github.com/pact-hpc/pact/internal/cmdutil"
+	"github.com/pact-hpc/pact/internal/cmdline"
 	"github.com/pact-hpc/pact/internal/duration"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/sdnotify"
 	"github.com/pact-hpc/pact/internal/settings"
+	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/internal/version"
-	"github.com/pact-hpc/pact/internal/wire"
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/ca"
 )
@@ -89,7 +89,7 @@ Flags:
 // Settings declares every setting of pact-journal over cfg (whose values
 // are the defaults) and log. The names are the flags and the keys of the
 // configuration file; configFile receives --config.
-func Settings(cfg *journal.Config, log *cmdutil.Logging, configFile *string) *settings.Set {
+func Settings(cfg *journal.Config, log *cmdline.Logging, configFile *string) *settings.Set {
 	s := settings.New("pact-journal")
 	s.ConfigFile(configFile, "config", "PACT_JOURNAL_CONFIG", "YAML configuration file: the settings below by name, e.g. \"raft-listen: 10.0.0.1:7500\"; flags and variables win over it")
 	s.String(&cfg.NodeID, "node-id", "PACT_NODE_ID", "this journal's id")
@@ -117,13 +117,13 @@ func Settings(cfg *journal.Config, log *cmdutil.Logging, configFile *string) *se
 	s.Duration(&cfg.RaftSnapshotInterval, "raft-snapshot-interval", "PACT_RAFT_SNAPSHOT_INTERVAL", "how often Raft checks whether --raft-snapshot-threshold is reached (0: hashicorp/raft's default, 2m with jitter)")
 	kx := cfg.KeyExchange
 	s.Func("key-exchange", "PACT_KEY_EXCHANGE", "TLS key exchange the gRPC listener prefers: x25519, or x25519mlkem768 for the post-quantum hybrid", "string", string(kx),
-		func(v string) (err error) { cfg.KeyExchange, err = wire.ParseKeyExchange(v); return err },
+		func(v string) (err error) { cfg.KeyExchange, err = transport.ParseKeyExchange(v); return err },
 		func() { cfg.KeyExchange = kx })
 	s.Int(&cfg.MaxConcurrentEnrollments, "max-concurrent-enrollments", "PACT_MAX_CONCURRENT_ENROLLMENTS", "enrollments and renewals worked on at once; more wait up to --enroll-queue-wait, then get a retry-after")
 	s.Duration(&cfg.EnrollQueueWait, "enroll-queue-wait", "PACT_ENROLL_QUEUE_WAIT", "how long an enrollment may wait for a slot, or for the shared failure budget during a guessing flood, before it is refused with a retry-after")
 	s.Duration(&cfg.RaftTimeout, "raft-timeout", "PACT_RAFT_TIMEOUT", "Raft heartbeat, election and lease timeout (0: hashicorp/raft's defaults, 1s/1s/500ms)")
 	s.Duration(&cfg.RaftWriteTimeout, "raft-write-timeout", "PACT_RAFT_WRITE_TIMEOUT", "a leader whose Raft store write (raft.db) has not finished after this long stops sending Raft messages, so the others elect a leader, and serves nothing until the write finishes (at least 1s)")
-	s.Duration(&cfg.HeartbeatTimeout, "heartbeat-timeout", "PACT_HEARTBEAT_TIMEOUT", "mark an Active node Inactive after this long without a stream on any journal")
+	s.Duration(&cfg.NodeLivenessTimeout, "heartbeat-timeout", "PACT_HEARTBEAT_TIMEOUT", "mark an Active node Inactive after this long without a stream on any journal")
 	s.Duration(&cfg.TakeoverWindow, "takeover-window", "PACT_TAKEOVER_WINDOW", "let a rebooted node (new key) enroll again once its stream has been gone this long")
 	s.Duration(&cfg.DigestInterval, "digest-interval", "PACT_DIGEST_INTERVAL", "how often this journal reports the streams it holds")
 	s.String(&cfg.AuditLog, "audit-log", "PACT_AUDIT_LOG", "append every committed audit entry as a JSON line to this file, or - for stdout")
@@ -180,15 +180,15 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 		}
 	}
 	cfg := journal.DefaultConfig()
-	var log cmdutil.Logging
+	var log cmdline.Logging
 	var configFile string
 	s := Settings(&cfg, &log, &configFile)
 	fs := newFlagSet(s)
 	fs.SetOutput(stderr)
 	showVersion := fs.Bool("version", false, "print pact-journal's version and exit")
 	check := fs.Bool("check-config", false, "check the settings (file, environment and flags) and what they name on disk (root certificate and key, data directory, SPIRE bundle, audit log) without starting, and exit: 0 if pact-journal would start with them; 2, with every problem, if not")
-	cmdutil.SetUsage(fs, s, journalUsage)
-	if code, ok := cmdutil.Parse(s, fs, args, env); !ok {
+	cmdline.SetUsage(fs, s, journalUsage)
+	if code, ok := cmdline.Parse(s, fs, args, env); !ok {
 		return code
 	}
 	if *showVersion {
@@ -210,7 +210,7 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	// every other at once, before anything is created.
 	notes, problems := splitPreflight(cfg.Preflight())
 	if err := errors.Join(cfg.Validate(), problems); err != nil {
-		cmdutil.ReportProblems(stderr, "pact-journal", err)
+		cmdline.ReportProblems(stderr, "pact-journal", err)
 		if errors.Is(err, journal.ErrRemoved) {
 			return ExitRemoved
 		}
@@ -318,7 +318,7 @@ func splitPreflight(err error) (notes []error, problems error) {
 	for len(parts) > 0 {
 		e := parts[0]
 		parts = parts[1:]
-		// Into errors.Join only, as cmdutil.ReportProblems.
+		// Into errors.Join only, as cmdline.ReportProblems.
 		if j, ok := e.(interface{ Unwrap() []error }); ok && isJoin(e, j.Unwrap()) {
 			parts = append(j.Unwrap(), parts...)
 			continue
@@ -390,7 +390,7 @@ func adminMain(args []string, stdout, stderr io.Writer) int {
 	var dataDir, rootCert, rootKey string
 	var name, role, certOut, keyOut *string
 	var lifetime time.Duration
-	s, fs := cmdutil.Subcommand("pact-journal admin issue", adminIssueUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
+	s, fs := cmdline.Subcommand("pact-journal admin issue", adminIssueUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
 		s.String(&dataDir, "data-dir", "PACT_DATA_DIR", "journal data directory holding ca.pem and ca-key.pem")
 		s.String(&rootCert, "root-cert", "PACT_ROOT_CERT", "domain root certificate (default DATA_DIR/ca.pem)")
 		s.String(&rootKey, "root-key", "PACT_ROOT_KEY", "domain root key (default DATA_DIR/ca-key.pem)")
@@ -400,7 +400,7 @@ func adminMain(args []string, stdout, stderr io.Writer) int {
 		keyOut = fs.String("key-out", "", "where to write the private key (mode 0600)")
 		fs.Var(duration.NewValue(&lifetime, ca.DefaultOperatorLifetime), "lifetime", "validity of the credential, e.g. 7d or 36h (short: renew with pact admin renew)")
 	})
-	if code, ok := cmdutil.Parse(s, fs, args[1:], os.LookupEnv); !ok {
+	if code, ok := cmdline.Parse(s, fs, args[1:], os.LookupEnv); !ok {
 		return code
 	}
 	var missing []string

@@ -12,7 +12,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
-	"github.com/pact-hpc/pact/internal/cmdutil"
+	"github.com/pact-hpc/pact/internal/cmdline"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/settings"
 	"github.com/pact-hpc/pact/internal/settings/settingstest"
@@ -25,10 +25,10 @@ func envOf(m map[string]string) settings.Env {
 }
 
 // resolve runs the real settings of pact-journal over args and env.
-func resolve(t *testing.T, args []string, env map[string]string) (journal.Config, cmdutil.Logging, error) {
+func resolve(t *testing.T, args []string, env map[string]string) (journal.Config, cmdline.Logging, error) {
 	t.Helper()
 	cfg := journal.DefaultConfig()
-	var log cmdutil.Logging
+	var log cmdline.Logging
 	var file string
 	s := Settings(&cfg, &log, &file)
 	fs := newFlagSet(s)
@@ -65,13 +65,13 @@ var samples = map[string]string{
 // and as a key of the file, each changing the configuration.
 func TestEverySettingThreeWays(t *testing.T) {
 	var cfg journal.Config
-	var log cmdutil.Logging
+	var log cmdline.Logging
 	var file string
 	settingstest.EveryWay(t, Settings(&cfg, &log, &file), samples, func(t *testing.T, args []string, env map[string]string) (any, error) {
 		cfg, log, err := resolve(t, args, env)
 		return struct {
 			Config  journal.Config
-			Logging cmdutil.Logging
+			Logging cmdline.Logging
 		}{cfg, log}, err
 	})
 }
@@ -158,7 +158,7 @@ func TestLibraryParsesNoFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, forbidden := range []string{"flag", "github.com/pact-hpc/pact/internal/settings", "github.com/pact-hpc/pact/internal/cmdutil"} {
+	for _, forbidden := range []string{"flag", "github.com/pact-hpc/pact/internal/settings", "github.com/pact-hpc/pact/internal/cmdline"} {
 		if slices.Contains(pkg.Imports, forbidden) {
 			t.Errorf("package journal imports %s; flag parsing belongs in journal/journalmain", forbidden)
 		}

@@ -18,7 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/pact-hpc/pact/internal/clock"
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/ca"
 )
 
@@ -67,7 +67,7 @@ type ceilingKit struct {
 // kx does, and returns the key exchange the journal chose: the ceiling
 // uses the same on both sides, so it follows the journals' and the agents'
 // TLS configuration.
-func probeCurve(addr string, roots *x509.CertPool, kx wire.KeyExchange) (tls.CurveID, error) {
+func probeCurve(addr string, roots *x509.CertPool, kx transport.KeyExchange) (tls.CurveID, error) {
 	d := &net.Dialer{Timeout: 5 * time.Second}
 	conn, err := tls.DialWithDialer(d, "tcp", addr, kx.Apply(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: roots, NextProtos: []string{"h2"}}))
 	if err != nil {

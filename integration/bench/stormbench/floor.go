@@ -36,7 +36,7 @@ import (
 	"github.com/pact-hpc/pact/integration/bench/stormbench/bareclient"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/pki"
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/connlimit"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -219,7 +219,7 @@ func runFloorJournal(args []string) int {
 	fs := flag.NewFlagSet("stormbench floor-journal", flag.ContinueOnError)
 	dir := fs.String("dir", "", "directory with the domain root (ca.pem, ca-key.pem)")
 	id := fs.String("id", "floor-1", "journal id")
-	kxName := fs.String("key-exchange", string(wire.Classical), "TLS key exchange (as pact-journal --key-exchange)")
+	kxName := fs.String("key-exchange", string(transport.Classical), "TLS key exchange (as pact-journal --key-exchange)")
 	admission := fs.Bool("admission", true, "the journal's admission queue in front of the TLS handshake")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -241,7 +241,7 @@ func runFloorJournal(args []string) int {
 }
 
 func serveFloorJournal(dir, id, kxName string, admission bool) error {
-	kx, err := wire.ParseKeyExchange(kxName)
+	kx, err := transport.ParseKeyExchange(kxName)
 	if err != nil {
 		return err
 	}
@@ -286,7 +286,7 @@ func serveFloorJournal(dir, id, kxName string, admission bool) error {
 		creds = &admittedCreds{TransportCredentials: creds, lim: lim}
 	}
 	fj := &floorJournal{id: id, ca: authority, dir: dir}
-	s := grpc.NewServer(append(wire.ServerOptions(), grpc.Creds(creds), grpc.ConnectionTimeout(10*time.Second))...)
+	s := grpc.NewServer(append(transport.ServerOptions(), grpc.Creds(creds), grpc.ConnectionTimeout(10*time.Second))...)
 	pactv1.RegisterEnrollmentServiceServer(s, fj)
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -471,7 +471,7 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	kx, err := wire.ParseKeyExchange(f.keyExchange)
+	kx, err := transport.ParseKeyExchange(f.keyExchange)
 	if err != nil {
 		return err
 	}
@@ -673,7 +673,7 @@ func slowdown(c ceilingResult, s *stormResult) float64 {
 
 // bareStorm is the enrollment storm of the floor with bare gRPC clients
 // (bareclient) instead of pact-agent: neither side is pact.
-func bareStorm(f stormFlags, c *floorCluster, roots *x509.CertPool, kx wire.KeyExchange) (*stormResult, error) {
+func bareStorm(f stormFlags, c *floorCluster, roots *x509.CertPool, kx transport.KeyExchange) (*stormResult, error) {
 	nodes := inventory("storm", f.agents)
 	cfg := bareclient.DefaultConfig()
 	cfg.Addrs, cfg.Roots, cfg.KeyExchange, cfg.Agents, cfg.Spread = c.grpc, roots, kx, f.agents, f.spread

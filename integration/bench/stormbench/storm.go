@@ -20,7 +20,7 @@ import (
 	"github.com/pact-hpc/pact/agent"
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/internal/apierr"
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 )
 
 // Every simulated node is pact-agent's own agent.Agent, run in the load
@@ -104,12 +104,12 @@ func attemptWork(op string, err error) work {
 	return work{mtls: 1} // connect, upgrade, fallback: a new channel
 }
 
-// answeredBusy reports a journal's busy answer (internal/wire): it had no
+// answeredBusy reports a journal's busy answer (internal/transport): it had no
 // handshake slot soon enough and named when to come back, before any
 // crypto on either side but the client's key share. Not a failure: the
 // agent comes back when told, without growing its backoff.
 func answeredBusy(err error) bool {
-	var busy *wire.BusyError
+	var busy *transport.BusyError
 	return errors.As(err, &busy)
 }
 
@@ -243,7 +243,7 @@ type storm struct {
 	concurrency int           // agents the load generator lets work at once; 0: all
 	spread      time.Duration // arrivals are spread evenly over this
 	deadline    time.Duration // give up on the storm after this
-	kx          wire.KeyExchange
+	kx          transport.KeyExchange
 	oneSource   bool            // every agent connects from 127.0.0.1
 	life        context.Context // the agents run until it ends
 	log         *slog.Logger    // the agents' logger

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -73,7 +73,7 @@ func TestTinyStormRunsPactAgent(t *testing.T) {
 		addrs = append(addrs, h.Addr)
 	}
 	st := &storm{kind: stormEnroll, agents: agents, addrs: addrs, caFile: filepath.Join(root, ca.RootCertFile),
-		spread: 100 * time.Millisecond, deadline: 2 * time.Minute, kx: wire.Classical, life: life,
+		spread: 100 * time.Millisecond, deadline: 2 * time.Minute, kx: transport.Classical, life: life,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 
 	res := st.run(nil)
@@ -226,7 +226,7 @@ func TestAttemptWork(t *testing.T) {
 	deadline := status.Error(codes.DeadlineExceeded, "context deadline exceeded")
 	refused := status.Error(codes.Unavailable, "NO_LEADER")
 	// As identity.ClientCredentials.Explain reports a busy answer.
-	busy := fmt.Errorf("%w (TLS handshake: %w)", status.Error(codes.Unavailable, "connection error"), &wire.BusyError{RetryAfter: time.Second})
+	busy := fmt.Errorf("%w (TLS handshake: %w)", status.Error(codes.Unavailable, "connection error"), &transport.BusyError{RetryAfter: time.Second})
 	for _, tc := range []struct {
 		op   string
 		err  error
@@ -265,7 +265,7 @@ func TestTinyStormInWorkers(t *testing.T) {
 	bin := buildCommands(t, "pact-journal", "pact")
 	const agents = 20
 	f := stormFlags{agents: agents, journals: 3, bin: bin, workers: 2, spread: 200 * time.Millisecond,
-		ceiling: 100 * time.Millisecond, renew: true, deadline: 2 * time.Minute, keyExchange: string(wire.Classical)}
+		ceiling: 100 * time.Millisecond, renew: true, deadline: 2 * time.Minute, keyExchange: string(transport.Classical)}
 	var cl cleanup
 	defer cl.run()
 	var out bytes.Buffer
@@ -310,7 +310,7 @@ func TestTinyFloor(t *testing.T) {
 	bin := buildCommands(t, "pact-journal")
 	const agents = 20
 	f := stormFlags{agents: agents, journals: 3, bin: bin, workers: 1, spread: 200 * time.Millisecond,
-		ceiling: 100 * time.Millisecond, renew: true, deadline: 2 * time.Minute, keyExchange: string(wire.Classical), floor: true}
+		ceiling: 100 * time.Millisecond, renew: true, deadline: 2 * time.Minute, keyExchange: string(transport.Classical), floor: true}
 	var cl cleanup
 	defer cl.run()
 	var out bytes.Buffer
@@ -343,7 +343,7 @@ func TestTinyFloorBareClients(t *testing.T) {
 	bin := buildCommands(t, "pact-journal")
 	const agents = 20
 	f := stormFlags{agents: agents, journals: 2, bin: bin, workers: 1, spread: 200 * time.Millisecond,
-		ceiling: 100 * time.Millisecond, deadline: time.Minute, keyExchange: string(wire.Classical), floor: true, floorClient: "bare"}
+		ceiling: 100 * time.Millisecond, deadline: time.Minute, keyExchange: string(transport.Classical), floor: true, floorClient: "bare"}
 	var cl cleanup
 	defer cl.run()
 	var out bytes.Buffer
@@ -443,7 +443,7 @@ func TestAgentRecordJSON(t *testing.T) {
 // command (an unknown storm is an error, not an exit), and done when the
 // parent closes its stdin.
 func TestWorkerProtocol(t *testing.T) {
-	w := workerFlags{stormFlags: stormFlags{agents: 5, keyExchange: string(wire.Classical), deadline: time.Minute},
+	w := workerFlags{stormFlags: stormFlags{agents: 5, keyExchange: string(transport.Classical), deadline: time.Minute},
 		index: 1, from: 2, to: 5, addrs: "127.0.0.1:1", caFile: filepath.Join(t.TempDir(), "ca.pem")}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()

@@ -21,7 +21,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 )
 
 type stormFlags struct {
@@ -66,7 +66,7 @@ func runStorm(args []string) int {
 	fs.IntVar(&f.workers, "workers", 0, "load-generator processes the agents are split over: 0 picks one while the open-file limit holds every agent (and always for up to half the limit), else the fewest whose shares fit")
 	fs.StringVar(&f.journalArgs, "journal-args", "", "extra flags for every pact-journal (with -floor: for every stub journal, e.g. -admission=false), space-separated")
 	fs.StringVar(&f.journalEnv, "journal-env", "", "extra environment for every pact-journal (with -floor: every stub journal), space-separated (e.g. GOGC=200)")
-	fs.StringVar(&f.keyExchange, "key-exchange", string(wire.Classical), "TLS key exchange the agents offer, as pact-agent --key-exchange (x25519 or x25519mlkem768); run the journals with the same through -journal-args")
+	fs.StringVar(&f.keyExchange, "key-exchange", string(transport.Classical), "TLS key exchange the agents offer, as pact-agent --key-exchange (x25519 or x25519mlkem768); run the journals with the same through -journal-args")
 	fs.BoolVar(&f.floor, "floor", false, "run the storm against stub journals that do only the ceiling's work behind gRPC (no Raft, registry, authentication or rate limits; floor.go): the best a gRPC journal could do on this machine, to compare with the storm")
 	fs.StringVar(&f.floorClient, "floor-client", "pact", "with -floor, the clients: pact (pact-agent's own code, as in the storm) or bare (bareclient: the least a node can do with gRPC; enrollment storm only)")
 	fs.DurationVar(&f.waitIdle, "wait-idle", 0, "before each ceiling and storm, wait up to this long for a second in which other processes use less than 15% of the machine (a shared machine)")
@@ -178,7 +178,7 @@ type loadgen interface {
 // process or in a worker: the agents' configuration (storm.agentConfig)
 // has this one source.
 func newStorm(f stormFlags, addrs []string, caFile string, agents []*benchAgent, life context.Context) (*storm, error) {
-	kx, err := wire.ParseKeyExchange(f.keyExchange)
+	kx, err := transport.ParseKeyExchange(f.keyExchange)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +228,7 @@ func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutc
 	}
 	logf("registered %d nodes with one pact node enroll --batch in %.2fs (%.0f/s)", len(nodes), regTook.Seconds(), float64(len(nodes))/regTook.Seconds())
 
-	kx, err := wire.ParseKeyExchange(f.keyExchange)
+	kx, err := transport.ParseKeyExchange(f.keyExchange)
 	if err != nil {
 		return nil, err
 	}

@@ -29,7 +29,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/pact-hpc/pact/internal/backoff"
-	"github.com/pact-hpc/pact/internal/wire"
+	"github.com/pact-hpc/pact/internal/transport"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -37,7 +37,7 @@ import (
 type Config struct {
 	Addrs       []string // the journals; each client picks one at random per attempt
 	Roots       *x509.CertPool
-	KeyExchange wire.KeyExchange
+	KeyExchange transport.KeyExchange
 	Agents      int
 	// Hardware is client i's hardware identity.
 	Hardware func(i int) *pactv1.HardwareIdentity
@@ -53,7 +53,7 @@ type Config struct {
 
 // DefaultConfig is 10 s per call and a 10 minute deadline.
 func DefaultConfig() Config {
-	return Config{Spread: time.Second, Deadline: 10 * time.Minute, CallTimeout: 10 * time.Second, KeyExchange: wire.Classical}
+	return Config{Spread: time.Second, Deadline: 10 * time.Minute, CallTimeout: 10 * time.Second, KeyExchange: transport.Classical}
 }
 
 // Validate reports a configuration Run cannot use.
@@ -197,7 +197,7 @@ func (c Config) dial(i int, cert *tls.Certificate) (*grpc.ClientConn, error) {
 	if cert != nil {
 		tc.Certificates = []tls.Certificate{*cert}
 	}
-	opts := append(wire.ClientOptions(), grpc.WithTransportCredentials(credentials.NewTLS(c.KeyExchange.Apply(tc))))
+	opts := append(transport.ClientOptions(), grpc.WithTransportCredentials(credentials.NewTLS(c.KeyExchange.Apply(tc))))
 	if c.Source != nil {
 		src := &net.TCPAddr{IP: c.Source(i)}
 		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {

@@ -1,7 +1,8 @@
-// Package wire holds the transport settings journals and agents share: the
-// TLS key exchange and the gRPC options for the short, one-call
-// connections of a boot storm.
-package wire
+// Package transport holds the connection settings journals, agents and the
+// CLI share below the gRPC API: the TLS key exchange, the gRPC options for
+// the short, one-call connections of a boot storm, and the busy answer a
+// saturated journal writes instead of a ServerHello (busy.go).
+package transport
 
 import (
 	"crypto/tls"

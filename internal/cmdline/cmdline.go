@@ -1,7 +1,10 @@
-// Package cmdutil holds what pact's binaries share when they parse their
-// flags beyond internal/settings: the logging settings and the slog logger
-// they build.
-package cmdutil
+// Package cmdline is the command line of pact-journal and pact-agent
+// (their mains and subcommands), on top of internal/settings: parsing the
+// flags and resolving the settings (Parse, Subcommand), --help (SetUsage),
+// reporting configuration problems before anything starts
+// (ReportProblems), and --log-format and --log-level with the slog logger
+// they name (Logging, NewLogger).
+package cmdline
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package wire
+package transport
 
 import (
 	"bytes"
@@ -50,7 +50,7 @@ func (e *BusyError) Error() string {
 func (e *BusyError) RetryHint() time.Duration { return e.RetryAfter }
 
 // ErrBadBusyLine: bytes that begin like a busy answer but are none.
-var ErrBadBusyLine = errors.New("wire: malformed busy answer")
+var ErrBadBusyLine = errors.New("transport: malformed busy answer")
 
 // FormatBusy is the busy line for retryAfter, rounded up to a millisecond
 // and bounded by MaxBusyRetryAfter.
