@@ -369,7 +369,7 @@ func (s *peerServer) Propose(ctx context.Context, req *pactv1.ProposeRequest) (*
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
-	data, err := j.stampForwarded(ctx, cmd)
+	data, err := j.stampForwarded(ctx, req.GetCommand(), cmd)
 	if err != nil {
 		return nil, err
 	}

@@ -24,12 +24,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
-	"github.com/pact-hpc/pact/raftfsm"
 )
 
 // A quorum's identity.
@@ -693,18 +693,18 @@ func (j *Journal) checkIntermediateBinding(certs []*x509.Certificate) error {
 	return nil
 }
 
-// stampForwarded checks a command another journal forwarded and stamps it
+// stampForwarded checks a command another journal forwarded (data, decoded
+// as cmd) and stamps it
 // with that journal, as this leader authenticated it: the audit then says
 // which journal a write came through, and a journal can speak only for
 // itself (its own intermediate, its own liveness digest).
-func (j *Journal) stampForwarded(ctx context.Context, cmd *pactv1.Command) ([]byte, error) {
+func (j *Journal) stampForwarded(ctx context.Context, data []byte, cmd *pactv1.Command) ([]byte, error) {
 	p := principalFrom(ctx)
 	if p == nil || p.id.Kind != pki.KindJournal {
 		return nil, fmt.Errorf("%w: a forwarded write needs a journal's certificate", ErrPermission)
 	}
 	via := "journal/" + p.id.Name
 	check := func(c *pactv1.Command) error {
-		c.Via = via
 		if a := c.GetActor(); strings.HasPrefix(a, "journal/") && a != via {
 			return fmt.Errorf("%w: journal %s forwarded a write in the name of %s", ErrPermission, p.id.Name, a)
 		}
@@ -731,5 +731,13 @@ func (j *Journal) stampForwarded(ctx context.Context, cmd *pactv1.Command) ([]by
 			return nil, err
 		}
 	}
-	return raftfsm.Encode(cmd)
+	// Command.via appended to the bytes as sent, not a second encoding of
+	// the whole batch on the leader's path: the last occurrence of a field
+	// wins when they are decoded, and a batch's commands take the
+	// envelope's via in Apply, so whatever the forwarder wrote is replaced.
+	data = protowire.AppendTag(data[:len(data):len(data)], viaField, protowire.BytesType)
+	return protowire.AppendString(data, via), nil
 }
+
+// viaField is Command.via's field number.
+var viaField = (&pactv1.Command{}).ProtoReflect().Descriptor().Fields().ByName("via").Number()

@@ -151,16 +151,21 @@ func TestPeerIsAMemberWithItsOwnIntermediateAndQuorum(t *testing.T) {
 
 	macs := map[string]string{"forged-1": "02:00:00:00:00:01", "via-1": "02:00:00:00:00:02", "via-2": "02:00:00:00:00:03", "removed-1": "02:00:00:00:00:04"}
 	register := func(cert *tls.Certificate, actor, node string) error {
-		cmd := &pactv1.Command{AtUnixNano: time.Now().UnixNano(), Actor: actor,
+		// Forwarded as a batch, as activations are, with a via of the
+		// forwarder's own making in the envelope and the command: the
+		// leader's stamp replaces both.
+		reg := &pactv1.Command{AtUnixNano: time.Now().UnixNano(), Actor: actor, Via: "journal/made-up",
 			Op: &pactv1.Command_RegisterNode{RegisterNode: &pactv1.RegisterNodeOp{NodeId: node,
 				Hardware: &pactv1.HardwareIdentity{Macs: []string{macs[node]}, BmcSerial: "SN-" + node}}}}
+		cmd := &pactv1.Command{AtUnixNano: reg.GetAtUnixNano(), Actor: actor, Via: "journal/made-up",
+			Op: &pactv1.Command_Batch{Batch: &pactv1.BatchOp{Commands: []*pactv1.Command{reg}}}}
 		data, err := raftfsm.Encode(cmd)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp, err := pactv1.NewJournalPeerServiceClient(lh.Dial(t, cert)).Propose(context.Background(), &pactv1.ProposeRequest{Command: data})
-		if err == nil && resp.GetErrorCode() != "" {
-			t.Errorf("Propose: %s %s", resp.GetErrorCode(), resp.GetErrorMessage())
+		if err == nil && resp.GetBatch()[0].GetErrorCode() != "" {
+			t.Errorf("Propose: %s %s", resp.GetBatch()[0].GetErrorCode(), resp.GetBatch()[0].GetErrorMessage())
 		}
 		return err
 	}

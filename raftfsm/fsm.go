@@ -275,6 +275,9 @@ func (f *FSM) applyLocked(cmd *pactv1.Command, index uint64) (*Result, Event) {
 	out := &Result{Batch: make([]*Result, len(b.Batch.GetCommands()))}
 	var ev Event
 	for i, sub := range b.Batch.GetCommands() {
+		// The journal a batch came through is the envelope's (set by the
+		// leader), whatever a command inside says.
+		sub.Via = cmd.GetVia()
 		res, sev := f.applyOne(sub, index)
 		out.Batch[i] = res
 		ev.NodeIDs = append(ev.NodeIDs, sev.NodeIDs...)

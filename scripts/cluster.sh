@@ -17,7 +17,7 @@ up() {
     peers="${peers:+$peers,}j$i=127.0.0.1:$((7500 + i))"
     grpc="${grpc:+$grpc,}127.0.0.1:$((7450 + i))"
   done
-  local want=$N
+  local want=$N started=""
   for i in $(seq 1 $N); do
     if [ -f "$DIR/j$i.pid" ] && kill -0 "$(cat "$DIR/j$i.pid")" 2>/dev/null; then
       echo "j$i is already running (pid $(cat "$DIR/j$i.pid"))"; continue
@@ -34,6 +34,7 @@ up() {
       --root-cert "$DIR/ca.pem" --root-key "$DIR/ca-key.pem" \
       --initial-cluster "$peers" >"$DIR/j$i.log" 2>&1 &
     echo $! >"$DIR/j$i.pid"
+    started="$started $i"
   done
   local abs
   abs=$(cd "$DIR" && pwd)
@@ -52,15 +53,17 @@ ENV
       echo "state and logs in $DIR/; for the CLI:  source $DIR/env && $BIN/pact journal status"
       return 0
     fi
+    # Only the journals this run started: a pid file left by one that
+    # exited earlier (removed, say) is not this start's failure.
     local dead=0
-    for i in $(seq 1 $N); do
+    for i in $started; do
       [ -f "$DIR/j$i.pid" ] || continue
       kill -0 "$(cat "$DIR/j$i.pid")" 2>/dev/null || dead=1
     done
     if [ $dead = 1 ]; then
       # Give the others a moment to fail the same way, then report them all.
       sleep 2
-      for i in $(seq 1 $N); do
+      for i in $started; do
         [ -f "$DIR/j$i.pid" ] || continue
         if ! kill -0 "$(cat "$DIR/j$i.pid")" 2>/dev/null; then
           echo "j$i exited: $(grep 'cannot start' "$DIR/j$i.log" | tail -1)" >&2
@@ -91,16 +94,35 @@ join() {
   fi
   # shellcheck disable=SC1091
   . "$DIR/env"
+  # A journal the quorum still lists (its disk was wiped; it was never
+  # removed) must not come back as an empty voter: it could vote a stale
+  # candidate in. Remove it first.
+  # (journal status exits non-zero while a voter is down, and still answers)
+  local members
+  members=$("$BIN/pact" journal status -o json 2>/dev/null || true)
+  if [ -z "$members" ]; then
+    echo "cannot read the quorum's members (pact journal status); is the quorum up?" >&2; exit 1
+  fi
+  if printf '%s' "$members" | grep -q "\"journal_id\": *\"$id\""; then
+    echo "$id is still a member of the quorum; remove it first: $BIN/pact journal remove $id (then run this again)" >&2; exit 1
+  fi
   "$BIN/pact-journal" --node-id "$id" --data-dir "$DIR/$id" \
     --listen "127.0.0.1:$((7450 + i))" --raft-listen "127.0.0.1:$((7500 + i))" \
     --metrics-listen "127.0.0.1:$((7460 + i))" \
     --root-cert "$DIR/ca.pem" --root-key "$DIR/ca-key.pem" --join >"$DIR/$id.log" 2>&1 &
-  echo $! >"$DIR/$id.pid"
+  local pid=$!
+  echo $pid >"$DIR/$id.pid"
+  # Stop what this run started if it goes no further, so a second join
+  # is not refused as "already running".
+  giveup() { kill "$pid" 2>/dev/null || true; rm -f "$DIR/$id.pid"; echo "$1; see $DIR/$id.log" >&2; exit 1; }
+  local waiting=0
   for _ in $(seq 1 150); do
-    grep -q 'waiting to be added' "$DIR/$id.log" 2>/dev/null && break
+    if grep -q 'waiting to be added' "$DIR/$id.log" 2>/dev/null; then waiting=1; break; fi
+    kill -0 "$pid" 2>/dev/null || giveup "$id exited before waiting to be added"
     sleep 0.2
   done
-  "$BIN/pact" journal add "$id" "127.0.0.1:$((7500 + i))"
+  [ $waiting = 1 ] || giveup "$id did not start waiting to be added within 30 s"
+  "$BIN/pact" journal add "$id" "127.0.0.1:$((7500 + i))" || giveup "pact journal add $id failed"
   for _ in $(seq 1 300); do
     if grep -q 'journal serving' "$DIR/$id.log" 2>/dev/null; then
       echo "$id joined the quorum and serves on 127.0.0.1:$((7450 + i))"
