@@ -97,12 +97,12 @@ func TestPeerIsAMemberWithItsOwnIntermediateAndQuorum(t *testing.T) {
 
 	// The stolen intermediate is j2's (or whichever member is not the
 	// leader); certificates are minted with it for several names.
-	victim, owner := "", ""
+	victim, owner, ownerIdx := "", "", -1
 	for i, cfg := range cfgs {
 		if i == leader {
 			victim = cfg.NodeID // the attacker names the leader itself
 		} else if owner == "" {
-			owner = cfg.NodeID
+			owner, ownerIdx = cfg.NodeID, i
 		}
 	}
 	// An attacker who read one journal's intermediate key out of its
@@ -196,6 +196,9 @@ func TestPeerIsAMemberWithItsOwnIntermediateAndQuorum(t *testing.T) {
 		if _, err := lh.AdminClient(t).RemoveJournal(context.Background(), &pactv1.RemoveJournalRequest{JournalId: owner}); err != nil {
 			t.Fatal(err)
 		}
+		// The real owner stopped, so that its own calls refused as not a
+		// member do not count here: only the stolen certificate's.
+		c.StopMember(t, ownerIdx)
 		before := lh.J.PeerRefusedForTest("not_member")
 		reply, err := journaltest.RaftHello(t, raftAddr, stolen.JournalCert(t, owner, "pact.local"), qid)
 		if err != nil {

@@ -70,7 +70,7 @@ ENV
           rm -f "$DIR/j$i.pid"
         fi
       done
-      echo "not every journal started; see $DIR/j*.log (after a recovery, add a wiped journal with: $0 join jN)" >&2
+      echo "not every journal started; see $DIR/j*.log (add a wiped journal with: $0 join jN; one the quorum still lists needs pact journal remove jN first)" >&2
       return 1
     fi
     sleep 0.2
