@@ -115,7 +115,7 @@ func (j *Journal) onApply(ev raftfsm.Event) {
 	if ev.BundleChanged {
 		j.bundle.invalidate()
 		j.peerCerts.clear()
-		if j.ownIntermediateRetiring() {
+		if _, retiring := j.ownIntermediate(); retiring {
 			// This journal's own intermediate is being retired: re-key now.
 			wake(j.rotateNow)
 		}

@@ -336,6 +336,14 @@ func (j *Journal) startRaft(ctx context.Context) error {
 		store.Close()
 		return err
 	}
+	// On every failure from here the Raft listener and its goroutines go
+	// with the store: New returns no journal to Close.
+	started := false
+	defer func() {
+		if c, ok := raftTrans.(raft.WithClose); ok && !started {
+			_ = c.Close()
+		}
+	}()
 	existing, err := raft.HasExistingState(store, store, snaps)
 	if err != nil {
 		store.Close()
@@ -361,9 +369,6 @@ func (j *Journal) startRaft(ctx context.Context) error {
 		}
 		if qerr != nil {
 			store.Close()
-			if c, ok := raftTrans.(raft.WithClose); ok {
-				_ = c.Close()
-			}
 			if freshStore && errors.Is(qerr, ErrBootstrapRefused) {
 				// Leave the directory as empty as it was found, so the
 				// journal can be started with --join on it as it is.
@@ -418,6 +423,7 @@ func (j *Journal) startRaft(ctx context.Context) error {
 	j.raftStarted.Store(r)
 	j.store = store
 	j.reads = newLeaderReads(r, termReadyWait)
+	started = true
 	return nil
 }
 
@@ -647,19 +653,13 @@ func (j *Journal) rotateLoop() {
 	}
 }
 
-// ownIntermediateRetiring reports whether the registry marks the
-// intermediate this journal signs with as retiring (or revoked).
-func (j *Journal) ownIntermediateRetiring() bool {
+// ownIntermediate reports whether the intermediate this journal signs
+// with is published in the registry, and whether the registry marks it
+// retiring (or revoked). Between a re-key and its publication a signature
+// would carry a chain no bundle holds yet.
+func (j *Journal) ownIntermediate() (published, retiring bool) {
 	in, ok := j.fsm.Intermediate(pki.SerialHex(j.ca.Intermediate().SerialNumber))
-	return ok && in.GetRevokeAtUnixNano() != 0
-}
-
-// ownIntermediateLive reports whether the intermediate this journal signs
-// with is published and not retiring: between a re-key and its
-// publication a signature would carry a chain no bundle holds yet.
-func (j *Journal) ownIntermediateLive() bool {
-	in, ok := j.fsm.Intermediate(pki.SerialHex(j.ca.Intermediate().SerialNumber))
-	return ok && in.GetRevokeAtUnixNano() == 0
+	return ok, ok && in.GetRevokeAtUnixNano() != 0
 }
 
 // awaitLiveIntermediate returns once this journal's intermediate is
@@ -674,10 +674,11 @@ func (j *Journal) awaitLiveIntermediate(ctx context.Context) error {
 		j.rekeyMu.Lock()
 		rekeyed, told := j.rekeyed, j.awaitingRekey
 		j.rekeyMu.Unlock()
-		if j.ownIntermediateLive() {
+		published, retiring := j.ownIntermediate()
+		if published && !retiring {
 			return nil
 		}
-		if j.ownIntermediateRetiring() {
+		if retiring {
 			// Retired: re-key now. Not published yet: a re-key is under
 			// way, and rotateLoop signals once it is published.
 			wake(j.rotateNow)

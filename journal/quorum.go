@@ -106,10 +106,16 @@ func refusalReason(err error) string {
 }
 
 func newPeerRefusedCounter() *prometheus.CounterVec {
-	return prometheus.NewCounterVec(prometheus.CounterOpts{
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pact_journal_peer_refused_total",
 		Help: "Journal peers refused on the Raft port or the peer service, by reason: quorum_mismatch (a journal of another quorum), not_member (not in the Raft configuration, e.g. removed), wrong_intermediate (a journal certificate not from that journal's own intermediate), revoked_intermediate, bootstrapping (this journal is still asking its peers before it bootstraps), refused_by_peer (the other journal refused this one), bad_certificate.",
 	}, []string{"reason"})
+	// Every reason from the start: a rate over a series that appears with
+	// its first increment misses that increment (PactJournalPeerRefused).
+	for _, r := range []string{refusedQuorumMismatch, refusedNotMember, refusedIntermediate, refusedRevoked, refusedBootstrapping, refusedByPeer, refusedCertificate} {
+		c.WithLabelValues(r)
+	}
+	return c
 }
 
 // quorumIdentity is this journal's knowledge of its quorum.
@@ -434,10 +440,8 @@ func (j *Journal) countPeerRefusal(where, source string, err error) {
 // metadata) and its membership.
 func (j *Journal) checkPeerCall(ctx context.Context, peerID string, member bool) error {
 	theirs := ""
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(quorumMetadata); len(v) == 1 {
-			theirs = v[0]
-		}
+	if v := metadata.ValueFromIncomingContext(ctx, quorumMetadata); len(v) == 1 {
+		theirs = v[0]
 	}
 	var err error
 	if member {
@@ -681,14 +685,16 @@ func (j *Journal) onQuorumApplied() {
 // checkIntermediateBinding refuses a journal certificate whose
 // intermediate is recorded in Raft for another journal: a peer is a
 // journal only with its own intermediate.
-func (j *Journal) checkIntermediateBinding(certs []*x509.Certificate) error {
-	id, err := pki.IdentityOf(certs[0])
-	if err != nil || id.Kind != pki.KindJournal || len(certs) < 2 {
+func checkIntermediateBinding(leaf *x509.Certificate, issuer *pactv1.Intermediate) error {
+	if issuer == nil {
+		return nil // not in Raft yet: the chain decides
+	}
+	id, err := pki.IdentityOf(leaf)
+	if err != nil || id.Kind != pki.KindJournal {
 		return nil // verifyJournalChain refused it already
 	}
-	in, ok := j.fsm.Intermediate(pki.SerialHex(certs[1].SerialNumber))
-	if ok && in.GetJournalId() != id.Name {
-		return refusal(refusedIntermediate, "a certificate naming journal %s from the intermediate of journal %s", id.Name, in.GetJournalId())
+	if issuer.GetJournalId() != id.Name {
+		return refusal(refusedIntermediate, "a certificate naming journal %s from the intermediate of journal %s", id.Name, issuer.GetJournalId())
 	}
 	return nil
 }

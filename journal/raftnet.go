@@ -276,9 +276,14 @@ func (j *Journal) checkJournalCert(certs []*x509.Certificate) error {
 	// cuts its journal off at once, cached chain or not. An intermediate
 	// not yet in Raft passes: a journal publishes its new one over this
 	// very connection.
-	for _, c := range certs[1:] {
-		if in, ok := j.fsm.Intermediate(pki.SerialHex(c.SerialNumber)); ok && raftfsm.IntermediateRevoked(in, now.UnixNano()) {
+	var issuer *pactv1.Intermediate // the leaf's, as Raft records it
+	for i, c := range certs[1:] {
+		in, ok := j.fsm.Intermediate(pki.SerialHex(c.SerialNumber))
+		if ok && raftfsm.IntermediateRevoked(in, now.UnixNano()) {
 			return &peerRefusal{reason: refusedRevoked, msg: fmt.Sprintf("intermediate %s of journal %s is revoked", in.GetSerial(), in.GetJournalId()), cause: errPeerIntermediateRevoked}
+		}
+		if i == 0 && ok {
+			issuer = in
 		}
 	}
 	if !j.peerCerts.verified(certs, now) {
@@ -294,7 +299,7 @@ func (j *Journal) checkJournalCert(certs []*x509.Certificate) error {
 	// checked by the caller, per connection and per call. Checked on every
 	// call, cached chain or not: Raft's record of whose intermediate it is
 	// decides, as it stands now.
-	return j.checkIntermediateBinding(certs)
+	return checkIntermediateBinding(certs[0], issuer)
 }
 
 func (j *Journal) verifyJournalChain(certs []*x509.Certificate, now time.Time) error {

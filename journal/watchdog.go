@@ -61,9 +61,8 @@ func newWriteWatch(c clock.Clock) *writeWatch {
 	return &writeWatch{clock: c, inflight: map[uint64]time.Time{}}
 }
 
-// track records a write starting now and returns the function that ends
-// it.
-func (w *writeWatch) track() func() {
+// track records a write starting now and returns its id for done.
+func (w *writeWatch) track() uint64 {
 	w.mu.Lock()
 	id := w.next
 	w.next++
@@ -72,11 +71,14 @@ func (w *writeWatch) track() func() {
 	if h := w.hold.Load(); h != nil {
 		(*h)()
 	}
-	return func() {
-		w.mu.Lock()
-		delete(w.inflight, id)
-		w.mu.Unlock()
-	}
+	return id
+}
+
+// done records that write id has ended.
+func (w *writeWatch) done(id uint64) {
+	w.mu.Lock()
+	delete(w.inflight, id)
+	w.mu.Unlock()
 }
 
 // oldest is how long the oldest write in flight has been outstanding at
@@ -100,27 +102,27 @@ type watchedStore struct {
 }
 
 func (s watchedStore) StoreLog(l *raft.Log) error {
-	defer s.w.track()()
+	defer s.w.done(s.w.track())
 	return s.BoltStore.StoreLog(l)
 }
 
 func (s watchedStore) StoreLogs(logs []*raft.Log) error {
-	defer s.w.track()()
+	defer s.w.done(s.w.track())
 	return s.BoltStore.StoreLogs(logs)
 }
 
 func (s watchedStore) DeleteRange(lo, hi uint64) error {
-	defer s.w.track()()
+	defer s.w.done(s.w.track())
 	return s.BoltStore.DeleteRange(lo, hi)
 }
 
 func (s watchedStore) Set(k, v []byte) error {
-	defer s.w.track()()
+	defer s.w.done(s.w.track())
 	return s.BoltStore.Set(k, v)
 }
 
 func (s watchedStore) SetUint64(k []byte, v uint64) error {
-	defer s.w.track()()
+	defer s.w.done(s.w.track())
 	return s.BoltStore.SetUint64(k, v)
 }
 

@@ -48,18 +48,18 @@ func TestWriteWatchOldest(t *testing.T) {
 	if age, n := w.oldest(fc.Now()); age != 0 || n != 0 {
 		t.Fatalf("idle: %v, %d", age, n)
 	}
-	endFirst := w.track()
+	first := w.track()
 	fc.Advance(3 * time.Second)
-	endSecond := w.track()
+	second := w.track()
 	fc.Advance(time.Second)
 	if age, n := w.oldest(fc.Now()); age != 4*time.Second || n != 2 {
 		t.Fatalf("two in flight: oldest %v, %d, want 4s, 2", age, n)
 	}
-	endFirst()
+	w.done(first)
 	if age, n := w.oldest(fc.Now()); age != time.Second || n != 1 {
 		t.Fatalf("after the first ended: oldest %v, %d, want 1s, 1", age, n)
 	}
-	endSecond()
+	w.done(second)
 	if age, n := w.oldest(fc.Now()); age != 0 || n != 0 {
 		t.Fatalf("all ended: %v, %d", age, n)
 	}
