@@ -44,6 +44,9 @@ type signalingFSM struct {
 	// beforeApply, when set (a test hook, export_test.go), runs before
 	// each entry is applied and may hold it back.
 	beforeApply *atomic.Pointer[func()]
+	// restored runs after a snapshot was restored (at start, or one the
+	// leader sent): a restore raises no apply event.
+	restored func()
 }
 
 func (f *signalingFSM) Apply(l *raft.Log) any {
@@ -58,5 +61,8 @@ func (f *signalingFSM) Apply(l *raft.Log) any {
 func (f *signalingFSM) Restore(rc io.ReadCloser) error {
 	err := f.FSM.Restore(rc)
 	f.signal.notify()
+	if err == nil && f.restored != nil {
+		f.restored()
+	}
 	return err
 }

@@ -414,7 +414,7 @@ func (j *Journal) startRaft(ctx context.Context) error {
 	if j.netTrans != nil {
 		raftTrans = fencedTransport{NetworkTransport: j.netTrans, fenced: &j.watchdog.fenced, severed: &j.raftSevered}
 	}
-	r, err := raft.NewRaft(rc, &signalingFSM{FSM: j.fsm, signal: &j.appliedSignal, beforeApply: &j.beforeApply}, logs, watched, snaps, raftTrans)
+	r, err := raft.NewRaft(rc, &signalingFSM{FSM: j.fsm, signal: &j.appliedSignal, beforeApply: &j.beforeApply, restored: j.onQuorumApplied}, logs, watched, snaps, raftTrans)
 	if err != nil {
 		store.Close()
 		return fmt.Errorf("journal: start raft: %w", err)
@@ -449,9 +449,6 @@ func (j *Journal) Start(ctx context.Context) error {
 		lis.Close()
 		return err
 	}
-	// A journal that joined learns its quorum from what it was sent (a
-	// snapshot raises no apply event) before it calls a peer.
-	j.onQuorumApplied()
 	if err := j.publishIntermediate(ctx); err != nil {
 		lis.Close()
 		return err

@@ -629,6 +629,8 @@ func (j *Journal) quorumLoop() {
 	})
 	j.raft.RegisterObserver(o)
 	defer j.raft.DeregisterObserver(o)
+	// A leader whose proposal failed tries again (the id is learnt from
+	// entries and restored snapshots, not polled: onQuorumApplied).
 	check := time.NewTicker(5 * time.Second)
 	defer check.Stop()
 	for {
@@ -638,9 +640,6 @@ func (j *Journal) quorumLoop() {
 		case <-obs:
 		case <-check.C:
 		}
-		// A joining journal learns the id from a snapshot as well as
-		// from the entry.
-		j.onQuorumApplied()
 		if j.raft.State() != raft.Leader || j.fsm.Quorum().GetQuorumId() == j.quorum.get() && j.quorum.get() != "" {
 			continue
 		}
