@@ -414,7 +414,7 @@ func (j *Journal) startRaft(ctx context.Context) error {
 	if j.netTrans != nil {
 		raftTrans = fencedTransport{NetworkTransport: j.netTrans, fenced: &j.watchdog.fenced, severed: &j.raftSevered}
 	}
-	r, err := raft.NewRaft(rc, &signalingFSM{FSM: j.fsm, signal: &j.appliedSignal, beforeApply: &j.beforeApply, restored: j.onQuorumApplied}, logs, watched, snaps, raftTrans)
+	r, err := raft.NewRaft(rc, &signalingFSM{FSM: j.fsm, signal: &j.appliedSignal, beforeApply: &j.beforeApply, restored: j.onQuorumRestored}, logs, watched, snaps, raftTrans)
 	if err != nil {
 		store.Close()
 		return fmt.Errorf("journal: start raft: %w", err)

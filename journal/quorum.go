@@ -329,6 +329,16 @@ func (j *Journal) admitRaftConn(tc *tls.Conn) error {
 		return errProbeAnswered
 	}
 	err := j.admitPeer(peerID, hello.GetQuorumId(), true)
+	if err == nil && hello.GetQuorumId() != "" {
+		// A journal added with --join takes its quorum from the member
+		// that replicates to it, before any snapshot it is sent: a
+		// snapshot may predate the quorum's current id (one taken before
+		// a recover or restore recorded the new one).
+		if _, aerr := j.quorum.adopt(hello.GetQuorumId()); aerr != nil {
+			j.log.Error("could not keep the quorum id", logkey.Err, aerr)
+		}
+		reply.QuorumId = j.quorum.get()
+	}
 	if err != nil {
 		var r *peerRefusal
 		if errors.As(err, &r) {
@@ -653,13 +663,21 @@ func (j *Journal) quorumLoop() {
 	}
 }
 
+// onQuorumRestored is onQuorumApplied after a snapshot was restored: a
+// snapshot may name the quorum's previous id, recorded anew by entries
+// after it, so a difference is no sign of anything.
+func (j *Journal) onQuorumRestored() { j.learnQuorum(false) }
+
 // onQuorumApplied learns the quorum id from the replicated state: a
-// joining journal adopts it. A journal holding another id than the state
-// names is either one a recover or restore made (the state still names
-// the quorum it left, until the new leader records the new id) or one
-// reached by a quorum it does not belong to, which the hello makes
-// impossible: that is logged, once.
-func (j *Journal) onQuorumApplied() {
+// journal without one (a quorum upgraded from a version without ids)
+// adopts it. A journal holding another id than the state names is either
+// one a recover or restore made (the state still names the quorum it
+// left, until the new leader records the new id) or one reached by a
+// quorum it does not belong to, which the hello makes impossible: that is
+// logged, once.
+func (j *Journal) onQuorumApplied() { j.learnQuorum(true) }
+
+func (j *Journal) learnQuorum(warnOnMismatch bool) {
 	state := j.fsm.Quorum().GetQuorumId()
 	if state == "" {
 		return
@@ -671,7 +689,7 @@ func (j *Journal) onQuorumApplied() {
 	}
 	q := &j.quorum
 	q.mu.Lock()
-	warn := held != state && state != q.previous && q.warned != state
+	warn := warnOnMismatch && held != state && state != q.previous && q.warned != state
 	if warn {
 		q.warned = state
 	}
