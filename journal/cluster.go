@@ -208,6 +208,11 @@ func (j *Journal) forward(ctx context.Context, data []byte) (*raftfsm.Result, er
 			return nil, fmt.Errorf("%w: %s", ErrNoLeader, pe.Message)
 		case pe.Reason == apierr.OutcomeUnknown:
 			return nil, fmt.Errorf("%w: %s", ErrOutcomeUnknown, pe.Message)
+		case pe.Code == codes.PermissionDenied || pe.Code == codes.Unauthenticated:
+			// The leader refused this journal as a peer (removed, another
+			// quorum): nothing was written, and the caller's answer is
+			// elsewhere, not a refusal of its own.
+			return nil, fmt.Errorf("%w: leader %s refuses this journal as a peer: %s; try another journal", ErrNoLeader, leader, pe.Message)
 		case pe.Reason != "":
 			// Any other answer of the leader stands as it is.
 			return nil, err

@@ -135,3 +135,11 @@ func (j *Journal) KillRaft() error {
 	j.raftSevered.Store(true)
 	return j.raft.Shutdown().Error()
 }
+
+// SetQuorumIDForTest makes this journal claim quorum id from now on, as a
+// journal of another quorum would.
+func (j *Journal) SetQuorumIDForTest(id string) {
+	j.quorum.mu.Lock()
+	j.quorum.id = id
+	j.quorum.mu.Unlock()
+}

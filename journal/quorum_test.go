@@ -215,3 +215,20 @@ func TestPeerIsAMemberWithItsOwnIntermediateAndQuorum(t *testing.T) {
 		}
 	})
 }
+
+// A journal the leader refuses as a peer (here: it claims another quorum)
+// answers its own callers retryably: the refusal is of the journal, not
+// of the caller's write, which another journal can take.
+func TestForwardRefusedAsAPeerIsRetryable(t *testing.T) {
+	root, cfgs := journaltest.ClusterConfigs(t, 3)
+	c := journaltest.StartCluster(t, root, cfgs)
+	leader := c.Leader(t)
+	waitQuorumID(t, c, leader)
+	f := c.Nodes[(leader+1)%3]
+	f.J.SetQuorumIDForTest("anotherquorum")
+	_, err := f.AdminClient(t).RegisterNode(context.Background(), &pactv1.RegisterNodeRequest{NodeId: "n-peer",
+		Hardware: &pactv1.HardwareIdentity{Macs: []string{"02:00:00:00:0a:01"}}})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "refuses this journal as a peer") {
+		t.Fatalf("a write through a journal the leader refuses as a peer: %v, want Unavailable (NO_LEADER) naming the refusal", err)
+	}
+}
