@@ -14,6 +14,7 @@ import (
 	"github.com/pact-hpc/pact/internal/hwid"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal/auth"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -77,8 +78,8 @@ func (j *Journal) registerOp(req *pactv1.RegisterNodeRequest) (*pactv1.RegisterN
 // spiffeTrustDomain is the SPIRE trust domain whose SPIFFE IDs map to nodes:
 // the configured one, or the pact domain.
 func (j *Journal) spiffeTrustDomain() string {
-	if j.spire != nil {
-		return j.spire.td.Name()
+	if td := j.auth.SPIRETrustDomain(); td != "" {
+		return td
 	}
 	if td := j.cfg.SPIRETrustDomain; td != "" {
 		return td
@@ -95,7 +96,7 @@ func (s *adminServer) RegisterNode(ctx context.Context, req *pactv1.RegisterNode
 	if n, ok := s.j.registered(ctx, op); ok {
 		return &pactv1.RegisterNodeResponse{Node: s.j.view(n), Exists: true}, nil
 	}
-	res, err := s.j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_RegisterNode{RegisterNode: op}})
+	res, err := s.j.propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_RegisterNode{RegisterNode: op}})
 	if err != nil {
 		if errors.Is(err, raftfsm.ErrNodeAlreadyEnrolled) && res != nil && sameRegistration(res.Node, op) {
 			// Registered concurrently with exactly this: the same answer.
@@ -103,7 +104,7 @@ func (s *adminServer) RegisterNode(ctx context.Context, req *pactv1.RegisterNode
 		}
 		return nil, err
 	}
-	s.j.log.Info("node registered", logkey.NodeID, req.GetNodeId(), logkey.Actor, p.id.Name, logkey.MACs, op.GetHardware().GetMacs(), logkey.SPIFFEID, op.GetSpiffeId())
+	s.j.log.Info("node registered", logkey.NodeID, req.GetNodeId(), logkey.Actor, p.ID.Name, logkey.MACs, op.GetHardware().GetMacs(), logkey.SPIFFEID, op.GetSpiffeId())
 	return &pactv1.RegisterNodeResponse{Node: s.j.view(res.Node)}, nil
 }
 
@@ -138,7 +139,7 @@ func (s *adminServer) RegisterNodes(ctx context.Context, req *pactv1.RegisterNod
 		go func(r *pactv1.RegisterNodeResult, op *pactv1.RegisterNodeOp) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			res, err := s.j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_RegisterNode{RegisterNode: op}})
+			res, err := s.j.propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_RegisterNode{RegisterNode: op}})
 			switch {
 			case err == nil:
 				r.Outcome = pactv1.RegisterOutcome_REGISTER_OUTCOME_OK
@@ -196,12 +197,12 @@ func (s *adminServer) UpdateNode(ctx context.Context, req *pactv1.UpdateNodeRequ
 	if err != nil {
 		return nil, err
 	}
-	res, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_UpdateNode{UpdateNode: &pactv1.UpdateNodeOp{NodeId: req.GetNodeId(), Hardware: hardwareProto(id)}}})
+	res, err := j.propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_UpdateNode{UpdateNode: &pactv1.UpdateNodeOp{NodeId: req.GetNodeId(), Hardware: hardwareProto(id)}}})
 	if err != nil {
 		return nil, err
 	}
 	if !res.Idempotent {
-		j.log.Info("node updated", logkey.NodeID, req.GetNodeId(), logkey.Actor, p.id.Name, logkey.MACs, id.MACs)
+		j.log.Info("node updated", logkey.NodeID, req.GetNodeId(), logkey.Actor, p.ID.Name, logkey.MACs, id.MACs)
 	}
 	return &pactv1.UpdateNodeResponse{Node: j.view(res.Node), Unchanged: res.Idempotent}, nil
 }
@@ -311,11 +312,11 @@ func (s *adminServer) DecommissionNode(ctx context.Context, req *pactv1.Decommis
 	if err != nil {
 		return nil, err
 	}
-	res, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_Decommission{Decommission: &pactv1.DecommissionOp{NodeId: n.GetNodeId()}}})
+	res, err := j.propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_Decommission{Decommission: &pactv1.DecommissionOp{NodeId: n.GetNodeId()}}})
 	if err != nil {
 		return nil, err
 	}
-	j.log.Info("node decommissioned", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.id.Name, logkey.Serial, n.GetCert().GetSerial(), logkey.Forced, req.GetForce())
+	j.log.Info("node decommissioned", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.ID.Name, logkey.Serial, n.GetCert().GetSerial(), logkey.Forced, req.GetForce())
 	return &pactv1.DecommissionNodeResponse{Node: j.view(res.Node)}, nil
 }
 
@@ -379,13 +380,13 @@ func (j *Journal) setVCluster(ctx context.Context, nodeID, to string, fromOK fun
 			return err
 		}
 		from = n.GetVcluster()
-		if own := opsVCluster(p.role); own != "" {
+		if own := auth.OpsVCluster(p.Role); own != "" {
 			// pact-ops-V may only move nodes into and out of V: every
 			// vCluster the change touches must be V. Checked first, so a
 			// role learns nothing about nodes outside its vCluster.
 			for _, v := range []string{from, to} {
 				if v != "" && v != own {
-					return fmt.Errorf("%w: role %s may only move nodes into and out of %s; %s touches %s", ErrPermission, p.role, own, nodeID, v)
+					return fmt.Errorf("%w: role %s may only move nodes into and out of %s; %s touches %s", ErrPermission, p.Role, own, nodeID, v)
 				}
 			}
 		}
@@ -400,13 +401,13 @@ func (j *Journal) setVCluster(ctx context.Context, nodeID, to string, fromOK fun
 	if err != nil {
 		return nil, "", err
 	}
-	res, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_Assign{Assign: &pactv1.AssignOp{
+	res, err := j.propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_Assign{Assign: &pactv1.AssignOp{
 		NodeId: nodeID, Vcluster: to, ExpectVcluster: from,
 	}}})
 	if err != nil {
 		return nil, "", err
 	}
-	j.log.Info("node assignment changed", logkey.NodeID, nodeID, logkey.Actor, p.id.Name, logkey.From, from, logkey.To, to)
+	j.log.Info("node assignment changed", logkey.NodeID, nodeID, logkey.Actor, p.ID.Name, logkey.From, from, logkey.To, to)
 	return j.view(res.Node), from, nil
 }
 
@@ -421,8 +422,6 @@ func (s *adminServer) ListAudit(_ context.Context, req *pactv1.ListAuditRequest)
 	}
 	return &pactv1.ListAuditResponse{Entries: s.j.fsm.Audit(req.GetNodeId(), req.GetSinceUnixNano(), limit)}, nil
 }
-
-func (p *principal) actor() string { return "admin/" + p.id.Name }
 
 // view returns a copy of n for operators: without the certificate DER (they
 // see serial, key fingerprint and expiry) and with its last sighting.

@@ -45,7 +45,7 @@ func (s *adminServer) CreateJoinToken(ctx context.Context, req *pactv1.CreateJoi
 		NodeId:            n.GetNodeId(),
 		ExpiresAtUnixNano: now.Add(ttl).UnixNano(),
 	}}
-	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_CreateJoinToken{CreateJoinToken: op}}); err != nil {
+	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_CreateJoinToken{CreateJoinToken: op}}); err != nil {
 		return nil, err
 	}
 	var info *pactv1.JoinTokenInfo
@@ -60,7 +60,7 @@ func (s *adminServer) CreateJoinToken(ctx context.Context, req *pactv1.CreateJoi
 		// asked for.
 		info = tokenInfo(op.GetToken())
 	}
-	j.log.Info("join token created", logkey.NodeID, n.GetNodeId(), logkey.TokenID, info.GetId(), logkey.Actor, p.id.Name,
+	j.log.Info("join token created", logkey.NodeID, n.GetNodeId(), logkey.TokenID, info.GetId(), logkey.Actor, p.ID.Name,
 		logkey.Expires, time.Unix(0, info.GetExpiresAtUnixNano()).UTC().Format(time.RFC3339))
 	if !raftfsm.RequiresJoinToken(n) {
 		j.log.Info("join token created for a node that does not require one; the agent's token is ignored until the node is registered with --require-token", logkey.NodeID, n.GetNodeId())
@@ -113,12 +113,12 @@ func (s *adminServer) RevokeJoinTokens(ctx context.Context, req *pactv1.RevokeJo
 		}
 		return nil, fmt.Errorf("%w: %s for node %s (pact node token list %s)", ErrNotFound, what, n.GetNodeId(), n.GetNodeId())
 	}
-	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_RevokeJoinTokens{RevokeJoinTokens: &pactv1.RevokeJoinTokensOp{
+	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_RevokeJoinTokens{RevokeJoinTokens: &pactv1.RevokeJoinTokensOp{
 		NodeId: n.GetNodeId(), Sha256Prefix: id,
 	}}}); err != nil {
 		return nil, err
 	}
-	j.log.Info("join tokens revoked", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.id.Name, logkey.Count, len(revoked))
+	j.log.Info("join tokens revoked", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.ID.Name, logkey.Count, len(revoked))
 	return &pactv1.RevokeJoinTokensResponse{Revoked: revoked}, nil
 }
 
@@ -135,19 +135,19 @@ func (s *adminServer) FenceNode(ctx context.Context, req *pactv1.FenceNodeReques
 		return nil, err
 	}
 	if already, ok := j.fenceIs(ctx, n.GetNodeId(), true); ok {
-		j.log.Info("node already fenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.id.Name)
+		j.log.Info("node already fenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.ID.Name)
 		return &pactv1.FenceNodeResponse{Node: j.view(already), Unchanged: true}, nil
 	}
-	res, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_Fence{Fence: &pactv1.FenceOp{
+	res, err := j.propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_Fence{Fence: &pactv1.FenceOp{
 		NodeId: n.GetNodeId(), Fenced: true, Reason: req.GetReason(),
 	}}})
 	if err != nil {
 		return nil, err
 	}
 	if res.Idempotent {
-		j.log.Info("node already fenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.id.Name)
+		j.log.Info("node already fenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.ID.Name)
 	} else {
-		j.log.Warn("node fenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.id.Name, logkey.Reason, req.GetReason(), logkey.Serial, n.GetCert().GetSerial())
+		j.log.Warn("node fenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.ID.Name, logkey.Reason, req.GetReason(), logkey.Serial, n.GetCert().GetSerial())
 	}
 	return &pactv1.FenceNodeResponse{Node: j.view(res.Node), Unchanged: res.Idempotent}, nil
 }
@@ -184,12 +184,12 @@ func (s *adminServer) UnfenceNode(ctx context.Context, req *pactv1.UnfenceNodeRe
 	if notFenced, ok := j.fenceIs(ctx, n.GetNodeId(), false); ok {
 		return &pactv1.UnfenceNodeResponse{Node: j.view(notFenced), Unchanged: true}, nil
 	}
-	res, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_Fence{Fence: &pactv1.FenceOp{NodeId: n.GetNodeId()}}})
+	res, err := j.propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_Fence{Fence: &pactv1.FenceOp{NodeId: n.GetNodeId()}}})
 	if err != nil {
 		return nil, err
 	}
 	if !res.Idempotent {
-		j.log.Info("node unfenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.id.Name)
+		j.log.Info("node unfenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.ID.Name)
 	}
 	return &pactv1.UnfenceNodeResponse{Node: j.view(res.Node), Unchanged: res.Idempotent}, nil
 }

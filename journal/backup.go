@@ -85,7 +85,7 @@ func (s *adminServer) SaveSnapshot(_ *pactv1.SaveSnapshotRequest, stream pactv1.
 		}
 		data = data[n:]
 	}
-	j.log.Info("snapshot saved by an operator", logkey.Actor, principalFrom(stream.Context()).id.Name, logkey.Index, index, logkey.Nodes, nodes, logkey.Bytes, buf.Len())
+	j.log.Info("snapshot saved by an operator", logkey.Actor, principalFrom(stream.Context()).ID.Name, logkey.Index, index, logkey.Nodes, nodes, logkey.Bytes, buf.Len())
 	return nil
 }
 

@@ -11,7 +11,7 @@ import (
 )
 
 // A connection's client chain is verified once and then remembered
-// (connverdict.go); what is remembered must lapse with the chain. Each case
+// (journal/auth/connverdict.go); what is remembered must lapse with the chain. Each case
 // keeps one connection open, calls once so the verdict is remembered, then
 // changes the world and calls again on the same connection.
 func TestRememberedChainLapsesOnTheSameConnection(t *testing.T) {

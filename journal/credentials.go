@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/ca"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
@@ -116,11 +117,8 @@ func (j *Journal) checkAdmission(ctx context.Context, nodeID, spki string) error
 	})
 }
 
-// fencedError is the refusal of a fenced node. The operator's reason stays
-// in the audit: the node itself may be the suspect.
-func fencedError(nodeID string) error {
-	return fmt.Errorf("%w: node %s is fenced by an operator; it may not enroll or renew until pact node unfence %s", raftfsm.ErrNodeFenced, nodeID, nodeID)
-}
+// fencedError is the refusal of a fenced node (auth.FencedError).
+func fencedError(nodeID string) error { return auth.FencedError(nodeID) }
 
 // Join tokens: pactjt_ followed by 32 random bytes in unpadded base64url.
 const (

@@ -360,21 +360,21 @@ func (s *enrollmentServer) RenewCert(ctx context.Context, req *pactv1.RenewCertR
 		j.metrics.renew.WithLabelValues(result).Inc()
 	}()
 	p := principalFrom(ctx)
-	if p.svid {
+	if p.SVID {
 		return nil, fmt.Errorf("%w: SVID-authenticated agents renew through SPIRE, not the journal", ErrPermission)
 	}
-	if req.GetCurrentSerial() != p.serial {
+	if req.GetCurrentSerial() != p.Serial {
 		return nil, fmt.Errorf("%w: current_serial %q is not the serial of the certificate this call was made with", ErrInvalidArgument, req.GetCurrentSerial())
 	}
-	issued, err := j.signForNode(ctx, p.id.Name, req.GetCsrDer())
+	issued, err := j.signForNode(ctx, p.ID.Name, req.GetCsrDer())
 	if err != nil {
 		return nil, err
 	}
 	result, err := j.propose(ctx, &pactv1.Command{
-		Actor: "agent/" + p.id.Name,
+		Actor: "agent/" + p.ID.Name,
 		Op: &pactv1.Command_Renew{Renew: &pactv1.RenewOp{
-			NodeId:         p.id.Name,
-			PreviousSerial: p.serial,
+			NodeId:         p.ID.Name,
+			PreviousSerial: p.Serial,
 			Cert:           certInfo(issued),
 		}},
 	})
@@ -386,7 +386,7 @@ func (s *enrollmentServer) RenewCert(ctx context.Context, req *pactv1.RenewCertR
 	if err != nil {
 		return nil, err
 	}
-	j.log.Info("certificate renewed", logkey.NodeID, n.GetNodeId(), logkey.Serial, n.GetCert().GetSerial(), logkey.PreviousSerial, p.serial)
+	j.log.Info("certificate renewed", logkey.NodeID, n.GetNodeId(), logkey.Serial, n.GetCert().GetSerial(), logkey.PreviousSerial, p.Serial)
 	return &pactv1.RenewCertResponse{
 		NodeId:         n.GetNodeId(),
 		CertChainDer:   chain,
@@ -406,7 +406,7 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 	j := s.j
 	ctx := stream.Context()
 	p := principalFrom(ctx)
-	if p.svid {
+	if p.SVID {
 		// The registry follows the SVID (Registered or Inactive → Active,
 		// or SPIRE's rotation) before the stream counts as the node's.
 		if err := j.recordSVID(ctx, p); err != nil {
@@ -415,14 +415,14 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 	} else if err := j.activateStandby(ctx, p); err != nil {
 		return err
 	}
-	w := j.hub.register(p.id.Name)
+	w := j.hub.register(p.ID.Name)
 	defer j.hub.unregister(w)
 	// dropped names why the stream ends where the error alone does not
 	// (pact_journal_stream_drops_total, monitoring.go).
 	var dropped string
 	defer func() { j.metrics.streamDrops.WithLabelValues(streamDropReason(dropped, err)).Inc() }()
-	j.log.Info("agent stream opened", logkey.NodeID, p.id.Name, logkey.Serial, p.serial, logkey.Source, peerAddr(ctx), logkey.IdentitySource, p.identitySource())
-	defer j.log.Info("agent stream closed", logkey.NodeID, p.id.Name, logkey.Serial, p.serial)
+	j.log.Info("agent stream opened", logkey.NodeID, p.ID.Name, logkey.Serial, p.Serial, logkey.Source, peerAddr(ctx), logkey.IdentitySource, p.IdentitySource())
+	defer j.log.Info("agent stream closed", logkey.NodeID, p.ID.Name, logkey.Serial, p.Serial)
 
 	var sentVCluster string
 	var sentBundle uint64
@@ -439,11 +439,11 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 		return err
 	}
 	sendState := func(first bool) error {
-		if now := j.cfg.Clock.Now(); now.After(p.leaf.NotAfter) {
+		if now := j.cfg.Clock.Now(); now.After(p.Leaf.NotAfter) {
 			dropped = dropCertExpired
-			return fmt.Errorf("%w: the stream's certificate %s expired at %s; renew or re-enroll", ErrUnauthenticated, p.serial, p.leaf.NotAfter.UTC().Format(time.RFC3339))
+			return fmt.Errorf("%w: the stream's certificate %s expired at %s; renew or re-enroll", ErrUnauthenticated, p.Serial, p.Leaf.NotAfter.UTC().Format(time.RFC3339))
 		}
-		if err := j.checkBinding(p); err != nil {
+		if err := j.auth.CheckBinding(p); err != nil {
 			if errors.Is(err, raftfsm.ErrNodeRevoked) || errors.Is(err, raftfsm.ErrNodeFenced) {
 				// Tell the agent why before the stream ends; a stale
 				// certificate (after a renewal) just ends the stream.
@@ -452,13 +452,13 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 			}
 			return err
 		}
-		n, _ := j.fsm.Node(p.id.Name)
-		if !p.svid {
+		n, _ := j.fsm.Node(p.ID.Name)
+		if !p.SVID {
 			if in, ok := j.fsm.Intermediate(n.GetCert().GetIssuerSerial()); ok && in.GetRevokeAtUnixNano() != 0 {
 				revokeAt = time.Unix(0, in.GetRevokeAtUnixNano())
 				if raftfsm.IntermediateRevoked(in, j.cfg.Clock.Now().UnixNano()) {
 					dropped = dropIntermediateRevoked
-					return fmt.Errorf("%w: certificate %s was signed by intermediate %s, revoked at %s (%s); re-enroll", ErrUnauthenticated, p.serial, in.GetSerial(), revokeAt.UTC().Format(time.RFC3339), in.GetRetireReason())
+					return fmt.Errorf("%w: certificate %s was signed by intermediate %s, revoked at %s (%s); re-enroll", ErrUnauthenticated, p.Serial, in.GetSerial(), revokeAt.UTC().Format(time.RFC3339), in.GetRetireReason())
 				}
 				if !sentRenewNow {
 					// The agent renews through its usual rotation; the new
@@ -471,7 +471,7 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 						return sendFailed(err)
 					}
 					sentRenewNow = true
-					j.log.Info("agent told to renew: its intermediate is retiring", logkey.NodeID, p.id.Name, logkey.Serial, p.serial, logkey.IssuerSerial, in.GetSerial())
+					j.log.Info("agent told to renew: its intermediate is retiring", logkey.NodeID, p.ID.Name, logkey.Serial, p.Serial, logkey.IssuerSerial, in.GetSerial())
 				}
 			}
 		}
@@ -500,7 +500,7 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 	for {
 		// Wake at the next recheck, or just after the certificate expires.
 		wait := j.cfg.StreamRecheckInterval
-		if untilExpiry := p.leaf.NotAfter.Sub(j.cfg.Clock.Now()) + time.Millisecond; untilExpiry < wait {
+		if untilExpiry := p.Leaf.NotAfter.Sub(j.cfg.Clock.Now()) + time.Millisecond; untilExpiry < wait {
 			wait = max(untilExpiry, 0)
 		}
 		if !revokeAt.IsZero() {
@@ -574,27 +574,27 @@ func peerAddr(ctx context.Context) string {
 func (s *enrollmentServer) Release(ctx context.Context, _ *pactv1.ReleaseRequest) (*pactv1.ReleaseResponse, error) {
 	j := s.j
 	p := principalFrom(ctx)
-	if p.svid {
+	if p.SVID {
 		return &pactv1.ReleaseResponse{}, nil
 	}
 	res, err := j.propose(ctx, &pactv1.Command{
-		Actor: "agent/" + p.id.Name,
-		Op:    &pactv1.Command_Release{Release: &pactv1.ReleaseOp{NodeId: p.id.Name, Serial: p.serial}},
+		Actor: "agent/" + p.ID.Name,
+		Op:    &pactv1.Command_Release{Release: &pactv1.ReleaseOp{NodeId: p.ID.Name, Serial: p.Serial}},
 	})
 	if err != nil {
 		return nil, err
 	}
-	released := res.Node.GetReleasedSerial() == p.serial
-	j.log.Info("node released by its agent", logkey.NodeID, p.id.Name, logkey.Serial, p.serial, logkey.Released, released)
+	released := res.Node.GetReleasedSerial() == p.Serial
+	j.log.Info("node released by its agent", logkey.NodeID, p.ID.Name, logkey.Serial, p.Serial, logkey.Released, released)
 	return &pactv1.ReleaseResponse{Released: released}, nil
 }
 
 func (s *enrollmentServer) Ping(ctx context.Context, _ *pactv1.PingRequest) (*pactv1.PingResponse, error) {
 	p := principalFrom(ctx)
 	return &pactv1.PingResponse{
-		NodeId:             p.id.Name,
-		Serial:             p.serial,
-		IdentitySource:     p.identitySource(),
+		NodeId:             p.ID.Name,
+		Serial:             p.Serial,
+		IdentitySource:     p.IdentitySource(),
 		JournalId:          s.j.cfg.NodeID,
 		ServerTimeUnixNano: s.j.cfg.Clock.Now().UnixNano(),
 	}, nil

@@ -29,6 +29,7 @@ import (
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/transport"
+	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/connlimit"
 	"github.com/pact-hpc/pact/journal/ratelimit"
@@ -65,11 +66,8 @@ type Journal struct {
 	streams *streamLimits
 	// raftRefusals samples the log lines for refused Raft connections.
 	raftRefusals *sampledLog
-	// refusals rate-limits the log of refused authentications.
-	refusals authRefusals
-	// spire is the SPIRE trust domain whose SVIDs authenticate agents; nil
-	// when the journal accepts none.
-	spire *spireTrust
+	// auth authenticates and authorises the callers (journal/auth).
+	auth *auth.Authenticator
 	// credentials are the enrollment credentials checked beside the
 	// hardware match, each when the node's policy requires it
 	// (credentials.go).
@@ -85,9 +83,6 @@ type Journal struct {
 	beforeApply atomic.Pointer[func()]
 	// peerCerts remembers peer journal chains already verified.
 	peerCerts verifiedChains
-	// rootSigned remembers CA certificates found signed by the root in a
-	// client handshake (handshake.go).
-	rootSigned sync.Map
 
 	lis    net.Listener
 	server *grpc.Server
@@ -220,10 +215,6 @@ func NewContext(ctx context.Context, cfg Config) (*Journal, error) {
 	if err != nil {
 		return nil, err
 	}
-	spire, err := newSPIRETrust(cfg, authority.Domain(), log.With(logkey.Domain, authority.Domain()))
-	if err != nil {
-		return nil, err
-	}
 	j := &Journal{
 		limiter: limiter,
 		tpm:     challenges,
@@ -234,7 +225,6 @@ func NewContext(ctx context.Context, cfg Config) (*Journal, error) {
 		hub:     newHub(),
 		gate:    newGate(cfg.MaxConcurrentEnrollments, cfg.EnrollQueueWait, cfg.Clock),
 		stop:    make(chan struct{}),
-		spire:   spire,
 
 		promoteNow:    make(chan struct{}, 1),
 		nonvoterSince: map[string]time.Time{},
@@ -254,6 +244,9 @@ func NewContext(ctx context.Context, cfg Config) (*Journal, error) {
 	j.peerRefused = newPeerRefusedCounter()
 	j.metrics = newMetrics(j)
 	j.peers = newPeerConns(j)
+	if j.auth, err = newAuthenticator(j); err != nil {
+		return nil, err
+	}
 	unknown := raftfsm.HasUnknownOp
 	j.unknownOp.Store(&unknown)
 	if cfg.ActivationBatchMax > 1 {
@@ -483,11 +476,11 @@ func (j *Journal) Start(ctx context.Context) error {
 		defer j.wg.Done()
 		j.rotateLoop()
 	}()
-	if j.spire != nil && j.spire.run != nil {
+	if run := j.auth.Background(); run != nil {
 		j.wg.Add(1)
 		go func() {
 			defer j.wg.Done()
-			j.spire.run(j.stop)
+			run(j.stop)
 		}()
 	}
 	inter := j.ca.Intermediate()
@@ -587,7 +580,7 @@ func (j *Journal) recordBootstrapOperator(ctx context.Context) {
 	}
 	by := "journal/" + j.cfg.NodeID
 	if _, err := j.propose(ctx, &pactv1.Command{Actor: by, Op: &pactv1.Command_RecordOperator{RecordOperator: &pactv1.RecordOperatorOp{
-		Operator: operatorRecord(cert, id.Name, cert.Subject.OrganizationalUnit[0], by),
+		Operator: auth.OperatorRecord(cert, id.Name, cert.Subject.OrganizationalUnit[0], by),
 	}}}); err != nil {
 		j.log.Warn("could not record the bootstrap operator credential", logkey.AdminCert, filepath.Join(j.cfg.DataDir, ca.AdminCertFile), logkey.Err, err)
 	}
@@ -767,14 +760,14 @@ func (j *Journal) newGRPCServer() *grpc.Server {
 		},
 		// Enroll needs no client certificate. Client chains are verified
 		// by the calls (authenticate; once per connection while the bundle
-		// and the chain's validity hold, connverdict.go), against the root
+		// and the chain's validity hold, journal/auth), against the root
 		// and the live trust bundle at the journal's clock, so an expired
 		// or no longer trusted certificate gets a typed error rather than a
 		// failed handshake.
 		ClientAuth: tls.RequestClientCert,
 		// A chain from another root fails the handshake, though: it has
 		// no business on this port at all.
-		VerifyPeerCertificate: j.verifyClientHandshake,
+		VerifyPeerCertificate: j.auth.VerifyClientHandshake,
 		Time:                  j.cfg.Clock.Now,
 		// Agents and the CLI never resume a session: each boot and each
 		// renewal is a new connection with a new key. A ticket per
@@ -782,9 +775,9 @@ func (j *Journal) newGRPCServer() *grpc.Server {
 		SessionTicketsDisabled: true,
 	}
 	s := grpc.NewServer(append(transport.ServerOptions(),
-		// A refused client chain gets its alert (handshake.go); the
-		// connection limits apply first (limits.go).
-		grpc.Creds(refusingCreds{&limitedCreds{TransportCredentials: credentials.NewTLS(j.cfg.KeyExchange.Apply(tlsCfg)), lim: j.conns}, func(err error) { j.countHandshakeRefused("grpc", err) }}),
+		// A refused client chain gets its alert; the connection limits
+		// apply first (journal/auth's handshake.go).
+		grpc.Creds(auth.ServerCreds(credentials.NewTLS(j.cfg.KeyExchange.Apply(tlsCfg)), j.conns, func(err error) { j.countHandshakeRefused("grpc", err) })),
 		// gRPC's default gives a connection 120 s to finish its TLS
 		// handshake and HTTP/2 preface; a silent client would hold its
 		// file descriptor that long.
@@ -793,8 +786,8 @@ func (j *Journal) newGRPCServer() *grpc.Server {
 		grpc.ForceServerCodecV2(newDecodeCodec()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 60 * time.Second, Timeout: 20 * time.Second, MaxConnectionIdle: j.cfg.IdleTimeout}),
-		grpc.ChainUnaryInterceptor(j.unaryInterceptor),
-		grpc.ChainStreamInterceptor(j.streamInterceptor),
+		grpc.ChainUnaryInterceptor(j.unaryInterceptor, j.auth.UnaryInterceptor),
+		grpc.ChainStreamInterceptor(j.streamInterceptor, j.auth.StreamInterceptor, j.limitStreams),
 	)...)
 	registerDecoded(s, &pactv1.EnrollmentService_ServiceDesc, &enrollmentServer{j: j})
 	registerDecoded(s, &pactv1.AdminService_ServiceDesc, &adminServer{j: j})

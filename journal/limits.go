@@ -2,39 +2,11 @@ package journal
 
 import (
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/credentials"
-
 	"github.com/pact-hpc/pact/internal/clock"
-	"github.com/pact-hpc/pact/journal/connlimit"
 )
-
-// limitedCreds makes the gRPC port's TLS handshake wait for the client's
-// ClientHello without a handshake slot, and take a slot (or answer busy)
-// only once it has arrived. gRPC runs ServerHandshake in the connection's
-// own goroutine under its ConnectionTimeout deadline, so a silent client
-// blocks nobody and is closed when the timeout passes. The admission and
-// the busy answer are connlimit's (Limiter.AdmitHandshake).
-type limitedCreds struct {
-	credentials.TransportCredentials
-	lim *connlimit.Limiter
-}
-
-func (c *limitedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	hello, release, err := c.lim.AdmitHandshake(raw)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer release()
-	return c.TransportCredentials.ServerHandshake(hello)
-}
-
-func (c *limitedCreds) Clone() credentials.TransportCredentials {
-	return &limitedCreds{TransportCredentials: c.TransportCredentials.Clone(), lim: c.lim}
-}
 
 // streamLimits counts the streams each certificate holds open, so one
 // stolen or misbehaving credential cannot open thousands (each a goroutine,

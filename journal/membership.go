@@ -189,7 +189,7 @@ func (s *adminServer) AddJournal(ctx context.Context, req *pactv1.AddJournalRequ
 	if err := j.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, j.cfg.ApplyTimeout).Error(); err != nil {
 		return nil, membershipError("add "+id, err)
 	}
-	j.log.Info("journal added to the quorum as a non-voter; it becomes a voter once caught up", logkey.Journal, id, logkey.RaftAddr, addr, logkey.Actor, principalFrom(ctx).id.Name, logkey.Forced, req.GetForce())
+	j.log.Info("journal added to the quorum as a non-voter; it becomes a voter once caught up", logkey.Journal, id, logkey.RaftAddr, addr, logkey.Actor, principalFrom(ctx).ID.Name, logkey.Forced, req.GetForce())
 	j.nudgePromote()
 	// Wait briefly for the promotion, so a small registry is answered
 	// with the new voter in place.
@@ -316,7 +316,7 @@ func (s *adminServer) RemoveJournal(ctx context.Context, req *pactv1.RemoveJourn
 	if err := j.raft.RemoveServer(raft.ServerID(id), 0, j.cfg.ApplyTimeout).Error(); err != nil {
 		return nil, membershipError("remove "+id, err)
 	}
-	j.log.Info("journal removed from the quorum", logkey.Journal, id, logkey.Actor, principalFrom(ctx).id.Name, logkey.Forced, req.GetForce(), logkey.IntermediatesRetired, len(resp.Retired))
+	j.log.Info("journal removed from the quorum", logkey.Journal, id, logkey.Actor, principalFrom(ctx).ID.Name, logkey.Forced, req.GetForce(), logkey.IntermediatesRetired, len(resp.Retired))
 	members, err = j.members(ctx)
 	resp.Members = members
 	return resp, err

@@ -1,18 +1,13 @@
 package journal
 
 import (
-	"crypto/x509"
 	"errors"
-	"io"
-	"net"
-	"os"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pact-hpc/pact/journal/connlimit"
+	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
@@ -57,70 +52,18 @@ func streamDropReason(decided string, err error) string {
 	return dropOther
 }
 
-// Why a TLS handshake failed (pact_journal_handshakes_refused_total{port,reason}).
-// Busy answers and connection caps are not here: they are counted by
-// pact_journal_connections_busy_total and pact_journal_connections_refused_total.
-const (
-	hsForeignRoot         = "foreign_root"         // a client chain that reaches no authority of this domain
-	hsNoCertificate       = "no_certificate"       // no client certificate where one is required (Raft port)
-	hsIntermediateRevoked = "intermediate_revoked" // a peer journal's intermediate is revoked (Raft port)
-	hsNotJournal          = "not_journal"          // a certificate of this domain that names no journal (Raft port)
-	hsCertInvalid         = "certificate_invalid"  // expired, not yet valid or the wrong usage (Raft port)
-	hsClientAlert         = "client_alert"         // the client refused the journal's certificate (a stale ca.pem, another domain)
-	hsNotTLS              = "not_tls"              // the first bytes were not a TLS handshake
-	hsTimeout             = "timeout"              // the handshake did not finish within HandshakeTimeout
-	hsClientClosed        = "client_closed"        // the client closed the connection mid-handshake
-	hsTLSError            = "tls_error"            // any other TLS failure (no common version or cipher, a malformed message)
-)
-
-var handshakeReasons = []string{hsForeignRoot, hsNoCertificate, hsIntermediateRevoked, hsNotJournal, hsCertInvalid, hsClientAlert, hsNotTLS, hsTimeout, hsClientClosed, hsTLSError}
-
 // Sentinels of the Raft port's peer verification (raftnet.go), so its
-// refusals are counted by reason.
+// refusals are counted by reason (auth.HandshakeRefusalReason).
 var (
-	errPeerNoCertificate       = errors.New("journal peer: no certificate")
-	errPeerIntermediateRevoked = errors.New("journal peer: intermediate revoked")
-	errPeerNotJournal          = errors.New("journal peer: certificate names no journal of this domain")
+	errPeerNoCertificate       = auth.ErrPeerNoCertificate
+	errPeerIntermediateRevoked = auth.ErrPeerIntermediateRevoked
+	errPeerNotJournal          = auth.ErrPeerNotJournal
 )
-
-// handshakeRefusalReason classifies a failed server handshake; ok is false
-// for a busy answer or a cap, which other metrics count.
-func handshakeRefusalReason(err error) (reason string, ok bool) {
-	var busy *connlimit.BusyError
-	var unknownAuthority x509.UnknownAuthorityError
-	var invalid x509.CertificateInvalidError
-	var op *net.OpError
-	switch {
-	case errors.As(err, &busy) || errors.Is(err, connlimit.ErrHandshakesBusy):
-		return "", false
-	case errors.Is(err, errForeignChain), errors.As(err, &unknownAuthority):
-		return hsForeignRoot, true
-	case errors.Is(err, errPeerNoCertificate):
-		return hsNoCertificate, true
-	case errors.Is(err, errPeerIntermediateRevoked):
-		return hsIntermediateRevoked, true
-	case errors.Is(err, errPeerNotJournal):
-		return hsNotJournal, true
-	case errors.As(err, &invalid):
-		return hsCertInvalid, true
-	case errors.Is(err, connlimit.ErrNotTLS):
-		return hsNotTLS, true
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return hsTimeout, true
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, net.ErrClosed), errors.Is(err, syscall.EPIPE):
-		return hsClientClosed, true
-	case errors.As(err, &op) && op.Op == "remote error":
-		// crypto/tls reports an alert the client sent as a net.OpError
-		// with this Op (the alert type itself is unexported).
-		return hsClientAlert, true
-	}
-	return hsTLSError, true
-}
 
 // countHandshakeRefused counts a failed server handshake on port (grpc,
 // raft) by reason.
 func (j *Journal) countHandshakeRefused(port string, err error) {
-	if reason, ok := handshakeRefusalReason(err); ok {
+	if reason, ok := auth.HandshakeRefusalReason(err); ok {
 		j.metrics.handshakesRefused.WithLabelValues(port, reason).Inc()
 	}
 }
@@ -142,7 +85,7 @@ func (m *metrics) registerMonitoring(j *Journal) {
 		Help: "TLS handshakes that failed, by port (grpc, raft) and reason (foreign_root, no_certificate, intermediate_revoked, not_journal, certificate_invalid, client_alert, not_tls, timeout, client_closed, tls_error); busy answers and connection caps are counted in pact_journal_connections_*.",
 	}, []string{"port", "reason"})
 	for _, port := range []string{"grpc", "raft"} {
-		for _, r := range handshakeReasons {
+		for _, r := range auth.HandshakeReasons {
 			m.handshakesRefused.WithLabelValues(port, r)
 		}
 	}

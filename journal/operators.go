@@ -11,6 +11,7 @@ import (
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/suggest"
+	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/ca"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -26,13 +27,13 @@ func (s *adminServer) IssueOperator(ctx context.Context, req *pactv1.IssueOperat
 	p := principalFrom(ctx)
 	name, role := req.GetName(), req.GetRole()
 	if name == "" {
-		name = p.id.Name
+		name = p.ID.Name
 	}
-	if role == "" && name == p.id.Name {
-		role = p.role
+	if role == "" && name == p.ID.Name {
+		role = p.Role
 	}
-	if !platformAdmin(p.role) && (name != p.id.Name || role != p.role) {
-		return nil, fmt.Errorf("%w: role %s may only renew its own credential (%s, role %s); a platform-admin issues others", ErrPermission, p.role, p.id.Name, p.role)
+	if !auth.PlatformAdmin(p.Role) && (name != p.ID.Name || role != p.Role) {
+		return nil, fmt.Errorf("%w: role %s may only renew its own credential (%s, role %s); a platform-admin issues others", ErrPermission, p.Role, p.ID.Name, p.Role)
 	}
 	lifetime := time.Duration(req.GetLifetimeSeconds()) * time.Second
 	switch {
@@ -49,15 +50,15 @@ func (s *adminServer) IssueOperator(ctx context.Context, req *pactv1.IssueOperat
 	if err != nil {
 		return nil, err
 	}
-	rec := operatorRecord(cert, name, role, p.actor())
-	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_RecordOperator{RecordOperator: &pactv1.RecordOperatorOp{Operator: rec}}}); err != nil {
+	rec := auth.OperatorRecord(cert, name, role, p.Actor())
+	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_RecordOperator{RecordOperator: &pactv1.RecordOperatorOp{Operator: rec}}}); err != nil {
 		// The certificate never leaves: its record did not commit.
 		return nil, err
 	}
 	if got, ok := j.fsm.Operator(rec.GetSerial()); ok {
 		rec = got
 	}
-	j.log.Info("operator credential issued", logkey.Actor, p.id.Name, logkey.Operator, name, logkey.Role, role, logkey.Serial, rec.GetSerial(),
+	j.log.Info("operator credential issued", logkey.Actor, p.ID.Name, logkey.Operator, name, logkey.Role, role, logkey.Serial, rec.GetSerial(),
 		logkey.NotAfter, cert.NotAfter.UTC().Format(time.RFC3339))
 	return &pactv1.IssueOperatorResponse{CertDer: cert.Raw, Operator: rec}, nil
 }
@@ -105,7 +106,7 @@ func (s *adminServer) RevokeOperator(ctx context.Context, req *pactv1.RevokeOper
 			return nil, err
 		}
 	}
-	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_RevokeOperator{RevokeOperator: op}}); err != nil {
+	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_RevokeOperator{RevokeOperator: op}}); err != nil {
 		return nil, err
 	}
 	ops, names := j.fsm.Operators()
@@ -120,7 +121,7 @@ func (s *adminServer) RevokeOperator(ctx context.Context, req *pactv1.RevokeOper
 			out.Name = n
 		}
 	}
-	j.log.Warn("operator credential revoked", logkey.Actor, p.id.Name, logkey.Name, op.GetName(), logkey.Serial, op.GetSerial(), logkey.Records, len(out.Revoked))
+	j.log.Warn("operator credential revoked", logkey.Actor, p.ID.Name, logkey.Name, op.GetName(), logkey.Serial, op.GetSerial(), logkey.Records, len(out.Revoked))
 	return out, nil
 }
 
@@ -204,10 +205,10 @@ func (j *Journal) retire(ctx context.Context, serials []string, graceSeconds int
 		grace = time.Duration(graceSeconds) * time.Second
 	}
 	if reason == "" {
-		reason = "retired by " + p.id.Name
+		reason = "retired by " + p.ID.Name
 	}
 	revokeAt := j.cfg.Clock.Now().Add(grace).UnixNano()
-	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.actor(), Op: &pactv1.Command_RetireIntermediate{RetireIntermediate: &pactv1.RetireIntermediateOp{
+	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_RetireIntermediate{RetireIntermediate: &pactv1.RetireIntermediateOp{
 		Serials: serials, RevokeAtUnixNano: revokeAt, Reason: reason,
 	}}}); err != nil {
 		return nil, err
@@ -218,7 +219,7 @@ func (j *Journal) retire(ctx context.Context, serials []string, graceSeconds int
 			out = append(out, intermediateView(in))
 		}
 	}
-	j.log.Warn("intermediates retired", logkey.Actor, p.id.Name, logkey.Serials, serials, logkey.RevokeAt, time.Unix(0, revokeAt).UTC().Format(time.RFC3339), logkey.Reason, reason)
+	j.log.Warn("intermediates retired", logkey.Actor, p.ID.Name, logkey.Serials, serials, logkey.RevokeAt, time.Unix(0, revokeAt).UTC().Format(time.RFC3339), logkey.Reason, reason)
 	return out, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/pact-hpc/pact/internal/logkey"
+	"github.com/pact-hpc/pact/journal/auth"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -16,8 +17,8 @@ import (
 // Errors of the journal itself (rule errors come from raftfsm).
 var (
 	ErrNoLeader        = errors.New("journal: no leader")
-	ErrUnauthenticated = errors.New("journal: unauthenticated")
-	ErrPermission      = errors.New("journal: permission denied")
+	ErrUnauthenticated = auth.ErrUnauthenticated // journal/auth refuses with these two
+	ErrPermission      = auth.ErrPermission
 	ErrInvalidArgument = errors.New("journal: invalid argument")
 	ErrOverloaded      = errors.New("journal: too many enrollments in flight")
 	ErrNotFound        = errors.New("journal: not found")

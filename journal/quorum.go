@@ -723,23 +723,23 @@ func checkIntermediateBinding(leaf *x509.Certificate, issuer *pactv1.Intermediat
 // itself (its own intermediate, its own liveness digest).
 func (j *Journal) stampForwarded(ctx context.Context, data []byte, cmd *pactv1.Command) ([]byte, error) {
 	p := principalFrom(ctx)
-	if p == nil || p.id.Kind != pki.KindJournal {
+	if p == nil || p.ID.Kind != pki.KindJournal {
 		return nil, fmt.Errorf("%w: a forwarded write needs a journal's certificate", ErrPermission)
 	}
-	via := "journal/" + p.id.Name
+	via := "journal/" + p.ID.Name
 	check := func(c *pactv1.Command) error {
 		if a := c.GetActor(); strings.HasPrefix(a, "journal/") && a != via {
-			return fmt.Errorf("%w: journal %s forwarded a write in the name of %s", ErrPermission, p.id.Name, a)
+			return fmt.Errorf("%w: journal %s forwarded a write in the name of %s", ErrPermission, p.ID.Name, a)
 		}
 		switch op := c.GetOp().(type) {
 		case *pactv1.Command_PublishIntermediate:
 			ji := op.PublishIntermediate.GetJournal()
-			if id := op.PublishIntermediate.GetIntermediate().GetJournalId(); id != p.id.Name || ji != nil && ji.GetJournalId() != p.id.Name {
-				return fmt.Errorf("%w: journal %s may publish only its own intermediate, not one of %s", ErrPermission, p.id.Name, id)
+			if id := op.PublishIntermediate.GetIntermediate().GetJournalId(); id != p.ID.Name || ji != nil && ji.GetJournalId() != p.ID.Name {
+				return fmt.Errorf("%w: journal %s may publish only its own intermediate, not one of %s", ErrPermission, p.ID.Name, id)
 			}
 		case *pactv1.Command_LivenessDigest:
-			if id := op.LivenessDigest.GetJournalId(); id != p.id.Name {
-				return fmt.Errorf("%w: journal %s may report only its own liveness digest, not one of %s", ErrPermission, p.id.Name, id)
+			if id := op.LivenessDigest.GetJournalId(); id != p.ID.Name {
+				return fmt.Errorf("%w: journal %s may report only its own liveness digest, not one of %s", ErrPermission, p.ID.Name, id)
 			}
 		case *pactv1.Command_SetQuorumId:
 			return fmt.Errorf("%w: only the leader records the quorum id", ErrPermission)

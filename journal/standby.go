@@ -25,18 +25,18 @@ func (s *enrollmentServer) IssueStandby(ctx context.Context, req *pactv1.IssueSt
 	}
 	defer release()
 	p := principalFrom(ctx)
-	if !p.svid {
+	if !p.SVID {
 		return nil, fmt.Errorf("%w: IssueStandby is for agents authenticated with a SPIRE SVID; a journal-signed certificate renews with RenewCert", ErrPermission)
 	}
-	issued, err := j.signForNode(ctx, p.id.Name, req.GetCsrDer())
+	issued, err := j.signForNode(ctx, p.ID.Name, req.GetCsrDer())
 	if err != nil {
 		return nil, err
 	}
 	result, err := j.propose(ctx, &pactv1.Command{
-		Actor: "agent/" + p.id.Name,
+		Actor: "agent/" + p.ID.Name,
 		Op: &pactv1.Command_StandbyIssued{StandbyIssued: &pactv1.StandbyIssuedOp{
-			NodeId:   p.id.Name,
-			SpiffeId: p.spiffeID,
+			NodeId:   p.ID.Name,
+			SpiffeId: p.SPIFFEID,
 			Cert:     certInfo(issued),
 		}},
 	})
@@ -52,7 +52,7 @@ func (s *enrollmentServer) IssueStandby(ctx context.Context, req *pactv1.IssueSt
 	}
 	if !result.Idempotent {
 		j.log.Info("standby certificate issued", logkey.NodeID, n.GetNodeId(), logkey.Serial, sb.GetSerial(),
-			logkey.SPIFFEID, p.spiffeID, logkey.SVIDSerial, p.serial, logkey.NotAfter, time.Unix(sb.GetNotAfterUnix(), 0).UTC().Format(time.RFC3339))
+			logkey.SPIFFEID, p.SPIFFEID, logkey.SVIDSerial, p.Serial, logkey.NotAfter, time.Unix(sb.GetNotAfterUnix(), 0).UTC().Format(time.RFC3339))
 	}
 	return &pactv1.IssueStandbyResponse{
 		NodeId:         n.GetNodeId(),
@@ -68,22 +68,22 @@ func (s *enrollmentServer) IssueStandby(ctx context.Context, req *pactv1.IssueSt
 // with its standby certificate: the standby becomes current. Nothing is
 // written when the certificate is current already.
 func (j *Journal) activateStandby(ctx context.Context, p *principal) error {
-	n, ok := j.fsm.Node(p.id.Name)
-	if !ok || n.GetCert().GetSerial() == p.serial || n.GetStandbyCert().GetSerial() != p.serial {
+	n, ok := j.fsm.Node(p.ID.Name)
+	if !ok || n.GetCert().GetSerial() == p.Serial || n.GetStandbyCert().GetSerial() != p.Serial {
 		return nil
 	}
 	res, err := j.propose(ctx, &pactv1.Command{
-		Actor: "agent/" + p.id.Name,
+		Actor: "agent/" + p.ID.Name,
 		Op: &pactv1.Command_StandbyActivated{StandbyActivated: &pactv1.StandbyActivatedOp{
-			NodeId: p.id.Name,
-			Serial: p.serial,
+			NodeId: p.ID.Name,
+			Serial: p.Serial,
 		}},
 	})
 	if err != nil {
 		return err
 	}
 	if !res.Idempotent {
-		j.log.Info("standby certificate now current", logkey.NodeID, p.id.Name, logkey.Serial, p.serial,
+		j.log.Info("standby certificate now current", logkey.NodeID, p.ID.Name, logkey.Serial, p.Serial,
 			logkey.PreviousSerial, n.GetCert().GetSerial(), logkey.Source, peerAddr(ctx))
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/hwid"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -63,10 +64,10 @@ var reasons = []struct {
 	{ErrInvalidArgument, apierr.InvalidArgument},
 	// The specific authentication refusals come before the generic
 	// ErrUnauthenticated and ErrPermission they wrap.
-	{errForeignTrustDomain, apierr.TrustDomainNotAccepted},
-	{errSVIDUntrusted, apierr.SPIREBundleUntrusted},
-	{errSPIFFEUnmapped, apierr.SPIFFEIDUnmapped},
-	{errNotYetValid, apierr.CertNotYetValid},
+	{auth.ErrForeignTrustDomain, apierr.TrustDomainNotAccepted},
+	{auth.ErrSVIDUntrusted, apierr.SPIREBundleUntrusted},
+	{auth.ErrSPIFFEUnmapped, apierr.SPIFFEIDUnmapped},
+	{auth.ErrNotYetValid, apierr.CertNotYetValid},
 	{ErrUnauthenticated, apierr.Unauthenticated},
 	{ErrPermission, apierr.PermissionDenied},
 	{ErrOverloaded, apierr.RateLimited},

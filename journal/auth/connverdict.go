@@ -1,4 +1,4 @@
-package journal
+package auth
 
 import (
 	"crypto/x509"

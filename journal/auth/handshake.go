@@ -1,4 +1,4 @@
-package journal
+package auth
 
 import (
 	"bytes"
@@ -14,19 +14,15 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal/connlimit"
 )
-
-// errForeignChain is a client chain that reaches no authority of this
-// domain: it fails the TLS handshake, so a certificate from another root
-// never gets as far as a call (on the gRPC port; the Raft port has always
-// verified its peers in the handshake).
-var errForeignChain = errors.New("journal: client certificate is not issued under this domain's root")
 
 // maxChainDepth bounds the walk from a leaf to an authority: leaf,
 // intermediate, root for pact; SPIRE may add an intermediate or two.
 const maxChainDepth = 4
 
-// verifyClientHandshake accepts a client chain whose signatures reach the
+// VerifyClientHandshake is the gRPC port's tls.Config.VerifyPeerCertificate.
+// It accepts a client chain whose signatures reach the
 // domain root (directly, for operators; through the intermediate the client
 // sent or a live one of the trust bundle, for agents), or, on a SPIRE site,
 // an authority of the SPIRE bundle. It checks signatures only: validity
@@ -34,27 +30,27 @@ const maxChainDepth = 4
 // the journal's clock, so that an expired or revoked certificate of this
 // domain gets a typed error saying what to do rather than a bare TLS alert.
 // A connection with no client certificate (Enroll) passes.
-func (j *Journal) verifyClientHandshake(raw [][]byte, _ [][]*x509.Certificate) error {
+func (a *Authenticator) VerifyClientHandshake(raw [][]byte, _ [][]*x509.Certificate) error {
 	if len(raw) == 0 {
 		return nil
 	}
 	if len(raw) > maxChainDepth+1 {
-		return fmt.Errorf("%w: chain of %d certificates", errForeignChain, len(raw))
+		return fmt.Errorf("%w: chain of %d certificates", ErrForeignChain, len(raw))
 	}
 	certs := make([]*x509.Certificate, len(raw))
 	for i, d := range raw {
 		c, err := x509.ParseCertificate(d)
 		if err != nil {
-			return fmt.Errorf("%w: %w", errForeignChain, err)
+			return fmt.Errorf("%w: %w", ErrForeignChain, err)
 		}
 		certs[i] = c
 	}
 	leaf := certs[0]
 	pool := certs[1:]
-	if chainsTo(leaf, []*x509.Certificate{j.ca.Root()}, &j.rootSigned, pool, j.bundle.get().parsed) {
+	if chainsTo(leaf, []*x509.Certificate{a.cfg.Root}, &a.rootSigned, pool, a.cfg.Bundle.LiveIntermediates().Certs) {
 		return nil
 	}
-	if j.spire != nil {
+	if a.spire != nil {
 		// On a SPIRE site an agent may present an SVID: a chain to the
 		// SPIRE bundle passes here, and the call decides whether its
 		// SPIFFE ID is acceptable. So does an agent SVID the bundle does
@@ -64,12 +60,12 @@ func (j *Journal) verifyClientHandshake(raw [][]byte, _ [][]*x509.Certificate) e
 		// the agent falls back to its journal certificate. Operator and
 		// journal identities are never SVIDs: from another root they fail
 		// here.
-		b := j.spire.src.current()
+		b := a.spire.src.current()
 		if b == nil || chainsTo(leaf, b.X509Authorities(), nil, pool) || agentSVIDShaped(leaf) {
 			return nil
 		}
 	}
-	return errForeignChain
+	return ErrForeignChain
 }
 
 // agentSVIDShaped reports whether leaf carries a SPIFFE ID that is not a
@@ -131,6 +127,38 @@ func chainsTo(leaf *x509.Certificate, roots []*x509.Certificate, known *sync.Map
 // refused is kept to deliver the refusal.
 const refusalDrain = 250 * time.Millisecond
 
+// ServerCreds wraps the gRPC port's TLS credentials: the connection limits
+// admit a handshake first (limitedCreds), and a refused client chain gets
+// its alert (refusingCreds). refused, if set, is told every failed
+// handshake (pact_journal_handshakes_refused_total).
+func ServerCreds(tlsCreds credentials.TransportCredentials, lim *connlimit.Limiter, refused func(error)) credentials.TransportCredentials {
+	return refusingCreds{&limitedCreds{TransportCredentials: tlsCreds, lim: lim}, refused}
+}
+
+// limitedCreds makes the gRPC port's TLS handshake wait for the client's
+// ClientHello without a handshake slot, and take a slot (or answer busy)
+// only once it has arrived. gRPC runs ServerHandshake in the connection's
+// own goroutine under its ConnectionTimeout deadline, so a silent client
+// blocks nobody and is closed when the timeout passes. The admission and
+// the busy answer are connlimit's (Limiter.AdmitHandshake).
+type limitedCreds struct {
+	credentials.TransportCredentials
+	lim *connlimit.Limiter
+}
+
+func (c *limitedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	hello, release, err := c.lim.AdmitHandshake(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer release()
+	return c.TransportCredentials.ServerHandshake(hello)
+}
+
+func (c *limitedCreds) Clone() credentials.TransportCredentials {
+	return &limitedCreds{TransportCredentials: c.TransportCredentials.Clone(), lim: c.lim}
+}
+
 // refusingCreds delivers a handshake refusal reliably. In TLS 1.3 the client
 // finishes its side of the handshake before the server verifies the client
 // certificate, and sends its first bytes at once; a server that then closes
@@ -154,7 +182,7 @@ func (c refusingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.Auth
 		if c.refused != nil {
 			c.refused(err)
 		}
-		if errors.Is(err, errForeignChain) {
+		if errors.Is(err, ErrForeignChain) {
 			if tc, ok := raw.(interface{ CloseWrite() error }); ok {
 				_ = tc.CloseWrite()
 				_ = raw.SetReadDeadline(time.Now().Add(refusalDrain))

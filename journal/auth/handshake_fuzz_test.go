@@ -1,4 +1,4 @@
-package journal
+package auth
 
 import (
 	"crypto/ecdsa"
@@ -10,14 +10,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/journal/ca"
-	"github.com/pact-hpc/pact/raftfsm"
 )
 
-// handshakeJournal is the part of a journal verifyClientHandshake reads:
-// its CA and an (empty) trust bundle. No Raft, no listener.
-func handshakeJournal(tb testing.TB) *Journal {
+// handshakeEnv is what VerifyClientHandshake reads: the domain root and an
+// (empty) trust bundle, and the journal CA that signs the chains. No Raft,
+// no listener.
+type handshakeEnv struct {
+	*Authenticator
+	ca *ca.CA
+}
+
+// noIntermediates is a trust bundle with no live intermediate yet.
+type noIntermediates struct{}
+
+func (noIntermediates) LiveIntermediates() Intermediates {
+	return Intermediates{Version: 1, Pool: x509.NewCertPool()}
+}
+
+func handshakeJournal(tb testing.TB) handshakeEnv {
 	tb.Helper()
 	dir := tb.TempDir()
 	if _, err := ca.InitDev(dir, "pact.local", time.Now()); err != nil {
@@ -33,7 +44,7 @@ func handshakeJournal(tb testing.TB) *Journal {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &Journal{ca: authority, bundle: newBundleCache(authority.Root(), raftfsm.New(), clock.Real{})}
+	return handshakeEnv{&Authenticator{cfg: Config{Domain: authority.Domain(), Root: authority.Root(), Bundle: noIntermediates{}}}, authority}
 }
 
 // splitChain turns fuzz bytes into up to six length-prefixed certificates.
@@ -80,7 +91,7 @@ func FuzzVerifyClientHandshake(f *testing.F) {
 	f.Add([]byte{0, 3, 1, 2, 3})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		raw := splitChain(data)
-		err := j.verifyClientHandshake(raw, nil)
+		err := j.VerifyClientHandshake(raw, nil)
 		if err != nil || len(raw) == 0 {
 			return
 		}
@@ -96,7 +107,7 @@ func FuzzVerifyClientHandshake(f *testing.F) {
 			}
 			pool = append(pool, c)
 		}
-		if !chainsTo(leaf, []*x509.Certificate{j.ca.Root()}, nil, pool, j.bundle.get().parsed) {
+		if !chainsTo(leaf, []*x509.Certificate{j.ca.Root()}, nil, pool, j.cfg.Bundle.LiveIntermediates().Certs) {
 			t.Fatalf("accepted a chain that does not reach the root")
 		}
 	})
@@ -130,9 +141,9 @@ func TestVerifyClientHandshake(t *testing.T) {
 		{"too long", [][]byte{iss.DER, iss.ChainDER[1], iss.ChainDER[1], iss.ChainDER[1], iss.ChainDER[1], iss.ChainDER[1]}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := j.verifyClientHandshake(tc.raw, nil)
+			err := j.VerifyClientHandshake(tc.raw, nil)
 			if (err == nil) != tc.ok {
-				t.Errorf("verifyClientHandshake = %v, want ok=%v", err, tc.ok)
+				t.Errorf("VerifyClientHandshake = %v, want ok=%v", err, tc.ok)
 			}
 		})
 	}
@@ -152,7 +163,7 @@ func BenchmarkVerifyClientHandshake(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := j.verifyClientHandshake(iss.ChainDER, nil); err != nil {
+		if err := j.VerifyClientHandshake(iss.ChainDER, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package journal
+package auth
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"google.golang.org/grpc/peer"
 
-	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 )
@@ -67,18 +66,17 @@ func (r *authRefusals) note(key string, now time.Time) (warn bool, suppressed in
 	return true, suppressed
 }
 
-// authRefused counts and logs a refused authentication: by reason in
+// refused counts and logs a refused authentication: by reason in
 // pact_journal_auth_refused_total, and in the log with what identifies the
 // caller's certificate (SPIFFE ID, serial, pact identity) and its address,
 // never anything of its key.
-func (j *Journal) authRefused(ctx context.Context, method string, err error) {
-	reason := apierr.FromError(toStatus(err)).Reason
+func (a *Authenticator) refused(ctx context.Context, method string, err error) {
 	// The wire reason as it is, like pact_journal_enroll_failures_total.
-	label := string(reason)
-	j.metrics.authRefused.WithLabelValues(label).Inc()
+	label := a.cfg.Reason(err)
+	a.cfg.Refused(label)
 
 	source := peerAddr(ctx)
-	attrs := []any{logkey.Reason, string(reason), logkey.Method, shortMethod(method), logkey.Source, source}
+	attrs := []any{logkey.Reason, label, logkey.Method, shortMethod(method), logkey.Source, source}
 	subject := ""
 	if pr, ok := peer.FromContext(ctx); ok {
 		if ti, _, ok := tlsInfoOf(pr.AuthInfo); ok && len(ti.State.PeerCertificates) > 0 {
@@ -95,14 +93,21 @@ func (j *Journal) authRefused(ctx context.Context, method string, err error) {
 	if i := strings.LastIndex(source, ":"); i > 0 {
 		host = source[:i] // one key per host: the port changes with every connection
 	}
-	warn, suppressed := j.refusals.note(label+"|"+subject+"|"+host, j.cfg.Clock.Now())
+	warn, suppressed := a.refusals.note(label+"|"+subject+"|"+host, a.cfg.Clock.Now())
 	attrs = append(attrs, logkey.Err, err)
 	if !warn {
-		j.log.Debug("authentication refused", attrs...)
+		a.log.Debug("authentication refused", attrs...)
 		return
 	}
 	if suppressed > 0 {
 		attrs = append(attrs, "suppressed", suppressed, "suppressed_within", authRefusedLogEvery)
 	}
-	j.log.Warn("authentication refused", attrs...)
+	a.log.Warn("authentication refused", attrs...)
+}
+
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
 }

@@ -1,0 +1,243 @@
+// Package auth authenticates and authorises the callers of a journal: the
+// TLS handshake's admission of a client chain (handshake.go), the
+// per-connection verdict on that chain (connverdict.go), the per-call
+// authentication against the trust bundle, the registry and SPIRE's bundle,
+// and the policy of which identity may call which method (authenticate.go),
+// and the rate-limited log of refusals (authrefused.go).
+//
+// It does not import the journal. What it needs from it comes in through
+// Config: registry lookups (Registry), the live intermediates (Bundle), the
+// Raft side (Quorum: leadership, a linearizable read, a confirmation with
+// the leader, the first-use record of an operator credential), the peer
+// journals' checks (Peers), whether the journal serves a method, and the
+// wire reason of an error (the journal's one error-to-status mapping).
+package auth
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/clock"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+// The sentinels every refusal of this package wraps. Their texts are the
+// journal's: the journal's status mapping strips them from the front of a
+// message, and a caller matches them with errors.Is.
+var (
+	// ErrUnauthenticated: the caller could not be identified.
+	ErrUnauthenticated = errors.New("journal: unauthenticated")
+	// ErrPermission: the caller is known but may not do this.
+	ErrPermission = errors.New("journal: permission denied")
+
+	// ErrNotYetValid: a client certificate whose not_before is ahead of
+	// the journal's clock; one of the two clocks is wrong. It comes with
+	// ErrUnauthenticated.
+	ErrNotYetValid = errors.New("journal: certificate not valid yet")
+
+	// ErrForeignChain is a client chain that reaches no authority of this
+	// domain: it fails the TLS handshake, so a certificate from another
+	// root never gets as far as a call (on the gRPC port; the Raft port has
+	// always verified its peers in the handshake).
+	ErrForeignChain = errors.New("journal: client certificate is not issued under this domain's root")
+
+	// ErrNotSVID: the certificate carries no SPIFFE ID of the SPIRE trust
+	// domain; it is not for the SPIRE path at all.
+	ErrNotSVID = errors.New("journal: not an SVID of the SPIRE trust domain")
+	// ErrSVIDUntrusted: an SVID of the trust domain that the SPIRE bundle
+	// does not verify (or no bundle is loaded yet).
+	ErrSVIDUntrusted = errors.New("journal: SVID not signed by the SPIRE trust bundle")
+	// ErrNoSPIREBundle: no bundle known yet (the Workload API has not
+	// answered); it comes with ErrSVIDUntrusted.
+	ErrNoSPIREBundle = errors.New("journal: no SPIRE trust bundle")
+	// ErrForeignTrustDomain: the certificate carries a SPIFFE ID of a trust
+	// domain this journal does not accept: not an SVID for it either.
+	ErrForeignTrustDomain = errors.New("journal: trust domain not accepted")
+	// ErrSPIFFEUnmapped: a valid SVID whose SPIFFE ID maps to no node.
+	ErrSPIFFEUnmapped = errors.New("journal: SPIFFE ID maps to no node")
+)
+
+// Registry is what authentication reads of the journal's registry.
+// *raftfsm.FSM satisfies it.
+type Registry interface {
+	Node(id string) (*pactv1.Node, bool)
+	NodeBySPIFFEID(id string) (*pactv1.Node, bool)
+	IsRevoked(serial string) bool
+	CheckOperator(name, serial string, notBeforeUnix int64) (raftfsm.OperatorStatus, string)
+}
+
+// Intermediates is one version of the journal intermediates an agent
+// certificate may chain through.
+type Intermediates struct {
+	// Version changes whenever the set changes, so a remembered verdict
+	// (connverdict.go) lapses with it.
+	Version uint64
+	// Pool holds them for chain verification; Certs the same, for the
+	// handshake's signature walk.
+	Pool  *x509.CertPool
+	Certs []*x509.Certificate
+}
+
+// Bundle yields the live intermediates of the trust bundle.
+type Bundle interface {
+	LiveIntermediates() Intermediates
+}
+
+// Quorum is the Raft side of authentication.
+type Quorum interface {
+	// IsLeader reports whether this journal leads, so its registry is
+	// current.
+	IsLeader() bool
+	// LinearizableRead waits until this journal's registry holds every
+	// write committed before the call.
+	LinearizableRead(ctx context.Context) error
+	// ConfirmFinal runs decide and lets a refusal stand only once the
+	// leader has confirmed it: this journal's copy may lag a write
+	// committed through another journal.
+	ConfirmFinal(ctx context.Context, decide func() error) error
+	// RecordOperator records an operator credential at its first use
+	// (through Raft), as actor.
+	RecordOperator(ctx context.Context, actor string, op *pactv1.Operator) error
+}
+
+// Peers checks the other journals of the quorum calling the peer service.
+type Peers interface {
+	// CheckPeerCert checks the chain is that of journal name, a journal
+	// of this domain with its own intermediate (and counts a refusal).
+	CheckPeerCert(chain []*x509.Certificate, name string) error
+	// CheckPeerCall admits a call of journal name: its quorum and, when
+	// member is set, its membership.
+	CheckPeerCall(ctx context.Context, name string, member bool) error
+}
+
+// Config is what an Authenticator needs. Every field but the SPIRE ones
+// and ClockSkewTolerance is required.
+type Config struct {
+	// Domain is the pact trust domain; Root its root certificate.
+	Domain string
+	Root   *x509.Certificate
+	// Clock decides validity; ClockSkewTolerance is how far ahead of it a
+	// client certificate may start (a journal whose clock runs ahead made
+	// it).
+	Clock              clock.Clock
+	ClockSkewTolerance time.Duration
+
+	// SPIREBundleFile or SPIRESocket, if set, make the journal accept
+	// X.509-SVIDs of SPIRETrustDomain (Domain when empty), with the
+	// bundle read from the file or the SPIRE agent's Workload API.
+	SPIREBundleFile  string
+	SPIRESocket      string
+	SPIRETrustDomain string
+
+	Log *slog.Logger
+
+	Registry Registry
+	Bundle   Bundle
+	Quorum   Quorum
+	Peers    Peers
+	// Serving answers whether the journal serves method (a halted journal
+	// does not): its error is returned as it is, before authentication.
+	Serving func(method string) error
+	// Reason is the wire reason the journal answers err with (its one
+	// mapping of errors to gRPC statuses): refusals are counted and
+	// logged by it.
+	Reason func(err error) string
+	// Refused counts a refused authentication by wire reason.
+	Refused func(reason string)
+	// NoLeader is the error a write returns when the quorum has no leader
+	// (checkOperator serves a status call without the first-use record
+	// then).
+	NoLeader error
+}
+
+// DefaultConfig returns a Config with the real clock, the default skew
+// tolerance and the default logger; the journal's parts are to be set.
+func DefaultConfig() Config {
+	return Config{
+		Clock:              clock.Real{},
+		ClockSkewTolerance: 5 * time.Minute,
+		Log:                slog.Default(),
+	}
+}
+
+// Validate reports every missing or inconsistent field at once.
+func (c Config) Validate() error {
+	var errs []error
+	req := func(ok bool, what string) {
+		if !ok {
+			errs = append(errs, errors.New("auth: "+what+" is required"))
+		}
+	}
+	req(c.Domain != "", "Domain")
+	req(c.Root != nil, "Root")
+	req(c.Clock != nil, "Clock")
+	req(c.Log != nil, "Log")
+	req(c.Registry != nil, "Registry")
+	req(c.Bundle != nil, "Bundle")
+	req(c.Quorum != nil, "Quorum")
+	req(c.Peers != nil, "Peers")
+	req(c.Serving != nil, "Serving")
+	req(c.Reason != nil, "Reason")
+	req(c.Refused != nil, "Refused")
+	req(c.NoLeader != nil, "NoLeader")
+	if c.ClockSkewTolerance < 0 {
+		errs = append(errs, errors.New("auth: ClockSkewTolerance must not be negative"))
+	}
+	if c.SPIREBundleFile != "" && c.SPIRESocket != "" {
+		errs = append(errs, errors.New("auth: SPIREBundleFile and SPIRESocket exclude each other"))
+	}
+	return errors.Join(errs...)
+}
+
+// Authenticator authenticates and authorises the journal's callers.
+type Authenticator struct {
+	cfg   Config
+	log   *slog.Logger
+	roots *x509.CertPool
+	// spire is the SPIRE trust domain whose SVIDs authenticate agents; nil
+	// when the journal accepts none.
+	spire *spireTrust
+	// refusals rate-limits the log of refused authentications.
+	refusals authRefusals
+	// rootSigned remembers CA certificates found signed by the root in a
+	// client handshake (handshake.go).
+	rootSigned sync.Map
+}
+
+// New makes an Authenticator of cfg. With SPIRE set up from a bundle file,
+// the file is read now: a file that does not load is an error.
+func New(cfg Config) (*Authenticator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	spire, err := newSPIRETrust(cfg)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(cfg.Root)
+	return &Authenticator{cfg: cfg, log: cfg.Log, roots: roots, spire: spire}, nil
+}
+
+// Background returns what must run while the journal serves (following the
+// SPIRE agent's Workload API) until stop closes, or nil when nothing must.
+func (a *Authenticator) Background() func(stop <-chan struct{}) {
+	if a.spire == nil {
+		return nil
+	}
+	return a.spire.run
+}
+
+// SPIRETrustDomain is the SPIRE trust domain whose SVIDs are accepted, or
+// "" when none are.
+func (a *Authenticator) SPIRETrustDomain() string {
+	if a.spire == nil {
+		return ""
+	}
+	return a.spire.td.Name()
+}

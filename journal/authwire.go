@@ -1,0 +1,125 @@
+package journal
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+
+	"google.golang.org/grpc"
+
+	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal/auth"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// The journal's side of journal/auth: what authentication reads of the
+// registry, the bundle and Raft, and the interceptors around its own.
+
+// principal is an authenticated caller (auth.Principal).
+type principal = auth.Principal
+
+func principalFrom(ctx context.Context) *principal { return auth.FromContext(ctx) }
+
+func newAuthenticator(j *Journal) (*auth.Authenticator, error) {
+	cfg := auth.DefaultConfig()
+	cfg.Domain = j.ca.Domain()
+	cfg.Root = j.ca.Root()
+	cfg.Clock = j.cfg.Clock
+	cfg.ClockSkewTolerance = j.cfg.ClockSkewTolerance
+	cfg.SPIREBundleFile = j.cfg.SPIREBundleFile
+	cfg.SPIRESocket = j.cfg.SPIRESocket
+	cfg.SPIRETrustDomain = j.cfg.SPIRETrustDomain
+	cfg.Log = j.log
+	cfg.Registry = j.fsm
+	cfg.Bundle = j.bundle
+	cfg.Quorum = authQuorum{j}
+	cfg.Peers = authPeers{j}
+	cfg.Serving = j.serving
+	cfg.Reason = func(err error) string { return string(apierr.FromError(toStatus(err)).Reason) }
+	cfg.Refused = func(reason string) { j.metrics.authRefused.WithLabelValues(reason).Inc() }
+	cfg.NoLeader = ErrNoLeader
+	return auth.New(cfg)
+}
+
+// LiveIntermediates implements auth.Bundle.
+func (b *bundleCache) LiveIntermediates() auth.Intermediates {
+	t := b.get()
+	return auth.Intermediates{Version: t.version, Pool: t.intermediates, Certs: t.parsed}
+}
+
+// authQuorum is the Raft side of authentication (auth.Quorum).
+type authQuorum struct{ j *Journal }
+
+func (q authQuorum) IsLeader() bool { return q.j.IsLeader() }
+
+func (q authQuorum) LinearizableRead(ctx context.Context) error { return q.j.linearizableRead(ctx) }
+
+func (q authQuorum) ConfirmFinal(ctx context.Context, decide func() error) error {
+	return q.j.confirmFinal(ctx, decide)
+}
+
+func (q authQuorum) RecordOperator(ctx context.Context, actor string, op *pactv1.Operator) error {
+	_, err := q.j.propose(ctx, &pactv1.Command{Actor: actor, Op: &pactv1.Command_RecordOperator{RecordOperator: &pactv1.RecordOperatorOp{Operator: op}}})
+	return err
+}
+
+// authPeers checks the journals calling the peer service (auth.Peers).
+type authPeers struct{ j *Journal }
+
+func (p authPeers) CheckPeerCert(chain []*x509.Certificate, name string) error {
+	err := p.j.checkJournalCert(chain)
+	var r *peerRefusal
+	if errors.As(err, &r) {
+		p.j.countPeerRefusal("peer service", name, err)
+	}
+	return err
+}
+
+func (p authPeers) CheckPeerCall(ctx context.Context, name string, member bool) error {
+	return p.j.checkPeerCall(ctx, name, member)
+}
+
+// unaryInterceptor runs before journal/auth's: it gives the call its
+// correlation id and answers every error of the call, authentication's
+// included, as the journal's status (status.go).
+func (j *Journal) unaryInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(withCorrelation(ctx), req)
+	return resp, toStatus(err)
+}
+
+type correlatedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *correlatedStream) Context() context.Context { return s.ctx }
+
+// RecvMsg answers a request that does not decode with INVALID_ARGUMENT
+// (decode.go).
+func (s *correlatedStream) RecvMsg(m any) error { return decoded(s.ServerStream.RecvMsg(m), m) }
+
+// streamInterceptor is unaryInterceptor for streams.
+func (j *Journal) streamInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return toStatus(handler(srv, &correlatedStream{ServerStream: ss, ctx: withCorrelation(ss.Context())}))
+}
+
+// limitStreams runs after journal/auth's interceptor: it bounds the streams
+// per certificate before the handler spends a goroutine's lifetime, a timer
+// and a registry subscription on one. Journals of the quorum are exempt:
+// they are few, trusted, and a peer protocol may well multiplex many
+// streams.
+func (j *Journal) limitStreams(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	p := principalFrom(ss.Context())
+	if p == nil || p.ID.Kind == pki.KindJournal {
+		return handler(srv, ss)
+	}
+	serial := pki.SerialHex(p.Leaf.SerialNumber)
+	release, err := j.streams.acquire(serial+"|"+pki.SPKIFingerprint(p.Leaf), p.ID.Kind+" certificate "+serial)
+	if err != nil {
+		j.metrics.streamsRefused.Inc()
+		return err
+	}
+	defer release()
+	return handler(srv, ss)
+}
