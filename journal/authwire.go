@@ -59,6 +59,10 @@ func (q authQuorum) ConfirmFinal(ctx context.Context, decide func() error) error
 	return q.j.confirmFinal(ctx, decide)
 }
 
+func (q authQuorum) Confirm(ctx context.Context, decide func() error, needs func(error) bool) error {
+	return q.j.confirm(ctx, decide, needs)
+}
+
 func (q authQuorum) RecordOperator(ctx context.Context, actor string, op *pactv1.Operator) error {
 	_, err := q.j.propose(ctx, &pactv1.Command{Actor: actor, Op: &pactv1.Command_RecordOperator{RecordOperator: &pactv1.RecordOperatorOp{Operator: op}}})
 	return err

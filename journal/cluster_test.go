@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"slices"
@@ -556,4 +557,70 @@ func TestCutOffJournalGivesNoFinalRefusal(t *testing.T) {
 	}
 	_, err = lone.AdminClient(t).DecommissionNode(context.Background(), &pactv1.DecommissionNodeRequest{NodeId: "nobody", Force: true})
 	wantReason(t, err, codes.NotFound, apierr.NodeNotEnrolled)
+}
+
+// An intermediate published while a journal lags (here: its FSM held, as
+// it is for a journal cut off while another journal was added or re-keyed)
+// is not in that journal's bundle yet. A current certificate from it is
+// not unknown until the leader confirms it: the lagging journal answers a
+// retryable NO_LEADER, never the UNAUTHENTICATED that sends a current node
+// to enroll again, and accepts the certificate once it has caught up.
+// (Found by the chaos campaign's membership-change scenario.)
+func TestLaggingJournalConfirmsAnUnknownIntermediate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-journal test; skipped with -short")
+	}
+	c := startCluster(t, 3)
+	leader := c.Leader(t)
+	lag := c.Nodes[(leader+1)%3]
+	via := c.Nodes[leader]
+
+	via.Register(t, "n1", "SN1", mac(1))
+	key := journaltest.NewKey(t)
+	first, err := via.Enroll(t, key, "SN1", mac(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstCert := key.TLSCert(first.GetCertChainDer())
+	inspectOn(t, lag, "n1")
+
+	release := lag.J.HoldApply()
+	defer release()
+	lag.J.SetApplyWait(time.Second)
+	// The leader re-keys: its next certificates come from an intermediate
+	// the lagging journal has not applied.
+	if _, err := via.AdminClient(t).RetireIntermediate(context.Background(), &pactv1.RetireIntermediateRequest{
+		Targets: []string{c.Nodes[leader].Cfg.NodeID}, GraceSeconds: 3600}); err != nil {
+		t.Fatal(err)
+	}
+	newKey := journaltest.NewKey(t)
+	renewed, err := pactv1.NewEnrollmentServiceClient(via.Dial(t, &firstCert)).RenewCert(context.Background(),
+		&pactv1.RenewCertRequest{CurrentSerial: first.GetSerial(), CsrDer: newKey.CSR})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldIssuer, err := x509.ParseCertificate(first.GetCertChainDer()[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	newIssuer, err := x509.ParseCertificate(renewed.GetCertChainDer()[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if newIssuer.SerialNumber.Cmp(oldIssuer.SerialNumber) == 0 {
+		t.Fatal("the renewal was signed by the retired intermediate; the test needs the new one")
+	}
+	newCert := newKey.TLSCert(renewed.GetCertChainDer())
+	ping := func() error {
+		_, err := pactv1.NewEnrollmentServiceClient(lag.Dial(t, &newCert)).Ping(context.Background(), &pactv1.PingRequest{})
+		return err
+	}
+	pe := apierr.FromError(ping())
+	if pe == nil || pe.Reason != apierr.NoLeader || pe.Code != codes.Unavailable || pe.RetryAfter <= 0 || pe.Final() {
+		t.Fatalf("lagging journal, certificate from an intermediate it has not applied: got %v, want a retryable NO_LEADER with a retry-after", pe)
+	}
+	release()
+	if err := ping(); err != nil {
+		t.Fatalf("the journal caught up: got %v, want the certificate accepted", err)
+	}
 }

@@ -46,6 +46,10 @@ var (
 	// always verified its peers in the handshake).
 	ErrForeignChain = errors.New("journal: client certificate is not issued under this domain's root")
 
+	// ErrUnknownIssuer: an agent certificate that chains to no live
+	// intermediate this journal knows. It comes with ErrUnauthenticated.
+	ErrUnknownIssuer = errors.New("client certificate does not chain to a trusted journal intermediate of this domain (expired, revoked or foreign); re-enroll")
+
 	// ErrNotSVID: the certificate carries no SPIFFE ID of the SPIRE trust
 	// domain; it is not for the SPIRE path at all.
 	ErrNotSVID = errors.New("journal: not an SVID of the SPIRE trust domain")
@@ -100,6 +104,8 @@ type Quorum interface {
 	// leader has confirmed it: this journal's copy may lag a write
 	// committed through another journal.
 	ConfirmFinal(ctx context.Context, decide func() error) error
+	// Confirm is ConfirmFinal for the refusals needs names.
+	Confirm(ctx context.Context, decide func() error, needs func(error) bool) error
 	// RecordOperator records an operator credential at its first use
 	// (through Raft), as actor.
 	RecordOperator(ctx context.Context, actor string, op *pactv1.Operator) error

@@ -105,7 +105,14 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 	}
 	verr := noIdentity
 	if pactID {
-		verr = a.verifyClient(leaf, id, verdict)
+		// An intermediate published while this journal was cut off (a
+		// journal added, or one re-keyed, through the leader) is not in
+		// its bundle yet: the chain counts as unknown only once the leader
+		// has confirmed this journal holds what it committed, and cut off
+		// from the leader the answer is NO_LEADER, to retry, never an
+		// UNAUTHENTICATED that sends a current node to enroll again.
+		verr = a.cfg.Quorum.Confirm(ctx, func() error { return a.verifyClient(leaf, id, verdict) },
+			func(err error) bool { return errors.Is(err, ErrUnknownIssuer) })
 	} else if sid, err := x509svid.IDFromCert(leaf); err == nil && sid.TrustDomain().Name() != domain && a.spire == nil {
 		verr = fmt.Errorf("%w: %w: SPIFFE ID %s is of trust domain %s; this journal accepts domain %s only and trusts no SPIRE bundle (--spire-bundle or --spire-socket)",
 			ErrUnauthenticated, ErrForeignTrustDomain, sid, sid.TrustDomain().Name(), domain)
@@ -241,7 +248,7 @@ func (a *Authenticator) verifyClient(leaf *x509.Certificate, id pki.Identity, ve
 		case errors.As(err, &inv) && inv.Reason == x509.Expired:
 			return fmt.Errorf("%w: %w: client certificate not valid before %s, the journal's clock reads %s (check the clocks)", ErrUnauthenticated, ErrNotYetValid, leaf.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 		case id.Kind == pki.KindAgent:
-			return fmt.Errorf("%w: client certificate does not chain to a trusted journal intermediate of this domain (expired, revoked or foreign); re-enroll", ErrUnauthenticated)
+			return fmt.Errorf("%w: %w", ErrUnauthenticated, ErrUnknownIssuer)
 		default:
 			return fmt.Errorf("%w: client certificate is not signed by this domain's root", ErrUnauthenticated)
 		}
