@@ -1,9 +1,10 @@
-package identity
+// The rotator: the live channel, and the swap that moves it to a new
+// identity (a renewed certificate, a better source) without a gap.
+
+package channel
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -15,9 +16,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/logkey"
@@ -28,21 +29,21 @@ import (
 // Rotator errors. Match them with errors.Is.
 var (
 	// ErrNoChannel: the rotator has not established a channel yet.
-	ErrNoChannel = errors.New("identity: no channel to the journal yet")
+	ErrNoChannel = errors.New("channel: no channel to the journal yet")
 	// ErrRotatorClosed: the rotator was closed.
-	ErrRotatorClosed = errors.New("identity: rotator closed")
+	ErrRotatorClosed = errors.New("channel: rotator closed")
 	// ErrWrongNode: the journal's health check answered for another node
 	// or another certificate than the channel was built with.
-	ErrWrongNode = errors.New("identity: the journal authenticated another identity")
+	ErrWrongNode = errors.New("channel: the journal authenticated another identity")
 	// ErrClockSkew: the journal's clock differs from ours by more than
 	// MaxClockSkew. Errors wrapping it are *ClockSkewError.
-	ErrClockSkew = errors.New("identity: clock skew with the journal")
-	// ErrChannelReplaced: a call reached a channel that a newer one has
+	ErrClockSkew = errors.New("channel: clock skew with the journal")
+	// ErrReplaced: a call reached a channel that a newer one has
 	// replaced and that is draining; the call was not sent. Calls made
 	// through the Rotator itself are moved to the new channel instead.
-	ErrChannelReplaced = errors.New("identity: channel replaced by a newer one; use the rotator's current channel")
+	ErrReplaced = errors.New("channel: replaced by a newer one; use the rotator's current channel")
 	// errStreamStopped ends a stream the rotator stopped itself.
-	errStreamStopped = errors.New("identity: stream stopped after the channel was replaced")
+	errStreamStopped = errors.New("channel: stream stopped after the channel was replaced")
 )
 
 // ClockSkewError is a failed health check: the journal's clock, as its
@@ -54,15 +55,15 @@ type ClockSkewError struct {
 }
 
 func (e *ClockSkewError) Error() string {
-	return fmt.Sprintf("identity: local clock %s differs from the journal's %s by %v (tolerance %v); fix NTP on this node",
+	return fmt.Sprintf("channel: local clock %s differs from the journal's %s by %v (tolerance %v); fix NTP on this node",
 		e.Local.UTC().Format(time.RFC3339), e.Journal.UTC().Format(time.RFC3339), e.Skew.Round(time.Second), e.Tolerance)
 }
 
 // Is makes a ClockSkewError match ErrClockSkew.
 func (e *ClockSkewError) Is(target error) bool { return target == ErrClockSkew }
 
-// RotatorConfig configures a Rotator.
-type RotatorConfig struct {
+// Config configures a Rotator.
+type Config struct {
 	// Targets are the journal addresses (host:port). A swap keeps the
 	// active channel's journal while its stream is up and moves to the next
 	// one, round robin, when it is not.
@@ -99,9 +100,9 @@ type RotatorConfig struct {
 	Logger *slog.Logger
 }
 
-// DefaultRotatorConfig returns the defaults; Targets and Roots are empty.
-func DefaultRotatorConfig() RotatorConfig {
-	return RotatorConfig{
+// DefaultConfig returns the defaults; Targets and Roots are empty.
+func DefaultConfig() Config {
+	return Config{
 		MaxClockSkew: 5 * time.Minute,
 		CallTimeout:  15 * time.Second,
 		DrainTimeout: 10 * time.Second,
@@ -111,33 +112,33 @@ func DefaultRotatorConfig() RotatorConfig {
 }
 
 // Validate reports every problem at once.
-func (c RotatorConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if len(c.Targets) == 0 {
-		errs = append(errs, errors.New("identity: the rotator needs at least one journal address"))
+		errs = append(errs, errors.New("channel: the rotator needs at least one journal address"))
 	}
 	for _, t := range c.Targets {
 		if _, _, err := net.SplitHostPort(t); err != nil {
-			errs = append(errs, fmt.Errorf("identity: journal address %q: want host:port", t))
+			errs = append(errs, fmt.Errorf("channel: journal address %q: want host:port", t))
 		}
 	}
 	if len(c.Roots) == 0 {
-		errs = append(errs, errors.New("identity: the rotator needs the domain root to verify journals"))
+		errs = append(errs, errors.New("channel: the rotator needs the domain root to verify journals"))
 	}
 	if c.MaxClockSkew <= 0 {
-		errs = append(errs, fmt.Errorf("identity: MaxClockSkew %v must be positive", c.MaxClockSkew))
+		errs = append(errs, fmt.Errorf("channel: MaxClockSkew %v must be positive", c.MaxClockSkew))
 	}
 	if c.CallTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("identity: CallTimeout %v must be positive", c.CallTimeout))
+		errs = append(errs, fmt.Errorf("channel: CallTimeout %v must be positive", c.CallTimeout))
 	}
 	if c.DrainTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("identity: DrainTimeout %v must be positive", c.DrainTimeout))
+		errs = append(errs, fmt.Errorf("channel: DrainTimeout %v must be positive", c.DrainTimeout))
 	}
 	if c.Clock == nil {
-		errs = append(errs, errors.New("identity: Clock is required"))
+		errs = append(errs, errors.New("channel: Clock is required"))
 	}
 	if c.Logger == nil {
-		errs = append(errs, errors.New("identity: Logger is required"))
+		errs = append(errs, errors.New("channel: Logger is required"))
 	}
 	return errors.Join(errs...)
 }
@@ -161,7 +162,7 @@ func (c RotatorConfig) Validate() error {
 //
 // All methods are safe for concurrent use; swaps are serialised.
 type Rotator struct {
-	cfg   RotatorConfig
+	cfg   Config
 	log   *slog.Logger
 	ctx   context.Context // ended by Close; parents every stream
 	stop  context.CancelFunc
@@ -179,8 +180,8 @@ type Rotator struct {
 	closed   bool
 }
 
-// NewRotator returns a rotator with no channel; the first Swap makes one.
-func NewRotator(cfg RotatorConfig) (*Rotator, error) {
+// New returns a rotator with no channel; the first Swap makes one.
+func New(cfg Config) (*Rotator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -256,11 +257,11 @@ func (r *Rotator) NodeID() string {
 // Swap moves the live channel to id (see Rotator). It returns once the new
 // channel is live, or with the reason it could not be, leaving the active
 // channel unchanged.
-func (r *Rotator) Swap(ctx context.Context, id *Identity) error {
+func (r *Rotator) Swap(ctx context.Context, id *identity.Identity) error {
 	if id == nil {
-		return errors.New("identity: Swap needs an identity")
+		return errors.New("channel: Swap needs an identity")
 	}
-	return r.Rotate(ctx, func(context.Context, *Channel) (*Identity, error) { return id, nil })
+	return r.Rotate(ctx, func(context.Context, *Channel) (*identity.Identity, error) { return id, nil })
 }
 
 // Rotate is Swap with an identity obtained by fetch, which is called with
@@ -269,7 +270,7 @@ func (r *Rotator) Swap(ctx context.Context, id *Identity) error {
 // refuses as stale from then on wait for the rotation and are retried on the
 // new channel. fetch returning a nil identity and no error ends the rotation
 // without a swap.
-func (r *Rotator) Rotate(ctx context.Context, fetch func(ctx context.Context, active *Channel) (*Identity, error)) error {
+func (r *Rotator) Rotate(ctx context.Context, fetch func(ctx context.Context, active *Channel) (*identity.Identity, error)) error {
 	r.rotMu.Lock()
 	defer r.rotMu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
@@ -299,7 +300,7 @@ func (r *Rotator) Rotate(ctx context.Context, fetch func(ctx context.Context, ac
 	return r.swap(ctx, id, started)
 }
 
-func (r *Rotator) swap(ctx context.Context, id *Identity, started time.Time) error {
+func (r *Rotator) swap(ctx context.Context, id *identity.Identity, started time.Time) error {
 	old := r.active.Load()
 	target := r.target(old)
 	ch, err := r.dial(id, target)
@@ -367,7 +368,7 @@ func (r *Rotator) stay(target string) {
 	}
 }
 
-func (r *Rotator) dial(id *Identity, target string) (*Channel, error) {
+func (r *Rotator) dial(id *identity.Identity, target string) (*Channel, error) {
 	ch := &Channel{id: id, target: target, done: make(chan struct{}), first: make(chan struct{})}
 	ch.creds = NewClientCredentials(r.cfg.KeyExchange.Apply(ClientTLSConfig(r.cfg.Roots, id, r.cfg.Clock.Now)))
 	opts := append(transport.ClientOptions(),
@@ -376,7 +377,7 @@ func (r *Rotator) dial(id *Identity, target string) (*Channel, error) {
 	opts = append(opts, r.cfg.DialOptions...)
 	conn, err := grpc.NewClient("passthrough:///"+target, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("identity: channel to %s: %w", target, err)
+		return nil, fmt.Errorf("channel: new channel to %s: %w", target, err)
 	}
 	ch.conn = conn
 	return ch, nil
@@ -389,7 +390,7 @@ func (r *Rotator) check(ctx context.Context, ch *Channel) error {
 	defer cancel()
 	resp, err := pactv1.NewEnrollmentServiceClient(ch.conn).Ping(cctx, &pactv1.PingRequest{})
 	if err != nil {
-		return fmt.Errorf("identity: health check of %s with %s: %w", ch.target, ch.id, ch.creds.Explain(err))
+		return fmt.Errorf("channel: health check of %s with %s: %w", ch.target, ch.id, ch.creds.Explain(err))
 	}
 	r.mu.Lock()
 	want := r.nodeID
@@ -423,7 +424,7 @@ func (r *Rotator) openStream(ctx context.Context, ch *Channel) error {
 	if err != nil {
 		cancel()
 		close(ch.done)
-		return fmt.Errorf("identity: open stream to %s: %w", ch.target, ch.creds.Explain(err))
+		return fmt.Errorf("channel: open stream to %s: %w", ch.target, ch.creds.Explain(err))
 	}
 	go r.runStream(ch, client)
 	t := time.NewTimer(r.cfg.CallTimeout)
@@ -432,9 +433,9 @@ func (r *Rotator) openStream(ctx context.Context, ch *Channel) error {
 	case <-ch.first:
 		return nil
 	case <-ch.done:
-		return fmt.Errorf("identity: stream to %s with %s: %w", ch.target, ch.id, ch.StreamErr())
+		return fmt.Errorf("channel: stream to %s with %s: %w", ch.target, ch.id, ch.StreamErr())
 	case <-t.C:
-		return fmt.Errorf("identity: no event on the stream from %s within %v", ch.target, r.cfg.CallTimeout)
+		return fmt.Errorf("channel: no event on the stream from %s within %v", ch.target, r.cfg.CallTimeout)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -531,7 +532,7 @@ func (r *Rotator) Invoke(ctx context.Context, method string, args, reply any, op
 		switch {
 		case err == nil || ctx.Err() != nil:
 			return err
-		case errors.Is(err, ErrChannelReplaced):
+		case errors.Is(err, ErrReplaced):
 			// Not sent: the channel began draining after we loaded it.
 			if r.isClosed() {
 				return status.Error(codes.Unavailable, ErrRotatorClosed.Error())
@@ -582,248 +583,4 @@ func (r *Rotator) isClosed() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.closed
-}
-
-// Channel is one mTLS channel with one identity, and its Subscribe stream.
-// Its accessors are safe for concurrent use.
-type Channel struct {
-	id        *Identity
-	target    string
-	conn      *grpc.ClientConn
-	creds     *ClientCredentials
-	nodeID    string
-	journalID string
-	published time.Time
-
-	cancel context.CancelFunc
-	first  chan struct{} // closed on the stream's first event
-	done   chan struct{} // closed when the stream has ended
-
-	mu         sync.Mutex
-	stopped    bool
-	streamErr  error
-	events     int
-	firstEvent time.Time
-	lastEvent  time.Time
-	closedAt   time.Time
-	inFlight   int
-	draining   bool
-	idle       chan struct{} // closed when draining and inFlight reaches 0
-}
-
-// Identity is the identity the channel presents.
-func (c *Channel) Identity() *Identity { return c.id }
-
-// Target is the journal address.
-func (c *Channel) Target() string { return c.target }
-
-// Conn is the channel's connection.
-func (c *Channel) Conn() *grpc.ClientConn { return c.conn }
-
-// NodeID is the node the journal's health check answered for.
-func (c *Channel) NodeID() string { return c.nodeID }
-
-// JournalID is the journal that answered the health check.
-func (c *Channel) JournalID() string { return c.journalID }
-
-// Published is when the channel went live.
-func (c *Channel) Published() time.Time { return c.published }
-
-// StreamDone is closed when the channel's stream has ended.
-func (c *Channel) StreamDone() <-chan struct{} { return c.done }
-
-// StreamAlive reports whether the stream is open.
-func (c *Channel) StreamAlive() bool {
-	select {
-	case <-c.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// StreamErr is why the stream ended (nil while it is open). A stream the
-// rotator stopped after replacing the channel ends with a non-nil error that
-// is no gRPC status.
-func (c *Channel) StreamErr() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.streamErr
-}
-
-// StreamStopped reports whether the rotator stopped the stream itself
-// (after a swap or at Close) rather than the journal or the network ending
-// it.
-func (c *Channel) StreamStopped() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.stopped && errors.Is(c.streamErr, errStreamStopped)
-}
-
-// StreamTimes returns when the stream delivered its first and its latest
-// event and when it ended (zero for what has not happened), as wall-clock
-// readings.
-func (c *Channel) StreamTimes() (first, last, closed time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.firstEvent, c.lastEvent, c.closedAt
-}
-
-// Events is how many events the stream has delivered.
-func (c *Channel) Events() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.events
-}
-
-// InFlight is how many unary calls are running on the channel.
-func (c *Channel) InFlight() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.inFlight
-}
-
-func (c *Channel) identityOrNil() *Identity {
-	if c == nil {
-		return nil
-	}
-	return c.id
-}
-
-// countCalls is the channel's unary interceptor: it counts calls in flight
-// for the drain, and refuses new ones once the channel drains.
-func (c *Channel) countCalls(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	c.mu.Lock()
-	if c.draining {
-		c.mu.Unlock()
-		return fmt.Errorf("%w (%s, serial %s)", ErrChannelReplaced, c.target, c.id.Serial())
-	}
-	c.inFlight++
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		c.inFlight--
-		if c.inFlight == 0 && c.idle != nil {
-			close(c.idle)
-			c.idle = nil
-		}
-		c.mu.Unlock()
-	}()
-	return invoker(ctx, method, req, reply, cc, opts...)
-}
-
-// startDraining refuses new calls and returns a channel closed when none is
-// in flight.
-func (c *Channel) startDraining() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.draining = true
-	idle := make(chan struct{})
-	if c.inFlight == 0 {
-		close(idle)
-	} else {
-		c.idle = idle
-	}
-	return idle
-}
-
-func (c *Channel) stopStream() {
-	c.mu.Lock()
-	c.stopped = true
-	c.mu.Unlock()
-	if c.cancel != nil {
-		c.cancel()
-	}
-}
-
-// close abandons a channel that never went live.
-func (c *Channel) close() {
-	c.stopStream()
-	_ = c.conn.Close()
-	if c.cancel != nil {
-		<-c.done
-	}
-}
-
-// ClientTLSConfig is the client side of pact's mTLS: TLS 1.3, the server
-// verified against roots plus the roots in id's Bundle at now's time, and id presented as
-// the client certificate (none when id is nil, as for Enroll). Verification
-// is never turned off.
-func ClientTLSConfig(roots []*x509.Certificate, id *Identity, now func() time.Time) *tls.Config {
-	pool := x509.NewCertPool()
-	for _, c := range roots {
-		pool.AddCert(c)
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, Time: now}
-	if id != nil {
-		for _, c := range id.Bundle {
-			// Only the bundle's roots. Its intermediates add no trust (a
-			// journal sends its intermediate with its certificate, and
-			// that chains to a root here), but as anchors they make Go
-			// check the same signature on two paths: three ECDSA
-			// verifications per channel instead of one.
-			if bytes.Equal(c.RawSubject, c.RawIssuer) {
-				pool.AddCert(c)
-			}
-		}
-		cert := id.TLSCertificate()
-		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
-	}
-	return cfg
-}
-
-// ClientCredentials are gRPC TLS credentials that remember why the latest
-// handshake failed. gRPC reports a failed handshake as UNAVAILABLE with the
-// reason in text only; Explain puts the typed TLS error (an
-// x509.UnknownAuthorityError, a tls.CertificateVerificationError...) back
-// into the call's error, so callers can tell an untrusted server from an
-// unreachable one with errors.As.
-type ClientCredentials struct {
-	credentials.TransportCredentials
-	rec *handshakeRecord
-}
-
-type handshakeRecord struct {
-	mu  sync.Mutex
-	err error
-}
-
-// NewClientCredentials wraps cfg.
-func NewClientCredentials(cfg *tls.Config) *ClientCredentials {
-	return &ClientCredentials{TransportCredentials: credentials.NewTLS(cfg), rec: &handshakeRecord{}}
-}
-
-// ClientHandshake performs the TLS handshake and records its outcome. A
-// journal's busy answer (internal/transport) ends it with a *transport.BusyError.
-func (c *ClientCredentials) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, transport.BusyAware(raw))
-	c.rec.mu.Lock()
-	c.rec.err = err
-	c.rec.mu.Unlock()
-	return conn, info, err
-}
-
-// Clone keeps the record shared.
-func (c *ClientCredentials) Clone() credentials.TransportCredentials {
-	return &ClientCredentials{TransportCredentials: c.TransportCredentials.Clone(), rec: c.rec}
-}
-
-// HandshakeError is the latest handshake's error, nil if it succeeded.
-func (c *ClientCredentials) HandshakeError() error {
-	c.rec.mu.Lock()
-	defer c.rec.mu.Unlock()
-	return c.rec.err
-}
-
-// Explain adds the latest handshake error to a call's UNAVAILABLE error; it
-// returns other errors as they are. The result still carries the gRPC
-// status.
-func (c *ClientCredentials) Explain(err error) error {
-	if err == nil || status.Code(err) != codes.Unavailable {
-		return err
-	}
-	if herr := c.HandshakeError(); herr != nil {
-		return fmt.Errorf("%w (TLS handshake: %w)", err, herr)
-	}
-	return err
 }
