@@ -5,7 +5,7 @@
 // rotates: it renews the journal-signed certificate at 2/3 of its life and
 // moves to a better identity as soon as one appears, each time building and
 // health-checking a new channel before it lets go of the old one
-// (identity.Rotator).
+// (channel.Rotator).
 //
 // When something goes wrong the agent keeps the identity and channel it
 // has, retries with backoff, and says why in one of a few reasons
@@ -39,6 +39,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/agent/hwinfo"
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/identity/spire"
@@ -69,7 +70,7 @@ type Agent struct {
 	hw       hwid.Identity
 	jp       *identity.JournalProvider
 	static   *static.Provider // nil without bootstrap files
-	rot      *identity.Rotator
+	rot      *channel.Rotator
 	files    identityFiles
 	metrics  *metrics
 	// clk is cfg.Clock: the node's clock plus the offset to the journal's
@@ -178,7 +179,7 @@ func New(cfg Config) (*Agent, error) {
 		files:    identityFiles{dir: cfg.IdentityDir, keyOut: cfg.KeyOut},
 		backoff:  backoff.Policy{Min: cfg.MinBackoff, Max: cfg.MaxBackoff},
 	}
-	rc := identity.DefaultRotatorConfig()
+	rc := channel.DefaultConfig()
 	rc.Targets = cfg.JournalAddrs
 	rc.Roots = roots
 	rc.MaxClockSkew = cfg.MaxClockSkew
@@ -189,7 +190,7 @@ func New(cfg Config) (*Agent, error) {
 	rc.KeyExchange = cfg.KeyExchange
 	rc.Clock = cfg.Clock
 	rc.Logger = cfg.Logger
-	if a.rot, err = identity.NewRotator(rc); err != nil {
+	if a.rot, err = channel.New(rc); err != nil {
 		return nil, err
 	}
 	a.metrics = newMetrics(a)
@@ -199,7 +200,7 @@ func New(cfg Config) (*Agent, error) {
 // Conn is the agent's live channel to the journal, for other components in
 // the same process: calls through it always take the current channel, and a
 // unary call caught by a certificate renewal is retried once on the new one
-// (see identity.Rotator).
+// (see channel.Rotator).
 func (a *Agent) Conn() grpc.ClientConnInterface { return a.rot }
 
 // MetricsAddr is the address /metrics is served on, once Run has started

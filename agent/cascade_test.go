@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/identity/identitytest"
 	"github.com/pact-hpc/pact/identity/spire/spiretest"
@@ -96,7 +97,7 @@ func (s *cascadeSite) waitLog(t *testing.T, skip int, what string) {
 type transition struct {
 	name    string
 	trigger time.Time // wall time of the event that made SPIRE stop (or start) serving
-	rec     identity.SwapRecord
+	rec     channel.SwapRecord
 }
 
 // The cascade never leaves the node dark. With SPIRE at boot the agent

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/internal/apierr"
 )
@@ -101,7 +102,7 @@ func classify(err error, id *identity.Identity, now time.Time) string {
 	switch {
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return ReasonDiskFull
-	case errors.Is(err, identity.ErrClockSkew), pe.Reason == apierr.CertNotYetValid:
+	case errors.Is(err, channel.ErrClockSkew), pe.Reason == apierr.CertNotYetValid:
 		return ReasonClockSkew
 	case errors.Is(err, identity.ErrExpired), id != nil && id.Expired(now):
 		return ReasonCertExpired
@@ -116,7 +117,7 @@ func classify(err error, id *identity.Identity, now time.Time) string {
 		return ReasonIdentityRefused
 	case errors.As(err, &verr), errors.As(err, &unknown), errors.As(err, &invalid), errors.As(err, &host):
 		return ReasonServerTLSUntrusted
-	case errors.Is(err, identity.ErrWrongNode):
+	case errors.Is(err, channel.ErrWrongNode):
 		return ReasonIdentityRefused
 	case errors.Is(err, ErrTPM):
 		return ReasonTPMUnavailable

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/identity/identitytest"
 	"github.com/pact-hpc/pact/internal/apierr"
@@ -217,7 +218,7 @@ func TestClassify(t *testing.T) {
 		want string
 	}{
 		{"no space", &os.PathError{Op: "write", Path: "x", Err: syscall.ENOSPC}, nil, ReasonDiskFull},
-		{"skew", fmt.Errorf("wrapped: %w", &identity.ClockSkewError{Skew: 10 * time.Minute}), valid, ReasonClockSkew},
+		{"skew", fmt.Errorf("wrapped: %w", &channel.ClockSkewError{Skew: 10 * time.Minute}), valid, ReasonClockSkew},
 		{"expired identity, unreachable journal", unavailable, expired, ReasonCertExpired},
 		{"no identity left", fmt.Errorf("x: %w", identity.ErrExpired), nil, ReasonCertExpired},
 		{"unreachable", unavailable, valid, ReasonEndpointUnreachable},
@@ -231,7 +232,7 @@ func TestClassify(t *testing.T) {
 		{"not valid yet at the journal", apierr.Status(apierr.CertNotYetValid, 0, "clocks").Err(), valid, ReasonClockSkew},
 		{"unauthenticated", apierr.Status(apierr.Unauthenticated, 0, "who").Err(), valid, ReasonIdentityRefused},
 		{"permission denied", apierr.Status(apierr.PermissionDenied, 0, "who").Err(), valid, ReasonIdentityRefused},
-		{"wrong node", fmt.Errorf("x: %w", identity.ErrWrongNode), valid, ReasonIdentityRefused},
+		{"wrong node", fmt.Errorf("x: %w", channel.ErrWrongNode), valid, ReasonIdentityRefused},
 		{"rate limited", apierr.Status(apierr.RateLimited, time.Second, "busy").Err(), nil, ReasonRateLimited},
 		{"no leader", apierr.Status(apierr.NoLeader, 0, "election").Err(), nil, ReasonJournalUnavailable},
 		{"not enrolled", apierr.Status(apierr.NodeNotEnrolled, 0, "who").Err(), nil, ReasonEnrollmentRefused},

@@ -12,9 +12,9 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/agent/hwinfo"
 	"github.com/pact-hpc/pact/agent/tpm"
-	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/identity/spire"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/transport"
@@ -132,7 +132,7 @@ type Config struct {
 	// process that runs many agents (the boot-storm benchmark) watch each
 	// one's own path without polling Status. pact-agent sets neither.
 	OnAttempt func(op string, err error)
-	OnStream  func(ch *identity.Channel)
+	OnStream  func(ch *channel.Channel)
 
 	Logger *slog.Logger
 	Clock  clock.Clock

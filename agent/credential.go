@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/internal/pki"
 )
@@ -50,7 +51,7 @@ func journalIdentity(key crypto.Signer, roots *x509.CertPool, chainDER, bundleDE
 		// A certificate the journal has just issued is valid now on its
 		// clock: on ours it is not, so ours is off.
 		return nil, pki.Identity{}, fmt.Errorf("agent: the journal's new certificate is valid from %s to %s, but this node's clock says %s (fix NTP on this node): %w",
-			leaf.NotBefore.UTC().Format(time.RFC3339), leaf.NotAfter.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), identity.ErrClockSkew)
+			leaf.NotBefore.UTC().Format(time.RFC3339), leaf.NotAfter.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), channel.ErrClockSkew)
 	}
 	inter := x509.NewCertPool()
 	for _, c := range certs[1:] {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/hwid"
@@ -128,7 +129,7 @@ func (a *Agent) callEnroll(ctx context.Context, addr string, req *pactv1.EnrollR
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "connection error: desc = \"transport: error while dialing: %v\"", err)
 	}
-	creds := identity.NewClientCredentials(a.cfg.KeyExchange.Apply(identity.ClientTLSConfig(a.roots, nil, a.cfg.Clock.Now)))
+	creds := channel.NewClientCredentials(a.cfg.KeyExchange.Apply(channel.ClientTLSConfig(a.roots, nil, a.cfg.Clock.Now)))
 	tlsConn, info, err := creds.ClientHandshake(cctx, addr, raw)
 	if err != nil {
 		_ = raw.Close()
@@ -227,7 +228,7 @@ func (a *Agent) wanted(ctx context.Context, cur *identity.Identity) *identity.Id
 // other than one on the bootstrap identity. While any other channel lives
 // the journal would refuse the enrollment anyway (the node is active and
 // streaming: it is this agent); the agent enrolls once that channel is gone.
-func (a *Agent) needEnroll(ctx context.Context, act *identity.Channel, alive bool) bool {
+func (a *Agent) needEnroll(ctx context.Context, act *channel.Channel, alive bool) bool {
 	if _, err := a.jp.Current(ctx); err == nil {
 		return false
 	}

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/pact-hpc/pact/identity"
+	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -34,7 +34,7 @@ func (l *hookLog) attempt(op string, err error) {
 	l.attempts = append(l.attempts, fmt.Sprintf("%s:%v", op, err == nil))
 }
 
-func (l *hookLog) stream(ch *identity.Channel) {
+func (l *hookLog) stream(ch *channel.Channel) {
 	l.mu.Lock()
 	l.serials = append(l.serials, ch.Identity().Serial())
 	l.mu.Unlock()

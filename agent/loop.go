@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/logkey"
@@ -38,14 +39,14 @@ func (r *retry) failed(a *Agent, err error, atLeast time.Duration) {
 type loopState struct {
 	connect, enroll, upgrade, renew, files retry
 	standby                                retry
-	standbyAt                              time.Time         // when the standby is renewed
-	standbyFor                             string            // serial standbyAt was chosen for
-	upgradeKey                             string            // the identity upgrade retries are for
-	ended                                  *identity.Channel // whose stream end was handled
-	renewFor                               string            // serial renewAt was chosen for
-	renewAt                                time.Time         // when renewFor is due
-	lastRenew                              time.Time         // the latest renewal attempt
-	written                                string            // what the identity files hold
+	standbyAt                              time.Time        // when the standby is renewed
+	standbyFor                             string           // serial standbyAt was chosen for
+	upgradeKey                             string           // the identity upgrade retries are for
+	ended                                  *channel.Channel // whose stream end was handled
+	renewFor                               string           // serial renewAt was chosen for
+	renewAt                                time.Time        // when renewFor is due
+	lastRenew                              time.Time        // the latest renewal attempt
+	written                                string           // what the identity files hold
 }
 
 // rebased forgets the retry deadlines and the last renewal attempt, which
@@ -139,10 +140,10 @@ func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 type round struct {
 	ctx   context.Context
 	s     *loopState
-	now   time.Time         // taken once, at the step's start
-	act   *identity.Channel // the active channel at the step's start
-	alive bool              // act's stream lived after its end was noticed
-	next  soonest           // when to look again
+	now   time.Time        // taken once, at the step's start
+	act   *channel.Channel // the active channel at the step's start
+	alive bool             // act's stream lived after its end was noticed
+	next  soonest          // when to look again
 }
 
 // soonest is the earliest of the times a step's phases want to look again
@@ -500,7 +501,7 @@ func (a *Agent) rotated() {
 }
 
 // handleEvent is the rotator's OnEvent: every event of every stream.
-func (a *Agent) handleEvent(ch *identity.Channel, ev *pactv1.SubscribeResponse) error {
+func (a *Agent) handleEvent(ch *channel.Channel, ev *pactv1.SubscribeResponse) error {
 	a.sawStream(a.cfg.Clock.Now())
 	switch e := ev.GetEvent().(type) {
 	case *pactv1.SubscribeResponse_Assignment:

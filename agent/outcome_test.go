@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/pact-hpc/pact/identity"
+	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/backoff"
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
@@ -24,7 +24,7 @@ func TestOutcomeOf(t *testing.T) {
 	busyErr := &transport.BusyError{RetryAfter: 3 * time.Second}
 	revokedErr := apierr.Status(apierr.NodeRevoked, 0, "decommissioned").Err()
 	fencedErr := apierr.Status(apierr.NodeFenced, 0, "fenced").Err()
-	skewErr := &identity.ClockSkewError{Skew: time.Hour, Tolerance: time.Minute}
+	skewErr := &channel.ClockSkewError{Skew: time.Hour, Tolerance: time.Minute}
 	for _, tc := range []struct {
 		name       string
 		err        error

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/identity/spire"
 	"github.com/pact-hpc/pact/internal/logkey"
@@ -20,9 +21,9 @@ import (
 // moment the renewal commits the journal takes the old certificate for
 // stale, so the swap follows at once, within the same rotation (calls the
 // journal refuses as stale meanwhile are retried on the new channel).
-func (a *Agent) renew(ctx context.Context, act *identity.Channel) error {
+func (a *Agent) renew(ctx context.Context, act *channel.Channel) error {
 	a.metrics.attempts.Inc()
-	err := a.rot.Rotate(ctx, func(ctx context.Context, cur *identity.Channel) (*identity.Identity, error) {
+	err := a.rot.Rotate(ctx, func(ctx context.Context, cur *channel.Channel) (*identity.Identity, error) {
 		if cur != act {
 			return nil, nil // the channel changed meanwhile; look again
 		}
@@ -95,7 +96,7 @@ func (a *Agent) standbyDue(ctx context.Context, s *loopState, now time.Time) (ti
 // and makes it the journal provider's identity: the one the agent swaps to
 // when SPIRE stops serving it. The previous standby is dropped: the
 // journal no longer takes it.
-func (a *Agent) obtainStandby(ctx context.Context, act *identity.Channel) (err error) {
+func (a *Agent) obtainStandby(ctx context.Context, act *channel.Channel) (err error) {
 	a.metrics.attempts.Inc()
 	defer func() { a.attempted("standby", err) }()
 	key, csr, err := newKey()

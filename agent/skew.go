@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pact-hpc/pact/identity"
+	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/logkey"
 )
@@ -50,7 +50,7 @@ func abs(d time.Duration) time.Duration {
 
 // observeJournalTime takes the journal's time from an answer. It returns
 // true when it changed the offset (the caller retries at once), and a
-// *identity.ClockSkewError when the skew is beyond what the agent bridges
+// *channel.ClockSkewError when the skew is beyond what the agent bridges
 // and beyond the configured tolerance.
 func (a *Agent) observeJournalTime(journal time.Time) (bool, error) {
 	if journal.IsZero() {
@@ -71,7 +71,7 @@ func (a *Agent) observeJournalTime(journal time.Time) (bool, error) {
 	case abs(resid) <= a.cfg.MaxClockSkew:
 		return false, nil // tolerated by configuration
 	}
-	return false, &identity.ClockSkewError{Local: local, Journal: journal, Skew: skew, Tolerance: a.cfg.ClockBridge}
+	return false, &channel.ClockSkewError{Local: local, Journal: journal, Skew: skew, Tolerance: a.cfg.ClockBridge}
 }
 
 // bridge looks at a failure for what it says about the journal's time: a
@@ -79,7 +79,7 @@ func (a *Agent) observeJournalTime(journal time.Time) (bool, error) {
 // at the agent's time. It reports whether it changed the offset, so the
 // operation is worth retrying at once.
 func (a *Agent) bridge(err error) bool {
-	var cs *identity.ClockSkewError
+	var cs *channel.ClockSkewError
 	if errors.As(err, &cs) {
 		// cs.Local is the agent's bridged time: undo the offset.
 		changed, _ := a.observeJournalTime(cs.Journal.Add(a.clk.Offset() - (cs.Local.Sub(a.clk.base.Now()))))

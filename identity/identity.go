@@ -14,10 +14,11 @@
 // its Changes channel tells its user when to ask again (an SVID rotated,
 // SPIRE appeared or went away, a certificate expired).
 //
-// A Rotator holds the live mTLS channel to a journal and moves it from one
-// identity to the next without a gap: a new channel is built, health-checked
-// (Ping) and streaming before it replaces the old one, which is drained of
-// its in-flight calls and closed.
+// This package does not speak to a journal. The agent makes the Enroll and
+// RenewCert calls and hands the journal provider the certificate they
+// return (JournalProvider.Set); the live channel that presents the
+// cascade's identity, and moves between identities without a gap, is the
+// agent's (package agent/channel).
 //
 // An Identity's private key never prints: String, every fmt verb, slog and
 // JSON show only its source, SPIFFE ID, serial and not_after. Nothing in

@@ -6,8 +6,9 @@ import (
 	"go.uber.org/goleak"
 )
 
-// TestMain fails the package's tests if any goroutine outlives them: the rotator starts a goroutine per channel and stream,
-// and each must end when its stream, channel or owner closes.
+// TestMain fails the package's tests if any goroutine outlives them: a
+// cascade watches its providers on a goroutine of its own, which must end
+// when it closes.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }

@@ -12,7 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/pact-hpc/pact/identity"
+	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/journaltest"
@@ -69,7 +69,7 @@ func TestSaturatedJournalAnswersBusy(t *testing.T) {
 	// pact's credentials: a typed error with the retry-after: at the
 	// optimistic first rate (10 handshakes a second for one slot), one
 	// handshake's time, plus at most 20 ms of jitter.
-	creds := identity.NewClientCredentials(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: h.Roots})
+	creds := channel.NewClientCredentials(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: h.Roots})
 	conn, err := grpc.NewClient("passthrough:///"+h.Addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)

@@ -263,7 +263,7 @@ func FromError(err error) *Error {
 	}
 	// A retry-after given before any gRPC status could be: a journal's
 	// busy answer to the ClientHello (internal/transport.BusyError), which
-	// identity.ClientCredentials.Explain puts into the UNAVAILABLE error.
+	// agent/channel's ClientCredentials.Explain puts into the UNAVAILABLE error.
 	var hint interface{ RetryHint() time.Duration }
 	if out.RetryAfter == 0 && errors.As(err, &hint) {
 		out.RetryAfter = hint.RetryHint()

@@ -35,8 +35,8 @@ const (
 
 // BusyError is a busy answer as the client sees it: the journal was
 // saturated and named when to come back. The agent and the CLI find it with
-// errors.As in a call's UNAVAILABLE error (identity.ClientCredentials puts
-// it there).
+// errors.As in a call's UNAVAILABLE error (agent/channel's
+// ClientCredentials puts it there).
 type BusyError struct {
 	RetryAfter time.Duration
 }

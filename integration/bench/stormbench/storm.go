@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/pact-hpc/pact/agent"
-	"github.com/pact-hpc/pact/identity"
+	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/transport"
 )
@@ -222,7 +222,7 @@ func (a *benchAgent) onAttempt(op string, err error) {
 }
 
 // onStream is the agent's OnStream: a new channel is live.
-func (a *benchAgent) onStream(ch *identity.Channel) {
+func (a *benchAgent) onStream(ch *channel.Channel) {
 	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()

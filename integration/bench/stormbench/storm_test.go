@@ -225,7 +225,7 @@ func TestAttemptWork(t *testing.T) {
 	closed := status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: EOF"`)
 	deadline := status.Error(codes.DeadlineExceeded, "context deadline exceeded")
 	refused := status.Error(codes.Unavailable, "NO_LEADER")
-	// As identity.ClientCredentials.Explain reports a busy answer.
+	// As channel.ClientCredentials.Explain reports a busy answer.
 	busy := fmt.Errorf("%w (TLS handshake: %w)", status.Error(codes.Unavailable, "connection error"), &transport.BusyError{RetryAfter: time.Second})
 	for _, tc := range []struct {
 		op   string
@@ -240,12 +240,12 @@ func TestAttemptWork(t *testing.T) {
 		{"connect", refused, work{mtls: 1}},
 		{"connect", closed, work{}},
 		{"enroll", fmt.Errorf("agent: enroll at x: %w", busy), work{}},
-		{"connect", fmt.Errorf("identity: health check of x: %w", busy), work{}},
-		{"renew", fmt.Errorf("identity: health check of x: %w", busy), work{keygen: 1, sign: 1}},
+		{"connect", fmt.Errorf("channel: health check of x: %w", busy), work{}},
+		{"renew", fmt.Errorf("channel: health check of x: %w", busy), work{keygen: 1, sign: 1}},
 		{"renew", nil, work{keygen: 1, sign: 1, mtls: 1}},
 		{"renew", fmt.Errorf("agent: RenewCert at x: %w", refused), work{keygen: 1}},
 		{"renew", fmt.Errorf("agent: RenewCert at x: %w", deadline), work{keygen: 1, sign: 1}},
-		{"renew", fmt.Errorf("identity: health check of x: %w", refused), work{keygen: 1, sign: 1, mtls: 1}},
+		{"renew", fmt.Errorf("channel: health check of x: %w", refused), work{keygen: 1, sign: 1, mtls: 1}},
 	} {
 		if got := attemptWork(tc.op, tc.err); got != tc.want {
 			t.Errorf("attemptWork(%s, %v) = %+v, want %+v", tc.op, tc.err, got, tc.want)

@@ -1,4 +1,4 @@
-package identity_test
+package channel_test
 
 import (
 	"context"
@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/identity/identitytest"
 	"github.com/pact-hpc/pact/internal/apierr"
@@ -183,14 +184,14 @@ func (f *fakeJournal) get(fn func(f *fakeJournal) int) int {
 type rotatorEnv struct {
 	ca  *identitytest.CA
 	fj  *fakeJournal
-	rot *identity.Rotator
+	rot *channel.Rotator
 }
 
-func newRotatorEnv(t *testing.T, mutate ...func(*identity.RotatorConfig)) *rotatorEnv {
+func newRotatorEnv(t *testing.T, mutate ...func(*channel.Config)) *rotatorEnv {
 	t.Helper()
 	ca := identitytest.NewCA("pact.local", time.Now())
 	fj := startFakeJournal(t, ca)
-	cfg := identity.DefaultRotatorConfig()
+	cfg := channel.DefaultConfig()
 	cfg.Targets = []string{fj.addr}
 	cfg.Roots = []*x509.Certificate{ca.Cert}
 	cfg.CallTimeout = 5 * time.Second
@@ -198,7 +199,7 @@ func newRotatorEnv(t *testing.T, mutate ...func(*identity.RotatorConfig)) *rotat
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	rot, err := identity.NewRotator(cfg)
+	rot, err := channel.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +212,7 @@ func (e *rotatorEnv) issue(node string) *identity.Identity {
 	return e.ca.Issue(identity.SourceJournal, "spiffe://pact.local/pact-agent/"+node, now.Add(-time.Minute), now.Add(time.Hour))
 }
 
-func (e *rotatorEnv) swap(t *testing.T, id *identity.Identity) *identity.Channel {
+func (e *rotatorEnv) swap(t *testing.T, id *identity.Identity) *channel.Channel {
 	t.Helper()
 	if err := e.rot.Swap(t.Context(), id); err != nil {
 		t.Fatalf("swap to %v: %v", id, err)
@@ -271,8 +272,8 @@ func TestRotatorSwapDrainsTheOldChannel(t *testing.T) {
 	if s := old.Conn().GetState(); s == connectivity.Shutdown {
 		t.Fatal("the old channel was closed with a call in flight")
 	}
-	if err := ping(t.Context(), old.Conn()); !errors.Is(err, identity.ErrChannelReplaced) {
-		t.Errorf("a new call on the draining channel: %v, want ErrChannelReplaced", err)
+	if err := ping(t.Context(), old.Conn()); !errors.Is(err, channel.ErrReplaced) {
+		t.Errorf("a new call on the draining channel: %v, want ErrReplaced", err)
 	}
 	close(hold)
 	if err := <-inflight; err != nil {
@@ -289,7 +290,7 @@ func TestRotatorSwapDrainsTheOldChannel(t *testing.T) {
 // An in-flight call that outlives DrainTimeout does not keep the old
 // channel open.
 func TestRotatorDrainTimeout(t *testing.T) {
-	e := newRotatorEnv(t, func(c *identity.RotatorConfig) { c.DrainTimeout = 50 * time.Millisecond })
+	e := newRotatorEnv(t, func(c *channel.Config) { c.DrainTimeout = 50 * time.Millisecond })
 	old := e.swap(t, e.issue("n1"))
 	hold := make(chan struct{})
 	defer close(hold)
@@ -319,13 +320,13 @@ func TestRotatorHealthCheckFailures(t *testing.T) {
 		check func(error) bool
 	}{
 		{"another node", func(e *rotatorEnv) *identity.Identity { return e.issue("n2") },
-			func(err error) bool { return errors.Is(err, identity.ErrWrongNode) }},
+			func(err error) bool { return errors.Is(err, channel.ErrWrongNode) }},
 		{"journal clock ten minutes behind", func(e *rotatorEnv) *identity.Identity {
 			e.fj.set(func(f *fakeJournal) { f.offset = -10 * time.Minute })
 			return e.issue("n1")
 		}, func(err error) bool {
-			var se *identity.ClockSkewError
-			return errors.Is(err, identity.ErrClockSkew) && errors.As(err, &se) && se.Skew > 9*time.Minute
+			var se *channel.ClockSkewError
+			return errors.Is(err, channel.ErrClockSkew) && errors.As(err, &se) && se.Skew > 9*time.Minute
 		}},
 		{"identity the journal refuses", func(e *rotatorEnv) *identity.Identity {
 			now := time.Now()
@@ -359,7 +360,7 @@ func TestRotatorHealthCheckFailures(t *testing.T) {
 // A journal whose server certificate does not chain to the roots fails the
 // swap with the typed TLS error, not a bare UNAVAILABLE.
 func TestRotatorUntrustedJournal(t *testing.T) {
-	e := newRotatorEnv(t, func(c *identity.RotatorConfig) {
+	e := newRotatorEnv(t, func(c *channel.Config) {
 		c.Roots = []*x509.Certificate{identitytest.NewCA("other.example", time.Now()).Cert}
 	})
 	// The identity's bundle is trusted too; give it one that is not the
@@ -384,7 +385,7 @@ func TestRotatorRetriesStaleCallOnce(t *testing.T) {
 	old := e.swap(t, e.issue("n1"))
 	next := e.issue("n1")
 	result := make(chan error, 1)
-	err := e.rot.Rotate(t.Context(), func(ctx context.Context, active *identity.Channel) (*identity.Identity, error) {
+	err := e.rot.Rotate(t.Context(), func(ctx context.Context, active *channel.Channel) (*identity.Identity, error) {
 		if active != old {
 			t.Errorf("fetch got channel %p, want the active %p", active, old)
 		}
@@ -423,7 +424,7 @@ func TestRotatorClose(t *testing.T) {
 	if ch.StreamAlive() || ch.Conn().GetState() != connectivity.Shutdown {
 		t.Error("Close left the channel open")
 	}
-	if err := e.rot.Swap(t.Context(), e.issue("n1")); !errors.Is(err, identity.ErrRotatorClosed) {
+	if err := e.rot.Swap(t.Context(), e.issue("n1")); !errors.Is(err, channel.ErrRotatorClosed) {
 		t.Errorf("Swap after Close = %v", err)
 	}
 	if err := ping(t.Context(), e.rot); err == nil {
@@ -432,7 +433,7 @@ func TestRotatorClose(t *testing.T) {
 }
 
 func TestRotatorConfigValidate(t *testing.T) {
-	cfg := identity.RotatorConfig{Targets: []string{"nohost"}}
+	cfg := channel.Config{Targets: []string{"nohost"}}
 	err := cfg.Validate()
 	for _, want := range []string{"want host:port", "domain root", "MaxClockSkew", "CallTimeout", "DrainTimeout", "Clock", "Logger"} {
 		if err == nil || !strings.Contains(err.Error(), want) {

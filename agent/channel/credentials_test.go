@@ -1,4 +1,4 @@
-package identity_test
+package channel_test
 
 import (
 	"crypto/ecdsa"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/identity"
 )
 
@@ -24,14 +25,14 @@ func TestClientTLSConfigTrustsTheBundlesRootsOnly(t *testing.T) {
 	other, _ := testCert(t, "another root in the bundle", nil, nil, now)
 	id := &identity.Identity{Source: identity.SourceJournal, Bundle: []*x509.Certificate{root, inter, other}}
 
-	got := identity.ClientTLSConfig([]*x509.Certificate{root}, id, time.Now).RootCAs
+	got := channel.ClientTLSConfig([]*x509.Certificate{root}, id, time.Now).RootCAs
 	want := x509.NewCertPool()
 	want.AddCert(root)
 	want.AddCert(other)
 	if !got.Equal(want) {
 		t.Error("RootCAs is not exactly the configured root and the bundle's other root")
 	}
-	if got := identity.ClientTLSConfig([]*x509.Certificate{root}, nil, time.Now).RootCAs; !got.Equal(func() *x509.CertPool {
+	if got := channel.ClientTLSConfig([]*x509.Certificate{root}, nil, time.Now).RootCAs; !got.Equal(func() *x509.CertPool {
 		p := x509.NewCertPool()
 		p.AddCert(root)
 		return p
