@@ -8,44 +8,94 @@ import (
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
-// CheckState reads a state in either format and checks the rules a
-// registry keeps, without building one: what a journal's restore of it
-// (raftfsm's decodeState) would refuse, CheckState refuses, with the same
-// message. It returns the number of nodes. raftfsm's TestRestoreRejects and
-// FuzzRestore hold the two to each other.
-func CheckState(r io.Reader) (int, error) {
-	c := &checker{
-		nodes:    map[string]struct{}{},
-		byMAC:    map[string]string{},
-		byBMC:    map[string]string{},
-		byEK:     map[string]string{},
-		bySPIFFE: map[string]string{},
-		tokens:   map[string]struct{}{},
-		lastSeen: map[string]struct{}{},
-	}
+// The registry's rules on a state live here, once: a journal's restore
+// (raftfsm) builds its registry through ReadState, and CheckState, the
+// check of a snapshot file the operator CLI reads, goes through ReadState
+// into sets. Whatever one refuses the other refuses, with the same message.
+
+// A Registry is what ReadState builds from a state's records and asks of
+// the records it has passed so far. It only builds: every refusal is
+// ReadState's.
+type Registry interface {
+	// Add takes the next record the rules accept.
+	Add(*pactv1.SnapshotRecord)
+	// HasNode reports whether a node with this id was added.
+	HasNode(id string) bool
+	// HasJoinToken reports whether a join token with this SHA-256 was added.
+	HasJoinToken(sha256 string) bool
+	// LiveIdentifiers counts the distinct identifiers the live (not
+	// revoked) nodes added hold: an identifier two of them share counts
+	// once, which is how ReadState notices a conflict without a lookup
+	// per identifier.
+	LiveIdentifiers() IdentifierCounts
+}
+
+// IdentifierCounts counts node identifiers by kind.
+type IdentifierCounts struct {
+	MACs, BMCSerials, EKHashes, SPIFFEIDs int
+}
+
+// maxSizeHint bounds how far a reader presizes on a sizes record's word:
+// a corrupt or hostile hint cannot make it allocate much before a single
+// node is read. Larger registries grow past it.
+const maxSizeHint = 1 << 18
+
+// SizeHint is how many nodes and liveness records a sizes record
+// announces, bounded so that a reader may presize for them.
+func SizeHint(s *pactv1.SnapshotSizes) (nodes, lastSeen int) {
+	return int(min(s.GetNodes(), maxSizeHint)), int(min(s.GetLastSeen(), maxSizeHint))
+}
+
+// ReadState reads a state in either format into reg, refusing it at the
+// first record that breaks a rule of the registry, or once every record is
+// read if two live nodes share an identifier or a liveness record names
+// no node. reg may hold part of the state when ReadState fails.
+func ReadState(r io.Reader, reg Registry) error {
+	c := &rules{reg: reg}
 	if err := Walk(r, c.add); err != nil {
-		return 0, err
+		return err
 	}
-	if err := c.finish(); err != nil {
-		return 0, err
-	}
-	return len(c.nodes), nil
+	return c.finish()
 }
 
-// checker follows raftfsm's stateBuilder rule for rule.
-type checker struct {
-	started bool
-	nodes   map[string]struct{}
-	// Identifiers of the live nodes read so far, and the first one two of
-	// them share (reported once every record is read, as raftfsm does).
-	byMAC, byBMC, byEK, bySPIFFE map[string]string
-	conflict                     error
-	tokens                       map[string]struct{}
-	lastSeen                     map[string]struct{}
-	quorum                       bool
+// CheckState reads a state in either format and checks the registry's
+// rules on it without building a registry. It returns the number of nodes.
+func CheckState(r io.Reader) (int, error) {
+	s := newStateSets()
+	if err := ReadState(r, s); err != nil {
+		return 0, err
+	}
+	return len(s.nodes), nil
 }
 
-func (c *checker) add(rec *pactv1.SnapshotRecord) error {
+// rules checks records one at a time for ReadState.
+type rules struct {
+	reg             Registry
+	started, quorum bool
+	// The live nodes in the order read, and how many identifiers of each
+	// kind they list: a conflict shows as a registry count smaller than
+	// this, and only then does finish look for it node by node.
+	live     []liveNode
+	listed   IdentifierCounts
+	lastSeen []string // node ids, checked once every node is read
+}
+
+// liveNode is what the conflict check needs of a live node, without
+// keeping the rest of it (certificates and all) alive.
+type liveNode struct {
+	id, spiffeID string
+	hw           *pactv1.HardwareIdentity
+}
+
+func (c *rules) add(rec *pactv1.SnapshotRecord) error {
+	if err := c.check(rec); err != nil {
+		return err
+	}
+	c.reg.Add(rec)
+	return nil
+}
+
+func (c *rules) check(rec *pactv1.SnapshotRecord) error {
 	first := !c.started
 	c.started = true
 	switch r := rec.GetRecord().(type) {
@@ -53,29 +103,35 @@ func (c *checker) add(rec *pactv1.SnapshotRecord) error {
 		if !first {
 			return errors.New("raftfsm: snapshot has a sizes record after other records")
 		}
+		nodes, seen := SizeHint(r.Sizes)
+		c.live, c.lastSeen = make([]liveNode, 0, nodes), make([]string, 0, seen)
 	case *pactv1.SnapshotRecord_Node:
 		n := r.Node
 		if n.GetNodeId() == "" {
 			return errors.New("raftfsm: snapshot has a node without an id")
 		}
-		if _, dup := c.nodes[n.GetNodeId()]; dup {
+		if c.reg.HasNode(n.GetNodeId()) {
 			return fmt.Errorf("raftfsm: snapshot has node %s twice", n.GetNodeId())
 		}
-		c.nodes[n.GetNodeId()] = struct{}{}
-		if n.GetState() != pactv1.NodeState_NODE_STATE_REVOKED && c.conflict == nil {
-			c.conflict = c.live(n)
+		if n.GetState() != pactv1.NodeState_NODE_STATE_REVOKED {
+			h := n.GetHardware()
+			c.live = append(c.live, liveNode{id: n.GetNodeId(), spiffeID: n.GetSpiffeId(), hw: h})
+			c.listed.MACs += len(h.GetMacs())
+			c.listed.BMCSerials += count(h.GetBmcSerial())
+			c.listed.EKHashes += count(h.GetTpmEkHash())
+			c.listed.SPIFFEIDs += count(n.GetSpiffeId())
 		}
 	case *pactv1.SnapshotRecord_Revoked, *pactv1.SnapshotRecord_Intermediate,
 		*pactv1.SnapshotRecord_Audit, *pactv1.SnapshotRecord_Journal,
 		*pactv1.SnapshotRecord_RevokedOperatorName:
 	case *pactv1.SnapshotRecord_LastSeen:
-		c.lastSeen[r.LastSeen.GetNodeId()] = struct{}{}
+		// Records may come in any order: the node may be further on.
+		c.lastSeen = append(c.lastSeen, r.LastSeen.GetNodeId())
 	case *pactv1.SnapshotRecord_JoinToken:
 		t := r.JoinToken
-		if _, dup := c.tokens[t.GetSha256()]; dup || !isHexSHA256(t.GetSha256()) {
+		if !isHexSHA256(t.GetSha256()) || c.reg.HasJoinToken(t.GetSha256()) {
 			return fmt.Errorf("raftfsm: snapshot has a malformed or repeated join token for node %s", t.GetNodeId())
 		}
-		c.tokens[t.GetSha256()] = struct{}{}
 	case *pactv1.SnapshotRecord_Operator:
 		if r.Operator.GetSerial() == "" {
 			return errors.New("raftfsm: snapshot has an operator credential without a serial")
@@ -91,40 +147,70 @@ func (c *checker) add(rec *pactv1.SnapshotRecord) error {
 	return nil
 }
 
-// live indexes a live node's identifiers, naming the first one an earlier
-// live node holds: its MACs, then its BMC serial, its TPM EK hash and its
-// SPIFFE ID (a node may list one of its own twice).
-func (c *checker) live(n *pactv1.Node) error {
-	h, id := n.GetHardware(), n.GetNodeId()
-	for _, m := range h.GetMacs() {
-		if o, ok := c.byMAC[m]; ok {
-			return conflict("MAC "+m, o, id)
+func count(s string) int {
+	if s == "" {
+		return 0
+	}
+	return 1
+}
+
+// finish checks what only the whole state shows: a conflict first, then
+// liveness of a node no record holds (the first such record named).
+func (c *rules) finish() error {
+	if c.reg.LiveIdentifiers() != c.listed {
+		// Also when one node lists an identifier twice, which is no
+		// conflict: firstConflict finds none then.
+		if err := firstConflict(c.live); err != nil {
+			return err
 		}
 	}
-	if b := h.GetBmcSerial(); b != "" {
-		if o, ok := c.byBMC[b]; ok {
-			return conflict("BMC serial "+b, o, id)
+	for _, id := range c.lastSeen {
+		if !c.reg.HasNode(id) {
+			return fmt.Errorf("raftfsm: snapshot has liveness for unknown node %s", id)
 		}
 	}
-	if e := h.GetTpmEkHash(); e != "" {
-		if o, ok := c.byEK[e]; ok {
-			return conflict("TPM EK hash", o, id)
+	return nil
+}
+
+// firstConflict names the first identifier the live nodes, in the order
+// read, give to two of them: the first node holding one an earlier node
+// holds, its MACs looked at first, then its BMC serial, its TPM EK hash and
+// its SPIFFE ID. nil if there is none (a node may list one of its own
+// twice).
+func firstConflict(live []liveNode) error {
+	byMAC, byBMC, byEK, bySPIFFE := map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}
+	for _, n := range live {
+		h := n.hw
+		for _, m := range h.GetMacs() {
+			if o, ok := byMAC[m]; ok {
+				return conflict("MAC "+m, o, n.id)
+			}
 		}
-	}
-	if sid := n.GetSpiffeId(); sid != "" {
-		if o, ok := c.bySPIFFE[sid]; ok {
-			return fmt.Errorf("raftfsm: snapshot gives SPIFFE ID %s to both %s and %s", sid, o, id)
+		if b := h.GetBmcSerial(); b != "" {
+			if o, ok := byBMC[b]; ok {
+				return conflict("BMC serial "+b, o, n.id)
+			}
 		}
-		c.bySPIFFE[sid] = id
-	}
-	for _, m := range h.GetMacs() {
-		c.byMAC[m] = id
-	}
-	if b := h.GetBmcSerial(); b != "" {
-		c.byBMC[b] = id
-	}
-	if e := h.GetTpmEkHash(); e != "" {
-		c.byEK[e] = id
+		if e := h.GetTpmEkHash(); e != "" {
+			if o, ok := byEK[e]; ok {
+				return conflict("TPM EK hash", o, n.id)
+			}
+		}
+		if sid := n.spiffeID; sid != "" {
+			if o, ok := bySPIFFE[sid]; ok {
+				return conflict("SPIFFE ID "+sid, o, n.id)
+			}
+			bySPIFFE[sid] = n.id
+		}
+		for _, m := range h.GetMacs() {
+			byMAC[m] = n.id
+		}
+		if b := h.GetBmcSerial(); b != "" {
+			byBMC[b] = n.id
+		}
+		if e := h.GetTpmEkHash(); e != "" {
+			byEK[e] = n.id
+		}
 	}
 	return nil
 }
@@ -133,16 +219,58 @@ func conflict(what, owner, id string) error {
 	return fmt.Errorf("raftfsm: snapshot gives %s to both %s and %s", what, owner, id)
 }
 
-func (c *checker) finish() error {
-	if c.conflict != nil {
-		return c.conflict
+// stateSets is CheckState's registry: the ids and identifiers the rules
+// ask about, nothing else.
+type stateSets struct {
+	nodes, tokens              map[string]struct{}
+	macs, bmcs, eks, spiffeIDs map[string]struct{}
+}
+
+func newStateSets() *stateSets {
+	return &stateSets{
+		nodes: map[string]struct{}{}, tokens: map[string]struct{}{},
+		macs: map[string]struct{}{}, bmcs: map[string]struct{}{}, eks: map[string]struct{}{}, spiffeIDs: map[string]struct{}{},
 	}
-	for id := range c.lastSeen {
-		if _, ok := c.nodes[id]; !ok {
-			return fmt.Errorf("raftfsm: snapshot has liveness for unknown node %s", id)
+}
+
+func (s *stateSets) Add(rec *pactv1.SnapshotRecord) {
+	switch r := rec.GetRecord().(type) {
+	case *pactv1.SnapshotRecord_Node:
+		n := r.Node
+		s.nodes[n.GetNodeId()] = struct{}{}
+		if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
+			return
 		}
+		h := n.GetHardware()
+		for _, m := range h.GetMacs() {
+			s.macs[m] = struct{}{}
+		}
+		addNonEmpty(s.bmcs, h.GetBmcSerial())
+		addNonEmpty(s.eks, h.GetTpmEkHash())
+		addNonEmpty(s.spiffeIDs, n.GetSpiffeId())
+	case *pactv1.SnapshotRecord_JoinToken:
+		s.tokens[r.JoinToken.GetSha256()] = struct{}{}
 	}
-	return nil
+}
+
+func addNonEmpty(set map[string]struct{}, k string) {
+	if k != "" {
+		set[k] = struct{}{}
+	}
+}
+
+func (s *stateSets) HasNode(id string) bool {
+	_, ok := s.nodes[id]
+	return ok
+}
+
+func (s *stateSets) HasJoinToken(sum string) bool {
+	_, ok := s.tokens[sum]
+	return ok
+}
+
+func (s *stateSets) LiveIdentifiers() IdentifierCounts {
+	return IdentifierCounts{MACs: len(s.macs), BMCSerials: len(s.bmcs), EKHashes: len(s.eks), SPIFFEIDs: len(s.spiffeIDs)}
 }
 
 // isHexSHA256 reports whether s is a SHA-256 in lower-case hex, as a join

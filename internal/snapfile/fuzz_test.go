@@ -10,7 +10,7 @@ import (
 // FuzzReadSnapshotFile feeds arbitrary bytes to Read: it must never panic,
 // and a file it accepts carries the state its header announces. (Moved
 // from raftfsm with the format; raftfsm's FuzzRestore holds CheckState to
-// Restore.)
+// Restore, which share ReadState's rules.)
 func FuzzReadSnapshotFile(f *testing.F) {
 	f.Add([]byte("PACTSNAP\x00\x00\x00\x02\x08\x01"))
 	f.Add([]byte{})
