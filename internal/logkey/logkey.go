@@ -140,6 +140,10 @@ const (
 	Skipped = "skipped"
 	// Socket is a Unix socket's path (the SPIRE Workload API).
 	Socket = "socket"
+	// Suppressed is how many like lines a sampled log left out;
+	// SuppressedWithin the interval they fell in.
+	Suppressed       = "suppressed"
+	SuppressedWithin = "suppressed_within"
 	// StateQuorumID is the quorum id recorded in the replicated state.
 	StateQuorumID = "state_quorum_id"
 	// TPMDevice is the TPM device's path.

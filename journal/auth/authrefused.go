@@ -100,7 +100,7 @@ func (a *Authenticator) refused(ctx context.Context, method string, err error) {
 		return
 	}
 	if suppressed > 0 {
-		attrs = append(attrs, "suppressed", suppressed, "suppressed_within", authRefusedLogEvery)
+		attrs = append(attrs, logkey.Suppressed, suppressed, logkey.SuppressedWithin, authRefusedLogEvery)
 	}
 	a.log.Warn("authentication refused", attrs...)
 }
