@@ -73,7 +73,7 @@ func busyFront(t *testing.T, journal string, busyFirst int, retryAfter time.Dura
 func TestBusyJournalIsExplained(t *testing.T) {
 	clearEnv(t)
 	p := newTestPKI(t)
-	addr := busyFront(t, startJournal(t, p, newFakeAdmin()), 1000, 1500*time.Millisecond)
+	addr := busyFront(t, startJournal(t, p, newFakeJournal()), 1000, 1500*time.Millisecond)
 	code, _, stderr := runEnv(t, p, runOpts{}, append([]string{"node", "list"}, p.flags(addr)...)...)
 	if code != ExitUnavailable || !strings.Contains(stderr, "journal "+addr+" is busy (boot storm?); retry after 1.5 s") || strings.Contains(stderr, "EOF") {
 		t.Errorf("exit %d stderr:\n%s", code, stderr)
@@ -85,7 +85,7 @@ func TestBusyJournalIsExplained(t *testing.T) {
 func TestEnrollBatchWaitsOutBusy(t *testing.T) {
 	clearEnv(t)
 	p := newTestPKI(t)
-	fake := newFakeAdmin()
+	fake := newFakeJournal()
 	addr := busyFront(t, startJournal(t, p, fake), 2, 1500*time.Millisecond)
 	var slept []time.Duration
 	sleep := func(ctx context.Context, d time.Duration) error {
