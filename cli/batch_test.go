@@ -368,7 +368,7 @@ func TestEnrollBatch(t *testing.T) {
 		{
 			name: "an unknown journal reason is a journal fault", file: three, wantCode: ExitInternal,
 			rowReason: map[string]apierr.Reason{"node-3": "SOMETHING_NEW"},
-			wantSent: 3, wantCalls: 1,
+			wantSent:  3, wantCalls: 1,
 		},
 		{
 			name: "a viewer may not register: nothing processed, re-run is safe", file: three, cred: &viewer, wantCode: ExitDenied,
