@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,6 +43,7 @@ func TestEnroll(t *testing.T) {
 		wantCode   int
 		wantStdout string   // exact, when set
 		wantErr    []string // substrings of stderr
+		notErr     []string // what stderr must not say
 		wantCalls  int
 	}{
 		{
@@ -102,7 +105,22 @@ func TestEnroll(t *testing.T) {
 			},
 			args:      []string{"nodeX", "--mac", "MAC1"},
 			wantCode:  ExitConflict,
-			wantErr:   []string{"already registered to another node", "HARDWARE_IDENTITY_CONFLICT", "nodeX-other", "pact node list"},
+			wantErr:   []string{"already registered to another node", "HARDWARE_IDENTITY_CONFLICT: MAC MAC1 is registered to node nodeX-other", "pact node list"},
+			notErr:    []string{"BMC serial", "TPM EK hash"},
+			wantCalls: 1,
+		},
+		{
+			// The MACs and serial are the node's own: only the EK hash is
+			// another's, and the message must not send the operator
+			// looking at the MACs.
+			name: "TPM EK hash conflict names the EK hash",
+			seed: func(t *testing.T, node string, mac int) {
+				l.register(t, alice, &pactv1.RegisterNodeRequest{NodeId: node + "-other", Hardware: &pactv1.HardwareIdentity{Macs: []string{liveMAC(mac + 9)}, TpmEkHash: ekOf(node)}})
+			},
+			args:      []string{"nodeX", "--mac", "MAC1", "--bmc-serial", "SNnodeX", "--tpm-ek-hash", "EKX"},
+			wantCode:  ExitConflict,
+			wantErr:   []string{"an identifier given for nodeX is already registered to another node", "HARDWARE_IDENTITY_CONFLICT: TPM EK hash is registered to node nodeX-other"},
+			notErr:    []string{"MAC", "BMC serial"},
 			wantCalls: 1,
 		},
 		{
@@ -118,7 +136,7 @@ func TestEnroll(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			suffix, mac := l.fresh()
 			node := "node" + suffix
-			names := strings.NewReplacer("nodeX", node, "MAC1", liveMAC(mac+1), "MAC2-dashes", strings.ReplaceAll(strings.ToUpper(liveMAC(mac+2)), ":", "-"), "MAC2", liveMAC(mac+2))
+			names := strings.NewReplacer("nodeX", node, "EKX", ekOf(node), "MAC1", liveMAC(mac+1), "MAC2-dashes", strings.ReplaceAll(strings.ToUpper(liveMAC(mac+2)), ":", "-"), "MAC2", liveMAC(mac+2))
 			if tt.seed != nil {
 				tt.seed(t, node, mac)
 			}
@@ -149,6 +167,11 @@ func TestEnroll(t *testing.T) {
 					t.Errorf("stderr lacks %q:\n%s", w, stderr)
 				}
 			}
+			for _, w := range tt.notErr {
+				if strings.Contains(stderr, w) {
+					t.Errorf("stderr says %q:\n%s", w, stderr)
+				}
+			}
 			if got := rec.callCount(); got != tt.wantCalls {
 				t.Errorf("journal called %d times, want %d", got, tt.wantCalls)
 			}
@@ -160,6 +183,12 @@ func TestEnroll(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ekOf is a TPM EK hash of the test's own for node.
+func ekOf(node string) string {
+	sum := sha256.Sum256([]byte("ek of " + node))
+	return hex.EncodeToString(sum[:])
 }
 
 // TestEnrollAnswers: how pact node enroll explains each class of answer a
