@@ -515,32 +515,38 @@ func TestEnrollBatchStoresNormalised(t *testing.T) {
 
 func TestEnrollBatchRerun(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeJournal()
-	addr := startJournal(t, p, fake)
-	path := p.write("n.csv", []byte(batchFile(1200)))
-	args := append([]string{"node", "enroll", "--batch", path}, p.flags(addr)...)
-	code, stdout, stderr := runCLI(t, p, args...)
+	l := sharedJournal(t)
+	suffix, mac := l.fresh()
+	path := filepath.Join(t.TempDir(), "n.csv")
+	if err := os.WriteFile(path, []byte(liveBatchFile(1200, suffix, mac)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	code, stdout, stderr := runLive(t, l, l.alice(t), runOpts{rec: rec}, "node", "enroll", "--batch", path)
 	if code != ExitOK || !strings.HasSuffix(stdout, "\n1200 rows: 1200 ok, 0 exists, 0 errors\n") {
 		t.Fatalf("first run: exit %d, stderr %s, tail %q", code, stderr, stdout[max(0, len(stdout)-100):])
 	}
-	code, stdout, stderr = runCLI(t, p, args...)
+	code, stdout, stderr = runLive(t, l, l.alice(t), runOpts{rec: rec}, "node", "enroll", "--batch", path)
 	if code != ExitOK || !strings.HasSuffix(stdout, "\n1200 rows: 0 ok, 1200 exists, 0 errors\n") || stderr != "" {
 		t.Errorf("re-run: exit %d, stderr %s, tail %q", code, stderr, stdout[max(0, len(stdout)-100):])
 	}
-	if got := fake.chunkSizes(); !slices.Equal(got, []int{500, 500, 200, 500, 500, 200}) {
+	if got := rec.chunkSizes(); !slices.Equal(got, []int{500, 500, 200, 500, 500, 200}) {
 		t.Errorf("chunks %v", got)
+	}
+	if n := l.node(t, "node-001199"+suffix); n.GetHardware().GetBmcSerial() != "BMC001199"+suffix || n.GetHardware().GetMacs()[0] != liveBatchMAC(mac, 1199) {
+		t.Errorf("the last row was stored as %v", n)
 	}
 }
 
 func TestEnrollBatchJSONLines(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeJournal()
-	fake.registered["node-000001"] = true // registered by an earlier run
-	addr := startJournal(t, p, fake)
-	file := batchFile(3) + "bad id,52:54:00:00:00:99,,,\n"
-	code, stdout, stderr := runEnv(t, p, runOpts{stdin: strings.NewReader(file)}, append([]string{"node", "enroll", "--batch", "-", "-o", "json"}, p.flags(addr)...)...)
+	l := sharedJournal(t)
+	suffix, mac := l.fresh()
+	// node-000001 was registered by an earlier run, exactly as the file has it.
+	l.register(t, l.alice(t), &pactv1.RegisterNodeRequest{NodeId: "node-000001" + suffix,
+		Hardware: &pactv1.HardwareIdentity{Macs: []string{liveBatchMAC(mac, 1)}, BmcSerial: "BMC000001" + suffix}})
+	file := liveBatchFile(3, suffix, mac) + "bad id,52:54:00:00:00:99,,,\n"
+	code, stdout, stderr := runLive(t, l, l.alice(t), runOpts{stdin: strings.NewReader(file)}, "node", "enroll", "--batch", "-", "-o", "json")
 	if code != ExitUsage {
 		t.Errorf("exit %d: %s", code, stderr)
 	}
@@ -577,9 +583,9 @@ func TestEnrollBatchJSONLines(t *testing.T) {
 		results = append(results, r)
 	}
 	want := []BatchResult{
-		{Line: 2, NodeID: "node-000000", Result: "ok"},
-		{Line: 3, NodeID: "node-000001", Result: "exists"},
-		{Line: 4, NodeID: "node-000002", Result: "ok"},
+		{Line: 2, NodeID: "node-000000" + suffix, Result: "ok"},
+		{Line: 3, NodeID: "node-000001" + suffix, Result: "exists"},
+		{Line: 4, NodeID: "node-000002" + suffix, Result: "ok"},
 		{Line: 5, NodeID: "", Result: "error", Reason: ReasonInvalidRow, Message: `node_id "bad id" is not a valid node name: 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit`},
 	}
 	if !slices.Equal(results, want) {
@@ -650,8 +656,7 @@ func TestEnrollBatchStreams100k(t *testing.T) {
 
 func TestEnrollBatchProgress(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	file := batchFile(1200)
+	l := sharedJournal(t)
 	// A clock that moves a second per reading: every chunk may print.
 	ticking := func() func() time.Time {
 		var mu atomic.Int64
@@ -676,15 +681,14 @@ func TestEnrollBatchProgress(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fake := newFakeJournal()
-			addr := startJournal(t, p, fake)
+			suffix, mac := l.fresh()
 			now := tt.now
 			if now == nil {
 				fixed := time.Now()
 				now = func() time.Time { return fixed }
 			}
-			code, stdout, stderr := runEnv(t, p, runOpts{stdin: strings.NewReader(file), terminal: tt.terminal, now: now},
-				append([]string{"node", "enroll", "--batch", "-"}, p.flags(addr)...)...)
+			code, stdout, stderr := runLive(t, l, l.alice(t), runOpts{stdin: strings.NewReader(liveBatchFile(1200, suffix, mac)), terminal: tt.terminal, now: now},
+				"node", "enroll", "--batch", "-")
 			if code != ExitOK {
 				t.Fatalf("exit %d: %s", code, stderr)
 			}
@@ -884,33 +888,42 @@ func TestEnrollBatchJournalFault(t *testing.T) {
 
 func TestEnrollBatchFileErrors(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeJournal()
-	addr := startJournal(t, p, fake)
+	l := sharedJournal(t)
+	alice := l.alice(t)
+	dir := t.TempDir()
+	rec := &recorder{}
 
-	code, _, stderr := runCLI(t, p, append([]string{"node", "enroll", "--batch", p.dir + "/missing.csv"}, p.flags(addr)...)...)
-	if code != ExitUsage || !strings.Contains(stderr, "--batch: open "+p.dir+"/missing.csv: no such file or directory") {
+	code, _, stderr := runLive(t, l, alice, runOpts{rec: rec}, "node", "enroll", "--batch", dir+"/missing.csv")
+	if code != ExitUsage || !strings.Contains(stderr, "--batch: open "+dir+"/missing.csv: no such file or directory") {
 		t.Errorf("missing file: exit %d stderr %s", code, stderr)
 	}
-	code, _, stderr = runCLI(t, p, append([]string{"node", "enroll", "--batch", ""}, p.flags(addr)...)...)
+	code, _, stderr = runLive(t, l, alice, runOpts{rec: rec}, "node", "enroll", "--batch", "")
 	if code != ExitUsage || !strings.Contains(stderr, "--batch needs a FILE, or - for stdin") {
 		t.Errorf("empty --batch: exit %d stderr %s", code, stderr)
 	}
-	code, _, stderr = runCLI(t, p, append([]string{"node", "enroll", "--batch", p.dir}, p.flags(addr)...)...)
+	code, _, stderr = runLive(t, l, alice, runOpts{rec: rec}, "node", "enroll", "--batch", dir)
 	if code != ExitUsage || !strings.Contains(stderr, "is a directory") {
 		t.Errorf("directory: exit %d stderr %s", code, stderr)
 	}
+	if calls := rec.callCount(); calls != 0 {
+		t.Errorf("%d calls for files that cannot be read, want none", calls)
+	}
 
 	// A fatal problem mid-file: the rows before it are registered.
-	var b strings.Builder
-	b.WriteString(batchFile(2) + "node-x,\"" + strings.Repeat("x", maxRecordBytes+10))
-	code, stdout, stderr := runEnv(t, p, runOpts{stdin: strings.NewReader(b.String())}, append([]string{"node", "enroll", "--batch", "-"}, p.flags(addr)...)...)
+	suffix, mac := l.fresh()
+	in := liveBatchFile(2, suffix, mac) + "node-x,\"" + strings.Repeat("x", maxRecordBytes+10)
+	code, stdout, stderr := runLive(t, l, alice, runOpts{rec: rec, stdin: strings.NewReader(in)}, "node", "enroll", "--batch", "-")
 	if code != ExitUsage || !strings.Contains(stderr, "--batch stdin: line 4: a record longer than 64 KiB") ||
 		!strings.Contains(stderr, "stopped after line 3, the last line processed") || !strings.Contains(stdout, "2 rows: 2 ok, 0 exists, 0 errors (stopped") {
 		t.Errorf("exit %d stdout %q stderr %s", code, stdout, stderr)
 	}
-	if calls := fake.callCount(); calls != 1 {
+	if calls := rec.callCount(); calls != 1 {
 		t.Errorf("%d calls, want 1", calls)
+	}
+	for _, n := range []string{"node-000000" + suffix, "node-000001" + suffix} {
+		if !l.exists(t, n) {
+			t.Errorf("%s, before the fatal line, is not registered", n)
+		}
 	}
 }
 

@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -264,11 +266,10 @@ func TestEnrollAnswers(t *testing.T) {
 					t.Errorf("stderr lacks %q:\n%s", w, stderr)
 				}
 			}
+			// Which credential reached the journal is TestEnroll's to
+			// check, on a real one (registered by admin/alice).
 			if got := fake.callCount(); got != 1 {
 				t.Errorf("journal called %d times, want 1", got)
-			}
-			if len(fake.peers) == 0 || !bytes.Equal(fake.peers[0].Raw, p.admin.cert.Raw) {
-				t.Error("journal did not see the admin's client certificate")
 			}
 		})
 	}
@@ -301,7 +302,9 @@ func TestEnrollJSON(t *testing.T) {
 	}
 }
 
-// seedRegistry puts three nodes in various states into fake.
+// seedRegistry puts three nodes in various states into fake, for the
+// listing tests that need a fake journal (an older journal, a page token
+// loop); the real journal's counterpart is seedLive.
 func seedRegistry(fake *fakeJournal) {
 	at := fakeNow.UnixNano()
 	fake.put(&pactv1.Node{
@@ -326,14 +329,11 @@ func seedRegistry(fake *fakeJournal) {
 
 func TestListTable(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeJournal()
-	seedRegistry(fake)
-	addr := startJournal(t, p, fake)
-
-	now := time.Now() // the credentials are valid around the real time
-	fake.nodes["node-b"].LastSeenUnixNano = now.Add(-12500 * time.Millisecond).UnixNano()
-	code, stdout, stderr := runEnv(t, p, runOpts{now: func() time.Time { return now }}, append([]string{"node", "list"}, p.flags(addr)...)...)
+	l, r := seededJournal(t)
+	b := l.node(t, r.b)
+	// pact's clock reads 12.5 s after node-b was last seen.
+	now := time.Unix(0, b.GetLastSeenUnixNano()).Add(12500 * time.Millisecond)
+	code, stdout, stderr := runLive(t, l, l.alice(t), runOpts{now: func() time.Time { return now }}, "node", "list")
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -347,10 +347,15 @@ func TestListTable(t *testing.T) {
 	if fmt.Sprint(header) != fmt.Sprint(wantHeader) {
 		t.Errorf("header %q, want %q", header, wantHeader)
 	}
+	serial := b.GetCert().GetSerial()
+	if len(serial) <= 11 {
+		t.Fatalf("node-b's certificate serial %q is too short to be shortened", serial)
+	}
 	wantRows := [][]string{
-		{"node-a", "registered", "(maintenance)", "-", "52:54:00:00:00:01", "-", "-", "-"},
-		{"node-b", "active", "ml", "12s ago", "52:54:00:00:00:02,52:54:00:00:00:03", "BMC-0002", "0123456789a…", "2026-03-07T05:06:07Z"},
-		{"node-c", "revoked", "hpc", "-", "52:54:00:00:00:04", "A-VERY-LONG-BMC-SER…", "-", "-"},
+		{"node-a", "registered", "(maintenance)", "-", r.macA, "-", "-", "-"},
+		{"node-b", "active", "ml", "12s ago", strings.Join(r.macsB, ","), "BMC-0002", serial[:11] + "…",
+			time.Unix(b.GetCert().GetNotAfterUnix(), 0).UTC().Format(time.RFC3339)},
+		{"node-c", "revoked", "hpc", "-", r.macC, "A-VERY-LONG-BMC-SER…", "-", "-"},
 	}
 	for i, want := range wantRows {
 		got := cols.Split(strings.TrimSpace(lines[i+1]), -1)
@@ -369,12 +374,8 @@ func TestListTable(t *testing.T) {
 
 func TestListJSON(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeJournal()
-	seedRegistry(fake)
-	addr := startJournal(t, p, fake)
-
-	code, stdout, stderr := runCLI(t, p, append([]string{"node", "list", "-o", "json"}, p.flags(addr)...)...)
+	l, r := seededJournal(t)
+	code, stdout, stderr := runLive(t, l, l.alice(t), runOpts{}, "node", "list", "-o", "json")
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -385,15 +386,22 @@ func TestListJSON(t *testing.T) {
 	if len(raw) != 3 {
 		t.Fatalf("got %d nodes, want 3", len(raw))
 	}
-	var keys []string
-	for k := range raw[1] {
-		keys = append(keys, k)
+	keysOf := func(m map[string]any) []string {
+		var keys []string
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		return keys
 	}
-	sort.Strings(keys)
 	wantKeys := []string{"activated_at", "bmc_serial", "cert_issuer_serial", "cert_not_after", "cert_serial", "last_seen", "macs", "node_id",
-		"registered_at", "registered_by", "revoked_at", "revoked_by", "state", "tpm_ek_hash", "updated_at", "vcluster"}
-	if fmt.Sprint(keys) != fmt.Sprint(wantKeys) {
-		t.Errorf("keys %v, want %v", keys, wantKeys)
+		"registered_at", "registered_by", "revoked_at", "revoked_by", "state", "updated_at", "vcluster"}
+	if keys := keysOf(raw[1]); fmt.Sprint(keys) != fmt.Sprint(wantKeys) {
+		t.Errorf("node-b's keys %v, want %v", keys, wantKeys)
+	}
+	// node-c has a TPM EK hash: the one key more.
+	if keys := keysOf(raw[2]); fmt.Sprint(keys) != fmt.Sprint(slices.Sorted(slices.Values(append(wantKeys, "tpm_ek_hash")))) {
+		t.Errorf("node-c's keys %v, want %v and tpm_ek_hash", keys, wantKeys)
 	}
 	var got []NodeView
 	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
@@ -408,16 +416,18 @@ func TestListJSON(t *testing.T) {
 			t.Errorf("%s state %q, want %q", v.NodeID, v.State, wantStates[v.NodeID])
 		}
 	}
-	b := got[1]
-	if b.CertSerial != "0123456789abcdef0123456789abcdef" || b.CertNotAfter != "2026-03-07T05:06:07Z" ||
-		b.ActivatedAt != "2026-03-04T05:07:07Z" || b.CertIssuerSerial != "fedcba9876543210" {
-		t.Errorf("node-b certificate fields: %+v", b)
+	rfc := func(unixNano int64) string { return time.Unix(0, unixNano).UTC().Format(time.RFC3339) }
+	b, nb := got[1], l.node(t, r.b)
+	if b.CertSerial != nb.GetCert().GetSerial() || b.CertSerial == "" ||
+		b.CertNotAfter != time.Unix(nb.GetCert().GetNotAfterUnix(), 0).UTC().Format(time.RFC3339) ||
+		b.ActivatedAt != rfc(nb.GetActivatedAtUnixNano()) || b.CertIssuerSerial != nb.GetCert().GetIssuerSerial() || b.CertIssuerSerial == "" {
+		t.Errorf("node-b certificate fields: %+v, journal: %v", b, nb)
 	}
-	if b.LastSeen != "2026-03-04T06:06:07Z" || b.RevokedAt != "" || got[0].LastSeen != "" {
+	if b.LastSeen != rfc(nb.GetLastSeenUnixNano()) || b.RevokedAt != "" || got[0].LastSeen != "" {
 		t.Errorf("last_seen/revoked_at: %+v / %+v", b, got[0])
 	}
-	if c := got[2]; c.RevokedAt != "2026-03-04T07:06:07Z" || c.RevokedBy != "admin/alice" {
-		t.Errorf("node-c revocation fields: %+v", c)
+	if c := got[2]; c.RevokedAt != rfc(l.node(t, r.c).GetRevokedAtUnixNano()) || c.RevokedBy != "admin/alice" || c.TPMEKHash != r.ekC {
+		t.Errorf("node-c revocation fields and EK hash: %+v", c)
 	}
 	if got[2].BMCSerial != "A-VERY-LONG-BMC-SERIAL-NUMBER-0004" {
 		t.Errorf("JSON must not shorten serials: %q", got[2].BMCSerial)
@@ -484,10 +494,11 @@ func TestListStateMarksWithAnOlderJournal(t *testing.T) {
 
 func TestInspect(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeJournal()
-	seedRegistry(fake)
-	addr := startJournal(t, p, fake)
+	l := sharedJournal(t)
+	suffix, mac := l.fresh()
+	r := seedLive(t, l, suffix, mac)
+	b := l.node(t, r.b)
+	missing := "node-zz" + suffix
 
 	tests := []struct {
 		name     string
@@ -496,13 +507,14 @@ func TestInspect(t *testing.T) {
 		check    func(t *testing.T, stdout, stderr string)
 	}{
 		{
-			name: "block", args: []string{"node-b"}, wantCode: ExitOK,
+			name: "block", args: []string{r.b}, wantCode: ExitOK,
 			check: func(t *testing.T, stdout, _ string) {
 				for _, re := range []string{
-					`(?m)^node: +node-b$`, `(?m)^state: +active$`, `(?m)^vcluster: +ml$`,
-					`(?m)^macs: +52:54:00:00:00:02, 52:54:00:00:00:03$`,
-					`(?m)^cert serial: +0123456789abcdef0123456789abcdef$`, // never shortened here
-					`(?m)^cert expires: +2026-03-07T05:06:07Z$`, `(?m)^registered by: +alice$`,
+					`(?m)^node: +` + r.b + `$`, `(?m)^state: +active$`, `(?m)^vcluster: +ml$`,
+					`(?m)^macs: +` + strings.Join(r.macsB, ", ") + `$`,
+					`(?m)^cert serial: +` + b.GetCert().GetSerial() + `$`, // never shortened here
+					`(?m)^cert expires: +` + time.Unix(b.GetCert().GetNotAfterUnix(), 0).UTC().Format(time.RFC3339) + `$`,
+					`(?m)^registered by: +admin/alice$`,
 				} {
 					if !regexp.MustCompile(re).MatchString(stdout) {
 						t.Errorf("output does not match %s:\n%s", re, stdout)
@@ -511,7 +523,7 @@ func TestInspect(t *testing.T) {
 			},
 		},
 		{
-			name: "maintenance", args: []string{"node-a"}, wantCode: ExitOK,
+			name: "maintenance", args: []string{r.a}, wantCode: ExitOK,
 			check: func(t *testing.T, stdout, _ string) {
 				if !regexp.MustCompile(`(?m)^vcluster: +\(maintenance\)$`).MatchString(stdout) ||
 					!regexp.MustCompile(`(?m)^activated at: +-$`).MatchString(stdout) {
@@ -520,18 +532,18 @@ func TestInspect(t *testing.T) {
 			},
 		},
 		{
-			name: "json", args: []string{"node-b", "-o", "json"}, wantCode: ExitOK,
+			name: "json", args: []string{r.c, "-o", "json"}, wantCode: ExitOK,
 			check: func(t *testing.T, stdout, _ string) {
 				var v NodeView
-				if err := json.Unmarshal([]byte(stdout), &v); err != nil || v.NodeID != "node-b" || v.State != "active" || v.TPMEKHash != strings.Repeat("ab", 32) {
+				if err := json.Unmarshal([]byte(stdout), &v); err != nil || v.NodeID != r.c || v.State != "revoked" || v.TPMEKHash != r.ekC || v.RevokedBy != "admin/alice" {
 					t.Errorf("err %v, view %+v", err, v)
 				}
 			},
 		},
 		{
-			name: "not found", args: []string{"node-zz"}, wantCode: ExitNotFound,
+			name: "not found", args: []string{missing}, wantCode: ExitNotFound,
 			check: func(t *testing.T, _, stderr string) {
-				want := "pact: no node node-zz in the registry (journal: NODE_NOT_ENROLLED: node node-zz is not in the registry); list nodes with: pact node list\n"
+				want := "pact: no node " + missing + " in the registry (journal: NODE_NOT_ENROLLED: no node \"" + missing + "\" in the registry); list nodes with: pact node list\n"
 				if stderr != want {
 					t.Errorf("stderr %q\nwant   %q", stderr, want)
 				}
@@ -546,7 +558,7 @@ func TestInspect(t *testing.T) {
 			},
 		},
 		{
-			name: "two names", args: []string{"node-a", "node-b"}, wantCode: ExitUsage,
+			name: "two names", args: []string{r.a, r.b}, wantCode: ExitUsage,
 			check: func(t *testing.T, _, stderr string) {
 				if !strings.Contains(stderr, "takes one NODE") {
 					t.Errorf("stderr %q", stderr)
@@ -556,9 +568,13 @@ func TestInspect(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, stdout, stderr := runCLI(t, p, append(append([]string{"node", "inspect"}, tt.args...), p.flags(addr)...)...)
+			rec := &recorder{}
+			code, stdout, stderr := runLive(t, l, l.alice(t), runOpts{rec: rec}, append([]string{"node", "inspect"}, tt.args...)...)
 			if code != tt.wantCode {
 				t.Errorf("exit %d, want %d; stderr %s", code, tt.wantCode, stderr)
+			}
+			if tt.wantCode == ExitUsage && rec.callCount() != 0 {
+				t.Errorf("a usage error called the journal %d times", rec.callCount())
 			}
 			tt.check(t, stdout, stderr)
 		})
@@ -567,58 +583,38 @@ func TestInspect(t *testing.T) {
 
 func TestFailover(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
+	l := sharedJournal(t)
+	alice := l.alice(t)
+	suffix, mac := l.fresh()
+	node := "node" + suffix
+	l.register(t, alice, &pactv1.RegisterNodeRequest{NodeId: node, Hardware: &pactv1.HardwareIdentity{Macs: []string{liveMAC(mac + 1)}}})
 
 	t.Run("dead address first, then the live one", func(t *testing.T) {
-		fake := newFakeJournal()
-		seedRegistry(fake)
-		dead, live := deadAddr(t), startJournal(t, p, fake)
-		code, stdout, stderr := runCLI(t, p, append([]string{"node", "inspect", "node-a"}, p.flags(dead, live)...)...)
-		if code != ExitOK || stderr != "" || !strings.Contains(stdout, "node-a") {
+		code, stdout, stderr := runEnv(t, nil, runOpts{key: alice.keyPEM}, append([]string{"node", "inspect", node}, l.flags(alice, deadAddr(t), l.h.Addr)...)...)
+		if code != ExitOK || stderr != "" || !strings.Contains(stdout, node) {
 			t.Errorf("exit %d stdout %q stderr %q", code, stdout, stderr)
 		}
 	})
 
-	t.Run("journal without a leader, then one with", func(t *testing.T) {
-		noLeader, good := newFakeJournal(), newFakeJournal()
-		noLeader.setFail(apierr.Status(apierr.NoLeader, 0, "election in progress").Err())
-		a1, a2 := startJournal(t, p, noLeader), startJournal(t, p, good)
-		code, _, stderr := runCLI(t, p, append([]string{"node", "enroll", "node-001", "--mac", "52:54:00:12:34:56"}, p.flags(a1, a2)...)...)
-		if code != ExitOK || noLeader.callCount() != 1 || good.callsOf("RegisterNode") != 1 || stderr != "" {
-			t.Errorf("exit %d, calls %d/%d, stderr %q", code, noLeader.callCount(), good.callCount(), stderr)
-		}
-	})
-
 	t.Run("failover before any request was sent adds no doubt", func(t *testing.T) {
-		fake := newFakeJournal()
-		fake.setFail(apierr.Status(apierr.NodeAlreadyEnrolled, 0, "node node-001 is already registered").Err())
-		code, _, stderr := runCLI(t, p, append([]string{"node", "enroll", "node-001", "--mac", "52:54:00:12:34:56"}, p.flags(deadAddr(t), startJournal(t, p, fake))...)...)
-		if code != ExitConflict || strings.Contains(stderr, "earlier attempt") {
+		// The node is registered with other hardware: NODE_ALREADY_ENROLLED.
+		code, _, stderr := runEnv(t, nil, runOpts{key: alice.keyPEM}, append([]string{"node", "enroll", node, "--mac", liveMAC(mac + 2)}, l.flags(alice, deadAddr(t), l.h.Addr)...)...)
+		if code != ExitConflict || !strings.Contains(stderr, "NODE_ALREADY_ENROLLED") || strings.Contains(stderr, "earlier attempt") {
 			t.Errorf("exit %d, stderr %q", code, stderr)
 		}
 	})
 
 	t.Run("a definite answer is final", func(t *testing.T) {
-		first, second := newFakeJournal(), newFakeJournal()
-		a1, a2 := startJournal(t, p, first), startJournal(t, p, second)
-		code, _, _ := runCLI(t, p, append([]string{"node", "inspect", "node-zz"}, p.flags(a1, a2)...)...)
-		if code != ExitNotFound || second.callCount() != 0 {
-			t.Errorf("exit %d, second journal called %d times", code, second.callCount())
-		}
-	})
-
-	t.Run("no leader anywhere", func(t *testing.T) {
-		noLeader := newFakeJournal()
-		noLeader.setFail(apierr.Status(apierr.NoLeader, 0, "election in progress").Err())
-		code, _, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(startJournal(t, p, noLeader), deadAddr(t))...)...)
-		if code != ExitUnavailable || !strings.Contains(stderr, "NO_LEADER: election in progress") || !strings.Contains(stderr, "majority of the quorum") {
-			t.Errorf("exit %d stderr %s", code, stderr)
+		second, tried := countingAddr(t)
+		code, _, stderr := runEnv(t, nil, runOpts{key: alice.keyPEM}, append([]string{"node", "inspect", "node-zz" + suffix}, l.flags(alice, l.h.Addr, second)...)...)
+		if code != ExitNotFound || tried() != 0 {
+			t.Errorf("exit %d, second journal dialled %d times; stderr %s", code, tried(), stderr)
 		}
 	})
 
 	t.Run("all dead", func(t *testing.T) {
 		d1, d2 := deadAddr(t), deadAddr(t)
-		code, stdout, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(d1, d2)...)...)
+		code, stdout, stderr := runEnv(t, nil, runOpts{key: alice.keyPEM}, append([]string{"node", "list"}, l.flags(alice, d1, d2)...)...)
 		if code != ExitUnavailable {
 			t.Errorf("exit %d, want %d", code, ExitUnavailable)
 		}
@@ -633,37 +629,75 @@ func TestFailover(t *testing.T) {
 	})
 
 	t.Run("journal certificate from another domain", func(t *testing.T) {
+		// The credential and --ca are of a root made in the test; the
+		// journal's certificate is of its own root.
 		other := newTestPKI(t)
-		addr := startJournal(t, other, newFakeJournal())
 		// Every journal answered with a certificate --ca does not trust:
 		// the CLI's root is wrong, not the journal down.
-		code, _, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(addr)...)...)
-		if code != ExitUsage || !strings.Contains(stderr, "server certificate is not trusted") || !strings.Contains(stderr, "--ca "+p.caFile) ||
+		code, _, stderr := runCLI(t, other, append([]string{"node", "list"}, other.flags(l.h.Addr)...)...)
+		if code != ExitUsage || !strings.Contains(stderr, "server certificate is not trusted") || !strings.Contains(stderr, "--ca "+other.caFile) ||
 			strings.Contains(stderr, "cannot reach") {
 			t.Errorf("exit %d stderr %s", code, stderr)
 		}
 		// One journal down and one untrusted: the outage explanation, which
 		// names both.
-		code, _, stderr = runCLI(t, p, append([]string{"node", "list"}, p.flags(deadAddr(t), addr)...)...)
-		if code != ExitUnavailable || !strings.Contains(stderr, "did not verify against --ca "+p.caFile) {
+		code, _, stderr = runCLI(t, other, append([]string{"node", "list"}, other.flags(deadAddr(t), l.h.Addr)...)...)
+		if code != ExitUnavailable || !strings.Contains(stderr, "did not verify against --ca "+other.caFile) {
 			t.Errorf("mixed: exit %d stderr %s", code, stderr)
 		}
 	})
 }
 
-func TestEnvironment(t *testing.T) {
+// TestFailoverFromALeaderlessJournal: a journal without a leader is
+// passed over for the next. The NO_LEADER answers are injected
+// (fakeJournal): a real journal gives them only between losing its quorum
+// and an election, which a test cannot hold it in; the journal package's
+// own tests show it gives them then.
+func TestFailoverFromALeaderlessJournal(t *testing.T) {
+	clearEnv(t)
 	p := newTestPKI(t)
-	fake := newFakeJournal()
-	seedRegistry(fake)
-	live := startJournal(t, p, fake)
+
+	t.Run("journal without a leader, then one with", func(t *testing.T) {
+		noLeader, good := newFakeJournal(), newFakeJournal()
+		noLeader.setFail(apierr.Status(apierr.NoLeader, 0, "election in progress").Err())
+		a1, a2 := startJournal(t, p, noLeader), startJournal(t, p, good)
+		code, _, stderr := runCLI(t, p, append([]string{"node", "enroll", "node-001", "--mac", "52:54:00:12:34:56"}, p.flags(a1, a2)...)...)
+		if code != ExitOK || noLeader.callCount() != 1 || good.callsOf("RegisterNode") != 1 || stderr != "" {
+			t.Errorf("exit %d, calls %d/%d, stderr %q", code, noLeader.callCount(), good.callCount(), stderr)
+		}
+	})
+
+	t.Run("no leader anywhere", func(t *testing.T) {
+		noLeader := newFakeJournal()
+		noLeader.setFail(apierr.Status(apierr.NoLeader, 0, "election in progress").Err())
+		code, _, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(startJournal(t, p, noLeader), deadAddr(t))...)...)
+		if code != ExitUnavailable || !strings.Contains(stderr, "NO_LEADER: election in progress") || !strings.Contains(stderr, "majority of the quorum") {
+			t.Errorf("exit %d stderr %s", code, stderr)
+		}
+	})
+}
+
+func TestEnvironment(t *testing.T) {
+	l := sharedJournal(t)
+	alice := l.alice(t)
+	suffix, mac := l.fresh()
+	node := "node" + suffix
+	l.register(t, alice, &pactv1.RegisterNodeRequest{NodeId: node, Hardware: &pactv1.HardwareIdentity{Macs: []string{liveMAC(mac + 1)}}})
+	// Main, as the binary runs: it reads the process environment.
+	run := func(t *testing.T, args ...string) (int, string, string) {
+		t.Helper()
+		code, stdout, stderr := runCLI(t, nil, args...)
+		assertNoKeyMaterial(t, stdout+stderr, alice.keyPEM)
+		return code, stdout, stderr
+	}
 
 	t.Run("env alone is enough", func(t *testing.T) {
-		t.Setenv(EnvJournal, live)
-		t.Setenv(EnvCA, p.caFile)
-		t.Setenv(EnvCert, p.admin.certFile)
-		t.Setenv(EnvKey, p.admin.keyFile)
-		code, stdout, stderr := runCLI(t, p, "node", "inspect", "node-a")
-		if code != ExitOK || !strings.Contains(stdout, "node-a") {
+		t.Setenv(EnvJournal, l.h.Addr)
+		t.Setenv(EnvCA, l.caFile)
+		t.Setenv(EnvCert, alice.certFile)
+		t.Setenv(EnvKey, alice.keyFile)
+		code, stdout, stderr := run(t, "node", "inspect", node)
+		if code != ExitOK || !strings.Contains(stdout, node) {
 			t.Errorf("exit %d stderr %s", code, stderr)
 		}
 	})
@@ -671,9 +705,9 @@ func TestEnvironment(t *testing.T) {
 	t.Run("flags win over env", func(t *testing.T) {
 		t.Setenv(EnvJournal, deadAddr(t))
 		t.Setenv(EnvCA, "/nonexistent/ca.pem")
-		t.Setenv(EnvCert, p.admin.certFile)
-		t.Setenv(EnvKey, p.admin.keyFile)
-		code, _, stderr := runCLI(t, p, "node", "inspect", "node-a", "--journal", live, "--ca", p.caFile)
+		t.Setenv(EnvCert, alice.certFile)
+		t.Setenv(EnvKey, alice.keyFile)
+		code, _, stderr := run(t, "node", "inspect", node, "--journal", l.h.Addr, "--ca", l.caFile)
 		if code != ExitOK {
 			t.Errorf("exit %d stderr %s", code, stderr)
 		}
@@ -681,10 +715,10 @@ func TestEnvironment(t *testing.T) {
 
 	t.Run("missing journal", func(t *testing.T) {
 		clearEnv(t)
-		t.Setenv(EnvCA, p.caFile)
-		t.Setenv(EnvCert, p.admin.certFile)
-		t.Setenv(EnvKey, p.admin.keyFile)
-		code, _, stderr := runCLI(t, p, "node", "list")
+		t.Setenv(EnvCA, l.caFile)
+		t.Setenv(EnvCert, alice.certFile)
+		t.Setenv(EnvKey, alice.keyFile)
+		code, _, stderr := run(t, "node", "list")
 		want := "pact: no journal address: pass --journal host:port or set PACT_JOURNAL (make run prints the exports)\nsee: pact node list --help\n"
 		if code != ExitUsage || stderr != want {
 			t.Errorf("exit %d stderr %q\nwant %q", code, stderr, want)
@@ -693,7 +727,7 @@ func TestEnvironment(t *testing.T) {
 
 	t.Run("everything missing is reported at once", func(t *testing.T) {
 		clearEnv(t)
-		code, _, stderr := runCLI(t, p, "node", "list")
+		code, _, stderr := run(t, "node", "list")
 		for _, w := range []string{"--journal", "--ca FILE or set PACT_CA", "--cert FILE or set PACT_CERT", "--key FILE or set PACT_KEY"} {
 			if !strings.Contains(stderr, w) {
 				t.Errorf("stderr lacks %q:\n%s", w, stderr)
@@ -706,23 +740,32 @@ func TestEnvironment(t *testing.T) {
 
 	t.Run("bad address", func(t *testing.T) {
 		clearEnv(t)
-		code, _, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags("localhost")...)...)
+		code, _, stderr := run(t, append([]string{"node", "list"}, l.flags(alice, "localhost")...)...)
 		if code != ExitUsage || !strings.Contains(stderr, `bad journal address "localhost": want host:port`) {
 			t.Errorf("exit %d stderr %s", code, stderr)
 		}
 	})
 }
 
+// TestCredentialFiles: credentials pact cannot use are refused before any
+// call, naming the file and never echoing a key.
 func TestCredentialFiles(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeJournal()
-	addr := startJournal(t, p, fake)
+	l := sharedJournal(t)
+	alice := l.alice(t)
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
 	secret := "-----BEGIN PRIVATE KEY-----\nU0VDUkVULUtFWS1NQVRFUklBTC1ET05PVC1QUklOVA==\n-----END PRIVATE KEY-----\n"
-	garbage := p.write("garbage-key.pem", []byte(secret))
-	notPEM := p.write("not-pem-key.pem", []byte("SECRET-KEY-MATERIAL-DONOT-PRINT\n"))
-	other := p.issueAdmin("other", "eve", pki.RolePlatformAdmin, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-	expired := p.issueAdmin("expired", "old", pki.RolePlatformAdmin, time.Now().Add(-3*time.Hour), time.Now().Add(-time.Hour))
+	garbage := write("garbage-key.pem", secret)
+	notPEM := write("not-pem-key.pem", "SECRET-KEY-MATERIAL-DONOT-PRINT\n")
+	other := l.operator(t, "eve", pki.RolePlatformAdmin)
+	expired := l.expiredOperator(t, "old", pki.RolePlatformAdmin)
 
 	tests := []struct {
 		name     string
@@ -731,17 +774,18 @@ func TestCredentialFiles(t *testing.T) {
 		wantCode int
 		wantErr  string
 	}{
-		{"key does not parse", p.admin.certFile, garbage, ExitUsage, "not a usable private key for the certificate"},
-		{"key is not PEM", p.admin.certFile, notPEM, ExitUsage, "no PEM private key in the file"},
-		{"key of another certificate", p.admin.certFile, other.keyFile, ExitUsage, "not a usable private key for the certificate"},
-		{"key where the cert belongs", p.admin.keyFile, p.admin.keyFile, ExitUsage, "--cert " + p.admin.keyFile},
-		{"missing key file", p.admin.certFile, p.dir + "/nope.pem", ExitUsage, "--key: open " + p.dir + "/nope.pem"},
+		{"key does not parse", alice.certFile, garbage, ExitUsage, "not a usable private key for the certificate"},
+		{"key is not PEM", alice.certFile, notPEM, ExitUsage, "no PEM private key in the file"},
+		{"key of another certificate", alice.certFile, other.keyFile, ExitUsage, "not a usable private key for the certificate"},
+		{"key where the cert belongs", alice.keyFile, alice.keyFile, ExitUsage, "--cert " + alice.keyFile},
+		{"missing key file", alice.certFile, dir + "/nope.pem", ExitUsage, "--key: open " + dir + "/nope.pem"},
 		{"expired credential", expired.certFile, expired.keyFile, ExitDenied, "(admin old, role platform-admin) expired at"},
 	}
+	rec := &recorder{}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			args := []string{"node", "list", "--journal", addr, "--ca", p.caFile, "--cert", tt.cert, "--key", tt.key}
-			code, stdout, stderr := runCLI(t, p, args...)
+			args := []string{"node", "list", "--journal", l.h.Addr, "--ca", l.caFile, "--cert", tt.cert, "--key", tt.key}
+			code, stdout, stderr := runEnv(t, nil, runOpts{rec: rec, key: alice.keyPEM}, args...)
 			if code != tt.wantCode || !strings.Contains(stderr, tt.wantErr) {
 				t.Errorf("exit %d (want %d), stderr %q lacks %q", code, tt.wantCode, stderr, tt.wantErr)
 			}
@@ -751,10 +795,16 @@ func TestCredentialFiles(t *testing.T) {
 				}
 			}
 			assertNoKeyMaterial(t, stdout+stderr, other.keyPEM)
+			assertNoKeyMaterial(t, stdout+stderr, expired.keyPEM)
 		})
 	}
-	if fake.callCount() != 0 {
-		t.Errorf("journal called %d times with unusable credentials", fake.callCount())
+	if rec.callCount() != 0 {
+		t.Errorf("journal called %d times with unusable credentials", rec.callCount())
+	}
+	// The same journal and files, with alice's own key: the refusals above
+	// were the credentials', not the journal's.
+	if code, _, stderr := runLive(t, l, alice, runOpts{}, "node", "list", "--state", "inactive"); code != ExitOK {
+		t.Errorf("alice's own credential: exit %d: %s", code, stderr)
 	}
 }
 

@@ -26,7 +26,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -178,18 +177,43 @@ func sign(t *testing.T, tmpl, parent *x509.Certificate, key, parentKey *ecdsa.Pr
 }
 
 // fakeJournal is a fake AdminService, kept only for what a real journal
-// (liveJournal) cannot be made to do on demand: answer with a given error
-// (NO_LEADER, RATE_LIMITED, an unknown reason), stall, drop a batch
-// mid-file, page forever, break a snapshot stream, or report a quorum of
-// several journals with one down. It knows no registry rules and no
-// authorisation: a test that checks what the registry does runs against a
-// liveJournal.
+// (liveJournal) cannot be made to do on demand. It knows no registry rules
+// and no authorisation: a test that checks what the registry does runs
+// against a liveJournal. Its users, and why each cannot use a real one:
+//
+//   - TestEnrollAnswers, TestNoInternalPrefixes, TestDecommissionWithoutALeader,
+//     TestAuditDenied, TestListAnswerTooLargeIsNotARateLimit,
+//     TestFailoverFromALeaderlessJournal: a given answer (NO_LEADER,
+//     RATE_LIMITED with a retry-after, INTERNAL, an answer too large for
+//     gRPC, a refusal no role gets): a real journal gives these only
+//     under conditions a test cannot hold it in.
+//   - TestEnrollBatch (its forced-reason cases), TestEnrollBatchRetries:
+//     row answers a real journal never gives a row the CLI lets through
+//     (INVALID_ARGUMENT, NODE_REVOKED, an unknown reason, NO_LEADER for
+//     one row), and RATE_LIMITED for a chunk.
+//   - TestEnrollBatchJournalLost: the journal dropping away after a given
+//     chunk, mid-call, or while the CLI is interrupted.
+//   - TestEnrollBatchStreams100k: the moment the first chunk arrives,
+//     measured against the writer of 100,000 rows.
+//   - TestConnectedTimeout, TestSaveSnapshotFirstMessageTimeout: a journal
+//     that accepts a call and never answers (stall).
+//   - TestSaveSnapshotFailover: a snapshot stream broken after its first
+//     message.
+//   - TestListPagesThroughALargeRegistry: 12,000 nodes listed page by page
+//     (registering them for real costs more than the rest of the package).
+//   - TestListStopsOnAPageTokenLoop: a page token that names itself.
+//   - TestListStateMarksWithAnOlderJournal: a journal from before the
+//     fenced and released filters, which ignores them.
+//   - TestJournalStatusTable, TestJournalStatusJSON,
+//     TestJournalStatusUnreachable, TestJournalAdd, TestJournalRemove,
+//     TestVersion: a three-journal quorum with given versions, one
+//     journal down, lagging or never heard from, and a follower naming
+//     its leader.
 type fakeJournal struct {
 	pactv1.UnimplementedAdminServiceServer
 
 	mu    sync.Mutex
 	calls []string
-	peers []*x509.Certificate
 	// fail, when set, is every call's answer.
 	fail error
 	// stall makes every call wait for its deadline (a journal that was
@@ -246,8 +270,7 @@ func newFakeJournal() *fakeJournal {
 	}
 }
 
-// record notes a call and the client certificate it came with, and
-// returns the answer a failing journal gives.
+// record notes a call and returns the answer a failing journal gives.
 func (f *fakeJournal) record(ctx context.Context, method string) error {
 	f.mu.Lock()
 	stall := f.stall
@@ -259,11 +282,6 @@ func (f *fakeJournal) record(ctx context.Context, method string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, method)
-	if p, ok := peer.FromContext(ctx); ok {
-		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.PeerCertificates) > 0 {
-			f.peers = append(f.peers, info.State.PeerCertificates[0])
-		}
-	}
 	return f.fail
 }
 
@@ -403,7 +421,7 @@ func (f *fakeJournal) ListAudit(ctx context.Context, _ *pactv1.ListAuditRequest)
 	if err := f.record(ctx, "ListAudit"); err != nil {
 		return nil, err
 	}
-	return &pactv1.ListAuditResponse{}, nil
+	return nil, status.Error(codes.Unimplemented, "the fake keeps no audit trail")
 }
 
 func (f *fakeJournal) cloneMembersLocked() []*pactv1.JournalMember {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -523,17 +524,27 @@ func TestJournalStatusArgs(t *testing.T) {
 
 func TestListServedBy(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeJournal()
-	seedRegistry(fake)
-	seedQuorum(fake, "j2", time.Now())
-	addr := startJournal(t, p, fake)
-
-	code, stdout, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(addr)...)...)
-	if code != ExitOK || stderr != "served by j2 at index 120\n" || strings.Contains(stdout, "served") {
-		t.Errorf("exit %d stdout %q stderr %q", code, stdout, stderr)
+	l, _ := seededJournal(t)
+	alice := l.alice(t)
+	applied := func() uint64 {
+		st, err := l.client(t, alice).JournalStatus(context.Background(), &pactv1.JournalStatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.GetAppliedIndex()
 	}
-	code, stdout, stderr = runCLI(t, p, append([]string{"node", "list", "-o", "json"}, p.flags(addr)...)...)
+	before := applied()
+	code, stdout, stderr := runLive(t, l, alice, runOpts{}, "node", "list")
+	after := applied()
+	m := regexp.MustCompile(`^served by j1 at index (\d+)\n$`).FindStringSubmatch(stderr)
+	if code != ExitOK || m == nil || strings.Contains(stdout, "served") {
+		t.Fatalf("exit %d stdout %q stderr %q", code, stdout, stderr)
+	}
+	// The index the journal read at: its applied index at the time.
+	if n, _ := strconv.ParseUint(m[1], 10, 64); n < before || n > after || n == 0 {
+		t.Errorf("served at index %d, the journal's applied index was %d, then %d", n, before, after)
+	}
+	code, stdout, stderr = runLive(t, l, alice, runOpts{}, "node", "list", "-o", "json")
 	var views []NodeView
 	if err := json.Unmarshal([]byte(stdout), &views); code != ExitOK || err != nil || len(views) != 3 || stderr != "" {
 		t.Errorf("json: exit %d err %v stderr %q", code, err, stderr)

@@ -7,11 +7,14 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -51,33 +54,71 @@ var shared struct {
 	err  error
 }
 
+// seeded is a second shared journal that holds seedLive's three nodes and
+// nothing else, for the tests that read what node list shows of a whole
+// registry. Nothing writes to it after the seeding.
+var seeded struct {
+	once sync.Once
+	dir  string
+	l    *liveJournal
+	r    registry
+	ok   bool // seeded: false after a failed seeding
+	err  error
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared.l != nil {
-		_ = shared.l.h.J.Close()
+	for _, l := range []*liveJournal{shared.l, seeded.l} {
+		if l != nil {
+			_ = l.h.J.Close()
+		}
 	}
-	if shared.dir != "" {
-		_ = os.RemoveAll(shared.dir)
+	for _, dir := range []string{shared.dir, seeded.dir} {
+		if dir != "" {
+			_ = os.RemoveAll(dir)
+		}
 	}
 	os.Exit(code)
+}
+
+// startShared starts a journal in a directory of its own that outlives
+// the test starting it (TestMain removes it).
+func startShared() (dir string, l *liveJournal, err error) {
+	if dir, err = os.MkdirTemp("", "pact-cli-test-"); err != nil {
+		return "", nil, err
+	}
+	h, err := journaltest.StartHarness(journaltest.Config(dir), dir)
+	if err != nil {
+		return dir, nil, err
+	}
+	return dir, newLiveJournal(h), nil
 }
 
 // sharedJournal is the package's shared live journal, started on first use.
 func sharedJournal(t *testing.T) *liveJournal {
 	t.Helper()
-	shared.once.Do(func() {
-		if shared.dir, shared.err = os.MkdirTemp("", "pact-cli-test-"); shared.err != nil {
-			return
-		}
-		var h *journaltest.Harness
-		if h, shared.err = journaltest.StartHarness(journaltest.Config(shared.dir), shared.dir); shared.err == nil {
-			shared.l = newLiveJournal(h)
-		}
-	})
+	shared.once.Do(func() { shared.dir, shared.l, shared.err = startShared() })
 	if shared.err != nil {
 		t.Fatalf("the shared journal: %v", shared.err)
 	}
 	return shared.l
+}
+
+// seededJournal is the shared journal holding only seedLive's nodes
+// (unsuffixed: node-a, node-b, node-c), started and seeded on first use.
+// A test must not write to it.
+func seededJournal(t *testing.T) (*liveJournal, registry) {
+	t.Helper()
+	seeded.once.Do(func() {
+		if seeded.dir, seeded.l, seeded.err = startShared(); seeded.err == nil {
+			seeded.r = seedLive(t, seeded.l, "", 0)
+			seeded.ok = true
+		}
+	})
+	if !seeded.ok {
+		t.Fatalf("the seeded journal did not start or its seeding failed (in the first test to use it): %v", seeded.err)
+	}
+	return seeded.l, seeded.r
 }
 
 // startLiveJournal runs a journal of the test's own, for a test that needs
@@ -121,6 +162,28 @@ func (l *liveJournal) operator(t *testing.T, name, role string) credFiles {
 	return c
 }
 
+// expiredOperator is a credential the journal's root signed for name,
+// which expired an hour ago.
+func (l *liveJournal) expiredOperator(t *testing.T, name, role string) credFiles {
+	t.Helper()
+	auth, err := ca.LoadKeyFileAuthority(filepath.Join(l.h.Dir, ca.RootCertFile), filepath.Join(l.h.Dir, ca.RootKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.IssueAdmin(auth, name, role, 2*time.Hour, time.Now().Add(-3*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	c := credFiles{certFile: filepath.Join(dir, "cert.pem"), keyFile: filepath.Join(dir, "key.pem"), keyPEM: keyPEM}
+	for file, data := range map[string][]byte{c.certFile: certPEM, c.keyFile: keyPEM} {
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
 // alice is the platform-admin most tests act as.
 func (l *liveJournal) alice(t *testing.T) credFiles {
 	return l.operator(t, "alice", pki.RolePlatformAdmin)
@@ -144,10 +207,52 @@ func (l *liveJournal) fresh() (suffix string, mac int) {
 	return fmt.Sprintf("-%d", l.next), l.next << 4
 }
 
+// liveBatchFile is a valid batch file of n nodes, node-000000 onwards
+// with suffix, whose MACs and BMC serials no other test has: each call of
+// fresh's gives mac a block of 2^24 MACs of its own (06: is a locally
+// administered unicast prefix no other helper uses).
+func liveBatchFile(n int, suffix string, mac int) string {
+	var b strings.Builder
+	b.WriteString(hdr)
+	for i := range n {
+		fmt.Fprintf(&b, "node-%06d%s,%s,BMC%06d%s,,\n", i, suffix, liveBatchMAC(mac, i), i, suffix)
+	}
+	return b.String()
+}
+
+// liveBatchMAC is row i's MAC in liveBatchFile(_, _, mac).
+func liveBatchMAC(mac, i int) string {
+	block := mac >> 4
+	return fmt.Sprintf("06:%02x:%02x:%02x:%02x:%02x", byte(block>>8), byte(block), byte(i>>16), byte(i>>8), byte(i))
+}
+
 // liveMAC is a distinct unicast MAC for each i: liveMAC(1) is
 // 52:54:00:00:00:01.
 func liveMAC(i int) string {
 	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", byte(i>>16), byte(i>>8), byte(i))
+}
+
+// countingAddr is a loopback address that accepts connections and counts
+// them, speaking nothing: a journal a test expects pact never to try.
+func countingAddr(t *testing.T) (addr string, accepted func() int64) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	var n atomic.Int64
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			c.Close()
+		}
+	}()
+	return lis.Addr().String(), n.Load
 }
 
 // client is an AdminService client presenting cred.
