@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -280,7 +283,8 @@ type batchCase struct {
 	file      string
 	args      []string // extra arguments
 	cred      *credFiles
-	setup     func(f *fakeAdmin)
+	setup     func(t *testing.T, l *liveJournal, names *strings.Replacer)
+	rowReason map[string]apierr.Reason // answers forced on a fakeJournal
 	wantCode  int
 	wantOut   []string // lines of stdout, exact, when set
 	wantErr   []string // substrings of stderr
@@ -301,10 +305,10 @@ func TestEnrollBatch(t *testing.T) {
 		},
 		{
 			name: "re-run: identical rows exist, so it is safe", file: three, wantCode: ExitOK,
-			setup: func(f *fakeAdmin) {
-				f.put(&pactv1.Node{NodeId: "node-1", State: pactv1.NodeState_NODE_STATE_ACTIVE, Vcluster: "ml",
+			setup: func(t *testing.T, l *liveJournal, names *strings.Replacer) {
+				registerAs(t, l, names, &pactv1.RegisterNodeRequest{NodeId: "node-1", Vcluster: "ml",
 					Hardware: &pactv1.HardwareIdentity{Macs: []string{"52:54:00:00:00:01"}, BmcSerial: "SN1"}})
-				f.put(&pactv1.Node{NodeId: "node-2", State: pactv1.NodeState_NODE_STATE_REGISTERED,
+				registerAs(t, l, names, &pactv1.RegisterNodeRequest{NodeId: "node-2",
 					Hardware: &pactv1.HardwareIdentity{Macs: []string{"52:54:00:00:00:02", "52:54:00:00:00:12"}, BmcSerial: "SN2"}})
 			},
 			wantOut:  []string{"line 2: node-1: exists", "line 3: node-2: exists", "line 4: node-3: ok", "3 rows: 1 ok, 2 exists, 0 errors"},
@@ -312,14 +316,14 @@ func TestEnrollBatch(t *testing.T) {
 		},
 		{
 			name: "a node registered differently is a conflict", file: three, wantCode: ExitConflict,
-			setup: func(f *fakeAdmin) {
-				f.put(&pactv1.Node{NodeId: "node-1", Vcluster: "hpc", Hardware: &pactv1.HardwareIdentity{Macs: []string{"52:54:00:00:00:01"}, BmcSerial: "SN1"}})
-				f.put(&pactv1.Node{NodeId: "node-9", Hardware: &pactv1.HardwareIdentity{Macs: []string{"52:54:00:00:00:03"}}})
+			setup: func(t *testing.T, l *liveJournal, names *strings.Replacer) {
+				registerAs(t, l, names, &pactv1.RegisterNodeRequest{NodeId: "node-1", Vcluster: "hpc", Hardware: &pactv1.HardwareIdentity{Macs: []string{"52:54:00:00:00:01"}, BmcSerial: "SN1"}})
+				registerAs(t, l, names, &pactv1.RegisterNodeRequest{NodeId: "node-9", Hardware: &pactv1.HardwareIdentity{Macs: []string{"52:54:00:00:00:03"}}})
 			},
 			wantOut: []string{
-				"line 2: node-1: error NODE_ALREADY_ENROLLED: node node-1 is already registered",
+				"line 2: node-1: error NODE_ALREADY_ENROLLED: node-1 is registered",
 				"line 3: node-2: ok",
-				"line 4: node-3: error HARDWARE_IDENTITY_CONFLICT: MAC 52:54:00:00:00:03 belongs to node-9",
+				"line 4: node-3: error HARDWARE_IDENTITY_CONFLICT: MAC 52:54:00:00:00:03 is registered to node node-9",
 				"3 rows: 1 ok, 0 exists, 2 errors",
 			},
 			wantErr:  []string{"2 of 3 rows failed (lines 2, 4;", "re-run the same file"},
@@ -328,15 +332,15 @@ func TestEnrollBatch(t *testing.T) {
 		{
 			name: "local errors are never sent; exit 2 outranks a conflict",
 			file: hdr + "\xef\xbb\xbfnode-1,52:54:00:00:00:01,,,\nnode-2,52:54:00:00:00:02,,,\n=cmd,52:54:00:00:00:05,,,\nnode-4,52:54:00:00:00:04,,,\n",
-			setup: func(f *fakeAdmin) {
-				f.put(&pactv1.Node{NodeId: "node-9", Hardware: &pactv1.HardwareIdentity{Macs: []string{"52:54:00:00:00:04"}}})
+			setup: func(t *testing.T, l *liveJournal, names *strings.Replacer) {
+				registerAs(t, l, names, &pactv1.RegisterNodeRequest{NodeId: "node-9", Hardware: &pactv1.HardwareIdentity{Macs: []string{"52:54:00:00:00:04"}}})
 			},
 			wantCode: ExitUsage,
 			wantOut: []string{
 				`line 2: -: error INVALID_ROW: node_id "\ufeffnode-1" is not a valid node name: 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit`,
 				"line 3: node-2: ok",
 				`line 4: -: error INVALID_ROW: node_id "=cmd" looks like a spreadsheet formula; remove the leading character`,
-				"line 5: node-4: error HARDWARE_IDENTITY_CONFLICT: MAC 52:54:00:00:00:04 belongs to node-9",
+				"line 5: node-4: error HARDWARE_IDENTITY_CONFLICT: MAC 52:54:00:00:00:04 is registered to node node-9",
 				"4 rows: 1 ok, 0 exists, 3 errors",
 			},
 			wantSent: 2, wantCalls: 1,
@@ -354,10 +358,7 @@ func TestEnrollBatch(t *testing.T) {
 		},
 		{
 			name: "journal row errors keep their class", file: three, wantCode: ExitDenied,
-			setup: func(f *fakeAdmin) {
-				f.rowReason["node-1"] = apierr.InvalidArgument
-				f.rowReason["node-2"] = apierr.NodeRevoked
-			},
+			rowReason: map[string]apierr.Reason{"node-1": apierr.InvalidArgument, "node-2": apierr.NodeRevoked},
 			wantOut: []string{
 				"line 2: node-1: error INVALID_ARGUMENT: forced by the test", "line 3: node-2: error NODE_REVOKED: forced by the test",
 				"line 4: node-3: ok", "3 rows: 1 ok, 0 exists, 2 errors",
@@ -366,8 +367,8 @@ func TestEnrollBatch(t *testing.T) {
 		},
 		{
 			name: "an unknown journal reason is a journal fault", file: three, wantCode: ExitInternal,
-			setup:    func(f *fakeAdmin) { f.rowReason["node-3"] = "SOMETHING_NEW" },
-			wantSent: 3, wantCalls: 1,
+			rowReason: map[string]apierr.Reason{"node-3": "SOMETHING_NEW"},
+			wantSent:  3, wantCalls: 1,
 		},
 		{
 			name: "a viewer may not register: nothing processed, re-run is safe", file: three, cred: &viewer, wantCode: ExitDenied,
@@ -393,94 +394,159 @@ func TestEnrollBatch(t *testing.T) {
 			wantSent: 0, wantCalls: 0,
 		},
 	}
+	l := sharedJournal(t)
+	viewerLive := l.operator(t, "bob", pki.RoleViewer)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fake := newFakeAdmin()
-			if tt.setup != nil {
-				tt.setup(fake)
+			// Fresh names for the case: node-N, the MACs' last bytes and the
+			// serials SNn are its own on the shared journal.
+			suffix, mac := l.fresh()
+			n := 0x1000 + mac>>4
+			names := strings.NewReplacer("node-", "node"+suffix+"-", "52:54:00:00:00:", fmt.Sprintf("52:54:00:%02x:%02x:", byte(n>>8), byte(n)),
+				"52-54-00-00-00-", fmt.Sprintf("52-54-00-%02x-%02x-", byte(n>>8), byte(n)), "SN", "SN"+suffix+"x")
+			var (
+				sent, calls func() int
+				flags       []string
+				key         []byte
+				rec         = &recorder{}
+			)
+			if tt.rowReason != nil {
+				fake := newFakeJournal()
+				for id, r := range tt.rowReason {
+					fake.rowReason[names.Replace(id)] = r
+				}
+				flags, key = p.flags(startJournal(t, p, fake)), p.admin.keyPEM
+				sent = func() int {
+					n := 0
+					for _, c := range fake.chunkSizes() {
+						n += c
+					}
+					return n
+				}
+				calls = func() int { return fake.callsOf("RegisterNodes") }
+			} else {
+				if tt.setup != nil {
+					tt.setup(t, l, names)
+				}
+				cred := l.alice(t)
+				if tt.cred != nil {
+					cred = viewerLive
+				}
+				flags, key = l.flags(cred), cred.keyPEM
+				sent = func() int {
+					n := 0
+					for _, c := range rec.chunkSizes() {
+						n += c
+					}
+					return n
+				}
+				calls = func() int { return rec.callsOf("RegisterNodes") }
 			}
-			addr := startJournal(t, p, fake)
-			cred := p.admin
-			if tt.cred != nil {
-				cred = *tt.cred
+			path := p.write("nodes.csv", []byte(names.Replace(tt.file)))
+			var args []string
+			for _, a := range tt.args {
+				args = append(args, names.Replace(a))
 			}
-			path := p.write("nodes.csv", []byte(tt.file))
-			args := append(append([]string{"node", "enroll", "--batch", path}, tt.args...), p.flagsFor(cred, addr)...)
-			code, stdout, stderr := runCLI(t, p, args...)
+			args = append(append([]string{"node", "enroll", "--batch", path}, args...), flags...)
+			code, stdout, stderr := runEnv(t, nil, runOpts{rec: rec, key: key}, args...)
 			if code != tt.wantCode {
 				t.Errorf("exit %d, want %d; stderr:\n%s", code, tt.wantCode, stderr)
 			}
 			if tt.wantOut != nil {
-				if got := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n"); !slices.Equal(got, tt.wantOut) {
-					t.Errorf("stdout:\n%s\nwant:\n%s", stdout, strings.Join(tt.wantOut, "\n"))
+				var want []string
+				for _, w := range tt.wantOut {
+					want = append(want, names.Replace(w))
+				}
+				if got := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n"); !slices.Equal(got, want) {
+					t.Errorf("stdout:\n%s\nwant:\n%s", stdout, strings.Join(want, "\n"))
 				}
 			}
 			for _, w := range tt.wantErr {
-				if !strings.Contains(stderr, w) {
+				if w := names.Replace(w); !strings.Contains(stderr, w) {
 					t.Errorf("stderr lacks %q:\n%s", w, stderr)
 				}
 			}
 			if tt.wantErr == nil && tt.wantCode == ExitOK && stderr != "" {
 				t.Errorf("stderr %q on success", stderr)
 			}
-			sent := 0
-			for _, n := range fake.chunkSizes() {
-				sent += n
+			if got := sent(); tt.wantSent >= 0 && got != tt.wantSent {
+				t.Errorf("journal received %d rows, want %d", got, tt.wantSent)
 			}
-			if tt.wantSent >= 0 && sent != tt.wantSent {
-				t.Errorf("journal received %d rows, want %d", sent, tt.wantSent)
-			}
-			if tt.wantCalls >= 0 && fake.callsOf("RegisterNodes") != tt.wantCalls {
-				t.Errorf("RegisterNodes called %d times, want %d", fake.callsOf("RegisterNodes"), tt.wantCalls)
+			if got := calls(); tt.wantCalls >= 0 && got != tt.wantCalls {
+				t.Errorf("RegisterNodes called %d times, want %d", got, tt.wantCalls)
 			}
 		})
 	}
 }
 
+// registerAs registers req, its names replaced, as alice.
+func registerAs(t *testing.T, l *liveJournal, names *strings.Replacer, req *pactv1.RegisterNodeRequest) {
+	t.Helper()
+	req.NodeId = names.Replace(req.GetNodeId())
+	for i, m := range req.GetHardware().GetMacs() {
+		req.Hardware.Macs[i] = names.Replace(m)
+	}
+	req.Hardware.BmcSerial = names.Replace(req.GetHardware().GetBmcSerial())
+	l.register(t, l.alice(t), req)
+}
+
 func TestEnrollBatchStoresNormalised(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeAdmin()
-	addr := startJournal(t, p, fake)
-	path := p.write("n.csv", []byte("mac,vcluster,node_id,tpm_ek_hash\n5254.0000.00AA;52:54:00:00:00:01,ml,node-1,"+strings.Repeat("CD", 32)+"\n"))
-	if code, _, stderr := runCLI(t, p, append([]string{"node", "enroll", "--batch", path}, p.flags(addr)...)...); code != ExitOK {
+	l := sharedJournal(t)
+	suffix, mac := l.fresh()
+	node := "node-1" + suffix
+	dotted := strings.ToUpper(strings.ReplaceAll(liveMAC(mac+10), ":", ""))
+	dotted = dotted[:4] + "." + dotted[4:8] + "." + dotted[8:]
+	sum := sha256.Sum256([]byte(node))
+	ek := hex.EncodeToString(sum[:])
+	path := filepath.Join(t.TempDir(), "n.csv")
+	if err := os.WriteFile(path, []byte("mac,vcluster,node_id,tpm_ek_hash\n"+dotted+";"+liveMAC(mac+1)+",ml,"+node+","+strings.ToUpper(ek)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runLive(t, l, l.alice(t), runOpts{}, "node", "enroll", "--batch", path); code != ExitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	n := fake.node("node-1")
-	if got := n.GetHardware().GetMacs(); !slices.Equal(got, []string{"52:54:00:00:00:01", "52:54:00:00:00:aa"}) || n.GetVcluster() != "ml" ||
-		n.GetHardware().GetTpmEkHash() != strings.Repeat("cd", 32) || n.GetRegisteredBy() != "alice" {
+	n := l.node(t, node)
+	if got := n.GetHardware().GetMacs(); !slices.Equal(got, []string{liveMAC(mac + 1), liveMAC(mac + 10)}) || n.GetVcluster() != "ml" ||
+		n.GetHardware().GetTpmEkHash() != ek || n.GetRegisteredBy() != "admin/alice" {
 		t.Errorf("stored %v", n)
 	}
 }
 
 func TestEnrollBatchRerun(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeAdmin()
-	addr := startJournal(t, p, fake)
-	path := p.write("n.csv", []byte(batchFile(1200)))
-	args := append([]string{"node", "enroll", "--batch", path}, p.flags(addr)...)
-	code, stdout, stderr := runCLI(t, p, args...)
+	l := sharedJournal(t)
+	suffix, mac := l.fresh()
+	path := filepath.Join(t.TempDir(), "n.csv")
+	if err := os.WriteFile(path, []byte(liveBatchFile(1200, suffix, mac)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	code, stdout, stderr := runLive(t, l, l.alice(t), runOpts{rec: rec}, "node", "enroll", "--batch", path)
 	if code != ExitOK || !strings.HasSuffix(stdout, "\n1200 rows: 1200 ok, 0 exists, 0 errors\n") {
 		t.Fatalf("first run: exit %d, stderr %s, tail %q", code, stderr, stdout[max(0, len(stdout)-100):])
 	}
-	code, stdout, stderr = runCLI(t, p, args...)
+	code, stdout, stderr = runLive(t, l, l.alice(t), runOpts{rec: rec}, "node", "enroll", "--batch", path)
 	if code != ExitOK || !strings.HasSuffix(stdout, "\n1200 rows: 0 ok, 1200 exists, 0 errors\n") || stderr != "" {
 		t.Errorf("re-run: exit %d, stderr %s, tail %q", code, stderr, stdout[max(0, len(stdout)-100):])
 	}
-	if got := fake.chunkSizes(); !slices.Equal(got, []int{500, 500, 200, 500, 500, 200}) {
+	if got := rec.chunkSizes(); !slices.Equal(got, []int{500, 500, 200, 500, 500, 200}) {
 		t.Errorf("chunks %v", got)
+	}
+	if n := l.node(t, "node-001199"+suffix); n.GetHardware().GetBmcSerial() != "BMC001199"+suffix || n.GetHardware().GetMacs()[0] != liveBatchMAC(mac, 1199) {
+		t.Errorf("the last row was stored as %v", n)
 	}
 }
 
 func TestEnrollBatchJSONLines(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeAdmin()
-	fake.put(&pactv1.Node{NodeId: "node-000001", Hardware: &pactv1.HardwareIdentity{Macs: []string{genMAC(1)}, BmcSerial: "BMC000001"}})
-	addr := startJournal(t, p, fake)
-	file := batchFile(3) + "bad id,52:54:00:00:00:99,,,\n"
-	code, stdout, stderr := runEnv(t, p, runOpts{stdin: strings.NewReader(file)}, append([]string{"node", "enroll", "--batch", "-", "-o", "json"}, p.flags(addr)...)...)
+	l := sharedJournal(t)
+	suffix, mac := l.fresh()
+	// node-000001 was registered by an earlier run, exactly as the file has it.
+	l.register(t, l.alice(t), &pactv1.RegisterNodeRequest{NodeId: "node-000001" + suffix,
+		Hardware: &pactv1.HardwareIdentity{Macs: []string{liveBatchMAC(mac, 1)}, BmcSerial: "BMC000001" + suffix}})
+	file := liveBatchFile(3, suffix, mac) + "bad id,52:54:00:00:00:99,,,\n"
+	code, stdout, stderr := runLive(t, l, l.alice(t), runOpts{stdin: strings.NewReader(file)}, "node", "enroll", "--batch", "-", "-o", "json")
 	if code != ExitUsage {
 		t.Errorf("exit %d: %s", code, stderr)
 	}
@@ -517,9 +583,9 @@ func TestEnrollBatchJSONLines(t *testing.T) {
 		results = append(results, r)
 	}
 	want := []BatchResult{
-		{Line: 2, NodeID: "node-000000", Result: "ok"},
-		{Line: 3, NodeID: "node-000001", Result: "exists"},
-		{Line: 4, NodeID: "node-000002", Result: "ok"},
+		{Line: 2, NodeID: "node-000000" + suffix, Result: "ok"},
+		{Line: 3, NodeID: "node-000001" + suffix, Result: "exists"},
+		{Line: 4, NodeID: "node-000002" + suffix, Result: "ok"},
 		{Line: 5, NodeID: "", Result: "error", Reason: ReasonInvalidRow, Message: `node_id "bad id" is not a valid node name: 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit`},
 	}
 	if !slices.Equal(results, want) {
@@ -541,7 +607,7 @@ func TestEnrollBatchStreams100k(t *testing.T) {
 	clearEnv(t)
 	const rows = 100_000
 	p := newTestPKI(t)
-	fake := newFakeAdmin()
+	fake := newFakeJournal()
 	var written, writtenAtFirstChunk atomic.Int64
 	writtenAtFirstChunk.Store(-1)
 	fake.onChunk = func(_ context.Context, n int) error {
@@ -590,8 +656,7 @@ func TestEnrollBatchStreams100k(t *testing.T) {
 
 func TestEnrollBatchProgress(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	file := batchFile(1200)
+	l := sharedJournal(t)
 	// A clock that moves a second per reading: every chunk may print.
 	ticking := func() func() time.Time {
 		var mu atomic.Int64
@@ -616,15 +681,14 @@ func TestEnrollBatchProgress(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fake := newFakeAdmin()
-			addr := startJournal(t, p, fake)
+			suffix, mac := l.fresh()
 			now := tt.now
 			if now == nil {
 				fixed := time.Now()
 				now = func() time.Time { return fixed }
 			}
-			code, stdout, stderr := runEnv(t, p, runOpts{stdin: strings.NewReader(file), terminal: tt.terminal, now: now},
-				append([]string{"node", "enroll", "--batch", "-"}, p.flags(addr)...)...)
+			code, stdout, stderr := runLive(t, l, l.alice(t), runOpts{stdin: strings.NewReader(liveBatchFile(1200, suffix, mac)), terminal: tt.terminal, now: now},
+				"node", "enroll", "--batch", "-")
 			if code != ExitOK {
 				t.Fatalf("exit %d: %s", code, stderr)
 			}
@@ -655,7 +719,7 @@ func TestEnrollBatchJournalLost(t *testing.T) {
 	file := batchFile(1500)
 
 	t.Run("unavailable after two chunks, then a re-run finishes", func(t *testing.T) {
-		fake := newFakeAdmin()
+		fake := newFakeJournal()
 		fake.onChunk = func(_ context.Context, n int) error {
 			if n >= 2 {
 				return status.Error(codes.Unavailable, "connection reset by peer")
@@ -689,7 +753,7 @@ func TestEnrollBatchJournalLost(t *testing.T) {
 	})
 
 	t.Run("the connection drops mid-call", func(t *testing.T) {
-		fake := newFakeAdmin()
+		fake := newFakeJournal()
 		srv, addr := startJournalServer(t, p, fake)
 		release := make(chan struct{})
 		fake.onChunk = func(_ context.Context, n int) error {
@@ -709,7 +773,7 @@ func TestEnrollBatchJournalLost(t *testing.T) {
 	})
 
 	t.Run("interrupted", func(t *testing.T) {
-		fake := newFakeAdmin()
+		fake := newFakeJournal()
 		addr := startJournal(t, p, fake)
 		ctx, cancel := context.WithCancel(context.Background())
 		fake.onChunk = func(callCtx context.Context, n int) error {
@@ -747,7 +811,7 @@ func TestEnrollBatchRetries(t *testing.T) {
 
 	t.Run("a row without a leader is sent again, alone", func(t *testing.T) {
 		slept = nil
-		fake := newFakeAdmin()
+		fake := newFakeJournal()
 		fake.transient["node-000003"] = 2
 		addr := startJournal(t, p, fake)
 		code, stdout, stderr := runEnv(t, p, runOpts{stdin: strings.NewReader(file), sleep: sleep}, append([]string{"node", "enroll", "--batch", "-"}, p.flags(addr)...)...)
@@ -766,7 +830,7 @@ func TestEnrollBatchRetries(t *testing.T) {
 
 	t.Run("no leader for good: stop", func(t *testing.T) {
 		slept = nil
-		fake := newFakeAdmin()
+		fake := newFakeJournal()
 		fake.transient["node-000003"] = 100
 		addr := startJournal(t, p, fake)
 		code, stdout, stderr := runEnv(t, p, runOpts{stdin: strings.NewReader(file), sleep: sleep}, append([]string{"node", "enroll", "--batch", "-"}, p.flags(addr)...)...)
@@ -786,7 +850,7 @@ func TestEnrollBatchRetries(t *testing.T) {
 
 	t.Run("a rate-limited call waits as told", func(t *testing.T) {
 		slept = nil
-		fake := newFakeAdmin()
+		fake := newFakeJournal()
 		fake.onChunk = func(_ context.Context, n int) error {
 			if n == 0 {
 				return apierr.Status(apierr.RateLimited, 3*time.Second, "busy").Err()
@@ -824,33 +888,42 @@ func TestEnrollBatchJournalFault(t *testing.T) {
 
 func TestEnrollBatchFileErrors(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeAdmin()
-	addr := startJournal(t, p, fake)
+	l := sharedJournal(t)
+	alice := l.alice(t)
+	dir := t.TempDir()
+	rec := &recorder{}
 
-	code, _, stderr := runCLI(t, p, append([]string{"node", "enroll", "--batch", p.dir + "/missing.csv"}, p.flags(addr)...)...)
-	if code != ExitUsage || !strings.Contains(stderr, "--batch: open "+p.dir+"/missing.csv: no such file or directory") {
+	code, _, stderr := runLive(t, l, alice, runOpts{rec: rec}, "node", "enroll", "--batch", dir+"/missing.csv")
+	if code != ExitUsage || !strings.Contains(stderr, "--batch: open "+dir+"/missing.csv: no such file or directory") {
 		t.Errorf("missing file: exit %d stderr %s", code, stderr)
 	}
-	code, _, stderr = runCLI(t, p, append([]string{"node", "enroll", "--batch", ""}, p.flags(addr)...)...)
+	code, _, stderr = runLive(t, l, alice, runOpts{rec: rec}, "node", "enroll", "--batch", "")
 	if code != ExitUsage || !strings.Contains(stderr, "--batch needs a FILE, or - for stdin") {
 		t.Errorf("empty --batch: exit %d stderr %s", code, stderr)
 	}
-	code, _, stderr = runCLI(t, p, append([]string{"node", "enroll", "--batch", p.dir}, p.flags(addr)...)...)
+	code, _, stderr = runLive(t, l, alice, runOpts{rec: rec}, "node", "enroll", "--batch", dir)
 	if code != ExitUsage || !strings.Contains(stderr, "is a directory") {
 		t.Errorf("directory: exit %d stderr %s", code, stderr)
 	}
+	if calls := rec.callCount(); calls != 0 {
+		t.Errorf("%d calls for files that cannot be read, want none", calls)
+	}
 
 	// A fatal problem mid-file: the rows before it are registered.
-	var b strings.Builder
-	b.WriteString(batchFile(2) + "node-x,\"" + strings.Repeat("x", maxRecordBytes+10))
-	code, stdout, stderr := runEnv(t, p, runOpts{stdin: strings.NewReader(b.String())}, append([]string{"node", "enroll", "--batch", "-"}, p.flags(addr)...)...)
+	suffix, mac := l.fresh()
+	in := liveBatchFile(2, suffix, mac) + "node-x,\"" + strings.Repeat("x", maxRecordBytes+10)
+	code, stdout, stderr := runLive(t, l, alice, runOpts{rec: rec, stdin: strings.NewReader(in)}, "node", "enroll", "--batch", "-")
 	if code != ExitUsage || !strings.Contains(stderr, "--batch stdin: line 4: a record longer than 64 KiB") ||
 		!strings.Contains(stderr, "stopped after line 3, the last line processed") || !strings.Contains(stdout, "2 rows: 2 ok, 0 exists, 0 errors (stopped") {
 		t.Errorf("exit %d stdout %q stderr %s", code, stdout, stderr)
 	}
-	if calls := fake.callCount(); calls != 1 {
+	if calls := rec.callCount(); calls != 1 {
 		t.Errorf("%d calls, want 1", calls)
+	}
+	for _, n := range []string{"node-000000" + suffix, "node-000001" + suffix} {
+		if !l.exists(t, n) {
+			t.Errorf("%s, before the fatal line, is not registered", n)
+		}
 	}
 }
 

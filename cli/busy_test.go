@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -69,12 +70,14 @@ func busyFront(t *testing.T, journal string, busyFirst int, retryAfter time.Dura
 }
 
 // A command that finds the journal busy says so, with the time it named,
-// not "EOF".
+// not "EOF". The busy answers are injected (busyFront) in front of a real
+// journal: a real one gives them only when saturated.
 func TestBusyJournalIsExplained(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	addr := busyFront(t, startJournal(t, p, newFakeAdmin()), 1000, 1500*time.Millisecond)
-	code, _, stderr := runEnv(t, p, runOpts{}, append([]string{"node", "list"}, p.flags(addr)...)...)
+	l := sharedJournal(t)
+	alice := l.alice(t)
+	addr := busyFront(t, l.h.Addr, 1000, 1500*time.Millisecond)
+	code, _, stderr := runEnv(t, nil, runOpts{key: alice.keyPEM}, append([]string{"node", "list"}, l.flags(alice, addr)...)...)
 	if code != ExitUnavailable || !strings.Contains(stderr, "journal "+addr+" is busy (boot storm?); retry after 1.5 s") || strings.Contains(stderr, "EOF") {
 		t.Errorf("exit %d stderr:\n%s", code, stderr)
 	}
@@ -84,15 +87,18 @@ func TestBusyJournalIsExplained(t *testing.T) {
 // journal named (plus a little jitter, not the backoff), then sends.
 func TestEnrollBatchWaitsOutBusy(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeAdmin()
-	addr := busyFront(t, startJournal(t, p, fake), 2, 1500*time.Millisecond)
+	l := sharedJournal(t)
+	alice := l.alice(t)
+	suffix, mac := l.fresh()
+	addr := busyFront(t, l.h.Addr, 2, 1500*time.Millisecond)
 	var slept []time.Duration
 	sleep := func(ctx context.Context, d time.Duration) error {
 		slept = append(slept, d)
 		return ctx.Err()
 	}
-	code, stdout, stderr := runEnv(t, p, runOpts{stdin: strings.NewReader(batchFile(5)), sleep: sleep}, append([]string{"node", "enroll", "--batch", "-"}, p.flags(addr)...)...)
+	rec := &recorder{}
+	code, stdout, stderr := runEnv(t, nil, runOpts{stdin: strings.NewReader(liveBatchFile(5, suffix, mac)), sleep: sleep, rec: rec, key: alice.keyPEM},
+		append([]string{"node", "enroll", "--batch", "-"}, l.flags(alice, addr)...)...)
 	if code != ExitOK || !strings.HasSuffix(stdout, "5 rows: 5 ok, 0 exists, 0 errors\n") {
 		t.Fatalf("exit %d stdout %s stderr %s", code, stdout, stderr)
 	}
@@ -102,7 +108,15 @@ func TestEnrollBatchWaitsOutBusy(t *testing.T) {
 	if !slices.Equal(slept, []time.Duration{want, want}) {
 		t.Errorf("slept %v, want %v twice", slept, want)
 	}
-	if got := fake.chunkSizes(); !slices.Equal(got, []int{5}) {
-		t.Errorf("chunks %v", got)
+	// The chunk was tried three times, the first two refused at the
+	// handshake (never sent), and the journal registered every row once:
+	// all five answered ok above, none exists.
+	if got := rec.chunkSizes(); !slices.Equal(got, []int{5, 5, 5}) {
+		t.Errorf("chunks tried %v, want one of 5 rows three times", got)
+	}
+	for i := range 5 {
+		if n := fmt.Sprintf("node-%06d%s", i, suffix); !l.exists(t, n) {
+			t.Errorf("%s is not registered", n)
+		}
 	}
 }

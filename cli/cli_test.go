@@ -3,12 +3,16 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,34 +29,37 @@ import (
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
+// TestEnroll runs pact node enroll against a real journal: what it
+// registers, what it refuses and how it says so.
 func TestEnroll(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	viewer := p.issueAdmin("viewer", "bob", pki.RoleViewer, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	l := sharedJournal(t)
+	alice := l.alice(t)
+	viewer := l.operator(t, "bob", pki.RoleViewer)
 
 	tests := []struct {
 		name       string
-		args       []string
+		args       []string // nodeX and MAC0.. stand for the case's fresh names
 		cred       *credFiles
-		fail       error // what the journal answers
-		seed       *pactv1.Node
+		seed       func(t *testing.T, node string, mac int)
 		wantCode   int
 		wantStdout string   // exact, when set
 		wantErr    []string // substrings of stderr
+		notErr     []string // what stderr must not say
 		wantCalls  int
 	}{
 		{
 			name:       "registers and prints a line",
-			args:       []string{"node-001", "--mac", "52-54-00-12-34-56", "--bmc-serial", "SN123"},
+			args:       []string{"nodeX", "--mac", "MAC1", "--bmc-serial", "SN123nodeX"},
 			wantCode:   ExitOK,
-			wantStdout: "registered node-001 (macs 52:54:00:12:34:56)\n",
+			wantStdout: "registered nodeX (macs MAC1)\n",
 			wantCalls:  1,
 		},
 		{
 			name:       "several MACs, normalised and sorted",
-			args:       []string{"node-002", "--mac", "5254.00AB.CDEF", "--mac", "52:54:00:12:34:57", "--vcluster", "ml"},
+			args:       []string{"nodeX", "--mac", "MAC2-dashes", "--mac", "MAC1", "--vcluster", "ml"},
 			wantCode:   ExitOK,
-			wantStdout: "registered node-002 (macs 52:54:00:12:34:57, 52:54:00:ab:cd:ef)\n",
+			wantStdout: "registered nodeX (macs MAC1, MAC2)\n",
 			wantCalls:  1,
 		},
 		{
@@ -64,118 +71,92 @@ func TestEnroll(t *testing.T) {
 		},
 		{
 			name:      "multicast MAC",
-			args:      []string{"node-001", "--mac", "01:00:5e:00:00:fb", "--bmc-serial", "SN1"},
+			args:      []string{"nodeX", "--mac", "01:00:5e:00:00:fb", "--bmc-serial", "SN1"},
 			wantCode:  ExitUsage,
 			wantErr:   []string{`"01:00:5e:00:00:fb" is a multicast address`},
 			wantCalls: 0,
 		},
 		{
 			name:      "no MAC",
-			args:      []string{"node-001", "--bmc-serial", "SN1"},
+			args:      []string{"nodeX", "--bmc-serial", "SN1"},
 			wantCode:  ExitUsage,
 			wantErr:   []string{"no MAC address: pass --mac"},
 			wantCalls: 0,
 		},
 		{
-			name:      "no NODE",
-			args:      []string{"--mac", "52:54:00:12:34:56"},
+			name:      "no nodeX",
+			args:      []string{"--mac", "MAC1"},
 			wantCode:  ExitUsage,
 			wantErr:   []string{"missing NODE"},
 			wantCalls: 0,
 		},
 		{
-			name:      "already registered (fake's own check)",
-			seed:      &pactv1.Node{NodeId: "node-001", State: pactv1.NodeState_NODE_STATE_REGISTERED},
-			args:      []string{"node-001", "--mac", "52:54:00:12:34:56"},
+			name: "already registered, with other hardware",
+			seed: func(t *testing.T, node string, mac int) {
+				l.register(t, alice, &pactv1.RegisterNodeRequest{NodeId: node, Hardware: &pactv1.HardwareIdentity{Macs: []string{liveMAC(mac + 9)}}})
+			},
+			args:      []string{"nodeX", "--mac", "MAC1"},
 			wantCode:  ExitConflict,
-			wantErr:   []string{"node node-001 is already registered", "NODE_ALREADY_ENROLLED", "see it with: pact node inspect node-001"},
+			wantErr:   []string{"node nodeX is already registered", "NODE_ALREADY_ENROLLED", "see it with: pact node inspect nodeX"},
 			wantCalls: 1,
 		},
 		{
-			name:      "NODE_ALREADY_ENROLLED",
-			fail:      apierr.Status(apierr.NodeAlreadyEnrolled, 0, "node-001 exists").Err(),
-			args:      []string{"node-001", "--mac", "52:54:00:12:34:56"},
+			name: "hardware conflict",
+			seed: func(t *testing.T, node string, mac int) {
+				l.register(t, alice, &pactv1.RegisterNodeRequest{NodeId: node + "-other", Hardware: &pactv1.HardwareIdentity{Macs: []string{liveMAC(mac + 1)}}})
+			},
+			args:      []string{"nodeX", "--mac", "MAC1"},
 			wantCode:  ExitConflict,
-			wantErr:   []string{"already registered", "pact node inspect node-001"},
+			wantErr:   []string{"already registered to another node", "HARDWARE_IDENTITY_CONFLICT: MAC MAC1 is registered to node nodeX-other", "pact node list"},
+			notErr:    []string{"BMC serial", "TPM EK hash"},
 			wantCalls: 1,
 		},
 		{
-			name:      "hardware conflict",
-			seed:      &pactv1.Node{NodeId: "node-009", Hardware: &pactv1.HardwareIdentity{Macs: []string{"52:54:00:12:34:56"}}},
-			args:      []string{"node-001", "--mac", "52:54:00:12:34:56"},
+			// The MACs and serial are the node's own: only the EK hash is
+			// another's, and the message must not send the operator
+			// looking at the MACs.
+			name: "TPM EK hash conflict names the EK hash",
+			seed: func(t *testing.T, node string, mac int) {
+				l.register(t, alice, &pactv1.RegisterNodeRequest{NodeId: node + "-other", Hardware: &pactv1.HardwareIdentity{Macs: []string{liveMAC(mac + 9)}, TpmEkHash: ekOf(node)}})
+			},
+			args:      []string{"nodeX", "--mac", "MAC1", "--bmc-serial", "SNnodeX", "--tpm-ek-hash", "EKX"},
 			wantCode:  ExitConflict,
-			wantErr:   []string{"already registered to another node", "HARDWARE_IDENTITY_CONFLICT", "belongs to node-009", "pact node list"},
+			wantErr:   []string{"an identifier given for nodeX is already registered to another node", "HARDWARE_IDENTITY_CONFLICT: TPM EK hash is registered to node nodeX-other"},
+			notErr:    []string{"MAC", "BMC serial"},
 			wantCalls: 1,
 		},
 		{
 			name:      "permission denied names the role",
 			cred:      &viewer,
-			fail:      apierr.Status(apierr.PermissionDenied, 0, "role viewer may not register").Err(),
-			args:      []string{"node-001", "--mac", "52:54:00:12:34:56"},
+			args:      []string{"nodeX", "--mac", "MAC1"},
 			wantCode:  ExitDenied,
 			wantErr:   []string{"your credential (admin bob, role viewer) may not register nodes", "registering nodes needs a credential with role platform-admin\n"},
-			wantCalls: 1,
-		},
-		{
-			name:      "unauthenticated",
-			fail:      status.Error(codes.Unauthenticated, "who are you"),
-			args:      []string{"node-001", "--mac", "52:54:00:12:34:56"},
-			wantCode:  ExitDenied,
-			wantErr:   []string{"did not accept your credential", "--cert/--key"},
-			wantCalls: 1,
-		},
-		{
-			name:      "rate limited says when to retry",
-			fail:      apierr.Status(apierr.RateLimited, 2*time.Second, "too many enrollments").Err(),
-			args:      []string{"node-001", "--mac", "52:54:00:12:34:56"},
-			wantCode:  ExitRateLimited,
-			wantErr:   []string{"rate limiting", "retry in 2s"},
-			wantCalls: 1,
-		},
-		{
-			name:      "failed precondition",
-			fail:      apierr.Status(apierr.AlreadyActive, 0, "node-001 holds a certificate").Err(),
-			args:      []string{"node-001", "--mac", "52:54:00:12:34:56"},
-			wantCode:  ExitPrecondition,
-			wantErr:   []string{"node node-001 is already active", "pact node inspect node-001"},
-			wantCalls: 1,
-		},
-		{
-			name:      "journal rejects an argument",
-			fail:      apierr.Status(apierr.InvalidArgument, 0, "vcluster ml does not exist").Err(),
-			args:      []string{"node-001", "--mac", "52:54:00:12:34:56", "--vcluster", "ml"},
-			wantCode:  ExitUsage,
-			wantErr:   []string{"rejected the request", "vcluster ml does not exist", "pact node enroll --help"},
-			wantCalls: 1,
-		},
-		{
-			name:      "journal fault",
-			fail:      apierr.Status(apierr.Internal, 0, "disk full").Err(),
-			args:      []string{"node-001", "--mac", "52:54:00:12:34:56"},
-			wantCode:  ExitInternal,
-			wantErr:   []string{"could not register nodes", "disk full", "journal's log"},
 			wantCalls: 1,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fake := newFakeAdmin()
+			suffix, mac := l.fresh()
+			node := "node" + suffix
+			names := strings.NewReplacer("nodeX", node, "EKX", ekOf(node), "MAC1", liveMAC(mac+1), "MAC2-dashes", strings.ReplaceAll(strings.ToUpper(liveMAC(mac+2)), ":", "-"), "MAC2", liveMAC(mac+2))
 			if tt.seed != nil {
-				fake.put(tt.seed)
+				tt.seed(t, node, mac)
 			}
-			fake.setFail(tt.fail)
-			addr := startJournal(t, p, fake)
-			cred := p.admin
+			cred := alice
 			if tt.cred != nil {
 				cred = *tt.cred
 			}
-			args := append(append([]string{"node", "enroll"}, tt.args...), p.flagsFor(cred, addr)...)
-			code, stdout, stderr := runCLI(t, p, args...)
+			var args []string
+			for _, a := range tt.args {
+				args = append(args, names.Replace(a))
+			}
+			rec := &recorder{}
+			code, stdout, stderr := runLive(t, l, cred, runOpts{rec: rec}, append([]string{"node", "enroll"}, args...)...)
 			if code != tt.wantCode {
 				t.Errorf("exit %d, want %d; stderr:\n%s", code, tt.wantCode, stderr)
 			}
-			if tt.wantStdout != "" && stdout != tt.wantStdout {
-				t.Errorf("stdout %q, want %q", stdout, tt.wantStdout)
+			if want := names.Replace(tt.wantStdout); want != "" && stdout != want {
+				t.Errorf("stdout %q, want %q", stdout, want)
 			}
 			if tt.wantCode != ExitOK && stdout != "" {
 				t.Errorf("stdout %q on failure, want nothing", stdout)
@@ -184,20 +165,111 @@ func TestEnroll(t *testing.T) {
 				t.Errorf("stderr %q on success", stderr)
 			}
 			for _, w := range tt.wantErr {
+				if w := names.Replace(w); !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+			for _, w := range tt.notErr {
+				if strings.Contains(stderr, w) {
+					t.Errorf("stderr says %q:\n%s", w, stderr)
+				}
+			}
+			if got := rec.callCount(); got != tt.wantCalls {
+				t.Errorf("journal called %d times, want %d", got, tt.wantCalls)
+			}
+			if tt.wantCode == ExitOK {
+				// The journal saw alice's certificate: she registered it.
+				if by := l.node(t, node).GetRegisteredBy(); by != "admin/alice" {
+					t.Errorf("registered by %q, want admin/alice", by)
+				}
+			}
+		})
+	}
+}
+
+// ekOf is a TPM EK hash of the test's own for node.
+func ekOf(node string) string {
+	sum := sha256.Sum256([]byte("ek of " + node))
+	return hex.EncodeToString(sum[:])
+}
+
+// TestEnrollAnswers: how pact node enroll explains each class of answer a
+// journal may give. The answers are injected (fakeJournal): a real journal
+// gives most of them only under conditions a test cannot set up on demand.
+func TestEnrollAnswers(t *testing.T) {
+	clearEnv(t)
+	p := newTestPKI(t)
+	tests := []struct {
+		name     string
+		fail     error
+		args     []string
+		wantCode int
+		wantErr  []string
+	}{
+		{
+			name:     "NODE_ALREADY_ENROLLED",
+			fail:     apierr.Status(apierr.NodeAlreadyEnrolled, 0, "node-001 exists").Err(),
+			args:     []string{"node-001", "--mac", "52:54:00:12:34:56"},
+			wantCode: ExitConflict,
+			wantErr:  []string{"already registered", "pact node inspect node-001"},
+		},
+		{
+			name:     "unauthenticated",
+			fail:     status.Error(codes.Unauthenticated, "who are you"),
+			args:     []string{"node-001", "--mac", "52:54:00:12:34:56"},
+			wantCode: ExitDenied,
+			wantErr:  []string{"did not accept your credential", "--cert/--key"},
+		},
+		{
+			name:     "rate limited says when to retry",
+			fail:     apierr.Status(apierr.RateLimited, 2*time.Second, "too many enrollments").Err(),
+			args:     []string{"node-001", "--mac", "52:54:00:12:34:56"},
+			wantCode: ExitRateLimited,
+			wantErr:  []string{"rate limiting", "retry in 2s"},
+		},
+		{
+			name:     "failed precondition",
+			fail:     apierr.Status(apierr.AlreadyActive, 0, "node-001 holds a certificate").Err(),
+			args:     []string{"node-001", "--mac", "52:54:00:12:34:56"},
+			wantCode: ExitPrecondition,
+			wantErr:  []string{"node node-001 is already active", "pact node inspect node-001"},
+		},
+		{
+			name:     "journal rejects an argument",
+			fail:     apierr.Status(apierr.InvalidArgument, 0, "vcluster ml does not exist").Err(),
+			args:     []string{"node-001", "--mac", "52:54:00:12:34:56", "--vcluster", "ml"},
+			wantCode: ExitUsage,
+			wantErr:  []string{"rejected the request", "vcluster ml does not exist", "pact node enroll --help"},
+		},
+		{
+			name:     "journal fault",
+			fail:     apierr.Status(apierr.Internal, 0, "disk full").Err(),
+			args:     []string{"node-001", "--mac", "52:54:00:12:34:56"},
+			wantCode: ExitInternal,
+			wantErr:  []string{"could not register nodes", "disk full", "journal's log"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := newFakeJournal()
+			fake.setFail(tt.fail)
+			addr := startJournal(t, p, fake)
+			code, stdout, stderr := runCLI(t, p, append(append([]string{"node", "enroll"}, tt.args...), p.flags(addr)...)...)
+			if code != tt.wantCode {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tt.wantCode, stderr)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q on failure, want nothing", stdout)
+			}
+			for _, w := range tt.wantErr {
 				if !strings.Contains(stderr, w) {
 					t.Errorf("stderr lacks %q:\n%s", w, stderr)
 				}
 			}
-			if got := fake.callCount(); got != tt.wantCalls {
-				t.Errorf("journal called %d times, want %d", got, tt.wantCalls)
-			}
-			for _, peer := range fake.peers {
-				if !bytes.Equal(peer.Raw, cred.cert.Raw) {
-					t.Errorf("journal saw client cert %s, want the admin cert", peer.Subject)
-				}
-			}
-			if tt.wantCalls > 0 && len(fake.peers) == 0 {
-				t.Error("journal saw no client certificate")
+			// Which credential reached the journal is TestEnroll's to
+			// check, on a real one (registered by admin/alice).
+			if got := fake.callCount(); got != 1 {
+				t.Errorf("journal called %d times, want 1", got)
 			}
 		})
 	}
@@ -205,11 +277,10 @@ func TestEnroll(t *testing.T) {
 
 func TestEnrollJSON(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeAdmin()
-	addr := startJournal(t, p, fake)
-	args := append([]string{"node", "enroll", "node-001", "--mac", "52:54:00:12:34:56", "--bmc-serial", "SN123", "-o", "json"}, p.flags(addr)...)
-	code, stdout, stderr := runCLI(t, p, args...)
+	l := sharedJournal(t)
+	suffix, mac := l.fresh()
+	node, bmc := "node"+suffix, "SN123"+suffix
+	code, stdout, stderr := runLive(t, l, l.alice(t), runOpts{}, "node", "enroll", node, "--mac", liveMAC(mac+1), "--bmc-serial", bmc, "-o", "json")
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -217,21 +288,24 @@ func TestEnrollJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &v); err != nil {
 		t.Fatalf("stdout is not a JSON object: %v\n%s", err, stdout)
 	}
+	stored := l.node(t, node)
+	at := time.Unix(0, stored.GetRegisteredAtUnixNano()).UTC().Format(time.RFC3339)
 	want := NodeView{
-		NodeID: "node-001", State: "registered", MACs: []string{"52:54:00:12:34:56"}, BMCSerial: "SN123",
-		RegisteredAt: "2026-03-04T05:06:07Z", RegisteredBy: "alice", UpdatedAt: "2026-03-04T05:06:07Z",
+		NodeID: node, State: "registered", MACs: []string{liveMAC(mac + 1)}, BMCSerial: bmc,
+		RegisteredAt: at, RegisteredBy: "admin/alice", UpdatedAt: at,
 	}
 	if fmt.Sprint(v) != fmt.Sprint(want) {
 		t.Errorf("got  %+v\nwant %+v", v, want)
 	}
-	stored := fake.nodes["node-001"].GetHardware()
-	if got := stored.GetMacs(); len(got) != 1 || got[0] != "52:54:00:12:34:56" || stored.GetBmcSerial() != "SN123" {
-		t.Errorf("journal stored hardware %v", stored)
+	if got := stored.GetHardware().GetMacs(); len(got) != 1 || got[0] != liveMAC(mac+1) || stored.GetHardware().GetBmcSerial() != bmc {
+		t.Errorf("journal stored hardware %v", stored.GetHardware())
 	}
 }
 
-// seedRegistry puts three nodes in various states into fake.
-func seedRegistry(fake *fakeAdmin) {
+// seedRegistry puts three nodes in various states into fake, for the
+// listing tests that need a fake journal (an older journal, a page token
+// loop); the real journal's counterpart is seedLive.
+func seedRegistry(fake *fakeJournal) {
 	at := fakeNow.UnixNano()
 	fake.put(&pactv1.Node{
 		NodeId: "node-b", State: pactv1.NodeState_NODE_STATE_ACTIVE, Vcluster: "ml",
@@ -255,14 +329,11 @@ func seedRegistry(fake *fakeAdmin) {
 
 func TestListTable(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeAdmin()
-	seedRegistry(fake)
-	addr := startJournal(t, p, fake)
-
-	now := time.Now() // the credentials are valid around the real time
-	fake.nodes["node-b"].LastSeenUnixNano = now.Add(-12500 * time.Millisecond).UnixNano()
-	code, stdout, stderr := runEnv(t, p, runOpts{now: func() time.Time { return now }}, append([]string{"node", "list"}, p.flags(addr)...)...)
+	l, r := seededJournal(t)
+	b := l.node(t, r.b)
+	// pact's clock reads 12.5 s after node-b was last seen.
+	now := time.Unix(0, b.GetLastSeenUnixNano()).Add(12500 * time.Millisecond)
+	code, stdout, stderr := runLive(t, l, l.alice(t), runOpts{now: func() time.Time { return now }}, "node", "list")
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -276,10 +347,15 @@ func TestListTable(t *testing.T) {
 	if fmt.Sprint(header) != fmt.Sprint(wantHeader) {
 		t.Errorf("header %q, want %q", header, wantHeader)
 	}
+	serial := b.GetCert().GetSerial()
+	if len(serial) <= 11 {
+		t.Fatalf("node-b's certificate serial %q is too short to be shortened", serial)
+	}
 	wantRows := [][]string{
-		{"node-a", "registered", "(maintenance)", "-", "52:54:00:00:00:01", "-", "-", "-"},
-		{"node-b", "active", "ml", "12s ago", "52:54:00:00:00:02,52:54:00:00:00:03", "BMC-0002", "0123456789a…", "2026-03-07T05:06:07Z"},
-		{"node-c", "revoked", "hpc", "-", "52:54:00:00:00:04", "A-VERY-LONG-BMC-SER…", "-", "-"},
+		{"node-a", "registered", "(maintenance)", "-", r.macA, "-", "-", "-"},
+		{"node-b", "active", "ml", "12s ago", strings.Join(r.macsB, ","), "BMC-0002", serial[:11] + "…",
+			time.Unix(b.GetCert().GetNotAfterUnix(), 0).UTC().Format(time.RFC3339)},
+		{"node-c", "revoked", "hpc", "-", r.macC, "A-VERY-LONG-BMC-SER…", "-", "-"},
 	}
 	for i, want := range wantRows {
 		got := cols.Split(strings.TrimSpace(lines[i+1]), -1)
@@ -298,12 +374,8 @@ func TestListTable(t *testing.T) {
 
 func TestListJSON(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeAdmin()
-	seedRegistry(fake)
-	addr := startJournal(t, p, fake)
-
-	code, stdout, stderr := runCLI(t, p, append([]string{"node", "list", "-o", "json"}, p.flags(addr)...)...)
+	l, r := seededJournal(t)
+	code, stdout, stderr := runLive(t, l, l.alice(t), runOpts{}, "node", "list", "-o", "json")
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -314,15 +386,22 @@ func TestListJSON(t *testing.T) {
 	if len(raw) != 3 {
 		t.Fatalf("got %d nodes, want 3", len(raw))
 	}
-	var keys []string
-	for k := range raw[1] {
-		keys = append(keys, k)
+	keysOf := func(m map[string]any) []string {
+		var keys []string
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		return keys
 	}
-	sort.Strings(keys)
 	wantKeys := []string{"activated_at", "bmc_serial", "cert_issuer_serial", "cert_not_after", "cert_serial", "last_seen", "macs", "node_id",
-		"registered_at", "registered_by", "revoked_at", "revoked_by", "state", "tpm_ek_hash", "updated_at", "vcluster"}
-	if fmt.Sprint(keys) != fmt.Sprint(wantKeys) {
-		t.Errorf("keys %v, want %v", keys, wantKeys)
+		"registered_at", "registered_by", "revoked_at", "revoked_by", "state", "updated_at", "vcluster"}
+	if keys := keysOf(raw[1]); fmt.Sprint(keys) != fmt.Sprint(wantKeys) {
+		t.Errorf("node-b's keys %v, want %v", keys, wantKeys)
+	}
+	// node-c has a TPM EK hash: the one key more.
+	if keys := keysOf(raw[2]); fmt.Sprint(keys) != fmt.Sprint(slices.Sorted(slices.Values(append(wantKeys, "tpm_ek_hash")))) {
+		t.Errorf("node-c's keys %v, want %v and tpm_ek_hash", keys, wantKeys)
 	}
 	var got []NodeView
 	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
@@ -337,16 +416,18 @@ func TestListJSON(t *testing.T) {
 			t.Errorf("%s state %q, want %q", v.NodeID, v.State, wantStates[v.NodeID])
 		}
 	}
-	b := got[1]
-	if b.CertSerial != "0123456789abcdef0123456789abcdef" || b.CertNotAfter != "2026-03-07T05:06:07Z" ||
-		b.ActivatedAt != "2026-03-04T05:07:07Z" || b.CertIssuerSerial != "fedcba9876543210" {
-		t.Errorf("node-b certificate fields: %+v", b)
+	rfc := func(unixNano int64) string { return time.Unix(0, unixNano).UTC().Format(time.RFC3339) }
+	b, nb := got[1], l.node(t, r.b)
+	if b.CertSerial != nb.GetCert().GetSerial() || b.CertSerial == "" ||
+		b.CertNotAfter != time.Unix(nb.GetCert().GetNotAfterUnix(), 0).UTC().Format(time.RFC3339) ||
+		b.ActivatedAt != rfc(nb.GetActivatedAtUnixNano()) || b.CertIssuerSerial != nb.GetCert().GetIssuerSerial() || b.CertIssuerSerial == "" {
+		t.Errorf("node-b certificate fields: %+v, journal: %v", b, nb)
 	}
-	if b.LastSeen != "2026-03-04T06:06:07Z" || b.RevokedAt != "" || got[0].LastSeen != "" {
+	if b.LastSeen != rfc(nb.GetLastSeenUnixNano()) || b.RevokedAt != "" || got[0].LastSeen != "" {
 		t.Errorf("last_seen/revoked_at: %+v / %+v", b, got[0])
 	}
-	if c := got[2]; c.RevokedAt != "2026-03-04T07:06:07Z" || c.RevokedBy != "admin/alice" {
-		t.Errorf("node-c revocation fields: %+v", c)
+	if c := got[2]; c.RevokedAt != rfc(l.node(t, r.c).GetRevokedAtUnixNano()) || c.RevokedBy != "admin/alice" || c.TPMEKHash != r.ekC {
+		t.Errorf("node-c revocation fields and EK hash: %+v", c)
 	}
 	if got[2].BMCSerial != "A-VERY-LONG-BMC-SERIAL-NUMBER-0004" {
 		t.Errorf("JSON must not shorten serials: %q", got[2].BMCSerial)
@@ -361,29 +442,29 @@ func TestListJSON(t *testing.T) {
 
 func TestListStateFilter(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeAdmin()
-	seedRegistry(fake)
-	addr := startJournal(t, p, fake)
+	l := startLiveJournal(t)
+	seedLive(t, l, "", 0)
+	alice := l.alice(t)
 
-	code, stdout, _ := runCLI(t, p, append([]string{"node", "list", "--state", "active", "-o", "json"}, p.flags(addr)...)...)
+	rec := &recorder{}
+	code, stdout, _ := runLive(t, l, alice, runOpts{rec: rec}, "node", "list", "--state", "active", "-o", "json")
 	var got []NodeView
 	if err := json.Unmarshal([]byte(stdout), &got); code != ExitOK || err != nil || len(got) != 1 || got[0].NodeID != "node-b" {
 		t.Errorf("exit %d, err %v, nodes %+v", code, err, got)
 	}
-	if fake.lastState != pactv1.NodeState_NODE_STATE_ACTIVE {
-		t.Errorf("journal asked for state %v", fake.lastState)
+	if s := last[*pactv1.ListNodesRequest](rec).GetState(); s != pactv1.NodeState_NODE_STATE_ACTIVE {
+		t.Errorf("journal asked for state %v", s)
 	}
 
-	code, stdout, stderr := runCLI(t, p, append([]string{"node", "list", "--state", "inactive"}, p.flags(addr)...)...)
+	code, stdout, stderr := runLive(t, l, alice, runOpts{}, "node", "list", "--state", "inactive")
 	if code != ExitOK || stdout != "" || !strings.Contains(stderr, "no nodes in state inactive") {
 		t.Errorf("empty list: exit %d stdout %q stderr %q", code, stdout, stderr)
 	}
 
-	calls := fake.callCount()
-	code, _, stderr = runCLI(t, p, append([]string{"node", "list", "--state", "dead"}, p.flags(addr)...)...)
-	if code != ExitUsage || !strings.Contains(stderr, "registered, active, inactive, revoked") || fake.callCount() != calls {
-		t.Errorf("bad --state: exit %d, calls %d→%d, stderr %q", code, calls, fake.callCount(), stderr)
+	rec = &recorder{}
+	code, _, stderr = runLive(t, l, alice, runOpts{rec: rec}, "node", "list", "--state", "dead")
+	if code != ExitUsage || !strings.Contains(stderr, "registered, active, inactive, revoked") || rec.callCount() != 0 {
+		t.Errorf("bad --state: exit %d, calls %d, stderr %q", code, rec.callCount(), stderr)
 	}
 }
 
@@ -392,7 +473,7 @@ func TestListStateFilter(t *testing.T) {
 func TestListStateMarksWithAnOlderJournal(t *testing.T) {
 	clearEnv(t)
 	p := newTestPKI(t)
-	fake := newFakeAdmin()
+	fake := newFakeJournal()
 	seedRegistry(fake)
 	fake.put(&pactv1.Node{NodeId: "node-f", State: pactv1.NodeState_NODE_STATE_INACTIVE, Fence: &pactv1.Fence{Reason: "INC-1"},
 		Hardware: &pactv1.HardwareIdentity{Macs: []string{"52:54:00:00:00:f1"}}})
@@ -413,10 +494,11 @@ func TestListStateMarksWithAnOlderJournal(t *testing.T) {
 
 func TestInspect(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeAdmin()
-	seedRegistry(fake)
-	addr := startJournal(t, p, fake)
+	l := sharedJournal(t)
+	suffix, mac := l.fresh()
+	r := seedLive(t, l, suffix, mac)
+	b := l.node(t, r.b)
+	missing := "node-zz" + suffix
 
 	tests := []struct {
 		name     string
@@ -425,13 +507,14 @@ func TestInspect(t *testing.T) {
 		check    func(t *testing.T, stdout, stderr string)
 	}{
 		{
-			name: "block", args: []string{"node-b"}, wantCode: ExitOK,
+			name: "block", args: []string{r.b}, wantCode: ExitOK,
 			check: func(t *testing.T, stdout, _ string) {
 				for _, re := range []string{
-					`(?m)^node: +node-b$`, `(?m)^state: +active$`, `(?m)^vcluster: +ml$`,
-					`(?m)^macs: +52:54:00:00:00:02, 52:54:00:00:00:03$`,
-					`(?m)^cert serial: +0123456789abcdef0123456789abcdef$`, // never shortened here
-					`(?m)^cert expires: +2026-03-07T05:06:07Z$`, `(?m)^registered by: +alice$`,
+					`(?m)^node: +` + r.b + `$`, `(?m)^state: +active$`, `(?m)^vcluster: +ml$`,
+					`(?m)^macs: +` + strings.Join(r.macsB, ", ") + `$`,
+					`(?m)^cert serial: +` + b.GetCert().GetSerial() + `$`, // never shortened here
+					`(?m)^cert expires: +` + time.Unix(b.GetCert().GetNotAfterUnix(), 0).UTC().Format(time.RFC3339) + `$`,
+					`(?m)^registered by: +admin/alice$`,
 				} {
 					if !regexp.MustCompile(re).MatchString(stdout) {
 						t.Errorf("output does not match %s:\n%s", re, stdout)
@@ -440,7 +523,7 @@ func TestInspect(t *testing.T) {
 			},
 		},
 		{
-			name: "maintenance", args: []string{"node-a"}, wantCode: ExitOK,
+			name: "maintenance", args: []string{r.a}, wantCode: ExitOK,
 			check: func(t *testing.T, stdout, _ string) {
 				if !regexp.MustCompile(`(?m)^vcluster: +\(maintenance\)$`).MatchString(stdout) ||
 					!regexp.MustCompile(`(?m)^activated at: +-$`).MatchString(stdout) {
@@ -449,18 +532,18 @@ func TestInspect(t *testing.T) {
 			},
 		},
 		{
-			name: "json", args: []string{"node-b", "-o", "json"}, wantCode: ExitOK,
+			name: "json", args: []string{r.c, "-o", "json"}, wantCode: ExitOK,
 			check: func(t *testing.T, stdout, _ string) {
 				var v NodeView
-				if err := json.Unmarshal([]byte(stdout), &v); err != nil || v.NodeID != "node-b" || v.State != "active" || v.TPMEKHash != strings.Repeat("ab", 32) {
+				if err := json.Unmarshal([]byte(stdout), &v); err != nil || v.NodeID != r.c || v.State != "revoked" || v.TPMEKHash != r.ekC || v.RevokedBy != "admin/alice" {
 					t.Errorf("err %v, view %+v", err, v)
 				}
 			},
 		},
 		{
-			name: "not found", args: []string{"node-zz"}, wantCode: ExitNotFound,
+			name: "not found", args: []string{missing}, wantCode: ExitNotFound,
 			check: func(t *testing.T, _, stderr string) {
-				want := "pact: no node node-zz in the registry (journal: NODE_NOT_ENROLLED: node node-zz is not in the registry); list nodes with: pact node list\n"
+				want := "pact: no node " + missing + " in the registry (journal: NODE_NOT_ENROLLED: no node \"" + missing + "\" in the registry); list nodes with: pact node list\n"
 				if stderr != want {
 					t.Errorf("stderr %q\nwant   %q", stderr, want)
 				}
@@ -475,7 +558,7 @@ func TestInspect(t *testing.T) {
 			},
 		},
 		{
-			name: "two names", args: []string{"node-a", "node-b"}, wantCode: ExitUsage,
+			name: "two names", args: []string{r.a, r.b}, wantCode: ExitUsage,
 			check: func(t *testing.T, _, stderr string) {
 				if !strings.Contains(stderr, "takes one NODE") {
 					t.Errorf("stderr %q", stderr)
@@ -485,9 +568,13 @@ func TestInspect(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, stdout, stderr := runCLI(t, p, append(append([]string{"node", "inspect"}, tt.args...), p.flags(addr)...)...)
+			rec := &recorder{}
+			code, stdout, stderr := runLive(t, l, l.alice(t), runOpts{rec: rec}, append([]string{"node", "inspect"}, tt.args...)...)
 			if code != tt.wantCode {
 				t.Errorf("exit %d, want %d; stderr %s", code, tt.wantCode, stderr)
+			}
+			if tt.wantCode == ExitUsage && rec.callCount() != 0 {
+				t.Errorf("a usage error called the journal %d times", rec.callCount())
 			}
 			tt.check(t, stdout, stderr)
 		})
@@ -496,61 +583,38 @@ func TestInspect(t *testing.T) {
 
 func TestFailover(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
+	l := sharedJournal(t)
+	alice := l.alice(t)
+	suffix, mac := l.fresh()
+	node := "node" + suffix
+	l.register(t, alice, &pactv1.RegisterNodeRequest{NodeId: node, Hardware: &pactv1.HardwareIdentity{Macs: []string{liveMAC(mac + 1)}}})
 
 	t.Run("dead address first, then the live one", func(t *testing.T) {
-		fake := newFakeAdmin()
-		seedRegistry(fake)
-		dead, live := deadAddr(t), startJournal(t, p, fake)
-		code, stdout, stderr := runCLI(t, p, append([]string{"node", "inspect", "node-a"}, p.flags(dead, live)...)...)
-		if code != ExitOK || stderr != "" || !strings.Contains(stdout, "node-a") {
+		code, stdout, stderr := runEnv(t, nil, runOpts{key: alice.keyPEM}, append([]string{"node", "inspect", node}, l.flags(alice, deadAddr(t), l.h.Addr)...)...)
+		if code != ExitOK || stderr != "" || !strings.Contains(stdout, node) {
 			t.Errorf("exit %d stdout %q stderr %q", code, stdout, stderr)
 		}
 	})
 
-	t.Run("journal without a leader, then one with", func(t *testing.T) {
-		noLeader, good := newFakeAdmin(), newFakeAdmin()
-		noLeader.setFail(apierr.Status(apierr.NoLeader, 0, "election in progress").Err())
-		a1, a2 := startJournal(t, p, noLeader), startJournal(t, p, good)
-		code, _, stderr := runCLI(t, p, append([]string{"node", "enroll", "node-001", "--mac", "52:54:00:12:34:56"}, p.flags(a1, a2)...)...)
-		if code != ExitOK || noLeader.callCount() != 1 || good.callCount() != 1 || stderr != "" {
-			t.Errorf("exit %d, calls %d/%d, stderr %q", code, noLeader.callCount(), good.callCount(), stderr)
-		}
-		if _, ok := good.nodes["node-001"]; !ok {
-			t.Error("second journal did not register the node")
-		}
-	})
-
 	t.Run("failover before any request was sent adds no doubt", func(t *testing.T) {
-		fake := newFakeAdmin()
-		fake.put(&pactv1.Node{NodeId: "node-001"})
-		code, _, stderr := runCLI(t, p, append([]string{"node", "enroll", "node-001", "--mac", "52:54:00:12:34:56"}, p.flags(deadAddr(t), startJournal(t, p, fake))...)...)
-		if code != ExitConflict || strings.Contains(stderr, "earlier attempt") {
+		// The node is registered with other hardware: NODE_ALREADY_ENROLLED.
+		code, _, stderr := runEnv(t, nil, runOpts{key: alice.keyPEM}, append([]string{"node", "enroll", node, "--mac", liveMAC(mac + 2)}, l.flags(alice, deadAddr(t), l.h.Addr)...)...)
+		if code != ExitConflict || !strings.Contains(stderr, "NODE_ALREADY_ENROLLED") || strings.Contains(stderr, "earlier attempt") {
 			t.Errorf("exit %d, stderr %q", code, stderr)
 		}
 	})
 
 	t.Run("a definite answer is final", func(t *testing.T) {
-		first, second := newFakeAdmin(), newFakeAdmin()
-		a1, a2 := startJournal(t, p, first), startJournal(t, p, second)
-		code, _, _ := runCLI(t, p, append([]string{"node", "inspect", "node-zz"}, p.flags(a1, a2)...)...)
-		if code != ExitNotFound || second.callCount() != 0 {
-			t.Errorf("exit %d, second journal called %d times", code, second.callCount())
-		}
-	})
-
-	t.Run("no leader anywhere", func(t *testing.T) {
-		noLeader := newFakeAdmin()
-		noLeader.setFail(apierr.Status(apierr.NoLeader, 0, "election in progress").Err())
-		code, _, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(startJournal(t, p, noLeader), deadAddr(t))...)...)
-		if code != ExitUnavailable || !strings.Contains(stderr, "NO_LEADER: election in progress") || !strings.Contains(stderr, "majority of the quorum") {
-			t.Errorf("exit %d stderr %s", code, stderr)
+		second, tried := countingAddr(t)
+		code, _, stderr := runEnv(t, nil, runOpts{key: alice.keyPEM}, append([]string{"node", "inspect", "node-zz" + suffix}, l.flags(alice, l.h.Addr, second)...)...)
+		if code != ExitNotFound || tried() != 0 {
+			t.Errorf("exit %d, second journal dialled %d times; stderr %s", code, tried(), stderr)
 		}
 	})
 
 	t.Run("all dead", func(t *testing.T) {
 		d1, d2 := deadAddr(t), deadAddr(t)
-		code, stdout, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(d1, d2)...)...)
+		code, stdout, stderr := runEnv(t, nil, runOpts{key: alice.keyPEM}, append([]string{"node", "list"}, l.flags(alice, d1, d2)...)...)
 		if code != ExitUnavailable {
 			t.Errorf("exit %d, want %d", code, ExitUnavailable)
 		}
@@ -565,37 +629,75 @@ func TestFailover(t *testing.T) {
 	})
 
 	t.Run("journal certificate from another domain", func(t *testing.T) {
+		// The credential and --ca are of a root made in the test; the
+		// journal's certificate is of its own root.
 		other := newTestPKI(t)
-		addr := startJournal(t, other, newFakeAdmin())
 		// Every journal answered with a certificate --ca does not trust:
 		// the CLI's root is wrong, not the journal down.
-		code, _, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(addr)...)...)
-		if code != ExitUsage || !strings.Contains(stderr, "server certificate is not trusted") || !strings.Contains(stderr, "--ca "+p.caFile) ||
+		code, _, stderr := runCLI(t, other, append([]string{"node", "list"}, other.flags(l.h.Addr)...)...)
+		if code != ExitUsage || !strings.Contains(stderr, "server certificate is not trusted") || !strings.Contains(stderr, "--ca "+other.caFile) ||
 			strings.Contains(stderr, "cannot reach") {
 			t.Errorf("exit %d stderr %s", code, stderr)
 		}
 		// One journal down and one untrusted: the outage explanation, which
 		// names both.
-		code, _, stderr = runCLI(t, p, append([]string{"node", "list"}, p.flags(deadAddr(t), addr)...)...)
-		if code != ExitUnavailable || !strings.Contains(stderr, "did not verify against --ca "+p.caFile) {
+		code, _, stderr = runCLI(t, other, append([]string{"node", "list"}, other.flags(deadAddr(t), l.h.Addr)...)...)
+		if code != ExitUnavailable || !strings.Contains(stderr, "did not verify against --ca "+other.caFile) {
 			t.Errorf("mixed: exit %d stderr %s", code, stderr)
 		}
 	})
 }
 
-func TestEnvironment(t *testing.T) {
+// TestFailoverFromALeaderlessJournal: a journal without a leader is
+// passed over for the next. The NO_LEADER answers are injected
+// (fakeJournal): a real journal gives them only between losing its quorum
+// and an election, which a test cannot hold it in; the journal package's
+// own tests show it gives them then.
+func TestFailoverFromALeaderlessJournal(t *testing.T) {
+	clearEnv(t)
 	p := newTestPKI(t)
-	fake := newFakeAdmin()
-	seedRegistry(fake)
-	live := startJournal(t, p, fake)
+
+	t.Run("journal without a leader, then one with", func(t *testing.T) {
+		noLeader, good := newFakeJournal(), newFakeJournal()
+		noLeader.setFail(apierr.Status(apierr.NoLeader, 0, "election in progress").Err())
+		a1, a2 := startJournal(t, p, noLeader), startJournal(t, p, good)
+		code, _, stderr := runCLI(t, p, append([]string{"node", "enroll", "node-001", "--mac", "52:54:00:12:34:56"}, p.flags(a1, a2)...)...)
+		if code != ExitOK || noLeader.callCount() != 1 || good.callsOf("RegisterNode") != 1 || stderr != "" {
+			t.Errorf("exit %d, calls %d/%d, stderr %q", code, noLeader.callCount(), good.callCount(), stderr)
+		}
+	})
+
+	t.Run("no leader anywhere", func(t *testing.T) {
+		noLeader := newFakeJournal()
+		noLeader.setFail(apierr.Status(apierr.NoLeader, 0, "election in progress").Err())
+		code, _, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags(startJournal(t, p, noLeader), deadAddr(t))...)...)
+		if code != ExitUnavailable || !strings.Contains(stderr, "NO_LEADER: election in progress") || !strings.Contains(stderr, "majority of the quorum") {
+			t.Errorf("exit %d stderr %s", code, stderr)
+		}
+	})
+}
+
+func TestEnvironment(t *testing.T) {
+	l := sharedJournal(t)
+	alice := l.alice(t)
+	suffix, mac := l.fresh()
+	node := "node" + suffix
+	l.register(t, alice, &pactv1.RegisterNodeRequest{NodeId: node, Hardware: &pactv1.HardwareIdentity{Macs: []string{liveMAC(mac + 1)}}})
+	// Main, as the binary runs: it reads the process environment.
+	run := func(t *testing.T, args ...string) (int, string, string) {
+		t.Helper()
+		code, stdout, stderr := runCLI(t, nil, args...)
+		assertNoKeyMaterial(t, stdout+stderr, alice.keyPEM)
+		return code, stdout, stderr
+	}
 
 	t.Run("env alone is enough", func(t *testing.T) {
-		t.Setenv(EnvJournal, live)
-		t.Setenv(EnvCA, p.caFile)
-		t.Setenv(EnvCert, p.admin.certFile)
-		t.Setenv(EnvKey, p.admin.keyFile)
-		code, stdout, stderr := runCLI(t, p, "node", "inspect", "node-a")
-		if code != ExitOK || !strings.Contains(stdout, "node-a") {
+		t.Setenv(EnvJournal, l.h.Addr)
+		t.Setenv(EnvCA, l.caFile)
+		t.Setenv(EnvCert, alice.certFile)
+		t.Setenv(EnvKey, alice.keyFile)
+		code, stdout, stderr := run(t, "node", "inspect", node)
+		if code != ExitOK || !strings.Contains(stdout, node) {
 			t.Errorf("exit %d stderr %s", code, stderr)
 		}
 	})
@@ -603,9 +705,9 @@ func TestEnvironment(t *testing.T) {
 	t.Run("flags win over env", func(t *testing.T) {
 		t.Setenv(EnvJournal, deadAddr(t))
 		t.Setenv(EnvCA, "/nonexistent/ca.pem")
-		t.Setenv(EnvCert, p.admin.certFile)
-		t.Setenv(EnvKey, p.admin.keyFile)
-		code, _, stderr := runCLI(t, p, "node", "inspect", "node-a", "--journal", live, "--ca", p.caFile)
+		t.Setenv(EnvCert, alice.certFile)
+		t.Setenv(EnvKey, alice.keyFile)
+		code, _, stderr := run(t, "node", "inspect", node, "--journal", l.h.Addr, "--ca", l.caFile)
 		if code != ExitOK {
 			t.Errorf("exit %d stderr %s", code, stderr)
 		}
@@ -613,10 +715,10 @@ func TestEnvironment(t *testing.T) {
 
 	t.Run("missing journal", func(t *testing.T) {
 		clearEnv(t)
-		t.Setenv(EnvCA, p.caFile)
-		t.Setenv(EnvCert, p.admin.certFile)
-		t.Setenv(EnvKey, p.admin.keyFile)
-		code, _, stderr := runCLI(t, p, "node", "list")
+		t.Setenv(EnvCA, l.caFile)
+		t.Setenv(EnvCert, alice.certFile)
+		t.Setenv(EnvKey, alice.keyFile)
+		code, _, stderr := run(t, "node", "list")
 		want := "pact: no journal address: pass --journal host:port or set PACT_JOURNAL (make run prints the exports)\nsee: pact node list --help\n"
 		if code != ExitUsage || stderr != want {
 			t.Errorf("exit %d stderr %q\nwant %q", code, stderr, want)
@@ -625,7 +727,7 @@ func TestEnvironment(t *testing.T) {
 
 	t.Run("everything missing is reported at once", func(t *testing.T) {
 		clearEnv(t)
-		code, _, stderr := runCLI(t, p, "node", "list")
+		code, _, stderr := run(t, "node", "list")
 		for _, w := range []string{"--journal", "--ca FILE or set PACT_CA", "--cert FILE or set PACT_CERT", "--key FILE or set PACT_KEY"} {
 			if !strings.Contains(stderr, w) {
 				t.Errorf("stderr lacks %q:\n%s", w, stderr)
@@ -638,23 +740,32 @@ func TestEnvironment(t *testing.T) {
 
 	t.Run("bad address", func(t *testing.T) {
 		clearEnv(t)
-		code, _, stderr := runCLI(t, p, append([]string{"node", "list"}, p.flags("localhost")...)...)
+		code, _, stderr := run(t, append([]string{"node", "list"}, l.flags(alice, "localhost")...)...)
 		if code != ExitUsage || !strings.Contains(stderr, `bad journal address "localhost": want host:port`) {
 			t.Errorf("exit %d stderr %s", code, stderr)
 		}
 	})
 }
 
+// TestCredentialFiles: credentials pact cannot use are refused before any
+// call, naming the file and never echoing a key.
 func TestCredentialFiles(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeAdmin()
-	addr := startJournal(t, p, fake)
+	l := sharedJournal(t)
+	alice := l.alice(t)
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
 	secret := "-----BEGIN PRIVATE KEY-----\nU0VDUkVULUtFWS1NQVRFUklBTC1ET05PVC1QUklOVA==\n-----END PRIVATE KEY-----\n"
-	garbage := p.write("garbage-key.pem", []byte(secret))
-	notPEM := p.write("not-pem-key.pem", []byte("SECRET-KEY-MATERIAL-DONOT-PRINT\n"))
-	other := p.issueAdmin("other", "eve", pki.RolePlatformAdmin, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-	expired := p.issueAdmin("expired", "old", pki.RolePlatformAdmin, time.Now().Add(-3*time.Hour), time.Now().Add(-time.Hour))
+	garbage := write("garbage-key.pem", secret)
+	notPEM := write("not-pem-key.pem", "SECRET-KEY-MATERIAL-DONOT-PRINT\n")
+	other := l.operator(t, "eve", pki.RolePlatformAdmin)
+	expired := l.expiredOperator(t, "old", pki.RolePlatformAdmin)
 
 	tests := []struct {
 		name     string
@@ -663,17 +774,18 @@ func TestCredentialFiles(t *testing.T) {
 		wantCode int
 		wantErr  string
 	}{
-		{"key does not parse", p.admin.certFile, garbage, ExitUsage, "not a usable private key for the certificate"},
-		{"key is not PEM", p.admin.certFile, notPEM, ExitUsage, "no PEM private key in the file"},
-		{"key of another certificate", p.admin.certFile, other.keyFile, ExitUsage, "not a usable private key for the certificate"},
-		{"key where the cert belongs", p.admin.keyFile, p.admin.keyFile, ExitUsage, "--cert " + p.admin.keyFile},
-		{"missing key file", p.admin.certFile, p.dir + "/nope.pem", ExitUsage, "--key: open " + p.dir + "/nope.pem"},
+		{"key does not parse", alice.certFile, garbage, ExitUsage, "not a usable private key for the certificate"},
+		{"key is not PEM", alice.certFile, notPEM, ExitUsage, "no PEM private key in the file"},
+		{"key of another certificate", alice.certFile, other.keyFile, ExitUsage, "not a usable private key for the certificate"},
+		{"key where the cert belongs", alice.keyFile, alice.keyFile, ExitUsage, "--cert " + alice.keyFile},
+		{"missing key file", alice.certFile, dir + "/nope.pem", ExitUsage, "--key: open " + dir + "/nope.pem"},
 		{"expired credential", expired.certFile, expired.keyFile, ExitDenied, "(admin old, role platform-admin) expired at"},
 	}
+	rec := &recorder{}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			args := []string{"node", "list", "--journal", addr, "--ca", p.caFile, "--cert", tt.cert, "--key", tt.key}
-			code, stdout, stderr := runCLI(t, p, args...)
+			args := []string{"node", "list", "--journal", l.h.Addr, "--ca", l.caFile, "--cert", tt.cert, "--key", tt.key}
+			code, stdout, stderr := runEnv(t, nil, runOpts{rec: rec, key: alice.keyPEM}, args...)
 			if code != tt.wantCode || !strings.Contains(stderr, tt.wantErr) {
 				t.Errorf("exit %d (want %d), stderr %q lacks %q", code, tt.wantCode, stderr, tt.wantErr)
 			}
@@ -683,10 +795,16 @@ func TestCredentialFiles(t *testing.T) {
 				}
 			}
 			assertNoKeyMaterial(t, stdout+stderr, other.keyPEM)
+			assertNoKeyMaterial(t, stdout+stderr, expired.keyPEM)
 		})
 	}
-	if fake.callCount() != 0 {
-		t.Errorf("journal called %d times with unusable credentials", fake.callCount())
+	if rec.callCount() != 0 {
+		t.Errorf("journal called %d times with unusable credentials", rec.callCount())
+	}
+	// The same journal and files, with alice's own key: the refusals above
+	// were the credentials', not the journal's.
+	if code, _, stderr := runLive(t, l, alice, runOpts{}, "node", "list", "--state", "inactive"); code != ExitOK {
+		t.Errorf("alice's own credential: exit %d: %s", code, stderr)
 	}
 }
 
@@ -957,7 +1075,7 @@ func TestUsageErrors(t *testing.T) {
 func TestVersion(t *testing.T) {
 	clearEnv(t)
 	p := newTestPKI(t)
-	fake := newFakeAdmin()
+	fake := newFakeJournal()
 	seedQuorum(fake, "j2", time.Now())
 	downJ3(fake)
 	addr := startJournal(t, p, fake)
@@ -1025,7 +1143,7 @@ func TestVersion(t *testing.T) {
 func TestNoInternalPrefixes(t *testing.T) {
 	clearEnv(t)
 	p := newTestPKI(t)
-	fake := newFakeAdmin()
+	fake := newFakeJournal()
 	fake.setFail(apierr.Status(apierr.InvalidArgument, 0, `hwid: invalid MAC address: "x"; pki: invalid name`).Err())
 	addr := startJournal(t, p, fake)
 	for _, args := range [][]string{

@@ -76,8 +76,8 @@ func TestConnectedTimeout(t *testing.T) {
 	p := newTestPKI(t)
 	const timeout = 300 * time.Millisecond
 
-	setup := func(t *testing.T) (pactv1.AdminServiceClient, *fakeAdmin, string) {
-		stalled, good := newFakeAdmin(), newFakeAdmin()
+	setup := func(t *testing.T) (pactv1.AdminServiceClient, *fakeJournal, string) {
+		stalled, good := newFakeJournal(), newFakeJournal()
 		stalled.stall = true
 		good.put(&pactv1.Node{NodeId: "node-a"})
 		a1 := startJournal(t, p, stalled)
@@ -119,7 +119,7 @@ func TestConnectedTimeout(t *testing.T) {
 func TestSaveSnapshotFailover(t *testing.T) {
 	clearEnv(t)
 	p := newTestPKI(t)
-	noLeader, leader := newFakeAdmin(), newFakeAdmin()
+	noLeader, leader := newFakeJournal(), newFakeJournal()
 	noLeader.setFail(apierr.Status(apierr.NoLeader, 0, "election in progress").Err())
 	leader.snapshot = [][]byte{[]byte("first "), []byte("second "), []byte("third")}
 	dead, a1, a2 := deadAddr(t), startJournal(t, p, noLeader), startJournal(t, p, leader)
@@ -155,7 +155,7 @@ func TestSaveSnapshotFailover(t *testing.T) {
 func TestSaveSnapshotFirstMessageTimeout(t *testing.T) {
 	clearEnv(t)
 	p := newTestPKI(t)
-	stalled, leader := newFakeAdmin(), newFakeAdmin()
+	stalled, leader := newFakeJournal(), newFakeJournal()
 	stalled.stall = true
 	leader.snapshot = [][]byte{[]byte("data")}
 	a1 := startJournal(t, p, stalled)

@@ -247,7 +247,15 @@ func (s *session) explain(a action, err error) error {
 	case codes.AlreadyExists, codes.Aborted:
 		switch e.Reason {
 		case apierr.HardwareIdentityConflict:
-			msg = fmt.Sprintf("a MAC address or the BMC serial of %s is already registered to another node%s; find its owner with: pact node list -o json", a.node, said)
+			// The reason alone does not say which identifier conflicts;
+			// the journal's message does (a MAC, the BMC serial, the TPM
+			// EK hash or the SPIFFE ID, and its owner), so this names none
+			// itself unless the journal said nothing.
+			what := "an identifier given for " + a.node
+			if e.Message == "" {
+				what += " (a MAC, the BMC serial, the TPM EK hash or the SPIFFE ID)"
+			}
+			msg = fmt.Sprintf("%s is already registered to another node%s; find its owner with: pact node list -o json", what, said)
 		default:
 			msg = fmt.Sprintf("node %s is already registered%s; see it with: %s", a.node, said, inspect)
 		}

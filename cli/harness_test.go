@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -54,7 +54,8 @@ type testPKI struct {
 type credFiles struct {
 	certFile, keyFile string
 	cert              *x509.Certificate
-	keyPEM            []byte // to check it never reaches the output
+	keyPEM            []byte           // to check it never reaches the output
+	tls               *tls.Certificate // for calls a test makes itself
 }
 
 func newTestPKI(t *testing.T) *testPKI {
@@ -175,56 +176,79 @@ func sign(t *testing.T, tmpl, parent *x509.Certificate, key, parentKey *ecdsa.Pr
 	return c
 }
 
-// fakeAdmin is an in-memory AdminService. It records every call and the
-// client certificate it saw; fail, when set, is returned by every call.
-// Its rules follow the journal's: EXISTS for an identical re-registration,
-// NODE_STREAMING unless forced, pact-ops-V only touches V, VCLUSTER_CHANGED
-// for an assign of an assigned node or a move of an unassigned one.
-type fakeAdmin struct {
+// fakeJournal is a fake AdminService, kept only for what a real journal
+// (liveJournal) cannot be made to do on demand. It knows no registry rules
+// and no authorisation: a test that checks what the registry does runs
+// against a liveJournal. Its users, and why each cannot use a real one:
+//
+//   - TestEnrollAnswers, TestNoInternalPrefixes, TestDecommissionWithoutALeader,
+//     TestAuditDenied, TestListAnswerTooLargeIsNotARateLimit,
+//     TestFailoverFromALeaderlessJournal: a given answer (NO_LEADER,
+//     RATE_LIMITED with a retry-after, INTERNAL, an answer too large for
+//     gRPC, a refusal no role gets): a real journal gives these only
+//     under conditions a test cannot hold it in.
+//   - TestEnrollBatch (its forced-reason cases), TestEnrollBatchRetries:
+//     row answers a real journal never gives a row the CLI lets through
+//     (INVALID_ARGUMENT, NODE_REVOKED, an unknown reason, NO_LEADER for
+//     one row), and RATE_LIMITED for a chunk.
+//   - TestEnrollBatchJournalLost: the journal dropping away after a given
+//     chunk, mid-call, or while the CLI is interrupted.
+//   - TestEnrollBatchStreams100k: the moment the first chunk arrives,
+//     measured against the writer of 100,000 rows.
+//   - TestConnectedTimeout, TestSaveSnapshotFirstMessageTimeout: a journal
+//     that accepts a call and never answers (stall).
+//   - TestSaveSnapshotFailover: a snapshot stream broken after its first
+//     message.
+//   - TestListPagesThroughALargeRegistry: 12,000 nodes listed page by page
+//     (registering them for real costs more than the rest of the package).
+//   - TestListStopsOnAPageTokenLoop: a page token that names itself.
+//   - TestListStateMarksWithAnOlderJournal: a journal from before the
+//     fenced and released filters, which ignores them.
+//   - TestJournalStatusTable, TestJournalStatusJSON,
+//     TestJournalStatusUnreachable, TestJournalAdd, TestJournalRemove,
+//     TestVersion: a three-journal quorum with given versions, one
+//     journal down, lagging or never heard from, and a follower naming
+//     its leader.
+type fakeJournal struct {
 	pactv1.UnimplementedAdminServiceServer
 
-	mu        sync.Mutex
-	nodes     map[string]*pactv1.Node
-	byMAC     map[string]string // MAC -> node, live nodes only
-	byBMC     map[string]string
-	calls     []string
-	peers     []*x509.Certificate
-	lastState pactv1.NodeState
-	lastList  *pactv1.ListNodesRequest
-	// listPages counts ListNodes answers; stuckToken makes every page
-	// name itself as the next (a journal fault).
-	listPages  int
-	stuckToken bool
-	lastAudit  *pactv1.ListAuditRequest
-	lastForce  bool
-	fail       error
-
-	// streaming nodes hold an open stream: decommission needs force.
-	streaming map[string]bool
-	// audit is the trail ListAudit reads, oldest first.
-	audit []*pactv1.AuditEntry
-	// chunks are the sizes of the RegisterNodes calls received.
-	chunks []int
-	// onChunk, if set, runs at the start of each RegisterNodes call with
-	// the call's context and its 0-based number; an error it returns is
-	// the call's answer.
-	onChunk func(ctx context.Context, n int) error
-	// transient answers NO_LEADER for a node this many more times.
-	transient map[string]int
-	// rowReason forces an ERROR outcome with this reason for a node.
-	rowReason map[string]apierr.Reason
-
-	// The journal this fake plays, for served_by (ListNodes too: empty
-	// says nothing, as an older journal would) and the quorum it sees.
-	self         string
-	appliedIndex uint64
-	// quorum is what JournalStatus reports. Only the leader (quorum.leader
-	// == self) changes membership; others answer NO_LEADER naming it.
-	quorum fakeQuorum
-
+	mu    sync.Mutex
+	calls []string
+	// fail, when set, is every call's answer.
+	fail error
 	// stall makes every call wait for its deadline (a journal that was
 	// reached and did not answer in time).
 	stall bool
+
+	// nodes is what ListNodes lists (every one, whatever the filter, as a
+	// journal from before the filter would) and InspectNode finds.
+	nodes map[string]*pactv1.Node
+	// lastList is the last ListNodes request; listPages counts the
+	// answers; stuckToken makes every page name itself as the next.
+	lastList   *pactv1.ListNodesRequest
+	listPages  int
+	stuckToken bool
+
+	// chunks are the sizes of the RegisterNodes calls received; onChunk,
+	// if set, runs at the start of each with the call's context and its
+	// 0-based number, and an error it returns is the call's answer.
+	chunks  []int
+	onChunk func(ctx context.Context, n int) error
+	// transient answers NO_LEADER for a row this many more times;
+	// rowReason answers ERROR with this reason for a row; registered
+	// are the rows answered OK, answered EXISTS when sent again (a re-run).
+	transient  map[string]int
+	rowReason  map[string]apierr.Reason
+	registered map[string]bool
+
+	// The journal this fake plays (served_by; empty as an older journal
+	// says nothing), its applied index and the quorum JournalStatus
+	// reports. Only the leader (quorum.leader == self) changes membership;
+	// the others answer NO_LEADER naming it.
+	self         string
+	appliedIndex uint64
+	quorum       fakeQuorum
+
 	// snapshot is what SaveSnapshot streams, a message per chunk, then
 	// snapshotErr ends the stream if set.
 	snapshot    [][]byte
@@ -240,61 +264,40 @@ type fakeQuorum struct {
 
 var fakeNow = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 
-func newFakeAdmin() *fakeAdmin {
-	return &fakeAdmin{
-		nodes: map[string]*pactv1.Node{}, byMAC: map[string]string{}, byBMC: map[string]string{},
-		streaming: map[string]bool{}, transient: map[string]int{}, rowReason: map[string]apierr.Reason{},
+func newFakeJournal() *fakeJournal {
+	return &fakeJournal{
+		nodes: map[string]*pactv1.Node{}, transient: map[string]int{}, rowReason: map[string]apierr.Reason{}, registered: map[string]bool{},
 	}
 }
 
-// caller is who a call came from, as the fake's authorization sees it.
-type caller struct{ name, role string }
-
-func (f *fakeAdmin) record(ctx context.Context, method string) (string, error) {
-	c, err := f.recordCaller(ctx, method)
-	return c.name, err
-}
-
-func (f *fakeAdmin) recordCaller(ctx context.Context, method string) (caller, error) {
+// record notes a call and returns the answer a failing journal gives.
+func (f *fakeJournal) record(ctx context.Context, method string) error {
 	f.mu.Lock()
 	stall := f.stall
 	f.mu.Unlock()
 	if stall {
 		<-ctx.Done()
-		return caller{}, status.FromContextError(ctx.Err()).Err()
+		return status.FromContextError(ctx.Err()).Err()
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, method)
-	var who caller
-	if p, ok := peer.FromContext(ctx); ok {
-		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.PeerCertificates) > 0 {
-			leaf := info.State.PeerCertificates[0]
-			f.peers = append(f.peers, leaf)
-			if id, err := pki.IdentityOf(leaf); err == nil {
-				who.name = id.Name
-			}
-			if ou := leaf.Subject.OrganizationalUnit; len(ou) > 0 {
-				who.role = ou[0]
-			}
-		}
-	}
-	return who, f.fail
+	return f.fail
 }
 
-func (f *fakeAdmin) setFail(err error) {
+func (f *fakeJournal) setFail(err error) {
 	f.mu.Lock()
 	f.fail = err
 	f.mu.Unlock()
 }
 
-func (f *fakeAdmin) callCount() int {
+func (f *fakeJournal) callCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.calls)
 }
 
-func (f *fakeAdmin) callsOf(method string) int {
+func (f *fakeJournal) callsOf(method string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := 0
@@ -306,102 +309,28 @@ func (f *fakeAdmin) callsOf(method string) int {
 	return n
 }
 
-func (f *fakeAdmin) put(n *pactv1.Node) {
+func (f *fakeJournal) put(n *pactv1.Node) {
 	f.mu.Lock()
-	f.putLocked(n)
+	f.nodes[n.GetNodeId()] = n
 	f.mu.Unlock()
 }
 
-func (f *fakeAdmin) putLocked(n *pactv1.Node) {
-	if old, ok := f.nodes[n.GetNodeId()]; ok {
-		for _, m := range old.GetHardware().GetMacs() {
-			delete(f.byMAC, m)
-		}
-		delete(f.byBMC, old.GetHardware().GetBmcSerial())
-	}
-	f.nodes[n.GetNodeId()] = n
-	if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
-		return
-	}
-	for _, m := range n.GetHardware().GetMacs() {
-		f.byMAC[m] = n.GetNodeId()
-	}
-	if b := n.GetHardware().GetBmcSerial(); b != "" {
-		f.byBMC[b] = n.GetNodeId()
-	}
-}
-
-func (f *fakeAdmin) node(id string) *pactv1.Node {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.nodes[id]
-}
-
-func (f *fakeAdmin) chunkSizes() []int {
+func (f *fakeJournal) chunkSizes() []int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]int(nil), f.chunks...)
 }
 
-// registerLocked applies the registry's rules to one registration. exists
-// is set when the node is already registered exactly so.
-func (f *fakeAdmin) registerLocked(req *pactv1.RegisterNodeRequest, who string) (exists bool, err error) {
-	if old, ok := f.nodes[req.GetNodeId()]; ok && old.GetState() != pactv1.NodeState_NODE_STATE_REVOKED {
-		if sameRegistration(old, req) {
-			return true, nil
-		}
-		return false, apierr.Status(apierr.NodeAlreadyEnrolled, 0, "node "+req.GetNodeId()+" is already registered").Err()
-	}
-	for _, m := range req.GetHardware().GetMacs() {
-		if o, ok := f.byMAC[m]; ok && o != req.GetNodeId() {
-			return false, apierr.Status(apierr.HardwareIdentityConflict, 0, "MAC "+m+" belongs to "+o).Err()
-		}
-	}
-	if b := req.GetHardware().GetBmcSerial(); b != "" {
-		if o, ok := f.byBMC[b]; ok && o != req.GetNodeId() {
-			return false, apierr.Status(apierr.HardwareIdentityConflict, 0, "BMC serial "+b+" belongs to "+o).Err()
-		}
-	}
-	f.putLocked(&pactv1.Node{
-		NodeId:               req.GetNodeId(),
-		Hardware:             req.GetHardware(),
-		State:                pactv1.NodeState_NODE_STATE_REGISTERED,
-		Vcluster:             req.GetVcluster(),
-		SpiffeId:             req.GetSpiffeId(),
-		RegisteredAtUnixNano: fakeNow.UnixNano(),
-		RegisteredBy:         who,
-		UpdatedAtUnixNano:    fakeNow.UnixNano(),
-	})
-	return false, nil
-}
-
-// sameRegistration: same hardware (MACs as sent: normalised and sorted),
-// the same vCluster and SPIFFE ID, whatever the node's state.
-func sameRegistration(n *pactv1.Node, req *pactv1.RegisterNodeRequest) bool {
-	a, b := n.GetHardware(), req.GetHardware()
-	return n.GetVcluster() == req.GetVcluster() && n.GetSpiffeId() == req.GetSpiffeId() && a.GetBmcSerial() == b.GetBmcSerial() &&
-		a.GetTpmEkHash() == b.GetTpmEkHash() && slices.Equal(a.GetMacs(), b.GetMacs())
-}
-
-func (f *fakeAdmin) RegisterNode(ctx context.Context, req *pactv1.RegisterNodeRequest) (*pactv1.RegisterNodeResponse, error) {
-	who, err := f.record(ctx, "RegisterNode")
-	if err != nil {
+// RegisterNode answers with the node as asked.
+func (f *fakeJournal) RegisterNode(ctx context.Context, req *pactv1.RegisterNodeRequest) (*pactv1.RegisterNodeResponse, error) {
+	if err := f.record(ctx, "RegisterNode"); err != nil {
 		return nil, err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if _, ok := f.nodes[req.GetNodeId()]; ok {
-		return nil, apierr.Status(apierr.NodeAlreadyEnrolled, 0, "node "+req.GetNodeId()+" is already registered").Err()
-	}
-	if _, err := f.registerLocked(req, who); err != nil {
-		return nil, err
-	}
-	return &pactv1.RegisterNodeResponse{Node: f.nodes[req.GetNodeId()]}, nil
+	return &pactv1.RegisterNodeResponse{Node: &pactv1.Node{NodeId: req.GetNodeId(), Hardware: req.GetHardware(), State: pactv1.NodeState_NODE_STATE_REGISTERED}}, nil
 }
 
-func (f *fakeAdmin) RegisterNodes(ctx context.Context, req *pactv1.RegisterNodesRequest) (*pactv1.RegisterNodesResponse, error) {
-	who, err := f.recordCaller(ctx, "RegisterNodes")
-	if err != nil {
+func (f *fakeJournal) RegisterNodes(ctx context.Context, req *pactv1.RegisterNodesRequest) (*pactv1.RegisterNodesResponse, error) {
+	if err := f.record(ctx, "RegisterNodes"); err != nil {
 		return nil, err
 	}
 	f.mu.Lock()
@@ -414,67 +343,44 @@ func (f *fakeAdmin) RegisterNodes(ctx context.Context, req *pactv1.RegisterNodes
 			return nil, err
 		}
 	}
-	if who.role != pki.RolePlatformAdmin {
-		return nil, apierr.Status(apierr.PermissionDenied, 0, "role "+who.role+" may not register nodes").Err()
-	}
-	if len(req.GetNodes()) > 1000 {
-		return nil, apierr.Status(apierr.InvalidArgument, 0, "too many rows").Err()
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := &pactv1.RegisterNodesResponse{}
 	for _, row := range req.GetNodes() {
-		res := &pactv1.RegisterNodeResult{NodeId: row.GetNodeId()}
+		id := row.GetNodeId()
+		res := &pactv1.RegisterNodeResult{NodeId: id, Outcome: pactv1.RegisterOutcome_REGISTER_OUTCOME_OK}
 		out.Results = append(out.Results, res)
-		if f.transient[row.GetNodeId()] > 0 {
-			f.transient[row.GetNodeId()]--
+		switch r, forced := f.rowReason[id]; {
+		case f.transient[id] > 0:
+			f.transient[id]--
 			res.Outcome, res.Reason, res.Message = pactv1.RegisterOutcome_REGISTER_OUTCOME_ERROR, string(apierr.NoLeader), "election in progress"
-			continue
-		}
-		if r, ok := f.rowReason[row.GetNodeId()]; ok {
+		case forced:
 			res.Outcome, res.Reason, res.Message = pactv1.RegisterOutcome_REGISTER_OUTCOME_ERROR, string(r), "forced by the test"
-			continue
-		}
-		exists, err := f.registerLocked(row, who.name)
-		switch {
-		case err != nil:
-			e := apierr.FromError(err)
-			res.Outcome, res.Reason, res.Message = pactv1.RegisterOutcome_REGISTER_OUTCOME_ERROR, string(e.Reason), e.Message
-		case exists:
+		case f.registered[id]:
 			res.Outcome = pactv1.RegisterOutcome_REGISTER_OUTCOME_EXISTS
 		default:
-			res.Outcome = pactv1.RegisterOutcome_REGISTER_OUTCOME_OK
+			f.registered[id] = true
 		}
 	}
 	return out, nil
 }
 
-func (f *fakeAdmin) ListNodes(ctx context.Context, req *pactv1.ListNodesRequest) (*pactv1.ListNodesResponse, error) {
-	if _, err := f.record(ctx, "ListNodes"); err != nil {
+func (f *fakeJournal) ListNodes(ctx context.Context, req *pactv1.ListNodesRequest) (*pactv1.ListNodesResponse, error) {
+	if err := f.record(ctx, "ListNodes"); err != nil {
 		return nil, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.lastState = req.GetState()
 	f.lastList = req
 	out := &pactv1.ListNodesResponse{ServedBy: f.self, AppliedIndex: f.appliedIndex}
 	for _, n := range f.nodes { // map order: the CLI must sort
-		if req.GetState() != pactv1.NodeState_NODE_STATE_UNSPECIFIED && n.GetState() != req.GetState() {
-			continue
-		}
-		if v := req.GetVcluster(); v != "" && n.GetVcluster() != v {
-			continue
-		}
-		if req.GetUnassigned() && n.GetVcluster() != "" {
-			continue
-		}
 		out.Nodes = append(out.Nodes, n)
 	}
 	f.listPages++
 	if size := int(req.GetPageSize()); size > 0 {
-		// Page as a journal does, in node ID order after the token (here
-		// the plain ID; the CLI treats it as opaque), each page at the
-		// next applied index.
+		// Pages in node ID order after the token (here the plain ID; the
+		// CLI treats it as opaque), each at the next applied index, as a
+		// journal written to between the pages answers.
 		sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].GetNodeId() < out.Nodes[j].GetNodeId() })
 		rest := out.Nodes[sort.Search(len(out.Nodes), func(i int) bool { return out.Nodes[i].GetNodeId() > req.GetPageToken() }):]
 		out.Nodes = rest[:min(size, len(rest))]
@@ -489,143 +395,36 @@ func (f *fakeAdmin) ListNodes(ctx context.Context, req *pactv1.ListNodesRequest)
 	return out, nil
 }
 
-func (f *fakeAdmin) InspectNode(ctx context.Context, req *pactv1.InspectNodeRequest) (*pactv1.InspectNodeResponse, error) {
-	if _, err := f.record(ctx, "InspectNode"); err != nil {
+func (f *fakeJournal) InspectNode(ctx context.Context, req *pactv1.InspectNodeRequest) (*pactv1.InspectNodeResponse, error) {
+	if err := f.record(ctx, "InspectNode"); err != nil {
 		return nil, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n, ok := f.nodes[req.GetNodeId()]
 	if !ok {
-		return nil, notEnrolled(req.GetNodeId())
+		return nil, apierr.Status(apierr.NodeNotEnrolled, 0, "node "+req.GetNodeId()+" is not in the registry").Err()
 	}
 	return &pactv1.InspectNodeResponse{Node: n}, nil
 }
 
-func notEnrolled(id string) error {
-	return apierr.Status(apierr.NodeNotEnrolled, 0, "node "+id+" is not in the registry").Err()
-}
-
-func (f *fakeAdmin) DecommissionNode(ctx context.Context, req *pactv1.DecommissionNodeRequest) (*pactv1.DecommissionNodeResponse, error) {
-	who, err := f.recordCaller(ctx, "DecommissionNode")
-	if err != nil {
+// DecommissionNode and ListAudit only ever give the answer set with
+// setFail.
+func (f *fakeJournal) DecommissionNode(ctx context.Context, _ *pactv1.DecommissionNodeRequest) (*pactv1.DecommissionNodeResponse, error) {
+	if err := f.record(ctx, "DecommissionNode"); err != nil {
 		return nil, err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.lastForce = req.GetForce()
-	if who.role != pki.RolePlatformAdmin {
-		return nil, apierr.Status(apierr.PermissionDenied, 0, "role "+who.role+" may not decommission nodes").Err()
-	}
-	n, ok := f.nodes[req.GetNodeId()]
-	if !ok {
-		return nil, notEnrolled(req.GetNodeId())
-	}
-	if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
-		return nil, apierr.Status(apierr.NodeRevoked, 0, n.GetNodeId()+" is already decommissioned").Err()
-	}
-	if f.streaming[n.GetNodeId()] && !req.GetForce() {
-		return nil, apierr.Status(apierr.NodeStreaming, 0, "node "+n.GetNodeId()+" is running (stream seen 0s ago); decommissioning cuts it off: re-run with --force").Err()
-	}
-	next := proto.Clone(n).(*pactv1.Node)
-	next.State = pactv1.NodeState_NODE_STATE_REVOKED
-	next.RevokedAtUnixNano = fakeNow.UnixNano()
-	next.RevokedBy = "admin/" + who.name
-	f.putLocked(next)
-	return &pactv1.DecommissionNodeResponse{Node: next}, nil
+	return nil, status.Error(codes.Unimplemented, "the fake decommissions nothing")
 }
 
-// setVCluster mirrors the journal: fromOK checks the node's current
-// vCluster, and a pact-ops-V caller may only touch V.
-func (f *fakeAdmin) setVCluster(ctx context.Context, method, id, to string, fromOK func(string) bool) (*pactv1.Node, string, error) {
-	who, err := f.recordCaller(ctx, method)
-	if err != nil {
-		return nil, "", err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if who.role == pki.RoleViewer {
-		return nil, "", apierr.Status(apierr.PermissionDenied, 0, "role viewer may not change assignments").Err()
-	}
-	n, ok := f.nodes[id]
-	if !ok {
-		return nil, "", notEnrolled(id)
-	}
-	if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
-		return nil, "", apierr.Status(apierr.NodeRevoked, 0, id+" was decommissioned").Err()
-	}
-	from := n.GetVcluster()
-	if fromOK != nil && !fromOK(from) {
-		if from == "" {
-			return nil, "", apierr.Status(apierr.VClusterChanged, 0, id+" is in maintenance (no vCluster); use assign").Err()
-		}
-		return nil, "", apierr.Status(apierr.VClusterChanged, 0, id+" is already in "+from+"; use move").Err()
-	}
-	if own, ok := strings.CutPrefix(who.role, pki.RoleOpsPrefix); ok {
-		for _, v := range []string{from, to} {
-			if v != "" && v != own {
-				return nil, "", apierr.Status(apierr.PermissionDenied, 0, "role "+who.role+" may only move nodes into and out of "+own+"; "+id+" touches "+v).Err()
-			}
-		}
-	}
-	next := proto.Clone(n).(*pactv1.Node)
-	next.Vcluster = to
-	f.putLocked(next)
-	return next, from, nil
-}
-
-func (f *fakeAdmin) AssignNode(ctx context.Context, req *pactv1.AssignNodeRequest) (*pactv1.AssignNodeResponse, error) {
-	n, _, err := f.setVCluster(ctx, "AssignNode", req.GetNodeId(), req.GetVcluster(), func(from string) bool { return from == "" })
-	if err != nil {
+func (f *fakeJournal) ListAudit(ctx context.Context, _ *pactv1.ListAuditRequest) (*pactv1.ListAuditResponse, error) {
+	if err := f.record(ctx, "ListAudit"); err != nil {
 		return nil, err
 	}
-	return &pactv1.AssignNodeResponse{Node: n}, nil
+	return nil, status.Error(codes.Unimplemented, "the fake keeps no audit trail")
 }
 
-func (f *fakeAdmin) UnassignNode(ctx context.Context, req *pactv1.UnassignNodeRequest) (*pactv1.UnassignNodeResponse, error) {
-	n, prev, err := f.setVCluster(ctx, "UnassignNode", req.GetNodeId(), "", nil)
-	if err != nil {
-		return nil, err
-	}
-	return &pactv1.UnassignNodeResponse{Node: n, PreviousVcluster: prev}, nil
-}
-
-func (f *fakeAdmin) MoveNode(ctx context.Context, req *pactv1.MoveNodeRequest) (*pactv1.MoveNodeResponse, error) {
-	n, prev, err := f.setVCluster(ctx, "MoveNode", req.GetNodeId(), req.GetToVcluster(), func(from string) bool { return from != "" })
-	if err != nil {
-		return nil, err
-	}
-	return &pactv1.MoveNodeResponse{Node: n, PreviousVcluster: prev}, nil
-}
-
-func (f *fakeAdmin) ListAudit(ctx context.Context, req *pactv1.ListAuditRequest) (*pactv1.ListAuditResponse, error) {
-	if _, err := f.record(ctx, "ListAudit"); err != nil {
-		return nil, err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.lastAudit = req
-	var out []*pactv1.AuditEntry
-	for _, e := range f.audit {
-		if req.GetNodeId() != "" && e.GetNodeId() != req.GetNodeId() {
-			continue
-		}
-		if e.GetAtUnixNano() < req.GetSinceUnixNano() {
-			continue
-		}
-		out = append(out, e)
-	}
-	limit := int(req.GetLimit())
-	if limit == 0 {
-		limit = 1000
-	}
-	if len(out) > limit {
-		out = out[len(out)-limit:]
-	}
-	return &pactv1.ListAuditResponse{Entries: out}, nil
-}
-
-func (f *fakeAdmin) cloneMembersLocked() []*pactv1.JournalMember {
+func (f *fakeJournal) cloneMembersLocked() []*pactv1.JournalMember {
 	out := make([]*pactv1.JournalMember, len(f.quorum.members))
 	for i, m := range f.quorum.members {
 		out[i] = proto.Clone(m).(*pactv1.JournalMember)
@@ -633,8 +432,8 @@ func (f *fakeAdmin) cloneMembersLocked() []*pactv1.JournalMember {
 	return out
 }
 
-func (f *fakeAdmin) JournalStatus(ctx context.Context, _ *pactv1.JournalStatusRequest) (*pactv1.JournalStatusResponse, error) {
-	if _, err := f.record(ctx, "JournalStatus"); err != nil {
+func (f *fakeJournal) JournalStatus(ctx context.Context, _ *pactv1.JournalStatusRequest) (*pactv1.JournalStatusResponse, error) {
+	if err := f.record(ctx, "JournalStatus"); err != nil {
 		return nil, err
 	}
 	f.mu.Lock()
@@ -646,12 +445,9 @@ func (f *fakeAdmin) JournalStatus(ctx context.Context, _ *pactv1.JournalStatusRe
 	}, nil
 }
 
-// membershipLocked applies the journal's rules before a membership
-// change: platform-admin only, and only on the leader.
-func (f *fakeAdmin) membershipLocked(who caller) error {
-	if who.role != pki.RolePlatformAdmin {
-		return apierr.Status(apierr.PermissionDenied, 0, "role "+who.role+" may not change the journal quorum").Err()
-	}
+// notLeaderLocked is the answer of a journal that is not the leader to a
+// membership change.
+func (f *fakeJournal) notLeaderLocked() error {
 	if f.quorum.leader == "" {
 		return apierr.Status(apierr.NoLeader, 0, "no leader; a majority of the quorum must be up to change it").Err()
 	}
@@ -661,28 +457,19 @@ func (f *fakeAdmin) membershipLocked(who caller) error {
 	return nil
 }
 
-func (f *fakeAdmin) AddJournal(ctx context.Context, req *pactv1.AddJournalRequest) (*pactv1.AddJournalResponse, error) {
-	who, err := f.recordCaller(ctx, "AddJournal")
-	if err != nil {
+// AddJournal adds the journal as a voter not heard from yet.
+func (f *fakeJournal) AddJournal(ctx context.Context, req *pactv1.AddJournalRequest) (*pactv1.AddJournalResponse, error) {
+	if err := f.record(ctx, "AddJournal"); err != nil {
 		return nil, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if who.role == pki.RolePlatformAdmin {
-		if err := pki.ValidateName("journal id", req.GetJournalId()); err != nil {
-			return nil, apierr.Status(apierr.InvalidArgument, 0, err.Error()).Err()
-		}
-	}
-	if err := f.membershipLocked(who); err != nil {
+	if err := f.notLeaderLocked(); err != nil {
 		return nil, err
 	}
-	found := false
-	for _, m := range f.quorum.members {
-		if m.GetJournalId() == req.GetJournalId() {
-			m.RaftAddr, m.Voter, found = req.GetRaftAddr(), true, true
-		}
-	}
-	if !found {
+	if i := slices.IndexFunc(f.quorum.members, func(m *pactv1.JournalMember) bool { return m.GetJournalId() == req.GetJournalId() }); i >= 0 {
+		f.quorum.members[i].RaftAddr, f.quorum.members[i].Voter = req.GetRaftAddr(), true
+	} else {
 		f.quorum.members = append(f.quorum.members, &pactv1.JournalMember{
 			JournalId: req.GetJournalId(), RaftAddr: req.GetRaftAddr(), Voter: true,
 			Error: "its address is not published yet",
@@ -692,28 +479,38 @@ func (f *fakeAdmin) AddJournal(ctx context.Context, req *pactv1.AddJournalReques
 	return &pactv1.AddJournalResponse{Members: f.cloneMembersLocked()}, nil
 }
 
-func (f *fakeAdmin) RemoveJournal(ctx context.Context, req *pactv1.RemoveJournalRequest) (*pactv1.RemoveJournalResponse, error) {
-	who, err := f.recordCaller(ctx, "RemoveJournal")
-	if err != nil {
+func (f *fakeJournal) RemoveJournal(ctx context.Context, req *pactv1.RemoveJournalRequest) (*pactv1.RemoveJournalResponse, error) {
+	if err := f.record(ctx, "RemoveJournal"); err != nil {
 		return nil, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.membershipLocked(who); err != nil {
+	if err := f.notLeaderLocked(); err != nil {
 		return nil, err
 	}
-	i := slices.IndexFunc(f.quorum.members, func(m *pactv1.JournalMember) bool { return m.GetJournalId() == req.GetJournalId() })
-	if i < 0 {
-		return nil, apierr.Status(apierr.NotFound, 0, "no journal \""+req.GetJournalId()+"\" in the quorum; see pact journal status").Err()
-	}
-	f.quorum.members = slices.Delete(f.quorum.members, i, i+1)
+	f.quorum.members = slices.DeleteFunc(f.quorum.members, func(m *pactv1.JournalMember) bool { return m.GetJournalId() == req.GetJournalId() })
 	f.quorum.commit++
 	return &pactv1.RemoveJournalResponse{Members: f.cloneMembersLocked()}, nil
 }
 
+func (f *fakeJournal) SaveSnapshot(_ *pactv1.SaveSnapshotRequest, stream grpc.ServerStreamingServer[pactv1.SaveSnapshotResponse]) error {
+	if err := f.record(stream.Context(), "SaveSnapshot"); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	chunks, end := f.snapshot, f.snapshotErr
+	f.mu.Unlock()
+	for _, c := range chunks {
+		if err := stream.Send(&pactv1.SaveSnapshotResponse{Data: c}); err != nil {
+			return err
+		}
+	}
+	return end
+}
+
 // startJournal serves fake over mTLS on loopback, requiring a client
 // certificate from the test root, and returns its address.
-func startJournal(t *testing.T, p *testPKI, fake *fakeAdmin) string {
+func startJournal(t *testing.T, p *testPKI, fake *fakeJournal) string {
 	t.Helper()
 	_, addr := startJournalServer(t, p, fake)
 	return addr
@@ -721,7 +518,7 @@ func startJournal(t *testing.T, p *testPKI, fake *fakeAdmin) string {
 
 // startJournalServer is startJournal that also returns the server, so a
 // test can stop it mid-call.
-func startJournalServer(t *testing.T, p *testPKI, fake *fakeAdmin) (*grpc.Server, string) {
+func startJournalServer(t *testing.T, p *testPKI, fake *fakeJournal) (*grpc.Server, string) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -795,6 +592,8 @@ type runOpts struct {
 	terminal bool // stderr (only) is a terminal
 	now      func() time.Time
 	sleep    func(context.Context, time.Duration) error
+	rec      *recorder // notes the calls made, when set
+	key      []byte    // a key PEM that must not reach the output
 }
 
 // runEnv runs Run with captured output and the given environment, and
@@ -812,25 +611,18 @@ func runEnv(t *testing.T, p *testPKI, o runOpts, args ...string) (code int, stdo
 	if o.terminal {
 		env.IsTerminal = func(w io.Writer) bool { return w == &errb }
 	}
-	code = Run(context.Background(), args, env)
+	a := &app{env: env.withDefaults()}
+	a.newClient = a.dial
+	if o.rec != nil {
+		recordWith(a, o.rec)
+	}
+	code = a.run(context.Background(), args)
 	stdout, stderr = out.String(), errb.String()
 	if p != nil {
 		assertNoKeyMaterial(t, stdout+stderr, p.admin.keyPEM)
 	}
+	if o.key != nil {
+		assertNoKeyMaterial(t, stdout+stderr, o.key)
+	}
 	return code, stdout, stderr
-}
-
-func (f *fakeAdmin) SaveSnapshot(_ *pactv1.SaveSnapshotRequest, stream grpc.ServerStreamingServer[pactv1.SaveSnapshotResponse]) error {
-	if _, err := f.record(stream.Context(), "SaveSnapshot"); err != nil {
-		return err
-	}
-	f.mu.Lock()
-	chunks, end := f.snapshot, f.snapshotErr
-	f.mu.Unlock()
-	for _, c := range chunks {
-		if err := stream.Send(&pactv1.SaveSnapshotResponse{Data: c}); err != nil {
-			return err
-		}
-	}
-	return end
 }

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -50,28 +52,40 @@ func TestReadBatchSPIFFEID(t *testing.T) {
 	}
 }
 
+// The journal keeps the SPIFFE ID it was given, only within the SPIRE
+// trust domain it accepts SVIDs from (here its own, pact.local).
 func TestEnrollSPIFFEID(t *testing.T) {
 	clearEnv(t)
-	p := newTestPKI(t)
-	fake := newFakeAdmin()
-	addr := startJournal(t, p, fake)
+	l := sharedJournal(t)
+	alice := l.alice(t)
+	suffix, mac := l.fresh()
+	n1, n2, n3 := "node-1"+suffix, "node-2"+suffix, "node-3"+suffix
+	td := "spiffe://pact.local/custom"
 
-	code, stdout, stderr := runCLI(t, p, append([]string{"node", "enroll", "node-1", "--mac", "52:54:00:00:00:01", "--spiffe-id", "spiffe://site.example/custom/n1", "-o", "json"}, p.flags(addr)...)...)
+	code, stdout, stderr := runLive(t, l, alice, runOpts{}, "node", "enroll", n1, "--mac", liveMAC(mac+1), "--spiffe-id", td+"/n1"+suffix, "-o", "json")
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	if !strings.Contains(stdout, `"spiffe_id":`) || !strings.Contains(stdout, "spiffe://site.example/custom/n1") {
+	if !strings.Contains(stdout, `"spiffe_id":`) || !strings.Contains(stdout, td+"/n1"+suffix) {
 		t.Errorf("JSON output %s lacks the spiffe_id", stdout)
 	}
-	if got := fake.node("node-1").GetSpiffeId(); got != "spiffe://site.example/custom/n1" {
+	if got := l.node(t, n1).GetSpiffeId(); got != td+"/n1"+suffix {
 		t.Errorf("registered spiffe_id %q", got)
 	}
+	// Another trust domain: the journal refuses it.
+	code, _, stderr = runLive(t, l, alice, runOpts{}, "node", "enroll", "node-9"+suffix, "--mac", liveMAC(mac+9), "--spiffe-id", "spiffe://site.example/custom/n9")
+	if code != ExitUsage || !strings.Contains(stderr, "not in the SPIRE trust domain pact.local") {
+		t.Errorf("another trust domain: exit %d: %s", code, stderr)
+	}
 
-	path := p.write("n.csv", []byte("node_id,mac,spiffe_id\nnode-2,52:54:00:00:00:02,spiffe://site.example/custom/n2\nnode-3,52:54:00:00:00:03,\n"))
-	if code, _, stderr := runCLI(t, p, append([]string{"node", "enroll", "--batch", path}, p.flags(addr)...)...); code != ExitOK {
+	path := filepath.Join(t.TempDir(), "n.csv")
+	if err := os.WriteFile(path, []byte("node_id,mac,spiffe_id\n"+n2+","+liveMAC(mac+2)+","+td+"/n2"+suffix+"\n"+n3+","+liveMAC(mac+3)+",\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runLive(t, l, alice, runOpts{}, "node", "enroll", "--batch", path); code != ExitOK {
 		t.Fatalf("batch exit %d: %s", code, stderr)
 	}
-	if a, b := fake.node("node-2").GetSpiffeId(), fake.node("node-3").GetSpiffeId(); a != "spiffe://site.example/custom/n2" || b != "" {
+	if a, b := l.node(t, n2).GetSpiffeId(), l.node(t, n3).GetSpiffeId(); a != td+"/n2"+suffix || b != "" {
 		t.Errorf("batch registered spiffe_ids %q, %q", a, b)
 	}
 
@@ -86,8 +100,8 @@ func TestEnrollSPIFFEID(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			calls := fake.callCount()
-			code, _, stderr := runCLI(t, p, append(append([]string{"node", "enroll"}, tt.args...), p.flags(addr)...)...)
+			rec := &recorder{}
+			code, _, stderr := runLive(t, l, alice, runOpts{rec: rec}, append([]string{"node", "enroll"}, tt.args...)...)
 			if code != ExitUsage {
 				t.Errorf("exit %d, want %d: %s", code, ExitUsage, stderr)
 			}
@@ -96,7 +110,7 @@ func TestEnrollSPIFFEID(t *testing.T) {
 					t.Errorf("stderr %q lacks %q", stderr, w)
 				}
 			}
-			if fake.callCount() != calls {
+			if rec.callCount() != 0 {
 				t.Error("a refused command called the journal")
 			}
 		})

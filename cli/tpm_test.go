@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
 // ekCert makes an EK certificate for a fresh RSA-2048 key, as a TPM vendor
@@ -45,6 +48,7 @@ func ekCert(t *testing.T, p *testPKI) (pemBytes, der []byte, hash string) {
 func TestEnrollWithEKCertificate(t *testing.T) {
 	clearEnv(t)
 	p := newTestPKI(t)
+	l := sharedJournal(t)
 	pemBytes, der, want := ekCert(t, p)
 	pemFile := p.write("ek.pem", pemBytes)
 	derFile := p.write("ek.der", der)
@@ -66,9 +70,11 @@ func TestEnrollWithEKCertificate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fake := newFakeAdmin()
-			addr := startJournal(t, p, fake)
-			code, _, stderr := runCLI(t, p, append(append([]string{"node", "enroll"}, tt.args...), p.flags(addr)...)...)
+			suffix, mac := l.fresh()
+			args := append([]string{}, tt.args...)
+			args[0], args[2] = args[0]+suffix, liveMAC(mac+1) // a fresh node and MAC
+			rec := &recorder{}
+			code, _, stderr := runLive(t, l, l.alice(t), runOpts{rec: rec}, append([]string{"node", "enroll"}, args...)...)
 			if code != tt.wantCode {
 				t.Fatalf("exit %d, want %d: %s", code, tt.wantCode, stderr)
 			}
@@ -76,13 +82,17 @@ func TestEnrollWithEKCertificate(t *testing.T) {
 				if !strings.Contains(stderr, tt.wantErr) {
 					t.Errorf("stderr %q does not say %q", stderr, tt.wantErr)
 				}
-				if fake.callCount() != 0 {
+				if rec.callCount() != 0 {
 					t.Errorf("a refused command called the journal")
 				}
 				return
 			}
-			if got := fake.node(tt.args[0]).GetHardware().GetTpmEkHash(); got != want {
+			if got := l.node(t, args[0]).GetHardware().GetTpmEkHash(); got != want {
 				t.Errorf("registered EK hash %q, want %q", got, want)
+			}
+			// An EK hash belongs to one live node: free it for the next case.
+			if _, err := l.h.AdminClient(t).DecommissionNode(context.Background(), &pactv1.DecommissionNodeRequest{NodeId: args[0]}); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
@@ -93,17 +103,18 @@ func TestBatchEKCertColumn(t *testing.T) {
 	p := newTestPKI(t)
 	pemBytes, _, want := ekCert(t, p)
 	p.write("ek-n1.pem", pemBytes)
-	csv := p.write("rack.csv", []byte("node_id,mac,tpm_ek_cert\nn1,52:54:00:00:00:01,ek-n1.pem\nn2,52:54:00:00:00:02,missing.pem\n"))
-	fake := newFakeAdmin()
-	addr := startJournal(t, p, fake)
-	code, stdout, stderr := runCLI(t, p, append([]string{"node", "enroll", "--batch", csv}, p.flags(addr)...)...)
+	l := sharedJournal(t)
+	suffix, mac := l.fresh()
+	n1, n2 := "n1"+suffix, "n2"+suffix
+	csv := p.write("rack.csv", []byte("node_id,mac,tpm_ek_cert\n"+n1+","+liveMAC(mac+1)+",ek-n1.pem\n"+n2+","+liveMAC(mac+2)+",missing.pem\n"))
+	code, stdout, stderr := runLive(t, l, l.alice(t), runOpts{}, "node", "enroll", "--batch", csv)
 	if code != ExitUsage {
 		t.Fatalf("exit %d, want %d (one row invalid): %s %s", code, ExitUsage, stdout, stderr)
 	}
-	if got := fake.node("n1").GetHardware().GetTpmEkHash(); got != want {
+	if got := l.node(t, n1).GetHardware().GetTpmEkHash(); got != want {
 		t.Errorf("n1 registered with EK hash %q, want %q (path relative to the CSV file)", got, want)
 	}
-	if fake.node("n2") != nil {
+	if l.exists(t, n2) {
 		t.Errorf("n2, whose certificate is missing, was registered")
 	}
 	if !strings.Contains(stdout, "tpm_ek_cert") {

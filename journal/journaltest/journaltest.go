@@ -128,19 +128,28 @@ func (h *Harness) AdminClient(t testing.TB) pactv1.AdminServiceClient {
 // IssueAdmin makes an operator credential with role.
 func (h *Harness) IssueAdmin(t testing.TB, name, role string) tls.Certificate {
 	t.Helper()
-	auth, err := ca.LoadKeyFileAuthority(filepath.Join(h.Dir, ca.RootCertFile), filepath.Join(h.Dir, ca.RootKeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM, keyPEM, err := ca.IssueAdmin(auth, name, role, time.Hour, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	certPEM, keyPEM := h.IssueAdminPEM(t, name, role)
 	c, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// IssueAdminPEM makes an operator credential with role, valid for an
+// hour, as the PEM files an operator is handed (what the CLI reads with
+// --cert and --key).
+func (h *Harness) IssueAdminPEM(t testing.TB, name, role string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	auth, err := ca.LoadKeyFileAuthority(filepath.Join(h.Dir, ca.RootCertFile), filepath.Join(h.Dir, ca.RootKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err = ca.IssueAdmin(auth, name, role, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certPEM, keyPEM
 }
 
 // Register pre-registers a node as platform-admin.
