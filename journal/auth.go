@@ -193,10 +193,10 @@ func (j *Journal) authenticate(ctx context.Context, method string) (*principal, 
 		if !pactID {
 			return nil, noIdentity
 		}
-		if err := j.checkJournalCert(chain); err != nil {
+		if err := j.raft.CheckJournalCert(chain); err != nil {
 			var r *peerRefusal
 			if errors.As(err, &r) {
-				j.countPeerRefusal("peer service", id.Name, err)
+				j.raft.CountPeerRefusal("peer service", id.Name, err)
 			}
 			return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 		}
@@ -206,7 +206,7 @@ func (j *Journal) authenticate(ctx context.Context, method string) (*principal, 
 		// quorum: a removed journal restarted with its old state learns
 		// from it that it was removed (removalLoop).
 		member := method != pactv1.JournalPeerService_MemberStatus_FullMethodName
-		if err := j.checkPeerCall(ctx, id.Name, member); err != nil {
+		if err := j.raft.CheckPeerCall(ctx, id.Name, member); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrPermission, err)
 		}
 		return &principal{id: id, leaf: leaf}, nil
@@ -240,7 +240,7 @@ func (j *Journal) authenticate(ctx context.Context, method string) (*principal, 
 		// through another journal: a refusal stands only once the leader
 		// has confirmed it; cut off from the leader, say so rather than
 		// call a current certificate stale.
-		if err := j.confirmFinal(ctx, func() error { return j.checkBinding(p) }); err != nil {
+		if err := j.confirm(ctx, func() error { return j.checkBinding(p) }, isFinal); err != nil {
 			return nil, err
 		}
 	case pol.admin != nil:

@@ -17,6 +17,7 @@ import (
 	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/connlimit"
+	"github.com/pact-hpc/pact/journal/raftnode"
 	"github.com/pact-hpc/pact/journal/ratelimit"
 	"github.com/pact-hpc/pact/journal/tpmchallenge"
 )
@@ -182,10 +183,7 @@ type Config struct {
 }
 
 // Peer is one journal of an initial cluster.
-type Peer struct {
-	ID       string
-	RaftAddr string
-}
+type Peer = raftnode.Peer
 
 // ParsePeers reads "id=host:port,id=host:port".
 func ParsePeers(s string) ([]Peer, error) {

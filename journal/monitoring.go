@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pact-hpc/pact/journal/connlimit"
+	"github.com/pact-hpc/pact/journal/raftnode"
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
@@ -75,12 +76,12 @@ const (
 
 var handshakeReasons = []string{hsForeignRoot, hsNoCertificate, hsIntermediateRevoked, hsNotJournal, hsCertInvalid, hsClientAlert, hsNotTLS, hsTimeout, hsClientClosed, hsTLSError}
 
-// Sentinels of the Raft port's peer verification (raftnet.go), so its
+// Sentinels of the Raft port's peer verification (raftnode), so its
 // refusals are counted by reason.
 var (
-	errPeerNoCertificate       = errors.New("journal peer: no certificate")
-	errPeerIntermediateRevoked = errors.New("journal peer: intermediate revoked")
-	errPeerNotJournal          = errors.New("journal peer: certificate names no journal of this domain")
+	errPeerNoCertificate       = raftnode.ErrPeerNoCertificate
+	errPeerIntermediateRevoked = raftnode.ErrPeerIntermediateRevoked
+	errPeerNotJournal          = raftnode.ErrPeerNotJournal
 )
 
 // handshakeRefusalReason classifies a failed server handshake; ok is false
@@ -178,14 +179,13 @@ func (c *quorumCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	gauge(haltedDesc, b2f(j.haltedReason() != ""))
-	addr, _ := j.raft.LeaderWithID()
-	gauge(hasLeaderDesc, b2f(addr != ""))
+	gauge(haltedDesc, b2f(j.raft.Halted() != ""))
+	gauge(hasLeaderDesc, b2f(j.raft.Leader() != ""))
 	state := j.raft.State()
 	for _, s := range raftStates {
 		gauge(raftStateDesc, b2f(s == state), lowerState(s))
 	}
-	gauge(termDesc, float64(j.raft.CurrentTerm()))
+	gauge(termDesc, float64(j.raft.Term()))
 	gauge(commitDesc, float64(j.raft.CommitIndex()))
 	gauge(appliedDesc, float64(j.raft.AppliedIndex()))
 	switch lc := j.raft.LastContact(); {
@@ -194,9 +194,9 @@ func (c *quorumCollector) Collect(ch chan<- prometheus.Metric) {
 	case !lc.IsZero():
 		gauge(lastContactDesc, max(time.Since(lc), 0).Seconds())
 	}
-	if f := j.raft.GetConfiguration(); f.Error() == nil {
+	if servers, _, err := j.raft.Servers(); err == nil {
 		voters, self := 0, false
-		for _, srv := range f.Configuration().Servers {
+		for _, srv := range servers {
 			if srv.Suffrage == raft.Voter {
 				voters++
 				self = self || string(srv.ID) == j.cfg.NodeID
@@ -277,8 +277,8 @@ func (c *credentialCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	// Members only: a removed journal's intermediates stay in Raft until
 	// they expire, and nobody re-keys them.
-	if f := j.raft.GetConfiguration(); f.Error() == nil {
-		for _, srv := range f.Configuration().Servers {
+	if servers, _, err := j.raft.Servers(); err == nil {
+		for _, srv := range servers {
 			if notAfter, ok := newest[string(srv.ID)]; ok {
 				gauge(quorumIntermediateDesc, time.Unix(notAfter, 0).Sub(now).Seconds(), string(srv.ID))
 			}

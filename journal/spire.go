@@ -266,7 +266,7 @@ func (j *Journal) svidPrincipal(ctx context.Context, chain []*x509.Certificate) 
 	n, ok := j.fsm.NodeBySPIFFEID(sid.String())
 	if !ok && !j.IsLeader() {
 		// This journal's copy may lag a registration that just committed.
-		if err := j.linearizableRead(ctx); err == nil {
+		if err := j.raft.ReadBarrier(ctx); err == nil {
 			n, ok = j.fsm.NodeBySPIFFEID(sid.String())
 		}
 	}

@@ -1,4 +1,4 @@
-package journal
+package raftnode
 
 import (
 	"io"
@@ -41,8 +41,8 @@ func (s *appliedSignal) notify() {
 type signalingFSM struct {
 	*raftfsm.FSM
 	signal *appliedSignal
-	// beforeApply, when set (a test hook, export_test.go), runs before
-	// each entry is applied and may hold it back.
+	// beforeApply, when set (Hooks.BeforeApply), runs before each entry
+	// is applied and may hold it back.
 	beforeApply *atomic.Pointer[func()]
 	// restored runs after a snapshot was restored (at start, or one the
 	// leader sent): a restore raises no apply event.
