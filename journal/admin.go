@@ -297,7 +297,7 @@ func (s *adminServer) DecommissionNode(ctx context.Context, req *pactv1.Decommis
 	j := s.j
 	p := principalFrom(ctx)
 	var n *pactv1.Node
-	err := j.confirmFinal(ctx, func() (err error) {
+	err := j.confirm(ctx, func() (err error) {
 		if n, err = j.node(req.GetNodeId()); err != nil {
 			return err
 		}
@@ -307,7 +307,7 @@ func (s *adminServer) DecommissionNode(ctx context.Context, req *pactv1.Decommis
 			}
 		}
 		return nil
-	})
+	}, isFinal)
 	if err != nil {
 		return nil, err
 	}
@@ -373,7 +373,7 @@ func (j *Journal) setVCluster(ctx context.Context, nodeID, to string, fromOK fun
 		}
 	}
 	var from string
-	err := j.confirmFinal(ctx, func() error {
+	err := j.confirm(ctx, func() error {
 		n, err := j.node(nodeID)
 		if err != nil {
 			return err
@@ -396,7 +396,7 @@ func (j *Journal) setVCluster(ctx context.Context, nodeID, to string, fromOK fun
 			return fmt.Errorf("%w: %s is already in %s; use move", errVCluster, nodeID, from)
 		}
 		return nil
-	})
+	}, isFinal)
 	if err != nil {
 		return nil, "", err
 	}
