@@ -33,9 +33,8 @@ type Node struct {
 	log  *slog.Logger
 	fsm  *raftfsm.FSM
 	raft *raft.Raft
-	// store is what Raft keeps its log and stable values in (closed
-	// last); logs is it behind a cache of recent entries.
-	store      raft.StableStore
+	// logs is the Raft log behind a cache of recent entries; closeStore
+	// closes the store under it (last).
 	logs       raft.LogStore
 	closeStore func() error
 	roots      *x509.CertPool
@@ -303,7 +302,6 @@ func (n *Node) startRaft(ctx context.Context) error {
 		return fmt.Errorf("journal: raft log cache: %w", err)
 	}
 	n.logs = logs
-	n.store = stable
 	if n.netTrans != nil {
 		raftTrans = fencedTransport{NetworkTransport: n.netTrans, fenced: &n.watchdog.fenced, severed: &n.hooks.Severed}
 	}

@@ -141,7 +141,9 @@ func (c *memCluster) add(id string) *liveNode {
 	return n
 }
 
-// leader waits for one node to lead and ready to serve reads.
+// leader waits for one node to lead and to have recorded the quorum id
+// (a quorum bootstrapped without one gets it from its first leader), so
+// nothing but the test writes to the log afterwards.
 func (c *memCluster) leader() *liveNode {
 	c.t.Helper()
 	var l *liveNode
@@ -154,6 +156,10 @@ func (c *memCluster) leader() *liveNode {
 		}
 		return false
 	}, "no leader elected")
+	polltest.Until(c.t, 10*time.Second, 10*time.Millisecond, func() bool {
+		id := l.fsm.Quorum().GetQuorumId()
+		return id != "" && id == l.QuorumID()
+	}, "the leader never recorded the quorum id")
 	return l
 }
 
