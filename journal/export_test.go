@@ -18,7 +18,7 @@ import (
 // entry that halts the journal is never answered: its Apply waits until
 // the journal stops.
 func (j *Journal) ApplyRaw(data []byte, timeout time.Duration) <-chan error {
-	f := j.raft.ApplyRaw(data, timeout)
+	f := j.raftHooks.Raft.Apply(data, timeout)
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
 	return done
@@ -49,7 +49,7 @@ func (j *Journal) SetBatchHooks(queued, beforeSend func(n int)) {
 }
 
 // RaftLastIndex is the index of the last entry in this journal's Raft log.
-func (j *Journal) RaftLastIndex() uint64 { return j.raft.LastIndex() }
+func (j *Journal) RaftLastIndex() uint64 { return j.raftHooks.Raft.LastIndex() }
 
 // RefuseBatchesAsLeader makes this journal, as leader, refuse forwarded
 // batches the way a leader of the release before batches does (it does

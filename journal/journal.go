@@ -1,5 +1,6 @@
 // Package journal is the pact journal server: the gRPC services, their
-// authentication and authorisation, the local CA, and the Raft wiring.
+// authentication and authorisation, and the local CA, over the Raft node
+// of package raftnode (docs/architecture.md, "Inside the journal").
 package journal
 
 import (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -385,4 +386,29 @@ func (n *Node) knownJournals() []*pactv1.JournalInfo {
 		out = append(out, ji)
 	}
 	return out
+}
+
+// NotLeaderError answers a membership change sent to a follower: the CLI
+// moves on to the next journal address on Unavailable.
+func (n *Node) NotLeaderError() error {
+	_, id := n.raft.LeaderWithID()
+	if id == "" {
+		return fmt.Errorf("%w: no leader; a majority of the quorum must be up to change it", ErrNoLeader)
+	}
+	addr := ""
+	if ji, ok := n.fsm.Journal(string(id)); ok {
+		addr = " at " + ji.GetGrpcAddr()
+	}
+	return fmt.Errorf("%w: membership changes go to the leader, %s%s", ErrNoLeader, id, addr)
+}
+
+func membershipError(what string, err error) error {
+	if errors.Is(err, raft.ErrLeadershipLost) {
+		// The change is in the log; a later leader may still commit it.
+		return fmt.Errorf("%w: %s: leadership lost before the change was known committed; it may or may not take effect: check pact journal status", ErrOutcomeUnknown, what)
+	}
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrRaftShutdown) {
+		return fmt.Errorf("%w: %s: %w", ErrNoLeader, what, err)
+	}
+	return fmt.Errorf("%w: %s: %v; check pact journal status and retry", ErrMembership, what, err)
 }

@@ -318,10 +318,6 @@ func (n *Node) startRaft(ctx context.Context) error {
 	return nil
 }
 
-// LastIndex is the index of the last entry in this node's Raft log (0:
-// the log is empty: a new journal that was not added yet).
-func (n *Node) LastIndex() uint64 { return n.raft.LastIndex() }
-
 // WaitReady blocks until a leader is known and this journal has applied
 // everything the leader has told it is committed (the leader: its whole
 // log), so the registry and revocation set are current before anyone is
@@ -482,9 +478,6 @@ func (n *Node) StartPromoting() {
 		n.promoteLoop()
 	}()
 }
-
-// Stopping is closed once the node stops.
-func (n *Node) Stopping() <-chan struct{} { return n.stop }
 
 // LeaderRead runs read (of what, for errors) on this journal, which must
 // lead, after a barrier (its state then reflects every write committed

@@ -211,11 +211,11 @@ func TestProposeCommitsOnEveryNode(t *testing.T) {
 		polltest.Until(t, 10*time.Second, 10*time.Millisecond, func() bool { return f.registered("n1") }, "%s never applied the entry", f.cfg.NodeID)
 	}
 	f := c.followers(l)[0]
-	before := l.LastIndex()
+	before := l.raft.LastIndex()
 	if _, err := f.Propose(context.Background(), register(f.Node, "n2")); !errors.Is(err, ErrNoLeader) {
 		t.Fatalf("a follower that cannot reach the leader proposed: %v, want ErrNoLeader", err)
 	}
-	if l.LastIndex() != before || l.registered("n2") {
+	if l.raft.LastIndex() != before || l.registered("n2") {
 		t.Fatal("a refused forward wrote to the log")
 	}
 }
@@ -275,7 +275,7 @@ func TestWaitAppliedFollowsTheFSM(t *testing.T) {
 	if _, err := l.Propose(context.Background(), register(l.Node, "n1")); err != nil {
 		t.Fatal(err)
 	}
-	index := l.LastIndex()
+	index := l.raft.LastIndex()
 	polltest.Until(t, 10*time.Second, 10*time.Millisecond, func() bool { return f.CommitIndex() >= index }, "the follower never learnt the commit")
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -322,7 +322,7 @@ func TestBatcherGroupsActivationsWhileOneIsInFlight(t *testing.T) {
 	if n := <-sending; n != 1 {
 		t.Fatalf("a lone activation went in a batch of %d", n)
 	}
-	before := l.LastIndex()
+	before := l.raft.LastIndex()
 	for i := 1; i <= 3; i++ {
 		go func() {
 			id := fmt.Sprintf("a%d", i)
@@ -351,7 +351,7 @@ func TestBatcherGroupsActivationsWhileOneIsInFlight(t *testing.T) {
 	}
 	// The lone activation's entry and one for the three (the first was
 	// held before it was proposed).
-	if entries := l.LastIndex() - before; entries != 2 {
+	if entries := l.raft.LastIndex() - before; entries != 2 {
 		t.Fatalf("four activations in two batches took %d log entries, want 2", entries)
 	}
 }

@@ -86,12 +86,6 @@ func (n *Node) ApplyForwarded(ctx context.Context, data []byte) (*pactv1.Propose
 	return proposeResponse(index, res), nil
 }
 
-// ApplyRaw appends data to the Raft log as it is, without waiting: the
-// future answers once the entry is applied here or refused.
-func (n *Node) ApplyRaw(data []byte, timeout time.Duration) raft.ApplyFuture {
-	return n.raft.Apply(data, timeout)
-}
-
 // applyLocal commits data on this journal, which must lead. It returns the
 // typed result, the entry's index, and the rule error (or a Raft error).
 func (n *Node) applyLocal(ctx context.Context, data []byte, op string) (*raftfsm.Result, uint64, error) {

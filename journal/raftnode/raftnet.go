@@ -396,3 +396,46 @@ func (v *verifiedChains) add(certs []*x509.Certificate, now time.Time) {
 	}
 	v.m[chainKey(certs)] = until
 }
+
+// raftTransport is the injected transport (tests), an in-memory one for a
+// journal alone, or Raft over mutual TLS for a member of a quorum.
+func (n *Node) raftTransport() (raft.ServerAddress, raft.Transport, error) {
+	if n.cfg.Transport != nil {
+		n.raftAddr = string(n.cfg.Transport.LocalAddr())
+		return n.cfg.Transport.LocalAddr(), n.cfg.Transport, nil
+	}
+	if n.cfg.RaftListen == "" {
+		addr, t := raft.NewInmemTransport(raft.ServerAddress(n.cfg.NodeID))
+		return addr, t, nil
+	}
+	lis, err := net.Listen("tcp", n.cfg.RaftListen)
+	if err != nil {
+		return "", nil, fmt.Errorf("journal: raft listen on %s: %w", n.cfg.RaftListen, err)
+	}
+	n.raftAddr = n.cfg.AdvertiseRaft
+	if n.raftAddr == "" {
+		n.raftAddr = lis.Addr().String()
+	}
+	t := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  &advertisedStream{tlsStreamLayer: n.newStreamLayer(n.cfg.Conns.Listener(lis)), addr: n.raftAddr},
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  newRaftLogger(n.log),
+	})
+	n.netTrans = t
+	return raft.ServerAddress(n.raftAddr), t, nil
+}
+
+// advertisedStream reports the advertised address as the listener's, which
+// is what Raft tells its peers.
+type advertisedStream struct {
+	*tlsStreamLayer
+	addr string
+}
+
+func (s *advertisedStream) Addr() net.Addr { return stringAddr(s.addr) }
+
+type stringAddr string
+
+func (a stringAddr) Network() string { return "tcp" }
+func (a stringAddr) String() string  { return string(a) }
