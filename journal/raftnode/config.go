@@ -45,7 +45,9 @@ type Metrics interface {
 
 // Stores are a node's Raft stores, given in place of the bolt store and
 // file snapshots in DataDir (tests: raft.NewInmemStore). Log and Stable
-// may be one store.
+// may be one store. Stable answers a key never set with
+// raftboltdb.ErrKeyNotFound, as the bolt store does: the node reads its
+// quorum id from it before Raft starts.
 type Stores struct {
 	Log       raft.LogStore
 	Stable    raft.StableStore

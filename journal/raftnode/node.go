@@ -257,7 +257,7 @@ func (n *Node) startRaft(ctx context.Context) error {
 		if len(n.cfg.InitialCluster) > 1 {
 			_, qerr = n.agreeBootstrap(ctx, stable)
 		} else if n.quorum.get() == "" {
-			qerr = n.quorum.set(MintQuorumID())
+			qerr = n.quorum.set(mintQuorumID())
 		}
 		if qerr != nil {
 			closeStore()

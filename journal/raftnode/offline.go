@@ -71,7 +71,7 @@ func WriteRestored(dir string, initialCluster []Peer, h *pactv1.SnapshotHeader, 
 	// was taken from cannot speak Raft with it, nor it with them.
 	parts := []string{"pact restore", string(h.GetSha256()), h.GetQuorumId()}
 	parts = append(parts, peerParts(initialCluster)...)
-	qid := DeriveQuorumID(parts...)
+	qid := deriveQuorumID(parts...)
 	if err := store.Set([]byte(keyQuorumID), []byte(qid)); err != nil {
 		return "", err
 	}
@@ -191,7 +191,7 @@ func Recover(c RecoverConfig) (RecoverResult, error) {
 	if err != nil {
 		return RecoverResult{}, err
 	}
-	qid := DeriveQuorumID(append([]string{"pact recover", prev}, peerParts(c.Members)...)...)
+	qid := deriveQuorumID(append([]string{"pact recover", prev}, peerParts(c.Members)...)...)
 	if err := store.Set([]byte(keyQuorumID), []byte(qid)); err != nil {
 		return RecoverResult{}, fmt.Errorf("journal: recover: the configuration was rewritten, but the new quorum id could not be stored: %w", err)
 	}

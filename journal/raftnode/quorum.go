@@ -216,17 +216,17 @@ func (q *quorumIdentity) isBootstrapping() bool {
 
 var quorumIDEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
-// MintQuorumID returns a new random quorum id.
-func MintQuorumID() string {
+// mintQuorumID returns a new random quorum id.
+func mintQuorumID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return strings.ToLower(quorumIDEncoding.EncodeToString(b[:]))
 }
 
-// DeriveQuorumID derives a quorum id from parts, so journals that run the
+// deriveQuorumID derives a quorum id from parts, so journals that run the
 // same step (bootstrap from the same candidates, recover with the same
 // members, restore of the same file) agree without talking.
-func DeriveQuorumID(parts ...string) string {
+func deriveQuorumID(parts ...string) string {
 	h := sha256.New()
 	for _, p := range parts {
 		_ = binary.Write(h, binary.BigEndian, uint32(len(p)))
@@ -245,7 +245,7 @@ func bootstrapQuorumID(formed map[string]string) string {
 	for _, id := range ids {
 		parts = append(parts, id, formed[id])
 	}
-	return DeriveQuorumID(parts...)
+	return deriveQuorumID(parts...)
 }
 
 // writeHello and readHello frame a QuorumHello or its reply.
@@ -492,7 +492,7 @@ func (n *Node) agreeBootstrap(ctx context.Context, store raft.StableStore) (stri
 	q := &n.quorum
 	q.mu.Lock()
 	if q.candidate == "" {
-		c := MintQuorumID()
+		c := mintQuorumID()
 		if err := store.Set([]byte(keyCandidate), []byte(c)); err != nil {
 			q.mu.Unlock()
 			return "", fmt.Errorf("journal: stable store: %w", err)
@@ -609,7 +609,7 @@ func (n *Node) establishQuorumID(ctx context.Context) {
 		// Every journal, this one included, takes it from the state once
 		// it commits (onQuorumApplied); if another leader's got there
 		// first, this one is refused and that one stands.
-		own = MintQuorumID()
+		own = mintQuorumID()
 		reason = "upgrade"
 	case state == own:
 		return
