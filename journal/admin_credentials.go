@@ -31,8 +31,8 @@ func (s *adminServer) CreateJoinToken(ctx context.Context, req *pactv1.CreateJoi
 	case req.GetTtlSeconds() < 0 || ttl > MaxJoinTokenTTL:
 		return nil, fmt.Errorf("%w: token lifetime %ds: give 1s to %s", ErrInvalidArgument, req.GetTtlSeconds(), MaxJoinTokenTTL)
 	}
-	n, err := j.confirmedNode(ctx, req.GetNodeId())
-	if err != nil {
+	var n *pactv1.Node
+	if err := j.confirm(ctx, func() (err error) { n, err = j.liveNode(req.GetNodeId()); return err }, isRuleError); err != nil {
 		return nil, err
 	}
 	tok, err := newJoinToken()
@@ -96,8 +96,8 @@ func (s *adminServer) RevokeJoinTokens(ctx context.Context, req *pactv1.RevokeJo
 	if id != "" && (len(id) < 6 || len(id) > 64 || strings.Trim(id, "0123456789abcdef") != "") {
 		return nil, fmt.Errorf("%w: token id %q: give the hex id pact node token list shows (at least 6 digits)", ErrInvalidArgument, req.GetId())
 	}
-	n, err := j.confirmedNode(ctx, req.GetNodeId())
-	if err != nil {
+	var n *pactv1.Node
+	if err := j.confirm(ctx, func() (err error) { n, err = j.liveNode(req.GetNodeId()); return err }, isRuleError); err != nil {
 		return nil, err
 	}
 	var revoked []*pactv1.JoinTokenInfo
@@ -130,8 +130,8 @@ func (s *adminServer) FenceNode(ctx context.Context, req *pactv1.FenceNodeReques
 	if err := raftfsm.ValidateFenceReason(req.GetReason()); err != nil {
 		return nil, err
 	}
-	n, err := j.confirmedNode(ctx, req.GetNodeId())
-	if err != nil {
+	var n *pactv1.Node
+	if err := j.confirm(ctx, func() (err error) { n, err = j.liveNode(req.GetNodeId()); return err }, isRuleError); err != nil {
 		return nil, err
 	}
 	if already, ok := j.fenceIs(ctx, n.GetNodeId(), true); ok {
@@ -162,7 +162,7 @@ func (j *Journal) fenceIs(ctx context.Context, id string, fenced bool) (*pactv1.
 	if !ok || (n.GetFence() != nil) != fenced {
 		return nil, false
 	}
-	if err := j.linearizableRead(ctx); err != nil {
+	if err := j.raft.ReadBarrier(ctx); err != nil {
 		return nil, false
 	}
 	n, ok = j.fsm.Node(id)
@@ -177,8 +177,8 @@ func (j *Journal) fenceIs(ctx context.Context, id string, fenced bool) (*pactv1.
 func (s *adminServer) UnfenceNode(ctx context.Context, req *pactv1.UnfenceNodeRequest) (*pactv1.UnfenceNodeResponse, error) {
 	j := s.j
 	p := principalFrom(ctx)
-	n, err := j.confirmedNode(ctx, req.GetNodeId())
-	if err != nil {
+	var n *pactv1.Node
+	if err := j.confirm(ctx, func() (err error) { n, err = j.liveNode(req.GetNodeId()); return err }, isRuleError); err != nil {
 		return nil, err
 	}
 	if notFenced, ok := j.fenceIs(ctx, n.GetNodeId(), false); ok {
@@ -194,20 +194,18 @@ func (s *adminServer) UnfenceNode(ctx context.Context, req *pactv1.UnfenceNodeRe
 	return &pactv1.UnfenceNodeResponse{Node: j.view(res.Node), Unchanged: res.Idempotent}, nil
 }
 
-// confirmedNode looks a node up; "no such node" is answered only from state
-// the leader confirmed (the registration may have just committed elsewhere).
-// A decommissioned node is refused the same way: fencing or a token would
-// mean nothing for it.
-func (j *Journal) confirmedNode(ctx context.Context, id string) (*pactv1.Node, error) {
-	var n *pactv1.Node
-	err := j.confirmed(ctx, func() (err error) {
-		if n, err = j.node(id); err != nil {
-			return err
-		}
-		if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
-			return fmt.Errorf("%w: %s was decommissioned; register it again first", raftfsm.ErrNodeRevoked, id)
-		}
-		return nil
-	})
-	return n, err
+// liveNode looks a node up in this journal's copy and refuses a
+// decommissioned one: fencing or a token would mean nothing for it. Its
+// refusals are rule errors, so the callers confirm them (confirm,
+// isRuleError): "no such node" stands only once the leader's state says so
+// (the registration may have just committed elsewhere).
+func (j *Journal) liveNode(id string) (*pactv1.Node, error) {
+	n, err := j.node(id)
+	if err != nil {
+		return nil, err
+	}
+	if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
+		return nil, fmt.Errorf("%w: %s was decommissioned; register it again first", raftfsm.ErrNodeRevoked, id)
+	}
+	return n, nil
 }

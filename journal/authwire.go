@@ -53,10 +53,10 @@ type authQuorum struct{ j *Journal }
 
 func (q authQuorum) IsLeader() bool { return q.j.IsLeader() }
 
-func (q authQuorum) LinearizableRead(ctx context.Context) error { return q.j.linearizableRead(ctx) }
+func (q authQuorum) LinearizableRead(ctx context.Context) error { return q.j.raft.ReadBarrier(ctx) }
 
 func (q authQuorum) ConfirmFinal(ctx context.Context, decide func() error) error {
-	return q.j.confirmFinal(ctx, decide)
+	return q.j.confirm(ctx, decide, isFinal)
 }
 
 func (q authQuorum) Confirm(ctx context.Context, decide func() error, needs func(error) bool) error {
@@ -72,16 +72,16 @@ func (q authQuorum) RecordOperator(ctx context.Context, actor string, op *pactv1
 type authPeers struct{ j *Journal }
 
 func (p authPeers) CheckPeerCert(chain []*x509.Certificate, name string) error {
-	err := p.j.checkJournalCert(chain)
+	err := p.j.raft.CheckJournalCert(chain)
 	var r *peerRefusal
 	if errors.As(err, &r) {
-		p.j.countPeerRefusal("peer service", name, err)
+		p.j.raft.CountPeerRefusal("peer service", name, err)
 	}
 	return err
 }
 
 func (p authPeers) CheckPeerCall(ctx context.Context, name string, member bool) error {
-	return p.j.checkPeerCall(ctx, name, member)
+	return p.j.raft.CheckPeerCall(ctx, name, member)
 }
 
 // unaryInterceptor runs before journal/auth's: it gives the call its

@@ -7,23 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
-	"sort"
-	"time"
-
-	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/snapfile"
 	"github.com/pact-hpc/pact/internal/version"
 	"github.com/pact-hpc/pact/journal/ca"
+	"github.com/pact-hpc/pact/journal/raftnode"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
-	"github.com/pact-hpc/pact/raftfsm"
 )
 
 // snapshotChunk is the size of each streamed piece of a snapshot.
@@ -35,28 +27,27 @@ const snapshotChunk = 256 << 10
 // committed before the call, and VerifyLeader confirms it still leads.
 func (s *adminServer) SaveSnapshot(_ *pactv1.SaveSnapshotRequest, stream pactv1.AdminService_SaveSnapshotServer) error {
 	j := s.j
-	if j.raft.State() != raft.Leader {
+	if !j.raft.IsLeader() {
 		return j.notLeaderFor("snapshots")
 	}
-	if err := j.raft.Barrier(j.cfg.ApplyTimeout).Error(); err != nil {
-		return fmt.Errorf("%w: barrier before the snapshot: %w", ErrNoLeader, err)
-	}
-	state, index, nodes, err := j.fsm.Consistent()
-	if err != nil {
+	var state []byte
+	var index uint64
+	var nodes int
+	if err := j.raft.LeaderRead("the snapshot", func() (err error) {
+		state, index, nodes, err = j.fsm.Consistent()
 		return err
-	}
-	if err := j.raft.VerifyLeader().Error(); err != nil {
-		return fmt.Errorf("%w: %w", ErrNoLeader, err)
+	}); err != nil {
+		return err
 	}
 	rootSum := sha256.Sum256(j.ca.Root().Raw)
 	// The members: the state keeps the addresses of journals removed
 	// since, and an operator reading the file wants the quorum it was.
-	cf := j.raft.GetConfiguration()
-	if err := cf.Error(); err != nil {
+	servers, _, err := j.raft.Servers()
+	if err != nil {
 		return fmt.Errorf("%w: the Raft configuration: %w", ErrNoLeader, err)
 	}
-	members := make([]string, 0, len(cf.Configuration().Servers))
-	for _, srv := range cf.Configuration().Servers {
+	members := make([]string, 0, len(servers))
+	for _, srv := range servers {
 		members = append(members, string(srv.ID))
 	}
 	slices.Sort(members)
@@ -64,12 +55,12 @@ func (s *adminServer) SaveSnapshot(_ *pactv1.SaveSnapshotRequest, stream pactv1.
 		Domain:          j.ca.Domain(),
 		RootSha256:      rootSum[:],
 		Index:           index,
-		Term:            j.termOf(index),
+		Term:            j.raft.TermOf(index),
 		TakenAtUnixNano: j.cfg.Clock.Now().UnixNano(),
 		TakenBy:         j.cfg.NodeID,
 		Version:         version.Get().String(),
 		Nodes:           uint64(nodes),
-		QuorumId:        j.quorum.get(),
+		QuorumId:        j.raft.QuorumID(),
 		Members:         members,
 	}
 	var buf bytes.Buffer
@@ -89,23 +80,13 @@ func (s *adminServer) SaveSnapshot(_ *pactv1.SaveSnapshotRequest, stream pactv1.
 	return nil
 }
 
-// termOf is the term of the log entry at index (the current term if the
-// entry was compacted away).
-func (j *Journal) termOf(index uint64) uint64 {
-	var l raft.Log
-	if index > 0 && j.logs.GetLog(index, &l) == nil {
-		return l.Term
-	}
-	return j.raft.CurrentTerm()
-}
-
 func (j *Journal) notLeaderFor(what string) error {
-	_, id := j.raft.LeaderWithID()
+	id := j.raft.Leader()
 	if id == "" {
 		return fmt.Errorf("%w: no leader; a majority of the quorum must be up to take a consistent snapshot", ErrNoLeader)
 	}
 	addr := ""
-	if ji, ok := j.fsm.Journal(string(id)); ok {
+	if ji, ok := j.fsm.Journal(id); ok {
 		addr = " at " + ji.GetGrpcAddr()
 	}
 	return fmt.Errorf("%w: %s are taken on the leader, %s%s", ErrNoLeader, what, id, addr)
@@ -117,7 +98,7 @@ func (j *Journal) notLeaderFor(what string) error {
 
 // Errors of the offline tools.
 var (
-	ErrDataDirNotEmpty = errors.New("journal: data directory already holds Raft state")
+	ErrDataDirNotEmpty = raftnode.ErrDataDirNotEmpty
 	ErrWrongDomain     = errors.New("journal: snapshot of another domain")
 	// ErrWrongRoot: the snapshot was taken under another root than the
 	// one given, even if both name the same domain.
@@ -214,52 +195,8 @@ func Restore(c RestoreConfig) (RestoreResult, error) {
 	if err != nil {
 		return RestoreResult{}, err
 	}
-	if err := checkEmptyRaft(c.DataDir); err != nil {
-		return RestoreResult{}, err
-	}
-	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
-		return RestoreResult{}, err
-	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(c.DataDir, 2, hclog.NewNullLogger())
+	qid, err := raftnode.WriteRestored(c.DataDir, c.InitialCluster, h, state)
 	if err != nil {
-		return RestoreResult{}, err
-	}
-	var cfg raft.Configuration
-	for _, p := range c.InitialCluster {
-		cfg.Servers = append(cfg.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr), Suffrage: raft.Voter})
-	}
-	_, trans := raft.NewInmemTransport("")
-	// The new quorum's log continues after the snapshot's index, in a term
-	// at least the snapshot's.
-	index, term := max(h.GetIndex(), 1), max(h.GetTerm(), 1)
-	sink, err := snaps.Create(raft.SnapshotVersionMax, index, term, cfg, index, trans)
-	if err != nil {
-		return RestoreResult{}, err
-	}
-	if _, err := sink.Write(state); err != nil {
-		_ = sink.Cancel()
-		return RestoreResult{}, err
-	}
-	if err := sink.Close(); err != nil {
-		return RestoreResult{}, err
-	}
-	store, err := openStore(c.DataDir)
-	if err != nil {
-		return RestoreResult{}, err
-	}
-	defer store.Close()
-	if err := store.SetUint64([]byte("CurrentTerm"), term); err != nil {
-		return RestoreResult{}, err
-	}
-	// A restored quorum is a new quorum: journals of the one the snapshot
-	// was taken from cannot speak Raft with it, nor it with them.
-	parts := []string{"pact restore", string(h.GetSha256()), h.GetQuorumId()}
-	parts = append(parts, peerParts(c.InitialCluster)...)
-	qid := DeriveQuorumID(parts...)
-	if err := store.Set([]byte(keyQuorumID), []byte(qid)); err != nil {
-		return RestoreResult{}, err
-	}
-	if err := store.Set([]byte(keyPreviousQuorumID), []byte(h.GetQuorumId())); err != nil {
 		return RestoreResult{}, err
 	}
 	return RestoreResult{Header: h, Nodes: nodes, RootFingerprint: pki.CertFingerprint(root), RootCheck: how, QuorumID: qid}, nil
@@ -324,122 +261,13 @@ func orUnknownVersion(v string) string {
 	return v
 }
 
-// checkEmptyRaft refuses a data directory that already holds Raft state
-// (or was a journal removed from a quorum).
-func checkEmptyRaft(dir string) error {
-	for _, name := range []string{"raft.db", "snapshots", RemovedMarker} {
-		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
-			return fmt.Errorf("%w: %s exists; restore into a new, empty --data-dir (move the old one aside if it is to be replaced)", ErrDataDirNotEmpty, filepath.Join(dir, name))
-		}
-	}
-	return nil
-}
-
-func openStore(dir string) (*raftboltdb.BoltStore, error) {
-	store, err := raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(dir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
-	})
-	if err != nil {
-		if errors.Is(err, bbolt.ErrTimeout) {
-			return nil, fmt.Errorf("journal: %s is locked: stop the pact-journal using this --data-dir first", filepath.Join(dir, "raft.db"))
-		}
-		return nil, fmt.Errorf("journal: open raft store: %w", err)
-	}
-	return store, nil
-}
-
-// RecoverConfig turns a surviving journal's data directory into a quorum of
-// Members after the majority was lost for good.
-type RecoverConfig struct {
-	DataDir string
-	NodeID  string
-	Members []Peer
-}
+// RecoverConfig turns a surviving journal's data directory into a quorum
+// of Members after the majority was lost for good (raftnode.Recover).
+type RecoverConfig = raftnode.RecoverConfig
 
 // RecoverResult says what Recover did.
-type RecoverResult struct {
-	// LastIndex is the last log index the new quorum's state holds.
-	LastIndex uint64
-	// QuorumID is the new quorum's id (derived from the old one and the
-	// members, so every survivor recovered alike agrees); PreviousQuorumID
-	// the one the survivor belonged to ("" for a quorum without one).
-	QuorumID, PreviousQuorumID string
-}
+type RecoverResult = raftnode.RecoverResult
 
-// peerParts lists peers as id=address, sorted, for a derived quorum id.
-func peerParts(peers []Peer) []string {
-	out := make([]string, 0, len(peers))
-	for _, p := range peers {
-		out = append(out, p.ID+"="+p.RaftAddr)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// Recover rewrites the Raft configuration in DataDir to Members (hashicorp
-// raft's RecoverCluster): the journal's log is replayed into a snapshot
-// whose configuration is Members, so it starts as part of a new quorum.
-// Every entry in its log is kept, committed or not; what only the lost
-// journals had is gone. The journal must be stopped.
-//
-// The new quorum gets a new quorum id: a lost journal that comes back
-// with its old state belongs to the old quorum, and can neither pull the
-// survivor into its history nor be followed by it.
-func Recover(c RecoverConfig) (RecoverResult, error) {
-	var errs []error
-	if c.DataDir == "" {
-		errs = append(errs, errors.New("--data-dir is required: the stopped survivor's data directory"))
-	}
-	if len(c.Members) == 0 {
-		errs = append(errs, errors.New("--members is required: the journals of the new quorum as id=raft-host:port,... (usually the survivors alone; add new journals afterwards with pact journal add)"))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return RecoverResult{}, err
-	}
-	if _, err := os.Stat(filepath.Join(c.DataDir, "raft.db")); err != nil {
-		return RecoverResult{}, fmt.Errorf("journal: %s has no raft.db: give the data directory of a journal that ran in the quorum", c.DataDir)
-	}
-	if err := checkRemovedMarker(c.DataDir); err != nil {
-		return RecoverResult{}, err
-	}
-	store, err := openStore(c.DataDir)
-	if err != nil {
-		return RecoverResult{}, err
-	}
-	defer store.Close()
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(c.DataDir, 2, hclog.NewNullLogger())
-	if err != nil {
-		return RecoverResult{}, err
-	}
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(c.NodeID)
-	if rc.LocalID == "" {
-		rc.LocalID = raft.ServerID(c.Members[0].ID)
-	}
-	rc.Logger = hclog.NewNullLogger()
-	var cfg raft.Configuration
-	for _, p := range c.Members {
-		cfg.Servers = append(cfg.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr), Suffrage: raft.Voter})
-	}
-	_, trans := raft.NewInmemTransport("")
-	if err := raft.RecoverCluster(rc, raftfsm.New(), store, store, snaps, trans, cfg); err != nil {
-		return RecoverResult{}, fmt.Errorf("journal: recover: %w", err)
-	}
-	last, _ := store.LastIndex()
-	if list, err := snaps.List(); err == nil && len(list) > 0 && list[0].Index > last {
-		last = list[0].Index
-	}
-	prev, err := getString(store, keyQuorumID)
-	if err != nil {
-		return RecoverResult{}, err
-	}
-	qid := DeriveQuorumID(append([]string{"pact recover", prev}, peerParts(c.Members)...)...)
-	if err := store.Set([]byte(keyQuorumID), []byte(qid)); err != nil {
-		return RecoverResult{}, fmt.Errorf("journal: recover: the configuration was rewritten, but the new quorum id could not be stored: %w", err)
-	}
-	if err := store.Set([]byte(keyPreviousQuorumID), []byte(prev)); err != nil {
-		return RecoverResult{}, fmt.Errorf("journal: recover: the configuration was rewritten, but the old quorum id could not be stored: %w", err)
-	}
-	return RecoverResult{LastIndex: last, QuorumID: qid, PreviousQuorumID: prev}, nil
-}
+// Recover rewrites the Raft configuration in a stopped journal's data
+// directory (raftnode.Recover).
+func Recover(c RecoverConfig) (RecoverResult, error) { return raftnode.Recover(c) }

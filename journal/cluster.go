@@ -2,362 +2,21 @@ package journal
 
 import (
 	"context"
-	"crypto/tls"
-	"errors"
 	"fmt"
-	"net"
-	"sort"
-	"strconv"
-	"sync"
-	"time"
+	"strings"
 
-	"github.com/hashicorp/raft"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/version"
+	"github.com/pact-hpc/pact/journal/raftnode"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
-// forwardTimeout bounds a call to the leader, so a journal cut off from it
-// answers Unavailable quickly instead of hanging.
-const forwardTimeout = 3 * time.Second
-
-// appliedWait bounds how long a journal waits to apply an entry the
-// leader has committed (waitApplied) before it gives up on showing it.
-const appliedWait = 2 * time.Second
-
-// peerMaxBackoff bounds the wait between reconnection attempts to another
-// journal, and so how long after a heal a journal still cannot reach it.
-const peerMaxBackoff = time.Second
-
-// raftTransport is an in-memory transport for a journal alone, or Raft over
-// mutual TLS for a member of a quorum.
-func (j *Journal) raftTransport() (raft.ServerAddress, raft.Transport, error) {
-	if j.cfg.RaftListen == "" {
-		addr, t := raft.NewInmemTransport(raft.ServerAddress(j.cfg.NodeID))
-		return addr, t, nil
-	}
-	lis, err := net.Listen("tcp", j.cfg.RaftListen)
-	if err != nil {
-		return "", nil, fmt.Errorf("journal: raft listen on %s: %w", j.cfg.RaftListen, err)
-	}
-	j.raftAddr = j.cfg.AdvertiseRaft
-	if j.raftAddr == "" {
-		j.raftAddr = lis.Addr().String()
-	}
-	t := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  &advertisedStream{tlsStreamLayer: j.newStreamLayer(j.raftConns.Listener(lis)), addr: j.raftAddr},
-		MaxPool: 3,
-		Timeout: 10 * time.Second,
-		Logger:  newRaftLogger(j.log),
-	})
-	j.netTrans = t
-	return raft.ServerAddress(j.raftAddr), t, nil
-}
-
-// advertisedStream reports the advertised address as the listener's, which
-// is what Raft tells its peers.
-type advertisedStream struct {
-	*tlsStreamLayer
-	addr string
-}
-
-func (s *advertisedStream) Addr() net.Addr { return stringAddr(s.addr) }
-
-type stringAddr string
-
-func (a stringAddr) Network() string { return "tcp" }
-func (a stringAddr) String() string  { return string(a) }
-
-// peerConns caches gRPC channels to the other journals, authenticated with
-// this journal's certificate.
-type peerConns struct {
-	j     *Journal
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
-}
-
-func newPeerConns(j *Journal) *peerConns {
-	return &peerConns{j: j, conns: map[string]*grpc.ClientConn{}}
-}
-
-func (p *peerConns) get(addr string) (pactv1.JournalPeerServiceClient, error) {
-	c, err := p.conn(addr)
-	if err != nil {
-		return nil, err
-	}
-	return pactv1.NewJournalPeerServiceClient(c), nil
-}
-
-func (p *peerConns) conn(addr string) (*grpc.ClientConn, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c, ok := p.conns[addr]; ok {
-		return c, nil
-	}
-	tlsCfg := &tls.Config{
-		MinVersion: tls.VersionTLS13,
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return p.j.ca.ServerCertificate(), nil
-		},
-		// Identified by SPIFFE ID (a journal of this domain), not host name.
-		InsecureSkipVerify:    true,
-		VerifyPeerCertificate: p.j.verifyJournalPeer,
-		Time:                  p.j.cfg.Clock.Now,
-	}
-	c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
-		// Every peer call proves this journal's quorum.
-		grpc.WithUnaryInterceptor(p.j.withQuorumID),
-		// gRPC's default backoff grows to two minutes: a journal cut off
-		// from the leader for a while would keep answering NO_LEADER that
-		// long after the heal. Peers are few; retry them often.
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: peerMaxBackoff},
-			MinConnectTimeout: forwardTimeout,
-		}))
-	if err != nil {
-		return nil, err
-	}
-	p.conns[addr] = c
-	return c, nil
-}
-
-// ready waits briefly for the channel to addr to be connected, so a
-// failure before that point is known to have sent nothing.
-func (p *peerConns) ready(ctx context.Context, addr string, wait time.Duration) (*grpc.ClientConn, bool) {
-	c, err := p.conn(addr)
-	if err != nil {
-		return nil, false
-	}
-	c.Connect()
-	wctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	for {
-		st := c.GetState()
-		if st == connectivity.Ready {
-			return c, true
-		}
-		if !c.WaitForStateChange(wctx, st) {
-			return c, false
-		}
-	}
-}
-
-func (p *peerConns) close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = map[string]*grpc.ClientConn{}
-}
-
-// leaderAddr returns the current leader's id and gRPC address.
-func (j *Journal) leaderAddr() (string, string, error) {
-	_, id := j.raft.LeaderWithID()
-	if id == "" {
-		return "", "", fmt.Errorf("%w: this journal knows no leader (is a majority of the quorum reachable?)", ErrNoLeader)
-	}
-	ji, ok := j.fsm.Journal(string(id))
-	if !ok || ji.GetGrpcAddr() == "" {
-		return "", "", fmt.Errorf("%w: the address of leader %s is not known yet", ErrNoLeader, id)
-	}
-	return string(id), ji.GetGrpcAddr(), nil
-}
-
-// leaderClient returns a channel to the current leader.
-func (j *Journal) leaderClient() (pactv1.JournalPeerServiceClient, string, error) {
-	id, addr, err := j.leaderAddr()
-	if err != nil {
-		return nil, "", err
-	}
-	c, err := j.peers.get(addr)
-	return c, id, err
-}
-
-// forward sends an encoded command to the leader and waits until this
-// journal has applied it too, so a read that follows sees it.
-func (j *Journal) forward(ctx context.Context, data []byte) (*raftfsm.Result, error) {
-	leader, addr, err := j.leaderAddr()
-	if err != nil {
-		return nil, err
-	}
-	// Only a failure before the request could leave is "not written"; so
-	// wait for a connected channel first, and treat any transport failure
-	// after that as an unknown outcome.
-	conn, ok := j.peers.ready(ctx, addr, time.Second)
-	if !ok {
-		return nil, fmt.Errorf("%w: cannot connect to leader %s at %s", ErrNoLeader, leader, addr)
-	}
-	fctx, cancel := context.WithTimeout(ctx, min(forwardTimeout, j.cfg.ApplyTimeout))
-	defer cancel()
-	resp, err := pactv1.NewJournalPeerServiceClient(conn).Propose(fctx, &pactv1.ProposeRequest{Command: data})
-	if err != nil {
-		pe := apierr.FromError(err)
-		switch {
-		case pe.Reason == apierr.NoLeader:
-			// A leader that stepped down refuses before taking the entry.
-			return nil, fmt.Errorf("%w: %s", ErrNoLeader, pe.Message)
-		case pe.Reason == apierr.OutcomeUnknown:
-			return nil, fmt.Errorf("%w: %s", ErrOutcomeUnknown, pe.Message)
-		case pe.Code == codes.PermissionDenied || pe.Code == codes.Unauthenticated:
-			// The leader refused this journal as a peer (removed, another
-			// quorum): nothing was written, and the caller's answer is
-			// elsewhere, not a refusal of its own.
-			return nil, fmt.Errorf("%w: leader %s refuses this journal as a peer: %s; try another journal", ErrNoLeader, leader, pe.Message)
-		case pe.Reason != "":
-			// Any other answer of the leader stands as it is.
-			return nil, err
-		case pe.Code == codes.Unavailable, pe.Code == codes.DeadlineExceeded, pe.Code == codes.Canceled:
-			// The request may have reached the leader and committed.
-			return nil, fmt.Errorf("%w: forwarded to leader %s, no answer: %s", ErrOutcomeUnknown, leader, pe.Message)
-		}
-		return nil, fmt.Errorf("journal: forwarding to leader %s: %w", leader, err)
-	}
-	res := resultOf(resp)
-	for _, r := range resp.GetBatch() {
-		res.Batch = append(res.Batch, resultOf(r))
-	}
-	if !j.waitApplied(ctx, resp.GetIndex()) {
-		// Committed, but this journal cannot show it yet: answering now
-		// would break propose's promise that the caller sees the new state.
-		return nil, fmt.Errorf("%w: leader %s committed the write (Raft index %d), but this journal (%s) lags the leader and has not applied it yet, so it cannot show the result; check with a read before retrying", ErrOutcomeUnknown, leader, resp.GetIndex(), j.cfg.NodeID)
-	}
-	return res, res.Err
-}
-
-// resultOf reads the leader's answer to one command.
-func resultOf(resp *pactv1.ProposeResponse) *raftfsm.Result {
-	res := &raftfsm.Result{Node: resp.GetNode(), Idempotent: resp.GetIdempotent()}
-	if code := resp.GetErrorCode(); code != "" {
-		res.Err = raftfsm.ErrorFromCode(code, resp.GetErrorMessage())
-		if res.Err == nil {
-			res.Err = fmt.Errorf("journal: leader answered unknown error %s: %s", code, resp.GetErrorMessage())
-		}
-	}
-	return res
-}
-
-// proposeResponse is the answer to a forwarded command applied at index.
-func proposeResponse(index uint64, res *raftfsm.Result) *pactv1.ProposeResponse {
-	out := &pactv1.ProposeResponse{Index: index, Node: res.Node, Idempotent: res.Idempotent}
-	if res.Err != nil {
-		out.ErrorCode = raftfsm.ErrorCode(res.Err)
-		out.ErrorMessage = res.Err.Error()
-	}
-	for _, r := range res.Batch {
-		out.Batch = append(out.Batch, proposeResponse(index, r))
-	}
-	return out
-}
-
-// waitApplied waits (bounded by applyWait and ctx) until this journal's
-// FSM reflects index, and reports whether it does. The FSM wakes it on
-// every entry it applies; entries Raft applies without the FSM (no-ops,
-// barriers) are caught by a short poll.
-func (j *Journal) waitApplied(ctx context.Context, index uint64) bool {
-	if j.applied(index) {
-		return true
-	}
-	deadline := time.NewTimer(time.Duration(j.applyWait.Load()))
-	defer deadline.Stop()
-	poll := time.NewTicker(5 * time.Millisecond)
-	defer poll.Stop()
-	for {
-		woken := j.appliedSignal.wait()
-		if j.applied(index) {
-			return true
-		}
-		select {
-		case <-woken:
-		case <-poll.C:
-		case <-deadline.C:
-			return j.applied(index)
-		case <-ctx.Done():
-			return j.applied(index)
-		}
-	}
-}
-
-// applied reports whether the FSM reflects every entry through index.
-// Raft hands entries to the FSM asynchronously and never hands it no-op or
-// barrier entries, so the FSM's own index can stay below the commit index:
-// the FSM is current once Raft has dispatched through index and the FSM
-// has applied the last command among them (or they lie in a snapshot it
-// restored).
-func (j *Journal) applied(index uint64) bool {
-	if j.raft.AppliedIndex() < index {
-		return false
-	}
-	fsmIndex := j.fsm.AppliedIndex()
-	for i := index; i > fsmIndex; i-- {
-		var l raft.Log
-		if err := j.logs.GetLog(i, &l); err != nil {
-			return true // compacted into a snapshot the FSM has restored
-		}
-		if l.Type == raft.LogCommand {
-			// Entries up to a restored snapshot are in the FSM although
-			// its own index restarted from zero.
-			return i <= j.restoredThrough()
-		}
-	}
-	return true
-}
-
-// restoredThrough is the index of the newest snapshot the FSM may have
-// restored. Raft's Stats goes through its main loop, so it is asked only
-// after the FSM has restored a snapshot it has not asked about yet.
-func (j *Journal) restoredThrough() uint64 {
-	j.snapMu.Lock()
-	defer j.snapMu.Unlock()
-	if n := j.fsm.Restores(); n != j.snapRestores {
-		if idx, err := strconv.ParseUint(j.raft.Stats()["last_snapshot_index"], 10, 64); err == nil {
-			j.snapIndex, j.snapRestores = idx, n
-		}
-	}
-	return j.snapIndex
-}
-
-// linearizableRead makes the next local read reflect every write committed
-// before it started (the Raft read-index protocol). It is the one way a
-// journal confirms its copy with the leader (confirm, confirmed and
-// confirmFinal go through it); the index comes from leaderReads, here or
-// at the leader through ReadIndex.
-func (j *Journal) linearizableRead(ctx context.Context) error {
-	var idx uint64
-	if j.raft.State() == raft.Leader {
-		var err error
-		if idx, err = j.reads.readIndex(ctx); err != nil {
-			return err
-		}
-	} else {
-		c, leader, err := j.leaderClient()
-		if err != nil {
-			return err
-		}
-		fctx, cancel := context.WithTimeout(ctx, forwardTimeout)
-		defer cancel()
-		// Wait for the channel (it may be reconnecting after a heal) within
-		// the bound rather than fail at once.
-		resp, err := c.ReadIndex(fctx, &pactv1.ReadIndexRequest{}, grpc.WaitForReady(true))
-		if err != nil {
-			return fmt.Errorf("%w: read index from leader %s: %s", ErrNoLeader, leader, apierr.FromError(err).Message)
-		}
-		idx = resp.GetCommitIndex()
-	}
-	if !j.waitApplied(ctx, idx) {
-		return fmt.Errorf("%w: this journal is behind the leader", ErrNoLeader)
-	}
-	return nil
-}
+// The journal-to-journal service and the quorum's status: thin handlers
+// over the Raft node (raftnode), which forwards, answers read indexes and
+// knows the members.
 
 // peerServer is the journal-to-journal service.
 type peerServer struct {
@@ -367,7 +26,7 @@ type peerServer struct {
 
 func (s *peerServer) Propose(ctx context.Context, req *pactv1.ProposeRequest) (*pactv1.ProposeResponse, error) {
 	j := s.j
-	if j.raft.State() != raft.Leader {
+	if !j.raft.IsLeader() {
 		return nil, fmt.Errorf("%w: this journal is no longer the leader", ErrNoLeader)
 	}
 	cmd, err := raftfsm.Decode(req.GetCommand())
@@ -383,17 +42,13 @@ func (s *peerServer) Propose(ctx context.Context, req *pactv1.ProposeRequest) (*
 		// journal of this version. Upgrade the leader last (docs/quorum.md).
 		return nil, fmt.Errorf("%w: leader %s runs pact-journal %s, which does not know this command; it is refused until the leader is upgraded (upgrade followers first, the leader last)", ErrInvalidArgument, j.cfg.NodeID, version.Get().String())
 	}
-	res, index, err := j.applyLocal(ctx, data, "forwarded")
-	if err != nil && res == nil {
-		return nil, err
-	}
-	return proposeResponse(index, res), nil
+	return j.raft.ApplyForwarded(ctx, data)
 }
 
-// ReadIndex answers a follower's linearizableRead with this leader's read
-// index (leaderReads: only once it has committed an entry of its term).
+// ReadIndex answers a follower's read barrier with this leader's read
+// index (only once it has committed an entry of its term).
 func (s *peerServer) ReadIndex(ctx context.Context, _ *pactv1.ReadIndexRequest) (*pactv1.ReadIndexResponse, error) {
-	idx, err := s.j.reads.readIndex(ctx)
+	idx, err := s.j.raft.ReadIndex(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -401,173 +56,83 @@ func (s *peerServer) ReadIndex(ctx context.Context, _ *pactv1.ReadIndexRequest) 
 }
 
 func (s *peerServer) MemberStatus(context.Context, *pactv1.MemberStatusRequest) (*pactv1.MemberStatusResponse, error) {
-	return s.j.memberStatus(), nil
+	return s.j.raft.MemberStatus(), nil
 }
 
-func (j *Journal) memberStatus() *pactv1.MemberStatusResponse {
+// describeSelf adds this journal's intermediate to the status its Raft
+// node reports.
+func (j *Journal) describeSelf(st *pactv1.MemberStatusResponse) {
 	inter := j.ca.Intermediate()
-	lc := j.raft.LastContact()
-	if j.raft.State() == raft.Leader {
-		lc = j.cfg.Clock.Now()
-	}
-	var lcNano int64
-	if !lc.IsZero() {
-		lcNano = lc.UnixNano()
-	}
-	var voters, nonvoters []string
-	if f := j.raft.GetConfiguration(); f.Error() == nil {
-		for _, srv := range f.Configuration().Servers {
-			if srv.Suffrage == raft.Voter {
-				voters = append(voters, string(srv.ID))
-			} else {
-				nonvoters = append(nonvoters, string(srv.ID))
-			}
-		}
-	}
-	_, leader := j.raft.LeaderWithID()
-	return &pactv1.MemberStatusResponse{
-		Halted:                   j.haltedReason(),
-		Voters:                   voters,
-		Nonvoters:                nonvoters,
-		LeaderId:                 string(leader),
-		JournalId:                j.cfg.NodeID,
-		RaftState:                j.raft.State().String(),
-		Term:                     j.raft.CurrentTerm(),
-		CommitIndex:              j.raft.CommitIndex(),
-		AppliedIndex:             j.raft.AppliedIndex(),
-		LastContactUnixNano:      lcNano,
-		IntermediateSerial:       pki.SerialHex(inter.SerialNumber),
-		IntermediateNotAfterUnix: inter.NotAfter.Unix(),
-		Version:                  version.Get().String(),
-		QuorumId:                 j.quorum.get(),
-	}
-}
-
-// members asks every journal of the Raft configuration for its own view,
-// in parallel and briefly; an unreachable one is reported as such.
-func (j *Journal) members(ctx context.Context) ([]*pactv1.JournalMember, error) {
-	f := j.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return nil, fmt.Errorf("journal: raft configuration: %w", err)
-	}
-	_, leader := j.raft.LeaderWithID()
-	servers := f.Configuration().Servers
-	out := make([]*pactv1.JournalMember, len(servers))
-	var wg sync.WaitGroup
-	for i, srv := range servers {
-		m := &pactv1.JournalMember{JournalId: string(srv.ID), RaftAddr: string(srv.Address), Voter: srv.Suffrage == raft.Voter, Leader: srv.ID == leader}
-		if ji, ok := j.fsm.Journal(string(srv.ID)); ok {
-			m.GrpcAddr = ji.GetGrpcAddr()
-		}
-		out[i] = m
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var st *pactv1.MemberStatusResponse
-			var err error
-			switch {
-			case string(srv.ID) == j.cfg.NodeID:
-				st = j.memberStatus()
-			case m.GetGrpcAddr() == "":
-				err = errors.New("its address is not published yet")
-			default:
-				var c pactv1.JournalPeerServiceClient
-				if c, err = j.peers.get(m.GetGrpcAddr()); err == nil {
-					cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-					st, err = c.MemberStatus(cctx, &pactv1.MemberStatusRequest{})
-					cancel()
-				}
-			}
-			if err != nil {
-				m.Error = status.Convert(err).Message()
-				return
-			}
-			m.Reachable = true
-			m.RaftState, m.Term, m.CommitIndex, m.AppliedIndex = st.GetRaftState(), st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex()
-			m.LastContactUnixNano = st.GetLastContactUnixNano()
-			m.IntermediateSerial, m.IntermediateNotAfterUnix = st.GetIntermediateSerial(), st.GetIntermediateNotAfterUnix()
-			m.Version, m.Halted = st.GetVersion(), st.GetHalted()
-			m.QuorumId = st.GetQuorumId()
-			if c := j.raft.CommitIndex(); c > m.AppliedIndex {
-				m.Lag = c - m.AppliedIndex
-			}
-		}()
-	}
-	wg.Wait()
-	j.trackNonvoters(out)
-	sort.Slice(out, func(a, b int) bool { return out[a].GetJournalId() < out[b].GetJournalId() })
-	return out, nil
+	st.IntermediateSerial = pki.SerialHex(inter.SerialNumber)
+	st.IntermediateNotAfterUnix = inter.NotAfter.Unix()
 }
 
 func (s *adminServer) JournalStatus(ctx context.Context, _ *pactv1.JournalStatusRequest) (*pactv1.JournalStatusResponse, error) {
 	j := s.j
-	members, err := j.members(ctx)
+	members, err := j.raft.Members(ctx)
 	if err != nil {
 		return nil, err
 	}
-	_, leader := j.raft.LeaderWithID()
 	return &pactv1.JournalStatusResponse{
-		LeaderId:     string(leader),
-		Term:         j.raft.CurrentTerm(),
+		LeaderId:     j.raft.Leader(),
+		Term:         j.raft.Term(),
 		CommitIndex:  j.raft.CommitIndex(),
 		AppliedIndex: j.raft.AppliedIndex(),
 		ServedBy:     j.cfg.NodeID,
 		Members:      members,
-		QuorumId:     j.quorum.get(),
+		QuorumId:     j.raft.QuorumID(),
 	}, nil
 }
 
-// trackNonvoters stamps each non-voter with when this journal first saw
-// it as one, and forgets those no longer non-voters.
-func (j *Journal) trackNonvoters(ms []*pactv1.JournalMember) {
-	j.nonvoterMu.Lock()
-	defer j.nonvoterMu.Unlock()
-	now := j.cfg.Clock.Now()
-	seen := map[string]bool{}
-	for _, m := range ms {
-		if m.GetVoter() {
-			continue
-		}
-		seen[m.GetJournalId()] = true
-		since, ok := j.nonvoterSince[m.GetJournalId()]
-		if !ok {
-			since = now
-			j.nonvoterSince[m.GetJournalId()] = now
-		}
-		m.NonvoterSinceUnixNano = since.UnixNano()
+// stampForwarded checks a command another journal forwarded (data, decoded
+// as cmd) and stamps it
+// with that journal, as this leader authenticated it: the audit then says
+// which journal a write came through, and a journal can speak only for
+// itself (its own intermediate, its own liveness digest).
+func (j *Journal) stampForwarded(ctx context.Context, data []byte, cmd *pactv1.Command) ([]byte, error) {
+	p := principalFrom(ctx)
+	if p == nil || p.ID.Kind != pki.KindJournal {
+		return nil, fmt.Errorf("%w: a forwarded write needs a journal's certificate", ErrPermission)
 	}
-	for id := range j.nonvoterSince {
-		if !seen[id] {
-			delete(j.nonvoterSince, id)
+	via := "journal/" + p.ID.Name
+	check := func(c *pactv1.Command) error {
+		if a := c.GetActor(); strings.HasPrefix(a, "journal/") && a != via {
+			return fmt.Errorf("%w: journal %s forwarded a write in the name of %s", ErrPermission, p.ID.Name, a)
+		}
+		switch op := c.GetOp().(type) {
+		case *pactv1.Command_PublishIntermediate:
+			ji := op.PublishIntermediate.GetJournal()
+			if id := op.PublishIntermediate.GetIntermediate().GetJournalId(); id != p.ID.Name || ji != nil && ji.GetJournalId() != p.ID.Name {
+				return fmt.Errorf("%w: journal %s may publish only its own intermediate, not one of %s", ErrPermission, p.ID.Name, id)
+			}
+		case *pactv1.Command_LivenessDigest:
+			if id := op.LivenessDigest.GetJournalId(); id != p.ID.Name {
+				return fmt.Errorf("%w: journal %s may report only its own liveness digest, not one of %s", ErrPermission, p.ID.Name, id)
+			}
+		case *pactv1.Command_SetQuorumId:
+			return fmt.Errorf("%w: only the leader records the quorum id", ErrPermission)
+		}
+		return nil
+	}
+	if err := check(cmd); err != nil {
+		return nil, err
+	}
+	for _, sub := range cmd.GetBatch().GetCommands() {
+		if err := check(sub); err != nil {
+			return nil, err
 		}
 	}
+	// Command.via appended to the bytes as sent, not a second encoding of
+	// the whole batch on the leader's path: the last occurrence of a field
+	// wins when they are decoded, and a batch's commands take the
+	// envelope's via in Apply, so whatever the forwarder wrote is replaced.
+	data = protowire.AppendTag(data[:len(data):len(data)], viaField, protowire.BytesType)
+	return protowire.AppendString(data, via), nil
 }
 
-// notLeader answers a membership change sent to a follower: the CLI moves
-// on to the next journal address on Unavailable.
-func (j *Journal) notLeader() error {
-	_, id := j.raft.LeaderWithID()
-	if id == "" {
-		return fmt.Errorf("%w: no leader; a majority of the quorum must be up to change it", ErrNoLeader)
-	}
-	addr := ""
-	if ji, ok := j.fsm.Journal(string(id)); ok {
-		addr = " at " + ji.GetGrpcAddr()
-	}
-	return fmt.Errorf("%w: membership changes go to the leader, %s%s", ErrNoLeader, id, addr)
-}
+// viaField is Command.via's field number.
+var viaField = (&pactv1.Command{}).ProtoReflect().Descriptor().Fields().ByName("via").Number()
 
-// errMembership is a membership change Raft refused for a reason other than
-// leadership (for example another change still in progress).
-var errMembership = errors.New("journal: membership change refused")
-
-func membershipError(what string, err error) error {
-	if errors.Is(err, raft.ErrLeadershipLost) {
-		// The change is in the log; a later leader may still commit it.
-		return fmt.Errorf("%w: %s: leadership lost before the change was known committed; it may or may not take effect: check pact journal status", ErrOutcomeUnknown, what)
-	}
-	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrRaftShutdown) {
-		return fmt.Errorf("%w: %s: %w", ErrNoLeader, what, err)
-	}
-	return fmt.Errorf("%w: %s: %v; check pact journal status and retry", errMembership, what, err)
-}
+// peerRefusal is a journal peer the Raft node refused (the peer service's
+// authentication counts it).
+type peerRefusal = raftnode.PeerRefusal

@@ -17,6 +17,7 @@ import (
 	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/connlimit"
+	"github.com/pact-hpc/pact/journal/raftnode"
 	"github.com/pact-hpc/pact/journal/ratelimit"
 	"github.com/pact-hpc/pact/journal/tpmchallenge"
 )
@@ -128,7 +129,7 @@ type Config struct {
 	// RaftWriteTimeout is how long a Raft store write (raft.db) may stay
 	// unfinished while this journal leads. Past it the journal stops
 	// sending Raft messages, so the others elect a leader, and serves
-	// nothing until the write finishes (watchdog.go). Far above a normal
+	// nothing until the write finishes (raftnode/watchdog.go). Far above a normal
 	// fsync: a slow disk must not make the leader flap.
 	RaftWriteTimeout time.Duration
 	// KeyExchange is the TLS key exchange the gRPC listener prefers
@@ -161,7 +162,7 @@ type Config struct {
 	// refused first.
 	MaxEnrollWaiters int
 	// ActivationBatchMax is the most enrollment activations one Raft entry
-	// carries (batch.go): activations arriving while this journal's
+	// carries (raftnode/batch.go): activations arriving while this journal's
 	// previous batch is in flight go together in the next. 1 sends each
 	// in an entry of its own.
 	ActivationBatchMax int
@@ -174,7 +175,7 @@ type Config struct {
 	Clock  clock.Clock
 
 	// watchdogClock times the Raft store writes for the write watchdog
-	// (watchdog.go); nil is the system clock, whose readings are
+	// (raftnode/watchdog.go); nil is the system clock, whose readings are
 	// monotonic. Not Clock: a step of the domain's clock (or a test's fake
 	// one jumping an hour) must not make a write look stuck. A test sets
 	// it (export_test.go).
@@ -182,10 +183,7 @@ type Config struct {
 }
 
 // Peer is one journal of an initial cluster.
-type Peer struct {
-	ID       string
-	RaftAddr string
-}
+type Peer = raftnode.Peer
 
 // ParsePeers reads "id=host:port,id=host:port".
 func ParsePeers(s string) ([]Peer, error) {

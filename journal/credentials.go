@@ -64,7 +64,7 @@ func (j *Journal) defaultCredentials() []enrollCredential {
 func (j *Journal) checkCredentials(ctx context.Context, n *pactv1.Node, req *pactv1.EnrollRequest, csr *ca.CSR) (*pactv1.PresentedCredentials, error) {
 	var proof *pactv1.PresentedCredentials
 	refusedBy := ""
-	err := j.confirmed(ctx, func() error {
+	err := j.confirm(ctx, func() error {
 		refusedBy = ""
 		cur, ok := j.fsm.Node(n.GetNodeId())
 		if !ok {
@@ -82,7 +82,7 @@ func (j *Journal) checkCredentials(ctx context.Context, n *pactv1.Node, req *pac
 			}
 		}
 		return nil
-	})
+	}, isRuleError)
 	if err != nil && refusedBy != "" && !tpmChallengeError(err) {
 		j.metrics.credentialRefusals.WithLabelValues(refusedBy).Inc()
 	}
@@ -94,18 +94,10 @@ func (j *Journal) checkCredentials(ctx context.Context, n *pactv1.Node, req *pac
 	return proof, err
 }
 
-// confirmed runs check, and when it refuses with a rule error (one that
-// depends on replicated state) runs it again after a linearizable read, so
-// the refusal the caller gets is one the leader's state confirms. If the
-// read fails the caller gets that retryable error instead.
-func (j *Journal) confirmed(ctx context.Context, check func() error) error {
-	return j.confirm(ctx, check, func(err error) bool { return raftfsm.ErrorCode(err) != "" })
-}
-
 // checkAdmission refuses, before any signing, an enrollment or renewal of a
 // fenced node or for a key that is another node's current key.
 func (j *Journal) checkAdmission(ctx context.Context, nodeID, spki string) error {
-	return j.confirmed(ctx, func() error {
+	return j.confirm(ctx, func() error {
 		n, ok := j.fsm.Node(nodeID)
 		if ok && n.GetFence() != nil {
 			return fencedError(nodeID)
@@ -114,7 +106,7 @@ func (j *Journal) checkAdmission(ctx context.Context, nodeID, spki string) error
 			return fmt.Errorf("%w: the CSR's public key is the current key of another node; make a fresh key", raftfsm.ErrKeyInUse)
 		}
 		return nil
-	})
+	}, isRuleError)
 }
 
 // fencedError is the refusal of a fenced node (auth.FencedError).

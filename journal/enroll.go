@@ -73,7 +73,7 @@ func (j *Journal) enroll(ctx context.Context, req *pactv1.EnrollRequest) (*pactv
 		// copy has it. Only the leader's word is final: confirm the state,
 		// then decide again (nothing was stored or written before these
 		// refusals, so deciding twice is safe).
-		if rerr := j.linearizableRead(ctx); rerr != nil {
+		if rerr := j.raft.ReadBarrier(ctx); rerr != nil {
 			return nil, "error", fmt.Errorf("%w: cannot confirm the node's TPM registration with the leader (%w); retry", ErrNoLeader, rerr)
 		}
 		return j.enrollOnce(ctx, req)
@@ -88,7 +88,7 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 	}
 	// Everything below reads this journal's copy of the registry, which may
 	// lag the leader: a final refusal decided from it stands only once the
-	// leader has confirmed the copy (confirmFinal).
+	// leader has confirmed the copy (confirm).
 	// The CSR is checked once: whether it is valid does not depend on the
 	// registry, so its refusal needs no confirmation; it is reported after
 	// the hardware resolved, as before.
@@ -164,14 +164,14 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 		return nil, outcomeOf(err), err
 	}
 	if node.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE {
-		err := j.confirmFinal(ctx, func() error {
+		err := j.confirm(ctx, func() error {
 			if n, ok := j.fsm.Node(node.GetNodeId()); ok {
 				node = n
 			}
 			var err error
 			takeover, err = j.takeoverCutoff(node)
 			return err
-		})
+		}, isFinal)
 		if errors.Is(err, ErrNoLeader) {
 			return nil, "error", err
 		}
@@ -235,26 +235,23 @@ func outcomeOf(err error) string {
 // not confirm with the leader: about an election's time.
 const unconfirmedRetryAfter = 2 * time.Second
 
-// confirmFinal runs decide, which answers from this journal's copy of the
-// registry. An error retrying would not change (a final refusal, as
-// apierr.Error.Final and so pact-agent see it) stands only if decide still
-// gives it after a linearizable read: a follower's copy may lag a
-// registration, a decommission or an enrollment committed through another
-// journal, and a leader cut off from its quorum may not know it has been
-// deposed. When the leader cannot be reached, the caller is told to retry
-// (NO_LEADER) instead: an agent exits for good on a final refusal, so a
-// lagging journal must never give one.
-func (j *Journal) confirmFinal(ctx context.Context, decide func() error) error {
-	return j.confirm(ctx, decide, isFinal)
-}
-
-// confirm is confirmFinal for the answers needs names.
+// confirm is how a service confirms an answer with the leader, the one
+// helper around the Raft node's read barrier: it runs decide, which
+// answers from this journal's copy of the registry, and an answer needs
+// names (isFinal: a final refusal, as apierr.Error.Final and so pact-agent
+// see it; isRuleError: any refusal that rests on replicated state) stands
+// only if decide still gives it after the barrier. A follower's copy may
+// lag a registration, a decommission or an enrollment committed through
+// another journal, and a leader cut off from its quorum may not know it
+// has been deposed. When the leader cannot be reached, the caller is told
+// to retry (NO_LEADER) instead: an agent exits for good on a final
+// refusal, so a lagging journal must never give one.
 func (j *Journal) confirm(ctx context.Context, decide func() error, needs func(error) bool) error {
 	err := decide()
 	if !needs(err) {
 		return err
 	}
-	if rerr := j.linearizableRead(ctx); rerr != nil {
+	if rerr := j.raft.ReadBarrier(ctx); rerr != nil {
 		j.metrics.unconfirmed.Inc()
 		return &retryAfterError{
 			err:   fmt.Errorf("%w: this journal cannot confirm its answer with the leader (its copy of the registry may lag): %s; retry, or try another journal", ErrNoLeader, strings.TrimPrefix(rerr.Error(), ErrNoLeader.Error()+": ")),
@@ -268,6 +265,10 @@ func (j *Journal) confirm(ctx context.Context, decide func() error, needs func(e
 func isFinal(err error) bool {
 	return err != nil && apierr.FromError(toStatus(err)).Final()
 }
+
+// isRuleError reports whether err is a rule error: a refusal that depends
+// on replicated state.
+func isRuleError(err error) bool { return raftfsm.ErrorCode(err) != "" }
 
 // takeoverCutoff decides whether an Active node's hardware may enroll with a
 // new key: only when no journal has seen its stream for TakeoverWindow (it

@@ -18,7 +18,7 @@ import (
 // entry that halts the journal is never answered: its Apply waits until
 // the journal stops.
 func (j *Journal) ApplyRaw(data []byte, timeout time.Duration) <-chan error {
-	f := j.raft.Apply(data, timeout)
+	f := j.raftHooks.Raft.Apply(data, timeout)
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
 	return done
@@ -44,13 +44,12 @@ func (j *Journal) RegistryForTest() []*pactv1.Node { return j.fsm.Nodes(raftfsm.
 // runs (on the batch's goroutine) before a batch of n is proposed and may
 // block it. Set them before any enrollment.
 func (j *Journal) SetBatchHooks(queued, beforeSend func(n int)) {
-	j.batcher.hookMu.Lock()
-	defer j.batcher.hookMu.Unlock()
-	j.batcher.queued, j.batcher.beforeSend = queued, beforeSend
+	j.raftHooks.BatchQueued.Store(&queued)
+	j.raftHooks.BatchBeforeSend.Store(&beforeSend)
 }
 
 // RaftLastIndex is the index of the last entry in this journal's Raft log.
-func (j *Journal) RaftLastIndex() uint64 { return j.raft.LastIndex() }
+func (j *Journal) RaftLastIndex() uint64 { return j.raftHooks.Raft.LastIndex() }
 
 // RefuseBatchesAsLeader makes this journal, as leader, refuse forwarded
 // batches the way a leader of the release before batches does (it does
@@ -74,11 +73,11 @@ func (j *Journal) SetRekeyHooks(beforeRekey, awaitingRekey func()) {
 func (j *Journal) HoldRaftWrites() (release func()) {
 	gate := make(chan struct{})
 	hold := func() { <-gate }
-	j.watchdog.watch.hold.Store(&hold)
+	j.raftHooks.HoldWrites.Store(&hold)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			j.watchdog.watch.hold.Store(nil)
+			j.raftHooks.HoldWrites.Store(nil)
 			close(gate)
 		})
 	}
@@ -90,11 +89,11 @@ func (j *Journal) HoldRaftWrites() (release func()) {
 func (j *Journal) HoldApply() (release func()) {
 	held := make(chan struct{})
 	hook := func() { <-held }
-	j.beforeApply.Store(&hook)
+	j.raftHooks.BeforeApply.Store(&hook)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			j.beforeApply.Store(nil)
+			j.raftHooks.BeforeApply.Store(nil)
 			close(held)
 		})
 	}
@@ -102,10 +101,7 @@ func (j *Journal) HoldApply() (release func()) {
 
 // RaftWritesInFlight is how many Raft store writes have started and not
 // finished.
-func (j *Journal) RaftWritesInFlight() int {
-	_, n := j.watchdog.watch.oldest(j.watchdog.watch.clock.Now())
-	return n
-}
+func (j *Journal) RaftWritesInFlight() int { return j.raftHooks.WritesInFlight() }
 
 // WithWatchdogClock returns cfg with the write watchdog timing Raft's
 // store writes on c instead of the system clock.
@@ -116,30 +112,28 @@ func WithWatchdogClock(cfg Config, c clock.Clock) Config {
 
 // CheckRaftWrites runs one look of the write watchdog now, as its loop
 // does every quarter of RaftWriteTimeout.
-func (j *Journal) CheckRaftWrites() { j.checkWrites() }
+func (j *Journal) CheckRaftWrites() { j.raftHooks.CheckWrites() }
 
 // PeerRefusedForTest reads pact_journal_peer_refused_total{reason}.
 func (j *Journal) PeerRefusedForTest(reason string) float64 {
-	return testutil.ToFloat64(j.peerRefused.WithLabelValues(reason))
+	return testutil.ToFloat64(j.raftHooks.PeerRefused.WithLabelValues(reason))
 }
 
 // SetApplyWait sets how long this journal waits to apply an entry the
 // leader committed before it gives up on showing it (waitApplied).
-func (j *Journal) SetApplyWait(d time.Duration) { j.applyWait.Store(int64(d)) }
+func (j *Journal) SetApplyWait(d time.Duration) { j.raftHooks.ApplyWait.Store(int64(d)) }
 
 // KillRaft stops this journal's Raft as a crash does for the other
 // journals: first its outgoing Raft calls fail (Raft's own shutdown would
 // tell the followers one last time what it committed), then Raft stops.
 // Close still releases the rest.
 func (j *Journal) KillRaft() error {
-	j.raftSevered.Store(true)
-	return j.raft.Shutdown().Error()
+	j.raftHooks.Severed.Store(true)
+	return j.raftHooks.Raft.Shutdown().Error()
 }
 
 // SetQuorumIDForTest makes this journal claim quorum id from now on, as a
 // journal of another quorum would.
 func (j *Journal) SetQuorumIDForTest(id string) {
-	j.quorum.mu.Lock()
-	j.quorum.id = id
-	j.quorum.mu.Unlock()
+	j.raftHooks.ClaimQuorumID(id)
 }

@@ -114,14 +114,10 @@ func (h *hub) nodes() []string {
 func (j *Journal) onApply(ev raftfsm.Event) {
 	if ev.BundleChanged {
 		j.bundle.invalidate()
-		j.peerCerts.clear()
 		if _, retiring := j.ownIntermediate(); retiring {
 			// This journal's own intermediate is being retired: re-key now.
 			wake(j.rotateNow)
 		}
-	}
-	if ev.QuorumChanged {
-		j.onQuorumApplied()
 	}
 	j.hub.notify(ev)
 	if j.audit != nil && len(ev.Audit) > 0 {

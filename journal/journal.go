@@ -1,5 +1,6 @@
 // Package journal is the pact journal server: the gRPC services, their
-// authentication and authorisation, the local CA, and the Raft wiring.
+// authentication and authorisation, and the local CA, over the Raft node
+// of package raftnode (docs/architecture.md, "Inside the journal").
 package journal
 
 import (
@@ -12,16 +13,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	"go.etcd.io/bbolt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -32,6 +28,7 @@ import (
 	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/connlimit"
+	"github.com/pact-hpc/pact/journal/raftnode"
 	"github.com/pact-hpc/pact/journal/ratelimit"
 	"github.com/pact-hpc/pact/journal/tpmchallenge"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -44,9 +41,7 @@ type Journal struct {
 	log     *slog.Logger
 	ca      *ca.CA
 	fsm     *raftfsm.FSM
-	raft    *raft.Raft
-	store   *raftboltdb.BoltStore
-	logs    raft.LogStore // store behind a cache of recent entries
+	raft    *raftnode.Node
 	hub     *hub
 	bundle  *bundleCache
 	gate    *gate
@@ -72,34 +67,13 @@ type Journal struct {
 	// hardware match, each when the node's policy requires it
 	// (credentials.go).
 	credentials []enrollCredential
-	// appliedSignal wakes callers waiting for an index to be applied.
-	appliedSignal appliedSignal
-	// reads serves the Raft read index, as leader (readindex.go).
-	reads *leaderReads
-	// applyWait bounds waitApplied, in nanoseconds (appliedWait; a test
-	// shortens it while the journal runs).
-	applyWait atomic.Int64
-	// beforeApply is signalingFSM's test hook (export_test.go).
-	beforeApply atomic.Pointer[func()]
-	// peerCerts remembers peer journal chains already verified.
-	peerCerts verifiedChains
 
 	lis    net.Listener
 	server *grpc.Server
 
 	metricsAddr string
 
-	snapMu       sync.Mutex // guards the two below (restoredThrough)
-	snapRestores uint64
-	snapIndex    uint64
-	grpcAddr     string // as other journals reach it
-	raftAddr     string
-	peers        *peerConns
-	// netTrans is the Raft transport of a member of a quorum (nil alone).
-	netTrans *raft.NetworkTransport
-	// raftSevered fails every outgoing Raft call (severableTransport; a
-	// test's crash).
-	raftSevered atomic.Bool
+	grpcAddr string // as other journals reach it
 
 	// rotateNow asks rotateLoop to re-key at once (this journal's
 	// intermediate was retired).
@@ -113,33 +87,12 @@ type Journal struct {
 	// for the re-key.
 	beforeRekey, awaitingRekey func()
 
-	// watchdog cuts this journal off while it leads with a Raft store
-	// write stuck (watchdog.go).
-	watchdog writeWatchdog
-
-	// halted says why the journal stopped serving; promoteNow wakes
-	// promoteLoop after an add; nonvoterSince is when this journal first
-	// saw each current non-voter.
-	halted        haltState
-	promoteNow    chan struct{}
-	nonvoterMu    sync.Mutex
-	nonvoterSince map[string]time.Time
-
-	// batcher groups enrollment activations into one Raft entry (nil
-	// when ActivationBatchMax is 1).
-	batcher *batcher
 	// unknownOp says whether this journal, as leader, must refuse a
 	// forwarded command it cannot apply (raftfsm.HasUnknownOp; a test
 	// makes it stand for a leader of the previous release).
 	unknownOp atomic.Pointer[func(*pactv1.Command) bool]
-
-	// quorum is this journal's quorum identity (quorum.go); peerRefused
-	// counts the journal peers it refused.
-	quorum      quorumIdentity
-	peerRefused *prometheus.CounterVec
-	// raftStarted is raft once it runs, for the Raft port's goroutines,
-	// which start before it.
-	raftStarted atomic.Pointer[raft.Raft]
+	// raftHooks are the Raft node's test hooks (export_test.go).
+	raftHooks *raftnode.Hooks
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -160,7 +113,7 @@ func NewContext(ctx context.Context, cfg Config) (*Journal, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("journal: data dir: %w", err)
 	}
-	if err := checkRemovedMarker(cfg.DataDir); err != nil {
+	if err := raftnode.CheckRemovedMarker(cfg.DataDir); err != nil {
 		return nil, err
 	}
 	if cfg.Dev {
@@ -226,197 +179,68 @@ func NewContext(ctx context.Context, cfg Config) (*Journal, error) {
 		gate:    newGate(cfg.MaxConcurrentEnrollments, cfg.EnrollQueueWait, cfg.Clock),
 		stop:    make(chan struct{}),
 
-		promoteNow:    make(chan struct{}, 1),
-		nonvoterSince: map[string]time.Time{},
-		rotateNow:     make(chan struct{}, 1),
-		rekeyed:       make(chan struct{}),
+		rotateNow: make(chan struct{}, 1),
+		rekeyed:   make(chan struct{}),
+		raftHooks: &raftnode.Hooks{},
 	}
 	j.credentials = j.defaultCredentials()
-	j.applyWait.Store(int64(appliedWait))
-	j.halted.removed = make(chan struct{})
-	j.watchdog.watch = newWriteWatch(cfg.watchdogClock)
 	j.conns, j.raftConns = conns, raftConns
 	j.streams = newStreamLimits(cfg.MaxStreamsPerCert)
 	j.raftRefusals = newSampledLog(cfg.Clock, 10*time.Second)
 	j.admission = newAdmission(limiter, cfg.MaxEnrollWaiters, cfg.EnrollQueueWait, cfg.Clock)
 	j.bundle = newBundleCache(authority.Root(), j.fsm, cfg.Clock)
 	j.roots = rootPool(authority.Root())
-	j.peerRefused = newPeerRefusedCounter()
 	j.metrics = newMetrics(j)
-	j.peers = newPeerConns(j)
 	if j.auth, err = newAuthenticator(j); err != nil {
 		return nil, err
 	}
 	unknown := raftfsm.HasUnknownOp
 	j.unknownOp.Store(&unknown)
-	if cfg.ActivationBatchMax > 1 {
-		j.batcher = newBatcher(cfg.ActivationBatchMax, cfg.ActivationBatchWindow, cfg.Clock, j.stop, j.sendBatch)
-	}
-	j.fsm.SetObserver(j.onApply)
-	j.fsm.SetHaltHandler(j.onFSMHalt)
 	if err := j.startRaft(ctx); err != nil {
 		return nil, err
 	}
-	j.wg.Add(1)
-	go func() {
-		defer j.wg.Done()
-		j.reads.watch(j.stop)
-	}()
-	j.wg.Add(1)
-	go func() {
-		defer j.wg.Done()
-		j.quorumLoop()
-	}()
-	if j.batcher != nil {
-		j.wg.Add(1)
-		go func() {
-			defer j.wg.Done()
-			j.batcher.run()
-		}()
-	}
-	// From the start: a removed journal restarted with its old state may
-	// never find a leader, and must learn it was removed while it waits;
-	// a leader's write may stick before the journal serves.
-	j.wg.Add(2)
-	go func() {
-		defer j.wg.Done()
-		j.removalLoop()
-	}()
-	go func() {
-		defer j.wg.Done()
-		j.watchdogLoop()
-	}()
+	j.metrics.reg.MustRegister(j.raft.Collectors()...)
 	return j, nil
 }
 
+// startRaft starts the Raft node (raftnode) on this journal's FSM, its
+// credentials and its limits.
 func (j *Journal) startRaft(ctx context.Context) error {
-	_, statErr := os.Stat(filepath.Join(j.cfg.DataDir, "raft.db"))
-	freshStore := errors.Is(statErr, os.ErrNotExist)
-	store, err := raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(j.cfg.DataDir, "raft.db"),
-		// What etcd runs bbolt with: the freelist is rebuilt when the file
-		// is opened instead of written with every commit, and kept as a
-		// map, which stays fast as the log grows between snapshots.
-		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
-	})
-	if errors.Is(err, bbolt.ErrTimeout) {
-		return fmt.Errorf("%w by another pact-journal: %s (its raft.db is locked); stop that journal, or give this one its own --data-dir", ErrDataDirInUse, j.cfg.DataDir)
-	}
-	if err != nil {
-		return fmt.Errorf("journal: open raft store: %w", err)
-	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(j.cfg.DataDir, 2, newRaftLogger(j.log))
-	if err != nil {
-		store.Close()
-		return fmt.Errorf("journal: open snapshot store: %w", err)
-	}
-	rc := raft.DefaultConfig()
-	// Proposals arriving together (a boot storm) go into one log write and
-	// one AppendEntries instead of one each.
-	rc.BatchApplyCh = true
-	rc.LocalID = raft.ServerID(j.cfg.NodeID)
-	rc.Logger = newRaftLogger(j.log)
-	rc.SnapshotThreshold = j.cfg.RaftSnapshotThreshold
-	rc.TrailingLogs = j.cfg.RaftTrailingLogs
-	if j.cfg.RaftSnapshotInterval > 0 {
-		rc.SnapshotInterval = j.cfg.RaftSnapshotInterval
-	}
-	if t := j.cfg.RaftTimeout; t > 0 {
-		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = t, t, t
-	}
-	addr, raftTrans, err := j.raftTransport()
-	if err != nil {
-		store.Close()
-		return err
-	}
-	// On every failure from here the Raft listener and its goroutines go
-	// with the store: New returns no journal to Close.
-	started := false
-	defer func() {
-		if c, ok := raftTrans.(raft.WithClose); ok && !started {
-			_ = c.Close()
+	rc := raftnode.DefaultConfig()
+	rc.NodeID = j.cfg.NodeID
+	rc.DataDir = j.cfg.DataDir
+	rc.RaftListen, rc.AdvertiseRaft = j.cfg.RaftListen, j.cfg.AdvertiseRaft
+	rc.InitialCluster, rc.Join = j.cfg.InitialCluster, j.cfg.Join
+	rc.ApplyTimeout = j.cfg.ApplyTimeout
+	rc.RaftSnapshotThreshold, rc.RaftTrailingLogs, rc.RaftSnapshotInterval = j.cfg.RaftSnapshotThreshold, j.cfg.RaftTrailingLogs, j.cfg.RaftSnapshotInterval
+	rc.RaftTimeout, rc.RaftWriteTimeout = j.cfg.RaftTimeout, j.cfg.RaftWriteTimeout
+	rc.HandshakeTimeout = j.cfg.Connections.HandshakeTimeout
+	rc.ActivationBatchMax, rc.ActivationBatchWindow = j.cfg.ActivationBatchMax, j.cfg.ActivationBatchWindow
+	rc.FSM = j.fsm
+	rc.Credentials = j.ca
+	rc.Conns = j.raftConns
+	rc.Metrics = raftMetrics{j}
+	rc.AllowRefusalLog = j.raftRefusals.allow
+	rc.DescribeSelf = j.describeSelf
+	rc.OnApply = j.onApply
+	rc.BeforeStart = func(lastIndex uint64) error {
+		if j.cfg.AuditLog == "" {
+			return nil
 		}
-	}()
-	existing, err := raft.HasExistingState(store, store, snaps)
-	if err != nil {
-		store.Close()
-		return fmt.Errorf("journal: inspect raft state: %w", err)
-	}
-	if !existing && !j.cfg.Join && j.cfg.RaftListen != "" && len(j.cfg.InitialCluster) == 0 {
-		store.Close()
-		return fmt.Errorf("%w: --raft-listen is set but neither --initial-cluster nor --join: give --initial-cluster with every voter of a new quorum (this journal included, e.g. %s=%s), or --join to wait to be added to a running one (pact journal add)", ErrNoCluster, j.cfg.NodeID, addr)
-	}
-	if err := j.quorum.load(store, existing); err != nil {
-		store.Close()
-		return err
-	}
-	if !existing && !j.cfg.Join {
-		// A new quorum's id: agreed with the other founding journals (who
-		// must all answer, and none may belong to a quorum already), or
-		// minted for a quorum of one.
-		var qerr error
-		if len(j.cfg.InitialCluster) > 1 {
-			_, qerr = j.agreeBootstrap(ctx, store)
-		} else if j.quorum.get() == "" {
-			qerr = j.quorum.set(MintQuorumID())
-		}
-		if qerr != nil {
-			store.Close()
-			if freshStore && errors.Is(qerr, ErrBootstrapRefused) {
-				// Leave the directory as empty as it was found, so the
-				// journal can be started with --join on it as it is.
-				_ = os.Remove(filepath.Join(j.cfg.DataDir, "raft.db"))
-				_ = os.Remove(filepath.Join(j.cfg.DataDir, "snapshots")) // only if empty
-			}
-			return qerr
-		}
-		j.log.Info("bootstrapping a new quorum", logkey.QuorumID, j.quorum.get(), logkey.Members, max(1, len(j.cfg.InitialCluster)))
-		cfg := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: addr, Suffrage: raft.Voter}}}
-		if len(j.cfg.InitialCluster) > 0 {
-			cfg.Servers = nil
-			for _, p := range j.cfg.InitialCluster {
-				cfg.Servers = append(cfg.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr), Suffrage: raft.Voter})
-			}
-		}
-		if err := raft.BootstrapCluster(rc, store, store, snaps, raftTrans, cfg); err != nil {
-			store.Close()
-			return fmt.Errorf("journal: bootstrap raft: %w", err)
-		}
-	}
-	lastIndex, err := store.LastIndex()
-	if err != nil {
-		store.Close()
-		return fmt.Errorf("journal: read raft log: %w", err)
-	}
-	if j.cfg.AuditLog != "" {
 		// Entries up to the log's end were exported by the previous run.
-		if j.audit, err = newAuditExporter(j.cfg.AuditLog, lastIndex, j.log); err != nil {
-			store.Close()
-			return err
-		}
+		var err error
+		j.audit, err = newAuditExporter(j.cfg.AuditLog, lastIndex, j.log)
+		return err
 	}
-	// Raft's writes are timed by the watchdog; replication reads recent
-	// entries from memory rather than from bbolt.
-	watched := watchedStore{BoltStore: store, w: j.watchdog.watch}
-	logs, err := raft.NewLogCache(1024, watched)
+	rc.Hooks = j.raftHooks
+	rc.Logger = j.log
+	rc.Clock = j.cfg.Clock
+	rc.WatchdogClock = j.cfg.watchdogClock
+	node, err := raftnode.New(ctx, rc)
 	if err != nil {
-		store.Close()
-		return fmt.Errorf("journal: raft log cache: %w", err)
+		return err
 	}
-	j.logs = logs
-	if j.netTrans != nil {
-		raftTrans = fencedTransport{NetworkTransport: j.netTrans, fenced: &j.watchdog.fenced, severed: &j.raftSevered}
-	}
-	r, err := raft.NewRaft(rc, &signalingFSM{FSM: j.fsm, signal: &j.appliedSignal, beforeApply: &j.beforeApply, restored: j.onQuorumRestored}, logs, watched, snaps, raftTrans)
-	if err != nil {
-		store.Close()
-		return fmt.Errorf("journal: start raft: %w", err)
-	}
-	j.raft = r
-	j.raftStarted.Store(r)
-	j.store = store
-	j.reads = newLeaderReads(r, termReadyWait)
-	started = true
+	j.raft = node
 	return nil
 }
 
@@ -438,7 +262,10 @@ func (j *Journal) Start(ctx context.Context) error {
 	if j.grpcAddr == "" {
 		j.grpcAddr = lis.Addr().String()
 	}
-	if err := j.waitReady(ctx); err != nil {
+	announce := func() {
+		j.log.Info("waiting to be added to a quorum; on a journal of the quorum run: pact journal add " + j.cfg.NodeID + " " + j.raft.RaftAddr())
+	}
+	if err := j.raft.WaitReady(ctx, announce); err != nil {
 		lis.Close()
 		return err
 	}
@@ -456,14 +283,11 @@ func (j *Journal) Start(ctx context.Context) error {
 		}
 		j.metricsAddr = mlis.Addr().String()
 	}
-	j.wg.Add(4)
+	j.raft.StartPromoting()
+	j.wg.Add(3)
 	go func() {
 		defer j.wg.Done()
 		j.livenessLoop()
-	}()
-	go func() {
-		defer j.wg.Done()
-		j.promoteLoop()
 	}()
 
 	go func() {
@@ -491,37 +315,6 @@ func (j *Journal) Start(ctx context.Context) error {
 	return nil
 }
 
-// waitReady blocks until a leader is known and this journal has applied
-// everything the leader has told it is committed (the leader: its whole
-// log), so the registry and revocation set are current before anyone is
-// served.
-func (j *Journal) waitReady(ctx context.Context) error {
-	announced := false
-	for {
-		if _, leader := j.raft.LeaderWithID(); leader != "" {
-			if j.raft.State() == raft.Leader {
-				err := j.raft.Barrier(j.cfg.ApplyTimeout).Error()
-				if err == nil {
-					return nil
-				}
-				if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) {
-					return fmt.Errorf("journal: replay registry: %w", err)
-				}
-			} else if c := j.raft.CommitIndex(); c > 0 && j.applied(c) {
-				return nil
-			}
-		} else if j.cfg.Join && !announced && j.raft.LastIndex() == 0 {
-			j.log.Info("waiting to be added to a quorum; on a journal of the quorum run: pact journal add " + j.cfg.NodeID + " " + j.raftAddr)
-			announced = true
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("journal: waiting for a Raft leader and the registry: %w", ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 // publishIntermediate puts this journal's intermediate certificate and its
 // addresses into Raft, retrying while a leader is being found.
 func (j *Journal) publishIntermediate(ctx context.Context) error {
@@ -535,7 +328,7 @@ func (j *Journal) publishIntermediate(ctx context.Context) error {
 				Der:          inter.Raw,
 				NotAfterUnix: inter.NotAfter.Unix(),
 			},
-			Journal: &pactv1.JournalInfo{JournalId: j.cfg.NodeID, RaftAddr: j.raftAddr, GrpcAddr: j.grpcAddr},
+			Journal: &pactv1.JournalInfo{JournalId: j.cfg.NodeID, RaftAddr: j.raft.RaftAddr(), GrpcAddr: j.grpcAddr},
 		}},
 	}
 	for {
@@ -690,23 +483,17 @@ func (j *Journal) awaitLiveIntermediate(ctx context.Context) error {
 func (j *Journal) Addr() string { return j.lis.Addr().String() }
 
 // LastSnapshotIndex is the index of this journal's newest Raft snapshot.
-func (j *Journal) LastSnapshotIndex() uint64 {
-	n, _ := strconv.ParseUint(j.raft.Stats()["last_snapshot_index"], 10, 64)
-	return n
-}
+func (j *Journal) LastSnapshotIndex() uint64 { return j.raft.LastSnapshotIndex() }
 
 // CommitIndex is the highest log index this journal knows is committed.
 func (j *Journal) CommitIndex() uint64 { return j.raft.CommitIndex() }
 
 // IsLeader reports whether this journal leads the quorum.
-func (j *Journal) IsLeader() bool { return j.raft.State() == raft.Leader }
+func (j *Journal) IsLeader() bool { return j.raft.IsLeader() }
 
 // KnownLeader is the id of the journal this one currently takes for the
 // leader ("" while it knows none).
-func (j *Journal) KnownLeader() string {
-	_, id := j.raft.LeaderWithID()
-	return string(id)
-}
+func (j *Journal) KnownLeader() string { return j.raft.Leader() }
 
 // MetricsAddr is where /metrics is served ("" if disabled).
 func (j *Journal) MetricsAddr() string { return j.metricsAddr }
@@ -718,9 +505,9 @@ func (j *Journal) Domain() string { return j.ca.Domain() }
 func (j *Journal) Close() error {
 	var errs []error
 	j.stopOnce.Do(func() {
-		// A halted FSM blocks Raft's apply goroutine, and with it every
-		// proposal still waiting, until released.
-		j.fsm.Release()
+		// The node first: a halted FSM blocks Raft's apply goroutine, and
+		// with it every proposal still waiting, until released.
+		j.raft.Stop()
 		close(j.stop)
 		if j.server != nil {
 			done := make(chan struct{})
@@ -732,18 +519,8 @@ func (j *Journal) Close() error {
 			}
 		}
 		j.wg.Wait()
-		j.peers.close()
-		if err := j.raft.Shutdown().Error(); err != nil {
-			errs = append(errs, fmt.Errorf("journal: raft shutdown: %w", err))
-		}
-		if j.netTrans != nil {
-			// Raft's shutdown closes the listener but keeps the pooled
-			// connections to the peers, whose reading goroutines would then
-			// wait on them for as long as the peers run.
-			j.netTrans.CloseStreams()
-		}
-		if err := j.store.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("journal: close raft store: %w", err))
+		if err := j.raft.Close(); err != nil {
+			errs = append(errs, err)
 		}
 		if j.audit != nil {
 			j.audit.close()

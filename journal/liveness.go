@@ -4,8 +4,6 @@ import (
 	"context"
 	"sort"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/pact-hpc/pact/internal/logkey"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -38,7 +36,7 @@ func (j *Journal) livenessTick() {
 			j.log.Warn("liveness digest not committed", logkey.Err, err, logkey.Nodes, len(ids))
 		}
 	}
-	if j.raft.State() != raft.Leader {
+	if !j.raft.IsLeader() {
 		return
 	}
 	cutoff := j.cfg.Clock.Now().Add(-j.cfg.NodeLivenessTimeout).UnixNano()

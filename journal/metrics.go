@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -86,7 +85,6 @@ func newMetrics(j *Journal) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 		}),
 	}
-	m.reg.MustRegister(j.peerRefused)
 	m.reg.MustRegister(m.enroll, m.credentialRefusals, m.enrollFailures, m.identityWarnings, m.renew, m.unconfirmed, m.authRefused, m.applySeconds, m.streamsRefused, m.activationBatch,
 		&connCollector{ports: map[string]*connlimit.Limiter{"grpc": j.conns, "raft": j.raftConns}},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -98,7 +96,7 @@ func newMetrics(j *Journal) *metrics {
 			func() float64 { return float64(j.tpm.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pact_journal_is_leader", Help: "1 if this journal is the Raft leader."},
 			func() float64 {
-				if j.raft.State() == raft.Leader {
+				if j.raft.IsLeader() {
 					return 1
 				}
 				return 0
@@ -112,25 +110,22 @@ func newMetrics(j *Journal) *metrics {
 				}
 				return float64(j.audit.dropped.Load())
 			}),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pact_journal_raft_write_stalls_total", Help: "Times this journal, leading, had a Raft store write unfinished past --raft-write-timeout and cut itself off so the others elect a leader."},
-			func() float64 { return float64(j.watchdog.stalls.Load()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pact_journal_raft_write_stalled", Help: "1 while this journal is cut off by the write watchdog (a stuck Raft store write): it sends no Raft message and serves nothing."},
-			func() float64 {
-				if j.watchdog.fenced.Load() {
-					return 1
-				}
-				return 0
-			}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pact_journal_raft_write_oldest_seconds", Help: "How long the oldest Raft store write in flight has been outstanding (0: none); a leader is cut off at --raft-write-timeout."},
-			func() float64 {
-				age, _ := j.watchdog.watch.oldest(j.watchdog.watch.clock.Now())
-				return age.Seconds()
-			}),
 		&nodeCollector{fsm: j.fsm, now: j.cfg.Clock.Now},
 	)
 	m.registerMonitoring(j)
 	return m
 }
+
+// raftMetrics is what the Raft node measures, in the journal's metrics.
+type raftMetrics struct{ j *Journal }
+
+func (r raftMetrics) ObserveApply(op string, d time.Duration) {
+	r.j.metrics.applySeconds.WithLabelValues(op).Observe(d.Seconds())
+}
+
+func (r raftMetrics) ObserveBatch(n int) { r.j.metrics.activationBatch.Observe(float64(n)) }
+
+func (r raftMetrics) HandshakeRefused(port string, err error) { r.j.countHandshakeRefused(port, err) }
 
 // connCollector reports the connection limiters of both ports.
 type connCollector struct{ ports map[string]*connlimit.Limiter }
@@ -207,47 +202,6 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// opName labels a command for metrics.
-func opName(cmd *pactv1.Command) string {
-	switch cmd.GetOp().(type) {
-	case *pactv1.Command_RegisterNode:
-		return "register"
-	case *pactv1.Command_Activate:
-		return "activate"
-	case *pactv1.Command_Renew:
-		return "renew"
-	case *pactv1.Command_PublishIntermediate:
-		return "publish_intermediate"
-	case *pactv1.Command_Decommission:
-		return "decommission"
-	case *pactv1.Command_Assign:
-		return "assign"
-	case *pactv1.Command_LivenessDigest:
-		return "liveness_digest"
-	case *pactv1.Command_MarkInactive:
-		return "mark_inactive"
-	case *pactv1.Command_CreateJoinToken:
-		return "create_join_token"
-	case *pactv1.Command_RevokeJoinTokens:
-		return "revoke_join_tokens"
-	case *pactv1.Command_Fence:
-		return "fence"
-	case *pactv1.Command_Release:
-		return "release"
-	case *pactv1.Command_UpdateNode:
-		return "update_node"
-	case *pactv1.Command_SvidSeen:
-		return "svid_seen"
-	case *pactv1.Command_StandbyIssued:
-		return "standby_issued"
-	case *pactv1.Command_StandbyActivated:
-		return "standby_activated"
-	case *pactv1.Command_Batch:
-		return "batch"
-	}
-	return "unknown"
-}
-
 // serveMetrics serves /metrics, /healthz and /readyz until the journal
 // stops. /readyz is 200 only while this journal serves with a leader known
 // and an intermediate that has not expired.
@@ -282,13 +236,13 @@ func (j *Journal) serveMetrics() (net.Listener, error) {
 }
 
 func (j *Journal) ready() error {
-	if r := j.haltedReason(); r != "" {
+	if r := j.raft.Halted(); r != "" {
 		return errors.New("halted: " + r)
 	}
 	if j.server == nil {
 		return errors.New("not serving yet")
 	}
-	if addr, _ := j.raft.LeaderWithID(); addr == "" {
+	if j.raft.Leader() == "" {
 		return errors.New("no Raft leader")
 	}
 	if j.cfg.Clock.Now().After(j.ca.Intermediate().NotAfter) {

@@ -52,14 +52,6 @@ func streamDropReason(decided string, err error) string {
 	return dropOther
 }
 
-// Sentinels of the Raft port's peer verification (raftnet.go), so its
-// refusals are counted by reason (auth.HandshakeRefusalReason).
-var (
-	errPeerNoCertificate       = auth.ErrPeerNoCertificate
-	errPeerIntermediateRevoked = auth.ErrPeerIntermediateRevoked
-	errPeerNotJournal          = auth.ErrPeerNotJournal
-)
-
 // countHandshakeRefused counts a failed server handshake on port (grpc,
 // raft) by reason.
 func (j *Journal) countHandshakeRefused(port string, err error) {
@@ -121,14 +113,13 @@ func (c *quorumCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	gauge(haltedDesc, b2f(j.haltedReason() != ""))
-	addr, _ := j.raft.LeaderWithID()
-	gauge(hasLeaderDesc, b2f(addr != ""))
+	gauge(haltedDesc, b2f(j.raft.Halted() != ""))
+	gauge(hasLeaderDesc, b2f(j.raft.Leader() != ""))
 	state := j.raft.State()
 	for _, s := range raftStates {
 		gauge(raftStateDesc, b2f(s == state), lowerState(s))
 	}
-	gauge(termDesc, float64(j.raft.CurrentTerm()))
+	gauge(termDesc, float64(j.raft.Term()))
 	gauge(commitDesc, float64(j.raft.CommitIndex()))
 	gauge(appliedDesc, float64(j.raft.AppliedIndex()))
 	switch lc := j.raft.LastContact(); {
@@ -137,9 +128,9 @@ func (c *quorumCollector) Collect(ch chan<- prometheus.Metric) {
 	case !lc.IsZero():
 		gauge(lastContactDesc, max(time.Since(lc), 0).Seconds())
 	}
-	if f := j.raft.GetConfiguration(); f.Error() == nil {
+	if servers, _, err := j.raft.Servers(); err == nil {
 		voters, self := 0, false
-		for _, srv := range f.Configuration().Servers {
+		for _, srv := range servers {
 			if srv.Suffrage == raft.Voter {
 				voters++
 				self = self || string(srv.ID) == j.cfg.NodeID
@@ -220,8 +211,8 @@ func (c *credentialCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	// Members only: a removed journal's intermediates stay in Raft until
 	// they expire, and nobody re-keys them.
-	if f := j.raft.GetConfiguration(); f.Error() == nil {
-		for _, srv := range f.Configuration().Servers {
+	if servers, _, err := j.raft.Servers(); err == nil {
+		for _, srv := range servers {
 			if notAfter, ok := newest[string(srv.ID)]; ok {
 				gauge(quorumIntermediateDesc, time.Unix(notAfter, 0).Sub(now).Seconds(), string(srv.ID))
 			}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/journal/ca"
+	"github.com/pact-hpc/pact/journal/raftnode"
 )
 
 // productionRoot says how a production journal gets its root. A journal
@@ -163,7 +164,7 @@ func checkDataDir(dir string) error {
 		return fmt.Errorf("journal: data directory %s is not writable by this user (uid %d); chown it to the journal's user, mode 0700, or choose another --data-dir", dir, os.Getuid())
 	}
 	var errs []error
-	if err := checkRemovedMarker(dir); err != nil {
+	if err := raftnode.CheckRemovedMarker(dir); err != nil {
 		errs = append(errs, fmt.Errorf("%w; this data directory must not be started again: empty it and add the journal anew (--join, then pact journal add), docs/quorum.md", err))
 	}
 	if err := raftDBLocked(filepath.Join(dir, "raft.db")); err != nil {

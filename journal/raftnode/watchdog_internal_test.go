@@ -1,6 +1,7 @@
-package journal
+package raftnode
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func TestWatchdogDecide(t *testing.T) {
 // and forgets a write once it ends.
 func TestWriteWatchOldest(t *testing.T) {
 	fc := fakeclock.New(time.Unix(1000, 0))
-	w := newWriteWatch(fc)
+	w := newWriteWatch(fc, new(atomic.Pointer[func()]))
 	if age, n := w.oldest(fc.Now()); age != 0 || n != 0 {
 		t.Fatalf("idle: %v, %d", age, n)
 	}

@@ -1,4 +1,4 @@
-package journal
+package raftnode
 
 import (
 	"errors"
@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/logkey"
@@ -49,16 +48,17 @@ type writeWatch struct {
 	next     uint64
 	inflight map[uint64]time.Time
 	// hold, if set, runs inside each write before it reaches the store and
-	// may block it: a test's stuck disk (export_test.go).
-	hold atomic.Pointer[func()]
+	// may block it: a test's stuck disk (Hooks.HoldWrites).
+	hold *atomic.Pointer[func()]
 }
 
-// newWriteWatch times writes on c (nil: the system clock).
-func newWriteWatch(c clock.Clock) *writeWatch {
+// newWriteWatch times writes on c (nil: the system clock); hold is the
+// test hook that may block them.
+func newWriteWatch(c clock.Clock, hold *atomic.Pointer[func()]) *writeWatch {
 	if c == nil {
 		c = clock.Real{}
 	}
-	return &writeWatch{clock: c, inflight: map[uint64]time.Time{}}
+	return &writeWatch{clock: c, inflight: map[uint64]time.Time{}, hold: hold}
 }
 
 // track records a write starting now and returns its id for done.
@@ -93,43 +93,50 @@ func (w *writeWatch) oldest(now time.Time) (time.Duration, int) {
 	return age, len(w.inflight)
 }
 
-// watchedStore is the bbolt store as Raft sees it (log and stable store),
+// watchedStore is the Raft store as Raft sees it (log and stable store),
 // with every write timed by the watchdog. Reads pass through: bbolt
 // serves them beside a stuck writer.
 type watchedStore struct {
-	*raftboltdb.BoltStore
-	w *writeWatch
+	log    raft.LogStore
+	stable raft.StableStore
+	w      *writeWatch
 }
+
+func (s watchedStore) FirstIndex() (uint64, error)        { return s.log.FirstIndex() }
+func (s watchedStore) LastIndex() (uint64, error)         { return s.log.LastIndex() }
+func (s watchedStore) GetLog(i uint64, l *raft.Log) error { return s.log.GetLog(i, l) }
+func (s watchedStore) Get(k []byte) ([]byte, error)       { return s.stable.Get(k) }
+func (s watchedStore) GetUint64(k []byte) (uint64, error) { return s.stable.GetUint64(k) }
 
 func (s watchedStore) StoreLog(l *raft.Log) error {
 	defer s.w.done(s.w.track())
-	return s.BoltStore.StoreLog(l)
+	return s.log.StoreLog(l)
 }
 
 func (s watchedStore) StoreLogs(logs []*raft.Log) error {
 	defer s.w.done(s.w.track())
-	return s.BoltStore.StoreLogs(logs)
+	return s.log.StoreLogs(logs)
 }
 
 func (s watchedStore) DeleteRange(lo, hi uint64) error {
 	defer s.w.done(s.w.track())
-	return s.BoltStore.DeleteRange(lo, hi)
+	return s.log.DeleteRange(lo, hi)
 }
 
 func (s watchedStore) Set(k, v []byte) error {
 	defer s.w.done(s.w.track())
-	return s.BoltStore.Set(k, v)
+	return s.stable.Set(k, v)
 }
 
 func (s watchedStore) SetUint64(k []byte, v uint64) error {
 	defer s.w.done(s.w.track())
-	return s.BoltStore.SetUint64(k, v)
+	return s.stable.SetUint64(k, v)
 }
 
 // fencedTransport is the Raft network transport with two switches that
 // fail every RPC this journal sends: the watchdog's fence (while up, what
 // it receives is untouched, so a newer leader's heartbeat still reaches it
-// and steps it down), and a test's severing (export_test.go, KillRaft:
+// and steps it down), and a test's severing (Hooks.Severed, the journal's KillRaft:
 // thrown before Raft stops, so the journal goes silent as a crashed one
 // does; hashicorp/raft's own shutdown first tells each follower, one last
 // time, what it has committed, which a crash never does).
@@ -256,55 +263,55 @@ type writeWatchdog struct {
 
 // watchdogLoop looks at the Raft store writes four times per
 // RaftWriteTimeout until the journal stops.
-func (j *Journal) watchdogLoop() {
-	every := j.cfg.RaftWriteTimeout / 4
+func (n *Node) watchdogLoop() {
+	every := n.cfg.RaftWriteTimeout / 4
 	for {
-		t := j.watchdog.watch.clock.NewTimer(every)
+		t := n.watchdog.watch.clock.NewTimer(every)
 		select {
-		case <-j.stop:
+		case <-n.stop:
 			t.Stop()
 			return
 		case <-t.C():
 		}
-		j.checkWrites()
+		n.checkWrites()
 	}
 }
 
 // checkWrites is one look of the watchdog.
-func (j *Journal) checkWrites() {
-	wd := &j.watchdog
+func (n *Node) checkWrites() {
+	wd := &n.watchdog
 	wd.mu.Lock()
 	defer wd.mu.Unlock()
 	now := wd.watch.clock.Now()
-	stuck, n := wd.watch.oldest(now)
-	leader := j.raft.State() == raft.Leader
-	switch watchdogDecide(wd.fenced.Load(), leader, j.soleVoter(), stuck, j.cfg.RaftWriteTimeout) {
+	stuck, inFlight := wd.watch.oldest(now)
+	leader := n.raft.State() == raft.Leader
+	switch watchdogDecide(wd.fenced.Load(), leader, n.soleVoter(), stuck, n.cfg.RaftWriteTimeout) {
 	case watchdogFence:
 		wd.fenced.Store(true)
 		wd.since = now
 		wd.stalls.Add(1)
 		reason := fmt.Sprintf("a Raft store write (raft.db in %s) has not finished for %v, over --raft-write-timeout %v: this journal stopped leading and serves nothing until the write finishes; check that disk (full, hung or failing device)",
-			j.cfg.DataDir, stuck.Round(time.Millisecond), j.cfg.RaftWriteTimeout)
-		j.setStalled(reason)
-		j.log.Error("RAFT WRITE STUCK: this leader stops sending heartbeats and votes so the other journals elect a leader, and serves nothing until the write finishes; check the disk of --data-dir (full, hung or failing device). If the write never finishes, restart pact-journal once the disk is fixed",
-			logkey.DataDir, j.cfg.DataDir, logkey.Duration, stuck.Round(time.Millisecond), logkey.RaftWriteTimeout, j.cfg.RaftWriteTimeout, logkey.WritesInFlight, n)
+			n.cfg.DataDir, stuck.Round(time.Millisecond), n.cfg.RaftWriteTimeout)
+		n.setStalled(reason)
+		n.log.Error("RAFT WRITE STUCK: this leader stops sending heartbeats and votes so the other journals elect a leader, and serves nothing until the write finishes; check the disk of --data-dir (full, hung or failing device). If the write never finishes, restart pact-journal once the disk is fixed",
+			logkey.DataDir, n.cfg.DataDir, logkey.Duration, stuck.Round(time.Millisecond), logkey.RaftWriteTimeout, n.cfg.RaftWriteTimeout, logkey.WritesInFlight, inFlight)
 	case watchdogLift:
 		wd.fenced.Store(false)
-		j.setStalled("")
-		j.log.Warn("the stuck Raft store write finished; this journal serves again (as a follower unless elected)",
-			logkey.Duration, now.Sub(wd.since).Round(time.Millisecond), logkey.State, j.raft.State().String())
+		n.setStalled("")
+		n.log.Warn("the stuck Raft store write finished; this journal serves again (as a follower unless elected)",
+			logkey.Duration, now.Sub(wd.since).Round(time.Millisecond), logkey.State, n.raft.State().String())
 	}
 }
 
 // soleVoter reports whether this journal is the only voter of its
 // configuration.
-func (j *Journal) soleVoter() bool {
-	f := j.raft.GetConfiguration()
+func (n *Node) soleVoter() bool {
+	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
 		return false
 	}
 	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter && string(s.ID) != j.cfg.NodeID {
+		if s.Suffrage == raft.Voter && string(s.ID) != n.cfg.NodeID {
 			return false
 		}
 	}

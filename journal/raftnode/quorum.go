@@ -1,4 +1,4 @@
-package journal
+package raftnode
 
 import (
 	"context"
@@ -24,12 +24,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
 )
 
 // A quorum's identity.
@@ -45,13 +45,6 @@ import (
 // proven on every Raft connection (a QuorumHello after the TLS handshake)
 // and every peer call (gRPC metadata). A journal never takes Raft traffic
 // from, votes for, or forwards to a journal of another quorum.
-
-// ErrQuorumMismatch: a peer journal belongs to another quorum.
-var ErrQuorumMismatch = errors.New("journal: journal of another quorum")
-
-// ErrBootstrapRefused: an empty journal was asked to bootstrap a new
-// quorum, but a journal it lists already belongs to one.
-var ErrBootstrapRefused = errors.New("journal: bootstrap refused")
 
 const (
 	// alpnRaft marks a Raft connection that opens with a QuorumHello. A
@@ -81,24 +74,25 @@ const (
 	refusedCertificate    = "bad_certificate"
 )
 
-// peerRefusal is a peer refused for a reason the metric counts.
-type peerRefusal struct {
+// PeerRefusal is a journal peer refused for a reason
+// pact_journal_peer_refused_total counts.
+type PeerRefusal struct {
 	reason string
 	msg    string
 	// cause, if set, is the sentinel the handshake metrics classify by.
 	cause error
 }
 
-func (e *peerRefusal) Error() string { return "journal peer: " + e.msg }
+func (e *PeerRefusal) Error() string { return "journal peer: " + e.msg }
 
-func (e *peerRefusal) Unwrap() error { return e.cause }
+func (e *PeerRefusal) Unwrap() error { return e.cause }
 
 func refusal(reason, format string, args ...any) error {
-	return &peerRefusal{reason: reason, msg: fmt.Sprintf(format, args...)}
+	return &PeerRefusal{reason: reason, msg: fmt.Sprintf(format, args...)}
 }
 
 func refusalReason(err error) string {
-	var r *peerRefusal
+	var r *PeerRefusal
 	if errors.As(err, &r) {
 		return r.reason
 	}
@@ -222,17 +216,17 @@ func (q *quorumIdentity) isBootstrapping() bool {
 
 var quorumIDEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
-// MintQuorumID returns a new random quorum id.
-func MintQuorumID() string {
+// mintQuorumID returns a new random quorum id.
+func mintQuorumID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return strings.ToLower(quorumIDEncoding.EncodeToString(b[:]))
 }
 
-// DeriveQuorumID derives a quorum id from parts, so journals that run the
+// deriveQuorumID derives a quorum id from parts, so journals that run the
 // same step (bootstrap from the same candidates, recover with the same
 // members, restore of the same file) agree without talking.
-func DeriveQuorumID(parts ...string) string {
+func deriveQuorumID(parts ...string) string {
 	h := sha256.New()
 	for _, p := range parts {
 		_ = binary.Write(h, binary.BigEndian, uint32(len(p)))
@@ -251,7 +245,7 @@ func bootstrapQuorumID(formed map[string]string) string {
 	for _, id := range ids {
 		parts = append(parts, id, formed[id])
 	}
-	return DeriveQuorumID(parts...)
+	return deriveQuorumID(parts...)
 }
 
 // writeHello and readHello frame a QuorumHello or its reply.
@@ -306,19 +300,19 @@ var (
 // admitRaftConn runs the quorum hello of an accepted, authenticated Raft
 // connection: it answers a probe (errProbeAnswered), or admits the
 // connection for Raft, or refuses it.
-func (j *Journal) admitRaftConn(tc *tls.Conn) error {
+func (n *Node) admitRaftConn(tc *tls.Conn) error {
 	cs := tc.ConnectionState()
 	peerID := peerJournalID(cs)
 	if cs.NegotiatedProtocol != alpnRaft {
 		// A journal of a version before quorum ids: it proves none.
-		return j.admitPeer(peerID, "", false)
+		return n.admitPeer(peerID, "", false)
 	}
 	var hello pactv1.QuorumHello
 	if err := readHello(tc, &hello); err != nil {
 		return err
 	}
-	reply := j.quorum.reply(j.cfg.NodeID)
-	if !reply.GetHasState() && j.hasRaftState() {
+	reply := n.quorum.reply(n.cfg.NodeID)
+	if !reply.GetHasState() && n.hasRaftState() {
 		// Bootstrapped, or joined, since it started: the stable store
 		// was empty when it was read, but this journal belongs to a
 		// quorum now. An empty journal that probes it must be refused.
@@ -328,25 +322,25 @@ func (j *Journal) admitRaftConn(tc *tls.Conn) error {
 		_ = writeHello(tc, reply)
 		return errProbeAnswered
 	}
-	err := j.admitPeer(peerID, hello.GetQuorumId(), true)
+	err := n.admitPeer(peerID, hello.GetQuorumId(), true)
 	if err == nil && hello.GetQuorumId() != "" {
 		// A journal added with --join takes its quorum from the member
 		// that replicates to it, before any snapshot it is sent: a
 		// snapshot may predate the quorum's current id (one taken before
 		// a recover or restore recorded the new one).
-		if _, aerr := j.quorum.adopt(hello.GetQuorumId()); aerr != nil {
-			j.log.Error("could not keep the quorum id", logkey.Err, aerr)
+		if _, aerr := n.quorum.adopt(hello.GetQuorumId()); aerr != nil {
+			n.log.Error("could not keep the quorum id", logkey.Err, aerr)
 		}
-		reply.QuorumId = j.quorum.get()
+		reply.QuorumId = n.quorum.get()
 	}
 	if err != nil {
-		var r *peerRefusal
+		var r *PeerRefusal
 		if errors.As(err, &r) {
 			reply.Refused, reply.RefusedReason = r.msg, r.reason
 		}
 		// Counted before the answer leaves, so whoever reads the answer
 		// also sees the count.
-		j.countPeerRefusal("raft port", tc.RemoteAddr().String(), err)
+		n.CountPeerRefusal("raft port", tc.RemoteAddr().String(), err)
 		err = errRefusalCounted
 	}
 	if werr := writeHello(tc, reply); werr != nil && err == nil {
@@ -357,18 +351,18 @@ func (j *Journal) admitRaftConn(tc *tls.Conn) error {
 
 // admitPeer decides whether journal peerID, proving quorum theirs, may
 // speak Raft or call the peer service here.
-func (j *Journal) admitPeer(peerID, theirs string, proven bool) error {
-	if j.quorum.isBootstrapping() {
+func (n *Node) admitPeer(peerID, theirs string, proven bool) error {
+	if n.quorum.isBootstrapping() {
 		return refusal(refusedBootstrapping, "journal %s: this journal has not bootstrapped yet (it is asking its --initial-cluster peers first)", peerID)
 	}
-	own := j.quorum.get()
+	own := n.quorum.get()
 	if own != "" && theirs != "" && theirs != own {
 		return refusal(refusedQuorumMismatch, "journal %s belongs to quorum %s, this journal to quorum %s: they are two quorums (see docs/quorum.md, \"One quorum\")", peerID, theirs, own)
 	}
 	// A journal that proves no quorum belongs to none yet (added with
 	// --join, it learns the id from what it is sent) or runs a version
 	// before quorum ids: a member may be either, anyone else neither.
-	if !j.isMember(peerID) {
+	if !n.isMember(peerID) {
 		return refusal(refusedNotMember, "journal %s is not a member of this quorum (removed, or never added)", peerID)
 	}
 	return nil
@@ -376,16 +370,16 @@ func (j *Journal) admitPeer(peerID, theirs string, proven bool) error {
 
 // hasRaftState reports whether this journal's Raft log or snapshots hold
 // anything now: it bootstrapped a quorum, or a leader sent it entries.
-func (j *Journal) hasRaftState() bool {
-	r := j.raftStarted.Load()
+func (n *Node) hasRaftState() bool {
+	r := n.raftStarted.Load()
 	return r != nil && r.LastIndex() > 0
 }
 
 // isMember reports whether id is in this journal's Raft configuration. A
 // journal that knows no configuration yet (waiting to join) cannot tell,
 // and lets the chain and the quorum id decide.
-func (j *Journal) isMember(id string) bool {
-	r := j.raftStarted.Load()
+func (n *Node) isMember(id string) bool {
+	r := n.raftStarted.Load()
 	if r == nil {
 		return true
 	}
@@ -402,15 +396,15 @@ func (j *Journal) isMember(id string) bool {
 
 // dialHello runs the dialer's side of the quorum hello on a Raft
 // connection: it proves this journal's quorum and checks the answer.
-func (j *Journal) dialHello(c *tls.Conn, kind pactv1.QuorumHelloKind) (*pactv1.QuorumHelloReply, error) {
+func (n *Node) dialHello(c *tls.Conn, kind pactv1.QuorumHelloKind) (*pactv1.QuorumHelloReply, error) {
 	cs := c.ConnectionState()
-	own := j.quorum.get()
+	own := n.quorum.get()
 	if cs.NegotiatedProtocol != alpnRaft {
 		// A journal of a version before quorum ids (a rolling upgrade):
 		// a peer if it is a member. To a probe it counts as belonging to
 		// a quorum: such a journal serves Raft only with state, or while
 		// joining one.
-		if kind == pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_RAFT && !j.isMember(peerJournalID(cs)) {
+		if kind == pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_RAFT && !n.isMember(peerJournalID(cs)) {
 			return nil, refusal(refusedNotMember, "journal %s is not a member of this quorum", peerJournalID(cs))
 		}
 		return &pactv1.QuorumHelloReply{JournalId: peerJournalID(cs), HasState: true}, nil
@@ -431,44 +425,44 @@ func (j *Journal) dialHello(c *tls.Conn, kind pactv1.QuorumHelloKind) (*pactv1.Q
 	if theirs := reply.GetQuorumId(); own != "" && theirs != "" && theirs != own {
 		return nil, refusal(refusedQuorumMismatch, "journal %s belongs to quorum %s, this journal to quorum %s", reply.GetJournalId(), theirs, own)
 	}
-	if !j.isMember(peerJournalID(cs)) {
+	if !n.isMember(peerJournalID(cs)) {
 		return nil, refusal(refusedNotMember, "journal %s is not a member of this quorum", peerJournalID(cs))
 	}
 	return &reply, nil
 }
 
-// countPeerRefusal counts and (sampled) logs a refused peer.
-func (j *Journal) countPeerRefusal(where, source string, err error) {
+// CountPeerRefusal counts and (sampled) logs a refused peer.
+func (n *Node) CountPeerRefusal(where, source string, err error) {
 	reason := refusalReason(err)
-	j.peerRefused.WithLabelValues(reason).Inc()
-	if ok, held := j.raftRefusals.allow(); ok {
-		j.log.Warn("refused a journal peer", logkey.Where, where, logkey.Source, source, logkey.Reason, reason, logkey.Err, err, logkey.RefusalsNotLogged, held)
+	n.peerRefused.WithLabelValues(reason).Inc()
+	if ok, held := n.allowRefusalLog(); ok {
+		n.log.Warn("refused a journal peer", logkey.Where, where, logkey.Source, source, logkey.Reason, reason, logkey.Err, err, logkey.RefusalsNotLogged, held)
 	}
 }
 
-// checkPeerCall admits a peer-service call: the caller's quorum id (gRPC
-// metadata) and its membership.
-func (j *Journal) checkPeerCall(ctx context.Context, peerID string, member bool) error {
+// CheckPeerCall admits a peer-service call from journal peerID: the
+// caller's quorum id (gRPC metadata) and, if member, its membership.
+func (n *Node) CheckPeerCall(ctx context.Context, peerID string, member bool) error {
 	theirs := ""
 	if v := metadata.ValueFromIncomingContext(ctx, quorumMetadata); len(v) == 1 {
 		theirs = v[0]
 	}
 	var err error
 	if member {
-		err = j.admitPeer(peerID, theirs, false)
-	} else if own := j.quorum.get(); own != "" && theirs != "" && theirs != own {
+		err = n.admitPeer(peerID, theirs, false)
+	} else if own := n.quorum.get(); own != "" && theirs != "" && theirs != own {
 		err = refusal(refusedQuorumMismatch, "journal %s belongs to quorum %s, this journal to quorum %s", peerID, theirs, own)
 	}
 	if err != nil {
-		j.countPeerRefusal("peer service", peerID, err)
+		n.CountPeerRefusal("peer service", peerID, err)
 		return err
 	}
 	return nil
 }
 
 // withQuorumID adds this journal's quorum id to every peer call it makes.
-func (j *Journal) withQuorumID(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if id := j.quorum.get(); id != "" {
+func (n *Node) withQuorumID(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if id := n.quorum.get(); id != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, quorumMetadata, id)
 	}
 	return invoker(ctx, method, req, reply, cc, opts...)
@@ -476,16 +470,16 @@ func (j *Journal) withQuorumID(ctx context.Context, method string, req, reply an
 
 // probePeer asks the journal at addr (its Raft port) which quorum it
 // belongs to, without joining anything.
-func (j *Journal) probePeer(addr string, timeout time.Duration) (*pactv1.QuorumHelloReply, error) {
+func (n *Node) probePeer(addr string, timeout time.Duration) (*pactv1.QuorumHelloReply, error) {
 	d := &net.Dialer{Timeout: timeout}
-	cfg := j.raftClientTLS()
+	cfg := n.raftClientTLS()
 	c, err := tls.DialWithDialer(d, "tcp", addr, cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(timeout))
-	return j.dialHello(c, pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_PROBE)
+	return n.dialHello(c, pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_PROBE)
 }
 
 // agreeBootstrap runs before an empty journal bootstraps a quorum of
@@ -494,11 +488,11 @@ func (j *Journal) probePeer(addr string, timeout time.Duration) (*pactv1.QuorumH
 // to a quorum other than the one these journals are forming together; it
 // waits until every one has answered, and derives the quorum id from their
 // bootstrap candidates.
-func (j *Journal) agreeBootstrap(ctx context.Context, store raft.StableStore) (string, error) {
-	q := &j.quorum
+func (n *Node) agreeBootstrap(ctx context.Context, store raft.StableStore) (string, error) {
+	q := &n.quorum
 	q.mu.Lock()
 	if q.candidate == "" {
-		c := MintQuorumID()
+		c := mintQuorumID()
 		if err := store.Set([]byte(keyCandidate), []byte(c)); err != nil {
 			q.mu.Unlock()
 			return "", fmt.Errorf("journal: stable store: %w", err)
@@ -514,10 +508,10 @@ func (j *Journal) agreeBootstrap(ctx context.Context, store raft.StableStore) (s
 		q.mu.Unlock()
 	}()
 
-	got := map[string]string{j.cfg.NodeID: self}
+	got := map[string]string{n.cfg.NodeID: self}
 	pending := map[string]string{} // id -> raft address
-	for _, p := range j.cfg.InitialCluster {
-		if p.ID != j.cfg.NodeID {
+	for _, p := range n.cfg.InitialCluster {
+		if p.ID != n.cfg.NodeID {
 			pending[p.ID] = p.RaftAddr
 		}
 	}
@@ -526,7 +520,7 @@ func (j *Journal) agreeBootstrap(ctx context.Context, store raft.StableStore) (s
 	lastLog := time.Now()
 	for len(pending) > 0 {
 		for id, addr := range pending {
-			reply, err := j.probePeer(addr, 2*time.Second)
+			reply, err := n.probePeer(addr, 2*time.Second)
 			if err != nil {
 				lastErr[id] = err
 				continue
@@ -535,9 +529,9 @@ func (j *Journal) agreeBootstrap(ctx context.Context, store raft.StableStore) (s
 				return "", fmt.Errorf("%w: --initial-cluster lists %s at %s, but the journal there is %s: correct --initial-cluster", ErrBootstrapRefused, id, addr, reply.GetJournalId())
 			}
 			switch {
-			case reply.GetHasState() && reply.GetFormedWith()[j.cfg.NodeID] != self:
+			case reply.GetHasState() && reply.GetFormedWith()[n.cfg.NodeID] != self:
 				return "", fmt.Errorf("%w: journal %s at %s already belongs to a quorum (quorum id %s), and this journal's data directory %s is empty: bootstrapping would start a second quorum. To make this journal a member of that quorum, start it with --join instead of --initial-cluster, then run `pact journal add %s %s` against the quorum; if the quorum still lists %s (its disk was wiped, it was not removed), run `pact journal remove %s` first: a voter that lost its log must not vote (docs/quorum.md, \"One quorum\")",
-					ErrBootstrapRefused, id, addr, quorumOrUnknown(reply.GetQuorumId()), j.cfg.DataDir, j.cfg.NodeID, j.raftAddr, j.cfg.NodeID, j.cfg.NodeID)
+					ErrBootstrapRefused, id, addr, quorumOrUnknown(reply.GetQuorumId()), n.cfg.DataDir, n.cfg.NodeID, n.raftAddr, n.cfg.NodeID, n.cfg.NodeID)
 			case reply.GetHasState():
 				formed = reply.GetFormedWith()
 			case reply.GetBootstrapCandidate() == "":
@@ -558,7 +552,7 @@ func (j *Journal) agreeBootstrap(ctx context.Context, store raft.StableStore) (s
 				waiting = append(waiting, fmt.Sprintf("%s at %s (%v)", id, addr, lastErr[id]))
 			}
 			sort.Strings(waiting)
-			j.log.Warn("waiting for every --initial-cluster journal to answer before bootstrapping a new quorum", logkey.WaitingFor, waiting)
+			n.log.Warn("waiting for every --initial-cluster journal to answer before bootstrapping a new quorum", logkey.WaitingFor, waiting)
 		}
 		select {
 		case <-ctx.Done():
@@ -574,7 +568,7 @@ func (j *Journal) agreeBootstrap(ctx context.Context, store raft.StableStore) (s
 		}
 		got = formed
 	}
-	if len(got) != len(j.cfg.InitialCluster) {
+	if len(got) != len(n.cfg.InitialCluster) {
 		return "", fmt.Errorf("%w: the journals listed in --initial-cluster differ from journal to journal: give every one the same list", ErrBootstrapRefused)
 	}
 	b, err := json.Marshal(got)
@@ -602,9 +596,9 @@ func quorumOrUnknown(id string) string {
 // term: if the replicated state's quorum id differs from this journal's
 // own, it records its own (bootstrap, recover, restore) or, for a quorum
 // from a version without ids, mints one.
-func (j *Journal) establishQuorumID(ctx context.Context) {
-	own := j.quorum.get()
-	state := j.fsm.Quorum().GetQuorumId()
+func (n *Node) establishQuorumID(ctx context.Context) {
+	own := n.quorum.get()
+	state := n.fsm.Quorum().GetQuorumId()
 	reason := "bootstrap"
 	switch {
 	case own == "" && state != "":
@@ -615,49 +609,49 @@ func (j *Journal) establishQuorumID(ctx context.Context) {
 		// Every journal, this one included, takes it from the state once
 		// it commits (onQuorumApplied); if another leader's got there
 		// first, this one is refused and that one stands.
-		own = MintQuorumID()
+		own = mintQuorumID()
 		reason = "upgrade"
 	case state == own:
 		return
 	case state != "":
 		reason = "recover or restore"
 	}
-	cmd := &pactv1.Command{Actor: "journal/" + j.cfg.NodeID, Op: &pactv1.Command_SetQuorumId{SetQuorumId: &pactv1.SetQuorumIdOp{QuorumId: own, Reason: reason, ExpectQuorumId: state}}}
-	if _, err := j.propose(ctx, cmd); err != nil {
-		j.log.Warn("could not record the quorum id in the replicated state; retrying at the next leadership", logkey.Err, err)
+	cmd := &pactv1.Command{Actor: "journal/" + n.cfg.NodeID, Op: &pactv1.Command_SetQuorumId{SetQuorumId: &pactv1.SetQuorumIdOp{QuorumId: own, Reason: reason, ExpectQuorumId: state}}}
+	if _, err := n.Propose(ctx, n.stamp(cmd)); err != nil {
+		n.log.Warn("could not record the quorum id in the replicated state; retrying at the next leadership", logkey.Err, err)
 		return
 	}
-	j.log.Info("quorum id recorded", logkey.QuorumID, own, logkey.Reason, reason)
+	n.log.Info("quorum id recorded", logkey.QuorumID, own, logkey.Reason, reason)
 }
 
 // quorumLoop records the quorum id whenever this journal becomes leader.
-func (j *Journal) quorumLoop() {
+func (n *Node) quorumLoop() {
 	obs := make(chan raft.Observation, 4)
 	o := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)
 		return ok
 	})
-	j.raft.RegisterObserver(o)
-	defer j.raft.DeregisterObserver(o)
+	n.raft.RegisterObserver(o)
+	defer n.raft.DeregisterObserver(o)
 	// A leader whose proposal failed tries again (the id is learnt from
 	// entries and restored snapshots, not polled: onQuorumApplied).
 	check := time.NewTicker(5 * time.Second)
 	defer check.Stop()
 	for {
 		select {
-		case <-j.stop:
+		case <-n.stop:
 			return
 		case <-obs:
 		case <-check.C:
 		}
-		if j.raft.State() != raft.Leader || j.fsm.Quorum().GetQuorumId() == j.quorum.get() && j.quorum.get() != "" {
+		if n.raft.State() != raft.Leader || n.fsm.Quorum().GetQuorumId() == n.quorum.get() && n.quorum.get() != "" {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), j.cfg.ApplyTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ApplyTimeout)
 		// The state must hold everything committed before this term
 		// before it is compared: the one read path (readindex.go).
-		if err := j.linearizableRead(ctx); err == nil {
-			j.establishQuorumID(ctx)
+		if err := n.ReadBarrier(ctx); err == nil {
+			n.establishQuorumID(ctx)
 		}
 		cancel()
 	}
@@ -666,7 +660,7 @@ func (j *Journal) quorumLoop() {
 // onQuorumRestored is onQuorumApplied after a snapshot was restored: a
 // snapshot may name the quorum's previous id, recorded anew by entries
 // after it, so a difference is no sign of anything.
-func (j *Journal) onQuorumRestored() { j.learnQuorum(false) }
+func (n *Node) onQuorumRestored() { n.learnQuorum(false) }
 
 // onQuorumApplied learns the quorum id from the replicated state: a
 // journal without one (a quorum upgraded from a version without ids)
@@ -675,19 +669,19 @@ func (j *Journal) onQuorumRestored() { j.learnQuorum(false) }
 // left, until the new leader records the new id) or one reached by a
 // quorum it does not belong to, which the hello makes impossible: that is
 // logged, once.
-func (j *Journal) onQuorumApplied() { j.learnQuorum(true) }
+func (n *Node) onQuorumApplied() { n.learnQuorum(true) }
 
-func (j *Journal) learnQuorum(warnOnMismatch bool) {
-	state := j.fsm.Quorum().GetQuorumId()
+func (n *Node) learnQuorum(warnOnMismatch bool) {
+	state := n.fsm.Quorum().GetQuorumId()
 	if state == "" {
 		return
 	}
-	held, err := j.quorum.adopt(state)
+	held, err := n.quorum.adopt(state)
 	if err != nil {
-		j.log.Error("could not keep the quorum id", logkey.Err, err)
+		n.log.Error("could not keep the quorum id", logkey.Err, err)
 		return
 	}
-	q := &j.quorum
+	q := &n.quorum
 	q.mu.Lock()
 	warn := warnOnMismatch && held != state && state != q.previous && q.warned != state
 	if warn {
@@ -695,7 +689,7 @@ func (j *Journal) learnQuorum(warnOnMismatch bool) {
 	}
 	q.mu.Unlock()
 	if warn {
-		j.log.Error("the replicated state names another quorum than this journal's", logkey.StateQuorumID, state, logkey.QuorumID, held)
+		n.log.Error("the replicated state names another quorum than this journal's", logkey.StateQuorumID, state, logkey.QuorumID, held)
 	}
 }
 
@@ -716,51 +710,19 @@ func checkIntermediateBinding(leaf *x509.Certificate, issuer *pactv1.Intermediat
 	return nil
 }
 
-// stampForwarded checks a command another journal forwarded (data, decoded
-// as cmd) and stamps it
-// with that journal, as this leader authenticated it: the audit then says
-// which journal a write came through, and a journal can speak only for
-// itself (its own intermediate, its own liveness digest).
-func (j *Journal) stampForwarded(ctx context.Context, data []byte, cmd *pactv1.Command) ([]byte, error) {
-	p := principalFrom(ctx)
-	if p == nil || p.ID.Kind != pki.KindJournal {
-		return nil, fmt.Errorf("%w: a forwarded write needs a journal's certificate", ErrPermission)
-	}
-	via := "journal/" + p.ID.Name
-	check := func(c *pactv1.Command) error {
-		if a := c.GetActor(); strings.HasPrefix(a, "journal/") && a != via {
-			return fmt.Errorf("%w: journal %s forwarded a write in the name of %s", ErrPermission, p.ID.Name, a)
-		}
-		switch op := c.GetOp().(type) {
-		case *pactv1.Command_PublishIntermediate:
-			ji := op.PublishIntermediate.GetJournal()
-			if id := op.PublishIntermediate.GetIntermediate().GetJournalId(); id != p.ID.Name || ji != nil && ji.GetJournalId() != p.ID.Name {
-				return fmt.Errorf("%w: journal %s may publish only its own intermediate, not one of %s", ErrPermission, p.ID.Name, id)
-			}
-		case *pactv1.Command_LivenessDigest:
-			if id := op.LivenessDigest.GetJournalId(); id != p.ID.Name {
-				return fmt.Errorf("%w: journal %s may report only its own liveness digest, not one of %s", ErrPermission, p.ID.Name, id)
-			}
-		case *pactv1.Command_SetQuorumId:
-			return fmt.Errorf("%w: only the leader records the quorum id", ErrPermission)
-		}
-		return nil
-	}
-	if err := check(cmd); err != nil {
-		return nil, err
-	}
-	for _, sub := range cmd.GetBatch().GetCommands() {
-		if err := check(sub); err != nil {
-			return nil, err
-		}
-	}
-	// Command.via appended to the bytes as sent, not a second encoding of
-	// the whole batch on the leader's path: the last occurrence of a field
-	// wins when they are decoded, and a batch's commands take the
-	// envelope's via in Apply, so whatever the forwarder wrote is replaced.
-	data = protowire.AppendTag(data[:len(data):len(data)], viaField, protowire.BytesType)
-	return protowire.AppendString(data, via), nil
+// stamp fills in what the node owes a command it proposes itself: its
+// clock and the ignorable marker.
+func (n *Node) stamp(cmd *pactv1.Command) *pactv1.Command {
+	cmd.AtUnixNano = n.cfg.Clock.Now().UnixNano()
+	cmd.Ignorable = raftfsm.Ignorable(cmd)
+	return cmd
 }
 
-// viaField is Command.via's field number.
-var viaField = (&pactv1.Command{}).ProtoReflect().Descriptor().Fields().ByName("via").Number()
+// allowRefusalLog says whether to log a refused peer now, and how many
+// lines were held back.
+func (n *Node) allowRefusalLog() (bool, int) {
+	if n.cfg.AllowRefusalLog == nil {
+		return true, 0
+	}
+	return n.cfg.AllowRefusalLog()
+}

@@ -1,9 +1,10 @@
-package journal
+package raftnode
 
 import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pact-hpc/pact/internal/apierr"
@@ -39,7 +40,7 @@ import (
 
 // batchCall is one activation waiting for its result.
 type batchCall struct {
-	cmd  *pactv1.Command // stamped (propose.stamp)
+	cmd  *pactv1.Command // stamped by the proposer
 	done chan batchOutcome
 }
 
@@ -59,15 +60,14 @@ type batcher struct {
 	sent   chan struct{}
 	stop   <-chan struct{}
 
-	// Test hooks (export_test.go): queued is told the queue's length each
-	// time it changes; beforeSend runs before a batch is proposed.
-	hookMu     sync.Mutex
-	queued     func(n int)
-	beforeSend func(n int)
+	// Test hooks (Hooks.BatchQueued, Hooks.BatchBeforeSend): queued is
+	// told the queue's length each time it changes; beforeSend runs before
+	// a batch is proposed.
+	queued, beforeSend *atomic.Pointer[func(n int)]
 }
 
-func newBatcher(max int, window time.Duration, clk clock.Clock, stop <-chan struct{}, send func([]*batchCall)) *batcher {
-	return &batcher{max: max, window: window, clock: clk, send: send, in: make(chan *batchCall), sent: make(chan struct{}), stop: stop}
+func newBatcher(max int, window time.Duration, clk clock.Clock, stop <-chan struct{}, send func([]*batchCall), hooks *Hooks) *batcher {
+	return &batcher{max: max, window: window, clock: clk, send: send, in: make(chan *batchCall), sent: make(chan struct{}), stop: stop, queued: &hooks.BatchQueued, beforeSend: &hooks.BatchBeforeSend}
 }
 
 // submit queues c and waits for its outcome.
@@ -101,12 +101,10 @@ func (b *batcher) run() {
 		batch := queue[:n:n]
 		queue = queue[n:]
 		inFlight++
-		b.hookMu.Lock()
-		before := b.beforeSend
-		b.hookMu.Unlock()
+		before := b.beforeSend.Load()
 		go func() {
 			if before != nil {
-				before(len(batch))
+				(*before)(len(batch))
 			}
 			b.send(batch)
 			select {
@@ -150,25 +148,21 @@ func (b *batcher) run() {
 			expired = timer.C()
 		}
 		if len(queue) != before {
-			b.hookMu.Lock()
-			q := b.queued
-			b.hookMu.Unlock()
-			if q != nil {
-				q(len(queue))
+			if q := b.queued.Load(); q != nil {
+				(*q)(len(queue))
 			}
 		}
 	}
 }
 
-// proposeActivation commits an Activate command, in a batch with others
-// when ActivationBatchMax allows. It returns like propose: only after the
-// entry is applied here, with the command's own result.
-func (j *Journal) proposeActivation(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
-	if j.batcher == nil {
-		return j.propose(ctx, cmd)
+// ProposeActivation commits a stamped Activate command, in a batch with
+// others when ActivationBatchMax allows. It returns like Propose: only
+// after the entry is applied here, with the command's own result.
+func (n *Node) ProposeActivation(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
+	if n.batcher == nil {
+		return n.Propose(ctx, cmd)
 	}
-	j.stamp(ctx, cmd)
-	res, err := j.batcher.submit(ctx, &batchCall{cmd: cmd, done: make(chan batchOutcome, 1)})
+	res, err := n.batcher.submit(ctx, &batchCall{cmd: cmd, done: make(chan batchOutcome, 1)})
 	if err == nil && res != nil {
 		err = res.Err
 	}
@@ -177,11 +171,11 @@ func (j *Journal) proposeActivation(ctx context.Context, cmd *pactv1.Command) (*
 
 // sendBatch proposes one batch and gives every caller its own outcome. A
 // batch of one goes as the plain command it is.
-func (j *Journal) sendBatch(calls []*batchCall) {
-	j.metrics.activationBatch.Observe(float64(len(calls)))
+func (n *Node) sendBatch(calls []*batchCall) {
+	n.metrics.ObserveBatch(len(calls))
 	ctx := context.Background()
 	if len(calls) == 1 {
-		res, err := j.proposeStamped(ctx, calls[0].cmd)
+		res, err := n.Propose(ctx, calls[0].cmd)
 		calls[0].done <- batchOutcome{res: res, err: err}
 		return
 	}
@@ -190,20 +184,20 @@ func (j *Journal) sendBatch(calls []*batchCall) {
 		cmds[i] = c.cmd
 	}
 	env := &pactv1.Command{
-		AtUnixNano: j.cfg.Clock.Now().UnixNano(),
-		Actor:      "journal/" + j.cfg.NodeID,
+		AtUnixNano: n.cfg.Clock.Now().UnixNano(),
+		Actor:      "journal/" + n.cfg.NodeID,
 		Op:         &pactv1.Command_Batch{Batch: &pactv1.BatchOp{Commands: cmds}},
 	}
 	env.Ignorable = raftfsm.Ignorable(env)
-	res, err := j.proposeStamped(ctx, env)
+	res, err := n.Propose(ctx, env)
 	if err == nil && len(res.Batch) != len(calls) {
 		err = fmt.Errorf("journal: a batch of %d commands came back with %d results", len(calls), len(res.Batch))
 	}
 	if err != nil && olderLeader(err) {
 		// A leader of the previous release (a rolling upgrade) refuses
 		// the batch before writing it: send each activation alone.
-		j.log.Info("the leader does not take batched activations (an older pact-journal?); sending them one by one", logkey.Err, err)
-		j.sendEach(calls)
+		n.log.Info("the leader does not take batched activations (an older pact-journal?); sending them one by one", logkey.Err, err)
+		n.sendEach(calls)
 		return
 	}
 	for i, c := range calls {
@@ -215,13 +209,13 @@ func (j *Journal) sendBatch(calls []*batchCall) {
 	}
 }
 
-func (j *Journal) sendEach(calls []*batchCall) {
+func (n *Node) sendEach(calls []*batchCall) {
 	var wg sync.WaitGroup
 	for _, c := range calls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := j.proposeStamped(context.Background(), c.cmd)
+			res, err := n.Propose(context.Background(), c.cmd)
 			c.done <- batchOutcome{res: res, err: err}
 		}()
 	}

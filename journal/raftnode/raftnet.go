@@ -1,4 +1,4 @@
-package journal
+package raftnode
 
 import (
 	"crypto/tls"
@@ -32,7 +32,7 @@ import (
 // that pass.
 type tlsStreamLayer struct {
 	net.Listener
-	j     *Journal
+	n     *Node
 	ready chan net.Conn
 	done  chan struct{}
 	once  sync.Once
@@ -44,8 +44,8 @@ type tlsStreamLayer struct {
 	conns  map[*peerConn]struct{}
 }
 
-func (j *Journal) newStreamLayer(lis net.Listener) *tlsStreamLayer {
-	l := &tlsStreamLayer{Listener: lis, j: j, ready: make(chan net.Conn), done: make(chan struct{}), conns: map[*peerConn]struct{}{}}
+func (n *Node) newStreamLayer(lis net.Listener) *tlsStreamLayer {
+	l := &tlsStreamLayer{Listener: lis, n: n, ready: make(chan net.Conn), done: make(chan struct{}), conns: map[*peerConn]struct{}{}}
 	go l.acceptLoop()
 	go l.sweepLoop()
 	return l
@@ -91,50 +91,50 @@ func (l *tlsStreamLayer) sweepLoop() {
 		l.connMu.Lock()
 		var stale []*peerConn
 		for c := range l.conns {
-			if !l.j.isMember(c.peer) {
+			if !l.n.isMember(c.peer) {
 				stale = append(stale, c)
 			}
 		}
 		l.connMu.Unlock()
 		for _, c := range stale {
-			l.j.countPeerRefusal("raft port", c.RemoteAddr().String(), refusal(refusedNotMember, "journal %s left the configuration; its Raft connection is closed", c.peer))
+			l.n.CountPeerRefusal("raft port", c.RemoteAddr().String(), refusal(refusedNotMember, "journal %s left the configuration; its Raft connection is closed", c.peer))
 			_ = c.Close()
 		}
 	}
 }
 
-func (l *tlsStreamLayer) serverConfig() *tls.Config { return l.j.raftServerTLS() }
+func (l *tlsStreamLayer) serverConfig() *tls.Config { return l.n.raftServerTLS() }
 
-func (l *tlsStreamLayer) clientConfig() *tls.Config { return l.j.raftClientTLS() }
+func (l *tlsStreamLayer) clientConfig() *tls.Config { return l.n.raftClientTLS() }
 
-func (j *Journal) raftServerTLS() *tls.Config {
+func (n *Node) raftServerTLS() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return j.ca.ServerCertificate(), nil
+			return n.cfg.Credentials.ServerCertificate(), nil
 		},
 		// verifyJournalPeer refuses a peer without a certificate (and
-		// names the refusal: errPeerNoCertificate).
+		// names the refusal: ErrPeerNoCertificate).
 		ClientAuth:            tls.RequestClientCert,
-		VerifyPeerCertificate: j.verifyJournalPeer,
+		VerifyPeerCertificate: n.verifyJournalPeer,
 		// A dialer offering pact-raft/2 opens with a QuorumHello.
 		NextProtos: []string{alpnRaft},
-		Time:       j.cfg.Clock.Now,
+		Time:       n.cfg.Clock.Now,
 	}
 }
 
-func (j *Journal) raftClientTLS() *tls.Config {
+func (n *Node) raftClientTLS() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return j.ca.ServerCertificate(), nil
+			return n.cfg.Credentials.ServerCertificate(), nil
 		},
 		// Raft addresses are often bare IPs; the peer is identified by its
 		// SPIFFE ID instead of a host name, in verifyJournalPeer.
 		InsecureSkipVerify:    true,
-		VerifyPeerCertificate: j.verifyJournalPeer,
+		VerifyPeerCertificate: n.verifyJournalPeer,
 		NextProtos:            []string{alpnRaft},
-		Time:                  j.cfg.Clock.Now,
+		Time:                  n.cfg.Clock.Now,
 	}
 }
 
@@ -169,7 +169,7 @@ func (l *tlsStreamLayer) acceptLoop() {
 			}
 			// Out of file descriptors, say: wait a little, as net/http does.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			l.j.log.Warn("accepting on the Raft port failed; retrying", logkey.Err, err, logkey.RetryIn, backoff)
+			l.n.log.Warn("accepting on the Raft port failed; retrying", logkey.Err, err, logkey.RetryIn, backoff)
 			time.Sleep(backoff)
 			continue
 		}
@@ -183,24 +183,24 @@ func (l *tlsStreamLayer) acceptLoop() {
 // here, at most one line per interval with the count held back: an
 // unauthenticated client must not be able to fill the journal's log.
 func (l *tlsStreamLayer) authenticate(raw net.Conn) {
-	_ = raw.SetDeadline(time.Now().Add(l.j.cfg.Connections.HandshakeTimeout))
+	_ = raw.SetDeadline(time.Now().Add(l.n.cfg.HandshakeTimeout))
 	tc, err := l.serverHandshake(raw)
 	if err != nil {
-		l.j.countHandshakeRefused("raft", err)
-		var r *peerRefusal
+		l.n.metrics.HandshakeRefused("raft", err)
+		var r *PeerRefusal
 		if errors.As(err, &r) {
 			// A journal certificate refused for what it is, not a
 			// stranger: counted as a refused peer too.
-			l.j.countPeerRefusal("raft port", raw.RemoteAddr().String(), err)
-		} else if ok, held := l.j.raftRefusals.allow(); ok {
-			l.j.log.Warn("refused a connection on the Raft port", logkey.Source, raw.RemoteAddr().String(), logkey.Err, err, logkey.RefusalsNotLogged, held)
+			l.n.CountPeerRefusal("raft port", raw.RemoteAddr().String(), err)
+		} else if ok, held := l.n.allowRefusalLog(); ok {
+			l.n.log.Warn("refused a connection on the Raft port", logkey.Source, raw.RemoteAddr().String(), logkey.Err, err, logkey.RefusalsNotLogged, held)
 		}
 		_ = raw.Close()
 		return
 	}
-	if err := l.j.admitRaftConn(tc); err != nil {
+	if err := l.n.admitRaftConn(tc); err != nil {
 		if !errors.Is(err, errProbeAnswered) && !errors.Is(err, errRefusalCounted) {
-			l.j.countPeerRefusal("raft port", raw.RemoteAddr().String(), err)
+			l.n.CountPeerRefusal("raft port", raw.RemoteAddr().String(), err)
 		}
 		_ = tc.Close()
 		return
@@ -220,16 +220,16 @@ func (l *tlsStreamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (n
 	d := &net.Dialer{Timeout: timeout}
 	c, err := tls.DialWithDialer(d, "tcp", string(addr), l.clientConfig())
 	if err != nil {
-		var r *peerRefusal
+		var r *PeerRefusal
 		if errors.As(err, &r) {
-			l.j.countPeerRefusal("raft dial", string(addr), err)
+			l.n.CountPeerRefusal("raft dial", string(addr), err)
 		}
 		return nil, fmt.Errorf("journal: raft dial %s: %w", addr, err)
 	}
 	_ = c.SetDeadline(time.Now().Add(timeout))
-	if _, err := l.j.dialHello(c, pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_RAFT); err != nil {
+	if _, err := l.n.dialHello(c, pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_RAFT); err != nil {
 		_ = c.Close()
-		l.j.countPeerRefusal("raft dial", string(addr), err)
+		l.n.CountPeerRefusal("raft dial", string(addr), err)
 		return nil, fmt.Errorf("journal: raft dial %s: %w", addr, err)
 	}
 	_ = c.SetDeadline(time.Time{})
@@ -241,7 +241,7 @@ func (l *tlsStreamLayer) serverHandshake(raw net.Conn) (*tls.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	release, err := l.j.raftConns.AcquireHandshake()
+	release, err := l.n.cfg.Conns.AcquireHandshake()
 	if err != nil {
 		return nil, err
 	}
@@ -255,9 +255,9 @@ func (l *tlsStreamLayer) serverHandshake(raw net.Conn) (*tls.Conn, error) {
 
 // verifyJournalPeer accepts a chain that reaches the domain root through
 // the intermediate the peer presents, naming a journal of this domain.
-func (j *Journal) verifyJournalPeer(raw [][]byte, _ [][]*x509.Certificate) error {
+func (n *Node) verifyJournalPeer(raw [][]byte, _ [][]*x509.Certificate) error {
 	if len(raw) == 0 {
-		return errPeerNoCertificate
+		return ErrPeerNoCertificate
 	}
 	certs := make([]*x509.Certificate, len(raw))
 	for i, d := range raw {
@@ -267,30 +267,33 @@ func (j *Journal) verifyJournalPeer(raw [][]byte, _ [][]*x509.Certificate) error
 		}
 		certs[i] = c
 	}
-	return j.checkJournalCert(certs)
+	return n.CheckJournalCert(certs)
 }
 
-func (j *Journal) checkJournalCert(certs []*x509.Certificate) error {
-	now := j.cfg.Clock.Now()
+// CheckJournalCert checks a peer journal's chain (leaf first): it reaches
+// the domain root, names a journal of this domain, its intermediate is not
+// revoked and is that journal's own.
+func (n *Node) CheckJournalCert(certs []*x509.Certificate) error {
+	now := n.cfg.Clock.Now()
 	// A revoked intermediate (pact journal remove --revoke-intermediate)
 	// cuts its journal off at once, cached chain or not. An intermediate
 	// not yet in Raft passes: a journal publishes its new one over this
 	// very connection.
 	var issuer *pactv1.Intermediate // the leaf's, as Raft records it
 	for i, c := range certs[1:] {
-		in, ok := j.fsm.Intermediate(pki.SerialHex(c.SerialNumber))
+		in, ok := n.fsm.Intermediate(pki.SerialHex(c.SerialNumber))
 		if ok && raftfsm.IntermediateRevoked(in, now.UnixNano()) {
-			return &peerRefusal{reason: refusedRevoked, msg: fmt.Sprintf("intermediate %s of journal %s is revoked", in.GetSerial(), in.GetJournalId()), cause: errPeerIntermediateRevoked}
+			return &PeerRefusal{reason: refusedRevoked, msg: fmt.Sprintf("intermediate %s of journal %s is revoked", in.GetSerial(), in.GetJournalId()), cause: ErrPeerIntermediateRevoked}
 		}
 		if i == 0 && ok {
 			issuer = in
 		}
 	}
-	if !j.peerCerts.verified(certs, now) {
-		if err := j.verifyJournalChain(certs, now); err != nil {
+	if !n.peerCerts.verified(certs, now) {
+		if err := n.verifyJournalChain(certs, now); err != nil {
 			return err
 		}
-		j.peerCerts.add(certs, now)
+		n.peerCerts.add(certs, now)
 	}
 	// A journal is a peer with its own intermediate only: a certificate
 	// naming j1 made with j2's intermediate key is no j1. An intermediate
@@ -302,13 +305,13 @@ func (j *Journal) checkJournalCert(certs []*x509.Certificate) error {
 	return checkIntermediateBinding(certs[0], issuer)
 }
 
-func (j *Journal) verifyJournalChain(certs []*x509.Certificate, now time.Time) error {
+func (n *Node) verifyJournalChain(certs []*x509.Certificate, now time.Time) error {
 	inter := x509.NewCertPool()
 	for _, c := range certs[1:] {
 		inter.AddCert(c)
 	}
 	if _, err := certs[0].Verify(x509.VerifyOptions{
-		Roots:         j.roots,
+		Roots:         n.roots,
 		Intermediates: inter,
 		CurrentTime:   now,
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
@@ -316,8 +319,8 @@ func (j *Journal) verifyJournalChain(certs []*x509.Certificate, now time.Time) e
 		return fmt.Errorf("journal peer: %w", err)
 	}
 	id, err := pki.IdentityOf(certs[0])
-	if err != nil || id.Kind != pki.KindJournal || id.Domain != j.ca.Domain() {
-		return fmt.Errorf("%w (%s)", errPeerNotJournal, j.ca.Domain())
+	if err != nil || id.Kind != pki.KindJournal || id.Domain != n.cfg.Credentials.Domain() {
+		return fmt.Errorf("%w (%s)", ErrPeerNotJournal, n.cfg.Credentials.Domain())
 	}
 	return nil
 }
@@ -393,3 +396,46 @@ func (v *verifiedChains) add(certs []*x509.Certificate, now time.Time) {
 	}
 	v.m[chainKey(certs)] = until
 }
+
+// raftTransport is the injected transport (tests), an in-memory one for a
+// journal alone, or Raft over mutual TLS for a member of a quorum.
+func (n *Node) raftTransport() (raft.ServerAddress, raft.Transport, error) {
+	if n.cfg.Transport != nil {
+		n.raftAddr = string(n.cfg.Transport.LocalAddr())
+		return n.cfg.Transport.LocalAddr(), n.cfg.Transport, nil
+	}
+	if n.cfg.RaftListen == "" {
+		addr, t := raft.NewInmemTransport(raft.ServerAddress(n.cfg.NodeID))
+		return addr, t, nil
+	}
+	lis, err := net.Listen("tcp", n.cfg.RaftListen)
+	if err != nil {
+		return "", nil, fmt.Errorf("journal: raft listen on %s: %w", n.cfg.RaftListen, err)
+	}
+	n.raftAddr = n.cfg.AdvertiseRaft
+	if n.raftAddr == "" {
+		n.raftAddr = lis.Addr().String()
+	}
+	t := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  &advertisedStream{tlsStreamLayer: n.newStreamLayer(n.cfg.Conns.Listener(lis)), addr: n.raftAddr},
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  newRaftLogger(n.log),
+	})
+	n.netTrans = t
+	return raft.ServerAddress(n.raftAddr), t, nil
+}
+
+// advertisedStream reports the advertised address as the listener's, which
+// is what Raft tells its peers.
+type advertisedStream struct {
+	*tlsStreamLayer
+	addr string
+}
+
+func (s *advertisedStream) Addr() net.Addr { return stringAddr(s.addr) }
+
+type stringAddr string
+
+func (a stringAddr) Network() string { return "tcp" }
+func (a stringAddr) String() string  { return string(a) }

@@ -1,4 +1,4 @@
-package journal
+package raftnode
 
 import (
 	"crypto/x509"

@@ -1,4 +1,4 @@
-package journal
+package raftnode
 
 import (
 	"context"
@@ -7,6 +7,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+
+	"github.com/pact-hpc/pact/internal/apierr"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
 // termReadyWait bounds how long a read waits for a new leader to commit
@@ -149,4 +153,43 @@ func (g *leaderReads) readIndex(ctx context.Context) (uint64, error) {
 			return 0, fmt.Errorf("%w: waiting for the new leader to commit an entry of its term %d: %v", ErrNoLeader, term, ctx.Err())
 		}
 	}
+}
+
+// ReadBarrier makes the next local read reflect every write committed
+// before it started (the Raft read-index protocol). It is the one way a
+// journal confirms its copy with the leader; the index comes from
+// leaderReads, here or at the leader through ReadIndex. It fails with
+// ErrNoLeader (retryable) when the leader cannot vouch for the state.
+func (n *Node) ReadBarrier(ctx context.Context) error {
+	var idx uint64
+	if n.raft.State() == raft.Leader {
+		var err error
+		if idx, err = n.reads.readIndex(ctx); err != nil {
+			return err
+		}
+	} else {
+		c, leader, err := n.leaderClient()
+		if err != nil {
+			return err
+		}
+		fctx, cancel := context.WithTimeout(ctx, forwardTimeout)
+		defer cancel()
+		// Wait for the channel (it may be reconnecting after a heal) within
+		// the bound rather than fail at once.
+		resp, err := c.ReadIndex(fctx, &pactv1.ReadIndexRequest{}, grpc.WaitForReady(true))
+		if err != nil {
+			return fmt.Errorf("%w: read index from leader %s: %s", ErrNoLeader, leader, apierr.FromError(err).Message)
+		}
+		idx = resp.GetCommitIndex()
+	}
+	if !n.waitApplied(ctx, idx) {
+		return fmt.Errorf("%w: this journal is behind the leader", ErrNoLeader)
+	}
+	return nil
+}
+
+// ReadIndex is this leader's read index, for a follower's ReadBarrier
+// (leaderReads: only once it has committed an entry of its term).
+func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
+	return n.reads.readIndex(ctx)
 }

@@ -1,0 +1,41 @@
+package raftnode
+
+import "errors"
+
+// The node's errors. Their text keeps the journal's prefix: they reach
+// clients as they are, and journal's status.go maps them to gRPC codes in
+// one place (journal re-exports those its callers match).
+var (
+	// ErrNoLeader: no leader is known or reachable, or this journal lost
+	// the leadership before the write entered the log. Nothing was
+	// written; retryable.
+	ErrNoLeader = errors.New("journal: no leader")
+	// ErrOutcomeUnknown: the write was sent to the leader but no answer
+	// came in time, so it may or may not have committed; or it committed
+	// but this journal could not apply it in time to show the result.
+	// Retryable, never final.
+	ErrOutcomeUnknown = errors.New("journal: outcome unknown")
+	// ErrDataDirInUse: another process (another pact-journal) holds the
+	// lock on the data directory's Raft store.
+	ErrDataDirInUse = errors.New("journal: data directory in use")
+	// ErrRemoved: this journal was removed from the quorum's configuration.
+	ErrRemoved = errors.New("journal: removed from the quorum")
+	// ErrNoCluster: --raft-listen without --initial-cluster or --join.
+	ErrNoCluster = errors.New("journal: no cluster to form or join")
+	// ErrMembership is a membership change refused for a reason other
+	// than leadership (for example another change still in progress).
+	ErrMembership = errors.New("journal: membership change refused")
+	// ErrQuorumMismatch: a peer journal belongs to another quorum.
+	ErrQuorumMismatch = errors.New("journal: journal of another quorum")
+	// ErrBootstrapRefused: an empty journal was asked to bootstrap a new
+	// quorum, but a journal it lists already belongs to one.
+	ErrBootstrapRefused = errors.New("journal: bootstrap refused")
+)
+
+// Sentinels of the Raft port's peer verification, so the journal counts
+// its handshake refusals by reason.
+var (
+	ErrPeerNoCertificate       = errors.New("journal peer: no certificate")
+	ErrPeerIntermediateRevoked = errors.New("journal peer: intermediate revoked")
+	ErrPeerNotJournal          = errors.New("journal peer: certificate names no journal of this domain")
+)

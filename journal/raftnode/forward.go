@@ -1,0 +1,93 @@
+package raftnode
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/pact-hpc/pact/internal/apierr"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+// forwardTimeout bounds a call to the leader, so a journal cut off from it
+// answers Unavailable quickly instead of hanging.
+const forwardTimeout = 3 * time.Second
+
+// forward sends an encoded command to the leader and waits until this
+// journal has applied it too, so a read that follows sees it.
+func (n *Node) forward(ctx context.Context, data []byte) (*raftfsm.Result, error) {
+	leader, addr, err := n.leaderAddr()
+	if err != nil {
+		return nil, err
+	}
+	// Only a failure before the request could leave is "not written"; so
+	// wait for a connected channel first, and treat any transport failure
+	// after that as an unknown outcome.
+	conn, ok := n.peers.ready(ctx, addr, time.Second)
+	if !ok {
+		return nil, fmt.Errorf("%w: cannot connect to leader %s at %s", ErrNoLeader, leader, addr)
+	}
+	fctx, cancel := context.WithTimeout(ctx, min(forwardTimeout, n.cfg.ApplyTimeout))
+	defer cancel()
+	resp, err := pactv1.NewJournalPeerServiceClient(conn).Propose(fctx, &pactv1.ProposeRequest{Command: data})
+	if err != nil {
+		pe := apierr.FromError(err)
+		switch {
+		case pe.Reason == apierr.NoLeader:
+			// A leader that stepped down refuses before taking the entry.
+			return nil, fmt.Errorf("%w: %s", ErrNoLeader, pe.Message)
+		case pe.Reason == apierr.OutcomeUnknown:
+			return nil, fmt.Errorf("%w: %s", ErrOutcomeUnknown, pe.Message)
+		case pe.Code == codes.PermissionDenied || pe.Code == codes.Unauthenticated:
+			// The leader refused this journal as a peer (removed, another
+			// quorum): nothing was written, and the caller's answer is
+			// elsewhere, not a refusal of its own.
+			return nil, fmt.Errorf("%w: leader %s refuses this journal as a peer: %s; try another journal", ErrNoLeader, leader, pe.Message)
+		case pe.Reason != "":
+			// Any other answer of the leader stands as it is.
+			return nil, err
+		case pe.Code == codes.Unavailable, pe.Code == codes.DeadlineExceeded, pe.Code == codes.Canceled:
+			// The request may have reached the leader and committed.
+			return nil, fmt.Errorf("%w: forwarded to leader %s, no answer: %s", ErrOutcomeUnknown, leader, pe.Message)
+		}
+		return nil, fmt.Errorf("journal: forwarding to leader %s: %w", leader, err)
+	}
+	res := resultOf(resp)
+	for _, r := range resp.GetBatch() {
+		res.Batch = append(res.Batch, resultOf(r))
+	}
+	if !n.waitApplied(ctx, resp.GetIndex()) {
+		// Committed, but this journal cannot show it yet: answering now
+		// would break propose's promise that the caller sees the new state.
+		return nil, fmt.Errorf("%w: leader %s committed the write (Raft index %d), but this journal (%s) lags the leader and has not applied it yet, so it cannot show the result; check with a read before retrying", ErrOutcomeUnknown, leader, resp.GetIndex(), n.cfg.NodeID)
+	}
+	return res, res.Err
+}
+
+// resultOf reads the leader's answer to one command.
+func resultOf(resp *pactv1.ProposeResponse) *raftfsm.Result {
+	res := &raftfsm.Result{Node: resp.GetNode(), Idempotent: resp.GetIdempotent()}
+	if code := resp.GetErrorCode(); code != "" {
+		res.Err = raftfsm.ErrorFromCode(code, resp.GetErrorMessage())
+		if res.Err == nil {
+			res.Err = fmt.Errorf("journal: leader answered unknown error %s: %s", code, resp.GetErrorMessage())
+		}
+	}
+	return res
+}
+
+// proposeResponse is the answer to a forwarded command applied at index.
+func proposeResponse(index uint64, res *raftfsm.Result) *pactv1.ProposeResponse {
+	out := &pactv1.ProposeResponse{Index: index, Node: res.Node, Idempotent: res.Idempotent}
+	if res.Err != nil {
+		out.ErrorCode = raftfsm.ErrorCode(res.Err)
+		out.ErrorMessage = res.Err.Error()
+	}
+	for _, r := range res.Batch {
+		out.Batch = append(out.Batch, proposeResponse(index, r))
+	}
+	return out
+}

@@ -1,0 +1,38 @@
+package raftnode
+
+import (
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Hooks let a test hold, break or look into a running node at points
+// production never stops at. The journal passes one in Config (its
+// export_test.go drives it); the zero value changes nothing. Fields under
+// "set by New" are filled in before New returns.
+type Hooks struct {
+	// BeforeApply runs before each entry is applied and may hold it back.
+	BeforeApply atomic.Pointer[func()]
+	// HoldWrites runs inside each Raft store write before it reaches the
+	// store and may block it: a stuck disk.
+	HoldWrites atomic.Pointer[func()]
+	// Severed fails every outgoing Raft call (a crash, as the other
+	// journals see it: Raft's own shutdown would first tell each follower
+	// what it committed).
+	Severed atomic.Bool
+	// ApplyWait, when positive, bounds how long the node waits to apply
+	// an entry the leader committed, in place of the default.
+	ApplyWait atomic.Int64
+	// BatchQueued is told the activation queue's length each time it
+	// changes; BatchBeforeSend runs before a batch of n is proposed and
+	// may block it.
+	BatchQueued, BatchBeforeSend atomic.Pointer[func(n int)]
+
+	// Set by New.
+	Raft           *raft.Raft
+	CheckWrites    func()
+	WritesInFlight func() int
+	ClaimQuorumID  func(id string)
+	PeerRefused    *prometheus.CounterVec
+}

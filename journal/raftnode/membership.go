@@ -1,0 +1,414 @@
+package raftnode
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/pact-hpc/pact/internal/logkey"
+	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/version"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+// RemovedMarker is the file a journal writes into its data directory when
+// it finds itself removed, so a restart refuses instead of serving stale
+// reads.
+const RemovedMarker = "REMOVED"
+
+// haltState records why a journal stopped serving.
+type haltState struct {
+	mu     sync.Mutex
+	reason string
+	// stalled is why the write watchdog cut this journal off (watchdog.go),
+	// or "": unlike reason, it clears once the stuck write finishes.
+	stalled string
+	removed chan struct{}
+	once    sync.Once
+}
+
+// halt stops serving for reason (the first reason wins).
+func (n *Node) halt(reason string) {
+	n.halted.mu.Lock()
+	defer n.halted.mu.Unlock()
+	if n.halted.reason == "" {
+		n.halted.reason = reason
+	}
+}
+
+// setStalled sets (or, with "", clears) the write watchdog's reason.
+func (n *Node) setStalled(reason string) {
+	n.halted.mu.Lock()
+	defer n.halted.mu.Unlock()
+	n.halted.stalled = reason
+}
+
+// haltedReason is why this journal stopped serving, or "".
+func (n *Node) haltedReason() string {
+	n.halted.mu.Lock()
+	defer n.halted.mu.Unlock()
+	if n.halted.reason != "" {
+		return n.halted.reason
+	}
+	return n.halted.stalled
+}
+
+// Removed is closed once this journal found itself removed from the
+// quorum; pact-journal then exits with its own code.
+func (n *Node) Removed() <-chan struct{} { return n.halted.removed }
+
+// Halted is why this journal stopped serving, or "" while it serves: it
+// was removed, met a log entry it may not skip, or, leading, has a Raft
+// store write stuck (watchdog.go, until the write finishes).
+func (n *Node) Halted() string { return n.haltedReason() }
+
+// onFSMHalt is called by the FSM, on Raft's apply goroutine, when it meets
+// an entry it does not know and may not skip.
+func (n *Node) onFSMHalt(index uint64, reason string) {
+	n.log.Error("STOPPED APPLYING THE LOG: "+reason+"; a newer pact-journal wrote it. This journal serves nothing until it is upgraded: install the newer pact-journal and restart it (docs/quorum.md, rolling upgrades)",
+		logkey.Index, index, logkey.Version, version.Get().String())
+	n.halt("stopped applying the log at entry " + fmt.Sprint(index) + ": " + reason + "; upgrade this journal")
+}
+
+// ---------------------------------------------------------------------------
+// Adding and removing journals.
+
+// Majority is how many of n voters elect a leader.
+func Majority(n int) int { return n/2 + 1 }
+
+// QuorumArithmetic counts the voters of the configuration and those that
+// answered the status round just now.
+func QuorumArithmetic(members []*pactv1.JournalMember) (voters, reachable int, down []string) {
+	for _, m := range members {
+		if !m.GetVoter() {
+			continue
+		}
+		voters++
+		if m.GetReachable() {
+			reachable++
+		} else {
+			down = append(down, m.GetJournalId())
+		}
+	}
+	return voters, reachable, down
+}
+
+// IsVoter reports whether journal id is a voter of the configuration.
+func (n *Node) IsVoter(id string) bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) == id {
+			return srv.Suffrage == raft.Voter
+		}
+	}
+	return false
+}
+
+// ProbeJournal checks that a journal answers at addr, the Raft address it
+// is to be added with, and presents a certificate of this domain for id:
+// a mistyped address or id is refused before it becomes a member.
+func (n *Node) ProbeJournal(ctx context.Context, id, addr string) error {
+	var got string
+	cfg := &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return n.cfg.Credentials.ServerCertificate(), nil
+		},
+		InsecureSkipVerify: true, // identified by SPIFFE ID below
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if err := n.verifyJournalPeer(raw, nil); err != nil {
+				return err
+			}
+			leaf, err := x509.ParseCertificate(raw[0])
+			if err != nil {
+				return err
+			}
+			pid, err := pki.IdentityOf(leaf)
+			if err != nil {
+				return err
+			}
+			got = pid.Name
+			return nil
+		},
+		Time: n.cfg.Clock.Now,
+	}
+	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	d := tls.Dialer{Config: cfg}
+	c, err := d.DialContext(dctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%w: journal %s does not answer at Raft address %s as a journal of domain %s (%v); start it first with --node-id %s --join --raft-listen %s and this domain's root, then re-run the add", ErrMembership, id, addr, n.cfg.Credentials.Domain(), err, id, addr)
+	}
+	_ = c.Close()
+	if got != id {
+		return fmt.Errorf("%w: the journal at %s is %s, not %s; check the id and the address (pact journal add ID RAFT_ADDR)", ErrMembership, addr, got, id)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Promotion of caught-up non-voters (leader only).
+
+// AddNonvoter adds journal id at Raft address addr as a non-voter, which
+// copies the registry without counting towards the majority, so a slow or
+// wrong new journal cannot stall commits; the leader's promote loop makes
+// it a voter once it has caught up.
+func (n *Node) AddNonvoter(id, addr string) error {
+	if err := n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		return membershipError("add "+id, err)
+	}
+	n.nudgePromote()
+	return nil
+}
+
+// RemoveServer removes journal id from the configuration.
+func (n *Node) RemoveServer(id string) error {
+	if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		return membershipError("remove "+id, err)
+	}
+	return nil
+}
+
+func (n *Node) nudgePromote() {
+	select {
+	case n.promoteNow <- struct{}{}:
+	default:
+	}
+}
+
+// promoteLoop runs on every journal; while it leads, it promotes each
+// non-voter whose registry has caught up with the leader's commit index.
+func (n *Node) promoteLoop() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		case <-n.promoteNow:
+		}
+		if n.raft.State() == raft.Leader && n.haltedReason() == "" {
+			n.promoteCaughtUp()
+		}
+	}
+}
+
+func (n *Node) promoteCaughtUp() {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	var learners []raft.Server
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Nonvoter {
+			learners = append(learners, srv)
+		}
+	}
+	if len(learners) == 0 {
+		return
+	}
+	commit := n.raft.CommitIndex()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	members, err := n.Members(ctx)
+	if err != nil {
+		return
+	}
+	voters, reachable, _ := QuorumArithmetic(members)
+	for _, srv := range learners {
+		var m *pactv1.JournalMember
+		for _, x := range members {
+			if x.GetJournalId() == string(srv.ID) {
+				m = x
+			}
+		}
+		if m == nil || !m.GetReachable() || m.GetHalted() != "" || m.GetAppliedIndex() < commit {
+			continue
+		}
+		if reachable+1 < Majority(voters+1) {
+			n.log.Warn("a caught-up non-voter is not promoted: with it the reachable voters would not be a majority", logkey.Journal, srv.ID)
+			continue
+		}
+		if err := n.raft.AddVoter(srv.ID, srv.Address, f.Index(), n.cfg.ApplyTimeout).Error(); err != nil {
+			n.log.Warn("promoting a caught-up non-voter failed; retrying", logkey.Journal, srv.ID, logkey.Err, err)
+			return
+		}
+		n.log.Info("journal caught up and promoted to voter", logkey.Journal, srv.ID, logkey.Applied, m.GetAppliedIndex())
+		return // the configuration changed: look again next round
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Noticing a removal.
+
+// removalLoop watches for this journal's removal from the configuration:
+// in its own copy of the configuration, or, since a removed journal may
+// never receive the entry that removes it, in what the other journals
+// report. Once removed it stops serving, writes RemovedMarker and closes
+// Removed().
+func (n *Node) removalLoop() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	wasMember := false
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		f := n.raft.GetConfiguration()
+		if f.Error() != nil {
+			continue
+		}
+		servers := f.Configuration().Servers
+		in := slices.ContainsFunc(servers, func(s raft.Server) bool { return string(s.ID) == n.cfg.NodeID })
+		// A journal with Raft state (log or snapshot) got it as a member;
+		// an empty joining one is not a member yet.
+		if in || n.raft.LastIndex() > 0 {
+			wasMember = true
+		}
+		if !wasMember {
+			continue // a joining journal, not added yet
+		}
+		by := ""
+		if !in && len(servers) > 0 {
+			by = "its own copy of the configuration"
+		} else if _, leader := n.raft.LeaderWithID(); leader == "" || n.raft.State() == raft.Candidate {
+			by = n.removedPerPeers(servers)
+		}
+		if by != "" {
+			n.markRemoved(by)
+			return
+		}
+	}
+}
+
+// removedPerPeers asks the other journals this one knows whether it is
+// still in their configuration; it returns who said it is not, or "".
+//
+// Only the journals of its own configuration are asked: they are the
+// quorum it belonged to (the registry may name journals of another quorum,
+// after a restore).
+func (n *Node) removedPerPeers(servers []raft.Server) string {
+	for _, ji := range n.knownJournals() {
+		ours := slices.ContainsFunc(servers, func(s raft.Server) bool {
+			return string(s.ID) == ji.GetJournalId() && string(s.Address) == ji.GetRaftAddr()
+		})
+		if !ours || ji.GetJournalId() == n.cfg.NodeID || ji.GetGrpcAddr() == "" {
+			continue
+		}
+		c, err := n.peers.get(ji.GetGrpcAddr())
+		if err != nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := c.MemberStatus(ctx, &pactv1.MemberStatusRequest{})
+		cancel()
+		if err != nil || st.GetJournalId() != ji.GetJournalId() || st.GetLeaderId() == "" || len(st.GetVoters())+len(st.GetNonvoters()) == 0 {
+			continue
+		}
+		if !slices.Contains(st.GetVoters(), n.cfg.NodeID) && !slices.Contains(st.GetNonvoters(), n.cfg.NodeID) {
+			return "journal " + ji.GetJournalId() + ", whose leader is " + st.GetLeaderId()
+		}
+	}
+	return ""
+}
+
+func (n *Node) markRemoved(by string) {
+	reason := "removed from the quorum (according to " + by + ")"
+	n.halt(reason)
+	n.log.Error("THIS JOURNAL WAS REMOVED FROM THE QUORUM ("+by+"): it stops serving and exits. To bring it back: stop it, empty its --data-dir, start it with --join and run pact journal add "+n.cfg.NodeID+" RAFT_ADDR (docs/quorum.md)",
+		logkey.DataDir, n.cfg.DataDir)
+	msg := fmt.Sprintf("journal %s was removed from the quorum (according to %s) at %s.\nIt must not serve from this directory again: to bring it back, empty this directory,\nstart pact-journal with --join and run: pact journal add %s RAFT_ADDR\n",
+		n.cfg.NodeID, by, n.cfg.Clock.Now().UTC().Format(time.RFC3339), n.cfg.NodeID)
+	if err := os.WriteFile(filepath.Join(n.cfg.DataDir, RemovedMarker), []byte(msg), 0o600); err != nil {
+		n.log.Error("cannot write the removed marker", logkey.Err, err)
+	}
+	n.halted.once.Do(func() { close(n.halted.removed) })
+}
+
+// CheckRemovedMarker refuses to start from a data directory whose journal
+// was removed from its quorum.
+func CheckRemovedMarker(dataDir string) error {
+	b, err := os.ReadFile(filepath.Join(dataDir, RemovedMarker))
+	if err != nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrRemoved, strings.TrimSpace(string(b)))
+}
+
+// knownJournals is how the other journals are reached: from the registry,
+// and, for a journal that restarted without a leader (its registry is
+// replayed only once a leader tells it what is committed), from the
+// PublishIntermediate entries in its own log.
+func (n *Node) knownJournals() []*pactv1.JournalInfo {
+	known := map[string]*pactv1.JournalInfo{}
+	for _, ji := range n.fsm.Journals() {
+		known[ji.GetJournalId()] = ji
+	}
+	first, err1 := n.logs.FirstIndex()
+	last, err2 := n.logs.LastIndex()
+	if err1 == nil && err2 == nil && first > 0 {
+		// Bounded: the log holds at most a snapshot threshold and the
+		// trailing entries.
+		first = max(first, last-min(last, 50000))
+		for i := first; i <= last; i++ {
+			var l raft.Log
+			if n.logs.GetLog(i, &l) != nil || l.Type != raft.LogCommand {
+				continue
+			}
+			cmd, err := raftfsm.Decode(l.Data)
+			if err != nil {
+				continue
+			}
+			if ji := cmd.GetPublishIntermediate().GetJournal(); ji.GetJournalId() != "" {
+				known[ji.GetJournalId()] = ji // the newest entry wins
+			}
+		}
+	}
+	out := make([]*pactv1.JournalInfo, 0, len(known))
+	for _, ji := range known {
+		out = append(out, ji)
+	}
+	return out
+}
+
+// NotLeaderError answers a membership change sent to a follower: the CLI
+// moves on to the next journal address on Unavailable.
+func (n *Node) NotLeaderError() error {
+	_, id := n.raft.LeaderWithID()
+	if id == "" {
+		return fmt.Errorf("%w: no leader; a majority of the quorum must be up to change it", ErrNoLeader)
+	}
+	addr := ""
+	if ji, ok := n.fsm.Journal(string(id)); ok {
+		addr = " at " + ji.GetGrpcAddr()
+	}
+	return fmt.Errorf("%w: membership changes go to the leader, %s%s", ErrNoLeader, id, addr)
+}
+
+func membershipError(what string, err error) error {
+	if errors.Is(err, raft.ErrLeadershipLost) {
+		// The change is in the log; a later leader may still commit it.
+		return fmt.Errorf("%w: %s: leadership lost before the change was known committed; it may or may not take effect: check pact journal status", ErrOutcomeUnknown, what)
+	}
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrRaftShutdown) {
+		return fmt.Errorf("%w: %s: %w", ErrNoLeader, what, err)
+	}
+	return fmt.Errorf("%w: %s: %v; check pact journal status and retry", ErrMembership, what, err)
+}

@@ -1,0 +1,129 @@
+package raftnode
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
+
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// Channels to the other journals' peer service (forwarding, read index,
+// member status), and which of them leads.
+
+// peerMaxBackoff bounds the wait between reconnection attempts to another
+// journal, and so how long after a heal a journal still cannot reach it.
+const peerMaxBackoff = time.Second
+
+// peerConns caches gRPC channels to the other journals, authenticated with
+// this journal's certificate.
+type peerConns struct {
+	n     *Node
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func newPeerConns(n *Node) *peerConns {
+	return &peerConns{n: n, conns: map[string]*grpc.ClientConn{}}
+}
+
+func (p *peerConns) get(addr string) (pactv1.JournalPeerServiceClient, error) {
+	c, err := p.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return pactv1.NewJournalPeerServiceClient(c), nil
+}
+
+func (p *peerConns) conn(addr string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.conns[addr]; ok {
+		return c, nil
+	}
+	tlsCfg := &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return p.n.cfg.Credentials.ServerCertificate(), nil
+		},
+		// Identified by SPIFFE ID (a journal of this domain), not host name.
+		InsecureSkipVerify:    true,
+		VerifyPeerCertificate: p.n.verifyJournalPeer,
+		Time:                  p.n.cfg.Clock.Now,
+	}
+	c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+		// Every peer call proves this journal's quorum.
+		grpc.WithUnaryInterceptor(p.n.withQuorumID),
+		// gRPC's default backoff grows to two minutes: a journal cut off
+		// from the leader for a while would keep answering NO_LEADER that
+		// long after the heal. Peers are few; retry them often.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: peerMaxBackoff},
+			MinConnectTimeout: forwardTimeout,
+		}))
+	if err != nil {
+		return nil, err
+	}
+	p.conns[addr] = c
+	return c, nil
+}
+
+// ready waits briefly for the channel to addr to be connected, so a
+// failure before that point is known to have sent nothing.
+func (p *peerConns) ready(ctx context.Context, addr string, wait time.Duration) (*grpc.ClientConn, bool) {
+	c, err := p.conn(addr)
+	if err != nil {
+		return nil, false
+	}
+	c.Connect()
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		st := c.GetState()
+		if st == connectivity.Ready {
+			return c, true
+		}
+		if !c.WaitForStateChange(wctx, st) {
+			return c, false
+		}
+	}
+}
+
+func (p *peerConns) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = map[string]*grpc.ClientConn{}
+}
+
+// leaderAddr returns the current leader's id and gRPC address.
+func (n *Node) leaderAddr() (string, string, error) {
+	_, id := n.raft.LeaderWithID()
+	if id == "" {
+		return "", "", fmt.Errorf("%w: this journal knows no leader (is a majority of the quorum reachable?)", ErrNoLeader)
+	}
+	ji, ok := n.fsm.Journal(string(id))
+	if !ok || ji.GetGrpcAddr() == "" {
+		return "", "", fmt.Errorf("%w: the address of leader %s is not known yet", ErrNoLeader, id)
+	}
+	return string(id), ji.GetGrpcAddr(), nil
+}
+
+// leaderClient returns a channel to the current leader.
+func (n *Node) leaderClient() (pactv1.JournalPeerServiceClient, string, error) {
+	id, addr, err := n.leaderAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := n.peers.get(addr)
+	return c, id, err
+}
