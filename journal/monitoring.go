@@ -74,7 +74,7 @@ func (m *metrics) registerMonitoring(j *Journal) {
 	}
 	m.handshakesRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pact_journal_handshakes_refused_total",
-		Help: "TLS handshakes that failed, by port (grpc, raft) and reason (foreign_root, no_certificate, intermediate_revoked, not_journal, certificate_invalid, client_alert, not_tls, timeout, client_closed, tls_error); busy answers and connection caps are counted in pact_journal_connections_*.",
+		Help: "TLS handshakes that failed, by port (grpc, raft) and reason (foreign_root, no_certificate, intermediate_revoked, wrong_intermediate (a journal certificate from another journal's intermediate), not_journal, certificate_invalid, client_alert, not_tls, timeout, client_closed, tls_error); busy answers and connection caps are counted in pact_journal_connections_*.",
 	}, []string{"port", "reason"})
 	for _, port := range []string{"grpc", "raft"} {
 		for _, r := range auth.HandshakeReasons {

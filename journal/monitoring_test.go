@@ -203,7 +203,7 @@ func TestHandshakesRefusedByReason(t *testing.T) {
 		return true
 	})
 	for _, port := range []string{"grpc", "raft"} {
-		for _, r := range []string{"foreign_root", "no_certificate", "intermediate_revoked", "not_journal", "certificate_invalid", "client_alert", "not_tls", "timeout", "client_closed", "tls_error"} {
+		for _, r := range []string{"foreign_root", "no_certificate", "intermediate_revoked", "wrong_intermediate", "not_journal", "certificate_invalid", "client_alert", "not_tls", "timeout", "client_closed", "tls_error"} {
 			if got := must(t, reg, "pact_journal_handshakes_refused_total", "port", port, "reason", r); got != want[[2]string{port, r}] {
 				t.Errorf("handshakes_refused{port=%q,reason=%q} = %v, want %v", port, r, got, want[[2]string{port, r}])
 			}

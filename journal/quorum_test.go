@@ -137,6 +137,7 @@ func TestPeerIsAMemberWithItsOwnIntermediateAndQuorum(t *testing.T) {
 	})
 	t.Run("another journal's name from this intermediate is refused", func(t *testing.T) {
 		before := lh.J.PeerRefusedForTest("wrong_intermediate")
+		hsBefore, _ := gathered(t, lh.J.MetricsRegistry(), "pact_journal_handshakes_refused_total", "port", "raft", "reason", "wrong_intermediate")
 		reply, err := journaltest.RaftHello(t, raftAddr, stolen.JournalCert(t, victim, "pact.local"), qid)
 		if err == nil {
 			t.Fatalf("a certificate naming %s from %s's intermediate was answered: %v", victim, owner, reply)
@@ -146,6 +147,12 @@ func TestPeerIsAMemberWithItsOwnIntermediateAndQuorum(t *testing.T) {
 		// may follow the client's error by a moment.
 		eventually(t, "the wrong_intermediate refusal to be counted", func() bool {
 			return lh.J.PeerRefusedForTest("wrong_intermediate") == before+1
+		})
+		// The failed handshake is counted by the same reason (it was
+		// tls_error once).
+		eventually(t, "the handshake refusal to be counted as wrong_intermediate", func() bool {
+			v, _ := gathered(t, lh.J.MetricsRegistry(), "pact_journal_handshakes_refused_total", "port", "raft", "reason", "wrong_intermediate")
+			return v == hsBefore+1
 		})
 	})
 

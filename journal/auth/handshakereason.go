@@ -18,6 +18,7 @@ const (
 	hsForeignRoot         = "foreign_root"         // a client chain that reaches no authority of this domain
 	hsNoCertificate       = "no_certificate"       // no client certificate where one is required (Raft port)
 	hsIntermediateRevoked = "intermediate_revoked" // a peer journal's intermediate is revoked (Raft port)
+	hsWrongIntermediate   = "wrong_intermediate"   // a journal certificate not from that journal's own intermediate (Raft port)
 	hsNotJournal          = "not_journal"          // a certificate of this domain that names no journal (Raft port)
 	hsCertInvalid         = "certificate_invalid"  // expired, not yet valid or the wrong usage (Raft port)
 	hsClientAlert         = "client_alert"         // the client refused the journal's certificate (a stale ca.pem, another domain)
@@ -28,7 +29,7 @@ const (
 )
 
 // HandshakeReasons are every reason HandshakeRefusalReason gives.
-var HandshakeReasons = []string{hsForeignRoot, hsNoCertificate, hsIntermediateRevoked, hsNotJournal, hsCertInvalid, hsClientAlert, hsNotTLS, hsTimeout, hsClientClosed, hsTLSError}
+var HandshakeReasons = []string{hsForeignRoot, hsNoCertificate, hsIntermediateRevoked, hsWrongIntermediate, hsNotJournal, hsCertInvalid, hsClientAlert, hsNotTLS, hsTimeout, hsClientClosed, hsTLSError}
 
 // Sentinels of the Raft port's peer verification, so its refusals are
 // counted by reason.
@@ -36,6 +37,7 @@ var (
 	ErrPeerNoCertificate       = errors.New("journal peer: no certificate")
 	ErrPeerIntermediateRevoked = errors.New("journal peer: intermediate revoked")
 	ErrPeerNotJournal          = errors.New("journal peer: certificate names no journal of this domain")
+	ErrPeerWrongIntermediate   = errors.New("journal peer: certificate not from its journal's own intermediate")
 )
 
 // HandshakeRefusalReason classifies a failed server handshake; ok is false
@@ -54,6 +56,8 @@ func HandshakeRefusalReason(err error) (reason string, ok bool) {
 		return hsNoCertificate, true
 	case errors.Is(err, ErrPeerIntermediateRevoked):
 		return hsIntermediateRevoked, true
+	case errors.Is(err, ErrPeerWrongIntermediate):
+		return hsWrongIntermediate, true
 	case errors.Is(err, ErrPeerNotJournal):
 		return hsNotJournal, true
 	case errors.As(err, &invalid):

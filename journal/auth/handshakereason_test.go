@@ -27,6 +27,7 @@ func TestHandshakeRefusalReason(t *testing.T) {
 		{ErrPeerNoCertificate, hsNoCertificate, true},
 		{fmt.Errorf("%w: 0A of journal j2", ErrPeerIntermediateRevoked), hsIntermediateRevoked, true},
 		{fmt.Errorf("%w (pact.local)", ErrPeerNotJournal), hsNotJournal, true},
+		{fmt.Errorf("journal peer: j2 from j1: %w", ErrPeerWrongIntermediate), hsWrongIntermediate, true},
 		{fmt.Errorf("journal peer: %w", x509.CertificateInvalidError{Reason: x509.Expired}), hsCertInvalid, true},
 		{connlimit.ErrNotTLS, hsNotTLS, true},
 		{fmt.Errorf("connlimit: waiting for the ClientHello: %w", &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}), hsTimeout, true},

@@ -1,6 +1,10 @@
 package raftnode
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/pact-hpc/pact/journal/auth"
+)
 
 // The node's errors. Their text keeps the journal's prefix: they reach
 // clients as they are, and journal's status.go maps them to gRPC codes in
@@ -32,10 +36,11 @@ var (
 	ErrBootstrapRefused = errors.New("journal: bootstrap refused")
 )
 
-// Sentinels of the Raft port's peer verification, so the journal counts
-// its handshake refusals by reason.
+// Sentinels of the Raft port's peer verification: journal/auth's, which
+// classifies a failed handshake by them (auth.HandshakeRefusalReason).
 var (
-	ErrPeerNoCertificate       = errors.New("journal peer: no certificate")
-	ErrPeerIntermediateRevoked = errors.New("journal peer: intermediate revoked")
-	ErrPeerNotJournal          = errors.New("journal peer: certificate names no journal of this domain")
+	ErrPeerNoCertificate       = auth.ErrPeerNoCertificate
+	ErrPeerIntermediateRevoked = auth.ErrPeerIntermediateRevoked
+	ErrPeerNotJournal          = auth.ErrPeerNotJournal
+	ErrPeerWrongIntermediate   = auth.ErrPeerWrongIntermediate
 )

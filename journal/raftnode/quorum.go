@@ -705,7 +705,7 @@ func checkIntermediateBinding(leaf *x509.Certificate, issuer *pactv1.Intermediat
 		return nil // verifyJournalChain refused it already
 	}
 	if issuer.GetJournalId() != id.Name {
-		return refusal(refusedIntermediate, "a certificate naming journal %s from the intermediate of journal %s", id.Name, issuer.GetJournalId())
+		return &PeerRefusal{reason: refusedIntermediate, msg: fmt.Sprintf("a certificate naming journal %s from the intermediate of journal %s", id.Name, issuer.GetJournalId()), cause: ErrPeerWrongIntermediate}
 	}
 	return nil
 }
