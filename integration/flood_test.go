@@ -217,93 +217,24 @@ func rssMB(pid int) (float64, error) {
 // -race) rather than failing on them, and fails if either does not get
 // through while the flood is on.
 func TestConnectionFloodLeavesRoomForAgentsAndOperators(t *testing.T) {
-	dir := t.TempDir()
-	// The journal with its default limits, and /metrics to read them back.
-	ml, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr := ml.Addr().String()
-	ml.Close()
-	rl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raftAddr := rl.Addr().String()
-	rl.Close()
-	// A quorum of one with a Raft port, so that port is attacked too.
-	p := start(t, nil, "pact-journal", "--dev", "--data-dir", dir, "--listen", "127.0.0.1:0", "--raft-listen", raftAddr, "--initial-cluster", "j1="+raftAddr, "--metrics-listen", metricsAddr)
-	addr := p.waitLine(t, servingRE)[1]
-	j := &devJournal{proc: p, dir: dir, addr: addr, env: []string{
-		"PACT_JOURNAL=" + addr,
-		"PACT_CA=" + filepath.Join(dir, "ca.pem"),
-		"PACT_CERT=" + filepath.Join(dir, "admin.pem"),
-		"PACT_KEY=" + filepath.Join(dir, "admin-key.pem"),
-	}}
-	if out, code := j.pact(t, "node", "enroll", "node-001", "--mac", "52:54:00:00:01:01", "--bmc-serial", "SN-FLOOD-1"); code != 0 {
-		t.Fatalf("pact node enroll: exit %d\n%s", code, out)
-	}
+	// The journal with its default limits.
+	j, metricsAddr, raftAddr := startFloodJournal(t)
+	p := j.proc
 	pid := j.proc.cmd.Process.Pid
 	baseline, err := rssMB(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var helpers []*exec.Cmd
-	var helperExits []chan struct{}
-	helperFailed := make(chan error, 1)
-	var stdins []io.WriteCloser
-	var filled sync.WaitGroup
-	var opened, raftOpened atomic.Int64
-	var lastHeld [floodHelperProc]atomic.Int64
 	// The issue's 20,000 from 100 addresses on the gRPC port, and half as
 	// many from 50 more addresses on the Raft port.
 	per := floodSources / 2
-	shares := []struct {
-		addr          string
-		first, count  int
-		openedCounter *atomic.Int64
-	}{{j.addr, 0, per, &opened}, {j.addr, per, per, &opened}, {raftAddr, floodSources, per, &raftOpened}}
-	for h, share := range shares {
-		cmd, in, out := startTestHelper(t, self, fmt.Sprintf("%s=%s %d %d %d", floodHelperEnv, share.addr, share.first, share.count, floodConns/floodSources))
-		helpers, stdins = append(helpers, cmd), append(stdins, in)
-		exited := make(chan struct{})
-		helperExits = append(helperExits, exited)
-		go func() {
-			if err := cmd.Wait(); err != nil {
-				select {
-				case helperFailed <- fmt.Errorf("flood helper %d: %w", h, err):
-				default:
-				}
-			}
-			close(exited)
-		}()
-		filled.Add(1)
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				var n, m int64
-				if _, err := fmt.Sscanf(sc.Text(), "filled %d", &n); err == nil {
-					share.openedCounter.Add(n)
-					filled.Done()
-				} else if _, err := fmt.Sscanf(sc.Text(), "held %d opened %d", &n, &m); err == nil {
-					lastHeld[h].Store(n)
-				}
-			}
-		}()
-	}
-	stopFlood := func() {
-		for i := range helpers {
-			stdins[i].Close()
-			<-helperExits[i]
-		}
-		helpers = nil
-	}
-	defer stopFlood()
+	fl := startFlood(t, []floodShare{
+		{j.addr, 0, per, floodConns / floodSources},
+		{j.addr, per, per, floodConns / floodSources},
+		{raftAddr, floodSources, per, floodConns / floodSources},
+	})
+	defer fl.stop()
 
 	// Watch the journal's memory while the flood lasts.
 	var peakRSS atomic.Int64
@@ -327,19 +258,12 @@ func TestConnectionFloodLeavesRoomForAgentsAndOperators(t *testing.T) {
 	}()
 	// Every address has opened its share once (as far as the journal let
 	// it) before the honest clients come.
-	allFilled := make(chan struct{})
-	go func() { filled.Wait(); close(allFilled) }()
-	select {
-	case <-allFilled:
-	case err := <-helperFailed:
-		t.Fatalf("%v (see its output above)", err)
-	case <-time.After(90 * time.Second):
-		t.Fatalf("the flood helpers did not open their connections within 90 s (see their output above)")
+	fl.waitFilled(t)
+	opened, raftOpened := fl.opened[0].Load()+fl.opened[1].Load(), fl.opened[2].Load()
+	if opened < floodConns {
+		t.Fatalf("the flood opened only %d connections, not %d: the test did not attack", opened, floodConns)
 	}
-	if opened.Load() < floodConns {
-		t.Fatalf("the flood opened only %d connections, not %d: the test did not attack", opened.Load(), floodConns)
-	}
-	t.Logf("flood: %d connections opened from %d addresses on the gRPC port and %d from %d more on the Raft port before the honest clients start", opened.Load(), floodSources, raftOpened.Load(), per)
+	t.Logf("flood: %d connections opened from %d addresses on the gRPC port and %d from %d more on the Raft port before the honest clients start", opened, floodSources, raftOpened, per)
 
 	// While the flood lasts, honest clients get through. How fast is a
 	// figure for the log, not a bound: on a loaded machine (the flood
@@ -348,16 +272,7 @@ func TestConnectionFloodLeavesRoomForAgentsAndOperators(t *testing.T) {
 	// the flood takes every connection the journal allows and an honest
 	// client is closed at accept until the flood ends. So each wait below
 	// is a hang guard, and the flood must still be on when it is done.
-	floodOn := func(what string) {
-		t.Helper()
-		for i, exited := range helperExits {
-			select {
-			case <-exited:
-				t.Fatalf("flood helper %d ended before %s: the flood did not last", i, what)
-			default:
-			}
-		}
-	}
+	floodOn := func(what string) { t.Helper(); fl.on(t, what) }
 
 	// A registered agent enrolls (a fresh process; the time includes its
 	// start) ...
@@ -380,26 +295,226 @@ func TestConnectionFloodLeavesRoomForAgentsAndOperators(t *testing.T) {
 		t.Fatalf("pact node list during the flood: exit %d after %v\n%s", code, listTook, out)
 	}
 	floodOn("pact node list answered")
-	held := lastHeld[0].Load() + lastHeld[1].Load() + lastHeld[2].Load()
+	held := fl.held()
 	refused := scrape(t, metricsAddr, `pact_journal_connections_refused_total{limit="per_source",port="grpc"}`)
 	if refused < floodConns/2 {
 		t.Errorf("the journal refused %v connections at its per-source cap, want most of the %d", refused, floodConns)
 	}
 	raftRefused := scrape(t, metricsAddr, `pact_journal_connections_refused_total{limit="per_source",port="raft"}`)
-	if raftRefused < float64(raftOpened.Load())/2 {
-		t.Errorf("the journal refused %v Raft-port connections at its per-source cap, want most of the %d", raftRefused, raftOpened.Load())
+	if raftRefused < float64(raftOpened)/2 {
+		t.Errorf("the journal refused %v Raft-port connections at its per-source cap, want most of the %d", raftRefused, raftOpened)
 	}
 	if n := strings.Count(p.output(), "refused a connection on the Raft port"); n > 20 {
 		t.Errorf("%d log lines for refused Raft-port connections, want them sampled", n)
 	}
 	endWatch()
-	stopFlood()
+	fl.stop()
 
 	t.Logf("during the flood (%d connections opened on the gRPC port from %d addresses, %d on the Raft port; %d held open by the attacker at the last sample; %v and %v closed by the journal at its per-source caps): agent enrolled in %v (process start included), pact node list took %v; journal RSS %.0f MB before, peak %d MB",
-		opened.Load(), floodSources, raftOpened.Load(), held, refused, raftRefused, enrollTook.Round(time.Millisecond), listTook.Round(time.Millisecond), baseline, peakRSS.Load())
+		opened, floodSources, raftOpened, held, refused, raftRefused, enrollTook.Round(time.Millisecond), listTook.Round(time.Millisecond), baseline, peakRSS.Load())
 	if peakRSS.Load() >= 200 {
 		t.Fatalf("journal RSS peaked at %d MB during the flood, want under 200 MB", peakRSS.Load())
 	}
+}
+
+// startFloodJournal starts a quorum of one with a Raft port (so that port
+// can be attacked too) and /metrics to read its limits back, args added
+// to its command line, and registers node-001 (52:54:00:00:01:01,
+// SN-FLOOD-1) for an agent to enroll as.
+func startFloodJournal(t *testing.T, args ...string) (j *devJournal, metricsAddr, raftAddr string) {
+	t.Helper()
+	dir := t.TempDir()
+	ml, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr = ml.Addr().String()
+	ml.Close()
+	rl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raftAddr = rl.Addr().String()
+	rl.Close()
+	p := start(t, nil, "pact-journal", append([]string{"--dev", "--data-dir", dir, "--listen", "127.0.0.1:0", "--raft-listen", raftAddr, "--initial-cluster", "j1=" + raftAddr, "--metrics-listen", metricsAddr}, args...)...)
+	addr := p.waitLine(t, servingRE)[1]
+	j = &devJournal{proc: p, dir: dir, addr: addr, env: []string{
+		"PACT_JOURNAL=" + addr,
+		"PACT_CA=" + filepath.Join(dir, "ca.pem"),
+		"PACT_CERT=" + filepath.Join(dir, "admin.pem"),
+		"PACT_KEY=" + filepath.Join(dir, "admin-key.pem"),
+	}}
+	if out, code := j.pact(t, "node", "enroll", "node-001", "--mac", "52:54:00:00:01:01", "--bmc-serial", "SN-FLOOD-1"); code != 0 {
+		t.Fatalf("pact node enroll: exit %d\n%s", code, out)
+	}
+	return j, metricsAddr, raftAddr
+}
+
+// The issue's attack on the global cap, scaled down: a journal with
+// --max-conns 1024, and 48 loopback addresses each holding 24 silent
+// connections (under the per-source cap of 32) and re-opening those the
+// journal closes, 1,152 in all, so the flood holds the cap for as long as
+// it lasts. A connection at the cap takes the place of the oldest one
+// still in its handshake: while the flood holds the cap, an operator's
+// pact node list succeeds at its one try (the CLI makes a single attempt
+// per journal) and a registered agent enrolls at its first try. Without
+// the eviction both are closed at accept: the flood's connections hold
+// every place until their handshake timeout. How long each took is logged,
+// not bounded; what is asserted is that neither needed a second try.
+func TestConnectionFloodAtTheGlobalCapLeavesRoomForAgentsAndOperators(t *testing.T) {
+	const (
+		maxConns  = 1024
+		sources   = 48
+		perSource = 24
+	)
+	j, metricsAddr, _ := startFloodJournal(t, "--max-conns", strconv.Itoa(maxConns))
+	fl := startFlood(t, []floodShare{
+		{j.addr, 0, sources / 2, perSource},
+		{j.addr, sources / 2, sources / 2, perSource},
+	})
+	defer fl.stop()
+	fl.waitFilled(t)
+
+	open := `pact_journal_connections_open{port="grpc"}`
+	atCap := func() bool { return scrape(t, metricsAddr, open) == maxConns }
+	for deadline := time.Now().Add(60 * time.Second); !atCap(); { // a hang guard
+		if time.Now().After(deadline) {
+			t.Fatalf("the flood of %d connections did not bring the journal to its cap of %d: %s %v", sources*perSource, maxConns, open, scrape(t, metricsAddr, open))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	evicted := `pact_journal_connections_refused_total{limit="evicted",port="grpc"}`
+	evictedBefore := scrape(t, metricsAddr, evicted)
+
+	began := time.Now()
+	out, code := j.pact(t, "node", "list", "--timeout", "30s")
+	listTook := time.Since(began)
+	if code != 0 || !strings.Contains(out, "node-001") {
+		t.Fatalf("pact node list with the journal at its connection cap: exit %d after %v\n%s", code, listTook, out)
+	}
+	fl.on(t, "pact node list answered")
+
+	began = time.Now()
+	agent := j.agent(t, "52:54:00:00:01:01", "SN-FLOOD-1")
+	agent.waitLineWithin(t, enrolledRE, 45*time.Second) // a hang guard
+	enrollTook := time.Since(began)
+	fl.on(t, "the agent enrolled")
+	for _, l := range strings.Split(agent.output(), "\n") {
+		if strings.Contains(l, "enroll failed") {
+			t.Errorf("the agent needed more than one try to enroll with the journal at its connection cap: %s", l)
+		}
+	}
+	// Eviction happens only at the cap: pact node list, at least, found
+	// the flood holding it (the agent may have taken the place it left).
+	evictedDuring := scrape(t, metricsAddr, evicted) - evictedBefore
+	if evictedDuring < 1 {
+		t.Errorf("no connection evicted while the honest clients came: the flood did not hold the cap")
+	}
+	t.Logf("with %d silent connections from %d addresses holding the cap of %d (%v open at the end; %v evicted meanwhile, %v refused at the total cap): pact node list took %v, the agent enrolled in %v (process start included)",
+		sources*perSource, sources, maxConns, scrape(t, metricsAddr, open), evictedDuring,
+		scrape(t, metricsAddr, `pact_journal_connections_refused_total{limit="total",port="grpc"}`), listTook.Round(time.Millisecond), enrollTook.Round(time.Millisecond))
+}
+
+// floodShare is one flood helper's part: count addresses, from the
+// first-th on, each holding perSource silent connections to addr.
+type floodShare struct {
+	addr                    string
+	first, count, perSource int
+}
+
+// runningFlood is a flood in helper processes, one per share.
+type runningFlood struct {
+	opened   []atomic.Int64 // per share: connections opened by the time every address had its share
+	lastHeld []atomic.Int64 // per share: connections held at the helper's last sample
+	exits    []chan struct{}
+	failed   chan error
+	filled   sync.WaitGroup
+	stdins   []io.WriteCloser
+	stopOnce sync.Once
+}
+
+func startFlood(t *testing.T, shares []floodShare) *runningFlood {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &runningFlood{opened: make([]atomic.Int64, len(shares)), lastHeld: make([]atomic.Int64, len(shares)), failed: make(chan error, 1)}
+	for h, share := range shares {
+		cmd, in, out := startTestHelper(t, self, fmt.Sprintf("%s=%s %d %d %d", floodHelperEnv, share.addr, share.first, share.count, share.perSource))
+		f.stdins = append(f.stdins, in)
+		exited := make(chan struct{})
+		f.exits = append(f.exits, exited)
+		go func() {
+			if err := cmd.Wait(); err != nil {
+				select {
+				case f.failed <- fmt.Errorf("flood helper %d: %w", h, err):
+				default:
+				}
+			}
+			close(exited)
+		}()
+		f.filled.Add(1)
+		go func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				var n, m int64
+				if _, err := fmt.Sscanf(sc.Text(), "filled %d", &n); err == nil {
+					f.opened[h].Add(n)
+					f.filled.Done()
+				} else if _, err := fmt.Sscanf(sc.Text(), "held %d opened %d", &n, &m); err == nil {
+					f.lastHeld[h].Store(n)
+				}
+			}
+		}()
+	}
+	return f
+}
+
+// waitFilled waits until every address has opened its share once (as far
+// as the journal let it).
+func (f *runningFlood) waitFilled(t *testing.T) {
+	t.Helper()
+	allFilled := make(chan struct{})
+	go func() { f.filled.Wait(); close(allFilled) }()
+	select {
+	case <-allFilled:
+	case err := <-f.failed:
+		t.Fatalf("%v (see its output above)", err)
+	case <-time.After(90 * time.Second):
+		t.Fatalf("the flood helpers did not open their connections within 90 s (see their output above)")
+	}
+}
+
+// on fails the test if a helper has ended: the flood did not last until what.
+func (f *runningFlood) on(t *testing.T, what string) {
+	t.Helper()
+	for i, exited := range f.exits {
+		select {
+		case <-exited:
+			t.Fatalf("flood helper %d ended before %s: the flood did not last", i, what)
+		default:
+		}
+	}
+}
+
+// held is the connections the helpers held at their last samples.
+func (f *runningFlood) held() int64 {
+	var n int64
+	for i := range f.lastHeld {
+		n += f.lastHeld[i].Load()
+	}
+	return n
+}
+
+// stop ends the flood and waits for the helpers to exit.
+func (f *runningFlood) stop() {
+	f.stopOnce.Do(func() {
+		for i, in := range f.stdins {
+			in.Close()
+			<-f.exits[i]
+		}
+	})
 }
 
 // startTestHelper starts this test binary again as a helper process, its

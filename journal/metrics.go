@@ -133,7 +133,7 @@ type connCollector struct{ ports map[string]*connlimit.Limiter }
 var (
 	connsOpenDesc    = prometheus.NewDesc("pact_journal_connections_open", "Connections open, by port.", []string{"port"}, nil)
 	handshakesDesc   = prometheus.NewDesc("pact_journal_handshakes_in_progress", "TLS handshakes in progress, by port.", []string{"port"}, nil)
-	connsRefusedDesc = prometheus.NewDesc("pact_journal_connections_refused_total", "Connections closed before their TLS handshake, by port and limit (per_source, total, handshakes).", []string{"port", "limit"}, nil)
+	connsRefusedDesc = prometheus.NewDesc("pact_journal_connections_refused_total", "Connections closed before their TLS handshake, by port and limit (per_source, total, handshakes; evicted: to make room at the total cap for a newer connection).", []string{"port", "limit"}, nil)
 	connsBusyDesc    = prometheus.NewDesc("pact_journal_connections_busy_total", "Connections answered busy, with a retry-after, at their ClientHello: no handshake slot soon enough (gRPC port).", []string{"port"}, nil)
 	handshakeQueued  = prometheus.NewDesc("pact_journal_handshakes_queued", "Clients whose ClientHello has arrived waiting for a handshake slot, by port.", []string{"port"}, nil)
 	handshakeRate    = prometheus.NewDesc("pact_journal_handshake_rate", "Handshakes per second the port's admission counts on: its handshake slots over the moving mean of how long a handshake holds one.", []string{"port"}, nil)
@@ -156,6 +156,7 @@ func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(connsRefusedDesc, prometheus.CounterValue, float64(st.RefusedPerSource), port, "per_source")
 		ch <- prometheus.MustNewConstMetric(connsRefusedDesc, prometheus.CounterValue, float64(st.RefusedTotal), port, "total")
 		ch <- prometheus.MustNewConstMetric(connsRefusedDesc, prometheus.CounterValue, float64(st.RefusedBusy), port, "handshakes")
+		ch <- prometheus.MustNewConstMetric(connsRefusedDesc, prometheus.CounterValue, float64(st.Evicted), port, "evicted")
 		ch <- prometheus.MustNewConstMetric(connsBusyDesc, prometheus.CounterValue, float64(st.Deferred), port)
 		ch <- prometheus.MustNewConstMetric(handshakeQueued, prometheus.GaugeValue, float64(st.Queued), port)
 		ch <- prometheus.MustNewConstMetric(handshakeRate, prometheus.GaugeValue, st.Rate, port)

@@ -12,7 +12,7 @@ import (
 )
 
 // Why a TLS handshake failed (pact_journal_handshakes_refused_total{port,reason}).
-// Busy answers and connection caps are not here: they are counted by
+// Busy answers, connection caps and evictions are not here: they are counted by
 // pact_journal_connections_busy_total and pact_journal_connections_refused_total.
 const (
 	hsForeignRoot         = "foreign_root"         // a client chain that reaches no authority of this domain
@@ -48,7 +48,7 @@ func HandshakeRefusalReason(err error) (reason string, ok bool) {
 	var invalid x509.CertificateInvalidError
 	var op *net.OpError
 	switch {
-	case errors.As(err, &busy) || errors.Is(err, connlimit.ErrHandshakesBusy):
+	case errors.As(err, &busy) || errors.Is(err, connlimit.ErrHandshakesBusy) || errors.Is(err, connlimit.ErrEvicted):
 		return "", false
 	case errors.Is(err, ErrForeignChain), errors.As(err, &unknownAuthority):
 		return hsForeignRoot, true

@@ -22,6 +22,7 @@ func TestHandshakeRefusalReason(t *testing.T) {
 	}{
 		{&connlimit.BusyError{RetryAfter: time.Second}, "", false},
 		{connlimit.ErrHandshakesBusy, "", false},
+		{fmt.Errorf("connlimit: waiting for the ClientHello: %w", fmt.Errorf("%w: %w", connlimit.ErrEvicted, net.ErrClosed)), "", false},
 		{fmt.Errorf("%w: chain of 9 certificates", ErrForeignChain), hsForeignRoot, true},
 		{fmt.Errorf("journal peer: %w", x509.UnknownAuthorityError{}), hsForeignRoot, true},
 		{ErrPeerNoCertificate, hsNoCertificate, true},

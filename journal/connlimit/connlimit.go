@@ -4,12 +4,31 @@
 // handshakes may be worked on at once.
 //
 // The checks are ordered by what they cost. A connection over the per-source
-// or total cap is closed in Accept, before a goroutine, a buffer or a TLS
-// state is spent on it. A connection that is let in waits for its client's
-// first TLS record (the ClientHello) without holding a handshake slot, so
-// silent or trickling clients cost one parked goroutine and a file
-// descriptor each, never handshake capacity; the handshake timeout (the
-// caller sets it as the connection's deadline) closes them. Only a client
+// cap is closed in Accept, before a goroutine, a buffer or a TLS state is
+// spent on it. At the total cap, what has proved nothing is shed before what
+// has: a new connection takes the place of the oldest connection whose
+// handshake has not finished, which is closed (evicted); only when every
+// open connection has finished its handshake is the new one closed instead.
+// A connection has finished its handshake once its caller lifts the
+// handshake deadline (SetDeadline with the zero time): gRPC does when the
+// TLS handshake and the HTTP/2 preface are done, the Raft port when the
+// peer journal is admitted. Such a connection is never evicted. So silent or
+// trickling connections, however many addresses they come from, cannot hold
+// the cap against a client that completes its handshake: at the cap their
+// handshake timeout shrinks, in effect, to the time the journal takes to
+// accept MaxConns newer connections, and an honest client needs only to
+// finish its handshake within that time. (An attacker who opens
+// connections faster than MaxConns per handshake time evicts honest
+// clients mid-handshake too; the kernel's accept queue and the journal's
+// accept rate bound it then.) Evicting costs a few pointer moves, and no
+// memory: the connections not through their handshake are a list in accept
+// order, threaded through the connections themselves.
+//
+// A connection that is let in waits for its client's first TLS record (the
+// ClientHello) without holding a handshake slot, so silent or trickling
+// clients cost one parked goroutine and a file descriptor each, never
+// handshake capacity; the handshake timeout (the caller sets it as the
+// connection's deadline) closes them, or eviction at the cap. Only a client
 // whose ClientHello has arrived takes a handshake slot (a TLS handshake is
 // the largest CPU cost of a connection, PERFORMANCE.md); when every slot
 // is taken it waits for one, costing no CPU: the queue is what carries a
@@ -41,6 +60,10 @@ import (
 
 // Errors. A refused connection is closed; these reach the caller's log.
 var (
+	// ErrEvicted: the connection was closed before its handshake
+	// finished, to make room at MaxConns for a newer one. Reads and
+	// writes of an evicted connection fail with it (and net.ErrClosed).
+	ErrEvicted = errors.New("connlimit: closed to make room at the connection cap before its handshake finished")
 	// ErrHandshakesBusy: every handshake slot was taken when the
 	// connection's ClientHello arrived.
 	ErrHandshakesBusy = errors.New("connlimit: too many TLS handshakes in progress")
@@ -68,7 +91,9 @@ type Config struct {
 	// certificate swap; an operator's host a few; a peer journal a handful.
 	MaxConnsPerSource int
 	// MaxConns bounds the connections open at once from all sources, so
-	// file descriptors remain for Raft, the stores and outgoing calls.
+	// file descriptors remain for Raft, the stores and outgoing calls. A
+	// new connection at the cap evicts the oldest one still in its
+	// handshake; it is refused only if there is none.
 	MaxConns int
 	// MaxHandshakes bounds the TLS handshakes in progress (ClientHello
 	// received, handshake not finished).
@@ -76,7 +101,10 @@ type Config struct {
 	// HandshakeTimeout is how long a new connection has to send its
 	// ClientHello and finish the handshake. The caller applies it (gRPC's
 	// ConnectionTimeout, a deadline on the Raft port); it is here so the
-	// limits are configured and documented together.
+	// limits are configured and documented together. The caller lifting
+	// that deadline (SetDeadline(time.Time{})) is what tells the limiter
+	// the handshake is over: from then on the connection is not evicted
+	// at MaxConns.
 	HandshakeTimeout time.Duration
 	// HandshakeQueueWait is how long a client whose ClientHello has
 	// arrived may wait for a handshake slot before it is closed. The wait
@@ -141,7 +169,8 @@ type Stats struct {
 	Open             int     // connections open now
 	Handshakes       int     // handshakes in progress now
 	RefusedPerSource uint64  // closed in Accept: the source held its cap
-	RefusedTotal     uint64  // closed in Accept: MaxConns open
+	RefusedTotal     uint64  // closed in Accept: MaxConns open, every one of them past its handshake
+	Evicted          uint64  // closed before their handshake finished, to make room at MaxConns for a newer connection
 	RefusedBusy      uint64  // closed at ClientHello: no handshake slot within HandshakeQueueWait (AcquireHandshake, the Raft port)
 	Deferred         uint64  // answered busy at ClientHello, with a retry-after (Admit, the gRPC port)
 	Queued           int     // clients waiting for a handshake slot now (Admit)
@@ -157,8 +186,11 @@ type Limiter struct {
 	mu        sync.Mutex
 	perSource map[netip.Addr]int
 	open      int
+	// The open connections whose handshake has not finished, oldest
+	// first: who is evicted at MaxConns.
+	oldest, newest *conn
 
-	refusedSource, refusedTotal, refusedBusy, deferred atomic.Uint64
+	refusedSource, refusedTotal, refusedBusy, deferred, evicted atomic.Uint64
 
 	clock  clock.Clock
 	jitter func(time.Duration) time.Duration
@@ -204,6 +236,7 @@ func (l *Limiter) Stats() Stats {
 		Handshakes:       len(l.handshakes),
 		RefusedPerSource: l.refusedSource.Load(),
 		RefusedTotal:     l.refusedTotal.Load(),
+		Evicted:          l.evicted.Load(),
 		RefusedBusy:      l.refusedBusy.Load(),
 		Deferred:         l.deferred.Load(),
 		Queued:           queued,
@@ -212,8 +245,10 @@ func (l *Limiter) Stats() Stats {
 }
 
 // Listener wraps lis: Accept closes, without handing them on, connections
-// over the per-source or the total cap. Every connection it returns gives
-// its place back when closed.
+// over the per-source cap, and at the total cap evicts the oldest
+// connection still in its handshake to make room (or, if there is none,
+// closes the new one). Every connection it returns gives its place back
+// when closed.
 func (l *Limiter) Listener(lis net.Listener) net.Listener { return &listener{Listener: lis, l: l} }
 
 type listener struct {
@@ -227,54 +262,138 @@ func (ln *listener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		src := sourceOf(c.RemoteAddr())
-		if ok := ln.l.take(src); !ok {
+		lc, evicted := ln.l.take(c)
+		if evicted != nil {
+			// Its goroutine, blocked reading, fails with ErrEvicted and
+			// closes it again, which gives nothing back twice.
+			_ = evicted.Conn.Close()
+		}
+		if lc == nil {
 			// Closed before any byte is read: the cheapest refusal there is.
 			_ = c.Close()
 			continue
 		}
-		return &conn{Conn: c, l: ln.l, src: src}, nil
+		return lc, nil
 	}
 }
 
-func (l *Limiter) take(src netip.Addr) bool {
+// take admits c, returning it wrapped, and the connection evicted to make
+// room if one was; nil if c is refused.
+func (l *Limiter) take(c net.Conn) (admitted, evicted *conn) {
+	src := sourceOf(c.RemoteAddr())
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.open >= l.cfg.MaxConns {
-		l.refusedTotal.Add(1)
-		return false
-	}
 	if l.perSource[src] >= l.cfg.MaxConnsPerSource {
 		l.refusedSource.Add(1)
-		return false
+		return nil, nil
+	}
+	if l.open >= l.cfg.MaxConns {
+		if l.oldest == nil {
+			l.refusedTotal.Add(1)
+			return nil, nil
+		}
+		evicted = l.oldest
+		evicted.evicted.Store(true)
+		l.giveLocked(evicted)
+		l.evicted.Add(1)
 	}
 	l.perSource[src]++
 	l.open++
-	return true
+	admitted = &conn{Conn: c, l: l, src: src, pending: true, older: l.newest}
+	if l.newest != nil {
+		l.newest.newer = admitted
+	} else {
+		l.oldest = admitted
+	}
+	l.newest = admitted
+	return admitted, evicted
 }
 
-func (l *Limiter) give(src netip.Addr) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.perSource[src]--; l.perSource[src] <= 0 {
-		delete(l.perSource, src)
+// giveLocked gives c's place back, once.
+func (l *Limiter) giveLocked(c *conn) {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	l.handshakeOverLocked(c)
+	if l.perSource[c.src]--; l.perSource[c.src] <= 0 {
+		delete(l.perSource, c.src)
 	}
 	l.open--
+}
+
+// handshakeOverLocked takes c off the list of connections that may be
+// evicted.
+func (l *Limiter) handshakeOverLocked(c *conn) {
+	if !c.pending {
+		return
+	}
+	c.pending = false
+	if c.older != nil {
+		c.older.newer = c.newer
+	} else {
+		l.oldest = c.newer
+	}
+	if c.newer != nil {
+		c.newer.older = c.older
+	} else {
+		l.newest = c.older
+	}
+	c.older, c.newer = nil, nil
 }
 
 // conn gives its place back on the first Close.
 type conn struct {
 	net.Conn
-	l      *Limiter
-	src    netip.Addr
-	closed atomic.Bool
+	l   *Limiter
+	src netip.Addr
+	// Under l.mu: closed once the place is given back (a Close or an
+	// eviction); pending while the handshake is not over, the connection
+	// then linked between older and newer in the limiter's list.
+	closed, pending bool
+	older, newer    *conn
+	// evicted is set under l.mu, and read without it by the
+	// connection's own reads and writes when they fail.
+	evicted atomic.Bool
 }
 
 func (c *conn) Close() error {
-	if c.closed.CompareAndSwap(false, true) {
-		c.l.give(c.src)
-	}
+	c.l.mu.Lock()
+	c.l.giveLocked(c)
+	c.l.mu.Unlock()
 	return c.Conn.Close()
+}
+
+// SetDeadline with the zero time is the caller's word that the handshake
+// is over: once it returns nil the connection is never evicted. On a
+// connection evicted already it fails with ErrEvicted.
+func (c *conn) SetDeadline(t time.Time) error {
+	if t.IsZero() {
+		c.l.mu.Lock()
+		c.l.handshakeOverLocked(c)
+		evicted := c.evicted.Load()
+		c.l.mu.Unlock()
+		if evicted {
+			return fmt.Errorf("%w: %w", ErrEvicted, net.ErrClosed)
+		}
+	}
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *conn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil && c.evicted.Load() {
+		err = fmt.Errorf("%w: %w", ErrEvicted, err)
+	}
+	return n, err
+}
+
+func (c *conn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if err != nil && c.evicted.Load() {
+		err = fmt.Errorf("%w: %w", ErrEvicted, err)
+	}
+	return n, err
 }
 
 // CloseWrite half-closes a TCP connection (the journal does, to deliver a
