@@ -111,6 +111,10 @@ type Agent struct {
 	failure       failureRecord
 	failureWarned time.Time // when a failure was last logged as a warning
 	busySeries    bool      // the latest attempt was answered busy (busy.go)
+	// renewing is closed when the RenewCert in flight, if any, has its
+	// answer (or none): a stream's word that its certificate was replaced
+	// is judged after it (superseded).
+	renewing chan struct{}
 }
 
 type failureRecord struct {

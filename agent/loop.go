@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/pact-hpc/pact/agent/channel"
@@ -532,6 +533,8 @@ func (a *Agent) handleEvent(ch *channel.Channel, ev *pactv1.SubscribeResponse) e
 			reason = apierr.NodeFenced
 		}
 		return apierr.Status(reason, 0, e.Revoked.GetReason()).Err()
+	case *pactv1.SubscribeResponse_Superseded:
+		return a.superseded(ch, e.Superseded.GetSerial())
 	case *pactv1.SubscribeResponse_RenewNow:
 		// Renewed through the usual rotation (step), from a live
 		// intermediate, before the retiring one is revoked.
@@ -546,6 +549,35 @@ func (a *Agent) handleEvent(ch *channel.Channel, ev *pactv1.SubscribeResponse) e
 		}
 	}
 	return nil
+}
+
+// superseded handles a stream's word that the registry replaced its
+// certificate by serial. When this agent's own renewal made it, the
+// journal holds the old stream open until the new channel streams, and
+// the rotator moves over. Otherwise the agent never got that certificate
+// (its renewal's answer was lost, or someone else renewed with its key):
+// the stream ends here as stale, and the agent drops the certificate and
+// enrolls again (stepStreamEnd), as when the journal ended such a stream
+// at once. A renewal in flight is waited for first (its call is bounded
+// by CallTimeout): its answer says whether the serial is this agent's.
+func (a *Agent) superseded(ch *channel.Channel, serial string) error {
+	a.mu.Lock()
+	inFlight := a.renewing
+	a.mu.Unlock()
+	if inFlight != nil {
+		<-inFlight
+	}
+	a.mu.Lock()
+	known := a.lastJournal != nil && strings.EqualFold(a.lastJournal.Serial(), serial)
+	a.mu.Unlock()
+	if known {
+		return nil
+	}
+	var held string
+	if id := ch.Identity(); id != nil {
+		held = id.Serial()
+	}
+	return apierr.Status(apierr.StaleCertificate, 0, fmt.Sprintf("certificate %s was replaced by %s, which this agent never received; enrolling again", held, serial)).Err()
 }
 
 // publishedBundle is what bundle.pem holds for id: the journal's latest

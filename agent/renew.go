@@ -32,6 +32,7 @@ func (a *Agent) renew(ctx context.Context, act *channel.Channel) error {
 			return nil, err
 		}
 		cctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
+		done := a.startRenewing()
 		resp, err := pactv1.NewEnrollmentServiceClient(cur.Conn()).RenewCert(cctx, &pactv1.RenewCertRequest{
 			CurrentSerial: cur.Identity().Serial(),
 			CsrDer:        csr,
@@ -45,8 +46,10 @@ func (a *Agent) renew(ctx context.Context, act *channel.Channel) error {
 			// committed certificate; a fresh key would be refused
 			// ALREADY_ACTIVE for the takeover window.
 			a.enrollKey, a.enrollCSR = key, csr
+			done()
 			return nil, fmt.Errorf("agent: RenewCert at %s: %w", cur.Target(), err)
 		}
+		defer done() // once the new certificate is adopted, or is not
 		a.enrollKey, a.enrollCSR = nil, nil
 		if _, err := a.observeJournalTime(unixNano(resp.GetServerTimeUnixNano())); err != nil {
 			return nil, err
@@ -73,6 +76,23 @@ func (a *Agent) renew(ctx context.Context, act *channel.Channel) error {
 	a.attempted("renew", nil)
 	a.rotated()
 	return nil
+}
+
+// startRenewing notes a RenewCert in flight; the function it returns
+// notes its end (superseded waits for it).
+func (a *Agent) startRenewing() (done func()) {
+	ch := make(chan struct{})
+	a.mu.Lock()
+	a.renewing = ch
+	a.mu.Unlock()
+	return func() {
+		a.mu.Lock()
+		if a.renewing == ch {
+			a.renewing = nil
+		}
+		a.mu.Unlock()
+		close(ch)
+	}
 }
 
 // standbyDue reports whether the agent, on a live SVID channel, should ask

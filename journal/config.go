@@ -72,6 +72,14 @@ type Config struct {
 	// StreamRecheckInterval is how often an open Subscribe stream re-checks
 	// its certificate against the registry even when nothing changed.
 	StreamRecheckInterval time.Duration
+	// RenewalStreamGrace is how long the stream of a certificate a
+	// renewal replaced stays open while the node's stream with its new
+	// certificate has not opened here (its new channel may wait in the
+	// handshake queue of a renewal storm): the old channel serves until
+	// the new one streams (the dual-channel swap). It ends at once when
+	// the new stream opens, and a revocation or fence still ends it at
+	// once. Zero ends it when the renewal commits.
+	RenewalStreamGrace time.Duration
 	// RaftSnapshotThreshold and RaftTrailingLogs tune log compaction.
 	RaftSnapshotThreshold uint64
 	RaftTrailingLogs      uint64
@@ -225,6 +233,7 @@ func DefaultConfig() Config {
 		EnrollQueueWait:          2 * time.Second,
 		ApplyTimeout:             10 * time.Second,
 		StreamRecheckInterval:    30 * time.Second,
+		RenewalStreamGrace:       10 * time.Minute,
 		RateLimit:                ratelimit.DefaultConfig(),
 		TPMChallenges:            tpmchallenge.DefaultConfig(),
 		NodeLivenessTimeout:      5 * time.Minute,
@@ -328,6 +337,9 @@ func (c Config) Validate() error {
 	}
 	if c.RetireGrace < 0 {
 		errs = append(errs, errors.New("journal: RetireGrace must not be negative"))
+	}
+	if c.RenewalStreamGrace < 0 {
+		errs = append(errs, errors.New("journal: RenewalStreamGrace must not be negative"))
 	}
 	if c.StreamRecheckInterval <= 0 {
 		errs = append(errs, errors.New("journal: StreamRecheckInterval must be positive"))

@@ -13,6 +13,7 @@ import (
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/hwid"
 	"github.com/pact-hpc/pact/internal/logkey"
+	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/ratelimit"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -416,12 +417,22 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 	} else if err := j.activateStandby(ctx, p); err != nil {
 		return err
 	}
-	w := j.hub.register(p.ID.Name)
+	w := j.hub.register(p.ID.Name, p.Serial)
 	defer j.hub.unregister(w)
 	// dropped names why the stream ends where the error alone does not
-	// (pact_journal_stream_drops_total, monitoring.go).
+	// (pact_journal_stream_drops_total, monitoring.go). A stream whose
+	// certificate a renewal replaced and that ends once the node streams
+	// with its new one (here, or its agent closing the old channel) was
+	// handed over: no drop.
 	var dropped string
-	defer func() { j.metrics.streamDrops.WithLabelValues(streamDropReason(dropped, err)).Inc() }()
+	var handedOver bool
+	defer func() {
+		if handedOver {
+			j.metrics.streamHandovers.Inc()
+			return
+		}
+		j.metrics.streamDrops.WithLabelValues(streamDropReason(dropped, err)).Inc()
+	}()
 	j.log.Info("agent stream opened", logkey.NodeID, p.ID.Name, logkey.Serial, p.Serial, logkey.Source, peerAddr(ctx), logkey.IdentitySource, p.IdentitySource())
 	defer j.log.Info("agent stream closed", logkey.NodeID, p.ID.Name, logkey.Serial, p.Serial)
 
@@ -431,6 +442,11 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 	// revokeAt is when the intermediate behind the stream's certificate is
 	// revoked (zero: not retiring); the stream ends then.
 	var revokeAt time.Time
+	// supersededAt is when this journal saw a renewal replace the stream's
+	// certificate (zero: it is current). The old channel serves, for at
+	// most RenewalStreamGrace, until the node's new stream opens: the new
+	// channel may wait in the handshake queue of a renewal storm.
+	var supersededAt time.Time
 	// sendFailed notes a failed send: the client gone, or a broken send.
 	sendFailed := func(err error) error {
 		dropped = dropSendFailed
@@ -450,8 +466,9 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 				// certificate (after a renewal) just ends the stream.
 				pe := apierr.FromError(toStatus(err))
 				_ = stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_Revoked{Revoked: &pactv1.Revoked{Reason: pe.Message, Code: string(pe.Reason)}}})
+				return err
 			}
-			return err
+			return j.supersededStream(stream, p, err, &supersededAt, &handedOver, &dropped)
 		}
 		n, _ := j.fsm.Node(p.ID.Name)
 		if !p.SVID {
@@ -509,6 +526,11 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 				wait = max(untilRevoked, 0)
 			}
 		}
+		if !supersededAt.IsZero() {
+			if untilGraceEnds := supersededAt.Add(j.cfg.RenewalStreamGrace).Sub(j.cfg.Clock.Now()); untilGraceEnds < wait {
+				wait = max(untilGraceEnds, 0)
+			}
+		}
 		t := j.cfg.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -517,6 +539,9 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 			case <-j.stop:
 				dropped = dropShutdown
 			default:
+				// The agent closed the old channel once its new one
+				// streamed (wherever that is).
+				handedOver = !supersededAt.IsZero()
 			}
 			return nil
 		case <-j.stop:
@@ -550,6 +575,44 @@ func (j *Journal) enrollRefused(ctx context.Context, req *pactv1.EnrollRequest, 
 		j.metrics.identityWarnings.Inc()
 		j.log.Warn("repeated enrollment failures for one hardware identity", logkey.MACs, hw.GetMacs(), logkey.BMCSerial, hw.GetBmcSerial(), logkey.Failures, count)
 	}
+}
+
+// supersededStream decides what a stream does whose journal-signed
+// certificate is no longer the node's (err, from the binding check): it
+// stays open, for at most RenewalStreamGrace from when this journal saw
+// the change, until the node streams here with its current certificate;
+// then it ends as handed over, or at the grace's end as superseded. On
+// entering the grace the stream tells the agent which certificate replaced
+// its own: an agent that did not renew (its renewal's answer lost, or
+// someone else renewed with its key) ends the stream itself at once. An
+// SVID's stream, or any stream with the grace off, ends now.
+func (j *Journal) supersededStream(stream pactv1.EnrollmentService_SubscribeServer, p *auth.Principal, err error, supersededAt *time.Time, handedOver *bool, dropped *string) error {
+	if !errors.Is(err, raftfsm.ErrStaleCertificate) || p.SVID || j.cfg.RenewalStreamGrace <= 0 {
+		return err
+	}
+	now := j.cfg.Clock.Now()
+	n, _ := j.fsm.Node(p.ID.Name)
+	cur := n.GetCert().GetSerial()
+	if supersededAt.IsZero() {
+		*supersededAt = now
+		if serr := stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_Superseded{Superseded: &pactv1.Superseded{Serial: cur}}}); serr != nil {
+			if stream.Context().Err() != nil {
+				*handedOver = true // the agent already closed its old channel
+			} else {
+				*dropped = dropSendFailed
+			}
+			return serr
+		}
+	}
+	if cur != "" && j.hub.hasStream(p.ID.Name, cur) {
+		*handedOver = true
+		return err
+	}
+	if now.Sub(*supersededAt) >= j.cfg.RenewalStreamGrace {
+		*dropped = dropSuperseded
+		return err
+	}
+	return nil
 }
 
 func peerNetAddr(ctx context.Context) net.Addr {

@@ -19,6 +19,8 @@ type hub struct {
 
 type streamWaker struct {
 	nodeID string
+	// serial is the certificate the stream was opened with.
+	serial string
 	node   chan struct{}
 	bundle chan struct{}
 }
@@ -27,15 +29,33 @@ func newHub() *hub {
 	return &hub{streams: map[string]map[*streamWaker]struct{}{}, drops: map[string]int{}}
 }
 
-func (h *hub) register(nodeID string) *streamWaker {
-	w := &streamWaker{nodeID: nodeID, node: make(chan struct{}, 1), bundle: make(chan struct{}, 1)}
+func (h *hub) register(nodeID, serial string) *streamWaker {
+	w := &streamWaker{nodeID: nodeID, serial: serial, node: make(chan struct{}, 1), bundle: make(chan struct{}, 1)}
 	h.mu.Lock()
 	if h.streams[nodeID] == nil {
 		h.streams[nodeID] = map[*streamWaker]struct{}{}
 	}
+	// A stream of the node's renewed certificate ends the old one's
+	// grace: wake it to see so.
+	for o := range h.streams[nodeID] {
+		wake(o.node)
+	}
 	h.streams[nodeID][w] = struct{}{}
 	h.mu.Unlock()
 	return w
+}
+
+// hasStream reports whether this journal holds a stream of the node with
+// the certificate serial.
+func (h *hub) hasStream(nodeID, serial string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.streams[nodeID] {
+		if w.serial == serial {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *hub) unregister(w *streamWaker) {

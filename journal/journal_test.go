@@ -229,7 +229,9 @@ func TestAuthenticatedCallsAreBoundToTheCurrentCertificate(t *testing.T) {
 	agent := pactv1.NewEnrollmentServiceClient(h.Dial(t, &oldCert))
 	ctx := context.Background()
 
-	// An open stream on the old certificate ends once the renewal commits.
+	// An open stream on the old certificate ends once the node streams
+	// with its renewed certificate (the dual-channel swap; until then it
+	// is how the journal knows the node is alive).
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	oldStream, err := agent.Subscribe(sctx, &pactv1.SubscribeRequest{})
@@ -247,6 +249,14 @@ func TestAuthenticatedCallsAreBoundToTheCurrentCertificate(t *testing.T) {
 	}
 	if renewed.GetSerial() == resp.GetSerial() {
 		t.Fatal("renewal kept the serial")
+	}
+	newCert := newKey.TLSCert(renewed.GetCertChainDer())
+	newStream, err := pactv1.NewEnrollmentServiceClient(h.Dial(t, &newCert)).Subscribe(sctx, &pactv1.SubscribeRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newStream.Recv(); err != nil {
+		t.Fatalf("the renewed certificate's stream: %v", err)
 	}
 	for {
 		ev, err := oldStream.Recv()
@@ -270,7 +280,6 @@ func TestAuthenticatedCallsAreBoundToTheCurrentCertificate(t *testing.T) {
 	wantReason(t, err, codes.PermissionDenied, apierr.StaleCertificate)
 
 	// The new one does; a wrong current_serial is refused.
-	newCert := newKey.TLSCert(renewed.GetCertChainDer())
 	agent2 := pactv1.NewEnrollmentServiceClient(h.Dial(t, &newCert))
 	_, err = agent2.RenewCert(ctx, &pactv1.RenewCertRequest{CurrentSerial: resp.GetSerial(), CsrDer: journaltest.NewKey(t).CSR})
 	wantReason(t, err, codes.InvalidArgument, apierr.InvalidArgument)

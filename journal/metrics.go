@@ -36,6 +36,7 @@ type metrics struct {
 	activationBatch prometheus.Histogram
 	// streamDrops and handshakesRefused: monitoring.go.
 	streamDrops       *prometheus.CounterVec
+	streamHandovers   prometheus.Counter
 	handshakesRefused *prometheus.CounterVec
 }
 

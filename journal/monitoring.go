@@ -23,7 +23,7 @@ const (
 	dropClientGone          = "client_gone"          // the agent closed the stream or its connection died
 	dropSendFailed          = "send_failed"          // sending an update to the agent failed
 	dropShutdown            = "shutdown"             // this journal is stopping
-	dropSuperseded          = "superseded"           // the certificate was replaced (a renewal): the agent streams with the new one
+	dropSuperseded          = "superseded"           // the certificate was replaced (a renewal) and the node's new stream did not open within the renewal grace
 	dropNodeRevoked         = "node_revoked"         // the node was decommissioned or its serial revoked
 	dropNodeFenced          = "node_fenced"          // an operator fenced the node
 	dropCertExpired         = "cert_expired"         // the stream's certificate expired before the agent renewed it
@@ -67,11 +67,15 @@ func (j *Journal) countHandshakeRefused(port string, err error) {
 func (m *metrics) registerMonitoring(j *Journal) {
 	m.streamDrops = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pact_journal_stream_drops_total",
-		Help: "Subscribe streams this journal held that ended, by reason: client_gone, send_failed, shutdown, superseded (the agent renewed), node_revoked, node_fenced, cert_expired, intermediate_revoked, other.",
+		Help: "Subscribe streams this journal held that ended, by reason: client_gone, send_failed, shutdown, superseded (the certificate was replaced and the node's new stream did not open within --renewal-stream-grace), node_revoked, node_fenced, cert_expired, intermediate_revoked, other. A renewed node's old stream handed over to its new one is no drop (pact_journal_stream_handovers_total).",
 	}, []string{"reason"})
 	for _, r := range dropReasons {
 		m.streamDrops.WithLabelValues(r)
 	}
+	m.streamHandovers = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "pact_journal_stream_handovers_total",
+		Help: "Subscribe streams of a certificate a renewal replaced that ended once the node streamed with its new certificate (the dual-channel swap): not drops.",
+	})
 	m.handshakesRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pact_journal_handshakes_refused_total",
 		Help: "TLS handshakes that failed, by port (grpc, raft) and reason (foreign_root, no_certificate, intermediate_revoked, wrong_intermediate (a journal certificate from another journal's intermediate), not_journal, certificate_invalid, client_alert, not_tls, timeout, client_closed, tls_error); busy answers and connection caps are counted in pact_journal_connections_*.",
@@ -81,7 +85,7 @@ func (m *metrics) registerMonitoring(j *Journal) {
 			m.handshakesRefused.WithLabelValues(port, r)
 		}
 	}
-	m.reg.MustRegister(m.streamDrops, m.handshakesRefused,
+	m.reg.MustRegister(m.streamDrops, m.streamHandovers, m.handshakesRefused,
 		&quorumCollector{j: j}, &credentialCollector{j: j}, newLimitsCollector(j))
 }
 

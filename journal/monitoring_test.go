@@ -90,15 +90,39 @@ func TestStreamDropsByReason(t *testing.T) {
 	want["client_gone"]++
 	check("the agent closed its stream")
 
+	// A renewal: the old certificate's stream serves on until the node
+	// streams with its new certificate, and is then handed over, no drop.
 	w := e.subscribe(t, a)
 	a, err := e.renew(t, a)
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.tick(t, time.Second)
+	w.quiet(t)
+	check("a renewal, the new stream not open yet")
+	w2 := e.subscribe(t, a)
 	w.end(t)
-	eventually(t, "the old stream to be let go", func() bool { return e.h.J.OpenStreams("n1") == 0 })
+	eventually(t, "the old stream to be handed over", func() bool { return e.h.J.OpenStreams("n1") == 1 })
+	if got := must(t, reg, "pact_journal_stream_handovers_total"); got != 1 {
+		t.Errorf("handovers = %v after the new stream opened, want 1", got)
+	}
+	check("a renewal handed over")
+
+	// A renewal whose new stream never opens: the old one ends with the
+	// grace, superseded.
+	w2.close(t, e)
+	want["client_gone"]++
+	w = e.subscribe(t, a)
+	if a, err = e.renew(t, a); err != nil {
+		t.Fatal(err)
+	}
+	e.tick(t, e.cfg.RenewalStreamGrace-time.Minute)
+	w.quiet(t)
+	e.tick(t, 2*time.Minute)
+	w.end(t)
+	eventually(t, "the old stream to be let go at the grace's end", func() bool { return e.h.J.OpenStreams("n1") == 0 })
 	want["superseded"]++
-	check("a renewal")
+	check("a renewal whose new stream never opened")
 
 	w = e.subscribe(t, a)
 	if _, err := e.admin.FenceNode(callCtx(t), &pactv1.FenceNodeRequest{NodeId: "n1", Reason: "INC-7"}); err != nil {
@@ -109,8 +133,12 @@ func TestStreamDropsByReason(t *testing.T) {
 	want["node_fenced"]++
 	check("a fence")
 
+	// A decommission ends a stream at once, within a renewal's grace too.
 	b := e.activate(t, "n2", "SN2", "02:00:00:00:00:02")
 	w = e.subscribe(t, b)
+	if _, err := e.renew(t, b); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.admin.DecommissionNode(callCtx(t), &pactv1.DecommissionNodeRequest{NodeId: "n2", Force: true}); err != nil {
 		t.Fatal(err)
 	}

@@ -319,6 +319,7 @@ func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutc
 			}
 		}
 		var renewRecs []agentRecord
+		ends := c.streamEnds()
 		probe := startProbe()
 		renewRes, renewRecs, err = runOneStorm(c, lg, stormRenew, enrolled, f, dir)
 		if err != nil {
@@ -327,6 +328,7 @@ func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutc
 		}
 		renewRes.probe = probe.finish()
 		chk.renew(c, nodes, renewRecs, renewRes)
+		chk.renewEnds(ends, c.streamEnds())
 	}
 	report(out, f, regTook, curve, signRate, signCPU, price, ceilE, enrollRes, ceilR, renewRes, chk)
 	res := &stormOutcome{enroll: enrollRes, renew: renewRes, chk: chk}
@@ -343,7 +345,33 @@ type checks struct {
 	renewCounts  map[string]int
 	renewStreams int
 	renewed      int // nodes whose registry serial is the agent's new one
-	problems     []string
+	// renewDrops and renewHandovers are the stream ends the journals
+	// counted during the renewal storm (pact_journal_stream_drops_total,
+	// every reason; pact_journal_stream_handovers_total), summed.
+	renewDrops, renewHandovers float64
+	problems                   []string
+}
+
+// streamEnds sums every journal's stream drops (all reasons) and
+// handovers.
+func (c *cluster) streamEnds() (ends [2]float64) {
+	for i := range c.journals {
+		if m, err := c.metrics(i); err == nil {
+			ends[0] += metricValue(m, "pact_journal_stream_drops_total")
+			ends[1] += metricValue(m, "pact_journal_stream_handovers_total")
+		}
+	}
+	return ends
+}
+
+// renewEnds checks the dual-channel promise held under load: every old
+// stream was handed over to its node's new one, none dropped.
+func (k *checks) renewEnds(before, after [2]float64) {
+	k.renewDrops, k.renewHandovers = after[0]-before[0], after[1]-before[1]
+	logf("stream ends in the renew storm: %.0f handed over, %.0f dropped", k.renewHandovers, k.renewDrops)
+	if k.renewDrops > 0 {
+		k.fail("renew storm: the journals dropped %.0f streams (pact_journal_stream_drops_total); a renewal must hand its stream over", k.renewDrops)
+	}
 }
 
 func (k *checks) fail(format string, args ...any) {
@@ -727,6 +755,8 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		rws, rwsMin := wastedShare(r, price)
 		js["renewed"] = chk.renewed
 		js["renew_streams_open"] = chk.renewStreams
+		js["renew_stream_drops"] = chk.renewDrops
+		js["renew_stream_handovers"] = chk.renewHandovers
 		js["renew_failed"] = r.failed
 		js["renew_seconds"] = round(r.wall.Seconds(), 3)
 		js["renew_per_s"] = round(r.perSec, 1)

@@ -602,6 +602,7 @@ type SubscribeResponse struct {
 	//	*SubscribeResponse_TrustBundle
 	//	*SubscribeResponse_Revoked
 	//	*SubscribeResponse_RenewNow
+	//	*SubscribeResponse_Superseded
 	Event         isSubscribeResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -680,6 +681,15 @@ func (x *SubscribeResponse) GetRenewNow() *RenewNow {
 	return nil
 }
 
+func (x *SubscribeResponse) GetSuperseded() *Superseded {
+	if x != nil {
+		if x, ok := x.Event.(*SubscribeResponse_Superseded); ok {
+			return x.Superseded
+		}
+	}
+	return nil
+}
+
 type isSubscribeResponse_Event interface {
 	isSubscribeResponse_Event()
 }
@@ -700,6 +710,10 @@ type SubscribeResponse_RenewNow struct {
 	RenewNow *RenewNow `protobuf:"bytes,170,opt,name=renew_now,json=renewNow,proto3,oneof"`
 }
 
+type SubscribeResponse_Superseded struct {
+	Superseded *Superseded `protobuf:"bytes,171,opt,name=superseded,proto3,oneof"`
+}
+
 func (*SubscribeResponse_Assignment) isSubscribeResponse_Event() {}
 
 func (*SubscribeResponse_TrustBundle) isSubscribeResponse_Event() {}
@@ -707,6 +721,58 @@ func (*SubscribeResponse_TrustBundle) isSubscribeResponse_Event() {}
 func (*SubscribeResponse_Revoked) isSubscribeResponse_Event() {}
 
 func (*SubscribeResponse_RenewNow) isSubscribeResponse_Event() {}
+
+func (*SubscribeResponse_Superseded) isSubscribeResponse_Event() {}
+
+// Superseded tells an agent, on the stream of a certificate the registry
+// no longer holds as its node's, which certificate replaced it. An agent
+// whose renewal made it keeps the stream until its new channel streams
+// (the journal holds it open for --renewal-stream-grace); an agent that
+// does not know the serial (its renewal's answer was lost, or someone else
+// renewed with its key) takes its certificate for stale at once.
+type Superseded struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Serial        string                 `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Superseded) Reset() {
+	*x = Superseded{}
+	mi := &file_pact_v1_enrollment_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Superseded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Superseded) ProtoMessage() {}
+
+func (x *Superseded) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_enrollment_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Superseded.ProtoReflect.Descriptor instead.
+func (*Superseded) Descriptor() ([]byte, []int) {
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Superseded) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
 
 // RenewNow tells an agent that the intermediate its certificate chains to
 // is being retired: renew at once, before it is revoked.
@@ -721,7 +787,7 @@ type RenewNow struct {
 
 func (x *RenewNow) Reset() {
 	*x = RenewNow{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[9]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +799,7 @@ func (x *RenewNow) String() string {
 func (*RenewNow) ProtoMessage() {}
 
 func (x *RenewNow) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[9]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +812,7 @@ func (x *RenewNow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewNow.ProtoReflect.Descriptor instead.
 func (*RenewNow) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{9}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RenewNow) GetReason() string {
@@ -781,7 +847,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[10]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +859,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[10]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +872,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{10}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Assignment) GetNodeId() string {
@@ -832,7 +898,7 @@ type TrustBundle struct {
 
 func (x *TrustBundle) Reset() {
 	*x = TrustBundle{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[11]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +910,7 @@ func (x *TrustBundle) String() string {
 func (*TrustBundle) ProtoMessage() {}
 
 func (x *TrustBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[11]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +923,7 @@ func (x *TrustBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustBundle.ProtoReflect.Descriptor instead.
 func (*TrustBundle) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{11}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TrustBundle) GetDer() [][]byte {
@@ -880,7 +946,7 @@ type Revoked struct {
 
 func (x *Revoked) Reset() {
 	*x = Revoked{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[12]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +958,7 @@ func (x *Revoked) String() string {
 func (*Revoked) ProtoMessage() {}
 
 func (x *Revoked) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[12]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +971,7 @@ func (x *Revoked) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Revoked.ProtoReflect.Descriptor instead.
 func (*Revoked) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{12}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Revoked) GetReason() string {
@@ -930,7 +996,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[13]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1008,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[13]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1021,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{13}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{14}
 }
 
 type PingResponse struct {
@@ -974,7 +1040,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[14]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1052,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[14]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1065,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{14}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PingResponse) GetNodeId() string {
@@ -1045,7 +1111,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[15]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1123,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[15]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1136,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{15}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{16}
 }
 
 type ReleaseResponse struct {
@@ -1084,7 +1150,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[16]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1162,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[16]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1175,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{16}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -1130,7 +1196,7 @@ type IssueStandbyRequest struct {
 
 func (x *IssueStandbyRequest) Reset() {
 	*x = IssueStandbyRequest{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[17]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1208,7 @@ func (x *IssueStandbyRequest) String() string {
 func (*IssueStandbyRequest) ProtoMessage() {}
 
 func (x *IssueStandbyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[17]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1221,7 @@ func (x *IssueStandbyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueStandbyRequest.ProtoReflect.Descriptor instead.
 func (*IssueStandbyRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{17}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *IssueStandbyRequest) GetCsrDer() []byte {
@@ -1181,7 +1247,7 @@ type IssueStandbyResponse struct {
 
 func (x *IssueStandbyResponse) Reset() {
 	*x = IssueStandbyResponse{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[18]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1259,7 @@ func (x *IssueStandbyResponse) String() string {
 func (*IssueStandbyResponse) ProtoMessage() {}
 
 func (x *IssueStandbyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[18]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1272,7 @@ func (x *IssueStandbyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueStandbyResponse.ProtoReflect.Descriptor instead.
 func (*IssueStandbyResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{18}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *IssueStandbyResponse) GetNodeId() string {
@@ -1295,15 +1361,21 @@ const file_pact_v1_enrollment_proto_rawDesc = "" +
 	"\x06serial\x18\x05 \x01(\tR\x06serial\x12$\n" +
 	"\x0enot_after_unix\x18\x06 \x01(\x03R\fnotAfterUnix\x122\n" +
 	"\x15server_time_unix_nano\x18\xaa\x01 \x01(\x03R\x12serverTimeUnixNano\"\x12\n" +
-	"\x10SubscribeRequest\"\xef\x01\n" +
+	"\x10SubscribeRequest\"\xa7\x02\n" +
 	"\x11SubscribeResponse\x125\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x13.pact.v1.AssignmentH\x00R\n" +
 	"assignment\x129\n" +
 	"\ftrust_bundle\x18\x02 \x01(\v2\x14.pact.v1.TrustBundleH\x00R\vtrustBundle\x12,\n" +
 	"\arevoked\x18\x03 \x01(\v2\x10.pact.v1.RevokedH\x00R\arevoked\x121\n" +
-	"\trenew_now\x18\xaa\x01 \x01(\v2\x11.pact.v1.RenewNowH\x00R\brenewNowB\a\n" +
-	"\x05event\"v\n" +
+	"\trenew_now\x18\xaa\x01 \x01(\v2\x11.pact.v1.RenewNowH\x00R\brenewNow\x126\n" +
+	"\n" +
+	"superseded\x18\xab\x01 \x01(\v2\x13.pact.v1.SupersededH\x00R\n" +
+	"supersededB\a\n" +
+	"\x05event\"$\n" +
+	"\n" +
+	"Superseded\x12\x16\n" +
+	"\x06serial\x18\x01 \x01(\tR\x06serial\"v\n" +
 	"\bRenewNow\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12#\n" +
 	"\rissuer_serial\x18\x02 \x01(\tR\fissuerSerial\x12-\n" +
@@ -1357,7 +1429,7 @@ func file_pact_v1_enrollment_proto_rawDescGZIP() []byte {
 	return file_pact_v1_enrollment_proto_rawDescData
 }
 
-var file_pact_v1_enrollment_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_pact_v1_enrollment_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_pact_v1_enrollment_proto_goTypes = []any{
 	(*EnrollRequest)(nil),        // 0: pact.v1.EnrollRequest
 	(*EnrollCredentials)(nil),    // 1: pact.v1.EnrollCredentials
@@ -1368,44 +1440,46 @@ var file_pact_v1_enrollment_proto_goTypes = []any{
 	(*RenewCertResponse)(nil),    // 6: pact.v1.RenewCertResponse
 	(*SubscribeRequest)(nil),     // 7: pact.v1.SubscribeRequest
 	(*SubscribeResponse)(nil),    // 8: pact.v1.SubscribeResponse
-	(*RenewNow)(nil),             // 9: pact.v1.RenewNow
-	(*Assignment)(nil),           // 10: pact.v1.Assignment
-	(*TrustBundle)(nil),          // 11: pact.v1.TrustBundle
-	(*Revoked)(nil),              // 12: pact.v1.Revoked
-	(*PingRequest)(nil),          // 13: pact.v1.PingRequest
-	(*PingResponse)(nil),         // 14: pact.v1.PingResponse
-	(*ReleaseRequest)(nil),       // 15: pact.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),      // 16: pact.v1.ReleaseResponse
-	(*IssueStandbyRequest)(nil),  // 17: pact.v1.IssueStandbyRequest
-	(*IssueStandbyResponse)(nil), // 18: pact.v1.IssueStandbyResponse
-	(*HardwareIdentity)(nil),     // 19: pact.v1.HardwareIdentity
+	(*Superseded)(nil),           // 9: pact.v1.Superseded
+	(*RenewNow)(nil),             // 10: pact.v1.RenewNow
+	(*Assignment)(nil),           // 11: pact.v1.Assignment
+	(*TrustBundle)(nil),          // 12: pact.v1.TrustBundle
+	(*Revoked)(nil),              // 13: pact.v1.Revoked
+	(*PingRequest)(nil),          // 14: pact.v1.PingRequest
+	(*PingResponse)(nil),         // 15: pact.v1.PingResponse
+	(*ReleaseRequest)(nil),       // 16: pact.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),      // 17: pact.v1.ReleaseResponse
+	(*IssueStandbyRequest)(nil),  // 18: pact.v1.IssueStandbyRequest
+	(*IssueStandbyResponse)(nil), // 19: pact.v1.IssueStandbyResponse
+	(*HardwareIdentity)(nil),     // 20: pact.v1.HardwareIdentity
 }
 var file_pact_v1_enrollment_proto_depIdxs = []int32{
-	19, // 0: pact.v1.EnrollRequest.hardware:type_name -> pact.v1.HardwareIdentity
+	20, // 0: pact.v1.EnrollRequest.hardware:type_name -> pact.v1.HardwareIdentity
 	1,  // 1: pact.v1.EnrollRequest.credentials:type_name -> pact.v1.EnrollCredentials
 	2,  // 2: pact.v1.EnrollCredentials.tpm:type_name -> pact.v1.TpmAttestation
 	3,  // 3: pact.v1.EnrollResponse.tpm_challenge:type_name -> pact.v1.TpmChallenge
-	10, // 4: pact.v1.SubscribeResponse.assignment:type_name -> pact.v1.Assignment
-	11, // 5: pact.v1.SubscribeResponse.trust_bundle:type_name -> pact.v1.TrustBundle
-	12, // 6: pact.v1.SubscribeResponse.revoked:type_name -> pact.v1.Revoked
-	9,  // 7: pact.v1.SubscribeResponse.renew_now:type_name -> pact.v1.RenewNow
-	0,  // 8: pact.v1.EnrollmentService.Enroll:input_type -> pact.v1.EnrollRequest
-	5,  // 9: pact.v1.EnrollmentService.RenewCert:input_type -> pact.v1.RenewCertRequest
-	7,  // 10: pact.v1.EnrollmentService.Subscribe:input_type -> pact.v1.SubscribeRequest
-	13, // 11: pact.v1.EnrollmentService.Ping:input_type -> pact.v1.PingRequest
-	17, // 12: pact.v1.EnrollmentService.IssueStandby:input_type -> pact.v1.IssueStandbyRequest
-	15, // 13: pact.v1.EnrollmentService.Release:input_type -> pact.v1.ReleaseRequest
-	4,  // 14: pact.v1.EnrollmentService.Enroll:output_type -> pact.v1.EnrollResponse
-	6,  // 15: pact.v1.EnrollmentService.RenewCert:output_type -> pact.v1.RenewCertResponse
-	8,  // 16: pact.v1.EnrollmentService.Subscribe:output_type -> pact.v1.SubscribeResponse
-	14, // 17: pact.v1.EnrollmentService.Ping:output_type -> pact.v1.PingResponse
-	18, // 18: pact.v1.EnrollmentService.IssueStandby:output_type -> pact.v1.IssueStandbyResponse
-	16, // 19: pact.v1.EnrollmentService.Release:output_type -> pact.v1.ReleaseResponse
-	14, // [14:20] is the sub-list for method output_type
-	8,  // [8:14] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	11, // 4: pact.v1.SubscribeResponse.assignment:type_name -> pact.v1.Assignment
+	12, // 5: pact.v1.SubscribeResponse.trust_bundle:type_name -> pact.v1.TrustBundle
+	13, // 6: pact.v1.SubscribeResponse.revoked:type_name -> pact.v1.Revoked
+	10, // 7: pact.v1.SubscribeResponse.renew_now:type_name -> pact.v1.RenewNow
+	9,  // 8: pact.v1.SubscribeResponse.superseded:type_name -> pact.v1.Superseded
+	0,  // 9: pact.v1.EnrollmentService.Enroll:input_type -> pact.v1.EnrollRequest
+	5,  // 10: pact.v1.EnrollmentService.RenewCert:input_type -> pact.v1.RenewCertRequest
+	7,  // 11: pact.v1.EnrollmentService.Subscribe:input_type -> pact.v1.SubscribeRequest
+	14, // 12: pact.v1.EnrollmentService.Ping:input_type -> pact.v1.PingRequest
+	18, // 13: pact.v1.EnrollmentService.IssueStandby:input_type -> pact.v1.IssueStandbyRequest
+	16, // 14: pact.v1.EnrollmentService.Release:input_type -> pact.v1.ReleaseRequest
+	4,  // 15: pact.v1.EnrollmentService.Enroll:output_type -> pact.v1.EnrollResponse
+	6,  // 16: pact.v1.EnrollmentService.RenewCert:output_type -> pact.v1.RenewCertResponse
+	8,  // 17: pact.v1.EnrollmentService.Subscribe:output_type -> pact.v1.SubscribeResponse
+	15, // 18: pact.v1.EnrollmentService.Ping:output_type -> pact.v1.PingResponse
+	19, // 19: pact.v1.EnrollmentService.IssueStandby:output_type -> pact.v1.IssueStandbyResponse
+	17, // 20: pact.v1.EnrollmentService.Release:output_type -> pact.v1.ReleaseResponse
+	15, // [15:21] is the sub-list for method output_type
+	9,  // [9:15] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_enrollment_proto_init() }
@@ -1419,6 +1493,7 @@ func file_pact_v1_enrollment_proto_init() {
 		(*SubscribeResponse_TrustBundle)(nil),
 		(*SubscribeResponse_Revoked)(nil),
 		(*SubscribeResponse_RenewNow)(nil),
+		(*SubscribeResponse_Superseded)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1426,7 +1501,7 @@ func file_pact_v1_enrollment_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_enrollment_proto_rawDesc), len(file_pact_v1_enrollment_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
