@@ -224,6 +224,8 @@ const MinRaftWriteTimeout = time.Second
 
 // DefaultConfig returns a single-node configuration with the defaults.
 func DefaultConfig() Config {
+	// The Raft node's own defaults, so the two never disagree.
+	rn := raftnode.DefaultConfig()
 	return Config{
 		NodeID:                   "j1",
 		ListenAddr:               "127.0.0.1:7443",
@@ -231,7 +233,7 @@ func DefaultConfig() Config {
 		CertLifetime:             ca.DefaultConfig().LeafLifetime,
 		MaxConcurrentEnrollments: 16 * runtime.GOMAXPROCS(0),
 		EnrollQueueWait:          2 * time.Second,
-		ApplyTimeout:             10 * time.Second,
+		ApplyTimeout:             rn.ApplyTimeout,
 		StreamRecheckInterval:    30 * time.Second,
 		RenewalStreamGrace:       10 * time.Minute,
 		RateLimit:                ratelimit.DefaultConfig(),
@@ -243,16 +245,16 @@ func DefaultConfig() Config {
 		TakeoverWindow:           60 * time.Second,
 		ClockSkewTolerance:       5 * time.Minute,
 		DigestInterval:           10 * time.Second,
-		RaftSnapshotThreshold:    8192,
-		RaftTrailingLogs:         10240,
+		RaftSnapshotThreshold:    rn.RaftSnapshotThreshold,
+		RaftTrailingLogs:         rn.RaftTrailingLogs,
 		RaftWriteTimeout:         DefaultRaftWriteTimeout,
 		KeyExchange:              transport.Classical,
 		Connections:              connlimit.DefaultConfig(),
 		IdleTimeout:              5 * time.Minute,
 		MaxStreamsPerCert:        3,
 		MaxEnrollWaiters:         256,
-		ActivationBatchMax:       256,
-		ActivationBatchWindow:    2 * time.Millisecond,
+		ActivationBatchMax:       rn.ActivationBatchMax,
+		ActivationBatchWindow:    rn.ActivationBatchWindow,
 		Logger:                   slog.Default(),
 		Clock:                    clock.Real{},
 	}
