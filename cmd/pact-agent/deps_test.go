@@ -22,3 +22,8 @@ func TestAgentBinaryCarriesNoTPMSimulator(t *testing.T) {
 		"github.com/pact-hpc/pact/internal/swtpmtest",
 	)
 }
+
+// The certificate linter the CA's tests run is not part of the binary.
+func TestAgentBinaryCarriesNoTestOnlyModule(t *testing.T) {
+	deptest.Forbid(t, []string{"github.com/pact-hpc/pact/cmd/pact-agent"}, deptest.TestOnly...)
+}

@@ -12,3 +12,8 @@ import (
 func TestCLIBinaryImportsNoJournalRaftOrBolt(t *testing.T) {
 	deptest.Forbid(t, []string{"github.com/pact-hpc/pact/cmd/pact"}, deptest.JournalOnly...)
 }
+
+// The certificate linter the CA's tests run is not part of the binary.
+func TestCLIBinaryCarriesNoTestOnlyModule(t *testing.T) {
+	deptest.Forbid(t, []string{"github.com/pact-hpc/pact/cmd/pact"}, deptest.TestOnly...)
+}

@@ -20,6 +20,12 @@ var JournalOnly = []string{
 	"github.com/pact-hpc/pact/raftfsm",
 }
 
+// TestOnly lists what only tests may link: zlint and its zcrypto, which
+// journal/ca's tests lint every certificate kind with (issue 23).
+var TestOnly = []string{
+	"github.com/zmap",
+}
+
 // Forbid fails t if any of pkgs depends, directly or not, on a forbidden
 // package or on anything below it.
 func Forbid(t testing.TB, pkgs []string, forbidden ...string) {

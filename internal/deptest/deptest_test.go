@@ -41,3 +41,22 @@ func TestForbidNamesWhatTheJournalLinks(t *testing.T) {
 		t.Errorf("Forbid failed: %s", got)
 	}
 }
+
+// TestOnly must name the linter as a binary would link it: Forbid over
+// zlint itself reports zlint and zcrypto.
+func TestForbidNamesTheTestOnlyLinter(t *testing.T) {
+	r := &recorder{TB: t}
+	Forbid(r, []string{"github.com/zmap/zlint/v3"}, TestOnly...)
+	got := strings.Join(r.errs, "\n")
+	for _, want := range []string{
+		"imports github.com/zmap/zlint/v3\n",
+		"imports github.com/zmap/zcrypto/x509\n",
+	} {
+		if !strings.Contains(got+"\n", want) {
+			t.Errorf("Forbid did not report %q; it reported:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "fatal") {
+		t.Errorf("Forbid failed: %s", got)
+	}
+}

@@ -41,6 +41,7 @@ const (
 
 // Extension OIDs.
 var (
+	oidExtSubjectKeyID     = asn1.ObjectIdentifier{2, 5, 29, 14}
 	oidExtKeyUsage         = asn1.ObjectIdentifier{2, 5, 29, 15}
 	oidExtSAN              = asn1.ObjectIdentifier{2, 5, 29, 17}
 	oidExtBasicConstraints = asn1.ObjectIdentifier{2, 5, 29, 19}
@@ -172,6 +173,29 @@ func verifyClient(cert, root *x509.Certificate, at time.Time, inters ...*x509.Ce
 	return err
 }
 
+// wantSubjectKeyID is the key identifier RFC 7093 §2 method 1 gives pub,
+// worked out from the key itself rather than from its encoding: the
+// leftmost 160 bits of the SHA-256 of the subjectPublicKey bits, which are
+// the uncompressed point of an ECDSA key and the raw Ed25519 key.
+func wantSubjectKeyID(tb testing.TB, pub crypto.PublicKey) []byte {
+	tb.Helper()
+	var bits []byte
+	switch k := pub.(type) {
+	case *ecdsa.PublicKey:
+		e, err := k.ECDH()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		bits = e.Bytes()
+	case ed25519.PublicKey:
+		bits = k
+	default:
+		tb.Fatalf("no key identifier for %T", pub)
+	}
+	sum := sha256.Sum256(bits)
+	return sum[:20]
+}
+
 func extOIDs(cert *x509.Certificate) []string {
 	var out []string
 	for _, e := range cert.Extensions {
@@ -215,7 +239,7 @@ func checkAgentCert(t *testing.T, f *fixture, iss *Issued, csr *CSR, nodeID stri
 		t.Errorf("unexpected name constraints or policies")
 	}
 	wantExt := []string{
-		oidExtKeyUsage.String(), oidExtSAN.String(), oidExtBasicConstraints.String(),
+		oidExtSubjectKeyID.String(), oidExtKeyUsage.String(), oidExtSAN.String(), oidExtBasicConstraints.String(),
 		oidExtAuthorityKeyID.String(), oidExtExtKeyUsage.String(),
 	}
 	slices.Sort(wantExt)
@@ -239,6 +263,9 @@ func checkAgentCert(t *testing.T, f *fixture, iss *Issued, csr *CSR, nodeID stri
 	}
 	if !cert.NotAfter.Equal(wantNotAfter) {
 		t.Errorf("NotAfter = %v, want %v", cert.NotAfter, wantNotAfter)
+	}
+	if want := wantSubjectKeyID(t, csr.PublicKey); !bytes.Equal(cert.SubjectKeyId, want) {
+		t.Errorf("SubjectKeyId = %x, want %x (RFC 7093 §2 method 1 of the CSR key)", cert.SubjectKeyId, want)
 	}
 	if !bytes.Equal(cert.RawIssuer, inter.RawSubject) || !bytes.Equal(cert.AuthorityKeyId, inter.SubjectKeyId) {
 		t.Errorf("issuer %v / AKI %x, want current intermediate %v / %x", cert.Issuer, cert.AuthorityKeyId, inter.Subject, inter.SubjectKeyId)
@@ -785,6 +812,12 @@ func TestServerCertificate(t *testing.T) {
 		if pub := sc.PrivateKey.(crypto.Signer).Public(); !pub.(*ecdsa.PublicKey).Equal(leaf.PublicKey) {
 			t.Error("PrivateKey does not match the leaf")
 		}
+		if want := wantSubjectKeyID(t, leaf.PublicKey); !bytes.Equal(leaf.SubjectKeyId, want) {
+			t.Errorf("SubjectKeyId = %x, want %x", leaf.SubjectKeyId, want)
+		}
+		if !bytes.Equal(leaf.AuthorityKeyId, inter.SubjectKeyId) {
+			t.Errorf("AuthorityKeyId = %x, want the intermediate's %x", leaf.AuthorityKeyId, inter.SubjectKeyId)
+		}
 		if leaf.NotAfter.After(inter.NotAfter) {
 			t.Errorf("server NotAfter %v after intermediate NotAfter %v", leaf.NotAfter, inter.NotAfter)
 		}
@@ -1116,6 +1149,7 @@ func TestValidateAgentCertCatchesTemplateMistakes(t *testing.T) {
 			ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 			BasicConstraintsValid: true,
 			URIs:                  []*url.URL{id.SPIFFEID()},
+			SubjectKeyId:          wantSubjectKeyID(t, agentKey.Public()),
 		}
 	}
 	other, _ := url.Parse("spiffe://pact.local/pact-agent/node-2")
@@ -1142,6 +1176,14 @@ func TestValidateAgentCertCatchesTemplateMistakes(t *testing.T) {
 		{"IP SAN", func(c *x509.Certificate) { c.IPAddresses = []net.IP{net.IPv4(10, 0, 0, 1)} }, nil, false},
 		{"email SAN", func(c *x509.Certificate) { c.EmailAddresses = []string{"a@b"} }, nil, false},
 		{"foreign key", func(*x509.Certificate) {}, newKey(t, "P-256").Public(), false},
+		{"no subject key identifier", func(c *x509.Certificate) { c.SubjectKeyId = nil }, nil, false},
+		{"another key's subject key identifier", func(c *x509.Certificate) {
+			c.SubjectKeyId = wantSubjectKeyID(t, newKey(t, "P-256").Public())
+		}, nil, false},
+		{"SHA-1 subject key identifier", func(c *x509.Certificate) {
+			e, _ := agentKey.Public().(*ecdsa.PublicKey).ECDH()
+			c.SubjectKeyId = sha1Sum(e.Bytes())
+		}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tmpl := base()

@@ -249,10 +249,15 @@ func SignAdmin(auth UpstreamAuthority, pub crypto.PublicKey, name, role string, 
 	if notAfter.After(auth.Root().NotAfter) {
 		notAfter = auth.Root().NotAfter
 	}
+	skid, err := subjectKeyIDOf(pub)
+	if err != nil {
+		return nil, err
+	}
 	id := pki.Identity{Kind: pki.KindAdmin, Name: name, Domain: domain}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: id.CommonName(), OrganizationalUnit: []string{role}},
+		SubjectKeyId: skid,
 		NotBefore:    now.Add(-time.Minute),
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,

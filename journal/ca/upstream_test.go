@@ -139,6 +139,16 @@ func TestInitDevCreatesFiles(t *testing.T) {
 	if err := verifyClient(admin, root, testNow); err != nil {
 		t.Errorf("admin cert does not verify against the root: %v", err)
 	}
+	// Go names a CA's key itself; pact names every leaf's key the same way.
+	if want := wantSubjectKeyID(t, root.PublicKey); !bytes.Equal(root.SubjectKeyId, want) {
+		t.Errorf("root SubjectKeyId = %x, want %x", root.SubjectKeyId, want)
+	}
+	if want := wantSubjectKeyID(t, admin.PublicKey); !bytes.Equal(admin.SubjectKeyId, want) {
+		t.Errorf("admin SubjectKeyId = %x, want %x", admin.SubjectKeyId, want)
+	}
+	if !bytes.Equal(admin.AuthorityKeyId, root.SubjectKeyId) {
+		t.Errorf("admin AuthorityKeyId = %x, want the root's %x", admin.AuthorityKeyId, root.SubjectKeyId)
+	}
 }
 
 func TestInitDevIsIdempotent(t *testing.T) {
