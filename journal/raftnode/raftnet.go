@@ -192,6 +192,10 @@ func (l *tlsStreamLayer) authenticate(raw net.Conn) {
 			// A journal certificate refused for what it is, not a
 			// stranger: counted as a refused peer too.
 			l.n.CountPeerRefusal("raft port", raw.RemoteAddr().String(), err)
+		} else if errors.Is(err, connlimit.ErrEvicted) {
+			// Closed to make room at the cap (counted in
+			// pact_journal_connections_refused_total{limit="evicted"}):
+			// a flood's doing, not this connection's, and not worth a line.
 		} else if ok, held := l.n.allowRefusalLog(); ok {
 			l.n.log.Warn("refused a connection on the Raft port", logkey.Source, raw.RemoteAddr().String(), logkey.Err, err, logkey.RefusalsNotLogged, held)
 		}
