@@ -97,6 +97,13 @@ func TestStreamDropsByReason(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	superseded := func(w *watch, by *agent) {
+		t.Helper()
+		if ev := w.next(t); ev.GetSuperseded().GetSerial() != by.serial {
+			t.Fatalf("event %v on the renewed certificate's stream, want superseded by %s", ev, by.serial)
+		}
+	}
+	superseded(w, a)
 	e.tick(t, time.Second)
 	w.quiet(t)
 	check("a renewal, the new stream not open yet")
@@ -116,6 +123,7 @@ func TestStreamDropsByReason(t *testing.T) {
 	if a, err = e.renew(t, a); err != nil {
 		t.Fatal(err)
 	}
+	superseded(w, a)
 	e.tick(t, e.cfg.RenewalStreamGrace-time.Minute)
 	w.quiet(t)
 	e.tick(t, 2*time.Minute)
