@@ -315,9 +315,12 @@ func (r *Rotator) swap(ctx context.Context, id *identity.Identity, started time.
 	r.log.Info("channel swapped", logkey.Identity, id, logkey.Addr, target, logkey.JournalID, ch.journalID,
 		logkey.Previous, old.identityOrNil(), logkey.Duration, ch.published.Sub(started))
 	if old != nil {
+		// Draining before the stream stops: whoever sees the old stream
+		// end finds the old channel refusing new calls already.
+		idle := old.startDraining()
 		old.stopStream()
 		r.wg.Add(1)
-		go r.drain(old)
+		go r.drain(old, idle)
 	}
 	return nil
 }
@@ -364,11 +367,11 @@ func (r *Rotator) dial(id *identity.Identity, target string) (*Channel, error) {
 	return ch, nil
 }
 
-// drain closes a replaced channel once its in-flight calls are done, or
-// after DrainTimeout, or at Close.
-func (r *Rotator) drain(ch *Channel) {
+// drain closes a replaced channel (draining: idle is closed when its
+// in-flight calls are done) once those calls are done, or after
+// DrainTimeout, or at Close.
+func (r *Rotator) drain(ch *Channel, idle <-chan struct{}) {
 	defer r.wg.Done()
-	idle := ch.startDraining()
 	t := time.NewTimer(r.cfg.DrainTimeout)
 	defer t.Stop()
 	select {
