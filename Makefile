@@ -8,8 +8,9 @@ LISTEN    ?= 127.0.0.1:7443
 METRICS   ?= 127.0.0.1:7444
 FUZZTIME  ?= 30s
 TESTFLAGS ?=
-# make bench-storm / bench-scale (docs/benchmarks.md)
+# make bench-storm / bench-floor / bench-pair / bench-scale (docs/benchmarks.md)
 AGENTS      ?= 10000
+PAIRS       ?= 3
 SCALE_NODES ?= 100000
 WAIT_IDLE   ?= 30s
 STORMFLAGS  ?=
@@ -40,7 +41,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X github.com/pact-hpc/pact/internal/version.Version=$(VERSION) -X github.com/pact-hpc/pact/internal/version.Commit=$(COMMIT)
 
-.PHONY: help build print-ldflags package package-check package-check-tools run cluster cluster-down image compose-up compose-down test lint generate check-generated bench bench-storm bench-floor bench-scale fuzz fuzz-short clean tools
+.PHONY: help build print-ldflags package package-check package-check-tools run cluster cluster-down image compose-up compose-down test lint generate check-generated bench bench-storm bench-floor bench-pair bench-scale fuzz fuzz-short clean tools
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -151,6 +152,10 @@ bench-storm: build ## boot storm: 3 journals, AGENTS (10000) pact-agents (in pro
 bench-floor: build ## the floor: the same storm against stub journals doing only the ceiling's work behind gRPC (the best a gRPC journal could do here); a table, then one JSON line
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
 	$(BIN)/stormbench storm -floor -bin $(BIN) -agents $(AGENTS) -wait-idle $(WAIT_IDLE) $(STORMFLAGS)
+
+bench-pair: build ## PAIRS (3) times the boot storm, then the floor, AGENTS each, back to back; both JSON lines of each pair, then one line of ratios pact/floor (throughput, journal CPU; enroll and renew) against the targets
+	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
+	$(BIN)/stormbench pair -pairs $(PAIRS) -bin $(BIN) -agents $(AGENTS) -wait-idle $(WAIT_IDLE) $(STORMFLAGS)
 
 bench-scale: build ## registry of SCALE_NODES (100000): memory per node, snapshot, restore, backup save and restore (all Active), restart, leader failover
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
