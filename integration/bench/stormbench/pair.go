@@ -373,10 +373,16 @@ func spreadOf(figs []pairFigures, get func(pairFigures) *float64) *spread {
 		}
 		vs = append(vs, *v)
 	}
+	return spreadOfValues(vs)
+}
+
+// spreadOfValues is the min, median (the mean of the middle two of an
+// even count) and max of vs; nil for none.
+func spreadOfValues(vs []float64) *spread {
 	if len(vs) == 0 {
 		return nil
 	}
-	slices.Sort(vs)
+	vs = slices.Sorted(slices.Values(vs))
 	med := vs[len(vs)/2]
 	if len(vs)%2 == 0 {
 		med = (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
