@@ -8,12 +8,18 @@ LISTEN    ?= 127.0.0.1:7443
 METRICS   ?= 127.0.0.1:7444
 FUZZTIME  ?= 30s
 TESTFLAGS ?=
-# make bench-storm / bench-scale (docs/benchmarks.md)
+# make bench-storm / bench-floor / bench-pair / bench-scale (docs/benchmarks.md)
 AGENTS      ?= 10000
+PAIRS       ?= 3
 SCALE_NODES ?= 100000
 WAIT_IDLE   ?= 30s
 STORMFLAGS  ?=
 SCALEFLAGS  ?=
+# make bench-peer: pact against step-ca (docs/benchmarks.md); never in CI.
+PEER_CERTS   ?= 10000
+PEER_CLIENTS ?= 32,256
+PEER_ROUNDS  ?= 3
+PEERFLAGS    ?=
 
 # nfpm builds the .deb and .rpm. v2.46+ need modules the Go module proxy
 # cannot serve here (go.digitalxero.dev), so it stays at v2.45.2.
@@ -29,6 +35,11 @@ PROMTOOL_VERSION           ?= v0.316.0
 # (golang.org/x/tools: its version is that of x/tools); docs/development.md.
 STATICCHECK_VERSION        ?= v0.8.2
 DEADCODE_VERSION           ?= v0.52.0
+# step-ca, the peer CA of make bench-peer (only there: never in CI). Built
+# with CGO_ENABLED=0 (exported below): with cgo its YubiKey support needs
+# libpcsclite. One directory per version, so a new pin installs anew.
+STEPCA_VERSION             ?= v0.30.2
+STEPCA                     := $(TOOLS)/step-ca-$(STEPCA_VERSION)/step-ca
 # deadcode's roots: every main of the module (go list finds them).
 MAINS = $(shell $(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./...)
 
@@ -40,7 +51,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X github.com/pact-hpc/pact/internal/version.Version=$(VERSION) -X github.com/pact-hpc/pact/internal/version.Commit=$(COMMIT)
 
-.PHONY: help build print-ldflags package package-check package-check-tools run cluster cluster-down image compose-up compose-down test lint generate check-generated bench bench-storm bench-floor bench-scale fuzz fuzz-short clean tools
+.PHONY: help build print-ldflags package package-check package-check-tools run cluster cluster-down image compose-up compose-down test lint generate check-generated bench bench-storm bench-floor bench-pair bench-peer bench-scale fuzz fuzz-short clean tools
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -137,6 +148,8 @@ $(TOOLS)/nfpm:
 	GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 $(TOOLS)/protoc-gen-go-grpc:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+$(STEPCA):
+	GOBIN=$(dir $@) $(GO) install github.com/smallstep/certificates/cmd/step-ca@$(STEPCA_VERSION)
 $(TOOLS)/promtool:
 	GOBIN=$(TOOLS) $(GO) install -tags remove_all_sd github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
 
@@ -151,6 +164,14 @@ bench-storm: build ## boot storm: 3 journals, AGENTS (10000) pact-agents (in pro
 bench-floor: build ## the floor: the same storm against stub journals doing only the ceiling's work behind gRPC (the best a gRPC journal could do here); a table, then one JSON line
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
 	$(BIN)/stormbench storm -floor -bin $(BIN) -agents $(AGENTS) -wait-idle $(WAIT_IDLE) $(STORMFLAGS)
+
+bench-pair: build ## PAIRS (3) times the boot storm, then the floor, AGENTS each, back to back; both JSON lines of each pair, then one line of ratios pact/floor (throughput, journal CPU; enroll and renew) against the targets
+	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
+	$(BIN)/stormbench pair -pairs $(PAIRS) -bin $(BIN) -agents $(AGENTS) -wait-idle $(WAIT_IDLE) $(STORMFLAGS)
+
+bench-peer: build $(STEPCA) ## pact against step-ca (STEPCA_VERSION, installed into .tools/): PEER_CERTS (10000) certificates from each, a new TLS connection per certificate, PEER_CLIENTS (32,256) clients, PEER_ROUNDS (3) interleaved rounds; server CPU per certificate and the ratio, one JSON line
+	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
+	$(BIN)/stormbench peer -bin $(BIN) -stepca $(STEPCA) -certs $(PEER_CERTS) -clients $(PEER_CLIENTS) -rounds $(PEER_ROUNDS) -wait-idle $(WAIT_IDLE) $(PEERFLAGS)
 
 bench-scale: build ## registry of SCALE_NODES (100000): memory per node, snapshot, restore, backup save and restore (all Active), restart, leader failover
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench

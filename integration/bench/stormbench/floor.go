@@ -652,6 +652,11 @@ func floorReport(out io.Writer, f stormFlags, ceilE ceilingResult, e *stormResul
 	if r != nil {
 		line["renew_seconds"] = round(r.wall.Seconds(), 3)
 		line["renew_failed"] = r.failed
+		// The same names as the storm's, so that pair (pair.go) can set
+		// one beside the other.
+		line["cpu_ms_per_renew"] = round(ms(r.cpuPerOp()), 3)
+		line["journal_cpu_ms_per_renew"] = round(ms(r.journalCPUPerOp()), 3)
+		line["loadgen_cpu_ms_per_renew"] = round(ms(r.genCPUPerOp()), 3)
 		line["renew_ratio_to_ceiling"] = round(r.perSec/ceilR.perSec, 3)
 		line["renew_cpu_ratio_to_ceiling"] = round(cpuRatio(ceilR, r), 3)
 		line["renew_journal_cpu_ratio"] = round(ratio(ceilR.serverOp, r.journalCPUPerOp()), 3)

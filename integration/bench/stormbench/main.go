@@ -13,12 +13,22 @@
 // process cannot hold every agent (the open-file limit), the agents are
 // split over worker processes of this program (-workers; workers.go).
 //
+// pair runs the storm and then the same storm against the floor's stub
+// journals (storm -floor), several times, and sets each pact run beside
+// its floor run (pair.go).
+//
+// peer issues the same number of certificates from pact's journals and
+// from step-ca, a new TLS connection each, and compares the servers' CPU
+// per certificate (peer.go, stepca.go).
+//
 // scale registers 100,000 nodes and reports journal memory per node,
 // snapshot and restore time, restart time and leader failover time.
 //
 // It builds nothing: run `make build` first (the make targets do).
 //
 //	stormbench [storm] -bin bin -agents 10000
+//	stormbench pair -bin bin -agents 10000 -pairs 3
+//	stormbench peer -bin bin -stepca .tools/step-ca -certs 10000 -clients 32,256
 //	stormbench scale -bin bin -nodes 100000
 //
 // See docs/benchmarks.md.
@@ -56,12 +66,16 @@ func main() {
 		code = runStorm(args)
 	case "scale":
 		code = runScale(args)
+	case "pair":
+		code = runPair(args)
+	case "peer":
+		code = runPeer(args)
 	case "floor-journal": // hidden: storm -floor starts its stub journals (floor.go)
 		code = runFloorJournal(args)
 	case "storm-worker": // hidden: storm starts it when the agents need more than one process (workers.go)
 		code = runWorker(args)
 	default:
-		fmt.Fprintf(os.Stderr, "stormbench: unknown mode %q (want storm or scale)\n", mode)
+		fmt.Fprintf(os.Stderr, "stormbench: unknown mode %q (want storm, pair, peer or scale)\n", mode)
 		code = 2
 	}
 	os.Exit(code)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -49,7 +50,35 @@ type stormFlags struct {
 
 func runStorm(args []string) int {
 	var f stormFlags
-	fs := flag.NewFlagSet("stormbench storm", flag.ContinueOnError)
+	fs := newStormFlagSet("stormbench storm", &f)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := checkStormFlags(&f, fs); err != nil {
+		fmt.Fprintf(os.Stderr, "stormbench: %v\n", err)
+		return 2
+	}
+	if f.workers == 0 {
+		f.workers = autoWorkers(f.agents, fileLimit())
+	}
+	if f.workers == 1 {
+		checkFiles(f.agents)
+	}
+	if f.floor {
+		return runIn(f.dir, f.keep, func(dir string, cl *cleanup) error {
+			return floorMain(f, dir, cl, os.Stdout)
+		})
+	}
+	return runIn(f.dir, f.keep, func(dir string, cl *cleanup) error {
+		_, err := stormMain(f, dir, cl, os.Stdout)
+		return err
+	})
+}
+
+// newStormFlagSet defines storm's flags into f; pair (pair.go) takes the
+// same ones and hands them to each of its runs.
+func newStormFlagSet(name string, f *stormFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.IntVar(&f.agents, "agents", 10000, "agents (= registered nodes), each pact-agent's own code in the load generator")
 	fs.IntVar(&f.journals, "journals", 3, "journals in the quorum")
 	fs.StringVar(&f.bin, "bin", "bin", "directory holding pact-journal and pact (make build)")
@@ -70,32 +99,15 @@ func runStorm(args []string) int {
 	fs.BoolVar(&f.floor, "floor", false, "run the storm against stub journals that do only the ceiling's work behind gRPC (no Raft, registry, authentication or rate limits; floor.go): the best a gRPC journal could do on this machine, to compare with the storm")
 	fs.StringVar(&f.floorClient, "floor-client", "pact", "with -floor, the clients: pact (pact-agent's own code, as in the storm) or bare (bareclient: the least a node can do with gRPC; enrollment storm only)")
 	fs.DurationVar(&f.waitIdle, "wait-idle", 0, "before each ceiling and storm, wait up to this long for a second in which other processes use less than 15% of the machine (a shared machine)")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
+	return fs
+}
+
+// checkStormFlags rejects flags a storm could only fail at later.
+func checkStormFlags(f *stormFlags, fs *flag.FlagSet) error {
 	if f.agents < 1 || f.journals < 1 || f.workers < 0 || f.workers > f.agents {
-		fmt.Fprintln(os.Stderr, "stormbench: -agents and -journals must be positive, -workers from 0 to -agents")
-		return 2
+		return errors.New("-agents and -journals must be positive, -workers from 0 to -agents")
 	}
-	if err := checkFloorFlags(&f, fs); err != nil {
-		fmt.Fprintf(os.Stderr, "stormbench: %v\n", err)
-		return 2
-	}
-	if f.workers == 0 {
-		f.workers = autoWorkers(f.agents, fileLimit())
-	}
-	if f.workers == 1 {
-		checkFiles(f.agents)
-	}
-	if f.floor {
-		return runIn(f.dir, f.keep, func(dir string, cl *cleanup) error {
-			return floorMain(f, dir, cl, os.Stdout)
-		})
-	}
-	return runIn(f.dir, f.keep, func(dir string, cl *cleanup) error {
-		_, err := stormMain(f, dir, cl, os.Stdout)
-		return err
-	})
+	return checkFloorFlags(f, fs)
 }
 
 // checkFiles raises this process's open-file limit to its hard limit and
