@@ -204,7 +204,10 @@ func TestStormbenchHasNoAgentCopy(t *testing.T) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.CallExpr:
-				if sel, ok := n.Fun.(*ast.SelectorExpr); ok && agentCalls[sel.Sel.Name] {
+				// peer.go (make bench-peer) is no storm: it sets pact's
+				// server beside step-ca's, one bare Enroll per new TLS
+				// connection, as a step-ca client makes one sign call.
+				if sel, ok := n.Fun.(*ast.SelectorExpr); ok && agentCalls[sel.Sel.Name] && name != "peer.go" {
 					t.Errorf("%s: calls %s itself; the agents must make every agent call (agent.Agent)", fset.Position(n.Pos()), sel.Sel.Name)
 				}
 			case *ast.FuncDecl:
