@@ -23,7 +23,7 @@ const (
 	dropClientGone          = "client_gone"          // the agent closed the stream or its connection died
 	dropSendFailed          = "send_failed"          // sending an update to the agent failed
 	dropShutdown            = "shutdown"             // this journal is stopping
-	dropSuperseded          = "superseded"           // the certificate was replaced (a renewal) and the node's new stream did not open within the renewal grace
+	dropSuperseded          = "superseded"           // the certificate was replaced (a renewal; with a renewal grace, only once it ran out)
 	dropNodeRevoked         = "node_revoked"         // the node was decommissioned or its serial revoked
 	dropNodeFenced          = "node_fenced"          // an operator fenced the node
 	dropCertExpired         = "cert_expired"         // the stream's certificate expired before the agent renewed it
@@ -67,7 +67,7 @@ func (j *Journal) countHandshakeRefused(port string, err error) {
 func (m *metrics) registerMonitoring(j *Journal) {
 	m.streamDrops = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pact_journal_stream_drops_total",
-		Help: "Subscribe streams this journal held that ended, by reason: client_gone, send_failed, shutdown, superseded (the certificate was replaced and the node's new stream did not open within --renewal-stream-grace), node_revoked, node_fenced, cert_expired, intermediate_revoked, other. A renewed node's old stream handed over to its new one is no drop (pact_journal_stream_handovers_total).",
+		Help: "Subscribe streams this journal held that ended, by reason: client_gone, send_failed, shutdown, superseded (the certificate was replaced by a renewal; with --renewal-stream-grace set, only once the node's new stream did not open within it), node_revoked, node_fenced, cert_expired, intermediate_revoked, other. A renewed node's old stream handed over to its new one is no drop (pact_journal_stream_handovers_total).",
 	}, []string{"reason"})
 	for _, r := range dropReasons {
 		m.streamDrops.WithLabelValues(r)

@@ -72,7 +72,7 @@ var dropReasons = []string{"client_gone", "send_failed", "shutdown", "superseded
 // agent closing it, a renewal superseding its certificate, a fence, a
 // decommission, its certificate expiring, the journal shutting down.
 func TestStreamDropsByReason(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, func(c *journal.Config) { c.RenewalStreamGrace = 10 * time.Minute })
 	reg := e.h.J.MetricsRegistry()
 	want := map[string]float64{}
 	check := func(step string) {
