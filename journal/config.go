@@ -80,9 +80,10 @@ type Config struct {
 	// the new stream opens, and a revocation or fence still ends it at
 	// once. Zero, the default, ends it when the renewal commits: with the
 	// old stream kept, today's agent retries a failed swap as an upgrade
-	// and renews its stale certificate meanwhile, which made the 10,000
-	// agent renewal storm 2.5 times slower (docs/benchmarks.md, fifth
-	// round); the grace waits for that to be fixed in the agent.
+	// and renews its stale certificate meanwhile, which brought the
+	// 10,000-agent renewal storm from 0.10-0.11 of the ceiling to 0.063
+	// (docs/benchmarks.md, fifth round); the grace waits for that to be
+	// fixed in the agent.
 	RenewalStreamGrace time.Duration
 	// RaftSnapshotThreshold and RaftTrailingLogs tune log compaction.
 	RaftSnapshotThreshold uint64
