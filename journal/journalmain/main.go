@@ -124,7 +124,7 @@ func Settings(cfg *journal.Config, log *cmdline.Logging, configFile *string) *se
 	s.Duration(&cfg.RaftTimeout, "raft-timeout", "PACT_RAFT_TIMEOUT", "Raft heartbeat, election and lease timeout (0: hashicorp/raft's defaults, 1s/1s/500ms)")
 	s.Duration(&cfg.RaftWriteTimeout, "raft-write-timeout", "PACT_RAFT_WRITE_TIMEOUT", "a leader whose Raft store write (raft.db) has not finished after this long stops sending Raft messages, so the others elect a leader, and serves nothing until the write finishes (at least 1s)")
 	s.Duration(&cfg.NodeLivenessTimeout, "heartbeat-timeout", "PACT_HEARTBEAT_TIMEOUT", "mark an Active node Inactive after this long without a stream on any journal")
-	s.Duration(&cfg.RenewalStreamGrace, "renewal-stream-grace", "PACT_RENEWAL_STREAM_GRACE", "keep a renewed node's old stream open until its new stream opens here, at most this long (default 0: end it when the renewal commits; see docs/configuration.md before setting it); a revocation or fence ends it at once")
+	s.Duration(&cfg.RenewalStreamGrace, "renewal-stream-grace", "PACT_RENEWAL_STREAM_GRACE", "keep a renewed node's old stream open until its new stream opens here, at most this long (0: end it when the renewal commits; read docs/configuration.md before setting it); a revocation or fence ends it at once")
 	s.Duration(&cfg.TakeoverWindow, "takeover-window", "PACT_TAKEOVER_WINDOW", "let a rebooted node (new key) enroll again once its stream has been gone this long")
 	s.Duration(&cfg.DigestInterval, "digest-interval", "PACT_DIGEST_INTERVAL", "how often this journal reports the streams it holds")
 	s.String(&cfg.AuditLog, "audit-log", "PACT_AUDIT_LOG", "append every committed audit entry as a JSON line to this file, or - for stdout")
