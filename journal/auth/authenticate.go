@@ -111,8 +111,12 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 		// has confirmed this journal holds what it committed, and cut off
 		// from the leader the answer is NO_LEADER, to retry, never an
 		// UNAUTHENTICATED that sends a current node to enroll again.
-		verr = a.cfg.Quorum.Confirm(ctx, func() error { return a.verifyClient(leaf, id, verdict) },
-			func(err error) bool { return errors.Is(err, ErrUnknownIssuer) })
+		// Confirmed only on that refusal: the accepted call's path stays
+		// one verification, with no closure built for it.
+		if verr = a.verifyClient(leaf, id, verdict); errors.Is(verr, ErrUnknownIssuer) {
+			verr = a.cfg.Quorum.Confirm(ctx, func() error { return a.verifyClient(leaf, id, verdict) },
+				func(err error) bool { return errors.Is(err, ErrUnknownIssuer) })
+		}
 	} else if sid, err := x509svid.IDFromCert(leaf); err == nil && sid.TrustDomain().Name() != domain && a.spire == nil {
 		verr = fmt.Errorf("%w: %w: SPIFFE ID %s is of trust domain %s; this journal accepts domain %s only and trusts no SPIRE bundle (--spire-bundle or --spire-socket)",
 			ErrUnauthenticated, ErrForeignTrustDomain, sid, sid.TrustDomain().Name(), domain)
