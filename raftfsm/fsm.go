@@ -99,6 +99,10 @@ type state struct {
 	revokedBySPIFFE map[string]nodeSet
 	revoked         map[string]int64 // serial -> not_after (unix seconds)
 	intermediates   map[string]*pactv1.Intermediate
+	// journalCAs holds the journal CAs by serial, recorded when a journal
+	// first publishes an intermediate under one; revoked ones stay until
+	// they expire.
+	journalCAs map[string]*pactv1.JournalCA
 	lastSeen        map[string]int64 // node -> unix nano
 	audit           *auditRing
 	journals        map[string]*pactv1.JournalInfo
@@ -129,6 +133,7 @@ func newStateSized(auditCap, nodes, seen int) *state {
 		revokedBySPIFFE: map[string]nodeSet{},
 		revoked:         map[string]int64{},
 		intermediates:   map[string]*pactv1.Intermediate{},
+		journalCAs:      map[string]*pactv1.JournalCA{},
 		lastSeen:        make(map[string]int64, seen),
 		audit:           newAuditRing(auditCap),
 		journals:        map[string]*pactv1.JournalInfo{},
@@ -807,6 +812,9 @@ func (a *applier) publishIntermediate(op *pactv1.PublishIntermediateOp) *Result 
 	if in.GetSerial() == "" || len(in.GetDer()) == 0 || in.GetJournalId() == "" {
 		return fail(fmt.Errorf("%w: intermediate without serial, certificate or journal", ErrInvalidCommand))
 	}
+	if err := a.recordJournalCA(in, op.GetJournalCa()); err != nil {
+		return fail(err)
+	}
 	next := proto.Clone(in).(*pactv1.Intermediate)
 	if old, ok := a.s.intermediates[in.GetSerial()]; ok {
 		// Publishing again (a retry) never undoes a retirement.
@@ -836,6 +844,11 @@ func (s *state) prune(nowUnix int64) {
 	for k, na := range s.revoked {
 		if na < nowUnix {
 			delete(s.revoked, k)
+		}
+	}
+	for k, jc := range s.journalCAs {
+		if jc.GetNotAfterUnix() < nowUnix {
+			delete(s.journalCAs, k)
 		}
 	}
 }

@@ -134,7 +134,7 @@ func (f *FSM) IntermediatesAt(nowUnixNano int64) []*pactv1.Intermediate {
 	f.mu.RLock()
 	out := make([]*pactv1.Intermediate, 0, len(f.st.intermediates))
 	for s, in := range f.st.intermediates {
-		if _, revoked := f.st.revoked[s]; revoked || in.GetNotAfterUnix() < nowUnix || IntermediateRevoked(in, nowUnixNano) {
+		if _, revoked := f.st.revoked[s]; revoked || in.GetNotAfterUnix() < nowUnix || IntermediateRevoked(in, nowUnixNano) || f.st.journalCARevoked(in.GetIssuerSerial()) {
 			continue
 		}
 		out = append(out, in)

@@ -2274,6 +2274,7 @@ type ListIntermediatesResponse struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	Intermediates      []*Intermediate        `protobuf:"bytes,1,rep,name=intermediates,proto3" json:"intermediates,omitempty"`
 	ServerTimeUnixNano int64                  `protobuf:"varint,2,opt,name=server_time_unix_nano,json=serverTimeUnixNano,proto3" json:"server_time_unix_nano,omitempty"`
+	JournalCas         []*JournalCA           `protobuf:"bytes,3,rep,name=journal_cas,json=journalCas,proto3" json:"journal_cas,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -2322,6 +2323,119 @@ func (x *ListIntermediatesResponse) GetServerTimeUnixNano() int64 {
 	return 0
 }
 
+func (x *ListIntermediatesResponse) GetJournalCas() []*JournalCA {
+	if x != nil {
+		return x.JournalCas
+	}
+	return nil
+}
+
+type RevokeJournalCARequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Journal CA serials or journal ids (every journal CA recorded for it).
+	Targets       []string `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
+	Reason        string   `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeJournalCARequest) Reset() {
+	*x = RevokeJournalCARequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeJournalCARequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeJournalCARequest) ProtoMessage() {}
+
+func (x *RevokeJournalCARequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeJournalCARequest.ProtoReflect.Descriptor instead.
+func (*RevokeJournalCARequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *RevokeJournalCARequest) GetTargets() []string {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *RevokeJournalCARequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RevokeJournalCAResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Revoked []*JournalCA           `protobuf:"bytes,1,rep,name=revoked,proto3" json:"revoked,omitempty"`
+	// The intermediates they had signed, out of the trust bundle with them.
+	Intermediates []*Intermediate `protobuf:"bytes,2,rep,name=intermediates,proto3" json:"intermediates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeJournalCAResponse) Reset() {
+	*x = RevokeJournalCAResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeJournalCAResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeJournalCAResponse) ProtoMessage() {}
+
+func (x *RevokeJournalCAResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeJournalCAResponse.ProtoReflect.Descriptor instead.
+func (*RevokeJournalCAResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *RevokeJournalCAResponse) GetRevoked() []*JournalCA {
+	if x != nil {
+		return x.Revoked
+	}
+	return nil
+}
+
+func (x *RevokeJournalCAResponse) GetIntermediates() []*Intermediate {
+	if x != nil {
+		return x.Intermediates
+	}
+	return nil
+}
+
 type CreateJoinTokenRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -2333,7 +2447,7 @@ type CreateJoinTokenRequest struct {
 
 func (x *CreateJoinTokenRequest) Reset() {
 	*x = CreateJoinTokenRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[38]
+	mi := &file_pact_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +2459,7 @@ func (x *CreateJoinTokenRequest) String() string {
 func (*CreateJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[38]
+	mi := &file_pact_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +2472,7 @@ func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CreateJoinTokenRequest) GetNodeId() string {
@@ -2387,7 +2501,7 @@ type CreateJoinTokenResponse struct {
 
 func (x *CreateJoinTokenResponse) Reset() {
 	*x = CreateJoinTokenResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[39]
+	mi := &file_pact_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2399,7 +2513,7 @@ func (x *CreateJoinTokenResponse) String() string {
 func (*CreateJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[39]
+	mi := &file_pact_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2412,7 +2526,7 @@ func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CreateJoinTokenResponse) GetToken() string {
@@ -2445,7 +2559,7 @@ type JoinTokenInfo struct {
 
 func (x *JoinTokenInfo) Reset() {
 	*x = JoinTokenInfo{}
-	mi := &file_pact_v1_admin_proto_msgTypes[40]
+	mi := &file_pact_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +2571,7 @@ func (x *JoinTokenInfo) String() string {
 func (*JoinTokenInfo) ProtoMessage() {}
 
 func (x *JoinTokenInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[40]
+	mi := &file_pact_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +2584,7 @@ func (x *JoinTokenInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinTokenInfo.ProtoReflect.Descriptor instead.
 func (*JoinTokenInfo) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *JoinTokenInfo) GetId() string {
@@ -2525,7 +2639,7 @@ type ListJoinTokensRequest struct {
 
 func (x *ListJoinTokensRequest) Reset() {
 	*x = ListJoinTokensRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[41]
+	mi := &file_pact_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2651,7 @@ func (x *ListJoinTokensRequest) String() string {
 func (*ListJoinTokensRequest) ProtoMessage() {}
 
 func (x *ListJoinTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[41]
+	mi := &file_pact_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2664,7 @@ func (x *ListJoinTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJoinTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListJoinTokensRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListJoinTokensRequest) GetNodeId() string {
@@ -2569,7 +2683,7 @@ type ListJoinTokensResponse struct {
 
 func (x *ListJoinTokensResponse) Reset() {
 	*x = ListJoinTokensResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[42]
+	mi := &file_pact_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2581,7 +2695,7 @@ func (x *ListJoinTokensResponse) String() string {
 func (*ListJoinTokensResponse) ProtoMessage() {}
 
 func (x *ListJoinTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[42]
+	mi := &file_pact_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2594,7 +2708,7 @@ func (x *ListJoinTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJoinTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListJoinTokensResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListJoinTokensResponse) GetTokens() []*JoinTokenInfo {
@@ -2615,7 +2729,7 @@ type RevokeJoinTokensRequest struct {
 
 func (x *RevokeJoinTokensRequest) Reset() {
 	*x = RevokeJoinTokensRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[43]
+	mi := &file_pact_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2741,7 @@ func (x *RevokeJoinTokensRequest) String() string {
 func (*RevokeJoinTokensRequest) ProtoMessage() {}
 
 func (x *RevokeJoinTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[43]
+	mi := &file_pact_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2754,7 @@ func (x *RevokeJoinTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeJoinTokensRequest.ProtoReflect.Descriptor instead.
 func (*RevokeJoinTokensRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RevokeJoinTokensRequest) GetNodeId() string {
@@ -2666,7 +2780,7 @@ type RevokeJoinTokensResponse struct {
 
 func (x *RevokeJoinTokensResponse) Reset() {
 	*x = RevokeJoinTokensResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[44]
+	mi := &file_pact_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2792,7 @@ func (x *RevokeJoinTokensResponse) String() string {
 func (*RevokeJoinTokensResponse) ProtoMessage() {}
 
 func (x *RevokeJoinTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[44]
+	mi := &file_pact_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2805,7 @@ func (x *RevokeJoinTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeJoinTokensResponse.ProtoReflect.Descriptor instead.
 func (*RevokeJoinTokensResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RevokeJoinTokensResponse) GetRevoked() []*JoinTokenInfo {
@@ -2712,7 +2826,7 @@ type FenceNodeRequest struct {
 
 func (x *FenceNodeRequest) Reset() {
 	*x = FenceNodeRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[45]
+	mi := &file_pact_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2724,7 +2838,7 @@ func (x *FenceNodeRequest) String() string {
 func (*FenceNodeRequest) ProtoMessage() {}
 
 func (x *FenceNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[45]
+	mi := &file_pact_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2737,7 +2851,7 @@ func (x *FenceNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceNodeRequest.ProtoReflect.Descriptor instead.
 func (*FenceNodeRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FenceNodeRequest) GetNodeId() string {
@@ -2766,7 +2880,7 @@ type FenceNodeResponse struct {
 
 func (x *FenceNodeResponse) Reset() {
 	*x = FenceNodeResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[46]
+	mi := &file_pact_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +2892,7 @@ func (x *FenceNodeResponse) String() string {
 func (*FenceNodeResponse) ProtoMessage() {}
 
 func (x *FenceNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[46]
+	mi := &file_pact_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +2905,7 @@ func (x *FenceNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceNodeResponse.ProtoReflect.Descriptor instead.
 func (*FenceNodeResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FenceNodeResponse) GetNode() *Node {
@@ -2817,7 +2931,7 @@ type UnfenceNodeRequest struct {
 
 func (x *UnfenceNodeRequest) Reset() {
 	*x = UnfenceNodeRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[47]
+	mi := &file_pact_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2829,7 +2943,7 @@ func (x *UnfenceNodeRequest) String() string {
 func (*UnfenceNodeRequest) ProtoMessage() {}
 
 func (x *UnfenceNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[47]
+	mi := &file_pact_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2842,7 +2956,7 @@ func (x *UnfenceNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfenceNodeRequest.ProtoReflect.Descriptor instead.
 func (*UnfenceNodeRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *UnfenceNodeRequest) GetNodeId() string {
@@ -2863,7 +2977,7 @@ type UnfenceNodeResponse struct {
 
 func (x *UnfenceNodeResponse) Reset() {
 	*x = UnfenceNodeResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[48]
+	mi := &file_pact_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2875,7 +2989,7 @@ func (x *UnfenceNodeResponse) String() string {
 func (*UnfenceNodeResponse) ProtoMessage() {}
 
 func (x *UnfenceNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[48]
+	mi := &file_pact_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2888,7 +3002,7 @@ func (x *UnfenceNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfenceNodeResponse.ProtoReflect.Descriptor instead.
 func (*UnfenceNodeResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *UnfenceNodeResponse) GetNode() *Node {
@@ -2919,7 +3033,7 @@ type UpdateNodeRequest struct {
 
 func (x *UpdateNodeRequest) Reset() {
 	*x = UpdateNodeRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[49]
+	mi := &file_pact_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2931,7 +3045,7 @@ func (x *UpdateNodeRequest) String() string {
 func (*UpdateNodeRequest) ProtoMessage() {}
 
 func (x *UpdateNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[49]
+	mi := &file_pact_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2944,7 +3058,7 @@ func (x *UpdateNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *UpdateNodeRequest) GetNodeId() string {
@@ -2986,7 +3100,7 @@ type UpdateNodeResponse struct {
 
 func (x *UpdateNodeResponse) Reset() {
 	*x = UpdateNodeResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[50]
+	mi := &file_pact_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2998,7 +3112,7 @@ func (x *UpdateNodeResponse) String() string {
 func (*UpdateNodeResponse) ProtoMessage() {}
 
 func (x *UpdateNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[50]
+	mi := &file_pact_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3011,7 +3125,7 @@ func (x *UpdateNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNodeResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *UpdateNodeResponse) GetNode() *Node {
@@ -3181,10 +3295,18 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"M\n" +
 	"\x1aRetireIntermediateResponse\x12/\n" +
 	"\aretired\x18\x01 \x03(\v2\x15.pact.v1.IntermediateR\aretired\"\x1a\n" +
-	"\x18ListIntermediatesRequest\"\x8b\x01\n" +
+	"\x18ListIntermediatesRequest\"\xc0\x01\n" +
 	"\x19ListIntermediatesResponse\x12;\n" +
 	"\rintermediates\x18\x01 \x03(\v2\x15.pact.v1.IntermediateR\rintermediates\x121\n" +
-	"\x15server_time_unix_nano\x18\x02 \x01(\x03R\x12serverTimeUnixNano\"R\n" +
+	"\x15server_time_unix_nano\x18\x02 \x01(\x03R\x12serverTimeUnixNano\x123\n" +
+	"\vjournal_cas\x18\x03 \x03(\v2\x12.pact.v1.JournalCAR\n" +
+	"journalCas\"J\n" +
+	"\x16RevokeJournalCARequest\x12\x18\n" +
+	"\atargets\x18\x01 \x03(\tR\atargets\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x84\x01\n" +
+	"\x17RevokeJournalCAResponse\x12,\n" +
+	"\arevoked\x18\x01 \x03(\v2\x12.pact.v1.JournalCAR\arevoked\x12;\n" +
+	"\rintermediates\x18\x02 \x03(\v2\x15.pact.v1.IntermediateR\rintermediates\"R\n" +
 	"\x16CreateJoinTokenRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
@@ -3235,7 +3357,7 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\x1cREGISTER_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13REGISTER_OUTCOME_OK\x10\x01\x12\x1b\n" +
 	"\x17REGISTER_OUTCOME_EXISTS\x10\x02\x12\x1a\n" +
-	"\x16REGISTER_OUTCOME_ERROR\x10\x032\xe6\x0e\n" +
+	"\x16REGISTER_OUTCOME_ERROR\x10\x032\xbc\x0f\n" +
 	"\fAdminService\x12K\n" +
 	"\fRegisterNode\x12\x1c.pact.v1.RegisterNodeRequest\x1a\x1d.pact.v1.RegisterNodeResponse\x12N\n" +
 	"\rRegisterNodes\x12\x1d.pact.v1.RegisterNodesRequest\x1a\x1e.pact.v1.RegisterNodesResponse\x12B\n" +
@@ -3260,7 +3382,8 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\rListOperators\x12\x1d.pact.v1.ListOperatorsRequest\x1a\x1e.pact.v1.ListOperatorsResponse\x12Q\n" +
 	"\x0eRevokeOperator\x12\x1e.pact.v1.RevokeOperatorRequest\x1a\x1f.pact.v1.RevokeOperatorResponse\x12]\n" +
 	"\x12RetireIntermediate\x12\".pact.v1.RetireIntermediateRequest\x1a#.pact.v1.RetireIntermediateResponse\x12Z\n" +
-	"\x11ListIntermediates\x12!.pact.v1.ListIntermediatesRequest\x1a\".pact.v1.ListIntermediatesResponse\x12E\n" +
+	"\x11ListIntermediates\x12!.pact.v1.ListIntermediatesRequest\x1a\".pact.v1.ListIntermediatesResponse\x12T\n" +
+	"\x0fRevokeJournalCA\x12\x1f.pact.v1.RevokeJournalCARequest\x1a .pact.v1.RevokeJournalCAResponse\x12E\n" +
 	"\n" +
 	"UpdateNode\x12\x1a.pact.v1.UpdateNodeRequest\x1a\x1b.pact.v1.UpdateNodeResponse\x12M\n" +
 	"\fSaveSnapshot\x12\x1c.pact.v1.SaveSnapshotRequest\x1a\x1d.pact.v1.SaveSnapshotResponse0\x01B/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
@@ -3278,7 +3401,7 @@ func file_pact_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_pact_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_pact_v1_admin_proto_goTypes = []any{
 	(RegisterOutcome)(0),               // 0: pact.v1.RegisterOutcome
 	(*RegisterNodeRequest)(nil),        // 1: pact.v1.RegisterNodeRequest
@@ -3319,113 +3442,121 @@ var file_pact_v1_admin_proto_goTypes = []any{
 	(*RetireIntermediateResponse)(nil), // 36: pact.v1.RetireIntermediateResponse
 	(*ListIntermediatesRequest)(nil),   // 37: pact.v1.ListIntermediatesRequest
 	(*ListIntermediatesResponse)(nil),  // 38: pact.v1.ListIntermediatesResponse
-	(*CreateJoinTokenRequest)(nil),     // 39: pact.v1.CreateJoinTokenRequest
-	(*CreateJoinTokenResponse)(nil),    // 40: pact.v1.CreateJoinTokenResponse
-	(*JoinTokenInfo)(nil),              // 41: pact.v1.JoinTokenInfo
-	(*ListJoinTokensRequest)(nil),      // 42: pact.v1.ListJoinTokensRequest
-	(*ListJoinTokensResponse)(nil),     // 43: pact.v1.ListJoinTokensResponse
-	(*RevokeJoinTokensRequest)(nil),    // 44: pact.v1.RevokeJoinTokensRequest
-	(*RevokeJoinTokensResponse)(nil),   // 45: pact.v1.RevokeJoinTokensResponse
-	(*FenceNodeRequest)(nil),           // 46: pact.v1.FenceNodeRequest
-	(*FenceNodeResponse)(nil),          // 47: pact.v1.FenceNodeResponse
-	(*UnfenceNodeRequest)(nil),         // 48: pact.v1.UnfenceNodeRequest
-	(*UnfenceNodeResponse)(nil),        // 49: pact.v1.UnfenceNodeResponse
-	(*UpdateNodeRequest)(nil),          // 50: pact.v1.UpdateNodeRequest
-	(*UpdateNodeResponse)(nil),         // 51: pact.v1.UpdateNodeResponse
-	(*HardwareIdentity)(nil),           // 52: pact.v1.HardwareIdentity
-	(*CredentialPolicy)(nil),           // 53: pact.v1.CredentialPolicy
-	(*Node)(nil),                       // 54: pact.v1.Node
-	(NodeState)(0),                     // 55: pact.v1.NodeState
-	(*AuditEntry)(nil),                 // 56: pact.v1.AuditEntry
-	(*Intermediate)(nil),               // 57: pact.v1.Intermediate
-	(*Operator)(nil),                   // 58: pact.v1.Operator
-	(*OperatorNameRevocation)(nil),     // 59: pact.v1.OperatorNameRevocation
+	(*RevokeJournalCARequest)(nil),     // 39: pact.v1.RevokeJournalCARequest
+	(*RevokeJournalCAResponse)(nil),    // 40: pact.v1.RevokeJournalCAResponse
+	(*CreateJoinTokenRequest)(nil),     // 41: pact.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil),    // 42: pact.v1.CreateJoinTokenResponse
+	(*JoinTokenInfo)(nil),              // 43: pact.v1.JoinTokenInfo
+	(*ListJoinTokensRequest)(nil),      // 44: pact.v1.ListJoinTokensRequest
+	(*ListJoinTokensResponse)(nil),     // 45: pact.v1.ListJoinTokensResponse
+	(*RevokeJoinTokensRequest)(nil),    // 46: pact.v1.RevokeJoinTokensRequest
+	(*RevokeJoinTokensResponse)(nil),   // 47: pact.v1.RevokeJoinTokensResponse
+	(*FenceNodeRequest)(nil),           // 48: pact.v1.FenceNodeRequest
+	(*FenceNodeResponse)(nil),          // 49: pact.v1.FenceNodeResponse
+	(*UnfenceNodeRequest)(nil),         // 50: pact.v1.UnfenceNodeRequest
+	(*UnfenceNodeResponse)(nil),        // 51: pact.v1.UnfenceNodeResponse
+	(*UpdateNodeRequest)(nil),          // 52: pact.v1.UpdateNodeRequest
+	(*UpdateNodeResponse)(nil),         // 53: pact.v1.UpdateNodeResponse
+	(*HardwareIdentity)(nil),           // 54: pact.v1.HardwareIdentity
+	(*CredentialPolicy)(nil),           // 55: pact.v1.CredentialPolicy
+	(*Node)(nil),                       // 56: pact.v1.Node
+	(NodeState)(0),                     // 57: pact.v1.NodeState
+	(*AuditEntry)(nil),                 // 58: pact.v1.AuditEntry
+	(*Intermediate)(nil),               // 59: pact.v1.Intermediate
+	(*Operator)(nil),                   // 60: pact.v1.Operator
+	(*OperatorNameRevocation)(nil),     // 61: pact.v1.OperatorNameRevocation
+	(*JournalCA)(nil),                  // 62: pact.v1.JournalCA
 }
 var file_pact_v1_admin_proto_depIdxs = []int32{
-	52, // 0: pact.v1.RegisterNodeRequest.hardware:type_name -> pact.v1.HardwareIdentity
-	53, // 1: pact.v1.RegisterNodeRequest.credentials:type_name -> pact.v1.CredentialPolicy
-	54, // 2: pact.v1.RegisterNodeResponse.node:type_name -> pact.v1.Node
+	54, // 0: pact.v1.RegisterNodeRequest.hardware:type_name -> pact.v1.HardwareIdentity
+	55, // 1: pact.v1.RegisterNodeRequest.credentials:type_name -> pact.v1.CredentialPolicy
+	56, // 2: pact.v1.RegisterNodeResponse.node:type_name -> pact.v1.Node
 	1,  // 3: pact.v1.RegisterNodesRequest.nodes:type_name -> pact.v1.RegisterNodeRequest
 	0,  // 4: pact.v1.RegisterNodeResult.outcome:type_name -> pact.v1.RegisterOutcome
 	4,  // 5: pact.v1.RegisterNodesResponse.results:type_name -> pact.v1.RegisterNodeResult
-	55, // 6: pact.v1.ListNodesRequest.state:type_name -> pact.v1.NodeState
-	54, // 7: pact.v1.ListNodesResponse.nodes:type_name -> pact.v1.Node
-	54, // 8: pact.v1.InspectNodeResponse.node:type_name -> pact.v1.Node
-	54, // 9: pact.v1.DecommissionNodeResponse.node:type_name -> pact.v1.Node
-	54, // 10: pact.v1.AssignNodeResponse.node:type_name -> pact.v1.Node
-	54, // 11: pact.v1.UnassignNodeResponse.node:type_name -> pact.v1.Node
-	54, // 12: pact.v1.MoveNodeResponse.node:type_name -> pact.v1.Node
-	56, // 13: pact.v1.ListAuditResponse.entries:type_name -> pact.v1.AuditEntry
+	57, // 6: pact.v1.ListNodesRequest.state:type_name -> pact.v1.NodeState
+	56, // 7: pact.v1.ListNodesResponse.nodes:type_name -> pact.v1.Node
+	56, // 8: pact.v1.InspectNodeResponse.node:type_name -> pact.v1.Node
+	56, // 9: pact.v1.DecommissionNodeResponse.node:type_name -> pact.v1.Node
+	56, // 10: pact.v1.AssignNodeResponse.node:type_name -> pact.v1.Node
+	56, // 11: pact.v1.UnassignNodeResponse.node:type_name -> pact.v1.Node
+	56, // 12: pact.v1.MoveNodeResponse.node:type_name -> pact.v1.Node
+	58, // 13: pact.v1.ListAuditResponse.entries:type_name -> pact.v1.AuditEntry
 	21, // 14: pact.v1.JournalStatusResponse.members:type_name -> pact.v1.JournalMember
 	21, // 15: pact.v1.AddJournalResponse.members:type_name -> pact.v1.JournalMember
 	21, // 16: pact.v1.RemoveJournalResponse.members:type_name -> pact.v1.JournalMember
-	57, // 17: pact.v1.RemoveJournalResponse.retired:type_name -> pact.v1.Intermediate
-	58, // 18: pact.v1.IssueOperatorResponse.operator:type_name -> pact.v1.Operator
-	58, // 19: pact.v1.ListOperatorsResponse.operators:type_name -> pact.v1.Operator
-	59, // 20: pact.v1.ListOperatorsResponse.revoked_names:type_name -> pact.v1.OperatorNameRevocation
-	58, // 21: pact.v1.RevokeOperatorResponse.revoked:type_name -> pact.v1.Operator
-	59, // 22: pact.v1.RevokeOperatorResponse.name:type_name -> pact.v1.OperatorNameRevocation
-	57, // 23: pact.v1.RetireIntermediateResponse.retired:type_name -> pact.v1.Intermediate
-	57, // 24: pact.v1.ListIntermediatesResponse.intermediates:type_name -> pact.v1.Intermediate
-	41, // 25: pact.v1.CreateJoinTokenResponse.info:type_name -> pact.v1.JoinTokenInfo
-	41, // 26: pact.v1.ListJoinTokensResponse.tokens:type_name -> pact.v1.JoinTokenInfo
-	41, // 27: pact.v1.RevokeJoinTokensResponse.revoked:type_name -> pact.v1.JoinTokenInfo
-	54, // 28: pact.v1.FenceNodeResponse.node:type_name -> pact.v1.Node
-	54, // 29: pact.v1.UnfenceNodeResponse.node:type_name -> pact.v1.Node
-	54, // 30: pact.v1.UpdateNodeResponse.node:type_name -> pact.v1.Node
-	1,  // 31: pact.v1.AdminService.RegisterNode:input_type -> pact.v1.RegisterNodeRequest
-	3,  // 32: pact.v1.AdminService.RegisterNodes:input_type -> pact.v1.RegisterNodesRequest
-	6,  // 33: pact.v1.AdminService.ListNodes:input_type -> pact.v1.ListNodesRequest
-	8,  // 34: pact.v1.AdminService.InspectNode:input_type -> pact.v1.InspectNodeRequest
-	10, // 35: pact.v1.AdminService.DecommissionNode:input_type -> pact.v1.DecommissionNodeRequest
-	12, // 36: pact.v1.AdminService.AssignNode:input_type -> pact.v1.AssignNodeRequest
-	14, // 37: pact.v1.AdminService.UnassignNode:input_type -> pact.v1.UnassignNodeRequest
-	16, // 38: pact.v1.AdminService.MoveNode:input_type -> pact.v1.MoveNodeRequest
-	18, // 39: pact.v1.AdminService.ListAudit:input_type -> pact.v1.ListAuditRequest
-	20, // 40: pact.v1.AdminService.JournalStatus:input_type -> pact.v1.JournalStatusRequest
-	23, // 41: pact.v1.AdminService.AddJournal:input_type -> pact.v1.AddJournalRequest
-	25, // 42: pact.v1.AdminService.RemoveJournal:input_type -> pact.v1.RemoveJournalRequest
-	39, // 43: pact.v1.AdminService.CreateJoinToken:input_type -> pact.v1.CreateJoinTokenRequest
-	42, // 44: pact.v1.AdminService.ListJoinTokens:input_type -> pact.v1.ListJoinTokensRequest
-	44, // 45: pact.v1.AdminService.RevokeJoinTokens:input_type -> pact.v1.RevokeJoinTokensRequest
-	46, // 46: pact.v1.AdminService.FenceNode:input_type -> pact.v1.FenceNodeRequest
-	48, // 47: pact.v1.AdminService.UnfenceNode:input_type -> pact.v1.UnfenceNodeRequest
-	29, // 48: pact.v1.AdminService.IssueOperator:input_type -> pact.v1.IssueOperatorRequest
-	31, // 49: pact.v1.AdminService.ListOperators:input_type -> pact.v1.ListOperatorsRequest
-	33, // 50: pact.v1.AdminService.RevokeOperator:input_type -> pact.v1.RevokeOperatorRequest
-	35, // 51: pact.v1.AdminService.RetireIntermediate:input_type -> pact.v1.RetireIntermediateRequest
-	37, // 52: pact.v1.AdminService.ListIntermediates:input_type -> pact.v1.ListIntermediatesRequest
-	50, // 53: pact.v1.AdminService.UpdateNode:input_type -> pact.v1.UpdateNodeRequest
-	26, // 54: pact.v1.AdminService.SaveSnapshot:input_type -> pact.v1.SaveSnapshotRequest
-	2,  // 55: pact.v1.AdminService.RegisterNode:output_type -> pact.v1.RegisterNodeResponse
-	5,  // 56: pact.v1.AdminService.RegisterNodes:output_type -> pact.v1.RegisterNodesResponse
-	7,  // 57: pact.v1.AdminService.ListNodes:output_type -> pact.v1.ListNodesResponse
-	9,  // 58: pact.v1.AdminService.InspectNode:output_type -> pact.v1.InspectNodeResponse
-	11, // 59: pact.v1.AdminService.DecommissionNode:output_type -> pact.v1.DecommissionNodeResponse
-	13, // 60: pact.v1.AdminService.AssignNode:output_type -> pact.v1.AssignNodeResponse
-	15, // 61: pact.v1.AdminService.UnassignNode:output_type -> pact.v1.UnassignNodeResponse
-	17, // 62: pact.v1.AdminService.MoveNode:output_type -> pact.v1.MoveNodeResponse
-	19, // 63: pact.v1.AdminService.ListAudit:output_type -> pact.v1.ListAuditResponse
-	22, // 64: pact.v1.AdminService.JournalStatus:output_type -> pact.v1.JournalStatusResponse
-	24, // 65: pact.v1.AdminService.AddJournal:output_type -> pact.v1.AddJournalResponse
-	28, // 66: pact.v1.AdminService.RemoveJournal:output_type -> pact.v1.RemoveJournalResponse
-	40, // 67: pact.v1.AdminService.CreateJoinToken:output_type -> pact.v1.CreateJoinTokenResponse
-	43, // 68: pact.v1.AdminService.ListJoinTokens:output_type -> pact.v1.ListJoinTokensResponse
-	45, // 69: pact.v1.AdminService.RevokeJoinTokens:output_type -> pact.v1.RevokeJoinTokensResponse
-	47, // 70: pact.v1.AdminService.FenceNode:output_type -> pact.v1.FenceNodeResponse
-	49, // 71: pact.v1.AdminService.UnfenceNode:output_type -> pact.v1.UnfenceNodeResponse
-	30, // 72: pact.v1.AdminService.IssueOperator:output_type -> pact.v1.IssueOperatorResponse
-	32, // 73: pact.v1.AdminService.ListOperators:output_type -> pact.v1.ListOperatorsResponse
-	34, // 74: pact.v1.AdminService.RevokeOperator:output_type -> pact.v1.RevokeOperatorResponse
-	36, // 75: pact.v1.AdminService.RetireIntermediate:output_type -> pact.v1.RetireIntermediateResponse
-	38, // 76: pact.v1.AdminService.ListIntermediates:output_type -> pact.v1.ListIntermediatesResponse
-	51, // 77: pact.v1.AdminService.UpdateNode:output_type -> pact.v1.UpdateNodeResponse
-	27, // 78: pact.v1.AdminService.SaveSnapshot:output_type -> pact.v1.SaveSnapshotResponse
-	55, // [55:79] is the sub-list for method output_type
-	31, // [31:55] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	59, // 17: pact.v1.RemoveJournalResponse.retired:type_name -> pact.v1.Intermediate
+	60, // 18: pact.v1.IssueOperatorResponse.operator:type_name -> pact.v1.Operator
+	60, // 19: pact.v1.ListOperatorsResponse.operators:type_name -> pact.v1.Operator
+	61, // 20: pact.v1.ListOperatorsResponse.revoked_names:type_name -> pact.v1.OperatorNameRevocation
+	60, // 21: pact.v1.RevokeOperatorResponse.revoked:type_name -> pact.v1.Operator
+	61, // 22: pact.v1.RevokeOperatorResponse.name:type_name -> pact.v1.OperatorNameRevocation
+	59, // 23: pact.v1.RetireIntermediateResponse.retired:type_name -> pact.v1.Intermediate
+	59, // 24: pact.v1.ListIntermediatesResponse.intermediates:type_name -> pact.v1.Intermediate
+	62, // 25: pact.v1.ListIntermediatesResponse.journal_cas:type_name -> pact.v1.JournalCA
+	62, // 26: pact.v1.RevokeJournalCAResponse.revoked:type_name -> pact.v1.JournalCA
+	59, // 27: pact.v1.RevokeJournalCAResponse.intermediates:type_name -> pact.v1.Intermediate
+	43, // 28: pact.v1.CreateJoinTokenResponse.info:type_name -> pact.v1.JoinTokenInfo
+	43, // 29: pact.v1.ListJoinTokensResponse.tokens:type_name -> pact.v1.JoinTokenInfo
+	43, // 30: pact.v1.RevokeJoinTokensResponse.revoked:type_name -> pact.v1.JoinTokenInfo
+	56, // 31: pact.v1.FenceNodeResponse.node:type_name -> pact.v1.Node
+	56, // 32: pact.v1.UnfenceNodeResponse.node:type_name -> pact.v1.Node
+	56, // 33: pact.v1.UpdateNodeResponse.node:type_name -> pact.v1.Node
+	1,  // 34: pact.v1.AdminService.RegisterNode:input_type -> pact.v1.RegisterNodeRequest
+	3,  // 35: pact.v1.AdminService.RegisterNodes:input_type -> pact.v1.RegisterNodesRequest
+	6,  // 36: pact.v1.AdminService.ListNodes:input_type -> pact.v1.ListNodesRequest
+	8,  // 37: pact.v1.AdminService.InspectNode:input_type -> pact.v1.InspectNodeRequest
+	10, // 38: pact.v1.AdminService.DecommissionNode:input_type -> pact.v1.DecommissionNodeRequest
+	12, // 39: pact.v1.AdminService.AssignNode:input_type -> pact.v1.AssignNodeRequest
+	14, // 40: pact.v1.AdminService.UnassignNode:input_type -> pact.v1.UnassignNodeRequest
+	16, // 41: pact.v1.AdminService.MoveNode:input_type -> pact.v1.MoveNodeRequest
+	18, // 42: pact.v1.AdminService.ListAudit:input_type -> pact.v1.ListAuditRequest
+	20, // 43: pact.v1.AdminService.JournalStatus:input_type -> pact.v1.JournalStatusRequest
+	23, // 44: pact.v1.AdminService.AddJournal:input_type -> pact.v1.AddJournalRequest
+	25, // 45: pact.v1.AdminService.RemoveJournal:input_type -> pact.v1.RemoveJournalRequest
+	41, // 46: pact.v1.AdminService.CreateJoinToken:input_type -> pact.v1.CreateJoinTokenRequest
+	44, // 47: pact.v1.AdminService.ListJoinTokens:input_type -> pact.v1.ListJoinTokensRequest
+	46, // 48: pact.v1.AdminService.RevokeJoinTokens:input_type -> pact.v1.RevokeJoinTokensRequest
+	48, // 49: pact.v1.AdminService.FenceNode:input_type -> pact.v1.FenceNodeRequest
+	50, // 50: pact.v1.AdminService.UnfenceNode:input_type -> pact.v1.UnfenceNodeRequest
+	29, // 51: pact.v1.AdminService.IssueOperator:input_type -> pact.v1.IssueOperatorRequest
+	31, // 52: pact.v1.AdminService.ListOperators:input_type -> pact.v1.ListOperatorsRequest
+	33, // 53: pact.v1.AdminService.RevokeOperator:input_type -> pact.v1.RevokeOperatorRequest
+	35, // 54: pact.v1.AdminService.RetireIntermediate:input_type -> pact.v1.RetireIntermediateRequest
+	37, // 55: pact.v1.AdminService.ListIntermediates:input_type -> pact.v1.ListIntermediatesRequest
+	39, // 56: pact.v1.AdminService.RevokeJournalCA:input_type -> pact.v1.RevokeJournalCARequest
+	52, // 57: pact.v1.AdminService.UpdateNode:input_type -> pact.v1.UpdateNodeRequest
+	26, // 58: pact.v1.AdminService.SaveSnapshot:input_type -> pact.v1.SaveSnapshotRequest
+	2,  // 59: pact.v1.AdminService.RegisterNode:output_type -> pact.v1.RegisterNodeResponse
+	5,  // 60: pact.v1.AdminService.RegisterNodes:output_type -> pact.v1.RegisterNodesResponse
+	7,  // 61: pact.v1.AdminService.ListNodes:output_type -> pact.v1.ListNodesResponse
+	9,  // 62: pact.v1.AdminService.InspectNode:output_type -> pact.v1.InspectNodeResponse
+	11, // 63: pact.v1.AdminService.DecommissionNode:output_type -> pact.v1.DecommissionNodeResponse
+	13, // 64: pact.v1.AdminService.AssignNode:output_type -> pact.v1.AssignNodeResponse
+	15, // 65: pact.v1.AdminService.UnassignNode:output_type -> pact.v1.UnassignNodeResponse
+	17, // 66: pact.v1.AdminService.MoveNode:output_type -> pact.v1.MoveNodeResponse
+	19, // 67: pact.v1.AdminService.ListAudit:output_type -> pact.v1.ListAuditResponse
+	22, // 68: pact.v1.AdminService.JournalStatus:output_type -> pact.v1.JournalStatusResponse
+	24, // 69: pact.v1.AdminService.AddJournal:output_type -> pact.v1.AddJournalResponse
+	28, // 70: pact.v1.AdminService.RemoveJournal:output_type -> pact.v1.RemoveJournalResponse
+	42, // 71: pact.v1.AdminService.CreateJoinToken:output_type -> pact.v1.CreateJoinTokenResponse
+	45, // 72: pact.v1.AdminService.ListJoinTokens:output_type -> pact.v1.ListJoinTokensResponse
+	47, // 73: pact.v1.AdminService.RevokeJoinTokens:output_type -> pact.v1.RevokeJoinTokensResponse
+	49, // 74: pact.v1.AdminService.FenceNode:output_type -> pact.v1.FenceNodeResponse
+	51, // 75: pact.v1.AdminService.UnfenceNode:output_type -> pact.v1.UnfenceNodeResponse
+	30, // 76: pact.v1.AdminService.IssueOperator:output_type -> pact.v1.IssueOperatorResponse
+	32, // 77: pact.v1.AdminService.ListOperators:output_type -> pact.v1.ListOperatorsResponse
+	34, // 78: pact.v1.AdminService.RevokeOperator:output_type -> pact.v1.RevokeOperatorResponse
+	36, // 79: pact.v1.AdminService.RetireIntermediate:output_type -> pact.v1.RetireIntermediateResponse
+	38, // 80: pact.v1.AdminService.ListIntermediates:output_type -> pact.v1.ListIntermediatesResponse
+	40, // 81: pact.v1.AdminService.RevokeJournalCA:output_type -> pact.v1.RevokeJournalCAResponse
+	53, // 82: pact.v1.AdminService.UpdateNode:output_type -> pact.v1.UpdateNodeResponse
+	27, // 83: pact.v1.AdminService.SaveSnapshot:output_type -> pact.v1.SaveSnapshotResponse
+	59, // [59:84] is the sub-list for method output_type
+	34, // [34:59] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_admin_proto_init() }
@@ -3434,14 +3565,14 @@ func file_pact_v1_admin_proto_init() {
 		return
 	}
 	file_pact_v1_registry_proto_init()
-	file_pact_v1_admin_proto_msgTypes[49].OneofWrappers = []any{}
+	file_pact_v1_admin_proto_msgTypes[51].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_admin_proto_rawDesc), len(file_pact_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   51,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

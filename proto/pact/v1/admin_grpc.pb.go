@@ -41,6 +41,7 @@ const (
 	AdminService_RevokeOperator_FullMethodName     = "/pact.v1.AdminService/RevokeOperator"
 	AdminService_RetireIntermediate_FullMethodName = "/pact.v1.AdminService/RetireIntermediate"
 	AdminService_ListIntermediates_FullMethodName  = "/pact.v1.AdminService/ListIntermediates"
+	AdminService_RevokeJournalCA_FullMethodName    = "/pact.v1.AdminService/RevokeJournalCA"
 	AdminService_UpdateNode_FullMethodName         = "/pact.v1.AdminService/UpdateNode"
 	AdminService_SaveSnapshot_FullMethodName       = "/pact.v1.AdminService/SaveSnapshot"
 )
@@ -100,6 +101,9 @@ type AdminServiceClient interface {
 	RetireIntermediate(ctx context.Context, in *RetireIntermediateRequest, opts ...grpc.CallOption) (*RetireIntermediateResponse, error)
 	// ListIntermediates lists the intermediates in Raft with their state.
 	ListIntermediates(ctx context.Context, in *ListIntermediatesRequest, opts ...grpc.CallOption) (*ListIntermediatesResponse, error)
+	// RevokeJournalCA revokes journal CAs at once (platform-admin): every
+	// certificate below them is refused on every journal.
+	RevokeJournalCA(ctx context.Context, in *RevokeJournalCARequest, opts ...grpc.CallOption) (*RevokeJournalCAResponse, error)
 	// UpdateNode changes a registered node's hardware identity (a NIC or BMC
 	// swapped) without decommissioning it. Audited; the node's current
 	// certificate stays valid, and the new identity is what its next
@@ -339,6 +343,16 @@ func (c *adminServiceClient) ListIntermediates(ctx context.Context, in *ListInte
 	return out, nil
 }
 
+func (c *adminServiceClient) RevokeJournalCA(ctx context.Context, in *RevokeJournalCARequest, opts ...grpc.CallOption) (*RevokeJournalCAResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeJournalCAResponse)
+	err := c.cc.Invoke(ctx, AdminService_RevokeJournalCA_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) UpdateNode(ctx context.Context, in *UpdateNodeRequest, opts ...grpc.CallOption) (*UpdateNodeResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(UpdateNodeResponse)
@@ -423,6 +437,9 @@ type AdminServiceServer interface {
 	RetireIntermediate(context.Context, *RetireIntermediateRequest) (*RetireIntermediateResponse, error)
 	// ListIntermediates lists the intermediates in Raft with their state.
 	ListIntermediates(context.Context, *ListIntermediatesRequest) (*ListIntermediatesResponse, error)
+	// RevokeJournalCA revokes journal CAs at once (platform-admin): every
+	// certificate below them is refused on every journal.
+	RevokeJournalCA(context.Context, *RevokeJournalCARequest) (*RevokeJournalCAResponse, error)
 	// UpdateNode changes a registered node's hardware identity (a NIC or BMC
 	// swapped) without decommissioning it. Audited; the node's current
 	// certificate stays valid, and the new identity is what its next
@@ -507,6 +524,9 @@ func (UnimplementedAdminServiceServer) RetireIntermediate(context.Context, *Reti
 }
 func (UnimplementedAdminServiceServer) ListIntermediates(context.Context, *ListIntermediatesRequest) (*ListIntermediatesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListIntermediates not implemented")
+}
+func (UnimplementedAdminServiceServer) RevokeJournalCA(context.Context, *RevokeJournalCARequest) (*RevokeJournalCAResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeJournalCA not implemented")
 }
 func (UnimplementedAdminServiceServer) UpdateNode(context.Context, *UpdateNodeRequest) (*UpdateNodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateNode not implemented")
@@ -931,6 +951,24 @@ func _AdminService_ListIntermediates_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_RevokeJournalCA_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeJournalCARequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RevokeJournalCA(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RevokeJournalCA_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RevokeJournalCA(ctx, req.(*RevokeJournalCARequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_UpdateNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(UpdateNodeRequest)
 	if err := dec(in); err != nil {
@@ -1054,6 +1092,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListIntermediates",
 			Handler:    _AdminService_ListIntermediates_Handler,
+		},
+		{
+			MethodName: "RevokeJournalCA",
+			Handler:    _AdminService_RevokeJournalCA_Handler,
 		},
 		{
 			MethodName: "UpdateNode",

@@ -144,6 +144,7 @@ type Command struct {
 	//	*Command_RecordOperator
 	//	*Command_RevokeOperator
 	//	*Command_RetireIntermediate
+	//	*Command_RevokeJournalCa
 	//	*Command_Release
 	//	*Command_UpdateNode
 	//	*Command_Batch
@@ -369,6 +370,15 @@ func (x *Command) GetRetireIntermediate() *RetireIntermediateOp {
 	return nil
 }
 
+func (x *Command) GetRevokeJournalCa() *RevokeJournalCAOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RevokeJournalCa); ok {
+			return x.RevokeJournalCa
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetRelease() *ReleaseOp {
 	if x != nil {
 		if x, ok := x.Op.(*Command_Release); ok {
@@ -487,6 +497,10 @@ type Command_RetireIntermediate struct {
 	RetireIntermediate *RetireIntermediateOp `protobuf:"bytes,172,opt,name=retire_intermediate,json=retireIntermediate,proto3,oneof"`
 }
 
+type Command_RevokeJournalCa struct {
+	RevokeJournalCa *RevokeJournalCAOp `protobuf:"bytes,173,opt,name=revoke_journal_ca,json=revokeJournalCa,proto3,oneof"`
+}
+
 type Command_Release struct {
 	Release *ReleaseOp `protobuf:"bytes,200,opt,name=release,proto3,oneof"`
 }
@@ -540,6 +554,8 @@ func (*Command_RecordOperator) isCommand_Op() {}
 func (*Command_RevokeOperator) isCommand_Op() {}
 
 func (*Command_RetireIntermediate) isCommand_Op() {}
+
+func (*Command_RevokeJournalCa) isCommand_Op() {}
 
 func (*Command_Release) isCommand_Op() {}
 
@@ -1169,7 +1185,10 @@ type PublishIntermediateOp struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Intermediate *Intermediate          `protobuf:"bytes,1,opt,name=intermediate,proto3" json:"intermediate,omitempty"`
 	// Where the publishing journal serves gRPC and Raft.
-	Journal       *JournalInfo `protobuf:"bytes,2,opt,name=journal,proto3" json:"journal,omitempty"`
+	Journal *JournalInfo `protobuf:"bytes,2,opt,name=journal,proto3" json:"journal,omitempty"`
+	// The journal CA that signed the intermediate, recorded at its first use;
+	// absent for an intermediate the domain root signed.
+	JournalCa     *JournalCA `protobuf:"bytes,3,opt,name=journal_ca,json=journalCa,proto3" json:"journal_ca,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1218,6 +1237,68 @@ func (x *PublishIntermediateOp) GetJournal() *JournalInfo {
 	return nil
 }
 
+func (x *PublishIntermediateOp) GetJournalCa() *JournalCA {
+	if x != nil {
+		return x.JournalCa
+	}
+	return nil
+}
+
+// RevokeJournalCAOp revokes journal CAs at once: they and every
+// intermediate they signed leave the trust bundle, and every certificate
+// below them is refused on every journal.
+type RevokeJournalCAOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Serials       []string               `protobuf:"bytes,1,rep,name=serials,proto3" json:"serials,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeJournalCAOp) Reset() {
+	*x = RevokeJournalCAOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeJournalCAOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeJournalCAOp) ProtoMessage() {}
+
+func (x *RevokeJournalCAOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeJournalCAOp.ProtoReflect.Descriptor instead.
+func (*RevokeJournalCAOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RevokeJournalCAOp) GetSerials() []string {
+	if x != nil {
+		return x.Serials
+	}
+	return nil
+}
+
+func (x *RevokeJournalCAOp) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // DecommissionOp revokes a node: state Revoked, its serial into the
 // revocation set, its hardware released.
 type DecommissionOp struct {
@@ -1229,7 +1310,7 @@ type DecommissionOp struct {
 
 func (x *DecommissionOp) Reset() {
 	*x = DecommissionOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[12]
+	mi := &file_pact_v1_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1322,7 @@ func (x *DecommissionOp) String() string {
 func (*DecommissionOp) ProtoMessage() {}
 
 func (x *DecommissionOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[12]
+	mi := &file_pact_v1_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1335,7 @@ func (x *DecommissionOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionOp.ProtoReflect.Descriptor instead.
 func (*DecommissionOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{12}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DecommissionOp) GetNodeId() string {
@@ -1278,7 +1359,7 @@ type AssignOp struct {
 
 func (x *AssignOp) Reset() {
 	*x = AssignOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[13]
+	mi := &file_pact_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1371,7 @@ func (x *AssignOp) String() string {
 func (*AssignOp) ProtoMessage() {}
 
 func (x *AssignOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[13]
+	mi := &file_pact_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1384,7 @@ func (x *AssignOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignOp.ProtoReflect.Descriptor instead.
 func (*AssignOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{13}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AssignOp) GetNodeId() string {
@@ -1339,7 +1420,7 @@ type LivenessDigestOp struct {
 
 func (x *LivenessDigestOp) Reset() {
 	*x = LivenessDigestOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[14]
+	mi := &file_pact_v1_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1432,7 @@ func (x *LivenessDigestOp) String() string {
 func (*LivenessDigestOp) ProtoMessage() {}
 
 func (x *LivenessDigestOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[14]
+	mi := &file_pact_v1_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1445,7 @@ func (x *LivenessDigestOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LivenessDigestOp.ProtoReflect.Descriptor instead.
 func (*LivenessDigestOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{14}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LivenessDigestOp) GetJournalId() string {
@@ -1392,7 +1473,7 @@ type MarkInactiveOp struct {
 
 func (x *MarkInactiveOp) Reset() {
 	*x = MarkInactiveOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[15]
+	mi := &file_pact_v1_raft_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1485,7 @@ func (x *MarkInactiveOp) String() string {
 func (*MarkInactiveOp) ProtoMessage() {}
 
 func (x *MarkInactiveOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[15]
+	mi := &file_pact_v1_raft_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1498,7 @@ func (x *MarkInactiveOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkInactiveOp.ProtoReflect.Descriptor instead.
 func (*MarkInactiveOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{15}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MarkInactiveOp) GetNodeIds() []string {
@@ -1450,13 +1531,14 @@ type Snapshot struct {
 	Operators            []*Operator               `protobuf:"bytes,170,rep,name=operators,proto3" json:"operators,omitempty"`
 	RevokedOperatorNames []*OperatorNameRevocation `protobuf:"bytes,171,rep,name=revoked_operator_names,json=revokedOperatorNames,proto3" json:"revoked_operator_names,omitempty"`
 	Quorum               *QuorumIdentity           `protobuf:"bytes,210,opt,name=quorum,proto3" json:"quorum,omitempty"`
+	JournalCas           []*JournalCA              `protobuf:"bytes,220,rep,name=journal_cas,json=journalCas,proto3" json:"journal_cas,omitempty"`
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_pact_v1_raft_proto_msgTypes[16]
+	mi := &file_pact_v1_raft_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +1550,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[16]
+	mi := &file_pact_v1_raft_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +1563,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{16}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Snapshot) GetNodes() []*Node {
@@ -1554,6 +1636,13 @@ func (x *Snapshot) GetQuorum() *QuorumIdentity {
 	return nil
 }
 
+func (x *Snapshot) GetJournalCas() []*JournalCA {
+	if x != nil {
+		return x.JournalCas
+	}
+	return nil
+}
+
 type LastSeen struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -1564,7 +1653,7 @@ type LastSeen struct {
 
 func (x *LastSeen) Reset() {
 	*x = LastSeen{}
-	mi := &file_pact_v1_raft_proto_msgTypes[17]
+	mi := &file_pact_v1_raft_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1665,7 @@ func (x *LastSeen) String() string {
 func (*LastSeen) ProtoMessage() {}
 
 func (x *LastSeen) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[17]
+	mi := &file_pact_v1_raft_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1678,7 @@ func (x *LastSeen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastSeen.ProtoReflect.Descriptor instead.
 func (*LastSeen) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{17}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LastSeen) GetNodeId() string {
@@ -1627,6 +1716,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_RevokedOperatorName
 	//	*SnapshotRecord_Sizes
 	//	*SnapshotRecord_Quorum
+	//	*SnapshotRecord_JournalCa
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1634,7 +1724,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_pact_v1_raft_proto_msgTypes[18]
+	mi := &file_pact_v1_raft_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1736,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[18]
+	mi := &file_pact_v1_raft_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1749,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{18}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -1768,6 +1858,15 @@ func (x *SnapshotRecord) GetQuorum() *QuorumIdentity {
 	return nil
 }
 
+func (x *SnapshotRecord) GetJournalCa() *JournalCA {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_JournalCa); ok {
+			return x.JournalCa
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -1818,6 +1917,10 @@ type SnapshotRecord_Quorum struct {
 	Quorum *QuorumIdentity `protobuf:"bytes,11,opt,name=quorum,proto3,oneof"`
 }
 
+type SnapshotRecord_JournalCa struct {
+	JournalCa *JournalCA `protobuf:"bytes,12,opt,name=journal_ca,json=journalCa,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Node) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Revoked) isSnapshotRecord_Record() {}
@@ -1840,6 +1943,8 @@ func (*SnapshotRecord_Sizes) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Quorum) isSnapshotRecord_Record() {}
 
+func (*SnapshotRecord_JournalCa) isSnapshotRecord_Record() {}
+
 type SnapshotSizes struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Nodes         uint64                 `protobuf:"varint,1,opt,name=nodes,proto3" json:"nodes,omitempty"`
@@ -1850,7 +1955,7 @@ type SnapshotSizes struct {
 
 func (x *SnapshotSizes) Reset() {
 	*x = SnapshotSizes{}
-	mi := &file_pact_v1_raft_proto_msgTypes[19]
+	mi := &file_pact_v1_raft_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +1967,7 @@ func (x *SnapshotSizes) String() string {
 func (*SnapshotSizes) ProtoMessage() {}
 
 func (x *SnapshotSizes) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[19]
+	mi := &file_pact_v1_raft_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +1980,7 @@ func (x *SnapshotSizes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSizes.ProtoReflect.Descriptor instead.
 func (*SnapshotSizes) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{19}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SnapshotSizes) GetNodes() uint64 {
@@ -1902,7 +2007,7 @@ type RevokedSerial struct {
 
 func (x *RevokedSerial) Reset() {
 	*x = RevokedSerial{}
-	mi := &file_pact_v1_raft_proto_msgTypes[20]
+	mi := &file_pact_v1_raft_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +2019,7 @@ func (x *RevokedSerial) String() string {
 func (*RevokedSerial) ProtoMessage() {}
 
 func (x *RevokedSerial) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[20]
+	mi := &file_pact_v1_raft_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2032,7 @@ func (x *RevokedSerial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokedSerial.ProtoReflect.Descriptor instead.
 func (*RevokedSerial) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{20}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RevokedSerial) GetSerial() string {
@@ -1958,7 +2063,7 @@ type ReleaseOp struct {
 
 func (x *ReleaseOp) Reset() {
 	*x = ReleaseOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[21]
+	mi := &file_pact_v1_raft_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2075,7 @@ func (x *ReleaseOp) String() string {
 func (*ReleaseOp) ProtoMessage() {}
 
 func (x *ReleaseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[21]
+	mi := &file_pact_v1_raft_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2088,7 @@ func (x *ReleaseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseOp.ProtoReflect.Descriptor instead.
 func (*ReleaseOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{21}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReleaseOp) GetNodeId() string {
@@ -2012,7 +2117,7 @@ type UpdateNodeOp struct {
 
 func (x *UpdateNodeOp) Reset() {
 	*x = UpdateNodeOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[22]
+	mi := &file_pact_v1_raft_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2129,7 @@ func (x *UpdateNodeOp) String() string {
 func (*UpdateNodeOp) ProtoMessage() {}
 
 func (x *UpdateNodeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[22]
+	mi := &file_pact_v1_raft_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2142,7 @@ func (x *UpdateNodeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeOp.ProtoReflect.Descriptor instead.
 func (*UpdateNodeOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{22}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UpdateNodeOp) GetNodeId() string {
@@ -2069,7 +2174,7 @@ type SVIDSeenOp struct {
 
 func (x *SVIDSeenOp) Reset() {
 	*x = SVIDSeenOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[23]
+	mi := &file_pact_v1_raft_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2186,7 @@ func (x *SVIDSeenOp) String() string {
 func (*SVIDSeenOp) ProtoMessage() {}
 
 func (x *SVIDSeenOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[23]
+	mi := &file_pact_v1_raft_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2199,7 @@ func (x *SVIDSeenOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SVIDSeenOp.ProtoReflect.Descriptor instead.
 func (*SVIDSeenOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{23}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SVIDSeenOp) GetNodeId() string {
@@ -2137,7 +2242,7 @@ type RecordOperatorOp struct {
 
 func (x *RecordOperatorOp) Reset() {
 	*x = RecordOperatorOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[24]
+	mi := &file_pact_v1_raft_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2254,7 @@ func (x *RecordOperatorOp) String() string {
 func (*RecordOperatorOp) ProtoMessage() {}
 
 func (x *RecordOperatorOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[24]
+	mi := &file_pact_v1_raft_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2267,7 @@ func (x *RecordOperatorOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordOperatorOp.ProtoReflect.Descriptor instead.
 func (*RecordOperatorOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{24}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RecordOperatorOp) GetOperator() *Operator {
@@ -2184,7 +2289,7 @@ type RevokeOperatorOp struct {
 
 func (x *RevokeOperatorOp) Reset() {
 	*x = RevokeOperatorOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[25]
+	mi := &file_pact_v1_raft_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2196,7 +2301,7 @@ func (x *RevokeOperatorOp) String() string {
 func (*RevokeOperatorOp) ProtoMessage() {}
 
 func (x *RevokeOperatorOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[25]
+	mi := &file_pact_v1_raft_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2209,7 +2314,7 @@ func (x *RevokeOperatorOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeOperatorOp.ProtoReflect.Descriptor instead.
 func (*RevokeOperatorOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{25}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RevokeOperatorOp) GetName() string {
@@ -2241,7 +2346,7 @@ type RetireIntermediateOp struct {
 
 func (x *RetireIntermediateOp) Reset() {
 	*x = RetireIntermediateOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[26]
+	mi := &file_pact_v1_raft_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2358,7 @@ func (x *RetireIntermediateOp) String() string {
 func (*RetireIntermediateOp) ProtoMessage() {}
 
 func (x *RetireIntermediateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[26]
+	mi := &file_pact_v1_raft_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2371,7 @@ func (x *RetireIntermediateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireIntermediateOp.ProtoReflect.Descriptor instead.
 func (*RetireIntermediateOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{26}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RetireIntermediateOp) GetSerials() []string {
@@ -2305,7 +2410,7 @@ type StandbyIssuedOp struct {
 
 func (x *StandbyIssuedOp) Reset() {
 	*x = StandbyIssuedOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[27]
+	mi := &file_pact_v1_raft_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2317,7 +2422,7 @@ func (x *StandbyIssuedOp) String() string {
 func (*StandbyIssuedOp) ProtoMessage() {}
 
 func (x *StandbyIssuedOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[27]
+	mi := &file_pact_v1_raft_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2330,7 +2435,7 @@ func (x *StandbyIssuedOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StandbyIssuedOp.ProtoReflect.Descriptor instead.
 func (*StandbyIssuedOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{27}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StandbyIssuedOp) GetNodeId() string {
@@ -2367,7 +2472,7 @@ type StandbyActivatedOp struct {
 
 func (x *StandbyActivatedOp) Reset() {
 	*x = StandbyActivatedOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[28]
+	mi := &file_pact_v1_raft_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2484,7 @@ func (x *StandbyActivatedOp) String() string {
 func (*StandbyActivatedOp) ProtoMessage() {}
 
 func (x *StandbyActivatedOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[28]
+	mi := &file_pact_v1_raft_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2497,7 @@ func (x *StandbyActivatedOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StandbyActivatedOp.ProtoReflect.Descriptor instead.
 func (*StandbyActivatedOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{28}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StandbyActivatedOp) GetNodeId() string {
@@ -2443,7 +2548,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_pact_v1_raft_proto_msgTypes[29]
+	mi := &file_pact_v1_raft_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +2560,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[29]
+	mi := &file_pact_v1_raft_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +2573,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{29}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SnapshotHeader) GetFormatVersion() uint32 {
@@ -2566,7 +2671,7 @@ var File_pact_v1_raft_proto protoreflect.FileDescriptor
 
 const file_pact_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\xda\v\n" +
+	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\xa5\f\n" +
 	"\aCommand\x12 \n" +
 	"\fat_unix_nano\x18\x01 \x01(\x03R\n" +
 	"atUnixNano\x12\x14\n" +
@@ -2590,7 +2695,8 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x05fence\x18\x8e\x01 \x01(\v2\x10.pact.v1.FenceOpH\x00R\x05fence\x12E\n" +
 	"\x0frecord_operator\x18\xaa\x01 \x01(\v2\x19.pact.v1.RecordOperatorOpH\x00R\x0erecordOperator\x12E\n" +
 	"\x0frevoke_operator\x18\xab\x01 \x01(\v2\x19.pact.v1.RevokeOperatorOpH\x00R\x0erevokeOperator\x12Q\n" +
-	"\x13retire_intermediate\x18\xac\x01 \x01(\v2\x1d.pact.v1.RetireIntermediateOpH\x00R\x12retireIntermediate\x12/\n" +
+	"\x13retire_intermediate\x18\xac\x01 \x01(\v2\x1d.pact.v1.RetireIntermediateOpH\x00R\x12retireIntermediate\x12I\n" +
+	"\x11revoke_journal_ca\x18\xad\x01 \x01(\v2\x1a.pact.v1.RevokeJournalCAOpH\x00R\x0frevokeJournalCa\x12/\n" +
 	"\arelease\x18\xc8\x01 \x01(\v2\x12.pact.v1.ReleaseOpH\x00R\arelease\x129\n" +
 	"\vupdate_node\x18\xc9\x01 \x01(\v2\x15.pact.v1.UpdateNodeOpH\x00R\n" +
 	"updateNode\x12)\n" +
@@ -2637,10 +2743,15 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\aRenewOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12'\n" +
 	"\x0fprevious_serial\x18\x02 \x01(\tR\x0epreviousSerial\x12,\n" +
-	"\x04cert\x18\x03 \x01(\v2\x18.pact.v1.CertificateInfoR\x04cert\"\x82\x01\n" +
+	"\x04cert\x18\x03 \x01(\v2\x18.pact.v1.CertificateInfoR\x04cert\"\xb5\x01\n" +
 	"\x15PublishIntermediateOp\x129\n" +
 	"\fintermediate\x18\x01 \x01(\v2\x15.pact.v1.IntermediateR\fintermediate\x12.\n" +
-	"\ajournal\x18\x02 \x01(\v2\x14.pact.v1.JournalInfoR\ajournal\")\n" +
+	"\ajournal\x18\x02 \x01(\v2\x14.pact.v1.JournalInfoR\ajournal\x121\n" +
+	"\n" +
+	"journal_ca\x18\x03 \x01(\v2\x12.pact.v1.JournalCAR\tjournalCa\"E\n" +
+	"\x11RevokeJournalCAOp\x12\x18\n" +
+	"\aserials\x18\x01 \x03(\tR\aserials\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\")\n" +
 	"\x0eDecommissionOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"h\n" +
 	"\bAssignOp\x12\x17\n" +
@@ -2653,7 +2764,7 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\bnode_ids\x18\x02 \x03(\tR\anodeIds\"U\n" +
 	"\x0eMarkInactiveOp\x12\x19\n" +
 	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\x12(\n" +
-	"\x10cutoff_unix_nano\x18\x02 \x01(\x03R\x0ecutoffUnixNano\"\x9d\x04\n" +
+	"\x10cutoff_unix_nano\x18\x02 \x01(\x03R\x0ecutoffUnixNano\"\xd3\x04\n" +
 	"\bSnapshot\x12#\n" +
 	"\x05nodes\x18\x01 \x03(\v2\r.pact.v1.NodeR\x05nodes\x120\n" +
 	"\arevoked\x18\x02 \x03(\v2\x16.pact.v1.RevokedSerialR\arevoked\x12;\n" +
@@ -2665,11 +2776,13 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"joinTokens\x120\n" +
 	"\toperators\x18\xaa\x01 \x03(\v2\x11.pact.v1.OperatorR\toperators\x12V\n" +
 	"\x16revoked_operator_names\x18\xab\x01 \x03(\v2\x1f.pact.v1.OperatorNameRevocationR\x14revokedOperatorNames\x120\n" +
-	"\x06quorum\x18\xd2\x01 \x01(\v2\x17.pact.v1.QuorumIdentityR\x06quorum\"E\n" +
+	"\x06quorum\x18\xd2\x01 \x01(\v2\x17.pact.v1.QuorumIdentityR\x06quorum\x124\n" +
+	"\vjournal_cas\x18\xdc\x01 \x03(\v2\x12.pact.v1.JournalCAR\n" +
+	"journalCas\"E\n" +
 	"\bLastSeen\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
-	"atUnixNano\"\xe1\x04\n" +
+	"atUnixNano\"\x96\x05\n" +
 	"\x0eSnapshotRecord\x12#\n" +
 	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeH\x00R\x04node\x122\n" +
 	"\arevoked\x18\x02 \x01(\v2\x16.pact.v1.RevokedSerialH\x00R\arevoked\x12;\n" +
@@ -2683,7 +2796,9 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x15revoked_operator_name\x18\t \x01(\v2\x1f.pact.v1.OperatorNameRevocationH\x00R\x13revokedOperatorName\x12.\n" +
 	"\x05sizes\x18\n" +
 	" \x01(\v2\x16.pact.v1.SnapshotSizesH\x00R\x05sizes\x121\n" +
-	"\x06quorum\x18\v \x01(\v2\x17.pact.v1.QuorumIdentityH\x00R\x06quorumB\b\n" +
+	"\x06quorum\x18\v \x01(\v2\x17.pact.v1.QuorumIdentityH\x00R\x06quorum\x123\n" +
+	"\n" +
+	"journal_ca\x18\f \x01(\v2\x12.pact.v1.JournalCAH\x00R\tjournalCaB\b\n" +
 	"\x06record\"B\n" +
 	"\rSnapshotSizes\x12\x14\n" +
 	"\x05nodes\x18\x01 \x01(\x04R\x05nodes\x12\x1b\n" +
@@ -2766,7 +2881,7 @@ func file_pact_v1_raft_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_pact_v1_raft_proto_goTypes = []any{
 	(ApplyError)(0),                // 0: pact.v1.ApplyError
 	(*Command)(nil),                // 1: pact.v1.Command
@@ -2781,96 +2896,102 @@ var file_pact_v1_raft_proto_goTypes = []any{
 	(*FenceOp)(nil),                // 10: pact.v1.FenceOp
 	(*RenewOp)(nil),                // 11: pact.v1.RenewOp
 	(*PublishIntermediateOp)(nil),  // 12: pact.v1.PublishIntermediateOp
-	(*DecommissionOp)(nil),         // 13: pact.v1.DecommissionOp
-	(*AssignOp)(nil),               // 14: pact.v1.AssignOp
-	(*LivenessDigestOp)(nil),       // 15: pact.v1.LivenessDigestOp
-	(*MarkInactiveOp)(nil),         // 16: pact.v1.MarkInactiveOp
-	(*Snapshot)(nil),               // 17: pact.v1.Snapshot
-	(*LastSeen)(nil),               // 18: pact.v1.LastSeen
-	(*SnapshotRecord)(nil),         // 19: pact.v1.SnapshotRecord
-	(*SnapshotSizes)(nil),          // 20: pact.v1.SnapshotSizes
-	(*RevokedSerial)(nil),          // 21: pact.v1.RevokedSerial
-	(*ReleaseOp)(nil),              // 22: pact.v1.ReleaseOp
-	(*UpdateNodeOp)(nil),           // 23: pact.v1.UpdateNodeOp
-	(*SVIDSeenOp)(nil),             // 24: pact.v1.SVIDSeenOp
-	(*RecordOperatorOp)(nil),       // 25: pact.v1.RecordOperatorOp
-	(*RevokeOperatorOp)(nil),       // 26: pact.v1.RevokeOperatorOp
-	(*RetireIntermediateOp)(nil),   // 27: pact.v1.RetireIntermediateOp
-	(*StandbyIssuedOp)(nil),        // 28: pact.v1.StandbyIssuedOp
-	(*StandbyActivatedOp)(nil),     // 29: pact.v1.StandbyActivatedOp
-	(*SnapshotHeader)(nil),         // 30: pact.v1.SnapshotHeader
-	(*HardwareIdentity)(nil),       // 31: pact.v1.HardwareIdentity
-	(*CredentialPolicy)(nil),       // 32: pact.v1.CredentialPolicy
-	(*CertificateInfo)(nil),        // 33: pact.v1.CertificateInfo
-	(*JoinToken)(nil),              // 34: pact.v1.JoinToken
-	(*Intermediate)(nil),           // 35: pact.v1.Intermediate
-	(*JournalInfo)(nil),            // 36: pact.v1.JournalInfo
-	(*Node)(nil),                   // 37: pact.v1.Node
-	(*AuditEntry)(nil),             // 38: pact.v1.AuditEntry
-	(*Operator)(nil),               // 39: pact.v1.Operator
-	(*OperatorNameRevocation)(nil), // 40: pact.v1.OperatorNameRevocation
+	(*RevokeJournalCAOp)(nil),      // 13: pact.v1.RevokeJournalCAOp
+	(*DecommissionOp)(nil),         // 14: pact.v1.DecommissionOp
+	(*AssignOp)(nil),               // 15: pact.v1.AssignOp
+	(*LivenessDigestOp)(nil),       // 16: pact.v1.LivenessDigestOp
+	(*MarkInactiveOp)(nil),         // 17: pact.v1.MarkInactiveOp
+	(*Snapshot)(nil),               // 18: pact.v1.Snapshot
+	(*LastSeen)(nil),               // 19: pact.v1.LastSeen
+	(*SnapshotRecord)(nil),         // 20: pact.v1.SnapshotRecord
+	(*SnapshotSizes)(nil),          // 21: pact.v1.SnapshotSizes
+	(*RevokedSerial)(nil),          // 22: pact.v1.RevokedSerial
+	(*ReleaseOp)(nil),              // 23: pact.v1.ReleaseOp
+	(*UpdateNodeOp)(nil),           // 24: pact.v1.UpdateNodeOp
+	(*SVIDSeenOp)(nil),             // 25: pact.v1.SVIDSeenOp
+	(*RecordOperatorOp)(nil),       // 26: pact.v1.RecordOperatorOp
+	(*RevokeOperatorOp)(nil),       // 27: pact.v1.RevokeOperatorOp
+	(*RetireIntermediateOp)(nil),   // 28: pact.v1.RetireIntermediateOp
+	(*StandbyIssuedOp)(nil),        // 29: pact.v1.StandbyIssuedOp
+	(*StandbyActivatedOp)(nil),     // 30: pact.v1.StandbyActivatedOp
+	(*SnapshotHeader)(nil),         // 31: pact.v1.SnapshotHeader
+	(*HardwareIdentity)(nil),       // 32: pact.v1.HardwareIdentity
+	(*CredentialPolicy)(nil),       // 33: pact.v1.CredentialPolicy
+	(*CertificateInfo)(nil),        // 34: pact.v1.CertificateInfo
+	(*JoinToken)(nil),              // 35: pact.v1.JoinToken
+	(*Intermediate)(nil),           // 36: pact.v1.Intermediate
+	(*JournalInfo)(nil),            // 37: pact.v1.JournalInfo
+	(*JournalCA)(nil),              // 38: pact.v1.JournalCA
+	(*Node)(nil),                   // 39: pact.v1.Node
+	(*AuditEntry)(nil),             // 40: pact.v1.AuditEntry
+	(*Operator)(nil),               // 41: pact.v1.Operator
+	(*OperatorNameRevocation)(nil), // 42: pact.v1.OperatorNameRevocation
 }
 var file_pact_v1_raft_proto_depIdxs = []int32{
 	4,  // 0: pact.v1.Command.register_node:type_name -> pact.v1.RegisterNodeOp
 	5,  // 1: pact.v1.Command.activate:type_name -> pact.v1.ActivateOp
 	12, // 2: pact.v1.Command.publish_intermediate:type_name -> pact.v1.PublishIntermediateOp
 	11, // 3: pact.v1.Command.renew:type_name -> pact.v1.RenewOp
-	13, // 4: pact.v1.Command.decommission:type_name -> pact.v1.DecommissionOp
-	14, // 5: pact.v1.Command.assign:type_name -> pact.v1.AssignOp
-	15, // 6: pact.v1.Command.liveness_digest:type_name -> pact.v1.LivenessDigestOp
-	16, // 7: pact.v1.Command.mark_inactive:type_name -> pact.v1.MarkInactiveOp
-	24, // 8: pact.v1.Command.svid_seen:type_name -> pact.v1.SVIDSeenOp
+	14, // 4: pact.v1.Command.decommission:type_name -> pact.v1.DecommissionOp
+	15, // 5: pact.v1.Command.assign:type_name -> pact.v1.AssignOp
+	16, // 6: pact.v1.Command.liveness_digest:type_name -> pact.v1.LivenessDigestOp
+	17, // 7: pact.v1.Command.mark_inactive:type_name -> pact.v1.MarkInactiveOp
+	25, // 8: pact.v1.Command.svid_seen:type_name -> pact.v1.SVIDSeenOp
 	8,  // 9: pact.v1.Command.create_join_token:type_name -> pact.v1.CreateJoinTokenOp
 	9,  // 10: pact.v1.Command.revoke_join_tokens:type_name -> pact.v1.RevokeJoinTokensOp
 	10, // 11: pact.v1.Command.fence:type_name -> pact.v1.FenceOp
-	25, // 12: pact.v1.Command.record_operator:type_name -> pact.v1.RecordOperatorOp
-	26, // 13: pact.v1.Command.revoke_operator:type_name -> pact.v1.RevokeOperatorOp
-	27, // 14: pact.v1.Command.retire_intermediate:type_name -> pact.v1.RetireIntermediateOp
-	22, // 15: pact.v1.Command.release:type_name -> pact.v1.ReleaseOp
-	23, // 16: pact.v1.Command.update_node:type_name -> pact.v1.UpdateNodeOp
-	6,  // 17: pact.v1.Command.batch:type_name -> pact.v1.BatchOp
-	28, // 18: pact.v1.Command.standby_issued:type_name -> pact.v1.StandbyIssuedOp
-	29, // 19: pact.v1.Command.standby_activated:type_name -> pact.v1.StandbyActivatedOp
-	2,  // 20: pact.v1.Command.set_quorum_id:type_name -> pact.v1.SetQuorumIdOp
-	31, // 21: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	32, // 22: pact.v1.RegisterNodeOp.credentials:type_name -> pact.v1.CredentialPolicy
-	31, // 23: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
-	33, // 24: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
-	7,  // 25: pact.v1.ActivateOp.credentials:type_name -> pact.v1.PresentedCredentials
-	1,  // 26: pact.v1.BatchOp.commands:type_name -> pact.v1.Command
-	34, // 27: pact.v1.CreateJoinTokenOp.token:type_name -> pact.v1.JoinToken
-	33, // 28: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
-	35, // 29: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
-	36, // 30: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
-	37, // 31: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
-	21, // 32: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
-	35, // 33: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
-	18, // 34: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
-	38, // 35: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
-	36, // 36: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
-	34, // 37: pact.v1.Snapshot.join_tokens:type_name -> pact.v1.JoinToken
-	39, // 38: pact.v1.Snapshot.operators:type_name -> pact.v1.Operator
-	40, // 39: pact.v1.Snapshot.revoked_operator_names:type_name -> pact.v1.OperatorNameRevocation
-	3,  // 40: pact.v1.Snapshot.quorum:type_name -> pact.v1.QuorumIdentity
-	37, // 41: pact.v1.SnapshotRecord.node:type_name -> pact.v1.Node
-	21, // 42: pact.v1.SnapshotRecord.revoked:type_name -> pact.v1.RevokedSerial
-	35, // 43: pact.v1.SnapshotRecord.intermediate:type_name -> pact.v1.Intermediate
-	18, // 44: pact.v1.SnapshotRecord.last_seen:type_name -> pact.v1.LastSeen
-	38, // 45: pact.v1.SnapshotRecord.audit:type_name -> pact.v1.AuditEntry
-	36, // 46: pact.v1.SnapshotRecord.journal:type_name -> pact.v1.JournalInfo
-	34, // 47: pact.v1.SnapshotRecord.join_token:type_name -> pact.v1.JoinToken
-	39, // 48: pact.v1.SnapshotRecord.operator:type_name -> pact.v1.Operator
-	40, // 49: pact.v1.SnapshotRecord.revoked_operator_name:type_name -> pact.v1.OperatorNameRevocation
-	20, // 50: pact.v1.SnapshotRecord.sizes:type_name -> pact.v1.SnapshotSizes
-	3,  // 51: pact.v1.SnapshotRecord.quorum:type_name -> pact.v1.QuorumIdentity
-	31, // 52: pact.v1.UpdateNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	39, // 53: pact.v1.RecordOperatorOp.operator:type_name -> pact.v1.Operator
-	33, // 54: pact.v1.StandbyIssuedOp.cert:type_name -> pact.v1.CertificateInfo
-	55, // [55:55] is the sub-list for method output_type
-	55, // [55:55] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	26, // 12: pact.v1.Command.record_operator:type_name -> pact.v1.RecordOperatorOp
+	27, // 13: pact.v1.Command.revoke_operator:type_name -> pact.v1.RevokeOperatorOp
+	28, // 14: pact.v1.Command.retire_intermediate:type_name -> pact.v1.RetireIntermediateOp
+	13, // 15: pact.v1.Command.revoke_journal_ca:type_name -> pact.v1.RevokeJournalCAOp
+	23, // 16: pact.v1.Command.release:type_name -> pact.v1.ReleaseOp
+	24, // 17: pact.v1.Command.update_node:type_name -> pact.v1.UpdateNodeOp
+	6,  // 18: pact.v1.Command.batch:type_name -> pact.v1.BatchOp
+	29, // 19: pact.v1.Command.standby_issued:type_name -> pact.v1.StandbyIssuedOp
+	30, // 20: pact.v1.Command.standby_activated:type_name -> pact.v1.StandbyActivatedOp
+	2,  // 21: pact.v1.Command.set_quorum_id:type_name -> pact.v1.SetQuorumIdOp
+	32, // 22: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	33, // 23: pact.v1.RegisterNodeOp.credentials:type_name -> pact.v1.CredentialPolicy
+	32, // 24: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
+	34, // 25: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
+	7,  // 26: pact.v1.ActivateOp.credentials:type_name -> pact.v1.PresentedCredentials
+	1,  // 27: pact.v1.BatchOp.commands:type_name -> pact.v1.Command
+	35, // 28: pact.v1.CreateJoinTokenOp.token:type_name -> pact.v1.JoinToken
+	34, // 29: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
+	36, // 30: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
+	37, // 31: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
+	38, // 32: pact.v1.PublishIntermediateOp.journal_ca:type_name -> pact.v1.JournalCA
+	39, // 33: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
+	22, // 34: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
+	36, // 35: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
+	19, // 36: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
+	40, // 37: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
+	37, // 38: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
+	35, // 39: pact.v1.Snapshot.join_tokens:type_name -> pact.v1.JoinToken
+	41, // 40: pact.v1.Snapshot.operators:type_name -> pact.v1.Operator
+	42, // 41: pact.v1.Snapshot.revoked_operator_names:type_name -> pact.v1.OperatorNameRevocation
+	3,  // 42: pact.v1.Snapshot.quorum:type_name -> pact.v1.QuorumIdentity
+	38, // 43: pact.v1.Snapshot.journal_cas:type_name -> pact.v1.JournalCA
+	39, // 44: pact.v1.SnapshotRecord.node:type_name -> pact.v1.Node
+	22, // 45: pact.v1.SnapshotRecord.revoked:type_name -> pact.v1.RevokedSerial
+	36, // 46: pact.v1.SnapshotRecord.intermediate:type_name -> pact.v1.Intermediate
+	19, // 47: pact.v1.SnapshotRecord.last_seen:type_name -> pact.v1.LastSeen
+	40, // 48: pact.v1.SnapshotRecord.audit:type_name -> pact.v1.AuditEntry
+	37, // 49: pact.v1.SnapshotRecord.journal:type_name -> pact.v1.JournalInfo
+	35, // 50: pact.v1.SnapshotRecord.join_token:type_name -> pact.v1.JoinToken
+	41, // 51: pact.v1.SnapshotRecord.operator:type_name -> pact.v1.Operator
+	42, // 52: pact.v1.SnapshotRecord.revoked_operator_name:type_name -> pact.v1.OperatorNameRevocation
+	21, // 53: pact.v1.SnapshotRecord.sizes:type_name -> pact.v1.SnapshotSizes
+	3,  // 54: pact.v1.SnapshotRecord.quorum:type_name -> pact.v1.QuorumIdentity
+	38, // 55: pact.v1.SnapshotRecord.journal_ca:type_name -> pact.v1.JournalCA
+	32, // 56: pact.v1.UpdateNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	41, // 57: pact.v1.RecordOperatorOp.operator:type_name -> pact.v1.Operator
+	34, // 58: pact.v1.StandbyIssuedOp.cert:type_name -> pact.v1.CertificateInfo
+	59, // [59:59] is the sub-list for method output_type
+	59, // [59:59] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_raft_proto_init() }
@@ -2895,6 +3016,7 @@ func file_pact_v1_raft_proto_init() {
 		(*Command_RecordOperator)(nil),
 		(*Command_RevokeOperator)(nil),
 		(*Command_RetireIntermediate)(nil),
+		(*Command_RevokeJournalCa)(nil),
 		(*Command_Release)(nil),
 		(*Command_UpdateNode)(nil),
 		(*Command_Batch)(nil),
@@ -2902,7 +3024,7 @@ func file_pact_v1_raft_proto_init() {
 		(*Command_StandbyActivated)(nil),
 		(*Command_SetQuorumId)(nil),
 	}
-	file_pact_v1_raft_proto_msgTypes[18].OneofWrappers = []any{
+	file_pact_v1_raft_proto_msgTypes[19].OneofWrappers = []any{
 		(*SnapshotRecord_Node)(nil),
 		(*SnapshotRecord_Revoked)(nil),
 		(*SnapshotRecord_Intermediate)(nil),
@@ -2914,6 +3036,7 @@ func file_pact_v1_raft_proto_init() {
 		(*SnapshotRecord_RevokedOperatorName)(nil),
 		(*SnapshotRecord_Sizes)(nil),
 		(*SnapshotRecord_Quorum)(nil),
+		(*SnapshotRecord_JournalCa)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2921,7 +3044,7 @@ func file_pact_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_raft_proto_rawDesc), len(file_pact_v1_raft_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -653,8 +653,12 @@ type Intermediate struct {
 	RevokeAtUnixNano  int64  `protobuf:"varint,171,opt,name=revoke_at_unix_nano,json=revokeAtUnixNano,proto3" json:"revoke_at_unix_nano,omitempty"`
 	RetiredBy         string `protobuf:"bytes,172,opt,name=retired_by,json=retiredBy,proto3" json:"retired_by,omitempty"`
 	RetireReason      string `protobuf:"bytes,173,opt,name=retire_reason,json=retireReason,proto3" json:"retire_reason,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Serial of the journal CA that signed it (JournalCA); empty when the
+	// domain root signed it directly (the layout before journal CAs, kept
+	// until those intermediates expire).
+	IssuerSerial  string `protobuf:"bytes,174,opt,name=issuer_serial,json=issuerSerial,proto3" json:"issuer_serial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Intermediate) Reset() {
@@ -743,6 +747,119 @@ func (x *Intermediate) GetRetireReason() string {
 	return ""
 }
 
+func (x *Intermediate) GetIssuerSerial() string {
+	if x != nil {
+		return x.IssuerSerial
+	}
+	return ""
+}
+
+// JournalCA is a journal host's CA certificate: signed by the domain root
+// in a ceremony, it signs only that journal's in-memory intermediates.
+// Recorded in Raft when a journal first publishes an intermediate under it;
+// revoking it takes it and every intermediate it signed out of the trust
+// bundle. No key material: its key stays in the host's TPM, token or file.
+type JournalCA struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	JournalId string                 `protobuf:"bytes,1,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
+	// Hex of the certificate serial.
+	Serial             string `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
+	Der                []byte `protobuf:"bytes,3,opt,name=der,proto3" json:"der,omitempty"`
+	NotAfterUnix       int64  `protobuf:"varint,4,opt,name=not_after_unix,json=notAfterUnix,proto3" json:"not_after_unix,omitempty"`
+	RecordedAtUnixNano int64  `protobuf:"varint,5,opt,name=recorded_at_unix_nano,json=recordedAtUnixNano,proto3" json:"recorded_at_unix_nano,omitempty"`
+	RevokedAtUnixNano  int64  `protobuf:"varint,6,opt,name=revoked_at_unix_nano,json=revokedAtUnixNano,proto3" json:"revoked_at_unix_nano,omitempty"`
+	RevokedBy          string `protobuf:"bytes,7,opt,name=revoked_by,json=revokedBy,proto3" json:"revoked_by,omitempty"`
+	RevokeReason       string `protobuf:"bytes,8,opt,name=revoke_reason,json=revokeReason,proto3" json:"revoke_reason,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *JournalCA) Reset() {
+	*x = JournalCA{}
+	mi := &file_pact_v1_registry_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JournalCA) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JournalCA) ProtoMessage() {}
+
+func (x *JournalCA) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_registry_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JournalCA.ProtoReflect.Descriptor instead.
+func (*JournalCA) Descriptor() ([]byte, []int) {
+	return file_pact_v1_registry_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *JournalCA) GetJournalId() string {
+	if x != nil {
+		return x.JournalId
+	}
+	return ""
+}
+
+func (x *JournalCA) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *JournalCA) GetDer() []byte {
+	if x != nil {
+		return x.Der
+	}
+	return nil
+}
+
+func (x *JournalCA) GetNotAfterUnix() int64 {
+	if x != nil {
+		return x.NotAfterUnix
+	}
+	return 0
+}
+
+func (x *JournalCA) GetRecordedAtUnixNano() int64 {
+	if x != nil {
+		return x.RecordedAtUnixNano
+	}
+	return 0
+}
+
+func (x *JournalCA) GetRevokedAtUnixNano() int64 {
+	if x != nil {
+		return x.RevokedAtUnixNano
+	}
+	return 0
+}
+
+func (x *JournalCA) GetRevokedBy() string {
+	if x != nil {
+		return x.RevokedBy
+	}
+	return ""
+}
+
+func (x *JournalCA) GetRevokeReason() string {
+	if x != nil {
+		return x.RevokeReason
+	}
+	return ""
+}
+
 // Operator is an operator credential as recorded in Raft. No key material.
 type Operator struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -765,7 +882,7 @@ type Operator struct {
 
 func (x *Operator) Reset() {
 	*x = Operator{}
-	mi := &file_pact_v1_registry_proto_msgTypes[7]
+	mi := &file_pact_v1_registry_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +894,7 @@ func (x *Operator) String() string {
 func (*Operator) ProtoMessage() {}
 
 func (x *Operator) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_registry_proto_msgTypes[7]
+	mi := &file_pact_v1_registry_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +907,7 @@ func (x *Operator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operator.ProtoReflect.Descriptor instead.
 func (*Operator) Descriptor() ([]byte, []int) {
-	return file_pact_v1_registry_proto_rawDescGZIP(), []int{7}
+	return file_pact_v1_registry_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Operator) GetName() string {
@@ -889,7 +1006,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_pact_v1_registry_proto_msgTypes[8]
+	mi := &file_pact_v1_registry_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +1018,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_registry_proto_msgTypes[8]
+	mi := &file_pact_v1_registry_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +1031,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_pact_v1_registry_proto_rawDescGZIP(), []int{8}
+	return file_pact_v1_registry_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AuditEntry) GetIndex() uint64 {
@@ -1000,7 +1117,7 @@ type JournalInfo struct {
 
 func (x *JournalInfo) Reset() {
 	*x = JournalInfo{}
-	mi := &file_pact_v1_registry_proto_msgTypes[9]
+	mi := &file_pact_v1_registry_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1129,7 @@ func (x *JournalInfo) String() string {
 func (*JournalInfo) ProtoMessage() {}
 
 func (x *JournalInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_registry_proto_msgTypes[9]
+	mi := &file_pact_v1_registry_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1142,7 @@ func (x *JournalInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JournalInfo.ProtoReflect.Descriptor instead.
 func (*JournalInfo) Descriptor() ([]byte, []int) {
-	return file_pact_v1_registry_proto_rawDescGZIP(), []int{9}
+	return file_pact_v1_registry_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *JournalInfo) GetJournalId() string {
@@ -1062,7 +1179,7 @@ type OperatorNameRevocation struct {
 
 func (x *OperatorNameRevocation) Reset() {
 	*x = OperatorNameRevocation{}
-	mi := &file_pact_v1_registry_proto_msgTypes[10]
+	mi := &file_pact_v1_registry_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1191,7 @@ func (x *OperatorNameRevocation) String() string {
 func (*OperatorNameRevocation) ProtoMessage() {}
 
 func (x *OperatorNameRevocation) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_registry_proto_msgTypes[10]
+	mi := &file_pact_v1_registry_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1204,7 @@ func (x *OperatorNameRevocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperatorNameRevocation.ProtoReflect.Descriptor instead.
 func (*OperatorNameRevocation) Descriptor() ([]byte, []int) {
-	return file_pact_v1_registry_proto_rawDescGZIP(), []int{10}
+	return file_pact_v1_registry_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OperatorNameRevocation) GetName() string {
@@ -1163,7 +1280,7 @@ const file_pact_v1_registry_proto_rawDesc = "" +
 	"\n" +
 	"created_by\x18\x04 \x01(\tR\tcreatedBy\x12/\n" +
 	"\x14expires_at_unix_nano\x18\x05 \x01(\x03R\x11expiresAtUnixNano\x12)\n" +
-	"\x11used_at_unix_nano\x18\x06 \x01(\x03R\x0eusedAtUnixNano\"\xa5\x02\n" +
+	"\x11used_at_unix_nano\x18\x06 \x01(\x03R\x0eusedAtUnixNano\"\xcb\x02\n" +
 	"\fIntermediate\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x16\n" +
@@ -1174,7 +1291,19 @@ const file_pact_v1_registry_proto_rawDesc = "" +
 	"\x13revoke_at_unix_nano\x18\xab\x01 \x01(\x03R\x10revokeAtUnixNano\x12\x1e\n" +
 	"\n" +
 	"retired_by\x18\xac\x01 \x01(\tR\tretiredBy\x12$\n" +
-	"\rretire_reason\x18\xad\x01 \x01(\tR\fretireReason\"\xd9\x02\n" +
+	"\rretire_reason\x18\xad\x01 \x01(\tR\fretireReason\x12$\n" +
+	"\rissuer_serial\x18\xae\x01 \x01(\tR\fissuerSerial\"\xa2\x02\n" +
+	"\tJournalCA\x12\x1d\n" +
+	"\n" +
+	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x16\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\x12\x10\n" +
+	"\x03der\x18\x03 \x01(\fR\x03der\x12$\n" +
+	"\x0enot_after_unix\x18\x04 \x01(\x03R\fnotAfterUnix\x121\n" +
+	"\x15recorded_at_unix_nano\x18\x05 \x01(\x03R\x12recordedAtUnixNano\x12/\n" +
+	"\x14revoked_at_unix_nano\x18\x06 \x01(\x03R\x11revokedAtUnixNano\x12\x1d\n" +
+	"\n" +
+	"revoked_by\x18\a \x01(\tR\trevokedBy\x12#\n" +
+	"\rrevoke_reason\x18\b \x01(\tR\frevokeReason\"\xd9\x02\n" +
 	"\bOperator\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x16\n" +
@@ -1233,7 +1362,7 @@ func file_pact_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_pact_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_pact_v1_registry_proto_goTypes = []any{
 	(NodeState)(0),                 // 0: pact.v1.NodeState
 	(*HardwareIdentity)(nil),       // 1: pact.v1.HardwareIdentity
@@ -1243,10 +1372,11 @@ var file_pact_v1_registry_proto_goTypes = []any{
 	(*Fence)(nil),                  // 5: pact.v1.Fence
 	(*JoinToken)(nil),              // 6: pact.v1.JoinToken
 	(*Intermediate)(nil),           // 7: pact.v1.Intermediate
-	(*Operator)(nil),               // 8: pact.v1.Operator
-	(*AuditEntry)(nil),             // 9: pact.v1.AuditEntry
-	(*JournalInfo)(nil),            // 10: pact.v1.JournalInfo
-	(*OperatorNameRevocation)(nil), // 11: pact.v1.OperatorNameRevocation
+	(*JournalCA)(nil),              // 8: pact.v1.JournalCA
+	(*Operator)(nil),               // 9: pact.v1.Operator
+	(*AuditEntry)(nil),             // 10: pact.v1.AuditEntry
+	(*JournalInfo)(nil),            // 11: pact.v1.JournalInfo
+	(*OperatorNameRevocation)(nil), // 12: pact.v1.OperatorNameRevocation
 }
 var file_pact_v1_registry_proto_depIdxs = []int32{
 	1, // 0: pact.v1.Node.hardware:type_name -> pact.v1.HardwareIdentity
@@ -1273,7 +1403,7 @@ func file_pact_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_registry_proto_rawDesc), len(file_pact_v1_registry_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
