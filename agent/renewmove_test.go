@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,6 +26,7 @@ type moveSite struct {
 	p          *busyProxy
 	fc         *fakeclock.Clock
 	a          *runningAgent
+	cfg        Config
 	renewCalls atomic.Int64
 	streams    chan string
 
@@ -39,12 +41,19 @@ type moveSite struct {
 // waits for its first stream.
 func newMoveSite(t *testing.T, grace, retryAfter time.Duration, busy func(n int) bool) *moveSite {
 	t.Helper()
+	return newMoveSiteClosing(t, grace, retryAfter, busy, nil)
+}
+
+// newMoveSiteClosing is newMoveSite whose proxy also closes, unanswered,
+// the ClientHellos closes picks.
+func newMoveSiteClosing(t *testing.T, grace, retryAfter time.Duration, busy, closes func(n int) bool) *moveSite {
+	t.Helper()
 	jcfg := journaltest.Config(t.TempDir())
 	jcfg.RenewalStreamGrace = grace
 	s := &moveSite{h: journaltest.Start(t, jcfg), fc: fakeclock.New(time.Now()), streams: make(chan string, 8)}
 	s.h.Register(t, "n1", "SN1", mac1)
 	var all helloCount
-	s.p = startBusyProxy(t, &all, s.h.Addr, retryAfter, busy)
+	s.p = startProxy(t, &all, s.h.Addr, retryAfter, busy, closes)
 	cfg := agentConfig(s.h, s.fc, "SN1", mac1)
 	cfg.JournalAddrs = []string{s.p.addr}
 	cfg.OnAttempt = func(op string, err error) {
@@ -63,7 +72,7 @@ func newMoveSite(t *testing.T, grace, retryAfter time.Duration, busy func(n int)
 			}
 			return invoker(ctx, method, req, reply, cc, opts...)
 		})}
-	s.a = runAgent(t, cfg)
+	s.a, s.cfg = runAgent(t, cfg), cfg
 	s.nextStream(t)
 	return s
 }
@@ -86,6 +95,19 @@ func (s *moveSite) busy(t *testing.T) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// failed is how many attempts failed.
+func (s *moveSite) failed() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, a := range s.attempts {
+		if strings.HasSuffix(a, ":false") {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *moveSite) record() (attempts string, stale int) {
@@ -179,6 +201,52 @@ func TestRenewedCertificateConnectsWhenTheOldStreamEnds(t *testing.T) {
 	eventually(t, "one stream", func() bool { return s.h.J.OpenStreams("n1") == 1 })
 	attempts, stale = s.record()
 	if want := "[enroll:true connect:true renew:false connect:true]"; attempts != want || stale != 0 || s.renewCalls.Load() != 1 {
+		t.Errorf("attempts %s (%d stale renewals, %d RenewCert calls), want %s, 0 and 1", attempts, stale, s.renewCalls.Load(), want)
+	}
+}
+
+// A renewal whose new channel keeps failing without a busy answer (the
+// journal's handshake queue full: the connection closed unanswered) is
+// done too: the agent retries the move with backoff for longer than
+// MinRenewInterval and never renews the old certificate again, which the
+// journal would refuse as stale.
+func TestRenewedCertificateMoveFailsWithoutRenewingAgain(t *testing.T) {
+	const failing = 5
+	noBusy := func(int) bool { return false }
+	s := newMoveSiteClosing(t, 10*time.Minute, 0, noBusy, func(n int) bool { return n >= 3 && n < 3+failing })
+	old := s.a.rot.Active()
+	first := old.Identity().Serial()
+	step := s.cfg.MinRenewInterval / 2
+
+	if !s.a.RenewNow() {
+		t.Fatal("RenewNow refused on a live journal-signed channel")
+	}
+	eventually(t, "the renewal's channel fails", func() bool { return s.failed() >= 1 && s.fc.Timers() > 0 })
+	for i := 1; i < failing; i++ {
+		// Well past MinRenewInterval over the rounds.
+		pending := s.fc.Timers()
+		s.fc.Advance(step)
+		eventually(t, fmt.Sprintf("attempt %d fails and the agent waits again", i+1), func() bool {
+			return s.failed() >= i+1 && s.fc.Timers() >= pending
+		})
+		attempts, stale := s.record()
+		if n := s.renewCalls.Load(); n != 1 || stale != 0 {
+			t.Fatalf("after %v: %d RenewCert calls, %d refused as stale; want 1 and 0 (attempts %s)", time.Duration(i)*step, n, stale, attempts)
+		}
+		if s.a.rot.Active() != old || !old.StreamAlive() || s.h.J.OpenStreams("n1") != 1 {
+			t.Fatalf("after %v: the old channel is not the one streaming", time.Duration(i)*step)
+		}
+	}
+	if n := s.p.count(); n != 2+failing {
+		t.Fatalf("%d ClientHellos, want %d: one move per round", n, 2+failing)
+	}
+	s.fc.Advance(step)
+	second := s.nextStream(t)
+	if second == first || inspect(t, s.h, "n1").GetCert().GetSerial() != second {
+		t.Fatalf("the new stream presents %s; first %s, the registry %s", second, first, inspect(t, s.h, "n1").GetCert().GetSerial())
+	}
+	attempts, stale := s.record()
+	if want := "[enroll:true connect:true renew:false move:false move:false move:false move:false move:true]"; attempts != want || stale != 0 || s.renewCalls.Load() != 1 {
 		t.Errorf("attempts %s (%d stale renewals, %d RenewCert calls), want %s, 0 and 1", attempts, stale, s.renewCalls.Load(), want)
 	}
 }
