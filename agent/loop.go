@@ -270,8 +270,10 @@ func (a *Agent) stepEnroll(r *round) *verdict {
 	return nil
 }
 
-// stepMove moves the live channel to a better identity, a rotated one, or
-// away from one its provider no longer offers.
+// stepMove moves the live channel to a better identity, a rotated one (a
+// renewed certificate whose own swap failed: stepRenew scheduled this
+// retry), or away from one its provider no longer offers. A failed move
+// is retried as a connect is (moveFailed).
 func (a *Agent) stepMove(r *round) *verdict {
 	s, act := r.s, r.act
 	if !r.alive {
