@@ -172,36 +172,48 @@ func TestRenewedCertificateMovesWhenTheBusyJournalSaid(t *testing.T) {
 
 // When the old stream ends while the move waits (the journal's grace ran
 // out, or it restarted), the move becomes an ordinary connect with the
-// new certificate, still at the time the busy journal named.
+// new certificate, still at the time the busy journal named. Without a
+// grace (the default) the journal ends the old stream at the renewal's
+// commit, and the same holds.
 func TestRenewedCertificateConnectsWhenTheOldStreamEnds(t *testing.T) {
-	const retryAfter = 3 * time.Second
-	s := newMoveSite(t, 300*time.Millisecond, retryAfter, func(n int) bool { return n == 3 })
-	old := s.a.rot.Active()
-	first := old.Identity().Serial()
+	for _, tc := range []struct {
+		name  string
+		grace time.Duration
+	}{
+		{"grace over", 300 * time.Millisecond},
+		{"no grace", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const retryAfter = 3 * time.Second
+			s := newMoveSite(t, tc.grace, retryAfter, func(n int) bool { return n == 3 })
+			old := s.a.rot.Active()
+			first := old.Identity().Serial()
 
-	if !s.a.RenewNow() {
-		t.Fatal("RenewNow refused on a live journal-signed channel")
-	}
-	eventually(t, "the busy answer", func() bool { return s.busy(t) >= 1 })
-	// The journal's grace (its own clock) runs out: it ends the stream.
-	eventually(t, "the old stream ends", func() bool { return !old.StreamAlive() && s.fc.Timers() > 0 })
-	advanceAndSettle(t, s.fc, retryAfter-500*time.Millisecond)
-	attempts, stale := s.record()
-	if got := s.p.count(); got != 3 {
-		t.Fatalf("%d ClientHellos before the retry-after, want 3 (attempts %s)", got, attempts)
-	}
-	if n := s.renewCalls.Load(); n != 1 || stale != 0 {
-		t.Fatalf("%d RenewCert calls, %d refused as stale; want 1 and 0 (attempts %s)", n, stale, attempts)
-	}
-	s.fc.Advance(time.Second)
-	second := s.nextStream(t)
-	if second == first || inspect(t, s.h, "n1").GetCert().GetSerial() != second {
-		t.Fatalf("the new stream presents %s; first %s, the registry %s", second, first, inspect(t, s.h, "n1").GetCert().GetSerial())
-	}
-	eventually(t, "one stream", func() bool { return s.h.J.OpenStreams("n1") == 1 })
-	attempts, stale = s.record()
-	if want := "[enroll:true connect:true renew:false connect:true]"; attempts != want || stale != 0 || s.renewCalls.Load() != 1 {
-		t.Errorf("attempts %s (%d stale renewals, %d RenewCert calls), want %s, 0 and 1", attempts, stale, s.renewCalls.Load(), want)
+			if !s.a.RenewNow() {
+				t.Fatal("RenewNow refused on a live journal-signed channel")
+			}
+			eventually(t, "the busy answer", func() bool { return s.busy(t) >= 1 })
+			// The journal (on its own clock) ends the stream.
+			eventually(t, "the old stream ends", func() bool { return !old.StreamAlive() && s.fc.Timers() > 0 })
+			advanceAndSettle(t, s.fc, retryAfter-500*time.Millisecond)
+			attempts, stale := s.record()
+			if got := s.p.count(); got != 3 {
+				t.Fatalf("%d ClientHellos before the retry-after, want 3 (attempts %s)", got, attempts)
+			}
+			if n := s.renewCalls.Load(); n != 1 || stale != 0 {
+				t.Fatalf("%d RenewCert calls, %d refused as stale; want 1 and 0 (attempts %s)", n, stale, attempts)
+			}
+			s.fc.Advance(time.Second)
+			second := s.nextStream(t)
+			if second == first || inspect(t, s.h, "n1").GetCert().GetSerial() != second {
+				t.Fatalf("the new stream presents %s; first %s, the registry %s", second, first, inspect(t, s.h, "n1").GetCert().GetSerial())
+			}
+			eventually(t, "one stream", func() bool { return s.h.J.OpenStreams("n1") == 1 })
+			attempts, stale = s.record()
+			if want := "[enroll:true connect:true renew:false connect:true]"; attempts != want || stale != 0 || s.renewCalls.Load() != 1 {
+				t.Errorf("attempts %s (%d stale renewals, %d RenewCert calls), want %s, 0 and 1", attempts, stale, s.renewCalls.Load(), want)
+			}
+		})
 	}
 }
 
