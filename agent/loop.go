@@ -25,7 +25,7 @@ import (
 type retry struct {
 	attempt   int
 	notBefore time.Time
-	busy      bool // notBefore is a journal's busy answer (deferred)
+	busy      bool // notBefore is a journal's busy answer (deferred), not a backoff
 }
 
 func (r *retry) due(now time.Time) bool { return !now.Before(r.notBefore) }
@@ -33,6 +33,7 @@ func (r *retry) due(now time.Time) bool { return !now.Before(r.notBefore) }
 func (r *retry) failed(a *Agent, err error, atLeast time.Duration) {
 	r.notBefore = a.cfg.Clock.Now().Add(max(a.backoff.After(r.attempt, err), atLeast))
 	r.attempt++
+	r.busy = false
 }
 
 // loopState is what the loop remembers between steps. Only Run's goroutine
