@@ -101,7 +101,7 @@ func attemptWork(op string, err error) work {
 	case "standby":
 		return work{keygen: 1, sign: 1}
 	}
-	return work{mtls: 1} // connect, upgrade, fallback: a new channel
+	return work{mtls: 1} // connect, upgrade, fallback, move: a new channel
 }
 
 // newChannel reports an attempt to put a certificate on a new channel:
