@@ -264,7 +264,7 @@ func TestAttemptWork(t *testing.T) {
 // then moves and connects; not a renewal refused at RenewCert.
 func TestNewChannel(t *testing.T) {
 	busy := fmt.Errorf("channel: health check of x: %w", &transport.BusyError{RetryAfter: time.Second})
-	stale := fmt.Errorf("agent: RenewCert at x: %w", status.Error(codes.FailedPrecondition, "STALE_CERTIFICATE"))
+	stale := fmt.Errorf("agent: RenewCert at x: %w", status.Error(codes.PermissionDenied, "STALE_CERTIFICATE"))
 	for _, tc := range []struct {
 		op   string
 		err  error
