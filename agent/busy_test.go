@@ -26,6 +26,7 @@ type busyProxy struct {
 	mu         sync.Mutex
 	hellos     int              // ClientHellos at this proxy
 	busy       func(n int) bool // whether the n-th ClientHello (from 1, of all) is answered busy
+	closes     func(n int) bool // whether it is closed unanswered, as by a full handshake queue (nil: none)
 	retryAfter time.Duration
 }
 
@@ -36,12 +37,19 @@ type helloCount struct {
 
 func startBusyProxy(t *testing.T, all *helloCount, journal string, retryAfter time.Duration, busy func(int) bool) *busyProxy {
 	t.Helper()
+	return startProxy(t, all, journal, retryAfter, busy, nil)
+}
+
+// startProxy is startBusyProxy that also closes, unanswered, the
+// ClientHellos closes picks.
+func startProxy(t *testing.T, all *helloCount, journal string, retryAfter time.Duration, busy, closes func(int) bool) *busyProxy {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lis.Close() })
-	p := &busyProxy{addr: lis.Addr().String(), all: all, busy: busy, retryAfter: retryAfter}
+	p := &busyProxy{addr: lis.Addr().String(), all: all, busy: busy, closes: closes, retryAfter: retryAfter}
 	go func() {
 		for {
 			c, err := lis.Accept()
@@ -63,10 +71,14 @@ func (p *busyProxy) serve(c net.Conn, journal string) {
 	p.all.mu.Lock()
 	p.all.n++
 	busy := p.busy(p.all.n)
+	closes := p.closes != nil && p.closes(p.all.n)
 	p.all.mu.Unlock()
 	p.mu.Lock()
 	p.hellos++
 	p.mu.Unlock()
+	if closes {
+		return
+	}
 	if busy {
 		_, _ = c.Write(transport.FormatBusy(p.retryAfter))
 		_ = c.(*net.TCPConn).CloseWrite()

@@ -125,8 +125,9 @@ type Config struct {
 	// OnAttempt, if set, is told the outcome of every attempt the agent
 	// makes to get an identity or move its channel (what
 	// pact_agent_cert_renewal_attempts_total counts): op is "enroll",
-	// "connect", "upgrade", "fallback", "renew" or "standby", err nil on
-	// success. OnStream, if set, is told each time a new channel goes live,
+	// "connect", "upgrade", "fallback", "move" (to a renewed or rotated
+	// certificate of the channel's source, after the renewal's own new
+	// channel failed), "renew" or "standby", err nil on success. OnStream, if set, is told each time a new channel goes live,
 	// that is once its Subscribe stream has delivered its first event. Both
 	// run on the agent's own goroutine and must not block; they let a
 	// process that runs many agents (the boot-storm benchmark) watch each

@@ -25,7 +25,7 @@ import (
 type retry struct {
 	attempt   int
 	notBefore time.Time
-	busy      bool // notBefore is a journal's busy answer (deferred)
+	busy      bool // notBefore is a journal's busy answer (deferred), not a backoff
 }
 
 func (r *retry) due(now time.Time) bool { return !now.Before(r.notBefore) }
@@ -33,6 +33,7 @@ func (r *retry) due(now time.Time) bool { return !now.Before(r.notBefore) }
 func (r *retry) failed(a *Agent, err error, atLeast time.Duration) {
 	r.notBefore = a.cfg.Clock.Now().Add(max(a.backoff.After(r.attempt, err), atLeast))
 	r.attempt++
+	r.busy = false
 }
 
 // loopState is what the loop remembers between steps. Only Run's goroutine
@@ -195,6 +196,13 @@ func (a *Agent) stepStreamEnd(r *round) error {
 	} else {
 		s.connect.failed(a, err, 0) // the previous stream did not last: do not hammer
 	}
+	if held := a.renewedAhead(r.ctx, act.Identity()); held != nil && s.upgradeKey == idKey(held) &&
+		s.upgrade.busy && s.upgrade.notBefore.After(s.connect.notBefore) {
+		// The move onto a renewed certificate was waiting for the time a
+		// busy journal named: the connect with that certificate, which
+		// takes the move's place, waits for it too.
+		s.connect.notBefore, s.connect.busy = s.upgrade.notBefore, true
+	}
 	return nil
 }
 
@@ -263,8 +271,10 @@ func (a *Agent) stepEnroll(r *round) *verdict {
 	return nil
 }
 
-// stepMove moves the live channel to a better identity, a rotated one, or
-// away from one its provider no longer offers.
+// stepMove moves the live channel to a better identity, a rotated one (a
+// renewed certificate whose own swap failed: stepRenew scheduled this
+// retry), or away from one its provider no longer offers. A failed move
+// is retried as a connect is (moveFailed).
 func (a *Agent) stepMove(r *round) *verdict {
 	s, act := r.s, r.act
 	if !r.alive {
@@ -280,7 +290,10 @@ func (a *Agent) stepMove(r *round) *verdict {
 	}
 	if s.upgrade.due(r.now) {
 		op := "upgrade"
-		if want.Source.Rank() < act.Identity().Source.Rank() {
+		switch {
+		case want.Source == act.Identity().Source:
+			op = "move" // a renewed or rotated certificate of the same source
+		case want.Source.Rank() < act.Identity().Source.Rank():
 			op = "fallback"
 		}
 		err := a.swapTo(r.ctx, op, want)
@@ -299,12 +312,38 @@ func (a *Agent) stepMove(r *round) *verdict {
 		case outRebase:
 			return a.onNewClock(s)
 		default:
-			a.dropRefusedJournalIdentity(want, err)
-			s.upgrade.retryAfter(a, err, 0)
+			a.moveFailed(s, want, err)
 		}
 	}
 	r.next.at(s.upgrade.notBefore)
 	return nil
+}
+
+// moveFailed schedules the next move onto want after one failed, as a
+// connect's retry is: at the time a busy journal named, the backoff not
+// grown, or with backoff. A journal-signed identity the journal no longer
+// takes is dropped.
+func (a *Agent) moveFailed(s *loopState, want *identity.Identity, err error) {
+	if key := idKey(want); key != s.upgradeKey {
+		s.upgradeKey, s.upgrade = key, retry{}
+	}
+	a.dropRefusedJournalIdentity(want, err)
+	s.upgrade.retryAfter(a, err, 0)
+}
+
+// renewedAhead returns the journal-signed certificate the agent holds
+// when it is newer than cur, the journal-signed certificate its channel
+// presents: a renewal was answered and the move onto its certificate is
+// not done. Nil otherwise.
+func (a *Agent) renewedAhead(ctx context.Context, cur *identity.Identity) *identity.Identity {
+	if cur == nil || cur.Source != identity.SourceJournal {
+		return nil
+	}
+	held, err := a.jp.Current(ctx)
+	if err != nil || held.Serial() == cur.Serial() || held.Chain[0].NotBefore.Before(cur.Chain[0].NotBefore) {
+		return nil
+	}
+	return held
 }
 
 // stepStandby: on SPIRE, hold a journal-signed standby, obtained and
@@ -346,6 +385,16 @@ func (a *Agent) stepRenew(r *round) *verdict {
 		return nil
 	}
 	id := act.Identity()
+	if held := a.renewedAhead(r.ctx, id); held != nil {
+		// The renewal is done: what is pending is the move onto its
+		// certificate (stepMove, paced like a connect). Renewing the
+		// channel's certificate again would be refused as stale.
+		if s.renewFor != held.Serial() {
+			s.renewFor, s.renewAt = held.Serial(), renewalTime(held, a.cfg.RenewAt)
+		}
+		a.setNextRenewal(s.renewAt)
+		return nil
+	}
 	if s.renewFor != id.Serial() {
 		s.renewFor, s.renewAt = id.Serial(), renewalTime(id, a.cfg.RenewAt)
 	}
@@ -372,6 +421,17 @@ func (a *Agent) stepRenew(r *round) *verdict {
 	case outRebase:
 		return a.onNewClock(s)
 	default:
+		if held := a.renewedAhead(r.ctx, id); held != nil {
+			// RenewCert answered; the new channel failed (a busy
+			// journal, a health check or first event past its
+			// deadline). The renewal is done; the move onto its
+			// certificate is retried by stepMove as a connect would
+			// be: at the time a busy journal named, or with backoff,
+			// while the old channel keeps streaming.
+			s.renew = retry{}
+			a.moveFailed(s, held, err)
+			return again(r.now)
+		}
 		a.dropRefusedJournalIdentity(id, err)
 		atLeast := a.cfg.MinRenewInterval
 		if o == outBusy || apierr.FromError(err).RetryAfter > 0 {

@@ -124,6 +124,7 @@ func TestRetryAfter(t *testing.T) {
 		wantWait    time.Duration
 		wantAttempt int
 		wantBusy    bool
+		wasBusy     bool // the previous attempt was answered busy
 	}{
 		// busyWait: the retry-after plus the jitter's draw (0 here).
 		{name: "busy", err: &transport.BusyError{RetryAfter: 7 * time.Second}, atLeast: time.Hour, wantWait: 7 * time.Second, wantAttempt: 2, wantBusy: true},
@@ -131,6 +132,8 @@ func TestRetryAfter(t *testing.T) {
 		// backoff: Min/2 plus the draw (0) for attempt 2.
 		{name: "failure", err: errors.New("connection reset"), wantWait: 50 * time.Millisecond, wantAttempt: 3},
 		{name: "failure, at least", err: errors.New("connection reset"), atLeast: time.Minute, wantWait: time.Minute, wantAttempt: 3},
+		// A failure after a busy answer waits a backoff, and says so.
+		{name: "failure after busy", err: errors.New("connection reset"), wasBusy: true, wantWait: 50 * time.Millisecond, wantAttempt: 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := fakeclock.New(start)
@@ -138,7 +141,7 @@ func TestRetryAfter(t *testing.T) {
 				cfg:     Config{Clock: clk},
 				backoff: backoff.Policy{Min: 100 * time.Millisecond, Max: time.Second, Rand: func(time.Duration) time.Duration { return 0 }},
 			}
-			r := retry{attempt: 2}
+			r := retry{attempt: 2, busy: tc.wasBusy}
 			r.retryAfter(a, tc.err, tc.atLeast)
 			if got := r.notBefore.Sub(start); got != tc.wantWait {
 				t.Errorf("next attempt in %v, want %v", got, tc.wantWait)

@@ -20,7 +20,10 @@ import (
 // for a fresh key (RenewCert over that channel) and swaps to it. From the
 // moment the renewal commits the journal takes the old certificate for
 // stale, so the swap follows at once, within the same rotation (calls the
-// journal refuses as stale meanwhile are retried on the new channel).
+// journal refuses as stale meanwhile are retried on the new channel). A
+// swap that fails leaves the new certificate held (the journal provider's)
+// and the renewal done: the step moves onto it later (stepMove), paced as
+// a connect is, and renews nothing meanwhile (renewedAhead).
 func (a *Agent) renew(ctx context.Context, act *channel.Channel) error {
 	a.metrics.attempts.Inc()
 	err := a.rot.Rotate(ctx, func(ctx context.Context, cur *channel.Channel) (*identity.Identity, error) {

@@ -101,7 +101,24 @@ func attemptWork(op string, err error) work {
 	case "standby":
 		return work{keygen: 1, sign: 1}
 	}
-	return work{mtls: 1} // connect, upgrade, fallback: a new channel
+	return work{mtls: 1} // connect, upgrade, fallback, move: a new channel
+}
+
+// newChannel reports an attempt to put a certificate on a new channel:
+// a connect, a move to another identity, or a renewal whose RenewCert
+// answered (its new channel tried, whatever came of it). In the renewal
+// storm these are the tries to move each node onto its renewed
+// certificate: with --renewal-stream-grace off mostly the renewal's own
+// and a connect after the journal ended the old stream, with the grace on
+// the renewal's and the agent's paced "move" retries.
+func newChannel(op string, err error) bool {
+	switch op {
+	case "connect", "upgrade", "fallback", "move":
+		return true
+	case "renew":
+		return err == nil || !strings.Contains(err.Error(), "RenewCert at ")
+	}
+	return false
 }
 
 // answeredBusy reports a journal's busy answer (internal/transport): it had no
@@ -141,6 +158,7 @@ type benchAgent struct {
 	before     string    // the serial before the renewal storm
 	attempts   int
 	busy       int // attempts a journal answered busy
+	channels   int // renewal storm: attempts on a new channel (newChannel)
 	byOp       map[string]int
 	failures   map[string]int
 	examples   map[string]string // one error message per failure label
@@ -170,7 +188,7 @@ func (a *benchAgent) reset(kind stormKind, onFinished func(held bool)) {
 	a.kind, a.onFinished = kind, onFinished
 	a.arrival, a.activeAt, a.streamAt = time.Time{}, time.Time{}, time.Time{}
 	a.before = a.serial
-	a.attempts, a.busy, a.byOp, a.failures, a.examples = 0, 0, map[string]int{}, map[string]int{}, map[string]string{}
+	a.attempts, a.busy, a.channels, a.byOp, a.failures, a.examples = 0, 0, 0, map[string]int{}, map[string]int{}, map[string]string{}
 	a.wasted, a.spent, a.err, a.finished, a.held, a.abandoned = work{}, work{}, nil, false, false, false
 }
 
@@ -194,6 +212,9 @@ func (a *benchAgent) onAttempt(op string, err error) {
 	}
 	a.attempts++
 	a.byOp[op]++
+	if a.kind == stormRenew && newChannel(op, err) {
+		a.channels++
+	}
 	w := attemptWork(op, err)
 	a.spent.add(w)
 	if answeredBusy(err) {
@@ -264,6 +285,7 @@ type stormResult struct {
 	byOp         map[string]int
 	failedTries  int
 	busy         int // attempts answered busy (not failures, not in failures)
+	channels     int // renewal storm: attempts on a new channel (newChannel)
 	maxAttempt   int
 	failures     map[string]int
 	examples     map[string]string // one error message per failure label
@@ -541,6 +563,7 @@ type agentRecord struct {
 	Before    string            `json:"before,omitempty"`
 	Attempts  int               `json:"attempts"`
 	Busy      int               `json:"busy,omitempty"`
+	Channels  int               `json:"channels,omitempty"`
 	ByOp      map[string]int    `json:"by_op,omitempty"`
 	Failures  map[string]int    `json:"failures,omitempty"`
 	Examples  map[string]string `json:"examples,omitempty"`
@@ -560,7 +583,7 @@ func (a *benchAgent) record() agentRecord {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r := agentRecord{Idx: a.idx, Arrival: a.arrival, ActiveAt: a.activeAt, StreamAt: a.streamAt,
-		Serial: a.serial, Before: a.before, Attempts: a.attempts, Busy: a.busy,
+		Serial: a.serial, Before: a.before, Attempts: a.attempts, Busy: a.busy, Channels: a.channels,
 		ByOp: maps.Clone(a.byOp), Failures: maps.Clone(a.failures), Examples: maps.Clone(a.examples),
 		Wasted: a.wasted, Spent: a.spent, Failed: a.err != nil, Abandoned: a.abandoned}
 	if a.err != nil {
@@ -624,6 +647,7 @@ func aggregate(res *stormResult, recs []agentRecord, t0 time.Time) {
 		r := &recs[i]
 		res.attempts += r.Attempts
 		res.busy += r.Busy
+		res.channels += r.Channels
 		res.maxAttempt = max(res.maxAttempt, r.Attempts)
 		for k, v := range r.ByOp {
 			res.byOp[k] += v

@@ -91,8 +91,8 @@ func TestTinyStormRunsPactAgent(t *testing.T) {
 	if res.ok != len(nodes) || res.failed != 0 {
 		t.Fatalf("renew storm: %d streaming, %d failed: %v", res.ok, res.failed, res.firstErrs)
 	}
-	if res.byOp["renew"] < len(nodes) {
-		t.Errorf("attempts %v: want a renewal per agent", res.byOp)
+	if res.byOp["renew"] < len(nodes) || res.channels < len(nodes) {
+		t.Errorf("attempts %v, %d on a new channel: want a renewal and a new channel per agent", res.byOp, res.channels)
 	}
 	confirm(t, c, agents, enrolled)
 }
@@ -244,6 +244,9 @@ func TestAttemptWork(t *testing.T) {
 		{"connect", closed, work{}},
 		{"enroll", fmt.Errorf("agent: enroll at x: %w", busy), work{}},
 		{"connect", fmt.Errorf("channel: health check of x: %w", busy), work{}},
+		{"move", nil, work{mtls: 1}},
+		{"move", deadline, work{mtls: 1}},
+		{"move", fmt.Errorf("channel: health check of x: %w", busy), work{}},
 		{"renew", fmt.Errorf("channel: health check of x: %w", busy), work{keygen: 1, sign: 1}},
 		{"renew", nil, work{keygen: 1, sign: 1, mtls: 1}},
 		{"renew", fmt.Errorf("agent: RenewCert at x: %w", refused), work{keygen: 1}},
@@ -253,6 +256,44 @@ func TestAttemptWork(t *testing.T) {
 		if got := attemptWork(tc.op, tc.err); got != tc.want {
 			t.Errorf("attemptWork(%s, %v) = %+v, want %+v", tc.op, tc.err, got, tc.want)
 		}
+	}
+}
+
+// The renewal storm counts the tries to put each node's renewed
+// certificate on a channel: the renewal's own once RenewCert answered,
+// then moves and connects; not a renewal refused at RenewCert.
+func TestNewChannel(t *testing.T) {
+	busy := fmt.Errorf("channel: health check of x: %w", &transport.BusyError{RetryAfter: time.Second})
+	stale := fmt.Errorf("agent: RenewCert at x: %w", status.Error(codes.PermissionDenied, "STALE_CERTIFICATE"))
+	for _, tc := range []struct {
+		op   string
+		err  error
+		want bool
+	}{
+		{"renew", nil, true},
+		{"renew", busy, true},
+		{"renew", stale, false},
+		{"move", nil, true},
+		{"move", busy, true},
+		{"upgrade", busy, true},
+		{"connect", nil, true},
+		{"enroll", nil, false},
+		{"standby", nil, false},
+	} {
+		if got := newChannel(tc.op, tc.err); got != tc.want {
+			t.Errorf("newChannel(%s, %v) = %v, want %v", tc.op, tc.err, got, tc.want)
+		}
+	}
+	a := &benchAgent{}
+	a.reset(stormRenew, nil)
+	for _, at := range []struct {
+		op  string
+		err error
+	}{{"renew", busy}, {"move", busy}, {"renew", stale}, {"move", nil}} {
+		a.onAttempt(at.op, at.err)
+	}
+	if r := a.record(); r.Channels != 3 || r.Attempts != 4 || r.ByOp["move"] != 2 {
+		t.Errorf("record %+v: want 3 channel attempts of 4, 2 moves", r)
 	}
 }
 
@@ -422,7 +463,7 @@ func TestShareCoversEveryAgent(t *testing.T) {
 // An agent's record survives the trip from a worker as JSON.
 func TestAgentRecordJSON(t *testing.T) {
 	now := time.Now().Round(0)
-	in := agentRecord{Idx: 7, Arrival: now, StreamAt: now.Add(time.Second), Serial: "ab", Before: "cd", Attempts: 3,
+	in := agentRecord{Idx: 7, Arrival: now, StreamAt: now.Add(time.Second), Serial: "ab", Before: "cd", Attempts: 3, Channels: 2,
 		ByOp: map[string]int{"enroll": 2, "connect": 1}, Failures: map[string]int{"enroll Unavailable": 1},
 		Examples: map[string]string{"enroll Unavailable": "x"}, Wasted: work{tls: 1}, Spent: work{1, 2, 3, 4}, Failed: true, Err: "e", Abandoned: true}
 	b, err := json.Marshal(in)

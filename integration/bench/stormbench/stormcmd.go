@@ -682,7 +682,8 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 	fmt.Fprintf(out, "\nregistration: %d nodes in %.2fs with one pact node enroll --batch\n", f.agents, regTook.Seconds())
 	fmt.Fprintf(out, "enroll: every node active after %.2fs, streaming after %.2fs; attempts by kind %v; failed attempts %v; journals answered %v\n", e.activeWall.Seconds(), e.wall.Seconds(), e.byOp, e.failures, e.journalCount)
 	if r != nil {
-		fmt.Fprintf(out, "renew: attempts by kind %v; failed attempts %v; journals answered %v; %d nodes hold the new certificate\n", r.byOp, r.failures, r.journalCount, chk.renewed)
+		fmt.Fprintf(out, "renew: attempts by kind %v; failed attempts %v; journals answered %v; %d nodes hold the new certificate; %d attempts on a new channel (%.2f per renewed node)\n",
+			r.byOp, r.failures, r.journalCount, chk.renewed, r.channels, perRenewal(r.channels, chk.renewed))
 	}
 	fmt.Fprintf(out, "registry after the enroll storm: %v; streams the journals hold: %d\n", chk.counts, chk.streams)
 	fmt.Fprintf(out, "unit prices (both sides): keygen+CSR %.3f ms, TLS handshake %.3f ms, mTLS handshake %.3f ms, ParseCSR+SignAgent %.3f ms\n", ms(price.keygen), ms(price.tls), ms(price.mtls), ms(price.sign))
@@ -778,6 +779,10 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		js["renew_journal_closed_before_handshake"] = r.journalClosed
 		js["renew_journal_busy_answers"] = r.journalBusy
 		js["renew_busy_attempts"] = r.busy
+		js["renew_attempts_by_kind"] = r.byOp
+		js["renew_failures"] = r.failures
+		js["renew_channel_attempts"] = r.channels
+		js["renew_channel_attempts_per_renewal"] = round(perRenewal(r.channels, chk.renewed), 3)
 		js["renew_wasted_cpu_share"] = round(rws, 4)
 		js["renew_wasted_cpu_share_crypto"] = round(rwsMin, 4)
 		js["cpu_ms_per_renew"] = round(ms(r.cpuPerOp()), 3)
@@ -808,4 +813,12 @@ func targets(e *stormResult, c ceilingResult, wasted float64) map[string]bool {
 		"ratio_to_ceiling_ge_0.6":  e.perSec/c.perSec >= 0.6,
 		"journal_cpu_ratio_ge_0.5": ratio(c.serverOp, e.journalCPUPerOp()) >= 0.5,
 	}
+}
+
+// perRenewal is n per renewed node (0 when none renewed).
+func perRenewal(n, renewed int) float64 {
+	if renewed <= 0 {
+		return 0
+	}
+	return float64(n) / float64(renewed)
 }
