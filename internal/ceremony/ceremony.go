@@ -43,6 +43,7 @@ var (
 	ErrCSR       = errors.New("ceremony: certificate request")
 	ErrKeyPolicy = errors.New("ceremony: key not allowed")
 	ErrInput     = errors.New("ceremony: invalid input")
+	ErrName      = errors.New("ceremony: not a host name or address")
 )
 
 // File names the ceremony uses by default.
@@ -264,12 +265,12 @@ func ParseNames(items []string) (dnsNames []string, ips []net.IP, err error) {
 			continue
 		}
 		if h, p, e := net.SplitHostPort(n); e == nil && p != "" {
-			errs = append(errs, fmt.Errorf("%w: %q has a port; give the host alone (%s)", caprofile.ErrNames, n, h))
+			errs = append(errs, fmt.Errorf("%w: %q has a port; give the host alone (%s)", ErrName, n, h))
 			continue
 		}
 		if ip := net.ParseIP(strings.Trim(n, "[]")); ip != nil {
 			if ip.IsUnspecified() || ip.IsMulticast() {
-				errs = append(errs, fmt.Errorf("%w: %s is not an address a journal is reached at; give the host's own address", caprofile.ErrNames, n))
+				errs = append(errs, fmt.Errorf("%w: %s is not an address a journal is reached at; give the host's own address", ErrName, n))
 				continue
 			}
 			if v4 := ip.To4(); v4 != nil {
@@ -307,7 +308,7 @@ func checkHostNames(names []string) error {
 			}
 		}
 		if !ok {
-			return fmt.Errorf("%w: %q is not a host name (letters, digits and '-' in dot-separated labels, like j1.site.example)", caprofile.ErrNames, n)
+			return fmt.Errorf("%w: %q (letters, digits and '-' in dot-separated labels, like j1.site.example)", ErrName, n)
 		}
 	}
 	return nil
@@ -338,7 +339,7 @@ func SignJournalCA(root *x509.Certificate, rootKey crypto.Signer, csrDER []byte,
 	}
 	for _, ip := range ips {
 		if len(ip) != net.IPv4len && len(ip) != net.IPv6len || ip.IsUnspecified() {
-			return nil, fmt.Errorf("%w: %v is not an address a journal is reached at", caprofile.ErrNames, ip)
+			return nil, fmt.Errorf("%w: %v is not an address a journal is reached at", ErrName, ip)
 		}
 	}
 	if lifetime == 0 {

@@ -358,8 +358,8 @@ func TestSignJournalCARefuses(t *testing.T) {
 		{name: "bad journal id", csr: good, id: "j 1", want: ErrInput},
 		{name: "no names", csr: good, dns: []string{}, want: caprofile.ErrNames},
 		{name: "wildcard", csr: good, dns: []string{"*.site.example"}, want: caprofile.ErrNames},
-		{name: "underscore", csr: good, dns: []string{"j_1.site.example"}, want: caprofile.ErrNames},
-		{name: "unspecified address", csr: good, ips: []net.IP{net.IPv4zero}, want: caprofile.ErrNames},
+		{name: "underscore", csr: good, dns: []string{"j_1.site.example"}, want: ErrName},
+		{name: "unspecified address", csr: good, ips: []net.IP{net.IPv4zero}, want: ErrName},
 		{name: "lifetime too short", csr: good, life: time.Minute, want: ErrInput},
 		{name: "not the root's key", csr: good, key: otherKey, want: ErrRoot},
 		{name: "a journal CA is no root", csr: good, root: jca, key: jkey, want: ErrRoot},
@@ -410,7 +410,7 @@ func TestParseNames(t *testing.T) {
 		t.Errorf("dns %v ips %v", dns, ips)
 	}
 	for _, bad := range []string{"j1.site:7443", "10.0.0.1:7443", "[::1]:7443", "0.0.0.0", "::", "224.0.0.1", "*.site", "a..b", ".site", "site.", "a b", "https://j1", "-j1.site", "j1@site", "a_b"} {
-		if _, _, err := ParseNames([]string{bad}); !errors.Is(err, caprofile.ErrNames) {
+		if _, _, err := ParseNames([]string{bad}); !errors.Is(err, ErrName) && !errors.Is(err, caprofile.ErrNames) {
 			t.Errorf("%q: %v", bad, err)
 		}
 	}

@@ -105,7 +105,7 @@ func Describe(cert *x509.Certificate) Description {
 		IsCA:              cert.IsCA,
 		KeyUsage:          keyUsages(cert.KeyUsage),
 		ExtKeyUsage:       extKeyUsages(cert.ExtKeyUsage),
-		PublicKey:         publicKeyName(cert.PublicKey),
+		PublicKey:         PublicKeyName(cert.PublicKey),
 		SPKISHA256:        pki.SPKIFingerprint(cert),
 		SHA256Fingerprint: pki.CertFingerprint(cert),
 		SubjectKeyID:      hex.EncodeToString(cert.SubjectKeyId),
@@ -227,7 +227,8 @@ func extKeyUsages(ekus []x509.ExtKeyUsage) []string {
 	return out
 }
 
-func publicKeyName(pub any) string {
+// PublicKeyName names a public key's algorithm and size: "ECDSA P-256".
+func PublicKeyName(pub any) string {
 	switch k := pub.(type) {
 	case *ecdsa.PublicKey:
 		return "ECDSA " + k.Curve.Params().Name
