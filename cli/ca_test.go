@@ -340,6 +340,9 @@ func TestCeremonyHelp(t *testing.T) {
 		t.Errorf("code %d", code)
 	}
 	code, stdout, _ = caRun(t, time.Now(), "ca", "sign-journal", "--help")
+	if code != 0 {
+		t.Errorf("sign-journal --help: code %d", code)
+	}
 	for _, want := range []string{"SPKI SHA-256", "retire-intermediate", "--names", "Renewal"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("pact ca sign-journal --help lacks %q", want)
