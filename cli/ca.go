@@ -166,6 +166,15 @@ func caError(cmd *cobra.Command, err error) error {
 	return err
 }
 
+// rootKeyHint says where to look when the root key is not where --key
+// (or its default) says.
+func rootKeyHint(err error) error {
+	if errors.Is(err, keystore.ErrNoKey) {
+		return fmt.Errorf("%w; give --key where the root's key is (pact ca init printed it)", err)
+	}
+	return err
+}
+
 func (a *app) caOutput(cmd *cobra.Command) (string, error) {
 	out, err := a.flags.resolveOutput()
 	if err != nil {
@@ -345,7 +354,7 @@ under the new certificate without a restart. --out is never overwritten.`,
 			now := a.env.Now()
 			root, key, err := ceremony.LoadRoot(filepath.Join(f.dir, ceremony.RootCertFile), spec, opts, now)
 			if err != nil {
-				return caError(cmd, err)
+				return caError(cmd, rootKeyHint(err))
 			}
 			defer key.Close()
 			cert, err := ceremony.SignJournalCA(root, key, csrData, journalID, dns, ips, life, now)
@@ -497,7 +506,7 @@ renewal; the root stays offline).`,
 			now := a.env.Now()
 			root, key, err := ceremony.LoadRoot(filepath.Join(f.dir, ceremony.RootCertFile), spec, opts, now)
 			if err != nil {
-				return caError(cmd, err)
+				return caError(cmd, rootKeyHint(err))
 			}
 			defer key.Close()
 			certPEM, keyPEM, cert, err := ceremony.IssueAdmin(root, key, name, role, life, now)

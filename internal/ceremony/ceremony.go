@@ -331,6 +331,7 @@ func SignJournalCA(root *x509.Certificate, rootKey crypto.Signer, csrDER []byte,
 	if len(dnsNames)+len(ips) == 0 {
 		return nil, fmt.Errorf("%w: no names: give every host name and address the journal serves under (its --listen and --raft-listen hosts); a journal CA without them could sign no server certificate for its journal", caprofile.ErrNames)
 	}
+	dnsNames = lowerAll(dnsNames)
 	if err := caprofile.ValidateNames(dnsNames, ips); err != nil {
 		return nil, err
 	}
@@ -391,6 +392,14 @@ func SignJournalCA(root *x509.Certificate, rootKey crypto.Signer, csrDER []byte,
 		return nil, fmt.Errorf("ceremony: the journal CA made carries another key than the request's")
 	}
 	return cert, nil
+}
+
+func lowerAll(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = strings.ToLower(n)
+	}
+	return out
 }
 
 // IssueAdmin signs the first operator credential with the root itself, for
