@@ -82,10 +82,10 @@ On the offline machine:
   pact ca init --dir /media/root-ca --domain hpc.example.org
 On each journal host (only the key's owner signs the request):
   pact-journal ca-request --journal-id j1 --key tpm:/etc/pact/journal-ca.tpmkey \
-      --names j1.hpc.example.org,10.0.0.1 --out j1.csr
+      --names localhost,127.0.0.1,::1,j1,j1.hpc.example.org,10.0.0.1 --out j1.csr
 Back on the offline machine, with j1.csr carried over:
   pact ca sign-journal --dir /media/root-ca --csr j1.csr --journal-id j1 \
-      --names j1.hpc.example.org,10.0.0.1 --out j1-ca.pem
+      --names localhost,127.0.0.1,::1,j1,j1.hpc.example.org,10.0.0.1 --out j1-ca.pem
   pact ca issue-admin --dir /media/root-ca --name alice --out-dir ./alice
 Then ca.pem and j1-ca.pem go to journal j1 (--root-cert, --journal-ca-cert),
 ca.pem to every node image and operator; alice's two files to alice.
@@ -102,7 +102,7 @@ func (a *app) caCommand() *cobra.Command {
 		Short: "The offline ceremony: make the domain root, sign journal CAs, issue the first admin",
 		Long:  caLong,
 		Example: `  pact ca init --dir /media/root-ca --domain hpc.example.org
-  pact ca sign-journal --dir /media/root-ca --csr j1.csr --journal-id j1 --names j1.hpc.example.org,10.0.0.1 --out j1-ca.pem
+  pact ca sign-journal --dir /media/root-ca --csr j1.csr --journal-id j1 --names localhost,127.0.0.1,::1,j1,j1.hpc.example.org,10.0.0.1 --out j1-ca.pem
   pact ca issue-admin --dir /media/root-ca --name alice --out-dir ./alice
   pact ca show j1-ca.pem`,
 	}
@@ -256,9 +256,9 @@ Next:
   1. Copy %s (never the key) to every journal host, node image and operator.
   2. On each journal host, make its journal CA key and request:
        pact-journal ca-request --journal-id j1 --key tpm:/etc/pact/journal-ca.tpmkey \
-           --names j1.%s,10.0.0.1 --out j1.csr
+           --names localhost,127.0.0.1,::1,j1,j1.%s,10.0.0.1 --out j1.csr
   3. Here, sign each request:
-       pact ca sign-journal --dir %s --csr j1.csr --journal-id j1 --names j1.%s,10.0.0.1 --out j1-ca.pem
+       pact ca sign-journal --dir %s --csr j1.csr --journal-id j1 --names localhost,127.0.0.1,::1,j1,j1.%s,10.0.0.1 --out j1-ca.pem
   4. Here, issue the first platform-admin credential:
        pact ca issue-admin --dir %s --name admin --out-dir ./admin
 Then put the key (%s) away offline (docs/ceremony.md).
@@ -282,9 +282,11 @@ func (a *app) caSignJournalCommand() *cobra.Command {
 pact-journal ca-request wrote on that journal's host). Only the request's
 key is used: the certificate says what these flags say. It is
 name-constrained to the root's trust domain and to --names: every host name
-and address the journal serves under (its --listen and --raft-listen hosts,
-the names its agents dial). Its server certificates can carry no other, and
-the journal refuses to start with a journal CA that lacks one of its names.
+and address the journal serves under: localhost, 127.0.0.1 and ::1, the
+host's name (hostname), the hosts of its --listen and --raft-listen, its
+--server-names, the names its agents dial. Its server certificates can
+carry no other, and the journal refuses to start with a journal CA that
+lacks one of its names (pact-journal --check-config names it).
 
 Compare the printed SPKI SHA-256 with the one pact-journal ca-request
 printed on the host: the same key is the request you meant. Copy --out to
@@ -296,7 +298,7 @@ new request here, replace the file on the host and run
 "pact journal retire-intermediate ID": the journal re-keys its intermediate
 under the new certificate without a restart. --out is never overwritten.`,
 		Example: `  pact ca sign-journal --dir /media/root-ca --csr j1.csr --journal-id j1 \
-      --names j1.hpc.example.org,10.0.0.1 --out j1-ca.pem`,
+      --names localhost,127.0.0.1,::1,j1,j1.hpc.example.org,10.0.0.1 --out j1-ca.pem`,
 		Args: cobra.NoArgs,
 		RunE: a.action(func(cmd *cobra.Command, _ []string) error {
 			spec, opts, problems := f.resolve()

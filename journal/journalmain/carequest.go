@@ -33,14 +33,16 @@ takes the new certificate at its next re-key without a restart. If not, it
 is made now. The key never leaves: the request carries its public half.
 
 --names are what you ask the ceremony to permit: every host name and
-address this journal serves under (its --listen and --raft-listen hosts,
-the names agents dial). The ceremony decides them with its own --names and
-warns when they differ. The printed SPKI SHA-256 is the key's: read it to
+address this journal serves under: localhost, 127.0.0.1 and ::1, this
+host's name (hostname), the hosts of --listen and --raft-listen, its
+--server-names, the names agents dial. The ceremony decides them with its
+own --names and warns when they differ; a journal CA that lacks one makes
+the journal refuse to start, naming it (--check-config shows it first). The printed SPKI SHA-256 is the key's: read it to
 whoever signs, who checks that pact ca sign-journal prints the same.
 
 Example (on journal j1's host, as the journal's user):
   pact-journal ca-request --journal-id j1 --key tpm:/etc/pact/journal-ca.tpmkey \
-      --names j1.hpc.example.org,10.0.0.1 --out j1.csr
+      --names localhost,127.0.0.1,::1,j1,j1.hpc.example.org,10.0.0.1 --out j1.csr
 
 Exit codes: 0 written; 1 the key could not be made or used; 2 bad flags,
 an --out that exists, or a key location refused.
