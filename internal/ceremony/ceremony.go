@@ -96,11 +96,16 @@ func InitRoot(dir, domain string, key keystore.Spec, opts keystore.Options, life
 	if err := absent(certPath); err != nil {
 		return nil, err
 	}
+	_, statErr := os.Stat(dir)
+	madeDir := errors.Is(statErr, os.ErrNotExist)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("ceremony: create %s: %w", dir, err)
 	}
 	signer, err := keystore.Generate(key, opts)
 	if err != nil {
+		if madeDir {
+			_ = os.Remove(dir) // only if still empty
+		}
 		return nil, err
 	}
 	defer signer.Close()
@@ -113,6 +118,9 @@ func InitRoot(dir, domain string, key keystore.Spec, opts keystore.Options, life
 		// key file without its certificate would block the next try.
 		if key.Backend == keystore.BackendFile {
 			_ = os.Remove(key.Location)
+		}
+		if madeDir {
+			_ = os.Remove(dir)
 		}
 		return nil, err
 	}

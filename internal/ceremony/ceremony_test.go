@@ -174,6 +174,14 @@ func TestInitRootRefuses(t *testing.T) {
 		{name: "bad domain", domain: "Not A Domain", want: ErrInput},
 		{name: "short lifetime", domain: domain, lifetime: time.Hour, want: ErrInput},
 	}
+	// A key location that cannot be made leaves no directory behind.
+	noDir := filepath.Join(t.TempDir(), "new")
+	if _, err := InitRoot(noDir, domain, keystore.Spec{Backend: keystore.BackendFile, Location: filepath.Join(t.TempDir(), "missing", "k.pem")}, keystore.Options{}, 0, now); err == nil {
+		t.Error("a key in a missing directory was made")
+	}
+	if _, err := os.Stat(noDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the directory was left: %v", err)
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "root")
