@@ -285,6 +285,20 @@ func TestCeremonyRefusals(t *testing.T) {
 	if code, _, _ := caRun(t, now, "ca", "init", "--dir", other, "--domain", testDomain); code != 0 {
 		t.Fatal("second root")
 	}
+	// Two roots in one file (a rollover's --root-cert): show tells both.
+	bundle := filepath.Join(base, "roots.pem")
+	r1, _ := os.ReadFile(filepath.Join(rootDir, "ca.pem"))
+	r2, _ := os.ReadFile(filepath.Join(other, "ca.pem"))
+	if err := os.WriteFile(bundle, append(r1, r2...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, _ := caRun(t, now, "ca", "show", "--json", bundle)
+	var shown CAShowView
+	if err := json.Unmarshal([]byte(stdout), &shown); err != nil || code != 0 || len(shown.Certificates) != 2 || shown.Certificates[0].Kind != ceremony.KindRoot || shown.Certificates[1].Kind != ceremony.KindRoot ||
+		shown.Certificates[0].SHA256Fingerprint == shown.Certificates[1].SHA256Fingerprint {
+		t.Errorf("show of two roots: %d %v\n%s", code, err, stdout)
+	}
+
 	out := filepath.Join(base, "out.pem")
 	tests := []struct {
 		name string
