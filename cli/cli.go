@@ -175,6 +175,8 @@ changed what. "pact journal status|add|remove" show and change the quorum of
 journals itself, and "pact journal snapshot save|inspect" back it up;
 "pact journal intermediates|retire-intermediate" its signing certificates.
 "pact admin list|issue|renew|revoke" manage operator credentials.
+"pact ca init|sign-journal|issue-admin|show" is the offline ceremony that
+makes the domain root and each journal's CA (it needs no journal).
 
 Every command that talks to the journal needs an address and an admin
 credential. Pass them as flags or set the environment (flags win):
@@ -221,7 +223,7 @@ Exit codes: 0 ok, 1 internal, 2 usage, 3 not found, 4 already exists,
 	a.flags.register(root)
 	root.Flags().Bool("version", false, "print pact's version") // no -v: keep it free
 	a.group(root)
-	root.AddCommand(a.nodeCommand(), a.journalCommand(), a.adminCommand(), a.auditCommand(), a.versionCommand())
+	root.AddCommand(a.nodeCommand(), a.journalCommand(), a.adminCommand(), a.auditCommand(), a.caCommand(), a.versionCommand())
 	return root
 }
 

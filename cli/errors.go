@@ -439,7 +439,7 @@ func isVerifyError(err error) bool {
 
 // internalPrefixes are the package prefixes Go errors carry ("hwid:
 // invalid MAC address"); an operator reading a message needs none of them.
-var internalPrefixes = strings.NewReplacer("hwid: ", "", "pki: ", "", "raftfsm: ", "")
+var internalPrefixes = strings.NewReplacer("hwid: ", "", "pki: ", "", "raftfsm: ", "", "ceremony: ", "", "keystore: ", "", "caprofile: ", "")
 
 // plainMessage is an error text as the operator sees it: without pact's
 // internal package prefixes, the journal's included.

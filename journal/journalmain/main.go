@@ -36,6 +36,7 @@ Usage:
   pact-journal [--config FILE] [flags]   run a journal
   pact-journal init --dir DIR --domain D create a domain root and a platform-admin credential
   pact-journal admin issue [flags]       issue an operator credential from the root
+  pact-journal ca-request [flags]        make this journal's CA key and a request for pact ca sign-journal
   pact-journal restore [flags]           seed a journal of a new quorum from a snapshot file
   pact-journal recover [flags]           make a survivor of a lost majority a new quorum
   pact-journal --version                 print the version
@@ -174,6 +175,8 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 			return adminMain(args[1:], stdout, stderr)
 		case "init":
 			return initMain(args[1:], stdout, stderr)
+		case "ca-request":
+			return caRequestMain(args[1:], stdout, stderr)
 		case "restore":
 			return restoreMain(args[1:], stdout, stderr)
 		case "recover":
