@@ -103,9 +103,9 @@ type state struct {
 	// first publishes an intermediate under one; revoked ones stay until
 	// they expire.
 	journalCAs map[string]*pactv1.JournalCA
-	lastSeen        map[string]int64 // node -> unix nano
-	audit           *auditRing
-	journals        map[string]*pactv1.JournalInfo
+	lastSeen   map[string]int64 // node -> unix nano
+	audit      *auditRing
+	journals   map[string]*pactv1.JournalInfo
 	// Current certificate key fingerprints of non-revoked nodes (one key,
 	// one node), and join tokens by hex SHA-256.
 	bySPKI       holders
