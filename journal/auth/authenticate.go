@@ -1,16 +1,20 @@
 package auth
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
 
+	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -62,7 +66,8 @@ func (a *Authenticator) StreamInterceptor(srv any, ss grpc.ServerStream, info *g
 }
 
 // authenticate identifies the caller of method and checks it may call it.
-// The TLS handshake has already verified the chain to the domain root.
+// The TLS handshake has already checked the chain's signatures reach a
+// domain root; verifyClient checks the rest.
 func (a *Authenticator) authenticate(ctx context.Context, method string) (*Principal, error) {
 	pol, ok := policies[method]
 	if !ok {
@@ -105,17 +110,17 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 	}
 	verr := noIdentity
 	if pactID {
-		// An intermediate published while this journal was cut off (a
-		// journal added, or one re-keyed, through the leader) is not in
-		// its bundle yet: the chain counts as unknown only once the leader
-		// has confirmed this journal holds what it committed, and cut off
-		// from the leader the answer is NO_LEADER, to retry, never an
-		// UNAUTHENTICATED that sends a current node to enroll again.
+		// An intermediate (or journal CA) published while this journal
+		// was cut off (a journal added, or one re-keyed, through the
+		// leader) is not in its bundle yet: the chain counts as unknown
+		// only once the leader has confirmed this journal holds what it
+		// committed, and cut off from the leader the answer is NO_LEADER,
+		// to retry, never an UNAUTHENTICATED that sends a current node to
+		// enroll again (or an operator for a new credential).
 		// Confirmed only on that refusal: the accepted call's path stays
 		// one verification, with no closure built for it.
-		if verr = a.verifyClient(leaf, id, verdict); errors.Is(verr, ErrUnknownIssuer) {
-			verr = a.cfg.Quorum.Confirm(ctx, func() error { return a.verifyClient(leaf, id, verdict) },
-				func(err error) bool { return errors.Is(err, ErrUnknownIssuer) })
+		if verr = a.verifyClient(leaf, id, verdict); unknownIssuer(verr) {
+			verr = a.cfg.Quorum.Confirm(ctx, func() error { return a.verifyClient(leaf, id, verdict) }, unknownIssuer)
 		}
 	} else if sid, err := x509svid.IDFromCert(leaf); err == nil && sid.TrustDomain().Name() != domain && a.spire == nil {
 		verr = fmt.Errorf("%w: %w: SPIFFE ID %s is of trust domain %s; this journal accepts domain %s only and trusts no SPIRE bundle (--spire-bundle or --spire-socket)",
@@ -165,6 +170,12 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 	return p, nil
 }
 
+// unknownIssuer reports whether err refuses a chain for an issuer missing
+// from this journal's trust bundle: one that may yet be published in it.
+func unknownIssuer(err error) bool {
+	return errors.Is(err, ErrUnknownIssuer) || errors.Is(err, ErrUnknownOperatorIssuer)
+}
+
 // authenticateSVID authenticates a chain that is no journal-signed
 // certificate as a SPIRE SVID, and authorises it: an SVID is an agent
 // credential only. pactKind is the kind of pact identity the leaf names in
@@ -207,24 +218,23 @@ func (a *Authenticator) authenticateSVID(ctx context.Context, pol policy, method
 	return nil, fmt.Errorf("%w: a SPIRE SVID cannot call %s", ErrPermission, shortMethod(method))
 }
 
-// verifyClient verifies a client chain at the journal's clock. Agent
-// certificates must chain through a live intermediate of the trust bundle
-// (whatever intermediates the client sent are ignored); operator
-// certificates must be signed by the root itself, so no journal
-// intermediate can mint one.
+// verifyClient verifies a client chain at the journal's clock, against the
+// roots and the trust bundle's live journal CAs and intermediates only
+// (whatever intermediates the client sent are ignored, so a retired or
+// revoked intermediate or journal CA verifies nothing), and then the
+// verified chain's shape (ChainShape): an agent certificate is signed by a
+// journal intermediate, an operator credential by the root itself or by a
+// journal intermediate under its journal CA; a journal CA signs neither.
 func (a *Authenticator) verifyClient(leaf *x509.Certificate, id pki.Identity, verdict *chainVerdict) error {
 	now := a.cfg.Clock.Now()
-	opts := x509.VerifyOptions{Roots: a.roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
 	bundle := a.cfg.Bundle.LiveIntermediates()
 	if verdict.valid(bundle.Version, now) {
 		return nil
 	}
-	if id.Kind == pki.KindAgent {
-		opts.Intermediates = bundle.Pool
-	}
-	chains, err := leaf.Verify(opts)
+	opts := x509.VerifyOptions{Roots: a.roots, Intermediates: bundle.Pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	chain, err := a.verifyShaped(leaf, id.Kind, opts)
 	if err == nil {
-		verdict.remember(bundle.Version, chains[0])
+		verdict.remember(bundle.Version, chain)
 		return nil
 	}
 	// A certificate (the leaf, or its journal's intermediate) not valid yet
@@ -242,22 +252,125 @@ func (a *Authenticator) verifyClient(leaf *x509.Certificate, id pki.Identity, ve
 			break
 		}
 		opts.CurrentTime = inv.Cert.NotBefore
-		_, err = leaf.Verify(opts)
+		_, err = a.verifyShaped(leaf, id.Kind, opts)
 	}
 	if err != nil {
 		var inv x509.CertificateInvalidError
 		switch {
+		case errors.Is(err, ErrChainShape):
+			return fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 		case errors.As(err, &inv) && inv.Reason == x509.Expired && now.After(leaf.NotAfter):
 			return fmt.Errorf("%w: client certificate %s expired at %s", ErrUnauthenticated, pki.SerialHex(leaf.SerialNumber), leaf.NotAfter.UTC().Format(time.RFC3339))
 		case errors.As(err, &inv) && inv.Reason == x509.Expired:
 			return fmt.Errorf("%w: %w: client certificate not valid before %s, the journal's clock reads %s (check the clocks)", ErrUnauthenticated, ErrNotYetValid, leaf.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 		case id.Kind == pki.KindAgent:
 			return fmt.Errorf("%w: %w", ErrUnauthenticated, ErrUnknownIssuer)
+		case id.Kind == pki.KindAdmin:
+			return fmt.Errorf("%w: %w", ErrUnauthenticated, ErrUnknownOperatorIssuer)
 		default:
-			return fmt.Errorf("%w: client certificate is not signed by this domain's root", ErrUnauthenticated)
+			return fmt.Errorf("%w: client certificate is not signed by this domain's root, nor by a live journal intermediate", ErrUnauthenticated)
 		}
 	}
 	return nil
+}
+
+// verifyShaped verifies leaf with opts and returns the first verified chain
+// of a shape kind may have; a chain that verifies only in another shape is
+// ErrChainShape.
+func (a *Authenticator) verifyShaped(leaf *x509.Certificate, kind string, opts x509.VerifyOptions) ([]*x509.Certificate, error) {
+	chains, err := leaf.Verify(opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range chains {
+		if err = ChainShape(kind, c, a.cfg.Domain); err == nil {
+			return c, nil
+		}
+	}
+	return nil, err
+}
+
+// ChainShape checks that a verified chain (leaf first, a root last) is one
+// this domain issues to a certificate of kind (docs/security.md, "Which
+// chains pact accepts"):
+//
+//	agent, journal server  [leaf, intermediate, journal CA, root]
+//	                       [leaf, legacy intermediate, root] (a journal not migrated yet)
+//	operator               [leaf, intermediate, journal CA, root] (pact admin issue)
+//	                       [leaf, root] (the ceremony's first platform-admin; legacy credentials)
+//
+// An intermediate is a CA that is neither a journal CA (caprofile.JournalOf)
+// nor self-issued; the journal CA must be of domain. Anything else (a leaf
+// signed by a journal CA, an agent signed by the root, an operator under a
+// legacy intermediate) is ErrChainShape: a journal CA signs intermediates
+// only, and no journal key signs operators outside its journal CA.
+func ChainShape(kind string, chain []*x509.Certificate, domain string) error {
+	throughJournalCA := len(chain) == 4 && isIntermediate(chain[1]) && isJournalCAOf(chain[2], domain)
+	var ok bool
+	switch kind {
+	case pki.KindAgent, pki.KindJournal:
+		ok = throughJournalCA || (len(chain) == 3 && isIntermediate(chain[1]))
+	case pki.KindAdmin:
+		ok = throughJournalCA || len(chain) == 2
+	}
+	if ok {
+		return nil
+	}
+	return fmt.Errorf("%w: a %s certificate under %s; %s", ErrChainShape, kindName(kind), describeChain(chain), shapeAdvice(kind))
+}
+
+func isIntermediate(c *x509.Certificate) bool {
+	_, _, journalCA := caprofile.JournalOf(c)
+	return c.IsCA && !journalCA && !bytes.Equal(c.RawIssuer, c.RawSubject)
+}
+
+func isJournalCAOf(c *x509.Certificate, domain string) bool {
+	_, d, ok := caprofile.JournalOf(c)
+	return ok && d == domain
+}
+
+func kindName(kind string) string {
+	switch kind {
+	case pki.KindAgent:
+		return "node agent"
+	case pki.KindJournal:
+		return "journal"
+	case pki.KindAdmin:
+		return "operator"
+	}
+	return "client"
+}
+
+func shapeAdvice(kind string) string {
+	switch kind {
+	case pki.KindAgent:
+		return "an agent certificate is signed by a journal's intermediate, under its journal CA or (a journal not migrated yet) the root: re-enroll the node, and find out which key signed this one"
+	case pki.KindJournal:
+		return "a journal's certificate is signed by its own intermediate, under its journal CA or (not migrated yet) the root: restart that journal with its journal CA (docs/ceremony.md)"
+	case pki.KindAdmin:
+		return "an operator credential is signed by the root (pact ca issue-admin) or by a journal's intermediate under its journal CA (pact admin issue): ask a platform-admin for a new credential, and find out which key signed this one"
+	}
+	return "it names no pact identity"
+}
+
+// describeChain names the CAs above a chain's leaf, leaf side first.
+func describeChain(chain []*x509.Certificate) string {
+	if len(chain) < 2 {
+		return "no CA"
+	}
+	parts := make([]string, 0, len(chain)-1)
+	for i, c := range chain[1:] {
+		id, _, journalCA := caprofile.JournalOf(c)
+		switch {
+		case journalCA:
+			parts = append(parts, "journal CA "+id)
+		case i == len(chain)-2:
+			parts = append(parts, "root "+strconv.Quote(c.Subject.CommonName))
+		default:
+			parts = append(parts, "intermediate "+strconv.Quote(c.Subject.CommonName))
+		}
+	}
+	return strings.Join(parts, " < ")
 }
 
 // CheckBinding ties an agent call to the exact certificate the registry
