@@ -151,12 +151,7 @@ func (c *CA) sub(tmpl *x509.Certificate) *CA {
 // Agent signs an agent certificate for node of c's domain, as journal/ca
 // does.
 func (c *CA) Agent(node string) *Leaf {
-	return c.AgentIn(c.Domain, node)
-}
-
-// AgentIn is Agent naming node in another trust domain.
-func (c *CA) AgentIn(domain, node string) *Leaf {
-	id := pki.Identity{Kind: pki.KindAgent, Name: node, Domain: domain}
+	id := pki.Identity{Kind: pki.KindAgent, Name: node, Domain: c.Domain}
 	return c.Issue(&x509.Certificate{
 		Subject:               pkix.Name{CommonName: id.CommonName()},
 		KeyUsage:              x509.KeyUsageDigitalSignature,
@@ -164,6 +159,14 @@ func (c *CA) AgentIn(domain, node string) *Leaf {
 		BasicConstraintsValid: true,
 		URIs:                  []*url.URL{id.SPIFFEID()},
 	})
+}
+
+// In is c naming domain in what it makes from now on (c's certificate and
+// key unchanged): a CA that signs for another trust domain than its own.
+func (c *CA) In(domain string) *CA {
+	d := *c
+	d.Domain = domain
+	return &d
 }
 
 // Server signs journal id's server certificate for names, as journal/ca

@@ -48,7 +48,7 @@ var (
 
 	// ErrUnknownIssuer: an agent certificate that chains to no live
 	// intermediate this journal knows. It comes with ErrUnauthenticated.
-	ErrUnknownIssuer = errors.New("client certificate does not chain to a trusted journal intermediate of this domain (expired, revoked or foreign); re-enroll")
+	ErrUnknownIssuer = errors.New("client certificate does not chain to a live journal intermediate of this domain (its intermediate or journal CA expired, was retired or revoked, or it is foreign); re-enroll")
 	// ErrUnknownOperatorIssuer: an operator credential that chains neither
 	// to a root directly nor through a live journal intermediate of the
 	// trust bundle. It comes with ErrUnauthenticated.

@@ -263,6 +263,11 @@ func (a *Authenticator) verifyClient(leaf *x509.Certificate, id pki.Identity, ve
 			return fmt.Errorf("%w: client certificate %s expired at %s", ErrUnauthenticated, pki.SerialHex(leaf.SerialNumber), leaf.NotAfter.UTC().Format(time.RFC3339))
 		case errors.As(err, &inv) && inv.Reason == x509.Expired:
 			return fmt.Errorf("%w: %w: client certificate not valid before %s, the journal's clock reads %s (check the clocks)", ErrUnauthenticated, ErrNotYetValid, leaf.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+		case errors.As(err, &inv) && misissued(inv.Reason):
+			// A CA signed beyond what it may: a name outside its
+			// constraints, a CA below a journal intermediate. Not a bundle
+			// that lags: no confirmation helps.
+			return fmt.Errorf("%w: client certificate %s breaks its CAs' rules (%s): it was misissued, with a CA key misused or by hand; find out which key signed it, and re-enroll the node or issue a new credential", ErrUnauthenticated, pki.SerialHex(leaf.SerialNumber), strings.TrimPrefix(inv.Error(), "x509: "))
 		case id.Kind == pki.KindAgent:
 			return fmt.Errorf("%w: %w", ErrUnauthenticated, ErrUnknownIssuer)
 		case id.Kind == pki.KindAdmin:
@@ -272,6 +277,16 @@ func (a *Authenticator) verifyClient(leaf *x509.Certificate, id pki.Identity, ve
 		}
 	}
 	return nil
+}
+
+// misissued reports whether a chain verification failed on a rule a CA
+// broke in signing (as opposed to a missing, expired or unknown CA).
+func misissued(r x509.InvalidReason) bool {
+	switch r {
+	case x509.CANotAuthorizedForThisName, x509.TooManyIntermediates, x509.NotAuthorizedToSign, x509.CANotAuthorizedForExtKeyUsage, x509.TooManyConstraints:
+		return true
+	}
+	return false
 }
 
 // verifyShaped verifies leaf with opts and returns the first verified chain
@@ -316,7 +331,7 @@ func ChainShape(kind string, chain []*x509.Certificate, domain string) error {
 	if ok {
 		return nil
 	}
-	return fmt.Errorf("%w: a %s certificate under %s; %s", ErrChainShape, kindName(kind), describeChain(chain), shapeAdvice(kind))
+	return fmt.Errorf("%w: %s certificate signed by %s; %s", ErrChainShape, kindName(kind), describeChain(chain), shapeAdvice(kind))
 }
 
 func isIntermediate(c *x509.Certificate) bool {
@@ -332,13 +347,13 @@ func isJournalCAOf(c *x509.Certificate, domain string) bool {
 func kindName(kind string) string {
 	switch kind {
 	case pki.KindAgent:
-		return "node agent"
+		return "a node agent"
 	case pki.KindJournal:
-		return "journal"
+		return "a journal"
 	case pki.KindAdmin:
-		return "operator"
+		return "an operator"
 	}
-	return "client"
+	return "a client"
 }
 
 func shapeAdvice(kind string) string {
@@ -353,7 +368,8 @@ func shapeAdvice(kind string) string {
 	return "it names no pact identity"
 }
 
-// describeChain names the CAs above a chain's leaf, leaf side first.
+// describeChain names the CAs above a chain's leaf, leaf side first: "journal
+// CA j1, signed by root "pact root CA site"".
 func describeChain(chain []*x509.Certificate) string {
 	if len(chain) < 2 {
 		return "no CA"
@@ -370,7 +386,7 @@ func describeChain(chain []*x509.Certificate) string {
 			parts = append(parts, "intermediate "+strconv.Quote(c.Subject.CommonName))
 		}
 	}
-	return strings.Join(parts, " < ")
+	return strings.Join(parts, ", signed by ")
 }
 
 // CheckBinding ties an agent call to the exact certificate the registry
