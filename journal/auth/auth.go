@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/clock"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
@@ -59,7 +60,7 @@ var (
 	// intermediate): a misissued certificate, or one made with a stolen
 	// key. It comes with ErrUnauthenticated. docs/security.md, "Which
 	// chains pact accepts".
-	ErrChainShape = errors.New("certificate chain of a shape this domain does not issue")
+	ErrChainShape = caprofile.ErrChainShape
 
 	// ErrNotSVID: the certificate carries no SPIFFE ID of the SPIRE trust
 	// domain; it is not for the SPIRE path at all.
