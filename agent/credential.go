@@ -31,8 +31,10 @@ func newKey() (crypto.Signer, []byte, error) {
 }
 
 // journalIdentity checks what a journal returned (Enroll or RenewCert)
-// before the agent uses it: the chain must verify to the domain root it
-// already trusts, name a pact agent, and carry the agent's own public key.
+// before the agent uses it: the chain must verify to a domain root it
+// already trusts (--ca-file: one, or two during a rollover) in the shape
+// the journals accept ([leaf, intermediate, journal CA], or legacy [leaf,
+// intermediate]), name a pact agent, and carry the agent's own public key.
 // It returns the journal-signed identity (its key lives only in memory and
 // never prints) and who the certificate names.
 func journalIdentity(key crypto.Signer, roots *x509.CertPool, chainDER, bundleDER [][]byte, now time.Time) (*identity.Identity, pki.Identity, error) {

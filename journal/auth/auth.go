@@ -6,11 +6,12 @@
 // and the rate-limited log of refusals (authrefused.go).
 //
 // It does not import the journal. What it needs from it comes in through
-// Config: registry lookups (Registry), the live intermediates (Bundle), the
-// Raft side (Quorum: leadership, a linearizable read, a confirmation with
-// the leader, the first-use record of an operator credential), the peer
-// journals' checks (Peers), whether the journal serves a method, and the
-// wire reason of an error (the journal's one error-to-status mapping).
+// Config: registry lookups (Registry), the live journal CAs and
+// intermediates of the trust bundle (Bundle), the Raft side (Quorum:
+// leadership, a linearizable read, a confirmation with the leader, the
+// first-use record of an operator credential), the peer journals' checks
+// (Peers), whether the journal serves a method, and the wire reason of an
+// error (the journal's one error-to-status mapping).
 package auth
 
 import (
