@@ -216,3 +216,34 @@ func TestRaftTLSWithJournalCAs(t *testing.T) {
 		}
 	}
 }
+
+// A journal CA Raft records as revoked refuses the chains that send it; one
+// not recorded yet (its journal's first publish under it) or live passes.
+// (The FSM's RevokeJournalCA is not applied yet in this version: the check
+// is tested on the records it reads.)
+func TestRevokedJournalCARefusesItsJournal(t *testing.T) {
+	root := chaintest.NewRoot(peerDomain)
+	live, revoked, unrecorded := root.JournalCA("j1", chaintest.Names{}), root.JournalCA("j2", chaintest.Names{}), root.JournalCA("j3", chaintest.Names{})
+	recorded := []*pactv1.JournalCA{
+		{JournalId: "j1", Serial: pki.SerialHex(live.Cert.SerialNumber)},
+		{JournalId: "j2", Serial: pki.SerialHex(revoked.Cert.SerialNumber), RevokedAtUnixNano: time.Now().UnixNano(), RevokeReason: "host compromised"},
+	}
+	for _, tc := range []struct {
+		name string
+		sent []*x509.Certificate
+		ok   bool
+	}{
+		{"live", []*x509.Certificate{live.Cert}, true},
+		{"not recorded yet", []*x509.Certificate{unrecorded.Cert}, true},
+		{"revoked", []*x509.Certificate{revoked.Cert}, false},
+		{"revoked, sent after a live one", []*x509.Certificate{live.Cert, revoked.Cert}, false},
+	} {
+		err := revokedJournalCA(recorded, tc.sent)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: %v, want ok=%v", tc.name, err, tc.ok)
+		}
+		if err != nil && (!errors.Is(err, ErrPeerIntermediateRevoked) || refusalReason(err) != refusedRevoked) {
+			t.Errorf("%s: %v is not counted as a revoked intermediate", tc.name, err)
+		}
+	}
+}

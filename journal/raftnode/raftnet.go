@@ -342,7 +342,12 @@ func (n *Node) checkJournalCAsRevoked(journalCAs []*x509.Certificate) error {
 	if len(journalCAs) == 0 {
 		return nil
 	}
-	recorded := n.fsm.AllJournalCAs()
+	return revokedJournalCA(n.fsm.AllJournalCAs(), journalCAs)
+}
+
+// revokedJournalCA refuses the first of journalCAs that recorded has
+// revoked.
+func revokedJournalCA(recorded []*pactv1.JournalCA, journalCAs []*x509.Certificate) error {
 	for _, c := range journalCAs {
 		serial := pki.SerialHex(c.SerialNumber)
 		for _, jc := range recorded {
