@@ -6,6 +6,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"io"
+	"log/slog"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -73,6 +75,7 @@ func newChainAuth(t *testing.T, bundle Bundle, roots ...*x509.Certificate) (*Aut
 	reg, q := &chainRegistry{}, &chainQuorum{}
 	cfg := DefaultConfig()
 	cfg.Domain, cfg.Roots, cfg.Clock = testDomain, roots, clock.Real{}
+	cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.Registry, cfg.Bundle, cfg.Quorum, cfg.Peers = reg, bundle, q, chainPeers{}
 	cfg.Serving, cfg.Reason, cfg.Refused, cfg.NoLeader = serving, noReason, func(string) {}, errors.New("no leader")
 	a, err := New(cfg)
