@@ -13,6 +13,7 @@ import (
 
 	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/identity"
+	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/pki"
 )
 
@@ -30,8 +31,10 @@ func newKey() (crypto.Signer, []byte, error) {
 }
 
 // journalIdentity checks what a journal returned (Enroll or RenewCert)
-// before the agent uses it: the chain must verify to the domain root it
-// already trusts, name a pact agent, and carry the agent's own public key.
+// before the agent uses it: the chain must verify to a domain root it
+// already trusts (--ca-file: one, or two during a rollover) in the shape
+// the journals accept ([leaf, intermediate, journal CA], or legacy [leaf,
+// intermediate]), name a pact agent, and carry the agent's own public key.
 // It returns the journal-signed identity (its key lives only in memory and
 // never prints) and who the certificate names.
 func journalIdentity(key crypto.Signer, roots *x509.CertPool, chainDER, bundleDER [][]byte, now time.Time) (*identity.Identity, pki.Identity, error) {
@@ -57,12 +60,13 @@ func journalIdentity(key crypto.Signer, roots *x509.CertPool, chainDER, bundleDE
 	for _, c := range certs[1:] {
 		inter.AddCert(c)
 	}
-	if _, err := leaf.Verify(x509.VerifyOptions{
+	chains, err := leaf.Verify(x509.VerifyOptions{
 		Roots:         roots,
 		Intermediates: inter,
 		CurrentTime:   now,
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, pki.Identity{}, fmt.Errorf("agent: journal returned a certificate that does not verify against the domain root: %w", err)
 	}
 	if !identity.KeyMatches(leaf, key) {
@@ -71,6 +75,18 @@ func journalIdentity(key crypto.Signer, roots *x509.CertPool, chainDER, bundleDE
 	who, err := pki.IdentityOf(leaf)
 	if err != nil || who.Kind != pki.KindAgent {
 		return nil, pki.Identity{}, fmt.Errorf("agent: journal returned a certificate that names no pact agent")
+	}
+	// The journals accept an agent certificate only from a journal
+	// intermediate (under its journal CA, or the root for a journal not
+	// migrated yet): one of another shape would be refused at every call.
+	var shape error
+	for _, c := range chains {
+		if shape = caprofile.CheckChainShape(pki.KindAgent, c, who.Domain); shape == nil {
+			break
+		}
+	}
+	if shape != nil {
+		return nil, pki.Identity{}, fmt.Errorf("agent: journal returned %w", shape)
 	}
 	var bundle []*x509.Certificate
 	for _, d := range bundleDER {

@@ -27,7 +27,8 @@ import (
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
-// credential is the operator's admin client credential and the domain root.
+// credential is the operator's admin client credential and the domain roots
+// (--ca: one, or two during a rollover).
 // Its String method names the operator, never the key.
 type credential struct {
 	roots *x509.CertPool

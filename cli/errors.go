@@ -371,7 +371,7 @@ func (s *session) explainUnreachable(e *UnreachableError) string {
 			continue
 		}
 		if isVerifyError(at.Handshake) {
-			fmt.Fprintf(&b, "; the journal's certificate did not verify against --ca %s: use this domain's root (ca.pem)", s.cfg.CAFile)
+			fmt.Fprintf(&b, "; the journal's certificate did not verify against --ca %s: use this domain's root (ca.pem; both roots during a rollover)", s.cfg.CAFile)
 		} else {
 			b.WriteString("; the TLS handshake failed: check --ca, --cert and --key belong to this domain")
 		}
@@ -394,8 +394,8 @@ func (e *UntrustedServerError) Error() string {
 	for i, at := range e.Attempts {
 		addrs[i] = at.Addr
 	}
-	return fmt.Sprintf("the journal's server certificate is not trusted: %s answered with a certificate that the root in --ca %s did not sign (%s); "+
-		"pass this domain's root certificate with --ca or %s: the ca.pem that pact-journal init (or --dev) wrote",
+	return fmt.Sprintf("the journal's server certificate is not trusted: %s answered with a certificate that no root in --ca %s signed (%s); "+
+		"pass this domain's root certificate (or both, during a root rollover) with --ca or %s: the ca.pem that pact ca init (or pact-journal --dev) wrote",
 		strings.Join(addrs, ", "), e.CAFile, e.Attempts[0].Handshake, EnvCA)
 }
 

@@ -24,9 +24,11 @@ import (
 )
 
 // ClientTLSConfig is the client side of pact's mTLS: TLS 1.3, the server
-// verified against roots plus the roots in id's Bundle at now's time, and id presented as
-// the client certificate (none when id is nil, as for Enroll). Verification
-// is never turned off.
+// verified against roots (one, or two during a rollover) plus the roots in
+// id's Bundle at now's time, and id presented as the client certificate
+// (none when id is nil, as for Enroll). A journal sends its server
+// certificate with its intermediate and journal CA. Verification is never
+// turned off.
 func ClientTLSConfig(roots []*x509.Certificate, id *identity.Identity, now func() time.Time) *tls.Config {
 	pool := x509.NewCertPool()
 	for _, c := range roots {
@@ -35,11 +37,11 @@ func ClientTLSConfig(roots []*x509.Certificate, id *identity.Identity, now func(
 	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, Time: now}
 	if id != nil {
 		for _, c := range id.Bundle {
-			// Only the bundle's roots. Its intermediates add no trust (a
-			// journal sends its intermediate with its certificate, and
-			// that chains to a root here), but as anchors they make Go
-			// check the same signature on two paths: three ECDSA
-			// verifications per channel instead of one.
+			// Only the bundle's roots (self-signed). Its journal CAs and
+			// intermediates are no anchors: a journal sends them with its
+			// certificate, and they chain to a root here; as anchors they
+			// would make Go check the same signatures on several paths,
+			// and trust a journal CA on its own, revoked or not.
 			if bytes.Equal(c.RawSubject, c.RawIssuer) {
 				pool.AddCert(c)
 			}

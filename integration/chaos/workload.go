@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/pki"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -720,7 +721,7 @@ func (c *client) verify(r *Record, chain [][]byte, serial string, key *agentKey,
 			at = time.Unix(0, serverTime)
 		}
 		opts := x509.VerifyOptions{Roots: c.w.q.Roots(), Intermediates: inter, CurrentTime: at, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-		_, err := leaf.Verify(opts)
+		chains, err := leaf.Verify(opts)
 		// A certificate of the chain not valid yet by less than the skew
 		// the agent (--max-clock-skew) and the journals
 		// (ClockSkewTolerance) accept: made by a journal whose clock ran
@@ -734,10 +735,22 @@ func (c *client) verify(r *Record, chain [][]byte, serial string, key *agentKey,
 				break
 			}
 			opts.CurrentTime = inv.Cert.NotBefore
-			_, err = leaf.Verify(opts)
+			chains, err = leaf.Verify(opts)
 		}
 		if err != nil {
 			problems = append(problems, "does not verify: "+err.Error())
+		} else if id, ierr := pki.IdentityOf(leaf); ierr == nil {
+			// In a shape the journals accept ([leaf, intermediate,
+			// journal CA] or legacy [leaf, intermediate]).
+			shape := caprofile.ErrChainShape
+			for _, vc := range chains {
+				if shape = caprofile.CheckChainShape(pki.KindAgent, vc, id.Domain); shape == nil {
+					break
+				}
+			}
+			if shape != nil {
+				problems = append(problems, shape.Error())
+			}
 		}
 		if got := pki.SerialHex(leaf.SerialNumber); got != serial {
 			problems = append(problems, fmt.Sprintf("leaf serial %s, response serial %s", got, serial))

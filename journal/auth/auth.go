@@ -6,21 +6,23 @@
 // and the rate-limited log of refusals (authrefused.go).
 //
 // It does not import the journal. What it needs from it comes in through
-// Config: registry lookups (Registry), the live intermediates (Bundle), the
-// Raft side (Quorum: leadership, a linearizable read, a confirmation with
-// the leader, the first-use record of an operator credential), the peer
-// journals' checks (Peers), whether the journal serves a method, and the
-// wire reason of an error (the journal's one error-to-status mapping).
+// Config: registry lookups (Registry), the live journal CAs and
+// intermediates of the trust bundle (Bundle), the Raft side (Quorum:
+// leadership, a linearizable read, a confirmation with the leader, the
+// first-use record of an operator credential), the peer journals' checks
+// (Peers), whether the journal serves a method, and the wire reason of an
+// error (the journal's one error-to-status mapping).
 package auth
 
 import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
+	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/clock"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
@@ -48,7 +50,18 @@ var (
 
 	// ErrUnknownIssuer: an agent certificate that chains to no live
 	// intermediate this journal knows. It comes with ErrUnauthenticated.
-	ErrUnknownIssuer = errors.New("client certificate does not chain to a trusted journal intermediate of this domain (expired, revoked or foreign); re-enroll")
+	ErrUnknownIssuer = errors.New("client certificate does not chain to a live journal intermediate of this domain (its intermediate or journal CA expired, was retired or revoked, or it is foreign); re-enroll")
+	// ErrUnknownOperatorIssuer: an operator credential that chains neither
+	// to a root directly nor through a live journal intermediate of the
+	// trust bundle. It comes with ErrUnauthenticated.
+	ErrUnknownOperatorIssuer = errors.New("operator credential is signed neither by this domain's root nor by a live journal intermediate (its intermediate or journal CA expired, was retired or revoked, or it is of another domain); ask a platform-admin for a new credential (pact admin issue)")
+	// ErrChainShape: a chain that verifies to a root but has a shape this
+	// domain never issues (an agent or an operator signed by a journal CA
+	// itself, an agent signed by the root, an operator under a legacy
+	// intermediate): a misissued certificate, or one made with a stolen
+	// key. It comes with ErrUnauthenticated. docs/security.md, "Which
+	// chains pact accepts".
+	ErrChainShape = caprofile.ErrChainShape
 
 	// ErrNotSVID: the certificate carries no SPIFFE ID of the SPIRE trust
 	// domain; it is not for the SPIRE path at all.
@@ -75,19 +88,21 @@ type Registry interface {
 	CheckOperator(name, serial string, notBeforeUnix int64) (raftfsm.OperatorStatus, string)
 }
 
-// Intermediates is one version of the journal intermediates an agent
-// certificate may chain through.
+// Intermediates is one version of the trust bundle's CAs below the roots:
+// the live journal CAs and the live journal intermediates, those a client
+// certificate may chain through (whatever intermediates the client sent
+// count for nothing in a call's verification).
 type Intermediates struct {
 	// Version changes whenever the set changes, so a remembered verdict
 	// (connverdict.go) lapses with it.
 	Version uint64
 	// Pool holds them for chain verification; Certs the same, for the
-	// handshake's signature walk.
+	// handshake's signature walk. Neither holds a root.
 	Pool  *x509.CertPool
 	Certs []*x509.Certificate
 }
 
-// Bundle yields the live intermediates of the trust bundle.
+// Bundle yields the live journal CAs and intermediates of the trust bundle.
 type Bundle interface {
 	LiveIntermediates() Intermediates
 }
@@ -124,9 +139,10 @@ type Peers interface {
 // Config is what an Authenticator needs. Every field but the SPIRE ones
 // and ClockSkewTolerance is required.
 type Config struct {
-	// Domain is the pact trust domain; Root its root certificate.
+	// Domain is the pact trust domain; Roots its root certificates (one,
+	// or two during a rollover), every one of Domain.
 	Domain string
-	Root   *x509.Certificate
+	Roots  []*x509.Certificate
 	// Clock decides validity; ClockSkewTolerance is how far ahead of it a
 	// client certificate may start (a journal whose clock runs ahead made
 	// it).
@@ -180,7 +196,16 @@ func (c Config) Validate() error {
 		}
 	}
 	req(c.Domain != "", "Domain")
-	req(c.Root != nil, "Root")
+	req(len(c.Roots) > 0, "Roots")
+	for i, r := range c.Roots {
+		if r == nil {
+			errs = append(errs, fmt.Errorf("auth: root %d is missing", i))
+			continue
+		}
+		if d := spiffeDomainOf(r); d != "" && d != c.Domain {
+			errs = append(errs, fmt.Errorf("auth: root %q is of trust domain %s, not %s: every root of --root-cert must be of this domain", r.Subject.CommonName, d, c.Domain))
+		}
+	}
 	req(c.Clock != nil, "Clock")
 	req(c.Log != nil, "Log")
 	req(c.Registry != nil, "Registry")
@@ -210,9 +235,9 @@ type Authenticator struct {
 	spire *spireTrust
 	// refusals rate-limits the log of refused authentications.
 	refusals authRefusals
-	// rootSigned remembers CA certificates found signed by the root in a
-	// client handshake (handshake.go).
-	rootSigned sync.Map
+	// known remembers CA certificates found to reach a root in a client
+	// handshake (handshake.go).
+	known caCache
 }
 
 // New makes an Authenticator of cfg. With SPIRE set up from a bundle file,
@@ -226,8 +251,21 @@ func New(cfg Config) (*Authenticator, error) {
 		return nil, err
 	}
 	roots := x509.NewCertPool()
-	roots.AddCert(cfg.Root)
+	for _, r := range cfg.Roots {
+		roots.AddCert(r)
+	}
 	return &Authenticator{cfg: cfg, log: cfg.Log, roots: roots, spire: spire}, nil
+}
+
+// spiffeDomainOf is the trust domain of a CA certificate's spiffe:// URI,
+// or "" when it has none.
+func spiffeDomainOf(cert *x509.Certificate) string {
+	for _, u := range cert.URIs {
+		if u.Scheme == "spiffe" {
+			return u.Host
+		}
+	}
+	return ""
 }
 
 // Background returns what must run while the journal serves (following the

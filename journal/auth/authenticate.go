@@ -5,12 +5,14 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
 
+	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -62,7 +64,8 @@ func (a *Authenticator) StreamInterceptor(srv any, ss grpc.ServerStream, info *g
 }
 
 // authenticate identifies the caller of method and checks it may call it.
-// The TLS handshake has already verified the chain to the domain root.
+// The TLS handshake has already checked the chain's signatures reach a
+// domain root; verifyClient checks the rest.
 func (a *Authenticator) authenticate(ctx context.Context, method string) (*Principal, error) {
 	pol, ok := policies[method]
 	if !ok {
@@ -105,17 +108,17 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 	}
 	verr := noIdentity
 	if pactID {
-		// An intermediate published while this journal was cut off (a
-		// journal added, or one re-keyed, through the leader) is not in
-		// its bundle yet: the chain counts as unknown only once the leader
-		// has confirmed this journal holds what it committed, and cut off
-		// from the leader the answer is NO_LEADER, to retry, never an
-		// UNAUTHENTICATED that sends a current node to enroll again.
+		// An intermediate (or journal CA) published while this journal
+		// was cut off (a journal added, or one re-keyed, through the
+		// leader) is not in its bundle yet: the chain counts as unknown
+		// only once the leader has confirmed this journal holds what it
+		// committed, and cut off from the leader the answer is NO_LEADER,
+		// to retry, never an UNAUTHENTICATED that sends a current node to
+		// enroll again (or an operator for a new credential).
 		// Confirmed only on that refusal: the accepted call's path stays
 		// one verification, with no closure built for it.
-		if verr = a.verifyClient(leaf, id, verdict); errors.Is(verr, ErrUnknownIssuer) {
-			verr = a.cfg.Quorum.Confirm(ctx, func() error { return a.verifyClient(leaf, id, verdict) },
-				func(err error) bool { return errors.Is(err, ErrUnknownIssuer) })
+		if verr = a.verifyClient(leaf, id, verdict); unknownIssuer(verr) {
+			verr = a.cfg.Quorum.Confirm(ctx, func() error { return a.verifyClient(leaf, id, verdict) }, unknownIssuer)
 		}
 	} else if sid, err := x509svid.IDFromCert(leaf); err == nil && sid.TrustDomain().Name() != domain && a.spire == nil {
 		verr = fmt.Errorf("%w: %w: SPIFFE ID %s is of trust domain %s; this journal accepts domain %s only and trusts no SPIRE bundle (--spire-bundle or --spire-socket)",
@@ -165,6 +168,12 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 	return p, nil
 }
 
+// unknownIssuer reports whether err refuses a chain for an issuer missing
+// from this journal's trust bundle: one that may yet be published in it.
+func unknownIssuer(err error) bool {
+	return errors.Is(err, ErrUnknownIssuer) || errors.Is(err, ErrUnknownOperatorIssuer)
+}
+
 // authenticateSVID authenticates a chain that is no journal-signed
 // certificate as a SPIRE SVID, and authorises it: an SVID is an agent
 // credential only. pactKind is the kind of pact identity the leaf names in
@@ -207,24 +216,23 @@ func (a *Authenticator) authenticateSVID(ctx context.Context, pol policy, method
 	return nil, fmt.Errorf("%w: a SPIRE SVID cannot call %s", ErrPermission, shortMethod(method))
 }
 
-// verifyClient verifies a client chain at the journal's clock. Agent
-// certificates must chain through a live intermediate of the trust bundle
-// (whatever intermediates the client sent are ignored); operator
-// certificates must be signed by the root itself, so no journal
-// intermediate can mint one.
+// verifyClient verifies a client chain at the journal's clock, against the
+// roots and the trust bundle's live journal CAs and intermediates only
+// (whatever intermediates the client sent are ignored, so a retired or
+// revoked intermediate or journal CA verifies nothing), and then the
+// verified chain's shape (ChainShape): an agent certificate is signed by a
+// journal intermediate, an operator credential by the root itself or by a
+// journal intermediate under its journal CA; a journal CA signs neither.
 func (a *Authenticator) verifyClient(leaf *x509.Certificate, id pki.Identity, verdict *chainVerdict) error {
 	now := a.cfg.Clock.Now()
-	opts := x509.VerifyOptions{Roots: a.roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
 	bundle := a.cfg.Bundle.LiveIntermediates()
 	if verdict.valid(bundle.Version, now) {
 		return nil
 	}
-	if id.Kind == pki.KindAgent {
-		opts.Intermediates = bundle.Pool
-	}
-	chains, err := leaf.Verify(opts)
+	opts := x509.VerifyOptions{Roots: a.roots, Intermediates: bundle.Pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	chain, err := a.verifyShaped(leaf, id.Kind, opts)
 	if err == nil {
-		verdict.remember(bundle.Version, chains[0])
+		verdict.remember(bundle.Version, chain)
 		return nil
 	}
 	// A certificate (the leaf, or its journal's intermediate) not valid yet
@@ -242,22 +250,64 @@ func (a *Authenticator) verifyClient(leaf *x509.Certificate, id pki.Identity, ve
 			break
 		}
 		opts.CurrentTime = inv.Cert.NotBefore
-		_, err = leaf.Verify(opts)
+		_, err = a.verifyShaped(leaf, id.Kind, opts)
 	}
 	if err != nil {
 		var inv x509.CertificateInvalidError
 		switch {
+		case errors.Is(err, ErrChainShape):
+			return fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 		case errors.As(err, &inv) && inv.Reason == x509.Expired && now.After(leaf.NotAfter):
 			return fmt.Errorf("%w: client certificate %s expired at %s", ErrUnauthenticated, pki.SerialHex(leaf.SerialNumber), leaf.NotAfter.UTC().Format(time.RFC3339))
 		case errors.As(err, &inv) && inv.Reason == x509.Expired:
 			return fmt.Errorf("%w: %w: client certificate not valid before %s, the journal's clock reads %s (check the clocks)", ErrUnauthenticated, ErrNotYetValid, leaf.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+		case errors.As(err, &inv) && misissued(inv.Reason):
+			// A CA signed beyond what it may: a name outside its
+			// constraints, a CA below a journal intermediate. Not a bundle
+			// that lags: no confirmation helps.
+			return fmt.Errorf("%w: client certificate %s breaks its CAs' rules (%s): it was misissued, with a CA key misused or by hand; find out which key signed it, and re-enroll the node or issue a new credential", ErrUnauthenticated, pki.SerialHex(leaf.SerialNumber), strings.TrimPrefix(inv.Error(), "x509: "))
 		case id.Kind == pki.KindAgent:
 			return fmt.Errorf("%w: %w", ErrUnauthenticated, ErrUnknownIssuer)
+		case id.Kind == pki.KindAdmin:
+			return fmt.Errorf("%w: %w", ErrUnauthenticated, ErrUnknownOperatorIssuer)
 		default:
-			return fmt.Errorf("%w: client certificate is not signed by this domain's root", ErrUnauthenticated)
+			return fmt.Errorf("%w: client certificate is not signed by this domain's root, nor by a live journal intermediate", ErrUnauthenticated)
 		}
 	}
 	return nil
+}
+
+// misissued reports whether a chain verification failed on a rule a CA
+// broke in signing (as opposed to a missing, expired or unknown CA).
+func misissued(r x509.InvalidReason) bool {
+	switch r {
+	case x509.CANotAuthorizedForThisName, x509.TooManyIntermediates, x509.NotAuthorizedToSign, x509.CANotAuthorizedForExtKeyUsage, x509.TooManyConstraints:
+		return true
+	}
+	return false
+}
+
+// verifyShaped verifies leaf with opts and returns the first verified chain
+// of a shape kind may have; a chain that verifies only in another shape is
+// ErrChainShape.
+func (a *Authenticator) verifyShaped(leaf *x509.Certificate, kind string, opts x509.VerifyOptions) ([]*x509.Certificate, error) {
+	chains, err := leaf.Verify(opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range chains {
+		if err = ChainShape(kind, c, a.cfg.Domain); err == nil {
+			return c, nil
+		}
+	}
+	return nil, err
+}
+
+// ChainShape checks that a verified chain (leaf first, a root last) is one
+// this domain issues to a certificate of kind: caprofile.CheckChainShape,
+// whose errors are ErrChainShape.
+func ChainShape(kind string, chain []*x509.Certificate, domain string) error {
+	return caprofile.CheckChainShape(kind, chain, domain)
 }
 
 // CheckBinding ties an agent call to the exact certificate the registry

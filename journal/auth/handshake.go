@@ -17,19 +17,24 @@ import (
 	"github.com/pact-hpc/pact/journal/connlimit"
 )
 
-// maxChainDepth bounds the walk from a leaf to an authority: leaf,
-// intermediate, root for pact; SPIRE may add an intermediate or two.
+// maxChainDepth bounds the walk from a leaf to an authority, in links: a
+// pact chain has three (leaf, journal intermediate, journal CA, root; a
+// legacy chain, with the intermediate signed by the root, two); SPIRE may
+// add an intermediate.
 const maxChainDepth = 4
 
 // VerifyClientHandshake is the gRPC port's tls.Config.VerifyPeerCertificate.
-// It accepts a client chain whose signatures reach the
-// domain root (directly, for operators; through the intermediate the client
-// sent or a live one of the trust bundle, for agents), or, on a SPIRE site,
-// an authority of the SPIRE bundle. It checks signatures only: validity
-// dates, revocation and the registry binding are checked on every call, at
-// the journal's clock, so that an expired or revoked certificate of this
-// domain gets a typed error saying what to do rather than a bare TLS alert.
-// A connection with no client certificate (Enroll) passes.
+// It accepts a client chain whose signatures reach a domain root (directly,
+// for a root-signed operator credential; through a journal intermediate
+// and its journal CA, or a legacy intermediate the root signed, sent by
+// the client or live in the trust bundle, for the rest), or, on a SPIRE
+// site, an authority of the SPIRE bundle. It checks signatures only: which
+// shapes of chain are accepted, validity dates, revocation (of the leaf,
+// an intermediate or a journal CA) and the registry binding are checked on
+// every call, at the journal's clock and against the trust bundle only
+// (verifyClient), so that an expired or revoked certificate of this domain
+// gets a typed error saying what to do rather than a bare TLS alert. A
+// connection with no client certificate (Enroll) passes.
 func (a *Authenticator) VerifyClientHandshake(raw [][]byte, _ [][]*x509.Certificate) error {
 	if len(raw) == 0 {
 		return nil
@@ -47,7 +52,7 @@ func (a *Authenticator) VerifyClientHandshake(raw [][]byte, _ [][]*x509.Certific
 	}
 	leaf := certs[0]
 	pool := certs[1:]
-	if chainsTo(leaf, []*x509.Certificate{a.cfg.Root}, &a.rootSigned, pool, a.cfg.Bundle.LiveIntermediates().Certs) {
+	if chainsTo(leaf, a.cfg.Roots, &a.known, pool, a.cfg.Bundle.LiveIntermediates().Certs) {
 		return nil
 	}
 	if a.spire != nil {
@@ -85,23 +90,29 @@ func agentSVIDShaped(leaf *x509.Certificate) bool {
 
 // chainsTo reports whether leaf's signatures lead to one of roots through
 // the intermediates given (an issuer is tried only when its subject is the
-// name the certificate was issued by). known, if not nil, remembers the CA
-// certificates already found signed by a root, so a journal's intermediate
-// costs one signature check per journal, not one per handshake; only
-// certificates a root signed enter it, so it cannot be grown by a client.
-func chainsTo(leaf *x509.Certificate, roots []*x509.Certificate, known *sync.Map, pools ...[]*x509.Certificate) bool {
+// name the certificate was issued by, and its key the one the certificate
+// names, when both say). known, if not nil, remembers the CA certificates
+// found to reach a root, each one on the path (a journal's intermediate as
+// well as its journal CA): in steady state a handshake costs one signature
+// check, the leaf's, however long the chain above it.
+func chainsTo(leaf *x509.Certificate, roots []*x509.Certificate, known *caCache, pools ...[]*x509.Certificate) bool {
 	cur := leaf
+	// fresh are the CA certificates on the walk not known yet: remembered
+	// once the walk reaches a root.
+	var fresh [maxChainDepth]*x509.Certificate
+	n := 0
 	for range maxChainDepth {
-		if cur != leaf && known != nil {
-			if _, ok := known.Load(string(cur.Raw)); ok {
+		if cur != leaf {
+			if known.has(cur) {
+				known.add(fresh[:n])
 				return true
 			}
+			fresh[n] = cur
+			n++
 		}
 		for _, r := range roots {
-			if bytes.Equal(cur.RawIssuer, r.RawSubject) && cur.CheckSignatureFrom(r) == nil {
-				if cur != leaf && known != nil {
-					known.Store(string(cur.Raw), struct{}{})
-				}
+			if issuedBy(cur, r) && cur.CheckSignatureFrom(r) == nil {
+				known.add(fresh[:n])
 				return true
 			}
 		}
@@ -109,7 +120,7 @@ func chainsTo(leaf *x509.Certificate, roots []*x509.Certificate, known *sync.Map
 	search:
 		for _, pool := range pools {
 			for _, c := range pool {
-				if c != cur && c.IsCA && bytes.Equal(cur.RawIssuer, c.RawSubject) && cur.CheckSignatureFrom(c) == nil {
+				if c != cur && c.IsCA && issuedBy(cur, c) && cur.CheckSignatureFrom(c) == nil {
 					next = c
 					break search
 				}
@@ -121,6 +132,62 @@ func chainsTo(leaf *x509.Certificate, roots []*x509.Certificate, known *sync.Map
 		cur = next
 	}
 	return false
+}
+
+// issuedBy reports whether cert names ca as its issuer: ca's subject, and
+// ca's key identifier when both carry one (a journal's intermediates all
+// share a subject, and so do a domain's two roots during a rollover). It
+// saves signature checks; it proves nothing.
+func issuedBy(cert, ca *x509.Certificate) bool {
+	if !bytes.Equal(cert.RawIssuer, ca.RawSubject) {
+		return false
+	}
+	return len(cert.AuthorityKeyId) == 0 || len(ca.SubjectKeyId) == 0 || bytes.Equal(cert.AuthorityKeyId, ca.SubjectKeyId)
+}
+
+// maxKnownCAs bounds caCache. A domain has a handful of journals, each
+// with a journal CA and one or two live intermediates at a time; a CA
+// whose key was stolen could sign new intermediates without end.
+const maxKnownCAs = 256
+
+// caCache is the set of CA certificates (DER) a handshake found to reach a
+// root. Only a certificate whose signatures were checked up to a root
+// enters it, and it is emptied when full: a stolen CA key can make it cost
+// the signature checks it saves, never grow it past maxKnownCAs. A nil
+// cache remembers nothing.
+type caCache struct {
+	mu sync.RWMutex
+	m  map[string]struct{}
+}
+
+func (c *caCache) has(cert *x509.Certificate) bool {
+	if c == nil {
+		return false
+	}
+	c.mu.RLock()
+	_, ok := c.m[string(cert.Raw)]
+	c.mu.RUnlock()
+	return ok
+}
+
+func (c *caCache) add(certs []*x509.Certificate) {
+	if c == nil || len(certs) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m)+len(certs) > maxKnownCAs {
+		c.m = make(map[string]struct{}, 16)
+	}
+	for _, cert := range certs {
+		c.m[string(cert.Raw)] = struct{}{}
+	}
+}
+
+func (c *caCache) len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.m)
 }
 
 // refusalDrain bounds how long a connection whose client certificate was

@@ -1,50 +1,58 @@
 package auth
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"encoding/binary"
-	"path/filepath"
+	"sync"
 	"testing"
-	"time"
 
-	"github.com/pact-hpc/pact/journal/ca"
+	"github.com/pact-hpc/pact/internal/chaintest"
 )
 
-// handshakeEnv is what VerifyClientHandshake reads: the domain root and an
-// (empty) trust bundle, and the journal CA that signs the chains. No Raft,
-// no listener.
-type handshakeEnv struct {
-	*Authenticator
-	ca *ca.CA
+const testDomain = "pact.local"
+
+// testBundle is a trust bundle whose CAs (live journal CAs and
+// intermediates) a test sets.
+type testBundle struct {
+	mu  sync.Mutex
+	cur Intermediates
 }
 
-// noIntermediates is a trust bundle with no live intermediate yet.
-type noIntermediates struct{}
+func bundleOf(cas ...*x509.Certificate) *testBundle {
+	b := &testBundle{}
+	b.set(cas...)
+	return b
+}
 
-func (noIntermediates) LiveIntermediates() Intermediates {
-	return Intermediates{Version: 1, Pool: x509.NewCertPool()}
+func (b *testBundle) set(cas ...*x509.Certificate) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cur = Intermediates{Version: b.cur.Version + 1, Pool: chaintest.Pool(cas...), Certs: cas}
+}
+
+func (b *testBundle) LiveIntermediates() Intermediates {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cur
+}
+
+// handshakeEnv is what VerifyClientHandshake reads: the domain roots and a
+// trust bundle, here empty. No Raft, no listener. jca is journal j1's
+// journal CA under root, inter its current intermediate, legacy the
+// intermediate of a journal not migrated yet (signed by root).
+type handshakeEnv struct {
+	*Authenticator
+	root, jca, inter, legacy *chaintest.CA
 }
 
 func handshakeJournal(tb testing.TB) handshakeEnv {
 	tb.Helper()
-	dir := tb.TempDir()
-	if _, err := ca.InitDev(dir, "pact.local", time.Now()); err != nil {
-		tb.Fatal(err)
-	}
-	up, err := ca.LoadKeyFileAuthority(filepath.Join(dir, ca.RootCertFile), filepath.Join(dir, ca.RootKeyFile))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cfg := ca.DefaultConfig()
-	cfg.Upstream, cfg.JournalID = up, "j1"
-	authority, err := ca.New(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return handshakeEnv{&Authenticator{cfg: Config{Domain: authority.Domain(), Root: authority.Root(), Bundle: noIntermediates{}}}, authority}
+	root := chaintest.NewRoot(testDomain)
+	jca := root.JournalCA("j1", chaintest.Names{DNS: []string{"j1.pact.local"}})
+	inter := jca.Intermediate("j1", chaintest.Names{DNS: []string{"j1.pact.local"}})
+	legacy := root.Intermediate("j0", chaintest.Names{})
+	a := &Authenticator{cfg: Config{Domain: testDomain, Roots: []*x509.Certificate{root.Cert}, Bundle: bundleOf()}}
+	return handshakeEnv{Authenticator: a, root: root, jca: jca, inter: inter, legacy: legacy}
 }
 
 // splitChain turns fuzz bytes into up to six length-prefixed certificates.
@@ -74,20 +82,14 @@ func joinChain(certs ...[]byte) []byte {
 // accept only chains whose signatures reach the root.
 func FuzzVerifyClientHandshake(f *testing.F) {
 	j := handshakeJournal(f)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	csrDER, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
-	csr, err := ca.ParseCSR(csrDER)
-	if err != nil {
-		f.Fatal(err)
-	}
-	iss, err := j.ca.SignAgent(csr, "n1")
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add(joinChain(iss.ChainDER...))
-	f.Add(joinChain(iss.DER))
-	f.Add(joinChain(j.ca.Root().Raw))
-	f.Add(joinChain(iss.DER, iss.DER, iss.DER))
+	leaf := j.inter.Agent("n1")
+	old := j.legacy.Agent("n2")
+	f.Add(joinChain(leaf.DER()...))
+	f.Add(joinChain(old.DER()...))
+	f.Add(joinChain(leaf.Cert.Raw))
+	f.Add(joinChain(j.root.Cert.Raw))
+	f.Add(joinChain(leaf.Cert.Raw, leaf.Cert.Raw, leaf.Cert.Raw))
+	f.Add(joinChain(leaf.Cert.Raw, j.jca.Cert.Raw, j.inter.Cert.Raw))
 	f.Add([]byte{0, 3, 1, 2, 3})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		raw := splitChain(data)
@@ -107,7 +109,7 @@ func FuzzVerifyClientHandshake(f *testing.F) {
 			}
 			pool = append(pool, c)
 		}
-		if !chainsTo(leaf, []*x509.Certificate{j.ca.Root()}, nil, pool, j.cfg.Bundle.LiveIntermediates().Certs) {
+		if !chainsTo(leaf, j.cfg.Roots, nil, pool, j.cfg.Bundle.LiveIntermediates().Certs) {
 			t.Fatalf("accepted a chain that does not reach the root")
 		}
 	})
@@ -115,33 +117,34 @@ func FuzzVerifyClientHandshake(f *testing.F) {
 
 func TestVerifyClientHandshake(t *testing.T) {
 	j := handshakeJournal(t)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	csrDER, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
-	csr, _ := ca.ParseCSR(csrDER)
-	iss, err := j.ca.SignAgent(csr, "n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := handshakeJournal(t)
-	foreign, err := other.ca.SignAgent(csr, "n1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	leaf := j.inter.Agent("n1")
+	old := j.legacy.Agent("n2")
+	op := j.root.Operator("alice", "platform-admin")
+	onlineOp := j.inter.Operator("bob", "viewer")
+	other := handshakeJournal(t) // another domain's root, of the same name
+	foreign := other.inter.Agent("n1")
 	for _, tc := range []struct {
 		name string
 		raw  [][]byte
 		ok   bool
 	}{
 		{"no certificate (Enroll)", nil, true},
-		{"agent chain with its intermediate", iss.ChainDER, true},
-		{"agent leaf alone, intermediate not in the bundle", [][]byte{iss.DER}, false},
-		{"chain of another root", foreign.ChainDER, false},
-		{"our intermediate under a foreign leaf", [][]byte{foreign.DER, iss.ChainDER[1]}, false},
+		{"agent: leaf, intermediate, journal CA", leaf.DER(), true},
+		{"agent: leaf, intermediate, journal CA, root", append(leaf.DER(), j.root.Cert.Raw), true},
+		{"agent: sent out of order", [][]byte{leaf.Cert.Raw, j.jca.Cert.Raw, j.inter.Cert.Raw}, true},
+		{"agent: legacy leaf, intermediate", old.DER(), true},
+		{"operator: root-signed", op.DER(), true},
+		{"operator: leaf, intermediate, journal CA", onlineOp.DER(), true},
+		{"agent leaf alone, its CAs not in the bundle", [][]byte{leaf.Cert.Raw}, false},
+		{"agent: journal CA missing", [][]byte{leaf.Cert.Raw, j.inter.Cert.Raw}, false},
+		{"chain of another root", foreign.DER(), false},
+		{"our CAs under a foreign leaf", [][]byte{foreign.Cert.Raw, j.inter.Cert.Raw, j.jca.Cert.Raw}, false},
 		{"garbage", [][]byte{{1, 2, 3}}, false},
-		{"too long", [][]byte{iss.DER, iss.ChainDER[1], iss.ChainDER[1], iss.ChainDER[1], iss.ChainDER[1], iss.ChainDER[1]}, false},
+		{"too long", [][]byte{leaf.Cert.Raw, j.inter.Cert.Raw, j.inter.Cert.Raw, j.inter.Cert.Raw, j.inter.Cert.Raw, j.jca.Cert.Raw}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := j.VerifyClientHandshake(tc.raw, nil)
+			a := &Authenticator{cfg: j.cfg} // nothing known from the cases before
+			err := a.VerifyClientHandshake(tc.raw, nil)
 			if (err == nil) != tc.ok {
 				t.Errorf("VerifyClientHandshake = %v, want ok=%v", err, tc.ok)
 			}
@@ -149,21 +152,87 @@ func TestVerifyClientHandshake(t *testing.T) {
 	}
 }
 
+// The handshake finds a client's CAs in the trust bundle when the client
+// sends its leaf alone, and takes either of two roots (a rollover).
+func TestVerifyClientHandshakeBundleAndTwoRoots(t *testing.T) {
+	j := handshakeJournal(t)
+	next := chaintest.NewRoot(testDomain) // same subject, another key
+	nextJCA := next.JournalCA("j2", chaintest.Names{})
+	nextInter := nextJCA.Intermediate("j2", chaintest.Names{})
+	j.cfg.Roots = []*x509.Certificate{j.root.Cert, next.Cert}
+	j.cfg.Bundle = bundleOf(j.jca.Cert, j.inter.Cert, nextJCA.Cert, nextInter.Cert)
+	for _, leaf := range []*chaintest.Leaf{j.inter.Agent("n1"), nextInter.Agent("n2"), next.Operator("carol", "viewer")} {
+		if err := j.VerifyClientHandshake([][]byte{leaf.Cert.Raw}, nil); err != nil {
+			t.Errorf("%s alone, its CAs in the bundle: %v", leaf.Cert.Subject.CommonName, err)
+		}
+	}
+}
+
+// Once a handshake proved a chain, both CAs above the leaf are remembered:
+// the next handshake under them checks the leaf's signature only.
+func TestHandshakeRemembersEveryCAOnThePath(t *testing.T) {
+	j := handshakeJournal(t)
+	if err := j.VerifyClientHandshake(j.inter.Agent("n1").DER(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if !j.known.has(j.inter.Cert) || !j.known.has(j.jca.Cert) {
+		t.Fatalf("after a 3-link handshake: intermediate known %v, journal CA known %v; want both", j.known.has(j.inter.Cert), j.known.has(j.jca.Cert))
+	}
+	// A leaf issued in the known intermediate's name by another key (a
+	// foreign intermediate of the same subject) is refused.
+	other := handshakeJournal(t)
+	forged := other.inter.Agent("n2")
+	if err := j.VerifyClientHandshake([][]byte{forged.Cert.Raw, j.inter.Cert.Raw, j.jca.Cert.Raw}, nil); err == nil {
+		t.Error("a leaf not signed by the known intermediate passed")
+	}
+	// A chain that reaches no root teaches the cache nothing.
+	_ = j.VerifyClientHandshake(other.inter.Agent("n3").DER(), nil)
+	if j.known.has(other.inter.Cert) || j.known.has(other.jca.Cert) {
+		t.Error("a foreign chain's CAs were remembered")
+	}
+}
+
+// A CA whose key was stolen can sign intermediates without end: the cache
+// of known CAs stays bounded, and keeps working.
+func TestHandshakeCacheBounded(t *testing.T) {
+	j := handshakeJournal(t)
+	for i := range maxKnownCAs + 40 {
+		inter := j.jca.UnconstrainedIntermediate("j1")
+		leaf := inter.Agent("n1")
+		if err := j.VerifyClientHandshake(leaf.DER(), nil); err != nil {
+			t.Fatalf("handshake %d: %v", i, err)
+		}
+		if n := j.known.len(); n > maxKnownCAs {
+			t.Fatalf("after %d intermediates the cache holds %d CAs, bound %d", i+1, n, maxKnownCAs)
+		}
+	}
+	if err := j.VerifyClientHandshake(j.inter.Agent("n2").DER(), nil); err != nil {
+		t.Fatalf("after the flood: %v", err)
+	}
+}
+
 // BenchmarkVerifyClientHandshake is the cost the handshake check adds to an
-// agent's mTLS handshake (leaf and intermediate sent, the intermediate
-// already known to be root-signed).
+// agent's mTLS handshake (leaf, intermediate and journal CA sent, the
+// intermediate already known to reach the root): one signature check.
 func BenchmarkVerifyClientHandshake(b *testing.B) {
 	j := handshakeJournal(b)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	csrDER, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
-	csr, _ := ca.ParseCSR(csrDER)
-	iss, err := j.ca.SignAgent(csr, "n1")
-	if err != nil {
-		b.Fatal(err)
-	}
+	raw := j.inter.Agent("n1").DER()
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := j.VerifyClientHandshake(iss.ChainDER, nil); err != nil {
+		if err := j.VerifyClientHandshake(raw, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkVerifyClientHandshakeLegacy is the same for a legacy chain
+// (leaf, intermediate signed by the root), for comparison.
+func BenchmarkVerifyClientHandshakeLegacy(b *testing.B) {
+	j := handshakeJournal(b)
+	raw := j.legacy.Agent("n1").DER()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := j.VerifyClientHandshake(raw, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

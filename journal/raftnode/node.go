@@ -107,7 +107,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.Credentials != nil {
 		n.roots = x509.NewCertPool()
-		n.roots.AddCert(cfg.Credentials.Root())
+		for _, r := range rootsOf(cfg.Credentials) {
+			n.roots.AddCert(r)
+		}
 	}
 	n.hooks = cfg.Hooks
 	if n.hooks == nil {

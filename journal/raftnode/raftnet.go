@@ -13,17 +13,20 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/connlimit"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
 // tlsStreamLayer carries Raft between journals over mutual TLS. Both sides
-// present their journal certificate (from their own intermediate) and accept
-// only a peer whose chain reaches the domain root and that names a journal
-// of this domain: an agent, an operator or a foreign CA cannot speak Raft.
+// present their journal certificate (from their own intermediate, sent with
+// it and its journal CA) and accept only a peer whose chain reaches a domain
+// root and that names a journal of this domain: an agent, an operator or a
+// foreign CA cannot speak Raft.
 //
 // Raft gives every connection it accepts a 256 KiB read buffer, so only
 // authenticated connections reach it: the layer accepts on its own,
@@ -257,8 +260,9 @@ func (l *tlsStreamLayer) serverHandshake(raw net.Conn) (*tls.Conn, error) {
 	return tc, nil
 }
 
-// verifyJournalPeer accepts a chain that reaches the domain root through
-// the intermediate the peer presents, naming a journal of this domain.
+// verifyJournalPeer accepts a chain that reaches a domain root through the
+// CAs the peer presents (its intermediate and journal CA), naming a journal
+// of this domain.
 func (n *Node) verifyJournalPeer(raw [][]byte, _ [][]*x509.Certificate) error {
 	if len(raw) == 0 {
 		return ErrPeerNoCertificate
@@ -274,24 +278,37 @@ func (n *Node) verifyJournalPeer(raw [][]byte, _ [][]*x509.Certificate) error {
 	return n.CheckJournalCert(certs)
 }
 
-// CheckJournalCert checks a peer journal's chain (leaf first): it reaches
-// the domain root, names a journal of this domain, its intermediate is not
-// revoked and is that journal's own.
+// CheckJournalCert checks a peer journal's chain (leaf first): it reaches a
+// domain root in a shape a journal's certificate has ([server,
+// intermediate, journal CA], or legacy [server, intermediate]), names a
+// journal of this domain, its intermediate and journal CA are not revoked,
+// and they are that journal's own.
 func (n *Node) CheckJournalCert(certs []*x509.Certificate) error {
 	now := n.cfg.Clock.Now()
 	// A revoked intermediate (pact journal remove --revoke-intermediate)
-	// cuts its journal off at once, cached chain or not. An intermediate
-	// not yet in Raft passes: a journal publishes its new one over this
-	// very connection.
-	var issuer *pactv1.Intermediate // the leaf's, as Raft records it
-	for i, c := range certs[1:] {
+	// or journal CA (pact journal revoke-ca) cuts its journal off at once,
+	// cached chain or not. An intermediate not yet in Raft passes: a
+	// journal publishes its new one over this very connection.
+	// Every intermediate the peer sent that Raft records, and every
+	// journal CA: a journal sends its own and nothing else.
+	var recorded []*pactv1.Intermediate
+	var journalCAs []*x509.Certificate
+	for _, c := range certs[1:] {
+		if _, _, ok := caprofile.JournalOf(c); ok {
+			journalCAs = append(journalCAs, c)
+			continue
+		}
 		in, ok := n.fsm.Intermediate(pki.SerialHex(c.SerialNumber))
-		if ok && raftfsm.IntermediateRevoked(in, now.UnixNano()) {
+		if !ok {
+			continue
+		}
+		if raftfsm.IntermediateRevoked(in, now.UnixNano()) {
 			return &PeerRefusal{reason: refusedRevoked, msg: fmt.Sprintf("intermediate %s of journal %s is revoked", in.GetSerial(), in.GetJournalId()), cause: ErrPeerIntermediateRevoked}
 		}
-		if i == 0 && ok {
-			issuer = in
-		}
+		recorded = append(recorded, in)
+	}
+	if err := n.checkJournalCAsRevoked(journalCAs); err != nil {
+		return err
 	}
 	if !n.peerCerts.verified(certs, now) {
 		if err := n.verifyJournalChain(certs, now); err != nil {
@@ -301,12 +318,63 @@ func (n *Node) CheckJournalCert(certs []*x509.Certificate) error {
 	}
 	// A journal is a peer with its own intermediate only: a certificate
 	// naming j1 made with j2's intermediate key is no j1. An intermediate
-	// not yet in Raft passes on the chain alone (the root signed it for a
-	// journal that publishes it over this very connection); membership is
-	// checked by the caller, per connection and per call. Checked on every
-	// call, cached chain or not: Raft's record of whose intermediate it is
-	// decides, as it stands now.
-	return checkIntermediateBinding(certs[0], issuer)
+	// not yet in Raft passes on the chain alone (its journal CA, or the
+	// root, signed it for a journal that publishes it over this very
+	// connection); membership is checked by the caller, per connection and
+	// per call. Checked on every call, cached chain or not: Raft's record
+	// of whose intermediate it is decides, as it stands now, and the
+	// journal CA's name, which the root vouches for.
+	if err := checkJournalCABinding(certs[0], journalCAs); err != nil {
+		return err
+	}
+	for _, in := range recorded {
+		if err := checkIntermediateBinding(certs[0], in); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkJournalCAsRevoked refuses a chain through a journal CA Raft records
+// as revoked. A journal CA not recorded yet (its journal's first publish
+// under it) passes.
+func (n *Node) checkJournalCAsRevoked(journalCAs []*x509.Certificate) error {
+	if len(journalCAs) == 0 {
+		return nil
+	}
+	return revokedJournalCA(n.fsm.AllJournalCAs(), journalCAs)
+}
+
+// revokedJournalCA refuses the first of journalCAs that recorded has
+// revoked.
+func revokedJournalCA(recorded []*pactv1.JournalCA, journalCAs []*x509.Certificate) error {
+	for _, c := range journalCAs {
+		serial := pki.SerialHex(c.SerialNumber)
+		for _, jc := range recorded {
+			if jc.GetSerial() == serial && jc.GetRevokedAtUnixNano() != 0 {
+				return &PeerRefusal{reason: refusedRevoked, msg: fmt.Sprintf("journal CA %s of journal %s is revoked (%s)", serial, jc.GetJournalId(), jc.GetRevokeReason()), cause: ErrPeerIntermediateRevoked}
+			}
+		}
+	}
+	return nil
+}
+
+// checkJournalCABinding refuses a journal certificate sent with the journal
+// CA of another journal: a journal CA signs its own journal's
+// intermediates only. Every journal CA sent counts, whether or not it is
+// on the verified path: a journal sends its own only, and a peer that sends
+// another's (to hide which one signed) refuses itself.
+func checkJournalCABinding(leaf *x509.Certificate, journalCAs []*x509.Certificate) error {
+	id, err := pki.IdentityOf(leaf)
+	if err != nil || id.Kind != pki.KindJournal {
+		return nil // verifyJournalChain refused it already
+	}
+	for _, c := range journalCAs {
+		if of, _, _ := caprofile.JournalOf(c); of != id.Name {
+			return &PeerRefusal{reason: refusedIntermediate, msg: fmt.Sprintf("a certificate naming journal %s under the journal CA of journal %s", id.Name, of), cause: ErrPeerWrongIntermediate}
+		}
+	}
+	return nil
 }
 
 func (n *Node) verifyJournalChain(certs []*x509.Certificate, now time.Time) error {
@@ -314,19 +382,28 @@ func (n *Node) verifyJournalChain(certs []*x509.Certificate, now time.Time) erro
 	for _, c := range certs[1:] {
 		inter.AddCert(c)
 	}
-	if _, err := certs[0].Verify(x509.VerifyOptions{
+	chains, err := certs[0].Verify(x509.VerifyOptions{
 		Roots:         n.roots,
 		Intermediates: inter,
 		CurrentTime:   now,
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("journal peer: %w", err)
 	}
 	id, err := pki.IdentityOf(certs[0])
 	if err != nil || id.Kind != pki.KindJournal || id.Domain != n.cfg.Credentials.Domain() {
 		return fmt.Errorf("%w (%s)", ErrPeerNotJournal, n.cfg.Credentials.Domain())
 	}
-	return nil
+	// A journal's certificate comes from its intermediate, never from a
+	// journal CA or a root directly.
+	var shape error
+	for _, c := range chains {
+		if shape = auth.ChainShape(pki.KindJournal, c, id.Domain); shape == nil {
+			return nil
+		}
+	}
+	return &PeerRefusal{reason: refusedIntermediate, msg: shape.Error(), cause: fmt.Errorf("%w: %w", ErrPeerWrongIntermediate, shape)}
 }
 
 // verifiedChains remembers peer journal chains that verified, so a leader
