@@ -62,14 +62,16 @@ type procJournal struct {
 	err     error // how the last process exited (set before exited closes)
 }
 
-// NewProcQuorum initialises a domain root in cfg.Dir and prepares (does not
-// start) the journals.
+// NewProcQuorum makes the site's PKI in the production layout, as the
+// ceremony does (docs/ceremony.md): a domain root whose key stays in
+// cfg.Dir/root (never in a journal's data directory), the first
+// platform-admin credential, and a journal CA per journal whose key is a
+// file in cfg.Dir/keys; then it prepares (does not start) the journals.
 func NewProcQuorum(cfg ProcConfig) (*ProcQuorum, error) {
-	journal := filepath.Join(cfg.Bin, "pact-journal")
-	if out, err := exec.Command(journal, "init", "--dir", cfg.Dir, "--domain", "pact.local").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("pact-journal init: %w\n%s", err, out)
-	}
 	q := &ProcQuorum{cfg: cfg}
+	if err := q.ceremony(); err != nil {
+		return nil, err
+	}
 	var err error
 	if q.roots, q.admin, err = LoadCreds(cfg.Dir); err != nil {
 		return nil, err
@@ -87,7 +89,8 @@ func NewProcQuorum(cfg ProcConfig) (*ProcQuorum, error) {
 		args := []string{
 			"--node-id", id, "--data-dir", filepath.Join(cfg.Dir, id),
 			"--listen", q.addr(i, "grpc"), "--raft-listen", q.addr(i, "raft"), "--metrics-listen", q.addr(i, "metrics"),
-			"--root-cert", filepath.Join(cfg.Dir, "ca.pem"), "--root-key", filepath.Join(cfg.Dir, "ca-key.pem"),
+			"--root-cert", filepath.Join(cfg.Dir, "ca.pem"),
+			"--journal-ca-cert", q.JournalCACert(id), "--journal-ca-key", "file:" + q.JournalCAKey(id),
 		}
 		if i < initial {
 			args = append(args, "--initial-cluster", strings.Join(peers, ","))

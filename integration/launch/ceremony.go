@@ -1,0 +1,116 @@
+package launch
+
+import (
+	"crypto/x509"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/ceremony"
+	"github.com/pact-hpc/pact/internal/keystore"
+	"github.com/pact-hpc/pact/internal/pki"
+)
+
+// Domain is the trust domain of every quorum the launcher makes.
+const Domain = "pact.local"
+
+// RootDir is where the domain root (certificate and key) of a quorum made
+// in dir lives: the stand-in for the offline ceremony machine. Its key is
+// never given to a journal.
+func RootDir(dir string) string { return filepath.Join(dir, "root") }
+
+// JournalCACert is journal id's journal CA certificate.
+func (q *ProcQuorum) JournalCACert(id string) string {
+	return filepath.Join(q.cfg.Dir, "keys", id+"-ca.pem")
+}
+
+// JournalCAKey is the file holding journal id's journal CA key: outside
+// the journal's data directory, as docs/ca-keys.md asks of a file key.
+func (q *ProcQuorum) JournalCAKey(id string) string {
+	return filepath.Join(q.cfg.Dir, "keys", id+"-ca-key.pem")
+}
+
+// ceremony makes the root, the admin credential (cfg.Dir/admin.pem), the
+// root certificate journals and clients trust (cfg.Dir/ca.pem) and a
+// journal CA for each of the first cfg.N journals.
+func (q *ProcQuorum) ceremony() error {
+	now := time.Now()
+	rootDir := RootDir(q.cfg.Dir)
+	root, err := ceremony.InitRoot(rootDir, Domain, keystore.Spec{}, keystore.Options{}, 0, now)
+	if err != nil {
+		return fmt.Errorf("launch: the root: %w", err)
+	}
+	key, err := keystore.Open(ceremony.DefaultRootKey(rootDir), keystore.Options{})
+	if err != nil {
+		return fmt.Errorf("launch: the root key: %w", err)
+	}
+	defer key.Close()
+	certPEM, keyPEM, _, err := ceremony.IssueAdmin(root, key, "admin", pki.RolePlatformAdmin, 0, now)
+	if err != nil {
+		return fmt.Errorf("launch: the admin credential: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(q.cfg.Dir, "keys"), 0o700); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+		mode os.FileMode
+	}{
+		{"ca.pem", pki.EncodeCertsPEM(root.Raw), 0o644},
+		{"admin.pem", certPEM, 0o644},
+		{"admin-key.pem", keyPEM, 0o600},
+	} {
+		if err := ceremony.WriteNew(filepath.Join(q.cfg.Dir, f.name), f.data, f.mode); err != nil {
+			return err
+		}
+	}
+	for i := range q.cfg.N {
+		id := fmt.Sprintf("j%d", i+1)
+		if err := q.IssueJournalCA(id, root, key, q.servedNames(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// IssueJournalCA makes journal id's journal CA key (a file, if absent) and
+// signs its certificate with root for names, replacing any certificate
+// there: the journal host's pact-journal ca-request and the ceremony's pact
+// ca sign-journal in one.
+func (q *ProcQuorum) IssueJournalCA(id string, root *x509.Certificate, rootKey keystore.Key, names []string) error {
+	dns, ips, err := ceremony.ParseNames(names)
+	if err != nil {
+		return fmt.Errorf("launch: names of %s: %w", id, err)
+	}
+	req, err := ceremony.NewRequest(id, keystore.Spec{Backend: keystore.BackendFile, Location: q.JournalCAKey(id)}, keystore.Options{}, dns, ips)
+	if err != nil {
+		return fmt.Errorf("launch: journal CA request of %s: %w", id, err)
+	}
+	cert, err := ceremony.SignJournalCA(root, rootKey, req.PEM, id, dns, ips, 0, time.Now())
+	if err != nil {
+		return fmt.Errorf("launch: journal CA of %s: %w", id, err)
+	}
+	path := q.JournalCACert(id)
+	_ = os.Remove(path)
+	return ceremony.WriteNew(path, pki.EncodeCertsPEM(cert.Raw), 0o644)
+}
+
+// servedNames is every name journal i serves under: its listen addresses,
+// and the names every journal adds (localhost, the loopback addresses, the
+// host name).
+func (q *ProcQuorum) servedNames(i int) []string {
+	names := []string{"localhost", "127.0.0.1", "::1"}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		names = append(names, h)
+	}
+	for _, svc := range []string{"grpc", "raft"} {
+		host, _, err := net.SplitHostPort(q.addr(i, svc))
+		if err == nil && host != "127.0.0.1" && host != "::1" && host != "localhost" {
+			names = append(names, host)
+		}
+	}
+	return names
+}
