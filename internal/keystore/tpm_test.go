@@ -257,7 +257,7 @@ func TestTPMOpenRefusals(t *testing.T) {
 		"generate": func() error { _, err := keystore.Generate(tpmSpec(t), noDev); return err },
 	} {
 		err := f()
-			if !errors.Is(err, keystore.ErrTPM) || !strings.Contains(err.Error(), "no TPM at") || !strings.Contains(err.Error(), "--tpm-device") {
+		if !errors.Is(err, keystore.ErrTPM) || !strings.Contains(err.Error(), "no TPM at") || !strings.Contains(err.Error(), "--tpm-device") {
 			t.Errorf("%s without a TPM: %v, want ErrTPM naming --tpm-device", name, err)
 		}
 	}
