@@ -118,9 +118,9 @@ func pkcs11ConfigError(err error, u pkcs11URI, name string) error {
 	if errors.As(err, &rv) {
 		switch rv {
 		case pkcs11.CKR_PIN_INCORRECT, pkcs11.CKR_PIN_LEN_RANGE:
-			return fmt.Errorf("%w: %s: token %q refused the PIN (from %s): check it; the token locks the PIN after a few failures", ErrPKCS11, name, u.Token, pinSource(u))
+			return fmt.Errorf("%w: %s: token %q refused the PIN (from %s): check it before trying again: most tokens lock the PIN after a few failures", ErrPKCS11, name, u.Token, pinSource(u))
 		case pkcs11.CKR_PIN_LOCKED:
-			return fmt.Errorf("%w: %s: token %q has locked its user PIN after failed logins: its security officer must unlock it (softhsm2-util cannot; with OpenSC: pkcs11-tool --init-pin --login --login-type so)", ErrPKCS11, name, u.Token)
+			return fmt.Errorf("%w: %s: token %q has locked its user PIN after failed logins: its security officer must set a new one with the token's tools (OpenSC: pkcs11-tool --module MODULE --login --login-type so --init-pin)", ErrPKCS11, name, u.Token)
 		case pkcs11.CKR_PIN_EXPIRED:
 			return fmt.Errorf("%w: %s: token %q: the user PIN has expired: change it with the token's tools", ErrPKCS11, name, u.Token)
 		}
