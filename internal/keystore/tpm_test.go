@@ -3,14 +3,13 @@ package keystore_test
 import (
 	"bytes"
 	"crypto"
+	"crypto/ecdh"
 	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha512"
 	"encoding/asn1"
 	"encoding/pem"
 	"errors"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -196,15 +195,17 @@ func TestTPMBlobHoldsNoPrivateKey(t *testing.T) {
 	}
 	// Every 32-byte window of the file, and of its decoded parts, taken as a
 	// scalar, is not the private key.
-	n := elliptic.P256().Params().N
+	want, err := pub.ECDH()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, b := range [][]byte{data, blk.Bytes} {
 		for i := 0; i+32 <= len(b); i++ {
-			d := new(big.Int).SetBytes(b[i : i+32])
-			if d.Sign() == 0 || d.Cmp(n) >= 0 {
-				continue
+			d, err := ecdh.P256().NewPrivateKey(b[i : i+32])
+			if err != nil {
+				continue // zero, or not below the group order: no scalar
 			}
-			x, y := elliptic.P256().ScalarBaseMult(b[i : i+32])
-			if x.Cmp(pub.X) == 0 && y.Cmp(pub.Y) == 0 {
+			if d.PublicKey().Equal(want) {
 				t.Fatalf("bytes %d..%d of the blob are the private scalar", i, i+32)
 			}
 		}
