@@ -5,8 +5,10 @@ import (
 	"crypto"
 	"crypto/ecdh"
 	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha512"
+	"crypto/x509"
 	"encoding/asn1"
 	"encoding/pem"
 	"errors"
@@ -195,21 +197,43 @@ func TestTPMBlobHoldsNoPrivateKey(t *testing.T) {
 	}
 	// Every 32-byte window of the file, and of its decoded parts, taken as a
 	// scalar, is not the private key.
+	for _, b := range [][]byte{data, blk.Bytes} {
+		if i := scalarAt(t, b, pub); i >= 0 {
+			t.Fatalf("bytes %d..%d of the blob are the private scalar", i, i+32)
+		}
+	}
+	// The search finds a scalar where there is one: in a file key's DER.
+	fk, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalECPrivateKey(fk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if scalarAt(t, der, &fk.PublicKey) < 0 {
+		t.Fatal("the scalar search does not find the scalar of an EC PRIVATE KEY")
+	}
+}
+
+// scalarAt is the offset of the first 32 bytes of b that are the private
+// scalar of pub, or -1.
+func scalarAt(t *testing.T, b []byte, pub *ecdsa.PublicKey) int {
+	t.Helper()
 	want, err := pub.ECDH()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range [][]byte{data, blk.Bytes} {
-		for i := 0; i+32 <= len(b); i++ {
-			d, err := ecdh.P256().NewPrivateKey(b[i : i+32])
-			if err != nil {
-				continue // zero, or not below the group order: no scalar
-			}
-			if d.PublicKey().Equal(want) {
-				t.Fatalf("bytes %d..%d of the blob are the private scalar", i, i+32)
-			}
+	for i := 0; i+32 <= len(b); i++ {
+		d, err := ecdh.P256().NewPrivateKey(b[i : i+32])
+		if err != nil {
+			continue // zero, or not below the group order: no scalar
+		}
+		if d.PublicKey().Equal(want) {
+			return i
 		}
 	}
+	return -1
 }
 
 func TestTPMOpenRefusals(t *testing.T) {
