@@ -7,6 +7,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/sha512"
 	"crypto/x509"
 	"encoding/asn1"
@@ -284,6 +285,34 @@ func TestTPMOpenRefusals(t *testing.T) {
 		err := f()
 		if !errors.Is(err, keystore.ErrTPM) || !strings.Contains(err.Error(), "no TPM at") || !strings.Contains(err.Error(), "--tpm-device") {
 			t.Errorf("%s without a TPM: %v, want ErrTPM naming --tpm-device", name, err)
+		}
+	}
+}
+
+// Signatures asked for at once (a re-key while an operator retires an
+// intermediate) go to the TPM one at a time and all verify.
+func TestTPMSignConcurrently(t *testing.T) {
+	sw := swtpmtest.Start(t)
+	k, err := keystore.Generate(tpmSpec(t), keystore.Options{TPMDevice: sw.Device})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	pub := k.Public().(*ecdsa.PublicKey)
+	errs := make(chan error, 8)
+	for g := range 8 {
+		go func() {
+			digest := sha256.Sum256([]byte{byte(g)})
+			sig, err := k.Sign(rand.Reader, digest[:], crypto.SHA256)
+			if err == nil && !ecdsa.VerifyASN1(pub, digest[:], sig) {
+				err = errors.New("signature does not verify")
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
 		}
 	}
 }
