@@ -131,7 +131,7 @@ func createSRK(t transport.TPM, device string) (*tpm2.CreatePrimaryResponse, err
 		InPublic:      tpm2.New2B(tpm2.ECCSRKTemplate),
 	}.Execute(t)
 	if errors.Is(err, tpm2.TPMRCBadAuth) || errors.Is(err, tpm2.TPMRCAuthFail) {
-		return nil, fmt.Errorf("%w: %s: the TPM's owner hierarchy has a password; pact's TPM keys need it empty, as the TCG provisioning guidance leaves it (tpm2_changeauth -c owner): %w", ErrTPM, device, err)
+		return nil, fmt.Errorf("%w: %s: the TPM's owner hierarchy has a password; pact's TPM keys need it empty, as the TCG provisioning guidance leaves it (remove it: tpm2_changeauth -c owner -p CURRENT-PASSWORD): %w", ErrTPM, device, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: create the storage root key: %w", ErrTPM, device, err)
