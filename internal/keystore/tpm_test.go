@@ -18,8 +18,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-tpm/tpm2"
+
 	"github.com/pact-hpc/pact/internal/keystore"
 	"github.com/pact-hpc/pact/internal/swtpmtest"
+	"github.com/pact-hpc/pact/internal/tpmdev"
 )
 
 func tpmSpec(t *testing.T) keystore.Spec {
@@ -314,5 +317,24 @@ func TestTPMSignConcurrently(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// A TPM whose owner hierarchy has a password: pact cannot make its storage
+// root key, and says how to fix it.
+func TestTPMOwnerPassword(t *testing.T) {
+	sw := swtpmtest.Start(t)
+	tr, err := tpmdev.Open(sw.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tpm2.HierarchyChangeAuth{AuthHandle: tpm2.TPMRHOwner, NewAuth: tpm2.TPM2BAuth{Buffer: []byte("owner-pw")}}.Execute(tr)
+	tr.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = keystore.Generate(tpmSpec(t), keystore.Options{TPMDevice: sw.Device})
+	if !errors.Is(err, keystore.ErrTPM) || !strings.Contains(err.Error(), "owner hierarchy has a password") {
+		t.Fatalf("generate with an owner password: %v, want ErrTPM saying so", err)
 	}
 }
