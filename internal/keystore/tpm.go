@@ -35,9 +35,9 @@ func init() { backends[BackendTPM] = tpmBackend{} }
 // P-256 signing key the TPM generated (sensitiveDataOrigin) and will never
 // export (fixedTPM, fixedParent): its private scalar exists only inside the
 // TPM. It is a child of the storage root key (SRK) that the TPM derives
-// from its owner-hierarchy seed and the TCG's standard ECC P-256 template,
-// so the SRK is made again, identically, at every use and nothing is left
-// persistent in the TPM.
+// from its owner-hierarchy seed and the TCG's ECC P-256 storage template
+// (srkTemplate), so the SRK is made again, identically, at every use and
+// nothing is left persistent in the TPM.
 //
 // What the file at the spec's path holds is therefore not a key: it is the
 // key's public area and its private area as the TPM exported it, encrypted
@@ -48,9 +48,10 @@ func init() { backends[BackendTPM] = tpmBackend{} }
 // a key file.
 //
 // The file is PEM "TSS2 PRIVATE KEY" (the ASN.1 TPMKey of the TPM 2.0 key
-// file format that tpm2-tss-engine and tpm2-openssl use): a loadable key
-// (OID 2.23.133.10.1.3) with emptyAuth, parent TPM_RH_OWNER, and the
-// TPM2B_PUBLIC and TPM2B_PRIVATE.
+// file format of tpm2-tss-engine and tpm2-openssl): a loadable key (OID
+// 2.23.133.10.1.3) with emptyAuth, parent TPM_RH_OWNER, and the
+// TPM2B_PUBLIC and TPM2B_PRIVATE. OpenSSL with tpm2-openssl loads it from
+// the same TPM and signs with it (TestTPMBlobLoadsInOpenSSL).
 type tpmBackend struct{}
 
 const (
@@ -123,12 +124,22 @@ func openTPM(device string) (transport.TPMCloser, error) {
 	return t, nil
 }
 
+// srkTemplate is the TCG's ECC P-256 storage key template with an empty
+// unique field: the parent that the TPM 2.0 key file format names by
+// TPM_RH_OWNER, as tpm2-openssl makes it, so that tools built on it load
+// pact's blobs too.
+func srkTemplate() tpm2.TPMTPublic {
+	t := tpm2.ECCSRKTemplate
+	t.Unique = tpm2.NewTPMUPublicID(tpm2.TPMAlgECC, &tpm2.TPMSECCPoint{})
+	return t
+}
+
 // createSRK makes the storage root key again from the owner seed; the
 // caller flushes it.
 func createSRK(t transport.TPM, device string) (*tpm2.CreatePrimaryResponse, error) {
 	srk, err := tpm2.CreatePrimary{
 		PrimaryHandle: tpm2.TPMRHOwner,
-		InPublic:      tpm2.New2B(tpm2.ECCSRKTemplate),
+		InPublic:      tpm2.New2B(srkTemplate()),
 	}.Execute(t)
 	if errors.Is(err, tpm2.TPMRCBadAuth) || errors.Is(err, tpm2.TPMRCAuthFail) {
 		return nil, fmt.Errorf("%w: %s: the TPM's owner hierarchy has a password; pact's TPM keys need it empty, as the TCG provisioning guidance leaves it (remove it: tpm2_changeauth -c owner -p CURRENT-PASSWORD): %w", ErrTPM, device, err)

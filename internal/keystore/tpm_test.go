@@ -14,6 +14,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -336,5 +337,68 @@ func TestTPMOwnerPassword(t *testing.T) {
 	_, err = keystore.Generate(tpmSpec(t), keystore.Options{TPMDevice: sw.Device})
 	if !errors.Is(err, keystore.ErrTPM) || !strings.Contains(err.Error(), "owner hierarchy has a password") {
 		t.Fatalf("generate with an owner password: %v, want ErrTPM saying so", err)
+	}
+}
+
+// The blob is a TPM 2.0 key file other tools read: OpenSSL with
+// tpm2-openssl (Debian's tpm2-openssl and libtss2-tcti-swtpm0) loads it
+// from the same TPM, gives the same public key and signs with it. CI
+// installs both; elsewhere the test skips without them.
+func TestTPMBlobLoadsInOpenSSL(t *testing.T) {
+	sw := swtpmtest.Start(t)
+	// The provider starts only with a TPM to talk to: this needs both
+	// packages.
+	check := exec.Command("openssl", "list", "-providers", "-provider", "tpm2")
+	check.Env = append(os.Environ(), "TPM2OPENSSL_TCTI="+sw.TCTI)
+	if out, err := check.CombinedOutput(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("OpenSSL cannot load its tpm2 provider with the swtpm TCTI (apt-get install tpm2-openssl libtss2-tcti-swtpm0); CI must run this test: %v\n%s", err, out)
+		}
+		t.Skipf("OpenSSL cannot load its tpm2 provider with the swtpm TCTI (apt-get install tpm2-openssl libtss2-tcti-swtpm0): %v", err)
+	}
+	spec := tpmSpec(t)
+	k, err := keystore.Generate(spec, keystore.Options{TPMDevice: sw.Device})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := k.Public().(*ecdsa.PublicKey)
+	// swtpm serves one connection at a time.
+	k.Close()
+
+	dir := t.TempDir()
+	msg := filepath.Join(dir, "msg")
+	if err := os.WriteFile(msg, []byte("signed by OpenSSL with pact's TPM key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	openssl := func(args ...string) []byte {
+		t.Helper()
+		cmd := exec.Command("openssl", args...)
+		cmd.Env = append(os.Environ(), "TPM2OPENSSL_TCTI="+sw.TCTI)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("openssl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	out := openssl("pkey", "-provider", "tpm2", "-provider", "default", "-in", spec.Location, "-pubout")
+	blk, _ := pem.Decode(out)
+	if blk == nil {
+		t.Fatalf("openssl printed no public key:\n%s", out)
+	}
+	got, err := x509.ParsePKIXPublicKey(blk.Bytes)
+	if err != nil || !pub.Equal(got) {
+		t.Fatalf("OpenSSL reads another public key from the blob (%v)", err)
+	}
+	sigFile := filepath.Join(dir, "sig")
+	openssl("dgst", "-sha256", "-provider", "tpm2", "-provider", "default", "-propquery", "?provider=tpm2",
+		"-sign", spec.Location, "-out", sigFile, msg)
+	sig, err := os.ReadFile(sigFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(msg)
+	digest := sha256.Sum256(data)
+	if !ecdsa.VerifyASN1(pub, digest[:], sig) {
+		t.Fatal("OpenSSL's signature with the blob does not verify with pact's public key")
 	}
 }
