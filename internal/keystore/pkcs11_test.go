@@ -6,6 +6,7 @@ import (
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/sha512"
 	"errors"
 	"os"
@@ -163,5 +164,33 @@ func TestPKCS11Refusals(t *testing.T) {
 	}
 	if err != nil && strings.Contains(err.Error(), tok.PIN) {
 		t.Errorf("the error holds the PIN: %v", err)
+	}
+}
+
+// Signatures asked for at once each get a session of the token and all
+// verify.
+func TestPKCS11SignConcurrently(t *testing.T) {
+	tok := softhsmtest.New(t)
+	k, err := keystore.Generate(pkcs11Spec(t, tok.URI("journal-ca")), keystore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	pub := k.Public().(*ecdsa.PublicKey)
+	errs := make(chan error, 8)
+	for g := range 8 {
+		go func() {
+			digest := sha256.Sum256([]byte{byte(g)})
+			sig, err := k.Sign(rand.Reader, digest[:], crypto.SHA256)
+			if err == nil && !ecdsa.VerifyASN1(pub, digest[:], sig) {
+				err = errors.New("signature does not verify")
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
