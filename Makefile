@@ -54,7 +54,7 @@ LDFLAGS := -X github.com/pact-hpc/pact/internal/version.Version=$(VERSION) -X gi
 .PHONY: help build build-pkcs11 print-ldflags package package-check package-check-tools run cluster cluster-down image compose-up compose-down test test-pkcs11 lint generate check-generated bench bench-storm bench-floor bench-pair bench-peer bench-scale fuzz fuzz-short clean tools
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build static binaries into bin/: pact-journal, pact-agent, pact
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/pact-journal ./cmd/pact-agent ./cmd/pact
@@ -128,6 +128,7 @@ lint: tools ## gofmt, go vet, staticcheck, deadcode and buf lint (docs/developme
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...
 	$(TOOLS)/staticcheck -tags chaosclock ./journal/journalmain/
+	CGO_ENABLED=1 $(TOOLS)/staticcheck -tags pkcs11 ./internal/keystore/...
 	@# Code nothing calls, tests included.
 	@out=$$($(TOOLS)/deadcode -test ./...) || exit 1; \
 	  if [ -n "$$out" ]; then echo "dead code (called by nothing, not even a test): remove it"; echo "$$out"; exit 1; fi
