@@ -78,16 +78,15 @@ func Parse(s string) (Spec, error) {
 }
 
 // checkPKCS11URI does the checks every build makes on a pkcs11: URI (RFC
-// 7512); the backend parses it whole.
+// 7512): it parses it whole (pkcs11uri.go), so a wrong spec is refused when
+// the flag is read, even by a binary built without PKCS#11.
 func checkPKCS11URI(body string) error {
-	if body == "" {
-		return fmt.Errorf("%w: pkcs11: needs a URI, as in pkcs11:token=pact;object=journal-ca?module-path=/usr/lib/softhsm/libsofthsm2.so&pin-source=file:/etc/pact/hsm-pin", ErrSpec)
-	}
 	if strings.Contains(strings.ToLower(body), "pin-value") {
 		// A PIN in the URI would reach flags, unit files and logs.
 		return fmt.Errorf("%w: pkcs11: pin-value is not accepted (the URI is printed); give pin-source=file:PATH or set PACT_PKCS11_PIN", ErrSpec)
 	}
-	return nil
+	_, err := parsePKCS11URI(body)
+	return err
 }
 
 // Options are what a backend needs beyond the spec.
@@ -139,7 +138,7 @@ func backendOf(s Spec) (backend, error) {
 	b, ok := backends[s.Backend]
 	if !ok {
 		if s.Backend == BackendPKCS11 {
-			return nil, fmt.Errorf("%w: PKCS#11 needs cgo; build with make build-pkcs11 (docs/ceremony.md)", ErrNotBuilt)
+			return nil, fmt.Errorf("%w: this binary was built without PKCS#11 (it needs cgo): build it with make build-pkcs11 (docs/ca-keys.md)", ErrNotBuilt)
 		}
 		return nil, fmt.Errorf("%w: unknown backend %q", ErrSpec, s.Backend)
 	}

@@ -20,6 +20,9 @@ import (
 type TPM struct {
 	// Device is what pact-agent's --tpm-device takes: unix:PATH.
 	Device string
+	// TCTI is how tpm2-tss programs reach it (tpm2-tools' TPM2TOOLS_TCTI,
+	// tpm2-openssl's TPM2OPENSSL_TCTI): swtpm:path=PATH.
+	TCTI string
 	// Dir holds the TPM's state; a second Start with the same Dir is the
 	// same TPM (same EK).
 	Dir string
@@ -58,11 +61,14 @@ func StartIn(t testing.TB, dir string) *TPM {
 	bin := Require(t)
 	sock := filepath.Join(dir, "tpm.sock")
 	_ = os.Remove(sock)
+	_ = os.Remove(sock + ".ctrl")
 	var out syncBuffer
 	cmd := exec.Command(bin, "socket", "--tpm2",
 		"--tpmstate", "dir="+dir,
 		"--server", "type=unixio,path="+sock,
-		"--ctrl", "type=unixio,path="+filepath.Join(dir, "ctrl.sock"),
+		// The TSS's swtpm TCTI (swtpm:path=SOCK) looks for the control
+		// channel at SOCK.ctrl.
+		"--ctrl", "type=unixio,path="+sock+".ctrl",
 		"--flags", "not-need-init,startup-clear",
 	)
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -71,7 +77,7 @@ func StartIn(t testing.TB, dir string) *TPM {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	tp := &TPM{Device: "unix:" + sock, Dir: dir, cmd: cmd}
+	tp := &TPM{Device: "unix:" + sock, TCTI: "swtpm:path=" + sock, Dir: dir, cmd: cmd}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-exited
