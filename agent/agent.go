@@ -201,6 +201,19 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
+// trustPool is what a certificate a journal issues this agent (Enroll,
+// RenewCert, IssueStandby) must chain to: the --ca roots (rootPool) and
+// the roots the latest trust bundle streamed added
+// (channel.Rotator.LearnBundle), so a running agent renews onto a new
+// domain root during a rollover.
+func (a *Agent) trustPool() *x509.CertPool {
+	pool := a.rootPool.Clone()
+	for _, c := range a.rot.Roots() {
+		pool.AddCert(c) // the --ca roots again: AddCert keeps one of each
+	}
+	return pool
+}
+
 // Conn is the agent's live channel to the journal, for other components in
 // the same process: calls through it always take the current channel, and a
 // unary call caught by a certificate renewal is retried once on the new one

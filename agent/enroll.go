@@ -81,7 +81,7 @@ func (a *Agent) enroll(ctx context.Context) (err error) {
 	if err == nil {
 		var id *identity.Identity
 		var who pki.Identity
-		if id, who, err = journalIdentity(key, a.rootPool, resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now()); err == nil {
+		if id, who, err = journalIdentity(key, a.trustPool(), resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now()); err == nil {
 			a.adopt(id, who, resp.GetVcluster())
 			a.enrollKey, a.enrollCSR = nil, nil // the next enrollment makes a new one
 			a.notBusy()
@@ -129,7 +129,7 @@ func (a *Agent) callEnroll(ctx context.Context, addr string, req *pactv1.EnrollR
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "connection error: desc = \"transport: error while dialing: %v\"", err)
 	}
-	creds := channel.NewClientCredentials(a.cfg.KeyExchange.Apply(channel.ClientTLSConfig(a.roots, nil, a.cfg.Clock.Now)))
+	creds := channel.NewClientCredentials(a.cfg.KeyExchange.Apply(channel.ClientTLSConfig(a.rot.Roots(), nil, a.cfg.Clock.Now)))
 	tlsConn, info, err := creds.ClientHandshake(cctx, addr, raw)
 	if err != nil {
 		_ = raw.Close()

@@ -586,6 +586,10 @@ func (a *Agent) handleEvent(ch *channel.Channel, ev *pactv1.SubscribeResponse) e
 			a.bundleGen++
 		}
 		a.mu.Unlock()
+		// Its roots are trusted for the journals' server certificates
+		// from now on (a root rollover reaches running agents), and for
+		// the certificates a journal issues this agent (trustPool).
+		a.rot.LearnBundle(certs)
 		a.log.Debug("trust bundle", logkey.Certificates, len(certs))
 	case *pactv1.SubscribeResponse_Revoked:
 		reason := apierr.NodeRevoked

@@ -50,7 +50,8 @@ type Config struct {
 	// one, round robin, when it is not.
 	Targets []string
 	// Roots are the domain roots (--ca) the journal's server certificate
-	// must chain to. Each channel trusts them plus its identity's Bundle.
+	// must chain to. Each channel trusts them plus its identity's Bundle's
+	// roots and the roots the latest trust bundle added (LearnBundle).
 	// TLS verification is never turned off.
 	Roots []*x509.Certificate
 	// NodeID, if set, is the node every channel's health check must
@@ -152,6 +153,7 @@ type Rotator struct {
 
 	active  atomic.Pointer[Channel]
 	retries atomic.Int64
+	roots   *rootSet
 
 	mu       sync.Mutex
 	rotating chan struct{} // closed when the rotation under way ends; nil when none
@@ -170,7 +172,7 @@ func New(cfg Config) (*Rotator, error) {
 	cfg.Roots = append([]*x509.Certificate(nil), cfg.Roots...)
 	cfg.DialOptions = append([]grpc.DialOption(nil), cfg.DialOptions...)
 	ctx, stop := context.WithCancel(context.Background())
-	return &Rotator{cfg: cfg, log: cfg.Logger, ctx: ctx, stop: stop, nodeID: cfg.NodeID}, nil
+	return &Rotator{cfg: cfg, log: cfg.Logger, ctx: ctx, stop: stop, nodeID: cfg.NodeID, roots: newRootSet(cfg.Roots)}, nil
 }
 
 // SwapRecord describes the latest successful swap, for status and tests.
@@ -354,7 +356,7 @@ func (r *Rotator) stay(target string) {
 
 func (r *Rotator) dial(id *identity.Identity, target string) (*Channel, error) {
 	ch := &Channel{id: id, target: target, done: make(chan struct{}), first: make(chan struct{})}
-	ch.creds = NewClientCredentials(r.cfg.KeyExchange.Apply(ClientTLSConfig(r.cfg.Roots, id, r.cfg.Clock.Now)))
+	ch.creds = NewClientCredentials(r.cfg.KeyExchange.Apply(ClientTLSConfig(r.roots.all(), id, r.cfg.Clock.Now)))
 	opts := append(transport.ClientOptions(),
 		grpc.WithTransportCredentials(ch.creds),
 		grpc.WithChainUnaryInterceptor(ch.countCalls))

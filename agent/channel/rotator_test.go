@@ -53,8 +53,15 @@ type fakeJournal struct {
 
 func startFakeJournal(t *testing.T, ca *identitytest.CA) *fakeJournal {
 	t.Helper()
+	return startFakeJournalUnder(t, ca, ca)
+}
+
+// startFakeJournalUnder is startFakeJournal with a server certificate
+// issued by ca and client certificates verified against clients.
+func startFakeJournalUnder(t *testing.T, ca, clients *identitytest.CA) *fakeJournal {
+	t.Helper()
 	f := &fakeJournal{clients: x509.NewCertPool(), stale: map[string]bool{}, staleNow: make(chan struct{})}
-	f.clients.AddCert(ca.Cert)
+	f.clients.AddCert(clients.Cert)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)

@@ -128,6 +128,14 @@ const (
 	Role = "role"
 	// Root is the path of a domain root certificate.
 	Root = "root"
+	// RootsAdded, RootsRemoved and RootsTrusted are domain roots'
+	// fingerprints (pki.CertFingerprint) an agent started or stopped
+	// trusting, and all it trusts after the change; RootsRefused those it
+	// would not take.
+	RootsAdded   = "roots_added"
+	RootsRemoved = "roots_removed"
+	RootsRefused = "roots_refused"
+	RootsTrusted = "roots_trusted"
 	// SPIRETrustDomain is the SPIRE trust domain a journal accepts SVIDs from.
 	SPIRETrustDomain = "spire_trust_domain"
 	// SVIDSerial is the serial of a SPIRE X.509 SVID.
