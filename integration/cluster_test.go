@@ -69,12 +69,18 @@ type quorum struct {
 // once every one logs that it serves.
 func startQuorum(t *testing.T, n int) *quorum {
 	t.Helper()
+	return startQuorumWith(t, n)
+}
+
+// startQuorumWith is startQuorum with more flags for every journal.
+func startQuorumWith(t *testing.T, n int, extra ...string) *quorum {
+	t.Helper()
 	q := &quorum{t: t, dir: t.TempDir()}
 	lb, err := launch.NewLoopback(n, "the integration tests run on loopback")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q.pq, err = launch.NewProcQuorum(launch.ProcConfig{Bin: binDir, Dir: q.dir, N: n, Net: lb}); err != nil {
+	if q.pq, err = launch.NewProcQuorum(launch.ProcConfig{Bin: binDir, Dir: q.dir, N: n, Net: lb, Extra: extra}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
