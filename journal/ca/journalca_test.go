@@ -149,7 +149,9 @@ func TestRotateRereadsTheJournalCA(t *testing.T) {
 		taken bool
 		says  string // in the refusal
 	}{
-		{"unchanged", func(t *testing.T, _ RootAuthority, cur *x509.Certificate, _ crypto.Signer) (*x509.Certificate, error) { return cur, nil }, false, ""},
+		{"unchanged", func(t *testing.T, _ RootAuthority, cur *x509.Certificate, _ crypto.Signer) (*x509.Certificate, error) {
+			return cur, nil
+		}, false, ""},
 		{"renewed for the same key", func(t *testing.T, root RootAuthority, _ *x509.Certificate, key crypto.Signer) (*x509.Certificate, error) {
 			cert, err := SignJournalCA(root, key.Public(), caprofile.JournalCAParams{Domain: testDomain, JournalID: testJournal, DNSNames: names,
 				NotBefore: testNow, NotAfter: testNow.Add(2 * 365 * 24 * time.Hour)})
