@@ -289,6 +289,16 @@ func (c *CA) SignOperator(csr *CSR, name, role string, lifetime time.Duration) (
 // Intermediate is the current intermediate certificate.
 func (c *CA) Intermediate() *x509.Certificate { return c.cur.Load().cert }
 
+// Current is the current intermediate and the journal CA that signed it
+// (nil in the legacy layout), read together: what the journal publishes.
+func (c *CA) Current() (inter, journalCA *x509.Certificate) {
+	in := c.cur.Load()
+	if in.issuer.legacy {
+		return in.cert, nil
+	}
+	return in.cert, in.issuer.cert
+}
+
 // chainAbove is the intermediate's chain up to (not including) the root:
 // the intermediate, then its journal CA unless the root signed it.
 func (in *intermediate) chainAbove() [][]byte {

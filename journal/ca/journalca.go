@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -132,4 +133,27 @@ func SignJournalCA(root RootAuthority, pub any, p caprofile.JournalCAParams) (*x
 		return nil, fmt.Errorf("%w: sign journal CA: %w", ErrUpstream, err)
 	}
 	return x509.ParseCertificate(der)
+}
+
+// LoadRootIssuer reads the domain root key of the legacy layout
+// (--root-key: mode 0600 or stricter) and pairs it with the root among
+// roots it belongs to.
+func LoadRootIssuer(roots []*x509.Certificate, keyPath string) (Issuer, error) {
+	st, err := os.Stat(keyPath)
+	if err != nil {
+		return Issuer{}, fmt.Errorf("%w: root key: %w", ErrUpstream, err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return Issuer{}, fmt.Errorf("%w: root key %s has mode %o; run: chmod 600 %s", ErrUpstream, keyPath, st.Mode().Perm(), keyPath)
+	}
+	key, err := readKey(keyPath)
+	if err != nil {
+		return Issuer{}, err
+	}
+	for _, r := range roots {
+		if publicKeysEqual(key.Public(), r.PublicKey) {
+			return Issuer{Certificate: r, Signer: key}, nil
+		}
+	}
+	return Issuer{}, fmt.Errorf("%w: %s is the key of none of the root certificates given (--root-cert)", ErrUpstream, keyPath)
 }
