@@ -40,9 +40,9 @@ import (
 
 // Journal is one running journal node.
 type Journal struct {
-	cfg     Config
-	log     *slog.Logger
-	ca      *ca.CA
+	cfg Config
+	log *slog.Logger
+	ca  *ca.CA
 	// caKey is the journal CA's key (a TPM or token session, or a file);
 	// nil in the legacy layout. Closed when the journal stops.
 	caKey   io.Closer
@@ -631,7 +631,9 @@ func rootPool(roots []*x509.Certificate) *x509.CertPool {
 // carries, and so what its journal CA must permit (pact ca sign-journal
 // --names): localhost, the host name, the loopback addresses, and the
 // listen address (every interface's for an unspecified one).
-func ServerNames(listen string, extra []string) ([]string, []net.IP) { return serverNames(listen, extra) }
+func ServerNames(listen string, extra []string) ([]string, []net.IP) {
+	return serverNames(listen, extra)
+}
 
 // serverNames is ServerNames.
 func serverNames(listen string, extra []string) ([]string, []net.IP) {
