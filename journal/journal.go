@@ -685,6 +685,9 @@ func signedByARoot(cert *x509.Certificate, roots []*x509.Certificate) bool {
 	return false
 }
 
+// IntermediateCert is the intermediate this journal signs with.
+func (j *Journal) IntermediateCert() *x509.Certificate { return j.ca.Intermediate() }
+
 // Intermediate is the serial of the intermediate this journal signs with.
 func (j *Journal) Intermediate() string { return pki.SerialHex(j.ca.Intermediate().SerialNumber) }
 

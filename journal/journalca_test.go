@@ -1,0 +1,246 @@
+package journal_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/caprofile"
+	"github.com/pact-hpc/pact/internal/keystore"
+	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal"
+	"github.com/pact-hpc/pact/journal/ca"
+	"github.com/pact-hpc/pact/journal/journaltest"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// The migration: a quorum where j1 still signs with the domain root key
+// (the legacy layout) and j2 and j3 with journal CAs serves agents of
+// either, at any journal; Raft records who signed what, and the trust
+// bundle holds the root, then the journal CAs, then the intermediates.
+func TestMixedLayoutQuorumServesAgents(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-journal test; skipped with -short")
+	}
+	root, cfgs := journaltest.ClusterConfigs(t, 3)
+	var logs syncBuffer
+	journaltest.UseLegacyLayout(&cfgs[0], root)
+	cfgs[0].Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	c := journaltest.StartCluster(t, root, cfgs)
+	if !strings.Contains(logs.String(), "the domain root key is on this journal host; move it offline: docs/migration.md") {
+		t.Errorf("the legacy journal did not warn about the root key on its host:\n%s", logs.String())
+	}
+	if c.Nodes[0].J.JournalCA() != nil || c.Nodes[1].J.JournalCA() == nil {
+		t.Fatal("j1 should sign with the root, j2 with its journal CA")
+	}
+	leader := c.Leader(t)
+	for i := range 3 {
+		c.Nodes[leader].Register(t, fmt.Sprintf("n%d", i), fmt.Sprintf("SN%d", i), mac(i))
+	}
+	root0 := c.Nodes[0].J.Root()
+	for i, h := range c.Nodes {
+		key := journaltest.NewKey(t)
+		resp, err := h.Enroll(t, key, fmt.Sprintf("SN%d", i), mac(i))
+		if err != nil {
+			t.Fatalf("enroll at %s: %v", h.Cfg.NodeID, err)
+		}
+		chain := resp.GetCertChainDer()
+		inter, err := x509.ParseCertificate(chain[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if jc := h.J.JournalCA(); jc == nil {
+			if len(chain) != 2 || inter.CheckSignatureFrom(root0) != nil {
+				t.Errorf("%s (legacy): chain of %d, want [leaf, intermediate] with the root's signature", h.Cfg.NodeID, len(chain))
+			}
+		} else if len(chain) != 3 || !bytes.Equal(chain[2], jc.Raw) || inter.CheckSignatureFrom(jc) != nil {
+			t.Errorf("%s: chain of %d, want [leaf, intermediate, its journal CA]", h.Cfg.NodeID, len(chain))
+		}
+		// The bundle: the root, the two journal CAs, the three intermediates.
+		bundle := resp.GetTrustBundleDer()
+		if len(bundle) != 6 || !bytes.Equal(bundle[0], root0.Raw) {
+			t.Fatalf("bundle of %d certificates, want root + 2 journal CAs + 3 intermediates", len(bundle))
+		}
+		for k, d := range bundle[1:3] {
+			if jc, err := x509.ParseCertificate(d); err != nil || jc.CheckSignatureFrom(root0) != nil {
+				t.Errorf("bundle[%d] is not a journal CA of the root", k+1)
+			} else if _, _, ok := caprofile.JournalOf(jc); !ok {
+				t.Errorf("bundle[%d] is %s, not a journal CA", k+1, jc.Subject.CommonName)
+			}
+		}
+		// The agent streams at the next journal, of the other layout or
+		// the same.
+		other := c.Nodes[(i+1)%3]
+		cert := key.TLSCert(chain)
+		stream, err := pactv1.NewEnrollmentServiceClient(other.Dial(t, &cert)).Subscribe(context.Background(), &pactv1.SubscribeRequest{})
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		if err != nil {
+			t.Errorf("a certificate of %s at %s: %v", h.Cfg.NodeID, other.Cfg.NodeID, err)
+		}
+	}
+	// Raft names the journal CA of each journal's intermediate (none for
+	// the root's).
+	for _, h := range c.Nodes {
+		in, ok := c.Nodes[leader].J.IntermediateRecordForTest(h.J.Intermediate())
+		want := ""
+		if jc := h.J.JournalCA(); jc != nil {
+			want = pki.SerialHex(jc.SerialNumber)
+		}
+		if !ok || in.GetIssuerSerial() != want {
+			t.Errorf("intermediate of %s: recorded %v, issuer serial %q, want %q", h.Cfg.NodeID, ok, in.GetIssuerSerial(), want)
+		}
+	}
+}
+
+// A journal takes a renewed journal CA certificate at its next re-key, with
+// no restart: the one published with the new intermediate, the chains it
+// hands out and its server's end with it. A certificate that does not fit
+// is refused and logged, and the journal goes on with the one it has.
+func TestJournalCARenewalWithoutRestart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := journaltest.Config(dir)
+	var logs syncBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	h := journaltest.Start(t, cfg)
+	old := h.J.JournalCA()
+	admin := h.AdminClient(t)
+
+	// Renewal refused: a journal CA for another journal, same key.
+	writeJournalCA(t, h, "j9")
+	retire(t, admin, h.J.Intermediate())
+	waitFor(t, "the refusal logged", func() bool { return strings.Contains(logs.String(), "the new certificate was refused") })
+	if !bytes.Equal(h.J.JournalCA().Raw, old.Raw) {
+		t.Fatal("a journal CA for another journal was taken")
+	}
+	if !strings.Contains(logs.String(), "is for journal j9") {
+		t.Errorf("the refusal does not say why:\n%s", logs.String())
+	}
+
+	// Renewal taken: the same key, for this journal.
+	renewed := writeJournalCA(t, h, cfg.NodeID)
+	retire(t, admin, h.J.Intermediate())
+	waitFor(t, "the renewed journal CA taken", func() bool { return bytes.Equal(h.J.JournalCA().Raw, renewed.Raw) })
+	waitFor(t, "the new intermediate published", func() bool { _, ok := h.J.IntermediateRecordForTest(h.J.Intermediate()); return ok })
+	h.Register(t, "n1", "SN1", mac1)
+	resp, err := h.Enroll(t, journaltest.NewKey(t), "SN1", mac1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chain := resp.GetCertChainDer(); len(chain) != 3 || !bytes.Equal(chain[2], renewed.Raw) {
+		t.Error("the chain handed out does not end with the renewed journal CA")
+	}
+	var sawOld, sawNew bool
+	for _, d := range resp.GetTrustBundleDer() {
+		sawOld = sawOld || bytes.Equal(d, old.Raw)
+		sawNew = sawNew || bytes.Equal(d, renewed.Raw)
+	}
+	if !sawOld || !sawNew {
+		t.Errorf("bundle holds the old journal CA: %v, the renewed one: %v; want both (the old one's intermediates are still live)", sawOld, sawNew)
+	}
+	in, ok := h.J.IntermediateRecordForTest(h.J.Intermediate())
+	if !ok || in.GetIssuerSerial() != pki.SerialHex(renewed.SerialNumber) {
+		t.Errorf("the new intermediate's record names issuer %q, want %s", in.GetIssuerSerial(), pki.SerialHex(renewed.SerialNumber))
+	}
+}
+
+// writeJournalCA writes a journal CA for journal id, for the harness
+// journal's key, where the journal reads it (its renewal in a ceremony).
+func writeJournalCA(t *testing.T, h *journaltest.Harness, id string) *x509.Certificate {
+	t.Helper()
+	root, err := ca.LoadKeyFileAuthority(filepath.Join(h.Dir, ca.RootCertFile), filepath.Join(h.Dir, ca.RootKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := keystore.Parse(h.Cfg.JournalCAKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := keystore.Open(spec, keystore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer key.Close()
+	dnsNames, ips := journal.ServerNames(h.Cfg.ListenAddr, h.Cfg.ServerNames)
+	cert, err := ca.SignJournalCA(root, key.Public(), caprofile.JournalCAParams{Domain: h.J.Domain(), JournalID: id, DNSNames: dnsNames, IPs: ips,
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(2 * caprofile.DefaultJournalCALifetime)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(h.Cfg.JournalCACertFile, pki.EncodeCertsPEM(cert.Raw), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+// retire retires this journal's intermediate now: the journal re-keys.
+func retire(t *testing.T, admin pactv1.AdminServiceClient, serial string) {
+	t.Helper()
+	if _, err := admin.RetireIntermediate(context.Background(), &pactv1.RetireIntermediateRequest{Targets: []string{serial}, GraceSeconds: 3600}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A --dev journal makes its development set-up: a root and the admin
+// credential, and a journal CA for itself from that root (its key a file in
+// the data directory); it says it is a development set-up. A data
+// directory from before journal CAs (a root only) gets its journal CA on
+// the next start.
+func TestDevSetUp(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// before prepares the data directory.
+		before func(t *testing.T, dir string)
+	}{
+		{"a new data directory", func(*testing.T, string) {}},
+		{"a data directory with a root only", func(t *testing.T, dir string) {
+			if _, err := ca.InitDev(dir, "pact.local", time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tc.before(t, dir)
+			cfg := journal.DefaultConfig()
+			cfg.DataDir, cfg.Dev, cfg.ListenAddr, cfg.RaftTimeout = dir, true, "127.0.0.1:0", 100*time.Millisecond
+			var logs syncBuffer
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			h := journaltest.Start(t, cfg)
+			for _, f := range []string{ca.RootCertFile, ca.RootKeyFile, ca.AdminCertFile, ca.AdminKeyFile, ca.JournalCACertFile, ca.JournalCAKeyFile} {
+				if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+					t.Errorf("--dev did not make %s: %v", f, err)
+				}
+			}
+			jc := h.J.JournalCA()
+			if jc == nil {
+				t.Fatal("a --dev journal signs with its root, not a journal CA")
+			}
+			dnsNames, ips := journal.ServerNames(cfg.ListenAddr, nil)
+			if err := caprofile.CheckJournalCA(jc, h.J.Roots(), cfg.NodeID, h.J.Domain(), dnsNames, ips, time.Now()); err != nil {
+				t.Errorf("the dev journal CA does not fit: %v", err)
+			}
+			if !strings.Contains(logs.String(), "this is a development set-up") {
+				t.Errorf("the journal did not say it is a development set-up:\n%s", logs.String())
+			}
+			// The admin credential works; agents enroll.
+			h.Register(t, "n1", "SN1", mac1)
+			if _, err := h.Enroll(t, journaltest.NewKey(t), "SN1", mac1); err != nil {
+				t.Fatal(err)
+			}
+			// A restart keeps the journal CA.
+			h.Restart(t)
+			if again := h.J.JournalCA(); !bytes.Equal(again.Raw, jc.Raw) {
+				t.Error("a restart made a new dev journal CA")
+			}
+		})
+	}
+}
