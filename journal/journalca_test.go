@@ -156,11 +156,19 @@ func TestJournalCARenewalWithoutRestart(t *testing.T) {
 // journal's key, where the journal reads it (its renewal in a ceremony).
 func writeJournalCA(t *testing.T, h *journaltest.Harness, id string) *x509.Certificate {
 	t.Helper()
-	root, err := ca.LoadKeyFileAuthority(filepath.Join(h.Dir, ca.RootCertFile), filepath.Join(h.Dir, ca.RootKeyFile))
+	return writeJournalCAFor(t, h.Cfg, h.Dir, id, time.Now().Add(2*caprofile.DefaultJournalCALifetime))
+}
+
+// writeJournalCAFor writes a journal CA for journal id ending at notAfter,
+// signed by the root in rootDir for cfg's journal CA key, at cfg's
+// --journal-ca-cert.
+func writeJournalCAFor(t *testing.T, cfg journal.Config, rootDir, id string, notAfter time.Time) *x509.Certificate {
+	t.Helper()
+	root, err := ca.LoadKeyFileAuthority(filepath.Join(rootDir, ca.RootCertFile), filepath.Join(rootDir, ca.RootKeyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := keystore.Parse(h.Cfg.JournalCAKey)
+	spec, err := keystore.Parse(cfg.JournalCAKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,16 +177,63 @@ func writeJournalCA(t *testing.T, h *journaltest.Harness, id string) *x509.Certi
 		t.Fatal(err)
 	}
 	defer key.Close()
-	dnsNames, ips := journal.ServerNames(h.Cfg.ListenAddr, h.Cfg.ServerNames)
-	cert, err := ca.SignJournalCA(root, key.Public(), caprofile.JournalCAParams{Domain: h.J.Domain(), JournalID: id, DNSNames: dnsNames, IPs: ips,
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(2 * caprofile.DefaultJournalCALifetime)})
+	dnsNames, ips := journal.ServerNames(cfg.ListenAddr, cfg.ServerNames)
+	cert, err := ca.SignJournalCA(root, key.Public(), caprofile.JournalCAParams{Domain: journaltest.Domain, JournalID: id, DNSNames: dnsNames, IPs: ips,
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: notAfter})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(h.Cfg.JournalCACertFile, pki.EncodeCertsPEM(cert.Raw), 0o644); err != nil {
+	if err := os.WriteFile(cfg.JournalCACertFile, pki.EncodeCertsPEM(cert.Raw), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return cert
+}
+
+// A journal whose journal CA ends within 30 days says so at start; its
+// intermediate, and every certificate under it, ends with the journal CA.
+func TestJournalCAExpiryWarning(t *testing.T) {
+	dir := t.TempDir()
+	cfg := journaltest.Config(dir)
+	jc := writeJournalCAFor(t, cfg, dir, cfg.NodeID, time.Now().Add(4*24*time.Hour))
+	var logs syncBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	h := journaltest.Start(t, cfg)
+	if !strings.Contains(logs.String(), "this journal's journal CA expires within 30 days: renew it (docs/ceremony.md)") ||
+		!strings.Contains(logs.String(), pki.SerialHex(jc.SerialNumber)) {
+		t.Errorf("no warning of the journal CA's end:\n%s", logs.String())
+	}
+	if inter := h.J.IntermediateCert(); !inter.NotAfter.Equal(jc.NotAfter) {
+		t.Errorf("the intermediate ends %v, the journal CA %v: want it capped", inter.NotAfter, jc.NotAfter)
+	}
+}
+
+// An operator credential the journal issues ends with the intermediate
+// that signed it: asked for longer, the record answered (what pact admin
+// issue prints) carries the real end, and the journal logs it.
+func TestOperatorLifetimeCappedByTheIntermediate(t *testing.T) {
+	cfg := journaltest.Config(t.TempDir())
+	var logs syncBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	h := journaltest.Start(t, cfg)
+	inter := h.J.IntermediateCert()
+	resp, err := h.AdminClient(t).IssueOperator(context.Background(), &pactv1.IssueOperatorRequest{
+		Name: "dave", Role: "viewer", LifetimeSeconds: int64((30 * 24 * time.Hour).Seconds()), CsrDer: journaltest.NewKey(t).CSR})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(resp.GetCertDer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cert.NotAfter.Equal(inter.NotAfter) || cert.CheckSignatureFrom(inter) != nil {
+		t.Errorf("credential ends %v (signed by the intermediate: %v), want the intermediate's end %v", cert.NotAfter, cert.CheckSignatureFrom(inter), inter.NotAfter)
+	}
+	if got := resp.GetOperator().GetNotAfterUnix(); got != cert.NotAfter.Unix() {
+		t.Errorf("the answer's record ends %d, the certificate %d", got, cert.NotAfter.Unix())
+	}
+	if !strings.Contains(logs.String(), "the operator credential ends with the journal intermediate that signed it, before the lifetime asked") {
+		t.Errorf("the journal did not log the shorter lifetime:\n%s", logs.String())
+	}
 }
 
 // retire retires this journal's intermediate now: the journal re-keys.

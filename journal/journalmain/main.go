@@ -101,7 +101,7 @@ func Settings(cfg *journal.Config, log *cmdline.Logging, configFile *string) *se
 	s.String(&cfg.NodeID, "node-id", "PACT_NODE_ID", "this journal's id")
 	s.String(&cfg.DataDir, "data-dir", "PACT_DATA_DIR", "directory for Raft state and, with --dev, the root and admin credentials")
 	s.String(&cfg.ListenAddr, "listen", "PACT_LISTEN", "gRPC listen address host:port")
-	s.Bool(&cfg.Dev, "dev", "PACT_DEV", "create a development domain root and admin credential in --data-dir on first start")
+	s.Bool(&cfg.Dev, "dev", "PACT_DEV", "development set-up: create a domain root and admin credential in --data-dir on first start, and a journal CA for this journal from that root (the root key stays in --data-dir: development only)")
 	s.String(&cfg.Domain, "domain", "PACT_DOMAIN", "domain id for a --dev root; otherwise read from the root certificate")
 	s.String(&cfg.RootCertFile, "root-cert", "PACT_ROOT_CERT", "domain root certificate, or two roots of the domain during a root rollover (default DATA_DIR/ca.pem)")
 	s.String(&cfg.JournalCACertFile, "journal-ca-cert", "PACT_JOURNAL_CA_CERT", "this journal's journal CA certificate, from pact ca sign-journal; re-read at each re-key, so a renewed one is taken without a restart (default DATA_DIR/journal-ca.pem)")
