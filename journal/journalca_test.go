@@ -3,6 +3,7 @@ package journal_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"log/slog"
@@ -85,6 +86,23 @@ func TestMixedLayoutQuorumServesAgents(t *testing.T) {
 		}
 		if err != nil {
 			t.Errorf("a certificate of %s at %s: %v", h.Cfg.NodeID, other.Cfg.NodeID, err)
+		}
+	}
+	// Each journal's TLS server presents its chain up to the root: with
+	// its journal CA, or (legacy) without.
+	for _, h := range c.Nodes {
+		conn, err := tls.Dial("tcp", h.Addr, &tls.Config{RootCAs: h.Roots, MinVersion: tls.VersionTLS13})
+		if err != nil {
+			t.Fatalf("TLS to %s: %v", h.Cfg.NodeID, err)
+		}
+		peer := conn.ConnectionState().PeerCertificates
+		conn.Close()
+		want := 3
+		if h.J.JournalCA() == nil {
+			want = 2
+		}
+		if len(peer) != want || !bytes.Equal(peer[1].Raw, h.J.IntermediateCert().Raw) || (want == 3 && !bytes.Equal(peer[2].Raw, h.J.JournalCA().Raw)) {
+			t.Errorf("%s presents %d certificates, want %d: [server, intermediate, journal CA]", h.Cfg.NodeID, len(peer), want)
 		}
 	}
 	// Raft names the journal CA of each journal's intermediate (none for
