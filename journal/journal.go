@@ -436,8 +436,9 @@ func (j *Journal) rotateLoop() {
 		err := j.ca.Rotate()
 		if errors.Is(err, ca.ErrJournalCAKept) && j.ca.Intermediate() != before {
 			// Re-keyed under the journal CA in use: the file holds one
-			// this journal cannot take. Said at each re-key until fixed.
-			j.log.Error("the journal CA certificate file changed, but the new certificate was refused", logkey.File, j.cfg.journalCACertFile(), logkey.Err, err)
+			// this journal cannot take (or cannot be read). Said at each
+			// re-key until fixed.
+			j.log.Error("the journal CA certificate file holds a certificate this journal cannot take; re-keyed under the journal CA in use", logkey.File, j.cfg.journalCACertFile(), logkey.Err, err)
 			err = nil
 		}
 		if err != nil {
