@@ -122,7 +122,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	if err := raftnode.CheckRemovedMarker(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	dnsNames, ips := serverNames(cfg.ListenAddr, cfg.ServerNames)
+	dnsNames, ips := ServerNames(cfg.ListenAddr, cfg.ServerNames)
 	if cfg.Dev {
 		if err := devSetUp(cfg, log, dnsNames, ips); err != nil {
 			return nil, err
@@ -633,11 +633,6 @@ func rootPool(roots []*x509.Certificate) *x509.CertPool {
 // --names): localhost, the host name, the loopback addresses, and the
 // listen address (every interface's for an unspecified one).
 func ServerNames(listen string, extra []string) ([]string, []net.IP) {
-	return serverNames(listen, extra)
-}
-
-// serverNames is ServerNames.
-func serverNames(listen string, extra []string) ([]string, []net.IP) {
 	dns := []string{"localhost"}
 	if h, err := os.Hostname(); err == nil && h != "" {
 		dns = append(dns, h)

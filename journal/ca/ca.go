@@ -78,11 +78,10 @@ type Config struct {
 	// key that passes caprofile.CheckJournalCA (the renewal ceremony, with
 	// no restart). Not called in the legacy layout.
 	ReloadIssuer func() (*x509.Certificate, error)
-	// Upstream is the legacy layout's shorthand: the root signs the
-	// intermediates (Issuer) and is the only root (Roots).
-	//
-	// Deprecated: set Issuer and Roots.
-	Upstream  UpstreamAuthority
+	// Upstream is the legacy layout's shorthand (tests and tools that sign
+	// with a root they hold): the root signs the intermediates (Issuer) and
+	// is the only root (Roots). It excludes Issuer and Roots.
+	Upstream  RootAuthority
 	JournalID string
 	// LeafLifetime is the validity of agent certificates.
 	LeafLifetime time.Duration
