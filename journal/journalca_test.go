@@ -119,6 +119,50 @@ func TestMixedLayoutQuorumServesAgents(t *testing.T) {
 	}
 }
 
+// A journal of the legacy layout (the root key on its host, --root-key)
+// still runs as before, and warns: the root signs its intermediate and
+// the operator credentials it issues, its chains end with the intermediate,
+// and Raft records no journal CA for it.
+func TestLegacyLayoutJournal(t *testing.T) {
+	cfg := journaltest.LegacyConfig(t.TempDir())
+	var logs syncBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	h := journaltest.Start(t, cfg)
+	if !strings.Contains(logs.String(), "the domain root key is on this journal host; move it offline: docs/migration.md") {
+		t.Errorf("no warning about the root key:\n%s", logs.String())
+	}
+	root := h.J.Root()
+	if h.J.JournalCA() != nil || h.J.IntermediateCert().CheckSignatureFrom(root) != nil {
+		t.Fatal("the legacy journal's intermediate is not the root's")
+	}
+	h.Register(t, "n1", "SN1", mac1)
+	resp, err := h.Enroll(t, journaltest.NewKey(t), "SN1", mac1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetCertChainDer()) != 2 || len(resp.GetTrustBundleDer()) != 2 {
+		t.Errorf("chain of %d, bundle of %d; want [leaf, intermediate] and [root, intermediate]", len(resp.GetCertChainDer()), len(resp.GetTrustBundleDer()))
+	}
+	in, ok := h.J.IntermediateRecordForTest(h.J.Intermediate())
+	if !ok || in.GetIssuerSerial() != "" {
+		t.Errorf("intermediate record %v, want no issuer serial", in)
+	}
+	// An operator credential it issues is the root's, and works.
+	key := journaltest.NewKey(t)
+	issued, err := h.AdminClient(t).IssueOperator(context.Background(), &pactv1.IssueOperatorRequest{Name: "bob", Role: "viewer", CsrDer: key.CSR})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(issued.GetCertDer())
+	if err != nil || cert.CheckSignatureFrom(root) != nil {
+		t.Fatalf("the legacy journal's operator credential is not the root's: %v", err)
+	}
+	bob := tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key.Signer}
+	if _, err := pactv1.NewAdminServiceClient(h.Dial(t, &bob)).ListNodes(context.Background(), &pactv1.ListNodesRequest{}); err != nil {
+		t.Errorf("bob lists nodes: %v", err)
+	}
+}
+
 // A journal takes a renewed journal CA certificate at its next re-key, with
 // no restart: the one published with the new intermediate, the chains it
 // hands out and its server's end with it. A certificate that does not fit
