@@ -119,6 +119,70 @@ func TestMixedLayoutQuorumServesAgents(t *testing.T) {
 	}
 }
 
+// During a root rollover --root-cert holds two roots of the domain: the
+// trust bundle starts with both, and the bootstrap credential of either is
+// recorded at start.
+func TestTwoRoots(t *testing.T) {
+	dir, newer := t.TempDir(), t.TempDir()
+	cfg := journaltest.Config(dir)
+	if err := journaltest.NewRoot(newer); err != nil {
+		t.Fatal(err)
+	}
+	roots := filepath.Join(t.TempDir(), "roots.pem")
+	var pemData []byte
+	for _, d := range []string{dir, newer} {
+		b, err := os.ReadFile(filepath.Join(d, ca.RootCertFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pemData = append(pemData, b...)
+	}
+	if err := os.WriteFile(roots, pemData, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.RootCertFile = roots
+	// The bootstrap credential in the data directory is the newer root's.
+	for _, f := range []string{ca.AdminCertFile, ca.AdminKeyFile} {
+		b, err := os.ReadFile(filepath.Join(newer, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := journaltest.Start(t, cfg)
+	if got := h.J.Roots(); len(got) != 2 {
+		t.Fatalf("the journal has %d roots, want 2", len(got))
+	}
+	// Calls as a platform-admin of the first root (the journal's auth
+	// taking both roots is journal/auth's).
+	alice := h.IssueAdmin(t, "alice", "platform-admin")
+	admin := pactv1.NewAdminServiceClient(h.Dial(t, &alice))
+	if _, err := admin.RegisterNode(context.Background(), &pactv1.RegisterNodeRequest{NodeId: "n1", Hardware: &pactv1.HardwareIdentity{Macs: []string{mac1}, BmcSerial: "SN1"}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := h.Enroll(t, journaltest.NewKey(t), "SN1", mac1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := resp.GetTrustBundleDer()
+	if len(bundle) != 4 || !bytes.Equal(bundle[0], h.J.Roots()[0].Raw) || !bytes.Equal(bundle[1], h.J.Roots()[1].Raw) {
+		t.Errorf("bundle of %d certificates, want both roots first, then the journal CA and the intermediate", len(bundle))
+	}
+	ops, err := admin.ListOperators(context.Background(), &pactv1.ListOperatorsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := false
+	for _, o := range ops.GetOperators() {
+		recorded = recorded || (o.GetName() == "admin" && o.GetIssuedBy() == "journal/j1")
+	}
+	if !recorded {
+		t.Errorf("the bootstrap credential of the second root was not recorded: %v", ops.GetOperators())
+	}
+}
+
 // A journal of the legacy layout (the root key on its host, --root-key)
 // still runs as before, and warns: the root signs its intermediate and
 // the operator credentials it issues, its chains end with the intermediate,
