@@ -243,7 +243,9 @@ func TestJournalCARenewalWithoutRestart(t *testing.T) {
 	// Renewal refused: a journal CA for another journal, same key.
 	writeJournalCA(t, h, "j9")
 	retire(t, admin, h.J.Intermediate())
-	waitFor(t, "the refusal logged", func() bool { return strings.Contains(logs.String(), "the journal CA certificate file holds a certificate this journal cannot take") })
+	waitFor(t, "the refusal logged", func() bool {
+		return strings.Contains(logs.String(), "the journal CA certificate file holds a certificate this journal cannot take")
+	})
 	if !bytes.Equal(h.J.JournalCA().Raw, old.Raw) {
 		t.Fatal("a journal CA for another journal was taken")
 	}
