@@ -1067,7 +1067,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// staticAuthority is an UpstreamAuthority over an in-memory root, standing in
+// staticAuthority is a RootAuthority over an in-memory root, standing in
 // for the HSM/KMS implementations the interface is for.
 type staticAuthority struct {
 	root *x509.Certificate
@@ -1110,7 +1110,7 @@ func TestNewUpstreamProblems(t *testing.T) {
 	noDomain, noDomainKey := selfSignedCA(t, "https://site.example")
 	for _, tc := range []struct {
 		name string
-		up   UpstreamAuthority
+		up   RootAuthority
 		want error
 	}{
 		{"in-memory authority works", staticAuthority{goodRoot, goodKey}, nil},

@@ -27,12 +27,6 @@ type RootAuthority interface {
 	Signer() crypto.Signer
 }
 
-// UpstreamAuthority is RootAuthority's former name.
-//
-// Deprecated: use RootAuthority, and Config.Issuer for what signs the
-// intermediates.
-type UpstreamAuthority = RootAuthority
-
 // File names inside a journal data directory.
 const (
 	RootCertFile  = "ca.pem"
