@@ -105,8 +105,9 @@ type Journal struct {
 	wg       sync.WaitGroup
 }
 
-// NewContext opens the data directory, loads the domain roots and its journal CA (the root key in the legacy layout), makes
-// a fresh intermediate, starts Raft and replays the registry. It opens no
+// NewContext opens the data directory, loads the domain roots and its
+// journal CA (the root key in the legacy layout), makes a fresh
+// intermediate, starts Raft and replays the registry. It opens no
 // listener: Start does that once the registry is loaded. ctx stops it while
 // an empty journal of a new quorum waits for its --initial-cluster peers to
 // answer before it bootstraps.
