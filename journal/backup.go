@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
@@ -175,7 +176,7 @@ func Restore(c RestoreConfig) (RestoreResult, error) {
 	if err := c.Validate(); err != nil {
 		return RestoreResult{}, err
 	}
-	root, domain, err := readRoot(c.RootCertFile)
+	roots, domain, err := readRoots(c.RootCertFile)
 	if err != nil {
 		return RestoreResult{}, err
 	}
@@ -191,7 +192,7 @@ func Restore(c RestoreConfig) (RestoreResult, error) {
 	if h.GetDomain() != domain {
 		return RestoreResult{}, fmt.Errorf("%w: %s holds domain %s, --root-cert %s is the root of domain %s; restore it with the root of domain %s (the ca.pem its quorum ran with)", ErrWrongDomain, c.Snapshot, h.GetDomain(), c.RootCertFile, domain, h.GetDomain())
 	}
-	how, err := checkSnapshotRoot(c, h, state, root)
+	root, how, err := checkSnapshotRoot(c, h, state, roots)
 	if err != nil {
 		return RestoreResult{}, err
 	}
@@ -202,9 +203,9 @@ func Restore(c RestoreConfig) (RestoreResult, error) {
 	return RestoreResult{Header: h, Nodes: nodes, RootFingerprint: pki.CertFingerprint(root), RootCheck: how, QuorumID: qid}, nil
 }
 
-// readRoot reads the first certificate of a PEM file and the domain it is
-// the root of.
-func readRoot(path string) (*x509.Certificate, string, error) {
+// readRoots reads the domain roots of a PEM file (one, or two of the
+// same domain during a root rollover) and their domain.
+func readRoots(path string) ([]*x509.Certificate, string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: --root-cert: %w; give the domain root certificate (ca.pem) the journal will run with", ErrRootCert, err)
@@ -213,45 +214,61 @@ func readRoot(path string) (*x509.Certificate, string, error) {
 	if err != nil || len(certs) == 0 {
 		return nil, "", fmt.Errorf("%w: --root-cert %s holds no PEM certificate (%v); give the domain root certificate (ca.pem) the journal will run with", ErrRootCert, path, err)
 	}
-	domain, err := ca.DomainOf(certs[0])
-	if err != nil || !certs[0].IsCA {
-		return nil, "", fmt.Errorf("%w: --root-cert %s is not a pact domain root (a CA certificate naming a spiffe:// trust domain); give the ca.pem pact-journal init made", ErrRootCert, path)
+	for _, c := range certs {
+		if _, err := ca.DomainOf(c); err != nil || !c.IsCA {
+			return nil, "", fmt.Errorf("%w: --root-cert %s is not a pact domain root (a CA certificate naming a spiffe:// trust domain); give the ca.pem pact ca init (or pact-journal init) made", ErrRootCert, path)
+		}
 	}
-	return certs[0], domain, nil
+	domain, err := ca.CheckRoots(certs)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: --root-cert %s: %w", ErrRootCert, path, err)
+	}
+	return certs, domain, nil
 }
 
-// checkSnapshotRoot refuses a snapshot taken under another root than
-// root, and says how it matched: by the fingerprint the header records,
-// or, for a file written before headers recorded it, by an intermediate
-// in the state that root signed. A domain name alone proves nothing:
-// every --dev root and every init without --domain used to be pact.local.
-func checkSnapshotRoot(c RestoreConfig, h *pactv1.SnapshotHeader, state []byte, root *x509.Certificate) (string, error) {
-	have := pki.CertFingerprint(root)
+// checkSnapshotRoot refuses a snapshot taken under none of roots, and says
+// which root it was taken under and how that matched: by the fingerprint
+// the header records, or, for a file written before headers recorded it,
+// by an intermediate in the state that root signed. A domain name alone
+// proves nothing: every --dev root and every init without --domain used to
+// be pact.local.
+func checkSnapshotRoot(c RestoreConfig, h *pactv1.SnapshotHeader, state []byte, roots []*x509.Certificate) (*x509.Certificate, string, error) {
+	var have []string
+	for _, r := range roots {
+		have = append(have, pki.CertFingerprint(r))
+	}
+	fps := strings.Join(have, " or ")
 	advice := "give --root-cert the ca.pem of the quorum the snapshot was taken from (openssl x509 -noout -fingerprint -sha256 -in ca.pem prints a root's fingerprint); a registry cannot move to another root: its agents' certificates chain to the old one"
 	if want := h.GetRootSha256(); len(want) > 0 {
-		sum := sha256.Sum256(root.Raw)
-		if !bytes.Equal(want, sum[:]) {
-			return "", fmt.Errorf("%w: %s was taken under the root with SHA-256 fingerprint %s; --root-cert %s has fingerprint %s, another root (both of domain %s); %s",
-				ErrWrongRoot, c.Snapshot, pki.FormatFingerprint(want), c.RootCertFile, have, h.GetDomain(), advice)
+		for _, r := range roots {
+			if sum := sha256.Sum256(r.Raw); bytes.Equal(want, sum[:]) {
+				return r, "the fingerprint in the snapshot's header", nil
+			}
 		}
-		return "the fingerprint in the snapshot's header", nil
+		return nil, "", fmt.Errorf("%w: %s was taken under the root with SHA-256 fingerprint %s; --root-cert %s has fingerprint %s, another root (both of domain %s); %s",
+			ErrWrongRoot, c.Snapshot, pki.FormatFingerprint(want), c.RootCertFile, fps, h.GetDomain(), advice)
 	}
 	inters, err := snapfile.Intermediates(state)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", c.Snapshot, err)
+		return nil, "", fmt.Errorf("%s: %w", c.Snapshot, err)
 	}
 	for _, in := range inters {
 		cert, err := x509.ParseCertificate(in.GetDer())
-		if err == nil && cert.CheckSignatureFrom(root) == nil {
-			return "intermediate " + in.GetSerial() + " (of " + in.GetJournalId() + "), signed by the root", nil
+		if err != nil {
+			continue
+		}
+		for _, r := range roots {
+			if cert.CheckSignatureFrom(r) == nil {
+				return r, "intermediate " + in.GetSerial() + " (of " + in.GetJournalId() + "), signed by the root", nil
+			}
 		}
 	}
 	if len(inters) == 0 {
-		return "", fmt.Errorf("%w: %s records no root fingerprint (written by pact %s, before snapshots did) and holds no journal intermediate, so nothing shows it was taken under --root-cert %s (fingerprint %s); take a new snapshot with pact journal snapshot save from a journal of this version, whose header records the root",
-			ErrWrongRoot, c.Snapshot, orUnknownVersion(h.GetVersion()), c.RootCertFile, have)
+		return nil, "", fmt.Errorf("%w: %s records no root fingerprint (written by pact %s, before snapshots did) and holds no journal intermediate, so nothing shows it was taken under --root-cert %s (fingerprint %s); take a new snapshot with pact journal snapshot save from a journal of this version, whose header records the root",
+			ErrWrongRoot, c.Snapshot, orUnknownVersion(h.GetVersion()), c.RootCertFile, fps)
 	}
-	return "", fmt.Errorf("%w: %s records no root fingerprint (written by pact %s, before snapshots did), and none of its %d journal intermediates is signed by --root-cert %s (fingerprint %s): it was taken under another root of domain %s; %s",
-		ErrWrongRoot, c.Snapshot, orUnknownVersion(h.GetVersion()), len(inters), c.RootCertFile, have, h.GetDomain(), advice)
+	return nil, "", fmt.Errorf("%w: %s records no root fingerprint (written by pact %s, before snapshots did), and none of its %d journal intermediates is signed by --root-cert %s (fingerprint %s): it was taken under another root of domain %s; %s",
+		ErrWrongRoot, c.Snapshot, orUnknownVersion(h.GetVersion()), len(inters), c.RootCertFile, fps, h.GetDomain(), advice)
 }
 
 func orUnknownVersion(v string) string {

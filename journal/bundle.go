@@ -9,11 +9,11 @@ import (
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
-// bundleCache is the trust bundle (root + live intermediates), rebuilt when
-// an intermediate is published and at least once a minute so expired ones
-// drop out.
+// bundleCache is the trust bundle (the roots, then the live journal CAs,
+// then the live intermediates), rebuilt when an intermediate is published
+// and at least once a minute so expired ones drop out.
 type bundleCache struct {
-	root  *x509.Certificate
+	roots []*x509.Certificate
 	fsm   *raftfsm.FSM
 	clock clock.Clock
 
@@ -27,19 +27,25 @@ type bundleCache struct {
 
 // trustBundle is one immutable version of the bundle.
 type trustBundle struct {
-	der  [][]byte          // root first, then live intermediates
-	live map[string][]byte // intermediate serial -> DER
-	// intermediates holds the live intermediates for chain verification;
-	// parsed the same, for the handshake's signature walk.
+	der [][]byte // roots first, then live journal CAs, then live intermediates
+	// live maps a live intermediate's serial to its chain up to the root:
+	// the intermediate, then the journal CA that signed it (none for one
+	// the root signed, in the legacy layout).
+	live map[string][][]byte
+	// journalCAs maps a live journal CA's serial to its DER.
+	journalCAs map[string][]byte
+	// intermediates holds the live journal CAs and intermediates for chain
+	// verification (never a certificate a client sent); parsed the same,
+	// for the handshake's signature walk.
 	intermediates *x509.CertPool
 	parsed        []*x509.Certificate
-	// version changes whenever the set of intermediates changes, so a
-	// stream knows when to resend.
+	// version changes whenever the set of journal CAs or intermediates
+	// changes, so a stream knows when to resend.
 	version uint64
 }
 
-func newBundleCache(root *x509.Certificate, fsm *raftfsm.FSM, c clock.Clock) *bundleCache {
-	return &bundleCache{root: root, fsm: fsm, clock: c}
+func newBundleCache(roots []*x509.Certificate, fsm *raftfsm.FSM, c clock.Clock) *bundleCache {
+	return &bundleCache{roots: roots, fsm: fsm, clock: c}
 }
 
 func (b *bundleCache) invalidate() {
@@ -57,28 +63,54 @@ func (b *bundleCache) get() *trustBundle {
 		return b.cur
 	}
 	inters := b.fsm.IntermediatesAt(now.UnixNano())
+	jcas := b.fsm.JournalCAsAt(now.UnixNano())
 	b.next = time.Time{}
 	for _, in := range inters {
 		if at := in.GetRevokeAtUnixNano(); at != 0 && (b.next.IsZero() || at < b.next.UnixNano()) {
 			b.next = time.Unix(0, at)
 		}
 	}
-	next := &trustBundle{der: make([][]byte, 0, 1+len(inters)), live: make(map[string][]byte, len(inters)), intermediates: x509.NewCertPool()}
-	next.der = append(next.der, b.root.Raw)
-	for _, in := range inters {
-		c, err := x509.ParseCertificate(in.GetDer())
+	next := &trustBundle{
+		der:           make([][]byte, 0, len(b.roots)+len(jcas)+len(inters)),
+		live:          make(map[string][][]byte, len(inters)),
+		journalCAs:    make(map[string][]byte, len(jcas)),
+		intermediates: x509.NewCertPool(),
+	}
+	for _, r := range b.roots {
+		next.der = append(next.der, r.Raw)
+	}
+	for _, jc := range jcas {
+		c, err := x509.ParseCertificate(jc.GetDer())
 		if err != nil {
 			continue // a journal published garbage; it cannot verify anything
 		}
+		next.der = append(next.der, jc.GetDer())
+		next.journalCAs[jc.GetSerial()] = jc.GetDer()
+		next.intermediates.AddCert(c)
+		next.parsed = append(next.parsed, c)
+	}
+	for _, in := range inters {
+		c, err := x509.ParseCertificate(in.GetDer())
+		if err != nil {
+			continue
+		}
+		chain := [][]byte{in.GetDer()}
+		if issuer := in.GetIssuerSerial(); issuer != "" {
+			jc, ok := next.journalCAs[issuer]
+			if !ok {
+				continue // its journal CA is revoked or expired: so is it
+			}
+			chain = append(chain, jc)
+		}
 		next.der = append(next.der, in.GetDer())
-		next.live[in.GetSerial()] = in.GetDer()
+		next.live[in.GetSerial()] = chain
 		next.intermediates.AddCert(c)
 		next.parsed = append(next.parsed, c)
 	}
 	next.version = 1
 	if b.cur != nil {
 		next.version = b.cur.version
-		if !sameSerials(b.cur.live, next.live) {
+		if !sameKeys(b.cur.live, next.live) || !sameKeys(b.cur.journalCAs, next.journalCAs) {
 			next.version++
 		}
 	}
@@ -86,7 +118,7 @@ func (b *bundleCache) get() *trustBundle {
 	return next
 }
 
-func sameSerials(a, b map[string][]byte) bool {
+func sameKeys[V any](a, b map[string]V) bool {
 	if len(a) != len(b) {
 		return false
 	}

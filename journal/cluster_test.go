@@ -91,8 +91,8 @@ func TestClusterWritesAtAnyJournal(t *testing.T) {
 	if n := inspectOn(t, c.Nodes[other], "n1"); n.GetCert().GetSerial() != resp.GetSerial() {
 		t.Fatalf("%s: serial %s, enrolled %s", c.Nodes[other].Cfg.NodeID, n.GetCert().GetSerial(), resp.GetSerial())
 	}
-	if len(resp.GetTrustBundleDer()) != 4 {
-		t.Errorf("bundle has %d certificates, want root + 3 intermediates", len(resp.GetTrustBundleDer()))
+	if len(resp.GetTrustBundleDer()) != 7 {
+		t.Errorf("bundle has %d certificates, want root + 3 journal CAs + 3 intermediates", len(resp.GetTrustBundleDer()))
 	}
 	cert := key.TLSCert(resp.GetCertChainDer())
 	stream, err := pactv1.NewEnrollmentServiceClient(c.Nodes[other].Dial(t, &cert)).Subscribe(context.Background(), &pactv1.SubscribeRequest{})
@@ -225,7 +225,10 @@ func TestClusterAddAndRemoveMember(t *testing.T) {
 	}
 	_, extra := journaltest.ClusterConfigs(t, 4)
 	cfg := extra[3]
-	cfg.RootCertFile, cfg.RootKeyFile = c.Configs[0].RootCertFile, c.Configs[0].RootKeyFile
+	// Its journal CA from the quorum's root.
+	if err := journaltest.JournalCA(&cfg, c.Root); err != nil {
+		t.Fatal(err)
+	}
 	cfg.InitialCluster = nil
 	cfg.Join = true
 	c.Configs = append(c.Configs, cfg)

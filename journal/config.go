@@ -13,6 +13,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/workloadapi"
 
 	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/keystore"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/ca"
@@ -47,16 +48,33 @@ type Config struct {
 	// Join starts a journal with no state that waits to be added to a
 	// running quorum (pact journal add) instead of bootstrapping.
 	Join bool
-	// Dev creates a domain root and an admin credential in DataDir on first
-	// start.
+	// Dev creates a development set-up in DataDir: a domain root and an
+	// admin credential on first start, and a journal CA for this journal
+	// (again whenever the one there no longer fits the journal's names).
 	Dev bool
 	// Domain is the domain id used when Dev creates a root; otherwise the
 	// domain is read from the root certificate.
 	Domain string
-	// RootCertFile and RootKeyFile locate the upstream authority; they
-	// default to DataDir/ca.pem and DataDir/ca-key.pem.
+	// RootCertFile holds the domain root, or two roots of the domain during
+	// a root rollover; default DataDir/ca.pem.
 	RootCertFile string
-	RootKeyFile  string
+	// RootKeyFile is the legacy layout: the domain root's key on this host
+	// signs the intermediates itself (docs/migration.md moves it offline).
+	// Without JournalCAKey and Dev it defaults to DataDir/ca-key.pem; it
+	// excludes JournalCACertFile and JournalCAKey.
+	RootKeyFile string
+	// JournalCACertFile is this journal's journal CA certificate (made by
+	// the ceremony, docs/ceremony.md), default DataDir/journal-ca.pem. It is
+	// read again at each re-key, so a renewed one is taken without a
+	// restart.
+	JournalCACertFile string
+	// JournalCAKey is where the journal CA's key is (internal/keystore:
+	// tpm:PATH, a pkcs11: URI or file:PATH); no default but with Dev
+	// (file:DataDir/journal-ca-key.pem).
+	JournalCAKey string
+	// TPMDevice is the TPM holding a tpm: journal CA key: a device
+	// (/dev/tpmrm0 when empty) or unix:PATH for a software TPM.
+	TPMDevice string
 	// CertLifetime is the validity of agent certificates.
 	CertLifetime time.Duration
 	// ServerNames are extra DNS names for the server certificate.
@@ -324,6 +342,14 @@ func (c Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if c.RootKeyFile != "" && (c.JournalCAKey != "" || c.JournalCACertFile != "") {
+		errs = append(errs, errors.New("journal: --root-key and --journal-ca-cert/--journal-ca-key exclude each other: a journal signs its intermediates with its journal CA, or (the legacy layout) with the domain root key; drop --root-key once the journal CA is in place (docs/migration.md)"))
+	}
+	if c.JournalCAKey != "" {
+		if _, err := keystore.Parse(c.JournalCAKey); err != nil {
+			errs = append(errs, fmt.Errorf("journal: --journal-ca-key: %w", err))
+		}
+	}
 	if c.CertLifetime < 10*time.Minute {
 		errs = append(errs, fmt.Errorf("journal: certificate lifetime %v is shorter than 10m", c.CertLifetime))
 	}
@@ -418,6 +444,47 @@ func (c Config) rootKeyFile() string {
 		return c.RootKeyFile
 	}
 	return filepath.Join(c.DataDir, ca.RootKeyFile)
+}
+
+// legacyLayout reports whether the domain root key on this host signs the
+// intermediates (--root-key, or no journal CA key given outside --dev).
+func (c Config) legacyLayout() bool {
+	switch {
+	case c.JournalCAKey != "" || c.JournalCACertFile != "":
+		return false
+	case c.RootKeyFile != "":
+		return true
+	}
+	return !c.Dev
+}
+
+func (c Config) journalCACertFile() string {
+	if c.JournalCACertFile != "" {
+		return c.JournalCACertFile
+	}
+	return filepath.Join(c.DataDir, ca.JournalCACertFile)
+}
+
+// devJournalCAKeyFile is where --dev keeps its journal CA key.
+func (c Config) devJournalCAKeyFile() string { return filepath.Join(c.DataDir, ca.JournalCAKeyFile) }
+
+// journalCAKey is the journal CA key's location (JournalCAKey, or --dev's
+// file); ok is false when none is given.
+func (c Config) journalCAKey() (spec keystore.Spec, ok bool) {
+	if c.JournalCAKey == "" {
+		if c.Dev {
+			return keystore.Spec{Backend: keystore.BackendFile, Location: c.devJournalCAKeyFile()}, true
+		}
+		return keystore.Spec{}, false
+	}
+	spec, err := keystore.Parse(c.JournalCAKey)
+	return spec, err == nil
+}
+
+// devJournalCA reports whether --dev makes (and remakes) the journal CA:
+// with Dev, unless the journal CA certificate or key is given.
+func (c Config) devJournalCA() bool {
+	return c.Dev && !c.legacyLayout() && c.JournalCACertFile == "" && c.JournalCAKey == ""
 }
 
 func (c Config) validateSPIRE() []error {

@@ -588,7 +588,7 @@ func TestClusterCredentialRefusalsNeedTheLeader(t *testing.T) {
 	}
 }
 
-// fakeUpstream is an UpstreamAuthority made of any certificate and key.
+// fakeUpstream is a ca.RootAuthority made of any certificate and key.
 type fakeUpstream struct {
 	cert *x509.Certificate
 	key  crypto.Signer

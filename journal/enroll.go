@@ -337,11 +337,12 @@ func (j *Journal) enrollResponse(n *pactv1.Node) (*pactv1.EnrollResponse, error)
 
 func (j *Journal) chainFor(c *pactv1.CertificateInfo) (chain, bundle [][]byte, err error) {
 	tb := j.bundle.get()
-	inter, ok := tb.live[c.GetIssuerSerial()]
+	above, ok := tb.live[c.GetIssuerSerial()]
 	if !ok {
 		return nil, nil, fmt.Errorf("journal: intermediate %s of certificate %s is not in the trust bundle", c.GetIssuerSerial(), c.GetSerial())
 	}
-	return [][]byte{c.GetDer(), inter}, tb.der, nil
+	// The leaf, its intermediate, and the journal CA that signed that.
+	return append([][]byte{c.GetDer()}, above...), tb.der, nil
 }
 
 func (s *enrollmentServer) RenewCert(ctx context.Context, req *pactv1.RenewCertRequest) (resp *pactv1.RenewCertResponse, err error) {

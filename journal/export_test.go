@@ -137,3 +137,8 @@ func (j *Journal) KillRaft() error {
 func (j *Journal) SetQuorumIDForTest(id string) {
 	j.raftHooks.ClaimQuorumID(id)
 }
+
+// IntermediateRecordForTest is the intermediate with serial as Raft records it.
+func (j *Journal) IntermediateRecordForTest(serial string) (*pactv1.Intermediate, bool) {
+	return j.fsm.Intermediate(serial)
+}

@@ -4,11 +4,13 @@
 package journal
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -22,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/pact-hpc/pact/internal/keystore"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/transport"
@@ -37,9 +40,12 @@ import (
 
 // Journal is one running journal node.
 type Journal struct {
-	cfg     Config
-	log     *slog.Logger
-	ca      *ca.CA
+	cfg Config
+	log *slog.Logger
+	ca  *ca.CA
+	// caKey is the journal CA's key (a TPM or token session, or a file);
+	// nil in the legacy layout. Closed when the journal stops.
+	caKey   io.Closer
 	fsm     *raftfsm.FSM
 	raft    *raftnode.Node
 	hub     *hub
@@ -99,12 +105,13 @@ type Journal struct {
 	wg       sync.WaitGroup
 }
 
-// NewContext opens the data directory, loads the upstream authority, makes
-// a fresh intermediate, starts Raft and replays the registry. It opens no
+// NewContext opens the data directory, loads the domain roots and its
+// journal CA (the root key in the legacy layout), makes a fresh
+// intermediate, starts Raft and replays the registry. It opens no
 // listener: Start does that once the registry is loaded. ctx stops it while
 // an empty journal of a new quorum waits for its --initial-cluster peers to
 // answer before it bootstraps.
-func NewContext(ctx context.Context, cfg Config) (*Journal, error) {
+func NewContext(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -116,42 +123,57 @@ func NewContext(ctx context.Context, cfg Config) (*Journal, error) {
 	if err := raftnode.CheckRemovedMarker(cfg.DataDir); err != nil {
 		return nil, err
 	}
+	dnsNames, ips := ServerNames(cfg.ListenAddr, cfg.ServerNames)
 	if cfg.Dev {
-		created, err := ca.InitDev(cfg.DataDir, cfg.Domain, cfg.Clock.Now())
-		if err != nil {
+		if err := devSetUp(cfg, log, dnsNames, ips); err != nil {
 			return nil, err
-		}
-		if created {
-			log.Info("created a development domain root and admin credential",
-				logkey.Root, filepath.Join(cfg.DataDir, ca.RootCertFile),
-				logkey.AdminCert, filepath.Join(cfg.DataDir, ca.AdminCertFile))
-		} else if renewed, err := ca.RenewDevAdmin(cfg.DataDir, cfg.Clock.Now()); err != nil {
-			return nil, err
-		} else if renewed {
-			log.Info("renewed the development admin credential, which expired within a day",
-				logkey.AdminCert, filepath.Join(cfg.DataDir, ca.AdminCertFile))
 		}
 	}
-	upstream, err := ca.LoadKeyFileAuthority(cfg.rootCertFile(), cfg.rootKeyFile())
+	roots, _, err := ca.LoadRoots(cfg.rootCertFile())
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) && !cfg.Dev {
 			return nil, fmt.Errorf("%w: %s", err, productionRoot)
 		}
 		return nil, err
 	}
-	dnsNames, ips := serverNames(cfg.ListenAddr, cfg.ServerNames)
 	caCfg := ca.DefaultConfig()
-	caCfg.Upstream = upstream
+	caCfg.Roots = roots
+	var caKey io.Closer
+	if cfg.legacyLayout() {
+		if caCfg.Issuer, err = ca.LoadRootIssuer(roots, cfg.rootKeyFile()); err != nil {
+			if errors.Is(err, os.ErrNotExist) && !cfg.Dev && cfg.RootKeyFile == "" {
+				return nil, fmt.Errorf("%w: %s", err, productionRoot)
+			}
+			return nil, err
+		}
+		log.Warn(legacyLayoutWarning, logkey.File, cfg.rootKeyFile())
+	} else {
+		spec, _ := cfg.journalCAKey()
+		certFile := cfg.journalCACertFile()
+		cert, key, err := ca.OpenJournalCA(certFile, spec, keystore.Options{TPMDevice: cfg.TPMDevice})
+		if err != nil {
+			return nil, err
+		}
+		caKey = key
+		caCfg.Issuer = ca.Issuer{Certificate: cert, Signer: key}
+		caCfg.ReloadIssuer = func() (*x509.Certificate, error) { return ca.ReadJournalCACert(certFile) }
+	}
 	caCfg.JournalID = cfg.NodeID
 	caCfg.LeafLifetime = cfg.CertLifetime
 	caCfg.IntermediateLifetime = 3 * cfg.CertLifetime
 	caCfg.ServerDNSNames = dnsNames
 	caCfg.ServerIPs = ips
 	caCfg.Clock = cfg.Clock
+	defer func() {
+		if err != nil && caKey != nil {
+			_ = caKey.Close()
+		}
+	}()
 	authority, err := ca.New(caCfg)
 	if err != nil {
 		return nil, err
 	}
+	warnJournalCAExpiry(log, authority, cfg.Clock.Now())
 	limiter, err := ratelimit.New(cfg.RateLimit)
 	if err != nil {
 		return nil, err
@@ -169,6 +191,7 @@ func NewContext(ctx context.Context, cfg Config) (*Journal, error) {
 		return nil, err
 	}
 	j := &Journal{
+		caKey:   caKey,
 		limiter: limiter,
 		tpm:     challenges,
 		cfg:     cfg,
@@ -188,8 +211,8 @@ func NewContext(ctx context.Context, cfg Config) (*Journal, error) {
 	j.streams = newStreamLimits(cfg.MaxStreamsPerCert)
 	j.raftRefusals = newSampledLog(cfg.Clock, 10*time.Second)
 	j.admission = newAdmission(limiter, cfg.MaxEnrollWaiters, cfg.EnrollQueueWait, cfg.Clock)
-	j.bundle = newBundleCache(authority.Root(), j.fsm, cfg.Clock)
-	j.roots = rootPool(authority.Root())
+	j.bundle = newBundleCache(authority.Roots(), j.fsm, cfg.Clock)
+	j.roots = rootPool(authority.Roots())
 	j.metrics = newMetrics(j)
 	if j.auth, err = newAuthenticator(j); err != nil {
 		return nil, err
@@ -317,8 +340,16 @@ func (j *Journal) Start(ctx context.Context) error {
 
 // publishIntermediate puts this journal's intermediate certificate and its
 // addresses into Raft, retrying while a leader is being found.
+//
+// The journal CA that signed it goes with it (Raft records it at its first
+// use); the intermediate names it by serial ("" when the root signed it:
+// the legacy layout).
 func (j *Journal) publishIntermediate(ctx context.Context) error {
-	inter := j.ca.Intermediate()
+	inter, journalCA := j.ca.Current()
+	issuer := ""
+	if journalCA != nil {
+		issuer = pki.SerialHex(journalCA.SerialNumber)
+	}
 	cmd := &pactv1.Command{
 		Actor: "journal/" + j.cfg.NodeID,
 		Op: &pactv1.Command_PublishIntermediate{PublishIntermediate: &pactv1.PublishIntermediateOp{
@@ -327,8 +358,10 @@ func (j *Journal) publishIntermediate(ctx context.Context) error {
 				Serial:       pki.SerialHex(inter.SerialNumber),
 				Der:          inter.Raw,
 				NotAfterUnix: inter.NotAfter.Unix(),
+				IssuerSerial: issuer,
 			},
-			Journal: &pactv1.JournalInfo{JournalId: j.cfg.NodeID, RaftAddr: j.raft.RaftAddr(), GrpcAddr: j.grpcAddr},
+			Journal:   &pactv1.JournalInfo{JournalId: j.cfg.NodeID, RaftAddr: j.raft.RaftAddr(), GrpcAddr: j.grpcAddr},
+			JournalCa: journalCARecord(j.cfg.NodeID, journalCA),
 		}},
 	}
 	for {
@@ -365,7 +398,7 @@ func (j *Journal) recordBootstrapOperator(ctx context.Context) {
 	}
 	cert := certs[0]
 	id, err := pki.IdentityOf(cert)
-	if err != nil || id.Kind != pki.KindAdmin || id.Domain != j.ca.Domain() || cert.CheckSignatureFrom(j.ca.Root()) != nil || len(cert.Subject.OrganizationalUnit) != 1 {
+	if err != nil || id.Kind != pki.KindAdmin || id.Domain != j.ca.Domain() || !signedByARoot(cert, j.ca.Roots()) || len(cert.Subject.OrganizationalUnit) != 1 {
 		return
 	}
 	if st, _ := j.fsm.CheckOperator(id.Name, pki.SerialHex(cert.SerialNumber), cert.NotBefore.Unix()); st != raftfsm.OperatorUnrecorded {
@@ -400,7 +433,16 @@ func (j *Journal) rotateLoop() {
 		if hold != nil {
 			hold()
 		}
-		if err := j.ca.Rotate(); err != nil {
+		before := j.ca.Intermediate()
+		err := j.ca.Rotate()
+		if errors.Is(err, ca.ErrJournalCAKept) && j.ca.Intermediate() != before {
+			// Re-keyed under the journal CA in use: the file holds one
+			// this journal cannot take (or cannot be read). Said at each
+			// re-key until fixed.
+			j.log.Error("the journal CA certificate file holds a certificate this journal cannot take; re-keyed under the journal CA in use", logkey.File, j.cfg.journalCACertFile(), logkey.Err, err)
+			err = nil
+		}
+		if err != nil {
 			j.log.Error("intermediate rotation failed; retrying in a minute", logkey.Err, err)
 			retry := j.cfg.Clock.NewTimer(time.Minute)
 			select {
@@ -433,6 +475,7 @@ func (j *Journal) rotateLoop() {
 		j.rekeyed = make(chan struct{})
 		j.rekeyMu.Unlock()
 		j.log.Info("intermediate rotated", logkey.IssuerSerial, pki.SerialHex(j.ca.Intermediate().SerialNumber))
+		warnJournalCAExpiry(j.log, j.ca, j.cfg.Clock.Now())
 	}
 }
 
@@ -525,6 +568,11 @@ func (j *Journal) Close() error {
 		if j.audit != nil {
 			j.audit.close()
 		}
+		if j.caKey != nil {
+			if err := j.caKey.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("journal: close the journal CA key: %w", err))
+			}
+		}
 	})
 	return errors.Join(errs...)
 }
@@ -572,14 +620,20 @@ func (j *Journal) newGRPCServer() *grpc.Server {
 	return s
 }
 
-func rootPool(root *x509.Certificate) *x509.CertPool {
+func rootPool(roots []*x509.Certificate) *x509.CertPool {
 	p := x509.NewCertPool()
-	p.AddCert(root)
+	for _, r := range roots {
+		p.AddCert(r)
+	}
 	return p
 }
 
-// serverNames lists the names a client may dial this journal by.
-func serverNames(listen string, extra []string) ([]string, []net.IP) {
+// ServerNames lists the names a client may dial a journal listening on
+// listen by, with extra (--server-names): what its server certificate
+// carries, and so what its journal CA must permit (pact ca sign-journal
+// --names): localhost, the host name, the loopback addresses, and the
+// listen address (every interface's for an unspecified one).
+func ServerNames(listen string, extra []string) ([]string, []net.IP) {
 	dns := []string{"localhost"}
 	if h, err := os.Hostname(); err == nil && h != "" {
 		dns = append(dns, h)
@@ -608,8 +662,28 @@ func serverNames(listen string, extra []string) ([]string, []net.IP) {
 // OpenStreams is how many Subscribe streams this journal holds for a node.
 func (j *Journal) OpenStreams(nodeID string) int { return j.hub.streamCount(nodeID) }
 
-// Root is the domain root certificate.
+// Root is the (first) domain root certificate.
 func (j *Journal) Root() *x509.Certificate { return j.ca.Root() }
+
+// Roots are the domain root certificates (two during a root rollover).
+func (j *Journal) Roots() []*x509.Certificate { return j.ca.Roots() }
+
+// JournalCA is the journal CA that signed this journal's intermediate; nil
+// in the legacy layout (the root signs it).
+func (j *Journal) JournalCA() *x509.Certificate { return j.ca.JournalCA() }
+
+// signedByARoot reports whether one of roots signed cert directly.
+func signedByARoot(cert *x509.Certificate, roots []*x509.Certificate) bool {
+	for _, r := range roots {
+		if bytes.Equal(cert.RawIssuer, r.RawSubject) && cert.CheckSignatureFrom(r) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// IntermediateCert is the intermediate this journal signs with.
+func (j *Journal) IntermediateCert() *x509.Certificate { return j.ca.Intermediate() }
 
 // Intermediate is the serial of the intermediate this journal signs with.
 func (j *Journal) Intermediate() string { return pki.SerialHex(j.ca.Intermediate().SerialNumber) }

@@ -408,8 +408,8 @@ func TestRestartKeepsRegistryAndOldCertificates(t *testing.T) {
 	if string(fresh.GetCertChainDer()[1]) == string(oldIssuer) {
 		t.Error("the restarted journal signs with the previous intermediate; want a fresh one")
 	}
-	if len(fresh.GetTrustBundleDer()) != 3 {
-		t.Errorf("bundle after restart has %d certificates, want root + 2 intermediates", len(fresh.GetTrustBundleDer()))
+	if len(fresh.GetTrustBundleDer()) != 4 {
+		t.Errorf("bundle after restart has %d certificates, want root + the journal CA + 2 intermediates", len(fresh.GetTrustBundleDer()))
 	}
 }
 

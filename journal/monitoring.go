@@ -171,6 +171,7 @@ type credentialCollector struct{ j *Journal }
 
 var (
 	rootExpiryDesc         = prometheus.NewDesc("pact_journal_root_expiry_seconds", "Seconds until the domain root certificate expires.", nil, nil)
+	journalCAExpiryDesc    = prometheus.NewDesc("pact_journal_ca_expiry_timestamp_seconds", "When this journal's journal CA certificate expires (Unix time), by journal id; absent in the legacy layout (the root signs the intermediates). Renew it before (docs/ceremony.md): the journal takes the new one at its next re-key.", []string{"journal"}, nil)
 	intermediateLifeDesc   = prometheus.NewDesc("pact_journal_intermediate_lifetime_seconds", "The validity period of this journal's current intermediate (it re-keys at half of it).", nil, nil)
 	quorumIntermediateDesc = prometheus.NewDesc("pact_journal_quorum_intermediate_expiry_seconds", "Seconds until the newest live intermediate each member of the Raft configuration published expires, by journal_id (a member that stopped re-keying shows here on every journal).", []string{"journal_id"}, nil)
 	intermediatesDesc      = prometheus.NewDesc("pact_journal_intermediates", "Intermediates recorded in Raft, by state: active, retiring (holders told to renew), revoked, expired.", []string{"state"}, nil)
@@ -179,6 +180,7 @@ var (
 
 func (c *credentialCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- rootExpiryDesc
+	ch <- journalCAExpiryDesc
 	ch <- intermediateLifeDesc
 	ch <- quorumIntermediateDesc
 	ch <- intermediatesDesc
@@ -192,6 +194,9 @@ func (c *credentialCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	gauge(rootExpiryDesc, j.ca.Root().NotAfter.Sub(now).Seconds())
+	if jc := j.ca.JournalCA(); jc != nil {
+		gauge(journalCAExpiryDesc, float64(jc.NotAfter.Unix()), j.cfg.NodeID)
+	}
 	inter := j.ca.Intermediate()
 	gauge(intermediateLifeDesc, inter.NotAfter.Sub(inter.NotBefore).Seconds())
 

@@ -19,9 +19,12 @@ import (
 // Operator credentials and intermediates: everything that authenticates can
 // be revoked in Raft (docs/security.md).
 
-// IssueOperator signs an operator credential for the caller's CSR with the
-// domain root and returns it only once its record has committed, so no
-// credential exists that pact admin list does not show.
+// IssueOperator signs an operator credential for the caller's CSR with
+// this journal's current intermediate (the domain root in the legacy
+// layout) and returns it only once its record has committed, so no
+// credential exists that pact admin list does not show. The credential
+// ends with the intermediate at the latest: a shorter life than asked is
+// logged, and the record answered carries the real not_after.
 func (s *adminServer) IssueOperator(ctx context.Context, req *pactv1.IssueOperatorRequest) (*pactv1.IssueOperatorResponse, error) {
 	j := s.j
 	p := principalFrom(ctx)
@@ -46,6 +49,7 @@ func (s *adminServer) IssueOperator(ctx context.Context, req *pactv1.IssueOperat
 	if err != nil {
 		return nil, err
 	}
+	asked := j.cfg.Clock.Now().Add(lifetime)
 	cert, err := j.ca.SignOperator(csr, name, role, lifetime)
 	if err != nil {
 		return nil, err
@@ -60,6 +64,11 @@ func (s *adminServer) IssueOperator(ctx context.Context, req *pactv1.IssueOperat
 	}
 	j.log.Info("operator credential issued", logkey.Actor, p.ID.Name, logkey.Operator, name, logkey.Role, role, logkey.Serial, rec.GetSerial(),
 		logkey.NotAfter, cert.NotAfter.UTC().Format(time.RFC3339))
+	if cert.NotAfter.Before(asked.Add(-time.Minute)) {
+		j.log.Info("the operator credential ends with the journal intermediate that signed it, before the lifetime asked",
+			logkey.Operator, name, logkey.Serial, rec.GetSerial(), logkey.NotAfter, cert.NotAfter.UTC().Format(time.RFC3339),
+			logkey.IssuerSerial, pki.SerialHex(j.ca.Intermediate().SerialNumber))
+	}
 	return &pactv1.IssueOperatorResponse{CertDer: cert.Raw, Operator: rec}, nil
 }
 

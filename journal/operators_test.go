@@ -76,9 +76,18 @@ func TestOperatorCredentials(t *testing.T) {
 	if want := e.fc.Now().Add(ca.DefaultOperatorLifetime); leaf.NotAfter.Sub(want).Abs() > time.Second {
 		t.Errorf("NotAfter %v, want %v", leaf.NotAfter, want)
 	}
+	// Signed by the journal's intermediate, under its journal CA: the
+	// chain [operator, intermediate, journal CA] reaches the root.
 	roots := x509.NewCertPool()
 	roots.AddCert(e.h.J.Root())
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: e.fc.Now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+	above := x509.NewCertPool()
+	above.AddCert(e.h.J.JournalCA())
+	inter := e.h.J.IntermediateCert()
+	above.AddCert(inter)
+	if err := leaf.CheckSignatureFrom(inter); err != nil {
+		t.Errorf("issued credential is not signed by the journal's intermediate: %v", err)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: above, CurrentTime: e.fc.Now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		t.Errorf("issued credential does not chain to the root: %v", err)
 	}
 	if o := operators(t, e)[serialOf(t, bob)]; o.GetName() != "bob" || o.GetRole() != "viewer" || o.GetIssuedBy() != "admin/admin" || o.GetNotAfterUnix() != leaf.NotAfter.Unix() {

@@ -10,11 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"golang.org/x/sys/unix"
 
+	"github.com/pact-hpc/pact/internal/caprofile"
+	"github.com/pact-hpc/pact/internal/keystore"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/raftnode"
@@ -23,16 +26,22 @@ import (
 // productionRoot says how a production journal gets its root. A journal
 // that is not --dev never suggests --dev: a development root would start,
 // and be a domain of its own that no agent of the site trusts.
-const productionRoot = `a production journal runs with its site's domain root: make it once, on a secure host, with pact-journal init --dir DIR --domain DOMAIN, copy ca.pem and ca-key.pem (mode 0600, owned by the journal's user) to every journal host, and point --root-cert and --root-key at them (docs/quorum.md, "Forming a quorum on real hosts")`
+const productionRoot = `a production journal runs with its site's domain root certificate and a journal CA of its own: make the root once, offline, with pact ca init; on this host make the journal CA's key and its CSR with pact-journal ca-request, have the ceremony sign it (pact ca sign-journal), and point --root-cert, --journal-ca-cert and --journal-ca-key at them (docs/ceremony.md)`
 
 // Preflight reports every problem a start (NewContext, then Start) would meet in
 // what c names on disk, at once (errors.Join), each saying what to do. It
 // creates, locks and writes nothing, so it may run beside a journal that
 // is serving:
 //
-//   - the root certificate and key exist, are readable by this user,
-//     parse, belong together, and the key is readable by its owner alone
-//     (mode 0600 or stricter); with Dev, a root not yet made is fine;
+//   - the root certificate holds one domain root, or two of one domain;
+//   - the journal CA certificate and key exist, are readable by this user
+//     (a file key by its owner alone), belong together, and the journal CA
+//     fits this journal (caprofile.CheckJournalCA: signed by a root, for
+//     this journal id, valid now, permitting every name it serves under);
+//     --dev's own journal CA is --dev's to make;
+//   - in the legacy layout, the root key instead: it exists, parses,
+//     belongs to a root, and is readable by its owner alone (mode 0600 or
+//     stricter); with Dev, a root not yet made is fine;
 //   - the data directory is a writable directory, or can be created; it
 //     does not hold a REMOVED marker (ErrRemoved); its raft.db is not
 //     locked by a running pact-journal (ErrDataDirInUse: a restart stops
@@ -58,10 +67,20 @@ func (c Config) Preflight() error {
 		_, err := os.Stat(filepath.Join(c.DataDir, ca.RootCertFile))
 		devRootDue = errors.Is(err, fs.ErrNotExist)
 	}
-	if !devRootDue || c.RootCertFile != "" || c.RootKeyFile != "" {
-		var rootErr error
-		domain, rootErr = checkRootFiles(c.rootCertFile(), c.rootKeyFile(), c.Dev)
-		add(rootErr)
+	switch {
+	case c.legacyLayout():
+		if !devRootDue || c.RootCertFile != "" || c.RootKeyFile != "" {
+			var rootErr error
+			domain, rootErr = checkRootFiles(c.rootCertFile(), c.rootKeyFile(), c.Dev, !c.Dev && c.RootKeyFile == "")
+			add(rootErr)
+		}
+	case !devRootDue || c.RootCertFile != "":
+		roots, d, err := checkRootCerts(c.rootCertFile(), c.Dev)
+		add(err)
+		domain = d
+		if roots != nil && !c.devJournalCA() {
+			add(c.checkJournalCA(roots, domain))
+		}
 	}
 	if c.SPIREBundleFile != "" {
 		add(checkSPIREBundle(c.SPIREBundleFile, c.SPIRETrustDomain, domain))
@@ -72,44 +91,114 @@ func (c Config) Preflight() error {
 	return errors.Join(errs...)
 }
 
-// checkRootFiles checks what ca.LoadKeyFileAuthority will load, reporting
-// every problem, and returns the root's domain when it has one.
-func checkRootFiles(certPath, keyPath string, dev bool) (string, error) {
-	var errs []error
-	missing := func(what, path, flag string, err error) error {
-		if !errors.Is(err, fs.ErrNotExist) {
-			var pe *fs.PathError
-			if errors.As(err, &pe) {
-				err = pe.Err
-			}
-			return fmt.Errorf("journal: %s %s cannot be read by this user (uid %d): %w; make it readable by the journal's user, or point %s at another file", what, path, os.Getuid(), err, flag)
+// missingFile says what to do about a file a journal needs that cannot
+// be read.
+func missingFile(what, path, flag string, dev bool, err error) error {
+	if !errors.Is(err, fs.ErrNotExist) {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
 		}
-		if dev {
-			return fmt.Errorf("journal: %s %s does not exist; remove --%s to have --dev make a development root in --data-dir, or give an existing file", what, path, flag[2:])
-		}
-		return fmt.Errorf("journal: %s %s does not exist: %s", what, path, productionRoot)
+		return fmt.Errorf("journal: %s %s cannot be read by this user (uid %d): %w; make it readable by the journal's user, or point %s at another file", what, path, os.Getuid(), err, flag)
 	}
+	if dev {
+		return fmt.Errorf("journal: %s %s does not exist; remove --%s to have --dev make a development root in --data-dir, or give an existing file", what, path, flag[2:])
+	}
+	return fmt.Errorf("journal: %s %s does not exist: %s", what, path, productionRoot)
+}
+
+// checkRootCerts checks --root-cert: one domain root, or two of one
+// domain. It returns them and their domain when they are usable.
+func checkRootCerts(certPath string, dev bool) ([]*x509.Certificate, string, error) {
+	data, err := os.ReadFile(certPath)
+	if err != nil {
+		return nil, "", missingFile("root certificate", certPath, "--root-cert", dev, err)
+	}
+	certs, err := pki.ParseCertsPEM(data)
+	if err != nil || len(certs) == 0 {
+		return nil, "", fmt.Errorf("journal: root certificate %s holds no PEM certificate (%v); give --root-cert the ca.pem pact ca init made", certPath, err)
+	}
+	for _, c := range certs {
+		if _, err := ca.DomainOf(c); err != nil || !c.IsCA {
+			return nil, "", fmt.Errorf("journal: %s is not a pact domain root (a CA certificate naming a spiffe:// trust domain); give --root-cert the ca.pem pact ca init made", certPath)
+		}
+	}
+	domain, err := ca.CheckRoots(certs)
+	if err != nil {
+		return nil, "", fmt.Errorf("journal: --root-cert %s: %w", certPath, err)
+	}
+	return certs, domain, nil
+}
+
+// checkJournalCA checks what the journal will sign its intermediates
+// with: the journal CA certificate and its key, and that the journal CA
+// fits this journal.
+func (c Config) checkJournalCA(roots []*x509.Certificate, domain string) error {
+	certPath := c.journalCACertFile()
+	var errs []error
+	var cert *x509.Certificate
+	if data, err := os.ReadFile(certPath); err != nil {
+		errs = append(errs, missingFile("journal CA certificate", certPath, "--journal-ca-cert", false, err))
+	} else if certs, err := pki.ParseCertsPEM(data); err != nil || len(certs) == 0 {
+		errs = append(errs, fmt.Errorf("journal: journal CA certificate %s holds no PEM certificate (%v); give --journal-ca-cert the certificate pact ca sign-journal wrote", certPath, err))
+	} else {
+		cert = certs[0]
+	}
+	spec, ok := c.journalCAKey()
+	switch {
+	case !ok:
+		errs = append(errs, errors.New("journal: --journal-ca-key is required with --journal-ca-cert: where this journal's journal CA key is (tpm:PATH, a pkcs11: URI or file:PATH; docs/ceremony.md)"))
+	default:
+		key, err := keystore.Open(spec, keystore.Options{TPMDevice: c.TPMDevice})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("journal: --journal-ca-key %s: %w", spec, err))
+			break
+		}
+		if cert != nil {
+			if pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool }); !ok || !pub.Equal(cert.PublicKey) {
+				errs = append(errs, fmt.Errorf("journal: --journal-ca-key %s is not the key of journal CA certificate %s: give the key its CSR was made with (pact-journal ca-request), or have the ceremony sign this key's CSR", spec, certPath))
+			}
+		}
+		_ = key.Close()
+	}
+	if cert != nil && domain != "" {
+		now := time.Now()
+		if c.Clock != nil {
+			now = c.Clock.Now()
+		}
+		dnsNames, ips := ServerNames(c.ListenAddr, c.ServerNames)
+		if err := caprofile.CheckJournalCA(cert, roots, c.NodeID, domain, dnsNames, ips, now); err != nil {
+			errs = append(errs, fmt.Errorf("journal: --journal-ca-cert %s: %w", certPath, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkRootFiles checks the root certificate and the root key of the
+// legacy layout, reporting every problem, and returns the roots' domain
+// when they have one. implicit: the key was not given (--root-key), only
+// its default looked for.
+func checkRootFiles(certPath, keyPath string, dev, implicit bool) (string, error) {
+	var errs []error
 	_, certErr := os.Stat(certPath)
 	_, keyErr := os.Stat(keyPath)
 	if !dev && errors.Is(certErr, fs.ErrNotExist) && errors.Is(keyErr, fs.ErrNotExist) {
 		return "", fmt.Errorf("journal: the domain root is missing: neither the root certificate %s nor the root key %s exists; %s", certPath, keyPath, productionRoot)
 	}
-	var root *x509.Certificate
-	domain := ""
-	if data, err := os.ReadFile(certPath); err != nil {
-		errs = append(errs, missing("root certificate", certPath, "--root-cert", err))
-	} else if certs, err := pki.ParseCertsPEM(data); err != nil || len(certs) == 0 {
-		errs = append(errs, fmt.Errorf("journal: root certificate %s holds no PEM certificate (%v); give --root-cert the ca.pem pact-journal init made", certPath, err))
-	} else if d, err := ca.DomainOf(certs[0]); err != nil || !certs[0].IsCA {
-		errs = append(errs, fmt.Errorf("journal: %s is not a pact domain root (a CA certificate naming a spiffe:// trust domain); give --root-cert the ca.pem pact-journal init made", certPath))
-	} else {
-		root, domain = certs[0], d
+	if implicit && errors.Is(keyErr, fs.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("journal: no journal CA key given (--journal-ca-key), and no domain root key at %s for the legacy layout: %s", keyPath, productionRoot))
+		_, domain, err := checkRootCerts(certPath, dev)
+		return domain, errors.Join(append(errs, err)...)
+	}
+	roots, domain, err := checkRootCerts(certPath, dev)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	if st, err := os.Stat(keyPath); err != nil {
-		errs = append(errs, missing("root key", keyPath, "--root-key", err))
+		errs = append(errs, missingFile("root key", keyPath, "--root-key", dev, err))
 	} else {
 		if !st.Mode().IsRegular() {
-			errs = append(errs, fmt.Errorf("journal: root key %s is not a regular file; point --root-key at the ca-key.pem pact-journal init made", keyPath))
+			errs = append(errs, fmt.Errorf("journal: root key %s is not a regular file; point --root-key at the ca-key.pem made with the root", keyPath))
 		} else if perm := st.Mode().Perm(); perm&0o077 != 0 {
 			errs = append(errs, fmt.Errorf("journal: root key %s has mode %04o, readable by group or others; run: chmod 600 %s (and chown it to the journal's user)", keyPath, perm, keyPath))
 		}
@@ -119,9 +208,14 @@ func checkRootFiles(certPath, keyPath string, dev bool) (string, error) {
 			} else {
 				errs = append(errs, fmt.Errorf("journal: root key %s: %w; point --root-key at the ca-key.pem made with the root", keyPath, err))
 			}
-		} else if root != nil {
-			if pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool }); !ok || !pub.Equal(root.PublicKey) {
-				errs = append(errs, fmt.Errorf("journal: root key %s does not belong to root certificate %s; give the key pact-journal init made with that certificate (both from the same --dir)", keyPath, certPath))
+		} else if roots != nil {
+			pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
+			belongs := false
+			for _, r := range roots {
+				belongs = belongs || (ok && pub.Equal(r.PublicKey))
+			}
+			if !belongs {
+				errs = append(errs, fmt.Errorf("journal: root key %s does not belong to root certificate %s; give the key made with that certificate (both from the same --dir)", keyPath, certPath))
 			}
 		}
 	}

@@ -97,6 +97,15 @@ func TestRestoreChecksTheRoot(t *testing.T) {
 	withFingerprint := writeSnapshot(t, &pactv1.SnapshotHeader{Domain: "pact.local", Index: 1, Term: 1, RootSha256: sumA[:]}, signedByA)
 	legacy := writeSnapshot(t, &pactv1.SnapshotHeader{Domain: "pact.local", Index: 1, Term: 1, Version: "v0.3.0"}, signedByA)
 	legacyEmpty := writeSnapshot(t, &pactv1.SnapshotHeader{Domain: "pact.local", Index: 1, Term: 1}, empty)
+	// A root rollover: --root-cert holds the new root and the old.
+	twoRoots := filepath.Join(t.TempDir(), "roots.pem")
+	if err := os.WriteFile(twoRoots, pki.EncodeCertsPEM(b.auth.Root().Raw, a.auth.Root().Raw), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	twoDomains := filepath.Join(t.TempDir(), "roots.pem")
+	if err := os.WriteFile(twoDomains, pki.EncodeCertsPEM(a.auth.Root().Raw, other.auth.Root().Raw), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		name, file, root string
 		err              error
@@ -109,6 +118,9 @@ func TestRestoreChecksTheRoot(t *testing.T) {
 		{"older file without intermediates", legacyEmpty, a.certFile, journal.ErrWrongRoot, "holds no journal intermediate"},
 		{"another domain", withFingerprint, other.certFile, journal.ErrWrongDomain, "holds domain pact.local"},
 		{"no root file", withFingerprint, filepath.Join(t.TempDir(), "ca.pem"), journal.ErrRootCert, "no such file"},
+		{"fingerprint, the second of two roots", withFingerprint, twoRoots, nil, "fingerprint"},
+		{"older file, its intermediate signed by the second of two roots", legacy, twoRoots, nil, "intermediate"},
+		{"roots of two domains", withFingerprint, twoDomains, journal.ErrRootCert, "the roots name two trust domains"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")

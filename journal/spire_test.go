@@ -6,6 +6,7 @@ package journal_test
 // lifecycle suite's fake clock.
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -696,6 +697,10 @@ func TestIssueStandby(t *testing.T) {
 		}
 		if resp.GetNodeId() != "n1" || len(resp.GetTrustBundleDer()) == 0 {
 			t.Errorf("response %v", resp)
+		}
+		// [standby, intermediate, journal CA], like every agent chain.
+		if chain := resp.GetCertChainDer(); len(chain) != 3 || !bytes.Equal(chain[1], e.h.J.IntermediateCert().Raw) || !bytes.Equal(chain[2], e.h.J.JournalCA().Raw) {
+			t.Errorf("standby chain of %d certificates, want [standby, intermediate, journal CA]", len(chain))
 		}
 		return newAgent("n1", key, resp.GetCertChainDer(), resp.GetSerial()), nil
 	}

@@ -1,6 +1,8 @@
 // Package ca is a journal's local certificate authority: an ephemeral
-// intermediate key that lives only in memory, signed by the domain root, used
-// to sign agent certificates and the journal's own server certificate.
+// intermediate key that lives only in memory, signed by the journal's
+// journal CA (internal/caprofile; or, in the layout before journal CAs, by
+// the domain root itself), used to sign agent, operator and standby
+// certificates and the journal's own server certificate.
 //
 // Signing is safe for concurrent use and takes no lock: the current
 // intermediate is swapped atomically on rotation.
@@ -27,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/pki"
 )
@@ -42,14 +45,43 @@ var (
 	ErrCSRExtensions   = errors.New("ca: CSR requests extensions")
 	ErrIssuedInvalid   = errors.New("ca: issued certificate failed validation")
 	ErrInvalidLifetime = errors.New("ca: invalid lifetime")
+	// ErrJournalCA: the journal CA certificate does not fit this journal
+	// (caprofile.CheckJournalCA), or not its key.
+	ErrJournalCA = errors.New("ca: journal CA")
+	// ErrJournalCAKept: Rotate re-read the journal CA certificate and
+	// refused the one it found; it rotated under the journal CA it had.
+	ErrJournalCAKept = errors.New("ca: new journal CA certificate refused; the one in use is kept")
 )
+
+// Issuer is what signs a journal's intermediates: its journal CA (the
+// certificate from --journal-ca-cert, the key opened with
+// internal/keystore), or, in the legacy layout, the domain root itself.
+type Issuer struct {
+	Certificate *x509.Certificate
+	Signer      crypto.Signer
+}
 
 // MaxCSRBytes caps a CSR before any parsing: a P-384 CSR is ~500 bytes.
 const MaxCSRBytes = 4096
 
-// Config configures a journal CA.
+// Config configures a journal's CA.
 type Config struct {
-	Upstream  UpstreamAuthority
+	// Issuer signs the intermediates: the journal CA, or (legacy layout)
+	// one of Roots with its key.
+	Issuer Issuer
+	// Roots are the domain roots the journal trusts: one, or two of the
+	// same trust domain during a root rollover. A journal CA must be
+	// signed by one of them.
+	Roots []*x509.Certificate
+	// ReloadIssuer, if set, reads the journal CA certificate again (its
+	// file): Rotate calls it, and takes a changed certificate for the same
+	// key that passes caprofile.CheckJournalCA (the renewal ceremony, with
+	// no restart). Not called in the legacy layout.
+	ReloadIssuer func() (*x509.Certificate, error)
+	// Upstream is the legacy layout's shorthand (tests and tools that sign
+	// with a root they hold): the root signs the intermediates (Issuer) and
+	// is the only root (Roots). It excludes Issuer and Roots.
+	Upstream  RootAuthority
 	JournalID string
 	// LeafLifetime is the validity of agent certificates.
 	LeafLifetime time.Duration
@@ -78,8 +110,13 @@ func DefaultConfig() Config {
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Upstream == nil {
-		errs = append(errs, errors.New("ca: Upstream is required"))
+	switch {
+	case c.Upstream != nil && (c.Issuer.Certificate != nil || c.Issuer.Signer != nil || len(c.Roots) > 0):
+		errs = append(errs, errors.New("ca: Upstream and Issuer/Roots exclude each other"))
+	case c.Upstream == nil && (c.Issuer.Certificate == nil || c.Issuer.Signer == nil):
+		errs = append(errs, errors.New("ca: Issuer (certificate and signer) is required"))
+	case c.Upstream == nil && len(c.Roots) == 0:
+		errs = append(errs, errors.New("ca: Roots are required"))
 	}
 	if err := pki.ValidateName("journal id", c.JournalID); err != nil {
 		errs = append(errs, err)
@@ -110,7 +147,19 @@ func (c Config) Validate() error {
 type CA struct {
 	cfg    Config
 	domain string
+	// issuer signs the next intermediate; Rotate may replace it (a renewed
+	// journal CA certificate).
+	issuer atomic.Pointer[issuer]
 	cur    atomic.Pointer[intermediate]
+}
+
+// issuer is Config.Issuer as the CA holds it.
+type issuer struct {
+	cert   *x509.Certificate
+	signer crypto.Signer
+	// legacy: the issuer is a domain root (no journal CA).
+	legacy bool
+	serial string
 }
 
 type intermediate struct {
@@ -118,6 +167,8 @@ type intermediate struct {
 	cert   *x509.Certificate
 	serial string
 	server *tls.Certificate
+	// issuer signed cert.
+	issuer *issuer
 }
 
 // New creates the CA and its first intermediate.
@@ -127,32 +178,134 @@ func New(cfg Config) (*CA, error) {
 	}
 	cfg.ServerDNSNames = append([]string(nil), cfg.ServerDNSNames...)
 	cfg.ServerIPs = append([]net.IP(nil), cfg.ServerIPs...)
-	domain, err := DomainOf(cfg.Upstream.Root())
+	if cfg.Upstream != nil {
+		cfg.Issuer = Issuer{Certificate: cfg.Upstream.Root(), Signer: cfg.Upstream.Signer()}
+		cfg.Roots = []*x509.Certificate{cfg.Upstream.Root()}
+		cfg.Upstream = nil
+	}
+	cfg.Roots = append([]*x509.Certificate(nil), cfg.Roots...)
+	domain, err := CheckRoots(cfg.Roots)
 	if err != nil {
 		return nil, err
 	}
 	c := &CA{cfg: cfg, domain: domain}
-	if err := c.Rotate(); err != nil {
+	iss, err := c.checkIssuer(cfg.Issuer.Certificate, cfg.Issuer.Signer)
+	if err != nil {
+		return nil, err
+	}
+	c.issuer.Store(iss)
+	if err := c.rotate(); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
+// CheckRoots checks the domain roots a journal is given: one or two CA
+// certificates naming one SPIFFE trust domain (two during a root
+// rollover), and returns that domain.
+func CheckRoots(roots []*x509.Certificate) (string, error) {
+	switch {
+	case len(roots) == 0:
+		return "", fmt.Errorf("%w: no domain root certificate", ErrUpstream)
+	case len(roots) > 2:
+		return "", fmt.Errorf("%w: %d root certificates; give one domain root, or two of the same domain during a root rollover", ErrUpstream, len(roots))
+	}
+	domain := ""
+	for i, r := range roots {
+		if r == nil || !r.IsCA {
+			return "", fmt.Errorf("%w: root certificate %d is not a CA certificate", ErrUpstream, i+1)
+		}
+		d, err := DomainOf(r)
+		if err != nil {
+			return "", err
+		}
+		if domain != "" && d != domain {
+			return "", fmt.Errorf("%w: the roots name two trust domains, %s and %s; a root rollover keeps the domain: give only roots of the journal's domain", ErrUpstream, domain, d)
+		}
+		domain = d
+	}
+	return domain, nil
+}
+
+// checkIssuer checks an issuer against the roots, the journal's id and its
+// names: a root itself (legacy) or a journal CA for this journal.
+func (c *CA) checkIssuer(cert *x509.Certificate, signer crypto.Signer) (*issuer, error) {
+	if !publicKeysEqual(signer.Public(), cert.PublicKey) {
+		return nil, fmt.Errorf("%w: the signing key does not belong to certificate %s", ErrUpstream, cert.Subject.CommonName)
+	}
+	for _, r := range c.cfg.Roots {
+		if bytes.Equal(r.Raw, cert.Raw) {
+			return &issuer{cert: cert, signer: signer, legacy: true}, nil
+		}
+	}
+	if err := caprofile.CheckJournalCA(cert, c.cfg.Roots, c.cfg.JournalID, c.domain, c.cfg.ServerDNSNames, c.cfg.ServerIPs, c.cfg.Clock.Now()); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrJournalCA, err)
+	}
+	return &issuer{cert: cert, signer: signer, serial: pki.SerialHex(cert.SerialNumber)}, nil
+}
+
 // Domain is the domain id (SPIFFE trust domain) of the root.
 func (c *CA) Domain() string { return c.domain }
 
-// Root is the domain root certificate.
-func (c *CA) Root() *x509.Certificate { return c.cfg.Upstream.Root() }
+// Root is the first domain root certificate (Roots).
+func (c *CA) Root() *x509.Certificate { return c.cfg.Roots[0] }
+
+// Roots are the domain roots this CA's chains lead to (one or two).
+func (c *CA) Roots() []*x509.Certificate { return append([]*x509.Certificate(nil), c.cfg.Roots...) }
+
+// Legacy reports whether the domain root signs the intermediates itself
+// (no journal CA: the layout before issue 23).
+func (c *CA) Legacy() bool { return c.cur.Load().issuer.legacy }
+
+// JournalCA is the journal CA certificate that signed the current
+// intermediate; nil in the legacy layout.
+func (c *CA) JournalCA() *x509.Certificate {
+	if iss := c.cur.Load().issuer; !iss.legacy {
+		return iss.cert
+	}
+	return nil
+}
+
+// JournalCASerial is the hex serial of JournalCA ("" in the legacy layout):
+// the issuer serial Raft records for the current intermediate.
+func (c *CA) JournalCASerial() string { return c.cur.Load().issuer.serial }
 
 // SignOperator signs an operator credential for a CSR's public key with the
-// domain root (operators chain to the root directly, so no journal
-// intermediate can mint one).
+// current intermediate: the chain is [operator, intermediate, journal CA],
+// and the credential's NotAfter is capped at the intermediate's (compare
+// the certificate's NotAfter with what was asked). Never with the journal
+// CA, which signs intermediates only. In the legacy layout the domain root
+// signs it, as before.
 func (c *CA) SignOperator(csr *CSR, name, role string, lifetime time.Duration) (*x509.Certificate, error) {
-	return SignAdmin(c.cfg.Upstream, csr.PublicKey, name, role, lifetime, c.cfg.Clock.Now())
+	inter := c.cur.Load()
+	now := c.cfg.Clock.Now()
+	if inter.issuer.legacy {
+		return signAdmin(inter.issuer.cert, inter.issuer.signer, csr.PublicKey, name, role, lifetime, now)
+	}
+	return signAdmin(inter.cert, inter.key, csr.PublicKey, name, role, lifetime, now)
 }
 
 // Intermediate is the current intermediate certificate.
 func (c *CA) Intermediate() *x509.Certificate { return c.cur.Load().cert }
+
+// Current is the current intermediate and the journal CA that signed it
+// (nil in the legacy layout), read together: what the journal publishes.
+func (c *CA) Current() (inter, journalCA *x509.Certificate) {
+	in := c.cur.Load()
+	if in.issuer.legacy {
+		return in.cert, nil
+	}
+	return in.cert, in.issuer.cert
+}
+
+// chainAbove is the intermediate's chain up to (not including) the root:
+// the intermediate, then its journal CA unless the root signed it.
+func (in *intermediate) chainAbove() [][]byte {
+	if in.issuer.legacy {
+		return [][]byte{in.cert.Raw}
+	}
+	return [][]byte{in.cert.Raw, in.issuer.cert.Raw}
+}
 
 // ServerCertificate is the journal's TLS certificate with its chain.
 func (c *CA) ServerCertificate() *tls.Certificate { return c.cur.Load().server }
@@ -167,8 +320,48 @@ func (c *CA) RotationDue(now time.Time) bool {
 // Rotate makes a fresh intermediate key and certificate and swaps them in.
 // Certificates signed by the previous one stay valid while it is in the
 // trust bundle.
+//
+// With Config.ReloadIssuer it first reads the journal CA certificate
+// again: a changed one for the same key that fits this journal is taken
+// (the renewal ceremony). One that does not is refused: the rotation still
+// happens, under the journal CA in use, and Rotate returns an error that
+// wraps ErrJournalCAKept saying why.
 func (c *CA) Rotate() error {
+	kept := c.reloadIssuer()
+	if err := c.rotate(); err != nil {
+		return errors.Join(err, kept)
+	}
+	return kept
+}
+
+// reloadIssuer takes a renewed journal CA certificate (ReloadIssuer).
+func (c *CA) reloadIssuer() error {
+	cur := c.issuer.Load()
+	if c.cfg.ReloadIssuer == nil || cur.legacy {
+		return nil
+	}
+	keep := fmt.Sprintf("still signing with journal CA %s (valid until %s)", cur.serial, cur.cert.NotAfter.UTC().Format(time.RFC3339))
+	cert, err := c.cfg.ReloadIssuer()
+	if err != nil {
+		return fmt.Errorf("%w: reading it: %w; %s", ErrJournalCAKept, err, keep)
+	}
+	if bytes.Equal(cert.Raw, cur.cert.Raw) {
+		return nil
+	}
+	if !publicKeysEqual(cert.PublicKey, cur.signer.Public()) {
+		return fmt.Errorf("%w: journal CA %s is for another key than this journal's journal CA key: have the ceremony sign a CSR made with this journal's key (pact-journal ca-request); %s", ErrJournalCAKept, pki.SerialHex(cert.SerialNumber), keep)
+	}
+	next, err := c.checkIssuer(cert, cur.signer)
+	if err != nil {
+		return fmt.Errorf("%w: journal CA %s: %w; %s", ErrJournalCAKept, pki.SerialHex(cert.SerialNumber), err, keep)
+	}
+	c.issuer.Store(next)
+	return nil
+}
+
+func (c *CA) rotate() error {
 	now := c.cfg.Clock.Now()
+	iss := c.issuer.Load()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return fmt.Errorf("ca: intermediate key: %w", err)
@@ -178,13 +371,15 @@ func (c *CA) Rotate() error {
 		return err
 	}
 	id := pki.Identity{Kind: pki.KindJournal, Name: c.cfg.JournalID, Domain: c.domain}
-	root := c.cfg.Upstream.Root()
 	notAfter := now.Add(c.cfg.IntermediateLifetime)
-	if notAfter.After(root.NotAfter) {
-		notAfter = root.NotAfter
+	if notAfter.After(iss.cert.NotAfter) {
+		notAfter = iss.cert.NotAfter
 	}
 	if !notAfter.After(now) {
-		return fmt.Errorf("%w: root certificate expired at %v", ErrUpstream, root.NotAfter)
+		if iss.legacy {
+			return fmt.Errorf("%w: root certificate expired at %v", ErrUpstream, iss.cert.NotAfter)
+		}
+		return fmt.Errorf("%w: journal CA %s expired at %v: renew it (docs/ceremony.md)", ErrUpstream, iss.serial, iss.cert.NotAfter)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
@@ -198,8 +393,11 @@ func (c *CA) Rotate() error {
 		MaxPathLenZero:        true,
 		URIs:                  []*url.URL{{Scheme: "spiffe", Host: c.domain}},
 	}
-	c.constrain(tmpl)
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, root, key.Public(), c.cfg.Upstream.Signer())
+	// A stolen intermediate key, or a bug in leaf issuance, cannot mint an
+	// identity a verifier of this domain accepts outside the domain and
+	// the journal's names (RFC 5280 name constraints; caprofile.Constrain).
+	caprofile.Constrain(tmpl, c.domain, c.cfg.ServerDNSNames, c.cfg.ServerIPs)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, iss.cert, key.Public(), iss.signer)
 	if err != nil {
 		return fmt.Errorf("%w: sign intermediate: %w", ErrUpstream, err)
 	}
@@ -207,7 +405,7 @@ func (c *CA) Rotate() error {
 	if err != nil {
 		return fmt.Errorf("ca: parse intermediate: %w", err)
 	}
-	inter := &intermediate{key: key, cert: cert, serial: pki.SerialHex(cert.SerialNumber)}
+	inter := &intermediate{key: key, cert: cert, serial: pki.SerialHex(cert.SerialNumber), issuer: iss}
 	server, err := c.issueServer(inter, id, now)
 	if err != nil {
 		return err
@@ -215,36 +413,6 @@ func (c *CA) Rotate() error {
 	inter.server = server
 	c.cur.Store(inter)
 	return nil
-}
-
-// constrain limits what the intermediate can vouch for (RFC 5280 name
-// constraints, checked by every verifier that walks the chain): SPIFFE IDs
-// of this trust domain only (not of its subdomains, which are other trust
-// domains), and the DNS names and addresses the journal serves under. A bug
-// in leaf issuance, or a stolen intermediate key, cannot mint an identity
-// that a pact verifier, a SPIRE verifier or a browser-style TLS client of
-// this domain would accept outside those names.
-func (c *CA) constrain(tmpl *x509.Certificate) {
-	tmpl.PermittedDNSDomainsCritical = true
-	tmpl.PermittedURIDomains = []string{c.domain}
-	tmpl.ExcludedURIDomains = []string{"." + c.domain}
-	tmpl.PermittedDNSDomains = append([]string(nil), c.cfg.ServerDNSNames...)
-	if len(tmpl.PermittedDNSDomains) == 0 {
-		// An empty permitted list would permit every name: exclude them all.
-		tmpl.ExcludedDNSDomains = []string{""}
-	}
-	for _, ip := range c.cfg.ServerIPs {
-		bits := 8 * len(ip)
-		if v4 := ip.To4(); v4 != nil {
-			ip, bits = v4, 32
-		}
-		tmpl.PermittedIPRanges = append(tmpl.PermittedIPRanges, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
-	}
-	if len(tmpl.PermittedIPRanges) == 0 {
-		tmpl.ExcludedIPRanges = []*net.IPNet{{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}, {IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}}
-	}
-	// No certificate below a journal intermediate carries an e-mail address.
-	tmpl.ExcludedEmailAddresses = []string{""}
 }
 
 func (c *CA) issueServer(inter *intermediate, id pki.Identity, now time.Time) (*tls.Certificate, error) {
@@ -280,7 +448,7 @@ func (c *CA) issueServer(inter *intermediate, id pki.Identity, now time.Time) (*
 	if err != nil {
 		return nil, fmt.Errorf("ca: parse server certificate: %w", err)
 	}
-	return &tls.Certificate{Certificate: [][]byte{der, inter.cert.Raw}, PrivateKey: key, Leaf: leaf}, nil
+	return &tls.Certificate{Certificate: append([][]byte{der}, inter.chainAbove()...), PrivateKey: key, Leaf: leaf}, nil
 }
 
 // CSR is a certificate request that passed policy and signature checks.
@@ -344,7 +512,7 @@ func CheckKeyPolicy(pub crypto.PublicKey) error {
 type Issued struct {
 	Cert         *x509.Certificate
 	DER          []byte
-	ChainDER     [][]byte // leaf, intermediate
+	ChainDER     [][]byte // leaf, intermediate, journal CA (none in the legacy layout)
 	Serial       string
 	SPKISHA256   string
 	NotAfter     time.Time
@@ -405,7 +573,7 @@ func (c *CA) SignAgent(csr *CSR, nodeID string) (*Issued, error) {
 	return &Issued{
 		Cert:         cert,
 		DER:          der,
-		ChainDER:     [][]byte{der, inter.cert.Raw},
+		ChainDER:     append([][]byte{der}, inter.chainAbove()...),
 		Serial:       pki.SerialHex(cert.SerialNumber),
 		SPKISHA256:   pki.SPKIFingerprint(cert),
 		NotAfter:     cert.NotAfter,

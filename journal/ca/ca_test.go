@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
 	"github.com/pact-hpc/pact/internal/pki"
 )
@@ -79,26 +80,91 @@ type fixture struct {
 	clk *fakeclock.Clock
 	up  *KeyFileAuthority
 	cfg Config
+	// journalCA is the journal CA the intermediates are signed with (nil
+	// in the legacy layout), jcaKey its key.
+	journalCA *x509.Certificate
+	jcaKey    crypto.Signer
 }
 
-// newFixture builds a CA on a fake clock reading testNow. mutate, if not nil,
-// edits the default configuration before New.
+// Layouts: a journal CA signs the intermediates (since issue 23), or the
+// domain root itself (legacy).
+const (
+	layoutJournalCA = "journal CA"
+	layoutLegacy    = "legacy root"
+)
+
+var layouts = []string{layoutJournalCA, layoutLegacy}
+
+// newFixture builds a CA of the journal CA layout on a fake clock reading
+// testNow. mutate, if not nil, edits the default configuration before New.
 func newFixture(tb testing.TB, mutate func(*Config)) *fixture {
+	tb.Helper()
+	return newFixtureLayout(tb, layoutJournalCA, mutate)
+}
+
+// newFixtureLayout builds a CA of layout: a domain root made as the
+// ceremony makes it (caprofile.Root), and a journal CA for testJournal and
+// the configuration's server names (caprofile.JournalCA, a year).
+func newFixtureLayout(tb testing.TB, layout string, mutate func(*Config)) *fixture {
 	tb.Helper()
 	clk := fakeclock.New(testNow)
 	up, _ := newUpstream(tb, testNow)
 	cfg := DefaultConfig()
-	cfg.Upstream = up
 	cfg.JournalID = testJournal
 	cfg.Clock = clk
 	if mutate != nil {
 		mutate(&cfg)
 	}
+	f := &fixture{clk: clk, up: up}
+	switch {
+	case cfg.Upstream != nil || cfg.Issuer.Certificate != nil:
+	case layout == layoutLegacy:
+		cfg.Issuer, cfg.Roots = up.Issuer(), []*x509.Certificate{up.Root()}
+	default:
+		f.journalCA, f.jcaKey = newJournalCA(tb, up, cfg.JournalID, cfg.ServerDNSNames, cfg.ServerIPs, testNow.Add(365*24*time.Hour))
+		cfg.Issuer, cfg.Roots = Issuer{Certificate: f.journalCA, Signer: f.jcaKey}, []*x509.Certificate{up.Root()}
+	}
 	c, err := New(cfg)
 	if err != nil {
 		tb.Fatalf("New: %v", err)
 	}
-	return &fixture{ca: c, clk: clk, up: up, cfg: cfg}
+	f.ca, f.cfg = c, cfg
+	return f
+}
+
+// verify is verifyClient against the fixture's root, with its journal CA
+// among the intermediates.
+func (f *fixture) verify(cert *x509.Certificate, at time.Time, inters ...*x509.Certificate) error {
+	return verifyClient(cert, f.ca.Root(), at, append(inters, f.journalCA)...)
+}
+
+// isChain reports whether chain is leaf, then inter, then the journal CA
+// (none in the legacy layout).
+func (f *fixture) isChain(chain [][]byte, leaf, inter *x509.Certificate) bool {
+	want := [][]byte{leaf.Raw, inter.Raw}
+	if f.journalCA != nil {
+		want = append(want, f.journalCA.Raw)
+	}
+	return slices.EqualFunc(chain, want, bytes.Equal)
+}
+
+// newJournalCA signs a journal CA for a fresh key with root, as the
+// ceremony does, valid from an hour before testNow to notAfter.
+func newJournalCA(tb testing.TB, root RootAuthority, journalID string, dnsNames []string, ips []net.IP, notAfter time.Time) (*x509.Certificate, crypto.Signer) {
+	tb.Helper()
+	key := newKey(tb, "P-256")
+	domain, err := DomainOf(root.Root())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cert, err := SignJournalCA(root, key.Public(), caprofile.JournalCAParams{
+		Domain: domain, JournalID: journalID, DNSNames: dnsNames, IPs: ips,
+		NotBefore: testNow.Add(-time.Hour), NotAfter: notAfter,
+	})
+	if err != nil {
+		tb.Fatalf("SignJournalCA: %v", err)
+	}
+	return cert, key
 }
 
 // newKey makes a real key of the named kind.
@@ -162,7 +228,9 @@ func verifyClient(cert, root *x509.Certificate, at time.Time, inters ...*x509.Ce
 	roots.AddCert(root)
 	ip := x509.NewCertPool()
 	for _, c := range inters {
-		ip.AddCert(c)
+		if c != nil { // a legacy CA's JournalCA
+			ip.AddCert(c)
+		}
 	}
 	_, err := cert.Verify(x509.VerifyOptions{
 		Roots:         roots,
@@ -279,7 +347,7 @@ func checkAgentCert(t *testing.T, f *fixture, iss *Issued, csr *CSR, nodeID stri
 	if pk, ok := cert.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !pk.Equal(csr.PublicKey) {
 		t.Error("certificate PublicKey does not Equal the CSR PublicKey")
 	}
-	if err := verifyClient(cert, f.ca.Root(), now, inter); err != nil {
+	if err := f.verify(cert, now, inter); err != nil {
 		t.Errorf("chain does not verify for clientAuth: %v", err)
 	}
 
@@ -287,8 +355,8 @@ func checkAgentCert(t *testing.T, f *fixture, iss *Issued, csr *CSR, nodeID stri
 	if !bytes.Equal(iss.DER, cert.Raw) {
 		t.Error("Issued.DER != Cert.Raw")
 	}
-	if len(iss.ChainDER) != 2 || !bytes.Equal(iss.ChainDER[0], cert.Raw) || !bytes.Equal(iss.ChainDER[1], inter.Raw) {
-		t.Error("Issued.ChainDER is not [leaf, current intermediate]")
+	if !f.isChain(iss.ChainDER, cert, inter) {
+		t.Error("Issued.ChainDER is not [leaf, current intermediate, journal CA]")
 	}
 	if want := hex.EncodeToString(cert.SerialNumber.Bytes()); iss.Serial != want {
 		t.Errorf("Issued.Serial = %q, want %q", iss.Serial, want)
@@ -336,10 +404,10 @@ func TestSignAgentCertificateFields(t *testing.T) {
 				t.Error("agent certificate verified as the server localhost")
 			}
 			// Without the intermediate, or after expiry, it does not verify.
-			if err := verifyClient(iss.Cert, f.ca.Root(), testNow); err == nil {
+			if err := f.verify(iss.Cert, testNow); err == nil {
 				t.Error("agent certificate verified without its intermediate")
 			}
-			if err := verifyClient(iss.Cert, f.ca.Root(), iss.Cert.NotAfter.Add(time.Second), f.ca.Intermediate()); err == nil {
+			if err := f.verify(iss.Cert, iss.Cert.NotAfter.Add(time.Second), f.ca.Intermediate()); err == nil {
 				t.Error("agent certificate verified after NotAfter")
 			}
 		})
@@ -482,9 +550,28 @@ func hasExt(r *x509.CertificateRequest, oid asn1.ObjectIdentifier) bool {
 }
 
 func TestIntermediate(t *testing.T) {
-	f := newFixture(t, nil)
+	for _, layout := range layouts {
+		t.Run(layout, func(t *testing.T) { testIntermediate(t, newFixtureLayout(t, layout, nil)) })
+	}
+}
+
+func testIntermediate(t *testing.T, f *fixture) {
 	inter := f.ca.Intermediate()
 	root := f.ca.Root()
+	// What signs it: the journal CA, or in the legacy layout the root.
+	issuer := root
+	if f.journalCA != nil {
+		issuer = f.journalCA
+	}
+	if got := f.ca.JournalCA(); got != f.journalCA {
+		t.Errorf("JournalCA() = %v, want %v", got, f.journalCA)
+	}
+	if want := ""; f.journalCA != nil && f.ca.JournalCASerial() != pki.SerialHex(f.journalCA.SerialNumber) || f.journalCA == nil && f.ca.JournalCASerial() != want {
+		t.Errorf("JournalCASerial() = %q", f.ca.JournalCASerial())
+	}
+	if f.ca.Legacy() != (f.journalCA == nil) {
+		t.Errorf("Legacy() = %v", f.ca.Legacy())
+	}
 
 	if !inter.IsCA || !inter.BasicConstraintsValid {
 		t.Errorf("IsCA = %v, BasicConstraintsValid = %v", inter.IsCA, inter.BasicConstraintsValid)
@@ -495,11 +582,11 @@ func TestIntermediate(t *testing.T) {
 	if inter.KeyUsage != x509.KeyUsageCertSign|x509.KeyUsageCRLSign {
 		t.Errorf("KeyUsage = %b", inter.KeyUsage)
 	}
-	if err := inter.CheckSignatureFrom(root); err != nil {
-		t.Errorf("intermediate not signed by the root: %v", err)
+	if err := inter.CheckSignatureFrom(issuer); err != nil {
+		t.Errorf("intermediate not signed by %s: %v", issuer.Subject.CommonName, err)
 	}
-	if !bytes.Equal(inter.RawIssuer, root.RawSubject) {
-		t.Errorf("issuer = %v, want %v", inter.Issuer, root.Subject)
+	if !bytes.Equal(inter.RawIssuer, issuer.RawSubject) {
+		t.Errorf("issuer = %v, want %v", inter.Issuer, issuer.Subject)
 	}
 	if want := testNow.Add(-f.cfg.Backdate); !inter.NotBefore.Equal(want) {
 		t.Errorf("NotBefore = %v, want %v", inter.NotBefore, want)
@@ -512,12 +599,16 @@ func TestIntermediate(t *testing.T) {
 	}
 	if pk, ok := inter.PublicKey.(*ecdsa.PublicKey); !ok || pk.Curve != elliptic.P256() {
 		t.Errorf("intermediate key is %T, want ECDSA P-256", inter.PublicKey)
-	} else if pk.Equal(root.PublicKey) {
-		t.Error("intermediate reuses the root key")
+	} else if pk.Equal(root.PublicKey) || pk.Equal(issuer.PublicKey) {
+		t.Error("intermediate reuses the root's or the journal CA's key")
 	}
 	roots := x509.NewCertPool()
 	roots.AddCert(root)
-	if _, err := inter.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: testNow, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+	above := x509.NewCertPool()
+	if f.journalCA != nil {
+		above.AddCert(f.journalCA)
+	}
+	if _, err := inter.Verify(x509.VerifyOptions{Roots: roots, Intermediates: above, CurrentTime: testNow, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 		t.Errorf("intermediate does not verify against the root: %v", err)
 	}
 
@@ -545,39 +636,48 @@ func TestIntermediate(t *testing.T) {
 		t.Fatal(err)
 	}
 	leaf, _ := x509.ParseCertificate(leafDER)
-	if err := verifyClient(leaf, root, testNow, inter, sub); err == nil {
+	if err := verifyClient(leaf, root, testNow, inter, sub, f.journalCA); err == nil {
 		t.Error("a leaf under a sub-CA of the intermediate verified; pathLen 0 is not enforced")
 	}
 }
 
-func TestIntermediateClampedToRoot(t *testing.T) {
-	f := newFixture(t, nil)
-	root := f.ca.Root()
-	// Two days before the root expires, a 9-day intermediate must stop at the
-	// root's NotAfter, and so must a 3-day leaf.
-	f.clk.Advance(root.NotAfter.Sub(testNow) - 48*time.Hour)
-	now := f.clk.Now()
-	if err := f.ca.Rotate(); err != nil {
-		t.Fatalf("Rotate: %v", err)
-	}
-	inter := f.ca.Intermediate()
-	if !inter.NotAfter.Equal(root.NotAfter) {
-		t.Errorf("intermediate NotAfter = %v, want root NotAfter %v", inter.NotAfter, root.NotAfter)
-	}
-	if !inter.NotBefore.Equal(now.Add(-f.cfg.Backdate)) {
-		t.Errorf("intermediate NotBefore = %v", inter.NotBefore)
-	}
-	csr := parseCSR(t, makeCSR(t, newKey(t, "P-256"), nil))
-	iss, err := f.ca.SignAgent(csr, "node-1")
-	if err != nil {
-		t.Fatalf("SignAgent: %v", err)
-	}
-	if !iss.Cert.NotAfter.Equal(root.NotAfter) {
-		t.Errorf("leaf NotAfter = %v, want root NotAfter %v", iss.Cert.NotAfter, root.NotAfter)
-	}
-	checkAgentCert(t, f, iss, csr, "node-1", now)
-	if srv := f.ca.ServerCertificate().Leaf; srv.NotAfter.After(root.NotAfter) {
-		t.Errorf("server certificate NotAfter %v outlives the root", srv.NotAfter)
+// The intermediate never outlives what signed it: the journal CA (which
+// the ceremony gives a year), or the root in the legacy layout.
+func TestIntermediateClampedToIssuer(t *testing.T) {
+	for _, layout := range layouts {
+		t.Run(layout, func(t *testing.T) {
+			f := newFixtureLayout(t, layout, nil)
+			issuer := f.ca.Root()
+			if f.journalCA != nil {
+				issuer = f.journalCA
+			}
+			// Two days before the issuer expires, a 9-day intermediate must
+			// stop at the issuer's NotAfter, and so must a 3-day leaf.
+			f.clk.Advance(issuer.NotAfter.Sub(testNow) - 48*time.Hour)
+			now := f.clk.Now()
+			if err := f.ca.Rotate(); err != nil {
+				t.Fatalf("Rotate: %v", err)
+			}
+			inter := f.ca.Intermediate()
+			if !inter.NotAfter.Equal(issuer.NotAfter) {
+				t.Errorf("intermediate NotAfter = %v, want the issuer's NotAfter %v", inter.NotAfter, issuer.NotAfter)
+			}
+			if !inter.NotBefore.Equal(now.Add(-f.cfg.Backdate)) {
+				t.Errorf("intermediate NotBefore = %v", inter.NotBefore)
+			}
+			csr := parseCSR(t, makeCSR(t, newKey(t, "P-256"), nil))
+			iss, err := f.ca.SignAgent(csr, "node-1")
+			if err != nil {
+				t.Fatalf("SignAgent: %v", err)
+			}
+			if !iss.Cert.NotAfter.Equal(issuer.NotAfter) {
+				t.Errorf("leaf NotAfter = %v, want the issuer's NotAfter %v", iss.Cert.NotAfter, issuer.NotAfter)
+			}
+			checkAgentCert(t, f, iss, csr, "node-1", now)
+			if srv := f.ca.ServerCertificate().Leaf; srv.NotAfter.After(issuer.NotAfter) {
+				t.Errorf("server certificate NotAfter %v outlives the issuer", srv.NotAfter)
+			}
+		})
 	}
 }
 
@@ -669,14 +769,14 @@ func TestRotateKeepsOldLeavesValid(t *testing.T) {
 	if newLeaf.IssuerSerial == oldLeaf.IssuerSerial {
 		t.Error("IssuerSerial did not change with the intermediate")
 	}
-	if err := verifyClient(oldLeaf.Cert, f.ca.Root(), now, oldInter, newInter); err != nil {
+	if err := f.verify(oldLeaf.Cert, now, oldInter, newInter); err != nil {
 		t.Errorf("old leaf with both intermediates in the bundle: %v", err)
 	}
-	if err := verifyClient(newLeaf.Cert, f.ca.Root(), now, oldInter, newInter); err != nil {
+	if err := f.verify(newLeaf.Cert, now, oldInter, newInter); err != nil {
 		t.Errorf("new leaf with both intermediates in the bundle: %v", err)
 	}
 	// Dropping (revoking) the old intermediate rejects what it signed.
-	if err := verifyClient(oldLeaf.Cert, f.ca.Root(), now, newInter); err == nil {
+	if err := f.verify(oldLeaf.Cert, now, newInter); err == nil {
 		t.Error("old leaf verified without the old intermediate")
 	}
 }
@@ -716,7 +816,7 @@ func TestLeafNeverOutlivesIntermediate(t *testing.T) {
 		if iss.Cert.NotAfter.After(f.ca.Intermediate().NotAfter) {
 			t.Errorf("+%v: leaf NotAfter %v is after the intermediate's %v", tc.at, iss.Cert.NotAfter, f.ca.Intermediate().NotAfter)
 		}
-		if err := verifyClient(iss.Cert, f.ca.Root(), now, f.ca.Intermediate()); err != nil {
+		if err := f.verify(iss.Cert, now, f.ca.Intermediate()); err != nil {
 			t.Errorf("+%v: %v", tc.at, err)
 		}
 	}
@@ -751,22 +851,33 @@ func TestSignAgentRefusesWithExpiredIntermediate(t *testing.T) {
 	}
 }
 
-// A root past its NotAfter cannot make a usable intermediate: Rotate and New
-// say so instead of producing one that is already expired.
-func TestRotateRefusesExpiredRoot(t *testing.T) {
-	f := newFixture(t, nil)
-	before := f.ca.Intermediate()
-	f.clk.Advance(f.ca.Root().NotAfter.Sub(testNow))
-	if err := f.ca.Rotate(); !errors.Is(err, ErrUpstream) {
-		t.Fatalf("Rotate at root expiry = %v, want ErrUpstream", err)
-	}
-	if f.ca.Intermediate() != before {
-		t.Error("a failed Rotate replaced the intermediate")
-	}
-	cfg := f.cfg
-	cfg.Clock = fakeclock.New(f.clk.Now().Add(time.Hour))
-	if c, err := New(cfg); !errors.Is(err, ErrUpstream) || c != nil {
-		t.Errorf("New with an expired root = %v, %v; want nil, ErrUpstream", c, err)
+// An issuer (journal CA, or legacy root) past its NotAfter cannot make a
+// usable intermediate: Rotate and New say so instead of producing one that
+// is already expired.
+func TestRotateRefusesExpiredIssuer(t *testing.T) {
+	for _, layout := range layouts {
+		t.Run(layout, func(t *testing.T) {
+			f := newFixtureLayout(t, layout, nil)
+			issuer := f.ca.Root()
+			want := ErrUpstream
+			if f.journalCA != nil {
+				issuer, want = f.journalCA, ErrJournalCA
+			}
+			before := f.ca.Intermediate()
+			f.clk.Advance(issuer.NotAfter.Sub(testNow))
+			err := f.ca.Rotate()
+			if !errors.Is(err, ErrUpstream) || !strings.Contains(err.Error(), "expired") {
+				t.Fatalf("Rotate at the issuer's expiry = %v, want ErrUpstream", err)
+			}
+			if f.ca.Intermediate() != before {
+				t.Error("a failed Rotate replaced the intermediate")
+			}
+			cfg := f.cfg
+			cfg.Clock = fakeclock.New(f.clk.Now().Add(time.Hour))
+			if c, err := New(cfg); !errors.Is(err, want) || c != nil {
+				t.Errorf("New with an expired issuer = %v, %v; want nil, %v", c, err, want)
+			}
+		})
 	}
 }
 
@@ -781,8 +892,8 @@ func TestServerCertificate(t *testing.T) {
 		t.Helper()
 		sc := f.ca.ServerCertificate()
 		inter := f.ca.Intermediate()
-		if len(sc.Certificate) != 2 || !bytes.Equal(sc.Certificate[0], sc.Leaf.Raw) || !bytes.Equal(sc.Certificate[1], inter.Raw) {
-			t.Fatal("chain is not [leaf, current intermediate]")
+		if !f.isChain(sc.Certificate, sc.Leaf, inter) {
+			t.Fatal("chain is not [leaf, current intermediate, journal CA]")
 		}
 		leaf := sc.Leaf
 		if !slices.Equal(leaf.DNSNames, dns) {
@@ -825,6 +936,7 @@ func TestServerCertificate(t *testing.T) {
 		roots.AddCert(f.ca.Root())
 		ip := x509.NewCertPool()
 		ip.AddCert(inter)
+		ip.AddCert(f.journalCA)
 		for _, name := range []string{"journal-1.pact.local", "localhost", "127.0.0.1", "::1"} {
 			if _, err := leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: roots, Intermediates: ip, CurrentTime: now}); err != nil {
 				t.Errorf("verify for serverAuth as %s: %v", name, err)
@@ -911,8 +1023,8 @@ func TestConfigValidate(t *testing.T) {
 		wantIs []error
 	}{
 		{"default plus required fields", good(), nil, nil},
-		{"zero config", Config{}, []string{"Upstream is required", "journal id", "LeafLifetime 0s is shorter than a minute", "Clock is required"}, []error{pki.ErrInvalidName}},
-		{"default without upstream and id", func() Config { c := DefaultConfig(); return c }(), []string{"Upstream is required", "journal id"}, nil},
+		{"zero config", Config{}, []string{"Issuer (certificate and signer) is required", "journal id", "LeafLifetime 0s is shorter than a minute", "Clock is required"}, []error{pki.ErrInvalidName}},
+		{"default without upstream and id", func() Config { c := DefaultConfig(); return c }(), []string{"Issuer (certificate and signer) is required", "journal id"}, nil},
 		{"bad journal id", func() Config { c := good(); c.JournalID = "j/1"; return c }(), []string{`journal id "j/1"`}, []error{pki.ErrInvalidName}},
 		{"short leaf", func() Config { c := good(); c.LeafLifetime = 59 * time.Second; return c }(), []string{"shorter than a minute"}, nil},
 		{"intermediate under twice leaf", func() Config { c := good(); c.IntermediateLifetime = 2*c.LeafLifetime - time.Second; return c }(), []string{"at least twice LeafLifetime"}, nil},
@@ -920,7 +1032,7 @@ func TestConfigValidate(t *testing.T) {
 		{"negative backdate", func() Config { c := good(); c.Backdate = -time.Second; return c }(), []string{"Backdate must not be negative"}, nil},
 		{"server name with an empty label", func() Config { c := good(); c.ServerDNSNames = []string{"ok.example", "j1.example."}; return c }(), []string{`server name "j1.example." has an empty label`}, nil},
 		{"everything wrong", Config{JournalID: "-x", LeafLifetime: time.Hour, IntermediateLifetime: time.Hour, Backdate: -1}, []string{
-			"Upstream is required", "journal id", "at least twice", "Backdate", "Clock is required",
+			"Issuer (certificate and signer) is required", "journal id", "at least twice", "Backdate", "Clock is required",
 		}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -955,7 +1067,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// staticAuthority is an UpstreamAuthority over an in-memory root, standing in
+// staticAuthority is a RootAuthority over an in-memory root, standing in
 // for the HSM/KMS implementations the interface is for.
 type staticAuthority struct {
 	root *x509.Certificate
@@ -998,7 +1110,7 @@ func TestNewUpstreamProblems(t *testing.T) {
 	noDomain, noDomainKey := selfSignedCA(t, "https://site.example")
 	for _, tc := range []struct {
 		name string
-		up   UpstreamAuthority
+		up   RootAuthority
 		want error
 	}{
 		{"in-memory authority works", staticAuthority{goodRoot, goodKey}, nil},
@@ -1124,7 +1236,7 @@ func TestConcurrentSignAndRotate(t *testing.T) {
 		if err := iss.Cert.CheckSignatureFrom(chainInter); err != nil {
 			t.Errorf("%s: not signed by its chain's intermediate: %v", iss.Serial, err)
 		}
-		if err := verifyClient(iss.Cert, f.ca.Root(), testNow, all...); err != nil {
+		if err := f.verify(iss.Cert, testNow, all...); err != nil {
 			t.Errorf("%s: %v", iss.Serial, err)
 		}
 	}

@@ -106,7 +106,7 @@ func TestIntermediateNameConstraints(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = verifyClient(leaf, f.ca.Root(), testNow, inter)
+			err = f.verify(leaf, testNow, inter)
 			if tc.ok && err != nil {
 				t.Errorf("verify = %v, want success", err)
 			}
@@ -117,7 +117,7 @@ func TestIntermediateNameConstraints(t *testing.T) {
 	}
 	// The journal's own server certificate lies inside its constraints.
 	srv := f.ca.ServerCertificate().Leaf
-	if err := verifyClient(srv, f.ca.Root(), testNow, inter); err != nil {
+	if err := f.verify(srv, testNow, inter); err != nil {
 		t.Errorf("server certificate outside the constraints: %v", err)
 	}
 }

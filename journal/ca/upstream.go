@@ -15,13 +15,14 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/pki"
 )
 
-// UpstreamAuthority is the domain root: its certificate and a signer for its
-// key. The key-file implementation is the first; an HSM or KMS signer fits
-// the same interface without touching any caller.
-type UpstreamAuthority interface {
+// RootAuthority is a domain root with its key: what the ceremony signs
+// with (pact-journal admin issue, --dev's root), and what a journal of the
+// legacy layout signs its intermediates with (--root-key).
+type RootAuthority interface {
 	Root() *x509.Certificate
 	Signer() crypto.Signer
 }
@@ -32,6 +33,10 @@ const (
 	RootKeyFile   = "ca-key.pem"
 	AdminCertFile = "admin.pem"
 	AdminKeyFile  = "admin-key.pem"
+	// JournalCACertFile is --journal-ca-cert's default; a --dev journal
+	// also keeps its journal CA key beside it (JournalCAKeyFile).
+	JournalCACertFile = "journal-ca.pem"
+	JournalCAKeyFile  = "journal-ca-key.pem"
 )
 
 // DefaultOperatorLifetime is how long an operator credential lives unless
@@ -47,6 +52,10 @@ type KeyFileAuthority struct {
 
 // Root returns the domain root certificate.
 func (a *KeyFileAuthority) Root() *x509.Certificate { return a.root }
+
+// Issuer is the root as the issuer of a legacy-layout journal's
+// intermediates.
+func (a *KeyFileAuthority) Issuer() Issuer { return Issuer{Certificate: a.root, Signer: a.key} }
 
 // Signer returns the root key.
 func (a *KeyFileAuthority) Signer() crypto.Signer { return a.key }
@@ -119,16 +128,7 @@ func InitDev(dir, domain string, now time.Time) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "pact root CA " + domain, Organization: []string{"pact"}},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		URIs:                  []*url.URL{{Scheme: "spiffe", Host: domain}},
-	}
+	tmpl := caprofile.Root(domain, serial, now.Add(-time.Hour), now.Add(caprofile.DefaultRootLifetime))
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
 		return false, fmt.Errorf("ca: create root: %w", err)
@@ -205,7 +205,7 @@ func replaceFile(path string, data []byte, mode os.FileMode) error {
 // IssueAdmin signs an operator credential with the root, for a fresh key
 // it returns with the certificate. The role travels in the subject's
 // OrganizationalUnit; the name in the SPIFFE ID.
-func IssueAdmin(auth UpstreamAuthority, name, role string, lifetime time.Duration, now time.Time) (certPEM, keyPEM []byte, err error) {
+func IssueAdmin(auth RootAuthority, name, role string, lifetime time.Duration, now time.Time) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, fmt.Errorf("ca: admin key: %w", err)
@@ -224,7 +224,13 @@ func IssueAdmin(auth UpstreamAuthority, name, role string, lifetime time.Duratio
 // SignAdmin signs an operator certificate for pub with the root. Only the
 // public key comes from the caller; name, role and validity are checked
 // here.
-func SignAdmin(auth UpstreamAuthority, pub crypto.PublicKey, name, role string, lifetime time.Duration, now time.Time) (*x509.Certificate, error) {
+func SignAdmin(auth RootAuthority, pub crypto.PublicKey, name, role string, lifetime time.Duration, now time.Time) (*x509.Certificate, error) {
+	return signAdmin(auth.Root(), auth.Signer(), pub, name, role, lifetime, now)
+}
+
+// signAdmin signs an operator certificate for pub with issuer (a root, or
+// a journal's current intermediate), its NotAfter capped at the issuer's.
+func signAdmin(issuer *x509.Certificate, signer crypto.Signer, pub crypto.PublicKey, name, role string, lifetime time.Duration, now time.Time) (*x509.Certificate, error) {
 	if err := pki.ValidateName("operator name", name); err != nil {
 		return nil, err
 	}
@@ -237,7 +243,7 @@ func SignAdmin(auth UpstreamAuthority, pub crypto.PublicKey, name, role string, 
 	if err := CheckKeyPolicy(pub); err != nil {
 		return nil, err
 	}
-	domain, err := DomainOf(auth.Root())
+	domain, err := DomainOf(issuer)
 	if err != nil {
 		return nil, err
 	}
@@ -246,8 +252,11 @@ func SignAdmin(auth UpstreamAuthority, pub crypto.PublicKey, name, role string, 
 		return nil, err
 	}
 	notAfter := now.Add(lifetime)
-	if notAfter.After(auth.Root().NotAfter) {
-		notAfter = auth.Root().NotAfter
+	if notAfter.After(issuer.NotAfter) {
+		notAfter = issuer.NotAfter
+	}
+	if !notAfter.After(now) {
+		return nil, fmt.Errorf("%w: the signing certificate %s expired at %v", ErrIssuedInvalid, issuer.Subject.CommonName, issuer.NotAfter)
 	}
 	skid, err := subjectKeyIDOf(pub)
 	if err != nil {
@@ -264,7 +273,7 @@ func SignAdmin(auth UpstreamAuthority, pub crypto.PublicKey, name, role string, 
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		URIs:         []*url.URL{id.SPIFFEID()},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, auth.Root(), pub, auth.Signer())
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, issuer, pub, signer)
 	if err != nil {
 		return nil, fmt.Errorf("ca: sign admin: %w", err)
 	}

@@ -522,8 +522,8 @@ func TestNoKeyMaterialInOutput(t *testing.T) {
 		t.Errorf("String() = %q, want it to name the root", auth.String())
 	}
 	// The same authority behind the interface, as callers hold it.
-	var up UpstreamAuthority = auth
-	assertNoSecrets(t, "formatted UpstreamAuthority", fmt.Sprintf("%v %+v", up, up), secrets)
+	var up RootAuthority = auth
+	assertNoSecrets(t, "formatted RootAuthority", fmt.Sprintf("%v %+v", up, up), secrets)
 	c := newFixtureWith(t, auth)
 	assertNoSecrets(t, "formatted CA", fmt.Sprintf("%v %+v", c, c), secrets)
 
@@ -592,7 +592,7 @@ func TestNoKeyMaterialInOutput(t *testing.T) {
 }
 
 // newFixtureWith builds a CA over an existing authority on the real clock.
-func newFixtureWith(t *testing.T, up UpstreamAuthority) *CA {
+func newFixtureWith(t *testing.T, up RootAuthority) *CA {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Upstream = up

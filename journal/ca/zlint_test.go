@@ -13,6 +13,7 @@ import (
 	"github.com/zmap/zlint/v3"
 	"github.com/zmap/zlint/v3/lint"
 
+	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
 	"github.com/pact-hpc/pact/internal/pki"
 )
@@ -119,8 +120,9 @@ func lintCertificate(t *testing.T, reg lint.Registry, cert *x509.Certificate) {
 func TestCertificatesPassZlint(t *testing.T) {
 	reg := zlintRegistry(t)
 
-	// The domain root and the development admin credential, as a --dev
-	// journal and pact-journal init make them.
+	// The domain root (caprofile.Root, the template the ceremony's pact ca
+	// init uses) and the development admin credential, as a --dev journal
+	// and pact-journal init make them.
 	dir := t.TempDir()
 	if _, err := InitDev(dir, testDomain, testNow); err != nil {
 		t.Fatalf("InitDev: %v", err)
@@ -146,9 +148,16 @@ func TestCertificatesPassZlint(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	newCA := func(dnsNames []string, ips []net.IP) *CA {
+	// The journal CAs the ceremony signs (caprofile.JournalCA): one with
+	// the journal's names and addresses, one with none (it permits no DNS
+	// name and no address at all).
+	namedDNS, namedIPs := []string{"j1.site.example", "localhost"}, []net.IP{net.IPv4(10, 0, 0, 1), net.IPv6loopback}
+	namedJCA, namedJCAKey := newJournalCA(t, auth, testJournal, namedDNS, namedIPs, testNow.Add(caprofile.DefaultJournalCALifetime))
+	bareJCA, bareJCAKey := newJournalCA(t, auth, testJournal, nil, nil, testNow.Add(caprofile.DefaultJournalCALifetime))
+
+	newCA := func(issuer Issuer, dnsNames []string, ips []net.IP) *CA {
 		cfg := DefaultConfig()
-		cfg.Upstream = auth
+		cfg.Issuer, cfg.Roots = issuer, []*x509.Certificate{auth.Root()}
 		cfg.JournalID = testJournal
 		cfg.Clock = fakeclock.New(testNow)
 		cfg.ServerDNSNames = dnsNames
@@ -160,9 +169,16 @@ func TestCertificatesPassZlint(t *testing.T) {
 		return c
 	}
 	// A journal with server names (its intermediate permits them) and one
-	// without (its intermediate excludes every DNS name and address).
-	named := newCA([]string{"j1.site.example", "localhost"}, []net.IP{net.IPv4(10, 0, 0, 1), net.IPv6loopback})
-	bare := newCA(nil, nil)
+	// without (its intermediate excludes every DNS name and address), each
+	// under its journal CA; and a journal of the legacy layout, whose
+	// intermediate the root signs.
+	named := newCA(Issuer{namedJCA, namedJCAKey}, namedDNS, namedIPs)
+	bare := newCA(Issuer{bareJCA, bareJCAKey}, nil, nil)
+	legacy := newCA(auth.Issuer(), namedDNS, namedIPs)
+	legacyOperator, err := legacy.SignOperator(parseCSR(t, makeCSR(t, newKey(t, "P-256"), nil)), "carol", pki.RolePlatformAdmin, DefaultOperatorLifetime)
+	if err != nil {
+		t.Fatalf("SignOperator (legacy): %v", err)
+	}
 
 	// An operator credential the journal signs for a CSR (pact admin issue,
 	// pact admin renew), with the key pact's CLI makes.
@@ -176,13 +192,18 @@ func TestCertificatesPassZlint(t *testing.T) {
 		cert *x509.Certificate
 	}{
 		{"root", auth.Root()},
+		{"journal CA with names", namedJCA},
+		{"journal CA without names", bareJCA},
 		{"dev admin", devAdmin},
 		{"dev admin renewed", renewedAdmin},
 		{"operator offline", offline[0]},
 		{"operator journal-signed", journalOperator},
+		{"operator root-signed by a legacy journal", legacyOperator},
 		{"intermediate with server names", named.Intermediate()},
 		{"intermediate without server names", bare.Intermediate()},
+		{"intermediate of the legacy layout", legacy.Intermediate()},
 		{"journal server with names", named.ServerCertificate().Leaf},
+		{"journal server of the legacy layout", legacy.ServerCertificate().Leaf},
 		{"journal server without names", bare.ServerCertificate().Leaf},
 	}
 	// Agent leaves (Enroll, RenewCert, IssueStandby) for every key the CSR

@@ -44,14 +44,19 @@ Usage:
 Quick start (one development journal, state in ./.pact):
   pact-journal --dev --data-dir ./.pact --listen 127.0.0.1:7443
 
-A quorum of three (run each line on its own host; the root from init is
-copied to every journal host, key mode 0600; --domain names the site's
-domain and init prints the root's SHA-256 fingerprint: record it):
-  pact-journal init --dir /etc/pact --domain hpc.example.org
+A quorum of three (run each line on its own host). The domain root is made
+offline (pact ca init) and only its certificate, ca.pem, goes to the
+journal hosts; each journal has a journal CA of its own, its key in the
+host's TPM, an HSM token or a 0600 file, its certificate signed in the
+ceremony (pact-journal ca-request, then pact ca sign-journal;
+docs/ceremony.md):
   pact-journal --node-id j1 --data-dir /var/lib/pact --listen 10.0.0.1:7443 \
-      --raft-listen 10.0.0.1:7500 --root-cert /etc/pact/ca.pem --root-key /etc/pact/ca-key.pem \
+      --raft-listen 10.0.0.1:7500 --root-cert /etc/pact/ca.pem \
+      --journal-ca-cert /etc/pact/j1-ca.pem --journal-ca-key tpm:/etc/pact/journal-ca.tpmkey \
       --initial-cluster j1=10.0.0.1:7500,j2=10.0.0.2:7500,j3=10.0.0.3:7500
-  (j2 and j3 the same, with their own --node-id and addresses)
+  (j2 and j3 the same, with their own --node-id, journal CA and addresses)
+A journal of the layout before journal CAs signs with the root key
+(--root-key); it still runs, and warns: docs/migration.md moves it.
 
 A SPIRE site lets node agents authenticate with their SPIRE X.509-SVIDs
 by giving the journal the SPIRE trust bundle (docs/spire.md):
@@ -74,7 +79,8 @@ starts. The packages install an example, /etc/pact/journal.yaml
 Before a start (and before a restart after an edit), as the journal's user:
   pact-journal --config /etc/pact/journal.yaml --check-config
 checks the settings and what they name on disk without starting: the root
-certificate and key (present, readable, a pair, the key mode 0600), the
+certificate, the journal CA (certificate and key present, readable, a pair,
+signed by the root for this journal and every name it serves under), the
 data directory (writable or creatable, not removed), every address, the
 SPIRE bundle and the audit log; every problem at once, each saying what to
 do (exit 2). A start makes the same checks first and exits 2 on them.
@@ -96,10 +102,13 @@ func Settings(cfg *journal.Config, log *cmdline.Logging, configFile *string) *se
 	s.String(&cfg.NodeID, "node-id", "PACT_NODE_ID", "this journal's id")
 	s.String(&cfg.DataDir, "data-dir", "PACT_DATA_DIR", "directory for Raft state and, with --dev, the root and admin credentials")
 	s.String(&cfg.ListenAddr, "listen", "PACT_LISTEN", "gRPC listen address host:port")
-	s.Bool(&cfg.Dev, "dev", "PACT_DEV", "create a development domain root and admin credential in --data-dir on first start")
+	s.Bool(&cfg.Dev, "dev", "PACT_DEV", "development set-up: create a domain root and admin credential in --data-dir on first start, and a journal CA for this journal from that root (the root key stays in --data-dir: development only)")
 	s.String(&cfg.Domain, "domain", "PACT_DOMAIN", "domain id for a --dev root; otherwise read from the root certificate")
-	s.String(&cfg.RootCertFile, "root-cert", "PACT_ROOT_CERT", "domain root certificate (default DATA_DIR/ca.pem)")
-	s.String(&cfg.RootKeyFile, "root-key", "PACT_ROOT_KEY", "domain root key, mode 0600 (default DATA_DIR/ca-key.pem)")
+	s.String(&cfg.RootCertFile, "root-cert", "PACT_ROOT_CERT", "domain root certificate, or two roots of the domain during a root rollover (default DATA_DIR/ca.pem)")
+	s.String(&cfg.JournalCACertFile, "journal-ca-cert", "PACT_JOURNAL_CA_CERT", "this journal's journal CA certificate, from pact ca sign-journal; re-read at each re-key, so a renewed one is taken without a restart (default DATA_DIR/journal-ca.pem)")
+	s.String(&cfg.JournalCAKey, "journal-ca-key", "PACT_JOURNAL_CA_KEY", "where the journal CA's key is: tpm:PATH (a key blob only this host's TPM loads), a pkcs11: URI (an HSM token; pin-source=file:PATH), or file:PATH (mode 0600); with --dev default file:DATA_DIR/journal-ca-key.pem")
+	s.String(&cfg.TPMDevice, "tpm-device", "PACT_TPM_DEVICE", "the TPM holding a tpm: --journal-ca-key: a device, or unix:PATH for a software TPM's socket (default /dev/tpmrm0)")
+	s.String(&cfg.RootKeyFile, "root-key", "PACT_ROOT_KEY", "LEGACY: the domain root key on this host (mode 0600) signs the intermediates itself; without --journal-ca-key and --dev it defaults to DATA_DIR/ca-key.pem; excludes --journal-ca-cert and --journal-ca-key; move it offline: docs/migration.md")
 	s.Duration(&cfg.CertLifetime, "cert-lifetime", "PACT_CERT_LIFETIME", "validity of agent certificates, e.g. 3d or 72h")
 	s.List(&cfg.ServerNames, "server-names", "PACT_SERVER_NAMES", "extra comma-separated DNS names for the server certificate")
 	s.String(&cfg.RaftListen, "raft-listen", "PACT_RAFT_LISTEN", "Raft address host:port for a journal in a quorum; empty runs a single journal")

@@ -3,6 +3,7 @@ package journalmain
 import (
 	"bytes"
 	"go/build"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,7 +13,9 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/cmdline"
+	"github.com/pact-hpc/pact/internal/keystore"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/settings"
 	"github.com/pact-hpc/pact/internal/settings/settingstest"
@@ -236,6 +239,13 @@ func TestCheckConfigFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	readFile := func(t *testing.T, path string) string {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
 	for _, tt := range []struct {
 		name string
 		// setup returns the settings (YAML lines) for a journal whose
@@ -251,10 +261,13 @@ func TestCheckConfigFiles(t *testing.T) {
 		{"the root files missing", func(t *testing.T, root, data string) string {
 			return "root-cert: " + filepath.Join(data, "nowhere/ca.pem") + "\nroot-key: " + filepath.Join(data, "nowhere/ca-key.pem") + "\n"
 		}, 2, []string{"1 configuration problem;", "the domain root is missing: neither the root certificate DATA/nowhere/ca.pem",
-			"pact-journal init --dir DIR --domain DOMAIN", "point --root-cert and --root-key at them"}, []string{"--dev"}},
+			"make the root once, offline, with pact ca init", "point --root-cert, --journal-ca-cert and --journal-ca-key at them (docs/ceremony.md)"}, []string{"--dev"}},
 		{"the root key missing", func(t *testing.T, root, data string) string {
 			return "root-key: " + filepath.Join(root, "none.pem") + "\n"
-		}, 2, []string{"root key ROOT/none.pem does not exist", "pact-journal init --dir DIR --domain DOMAIN"}, []string{"--dev"}},
+		}, 2, []string{"root key ROOT/none.pem does not exist", "pact ca init", "pact ca sign-journal"}, []string{"--dev"}},
+		{"neither a journal CA key nor the root key", func(t *testing.T, root, data string) string {
+			return "root-key: \"\"\n"
+		}, 2, []string{"no journal CA key given (--journal-ca-key), and no domain root key at DATA/ca-key.pem for the legacy layout", "pact-journal ca-request"}, []string{"--dev"}},
 		{"a key readable by others", func(t *testing.T, root, data string) string {
 			if err := os.Chmod(filepath.Join(root, ca.RootKeyFile), 0o644); err != nil {
 				t.Fatal(err)
@@ -267,7 +280,7 @@ func TestCheckConfigFiles(t *testing.T) {
 		{"a root certificate that is no certificate", func(t *testing.T, root, data string) string {
 			write(t, filepath.Join(root, ca.RootCertFile), "not PEM\n", 0o644)
 			return ""
-		}, 2, []string{"holds no PEM certificate", "give --root-cert the ca.pem pact-journal init made"}, nil},
+		}, 2, []string{"holds no PEM certificate", "give --root-cert the ca.pem pact ca init made"}, nil},
 		{"a key that is no key", func(t *testing.T, root, data string) string {
 			write(t, filepath.Join(root, ca.RootKeyFile), "not PEM\n", 0o600)
 			return ""
@@ -315,6 +328,67 @@ func TestCheckConfigFiles(t *testing.T) {
 			t.Cleanup(func() { db.Close() })
 			return ""
 		}, 0, []string{"note: journal: data directory in use by a running pact-journal", "a start now would fail until that journal stops", "the settings are valid"}, nil},
+		// The layout since issue 23: the root certificate alone on the
+		// journal host, and a journal CA of its own.
+		{"a journal CA journal", func(t *testing.T, root, data string) string {
+			return jcaSettings(journalCAFiles(t, root, "j1", nil, nil, 0))
+		}, 0, []string{"the settings are valid"}, nil},
+		{"a journal CA of another journal", func(t *testing.T, root, data string) string {
+			return jcaSettings(journalCAFiles(t, root, "j2", nil, nil, 0))
+		}, 2, []string{"1 configuration problem;", "--journal-ca-cert", "the journal CA is for journal j2 of domain site.example, this is journal j1 of domain site.example"}, nil},
+		{"a journal CA that does not permit a name the journal serves under", func(t *testing.T, root, data string) string {
+			return jcaSettings(journalCAFiles(t, root, "j1", []string{"j1.site.example"}, nil, 0))
+		}, 2, []string{"this journal serves as localhost, which its journal CA does not permit (it permits j1.site.example): re-issue the journal CA with that name"}, nil},
+		{"a journal CA that does not permit the listen address", func(t *testing.T, root, data string) string {
+			return "listen: 10.9.8.7:7443\n" + jcaSettings(journalCAFiles(t, root, "j1", nil, nil, 0))
+		}, 2, []string{"this journal serves on 10.9.8.7, which its journal CA does not permit"}, nil},
+		{"an expired journal CA", func(t *testing.T, root, data string) string {
+			return jcaSettings(journalCAFiles(t, root, "j1", nil, nil, -time.Minute))
+		}, 2, []string{"the journal CA is valid from", "renew it (docs/ceremony.md)"}, nil},
+		{"a journal CA of another root", func(t *testing.T, root, data string) string {
+			return jcaSettings(journalCAFiles(t, newRoot(t), "j1", nil, nil, 0))
+		}, 2, []string{"is not signed by the domain root this journal trusts (--root-cert)"}, nil},
+		{"a journal CA key of another journal CA", func(t *testing.T, root, data string) string {
+			cert, _ := journalCAFiles(t, root, "j1", nil, nil, 0)
+			_, key := journalCAFiles(t, root, "j1", nil, nil, 0)
+			return jcaSettings(cert, key)
+		}, 2, []string{"is not the key of journal CA certificate", "pact-journal ca-request"}, nil},
+		{"a journal CA key readable by others", func(t *testing.T, root, data string) string {
+			cert, key := journalCAFiles(t, root, "j1", nil, nil, 0)
+			if err := os.Chmod(key, 0o640); err != nil {
+				t.Fatal(err)
+			}
+			return jcaSettings(cert, key)
+		}, 2, []string{"has mode 640; run: chmod 600"}, nil},
+		{"the journal CA certificate missing", func(t *testing.T, root, data string) string {
+			_, key := journalCAFiles(t, root, "j1", nil, nil, 0)
+			return jcaSettings(filepath.Join(root, "none.pem"), key)
+		}, 2, []string{"journal CA certificate ROOT/none.pem does not exist", "pact ca sign-journal"}, []string{"--dev"}},
+		{"a journal CA certificate without its key", func(t *testing.T, root, data string) string {
+			cert, _ := journalCAFiles(t, root, "j1", nil, nil, 0)
+			return "root-key: \"\"\njournal-ca-cert: " + cert + "\n"
+		}, 2, []string{"--journal-ca-key is required with --journal-ca-cert"}, nil},
+		{"a journal CA key location that cannot be", func(t *testing.T, root, data string) string {
+			cert, _ := journalCAFiles(t, root, "j1", nil, nil, 0)
+			return "root-key: \"\"\njournal-ca-cert: " + cert + "\njournal-ca-key: pkcs11:token=pact;pin-value=1234\n"
+		}, 2, []string{"--journal-ca-key: keystore: invalid key location: pkcs11: pin-value is not accepted"}, []string{"1234"}},
+		{"the root key beside a journal CA", func(t *testing.T, root, data string) string {
+			cert, key := journalCAFiles(t, root, "j1", nil, nil, 0)
+			return "journal-ca-cert: " + cert + "\njournal-ca-key: file:" + key + "\n"
+		}, 2, []string{"--root-key and --journal-ca-cert/--journal-ca-key exclude each other", "docs/migration.md"}, nil},
+		{"two roots of the domain, the journal CA of the second", func(t *testing.T, root, data string) string {
+			second := newRoot(t)
+			write(t, filepath.Join(root, "roots.pem"), readFile(t, filepath.Join(root, ca.RootCertFile))+readFile(t, filepath.Join(second, ca.RootCertFile)), 0o644)
+			return "root-cert: " + filepath.Join(root, "roots.pem") + "\n" + jcaSettings(journalCAFiles(t, second, "j1", nil, nil, 0))
+		}, 0, []string{"the settings are valid"}, nil},
+		{"roots of two domains", func(t *testing.T, root, data string) string {
+			other := t.TempDir()
+			if _, err := ca.InitDev(other, "other.example", time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			write(t, filepath.Join(root, "roots.pem"), readFile(t, filepath.Join(root, ca.RootCertFile))+readFile(t, filepath.Join(other, ca.RootCertFile)), 0o644)
+			return "root-cert: " + filepath.Join(root, "roots.pem") + "\n" + jcaSettings(journalCAFiles(t, root, "j1", nil, nil, 0))
+		}, 2, []string{"the roots name two trust domains, site.example and other.example; a root rollover keeps the domain"}, nil},
 		{"--dev makes its root", func(t *testing.T, root, data string) string {
 			return "dev: true\nroot-cert: \"\"\nroot-key: \"\"\n"
 		}, 0, []string{"the settings are valid"}, nil},
@@ -363,4 +437,45 @@ func TestCheckConfigFiles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// journalCAFiles makes a journal CA for journal id with the root in rootDir
+// as the ceremony does, its key a 0600 file, both in a fresh directory
+// (outside any data directory). names nil stands for the names a journal on
+// the default --listen serves under; it lives from an hour ago until a
+// year from now, or until now+until when until is not 0.
+func journalCAFiles(t *testing.T, rootDir, id string, dnsNames []string, ips []net.IP, until time.Duration) (certPath, keyPath string) {
+	t.Helper()
+	root, err := ca.LoadKeyFileAuthority(filepath.Join(rootDir, ca.RootCertFile), filepath.Join(rootDir, ca.RootKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	domain, _ := ca.DomainOf(root.Root())
+	if dnsNames == nil && ips == nil {
+		dnsNames, ips = journal.ServerNames(journal.DefaultConfig().ListenAddr, nil)
+	}
+	dir := t.TempDir()
+	certPath, keyPath = filepath.Join(dir, "journal-ca.pem"), filepath.Join(dir, "journal-ca-key.pem")
+	key, err := keystore.Generate(keystore.Spec{Backend: keystore.BackendFile, Location: keyPath}, keystore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notAfter := time.Now().Add(caprofile.DefaultJournalCALifetime)
+	if until != 0 {
+		notAfter = time.Now().Add(until)
+	}
+	cert, err := ca.SignJournalCA(root, key.Public(), caprofile.JournalCAParams{Domain: domain, JournalID: id, DNSNames: dnsNames, IPs: ips,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certPath, pki.EncodeCertsPEM(cert.Raw), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return certPath, keyPath
+}
+
+// jcaSettings are the settings of a journal CA journal: no root key.
+func jcaSettings(certPath, keyPath string) string {
+	return "root-key: \"\"\njournal-ca-cert: " + certPath + "\njournal-ca-key: file:" + keyPath + "\n"
 }

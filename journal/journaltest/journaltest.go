@@ -1,6 +1,9 @@
 // Package journaltest runs a real single-node journal in a test: real Raft
-// with bbolt in a temp dir, real TLS and gRPC on loopback, and a development
-// root and admin credential made on first start.
+// with bbolt in a temp dir, real TLS and gRPC on loopback, in the
+// production layout: a domain root made as the ceremony makes it, with its
+// first admin credential, and a journal CA for each journal whose key is a
+// 0600 file outside the data directory. The legacy layout (the root key
+// on the journal host) is there too, for migration tests.
 package journaltest
 
 import (
@@ -11,9 +14,11 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -22,6 +27,8 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/caprofile"
+	"github.com/pact-hpc/pact/internal/keystore"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/porttest"
 	"github.com/pact-hpc/pact/journal"
@@ -39,12 +46,110 @@ type Harness struct {
 	Admin tls.Certificate
 }
 
-// Config returns the configuration Start uses: a --dev journal in dir on
-// an ephemeral loopback port, with short Raft timeouts and quiet logs.
+// Config returns the configuration Start uses: journal j1 with its data in
+// dir, on an ephemeral loopback port, with short Raft timeouts and quiet
+// logs. It makes (unless there already) the domain root in dir (ca.pem;
+// ca-key.pem stands for the ceremony's machine, the journal never reads
+// it) with the first admin credential (admin.pem, admin-key.pem), and the
+// journal CA of j1 (dir/journal-ca.pem, its key beside dir: outside the
+// data directory). A test that changes NodeID, ListenAddr's host or
+// ServerNames calls JournalCA again.
 func Config(dir string) journal.Config {
+	cfg := baseConfig(dir)
+	if err := NewRoot(dir); err != nil {
+		panic(err)
+	}
+	if err := JournalCA(&cfg, dir); err != nil {
+		panic(err)
+	}
+	return cfg
+}
+
+// LegacyConfig is Config in the layout before journal CAs: the domain
+// root's key (dir/ca-key.pem) on the journal host signs its intermediates.
+func LegacyConfig(dir string) journal.Config {
+	cfg := baseConfig(dir)
+	if err := NewRoot(dir); err != nil {
+		panic(err)
+	}
+	UseLegacyLayout(&cfg, dir)
+	return cfg
+}
+
+// Domain is the domain of the roots the harness makes.
+const Domain = "pact.local"
+
+// NewRoot makes a domain root in dir as the ceremony does (caprofile.Root:
+// ca.pem, its key ca-key.pem) with a first platform-admin credential it
+// signs (admin.pem, admin-key.pem), unless dir holds a root already.
+func NewRoot(dir string) error {
+	_, err := ca.InitDev(dir, Domain, time.Now())
+	return err
+}
+
+// JournalCA gives cfg a journal CA signed by the root in rootDir for its
+// NodeID and the names it serves under (journal.ServerNames): the
+// certificate at DATA_DIR/journal-ca.pem, the key a 0600 file beside the
+// data directory (DATA_DIR.journal-ca-key.pem), kept if there. The legacy
+// root key setting is cleared.
+func JournalCA(cfg *journal.Config, rootDir string) error {
+	root, err := ca.LoadKeyFileAuthority(filepath.Join(rootDir, ca.RootCertFile), filepath.Join(rootDir, ca.RootKeyFile))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return err
+	}
+	keyPath := filepath.Clean(cfg.DataDir) + ".journal-ca-key.pem"
+	spec := keystore.Spec{Backend: keystore.BackendFile, Location: keyPath}
+	key, err := keystore.Open(spec, keystore.Options{})
+	if errors.Is(err, keystore.ErrNoKey) {
+		key, err = keystore.Generate(spec, keystore.Options{})
+	}
+	if err != nil {
+		return err
+	}
+	defer key.Close()
+	domain, err := ca.DomainOf(root.Root())
+	if err != nil {
+		return err
+	}
+	dnsNames, ips := journal.ServerNames(cfg.ListenAddr, cfg.ServerNames)
+	cert, err := ca.SignJournalCA(root, key.Public(), caprofile.JournalCAParams{
+		Domain: domain, JournalID: cfg.NodeID, DNSNames: dnsNames, IPs: ips,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(caprofile.DefaultJournalCALifetime),
+	})
+	if err != nil {
+		return err
+	}
+	certPath := filepath.Join(cfg.DataDir, ca.JournalCACertFile)
+	if err := os.WriteFile(certPath+".new", pki.EncodeCertsPEM(cert.Raw), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(certPath+".new", certPath); err != nil {
+		return err
+	}
+	cfg.Dev = false
+	cfg.RootCertFile = filepath.Join(rootDir, ca.RootCertFile)
+	cfg.RootKeyFile = ""
+	cfg.JournalCACertFile = certPath
+	cfg.JournalCAKey = spec.String()
+	return nil
+}
+
+// UseLegacyLayout makes cfg a journal of the layout before journal CAs:
+// the root in rootDir, key and all, signs its intermediates.
+func UseLegacyLayout(cfg *journal.Config, rootDir string) {
+	cfg.Dev = false
+	cfg.RootCertFile = filepath.Join(rootDir, ca.RootCertFile)
+	cfg.RootKeyFile = filepath.Join(rootDir, ca.RootKeyFile)
+	cfg.JournalCACertFile, cfg.JournalCAKey = "", ""
+}
+
+// baseConfig is what every harness journal shares.
+func baseConfig(dir string) journal.Config {
 	cfg := journal.DefaultConfig()
 	cfg.DataDir = dir
-	cfg.Dev = true
 	cfg.ListenAddr = "127.0.0.1:0"
 	cfg.RaftTimeout = 100 * time.Millisecond
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -230,23 +335,25 @@ type Cluster struct {
 }
 
 // ClusterConfigs makes configurations for an n-journal quorum sharing one
-// domain root (made in a temp dir); edit them before StartCluster.
+// domain root (made in a temp dir), each journal with its journal CA; edit
+// them before StartCluster (UseLegacyLayout makes a member sign with the
+// root key, as before journal CAs).
 func ClusterConfigs(t testing.TB, n int) (string, []journal.Config) {
 	t.Helper()
 	root := t.TempDir()
-	if _, err := ca.InitDev(root, "pact.local", time.Now()); err != nil {
+	if err := NewRoot(root); err != nil {
 		t.Fatal(err)
 	}
 	var peers []journal.Peer
 	cfgs := make([]journal.Config, n)
 	for i := range cfgs {
-		cfg := Config(t.TempDir())
-		cfg.Dev = false
+		cfg := baseConfig(t.TempDir())
 		cfg.NodeID = fmt.Sprintf("j%d", i+1)
-		cfg.RootCertFile = filepath.Join(root, ca.RootCertFile)
-		cfg.RootKeyFile = filepath.Join(root, ca.RootKeyFile)
 		cfg.ListenAddr = FreeAddr(t)
 		cfg.RaftListen = FreeAddr(t)
+		if err := JournalCA(&cfg, root); err != nil {
+			t.Fatal(err)
+		}
 		// Raft's own defaults (1 s heartbeat and election timeouts): with
 		// 300 ms a leader on a loaded machine, under -race, missed its
 		// lease now and then and stepped down in the middle of a test that
