@@ -24,7 +24,7 @@ func principalFrom(ctx context.Context) *principal { return auth.FromContext(ctx
 func newAuthenticator(j *Journal) (*auth.Authenticator, error) {
 	cfg := auth.DefaultConfig()
 	cfg.Domain = j.ca.Domain()
-	cfg.Roots = []*x509.Certificate{j.ca.Root()}
+	cfg.Roots = j.ca.Roots()
 	cfg.Clock = j.cfg.Clock
 	cfg.ClockSkewTolerance = j.cfg.ClockSkewTolerance
 	cfg.SPIREBundleFile = j.cfg.SPIREBundleFile

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/keystore"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
@@ -155,6 +156,11 @@ func NewContext(ctx context.Context, cfg Config) (_ *Journal, err error) {
 			return nil, err
 		}
 		caKey = key
+		var dropped []string
+		dnsNames, ips, dropped = ServerNamesUnder(cert, cfg.ListenAddr, cfg.ServerNames)
+		if len(dropped) > 0 {
+			log.Info("names this journal CA does not permit are left out of the server certificate; clients must dial this journal by another name (docs/ceremony.md)", logkey.Names, dropped)
+		}
 		caCfg.Issuer = ca.Issuer{Certificate: cert, Signer: key}
 		caCfg.ReloadIssuer = func() (*x509.Certificate, error) { return ca.ReadJournalCACert(certFile) }
 	}
@@ -634,29 +640,72 @@ func rootPool(roots []*x509.Certificate) *x509.CertPool {
 // --names): localhost, the host name, the loopback addresses, and the
 // listen address (every interface's for an unspecified one).
 func ServerNames(listen string, extra []string) ([]string, []net.IP) {
-	dns := []string{"localhost"}
-	if h, err := os.Hostname(); err == nil && h != "" {
-		dns = append(dns, h)
+	named := serverNames(listen, extra)
+	return append(named.dns, named.autoDNS...), append(named.ips, named.autoIPs...)
+}
+
+// ServerNamesUnder is ServerNames for a journal whose journal CA is
+// journalCA (nil in the legacy layout: every name). The names an operator
+// gave (--server-names, a specific --listen address) are kept whatever
+// the journal CA permits, so CheckJournalCA refuses a journal CA that
+// does not permit them; the names every journal adds on its own
+// (localhost, the host name, the loopback and interface addresses) are
+// kept only where the journal CA permits them: a site need not sign them
+// (pact ca sign-journal --names), and a journal CA that does not permit
+// localhost makes a journal that answers to its real names only. dropped
+// lists what was left out, for the log.
+func ServerNamesUnder(journalCA *x509.Certificate, listen string, extra []string) (dnsNames []string, ips []net.IP, dropped []string) {
+	named := serverNames(listen, extra)
+	dnsNames, ips = named.dns, named.ips
+	for _, n := range named.autoDNS {
+		if journalCA == nil || caprofile.PermitsDNS(journalCA, n) {
+			dnsNames = append(dnsNames, n)
+		} else {
+			dropped = append(dropped, n)
+		}
 	}
-	dns = append(dns, extra...)
-	ips := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	for _, ip := range named.autoIPs {
+		if journalCA == nil || caprofile.PermitsIP(journalCA, ip) {
+			ips = append(ips, ip)
+		} else {
+			dropped = append(dropped, ip.String())
+		}
+	}
+	return dnsNames, ips, dropped
+}
+
+// names are a journal's names: those an operator gave, and those every
+// journal adds.
+type names struct {
+	dns, autoDNS []string
+	ips, autoIPs []net.IP
+}
+
+func serverNames(listen string, extra []string) names {
+	var n names
+	n.autoDNS = []string{"localhost"}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		n.autoDNS = append(n.autoDNS, h)
+	}
+	n.dns = append(n.dns, extra...)
+	n.autoIPs = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 	host, _, _ := net.SplitHostPort(listen)
 	ip := net.ParseIP(host)
 	switch {
 	case ip != nil && ip.IsUnspecified():
 		if addrs, err := net.InterfaceAddrs(); err == nil {
 			for _, a := range addrs {
-				if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() {
-					ips = append(ips, n.IP)
+				if a, ok := a.(*net.IPNet); ok && !a.IP.IsLoopback() {
+					n.autoIPs = append(n.autoIPs, a.IP)
 				}
 			}
 		}
 	case ip != nil && !ip.IsLoopback():
-		ips = append(ips, ip)
-	case ip == nil && host != "":
-		dns = append(dns, host)
+		n.ips = append(n.ips, ip)
+	case ip == nil && host != "" && host != "localhost":
+		n.dns = append(n.dns, host)
 	}
-	return dns, ips
+	return n
 }
 
 // OpenStreams is how many Subscribe streams this journal holds for a node.

@@ -166,7 +166,7 @@ func (c Config) checkJournalCA(roots []*x509.Certificate, domain string) error {
 		if c.Clock != nil {
 			now = c.Clock.Now()
 		}
-		dnsNames, ips := ServerNames(c.ListenAddr, c.ServerNames)
+		dnsNames, ips, _ := ServerNamesUnder(cert, c.ListenAddr, c.ServerNames)
 		if err := caprofile.CheckJournalCA(cert, roots, c.NodeID, domain, dnsNames, ips, now); err != nil {
 			errs = append(errs, fmt.Errorf("journal: --journal-ca-cert %s: %w", certPath, err))
 		}

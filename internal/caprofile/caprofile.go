@@ -182,6 +182,13 @@ func CheckJournalCA(cert *x509.Certificate, roots []*x509.Certificate, journalID
 	return nil
 }
 
+// PermitsDNS reports whether a certificate below cert may carry the DNS
+// name name.
+func PermitsDNS(cert *x509.Certificate, name string) bool { return dnsPermitted(cert, name) }
+
+// PermitsIP reports whether a certificate below cert may carry ip.
+func PermitsIP(cert *x509.Certificate, ip net.IP) bool { return ipPermitted(cert, ip) }
+
 // dnsPermitted follows RFC 5280's rule for dNSName constraints as Go's
 // verifier applies it: a permitted name covers itself and its subdomains.
 func dnsPermitted(cert *x509.Certificate, name string) bool {

@@ -142,6 +142,8 @@ const (
 	SVIDSerial = "svid_serial"
 	// Serials lists certificate serials.
 	Serials = "serials"
+	// Names are host names and addresses (a journal's, a journal CA's).
+	Names = "names"
 	// Skew is the difference between this node's clock and the journal's.
 	Skew = "skew"
 	// Skipped lists the network interfaces the agent did not report.

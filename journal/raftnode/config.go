@@ -28,27 +28,11 @@ type Peer struct {
 type Credentials interface {
 	// ServerCertificate is the certificate this journal presents now.
 	ServerCertificate() *tls.Certificate
-	// Root is the domain root every peer chain must reach, unless the
-	// credentials are RootSet too.
-	Root() *x509.Certificate
+	// Roots are the domain roots a peer chain may reach (two during a
+	// rollover, docs/rollover.md).
+	Roots() []*x509.Certificate
 	// Domain is the domain a peer's certificate must name.
 	Domain() string
-}
-
-// RootSet is Credentials that trust more than one root (two during a
-// rollover): a peer chain may reach any of them.
-type RootSet interface {
-	Roots() []*x509.Certificate
-}
-
-// rootsOf is every root c trusts.
-func rootsOf(c Credentials) []*x509.Certificate {
-	if rs, ok := c.(RootSet); ok {
-		if roots := rs.Roots(); len(roots) > 0 {
-			return roots
-		}
-	}
-	return []*x509.Certificate{c.Root()}
 }
 
 // Metrics receives what the node measures; the journal registers them.

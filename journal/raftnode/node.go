@@ -107,7 +107,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.Credentials != nil {
 		n.roots = x509.NewCertPool()
-		for _, r := range rootsOf(cfg.Credentials) {
+		for _, r := range cfg.Credentials.Roots() {
 			n.roots.AddCert(r)
 		}
 	}

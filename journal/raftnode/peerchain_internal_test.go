@@ -40,7 +40,7 @@ func chainNode(t *testing.T, creds peerCreds, fsm *raftfsm.FSM) *Node {
 	cfg := DefaultConfig()
 	cfg.NodeID, cfg.Clock, cfg.Credentials, cfg.FSM = "j1", clock.Real{}, creds, fsm
 	n := &Node{cfg: cfg, fsm: fsm, roots: x509.NewCertPool()}
-	for _, r := range rootsOf(creds) {
+	for _, r := range creds.Roots() {
 		n.roots.AddCert(r)
 	}
 	return n
