@@ -1,17 +1,58 @@
 #!/usr/bin/env bash
 # Runs a three-journal pact quorum on loopback: `cluster.sh up` / `cluster.sh down`,
 # and `cluster.sh join jN` to add an empty journal jN to the running quorum.
-# State lives in $DIR (default ./.pact-cluster): the shared domain root and
-# admin credential, one data directory, log and pid file per journal, and
-# `env` with the exports for the CLI.
+# State lives in $DIR (default ./.pact-cluster), in the production layout
+# (docs/ceremony.md): root/ holds the domain root and its key, standing for
+# the offline ceremony machine (no journal is given the key); keys/ a
+# journal CA per journal (certificate and key file); the root certificate
+# and the admin credential; one data directory, log and pid file per
+# journal; and `env` with the exports for the CLI.
 set -euo pipefail
 DIR=${DIR:-.pact-cluster}
 BIN=${BIN:-bin}
 N=3
 
-up() {
+# pki runs the ceremony once: the root, the first platform-admin
+# credential, and the journal CAs of j1..jN. A $DIR from before journal CAs
+# (the root key beside the data directories) is migrated as
+# docs/migration.md says: its root moves into root/.
+pki() {
   mkdir -p "$DIR"
-  "$BIN/pact-journal" init --dir "$DIR" --domain pact.local >/dev/null
+  if [ ! -f "$DIR/root/ca.pem" ] && [ -f "$DIR/ca-key.pem" ]; then
+    mkdir -p "$DIR/root" && chmod 700 "$DIR/root"
+    mv "$DIR/ca.pem" "$DIR/ca-key.pem" "$DIR/root/"
+    echo "moved the domain root of $DIR into $DIR/root (journal CAs from now on: docs/migration.md)"
+  fi
+  if [ ! -f "$DIR/root/ca.pem" ]; then
+    "$BIN/pact" ca init --dir "$DIR/root" --domain pact.local >/dev/null
+  fi
+  [ -f "$DIR/ca.pem" ] || cp "$DIR/root/ca.pem" "$DIR/ca.pem"
+  if [ ! -f "$DIR/admin.pem" ]; then
+    "$BIN/pact" ca issue-admin --dir "$DIR/root" --name admin --out-dir "$DIR" >/dev/null
+  fi
+  for i in $(seq 1 "$1"); do journal_ca "j$i"; done
+}
+
+# journal_ca makes journal $1's journal CA if it has none: the key and its
+# request on the journal host, the certificate signed with the root.
+journal_ca() {
+  local id=$1
+  mkdir -p "$DIR/keys" && chmod 700 "$DIR/keys"
+  [ -f "$DIR/keys/$id-ca.pem" ] && return 0
+  rm -f "$DIR/keys/$id.csr"
+  "$BIN/pact-journal" ca-request --journal-id "$id" --key "file:$DIR/keys/$id-ca-key.pem" \
+    --names localhost,127.0.0.1 --out "$DIR/keys/$id.csr" >/dev/null
+  "$BIN/pact" ca sign-journal --dir "$DIR/root" --csr "$DIR/keys/$id.csr" --journal-id "$id" \
+    --names localhost,127.0.0.1 --out "$DIR/keys/$id-ca.pem" >/dev/null
+}
+
+# journal_pki is the flags of journal $1's PKI.
+journal_pki() {
+  echo --root-cert "$DIR/ca.pem" --journal-ca-cert "$DIR/keys/$1-ca.pem" --journal-ca-key "file:$DIR/keys/$1-ca-key.pem"
+}
+
+up() {
+  pki $N
   local peers="" grpc=""
   for i in $(seq 1 $N); do
     peers="${peers:+$peers,}j$i=127.0.0.1:$((7500 + i))"
@@ -31,7 +72,7 @@ up() {
     "$BIN/pact-journal" --node-id "j$i" --data-dir "$DIR/j$i" \
       --listen "127.0.0.1:$((7450 + i))" --raft-listen "127.0.0.1:$((7500 + i))" \
       --metrics-listen "127.0.0.1:$((7460 + i))" \
-      --root-cert "$DIR/ca.pem" --root-key "$DIR/ca-key.pem" \
+      $(journal_pki "j$i") \
       --initial-cluster "$peers" >"$DIR/j$i.log" 2>&1 &
     echo $! >"$DIR/j$i.pid"
     started="$started $i"
@@ -106,10 +147,11 @@ join() {
   if printf '%s' "$members" | grep -q "\"journal_id\": *\"$id\""; then
     echo "$id is still a member of the quorum; remove it first: $BIN/pact journal remove $id (then run this again)" >&2; exit 1
   fi
+  journal_ca "$id"
   "$BIN/pact-journal" --node-id "$id" --data-dir "$DIR/$id" \
     --listen "127.0.0.1:$((7450 + i))" --raft-listen "127.0.0.1:$((7500 + i))" \
     --metrics-listen "127.0.0.1:$((7460 + i))" \
-    --root-cert "$DIR/ca.pem" --root-key "$DIR/ca-key.pem" --join >"$DIR/$id.log" 2>&1 &
+    $(journal_pki "$id") --join >"$DIR/$id.log" 2>&1 &
   local pid=$!
   echo $pid >"$DIR/$id.pid"
   # Stop what this run started if it goes no further, so a second join
