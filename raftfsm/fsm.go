@@ -103,9 +103,9 @@ type state struct {
 	// first publishes an intermediate under one; revoked ones stay until
 	// they expire.
 	journalCAs map[string]*pactv1.JournalCA
-	lastSeen        map[string]int64 // node -> unix nano
-	audit           *auditRing
-	journals        map[string]*pactv1.JournalInfo
+	lastSeen   map[string]int64 // node -> unix nano
+	audit      *auditRing
+	journals   map[string]*pactv1.JournalInfo
 	// Current certificate key fingerprints of non-revoked nodes (one key,
 	// one node), and join tokens by hex SHA-256.
 	bySPKI       holders
@@ -334,6 +334,8 @@ func (f *FSM) applyOne(cmd *pactv1.Command, index uint64) (*Result, Event) {
 		res = a.revokeOperator(op.RevokeOperator)
 	case *pactv1.Command_RetireIntermediate:
 		res = a.retireIntermediate(op.RetireIntermediate)
+	case *pactv1.Command_RevokeJournalCa:
+		res = a.revokeJournalCA(op.RevokeJournalCa)
 	case *pactv1.Command_Release:
 		res = a.release(op.Release)
 	case *pactv1.Command_UpdateNode:
@@ -846,11 +848,7 @@ func (s *state) prune(nowUnix int64) {
 			delete(s.revoked, k)
 		}
 	}
-	for k, jc := range s.journalCAs {
-		if jc.GetNotAfterUnix() < nowUnix {
-			delete(s.journalCAs, k)
-		}
-	}
+	s.pruneJournalCAs(nowUnix)
 }
 
 // Snapshot captures the state. Because records are copy-on-write, copying
@@ -875,6 +873,10 @@ func (f *FSM) snapshotLocked() *fsmSnapshot {
 		Journals:      make([]*pactv1.JournalInfo, 0, len(f.st.journals)),
 		JoinTokens:    make([]*pactv1.JoinToken, 0, len(f.st.joinTokens)),
 		Quorum:        f.st.quorum,
+		JournalCas:    make([]*pactv1.JournalCA, 0, len(f.st.journalCAs)),
+	}
+	for _, jc := range f.st.journalCAs {
+		snap.JournalCas = append(snap.JournalCas, jc)
 	}
 	for _, t := range f.st.joinTokens {
 		snap.JoinTokens = append(snap.JoinTokens, t)
@@ -929,6 +931,7 @@ func sortSnapshot(s *pactv1.Snapshot) {
 	sort.Slice(s.RevokedOperatorNames, func(i, j int) bool {
 		return s.RevokedOperatorNames[i].GetName() < s.RevokedOperatorNames[j].GetName()
 	})
+	sort.Slice(s.JournalCas, func(i, j int) bool { return s.JournalCas[i].GetSerial() < s.JournalCas[j].GetSerial() })
 }
 
 // Restore replaces the state with a snapshot, in either format
