@@ -814,6 +814,11 @@ func (a *applier) publishIntermediate(op *pactv1.PublishIntermediateOp) *Result 
 	if in.GetSerial() == "" || len(in.GetDer()) == 0 || in.GetJournalId() == "" {
 		return fail(fmt.Errorf("%w: intermediate without serial, certificate or journal", ErrInvalidCommand))
 	}
+	if old, ok := a.s.intermediates[in.GetSerial()]; ok && (old.GetIssuerSerial() != in.GetIssuerSerial() || old.GetJournalId() != in.GetJournalId()) {
+		// A retry publishes the same intermediate: its issuer and journal
+		// are its own for good.
+		return fail(fmt.Errorf("%w: intermediate %s is recorded with another issuer or journal", ErrInvalidCommand, in.GetSerial()))
+	}
 	if err := a.recordJournalCA(in, op.GetJournalCa()); err != nil {
 		return fail(err)
 	}

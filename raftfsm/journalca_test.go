@@ -72,6 +72,9 @@ func TestPublishUnderJournalCA(t *testing.T) {
 		{"a revoked record", at(t0).PublishIntermediateUnder(in("journal-4"), jc(func(c *pactv1.JournalCA) { c.RevokedBy = "x" }), "ca-4"), raftfsm.ErrInvalidCommand, "revoked journal CA"},
 		{"an expired journal CA", at(t0+366*day).PublishIntermediateUnder(in("journal-4"), jc(nil), "ca-4"), raftfsm.ErrInvalidCommand, "expired"},
 		{"another journal's journal CA", at(t0).PublishIntermediateUnder(in("journal-4"), nil, "ca-1"), raftfsm.ErrInvalidCommand, "journal journal-1's"},
+		{"a recorded intermediate under another issuer", at(t0).PublishIntermediateUnder(raftfsmtest.Intermediate("journal-1", "i-1", t0+day), nil, ""), raftfsm.ErrInvalidCommand, "another issuer"},
+		{"a recorded intermediate under a new journal CA", at(t0).PublishIntermediateUnder(raftfsmtest.Intermediate("journal-1", "i-1", t0+day), raftfsmtest.JournalCA("journal-1", "ca-5", t0+day), "ca-5"), raftfsm.ErrInvalidCommand, "another issuer"},
+		{"a recorded intermediate of another journal", at(t0).PublishIntermediate(raftfsmtest.Intermediate("journal-4", "i-0", t0+day)), raftfsm.ErrInvalidCommand, "another issuer or journal"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			res := applyFails(t, a, tt.cmd, tt.want)
