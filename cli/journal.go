@@ -203,7 +203,7 @@ platform-admin credential.`,
 	}
 	a.group(cmd)
 	cmd.AddCommand(a.journalStatusCommand(), a.journalAddCommand(), a.journalRemoveCommand(), a.journalSnapshotCommand(),
-		a.journalIntermediatesCommand(), a.journalRetireCommand())
+		a.journalIntermediatesCommand(), a.journalRetireCommand(), a.journalRevokeCACommand())
 	return cmd
 }
 
