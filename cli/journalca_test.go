@@ -79,7 +79,9 @@ func TestJournalCACommands(t *testing.T) {
 		},
 		{
 			name: "a quorum without journal CAs", args: []string{"journal", "intermediates"}, wantCode: ExitOK, noStderr: true,
-			setup: func(f *fakeJournal) { f.intermediates = []*pactv1.Intermediate{{JournalId: "j1", Serial: "0b00", NotAfterUnix: fakeNow.Unix() + 60}} },
+			setup: func(f *fakeJournal) {
+				f.intermediates = []*pactv1.Intermediate{{JournalId: "j1", Serial: "0b00", NotAfterUnix: fakeNow.Unix() + 60}}
+			},
 			check: func(t *testing.T, _, _ *fakeJournal, stdout string) {
 				if strings.Contains(stdout, "JOURNAL CA") || strings.Count(stdout, "\n") != 2 {
 					t.Errorf("the intermediates alone, want one table of one row:\n%s", stdout)
