@@ -123,6 +123,42 @@ func TestJournalCACommands(t *testing.T) {
 			wantStdout: []string{"[]"},
 		},
 		{
+			name: "status", args: []string{"journal", "status"}, wantCode: ExitOK, setup: seedJournalCAs,
+			check: func(t *testing.T, _, _ *fakeJournal, stdout string) {
+				lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
+				if !strings.HasSuffix(lines[1], "JOURNAL CA EXPIRES") {
+					t.Fatalf("no journal CA column:\n%s", stdout)
+				}
+				for i, want := range []string{"2027-03-04T05:06:07Z", "2026-03-24T05:06:07Z", "revoked"} {
+					if row := tableRows(lines[2+i : 3+i])[0]; row[len(row)-1] != want {
+						t.Errorf("row %v, want its journal CA %s", row, want)
+					}
+				}
+			},
+		},
+		{
+			name: "status json", args: []string{"journal", "status", "-o", "json"}, wantCode: ExitOK, noStderr: true,
+			setup: func(f *fakeJournal) {
+				seedJournalCAs(f)
+				// j1's current intermediate names the journal CA that
+				// expires first.
+				f.quorum.members[1].IntermediateSerial = "0b01"
+				f.journalCAs = append(f.journalCAs, &pactv1.JournalCA{JournalId: "j1", Serial: "0a04", NotAfterUnix: fakeNow.Unix() + 3000*24*3600})
+			},
+			check: func(t *testing.T, _, _ *fakeJournal, stdout string) {
+				var v QuorumView
+				if err := json.Unmarshal([]byte(stdout), &v); err != nil || len(v.Members) != 3 {
+					t.Fatalf("err %v view %+v", err, v)
+				}
+				for i, want := range [][3]string{{"0a01", "2027-03-04T05:06:07Z", "active"}, {"0a02", "2026-03-24T05:06:07Z", "active"}, {"0a03", "2026-03-24T05:06:07Z", "revoked"}} {
+					m := v.Members[i]
+					if got := [3]string{m.JournalCASerial, m.JournalCANotAfter, m.JournalCAState}; got != want {
+						t.Errorf("%s: journal CA %v, want %v", m.JournalID, got, want)
+					}
+				}
+			},
+		},
+		{
 			name: "revoke by journal", args: []string{"journal", "revoke-ca", "j1", "--reason", "host stolen (INC-42)", "--yes"}, wantCode: ExitOK, noStderr: true, setup: seedJournalCAs,
 			wantStdout: []string{"journal CA 0a01 of journal j1 is revoked (host stolen (INC-42), by admin/alice); 1 intermediates it signed left the trust bundle with it. Journal j1 signs nothing until it has a new journal CA (docs/ceremony.md)\n"},
 			check: func(t *testing.T, leader, _ *fakeJournal, _ string) {
