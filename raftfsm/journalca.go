@@ -138,32 +138,12 @@ func (s *state) journalCARevoked(serial string) bool {
 	return ok && jc.GetRevokedAtUnixNano() != 0
 }
 
-// JournalCARevoked reports whether the journal CA with serial is recorded
-// and revoked.
-func (f *FSM) JournalCARevoked(serial string) bool {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.st.journalCARevoked(serial)
-}
-
 // JournalCA returns the journal CA with serial, whatever its state.
 func (f *FSM) JournalCA(serial string) (*pactv1.JournalCA, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	jc, ok := f.st.journalCAs[serial]
 	return jc, ok
-}
-
-// JournalCAState names a journal CA's state at now (Unix nanoseconds):
-// active, revoked, expired.
-func JournalCAState(jc *pactv1.JournalCA, nowUnixNano int64) string {
-	switch {
-	case jc.GetRevokedAtUnixNano() != 0:
-		return "revoked"
-	case jc.GetNotAfterUnix() < nowUnixNano/1e9:
-		return "expired"
-	}
-	return "active"
 }
 
 // JournalCAsAt returns the journal CAs live at now (Unix nanoseconds): not
