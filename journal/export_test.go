@@ -137,3 +137,7 @@ func (j *Journal) KillRaft() error {
 func (j *Journal) SetQuorumIDForTest(id string) {
 	j.raftHooks.ClaimQuorumID(id)
 }
+
+// RekeyUnpublished makes the journal a new intermediate without publishing
+// it, as a re-key the registry refused leaves it (journal CA tests).
+func (j *Journal) RekeyUnpublished() error { return j.ca.Rotate() }

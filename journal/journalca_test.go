@@ -15,6 +15,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -159,4 +160,41 @@ func TestRevokeJournalCA(t *testing.T) {
 	}
 	// and it goes on signing.
 	e.activate(t, "n1", "SN1", mac1)
+}
+
+// A journal whose journal CA is revoked refuses to sign: Enroll and
+// RenewCert are answered UNAVAILABLE (JOURNAL_CA_REVOKED), so the agent
+// goes to another journal, and pact_journal_ca_revoked says so. Today's
+// journal signs with a root-signed intermediate: here it stands for one
+// whose re-key under its journal CA the registry has not recorded (all of
+// its journal CAs revoked).
+func TestJournalCARevokedStopsSigning(t *testing.T) {
+	e := newEnv(t)
+	a := e.activate(t, "n1", "SN1", mac1)
+	e.register(t, "n2", "SN2", mac2)
+	id := e.cfg.NodeID
+	caSerial, _ := e.publishUnderJournalCA(t, id, 0x0a07, 0x0b07, e.fc.Now().Add(365*24*time.Hour))
+	if err := e.h.J.RekeyUnpublished(); err != nil {
+		t.Fatal(err)
+	}
+	reg := e.h.J.MetricsRegistry()
+	if got := must(t, reg, "pact_journal_ca_revoked"); got != 0 {
+		t.Fatalf("pact_journal_ca_revoked = %v with a live journal CA", got)
+	}
+	if _, err := e.admin.RevokeJournalCA(callCtx(t), &pactv1.RevokeJournalCARequest{Targets: []string{id}, Reason: "host stolen"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := must(t, reg, "pact_journal_ca_revoked"); got != 1 {
+		t.Errorf("pact_journal_ca_revoked = %v, want 1", got)
+	}
+	before := e.registry(t)
+	resp, err := e.enroll(t, journaltest.NewKey(t), "SN2", mac2)
+	pe := e.refusedUnwritten(t, before, resp, err, codes.Unavailable, apierr.JournalCARevoked)
+	if !strings.Contains(pe.Message, caSerial) || !strings.Contains(pe.Message, "another journal") || strings.Contains(pe.Message, "host stolen") {
+		t.Errorf("the refusal: %s", pe.Message)
+	}
+	_, err = e.renew(t, a)
+	e.refusedUnwritten(t, before, nil, err, codes.Unavailable, apierr.JournalCARevoked)
+	_, err = e.admin.IssueOperator(callCtx(t), &pactv1.IssueOperatorRequest{Name: "bob", Role: "viewer", CsrDer: operatorCSR()})
+	e.refusedUnwritten(t, before, nil, err, codes.Unavailable, apierr.JournalCARevoked)
 }
