@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pact-hpc/pact/internal/snapfile"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 	"github.com/pact-hpc/pact/raftfsm/raftfsmtest"
@@ -217,6 +218,9 @@ func TestJournalCASnapshot(t *testing.T) {
 	}
 	if got := caSerials(decoded.GetJournalCas()); !slices.Equal(got, []string{"ca-1", "ca-3"}) {
 		t.Fatalf("the snapshot holds journal CAs %v", got)
+	}
+	if c, err := snapfile.Count(data); err != nil || c.JournalCAs != 2 || c.Intermediates != 4 {
+		t.Errorf("snapfile.Count = %+v, %v; want 2 journal CAs, 4 intermediates", c, err)
 	}
 	format1, err := proto.MarshalOptions{Deterministic: true}.Marshal(decoded)
 	if err != nil {
