@@ -173,7 +173,8 @@ one without forgetting it, "pact node token" makes single-use join tokens
 for nodes registered with --require-token, and "pact audit" shows who
 changed what. "pact journal status|add|remove" show and change the quorum of
 journals itself, and "pact journal snapshot save|inspect" back it up;
-"pact journal intermediates|retire-intermediate" its signing certificates.
+"pact journal intermediates|retire-intermediate|revoke-ca" its signing
+certificates and journal CAs.
 "pact admin list|issue|renew|revoke" manage operator credentials.
 "pact ca init|sign-journal|issue-admin|show" is the offline ceremony that
 makes the domain root and each journal's CA (it needs no journal).

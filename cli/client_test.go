@@ -42,7 +42,7 @@ func TestRepeatableMethods(t *testing.T) {
 		"RegisterNode": true, "DecommissionNode": true, "UpdateNode": true, "AssignNode": true,
 		"UnassignNode": true, "MoveNode": true, "AddJournal": true, "RemoveJournal": true,
 		"CreateJoinToken": true, "RevokeJoinTokens": true, "FenceNode": true, "UnfenceNode": true,
-		"IssueOperator": true, "RevokeOperator": true, "RetireIntermediate": true,
+		"IssueOperator": true, "RevokeOperator": true, "RetireIntermediate": true, "RevokeJournalCA": true,
 	}
 	desc := pactv1.AdminService_ServiceDesc
 	var names []string

@@ -202,6 +202,8 @@ func sign(t *testing.T, tmpl, parent *x509.Certificate, key, parentKey *ecdsa.Pr
 //   - TestListPagesThroughALargeRegistry: 12,000 nodes listed page by page
 //     (registering them for real costs more than the rest of the package).
 //   - TestListStopsOnAPageTokenLoop: a page token that names itself.
+//   - TestJournalCACommands: journal CAs in the registry (today's journals
+//     publish only root-signed intermediates), listed and revoked.
 //   - TestListStateMarksWithAnOlderJournal: a journal from before the
 //     fenced and released filters, which ignores them.
 //   - TestJournalStatusTable, TestJournalStatusJSON,
@@ -253,6 +255,13 @@ type fakeJournal struct {
 	// snapshotErr ends the stream if set.
 	snapshot    [][]byte
 	snapshotErr error
+
+	// intermediates and journalCAs are what ListIntermediates lists and
+	// RevokeJournalCA revokes (at fakeNow), the last request of which is
+	// revokeCA.
+	intermediates []*pactv1.Intermediate
+	journalCAs    []*pactv1.JournalCA
+	revokeCA      *pactv1.RevokeJournalCARequest
 }
 
 // fakeQuorum is the Raft side of the fake journal.
@@ -491,6 +500,61 @@ func (f *fakeJournal) RemoveJournal(ctx context.Context, req *pactv1.RemoveJourn
 	f.quorum.members = slices.DeleteFunc(f.quorum.members, func(m *pactv1.JournalMember) bool { return m.GetJournalId() == req.GetJournalId() })
 	f.quorum.commit++
 	return &pactv1.RemoveJournalResponse{Members: f.cloneMembersLocked()}, nil
+}
+
+func (f *fakeJournal) ListIntermediates(ctx context.Context, _ *pactv1.ListIntermediatesRequest) (*pactv1.ListIntermediatesResponse, error) {
+	if err := f.record(ctx, "ListIntermediates"); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := &pactv1.ListIntermediatesResponse{ServerTimeUnixNano: fakeNow.UnixNano()}
+	for _, in := range f.intermediates {
+		out.Intermediates = append(out.Intermediates, proto.CloneOf(in))
+	}
+	for _, jc := range f.journalCAs {
+		out.JournalCas = append(out.JournalCas, proto.CloneOf(jc))
+	}
+	return out, nil
+}
+
+// RevokeJournalCA revokes, all or nothing, the journal CAs named by serial
+// or journal id, and their intermediates, as a journal does.
+func (f *fakeJournal) RevokeJournalCA(ctx context.Context, req *pactv1.RevokeJournalCARequest) (*pactv1.RevokeJournalCAResponse, error) {
+	if err := f.record(ctx, "RevokeJournalCA"); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.revokeCA = proto.CloneOf(req)
+	var named []*pactv1.JournalCA
+	for _, t := range req.GetTargets() {
+		n := len(named)
+		for _, jc := range f.journalCAs {
+			if jc.GetSerial() == t || jc.GetJournalId() == t {
+				named = append(named, jc)
+			}
+		}
+		if len(named) == n {
+			return nil, apierr.Status(apierr.NotFound, 0, "no journal CA "+t).Err()
+		}
+	}
+	out := &pactv1.RevokeJournalCAResponse{}
+	for _, jc := range named {
+		if jc.GetRevokedAtUnixNano() == 0 {
+			jc.RevokedAtUnixNano, jc.RevokedBy, jc.RevokeReason = fakeNow.UnixNano(), "admin/alice", req.GetReason()
+		}
+		out.Revoked = append(out.Revoked, proto.CloneOf(jc))
+		for _, in := range f.intermediates {
+			if in.GetIssuerSerial() == jc.GetSerial() {
+				if at := in.GetRevokeAtUnixNano(); at == 0 || at > fakeNow.UnixNano() {
+					in.RevokeAtUnixNano = fakeNow.UnixNano()
+				}
+				out.Intermediates = append(out.Intermediates, proto.CloneOf(in))
+			}
+		}
+	}
+	return out, nil
 }
 
 func (f *fakeJournal) SaveSnapshot(_ *pactv1.SaveSnapshotRequest, stream grpc.ServerStreamingServer[pactv1.SaveSnapshotResponse]) error {

@@ -27,6 +27,27 @@ type IntermediateView struct {
 	RevokeAt  string `json:"revoke_at"`
 	RetiredBy string `json:"retired_by"`
 	Reason    string `json:"reason"`
+	// IssuerSerial is the journal CA that signed it; empty when the domain
+	// root signed it (the layout before journal CAs).
+	IssuerSerial string `json:"issuer_serial"`
+}
+
+// JournalCAView is the stable JSON form of one journal CA in "pact journal
+// intermediates --journal-cas -o json" and of what revoke-ca revoked.
+type JournalCAView struct {
+	JournalID string `json:"journal_id"`
+	Serial    string `json:"serial"`
+	// State is active, revoked (out of the trust bundle with every
+	// intermediate it signed) or expired.
+	State      string `json:"state"`
+	NotAfter   string `json:"not_after"`
+	RecordedAt string `json:"recorded_at"`
+	RevokedAt  string `json:"revoked_at"`
+	RevokedBy  string `json:"revoked_by"`
+	Reason     string `json:"reason"`
+	// LiveIntermediates counts the intermediates it signed that are in
+	// the trust bundle (active or retiring, not expired).
+	LiveIntermediates int `json:"live_intermediates"`
 }
 
 // IntermediateViewOf converts a record; now decides retiring or revoked.
@@ -37,7 +58,8 @@ func IntermediateViewOf(in *pactv1.Intermediate, now time.Time) IntermediateView
 		RetiredAt: formatTime(unixTime(0, in.GetRetiredAtUnixNano())),
 		RevokeAt:  formatTime(unixTime(0, in.GetRevokeAtUnixNano())),
 		RetiredBy: in.GetRetiredBy(), Reason: in.GetRetireReason(),
-		State: "active",
+		IssuerSerial: in.GetIssuerSerial(),
+		State:        "active",
 	}
 	switch at := in.GetRevokeAtUnixNano(); {
 	case at == 0:
@@ -57,11 +79,60 @@ func intermediateViews(ins []*pactv1.Intermediate, now time.Time) []Intermediate
 	return out
 }
 
+// JournalCAViewOf converts a record; ins are the intermediates listed
+// with it, of which it counts the live ones it signed.
+func JournalCAViewOf(jc *pactv1.JournalCA, ins []*pactv1.Intermediate, now time.Time) JournalCAView {
+	v := JournalCAView{
+		JournalID: jc.GetJournalId(), Serial: jc.GetSerial(),
+		NotAfter:   formatTime(unixTime(jc.GetNotAfterUnix(), 0)),
+		RecordedAt: formatTime(unixTime(0, jc.GetRecordedAtUnixNano())),
+		RevokedAt:  formatTime(unixTime(0, jc.GetRevokedAtUnixNano())),
+		RevokedBy:  jc.GetRevokedBy(), Reason: jc.GetRevokeReason(),
+		State: "active",
+	}
+	switch {
+	case jc.GetRevokedAtUnixNano() != 0:
+		v.State = "revoked"
+	case jc.GetNotAfterUnix() < now.Unix():
+		v.State = "expired"
+	}
+	for _, in := range ins {
+		if in.GetIssuerSerial() != jc.GetSerial() || in.GetNotAfterUnix() < now.Unix() {
+			continue
+		}
+		if st := IntermediateViewOf(in, now).State; st == "active" || st == "retiring" {
+			v.LiveIntermediates++
+		}
+	}
+	return v
+}
+
+func journalCAViews(cas []*pactv1.JournalCA, ins []*pactv1.Intermediate, now time.Time) []JournalCAView {
+	out := make([]JournalCAView, 0, len(cas))
+	for _, jc := range cas {
+		out = append(out, JournalCAViewOf(jc, ins, now))
+	}
+	return out
+}
+
 func writeIntermediateTable(w io.Writer, vs []IntermediateView) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOURNAL\tSERIAL\tSTATE\tEXPIRES\tREVOKE AT\tREASON")
+	fmt.Fprintln(tw, "JOURNAL\tSERIAL\tSTATE\tEXPIRES\tISSUER\tREVOKE AT\tREASON")
 	for _, v := range vs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", v.JournalID, v.Serial, v.State, v.NotAfter, orNone(v.RevokeAt), orNone(v.Reason))
+		issuer := v.IssuerSerial
+		if issuer == "" {
+			issuer = "root"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.JournalID, v.Serial, v.State, v.NotAfter, issuer, orNone(v.RevokeAt), orNone(v.Reason))
+	}
+	return tw.Flush()
+}
+
+func writeJournalCATable(w io.Writer, vs []JournalCAView) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOURNAL\tJOURNAL CA\tSTATE\tEXPIRES\tLIVE INTERMEDIATES\tREVOKED AT\tREASON")
+	for _, v := range vs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", v.JournalID, v.Serial, v.State, v.NotAfter, v.LiveIntermediates, orNone(v.RevokedAt), orNone(v.Reason))
 	}
 	return tw.Flush()
 }
@@ -74,16 +145,30 @@ func orNone(s string) string {
 }
 
 func (a *app) journalIntermediatesCommand() *cobra.Command {
-	return &cobra.Command{
+	var cas bool
+	cmd := &cobra.Command{
 		Use:   "intermediates",
-		Short: "List the journals' intermediate CA certificates and their state",
+		Short: "List the journals' intermediate CA certificates and journal CAs, and their state",
 		Long: `List every intermediate CA certificate the journals have published into Raft:
 each journal makes a fresh one at start and at half its life. STATE is
 active, retiring (an operator retired it: agents holding its certificates
 are told to renew; it is revoked at REVOKE AT) or revoked (out of the trust
-bundle; its certificates are refused everywhere). Any operator role may list.`,
+bundle; its certificates are refused everywhere). ISSUER is the journal CA
+that signed it, or root for one the domain root signed (a journal not yet
+moved to a journal CA).
+
+Then the journal CAs: each journal host's CA certificate, made in the
+ceremony (docs/ceremony.md) and recorded when its journal first publishes an
+intermediate under it. STATE is active, revoked (pact journal revoke-ca: out
+of the trust bundle with every intermediate it signed) or expired; LIVE
+INTERMEDIATES counts those it signed that are in the trust bundle.
+
+-o json prints the intermediates as an array; with --journal-cas, the
+journal CAs instead (--journal-cas alone prints only their table). Any
+operator role may list.`,
 		Example: `  pact journal intermediates
-  pact journal intermediates -o json | jq -r '.[] | select(.state=="active") | .serial'`,
+  pact journal intermediates -o json | jq -r '.[] | select(.state=="active") | .serial'
+  pact journal intermediates --journal-cas -o json | jq -r '.[] | select(.state=="active") | "\(.journal_id) \(.not_after)"'`,
 		Args: cobra.ArbitraryArgs,
 		RunE: a.action(func(cmd *cobra.Command, args []string) error {
 			var problems []error
@@ -101,12 +186,106 @@ bundle; its certificates are refused everywhere). Any operator role may list.`,
 			}
 			now := time.Unix(0, resp.GetServerTimeUnixNano())
 			vs := intermediateViews(resp.GetIntermediates(), now)
-			if s.cfg.Output == outputJSON {
+			cv := journalCAViews(resp.GetJournalCas(), resp.GetIntermediates(), now)
+			switch {
+			case s.cfg.Output == outputJSON && cas:
+				return writeJSON(a.env.Stdout, cv)
+			case s.cfg.Output == outputJSON:
 				return writeJSON(a.env.Stdout, vs)
+			case cas:
+				return writeJournalCATable(a.env.Stdout, cv)
 			}
-			return writeIntermediateTable(a.env.Stdout, vs)
+			if err := writeIntermediateTable(a.env.Stdout, vs); err != nil {
+				return err
+			}
+			if len(cv) == 0 {
+				return nil
+			}
+			fmt.Fprintln(a.env.Stdout)
+			return writeJournalCATable(a.env.Stdout, cv)
 		}),
 	}
+	cmd.Flags().BoolVar(&cas, "journal-cas", false, "list the journal CAs only (with -o json: the journal CAs instead of the intermediates)")
+	return cmd
+}
+
+// RevokedJournalCAs is the JSON form of what pact journal revoke-ca did.
+type RevokedJournalCAs struct {
+	Revoked []JournalCAView `json:"revoked"`
+	// Intermediates are the intermediates they had signed, revoked with
+	// them.
+	Intermediates []IntermediateView `json:"intermediates"`
+}
+
+func (a *app) journalRevokeCACommand() *cobra.Command {
+	var yes bool
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "revoke-ca SERIAL|JOURNAL... --reason TEXT --yes",
+		Short: "Revoke journal CAs at once, with every intermediate they signed (platform-admin)",
+		Long: `Revoke journal CAs, named by serial or by journal id (every journal CA the
+registry holds for that journal). At once and on every journal, they and
+every intermediate they signed leave the trust bundle, and every certificate
+below them (agents, journal servers, operators issued online) is refused:
+there is no grace. Agents whose certificate came from them must enroll
+again, from another journal.
+
+The journal whose journal CA is revoked signs nothing until it has a new one
+from the ceremony (docs/ceremony.md); it logs so at ERROR and answers
+JOURNAL_CA_REVOKED, and agents go to the other journals. Revoke when a
+journal host or its journal CA key is compromised; a journal leaving the
+quorum for good can be removed (pact journal remove) and its journal CA
+revoked too.
+
+--reason is required (the audit trail), and --yes confirms: pact journal
+intermediates shows the journal CAs and how many live intermediates each
+one signed. Revoking an already revoked journal CA changes nothing.`,
+		Example: `  pact journal intermediates --journal-cas
+  pact journal revoke-ca j3 --reason "host j3 stolen (INC-42)" --yes
+  pact journal revoke-ca 3f2a9c... --reason "key file copied" --yes -o json`,
+		Args: cobra.ArbitraryArgs,
+		RunE: a.action(func(cmd *cobra.Command, args []string) error {
+			var problems []error
+			if len(args) == 0 {
+				problems = append(problems, errors.New("name at least one journal CA serial or journal id (pact journal intermediates --journal-cas lists them)"))
+			}
+			if reason == "" {
+				problems = append(problems, errors.New("--reason is required: say why, for the audit trail"))
+			}
+			if !yes {
+				problems = append(problems, errors.New("nothing revoked: a revoked journal CA takes every certificate below it out of the trust bundle at once, on every journal, and its journal stops signing until the ceremony gives it a new one; check what you name with pact journal intermediates --journal-cas, then re-run with --yes"))
+			}
+			s, err := a.connect(cmd, problems)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			resp, err := s.client.RevokeJournalCA(cmd.Context(), &pactv1.RevokeJournalCARequest{Targets: args, Reason: reason})
+			if err != nil {
+				return s.explain(action{verb: "revoke journal CAs", write: true, help: cmd.CommandPath(),
+					notFound: "no journal CA or journal by that name in the registry; list them with: pact journal intermediates --journal-cas"}, err)
+			}
+			now := a.env.Now()
+			out := RevokedJournalCAs{Revoked: journalCAViews(resp.GetRevoked(), resp.GetIntermediates(), now), Intermediates: intermediateViews(resp.GetIntermediates(), now)}
+			if s.cfg.Output == outputJSON {
+				return writeJSON(a.env.Stdout, out)
+			}
+			for _, v := range out.Revoked {
+				n := 0
+				for _, in := range out.Intermediates {
+					if in.IssuerSerial == v.Serial {
+						n++
+					}
+				}
+				fmt.Fprintf(a.env.Stdout, "journal CA %s of journal %s is revoked (%s, by %s); %d intermediates it signed left the trust bundle with it. Journal %s signs nothing until it has a new journal CA (docs/ceremony.md)\n",
+					v.Serial, v.JournalID, v.Reason, v.RevokedBy, n, v.JournalID)
+			}
+			return nil
+		}),
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit trail (required)")
+	cmd.Flags().BoolVar(&yes, "yes", false, "confirm the revocation")
+	return cmd
 }
 
 func (a *app) journalRetireCommand() *cobra.Command {

@@ -77,6 +77,13 @@ type JournalMemberView struct {
 	NonvoterSince string `json:"nonvoter_since"`
 	// QuorumID is the quorum the member says it belongs to.
 	QuorumID string `json:"quorum_id"`
+	// The member's journal CA as the registry records it (pact journal
+	// intermediates): the one that signed its current intermediate, else
+	// its last-expiring one. Empty for a journal whose intermediate the
+	// domain root signs. JournalCAState is active, revoked or expired.
+	JournalCASerial   string `json:"journal_ca_serial"`
+	JournalCANotAfter string `json:"journal_ca_not_after"`
+	JournalCAState    string `json:"journal_ca_state"`
 
 	lastContact   time.Time // for the relative LAST CONTACT column
 	nonvoterSince time.Time
@@ -203,7 +210,7 @@ platform-admin credential.`,
 	}
 	a.group(cmd)
 	cmd.AddCommand(a.journalStatusCommand(), a.journalAddCommand(), a.journalRemoveCommand(), a.journalSnapshotCommand(),
-		a.journalIntermediatesCommand(), a.journalRetireCommand())
+		a.journalIntermediatesCommand(), a.journalRetireCommand(), a.journalRevokeCACommand())
 	return cmd
 }
 
@@ -223,7 +230,10 @@ whether it counts towards the majority. APPLIED is the Raft index up to
 which its registry is current; a follower a little behind the commit index
 is normal. LAST CONTACT is when it last heard from the leader. INTERMEDIATE
 and EXPIRES are its current intermediate CA certificate (serial shortened;
--o json has it in full), which it renews at half its life.
+-o json has it in full), which it renews at half its life. JOURNAL CA
+EXPIRES, shown once a journal has a journal CA (docs/ceremony.md), is when
+the one the registry records for it expires, or revoked (pact journal
+revoke-ca: it signs nothing until it has a new one).
 
 LAG is how many log entries a member's registry is behind the answering
 journal's commit index; VERSION is its pact-journal version (all equal
@@ -272,6 +282,11 @@ func (a *app) journalStatus(cmd *cobra.Command, args []string, chk quorumCheck) 
 		return a.explainJournal(cmd.Context(), s, journalAction{verb: "read the journal quorum's status", help: cmd.CommandPath()}, err)
 	}
 	v := QuorumViewOf(resp)
+	// The members' journal CAs, from the registry: best effort, the
+	// quorum's state is the answer.
+	if list, err := s.client.ListIntermediates(cmd.Context(), &pactv1.ListIntermediatesRequest{}); err == nil {
+		addJournalCAs(v.Members, list)
+	}
 	if s.cfg.Output == outputJSON {
 		if err := writeJSON(a.env.Stdout, v); err != nil {
 			return err
@@ -288,6 +303,51 @@ func (a *app) journalStatus(cmd *cobra.Command, args []string, chk quorumCheck) 
 	}
 	a.warnQuorum(v)
 	return chk.verdict(v, a.env.Now())
+}
+
+// addJournalCAs fills each member's journal CA from a listing of the
+// registry's intermediates and journal CAs.
+func addJournalCAs(ms []JournalMemberView, list *pactv1.ListIntermediatesResponse) {
+	now := time.Unix(0, list.GetServerTimeUnixNano())
+	issuer := map[string]string{}
+	for _, in := range list.GetIntermediates() {
+		issuer[in.GetSerial()] = in.GetIssuerSerial()
+	}
+	for i := range ms {
+		m := &ms[i]
+		var pick *pactv1.JournalCA
+		for _, jc := range list.GetJournalCas() {
+			if jc.GetJournalId() != m.JournalID {
+				continue
+			}
+			if jc.GetSerial() == issuer[m.IntermediateSerial] {
+				pick = jc
+				break
+			}
+			// Else the live one that expires last, or the one revoked last.
+			if pick == nil || better(jc, pick) {
+				pick = jc
+			}
+		}
+		if pick == nil {
+			continue
+		}
+		v := JournalCAViewOf(pick, nil, now)
+		m.JournalCASerial, m.JournalCANotAfter, m.JournalCAState = v.Serial, v.NotAfter, v.State
+	}
+}
+
+// better reports whether journal CA a describes its journal better than
+// b: live over revoked, then the later expiry or revocation.
+func better(a, b *pactv1.JournalCA) bool {
+	ar, br := a.GetRevokedAtUnixNano() != 0, b.GetRevokedAtUnixNano() != 0
+	switch {
+	case ar != br:
+		return br
+	case ar:
+		return a.GetRevokedAtUnixNano() > b.GetRevokedAtUnixNano()
+	}
+	return a.GetNotAfterUnix() > b.GetNotAfterUnix()
 }
 
 // quorumHeadline is "leader j1, term 3, commit index 120 (served by j2)".
@@ -345,7 +405,11 @@ func (a *app) warnQuorum(v QuorumView) {
 func writeJournalTable(w io.Writer, ms []JournalMemberView, now time.Time) error {
 	withErr := slices.ContainsFunc(ms, func(m JournalMemberView) bool { return m.Error != "" || !m.Reachable || m.Halted != "" })
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	withCA := slices.ContainsFunc(ms, func(m JournalMemberView) bool { return m.JournalCASerial != "" })
 	header := "ID\tSTATE\tVOTER\tRAFT ADDR\tGRPC ADDR\tAPPLIED\tLAG\tLAST CONTACT\tINTERMEDIATE\tEXPIRES\tVERSION"
+	if withCA {
+		header += "\tJOURNAL CA EXPIRES"
+	}
 	if withErr {
 		header += "\tERROR"
 	}
@@ -378,6 +442,13 @@ func writeJournalTable(w io.Writer, ms []JournalMemberView, now time.Time) error
 			cell(m.IntermediateNotAfter),
 			cell(shortVersion(m.Version)),
 		)
+		if withCA {
+			ca := m.JournalCANotAfter
+			if m.JournalCAState != "" && m.JournalCAState != "active" {
+				ca = m.JournalCAState
+			}
+			row += "\t" + cell(ca)
+		}
 		if withErr {
 			msg := m.Error
 			if m.Halted != "" {

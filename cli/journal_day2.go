@@ -102,6 +102,7 @@ type SnapshotView struct {
 	NodesByState  map[string]int `json:"nodes_by_state"`
 	Revoked       int            `json:"revoked_serials"`
 	Intermediates int            `json:"intermediates"`
+	JournalCAs    int            `json:"journal_cas"`
 	Audit         int            `json:"audit_entries"`
 	// Journals are the quorum's members when the snapshot was taken (for
 	// a file from before pact recorded them: every journal whose
@@ -279,7 +280,7 @@ func inspectFile(path string) (SnapshotView, error) {
 		File: path, Bytes: fi.Size(), FormatVersion: h.GetFormatVersion(), Domain: h.GetDomain(), RootSHA256: rootFingerprint(h.GetRootSha256()),
 		Index: h.GetIndex(), Term: h.GetTerm(), TakenAt: formatTime(unixTime(0, h.GetTakenAtUnixNano())),
 		TakenBy: h.GetTakenBy(), Version: h.GetVersion(), SHA256: fmt.Sprintf("%x", h.GetSha256()),
-		Nodes: nodes, NodesByState: byState, Revoked: c.Revoked, Intermediates: c.Intermediates, Audit: c.Audit,
+		Nodes: nodes, NodesByState: byState, Revoked: c.Revoked, Intermediates: c.Intermediates, JournalCAs: c.JournalCAs, Audit: c.Audit,
 		Journals: journals, RemovedJournals: removed, MembersUnknown: unknown, QuorumID: h.GetQuorumId(),
 	}, nil
 }
@@ -348,6 +349,7 @@ func printSnapshot(w io.Writer, v SnapshotView) error {
 	row("nodes:", fmt.Sprintf("%d (%s)", v.Nodes, strings.Join(states, ", ")))
 	row("revoked serials:", fmt.Sprint(v.Revoked))
 	row("intermediates:", fmt.Sprint(v.Intermediates))
+	row("journal CAs:", fmt.Sprint(v.JournalCAs))
 	row("audit entries:", fmt.Sprint(v.Audit))
 	switch {
 	case v.MembersUnknown:

@@ -490,6 +490,7 @@ func rpcRequests() map[protoreflect.Name]proto.Message {
 		"IssueOperator":      &pactv1.IssueOperatorRequest{Name: "mallory", Role: "platform-admin", CsrDer: operatorCSR()},
 		"RevokeOperator":     &pactv1.RevokeOperatorRequest{NameOrSerial: "admin"},
 		"RetireIntermediate": &pactv1.RetireIntermediateRequest{Targets: []string{"j1"}, Now: true},
+		"RevokeJournalCA":    &pactv1.RevokeJournalCARequest{Targets: []string{"j1"}, Reason: "test"},
 		"RemoveJournal":      &pactv1.RemoveJournalRequest{JournalId: "j1"},
 		"CreateJoinToken":    &pactv1.CreateJoinTokenRequest{NodeId: "n1"},
 		"RevokeJoinTokens":   &pactv1.RevokeJoinTokensRequest{NodeId: "n1"},

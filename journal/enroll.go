@@ -180,6 +180,9 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 			return nil, "refused", err
 		}
 	}
+	if err := j.checkSigning(); err != nil {
+		return nil, "error", err
+	}
 	if err := j.awaitLiveIntermediate(ctx); err != nil {
 		return nil, "error", err
 	}
@@ -675,6 +678,9 @@ func (j *Journal) signForNode(ctx context.Context, nodeID string, csrDER []byte)
 		return nil, err
 	}
 	if err := j.checkAdmission(ctx, nodeID, fingerprint(csr.SPKI)); err != nil {
+		return nil, err
+	}
+	if err := j.checkSigning(); err != nil {
 		return nil, err
 	}
 	if err := j.awaitLiveIntermediate(ctx); err != nil {

@@ -138,6 +138,8 @@ func (j *Journal) onApply(ev raftfsm.Event) {
 			// This journal's own intermediate is being retired: re-key now.
 			wake(j.rotateNow)
 		}
+		// Its journal CA revoked: it stops signing, and says why.
+		j.noteJournalCA()
 	}
 	j.hub.notify(ev)
 	if j.audit != nil && len(ev.Audit) > 0 {

@@ -171,20 +171,22 @@ type credentialCollector struct{ j *Journal }
 
 var (
 	rootExpiryDesc         = prometheus.NewDesc("pact_journal_root_expiry_seconds", "Seconds until the domain root certificate expires.", nil, nil)
-	journalCAExpiryDesc    = prometheus.NewDesc("pact_journal_ca_expiry_timestamp_seconds", "When this journal's journal CA certificate expires (Unix time), by journal id; absent in the legacy layout (the root signs the intermediates). Renew it before (docs/ceremony.md): the journal takes the new one at its next re-key.", []string{"journal"}, nil)
 	intermediateLifeDesc   = prometheus.NewDesc("pact_journal_intermediate_lifetime_seconds", "The validity period of this journal's current intermediate (it re-keys at half of it).", nil, nil)
 	quorumIntermediateDesc = prometheus.NewDesc("pact_journal_quorum_intermediate_expiry_seconds", "Seconds until the newest live intermediate each member of the Raft configuration published expires, by journal_id (a member that stopped re-keying shows here on every journal).", []string{"journal_id"}, nil)
 	intermediatesDesc      = prometheus.NewDesc("pact_journal_intermediates", "Intermediates recorded in Raft, by state: active, retiring (holders told to renew), revoked, expired.", []string{"state"}, nil)
 	operatorExpiryDesc     = prometheus.NewDesc("pact_journal_operator_credential_expiry_seconds", "Seconds until the last-expiring valid (recorded, unrevoked, unexpired) credential of each operator expires, by operator name.", []string{"operator"}, nil)
+	journalCAExpiryDesc    = prometheus.NewDesc("pact_journal_ca_expiry_timestamp_seconds", "When (Unix seconds) the last-expiring live (unrevoked, unexpired) journal CA the registry holds for each journal expires, by journal_id.", []string{"journal_id"}, nil)
+	journalCARevokedDesc   = prometheus.NewDesc("pact_journal_ca_revoked", "1 while this journal's own journal CA is revoked: it signs nothing until it has a new one (docs/ceremony.md).", nil, nil)
 )
 
 func (c *credentialCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- rootExpiryDesc
-	ch <- journalCAExpiryDesc
 	ch <- intermediateLifeDesc
 	ch <- quorumIntermediateDesc
 	ch <- intermediatesDesc
 	ch <- operatorExpiryDesc
+	ch <- journalCAExpiryDesc
+	ch <- journalCARevokedDesc
 }
 
 func (c *credentialCollector) Collect(ch chan<- prometheus.Metric) {
@@ -194,9 +196,6 @@ func (c *credentialCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	gauge(rootExpiryDesc, j.ca.Root().NotAfter.Sub(now).Seconds())
-	if jc := j.ca.JournalCA(); jc != nil {
-		gauge(journalCAExpiryDesc, float64(jc.NotAfter.Unix()), j.cfg.NodeID)
-	}
 	inter := j.ca.Intermediate()
 	gauge(intermediateLifeDesc, inter.NotAfter.Sub(inter.NotBefore).Seconds())
 
@@ -242,6 +241,17 @@ func (c *credentialCollector) Collect(ch chan<- prometheus.Metric) {
 	for name, notAfter := range latest {
 		gauge(operatorExpiryDesc, time.Unix(notAfter, 0).Sub(now).Seconds(), name)
 	}
+
+	// One series per journal: after a renewal ceremony the old and the new
+	// journal CA are both live until the old one expires.
+	lastCA := map[string]int64{}
+	for _, jc := range j.fsm.JournalCAsAt(now.UnixNano()) {
+		lastCA[jc.GetJournalId()] = max(lastCA[jc.GetJournalId()], jc.GetNotAfterUnix())
+	}
+	for id, notAfter := range lastCA {
+		gauge(journalCAExpiryDesc, float64(notAfter), id)
+	}
+	gauge(journalCARevokedDesc, b2f(j.revokedJournalCA() != nil))
 }
 
 // Node certificate expiry, aggregated over the Active nodes by

@@ -283,7 +283,7 @@ func TestQuorumCredentialAndLimitMetrics(t *testing.T) {
 	}
 	root := roots[0]
 	near("root expiry", must(t, reg, "pact_journal_root_expiry_seconds"), root.NotAfter.Sub(now))
-	if jc := e.h.J.JournalCA(); jc == nil || must(t, reg, "pact_journal_ca_expiry_timestamp_seconds", "journal", e.cfg.NodeID) != float64(jc.NotAfter.Unix()) {
+	if jc := e.h.J.JournalCA(); jc == nil || must(t, reg, "pact_journal_ca_expiry_timestamp_seconds", "journal_id", e.cfg.NodeID) != float64(jc.NotAfter.Unix()) {
 		t.Errorf("pact_journal_ca_expiry_timestamp_seconds is not the journal CA's end")
 	}
 	near("intermediate lifetime", must(t, reg, "pact_journal_intermediate_lifetime_seconds"), 9*24*time.Hour+time.Minute)

@@ -49,6 +49,9 @@ func (s *adminServer) IssueOperator(ctx context.Context, req *pactv1.IssueOperat
 	if err != nil {
 		return nil, err
 	}
+	if err := j.checkSigning(); err != nil {
+		return nil, err
+	}
 	asked := j.cfg.Clock.Now().Add(lifetime)
 	cert, err := j.ca.SignOperator(csr, name, role, lifetime)
 	if err != nil {
@@ -237,7 +240,7 @@ func intermediateView(in *pactv1.Intermediate) *pactv1.Intermediate {
 	return &pactv1.Intermediate{
 		JournalId: in.GetJournalId(), Serial: in.GetSerial(), NotAfterUnix: in.GetNotAfterUnix(),
 		RetiredAtUnixNano: in.GetRetiredAtUnixNano(), RevokeAtUnixNano: in.GetRevokeAtUnixNano(),
-		RetiredBy: in.GetRetiredBy(), RetireReason: in.GetRetireReason(),
+		RetiredBy: in.GetRetiredBy(), RetireReason: in.GetRetireReason(), IssuerSerial: in.GetIssuerSerial(),
 	}
 }
 
@@ -246,6 +249,9 @@ func (s *adminServer) ListIntermediates(context.Context, *pactv1.ListIntermediat
 	out := &pactv1.ListIntermediatesResponse{ServerTimeUnixNano: s.j.cfg.Clock.Now().UnixNano()}
 	for _, in := range all {
 		out.Intermediates = append(out.Intermediates, intermediateView(in))
+	}
+	for _, jc := range s.j.fsm.AllJournalCAs() {
+		out.JournalCas = append(out.JournalCas, journalCAView(jc))
 	}
 	return out, nil
 }

@@ -39,6 +39,8 @@ var reasons = []struct {
 	{raftfsm.ErrNodeRevoked, apierr.NodeRevoked},
 	{raftfsm.ErrAlreadyActive, apierr.AlreadyActive},
 	{raftfsm.ErrStaleCertificate, apierr.StaleCertificate},
+	// A kind of ErrInvalidCommand: named first.
+	{raftfsm.ErrJournalCARevoked, apierr.JournalCARevoked},
 	{raftfsm.ErrInvalidCommand, apierr.InvalidArgument},
 	{raftfsm.ErrVClusterChanged, apierr.VClusterChanged},
 	{raftfsm.ErrNodeFenced, apierr.NodeFenced},
@@ -84,6 +86,7 @@ var reasons = []struct {
 	{ErrTPMChallengeExpired, apierr.TPMChallengeExpired},
 	{ErrTPMChallengeUnknown, apierr.TPMChallengeUnknown},
 	{errHalted, apierr.JournalHalted},
+	{ErrJournalCARevoked, apierr.JournalCARevoked},
 }
 
 // toStatus converts a handler error to a gRPC status error. Errors that are

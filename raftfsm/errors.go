@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Rule errors: the typed results of commands that broke a registry rule.
@@ -30,6 +31,13 @@ var (
 	ErrKeyInUse        = errors.New("raftfsm: public key bound to another node")
 	ErrOperatorRevoked = errors.New("raftfsm: operator credential revoked")
 	ErrNotFound        = errors.New("raftfsm: not found")
+	// ErrJournalCARevoked: a journal published an intermediate under a
+	// journal CA an operator revoked; it needs a new journal CA from the
+	// ceremony (docs/ceremony.md). It is a kind of ErrInvalidCommand, and
+	// travels as its code (INVALID_ARGUMENT) until ApplyError has a value
+	// of its own: a result forwarded from the leader matches
+	// ErrInvalidCommand only.
+	ErrJournalCARevoked = fmt.Errorf("%w: journal CA revoked", ErrInvalidCommand)
 )
 
 // errorCodes ties each rule error to its wire form so a replica's result can
@@ -64,13 +72,24 @@ func ErrorCode(err error) string {
 	return ""
 }
 
+// refinements are rule errors that travel as the code of the sentinel they
+// wrap (no ApplyError value of their own yet); ErrorFromCode recognises
+// them by the start of the message, which is their own text.
+var refinements = []error{ErrJournalCARevoked}
+
 // ErrorFromCode rebuilds a rule error carried across the wire by its code,
 // so errors.Is works on a forwarded result. Unknown codes return nil.
 func ErrorFromCode(code, msg string) error {
 	for _, e := range errorCodes {
-		if e.code == code {
-			return fmt.Errorf("%w: %s", e.err, msg)
+		if e.code != code {
+			continue
 		}
+		for _, r := range refinements {
+			if rest, ok := strings.CutPrefix(msg, r.Error()+": "); ok && errors.Is(r, e.err) {
+				return fmt.Errorf("%w: %s", r, rest)
+			}
+		}
+		return fmt.Errorf("%w: %s", e.err, msg)
 	}
 	return nil
 }

@@ -87,6 +87,8 @@ func DecodeSnapshot(state []byte) (*pactv1.Snapshot, error) {
 			s.RevokedOperatorNames = append(s.RevokedOperatorNames, r.RevokedOperatorName)
 		case *pactv1.SnapshotRecord_Quorum:
 			s.Quorum = r.Quorum
+		case *pactv1.SnapshotRecord_JournalCa:
+			s.JournalCas = append(s.JournalCas, r.JournalCa)
 		}
 		return nil
 	})

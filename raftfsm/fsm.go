@@ -334,6 +334,8 @@ func (f *FSM) applyOne(cmd *pactv1.Command, index uint64) (*Result, Event) {
 		res = a.revokeOperator(op.RevokeOperator)
 	case *pactv1.Command_RetireIntermediate:
 		res = a.retireIntermediate(op.RetireIntermediate)
+	case *pactv1.Command_RevokeJournalCa:
+		res = a.revokeJournalCA(op.RevokeJournalCa)
 	case *pactv1.Command_Release:
 		res = a.release(op.Release)
 	case *pactv1.Command_UpdateNode:
@@ -812,6 +814,11 @@ func (a *applier) publishIntermediate(op *pactv1.PublishIntermediateOp) *Result 
 	if in.GetSerial() == "" || len(in.GetDer()) == 0 || in.GetJournalId() == "" {
 		return fail(fmt.Errorf("%w: intermediate without serial, certificate or journal", ErrInvalidCommand))
 	}
+	if old, ok := a.s.intermediates[in.GetSerial()]; ok && (old.GetIssuerSerial() != in.GetIssuerSerial() || old.GetJournalId() != in.GetJournalId()) {
+		// A retry publishes the same intermediate: its issuer and journal
+		// are its own for good.
+		return fail(fmt.Errorf("%w: intermediate %s is recorded with another issuer or journal", ErrInvalidCommand, in.GetSerial()))
+	}
 	if err := a.recordJournalCA(in, op.GetJournalCa()); err != nil {
 		return fail(err)
 	}
@@ -846,11 +853,7 @@ func (s *state) prune(nowUnix int64) {
 			delete(s.revoked, k)
 		}
 	}
-	for k, jc := range s.journalCAs {
-		if jc.GetNotAfterUnix() < nowUnix {
-			delete(s.journalCAs, k)
-		}
-	}
+	s.pruneJournalCAs(nowUnix)
 }
 
 // Snapshot captures the state. Because records are copy-on-write, copying
@@ -875,6 +878,10 @@ func (f *FSM) snapshotLocked() *fsmSnapshot {
 		Journals:      make([]*pactv1.JournalInfo, 0, len(f.st.journals)),
 		JoinTokens:    make([]*pactv1.JoinToken, 0, len(f.st.joinTokens)),
 		Quorum:        f.st.quorum,
+		JournalCas:    make([]*pactv1.JournalCA, 0, len(f.st.journalCAs)),
+	}
+	for _, jc := range f.st.journalCAs {
+		snap.JournalCas = append(snap.JournalCas, jc)
 	}
 	for _, t := range f.st.joinTokens {
 		snap.JoinTokens = append(snap.JoinTokens, t)
@@ -929,6 +936,7 @@ func sortSnapshot(s *pactv1.Snapshot) {
 	sort.Slice(s.RevokedOperatorNames, func(i, j int) bool {
 		return s.RevokedOperatorNames[i].GetName() < s.RevokedOperatorNames[j].GetName()
 	})
+	sort.Slice(s.JournalCas, func(i, j int) bool { return s.JournalCas[i].GetSerial() < s.JournalCas[j].GetSerial() })
 }
 
 // Restore replaces the state with a snapshot, in either format

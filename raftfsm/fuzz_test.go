@@ -327,6 +327,12 @@ func FuzzApply(f *testing.F) {
 		admin.RevokeOperator("", "a1"),
 		journal.RetireIntermediate((t0+600)*1e9, "i-1"),
 		journal.RetireIntermediate(0, "i-1", "i-9"),
+		journal.PublishIntermediateUnder(raftfsmtest.Intermediate("journal-2", "i-2", t0+day), raftfsmtest.JournalCA("journal-2", "ca-2", t0+365*day), "ca-2"),
+		admin.RevokeJournalCA("lost", "ca-2"),
+		journal.Batch(
+			journal.PublishIntermediateUnder(raftfsmtest.Intermediate("journal-2", "i-2", t0+day), raftfsmtest.JournalCA("journal-2", "ca-2", t0+365*day), "ca-2"),
+			admin.RevokeJournalCA("lost", "ca-2"),
+			journal.PublishIntermediateUnder(raftfsmtest.Intermediate("journal-2", "i-3", t0+day), nil, "ca-2")),
 		journal.Release("node-2", "02"),
 		journal.Batch(journal.Release("node-2", "02"), journal.Fence("node-2", "INC-1")),
 		journal.Batch(journal.Release("node-2", "02"), journal.MarkInactive((t0+day)*1e9, "node-2"), journal.LivenessDigest("journal-1", "node-2")),

@@ -58,6 +58,8 @@ func (b *stateBuilder) Add(rec *pactv1.SnapshotRecord) {
 		st.revokedNames[r.RevokedOperatorName.GetName()] = r.RevokedOperatorName
 	case *pactv1.SnapshotRecord_Quorum:
 		st.quorum = r.Quorum
+	case *pactv1.SnapshotRecord_JournalCa:
+		st.journalCAs[r.JournalCa.GetSerial()] = r.JournalCa
 	default:
 		// snapfile's rules know a kind of record this switch does not:
 		// restoring without it would diverge from the journals that have it.

@@ -168,6 +168,19 @@ func TestStateRules(t *testing.T) {
 	const gives = "raftfsm: snapshot gives "
 	const badToken = "raftfsm: snapshot has a malformed or repeated join token for node "
 	quorum := &pactv1.QuorumIdentity{QuorumId: "q-1"}
+	jca := func(journalID, serial string, mod func(*pactv1.JournalCA)) *pactv1.JournalCA {
+		jc := raftfsmtest.JournalCA(journalID, serial, t0+365*day)
+		if mod != nil {
+			mod(jc)
+		}
+		return jc
+	}
+	under := func(journalID, serial, issuer string) *pactv1.Intermediate {
+		in := raftfsmtest.Intermediate(journalID, serial, t0+day)
+		in.IssuerSerial = issuer
+		return in
+	}
+	const noCA = "raftfsm: snapshot has a journal CA without a serial, certificate or journal"
 	tests := []struct {
 		name  string
 		state *pactv1.Snapshot
@@ -222,6 +235,27 @@ func TestStateRules(t *testing.T) {
 		{"a short join token", &pactv1.Snapshot{JoinTokens: []*pactv1.JoinToken{token("node-1", "ab")}}, badToken + "node-1"},
 		{"an operator without a serial", &pactv1.Snapshot{Operators: []*pactv1.Operator{{Name: "alice"}}},
 			"raftfsm: snapshot has an operator credential without a serial"},
+		{"journal CAs, one revoked, and their intermediates", &pactv1.Snapshot{
+			Intermediates: []*pactv1.Intermediate{under("j1", "i-1", "ca-1"), under("j2", "i-2", "ca-2"), under("j2", "i-3", ""), under("j1", "i-4", "ca-1")},
+			JournalCas:    []*pactv1.JournalCA{jca("j1", "ca-1", nil), jca("j2", "ca-2", func(c *pactv1.JournalCA) { c.RevokedAtUnixNano, c.RevokedBy = t0*1e9, "admin/alice" })},
+		}, ""},
+		{"a journal CA no intermediate names", &pactv1.Snapshot{JournalCas: []*pactv1.JournalCA{jca("j1", "ca-1", nil)}}, ""},
+		{"a journal CA without a serial", &pactv1.Snapshot{JournalCas: []*pactv1.JournalCA{jca("j1", "", nil)}}, noCA},
+		{"a journal CA without a certificate", &pactv1.Snapshot{JournalCas: []*pactv1.JournalCA{jca("j1", "ca-1", func(c *pactv1.JournalCA) { c.Der = nil })}}, noCA},
+		{"a journal CA without a journal", &pactv1.Snapshot{JournalCas: []*pactv1.JournalCA{jca("", "ca-1", nil)}}, noCA},
+		{"a journal CA twice", &pactv1.Snapshot{JournalCas: []*pactv1.JournalCA{jca("j1", "ca-1", nil), jca("j2", "ca-1", nil)}},
+			"raftfsm: snapshot has journal CA ca-1 twice"},
+		{"an intermediate of a journal CA not held", &pactv1.Snapshot{
+			Intermediates: []*pactv1.Intermediate{under("j1", "i-1", "ca-1"), under("j1", "i-2", "ca-9"), under("j1", "i-3", "ca-8")},
+			JournalCas:    []*pactv1.JournalCA{jca("j1", "ca-1", nil)},
+		}, "raftfsm: snapshot has intermediate i-2 signed by journal CA ca-9, which it does not hold"},
+		{"an intermediate of another journal's journal CA", &pactv1.Snapshot{
+			Intermediates: []*pactv1.Intermediate{under("j2", "i-1", "ca-1")},
+			JournalCas:    []*pactv1.JournalCA{jca("j1", "ca-1", nil)},
+		}, "raftfsm: snapshot has intermediate i-1 of journal j2 signed by journal CA ca-1 of journal j1"},
+		{"liveness of an unknown node before an unheld journal CA", &pactv1.Snapshot{
+			LastSeen: seen("node-9"), Intermediates: []*pactv1.Intermediate{under("j1", "i-1", "ca-1")},
+		}, "raftfsm: snapshot has liveness for unknown node node-9"},
 	}
 	type encoded struct {
 		name, want string

@@ -59,6 +59,10 @@ const (
 	// quorum, it met a log entry of a newer version, or its Raft store
 	// write is stuck); another journal may serve the call.
 	JournalHalted Reason = "JOURNAL_HALTED"
+	// JournalCARevoked: an operator revoked this journal's journal CA
+	// (pact journal revoke-ca); it signs nothing until it has a new one
+	// from the ceremony. Another journal may serve the call.
+	JournalCARevoked Reason = "JOURNAL_CA_REVOKED"
 	// OperatorRevoked: the operator credential was revoked (pact admin
 	// revoke); get a new one from a platform-admin.
 	OperatorRevoked Reason = "OPERATOR_REVOKED"
@@ -142,6 +146,7 @@ var codeOf = map[Reason]codes.Code{
 	TooManyStreams:           codes.ResourceExhausted,
 	Internal:                 codes.Internal,
 	JournalHalted:            codes.Unavailable,
+	JournalCARevoked:         codes.Unavailable,
 	OperatorRevoked:          codes.PermissionDenied,
 	OperatorNotFound:         codes.NotFound,
 	SPIREBundleUntrusted:     codes.Unauthenticated,

@@ -78,6 +78,11 @@ type rules struct {
 	live     []liveNode
 	listed   IdentifierCounts
 	lastSeen []string // node ids, checked once every node is read
+	// The journal CAs read, by serial (their journal), and the
+	// intermediates that name one, checked once every record is read: the
+	// journal CAs come after the intermediates.
+	journalCAs map[string]string
+	signed     []*pactv1.Intermediate
 }
 
 // liveNode is what the conflict check needs of a live node, without
@@ -121,7 +126,23 @@ func (c *rules) check(rec *pactv1.SnapshotRecord) error {
 			c.listed.EKHashes += count(h.GetTpmEkHash())
 			c.listed.SPIFFEIDs += count(n.GetSpiffeId())
 		}
-	case *pactv1.SnapshotRecord_Revoked, *pactv1.SnapshotRecord_Intermediate,
+	case *pactv1.SnapshotRecord_Intermediate:
+		if r.Intermediate.GetIssuerSerial() != "" {
+			c.signed = append(c.signed, r.Intermediate)
+		}
+	case *pactv1.SnapshotRecord_JournalCa:
+		jc := r.JournalCa
+		if jc.GetSerial() == "" || len(jc.GetDer()) == 0 || jc.GetJournalId() == "" {
+			return errors.New("raftfsm: snapshot has a journal CA without a serial, certificate or journal")
+		}
+		if _, dup := c.journalCAs[jc.GetSerial()]; dup {
+			return fmt.Errorf("raftfsm: snapshot has journal CA %s twice", jc.GetSerial())
+		}
+		if c.journalCAs == nil {
+			c.journalCAs = map[string]string{}
+		}
+		c.journalCAs[jc.GetSerial()] = jc.GetJournalId()
+	case *pactv1.SnapshotRecord_Revoked,
 		*pactv1.SnapshotRecord_Audit, *pactv1.SnapshotRecord_Journal,
 		*pactv1.SnapshotRecord_RevokedOperatorName:
 	case *pactv1.SnapshotRecord_LastSeen:
@@ -155,7 +176,9 @@ func count(s string) int {
 }
 
 // finish checks what only the whole state shows: a conflict first, then
-// liveness of a node no record holds (the first such record named).
+// liveness of a node no record holds, then an intermediate naming a
+// journal CA the state does not hold or another journal's (the first such
+// record named).
 func (c *rules) finish() error {
 	if c.reg.LiveIdentifiers() != c.listed {
 		// Also when one node lists an identifier twice, which is no
@@ -167,6 +190,15 @@ func (c *rules) finish() error {
 	for _, id := range c.lastSeen {
 		if !c.reg.HasNode(id) {
 			return fmt.Errorf("raftfsm: snapshot has liveness for unknown node %s", id)
+		}
+	}
+	for _, in := range c.signed {
+		owner, ok := c.journalCAs[in.GetIssuerSerial()]
+		if !ok {
+			return fmt.Errorf("raftfsm: snapshot has intermediate %s signed by journal CA %s, which it does not hold", in.GetSerial(), in.GetIssuerSerial())
+		}
+		if owner != in.GetJournalId() {
+			return fmt.Errorf("raftfsm: snapshot has intermediate %s of journal %s signed by journal CA %s of journal %s", in.GetSerial(), in.GetJournalId(), in.GetIssuerSerial(), owner)
 		}
 	}
 	return nil

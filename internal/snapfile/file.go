@@ -164,6 +164,7 @@ type Counts struct {
 	Nodes         map[string]int // by state name
 	Revoked       int
 	Intermediates int
+	JournalCAs    int
 	Audit         int
 	Journals      []string
 }
@@ -179,6 +180,8 @@ func Count(state []byte) (Counts, error) {
 			c.Revoked++
 		case *pactv1.SnapshotRecord_Intermediate:
 			c.Intermediates++
+		case *pactv1.SnapshotRecord_JournalCa:
+			c.JournalCAs++
 		case *pactv1.SnapshotRecord_Audit:
 			c.Audit++
 		case *pactv1.SnapshotRecord_Journal:

@@ -52,6 +52,7 @@ const (
 	recRevokedName
 	recSizes
 	recQuorum
+	recJournalCA
 )
 
 // StateFormat says which format state bytes are in.
@@ -99,6 +100,9 @@ func WriteState(w io.Writer, s *pactv1.Snapshot) error {
 	// by a journal of the version before quorum ids.
 	if q := s.GetQuorum(); q.GetQuorumId() != "" {
 		e.put(recQuorum, q)
+	}
+	for _, jc := range s.GetJournalCas() {
+		e.put(recJournalCA, jc)
 	}
 	if e.err == nil {
 		e.err = e.w.WriteByte(0) // the end
@@ -318,6 +322,9 @@ func walkFormat1(data []byte, visit func(*pactv1.SnapshotRecord) error) error {
 	}
 	for _, n := range s.GetRevokedOperatorNames() {
 		v(&pactv1.SnapshotRecord{Record: &pactv1.SnapshotRecord_RevokedOperatorName{RevokedOperatorName: n}})
+	}
+	for _, jc := range s.GetJournalCas() {
+		v(&pactv1.SnapshotRecord{Record: &pactv1.SnapshotRecord_JournalCa{JournalCa: jc}})
 	}
 	return err
 }

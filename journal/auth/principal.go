@@ -111,6 +111,7 @@ var policies = map[string]policy{
 	pactv1.AdminService_RevokeOperator_FullMethodName:     {admin: PlatformAdmin},
 	pactv1.AdminService_RetireIntermediate_FullMethodName: {admin: PlatformAdmin},
 	pactv1.AdminService_ListIntermediates_FullMethodName:  {admin: anyRole},
+	pactv1.AdminService_RevokeJournalCA_FullMethodName:    {admin: PlatformAdmin},
 }
 
 // OperatorRecord is what the registry keeps of an operator certificate.

@@ -104,6 +104,23 @@ func (p Proposer) PublishIntermediate(in *pactv1.Intermediate) *pactv1.Command {
 	return c
 }
 
+// PublishIntermediateUnder returns a PublishIntermediate command for an
+// intermediate the journal CA jc signed (in.IssuerSerial is set to its
+// serial); jc nil publishes under a journal CA the registry holds.
+func (p Proposer) PublishIntermediateUnder(in *pactv1.Intermediate, jc *pactv1.JournalCA, issuerSerial string) *pactv1.Command {
+	c := p.command()
+	in.IssuerSerial = issuerSerial
+	c.Op = &pactv1.Command_PublishIntermediate{PublishIntermediate: &pactv1.PublishIntermediateOp{Intermediate: in, JournalCa: jc}}
+	return c
+}
+
+// RevokeJournalCA returns a RevokeJournalCA command.
+func (p Proposer) RevokeJournalCA(reason string, serials ...string) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_RevokeJournalCa{RevokeJournalCa: &pactv1.RevokeJournalCAOp{Serials: serials, Reason: reason}}
+	return c
+}
+
 // Decommission returns a Decommission command.
 func (p Proposer) Decommission(nodeID string) *pactv1.Command {
 	c := p.command()
@@ -248,6 +265,11 @@ func Cert(serial, spkiSHA256 string, notAfterUnix int64) *pactv1.CertificateInfo
 // Intermediate returns an intermediate with placeholder DER.
 func Intermediate(journalID, serial string, notAfterUnix int64) *pactv1.Intermediate {
 	return &pactv1.Intermediate{JournalId: journalID, Serial: serial, NotAfterUnix: notAfterUnix, Der: []byte("der:" + serial)}
+}
+
+// JournalCA returns a journal CA record with a placeholder certificate.
+func JournalCA(journalID, serial string, notAfterUnix int64) *pactv1.JournalCA {
+	return &pactv1.JournalCA{JournalId: journalID, Serial: serial, NotAfterUnix: notAfterUnix, Der: []byte("der:" + serial)}
 }
 
 // Applier feeds commands to an FSM through raft.FSM.Apply, at consecutive

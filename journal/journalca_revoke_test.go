@@ -1,0 +1,200 @@
+package journal_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal/journaltest"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+// selfSigned is a CA certificate of serial, valid until notAfter: it
+// stands for a journal CA or an intermediate in the registry (nothing
+// chains to it).
+func selfSigned(t testing.TB, serial int64, notAfter time.Time) *x509.Certificate {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: notAfter.Add(-400 * 24 * time.Hour), NotAfter: notAfter,
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, k.Public(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// publishUnderJournalCA records in the journal's registry an intermediate
+// of journalID under a journal CA, as that journal would publish it, and
+// returns the journal CA's serial and the intermediate's. Today's journals
+// publish root-signed intermediates: this stands for one of the journal
+// CA layout.
+func (e *env) publishUnderJournalCA(t *testing.T, journalID string, caSerial, interSerial int64, caNotAfter time.Time) (string, string) {
+	t.Helper()
+	jc, in := selfSigned(t, caSerial, caNotAfter), selfSigned(t, interSerial, e.fc.Now().Add(24*time.Hour))
+	cmd := &pactv1.Command{Actor: "journal/" + journalID, AtUnixNano: e.fc.Now().UnixNano(), Op: &pactv1.Command_PublishIntermediate{PublishIntermediate: &pactv1.PublishIntermediateOp{
+		Intermediate: &pactv1.Intermediate{JournalId: journalID, Serial: pki.SerialHex(in.SerialNumber), Der: in.Raw, NotAfterUnix: in.NotAfter.Unix(), IssuerSerial: pki.SerialHex(jc.SerialNumber)},
+		JournalCa:    &pactv1.JournalCA{JournalId: journalID, Serial: pki.SerialHex(jc.SerialNumber), Der: jc.Raw, NotAfterUnix: jc.NotAfter.Unix()},
+	}}}
+	data, err := raftfsm.Encode(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-e.h.J.ApplyRaw(data, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return pki.SerialHex(jc.SerialNumber), pki.SerialHex(in.SerialNumber)
+}
+
+// RevokeJournalCA by journal id or serial: refusals change nothing, the
+// answer names the journal CAs and the intermediates that left the bundle
+// with them, a second revocation answers the same, and the listing, the
+// audit trail and the metrics show it.
+func TestRevokeJournalCA(t *testing.T) {
+	e := newEnv(t)
+	now := e.fc.Now()
+	caX, inX := e.publishUnderJournalCA(t, "jx", 0x0a01, 0x0b01, now.Add(365*24*time.Hour))
+	caY, inY := e.publishUnderJournalCA(t, "jy", 0x0a02, 0x0b02, now.Add(20*24*time.Hour))
+	reg := e.h.J.MetricsRegistry()
+	for id, want := range map[string]time.Time{"jx": now.Add(365 * 24 * time.Hour), "jy": now.Add(20 * 24 * time.Hour)} {
+		if got := must(t, reg, "pact_journal_ca_expiry_timestamp_seconds", "journal_id", id); got != float64(want.Unix()) {
+			t.Errorf("journal CA expiry of %s = %v, want %d", id, got, want.Unix())
+		}
+	}
+	if got := must(t, reg, "pact_journal_ca_revoked"); got != 0 {
+		t.Errorf("pact_journal_ca_revoked = %v before any revocation", got)
+	}
+
+	list, err := e.admin.ListIntermediates(callCtx(t), &pactv1.ListIntermediatesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cas := list.GetJournalCas(); len(cas) != 2 || cas[0].GetSerial() != caX || cas[1].GetSerial() != caY || cas[0].GetJournalId() != "jx" || len(cas[0].GetDer()) != 0 || cas[0].GetRecordedAtUnixNano() != now.UnixNano() {
+		t.Fatalf("listed journal CAs %v", cas)
+	}
+	issuers := map[string]string{}
+	for _, in := range list.GetIntermediates() {
+		issuers[in.GetSerial()] = in.GetIssuerSerial()
+	}
+	if issuers[inX] != caX || issuers[inY] != caY || issuers[e.h.J.Intermediate()] != "" {
+		t.Errorf("listed issuers %v", issuers)
+	}
+
+	before := e.registry(t)
+	_, err = e.admin.RevokeJournalCA(callCtx(t), &pactv1.RevokeJournalCARequest{Reason: "x"})
+	e.refused(t, before, nil, err, codes.InvalidArgument, apierr.InvalidArgument)
+	_, err = e.admin.RevokeJournalCA(callCtx(t), &pactv1.RevokeJournalCARequest{Targets: []string{"jx", "nope"}, Reason: "x"})
+	pe := e.refused(t, before, nil, err, codes.NotFound, apierr.NotFound)
+	if !strings.Contains(pe.Message, `"nope"`) || !strings.Contains(pe.Message, "pact journal intermediates") {
+		t.Errorf("the refusal does not say what to do: %s", pe.Message)
+	}
+	// An intermediate's serial is no journal CA's.
+	_, err = e.admin.RevokeJournalCA(callCtx(t), &pactv1.RevokeJournalCARequest{Targets: []string{inX}, Reason: "x"})
+	e.refused(t, before, nil, err, codes.NotFound, apierr.NotFound)
+
+	e.fc.Advance(time.Minute)
+	revokedAt := e.fc.Now().UnixNano()
+	for _, targets := range [][]string{{"jx"}, {caX, "jx"}} {
+		resp, err := e.admin.RevokeJournalCA(callCtx(t), &pactv1.RevokeJournalCARequest{Targets: targets, Reason: "host stolen"})
+		if err != nil {
+			t.Fatalf("revoke %v: %v", targets, err)
+		}
+		r := resp.GetRevoked()
+		if len(r) != 1 || r[0].GetSerial() != caX || r[0].GetRevokedAtUnixNano() != revokedAt ||
+			r[0].GetRevokeReason() != "host stolen" || !strings.HasPrefix(r[0].GetRevokedBy(), "admin/") || len(r[0].GetDer()) != 0 {
+			t.Errorf("revoke %v: revoked %v", targets, r)
+		}
+		if ins := resp.GetIntermediates(); len(ins) != 1 || ins[0].GetSerial() != inX || ins[0].GetRevokeAtUnixNano() != revokedAt || ins[0].GetIssuerSerial() != caX {
+			t.Errorf("revoke %v: intermediates %v", targets, ins)
+		}
+	}
+	var revokes int
+	for _, a := range e.audit(t, "") {
+		if a.GetAction() == "journal-ca-revoke" {
+			revokes++
+			if a.GetSerial() != caX || !strings.Contains(a.GetDetail(), "host stolen") {
+				t.Errorf("audit entry %v", a)
+			}
+		}
+	}
+	if revokes != 1 {
+		t.Errorf("%d journal-ca-revoke audit entries, want 1", revokes)
+	}
+	list, err = e.admin.ListIntermediates(callCtx(t), &pactv1.ListIntermediatesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, jc := range list.GetJournalCas() {
+		if revoked := jc.GetRevokedAtUnixNano() != 0; revoked != (jc.GetSerial() == caX) {
+			t.Errorf("listed after the revocation: %v", jc)
+		}
+	}
+	if _, ok := gathered(t, reg, "pact_journal_ca_expiry_timestamp_seconds", "journal_id", "jx"); ok {
+		t.Error("a revoked journal CA still has an expiry series")
+	}
+	must(t, reg, "pact_journal_ca_expiry_timestamp_seconds", "journal_id", "jy")
+	// This journal's own intermediate (root-signed) is not concerned.
+	if got := must(t, reg, "pact_journal_ca_revoked"); got != 0 {
+		t.Errorf("pact_journal_ca_revoked = %v for a journal whose intermediate the root signed", got)
+	}
+	// and it goes on signing.
+	e.activate(t, "n1", "SN1", mac1)
+}
+
+// A journal whose journal CA is revoked refuses to sign: Enroll and
+// RenewCert are answered UNAVAILABLE (JOURNAL_CA_REVOKED), so the agent
+// goes to another journal, and pact_journal_ca_revoked says so. Today's
+// journal signs with a root-signed intermediate: here it stands for one
+// whose re-key under its journal CA the registry has not recorded (all of
+// its journal CAs revoked).
+func TestJournalCARevokedStopsSigning(t *testing.T) {
+	e := newEnv(t)
+	a := e.activate(t, "n1", "SN1", mac1)
+	e.register(t, "n2", "SN2", mac2)
+	id := e.cfg.NodeID
+	caSerial, _ := e.publishUnderJournalCA(t, id, 0x0a07, 0x0b07, e.fc.Now().Add(365*24*time.Hour))
+	if err := e.h.J.RekeyUnpublished(); err != nil {
+		t.Fatal(err)
+	}
+	reg := e.h.J.MetricsRegistry()
+	if got := must(t, reg, "pact_journal_ca_revoked"); got != 0 {
+		t.Fatalf("pact_journal_ca_revoked = %v with a live journal CA", got)
+	}
+	if _, err := e.admin.RevokeJournalCA(callCtx(t), &pactv1.RevokeJournalCARequest{Targets: []string{id}, Reason: "host stolen"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := must(t, reg, "pact_journal_ca_revoked"); got != 1 {
+		t.Errorf("pact_journal_ca_revoked = %v, want 1", got)
+	}
+	before := e.registry(t)
+	resp, err := e.enroll(t, journaltest.NewKey(t), "SN2", mac2)
+	pe := e.refusedUnwritten(t, before, resp, err, codes.Unavailable, apierr.JournalCARevoked)
+	if !strings.Contains(pe.Message, caSerial) || !strings.Contains(pe.Message, "another journal") || strings.Contains(pe.Message, "host stolen") {
+		t.Errorf("the refusal: %s", pe.Message)
+	}
+	_, err = e.renew(t, a)
+	e.refusedUnwritten(t, before, nil, err, codes.Unavailable, apierr.JournalCARevoked)
+	_, err = e.admin.IssueOperator(callCtx(t), &pactv1.IssueOperatorRequest{Name: "bob", Role: "viewer", CsrDer: operatorCSR()})
+	e.refusedUnwritten(t, before, nil, err, codes.Unavailable, apierr.JournalCARevoked)
+}
