@@ -420,10 +420,18 @@ func (j *Journal) recordBootstrapOperator(ctx context.Context) {
 
 // rotateLoop re-keys the intermediate at half its life.
 func (j *Journal) rotateLoop() {
+	// retryIn, when set, re-keys that soon instead of at half life: the
+	// registry refused the last intermediate because this journal's
+	// journal CA is revoked, and a re-key reads --journal-ca-cert again.
+	var retryIn time.Duration
 	for {
 		inter := j.ca.Intermediate()
 		half := inter.NotBefore.Add(inter.NotAfter.Sub(inter.NotBefore) / 2)
-		t := j.cfg.Clock.NewTimer(half.Sub(j.cfg.Clock.Now()))
+		wait := half.Sub(j.cfg.Clock.Now())
+		if retryIn > 0 {
+			wait, retryIn = retryIn, 0
+		}
+		t := j.cfg.Clock.NewTimer(wait)
 		select {
 		case <-j.stop:
 			t.Stop()
@@ -439,8 +447,12 @@ func (j *Journal) rotateLoop() {
 		if hold != nil {
 			hold()
 		}
-		before := j.ca.Intermediate()
+		before, caBefore := j.ca.Intermediate(), j.ca.JournalCASerial()
 		err := j.ca.Rotate()
+		if jc := j.ca.JournalCA(); jc != nil && j.ca.JournalCASerial() != caBefore {
+			j.log.Info("journal CA renewed: the intermediates from now on are signed under the new one", logkey.Serial, j.ca.JournalCASerial(),
+				logkey.NotAfter, jc.NotAfter.UTC().Format(time.RFC3339), logkey.File, j.cfg.journalCACertFile())
+		}
 		if errors.Is(err, ca.ErrJournalCAKept) && j.ca.Intermediate() != before {
 			// Re-keyed under the journal CA in use: the file holds one
 			// this journal cannot take (or cannot be read). Said at each
@@ -462,11 +474,20 @@ func (j *Journal) rotateLoop() {
 		// Published before anyone waiting for the re-key signs with it: a
 		// certificate from an intermediate not in the bundle could not be
 		// answered with its chain. Retried until it is (or the journal stops).
+		published := false
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), j.cfg.ApplyTimeout)
 			err := j.publishIntermediate(ctx)
 			cancel()
 			if err == nil {
+				published = true
+				break
+			}
+			if errors.Is(err, raftfsm.ErrJournalCARevoked) {
+				// Publishing again cannot help: only a new journal CA can.
+				j.log.Error("this journal's journal CA is revoked: it signs nothing until it has a new one; put the ceremony's new certificate in place of --journal-ca-cert (docs/ceremony.md), it is read again in a minute",
+					logkey.File, j.cfg.journalCACertFile(), logkey.Err, err)
+				retryIn = time.Minute
 				break
 			}
 			j.log.Error("publishing the new intermediate failed; retrying", logkey.Err, err)
@@ -475,6 +496,9 @@ func (j *Journal) rotateLoop() {
 				return
 			case <-time.After(time.Second):
 			}
+		}
+		if !published {
+			continue
 		}
 		j.rekeyMu.Lock()
 		close(j.rekeyed)

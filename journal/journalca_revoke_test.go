@@ -1,17 +1,21 @@
 package journal_test
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
 	"math/big"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
@@ -197,4 +201,100 @@ func TestJournalCARevokedStopsSigning(t *testing.T) {
 	e.refusedUnwritten(t, before, nil, err, codes.Unavailable, apierr.JournalCARevoked)
 	_, err = e.admin.IssueOperator(callCtx(t), &pactv1.IssueOperatorRequest{Name: "bob", Role: "viewer", CsrDer: operatorCSR()})
 	e.refusedUnwritten(t, before, nil, err, codes.Unavailable, apierr.JournalCARevoked)
+}
+
+// TestRevokingAJournalCACutsItOffEverywhere is the compromised journal
+// host of docs/security.md: what its journal CA signed — an agent's
+// certificate, an operator credential issued online — is accepted on every
+// journal until an operator revokes the journal CA at another journal;
+// from then on it is refused on every journal (the other journals' agents
+// and operators unaffected), and the revoked journal signs nothing.
+func TestRevokingAJournalCACutsItOffEverywhere(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-journal test; skipped with -short")
+	}
+	root, cfgs := journaltest.ClusterConfigs(t, 3)
+	c := journaltest.StartCluster(t, root, cfgs)
+	leader := c.Leader(t)
+	for i := range 3 {
+		c.Nodes[leader].Register(t, fmt.Sprintf("n%d", i), fmt.Sprintf("SN%d", i), mac(i))
+	}
+	// n0 enrolls at j1 (the journal to be revoked), n1 at j2.
+	certs := make([]tls.Certificate, 2)
+	for i := range 2 {
+		key := journaltest.NewKey(t)
+		resp, err := c.Nodes[i].Enroll(t, key, fmt.Sprintf("SN%d", i), mac(i))
+		if err != nil {
+			t.Fatalf("enroll n%d at %s: %v", i, c.Nodes[i].Cfg.NodeID, err)
+		}
+		certs[i] = key.TLSCert(resp.GetCertChainDer())
+	}
+	// bob's credential, issued online by j1: under j1's intermediate.
+	bobKey := journaltest.NewKey(t)
+	issued, err := c.Nodes[0].AdminClient(t).IssueOperator(context.Background(), &pactv1.IssueOperatorRequest{Name: "bob", Role: "viewer", CsrDer: bobKey.CSR})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob := tls.Certificate{Certificate: [][]byte{issued.GetCertDer()}, PrivateKey: bobKey.Signer}
+
+	agentCall := func(h *journaltest.Harness, cert tls.Certificate) error {
+		stream, err := pactv1.NewEnrollmentServiceClient(h.Dial(t, &cert)).Subscribe(callCtx(t), &pactv1.SubscribeRequest{})
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		return err
+	}
+	operatorCall := func(h *journaltest.Harness, cert tls.Certificate) error {
+		_, err := pactv1.NewAdminServiceClient(h.Dial(t, &cert)).ListNodes(callCtx(t), &pactv1.ListNodesRequest{})
+		return err
+	}
+	for _, h := range c.Nodes {
+		if err := agentCall(h, certs[0]); err != nil {
+			t.Fatalf("before the revocation, n0 (under j1's journal CA) at %s: %v", h.Cfg.NodeID, err)
+		}
+		if err := operatorCall(h, bob); err != nil {
+			t.Fatalf("before the revocation, bob (issued by j1) at %s: %v", h.Cfg.NodeID, err)
+		}
+	}
+
+	// The operator revokes j1's journal CA at j2.
+	resp, err := c.Nodes[1].AdminClient(t).RevokeJournalCA(callCtx(t), &pactv1.RevokeJournalCARequest{Targets: []string{"j1"}, Reason: "host j1 compromised"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetRevoked()) != 1 || resp.GetRevoked()[0].GetSerial() != pki.SerialHex(c.Nodes[0].J.JournalCA().SerialNumber) {
+		t.Fatalf("revoked %v, want j1's journal CA", resp.GetRevoked())
+	}
+	// bob sent his certificate alone: the handshake finds no live CA for
+	// it and refuses with the bad_certificate alert. j1 itself is no
+	// longer a peer of the quorum (its intermediate went with its journal
+	// CA), so it cannot confirm anything with the leader and answers
+	// NO_LEADER, on which an agent tries another journal.
+	refused := func(err error) bool {
+		return status.Code(err) == codes.Unauthenticated || (err != nil && strings.Contains(err.Error(), "bad certificate"))
+	}
+	for i, h := range c.Nodes {
+		waitFor(t, "n0 refused at "+h.Cfg.NodeID, func() bool { return agentCall(h, certs[0]) != nil })
+		err := agentCall(h, certs[0])
+		if !refused(err) && (i != 0 || apierr.FromError(err).Reason != "NO_LEADER") {
+			t.Errorf("n0 at %s after the revocation: %v, want it refused", h.Cfg.NodeID, err)
+		}
+		if err := operatorCall(h, bob); !refused(err) {
+			t.Errorf("bob at %s after the revocation: %v, want him refused", h.Cfg.NodeID, err)
+		}
+	}
+	// What the other journals signed is untouched.
+	for _, h := range c.Nodes[1:] {
+		if err := agentCall(h, certs[1]); err != nil {
+			t.Errorf("n1 (under j2's journal CA) at %s: %v", h.Cfg.NodeID, err)
+		}
+	}
+	// j1 signs nothing: its next enrollment goes elsewhere.
+	_, err = c.Nodes[0].Enroll(t, journaltest.NewKey(t), "SN2", mac(2))
+	if pe := apierr.FromError(err); pe.Code != codes.Unavailable || pe.Reason != "JOURNAL_CA_REVOKED" {
+		t.Errorf("enroll at j1 after the revocation: %v, want UNAVAILABLE JOURNAL_CA_REVOKED", err)
+	}
+	if _, err := c.Nodes[2].Enroll(t, journaltest.NewKey(t), "SN2", mac(2)); err != nil {
+		t.Errorf("enroll at j3 after the revocation: %v", err)
+	}
 }

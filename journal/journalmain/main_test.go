@@ -336,9 +336,12 @@ func TestCheckConfigFiles(t *testing.T) {
 		{"a journal CA of another journal", func(t *testing.T, root, data string) string {
 			return jcaSettings(journalCAFiles(t, root, "j2", nil, nil, 0))
 		}, 2, []string{"1 configuration problem;", "--journal-ca-cert", "the journal CA is for journal j2 of domain site.example, this is journal j1 of domain site.example"}, nil},
-		{"a journal CA that does not permit a name the journal serves under", func(t *testing.T, root, data string) string {
-			return jcaSettings(journalCAFiles(t, root, "j1", []string{"j1.site.example"}, nil, 0))
-		}, 2, []string{"this journal serves as localhost, which its journal CA does not permit (it permits j1.site.example): re-issue the journal CA with that name"}, nil},
+		{"a journal CA that does not permit a name of --server-names", func(t *testing.T, root, data string) string {
+			return "server-names: [j1.site.example, j1-alias.site.example]\n" + jcaSettings(journalCAFiles(t, root, "j1", []string{"j1.site.example"}, nil, 0))
+		}, 2, []string{"this journal serves as j1-alias.site.example, which its journal CA does not permit (it permits j1.site.example): re-issue the journal CA with that name"}, nil},
+		{"a journal CA that permits only the names clients use (localhost, the host name left out)", func(t *testing.T, root, data string) string {
+			return "server-names: [j1.site.example]\n" + jcaSettings(journalCAFiles(t, root, "j1", []string{"j1.site.example"}, nil, 0))
+		}, 0, []string{"the settings are valid"}, nil},
 		{"a journal CA that does not permit the listen address", func(t *testing.T, root, data string) string {
 			return "listen: 10.9.8.7:7443\n" + jcaSettings(journalCAFiles(t, root, "j1", nil, nil, 0))
 		}, 2, []string{"this journal serves on 10.9.8.7, which its journal CA does not permit"}, nil},
