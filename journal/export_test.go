@@ -142,7 +142,3 @@ func (j *Journal) SetQuorumIDForTest(id string) {
 func (j *Journal) IntermediateRecordForTest(serial string) (*pactv1.Intermediate, bool) {
 	return j.fsm.Intermediate(serial)
 }
-
-// RekeyUnpublished makes the journal a new intermediate without publishing
-// it, as a re-key the registry refused leaves it (journal CA tests).
-func (j *Journal) RekeyUnpublished() error { return j.ca.Rotate() }

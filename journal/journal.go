@@ -169,6 +169,10 @@ func NewContext(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	caCfg.IntermediateLifetime = 3 * cfg.CertLifetime
 	caCfg.ServerDNSNames = dnsNames
 	caCfg.ServerIPs = ips
+	caCfg.ServerNames = func(journalCA *x509.Certificate) ([]string, []net.IP) {
+		dnsNames, ips, _ := ServerNamesUnder(journalCA, cfg.ListenAddr, cfg.ServerNames)
+		return dnsNames, ips
+	}
 	caCfg.Clock = cfg.Clock
 	defer func() {
 		if err != nil && caKey != nil {

@@ -94,14 +94,17 @@ func TestRevokeJournalCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cas := list.GetJournalCas(); len(cas) != 2 || cas[0].GetSerial() != caX || cas[1].GetSerial() != caY || cas[0].GetJournalId() != "jx" || len(cas[0].GetDer()) != 0 || cas[0].GetRecordedAtUnixNano() != now.UnixNano() {
+	// The journal's own journal CA first (j1 sorts before jx), then jx's
+	// and jy's.
+	own := pki.SerialHex(e.h.J.JournalCA().SerialNumber)
+	if cas := list.GetJournalCas(); len(cas) != 3 || cas[0].GetSerial() != own || cas[1].GetSerial() != caX || cas[2].GetSerial() != caY || cas[1].GetJournalId() != "jx" || len(cas[1].GetDer()) != 0 || cas[1].GetRecordedAtUnixNano() != now.UnixNano() {
 		t.Fatalf("listed journal CAs %v", cas)
 	}
 	issuers := map[string]string{}
 	for _, in := range list.GetIntermediates() {
 		issuers[in.GetSerial()] = in.GetIssuerSerial()
 	}
-	if issuers[inX] != caX || issuers[inY] != caY || issuers[e.h.J.Intermediate()] != "" {
+	if issuers[inX] != caX || issuers[inY] != caY || issuers[e.h.J.Intermediate()] != own {
 		t.Errorf("listed issuers %v", issuers)
 	}
 
@@ -158,36 +161,41 @@ func TestRevokeJournalCA(t *testing.T) {
 		t.Error("a revoked journal CA still has an expiry series")
 	}
 	must(t, reg, "pact_journal_ca_expiry_timestamp_seconds", "journal_id", "jy")
-	// This journal's own intermediate (root-signed) is not concerned.
+	// This journal's own journal CA is not concerned.
 	if got := must(t, reg, "pact_journal_ca_revoked"); got != 0 {
-		t.Errorf("pact_journal_ca_revoked = %v for a journal whose intermediate the root signed", got)
+		t.Errorf("pact_journal_ca_revoked = %v for a journal whose own journal CA is live", got)
 	}
 	// and it goes on signing.
 	e.activate(t, "n1", "SN1", mac1)
 }
 
 // A journal whose journal CA is revoked refuses to sign: Enroll and
-// RenewCert are answered UNAVAILABLE (JOURNAL_CA_REVOKED), so the agent
-// goes to another journal, and pact_journal_ca_revoked says so. Today's
-// journal signs with a root-signed intermediate: here it stands for one
-// whose re-key under its journal CA the registry has not recorded (all of
-// its journal CAs revoked).
+// IssueOperator are answered UNAVAILABLE (JOURNAL_CA_REVOKED), so the
+// agent goes to another journal, pact_journal_ca_revoked says so, and a
+// certificate it had signed is refused (UNAUTHENTICATED).
 func TestJournalCARevokedStopsSigning(t *testing.T) {
 	e := newEnv(t)
 	a := e.activate(t, "n1", "SN1", mac1)
 	e.register(t, "n2", "SN2", mac2)
 	id := e.cfg.NodeID
-	caSerial, _ := e.publishUnderJournalCA(t, id, 0x0a07, 0x0b07, e.fc.Now().Add(365*24*time.Hour))
-	if err := e.h.J.RekeyUnpublished(); err != nil {
-		t.Fatal(err)
-	}
+	caSerial := pki.SerialHex(e.h.J.JournalCA().SerialNumber)
 	reg := e.h.J.MetricsRegistry()
 	if got := must(t, reg, "pact_journal_ca_revoked"); got != 0 {
 		t.Fatalf("pact_journal_ca_revoked = %v with a live journal CA", got)
 	}
+	rekeyedFrom := e.h.J.Intermediate()
 	if _, err := e.admin.RevokeJournalCA(callCtx(t), &pactv1.RevokeJournalCARequest{Targets: []string{id}, Reason: "host stolen"}); err != nil {
 		t.Fatal(err)
 	}
+	// Its intermediate went with its journal CA: the journal re-keys at
+	// once, and the registry refuses to publish the new intermediate (a
+	// Raft entry, before the refusals below are counted).
+	waitFor(t, "the re-key after the revocation", func() bool { return e.h.J.Intermediate() != rekeyedFrom })
+	waitFor(t, "the refused publication applied", func() bool {
+		a := e.registry(t).applied
+		time.Sleep(200 * time.Millisecond)
+		return e.registry(t).applied == a
+	})
 	if got := must(t, reg, "pact_journal_ca_revoked"); got != 1 {
 		t.Errorf("pact_journal_ca_revoked = %v, want 1", got)
 	}
@@ -197,8 +205,10 @@ func TestJournalCARevokedStopsSigning(t *testing.T) {
 	if !strings.Contains(pe.Message, caSerial) || !strings.Contains(pe.Message, "another journal") || strings.Contains(pe.Message, "host stolen") {
 		t.Errorf("the refusal: %s", pe.Message)
 	}
+	// n1's certificate is under the revoked journal CA: cut off, as on
+	// every journal (TestRevokingAJournalCACutsItOffEverywhere).
 	_, err = e.renew(t, a)
-	e.refusedUnwritten(t, before, nil, err, codes.Unavailable, apierr.JournalCARevoked)
+	e.refusedUnwritten(t, before, nil, err, codes.Unauthenticated, apierr.Unauthenticated)
 	_, err = e.admin.IssueOperator(callCtx(t), &pactv1.IssueOperatorRequest{Name: "bob", Role: "viewer", CsrDer: operatorCSR()})
 	e.refusedUnwritten(t, before, nil, err, codes.Unavailable, apierr.JournalCARevoked)
 }

@@ -94,6 +94,12 @@ type Config struct {
 	// ServerDNSNames and ServerIPs go into the journal's server certificate.
 	ServerDNSNames []string
 	ServerIPs      []net.IP
+	// ServerNames, if set, gives the names for the server certificate
+	// under a journal CA (nil: the legacy layout's root) in place of
+	// ServerDNSNames and ServerIPs: a journal's own names (localhost, its
+	// host name) go in only where its journal CA permits them, so a
+	// renewed journal CA may permit fewer of them.
+	ServerNames func(journalCA *x509.Certificate) ([]string, []net.IP)
 	Clock          clock.Clock
 }
 
@@ -160,6 +166,10 @@ type issuer struct {
 	// legacy: the issuer is a domain root (no journal CA).
 	legacy bool
 	serial string
+	// dnsNames and ips are the names the journal's server certificates
+	// carry under this issuer (Config.ServerNames).
+	dnsNames []string
+	ips      []net.IP
 }
 
 type intermediate struct {
@@ -235,13 +245,24 @@ func (c *CA) checkIssuer(cert *x509.Certificate, signer crypto.Signer) (*issuer,
 	}
 	for _, r := range c.cfg.Roots {
 		if bytes.Equal(r.Raw, cert.Raw) {
-			return &issuer{cert: cert, signer: signer, legacy: true}, nil
+			dnsNames, ips := c.namesUnder(nil)
+			return &issuer{cert: cert, signer: signer, legacy: true, dnsNames: dnsNames, ips: ips}, nil
 		}
 	}
-	if err := caprofile.CheckJournalCA(cert, c.cfg.Roots, c.cfg.JournalID, c.domain, c.cfg.ServerDNSNames, c.cfg.ServerIPs, c.cfg.Clock.Now()); err != nil {
+	dnsNames, ips := c.namesUnder(cert)
+	if err := caprofile.CheckJournalCA(cert, c.cfg.Roots, c.cfg.JournalID, c.domain, dnsNames, ips, c.cfg.Clock.Now()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrJournalCA, err)
 	}
-	return &issuer{cert: cert, signer: signer, serial: pki.SerialHex(cert.SerialNumber)}, nil
+	return &issuer{cert: cert, signer: signer, serial: pki.SerialHex(cert.SerialNumber), dnsNames: dnsNames, ips: ips}, nil
+}
+
+// namesUnder is the server certificate's names under journalCA (nil: the
+// root).
+func (c *CA) namesUnder(journalCA *x509.Certificate) ([]string, []net.IP) {
+	if c.cfg.ServerNames != nil {
+		return c.cfg.ServerNames(journalCA)
+	}
+	return c.cfg.ServerDNSNames, c.cfg.ServerIPs
 }
 
 // Domain is the domain id (SPIFFE trust domain) of the root.
@@ -396,7 +417,7 @@ func (c *CA) rotate() error {
 	// A stolen intermediate key, or a bug in leaf issuance, cannot mint an
 	// identity a verifier of this domain accepts outside the domain and
 	// the journal's names (RFC 5280 name constraints; caprofile.Constrain).
-	caprofile.Constrain(tmpl, c.domain, c.cfg.ServerDNSNames, c.cfg.ServerIPs)
+	caprofile.Constrain(tmpl, c.domain, iss.dnsNames, iss.ips)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, iss.cert, key.Public(), iss.signer)
 	if err != nil {
 		return fmt.Errorf("%w: sign intermediate: %w", ErrUpstream, err)
@@ -436,8 +457,8 @@ func (c *CA) issueServer(inter *intermediate, id pki.Identity, now time.Time) (*
 		NotAfter:     inter.cert.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:     c.cfg.ServerDNSNames,
-		IPAddresses:  c.cfg.ServerIPs,
+		DNSNames:     inter.issuer.dnsNames,
+		IPAddresses:  inter.issuer.ips,
 		URIs:         []*url.URL{id.SPIFFEID()},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, inter.cert, key.Public(), inter.key)
