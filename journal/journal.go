@@ -504,6 +504,8 @@ func (j *Journal) rotateLoop() {
 		if !published {
 			continue
 		}
+		// New peer channels present the new intermediate's certificate.
+		j.raft.CredentialsChanged()
 		j.rekeyMu.Lock()
 		close(j.rekeyed)
 		j.rekeyed = make(chan struct{})

@@ -427,3 +427,30 @@ func TestDevSetUp(t *testing.T) {
 		})
 	}
 }
+
+// A journal whose own intermediate an operator retires (the journal CA
+// renewal and the root rollover do) stays a peer of the quorum once the
+// grace is over: its channels to the other journals presented the old
+// intermediate's certificate, and were refused on every call from the
+// revocation on, so a follower could neither forward a write nor confirm a
+// read, and answered NO_LEADER until restarted.
+func TestRetiredOwnIntermediateKeepsTheJournalAPeer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-journal test; skipped with -short")
+	}
+	root, cfgs := journaltest.ClusterConfigs(t, 3)
+	c := journaltest.StartCluster(t, root, cfgs)
+	leader := c.Leader(t)
+	f := c.Nodes[(leader+1)%3]
+	// A write through the follower opens its channel to the leader.
+	f.Register(t, "n0", "SN0", mac(0))
+	old := f.J.Intermediate()
+	if _, err := f.AdminClient(t).RetireIntermediate(context.Background(), &pactv1.RetireIntermediateRequest{Targets: []string{old}, GraceSeconds: 1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the follower's re-key", func() bool { return f.J.Intermediate() != old })
+	time.Sleep(1500 * time.Millisecond) // past the grace: the old intermediate is revoked
+	if _, err := f.AdminClient(t).RegisterNode(callCtx(t), &pactv1.RegisterNodeRequest{NodeId: "n1", Hardware: &pactv1.HardwareIdentity{Macs: []string{mac(1)}, BmcSerial: "SN1"}}); err != nil {
+		t.Errorf("a write through the follower after its old intermediate was revoked: %v", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,6 +29,9 @@ type peerConns struct {
 	n     *Node
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
+	// retired are channels of a previous certificate, closed once the
+	// calls in flight on them are over (reset), or at close.
+	retired []*grpc.ClientConn
 }
 
 func newPeerConns(n *Node) *peerConns {
@@ -96,13 +100,50 @@ func (p *peerConns) ready(ctx context.Context, addr string, wait time.Duration) 
 	}
 }
 
+// CredentialsChanged is told that this journal re-keyed: the channels to
+// the other journals authenticated with the certificate of the previous
+// intermediate, which an operator may have retired (and which is revoked
+// at the end of its grace). They are closed, so every later peer call
+// opens a channel with the current certificate: a channel kept open would
+// be refused on every call once that intermediate is revoked, and never
+// reconnect, since the refusal is the call's, not the connection's.
+// Calls in flight on the old channels finish first: those are closed a
+// forward's time later.
+func (n *Node) CredentialsChanged() { n.peers.reset() }
+
+func (p *peerConns) reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.conns) == 0 {
+		return
+	}
+	old := p.conns
+	p.conns = map[string]*grpc.ClientConn{}
+	for _, c := range old {
+		p.retired = append(p.retired, c)
+	}
+	time.AfterFunc(2*forwardTimeout, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		closed := make(map[*grpc.ClientConn]bool, len(old))
+		for _, c := range old {
+			_ = c.Close()
+			closed[c] = true
+		}
+		p.retired = slices.DeleteFunc(p.retired, func(c *grpc.ClientConn) bool { return closed[c] })
+	})
+}
+
 func (p *peerConns) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range p.conns {
 		_ = c.Close()
 	}
-	p.conns = map[string]*grpc.ClientConn{}
+	for _, c := range p.retired {
+		_ = c.Close()
+	}
+	p.conns, p.retired = map[string]*grpc.ClientConn{}, nil
 }
 
 // leaderAddr returns the current leader's id and gRPC address.
