@@ -100,7 +100,7 @@ func findSecrets(t *testing.T, forms map[string][]byte, roots ...string) []strin
 // (the documented weaker choice; docs/ca-keys.md): a TPM key could not be
 // searched for, because the TPM never lets its private part out — the
 // blob on disk is that part encrypted under the TPM's storage key, which
-// never leaves the chip (internal/keystore: TestTPMKeyFileHoldsNoScalar).
+// never leaves the chip (internal/keystore: TestTPMBlobHoldsNoPrivateKey).
 func TestNoCAKeyOnJournalDisks(t *testing.T) {
 	skipShort(t)
 	q := startQuorumWith(t, 3, "--raft-snapshot-threshold", "16", "--raft-snapshot-interval", "1s")
