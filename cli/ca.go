@@ -281,12 +281,15 @@ func (a *app) caSignJournalCommand() *cobra.Command {
 		Long: `Sign the journal CA of journal ID for the key in --csr (the file
 pact-journal ca-request wrote on that journal's host). Only the request's
 key is used: the certificate says what these flags say. It is
-name-constrained to the root's trust domain and to --names: every host name
-and address the journal serves under: localhost, 127.0.0.1 and ::1, the
-host's name (hostname), the hosts of its --listen and --raft-listen, its
---server-names, the names its agents dial. Its server certificates can
-carry no other, and the journal refuses to start with a journal CA that
-lacks one of its names (pact-journal --check-config names it).
+name-constrained to the root's trust domain and to --names: every name
+clients dial the journal by: the hosts of its --listen and --raft-listen,
+its --server-names, the names its agents, operators and peers use, and
+localhost, 127.0.0.1, ::1 or the host's name if clients on the host use
+them. Its server certificates can carry no other. The journal refuses to
+start with a journal CA that lacks its --listen host or one of its
+--server-names (pact-journal --check-config names it); the names it adds
+on its own (localhost, the host name, loopback and interface addresses)
+it leaves out where the journal CA does not permit them.
 
 Compare the printed SPKI SHA-256 with the one pact-journal ca-request
 printed on the host: the same key is the request you meant. Copy --out to
