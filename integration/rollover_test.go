@@ -303,4 +303,3 @@ func nodesJSON(t *testing.T, out string) []nodeJSON {
 	}
 	return ns
 }
-

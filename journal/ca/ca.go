@@ -100,7 +100,7 @@ type Config struct {
 	// host name) go in only where its journal CA permits them, so a
 	// renewed journal CA may permit fewer of them.
 	ServerNames func(journalCA *x509.Certificate) ([]string, []net.IP)
-	Clock          clock.Clock
+	Clock       clock.Clock
 }
 
 // DefaultConfig returns the defaults: 3-day leaves, 9-day intermediates.
