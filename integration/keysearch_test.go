@@ -33,7 +33,10 @@ func secretForms(t *testing.T, name, path string) map[string][]byte {
 	if !ok {
 		t.Fatalf("%s: not an ECDSA key", name)
 	}
-	d := k.D.FillBytes(make([]byte, (k.Curve.Params().BitSize+7)/8))
+	d, err := k.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
 	pkcs8, err := x509.MarshalPKCS8PrivateKey(k)
 	if err != nil {
 		t.Fatal(err)

@@ -184,12 +184,6 @@ func (c *caCache) add(certs []*x509.Certificate) {
 	}
 }
 
-func (c *caCache) len() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.m)
-}
-
 // refusalDrain bounds how long a connection whose client certificate was
 // refused is kept to deliver the refusal.
 const refusalDrain = 250 * time.Millisecond

@@ -237,3 +237,10 @@ func BenchmarkVerifyClientHandshakeLegacy(b *testing.B) {
 		}
 	}
 }
+
+// len is how many CA certificates the cache holds.
+func (c *caCache) len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.m)
+}
