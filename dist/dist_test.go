@@ -171,6 +171,19 @@ func TestUnitsHardened(t *testing.T) {
 	if v := unitValues(t, "pact-agent.service", "CapabilityBoundingSet"); !slices.Equal(v, []string{"CAP_DAC_READ_SEARCH"}) {
 		t.Errorf("pact-agent keeps only CAP_DAC_READ_SEARCH: %v", v)
 	}
+	// Both may reach the TPM and no other device: the agent for TPM
+	// attestation, the journal for a journal CA key in it (tpm:).
+	for _, u := range units {
+		if v := unitValues(t, u, "DevicePolicy"); !slices.Equal(v, []string{"closed"}) {
+			t.Errorf("%s: DevicePolicy=%v, want closed", u, v)
+		}
+		if v := unitValues(t, u, "DeviceAllow"); !slices.Equal(v, []string{"/dev/tpmrm0 rw"}) {
+			t.Errorf("%s: DeviceAllow=%v, want /dev/tpmrm0 rw", u, v)
+		}
+		if v := unitValues(t, u, "PrivateDevices"); slices.Contains(v, "yes") {
+			t.Errorf("%s: PrivateDevices=yes hides /dev/tpmrm0", u)
+		}
+	}
 	// The agent's status socket default is in its RuntimeDirectory.
 	if v := unitValues(t, "pact-agent.service", "RuntimeDirectory"); !slices.Equal(v, []string{filepath.Base(filepath.Dir(agent.DefaultStatusSocket))}) {
 		t.Errorf("RuntimeDirectory %v does not hold %s", v, agent.DefaultStatusSocket)

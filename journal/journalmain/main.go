@@ -34,8 +34,10 @@ the revocation set and a local CA that signs node agents' certificates.
 
 Usage:
   pact-journal [--config FILE] [flags]   run a journal
-  pact-journal init --dir DIR --domain D create a domain root and a platform-admin credential
-  pact-journal admin issue [flags]       issue an operator credential from the root
+  pact-journal init --dir DIR --domain D a root, its key and an admin credential in one directory,
+                                         for trials and the legacy layout (a site: pact ca init)
+  pact-journal admin issue [flags]       issue an operator credential with a root key file
+                                         (a site: pact ca issue-admin, then pact admin issue)
   pact-journal ca-request [flags]        make this journal's CA key and a request for pact ca sign-journal
   pact-journal restore [flags]           seed a journal of a new quorum from a snapshot file
   pact-journal recover [flags]           make a survivor of a lost majority a new quorum
@@ -381,8 +383,10 @@ Usage:
 Roles: platform-admin (register and decommission nodes), pact-ops-{vcluster}
 (assign nodes into and out of that vCluster), viewer (read only).
 
-This is the offline way, for the first credential or when no journal is up:
-it needs the root key. The journal records the credential in Raft at its
+This is the offline way of the legacy layout (the root key in a file, as
+pact-journal init makes it), for the first credential or when no journal is
+up. A site whose root is offline issues its first credential with "pact ca
+issue-admin" (docs/ceremony.md). The journal records the credential in Raft at its
 first use, and "pact admin revoke NAME" revokes it even before that. With a
 running journal prefer "pact admin issue" (the key never leaves the
 operator's machine and the credential is recorded at once). Credentials live
@@ -503,14 +507,26 @@ Stop with Ctrl-C; the registry stays in %s.
 		addr, filepath.Join(dir, ca.RootCertFile), dir)
 }
 
-const initUsage = `pact-journal init creates a domain root CA and a platform-admin credential.
+const initUsage = `pact-journal init creates a domain root CA and a platform-admin credential
+in one directory, the root key beside them: for trying pact out, for
+tests, and for the legacy layout, in which every journal host holds the
+root key (--root-key). It is not how a site makes its root.
+
+For a site, make the root offline and give each journal a journal CA of its
+own, so that the root key is never on a journal host (docs/ceremony.md,
+docs/quorum.md "Forming a quorum on real hosts"):
+  pact ca init --dir /media/root-ca --domain hpc.example.org     (offline)
+  pact-journal ca-request --journal-id j1 --key tpm:... --out j1.csr   (each journal host)
+  pact ca sign-journal ... ; pact ca issue-admin ...             (offline)
+A quorum already running with the root key on its hosts moves to journal
+CAs without downtime: docs/migration.md.
 
 Usage:
   pact-journal init --dir DIR --domain DOMAIN
 
 It writes DIR/ca.pem (give it to every node image and operator),
-DIR/ca-key.pem (mode 0600: every journal host needs it to sign its
-intermediate; guard it), DIR/admin.pem and DIR/admin-key.pem, and prints
+DIR/ca-key.pem (mode 0600: the root key; whoever reads it can mint any
+identity of the domain), DIR/admin.pem and DIR/admin-key.pem, and prints
 the root's SHA-256 fingerprint. It never overwrites an existing root.
 
 --domain is the domain's name: the SPIFFE trust domain every journal,
@@ -574,7 +590,7 @@ func initMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s already holds the root of domain %s (SHA-256 fingerprint %s); nothing changed\n", rootPath, have, fp)
 		return 0
 	}
-	fmt.Fprintf(stdout, "created domain %s: root %s (key %s, mode 0600), admin credential %s\nroot SHA-256 fingerprint %s\n(record it with the site's backups: pact-journal restore takes a snapshot only under this root)\n", *domain,
-		rootPath, filepath.Join(*dir, ca.RootKeyFile), filepath.Join(*dir, ca.AdminCertFile), fp)
+	fmt.Fprintf(stdout, "created domain %s: root %s (key %s, mode 0600), admin credential %s\nroot SHA-256 fingerprint %s\n(record it with the site's backups: pact-journal restore takes a snapshot only under this root)\nThe root key is in %s: fine for a trial; a site makes its root offline with pact ca init and gives each journal a journal CA (docs/ceremony.md).\n", *domain,
+		rootPath, filepath.Join(*dir, ca.RootKeyFile), filepath.Join(*dir, ca.AdminCertFile), fp, *dir)
 	return 0
 }

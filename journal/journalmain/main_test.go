@@ -482,3 +482,33 @@ func journalCAFiles(t *testing.T, rootDir, id string, dnsNames []string, ips []n
 func jcaSettings(certPath, keyPath string) string {
 	return "root-key: \"\"\njournal-ca-cert: " + certPath + "\njournal-ca-key: file:" + keyPath + "\n"
 }
+
+// pact-journal init stays for trials and the legacy layout, and says so:
+// its --help, the command list and its answer send a site to pact ca init
+// and docs/ceremony.md.
+func TestInitPointsSitesAtTheCeremony(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pki")
+	for _, tt := range []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"init --help", []string{"init", "--help"}, 0, []string{"not how a site makes its root", "pact ca init --dir", "pact-journal ca-request", "pact ca sign-journal", "docs/ceremony.md", "docs/migration.md"}},
+		{"--help", []string{"--help"}, 0, []string{"for trials and the legacy layout (a site: pact ca init)", "(a site: pact ca issue-admin, then pact admin issue)"}},
+		{"admin issue --help", []string{"admin", "issue", "--help"}, 0, []string{"pact ca\nissue-admin", "docs/ceremony.md"}},
+		{"init", []string{"init", "--dir", dir, "--domain", "hpc.example.org"}, 0, []string{"The root key is in " + dir + ": fine for a trial; a site makes its root offline with pact ca init and gives each journal a journal CA (docs/ceremony.md)."}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := run(tt.args, envOf(nil), &out, &errb); code != tt.code {
+				t.Fatalf("exit %d, want %d\n%s%s", code, tt.code, out.String(), errb.String())
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out.String()+errb.String(), w) {
+					t.Errorf("lacks %q:\n%s%s", w, out.String(), errb.String())
+				}
+			}
+		})
+	}
+}
