@@ -136,7 +136,7 @@ func TestCeremonyEndToEnd(t *testing.T) {
 			t.Errorf("%s mode %o, want %o", path, got, want)
 		}
 	}
-	if code, _, stderr := run("ca", "init", "--dir", rootDir, "--domain", testDomain); code != ExitUsage || !strings.Contains(stderr, "already exists") {
+	if code, _, stderr := run("ca", "init", "--dir", rootDir, "--domain", testDomain); code != ExitUsage || !strings.Contains(stderr, "already holds a domain root") {
 		t.Errorf("a second init: %d %s", code, stderr)
 	}
 

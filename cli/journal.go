@@ -527,9 +527,11 @@ uses, is refused: remove the old member first. Adding a member again with the
 same address changes nothing, so re-running after a timeout is safe.
 
 Needs a platform-admin credential.`,
-		Example: `  # On the new host (10.0.0.4), first:
+		Example: `  # On the new host (10.0.0.4), with its journal CA from the ceremony
+  # (pact-journal ca-request there, pact ca sign-journal offline: docs/ceremony.md), first:
   pact-journal --node-id j4 --join --raft-listen 10.0.0.4:7500 --listen 10.0.0.4:7443 \
-      --data-dir /var/lib/pact-journal --root-cert ca.pem --root-key ca-key.pem
+      --data-dir /var/lib/pact-journal --root-cert /etc/pact/ca.pem \
+      --journal-ca-cert /etc/pact/journal-ca.pem --journal-ca-key tpm:/etc/pact/journal-ca.tpmkey
 
   # Then, from an operator machine:
   pact journal add j4 10.0.0.4:7500

@@ -103,13 +103,17 @@ func TestJournalBadConfigFile(t *testing.T) {
 	}
 }
 
-// The journal.yaml the packages ship, on a host where the root has not
-// been installed yet: --check-config fails with the reasons (the root
-// files it names, how a production root is made, never --dev), and so
+// The journal.yaml the packages ship (the production layout: the root
+// certificate and a journal CA, never the root key), on a host where
+// nothing has been installed yet: --check-config fails with the reasons
+// (the root file it names, how the ceremony makes it, never --dev), and so
 // does a real start, at once and with exit 2 (which the unit does not
-// restart) instead of exit 1 every 5 s. Once the root is installed, a key
-// others can read is refused, and then the file checks out. The file's
-// /etc/pact and /var/lib paths are moved under a temporary directory.
+// restart) instead of exit 1 every 5 s. Then the ceremony as the file's
+// comment says, with the key in a file (PACT_JOURNAL_CA_KEY, the file's
+// other choice; dist's TestShippedJournalConfig runs it with a TPM): a
+// journal CA key others can read is refused, and then the file checks
+// out. The file's /etc/pact and /var/lib paths are moved under a
+// temporary directory.
 func TestShippedJournalConfigWithoutRoot(t *testing.T) {
 	shipped, err := os.ReadFile("../dist/config/journal.yaml")
 	if err != nil {
@@ -118,17 +122,19 @@ func TestShippedJournalConfigWithoutRoot(t *testing.T) {
 	tmp := t.TempDir()
 	etc, data := filepath.Join(tmp, "etc/pact"), filepath.Join(tmp, "var/lib/pact-journal")
 	yaml := strings.NewReplacer("/etc/pact/", etc+"/", "/var/lib/pact-journal", data).Replace(string(shipped))
-	if !strings.Contains(yaml, "root-cert: "+etc+"/ca.pem") || !strings.Contains(yaml, "data-dir: "+data) {
-		t.Fatalf("the shipped file no longer names /etc/pact/ca.pem and /var/lib/pact-journal:\n%s", shipped)
+	if !strings.Contains(yaml, "root-cert: "+etc+"/ca.pem") || !strings.Contains(yaml, "journal-ca-cert: "+etc+"/journal-ca.pem") || !strings.Contains(yaml, "data-dir: "+data) {
+		t.Fatalf("the shipped file no longer names /etc/pact/ca.pem, /etc/pact/journal-ca.pem and /var/lib/pact-journal:\n%s", shipped)
 	}
 	path := filepath.Join(tmp, "journal.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	journal := func(args ...string) (string, int) {
+	keyFile := filepath.Join(etc, "journal-ca-key.pem")
+	run := func(bin string, args ...string) (string, int) {
 		t.Helper()
-		cmd := exec.Command(filepath.Join(binDir, "pact-journal"), append([]string{"--config", path}, args...)...)
-		cmd.Env = append(os.Environ(), "PACT_LOG_FORMAT=text")
+		cmd := exec.Command(filepath.Join(binDir, bin), args...)
+		cmd.Env = append(os.Environ(), "PACT_LOG_FORMAT=text", "PACT_JOURNAL_CA_KEY=file:"+keyFile)
+		cmd.Dir = tmp
 		out, err := cmd.CombinedOutput()
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -138,10 +144,14 @@ func TestShippedJournalConfigWithoutRoot(t *testing.T) {
 		}
 		return string(out), code
 	}
+	journal := func(args ...string) (string, int) {
+		t.Helper()
+		return run("pact-journal", append([]string{"--config", path}, args...)...)
+	}
 	reasons := []string{
 		"1 configuration problem; nothing was started",
-		"the domain root is missing: neither the root certificate " + etc + "/ca.pem nor the root key " + etc + "/ca-key.pem exists",
-		"pact-journal init --dir DIR --domain DOMAIN", "point --root-cert and --root-key at them",
+		"root certificate " + etc + "/ca.pem does not exist",
+		"pact ca init", "pact-journal ca-request", "pact ca sign-journal", "docs/ceremony.md",
 	}
 	for _, args := range [][]string{{"--check-config"}, nil} {
 		out, code := journal(args...)
@@ -157,35 +167,47 @@ func TestShippedJournalConfigWithoutRoot(t *testing.T) {
 		}
 	}
 
-	// The root installed as the file's comment says, but the key left
-	// readable by others.
-	pki := filepath.Join(tmp, "pki")
-	if out, err := exec.Command(filepath.Join(binDir, "pact-journal"), "init", "--dir", pki, "--domain", "site.example").CombinedOutput(); err != nil {
-		t.Fatalf("init: %v\n%s", err, out)
+	// The ceremony, as the file's comment says.
+	rootDir := filepath.Join(tmp, "root-ca")
+	names := "localhost,127.0.0.1,::1,j1,j1.example.org,10.0.0.1"
+	for _, step := range [][]string{
+		{"pact", "ca", "init", "--dir", rootDir, "--domain", "site.example"},
+		{"pact-journal", "ca-request", "--journal-id", "j1", "--key", "file:" + keyFile, "--names", names, "--out", "j1.csr"},
+		{"pact", "ca", "sign-journal", "--dir", rootDir, "--csr", "j1.csr", "--journal-id", "j1", "--names", names, "--out", "j1-ca.pem"},
+	} {
+		if step[1] == "ca-request" {
+			if err := os.MkdirAll(etc, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if out, code := run(step[0], step[1:]...); code != 0 {
+			t.Fatalf("%v: exit %d\n%s", step, code, out)
+		}
 	}
-	if err := os.MkdirAll(etc, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, mode := range map[string]os.FileMode{"ca.pem": 0o644, "ca-key.pem": 0o644} {
-		b, err := os.ReadFile(filepath.Join(pki, name))
+	for from, to := range map[string]string{filepath.Join(rootDir, "ca.pem"): "ca.pem", filepath.Join(tmp, "j1-ca.pem"): "journal-ca.pem"} {
+		b, err := os.ReadFile(from)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(etc, name), b, mode); err != nil {
+		if err := os.WriteFile(filepath.Join(etc, to), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// The journal CA's key left readable by others.
+	if err := os.Chmod(keyFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	out, code := journal("--check-config")
 	if code != 2 {
-		t.Errorf("a root key of mode 0644: exit %d, want 2\n%s", code, out)
+		t.Errorf("a journal CA key of mode 0644: exit %d, want 2\n%s", code, out)
 	}
-	wantContains(t, "a root key of mode 0644", out, "has mode 0644, readable by group or others; run: chmod 600 "+etc+"/ca-key.pem")
-	if err := os.Chmod(filepath.Join(etc, "ca-key.pem"), 0o600); err != nil {
+	wantContains(t, "a journal CA key of mode 0644", out, "readable by others", "run: chmod 600 "+keyFile)
+	if err := os.Chmod(keyFile, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, code = journal("--check-config")
 	if code != 0 {
-		t.Errorf("the shipped file with its root installed: exit %d, want 0\n%s", code, out)
+		t.Errorf("the shipped file with its root and journal CA installed: exit %d, want 0\n%s", code, out)
 	}
 	wantContains(t, "--check-config", out, "the settings are valid")
 }

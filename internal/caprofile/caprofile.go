@@ -150,7 +150,7 @@ func CheckJournalCA(cert *x509.Certificate, roots []*x509.Certificate, journalID
 		return fmt.Errorf("%w: %q is not a journal CA certificate (make one with pact ca sign-journal)", ErrProfile, cert.Subject.CommonName)
 	}
 	if id != journalID || dom != domain {
-		return fmt.Errorf("%w: the journal CA is for journal %s of domain %s, this is journal %s of domain %s", ErrProfile, id, dom, journalID, domain)
+		return fmt.Errorf("%w: the journal CA is for journal %s of domain %s, this is journal %s of domain %s: point --journal-ca-cert at this journal's own, or have the ceremony sign one for it (pact-journal ca-request --journal-id %s, then pact ca sign-journal)", ErrProfile, id, dom, journalID, domain, journalID)
 	}
 	if cert.KeyUsage&x509.KeyUsageCertSign == 0 {
 		return fmt.Errorf("%w: the journal CA may not sign certificates (no keyCertSign)", ErrProfile)

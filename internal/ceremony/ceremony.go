@@ -93,6 +93,10 @@ func InitRoot(dir, domain string, key keystore.Spec, opts keystore.Options, life
 		key = DefaultRootKey(dir)
 	}
 	certPath := filepath.Join(dir, RootCertFile)
+	if _, err := os.Lstat(certPath); err == nil {
+		// Never advise removing it: the site may trust it.
+		return nil, fmt.Errorf("%w: %s already holds a domain root; nothing was written. A root is made once per domain: use it (pact ca show %s), or give another --dir for a new one (a rollover: docs/rollover.md)", ErrExists, dir, certPath)
+	}
 	if err := absent(certPath); err != nil {
 		return nil, err
 	}
