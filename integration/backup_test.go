@@ -201,11 +201,14 @@ func TestSnapshotSaveRestore(t *testing.T) {
 			t.Fatalf("restore %s: exit %d\n%s", m.id, code, out)
 		}
 		wantContains(t, "restore's answer", out, "restored 12 nodes of domain pact.local")
-		r.pq.SetArgs(i, []string{
+		pkiArgs, err := q.pq.PKIArgs(m.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.pq.SetArgs(i, append([]string{
 			"--node-id", m.id, "--data-dir", dataDir,
 			"--listen", m.grpc, "--raft-listen", m.raft, "--metrics-listen", m.metrics,
-			"--root-cert", filepath.Join(q.dir, "ca.pem"), "--root-key", filepath.Join(q.dir, "ca-key.pem"),
-		})
+		}, pkiArgs...))
 	}
 	for i := range r.members {
 		r.launch(i)

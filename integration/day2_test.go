@@ -67,11 +67,14 @@ func (q *quorum) addJoiner(id string) int {
 	q.t.Helper()
 	a := freeAddrs(q.t, 3)
 	m := &member{id: id, grpc: a[0], raft: a[1], metrics: a[2]}
-	i := q.add(m, []string{
+	pkiArgs, err := q.pq.PKIArgs(id)
+	if err != nil {
+		q.t.Fatal(err)
+	}
+	i := q.add(m, append([]string{
 		"--node-id", m.id, "--data-dir", filepath.Join(q.dir, m.id), "--join",
 		"--listen", m.grpc, "--raft-listen", m.raft, "--metrics-listen", m.metrics,
-		"--root-cert", filepath.Join(q.dir, "ca.pem"), "--root-key", filepath.Join(q.dir, "ca-key.pem"),
-	})
+	}, pkiArgs...))
 	q.launch(i)
 	// Its Raft port is open once it says it waits.
 	deadline := time.Now().Add(30 * time.Second)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pact-hpc/pact/integration/launch"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -53,7 +54,7 @@ func TestPeerRightsOfJournalProcesses(t *testing.T) {
 	// A key in the wrong hands: an intermediate from the root, published
 	// as the owner's own by a certificate naming the owner (as a journal
 	// publishes its fresh re-key), then used to name the leader.
-	stolen := journaltest.NewIntermediate(t, q.dir)
+	stolen := journaltest.NewIntermediate(t, launch.RootDir(q.dir))
 	publish := &pactv1.Command{AtUnixNano: time.Now().UnixNano(), Actor: "journal/" + owner,
 		Op: &pactv1.Command_PublishIntermediate{PublishIntermediate: &pactv1.PublishIntermediateOp{Intermediate: stolen.Record(owner)}}}
 	// Through whichever journal leads now (the leadership may move on a

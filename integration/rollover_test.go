@@ -90,10 +90,19 @@ func TestRootRollover(t *testing.T) {
 	for i := range q.members {
 		waitJournalLog(t, q, i, "journal CA renewed", 30*time.Second)
 	}
-	newCAs := journalCASerials(t, must("journal", "intermediates", "--journal-cas", "-o", "json"))
-	newCAs = slices.DeleteFunc(newCAs, func(s string) bool { return slices.Contains(oldCAs, s) })
-	if len(newCAs) != 3 {
-		t.Fatalf("journal CAs after the re-issue: %v new, want 3", newCAs)
+	// Each journal CA is recorded with the first intermediate published
+	// under it, which the journal logs just before.
+	var newCAs []string
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		newCAs = journalCASerials(t, must("journal", "intermediates", "--journal-cas", "-o", "json"))
+		newCAs = slices.DeleteFunc(newCAs, func(s string) bool { return slices.Contains(oldCAs, s) })
+		if len(newCAs) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("journal CAs after the re-issue: %v new, want 3", newCAs)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 
 	// 4. The nodes move: each renews onto an intermediate of a new

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/pact-hpc/pact/integration/launch"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/journal/ca"
@@ -52,7 +53,7 @@ func TestRollingUpgradeRules(t *testing.T) {
 	q := startQuorum(t, 3)
 	leader := q.leader()
 
-	auth, err := ca.LoadKeyFileAuthority(filepath.Join(q.dir, ca.RootCertFile), filepath.Join(q.dir, ca.RootKeyFile))
+	auth, err := ca.LoadKeyFileAuthority(launch.RootFiles(q.dir))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package launch
 
 import (
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -113,4 +114,37 @@ func (q *ProcQuorum) servedNames(i int) []string {
 		}
 	}
 	return names
+}
+
+// RootFiles are the domain root's certificate and key in a directory the
+// launcher (RootDir) or pact-journal init (dir itself, the layout before
+// journal CAs, which the floor's stub journals keep) made.
+func RootFiles(dir string) (cert, key string) {
+	if _, err := os.Stat(filepath.Join(RootDir(dir), ceremony.RootCertFile)); err == nil {
+		dir = RootDir(dir)
+	}
+	return filepath.Join(dir, ceremony.RootCertFile), filepath.Join(dir, ceremony.RootKeyFile)
+}
+
+// PKIArgs are the flags of journal id's PKI: the root certificate, and
+// its journal CA, made now if it has none (a journal beyond the first N,
+// started by a test; it serves on loopback).
+func (q *ProcQuorum) PKIArgs(id string) ([]string, error) {
+	if _, err := os.Stat(q.JournalCACert(id)); errors.Is(err, os.ErrNotExist) {
+		certPath, keyPath := RootFiles(q.cfg.Dir)
+		root, key, err := ceremony.LoadRoot(certPath, keystore.Spec{Backend: keystore.BackendFile, Location: keyPath}, keystore.Options{}, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		defer key.Close()
+		names := []string{"localhost", "127.0.0.1", "::1"}
+		if h, err := os.Hostname(); err == nil && h != "" {
+			names = append(names, h)
+		}
+		if err := q.IssueJournalCA(id, root, key, names); err != nil {
+			return nil, err
+		}
+	}
+	return []string{"--root-cert", filepath.Join(q.cfg.Dir, "ca.pem"),
+		"--journal-ca-cert", q.JournalCACert(id), "--journal-ca-key", "file:" + q.JournalCAKey(id)}, nil
 }

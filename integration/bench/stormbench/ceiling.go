@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/pact-hpc/pact/integration/launch"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/ca"
@@ -81,7 +81,7 @@ func probeCurve(addr string, roots *x509.CertPool, kx transport.KeyExchange) (tl
 // journal makes its own (a fresh in-memory intermediate and server cert).
 // curve is the key exchange the journals negotiate (0: Go's default).
 func newCeilingKit(dir string, curve tls.CurveID) (*ceilingKit, error) {
-	up, err := ca.LoadKeyFileAuthority(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"))
+	up, err := ca.LoadKeyFileAuthority(launch.RootFiles(dir))
 	if err != nil {
 		return nil, err
 	}

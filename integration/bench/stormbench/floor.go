@@ -34,6 +34,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pact-hpc/pact/integration/bench/stormbench/bareclient"
+	"github.com/pact-hpc/pact/integration/launch"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/transport"
@@ -245,7 +246,7 @@ func serveFloorJournal(dir, id, kxName string, admission bool) error {
 	if err != nil {
 		return err
 	}
-	up, err := ca.LoadKeyFileAuthority(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"))
+	up, err := ca.LoadKeyFileAuthority(launch.RootFiles(dir))
 	if err != nil {
 		return err
 	}
