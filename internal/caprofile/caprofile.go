@@ -15,8 +15,11 @@ package caprofile
 
 import (
 	"bytes"
+	"crypto"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"errors"
 	"fmt"
 	"math/big"
@@ -244,4 +247,33 @@ func ValidateNames(dnsNames []string, ips []net.IP) error {
 		}
 	}
 	return nil
+}
+
+// KeyID is SPKIKeyID of a public key.
+func KeyID(pub crypto.PublicKey) ([]byte, error) {
+	spki, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return nil, fmt.Errorf("caprofile: encode public key: %w", err)
+	}
+	return SPKIKeyID(spki)
+}
+
+// SPKIKeyID is the key identifier pact gives every certificate, CA or
+// not, for a DER SubjectPublicKeyInfo: the leftmost 160 bits of the
+// SHA-256 of its subjectPublicKey bits (RFC 7093 §2 method 1, one of the
+// methods RFC 5280 §4.2.1.2 allows). It is the method crypto/x509 uses for
+// the CA certificates it fills in itself, so roots, journal CAs,
+// intermediates and leaves name their keys alike. Go fills it in for CAs
+// only; RFC 5280 says end-entity certificates should carry one too, and
+// path builders and operators use it to match a key across renewals.
+func SPKIKeyID(spki []byte) ([]byte, error) {
+	var info struct {
+		Algorithm pkix.AlgorithmIdentifier
+		PublicKey asn1.BitString
+	}
+	if rest, err := asn1.Unmarshal(spki, &info); err != nil || len(rest) != 0 {
+		return nil, errors.New("caprofile: subject key identifier: subject public key info does not parse")
+	}
+	sum := sha256.Sum256(info.PublicKey.Bytes)
+	return sum[:20], nil
 }

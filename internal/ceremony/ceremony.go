@@ -17,10 +17,8 @@ import (
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/asn1"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -137,7 +135,7 @@ func selfSign(domain string, key crypto.Signer, lifetime time.Duration, now time
 		return nil, err
 	}
 	tmpl := caprofile.Root(domain, serial, now.Add(-backdate), now.Add(lifetime))
-	if tmpl.SubjectKeyId, err = keyID(key.Public()); err != nil {
+	if tmpl.SubjectKeyId, err = caprofile.KeyID(key.Public()); err != nil {
 		return nil, err
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
@@ -384,7 +382,7 @@ func SignJournalCA(root *x509.Certificate, rootKey crypto.Signer, csrDER []byte,
 		Domain: domain, JournalID: journalID, DNSNames: dnsNames, IPs: ips,
 		Serial: serial, NotBefore: notBefore, NotAfter: notAfter,
 	})
-	if tmpl.SubjectKeyId, err = spkiKeyID(csr.SPKI); err != nil {
+	if tmpl.SubjectKeyId, err = caprofile.SPKIKeyID(csr.SPKI); err != nil {
 		return nil, err
 	}
 	tmpl.AuthorityKeyId = root.SubjectKeyId
@@ -448,7 +446,7 @@ func IssueAdmin(root *x509.Certificate, rootKey crypto.Signer, name, role string
 	if notAfter.After(root.NotAfter) {
 		notAfter = root.NotAfter
 	}
-	skid, err := keyID(key.Public())
+	skid, err := caprofile.KeyID(key.Public())
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -515,30 +513,6 @@ func samePublicKey(a, b crypto.PublicKey) bool {
 	type equaler interface{ Equal(crypto.PublicKey) bool }
 	e, ok := a.(equaler)
 	return ok && e.Equal(b)
-}
-
-// keyID is spkiKeyID of a public key.
-func keyID(pub crypto.PublicKey) ([]byte, error) {
-	spki, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		return nil, fmt.Errorf("ceremony: encode public key: %w", err)
-	}
-	return spkiKeyID(spki)
-}
-
-// spkiKeyID is the key identifier journal/ca gives every certificate: the
-// leftmost 160 bits of the SHA-256 of the subjectPublicKey bits (RFC 7093
-// §2 method 1), so a key is named alike at every level of the chain.
-func spkiKeyID(spki []byte) ([]byte, error) {
-	var info struct {
-		Algorithm pkix.AlgorithmIdentifier
-		PublicKey asn1.BitString
-	}
-	if rest, err := asn1.Unmarshal(spki, &info); err != nil || len(rest) != 0 {
-		return nil, errors.New("ceremony: subject key identifier: subject public key info does not parse")
-	}
-	sum := sha256.Sum256(info.PublicKey.Bytes)
-	return sum[:20], nil
 }
 
 // absent refuses a path that exists.

@@ -121,7 +121,7 @@ func TestInitRoot(t *testing.T) {
 	if got := root.NotAfter.Sub(now); got != caprofile.DefaultRootLifetime {
 		t.Errorf("root lifetime %v, want the default %v", got, caprofile.DefaultRootLifetime)
 	}
-	if want, _ := keyID(key.Public()); !bytes.Equal(root.SubjectKeyId, want) {
+	if want, _ := caprofile.KeyID(key.Public()); !bytes.Equal(root.SubjectKeyId, want) {
 		t.Errorf("root SKID %x, want %x", root.SubjectKeyId, want)
 	}
 	if _, err := root.Verify(x509.VerifyOptions{Roots: pool(root), CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
@@ -228,7 +228,7 @@ func TestSignJournalCA(t *testing.T) {
 	if jca.MaxPathLen != 1 || !jca.IsCA || !jca.PermittedDNSDomainsCritical {
 		t.Errorf("path length %d, CA %v, critical %v", jca.MaxPathLen, jca.IsCA, jca.PermittedDNSDomainsCritical)
 	}
-	if want, _ := spkiKeyID(jca.RawSubjectPublicKeyInfo); !bytes.Equal(jca.SubjectKeyId, want) {
+	if want, _ := caprofile.SPKIKeyID(jca.RawSubjectPublicKeyInfo); !bytes.Equal(jca.SubjectKeyId, want) {
 		t.Errorf("SKID %x, want %x", jca.SubjectKeyId, want)
 	}
 	if !bytes.Equal(jca.AuthorityKeyId, root.SubjectKeyId) || len(jca.AuthorityKeyId) == 0 {
@@ -450,7 +450,7 @@ func TestIssueAdmin(t *testing.T) {
 	if cert.Subject.CommonName != "pact-admin/alice@"+domain || !slices.Equal(cert.Subject.OrganizationalUnit, []string{pki.RolePlatformAdmin}) || cert.IsCA {
 		t.Errorf("subject %v CA %v", cert.Subject, cert.IsCA)
 	}
-	if want, _ := spkiKeyID(cert.RawSubjectPublicKeyInfo); !bytes.Equal(cert.SubjectKeyId, want) {
+	if want, _ := caprofile.SPKIKeyID(cert.RawSubjectPublicKeyInfo); !bytes.Equal(cert.SubjectKeyId, want) {
 		t.Error("admin SKID is not its key's")
 	}
 	if got := cert.NotAfter.Sub(now); got != DefaultAdminLifetime {

@@ -15,11 +15,9 @@ import (
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/asn1"
 	"errors"
 	"fmt"
 	"net"
@@ -445,7 +443,7 @@ func (c *CA) issueServer(inter *intermediate, id pki.Identity, now time.Time) (*
 	if err != nil {
 		return nil, err
 	}
-	skid, err := subjectKeyIDOf(key.Public())
+	skid, err := caprofile.KeyID(key.Public())
 	if err != nil {
 		return nil, err
 	}
@@ -560,7 +558,7 @@ func (c *CA) SignAgent(csr *CSR, nodeID string) (*Issued, error) {
 		return nil, fmt.Errorf("%w: intermediate %s expired at %v; Rotate first", ErrIssuedInvalid, inter.serial, inter.cert.NotAfter)
 	}
 	id := pki.Identity{Kind: pki.KindAgent, Name: nodeID, Domain: c.domain}
-	skid, err := subjectKeyID(csr.SPKI)
+	skid, err := caprofile.SPKIKeyID(csr.SPKI)
 	if err != nil {
 		return nil, err
 	}
@@ -624,40 +622,11 @@ func validateAgentCert(cert *x509.Certificate, id pki.Identity, csr *CSR) error 
 	if string(cert.RawSubjectPublicKeyInfo) != string(csr.SPKI) {
 		errs = append(errs, errors.New("public key differs from the CSR"))
 	}
-	if want, err := subjectKeyID(cert.RawSubjectPublicKeyInfo); err != nil || !bytes.Equal(cert.SubjectKeyId, want) {
+	if want, err := caprofile.SPKIKeyID(cert.RawSubjectPublicKeyInfo); err != nil || !bytes.Equal(cert.SubjectKeyId, want) {
 		errs = append(errs, errors.New("subject key identifier is not the key's (RFC 5280 §4.2.1.2, RFC 7093 §2 method 1)"))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrIssuedInvalid, errors.Join(errs...))
 	}
 	return nil
-}
-
-// subjectKeyIDOf is subjectKeyID of a public key.
-func subjectKeyIDOf(pub crypto.PublicKey) ([]byte, error) {
-	spki, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		return nil, fmt.Errorf("ca: encode public key: %w", err)
-	}
-	return subjectKeyID(spki)
-}
-
-// subjectKeyID is the key identifier of a DER SubjectPublicKeyInfo: the
-// leftmost 160 bits of the SHA-256 of its subjectPublicKey bits (RFC 7093
-// §2 method 1, one of the methods RFC 5280 §4.2.1.2 allows). It is the
-// method crypto/x509 uses for the CA certificates it fills in itself, so
-// roots, intermediates and leaves name their keys alike. Go fills it in
-// for CAs only; RFC 5280 says end-entity certificates should carry one
-// too, and path builders and operators use it to match a key across
-// renewals.
-func subjectKeyID(spki []byte) ([]byte, error) {
-	var info struct {
-		Algorithm pkix.AlgorithmIdentifier
-		PublicKey asn1.BitString
-	}
-	if rest, err := asn1.Unmarshal(spki, &info); err != nil || len(rest) != 0 {
-		return nil, errors.New("ca: subject key identifier: subject public key info does not parse")
-	}
-	sum := sha256.Sum256(info.PublicKey.Bytes)
-	return sum[:20], nil
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/internal/caprofile"
+	"github.com/pact-hpc/pact/internal/keystore"
 	"github.com/pact-hpc/pact/internal/pki"
 )
 
@@ -258,7 +259,7 @@ func signAdmin(issuer *x509.Certificate, signer crypto.Signer, pub crypto.Public
 	if !notAfter.After(now) {
 		return nil, fmt.Errorf("%w: the signing certificate %s expired at %v", ErrIssuedInvalid, issuer.Subject.CommonName, issuer.NotAfter)
 	}
-	skid, err := subjectKeyIDOf(pub)
+	skid, err := caprofile.KeyID(pub)
 	if err != nil {
 		return nil, err
 	}
@@ -308,32 +309,11 @@ func readCerts(path string) ([]*x509.Certificate, error) {
 }
 
 func readKey(path string) (crypto.Signer, error) {
-	data, err := os.ReadFile(path)
+	key, err := keystore.ReadPEMKey(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUpstream, err)
 	}
-	b, _ := pem.Decode(data)
-	if b == nil {
-		// Never echo the file's content: it is a key.
-		return nil, fmt.Errorf("%w: %s holds no PEM block", ErrUpstream, path)
-	}
-	var k any
-	switch b.Type {
-	case "PRIVATE KEY":
-		k, err = x509.ParsePKCS8PrivateKey(b.Bytes)
-	case "EC PRIVATE KEY":
-		k, err = x509.ParseECPrivateKey(b.Bytes)
-	default:
-		return nil, fmt.Errorf("%w: %s: unsupported PEM type %q", ErrUpstream, path, b.Type)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: cannot parse private key", ErrUpstream, path)
-	}
-	s, ok := k.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s: key cannot sign", ErrUpstream, path)
-	}
-	return s, nil
+	return key, nil
 }
 
 // ReadKeyFile loads a PEM private key (PKCS#8 or SEC1).
