@@ -510,7 +510,7 @@ func (j *Journal) rotateLoop() {
 		close(j.rekeyed)
 		j.rekeyed = make(chan struct{})
 		j.rekeyMu.Unlock()
-		j.log.Info("intermediate rotated", logkey.IssuerSerial, pki.SerialHex(j.ca.Intermediate().SerialNumber))
+		j.log.Info("intermediate rotated", logkey.IssuerSerial, j.ca.IntermediateSerial())
 		warnJournalCAExpiry(j.log, j.ca, j.cfg.Clock.Now())
 	}
 }
@@ -520,7 +520,7 @@ func (j *Journal) rotateLoop() {
 // retiring (or revoked). Between a re-key and its publication a signature
 // would carry a chain no bundle holds yet.
 func (j *Journal) ownIntermediate() (published, retiring bool) {
-	in, ok := j.fsm.Intermediate(pki.SerialHex(j.ca.Intermediate().SerialNumber))
+	in, ok := j.fsm.Intermediate(j.ca.IntermediateSerial())
 	return ok, ok && in.GetRevokeAtUnixNano() != 0
 }
 
@@ -765,7 +765,7 @@ func signedByARoot(cert *x509.Certificate, roots []*x509.Certificate) bool {
 func (j *Journal) IntermediateCert() *x509.Certificate { return j.ca.Intermediate() }
 
 // Intermediate is the serial of the intermediate this journal signs with.
-func (j *Journal) Intermediate() string { return pki.SerialHex(j.ca.Intermediate().SerialNumber) }
+func (j *Journal) Intermediate() string { return j.ca.IntermediateSerial() }
 
 // StreamDrops is how many times this journal went from holding at least one
 // stream of the node to holding none. A dual-channel swap opens the new

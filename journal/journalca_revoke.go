@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/internal/logkey"
-	"github.com/pact-hpc/pact/internal/pki"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -99,7 +98,7 @@ func journalCAView(jc *pactv1.JournalCA) *pactv1.JournalCA {
 // revokedJournalCA returns this journal's journal CA if the registry holds
 // it revoked, else nil (a live one, or an intermediate the root signed).
 func (j *Journal) revokedJournalCA() *pactv1.JournalCA {
-	return revokedJournalCAOf(j.fsm, j.cfg.NodeID, pki.SerialHex(j.ca.Intermediate().SerialNumber))
+	return revokedJournalCAOf(j.fsm, j.cfg.NodeID, j.ca.IntermediateSerial())
 }
 
 // revokedJournalCAOf is revokedJournalCA for the journal journalID signing

@@ -183,19 +183,16 @@ func TestJournalCARevokedStopsSigning(t *testing.T) {
 	if got := must(t, reg, "pact_journal_ca_revoked"); got != 0 {
 		t.Fatalf("pact_journal_ca_revoked = %v with a live journal CA", got)
 	}
-	rekeyedFrom := e.h.J.Intermediate()
+	rekeyedFrom, appliedBefore := e.h.J.Intermediate(), e.registry(t).applied
 	if _, err := e.admin.RevokeJournalCA(callCtx(t), &pactv1.RevokeJournalCARequest{Targets: []string{id}, Reason: "host stolen"}); err != nil {
 		t.Fatal(err)
 	}
 	// Its intermediate went with its journal CA: the journal re-keys at
-	// once, and the registry refuses to publish the new intermediate (a
-	// Raft entry, before the refusals below are counted).
+	// once, and the registry refuses to publish the new intermediate — a
+	// Raft entry after the revocation's, applied before the refusals below
+	// are counted (whatever the machine's speed).
 	waitFor(t, "the re-key after the revocation", func() bool { return e.h.J.Intermediate() != rekeyedFrom })
-	waitFor(t, "the refused publication applied", func() bool {
-		a := e.registry(t).applied
-		time.Sleep(200 * time.Millisecond)
-		return e.registry(t).applied == a
-	})
+	waitFor(t, "the refused publication applied", func() bool { return e.registry(t).applied >= appliedBefore+2 })
 	if got := must(t, reg, "pact_journal_ca_revoked"); got != 1 {
 		t.Errorf("pact_journal_ca_revoked = %v, want 1", got)
 	}

@@ -70,7 +70,7 @@ func (s *adminServer) IssueOperator(ctx context.Context, req *pactv1.IssueOperat
 	if cert.NotAfter.Before(asked.Add(-time.Minute)) {
 		j.log.Info("the operator credential ends with the journal intermediate that signed it, before the lifetime asked",
 			logkey.Operator, name, logkey.Serial, rec.GetSerial(), logkey.NotAfter, cert.NotAfter.UTC().Format(time.RFC3339),
-			logkey.IssuerSerial, pki.SerialHex(j.ca.Intermediate().SerialNumber))
+			logkey.IssuerSerial, j.ca.IntermediateSerial())
 	}
 	return &pactv1.IssueOperatorResponse{CertDer: cert.Raw, Operator: rec}, nil
 }

@@ -16,6 +16,9 @@ package caprofile
 import (
 	"bytes"
 	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -276,4 +279,30 @@ func SPKIKeyID(spki []byte) ([]byte, error) {
 	}
 	sum := sha256.Sum256(info.PublicKey.Bytes)
 	return sum[:20], nil
+}
+
+// KeyPolicy says why pub may not be certified, or "" if it may: pact
+// certifies ECDSA P-256 and P-384 and Ed25519 keys only (the journal's CA
+// for nodes and operators, the ceremony for journal CAs).
+func KeyPolicy(pub crypto.PublicKey) string {
+	switch k := pub.(type) {
+	case *ecdsa.PublicKey:
+		if k.Curve == elliptic.P256() || k.Curve == elliptic.P384() {
+			return ""
+		}
+		return fmt.Sprintf("ECDSA curve %s (want P-256 or P-384)", k.Curve.Params().Name)
+	case ed25519.PublicKey:
+		return ""
+	}
+	return fmt.Sprintf("%T (want ECDSA P-256, P-384 or Ed25519)", pub)
+}
+
+// SignatureAllowed reports whether a certificate request may be signed
+// with alg: the algorithms of the keys KeyPolicy accepts.
+func SignatureAllowed(alg x509.SignatureAlgorithm) bool {
+	switch alg {
+	case x509.ECDSAWithSHA256, x509.ECDSAWithSHA384, x509.ECDSAWithSHA512, x509.PureEd25519:
+		return true
+	}
+	return false
 }

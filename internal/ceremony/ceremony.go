@@ -14,7 +14,6 @@ package ceremony
 import (
 	"crypto"
 	"crypto/ecdsa"
-	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
@@ -238,9 +237,7 @@ func ParseCSR(data []byte) (*CSR, error) {
 	if err := CheckKeyPolicy(req.PublicKey); err != nil {
 		return nil, err
 	}
-	switch req.SignatureAlgorithm {
-	case x509.ECDSAWithSHA256, x509.ECDSAWithSHA384, x509.ECDSAWithSHA512, x509.PureEd25519:
-	default:
+	if !caprofile.SignatureAllowed(req.SignatureAlgorithm) {
 		return nil, fmt.Errorf("%w: signature algorithm %v", ErrKeyPolicy, req.SignatureAlgorithm)
 	}
 	if err := req.CheckSignature(); err != nil {
@@ -252,16 +249,10 @@ func ParseCSR(data []byte) (*CSR, error) {
 // CheckKeyPolicy accepts ECDSA P-256, ECDSA P-384 and Ed25519 keys, as the
 // journal's CA does.
 func CheckKeyPolicy(pub crypto.PublicKey) error {
-	switch k := pub.(type) {
-	case *ecdsa.PublicKey:
-		if k.Curve == elliptic.P256() || k.Curve == elliptic.P384() {
-			return nil
-		}
-		return fmt.Errorf("%w: ECDSA curve %s (want P-256 or P-384)", ErrKeyPolicy, k.Curve.Params().Name)
-	case ed25519.PublicKey:
-		return nil
+	if why := caprofile.KeyPolicy(pub); why != "" {
+		return fmt.Errorf("%w: %s", ErrKeyPolicy, why)
 	}
-	return fmt.Errorf("%w: %T (want ECDSA P-256, P-384 or Ed25519)", ErrKeyPolicy, pub)
+	return nil
 }
 
 // ParseNames splits host names from addresses ("j1.site,10.0.0.1") and

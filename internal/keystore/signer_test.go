@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"math/big"
 	"testing"
 	"time"
@@ -90,4 +91,27 @@ func x509ParseAnyPrivateKey(der []byte) (any, error) {
 		return k, nil
 	}
 	return x509.ParsePKCS1PrivateKey(der)
+}
+
+// checkSignsConcurrently asks k for eight signatures at once: each must
+// come back and verify.
+func checkSignsConcurrently(t *testing.T, k keystore.Key) {
+	t.Helper()
+	pub := k.Public().(*ecdsa.PublicKey)
+	errs := make(chan error, 8)
+	for g := range 8 {
+		go func() {
+			digest := sha256.Sum256([]byte{byte(g)})
+			sig, err := k.Sign(rand.Reader, digest[:], crypto.SHA256)
+			if err == nil && !ecdsa.VerifyASN1(pub, digest[:], sig) {
+				err = errors.New("signature does not verify")
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
 }

@@ -302,23 +302,7 @@ func TestTPMSignConcurrently(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer k.Close()
-	pub := k.Public().(*ecdsa.PublicKey)
-	errs := make(chan error, 8)
-	for g := range 8 {
-		go func() {
-			digest := sha256.Sum256([]byte{byte(g)})
-			sig, err := k.Sign(rand.Reader, digest[:], crypto.SHA256)
-			if err == nil && !ecdsa.VerifyASN1(pub, digest[:], sig) {
-				err = errors.New("signature does not verify")
-			}
-			errs <- err
-		}()
-	}
-	for range 8 {
-		if err := <-errs; err != nil {
-			t.Error(err)
-		}
-	}
+	checkSignsConcurrently(t, k)
 }
 
 // A TPM whose owner hierarchy has a password: pact cannot make its storage

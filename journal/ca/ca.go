@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"crypto"
 	"crypto/ecdsa"
-	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
@@ -307,6 +306,10 @@ func (c *CA) SignOperator(csr *CSR, name, role string, lifetime time.Duration) (
 // Intermediate is the current intermediate certificate.
 func (c *CA) Intermediate() *x509.Certificate { return c.cur.Load().cert }
 
+// IntermediateSerial is the current intermediate's serial in hex, as the
+// registry records it (kept with the intermediate: Enroll asks twice).
+func (c *CA) IntermediateSerial() string { return c.cur.Load().serial }
+
 // Current is the current intermediate and the journal CA that signed it
 // (nil in the legacy layout), read together: what the journal publishes.
 func (c *CA) Current() (inter, journalCA *x509.Certificate) {
@@ -495,9 +498,7 @@ func ParseCSR(der []byte) (*CSR, error) {
 	if err := CheckKeyPolicy(req.PublicKey); err != nil {
 		return nil, err
 	}
-	switch req.SignatureAlgorithm {
-	case x509.ECDSAWithSHA256, x509.ECDSAWithSHA384, x509.ECDSAWithSHA512, x509.PureEd25519:
-	default:
+	if !caprofile.SignatureAllowed(req.SignatureAlgorithm) {
 		return nil, fmt.Errorf("%w: signature algorithm %v", ErrKeyPolicy, req.SignatureAlgorithm)
 	}
 	// The journal decides every extension (SANs, key usage, basic
@@ -515,16 +516,10 @@ func ParseCSR(der []byte) (*CSR, error) {
 
 // CheckKeyPolicy accepts ECDSA P-256, ECDSA P-384 and Ed25519 keys.
 func CheckKeyPolicy(pub crypto.PublicKey) error {
-	switch k := pub.(type) {
-	case *ecdsa.PublicKey:
-		if k.Curve == elliptic.P256() || k.Curve == elliptic.P384() {
-			return nil
-		}
-		return fmt.Errorf("%w: ECDSA curve %s (want P-256 or P-384)", ErrKeyPolicy, k.Curve.Params().Name)
-	case ed25519.PublicKey:
-		return nil
+	if why := caprofile.KeyPolicy(pub); why != "" {
+		return fmt.Errorf("%w: %s", ErrKeyPolicy, why)
 	}
-	return fmt.Errorf("%w: %T (want ECDSA P-256, P-384 or Ed25519)", ErrKeyPolicy, pub)
+	return nil
 }
 
 // Issued is an agent certificate with what the registry records about it.
