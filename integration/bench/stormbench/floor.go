@@ -702,7 +702,7 @@ func bareStorm(f stormFlags, c *floorCluster, roots *x509.CertPool, kx transport
 		return nil, err
 	}
 	defer br.Close()
-	res := m.stop(stormEnroll, 0)
+	res := m.stop(stormEnroll, 0, 0)
 	res.probe = probe.finish()
 	res.agents, res.ok, res.failed, res.attempts, res.wall, res.lat = f.agents, br.OK, br.Failed, br.Attempts, br.Wall, br.Latencies
 	if res.wall > 0 {

@@ -255,7 +255,7 @@ func issueCerts(iss certIssuer, base, n, clients int, callTimeout, deadline time
 	}
 	wg.Wait()
 	wall := time.Since(started)
-	procs, self := cpu.stop()
+	procs, self, _ := cpu.stop()
 	var server time.Duration
 	for _, p := range procs {
 		server += p

@@ -71,10 +71,11 @@ type cpuMeter struct {
 	pids      []int
 	startProc []time.Duration
 	startSelf time.Duration
+	startGC   time.Duration
 }
 
 func startCPU(pids []int) *cpuMeter {
-	m := &cpuMeter{pids: pids, startSelf: selfCPU()}
+	m := &cpuMeter{pids: pids, startSelf: selfCPU(), startGC: selfGCCPU()}
 	for _, p := range pids {
 		c, _ := procCPU(p)
 		m.startProc = append(m.startProc, c)
@@ -82,14 +83,16 @@ func startCPU(pids []int) *cpuMeter {
 	return m
 }
 
-// stop returns the CPU each process used and what this process used.
-func (m *cpuMeter) stop() (procs []time.Duration, self time.Duration) {
+// stop returns the CPU each process used, what this process used, and
+// what its garbage collector used of that.
+func (m *cpuMeter) stop() (procs []time.Duration, self, gc time.Duration) {
 	self = selfCPU() - m.startSelf
+	gc = selfGCCPU() - m.startGC
 	for i, p := range m.pids {
 		c, _ := procCPU(p)
 		procs = append(procs, c-m.startProc[i])
 	}
-	return procs, self
+	return procs, self, gc
 }
 
 // rssSampler samples the resident set of processes until stopped and
@@ -193,7 +196,7 @@ func waitIdle(limit time.Duration, maxShare float64, pids []int) float64 {
 		m := startMachine()
 		cpu := startCPU(pids)
 		time.Sleep(time.Second)
-		procs, self := cpu.stop()
+		procs, self, _ := cpu.stop()
 		ours := self
 		for _, p := range procs {
 			ours += p

@@ -294,6 +294,7 @@ type stormResult struct {
 	spent        work
 	journalCPU   []time.Duration
 	genCPU       time.Duration
+	genGC        time.Duration // of genCPU, the load generator's garbage collectors'
 	rssMax       int64 // the largest journal's
 	genRSS       int64 // the load generator's (every agent), at its peak
 	streamsOpen  int   // pact_journal_streams_open summed over the journals, after the storm
@@ -465,7 +466,7 @@ func (s *storm) runArrivals(pids []int, arr []arrival) (*stormResult, []agentRec
 	m := startMeters(pids)
 	t0 := time.Now()
 	recs := s.play(t0, arr)
-	res := m.stop(s.kind, 0)
+	res := m.stop(s.kind, 0, 0)
 	res.genRSS = ownRSS()
 	aggregate(res, recs, t0)
 	return res, recs
@@ -619,11 +620,13 @@ func startMeters(pids []int) *meters {
 }
 
 // stop ends the measurement; workerCPU is what the load generator's
-// worker processes used meanwhile.
-func (m *meters) stop(kind stormKind, workerCPU time.Duration) *stormResult {
+// worker processes used meanwhile, workerGC what their collectors used of
+// it.
+func (m *meters) stop(kind stormKind, workerCPU, workerGC time.Duration) *stormResult {
 	res := &stormResult{kind: kind, byOp: map[string]int{}, failures: map[string]int{}, examples: map[string]string{}}
-	res.journalCPU, res.genCPU = m.cpu.stop()
+	res.journalCPU, res.genCPU, res.genGC = m.cpu.stop()
 	res.genCPU += workerCPU
+	res.genGC += workerGC
 	res.others = m.machine.others(res.genCPU + res.journalCPUSum())
 	res.rssMax = m.rss.finish()
 	return res

@@ -695,6 +695,16 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintf(out, "max journal RSS: %.0f MB; load generator (every agent; %d processes, their peaks summed) RSS: %.0f MB\n", mb(e.rssMax), f.workers, mb(e.genRSS))
+	fmt.Fprintf(out, "load generator's garbage collector: %.0f%% of its CPU in the enroll storm", 100*e.genGCShare())
+	if r != nil {
+		fmt.Fprintf(out, ", %.0f%% in the renew storm", 100*r.genGCShare())
+	}
+	fmt.Fprintln(out)
+	for _, s := range []*stormResult{e, r} {
+		if s != nil && s.genGCShare() > gcShareWarning {
+			fmt.Fprintf(out, "WARNING: in the %s storm the load generator spent %.0f%% of its CPU collecting garbage (near its memory limit?): its agents, not the journals, may have set the pace; give it more memory (GOMEMLIMIT) or split it (-workers)\n", s.kind, 100*s.genGCShare())
+		}
+	}
 	fmt.Fprintln(out, "CPU ms/op counts every journal process and the load generator (every process of it) per agent; ratio = per s / ceiling per s; CPU ratio = ceiling CPU ms/op / CPU ms/op;")
 	fmt.Fprintln(out, "wasted CPU = share of the CPU spent on attempts that ended refused, timed out or abandoned (each attempt priced by its crypto, overhead in proportion);")
 	fmt.Fprintln(out, "others' CPU = share of the machine other users' processes took during the storm / during its ceiling (a shared machine: trust the CPU ratio more than the ratio when these differ)")
@@ -740,6 +750,7 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		"loadgen_cpu_ms_per_agent":        round(ms(e.genCPUPerOp()), 3),
 		"journal_rss_mb":                  round(mb(e.rssMax), 1),
 		"loadgen_rss_mb":                  round(mb(e.genRSS), 1),
+		"loadgen_gc_cpu_share":            round(e.genGCShare(), 3),
 		"loadgen_processes":               f.workers,
 		"leader_changes":                  e.leaderChange,
 		"key_exchange":                    curve.String(),
@@ -788,6 +799,7 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		js["cpu_ms_per_renew"] = round(ms(r.cpuPerOp()), 3)
 		js["journal_cpu_ms_per_renew"] = round(ms(r.journalCPUPerOp()), 3)
 		js["renew_journal_rss_mb"] = round(mb(r.rssMax), 1)
+		js["renew_loadgen_gc_cpu_share"] = round(r.genGCShare(), 3)
 		js["renew_leader_changes"] = r.leaderChange
 		js["renew_ceiling_per_s"] = round(ceilR.perSec, 1)
 		js["renew_ceiling_cpu_ms"] = round(ms(ceilR.cpuOp), 3)

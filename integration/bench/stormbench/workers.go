@@ -83,6 +83,7 @@ type workerReport struct {
 	Kind    string        `json:"kind,omitempty"`
 	Records []agentRecord `json:"records,omitempty"`
 	CPU     time.Duration `json:"cpu_ns,omitempty"`   // getrusage: user+system during the storm
+	GCCPU   time.Duration `json:"gc_cpu_ns,omitempty"` // of CPU, the garbage collector's (runtime/metrics)
 	PeakRSS int64         `json:"peak_rss,omitempty"` // VmHWM at the end of the storm, bytes
 	Error   string        `json:"error,omitempty"`
 }
@@ -206,9 +207,9 @@ func (s *storm) workerStorm(w workerFlags, cmd workerCommand) workerReport {
 		}
 		defer stop()
 	}
-	cpu0 := selfCPU()
+	cpu0, gc0 := selfCPU(), selfGCCPU()
 	rep.Records = s.play(time.Unix(0, cmd.Start), cmd.Arrivals)
-	rep.CPU = selfCPU() - cpu0
+	rep.CPU, rep.GCCPU = selfCPU()-cpu0, selfGCCPU()-gc0
 	rep.PeakRSS = ownRSS()
 	return rep
 }
@@ -327,7 +328,7 @@ func (p *workerPool) run(kind stormKind, idxs []int, pids []int) (*stormResult, 
 			done <- i
 		}()
 	}
-	var workerCPU time.Duration
+	var workerCPU, workerGC time.Duration
 	var rss int64
 	var recs []agentRecord
 	var failed []string
@@ -341,10 +342,11 @@ func (p *workerPool) run(kind stormKind, idxs []int, pids []int) (*stormResult, 
 			continue
 		}
 		workerCPU += reps[i].CPU
+		workerGC += reps[i].GCCPU
 		rss += reps[i].PeakRSS
 		recs = append(recs, reps[i].Records...)
 	}
-	res := m.stop(kind, workerCPU)
+	res := m.stop(kind, workerCPU, workerGC)
 	if len(failed) > 0 {
 		return nil, nil, fmt.Errorf("load generator: %s", strings.Join(failed, "; "))
 	}
