@@ -94,14 +94,13 @@ type Config struct {
 	// renewal replaced stays open while the node's stream with its new
 	// certificate has not opened here (its new channel may wait in the
 	// handshake queue of a renewal storm): the old channel serves until
-	// the new one streams (the dual-channel swap). It ends at once when
-	// the new stream opens, and a revocation or fence still ends it at
-	// once. Zero, the default, ends it when the renewal commits: with the
-	// old stream kept, today's agent retries a failed swap as an upgrade
-	// and renews its stale certificate meanwhile, which brought the
-	// 10,000-agent renewal storm from 0.10-0.11 of the ceiling to 0.063
-	// (docs/benchmarks.md, fifth round); the grace waits for that to be
-	// fixed in the agent.
+	// the new one streams (the dual-channel swap). It ends as handed over
+	// when the new stream opens here or the agent closes it, and a
+	// revocation or fence still ends it at once; every call with the old
+	// certificate is refused as stale from the commit on. Zero ends it
+	// when the renewal commits, as before the grace: a renewal storm then
+	// leaves nodes without a stream until their new channel is through
+	// the handshake queue (docs/benchmarks.md, seventh round).
 	RenewalStreamGrace time.Duration
 	// RaftSnapshotThreshold and RaftTrailingLogs tune log compaction.
 	RaftSnapshotThreshold uint64
@@ -258,7 +257,7 @@ func DefaultConfig() Config {
 		EnrollQueueWait:          2 * time.Second,
 		ApplyTimeout:             rn.ApplyTimeout,
 		StreamRecheckInterval:    30 * time.Second,
-		RenewalStreamGrace:       0, // off: see the field
+		RenewalStreamGrace:       10 * time.Minute,
 		RateLimit:                ratelimit.DefaultConfig(),
 		TPMChallenges:            tpmchallenge.DefaultConfig(),
 		NodeLivenessTimeout:      5 * time.Minute,

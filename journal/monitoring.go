@@ -67,7 +67,7 @@ func (j *Journal) countHandshakeRefused(port string, err error) {
 func (m *metrics) registerMonitoring(j *Journal) {
 	m.streamDrops = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pact_journal_stream_drops_total",
-		Help: "Subscribe streams this journal held that ended, by reason: client_gone, send_failed, shutdown, superseded (the certificate was replaced by a renewal; with --renewal-stream-grace set, only once the node's new stream did not open within it), node_revoked, node_fenced, cert_expired, intermediate_revoked, other. A renewed node's old stream handed over to its new one is no drop (pact_journal_stream_handovers_total).",
+		Help: "Subscribe streams this journal held that ended, by reason: client_gone, send_failed, shutdown, superseded (the certificate was replaced by a renewal and the node's new stream did not open within --renewal-stream-grace), node_revoked, node_fenced, cert_expired, intermediate_revoked, other. A renewed node's old stream handed over to its new one is no drop (pact_journal_stream_handovers_total).",
 	}, []string{"reason"})
 	for _, r := range dropReasons {
 		m.streamDrops.WithLabelValues(r)

@@ -340,7 +340,7 @@ func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutc
 		}
 		renewRes.probe = probe.finish()
 		chk.renew(c, nodes, renewRecs, renewRes)
-		chk.renewEnds(ends, c.streamEnds())
+		chk.renewEnds(ends, c.streamEnds(), renewalGraceOff(strings.Fields(f.journalArgs), strings.Fields(f.journalEnv)))
 	}
 	report(out, f, regTook, curve, signRate, signCPU, price, ceilE, enrollRes, ceilR, renewRes, chk)
 	res := &stormOutcome{enroll: enrollRes, renew: renewRes, chk: chk}
@@ -377,12 +377,43 @@ func (c *cluster) streamEnds() (ends [2]float64) {
 }
 
 // renewEnds counts how the renewal storm's old streams ended: handed over
-// to the node's new one, or dropped.
-func (k *checks) renewEnds(before, after [2]float64) {
+// to the node's new one, or dropped. With the journals' renewal grace (the
+// default) a renewal must never drop a stream: any drop fails the run.
+// With the grace turned off (graceOff) every renewal ends its old stream
+// as superseded, so drops are reported only.
+func (k *checks) renewEnds(before, after [2]float64, graceOff bool) {
 	k.renewDrops, k.renewHandovers = after[0]-before[0], after[1]-before[1]
-	// Reported, not failed: with --renewal-stream-grace off (the default)
-	// every renewal ends its old stream as superseded.
 	logf("stream ends in the renew storm: %.0f handed over, %.0f dropped", k.renewHandovers, k.renewDrops)
+	if !graceOff && k.renewDrops > 0 {
+		k.fail("renew storm: the journals dropped %.0f streams (pact_journal_stream_drops_total); with --renewal-stream-grace a renewal hands its stream over", k.renewDrops)
+	}
+}
+
+// renewalGraceOff reports whether the journals run with their renewal
+// stream grace turned off (--renewal-stream-grace 0 in -journal-args, or
+// PACT_RENEWAL_STREAM_GRACE=0 in -journal-env): flags win over the
+// environment, as in pact-journal.
+func renewalGraceOff(args, env []string) bool {
+	zero := func(v string) bool {
+		d, err := time.ParseDuration(v)
+		return v == "0" || (err == nil && d == 0)
+	}
+	for i, a := range args {
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name != "renewal-stream-grace" || !strings.HasPrefix(a, "-") {
+			continue
+		}
+		if !hasVal && i+1 < len(args) {
+			val = args[i+1]
+		}
+		return zero(val)
+	}
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "PACT_RENEWAL_STREAM_GRACE="); ok {
+			return zero(v)
+		}
+	}
+	return false
 }
 
 func (k *checks) fail(format string, args ...any) {
