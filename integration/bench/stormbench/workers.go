@@ -84,6 +84,7 @@ type workerReport struct {
 	Records []agentRecord `json:"records,omitempty"`
 	CPU     time.Duration `json:"cpu_ns,omitempty"`   // getrusage: user+system during the storm
 	PeakRSS int64         `json:"peak_rss,omitempty"` // VmHWM at the end of the storm, bytes
+	Heap    heapFigures   `json:"heap,omitzero"`      // enrollment storm: live heap and goroutines before and after
 	Error   string        `json:"error,omitempty"`
 }
 
@@ -117,6 +118,9 @@ func (w workerFlags) args() []string {
 	if w.cpuprofile != "" {
 		a = append(a, "-cpuprofile", w.cpuprofile)
 	}
+	if w.memprofile != "" {
+		a = append(a, "-memprofile", w.memprofile)
+	}
 	return a
 }
 
@@ -135,6 +139,7 @@ func runWorker(args []string) int {
 	fs.DurationVar(&w.deadline, "deadline", 10*time.Minute, "as storm -deadline")
 	fs.IntVar(&w.concurrency, "concurrency", 0, "this worker's share of storm -concurrency")
 	fs.StringVar(&w.cpuprofile, "cpuprofile", "", "write FILE.enroll.wN and FILE.renew.wN")
+	fs.StringVar(&w.memprofile, "memprofile", "", "write FILE.wN after the enrollment storm")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -206,10 +211,22 @@ func (s *storm) workerStorm(w workerFlags, cmd workerCommand) workerReport {
 		}
 		defer stop()
 	}
+	if kind == stormEnroll {
+		rep.Heap.BaseHeap, rep.Heap.BaseGoroutines = liveHeap()
+	}
 	cpu0 := selfCPU()
 	rep.Records = s.play(time.Unix(0, cmd.Start), cmd.Arrivals)
 	rep.CPU = selfCPU() - cpu0
 	rep.PeakRSS = ownRSS()
+	if kind == stormEnroll {
+		var profile string
+		if w.memprofile != "" {
+			profile = fmt.Sprintf("%s.w%d", w.memprofile, w.index)
+		}
+		if err := measureAgents(&rep.Heap, profile); err != nil {
+			rep.Error = err.Error()
+		}
+	}
 	return rep
 }
 
@@ -329,6 +346,7 @@ func (p *workerPool) run(kind stormKind, idxs []int, pids []int) (*stormResult, 
 	}
 	var workerCPU time.Duration
 	var rss int64
+	var heap heapFigures
 	var recs []agentRecord
 	var failed []string
 	for range p.workers {
@@ -342,6 +360,7 @@ func (p *workerPool) run(kind stormKind, idxs []int, pids []int) (*stormResult, 
 		}
 		workerCPU += reps[i].CPU
 		rss += reps[i].PeakRSS
+		heap.add(reps[i].Heap)
 		recs = append(recs, reps[i].Records...)
 	}
 	res := m.stop(kind, workerCPU)
@@ -349,6 +368,7 @@ func (p *workerPool) run(kind stormKind, idxs []int, pids []int) (*stormResult, 
 		return nil, nil, fmt.Errorf("load generator: %s", strings.Join(failed, "; "))
 	}
 	res.genRSS = rss
+	res.heap = heap
 	aggregate(res, recs, t0)
 	return res, recs, nil
 }
