@@ -574,9 +574,12 @@ func (a *Agent) handleEvent(ch *channel.Channel, ev *pactv1.SubscribeResponse) e
 			a.log.Info("assignment", logkey.NodeID, e.Assignment.GetNodeId(), logkey.VCluster, vclusterLabel(e.Assignment.GetVcluster()))
 		}
 	case *pactv1.SubscribeResponse_TrustBundle:
+		// Mostly the certificates the agent already holds (its roots,
+		// the bundle and chain of its certificate): those are reused.
+		parse := a.heldCerts()
 		var certs []*x509.Certificate
 		for _, d := range e.TrustBundle.GetDer() {
-			if c, err := x509.ParseCertificate(d); err == nil {
+			if c, err := parse.parse(d); err == nil {
 				certs = append(certs, c)
 			}
 		}

@@ -57,7 +57,7 @@ func (a *Agent) renew(ctx context.Context, act *channel.Channel) error {
 		if _, err := a.observeJournalTime(unixNano(resp.GetServerTimeUnixNano())); err != nil {
 			return nil, err
 		}
-		id, who, err := journalIdentity(key, a.trustPool(), resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now())
+		id, who, err := journalIdentity(key, a.trustPool(), resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now(), a.heldCerts())
 		if err != nil {
 			return nil, err
 		}
@@ -132,7 +132,7 @@ func (a *Agent) obtainStandby(ctx context.Context, act *channel.Channel) (err er
 	if err == nil {
 		var id *identity.Identity
 		var who pki.Identity
-		if id, who, err = journalIdentity(key, a.trustPool(), resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now()); err == nil {
+		if id, who, err = journalIdentity(key, a.trustPool(), resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now(), a.heldCerts()); err == nil {
 			prev := a.latestJournal()
 			a.adopt(id, who, resp.GetVcluster())
 			a.setStandby(id.Serial())
