@@ -15,9 +15,9 @@
 // thousands): what only a process of its own should have (the status
 // socket, the /metrics listener and the process's runtime metrics,
 // identity files, the tmpfs key file, SPIRE, the TPM) is off with its
-// Config field's zero value, every agent has its own Prometheus registry,
-// logger and clock, and OnAttempt and OnStream let the process watch each
-// one.
+// Config field's zero value, every agent has its own Prometheus registry
+// (built only when something reads it: /metrics), logger and clock, and
+// OnAttempt and OnStream let the process watch each one.
 //
 // This package must never import raft, bbolt or the journal: a test keeps
 // the agent binary free of them.

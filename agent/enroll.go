@@ -26,7 +26,7 @@ import (
 // of the node's hardware identity. The key is made for the first attempt
 // and kept until a journal signs it.
 func (a *Agent) enroll(ctx context.Context) (err error) {
-	a.metrics.attempts.Inc()
+	a.metrics.attempts.Add(1)
 	defer func() { a.attempted("enroll", err) }()
 	if a.enrollKey == nil {
 		if a.enrollKey, a.enrollCSR, err = newKey(); err != nil {

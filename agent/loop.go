@@ -531,7 +531,7 @@ func (a *Agent) connect(ctx context.Context) error {
 // swapTo moves the live channel to id, counting the attempt and recording
 // a failure.
 func (a *Agent) swapTo(ctx context.Context, op string, id *identity.Identity) error {
-	a.metrics.attempts.Inc()
+	a.metrics.attempts.Add(1)
 	if err := a.rot.Swap(ctx, id); err != nil {
 		if busy, ok := busyOf(err); ok {
 			a.journalBusy(op, err, busy)
@@ -669,7 +669,7 @@ func (a *Agent) publishedBundle(id *identity.Identity) ([]*x509.Certificate, int
 func (a *Agent) fail(op string, err error, id *identity.Identity) string {
 	now := a.cfg.Clock.Now()
 	reason := classify(err, id, now)
-	a.metrics.failures.WithLabelValues(reason).Inc()
+	a.metrics.failed(reason)
 	a.mu.Lock()
 	prev := a.failure
 	a.failure = failureRecord{reason: reason, op: op, msg: err.Error(), at: now}

@@ -25,7 +25,7 @@ import (
 // and the renewal done: the step moves onto it later (stepMove), paced as
 // a connect is, and renews nothing meanwhile (renewedAhead).
 func (a *Agent) renew(ctx context.Context, act *channel.Channel) error {
-	a.metrics.attempts.Inc()
+	a.metrics.attempts.Add(1)
 	err := a.rot.Rotate(ctx, func(ctx context.Context, cur *channel.Channel) (*identity.Identity, error) {
 		if cur != act {
 			return nil, nil // the channel changed meanwhile; look again
@@ -120,7 +120,7 @@ func (a *Agent) standbyDue(ctx context.Context, s *loopState, now time.Time) (ti
 // when SPIRE stops serving it. The previous standby is dropped: the
 // journal no longer takes it.
 func (a *Agent) obtainStandby(ctx context.Context, act *channel.Channel) (err error) {
-	a.metrics.attempts.Inc()
+	a.metrics.attempts.Add(1)
 	defer func() { a.attempted("standby", err) }()
 	key, csr, err := newKey()
 	if err != nil {
