@@ -7,38 +7,51 @@ import (
 	"runtime/pprof"
 )
 
-// heapFigures are a load-generator process's live heap (after a GC) and
-// goroutines: before the enrollment storm (base) and once every agent of
-// it streams, so what the agents hold is the difference.
+// heapFigures are a load-generator process's live heap (after a GC),
+// goroutine stacks and goroutines: before the enrollment storm (Base) and
+// once every agent of it streams, so what the agents hold is the
+// difference.
 type heapFigures struct {
-	BaseHeap       int64 `json:"base_heap,omitempty"`
-	BaseGoroutines int   `json:"base_goroutines,omitempty"`
-	Heap           int64 `json:"heap,omitempty"`
-	Goroutines     int   `json:"goroutines,omitempty"`
+	Base heapSample `json:"base,omitzero"`
+	Now  heapSample `json:"now,omitzero"`
+}
+
+// heapSample is one reading: live heap and goroutine stacks in bytes,
+// and goroutines.
+type heapSample struct {
+	Heap       int64 `json:"heap,omitempty"`
+	Stack      int64 `json:"stack,omitempty"`
+	Goroutines int   `json:"goroutines,omitempty"`
+}
+
+func (s *heapSample) add(o heapSample) {
+	s.Heap += o.Heap
+	s.Stack += o.Stack
+	s.Goroutines += o.Goroutines
 }
 
 func (h *heapFigures) add(o heapFigures) {
-	h.BaseHeap += o.BaseHeap
-	h.BaseGoroutines += o.BaseGoroutines
-	h.Heap += o.Heap
-	h.Goroutines += o.Goroutines
+	h.Base.add(o.Base)
+	h.Now.add(o.Now)
 }
 
-// perAgent is the live heap (bytes) and goroutines each of n agents holds.
-func (h heapFigures) perAgent(n int) (heap, goroutines float64) {
-	if n <= 0 || h.Heap == 0 {
-		return 0, 0
+// perAgent is the live heap, the goroutine stacks (bytes) and the
+// goroutines each of n agents holds.
+func (h heapFigures) perAgent(n int) (heap, stack, goroutines float64) {
+	if n <= 0 || h.Now.Heap == 0 {
+		return 0, 0, 0
 	}
-	return float64(h.Heap-h.BaseHeap) / float64(n), float64(h.Goroutines-h.BaseGoroutines) / float64(n)
+	d := float64(n)
+	return float64(h.Now.Heap-h.Base.Heap) / d, float64(h.Now.Stack-h.Base.Stack) / d, float64(h.Now.Goroutines-h.Base.Goroutines) / d
 }
 
-// liveHeap collects the garbage and reads the live heap and the
-// goroutines of this process.
-func liveHeap() (heap int64, goroutines int) {
+// liveHeap collects the garbage and reads the live heap, the goroutine
+// stacks and the goroutines of this process.
+func liveHeap() heapSample {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return int64(ms.HeapAlloc), runtime.NumGoroutine()
+	return heapSample{Heap: int64(ms.HeapAlloc), Stack: int64(ms.StackInuse), Goroutines: runtime.NumGoroutine()}
 }
 
 // writeHeapProfile writes a pprof heap profile of this process (as of
@@ -75,7 +88,7 @@ func writeHeapProfile(path string) error {
 // enrollment storm is over), and writes a heap profile to profile when
 // it is set.
 func measureAgents(h *heapFigures, profile string) error {
-	h.Heap, h.Goroutines = liveHeap()
+	h.Now = liveHeap()
 	if profile == "" {
 		return nil
 	}

@@ -299,7 +299,10 @@ type stormResult struct {
 	// heap is the load generator's live heap and goroutines before the
 	// enrollment storm and once every agent streams (enrollment storm
 	// only; summed over workers).
-	heap         heapFigures
+	heap heapFigures
+	// agentProc is one real pact-agent process's memory once it streams
+	// (enrollment storm; nil when it could not be measured).
+	agentProc    *agentProcMem
 	streamsOpen  int // pact_journal_streams_open summed over the journals, after the storm
 	others       float64
 	leaderChange int

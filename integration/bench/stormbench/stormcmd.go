@@ -212,7 +212,7 @@ func (p *inProcess) run(kind stormKind, idxs []int, pids []int) (*stormResult, [
 	p.s.kind = kind
 	var heap heapFigures
 	if kind == stormEnroll {
-		heap.BaseHeap, heap.BaseGoroutines = liveHeap()
+		heap.Base = liveHeap()
 	}
 	if p.profile != "" {
 		stop, err := startProfile(p.profile + "." + kind.String())
@@ -334,6 +334,12 @@ func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutc
 	enrollRes.probe = probe.finish()
 	chk := &checks{}
 	chk.enroll(c, nodes, enrollRes)
+	if am, err := c.measureAgentProcess(dir, caFile); err != nil {
+		logf("a real pact-agent process: %v (not reported)", err)
+	} else {
+		enrollRes.agentProc = &am
+		logf("a real pact-agent process streaming for one more node: VmRSS %.1f MB (RssAnon %.1f MB), VmHWM %.1f MB", mb(am.rss), mb(am.anon), mb(am.hwm))
+	}
 
 	var renewRes *stormResult
 	if f.renew {
@@ -708,9 +714,12 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintf(out, "max journal RSS: %.0f MB; load generator (every agent; %d processes, their peaks summed) RSS: %.0f MB\n", mb(e.rssMax), f.workers, mb(e.genRSS))
-	heapPer, gorPer := e.heap.perAgent(e.agents)
-	fmt.Fprintf(out, "load generator once every agent streams, after a GC: live heap %.1f KB and %.2f goroutines per agent (%.0f MB, %d goroutines in all)\n",
-		heapPer/1024, gorPer, mb(e.heap.Heap), e.heap.Goroutines)
+	heapPer, stackPer, gorPer := e.heap.perAgent(e.agents)
+	fmt.Fprintf(out, "load generator once every agent streams, after a GC: live heap %.1f KB, goroutine stacks %.1f KB and %.2f goroutines per agent (%.0f MB, %.0f MB and %d in all)\n",
+		heapPer/1024, stackPer/1024, gorPer, mb(e.heap.Now.Heap), mb(e.heap.Now.Stack), e.heap.Now.Goroutines)
+	if am := e.agentProc; am != nil {
+		fmt.Fprintf(out, "one real pact-agent process, streaming: VmRSS %.1f MB (RssAnon %.1f MB), VmHWM %.1f MB\n", mb(am.rss), mb(am.anon), mb(am.hwm))
+	}
 	fmt.Fprintln(out, "CPU ms/op counts every journal process and the load generator (every process of it) per agent; ratio = per s / ceiling per s; CPU ratio = ceiling CPU ms/op / CPU ms/op;")
 	fmt.Fprintln(out, "wasted CPU = share of the CPU spent on attempts that ended refused, timed out or abandoned (each attempt priced by its crypto, overhead in proportion);")
 	fmt.Fprintln(out, "others' CPU = share of the machine other users' processes took during the storm / during its ceiling (a shared machine: trust the CPU ratio more than the ratio when these differ)")
@@ -759,6 +768,7 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		"loadgen_processes":               f.workers,
 		"loadgen_heap_kb_per_agent":       round(heapPer/1024, 1),
 		"loadgen_goroutines_per_agent":    round(gorPer, 2),
+		"loadgen_stack_kb_per_agent":      round(stackPer/1024, 1),
 		"leader_changes":                  e.leaderChange,
 		"key_exchange":                    curve.String(),
 		"sign_only_per_s_one_core":        round(signRate, 0),
@@ -780,6 +790,11 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		"probe_ceiling_us":                round(us(ceilE.probe), 1),
 		"probe_storm_us":                  round(us(e.probe), 1),
 		"probe_slowdown":                  round(ratio(e.probe, ceilE.probe), 3),
+	}
+	if am := e.agentProc; am != nil {
+		js["agent_process_rss_mb"] = round(mb(am.rss), 1)
+		js["agent_process_anon_mb"] = round(mb(am.anon), 1)
+		js["agent_process_hwm_mb"] = round(mb(am.hwm), 1)
 	}
 	if r != nil {
 		rws, rwsMin := wastedShare(r, price)

@@ -212,7 +212,7 @@ func (s *storm) workerStorm(w workerFlags, cmd workerCommand) workerReport {
 		defer stop()
 	}
 	if kind == stormEnroll {
-		rep.Heap.BaseHeap, rep.Heap.BaseGoroutines = liveHeap()
+		rep.Heap.Base = liveHeap()
 	}
 	cpu0 := selfCPU()
 	rep.Records = s.play(time.Unix(0, cmd.Start), cmd.Arrivals)
