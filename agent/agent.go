@@ -15,9 +15,9 @@
 // thousands): what only a process of its own should have (the status
 // socket, the /metrics listener and the process's runtime metrics,
 // identity files, the tmpfs key file, SPIRE, the TPM) is off with its
-// Config field's zero value, every agent has its own Prometheus registry,
-// logger and clock, and OnAttempt and OnStream let the process watch each
-// one.
+// Config field's zero value, every agent has its own Prometheus registry
+// (built only when something reads it: /metrics), logger and clock, and
+// OnAttempt and OnStream let the process watch each one.
 //
 // This package must never import raft, bbolt or the journal: a test keeps
 // the agent binary free of them.
@@ -63,16 +63,15 @@ var (
 
 // Agent is one node agent. New prepares it; Run runs it, once.
 type Agent struct {
-	cfg      Config
-	log      *slog.Logger
-	roots    []*x509.Certificate
-	rootPool *x509.CertPool
-	hw       hwid.Identity
-	jp       *identity.JournalProvider
-	static   *static.Provider // nil without bootstrap files
-	rot      *channel.Rotator
-	files    identityFiles
-	metrics  *metrics
+	cfg     Config
+	log     *slog.Logger
+	roots   []*x509.Certificate
+	hw      hwid.Identity
+	jp      *identity.JournalProvider
+	static  *static.Provider // nil without bootstrap files
+	rot     *channel.Rotator
+	files   identityFiles
+	metrics *metrics
 	// clk is cfg.Clock: the node's clock plus the offset to the journal's
 	// it has learned (skew.go).
 	clk *skewClock
@@ -141,7 +140,7 @@ func New(cfg Config) (*Agent, error) {
 	// agent knows it; timers are the node's own.
 	clk := &skewClock{base: cfg.Clock}
 	cfg.Clock = clk
-	pool, roots, err := pki.LoadCertPool(cfg.CAFile)
+	_, roots, err := pki.LoadCertPool(cfg.CAFile)
 	if err != nil {
 		return nil, err
 	}
@@ -171,17 +170,16 @@ func New(cfg Config) (*Agent, error) {
 	}
 	cfg.Logger.Info("hardware identity", logkey.MACs, hw.MACs, logkey.BMCSerial, hw.BMCSerial, logkey.Report, report)
 	a := &Agent{
-		wake:     make(chan struct{}, 1),
-		clk:      clk,
-		cfg:      cfg,
-		log:      cfg.Logger,
-		roots:    roots,
-		rootPool: pool,
-		hw:       hw,
-		jp:       identity.NewJournalProvider(cfg.Clock),
-		static:   sp,
-		files:    identityFiles{dir: cfg.IdentityDir, keyOut: cfg.KeyOut},
-		backoff:  backoff.Policy{Min: cfg.MinBackoff, Max: cfg.MaxBackoff},
+		wake:    make(chan struct{}, 1),
+		clk:     clk,
+		cfg:     cfg,
+		log:     cfg.Logger,
+		roots:   roots,
+		hw:      hw,
+		jp:      identity.NewJournalProvider(cfg.Clock),
+		static:  sp,
+		files:   identityFiles{dir: cfg.IdentityDir, keyOut: cfg.KeyOut},
+		backoff: backoff.Policy{Min: cfg.MinBackoff, Max: cfg.MaxBackoff},
 	}
 	rc := channel.DefaultConfig()
 	rc.Targets = cfg.JournalAddrs
@@ -202,14 +200,14 @@ func New(cfg Config) (*Agent, error) {
 }
 
 // trustPool is what a certificate a journal issues this agent (Enroll,
-// RenewCert, IssueStandby) must chain to: the --ca roots (rootPool) and
-// the roots the latest trust bundle streamed added
-// (channel.Rotator.LearnBundle), so a running agent renews onto a new
-// domain root during a rollover.
+// RenewCert, IssueStandby) must chain to: the --ca roots and the roots
+// the latest trust bundle streamed added (channel.Rotator.LearnBundle), so
+// a running agent renews onto a new domain root during a rollover. It is
+// built for each answer rather than kept: it is used that seldom.
 func (a *Agent) trustPool() *x509.CertPool {
-	pool := a.rootPool.Clone()
-	for _, c := range a.rot.Roots() {
-		pool.AddCert(c) // the --ca roots again: AddCert keeps one of each
+	pool := x509.NewCertPool()
+	for _, c := range a.rot.Roots() { // the --ca roots, then the learned ones
+		pool.AddCert(c)
 	}
 	return pool
 }

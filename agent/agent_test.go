@@ -188,7 +188,7 @@ func TestJournalIdentityNeverPrintsKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, who, err := journalIdentity(key.Signer, h.Roots, resp.GetCertChainDer(), resp.GetTrustBundleDer(), time.Now())
+	id, who, err := journalIdentity(key.Signer, h.Roots, resp.GetCertChainDer(), resp.GetTrustBundleDer(), time.Now(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestJournalIdentityRefusesWhatDoesNotBelong(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, err := journalIdentity(tt.key, tt.roots, tt.chain, nil, time.Now())
+			_, _, err := journalIdentity(tt.key, tt.roots, tt.chain, nil, time.Now(), nil)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want one saying %q", err, tt.want)
 			}

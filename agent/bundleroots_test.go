@@ -180,7 +180,7 @@ func TestAgentTrustsTheRootsOfTheLatestBundle(t *testing.T) {
 		URIs:        []*url.URL{{Scheme: "spiffe", Host: domain, Path: "/" + pki.KindAgent + "/n1"}},
 	}, key)
 	renewal := func() error {
-		_, _, err := journalIdentity(key, a.trustPool(), [][]byte{issued.Raw, rolled.inter.Raw}, nil, time.Now())
+		_, _, err := journalIdentity(key, a.trustPool(), [][]byte{issued.Raw, rolled.inter.Raw}, nil, time.Now(), nil)
 		return err
 	}
 

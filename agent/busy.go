@@ -56,7 +56,7 @@ func (r *retry) deferred(a *Agent, b *transport.BusyError) {
 // series at info, the rest at debug: a boot storm would otherwise log one
 // line per node per try.
 func (a *Agent) journalBusy(op string, err error, b *transport.BusyError) {
-	a.metrics.busy.Inc()
+	a.metrics.busy.Add(1)
 	a.mu.Lock()
 	first := !a.busySeries
 	a.busySeries = true

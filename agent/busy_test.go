@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
 	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/connlimit"
@@ -121,11 +119,7 @@ func TestAgentComesBackToABusyJournalWhenItSaid(t *testing.T) {
 	cfg.JournalAddrs = []string{a1.addr, a2.addr}
 	a := runAgent(t, cfg)
 	busy := func() float64 {
-		var m dto.Metric
-		if err := a.metrics.busy.Write(&m); err != nil {
-			t.Fatal(err)
-		}
-		return m.GetCounter().GetValue()
+		return float64(a.metrics.busy.Load())
 	}
 
 	var first, other *busyProxy

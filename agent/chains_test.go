@@ -43,7 +43,7 @@ func TestJournalIdentityChains(t *testing.T) {
 		{"[leaf] signed by the root", root.Agent("n1"), caprofile.ErrChainShape},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			id, who, err := journalIdentity(tc.leaf.Key, pool, tc.leaf.DER(), bundle, time.Now())
+			id, who, err := journalIdentity(tc.leaf.Key, pool, tc.leaf.DER(), bundle, time.Now(), nil)
 			switch {
 			case tc.want == nil && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -57,13 +57,13 @@ func TestJournalIdentityChains(t *testing.T) {
 	// The journal CA is needed in the chain: the roots alone do not reach
 	// the intermediate.
 	leaf := inter.Agent("n1")
-	if _, _, err := journalIdentity(leaf.Key, pool, leaf.DER()[:2], nil, time.Now()); err == nil {
+	if _, _, err := journalIdentity(leaf.Key, pool, leaf.DER()[:2], nil, time.Now(), nil); err == nil {
 		t.Error("took [leaf, intermediate] whose intermediate a journal CA signed, without the journal CA")
 	}
 	// A root file of one root does not verify what the other signed.
 	one := x509.NewCertPool()
 	one.AddCert(root.Cert)
-	if _, _, err := journalIdentity(leaf.Key, one, leaf.DER(), nil, time.Now()); err == nil {
+	if _, _, err := journalIdentity(leaf.Key, one, leaf.DER(), nil, time.Now(), nil); err == nil {
 		t.Error("took a chain to a root not in --ca-file")
 	}
 }

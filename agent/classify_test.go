@@ -27,7 +27,7 @@ import (
 // name=value pairs); ok is false when there is no such series.
 func metricValue(t *testing.T, a *Agent, name string, labels ...string) (v float64, ok bool) {
 	t.Helper()
-	mfs, err := a.metrics.reg.Gather()
+	mfs, err := a.metrics.registry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -30,20 +31,82 @@ func newKey() (crypto.Signer, []byte, error) {
 	return key, csr, nil
 }
 
+// certParser parses DER certificates, handing back a certificate already
+// parsed (one of held, or one it parsed before) for the same DER instead
+// of parsing it again. A journal sends the same CA certificates in every
+// answer and stream (the roots, journal CAs and intermediates of its
+// trust bundle, the intermediate and journal CA of each chain); parsed
+// afresh each time, an agent held each of them two or three times, some
+// 4 KB each with their DER. Certificates are never modified once parsed,
+// so sharing them is safe.
+type certParser struct {
+	held []*x509.Certificate
+}
+
+// newCertParser reuses held (nil entries allowed).
+func newCertParser(held ...[]*x509.Certificate) *certParser {
+	p := &certParser{}
+	for _, cs := range held {
+		for _, c := range cs {
+			if c != nil {
+				p.held = append(p.held, c)
+			}
+		}
+	}
+	return p
+}
+
+// parse returns the certificate der encodes.
+func (p *certParser) parse(der []byte) (*x509.Certificate, error) {
+	if p != nil {
+		for _, c := range p.held {
+			if bytes.Equal(c.Raw, der) {
+				return c, nil
+			}
+		}
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	if p != nil {
+		p.held = append(p.held, c)
+	}
+	return c, nil
+}
+
+// heldCerts are the certificates the agent holds parsed: the roots, the
+// latest journal-signed chain and bundle, the latest streamed bundle. A
+// new answer's certificates are taken from them where they are the same
+// (certParser).
+func (a *Agent) heldCerts() *certParser {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var chain, bundle []*x509.Certificate
+	if a.lastJournal != nil {
+		chain, bundle = a.lastJournal.Chain, a.lastJournal.Bundle
+	}
+	return newCertParser(a.roots, a.streamBundle, bundle, chain)
+}
+
 // journalIdentity checks what a journal returned (Enroll or RenewCert)
 // before the agent uses it: the chain must verify to a domain root it
 // already trusts (--ca-file: one, or two during a rollover) in the shape
 // the journals accept ([leaf, intermediate, journal CA], or legacy [leaf,
 // intermediate]), name a pact agent, and carry the agent's own public key.
 // It returns the journal-signed identity (its key lives only in memory and
-// never prints) and who the certificate names.
-func journalIdentity(key crypto.Signer, roots *x509.CertPool, chainDER, bundleDER [][]byte, now time.Time) (*identity.Identity, pki.Identity, error) {
+// never prints) and who the certificate names. Certificates parse reuses
+// (nil: none) are not parsed again.
+func journalIdentity(key crypto.Signer, roots *x509.CertPool, chainDER, bundleDER [][]byte, now time.Time, parse *certParser) (*identity.Identity, pki.Identity, error) {
 	if len(chainDER) == 0 {
 		return nil, pki.Identity{}, fmt.Errorf("agent: journal returned no certificate")
 	}
+	if parse == nil {
+		parse = newCertParser()
+	}
 	certs := make([]*x509.Certificate, len(chainDER))
 	for i, d := range chainDER {
-		c, err := x509.ParseCertificate(d)
+		c, err := parse.parse(d)
 		if err != nil {
 			return nil, pki.Identity{}, fmt.Errorf("agent: journal returned an unparsable certificate: %w", err)
 		}
@@ -90,7 +153,7 @@ func journalIdentity(key crypto.Signer, roots *x509.CertPool, chainDER, bundleDE
 	}
 	var bundle []*x509.Certificate
 	for _, d := range bundleDER {
-		if c, err := x509.ParseCertificate(d); err == nil {
+		if c, err := parse.parse(d); err == nil {
 			bundle = append(bundle, c)
 		}
 	}

@@ -26,7 +26,7 @@ import (
 // of the node's hardware identity. The key is made for the first attempt
 // and kept until a journal signs it.
 func (a *Agent) enroll(ctx context.Context) (err error) {
-	a.metrics.attempts.Inc()
+	a.metrics.attempts.Add(1)
 	defer func() { a.attempted("enroll", err) }()
 	if a.enrollKey == nil {
 		if a.enrollKey, a.enrollCSR, err = newKey(); err != nil {
@@ -81,7 +81,7 @@ func (a *Agent) enroll(ctx context.Context) (err error) {
 	if err == nil {
 		var id *identity.Identity
 		var who pki.Identity
-		if id, who, err = journalIdentity(key, a.trustPool(), resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now()); err == nil {
+		if id, who, err = journalIdentity(key, a.trustPool(), resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now(), a.heldCerts()); err == nil {
 			a.adopt(id, who, resp.GetVcluster())
 			a.enrollKey, a.enrollCSR = nil, nil // the next enrollment makes a new one
 			a.notBusy()

@@ -531,7 +531,7 @@ func (a *Agent) connect(ctx context.Context) error {
 // swapTo moves the live channel to id, counting the attempt and recording
 // a failure.
 func (a *Agent) swapTo(ctx context.Context, op string, id *identity.Identity) error {
-	a.metrics.attempts.Inc()
+	a.metrics.attempts.Add(1)
 	if err := a.rot.Swap(ctx, id); err != nil {
 		if busy, ok := busyOf(err); ok {
 			a.journalBusy(op, err, busy)
@@ -574,9 +574,12 @@ func (a *Agent) handleEvent(ch *channel.Channel, ev *pactv1.SubscribeResponse) e
 			a.log.Info("assignment", logkey.NodeID, e.Assignment.GetNodeId(), logkey.VCluster, vclusterLabel(e.Assignment.GetVcluster()))
 		}
 	case *pactv1.SubscribeResponse_TrustBundle:
+		// Mostly the certificates the agent already holds (its roots,
+		// the bundle and chain of its certificate): those are reused.
+		parse := a.heldCerts()
 		var certs []*x509.Certificate
 		for _, d := range e.TrustBundle.GetDer() {
-			if c, err := x509.ParseCertificate(d); err == nil {
+			if c, err := parse.parse(d); err == nil {
 				certs = append(certs, c)
 			}
 		}
@@ -666,7 +669,7 @@ func (a *Agent) publishedBundle(id *identity.Identity) ([]*x509.Certificate, int
 func (a *Agent) fail(op string, err error, id *identity.Identity) string {
 	now := a.cfg.Clock.Now()
 	reason := classify(err, id, now)
-	a.metrics.failures.WithLabelValues(reason).Inc()
+	a.metrics.failed(reason)
 	a.mu.Lock()
 	prev := a.failure
 	a.failure = failureRecord{reason: reason, op: op, msg: err.Error(), at: now}

@@ -19,7 +19,7 @@ func TestShippedMonitoringUsesAgentMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := monitoringtest.Registered(t, a.metrics.reg, a.metrics.reg)
+	names := monitoringtest.Registered(t, a.metrics.registry(), a.metrics.registry())
 	if !names["pact_agent_clock_skew_seconds"] {
 		t.Fatalf("the agent's registry does not list pact_agent_clock_skew_seconds: %v", names)
 	}

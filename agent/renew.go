@@ -25,7 +25,7 @@ import (
 // and the renewal done: the step moves onto it later (stepMove), paced as
 // a connect is, and renews nothing meanwhile (renewedAhead).
 func (a *Agent) renew(ctx context.Context, act *channel.Channel) error {
-	a.metrics.attempts.Inc()
+	a.metrics.attempts.Add(1)
 	err := a.rot.Rotate(ctx, func(ctx context.Context, cur *channel.Channel) (*identity.Identity, error) {
 		if cur != act {
 			return nil, nil // the channel changed meanwhile; look again
@@ -57,7 +57,7 @@ func (a *Agent) renew(ctx context.Context, act *channel.Channel) error {
 		if _, err := a.observeJournalTime(unixNano(resp.GetServerTimeUnixNano())); err != nil {
 			return nil, err
 		}
-		id, who, err := journalIdentity(key, a.trustPool(), resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now())
+		id, who, err := journalIdentity(key, a.trustPool(), resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now(), a.heldCerts())
 		if err != nil {
 			return nil, err
 		}
@@ -120,7 +120,7 @@ func (a *Agent) standbyDue(ctx context.Context, s *loopState, now time.Time) (ti
 // when SPIRE stops serving it. The previous standby is dropped: the
 // journal no longer takes it.
 func (a *Agent) obtainStandby(ctx context.Context, act *channel.Channel) (err error) {
-	a.metrics.attempts.Inc()
+	a.metrics.attempts.Add(1)
 	defer func() { a.attempted("standby", err) }()
 	key, csr, err := newKey()
 	if err != nil {
@@ -132,7 +132,7 @@ func (a *Agent) obtainStandby(ctx context.Context, act *channel.Channel) (err er
 	if err == nil {
 		var id *identity.Identity
 		var who pki.Identity
-		if id, who, err = journalIdentity(key, a.trustPool(), resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now()); err == nil {
+		if id, who, err = journalIdentity(key, a.trustPool(), resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now(), a.heldCerts()); err == nil {
 			prev := a.latestJournal()
 			a.adopt(id, who, resp.GetVcluster())
 			a.setStandby(id.Serial())

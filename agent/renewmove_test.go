@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 
 	"github.com/pact-hpc/pact/agent/channel"
@@ -90,11 +89,7 @@ func (s *moveSite) nextStream(t *testing.T) string {
 
 func (s *moveSite) busy(t *testing.T) float64 {
 	t.Helper()
-	var m dto.Metric
-	if err := s.a.metrics.busy.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
+	return float64(s.a.metrics.busy.Load())
 }
 
 // failed is how many attempts failed.

@@ -80,7 +80,7 @@ func (a *Agent) handler(metrics bool) http.Handler {
 		_, _ = io.WriteString(w, "ready\n")
 	})
 	if metrics {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}))
+		mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.registry(), promhttp.HandlerOpts{}))
 	}
 	return mux
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -78,7 +79,6 @@ type Cascade struct {
 	log       *slog.Logger
 
 	changes chan struct{} // to the user; buffered 1
-	poke    chan struct{} // from the providers' watchers; buffered 1
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	once    sync.Once
@@ -102,19 +102,18 @@ func NewCascade(cfg CascadeConfig) (*Cascade, error) {
 		clock:     cfg.Clock,
 		log:       cfg.Logger,
 		changes:   make(chan struct{}, 1),
-		poke:      make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 	}
 	slices.SortStableFunc(c.providers, func(a, b Provider) int { return b.Source().Rank() - a.Source().Rank() })
 	c.seen, _ = c.Best(context.Background())
+	var signals []<-chan struct{}
 	for _, p := range c.providers {
 		if w, ok := p.(Watcher); ok {
-			c.wg.Add(1)
-			go c.forward(w.Changes())
+			signals = append(signals, w.Changes())
 		}
 	}
 	c.wg.Add(1)
-	go c.watch()
+	go c.watch(signals)
 	return c, nil
 }
 
@@ -171,38 +170,34 @@ func (c *Cascade) setLast(s Source) {
 	c.mu.Unlock()
 }
 
-// forward passes one provider's signals to the watch loop.
-func (c *Cascade) forward(ch <-chan struct{}) {
+// watch asks the providers again on every signal of a provider that is a
+// Watcher (signals) and every ProbeInterval, and tells the user when the
+// answer differs from the last one it saw. One goroutine waits on every
+// provider's signals (a goroutine per provider that only passed its
+// signals on was a goroutine stack per provider in every agent); a
+// provider whose channel is closed is not waited on again.
+func (c *Cascade) watch(signals []<-chan struct{}) {
 	defer c.wg.Done()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case _, ok := <-ch:
-			if !ok {
-				return
-			}
-			select {
-			case c.poke <- struct{}{}:
-			default:
-			}
-		}
+	// cases: stop, the timer, then one per signal channel.
+	cases := make([]reflect.SelectCase, 2+len(signals))
+	cases[0] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c.stop)}
+	for i, ch := range signals {
+		cases[2+i] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)}
 	}
-}
-
-// watch asks the providers again on every signal and every ProbeInterval,
-// and tells the user when the answer differs from the last one it saw.
-func (c *Cascade) watch() {
-	defer c.wg.Done()
 	for {
 		t := c.clock.NewTimer(c.interval)
-		select {
-		case <-c.stop:
+		cases[1] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C())}
+		chosen, _, ok := reflect.Select(cases)
+		switch {
+		case chosen == 0:
 			t.Stop()
 			return
-		case <-c.poke:
+		case chosen >= 2:
 			t.Stop()
-		case <-t.C():
+			if !ok {
+				cases[chosen].Chan = reflect.Value{} // closed: never chosen again
+				continue
+			}
 		}
 		c.reevaluate()
 	}

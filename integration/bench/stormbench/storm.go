@@ -271,33 +271,40 @@ type storm struct {
 }
 
 type stormResult struct {
-	probe        time.Duration // the speed probe's median during the storm (probe.go)
-	kind         stormKind
-	agents       int
-	ok           int
-	failed       int
-	abandoned    int // still trying at the deadline
-	wall         time.Duration
-	activeWall   time.Duration // first arrival to the last enrollment's answer
-	perSec       float64
-	lat          []time.Duration // arrival to the goal, per successful agent, sorted
-	attempts     int
-	byOp         map[string]int
-	failedTries  int
-	busy         int // attempts answered busy (not failures, not in failures)
-	channels     int // renewal storm: attempts on a new channel (newChannel)
-	maxAttempt   int
-	failures     map[string]int
-	examples     map[string]string // one error message per failure label
-	firstErrs    []string
-	wasted       work
-	spent        work
-	journalCPU   []time.Duration
-	genCPU       time.Duration
-	genGC        time.Duration // of genCPU, the load generator's garbage collectors'
-	rssMax       int64 // the largest journal's
-	genRSS       int64 // the load generator's (every agent), at its peak
-	streamsOpen  int   // pact_journal_streams_open summed over the journals, after the storm
+	probe       time.Duration // the speed probe's median during the storm (probe.go)
+	kind        stormKind
+	agents      int
+	ok          int
+	failed      int
+	abandoned   int // still trying at the deadline
+	wall        time.Duration
+	activeWall  time.Duration // first arrival to the last enrollment's answer
+	perSec      float64
+	lat         []time.Duration // arrival to the goal, per successful agent, sorted
+	attempts    int
+	byOp        map[string]int
+	failedTries int
+	busy        int // attempts answered busy (not failures, not in failures)
+	channels    int // renewal storm: attempts on a new channel (newChannel)
+	maxAttempt  int
+	failures    map[string]int
+	examples    map[string]string // one error message per failure label
+	firstErrs   []string
+	wasted      work
+	spent       work
+	journalCPU  []time.Duration
+	genCPU      time.Duration
+	genGC       time.Duration // of genCPU, the load generator's garbage collectors'
+	rssMax      int64         // the largest journal's
+	genRSS      int64         // the load generator's (every agent), at its peak
+	// heap is the load generator's live heap and goroutines before the
+	// enrollment storm and once every agent streams (enrollment storm
+	// only; summed over workers).
+	heap heapFigures
+	// agentProc is one real pact-agent process's memory once it streams
+	// (enrollment storm; nil when it could not be measured).
+	agentProc    *agentProcMem
+	streamsOpen  int // pact_journal_streams_open summed over the journals, after the storm
 	others       float64
 	leaderChange int
 	journalCount map[string]float64 // pact_journal_{enroll,renew}_total by result, during the storm

@@ -39,6 +39,7 @@ type stormFlags struct {
 	deadline    time.Duration
 	perf        bool
 	cpuprofile  string
+	memprofile  string
 	journalArgs string
 	journalEnv  string
 	waitIdle    time.Duration
@@ -92,6 +93,7 @@ func newStormFlagSet(name string, f *stormFlags) *flag.FlagSet {
 	fs.DurationVar(&f.deadline, "deadline", 10*time.Minute, "give up on a storm after this long (agents still trying count as abandoned)")
 	fs.BoolVar(&f.perf, "perf", false, "record the journals with perf(1) during each storm (DIR/perf-*.data and a flat report DIR/perf-*.txt)")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the load generator (the agents) during each storm to FILE.enroll and FILE.renew (with workers, one per worker: FILE.enroll.wN, FILE.renew.wN)")
+	fs.StringVar(&f.memprofile, "memprofile", "", "write a pprof heap profile of the load generator to FILE, and its goroutines by stack to FILE.goroutines, once every agent of the enrollment storm streams, after a GC (with workers, one per worker: FILE.wN)")
 	fs.IntVar(&f.workers, "workers", 0, "load-generator processes the agents are split over: 0 picks one while the open-file limit holds every agent (and always for up to half the limit), else the fewest whose shares fit")
 	fs.StringVar(&f.journalArgs, "journal-args", "", "extra flags for every pact-journal (with -floor: for every stub journal, e.g. -admission=false), space-separated")
 	fs.StringVar(&f.journalEnv, "journal-env", "", "extra environment for every pact-journal (with -floor: every stub journal), space-separated (e.g. GOGC=200)")
@@ -201,12 +203,17 @@ func newStorm(f stormFlags, addrs []string, caFile string, agents []*benchAgent,
 
 // inProcess runs every agent in this process.
 type inProcess struct {
-	s       *storm
-	profile string // -cpuprofile
+	s          *storm
+	profile    string // -cpuprofile
+	memprofile string // -memprofile
 }
 
 func (p *inProcess) run(kind stormKind, idxs []int, pids []int) (*stormResult, []agentRecord, error) {
 	p.s.kind = kind
+	var heap heapFigures
+	if kind == stormEnroll {
+		heap.Base = liveHeap()
+	}
 	if p.profile != "" {
 		stop, err := startProfile(p.profile + "." + kind.String())
 		if err != nil {
@@ -215,6 +222,12 @@ func (p *inProcess) run(kind stormKind, idxs []int, pids []int) (*stormResult, [
 		defer stop()
 	}
 	res, recs := p.s.runArrivals(pids, schedule(idxs, p.s.spread))
+	if kind == stormEnroll {
+		if err := measureAgents(&heap, p.memprofile); err != nil {
+			return nil, nil, err
+		}
+		res.heap = heap
+	}
 	return res, recs, nil
 }
 
@@ -306,7 +319,7 @@ func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutc
 		if err != nil {
 			return nil, err
 		}
-		lg = &inProcess{s: st, profile: f.cpuprofile}
+		lg = &inProcess{s: st, profile: f.cpuprofile, memprofile: f.memprofile}
 	}
 	all := make([]int, len(nodes))
 	for i := range all {
@@ -321,6 +334,12 @@ func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutc
 	enrollRes.probe = probe.finish()
 	chk := &checks{}
 	chk.enroll(c, nodes, enrollRes)
+	if am, err := c.measureAgentProcess(dir, caFile); err != nil {
+		logf("a real pact-agent process: %v (not reported)", err)
+	} else {
+		enrollRes.agentProc = &am
+		logf("a real pact-agent process streaming for one more node: VmRSS %.1f MB (RssAnon %.1f MB), VmHWM %.1f MB", mb(am.rss), mb(am.anon), mb(am.hwm))
+	}
 
 	var renewRes *stormResult
 	if f.renew {
@@ -736,6 +755,12 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 			fmt.Fprintf(out, "WARNING: in the %s storm the load generator spent %.0f%% of its CPU collecting garbage (near its memory limit?): its agents, not the journals, may have set the pace; give it more memory (GOMEMLIMIT) or split it (-workers)\n", s.kind, 100*s.genGCShare())
 		}
 	}
+	heapPer, stackPer, gorPer := e.heap.perAgent(e.agents)
+	fmt.Fprintf(out, "load generator once every agent streams, after a GC: live heap %.1f KB, goroutine stacks %.1f KB and %.2f goroutines per agent (%.0f MB, %.0f MB and %d in all)\n",
+		heapPer/1024, stackPer/1024, gorPer, mb(e.heap.Now.Heap), mb(e.heap.Now.Stack), e.heap.Now.Goroutines)
+	if am := e.agentProc; am != nil {
+		fmt.Fprintf(out, "one real pact-agent process, streaming: VmRSS %.1f MB (RssAnon %.1f MB), VmHWM %.1f MB\n", mb(am.rss), mb(am.anon), mb(am.hwm))
+	}
 	fmt.Fprintln(out, "CPU ms/op counts every journal process and the load generator (every process of it) per agent; ratio = per s / ceiling per s; CPU ratio = ceiling CPU ms/op / CPU ms/op;")
 	fmt.Fprintln(out, "wasted CPU = share of the CPU spent on attempts that ended refused, timed out or abandoned (each attempt priced by its crypto, overhead in proportion);")
 	fmt.Fprintln(out, "others' CPU = share of the machine other users' processes took during the storm / during its ceiling (a shared machine: trust the CPU ratio more than the ratio when these differ)")
@@ -783,6 +808,9 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		"loadgen_rss_mb":                  round(mb(e.genRSS), 1),
 		"loadgen_gc_cpu_share":            round(e.genGCShare(), 3),
 		"loadgen_processes":               f.workers,
+		"loadgen_heap_kb_per_agent":       round(heapPer/1024, 1),
+		"loadgen_goroutines_per_agent":    round(gorPer, 2),
+		"loadgen_stack_kb_per_agent":      round(stackPer/1024, 1),
 		"leader_changes":                  e.leaderChange,
 		"key_exchange":                    curve.String(),
 		"sign_only_per_s_one_core":        round(signRate, 0),
@@ -804,6 +832,11 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		"probe_ceiling_us":                round(us(ceilE.probe), 1),
 		"probe_storm_us":                  round(us(e.probe), 1),
 		"probe_slowdown":                  round(ratio(e.probe, ceilE.probe), 3),
+	}
+	if am := e.agentProc; am != nil {
+		js["agent_process_rss_mb"] = round(mb(am.rss), 1)
+		js["agent_process_anon_mb"] = round(mb(am.anon), 1)
+		js["agent_process_hwm_mb"] = round(mb(am.hwm), 1)
 	}
 	if r != nil {
 		rws, rwsMin := wastedShare(r, price)

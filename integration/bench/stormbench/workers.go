@@ -82,9 +82,10 @@ type workerReport struct {
 	Ready   int           `json:"ready,omitempty"` // the first line: agents set up
 	Kind    string        `json:"kind,omitempty"`
 	Records []agentRecord `json:"records,omitempty"`
-	CPU     time.Duration `json:"cpu_ns,omitempty"`   // getrusage: user+system during the storm
+	CPU     time.Duration `json:"cpu_ns,omitempty"`    // getrusage: user+system during the storm
 	GCCPU   time.Duration `json:"gc_cpu_ns,omitempty"` // of CPU, the garbage collector's (runtime/metrics)
-	PeakRSS int64         `json:"peak_rss,omitempty"` // VmHWM at the end of the storm, bytes
+	PeakRSS int64         `json:"peak_rss,omitempty"`  // VmHWM at the end of the storm, bytes
+	Heap    heapFigures   `json:"heap,omitzero"`       // enrollment storm: live heap and goroutines before and after
 	Error   string        `json:"error,omitempty"`
 }
 
@@ -118,6 +119,9 @@ func (w workerFlags) args() []string {
 	if w.cpuprofile != "" {
 		a = append(a, "-cpuprofile", w.cpuprofile)
 	}
+	if w.memprofile != "" {
+		a = append(a, "-memprofile", w.memprofile)
+	}
 	return a
 }
 
@@ -136,6 +140,7 @@ func runWorker(args []string) int {
 	fs.DurationVar(&w.deadline, "deadline", 10*time.Minute, "as storm -deadline")
 	fs.IntVar(&w.concurrency, "concurrency", 0, "this worker's share of storm -concurrency")
 	fs.StringVar(&w.cpuprofile, "cpuprofile", "", "write FILE.enroll.wN and FILE.renew.wN")
+	fs.StringVar(&w.memprofile, "memprofile", "", "write FILE.wN after the enrollment storm")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -207,10 +212,22 @@ func (s *storm) workerStorm(w workerFlags, cmd workerCommand) workerReport {
 		}
 		defer stop()
 	}
+	if kind == stormEnroll {
+		rep.Heap.Base = liveHeap()
+	}
 	cpu0, gc0 := selfCPU(), selfGCCPU()
 	rep.Records = s.play(time.Unix(0, cmd.Start), cmd.Arrivals)
 	rep.CPU, rep.GCCPU = selfCPU()-cpu0, selfGCCPU()-gc0
 	rep.PeakRSS = ownRSS()
+	if kind == stormEnroll {
+		var profile string
+		if w.memprofile != "" {
+			profile = fmt.Sprintf("%s.w%d", w.memprofile, w.index)
+		}
+		if err := measureAgents(&rep.Heap, profile); err != nil {
+			rep.Error = err.Error()
+		}
+	}
 	return rep
 }
 
@@ -330,6 +347,7 @@ func (p *workerPool) run(kind stormKind, idxs []int, pids []int) (*stormResult, 
 	}
 	var workerCPU, workerGC time.Duration
 	var rss int64
+	var heap heapFigures
 	var recs []agentRecord
 	var failed []string
 	for range p.workers {
@@ -344,6 +362,7 @@ func (p *workerPool) run(kind stormKind, idxs []int, pids []int) (*stormResult, 
 		workerCPU += reps[i].CPU
 		workerGC += reps[i].GCCPU
 		rss += reps[i].PeakRSS
+		heap.add(reps[i].Heap)
 		recs = append(recs, reps[i].Records...)
 	}
 	res := m.stop(kind, workerCPU, workerGC)
@@ -351,6 +370,7 @@ func (p *workerPool) run(kind stormKind, idxs []int, pids []int) (*stormResult, 
 		return nil, nil, fmt.Errorf("load generator: %s", strings.Join(failed, "; "))
 	}
 	res.genRSS = rss
+	res.heap = heap
 	aggregate(res, recs, t0)
 	return res, recs, nil
 }
