@@ -235,6 +235,13 @@ func (a *Authenticator) verifyClient(leaf *x509.Certificate, id pki.Identity, ve
 	if verdict.valid(bundle.Version, now) {
 		return nil
 	}
+	// The plain case, with the chain above the leaf's intermediate
+	// verified once per bundle version (upperchain.go); anything else, and
+	// every refusal, below.
+	if chain := a.fastVerify(leaf, id.Kind, bundle, now); chain != nil {
+		verdict.remember(bundle.Version, chain)
+		return nil
+	}
 	opts := x509.VerifyOptions{Roots: a.roots, Intermediates: bundle.Pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
 	chain, err := a.verifyShaped(leaf, id.Kind, opts)
 	if err == nil {
