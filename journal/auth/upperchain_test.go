@@ -72,3 +72,31 @@ func TestFastVerifyAcceptsOnlyWhatX509Accepts(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkVerifyClientFirstCall is a new connection's first call: its
+// plain agent chain verified by verifyClient (the fast path), against the
+// whole chain's x509 verification it replaces.
+func BenchmarkVerifyClientFirstCall(b *testing.B) {
+	s := newChainSet()
+	a, _, _ := newChainAuth(b, s.bundle, s.root.Cert, s.root2.Cert)
+	leaf := s.inter.Agent("n1").Cert
+	id, err := pki.IdentityOf(leaf)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("verifyClient", func(b *testing.B) {
+		for b.Loop() {
+			if err := a.verifyClient(leaf, id, &chainVerdict{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("whole chain x509", func(b *testing.B) {
+		bundle := s.bundle.LiveIntermediates()
+		for b.Loop() {
+			if _, err := a.verifyShaped(leaf, id.Kind, x509.VerifyOptions{Roots: a.roots, Intermediates: bundle.Pool, CurrentTime: time.Now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
