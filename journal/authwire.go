@@ -118,8 +118,13 @@ func (j *Journal) limitStreams(srv any, ss grpc.ServerStream, _ *grpc.StreamServ
 	if p == nil || p.ID.Kind == pki.KindJournal {
 		return handler(srv, ss)
 	}
-	serial := pki.SerialHex(p.Leaf.SerialNumber)
-	release, err := j.streams.acquire(serial+"|"+pki.SPKIFingerprint(p.Leaf), p.ID.Kind+" certificate "+serial)
+	// authenticate made these from the same leaf (an operator's, an
+	// agent's or an SVID's principal has them); hashed again only if not.
+	serial, spki := p.Serial, p.SPKI
+	if serial == "" || spki == "" {
+		serial, spki = pki.SerialHex(p.Leaf.SerialNumber), pki.SPKIFingerprint(p.Leaf)
+	}
+	release, err := j.streams.acquire(serial+"|"+spki, p.ID.Kind+" certificate "+serial)
 	if err != nil {
 		j.metrics.streamsRefused.Inc()
 		return err

@@ -191,10 +191,10 @@ type Config struct {
 	// docs/registry.md, "Rate limits"); the lowest-priority waiter is
 	// refused first.
 	MaxEnrollWaiters int
-	// ActivationBatchMax is the most enrollment activations one Raft entry
-	// carries (raftnode/batch.go): activations arriving while this journal's
-	// previous batch is in flight go together in the next. 1 sends each
-	// in an entry of its own.
+	// ActivationBatchMax is the most enrollment activations (and renewals)
+	// one Raft entry carries (raftnode/batch.go): those arriving while this
+	// journal's previous batch is in flight go together in the next. 1
+	// sends each in an entry of its own.
 	ActivationBatchMax int
 	// ActivationBatchWindow is the longest an activation waits behind a
 	// batch in flight before it is sent beside it. An activation that

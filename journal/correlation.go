@@ -23,10 +23,10 @@ type correlationKey struct{}
 // one, and sends it back in the response header.
 func withCorrelation(ctx context.Context) context.Context {
 	id := ""
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(CorrelationHeader); len(v) == 1 && correlationRE.MatchString(v[0]) {
-			id = v[0]
-		}
+	// The one header read, not a copy of the whole metadata
+	// (FromIncomingContext's), on every call.
+	if v := metadata.ValueFromIncomingContext(ctx, CorrelationHeader); len(v) == 1 && correlationRE.MatchString(v[0]) {
+		id = v[0]
 	}
 	if id == "" {
 		b := make([]byte, 8)

@@ -190,7 +190,7 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 	if err != nil {
 		return nil, "error", err
 	}
-	result, err := j.proposeActivation(ctx, &pactv1.Command{
+	result, err := j.proposeBatched(ctx, &pactv1.Command{
 		Actor: "agent/" + node.GetNodeId(),
 		Op: &pactv1.Command_Activate{Activate: &pactv1.ActivateOp{
 			NodeId:   node.GetNodeId(),
@@ -376,7 +376,10 @@ func (s *enrollmentServer) RenewCert(ctx context.Context, req *pactv1.RenewCertR
 	if err != nil {
 		return nil, err
 	}
-	result, err := j.propose(ctx, &pactv1.Command{
+	// Batched like an activation: a renewal storm's Renew commands share
+	// Raft entries (one log write, fsync and replication each) instead of
+	// one entry per renewal; the answer still waits for this one's commit.
+	result, err := j.proposeBatched(ctx, &pactv1.Command{
 		Actor: "agent/" + p.ID.Name,
 		Op: &pactv1.Command_Renew{Renew: &pactv1.RenewOp{
 			NodeId:         p.ID.Name,

@@ -82,7 +82,7 @@ func newMetrics(j *Journal) *metrics {
 		}),
 		activationBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "pact_journal_activation_batch_size",
-			Help:    "Activations per Raft entry this journal proposed (or forwarded to the leader in one call); 1 is an activation sent alone.",
+			Help:    "Activations and renewals per Raft entry this journal proposed (or forwarded to the leader in one call); 1 is one sent alone.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 		}),
 	}

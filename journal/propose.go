@@ -50,13 +50,14 @@ func (j *Journal) propose(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Re
 	return j.raft.Propose(ctx, cmd)
 }
 
-// proposeActivation commits an Activate command, in a batch with others
-// when ActivationBatchMax allows (raftnode's batcher). It returns like
+// proposeBatched commits an Activate or Renew command, in a batch with
+// others when ActivationBatchMax allows (raftnode's batcher): the two
+// commands a boot or renewal storm brings by the thousand. It returns like
 // propose: only after the entry is applied here, with the command's own
 // result.
-func (j *Journal) proposeActivation(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
+func (j *Journal) proposeBatched(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
 	j.stamp(ctx, cmd)
-	return j.raft.ProposeActivation(ctx, cmd)
+	return j.raft.ProposeBatched(ctx, cmd)
 }
 
 // stamp fills in what the proposer owes a command: its clock, the ignorable

@@ -238,6 +238,9 @@ type Authenticator struct {
 	// known remembers CA certificates found to reach a root in a client
 	// handshake (handshake.go).
 	known caCache
+	// upper remembers the verified chains above the live intermediates
+	// (upperchain.go).
+	upper upperChains
 }
 
 // New makes an Authenticator of cfg. With SPIRE set up from a bundle file,

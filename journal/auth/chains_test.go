@@ -70,7 +70,7 @@ func (chainPeers) CheckPeerCert([]*x509.Certificate, string) error   { return ni
 func (chainPeers) CheckPeerCall(context.Context, string, bool) error { return nil }
 func noReason(error) string                                          { return "" }
 func serving(string) error                                           { return nil }
-func newChainAuth(t *testing.T, bundle Bundle, roots ...*x509.Certificate) (*Authenticator, *chainRegistry, *chainQuorum) {
+func newChainAuth(t testing.TB, bundle Bundle, roots ...*x509.Certificate) (*Authenticator, *chainRegistry, *chainQuorum) {
 	t.Helper()
 	reg, q := &chainRegistry{}, &chainQuorum{}
 	cfg := DefaultConfig()

@@ -161,7 +161,7 @@ func Settings(cfg *journal.Config, log *cmdline.Logging, configFile *string) *se
 	s.Int(&cfg.RateLimit.FreshBurst, "enroll-failures-fresh", "PACT_ENROLL_FAILURES_FRESH", "first failed enrollments of addresses with none on record that all together may make before they queue; 0 makes them spend the global budget")
 	s.Duration(&cfg.RateLimit.FreshRefill, "enroll-failure-refill-fresh", "PACT_ENROLL_FAILURE_REFILL_FRESH", "the journal regains one first failure of a fresh address this often: a node booting during a flood from A addresses waits about A times this")
 	s.Int(&cfg.MaxEnrollWaiters, "max-enroll-waiters", "PACT_MAX_ENROLL_WAITERS", "enrollments that may wait for the global failure budget while it is spent")
-	s.Int(&cfg.ActivationBatchMax, "activation-batch-max", "PACT_ACTIVATION_BATCH_MAX", "most enrollment activations in one Raft entry; those arriving while this journal's previous batch commits go together in the next, 1 sends each alone")
+	s.Int(&cfg.ActivationBatchMax, "activation-batch-max", "PACT_ACTIVATION_BATCH_MAX", "most enrollment activations and renewals in one Raft entry; those arriving while this journal's previous batch commits go together in the next, 1 sends each alone")
 	s.Duration(&cfg.ActivationBatchWindow, "activation-batch-window", "PACT_ACTIVATION_BATCH_WINDOW", "longest an activation waits behind a batch still committing before it is sent beside it; one that finds none in flight goes at once")
 	log.Declare(s)
 	return s

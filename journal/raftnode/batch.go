@@ -16,11 +16,13 @@ import (
 
 // Activation batching (docs/architecture.md, "Batched activation").
 //
-// In a boot storm every enrollment ends in one Activate command. Each
+// In a boot storm every enrollment ends in one Activate command, and in a
+// renewal storm every renewal in one Renew command. Each
 // command of its own costs a Raft entry on every journal (a future, a log
 // record, an FSM call) and, on a follower, a gRPC call to the leader. The
-// batcher groups the activations a journal holds at one moment into one
-// BatchOp entry, which the FSM applies in order with a result each.
+// batcher groups the activations and renewals a journal holds at one
+// moment into one BatchOp entry, which the FSM applies in order with a
+// result each, exactly as if each had an entry of its own.
 //
 // When to send is a group commit, not a timer: an activation that finds
 // no batch of this journal in flight goes at once, alone, so a quiet
@@ -155,10 +157,11 @@ func (b *batcher) run() {
 	}
 }
 
-// ProposeActivation commits a stamped Activate command, in a batch with
-// others when ActivationBatchMax allows. It returns like Propose: only
-// after the entry is applied here, with the command's own result.
-func (n *Node) ProposeActivation(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
+// ProposeBatched commits a stamped command (an enrollment's Activate, a
+// renewal's Renew), in a batch with others when ActivationBatchMax allows.
+// It returns like Propose: only after the entry is applied here, with the
+// command's own result.
+func (n *Node) ProposeBatched(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
 	if n.batcher == nil {
 		return n.Propose(ctx, cmd)
 	}

@@ -356,6 +356,10 @@ func CheckRemovedMarker(dataDir string) error {
 // and, for a journal that restarted without a leader (its registry is
 // replayed only once a leader tells it what is committed), from the
 // PublishIntermediate entries in its own log.
+//
+// The log part is read incrementally (logScan): removalLoop asks every
+// second while this journal knows no leader, which in a storm on a busy
+// machine is when it can least afford to decode the whole log again.
 func (n *Node) knownJournals() []*pactv1.JournalInfo {
 	known := map[string]*pactv1.JournalInfo{}
 	for _, ji := range n.fsm.Journals() {
@@ -367,17 +371,10 @@ func (n *Node) knownJournals() []*pactv1.JournalInfo {
 		// Bounded: the log holds at most a snapshot threshold and the
 		// trailing entries.
 		first = max(first, last-min(last, 50000))
-		for i := first; i <= last; i++ {
-			var l raft.Log
-			if n.logs.GetLog(i, &l) != nil || l.Type != raft.LogCommand {
-				continue
-			}
-			cmd, err := raftfsm.Decode(l.Data)
-			if err != nil {
-				continue
-			}
-			if ji := cmd.GetPublishIntermediate().GetJournal(); ji.GetJournalId() != "" {
-				known[ji.GetJournalId()] = ji // the newest entry wins
+		n.logScan.update(n.logs, first, last)
+		for id, e := range n.logScan.found {
+			if e.index >= first {
+				known[id] = e.info // the newest entry wins
 			}
 		}
 	}
@@ -386,6 +383,52 @@ func (n *Node) knownJournals() []*pactv1.JournalInfo {
 		out = append(out, ji)
 	}
 	return out
+}
+
+// logScan remembers what knownJournals found in the log, up to which entry
+// and that entry's term, so the next call reads only the entries appended
+// since. Raft's log matching property makes that exact: if the entry at
+// through still has the term it had, every entry before it is the one
+// that was read; if not (a new leader truncated the log and wrote other
+// entries there), or the log now ends before through, it is read again
+// from the start. Only removalLoop uses it.
+type logScan struct {
+	through, term uint64
+	found         map[string]logJournal
+}
+
+// logJournal is the newest JournalInfo a journal published in the log, and
+// the entry it came in.
+type logJournal struct {
+	info  *pactv1.JournalInfo
+	index uint64
+}
+
+func (s *logScan) update(logs raft.LogStore, first, last uint64) {
+	var l raft.Log
+	from := first
+	if s.found != nil && s.through >= first && s.through <= last && logs.GetLog(s.through, &l) == nil && l.Term == s.term {
+		from = s.through + 1
+	} else {
+		s.found, s.through, s.term = map[string]logJournal{}, 0, 0
+	}
+	for i := from; i <= last; i++ {
+		l = raft.Log{}
+		if logs.GetLog(i, &l) != nil {
+			continue
+		}
+		s.through, s.term = i, l.Term
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		cmd, err := raftfsm.Decode(l.Data)
+		if err != nil {
+			continue
+		}
+		if ji := cmd.GetPublishIntermediate().GetJournal(); ji.GetJournalId() != "" {
+			s.found[ji.GetJournalId()] = logJournal{info: ji, index: i}
+		}
+	}
 }
 
 // NotLeaderError answers a membership change sent to a follower: the CLI

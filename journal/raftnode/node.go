@@ -73,6 +73,9 @@ type Node struct {
 	nonvoterMu    sync.Mutex
 	nonvoterSince map[string]time.Time
 
+	// logScan is what removalLoop has read of the log (knownJournals).
+	logScan logScan
+
 	// batcher groups enrollment activations into one Raft entry (nil
 	// when ActivationBatchMax is 1).
 	batcher *batcher

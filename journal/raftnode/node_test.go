@@ -316,7 +316,7 @@ func TestBatcherGroupsActivationsWhileOneIsInFlight(t *testing.T) {
 	}
 	out := make(chan outcome, 4)
 	go func() {
-		res, err := l.ProposeActivation(context.Background(), activate("a0"))
+		res, err := l.ProposeBatched(context.Background(), activate("a0"))
 		out <- outcome{"a0", res, err}
 	}()
 	if n := <-sending; n != 1 {
@@ -326,7 +326,7 @@ func TestBatcherGroupsActivationsWhileOneIsInFlight(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		go func() {
 			id := fmt.Sprintf("a%d", i)
-			res, err := l.ProposeActivation(context.Background(), activate(id))
+			res, err := l.ProposeBatched(context.Background(), activate(id))
 			out <- outcome{id, res, err}
 		}()
 	}
