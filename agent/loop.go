@@ -233,6 +233,14 @@ func (a *Agent) stepConnect(r *round) *verdict {
 		case outRefused:
 			return stop(refusedBy("", err))
 		case outNothingYet:
+			// No identity to connect with: an enrollment (stepEnroll, on
+			// its own retry) or a provider's change (the cascade's
+			// signal) brings one. Waking at this retry's deadline, which
+			// has passed, would spin the loop until then: a node whose
+			// journal identity was dropped and whose enrollment backs
+			// off burned a core (found by the 30,000-agent renewal
+			// storm: its load generator spent half its CPU here).
+			return nil
 		case outRebase:
 			return a.onNewClock(s)
 		default:
