@@ -306,6 +306,35 @@ func metricValue(text, name string, labels ...string) float64 {
 	return sum
 }
 
+// metricByLabel sums the samples of name by the value of one label
+// (samples without it are left out).
+func metricByLabel(text, name, label string) map[string]float64 {
+	out := map[string]float64{}
+	key := label + `="`
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(line, name+"{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		_, after, ok := strings.Cut(labels, key)
+		if !ok {
+			continue
+		}
+		v, _, ok := strings.Cut(after, `"`)
+		if !ok {
+			continue
+		}
+		if f, err := strconv.ParseFloat(strings.Fields(value)[0], 64); err == nil {
+			out[v] += f
+		}
+	}
+	return out
+}
+
 // leader returns the index of the journal whose /metrics says it leads,
 // among the running ones, or -1.
 func (c *cluster) leader() int {

@@ -28,19 +28,39 @@ func TestRenewalGraceOff(t *testing.T) {
 }
 
 func TestRenewEndsFailsOnADropUnlessTheGraceIsOff(t *testing.T) {
+	ends := func(handovers float64, drops map[string]float64) streamEnds {
+		return streamEnds{drops: drops, handovers: handovers}
+	}
 	k := &checks{}
-	k.renewEnds([2]float64{3, 0}, [2]float64{3, 100}, false)
-	if !k.pass() {
-		t.Fatalf("100 handovers and no drop failed: %s", k.reason())
+	k.renewEnds(ends(0, map[string]float64{"client_gone": 3}), ends(100, map[string]float64{"client_gone": 3}), false)
+	if !k.pass() || k.renewHandovers != 100 || k.renewDrops != 0 {
+		t.Fatalf("100 handovers and no drop: pass %v (%s), %v handovers, %v drops", k.pass(), k.reason(), k.renewHandovers, k.renewDrops)
 	}
 	k = &checks{}
-	k.renewEnds([2]float64{3, 0}, [2]float64{4, 99}, false)
+	k.renewEnds(ends(0, map[string]float64{"client_gone": 3}), ends(99, map[string]float64{"client_gone": 4, "superseded": 2}), false)
 	if k.pass() {
-		t.Fatal("a dropped stream passed with the grace on")
+		t.Fatal("dropped streams passed with the grace on")
+	}
+	if k.renewDrops != 3 || k.renewDropsBy["client_gone"] != 1 || k.renewDropsBy["superseded"] != 2 {
+		t.Fatalf("drops %v by reason %v, want 3: client_gone 1, superseded 2", k.renewDrops, k.renewDropsBy)
 	}
 	k = &checks{}
-	k.renewEnds([2]float64{0, 0}, [2]float64{100, 0}, true)
+	k.renewEnds(ends(0, map[string]float64{}), ends(0, map[string]float64{"superseded": 100}), true)
 	if !k.pass() {
 		t.Fatalf("drops with the grace off failed: %s", k.reason())
+	}
+}
+
+func TestMetricByLabel(t *testing.T) {
+	text := `# HELP pact_journal_stream_drops_total Subscribe streams ...
+# TYPE pact_journal_stream_drops_total counter
+pact_journal_stream_drops_total{reason="client_gone"} 7
+pact_journal_stream_drops_total{reason="superseded"} 2
+pact_journal_stream_drops_total_other{reason="client_gone"} 100
+pact_journal_stream_handovers_total 5
+`
+	got := metricByLabel(text, "pact_journal_stream_drops_total", "reason")
+	if len(got) != 2 || got["client_gone"] != 7 || got["superseded"] != 2 {
+		t.Fatalf("metricByLabel = %v", got)
 	}
 }

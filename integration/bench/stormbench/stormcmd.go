@@ -378,33 +378,50 @@ type checks struct {
 	renewed      int // nodes whose registry serial is the agent's new one
 	// renewDrops and renewHandovers are the stream ends the journals
 	// counted during the renewal storm (pact_journal_stream_drops_total,
-	// every reason; pact_journal_stream_handovers_total), summed.
+	// every reason; pact_journal_stream_handovers_total), summed;
+	// renewDropsBy the drops by reason.
 	renewDrops, renewHandovers float64
+	renewDropsBy               map[string]float64
 	problems                   []string
 }
 
-// streamEnds sums every journal's stream drops (all reasons) and
-// handovers.
-func (c *cluster) streamEnds() (ends [2]float64) {
+// streamEnds are the journals' stream ends so far, summed over them.
+type streamEnds struct {
+	drops     map[string]float64 // pact_journal_stream_drops_total by reason
+	handovers float64            // pact_journal_stream_handovers_total
+}
+
+// streamEnds reads every journal's stream drops (by reason) and handovers.
+func (c *cluster) streamEnds() streamEnds {
+	e := streamEnds{drops: map[string]float64{}}
 	for i := range c.journals {
 		if m, err := c.metrics(i); err == nil {
-			ends[0] += metricValue(m, "pact_journal_stream_drops_total")
-			ends[1] += metricValue(m, "pact_journal_stream_handovers_total")
+			for reason, v := range metricByLabel(m, "pact_journal_stream_drops_total", "reason") {
+				e.drops[reason] += v
+			}
+			e.handovers += metricValue(m, "pact_journal_stream_handovers_total")
 		}
 	}
-	return ends
+	return e
 }
 
 // renewEnds counts how the renewal storm's old streams ended: handed over
-// to the node's new one, or dropped. With the journals' renewal grace (the
-// default) a renewal must never drop a stream: any drop fails the run.
-// With the grace turned off (graceOff) every renewal ends its old stream
-// as superseded, so drops are reported only.
-func (k *checks) renewEnds(before, after [2]float64, graceOff bool) {
-	k.renewDrops, k.renewHandovers = after[0]-before[0], after[1]-before[1]
-	logf("stream ends in the renew storm: %.0f handed over, %.0f dropped", k.renewHandovers, k.renewDrops)
+// to the node's new one, or dropped (by reason). With the journals'
+// renewal grace (the default) a renewal must never drop a stream: any drop
+// fails the run. With the grace turned off (graceOff) every renewal ends
+// its old stream as superseded, so drops are reported only.
+func (k *checks) renewEnds(before, after streamEnds, graceOff bool) {
+	k.renewHandovers = after.handovers - before.handovers
+	k.renewDrops, k.renewDropsBy = 0, map[string]float64{}
+	for reason, v := range after.drops {
+		if d := v - before.drops[reason]; d > 0 {
+			k.renewDropsBy[reason] = d
+			k.renewDrops += d
+		}
+	}
+	logf("stream ends in the renew storm: %.0f handed over, %.0f dropped %v", k.renewHandovers, k.renewDrops, k.renewDropsBy)
 	if !graceOff && k.renewDrops > 0 {
-		k.fail("renew storm: the journals dropped %.0f streams (pact_journal_stream_drops_total); with --renewal-stream-grace a renewal hands its stream over", k.renewDrops)
+		k.fail("renew storm: the journals dropped %.0f streams %v (pact_journal_stream_drops_total); with --renewal-stream-grace a renewal hands its stream over", k.renewDrops, k.renewDropsBy)
 	}
 }
 
@@ -843,6 +860,7 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		js["renewed"] = chk.renewed
 		js["renew_streams_open"] = chk.renewStreams
 		js["renew_stream_drops"] = chk.renewDrops
+		js["renew_stream_drops_by_reason"] = chk.renewDropsBy
 		js["renew_stream_handovers"] = chk.renewHandovers
 		js["renew_failed"] = r.failed
 		js["renew_seconds"] = round(r.wall.Seconds(), 3)
