@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -22,7 +20,6 @@ func TestNothingToConnectWithWaitsForTheEnrollment(t *testing.T) {
 	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
 	fc := fakeclock.New(time.Now())
 	cfg := agentConfig(h, fc, "SN1", mac1)
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
