@@ -98,12 +98,12 @@ func ServerOptions() []grpc.ServerOption {
 // buffer (the connection is TLS, whose own record buffer already holds
 // what the framer reads; a second one was 8 KiB per channel for
 // nothing), and a write buffer taken from a pool for each write and given
-// back when it is flushed (grpc.WithSharedWriteBuffer; another 8 KiB).
+// back when it is flushed (gRPC's shared write buffer, on by default since
+// WithSharedWriteBuffer was deprecated; another 8 KiB).
 func ClientOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithReadBufferSize(0),
 		grpc.WithWriteBufferSize(bufferSize),
-		grpc.WithSharedWriteBuffer(true),
 		grpc.WithInitialWindowSize(streamWindow),
 		grpc.WithInitialConnWindowSize(connWindow),
 	}
