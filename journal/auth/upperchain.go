@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"bytes"
 	"crypto/x509"
 	"net/netip"
 	"strings"
@@ -140,13 +139,13 @@ func plainLeafHost(leaf *x509.Certificate) (string, bool) {
 	return host, true
 }
 
-// issuerIn returns the one certificate of certs named as leaf's issuer (by
-// subject, and by key identifier when the leaf names one), or nil when
-// there is none or more than one.
+// issuerIn returns the one certificate of certs named as leaf's issuer
+// (issuedBy, the handshake's rule), or nil when there is none or more than
+// one.
 func issuerIn(leaf *x509.Certificate, certs []*x509.Certificate) *x509.Certificate {
 	var found *x509.Certificate
 	for _, c := range certs {
-		if !bytes.Equal(c.RawSubject, leaf.RawIssuer) || len(leaf.AuthorityKeyId) > 0 && !bytes.Equal(c.SubjectKeyId, leaf.AuthorityKeyId) {
+		if !issuedBy(leaf, c) {
 			continue
 		}
 		if found != nil {

@@ -87,7 +87,7 @@ func (b *batcher) submit(ctx context.Context, c *batchCall) (*raftfsm.Result, er
 		return out.res, out.err
 	case <-ctx.Done():
 		// It may still commit; its certificate never leaves.
-		return nil, fmt.Errorf("%w: the caller went away before its activation was known committed: %w", ErrOutcomeUnknown, ctx.Err())
+		return nil, fmt.Errorf("%w: the caller went away before its activation or renewal was known committed: %w", ErrOutcomeUnknown, ctx.Err())
 	}
 }
 

@@ -340,6 +340,10 @@ func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutc
 		enrollRes.agentProc = &am
 		logf("a real pact-agent process streaming for one more node: VmRSS %.1f MB (RssAnon %.1f MB), VmHWM %.1f MB", mb(am.rss), mb(am.anon), mb(am.hwm))
 	}
+	// The real agent's stream ends a moment after its process: wait for
+	// the journals to count it gone, or the renewal storm's drop check
+	// could count it as the storm's.
+	c.settledStreams(chk.streams)
 
 	var renewRes *stormResult
 	if f.renew {
