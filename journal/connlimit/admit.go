@@ -44,10 +44,20 @@ import (
 // A reservation schedule spreads the returns: each busy answer books the
 // next free place, no earlier than when the queue ahead of it should be
 // down to half of HandshakeQueueWait, and moves the schedule on by one
-// handshake time (1/rate). Once the schedule reaches HandshakeQueueWait
-// ahead, answers are spread uniformly over its second half instead. A
-// thousand clients answered in the same second come back over the seconds
-// the journal needs, not all at once.
+// handshake time (1/rate). A thousand clients answered in the same second
+// come back over the seconds the journal needs, not all at once.
+//
+// Past HandshakeQueueWait ahead, a return is booked only at a rate the
+// journal has been seen to serve: handshakes finished per second over a
+// second in which clients queued throughout (so the count is the CPU's
+// pace, not the clients'), the best such second of the last minute, and
+// twice that, so that the schedule errs towards clients that come back
+// early and queue again (a connection and a ClientHello) rather than a CPU
+// that waits for them. Such returns go up to MaxRetryAfter ahead; past it,
+// or with no such second measured yet, answers are spread uniformly over
+// the second half of the horizon. A 30,000-node storm otherwise bounced
+// each node about five times, each bounce its TCP connection, its
+// ClientHello and its key share.
 
 const (
 	// initialHeld is the first guess at how long a handshake holds its
@@ -57,9 +67,12 @@ const (
 	// heldWeight is the moving mean's weight for the newest handshake:
 	// 1/heldWeight.
 	heldWeight = 16
-	// maxRetryAfterNoQueue is the horizon of a journal configured to
-	// queue nobody (HandshakeQueueWait 0).
-	maxRetryAfterNoQueue = time.Minute
+	// servedWindow is how long a window of handshakes counted for the
+	// served rate lasts.
+	servedWindow = time.Second
+	// servedOptimism is how much faster than the best served rate returns
+	// past HandshakeQueueWait are booked.
+	servedOptimism = 2
 	// fastestWindow is how long the fastest rate seen counts as what the
 	// journal can do.
 	fastestWindow = time.Minute
@@ -121,6 +134,36 @@ func (l *Limiter) finished(held time.Duration) {
 	if l.held <= l.fastest || now.Sub(l.fastestAt) > fastestWindow {
 		l.fastest, l.fastestAt = l.held, now
 	}
+	l.countServedLocked(now)
+}
+
+// countServedLocked counts a handshake finished at now into the served
+// rate's window, and closes the window once it is servedWindow long: its
+// rate counts only if clients queued at every handshake it finished.
+func (l *Limiter) countServedLocked(now time.Time) {
+	l.winDone++
+	if l.queued == 0 {
+		l.winIdle = true
+	}
+	d := now.Sub(l.winStart)
+	if d < servedWindow {
+		return
+	}
+	if !l.winIdle {
+		r := float64(l.winDone) / d.Seconds()
+		if r >= l.served || now.Sub(l.servedAt) > fastestWindow {
+			l.served, l.servedAt = r, now
+		}
+	}
+	l.winStart, l.winDone, l.winIdle = now, 0, false
+}
+
+// servedRateLocked is the best served rate of the last minute, or 0.
+func (l *Limiter) servedRateLocked(now time.Time) float64 {
+	if l.served == 0 || now.Sub(l.servedAt) > fastestWindow {
+		return 0
+	}
+	return l.served
 }
 
 // bestWaitLocked predicts how long the n-th client in the queue waits at
@@ -141,16 +184,26 @@ func (l *Limiter) waitLocked(n int) time.Duration {
 
 // deferLocked answers a client whose predicted wait is wait: it books the
 // next free place in the reservation schedule no earlier than when the
-// queue ahead of it should be down to half of HandshakeQueueWait, and no
-// later than HandshakeQueueWait from now (past that, a uniform draw over
-// the second half of HandshakeQueueWait; a minute where nobody queues).
+// queue ahead of it should be down to half of HandshakeQueueWait. Places
+// up to HandshakeQueueWait ahead are one handshake time apart at the
+// present rate; places past it (up to MaxRetryAfter, or only that where
+// nobody queues) one at twice the best served rate, if one was measured.
+// Past the schedule's horizon, a uniform draw over its second half.
 func (l *Limiter) deferLocked(now time.Time, wait time.Duration) *BusyError {
 	l.deferred.Add(1)
-	horizon := l.cfg.HandshakeQueueWait
-	if horizon <= 0 {
-		// No queue to come back to: the forecast itself, within a
-		// minute.
-		horizon = maxRetryAfterNoQueue
+	near, far := l.cfg.HandshakeQueueWait, l.cfg.MaxRetryAfter
+	step := time.Duration(float64(time.Second) / l.rateLocked())
+	farStep := time.Duration(0)
+	if near <= 0 {
+		// No queue to come back to: the forecast itself, at the present
+		// rate, within MaxRetryAfter.
+		near, farStep = far, step
+	} else if r := l.servedRateLocked(now); r > 0 {
+		farStep = time.Duration(float64(time.Second) / (servedOptimism * r))
+	}
+	horizon := near
+	if farStep > 0 {
+		horizon = far
 	}
 	at := now.Add(min(max(wait-l.cfg.HandshakeQueueWait/2, 0), horizon))
 	if l.nextReturn.After(at) {
@@ -160,6 +213,9 @@ func (l *Limiter) deferLocked(now time.Time, wait time.Duration) *BusyError {
 	if retry > horizon {
 		return &BusyError{RetryAfter: horizon/2 + l.jitter(horizon/2)}
 	}
-	l.nextReturn = at.Add(time.Duration(float64(time.Second) / l.rateLocked()))
+	if retry >= near && farStep > 0 {
+		step = farStep
+	}
+	l.nextReturn = at.Add(step)
 	return &BusyError{RetryAfter: retry + l.jitter(max(retry/jitterShare, minJitter))}
 }

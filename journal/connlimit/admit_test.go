@@ -299,3 +299,137 @@ func TestAdmitRateFromHowLongHandshakesHoldTheirSlot(t *testing.T) {
 		t.Fatalf("rate after instant handshakes %v, want 1000 (the 1 ms floor)", st.Rate)
 	}
 }
+
+// serveQueued queues n clients behind the slot released by release and
+// serves them one after another, each holding the slot for each: the port
+// is saturated throughout. It returns the release of the last, which
+// still holds the slot.
+func serveQueued(t *testing.T, fc *fakeclock.Clock, l *connlimit.Limiter, release func(), n int, each time.Duration) func() {
+	t.Helper()
+	slots := make(chan func(), n)
+	for range n {
+		go func() {
+			r, err := l.Admit()
+			if err != nil {
+				t.Errorf("a queued client: %v", err)
+				return
+			}
+			slots <- r
+		}()
+	}
+	queued(t, fc, l, n)
+	for range n {
+		fc.Advance(each)
+		release()
+		release = <-slots
+	}
+	return release
+}
+
+// Past HandshakeQueueWait, returns are booked at twice the best rate the
+// port served while clients queued (here 20 a second: 25 ms apart), up to
+// MaxRetryAfter; past that, over its second half.
+func TestAdmitBooksPastTheQueueWaitAtTwiceTheServedRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := fakeclock.New(time.Unix(1e9, 0))
+		l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) {
+			c.HandshakeQueueWait = 3 * time.Second
+			c.MaxRetryAfter = 10 * time.Second
+		})
+		held, err := l.Admit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 25 handshakes of 50 ms each with clients queued: a second of
+		// 20 finished.
+		held = serveQueued(t, fc, l, held, 25, 50*ms)
+		defer held()
+		st := l.Stats()
+		if st.ServedRate != 20 {
+			t.Fatalf("stats %+v, want a served rate of 20/s", st)
+		}
+		// Enough clients queued that the next could not be served within
+		// the queue wait even at the fastest rate: it is answered at once.
+		// (50 at the fastest handshake of the last minute, 60 ms, fill the
+		// 3 s wait.)
+		for range 50 {
+			go func() {
+				if r, err := l.Admit(); err == nil {
+					r()
+				}
+			}()
+		}
+		queued(t, fc, l, 50)
+		near := time.Duration(float64(time.Second) / st.Rate)
+		var ras []time.Duration
+		for range 400 {
+			_, err := l.Admit()
+			ras = append(ras, busyAfter(t, err))
+		}
+		const tolerance = time.Microsecond
+		pastNear, beyond := 0, 0
+		for i := 1; i < len(ras); i++ {
+			prev, ra := ras[i-1], ras[i]
+			switch {
+			case beyond > 0 || (ra == 5*time.Second && prev >= 10*time.Second-25*ms):
+				if ra != 5*time.Second {
+					t.Fatalf("answer %d: %v past the horizon, want 5s (the lowest draw over its second half)", i, ra)
+				}
+				beyond++
+			case prev < 3*time.Second:
+				if d := ra - prev; d < near-tolerance || d > near+tolerance {
+					t.Fatalf("answer %d: %v after %v, want %v apart (the present rate) within the queue wait", i, ra, prev, near)
+				}
+			default:
+				pastNear++
+				if d := ra - prev; d < 25*ms-tolerance || d > 25*ms+tolerance {
+					t.Fatalf("answer %d: %v after %v, want 25ms apart (twice the served rate) past the queue wait", i, ra, prev)
+				}
+			}
+		}
+		// From the first place past 3 s to 10 s at 25 ms: about 280 places, then
+		// the horizon's second half.
+		if pastNear < 276 || pastNear > 280 || beyond == 0 || ras[len(ras)-1] != 5*time.Second {
+			t.Fatalf("%d answers booked past the queue wait, %d beyond the horizon (last %v); want about 280, then 5s", pastNear, beyond, ras[len(ras)-1])
+		}
+		fc.Advance(3 * time.Second) // the fifty are answered busy and return
+	})
+}
+
+// The served rate counts only seconds in which clients queued at every
+// handshake finished, and is forgotten a minute after it was last matched.
+func TestAdmitServedRateOnlyFromSecondsWithAQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := fakeclock.New(time.Unix(1e9, 0))
+		l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = 3 * time.Second })
+		// Forty handshakes of 50 ms, one after another, nobody waiting:
+		// the clients' pace, not the CPU's.
+		for range 40 {
+			r, err := l.Admit()
+			if err != nil {
+				t.Fatal(err)
+			}
+			fc.Advance(50 * ms)
+			r()
+		}
+		if st := l.Stats(); st.ServedRate != 0 {
+			t.Fatalf("stats %+v, want no served rate without a queue", st)
+		}
+		held, err := l.Admit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = serveQueued(t, fc, l, held, 25, 40*ms)
+		fc.Advance(40 * ms)
+		held()
+		if st := l.Stats(); st.ServedRate != 25 {
+			t.Fatalf("stats %+v, want a served rate of 25/s", st)
+		}
+		fc.Advance(fastestWindow + time.Second)
+		if st := l.Stats(); st.ServedRate != 0 {
+			t.Fatalf("stats %+v a minute later, want the served rate forgotten", st)
+		}
+	})
+}
+
+const fastestWindow = time.Minute

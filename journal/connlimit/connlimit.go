@@ -121,6 +121,16 @@ type Config struct {
 	// Raft port (AcquireHandshake) a client waits this long and is then
 	// closed. Zero queues nobody.
 	HandshakeQueueWait time.Duration
+	// MaxRetryAfter is the latest a busy answer on the gRPC port tells a
+	// client to come back. Returns up to HandshakeQueueWait ahead are
+	// booked at the present rate; past it, only once the port has shown
+	// the rate it serves while clients queue, at twice that rate, so that
+	// a client is told to come back about when it can be served rather
+	// than bounce every few seconds (a 30,000-node storm: about five busy
+	// answers per node with HandshakeQueueWait as the horizon). Past
+	// MaxRetryAfter, answers are spread over its second half. At most
+	// 2 minutes: pact-agent waits no longer for a busy journal.
+	MaxRetryAfter time.Duration
 
 	// Clock decides the handshake times the rate is measured from, the
 	// queue's hard bound and the retry-afters; nil is the system clock. For tests.
@@ -132,7 +142,8 @@ type Config struct {
 
 // DefaultConfig returns the defaults: 32 connections per source address,
 // 16,384 in all, 64 handshakes in progress, 15 s to finish a handshake,
-// of which up to 8 s waiting for a handshake slot.
+// of which up to 8 s waiting for a handshake slot, and no busy answer
+// naming more than a minute.
 func DefaultConfig() Config {
 	return Config{
 		MaxConnsPerSource:  32,
@@ -140,6 +151,7 @@ func DefaultConfig() Config {
 		MaxHandshakes:      64,
 		HandshakeTimeout:   15 * time.Second,
 		HandshakeQueueWait: 8 * time.Second,
+		MaxRetryAfter:      time.Minute,
 	}
 }
 
@@ -161,8 +173,15 @@ func (c Config) Validate() error {
 	if c.HandshakeQueueWait < 0 || c.HandshakeQueueWait >= c.HandshakeTimeout {
 		errs = append(errs, fmt.Errorf("connlimit: HandshakeQueueWait %v must be at least 0 and shorter than HandshakeTimeout %v", c.HandshakeQueueWait, c.HandshakeTimeout))
 	}
+	if c.MaxRetryAfter < max(c.HandshakeQueueWait, time.Second) || c.MaxRetryAfter > MaxRetryAfterLimit {
+		errs = append(errs, fmt.Errorf("connlimit: MaxRetryAfter %v must be between HandshakeQueueWait %v (and 1s) and %v", c.MaxRetryAfter, c.HandshakeQueueWait, MaxRetryAfterLimit))
+	}
 	return errors.Join(errs...)
 }
+
+// MaxRetryAfterLimit is the largest MaxRetryAfter: pact-agent caps the
+// wait a busy answer names at this.
+const MaxRetryAfterLimit = 2 * time.Minute
 
 // Stats counts what a Limiter refused, for metrics.
 type Stats struct {
@@ -175,6 +194,7 @@ type Stats struct {
 	Deferred         uint64  // answered busy at ClientHello, with a retry-after (Admit, the gRPC port)
 	Queued           int     // clients waiting for a handshake slot now (Admit)
 	Rate             float64 // handshakes per second the limiter counts on: MaxHandshakes over the mean time a handshake holds its slot
+	ServedRate       float64 // the most handshakes per second finished in a second during which clients queued throughout, within the last minute; 0 if none
 }
 
 // Limiter applies one Config to one listener (and the handshakes of its
@@ -201,6 +221,13 @@ type Limiter struct {
 	fastest    time.Duration // the least held has been within fastestWindow
 	fastestAt  time.Time     // when fastest was seen
 	nextReturn time.Time     // the next free place in the reservation schedule
+	// The rate served while clients queue, counted over windows of
+	// servedWindow (see servedLocked).
+	winStart time.Time
+	winDone  int
+	winIdle  bool    // a handshake finished in this window with nobody queued
+	served   float64 // the highest served rate within fastestWindow
+	servedAt time.Time
 }
 
 // New returns a Limiter. It copies cfg.
@@ -214,6 +241,7 @@ func New(cfg Config) (*Limiter, error) {
 		l.clock = clock.Real{}
 	}
 	l.fastestAt = l.clock.Now()
+	l.winStart = l.fastestAt
 	if l.jitter == nil {
 		l.jitter = func(n time.Duration) time.Duration { return rand.N(n) }
 	}
@@ -229,7 +257,7 @@ func (l *Limiter) Stats() Stats {
 	open := l.open
 	l.mu.Unlock()
 	l.qmu.Lock()
-	queued, rate := l.queued, l.rateLocked()
+	queued, rate, served := l.queued, l.rateLocked(), l.servedRateLocked(l.clock.Now())
 	l.qmu.Unlock()
 	return Stats{
 		Open:             open,
@@ -241,6 +269,7 @@ func (l *Limiter) Stats() Stats {
 		Deferred:         l.deferred.Load(),
 		Queued:           queued,
 		Rate:             rate,
+		ServedRate:       served,
 	}
 }
 
