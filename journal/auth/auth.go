@@ -241,6 +241,9 @@ type Authenticator struct {
 	// upper remembers the verified chains above the live intermediates
 	// (upperchain.go).
 	upper upperChains
+	// signed carries the leaf signatures handshakes checked to their
+	// connections' first calls (leafsig.go).
+	signed *leafSigs
 }
 
 // New makes an Authenticator of cfg. With SPIRE set up from a bundle file,
@@ -257,7 +260,7 @@ func New(cfg Config) (*Authenticator, error) {
 	for _, r := range cfg.Roots {
 		roots.AddCert(r)
 	}
-	return &Authenticator{cfg: cfg, log: cfg.Log, roots: roots, spire: spire}, nil
+	return &Authenticator{cfg: cfg, log: cfg.Log, roots: roots, spire: spire, signed: newLeafSigs()}, nil
 }
 
 // spiffeDomainOf is the trust domain of a CA certificate's spiffe:// URI,

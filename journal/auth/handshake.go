@@ -52,7 +52,10 @@ func (a *Authenticator) VerifyClientHandshake(raw [][]byte, _ [][]*x509.Certific
 	}
 	leaf := certs[0]
 	pool := certs[1:]
-	if chainsTo(leaf, a.cfg.Roots, &a.known, pool, a.cfg.Bundle.LiveIntermediates().Certs) {
+	if issuer := chainsTo(leaf, a.cfg.Roots, &a.known, pool, a.cfg.Bundle.LiveIntermediates().Certs); issuer != nil {
+		// The connection's first call verifies this chain again, at its
+		// clock against the bundle: it need not check this signature twice.
+		a.signed.add(leaf, issuer)
 		return nil
 	}
 	if a.spire != nil {
@@ -66,7 +69,7 @@ func (a *Authenticator) VerifyClientHandshake(raw [][]byte, _ [][]*x509.Certific
 		// journal identities are never SVIDs: from another root they fail
 		// here.
 		b := a.spire.src.current()
-		if b == nil || chainsTo(leaf, b.X509Authorities(), nil, pool) || agentSVIDShaped(leaf) {
+		if b == nil || chainsTo(leaf, b.X509Authorities(), nil, pool) != nil || agentSVIDShaped(leaf) {
 			return nil
 		}
 	}
@@ -88,15 +91,17 @@ func agentSVIDShaped(leaf *x509.Certificate) bool {
 	return false
 }
 
-// chainsTo reports whether leaf's signatures lead to one of roots through
-// the intermediates given (an issuer is tried only when its subject is the
-// name the certificate was issued by, and its key the one the certificate
-// names, when both say). known, if not nil, remembers the CA certificates
-// found to reach a root, each one on the path (a journal's intermediate as
-// well as its journal CA): in steady state a handshake costs one signature
-// check, the leaf's, however long the chain above it.
-func chainsTo(leaf *x509.Certificate, roots []*x509.Certificate, known *caCache, pools ...[]*x509.Certificate) bool {
+// chainsTo returns the certificate whose signature of leaf it checked, when
+// leaf's signatures lead to one of roots through the intermediates given
+// (an issuer is tried only when its subject is the name the certificate
+// was issued by, and its key the one the certificate names, when both
+// say), and nil when they do not. known, if not nil, remembers the CA
+// certificates found to reach a root, each one on the path (a journal's
+// intermediate as well as its journal CA): in steady state a handshake
+// costs one signature check, the leaf's, however long the chain above it.
+func chainsTo(leaf *x509.Certificate, roots []*x509.Certificate, known *caCache, pools ...[]*x509.Certificate) *x509.Certificate {
 	cur := leaf
+	var issuer *x509.Certificate
 	// fresh are the CA certificates on the walk not known yet: remembered
 	// once the walk reaches a root.
 	var fresh [maxChainDepth]*x509.Certificate
@@ -105,7 +110,7 @@ func chainsTo(leaf *x509.Certificate, roots []*x509.Certificate, known *caCache,
 		if cur != leaf {
 			if known.has(cur) {
 				known.add(fresh[:n])
-				return true
+				return issuer
 			}
 			fresh[n] = cur
 			n++
@@ -113,7 +118,10 @@ func chainsTo(leaf *x509.Certificate, roots []*x509.Certificate, known *caCache,
 		for _, r := range roots {
 			if issuedBy(cur, r) && cur.CheckSignatureFrom(r) == nil {
 				known.add(fresh[:n])
-				return true
+				if issuer == nil {
+					issuer = r
+				}
+				return issuer
 			}
 		}
 		var next *x509.Certificate
@@ -127,11 +135,14 @@ func chainsTo(leaf *x509.Certificate, roots []*x509.Certificate, known *caCache,
 			}
 		}
 		if next == nil {
-			return false
+			return nil
+		}
+		if issuer == nil {
+			issuer = next
 		}
 		cur = next
 	}
-	return false
+	return nil
 }
 
 // issuedBy reports whether cert names ca as its issuer: ca's subject, and
