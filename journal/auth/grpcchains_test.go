@@ -36,7 +36,8 @@ func (statusServer) JournalStatus(context.Context, *pactv1.JournalStatusRequest)
 // asking for a client certificate, the handshake check, the connection
 // limits, the interceptor. Chains through a journal CA pass it end to end;
 // a misshapen one passes the handshake and is refused by the call, which
-// says why; a foreign one fails the handshake.
+// says why; a foreign one fails the handshake. An accepted call does not
+// check again the leaf signature its handshake checked.
 func TestGRPCPortChains(t *testing.T) {
 	s := newChainSet()
 	a, reg, _ := newChainAuth(t, s.bundle, s.root.Cert, s.root2.Cert)
@@ -105,6 +106,11 @@ func TestGRPCPortChains(t *testing.T) {
 			}
 			if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
 				t.Fatalf("call: %v, want %q", err, tc.want)
+			}
+			// The call took the handshake's check of the leaf's signature
+			// under its intermediate (leafsig.go) rather than make it again.
+			if err == nil && len(tc.leaf.Chain) > 1 && a.signed.has(tc.leaf.Cert, tc.leaf.Chain[1]) {
+				t.Fatal("the first call did not use the handshake's check of the leaf's signature")
 			}
 		})
 	}

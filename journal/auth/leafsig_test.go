@@ -3,7 +3,12 @@ package auth
 import (
 	"crypto/x509"
 	"encoding/binary"
+	"errors"
 	"testing"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/chaintest"
+	"github.com/pact-hpc/pact/internal/pki"
 )
 
 // has reports whether s holds the pair, without using it up.
@@ -43,6 +48,90 @@ func TestHandshakeRecordsTheLeafSignature(t *testing.T) {
 	}
 	if a.signed.has(foreign.Cert, foreign.Chain[1]) || a.signed.len() != 2 {
 		t.Fatalf("a refused handshake was recorded (%d pairs held)", a.signed.len())
+	}
+}
+
+// The fact a first call takes from the handshake is about the leaf and
+// the issuer exactly, byte for byte. An intermediate of the same subject
+// and key identifier as the one that signed a leaf, but another key,
+// does not inherit its check: the leaf is verified under it in full, and
+// refused. Nor does a copy of a recorded leaf whose signature was
+// altered: it is another certificate, and its signature is checked.
+func TestLeafSignatureRecordIsKeyedOnBothCertificates(t *testing.T) {
+	s := newChainSet()
+	leaf := s.inter.Agent("n1")
+	id, err := pki.IdentityOf(leaf.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("another issuer of the same name", func(t *testing.T) {
+		twin := twinOf(s.inter, s.jca)
+		bundle := bundleOf(s.jca.Cert, twin)
+		a, _, _ := newChainAuth(t, bundle, s.root.Cert)
+		if issuerIn(leaf.Cert, bundle.LiveIntermediates().Certs) != twin {
+			t.Fatal("the twin is not taken for the leaf's issuer: the test proves nothing")
+		}
+		// The client sends the real intermediate: the handshake passes
+		// and records the leaf under it.
+		if err := a.VerifyClientHandshake(leaf.DER(), nil); err != nil {
+			t.Fatal(err)
+		}
+		if !a.signed.has(leaf.Cert, s.inter.Cert) {
+			t.Fatal("the handshake recorded nothing")
+		}
+		if chain := a.fastVerify(leaf.Cert, id.Kind, bundle.LiveIntermediates(), time.Now()); chain != nil {
+			t.Fatal("a leaf recorded under one intermediate was accepted under another of the same name")
+		}
+		if err := a.verifyClient(leaf.Cert, id, &chainVerdict{}); !errors.Is(err, ErrUnknownIssuer) {
+			t.Fatalf("verifyClient: %v, want %v", err, ErrUnknownIssuer)
+		}
+	})
+
+	t.Run("a recorded leaf with another signature", func(t *testing.T) {
+		a, _, _ := newChainAuth(t, s.bundle, s.root.Cert, s.root2.Cert)
+		if err := a.VerifyClientHandshake(leaf.DER(), nil); err != nil {
+			t.Fatal(err)
+		}
+		forged := withBrokenSignature(t, leaf.Cert)
+		if chain := a.fastVerify(forged, id.Kind, s.bundle.LiveIntermediates(), time.Now()); chain != nil {
+			t.Fatal("a leaf whose signature was altered was accepted on the record of the original")
+		}
+		if err := a.verifyClient(forged, id, &chainVerdict{}); err == nil {
+			t.Fatal("verifyClient accepted a leaf whose signature was altered")
+		}
+		if !a.signed.has(leaf.Cert, s.inter.Cert) {
+			t.Fatal("the original's record was used up by another certificate")
+		}
+	})
+}
+
+// The fast path takes the handshake's word for the leaf's signature. To
+// show it does, the record here is false: a leaf whose signature does not
+// verify, recorded as if a handshake had checked it. The first call
+// accepts it (no signature check was made), once (the record is used up),
+// and not at all where anything else is wrong (here, its validity). Were
+// the signature checked again, this test would fail.
+func TestFastVerifyTakesTheHandshakesWordForTheSignature(t *testing.T) {
+	s := newChainSet()
+	a, _, _ := newChainAuth(t, s.bundle, s.root.Cert, s.root2.Cert)
+	leaf := s.inter.Agent("n1").Cert
+	forged := withBrokenSignature(t, leaf)
+	bundle := s.bundle.LiveIntermediates()
+	now := time.Now()
+	if a.fastVerify(forged, pki.KindAgent, bundle, now) != nil {
+		t.Fatal("a leaf whose signature does not verify was accepted with no record")
+	}
+	a.signed.add(forged, s.inter.Cert)
+	if a.fastVerify(forged, pki.KindAgent, bundle, now) == nil {
+		t.Fatal("the leaf's signature was checked again after the handshake's record of it")
+	}
+	if a.fastVerify(forged, pki.KindAgent, bundle, now) != nil {
+		t.Fatal("the handshake's record served a second time")
+	}
+	a.signed.add(forged, s.inter.Cert)
+	if a.fastVerify(forged, pki.KindAgent, bundle, leaf.NotAfter.Add(time.Second)) != nil {
+		t.Fatal("an expired leaf was accepted on the handshake's record")
 	}
 }
 
@@ -90,4 +179,27 @@ func TestLeafSignatureRecordBounded(t *testing.T) {
 	if none.take(leaf(0), issuer) {
 		t.Fatal("a nil record remembered")
 	}
+}
+
+// twinOf makes, signed by parent, an intermediate with inter's subject and
+// key identifier and constraints but a key of its own: what a leaf
+// signed by inter names as its issuer, and cannot verify under.
+func twinOf(inter, parent *chaintest.CA) *x509.Certificate {
+	tmpl := *inter.Cert
+	tmpl.SerialNumber = nil
+	return parent.Issue(&tmpl).Cert
+}
+
+// withBrokenSignature returns leaf with the last byte of its signature
+// changed: the same certificate to every parser, another to its
+// signature check and its hash.
+func withBrokenSignature(t *testing.T, leaf *x509.Certificate) *x509.Certificate {
+	t.Helper()
+	der := append([]byte(nil), leaf.Raw...)
+	der[len(der)-1] ^= 1
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

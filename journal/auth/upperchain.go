@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"bytes"
 	"crypto/x509"
 	"net/netip"
 	"strings"
@@ -26,6 +27,13 @@ import (
 // failure, goes through the whole chain's x509 verification as before, so
 // this path only ever accepts what that one accepts, and every refusal
 // keeps its reason.
+//
+// The one signature left, the leaf's, the connection's TLS handshake has
+// just checked under the same issuer: when it says so (leafSigs, by the
+// exact DER of both), the leaf is verified by x509 alone and the issuer's
+// rules on it are checked here as those of the CAs above it are
+// (verifiedAlone), and a new connection's first call costs no signature
+// check at all.
 
 // upperChains remembers, for the live intermediates of one bundle version,
 // the chains x509 verified from each up to a root.
@@ -95,15 +103,25 @@ func (a *Authenticator) fastVerify(leaf *x509.Certificate, kind string, bundle I
 	if uc == nil {
 		return nil
 	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: uc.anchor, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+	// first is the first CA of up (below) whose rules on the leaf are
+	// checked here: the issuer's are x509's when it verifies the leaf
+	// under it, and this code's when the handshake's check of the leaf's
+	// signature stands in for that verification (leafSigs).
+	first := 1
+	if a.signed.take(leaf, issuer) {
+		if !verifiedAlone(leaf, issuer, now) {
+			return nil
+		}
+		first = 0
+	} else if _, err := leaf.Verify(x509.VerifyOptions{Roots: uc.anchor, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		return nil
 	}
 next:
 	for _, up := range uc.chains {
-		// up[j], j >= 1, has j intermediates below it in the whole chain
-		// (one more than when up was verified): its path length, and its
-		// name constraints and policies, now bear on the leaf too.
-		for j := 1; j < len(up); j++ {
+		// up[j] has j intermediates below it in the whole chain (one more
+		// than when up was verified): its path length, and its name
+		// constraints and policies, bear on the leaf too.
+		for j := first; j < len(up); j++ {
 			c := up[j]
 			if c.BasicConstraintsValid && c.MaxPathLen >= 0 && j > c.MaxPathLen {
 				continue next
@@ -118,6 +136,27 @@ next:
 		}
 	}
 	return nil
+}
+
+// verifiedAlone is leaf.Verify with issuer as its anchor, less the check
+// of the leaf's signature (a handshake made it: leafSigs) and of the
+// issuer's name constraints and path length (fastVerify's loop checks
+// them, as it does those of the CAs above). x509 still checks the leaf
+// itself (critical extensions, validity at now, extended key usage), with
+// the leaf as its own anchor. The rest of what it would check of the
+// issuer as anchor holds already: its validity at now and its extended
+// key usage (upperChains verified them, and is used only inside that
+// validity), that it is the CA the leaf names (issuerIn), that neither
+// carries policies (fastVerify); and that it is not the leaf over again
+// (the same subject and key) is checked here.
+func verifiedAlone(leaf, issuer *x509.Certificate, now time.Time) bool {
+	if bytes.Equal(leaf.RawSubject, issuer.RawSubject) && bytes.Equal(leaf.RawSubjectPublicKeyInfo, issuer.RawSubjectPublicKeyInfo) {
+		return false
+	}
+	self := x509.NewCertPool()
+	self.AddCert(leaf)
+	_, err := leaf.Verify(x509.VerifyOptions{Roots: self, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	return err == nil
 }
 
 // plainLeafHost returns the host of leaf's one URI SAN when that is the

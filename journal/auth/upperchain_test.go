@@ -2,6 +2,7 @@ package auth
 
 import (
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"testing"
 	"time"
 
@@ -13,11 +14,21 @@ import (
 // accepts, and it is taken for the plain chain of every agent; the chains
 // it must leave to x509 (the journal CA's constraints or path length
 // broken only as seen from the leaf, a name it cannot judge) go there.
+// Each chain is tried twice: on a call with no handshake before it (x509
+// checks the leaf's signature under its intermediate), and after the
+// connection's handshake checked that signature (leafSigs), when the
+// intermediate's rules on the leaf are the fast path's to check.
 func TestFastVerifyAcceptsOnlyWhatX509Accepts(t *testing.T) {
 	s := newChainSet()
 	loose := s.jca.UnconstrainedIntermediate("j1")
 	deep := s.inter.UnconstrainedIntermediate("j1")
-	s.bundle.set(append(s.bundle.LiveIntermediates().Certs, loose.Cert, deep.Cert)...)
+	// Intermediates whose own constraints permit another trust domain
+	// only, all that refuses a leaf of this one: one signed by the root
+	// (nothing constrains it from above), one under the journal CA (which
+	// permits the leaf).
+	elsewhere := s.root.In("other.example").Intermediate("j8", chaintest.Names{})
+	elsewhereUnder := constrainedTo(s.jca, s.inter.Cert, "other.example")
+	s.bundle.set(append(s.bundle.LiveIntermediates().Certs, loose.Cert, deep.Cert, elsewhere.Cert, elsewhereUnder.Cert)...)
 	a, _, _ := newChainAuth(t, s.bundle, s.root.Cert, s.root2.Cert)
 	now := time.Now()
 	for _, tc := range []struct {
@@ -39,38 +50,71 @@ func TestFastVerifyAcceptsOnlyWhatX509Accepts(t *testing.T) {
 		{"agent: SPIFFE ID in another trust domain", loose.In("evil.example").Agent("n1"), false},
 		{"agent: SPIFFE ID in a subdomain (excluded by the journal CA)", loose.In("sub." + testDomain).Agent("n1"), false},
 		{"agent: SPIFFE ID in the domain's parent", loose.In("local").Agent("n1"), false},
+		{"agent: legacy intermediate constrained to another domain", elsewhere.In(testDomain).Agent("n1"), false},
+		{"agent: intermediate constrained to another domain, under the journal CA", elsewhereUnder.In(testDomain).Agent("n1"), false},
 		{"agent: intermediate under an intermediate", deep.Agent("n1"), false},
 		{"operator: root", s.root.Operator("alice", "viewer"), false},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			leaf := tc.leaf.Cert
-			id, err := pki.IdentityOf(leaf)
-			if err != nil {
-				id = pki.Identity{Kind: pki.KindAgent}
+		for _, handshake := range []bool{false, true} {
+			name := tc.name
+			if handshake {
+				name += ", after the handshake"
 			}
-			bundle := s.bundle.LiveIntermediates()
-			fast := a.fastVerify(leaf, id.Kind, bundle, now)
-			_, full := a.verifyShaped(leaf, id.Kind, x509.VerifyOptions{Roots: a.roots, Intermediates: bundle.Pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
-			if fast != nil && full != nil {
-				t.Fatalf("the fast path accepted what x509 refuses: %v", full)
-			}
-			if (fast != nil) != tc.fast {
-				t.Fatalf("fast path taken: %v, want %v (x509: %v)", fast != nil, tc.fast, full)
-			}
-			if fast != nil {
-				if err := ChainShape(id.Kind, fast, testDomain); err != nil {
-					t.Fatalf("the fast path's chain: %v", err)
+			t.Run(name, func(t *testing.T) {
+				leaf := tc.leaf.Cert
+				id, err := pki.IdentityOf(leaf)
+				if err != nil {
+					id = pki.Identity{Kind: pki.KindAgent}
 				}
-				// Outside the certificates' validity it is x509's again.
-				if a.fastVerify(leaf, id.Kind, bundle, leaf.NotAfter.Add(time.Second)) != nil {
-					t.Fatal("the fast path accepted an expired leaf")
+				bundle := s.bundle.LiveIntermediates()
+				fastAt := func(now time.Time) []*x509.Certificate {
+					if handshake {
+						// The handshake passes every chain here (each
+						// reaches a root) and records the leaf's signature.
+						if err := a.VerifyClientHandshake(tc.leaf.DER(), nil); err != nil {
+							t.Fatalf("handshake: %v", err)
+						}
+					}
+					return a.fastVerify(leaf, id.Kind, bundle, now)
 				}
-				if a.fastVerify(leaf, id.Kind, bundle, fast[2].NotAfter.Add(time.Second)) != nil {
-					t.Fatal("the fast path accepted a chain with an expired CA")
+				fast := fastAt(now)
+				_, full := a.verifyShaped(leaf, id.Kind, x509.VerifyOptions{Roots: a.roots, Intermediates: bundle.Pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+				if fast != nil && full != nil {
+					t.Fatalf("the fast path accepted what x509 refuses: %v", full)
 				}
-			}
-		})
+				if (fast != nil) != tc.fast {
+					t.Fatalf("fast path taken: %v, want %v (x509: %v)", fast != nil, tc.fast, full)
+				}
+				if fast != nil {
+					if err := ChainShape(id.Kind, fast, testDomain); err != nil {
+						t.Fatalf("the fast path's chain: %v", err)
+					}
+					if handshake && a.signed.has(leaf, tc.leaf.Chain[1]) {
+						t.Fatal("the fast path did not use the handshake's check of the leaf's signature")
+					}
+					// Outside the certificates' validity it is x509's again.
+					if fastAt(leaf.NotAfter.Add(time.Second)) != nil {
+						t.Fatal("the fast path accepted an expired leaf")
+					}
+					if fastAt(fast[2].NotAfter.Add(time.Second)) != nil {
+						t.Fatal("the fast path accepted a chain with an expired CA")
+					}
+				}
+			})
+		}
 	}
+}
+
+// constrainedTo makes, signed by parent, an intermediate like tmpl (of
+// parent's domain) but of its own name and key, whose name constraints
+// permit SPIFFE IDs of domain only.
+func constrainedTo(parent *chaintest.CA, tmpl *x509.Certificate, domain string) *chaintest.CA {
+	t := *tmpl
+	t.RawSubject, t.SubjectKeyId, t.SerialNumber = nil, nil, nil
+	t.Subject = pkix.Name{CommonName: "pact intermediate constrained to " + domain, Organization: []string{"pact"}}
+	t.PermittedURIDomains, t.ExcludedURIDomains = []string{domain}, []string{"." + domain}
+	l := parent.Issue(&t)
+	return &chaintest.CA{Domain: parent.Domain, Cert: l.Cert, Key: l.Key, Root: l.Root, Path: l.Chain}
 }
 
 // BenchmarkVerifyClientFirstCall is a new connection's first call: its
