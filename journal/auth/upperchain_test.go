@@ -119,11 +119,14 @@ func constrainedTo(parent *chaintest.CA, tmpl *x509.Certificate, domain string) 
 
 // BenchmarkVerifyClientFirstCall is a new connection's first call: its
 // plain agent chain verified by verifyClient (the fast path), against the
-// whole chain's x509 verification it replaces.
+// whole chain's x509 verification it replaces; and the handshake's check
+// and the first call together, the leaf's signature checked once (the
+// handshake's record taken by the call) and, as before leafSigs, twice.
 func BenchmarkVerifyClientFirstCall(b *testing.B) {
 	s := newChainSet()
 	a, _, _ := newChainAuth(b, s.bundle, s.root.Cert, s.root2.Cert)
-	leaf := s.inter.Agent("n1").Cert
+	agent := s.inter.Agent("n1")
+	leaf := agent.Cert
 	id, err := pki.IdentityOf(leaf)
 	if err != nil {
 		b.Fatal(err)
@@ -142,5 +145,25 @@ func BenchmarkVerifyClientFirstCall(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+	handshakeAndCall := func(b *testing.B, a *Authenticator) {
+		raw := agent.DER()
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := a.VerifyClientHandshake(raw, nil); err != nil {
+				b.Fatal(err)
+			}
+			if err := a.verifyClient(leaf, id, &chainVerdict{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("handshake+first call", func(b *testing.B) {
+		handshakeAndCall(b, a)
+	})
+	b.Run("handshake+first call, leaf signature checked twice", func(b *testing.B) {
+		twice, _, _ := newChainAuth(b, s.bundle, s.root.Cert, s.root2.Cert)
+		twice.signed = nil
+		handshakeAndCall(b, twice)
 	})
 }
