@@ -223,8 +223,9 @@ func (c *limitedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.Auth
 	if err != nil {
 		return nil, nil, err
 	}
-	defer release()
-	return c.TransportCredentials.ServerHandshake(hello)
+	conn, info, err := c.TransportCredentials.ServerHandshake(hello)
+	release(err == nil)
+	return conn, info, err
 }
 
 func (c *limitedCreds) Clone() credentials.TransportCredentials {

@@ -302,14 +302,14 @@ func TestAdmitRateFromHowLongHandshakesHoldTheirSlot(t *testing.T) {
 
 // serveQueued queues n clients behind the slot released by release and
 // serves them one after another, each holding the slot for each: the port
-// is saturated throughout. It returns the release of the last, which
-// still holds the slot.
-func serveQueued(t *testing.T, fc *fakeclock.Clock, l *connlimit.Limiter, release func(), n int, each time.Duration) func() {
+// is saturated throughout. ok says whether the i-th handshake succeeded. It
+// returns the release of the last, which still holds the slot.
+func serveQueued(t *testing.T, fc *fakeclock.Clock, l *connlimit.Limiter, release func(bool), n int, each time.Duration, ok func(i int) bool) func(bool) {
 	t.Helper()
-	slots := make(chan func(), n)
+	slots := make(chan func(bool), n)
 	for range n {
 		go func() {
-			r, err := l.Admit()
+			r, err := l.AdmitReporting()
 			if err != nil {
 				t.Errorf("a queued client: %v", err)
 				return
@@ -318,13 +318,15 @@ func serveQueued(t *testing.T, fc *fakeclock.Clock, l *connlimit.Limiter, releas
 		}()
 	}
 	queued(t, fc, l, n)
-	for range n {
+	for i := range n {
 		fc.Advance(each)
-		release()
+		release(ok(i))
 		release = <-slots
 	}
 	return release
 }
+
+func always(int) bool { return true }
 
 // Past HandshakeQueueWait, returns are booked at twice the best rate the
 // port served while clients queued (here 20 a second: 25 ms apart), up to
@@ -333,36 +335,36 @@ func TestAdmitBooksPastTheQueueWaitAtTwiceTheServedRate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fc := fakeclock.New(time.Unix(1e9, 0))
 		l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) {
-			c.HandshakeQueueWait = 3 * time.Second
-			c.MaxRetryAfter = 10 * time.Second
+			c.HandshakeQueueWait = 12 * time.Second
+			c.MaxRetryAfter = 30 * time.Second
 		})
-		held, err := l.Admit()
+		held, err := l.AdmitReporting()
 		if err != nil {
 			t.Fatal(err)
 		}
-		// 25 handshakes of 50 ms each with clients queued: a second of
-		// 20 finished.
-		held = serveQueued(t, fc, l, held, 25, 50*ms)
-		defer held()
+		// 110 handshakes of 50 ms each with clients queued: five seconds
+		// of 20 a second.
+		held = serveQueued(t, fc, l, held, 110, 50*ms, always)
+		defer held(true)
 		st := l.Stats()
 		if st.ServedRate != 20 {
 			t.Fatalf("stats %+v, want a served rate of 20/s", st)
 		}
 		// Enough clients queued that the next could not be served within
 		// the queue wait even at the fastest rate: it is answered at once.
-		// (50 at the fastest handshake of the last minute, 60 ms, fill the
-		// 3 s wait.)
-		for range 50 {
+		// (239 at the fastest handshake of the last minute, 50 ms, fill the
+		// 12 s wait.)
+		for range 239 {
 			go func() {
 				if r, err := l.Admit(); err == nil {
 					r()
 				}
 			}()
 		}
-		queued(t, fc, l, 50)
+		queued(t, fc, l, 239)
 		near := time.Duration(float64(time.Second) / st.Rate)
 		var ras []time.Duration
-		for range 400 {
+		for range 1000 {
 			_, err := l.Admit()
 			ras = append(ras, busyAfter(t, err))
 		}
@@ -371,12 +373,12 @@ func TestAdmitBooksPastTheQueueWaitAtTwiceTheServedRate(t *testing.T) {
 		for i := 1; i < len(ras); i++ {
 			prev, ra := ras[i-1], ras[i]
 			switch {
-			case beyond > 0 || (ra == 5*time.Second && prev >= 10*time.Second-25*ms):
-				if ra != 5*time.Second {
-					t.Fatalf("answer %d: %v past the horizon, want 5s (the lowest draw over its second half)", i, ra)
+			case beyond > 0 || (ra == 15*time.Second && prev >= 30*time.Second-25*ms):
+				if ra != 15*time.Second {
+					t.Fatalf("answer %d: %v past the horizon, want 15s (the lowest draw over its second half)", i, ra)
 				}
 				beyond++
-			case prev < 3*time.Second:
+			case prev < 12*time.Second:
 				if d := ra - prev; d < near-tolerance || d > near+tolerance {
 					t.Fatalf("answer %d: %v after %v, want %v apart (the present rate) within the queue wait", i, ra, prev, near)
 				}
@@ -387,43 +389,48 @@ func TestAdmitBooksPastTheQueueWaitAtTwiceTheServedRate(t *testing.T) {
 				}
 			}
 		}
-		// From the first place past 3 s to 10 s at 25 ms: about 280 places, then
-		// the horizon's second half.
-		if pastNear < 276 || pastNear > 280 || beyond == 0 || ras[len(ras)-1] != 5*time.Second {
-			t.Fatalf("%d answers booked past the queue wait, %d beyond the horizon (last %v); want about 280, then 5s", pastNear, beyond, ras[len(ras)-1])
+		// From the first place past 12 s to 30 s at 25 ms: about 720
+		// places, then the horizon's second half.
+		if pastNear < 716 || pastNear > 720 || beyond == 0 || ras[len(ras)-1] != 15*time.Second {
+			t.Fatalf("%d answers booked past the queue wait, %d beyond the horizon (last %v); want about 720, then 15s", pastNear, beyond, ras[len(ras)-1])
 		}
-		fc.Advance(3 * time.Second) // the fifty are answered busy and return
+		fc.Advance(12 * time.Second) // the queued are answered busy and return
 	})
 }
 
-// The served rate counts only seconds in which clients queued at every
-// handshake finished, and is forgotten a minute after it was last matched.
-func TestAdmitServedRateOnlyFromSecondsWithAQueue(t *testing.T) {
+// The served rate counts only handshakes that succeeded, over five
+// seconds in which clients queued whenever one ended, and is forgotten a
+// minute after it was last matched.
+func TestAdmitServedRateOnlyFromSuccessesWhileClientsQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fc := fakeclock.New(time.Unix(1e9, 0))
-		l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = 3 * time.Second })
-		// Forty handshakes of 50 ms, one after another, nobody waiting:
-		// the clients' pace, not the CPU's.
-		for range 40 {
+		l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) { c.HandshakeQueueWait = 14 * time.Second })
+		// 200 handshakes of 40 ms, one after another, nobody waiting: the
+		// clients' pace, not the CPU's.
+		for range 200 {
 			r, err := l.Admit()
 			if err != nil {
 				t.Fatal(err)
 			}
-			fc.Advance(50 * ms)
+			fc.Advance(40 * ms)
 			r()
 		}
 		if st := l.Stats(); st.ServedRate != 0 {
 			t.Fatalf("stats %+v, want no served rate without a queue", st)
 		}
-		held, err := l.Admit()
+		// 300 handshakes of 40 ms with clients queued, every other one
+		// failing (a client that gave up while it queued): about 12.5
+		// served a second (63 in the one whole window of five seconds),
+		// not 25.
+		held, err := l.AdmitReporting()
 		if err != nil {
 			t.Fatal(err)
 		}
-		held = serveQueued(t, fc, l, held, 25, 40*ms)
+		held = serveQueued(t, fc, l, held, 300, 40*ms, func(i int) bool { return i%2 == 0 })
 		fc.Advance(40 * ms)
-		held()
-		if st := l.Stats(); st.ServedRate != 25 {
-			t.Fatalf("stats %+v, want a served rate of 25/s", st)
+		held(true)
+		if st := l.Stats(); st.ServedRate < 12 || st.ServedRate > 13 {
+			t.Fatalf("stats %+v, want a served rate of about 12.5/s", st)
 		}
 		fc.Advance(fastestWindow + time.Second)
 		if st := l.Stats(); st.ServedRate != 0 {

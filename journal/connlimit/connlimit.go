@@ -194,7 +194,7 @@ type Stats struct {
 	Deferred         uint64  // answered busy at ClientHello, with a retry-after (Admit, the gRPC port)
 	Queued           int     // clients waiting for a handshake slot now (Admit)
 	Rate             float64 // handshakes per second the limiter counts on: MaxHandshakes over the mean time a handshake holds its slot
-	ServedRate       float64 // the most handshakes per second finished in a second during which clients queued throughout, within the last minute; 0 if none
+	ServedRate       float64 // the most successful handshakes per second finished over five seconds during which clients queued throughout, within the last minute; 0 if none
 }
 
 // Limiter applies one Config to one listener (and the handshakes of its
@@ -484,13 +484,14 @@ func AwaitHello(c net.Conn) (net.Conn, error) {
 // and sends nothing more until it hears from the server, so it reads the
 // line rather than a reset); the caller closes raw and fails the handshake
 // with the *BusyError. Otherwise hello replays the ClientHello, and release
-// gives the slot back once the handshake is over.
-func (l *Limiter) AdmitHandshake(raw net.Conn) (hello net.Conn, release func(), err error) {
+// gives the slot back once the handshake is over, saying whether it
+// succeeded (only those count towards the rate the port served).
+func (l *Limiter) AdmitHandshake(raw net.Conn) (hello net.Conn, release func(ok bool), err error) {
 	hello, err = AwaitHello(raw)
 	if err != nil {
 		return nil, nil, err
 	}
-	release, err = l.Admit()
+	start, err := l.admit()
 	var busy *BusyError
 	if errors.As(err, &busy) {
 		answerBusy(raw, busy.RetryAfter)
@@ -499,7 +500,7 @@ func (l *Limiter) AdmitHandshake(raw net.Conn) (hello net.Conn, release func(), 
 	if err != nil {
 		return nil, nil, err
 	}
-	return hello, release, nil
+	return hello, l.releaser(start), nil
 }
 
 // busyWriteTimeout bounds writing the busy line: a client that does not
@@ -523,7 +524,7 @@ func answerBusy(c net.Conn, retryAfter time.Duration) {
 func (l *Limiter) AcquireHandshake() (release func(), err error) {
 	select {
 	case l.handshakes <- struct{}{}:
-		return l.releaser(l.clock.Now()), nil
+		return l.okReleaser(l.clock.Now()), nil
 	default:
 	}
 	if l.cfg.HandshakeQueueWait > 0 {
@@ -531,7 +532,7 @@ func (l *Limiter) AcquireHandshake() (release func(), err error) {
 		defer t.Stop()
 		select {
 		case l.handshakes <- struct{}{}:
-			return l.releaser(l.clock.Now()), nil
+			return l.okReleaser(l.clock.Now()), nil
 		case <-t.C:
 		}
 	}
@@ -540,15 +541,22 @@ func (l *Limiter) AcquireHandshake() (release func(), err error) {
 }
 
 // releaser gives back a slot taken at start and counts how long it was
-// held.
-func (l *Limiter) releaser(start time.Time) func() {
+// held, and whether the handshake succeeded.
+func (l *Limiter) releaser(start time.Time) func(ok bool) {
 	var once sync.Once
-	return func() {
+	return func(ok bool) {
 		once.Do(func() {
 			<-l.handshakes
-			l.finished(l.clock.Now().Sub(start))
+			l.finished(l.clock.Now().Sub(start), ok)
 		})
 	}
+}
+
+// okReleaser is a releaser for a caller that does not tell (the Raft
+// port, whose rate no busy answer is sized from).
+func (l *Limiter) okReleaser(start time.Time) func() {
+	r := l.releaser(start)
+	return func() { r(true) }
 }
 
 // prefixConn replays bytes already read before reading from the

@@ -307,7 +307,7 @@ func TestAdmitHandshakeAnswersBusyOrReplaysTheHello(t *testing.T) {
 				return
 			}
 			err = tls.Server(hello, &tls.Config{Certificates: []tls.Certificate{cert}}).Handshake()
-			release()
+			release(err == nil)
 			done <- err
 		}()
 		return done

@@ -205,8 +205,9 @@ func (c *admittedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.Aut
 	if err != nil {
 		return nil, nil, err
 	}
-	defer release()
-	return c.TransportCredentials.ServerHandshake(hello)
+	conn, info, err := c.TransportCredentials.ServerHandshake(hello)
+	release(err == nil)
+	return conn, info, err
 }
 
 func (c *admittedCreds) Clone() credentials.TransportCredentials {
