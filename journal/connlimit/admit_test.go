@@ -328,10 +328,10 @@ func serveQueued(t *testing.T, fc *fakeclock.Clock, l *connlimit.Limiter, releas
 
 func always(int) bool { return true }
 
-// Past HandshakeQueueWait, returns are booked at twice the best rate the
-// port served while clients queued (here 20 a second: 25 ms apart), up to
-// MaxRetryAfter; past that, over its second half.
-func TestAdmitBooksPastTheQueueWaitAtTwiceTheServedRate(t *testing.T) {
+// Past HandshakeQueueWait, returns are booked at four times the best rate
+// the port served while clients queued (here 20 a second: 12.5 ms apart),
+// up to MaxRetryAfter; past that, over its second half.
+func TestAdmitBooksPastTheQueueWaitAtFourTimesTheServedRate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fc := fakeclock.New(time.Unix(1e9, 0))
 		l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) {
@@ -364,16 +364,16 @@ func TestAdmitBooksPastTheQueueWaitAtTwiceTheServedRate(t *testing.T) {
 		queued(t, fc, l, 239)
 		near := time.Duration(float64(time.Second) / st.Rate)
 		var ras []time.Duration
-		for range 1000 {
+		for range 1800 {
 			_, err := l.Admit()
 			ras = append(ras, busyAfter(t, err))
 		}
-		const tolerance = time.Microsecond
+		const tolerance, far = time.Microsecond, 12500 * time.Microsecond
 		pastNear, beyond := 0, 0
 		for i := 1; i < len(ras); i++ {
 			prev, ra := ras[i-1], ras[i]
 			switch {
-			case beyond > 0 || (ra == 15*time.Second && prev >= 30*time.Second-25*ms):
+			case beyond > 0 || (ra == 15*time.Second && prev >= 30*time.Second-far):
 				if ra != 15*time.Second {
 					t.Fatalf("answer %d: %v past the horizon, want 15s (the lowest draw over its second half)", i, ra)
 				}
@@ -384,15 +384,15 @@ func TestAdmitBooksPastTheQueueWaitAtTwiceTheServedRate(t *testing.T) {
 				}
 			default:
 				pastNear++
-				if d := ra - prev; d < 25*ms-tolerance || d > 25*ms+tolerance {
-					t.Fatalf("answer %d: %v after %v, want 25ms apart (twice the served rate) past the queue wait", i, ra, prev)
+				if d := ra - prev; d < far-tolerance || d > far+tolerance {
+					t.Fatalf("answer %d: %v after %v, want %v apart (four times the served rate) past the queue wait", i, ra, prev, far)
 				}
 			}
 		}
-		// From the first place past 12 s to 30 s at 25 ms: about 720
+		// From the first place past 12 s to 30 s at 12.5 ms: about 1,440
 		// places, then the horizon's second half.
-		if pastNear < 716 || pastNear > 720 || beyond == 0 || ras[len(ras)-1] != 15*time.Second {
-			t.Fatalf("%d answers booked past the queue wait, %d beyond the horizon (last %v); want about 720, then 15s", pastNear, beyond, ras[len(ras)-1])
+		if pastNear < 1434 || pastNear > 1440 || beyond == 0 || ras[len(ras)-1] != 15*time.Second {
+			t.Fatalf("%d answers booked past the queue wait, %d beyond the horizon (last %v); want about 1440, then 15s", pastNear, beyond, ras[len(ras)-1])
 		}
 		fc.Advance(12 * time.Second) // the queued are answered busy and return
 	})

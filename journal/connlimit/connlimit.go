@@ -124,7 +124,7 @@ type Config struct {
 	// MaxRetryAfter is the latest a busy answer on the gRPC port tells a
 	// client to come back. Returns up to HandshakeQueueWait ahead are
 	// booked at the present rate; past it, only once the port has shown
-	// the rate it serves while clients queue, at twice that rate, so that
+	// the rate it serves while clients queue, at four times that rate, so that
 	// a client is told to come back about when it can be served rather
 	// than bounce every few seconds (a 30,000-node storm: about five busy
 	// answers per node with HandshakeQueueWait as the horizon). Past
