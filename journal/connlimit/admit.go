@@ -47,18 +47,19 @@ import (
 // handshake time (1/rate). A thousand clients answered in the same second
 // come back over the seconds the journal needs, not all at once.
 //
-// Past HandshakeQueueWait ahead, a return is booked only at a rate the
+// With MaxRetryAfter set (it is not by default: see its comment), places
+// past HandshakeQueueWait ahead are booked too, but only at a rate the
 // journal has been seen to serve: handshakes that succeeded per second
-// over five seconds in which clients queued throughout (so the count is
-// the CPU's pace, not the clients'), the best such window of the last
-// minute, and
-// four times that, so that the schedule errs towards clients that come back
-// early and queue again (a connection and a ClientHello) rather than a CPU
-// that waits for them. Such returns go up to MaxRetryAfter ahead; past it,
-// or with no such second measured yet, answers are spread uniformly over
-// the second half of the horizon. A 30,000-node storm otherwise bounced
-// each node about five times, each bounce its TCP connection, its
-// ClientHello and its key share.
+// over five seconds in which clients queued throughout (the CPU's pace,
+// not the clients'), the best such window of the last minute, times four,
+// so that the schedule errs towards clients that come back early and queue
+// again (a connection and a ClientHello) rather than a CPU that waits for
+// them. Such returns go up to MaxRetryAfter ahead; past it, or with no
+// such window measured yet, answers are spread uniformly over the second
+// half of the horizon. Measured (docs/benchmarks.md, eighth round): a
+// 30,000-agent storm that bounced every client every few seconds and
+// never finished on a slow evening finished so; a 10,000-agent storm the
+// queue carries took a third longer.
 
 const (
 	// initialHeld is the first guess at how long a handshake holds its
@@ -68,6 +69,9 @@ const (
 	// heldWeight is the moving mean's weight for the newest handshake:
 	// 1/heldWeight.
 	heldWeight = 16
+	// noQueueHorizon is the horizon of a journal configured to queue
+	// nobody (HandshakeQueueWait 0) and no MaxRetryAfter.
+	noQueueHorizon = time.Minute
 	// servedWindow is how long a window of handshakes counted for the
 	// served rate lasts: long enough to smooth the bursts in which a
 	// storm's clients, starved of CPU themselves, finish their handshakes.
@@ -214,13 +218,19 @@ func (l *Limiter) waitLocked(n int) time.Duration {
 func (l *Limiter) deferLocked(now time.Time, wait time.Duration) *BusyError {
 	l.deferred.Add(1)
 	near, far := l.cfg.HandshakeQueueWait, l.cfg.MaxRetryAfter
+	if far == 0 {
+		far = near
+		if near <= 0 {
+			far = noQueueHorizon
+		}
+	}
 	step := time.Duration(float64(time.Second) / l.rateLocked())
 	farStep := time.Duration(0)
 	if near <= 0 {
 		// No queue to come back to: the forecast itself, at the present
 		// rate, within MaxRetryAfter.
 		near, farStep = far, step
-	} else if r := l.servedRateLocked(now); r > 0 {
+	} else if r := l.servedRateLocked(now); r > 0 && far > near {
 		farStep = time.Duration(float64(time.Second) / (servedOptimism * r))
 	}
 	horizon := near

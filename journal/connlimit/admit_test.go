@@ -398,6 +398,45 @@ func TestAdmitBooksPastTheQueueWaitAtFourTimesTheServedRate(t *testing.T) {
 	})
 }
 
+// By default (MaxRetryAfter 0) nothing is booked past the queue wait, a
+// served rate or not: past it, answers are drawn over its second half.
+func TestAdmitBooksNothingPastTheQueueWaitByDefault(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := fakeclock.New(time.Unix(1e9, 0))
+		l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) {
+			c.HandshakeQueueWait = 12 * time.Second
+			c.MaxRetryAfter = 0
+		})
+		held, err := l.AdmitReporting()
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = serveQueued(t, fc, l, held, 110, 50*ms, always)
+		defer held(true)
+		if st := l.Stats(); st.ServedRate != 20 {
+			t.Fatalf("stats %+v, want a served rate of 20/s", st)
+		}
+		for range 239 {
+			go func() {
+				if r, err := l.Admit(); err == nil {
+					r()
+				}
+			}()
+		}
+		queued(t, fc, l, 239)
+		for i := range 600 {
+			_, err := l.Admit()
+			if ra := busyAfter(t, err); ra > 12*time.Second {
+				t.Fatalf("answer %d: %v, past the 12s queue wait", i, ra)
+			}
+		}
+		if _, err := l.Admit(); busyAfter(t, err) != 6*time.Second {
+			t.Fatalf("answer past the schedule: %v, want 6s (the lowest draw over the queue wait's second half)", err)
+		}
+		fc.Advance(12 * time.Second)
+	})
+}
+
 // The served rate counts only handshakes that succeeded, over five
 // seconds in which clients queued whenever one ended, and is forgotten a
 // minute after it was last matched.

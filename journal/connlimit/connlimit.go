@@ -121,15 +121,20 @@ type Config struct {
 	// Raft port (AcquireHandshake) a client waits this long and is then
 	// closed. Zero queues nobody.
 	HandshakeQueueWait time.Duration
-	// MaxRetryAfter is the latest a busy answer on the gRPC port tells a
-	// client to come back. Returns up to HandshakeQueueWait ahead are
-	// booked at the present rate; past it, only once the port has shown
-	// the rate it serves while clients queue, at four times that rate, so that
-	// a client is told to come back about when it can be served rather
-	// than bounce every few seconds (a 30,000-node storm: about five busy
-	// answers per node with HandshakeQueueWait as the horizon). Past
-	// MaxRetryAfter, answers are spread over its second half. At most
-	// 2 minutes: pact-agent waits no longer for a busy journal.
+	// MaxRetryAfter, when above HandshakeQueueWait, is the latest a busy
+	// answer on the gRPC port tells a client to come back: returns past
+	// HandshakeQueueWait ahead are then booked at four times the rate the
+	// port has shown it serves while clients queue, so that a client of a
+	// storm several times what the queue carries is told to come back
+	// about when it can be served instead of bouncing every few seconds.
+	// Past MaxRetryAfter, answers are spread over its second half. Zero
+	// (the default) books nothing past HandshakeQueueWait: measured, that
+	// carried 10,000 agents in 67 s where booking to a minute took 92-103
+	// s, and 30,000 agents on the same evening not at all, where booking
+	// to a minute carried them in 323-393 s (docs/benchmarks.md, eighth
+	// round). At most 2 minutes: pact-agent waits no longer for a busy
+	// journal. Where HandshakeQueueWait is 0, the horizon of every answer
+	// (a minute if zero).
 	MaxRetryAfter time.Duration
 
 	// Clock decides the handshake times the rate is measured from, the
@@ -143,7 +148,7 @@ type Config struct {
 // DefaultConfig returns the defaults: 32 connections per source address,
 // 16,384 in all, 64 handshakes in progress, 15 s to finish a handshake,
 // of which up to 8 s waiting for a handshake slot, and no busy answer
-// naming more than a minute.
+// naming more than that wait.
 func DefaultConfig() Config {
 	return Config{
 		MaxConnsPerSource:  32,
@@ -151,7 +156,6 @@ func DefaultConfig() Config {
 		MaxHandshakes:      64,
 		HandshakeTimeout:   15 * time.Second,
 		HandshakeQueueWait: 8 * time.Second,
-		MaxRetryAfter:      time.Minute,
 	}
 }
 
@@ -173,8 +177,8 @@ func (c Config) Validate() error {
 	if c.HandshakeQueueWait < 0 || c.HandshakeQueueWait >= c.HandshakeTimeout {
 		errs = append(errs, fmt.Errorf("connlimit: HandshakeQueueWait %v must be at least 0 and shorter than HandshakeTimeout %v", c.HandshakeQueueWait, c.HandshakeTimeout))
 	}
-	if c.MaxRetryAfter < max(c.HandshakeQueueWait, time.Second) || c.MaxRetryAfter > MaxRetryAfterLimit {
-		errs = append(errs, fmt.Errorf("connlimit: MaxRetryAfter %v must be between HandshakeQueueWait %v (and 1s) and %v", c.MaxRetryAfter, c.HandshakeQueueWait, MaxRetryAfterLimit))
+	if c.MaxRetryAfter != 0 && (c.MaxRetryAfter < max(c.HandshakeQueueWait, time.Second) || c.MaxRetryAfter > MaxRetryAfterLimit) {
+		errs = append(errs, fmt.Errorf("connlimit: MaxRetryAfter %v must be 0 (the queue wait) or between HandshakeQueueWait %v (and 1s) and %v", c.MaxRetryAfter, c.HandshakeQueueWait, MaxRetryAfterLimit))
 	}
 	return errors.Join(errs...)
 }
