@@ -328,6 +328,34 @@ func serveQueued(t *testing.T, fc *fakeclock.Clock, l *connlimit.Limiter, releas
 
 func always(int) bool { return true }
 
+// servedAt20WithAFullQueue makes l (one slot, a 12 s queue wait) serve 110
+// queued handshakes of 50 ms each, five seconds of 20 a second, then queues
+// as many clients as the fastest handshake of the last minute (50 ms)
+// serves within the wait (239), so that the next is answered busy at once.
+// It returns the release of the slot still held and the stats after the
+// 110.
+func servedAt20WithAFullQueue(t *testing.T, fc *fakeclock.Clock, l *connlimit.Limiter) (func(bool), connlimit.Stats) {
+	t.Helper()
+	held, err := l.AdmitReporting()
+	if err != nil {
+		t.Fatal(err)
+	}
+	held = serveQueued(t, fc, l, held, 110, 50*ms, always)
+	st := l.Stats()
+	if st.ServedRate != 20 {
+		t.Fatalf("stats %+v, want a served rate of 20/s", st)
+	}
+	for range 239 {
+		go func() {
+			if r, err := l.Admit(); err == nil {
+				r()
+			}
+		}()
+	}
+	queued(t, fc, l, 239)
+	return held, st
+}
+
 // Past HandshakeQueueWait, returns are booked at four times the best rate
 // the port served while clients queued (here 20 a second: 12.5 ms apart),
 // up to MaxRetryAfter; past that, over its second half.
@@ -338,30 +366,8 @@ func TestAdmitBooksPastTheQueueWaitAtFourTimesTheServedRate(t *testing.T) {
 			c.HandshakeQueueWait = 12 * time.Second
 			c.MaxRetryAfter = 30 * time.Second
 		})
-		held, err := l.AdmitReporting()
-		if err != nil {
-			t.Fatal(err)
-		}
-		// 110 handshakes of 50 ms each with clients queued: five seconds
-		// of 20 a second.
-		held = serveQueued(t, fc, l, held, 110, 50*ms, always)
+		held, st := servedAt20WithAFullQueue(t, fc, l)
 		defer held(true)
-		st := l.Stats()
-		if st.ServedRate != 20 {
-			t.Fatalf("stats %+v, want a served rate of 20/s", st)
-		}
-		// Enough clients queued that the next could not be served within
-		// the queue wait even at the fastest rate: it is answered at once.
-		// (239 at the fastest handshake of the last minute, 50 ms, fill the
-		// 12 s wait.)
-		for range 239 {
-			go func() {
-				if r, err := l.Admit(); err == nil {
-					r()
-				}
-			}()
-		}
-		queued(t, fc, l, 239)
 		near := time.Duration(float64(time.Second) / st.Rate)
 		var ras []time.Duration
 		for range 1800 {
@@ -407,23 +413,8 @@ func TestAdmitBooksNothingPastTheQueueWaitByDefault(t *testing.T) {
 			c.HandshakeQueueWait = 12 * time.Second
 			c.MaxRetryAfter = 0
 		})
-		held, err := l.AdmitReporting()
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = serveQueued(t, fc, l, held, 110, 50*ms, always)
+		held, _ := servedAt20WithAFullQueue(t, fc, l)
 		defer held(true)
-		if st := l.Stats(); st.ServedRate != 20 {
-			t.Fatalf("stats %+v, want a served rate of 20/s", st)
-		}
-		for range 239 {
-			go func() {
-				if r, err := l.Admit(); err == nil {
-					r()
-				}
-			}()
-		}
-		queued(t, fc, l, 239)
 		for i := range 600 {
 			_, err := l.Admit()
 			if ra := busyAfter(t, err); ra > 12*time.Second {
