@@ -58,30 +58,28 @@ func liveHeap() heapSample {
 // the latest GC: liveHeap runs one first) to path, and its goroutines,
 // counted by stack (text), to path.goroutines.
 func writeHeapProfile(path string) error {
-	f, err := os.Create(path)
-	if err != nil {
+	if err := writeProfile("heap", path, 0); err != nil {
 		return err
 	}
-	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	g, err := os.Create(path + ".goroutines")
-	if err != nil {
-		return err
-	}
-	if err := pprof.Lookup("goroutine").WriteTo(g, 1); err != nil {
-		g.Close()
-		return err
-	}
-	if err := g.Close(); err != nil {
+	if err := writeProfile("goroutine", path+".goroutines", 1); err != nil {
 		return err
 	}
 	logf("load generator heap profile (every agent streaming, after a GC): %s; its goroutines by stack: %s.goroutines", path, path)
 	return nil
+}
+
+// writeProfile writes the runtime profile name to path (debug as
+// pprof.Profile.WriteTo takes it).
+func writeProfile(name, path string, debug int) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup(name).WriteTo(f, debug); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // measureAgents fills h's figures once every agent streams (the
