@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -313,7 +314,22 @@ func TestPassedNeedsVerdictAndEvidence(t *testing.T) {
 			if r.Passed() {
 				t.Errorf("passed")
 			}
+			// The report's last lines say which scenario failed and why,
+			// for a CI log read from its tail.
+			r.Scenario, r.Seed = "some-scenario", 7
+			var out bytes.Buffer
+			Report(&out, []*ScenarioResult{r}, 7, nil)
+			lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+			i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "FAILED some-scenario (seed 7)") })
+			if i < 0 || i == len(lines)-1 || !strings.HasPrefix(lines[i-1], "{") {
+				t.Errorf("the report does not end with the JSON line, then a FAILED header and its reasons:\n%s", strings.Join(lines[max(0, len(lines)-4):], "\n"))
+			}
 		})
+	}
+	var out bytes.Buffer
+	Report(&out, []*ScenarioResult{good()}, 7, nil)
+	if strings.Contains(out.String(), "FAILED") {
+		t.Errorf("a passing run's report names a failure:\n%s", out.String())
 	}
 	// Not about leaders: no change needed.
 	r := good()

@@ -232,7 +232,52 @@ func Report(w io.Writer, results []*ScenarioResult, seed uint64, skipped []strin
 	fmt.Fprintln(w)
 	out, _ := json.Marshal(summary(results, seed, pass))
 	fmt.Fprintln(w, string(out))
+	// Last, because a CI log is often read from its tail, and the JSON
+	// line above runs to several kilobytes: what failed, in a few lines.
+	for _, r := range results {
+		for _, l := range r.failureDigest() {
+			fmt.Fprintln(w, l)
+		}
+	}
 	return pass
+}
+
+// digestLen bounds one reason in the failure digest; the scenario's own
+// section above has it whole.
+const digestLen = 400
+
+// failureDigest is why a failed run failed, one reason a line after a
+// header that names the scenario and how to run its schedule again;
+// nothing for a run that passed.
+func (r *ScenarioResult) failureDigest() []string {
+	if r.Passed() {
+		return nil
+	}
+	var why []string
+	if r.Err != nil {
+		why = append(why, "error: "+r.Err.Error())
+	}
+	if lin := r.Lin.Verdict == "yes" || r.naLinearizable() && r.Lin.Verdict == "n/a"; !lin {
+		why = append(why, fmt.Sprintf("linearizable %q: illegal on %v, NO_LEADER written on %v, checker timed out on %v",
+			r.Lin.Verdict, r.Lin.Illegal, r.Lin.NoLeader, r.Lin.TimedOut))
+	}
+	for _, m := range r.Evidence() {
+		why = append(why, "not shown: "+m)
+	}
+	for _, c := range r.Checks {
+		if !c.OK() {
+			why = append(why, fmt.Sprintf("%s violated (%d): %s", c.Name, len(c.Violations), c.Violations[0]))
+		}
+	}
+	out := []string{fmt.Sprintf("FAILED %s (seed %d): chaos -seed %d -scenario %s runs its schedule again; kept: %s", r.Scenario, r.Seed, r.Seed, r.Scenario, r.Dir)}
+	for _, w := range why {
+		w = strings.Join(strings.Fields(w), " ")
+		if len(w) > digestLen {
+			w = w[:digestLen] + "…"
+		}
+		out = append(out, "  "+w)
+	}
+	return out
 }
 
 type jsonScenario struct {
