@@ -154,7 +154,8 @@ type Config struct {
 	// zero keeps hashicorp/raft's default (2 minutes).
 	RaftSnapshotInterval time.Duration
 	// RaftTimeout sets Raft's heartbeat, election and lease timeouts; zero
-	// keeps hashicorp/raft's defaults. Tests shorten it to start fast.
+	// is 1 s for each (raftnode.Config.RaftTimeout). Tests shorten it to
+	// start fast.
 	RaftTimeout time.Duration
 	// RaftWriteTimeout is how long a Raft store write (raft.db) may stay
 	// unfinished while this journal leads. Past it the journal stops

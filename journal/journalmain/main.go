@@ -133,7 +133,7 @@ func Settings(cfg *journal.Config, log *cmdline.Logging, configFile *string) *se
 		func() { cfg.KeyExchange = kx })
 	s.Int(&cfg.MaxConcurrentEnrollments, "max-concurrent-enrollments", "PACT_MAX_CONCURRENT_ENROLLMENTS", "enrollments and renewals worked on at once; more wait up to --enroll-queue-wait, then get a retry-after")
 	s.Duration(&cfg.EnrollQueueWait, "enroll-queue-wait", "PACT_ENROLL_QUEUE_WAIT", "how long an enrollment may wait for a slot, or for the shared failure budget during a guessing flood, before it is refused with a retry-after")
-	s.Duration(&cfg.RaftTimeout, "raft-timeout", "PACT_RAFT_TIMEOUT", "Raft heartbeat, election and lease timeout (0: hashicorp/raft's defaults, 1s/1s/500ms)")
+	s.Duration(&cfg.RaftTimeout, "raft-timeout", "PACT_RAFT_TIMEOUT", "Raft heartbeat, election and lease timeout (0: 1s each: hashicorp/raft's heartbeat and election timeouts, and a lease as long)")
 	s.Duration(&cfg.RaftWriteTimeout, "raft-write-timeout", "PACT_RAFT_WRITE_TIMEOUT", "a leader whose Raft store write (raft.db) has not finished after this long stops sending Raft messages, so the others elect a leader, and serves nothing until the write finishes (at least 1s)")
 	s.Duration(&cfg.NodeLivenessTimeout, "heartbeat-timeout", "PACT_HEARTBEAT_TIMEOUT", "mark an Active node Inactive after this long without a stream on any journal")
 	s.Duration(&cfg.RenewalStreamGrace, "renewal-stream-grace", "PACT_RENEWAL_STREAM_GRACE", "keep a renewed node's old stream open until its new stream opens, at most this long, so a renewal never leaves a node without a stream (0: end it when the renewal commits); calls with the old certificate are refused from the commit on, and a revocation or fence ends it at once")

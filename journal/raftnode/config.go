@@ -81,7 +81,8 @@ type Config struct {
 	RaftTrailingLogs      uint64
 	RaftSnapshotInterval  time.Duration
 	// RaftTimeout sets Raft's heartbeat, election and lease timeouts; zero
-	// keeps hashicorp/raft's defaults.
+	// keeps hashicorp/raft's heartbeat and election timeouts (1 s) with a
+	// lease as long (hashicorp/raft's is half: see startRaft).
 	RaftTimeout time.Duration
 	// RaftWriteTimeout is how long a Raft store write may stay unfinished
 	// while this journal leads before the watchdog cuts it off.

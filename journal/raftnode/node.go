@@ -225,6 +225,15 @@ func (n *Node) startRaft(ctx context.Context) error {
 	if n.cfg.RaftSnapshotInterval > 0 {
 		rc.SnapshotInterval = n.cfg.RaftSnapshotInterval
 	}
+	// The lease is as long as the heartbeat timeout, not hashicorp/raft's
+	// half of it: a leader steps down when it has not heard from a quorum
+	// within the lease, and a journal saturated by a boot storm's
+	// handshakes answered heartbeats 540-830 ms late, so a 500 ms lease
+	// deposed a healthy leader (docs/benchmarks.md, ninth round). Safety
+	// does not rest on the lease (reads go through a read index, writes
+	// through a commit); it decides how soon a cut-off leader stops
+	// answering, and no follower elects another sooner than this anyway.
+	rc.LeaderLeaseTimeout = rc.HeartbeatTimeout
 	if t := n.cfg.RaftTimeout; t > 0 {
 		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = t, t, t
 	}

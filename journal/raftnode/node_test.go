@@ -73,6 +73,12 @@ type memCluster struct {
 // as a member of that configuration, without it waits to be added.
 func newMemNode(t *testing.T, id string, trans *raft.InmemTransport, servers []raft.Server) *liveNode {
 	t.Helper()
+	return newMemNodeWith(t, id, trans, servers, func(*Config) {})
+}
+
+// newMemNodeWith is newMemNode with tune applied to the node's Config last.
+func newMemNodeWith(t *testing.T, id string, trans *raft.InmemTransport, servers []raft.Server, tune func(*Config)) *liveNode {
+	t.Helper()
 	store := memStore{raft.NewInmemStore()}
 	snaps := raft.NewInmemSnapshotStore()
 	if servers != nil {
@@ -97,6 +103,7 @@ func newMemNode(t *testing.T, id string, trans *raft.InmemTransport, servers []r
 	cfg.Hooks = &Hooks{}
 	batches := &batchSizes{}
 	cfg.Metrics = batches
+	tune(&cfg)
 	n, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
