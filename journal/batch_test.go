@@ -36,20 +36,37 @@ func holdBatches(j *journal.Journal) *heldBatches {
 	return h
 }
 
-// waitQueued waits until n activations wait behind the held batch.
+// waitQueued waits until n activations have reached the batcher behind
+// the held batch: queued, or sent in batches of their own (a queue larger
+// than one forwarded message holds goes out while the first is held).
 func (h *heldBatches) waitQueued(t *testing.T, n int) {
 	t.Helper()
 	guard := time.After(60 * time.Second) // a hang guard only
+	q := 0
 	for {
 		select {
-		case q := <-h.queued:
-			if q == n {
-				return
-			}
+		case q = <-h.queued:
+			continue // the latest length
 		case <-guard:
-			t.Fatalf("fewer than %d activations queued within 60s", n)
+			t.Fatalf("fewer than %d activations reached the batcher within 60s (queued %d, batches %v)", n, q, h.batchSizes())
+		case <-time.After(10 * time.Millisecond): // polling the batches sent
+		}
+		sent := 0
+		if sizes := h.batchSizes(); len(sizes) > 1 {
+			for _, k := range sizes[1:] {
+				sent += k
+			}
+		}
+		if q+sent == n {
+			return
 		}
 	}
+}
+
+func (h *heldBatches) batchSizes() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]int(nil), h.sizes...)
 }
 
 type enrollment struct {
@@ -147,7 +164,8 @@ func batchCluster(t *testing.T) *journaltest.Cluster {
 	}
 	root, cfgs := journaltest.ClusterConfigs(t, 3)
 	for i := range cfgs {
-		cfgs[i].MaxConcurrentEnrollments = 64
+		// Room for TestActivationsBatchFitsAForwardedMessage's 97 at once.
+		cfgs[i].MaxConcurrentEnrollments = 128
 		cfgs[i].ActivationBatchWindow, cfgs[i].ApplyTimeout = time.Minute, time.Minute
 		// No liveness digest writes into the log while the test counts.
 		cfgs[i].DigestInterval = time.Hour
@@ -196,5 +214,28 @@ func TestActivationsBatchRefusedByOlderLeader(t *testing.T) {
 	// one of node-00's two that lost is refused in its own entry).
 	if entries := follower.J.RaftLastIndex() - before; entries != 1+nodes {
 		t.Errorf("%d enrollments took %d Raft entries, want %d", len(all), entries, 1+nodes)
+	}
+}
+
+// A follower's batch goes to the leader in one message, which the
+// leader's server takes up to raftnode.MaxMessageBytes: activations queued
+// beyond what that holds (about 1 KB each with the certificate) go as
+// further batches, and every enrollment gets its answer. Before, the
+// leader refused the whole batch (ResourceExhausted) and each activation
+// in it failed.
+func TestActivationsBatchFitsAForwardedMessage(t *testing.T) {
+	c := batchCluster(t)
+	leader := c.Leader(t)
+	follower := c.Nodes[(leader+1)%3]
+	const nodes = 96
+	all, held, _ := enrollConcurrently(t, follower, follower, nodes)
+	checkEnrollments(t, c.Nodes[leader], all)
+	sizes := held.batchSizes()
+	sent := 0
+	for _, n := range sizes {
+		sent += n
+	}
+	if sent != nodes+1 || len(sizes) < 3 {
+		t.Errorf("batch sizes %v, want the first alone and the %d behind it in two or more batches", sizes, nodes)
 	}
 }

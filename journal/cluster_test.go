@@ -627,3 +627,30 @@ func TestLaggingJournalConfirmsAnUnknownIntermediate(t *testing.T) {
 		t.Fatalf("the journal caught up: got %v, want the certificate accepted", err)
 	}
 }
+
+// A follower holding the streams of a large site (10,000 nodes) reports
+// them to the leader: its liveness digest, forwarded in messages the
+// leader's server takes, moves every named node's last sighting. Before,
+// the leader refused a digest over 64 KiB (about 4,700 short node ids)
+// every time, and marked nodes streaming on that follower Inactive.
+func TestLargeLivenessDigestFromAFollower(t *testing.T) {
+	c := startCluster(t, 3)
+	leader := c.Leader(t)
+	follower := c.Nodes[(leader+1)%3]
+	follower.Register(t, "n1", "SN1", mac1)
+	if _, err := follower.Enroll(t, journaltest.NewKey(t), "SN1", mac1); err != nil {
+		t.Fatal(err)
+	}
+	enrolled := inspectOn(t, c.Nodes[leader], "n1").GetLastSeenUnixNano()
+	// Node ids as a site names them; "n1" sorts after every one.
+	ids := make([]string, 0, 10001)
+	for i := range 10000 {
+		ids = append(ids, fmt.Sprintf("cluster-a-rack%03d-node%02d", i/40, i%40))
+	}
+	ids = append(ids, "n1")
+	time.Sleep(time.Millisecond) // a later apply time than the enrollment's
+	follower.J.ProposeDigestForTest(ids)
+	if seen := inspectOn(t, c.Nodes[leader], "n1").GetLastSeenUnixNano(); seen <= enrolled {
+		t.Errorf("n1's last sighting %d after the digest, want later than its enrollment %d: the digest did not commit", seen, enrolled)
+	}
+}

@@ -142,3 +142,11 @@ func (j *Journal) SetQuorumIDForTest(id string) {
 func (j *Journal) IntermediateRecordForTest(serial string) (*pactv1.Intermediate, bool) {
 	return j.fsm.Intermediate(serial)
 }
+
+// ProposeDigestForTest commits a liveness digest naming ids (sorted), as
+// this journal's liveness loop does for the streams it holds.
+func (j *Journal) ProposeDigestForTest(ids []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), j.cfg.ApplyTimeout)
+	defer cancel()
+	j.proposeDigest(ctx, ids)
+}

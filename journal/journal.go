@@ -643,7 +643,7 @@ func (j *Journal) newGRPCServer() *grpc.Server {
 		// handshake and HTTP/2 preface; a silent client would hold its
 		// file descriptor that long.
 		grpc.ConnectionTimeout(j.cfg.Connections.HandshakeTimeout),
-		grpc.MaxRecvMsgSize(64<<10),
+		grpc.MaxRecvMsgSize(raftnode.MaxMessageBytes),
 		grpc.ForceServerCodecV2(newDecodeCodec()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 60 * time.Second, Timeout: 20 * time.Second, MaxConnectionIdle: j.cfg.IdleTimeout}),

@@ -150,6 +150,8 @@ const (
 	Skipped = "skipped"
 	// Socket is a Unix socket's path (the SPIRE Workload API).
 	Socket = "socket"
+	// Streams is a number of node streams a journal holds.
+	Streams = "streams"
 	// Suppressed is how many like lines a sampled log left out;
 	// SuppressedWithin the interval they fell in.
 	Suppressed       = "suppressed"

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/logkey"
@@ -43,7 +45,29 @@ import (
 // batchCall is one activation waiting for its result.
 type batchCall struct {
 	cmd  *pactv1.Command // stamped by the proposer
+	size int             // cmd's encoded size, with its place in a batch
 	done chan batchOutcome
+}
+
+// maxBatchBytes bounds a batch's commands, encoded: a follower forwards
+// the batch to the leader in one message (MaxForwardBytes), and the
+// batch's own envelope (time, actor) takes a little of that. An
+// activation with its certificate is 1-2 KB, so this, not
+// ActivationBatchMax, is what bounds a follower's batches above about 30.
+const maxBatchBytes = MaxForwardBytes - 1<<10
+
+// fitting is how many of the calls at the head of queue, at most max, go
+// into one batch within maxBatchBytes; always at least one.
+func fitting(queue []*batchCall, max int) int {
+	n, size := 0, 0
+	for n < len(queue) && n < max {
+		size += queue[n].size
+		if n > 0 && size > maxBatchBytes {
+			break
+		}
+		n++
+	}
+	return n
 }
 
 type batchOutcome struct {
@@ -99,7 +123,7 @@ func (b *batcher) run() {
 		expired  <-chan time.Time
 	)
 	flush := func() {
-		n := min(len(queue), b.max)
+		n := fitting(queue, b.max)
 		batch := queue[:n:n]
 		queue = queue[n:]
 		inFlight++
@@ -138,7 +162,12 @@ func (b *batcher) run() {
 			}
 			return
 		}
-		for len(queue) >= b.max || len(queue) > 0 && inFlight == 0 {
+		for len(queue) > 0 {
+			// Send when nothing is in flight, or when a whole batch waits:
+			// ActivationBatchMax commands, or more than maxBatchBytes holds.
+			if n := fitting(queue, b.max); inFlight > 0 && n < b.max && n == len(queue) {
+				break
+			}
 			flush()
 		}
 		switch {
@@ -165,7 +194,10 @@ func (n *Node) ProposeBatched(ctx context.Context, cmd *pactv1.Command) (*raftfs
 	if n.batcher == nil {
 		return n.Propose(ctx, cmd)
 	}
-	res, err := n.batcher.submit(ctx, &batchCall{cmd: cmd, done: make(chan batchOutcome, 1)})
+	// A command in a batch is a repeated field's element: its tag and a
+	// length of up to three bytes.
+	size := proto.Size(cmd) + 4
+	res, err := n.batcher.submit(ctx, &batchCall{cmd: cmd, size: size, done: make(chan batchOutcome, 1)})
 	if err == nil && res != nil {
 		err = res.Err
 	}

@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,9 +17,29 @@ import (
 // answers Unavailable quickly instead of hanging.
 const forwardTimeout = 3 * time.Second
 
+// MaxMessageBytes is the largest gRPC message a journal's server takes
+// (grpc.MaxRecvMsgSize): agents and the CLI send nothing near it, and a
+// client that has proven nothing cannot make the journal buffer more.
+const MaxMessageBytes = 64 << 10
+
+// MaxForwardBytes bounds an encoded command a follower forwards to the
+// leader, inside MaxMessageBytes with room for the ProposeRequest around
+// it. Proposers keep under it: the batcher closes a batch before it, and a
+// journal splits its liveness digest. The leader's server would refuse a
+// larger message after it was sent, and the follower would log a size,
+// not the command that had no chance.
+const MaxForwardBytes = MaxMessageBytes - 1<<10
+
+// ErrCommandTooLarge is a command no follower can forward (MaxForwardBytes):
+// nothing was written.
+var ErrCommandTooLarge = errors.New("journal: command too large to forward to the leader")
+
 // forward sends an encoded command to the leader and waits until this
 // journal has applied it too, so a read that follows sees it.
 func (n *Node) forward(ctx context.Context, data []byte) (*raftfsm.Result, error) {
+	if len(data) > MaxForwardBytes {
+		return nil, fmt.Errorf("%w: %d bytes encoded, at most %d", ErrCommandTooLarge, len(data), MaxForwardBytes)
+	}
 	leader, addr, err := n.leaderAddr()
 	if err != nil {
 		return nil, err
