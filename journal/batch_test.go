@@ -1,6 +1,7 @@
 package journal_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -237,5 +238,57 @@ func TestActivationsBatchFitsAForwardedMessage(t *testing.T) {
 	}
 	if sent != nodes+1 || len(sizes) < 3 {
 		t.Errorf("batch sizes %v, want the first alone and the %d behind it in two or more batches", sizes, nodes)
+	}
+}
+
+// Agents stopping together (a site powering its nodes off) release their
+// nodes in batches too: the releases that arrive while one commits share
+// the next entry, and each agent learns its own node was released.
+func TestReleasesBatchedAtFollower(t *testing.T) {
+	c := batchCluster(t)
+	leader := c.Leader(t)
+	follower := c.Nodes[(leader+1)%3]
+	const nodes = 12
+	all, _, _ := enrollConcurrently(t, follower, follower, nodes)
+	var enrolled []*enrollment
+	for _, e := range all {
+		if e.err == nil {
+			enrolled = append(enrolled, e)
+		}
+	}
+	if len(enrolled) != nodes {
+		t.Fatalf("%d of %d nodes enrolled", len(enrolled), nodes)
+	}
+	held := holdBatches(follower.J)
+	before := follower.J.RaftLastIndex()
+	released := make([]bool, len(enrolled))
+	errs := make([]error, len(enrolled))
+	var wg sync.WaitGroup
+	for i, e := range enrolled {
+		cert := e.key.TLSCert(e.resp.GetCertChainDer())
+		client := pactv1.NewEnrollmentServiceClient(follower.Dial(t, &cert))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := client.Release(context.Background(), &pactv1.ReleaseRequest{})
+			released[i], errs[i] = resp.GetReleased(), err
+		}()
+	}
+	held.waitQueued(t, nodes-1)
+	close(held.release)
+	wg.Wait()
+	for i, e := range enrolled {
+		if errs[i] != nil || !released[i] {
+			t.Errorf("release %s: released %v, %v", e.node, released[i], errs[i])
+		}
+		if n := inspectOn(t, c.Nodes[leader], e.node); n.GetReleasedSerial() != e.resp.GetSerial() {
+			t.Errorf("%s: released serial %q, want %s", e.node, n.GetReleasedSerial(), e.resp.GetSerial())
+		}
+	}
+	if sizes := held.batchSizes(); fmt.Sprint(sizes) != fmt.Sprint([]int{1, nodes - 1}) {
+		t.Errorf("batch sizes %v, want [1 %d]", sizes, nodes-1)
+	}
+	if entries := follower.J.RaftLastIndex() - before; entries != 2 {
+		t.Errorf("%d releases took %d Raft entries, want 2 (one alone, then one batch)", nodes, entries)
 	}
 }

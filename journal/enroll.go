@@ -648,7 +648,7 @@ func (s *enrollmentServer) Release(ctx context.Context, _ *pactv1.ReleaseRequest
 	if p.SVID {
 		return &pactv1.ReleaseResponse{}, nil
 	}
-	res, err := j.propose(ctx, &pactv1.Command{
+	res, err := j.proposeBatched(ctx, &pactv1.Command{
 		Actor: "agent/" + p.ID.Name,
 		Op:    &pactv1.Command_Release{Release: &pactv1.ReleaseOp{NodeId: p.ID.Name, Serial: p.Serial}},
 	})

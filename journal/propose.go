@@ -50,9 +50,10 @@ func (j *Journal) propose(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Re
 	return j.raft.Propose(ctx, cmd)
 }
 
-// proposeBatched commits an Activate or Renew command, in a batch with
-// others when ActivationBatchMax allows (raftnode's batcher): the two
-// commands a boot or renewal storm brings by the thousand. It returns like
+// proposeBatched commits an Activate, Renew or Release command, in a batch
+// with others when ActivationBatchMax allows (raftnode's batcher): the
+// commands a boot storm, a renewal storm or a site stopping every node at
+// once brings by the thousand. It returns like
 // propose: only after the entry is applied here, with the command's own
 // result.
 func (j *Journal) proposeBatched(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
