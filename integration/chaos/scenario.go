@@ -544,13 +544,21 @@ func laggingFollower(e *Env) error {
 		startLogs[i] = len(e.Q.Log(i))
 	}
 	deadline := time.Now().Add(SnapshotWait)
+	// Every other journal must have compacted past the follower: whichever
+	// leads when it returns can then only send it a snapshot. (One was
+	// enough before, and a leader that had not compacted yet caught the
+	// follower up from its log: a run that showed nothing, failed.)
 	var compacted uint64
 	for time.Now().Before(deadline) {
-		for _, i := range e.others(f) {
+		compacted = 0
+		for k, i := range e.others(f) {
+			var to uint64
 			log := e.Q.Log(i)
 			if m := compactRE.FindAllStringSubmatch(log[min(startLogs[i], len(log)):], -1); len(m) > 0 {
-				to, _ := strconv.ParseUint(m[len(m)-1][1], 10, 64)
-				compacted = max(compacted, to)
+				to, _ = strconv.ParseUint(m[len(m)-1][1], 10, 64)
+			}
+			if k == 0 || to < compacted {
+				compacted = to
 			}
 		}
 		if compacted > behind+32 { // margin: entries in flight beyond the commit index
@@ -560,7 +568,7 @@ func laggingFollower(e *Env) error {
 	}
 	res.BehindFrom, res.CompactedTo, res.Waited = behind, compacted, time.Since(marker)
 	if compacted <= behind+32 {
-		res.Err = fmt.Sprintf("no journal compacted its log past index %d within %v (with --raft-snapshot-interval 1s)", behind, SnapshotWait)
+		res.Err = fmt.Sprintf("not every other journal compacted its log past index %d within %v (with --raft-snapshot-interval 1s)", behind, SnapshotWait)
 	}
 	before := len(e.Q.Log(f))
 	restarted := time.Now()
