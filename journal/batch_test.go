@@ -220,7 +220,8 @@ func TestActivationsBatchRefusedByOlderLeader(t *testing.T) {
 
 // A follower's batch goes to the leader in one message, which the
 // leader's server takes up to raftnode.MaxMessageBytes: activations queued
-// beyond what that holds (about 1 KB each with the certificate) go as
+// beyond what that holds (about 800 bytes each with the certificate, so
+// about 80) go as
 // further batches, and every enrollment gets its answer. Before, the
 // leader refused the whole batch (ResourceExhausted) and each activation
 // in it failed.
@@ -232,6 +233,7 @@ func TestActivationsBatchFitsAForwardedMessage(t *testing.T) {
 	all, held, _ := enrollConcurrently(t, follower, follower, nodes)
 	checkEnrollments(t, c.Nodes[leader], all)
 	sizes := held.batchSizes()
+	t.Logf("batch sizes %v", sizes)
 	sent := 0
 	for _, n := range sizes {
 		sent += n

@@ -232,9 +232,9 @@ func ParsePeers(s string) ([]Peer, error) {
 	return out, nil
 }
 
-// MaxActivationBatch bounds ActivationBatchMax: a batch of activations
-// (about 1.5 KB each with its certificate) stays well inside gRPC's 4 MB
-// message limit when a follower forwards it.
+// MaxActivationBatch bounds ActivationBatchMax. A follower's batch is
+// also bounded by what one forwarded message holds (about 80 activations
+// of some 800 bytes: raftnode's maxBatchBytes), whatever this allows.
 const MaxActivationBatch = 1024
 
 // DefaultRaftWriteTimeout is Config.RaftWriteTimeout's default: several

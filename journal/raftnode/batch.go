@@ -52,8 +52,8 @@ type batchCall struct {
 // maxBatchBytes bounds a batch's commands, encoded: a follower forwards
 // the batch to the leader in one message (MaxForwardBytes), and the
 // batch's own envelope (time, actor) takes a little of that. An
-// activation with its certificate is 1-2 KB, so this, not
-// ActivationBatchMax, is what bounds a follower's batches above about 30.
+// activation with its certificate is about 800 bytes, so this, not
+// ActivationBatchMax, is what bounds a follower's batches above about 80.
 const maxBatchBytes = MaxForwardBytes - 1<<10
 
 // fitting is how many of the calls at the head of queue, at most max, go
