@@ -285,7 +285,7 @@ func Scenarios() []Scenario {
 			Describe: "stop every journal (SIGTERM or SIGKILL), start them all again"},
 		{Name: "lagging-follower-snapshot", Journals: 3, Duration: 20 * time.Second, Inject: laggingFollower, Snapshot: true,
 			ThinkMin: 60 * time.Millisecond, ThinkMax: 200 * time.Millisecond,
-			Describe: "SIGKILL a follower, write until the leader has snapshotted and compacted its log past it, restart it: it must install the snapshot and catch up"},
+			Describe: "SIGKILL a follower, write until every other journal has snapshotted and compacted its log past it, restart it: it must install the snapshot and catch up"},
 		{Name: "leader-kill-5", Journals: 5, Leaders: true, Duration: 30 * time.Second, Inject: leaderKill,
 			Describe: "five journals: SIGKILL the leader (half the time a follower too: two of five), restart them"},
 		{Name: "hardware-churn", Journals: 3, Leaders: true, Duration: 30 * time.Second, Inject: leaderKill, TakeoverWindow: 6 * time.Second,
