@@ -54,14 +54,20 @@ func (h *heldBatches) waitQueued(t *testing.T, n int) {
 		}
 		sent := 0
 		if sizes := h.batchSizes(); len(sizes) > 1 {
-			for _, k := range sizes[1:] {
-				sent += k
-			}
+			sent = sum(sizes[1:])
 		}
 		if q+sent == n {
 			return
 		}
 	}
+}
+
+func sum(xs []int) int {
+	s := 0
+	for _, x := range xs {
+		s += x
+	}
+	return s
 }
 
 func (h *heldBatches) batchSizes() []int {
@@ -221,8 +227,8 @@ func TestActivationsBatchRefusedByOlderLeader(t *testing.T) {
 // A follower's batch goes to the leader in one message, which the
 // leader's server takes up to raftnode.MaxMessageBytes: activations queued
 // beyond what that holds (about 800 bytes each with the certificate, so
-// about 80) go as
-// further batches, and every enrollment gets its answer. Before, the
+// about 80) go as further batches, and every enrollment gets its answer.
+// Before, the
 // leader refused the whole batch (ResourceExhausted) and each activation
 // in it failed.
 func TestActivationsBatchFitsAForwardedMessage(t *testing.T) {
@@ -234,11 +240,7 @@ func TestActivationsBatchFitsAForwardedMessage(t *testing.T) {
 	checkEnrollments(t, c.Nodes[leader], all)
 	sizes := held.batchSizes()
 	t.Logf("batch sizes %v", sizes)
-	sent := 0
-	for _, n := range sizes {
-		sent += n
-	}
-	if sent != nodes+1 || len(sizes) < 3 {
+	if sum(sizes) != nodes+1 || len(sizes) < 3 {
 		t.Errorf("batch sizes %v, want the first alone and the %d behind it in two or more batches", sizes, nodes)
 	}
 }

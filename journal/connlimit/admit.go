@@ -102,8 +102,7 @@ func (l *Limiter) Admit() (release func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	r := l.releaser(start)
-	return func() { r(true) }, nil
+	return l.okReleaser(start), nil
 }
 
 // admit is Admit, returning when the slot was taken.

@@ -122,8 +122,8 @@ func (b *batcher) run() {
 		timer    clock.Timer
 		expired  <-chan time.Time
 	)
-	flush := func() {
-		n := fitting(queue, b.max)
+	// flush sends the n calls at the head of the queue (fitting's count).
+	flush := func(n int) {
 		batch := queue[:n:n]
 		queue = queue[n:]
 		inFlight++
@@ -151,7 +151,7 @@ func (b *batcher) run() {
 			// behind a slow batch: send what waits beside it.
 			expired, timer = nil, nil
 			if len(queue) > 0 {
-				flush()
+				flush(fitting(queue, b.max))
 			}
 		case <-b.stop:
 			if timer != nil {
@@ -165,10 +165,11 @@ func (b *batcher) run() {
 		for len(queue) > 0 {
 			// Send when nothing is in flight, or when a whole batch waits:
 			// ActivationBatchMax commands, or more than maxBatchBytes holds.
-			if n := fitting(queue, b.max); inFlight > 0 && n < b.max && n == len(queue) {
+			n := fitting(queue, b.max)
+			if inFlight > 0 && n < b.max && n == len(queue) {
 				break
 			}
-			flush()
+			flush(n)
 		}
 		switch {
 		case len(queue) == 0 && timer != nil:
