@@ -436,12 +436,14 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 	defer func() {
 		if handedOver {
 			j.metrics.streamHandovers.Inc()
+			j.log.Info("agent stream closed", logkey.NodeID, p.ID.Name, logkey.Serial, p.Serial, logkey.Reason, "handed_over")
 			return
 		}
-		j.metrics.streamDrops.WithLabelValues(streamDropReason(dropped, err)).Inc()
+		reason := streamDropReason(dropped, err)
+		j.metrics.streamDrops.WithLabelValues(reason).Inc()
+		j.log.Info("agent stream closed", logkey.NodeID, p.ID.Name, logkey.Serial, p.Serial, logkey.Reason, reason)
 	}()
 	j.log.Info("agent stream opened", logkey.NodeID, p.ID.Name, logkey.Serial, p.Serial, logkey.Source, peerAddr(ctx), logkey.IdentitySource, p.IdentitySource())
-	defer j.log.Info("agent stream closed", logkey.NodeID, p.ID.Name, logkey.Serial, p.Serial)
 
 	var sentVCluster string
 	var sentBundle uint64
@@ -547,8 +549,11 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 				dropped = dropShutdown
 			default:
 				// The agent closed the old channel once its new one
-				// streamed (wherever that is).
-				handedOver = !supersededAt.IsZero()
+				// streamed (wherever that is). The renewal may have
+				// committed here before this goroutine saw it: under
+				// load the client's leaving and the wake-up arrive
+				// together, so ask the registry, not only supersededAt.
+				handedOver = !supersededAt.IsZero() || j.renewedAway(p)
 			}
 			return nil
 		case <-j.stop:
@@ -620,6 +625,16 @@ func (j *Journal) supersededStream(stream pactv1.EnrollmentService_SubscribeServ
 		return err
 	}
 	return nil
+}
+
+// renewedAway reports whether a renewal replaced the certificate of a
+// journal-signed stream whose client has left: the handover the grace
+// exists for (supersededStream), seen after the fact.
+func (j *Journal) renewedAway(p *auth.Principal) bool {
+	if p.SVID || j.cfg.RenewalStreamGrace <= 0 {
+		return false
+	}
+	return errors.Is(j.auth.CheckBinding(p), raftfsm.ErrStaleCertificate)
 }
 
 func peerNetAddr(ctx context.Context) net.Addr {

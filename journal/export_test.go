@@ -150,3 +150,8 @@ func (j *Journal) ProposeDigestForTest(ids []string) {
 	defer cancel()
 	j.proposeDigest(ctx, ids)
 }
+
+// HoldStreamWakeups keeps every Subscribe stream of this journal asleep,
+// as a scheduler that has not run their goroutines yet would, until
+// release, which wakes them all. A stream still sees its client leave.
+func (j *Journal) HoldStreamWakeups() (release func()) { return j.hub.holdWakeups() }

@@ -15,6 +15,9 @@ type hub struct {
 	// drops counts, per node, the times its last stream here ended: a
 	// stream moved to a new channel before the old one closed is no drop.
 	drops map[string]int
+	// held is a test hook (HoldStreamWakeups): while set, no stream is
+	// woken; its release wakes every stream.
+	held bool
 }
 
 type streamWaker struct {
@@ -38,7 +41,7 @@ func (h *hub) register(nodeID, serial string) *streamWaker {
 	// A stream of the node's renewed certificate ends the old one's
 	// grace: wake it to see so.
 	for o := range h.streams[nodeID] {
-		wake(o.node)
+		h.wake(o.node)
 	}
 	h.streams[nodeID][w] = struct{}{}
 	h.mu.Unlock()
@@ -87,14 +90,39 @@ func (h *hub) notify(ev raftfsm.Event) {
 	defer h.mu.Unlock()
 	for _, id := range ev.NodeIDs {
 		for w := range h.streams[id] {
-			wake(w.node)
+			h.wake(w.node)
 		}
 	}
 	if ev.BundleChanged {
 		for _, ws := range h.streams {
 			for w := range ws {
-				wake(w.bundle)
-				wake(w.node) // a restore may have changed any node
+				h.wake(w.bundle)
+				h.wake(w.node) // a restore may have changed any node
+			}
+		}
+	}
+}
+
+// wake wakes a stream unless a test holds wake-ups; h.mu is held.
+func (h *hub) wake(ch chan struct{}) {
+	if !h.held {
+		wake(ch)
+	}
+}
+
+// holdWakeups stops waking streams until release, which wakes them all:
+// a test's stand-in for a stream goroutine the scheduler has not run yet.
+func (h *hub) holdWakeups() (release func()) {
+	h.mu.Lock()
+	h.held = true
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.held = false
+		for _, ws := range h.streams {
+			for w := range ws {
+				wake(w.node)
 			}
 		}
 	}

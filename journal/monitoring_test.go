@@ -172,6 +172,38 @@ func TestStreamDropsByReason(t *testing.T) {
 	check("the journal's shutdown")
 }
 
+// An agent that renewed closes its old channel once its new one streams.
+// Under load the old stream's goroutine can see its client leave before it
+// has run for the renewal's wake-up (both ready when it is scheduled):
+// that is the handover the grace is for, not a drop.
+func TestHandoverSeenOnlyAfterTheClientLeft(t *testing.T) {
+	e := newEnv(t, func(c *journal.Config) { c.RenewalStreamGrace = 10 * time.Minute })
+	reg := e.h.J.MetricsRegistry()
+	a := e.activate(t, "n1", "SN1", "02:00:00:00:00:01")
+	old := e.subscribe(t, a)
+
+	release := e.h.J.HoldStreamWakeups()
+	defer release()
+	renewed, err := e.renew(t, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.subscribe(t, renewed)
+	old.quiet(t) // asleep: it has not seen the renewal
+	old.cancel()
+	<-old.done
+	eventually(t, "the old stream to end", func() bool { return e.h.J.OpenStreams("n1") == 1 })
+
+	if got := must(t, reg, "pact_journal_stream_handovers_total"); got != 1 {
+		t.Errorf("handovers = %v, want 1", got)
+	}
+	for _, r := range dropReasons {
+		if got := must(t, reg, "pact_journal_stream_drops_total", "reason", r); got != 0 {
+			t.Errorf("drops{reason=%q} = %v, want 0", r, got)
+		}
+	}
+}
+
 // Failed handshakes are counted by port and reason; busy answers are not
 // (they have counters of their own).
 func TestHandshakesRefusedByReason(t *testing.T) {
