@@ -137,7 +137,7 @@ var (
 	connsRefusedDesc = prometheus.NewDesc("pact_journal_connections_refused_total", "Connections closed before their TLS handshake, by port and limit (per_source, total, handshakes; evicted: to make room at the total cap for a newer connection).", []string{"port", "limit"}, nil)
 	connsBusyDesc    = prometheus.NewDesc("pact_journal_connections_busy_total", "Connections answered busy, with a retry-after, at their ClientHello: no handshake slot soon enough (gRPC port).", []string{"port"}, nil)
 	handshakeQueued  = prometheus.NewDesc("pact_journal_handshakes_queued", "Clients whose ClientHello has arrived waiting for a handshake slot, by port.", []string{"port"}, nil)
-	handshakeServed  = prometheus.NewDesc("pact_journal_handshake_served_rate", "The most successful handshakes per second the port finished over five seconds during which clients queued throughout, within the last minute (0 if none): with --max-retry-after set, busy answers past the queue wait are booked at four times it.", []string{"port"}, nil)
+	handshakeServed  = prometheus.NewDesc("pact_journal_handshake_served_rate", "The most successful handshakes per second the port finished over five seconds during which clients queued throughout, within the last minute (0 if none): busy answers past the queue wait (to an address answered busy more than --near-busy-answers times in a row, up to --max-retry-after) are booked at four times it.", []string{"port"}, nil)
 	handshakeRate    = prometheus.NewDesc("pact_journal_handshake_rate", "Handshakes per second the port's admission counts on: its handshake slots over the moving mean of how long a handshake holds one.", []string{"port"}, nil)
 )
 

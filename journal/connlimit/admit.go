@@ -1,6 +1,7 @@
 package connlimit
 
 import (
+	"net/netip"
 	"time"
 )
 
@@ -47,8 +48,16 @@ import (
 // handshake time (1/rate). A thousand clients answered in the same second
 // come back over the seconds the journal needs, not all at once.
 //
-// With MaxRetryAfter set (it is not by default: see its comment), places
-// past HandshakeQueueWait ahead are booked too, but only at a rate the
+// Places past HandshakeQueueWait ahead (up to MaxRetryAfter, a minute by
+// default) are booked only for a source address answered busy more than
+// NearAnswers times in a row (4 by default): a client the queue has not
+// turned over in that many returns is in a storm several times what the
+// queue carries. Its first answers name no more than the queue wait, so a
+// storm the queue carries is not slowed by forecasts made in its first
+// seconds, when the rate is a fraction of what it becomes (measured:
+// booking every client a minute ahead made a 10,000-agent storm a third
+// slower, and with two answers near the renewal storm a fifth slower);
+// by a client's fifth answer the rate has been measured in the storm. Such places are booked only at a rate the
 // journal has been seen to serve: handshakes that succeeded per second
 // over five seconds in which clients queued throughout (the CPU's pace,
 // not the clients'), the best such window of the last minute, times four,
@@ -56,10 +65,9 @@ import (
 // again (a connection and a ClientHello) rather than a CPU that waits for
 // them. Such returns go up to MaxRetryAfter ahead; past it, or with no
 // such window measured yet, answers are spread uniformly over the second
-// half of the horizon. Measured (docs/benchmarks.md, eighth round): a
-// 30,000-agent storm that bounced every client every few seconds and
-// never finished on a slow evening finished so; a 10,000-agent storm the
-// queue carries took a third longer.
+// half of the horizon. Measured (docs/benchmarks.md, eighth and tenth
+// rounds): a 30,000-agent storm that bounced every client every few
+// seconds and never finished on a slow evening finished so.
 
 const (
 	// initialHeld is the first guess at how long a handshake holds its
@@ -90,6 +98,13 @@ const (
 	minJitter = 20 * time.Millisecond
 	// jitterShare is the jitter's share of a longer retry-after.
 	jitterShare = 20 // 1/20: 5 %
+	// bounceMemory is how long a source's busy answers in a row are
+	// remembered after its last one: longer than the latest return a busy
+	// answer names (MaxRetryAfterLimit) and a queue wait after it.
+	bounceMemory = 3 * time.Minute
+	// maxBounced bounds the sources remembered; a forgotten one starts
+	// again with answers within the queue wait.
+	maxBounced = 1 << 16
 )
 
 // Admit takes a handshake slot for a client whose ClientHello has arrived:
@@ -97,18 +112,21 @@ const (
 // HandshakeQueueWait. A client that would wait longer even at the fastest
 // rate of the last minute, or that has waited that long, gets a
 // *BusyError with the retry-after to answer. release gives the slot back when the handshake is over.
+// Every client of Admit counts as one source (AdmitHandshake tells them
+// apart by address).
 func (l *Limiter) Admit() (release func(), err error) {
-	start, err := l.admit()
+	start, err := l.admit(netip.Addr{})
 	if err != nil {
 		return nil, err
 	}
 	return l.okReleaser(start), nil
 }
 
-// admit is Admit, returning when the slot was taken.
-func (l *Limiter) admit() (start time.Time, err error) {
+// admit is Admit for a client from src, returning when the slot was taken.
+func (l *Limiter) admit(src netip.Addr) (start time.Time, err error) {
 	select {
 	case l.handshakes <- struct{}{}:
+		l.gotSlot(src)
 		return l.clock.Now(), nil
 	default:
 	}
@@ -116,7 +134,7 @@ func (l *Limiter) admit() (start time.Time, err error) {
 	l.qmu.Lock()
 	n := l.queued + 1
 	if l.cfg.HandshakeQueueWait <= 0 || l.bestWaitLocked(n) > l.cfg.HandshakeQueueWait {
-		busy := l.deferLocked(now, l.waitLocked(n))
+		busy := l.deferLocked(now, l.waitLocked(n), src)
 		l.qmu.Unlock()
 		return time.Time{}, busy
 	}
@@ -129,6 +147,7 @@ func (l *Limiter) admit() (start time.Time, err error) {
 	case l.handshakes <- struct{}{}:
 		l.qmu.Lock()
 		l.queued--
+		delete(l.bounced, src)
 		l.qmu.Unlock()
 		return l.clock.Now(), nil
 	case <-t.C():
@@ -137,7 +156,43 @@ func (l *Limiter) admit() (start time.Time, err error) {
 	l.qmu.Lock()
 	defer l.qmu.Unlock()
 	l.queued--
-	return time.Time{}, l.deferLocked(now, l.waitLocked(l.queued+1))
+	return time.Time{}, l.deferLocked(now, l.waitLocked(l.queued+1), src)
+}
+
+// gotSlot forgets src's busy answers: it has a slot.
+func (l *Limiter) gotSlot(src netip.Addr) {
+	l.qmu.Lock()
+	if len(l.bounced) > 0 {
+		delete(l.bounced, src)
+	}
+	l.qmu.Unlock()
+}
+
+// bounceLocked counts a busy answer to src and reports whether its return
+// may be booked past HandshakeQueueWait: it has had more than NearAnswers
+// in a row.
+func (l *Limiter) bounceLocked(now time.Time, src netip.Addr) (far bool) {
+	b, ok := l.bounced[src]
+	if !ok && len(l.bounced) >= maxBounced {
+		for k, o := range l.bounced {
+			if now.Sub(o.last) > bounceMemory {
+				delete(l.bounced, k)
+			}
+		}
+		for k := range l.bounced { // still full: any one (map order is random)
+			if len(l.bounced) < maxBounced {
+				break
+			}
+			delete(l.bounced, k)
+		}
+	}
+	if now.Sub(b.last) > bounceMemory {
+		b.answers = 0
+	}
+	b.answers++
+	b.last = now
+	l.bounced[src] = b
+	return b.answers > l.cfg.NearAnswers
 }
 
 // finished counts a handshake that held its slot for held; ok says it
@@ -207,15 +262,18 @@ func (l *Limiter) waitLocked(n int) time.Duration {
 	return time.Duration(float64(n) / l.rateLocked() * float64(time.Second))
 }
 
-// deferLocked answers a client whose predicted wait is wait: it books the
-// next free place in the reservation schedule no earlier than when the
-// queue ahead of it should be down to half of HandshakeQueueWait. Places
-// up to HandshakeQueueWait ahead are one handshake time apart at the
-// present rate; places past it (up to MaxRetryAfter, or only that where
-// nobody queues) one at four times the best served rate, if one was measured.
-// Past the schedule's horizon, a uniform draw over its second half.
-func (l *Limiter) deferLocked(now time.Time, wait time.Duration) *BusyError {
+// deferLocked answers a client from src whose predicted wait is wait: it
+// books the next free place in the reservation schedule no earlier than
+// when the queue ahead of it should be down to half of HandshakeQueueWait.
+// Places up to HandshakeQueueWait ahead are one handshake time apart at
+// the present rate; places past it (up to MaxRetryAfter, for a source
+// answered busy more than NearAnswers times in a row; or only that where
+// nobody queues) one at four times the best served rate, if one was
+// measured. Past the schedule's horizon, a uniform draw over its second
+// half.
+func (l *Limiter) deferLocked(now time.Time, wait time.Duration, src netip.Addr) *BusyError {
 	l.deferred.Add(1)
+	farOK := l.bounceLocked(now, src)
 	near, far := l.cfg.HandshakeQueueWait, l.cfg.MaxRetryAfter
 	if far == 0 {
 		far = near
@@ -229,7 +287,7 @@ func (l *Limiter) deferLocked(now time.Time, wait time.Duration) *BusyError {
 		// No queue to come back to: the forecast itself, at the present
 		// rate, within MaxRetryAfter.
 		near, farStep = far, step
-	} else if r := l.servedRateLocked(now); r > 0 && far > near {
+	} else if r := l.servedRateLocked(now); r > 0 && far > near && farOK {
 		farStep = time.Duration(float64(time.Second) / (servedOptimism * r))
 	}
 	horizon := near

@@ -2,6 +2,7 @@ package connlimit_test
 
 import (
 	"errors"
+	"net/netip"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -404,7 +405,63 @@ func TestAdmitBooksPastTheQueueWaitAtFourTimesTheServedRate(t *testing.T) {
 	})
 }
 
-// By default (MaxRetryAfter 0) nothing is booked past the queue wait, a
+// A source's first NearAnswers busy answers in a row name no more than
+// the queue wait, wherever the schedule stands: a storm the queue carries
+// is not booked ahead on a rate measured in its first seconds. Its next
+// answer takes the next place past the queue wait; a slot starts its count
+// again.
+func TestAdmitBooksPastTheQueueWaitOnlyAfterNearAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := fakeclock.New(time.Unix(1e9, 0))
+		l := admitLimiter(t, fc, noJitter, func(c *connlimit.Config) {
+			c.HandshakeQueueWait = 12 * time.Second
+			c.MaxRetryAfter = 30 * time.Second
+			c.NearAnswers = 2
+		})
+		held, _ := servedAt20WithAFullQueue(t, fc, l)
+		// Fill the schedule up to the queue wait with first answers, each
+		// from a source of its own: none is booked past it.
+		addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}) }
+		for i := range 400 {
+			_, err := l.AdmitFrom(addr(i))
+			if ra := busyAfter(t, err); ra > 12*time.Second {
+				t.Fatalf("a first answer (%d): %v, past the 12s queue wait", i, ra)
+			}
+		}
+		node := netip.MustParseAddr("10.9.9.9")
+		for i := range 2 {
+			_, err := l.AdmitFrom(node)
+			if ra := busyAfter(t, err); ra != 6*time.Second {
+				t.Fatalf("answer %d to one source: %v, want 6s (the schedule is full: the lowest draw over the queue wait's second half)", i+1, ra)
+			}
+		}
+		_, err := l.AdmitFrom(node)
+		third := busyAfter(t, err)
+		if third <= 12*time.Second || third > 12*time.Second+100*ms {
+			t.Fatalf("third answer in a row: %v, want the first place past the 12s queue wait", third)
+		}
+		_, err = l.AdmitFrom(node)
+		if ra := busyAfter(t, err); ra != third+12500*time.Microsecond {
+			t.Fatalf("fourth answer: %v, want the next place, 12.5ms (four times the served rate) after %v", ra, third)
+		}
+		if n := l.BusyInARow(node); n != 4 {
+			t.Fatalf("%d busy answers in a row counted, want 4", n)
+		}
+		// Served: the count starts again.
+		held(true)
+		synctest.Wait() // the 239 queued take the slot in turn and leave
+		r, err := l.AdmitFrom(node)
+		if err != nil {
+			t.Fatalf("a free slot: %v", err)
+		}
+		r()
+		if n := l.BusyInARow(node); n != 0 {
+			t.Fatalf("%d busy answers in a row counted after a slot, want 0", n)
+		}
+	})
+}
+
+// With MaxRetryAfter 0 nothing is booked past the queue wait, a
 // served rate or not: past it, answers are drawn over its second half.
 func TestAdmitBooksNothingPastTheQueueWaitByDefault(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -123,19 +123,29 @@ type Config struct {
 	HandshakeQueueWait time.Duration
 	// MaxRetryAfter, when above HandshakeQueueWait, is the latest a busy
 	// answer on the gRPC port tells a client to come back: returns past
-	// HandshakeQueueWait ahead are then booked at four times the rate the
-	// port has shown it serves while clients queue, so that a client of a
-	// storm several times what the queue carries is told to come back
-	// about when it can be served instead of bouncing every few seconds.
-	// Past MaxRetryAfter, answers are spread over its second half. Zero
-	// (the default) books nothing past HandshakeQueueWait: measured, that
-	// carried 10,000 agents in 67 s where booking to a minute took 92-103
-	// s, and 30,000 agents on the same evening not at all, where booking
-	// to a minute carried them in 323-393 s (docs/benchmarks.md, eighth
-	// round). At most 2 minutes: pact-agent waits no longer for a busy
-	// journal. Where HandshakeQueueWait is 0, the horizon of every answer
-	// (a minute if zero).
+	// HandshakeQueueWait ahead are booked, for a source answered busy more
+	// than NearAnswers times in a row, at four times the rate the port has
+	// shown it serves while clients queue, so that a client of a storm
+	// several times what the queue carries is told to come back about when
+	// it can be served instead of bouncing every few seconds. Past
+	// MaxRetryAfter, answers are spread over its second half. A minute by
+	// default. Zero books nothing past HandshakeQueueWait: measured, that
+	// left 30,000 agents bouncing every few seconds on a slow evening, few
+	// of them ever served (docs/benchmarks.md, eighth and tenth rounds).
+	// At most 2 minutes: pact-agent waits no longer for a busy journal.
+	// Where HandshakeQueueWait is 0, the horizon of every answer (a minute
+	// if zero).
 	MaxRetryAfter time.Duration
+	// NearAnswers is how many busy answers in a row a source address gets
+	// that name no later than HandshakeQueueWait before its returns may be
+	// booked past it (MaxRetryAfter); a handshake slot resets the count.
+	// A storm the queue carries answers few clients more than four
+	// times, and is then not slowed by forecasts made in its first
+	// seconds, when the rate measured is a fraction of the later one
+	// (measured: booking every client past the queue wait made 10,000
+	// agents a third slower; with 2, the 10,000-agent renewal storm a fifth
+	// slower). 4 by default; 0 books from the first answer.
+	NearAnswers int
 
 	// Clock decides the handshake times the rate is measured from, the
 	// queue's hard bound and the retry-afters; nil is the system clock. For tests.
@@ -147,8 +157,9 @@ type Config struct {
 
 // DefaultConfig returns the defaults: 32 connections per source address,
 // 16,384 in all, 64 handshakes in progress, 15 s to finish a handshake,
-// of which up to 8 s waiting for a handshake slot, and no busy answer
-// naming more than that wait.
+// of which up to 8 s waiting for a handshake slot, and busy answers that
+// name up to that wait, or up to a minute for a source answered busy more
+// than four times in a row.
 func DefaultConfig() Config {
 	return Config{
 		MaxConnsPerSource:  32,
@@ -156,6 +167,8 @@ func DefaultConfig() Config {
 		MaxHandshakes:      64,
 		HandshakeTimeout:   15 * time.Second,
 		HandshakeQueueWait: 8 * time.Second,
+		MaxRetryAfter:      time.Minute,
+		NearAnswers:        4,
 	}
 }
 
@@ -179,6 +192,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRetryAfter != 0 && (c.MaxRetryAfter < max(c.HandshakeQueueWait, time.Second) || c.MaxRetryAfter > MaxRetryAfterLimit) {
 		errs = append(errs, fmt.Errorf("connlimit: MaxRetryAfter %v must be 0 (the queue wait) or between HandshakeQueueWait %v (and 1s) and %v", c.MaxRetryAfter, c.HandshakeQueueWait, MaxRetryAfterLimit))
+	}
+	if c.NearAnswers < 0 {
+		errs = append(errs, fmt.Errorf("connlimit: NearAnswers %d must be at least 0", c.NearAnswers))
 	}
 	return errors.Join(errs...)
 }
@@ -232,6 +248,14 @@ type Limiter struct {
 	winIdle  bool    // a handshake finished in this window with nobody queued
 	served   float64 // the highest served rate within fastestWindow
 	servedAt time.Time
+	// bounced counts, per source, the busy answers in a row not followed
+	// by a slot (NearAnswers).
+	bounced map[netip.Addr]bounce
+}
+
+type bounce struct {
+	answers int
+	last    time.Time
 }
 
 // New returns a Limiter. It copies cfg.
@@ -239,7 +263,7 @@ func New(cfg Config) (*Limiter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	l := &Limiter{cfg: cfg, handshakes: make(chan struct{}, cfg.MaxHandshakes), perSource: map[netip.Addr]int{},
+	l := &Limiter{cfg: cfg, handshakes: make(chan struct{}, cfg.MaxHandshakes), perSource: map[netip.Addr]int{}, bounced: map[netip.Addr]bounce{},
 		clock: cfg.Clock, jitter: cfg.Jitter, held: initialHeld, fastest: initialHeld}
 	if l.clock == nil {
 		l.clock = clock.Real{}
@@ -495,7 +519,7 @@ func (l *Limiter) AdmitHandshake(raw net.Conn) (hello net.Conn, release func(ok 
 	if err != nil {
 		return nil, nil, err
 	}
-	start, err := l.admit()
+	start, err := l.admit(sourceOf(raw.RemoteAddr()))
 	var busy *BusyError
 	if errors.As(err, &busy) {
 		answerBusy(raw, busy.RetryAfter)

@@ -218,6 +218,8 @@ func TestConfigValidate(t *testing.T) {
 		{"handshakes", func(c *connlimit.Config) { c.MaxHandshakes = 0 }, "MaxHandshakes"},
 		{"timeout", func(c *connlimit.Config) { c.HandshakeTimeout = 120 * time.Second }, "HandshakeTimeout"},
 		{"queue wait", func(c *connlimit.Config) { c.HandshakeQueueWait = c.HandshakeTimeout }, "HandshakeQueueWait"},
+		{"retry-after below the queue wait", func(c *connlimit.Config) { c.MaxRetryAfter = c.HandshakeQueueWait / 2 }, "MaxRetryAfter"},
+		{"near answers", func(c *connlimit.Config) { c.NearAnswers = -1 }, "NearAnswers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := connlimit.DefaultConfig()

@@ -1,11 +1,29 @@
 package connlimit
 
+import "net/netip"
+
 // AdmitReporting is Admit with the release AdmitHandshake returns, which
 // says whether the handshake succeeded.
 func (l *Limiter) AdmitReporting() (release func(ok bool), err error) {
-	start, err := l.admit()
+	start, err := l.admit(netip.Addr{})
 	if err != nil {
 		return nil, err
 	}
 	return l.releaser(start), nil
+}
+
+// AdmitFrom is Admit for a client from src.
+func (l *Limiter) AdmitFrom(src netip.Addr) (release func(), err error) {
+	start, err := l.admit(src)
+	if err != nil {
+		return nil, err
+	}
+	return l.okReleaser(start), nil
+}
+
+// BusyInARow is how many busy answers in a row src has had.
+func (l *Limiter) BusyInARow(src netip.Addr) int {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	return l.bounced[src].answers
 }
