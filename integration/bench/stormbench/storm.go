@@ -307,7 +307,10 @@ type stormResult struct {
 	streamsOpen  int // pact_journal_streams_open summed over the journals, after the storm
 	others       float64
 	leaderChange int
-	journalCount map[string]float64 // pact_journal_{enroll,renew}_total by result, during the storm
+	// conntrackDrops is the packets the kernel dropped during the storm,
+	// its connection-tracking table full (-1: not tracked here).
+	conntrackDrops int64
+	journalCount   map[string]float64 // pact_journal_{enroll,renew}_total by result, during the storm
 	// journalClosed is pact_journal_connections_refused_total during the
 	// storm: connections the journals closed before their handshake.
 	journalClosed int

@@ -595,6 +595,7 @@ func runOneStorm(c *cluster, lg loadgen, kind stormKind, idxs []int, f stormFlag
 	e0, r0 := c.enrollCounters()
 	closed0 := c.sumMetric("pact_journal_connections_refused_total")
 	busy0 := c.sumMetric("pact_journal_connections_busy_total")
+	ct0, ctOK := conntrackDrops()
 	var perf *exec.Cmd
 	if f.perf {
 		perf = startPerf(c.pids(), filepath.Join(dir, "perf-"+kind.String()+".data"))
@@ -616,6 +617,11 @@ func runOneStorm(c *cluster, lg loadgen, kind stormKind, idxs []int, f stormFlag
 	res.journalClosed = int(c.sumMetric("pact_journal_connections_refused_total") - closed0)
 	res.journalBusy = int(c.sumMetric("pact_journal_connections_busy_total") - busy0)
 	res.leaderChange = c.countInLogs(leaderRE) - leadersBefore
+	if ct1, ok := conntrackDrops(); ok && ctOK {
+		res.conntrackDrops = int64(ct1 - ct0)
+	} else {
+		res.conntrackDrops = -1
+	}
 	res.journalCount = map[string]float64{}
 	a, b := e0, e1
 	if kind == stormRenew {
@@ -628,6 +634,9 @@ func runOneStorm(c *cluster, lg loadgen, kind stormKind, idxs []int, f stormFlag
 	}
 	logf("%s storm: %d streaming, %d failed (%d abandoned) in %.2fs (%.0f/s), p50 %.0f ms, p99 %.0f ms from arrival; attempts %v; journals answered %v, answered %d connections busy (agents saw %d) and closed %d before their handshake; failed attempts %v; leader changes %d; other processes used %.0f%% of the machine meanwhile",
 		kind, res.ok, res.failed, res.abandoned, res.wall.Seconds(), res.perSec, ms(res.pct(0.50)), ms(res.pct(0.99)), res.byOp, res.journalCount, res.journalBusy, res.busy, res.journalClosed, res.failures, res.leaderChange, 100*res.others)
+	if res.conntrackDrops > 0 {
+		logf("WARNING: in the %s storm the kernel dropped %d packets because its connection-tracking table was full (%s): connections and Raft messages were lost before any journal saw them", kind, res.conntrackDrops, conntrackStat)
+	}
 	for _, e := range res.firstErrs {
 		logf("  failed: %s", e)
 	}
@@ -800,6 +809,9 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		if s != nil && s.genGCShare() > gcShareWarning {
 			fmt.Fprintf(out, "WARNING: in the %s storm the load generator spent %.0f%% of its CPU collecting garbage (near its memory limit?): its agents, not the journals, may have set the pace; give it more memory (GOMEMLIMIT) or split it (-workers)\n", s.kind, 100*s.genGCShare())
 		}
+		if s != nil && s.conntrackDrops > 0 {
+			fmt.Fprintf(out, "WARNING: in the %s storm the kernel dropped %d packets, its connection-tracking table full (sysctl net.netfilter.nf_conntrack_max): the machine, not pact, lost those connections\n", s.kind, s.conntrackDrops)
+		}
 	}
 	heapPer, stackPer, gorPer := e.heap.perAgent(e.agents)
 	fmt.Fprintf(out, "load generator once every agent streams, after a GC: live heap %.1f KB, goroutine stacks %.1f KB and %.2f goroutines per agent (%.0f MB, %.0f MB and %d in all)\n",
@@ -859,6 +871,7 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		"loadgen_goroutines_per_agent":    round(gorPer, 2),
 		"loadgen_stack_kb_per_agent":      round(stackPer/1024, 1),
 		"leader_changes":                  e.leaderChange,
+		"kernel_conntrack_drops":          e.conntrackDrops,
 		"key_exchange":                    curve.String(),
 		"sign_only_per_s_one_core":        round(signRate, 0),
 		"sign_only_cpu_ms":                round(ms(signCPU), 3),
@@ -913,6 +926,7 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		js["renew_journal_rss_mb"] = round(mb(r.rssMax), 1)
 		js["renew_loadgen_gc_cpu_share"] = round(r.genGCShare(), 3)
 		js["renew_leader_changes"] = r.leaderChange
+		js["renew_kernel_conntrack_drops"] = r.conntrackDrops
 		js["renew_ceiling_per_s"] = round(ceilR.perSec, 1)
 		js["renew_ceiling_cpu_ms"] = round(ms(ceilR.cpuOp), 3)
 		js["renew_ratio_to_ceiling"] = round(r.perSec/ceilR.perSec, 3)
