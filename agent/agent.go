@@ -92,6 +92,12 @@ type Agent struct {
 	// the same reason.
 	enrollKey crypto.Signer
 	enrollCSR []byte
+	// renewUnknown is the serial of the certificate whose renewal's
+	// outcome is unknown (its answer lost): enrollKey holds that
+	// renewal's key, the next renewal asks again with it, and a stream's
+	// word that the certificate was replaced does not end the stream
+	// meanwhile (superseded). Empty when there is none.
+	renewUnknown atomic.Value // string
 
 	mu            sync.Mutex
 	running       bool

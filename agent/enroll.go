@@ -84,6 +84,7 @@ func (a *Agent) enroll(ctx context.Context) (err error) {
 		if id, who, err = journalIdentity(key, a.trustPool(), resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now(), a.heldCerts()); err == nil {
 			a.adopt(id, who, resp.GetVcluster())
 			a.enrollKey, a.enrollCSR = nil, nil // the next enrollment makes a new one
+			a.renewUnknown.Store("")
 			a.notBusy()
 			attrs := []any{"identity", id, logkey.NodeID, who.Name, logkey.VCluster, vclusterLabel(resp.GetVcluster()), logkey.Addr, addr}
 			if att != nil {

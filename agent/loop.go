@@ -652,6 +652,15 @@ func (a *Agent) superseded(ch *channel.Channel, serial string) error {
 	if id := ch.Identity(); id != nil {
 		held = id.Serial()
 	}
+	if pending, _ := a.renewUnknown.Load().(string); pending != "" && pending == held {
+		// Most likely this agent's own renewal, its answer lost: the
+		// stream serves on (the journal's grace) while the next renewal
+		// asks again with the same key; if the certificate is not the
+		// one that key was given, that renewal is refused stale and the
+		// agent enrolls again then.
+		a.log.Info("the certificate was replaced while this agent's renewal had no answer; asking for it again over the live channel", logkey.PreviousSerial, held, logkey.Serial, serial)
+		return nil
+	}
 	return apierr.Status(apierr.StaleCertificate, 0, fmt.Sprintf("certificate %s was replaced by %s, which this agent never received; enrolling again", held, serial)).Err()
 }
 

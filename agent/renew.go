@@ -5,6 +5,7 @@ package agent
 
 import (
 	"context"
+	"crypto"
 	"fmt"
 	"time"
 
@@ -30,7 +31,7 @@ func (a *Agent) renew(ctx context.Context, act *channel.Channel) error {
 		if cur != act {
 			return nil, nil // the channel changed meanwhile; look again
 		}
-		key, csr, err := newKey()
+		key, csr, err := a.renewalKey(cur.Identity().Serial())
 		if err != nil {
 			return nil, err
 		}
@@ -44,16 +45,21 @@ func (a *Agent) renew(ctx context.Context, act *channel.Channel) error {
 		if err != nil {
 			// The renewal may have committed with its answer lost (a
 			// deadline under load): the journal then takes the channel's
-			// certificate for stale, and the node must enroll again. It
-			// enrolls with this key, and the journal hands back the
-			// committed certificate; a fresh key would be refused
-			// ALREADY_ACTIVE for the takeover window.
+			// certificate for stale. The next renewal asks again over
+			// the live channel with this key, and the journal answers
+			// with the certificate that committed (a fresh key would be
+			// refused stale); should the channel be lost meanwhile, the
+			// node enrolls with this key and gets the same certificate
+			// back, where a fresh key would be refused ALREADY_ACTIVE for
+			// the takeover window.
 			a.enrollKey, a.enrollCSR = key, csr
+			a.renewUnknown.Store(cur.Identity().Serial())
 			done()
 			return nil, fmt.Errorf("agent: RenewCert at %s: %w", cur.Target(), err)
 		}
 		defer done() // once the new certificate is adopted, or is not
 		a.enrollKey, a.enrollCSR = nil, nil
+		a.renewUnknown.Store("")
 		if _, err := a.observeJournalTime(unixNano(resp.GetServerTimeUnixNano())); err != nil {
 			return nil, err
 		}
@@ -79,6 +85,16 @@ func (a *Agent) renew(ctx context.Context, act *channel.Channel) error {
 	a.attempted("renew", nil)
 	a.rotated()
 	return nil
+}
+
+// renewalKey is the key a renewal of the certificate serial asks to have
+// signed: the key of an earlier renewal of it whose outcome is unknown, so
+// that a renewal that committed is answered again; a fresh one otherwise.
+func (a *Agent) renewalKey(serial string) (crypto.Signer, []byte, error) {
+	if pending, _ := a.renewUnknown.Load().(string); a.enrollKey != nil && pending == serial {
+		return a.enrollKey, a.enrollCSR, nil
+	}
+	return newKey()
 }
 
 // startRenewing notes a RenewCert in flight; the function it returns

@@ -350,6 +350,10 @@ func (j *Journal) chainFor(c *pactv1.CertificateInfo) (chain, bundle [][]byte, e
 
 func (s *enrollmentServer) RenewCert(ctx context.Context, req *pactv1.RenewCertRequest) (resp *pactv1.RenewCertResponse, err error) {
 	j := s.j
+	if p := principalFrom(ctx); p.Replaced {
+		// Nothing signed or written: not held to the storm's bound.
+		return j.renewalRetried(p, req)
+	}
 	// A renewal storm (or every agent of a restarted journal reconnecting)
 	// is bounded like an enrollment storm.
 	release, err := j.gate.acquire(ctx)
@@ -396,6 +400,10 @@ func (s *enrollmentServer) RenewCert(ctx context.Context, req *pactv1.RenewCertR
 		return nil, err
 	}
 	j.log.Info("certificate renewed", logkey.NodeID, n.GetNodeId(), logkey.Serial, n.GetCert().GetSerial(), logkey.PreviousSerial, p.Serial)
+	return j.renewAnswer(n, chain, bundle), nil
+}
+
+func (j *Journal) renewAnswer(n *pactv1.Node, chain [][]byte, bundle [][]byte) *pactv1.RenewCertResponse {
 	return &pactv1.RenewCertResponse{
 		NodeId:         n.GetNodeId(),
 		CertChainDer:   chain,
@@ -405,7 +413,40 @@ func (s *enrollmentServer) RenewCert(ctx context.Context, req *pactv1.RenewCertR
 		NotAfterUnix:   n.GetCert().GetNotAfterUnix(),
 
 		ServerTimeUnixNano: j.cfg.Clock.Now().UnixNano(),
-	}, nil
+	}
+}
+
+// renewalRetried answers a RenewCert made with a certificate a renewal
+// replaced (the interceptor confirmed that with the leader): the agent's
+// renewal committed, its answer was lost (a deadline in a storm), and it
+// asks again with the same new key. The caller has proved both keys, the
+// old one in the handshake and the new one by the CSR's signature, so it
+// gets the certificate that committed once more; nothing is signed or
+// written. Without it the agent would have to enroll again, a new
+// connection and a new channel in the storm that lost the answer. Any
+// other key is refused stale, as every other call from a replaced
+// certificate is.
+func (j *Journal) renewalRetried(p *auth.Principal, req *pactv1.RenewCertRequest) (*pactv1.RenewCertResponse, error) {
+	if req.GetCurrentSerial() != p.Serial {
+		return nil, fmt.Errorf("%w: current_serial %q is not the serial of the certificate this call was made with", ErrInvalidArgument, req.GetCurrentSerial())
+	}
+	csr, err := ca.ParseCSR(req.GetCsrDer())
+	if err != nil {
+		j.metrics.renew.WithLabelValues("refused").Inc()
+		return nil, err
+	}
+	n, ok := j.fsm.Node(p.ID.Name)
+	if cur := n.GetCert(); !ok || cur.GetSerial() == p.Serial || cur.GetSpkiSha256() != fingerprint(csr.SPKI) {
+		j.metrics.renew.WithLabelValues("refused").Inc()
+		return nil, fmt.Errorf("%w: certificate %s is not the current certificate of node %s (it was replaced); the agent must use its newer certificate or enroll again", raftfsm.ErrStaleCertificate, p.Serial, p.ID.Name)
+	}
+	chain, bundle, err := j.chainFor(n.GetCert())
+	if err != nil {
+		return nil, err
+	}
+	j.metrics.renew.WithLabelValues("retried").Inc()
+	j.log.Info("renewal answered again: its first answer was lost", logkey.NodeID, n.GetNodeId(), logkey.Serial, n.GetCert().GetSerial(), logkey.PreviousSerial, p.Serial)
+	return j.renewAnswer(n, chain, bundle), nil
 }
 
 // Subscribe holds the agent's stream. It sends the assignment and the trust

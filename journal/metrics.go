@@ -61,7 +61,7 @@ func newMetrics(j *Journal) *metrics {
 		}),
 		renew: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pact_journal_renew_total",
-			Help: "RenewCert calls by result.",
+			Help: "RenewCert calls by result: ok, refused, rate_limited, retried (a renewal whose answer was lost, answered again with the certificate that committed).",
 		}, []string{"result"}),
 		authRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pact_journal_auth_refused_total",

@@ -153,7 +153,12 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 		// has confirmed it; cut off from the leader, say so rather than
 		// call a current certificate stale.
 		if err := a.cfg.Quorum.ConfirmFinal(ctx, func() error { return a.CheckBinding(p) }); err != nil {
-			return nil, err
+			if !pol.replaced || !errors.Is(err, raftfsm.ErrStaleCertificate) {
+				return nil, err
+			}
+			// Confirmed stale with the leader: the handler decides
+			// whether this is the retry of the renewal that replaced it.
+			p.Replaced = true
 		}
 	case pol.admin != nil:
 		if id.Kind != pki.KindAdmin {

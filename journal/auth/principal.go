@@ -20,6 +20,11 @@ type Principal struct {
 	// rather than a journal-signed certificate; SPIFFEID is the SVID's ID.
 	SVID     bool
 	SPIFFEID string
+	// Replaced is set on a RenewCert call whose certificate the registry
+	// no longer holds: the handler answers it only as the retry of the
+	// renewal that replaced it (same new key), and refuses it stale
+	// otherwise.
+	Replaced bool
 }
 
 // spireIdentitySource is what Ping reports for an SVID-authenticated agent.
@@ -51,10 +56,14 @@ func withPrincipal(ctx context.Context, p *Principal) context.Context {
 
 // policy says who may call a method. Methods not listed are refused.
 type policy struct {
-	public bool                   // no client certificate needed (Enroll)
-	peer   bool                   // another journal of the quorum
-	agent  bool                   // an agent bound to its current certificate
-	admin  func(role string) bool // an operator whose role passes
+	public bool // no client certificate needed (Enroll)
+	peer   bool // another journal of the quorum
+	agent  bool // an agent bound to its current certificate
+	// replaced lets an agent whose certificate a renewal replaced through
+	// to the handler (Principal.Replaced), to ask for that renewal's
+	// answer again.
+	replaced bool
+	admin    func(role string) bool // an operator whose role passes
 }
 
 func anyRole(string) bool { return true }
@@ -74,7 +83,7 @@ func OpsVCluster(role string) string {
 
 var policies = map[string]policy{
 	pactv1.EnrollmentService_Enroll_FullMethodName:       {public: true},
-	pactv1.EnrollmentService_RenewCert_FullMethodName:    {agent: true},
+	pactv1.EnrollmentService_RenewCert_FullMethodName:    {agent: true, replaced: true},
 	pactv1.EnrollmentService_Subscribe_FullMethodName:    {agent: true},
 	pactv1.EnrollmentService_Ping_FullMethodName:         {agent: true},
 	pactv1.EnrollmentService_IssueStandby_FullMethodName: {agent: true},
