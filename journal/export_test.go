@@ -154,4 +154,19 @@ func (j *Journal) ProposeDigestForTest(ids []string) {
 // HoldStreamWakeups keeps every Subscribe stream of this journal asleep,
 // as a scheduler that has not run their goroutines yet would, until
 // release, which wakes them all. A stream still sees its client leave.
-func (j *Journal) HoldStreamWakeups() (release func()) { return j.hub.holdWakeups() }
+func (j *Journal) HoldStreamWakeups() (release func()) {
+	h := j.hub
+	h.mu.Lock()
+	h.held = true
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.held = false
+		for _, ws := range h.streams {
+			for w := range ws {
+				wake(w.node)
+			}
+		}
+	}
+}

@@ -110,24 +110,6 @@ func (h *hub) wake(ch chan struct{}) {
 	}
 }
 
-// holdWakeups stops waking streams until release, which wakes them all:
-// a test's stand-in for a stream goroutine the scheduler has not run yet.
-func (h *hub) holdWakeups() (release func()) {
-	h.mu.Lock()
-	h.held = true
-	h.mu.Unlock()
-	return func() {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		h.held = false
-		for _, ws := range h.streams {
-			for w := range ws {
-				wake(w.node)
-			}
-		}
-	}
-}
-
 func wake(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
