@@ -9,9 +9,12 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/identity/spire"
+	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -53,7 +56,9 @@ func (a *Agent) renew(ctx context.Context, act *channel.Channel) error {
 			// back, where a fresh key would be refused ALREADY_ACTIVE for
 			// the takeover window.
 			a.enrollKey, a.enrollCSR = key, csr
-			a.renewUnknown.Store(cur.Identity().Serial())
+			if outcomeUnknown(err) {
+				a.renewUnknown.Store(cur.Identity().Serial())
+			}
 			done()
 			return nil, fmt.Errorf("agent: RenewCert at %s: %w", cur.Target(), err)
 		}
@@ -85,6 +90,24 @@ func (a *Agent) renew(ctx context.Context, act *channel.Channel) error {
 	a.attempted("renew", nil)
 	a.rotated()
 	return nil
+}
+
+// outcomeUnknown reports whether a failed call may have committed: no
+// answer came (a deadline, a broken connection), or the journal could not
+// tell (OUTCOME_UNKNOWN, NO_LEADER). A refusal (rate-limited, stale,
+// revoked) wrote nothing.
+func outcomeUnknown(err error) bool {
+	pe := apierr.FromError(err)
+	switch pe.Reason {
+	case apierr.OutcomeUnknown, apierr.NoLeader:
+		return true
+	case "":
+		switch pe.Code {
+		case codes.DeadlineExceeded, codes.Unavailable, codes.Canceled:
+			return true
+		}
+	}
+	return false
 }
 
 // renewalKey is the key a renewal of the certificate serial asks to have
