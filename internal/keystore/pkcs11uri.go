@@ -116,7 +116,10 @@ func parsePKCS11URI(body string) (pkcs11URI, error) {
 			if !filepath.IsAbs(p) {
 				return pkcs11URI{}, fmt.Errorf("%w: pkcs11: pin-source= must be file:/ABSOLUTE/PATH of a file holding the PIN", ErrSpec)
 			}
-			u.PINFile = p
+			// Leading slashes beyond one name the same file; kept, a
+			// path of "///" would read as file:/// (an empty authority)
+			// when the URI is written again, and name another.
+			u.PINFile = "/" + strings.TrimLeft(p, "/")
 		default:
 			return pkcs11URI{}, fmt.Errorf("%w: pkcs11: query attribute %s= is not used by pact: give module-path= and pin-source= only", ErrSpec, clip(name))
 		}
