@@ -438,7 +438,7 @@ func (j *Journal) renewalRetried(p *auth.Principal, req *pactv1.RenewCertRequest
 	n, ok := j.fsm.Node(p.ID.Name)
 	if cur := n.GetCert(); !ok || cur.GetSerial() == p.Serial || cur.GetSpkiSha256() != fingerprint(csr.SPKI) {
 		j.metrics.renew.WithLabelValues("refused").Inc()
-		return nil, fmt.Errorf("%w: certificate %s is not the current certificate of node %s (it was replaced); the agent must use its newer certificate or enroll again", raftfsm.ErrStaleCertificate, p.Serial, p.ID.Name)
+		return nil, auth.StaleError(p)
 	}
 	chain, bundle, err := j.chainFor(n.GetCert())
 	if err != nil {

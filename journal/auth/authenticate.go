@@ -354,6 +354,12 @@ func (a *Authenticator) CheckBinding(p *Principal) error {
 		// its first stream makes it current (Subscribe).
 		return nil
 	}
+	return StaleError(p)
+}
+
+// StaleError is the refusal of a certificate the registry no longer holds
+// for its node.
+func StaleError(p *Principal) error {
 	return fmt.Errorf("%w: certificate %s is not the current certificate of node %s (it was replaced); the agent must use its newer certificate or enroll again", raftfsm.ErrStaleCertificate, p.Serial, p.ID.Name)
 }
 

@@ -174,16 +174,12 @@ func (l *Limiter) gotSlot(src netip.Addr) {
 func (l *Limiter) bounceLocked(now time.Time, src netip.Addr) (far bool) {
 	b, ok := l.bounced[src]
 	if !ok && len(l.bounced) >= maxBounced {
-		for k, o := range l.bounced {
-			if now.Sub(o.last) > bounceMemory {
-				delete(l.bounced, k)
-			}
-		}
-		for k := range l.bounced { // still full: any one (map order is random)
-			if len(l.bounced) < maxBounced {
-				break
-			}
+		// Any one (map order is random): a sweep for the stale would cost
+		// a pass over every entry on each answer of a flood from fresh
+		// addresses, under qmu; a stale entry counts from zero anyway.
+		for k := range l.bounced {
 			delete(l.bounced, k)
+			break
 		}
 	}
 	if now.Sub(b.last) > bounceMemory {

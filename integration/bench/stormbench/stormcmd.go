@@ -634,9 +634,6 @@ func runOneStorm(c *cluster, lg loadgen, kind stormKind, idxs []int, f stormFlag
 	}
 	logf("%s storm: %d streaming, %d failed (%d abandoned) in %.2fs (%.0f/s), p50 %.0f ms, p99 %.0f ms from arrival; attempts %v; journals answered %v, answered %d connections busy (agents saw %d) and closed %d before their handshake; failed attempts %v; leader changes %d; other processes used %.0f%% of the machine meanwhile",
 		kind, res.ok, res.failed, res.abandoned, res.wall.Seconds(), res.perSec, ms(res.pct(0.50)), ms(res.pct(0.99)), res.byOp, res.journalCount, res.journalBusy, res.busy, res.journalClosed, res.failures, res.leaderChange, 100*res.others)
-	if res.conntrackDrops > 0 {
-		logf("WARNING: in the %s storm the kernel dropped %d packets because its connection-tracking table was full (%s): connections and Raft messages were lost before any journal saw them", kind, res.conntrackDrops, conntrackStat)
-	}
 	for _, e := range res.firstErrs {
 		logf("  failed: %s", e)
 	}
