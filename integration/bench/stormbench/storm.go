@@ -317,6 +317,19 @@ type stormResult struct {
 	// journalBusy is pact_journal_connections_busy_total during the
 	// storm: connections the journals answered busy, with a retry-after.
 	journalBusy int
+	// batches and batched are the activation (or renewal) batches the
+	// journals proposed during the storm and the commands in them
+	// (pact_journal_activation_batch_size's count and sum): how many
+	// enrollments one Raft entry carried.
+	batches, batched float64
+}
+
+// meanBatch is the commands per batch the journals proposed (0: none).
+func (r *stormResult) meanBatch() float64 {
+	if r.batches == 0 {
+		return 0
+	}
+	return r.batched / r.batches
 }
 
 func (r *stormResult) pct(p float64) time.Duration { return percentile(r.lat, p) }

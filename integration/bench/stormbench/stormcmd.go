@@ -595,6 +595,7 @@ func runOneStorm(c *cluster, lg loadgen, kind stormKind, idxs []int, f stormFlag
 	e0, r0 := c.enrollCounters()
 	closed0 := c.sumMetric("pact_journal_connections_refused_total")
 	busy0 := c.sumMetric("pact_journal_connections_busy_total")
+	batches0, batched0 := c.sumMetric("pact_journal_activation_batch_size_count"), c.sumMetric("pact_journal_activation_batch_size_sum")
 	ct0, ctOK := conntrackDrops()
 	var perf *exec.Cmd
 	if f.perf {
@@ -617,6 +618,8 @@ func runOneStorm(c *cluster, lg loadgen, kind stormKind, idxs []int, f stormFlag
 	res.journalClosed = int(c.sumMetric("pact_journal_connections_refused_total") - closed0)
 	res.journalBusy = int(c.sumMetric("pact_journal_connections_busy_total") - busy0)
 	res.leaderChange = c.countInLogs(leaderRE) - leadersBefore
+	res.batches = c.sumMetric("pact_journal_activation_batch_size_count") - batches0
+	res.batched = c.sumMetric("pact_journal_activation_batch_size_sum") - batched0
 	if ct1, ok := conntrackDrops(); ok && ctOK {
 		res.conntrackDrops = int64(ct1 - ct0)
 	} else {
@@ -632,8 +635,8 @@ func runOneStorm(c *cluster, lg loadgen, kind stormKind, idxs []int, f stormFlag
 			res.journalCount[k] = d
 		}
 	}
-	logf("%s storm: %d streaming, %d failed (%d abandoned) in %.2fs (%.0f/s), p50 %.0f ms, p99 %.0f ms from arrival; attempts %v; journals answered %v, answered %d connections busy (agents saw %d) and closed %d before their handshake; failed attempts %v; leader changes %d; other processes used %.0f%% of the machine meanwhile",
-		kind, res.ok, res.failed, res.abandoned, res.wall.Seconds(), res.perSec, ms(res.pct(0.50)), ms(res.pct(0.99)), res.byOp, res.journalCount, res.journalBusy, res.busy, res.journalClosed, res.failures, res.leaderChange, 100*res.others)
+	logf("%s storm: %d streaming, %d failed (%d abandoned) in %.2fs (%.0f/s), p50 %.0f ms, p99 %.0f ms from arrival; attempts %v; journals answered %v, answered %d connections busy (agents saw %d) and closed %d before their handshake; failed attempts %v; leader changes %d; %.0f Raft batches of %.2f commands on average; other processes used %.0f%% of the machine meanwhile",
+		kind, res.ok, res.failed, res.abandoned, res.wall.Seconds(), res.perSec, ms(res.pct(0.50)), ms(res.pct(0.99)), res.byOp, res.journalCount, res.journalBusy, res.busy, res.journalClosed, res.failures, res.leaderChange, res.batches, res.meanBatch(), 100*res.others)
 	for _, e := range res.firstErrs {
 		logf("  failed: %s", e)
 	}
@@ -869,6 +872,8 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		"loadgen_stack_kb_per_agent":      round(stackPer/1024, 1),
 		"leader_changes":                  e.leaderChange,
 		"kernel_conntrack_drops":          e.conntrackDrops,
+		"raft_batches":                    e.batches,
+		"mean_batch":                      round(e.meanBatch(), 2),
 		"key_exchange":                    curve.String(),
 		"sign_only_per_s_one_core":        round(signRate, 0),
 		"sign_only_cpu_ms":                round(ms(signCPU), 3),
@@ -924,6 +929,8 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		js["renew_loadgen_gc_cpu_share"] = round(r.genGCShare(), 3)
 		js["renew_leader_changes"] = r.leaderChange
 		js["renew_kernel_conntrack_drops"] = r.conntrackDrops
+		js["renew_raft_batches"] = r.batches
+		js["renew_mean_batch"] = round(r.meanBatch(), 2)
 		js["renew_ceiling_per_s"] = round(ceilR.perSec, 1)
 		js["renew_ceiling_cpu_ms"] = round(ms(ceilR.cpuOp), 3)
 		js["renew_ratio_to_ceiling"] = round(r.perSec/ceilR.perSec, 3)
