@@ -473,8 +473,12 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 	// with its new one (here, or its agent closing the old channel) was
 	// handed over: no drop.
 	var dropped string
-	var handedOver bool
+	var handedOver, notStreamed bool
 	defer func() {
+		if notStreamed {
+			j.log.Info("agent stream closed", logkey.NodeID, p.ID.Name, logkey.Serial, p.Serial, logkey.Reason, "client_gone_before_first_state")
+			return
+		}
 		if handedOver {
 			j.metrics.streamHandovers.Inc()
 			j.log.Info("agent stream closed", logkey.NodeID, p.ID.Name, logkey.Serial, p.Serial, logkey.Reason, "handed_over")
@@ -562,9 +566,22 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 		}
 		return nil
 	}
+	if hold := j.hub.beforeFirstState.Load(); hold != nil {
+		(*hold)(ctx, p.Serial)
+	}
+	// A client that left before this stream sent its first state (gone
+	// before the journal got to it, or its send failing for that) never
+	// streamed: the node lost nothing here (its old stream, if a renewal
+	// replaced it, still serves), so no drop and no handover.
+	if ctx.Err() != nil {
+		notStreamed = true
+		return ctx.Err()
+	}
 	if err := sendState(true); err != nil {
+		notStreamed = dropped == dropClientGone
 		return err
 	}
+	j.hub.streaming(w)
 	for {
 		// Wake at the next recheck, or just after the certificate expires.
 		wait := j.cfg.StreamRecheckInterval

@@ -170,3 +170,20 @@ func (j *Journal) HoldStreamWakeups() (release func()) {
 		}
 	}
 }
+
+// HoldFirstState keeps every new Subscribe stream of the certificate
+// serial from sending its first state until its client leaves, as a
+// journal too busy to answer before the agent gives up would; arrived
+// receives each held stream as it reaches the hold. clear lifts it.
+func (j *Journal) HoldFirstState(serial string) (arrived <-chan struct{}, clear func()) {
+	ch := make(chan struct{}, 16)
+	hold := func(ctx context.Context, s string) {
+		if s != serial {
+			return
+		}
+		ch <- struct{}{}
+		<-ctx.Done()
+	}
+	j.hub.beforeFirstState.Store(&hold)
+	return ch, func() { j.hub.beforeFirstState.Store(nil) }
+}

@@ -1,7 +1,9 @@
 package journal
 
 import (
+	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -18,14 +20,21 @@ type hub struct {
 	// held is a test hook (HoldStreamWakeups): while set, no stream is
 	// woken; its release wakes every stream.
 	held bool
+	// beforeFirstState, if set, runs in a new stream before it sends its
+	// first state and may block it: a test's journal too busy to answer
+	// (HoldFirstState).
+	beforeFirstState atomic.Pointer[func(ctx context.Context, serial string)]
 }
 
 type streamWaker struct {
 	nodeID string
 	// serial is the certificate the stream was opened with.
 	serial string
-	node   chan struct{}
-	bundle chan struct{}
+	// streaming: the stream has sent its first state (assignment and
+	// trust bundle). Only then is it the node's stream for a handover.
+	streaming bool
+	node      chan struct{}
+	bundle    chan struct{}
 }
 
 func newHub() *hub {
@@ -38,23 +47,35 @@ func (h *hub) register(nodeID, serial string) *streamWaker {
 	if h.streams[nodeID] == nil {
 		h.streams[nodeID] = map[*streamWaker]struct{}{}
 	}
-	// A stream of the node's renewed certificate ends the old one's
-	// grace: wake it to see so.
-	for o := range h.streams[nodeID] {
-		h.wake(o.node)
-	}
 	h.streams[nodeID][w] = struct{}{}
 	h.mu.Unlock()
 	return w
 }
 
+// streaming records that w has sent its first state. A stream of the
+// node's renewed certificate that streams ends the old one's grace: wake
+// the others to see so. Not at register: a journal busy enough to take
+// seconds over a new stream's first state would end the old stream while
+// the agent, still waiting for that state, may give up on the new one
+// and leave the node with no stream at all.
+func (h *hub) streaming(w *streamWaker) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w.streaming = true
+	for o := range h.streams[w.nodeID] {
+		if o != w {
+			h.wake(o.node)
+		}
+	}
+}
+
 // hasStream reports whether this journal holds a stream of the node with
-// the certificate serial.
+// the certificate serial that has sent its first state.
 func (h *hub) hasStream(nodeID, serial string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for w := range h.streams[nodeID] {
-		if w.serial == serial {
+		if w.serial == serial && w.streaming {
 			return true
 		}
 	}

@@ -103,7 +103,7 @@ func newMetrics(j *Journal) *metrics {
 				return 0
 			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pact_journal_intermediate_expiry_seconds", Help: "Seconds until this journal's intermediate expires."},
-			func() float64 { return time.Until(j.ca.Intermediate().NotAfter).Seconds() }),
+			func() float64 { return j.ca.Intermediate().NotAfter.Sub(j.cfg.Clock.Now()).Seconds() }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pact_journal_audit_export_dropped_total", Help: "Audit entries dropped from the JSON-lines export because the writer fell behind."},
 			func() float64 {
 				if j.audit == nil {

@@ -1,6 +1,7 @@
 package journal_test
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"math"
@@ -202,6 +203,77 @@ func TestHandoverSeenOnlyAfterTheClientLeft(t *testing.T) {
 			t.Errorf("drops{reason=%q} = %v, want 0", r, got)
 		}
 	}
+}
+
+// A renewed node's new stream is its stream only once it has sent its
+// first state. In a renewal storm a journal can take seconds over a new
+// stream before it sends anything, and the agent, waiting for that first
+// state, may give up on the new channel first: the old stream must still
+// be serving then, and a stream that never streamed is no drop.
+func TestOldStreamServesUntilTheNewOneHasStreamed(t *testing.T) {
+	e := newEnv(t, func(c *journal.Config) { c.RenewalStreamGrace = 10 * time.Minute })
+	reg := e.h.J.MetricsRegistry()
+	noDrops := func(step string) {
+		t.Helper()
+		for _, r := range dropReasons {
+			if got := must(t, reg, "pact_journal_stream_drops_total", "reason", r); got != 0 {
+				t.Errorf("%s: drops{reason=%q} = %v, want 0", step, r, got)
+			}
+		}
+	}
+	a := e.activate(t, "n1", "SN1", "02:00:00:00:00:01")
+	old := e.subscribe(t, a)
+	renewed, err := e.renew(t, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := old.next(t); ev.GetSuperseded().GetSerial() != renewed.serial {
+		t.Fatalf("event %v on the old stream, want superseded by %s", ev, renewed.serial)
+	}
+
+	// The new stream reaches the journal, which does not answer it yet.
+	arrived, clear := e.h.J.HoldFirstState(renewed.serial)
+	defer clear()
+	ctx, giveUp := context.WithCancel(context.Background())
+	defer giveUp()
+	if _, err := e.agentClient(t, renewed).Subscribe(ctx, &pactv1.SubscribeRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-arrived:
+	case <-time.After(pollTimeout):
+		t.Fatal("the new stream never reached the journal")
+	}
+	// Wake the old stream: it re-checks, and must go on serving.
+	e.fc.Advance(e.cfg.StreamRecheckInterval)
+	eventually(t, "the old stream to re-check", func() bool {
+		select {
+		case <-old.done:
+			return true
+		default:
+		}
+		return e.fc.Timers() >= 3 // the two journal loops and the old stream's re-check
+	})
+	old.quiet(t)
+
+	// The agent gives up on the new channel; its old one still serves.
+	giveUp()
+	eventually(t, "the abandoned stream to end", func() bool { return e.h.J.OpenStreams("n1") == 1 })
+	old.quiet(t)
+	noDrops("a new stream abandoned before its first state")
+	if got := must(t, reg, "pact_journal_stream_handovers_total"); got != 0 {
+		t.Errorf("handovers = %v before any new stream streamed, want 0", got)
+	}
+
+	// Its next try streams, and the old stream is handed over.
+	clear()
+	e.subscribe(t, renewed)
+	old.end(t)
+	eventually(t, "the old stream to be handed over", func() bool { return e.h.J.OpenStreams("n1") == 1 })
+	if got := must(t, reg, "pact_journal_stream_handovers_total"); got != 1 {
+		t.Errorf("handovers = %v after the new stream streamed, want 1", got)
+	}
+	noDrops("the handover")
 }
 
 // Failed handshakes are counted by port and reason; busy answers are not
