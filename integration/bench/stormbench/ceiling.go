@@ -28,15 +28,16 @@ import (
 //   - the agent's key generation and CSR (ECDSA P-256);
 //   - for an enrollment, a full TLS 1.3 handshake, both sides, with the
 //     key exchange the journals negotiate, the server presenting a
-//     journal-style P-256 chain (leaf + intermediate) that the client
-//     verifies against the domain root: the Enroll connection;
+//     journal's P-256 chain (leaf, intermediate, journal CA) that the
+//     client verifies against the domain root: the Enroll connection;
 //   - the journal's CSR check (ca.ParseCSR) and signing (ca.SignAgent),
 //     the very functions the journal calls;
 //   - a second full handshake, mutual this time (the client presents its
-//     new agent chain and the server verifies it): the agent's mTLS
-//     channel, on which it Pings and Subscribes. A renewal needs only this
-//     one (RenewCert goes over the live channel, then the agent moves to a
-//     new channel with the new certificate).
+//     new agent chain and the server checks the leaf's signature by its
+//     intermediate, as a journal does once it knows the chain above): the
+//     agent's mTLS channel, on which it Pings and Subscribes. A renewal
+//     needs only this one (RenewCert goes over the live channel, then the
+//     agent moves to a new channel with the new certificate).
 //
 // What it leaves out is what the ratio measures: gRPC and HTTP/2, Raft
 // replication and fsync, the registry, logging, and scheduling.
@@ -85,11 +86,17 @@ func newCeilingKit(dir string, curve tls.CurveID) (*ceilingKit, error) {
 	if err != nil {
 		return nil, err
 	}
+	names, ips := []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)}
+	jca, err := floorJournalCA(up, "ceiling", names, ips)
+	if err != nil {
+		return nil, err
+	}
 	cfg := ca.DefaultConfig()
-	cfg.Upstream = up
+	cfg.Issuer = jca
+	cfg.Roots = []*x509.Certificate{up.Root()}
 	cfg.JournalID = "ceiling"
-	cfg.ServerDNSNames = []string{"localhost"}
-	cfg.ServerIPs = []net.IP{net.IPv4(127, 0, 0, 1)}
+	cfg.ServerDNSNames = names
+	cfg.ServerIPs = ips
 	cfg.Clock = clock.Real{}
 	authority, err := ca.New(cfg)
 	if err != nil {
@@ -111,8 +118,12 @@ func newCeilingKit(dir string, curve tls.CurveID) (*ceilingKit, error) {
 		k.server.CurvePreferences = []tls.CurveID{curve}
 	}
 	k.mtlsServer = k.server.Clone()
-	k.mtlsServer.ClientAuth = tls.RequireAndVerifyClientCert
-	k.mtlsServer.ClientCAs = roots
+	// The client chain's signatures above the leaf are the journal's own
+	// intermediate's and journal CA's, checked once per intermediate by a
+	// journal, not per handshake: the leaf's alone (the stubs' check).
+	k.mtlsServer.ClientAuth = tls.RequireAnyClientCert
+	inter := []*x509.Certificate{authority.Intermediate()}
+	k.mtlsServer.VerifyConnection = func(cs tls.ConnectionState) error { return verifyLeafSignedBy(cs, inter) }
 	k.client = &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		RootCAs:    roots,

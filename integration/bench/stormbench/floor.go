@@ -2,7 +2,11 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -35,6 +39,7 @@ import (
 
 	"github.com/pact-hpc/pact/integration/bench/stormbench/bareclient"
 	"github.com/pact-hpc/pact/integration/launch"
+	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/transport"
@@ -67,18 +72,26 @@ type floorJournal struct {
 	dir     string // holds every stub's intermediate (floor-inter-*.der)
 	streams atomic.Int64
 
-	bundleOnce sync.Once
-	bundle     [][]byte // root, then every stub's intermediate
+	bundleOnce    sync.Once
+	bundle        [][]byte // root, every stub's journal CA, then every stub's intermediate
+	intermediates int      // of bundle, at its end
+
+	issuersOnce sync.Once
+	parsed      []*x509.Certificate // the intermediates of bundle, parsed
 }
 
-// trustBundle is the root and every stub's intermediate, read once: every
-// stub writes its intermediate before it serves, and the driver starts the
-// agents only when all serve.
+// trustBundle is the root and every stub's journal CA and intermediate,
+// read once: every stub writes its own before it serves, and the driver
+// starts the agents only when all serve.
 func (f *floorJournal) trustBundle() [][]byte {
 	f.bundleOnce.Do(func() {
 		f.bundle = [][]byte{f.ca.Root().Raw}
-		paths, _ := filepath.Glob(filepath.Join(f.dir, "floor-inter-*.der"))
+		paths, _ := filepath.Glob(filepath.Join(f.dir, "floor-jca-*.der"))
+		inters, _ := filepath.Glob(filepath.Join(f.dir, "floor-inter-*.der"))
 		sort.Strings(paths)
+		sort.Strings(inters)
+		f.intermediates = len(inters)
+		paths = append(paths, inters...)
 		for _, p := range paths {
 			if der, err := os.ReadFile(p); err == nil {
 				f.bundle = append(f.bundle, der)
@@ -86,6 +99,42 @@ func (f *floorJournal) trustBundle() [][]byte {
 		}
 	})
 	return f.bundle
+}
+
+// verifyLeafSignedBy is the stubs' and the ceiling's check of a client
+// certificate in the handshake: signed by one of issuers, and valid now.
+// It checks the leaf's signature alone, as a journal does once it has
+// verified the chain above the leaf (journal/auth's known CAs): the stubs
+// issued every intermediate themselves. A connection without one (Enroll)
+// passes; the ceiling's mTLS side requires one of its tls.Config.
+func verifyLeafSignedBy(cs tls.ConnectionState, issuers []*x509.Certificate) error {
+	if len(cs.PeerCertificates) == 0 {
+		return nil
+	}
+	leaf, now := cs.PeerCertificates[0], time.Now()
+	if now.Before(leaf.NotBefore) || now.After(leaf.NotAfter) {
+		return errors.New("floor: client certificate not valid now")
+	}
+	for _, c := range issuers {
+		if bytes.Equal(leaf.RawIssuer, c.RawSubject) && leaf.CheckSignatureFrom(c) == nil {
+			return nil
+		}
+	}
+	return errors.New("floor: client certificate not signed by a stub's intermediate")
+}
+
+// issuers is the stubs' intermediates, parsed once: what signs an agent
+// certificate.
+func (f *floorJournal) issuers() []*x509.Certificate {
+	f.issuersOnce.Do(func() {
+		b := f.trustBundle()
+		for _, der := range b[len(b)-f.intermediates:] {
+			if c, err := x509.ParseCertificate(der); err == nil {
+				f.parsed = append(f.parsed, c)
+			}
+		}
+	})
+	return f.parsed
 }
 
 // floorNodeID names a node by its BMC serial: the stub has no registry.
@@ -105,10 +154,11 @@ func caller(ctx context.Context) (*x509.Certificate, pki.Identity, error) {
 		return nil, pki.Identity{}, status.Error(codes.Unauthenticated, "no peer")
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(info.State.VerifiedChains) == 0 {
-		return nil, pki.Identity{}, status.Error(codes.Unauthenticated, "no verified client certificate")
+	if !ok || len(info.State.PeerCertificates) == 0 {
+		return nil, pki.Identity{}, status.Error(codes.Unauthenticated, "no client certificate")
 	}
-	leaf := info.State.VerifiedChains[0][0]
+	// verifyLeafSignedBy verified it in the handshake.
+	leaf := info.State.PeerCertificates[0]
 	id, err := pki.IdentityOf(leaf)
 	if err != nil {
 		return nil, pki.Identity{}, status.Error(codes.Unauthenticated, err.Error())
@@ -242,6 +292,30 @@ func runFloorJournal(args []string) int {
 	return 0
 }
 
+// floorJournalCA is a stub's journal CA: signed by the root as a
+// ceremony signs a journal's (caprofile.JournalCA), its key in memory. The
+// stubs' chain is the design's (root, journal CA, intermediate, leaf): the
+// agents verify the same links against them as against pact's journals.
+func floorJournalCA(root *ca.KeyFileAuthority, id string, names []string, ips []net.IP) (ca.Issuer, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return ca.Issuer{}, err
+	}
+	domain, err := ca.DomainOf(root.Root())
+	if err != nil {
+		return ca.Issuer{}, err
+	}
+	now := time.Now()
+	cert, err := ca.SignJournalCA(root, key.Public(), caprofile.JournalCAParams{
+		Domain: domain, JournalID: id, DNSNames: names, IPs: ips,
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(caprofile.DefaultJournalCALifetime),
+	})
+	if err != nil {
+		return ca.Issuer{}, err
+	}
+	return ca.Issuer{Certificate: cert, Signer: key}, nil
+}
+
 func serveFloorJournal(dir, id, kxName string, admission bool) error {
 	kx, err := transport.ParseKeyExchange(kxName)
 	if err != nil {
@@ -251,32 +325,43 @@ func serveFloorJournal(dir, id, kxName string, admission bool) error {
 	if err != nil {
 		return err
 	}
+	names, ips := []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)}
+	jca, err := floorJournalCA(up, id, names, ips)
+	if err != nil {
+		return err
+	}
 	cfg := ca.DefaultConfig()
-	cfg.Upstream = up
+	cfg.Issuer = jca
+	cfg.Roots = []*x509.Certificate{up.Root()}
 	cfg.JournalID = id
-	cfg.ServerDNSNames = []string{"localhost"}
-	cfg.ServerIPs = []net.IP{net.IPv4(127, 0, 0, 1)}
+	cfg.ServerDNSNames = names
+	cfg.ServerIPs = ips
 	cfg.Clock = clock.Real{}
 	authority, err := ca.New(cfg)
 	if err != nil {
 		return err
 	}
 	server := authority.ServerCertificate()
-	if len(server.Certificate) < 2 {
-		return fmt.Errorf("the server certificate has no intermediate")
+	if len(server.Certificate) != 3 {
+		return fmt.Errorf("the server certificate comes with %d certificates, not its intermediate and journal CA", len(server.Certificate)-1)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "floor-inter-"+id+".der"), server.Certificate[1], 0o644); err != nil {
-		return err
+	// The trust bundle's share of this stub, as a journal's: its journal
+	// CA and its intermediate.
+	for name, der := range map[string][]byte{"floor-jca-" + id + ".der": server.Certificate[2], "floor-inter-" + id + ".der": server.Certificate[1]} {
+		if err := os.WriteFile(filepath.Join(dir, name), der, 0o644); err != nil {
+			return err
+		}
 	}
-	roots := x509.NewCertPool()
-	roots.AddCert(authority.Root())
+	fj := &floorJournal{id: id, ca: authority, dir: dir}
 	tlsCfg := kx.Apply(&tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{*server},
 		// Enroll comes without a client certificate; the channel's is
-		// verified in the handshake (the ceiling's mTLS handshake).
-		ClientAuth:             tls.VerifyClientCertIfGiven,
-		ClientCAs:              roots,
+		// verified in the handshake (the ceiling's mTLS handshake), by
+		// VerifyConnection: Go's own verification would check every
+		// signature up to the root on every connection.
+		ClientAuth:             tls.RequestClientCert,
+		VerifyConnection:       func(cs tls.ConnectionState) error { return verifyLeafSignedBy(cs, fj.issuers()) },
 		SessionTicketsDisabled: true,
 	})
 	var creds credentials.TransportCredentials = credentials.NewTLS(tlsCfg)
@@ -287,7 +372,6 @@ func serveFloorJournal(dir, id, kxName string, admission bool) error {
 		}
 		creds = &admittedCreds{TransportCredentials: creds, lim: lim}
 	}
-	fj := &floorJournal{id: id, ca: authority, dir: dir}
 	s := grpc.NewServer(append(transport.ServerOptions(), grpc.Creds(creds), grpc.ConnectionTimeout(10*time.Second))...)
 	pactv1.RegisterEnrollmentServiceServer(s, fj)
 
