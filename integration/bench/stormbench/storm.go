@@ -104,6 +104,19 @@ func attemptWork(op string, err error) work {
 	return work{mtls: 1} // connect, upgrade, fallback, move: a new channel
 }
 
+// wastedWork is what of a failed attempt's work (attemptWork) came to
+// nothing. All of it, but for a renewal whose RenewCert answered and whose
+// new channel failed: the agent keeps the renewed certificate and moves
+// onto it later ("move", priced as a new channel), so only the failed
+// channel's handshake is lost, not the key or the signature.
+func wastedWork(op string, err error) work {
+	w := attemptWork(op, err)
+	if op == "renew" && err != nil && !strings.Contains(err.Error(), "RenewCert at ") {
+		return work{mtls: w.mtls}
+	}
+	return w
+}
+
 // newChannel reports an attempt to put a certificate on a new channel:
 // a connect, a move to another identity, or a renewal whose RenewCert
 // answered (its new channel tried, whatever came of it). In the renewal
@@ -222,7 +235,7 @@ func (a *benchAgent) onAttempt(op string, err error) {
 		return
 	}
 	if err != nil {
-		a.wasted.add(w)
+		a.wasted.add(wastedWork(op, err))
 		pe := apierr.FromError(err)
 		label := op + " " + pe.Code.String()
 		switch {

@@ -259,6 +259,28 @@ func TestAttemptWork(t *testing.T) {
 	}
 }
 
+// A failed attempt's work is wasted but for a renewal that committed and
+// whose new channel failed: its certificate is kept for the move.
+func TestWastedWork(t *testing.T) {
+	deadline := status.Error(codes.DeadlineExceeded, "context deadline exceeded")
+	refused := status.Error(codes.ResourceExhausted, "RATE_LIMITED")
+	for _, tc := range []struct {
+		op   string
+		err  error
+		want work
+	}{
+		{"renew", fmt.Errorf("channel: health check of x: %w", deadline), work{mtls: 1}},
+		{"renew", fmt.Errorf("agent: RenewCert at x: %w", refused), work{keygen: 1}},
+		{"renew", fmt.Errorf("agent: RenewCert at x: %w", deadline), work{keygen: 1, sign: 1}},
+		{"enroll", deadline, work{tls: 1, sign: 1}},
+		{"move", deadline, work{mtls: 1}},
+	} {
+		if got := wastedWork(tc.op, tc.err); got != tc.want {
+			t.Errorf("wastedWork(%s, %v) = %+v, want %+v", tc.op, tc.err, got, tc.want)
+		}
+	}
+}
+
 // The renewal storm counts the tries to put each node's renewed
 // certificate on a channel: the renewal's own once RenewCert answered,
 // then moves and connects; not a renewal refused at RenewCert.

@@ -820,7 +820,7 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		fmt.Fprintf(out, "one real pact-agent process, streaming: VmRSS %.1f MB (RssAnon %.1f MB), VmHWM %.1f MB\n", mb(am.rss), mb(am.anon), mb(am.hwm))
 	}
 	fmt.Fprintln(out, "CPU ms/op counts every journal process and the load generator (every process of it) per agent; ratio = per s / ceiling per s; CPU ratio = ceiling CPU ms/op / CPU ms/op;")
-	fmt.Fprintln(out, "wasted CPU = share of the CPU spent on attempts that ended refused, timed out or abandoned (each attempt priced by its crypto, overhead in proportion);")
+	fmt.Fprintln(out, "wasted CPU = share of the CPU spent on attempts that ended refused, timed out or abandoned (each attempt priced by its crypto, overhead in proportion; a renewal whose new channel failed loses that handshake only, its certificate is kept);")
 	fmt.Fprintln(out, "others' CPU = share of the machine other users' processes took during the storm / during its ceiling (a shared machine: trust the CPU ratio more than the ratio when these differ)")
 	ws, wsMin := wastedShare(e, price)
 	fmt.Fprintf(out, "\nheadline: %d of %d agents streaming %.2f s after the first arrival; ratio to ceiling %.2f; wasted CPU %.1f%%; journal CPU ratio %.2f; %d failed; %d leader changes (others took %.0f%% of the machine)\n",
