@@ -192,6 +192,7 @@ func New(cfg Config) (*Agent, error) {
 	rc.Roots = roots
 	rc.MaxClockSkew = cfg.MaxClockSkew
 	rc.CallTimeout = cfg.CallTimeout
+	rc.HandshakeQueueWait = cfg.HandshakeQueueWait
 	rc.DrainTimeout = cfg.DrainTimeout
 	rc.OnEvent = a.handleEvent
 	rc.DialOptions = cfg.DialOptions

@@ -34,6 +34,13 @@ type Config struct {
 	Hardware hwinfo.Config
 	// CallTimeout bounds one Enroll or RenewCert call.
 	CallTimeout time.Duration
+	// HandshakeQueueWait is how long a journal may hold a new
+	// connection's ClientHello in its handshake queue before it answers
+	// busy (the journal's --handshake-queue-wait, 8 s by default): a new
+	// connection's handshake (Enroll's, a channel's) is allowed it on top
+	// of CallTimeout, so a node does not give up on a journal that is
+	// still keeping its promise (channel.Config.HandshakeQueueWait).
+	HandshakeQueueWait time.Duration
 	// MinBackoff and MaxBackoff bound the retry delay (internal/backoff:
 	// exponential with full jitter, honouring a journal's retry-after).
 	MinBackoff time.Duration
@@ -142,24 +149,25 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Hardware:          hwinfo.DefaultConfig(),
-		KeyExchange:       transport.Classical,
-		CallTimeout:       15 * time.Second,
-		MinBackoff:        250 * time.Millisecond,
-		MaxBackoff:        30 * time.Second,
-		RenewAt:           2.0 / 3.0,
-		MinRenewInterval:  30 * time.Second,
-		MaxClockSkew:      5 * time.Minute,
-		ClockBridge:       time.Hour,
-		DrainTimeout:      10 * time.Second,
-		SPIRESocket:       spire.DefaultSocket,
-		SPIREWait:         2 * time.Second,
-		SPIRELostGrace:    spire.DefaultConfig().LostGrace,
-		SPIREExpiryMargin: spire.DefaultConfig().ExpiryMargin,
-		StatusSocket:      DefaultStatusSocket,
-		TPMDevice:         tpm.DefaultDevice,
-		Logger:            slog.Default(),
-		Clock:             clock.Real{},
+		Hardware:           hwinfo.DefaultConfig(),
+		KeyExchange:        transport.Classical,
+		CallTimeout:        15 * time.Second,
+		HandshakeQueueWait: 8 * time.Second,
+		MinBackoff:         250 * time.Millisecond,
+		MaxBackoff:         30 * time.Second,
+		RenewAt:            2.0 / 3.0,
+		MinRenewInterval:   30 * time.Second,
+		MaxClockSkew:       5 * time.Minute,
+		ClockBridge:        time.Hour,
+		DrainTimeout:       10 * time.Second,
+		SPIRESocket:        spire.DefaultSocket,
+		SPIREWait:          2 * time.Second,
+		SPIRELostGrace:     spire.DefaultConfig().LostGrace,
+		SPIREExpiryMargin:  spire.DefaultConfig().ExpiryMargin,
+		StatusSocket:       DefaultStatusSocket,
+		TPMDevice:          tpm.DefaultDevice,
+		Logger:             slog.Default(),
+		Clock:              clock.Real{},
 	}
 }
 
@@ -185,6 +193,9 @@ func (c Config) Validate() error {
 	}
 	if c.CallTimeout <= 0 {
 		errs = append(errs, errors.New("agent: CallTimeout must be positive"))
+	}
+	if c.HandshakeQueueWait < 0 {
+		errs = append(errs, errors.New("agent: HandshakeQueueWait must not be negative"))
 	}
 	if c.MinBackoff <= 0 || c.MaxBackoff < c.MinBackoff {
 		errs = append(errs, errors.New("agent: need 0 < MinBackoff <= MaxBackoff"))

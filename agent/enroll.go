@@ -122,16 +122,18 @@ func (a *Agent) enroll(ctx context.Context) (err error) {
 }
 
 func (a *Agent) callEnroll(ctx context.Context, addr string, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, error) {
-	cctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
-	defer cancel()
 	// The connection and its handshake first (enrollconn.go), reported as
-	// gRPC reports them: UNAVAILABLE, with the handshake's own error.
-	raw, err := a.dial(cctx, addr)
+	// gRPC reports them: UNAVAILABLE, with the handshake's own error. The
+	// journal may hold the handshake in its queue (HandshakeQueueWait)
+	// before the call's own time starts.
+	hctx, hcancel := context.WithTimeout(ctx, a.cfg.CallTimeout+a.cfg.HandshakeQueueWait)
+	defer hcancel()
+	raw, err := a.dial(hctx, addr)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "connection error: desc = \"transport: error while dialing: %v\"", err)
 	}
 	creds := channel.NewClientCredentials(a.cfg.KeyExchange.Apply(channel.ClientTLSConfig(a.rot.Roots(), nil, a.cfg.Clock.Now)))
-	tlsConn, info, err := creds.ClientHandshake(cctx, addr, raw)
+	tlsConn, info, err := creds.ClientHandshake(hctx, addr, raw)
 	if err != nil {
 		_ = raw.Close()
 		return nil, creds.Explain(status.Errorf(codes.Unavailable, "connection error: desc = \"transport: authentication handshake failed: %v\"", err))
@@ -144,6 +146,8 @@ func (a *Agent) callEnroll(ctx context.Context, addr string, req *pactv1.EnrollR
 		return nil, err
 	}
 	defer conn.Close()
+	cctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
+	defer cancel()
 	return pactv1.NewEnrollmentServiceClient(conn).Enroll(cctx, req)
 }
 

@@ -31,9 +31,11 @@ func (e *ClockSkewError) Error() string {
 func (e *ClockSkewError) Is(target error) bool { return target == ErrClockSkew }
 
 // check is the health check: Ping must answer, for the node and the
-// certificate the channel was built with, with a clock close to ours.
+// certificate the channel was built with, with a clock close to ours. The
+// Ping makes the channel's connection, which may wait in the journal's
+// handshake queue first (Config.HandshakeQueueWait).
 func (r *Rotator) check(ctx context.Context, ch *Channel) error {
-	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout+r.cfg.HandshakeQueueWait)
 	defer cancel()
 	resp, err := pactv1.NewEnrollmentServiceClient(ch.conn).Ping(cctx, &pactv1.PingRequest{})
 	if err != nil {

@@ -64,6 +64,16 @@ type Config struct {
 	// CallTimeout bounds the health check and the wait for a new stream's
 	// first event.
 	CallTimeout time.Duration
+	// HandshakeQueueWait is how long a journal may hold a new channel's
+	// ClientHello in its handshake queue before it answers busy (the
+	// journal's --handshake-queue-wait, 8 s by default). The health check
+	// of a new channel, which makes its connection, allows it on top of
+	// CallTimeout: a check that gives up while the journal is still
+	// serving its queue wastes the handshake it then does, on both sides,
+	// and the next try queues again (in a 10,000-node renewal storm a
+	// third of the renewed certificates' first channels did: benchmarks.md,
+	// twelfth round).
+	HandshakeQueueWait time.Duration
 	// DrainTimeout bounds how long a replaced channel waits for its
 	// in-flight calls before it is closed anyway.
 	DrainTimeout time.Duration
@@ -85,11 +95,12 @@ type Config struct {
 // DefaultConfig returns the defaults; Targets and Roots are empty.
 func DefaultConfig() Config {
 	return Config{
-		MaxClockSkew: 5 * time.Minute,
-		CallTimeout:  15 * time.Second,
-		DrainTimeout: 10 * time.Second,
-		Clock:        clock.Real{},
-		Logger:       slog.Default(),
+		MaxClockSkew:       5 * time.Minute,
+		CallTimeout:        15 * time.Second,
+		HandshakeQueueWait: 8 * time.Second,
+		DrainTimeout:       10 * time.Second,
+		Clock:              clock.Real{},
+		Logger:             slog.Default(),
 	}
 }
 
@@ -112,6 +123,9 @@ func (c Config) Validate() error {
 	}
 	if c.CallTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("channel: CallTimeout %v must be positive", c.CallTimeout))
+	}
+	if c.HandshakeQueueWait < 0 {
+		errs = append(errs, fmt.Errorf("channel: HandshakeQueueWait %v must not be negative", c.HandshakeQueueWait))
 	}
 	if c.DrainTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("channel: DrainTimeout %v must be positive", c.DrainTimeout))

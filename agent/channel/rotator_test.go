@@ -27,6 +27,7 @@ import (
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/identity/identitytest"
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/holdproxy"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/polltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -446,5 +447,45 @@ func TestRotatorConfigValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate = %v; want it to mention %q", err, want)
 		}
+	}
+}
+
+// A journal may hold a new channel's handshake in its queue for up to its
+// queue wait before serving it: the health check, which makes the
+// connection, allows that wait on top of CallTimeout, so a channel the
+// journal serves within its promise is not given up (and its handshake
+// wasted). Allowed no queue wait, the same channel times out.
+func TestRotatorHealthCheckAllowsTheHandshakeQueue(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		queueWait time.Duration
+		ok        bool
+	}{
+		{"queue wait allowed", 4 * time.Second, true},
+		{"no queue wait allowed", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ca := identitytest.NewCA("pact.local", time.Now())
+			fj := startFakeJournal(t, ca)
+			cfg := channel.DefaultConfig()
+			cfg.Targets = []string{holdproxy.Start(t, fj.addr, 2*time.Second)}
+			cfg.Roots = []*x509.Certificate{ca.Cert}
+			cfg.CallTimeout = time.Second
+			cfg.HandshakeQueueWait = tc.queueWait
+			cfg.Logger = quiet
+			rot, err := channel.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = rot.Close() })
+			now := time.Now()
+			err = rot.Swap(t.Context(), ca.Issue(identity.SourceJournal, "spiffe://pact.local/pact-agent/n1", now.Add(-time.Minute), now.Add(time.Hour)))
+			switch {
+			case tc.ok && err != nil:
+				t.Fatalf("Swap through a 2 s handshake queue, CallTimeout 1 s and a 4 s queue wait allowed: %v", err)
+			case !tc.ok && status.Code(err) != codes.DeadlineExceeded:
+				t.Fatalf("Swap through a 2 s handshake queue, CallTimeout 1 s and no queue wait allowed = %v, want DEADLINE_EXCEEDED", err)
+			}
+		})
 	}
 }
