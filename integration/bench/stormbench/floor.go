@@ -372,7 +372,10 @@ func serveFloorJournal(dir, id, kxName string, admission bool) error {
 		}
 		creds = &admittedCreds{TransportCredentials: creds, lim: lim}
 	}
-	s := grpc.NewServer(append(transport.ServerOptions(), grpc.Creds(creds), grpc.ConnectionTimeout(10*time.Second))...)
+	// The journal's handshake deadline (connlimit's HandshakeTimeout, 15 s):
+	// a shorter one breaks, after their handshake, connections that waited
+	// their turn in the admission queue, which a journal does not.
+	s := grpc.NewServer(append(transport.ServerOptions(), grpc.Creds(creds), grpc.ConnectionTimeout(connlimit.DefaultConfig().HandshakeTimeout))...)
 	pactv1.RegisterEnrollmentServiceServer(s, fj)
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
