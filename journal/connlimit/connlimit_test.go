@@ -354,3 +354,61 @@ func TestAdmitHandshakeAnswersBusyOrReplaysTheHello(t *testing.T) {
 		t.Fatalf("stats %+v: the slot was not given back", st)
 	}
 }
+
+// A client's time in the handshake queue is the journal's: once it has
+// its slot, its handshake gets the whole HandshakeTimeout, whatever of the
+// caller's deadline (set at the accept, as gRPC's ConnectionTimeout) the
+// queue used up. Here the client queues 800 ms of a 1 s deadline and the
+// journal then takes 500 ms to get to its handshake (a saturated one
+// does): counted from the accept the handshake would miss the deadline.
+func TestAdmitHandshakeGivesTheHandshakeItsTimeFromItsSlot(t *testing.T) {
+	const timeout = time.Second
+	l := newLimiter(t, func(c *connlimit.Config) {
+		c.MaxHandshakes, c.HandshakeQueueWait, c.HandshakeTimeout = 1, 900*time.Millisecond, timeout
+	})
+	cert := selfSigned(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	held, err := l.AcquireHandshake()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		raw, err := ln.Accept()
+		if err != nil {
+			done <- err
+			return
+		}
+		defer raw.Close()
+		_ = raw.SetDeadline(time.Now().Add(timeout))
+		hello, release, err := l.AdmitHandshake(raw)
+		if err != nil {
+			done <- err
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+		err = tls.Server(hello, &tls.Config{Certificates: []tls.Certificate{cert}}).Handshake()
+		release(err == nil)
+		done <- err
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	client := make(chan error, 1)
+	go func() { client <- tls.Client(c, &tls.Config{InsecureSkipVerify: true}).Handshake() }()
+	time.Sleep(800 * time.Millisecond)
+	held()
+	if err := <-done; err != nil {
+		t.Fatalf("server handshake of a client served from the queue: %v", err)
+	}
+	if err := <-client; err != nil {
+		t.Fatalf("client served from the queue: %v", err)
+	}
+}
