@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -66,5 +67,20 @@ func TestAgentWaitsOutTheJournalsHandshakeQueue(t *testing.T) {
 				t.Fatalf("failed attempts behind a 2 s handshake queue with a 4 s queue wait allowed: %q", failed)
 			}
 		})
+	}
+}
+
+// No queue wait is allowed (0); a negative one is a mistake.
+func TestConfigHandshakeQueueWait(t *testing.T) {
+	for _, tc := range []struct {
+		wait    time.Duration
+		refused bool
+	}{{-time.Second, true}, {0, false}, {8 * time.Second, false}} {
+		cfg := DefaultConfig()
+		cfg.HandshakeQueueWait = tc.wait
+		err := cfg.Validate()
+		if got := err != nil && strings.Contains(err.Error(), "HandshakeQueueWait"); got != tc.refused {
+			t.Errorf("HandshakeQueueWait %v: Validate = %v, want refused %v", tc.wait, err, tc.refused)
+		}
 	}
 }

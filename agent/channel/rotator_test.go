@@ -441,9 +441,9 @@ func TestRotatorClose(t *testing.T) {
 }
 
 func TestRotatorConfigValidate(t *testing.T) {
-	cfg := channel.Config{Targets: []string{"nohost"}}
+	cfg := channel.Config{Targets: []string{"nohost"}, HandshakeQueueWait: -time.Second}
 	err := cfg.Validate()
-	for _, want := range []string{"want host:port", "domain root", "MaxClockSkew", "CallTimeout", "DrainTimeout", "Clock", "Logger"} {
+	for _, want := range []string{"want host:port", "domain root", "MaxClockSkew", "CallTimeout", "HandshakeQueueWait", "DrainTimeout", "Clock", "Logger"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate = %v; want it to mention %q", err, want)
 		}

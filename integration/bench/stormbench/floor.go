@@ -69,7 +69,7 @@ type floorJournal struct {
 	pactv1.UnimplementedEnrollmentServiceServer
 	id      string
 	ca      *ca.CA
-	dir     string // holds every stub's intermediate (floor-inter-*.der)
+	dir     string // holds every stub's journal CA and intermediate (floor-jca-*.der, floor-inter-*.der)
 	streams atomic.Int64
 
 	bundleOnce    sync.Once
