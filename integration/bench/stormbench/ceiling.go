@@ -17,7 +17,6 @@ import (
 	"unsafe"
 
 	"github.com/pact-hpc/pact/integration/launch"
-	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/ca"
 )
@@ -86,19 +85,7 @@ func newCeilingKit(dir string, curve tls.CurveID) (*ceilingKit, error) {
 	if err != nil {
 		return nil, err
 	}
-	names, ips := []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)}
-	jca, err := floorJournalCA(up, "ceiling", names, ips)
-	if err != nil {
-		return nil, err
-	}
-	cfg := ca.DefaultConfig()
-	cfg.Issuer = jca
-	cfg.Roots = []*x509.Certificate{up.Root()}
-	cfg.JournalID = "ceiling"
-	cfg.ServerDNSNames = names
-	cfg.ServerIPs = ips
-	cfg.Clock = clock.Real{}
-	authority, err := ca.New(cfg)
+	authority, err := newStubCA(up, "ceiling")
 	if err != nil {
 		return nil, err
 	}

@@ -72,33 +72,45 @@ type floorJournal struct {
 	dir     string // holds every stub's journal CA and intermediate (floor-jca-*.der, floor-inter-*.der)
 	streams atomic.Int64
 
-	bundleOnce    sync.Once
-	bundle        [][]byte // root, every stub's journal CA, then every stub's intermediate
-	intermediates int      // of bundle, at its end
-
-	issuersOnce sync.Once
-	parsed      []*x509.Certificate // the intermediates of bundle, parsed
+	bundleOnce sync.Once
+	bundle     [][]byte            // root, every stub's journal CA, then every stub's intermediate
+	inters     []*x509.Certificate // the stubs' intermediates, parsed: what signs an agent certificate
 }
 
 // trustBundle is the root and every stub's journal CA and intermediate,
 // read once: every stub writes its own before it serves, and the driver
 // starts the agents only when all serve.
 func (f *floorJournal) trustBundle() [][]byte {
+	f.load()
+	return f.bundle
+}
+
+// issuers is the stubs' intermediates (trustBundle's), parsed.
+func (f *floorJournal) issuers() []*x509.Certificate {
+	f.load()
+	return f.inters
+}
+
+func (f *floorJournal) load() {
 	f.bundleOnce.Do(func() {
 		f.bundle = [][]byte{f.ca.Root().Raw}
-		paths, _ := filepath.Glob(filepath.Join(f.dir, "floor-jca-*.der"))
+		jcas, _ := filepath.Glob(filepath.Join(f.dir, "floor-jca-*.der"))
 		inters, _ := filepath.Glob(filepath.Join(f.dir, "floor-inter-*.der"))
-		sort.Strings(paths)
+		sort.Strings(jcas)
 		sort.Strings(inters)
-		f.intermediates = len(inters)
-		paths = append(paths, inters...)
-		for _, p := range paths {
-			if der, err := os.ReadFile(p); err == nil {
-				f.bundle = append(f.bundle, der)
+		for _, p := range append(jcas, inters...) {
+			der, err := os.ReadFile(p)
+			if err != nil {
+				continue
+			}
+			f.bundle = append(f.bundle, der)
+			if strings.Contains(filepath.Base(p), "floor-inter-") {
+				if c, err := x509.ParseCertificate(der); err == nil {
+					f.inters = append(f.inters, c)
+				}
 			}
 		}
 	})
-	return f.bundle
 }
 
 // verifyLeafSignedBy is the stubs' and the ceiling's check of a client
@@ -121,20 +133,6 @@ func verifyLeafSignedBy(cs tls.ConnectionState, issuers []*x509.Certificate) err
 		}
 	}
 	return errors.New("floor: client certificate not signed by a stub's intermediate")
-}
-
-// issuers is the stubs' intermediates, parsed once: what signs an agent
-// certificate.
-func (f *floorJournal) issuers() []*x509.Certificate {
-	f.issuersOnce.Do(func() {
-		b := f.trustBundle()
-		for _, der := range b[len(b)-f.intermediates:] {
-			if c, err := x509.ParseCertificate(der); err == nil {
-				f.parsed = append(f.parsed, c)
-			}
-		}
-	})
-	return f.parsed
 }
 
 // floorNodeID names a node by its BMC serial: the stub has no registry.
@@ -292,28 +290,36 @@ func runFloorJournal(args []string) int {
 	return 0
 }
 
-// floorJournalCA is a stub's journal CA: signed by the root as a
-// ceremony signs a journal's (caprofile.JournalCA), its key in memory. The
-// stubs' chain is the design's (root, journal CA, intermediate, leaf): the
-// agents verify the same links against them as against pact's journals.
-func floorJournalCA(root *ca.KeyFileAuthority, id string, names []string, ips []net.IP) (ca.Issuer, error) {
+// newStubCA is a stub's (or the ceiling's) CA on the design's chain:
+// root, journal CA, in-memory intermediate. The journal CA is signed by the
+// root as a ceremony signs a journal's (caprofile.JournalCA), its key in
+// memory, so the agents verify the same links against a stub as against
+// pact's journals. It serves as localhost and 127.0.0.1.
+func newStubCA(root *ca.KeyFileAuthority, id string) (*ca.CA, error) {
+	names, ips := []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return ca.Issuer{}, err
+		return nil, err
 	}
 	domain, err := ca.DomainOf(root.Root())
 	if err != nil {
-		return ca.Issuer{}, err
+		return nil, err
 	}
 	now := time.Now()
-	cert, err := ca.SignJournalCA(root, key.Public(), caprofile.JournalCAParams{
+	jca, err := ca.SignJournalCA(root, key.Public(), caprofile.JournalCAParams{
 		Domain: domain, JournalID: id, DNSNames: names, IPs: ips,
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(caprofile.DefaultJournalCALifetime),
 	})
 	if err != nil {
-		return ca.Issuer{}, err
+		return nil, err
 	}
-	return ca.Issuer{Certificate: cert, Signer: key}, nil
+	cfg := ca.DefaultConfig()
+	cfg.Issuer = ca.Issuer{Certificate: jca, Signer: key}
+	cfg.Roots = []*x509.Certificate{root.Root()}
+	cfg.JournalID = id
+	cfg.ServerDNSNames, cfg.ServerIPs = names, ips
+	cfg.Clock = clock.Real{}
+	return ca.New(cfg)
 }
 
 func serveFloorJournal(dir, id, kxName string, admission bool) error {
@@ -325,19 +331,7 @@ func serveFloorJournal(dir, id, kxName string, admission bool) error {
 	if err != nil {
 		return err
 	}
-	names, ips := []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)}
-	jca, err := floorJournalCA(up, id, names, ips)
-	if err != nil {
-		return err
-	}
-	cfg := ca.DefaultConfig()
-	cfg.Issuer = jca
-	cfg.Roots = []*x509.Certificate{up.Root()}
-	cfg.JournalID = id
-	cfg.ServerDNSNames = names
-	cfg.ServerIPs = ips
-	cfg.Clock = clock.Real{}
-	authority, err := ca.New(cfg)
+	authority, err := newStubCA(up, id)
 	if err != nil {
 		return err
 	}

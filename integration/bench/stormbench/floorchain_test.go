@@ -3,34 +3,14 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/pact-hpc/pact/internal/caprofile"
-	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/journal/ca"
 )
-
-// floorCA is a stub journal's CA as serveFloorJournal makes it.
-func floorCA(t *testing.T, up *ca.KeyFileAuthority, id string) *ca.CA {
-	t.Helper()
-	names, ips := []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)}
-	jca, err := floorJournalCA(up, id, names, ips)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := ca.DefaultConfig()
-	cfg.Issuer, cfg.Roots, cfg.JournalID = jca, []*x509.Certificate{up.Root()}, id
-	cfg.ServerDNSNames, cfg.ServerIPs, cfg.Clock = names, ips, clock.Real{}
-	c, err := ca.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 // The floor and the ceiling must make an agent verify what pact's
 // journals make it verify: the design's chain, leaf, intermediate, journal
@@ -46,7 +26,14 @@ func TestFloorChainIsTheDesigns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stub, other := floorCA(t, up, "floor-1"), floorCA(t, up, "floor-2")
+	stub, err := newStubCA(up, "floor-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := newStubCA(up, "floor-2")
+	if err != nil {
+		t.Fatal(err)
+	}
 	roots := x509.NewCertPool()
 	roots.AddCert(up.Root())
 
