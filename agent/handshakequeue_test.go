@@ -19,7 +19,7 @@ import (
 
 // A journal may keep a new connection's ClientHello in its handshake
 // queue for up to its queue wait before it serves it. Behind a queue that
-// holds every connection 2 s, with calls bounded at 1 s: allowed the
+// holds every connection 4 s, with calls bounded at 3 s: allowed the
 // queue wait, the agent enrolls and opens its channel with no failed
 // attempt; allowed none, its Enroll gives up on a journal that was about
 // to serve it, and tries again, and again.
@@ -29,15 +29,15 @@ func TestAgentWaitsOutTheJournalsHandshakeQueue(t *testing.T) {
 		queueWait time.Duration
 		ok        bool
 	}{
-		{"queue wait allowed", 4 * time.Second, true},
+		{"queue wait allowed", 8 * time.Second, true},
 		{"no queue wait allowed", 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := journaltest.Start(t, journaltest.Config(t.TempDir()))
 			h.Register(t, "n1", "SN1", mac1)
 			cfg := agentConfig(h, clock.Real{}, "SN1", mac1)
-			cfg.JournalAddrs = []string{holdproxy.Start(t, h.Addr, 2*time.Second)}
-			cfg.CallTimeout = time.Second
+			cfg.JournalAddrs = []string{holdproxy.Start(t, h.Addr, 4*time.Second)}
+			cfg.CallTimeout = 3 * time.Second
 			cfg.HandshakeQueueWait = tc.queueWait
 			var mu sync.Mutex
 			var failed []string
@@ -64,7 +64,7 @@ func TestAgentWaitsOutTheJournalsHandshakeQueue(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			if len(failed) > 0 {
-				t.Fatalf("failed attempts behind a 2 s handshake queue with a 4 s queue wait allowed: %q", failed)
+				t.Fatalf("failed attempts behind a 4 s handshake queue with an 8 s queue wait allowed: %q", failed)
 			}
 		})
 	}

@@ -461,16 +461,16 @@ func TestRotatorHealthCheckAllowsTheHandshakeQueue(t *testing.T) {
 		queueWait time.Duration
 		ok        bool
 	}{
-		{"queue wait allowed", 4 * time.Second, true},
+		{"queue wait allowed", 8 * time.Second, true},
 		{"no queue wait allowed", 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ca := identitytest.NewCA("pact.local", time.Now())
 			fj := startFakeJournal(t, ca)
 			cfg := channel.DefaultConfig()
-			cfg.Targets = []string{holdproxy.Start(t, fj.addr, 2*time.Second)}
+			cfg.Targets = []string{holdproxy.Start(t, fj.addr, 4*time.Second)}
 			cfg.Roots = []*x509.Certificate{ca.Cert}
-			cfg.CallTimeout = time.Second
+			cfg.CallTimeout = 2 * time.Second
 			cfg.HandshakeQueueWait = tc.queueWait
 			cfg.Logger = quiet
 			rot, err := channel.New(cfg)
@@ -482,9 +482,9 @@ func TestRotatorHealthCheckAllowsTheHandshakeQueue(t *testing.T) {
 			err = rot.Swap(t.Context(), ca.Issue(identity.SourceJournal, "spiffe://pact.local/pact-agent/n1", now.Add(-time.Minute), now.Add(time.Hour)))
 			switch {
 			case tc.ok && err != nil:
-				t.Fatalf("Swap through a 2 s handshake queue, CallTimeout 1 s and a 4 s queue wait allowed: %v", err)
+				t.Fatalf("Swap through a 4 s handshake queue, CallTimeout 2 s and an 8 s queue wait allowed: %v", err)
 			case !tc.ok && status.Code(err) != codes.DeadlineExceeded:
-				t.Fatalf("Swap through a 2 s handshake queue, CallTimeout 1 s and no queue wait allowed = %v, want DEADLINE_EXCEEDED", err)
+				t.Fatalf("Swap through a 4 s handshake queue, CallTimeout 2 s and no queue wait allowed = %v, want DEADLINE_EXCEEDED", err)
 			}
 		})
 	}
