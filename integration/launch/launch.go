@@ -419,6 +419,13 @@ func (q *ProcQuorum) StopWithin(i int, grace time.Duration) error {
 		return err
 	}
 	if err := q.wait(i, grace); err != nil {
+		// SIGQUIT first: Go's runtime writes every goroutine's stack to
+		// the journal's log and exits, so a shutdown that hangs leaves
+		// where it hung behind.
+		_ = q.Signal(i, syscall.SIGQUIT)
+		if q.wait(i, 5*time.Second) == nil {
+			return fmt.Errorf("%w (its goroutines, from SIGQUIT, are at the end of %s)", err, q.js[i].logPath)
+		}
 		_ = q.Signal(i, syscall.SIGKILL)
 		return errors.Join(err, q.wait(i, 5*time.Second))
 	}
