@@ -358,15 +358,16 @@ func TestAdmitHandshakeAnswersBusyOrReplaysTheHello(t *testing.T) {
 // A client's time in the handshake queue is the journal's: once it has
 // its slot, its handshake gets the whole HandshakeTimeout, whatever of the
 // caller's deadline (set at the accept, as gRPC's ConnectionTimeout) the
-// queue used up. Here the client queues 2 s of a 3 s deadline and the
-// journal then takes 1.5 s to get to its handshake (a saturated one
+// queue used up. Here the client queues 2 s of a 4 s deadline and the
+// journal then takes 2.5 s to get to its handshake (a saturated one
 // does): counted from the accept the handshake would miss the deadline by
-// half a second; counted from its slot it has 1.5 s to spare (a loaded
+// half a second; counted from its slot it has 1.5 s to spare, and the
+// queue wait 1.8 s more than the 2 s the client queues (a loaded
 // machine's scheduling does not decide the verdict).
 func TestAdmitHandshakeGivesTheHandshakeItsTimeFromItsSlot(t *testing.T) {
-	const timeout = 3 * time.Second
+	const timeout = 4 * time.Second
 	l := newLimiter(t, func(c *connlimit.Config) {
-		c.MaxHandshakes, c.HandshakeQueueWait, c.HandshakeTimeout = 1, 2500*time.Millisecond, timeout
+		c.MaxHandshakes, c.HandshakeQueueWait, c.HandshakeTimeout = 1, 3800*time.Millisecond, timeout
 	})
 	cert := selfSigned(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -392,7 +393,7 @@ func TestAdmitHandshakeGivesTheHandshakeItsTimeFromItsSlot(t *testing.T) {
 			done <- err
 			return
 		}
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(2500 * time.Millisecond)
 		err = tls.Server(hello, &tls.Config{Certificates: []tls.Certificate{cert}}).Handshake()
 		release(err == nil)
 		done <- err

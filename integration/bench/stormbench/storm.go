@@ -67,7 +67,7 @@ func (w *work) add(o work) {
 func attemptWork(op string, err error) work {
 	deadline := err != nil && apierr.FromError(err).Code == codes.DeadlineExceeded
 	if answeredBusy(err) {
-		if op == "renew" && !strings.Contains(err.Error(), "RenewCert at ") {
+		if op == "renew" && !failedAtRenewCert(err) {
 			// RenewCert answered (a key, a signature); the new
 			// channel's journal answered busy, before any handshake.
 			return work{keygen: 1, sign: 1}
@@ -90,7 +90,7 @@ func attemptWork(op string, err error) work {
 		switch {
 		case err == nil:
 			return work{keygen: 1, sign: 1, mtls: 1}
-		case strings.Contains(err.Error(), "RenewCert at "):
+		case failedAtRenewCert(err):
 			if deadline {
 				return work{keygen: 1, sign: 1}
 			}
@@ -104,6 +104,13 @@ func attemptWork(op string, err error) work {
 	return work{mtls: 1} // connect, upgrade, fallback, move: a new channel
 }
 
+// failedAtRenewCert reports a failed renewal that ended at its RenewCert
+// call (agent/renew.go wraps that error "RenewCert at <journal>"), not on
+// the new channel afterwards.
+func failedAtRenewCert(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "RenewCert at ")
+}
+
 // wastedWork is what of a failed attempt's work (attemptWork) came to
 // nothing. All of it, but for a renewal whose RenewCert answered and whose
 // new channel failed: the agent keeps the renewed certificate and moves
@@ -111,7 +118,7 @@ func attemptWork(op string, err error) work {
 // channel's handshake is lost, not the key or the signature.
 func wastedWork(op string, err error) work {
 	w := attemptWork(op, err)
-	if op == "renew" && err != nil && !strings.Contains(err.Error(), "RenewCert at ") {
+	if op == "renew" && err != nil && !failedAtRenewCert(err) {
 		return work{mtls: w.mtls}
 	}
 	return w
@@ -129,7 +136,7 @@ func newChannel(op string, err error) bool {
 	case "connect", "upgrade", "fallback", "move":
 		return true
 	case "renew":
-		return err == nil || !strings.Contains(err.Error(), "RenewCert at ")
+		return err == nil || !failedAtRenewCert(err)
 	}
 	return false
 }
