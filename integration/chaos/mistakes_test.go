@@ -32,6 +32,12 @@ func TestCheckMistakes(t *testing.T) {
 	if c := CheckMistakes(good(), history); !c.OK() || c.Checked != 8 {
 		t.Fatalf("a run that met every expectation: %v, %d checked", c.Violations, c.Checked)
 	}
+	// A mistake over in a tenth of a second is judged over a second.
+	quick := good()
+	quick.Mistakes[2].To = 9.1e9
+	if c := CheckMistakes(quick, history); !c.OK() {
+		t.Fatalf("a write acknowledged in the second a 0.1 s mistake began: %v", c.Violations)
+	}
 	cases := []struct {
 		name   string
 		break_ func(m *MistakesResult)
@@ -48,6 +54,8 @@ func TestCheckMistakes(t *testing.T) {
 		{"the control restore failed", func(m *MistakesResult) { m.Mistakes[2].Outcomes[1].Seen = false }, nil, "restore: expected: own root"},
 		{"the journal not brought back", func(m *MistakesResult) { m.Mistakes[0].Outcomes[1].Seen = false }, nil, "wiped: expected: j2 added back"},
 		{"no write acknowledged during a mistake", func(*MistakesResult) {}, history[1:], "wiped: no write acknowledged"},
+		{"no write acknowledged in the second a quick mistake began", func(m *MistakesResult) { m.Mistakes[2].To = 9.1e9 }, history[:2],
+			"restore: no write acknowledged from 9.0s to 10.0s"},
 		{"a write refused is not serving", func(*MistakesResult) {}, recs(
 			op{node: "n1", in: Input{Kind: OpRegister}, out: Output{Result: ResultFailed, Reason: "NO_LEADER"}, call: 1500, ret: 1600},
 			op{node: "n1", in: Input{Kind: OpEnroll}, out: Output{Result: ResultOK, Serial: "s1"}, call: 6000, ret: 6100},
