@@ -38,6 +38,13 @@ var (
 	// of its own: a result forwarded from the leader matches
 	// ErrInvalidCommand only.
 	ErrJournalCARevoked = fmt.Errorf("%w: journal CA revoked", ErrInvalidCommand)
+	// ErrJournalCANotBound: a journal published an intermediate under a
+	// journal CA that is not the one the quorum binds its journal id to
+	// (superseded, another key, or a legacy intermediate of a journal that
+	// has one). A journal CA with a new key is bound by an operator (pact
+	// journal add, pact journal record-ca). A refinement of
+	// ErrInvalidCommand, like ErrJournalCARevoked.
+	ErrJournalCANotBound = fmt.Errorf("%w: journal CA not bound to its journal", ErrInvalidCommand)
 )
 
 // errorCodes ties each rule error to its wire form so a replica's result can
@@ -75,7 +82,7 @@ func ErrorCode(err error) string {
 // refinements are rule errors that travel as the code of the sentinel they
 // wrap (no ApplyError value of their own yet); ErrorFromCode recognises
 // them by the start of the message, which is their own text.
-var refinements = []error{ErrJournalCARevoked}
+var refinements = []error{ErrJournalCARevoked, ErrJournalCANotBound}
 
 // ErrorFromCode rebuilds a rule error carried across the wire by its code,
 // so errors.Is works on a forwarded result. Unknown codes return nil.

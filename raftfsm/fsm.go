@@ -336,6 +336,8 @@ func (f *FSM) applyOne(cmd *pactv1.Command, index uint64) (*Result, Event) {
 		res = a.retireIntermediate(op.RetireIntermediate)
 	case *pactv1.Command_RevokeJournalCa:
 		res = a.revokeJournalCA(op.RevokeJournalCa)
+	case *pactv1.Command_RecordJournalCa:
+		res = a.recordJournalCAOp(op.RecordJournalCa)
 	case *pactv1.Command_Release:
 		res = a.release(op.Release)
 	case *pactv1.Command_UpdateNode:
@@ -742,6 +744,11 @@ func (a *applier) activate(op *pactv1.ActivateOp) *Result {
 			// Its agent stopped on purpose with the current certificate:
 			// the restart enrolls at once.
 			action, detail = "enroll", "after release of serial "+n.GetCert().GetSerial()
+		} else if why := s.certWithdrawn(n.GetCert(), a.at()); why != "" {
+			// The registry's own records already refuse its certificate
+			// everywhere: no agent can be holding the node with it, so
+			// there is no stream to protect and no window to wait for.
+			action, detail = "takeover", "replaces serial "+n.GetCert().GetSerial()+": "+why
 		} else {
 			cutoff := op.GetTakeoverCutoffUnixNano()
 			if cutoff == 0 || cutoff > a.at() || s.lastSeen[n.GetNodeId()] >= cutoff {
@@ -768,6 +775,46 @@ func (a *applier) activate(op *pactv1.ActivateOp) *Result {
 	a.changed(next.GetNodeId())
 	a.record(action, next.GetNodeId(), next.GetCert().GetSerial(), detail)
 	return &Result{Node: next}
+}
+
+// certWithdrawn says why the registry's own records make certificate c
+// unusable at now (Unix nanoseconds), or "" if they do not: its serial is
+// in the revocation set, the intermediate that signed it is revoked (at
+// once, or retired past its revoke time, or its serial in the revocation
+// set), or the journal CA that signed that intermediate is revoked. Such a
+// certificate authenticates nowhere, so the node's hardware may enroll
+// with a new key at once, as after a release: the takeover window guards
+// an agent that may still hold the node, and none can. Only records count:
+// an issuer the registry does not hold (pruned, or another layout) proves
+// nothing. It reads nothing but the state and now, so Apply, passing the
+// command's time, decides the same on every replica.
+func (s *state) certWithdrawn(c *pactv1.CertificateInfo, now int64) string {
+	if c.GetSerial() == "" {
+		return ""
+	}
+	if _, ok := s.revoked[c.GetSerial()]; ok {
+		return "that serial is revoked"
+	}
+	in, ok := s.intermediates[c.GetIssuerSerial()]
+	if !ok {
+		return ""
+	}
+	if jc, ok := s.journalCAs[in.GetIssuerSerial()]; ok && jc.GetRevokedAtUnixNano() != 0 && jc.GetRevokedAtUnixNano() <= now {
+		return "its issuer " + in.GetSerial() + " was revoked with journal " + jc.GetJournalId() + "'s journal CA " + jc.GetSerial()
+	}
+	if _, ok := s.revoked[in.GetSerial()]; ok || IntermediateRevoked(in, now) {
+		return "its issuer " + in.GetSerial() + " (journal " + in.GetJournalId() + "'s intermediate) was revoked"
+	}
+	return ""
+}
+
+// CertWithdrawn says why the registry's records make c unusable at
+// atUnixNano, or "" (certWithdrawn): a journal asks before it refuses a
+// new key for an Active node, with the time it will propose.
+func (f *FSM) CertWithdrawn(c *pactv1.CertificateInfo, atUnixNano int64) string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.certWithdrawn(c, atUnixNano)
 }
 
 func (a *applier) renew(op *pactv1.RenewOp) *Result {

@@ -182,19 +182,29 @@ func TestRevokeJournalCA(t *testing.T) {
 		t.Error("another invalid command came back as a journal CA revocation")
 	}
 
-	// A revoked journal CA stays in the registry (and the bundle's
-	// history) until it expires; a later command prunes it and the
-	// intermediates it signed.
+	// A journal CA expires out of the registry, and the intermediates it
+	// signed with it, unless it is the one its journal is bound to: that
+	// record stays, expired or revoked, so the journal id is never free
+	// for another journal CA's first publish.
 	mustApply(t, a, at(t0+11*day).PublishIntermediate(raftfsmtest.Intermediate("journal-2", "i-6", t0+20*day)))
-	if got := caSerials(f.AllJournalCAs()); !slices.Equal(got, []string{"ca-1"}) {
-		t.Errorf("after ca-3 expired: AllJournalCAs = %v, want ca-1", got)
+	if got := caSerials(f.AllJournalCAs()); !slices.Equal(got, []string{"ca-1", "ca-3"}) {
+		t.Errorf("after ca-3 expired: AllJournalCAs = %v, want the bound ca-1 and ca-3", got)
 	}
 	if _, ok := f.Intermediate("i-3"); ok {
-		t.Error("i-3 outlived its journal CA's record")
+		t.Error("i-3 outlived its journal CA")
+	}
+	if got := caSerials(f.JournalCAsAt((t0 + 11*day) * 1e9)); len(got) != 0 {
+		t.Errorf("JournalCAsAt after ca-3 expired = %v: an expired or revoked journal CA is in no bundle", got)
 	}
 	mustApply(t, a, at(t0+366*day).PublishIntermediate(raftfsmtest.Intermediate("journal-2", "i-7", t0+400*day)))
-	if got := f.AllJournalCAs(); len(got) != 0 {
-		t.Errorf("after every journal CA expired: %v", caSerials(got))
+	if got := caSerials(f.AllJournalCAs()); !slices.Equal(got, []string{"ca-1", "ca-3"}) {
+		t.Errorf("after every journal CA expired: %v, want the bound ones", got)
+	}
+	// A superseded one is pruned at its expiry.
+	mustApply(t, a, (raftfsmtest.Proposer{Actor: "admin/alice", AtUnixNano: (t0 + 367*day) * 1e9}).RecordJournalCA(raftfsmtest.JournalCAWithNewKey("journal-3", "ca-3b", t0+800*day)))
+	mustApply(t, a, at(t0+368*day).PublishIntermediate(raftfsmtest.Intermediate("journal-2", "i-8", t0+400*day)))
+	if got := caSerials(f.AllJournalCAs()); !slices.Equal(got, []string{"ca-1", "ca-3b"}) {
+		t.Errorf("after journal-3 was bound to ca-3b: %v, want ca-1 and ca-3b", got)
 	}
 }
 

@@ -50,6 +50,8 @@ var ignorable = map[protoreflect.Name]bool{
 	// A revoked journal CA and its intermediates leave the trust bundle: a
 	// journal skipping the revocation would go on trusting them.
 	"revoke_journal_ca": false,
+	// The journal CA a journal id is bound to decides who is a peer.
+	"record_journal_ca": false,
 	// The quorum id is checked by the journals, never by another command:
 	// a journal that does not know it loses nothing by skipping it.
 	"set_quorum_id": true,

@@ -8,8 +8,16 @@ package raftfsmtest
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
 	"io"
+	"math/big"
+	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -118,6 +126,14 @@ func (p Proposer) PublishIntermediateUnder(in *pactv1.Intermediate, jc *pactv1.J
 func (p Proposer) RevokeJournalCA(reason string, serials ...string) *pactv1.Command {
 	c := p.command()
 	c.Op = &pactv1.Command_RevokeJournalCa{RevokeJournalCa: &pactv1.RevokeJournalCAOp{Serials: serials, Reason: reason}}
+	return c
+}
+
+// RecordJournalCA returns a RecordJournalCA command: an operator binds
+// jc's journal to it.
+func (p Proposer) RecordJournalCA(jc *pactv1.JournalCA) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_RecordJournalCa{RecordJournalCa: &pactv1.RecordJournalCAOp{JournalCa: jc, Reason: "test"}}
 	return c
 }
 
@@ -267,9 +283,71 @@ func Intermediate(journalID, serial string, notAfterUnix int64) *pactv1.Intermed
 	return &pactv1.Intermediate{JournalId: journalID, Serial: serial, NotAfterUnix: notAfterUnix, Der: []byte("der:" + serial)}
 }
 
-// JournalCA returns a journal CA record with a placeholder certificate.
+// JournalCA returns a journal CA record for journalID with a
+// self-signed certificate of the journal CA's shape (the FSM reads its
+// journal and key, not its signature). Every journal CA of one journal
+// made here has the same key, as a re-issue of its journal CA has;
+// JournalCAWithNewKey makes one with a key of its own.
 func JournalCA(journalID, serial string, notAfterUnix int64) *pactv1.JournalCA {
-	return &pactv1.JournalCA{JournalId: journalID, Serial: serial, NotAfterUnix: notAfterUnix, Der: []byte("der:" + serial)}
+	journalCAKeysMu.Lock()
+	key, ok := journalCAKeys[journalID]
+	if !ok {
+		key = newJournalCAKey()
+		journalCAKeys[journalID] = key
+	}
+	k := journalCADERKey{journalID, serial, notAfterUnix}
+	der, ok := journalCADERs[k]
+	if !ok {
+		// The same record each time: replicas fed commands built twice
+		// must write the same state.
+		der = journalCARecord(journalID, serial, notAfterUnix, key).GetDer()
+		journalCADERs[k] = der
+	}
+	journalCAKeysMu.Unlock()
+	return &pactv1.JournalCA{JournalId: journalID, Serial: serial, NotAfterUnix: notAfterUnix, Der: der}
+}
+
+type journalCADERKey struct {
+	journalID, serial string
+	notAfterUnix      int64
+}
+
+// JournalCAWithNewKey is JournalCA with a key no other journal CA has: a
+// replaced host's, or one the ceremony made after a revocation.
+func JournalCAWithNewKey(journalID, serial string, notAfterUnix int64) *pactv1.JournalCA {
+	return journalCARecord(journalID, serial, notAfterUnix, newJournalCAKey())
+}
+
+var (
+	journalCAKeysMu sync.Mutex
+	journalCAKeys   = map[string]*ecdsa.PrivateKey{}
+	journalCADERs   = map[journalCADERKey][]byte{}
+)
+
+func newJournalCAKey() *ecdsa.PrivateKey {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	return key
+}
+
+func journalCARecord(journalID, serial string, notAfterUnix int64, key *ecdsa.PrivateKey) *pactv1.JournalCA {
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "pact journal CA " + journalID + "@pact.test"},
+		NotBefore:             time.Unix(0, 0),
+		NotAfter:              time.Unix(notAfterUnix, 0),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		MaxPathLen:            1,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		panic(err)
+	}
+	return &pactv1.JournalCA{JournalId: journalID, Serial: serial, NotAfterUnix: notAfterUnix, Der: der}
 }
 
 // Applier feeds commands to an FSM through raft.FSM.Apply, at consecutive

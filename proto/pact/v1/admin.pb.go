@@ -1485,9 +1485,12 @@ type AddJournalRequest struct {
 	RaftAddr  string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	// Add even though the quorum could not elect a leader with the members
 	// reachable now once the new journal votes.
-	Force         bool `protobuf:"varint,120,opt,name=force,proto3" json:"force,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Force bool `protobuf:"varint,120,opt,name=force,proto3" json:"force,omitempty"`
+	// If set, the journal CA certificate (DER) the new journal must present:
+	// the add is refused if the journal at raft_addr presents another.
+	ExpectJournalCaDer []byte `protobuf:"bytes,121,opt,name=expect_journal_ca_der,json=expectJournalCaDer,proto3" json:"expect_journal_ca_der,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *AddJournalRequest) Reset() {
@@ -1541,9 +1544,19 @@ func (x *AddJournalRequest) GetForce() bool {
 	return false
 }
 
+func (x *AddJournalRequest) GetExpectJournalCaDer() []byte {
+	if x != nil {
+		return x.ExpectJournalCaDer
+	}
+	return nil
+}
+
 type AddJournalResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Members       []*JournalMember       `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Members []*JournalMember       `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// The journal CA the quorum bound the journal id to (absent for a
+	// journal in the layout without journal CAs).
+	JournalCa     *JournalCA `protobuf:"bytes,2,opt,name=journal_ca,json=journalCa,proto3" json:"journal_ca,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1581,6 +1594,13 @@ func (*AddJournalResponse) Descriptor() ([]byte, []int) {
 func (x *AddJournalResponse) GetMembers() []*JournalMember {
 	if x != nil {
 		return x.Members
+	}
+	return nil
+}
+
+func (x *AddJournalResponse) GetJournalCa() *JournalCA {
+	if x != nil {
+		return x.JournalCa
 	}
 	return nil
 }
@@ -2383,6 +2403,120 @@ func (x *RevokeJournalCARequest) GetReason() string {
 	return ""
 }
 
+type RecordJournalCARequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	JournalId string                 `protobuf:"bytes,1,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
+	// The journal CA certificate, DER.
+	Der           []byte `protobuf:"bytes,2,opt,name=der,proto3" json:"der,omitempty"`
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordJournalCARequest) Reset() {
+	*x = RecordJournalCARequest{}
+	mi := &file_pact_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordJournalCARequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordJournalCARequest) ProtoMessage() {}
+
+func (x *RecordJournalCARequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordJournalCARequest.ProtoReflect.Descriptor instead.
+func (*RecordJournalCARequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *RecordJournalCARequest) GetJournalId() string {
+	if x != nil {
+		return x.JournalId
+	}
+	return ""
+}
+
+func (x *RecordJournalCARequest) GetDer() []byte {
+	if x != nil {
+		return x.Der
+	}
+	return nil
+}
+
+func (x *RecordJournalCARequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RecordJournalCAResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	JournalCa *JournalCA             `protobuf:"bytes,1,opt,name=journal_ca,json=journalCa,proto3" json:"journal_ca,omitempty"`
+	// The journal CAs of that journal it superseded.
+	Superseded    []*JournalCA `protobuf:"bytes,2,rep,name=superseded,proto3" json:"superseded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordJournalCAResponse) Reset() {
+	*x = RecordJournalCAResponse{}
+	mi := &file_pact_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordJournalCAResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordJournalCAResponse) ProtoMessage() {}
+
+func (x *RecordJournalCAResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordJournalCAResponse.ProtoReflect.Descriptor instead.
+func (*RecordJournalCAResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *RecordJournalCAResponse) GetJournalCa() *JournalCA {
+	if x != nil {
+		return x.JournalCa
+	}
+	return nil
+}
+
+func (x *RecordJournalCAResponse) GetSuperseded() []*JournalCA {
+	if x != nil {
+		return x.Superseded
+	}
+	return nil
+}
+
 type RevokeJournalCAResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Revoked []*JournalCA           `protobuf:"bytes,1,rep,name=revoked,proto3" json:"revoked,omitempty"`
@@ -2394,7 +2528,7 @@ type RevokeJournalCAResponse struct {
 
 func (x *RevokeJournalCAResponse) Reset() {
 	*x = RevokeJournalCAResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[39]
+	mi := &file_pact_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2406,7 +2540,7 @@ func (x *RevokeJournalCAResponse) String() string {
 func (*RevokeJournalCAResponse) ProtoMessage() {}
 
 func (x *RevokeJournalCAResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[39]
+	mi := &file_pact_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2419,7 +2553,7 @@ func (x *RevokeJournalCAResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeJournalCAResponse.ProtoReflect.Descriptor instead.
 func (*RevokeJournalCAResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RevokeJournalCAResponse) GetRevoked() []*JournalCA {
@@ -2447,7 +2581,7 @@ type CreateJoinTokenRequest struct {
 
 func (x *CreateJoinTokenRequest) Reset() {
 	*x = CreateJoinTokenRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[40]
+	mi := &file_pact_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2459,7 +2593,7 @@ func (x *CreateJoinTokenRequest) String() string {
 func (*CreateJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[40]
+	mi := &file_pact_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2472,7 +2606,7 @@ func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CreateJoinTokenRequest) GetNodeId() string {
@@ -2501,7 +2635,7 @@ type CreateJoinTokenResponse struct {
 
 func (x *CreateJoinTokenResponse) Reset() {
 	*x = CreateJoinTokenResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[41]
+	mi := &file_pact_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2513,7 +2647,7 @@ func (x *CreateJoinTokenResponse) String() string {
 func (*CreateJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[41]
+	mi := &file_pact_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2526,7 +2660,7 @@ func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateJoinTokenResponse) GetToken() string {
@@ -2559,7 +2693,7 @@ type JoinTokenInfo struct {
 
 func (x *JoinTokenInfo) Reset() {
 	*x = JoinTokenInfo{}
-	mi := &file_pact_v1_admin_proto_msgTypes[42]
+	mi := &file_pact_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2705,7 @@ func (x *JoinTokenInfo) String() string {
 func (*JoinTokenInfo) ProtoMessage() {}
 
 func (x *JoinTokenInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[42]
+	mi := &file_pact_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2718,7 @@ func (x *JoinTokenInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinTokenInfo.ProtoReflect.Descriptor instead.
 func (*JoinTokenInfo) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *JoinTokenInfo) GetId() string {
@@ -2639,7 +2773,7 @@ type ListJoinTokensRequest struct {
 
 func (x *ListJoinTokensRequest) Reset() {
 	*x = ListJoinTokensRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[43]
+	mi := &file_pact_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2651,7 +2785,7 @@ func (x *ListJoinTokensRequest) String() string {
 func (*ListJoinTokensRequest) ProtoMessage() {}
 
 func (x *ListJoinTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[43]
+	mi := &file_pact_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2664,7 +2798,7 @@ func (x *ListJoinTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJoinTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListJoinTokensRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListJoinTokensRequest) GetNodeId() string {
@@ -2683,7 +2817,7 @@ type ListJoinTokensResponse struct {
 
 func (x *ListJoinTokensResponse) Reset() {
 	*x = ListJoinTokensResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[44]
+	mi := &file_pact_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2695,7 +2829,7 @@ func (x *ListJoinTokensResponse) String() string {
 func (*ListJoinTokensResponse) ProtoMessage() {}
 
 func (x *ListJoinTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[44]
+	mi := &file_pact_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2708,7 +2842,7 @@ func (x *ListJoinTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJoinTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListJoinTokensResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListJoinTokensResponse) GetTokens() []*JoinTokenInfo {
@@ -2729,7 +2863,7 @@ type RevokeJoinTokensRequest struct {
 
 func (x *RevokeJoinTokensRequest) Reset() {
 	*x = RevokeJoinTokensRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[45]
+	mi := &file_pact_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2741,7 +2875,7 @@ func (x *RevokeJoinTokensRequest) String() string {
 func (*RevokeJoinTokensRequest) ProtoMessage() {}
 
 func (x *RevokeJoinTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[45]
+	mi := &file_pact_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2754,7 +2888,7 @@ func (x *RevokeJoinTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeJoinTokensRequest.ProtoReflect.Descriptor instead.
 func (*RevokeJoinTokensRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RevokeJoinTokensRequest) GetNodeId() string {
@@ -2780,7 +2914,7 @@ type RevokeJoinTokensResponse struct {
 
 func (x *RevokeJoinTokensResponse) Reset() {
 	*x = RevokeJoinTokensResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[46]
+	mi := &file_pact_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +2926,7 @@ func (x *RevokeJoinTokensResponse) String() string {
 func (*RevokeJoinTokensResponse) ProtoMessage() {}
 
 func (x *RevokeJoinTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[46]
+	mi := &file_pact_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +2939,7 @@ func (x *RevokeJoinTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeJoinTokensResponse.ProtoReflect.Descriptor instead.
 func (*RevokeJoinTokensResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RevokeJoinTokensResponse) GetRevoked() []*JoinTokenInfo {
@@ -2826,7 +2960,7 @@ type FenceNodeRequest struct {
 
 func (x *FenceNodeRequest) Reset() {
 	*x = FenceNodeRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[47]
+	mi := &file_pact_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2838,7 +2972,7 @@ func (x *FenceNodeRequest) String() string {
 func (*FenceNodeRequest) ProtoMessage() {}
 
 func (x *FenceNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[47]
+	mi := &file_pact_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2851,7 +2985,7 @@ func (x *FenceNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceNodeRequest.ProtoReflect.Descriptor instead.
 func (*FenceNodeRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *FenceNodeRequest) GetNodeId() string {
@@ -2880,7 +3014,7 @@ type FenceNodeResponse struct {
 
 func (x *FenceNodeResponse) Reset() {
 	*x = FenceNodeResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[48]
+	mi := &file_pact_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2892,7 +3026,7 @@ func (x *FenceNodeResponse) String() string {
 func (*FenceNodeResponse) ProtoMessage() {}
 
 func (x *FenceNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[48]
+	mi := &file_pact_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2905,7 +3039,7 @@ func (x *FenceNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceNodeResponse.ProtoReflect.Descriptor instead.
 func (*FenceNodeResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FenceNodeResponse) GetNode() *Node {
@@ -2931,7 +3065,7 @@ type UnfenceNodeRequest struct {
 
 func (x *UnfenceNodeRequest) Reset() {
 	*x = UnfenceNodeRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[49]
+	mi := &file_pact_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2943,7 +3077,7 @@ func (x *UnfenceNodeRequest) String() string {
 func (*UnfenceNodeRequest) ProtoMessage() {}
 
 func (x *UnfenceNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[49]
+	mi := &file_pact_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2956,7 +3090,7 @@ func (x *UnfenceNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfenceNodeRequest.ProtoReflect.Descriptor instead.
 func (*UnfenceNodeRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *UnfenceNodeRequest) GetNodeId() string {
@@ -2977,7 +3111,7 @@ type UnfenceNodeResponse struct {
 
 func (x *UnfenceNodeResponse) Reset() {
 	*x = UnfenceNodeResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[50]
+	mi := &file_pact_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2989,7 +3123,7 @@ func (x *UnfenceNodeResponse) String() string {
 func (*UnfenceNodeResponse) ProtoMessage() {}
 
 func (x *UnfenceNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[50]
+	mi := &file_pact_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3002,7 +3136,7 @@ func (x *UnfenceNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfenceNodeResponse.ProtoReflect.Descriptor instead.
 func (*UnfenceNodeResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *UnfenceNodeResponse) GetNode() *Node {
@@ -3033,7 +3167,7 @@ type UpdateNodeRequest struct {
 
 func (x *UpdateNodeRequest) Reset() {
 	*x = UpdateNodeRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[51]
+	mi := &file_pact_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3179,7 @@ func (x *UpdateNodeRequest) String() string {
 func (*UpdateNodeRequest) ProtoMessage() {}
 
 func (x *UpdateNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[51]
+	mi := &file_pact_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3192,7 @@ func (x *UpdateNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *UpdateNodeRequest) GetNodeId() string {
@@ -3100,7 +3234,7 @@ type UpdateNodeResponse struct {
 
 func (x *UpdateNodeResponse) Reset() {
 	*x = UpdateNodeResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[52]
+	mi := &file_pact_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3112,7 +3246,7 @@ func (x *UpdateNodeResponse) String() string {
 func (*UpdateNodeResponse) ProtoMessage() {}
 
 func (x *UpdateNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[52]
+	mi := &file_pact_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3125,7 +3259,7 @@ func (x *UpdateNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNodeResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *UpdateNodeResponse) GetNode() *Node {
@@ -3247,14 +3381,17 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12\x1b\n" +
 	"\tserved_by\x18\x05 \x01(\tR\bservedBy\x120\n" +
 	"\amembers\x18\x06 \x03(\v2\x16.pact.v1.JournalMemberR\amembers\x12\x1b\n" +
-	"\tquorum_id\x18\a \x01(\tR\bquorumId\"e\n" +
+	"\tquorum_id\x18\a \x01(\tR\bquorumId\"\x98\x01\n" +
 	"\x11AddJournalRequest\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x14\n" +
-	"\x05force\x18x \x01(\bR\x05force\"F\n" +
+	"\x05force\x18x \x01(\bR\x05force\x121\n" +
+	"\x15expect_journal_ca_der\x18y \x01(\fR\x12expectJournalCaDer\"y\n" +
 	"\x12AddJournalResponse\x120\n" +
-	"\amembers\x18\x01 \x03(\v2\x16.pact.v1.JournalMemberR\amembers\"\xa3\x01\n" +
+	"\amembers\x18\x01 \x03(\v2\x16.pact.v1.JournalMemberR\amembers\x121\n" +
+	"\n" +
+	"journal_ca\x18\x02 \x01(\v2\x12.pact.v1.JournalCAR\tjournalCa\"\xa3\x01\n" +
 	"\x14RemoveJournalRequest\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x14\n" +
@@ -3303,7 +3440,18 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"journalCas\"J\n" +
 	"\x16RevokeJournalCARequest\x12\x18\n" +
 	"\atargets\x18\x01 \x03(\tR\atargets\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x84\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"a\n" +
+	"\x16RecordJournalCARequest\x12\x1d\n" +
+	"\n" +
+	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x10\n" +
+	"\x03der\x18\x02 \x01(\fR\x03der\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x80\x01\n" +
+	"\x17RecordJournalCAResponse\x121\n" +
+	"\n" +
+	"journal_ca\x18\x01 \x01(\v2\x12.pact.v1.JournalCAR\tjournalCa\x122\n" +
+	"\n" +
+	"superseded\x18\x02 \x03(\v2\x12.pact.v1.JournalCAR\n" +
+	"superseded\"\x84\x01\n" +
 	"\x17RevokeJournalCAResponse\x12,\n" +
 	"\arevoked\x18\x01 \x03(\v2\x12.pact.v1.JournalCAR\arevoked\x12;\n" +
 	"\rintermediates\x18\x02 \x03(\v2\x15.pact.v1.IntermediateR\rintermediates\"R\n" +
@@ -3357,7 +3505,7 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\x1cREGISTER_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13REGISTER_OUTCOME_OK\x10\x01\x12\x1b\n" +
 	"\x17REGISTER_OUTCOME_EXISTS\x10\x02\x12\x1a\n" +
-	"\x16REGISTER_OUTCOME_ERROR\x10\x032\xbc\x0f\n" +
+	"\x16REGISTER_OUTCOME_ERROR\x10\x032\x92\x10\n" +
 	"\fAdminService\x12K\n" +
 	"\fRegisterNode\x12\x1c.pact.v1.RegisterNodeRequest\x1a\x1d.pact.v1.RegisterNodeResponse\x12N\n" +
 	"\rRegisterNodes\x12\x1d.pact.v1.RegisterNodesRequest\x1a\x1e.pact.v1.RegisterNodesResponse\x12B\n" +
@@ -3383,7 +3531,8 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\x0eRevokeOperator\x12\x1e.pact.v1.RevokeOperatorRequest\x1a\x1f.pact.v1.RevokeOperatorResponse\x12]\n" +
 	"\x12RetireIntermediate\x12\".pact.v1.RetireIntermediateRequest\x1a#.pact.v1.RetireIntermediateResponse\x12Z\n" +
 	"\x11ListIntermediates\x12!.pact.v1.ListIntermediatesRequest\x1a\".pact.v1.ListIntermediatesResponse\x12T\n" +
-	"\x0fRevokeJournalCA\x12\x1f.pact.v1.RevokeJournalCARequest\x1a .pact.v1.RevokeJournalCAResponse\x12E\n" +
+	"\x0fRevokeJournalCA\x12\x1f.pact.v1.RevokeJournalCARequest\x1a .pact.v1.RevokeJournalCAResponse\x12T\n" +
+	"\x0fRecordJournalCA\x12\x1f.pact.v1.RecordJournalCARequest\x1a .pact.v1.RecordJournalCAResponse\x12E\n" +
 	"\n" +
 	"UpdateNode\x12\x1a.pact.v1.UpdateNodeRequest\x1a\x1b.pact.v1.UpdateNodeResponse\x12M\n" +
 	"\fSaveSnapshot\x12\x1c.pact.v1.SaveSnapshotRequest\x1a\x1d.pact.v1.SaveSnapshotResponse0\x01B/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
@@ -3401,7 +3550,7 @@ func file_pact_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_pact_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_pact_v1_admin_proto_goTypes = []any{
 	(RegisterOutcome)(0),               // 0: pact.v1.RegisterOutcome
 	(*RegisterNodeRequest)(nil),        // 1: pact.v1.RegisterNodeRequest
@@ -3443,120 +3592,127 @@ var file_pact_v1_admin_proto_goTypes = []any{
 	(*ListIntermediatesRequest)(nil),   // 37: pact.v1.ListIntermediatesRequest
 	(*ListIntermediatesResponse)(nil),  // 38: pact.v1.ListIntermediatesResponse
 	(*RevokeJournalCARequest)(nil),     // 39: pact.v1.RevokeJournalCARequest
-	(*RevokeJournalCAResponse)(nil),    // 40: pact.v1.RevokeJournalCAResponse
-	(*CreateJoinTokenRequest)(nil),     // 41: pact.v1.CreateJoinTokenRequest
-	(*CreateJoinTokenResponse)(nil),    // 42: pact.v1.CreateJoinTokenResponse
-	(*JoinTokenInfo)(nil),              // 43: pact.v1.JoinTokenInfo
-	(*ListJoinTokensRequest)(nil),      // 44: pact.v1.ListJoinTokensRequest
-	(*ListJoinTokensResponse)(nil),     // 45: pact.v1.ListJoinTokensResponse
-	(*RevokeJoinTokensRequest)(nil),    // 46: pact.v1.RevokeJoinTokensRequest
-	(*RevokeJoinTokensResponse)(nil),   // 47: pact.v1.RevokeJoinTokensResponse
-	(*FenceNodeRequest)(nil),           // 48: pact.v1.FenceNodeRequest
-	(*FenceNodeResponse)(nil),          // 49: pact.v1.FenceNodeResponse
-	(*UnfenceNodeRequest)(nil),         // 50: pact.v1.UnfenceNodeRequest
-	(*UnfenceNodeResponse)(nil),        // 51: pact.v1.UnfenceNodeResponse
-	(*UpdateNodeRequest)(nil),          // 52: pact.v1.UpdateNodeRequest
-	(*UpdateNodeResponse)(nil),         // 53: pact.v1.UpdateNodeResponse
-	(*HardwareIdentity)(nil),           // 54: pact.v1.HardwareIdentity
-	(*CredentialPolicy)(nil),           // 55: pact.v1.CredentialPolicy
-	(*Node)(nil),                       // 56: pact.v1.Node
-	(NodeState)(0),                     // 57: pact.v1.NodeState
-	(*AuditEntry)(nil),                 // 58: pact.v1.AuditEntry
-	(*Intermediate)(nil),               // 59: pact.v1.Intermediate
-	(*Operator)(nil),                   // 60: pact.v1.Operator
-	(*OperatorNameRevocation)(nil),     // 61: pact.v1.OperatorNameRevocation
-	(*JournalCA)(nil),                  // 62: pact.v1.JournalCA
+	(*RecordJournalCARequest)(nil),     // 40: pact.v1.RecordJournalCARequest
+	(*RecordJournalCAResponse)(nil),    // 41: pact.v1.RecordJournalCAResponse
+	(*RevokeJournalCAResponse)(nil),    // 42: pact.v1.RevokeJournalCAResponse
+	(*CreateJoinTokenRequest)(nil),     // 43: pact.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil),    // 44: pact.v1.CreateJoinTokenResponse
+	(*JoinTokenInfo)(nil),              // 45: pact.v1.JoinTokenInfo
+	(*ListJoinTokensRequest)(nil),      // 46: pact.v1.ListJoinTokensRequest
+	(*ListJoinTokensResponse)(nil),     // 47: pact.v1.ListJoinTokensResponse
+	(*RevokeJoinTokensRequest)(nil),    // 48: pact.v1.RevokeJoinTokensRequest
+	(*RevokeJoinTokensResponse)(nil),   // 49: pact.v1.RevokeJoinTokensResponse
+	(*FenceNodeRequest)(nil),           // 50: pact.v1.FenceNodeRequest
+	(*FenceNodeResponse)(nil),          // 51: pact.v1.FenceNodeResponse
+	(*UnfenceNodeRequest)(nil),         // 52: pact.v1.UnfenceNodeRequest
+	(*UnfenceNodeResponse)(nil),        // 53: pact.v1.UnfenceNodeResponse
+	(*UpdateNodeRequest)(nil),          // 54: pact.v1.UpdateNodeRequest
+	(*UpdateNodeResponse)(nil),         // 55: pact.v1.UpdateNodeResponse
+	(*HardwareIdentity)(nil),           // 56: pact.v1.HardwareIdentity
+	(*CredentialPolicy)(nil),           // 57: pact.v1.CredentialPolicy
+	(*Node)(nil),                       // 58: pact.v1.Node
+	(NodeState)(0),                     // 59: pact.v1.NodeState
+	(*AuditEntry)(nil),                 // 60: pact.v1.AuditEntry
+	(*JournalCA)(nil),                  // 61: pact.v1.JournalCA
+	(*Intermediate)(nil),               // 62: pact.v1.Intermediate
+	(*Operator)(nil),                   // 63: pact.v1.Operator
+	(*OperatorNameRevocation)(nil),     // 64: pact.v1.OperatorNameRevocation
 }
 var file_pact_v1_admin_proto_depIdxs = []int32{
-	54, // 0: pact.v1.RegisterNodeRequest.hardware:type_name -> pact.v1.HardwareIdentity
-	55, // 1: pact.v1.RegisterNodeRequest.credentials:type_name -> pact.v1.CredentialPolicy
-	56, // 2: pact.v1.RegisterNodeResponse.node:type_name -> pact.v1.Node
+	56, // 0: pact.v1.RegisterNodeRequest.hardware:type_name -> pact.v1.HardwareIdentity
+	57, // 1: pact.v1.RegisterNodeRequest.credentials:type_name -> pact.v1.CredentialPolicy
+	58, // 2: pact.v1.RegisterNodeResponse.node:type_name -> pact.v1.Node
 	1,  // 3: pact.v1.RegisterNodesRequest.nodes:type_name -> pact.v1.RegisterNodeRequest
 	0,  // 4: pact.v1.RegisterNodeResult.outcome:type_name -> pact.v1.RegisterOutcome
 	4,  // 5: pact.v1.RegisterNodesResponse.results:type_name -> pact.v1.RegisterNodeResult
-	57, // 6: pact.v1.ListNodesRequest.state:type_name -> pact.v1.NodeState
-	56, // 7: pact.v1.ListNodesResponse.nodes:type_name -> pact.v1.Node
-	56, // 8: pact.v1.InspectNodeResponse.node:type_name -> pact.v1.Node
-	56, // 9: pact.v1.DecommissionNodeResponse.node:type_name -> pact.v1.Node
-	56, // 10: pact.v1.AssignNodeResponse.node:type_name -> pact.v1.Node
-	56, // 11: pact.v1.UnassignNodeResponse.node:type_name -> pact.v1.Node
-	56, // 12: pact.v1.MoveNodeResponse.node:type_name -> pact.v1.Node
-	58, // 13: pact.v1.ListAuditResponse.entries:type_name -> pact.v1.AuditEntry
+	59, // 6: pact.v1.ListNodesRequest.state:type_name -> pact.v1.NodeState
+	58, // 7: pact.v1.ListNodesResponse.nodes:type_name -> pact.v1.Node
+	58, // 8: pact.v1.InspectNodeResponse.node:type_name -> pact.v1.Node
+	58, // 9: pact.v1.DecommissionNodeResponse.node:type_name -> pact.v1.Node
+	58, // 10: pact.v1.AssignNodeResponse.node:type_name -> pact.v1.Node
+	58, // 11: pact.v1.UnassignNodeResponse.node:type_name -> pact.v1.Node
+	58, // 12: pact.v1.MoveNodeResponse.node:type_name -> pact.v1.Node
+	60, // 13: pact.v1.ListAuditResponse.entries:type_name -> pact.v1.AuditEntry
 	21, // 14: pact.v1.JournalStatusResponse.members:type_name -> pact.v1.JournalMember
 	21, // 15: pact.v1.AddJournalResponse.members:type_name -> pact.v1.JournalMember
-	21, // 16: pact.v1.RemoveJournalResponse.members:type_name -> pact.v1.JournalMember
-	59, // 17: pact.v1.RemoveJournalResponse.retired:type_name -> pact.v1.Intermediate
-	60, // 18: pact.v1.IssueOperatorResponse.operator:type_name -> pact.v1.Operator
-	60, // 19: pact.v1.ListOperatorsResponse.operators:type_name -> pact.v1.Operator
-	61, // 20: pact.v1.ListOperatorsResponse.revoked_names:type_name -> pact.v1.OperatorNameRevocation
-	60, // 21: pact.v1.RevokeOperatorResponse.revoked:type_name -> pact.v1.Operator
-	61, // 22: pact.v1.RevokeOperatorResponse.name:type_name -> pact.v1.OperatorNameRevocation
-	59, // 23: pact.v1.RetireIntermediateResponse.retired:type_name -> pact.v1.Intermediate
-	59, // 24: pact.v1.ListIntermediatesResponse.intermediates:type_name -> pact.v1.Intermediate
-	62, // 25: pact.v1.ListIntermediatesResponse.journal_cas:type_name -> pact.v1.JournalCA
-	62, // 26: pact.v1.RevokeJournalCAResponse.revoked:type_name -> pact.v1.JournalCA
-	59, // 27: pact.v1.RevokeJournalCAResponse.intermediates:type_name -> pact.v1.Intermediate
-	43, // 28: pact.v1.CreateJoinTokenResponse.info:type_name -> pact.v1.JoinTokenInfo
-	43, // 29: pact.v1.ListJoinTokensResponse.tokens:type_name -> pact.v1.JoinTokenInfo
-	43, // 30: pact.v1.RevokeJoinTokensResponse.revoked:type_name -> pact.v1.JoinTokenInfo
-	56, // 31: pact.v1.FenceNodeResponse.node:type_name -> pact.v1.Node
-	56, // 32: pact.v1.UnfenceNodeResponse.node:type_name -> pact.v1.Node
-	56, // 33: pact.v1.UpdateNodeResponse.node:type_name -> pact.v1.Node
-	1,  // 34: pact.v1.AdminService.RegisterNode:input_type -> pact.v1.RegisterNodeRequest
-	3,  // 35: pact.v1.AdminService.RegisterNodes:input_type -> pact.v1.RegisterNodesRequest
-	6,  // 36: pact.v1.AdminService.ListNodes:input_type -> pact.v1.ListNodesRequest
-	8,  // 37: pact.v1.AdminService.InspectNode:input_type -> pact.v1.InspectNodeRequest
-	10, // 38: pact.v1.AdminService.DecommissionNode:input_type -> pact.v1.DecommissionNodeRequest
-	12, // 39: pact.v1.AdminService.AssignNode:input_type -> pact.v1.AssignNodeRequest
-	14, // 40: pact.v1.AdminService.UnassignNode:input_type -> pact.v1.UnassignNodeRequest
-	16, // 41: pact.v1.AdminService.MoveNode:input_type -> pact.v1.MoveNodeRequest
-	18, // 42: pact.v1.AdminService.ListAudit:input_type -> pact.v1.ListAuditRequest
-	20, // 43: pact.v1.AdminService.JournalStatus:input_type -> pact.v1.JournalStatusRequest
-	23, // 44: pact.v1.AdminService.AddJournal:input_type -> pact.v1.AddJournalRequest
-	25, // 45: pact.v1.AdminService.RemoveJournal:input_type -> pact.v1.RemoveJournalRequest
-	41, // 46: pact.v1.AdminService.CreateJoinToken:input_type -> pact.v1.CreateJoinTokenRequest
-	44, // 47: pact.v1.AdminService.ListJoinTokens:input_type -> pact.v1.ListJoinTokensRequest
-	46, // 48: pact.v1.AdminService.RevokeJoinTokens:input_type -> pact.v1.RevokeJoinTokensRequest
-	48, // 49: pact.v1.AdminService.FenceNode:input_type -> pact.v1.FenceNodeRequest
-	50, // 50: pact.v1.AdminService.UnfenceNode:input_type -> pact.v1.UnfenceNodeRequest
-	29, // 51: pact.v1.AdminService.IssueOperator:input_type -> pact.v1.IssueOperatorRequest
-	31, // 52: pact.v1.AdminService.ListOperators:input_type -> pact.v1.ListOperatorsRequest
-	33, // 53: pact.v1.AdminService.RevokeOperator:input_type -> pact.v1.RevokeOperatorRequest
-	35, // 54: pact.v1.AdminService.RetireIntermediate:input_type -> pact.v1.RetireIntermediateRequest
-	37, // 55: pact.v1.AdminService.ListIntermediates:input_type -> pact.v1.ListIntermediatesRequest
-	39, // 56: pact.v1.AdminService.RevokeJournalCA:input_type -> pact.v1.RevokeJournalCARequest
-	52, // 57: pact.v1.AdminService.UpdateNode:input_type -> pact.v1.UpdateNodeRequest
-	26, // 58: pact.v1.AdminService.SaveSnapshot:input_type -> pact.v1.SaveSnapshotRequest
-	2,  // 59: pact.v1.AdminService.RegisterNode:output_type -> pact.v1.RegisterNodeResponse
-	5,  // 60: pact.v1.AdminService.RegisterNodes:output_type -> pact.v1.RegisterNodesResponse
-	7,  // 61: pact.v1.AdminService.ListNodes:output_type -> pact.v1.ListNodesResponse
-	9,  // 62: pact.v1.AdminService.InspectNode:output_type -> pact.v1.InspectNodeResponse
-	11, // 63: pact.v1.AdminService.DecommissionNode:output_type -> pact.v1.DecommissionNodeResponse
-	13, // 64: pact.v1.AdminService.AssignNode:output_type -> pact.v1.AssignNodeResponse
-	15, // 65: pact.v1.AdminService.UnassignNode:output_type -> pact.v1.UnassignNodeResponse
-	17, // 66: pact.v1.AdminService.MoveNode:output_type -> pact.v1.MoveNodeResponse
-	19, // 67: pact.v1.AdminService.ListAudit:output_type -> pact.v1.ListAuditResponse
-	22, // 68: pact.v1.AdminService.JournalStatus:output_type -> pact.v1.JournalStatusResponse
-	24, // 69: pact.v1.AdminService.AddJournal:output_type -> pact.v1.AddJournalResponse
-	28, // 70: pact.v1.AdminService.RemoveJournal:output_type -> pact.v1.RemoveJournalResponse
-	42, // 71: pact.v1.AdminService.CreateJoinToken:output_type -> pact.v1.CreateJoinTokenResponse
-	45, // 72: pact.v1.AdminService.ListJoinTokens:output_type -> pact.v1.ListJoinTokensResponse
-	47, // 73: pact.v1.AdminService.RevokeJoinTokens:output_type -> pact.v1.RevokeJoinTokensResponse
-	49, // 74: pact.v1.AdminService.FenceNode:output_type -> pact.v1.FenceNodeResponse
-	51, // 75: pact.v1.AdminService.UnfenceNode:output_type -> pact.v1.UnfenceNodeResponse
-	30, // 76: pact.v1.AdminService.IssueOperator:output_type -> pact.v1.IssueOperatorResponse
-	32, // 77: pact.v1.AdminService.ListOperators:output_type -> pact.v1.ListOperatorsResponse
-	34, // 78: pact.v1.AdminService.RevokeOperator:output_type -> pact.v1.RevokeOperatorResponse
-	36, // 79: pact.v1.AdminService.RetireIntermediate:output_type -> pact.v1.RetireIntermediateResponse
-	38, // 80: pact.v1.AdminService.ListIntermediates:output_type -> pact.v1.ListIntermediatesResponse
-	40, // 81: pact.v1.AdminService.RevokeJournalCA:output_type -> pact.v1.RevokeJournalCAResponse
-	53, // 82: pact.v1.AdminService.UpdateNode:output_type -> pact.v1.UpdateNodeResponse
-	27, // 83: pact.v1.AdminService.SaveSnapshot:output_type -> pact.v1.SaveSnapshotResponse
-	59, // [59:84] is the sub-list for method output_type
-	34, // [34:59] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	61, // 16: pact.v1.AddJournalResponse.journal_ca:type_name -> pact.v1.JournalCA
+	21, // 17: pact.v1.RemoveJournalResponse.members:type_name -> pact.v1.JournalMember
+	62, // 18: pact.v1.RemoveJournalResponse.retired:type_name -> pact.v1.Intermediate
+	63, // 19: pact.v1.IssueOperatorResponse.operator:type_name -> pact.v1.Operator
+	63, // 20: pact.v1.ListOperatorsResponse.operators:type_name -> pact.v1.Operator
+	64, // 21: pact.v1.ListOperatorsResponse.revoked_names:type_name -> pact.v1.OperatorNameRevocation
+	63, // 22: pact.v1.RevokeOperatorResponse.revoked:type_name -> pact.v1.Operator
+	64, // 23: pact.v1.RevokeOperatorResponse.name:type_name -> pact.v1.OperatorNameRevocation
+	62, // 24: pact.v1.RetireIntermediateResponse.retired:type_name -> pact.v1.Intermediate
+	62, // 25: pact.v1.ListIntermediatesResponse.intermediates:type_name -> pact.v1.Intermediate
+	61, // 26: pact.v1.ListIntermediatesResponse.journal_cas:type_name -> pact.v1.JournalCA
+	61, // 27: pact.v1.RecordJournalCAResponse.journal_ca:type_name -> pact.v1.JournalCA
+	61, // 28: pact.v1.RecordJournalCAResponse.superseded:type_name -> pact.v1.JournalCA
+	61, // 29: pact.v1.RevokeJournalCAResponse.revoked:type_name -> pact.v1.JournalCA
+	62, // 30: pact.v1.RevokeJournalCAResponse.intermediates:type_name -> pact.v1.Intermediate
+	45, // 31: pact.v1.CreateJoinTokenResponse.info:type_name -> pact.v1.JoinTokenInfo
+	45, // 32: pact.v1.ListJoinTokensResponse.tokens:type_name -> pact.v1.JoinTokenInfo
+	45, // 33: pact.v1.RevokeJoinTokensResponse.revoked:type_name -> pact.v1.JoinTokenInfo
+	58, // 34: pact.v1.FenceNodeResponse.node:type_name -> pact.v1.Node
+	58, // 35: pact.v1.UnfenceNodeResponse.node:type_name -> pact.v1.Node
+	58, // 36: pact.v1.UpdateNodeResponse.node:type_name -> pact.v1.Node
+	1,  // 37: pact.v1.AdminService.RegisterNode:input_type -> pact.v1.RegisterNodeRequest
+	3,  // 38: pact.v1.AdminService.RegisterNodes:input_type -> pact.v1.RegisterNodesRequest
+	6,  // 39: pact.v1.AdminService.ListNodes:input_type -> pact.v1.ListNodesRequest
+	8,  // 40: pact.v1.AdminService.InspectNode:input_type -> pact.v1.InspectNodeRequest
+	10, // 41: pact.v1.AdminService.DecommissionNode:input_type -> pact.v1.DecommissionNodeRequest
+	12, // 42: pact.v1.AdminService.AssignNode:input_type -> pact.v1.AssignNodeRequest
+	14, // 43: pact.v1.AdminService.UnassignNode:input_type -> pact.v1.UnassignNodeRequest
+	16, // 44: pact.v1.AdminService.MoveNode:input_type -> pact.v1.MoveNodeRequest
+	18, // 45: pact.v1.AdminService.ListAudit:input_type -> pact.v1.ListAuditRequest
+	20, // 46: pact.v1.AdminService.JournalStatus:input_type -> pact.v1.JournalStatusRequest
+	23, // 47: pact.v1.AdminService.AddJournal:input_type -> pact.v1.AddJournalRequest
+	25, // 48: pact.v1.AdminService.RemoveJournal:input_type -> pact.v1.RemoveJournalRequest
+	43, // 49: pact.v1.AdminService.CreateJoinToken:input_type -> pact.v1.CreateJoinTokenRequest
+	46, // 50: pact.v1.AdminService.ListJoinTokens:input_type -> pact.v1.ListJoinTokensRequest
+	48, // 51: pact.v1.AdminService.RevokeJoinTokens:input_type -> pact.v1.RevokeJoinTokensRequest
+	50, // 52: pact.v1.AdminService.FenceNode:input_type -> pact.v1.FenceNodeRequest
+	52, // 53: pact.v1.AdminService.UnfenceNode:input_type -> pact.v1.UnfenceNodeRequest
+	29, // 54: pact.v1.AdminService.IssueOperator:input_type -> pact.v1.IssueOperatorRequest
+	31, // 55: pact.v1.AdminService.ListOperators:input_type -> pact.v1.ListOperatorsRequest
+	33, // 56: pact.v1.AdminService.RevokeOperator:input_type -> pact.v1.RevokeOperatorRequest
+	35, // 57: pact.v1.AdminService.RetireIntermediate:input_type -> pact.v1.RetireIntermediateRequest
+	37, // 58: pact.v1.AdminService.ListIntermediates:input_type -> pact.v1.ListIntermediatesRequest
+	39, // 59: pact.v1.AdminService.RevokeJournalCA:input_type -> pact.v1.RevokeJournalCARequest
+	40, // 60: pact.v1.AdminService.RecordJournalCA:input_type -> pact.v1.RecordJournalCARequest
+	54, // 61: pact.v1.AdminService.UpdateNode:input_type -> pact.v1.UpdateNodeRequest
+	26, // 62: pact.v1.AdminService.SaveSnapshot:input_type -> pact.v1.SaveSnapshotRequest
+	2,  // 63: pact.v1.AdminService.RegisterNode:output_type -> pact.v1.RegisterNodeResponse
+	5,  // 64: pact.v1.AdminService.RegisterNodes:output_type -> pact.v1.RegisterNodesResponse
+	7,  // 65: pact.v1.AdminService.ListNodes:output_type -> pact.v1.ListNodesResponse
+	9,  // 66: pact.v1.AdminService.InspectNode:output_type -> pact.v1.InspectNodeResponse
+	11, // 67: pact.v1.AdminService.DecommissionNode:output_type -> pact.v1.DecommissionNodeResponse
+	13, // 68: pact.v1.AdminService.AssignNode:output_type -> pact.v1.AssignNodeResponse
+	15, // 69: pact.v1.AdminService.UnassignNode:output_type -> pact.v1.UnassignNodeResponse
+	17, // 70: pact.v1.AdminService.MoveNode:output_type -> pact.v1.MoveNodeResponse
+	19, // 71: pact.v1.AdminService.ListAudit:output_type -> pact.v1.ListAuditResponse
+	22, // 72: pact.v1.AdminService.JournalStatus:output_type -> pact.v1.JournalStatusResponse
+	24, // 73: pact.v1.AdminService.AddJournal:output_type -> pact.v1.AddJournalResponse
+	28, // 74: pact.v1.AdminService.RemoveJournal:output_type -> pact.v1.RemoveJournalResponse
+	44, // 75: pact.v1.AdminService.CreateJoinToken:output_type -> pact.v1.CreateJoinTokenResponse
+	47, // 76: pact.v1.AdminService.ListJoinTokens:output_type -> pact.v1.ListJoinTokensResponse
+	49, // 77: pact.v1.AdminService.RevokeJoinTokens:output_type -> pact.v1.RevokeJoinTokensResponse
+	51, // 78: pact.v1.AdminService.FenceNode:output_type -> pact.v1.FenceNodeResponse
+	53, // 79: pact.v1.AdminService.UnfenceNode:output_type -> pact.v1.UnfenceNodeResponse
+	30, // 80: pact.v1.AdminService.IssueOperator:output_type -> pact.v1.IssueOperatorResponse
+	32, // 81: pact.v1.AdminService.ListOperators:output_type -> pact.v1.ListOperatorsResponse
+	34, // 82: pact.v1.AdminService.RevokeOperator:output_type -> pact.v1.RevokeOperatorResponse
+	36, // 83: pact.v1.AdminService.RetireIntermediate:output_type -> pact.v1.RetireIntermediateResponse
+	38, // 84: pact.v1.AdminService.ListIntermediates:output_type -> pact.v1.ListIntermediatesResponse
+	42, // 85: pact.v1.AdminService.RevokeJournalCA:output_type -> pact.v1.RevokeJournalCAResponse
+	41, // 86: pact.v1.AdminService.RecordJournalCA:output_type -> pact.v1.RecordJournalCAResponse
+	55, // 87: pact.v1.AdminService.UpdateNode:output_type -> pact.v1.UpdateNodeResponse
+	27, // 88: pact.v1.AdminService.SaveSnapshot:output_type -> pact.v1.SaveSnapshotResponse
+	63, // [63:89] is the sub-list for method output_type
+	37, // [37:63] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_admin_proto_init() }
@@ -3565,14 +3721,14 @@ func file_pact_v1_admin_proto_init() {
 		return
 	}
 	file_pact_v1_registry_proto_init()
-	file_pact_v1_admin_proto_msgTypes[51].OneofWrappers = []any{}
+	file_pact_v1_admin_proto_msgTypes[53].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_admin_proto_rawDesc), len(file_pact_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   53,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,7 @@ const (
 	AdminService_RetireIntermediate_FullMethodName = "/pact.v1.AdminService/RetireIntermediate"
 	AdminService_ListIntermediates_FullMethodName  = "/pact.v1.AdminService/ListIntermediates"
 	AdminService_RevokeJournalCA_FullMethodName    = "/pact.v1.AdminService/RevokeJournalCA"
+	AdminService_RecordJournalCA_FullMethodName    = "/pact.v1.AdminService/RecordJournalCA"
 	AdminService_UpdateNode_FullMethodName         = "/pact.v1.AdminService/UpdateNode"
 	AdminService_SaveSnapshot_FullMethodName       = "/pact.v1.AdminService/SaveSnapshot"
 )
@@ -104,6 +105,10 @@ type AdminServiceClient interface {
 	// RevokeJournalCA revokes journal CAs at once (platform-admin): every
 	// certificate below them is refused on every journal.
 	RevokeJournalCA(ctx context.Context, in *RevokeJournalCARequest, opts ...grpc.CallOption) (*RevokeJournalCAResponse, error)
+	// RecordJournalCA binds a journal id to a journal CA the ceremony signed
+	// with a new key (platform-admin): a replaced host's, or one re-issued
+	// after a revocation. It supersedes the journal's earlier journal CAs.
+	RecordJournalCA(ctx context.Context, in *RecordJournalCARequest, opts ...grpc.CallOption) (*RecordJournalCAResponse, error)
 	// UpdateNode changes a registered node's hardware identity (a NIC or BMC
 	// swapped) without decommissioning it. Audited; the node's current
 	// certificate stays valid, and the new identity is what its next
@@ -353,6 +358,16 @@ func (c *adminServiceClient) RevokeJournalCA(ctx context.Context, in *RevokeJour
 	return out, nil
 }
 
+func (c *adminServiceClient) RecordJournalCA(ctx context.Context, in *RecordJournalCARequest, opts ...grpc.CallOption) (*RecordJournalCAResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordJournalCAResponse)
+	err := c.cc.Invoke(ctx, AdminService_RecordJournalCA_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) UpdateNode(ctx context.Context, in *UpdateNodeRequest, opts ...grpc.CallOption) (*UpdateNodeResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(UpdateNodeResponse)
@@ -440,6 +455,10 @@ type AdminServiceServer interface {
 	// RevokeJournalCA revokes journal CAs at once (platform-admin): every
 	// certificate below them is refused on every journal.
 	RevokeJournalCA(context.Context, *RevokeJournalCARequest) (*RevokeJournalCAResponse, error)
+	// RecordJournalCA binds a journal id to a journal CA the ceremony signed
+	// with a new key (platform-admin): a replaced host's, or one re-issued
+	// after a revocation. It supersedes the journal's earlier journal CAs.
+	RecordJournalCA(context.Context, *RecordJournalCARequest) (*RecordJournalCAResponse, error)
 	// UpdateNode changes a registered node's hardware identity (a NIC or BMC
 	// swapped) without decommissioning it. Audited; the node's current
 	// certificate stays valid, and the new identity is what its next
@@ -527,6 +546,9 @@ func (UnimplementedAdminServiceServer) ListIntermediates(context.Context, *ListI
 }
 func (UnimplementedAdminServiceServer) RevokeJournalCA(context.Context, *RevokeJournalCARequest) (*RevokeJournalCAResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokeJournalCA not implemented")
+}
+func (UnimplementedAdminServiceServer) RecordJournalCA(context.Context, *RecordJournalCARequest) (*RecordJournalCAResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordJournalCA not implemented")
 }
 func (UnimplementedAdminServiceServer) UpdateNode(context.Context, *UpdateNodeRequest) (*UpdateNodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateNode not implemented")
@@ -969,6 +991,24 @@ func _AdminService_RevokeJournalCA_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_RecordJournalCA_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordJournalCARequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RecordJournalCA(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RecordJournalCA_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RecordJournalCA(ctx, req.(*RecordJournalCARequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_UpdateNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(UpdateNodeRequest)
 	if err := dec(in); err != nil {
@@ -1096,6 +1136,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RevokeJournalCA",
 			Handler:    _AdminService_RevokeJournalCA_Handler,
+		},
+		{
+			MethodName: "RecordJournalCA",
+			Handler:    _AdminService_RecordJournalCA_Handler,
 		},
 		{
 			MethodName: "UpdateNode",

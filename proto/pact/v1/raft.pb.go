@@ -145,6 +145,7 @@ type Command struct {
 	//	*Command_RevokeOperator
 	//	*Command_RetireIntermediate
 	//	*Command_RevokeJournalCa
+	//	*Command_RecordJournalCa
 	//	*Command_Release
 	//	*Command_UpdateNode
 	//	*Command_Batch
@@ -379,6 +380,15 @@ func (x *Command) GetRevokeJournalCa() *RevokeJournalCAOp {
 	return nil
 }
 
+func (x *Command) GetRecordJournalCa() *RecordJournalCAOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RecordJournalCa); ok {
+			return x.RecordJournalCa
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetRelease() *ReleaseOp {
 	if x != nil {
 		if x, ok := x.Op.(*Command_Release); ok {
@@ -501,6 +511,10 @@ type Command_RevokeJournalCa struct {
 	RevokeJournalCa *RevokeJournalCAOp `protobuf:"bytes,173,opt,name=revoke_journal_ca,json=revokeJournalCa,proto3,oneof"`
 }
 
+type Command_RecordJournalCa struct {
+	RecordJournalCa *RecordJournalCAOp `protobuf:"bytes,174,opt,name=record_journal_ca,json=recordJournalCa,proto3,oneof"`
+}
+
 type Command_Release struct {
 	Release *ReleaseOp `protobuf:"bytes,200,opt,name=release,proto3,oneof"`
 }
@@ -556,6 +570,8 @@ func (*Command_RevokeOperator) isCommand_Op() {}
 func (*Command_RetireIntermediate) isCommand_Op() {}
 
 func (*Command_RevokeJournalCa) isCommand_Op() {}
+
+func (*Command_RecordJournalCa) isCommand_Op() {}
 
 func (*Command_Release) isCommand_Op() {}
 
@@ -1299,6 +1315,64 @@ func (x *RevokeJournalCAOp) GetReason() string {
 	return ""
 }
 
+// RecordJournalCAOp records, on an operator's word, the journal CA a journal
+// id is bound to from now on: the one that answered pact journal add, or a
+// re-issue with a new key (pact journal record-ca) after the journal's
+// previous journal CA was revoked or its host replaced. It supersedes every
+// journal CA recorded for that journal before it: they give no peer
+// rights, and a journal publishes no intermediate under them.
+type RecordJournalCAOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JournalCa     *JournalCA             `protobuf:"bytes,1,opt,name=journal_ca,json=journalCa,proto3" json:"journal_ca,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordJournalCAOp) Reset() {
+	*x = RecordJournalCAOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordJournalCAOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordJournalCAOp) ProtoMessage() {}
+
+func (x *RecordJournalCAOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordJournalCAOp.ProtoReflect.Descriptor instead.
+func (*RecordJournalCAOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RecordJournalCAOp) GetJournalCa() *JournalCA {
+	if x != nil {
+		return x.JournalCa
+	}
+	return nil
+}
+
+func (x *RecordJournalCAOp) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // DecommissionOp revokes a node: state Revoked, its serial into the
 // revocation set, its hardware released.
 type DecommissionOp struct {
@@ -1310,7 +1384,7 @@ type DecommissionOp struct {
 
 func (x *DecommissionOp) Reset() {
 	*x = DecommissionOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[13]
+	mi := &file_pact_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1396,7 @@ func (x *DecommissionOp) String() string {
 func (*DecommissionOp) ProtoMessage() {}
 
 func (x *DecommissionOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[13]
+	mi := &file_pact_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1409,7 @@ func (x *DecommissionOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionOp.ProtoReflect.Descriptor instead.
 func (*DecommissionOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{13}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DecommissionOp) GetNodeId() string {
@@ -1359,7 +1433,7 @@ type AssignOp struct {
 
 func (x *AssignOp) Reset() {
 	*x = AssignOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[14]
+	mi := &file_pact_v1_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1445,7 @@ func (x *AssignOp) String() string {
 func (*AssignOp) ProtoMessage() {}
 
 func (x *AssignOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[14]
+	mi := &file_pact_v1_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +1458,7 @@ func (x *AssignOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignOp.ProtoReflect.Descriptor instead.
 func (*AssignOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{14}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AssignOp) GetNodeId() string {
@@ -1420,7 +1494,7 @@ type LivenessDigestOp struct {
 
 func (x *LivenessDigestOp) Reset() {
 	*x = LivenessDigestOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[15]
+	mi := &file_pact_v1_raft_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1506,7 @@ func (x *LivenessDigestOp) String() string {
 func (*LivenessDigestOp) ProtoMessage() {}
 
 func (x *LivenessDigestOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[15]
+	mi := &file_pact_v1_raft_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1519,7 @@ func (x *LivenessDigestOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LivenessDigestOp.ProtoReflect.Descriptor instead.
 func (*LivenessDigestOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{15}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LivenessDigestOp) GetJournalId() string {
@@ -1473,7 +1547,7 @@ type MarkInactiveOp struct {
 
 func (x *MarkInactiveOp) Reset() {
 	*x = MarkInactiveOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[16]
+	mi := &file_pact_v1_raft_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1559,7 @@ func (x *MarkInactiveOp) String() string {
 func (*MarkInactiveOp) ProtoMessage() {}
 
 func (x *MarkInactiveOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[16]
+	mi := &file_pact_v1_raft_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1572,7 @@ func (x *MarkInactiveOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkInactiveOp.ProtoReflect.Descriptor instead.
 func (*MarkInactiveOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{16}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MarkInactiveOp) GetNodeIds() []string {
@@ -1538,7 +1612,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_pact_v1_raft_proto_msgTypes[17]
+	mi := &file_pact_v1_raft_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1624,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[17]
+	mi := &file_pact_v1_raft_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1637,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{17}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Snapshot) GetNodes() []*Node {
@@ -1653,7 +1727,7 @@ type LastSeen struct {
 
 func (x *LastSeen) Reset() {
 	*x = LastSeen{}
-	mi := &file_pact_v1_raft_proto_msgTypes[18]
+	mi := &file_pact_v1_raft_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +1739,7 @@ func (x *LastSeen) String() string {
 func (*LastSeen) ProtoMessage() {}
 
 func (x *LastSeen) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[18]
+	mi := &file_pact_v1_raft_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +1752,7 @@ func (x *LastSeen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastSeen.ProtoReflect.Descriptor instead.
 func (*LastSeen) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{18}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LastSeen) GetNodeId() string {
@@ -1724,7 +1798,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_pact_v1_raft_proto_msgTypes[19]
+	mi := &file_pact_v1_raft_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +1810,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[19]
+	mi := &file_pact_v1_raft_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +1823,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{19}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -1955,7 +2029,7 @@ type SnapshotSizes struct {
 
 func (x *SnapshotSizes) Reset() {
 	*x = SnapshotSizes{}
-	mi := &file_pact_v1_raft_proto_msgTypes[20]
+	mi := &file_pact_v1_raft_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2041,7 @@ func (x *SnapshotSizes) String() string {
 func (*SnapshotSizes) ProtoMessage() {}
 
 func (x *SnapshotSizes) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[20]
+	mi := &file_pact_v1_raft_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,7 +2054,7 @@ func (x *SnapshotSizes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSizes.ProtoReflect.Descriptor instead.
 func (*SnapshotSizes) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{20}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SnapshotSizes) GetNodes() uint64 {
@@ -2007,7 +2081,7 @@ type RevokedSerial struct {
 
 func (x *RevokedSerial) Reset() {
 	*x = RevokedSerial{}
-	mi := &file_pact_v1_raft_proto_msgTypes[21]
+	mi := &file_pact_v1_raft_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2019,7 +2093,7 @@ func (x *RevokedSerial) String() string {
 func (*RevokedSerial) ProtoMessage() {}
 
 func (x *RevokedSerial) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[21]
+	mi := &file_pact_v1_raft_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2032,7 +2106,7 @@ func (x *RevokedSerial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokedSerial.ProtoReflect.Descriptor instead.
 func (*RevokedSerial) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{21}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RevokedSerial) GetSerial() string {
@@ -2063,7 +2137,7 @@ type ReleaseOp struct {
 
 func (x *ReleaseOp) Reset() {
 	*x = ReleaseOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[22]
+	mi := &file_pact_v1_raft_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2149,7 @@ func (x *ReleaseOp) String() string {
 func (*ReleaseOp) ProtoMessage() {}
 
 func (x *ReleaseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[22]
+	mi := &file_pact_v1_raft_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2162,7 @@ func (x *ReleaseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseOp.ProtoReflect.Descriptor instead.
 func (*ReleaseOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{22}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReleaseOp) GetNodeId() string {
@@ -2117,7 +2191,7 @@ type UpdateNodeOp struct {
 
 func (x *UpdateNodeOp) Reset() {
 	*x = UpdateNodeOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[23]
+	mi := &file_pact_v1_raft_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2129,7 +2203,7 @@ func (x *UpdateNodeOp) String() string {
 func (*UpdateNodeOp) ProtoMessage() {}
 
 func (x *UpdateNodeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[23]
+	mi := &file_pact_v1_raft_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2142,7 +2216,7 @@ func (x *UpdateNodeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeOp.ProtoReflect.Descriptor instead.
 func (*UpdateNodeOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{23}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UpdateNodeOp) GetNodeId() string {
@@ -2174,7 +2248,7 @@ type SVIDSeenOp struct {
 
 func (x *SVIDSeenOp) Reset() {
 	*x = SVIDSeenOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[24]
+	mi := &file_pact_v1_raft_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2186,7 +2260,7 @@ func (x *SVIDSeenOp) String() string {
 func (*SVIDSeenOp) ProtoMessage() {}
 
 func (x *SVIDSeenOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[24]
+	mi := &file_pact_v1_raft_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2199,7 +2273,7 @@ func (x *SVIDSeenOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SVIDSeenOp.ProtoReflect.Descriptor instead.
 func (*SVIDSeenOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{24}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SVIDSeenOp) GetNodeId() string {
@@ -2242,7 +2316,7 @@ type RecordOperatorOp struct {
 
 func (x *RecordOperatorOp) Reset() {
 	*x = RecordOperatorOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[25]
+	mi := &file_pact_v1_raft_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2328,7 @@ func (x *RecordOperatorOp) String() string {
 func (*RecordOperatorOp) ProtoMessage() {}
 
 func (x *RecordOperatorOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[25]
+	mi := &file_pact_v1_raft_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2341,7 @@ func (x *RecordOperatorOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordOperatorOp.ProtoReflect.Descriptor instead.
 func (*RecordOperatorOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{25}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RecordOperatorOp) GetOperator() *Operator {
@@ -2289,7 +2363,7 @@ type RevokeOperatorOp struct {
 
 func (x *RevokeOperatorOp) Reset() {
 	*x = RevokeOperatorOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[26]
+	mi := &file_pact_v1_raft_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2375,7 @@ func (x *RevokeOperatorOp) String() string {
 func (*RevokeOperatorOp) ProtoMessage() {}
 
 func (x *RevokeOperatorOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[26]
+	mi := &file_pact_v1_raft_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2388,7 @@ func (x *RevokeOperatorOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeOperatorOp.ProtoReflect.Descriptor instead.
 func (*RevokeOperatorOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{26}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RevokeOperatorOp) GetName() string {
@@ -2346,7 +2420,7 @@ type RetireIntermediateOp struct {
 
 func (x *RetireIntermediateOp) Reset() {
 	*x = RetireIntermediateOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[27]
+	mi := &file_pact_v1_raft_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2358,7 +2432,7 @@ func (x *RetireIntermediateOp) String() string {
 func (*RetireIntermediateOp) ProtoMessage() {}
 
 func (x *RetireIntermediateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[27]
+	mi := &file_pact_v1_raft_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2371,7 +2445,7 @@ func (x *RetireIntermediateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireIntermediateOp.ProtoReflect.Descriptor instead.
 func (*RetireIntermediateOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{27}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RetireIntermediateOp) GetSerials() []string {
@@ -2410,7 +2484,7 @@ type StandbyIssuedOp struct {
 
 func (x *StandbyIssuedOp) Reset() {
 	*x = StandbyIssuedOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[28]
+	mi := &file_pact_v1_raft_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2422,7 +2496,7 @@ func (x *StandbyIssuedOp) String() string {
 func (*StandbyIssuedOp) ProtoMessage() {}
 
 func (x *StandbyIssuedOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[28]
+	mi := &file_pact_v1_raft_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2435,7 +2509,7 @@ func (x *StandbyIssuedOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StandbyIssuedOp.ProtoReflect.Descriptor instead.
 func (*StandbyIssuedOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{28}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StandbyIssuedOp) GetNodeId() string {
@@ -2472,7 +2546,7 @@ type StandbyActivatedOp struct {
 
 func (x *StandbyActivatedOp) Reset() {
 	*x = StandbyActivatedOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[29]
+	mi := &file_pact_v1_raft_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2484,7 +2558,7 @@ func (x *StandbyActivatedOp) String() string {
 func (*StandbyActivatedOp) ProtoMessage() {}
 
 func (x *StandbyActivatedOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[29]
+	mi := &file_pact_v1_raft_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2497,7 +2571,7 @@ func (x *StandbyActivatedOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StandbyActivatedOp.ProtoReflect.Descriptor instead.
 func (*StandbyActivatedOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{29}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StandbyActivatedOp) GetNodeId() string {
@@ -2548,7 +2622,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_pact_v1_raft_proto_msgTypes[30]
+	mi := &file_pact_v1_raft_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2560,7 +2634,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[30]
+	mi := &file_pact_v1_raft_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2573,7 +2647,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{30}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SnapshotHeader) GetFormatVersion() uint32 {
@@ -2671,7 +2745,7 @@ var File_pact_v1_raft_proto protoreflect.FileDescriptor
 
 const file_pact_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\xa5\f\n" +
+	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\xf0\f\n" +
 	"\aCommand\x12 \n" +
 	"\fat_unix_nano\x18\x01 \x01(\x03R\n" +
 	"atUnixNano\x12\x14\n" +
@@ -2696,7 +2770,8 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x0frecord_operator\x18\xaa\x01 \x01(\v2\x19.pact.v1.RecordOperatorOpH\x00R\x0erecordOperator\x12E\n" +
 	"\x0frevoke_operator\x18\xab\x01 \x01(\v2\x19.pact.v1.RevokeOperatorOpH\x00R\x0erevokeOperator\x12Q\n" +
 	"\x13retire_intermediate\x18\xac\x01 \x01(\v2\x1d.pact.v1.RetireIntermediateOpH\x00R\x12retireIntermediate\x12I\n" +
-	"\x11revoke_journal_ca\x18\xad\x01 \x01(\v2\x1a.pact.v1.RevokeJournalCAOpH\x00R\x0frevokeJournalCa\x12/\n" +
+	"\x11revoke_journal_ca\x18\xad\x01 \x01(\v2\x1a.pact.v1.RevokeJournalCAOpH\x00R\x0frevokeJournalCa\x12I\n" +
+	"\x11record_journal_ca\x18\xae\x01 \x01(\v2\x1a.pact.v1.RecordJournalCAOpH\x00R\x0frecordJournalCa\x12/\n" +
 	"\arelease\x18\xc8\x01 \x01(\v2\x12.pact.v1.ReleaseOpH\x00R\arelease\x129\n" +
 	"\vupdate_node\x18\xc9\x01 \x01(\v2\x15.pact.v1.UpdateNodeOpH\x00R\n" +
 	"updateNode\x12)\n" +
@@ -2751,6 +2826,10 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"journal_ca\x18\x03 \x01(\v2\x12.pact.v1.JournalCAR\tjournalCa\"E\n" +
 	"\x11RevokeJournalCAOp\x12\x18\n" +
 	"\aserials\x18\x01 \x03(\tR\aserials\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"^\n" +
+	"\x11RecordJournalCAOp\x121\n" +
+	"\n" +
+	"journal_ca\x18\x01 \x01(\v2\x12.pact.v1.JournalCAR\tjournalCa\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\")\n" +
 	"\x0eDecommissionOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"h\n" +
@@ -2881,7 +2960,7 @@ func file_pact_v1_raft_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_pact_v1_raft_proto_goTypes = []any{
 	(ApplyError)(0),                // 0: pact.v1.ApplyError
 	(*Command)(nil),                // 1: pact.v1.Command
@@ -2897,101 +2976,104 @@ var file_pact_v1_raft_proto_goTypes = []any{
 	(*RenewOp)(nil),                // 11: pact.v1.RenewOp
 	(*PublishIntermediateOp)(nil),  // 12: pact.v1.PublishIntermediateOp
 	(*RevokeJournalCAOp)(nil),      // 13: pact.v1.RevokeJournalCAOp
-	(*DecommissionOp)(nil),         // 14: pact.v1.DecommissionOp
-	(*AssignOp)(nil),               // 15: pact.v1.AssignOp
-	(*LivenessDigestOp)(nil),       // 16: pact.v1.LivenessDigestOp
-	(*MarkInactiveOp)(nil),         // 17: pact.v1.MarkInactiveOp
-	(*Snapshot)(nil),               // 18: pact.v1.Snapshot
-	(*LastSeen)(nil),               // 19: pact.v1.LastSeen
-	(*SnapshotRecord)(nil),         // 20: pact.v1.SnapshotRecord
-	(*SnapshotSizes)(nil),          // 21: pact.v1.SnapshotSizes
-	(*RevokedSerial)(nil),          // 22: pact.v1.RevokedSerial
-	(*ReleaseOp)(nil),              // 23: pact.v1.ReleaseOp
-	(*UpdateNodeOp)(nil),           // 24: pact.v1.UpdateNodeOp
-	(*SVIDSeenOp)(nil),             // 25: pact.v1.SVIDSeenOp
-	(*RecordOperatorOp)(nil),       // 26: pact.v1.RecordOperatorOp
-	(*RevokeOperatorOp)(nil),       // 27: pact.v1.RevokeOperatorOp
-	(*RetireIntermediateOp)(nil),   // 28: pact.v1.RetireIntermediateOp
-	(*StandbyIssuedOp)(nil),        // 29: pact.v1.StandbyIssuedOp
-	(*StandbyActivatedOp)(nil),     // 30: pact.v1.StandbyActivatedOp
-	(*SnapshotHeader)(nil),         // 31: pact.v1.SnapshotHeader
-	(*HardwareIdentity)(nil),       // 32: pact.v1.HardwareIdentity
-	(*CredentialPolicy)(nil),       // 33: pact.v1.CredentialPolicy
-	(*CertificateInfo)(nil),        // 34: pact.v1.CertificateInfo
-	(*JoinToken)(nil),              // 35: pact.v1.JoinToken
-	(*Intermediate)(nil),           // 36: pact.v1.Intermediate
-	(*JournalInfo)(nil),            // 37: pact.v1.JournalInfo
-	(*JournalCA)(nil),              // 38: pact.v1.JournalCA
-	(*Node)(nil),                   // 39: pact.v1.Node
-	(*AuditEntry)(nil),             // 40: pact.v1.AuditEntry
-	(*Operator)(nil),               // 41: pact.v1.Operator
-	(*OperatorNameRevocation)(nil), // 42: pact.v1.OperatorNameRevocation
+	(*RecordJournalCAOp)(nil),      // 14: pact.v1.RecordJournalCAOp
+	(*DecommissionOp)(nil),         // 15: pact.v1.DecommissionOp
+	(*AssignOp)(nil),               // 16: pact.v1.AssignOp
+	(*LivenessDigestOp)(nil),       // 17: pact.v1.LivenessDigestOp
+	(*MarkInactiveOp)(nil),         // 18: pact.v1.MarkInactiveOp
+	(*Snapshot)(nil),               // 19: pact.v1.Snapshot
+	(*LastSeen)(nil),               // 20: pact.v1.LastSeen
+	(*SnapshotRecord)(nil),         // 21: pact.v1.SnapshotRecord
+	(*SnapshotSizes)(nil),          // 22: pact.v1.SnapshotSizes
+	(*RevokedSerial)(nil),          // 23: pact.v1.RevokedSerial
+	(*ReleaseOp)(nil),              // 24: pact.v1.ReleaseOp
+	(*UpdateNodeOp)(nil),           // 25: pact.v1.UpdateNodeOp
+	(*SVIDSeenOp)(nil),             // 26: pact.v1.SVIDSeenOp
+	(*RecordOperatorOp)(nil),       // 27: pact.v1.RecordOperatorOp
+	(*RevokeOperatorOp)(nil),       // 28: pact.v1.RevokeOperatorOp
+	(*RetireIntermediateOp)(nil),   // 29: pact.v1.RetireIntermediateOp
+	(*StandbyIssuedOp)(nil),        // 30: pact.v1.StandbyIssuedOp
+	(*StandbyActivatedOp)(nil),     // 31: pact.v1.StandbyActivatedOp
+	(*SnapshotHeader)(nil),         // 32: pact.v1.SnapshotHeader
+	(*HardwareIdentity)(nil),       // 33: pact.v1.HardwareIdentity
+	(*CredentialPolicy)(nil),       // 34: pact.v1.CredentialPolicy
+	(*CertificateInfo)(nil),        // 35: pact.v1.CertificateInfo
+	(*JoinToken)(nil),              // 36: pact.v1.JoinToken
+	(*Intermediate)(nil),           // 37: pact.v1.Intermediate
+	(*JournalInfo)(nil),            // 38: pact.v1.JournalInfo
+	(*JournalCA)(nil),              // 39: pact.v1.JournalCA
+	(*Node)(nil),                   // 40: pact.v1.Node
+	(*AuditEntry)(nil),             // 41: pact.v1.AuditEntry
+	(*Operator)(nil),               // 42: pact.v1.Operator
+	(*OperatorNameRevocation)(nil), // 43: pact.v1.OperatorNameRevocation
 }
 var file_pact_v1_raft_proto_depIdxs = []int32{
 	4,  // 0: pact.v1.Command.register_node:type_name -> pact.v1.RegisterNodeOp
 	5,  // 1: pact.v1.Command.activate:type_name -> pact.v1.ActivateOp
 	12, // 2: pact.v1.Command.publish_intermediate:type_name -> pact.v1.PublishIntermediateOp
 	11, // 3: pact.v1.Command.renew:type_name -> pact.v1.RenewOp
-	14, // 4: pact.v1.Command.decommission:type_name -> pact.v1.DecommissionOp
-	15, // 5: pact.v1.Command.assign:type_name -> pact.v1.AssignOp
-	16, // 6: pact.v1.Command.liveness_digest:type_name -> pact.v1.LivenessDigestOp
-	17, // 7: pact.v1.Command.mark_inactive:type_name -> pact.v1.MarkInactiveOp
-	25, // 8: pact.v1.Command.svid_seen:type_name -> pact.v1.SVIDSeenOp
+	15, // 4: pact.v1.Command.decommission:type_name -> pact.v1.DecommissionOp
+	16, // 5: pact.v1.Command.assign:type_name -> pact.v1.AssignOp
+	17, // 6: pact.v1.Command.liveness_digest:type_name -> pact.v1.LivenessDigestOp
+	18, // 7: pact.v1.Command.mark_inactive:type_name -> pact.v1.MarkInactiveOp
+	26, // 8: pact.v1.Command.svid_seen:type_name -> pact.v1.SVIDSeenOp
 	8,  // 9: pact.v1.Command.create_join_token:type_name -> pact.v1.CreateJoinTokenOp
 	9,  // 10: pact.v1.Command.revoke_join_tokens:type_name -> pact.v1.RevokeJoinTokensOp
 	10, // 11: pact.v1.Command.fence:type_name -> pact.v1.FenceOp
-	26, // 12: pact.v1.Command.record_operator:type_name -> pact.v1.RecordOperatorOp
-	27, // 13: pact.v1.Command.revoke_operator:type_name -> pact.v1.RevokeOperatorOp
-	28, // 14: pact.v1.Command.retire_intermediate:type_name -> pact.v1.RetireIntermediateOp
+	27, // 12: pact.v1.Command.record_operator:type_name -> pact.v1.RecordOperatorOp
+	28, // 13: pact.v1.Command.revoke_operator:type_name -> pact.v1.RevokeOperatorOp
+	29, // 14: pact.v1.Command.retire_intermediate:type_name -> pact.v1.RetireIntermediateOp
 	13, // 15: pact.v1.Command.revoke_journal_ca:type_name -> pact.v1.RevokeJournalCAOp
-	23, // 16: pact.v1.Command.release:type_name -> pact.v1.ReleaseOp
-	24, // 17: pact.v1.Command.update_node:type_name -> pact.v1.UpdateNodeOp
-	6,  // 18: pact.v1.Command.batch:type_name -> pact.v1.BatchOp
-	29, // 19: pact.v1.Command.standby_issued:type_name -> pact.v1.StandbyIssuedOp
-	30, // 20: pact.v1.Command.standby_activated:type_name -> pact.v1.StandbyActivatedOp
-	2,  // 21: pact.v1.Command.set_quorum_id:type_name -> pact.v1.SetQuorumIdOp
-	32, // 22: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	33, // 23: pact.v1.RegisterNodeOp.credentials:type_name -> pact.v1.CredentialPolicy
-	32, // 24: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
-	34, // 25: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
-	7,  // 26: pact.v1.ActivateOp.credentials:type_name -> pact.v1.PresentedCredentials
-	1,  // 27: pact.v1.BatchOp.commands:type_name -> pact.v1.Command
-	35, // 28: pact.v1.CreateJoinTokenOp.token:type_name -> pact.v1.JoinToken
-	34, // 29: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
-	36, // 30: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
-	37, // 31: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
-	38, // 32: pact.v1.PublishIntermediateOp.journal_ca:type_name -> pact.v1.JournalCA
-	39, // 33: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
-	22, // 34: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
-	36, // 35: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
-	19, // 36: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
-	40, // 37: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
-	37, // 38: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
-	35, // 39: pact.v1.Snapshot.join_tokens:type_name -> pact.v1.JoinToken
-	41, // 40: pact.v1.Snapshot.operators:type_name -> pact.v1.Operator
-	42, // 41: pact.v1.Snapshot.revoked_operator_names:type_name -> pact.v1.OperatorNameRevocation
-	3,  // 42: pact.v1.Snapshot.quorum:type_name -> pact.v1.QuorumIdentity
-	38, // 43: pact.v1.Snapshot.journal_cas:type_name -> pact.v1.JournalCA
-	39, // 44: pact.v1.SnapshotRecord.node:type_name -> pact.v1.Node
-	22, // 45: pact.v1.SnapshotRecord.revoked:type_name -> pact.v1.RevokedSerial
-	36, // 46: pact.v1.SnapshotRecord.intermediate:type_name -> pact.v1.Intermediate
-	19, // 47: pact.v1.SnapshotRecord.last_seen:type_name -> pact.v1.LastSeen
-	40, // 48: pact.v1.SnapshotRecord.audit:type_name -> pact.v1.AuditEntry
-	37, // 49: pact.v1.SnapshotRecord.journal:type_name -> pact.v1.JournalInfo
-	35, // 50: pact.v1.SnapshotRecord.join_token:type_name -> pact.v1.JoinToken
-	41, // 51: pact.v1.SnapshotRecord.operator:type_name -> pact.v1.Operator
-	42, // 52: pact.v1.SnapshotRecord.revoked_operator_name:type_name -> pact.v1.OperatorNameRevocation
-	21, // 53: pact.v1.SnapshotRecord.sizes:type_name -> pact.v1.SnapshotSizes
-	3,  // 54: pact.v1.SnapshotRecord.quorum:type_name -> pact.v1.QuorumIdentity
-	38, // 55: pact.v1.SnapshotRecord.journal_ca:type_name -> pact.v1.JournalCA
-	32, // 56: pact.v1.UpdateNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	41, // 57: pact.v1.RecordOperatorOp.operator:type_name -> pact.v1.Operator
-	34, // 58: pact.v1.StandbyIssuedOp.cert:type_name -> pact.v1.CertificateInfo
-	59, // [59:59] is the sub-list for method output_type
-	59, // [59:59] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	14, // 16: pact.v1.Command.record_journal_ca:type_name -> pact.v1.RecordJournalCAOp
+	24, // 17: pact.v1.Command.release:type_name -> pact.v1.ReleaseOp
+	25, // 18: pact.v1.Command.update_node:type_name -> pact.v1.UpdateNodeOp
+	6,  // 19: pact.v1.Command.batch:type_name -> pact.v1.BatchOp
+	30, // 20: pact.v1.Command.standby_issued:type_name -> pact.v1.StandbyIssuedOp
+	31, // 21: pact.v1.Command.standby_activated:type_name -> pact.v1.StandbyActivatedOp
+	2,  // 22: pact.v1.Command.set_quorum_id:type_name -> pact.v1.SetQuorumIdOp
+	33, // 23: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	34, // 24: pact.v1.RegisterNodeOp.credentials:type_name -> pact.v1.CredentialPolicy
+	33, // 25: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
+	35, // 26: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
+	7,  // 27: pact.v1.ActivateOp.credentials:type_name -> pact.v1.PresentedCredentials
+	1,  // 28: pact.v1.BatchOp.commands:type_name -> pact.v1.Command
+	36, // 29: pact.v1.CreateJoinTokenOp.token:type_name -> pact.v1.JoinToken
+	35, // 30: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
+	37, // 31: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
+	38, // 32: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
+	39, // 33: pact.v1.PublishIntermediateOp.journal_ca:type_name -> pact.v1.JournalCA
+	39, // 34: pact.v1.RecordJournalCAOp.journal_ca:type_name -> pact.v1.JournalCA
+	40, // 35: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
+	23, // 36: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
+	37, // 37: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
+	20, // 38: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
+	41, // 39: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
+	38, // 40: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
+	36, // 41: pact.v1.Snapshot.join_tokens:type_name -> pact.v1.JoinToken
+	42, // 42: pact.v1.Snapshot.operators:type_name -> pact.v1.Operator
+	43, // 43: pact.v1.Snapshot.revoked_operator_names:type_name -> pact.v1.OperatorNameRevocation
+	3,  // 44: pact.v1.Snapshot.quorum:type_name -> pact.v1.QuorumIdentity
+	39, // 45: pact.v1.Snapshot.journal_cas:type_name -> pact.v1.JournalCA
+	40, // 46: pact.v1.SnapshotRecord.node:type_name -> pact.v1.Node
+	23, // 47: pact.v1.SnapshotRecord.revoked:type_name -> pact.v1.RevokedSerial
+	37, // 48: pact.v1.SnapshotRecord.intermediate:type_name -> pact.v1.Intermediate
+	20, // 49: pact.v1.SnapshotRecord.last_seen:type_name -> pact.v1.LastSeen
+	41, // 50: pact.v1.SnapshotRecord.audit:type_name -> pact.v1.AuditEntry
+	38, // 51: pact.v1.SnapshotRecord.journal:type_name -> pact.v1.JournalInfo
+	36, // 52: pact.v1.SnapshotRecord.join_token:type_name -> pact.v1.JoinToken
+	42, // 53: pact.v1.SnapshotRecord.operator:type_name -> pact.v1.Operator
+	43, // 54: pact.v1.SnapshotRecord.revoked_operator_name:type_name -> pact.v1.OperatorNameRevocation
+	22, // 55: pact.v1.SnapshotRecord.sizes:type_name -> pact.v1.SnapshotSizes
+	3,  // 56: pact.v1.SnapshotRecord.quorum:type_name -> pact.v1.QuorumIdentity
+	39, // 57: pact.v1.SnapshotRecord.journal_ca:type_name -> pact.v1.JournalCA
+	33, // 58: pact.v1.UpdateNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	42, // 59: pact.v1.RecordOperatorOp.operator:type_name -> pact.v1.Operator
+	35, // 60: pact.v1.StandbyIssuedOp.cert:type_name -> pact.v1.CertificateInfo
+	61, // [61:61] is the sub-list for method output_type
+	61, // [61:61] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_raft_proto_init() }
@@ -3017,6 +3099,7 @@ func file_pact_v1_raft_proto_init() {
 		(*Command_RevokeOperator)(nil),
 		(*Command_RetireIntermediate)(nil),
 		(*Command_RevokeJournalCa)(nil),
+		(*Command_RecordJournalCa)(nil),
 		(*Command_Release)(nil),
 		(*Command_UpdateNode)(nil),
 		(*Command_Batch)(nil),
@@ -3024,7 +3107,7 @@ func file_pact_v1_raft_proto_init() {
 		(*Command_StandbyActivated)(nil),
 		(*Command_SetQuorumId)(nil),
 	}
-	file_pact_v1_raft_proto_msgTypes[19].OneofWrappers = []any{
+	file_pact_v1_raft_proto_msgTypes[20].OneofWrappers = []any{
 		(*SnapshotRecord_Node)(nil),
 		(*SnapshotRecord_Revoked)(nil),
 		(*SnapshotRecord_Intermediate)(nil),
@@ -3044,7 +3127,7 @@ func file_pact_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_raft_proto_rawDesc), len(file_pact_v1_raft_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
