@@ -180,6 +180,10 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 			return nil, "refused", err
 		}
 	}
+	// An Active node not released gets a new key only by a takeover: after
+	// the window (takeover != 0), or at once when its certificate was
+	// withdrawn (takeoverCutoff).
+	replaces := node.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE && !raftfsm.Released(node)
 	if err := j.checkSigning(); err != nil {
 		return nil, "error", err
 	}
@@ -209,12 +213,12 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 		return nil, "error", err
 	}
 	outcome := "ok"
-	if takeover != 0 {
+	if replaces {
 		outcome = "takeover"
 	}
 	j.log.Info("node enrolled", logkey.NodeID, node.GetNodeId(), logkey.Serial, result.Node.GetCert().GetSerial(),
 		logkey.NotAfter, time.Unix(result.Node.GetCert().GetNotAfterUnix(), 0).UTC().Format(time.RFC3339),
-		logkey.Source, peerAddr(ctx), logkey.Takeover, takeover != 0)
+		logkey.Source, peerAddr(ctx), logkey.Takeover, replaces)
 	resp, err := j.enrollResponse(result.Node)
 	if result.Idempotent {
 		outcome = "retry"
@@ -289,6 +293,15 @@ func (j *Journal) takeoverCutoff(n *pactv1.Node) (int64, error) {
 		return 0, nil
 	}
 	now := j.cfg.Clock.Now()
+	if j.fsm.CertWithdrawn(n.GetCert(), now.UnixNano()) != "" {
+		// Its certificate is refused everywhere by the registry's own
+		// records (its issuer or the issuer's journal CA revoked, or the
+		// serial itself): its agent enrolls again because it was cut off,
+		// and no window protects anything. The FSM decides again at the
+		// command's time; a stream of that certificate still open here
+		// ends at its next binding check.
+		return 0, nil
+	}
 	lastSeen := time.Unix(0, j.fsm.LastSeen(n.GetNodeId()))
 	if j.hub.streamCount(n.GetNodeId()) > 0 {
 		return 0, fmt.Errorf("%w: node %s is active with another key and streaming to this journal", raftfsm.ErrAlreadyActive, n.GetNodeId())
