@@ -70,6 +70,7 @@ var reasons = []struct {
 	{auth.ErrSVIDUntrusted, apierr.SPIREBundleUntrusted},
 	{auth.ErrSPIFFEUnmapped, apierr.SPIFFEIDUnmapped},
 	{auth.ErrNotYetValid, apierr.CertNotYetValid},
+	{auth.ErrOperatorNotIssued, apierr.OperatorNotIssued},
 	{ErrUnauthenticated, apierr.Unauthenticated},
 	{ErrPermission, apierr.PermissionDenied},
 	{ErrOverloaded, apierr.RateLimited},

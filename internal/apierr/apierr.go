@@ -70,6 +70,11 @@ const (
 	// operator credential carries; the message names the nearest
 	// recorded names.
 	OperatorNotFound Reason = "OPERATOR_NOT_FOUND"
+	// OperatorNotIssued: an operator credential signed by a journal
+	// intermediate that this quorum did not issue (no record of its
+	// serial in the registry): get one from a platform-admin (pact admin
+	// issue).
+	OperatorNotIssued Reason = "OPERATOR_NOT_ISSUED"
 	// SPIREBundleUntrusted: an X.509-SVID of the accepted trust domain that
 	// the journal's SPIRE bundle does not verify (a CA the journal does not
 	// trust, an expired SPIRE intermediate, or no bundle loaded yet).
@@ -149,6 +154,7 @@ var codeOf = map[Reason]codes.Code{
 	JournalCARevoked:         codes.Unavailable,
 	OperatorRevoked:          codes.PermissionDenied,
 	OperatorNotFound:         codes.NotFound,
+	OperatorNotIssued:        codes.Unauthenticated,
 	SPIREBundleUntrusted:     codes.Unauthenticated,
 	TrustDomainNotAccepted:   codes.Unauthenticated,
 	SPIFFEIDUnmapped:         codes.PermissionDenied,

@@ -9,9 +9,9 @@
 // Config: registry lookups (Registry), the live journal CAs and
 // intermediates of the trust bundle (Bundle), the Raft side (Quorum:
 // leadership, a linearizable read, a confirmation with the leader, the
-// first-use record of an operator credential), the peer journals' checks
-// (Peers), whether the journal serves a method, and the wire reason of an
-// error (the journal's one error-to-status mapping).
+// first-use record of a root-signed operator credential), the peer
+// journals' checks (Peers), whether the journal serves a method, and the
+// wire reason of an error (the journal's one error-to-status mapping).
 package auth
 
 import (
@@ -55,6 +55,12 @@ var (
 	// to a root directly nor through a live journal intermediate of the
 	// trust bundle. It comes with ErrUnauthenticated.
 	ErrUnknownOperatorIssuer = errors.New("operator credential is signed neither by this domain's root nor by a live journal intermediate (its intermediate or journal CA expired, was retired or revoked, or it is of another domain); ask a platform-admin for a new credential (pact admin issue)")
+	// ErrOperatorNotIssued: an operator credential signed by a journal
+	// intermediate whose serial the registry holds no issue record of
+	// (pact admin issue and renew record one before they return it): made
+	// with a journal intermediate's key outside pact, or by a removed
+	// journal. It comes with ErrUnauthenticated; nothing is written.
+	ErrOperatorNotIssued = errors.New("journal: operator credential not issued")
 	// ErrChainShape: a chain that verifies to a root but has a shape this
 	// domain never issues (an agent or an operator signed by a journal CA
 	// itself, an agent signed by the root, an operator under a legacy
@@ -86,6 +92,8 @@ type Registry interface {
 	NodeBySPIFFEID(id string) (*pactv1.Node, bool)
 	IsRevoked(serial string) bool
 	CheckOperator(name, serial string, notBeforeUnix int64) (raftfsm.OperatorStatus, string)
+	// Operator is the record of the operator credential with serial.
+	Operator(serial string) (*pactv1.Operator, bool)
 }
 
 // Intermediates is one version of the trust bundle's CAs below the roots:
@@ -121,8 +129,9 @@ type Quorum interface {
 	ConfirmFinal(ctx context.Context, decide func() error) error
 	// Confirm is ConfirmFinal for the refusals needs names.
 	Confirm(ctx context.Context, decide func() error, needs func(error) bool) error
-	// RecordOperator records an operator credential at its first use
-	// (through Raft), as actor.
+	// RecordOperator records an operator credential signed by a domain
+	// root at its first use (through Raft), as actor. A credential signed
+	// by a journal intermediate is never recorded so (checkOperator).
 	RecordOperator(ctx context.Context, actor string, op *pactv1.Operator) error
 }
 
@@ -172,8 +181,8 @@ type Config struct {
 	// Refused counts a refused authentication by wire reason.
 	Refused func(reason string)
 	// NoLeader is the error a write returns when the quorum has no leader
-	// (checkOperator serves a status call without the first-use record
-	// then).
+	// (checkOperator serves a status call of a root-signed credential
+	// without its first-use record then).
 	NoLeader error
 }
 

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -82,8 +83,8 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 	if !ok || len(tlsInfo.State.PeerCertificates) == 0 {
 		return nil, fmt.Errorf("%w: this call needs a client certificate issued for this domain", ErrUnauthenticated)
 	}
-	chain := tlsInfo.State.PeerCertificates
-	leaf := chain[0]
+	sent := tlsInfo.State.PeerCertificates
+	leaf := sent[0]
 	id, err := pki.IdentityOf(leaf)
 	domain := a.cfg.Domain
 	pactID := err == nil && id.Domain == domain
@@ -96,7 +97,7 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 		if !pactID {
 			return nil, noIdentity()
 		}
-		if err := a.cfg.Peers.CheckPeerCert(chain, id.Name); err != nil {
+		if err := a.cfg.Peers.CheckPeerCert(sent, id.Name); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 		}
 		// The caller's quorum and membership, on every call: removal ends
@@ -111,6 +112,9 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 		return &Principal{ID: id, Leaf: leaf}, nil
 	}
 	var verr error
+	// chain is the verified chain of a pact certificate (leaf first, a
+	// root last).
+	var chain []*x509.Certificate
 	if pactID {
 		// An intermediate (or journal CA) published while this journal
 		// was cut off (a journal added, or one re-keyed, through the
@@ -121,8 +125,13 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 		// enroll again (or an operator for a new credential).
 		// Confirmed only on that refusal: the accepted call's path stays
 		// one verification, with no closure built for it.
-		if verr = a.verifyClient(leaf, id, verdict); unknownIssuer(verr) {
-			verr = a.cfg.Quorum.Confirm(ctx, func() error { return a.verifyClient(leaf, id, verdict) }, unknownIssuer)
+		if chain, verr = a.verifyClientChain(leaf, id, verdict); unknownIssuer(verr) {
+			var again []*x509.Certificate
+			verr = a.cfg.Quorum.Confirm(ctx, func() (err error) {
+				again, err = a.verifyClientChain(leaf, id, verdict)
+				return err
+			}, unknownIssuer)
+			chain = again
 		}
 	} else if sid, err := x509svid.IDFromCert(leaf); err == nil && sid.TrustDomain().Name() != domain && a.spire == nil {
 		verr = fmt.Errorf("%w: %w: SPIFFE ID %s is of trust domain %s; this journal accepts domain %s only and trusts no SPIRE bundle (--spire-bundle or --spire-socket)",
@@ -140,7 +149,7 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 		if pactID {
 			kind = id.Kind
 		}
-		return a.authenticateSVID(ctx, pol, method, chain, kind, verr)
+		return a.authenticateSVID(ctx, pol, method, sent, kind, verr)
 	}
 	p := &Principal{ID: id, Serial: pki.SerialHex(leaf.SerialNumber), SPKI: pki.SPKIFingerprint(leaf), Leaf: leaf}
 	switch {
@@ -172,7 +181,7 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 		}
 		// After the role: a call refused for its role writes nothing,
 		// not even the first-use record.
-		if err := a.checkOperator(ctx, p, method); err != nil {
+		if err := a.checkOperator(ctx, p, method, a.signedByARoot(chain)); err != nil {
 			return nil, err
 		}
 	}
@@ -235,23 +244,30 @@ func (a *Authenticator) authenticateSVID(ctx context.Context, pol policy, method
 // journal intermediate, an operator credential by the root itself or by a
 // journal intermediate under its journal CA; a journal CA signs neither.
 func (a *Authenticator) verifyClient(leaf *x509.Certificate, id pki.Identity, verdict *chainVerdict) error {
+	_, err := a.verifyClientChain(leaf, id, verdict)
+	return err
+}
+
+// verifyClientChain is verifyClient returning the chain that verified
+// (leaf first, a root last).
+func (a *Authenticator) verifyClientChain(leaf *x509.Certificate, id pki.Identity, verdict *chainVerdict) ([]*x509.Certificate, error) {
 	now := a.cfg.Clock.Now()
 	bundle := a.cfg.Bundle.LiveIntermediates()
-	if verdict.valid(bundle.Version, now) {
-		return nil
+	if chain := verdict.verified(bundle.Version, now); chain != nil {
+		return chain, nil
 	}
 	// The plain case, with the chain above the leaf's intermediate
 	// verified once per bundle version (upperchain.go); anything else, and
 	// every refusal, below.
 	if chain := a.fastVerify(leaf, id.Kind, bundle, now); chain != nil {
 		verdict.remember(bundle.Version, chain)
-		return nil
+		return chain, nil
 	}
 	opts := x509.VerifyOptions{Roots: a.roots, Intermediates: bundle.Pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
 	chain, err := a.verifyShaped(leaf, id.Kind, opts)
 	if err == nil {
 		verdict.remember(bundle.Version, chain)
-		return nil
+		return chain, nil
 	}
 	// A certificate (the leaf, or its journal's intermediate) not valid yet
 	// by less than the tolerance was made by a journal whose clock runs
@@ -268,31 +284,47 @@ func (a *Authenticator) verifyClient(leaf *x509.Certificate, id pki.Identity, ve
 			break
 		}
 		opts.CurrentTime = inv.Cert.NotBefore
-		_, err = a.verifyShaped(leaf, id.Kind, opts)
+		chain, err = a.verifyShaped(leaf, id.Kind, opts)
 	}
 	if err != nil {
 		var inv x509.CertificateInvalidError
 		switch {
 		case errors.Is(err, ErrChainShape):
-			return fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+			return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 		case errors.As(err, &inv) && inv.Reason == x509.Expired && now.After(leaf.NotAfter):
-			return fmt.Errorf("%w: client certificate %s expired at %s", ErrUnauthenticated, pki.SerialHex(leaf.SerialNumber), leaf.NotAfter.UTC().Format(time.RFC3339))
+			return nil, fmt.Errorf("%w: client certificate %s expired at %s", ErrUnauthenticated, pki.SerialHex(leaf.SerialNumber), leaf.NotAfter.UTC().Format(time.RFC3339))
 		case errors.As(err, &inv) && inv.Reason == x509.Expired:
-			return fmt.Errorf("%w: %w: client certificate not valid before %s, the journal's clock reads %s (check the clocks)", ErrUnauthenticated, ErrNotYetValid, leaf.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+			return nil, fmt.Errorf("%w: %w: client certificate not valid before %s, the journal's clock reads %s (check the clocks)", ErrUnauthenticated, ErrNotYetValid, leaf.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 		case errors.As(err, &inv) && misissued(inv.Reason):
 			// A CA signed beyond what it may: a name outside its
 			// constraints, a CA below a journal intermediate. Not a bundle
 			// that lags: no confirmation helps.
-			return fmt.Errorf("%w: client certificate %s breaks its CAs' rules (%s): it was misissued, with a CA key misused or by hand; find out which key signed it, and re-enroll the node or issue a new credential", ErrUnauthenticated, pki.SerialHex(leaf.SerialNumber), strings.TrimPrefix(inv.Error(), "x509: "))
+			return nil, fmt.Errorf("%w: client certificate %s breaks its CAs' rules (%s): it was misissued, with a CA key misused or by hand; find out which key signed it, and re-enroll the node or issue a new credential", ErrUnauthenticated, pki.SerialHex(leaf.SerialNumber), strings.TrimPrefix(inv.Error(), "x509: "))
 		case id.Kind == pki.KindAgent:
-			return fmt.Errorf("%w: %w", ErrUnauthenticated, ErrUnknownIssuer)
+			return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, ErrUnknownIssuer)
 		case id.Kind == pki.KindAdmin:
-			return fmt.Errorf("%w: %w", ErrUnauthenticated, ErrUnknownOperatorIssuer)
+			return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, ErrUnknownOperatorIssuer)
 		default:
-			return fmt.Errorf("%w: client certificate is not signed by this domain's root, nor by a live journal intermediate", ErrUnauthenticated)
+			return nil, fmt.Errorf("%w: client certificate is not signed by this domain's root, nor by a live journal intermediate", ErrUnauthenticated)
 		}
 	}
-	return nil
+	return chain, nil
+}
+
+// signedByARoot reports whether a verified chain is a leaf signed by one
+// of the configured roots itself: two certificates, the second one of
+// cfg.Roots (byte for byte). Decided from the chain x509 verified, never
+// from names.
+func (a *Authenticator) signedByARoot(chain []*x509.Certificate) bool {
+	if len(chain) != 2 {
+		return false
+	}
+	for _, r := range a.cfg.Roots {
+		if bytes.Equal(chain[1].Raw, r.Raw) {
+			return true
+		}
+	}
+	return false
 }
 
 // misissued reports whether a chain verification failed on a rule a CA
@@ -378,20 +410,41 @@ func hasPactSubject(cert *x509.Certificate) bool {
 	return err == nil && cert.Subject.CommonName == id.CommonName()
 }
 
-// checkOperator refuses a revoked operator credential, on every call. A
-// credential the registry does not know yet (signed offline with the root:
-// pact-journal admin issue, or a --dev bootstrap credential from before
-// operators were recorded) is recorded now, at its first use; the FSM
-// refuses it there if its name was revoked after it was made.
+// checkOperator admits an operator credential only as Raft records it, on
+// every call (DESIGN.md §8, "Authority is what Raft recorded"; see
+// docs/security.md, "Operator credentials"):
 //
-// A revocation is final wherever it is seen, so refusing from this
-// journal's copy is safe; a copy that lags a revocation committed a moment
-// ago admits the credential for that moment, as it would a node's.
-func (a *Authenticator) checkOperator(ctx context.Context, p *Principal, method string) error {
+//   - A revoked credential (its serial, or its name since it was made) is
+//     refused OPERATOR_REVOKED. A revocation is final wherever it is seen,
+//     so refusing from this journal's copy is safe; a copy that lags a
+//     revocation committed a moment ago admits the credential for that
+//     moment, as it would a node's.
+//   - A credential signed by a journal intermediate authenticates only if
+//     pact admin issue or renew recorded it when it was signed (checkIssued):
+//     a journal intermediate's key is in a running journal's memory, and
+//     a credential made with it by anyone else (one who read that memory,
+//     or who holds the key of a journal since removed) has no record. It
+//     is refused UNAUTHENTICATED (OPERATOR_NOT_ISSUED), and nothing is
+//     written: it is never recorded at its first use.
+//   - A credential signed by a domain root itself (the chain verified is
+//     the leaf and a root: the ceremony's first platform-admin, pact-journal
+//     admin issue, a --dev bootstrap credential) is authenticated by the
+//     root's signature, and recorded now, at its first use, if it is not
+//     yet; the FSM refuses it there if its name was revoked after it was
+//     made.
+func (a *Authenticator) checkOperator(ctx context.Context, p *Principal, method string, rootSigned bool) error {
+	if !rootSigned {
+		// This journal's copy may lag the record of a credential issued a
+		// moment ago through another journal: a refusal stands only once
+		// the leader has confirmed it (a read, never a write); cut off from
+		// the leader the answer is NO_LEADER, to retry. A credential this
+		// copy holds is answered from it, with a leader or without.
+		return a.cfg.Quorum.Confirm(ctx, func() error { return a.checkIssued(p) }, notIssued)
+	}
 	st, why := a.cfg.Registry.CheckOperator(p.ID.Name, p.Serial, p.Leaf.NotBefore.Unix())
 	switch st {
 	case raftfsm.OperatorRevoked:
-		return fmt.Errorf("%w: %s; ask a platform-admin for a new credential (pact admin issue)", raftfsm.ErrOperatorRevoked, why)
+		return revokedError(why)
 	case raftfsm.OperatorRecorded:
 		return nil
 	}
@@ -400,9 +453,10 @@ func (a *Authenticator) checkOperator(ctx context.Context, p *Principal, method 
 		// Status is how an operator (or a monitoring probe) diagnoses a
 		// quorum that lost its leader: refusing it then, because the
 		// first-use record needs a leader, would hide the outage behind
-		// NO_LEADER. The credential passed every local check (its serial
-		// and name are not revoked here); the record is written at its
-		// next call with a leader.
+		// NO_LEADER. The credential is the root's own (a journal
+		// intermediate's never comes here) and passed every local check
+		// (its serial and name are not revoked here); the record is
+		// written at its next call with a leader.
 		a.log.Warn("operator credential not recorded (no leader); serving the status call", logkey.Actor, p.ID.Name, logkey.Serial, p.Serial)
 		return nil
 	}
@@ -413,4 +467,39 @@ func (a *Authenticator) checkOperator(ctx context.Context, p *Principal, method 
 		a.log.Info("operator credential recorded at first use", logkey.Actor, p.ID.Name, logkey.Serial, p.Serial, logkey.Role, p.Role)
 	}
 	return err
+}
+
+// checkIssued admits a credential signed by a journal intermediate from
+// this journal's copy of the registry: it must be recorded, as issued
+// (pact admin issue or renew: issued_by admin/NAME, never a first-use
+// record, which only a release before this rule made for such a
+// credential), for this very certificate: its name, role, key and expiry.
+// A record of its serial for another key is another credential: a serial
+// is no secret (pact admin list shows it), the key is.
+func (a *Authenticator) checkIssued(p *Principal) error {
+	st, why := a.cfg.Registry.CheckOperator(p.ID.Name, p.Serial, p.Leaf.NotBefore.Unix())
+	switch st {
+	case raftfsm.OperatorRevoked:
+		return revokedError(why)
+	case raftfsm.OperatorRecorded:
+		o, ok := a.cfg.Registry.Operator(p.Serial)
+		if ok && o.GetIssuedBy() != raftfsm.IssuedAtFirstUse && o.GetName() == p.ID.Name && o.GetRole() == p.Role &&
+			o.GetSpkiSha256() == p.SPKI && o.GetNotAfterUnix() == p.Leaf.NotAfter.Unix() {
+			return nil
+		}
+	}
+	return NotIssuedError(p.Serial, p.ID.Name)
+}
+
+// NotIssuedError is the refusal of an operator credential signed by a
+// journal intermediate that the registry holds no issue record of.
+func NotIssuedError(serial, name string) error {
+	return fmt.Errorf("%w: %w: credential %s of %s was not issued by this quorum (no record in the registry): ask a platform-admin for one with pact admin issue",
+		ErrUnauthenticated, ErrOperatorNotIssued, serial, name)
+}
+
+func notIssued(err error) bool { return errors.Is(err, ErrOperatorNotIssued) }
+
+func revokedError(why string) error {
+	return fmt.Errorf("%w: %s; ask a platform-admin for a new credential (pact admin issue)", raftfsm.ErrOperatorRevoked, why)
 }

@@ -45,6 +45,18 @@ func (*chainRegistry) CheckOperator(string, string, int64) (raftfsm.OperatorStat
 	return raftfsm.OperatorRecorded, ""
 }
 
+// Operator is the issue record of the operator credential that calls.
+func (r *chainRegistry) Operator(serial string) (*pactv1.Operator, bool) {
+	if r.leaf == nil || pki.SerialHex(r.leaf.SerialNumber) != serial {
+		return nil, false
+	}
+	id, err := pki.IdentityOf(r.leaf)
+	if err != nil || len(r.leaf.Subject.OrganizationalUnit) != 1 {
+		return nil, false
+	}
+	return OperatorRecord(r.leaf, id.Name, r.leaf.Subject.OrganizationalUnit[0], "admin/issuer"), true
+}
+
 // chainQuorum decides at once, as a leader would, and counts the refusals
 // sent for confirmation.
 type chainQuorum struct{ confirmed atomic.Int32 }

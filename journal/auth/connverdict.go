@@ -37,23 +37,36 @@ func tlsInfoOf(ai credentials.AuthInfo) (credentials.TLSInfo, *chainVerdict, boo
 // (the certificate expired, or the clock stepped back) verifies afresh.
 // Failures are not remembered: each refused call says why, at its clock.
 // Revocation of the certificate itself and the registry binding are not
-// part of it; authenticate checks them on every call.
+// part of it; authenticate checks them on every call. It keeps the chain
+// that verified: whether an operator credential was signed by a root
+// itself or by a journal intermediate decides how it may be recorded
+// (checkOperator).
 type chainVerdict struct {
 	mu          sync.Mutex
 	ok          bool
 	version     uint64
 	from, until time.Time
+	chain       []*x509.Certificate
 }
 
 // valid reports whether a verification against bundle version at now is
 // already known to pass.
 func (v *chainVerdict) valid(version uint64, now time.Time) bool {
+	return v.verified(version, now) != nil
+}
+
+// verified is the chain (leaf first, a root last) a verification against
+// bundle version at now is already known to yield, or nil.
+func (v *chainVerdict) verified(version uint64, now time.Time) []*x509.Certificate {
 	if v == nil {
-		return false
+		return nil
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.ok && v.version == version && !now.Before(v.from) && now.Before(v.until)
+	if v.ok && v.version == version && !now.Before(v.from) && now.Before(v.until) {
+		return v.chain
+	}
+	return nil
 }
 
 // remember records that chain verified against bundle version: it stays
@@ -72,6 +85,6 @@ func (v *chainVerdict) remember(version uint64, chain []*x509.Certificate) {
 		}
 	}
 	v.mu.Lock()
-	v.ok, v.version, v.from, v.until = true, version, from, until
+	v.ok, v.version, v.from, v.until, v.chain = true, version, from, until, chain
 	v.mu.Unlock()
 }
