@@ -32,8 +32,12 @@ type OperatorView struct {
 	Serial    string `json:"serial"`
 	NotBefore string `json:"not_before"`
 	NotAfter  string `json:"not_after"`
-	// IssuedBy is admin/NAME (through the journal), journal/ID (the
-	// bootstrap credential) or first-use (signed offline with the root).
+	// IssuedBy is admin/NAME (through the journal: pact admin issue or
+	// renew), journal/ID (the bootstrap credential) or first-use (signed
+	// by the root itself, recorded at its first call). A credential a
+	// journal intermediate signed authenticates only with an admin/NAME
+	// record; a first-use record of one (made by a release before that
+	// rule) authorizes nothing.
 	IssuedBy   string `json:"issued_by"`
 	RecordedAt string `json:"recorded_at"`
 	RevokedAt  string `json:"revoked_at"`
@@ -81,11 +85,14 @@ func (a *app) adminCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "admin",
 		Short: "List, issue, renew and revoke operator credentials",
-		Long: `Operator credentials are client certificates signed by the domain root, with
-a role: platform-admin, pact-ops-VCLUSTER or viewer. Every one is recorded
-in the journal's Raft log when it is issued (or, for one signed offline with
-"pact-journal admin issue", at its first use), and can be revoked: a revoked
-credential is refused on its next call, on every journal.
+		Long: `Operator credentials are client certificates with a role: platform-admin,
+pact-ops-VCLUSTER or viewer. "pact admin issue" and "pact admin renew" have
+a journal sign them and record them in the quorum's Raft log before they
+are returned; a credential a journal's key signed that the quorum did not
+record this way is refused (exit 5, OPERATOR_NOT_ISSUED). One signed by the
+domain root itself ("pact ca issue-admin", "pact-journal admin issue") is
+recorded at its first use. Every one can be revoked: a revoked credential is
+refused on its next call, on every journal.
 
 Credentials live days, not years (7 days by default): renew yours with
 "pact admin renew" while it is still valid. A platform-admin issues
@@ -394,8 +401,9 @@ journal. There is no undo: issue a new credential instead.
 
 A NAME that no recorded credential carries is refused (exit 3,
 OPERATOR_NOT_FOUND) with the nearest recorded names: most likely it is
-misspelt. A credential signed offline (pact-journal admin issue) is recorded
-at its first use; to revoke the name of one never used, pass --unrecorded.`,
+misspelt. A credential the root signed offline (pact ca issue-admin,
+pact-journal admin issue) is recorded at its first use; to revoke the name
+of one never used, pass --unrecorded.`,
 		Example: `  pact admin revoke alice
   pact admin revoke 3f1c2a9be0d04c65a1f3e2d9c8b7a6f5
 
