@@ -47,6 +47,8 @@ func newRolledRoot(t *testing.T, domain string) *rolledRoot {
 		KeyUsage:              x509.KeyUsageCertSign,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
+		// An intermediate signs no CA (caprofile.CheckChainShape).
+		MaxPathLenZero: true,
 	}, root, rootKey, nil)
 	return &rolledRoot{root: root, inter: inter, interKey: interKey}
 }

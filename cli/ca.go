@@ -338,6 +338,10 @@ under the new certificate without a restart. --out is never overwritten.`,
 				var err error
 				if dns, ips, err = ceremony.ParseNames(strings.Split(names, ",")); err != nil {
 					problems = append(problems, fmt.Errorf("--names: %w", err))
+				} else if journalID != "" && pki.ValidateName("journal id", journalID) == nil {
+					if err := ceremony.JournalIDNamed(journalID, dns, ips); err != nil {
+						problems = append(problems, err)
+					}
 				}
 			}
 			life, err := parseCALifetime(lifetime, caprofile.DefaultJournalCALifetime)

@@ -143,7 +143,7 @@ func TestCeremonyEndToEnd(t *testing.T) {
 	// 2. The journal CA's key and request, on the journal host.
 	hostKey := "file:" + filepath.Join(host, "journal-ca-key.pem")
 	csrFile := filepath.Join(base, "j1.csr")
-	code, stdout, stderr = journalHost("ca-request", "--journal-id", "j1", "--key", hostKey, "--names", "j1.example.org,127.0.0.1", "--out", csrFile)
+	code, stdout, stderr = journalHost("ca-request", "--journal-id", "j1", "--key", hostKey, "--names", "j1,j1.example.org,127.0.0.1", "--out", csrFile)
 	if code != 0 {
 		t.Fatalf("ca-request: %d\n%s%s", code, stdout, stderr)
 	}
@@ -157,7 +157,7 @@ func TestCeremonyEndToEnd(t *testing.T) {
 
 	// 3. The journal CA, signed on the ceremony machine.
 	jcaFile := filepath.Join(base, "j1-ca.pem")
-	code, stdout, stderr = run("ca", "sign-journal", "--dir", rootDir, "--csr", csrFile, "--journal-id", "j1", "--names", "j1.example.org,127.0.0.1", "--out", jcaFile)
+	code, stdout, stderr = run("ca", "sign-journal", "--dir", rootDir, "--csr", csrFile, "--journal-id", "j1", "--names", "j1,j1.example.org,127.0.0.1", "--out", jcaFile)
 	if code != 0 || stderr != "" {
 		t.Fatalf("sign-journal: %d\n%s%s", code, stdout, stderr)
 	}
@@ -211,7 +211,7 @@ func TestCeremonyEndToEnd(t *testing.T) {
 		t.Fatalf("renewal request: %d\n%s%s", code, stdout, stderr)
 	}
 	jca2File := filepath.Join(base, "j1-ca-2.pem")
-	if code, stdout, stderr := run("ca", "sign-journal", "--dir", rootDir, "--csr", csr2, "--journal-id", "j1", "--names", "j1.example.org,127.0.0.1", "--out", jca2File, "--lifetime", "30d"); code != 0 {
+	if code, stdout, stderr := run("ca", "sign-journal", "--dir", rootDir, "--csr", csr2, "--journal-id", "j1", "--names", "j1,j1.example.org,127.0.0.1", "--out", jca2File, "--lifetime", "30d"); code != 0 {
 		t.Fatalf("renewal: %d\n%s%s", code, stdout, stderr)
 	}
 	jca2 := readCert(t, jca2File)
@@ -311,9 +311,10 @@ func TestCeremonyRefusals(t *testing.T) {
 		{"init bad key spec", []string{"ca", "init", "--dir", filepath.Join(base, "y"), "--domain", testDomain, "--key", "pkcs11:token=a?pin-value=1234"}, ExitUsage, []string{"pin-value is not accepted"}},
 		{"sign without flags", []string{"ca", "sign-journal"}, ExitUsage, []string{"--dir is required", "--csr is required", "--journal-id is required", "--names is required", "--out is required"}},
 		{"sign bad names", []string{"ca", "sign-journal", "--dir", rootDir, "--csr", csr, "--journal-id", "j1", "--names", "j1.example.org:7443,*.example.org,0.0.0.0", "--out", out}, ExitUsage, []string{"has a port", "*.example.org", "0.0.0.0"}},
+		{"sign without the journal id", []string{"ca", "sign-journal", "--dir", rootDir, "--csr", csr, "--journal-id", "j1", "--names", "j1.example.org,10.0.0.1", "--out", out}, ExitUsage, []string{"lacks the journal id j1", "--names j1,j1.example.org,10.0.0.1"}},
 		{"sign garbage request", []string{"ca", "sign-journal", "--dir", rootDir, "--csr", garbage, "--journal-id", "j1", "--names", "j1.example.org", "--out", out}, ExitUsage, []string{"does not parse"}},
-		{"sign with another root's key", []string{"ca", "sign-journal", "--dir", rootDir, "--key", filepath.Join(other, "ca-key.pem"), "--csr", csr, "--journal-id", "j1", "--names", "j1.example.org", "--out", out}, ExitUsage, []string{"is not the key of"}},
-		{"sign with no root key", []string{"ca", "sign-journal", "--dir", filepath.Join(base, "none"), "--csr", csr, "--journal-id", "j1", "--names", "j1.example.org", "--out", out}, ExitUsage, []string{"pact ca init"}},
+		{"sign with another root's key", []string{"ca", "sign-journal", "--dir", rootDir, "--key", filepath.Join(other, "ca-key.pem"), "--csr", csr, "--journal-id", "j1", "--names", "j1,j1.example.org", "--out", out}, ExitUsage, []string{"is not the key of"}},
+		{"sign with no root key", []string{"ca", "sign-journal", "--dir", filepath.Join(base, "none"), "--csr", csr, "--journal-id", "j1", "--names", "j1,j1.example.org", "--out", out}, ExitUsage, []string{"pact ca init"}},
 		{"sign over an existing file", []string{"ca", "sign-journal", "--dir", rootDir, "--csr", csr, "--journal-id", "j1", "--names", "j1.example.org", "--out", csr}, ExitUsage, []string{"already exists"}},
 		{"admin bad role", []string{"ca", "issue-admin", "--dir", rootDir, "--name", "alice", "--role", "root", "--out-dir", filepath.Join(base, "a")}, ExitUsage, []string{"--role"}},
 		{"show nothing", []string{"ca", "show"}, ExitUsage, []string{"takes one FILE"}},

@@ -76,10 +76,10 @@ func TestRootRollover(t *testing.T) {
 	for _, m := range q.members {
 		csr := filepath.Join(work, m.id+".csr")
 		runBin(t, "pact-journal", "ca-request", "--journal-id", m.id, "--key", "file:"+q.pq.JournalCAKey(m.id),
-			"--names", "localhost,127.0.0.1", "--out", csr)
+			"--names", m.id+",localhost,127.0.0.1", "--out", csr)
 		signed := filepath.Join(work, m.id+"-ca.pem")
 		must("ca", "sign-journal", "--dir", newRootDir, "--csr", csr, "--journal-id", m.id,
-			"--names", "localhost,127.0.0.1", "--out", signed)
+			"--names", m.id+",localhost,127.0.0.1", "--out", signed)
 		replaceFile(t, q.pq.JournalCACert(m.id), signed)
 		ids = append(ids, m.id)
 	}

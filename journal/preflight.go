@@ -37,7 +37,9 @@ const productionRoot = `a production journal runs with its site's domain root ce
 //   - the journal CA certificate and key exist, are readable by this user
 //     (a file key by its owner alone), belong together, and the journal CA
 //     fits this journal (caprofile.CheckJournalCA: signed by a root, for
-//     this journal id, valid now, permitting every name it serves under);
+//     this journal id, of a journal CA's profile, valid now, permitting
+//     every name it serves under; caprofile.CheckJournalCANames: and no
+//     name it does not serve under);
 //     --dev's own journal CA is --dev's to make;
 //   - in the legacy layout, the root key instead: it exists, parses,
 //     belongs to a root, and is readable by its owner alone (mode 0600 or
@@ -168,6 +170,8 @@ func (c Config) checkJournalCA(roots []*x509.Certificate, domain string) error {
 		}
 		dnsNames, ips, _ := ServerNamesUnder(cert, c.ListenAddr, c.ServerNames)
 		if err := caprofile.CheckJournalCA(cert, roots, c.NodeID, domain, dnsNames, ips, now); err != nil {
+			errs = append(errs, fmt.Errorf("journal: --journal-ca-cert %s: %w", certPath, err))
+		} else if err := caprofile.CheckJournalCANames(cert, c.NodeID, dnsNames, ips); err != nil {
 			errs = append(errs, fmt.Errorf("journal: --journal-ca-cert %s: %w", certPath, err))
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/pact-hpc/pact/internal/ceremony"
@@ -80,8 +81,12 @@ func (q *ProcQuorum) ceremony() error {
 // IssueJournalCA makes journal id's journal CA key (a file, if absent) and
 // signs its certificate with root for names, replacing any certificate
 // there: the journal host's pact-journal ca-request and the ceremony's pact
-// ca sign-journal in one.
+// ca sign-journal in one, for names and id.
 func (q *ProcQuorum) IssueJournalCA(id string, root *x509.Certificate, rootKey keystore.Key, names []string) error {
+	// The journal id is among them, as pact ca sign-journal requires.
+	if !slices.Contains(names, id) {
+		names = append([]string{id}, names...)
+	}
 	dns, ips, err := ceremony.ParseNames(names)
 	if err != nil {
 		return fmt.Errorf("launch: names of %s: %w", id, err)

@@ -147,19 +147,23 @@ func IsRoot(cert *x509.Certificate) bool {
 
 // CheckJournalCA checks the journal CA a journal was given before it signs
 // anything with it: issued by one of roots, for this journal of this
-// domain, valid at now, and permitting every name the journal serves under
-// (its server certificates would fail every verifier otherwise). Each
-// problem says what to do.
+// domain, of a journal CA's profile (CheckJournalCAProfile), valid at now,
+// and permitting every name the journal serves under (its server
+// certificates would fail every verifier otherwise). That it permits
+// nothing more is CheckJournalCANames's to check. Each problem says what to
+// do.
 func CheckJournalCA(cert *x509.Certificate, roots []*x509.Certificate, journalID, domain string, dnsNames []string, ips []net.IP, now time.Time) error {
-	id, dom, ok := JournalOf(cert)
-	if !ok {
+	rest, found := strings.CutPrefix(cert.Subject.CommonName, journalCANPrefix)
+	id, dom, cut := strings.Cut(rest, "@")
+	if !found || !cut || id == "" || dom == "" {
 		return fmt.Errorf("%w: %q is not a journal CA certificate (make one with pact ca sign-journal)", ErrProfile, cert.Subject.CommonName)
 	}
 	if id != journalID || dom != domain {
 		return fmt.Errorf("%w: the journal CA is for journal %s of domain %s, this is journal %s of domain %s: point --journal-ca-cert at this journal's own, or have the ceremony sign one for it (pact-journal ca-request --journal-id %s, then pact ca sign-journal)", ErrProfile, id, dom, journalID, domain, journalID)
 	}
-	if cert.KeyUsage&x509.KeyUsageCertSign == 0 {
-		return fmt.Errorf("%w: the journal CA may not sign certificates (no keyCertSign)", ErrProfile)
+	// Its profile: what the ceremony makes, and nothing wider.
+	if err := CheckJournalCAProfile(cert, domain); err != nil {
+		return err
 	}
 	signed := false
 	for _, r := range roots {

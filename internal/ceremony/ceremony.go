@@ -344,6 +344,9 @@ func SignJournalCA(root *x509.Certificate, rootKey crypto.Signer, csrDER []byte,
 			return nil, fmt.Errorf("%w: %v is not an address a journal is reached at", ErrName, ip)
 		}
 	}
+	if err := JournalIDNamed(journalID, dnsNames, ips); err != nil {
+		return nil, err
+	}
 	if lifetime == 0 {
 		lifetime = caprofile.DefaultJournalCALifetime
 	}
@@ -393,6 +396,31 @@ func SignJournalCA(root *x509.Certificate, rootKey crypto.Signer, csrDER []byte,
 		return nil, fmt.Errorf("ceremony: the journal CA made carries another key than the request's")
 	}
 	return cert, nil
+}
+
+// JournalIDNamed checks that the names a journal CA is asked to permit
+// (dnsNames, ips: pact ca sign-journal --names) can serve the journal it
+// names: the journal serves as its id (journal.ServerNames: its peers and
+// operators may dial it by the id), so the id must be among the DNS
+// names. A journal id that is not a host name (it holds a '_') cannot be
+// one, and is not asked for. The error (ErrInput) says what to add.
+func JournalIDNamed(journalID string, dnsNames []string, ips []net.IP) error {
+	id := strings.ToLower(journalID)
+	if checkHostNames([]string{id}) != nil {
+		return nil
+	}
+	for _, n := range dnsNames {
+		if strings.EqualFold(n, id) {
+			return nil
+		}
+	}
+	given := make([]string, 0, 1+len(dnsNames)+len(ips))
+	given = append(given, id)
+	given = append(given, dnsNames...)
+	for _, ip := range ips {
+		given = append(given, ip.String())
+	}
+	return fmt.Errorf("%w: --names lacks the journal id %s: journal %s serves as its id, so its journal CA must permit it; add it: --names %s", ErrInput, id, journalID, strings.Join(given, ","))
 }
 
 func lowerAll(names []string) []string {

@@ -62,8 +62,13 @@ func request(t *testing.T, journalID string, names ...string) ([]byte, *Request)
 	return req.PEM, req
 }
 
+// signJournal makes journal journalID's request and signs it for names
+// and the journal id (pact ca sign-journal refuses --names without it).
 func signJournal(t *testing.T, root *x509.Certificate, key crypto.Signer, journalID string, names ...string) (*x509.Certificate, *Request, crypto.Signer) {
 	t.Helper()
+	if !slices.Contains(names, journalID) {
+		names = append([]string{journalID}, names...)
+	}
 	csr, req := request(t, journalID, names...)
 	dns, ips, err := ParseNames(names)
 	if err != nil {
@@ -341,7 +346,7 @@ func TestSignJournalCARefuses(t *testing.T) {
 	_, ed, _ := ed25519.GenerateKey(rand.Reader)
 	_, _, otherKey := newRoot(t, 0)
 	jca, _, jkey := signJournal(t, root, key, "j9", "j9.site.example")
-	names := []string{"j1.site.example"}
+	names := []string{"j1", "j1.site.example"}
 	tests := []struct {
 		name  string
 		root  *x509.Certificate
@@ -365,6 +370,8 @@ func TestSignJournalCARefuses(t *testing.T) {
 		{name: "the root's own key", csr: csrOf(t, key), want: ErrCSR, wantS: "root's own key"},
 		{name: "bad journal id", csr: good, id: "j 1", want: ErrInput},
 		{name: "no names", csr: good, dns: []string{}, want: caprofile.ErrNames},
+		{name: "without the journal id", csr: good, dns: []string{"j1.site.example"}, ips: []net.IP{net.ParseIP("10.0.0.1").To4()}, want: ErrInput, wantS: "add it: --names j1,j1.site.example,10.0.0.1"},
+		{name: "addresses only", csr: good, dns: []string{}, ips: []net.IP{net.ParseIP("10.0.0.1").To4()}, want: ErrInput, wantS: "lacks the journal id j1"},
 		{name: "wildcard", csr: good, dns: []string{"*.site.example"}, want: caprofile.ErrNames},
 		{name: "underscore", csr: good, dns: []string{"j_1.site.example"}, want: ErrName},
 		{name: "unspecified address", csr: good, ips: []net.IP{net.IPv4zero}, want: ErrName},
@@ -560,7 +567,7 @@ func TestDescribe(t *testing.T) {
 	}
 	d := Describe(jca)
 	if d.Domain != domain || d.SPKISHA256 != req.Fingerprint || d.Constraints == nil || d.Constraints.MaxPathLen != 1 ||
-		!slices.Equal(d.Constraints.PermittedDNSDomains, []string{"j1.site.example"}) || !slices.Equal(d.Constraints.PermittedIPRanges, []string{"10.0.0.1/32"}) ||
+		!slices.Equal(d.Constraints.PermittedDNSDomains, []string{"j1", "j1.site.example"}) || !slices.Equal(d.Constraints.PermittedIPRanges, []string{"10.0.0.1/32"}) ||
 		!slices.Equal(d.Constraints.PermittedURIDomains, []string{domain}) || d.Issuer != root.Subject.String() || d.SelfSigned {
 		t.Errorf("journal CA described as %+v %+v", d, d.Constraints)
 	}

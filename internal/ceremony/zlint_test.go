@@ -29,7 +29,7 @@ func TestCeremonyCertificatesPassZlint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, cert := range map[string]*zx509.Certificate{"root": zparse(t, root.Raw), "journal CA": zparse(t, named.Raw), "journal CA, addresses only": zparse(t, addrOnly.Raw), "admin": zparse(t, admin.Raw)} {
+	for name, cert := range map[string]*zx509.Certificate{"root": zparse(t, root.Raw), "journal CA": zparse(t, named.Raw), "journal CA, its id and an address": zparse(t, addrOnly.Raw), "admin": zparse(t, admin.Raw)} {
 		rs := zlint.LintCertificateEx(cert, reg)
 		var lints []string
 		for l := range rs.Results {

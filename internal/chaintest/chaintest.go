@@ -26,6 +26,7 @@ import (
 	"math/big"
 	"net"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/pact-hpc/pact/internal/caprofile"
@@ -98,11 +99,16 @@ func NewRoot(domain string) *CA {
 }
 
 // JournalCA makes, signed by c, the journal CA of journal id permitting
-// names (caprofile.JournalCA).
+// names and id itself (caprofile.JournalCA), as pact ca sign-journal makes
+// one: it refuses --names without the journal id.
 func (c *CA) JournalCA(id string, names Names) *CA {
 	now := time.Now()
+	dns := names.DNS
+	if !slices.Contains(dns, id) {
+		dns = append([]string{id}, dns...)
+	}
 	tmpl := caprofile.JournalCA(caprofile.JournalCAParams{
-		Domain: c.Domain, JournalID: id, DNSNames: names.DNS, IPs: names.IPs,
+		Domain: c.Domain, JournalID: id, DNSNames: dns, IPs: names.IPs,
 		Serial: serial(), NotBefore: now.Add(-time.Hour), NotAfter: now.Add(journalCALife),
 	})
 	return c.sub(tmpl)

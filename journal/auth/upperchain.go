@@ -7,6 +7,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pact-hpc/pact/internal/caprofile"
+	"github.com/pact-hpc/pact/internal/pki"
 )
 
 // A client chain is leaf, intermediate, journal CA, root. Verifying it with
@@ -49,11 +52,21 @@ type upperChain struct {
 	chains      [][]*x509.Certificate // intermediate first, a root last
 	from, until time.Time             // when every certificate of them is valid
 	anchor      *x509.CertPool        // the intermediate alone
+	// shaped[kind][i] reports whether chains[i] is, above the leaf, a
+	// chain of a shape kind may have (caprofile.CheckChainAboveLeaf: the
+	// journal CA's profile among it), checked once here rather than per
+	// leaf.
+	shaped map[string][]bool
 }
+
+// shapeKinds are the kinds of leaf fastVerify may be asked about.
+var shapeKinds = []string{pki.KindAgent, pki.KindJournal, pki.KindAdmin}
 
 // get returns the verified chains above issuer, at bundle version and now,
 // or nil when x509 does not verify it (the caller takes the full path).
-func (u *upperChains) get(issuer *x509.Certificate, bundle Intermediates, roots *x509.CertPool, now time.Time) *upperChain {
+// Each chain's shape, for each kind of leaf, in domain is checked once, as
+// the chain is remembered.
+func (u *upperChains) get(issuer *x509.Certificate, bundle Intermediates, roots *x509.CertPool, domain string, now time.Time) *upperChain {
 	u.mu.Lock()
 	if u.version != bundle.Version || u.m == nil {
 		u.version, u.m = bundle.Version, map[string]*upperChain{}
@@ -67,7 +80,14 @@ func (u *upperChains) get(issuer *x509.Certificate, bundle Intermediates, roots 
 	if err != nil {
 		return nil
 	}
-	uc = &upperChain{chains: chains, from: issuer.NotBefore, until: issuer.NotAfter, anchor: x509.NewCertPool()}
+	uc = &upperChain{chains: chains, from: issuer.NotBefore, until: issuer.NotAfter, anchor: x509.NewCertPool(), shaped: make(map[string][]bool, len(shapeKinds))}
+	for _, kind := range shapeKinds {
+		ok := make([]bool, len(chains))
+		for i, c := range chains {
+			ok[i] = caprofile.CheckChainAboveLeaf(kind, c, domain) == nil
+		}
+		uc.shaped[kind] = ok
+	}
 	for _, c := range chains {
 		for _, cert := range c[1:] {
 			if cert.NotBefore.After(uc.from) {
@@ -99,7 +119,7 @@ func (a *Authenticator) fastVerify(leaf *x509.Certificate, kind string, bundle I
 	if issuer == nil || !issuer.BasicConstraintsValid || !issuer.IsCA || hasPolicies(issuer) {
 		return nil
 	}
-	uc := a.upper.get(issuer, bundle, a.roots, now)
+	uc := a.upper.get(issuer, bundle, a.roots, a.cfg.Domain, now)
 	if uc == nil {
 		return nil
 	}
@@ -117,7 +137,13 @@ func (a *Authenticator) fastVerify(leaf *x509.Certificate, kind string, bundle I
 		return nil
 	}
 next:
-	for _, up := range uc.chains {
+	for i, up := range uc.chains {
+		// The chain's shape (ChainShape, of which the leaf plays no part:
+		// the journal CA's profile, each intermediate's path length 0),
+		// checked when the chain was remembered.
+		if shaped := uc.shaped[kind]; i >= len(shaped) || !shaped[i] {
+			continue
+		}
 		// up[j] has j intermediates below it in the whole chain (one more
 		// than when up was verified): its path length, and its name
 		// constraints and policies, bear on the leaf too.
@@ -130,10 +156,7 @@ next:
 				continue next
 			}
 		}
-		chain := append([]*x509.Certificate{leaf}, up...)
-		if ChainShape(kind, chain, a.cfg.Domain) == nil {
-			return chain
-		}
+		return append([]*x509.Certificate{leaf}, up...)
 	}
 	return nil
 }

@@ -250,6 +250,12 @@ func (c *CA) checkIssuer(cert *x509.Certificate, signer crypto.Signer) (*issuer,
 	if err := caprofile.CheckJournalCA(cert, c.cfg.Roots, c.cfg.JournalID, c.domain, dnsNames, ips, c.cfg.Clock.Now()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrJournalCA, err)
 	}
+	// Nothing wider than this journal: a journal CA that permits another
+	// journal's names, or a whole zone, is refused before it signs
+	// anything (and so before the journal publishes it into Raft).
+	if err := caprofile.CheckJournalCANames(cert, c.cfg.JournalID, dnsNames, ips); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrJournalCA, err)
+	}
 	return &issuer{cert: cert, signer: signer, serial: pki.SerialHex(cert.SerialNumber), dnsNames: dnsNames, ips: ips}, nil
 }
 

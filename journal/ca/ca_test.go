@@ -149,9 +149,13 @@ func (f *fixture) isChain(chain [][]byte, leaf, inter *x509.Certificate) bool {
 }
 
 // newJournalCA signs a journal CA for a fresh key with root, as the
-// ceremony does, valid from an hour before testNow to notAfter.
+// ceremony does (the journal id among its DNS names), valid from an hour
+// before testNow to notAfter.
 func newJournalCA(tb testing.TB, root RootAuthority, journalID string, dnsNames []string, ips []net.IP, notAfter time.Time) (*x509.Certificate, crypto.Signer) {
 	tb.Helper()
+	if !slices.Contains(dnsNames, journalID) {
+		dnsNames = append([]string{journalID}, dnsNames...)
+	}
 	key := newKey(tb, "P-256")
 	domain, err := DomainOf(root.Root())
 	if err != nil {

@@ -84,6 +84,7 @@ func DevJournalCA(dir, certPath, keyPath, journalID string, dnsNames []string, i
 	spec := keystore.Spec{Backend: keystore.BackendFile, Location: keyPath}
 	if cert, err := ReadJournalCACert(certPath); err == nil {
 		fits := caprofile.CheckJournalCA(cert, []*x509.Certificate{auth.Root()}, journalID, domain, dnsNames, ips, now) == nil &&
+			caprofile.CheckJournalCANames(cert, journalID, dnsNames, ips) == nil &&
 			cert.NotAfter.Sub(now) > 30*24*time.Hour
 		if key, err := keystore.Open(spec, keystore.Options{}); err == nil {
 			same := publicKeysEqual(key.Public(), cert.PublicKey)
