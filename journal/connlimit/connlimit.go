@@ -5,24 +5,34 @@
 //
 // The checks are ordered by what they cost. A connection over the per-source
 // cap is closed in Accept, before a goroutine, a buffer or a TLS state is
-// spent on it. At the total cap, what has proved nothing is shed before what
-// has: a new connection takes the place of the oldest connection whose
-// handshake has not finished, which is closed (evicted); only when every
-// open connection has finished its handshake is the new one closed instead.
-// A connection has finished its handshake once its caller lifts the
-// handshake deadline (SetDeadline with the zero time): gRPC does when the
-// TLS handshake and the HTTP/2 preface are done, the Raft port when the
-// peer journal is admitted. Such a connection is never evicted. So silent or
-// trickling connections, however many addresses they come from, cannot hold
-// the cap against a client that completes its handshake: at the cap their
-// handshake timeout shrinks, in effect, to the time the journal takes to
-// accept MaxConns newer connections, and an honest client needs only to
-// finish its handshake within that time. (An attacker who opens
-// connections faster than MaxConns per handshake time evicts honest
-// clients mid-handshake too; the kernel's accept queue and the journal's
-// accept rate bound it then.) Evicting costs a few pointer moves, and no
-// memory: the connections not through their handshake are a list in accept
-// order, threaded through the connections themselves.
+// spent on it. At the total cap, what has proved least is shed first: a new
+// connection takes the place of the oldest silent connection (its client
+// has not sent a whole ClientHello), which is closed (evicted); only when
+// no connection is silent does it take the place of one whose ClientHello
+// has arrived but whose handshake has not finished (the first seen to
+// have spoken); only when every open connection has finished its handshake
+// is the new one closed instead. A connection has finished its handshake
+// once its caller lifts the handshake deadline (SetDeadline with the zero
+// time): gRPC does when the TLS handshake and the HTTP/2 preface are done,
+// the Raft port when the peer journal is admitted. Such a connection is
+// never evicted.
+//
+// An honest client sends its ClientHello the moment its TCP handshake is
+// done, usually before the journal has even accepted the connection: a
+// ClientHello waiting unread in the socket counts (the limiter peeks at a
+// silent connection before it evicts it), so a client that completes its
+// handshake is not evicted by silent connections, whatever their number,
+// their addresses and the speed at which they are re-opened. (Before it
+// counted, an honest client had to finish its handshake before MaxConns
+// newer connections were accepted: under a fill re-opened as fast as it
+// was closed, a fraction of a second on a busy journal.) Speaking is not
+// cheap priority: a client that sends a ClientHello enters the handshake
+// queue, which bounds how many may wait and how long (HandshakeQueueWait,
+// then a busy answer and the close), and a partial ClientHello is silence.
+// Evicting costs a few pointer moves and, per connection at most once, a
+// non-blocking peek; no memory: the connections not through their
+// handshake are two lists in accept order, threaded through the
+// connections themselves.
 //
 // A connection that is let in waits for its client's first TLS record (the
 // ClientHello) without holding a handshake slot, so silent or trickling
@@ -92,8 +102,9 @@ type Config struct {
 	MaxConnsPerSource int
 	// MaxConns bounds the connections open at once from all sources, so
 	// file descriptors remain for Raft, the stores and outgoing calls. A
-	// new connection at the cap evicts the oldest one still in its
-	// handshake; it is refused only if there is none.
+	// new connection at the cap evicts the oldest silent one (no whole
+	// ClientHello), else the first seen to have spoken that is still in
+	// its handshake; it is refused only if there is none.
 	MaxConns int
 	// MaxHandshakes bounds the TLS handshakes in progress (ClientHello
 	// received, handshake not finished).
@@ -212,6 +223,9 @@ type Stats struct {
 	RefusedPerSource uint64  // closed in Accept: the source held its cap
 	RefusedTotal     uint64  // closed in Accept: MaxConns open, every one of them past its handshake
 	Evicted          uint64  // closed before their handshake finished, to make room at MaxConns for a newer connection
+	EvictedSpoken    uint64  // of Evicted, those whose ClientHello had arrived: only when no silent connection was left
+	Silent           int     // connections open now whose ClientHello has not arrived
+	Spoken           uint64  // connections whose ClientHello arrived while they were still silent to the limiter (not past their handshake)
 	RefusedBusy      uint64  // closed at ClientHello: no handshake slot within HandshakeQueueWait (AcquireHandshake, the Raft port)
 	Deferred         uint64  // answered busy at ClientHello, with a retry-after (Admit, the gRPC port)
 	Queued           int     // clients waiting for a handshake slot now (Admit)
@@ -229,10 +243,15 @@ type Limiter struct {
 	perSource map[netip.Addr]int
 	open      int
 	// The open connections whose handshake has not finished, oldest
-	// first: who is evicted at MaxConns.
-	oldest, newest *conn
+	// first: who is evicted at MaxConns. silent: no complete ClientHello
+	// yet, evicted first; spoken: its ClientHello has arrived (the
+	// handshake is queued or under way), evicted only when no silent
+	// connection is left.
+	silent, spoken connList
+	// peekBuf, under mu, holds what victimLocked peeks at.
+	peekBuf [recordHeaderLen + maxRecordLen]byte
 
-	refusedSource, refusedTotal, refusedBusy, deferred, evicted atomic.Uint64
+	refusedSource, refusedTotal, refusedBusy, deferred, evicted, evictedSpoken, spokenTotal atomic.Uint64
 
 	clock  clock.Clock
 	jitter func(time.Duration) time.Duration
@@ -284,7 +303,7 @@ func (l *Limiter) Config() Config { return l.cfg }
 // Stats returns the current counts.
 func (l *Limiter) Stats() Stats {
 	l.mu.Lock()
-	open := l.open
+	open, silent := l.open, l.silent.n
 	l.mu.Unlock()
 	l.qmu.Lock()
 	queued, rate, served := l.queued, l.rateLocked(), l.servedRateLocked(l.clock.Now())
@@ -295,6 +314,9 @@ func (l *Limiter) Stats() Stats {
 		RefusedPerSource: l.refusedSource.Load(),
 		RefusedTotal:     l.refusedTotal.Load(),
 		Evicted:          l.evicted.Load(),
+		EvictedSpoken:    l.evictedSpoken.Load(),
+		Silent:           silent,
+		Spoken:           l.spokenTotal.Load(),
 		RefusedBusy:      l.refusedBusy.Load(),
 		Deferred:         l.deferred.Load(),
 		Queued:           queued,
@@ -347,25 +369,51 @@ func (l *Limiter) take(c net.Conn) (admitted, evicted *conn) {
 		return nil, nil
 	}
 	if l.open >= l.cfg.MaxConns {
-		if l.oldest == nil {
+		evicted = l.victimLocked()
+		if evicted == nil {
 			l.refusedTotal.Add(1)
 			return nil, nil
 		}
-		evicted = l.oldest
+		if evicted.list == &l.spoken {
+			l.evictedSpoken.Add(1)
+		}
 		evicted.evicted.Store(true)
 		l.giveLocked(evicted)
 		l.evicted.Add(1)
 	}
 	l.perSource[src]++
 	l.open++
-	admitted = &conn{Conn: c, l: l, src: src, pending: true, older: l.newest}
-	if l.newest != nil {
-		l.newest.newer = admitted
-	} else {
-		l.oldest = admitted
-	}
-	l.newest = admitted
+	admitted = &conn{Conn: c, l: l, src: src}
+	l.silent.push(admitted)
 	return admitted, evicted
+}
+
+// victimLocked picks the connection to evict at MaxConns: the oldest
+// silent one (no complete ClientHello yet), or, only if none is left, the
+// oldest whose ClientHello has arrived but whose handshake is not over;
+// nil if every open connection is past its handshake. A silent connection
+// whose ClientHello is waiting unread in its socket (its goroutine has not
+// run yet) is not silent: it moves to the spoken list, once, and the next
+// oldest is looked at.
+func (l *Limiter) victimLocked() *conn {
+	for c := l.silent.oldest; c != nil; c = l.silent.oldest {
+		if !helloWaiting(c.Conn, &l.peekBuf) {
+			return c
+		}
+		l.spokeLocked(c)
+	}
+	return l.spoken.oldest
+}
+
+// spokeLocked moves c, silent until now, to the spoken list: its
+// ClientHello has arrived.
+func (l *Limiter) spokeLocked(c *conn) {
+	if c.list != &l.silent {
+		return
+	}
+	l.silent.remove(c)
+	l.spoken.push(c)
+	l.spokenTotal.Add(1)
 }
 
 // giveLocked gives c's place back, once.
@@ -381,24 +429,45 @@ func (l *Limiter) giveLocked(c *conn) {
 	l.open--
 }
 
-// handshakeOverLocked takes c off the list of connections that may be
+// handshakeOverLocked takes c off the lists of connections that may be
 // evicted.
 func (l *Limiter) handshakeOverLocked(c *conn) {
-	if !c.pending {
-		return
+	if c.list != nil {
+		c.list.remove(c)
 	}
-	c.pending = false
+}
+
+// connList is a list of connections in accept order, threaded through
+// them: the silent or the spoken connections of a limiter, under its mu.
+type connList struct {
+	oldest, newest *conn
+	n              int
+}
+
+func (q *connList) push(c *conn) {
+	c.list, c.older, c.newer = q, q.newest, nil
+	if q.newest != nil {
+		q.newest.newer = c
+	} else {
+		q.oldest = c
+	}
+	q.newest = c
+	q.n++
+}
+
+func (q *connList) remove(c *conn) {
 	if c.older != nil {
 		c.older.newer = c.newer
 	} else {
-		l.oldest = c.newer
+		q.oldest = c.newer
 	}
 	if c.newer != nil {
 		c.newer.older = c.older
 	} else {
-		l.newest = c.older
+		q.newest = c.older
 	}
-	c.older, c.newer = nil, nil
+	c.list, c.older, c.newer = nil, nil, nil
+	q.n--
 }
 
 // conn gives its place back on the first Close.
@@ -407,13 +476,21 @@ type conn struct {
 	l   *Limiter
 	src netip.Addr
 	// Under l.mu: closed once the place is given back (a Close or an
-	// eviction); pending while the handshake is not over, the connection
-	// then linked between older and newer in the limiter's list.
-	closed, pending bool
-	older, newer    *conn
+	// eviction); list is the limiter's list the connection is in (silent
+	// or spoken) while its handshake is not over, linked there between
+	// older and newer.
+	closed       bool
+	list         *connList
+	older, newer *conn
 	// evicted is set under l.mu, and read without it by the
 	// connection's own reads and writes when they fail.
 	evicted atomic.Bool
+	// spoke is set once the first TLS record (the ClientHello) has been
+	// read whole; until then the reads count it (hdr, got), in the one
+	// goroutine that reads a connection during its handshake.
+	spoke atomic.Bool
+	hdr   [recordHeaderLen]byte
+	got   int
 }
 
 func (c *conn) Close() error {
@@ -441,10 +518,36 @@ func (c *conn) SetDeadline(t time.Time) error {
 
 func (c *conn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
+	if n > 0 && !c.spoke.Load() {
+		c.count(b[:n])
+	}
 	if err != nil && c.evicted.Load() {
 		err = fmt.Errorf("%w: %w", ErrEvicted, err)
 	}
 	return n, err
+}
+
+// count follows the bytes of the first TLS record as they are read; once
+// it is whole (a ClientHello, whoever reads it: AwaitHello, or the TLS
+// server), the connection is no longer silent. A record that is not a
+// handshake's ends the count too: the handshake fails on it at once.
+func (c *conn) count(b []byte) {
+	if c.got < recordHeaderLen {
+		k := copy(c.hdr[c.got:], b)
+		c.got += k
+		b = b[k:]
+		if c.got < recordHeaderLen {
+			return
+		}
+	}
+	c.got += len(b)
+	if c.got < recordHeaderLen+(int(c.hdr[3])<<8|int(c.hdr[4])) {
+		return
+	}
+	c.spoke.Store(true)
+	c.l.mu.Lock()
+	c.l.spokeLocked(c)
+	c.l.mu.Unlock()
 }
 
 func (c *conn) Write(b []byte) (int, error) {
@@ -485,6 +588,15 @@ const (
 	recordTypeHandshake = 22
 	maxRecordLen        = 1 << 14
 )
+
+// wholeRecord reports whether b starts with a whole TLS handshake record.
+func wholeRecord(b []byte) bool {
+	if len(b) < recordHeaderLen || b[0] != recordTypeHandshake {
+		return false
+	}
+	n := int(b[3])<<8 | int(b[4])
+	return n > 0 && n <= maxRecordLen && len(b) >= recordHeaderLen+n
+}
 
 // AwaitHello reads the client's first TLS record (its ClientHello) from c,
 // bounded by whatever deadline c carries, and returns a connection that

@@ -20,6 +20,7 @@ type capHarness struct {
 	addr     string
 	accepted chan net.Conn
 	server   []net.Conn      // the server side of every admitted connection
+	client   []net.Conn      // and its client side
 	gone     []chan struct{} // closed when the client side of it sees the server close
 }
 
@@ -66,6 +67,7 @@ func (h *capHarness) dial(src string) int {
 	select {
 	case sc := <-h.accepted:
 		h.server = append(h.server, sc)
+		h.client = append(h.client, c)
 		h.gone = append(h.gone, closed)
 		return len(h.server) - 1
 	case <-closed:
@@ -106,12 +108,18 @@ func TestAtTheCapANewConnectionEvictsTheOldestStillInItsHandshake(t *testing.T) 
 	}
 	dial := func(src string, want int) step { return step{"dial " + src, want} }
 	handshake := func(n int) step { return step{fmt.Sprintf("handshake %d", n), 0} }
+	// The client of n sends a whole ClientHello, which its server side has
+	// not read yet (its goroutine has not run); read: has read it;
+	// trickle: the client sends only part of it.
+	hello := func(n int) step { return step{fmt.Sprintf("hello %d", n), 0} }
+	read := func(n int) step { return step{fmt.Sprintf("read %d", n), 0} }
+	trickle := func(n int) step { return step{fmt.Sprintf("trickle %d", n), 0} }
 	closeConn := func(n int) step { return step{fmt.Sprintf("close %d", n), 0} }
 	for _, tc := range []struct {
 		name      string
 		steps     []step
 		evicted   []int
-		stats     connlimit.Stats // Open, Evicted, RefusedTotal and RefusedPerSource are compared
+		stats     connlimit.Stats // Open, Evicted, EvictedSpoken, RefusedTotal and RefusedPerSource are compared
 		clientHas int             // an evicted connection whose client must see the close (-1: none)
 	}{
 		{
@@ -151,6 +159,37 @@ func TestAtTheCapANewConnectionEvictsTheOldestStillInItsHandshake(t *testing.T) 
 			clientHas: 1,
 		},
 		{
+			name:      "a silent connection goes before an older one whose ClientHello waits unread",
+			steps:     []step{dial("127.0.0.1", 0), hello(0), dial("127.0.0.2", 1), dial("127.0.0.3", 2), dial("127.0.0.4", 3), dial("127.0.0.5", 4)},
+			evicted:   []int{1, 2},
+			stats:     connlimit.Stats{Open: 3, Evicted: 2},
+			clientHas: 1,
+		},
+		{
+			name:      "a silent connection goes before an older one whose ClientHello was read",
+			steps:     []step{dial("127.0.0.1", 0), read(0), dial("127.0.0.2", 1), dial("127.0.0.3", 2), dial("127.0.0.4", 3), dial("127.0.0.5", 4)},
+			evicted:   []int{1, 2},
+			stats:     connlimit.Stats{Open: 3, Evicted: 2},
+			clientHas: 2,
+		},
+		{
+			name:      "part of a ClientHello is silence",
+			steps:     []step{dial("127.0.0.1", 0), trickle(0), dial("127.0.0.2", 1), dial("127.0.0.3", 2), dial("127.0.0.4", 3)},
+			evicted:   []int{0},
+			stats:     connlimit.Stats{Open: 3, Evicted: 1},
+			clientHas: 0,
+		},
+		{
+			// The first seen to have spoken: 1, read at once; 0 and 2 are
+			// found to have spoken when the limiter looks for a victim.
+			name: "with no silent connection left, the first seen to have spoken goes",
+			steps: []step{dial("127.0.0.1", 0), hello(0), dial("127.0.0.2", 1), read(1), dial("127.0.0.3", 2), hello(2),
+				dial("127.0.0.4", 3), dial("127.0.0.5", 4)},
+			evicted:   []int{1, 3},
+			stats:     connlimit.Stats{Open: 3, Evicted: 2, EvictedSpoken: 1},
+			clientHas: 1,
+		},
+		{
 			name: "handshakes finishing out of order",
 			steps: []step{dial("127.0.0.1", 0), dial("127.0.0.2", 1), dial("127.0.0.3", 2), handshake(1),
 				dial("127.0.0.4", 3), dial("127.0.0.5", 4), dial("127.0.0.6", 5)},
@@ -174,6 +213,21 @@ func TestAtTheCapANewConnectionEvictsTheOldestStillInItsHandshake(t *testing.T) 
 					if err := h.server[n].SetDeadline(time.Time{}); err != nil {
 						t.Fatalf("%s: %v", s.do, err)
 					}
+				case scan(s.do, "hello %d", &n):
+					h.send(n, clientHello)
+					for deadline := time.Now().Add(30 * time.Second); !connlimit.HelloWaiting(h.server[n]); { // a hang guard
+						if time.Now().After(deadline) {
+							t.Fatalf("%s: the ClientHello never reached the server's socket", s.do)
+						}
+						time.Sleep(time.Millisecond)
+					}
+				case scan(s.do, "read %d", &n):
+					h.send(n, clientHello)
+					if _, err := connlimit.AwaitHello(h.server[n]); err != nil {
+						t.Fatalf("%s: %v", s.do, err)
+					}
+				case scan(s.do, "trickle %d", &n):
+					h.send(n, clientHello[:len(clientHello)-1])
 				case scan(s.do, "close %d", &n):
 					h.server[n].Close()
 					closed[n] = true
@@ -194,7 +248,7 @@ func TestAtTheCapANewConnectionEvictsTheOldestStillInItsHandshake(t *testing.T) 
 				}
 			}
 			st := h.l.Stats()
-			if st.Open != tc.stats.Open || st.Evicted != tc.stats.Evicted || st.RefusedTotal != tc.stats.RefusedTotal || st.RefusedPerSource != tc.stats.RefusedPerSource {
+			if st.Open != tc.stats.Open || st.Evicted != tc.stats.Evicted || st.EvictedSpoken != tc.stats.EvictedSpoken || st.RefusedTotal != tc.stats.RefusedTotal || st.RefusedPerSource != tc.stats.RefusedPerSource {
 				t.Errorf("stats %+v, want %+v", st, tc.stats)
 			}
 			if tc.clientHas >= 0 {
@@ -216,6 +270,17 @@ func TestAtTheCapANewConnectionEvictsTheOldestStillInItsHandshake(t *testing.T) 
 				t.Errorf("open %d after closing the evicted connections, want %d", st.Open, tc.stats.Open)
 			}
 		})
+	}
+}
+
+// clientHello is a whole TLS handshake record, as far as framing goes.
+var clientHello = []byte{22, 3, 1, 0, 4, 1, 0, 0, 0}
+
+// send writes b from the client side of connection i.
+func (h *capHarness) send(i int, b []byte) {
+	h.t.Helper()
+	if _, err := h.client[i].Write(b); err != nil {
+		h.t.Fatal(err)
 	}
 }
 

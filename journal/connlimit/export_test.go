@@ -1,6 +1,16 @@
 package connlimit
 
-import "net/netip"
+import (
+	"net"
+	"net/netip"
+)
+
+// HelloWaiting reports whether a whole ClientHello waits unread in the
+// socket of c, a connection the limiter's listener accepted.
+func HelloWaiting(c net.Conn) bool {
+	var buf [recordHeaderLen + maxRecordLen]byte
+	return helloWaiting(c.(*conn).Conn, &buf)
+}
 
 // AdmitReporting is Admit with the release AdmitHandshake returns, which
 // says whether the handshake succeeded.
