@@ -128,8 +128,62 @@ func TestAnotherQuorumOfTheDomainWritesNothing(t *testing.T) {
 
 	// Counted on the leader (a TLS 1.3 server verifies the client's
 	// certificate after the client is done, so the count may trail the
-	// refusal): 2 calls and at least 8 Raft connections.
-	delta := p.waitRefused(leader, refusedBefore, "not_bound", 10)
+	// refusal): the 2 calls and the 4 connections with a hello not_bound,
+	// the 4 without a hello no_quorum_id (proving no quorum id is refused
+	// before the records are read) or not_bound.
+	delta := p.waitRefused(leader, refusedBefore, "not_bound", 6)
+	if got := delta["not_bound"] + delta["no_quorum_id"]; got < 10 {
+		t.Errorf("leader %s counted %d not_bound and no_quorum_id refusals, want at least 10 (%v)", q.members[leader].id, got, delta)
+	}
+	t.Logf("refusals counted by leader %s: %v", q.members[leader].id, delta)
+	p.checkUntouched(live, before, forged, as, since)
+	p.checkTerm(live, st)
+}
+
+// TestUpgradeModeStillReadsTheRecords: a quorum in the upgrade mode
+// (--accept-peers-without-quorum-id) admits peers that prove no quorum id
+// by their chain, Raft's records and membership alone: quorum B's journal
+// without a hello (and with an empty id in one) is still refused
+// (not_bound) on the Raft port, and its Propose without the id on the
+// peer service; nothing lands.
+func TestUpgradeModeStillReadsTheRecords(t *testing.T) {
+	skipShort(t)
+	q := startQuorumWith(t, 3, "--accept-peers-without-quorum-id")
+	p := newPeerCheck(t, q)
+	live := []int{0, 1, 2}
+	leader := q.leader()
+	asIdx := (leader + 1) % 3
+	as := q.members[asIdx].id
+	p.waitBound(leader, "", q.members[0].id, q.members[1].id, q.members[2].id)
+	cert := p.root.JournalCA(as, loopbackNames()).Intermediate(as, chaintest.Names{}).Server(as, chaintest.Names{}).TLS()
+
+	before := p.registries(live)
+	st := p.status(leader)
+	refusedBefore := peerRefusals(t, q.members[leader].metrics)
+	since := time.Now().UnixNano()
+	forged := []string{"upgrade-propose"}
+	resp, err := p.propose(leader, cert, "", forgedRegister(forged[0]))
+	p.wantRefusedCall("B's "+as+" in the upgrade mode: Propose of RegisterNode without the quorum id", resp, err)
+	for _, c := range []struct {
+		name  string
+		hello *pactv1.QuorumHello
+	}{
+		{"without ALPN and hello", nil},
+		{"with an empty quorum id in the hello", &pactv1.QuorumHello{Kind: pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_RAFT}},
+	} {
+		node := "upgrade-raft-" + strconv.Itoa(len(forged))
+		forged = append(forged, node)
+		rr := newRawRaft(cert, c.hello, as, q.members[asIdx].raft)
+		outs := rr.attack(q.members[leader].raft, viewOf(p.status(leader)), mustEncode(t, forgedRegister(node)))
+		rr.Close()
+		for _, o := range outs {
+			t.Logf("B's %s %s: %v", as, c.name, o)
+			if o.err == nil || o.granted || o.success {
+				t.Errorf("B's %s in the upgrade mode %s: %s reached the quorum's Raft: %v", as, c.name, o.rpc, o)
+			}
+		}
+	}
+	delta := p.waitRefused(leader, refusedBefore, "not_bound", 9)
 	t.Logf("refusals counted by leader %s: %v", q.members[leader].id, delta)
 	p.checkUntouched(live, before, forged, as, since)
 	p.checkTerm(live, st)
