@@ -189,6 +189,47 @@ func TestUpgradeModeStillReadsTheRecords(t *testing.T) {
 	p.checkTerm(live, st)
 }
 
+// TestLegacyChainDressedWithTheBoundJournalCAIsNoPeer: a journal leaf
+// from a root-signed ("legacy") intermediate that Raft never published
+// (another quorum's of the legacy layout, under the same root) is no peer
+// of a quorum whose members are bound to journal CAs. Sent with the
+// member's bound journal CA appended (a public certificate: it is in the
+// trust bundle), not on the path its chain verifies through, it must be
+// refused all the same: on the Raft port (RequestVote, AppendEntries of a
+// forged RegisterNode, TimeoutNow, InstallSnapshot) and on the peer
+// service; nothing lands, the term and the leader stay.
+func TestLegacyChainDressedWithTheBoundJournalCAIsNoPeer(t *testing.T) {
+	skipShort(t)
+	q := startQuorum(t, 3)
+	p := newPeerCheck(t, q)
+	live := []int{0, 1, 2}
+	leader := q.leader()
+	asIdx := (leader + 1) % 3
+	as := q.members[asIdx].id
+	p.waitBound(leader, "", q.members[0].id, q.members[1].id, q.members[2].id)
+	quorumID := p.status(leader).GetQuorumId()
+	boundCA := loadCA(t, q.pq.JournalCACert(as), q.pq.JournalCAKey(as), p.root)
+	cert := withExtra(*journaltest.NewIntermediate(t, launch.RootDir(q.dir)).JournalCert(t, as, launch.Domain), boundCA.Cert)
+
+	before := p.registries(live)
+	st := p.status(leader)
+	since := time.Now().UnixNano()
+	forged := []string{"dressed-propose", "dressed-raft"}
+	resp, err := p.propose(leader, cert, quorumID, forgedRegister(forged[0]))
+	p.wantRefusedCall("a legacy chain dressed with "+as+"'s journal CA: Propose of RegisterNode", resp, err)
+	rr := newRawRaft(cert, &pactv1.QuorumHello{QuorumId: quorumID, Kind: pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_RAFT}, as, q.members[asIdx].raft)
+	outs := rr.attack(q.members[leader].raft, viewOf(p.status(leader)), mustEncode(t, forgedRegister(forged[1])))
+	rr.Close()
+	for _, o := range outs {
+		t.Logf("a legacy chain dressed with %s's journal CA on the Raft port: %v", as, o)
+		if o.err == nil || o.granted || o.success {
+			t.Errorf("a legacy chain dressed with %s's journal CA: %s reached the quorum's Raft: %v", as, o.rpc, o)
+		}
+	}
+	p.checkUntouched(live, before, forged, as, since)
+	p.checkTerm(live, st)
+}
+
 // TestReplacedHostIsNoPeer: a member is removed plainly (its journal CA
 // not revoked) and a new host takes its id with a new journal CA (started
 // with --join, added with pact journal add, which binds the new journal
@@ -839,6 +880,16 @@ func newSerial(t *testing.T) *big.Int {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// withExtra is cert sending extra CA certificates after its own chain.
+func withExtra(cert tls.Certificate, extra ...*x509.Certificate) tls.Certificate {
+	c := cert
+	c.Certificate = slices.Clone(cert.Certificate)
+	for _, e := range extra {
+		c.Certificate = append(c.Certificate, e.Raw)
+	}
+	return c
 }
 
 // loopbackNames are the names a journal on this host serves under.
