@@ -4,12 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/duration"
+	"github.com/pact-hpc/pact/internal/pki"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -346,5 +349,97 @@ one step: pact journal remove ID --revoke-intermediate.`,
 	cmd.Flags().Var(duration.NewValue(&grace, 0), "grace", "how long agents have to renew before the intermediates are revoked (default: the journal's, 15m)")
 	cmd.Flags().BoolVar(&now, "now", false, "revoke at once, with no grace")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit trail and the agents' logs")
+	return cmd
+}
+
+// readJournalCAFile reads a journal CA certificate (PEM, its first
+// certificate) and returns its DER.
+func readJournalCAFile(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	certs, err := pki.ParseCertsPEM(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if _, _, ok := caprofile.JournalOf(certs[0]); !ok {
+		return nil, fmt.Errorf("%s: %q is not a journal CA certificate (the ceremony's pact ca sign-journal makes one)", path, certs[0].Subject.CommonName)
+	}
+	return certs[0].Raw, nil
+}
+
+// RecordedJournalCA is the JSON output of journal record-ca.
+type RecordedJournalCA struct {
+	JournalCA  JournalCAView   `json:"journal_ca"`
+	Superseded []JournalCAView `json:"superseded"` // never null
+}
+
+func (a *app) journalRecordCACommand() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "record-ca ID FILE",
+		Short: "Bind a journal to a journal CA with a new key: a replaced host's, or one re-issued after a revocation (platform-admin)",
+		Long: `Record FILE (PEM), a journal CA the ceremony signed for journal ID, as the
+journal CA ID is bound to. Only a chain through the journal CA a journal id
+is bound to is that journal to the quorum: on the Raft port, on the peer
+service, and when it publishes an intermediate. The binding is made when a
+journal first publishes under a journal CA, or when pact journal add adds
+it, and moves by itself to a re-issue with the same key (the yearly renewal,
+a root rollover). A journal CA with a new key needs an operator's word:
+
+  - a journal CA revoked (pact journal revoke-ca) and re-issued with a new
+    key for the same journal, which keeps running;
+  - a host replaced in place, keeping its journal id and membership.
+
+The certificate must be a journal CA of this domain for ID, signed by a
+domain root the journal trusts, valid now, and not revoked. Recording it
+supersedes every journal CA ID had: they give no peer rights and sign no new
+intermediate (the intermediates they signed stay in the trust bundle for
+the nodes' certificates until they end or are retired). The journal, which
+re-reads --journal-ca-cert every few seconds while the quorum refuses its
+old journal CA, publishes a new intermediate under it and serves again, with
+no restart. Audited as journal-ca-recorded.`,
+		Example: `  # j2's journal CA was revoked; the ceremony made j2 a new key and journal CA:
+  install -m 0644 j2-ca-new.pem /etc/pact/journal-ca.pem     # on j2's host
+  pact journal record-ca j2 j2-ca-new.pem --reason "re-issued after INC-42"
+  pact journal intermediates --journal-cas`,
+		Args: cobra.ArbitraryArgs,
+		RunE: a.action(func(cmd *cobra.Command, args []string) error {
+			var problems []error
+			var der []byte
+			if len(args) != 2 {
+				problems = append(problems, fmt.Errorf("%s takes ID and FILE, got %d arguments", cmd.CommandPath(), len(args)))
+			} else {
+				if err := journalIDArg(args[0]); err != nil {
+					problems = append(problems, err)
+				}
+				var err error
+				if der, err = readJournalCAFile(args[1]); err != nil {
+					problems = append(problems, fmt.Errorf("FILE: %w", err))
+				}
+			}
+			s, err := a.connect(cmd, problems)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			resp, err := s.client.RecordJournalCA(cmd.Context(), &pactv1.RecordJournalCARequest{JournalId: args[0], Der: der, Reason: reason})
+			if err != nil {
+				return s.explain(action{verb: "record journal CAs", write: true, help: cmd.CommandPath()}, err)
+			}
+			now := a.env.Now()
+			out := RecordedJournalCA{JournalCA: JournalCAViewOf(resp.GetJournalCa(), nil, now), Superseded: journalCAViews(resp.GetSuperseded(), nil, now)}
+			if s.cfg.Output == outputJSON {
+				return writeJSON(a.env.Stdout, out)
+			}
+			fmt.Fprintf(a.env.Stdout, "journal %s is bound to journal CA %s (valid to %s)\n", out.JournalCA.JournalID, out.JournalCA.Serial, out.JournalCA.NotAfter)
+			for _, v := range out.Superseded {
+				fmt.Fprintf(a.env.Stdout, "journal CA %s (%s) is superseded: it gives no peer rights and signs no new intermediate\n", v.Serial, v.State)
+			}
+			return nil
+		}),
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit trail")
 	return cmd
 }

@@ -98,6 +98,9 @@ type MembershipView struct {
 	Members  []JournalMemberView `json:"members"` // never null
 	// Retired lists the intermediates remove --revoke-intermediate retired.
 	Retired []IntermediateView `json:"retired_intermediates,omitempty"`
+	// JournalCA is the journal CA add bound the journal id to (absent in
+	// the layout without journal CAs).
+	JournalCA *JournalCAView `json:"journal_ca,omitempty"`
 }
 
 // QuorumViewOf converts a status answer to its view, members sorted by id.
@@ -210,7 +213,7 @@ platform-admin credential.`,
 	}
 	a.group(cmd)
 	cmd.AddCommand(a.journalStatusCommand(), a.journalAddCommand(), a.journalRemoveCommand(), a.journalSnapshotCommand(),
-		a.journalIntermediatesCommand(), a.journalRetireCommand(), a.journalRevokeCACommand())
+		a.journalIntermediatesCommand(), a.journalRetireCommand(), a.journalRevokeCACommand(), a.journalRecordCACommand())
 	return cmd
 }
 
@@ -491,6 +494,7 @@ func contactAgo(now, t time.Time, leader bool) string {
 }
 
 func (a *app) journalAddCommand() *cobra.Command {
+	var journalCAFile string
 	var force bool
 	cmd := &cobra.Command{
 		Use:   "add ID RAFT_ADDR",
@@ -510,7 +514,11 @@ intermediate certificate, and starts serving.
 
 The leader first checks that a journal answers at RAFT_ADDR with a
 certificate of this domain for ID, so a mistyped address or id is refused
-before it becomes a member. The journal joins as a non-voter: it copies the
+before it becomes a member. It then binds ID to the journal CA that journal
+presents (recorded in Raft, audited): from then on only a chain through that
+journal CA is journal ID to the quorum, and a journal CA ID had before (a
+replaced host's) gives no peer rights. --journal-ca FILE pins the journal
+CA the ceremony made for it: the add is refused if another one answers. The journal joins as a non-voter: it copies the
 registry (a snapshot and the log) without counting towards the majority, and
 the leader promotes it to voter once it has caught up ("pact journal status"
 shows it as "no (catching up)" and its LAG until then).
@@ -534,7 +542,7 @@ Needs a platform-admin credential.`,
       --journal-ca-cert /etc/pact/journal-ca.pem --journal-ca-key tpm:/etc/pact/journal-ca.tpmkey
 
   # Then, from an operator machine:
-  pact journal add j4 10.0.0.4:7500
+  pact journal add j4 10.0.0.4:7500 --journal-ca j4-ca.pem
 
   # Give every journal address, so the call reaches the leader wherever it is
   pact --journal 10.0.0.1:7443,10.0.0.2:7443,10.0.0.3:7443 journal add j4 10.0.0.4:7500
@@ -543,9 +551,10 @@ Needs a platform-admin credential.`,
   pact journal status`,
 		Args: cobra.ArbitraryArgs,
 		RunE: a.action(func(cmd *cobra.Command, args []string) error {
-			return a.journalAdd(cmd, args, force)
+			return a.journalAdd(cmd, args, force, journalCAFile)
 		}),
 	}
+	cmd.Flags().StringVar(&journalCAFile, "journal-ca", "", "the new journal's journal CA certificate (PEM, the ceremony's ID-ca.pem): the add is refused unless the journal at RAFT_ADDR presents exactly this one")
 	cmd.Flags().BoolVar(&force, "force", false, "add even though the journals that answer now would not be a majority of the grown quorum (it then stops accepting writes whenever fewer than a majority are up)")
 	return cmd
 }
@@ -576,10 +585,17 @@ func checkRaftAddr(addr string) error {
 	return nil
 }
 
-func (a *app) journalAdd(cmd *cobra.Command, args []string, force bool) error {
+func (a *app) journalAdd(cmd *cobra.Command, args []string, force bool, journalCAFile string) error {
 	path := cmd.CommandPath()
 	var id, raftAddr string
 	var problems []error
+	var expectCA []byte
+	if journalCAFile != "" {
+		var err error
+		if expectCA, err = readJournalCAFile(journalCAFile); err != nil {
+			problems = append(problems, fmt.Errorf("--journal-ca: %w", err))
+		}
+	}
 	switch len(args) {
 	case 0:
 		problems = append(problems, fmt.Errorf("missing ID and RAFT_ADDR: name the journal and its Raft address, e.g. %s j4 10.0.0.4:7500", path))
@@ -629,13 +645,18 @@ func (a *app) journalAdd(cmd *cobra.Command, args []string, force bool) error {
 			already = true
 		}
 	}
-	resp, err := s.client.AddJournal(ctx, &pactv1.AddJournalRequest{JournalId: id, RaftAddr: raftAddr, Force: force})
+	resp, err := s.client.AddJournal(ctx, &pactv1.AddJournalRequest{JournalId: id, RaftAddr: raftAddr, Force: force, ExpectJournalCaDer: expectCA})
 	if err != nil {
 		return a.explainJournal(ctx, s, act, err)
 	}
 	members := memberViews(resp.GetMembers())
 	if s.cfg.Output == outputJSON {
-		if err := writeJSON(a.env.Stdout, MembershipView{JournalID: id, RaftAddr: raftAddr, Members: members}); err != nil {
+		mv := MembershipView{JournalID: id, RaftAddr: raftAddr, Members: members}
+		if jc := resp.GetJournalCa(); jc != nil {
+			v := JournalCAViewOf(jc, nil, a.env.Now())
+			mv.JournalCA = &v
+		}
+		if err := writeJSON(a.env.Stdout, mv); err != nil {
 			return err
 		}
 	} else {
@@ -648,6 +669,9 @@ func (a *app) journalAdd(cmd *cobra.Command, args []string, force bool) error {
 			fmt.Fprintf(a.env.Stdout, "added journal %s (raft %s) to the quorum; it caught up and votes: %s\n", id, raftAddr, quorumSize(all))
 		default:
 			fmt.Fprintf(a.env.Stdout, "added journal %s (raft %s) as a non-voter; it is copying the registry and the leader makes it a voter once it has caught up (watch: pact journal status). Meanwhile: %s\n", id, raftAddr, quorumSize(all))
+		}
+		if jc := resp.GetJournalCa(); jc != nil {
+			fmt.Fprintf(a.env.Stdout, "journal %s is bound to journal CA %s (valid to %s): only a chain through it is journal %s to the quorum\n", id, jc.GetSerial(), formatTime(unixTime(jc.GetNotAfterUnix(), 0)), id)
 		}
 		if err := writeJournalTable(a.env.Stdout, members, a.env.Now()); err != nil {
 			return err
@@ -699,7 +723,9 @@ follower answers NO_LEADER and names the leader).
 
 The remove is refused when the voters left that answer now would not be a
 majority of the voters left: the quorum could not elect a leader. The error
-spells out the arithmetic; --force removes anyway. The removed journal
+spells out the arithmetic; --force removes anyway. A leader whose journal CA
+was revoked (pact journal revoke-ca) may remove itself: the other journals
+refuse its certificate, and that refusal counts as their answer. The removed journal
 notices, stops serving and exits with code 3, and refuses to start again
 from the same data directory.
 

@@ -10,6 +10,7 @@ import (
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/journal/auth"
+	"github.com/pact-hpc/pact/journal/raftnode"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -71,13 +72,33 @@ func (q authQuorum) RecordOperator(ctx context.Context, actor string, op *pactv1
 // authPeers checks the journals calling the peer service (auth.Peers).
 type authPeers struct{ j *Journal }
 
-func (p authPeers) CheckPeerCert(chain []*x509.Certificate, name string) error {
-	err := p.j.raft.CheckJournalCert(chain)
+func (p authPeers) CheckPeerCert(chain []*x509.Certificate, name, method string) error {
+	published, err := p.j.raft.CheckPeer(chain)
+	if err == nil && !published && !unpublishedMayCall(method) {
+		// A journal that re-keyed or started publishes its new
+		// intermediate before it does anything else with it: retryable
+		// for the caller (its forward answers NO_LEADER), and nothing
+		// else is served to a certificate Raft has not published.
+		err = raftnode.UnpublishedRefusal("journal %s's intermediate is not published yet: it may publish it (Propose) and nothing else until that commits", name)
+	}
 	var r *peerRefusal
 	if errors.As(err, &r) {
 		p.j.raft.CountPeerRefusal("peer service", name, err)
 	}
 	return err
+}
+
+// errUnpublishedPeer: a peer call other than the publish from a journal
+// whose intermediate Raft has not published.
+var errUnpublishedPeer = raftnode.ErrPeerUnpublished
+
+// unpublishedMayCall is what a journal may call with an intermediate Raft
+// has not published: Propose, whose handler takes only the publish of
+// that very intermediate (stampForwarded), and MemberStatus, a read of
+// the callee's own view that a restarting journal asks to learn whether
+// it was removed.
+func unpublishedMayCall(method string) bool {
+	return method == pactv1.JournalPeerService_Propose_FullMethodName || method == pactv1.JournalPeerService_MemberStatus_FullMethodName
 }
 
 func (p authPeers) CheckPeerCall(ctx context.Context, name string, member bool) error {

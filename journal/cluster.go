@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -117,6 +118,9 @@ func (j *Journal) stampForwarded(ctx context.Context, data []byte, cmd *pactv1.C
 	if err := check(cmd); err != nil {
 		return nil, err
 	}
+	if err := j.checkUnpublishedPublishes(p, cmd); err != nil {
+		return nil, err
+	}
 	for _, sub := range cmd.GetBatch().GetCommands() {
 		if err := check(sub); err != nil {
 			return nil, err
@@ -128,6 +132,29 @@ func (j *Journal) stampForwarded(ctx context.Context, data []byte, cmd *pactv1.C
 	// envelope's via in Apply, so whatever the forwarder wrote is replaced.
 	data = protowire.AppendTag(data[:len(data):len(data)], viaField, protowire.BytesType)
 	return protowire.AppendString(data, via), nil
+}
+
+// checkUnpublishedPublishes refuses a forwarded command from a journal
+// whose certificate comes from an intermediate Raft has not published,
+// unless it is the publish of that very intermediate: an unpublished
+// intermediate may do exactly one thing, publish itself, over a
+// connection that proves the journal CA its journal is bound to
+// (authwire.go checked that).
+func (j *Journal) checkUnpublishedPublishes(p *principal, cmd *pactv1.Command) error {
+	if len(p.Chain) < 2 {
+		return fmt.Errorf("%w: a forwarded write needs a journal's certificate chain", ErrPermission)
+	}
+	inter := p.Chain[1]
+	if _, published := j.fsm.Intermediate(pki.SerialHex(inter.SerialNumber)); published {
+		return nil
+	}
+	op := cmd.GetPublishIntermediate()
+	if op == nil || !bytes.Equal(op.GetIntermediate().GetDer(), inter.Raw) {
+		err := raftnode.UnpublishedRefusal("journal %s's intermediate %s is not published yet: it may publish it and nothing else until that commits", p.ID.Name, pki.SerialHex(inter.SerialNumber))
+		j.raft.CountPeerRefusal("peer service", p.ID.Name, err)
+		return err
+	}
+	return nil
 }
 
 // viaField is Command.via's field number.

@@ -201,6 +201,9 @@ type Config struct {
 	// batch in flight before it is sent beside it. An activation that
 	// finds none in flight goes at once.
 	ActivationBatchWindow time.Duration
+	// AcceptPeersWithoutQuorumID is the upgrade mode for journals of a
+	// release before quorum ids (raftnode.Config).
+	AcceptPeersWithoutQuorumID bool
 
 	Logger *slog.Logger
 	Clock  clock.Clock

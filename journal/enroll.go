@@ -523,6 +523,12 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 		return err
 	}
 	sendState := func(first bool) error {
+		if r := j.raft.Halted(); r != "" {
+			// Cut off (or halted) since the stream opened: its agent
+			// goes to a journal that serves (onCutOff wakes it).
+			dropped = dropJournalHalted
+			return fmt.Errorf("%w: journal %s does not serve: %s", errHalted, j.cfg.NodeID, r)
+		}
 		if now := j.cfg.Clock.Now(); now.After(p.Leaf.NotAfter) {
 			dropped = dropCertExpired
 			return fmt.Errorf("%w: the stream's certificate %s expired at %s; renew or re-enroll", ErrUnauthenticated, p.Serial, p.Leaf.NotAfter.UTC().Format(time.RFC3339))

@@ -187,3 +187,7 @@ func (j *Journal) HoldFirstState(serial string) (arrived <-chan struct{}, clear 
 	j.hub.beforeFirstState.Store(&hold)
 	return ch, func() { j.hub.beforeFirstState.Store(nil) }
 }
+
+// JournalCARetryForTest is how soon a journal whose journal CA the quorum
+// refuses reads its certificate file again.
+const JournalCARetryForTest = journalCARetry

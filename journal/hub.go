@@ -160,6 +160,23 @@ func (h *hub) nodes() []string {
 	return out
 }
 
+// onCutOff is told when the quorum starts refusing this journal as a peer
+// (or takes it again): every stream re-checks at once, and one on a
+// journal that no longer serves ends, so its agent goes to one that does.
+func (j *Journal) onCutOff(reason string) {
+	if reason != "" {
+		// Re-key: a journal CA recorded for it meanwhile is taken at once.
+		wake(j.rotateNow)
+	}
+	j.hub.mu.Lock()
+	defer j.hub.mu.Unlock()
+	for _, ws := range j.hub.streams {
+		for w := range ws {
+			j.hub.wake(w.node)
+		}
+	}
+}
+
 // onApply is the FSM observer: it runs on Raft's apply goroutine and must
 // not block.
 func (j *Journal) onApply(ev raftfsm.Event) {

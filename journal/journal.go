@@ -249,6 +249,7 @@ func (j *Journal) startRaft(ctx context.Context) error {
 	rc.RaftTimeout, rc.RaftWriteTimeout = j.cfg.RaftTimeout, j.cfg.RaftWriteTimeout
 	rc.HandshakeTimeout = j.cfg.Connections.HandshakeTimeout
 	rc.ActivationBatchMax, rc.ActivationBatchWindow = j.cfg.ActivationBatchMax, j.cfg.ActivationBatchWindow
+	rc.AcceptPeersWithoutQuorumID = j.cfg.AcceptPeersWithoutQuorumID
 	rc.FSM = j.fsm
 	rc.Credentials = j.ca
 	rc.Conns = j.raftConns
@@ -256,6 +257,7 @@ func (j *Journal) startRaft(ctx context.Context) error {
 	rc.AllowRefusalLog = j.raftRefusals.allow
 	rc.DescribeSelf = j.describeSelf
 	rc.OnApply = j.onApply
+	rc.OnCutOff = j.onCutOff
 	rc.BeforeStart = func(lastIndex uint64) error {
 		if j.cfg.AuditLog == "" {
 			return nil
@@ -475,6 +477,12 @@ func (j *Journal) rotateLoop() {
 			}
 			continue
 		}
+		// The peer channels present the new intermediate's certificate
+		// from now on: the publish goes over them, and an old
+		// intermediate an operator retired at once (retire-intermediate
+		// --now) would be refused. Until the publish commits, the leader
+		// takes nothing else from them (journal/authwire.go).
+		j.raft.CredentialsChanged()
 		// Published before anyone waiting for the re-key signs with it: a
 		// certificate from an intermediate not in the bundle could not be
 		// answered with its chain. Retried until it is (or the journal stops).
@@ -487,11 +495,22 @@ func (j *Journal) rotateLoop() {
 				published = true
 				break
 			}
-			if errors.Is(err, raftfsm.ErrJournalCARevoked) {
-				// Publishing again cannot help: only a new journal CA can.
-				j.log.Error("this journal's journal CA is revoked: it signs nothing until it has a new one; put the ceremony's new certificate in place of --journal-ca-cert (docs/ceremony.md), it is read again in a minute",
+			if errors.Is(err, raftfsm.ErrJournalCARevoked) || errors.Is(err, raftfsm.ErrJournalCANotBound) {
+				// Publishing again cannot help: only a new journal CA
+				// (revoked), or an operator's record of it (a new key),
+				// can. Both are looked for again in a few seconds.
+				j.log.Error("the quorum refuses this journal's journal CA: it signs nothing until that changes. If it was revoked, put the ceremony's new certificate in place of --journal-ca-cert; if that certificate has a new key, a platform-admin records it: pact journal record-ca "+j.cfg.NodeID+" FILE (docs/ceremony.md). Read again every few seconds",
 					logkey.File, j.cfg.journalCACertFile(), logkey.Err, err)
-				retryIn = time.Minute
+				retryIn = journalCARetry
+				break
+			}
+			if cut := j.raft.CutOff(); cut != "" {
+				// The quorum refuses this journal (its journal CA
+				// revoked before it learnt so, say): re-read
+				// --journal-ca-cert and re-key in a few seconds, so a
+				// journal CA an operator records meanwhile is taken.
+				j.log.Error("the quorum refuses this journal as a peer; its journal CA is read again in a few seconds", logkey.Reason, cut, logkey.File, j.cfg.journalCACertFile(), logkey.Err, err)
+				retryIn = journalCARetry
 				break
 			}
 			j.log.Error("publishing the new intermediate failed; retrying", logkey.Err, err)
@@ -514,6 +533,12 @@ func (j *Journal) rotateLoop() {
 		warnJournalCAExpiry(j.log, j.ca, j.cfg.Clock.Now())
 	}
 }
+
+// journalCARetry is how soon a journal whose journal CA the quorum
+// refuses re-reads --journal-ca-cert and tries again: a new certificate in
+// place, or an operator's record of one, takes effect within it, with no
+// restart.
+const journalCARetry = 5 * time.Second
 
 // ownIntermediate reports whether the intermediate this journal signs
 // with is published in the registry, and whether the registry marks it

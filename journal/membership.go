@@ -99,7 +99,10 @@ func (s *adminServer) AddJournal(ctx context.Context, req *pactv1.AddJournalRequ
 			return &pactv1.AddJournalResponse{Members: members}, err
 		}
 	}
-	if err := j.raft.ProbeJournal(ctx, id, addr); err != nil {
+	// Probed, and bound to the journal CA it presents, before it is a
+	// member: from here on only a chain through that journal CA is id.
+	bound, err := j.bindJoiningJournal(ctx, id, addr, req.GetExpectJournalCaDer())
+	if err != nil {
 		return nil, err
 	}
 	members, err := j.raft.Members(ctx)
@@ -131,7 +134,11 @@ func (s *adminServer) AddJournal(ctx context.Context, req *pactv1.AddJournalRequ
 		}
 	}
 	members, err = j.raft.Members(ctx)
-	return &pactv1.AddJournalResponse{Members: members}, err
+	resp := &pactv1.AddJournalResponse{Members: members}
+	if bound != nil {
+		resp.JournalCa = journalCAView(bound)
+	}
+	return resp, err
 }
 
 func (s *adminServer) RemoveJournal(ctx context.Context, req *pactv1.RemoveJournalRequest) (*pactv1.RemoveJournalResponse, error) {
@@ -164,11 +171,25 @@ func (s *adminServer) RemoveJournal(ctx context.Context, req *pactv1.RemoveJourn
 		if voters == 0 {
 			return nil, fmt.Errorf("%w: %s is the last voter; a quorum needs at least one", errMembership, id)
 		}
+		var refusing []string
+		if need := raftnode.Majority(voters); reachable < need && id == j.cfg.NodeID {
+			// This journal removes itself, and the others may refuse it
+			// (its journal CA revoked: exactly why the operator wants it
+			// out). A voter that answered with that refusal is up, and
+			// the voters left need each other, not this journal.
+			if refusing = j.raft.RefusingVoters(ctx, members); len(refusing) > 0 {
+				reachable += len(refusing)
+				down = slices.DeleteFunc(down, func(d string) bool { return slices.Contains(refusing, d) })
+			}
+		}
 		if need := raftnode.Majority(voters); reachable < need {
 			if !req.GetForce() {
 				return nil, fmt.Errorf("%w: without %s the quorum would have %d voters, and %d of them must be up to elect a leader; only %d of them answer now (%s). Removing %s now would leave the quorum unable to elect a leader: bring the unreachable journals back first; --force removes anyway, and then no write or enrollment is accepted until %d of the remaining voters are up", errMembership, id, voters, need, reachable, downList(down), id, need)
 			}
 			j.log.Warn("removing a journal although the remaining reachable voters are not a majority (--force)", logkey.Journal, id, logkey.VotersAfter, voters, logkey.ReachableAfter, reachable)
+		}
+		if len(refusing) > 0 {
+			j.log.Warn("removing this journal: the other voters refuse its certificate but are up", logkey.Journal, id, logkey.VotersAfter, voters, logkey.ReachableAfter, reachable, logkey.Reason, strings.Join(refusing, ", ")+" refuse this journal")
 		}
 	}
 	if req.GetGraceSeconds() < 0 || (req.GetGraceSeconds() > 0 && !req.GetRevokeIntermediate()) {

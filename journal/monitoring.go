@@ -28,10 +28,11 @@ const (
 	dropNodeFenced          = "node_fenced"          // an operator fenced the node
 	dropCertExpired         = "cert_expired"         // the stream's certificate expired before the agent renewed it
 	dropIntermediateRevoked = "intermediate_revoked" // the intermediate that signed the certificate was revoked
+	dropJournalHalted       = "journal_halted"       // this journal stopped serving (removed, cut off by the quorum, a log entry it may not skip, a stuck write)
 	dropOther               = "other"                // anything else (a node no longer in the registry, an SVID no longer accepted)
 )
 
-var dropReasons = []string{dropClientGone, dropSendFailed, dropShutdown, dropSuperseded, dropNodeRevoked, dropNodeFenced, dropCertExpired, dropIntermediateRevoked, dropOther}
+var dropReasons = []string{dropClientGone, dropSendFailed, dropShutdown, dropSuperseded, dropNodeRevoked, dropNodeFenced, dropCertExpired, dropIntermediateRevoked, dropJournalHalted, dropOther}
 
 // streamDropReason names why a stream the journal had registered ended:
 // decided is set by the handler where it knows better than err (expiry,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/pact-hpc/pact/journal/journaltest"
@@ -106,12 +107,42 @@ func TestPeerIsAMemberWithItsOwnIntermediateAndQuorum(t *testing.T) {
 		}
 	}
 	// An attacker who read one journal's intermediate key out of its
-	// memory holds a valid chain to the root: the test stands for that key
-	// with an intermediate recorded in Raft as the owner's, exactly as the
-	// owner publishes its own; everything else is the real quorum.
-	stolen := journaltest.NewIntermediate(t, root)
+	// memory holds a valid chain to the root through the journal CA Raft
+	// binds that journal to: the test stands for that key with an
+	// intermediate the owner's journal CA signed, recorded in Raft as the
+	// owner's, exactly as the owner publishes its own; everything else is
+	// the real quorum.
+	stolen := journaltest.NewIntermediateUnder(t, cfgs[ownerIdx])
 	recordAs(t, lh, stolen, owner)
 	raftAddr := lh.Cfg.RaftListen
+
+	t.Run("a chain the root signed, for a journal bound to a journal CA, is no peer", func(t *testing.T) {
+		legacy := journaltest.NewIntermediate(t, root)
+		before := lh.J.PeerRefusedForTest("not_bound")
+		reply, err := journaltest.RaftHello(t, raftAddr, legacy.JournalCert(t, owner, "pact.local"), qid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reply.GetRefusedReason() != "not_bound" {
+			t.Fatalf("reply %v, want a not_bound refusal", reply)
+		}
+		if got := lh.J.PeerRefusedForTest("not_bound"); got != before+1 {
+			t.Errorf("pact_journal_peer_refused_total{reason=not_bound} = %v, want %v", got, before+1)
+		}
+	})
+	t.Run("a peer that proves no quorum id is refused", func(t *testing.T) {
+		before := lh.J.PeerRefusedForTest("no_quorum_id")
+		reply, err := journaltest.RaftHello(t, raftAddr, stolen.JournalCert(t, owner, "pact.local"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reply.GetRefusedReason() != "no_quorum_id" {
+			t.Fatalf("reply %v, want a no_quorum_id refusal", reply)
+		}
+		if got := lh.J.PeerRefusedForTest("no_quorum_id"); got != before+1 {
+			t.Errorf("pact_journal_peer_refused_total{reason=no_quorum_id} = %v, want %v", got, before+1)
+		}
+	})
 
 	t.Run("the owner's own name and quorum is a peer", func(t *testing.T) {
 		reply, err := journaltest.RaftHello(t, raftAddr, stolen.JournalCert(t, owner, "pact.local"), qid)
@@ -137,23 +168,18 @@ func TestPeerIsAMemberWithItsOwnIntermediateAndQuorum(t *testing.T) {
 	})
 	t.Run("another journal's name from this intermediate is refused", func(t *testing.T) {
 		before := lh.J.PeerRefusedForTest("wrong_intermediate")
-		hsBefore, _ := gathered(t, lh.J.MetricsRegistry(), "pact_journal_handshakes_refused_total", "port", "raft", "reason", "wrong_intermediate")
+		// The chain verifies to the root, so the handshake completes; the
+		// records refuse it after the quorum hello, with the reason.
 		reply, err := journaltest.RaftHello(t, raftAddr, stolen.JournalCert(t, victim, "pact.local"), qid)
-		if err == nil {
-			t.Fatalf("a certificate naming %s from %s's intermediate was answered: %v", victim, owner, reply)
+		if err != nil {
+			t.Fatal(err)
 		}
-		// TLS 1.3: the client's side of the handshake ends before the
-		// journal has verified (and refused) its certificate, so the count
-		// may follow the client's error by a moment.
-		eventually(t, "the wrong_intermediate refusal to be counted", func() bool {
-			return lh.J.PeerRefusedForTest("wrong_intermediate") == before+1
-		})
-		// The failed handshake is counted by the same reason (it was
-		// tls_error once).
-		eventually(t, "the handshake refusal to be counted as wrong_intermediate", func() bool {
-			v, _ := gathered(t, lh.J.MetricsRegistry(), "pact_journal_handshakes_refused_total", "port", "raft", "reason", "wrong_intermediate")
-			return v == hsBefore+1
-		})
+		if reply.GetRefusedReason() != "wrong_intermediate" {
+			t.Fatalf("a certificate naming %s from %s's intermediate and journal CA: reply %v, want wrong_intermediate", victim, owner, reply)
+		}
+		if got := lh.J.PeerRefusedForTest("wrong_intermediate"); got != before+1 {
+			t.Errorf("pact_journal_peer_refused_total{reason=wrong_intermediate} = %v, want %v", got, before+1)
+		}
 	})
 
 	macs := map[string]string{"forged-1": "02:00:00:00:00:01", "via-1": "02:00:00:00:00:02", "via-2": "02:00:00:00:00:03", "removed-1": "02:00:00:00:00:04"}
@@ -170,7 +196,8 @@ func TestPeerIsAMemberWithItsOwnIntermediateAndQuorum(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := pactv1.NewJournalPeerServiceClient(lh.Dial(t, cert)).Propose(context.Background(), &pactv1.ProposeRequest{Command: data})
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "pact-quorum-id", qid)
+		resp, err := pactv1.NewJournalPeerServiceClient(lh.Dial(t, cert)).Propose(ctx, &pactv1.ProposeRequest{Command: data})
 		if err == nil && resp.GetBatch()[0].GetErrorCode() != "" {
 			t.Errorf("Propose: %s %s", resp.GetBatch()[0].GetErrorCode(), resp.GetBatch()[0].GetErrorMessage())
 		}

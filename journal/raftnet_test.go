@@ -8,9 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"errors"
 	"math/big"
-	"net"
 	"net/url"
 	"path/filepath"
 	"testing"
@@ -54,6 +52,7 @@ func TestRaftPortRefusesAllButJournals(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	qid := quorumStatus(t, h).GetQuorumId()
 	tests := []struct {
 		name   string
 		cert   *tls.Certificate
@@ -62,9 +61,12 @@ func TestRaftPortRefusesAllButJournals(t *testing.T) {
 		// A journal of the domain that is not a member of this quorum:
 		// peer rights come with membership (TestPeerBinding has members).
 		{"journal of the domain, not a member", peerCA.ServerCertificate(), false},
-		// The member's own id from an intermediate not (yet) in Raft: the
-		// root signed it, as for a journal's fresh re-key.
-		{"journal of the domain and a member", memberCA.ServerCertificate(), true},
+		// The member's own id from an intermediate not (yet) in Raft,
+		// under the journal CA Raft binds it to, as for its fresh re-key.
+		{"journal of the domain and a member, under its journal CA", journaltest.NewIntermediateUnder(t, cfg).JournalCert(t, cfg.NodeID, "pact.local"), true},
+		// The member's own id from an intermediate the root signed: it is
+		// bound to a journal CA, so no peer (issue 36).
+		{"journal of the domain and a member, the root's intermediate", memberCA.ServerCertificate(), false},
 		{"agent certificate", &agent, false},
 		{"operator certificate", &h.Admin, false},
 		{"foreign CA", foreignJournalCert(t), false},
@@ -76,20 +78,16 @@ func TestRaftPortRefusesAllButJournals(t *testing.T) {
 			if tt.cert != nil {
 				cc.Certificates = []tls.Certificate{*tt.cert}
 			}
-			conn, err := tls.Dial("tcp", cfg.RaftListen, cc)
-			if err != nil {
-				t.Fatalf("dial: %v", err)
+			// The handshake verifies the chain; Raft's records are checked
+			// after the quorum hello, and a refusal is its answer.
+			cert := tt.cert
+			if cert == nil {
+				cert = &tls.Certificate{}
 			}
-			defer conn.Close()
-			// TLS 1.3 verifies the client after the client's handshake
-			// returns: a refusal arrives as an alert on the first read. An
-			// accepted peer just sees Raft wait for its request.
-			_ = conn.SetReadDeadline(time.Now().Add(time.Second))
-			_, err = conn.Read(make([]byte, 1))
-			var ne net.Error
-			accepted := errors.As(err, &ne) && ne.Timeout()
+			reply, err := journaltest.RaftHello(t, cfg.RaftListen, cert, qid)
+			accepted := err == nil && reply.GetRefused() == ""
 			if accepted != tt.accept {
-				t.Errorf("accepted = %v (read: %v), want %v", accepted, err, tt.accept)
+				t.Errorf("accepted = %v (%v %v), want %v", accepted, err, reply, tt.accept)
 			}
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/ca"
+	"github.com/pact-hpc/pact/journal/raftnode"
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
@@ -71,7 +72,14 @@ var reasons = []struct {
 	{auth.ErrSPIFFEUnmapped, apierr.SPIFFEIDUnmapped},
 	{auth.ErrNotYetValid, apierr.CertNotYetValid},
 	{auth.ErrOperatorNotIssued, apierr.OperatorNotIssued},
+	// A journal whose own peer rights the records withdrew: it learns so
+	// from this reason (raftnode: cut off).
+	{raftnode.ErrPeerIntermediateRevoked, apierr.PeerWithdrawn},
+	{raftnode.ErrPeerNotBound, apierr.PeerWithdrawn},
 	{ErrUnauthenticated, apierr.Unauthenticated},
+	// A journal's forward before its new intermediate is published:
+	// retryable for it (raftnode's forward answers NO_LEADER).
+	{errUnpublishedPeer, apierr.Unauthenticated},
 	{ErrPermission, apierr.PermissionDenied},
 	{ErrOverloaded, apierr.RateLimited},
 	{ErrTooManyStreams, apierr.TooManyStreams},

@@ -35,18 +35,18 @@ func TestJournalCABinding(t *testing.T) {
 	steps := []step{
 		{"a publish under a journal CA of a journal with none binds it", at(t0).PublishIntermediateUnder(inter("i-1"), ca1, "ca-1"), nil, "ca-1"},
 		{"another key naming the same journal is refused", at(t0+1).PublishIntermediateUnder(inter("i-x"), other, "ca-other"), raftfsm.ErrJournalCANotBound, "ca-1"},
-		{"a legacy intermediate of a bound journal is refused", at(t0+2).PublishIntermediate(inter("i-legacy")), raftfsm.ErrJournalCANotBound, "ca-1"},
+		{"a legacy intermediate of a bound journal is refused", at(t0 + 2).PublishIntermediate(inter("i-legacy")), raftfsm.ErrJournalCANotBound, "ca-1"},
 		{"a re-issue with the same key moves the binding", at(t0+3).PublishIntermediateUnder(inter("i-2"), ca2, "ca-2"), nil, "ca-2"},
 		{"the superseded journal CA signs no new intermediate", at(t0+4).PublishIntermediateUnder(inter("i-3"), nil, "ca-1"), raftfsm.ErrJournalCANotBound, "ca-2"},
 		{"the bound one still does", at(t0+5).PublishIntermediateUnder(inter("i-4"), nil, "ca-2"), nil, "ca-2"},
 		{"revoked, the bound journal CA stays bound", admin(t0+6).RevokeJournalCA("host stolen", "ca-2"), nil, "ca-2"},
 		{"nor does a same-key re-issue after its revocation bind", at(t0+7).PublishIntermediateUnder(inter("i-5"), raftfsmtest.JournalCA("j2", "ca-3", t0+365*day), "ca-3"), raftfsm.ErrJournalCANotBound, "ca-2"},
-		{"an operator binds a new key", admin(t0+8).RecordJournalCA(fresh), nil, "ca-fresh"},
-		{"recording it again changes nothing", admin(t0+9).RecordJournalCA(fresh), nil, "ca-fresh"},
+		{"an operator binds a new key", admin(t0 + 8).RecordJournalCA(fresh), nil, "ca-fresh"},
+		{"recording it again changes nothing", admin(t0 + 9).RecordJournalCA(fresh), nil, "ca-fresh"},
 		{"the journal publishes under it", at(t0+10).PublishIntermediateUnder(inter("i-6"), nil, "ca-fresh"), nil, "ca-fresh"},
-		{"an operator cannot bind a revoked journal CA", admin(t0+11).RecordJournalCA(ca2), raftfsm.ErrJournalCARevoked, "ca-fresh"},
-		{"nor one recorded for another journal", admin(t0+12).RecordJournalCA(&pactv1.JournalCA{JournalId: "j3", Serial: "ca-fresh", Der: fresh.GetDer(), NotAfterUnix: fresh.GetNotAfterUnix()}), raftfsm.ErrInvalidCommand, "ca-fresh"},
-		{"nor a certificate that is not that journal's journal CA", admin(t0+13).RecordJournalCA(&pactv1.JournalCA{JournalId: "j3", Serial: "ca-j3", Der: fresh.GetDer(), NotAfterUnix: fresh.GetNotAfterUnix()}), raftfsm.ErrInvalidCommand, "ca-fresh"},
+		{"an operator cannot bind a revoked journal CA", admin(t0 + 11).RecordJournalCA(ca2), raftfsm.ErrJournalCARevoked, "ca-fresh"},
+		{"nor one recorded for another journal", admin(t0 + 12).RecordJournalCA(&pactv1.JournalCA{JournalId: "j3", Serial: "ca-fresh", Der: fresh.GetDer(), NotAfterUnix: fresh.GetNotAfterUnix()}), raftfsm.ErrInvalidCommand, "ca-fresh"},
+		{"nor a certificate that is not that journal's journal CA", admin(t0 + 13).RecordJournalCA(&pactv1.JournalCA{JournalId: "j3", Serial: "ca-j3", Der: fresh.GetDer(), NotAfterUnix: fresh.GetNotAfterUnix()}), raftfsm.ErrInvalidCommand, "ca-fresh"},
 	}
 	build := func() (*raftfsm.FSM, []*raftfsm.Result) {
 		f := raftfsm.New()

@@ -63,6 +63,11 @@ const (
 	// (pact journal revoke-ca); it signs nothing until it has a new one
 	// from the ceremony. Another journal may serve the call.
 	JournalCARevoked Reason = "JOURNAL_CA_REVOKED"
+	// PeerWithdrawn: a journal's peer rights were withdrawn by Raft's
+	// records (its journal CA or intermediate revoked, or its journal id
+	// bound to another journal CA): the journal refused as a peer stops
+	// serving until the quorum takes it again (docs/quorum.md).
+	PeerWithdrawn Reason = "PEER_WITHDRAWN"
 	// OperatorRevoked: the operator credential was revoked (pact admin
 	// revoke); get a new one from a platform-admin.
 	OperatorRevoked Reason = "OPERATOR_REVOKED"
@@ -152,6 +157,7 @@ var codeOf = map[Reason]codes.Code{
 	Internal:                 codes.Internal,
 	JournalHalted:            codes.Unavailable,
 	JournalCARevoked:         codes.Unavailable,
+	PeerWithdrawn:            codes.Unauthenticated,
 	OperatorRevoked:          codes.PermissionDenied,
 	OperatorNotFound:         codes.NotFound,
 	OperatorNotIssued:        codes.Unauthenticated,

@@ -137,9 +137,11 @@ type Quorum interface {
 
 // Peers checks the other journals of the quorum calling the peer service.
 type Peers interface {
-	// CheckPeerCert checks the chain is that of journal name, a journal
-	// of this domain with its own intermediate (and counts a refusal).
-	CheckPeerCert(chain []*x509.Certificate, name string) error
+	// CheckPeerCert checks the chain is that of journal name, a peer of
+	// this quorum by Raft's records, that may call method (a journal whose
+	// intermediate is not published yet may only publish it), and counts
+	// a refusal.
+	CheckPeerCert(chain []*x509.Certificate, name, method string) error
 	// CheckPeerCall admits a call of journal name: its quorum and, when
 	// member is set, its membership.
 	CheckPeerCall(ctx context.Context, name string, member bool) error

@@ -97,7 +97,7 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 		if !pactID {
 			return nil, noIdentity()
 		}
-		if err := a.cfg.Peers.CheckPeerCert(sent, id.Name); err != nil {
+		if err := a.cfg.Peers.CheckPeerCert(sent, id.Name, method); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 		}
 		// The caller's quorum and membership, on every call: removal ends
@@ -109,7 +109,7 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 		if err := a.cfg.Peers.CheckPeerCall(ctx, id.Name, member); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrPermission, err)
 		}
-		return &Principal{ID: id, Leaf: leaf}, nil
+		return &Principal{ID: id, Leaf: leaf, Chain: sent}, nil
 	}
 	var verr error
 	// chain is the verified chain of a pact certificate (leaf first, a

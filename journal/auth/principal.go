@@ -16,6 +16,8 @@ type Principal struct {
 	Serial string
 	SPKI   string
 	Leaf   *x509.Certificate
+	// Chain is what a peer journal sent, leaf first (journals only).
+	Chain []*x509.Certificate
 	// SVID is set when an agent authenticated with a SPIRE X.509-SVID
 	// rather than a journal-signed certificate; SPIFFEID is the SVID's ID.
 	SVID     bool
@@ -121,6 +123,7 @@ var policies = map[string]policy{
 	pactv1.AdminService_RetireIntermediate_FullMethodName: {admin: PlatformAdmin},
 	pactv1.AdminService_ListIntermediates_FullMethodName:  {admin: anyRole},
 	pactv1.AdminService_RevokeJournalCA_FullMethodName:    {admin: PlatformAdmin},
+	pactv1.AdminService_RecordJournalCA_FullMethodName:    {admin: PlatformAdmin},
 }
 
 // OperatorRecord is what the registry keeps of an operator certificate.

@@ -165,6 +165,7 @@ func Settings(cfg *journal.Config, log *cmdline.Logging, configFile *string) *se
 	s.Int(&cfg.MaxEnrollWaiters, "max-enroll-waiters", "PACT_MAX_ENROLL_WAITERS", "enrollments that may wait for the global failure budget while it is spent")
 	s.Int(&cfg.ActivationBatchMax, "activation-batch-max", "PACT_ACTIVATION_BATCH_MAX", "most enrollment activations and renewals in one Raft entry; those arriving while this journal's previous batch commits go together in the next, 1 sends each alone")
 	s.Duration(&cfg.ActivationBatchWindow, "activation-batch-window", "PACT_ACTIVATION_BATCH_WINDOW", "longest an activation waits behind a batch still committing before it is sent beside it; one that finds none in flight goes at once")
+	s.Bool(&cfg.AcceptPeersWithoutQuorumID, "accept-peers-without-quorum-id", "PACT_ACCEPT_PEERS_WITHOUT_QUORUM_ID", "upgrade mode, only while a journal of a release before quorum ids is still a member: admit peers that prove no quorum id (by their certificate, Raft's records and membership alone); off, a journal with a quorum id refuses them (docs/quorum.md, \"Rolling upgrades\")")
 	log.Declare(s)
 	return s
 }

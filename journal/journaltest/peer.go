@@ -11,13 +11,17 @@ import (
 	"io"
 	"math/big"
 	"net/url"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pact-hpc/pact/internal/caprofile"
+	"github.com/pact-hpc/pact/internal/keystore"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/ca"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -29,6 +33,8 @@ import (
 type Intermediate struct {
 	Cert *x509.Certificate
 	Key  *ecdsa.PrivateKey
+	// JournalCA signed Cert (nil: the root did).
+	JournalCA *x509.Certificate
 }
 
 // NewIntermediate signs a fresh intermediate with the root in rootDir.
@@ -58,6 +64,46 @@ func NewIntermediate(t testing.TB, rootDir string) Intermediate {
 	return Intermediate{Cert: cert, Key: key}
 }
 
+// NewIntermediateUnder signs a fresh intermediate with the journal CA of
+// the journal cfg configures (its certificate and key files, as
+// JournalCA made them): an intermediate key read out of that journal's
+// memory, under the journal CA Raft binds it to.
+func NewIntermediateUnder(t testing.TB, cfg journal.Config) Intermediate {
+	t.Helper()
+	data, err := os.ReadFile(cfg.JournalCACertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs, err := pki.ParseCertsPEM(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := keystore.Parse(cfg.JournalCAKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := keystore.Open(spec, keystore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer signer.Close()
+	_, domain, _ := caprofile.JournalOf(certs[0])
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	serial, _ := pki.NewSerial()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: "test intermediate"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true, MaxPathLenZero: true,
+		URIs: []*url.URL{{Scheme: "spiffe", Host: domain}},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, certs[0], key.Public(), signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return Intermediate{Cert: cert, Key: key, JournalCA: certs[0]}
+}
+
 // JournalCert mints a journal certificate naming journal id of domain.
 func (in Intermediate) JournalCert(t testing.TB, id, domain string) *tls.Certificate {
 	t.Helper()
@@ -74,12 +120,20 @@ func (in Intermediate) JournalCert(t testing.TB, id, domain string) *tls.Certifi
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &tls.Certificate{Certificate: [][]byte{der, in.Cert.Raw}, PrivateKey: key}
+	chain := [][]byte{der, in.Cert.Raw}
+	if in.JournalCA != nil {
+		chain = append(chain, in.JournalCA.Raw)
+	}
+	return &tls.Certificate{Certificate: chain, PrivateKey: key}
 }
 
 // Record is the intermediate as Raft records it for journal id.
 func (in Intermediate) Record(id string) *pactv1.Intermediate {
-	return &pactv1.Intermediate{JournalId: id, Serial: pki.SerialHex(in.Cert.SerialNumber), Der: in.Cert.Raw, NotAfterUnix: in.Cert.NotAfter.Unix()}
+	r := &pactv1.Intermediate{JournalId: id, Serial: pki.SerialHex(in.Cert.SerialNumber), Der: in.Cert.Raw, NotAfterUnix: in.Cert.NotAfter.Unix()}
+	if in.JournalCA != nil {
+		r.IssuerSerial = pki.SerialHex(in.JournalCA.SerialNumber)
+	}
+	return r
 }
 
 // RaftHello dials a journal's Raft port with cert, says the quorum hello

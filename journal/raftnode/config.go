@@ -94,6 +94,12 @@ type Config struct {
 	ActivationBatchMax    int
 	ActivationBatchWindow time.Duration
 
+	// AcceptPeersWithoutQuorumID is the upgrade mode for a quorum with
+	// journals of a release before quorum ids: a peer that proves none is
+	// admitted (by its chain, records and membership). Off, a journal that
+	// has a quorum id refuses every peer that proves none.
+	AcceptPeersWithoutQuorumID bool
+
 	// FSM is the replicated state machine the node drives. The node also
 	// reads from it: the journals' addresses, intermediates and the quorum
 	// id.
@@ -121,6 +127,9 @@ type Config struct {
 	// FSM's observer: it runs on Raft's apply goroutine and must not
 	// block).
 	OnApply func(raftfsm.Event)
+	// OnCutOff, if set, is told when the quorum starts refusing this
+	// journal as a peer (reason) or takes it again ("").
+	OnCutOff func(reason string)
 	// BeforeStart, if set, runs once the stores are open and before Raft
 	// starts applying, with the index of the log's last entry (the audit
 	// export resumes after it).

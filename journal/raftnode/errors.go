@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/pact-hpc/pact/journal/auth"
 )
@@ -43,4 +44,18 @@ var (
 	ErrPeerIntermediateRevoked = auth.ErrPeerIntermediateRevoked
 	ErrPeerNotJournal          = auth.ErrPeerNotJournal
 	ErrPeerWrongIntermediate   = auth.ErrPeerWrongIntermediate
+	// ErrPeerNotBound: a journal chain through a journal CA other than the
+	// one Raft binds its journal id to. Counted at the handshake as a wrong
+	// intermediate.
+	ErrPeerNotBound = fmt.Errorf("%w: not the journal CA its journal is bound to", auth.ErrPeerWrongIntermediate)
+	// ErrPeerUnpublished: a peer call other than publishing itself from a
+	// journal whose intermediate Raft has not published.
+	ErrPeerUnpublished = errors.New("journal peer: intermediate not published")
 )
+
+// UnpublishedRefusal is the refusal of a peer call (other than its own
+// publish) from a journal whose intermediate Raft has not published,
+// counted as unpublished_intermediate.
+func UnpublishedRefusal(format string, args ...any) error {
+	return &PeerRefusal{reason: refusedUnpublished, msg: fmt.Sprintf(format, args...), cause: ErrPeerUnpublished}
+}

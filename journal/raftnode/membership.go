@@ -2,8 +2,6 @@ package raftnode
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -14,9 +12,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/logkey"
-	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/version"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
@@ -34,6 +34,10 @@ type haltState struct {
 	// stalled is why the write watchdog cut this journal off (watchdog.go),
 	// or "": unlike reason, it clears once the stuck write finishes.
 	stalled string
+	// cutOff is why the quorum refuses this journal as a peer (its
+	// journal CA or intermediate revoked, its journal id bound to another
+	// journal CA), or "": it clears once a peer takes it again.
+	cutOff  string
 	removed chan struct{}
 	once    sync.Once
 }
@@ -61,7 +65,38 @@ func (n *Node) haltedReason() string {
 	if n.halted.reason != "" {
 		return n.halted.reason
 	}
-	return n.halted.stalled
+	if n.halted.stalled != "" {
+		return n.halted.stalled
+	}
+	return n.halted.cutOff
+}
+
+// CutOff is why the quorum refuses this journal as a peer, or "".
+func (n *Node) CutOff() string {
+	n.halted.mu.Lock()
+	defer n.halted.mu.Unlock()
+	return n.halted.cutOff
+}
+
+// setCutOff sets (or, with "", clears) why the quorum refuses this
+// journal as a peer, and tells the journal when it changes (its streams
+// end, so their agents go to a journal of the quorum).
+func (n *Node) setCutOff(reason string) {
+	n.halted.mu.Lock()
+	changed := n.halted.cutOff != reason
+	n.halted.cutOff = reason
+	n.halted.mu.Unlock()
+	if !changed {
+		return
+	}
+	if reason != "" {
+		n.log.Error("THE QUORUM REFUSES THIS JOURNAL AS A PEER: it serves nothing until the quorum takes it again (docs/quorum.md, \"Peers are what Raft records\")", logkey.Reason, reason)
+	} else {
+		n.log.Info("the quorum takes this journal as a peer again; serving")
+	}
+	if n.cfg.OnCutOff != nil {
+		n.cfg.OnCutOff(reason)
+	}
 }
 
 // Removed is closed once this journal found itself removed from the
@@ -104,6 +139,77 @@ func QuorumArithmetic(members []*pactv1.JournalMember) (voters, reachable int, d
 	return voters, reachable, down
 }
 
+// RefusingVoters asks again, in parallel and for a few seconds at most,
+// each voter of members other than this journal that did not answer the
+// status round, and returns, sorted, those that answer now, above all by
+// refusing this journal itself: their peer service refused its certificate
+// (UNAUTHENTICATED or PERMISSION_DENIED) or was too busy for it
+// (RESOURCE_EXHAUSTED), or their TLS stack sent an alert. They are up; they
+// no longer take this journal's word (its journal CA or intermediate was
+// revoked, say). Only a journal removing itself may count a refusal as an
+// answer for the quorum left behind: those voters need each other, not
+// this one.
+func (n *Node) RefusingVoters(ctx context.Context, members []*pactv1.JournalMember) []string {
+	var (
+		mu  sync.Mutex
+		out []string
+		wg  sync.WaitGroup
+	)
+	for _, m := range members {
+		if !m.GetVoter() || m.GetReachable() || m.GetJournalId() == n.cfg.NodeID || m.GetGrpcAddr() == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := n.peers.get(m.GetGrpcAddr())
+			if err != nil {
+				return
+			}
+			// A few tries within a bound: the journal asking may have
+			// re-keyed a moment ago (its intermediate went with its journal
+			// CA), and its channels with it.
+			wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			for wctx.Err() == nil {
+				cctx, cancelCall := context.WithTimeout(wctx, time.Second)
+				_, err = c.MemberStatus(cctx, &pactv1.MemberStatusRequest{})
+				cancelCall()
+				if err == nil || refusedUs(err) {
+					mu.Lock()
+					out = append(out, m.GetJournalId())
+					mu.Unlock()
+					return
+				}
+				select {
+				case <-wctx.Done():
+				case <-time.After(250 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	slices.Sort(out)
+	return out
+}
+
+// refusedUs reports whether a peer call's error is the peer's own refusal
+// of this journal: an authentication refusal or a busy answer its service
+// sent, or a TLS alert its TLS stack sent ("remote error"; a refusal of
+// ours has no such prefix). Either way the peer is up and answered.
+func refusedUs(err error) bool {
+	if err == nil {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.Unauthenticated, codes.PermissionDenied, codes.ResourceExhausted:
+		return true
+	case codes.Unavailable:
+		return strings.Contains(err.Error(), "remote error: tls:")
+	}
+	return false
+}
+
 // IsVoter reports whether journal id is a voter of the configuration.
 func (n *Node) IsVoter(id string) bool {
 	f := n.raft.GetConfiguration()
@@ -116,48 +222,6 @@ func (n *Node) IsVoter(id string) bool {
 		}
 	}
 	return false
-}
-
-// ProbeJournal checks that a journal answers at addr, the Raft address it
-// is to be added with, and presents a certificate of this domain for id:
-// a mistyped address or id is refused before it becomes a member.
-func (n *Node) ProbeJournal(ctx context.Context, id, addr string) error {
-	var got string
-	cfg := &tls.Config{
-		MinVersion: tls.VersionTLS13,
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return n.cfg.Credentials.ServerCertificate(), nil
-		},
-		InsecureSkipVerify: true, // identified by SPIFFE ID below
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if err := n.verifyJournalPeer(raw, nil); err != nil {
-				return err
-			}
-			leaf, err := x509.ParseCertificate(raw[0])
-			if err != nil {
-				return err
-			}
-			pid, err := pki.IdentityOf(leaf)
-			if err != nil {
-				return err
-			}
-			got = pid.Name
-			return nil
-		},
-		Time: n.cfg.Clock.Now,
-	}
-	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	d := tls.Dialer{Config: cfg}
-	c, err := d.DialContext(dctx, "tcp", addr)
-	if err != nil {
-		return fmt.Errorf("%w: journal %s does not answer at Raft address %s as a journal of domain %s (%v); start it first with --node-id %s --join --raft-listen %s and this domain's root, then re-run the add", ErrMembership, id, addr, n.cfg.Credentials.Domain(), err, id, addr)
-	}
-	_ = c.Close()
-	if got != id {
-		return fmt.Errorf("%w: the journal at %s is %s, not %s; check the id and the address (pact journal add ID RAFT_ADDR)", ErrMembership, addr, got, id)
-	}
-	return nil
 }
 
 // ---------------------------------------------------------------------------
@@ -289,7 +353,14 @@ func (n *Node) removalLoop() {
 		if !in && len(servers) > 0 {
 			by = "its own copy of the configuration"
 		} else if _, leader := n.raft.LeaderWithID(); leader == "" || n.raft.State() == raft.Candidate {
-			by = n.removedPerPeers(servers)
+			var withdrawn string
+			by, withdrawn = n.removedPerPeers(servers)
+			if withdrawn != "" {
+				n.setCutOff(withdrawn)
+			}
+		} else if n.raft.State() == raft.Follower || n.raft.State() == raft.Leader {
+			// A leader's entries reach it, or it leads: a peer again.
+			n.setCutOff("")
 		}
 		if by != "" {
 			n.markRemoved(by)
@@ -299,12 +370,15 @@ func (n *Node) removalLoop() {
 }
 
 // removedPerPeers asks the other journals this one knows whether it is
-// still in their configuration; it returns who said it is not, or "".
+// still in their configuration; it returns who said it is not, or "",
+// and, if one refused this journal as a peer because Raft's records
+// withdrew its peer rights (apierr.PeerWithdrawn), why.
 //
 // Only the journals of its own configuration are asked: they are the
 // quorum it belonged to (the registry may name journals of another quorum,
 // after a restore).
-func (n *Node) removedPerPeers(servers []raft.Server) string {
+func (n *Node) removedPerPeers(servers []raft.Server) (removedBy, withdrawn string) {
+	accepted := false
 	for _, ji := range n.knownJournals() {
 		ours := slices.ContainsFunc(servers, func(s raft.Server) bool {
 			return string(s.ID) == ji.GetJournalId() && string(s.Address) == ji.GetRaftAddr()
@@ -319,14 +393,23 @@ func (n *Node) removedPerPeers(servers []raft.Server) string {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		st, err := c.MemberStatus(ctx, &pactv1.MemberStatusRequest{})
 		cancel()
+		if pe := apierr.FromError(err); err != nil && pe.Reason == apierr.PeerWithdrawn {
+			withdrawn = "journal " + ji.GetJournalId() + " refuses it: " + pe.Message
+			continue
+		}
 		if err != nil || st.GetJournalId() != ji.GetJournalId() || st.GetLeaderId() == "" || len(st.GetVoters())+len(st.GetNonvoters()) == 0 {
 			continue
 		}
 		if !slices.Contains(st.GetVoters(), n.cfg.NodeID) && !slices.Contains(st.GetNonvoters(), n.cfg.NodeID) {
-			return "journal " + ji.GetJournalId() + ", whose leader is " + st.GetLeaderId()
+			return "journal " + ji.GetJournalId() + ", whose leader is " + st.GetLeaderId(), ""
 		}
+		// A journal of the quorum answered it as a peer.
+		accepted = true
 	}
-	return ""
+	if accepted {
+		return "", ""
+	}
+	return "", withdrawn
 }
 
 func (n *Node) markRemoved(by string) {

@@ -111,7 +111,8 @@ func TestCheckJournalCertChains(t *testing.T) {
 		{"[server, intermediate, journal CA]", chainOf(inter1.Server("j1", j1Names)), nil},
 		{"[server, intermediate, journal CA] under the second root", chainOf(inter2.Server("j2", chaintest.Names{})), nil},
 		{"[server, intermediate, journal CA, root]", chainOf(inter1.Server("j1", j1Names), root), nil},
-		{"legacy [server, intermediate]", chainOf(legacy1.Server("j1", chaintest.Names{})), nil},
+		{"legacy [server, intermediate], recorded for its journal", chainOf(legacy4.Server("j4", chaintest.Names{})), nil},
+		{"legacy [server, intermediate] of a journal bound to a journal CA", chainOf(legacy1.Server("j1", chaintest.Names{})), ErrPeerNotBound},
 		{"[server, journal CA]", chainOf(jca1.Server("j1", j1Names)), ErrPeerWrongIntermediate},
 		{"[server] signed by the root", chainOf(root.Server("j1", chaintest.Names{})), ErrPeerWrongIntermediate},
 		{"j1 from j3's intermediate and journal CA, recorded", chainOf(inter3.Server("j1", chaintest.Names{})), ErrPeerWrongIntermediate},
@@ -217,33 +218,97 @@ func TestRaftTLSWithJournalCAs(t *testing.T) {
 	}
 }
 
-// A journal CA Raft records as revoked refuses the chains that send it; one
-// not recorded yet (its journal's first publish under it) or live passes.
-// (The FSM's RevokeJournalCA is not applied yet in this version: the check
-// is tested on the records it reads.)
+// A journal CA Raft records as revoked refuses the chains that send it;
+// one not recorded yet (its journal's first publish under it) or live
+// passes.
 func TestRevokedJournalCARefusesItsJournal(t *testing.T) {
 	root := chaintest.NewRoot(peerDomain)
 	live, revoked, unrecorded := root.JournalCA("j1", chaintest.Names{}), root.JournalCA("j2", chaintest.Names{}), root.JournalCA("j3", chaintest.Names{})
-	recorded := []*pactv1.JournalCA{
-		{JournalId: "j1", Serial: pki.SerialHex(live.Cert.SerialNumber)},
-		{JournalId: "j2", Serial: pki.SerialHex(revoked.Cert.SerialNumber), RevokedAtUnixNano: time.Now().UnixNano(), RevokeReason: "host compromised"},
+	fsm := raftfsm.New()
+	ap := &raftfsmtest.Applier{FSM: fsm}
+	publish(t, ap, "j1", live.Intermediate("j1", chaintest.Names{}).Cert, live.Cert, time.Time{})
+	publish(t, ap, "j2", revoked.Intermediate("j2", chaintest.Names{}).Cert, revoked.Cert, time.Time{})
+	p := raftfsmtest.Proposer{Actor: "admin/alice", AtUnixNano: time.Now().UnixNano()}
+	if res := ap.Apply(p.RevokeJournalCA("host compromised", pki.SerialHex(revoked.Cert.SerialNumber))); res.Err != nil {
+		t.Fatal(res.Err)
 	}
+	n := chainNode(t, peerCreds{cert: live.Intermediate("j1", chaintest.Names{}).Server("j1", chaintest.Names{}), roots: []*x509.Certificate{root.Cert}}, fsm)
 	for _, tc := range []struct {
 		name string
-		sent []*x509.Certificate
+		ca   *chaintest.CA
+		id   string
 		ok   bool
 	}{
-		{"live", []*x509.Certificate{live.Cert}, true},
-		{"not recorded yet", []*x509.Certificate{unrecorded.Cert}, true},
-		{"revoked", []*x509.Certificate{revoked.Cert}, false},
-		{"revoked, sent after a live one", []*x509.Certificate{live.Cert, revoked.Cert}, false},
+		{"live", live, "j1", true},
+		{"not recorded yet", unrecorded, "j3", true},
+		{"revoked", revoked, "j2", false},
 	} {
-		err := revokedJournalCA(recorded, tc.sent)
+		leaf := tc.ca.Intermediate(tc.id, chaintest.Names{}).Server(tc.id, chaintest.Names{})
+		_, err := n.checkPeerRecords(leaf.Chain, time.Now())
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: %v, want ok=%v", tc.name, err, tc.ok)
 		}
 		if err != nil && (!errors.Is(err, ErrPeerIntermediateRevoked) || refusalReason(err) != refusedRevoked) {
 			t.Errorf("%s: %v is not counted as a revoked intermediate", tc.name, err)
 		}
+	}
+}
+
+// A peer is what Raft recorded: a journal id is bound to the journal CA it
+// published under first (or an operator recorded), and a chain that merely
+// reaches the same root through another journal CA naming that journal is
+// no peer: a second quorum's journal, a replaced host's, a superseded
+// journal CA, a legacy chain in a quorum with journal CAs. An intermediate
+// Raft has not published, under the bound journal CA, is reported as such
+// (it may only publish itself on the peer service).
+func TestPeersAreWhatRaftRecords(t *testing.T) {
+	root := chaintest.NewRoot(peerDomain)
+	names := chaintest.Names{}
+	jcaA2 := root.JournalCA("j2", names)      // quorum A's j2, bound
+	jcaB2 := root.JournalCA("j2", names)      // quorum B's j2: same root, same id, its own key
+	jcaOld4 := root.JournalCA("j4", names)    // the host j4 was before it was replaced
+	jcaNew4 := root.JournalCA("j4", names)    // the new j4 host, recorded by pact journal add
+	legacy5 := root.Intermediate("j5", names) // a legacy journal, never published
+	published2 := jcaA2.Intermediate("j2", names)
+	oldInter4 := jcaOld4.Intermediate("j4", names)
+
+	fsm := raftfsm.New()
+	ap := &raftfsmtest.Applier{FSM: fsm}
+	publish(t, ap, "j2", published2.Cert, jcaA2.Cert, time.Time{})
+	publish(t, ap, "j4", oldInter4.Cert, jcaOld4.Cert, time.Time{})
+	p := raftfsmtest.Proposer{Actor: "admin/alice", AtUnixNano: time.Now().UnixNano()}
+	rec := &pactv1.JournalCA{JournalId: "j4", Serial: pki.SerialHex(jcaNew4.Cert.SerialNumber), Der: jcaNew4.Cert.Raw, NotAfterUnix: jcaNew4.Cert.NotAfter.Unix()}
+	if res := ap.Apply(p.RecordJournalCA(rec)); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	n := chainNode(t, peerCreds{cert: published2.Server("j2", names), roots: []*x509.Certificate{root.Cert}}, fsm)
+
+	for _, tc := range []struct {
+		name      string
+		leaf      *chaintest.Leaf
+		want      error
+		published bool
+	}{
+		{"the bound journal CA, a published intermediate", published2.Server("j2", names), nil, true},
+		{"the bound journal CA, an intermediate not published yet", jcaA2.Intermediate("j2", names).Server("j2", names), nil, false},
+		{"another quorum's j2 under the same root", jcaB2.Intermediate("j2", names).Server("j2", names), ErrPeerNotBound, false},
+		{"the replaced host's journal CA, a new intermediate", jcaOld4.Intermediate("j4", names).Server("j4", names), ErrPeerNotBound, false},
+		{"the replaced host's published intermediate", oldInter4.Server("j4", names), ErrPeerNotBound, false},
+		{"the new host's journal CA", jcaNew4.Intermediate("j4", names).Server("j4", names), nil, false},
+		{"a legacy chain Raft has not recorded, in a quorum with journal CAs", legacy5.Server("j5", names), ErrPeerNotBound, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n.peerCerts.clear()
+			published, err := n.CheckPeer(tc.leaf.Chain)
+			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			if err == nil && published != tc.published {
+				t.Errorf("published = %v, want %v", published, tc.published)
+			}
+			if err != nil && refusalReason(err) != refusedNotBound {
+				t.Errorf("counted as %s, want %s", refusalReason(err), refusedNotBound)
+			}
+		})
 	}
 }

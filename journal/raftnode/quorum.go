@@ -68,6 +68,9 @@ const (
 	refusedQuorumMismatch = "quorum_mismatch"
 	refusedNotMember      = "not_member"
 	refusedIntermediate   = "wrong_intermediate"
+	refusedNotBound       = "not_bound"
+	refusedNoQuorumID     = "no_quorum_id"
+	refusedUnpublished    = "unpublished_intermediate"
 	refusedRevoked        = "revoked_intermediate"
 	refusedBootstrapping  = "bootstrapping"
 	refusedByPeer         = "refused_by_peer"
@@ -102,11 +105,11 @@ func refusalReason(err error) string {
 func newPeerRefusedCounter() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pact_journal_peer_refused_total",
-		Help: "Journal peers refused on the Raft port or the peer service, by reason: quorum_mismatch (a journal of another quorum), not_member (not in the Raft configuration, e.g. removed), wrong_intermediate (a journal certificate not from that journal's own intermediate), revoked_intermediate, bootstrapping (this journal is still asking its peers before it bootstraps), refused_by_peer (the other journal refused this one), bad_certificate.",
+		Help: "Journal peers refused on the Raft port or the peer service, by reason: quorum_mismatch (a journal of another quorum), not_member (not in the Raft configuration, e.g. removed), wrong_intermediate (a journal certificate not from that journal's own intermediate), not_bound (a journal CA other than the one Raft binds that journal id to: another quorum's, a replaced host's, a superseded one), no_quorum_id (a peer that proves no quorum id to a quorum that has one), unpublished_intermediate (a call other than publishing itself from a journal whose intermediate Raft has not published), revoked_intermediate, bootstrapping (this journal is still asking its peers before it bootstraps), refused_by_peer (the other journal refused this one), bad_certificate.",
 	}, []string{"reason"})
 	// Every reason from the start: a rate over a series that appears with
 	// its first increment misses that increment (PactJournalPeerRefused).
-	for _, r := range []string{refusedQuorumMismatch, refusedNotMember, refusedIntermediate, refusedRevoked, refusedBootstrapping, refusedByPeer, refusedCertificate} {
+	for _, r := range []string{refusedQuorumMismatch, refusedNotMember, refusedIntermediate, refusedNotBound, refusedNoQuorumID, refusedUnpublished, refusedRevoked, refusedBootstrapping, refusedByPeer, refusedCertificate} {
 		c.WithLabelValues(r)
 	}
 	return c
@@ -304,7 +307,16 @@ func (n *Node) admitRaftConn(tc *tls.Conn) error {
 	cs := tc.ConnectionState()
 	peerID := peerJournalID(cs)
 	if cs.NegotiatedProtocol != alpnRaft {
-		// A journal of a version before quorum ids: it proves none.
+		// A journal of a version before quorum ids (or a client that
+		// skips the hello): it proves none.
+		err := n.requireQuorumID(peerID, "")
+		if err == nil {
+			_, err = n.checkPeerRecords(cs.PeerCertificates, n.cfg.Clock.Now())
+		}
+		if err != nil {
+			n.CountPeerRefusal("raft port", tc.RemoteAddr().String(), err)
+			return errRefusalCounted
+		}
 		return n.admitPeer(peerID, "", false)
 	}
 	var hello pactv1.QuorumHello
@@ -322,7 +334,15 @@ func (n *Node) admitRaftConn(tc *tls.Conn) error {
 		_ = writeHello(tc, reply)
 		return errProbeAnswered
 	}
-	err := n.admitPeer(peerID, hello.GetQuorumId(), true)
+	// Answered to any journal of the domain above (a probe reads what is
+	// public); Raft itself only to what Raft's records admit.
+	err := n.requireQuorumID(peerID, hello.GetQuorumId())
+	if err == nil {
+		_, err = n.checkPeerRecords(cs.PeerCertificates, n.cfg.Clock.Now())
+	}
+	if err == nil {
+		err = n.admitPeer(peerID, hello.GetQuorumId(), true)
+	}
 	if err == nil && hello.GetQuorumId() != "" {
 		// A journal added with --join takes its quorum from the member
 		// that replicates to it, before any snapshot it is sent: a
@@ -347,6 +367,22 @@ func (n *Node) admitRaftConn(tc *tls.Conn) error {
 		return werr
 	}
 	return err
+}
+
+// requireQuorumID refuses a peer that proves no quorum id to a journal
+// that has one. A quorum id is public (any probe reads it), so proving it
+// shows only that the peer means this quorum: it is checked, never trusted,
+// and a peer that skips it is refused outside the upgrade mode
+// (Config.AcceptPeersWithoutQuorumID) for journals of a release before
+// quorum ids.
+func (n *Node) requireQuorumID(peerID, theirs string) error {
+	if theirs != "" || n.cfg.AcceptPeersWithoutQuorumID {
+		return nil
+	}
+	if own := n.quorum.get(); own != "" {
+		return refusal(refusedNoQuorumID, "journal %s proves no quorum id, and this journal belongs to quorum %s: a journal of a release before quorum ids is a peer only while every journal runs with --accept-peers-without-quorum-id (docs/quorum.md, \"Rolling upgrades\")", peerID, own)
+	}
+	return nil
 }
 
 // admitPeer decides whether journal peerID, proving quorum theirs, may
@@ -401,11 +437,16 @@ func (n *Node) dialHello(c *tls.Conn, kind pactv1.QuorumHelloKind) (*pactv1.Quor
 	own := n.quorum.get()
 	if cs.NegotiatedProtocol != alpnRaft {
 		// A journal of a version before quorum ids (a rolling upgrade):
-		// a peer if it is a member. To a probe it counts as belonging to
-		// a quorum: such a journal serves Raft only with state, or while
-		// joining one.
-		if kind == pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_RAFT && !n.isMember(peerJournalID(cs)) {
-			return nil, refusal(refusedNotMember, "journal %s is not a member of this quorum", peerJournalID(cs))
+		// a peer if it is a member and the upgrade mode lets it be one.
+		// To a probe it counts as belonging to a quorum: such a journal
+		// serves Raft only with state, or while joining one.
+		if kind == pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_RAFT {
+			if err := n.requireQuorumID(peerJournalID(cs), ""); err != nil {
+				return nil, err
+			}
+			if !n.isMember(peerJournalID(cs)) {
+				return nil, refusal(refusedNotMember, "journal %s is not a member of this quorum", peerJournalID(cs))
+			}
 		}
 		return &pactv1.QuorumHelloReply{JournalId: peerJournalID(cs), HasState: true}, nil
 	}
@@ -424,6 +465,9 @@ func (n *Node) dialHello(c *tls.Conn, kind pactv1.QuorumHelloKind) (*pactv1.Quor
 	}
 	if theirs := reply.GetQuorumId(); own != "" && theirs != "" && theirs != own {
 		return nil, refusal(refusedQuorumMismatch, "journal %s belongs to quorum %s, this journal to quorum %s", reply.GetJournalId(), theirs, own)
+	}
+	if err := n.requireQuorumID(reply.GetJournalId(), reply.GetQuorumId()); err != nil {
+		return nil, err
 	}
 	if !n.isMember(peerJournalID(cs)) {
 		return nil, refusal(refusedNotMember, "journal %s is not a member of this quorum", peerJournalID(cs))
@@ -447,8 +491,9 @@ func (n *Node) CheckPeerCall(ctx context.Context, peerID string, member bool) er
 	if v := metadata.ValueFromIncomingContext(ctx, quorumMetadata); len(v) == 1 {
 		theirs = v[0]
 	}
-	var err error
-	if member {
+	err := n.requireQuorumID(peerID, theirs)
+	if err != nil {
+	} else if member {
 		err = n.admitPeer(peerID, theirs, false)
 	} else if own := n.quorum.get(); own != "" && theirs != "" && theirs != own {
 		err = refusal(refusedQuorumMismatch, "journal %s belongs to quorum %s, this journal to quorum %s", peerID, theirs, own)

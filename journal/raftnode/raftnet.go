@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
@@ -79,9 +80,12 @@ func (l *tlsStreamLayer) track(tc *tls.Conn) net.Conn {
 	return c
 }
 
-// sweepLoop closes the Raft connections of journals no longer in the
-// configuration: removal ends a journal's peer rights at once, on
-// connections it opened before as on new ones.
+// sweepLoop closes the Raft connections, accepted and dialed, of journals
+// no longer in the configuration or whose certificate Raft's records no
+// longer admit (checkPeerRecords): removal, a revoked journal CA or
+// intermediate, or a journal id bound to another journal CA end a
+// journal's peer rights at once, on connections it opened before as on
+// new ones.
 func (l *tlsStreamLayer) sweepLoop() {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
@@ -92,16 +96,25 @@ func (l *tlsStreamLayer) sweepLoop() {
 		case <-t.C:
 		}
 		l.connMu.Lock()
-		var stale []*peerConn
+		conns := make([]*peerConn, 0, len(l.conns))
 		for c := range l.conns {
-			if !l.n.isMember(c.peer) {
-				stale = append(stale, c)
-			}
+			conns = append(conns, c)
 		}
 		l.connMu.Unlock()
-		for _, c := range stale {
-			l.n.CountPeerRefusal("raft port", c.RemoteAddr().String(), refusal(refusedNotMember, "journal %s left the configuration; its Raft connection is closed", c.peer))
-			_ = c.Close()
+		now := l.n.cfg.Clock.Now()
+		for _, c := range conns {
+			var why error
+			if !l.n.isMember(c.peer) {
+				why = refusal(refusedNotMember, "journal %s left the configuration; its Raft connection is closed", c.peer)
+			} else if _, err := l.n.checkPeerRecords(c.ConnectionState().PeerCertificates, now); err != nil {
+				// Its journal CA or intermediate revoked, or its journal
+				// id bound to another journal CA, since it connected.
+				why = fmt.Errorf("journal %s's Raft connection is closed: %w", c.peer, err)
+			}
+			if why != nil {
+				l.n.CountPeerRefusal("raft port", c.RemoteAddr().String(), why)
+				_ = c.Close()
+			}
 		}
 	}
 }
@@ -116,10 +129,12 @@ func (n *Node) raftServerTLS() *tls.Config {
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return n.cfg.Credentials.ServerCertificate(), nil
 		},
-		// verifyJournalPeer refuses a peer without a certificate (and
-		// names the refusal: ErrPeerNoCertificate).
+		// verifyJournalPeerChain refuses a peer without a certificate (and
+		// names the refusal: ErrPeerNoCertificate). Raft's records are
+		// checked after the quorum hello (admitRaftConn): a probe is
+		// answered to any journal of the domain.
 		ClientAuth:            tls.RequestClientCert,
-		VerifyPeerCertificate: n.verifyJournalPeer,
+		VerifyPeerCertificate: n.verifyJournalPeerChain,
 		// A dialer offering pact-raft/2 opens with a QuorumHello.
 		NextProtos: []string{alpnRaft},
 		Time:       n.cfg.Clock.Now,
@@ -133,9 +148,10 @@ func (n *Node) raftClientTLS() *tls.Config {
 			return n.cfg.Credentials.ServerCertificate(), nil
 		},
 		// Raft addresses are often bare IPs; the peer is identified by its
-		// SPIFFE ID instead of a host name, in verifyJournalPeer.
+		// SPIFFE ID instead of a host name, in verifyJournalPeerChain;
+		// Raft's records after the quorum hello (Dial).
 		InsecureSkipVerify:    true,
-		VerifyPeerCertificate: n.verifyJournalPeer,
+		VerifyPeerCertificate: n.verifyJournalPeerChain,
 		NextProtos:            []string{alpnRaft},
 		Time:                  n.cfg.Clock.Now,
 	}
@@ -239,8 +255,15 @@ func (l *tlsStreamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (n
 		l.n.CountPeerRefusal("raft dial", string(addr), err)
 		return nil, fmt.Errorf("journal: raft dial %s: %w", addr, err)
 	}
+	if _, err := l.n.checkPeerRecords(c.ConnectionState().PeerCertificates, l.n.cfg.Clock.Now()); err != nil {
+		_ = c.Close()
+		l.n.CountPeerRefusal("raft dial", string(addr), err)
+		return nil, fmt.Errorf("journal: raft dial %s: %w", addr, err)
+	}
 	_ = c.SetDeadline(time.Time{})
-	return c, nil
+	// Swept like an accepted one: the peer's authority is re-checked
+	// against the records while the connection stays open.
+	return l.track(c), nil
 }
 
 func (l *tlsStreamLayer) serverHandshake(raw net.Conn) (*tls.Conn, error) {
@@ -260,100 +283,183 @@ func (l *tlsStreamLayer) serverHandshake(raw net.Conn) (*tls.Conn, error) {
 	return tc, nil
 }
 
-// verifyJournalPeer accepts a chain that reaches a domain root through the
-// CAs the peer presents (its intermediate and journal CA), naming a journal
-// of this domain.
+// verifyJournalPeer accepts a peer journal's chain: one that reaches a
+// domain root through the CAs the peer presents (its intermediate and
+// journal CA), naming a journal of this domain, that Raft's records admit
+// (CheckPeer).
 func (n *Node) verifyJournalPeer(raw [][]byte, _ [][]*x509.Certificate) error {
+	certs, err := parsePeerChain(raw)
+	if err != nil {
+		return err
+	}
+	return n.CheckJournalCert(certs)
+}
+
+// verifyJournalPeerChain is verifyJournalPeer without Raft's records: the
+// Raft port's handshake, where a probe is answered to any journal of the
+// domain and the records are checked after the quorum hello.
+func (n *Node) verifyJournalPeerChain(raw [][]byte, _ [][]*x509.Certificate) error {
+	certs, err := parsePeerChain(raw)
+	if err != nil {
+		return err
+	}
+	_, err = n.peerPath(certs, n.cfg.Clock.Now())
+	return err
+}
+
+func parsePeerChain(raw [][]byte) ([]*x509.Certificate, error) {
 	if len(raw) == 0 {
-		return ErrPeerNoCertificate
+		return nil, ErrPeerNoCertificate
 	}
 	certs := make([]*x509.Certificate, len(raw))
 	for i, d := range raw {
 		c, err := x509.ParseCertificate(d)
 		if err != nil {
-			return fmt.Errorf("journal peer: %w", err)
+			return nil, fmt.Errorf("journal peer: %w", err)
 		}
 		certs[i] = c
 	}
-	return n.CheckJournalCert(certs)
+	return certs, nil
 }
 
-// CheckJournalCert checks a peer journal's chain (leaf first): it reaches a
-// domain root in a shape a journal's certificate has ([server,
-// intermediate, journal CA], or legacy [server, intermediate]), names a
-// journal of this domain, its intermediate and journal CA are not revoked,
-// and they are that journal's own.
+// CheckJournalCert checks a peer journal's chain (leaf first): it is a
+// peer of this quorum as far as certificates and records go (CheckPeer),
+// whether or not its intermediate is published yet.
 func (n *Node) CheckJournalCert(certs []*x509.Certificate) error {
-	now := n.cfg.Clock.Now()
-	// A revoked intermediate (pact journal remove --revoke-intermediate)
-	// or journal CA (pact journal revoke-ca) cuts its journal off at once,
-	// cached chain or not. An intermediate not yet in Raft passes: a
-	// journal publishes its new one over this very connection.
-	// Every intermediate the peer sent that Raft records, and every
-	// journal CA: a journal sends its own and nothing else.
-	var recorded []*pactv1.Intermediate
-	var journalCAs []*x509.Certificate
+	_, err := n.CheckPeer(certs)
+	return err
+}
+
+// CheckPeer checks a peer journal's chain (leaf first) and reports whether
+// its intermediate is one Raft published.
+//
+// The chain must reach a domain root in a shape a journal's certificate
+// has ([server, intermediate, journal CA], or legacy [server,
+// intermediate]) and name a journal of this domain; that much any journal
+// of the domain has, a second quorum's and a replaced host's included.
+// What makes it a peer is what Raft recorded (checkPeerRecords): the
+// journal CA its journal id is bound to, and an intermediate of that
+// journal. Membership and the quorum id are checked by the callers, per
+// connection and per call.
+func (n *Node) CheckPeer(certs []*x509.Certificate) (published bool, err error) {
+	return n.checkPeerRecords(certs, n.cfg.Clock.Now())
+}
+
+// checkPeerRecords checks a verified journal chain against Raft's records,
+// as they stand now: on every call and connection, and again by the Raft
+// port's sweep for connections already open, so authority the records
+// withdraw is withdrawn from open connections too.
+//
+//   - Every journal CA sent is the one the journal id is bound to (or a
+//     re-issue of it with the same key, which the journal's publish under
+//     it will bind), and not revoked. A journal id bound to a journal CA
+//     has no peer without one.
+//   - An intermediate Raft records is that journal's, under that journal
+//     CA, and not revoked; one it does not record is unpublished: the
+//     journal re-keyed or started, and publishes it over the peer service
+//     (the only peer call it may make, journal/authwire.go). On the Raft
+//     port it is taken under the bound journal CA only: after a whole
+//     quorum restarts every journal holds an intermediate nobody has
+//     published yet, and publishing needs a leader, which needs Raft.
+//   - A legacy chain (the root signed its intermediate) is a peer only
+//     with an intermediate Raft records for that journal, or while the
+//     quorum has no journal CA at all (the layout before journal CAs,
+//     whose bootstrap has nothing else).
+//
+// A journal id with nothing recorded (a founding member before its first
+// publish) is decided by the chain alone; pact journal add binds a new
+// journal's journal CA before it becomes a member.
+func (n *Node) checkPeerRecords(certs []*x509.Certificate, now time.Time) (published bool, err error) {
+	id, ierr := pki.IdentityOf(certs[0])
+	if ierr != nil || id.Kind != pki.KindJournal {
+		return false, fmt.Errorf("%w (%s)", ErrPeerNotJournal, n.cfg.Credentials.Domain())
+	}
+	// What was sent: every journal CA in it must be this journal's and
+	// none revoked, on the verified path or beside it (a journal sends
+	// its own and nothing else).
+	var sentCAs []*x509.Certificate
 	for _, c := range certs[1:] {
 		if _, _, ok := caprofile.JournalOf(c); ok {
-			journalCAs = append(journalCAs, c)
-			continue
+			sentCAs = append(sentCAs, c)
 		}
-		in, ok := n.fsm.Intermediate(pki.SerialHex(c.SerialNumber))
-		if !ok {
-			continue
+	}
+	if err := n.checkJournalCAsRevoked(sentCAs); err != nil {
+		return false, err
+	}
+	if err := checkJournalCABinding(certs[0], sentCAs); err != nil {
+		return false, err
+	}
+	// What vouches for the leaf: the verified path's intermediate and
+	// journal CA (none: the legacy shape), not whatever was sent beside.
+	path, err := n.peerPath(certs, now)
+	if err != nil {
+		return false, err
+	}
+	inter := path[1]
+	var jc *x509.Certificate
+	if len(path) == 4 {
+		jc = path[2]
+	}
+	bound, isBound := n.fsm.BoundJournalCA(id.Name)
+	switch {
+	case isBound && jc == nil:
+		return false, &PeerRefusal{reason: refusedNotBound, msg: fmt.Sprintf("journal %s is bound to journal CA %s; a chain without it (the root signed its intermediate) is no peer", id.Name, bound.GetSerial()), cause: ErrPeerNotBound}
+	case isBound:
+		if err := provesBound(id.Name, jc, bound); err != nil {
+			return false, err
 		}
+	}
+	in, published := n.fsm.Intermediate(pki.SerialHex(inter.SerialNumber))
+	if published {
 		if raftfsm.IntermediateRevoked(in, now.UnixNano()) {
-			return &PeerRefusal{reason: refusedRevoked, msg: fmt.Sprintf("intermediate %s of journal %s is revoked", in.GetSerial(), in.GetJournalId()), cause: ErrPeerIntermediateRevoked}
+			return false, &PeerRefusal{reason: refusedRevoked, msg: fmt.Sprintf("intermediate %s of journal %s is revoked", in.GetSerial(), in.GetJournalId()), cause: ErrPeerIntermediateRevoked}
 		}
-		recorded = append(recorded, in)
-	}
-	if err := n.checkJournalCAsRevoked(journalCAs); err != nil {
-		return err
-	}
-	if !n.peerCerts.verified(certs, now) {
-		if err := n.verifyJournalChain(certs, now); err != nil {
-			return err
-		}
-		n.peerCerts.add(certs, now)
-	}
-	// A journal is a peer with its own intermediate only: a certificate
-	// naming j1 made with j2's intermediate key is no j1. An intermediate
-	// not yet in Raft passes on the chain alone (its journal CA, or the
-	// root, signed it for a journal that publishes it over this very
-	// connection); membership is checked by the caller, per connection and
-	// per call. Checked on every call, cached chain or not: Raft's record
-	// of whose intermediate it is decides, as it stands now, and the
-	// journal CA's name, which the root vouches for.
-	if err := checkJournalCABinding(certs[0], journalCAs); err != nil {
-		return err
-	}
-	for _, in := range recorded {
 		if err := checkIntermediateBinding(certs[0], in); err != nil {
-			return err
+			return false, err
+		}
+		if !bytes.Equal(in.GetDer(), inter.Raw) {
+			return false, &PeerRefusal{reason: refusedNotBound, msg: fmt.Sprintf("intermediate %s of journal %s is not the certificate Raft records under that serial", in.GetSerial(), id.Name), cause: ErrPeerNotBound}
+		}
+		if jc != nil && in.GetIssuerSerial() != pki.SerialHex(jc.SerialNumber) {
+			return false, &PeerRefusal{reason: refusedNotBound, msg: fmt.Sprintf("intermediate %s of journal %s is recorded under journal CA %q, not the one on its path", in.GetSerial(), id.Name, in.GetIssuerSerial()), cause: ErrPeerNotBound}
 		}
 	}
-	return nil
+	if !published && jc == nil && n.fsm.HasJournalCAs() {
+		return false, &PeerRefusal{reason: refusedNotBound, msg: fmt.Sprintf("a certificate naming journal %s from an intermediate the domain root signed that Raft has not recorded, in a quorum whose journals have journal CAs", id.Name), cause: ErrPeerNotBound}
+	}
+	return published, nil
+}
+
+// provesBound refuses a journal CA that is not the one journalID is bound
+// to, nor a re-issue of it with the same key that Raft has not recorded
+// yet (the yearly renewal, a rollover: the journal's publish under it
+// binds it).
+func provesBound(journalID string, jc *x509.Certificate, bound *pactv1.JournalCA) error {
+	serial := pki.SerialHex(jc.SerialNumber)
+	if serial == bound.GetSerial() {
+		if !bytes.Equal(jc.Raw, bound.GetDer()) {
+			return &PeerRefusal{reason: refusedNotBound, msg: fmt.Sprintf("journal CA %s of journal %s is not the certificate Raft records under that serial", serial, journalID), cause: ErrPeerNotBound}
+		}
+		return nil
+	}
+	if bound.GetRevokedAtUnixNano() == 0 && sameKey(jc, bound.GetDer()) {
+		return nil
+	}
+	return &PeerRefusal{reason: refusedNotBound, msg: fmt.Sprintf("journal CA %s is not the one journal %s is bound to (%s): a journal CA of another quorum, of a replaced host, or superseded (docs/security.md, \"Peers are what Raft records\")", serial, journalID, bound.GetSerial()), cause: ErrPeerNotBound}
+}
+
+func sameKey(c *x509.Certificate, der []byte) bool {
+	other, err := x509.ParseCertificate(der)
+	return err == nil && bytes.Equal(c.RawSubjectPublicKeyInfo, other.RawSubjectPublicKeyInfo)
 }
 
 // checkJournalCAsRevoked refuses a chain through a journal CA Raft records
-// as revoked. A journal CA not recorded yet (its journal's first publish
-// under it) passes.
+// as revoked.
 func (n *Node) checkJournalCAsRevoked(journalCAs []*x509.Certificate) error {
-	if len(journalCAs) == 0 {
-		return nil
-	}
-	return revokedJournalCA(n.fsm.AllJournalCAs(), journalCAs)
-}
-
-// revokedJournalCA refuses the first of journalCAs that recorded has
-// revoked.
-func revokedJournalCA(recorded []*pactv1.JournalCA, journalCAs []*x509.Certificate) error {
 	for _, c := range journalCAs {
 		serial := pki.SerialHex(c.SerialNumber)
-		for _, jc := range recorded {
-			if jc.GetSerial() == serial && jc.GetRevokedAtUnixNano() != 0 {
-				return &PeerRefusal{reason: refusedRevoked, msg: fmt.Sprintf("journal CA %s of journal %s is revoked (%s)", serial, jc.GetJournalId(), jc.GetRevokeReason()), cause: ErrPeerIntermediateRevoked}
-			}
+		if jc, ok := n.fsm.JournalCA(serial); ok && jc.GetRevokedAtUnixNano() != 0 {
+			return &PeerRefusal{reason: refusedRevoked, msg: fmt.Sprintf("journal CA %s of journal %s is revoked (%s)", serial, jc.GetJournalId(), jc.GetRevokeReason()), cause: ErrPeerIntermediateRevoked}
 		}
 	}
 	return nil
@@ -378,6 +484,15 @@ func checkJournalCABinding(leaf *x509.Certificate, journalCAs []*x509.Certificat
 }
 
 func (n *Node) verifyJournalChain(certs []*x509.Certificate, now time.Time) error {
+	_, err := n.verifyJournalPath(certs, now)
+	return err
+}
+
+// verifyJournalPath verifies a peer journal's chain and returns the path
+// that verified, leaf first and a root last, in a journal's shape: the
+// path, not what else was sent beside it, says which intermediate and
+// journal CA vouch for the leaf.
+func (n *Node) verifyJournalPath(certs []*x509.Certificate, now time.Time) ([]*x509.Certificate, error) {
 	inter := x509.NewCertPool()
 	for _, c := range certs[1:] {
 		inter.AddCert(c)
@@ -389,21 +504,35 @@ func (n *Node) verifyJournalChain(certs []*x509.Certificate, now time.Time) erro
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
 	})
 	if err != nil {
-		return fmt.Errorf("journal peer: %w", err)
+		return nil, fmt.Errorf("journal peer: %w", err)
 	}
 	id, err := pki.IdentityOf(certs[0])
 	if err != nil || id.Kind != pki.KindJournal || id.Domain != n.cfg.Credentials.Domain() {
-		return fmt.Errorf("%w (%s)", ErrPeerNotJournal, n.cfg.Credentials.Domain())
+		return nil, fmt.Errorf("%w (%s)", ErrPeerNotJournal, n.cfg.Credentials.Domain())
 	}
 	// A journal's certificate comes from its intermediate, never from a
 	// journal CA or a root directly.
 	var shape error
 	for _, c := range chains {
 		if shape = auth.ChainShape(pki.KindJournal, c, id.Domain); shape == nil {
-			return nil
+			return c, nil
 		}
 	}
-	return &PeerRefusal{reason: refusedIntermediate, msg: shape.Error(), cause: fmt.Errorf("%w: %w", ErrPeerWrongIntermediate, shape)}
+	return nil, &PeerRefusal{reason: refusedIntermediate, msg: shape.Error(), cause: fmt.Errorf("%w: %w", ErrPeerWrongIntermediate, shape)}
+}
+
+// peerPath returns the verified path of a peer's chain, from the cache
+// or verified now.
+func (n *Node) peerPath(certs []*x509.Certificate, now time.Time) ([]*x509.Certificate, error) {
+	if path, ok := n.peerCerts.verified(certs, now); ok {
+		return path, nil
+	}
+	path, err := n.verifyJournalPath(certs, now)
+	if err != nil {
+		return nil, err
+	}
+	n.peerCerts.add(certs, path, now)
+	return path, nil
 }
 
 // verifiedChains remembers peer journal chains that verified, so a leader
@@ -413,7 +542,12 @@ func (n *Node) verifyJournalChain(certs []*x509.Certificate, now time.Time) erro
 // holds until the earliest NotAfter in the chain.
 type verifiedChains struct {
 	mu sync.Mutex
-	m  map[string]time.Time // the chain's DER, concatenated -> valid until
+	m  map[string]verifiedChain // the chain's DER, concatenated -> its verification
+}
+
+type verifiedChain struct {
+	until time.Time
+	path  []*x509.Certificate // the path that verified, leaf first
 }
 
 // maxVerifiedChains bounds the cache: a quorum has at most a handful of
@@ -430,19 +564,19 @@ func chainKey(certs []*x509.Certificate) string {
 	return b.String()
 }
 
-func (v *verifiedChains) verified(certs []*x509.Certificate, now time.Time) bool {
+func (v *verifiedChains) verified(certs []*x509.Certificate, now time.Time) ([]*x509.Certificate, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	until, ok := v.m[chainKey(certs)]
+	e, ok := v.m[chainKey(certs)]
 	if !ok {
-		return false
+		return nil, false
 	}
 	for _, c := range certs {
 		if now.Before(c.NotBefore) {
-			return false // a clock stepped back: verify again
+			return nil, false // a clock stepped back: verify again
 		}
 	}
-	return now.Before(until)
+	return e.path, now.Before(e.until)
 }
 
 // clear forgets every verified chain: called when an intermediate is
@@ -453,7 +587,7 @@ func (v *verifiedChains) clear() {
 	v.mu.Unlock()
 }
 
-func (v *verifiedChains) add(certs []*x509.Certificate, now time.Time) {
+func (v *verifiedChains) add(certs, path []*x509.Certificate, now time.Time) {
 	until := certs[0].NotAfter
 	for _, c := range certs[1:] {
 		if c.NotAfter.Before(until) {
@@ -463,8 +597,8 @@ func (v *verifiedChains) add(certs []*x509.Certificate, now time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.m == nil || len(v.m) >= maxVerifiedChains {
-		for k, u := range v.m {
-			if !now.Before(u) {
+		for k, e := range v.m {
+			if !now.Before(e.until) {
 				delete(v.m, k)
 			}
 		}
@@ -473,9 +607,9 @@ func (v *verifiedChains) add(certs []*x509.Certificate, now time.Time) {
 		}
 	}
 	if v.m == nil {
-		v.m = make(map[string]time.Time, 8)
+		v.m = make(map[string]verifiedChain, 8)
 	}
-	v.m[chainKey(certs)] = until
+	v.m[chainKey(certs)] = verifiedChain{until: until, path: path}
 }
 
 // raftTransport is the injected transport (tests), an in-memory one for a

@@ -19,10 +19,10 @@ func TestVerifiedChains(t *testing.T) {
 	resplit := []*x509.Certificate{cert("leafin", t0.Add(-time.Hour), t0.Add(2*time.Hour)), cert("ter", t0.Add(-time.Hour), t0.Add(time.Hour))}
 
 	var v verifiedChains
-	if v.verified(chain, t0) {
+	if _, ok := v.verified(chain, t0); ok {
 		t.Fatal("empty cache verified a chain")
 	}
-	v.add(chain, t0)
+	v.add(chain, chain, t0)
 	tests := []struct {
 		name  string
 		chain []*x509.Certificate
@@ -38,14 +38,14 @@ func TestVerifiedChains(t *testing.T) {
 		{"same bytes, other split", resplit, t0, false},
 	}
 	for _, tc := range tests {
-		if got := v.verified(tc.chain, tc.at); got != tc.want {
+		if _, got := v.verified(tc.chain, tc.at); got != tc.want {
 			t.Errorf("%s: verified = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 
 	// The cache stays bounded.
 	for i := 0; i < 3*maxVerifiedChains; i++ {
-		v.add([]*x509.Certificate{cert(string(rune('a'+i%26))+time.Duration(i).String(), t0.Add(-time.Hour), t0.Add(time.Hour))}, t0)
+		v.add([]*x509.Certificate{cert(string(rune('a'+i%26))+time.Duration(i).String(), t0.Add(-time.Hour), t0.Add(time.Hour))}, nil, t0)
 		if len(v.m) > maxVerifiedChains {
 			t.Fatalf("cache holds %d chains, bound %d", len(v.m), maxVerifiedChains)
 		}
@@ -61,16 +61,16 @@ func TestVerifiedChainsClear(t *testing.T) {
 		{Raw: []byte("inter"), NotBefore: t0.Add(-time.Hour), NotAfter: t0.Add(time.Hour)},
 	}
 	var v verifiedChains
-	v.add(chain, t0)
-	if !v.verified(chain, t0) {
+	v.add(chain, chain, t0)
+	if _, ok := v.verified(chain, t0); !ok {
 		t.Fatal("chain not remembered")
 	}
 	v.clear()
-	if v.verified(chain, t0) {
+	if _, ok := v.verified(chain, t0); ok {
 		t.Error("a chain is still remembered after clear")
 	}
-	v.add(chain, t0) // usable again after a clear
-	if !v.verified(chain, t0) {
+	v.add(chain, chain, t0) // usable again after a clear
+	if _, ok := v.verified(chain, t0); !ok {
 		t.Error("chain not remembered after clear and add")
 	}
 }

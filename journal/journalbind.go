@@ -1,0 +1,116 @@
+package journal
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"fmt"
+
+	"github.com/pact-hpc/pact/internal/caprofile"
+	"github.com/pact-hpc/pact/internal/logkey"
+	"github.com/pact-hpc/pact/internal/pki"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// Peers are what Raft records (docs/security.md, "Peers are what Raft
+// records"): a journal id is bound to one journal CA, and only a chain
+// through it is that journal. The binding moves at a journal's first
+// publish, to a re-issue with the same key (raftfsm), and on an
+// operator's word: here, when pact journal add binds a new journal (or a
+// replaced host) to the journal CA it presents, and when pact journal
+// record-ca binds one the ceremony made with a new key.
+
+// bindJoiningJournal binds journal id, about to be added at addr, to the
+// journal CA it presents there (expect, if given, must be that
+// certificate), before it becomes a member: a journal id re-used by a
+// replaced host supersedes the old host's journal CA the moment this
+// commits. It returns the record (nil for a journal in the layout before
+// journal CAs, in a quorum still in that layout).
+func (j *Journal) bindJoiningJournal(ctx context.Context, id, addr string, expect []byte) (*pactv1.JournalCA, error) {
+	chain, err := j.raft.ProbeJournalChain(ctx, id, addr)
+	if err != nil {
+		return nil, err
+	}
+	var jc *x509.Certificate
+	for _, c := range chain[1:] {
+		if _, _, ok := caprofile.JournalOf(c); ok {
+			jc = c
+		}
+	}
+	if jc == nil {
+		if len(expect) > 0 || j.fsm.HasJournalCAs() {
+			return nil, fmt.Errorf("%w: journal %s at %s presents no journal CA (the domain root signed its intermediate), and this quorum's journals have journal CAs: give it one from the ceremony (docs/ceremony.md) and start it with --journal-ca-cert", errMembership, id, addr)
+		}
+		return nil, nil
+	}
+	if len(expect) > 0 && !bytes.Equal(expect, jc.Raw) {
+		return nil, fmt.Errorf("%w: journal %s at %s presents journal CA %s, not the one given with --journal-ca: check the address, and which host answers there", errMembership, id, addr, pki.SerialHex(jc.SerialNumber))
+	}
+	return j.bindJournalCA(ctx, id, jc, "pact journal add "+id+" "+addr)
+}
+
+// bindJournalCA records jc as the journal CA journal id is bound to, on
+// the calling operator's word, after checking it is one the ceremony
+// makes for that journal under a root this journal trusts.
+func (j *Journal) bindJournalCA(ctx context.Context, id string, jc *x509.Certificate, reason string) (*pactv1.JournalCA, error) {
+	if err := caprofile.CheckJournalCAProfile(jc, j.ca.Domain()); err != nil {
+		return nil, fmt.Errorf("%w: journal %s's journal CA %s: %w", ErrInvalidArgument, id, pki.SerialHex(jc.SerialNumber), err)
+	}
+	if of, _, _ := caprofile.JournalOf(jc); of != id {
+		return nil, fmt.Errorf("%w: the journal CA is journal %s's, not %s's", ErrInvalidArgument, of, id)
+	}
+	if !signedByARoot(jc, j.ca.Roots()) {
+		return nil, fmt.Errorf("%w: journal CA %s is not signed by a domain root this journal trusts (--root-cert)", ErrInvalidArgument, pki.SerialHex(jc.SerialNumber))
+	}
+	if now := j.cfg.Clock.Now(); now.Before(jc.NotBefore) || now.After(jc.NotAfter) {
+		return nil, fmt.Errorf("%w: journal CA %s is valid from %s to %s only", ErrInvalidArgument, pki.SerialHex(jc.SerialNumber), jc.NotBefore.UTC(), jc.NotAfter.UTC())
+	}
+	rec := journalCARecord(id, jc)
+	if bound, ok := j.fsm.BoundJournalCA(id); ok && bound.GetSerial() == rec.GetSerial() && bytes.Equal(bound.GetDer(), rec.GetDer()) {
+		return bound, nil
+	}
+	actor := "journal/" + j.cfg.NodeID
+	if p := principalFrom(ctx); p != nil {
+		actor = p.Actor()
+	}
+	if _, err := j.propose(ctx, &pactv1.Command{Actor: actor, Op: &pactv1.Command_RecordJournalCa{RecordJournalCa: &pactv1.RecordJournalCAOp{JournalCa: rec, Reason: reason}}}); err != nil {
+		return nil, err
+	}
+	j.log.Warn("journal id bound to a journal CA", logkey.Journal, id, logkey.Serial, rec.GetSerial(), logkey.Actor, actor, logkey.Reason, reason)
+	bound, _ := j.fsm.BoundJournalCA(id)
+	return bound, nil
+}
+
+// RecordJournalCA binds a journal id to a journal CA the ceremony signed
+// with a new key: a host replaced in place, or a journal CA re-issued
+// after its revocation. The journal takes it within seconds (it re-reads
+// --journal-ca-cert while the quorum refuses its old one).
+func (s *adminServer) RecordJournalCA(ctx context.Context, req *pactv1.RecordJournalCARequest) (*pactv1.RecordJournalCAResponse, error) {
+	j := s.j
+	id := req.GetJournalId()
+	if err := pki.ValidateName("journal id", id); err != nil {
+		return nil, err
+	}
+	jc, err := x509.ParseCertificate(req.GetDer())
+	if err != nil {
+		return nil, fmt.Errorf("%w: the journal CA certificate does not parse: %v", ErrInvalidArgument, err)
+	}
+	// The journal CAs it supersedes are the leader's state's to say.
+	if err := j.raft.ReadBarrier(ctx); err != nil {
+		return nil, err
+	}
+	before, hadOne := j.fsm.BoundJournalCA(id)
+	reason := req.GetReason()
+	if reason == "" {
+		reason = "pact journal record-ca"
+	}
+	rec, err := j.bindJournalCA(ctx, id, jc, reason)
+	if err != nil {
+		return nil, err
+	}
+	out := &pactv1.RecordJournalCAResponse{JournalCa: journalCAView(rec)}
+	if hadOne && before.GetSerial() != rec.GetSerial() {
+		out.Superseded = append(out.Superseded, journalCAView(before))
+	}
+	return out, nil
+}

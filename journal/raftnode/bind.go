@@ -1,0 +1,71 @@
+package raftnode
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/pki"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// ProbeJournalChain asks the journal at addr (its Raft port) for its
+// certificate chain, as pact journal add does before the journal becomes a
+// member: the chain must reach a domain root in a journal's shape and name
+// journal id. Raft's records are not consulted: the add is what records
+// the chain's journal CA for id (a replaced host's new one supersedes the
+// old host's). It returns the chain the journal presented, leaf first.
+func (n *Node) ProbeJournalChain(ctx context.Context, id, addr string) ([]*x509.Certificate, error) {
+	var chain []*x509.Certificate
+	cfg := &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return n.cfg.Credentials.ServerCertificate(), nil
+		},
+		InsecureSkipVerify: true, // identified by SPIFFE ID below
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 {
+				return ErrPeerNoCertificate
+			}
+			certs := make([]*x509.Certificate, len(raw))
+			for i, d := range raw {
+				c, err := x509.ParseCertificate(d)
+				if err != nil {
+					return fmt.Errorf("journal peer: %w", err)
+				}
+				certs[i] = c
+			}
+			if err := n.verifyJournalChain(certs, n.cfg.Clock.Now()); err != nil {
+				return err
+			}
+			chain = certs
+			return nil
+		},
+		NextProtos: []string{alpnRaft},
+		Time:       n.cfg.Clock.Now,
+	}
+	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	d := tls.Dialer{Config: cfg}
+	c, err := d.DialContext(dctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: journal %s does not answer at Raft address %s as a journal of domain %s (%v); start it first with --node-id %s --join --raft-listen %s and this domain's root, then re-run the add", ErrMembership, id, addr, n.cfg.Credentials.Domain(), err, id, addr)
+	}
+	defer c.Close()
+	// Say what this is, so the other side answers and closes rather than
+	// wait out its handshake timeout.
+	if tc, ok := c.(*tls.Conn); ok && tc.ConnectionState().NegotiatedProtocol == alpnRaft {
+		_ = tc.SetDeadline(time.Now().Add(2 * time.Second))
+		_, _ = n.dialHello(tc, pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_PROBE)
+	}
+	got, err := pki.IdentityOf(chain[0])
+	if err != nil {
+		return nil, err
+	}
+	if got.Name != id {
+		return nil, fmt.Errorf("%w: the journal at %s is %s, not %s; check the id and the address (pact journal add ID RAFT_ADDR)", ErrMembership, addr, got.Name, id)
+	}
+	return chain, nil
+}
