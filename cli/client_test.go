@@ -43,6 +43,7 @@ func TestRepeatableMethods(t *testing.T) {
 		"UnassignNode": true, "MoveNode": true, "AddJournal": true, "RemoveJournal": true,
 		"CreateJoinToken": true, "RevokeJoinTokens": true, "FenceNode": true, "UnfenceNode": true,
 		"IssueOperator": true, "RevokeOperator": true, "RetireIntermediate": true, "RevokeJournalCA": true,
+		"RecordJournalCA": true,
 	}
 	desc := pactv1.AdminService_ServiceDesc
 	var names []string

@@ -12,10 +12,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/pact-hpc/pact/integration/launch"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
@@ -42,7 +43,7 @@ func TestPeerRightsOfJournalProcesses(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := dialJournal(t, roots, q.members[at].grpc, stolen.JournalCert(t, as, "pact.local"))
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "pact-quorum-id", st.QuorumID), 10*time.Second)
 		defer cancel()
 		resp, err := pactv1.NewJournalPeerServiceClient(c).Propose(ctx, &pactv1.ProposeRequest{Command: data})
 		if err == nil && resp.GetErrorCode() != "" {
@@ -54,7 +55,10 @@ func TestPeerRightsOfJournalProcesses(t *testing.T) {
 	// A key in the wrong hands: an intermediate from the root, published
 	// as the owner's own by a certificate naming the owner (as a journal
 	// publishes its fresh re-key), then used to name the leader.
-	stolen := journaltest.NewIntermediate(t, launch.RootDir(q.dir))
+	// The key is under the owner's own journal CA (the one Raft binds it
+	// to): a root-signed one would be no peer at all (peerbinding_test.go).
+	stolen := journaltest.NewIntermediateUnder(t, journal.Config{
+		JournalCACertFile: q.pq.JournalCACert(owner), JournalCAKey: "file:" + q.pq.JournalCAKey(owner)})
 	publish := &pactv1.Command{AtUnixNano: time.Now().UnixNano(), Actor: "journal/" + owner,
 		Op: &pactv1.Command_PublishIntermediate{PublishIntermediate: &pactv1.PublishIntermediateOp{Intermediate: stolen.Record(owner)}}}
 	// Through whichever journal leads now (the leadership may move on a
@@ -70,8 +74,8 @@ func TestPeerRightsOfJournalProcesses(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	before := counter(t, q.members[leader].metrics, `pact_journal_peer_refused_total{reason="wrong_intermediate"}`)
-	if reply, err := journaltest.RaftHello(t, raftAddr, stolen.JournalCert(t, victim, "pact.local"), st.QuorumID); err == nil {
-		t.Fatalf("a certificate naming %s from %s's intermediate was answered on the Raft port: %v", victim, owner, reply)
+	if reply, err := journaltest.RaftHello(t, raftAddr, stolen.JournalCert(t, victim, "pact.local"), st.QuorumID); err != nil || reply.GetRefusedReason() != "wrong_intermediate" {
+		t.Fatalf("a certificate naming %s from %s's intermediate on the Raft port: %v %v, want a wrong_intermediate refusal", victim, owner, reply, err)
 	}
 	register := &pactv1.Command{AtUnixNano: time.Now().UnixNano(), Actor: "admin/admin",
 		Op: &pactv1.Command_RegisterNode{RegisterNode: &pactv1.RegisterNodeOp{NodeId: "forged",
