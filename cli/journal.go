@@ -724,8 +724,9 @@ follower answers NO_LEADER and names the leader).
 The remove is refused when the voters left that answer now would not be a
 majority of the voters left: the quorum could not elect a leader. The error
 spells out the arithmetic; --force removes anyway. A leader whose journal CA
-was revoked (pact journal revoke-ca) may remove itself: the other journals
-refuse its certificate, and that refusal counts as their answer. The removed journal
+was revoked (pact journal revoke-ca) cannot commit its own removal: it
+answers NO_LEADER (exit 7) and steps down within seconds; run the remove
+again and the leader the others elect takes it out. The removed journal
 notices, stops serving and exits with code 3, and refuses to start again
 from the same data directory.
 

@@ -147,6 +147,14 @@ func (s *adminServer) RemoveJournal(ctx context.Context, req *pactv1.RemoveJourn
 	if !j.raft.IsLeader() {
 		return nil, j.raft.NotLeaderError()
 	}
+	if jc := j.revokedJournalCA(); id == j.cfg.NodeID && jc != nil {
+		// The journal to take out leads, but its journal CA was revoked:
+		// the other journals drop its Raft connections, so it could not
+		// commit its own removal (the change would end as OUTCOME_UNKNOWN)
+		// and it loses the leadership within seconds. The leader they
+		// elect removes it (UNAVAILABLE: the CLI moves on).
+		return nil, fmt.Errorf("%w: journal %s leads, but its journal CA %s was revoked: the other journals no longer take it as a peer, so it cannot commit its own removal, and it steps down within seconds. Run the remove again against the other journals once they have elected a leader (pact journal status)", ErrNoLeader, id, jc.GetSerial())
+	}
 	members, err := j.raft.Members(ctx)
 	if err != nil {
 		return nil, err
@@ -171,15 +179,15 @@ func (s *adminServer) RemoveJournal(ctx context.Context, req *pactv1.RemoveJourn
 		if voters == 0 {
 			return nil, fmt.Errorf("%w: %s is the last voter; a quorum needs at least one", errMembership, id)
 		}
-		var refusing []string
 		if need := raftnode.Majority(voters); reachable < need && id == j.cfg.NodeID {
-			// This journal removes itself, and the others may refuse it
-			// (its journal CA revoked: exactly why the operator wants it
-			// out). A voter that answered with that refusal is up, and
-			// the voters left need each other, not this journal.
-			if refusing = j.raft.RefusingVoters(ctx, members); len(refusing) > 0 {
-				reachable += len(refusing)
-				down = slices.DeleteFunc(down, func(d string) bool { return slices.Contains(refusing, d) })
+			// This journal removes itself, and the others may not answer
+			// because they refuse it as a peer (its intermediate withdrawn,
+			// its journal id bound to another journal CA): then they drop
+			// its Raft connections too, it could not commit the change, and
+			// it loses the leadership within seconds. The leader they elect
+			// removes it.
+			if refusing := j.raft.RefusingVoters(ctx, members); len(refusing) > 0 {
+				return nil, fmt.Errorf("%w: journal %s leads, but %s refuse it as a peer: it cannot commit its own removal, and it steps down within seconds. Run the remove again against the other journals once they have elected a leader (pact journal status)", ErrNoLeader, id, strings.Join(refusing, ", "))
 			}
 		}
 		if need := raftnode.Majority(voters); reachable < need {
@@ -187,9 +195,6 @@ func (s *adminServer) RemoveJournal(ctx context.Context, req *pactv1.RemoveJourn
 				return nil, fmt.Errorf("%w: without %s the quorum would have %d voters, and %d of them must be up to elect a leader; only %d of them answer now (%s). Removing %s now would leave the quorum unable to elect a leader: bring the unreachable journals back first; --force removes anyway, and then no write or enrollment is accepted until %d of the remaining voters are up", errMembership, id, voters, need, reachable, downList(down), id, need)
 			}
 			j.log.Warn("removing a journal although the remaining reachable voters are not a majority (--force)", logkey.Journal, id, logkey.VotersAfter, voters, logkey.ReachableAfter, reachable)
-		}
-		if len(refusing) > 0 {
-			j.log.Warn("removing this journal: the other voters refuse its certificate but are up", logkey.Journal, id, logkey.VotersAfter, voters, logkey.ReachableAfter, reachable, logkey.Reason, strings.Join(refusing, ", ")+" refuse this journal")
 		}
 	}
 	if req.GetGraceSeconds() < 0 || (req.GetGraceSeconds() > 0 && !req.GetRevokeIntermediate()) {

@@ -141,14 +141,15 @@ func QuorumArithmetic(members []*pactv1.JournalMember) (voters, reachable int, d
 
 // RefusingVoters asks again, in parallel and for a few seconds at most,
 // each voter of members other than this journal that did not answer the
-// status round, and returns, sorted, those that answer now, above all by
-// refusing this journal itself: their peer service refused its certificate
+// status round, and returns, sorted, those that answer now by refusing
+// this journal itself: their peer service refused its certificate
 // (UNAUTHENTICATED or PERMISSION_DENIED) or was too busy for it
-// (RESOURCE_EXHAUSTED), or their TLS stack sent an alert. They are up; they
-// no longer take this journal's word (its journal CA or intermediate was
-// revoked, say). Only a journal removing itself may count a refusal as an
-// answer for the quorum left behind: those voters need each other, not
-// this one.
+// (RESOURCE_EXHAUSTED), or their TLS stack sent an alert. They are up, but
+// no longer take this journal as a peer (its journal CA or intermediate
+// was revoked, say), on the Raft port either: a leader removing itself
+// learns from them that it cannot commit the change, rather than that the
+// quorum left behind could not elect. One that answers normally now is
+// not returned: it is no refusal.
 func (n *Node) RefusingVoters(ctx context.Context, members []*pactv1.JournalMember) []string {
 	var (
 		mu  sync.Mutex
@@ -175,7 +176,10 @@ func (n *Node) RefusingVoters(ctx context.Context, members []*pactv1.JournalMemb
 				cctx, cancelCall := context.WithTimeout(wctx, time.Second)
 				_, err = c.MemberStatus(cctx, &pactv1.MemberStatusRequest{})
 				cancelCall()
-				if err == nil || refusedUs(err) {
+				if err == nil {
+					return
+				}
+				if refusedUs(err) {
 					mu.Lock()
 					out = append(out, m.GetJournalId())
 					mu.Unlock()
