@@ -14,12 +14,14 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/pact-hpc/pact/integration/launch"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/ca"
+	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -53,32 +55,36 @@ func TestRollingUpgradeRules(t *testing.T) {
 	q := startQuorum(t, 3)
 	leader := q.leader()
 
-	auth, err := ca.LoadKeyFileAuthority(launch.RootFiles(q.dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := ca.DefaultConfig()
 	// A follower already upgraded forwards a command of the newer
-	// version: a member's certificate from a fresh intermediate of its
-	// own (only members are peers).
-	cfg.Upstream, cfg.JournalID = auth, q.members[(leader+1)%len(q.members)].id
-	newer, err := ca.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// version: a member's certificate from an intermediate of its own,
+	// under the journal CA Raft binds it to, published as its own (only
+	// members are peers, and only as Raft records them).
+	id := q.members[(leader+1)%len(q.members)].id
+	stolen := journaltest.NewIntermediateUnder(t, journal.Config{JournalCACertFile: q.pq.JournalCACert(id), JournalCAKey: "file:" + q.pq.JournalCAKey(id)})
+	newer := stolen.JournalCert(t, id, "pact.local")
 	roots, _, err := pki.LoadCertPool(filepath.Join(q.dir, ca.RootCertFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	peer := pactv1.NewJournalPeerServiceClient(dialJournal(t, roots, q.members[leader].grpc, newer.ServerCertificate()))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	st, _, _ := q.status(q.members[leader].grpc)
+	peer := pactv1.NewJournalPeerServiceClient(dialJournal(t, roots, q.members[leader].grpc, newer))
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "pact-quorum-id", st.QuorumID), 10*time.Second)
 	defer cancel()
+	publish, err := raftfsm.Encode(&pactv1.Command{AtUnixNano: time.Now().UnixNano(), Actor: "journal/" + id,
+		Op: &pactv1.Command_PublishIntermediate{PublishIntermediate: &pactv1.PublishIntermediateOp{Intermediate: stolen.Record(id)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := peer.Propose(ctx, &pactv1.ProposeRequest{Command: publish}); err != nil {
+		t.Fatalf("%s publishes its intermediate: %v", id, err)
+	}
+	cfgJournalID := id
 
-	_, err = peer.Propose(ctx, &pactv1.ProposeRequest{Command: newerCommand(t, cfg.JournalID, false)})
+	_, err = peer.Propose(ctx, &pactv1.ProposeRequest{Command: newerCommand(t, cfgJournalID, false)})
 	if pe := apierr.FromError(err); pe.Code != codes.InvalidArgument || !strings.Contains(pe.Message, "does not know this command") || !strings.Contains(pe.Message, "leader last") {
 		t.Fatalf("an unknown, not ignorable command at the leader: %v; want INVALID_ARGUMENT saying to upgrade the leader last", err)
 	}
-	resp, err := peer.Propose(ctx, &pactv1.ProposeRequest{Command: newerCommand(t, cfg.JournalID, true)})
+	resp, err := peer.Propose(ctx, &pactv1.ProposeRequest{Command: newerCommand(t, cfgJournalID, true)})
 	if err != nil || resp.GetErrorCode() != "" || resp.GetIndex() == 0 {
 		t.Fatalf("an ignorable unknown command: %v %v", resp, err)
 	}

@@ -4,16 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
-	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
@@ -360,54 +358,42 @@ func TestRevokedIntermediateCutsOffItsJournal(t *testing.T) {
 	cfg.RaftListen = journaltest.FreeAddr(t)
 	cfg.InitialCluster = []journal.Peer{{ID: cfg.NodeID, RaftAddr: cfg.RaftListen}}
 	h := journaltest.Start(t, cfg)
-	auth, err := ca.LoadKeyFileAuthority(filepath.Join(h.Dir, ca.RootCertFile), filepath.Join(h.Dir, ca.RootKeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCfg := ca.DefaultConfig()
-	caCfg.Upstream, caCfg.JournalID = auth, cfg.NodeID
-	j9, err := ca.New(caCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer := pactv1.NewJournalPeerServiceClient(h.Dial(t, j9.ServerCertificate()))
-	inter := j9.Intermediate()
-	publish := raftfsmtest.Proposer{Actor: "journal/" + cfg.NodeID, AtUnixNano: time.Now().UnixNano()}.PublishIntermediate(&pactv1.Intermediate{
-		JournalId: cfg.NodeID, Serial: pki.SerialHex(inter.SerialNumber), Der: inter.Raw, NotAfterUnix: inter.NotAfter.Unix(),
-	})
+	// A second intermediate under j1's own journal CA, as after a re-key.
+	j9 := journaltest.NewIntermediateUnder(t, cfg)
+	j9cert := j9.JournalCert(t, cfg.NodeID, "pact.local")
+	qid := quorumStatus(t, h).GetQuorumId()
+	peer := pactv1.NewJournalPeerServiceClient(h.Dial(t, j9cert))
+	inter := j9.Cert
+	publish := raftfsmtest.Proposer{Actor: "journal/" + cfg.NodeID, AtUnixNano: time.Now().UnixNano()}.PublishIntermediate(j9.Record(cfg.NodeID))
 	data, err := raftfsm.Encode(publish)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := peer.Propose(callCtx(t), &pactv1.ProposeRequest{Command: data}); err != nil {
+	if _, err := peer.Propose(metadata.AppendToOutgoingContext(callCtx(t), "pact-quorum-id", qid), &pactv1.ProposeRequest{Command: data}); err != nil {
 		t.Fatalf("j9 publishes its intermediate: %v", err)
 	}
-	if !raftPortAccepts(t, cfg.RaftListen, j9.ServerCertificate()) {
+	if !raftPortAccepts(t, cfg.RaftListen, j9cert, qid) {
 		t.Fatal("the Raft port refuses j9 before its revocation")
 	}
 	if _, err := h.AdminClient(t).RetireIntermediate(callCtx(t), &pactv1.RetireIntermediateRequest{Targets: []string{pki.SerialHex(inter.SerialNumber)}, Now: true}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = peer.MemberStatus(callCtx(t), &pactv1.MemberStatusRequest{})
-	wantErr(t, err, codes.Unauthenticated, apierr.Unauthenticated)
-	if raftPortAccepts(t, cfg.RaftListen, j9.ServerCertificate()) {
+	_, err = peer.MemberStatus(metadata.AppendToOutgoingContext(callCtx(t), "pact-quorum-id", qid), &pactv1.MemberStatusRequest{})
+	wantErr(t, err, codes.Unauthenticated, apierr.PeerWithdrawn)
+	if raftPortAccepts(t, cfg.RaftListen, j9cert, qid) {
 		t.Error("the Raft port accepts a journal whose intermediate is revoked")
 	}
 }
 
 // raftPortAccepts dials addr's Raft port with cert: a refusal arrives as an
 // alert on the first read; an accepted peer sees Raft wait for a request.
-func raftPortAccepts(t *testing.T, addr string, cert *tls.Certificate) bool {
+//
+// The peer proves quorum (its quorum hello); the chain is checked in the
+// handshake and Raft's records after the hello, whose reply says so.
+func raftPortAccepts(t *testing.T, addr string, cert *tls.Certificate, quorum string) bool {
 	t.Helper()
-	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{*cert}})
-	if err != nil {
-		return false
-	}
-	defer conn.Close()
-	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
-	_, err = conn.Read(make([]byte, 1))
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	reply, err := journaltest.RaftHello(t, addr, cert, quorum)
+	return err == nil && reply.GetRefused() == ""
 }
 
 // TestRemoveJournalRevokeIntermediate: pact journal remove
