@@ -41,9 +41,9 @@ journal_ca() {
   [ -f "$DIR/keys/$id-ca.pem" ] && return 0
   rm -f "$DIR/keys/$id.csr"
   "$BIN/pact-journal" ca-request --journal-id "$id" --key "file:$DIR/keys/$id-ca-key.pem" \
-    --names localhost,127.0.0.1 --out "$DIR/keys/$id.csr" >/dev/null
+    --names "$id,localhost,127.0.0.1" --out "$DIR/keys/$id.csr" >/dev/null
   "$BIN/pact" ca sign-journal --dir "$DIR/root" --csr "$DIR/keys/$id.csr" --journal-id "$id" \
-    --names localhost,127.0.0.1 --out "$DIR/keys/$id-ca.pem" >/dev/null
+    --names "$id,localhost,127.0.0.1" --out "$DIR/keys/$id-ca.pem" >/dev/null
 }
 
 # journal_pki is the flags of journal $1's PKI.
