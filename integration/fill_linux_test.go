@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -37,6 +39,12 @@ var (
 	floodRTT       = flag.Duration("flood.rtt", 200*time.Millisecond, "TestConnectionFillServesOperatorsAndAgentsInTime: the round trip between the honest clients and the journal")
 )
 
+// fillModeEnv chooses what a fill helper's connections do (the helpers
+// inherit the test's environment): nothing (silent), or "handshaken":
+// each completes a TLS handshake without a client certificate and the
+// HTTP/2 preface, and then idles (handshakenFill).
+const fillModeEnv = "PACT_TEST_FILL_MODE"
+
 // fillSock is one silent connection of a fill helper, re-opened whenever
 // the journal closes it.
 type fillSock struct {
@@ -53,6 +61,9 @@ type fillSock struct {
 // needs. It prints "filled N" once every connection has been open once
 // and "held N opened M" every second.
 func fillHelper(addr string, first, sources, total int) int {
+	if os.Getenv(fillModeEnv) == "handshaken" {
+		return handshakenFill(addr, first, sources, total)
+	}
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < lim.Max {
 		lim.Cur = lim.Max
@@ -174,15 +185,205 @@ func fillHelper(addr string, first, sources, total int) int {
 	return 0
 }
 
-// The attacker's test, as the issue reports it: silent TCP connections
-// from 700 source addresses, re-opened as soon as they are closed, fill
-// the journal's gRPC port to its global cap (20,000 against 16,384 with
-// -flood.full; CI: 2,800 against 2,048). Meanwhile an operator makes
-// single tries of pact node list (one connection each, --timeout 5s) and
-// a registered agent boots. Every try must answer within 5 s, and the
+// handshakenFill is fillHelper for connections that complete a TLS
+// handshake with no client certificate (anyone can) and the HTTP/2
+// preface, and then idle: past its handshake a connection was never
+// evicted, so 700 addresses × 32 could hold the cap until the idle
+// timeout. Workers make the handshakes (the TLS is Go's; the race
+// detector allows 8,128 goroutines, so not one per connection); one epoll
+// loop watches the connections held and hands those the journal closes
+// back to the workers, at once (a connection refused or answered busy is
+// tried again after 100 ms). It prints "filled N" once every connection
+// has been tried once (at a cap below the fill, some are refused) and
+// "held N opened M" every second.
+func handshakenFill(addr string, first, sources, total int) int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer stop()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		stop()
+	}()
+	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fill helper:", err)
+		return 2
+	}
+	type hsock struct {
+		src   net.IP
+		tried bool
+		raw   *net.TCPConn
+		tc    *tls.Conn // kept: a collected connection would be closed
+	}
+	var (
+		mu                  sync.Mutex
+		live                = map[int32]*hsock{} // by epoll id
+		nextID              int32
+		held, opened, tried atomic.Int64
+		todo                = make(chan *hsock, total)
+		preface             = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00") // and an empty SETTINGS frame
+		tlsCfg              = &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS13, CurvePreferences: []tls.CurveID{tls.X25519}}
+		errEMFILE           atomic.Bool
+		workers             sync.WaitGroup
+	)
+	for i := range total {
+		n := first + i%sources
+		todo <- &hsock{src: net.IPv4(127, 0, byte(1+n/250), byte(1+n%250))}
+	}
+	connect := func(s *hsock) bool {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: s.src}, Timeout: 5 * time.Second}
+		c, err := d.DialContext(ctx, "tcp4", addr)
+		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+			errEMFILE.Store(true)
+			return false
+		}
+		if err != nil {
+			return false
+		}
+		raw := c.(*net.TCPConn)
+		_ = raw.SetLinger(0)
+		tc := tls.Client(raw, tlsCfg)
+		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = tc.HandshakeContext(hctx)
+		cancel()
+		if err == nil {
+			_ = raw.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			_, err = tc.Write(preface)
+		}
+		if err != nil {
+			raw.Close()
+			return false
+		}
+		s.raw, s.tc = raw, tc
+		mu.Lock()
+		nextID++
+		id := nextID
+		live[id] = s
+		mu.Unlock()
+		rc, err := raw.SyscallConn()
+		if err == nil {
+			err = rc.Control(func(fd uintptr) {
+				err = syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, int(fd), &syscall.EpollEvent{Events: syscall.EPOLLRDHUP, Fd: id})
+			})
+		}
+		if err != nil {
+			mu.Lock()
+			delete(live, id)
+			mu.Unlock()
+			raw.Close()
+			return false
+		}
+		return true
+	}
+	for range 64 {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for ctx.Err() == nil {
+				var s *hsock
+				select {
+				case s = <-todo:
+				case <-ctx.Done():
+					return
+				}
+				ok := connect(s)
+				if !s.tried {
+					s.tried = true
+					tried.Add(1)
+				}
+				if ok {
+					held.Add(1)
+					opened.Add(1)
+					continue
+				}
+				if errEMFILE.Load() {
+					fmt.Fprintf(os.Stderr, "fill helper: out of file descriptors: raise the hard open-files limit (ulimit -Hn) to at least %d\n", total+256)
+					os.Exit(3)
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+				todo <- s
+			}
+		}()
+	}
+	go func() {
+		events := make([]syscall.EpollEvent, 256)
+		for ctx.Err() == nil {
+			n, err := syscall.EpollWait(ep, events, 100)
+			if err != nil && !errors.Is(err, syscall.EINTR) {
+				fmt.Fprintln(os.Stderr, "fill helper:", err)
+				os.Exit(2)
+			}
+			for _, ev := range events[:max(n, 0)] {
+				mu.Lock()
+				s := live[ev.Fd]
+				delete(live, ev.Fd)
+				mu.Unlock()
+				if s == nil {
+					continue
+				}
+				// Closed by the journal: open it again, at once.
+				if rc, err := s.raw.SyscallConn(); err == nil {
+					_ = rc.Control(func(fd uintptr) { _ = syscall.EpollCtl(ep, syscall.EPOLL_CTL_DEL, int(fd), nil) })
+				}
+				s.raw.Close()
+				s.raw, s.tc = nil, nil
+				held.Add(-1)
+				todo <- s
+			}
+		}
+	}()
+	filled := false
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+		if !filled && tried.Load() >= int64(total) {
+			filled = true
+			fmt.Printf("filled %d\n", opened.Load())
+		}
+		fmt.Printf("held %d opened %d\n", held.Load(), opened.Load())
+	}
+	workers.Wait()
+	mu.Lock()
+	for _, s := range live {
+		s.raw.Close()
+	}
+	mu.Unlock()
+	return 0
+}
+
+// The attacker's test, as the issue reports it: TCP connections from 700
+// source addresses, re-opened as soon as they are closed, fill the
+// journal's gRPC port to its global cap (20,000 against 16,384 with
+// -flood.full; CI: 2,800 against 2,048). In the silent fill they send
+// nothing; in the handshaken fill each completes a TLS handshake without
+// a client certificate and the HTTP/2 preface, then idles. Meanwhile an
+// operator who made a call before the fill (the journal vouches for its
+// address) makes single tries of pact node list (one connection each,
+// --timeout 5s), and a registered agent boots from an address the
+// journal has never heard from. Every try must answer within 5 s, and the
 // agent must enroll and open its stream within 10 s of its start. The
 // latencies, what the fill held and the evictions are logged.
 func TestConnectionFillServesOperatorsAndAgentsInTime(t *testing.T) {
+	for _, mode := range []string{"silent", "handshaken"} {
+		t.Run(mode, func(t *testing.T) {
+			if mode != "silent" {
+				t.Setenv(fillModeEnv, mode)
+			}
+			testConnectionFill(t, mode)
+		})
+	}
+}
+
+func testConnectionFill(t *testing.T, mode string) {
 	const sources = 700
 	maxConns, total, tries := 2048, 2800, 10
 	if *floodFull {
@@ -198,6 +399,8 @@ func TestConnectionFillServesOperatorsAndAgentsInTime(t *testing.T) {
 	if maxConns != 16384 {
 		args = append(args, "--max-conns", strconv.Itoa(maxConns))
 	}
+	// startFloodJournal registers the node with pact node enroll: the
+	// operator's call before the fill, from 127.0.0.1.
 	j, metricsAddr, _ := startFloodJournal(t, args...)
 	// Two helpers, each with half the addresses and half the connections.
 	half := sources / 2
@@ -226,10 +429,15 @@ func TestConnectionFillServesOperatorsAndAgentsInTime(t *testing.T) {
 	// The operator and the agent are a round trip of -flood.rtt away (an
 	// operator over a VPN; a client on a loaded host answers as late): a
 	// handshake takes the journal at least that long to see through.
-	wan := startWAN(t, j.addr, *floodRTT/2)
+	// The operator's relay dials from 127.0.0.1, as its call before the
+	// fill did; the agent's from 127.0.0.2, an address the journal has
+	// never heard from (so the agent proves itself under the fill).
+	wan := startWAN(t, j.addr, *floodRTT/2, "127.0.0.1")
 	honest := *j
 	honest.addr = wan
 	honest.env = append(slices.Clone(j.env), "PACT_JOURNAL="+wan)
+	agentJ := *j
+	agentJ.addr = startWAN(t, j.addr, *floodRTT/2, "127.0.0.2")
 
 	// Sample the open connections while the honest clients run.
 	var samples []float64
@@ -261,7 +469,7 @@ func TestConnectionFillServesOperatorsAndAgentsInTime(t *testing.T) {
 	}
 	agentDone := make(chan agentTimes, 1)
 	agentBegan := time.Now()
-	a := honest.agent(t, "52:54:00:00:01:01", "SN-FLOOD-1")
+	a := agentJ.agent(t, "52:54:00:00:01:01", "SN-FLOOD-1")
 	go func() {
 		began := agentBegan
 		var at agentTimes
@@ -307,8 +515,21 @@ func TestConnectionFillServesOperatorsAndAgentsInTime(t *testing.T) {
 		minOpen, maxOpen = min(minOpen, s), max(maxOpen, s)
 	}
 	smu.Unlock()
-	t.Logf("fill: %d silent connections from %d addresses, re-opened as closed, against --max-conns %d: the journal held %.0f-%.0f open while the honest clients ran (%d samples; the attacker held %d at its last sample), %.0f evicted in %v (%.0f/s)",
-		total, sources, maxConns, minOpen, maxOpen, len(samples), fl.held(), evictedDuring, span.Round(time.Millisecond), evictedDuring/span.Seconds())
+	t.Logf("fill: %d %s connections from %d addresses, re-opened as closed, against --max-conns %d: the journal held %.0f-%.0f open while the honest clients ran (%d samples; the attacker held %d at its last sample), %.0f evicted in %v (%.0f/s)",
+		total, mode, sources, maxConns, minOpen, maxOpen, len(samples), fl.held(), evictedDuring, span.Round(time.Millisecond), evictedDuring/span.Seconds())
+	var stages []string
+	for _, st := range []string{"silent", "spoken", "idle"} {
+		// Absent before the journal exported them.
+		if v, err := httpGetMetric(metricsAddr, `pact_journal_connections_evicted_total{port="grpc",stage="`+st+`"}`); err == nil {
+			stages = append(stages, fmt.Sprintf("%s %.0f", st, v))
+		}
+	}
+	for _, m := range []string{`pact_journal_connections_refused_total{limit="total",port="grpc"}`, `pact_journal_connections_busy_total{port="grpc"}`, `pact_journal_vouched_sources{port="grpc"}`} {
+		if v, err := httpGetMetric(metricsAddr, m); err == nil {
+			stages = append(stages, fmt.Sprintf("%s %.0f", m, v))
+		}
+	}
+	t.Logf("journal, at the end: evicted by stage and more: %s", strings.Join(stages, ", "))
 	t.Logf("kernel, meanwhile (the whole host's counters): %d SYNs dropped at a full accept queue (ListenDrops), %d SYNs retransmitted",
 		netAfter["ListenDrops"]-netBefore["ListenDrops"], netAfter["TCPSynRetrans"]-netBefore["TCPSynRetrans"])
 	t.Logf("operator (%v away): %d single tries of pact node list --timeout 5s: median %v, max %v, all %v", *floodRTT, tries,
@@ -332,9 +553,10 @@ func TestConnectionFillServesOperatorsAndAgentsInTime(t *testing.T) {
 
 // startWAN relays connections to addr with oneWay of delay each way, as a
 // wide-area link does: the journal sees the connection with the client's
-// first flight (its ClientHello) in it, and every answer takes a round
-// trip. It returns the address to dial instead of addr.
-func startWAN(t *testing.T, addr string, oneWay time.Duration) string {
+// first flight (its ClientHello) in it, from the loopback address from,
+// and every answer takes a round trip. It returns the address to dial
+// instead of addr.
+func startWAN(t *testing.T, addr string, oneWay time.Duration, from string) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -355,7 +577,8 @@ func startWAN(t *testing.T, addr string, oneWay time.Duration) string {
 					return
 				}
 				time.Sleep(oneWay)
-				s, err := net.Dial("tcp", addr)
+				d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+				s, err := d.Dial("tcp", addr)
 				if err != nil {
 					return
 				}

@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
@@ -152,4 +153,28 @@ func (j *Journal) limitStreams(srv any, ss grpc.ServerStream, _ *grpc.StreamServ
 	}
 	defer release()
 	return handler(srv, ss)
+}
+
+// vouchUnary runs after journal/auth's interceptor: it tells the gRPC
+// port's connection limiter of the call, and that its source address has
+// proved itself when the call was authenticated as a principal of the
+// domain (connlimit.Limiter.Call, Vouch: at the connection cap such
+// addresses are served first).
+func (j *Journal) vouchUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	defer j.connCall(ctx)()
+	return handler(ctx, req)
+}
+
+// vouchStream is vouchUnary for streams.
+func (j *Journal) vouchStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	defer j.connCall(ss.Context())()
+	return handler(srv, ss)
+}
+
+func (j *Journal) connCall(ctx context.Context) (done func()) {
+	pr, ok := peer.FromContext(ctx)
+	if !ok {
+		return func() {}
+	}
+	return j.conns.Call(pr.Addr, principalFrom(ctx) != nil)
 }

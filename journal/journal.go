@@ -196,7 +196,11 @@ func NewContext(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	if err != nil {
 		return nil, err
 	}
-	raftConns, err := connlimit.New(cfg.Connections)
+	// Nothing reports the Raft port's calls: a peer journal admitted
+	// there is never evicted.
+	raftLimits := cfg.Connections
+	raftLimits.ProveWithin = 0
+	raftConns, err := connlimit.New(raftLimits)
 	if err != nil {
 		return nil, err
 	}
@@ -672,8 +676,8 @@ func (j *Journal) newGRPCServer() *grpc.Server {
 		grpc.ForceServerCodecV2(newDecodeCodec()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 60 * time.Second, Timeout: 20 * time.Second, MaxConnectionIdle: j.cfg.IdleTimeout}),
-		grpc.ChainUnaryInterceptor(j.unaryInterceptor, j.auth.UnaryInterceptor),
-		grpc.ChainStreamInterceptor(j.streamInterceptor, j.auth.StreamInterceptor, j.limitStreams),
+		grpc.ChainUnaryInterceptor(j.unaryInterceptor, j.auth.UnaryInterceptor, j.vouchUnary),
+		grpc.ChainStreamInterceptor(j.streamInterceptor, j.auth.StreamInterceptor, j.vouchStream, j.limitStreams),
 	)...)
 	registerDecoded(s, &pactv1.EnrollmentService_ServiceDesc, &enrollmentServer{j: j})
 	registerDecoded(s, &pactv1.AdminService_ServiceDesc, &adminServer{j: j})

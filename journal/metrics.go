@@ -132,13 +132,19 @@ func (r raftMetrics) HandshakeRefused(port string, err error) { r.j.countHandsha
 type connCollector struct{ ports map[string]*connlimit.Limiter }
 
 var (
-	connsOpenDesc    = prometheus.NewDesc("pact_journal_connections_open", "Connections open, by port.", []string{"port"}, nil)
-	handshakesDesc   = prometheus.NewDesc("pact_journal_handshakes_in_progress", "TLS handshakes in progress, by port.", []string{"port"}, nil)
-	connsRefusedDesc = prometheus.NewDesc("pact_journal_connections_refused_total", "Connections closed before their TLS handshake, by port and limit (per_source, total, handshakes; evicted: to make room at the total cap for a newer connection).", []string{"port", "limit"}, nil)
-	connsBusyDesc    = prometheus.NewDesc("pact_journal_connections_busy_total", "Connections answered busy, with a retry-after, at their ClientHello: no handshake slot soon enough (gRPC port).", []string{"port"}, nil)
-	handshakeQueued  = prometheus.NewDesc("pact_journal_handshakes_queued", "Clients whose ClientHello has arrived waiting for a handshake slot, by port.", []string{"port"}, nil)
-	handshakeServed  = prometheus.NewDesc("pact_journal_handshake_served_rate", "The most successful handshakes per second the port finished over five seconds during which clients queued throughout, within the last minute (0 if none): busy answers past the queue wait (to an address answered busy more than --near-busy-answers times in a row, up to --max-retry-after) are booked at four times it.", []string{"port"}, nil)
-	handshakeRate    = prometheus.NewDesc("pact_journal_handshake_rate", "Handshakes per second the port's admission counts on: its handshake slots over the moving mean of how long a handshake holds one.", []string{"port"}, nil)
+	connsOpenDesc           = prometheus.NewDesc("pact_journal_connections_open", "Connections open, by port.", []string{"port"}, nil)
+	handshakesDesc          = prometheus.NewDesc("pact_journal_handshakes_in_progress", "TLS handshakes in progress, by port.", []string{"port"}, nil)
+	connsRefusedDesc        = prometheus.NewDesc("pact_journal_connections_refused_total", "Connections closed before their TLS handshake, by port and limit (per_source, total, handshakes; evicted: to make room at the total cap for a newer connection).", []string{"port", "limit"}, nil)
+	connsBusyDesc           = prometheus.NewDesc("pact_journal_connections_busy_total", "Connections answered busy, with a retry-after, at their ClientHello: no handshake slot soon enough (gRPC port).", []string{"port"}, nil)
+	handshakeQueued         = prometheus.NewDesc("pact_journal_handshakes_queued", "Clients whose ClientHello has arrived waiting for a handshake slot, by port.", []string{"port"}, nil)
+	handshakeServed         = prometheus.NewDesc("pact_journal_handshake_served_rate", "The most successful handshakes per second the port finished over five seconds during which clients queued throughout, within the last minute (0 if none): busy answers past the queue wait (to an address answered busy more than --near-busy-answers times in a row, up to --max-retry-after) are booked at four times it.", []string{"port"}, nil)
+	handshakeRate           = prometheus.NewDesc("pact_journal_handshake_rate", "Handshakes per second the port's admission counts on: its handshake slots over the moving mean of how long a handshake holds one.", []string{"port"}, nil)
+	connsEvictedDesc        = prometheus.NewDesc("pact_journal_connections_evicted_total", "Connections evicted at the total cap, by port and what they had done: silent (no whole ClientHello), spoken (in their handshake), idle (past their handshake from an unvouched address, no authenticated call and none under way for Connections.ProveWithin); their sum is connections_refused_total{limit=\"evicted\"}.", []string{"port", "stage"}, nil)
+	connsVouchedEvictedDesc = prometheus.NewDesc("pact_journal_connections_evicted_vouched_total", "Of the connections evicted, those from a vouched address (silent or spoken), to make room for a newer one from a vouched address, by port.", []string{"port"}, nil)
+	connsSilentDesc         = prometheus.NewDesc("pact_journal_connections_silent", "Connections open whose ClientHello has not arrived, by port.", []string{"port"}, nil)
+	connsSpokenDesc         = prometheus.NewDesc("pact_journal_connections_spoken_total", "Connections whose whole ClientHello arrived while they were silent to the limiter (read, or found waiting in the socket at the cap), by port.", []string{"port"}, nil)
+	connsUnprovenDesc       = prometheus.NewDesc("pact_journal_connections_unproven", "Connections past their handshake from an unvouched address with no authenticated call and none under way (evictable at the total cap after Connections.ProveWithin), by port.", []string{"port"}, nil)
+	vouchedDesc             = prometheus.NewDesc("pact_journal_vouched_sources", "Source addresses vouched for (an authenticated call from them within Connections.VouchFor), by port.", []string{"port"}, nil)
 )
 
 func (c *connCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -149,6 +155,12 @@ func (c *connCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- handshakeQueued
 	ch <- handshakeRate
 	ch <- handshakeServed
+	ch <- connsEvictedDesc
+	ch <- connsVouchedEvictedDesc
+	ch <- connsSilentDesc
+	ch <- connsSpokenDesc
+	ch <- connsUnprovenDesc
+	ch <- vouchedDesc
 }
 
 func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
@@ -164,6 +176,14 @@ func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(handshakeQueued, prometheus.GaugeValue, float64(st.Queued), port)
 		ch <- prometheus.MustNewConstMetric(handshakeRate, prometheus.GaugeValue, st.Rate, port)
 		ch <- prometheus.MustNewConstMetric(handshakeServed, prometheus.GaugeValue, st.ServedRate, port)
+		ch <- prometheus.MustNewConstMetric(connsEvictedDesc, prometheus.CounterValue, float64(st.Evicted-st.EvictedSpoken-st.EvictedIdle), port, "silent")
+		ch <- prometheus.MustNewConstMetric(connsEvictedDesc, prometheus.CounterValue, float64(st.EvictedSpoken), port, "spoken")
+		ch <- prometheus.MustNewConstMetric(connsEvictedDesc, prometheus.CounterValue, float64(st.EvictedIdle), port, "idle")
+		ch <- prometheus.MustNewConstMetric(connsVouchedEvictedDesc, prometheus.CounterValue, float64(st.EvictedVouched), port)
+		ch <- prometheus.MustNewConstMetric(connsSilentDesc, prometheus.GaugeValue, float64(st.Silent), port)
+		ch <- prometheus.MustNewConstMetric(connsSpokenDesc, prometheus.CounterValue, float64(st.Spoken), port)
+		ch <- prometheus.MustNewConstMetric(connsUnprovenDesc, prometheus.GaugeValue, float64(st.Unproven), port)
+		ch <- prometheus.MustNewConstMetric(vouchedDesc, prometheus.GaugeValue, float64(st.Vouched), port)
 	}
 }
 

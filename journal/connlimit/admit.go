@@ -115,20 +115,30 @@ const (
 // Every client of Admit counts as one source (AdmitHandshake tells them
 // apart by address).
 func (l *Limiter) Admit() (release func(), err error) {
-	start, err := l.admit(netip.Addr{})
+	s, err := l.admit(netip.Addr{})
 	if err != nil {
 		return nil, err
 	}
-	return l.okReleaser(start), nil
+	return l.okReleaser(s), nil
 }
 
-// admit is Admit for a client from src, returning when the slot was taken.
-func (l *Limiter) admit(src netip.Addr) (start time.Time, err error) {
+// slot is a handshake slot taken at start from ch (handshakes, or the
+// reserve of a vouched source).
+type slot struct {
+	start time.Time
+	ch    chan struct{}
+}
+
+// admit is Admit for a client from src, returning the slot taken.
+func (l *Limiter) admit(src netip.Addr) (slot, error) {
 	select {
 	case l.handshakes <- struct{}{}:
 		l.gotSlot(src)
-		return l.clock.Now(), nil
+		return slot{l.clock.Now(), l.handshakes}, nil
 	default:
+	}
+	if l.vouched(src) {
+		return l.admitVouched(src)
 	}
 	now := l.clock.Now()
 	l.qmu.Lock()
@@ -136,7 +146,7 @@ func (l *Limiter) admit(src netip.Addr) (start time.Time, err error) {
 	if l.cfg.HandshakeQueueWait <= 0 || l.bestWaitLocked(n) > l.cfg.HandshakeQueueWait {
 		busy := l.deferLocked(now, l.waitLocked(n), src)
 		l.qmu.Unlock()
-		return time.Time{}, busy
+		return slot{}, busy
 	}
 	l.queued++
 	l.qmu.Unlock()
@@ -149,14 +159,48 @@ func (l *Limiter) admit(src netip.Addr) (start time.Time, err error) {
 		l.queued--
 		delete(l.bounced, src)
 		l.qmu.Unlock()
-		return l.clock.Now(), nil
+		return slot{l.clock.Now(), l.handshakes}, nil
 	case <-t.C():
 	}
 	now = l.clock.Now()
 	l.qmu.Lock()
 	defer l.qmu.Unlock()
 	l.queued--
-	return time.Time{}, l.deferLocked(now, l.waitLocked(l.queued+1), src)
+	return slot{}, l.deferLocked(now, l.waitLocked(l.queued+1), src)
+}
+
+// admitVouched is admit for a client from a vouched address when every
+// slot of MaxHandshakes is taken: it takes one of the reserve
+// (VouchedHandshakes) if one is free, else the first of either to come
+// free within HandshakeQueueWait, ahead of the unvouched clients queued
+// for a slot of MaxHandshakes only; it is not answered busy before that
+// wait is out. It is not counted as queued: the busy answers to
+// unvouched clients forecast their own queue.
+func (l *Limiter) admitVouched(src netip.Addr) (slot, error) {
+	// A nil reserve is never ready.
+	select {
+	case l.reserve <- struct{}{}:
+		l.gotSlot(src)
+		return slot{l.clock.Now(), l.reserve}, nil
+	default:
+	}
+	if l.cfg.HandshakeQueueWait > 0 {
+		t := l.clock.NewTimer(l.cfg.HandshakeQueueWait)
+		defer t.Stop()
+		select {
+		case l.reserve <- struct{}{}:
+			l.gotSlot(src)
+			return slot{l.clock.Now(), l.reserve}, nil
+		case l.handshakes <- struct{}{}:
+			l.gotSlot(src)
+			return slot{l.clock.Now(), l.handshakes}, nil
+		case <-t.C():
+		}
+	}
+	now := l.clock.Now()
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	return slot{}, l.deferLocked(now, l.waitLocked(l.queued+1), src)
 }
 
 // gotSlot forgets src's busy answers: it has a slot.

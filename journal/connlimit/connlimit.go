@@ -15,7 +15,29 @@
 // once its caller lifts the handshake deadline (SetDeadline with the zero
 // time): gRPC does when the TLS handshake and the HTTP/2 preface are done,
 // the Raft port when the peer journal is admitted. Such a connection is
-// never evicted.
+// not evicted, with one exception (ProveWithin, below).
+//
+// Whoever has proved something is served first. The caller tells the
+// limiter of every call a connection carries (Call) and of every call
+// authenticated as a principal of the domain (Vouch): that connection is
+// proven and never evicted, and its source address is vouched for, for
+// VouchFor (10 minutes by default; at most MaxVouched addresses are
+// remembered). A connection from a vouched address is evicted only to
+// make room for another connection from a vouched address, and only when
+// no connection from an unvouched one could go; its ClientHello may take
+// one of VouchedHandshakes slots kept for vouched addresses when every
+// other slot is taken, and it never gets a busy answer ahead of its queue
+// wait. With ProveWithin set (the gRPC port), a connection from an
+// unvouched address past its handshake that has made no authenticated
+// call and has had no call under way for ProveWithin is idle: anyone
+// can complete a TLS handshake without a certificate, so at the cap it is
+// evicted after the silent connections and before those whose ClientHello
+// has arrived (they are still working to prove something; it has had its
+// chance). The order at the cap, for a new connection: silent, idle,
+// spoken, all from unvouched addresses; then, for a new connection from a
+// vouched address only, silent and spoken ones from vouched addresses.
+// An attacker holds no vouched address: it cannot make an authenticated
+// call.
 //
 // An honest client sends its ClientHello the moment its TCP handshake is
 // done, usually before the journal has even accepted the connection: a
@@ -71,9 +93,10 @@ import (
 // Errors. A refused connection is closed; these reach the caller's log.
 var (
 	// ErrEvicted: the connection was closed before its handshake
-	// finished, to make room at MaxConns for a newer one. Reads and
-	// writes of an evicted connection fail with it (and net.ErrClosed).
-	ErrEvicted = errors.New("connlimit: closed to make room at the connection cap before its handshake finished")
+	// finished, or idle with no authenticated call (ProveWithin), to make
+	// room at MaxConns for a newer one. Reads and writes of an evicted
+	// connection fail with it (and net.ErrClosed).
+	ErrEvicted = errors.New("connlimit: closed to make room at the connection cap before it proved anything")
 	// ErrHandshakesBusy: every handshake slot was taken when the
 	// connection's ClientHello arrived.
 	ErrHandshakesBusy = errors.New("connlimit: too many TLS handshakes in progress")
@@ -159,6 +182,31 @@ type Config struct {
 	// agents a third slower; with 2, the 10,000-agent renewal storm a fifth
 	// slower). 4 by default; 0 books from the first answer.
 	NearAnswers int
+	// VouchFor is how long a source address stays vouched for after a
+	// call from it was authenticated (Vouch): its connections are evicted
+	// at MaxConns only after every unvouched one, and only for another
+	// vouched connection. 10 minutes by default; 0 vouches for nobody.
+	VouchFor time.Duration
+	// MaxVouched bounds the source addresses vouched for at once (an
+	// attacker cannot add one, but a fleet is many): past it the least
+	// recently vouched are forgotten first. 131,072 by default, about
+	// 6 MB; a forgotten address is vouched for again at its next
+	// authenticated call.
+	MaxVouched int
+	// VouchedHandshakes is how many handshake slots, beyond
+	// MaxHandshakes, only clients from a vouched address may take: a
+	// flood of ClientHellos that stalls holds every other slot until the
+	// handshake timeout, not these. 8 by default.
+	VouchedHandshakes int
+	// ProveWithin, if not zero, makes a connection from an unvouched
+	// address past its handshake evictable at MaxConns once it has had no
+	// call under way for this long and no authenticated call at all (a
+	// handshake without a certificate, then idle). The caller must report
+	// the calls (Call); a listener whose calls are not reported (the Raft
+	// port) must leave it 0, which never evicts a connection past its
+	// handshake. 3 s by default: a client makes its first call a round
+	// trip after its handshake.
+	ProveWithin time.Duration
 
 	// Clock decides the handshake times the rate is measured from, the
 	// queue's hard bound and the retry-afters; nil is the system clock. For tests.
@@ -172,7 +220,9 @@ type Config struct {
 // 16,384 in all, 64 handshakes in progress, 15 s to finish a handshake,
 // of which up to 8 s waiting for a handshake slot, and busy answers that
 // name up to that wait, or up to a minute for a source answered busy more
-// than four times in a row.
+// than four times in a row; an authenticated source vouched for 10
+// minutes (131,072 at most), 8 more handshake slots for vouched sources,
+// and 3 s for a connection past its handshake to start a call.
 func DefaultConfig() Config {
 	return Config{
 		MaxConnsPerSource:  32,
@@ -182,6 +232,10 @@ func DefaultConfig() Config {
 		HandshakeQueueWait: 8 * time.Second,
 		MaxRetryAfter:      time.Minute,
 		NearAnswers:        4,
+		VouchFor:           10 * time.Minute,
+		MaxVouched:         1 << 17,
+		VouchedHandshakes:  8,
+		ProveWithin:        3 * time.Second,
 	}
 }
 
@@ -209,6 +263,18 @@ func (c Config) Validate() error {
 	if c.NearAnswers < 0 {
 		errs = append(errs, fmt.Errorf("connlimit: NearAnswers %d must be at least 0", c.NearAnswers))
 	}
+	if c.VouchFor != 0 && (c.VouchFor < time.Second || c.VouchFor > 24*time.Hour) {
+		errs = append(errs, fmt.Errorf("connlimit: VouchFor %v must be 0 (vouch for nobody) or between 1s and 24h", c.VouchFor))
+	}
+	if c.MaxVouched < 0 || c.VouchFor != 0 && c.MaxVouched < 2 {
+		errs = append(errs, fmt.Errorf("connlimit: MaxVouched %d must be at least 2 (0 only with VouchFor 0)", c.MaxVouched))
+	}
+	if c.VouchedHandshakes < 0 {
+		errs = append(errs, fmt.Errorf("connlimit: VouchedHandshakes %d must be at least 0", c.VouchedHandshakes))
+	}
+	if c.ProveWithin != 0 && (c.ProveWithin < 100*time.Millisecond || c.ProveWithin > time.Minute) {
+		errs = append(errs, fmt.Errorf("connlimit: ProveWithin %v must be 0 (never evict a connection past its handshake) or between 100ms and 1m", c.ProveWithin))
+	}
 	return errors.Join(errs...)
 }
 
@@ -222,10 +288,14 @@ type Stats struct {
 	Handshakes       int     // handshakes in progress now
 	RefusedPerSource uint64  // closed in Accept: the source held its cap
 	RefusedTotal     uint64  // closed in Accept: MaxConns open, every one of them past its handshake
-	Evicted          uint64  // closed before their handshake finished, to make room at MaxConns for a newer connection
-	EvictedSpoken    uint64  // of Evicted, those whose ClientHello had arrived: only when no silent connection was left
+	Evicted          uint64  // closed before they proved anything, to make room at MaxConns for a newer connection
+	EvictedSpoken    uint64  // of Evicted, those whose ClientHello had arrived: only when no silent or idle connection was left
+	EvictedIdle      uint64  // of Evicted, those past their handshake with no authenticated call, idle for ProveWithin
+	EvictedVouched   uint64  // of Evicted, those from a vouched address (silent or spoken), for a newer one from a vouched address
 	Silent           int     // connections open now whose ClientHello has not arrived
 	Spoken           uint64  // connections whose ClientHello arrived while they were still silent to the limiter (not past their handshake)
+	Unproven         int     // connections open now past their handshake, from an unvouched address, with no authenticated call and no call under way (ProveWithin)
+	Vouched          int     // source addresses vouched for now
 	RefusedBusy      uint64  // closed at ClientHello: no handshake slot within HandshakeQueueWait (AcquireHandshake, the Raft port)
 	Deferred         uint64  // answered busy at ClientHello, with a retry-after (Admit, the gRPC port)
 	Queued           int     // clients waiting for a handshake slot now (Admit)
@@ -246,12 +316,23 @@ type Limiter struct {
 	// first: who is evicted at MaxConns. silent: no complete ClientHello
 	// yet, evicted first; spoken: its ClientHello has arrived (the
 	// handshake is queued or under way), evicted only when no silent
-	// connection is left.
-	silent, spoken connList
+	// connection is left. vsilent and vspoken: the same, from addresses
+	// vouched for when they were accepted. idle: connections past their
+	// handshake from unvouched addresses with no authenticated call and
+	// no call under way, in the order they became idle (ProveWithin).
+	silent, spoken, vsilent, vspoken, idle connList
+	// byAddr finds the connections of idle, and those of them with a
+	// call under way, by their remote address (Call, Vouch).
+	byAddr map[netip.AddrPort]*conn
 	// peekBuf, under mu, holds what victimLocked peeks at.
 	peekBuf [recordHeaderLen + maxRecordLen]byte
 
-	refusedSource, refusedTotal, refusedBusy, deferred, evicted, evictedSpoken, spokenTotal atomic.Uint64
+	refusedSource, refusedTotal, refusedBusy, deferred, evicted, evictedSpoken, evictedIdle, evictedVouched, spokenTotal atomic.Uint64
+
+	// reserve holds the VouchedHandshakes slots (nil if none).
+	reserve chan struct{}
+	// vouches are the source addresses vouched for, under their own lock.
+	vouches vouches
 
 	clock  clock.Clock
 	jitter func(time.Duration) time.Duration
@@ -285,7 +366,11 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{cfg: cfg, handshakes: make(chan struct{}, cfg.MaxHandshakes), perSource: map[netip.Addr]int{}, bounced: map[netip.Addr]bounce{},
+		byAddr: map[netip.AddrPort]*conn{}, vouches: newVouches(cfg.MaxVouched),
 		clock: cfg.Clock, jitter: cfg.Jitter, held: initialHeld, fastest: initialHeld}
+	if cfg.VouchedHandshakes > 0 {
+		l.reserve = make(chan struct{}, cfg.VouchedHandshakes)
+	}
 	if l.clock == nil {
 		l.clock = clock.Real{}
 	}
@@ -303,20 +388,25 @@ func (l *Limiter) Config() Config { return l.cfg }
 // Stats returns the current counts.
 func (l *Limiter) Stats() Stats {
 	l.mu.Lock()
-	open, silent := l.open, l.silent.n
+	open, silent, unproven := l.open, l.silent.n+l.vsilent.n, l.idle.n
 	l.mu.Unlock()
+	vouched := l.vouches.live(l.clock.Now(), l.cfg.VouchFor)
 	l.qmu.Lock()
 	queued, rate, served := l.queued, l.rateLocked(), l.servedRateLocked(l.clock.Now())
 	l.qmu.Unlock()
 	return Stats{
 		Open:             open,
-		Handshakes:       len(l.handshakes),
+		Handshakes:       len(l.handshakes) + len(l.reserve),
 		RefusedPerSource: l.refusedSource.Load(),
 		RefusedTotal:     l.refusedTotal.Load(),
 		Evicted:          l.evicted.Load(),
 		EvictedSpoken:    l.evictedSpoken.Load(),
+		EvictedIdle:      l.evictedIdle.Load(),
+		EvictedVouched:   l.evictedVouched.Load(),
 		Silent:           silent,
 		Spoken:           l.spokenTotal.Load(),
+		Unproven:         unproven,
+		Vouched:          vouched,
 		RefusedBusy:      l.refusedBusy.Load(),
 		Deferred:         l.deferred.Load(),
 		Queued:           queued,
@@ -326,9 +416,9 @@ func (l *Limiter) Stats() Stats {
 }
 
 // Listener wraps lis: Accept closes, without handing them on, connections
-// over the per-source cap, and at the total cap evicts the oldest
-// connection still in its handshake to make room (or, if there is none,
-// closes the new one). Every connection it returns gives its place back
+// over the per-source cap, and at the total cap evicts a connection that
+// has proved least to make room (or, if there is none, closes the new
+// one). Every connection it returns gives its place back
 // when closed.
 func (l *Limiter) Listener(lis net.Listener) net.Listener { return &listener{Listener: lis, l: l} }
 
@@ -361,7 +451,9 @@ func (ln *listener) Accept() (net.Conn, error) {
 // take admits c, returning it wrapped, and the connection evicted to make
 // room if one was; nil if c is refused.
 func (l *Limiter) take(c net.Conn) (admitted, evicted *conn) {
-	src := sourceOf(c.RemoteAddr())
+	ra := c.RemoteAddr()
+	src := sourceOf(ra)
+	vouched := l.vouched(src)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.perSource[src] >= l.cfg.MaxConnsPerSource {
@@ -369,13 +461,19 @@ func (l *Limiter) take(c net.Conn) (admitted, evicted *conn) {
 		return nil, nil
 	}
 	if l.open >= l.cfg.MaxConns {
-		evicted = l.victimLocked()
+		evicted = l.victimLocked(vouched)
 		if evicted == nil {
 			l.refusedTotal.Add(1)
 			return nil, nil
 		}
-		if evicted.list == &l.spoken {
+		switch evicted.list {
+		case &l.spoken, &l.vspoken:
 			l.evictedSpoken.Add(1)
+		case &l.idle:
+			l.evictedIdle.Add(1)
+		}
+		if evicted.vouched {
+			l.evictedVouched.Add(1)
 		}
 		evicted.evicted.Store(true)
 		l.giveLocked(evicted)
@@ -383,36 +481,66 @@ func (l *Limiter) take(c net.Conn) (admitted, evicted *conn) {
 	}
 	l.perSource[src]++
 	l.open++
-	admitted = &conn{Conn: c, l: l, src: src}
-	l.silent.push(admitted)
+	admitted = &conn{Conn: c, l: l, src: src, key: addrPortOf(ra), vouched: vouched}
+	if vouched {
+		l.vsilent.push(admitted)
+	} else {
+		l.silent.push(admitted)
+	}
 	return admitted, evicted
 }
 
-// victimLocked picks the connection to evict at MaxConns: the oldest
-// silent one (no complete ClientHello yet), or, only if none is left, the
-// oldest whose ClientHello has arrived but whose handshake is not over;
-// nil if every open connection is past its handshake. A silent connection
-// whose ClientHello is waiting unread in its socket (its goroutine has not
-// run yet) is not silent: it moves to the spoken list, once, and the next
+// victimLocked picks the connection to evict at MaxConns for a new one,
+// from a vouched address if vouched: from unvouched addresses, the oldest
+// silent one (no complete ClientHello yet), else the one idle longest
+// past its handshake if that is ProveWithin, else the oldest whose
+// ClientHello has arrived but whose handshake is not over; then, only for
+// a vouched newcomer, the oldest silent and then spoken one from a
+// vouched address. nil if there is none. A silent connection whose
+// ClientHello is waiting unread in its socket (its goroutine has not run
+// yet) is not silent: it moves to the spoken list, once, and the next
 // oldest is looked at.
-func (l *Limiter) victimLocked() *conn {
-	for c := l.silent.oldest; c != nil; c = l.silent.oldest {
+func (l *Limiter) victimLocked(vouched bool) *conn {
+	if c := l.silentVictimLocked(&l.silent); c != nil {
+		return c
+	}
+	if c := l.idle.oldest; c != nil && l.cfg.ProveWithin > 0 && l.clock.Now().Sub(c.idleSince) >= l.cfg.ProveWithin {
+		return c
+	}
+	if c := l.spoken.oldest; c != nil || !vouched {
+		return c
+	}
+	if c := l.silentVictimLocked(&l.vsilent); c != nil {
+		return c
+	}
+	return l.vspoken.oldest
+}
+
+// silentVictimLocked is the oldest connection of silent (l.silent or
+// l.vsilent) with no ClientHello waiting in its socket.
+func (l *Limiter) silentVictimLocked(silent *connList) *conn {
+	for c := silent.oldest; c != nil; c = silent.oldest {
 		if !helloWaiting(c.Conn, &l.peekBuf) {
 			return c
 		}
 		l.spokeLocked(c)
 	}
-	return l.spoken.oldest
+	return nil
 }
 
-// spokeLocked moves c, silent until now, to the spoken list: its
-// ClientHello has arrived.
+// spokeLocked moves c, silent until now, to the spoken list (of its
+// kind): its ClientHello has arrived.
 func (l *Limiter) spokeLocked(c *conn) {
-	if c.list != &l.silent {
+	to := &l.spoken
+	switch c.list {
+	case &l.silent:
+	case &l.vsilent:
+		to = &l.vspoken
+	default:
 		return
 	}
-	l.silent.remove(c)
-	l.spoken.push(c)
+	c.list.remove(c)
+	to.push(c)
 	l.spokenTotal.Add(1)
 }
 
@@ -422,23 +550,60 @@ func (l *Limiter) giveLocked(c *conn) {
 		return
 	}
 	c.closed = true
-	l.handshakeOverLocked(c)
+	if c.list != nil {
+		c.list.remove(c)
+	}
+	l.untrackLocked(c)
 	if l.perSource[c.src]--; l.perSource[c.src] <= 0 {
 		delete(l.perSource, c.src)
 	}
 	l.open--
 }
 
-// handshakeOverLocked takes c off the lists of connections that may be
-// evicted.
-func (l *Limiter) handshakeOverLocked(c *conn) {
+// handshakeOverLocked takes c off the lists of connections in their
+// handshake; with ProveWithin, a connection from an address that was not
+// vouched for (vouched, looked up by the caller) is idle from now until
+// its first call.
+func (l *Limiter) handshakeOverLocked(c *conn, vouched bool) {
+	if c.closed || c.established {
+		return
+	}
+	c.established = true
 	if c.list != nil {
 		c.list.remove(c)
 	}
+	if l.cfg.ProveWithin <= 0 || vouched || !c.key.IsValid() {
+		return
+	}
+	if old := l.byAddr[c.key]; old != nil {
+		// Two connections cannot share a remote address on one listener;
+		// a test's fake addresses can. The older one is no longer found.
+		old.tracked = false
+	}
+	c.tracked = true
+	l.byAddr[c.key] = c
+	c.idleSince = l.clock.Now()
+	l.idle.push(c)
 }
 
-// connList is a list of connections in accept order, threaded through
-// them: the silent or the spoken connections of a limiter, under its mu.
+// untrackLocked forgets c as a connection that may yet be found idle: it
+// was closed or proven.
+func (l *Limiter) untrackLocked(c *conn) {
+	if !c.tracked {
+		return
+	}
+	c.tracked = false
+	if c.list == &l.idle {
+		l.idle.remove(c)
+	}
+	if l.byAddr[c.key] == c {
+		delete(l.byAddr, c.key)
+	}
+}
+
+// connList is a list of connections in accept order (idle: in the order
+// they became idle), threaded through them: one of a limiter's lists,
+// under its mu.
 type connList struct {
 	oldest, newest *conn
 	n              int
@@ -475,13 +640,24 @@ type conn struct {
 	net.Conn
 	l   *Limiter
 	src netip.Addr
+	key netip.AddrPort // the remote address, for Call and Vouch
+	// vouched: its address was vouched for when it was accepted (its
+	// lists are vsilent and vspoken).
+	vouched bool
 	// Under l.mu: closed once the place is given back (a Close or an
 	// eviction); list is the limiter's list the connection is in (silent
-	// or spoken) while its handshake is not over, linked there between
-	// older and newer.
+	// or spoken, of its kind) while its handshake is not over, or idle
+	// after it, linked there between older and newer. established: past
+	// its handshake; tracked: in byAddr, for calls to be counted (idle, or
+	// a call under way) until it is proven or closed; calls: its calls
+	// under way; idleSince: when its last call ended (or its handshake).
 	closed       bool
 	list         *connList
 	older, newer *conn
+	established  bool
+	tracked      bool
+	calls        int
+	idleSince    time.Time
 	// evicted is set under l.mu, and read without it by the
 	// connection's own reads and writes when they fail.
 	evicted atomic.Bool
@@ -505,8 +681,9 @@ func (c *conn) Close() error {
 // connection evicted already it fails with ErrEvicted.
 func (c *conn) SetDeadline(t time.Time) error {
 	if t.IsZero() {
+		vouched := c.vouched || c.l.vouched(c.src)
 		c.l.mu.Lock()
-		c.l.handshakeOverLocked(c)
+		c.l.handshakeOverLocked(c, vouched)
 		evicted := c.evicted.Load()
 		c.l.mu.Unlock()
 		if evicted {
@@ -581,6 +758,20 @@ func sourceOf(a net.Addr) netip.Addr {
 	return netip.Addr{}
 }
 
+// addrPortOf is the remote address a as sourceOf sees it, with its port;
+// the zero AddrPort when there is none.
+func addrPortOf(a net.Addr) netip.AddrPort {
+	if ta, ok := a.(*net.TCPAddr); ok && ta != nil {
+		if ip, ok := netip.AddrFromSlice(ta.IP); ok {
+			return netip.AddrPortFrom(ip.Unmap().WithZone(""), uint16(ta.Port))
+		}
+	}
+	if ap, err := netip.ParseAddrPort(fmt.Sprint(a)); err == nil {
+		return netip.AddrPortFrom(ap.Addr().Unmap().WithZone(""), ap.Port())
+	}
+	return netip.AddrPort{}
+}
+
 // TLS record framing: a handshake record is type 22, a two-byte version
 // and a two-byte length of at most 2^14 (RFC 8446 section 5.1).
 const (
@@ -633,7 +824,7 @@ func (l *Limiter) AdmitHandshake(raw net.Conn) (hello net.Conn, release func(ok 
 	if err != nil {
 		return nil, nil, err
 	}
-	start, err := l.admit(sourceOf(raw.RemoteAddr()))
+	s, err := l.admit(sourceOf(raw.RemoteAddr()))
 	var busy *BusyError
 	if errors.As(err, &busy) {
 		answerBusy(raw, busy.RetryAfter)
@@ -651,7 +842,7 @@ func (l *Limiter) AdmitHandshake(raw net.Conn) (hello net.Conn, release func(ok 
 	// is still bounded: by the deadline until its ClientHello, by the
 	// queue wait, then by this.
 	_ = raw.SetDeadline(time.Now().Add(l.cfg.HandshakeTimeout))
-	return hello, l.releaser(start), nil
+	return hello, l.releaser(s), nil
 }
 
 // busyWriteTimeout bounds writing the busy line: a client that does not
@@ -675,7 +866,7 @@ func answerBusy(c net.Conn, retryAfter time.Duration) {
 func (l *Limiter) AcquireHandshake() (release func(), err error) {
 	select {
 	case l.handshakes <- struct{}{}:
-		return l.okReleaser(l.clock.Now()), nil
+		return l.okReleaser(slot{l.clock.Now(), l.handshakes}), nil
 	default:
 	}
 	if l.cfg.HandshakeQueueWait > 0 {
@@ -683,7 +874,7 @@ func (l *Limiter) AcquireHandshake() (release func(), err error) {
 		defer t.Stop()
 		select {
 		case l.handshakes <- struct{}{}:
-			return l.okReleaser(l.clock.Now()), nil
+			return l.okReleaser(slot{l.clock.Now(), l.handshakes}), nil
 		case <-t.C:
 		}
 	}
@@ -691,22 +882,22 @@ func (l *Limiter) AcquireHandshake() (release func(), err error) {
 	return nil, ErrHandshakesBusy
 }
 
-// releaser gives back a slot taken at start and counts how long it was
-// held, and whether the handshake succeeded.
-func (l *Limiter) releaser(start time.Time) func(ok bool) {
+// releaser gives back slot s and counts how long it was held, and
+// whether the handshake succeeded.
+func (l *Limiter) releaser(s slot) func(ok bool) {
 	var once sync.Once
 	return func(ok bool) {
 		once.Do(func() {
-			<-l.handshakes
-			l.finished(l.clock.Now().Sub(start), ok)
+			<-s.ch
+			l.finished(l.clock.Now().Sub(s.start), ok)
 		})
 	}
 }
 
 // okReleaser is a releaser for a caller that does not tell (the Raft
 // port, whose rate no busy answer is sized from).
-func (l *Limiter) okReleaser(start time.Time) func() {
-	r := l.releaser(start)
+func (l *Limiter) okReleaser(s slot) func() {
+	r := l.releaser(s)
 	return func() { r(true) }
 }
 

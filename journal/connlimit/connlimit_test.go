@@ -220,6 +220,10 @@ func TestConfigValidate(t *testing.T) {
 		{"queue wait", func(c *connlimit.Config) { c.HandshakeQueueWait = c.HandshakeTimeout }, "HandshakeQueueWait"},
 		{"retry-after below the queue wait", func(c *connlimit.Config) { c.MaxRetryAfter = c.HandshakeQueueWait / 2 }, "MaxRetryAfter"},
 		{"near answers", func(c *connlimit.Config) { c.NearAnswers = -1 }, "NearAnswers"},
+		{"vouch for", func(c *connlimit.Config) { c.VouchFor = time.Millisecond }, "VouchFor"},
+		{"max vouched", func(c *connlimit.Config) { c.MaxVouched = 1 }, "MaxVouched"},
+		{"vouched handshakes", func(c *connlimit.Config) { c.VouchedHandshakes = -1 }, "VouchedHandshakes"},
+		{"prove within", func(c *connlimit.Config) { c.ProveWithin = time.Millisecond }, "ProveWithin"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := connlimit.DefaultConfig()

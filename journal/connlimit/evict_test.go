@@ -24,9 +24,19 @@ type capHarness struct {
 	gone     []chan struct{} // closed when the client side of it sees the server close
 }
 
+// newCapHarness is on a limiter whose calls nobody reports (ProveWithin
+// 0): a connection past its handshake is never evicted.
 func newCapHarness(t *testing.T, maxConns, perSource int) *capHarness {
 	t.Helper()
-	l := newLimiter(t, func(c *connlimit.Config) { c.MaxConns, c.MaxConnsPerSource = maxConns, perSource })
+	return newCapHarnessWith(t, func(c *connlimit.Config) {
+		c.MaxConns, c.MaxConnsPerSource = maxConns, perSource
+		c.ProveWithin = 0
+	})
+}
+
+func newCapHarnessWith(t *testing.T, mutate func(*connlimit.Config)) *capHarness {
+	t.Helper()
+	l := newLimiter(t, mutate)
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -15,20 +15,20 @@ func HelloWaiting(c net.Conn) bool {
 // AdmitReporting is Admit with the release AdmitHandshake returns, which
 // says whether the handshake succeeded.
 func (l *Limiter) AdmitReporting() (release func(ok bool), err error) {
-	start, err := l.admit(netip.Addr{})
+	s, err := l.admit(netip.Addr{})
 	if err != nil {
 		return nil, err
 	}
-	return l.releaser(start), nil
+	return l.releaser(s), nil
 }
 
 // AdmitFrom is Admit for a client from src.
 func (l *Limiter) AdmitFrom(src netip.Addr) (release func(), err error) {
-	start, err := l.admit(src)
+	s, err := l.admit(src)
 	if err != nil {
 		return nil, err
 	}
-	return l.okReleaser(start), nil
+	return l.okReleaser(s), nil
 }
 
 // BusyInARow is how many busy answers in a row src has had.
@@ -37,3 +37,6 @@ func (l *Limiter) BusyInARow(src netip.Addr) int {
 	defer l.qmu.Unlock()
 	return l.bounced[src].answers
 }
+
+// IsVouched reports whether src is vouched for now.
+func (l *Limiter) IsVouched(src netip.Addr) bool { return l.vouched(src) }
