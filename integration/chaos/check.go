@@ -383,6 +383,7 @@ const (
 	InvLiveness      = "no-wrong-inactive"
 	InvMistakes      = "mistakes-refused"
 	InvOneQuorum     = "one-quorum"
+	InvRevokedCA     = "revoked-ca-cut-off"
 )
 
 // maxStall is the longest a quorum with one slow follower may go without

@@ -28,6 +28,14 @@ const (
 	// Active: a reboot that lost the key. Within the takeover window it is
 	// refused (ALREADY_ACTIVE); after it, it replaces the certificate.
 	OpTakeover OpKind = "takeover"
+	// OpRevokeCA is an operator's revocation of a journal CA (pact journal
+	// revoke-ca; the revoke-leader-ca scenario), from the command's start
+	// to its answer. It is no call on a node: the harness adds it to every
+	// node's history (RevocationRecords), so the model knows from when the
+	// certificates its intermediates (Input.Issuers) signed are withdrawn:
+	// refused everywhere, and their node free to enroll again with a new
+	// key at once (raftfsm certWithdrawn).
+	OpRevokeCA OpKind = "revoke-ca"
 )
 
 // issuesCert reports whether a successful call of this kind hands out a
@@ -78,6 +86,9 @@ type Input struct {
 	// moved it here): a journal's lagging copy may still resolve it to
 	// that previous owner.
 	Moved bool `json:",omitempty"`
+	// Issuers are the intermediates (serials, comma-separated, sorted) an
+	// OpRevokeCA took out of the trust bundle with their journal CA.
+	Issuers string `json:",omitempty"`
 }
 
 // Output is what came back.
@@ -95,6 +106,9 @@ type Output struct {
 	// (apierr.Error.Final): an ALREADY_ACTIVE while a takeover may still
 	// become possible.
 	Retryable bool `json:",omitempty"`
+	// Issuer is the serial of the intermediate that signed the
+	// certificate received (Enroll, RenewCert; "" if unknown).
+	Issuer string `json:",omitempty"`
 }
 
 // ModelState is one node's registry record as the specification sees it.
@@ -113,10 +127,17 @@ type ModelState struct {
 	// EverUnbound holds the keys of certificates whose serial never
 	// became known (sorted).
 	EverUnbound []string
+	// Issuer is the serial of the intermediate that signed the current
+	// certificate ("" not known: its serial is undetermined, or a read
+	// revealed it). Gone holds the intermediates revoked so far with their
+	// journal CA (OpRevokeCA, sorted): a current certificate one of them
+	// signed is withdrawn.
+	Issuer string
+	Gone   []string
 }
 
 func (s ModelState) key() string {
-	return fmt.Sprintf("%s|%s|%s|%s|%s|%s", s.State, s.Serial, s.Key, strings.Join(s.Revoked, ","), strings.Join(s.EverCerts, ","), strings.Join(s.EverUnbound, ","))
+	return fmt.Sprintf("%s|%s|%s|%s|%s|%s|%s|%s", s.State, s.Serial, s.Key, strings.Join(s.Revoked, ","), strings.Join(s.EverCerts, ","), strings.Join(s.EverUnbound, ","), s.Issuer, strings.Join(s.Gone, ","))
 }
 
 func (s ModelState) String() string {
@@ -150,6 +171,7 @@ func (s ModelState) clone() ModelState {
 	s.Revoked = slices.Clone(s.Revoked)
 	s.EverCerts = slices.Clone(s.EverCerts)
 	s.EverUnbound = slices.Clone(s.EverUnbound)
+	s.Gone = slices.Clone(s.Gone)
 	return s
 }
 
@@ -185,7 +207,7 @@ func insertSorted(list []string, v string) []string {
 // withCert makes key/serial the current certificate.
 func (s ModelState) withCert(serial, key string) ModelState {
 	n := s.clone()
-	n.State, n.Serial, n.Key = StateActive, serial, key
+	n.State, n.Serial, n.Key, n.Issuer = StateActive, serial, key, ""
 	if serial == unknownSerial {
 		n.EverUnbound = insertSorted(n.EverUnbound, key)
 	} else {
@@ -212,6 +234,44 @@ func (s ModelState) bind(serial string) ModelState {
 		n.EverCerts = insertSorted(n.EverCerts, n.Key+"/"+serial)
 		if i, ok := slices.BinarySearch(n.EverUnbound, n.Key); ok {
 			n.EverUnbound = slices.Delete(n.EverUnbound, i, i+1)
+		}
+	}
+	return n
+}
+
+// issued records the intermediate that signed the current certificate,
+// once an answer carrying it shows it.
+func (s ModelState) issued(issuer string) ModelState {
+	if issuer == "" || s.Issuer != "" || s.State != StateActive {
+		return s
+	}
+	n := s.clone()
+	n.Issuer = issuer
+	return n
+}
+
+// withdrawn reports whether the node's current certificate is, for
+// certain or perhaps (its issuer not known), signed by an intermediate
+// revoked with its journal CA: refused everywhere, so its node may enroll
+// with a new key at once.
+func (s ModelState) withdrawn() (certain, maybe bool) {
+	if s.State != StateActive || len(s.Gone) == 0 {
+		return false, false
+	}
+	if s.Issuer == "" {
+		return false, true
+	}
+	in := slices.Contains(s.Gone, s.Issuer)
+	return in, in
+}
+
+// revokeCA is the state after a journal CA's revocation took issuers out
+// of the trust bundle.
+func (s ModelState) revokeCA(issuers string) ModelState {
+	n := s.clone()
+	for _, i := range strings.Split(issuers, ",") {
+		if i != "" {
+			n.Gone = insertSorted(n.Gone, i)
 		}
 	}
 	return n
@@ -320,9 +380,18 @@ func (sp Spec) allows(a Allowance) bool { return slices.Contains(sp.Allow, a) }
 //
 //   - NO_LEADER: no leader could decide (or confirm) the call; the wire
 //     contract promises nothing was written.
+//
 //   - RATE_LIMITED: the journal shed the call before looking at it (a
 //     source's failure budget, the handshake or work gate).
+//
 //   - UNREACHABLE: the request never left the client (Classify).
+//
+//   - JOURNAL_HALTED: the journal stopped serving (removed, cut off by
+//     the quorum: the revoke-leader-ca scenario's revoked journal) and
+//     refused the call as it arrived, before looking at it.
+//
+//   - JOURNAL_CA_REVOKED: the journal's own journal CA is revoked, so it
+//     signs nothing; it refused before signing or proposing.
 //
 // Nothing else is: the workload sends no malformed request
 // (INVALID_ARGUMENT, INVALID_CSR), decommissions with force (never
@@ -332,7 +401,7 @@ func (sp Spec) allows(a Allowance) bool { return slices.Contains(sp.Allow, a) }
 // certificate that is not the node's current one (renew).
 func noEffect(reason string) bool {
 	switch reason {
-	case "NO_LEADER", "RATE_LIMITED", "UNREACHABLE":
+	case "NO_LEADER", "RATE_LIMITED", "UNREACHABLE", "JOURNAL_HALTED", "JOURNAL_CA_REVOKED":
 		return true
 	}
 	return false
@@ -369,6 +438,8 @@ func (sp Spec) Step(s ModelState, in Input, out Output) []ModelState {
 		return sp.decommission(s, out)
 	case OpRead:
 		return sp.read(s, out)
+	case OpRevokeCA:
+		return one(s.revokeCA(in.Issuers))
 	}
 	return nil
 }
@@ -417,15 +488,23 @@ func (sp Spec) enroll(s ModelState, in Input, out Output) []ModelState {
 		if out.Key != in.Key {
 			return nil // a certificate for another key
 		}
+		_, withdrawn := s.withdrawn()
 		switch {
 		case s.State == StateRegistered || s.State == StateInactive:
-			return one(s.withCert(out.Serial, in.Key))
+			return one(s.withCert(out.Serial, in.Key).issued(out.Issuer))
 		case s.State == StateActive && s.Key == in.Key && s.canBeSerial(out.Serial):
-			return one(s.bind(out.Serial)) // a retry: the committed certificate again
+			return one(s.bind(out.Serial).issued(out.Issuer)) // a retry: the committed certificate again
+		case s.State == StateActive && s.Key != in.Key && withdrawn:
+			// Its certificate's issuer was revoked with its journal CA: the
+			// node enrolls again with a new key at once, as a takeover.
+			return one(s.withCert(out.Serial, in.Key).issued(out.Issuer))
 		}
 	case ResultUnknown:
 		next := []ModelState{s}
 		if s.State == StateRegistered || s.State == StateInactive {
+			next = append(next, s.withCert(unknownSerial, in.Key))
+		}
+		if _, withdrawn := s.withdrawn(); withdrawn && s.Key != in.Key {
 			next = append(next, s.withCert(unknownSerial, in.Key))
 		}
 		return next
@@ -464,7 +543,7 @@ func (sp Spec) takeover(s ModelState, in Input, out Output) []ModelState {
 	switch out.Result {
 	case ResultOK:
 		if otherKey && out.Key == in.Key {
-			return one(s.bind(s.Serial).withCert(out.Serial, in.Key))
+			return one(s.bind(s.Serial).withCert(out.Serial, in.Key).issued(out.Issuer))
 		}
 	case ResultUnknown:
 		if otherKey {
@@ -487,9 +566,9 @@ func (sp Spec) renew(s ModelState, in Input, out Output) []ModelState {
 		}
 		switch {
 		case s.State == StateActive && s.Key == in.Key && s.canBeSerial(out.Serial):
-			return one(s.bind(out.Serial)) // the renewal had already committed
+			return one(s.bind(out.Serial).issued(out.Issuer)) // the renewal had already committed
 		case current:
-			return one(s.bind(in.Prev).withCert(out.Serial, in.Key))
+			return one(s.bind(in.Prev).withCert(out.Serial, in.Key).issued(out.Issuer))
 		}
 	case ResultUnknown:
 		next := []ModelState{s}
@@ -507,6 +586,11 @@ func (sp Spec) renew(s ModelState, in Input, out Output) []ModelState {
 			// decommission or another renewal is refused in the state
 			// after that write, which porcupine tries too.
 			if noEffect(out.Reason) {
+				return one(s)
+			}
+			// Unless its issuer was revoked with its journal CA: then every
+			// journal refuses it as it authenticates.
+			if _, withdrawn := s.withdrawn(); withdrawn && (out.Reason == "UNAUTHENTICATED" || out.Reason == ReasonCertRefused) {
 				return one(s)
 			}
 			return nil
@@ -673,6 +757,8 @@ func DescribeOp(in Input, out Output) string {
 		call = fmt.Sprintf("takeover(key=%s)", short(in.Key))
 	case OpRenew:
 		call = fmt.Sprintf("renew(with=%s, key=%s)", short(in.Prev), short(in.Key))
+	case OpRevokeCA:
+		call = fmt.Sprintf("revoke-ca(intermediates %s)", in.Issuers)
 	default:
 		call = string(in.Kind) + "()"
 	}

@@ -187,6 +187,7 @@ func Report(w io.Writer, results []*ScenarioResult, seed uint64, skipped []strin
 			}
 		}
 		lines = append(lines, r.Mistakes.lines()...)
+		lines = append(lines, r.RevokeCA.lines()...)
 		for _, n := range r.NotApplicable {
 			lines = append(lines, fmt.Sprintf("%-26s not applicable: %s", n.What, n.Why))
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
@@ -86,6 +87,8 @@ type ScenarioResult struct {
 	// every mistake made (mistakesPlanned).
 	Mistakes     *MistakesResult
 	NeedMistakes bool
+	// RevokeCA is what the revoke-leader-ca scenario saw.
+	RevokeCA *RevokeCAResult
 	// Liveness is what the liveness scenario saw; LivenessRightly counts
 	// nodes marked Inactive while streaming to a cut-off journal (it must
 	// show one: the marking works, the check is not vacuous).
@@ -292,7 +295,7 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 	cancel()
 	healErr := healAll(env)
 	res.HealedAt = h.Now()
-	res.Faults, res.Snapshot, res.Membership, res.Mistakes = env.faults, env.snap, env.members, env.mistakes
+	res.Faults, res.Snapshot, res.Membership, res.Mistakes, res.RevokeCA = env.faults, env.snap, env.members, env.mistakes, env.revoke
 	// The membership scenario ends with some journals outside the quorum
 	// (waiting with --join): the checks read the members only.
 	post := q
@@ -360,7 +363,11 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 		timeout = 30 * time.Second
 	}
 	res.Settled = settled
-	res.Lin = CheckLinearizable(recs, settled, timeout)
+	// The revocation of a journal CA is an operation in every node's
+	// history: the model needs it (OpRevokeCA); the other checks read the
+	// workload's calls only.
+	revocation := RevocationRecords(recs, res.RevokeCA)
+	res.Lin = CheckLinearizable(append(slices.Clone(recs), revocation...), settled, timeout)
 	res.Unavailable = Unavailability(recs, res.Faults, end)
 	res.Hardware = CountHardware(recs, w.Hardware())
 	res.AfterHeal = CountAfterHeal(recs, res.HealedAt)
@@ -373,6 +380,16 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 			break
 		}
 	}
+	// The hardware of every node the registry holds: the workload's, and
+	// the revoke-leader-ca scenario's agents'.
+	hw := w.Hardware()
+	if len(env.agentHW) > 0 {
+		hw = maps.Clone(hw)
+		maps.Copy(hw, env.agentHW)
+	}
+	if res.RevokeCA != nil {
+		res.RevokeCA.Reenrolled = countReenrolled(final.Audit, w.Hardware())
+	}
 	// The checks of the plan: an invariant it names that is not checked
 	// here, or checks nothing, fails the run (ScenarioResult.Evidence).
 	for _, c := range []struct {
@@ -380,7 +397,7 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 		check func() Check
 	}{
 		{InvAckedWrites, func() Check { return CheckAckedWrites(recs, final, h) }},
-		{InvHardware, func() Check { return CheckHardware(states, final, w.Hardware(), h) }},
+		{InvHardware, func() Check { return CheckHardware(states, final, hw, h) }},
 		{InvCertsComitted, func() Check { return CheckCertsCommitted(recs, final, h) }},
 		{InvNoRenewRevoke, func() Check { return CheckNoRenewAfterDecommission(recs, final) }},
 		{InvIdentical, func() Check { return CheckIdentical(states, diff) }},
@@ -389,6 +406,7 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 		{InvNoStall, func() Check { return CheckNoStall(recs, res.Faults, end) }},
 		{InvMistakes, func() Check { return CheckMistakes(res.Mistakes, recs) }},
 		{InvOneQuorum, func() Check { return CheckOneQuorum(res.Mistakes) }},
+		{InvRevokedCA, func() Check { return CheckRevokedCA(res.RevokeCA) }},
 	} {
 		if plan.applies(c.name) {
 			res.Checks = append(res.Checks, c.check())
@@ -424,7 +442,7 @@ func RunScenario(sc Scenario, opts Options, seed uint64) *ScenarioResult {
 			s.Follower, s.BehindFrom, s.CompactedTo, s.Waited.Round(time.Second), s.Installed, s.CatchUpAfter.Round(100*time.Millisecond))
 		res.Checks = append(res.Checks, c)
 	}
-	if err := writeArtifacts(res, recs); err != nil {
+	if err := writeArtifacts(res, append(slices.Clone(recs), revocation...)); err != nil {
 		res.Notes = append(res.Notes, "artifacts: "+err.Error())
 	}
 	return res

@@ -57,6 +57,11 @@ type Env struct {
 	cutoff map[int][]string
 	// mistakes is what the operator-mistakes scenario saw.
 	mistakes *MistakesResult
+	// revoke is what the revoke-leader-ca scenario saw; agentHW the
+	// hardware of its agents' nodes (node -> MAC, BMC serial), which the
+	// registry checks must know beside the workload's.
+	revoke  *RevokeCAResult
+	agentHW map[string][2]string
 }
 
 // SnapshotResult is what the lagging-follower scenario saw.
@@ -234,6 +239,10 @@ type Scenario struct {
 	// every mistake refused (CheckMistakes) and one quorum after each
 	// (CheckOneQuorum).
 	Mistakes bool
+	// RevokeCA marks the revoke-leader-ca scenario: the run is checked
+	// with CheckRevokedCA and the model learns the revocation
+	// (RevocationRecords).
+	RevokeCA bool
 	// ClockStep runs the journals from Options.ClockBin, whose clocks
 	// follow offsets in Dir/clock (clockStep).
 	ClockStep bool
@@ -304,6 +313,8 @@ func Scenarios() []Scenario {
 			Describe: "add and remove journals (pact journal add/remove through the leader; two spare journals wait with --join) while the leader is killed or a minority is cut off; a removed journal must exit 3 and is added back empty"},
 		{Name: "operator-mistakes", Journals: 3, Duration: 30 * time.Second, Inject: operatorMistakes, Mistakes: true, Processes: true, MinFaults: 4,
 			Describe: "operator mistakes under load: a wiped follower restarted with its old --initial-cluster (must exit 4), then added back with --join; the majority lost while the survivor leads, pact-journal recover on the survivor, a lost journal back with its old disk (the survivor must refuse it: quorum_mismatch; it must never serve), the lost ones added back wiped; a snapshot restored under another root of the same name (must be refused, nothing written); one quorum id after each"},
+		{Name: "revoke-leader-ca", Journals: 3, Duration: 30 * time.Second, Inject: revokeLeaderCA, RevokeCA: true, Leaders: true, Processes: true, Long: true,
+			Describe: "12 pact-agents streaming; pact journal revoke-ca of the leader's journal CA through a follower: another journal leads within electionWait, the others refuse it as a peer (revoked_intermediate), it reports itself halted, every agent that streamed on it or held a certificate of its intermediates streams again elsewhere within the failover plus the agent's retry budget; then pact journal remove (exit 3), a new key and journal CA, --join and pact journal add --journal-ca; one quorum of three"},
 	}
 }
 

@@ -91,6 +91,8 @@ var invariantRules = []struct {
 			return ""
 		case sc.Mistakes:
 			return "no change is asked under a fault: the configuration changes only to repair the mistakes, and one-quorum checks it after each"
+		case sc.RevokeCA:
+			return "no change is asked under a fault: the revoked journal is removed and added back only to restore the quorum, and revoked-ca-cut-off checks the outcome (exit 3, the add, one quorum of three)"
 		}
 		return "the quorum's configuration does not change"
 	}},
@@ -105,6 +107,12 @@ var invariantRules = []struct {
 			return ""
 		}
 		return "the quorum id never changes and no journal is wiped (journals-identical covers the registry)"
+	}},
+	{InvRevokedCA, func(sc Scenario) string {
+		if sc.RevokeCA {
+			return ""
+		}
+		return "no journal CA is revoked"
 	}},
 	{InvLiveness, func(sc Scenario) string {
 		if sc.Liveness {

@@ -260,6 +260,11 @@ type nodeBelief struct {
 	// moved: the node's hardware (or its NIC) was another node id's
 	// before (reassign); its enrollments say so (Input.Moved).
 	moved bool
+	// refused: a journal refused the current certificate as it
+	// authenticated (its intermediate revoked with its journal CA, in
+	// revoke-leader-ca): the node enrolls again with a new key, as
+	// pact-agent does.
+	refused bool
 }
 
 const uncertain = "uncertain"
@@ -418,6 +423,15 @@ func (c *client) step(n *nodeBelief) {
 		n.rebootKey = nil
 		c.retryEnroll(n, key, OpTakeover) // after the window: a takeover
 		return
+	}
+	if n.refused {
+		n.refused = false
+		if n.state == StateActive {
+			if k, err := newAgentKey(); err == nil {
+				c.retryEnroll(n, k, OpEnroll) // at once if its certificate is withdrawn; else ALREADY_ACTIVE
+			}
+			return
+		}
 	}
 	p := c.rng.IntN(100)
 	if c.w.cfg.Churn && time.Now().After(c.nextChurn) &&
@@ -654,7 +668,7 @@ func (c *client) retryEnroll(n *nodeBelief, key *agentKey, kind OpKind) {
 		n.state = uncertain
 	case ResultFailed:
 		switch out.Reason {
-		case "NO_LEADER", "RATE_LIMITED", "UNREACHABLE":
+		case "NO_LEADER", "RATE_LIMITED", "UNREACHABLE", "JOURNAL_HALTED", "JOURNAL_CA_REVOKED":
 		case "ALREADY_ACTIVE":
 			// Expected for another key while the node is active.
 			if n.state != StateActive || n.cur == nil || n.cur.key == key {
@@ -685,6 +699,13 @@ func (c *client) received(chain [][]byte, serial string, key *agentKey) Output {
 	if len(chain) > 0 {
 		if leaf, err := x509.ParseCertificate(chain[0]); err == nil {
 			out.Key = pki.SPKIFingerprint(leaf)
+		}
+	}
+	if len(chain) > 1 {
+		// The intermediate that signed it: the model needs it once a
+		// journal CA is revoked (ModelState.Issuer).
+		if ic, err := x509.ParseCertificate(chain[1]); err == nil {
+			out.Issuer = pki.SerialHex(ic.SerialNumber)
 		}
 	}
 	return out
@@ -797,7 +818,9 @@ func (c *client) renew(n *nodeBelief, held *heldCert) {
 		n.state = uncertain
 	case ResultFailed:
 		switch out.Reason {
-		case "NO_LEADER", "RATE_LIMITED", "UNREACHABLE", "UNAUTHENTICATED":
+		case "NO_LEADER", "RATE_LIMITED", "UNREACHABLE", "JOURNAL_HALTED", "JOURNAL_CA_REVOKED":
+		case "UNAUTHENTICATED", ReasonCertRefused:
+			n.refused = held == n.cur && n.state == StateActive
 		case "STALE_CERTIFICATE", "NODE_REVOKED":
 			if held == n.cur {
 				n.state = uncertain
