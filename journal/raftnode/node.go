@@ -458,7 +458,10 @@ func (n *Node) Close() error {
 	if n.netTrans != nil {
 		// Raft's shutdown closes the listener but keeps the pooled
 		// connections to the peers, whose reading goroutines would then
-		// wait on them for as long as the peers run.
+		// wait on them for as long as the peers run. A Raft that shut
+		// itself down (a leader that removed itself) has not closed the
+		// transport either: closing it again is harmless.
+		_ = n.netTrans.Close()
 		n.netTrans.CloseStreams()
 	}
 	if err := n.closeStore(); err != nil {
