@@ -51,7 +51,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X github.com/pact-hpc/pact/internal/version.Version=$(VERSION) -X github.com/pact-hpc/pact/internal/version.Commit=$(COMMIT)
 
-.PHONY: help build build-pkcs11 print-ldflags package package-check package-check-tools run cluster cluster-down image compose-up compose-down test test-pkcs11 lint generate check-generated bench bench-storm bench-floor bench-pair bench-peer bench-scale fuzz fuzz-short clean tools
+.PHONY: help build build-pkcs11 print-ldflags package package-check package-check-tools run cluster cluster-down image compose-up compose-down test test-pkcs11 test-bootstrap lint generate check-generated bench bench-storm bench-floor bench-pair bench-peer bench-scale fuzz fuzz-short clean tools
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -121,6 +121,9 @@ test-pkcs11: ## vet and test the CA key store with PKCS#11 built in, against a S
 	@# make lint's vet and staticcheck build without the tag: vet it here.
 	CGO_ENABLED=1 $(GO) vet -tags pkcs11 ./internal/keystore/...
 	CGO_ENABLED=1 $(GO) test -race -tags pkcs11 $(TESTFLAGS) ./internal/keystore/...
+
+test-bootstrap: ## start a three-journal quorum 100 times, founders in random order and timing (the bootstrap agreement; make test starts 10)
+	CGO_ENABLED=1 $(GO) test -race -run TestFoundersAgreeWhateverTheirTiming -count=1 ./journal/raftnode/ -bootstrap-rounds=100
 
 lint: tools ## gofmt, go vet, staticcheck, deadcode and buf lint (docs/development.md)
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \

@@ -28,6 +28,11 @@ type Hooks struct {
 	// changes; BatchBeforeSend runs before a batch of n is proposed and
 	// may block it.
 	BatchQueued, BatchBeforeSend atomic.Pointer[func(n int)]
+	// RaftListening runs in New right after the Raft port listens, before
+	// the journal bootstraps or starts Raft, and may hold it there: a
+	// journal slow to go on (a loaded host) while its port already
+	// answers probes.
+	RaftListening atomic.Pointer[func()]
 
 	// Set by New.
 	Raft           *raft.Raft

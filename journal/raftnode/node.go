@@ -237,10 +237,32 @@ func (n *Node) startRaft(ctx context.Context) error {
 	if t := n.cfg.RaftTimeout; t > 0 {
 		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = t, t, t
 	}
+	existing, err := raft.HasExistingState(store, stable, snaps)
+	if err != nil {
+		closeStore()
+		return fmt.Errorf("journal: inspect raft state: %w", err)
+	}
+	if err := n.quorum.load(stable, existing); err != nil {
+		closeStore()
+		return err
+	}
+	if !existing && !n.cfg.Join && len(n.cfg.InitialCluster) > 1 {
+		// A founding journal holds its bootstrap candidate before its
+		// Raft port answers a probe: a co-founder that asked in between
+		// would take it for a journal waiting to join (no candidate, no
+		// state) and refuse to bootstrap.
+		if err := n.quorum.startBootstrap(stable); err != nil {
+			closeStore()
+			return err
+		}
+	}
 	addr, raftTrans, err := n.raftTransport()
 	if err != nil {
 		closeStore()
 		return err
+	}
+	if hook := n.hooks.RaftListening.Load(); hook != nil {
+		(*hook)()
 	}
 	// On every failure from here the Raft listener and its goroutines go
 	// with the store: New returns no node to Close.
@@ -250,18 +272,9 @@ func (n *Node) startRaft(ctx context.Context) error {
 			_ = c.Close()
 		}
 	}()
-	existing, err := raft.HasExistingState(store, stable, snaps)
-	if err != nil {
-		closeStore()
-		return fmt.Errorf("journal: inspect raft state: %w", err)
-	}
 	if !existing && !n.cfg.Join && n.cfg.RaftListen != "" && len(n.cfg.InitialCluster) == 0 {
 		closeStore()
 		return fmt.Errorf("%w: --raft-listen is set but neither --initial-cluster nor --join: give --initial-cluster with every voter of a new quorum (this journal included, e.g. %s=%s), or --join to wait to be added to a running one (pact journal add)", ErrNoCluster, n.cfg.NodeID, addr)
-	}
-	if err := n.quorum.load(stable, existing); err != nil {
-		closeStore()
-		return err
 	}
 	if !existing && !n.cfg.Join {
 		// A new quorum's id: agreed with the other founding journals (who

@@ -211,6 +211,24 @@ func (q *quorumIdentity) reply(journalID string) *pactv1.QuorumHelloReply {
 	return &pactv1.QuorumHelloReply{QuorumId: q.id, HasState: q.hasState, BootstrapCandidate: q.candidate, FormedWith: q.formedWith, JournalId: journalID}
 }
 
+// startBootstrap marks a founding journal as bootstrapping and makes its
+// bootstrap candidate (minted and stored once; a restart keeps it). New
+// calls it before the Raft port listens, so a founder never answers a
+// probe without one.
+func (q *quorumIdentity) startBootstrap(store raft.StableStore) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.candidate == "" {
+		c := mintQuorumID()
+		if err := store.Set([]byte(keyCandidate), []byte(c)); err != nil {
+			return fmt.Errorf("journal: stable store: %w", err)
+		}
+		q.candidate = c
+	}
+	q.bootstrapping = true
+	return nil
+}
+
 func (q *quorumIdentity) isBootstrapping() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -535,17 +553,11 @@ func (n *Node) probePeer(addr string, timeout time.Duration) (*pactv1.QuorumHell
 // bootstrap candidates.
 func (n *Node) agreeBootstrap(ctx context.Context, store raft.StableStore) (string, error) {
 	q := &n.quorum
-	q.mu.Lock()
-	if q.candidate == "" {
-		c := mintQuorumID()
-		if err := store.Set([]byte(keyCandidate), []byte(c)); err != nil {
-			q.mu.Unlock()
-			return "", fmt.Errorf("journal: stable store: %w", err)
-		}
-		q.candidate = c
+	if err := q.startBootstrap(store); err != nil {
+		return "", err
 	}
+	q.mu.Lock()
 	self := q.candidate
-	q.bootstrapping = true
 	q.mu.Unlock()
 	defer func() {
 		q.mu.Lock()
