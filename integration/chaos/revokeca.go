@@ -104,6 +104,8 @@ type AgentDark struct {
 	// Exit is set if the agent process ended (pact-agent stops on a final
 	// refusal).
 	Exit string
+	// Last is the agent's last failure (its status) while it was dark.
+	Last string
 }
 
 // RevokeCAResult is what the revoke-leader-ca scenario saw.
@@ -146,10 +148,12 @@ func (r *RevokeCAResult) darkTimes() []time.Duration {
 // agentStatus is the part of pact-agent's status (GET /status on its
 // status socket) the scenario reads.
 type agentStatus struct {
-	Serial          string `json:"serial"`
-	StreamConnected bool   `json:"stream_connected"`
-	JournalID       string `json:"journal_id"`
-	Ready           bool   `json:"ready"`
+	Serial            string `json:"serial"`
+	LastFailureReason string `json:"last_failure_reason"`
+	LastFailure       string `json:"last_failure"`
+	StreamConnected   bool   `json:"stream_connected"`
+	JournalID         string `json:"journal_id"`
+	Ready             bool   `json:"ready"`
 }
 
 // agentProc is one pact-agent process.
@@ -463,6 +467,9 @@ func (e *Env) revokeLeaderCA(pq *ProcQuorum, r *RevokeCAResult) error {
 			if !up && a.Dropped == 0 {
 				a.Dropped = e.H.Now()
 			}
+			if !up && err == nil && st.LastFailure != "" {
+				a.Last = st.LastFailureReason + ": " + st.LastFailure
+			}
 			if up && (a.Affected || a.Dropped != 0) {
 				a.Back, a.On, a.Reenrolled = time.Since(began), st.JournalID, iss != a.Issuer
 				continue
@@ -765,7 +772,7 @@ func CheckRevokedCA(r *RevokeCAResult) Check {
 		case a.Exit != "":
 			c.fail("agent %s (streaming on %s, certificate from %s) stopped: %s", a.Node, a.Journal, short(a.Issuer), a.Exit)
 		case a.Back < 0:
-			c.fail("agent %s (streaming on %s, certificate from %s) did not stream again on another journal with a certificate of a live intermediate within %v", a.Node, a.Journal, short(a.Issuer), darkWait)
+			c.fail("agent %s (streaming on %s, certificate from %s) did not stream again on another journal with a certificate of a live intermediate within %v; its last failure: %s", a.Node, a.Journal, short(a.Issuer), darkWait, a.Last)
 		case a.Back > r.DarkBound:
 			c.fail("agent %s (streaming on %s, certificate from %s) was dark %s, beyond the bound %s (failover %s + the agent's retry budget %s)", a.Node, a.Journal, short(a.Issuer), ms(a.Back), ms(r.DarkBound), ms(r.Failover), ms(agentRetryBudget()))
 		}
@@ -783,8 +790,12 @@ func CheckRevokedCA(r *RevokeCAResult) Check {
 		c.fail("the quorum was not read after the revoked journal was added back")
 	}
 	ds := r.darkTimes()
-	c.Note = fmt.Sprintf("%s revoked through %s; failover %s (%s); %d of %d agents affected, back after %s, bound %s; %d workload nodes enrolled again at once",
-		r.Journal, r.Via, ms(r.Failover), r.NewLeader, affected, len(r.Agents), durations(ds), ms(r.DarkBound), r.Reenrolled)
+	failover := "none"
+	if r.Failover >= 0 {
+		failover = ms(r.Failover) + " (" + r.NewLeader + ")"
+	}
+	c.Note = fmt.Sprintf("%s revoked through %s; failover %s; %d of %d agents affected, back after %s, bound %s; %d workload nodes enrolled again at once",
+		r.Journal, r.Via, failover, affected, len(r.Agents), durations(ds), ms(r.DarkBound), r.Reenrolled)
 	return c
 }
 
@@ -817,6 +828,13 @@ func (r *RevokeCAResult) lines() []string {
 		}
 		if a.Exit != "" {
 			back = a.Exit
+		}
+		if a.Back < 0 && a.Last != "" {
+			last := a.Last
+			if len(last) > 300 {
+				last = last[:300] + "..."
+			}
+			back += "; last failure " + last
 		}
 		aff := ""
 		if a.Affected {
