@@ -21,6 +21,9 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/clock"
 )
 
 // Sentinel errors.
@@ -97,6 +100,13 @@ type Options struct {
 	// Label names the key inside a token where the backend needs one
 	// (PKCS#11 CKA_LABEL when the URI names no object).
 	Label string
+	// TPMTimeout bounds each TPM operation of a tpm: key: opening the TPM
+	// (until it answers a first command) and each command after
+	// (DefaultTPMTimeout when zero). A TPM that does not answer in time
+	// fails with ErrTPMBusy, naming what holds it.
+	TPMTimeout time.Duration
+	// Clock times TPMTimeout (the system clock when nil).
+	Clock clock.Clock
 }
 
 // Key is a CA private key. String never prints key material.

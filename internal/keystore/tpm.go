@@ -16,7 +16,6 @@ import (
 	"sync"
 
 	"github.com/google/go-tpm/tpm2"
-	"github.com/google/go-tpm/tpm2/transport"
 
 	"github.com/pact-hpc/pact/internal/tpmdev"
 )
@@ -110,20 +109,6 @@ func tpmDevice(o Options) string {
 	return o.TPMDevice
 }
 
-// openTPM connects to the TPM and says what to do when it cannot.
-func openTPM(device string) (transport.TPMCloser, error) {
-	t, err := tpmdev.Open(device)
-	switch {
-	case errors.Is(err, tpmdev.ErrNoDevice):
-		return nil, fmt.Errorf("%w: no TPM at %s: give --tpm-device DEV (unix:PATH for a software TPM), or keep the key in a pkcs11: token or a file: (docs/ca-keys.md): %w", ErrTPM, device, err)
-	case errors.Is(err, os.ErrPermission):
-		return nil, fmt.Errorf("%w: cannot open the TPM at %s: permission denied: run as a user in the tss group (or give --tpm-device): %w", ErrTPM, device, err)
-	case err != nil:
-		return nil, fmt.Errorf("%w: cannot open the TPM at %s: %w", ErrTPM, device, err)
-	}
-	return t, nil
-}
-
 // srkTemplate is the TCG's ECC P-256 storage key template with an empty
 // unique field: the parent that the TPM 2.0 key file format names by
 // TPM_RH_OWNER, as tpm2-openssl makes it, so that tools built on it load
@@ -135,61 +120,78 @@ func srkTemplate() tpm2.TPMTPublic {
 }
 
 // createSRK makes the storage root key again from the owner seed; the
-// caller flushes it.
-func createSRK(t transport.TPM, device string) (*tpm2.CreatePrimaryResponse, error) {
+// connection flushes it when it closes, if the caller has not.
+func createSRK(c *tpmConn) (*tpm2.CreatePrimaryResponse, error) {
 	srk, err := tpm2.CreatePrimary{
 		PrimaryHandle: tpm2.TPMRHOwner,
 		InPublic:      tpm2.New2B(srkTemplate()),
-	}.Execute(t)
+	}.Execute(c)
 	if errors.Is(err, tpm2.TPMRCBadAuth) || errors.Is(err, tpm2.TPMRCAuthFail) {
-		return nil, fmt.Errorf("%w: %s: the TPM's owner hierarchy has a password; pact's TPM keys need it empty, as the TCG provisioning guidance leaves it (remove it: tpm2_changeauth -c owner -p CURRENT-PASSWORD): %w", ErrTPM, device, err)
+		return nil, fmt.Errorf("%w: %s: the TPM's owner hierarchy has a password; pact's TPM keys need it empty, as the TCG provisioning guidance leaves it (remove it: tpm2_changeauth -c owner -p CURRENT-PASSWORD): %w", ErrTPM, c.device, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: create the storage root key: %w", ErrTPM, device, err)
+		return nil, tpmCommandError(c, "create the storage root key", "load the storage root key", err)
 	}
 	return srk, nil
 }
 
-func flush(t transport.TPM, h tpm2.TPMHandle) error {
-	_, err := tpm2.FlushContext{FlushHandle: h}.Execute(t)
-	return err
+// tpmCommandError wraps a failed command's error: ErrTPMBusy and
+// ErrTPMFull as they are (full: what could not be loaded), any other as
+// ErrTPM with what failed.
+func tpmCommandError(c *tpmConn, what, load string, err error) error {
+	if errors.Is(err, ErrTPMBusy) {
+		return err
+	}
+	if full := c.memoryError(load, err); full != nil {
+		return full
+	}
+	return fmt.Errorf("%w: %s: %s: %w", ErrTPM, c.device, what, err)
+}
+
+// withTPM opens the TPM at device, runs use, and closes it: everything
+// use loaded is flushed, on success, on error and after a timeout.
+func withTPM(device string, o Options, use func(*tpmConn) error) (err error) {
+	c, err := dialTPM(device, o)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := c.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	return use(c)
 }
 
 func (tpmBackend) generate(s Spec, o Options) (_ Key, err error) {
 	if _, err := os.Lstat(s.Location); err == nil {
 		return nil, fmt.Errorf("%w: %s (remove it first if you mean to replace it: the key it holds is then lost)", ErrExists, s.Location)
 	}
-	device := tpmDevice(o)
-	t, err := openTPM(device)
-	if err != nil {
-		return nil, err
-	}
-	k := &tpmKey{t: t, path: s.Location}
-	defer func() {
+	k := newTPMKey(s, o)
+	var blob tssKey
+	err = withTPM(k.device, o, func(c *tpmConn) error {
+		srk, err := createSRK(c)
 		if err != nil {
-			_ = k.Close()
+			return err
 		}
-	}()
-	srk, err := createSRK(t, device)
+		created, err := tpm2.Create{
+			ParentHandle: tpm2.AuthHandle{Handle: srk.ObjectHandle, Name: srk.Name, Auth: tpm2.PasswordAuth(nil)},
+			InPublic:     tpm2.New2B(tpmKeyTemplate),
+		}.Execute(c)
+		if err != nil {
+			return tpmCommandError(c, "create the key", "create the key", err)
+		}
+		blob = tssKey{
+			Type:      oidTPMLoadableKey,
+			EmptyAuth: true,
+			Parent:    int64(tpm2.TPMRHOwner),
+			Public:    tpm2.Marshal(created.OutPublic),
+			Private:   tpm2.Marshal(created.OutPrivate),
+		}
+		_, err = k.load(c, srk, blob)
+		return err
+	})
 	if err != nil {
-		return nil, err
-	}
-	created, err := tpm2.Create{
-		ParentHandle: tpm2.AuthHandle{Handle: srk.ObjectHandle, Name: srk.Name, Auth: tpm2.PasswordAuth(nil)},
-		InPublic:     tpm2.New2B(tpmKeyTemplate),
-	}.Execute(t)
-	if err != nil {
-		_ = flush(t, srk.ObjectHandle)
-		return nil, fmt.Errorf("%w: %s: create the key: %w", ErrTPM, device, err)
-	}
-	blob := tssKey{
-		Type:      oidTPMLoadableKey,
-		EmptyAuth: true,
-		Parent:    int64(tpm2.TPMRHOwner),
-		Public:    tpm2.Marshal(created.OutPublic),
-		Private:   tpm2.Marshal(created.OutPrivate),
-	}
-	if err := k.load(srk, blob, device); err != nil {
 		return nil, err
 	}
 	der, err := asn1.Marshal(blob)
@@ -207,22 +209,19 @@ func (tpmBackend) open(s Spec, o Options) (_ Key, err error) {
 	if err != nil {
 		return nil, err
 	}
-	device := tpmDevice(o)
-	t, err := openTPM(device)
-	if err != nil {
-		return nil, err
-	}
-	k := &tpmKey{t: t, path: s.Location}
-	defer func() {
+	k := newTPMKey(s, o)
+	// The TPM must load the blob now, so that a key this TPM cannot use is
+	// refused when it is opened (--check-config, a journal's start), not
+	// at its first signature.
+	err = withTPM(k.device, o, func(c *tpmConn) error {
+		srk, err := createSRK(c)
 		if err != nil {
-			_ = k.Close()
+			return err
 		}
-	}()
-	srk, err := createSRK(t, device)
+		_, err = k.load(c, srk, blob)
+		return err
+	})
 	if err != nil {
-		return nil, err
-	}
-	if err := k.load(srk, blob, device); err != nil {
 		return nil, err
 	}
 	return k, nil
@@ -365,45 +364,62 @@ func writeExclusive(path string, data []byte) error {
 	return nil
 }
 
-// tpmKey is a key loaded in the TPM. Its methods are safe for concurrent
-// use: one command at a time goes to the TPM.
+// tpmKey is a key kept in the TPM. It holds the TPM only while it uses
+// it: each signature opens the TPM, loads the key under a fresh storage
+// root key, signs and flushes both (the TPM signs a handful of
+// intermediates a year, and a key held loaded for months would keep an
+// exclusive /dev/tpm0, or swtpm's one connection, from every other
+// program, and stay loaded if the journal were killed). Its methods are
+// safe for concurrent use: one signature at a time goes to the TPM.
 type tpmKey struct {
 	mu     sync.Mutex
-	t      transport.TPMCloser // nil once closed
+	closed bool
 	path   string
-	handle tpm2.TPMHandle // 0 until loaded
-	name   tpm2.TPM2BName
+	device string
+	opts   Options
+	blob   tssKey
 	pub    *ecdsa.PublicKey
 }
 
-// load loads the blob under srk, then flushes srk: the loaded key stays.
-func (k *tpmKey) load(srk *tpm2.CreatePrimaryResponse, blob tssKey, device string) error {
-	defer flush(k.t, srk.ObjectHandle)
+func newTPMKey(s Spec, o Options) *tpmKey {
+	return &tpmKey{path: s.Location, device: tpmDevice(o), opts: o}
+}
+
+// load loads the blob under srk and flushes srk; the connection flushes
+// the key when it closes. It keeps the blob and its public key.
+func (k *tpmKey) load(c *tpmConn, srk *tpm2.CreatePrimaryResponse, blob tssKey) (*tpm2.LoadResponse, error) {
+	defer c.flush(srk.ObjectHandle)
 	p2b, pub, err := tpmPublicArea(blob.Public)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrKeyFile, k.path, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrKeyFile, k.path, err)
 	}
 	ecPub, err := tpmECDSAPublic(pub)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrKeyFile, k.path, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrKeyFile, k.path, err)
 	}
 	priv, err := tpmPrivateArea(blob.Private)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrKeyFile, k.path, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrKeyFile, k.path, err)
 	}
 	loaded, err := tpm2.Load{
 		ParentHandle: tpm2.AuthHandle{Handle: srk.ObjectHandle, Name: srk.Name, Auth: tpm2.PasswordAuth(nil)},
 		InPrivate:    *priv,
 		InPublic:     *p2b,
-	}.Execute(k.t)
+	}.Execute(c)
 	if errors.Is(err, tpm2.TPMRCIntegrity) || errors.Is(err, tpm2.TPMRCBinding) {
-		return fmt.Errorf("%w: the TPM at %s cannot load the key blob %s: it was made by another TPM, or this TPM's owner hierarchy was cleared since. A TPM key cannot move: make a new key on this host and have its certificate signed again (docs/ca-keys.md): %w", ErrTPM, device, k.path, err)
+		return nil, fmt.Errorf("%w: the TPM at %s cannot load the key blob %s: it was made by another TPM, or this TPM's owner hierarchy was cleared since. A TPM key cannot move: make a new key on this host and have its certificate signed again (docs/ca-keys.md): %w", ErrTPM, c.device, k.path, err)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: the TPM at %s refused the key blob %s: %w", ErrTPM, device, k.path, err)
+		if errors.Is(err, ErrTPMBusy) {
+			return nil, err
+		}
+		if full := c.memoryError("load the key "+k.path, err); full != nil {
+			return nil, full
+		}
+		return nil, fmt.Errorf("%w: the TPM at %s refused the key blob %s: %w", ErrTPM, c.device, k.path, err)
 	}
-	k.handle, k.name, k.pub = loaded.ObjectHandle, loaded.Name, ecPub
-	return nil
+	k.blob, k.pub = blob, ecPub
+	return loaded, nil
 }
 
 func (k *tpmKey) Public() crypto.PublicKey { return k.pub }
@@ -414,7 +430,8 @@ func (k *tpmKey) String() string { return BackendTPM + ":" + k.path }
 // ECDSA signature, as crypto.Signer requires. The key's scheme is
 // ECDSA-SHA256: other hashes are refused. The signature is checked against
 // the public key before it is returned, so a failing TPM cannot make the CA
-// issue a certificate nobody can verify.
+// issue a certificate nobody can verify. Each TPM command is bounded by
+// Options.TPMTimeout.
 func (k *tpmKey) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
 	if opts == nil || opts.HashFunc() != crypto.SHA256 || len(digest) != sha256.Size {
 		h := crypto.Hash(0)
@@ -425,32 +442,50 @@ func (k *tpmKey) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byt
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.t == nil {
+	if k.closed {
 		return nil, fmt.Errorf("%w: %s: key closed", ErrTPM, k)
 	}
-	rsp, err := tpm2.Sign{
-		KeyHandle: tpm2.AuthHandle{Handle: k.handle, Name: k.name, Auth: tpm2.PasswordAuth(nil)},
-		Digest:    tpm2.TPM2BDigest{Buffer: digest},
-		InScheme: tpm2.TPMTSigScheme{
-			Scheme:  tpm2.TPMAlgECDSA,
-			Details: tpm2.NewTPMUSigScheme(tpm2.TPMAlgECDSA, &tpm2.TPMSSchemeHash{HashAlg: tpm2.TPMAlgSHA256}),
-		},
-		// An unrestricted key signs any digest: a NULL ticket.
-		Validation: tpm2.TPMTTKHashCheck{Tag: tpm2.TPMSTHashCheck, Hierarchy: tpm2.TPMRHNull},
-	}.Execute(k.t)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: sign: %w", ErrTPM, k, err)
-	}
-	ecc, err := rsp.Signature.Signature.ECDSA()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: sign: %w", ErrTPM, k, err)
-	}
-	sig, err := asn1.Marshal(struct{ R, S *big.Int }{
-		new(big.Int).SetBytes(ecc.SignatureR.Buffer),
-		new(big.Int).SetBytes(ecc.SignatureS.Buffer),
+	var sig []byte
+	err := withTPM(k.device, k.opts, func(c *tpmConn) error {
+		srk, err := createSRK(c)
+		if err != nil {
+			return err
+		}
+		loaded, err := k.load(c, srk, k.blob)
+		if err != nil {
+			return err
+		}
+		rsp, err := tpm2.Sign{
+			KeyHandle: tpm2.AuthHandle{Handle: loaded.ObjectHandle, Name: loaded.Name, Auth: tpm2.PasswordAuth(nil)},
+			Digest:    tpm2.TPM2BDigest{Buffer: digest},
+			InScheme: tpm2.TPMTSigScheme{
+				Scheme:  tpm2.TPMAlgECDSA,
+				Details: tpm2.NewTPMUSigScheme(tpm2.TPMAlgECDSA, &tpm2.TPMSSchemeHash{HashAlg: tpm2.TPMAlgSHA256}),
+			},
+			// An unrestricted key signs any digest: a NULL ticket.
+			Validation: tpm2.TPMTTKHashCheck{Tag: tpm2.TPMSTHashCheck, Hierarchy: tpm2.TPMRHNull},
+		}.Execute(c)
+		if err != nil {
+			if errors.Is(err, ErrTPMBusy) {
+				return err
+			}
+			return fmt.Errorf("%w: %s: sign: %w", ErrTPM, k, err)
+		}
+		ecc, err := rsp.Signature.Signature.ECDSA()
+		if err != nil {
+			return fmt.Errorf("%w: %s: sign: %w", ErrTPM, k, err)
+		}
+		sig, err = asn1.Marshal(struct{ R, S *big.Int }{
+			new(big.Int).SetBytes(ecc.SignatureR.Buffer),
+			new(big.Int).SetBytes(ecc.SignatureS.Buffer),
+		})
+		if err != nil {
+			return fmt.Errorf("%w: %s: encode the signature: %w", ErrTPM, k, err)
+		}
+		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: encode the signature: %w", ErrTPM, k, err)
+		return nil, err
 	}
 	if !ecdsa.VerifyASN1(k.pub, digest, sig) {
 		return nil, fmt.Errorf("%w: %s: the TPM returned a signature that does not verify", ErrTPM, k)
@@ -458,21 +493,11 @@ func (k *tpmKey) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byt
 	return sig, nil
 }
 
-// Close flushes the key from the TPM and closes the connection. A second
-// Close does nothing.
+// Close marks the key closed: it holds nothing in the TPM between uses.
+// A second Close does nothing.
 func (k *tpmKey) Close() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.t == nil {
-		return nil
-	}
-	var errs []error
-	if k.handle != 0 {
-		if err := flush(k.t, k.handle); err != nil {
-			errs = append(errs, fmt.Errorf("%w: %s: flush: %w", ErrTPM, k.path, err))
-		}
-	}
-	errs = append(errs, k.t.Close())
-	k.t, k.handle = nil, 0
-	return errors.Join(errs...)
+	k.closed = true
+	return nil
 }
