@@ -34,7 +34,7 @@ func (s *enrollmentServer) Enroll(ctx context.Context, req *pactv1.EnrollRequest
 	// Admission before cost: refused here, a call has cost a map lookup.
 	admitted, err := j.admission.admit(ctx, source)
 	if err != nil {
-		j.metrics.enroll.WithLabelValues("rate_limited").Inc()
+		j.metrics.enroll.WithLabelValues(resultRateLimited).Inc()
 		return nil, err
 	}
 	// Runs after the outcome is recorded below, so the next caller waiting
@@ -42,13 +42,13 @@ func (s *enrollmentServer) Enroll(ctx context.Context, req *pactv1.EnrollRequest
 	defer admitted()
 	release, err := j.gate.acquire(ctx)
 	if err != nil {
-		j.metrics.enroll.WithLabelValues("rate_limited").Inc()
+		j.metrics.enroll.WithLabelValues(resultRateLimited).Inc()
 		return nil, err
 	}
 	defer release()
 	resp, outcome, err := j.enroll(ctx, req)
 	if err == nil {
-		if outcome != "tpm_challenge" {
+		if outcome != resultTPMChallenge {
 			// A challenge is not yet a success: the source has proved
 			// nothing.
 			j.limiter.RecordSuccess(source, j.cfg.Clock.Now())
@@ -56,7 +56,7 @@ func (s *enrollmentServer) Enroll(ctx context.Context, req *pactv1.EnrollRequest
 		j.metrics.enroll.WithLabelValues(outcome).Inc()
 		return resp, nil
 	}
-	if outcome == "refused" {
+	if outcome == resultRefused {
 		j.enrollRefused(ctx, req, source, err)
 	}
 	j.metrics.enroll.WithLabelValues(outcome).Inc()
@@ -75,7 +75,7 @@ func (j *Journal) enroll(ctx context.Context, req *pactv1.EnrollRequest) (*pactv
 		// then decide again (nothing was stored or written before these
 		// refusals, so deciding twice is safe).
 		if rerr := j.raft.ReadBarrier(ctx); rerr != nil {
-			return nil, "error", fmt.Errorf("%w: cannot confirm the node's TPM registration with the leader (%w); retry", ErrNoLeader, rerr)
+			return nil, resultError, fmt.Errorf("%w: cannot confirm the node's TPM registration with the leader (%w); retry", ErrNoLeader, rerr)
 		}
 		return j.enrollOnce(ctx, req)
 	}
@@ -85,7 +85,7 @@ func (j *Journal) enroll(ctx context.Context, req *pactv1.EnrollRequest) (*pactv
 func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, string, error) {
 	rep, err := hwid.Normalize(req.GetHardware().GetMacs(), req.GetHardware().GetBmcSerial(), req.GetHardware().GetTpmEkHash())
 	if err != nil {
-		return nil, "refused", err
+		return nil, resultRefused, err
 	}
 	// Everything below reads this journal's copy of the registry, which may
 	// lag the leader: a final refusal decided from it stands only once the
@@ -132,14 +132,14 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 			j.log.Info("enrollment hardware mismatch", logkey.Reason, string(res.Mismatch), logkey.NodeID, res.Node.GetNodeId())
 		}
 		if errors.Is(err, ErrNoLeader) {
-			return nil, "error", err
+			return nil, resultError, err
 		}
 		if res.Node != nil {
 			if terr := tpmMismatch(res.Mismatch, res.Node.GetNodeId()); terr != nil {
-				return nil, "refused", terr
+				return nil, resultRefused, terr
 			}
 		}
-		return nil, "refused", err
+		return nil, resultRefused, err
 	}
 	node := res.Node
 	// A fenced node, or a key that is another node's, goes no further.
@@ -150,7 +150,7 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 		// Its credentials were checked (and a join token consumed) the
 		// first time; the CSR proves the key.
 		resp, err := j.enrollResponse(node)
-		return resp, "retry", err
+		return resp, resultRetry, err
 	}
 	// The credentials beside the hardware match that the node's policy
 	// requires, checked before anything is signed (credentials.go).
@@ -159,7 +159,7 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 	if errors.As(err, &round1) {
 		// Round one of TPM attestation: nothing is signed or written
 		// until the TPM answers (tpm.go).
-		return &pactv1.EnrollResponse{TpmChallenge: round1.challenge}, "tpm_challenge", nil
+		return &pactv1.EnrollResponse{TpmChallenge: round1.challenge}, resultTPMChallenge, nil
 	}
 	if err != nil {
 		return nil, outcomeOf(err), err
@@ -174,10 +174,10 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 			return err
 		}, isFinal)
 		if errors.Is(err, ErrNoLeader) {
-			return nil, "error", err
+			return nil, resultError, err
 		}
 		if err != nil {
-			return nil, "refused", err
+			return nil, resultRefused, err
 		}
 	}
 	// An Active node not released gets a new key only by a takeover: after
@@ -185,14 +185,14 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 	// withdrawn (takeoverCutoff).
 	replaces := node.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE && !raftfsm.Released(node)
 	if err := j.checkSigning(); err != nil {
-		return nil, "error", err
+		return nil, resultError, err
 	}
 	if err := j.awaitLiveIntermediate(ctx); err != nil {
-		return nil, "error", err
+		return nil, resultError, err
 	}
 	issued, err := j.ca.SignAgent(csr, node.GetNodeId())
 	if err != nil {
-		return nil, "error", err
+		return nil, resultError, err
 	}
 	result, err := j.proposeBatched(ctx, &pactv1.Command{
 		Actor: "agent/" + node.GetNodeId(),
@@ -208,20 +208,20 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 	if err != nil {
 		// The signed certificate never leaves: its activation did not commit.
 		if raftfsm.ErrorCode(err) != "" {
-			return nil, "refused", err
+			return nil, resultRefused, err
 		}
-		return nil, "error", err
+		return nil, resultError, err
 	}
-	outcome := "ok"
+	outcome := resultOK
 	if replaces {
-		outcome = "takeover"
+		outcome = resultTakeover
 	}
 	j.log.Info("node enrolled", logkey.NodeID, node.GetNodeId(), logkey.Serial, result.Node.GetCert().GetSerial(),
 		logkey.NotAfter, time.Unix(result.Node.GetCert().GetNotAfterUnix(), 0).UTC().Format(time.RFC3339),
 		logkey.Source, peerAddr(ctx), logkey.Takeover, replaces)
 	resp, err := j.enrollResponse(result.Node)
 	if result.Idempotent {
-		outcome = "retry"
+		outcome = resultRetry
 	}
 	return resp, outcome, err
 }
@@ -232,11 +232,11 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 func outcomeOf(err error) string {
 	switch {
 	case raftfsm.ErrorCode(err) != "", tpmRefusal(err):
-		return "refused"
+		return resultRefused
 	case errors.Is(err, ErrOverloaded):
-		return "rate_limited"
+		return resultRateLimited
 	}
-	return "error"
+	return resultError
 }
 
 // unconfirmedRetryAfter is the retry-after of a refusal this journal could
@@ -371,14 +371,14 @@ func (s *enrollmentServer) RenewCert(ctx context.Context, req *pactv1.RenewCertR
 	// is bounded like an enrollment storm.
 	release, err := j.gate.acquire(ctx)
 	if err != nil {
-		j.metrics.renew.WithLabelValues("rate_limited").Inc()
+		j.metrics.renew.WithLabelValues(resultRateLimited).Inc()
 		return nil, err
 	}
 	defer release()
 	defer func() {
-		result := "ok"
+		result := resultOK
 		if err != nil {
-			result = "refused"
+			result = resultRefused
 		}
 		j.metrics.renew.WithLabelValues(result).Inc()
 	}()
@@ -445,19 +445,19 @@ func (j *Journal) renewalRetried(p *auth.Principal, req *pactv1.RenewCertRequest
 	}
 	csr, err := ca.ParseCSR(req.GetCsrDer())
 	if err != nil {
-		j.metrics.renew.WithLabelValues("refused").Inc()
+		j.metrics.renew.WithLabelValues(resultRefused).Inc()
 		return nil, err
 	}
 	n, ok := j.fsm.Node(p.ID.Name)
 	if cur := n.GetCert(); !ok || cur.GetSerial() == p.Serial || cur.GetSpkiSha256() != fingerprint(csr.SPKI) {
-		j.metrics.renew.WithLabelValues("refused").Inc()
+		j.metrics.renew.WithLabelValues(resultRefused).Inc()
 		return nil, auth.StaleError(p)
 	}
 	chain, bundle, err := j.chainFor(n.GetCert())
 	if err != nil {
 		return nil, err
 	}
-	j.metrics.renew.WithLabelValues("retried").Inc()
+	j.metrics.renew.WithLabelValues(resultRetried).Inc()
 	j.log.Info("renewal answered again: its first answer was lost", logkey.NodeID, n.GetNodeId(), logkey.Serial, n.GetCert().GetSerial(), logkey.PreviousSerial, p.Serial)
 	return j.renewAnswer(n, chain, bundle), nil
 }

@@ -2,11 +2,13 @@ package journal
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -33,6 +35,54 @@ const (
 )
 
 var dropReasons = []string{dropClientGone, dropSendFailed, dropShutdown, dropSuperseded, dropNodeRevoked, dropNodeFenced, dropCertExpired, dropIntermediateRevoked, dropJournalHalted, dropOther}
+
+// How an Enroll (pact_journal_enroll_total{result}) or a RenewCert
+// (pact_journal_renew_total{result}) call ended.
+const (
+	resultOK           = "ok"            // a certificate issued
+	resultRetry        = "retry"         // Enroll: same key, same certificate back, no write
+	resultTakeover     = "takeover"      // Enroll: a new key for an Active node after the takeover window
+	resultTPMChallenge = "tpm_challenge" // Enroll: round one of TPM attestation answered with a challenge
+	resultRefused      = "refused"       // the caller's fault: counted and rate limited
+	resultRateLimited  = "rate_limited"  // refused before any work (admission, the enrollment gate)
+	resultError        = "error"         // Enroll: the journal's fault (no leader, a write that failed)
+	resultRetried      = "retried"       // RenewCert: a renewal whose answer was lost, answered again
+)
+
+var (
+	enrollResults = []string{resultOK, resultRetry, resultTakeover, resultTPMChallenge, resultRefused, resultRateLimited, resultError}
+	renewResults  = []string{resultOK, resultRefused, resultRateLimited, resultRetried}
+)
+
+// metricPorts are the ports the connection and handshake metrics label.
+var metricPorts = []string{"grpc", "raft"}
+
+// wireReasons are the reasons toStatus can give an error
+// (pact_journal_enroll_failures_total{reason},
+// pact_journal_auth_refused_total{reason}): those of its table and the two
+// it makes itself.
+func wireReasons() []string {
+	seen := map[apierr.Reason]bool{apierr.Internal: true, apierr.OutcomeUnknown: true}
+	for _, r := range reasons {
+		seen[r.reason] = true
+	}
+	out := make([]string, 0, len(seen))
+	for r := range seen {
+		out = append(out, string(r))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// credentialKinds are the kinds of the credentials beside the hardware
+// match this journal checks (pact_journal_enroll_credential_refusals_total).
+func (j *Journal) credentialKinds() []string {
+	out := make([]string, 0, len(j.credentials))
+	for _, c := range j.credentials {
+		out = append(out, c.kind())
+	}
+	return out
+}
 
 // streamDropReason names why a stream the journal had registered ended:
 // decided is set by the handler where it knows better than err (expiry,
@@ -61,27 +111,44 @@ func (j *Journal) countHandshakeRefused(port string, err error) {
 	}
 }
 
-// registerMonitoring makes the counters above, with every label value
-// present from the start (a rate over a series that appears with its first
-// increment misses that increment), and registers them with the collectors
-// below.
+// registerMonitoring makes the counters above and registers them with the
+// collectors below. Every labelled counter of the journal's (those of
+// metrics.go too) has every label value it can take present at 0 from the
+// start: Prometheus's rate() and increase() see no increase in a series
+// whose first sample is already 1, so the first refusal, the first drop,
+// the first JOIN_TOKEN_REQUIRED would fire no alert and show on no panel
+// (docs/monitoring.md, "Every series from the start").
 func (m *metrics) registerMonitoring(j *Journal) {
+	for _, vals := range []struct {
+		v      *prometheus.CounterVec
+		values []string
+	}{
+		{m.enroll, enrollResults},
+		{m.renew, renewResults},
+		{m.enrollFailures, wireReasons()},
+		{m.authRefused, wireReasons()},
+		{m.credentialRefusals, j.credentialKinds()},
+	} {
+		for _, v := range vals.values {
+			vals.v.WithLabelValues(v)
+		}
+	}
 	m.streamDrops = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pact_journal_stream_drops_total",
-		Help: "Subscribe streams this journal held that ended, by reason: client_gone, send_failed, shutdown, superseded (the certificate was replaced by a renewal and the node's new stream did not open within --renewal-stream-grace), node_revoked, node_fenced, cert_expired, intermediate_revoked, other. A renewed node's old stream handed over to its new one is no drop (pact_journal_stream_handovers_total).",
+		Help: "Subscribe streams this journal held that ended, by reason: client_gone, send_failed, shutdown, superseded (the certificate was replaced by a renewal and the node's new stream did not open within --renewal-stream-grace), node_revoked, node_fenced, cert_expired, intermediate_revoked, other. A stream replaced by its node's next stream (a renewal, an SVID rotation, an SVID-standby swap) is no drop (pact_journal_stream_handovers_total).",
 	}, []string{"reason"})
 	for _, r := range dropReasons {
 		m.streamDrops.WithLabelValues(r)
 	}
 	m.streamHandovers = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "pact_journal_stream_handovers_total",
-		Help: "Subscribe streams of a certificate a renewal replaced that ended once the node streamed with its new certificate (the dual-channel swap): not drops.",
+		Help: "Subscribe streams replaced by the same node's next stream, whatever identity either presents (a renewal, an SVID rotation, a swap between an SVID and its journal standby: the dual-channel swap): not drops.",
 	})
 	m.handshakesRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pact_journal_handshakes_refused_total",
 		Help: "TLS handshakes that failed, by port (grpc, raft) and reason (foreign_root, no_certificate, intermediate_revoked, wrong_intermediate (a journal certificate from another journal's intermediate), not_journal, certificate_invalid, client_alert, not_tls, timeout, client_closed, tls_error); busy answers and connection caps are counted in pact_journal_connections_*.",
 	}, []string{"port", "reason"})
-	for _, port := range []string{"grpc", "raft"} {
+	for _, port := range metricPorts {
 		for _, r := range auth.HandshakeReasons {
 			m.handshakesRefused.WithLabelValues(port, r)
 		}
@@ -300,7 +367,7 @@ func (e *nodeCertExpiry) collect(ch chan<- prometheus.Metric) {
 func newLimitsCollector(j *Journal) prometheus.Collector {
 	c := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "pact_journal_connections_max", Help: "The most connections a port holds open at once (Connections.MaxConns), by port."}, []string{"port"})
 	h := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "pact_journal_handshakes_max", Help: "The most TLS handshakes a port runs at once (Connections.MaxHandshakes), by port."}, []string{"port"})
-	for _, port := range []string{"grpc", "raft"} {
+	for _, port := range metricPorts {
 		c.WithLabelValues(port).Set(float64(j.cfg.Connections.MaxConns))
 		h.WithLabelValues(port).Set(float64(j.cfg.Connections.MaxHandshakes))
 	}

@@ -393,3 +393,103 @@ func Check(t testing.TB, s *Shipped, registered map[string]bool, owns func(name 
 	}
 	return checked
 }
+
+// variableLabels reads the variable label names out of a Desc's String().
+var variableLabels = regexp.MustCompile(`variableLabels: \{([^}]*)\}\}$`)
+
+// Labelled is, for every metric c describes that has variable labels, the
+// names of those labels: a vector whose series are made as they happen
+// (WithLabelValues) or a collector's labelled metrics.
+func Labelled(t testing.TB, c prometheus.Collector) map[string][]string {
+	t.Helper()
+	ch := make(chan *prometheus.Desc)
+	go func() {
+		c.Describe(ch)
+		close(ch)
+	}()
+	out := map[string][]string{}
+	for d := range ch {
+		s := d.String()
+		n := descName.FindStringSubmatch(s)
+		v := variableLabels.FindStringSubmatch(s)
+		if n == nil || v == nil {
+			t.Fatalf("cannot read the name and labels of %s", s)
+		}
+		if v[1] == "" {
+			continue
+		}
+		for _, l := range strings.Split(v[1], ",") {
+			l = strings.TrimSuffix(strings.TrimPrefix(l, "c("), ")")
+			out[n[1]] = append(out[n[1]], l)
+		}
+	}
+	return out
+}
+
+// Reads is every metric name a shipped query selects that owns says is
+// the caller's (and neither a recorded rule's nor Prometheus's own), with
+// where each is read.
+func Reads(t testing.TB, s *Shipped, owns func(name string) bool) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, q := range s.Queries {
+		expr := q.Expr
+		if strings.HasPrefix(q.File, "grafana") {
+			expr = GrafanaToPromQL(expr)
+		}
+		names, err := MetricNames(expr)
+		if err != nil {
+			t.Errorf("%s %s: %v", q.File, q.Where, err)
+			continue
+		}
+		for _, n := range names {
+			if owns(n) && !s.Recorded[n] && !Synthesized[n] {
+				out[n] = append(out[n], q.File+" "+q.Where)
+			}
+		}
+	}
+	return out
+}
+
+// Series is the value of every series of the metric name that g gathers,
+// keyed by its labels as name=value pairs joined with commas in label
+// name order (the empty string for a series with no label).
+func Series(t testing.TB, g prometheus.Gatherer, name string) map[string]float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var pairs []string
+			for _, l := range m.GetLabel() {
+				pairs = append(pairs, l.GetName()+"="+l.GetValue())
+			}
+			sort.Strings(pairs)
+			v := m.GetUntyped().GetValue()
+			switch {
+			case m.GetCounter() != nil:
+				v = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				v = m.GetGauge().GetValue()
+			}
+			out[strings.Join(pairs, ",")] = v
+		}
+	}
+	return out
+}
+
+// Key is the Series key of a series with these labels (name, value pairs).
+func Key(labels ...string) string {
+	var pairs []string
+	for i := 0; i+1 < len(labels); i += 2 {
+		pairs = append(pairs, labels[i]+"="+labels[i+1])
+	}
+	sort.Strings(pairs)
+	return strings.Join(pairs, ",")
+}
