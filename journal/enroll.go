@@ -630,7 +630,7 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 				// committed here before this goroutine saw it: under
 				// load the client's leaving and the wake-up arrive
 				// together, so ask the registry, not only supersededAt.
-				handedOver = !supersededAt.IsZero() || j.renewedAway(p)
+				handedOver = !supersededAt.IsZero() || j.replacedStream(w, p)
 			}
 			return nil
 		case <-j.stop:
@@ -676,12 +676,18 @@ func (j *Journal) enrollRefused(ctx context.Context, req *pactv1.EnrollRequest, 
 // someone else renewed with its key) ends the stream itself at once. An
 // SVID's stream, or any stream with the grace off, ends now.
 func (j *Journal) supersededStream(stream pactv1.EnrollmentService_SubscribeServer, p *auth.Principal, err error, supersededAt *time.Time, handedOver *bool, dropped *string) error {
-	if !errors.Is(err, raftfsm.ErrStaleCertificate) || p.SVID || j.cfg.RenewalStreamGrace <= 0 {
+	if !errors.Is(err, raftfsm.ErrStaleCertificate) {
 		return err
 	}
 	now := j.cfg.Clock.Now()
 	n, _ := j.fsm.Node(p.ID.Name)
 	cur := n.GetCert().GetSerial()
+	if p.SVID || j.cfg.RenewalStreamGrace <= 0 {
+		// Ends now: handed over if the node streams here with its
+		// current certificate already.
+		*handedOver = cur != "" && j.hub.hasStream(p.ID.Name, cur)
+		return err
+	}
 	if supersededAt.IsZero() {
 		*supersededAt = now
 		if serr := stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_Superseded{Superseded: &pactv1.Superseded{Serial: cur}}}); serr != nil {
@@ -704,14 +710,27 @@ func (j *Journal) supersededStream(stream pactv1.EnrollmentService_SubscribeServ
 	return nil
 }
 
-// renewedAway reports whether a renewal replaced the certificate of a
-// journal-signed stream whose client has left: the handover the grace
-// exists for (supersededStream), seen after the fact.
-func (j *Journal) renewedAway(p *auth.Principal) bool {
-	if p.SVID || j.cfg.RenewalStreamGrace <= 0 {
+// replacedStream reports whether the stream w, whose client has left, was
+// replaced by its node's next stream: a handover, not a drop, whatever
+// identity either presents (a journal certificate a renewal replaced, an
+// SVID SPIRE rotated, a swap between an SVID and its journal standby).
+// Only a node left without a stream is a drop. The node is not when
+// another stream of it here has sent its first state, or when the
+// registry's current certificate of the node is no longer the stream's:
+// a renewal replaced it (the handover the grace exists for, seen after
+// the fact), or a stream of the newer identity made it current (an SVID is
+// recorded, and a standby made current, only by a stream of it, here or
+// at another journal).
+func (j *Journal) replacedStream(w *streamWaker, p *auth.Principal) bool {
+	if j.hub.othersStreaming(w) {
+		return true
+	}
+	n, ok := j.fsm.Node(p.ID.Name)
+	if !ok || n.GetState() != pactv1.NodeState_NODE_STATE_ACTIVE {
 		return false
 	}
-	return errors.Is(j.auth.CheckBinding(p), raftfsm.ErrStaleCertificate)
+	cur := n.GetCert().GetSerial()
+	return cur != "" && cur != p.Serial
 }
 
 func peerNetAddr(ctx context.Context) net.Addr {

@@ -82,6 +82,19 @@ func (h *hub) hasStream(nodeID, serial string) bool {
 	return false
 }
 
+// othersStreaming reports whether this journal holds another stream of
+// w's node that has sent its first state.
+func (h *hub) othersStreaming(w *streamWaker) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for o := range h.streams[w.nodeID] {
+		if o != w && o.streaming {
+			return true
+		}
+	}
+	return false
+}
+
 func (h *hub) unregister(w *streamWaker) {
 	h.mu.Lock()
 	delete(h.streams[w.nodeID], w)
