@@ -684,8 +684,31 @@ func (e *Env) replaceRevoked(pq *ProcQuorum, i int, r *RevokeCAResult) error {
 	}
 	r.Outcomes = append(r.Outcomes, add)
 	e.Logf("%s: %s", add.What, add.Got)
+	if !add.Seen {
+		return nil
+	}
+	// It must stay: the leader's replication to the removed journal may
+	// still be under way (hashicorp/raft backs off up to seconds after
+	// failures, and this journal was refused since the revocation).
+	stays := Outcome{What: fmt.Sprintf("%s, added back", id), Want: fmt.Sprintf("still running and serving %v after its add", addedStay)}
+	select {
+	case <-pq.Exited(i):
+		stays.Got = fmt.Sprintf("exited %d: %s", exitCode(pq.ExitError(i)), tail(pq.CurrentLog(i), 3))
+	case <-time.After(addedStay):
+		if h, err := metricValue(e.Q.Metrics(i), "pact_journal_halted"); err != nil || h != 0 {
+			stays.Got = fmt.Sprintf("pact_journal_halted %d (%v)", h, err)
+		} else {
+			stays.Seen, stays.Got = true, "running, not halted"
+		}
+	}
+	r.Outcomes = append(r.Outcomes, stays)
+	e.Logf("%s: %s", stays.What, stays.Got)
 	return nil
 }
+
+// addedStay is how long the journal added back must run on before the
+// quorum is read.
+const addedStay = 10 * time.Second
 
 func certSerial(path string) string {
 	b, _ := pem.Decode([]byte(readFile(path)))
