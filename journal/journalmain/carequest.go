@@ -20,7 +20,7 @@ certificate request for it, to be signed offline by the domain root
 
 Usage:
   pact-journal ca-request --journal-id ID --key SPEC [--tpm-device DEV] \
-      [--names NAME,IP,...] --out ID.csr
+      [--tpm-timeout 30s] [--names NAME,IP,...] --out ID.csr
 
 --key is where the journal CA's key lives, the journal's --journal-ca-key:
   tpm:/etc/pact/journal-ca.tpmkey   in this host's TPM (the file holds only a
@@ -28,6 +28,11 @@ Usage:
   pkcs11:token=...;object=...       in a PKCS#11 token (a binary built with
                                     make build-pkcs11)
   file:/etc/pact/journal-ca-key.pem a 0600 file: the weaker choice
+A tpm: key uses the TPM at --tpm-device, /dev/tpmrm0 (the kernel's
+resource manager) unless told otherwise: give the journal's own
+--tpm-device (its journal.yaml's tpm-device) if it has one. Each TPM
+command waits at most --tpm-timeout: a TPM that another program holds
+fails with its name, not a hang.
 If the key exists it is used as it is: that is a renewal, and the journal
 takes the new certificate at its next re-key without a restart. If not, it
 is made now. The key never leaves: the request carries its public half.
@@ -44,7 +49,8 @@ Example (on journal j1's host, as the journal's user):
   pact-journal ca-request --journal-id j1 --key tpm:/etc/pact/journal-ca.tpmkey \
       --names localhost,127.0.0.1,::1,j1,j1.hpc.example.org,10.0.0.1 --out j1.csr
 
-Exit codes: 0 written; 1 the key could not be made or used; 2 bad flags,
+Exit codes: 0 written; 1 the key could not be made or used (a TPM busy or
+out of object memory says so, and how to free it); 2 bad flags,
 an --out that exists, or a key location refused.
 
 Flags:
@@ -52,12 +58,14 @@ Flags:
 
 func caRequestMain(args []string, stdout, stderr io.Writer) int {
 	var journalID, key, tpmDevice, label string
+	tpmTimeout := keystore.DefaultTPMTimeout
 	var names []string
 	var out *string
 	s, fs := cmdline.Subcommand("pact-journal ca-request", caRequestUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
 		s.String(&journalID, "journal-id", "PACT_NODE_ID", "this journal's id, its --node-id (required)")
 		s.String(&key, "key", "PACT_JOURNAL_CA_KEY", "where the journal CA's key is or is to be made: tpm:PATH, a pkcs11: URI or file:PATH (required)")
 		s.String(&tpmDevice, "tpm-device", "PACT_TPM_DEVICE", "the TPM for a tpm: key: a device (default /dev/tpmrm0) or unix:PATH of a software TPM")
+		s.Duration(&tpmTimeout, "tpm-timeout", "PACT_TPM_TIMEOUT", "how long to wait for the TPM to open and to answer each command before giving up, naming what holds it")
 		s.String(&label, "pkcs11-label", "PACT_PKCS11_LABEL", "the key's label in the token when the pkcs11: URI names no object")
 		s.List(&names, "names", "PACT_CA_REQUEST_NAMES", "the host names and addresses to ask the ceremony to permit, comma-separated")
 		out = fs.String("out", "", "where to write the request, e.g. j1.csr (required; never overwritten)")
@@ -89,11 +97,20 @@ func caRequestMain(args []string, stdout, stderr io.Writer) int {
 	} else if _, err := os.Lstat(*out); err == nil {
 		problems = append(problems, fmt.Sprintf("--out %s already exists; remove it or choose another path", *out))
 	}
+	if tpmTimeout <= 0 {
+		problems = append(problems, fmt.Sprintf("--tpm-timeout %v: give a positive duration, e.g. 30s", tpmTimeout))
+	}
 	if len(problems) > 0 {
 		fmt.Fprintf(stderr, "pact-journal ca-request: %s\n", strings.Join(problems, "\n  "))
 		return 2
 	}
-	req, err := ceremony.NewRequest(journalID, spec, keystore.Options{TPMDevice: tpmDevice, Label: label}, dns, ips)
+	if spec.Backend == keystore.BackendTPM {
+		if w := keystore.TPMDeviceWarning(tpmDevice); w != "" {
+			fmt.Fprintf(stderr, "pact-journal ca-request: warning: %s\n", w)
+		}
+	}
+	opts := keystore.Options{TPMDevice: tpmDevice, Label: label, TPMTimeout: tpmTimeout, Clock: tpmClock}
+	req, err := ceremony.NewRequest(journalID, spec, opts, dns, ips)
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal ca-request: %v\n", err)
 		return 1

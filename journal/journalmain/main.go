@@ -85,7 +85,9 @@ certificate, the journal CA (certificate and key present, readable, a pair,
 signed by the root for this journal and every name it serves under), the
 data directory (writable or creatable, not removed), every address, the
 SPIRE bundle and the audit log; every problem at once, each saying what to
-do (exit 2). A start makes the same checks first and exits 2 on them.
+do (exit 2). A start makes the same checks first and exits 2 on them. A
+TPM that is busy or out of object memory is no configuration problem:
+both say so, and how to free it, and exit 1 (the unit restarts a start).
 
 As a service: the packages install pact-journal.service (Type=notify:
 READY=1 once serving) reading /etc/pact/journal.yaml, with overrides in
@@ -204,7 +206,7 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	fs := newFlagSet(s)
 	fs.SetOutput(stderr)
 	showVersion := fs.Bool("version", false, "print pact-journal's version and exit")
-	check := fs.Bool("check-config", false, "check the settings (file, environment and flags) and what they name on disk (root certificate and key, data directory, SPIRE bundle, audit log) without starting, and exit: 0 if pact-journal would start with them; 2, with every problem, if not")
+	check := fs.Bool("check-config", false, "check the settings (file, environment and flags) and what they name on disk (root certificate and key, data directory, SPIRE bundle, audit log) without starting, and exit: 0 if pact-journal would start with them; 2, with every problem, if not; 1 if a tpm: key's TPM cannot be used now (busy, or out of object memory)")
 	cmdline.SetUsage(fs, s, journalUsage)
 	if code, ok := cmdline.Parse(s, fs, args, env); !ok {
 		return code
@@ -227,12 +229,27 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	// problem (exit 2, which the unit does not restart), reported with
 	// every other at once, before anything is created.
 	notes, problems := splitPreflight(cfg.Preflight())
+	if w := tpmDeviceWarning(cfg); w != "" && *check {
+		fmt.Fprintf(stdout, "pact-journal: note: %s\n", w)
+	} else if w != "" {
+		logger.Warn(w)
+	}
+	// A TPM that is busy or full is not a configuration problem: exit 1,
+	// which the unit restarts (docs/ca-keys.md).
+	tpmTransient, problems := splitTPMTransient(problems)
 	if err := errors.Join(cfg.Validate(), problems); err != nil {
 		cmdline.ReportProblems(stderr, "pact-journal", err)
+		if tpmTransient != nil {
+			reportTPMTransient(stderr, *check, tpmTransient)
+		}
 		if errors.Is(err, journal.ErrRemoved) {
 			return ExitRemoved
 		}
 		return 2
+	}
+	if tpmTransient != nil {
+		reportTPMTransient(stderr, *check, tpmTransient)
+		return 1
 	}
 	if *check {
 		for _, n := range notes {
