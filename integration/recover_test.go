@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -140,8 +141,9 @@ func TestRecoverLostMajority(t *testing.T) {
 	for _, s := range sockets {
 		waitAgentStatus(t, s, 9, 60*time.Second)
 	}
-	out, err := exec.Command(filepath.Join(binDir, "pact-journal"), "recover",
-		"--data-dir", filepath.Join(q.dir, "j1"), "--node-id", "j1", "--members", "j1="+j1.raft).CombinedOutput()
+	// With the journal's own settings (its flags here): recover asks j2
+	// and j3 first, and neither answers.
+	out, err := exec.Command(filepath.Join(binDir, "pact-journal"), append(append([]string{"recover"}, q.pq.Args(0)...), "--members", "j1="+j1.raft)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("pact-journal recover: %v\n%s", err, out)
 	}
@@ -269,6 +271,46 @@ func TestRecoverLostMajority(t *testing.T) {
 	// The running agents are back without an operator: streaming again.
 	for _, s := range sockets {
 		waitAgentStatus(t, s, 0, 90*time.Second)
+	}
+}
+
+// A journal stopped for a moment while the other two run is no survivor
+// of a lost majority: pact-journal recover asks the others first, refuses
+// (exit 5, naming them, nothing changed) and says to start it again; so
+// started, it rejoins its quorum, and a node registered through it is on
+// the others. Before, recover exited 0 and the journal, started again,
+// served a registry of its own.
+func TestRecoverRefusedWhileTheQuorumAnswers(t *testing.T) {
+	skipShort(t)
+	q := startQuorum(t, 3)
+	before, _, _ := q.status(q.members[0].grpc)
+	j1 := q.members[0]
+	if err := q.signal(0, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-q.exited(0)
+	cmd := exec.Command(filepath.Join(binDir, "pact-journal"), append(append([]string{"recover"}, q.pq.Args(0)...), "--members", "j1="+j1.raft)...)
+	out, err := cmd.CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 5 {
+		t.Fatalf("pact-journal recover with j2 and j3 up: %v, want exit 5\n%s", err, out)
+	}
+	wantContains(t, "recover's refusal", string(out), "the quorum is not lost", "j2 at "+q.members[1].raft, "j3 at "+q.members[2].raft,
+		"answers as a member of this journal's quorum "+before.QuorumID, "start pact-journal on this host again", "--even-if-quorum-answers")
+
+	q.launch(0)
+	q.waitServing(0)
+	if stdout, stderr, code := runPact(t, q.env(j1.grpc), "node", "enroll", "rec-refused", "--mac", "02:aa:00:00:00:02", "--bmc-serial", "SN-REFUSED"); code != 0 {
+		t.Fatalf("pact node enroll through j1: exit %d\n%s%s", code, stdout, stderr)
+	}
+	for i := range q.members {
+		got, _ := q.nodeList(i, "rec-refused")
+		if !slices.ContainsFunc(got, func(n nodeJSON) bool { return n.NodeID == "rec-refused" }) {
+			t.Errorf("%s does not list the node registered through j1", q.members[i].id)
+		}
+	}
+	if st, _, _ := q.status(j1.grpc); st.QuorumID != before.QuorumID {
+		t.Errorf("j1 started again serves quorum %s, was %s", st.QuorumID, before.QuorumID)
 	}
 }
 

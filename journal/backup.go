@@ -6,10 +6,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
 
+	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/snapfile"
@@ -285,6 +287,34 @@ type RecoverConfig = raftnode.RecoverConfig
 // RecoverResult says what Recover did.
 type RecoverResult = raftnode.RecoverResult
 
+// ErrQuorumAnswers: recover refused, the survivor's quorum runs on
+// (raftnode.ErrQuorumAnswers).
+var ErrQuorumAnswers = raftnode.ErrQuorumAnswers
+
 // Recover rewrites the Raft configuration in a stopped journal's data
 // directory (raftnode.Recover).
 func Recover(c RecoverConfig) (RecoverResult, error) { return raftnode.Recover(c) }
+
+// RecoverAs is Recover with the credentials of the journal cfg describes
+// (its roots and journal CA, or the root key in the legacy layout; a
+// fresh intermediate in memory), with which it first asks the voters of
+// the survivor's last configuration whether their quorum runs on.
+func RecoverAs(cfg Config, c RecoverConfig) (RecoverResult, error) {
+	if !c.EvenIfQuorumAnswers {
+		if cfg.Logger == nil {
+			cfg.Logger = slog.New(slog.DiscardHandler)
+		}
+		if cfg.Clock == nil {
+			cfg.Clock = clock.Real{}
+		}
+		authority, key, err := openAuthority(cfg, cfg.Logger)
+		if err != nil {
+			return RecoverResult{}, fmt.Errorf("journal: recover asks the other journals of the survivor's last configuration whether their quorum runs on, as this journal, and cannot make its credentials: %w (give recover the journal's settings: --config, or its --root-cert and journal CA flags)", err)
+		}
+		if key != nil {
+			defer key.Close()
+		}
+		c.Credentials = authority
+	}
+	return raftnode.Recover(c)
+}

@@ -130,59 +130,15 @@ func NewContext(ctx context.Context, cfg Config) (_ *Journal, err error) {
 			return nil, err
 		}
 	}
-	roots, _, err := ca.LoadRoots(cfg.rootCertFile())
+	authority, caKey, err := openAuthority(cfg, log)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) && !cfg.Dev {
-			return nil, fmt.Errorf("%w: %s", err, productionRoot)
-		}
 		return nil, err
 	}
-	caCfg := ca.DefaultConfig()
-	caCfg.Roots = roots
-	var caKey io.Closer
-	if cfg.legacyLayout() {
-		if caCfg.Issuer, err = ca.LoadRootIssuer(roots, cfg.rootKeyFile()); err != nil {
-			if errors.Is(err, os.ErrNotExist) && !cfg.Dev && cfg.RootKeyFile == "" {
-				return nil, fmt.Errorf("%w: %s", err, productionRoot)
-			}
-			return nil, err
-		}
-		log.Warn(legacyLayoutWarning, logkey.File, cfg.rootKeyFile())
-	} else {
-		spec, _ := cfg.journalCAKey()
-		certFile := cfg.journalCACertFile()
-		cert, key, err := ca.OpenJournalCA(certFile, spec, keystore.Options{TPMDevice: cfg.TPMDevice})
-		if err != nil {
-			return nil, err
-		}
-		caKey = key
-		var dropped []string
-		dnsNames, ips, dropped = ServerNamesUnder(cert, cfg.ListenAddr, cfg.ServerNames)
-		if len(dropped) > 0 {
-			log.Info("names this journal CA does not permit are left out of the server certificate; clients must dial this journal by another name (docs/ceremony.md)", logkey.Names, dropped)
-		}
-		caCfg.Issuer = ca.Issuer{Certificate: cert, Signer: key}
-		caCfg.ReloadIssuer = func() (*x509.Certificate, error) { return ca.ReadJournalCACert(certFile) }
-	}
-	caCfg.JournalID = cfg.NodeID
-	caCfg.LeafLifetime = cfg.CertLifetime
-	caCfg.IntermediateLifetime = 3 * cfg.CertLifetime
-	caCfg.ServerDNSNames = dnsNames
-	caCfg.ServerIPs = ips
-	caCfg.ServerNames = func(journalCA *x509.Certificate) ([]string, []net.IP) {
-		dnsNames, ips, _ := ServerNamesUnder(journalCA, cfg.ListenAddr, cfg.ServerNames)
-		return dnsNames, ips
-	}
-	caCfg.Clock = cfg.Clock
 	defer func() {
 		if err != nil && caKey != nil {
 			_ = caKey.Close()
 		}
 	}()
-	authority, err := ca.New(caCfg)
-	if err != nil {
-		return nil, err
-	}
 	warnJournalCAExpiry(log, authority, cfg.Clock.Now())
 	limiter, err := ratelimit.New(cfg.RateLimit)
 	if err != nil {
@@ -691,6 +647,66 @@ func rootPool(roots []*x509.Certificate) *x509.CertPool {
 		p.AddCert(r)
 	}
 	return p
+}
+
+// openAuthority loads the domain roots and this journal's journal CA (the
+// root key in the legacy layout) and makes a fresh intermediate: the
+// journal's credentials. caKey, if not nil, is the journal CA's key, for
+// the caller to close.
+func openAuthority(cfg Config, log *slog.Logger) (*ca.CA, io.Closer, error) {
+	dnsNames, ips := ServerNames(cfg.ListenAddr, cfg.ServerNames)
+	roots, _, err := ca.LoadRoots(cfg.rootCertFile())
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && !cfg.Dev {
+			return nil, nil, fmt.Errorf("%w: %s", err, productionRoot)
+		}
+		return nil, nil, err
+	}
+	caCfg := ca.DefaultConfig()
+	caCfg.Roots = roots
+	var caKey io.Closer
+	if cfg.legacyLayout() {
+		if caCfg.Issuer, err = ca.LoadRootIssuer(roots, cfg.rootKeyFile()); err != nil {
+			if errors.Is(err, os.ErrNotExist) && !cfg.Dev && cfg.RootKeyFile == "" {
+				return nil, nil, fmt.Errorf("%w: %s", err, productionRoot)
+			}
+			return nil, nil, err
+		}
+		log.Warn(legacyLayoutWarning, logkey.File, cfg.rootKeyFile())
+	} else {
+		spec, _ := cfg.journalCAKey()
+		certFile := cfg.journalCACertFile()
+		cert, key, err := ca.OpenJournalCA(certFile, spec, keystore.Options{TPMDevice: cfg.TPMDevice})
+		if err != nil {
+			return nil, nil, err
+		}
+		caKey = key
+		var dropped []string
+		dnsNames, ips, dropped = ServerNamesUnder(cert, cfg.ListenAddr, cfg.ServerNames)
+		if len(dropped) > 0 {
+			log.Info("names this journal CA does not permit are left out of the server certificate; clients must dial this journal by another name (docs/ceremony.md)", logkey.Names, dropped)
+		}
+		caCfg.Issuer = ca.Issuer{Certificate: cert, Signer: key}
+		caCfg.ReloadIssuer = func() (*x509.Certificate, error) { return ca.ReadJournalCACert(certFile) }
+	}
+	caCfg.JournalID = cfg.NodeID
+	caCfg.LeafLifetime = cfg.CertLifetime
+	caCfg.IntermediateLifetime = 3 * cfg.CertLifetime
+	caCfg.ServerDNSNames = dnsNames
+	caCfg.ServerIPs = ips
+	caCfg.ServerNames = func(journalCA *x509.Certificate) ([]string, []net.IP) {
+		dnsNames, ips, _ := ServerNamesUnder(journalCA, cfg.ListenAddr, cfg.ServerNames)
+		return dnsNames, ips
+	}
+	caCfg.Clock = cfg.Clock
+	authority, err := ca.New(caCfg)
+	if err != nil {
+		if caKey != nil {
+			_ = caKey.Close()
+		}
+		return nil, nil, err
+	}
+	return authority, caKey, nil
 }
 
 // ServerNames lists the names a client may dial a journal listening on

@@ -196,7 +196,7 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 		case "restore":
 			return restoreMain(args[1:], stdout, stderr)
 		case "recover":
-			return recoverMain(args[1:], stdout, stderr)
+			return recoverMain(args[1:], env, stdout, stderr)
 		}
 	}
 	cfg := journal.DefaultConfig()
@@ -384,6 +384,9 @@ const (
 	// quorum, but a journal it lists belongs to one already; restarting
 	// it as it is would refuse again.
 	ExitBootstrapRefused = 4
+	// ExitQuorumAnswers: pact-journal recover refused, because the
+	// survivor's quorum runs on (a majority answers); nothing changed.
+	ExitQuorumAnswers = 5
 )
 
 func isRemoved(j *journal.Journal) bool {

@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/pact-hpc/pact/internal/cmdline"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/settings"
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/ca"
 )
@@ -99,11 +101,23 @@ docs/quorum.md ("Recovering from a lost majority"). Stop pact-journal on
 the survivor first.
 
 Usage:
-  pact-journal recover --data-dir DIR --node-id ID --members j1=HOST:PORT[,...]
+  pact-journal recover --config /etc/pact/journal.yaml --members j1=HOST:PORT[,...]
 
---members is the new quorum: usually the survivor alone, with its own Raft
-address. Run the same command on every survivor. Then start pact-journal as
-before, and add new journals with pact journal add.
+Give it the journal's own settings (--config, the environment, or the
+flags it runs with): its --data-dir and --node-id, and its --root-cert and
+journal CA, with which it asks first. --members is the new quorum: usually
+the survivor alone, with its own Raft address. Run the same command on
+every survivor. Then start pact-journal as before, and add new journals
+with pact journal add.
+
+Before it changes anything, recover asks every other voter of the
+survivor's last configuration on its Raft port (as the bootstrap agreement
+does). If those that answer as members of its quorum are, with the
+survivor, a majority, the quorum is not lost and recover refuses (exit 5),
+naming them: start the journal again instead, and it rejoins the quorum.
+Recovering then would split the survivor off into a quorum of its own, with
+a registry the others never see. --even-if-quorum-answers recovers
+without asking: only for journals abandoned for good that may still run.
 
 What the survivor has in its log is kept, committed or not; writes that
 only the lost journals had are gone. The new quorum gets a new quorum id
@@ -113,40 +127,47 @@ pact journal add (an empty journal started with --initial-cluster asks the
 listed journals first and refuses to start a second quorum).
 
 Exit codes: 0 recovered; 1 failed (nothing changed unless the message says
-so); 2 bad flags.
+so); 2 bad flags; 5 refused: a majority of the quorum answers (nothing
+changed).
 
-Flags:
+Flags (with every setting of pact-journal; only those named above are used):
 `
 
-func recoverMain(args []string, stdout, stderr io.Writer) int {
+func recoverMain(args []string, env settings.Env, stdout, stderr io.Writer) int {
+	cfg := journal.DefaultConfig()
+	var log cmdline.Logging
+	var configFile string
+	s := Settings(&cfg, &log, &configFile)
 	fs := flag.NewFlagSet("pact-journal recover", flag.ContinueOnError)
+	s.Register(fs)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, recoverUsage); fs.PrintDefaults() }
-	var c journal.RecoverConfig
-	fs.StringVar(&c.DataDir, "data-dir", "", "the stopped survivor's data directory")
-	fs.StringVar(&c.NodeID, "node-id", "", "the survivor's journal id")
 	members := fs.String("members", "", "the new quorum as id=raft-host:port,...")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	force := fs.Bool("even-if-quorum-answers", false, "recover without first asking the other voters of the survivor's last configuration, even if they and the survivor are a majority that runs on: the survivor then leaves that quorum and serves a registry of its own")
+	cmdline.SetUsage(fs, s, recoverUsage)
+	if code, ok := cmdline.Parse(s, fs, args, env); !ok {
+		return code
 	}
 	peers, err := journal.ParsePeers(*members)
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal recover: --members: %v\n", err)
 		return 2
 	}
-	c.Members = peers
+	c := journal.RecoverConfig{DataDir: cfg.DataDir, NodeID: cfg.NodeID, Members: peers, EvenIfQuorumAnswers: *force}
 	if c.NodeID != "" {
 		if err := pki.ValidateName("journal id", c.NodeID); err != nil {
 			fmt.Fprintf(stderr, "pact-journal recover: --node-id: %v\n", err)
 			return 2
 		}
 	}
-	res, err := journal.Recover(c)
+	if logger, err := log.Logger(stderr); err == nil {
+		cfg.Logger = logger
+	}
+	res, err := journal.RecoverAs(cfg, c)
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal recover: %v\n", err)
+		if errors.Is(err, journal.ErrQuorumAnswers) {
+			return ExitQuorumAnswers
+		}
 		return 1
 	}
 	fmt.Fprintf(stdout, "recovered %s: its log through index %d is now the state of a new quorum of %d (%s)\nnew quorum id %s (was %s): journals of the old quorum that come back are refused, and cannot pull this one into their history\nstart pact-journal as before; then add new journals with --join and: pact journal add ID RAFT_ADDR\n",

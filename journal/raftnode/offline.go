@@ -1,11 +1,15 @@
 package raftnode
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -13,6 +17,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 
+	"github.com/pact-hpc/pact/internal/clock"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -112,7 +117,23 @@ type RecoverConfig struct {
 	DataDir string
 	NodeID  string
 	Members []Peer
+	// Credentials are the survivor's own (its root and journal CA), with
+	// which Recover first asks the voters of its last configuration on
+	// their Raft ports whether their quorum still runs (a probe, as the
+	// bootstrap agreement's). Nil only with EvenIfQuorumAnswers.
+	Credentials Credentials
+	// EvenIfQuorumAnswers recovers without asking, or although the
+	// journals that answer and this one are a majority: the survivor then
+	// leaves a quorum that runs on, and serves a registry of its own.
+	EvenIfQuorumAnswers bool
+	// ProbeTimeout bounds each probe (default 3s).
+	ProbeTimeout time.Duration
 }
+
+// ErrQuorumAnswers: Recover was refused because this journal's quorum is
+// not lost: with the journals of its last configuration that answer as
+// members of it, it is a majority.
+var ErrQuorumAnswers = errors.New("journal: recover refused: the quorum is not lost")
 
 // RecoverResult says what Recover did.
 type RecoverResult struct {
@@ -174,6 +195,11 @@ func Recover(c RecoverConfig) (RecoverResult, error) {
 	if rc.LocalID == "" {
 		rc.LocalID = raft.ServerID(c.Members[0].ID)
 	}
+	if !c.EvenIfQuorumAnswers {
+		if err := checkQuorumLost(c, string(rc.LocalID), store, snaps); err != nil {
+			return RecoverResult{}, err
+		}
+	}
 	rc.Logger = hclog.NewNullLogger()
 	var cfg raft.Configuration
 	for _, p := range c.Members {
@@ -199,4 +225,118 @@ func Recover(c RecoverConfig) (RecoverResult, error) {
 		return RecoverResult{}, fmt.Errorf("journal: recover: the configuration was rewritten, but the old quorum id could not be stored: %w", err)
 	}
 	return RecoverResult{LastIndex: last, QuorumID: qid, PreviousQuorumID: prev}, nil
+}
+
+// lastConfiguration is the Raft configuration a stopped journal's stores
+// hold last: the newest configuration entry in its log, else its newest
+// snapshot's.
+func lastConfiguration(logs raft.LogStore, snaps raft.SnapshotStore) (raft.Configuration, error) {
+	var cfg raft.Configuration
+	var after uint64
+	if list, err := snaps.List(); err != nil {
+		return cfg, fmt.Errorf("journal: read snapshots: %w", err)
+	} else if len(list) > 0 {
+		cfg, after = list[0].Configuration, list[0].Index
+	}
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return cfg, fmt.Errorf("journal: read raft log: %w", err)
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return cfg, fmt.Errorf("journal: read raft log: %w", err)
+	}
+	for i := last; i >= max(first, after+1) && i > 0; i-- {
+		var l raft.Log
+		if err := logs.GetLog(i, &l); err != nil {
+			if errors.Is(err, raft.ErrLogNotFound) {
+				continue
+			}
+			return cfg, fmt.Errorf("journal: read raft log: %w", err)
+		}
+		if l.Type == raft.LogConfiguration {
+			return raft.DecodeConfiguration(l.Data), nil
+		}
+	}
+	return cfg, nil
+}
+
+// checkQuorumLost asks every other voter of the survivor's last
+// configuration on its Raft port (a probe, answered to any journal of the
+// domain) and refuses (ErrQuorumAnswers) when those that answer as
+// members of its quorum, with the survivor itself, are a majority: the
+// quorum is not lost, and the survivor rejoins it by starting again.
+func checkQuorumLost(c RecoverConfig, self string, store *raftboltdb.BoltStore, snaps raft.SnapshotStore) error {
+	cfg, err := lastConfiguration(store, snaps)
+	if err != nil {
+		return err
+	}
+	own, err := getString(store, keyQuorumID)
+	if err != nil {
+		return err
+	}
+	var voters, others []raft.Server
+	for _, s := range cfg.Servers {
+		if s.Suffrage == raft.Voter {
+			voters = append(voters, s)
+			if string(s.ID) != self {
+				others = append(others, s)
+			}
+		}
+	}
+	if len(others) == 0 {
+		return nil // a quorum of one: nobody to ask
+	}
+	if c.Credentials == nil {
+		return errors.New("journal: recover cannot ask the other journals of its last configuration whether their quorum runs: it has no credentials (give it the journal's settings: --config, or --root-cert and the journal CA)")
+	}
+	timeout := c.ProbeTimeout
+	if timeout <= 0 {
+		timeout = 3 * time.Second
+	}
+	prober := &Node{cfg: Config{NodeID: self, Credentials: c.Credentials, Clock: clock.Real{}}, roots: x509.NewCertPool()}
+	prober.quorum.id = own
+	for _, r := range c.Credentials.Roots() {
+		prober.roots.AddCert(r)
+	}
+	answers := make([]string, len(others))
+	members := make([]bool, len(others))
+	var wg sync.WaitGroup
+	for i, s := range others {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reply, err := prober.probePeer(string(s.Address), timeout)
+			switch {
+			case err != nil:
+				answers[i] = fmt.Sprintf("%s at %s: no answer (%v)", s.ID, s.Address, err)
+			case reply.GetJournalId() != string(s.ID):
+				answers[i] = fmt.Sprintf("%s at %s: journal %s answers there", s.ID, s.Address, reply.GetJournalId())
+			case !reply.GetHasState():
+				answers[i] = fmt.Sprintf("%s at %s: answers, with no state (wiped, or waiting to join)", s.ID, s.Address)
+			case own != "" && reply.GetQuorumId() != "" && reply.GetQuorumId() != own:
+				answers[i] = fmt.Sprintf("%s at %s: answers as a member of another quorum, %s", s.ID, s.Address, reply.GetQuorumId())
+			default:
+				members[i] = true
+				answers[i] = fmt.Sprintf("%s at %s: answers as a member of this journal's quorum %s", s.ID, s.Address, quorumOrUnknown(reply.GetQuorumId()))
+			}
+		}()
+	}
+	wg.Wait()
+	alive := 0
+	if slices.ContainsFunc(voters, func(s raft.Server) bool { return string(s.ID) == self }) {
+		alive++ // this journal answers again once started
+	}
+	var up []string
+	for i, m := range members {
+		if m {
+			alive++
+			up = append(up, string(others[i].ID))
+		}
+	}
+	if alive*2 <= len(voters) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s answer(s) as member(s) of quorum %s; with %s that is %d of the %d voters of its last configuration, a majority, so the quorum runs on (and %s rejoins it when started)\n  %s\nDo not recover: start pact-journal on this host again with its usual settings; it rejoins the quorum and catches up on what it missed. Recovering would split %s off into a quorum of its own, with a registry the others never see (a node enrolled through one is unknown to the other). Only if those journals are to be abandoned for good: stop them first, or give --even-if-quorum-answers",
+		ErrQuorumAnswers, strings.Join(up, ", "), quorumOrUnknown(own), self, alive, len(voters), self, strings.Join(answers, "\n  "), self)
 }
