@@ -126,6 +126,9 @@ type mistakeOps interface {
 	memberOps
 	DataDir(i int) string
 	CurrentLog(i int) string
+	// Args is journal i's command line: pact-journal recover takes the
+	// journal's settings (its credentials ask the other journals first).
+	Args(i int) []string
 }
 
 // tool runs one of the operator's commands (pact, pact-journal) from
@@ -501,7 +504,7 @@ func recoverWhileLostReturns(e *Env, mo mistakeOps, m *MistakesResult) error {
 	if err := e.Q.Stop(s); err != nil {
 		return err
 	}
-	stdout, stderr, code, err := e.tool(nil, "pact-journal", "recover", "--data-dir", mo.DataDir(s), "--node-id", sid, "--members", sid+"="+mo.Raft(s))
+	stdout, stderr, code, err := e.tool(nil, "pact-journal", append(append([]string{"recover"}, mo.Args(s)...), "--members", sid+"="+mo.Raft(s))...)
 	if err != nil {
 		return err
 	}
