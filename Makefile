@@ -40,6 +40,9 @@ DEADCODE_VERSION           ?= v0.52.0
 # libpcsclite. One directory per version, so a new pin installs anew.
 STEPCA_VERSION             ?= v0.30.2
 STEPCA                     := $(TOOLS)/step-ca-$(STEPCA_VERSION)/step-ca
+# make release: a CycloneDX SBOM of each binary's linked modules, read from
+# its build information (docs/releases.md).
+CYCLONEDX_GOMOD_VERSION    ?= v1.10.0
 # deadcode's roots: every main of the module (go list finds them).
 MAINS = $(shell $(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./...)
 
@@ -51,7 +54,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X github.com/pact-hpc/pact/internal/version.Version=$(VERSION) -X github.com/pact-hpc/pact/internal/version.Commit=$(COMMIT)
 
-.PHONY: help build build-pkcs11 print-ldflags package package-check package-check-tools run cluster cluster-down image compose-up compose-down test test-pkcs11 test-bootstrap lint generate check-generated bench bench-storm bench-floor bench-pair bench-peer bench-scale fuzz fuzz-short clean tools
+.PHONY: help build build-pkcs11 print-ldflags package package-check package-check-tools run cluster cluster-down image compose-up compose-down test test-pkcs11 test-bootstrap lint generate check-generated bench bench-storm bench-floor bench-pair bench-peer bench-scale fuzz fuzz-short clean tools print-version release release-previous
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -95,6 +98,19 @@ package-check-tools: ## install what make package-check needs (mmdebstrap; apt-g
 
 print-ldflags: ## print the -ldflags make build stamps the version with (the version test uses it)
 	@echo '$(LDFLAGS)'
+
+print-version: ## print the version make build stamps and the packages' version (make release uses it)
+	@echo '$(VERSION) $(PKG_VERSION)'
+
+# Releases (docs/releases.md). make release refuses a version that is not
+# semver, a tree that is not clean and a final release without its
+# CHANGELOG.md entry; RELEASES records each release's commit.
+release: $(TOOLS)/nfpm $(TOOLS)/cyclonedx-gomod ## cut release VERSION=x.y.z from this commit: binaries, .deb/.rpm, image tarball, SBOMs, SHA256SUMS into bin/release/x.y.z/
+	GO=$(GO) CYCLONEDX_GOMOD=$(TOOLS)/cyclonedx-gomod ./scripts/release.sh $(if $(filter command line,$(origin VERSION)),$(VERSION),'')
+
+PREVIOUS ?=
+release-previous: ## build the previous release (or PREVIOUS=x.y.z) from the commit RELEASES records into .cache/releases/x.y.z/bin/ (upgrade tests)
+	GO=$(GO) ./scripts/release-previous.sh $(PREVIOUS)
 
 run: build ## run a development journal with its state in ./.pact (prints what to do next)
 	$(BIN)/pact-journal --dev --data-dir $(DATA_DIR) --listen $(LISTEN) --metrics-listen $(METRICS)
@@ -165,6 +181,8 @@ $(TOOLS)/protoc-gen-go-grpc:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 $(STEPCA):
 	GOBIN=$(dir $@) $(GO) install github.com/smallstep/certificates/cmd/step-ca@$(STEPCA_VERSION)
+$(TOOLS)/cyclonedx-gomod:
+	GOBIN=$(TOOLS) $(GO) install github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$(CYCLONEDX_GOMOD_VERSION)
 $(TOOLS)/promtool:
 	GOBIN=$(TOOLS) $(GO) install -tags remove_all_sd github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
 
