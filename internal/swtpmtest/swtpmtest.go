@@ -170,7 +170,7 @@ type Holder struct {
 }
 
 // Hold starts a process (this test binary, run again) that connects to the
-// TPM and keeps the connection until Release or Kill, or the test ends.
+// TPM and keeps the connection until Kill, or the test ends.
 // It returns once swtpm serves that process.
 func (tp *TPM) Hold(t testing.TB) *Holder {
 	t.Helper()
@@ -199,14 +199,8 @@ func (tp *TPM) Hold(t testing.TB) *Holder {
 	return h
 }
 
-// Release ends the holder cleanly: it closes its connection.
-func (h *Holder) Release() {
-	_ = h.in.Close()
-	_ = h.cmd.Wait()
-}
-
-// Kill kills the holder (SIGKILL) and waits for it. Kill after Release,
-// or twice, does nothing.
+// Kill kills the holder (SIGKILL) and waits for it; a second Kill does
+// nothing.
 func (h *Holder) Kill() {
 	if h.cmd.ProcessState != nil {
 		return
