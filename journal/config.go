@@ -275,7 +275,7 @@ func DefaultConfig() Config {
 		RaftTrailingLogs:         rn.RaftTrailingLogs,
 		RaftWriteTimeout:         DefaultRaftWriteTimeout,
 		KeyExchange:              transport.Classical,
-		Connections:              connlimit.DefaultConfig(),
+		Connections:              grpcConnections(),
 		IdleTimeout:              5 * time.Minute,
 		MaxStreamsPerCert:        3,
 		MaxEnrollWaiters:         256,
@@ -284,6 +284,14 @@ func DefaultConfig() Config {
 		Logger:                   slog.Default(),
 		Clock:                    clock.Real{},
 	}
+}
+
+// grpcConnections is connlimit's defaults with ProveWithin: the gRPC port
+// reports its calls (vouchUnary); the Raft port sets it to 0.
+func grpcConnections() connlimit.Config {
+	c := connlimit.DefaultConfig()
+	c.ProveWithin = connlimit.DefaultProveWithin
+	return c
 }
 
 // Validate reports every problem at once.

@@ -201,11 +201,11 @@ type Config struct {
 	// ProveWithin, if not zero, makes a connection from an unvouched
 	// address past its handshake evictable at MaxConns once it has had no
 	// call under way for this long and no authenticated call at all (a
-	// handshake without a certificate, then idle). The caller must report
-	// the calls (Call); a listener whose calls are not reported (the Raft
-	// port) must leave it 0, which never evicts a connection past its
-	// handshake. 3 s by default: a client makes its first call a round
-	// trip after its handshake.
+	// handshake without a certificate, then idle). Only for a listener
+	// whose caller reports every call (Call): the journal's gRPC port,
+	// with DefaultProveWithin. 0 by default (the Raft port, and any
+	// listener whose calls are not reported): a connection past its
+	// handshake is never evicted.
 	ProveWithin time.Duration
 
 	// Clock decides the handshake times the rate is measured from, the
@@ -221,8 +221,9 @@ type Config struct {
 // of which up to 8 s waiting for a handshake slot, and busy answers that
 // name up to that wait, or up to a minute for a source answered busy more
 // than four times in a row; an authenticated source vouched for 10
-// minutes (131,072 at most), 8 more handshake slots for vouched sources,
-// and 3 s for a connection past its handshake to start a call.
+// minutes (131,072 at most), and 8 more handshake slots for vouched
+// sources. ProveWithin is 0: a caller that reports its calls sets it
+// (DefaultProveWithin).
 func DefaultConfig() Config {
 	return Config{
 		MaxConnsPerSource:  32,
@@ -235,9 +236,13 @@ func DefaultConfig() Config {
 		VouchFor:           10 * time.Minute,
 		MaxVouched:         1 << 17,
 		VouchedHandshakes:  8,
-		ProveWithin:        3 * time.Second,
 	}
 }
+
+// DefaultProveWithin is the ProveWithin of a listener whose calls are
+// reported (the journal's gRPC port): a client makes its first call a
+// round trip after its handshake, and an Enroll under way is a call.
+const DefaultProveWithin = 3 * time.Second
 
 // Validate reports every problem at once.
 func (c Config) Validate() error {

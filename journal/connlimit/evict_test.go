@@ -25,13 +25,10 @@ type capHarness struct {
 }
 
 // newCapHarness is on a limiter whose calls nobody reports (ProveWithin
-// 0): a connection past its handshake is never evicted.
+// 0, the default): a connection past its handshake is never evicted.
 func newCapHarness(t *testing.T, maxConns, perSource int) *capHarness {
 	t.Helper()
-	return newCapHarnessWith(t, func(c *connlimit.Config) {
-		c.MaxConns, c.MaxConnsPerSource = maxConns, perSource
-		c.ProveWithin = 0
-	})
+	return newCapHarnessWith(t, func(c *connlimit.Config) { c.MaxConns, c.MaxConnsPerSource = maxConns, perSource })
 }
 
 func newCapHarnessWith(t *testing.T, mutate func(*connlimit.Config)) *capHarness {

@@ -79,6 +79,7 @@ func TestAtTheCapVouchedAndProvenConnectionsGoLast(t *testing.T) {
 			fc := fakeclock.New(time.Unix(1e9, 0))
 			h := newCapHarnessWith(t, func(c *connlimit.Config) {
 				c.MaxConns, c.MaxConnsPerSource = 3, 2
+				c.ProveWithin = connlimit.DefaultProveWithin
 				c.Clock = fc
 			})
 			done := map[int]func(){}
