@@ -19,11 +19,11 @@ func TestNewRequestTPM(t *testing.T) {
 	}
 	tpm := swtpmtest.Start(t)
 	opts := keystore.Options{TPMDevice: tpm.Device}
-	first, err := NewRequest("j1", spec, opts, []string{"j1.site.example"}, nil)
+	first, err := NewRequest("j1", spec, opts, []string{"j1", "j1.site.example"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := NewRequest("j1", spec, opts, []string{"j1.site.example"}, nil)
+	again, err := NewRequest("j1", spec, opts, []string{"j1", "j1.site.example"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestNewRequestTPM(t *testing.T) {
 		t.Errorf("created %v then %v; same key %v", first.Created, again.Created, again.Fingerprint == first.Fingerprint)
 	}
 	_, root, key := newRoot(t, 0)
-	if _, err := SignJournalCA(root, key, again.PEM, "j1", []string{"j1.site.example"}, nil, 0, now); err != nil {
+	if _, err := SignJournalCA(root, key, again.PEM, "j1", []string{"j1", "j1.site.example"}, nil, 0, now); err != nil {
 		t.Fatal(err)
 	}
 }
