@@ -92,7 +92,7 @@ var invariantRules = []struct {
 		case sc.Mistakes:
 			return "no change is asked under a fault: the configuration changes only to repair the mistakes, and one-quorum checks it after each"
 		case sc.RevokeCA:
-			return "no change is asked under a fault: the revoked journal is removed and added back only to restore the quorum, and revoked-ca-cut-off checks the outcome (exit 3, the add, one quorum of three)"
+			return "no change is asked under a fault: the revoked journal is removed and added back only to restore the quorum, and revoked-ca-cut-off checks the outcome (the remove, the add, the journal running on, one quorum of three)"
 		}
 		return "the quorum's configuration does not change"
 	}},
