@@ -39,7 +39,7 @@ func (j *Journal) PresetCounterSeries() map[string][][]string {
 		"pact_journal_enroll_credential_refusals_total": one("credential", j.credentialKinds()),
 		"pact_journal_stream_drops_total":               one("reason", dropReasons),
 		"pact_journal_handshakes_refused_total":         handshakes,
-		"pact_journal_peer_refused_total":               one("reason", raftnode.PeerRefusalReasons()),
+		"pact_journal_peer_refused_total":               one("reason", raftnode.PeerRefusalReasons),
 		"pact_journal_connections_refused_total":        one("port", metricPorts),
 		"pact_journal_connections_busy_total":           one("port", metricPorts),
 	}

@@ -77,11 +77,10 @@ const (
 	refusedCertificate    = "bad_certificate"
 )
 
-var peerRefusalReasons = []string{refusedQuorumMismatch, refusedNotMember, refusedIntermediate, refusedNotBound, refusedNoQuorumID, refusedUnpublished, refusedRevoked, refusedBootstrapping, refusedByPeer, refusedCertificate}
-
 // PeerRefusalReasons are the reason label values of
-// pact_journal_peer_refused_total, every one exported from the start.
-func PeerRefusalReasons() []string { return slices.Clone(peerRefusalReasons) }
+// pact_journal_peer_refused_total, every one exported from the start (like
+// auth.HandshakeReasons).
+var PeerRefusalReasons = []string{refusedQuorumMismatch, refusedNotMember, refusedIntermediate, refusedNotBound, refusedNoQuorumID, refusedUnpublished, refusedRevoked, refusedBootstrapping, refusedByPeer, refusedCertificate}
 
 // PeerRefusal is a journal peer refused for a reason
 // pact_journal_peer_refused_total counts.
@@ -115,7 +114,7 @@ func newPeerRefusedCounter() *prometheus.CounterVec {
 	}, []string{"reason"})
 	// Every reason from the start: a rate over a series that appears with
 	// its first increment misses that increment (PactJournalPeerRefused).
-	for _, r := range peerRefusalReasons {
+	for _, r := range PeerRefusalReasons {
 		c.WithLabelValues(r)
 	}
 	return c
