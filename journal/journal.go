@@ -777,6 +777,11 @@ func serverNames(listen string, extra []string) names {
 		}
 	case ip != nil && !ip.IsLoopback():
 		n.ips = append(n.ips, ip)
+	case ip != nil && !ip.Equal(net.IPv4(127, 0, 0, 1)) && !ip.Equal(net.IPv6loopback):
+		// Another loopback address (a journal per address on one host):
+		// clients dial it, so it is in the certificate wherever the
+		// journal CA permits it (Preflight warns where it does not).
+		n.autoIPs = append(n.autoIPs, ip)
 	case ip == nil && host != "" && host != "localhost":
 		n.dns = append(n.dns, host)
 	}

@@ -9,7 +9,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
@@ -49,6 +51,10 @@ const productionRoot = `a production journal runs with its site's domain root ce
 //     locked by a running pact-journal (ErrDataDirInUse: a restart stops
 //     that journal first, so a caller checking before a restart may
 //     report it as a note);
+//   - the --listen and --advertise hosts are names the server certificate
+//     will carry (ErrNameNotInCertificate: a start goes on, but clients
+//     dialing them fail the handshake, so a caller may report it as a
+//     warning);
 //   - the SPIRE bundle file parses, and the audit log can be appended to.
 //
 // Settings that need no disk (addresses, durations) are Validate's.
@@ -84,6 +90,9 @@ func (c Config) Preflight() error {
 			add(c.checkJournalCA(roots, domain))
 		}
 	}
+	if !c.devJournalCA() {
+		add(c.checkDialNames())
+	}
 	if c.SPIREBundleFile != "" {
 		add(checkSPIREBundle(c.SPIREBundleFile, c.SPIRETrustDomain, domain))
 	}
@@ -91,6 +100,61 @@ func (c Config) Preflight() error {
 		add(checkAppendable("--audit-log", c.AuditLog))
 	}
 	return errors.Join(errs...)
+}
+
+// ErrNameNotInCertificate: a name clients dial this journal by (its
+// --listen or --advertise address) cannot be in its server certificate,
+// because its journal CA does not permit it (or, for a host name, it is
+// not among --server-names). The journal starts, but a client dialing
+// that name fails the TLS handshake: --check-config reports it as a
+// warning, not a problem.
+var ErrNameNotInCertificate = errors.New("journal: a name clients dial is not in the server certificate")
+
+// checkDialNames reports (ErrNameNotInCertificate) the --listen and
+// --advertise hosts the server certificate would not carry.
+func (c Config) checkDialNames() error {
+	var journalCA *x509.Certificate
+	if !c.legacyLayout() {
+		data, err := os.ReadFile(c.journalCACertFile())
+		if err != nil {
+			return nil // checkJournalCA reports it
+		}
+		certs, err := pki.ParseCertsPEM(data)
+		if err != nil || len(certs) == 0 {
+			return nil
+		}
+		journalCA = certs[0]
+	}
+	dnsNames, ips, _ := ServerNamesUnder(journalCA, c.ListenAddr, c.ServerNames)
+	var errs []error
+	for _, a := range []struct{ flag, addr string }{{"--listen", c.ListenAddr}, {"--advertise", c.AdvertiseGRPC}} {
+		host, _, err := net.SplitHostPort(a.addr)
+		if err != nil || host == "" {
+			continue
+		}
+		ip := net.ParseIP(host)
+		switch {
+		case ip != nil && ip.IsUnspecified():
+		case ip != nil && !slices.ContainsFunc(ips, ip.Equal):
+			errs = append(errs, fmt.Errorf("%w: %s %s: the journal CA %s does not permit the address %s, so the server certificate leaves it out and the pact CLI, agents and journals that dial %s fail the TLS handshake; have the ceremony sign a journal CA whose names include it (pact ca sign-journal --names ...,%s), or %s an address it permits",
+				ErrNameNotInCertificate, a.flag, a.addr, c.journalCACertFile(), host, a.addr, host, listenOrAdvertise(a.flag)))
+		case ip == nil && !slices.ContainsFunc(dnsNames, func(n string) bool { return strings.EqualFold(n, host) }):
+			hint := "add it to --server-names"
+			if journalCA != nil {
+				hint = "add it to --server-names, and have the journal CA permit it (pact ca sign-journal --names)"
+			}
+			errs = append(errs, fmt.Errorf("%w: %s %s: the server certificate leaves out %s, so the pact CLI, agents and journals that dial %s fail the TLS handshake; %s, or %s a name it carries",
+				ErrNameNotInCertificate, a.flag, a.addr, host, a.addr, hint, listenOrAdvertise(a.flag)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func listenOrAdvertise(flag string) string {
+	if flag == "--listen" {
+		return "listen on"
+	}
+	return "advertise"
 }
 
 // missingFile says what to do about a file a journal needs that cannot

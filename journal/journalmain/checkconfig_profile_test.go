@@ -118,3 +118,44 @@ func TestCheckConfigRefusesMisprofiledJournalCAs(t *testing.T) {
 		})
 	}
 }
+
+// --check-config warns about a name clients dial that the server
+// certificate cannot carry: a --listen loopback address or an --advertise
+// address its journal CA does not permit, an --advertise host name not in
+// --server-names. The settings still start a journal (exit 0), and
+// nothing is said when the journal CA permits them.
+func TestCheckConfigWarnsAboutNamesClientsDialOutsideTheCertificate(t *testing.T) {
+	root := t.TempDir()
+	if _, err := ca.InitDev(root, "site.example", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	base := "node-id: j1\ndata-dir: " + filepath.Join(t.TempDir(), "data") + "\nroot-cert: " + filepath.Join(root, ca.RootCertFile) + "\n"
+	defaults := jcaSettings(journalCAFiles(t, root, "j1", nil, nil, 0))
+	dns, ips := journal.ServerNames("127.0.0.11:7443", nil)
+	permitting := jcaSettings(journalCAFiles(t, root, "j1", append([]string{"j1"}, dns...), ips, 0))
+	for _, tt := range []struct {
+		name, file string
+		warn       []string // empty: no warning
+	}{
+		{"a loopback --listen its journal CA does not permit", base + defaults + "listen: 127.0.0.11:7443\n",
+			[]string{"pact-journal: warning:", "--listen 127.0.0.11:7443", "does not permit the address 127.0.0.11", "fail the TLS handshake", "pact ca sign-journal --names"}},
+		{"a loopback --listen its journal CA permits", base + permitting + "listen: 127.0.0.11:7443\n", nil},
+		{"an --advertise host name not in --server-names", base + defaults + "advertise: j1.site.example:7443\n",
+			[]string{"pact-journal: warning:", "--advertise j1.site.example:7443", "leaves out j1.site.example", "--server-names"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := runWith(t, tt.file, nil, "--check-config")
+			if code != 0 || !strings.Contains(out, "the settings are valid") {
+				t.Fatalf("exit %d, want 0\nstdout %s\nstderr %s", code, out, errOut)
+			}
+			if len(tt.warn) == 0 && strings.Contains(out, "warning") {
+				t.Errorf("a warning where none is due:\n%s", out)
+			}
+			for _, w := range tt.warn {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}

@@ -253,13 +253,22 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	}
 	if *check {
 		for _, n := range notes {
-			fmt.Fprintf(stdout, "pact-journal: note: %v\n", n)
+			kind := "note"
+			if errors.Is(n, journal.ErrNameNotInCertificate) {
+				kind = "warning"
+			}
+			fmt.Fprintf(stdout, "pact-journal: %s: %v\n", kind, n)
 		}
 		if os.Geteuid() == 0 && !cfg.Dev {
 			fmt.Fprintln(stdout, "pact-journal: note: checked as root, who reads every file: run the check as the journal's user (sudo -u pact ...) to know that it can read them")
 		}
 		fmt.Fprintln(stdout, "pact-journal: the settings are valid, and the files and directories they name are usable")
 		return 0
+	}
+	for _, n := range notes {
+		if errors.Is(n, journal.ErrNameNotInCertificate) {
+			logger.Warn("clients that dial this name will fail the TLS handshake", logkey.Err, n)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -342,8 +351,9 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 }
 
 // splitPreflight separates what only a running journal causes (its data
-// directory in use: a restart stops it first) from the problems a start
-// would fail on. A start meets the former in NewContext, and says so.
+// directory in use: a restart stops it first) and what a start survives
+// but clients will not (a name they dial not in the certificate) from the
+// problems a start would fail on. A start meets the former in NewContext, and says so.
 func splitPreflight(err error) (notes []error, problems error) {
 	if err == nil {
 		return nil, nil
@@ -358,7 +368,7 @@ func splitPreflight(err error) (notes []error, problems error) {
 			parts = append(j.Unwrap(), parts...)
 			continue
 		}
-		if errors.Is(e, journal.ErrDataDirInUse) {
+		if errors.Is(e, journal.ErrDataDirInUse) || errors.Is(e, journal.ErrNameNotInCertificate) {
 			notes = append(notes, e)
 		} else {
 			errs = append(errs, e)
