@@ -47,7 +47,6 @@ import (
 	"github.com/pact-hpc/pact/internal/backoff"
 	"github.com/pact-hpc/pact/internal/hwid"
 	"github.com/pact-hpc/pact/internal/logkey"
-	"github.com/pact-hpc/pact/internal/pki"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -146,7 +145,7 @@ func New(cfg Config) (*Agent, error) {
 	// agent knows it; timers are the node's own.
 	clk := &skewClock{base: cfg.Clock}
 	cfg.Clock = clk
-	_, roots, err := pki.LoadCertPool(cfg.CAFile)
+	roots, err := loadRoots(cfg.CAFile)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,7 +17,9 @@ import (
 	"github.com/pact-hpc/pact/agent/hwinfo"
 	"github.com/pact-hpc/pact/agent/tpm"
 	"github.com/pact-hpc/pact/identity/spire"
+	"github.com/pact-hpc/pact/identity/static"
 	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/transport"
 )
 
@@ -246,4 +249,45 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("agent: Clock is required"))
 	}
 	return errors.Join(errs...)
+}
+
+// Preflight reads what New reads from disk before it starts, and reports
+// every problem at once, each with what to do: the domain root (--ca),
+// --key-out's directory (a tmpfs), the join token file and the bootstrap
+// identity's files. It creates and writes nothing, so pact-agent
+// --check-config calls valid only what a start would start with.
+func (c Config) Preflight() error {
+	var errs []error
+	if c.CAFile != "" {
+		if _, err := loadRoots(c.CAFile); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.KeyOut != "" {
+		if err := checkKeyOut(c.KeyOut); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.JoinTokenFile != "" {
+		if _, err := readJoinToken(c.JoinTokenFile); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.BootstrapCert != "" && c.BootstrapKey != "" {
+		sc := static.DefaultConfig()
+		sc.CertFile, sc.KeyFile, sc.BundleFile, sc.Clock = c.BootstrapCert, c.BootstrapKey, c.BootstrapBundle, c.Clock
+		if _, err := static.New(sc); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ErrBadConfig, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// loadRoots reads the domain root certificate(s) of --ca.
+func loadRoots(path string) ([]*x509.Certificate, error) {
+	_, roots, err := pki.LoadCertPool(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --ca %s: %w: give the domain root certificate (ca.pem) the node image carries", ErrBadConfig, path, err)
+	}
+	return roots, nil
 }

@@ -81,8 +81,15 @@ in_root /usr/bin/pact ca sign-journal --dir /tmp/root-ca --csr /tmp/j1.csr --jou
 in_root install -m 0644 /tmp/j1-ca.pem /etc/pact/journal-ca.pem
 in_root install -d -o pact -g pact -m 0700 /var/lib/pact-journal
 in_root runuser -u pact -- env PACT_JOURNAL_CA_KEY="$key" /usr/bin/pact-journal --config /etc/pact/journal.yaml --check-config
-in_root rm -rf /etc/pact/ca.pem /etc/pact/journal-ca.pem /etc/pact/journal-ca-key.pem /var/lib/pact-journal /tmp/root-ca /tmp/j1.csr /tmp/j1-ca.pem
+# The agent's file names the same /etc/pact/ca.pem: valid with it, and
+# not without it (the agent's start reads it, and would exit 2).
 in_root /usr/bin/pact-agent --config /etc/pact/agent.yaml --check-config
+in_root rm -rf /etc/pact/ca.pem /etc/pact/journal-ca.pem /etc/pact/journal-ca-key.pem /var/lib/pact-journal /tmp/root-ca /tmp/j1.csr /tmp/j1-ca.pem
+if out=$(in_root /usr/bin/pact-agent --config /etc/pact/agent.yaml --check-config 2>&1); then
+	echo "package-check: --check-config called agent.yaml valid without /etc/pact/ca.pem:" >&2; echo "$out" >&2; exit 1
+fi
+case $out in *"--ca /etc/pact/ca.pem"*) ;; *) echo "package-check: unexpected pact-agent --check-config answer without a root:" >&2; echo "$out" >&2; exit 1 ;; esac
+echo "agent without a root, as expected: $out"
 echo "== the installed mkroot.sh, with the installed unit (docs/diskless.md), and the copyright file"
 in_root sh -c 'echo ca > /tmp/ca.pem && /usr/share/pact/diskless/mkroot.sh /tmp/image /usr/bin/pact-agent /tmp/ca.pem 10.0.0.1:7443 &&
 	cmp /tmp/image/usr/lib/systemd/system/pact-agent.service /usr/lib/systemd/system/pact-agent.service &&

@@ -190,7 +190,10 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 		return agent.ExitUsage
 	}
 	cfg.Logger = logger
-	if err := cfg.Validate(); err != nil {
+	// What a start reads from disk is checked with the settings, so a
+	// missing --ca is a configuration problem (exit 2, which the unit does
+	// not restart), reported with every other at once.
+	if err := errors.Join(cfg.Validate(), cfg.Preflight()); err != nil {
 		cmdline.ReportProblems(stderr, "pact-agent", err)
 		return agent.ExitUsage
 	}

@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/agent"
+	"github.com/pact-hpc/pact/internal/chaintest"
 	"github.com/pact-hpc/pact/internal/cmdline"
+	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/settings"
 	"github.com/pact-hpc/pact/internal/settings/settingstest"
 	"github.com/pact-hpc/pact/journal/journaltest"
@@ -98,8 +100,24 @@ func runWith(t *testing.T, file string, env map[string]string, args ...string) (
 	return code, out.String(), errb.String()
 }
 
+// caFile writes a domain root certificate for --ca and returns its path.
+func caFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(path, pki.EncodeCertsPEM(chaintest.NewRoot("site.example").Cert.Raw), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func TestCheckConfig(t *testing.T) {
-	const good = "journal: [127.0.0.1:7443]\nca: /etc/pact/ca.pem\n"
+	ca := caFile(t)
+	good := "journal: [127.0.0.1:7443]\nca: " + ca + "\n"
+	missing := filepath.Join(t.TempDir(), "ca.pem")
+	notPEM := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		name     string
 		file     string
@@ -120,7 +138,14 @@ func TestCheckConfig(t *testing.T) {
 			}},
 		{"env over file", good, map[string]string{"PACT_JOURNAL": ""}, nil, agent.ExitUsage, []string{"no journal address"}},
 		{"flag over env over file", good, map[string]string{"PACT_JOURNAL": ""}, []string{"--journal", "127.0.0.1:7443"}, agent.ExitOK, []string{"valid"}},
-		{"config from the environment", "", map[string]string{"PACT_AGENT_CONFIG": "../../dist/config/agent.yaml"}, nil, agent.ExitOK, []string{"valid"}},
+		{"config from the environment", "", map[string]string{"PACT_AGENT_CONFIG": "../../dist/config/agent.yaml", "PACT_CA": ca}, nil, agent.ExitOK, []string{"valid"}},
+		// What a start reads is read: a --ca that is not there, or holds
+		// no certificate, is a problem (exit 2), not a start that exits 1
+		// and is restarted for ever.
+		{"a --ca that does not exist", "journal: [127.0.0.1:7443]\nca: " + missing + "\n", nil, nil, agent.ExitUsage,
+			[]string{"1 configuration problem", "--ca " + missing, "no such file or directory", "the node image carries"}},
+		{"a --ca that holds no certificate", "journal: [127.0.0.1:7443]\nca: " + notPEM + "\n", nil, nil, agent.ExitUsage, []string{"--ca " + notPEM}},
+		{"a --join-token-file that does not exist", good + "join-token-file: " + missing + "\n", nil, nil, agent.ExitUsage, []string{"--join-token-file"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			code, out, errOut := runWith(t, tt.file, tt.env, append(tt.args, "--check-config")...)
