@@ -50,7 +50,10 @@ export CGO_ENABLED := 0
 
 # The release stamped into every binary (internal/version), from git; the
 # image and the packages are built from these binaries, so all agree.
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+# make release gives vx.y.z; otherwise git describe, or where no release
+# tag is in the clone the same from RELEASES (v0.1.0-5-gabc1234;
+# scripts/version.sh).
+VERSION ?= $(shell ./scripts/version.sh)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X github.com/pact-hpc/pact/internal/version.Version=$(VERSION) -X github.com/pact-hpc/pact/internal/version.Commit=$(COMMIT)
 
@@ -68,11 +71,14 @@ build: ## build static binaries into bin/: pact-journal, pact-agent, pact
 build-pkcs11: ## build pact and pact-journal with PKCS#11 support (cgo, -tags pkcs11) into bin/
 	CGO_ENABLED=1 $(GO) build -trimpath -tags pkcs11 -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/pact-journal ./cmd/pact
 
-# Package versions: a tag v1.2.3 gives 1.2.3; an untagged build gives
-# 0.0.0~git<describe>, which sorts before any release; '-' becomes '~'
-# (rpm allows no '-' in a version). Built in PKG_DIR from a copy of
+# Package versions: a release v1.2.3 gives 1.2.3, a pre-release v1.2.3-rc.1
+# 1.2.3~rc.1 (before 1.2.3); a build 4 commits past a release,
+# v1.2.3-4-gabcdef0, gives 1.2.3+git4.gabcdef0 (after 1.2.3, before the
+# next release: an upgrade, for dpkg and rpm alike); a build with no
+# release behind it 0.0.0~git<describe>; any other '-' becomes '~' (rpm
+# allows no '-' in a version). Built in PKG_DIR from a copy of
 # dist/nfpm.yaml with @BIN@, @ARCH@ and @VERSION@ filled in.
-PKG_VERSION ?= $(subst -,~,$(if $(filter v0% v1% v2% v3% v4% v5% v6% v7% v8% v9%,$(VERSION)),$(patsubst v%,%,$(VERSION)),0.0.0~git$(VERSION)))
+PKG_VERSION ?= $(shell printf '%s\n' '$(VERSION)' | sed -E -e '/^v[0-9]/!s/^/0.0.0~git/' -e 's/^v//' -e 's/-([0-9]+)-g([0-9a-f]+)(-dirty)?$$/+git\1.g\2\3/' -e 's/-/~/g')
 PKG_ARCH    ?= $(shell $(GO) env GOARCH)
 PKG_DIR     ?= $(BIN)/packages
 # The packages' binaries: stamped like make build's, and stripped of the

@@ -48,8 +48,8 @@ func makePackage(t *testing.T) (deb, rpm string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make package: %v\n%s", err, out)
 	}
-	deb = filepath.Join(tmp, "pkg", "pact_1.2.3~4~gabcdef0-1_amd64.deb")
-	rpm = filepath.Join(tmp, "pkg", "pact-1.2.3~4~gabcdef0-1.x86_64.rpm")
+	deb = filepath.Join(tmp, "pkg", "pact_1.2.3+git4.gabcdef0-1_amd64.deb")
+	rpm = filepath.Join(tmp, "pkg", "pact-1.2.3+git4.gabcdef0-1.x86_64.rpm")
 	for _, p := range []string{deb, rpm} {
 		if _, err := os.Stat(p); err != nil {
 			entries, _ := os.ReadDir(filepath.Join(tmp, "pkg"))
@@ -118,7 +118,7 @@ func TestPackages(t *testing.T) {
 			owners[strings.TrimSuffix(strings.TrimPrefix(f[5], "."), "/")] = f[1]
 		}
 		checkFiles(t, "deb", listing(t, out, 5, "."), func(p string) string { return owners[p] })
-		for field, want := range map[string]string{"Package": "pact", "Version": "1.2.3~4~gabcdef0-1", "Architecture": "amd64"} {
+		for field, want := range map[string]string{"Package": "pact", "Version": "1.2.3+git4.gabcdef0-1", "Architecture": "amd64"} {
 			if got := strings.TrimSpace(run(t, "dpkg-deb", "-f", deb, field)); got != want {
 				t.Errorf("%s: %q, want %q", field, got, want)
 			}
@@ -165,7 +165,7 @@ func TestPackages(t *testing.T) {
 		checkInstalledMkroot(t, x)
 	})
 	t.Run("rpm", func(t *testing.T) {
-		if got := strings.Fields(run(t, "rpm", "-qp", "--qf", "%{NAME} %{VERSION} %{RELEASE} %{ARCH}\n", rpm)); !slices.Equal(got, []string{"pact", "1.2.3~4~gabcdef0", "1", "x86_64"}) {
+		if got := strings.Fields(run(t, "rpm", "-qp", "--qf", "%{NAME} %{VERSION} %{RELEASE} %{ARCH}\n", rpm)); !slices.Equal(got, []string{"pact", "1.2.3+git4.gabcdef0", "1", "x86_64"}) {
 			t.Errorf("rpm header %v", got)
 		}
 		if got := strings.Fields(run(t, "rpm", "-qlp", rpm)); len(got) < len(packageFiles) {

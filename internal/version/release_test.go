@@ -378,3 +378,134 @@ func TestReleasePreviousSaysWhatItNeeds(t *testing.T) {
 		t.Errorf("shallow clone: exit %d, want 2 and what to do in:\n%s", code, out)
 	}
 }
+
+// printVersion is make print-version for VERSION: the stamp and the
+// packages' version.
+func printVersion(t *testing.T, root, version string) (stamp, pkg string) {
+	t.Helper()
+	out, err := exec.Command("make", "-s", "--no-print-directory", "-C", root, "print-version", "VERSION="+version).CombinedOutput()
+	f := strings.Fields(string(out))
+	if err != nil || len(f) != 2 {
+		t.Fatalf("make print-version VERSION=%s: %v\n%s", version, err, out)
+	}
+	return f[0], f[1]
+}
+
+// The packages' versions sort as the builds they come from, for dpkg and
+// for rpm: a pre-release before its release, a build past a release after
+// it and before the next, so installing the newer is always an upgrade.
+func TestPackageVersionsSortAsTheirBuilds(t *testing.T) {
+	root := repoRoot(t)
+	builds := []string{
+		"74e1bd4-dirty", // no release behind it (0.0.0~git...)
+		"v0.1.0",
+		"v0.1.0-9-gabcdef0",
+		"v0.1.0-10-g0123456-dirty",
+		"v0.1.0-10-g0123456",
+		"v0.2.0-rc.1",
+		"v0.2.0-rc.1-3-gabcdef0",
+		"v0.2.0-rc.2",
+		"v0.2.0",
+		"v0.10.0",
+	}
+	var pkgs []string
+	for _, b := range builds {
+		_, p := printVersion(t, root, b)
+		if strings.Contains(p, "-") {
+			t.Errorf("VERSION=%s: package version %q has a '-' (rpm refuses it; dpkg reads it as the revision)", b, p)
+		}
+		pkgs = append(pkgs, p)
+	}
+	checked := 0
+	if _, err := exec.LookPath("dpkg"); err == nil {
+		checked++
+		for i := 1; i < len(pkgs); i++ {
+			if err := exec.Command("dpkg", "--compare-versions", pkgs[i-1], "lt", pkgs[i]).Run(); err != nil {
+				t.Errorf("dpkg: %s (%s) does not sort before %s (%s)", pkgs[i-1], builds[i-1], pkgs[i], builds[i])
+			}
+		}
+	}
+	if _, err := exec.LookPath("rpm"); err == nil {
+		checked++
+		for i := 1; i < len(pkgs); i++ {
+			out, err := exec.Command("rpm", "--eval", `%{lua: print(rpm.vercmp("`+pkgs[i-1]+`", "`+pkgs[i]+`"))}`).Output()
+			if err != nil || strings.TrimSpace(string(out)) != "-1" {
+				t.Errorf("rpm: %s (%s) does not sort before %s (%s): %q %v", pkgs[i-1], builds[i-1], pkgs[i], builds[i], out, err)
+			}
+		}
+	}
+	if checked < 2 && os.Getenv("CI") == "true" {
+		t.Fatal("dpkg and rpm are needed to check the package versions' order (.ci/run installs them)")
+	}
+}
+
+// A build with no release tag in the clone is stamped from RELEASES as git
+// describe would stamp it with the tag: v0.1.0 on the release's commit,
+// v0.1.0-N-gHASH past it, -dirty with changes; without RELEASES's commit
+// in the history, git describe's commit.
+func TestUntaggedBuildsAreStampedFromReleases(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	version := func(dir string) string {
+		t.Helper()
+		out, err := exec.Command(filepath.Join(dir, "scripts", "version.sh")).CombinedOutput()
+		if err != nil {
+			t.Fatalf("version.sh: %v\n%s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	commit := func(dir, msg string) string {
+		t.Helper()
+		if out, err := git(dir, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "commit.gpgsign=false", "commit", "-q", "--allow-empty", "-m", msg); err != nil {
+			t.Fatalf("git commit: %v\n%s", err, out)
+		}
+		h, _ := git(dir, "rev-parse", "HEAD")
+		return h
+	}
+	dir := scratchRepo(t, map[string]string{"scripts/version.sh": mustRead(t, filepath.Join(repoRoot(t), "scripts", "version.sh"))})
+	short, _ := git(dir, "rev-parse", "--short", "HEAD")
+	if got := version(dir); got != short {
+		t.Errorf("no RELEASES: %q, want git describe's %q", got, short)
+	}
+	first, _ := git(dir, "rev-parse", "HEAD")
+	if err := os.WriteFile(filepath.Join(dir, "RELEASES"), []byte("# releases\n0.1.0 "+first+"\n0.2.0 "+strings.Repeat("ef", 20)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := version(dir); got != "v0.1.0" {
+		t.Errorf("on the release's commit (RELEASES untracked, which git describe does not count as dirty): %q, want v0.1.0", got)
+	}
+	if out, err := git(dir, "add", "RELEASES"); err != nil {
+		t.Fatal(err, out)
+	}
+	commit(dir, "record 0.1.0")
+	commit(dir, "more")
+	short, _ = git(dir, "rev-parse", "--short", "HEAD")
+	if got, want := version(dir), "v0.1.0-2-g"+short; got != want {
+		t.Errorf("two commits past 0.1.0 (0.2.0's commit not in this history): %q, want %q", got, want)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "Makefile"), []byte("changed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := version(dir), "v0.1.0-2-g"+short+"-dirty"; got != want {
+		t.Errorf("with a tracked file changed: %q, want %q", got, want)
+	}
+	if out, err := git(dir, "checkout", "-q", "--", "Makefile"); err != nil {
+		t.Fatal(err, out)
+	}
+	if out, err := git(dir, "tag", "v0.1.1"); err != nil {
+		t.Fatal(err, out)
+	}
+	if got := version(dir); got != "v0.1.1" {
+		t.Errorf("with a release tag: %q, want git describe's v0.1.1", got)
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
