@@ -172,7 +172,14 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 			var err error
 			takeover, err = j.takeoverCutoff(node)
 			return err
-		}, isFinal)
+		}, func(err error) bool {
+			// ALREADY_ACTIVE with a retry-after is not final, but an
+			// agent honours it for the whole window: decided from a copy
+			// that has not applied the revocation of the node's
+			// certificate's issuer (a node cut off with its journal) it
+			// would keep a freed node dark, so it is confirmed too.
+			return isFinal(err) || errors.Is(err, raftfsm.ErrAlreadyActive)
+		})
 		if errors.Is(err, ErrNoLeader) {
 			return nil, resultError, err
 		}

@@ -87,8 +87,10 @@ type Journal struct {
 	rotateNow chan struct{}
 	// rekeyed is closed (and replaced) each time rotateLoop has re-keyed;
 	// awaitLiveIntermediate waits on it.
-	rekeyMu sync.Mutex
-	rekeyed chan struct{}
+	// removals are the journals this one removed while leading, when.
+	removals removals
+	rekeyMu  sync.Mutex
+	rekeyed  chan struct{}
 	// Test hooks (export_test.go): beforeRekey runs in rotateLoop before it
 	// re-keys and may block it; awaitingRekey runs when a signature waits
 	// for the re-key.
@@ -349,6 +351,8 @@ func (j *Journal) publishIntermediate(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("journal: publish intermediate: %w (last: %w)", ctx.Err(), err)
+		case <-j.stop:
+			return fmt.Errorf("journal: publish intermediate: %w (last: %w)", ErrNoLeader, err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

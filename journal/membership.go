@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pact-hpc/pact/internal/logkey"
@@ -98,6 +99,9 @@ func (s *adminServer) AddJournal(ctx context.Context, req *pactv1.AddJournalRequ
 			members, err := j.raft.Members(ctx)
 			return &pactv1.AddJournalResponse{Members: members}, err
 		}
+	}
+	if err := j.removals.awaitQuiet(ctx, id, time.Now()); err != nil {
+		return nil, err
 	}
 	// Probed, and bound to the journal CA it presents, before it is a
 	// member: from here on only a chain through that journal CA is id.
@@ -216,8 +220,63 @@ func (s *adminServer) RemoveJournal(ctx context.Context, req *pactv1.RemoveJourn
 	if err := j.raft.RemoveServer(id); err != nil {
 		return nil, err
 	}
+	j.removals.noteRemoved(id, time.Now())
 	j.log.Info("journal removed from the quorum", logkey.Journal, id, logkey.Actor, principalFrom(ctx).ID.Name, logkey.Forced, req.GetForce(), logkey.IntermediatesRetired, len(resp.Retired))
 	members, err = j.raft.Members(ctx)
 	resp.Members = members
 	return resp, err
+}
+
+// staleReplicationQuiet is how long after this leader removed a journal it
+// waits before adding a journal of the same id again. hashicorp/raft's
+// replication to the removed journal does not watch its stop signal while
+// it backs off from failures (10 ms doubling to 10.24 s) and makes one last
+// attempt with its old position after it: sent to a new journal at the same
+// id and address, that stale attempt installs an old snapshot (one whose
+// configuration predates the new journal) or entries the new journal cannot
+// place. A leader elected since the removal never replicated to the old
+// journal.
+const staleReplicationQuiet = 12 * time.Second
+
+// removals remembers when this leader removed each journal.
+type removals struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func (r *removals) noteRemoved(id string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.at == nil {
+		r.at = map[string]time.Time{}
+	}
+	for k, t := range r.at {
+		if now.Sub(t) > staleReplicationQuiet {
+			delete(r.at, k)
+		}
+	}
+	r.at[id] = now
+}
+
+// awaitQuiet waits until journal id's removal by this leader is
+// staleReplicationQuiet old, or refuses if ctx ends first.
+func (r *removals) awaitQuiet(ctx context.Context, id string, now time.Time) error {
+	r.mu.Lock()
+	at, ok := r.at[id]
+	r.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	wait := staleReplicationQuiet - now.Sub(at)
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: journal %s was removed %s ago, and the leader's replication to the journal it was may still make one last attempt for %s: add it again after that (it is safe to re-run)", errMembership, id, now.Sub(at).Round(time.Second), wait.Round(time.Second))
+	}
 }

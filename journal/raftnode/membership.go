@@ -345,9 +345,12 @@ func (n *Node) removalLoop() {
 		}
 		servers := f.Configuration().Servers
 		in := slices.ContainsFunc(servers, func(s raft.Server) bool { return string(s.ID) == n.cfg.NodeID })
-		// A journal with Raft state (log or snapshot) got it as a member;
-		// an empty joining one is not a member yet.
-		if in || n.raft.LastIndex() > 0 {
+		// A journal that had Raft state when it started got it as a
+		// member; one that started empty (joining) is a member once it has
+		// seen itself in the configuration. A snapshot it installed while
+		// joining may predate its own addition (the log entry adding it
+		// follows): that is not a removal.
+		if in || n.startedWithState() {
 			wasMember = true
 		}
 		if !wasMember {
@@ -371,6 +374,14 @@ func (n *Node) removalLoop() {
 			return
 		}
 	}
+}
+
+// startedWithState reports whether this journal's Raft stores held state
+// when it started.
+func (n *Node) startedWithState() bool {
+	n.quorum.mu.Lock()
+	defer n.quorum.mu.Unlock()
+	return n.quorum.hasState
 }
 
 // removedPerPeers asks the other journals this one knows whether it is
