@@ -18,7 +18,9 @@ import (
 // Set by the linker (-X); empty in a plain `go build`, where Get falls back
 // to what the Go toolchain recorded.
 var (
-	// Version is the release, `git describe --tags --always --dirty`.
+	// Version is the release: vx.y.z from `make release`, otherwise what
+	// `git describe --tags --always --dirty` says, or without a release tag
+	// in the clone the same from RELEASES (scripts/version.sh).
 	Version = ""
 	// Commit is the full git commit the binary was built from.
 	Commit = ""
