@@ -618,13 +618,42 @@ func TestFailover(t *testing.T) {
 		if code != ExitUnavailable {
 			t.Errorf("exit %d, want %d", code, ExitUnavailable)
 		}
-		for _, w := range []string{"cannot reach any journal at " + d1 + ", " + d2 + ":\n", "\n  " + d1 + ": ", "\n  " + d2 + ": ", "check the journal is running (make run) and --journal"} {
+		for _, w := range []string{"cannot reach any journal at " + d1 + ", " + d2 + ":\n", "\n  " + d1 + ": ", "\n  " + d2 + ": ",
+			"no journal took a connection at " + d1 + ", " + d2, "systemctl status pact-journal", "--journal (or PACT_JOURNAL) names the address it listens on"} {
 			if !strings.Contains(stderr, w) {
 				t.Errorf("stderr lacks %q:\n%s", w, stderr)
 			}
 		}
+		// Not the development layout's address: no make run.
+		if strings.Contains(stderr, "make run") {
+			t.Errorf("a production address is told make run:\n%s", stderr)
+		}
 		if stdout != "" {
 			t.Errorf("stdout %q", stdout)
+		}
+	})
+
+	t.Run("a journal that takes the connection and never answers", func(t *testing.T) {
+		// What a journal does while it has no leader or loads the
+		// registry: its port is bound, nothing is served. The answer
+		// used to be gRPC's "context deadline exceeded while waiting for
+		// connections to become ready" and "check the journal is running
+		// (make run)".
+		silent := silentAddr(t)
+		code, _, stderr := runEnv(t, nil, runOpts{key: alice.keyPEM}, append([]string{"node", "list", "--timeout", "500ms"}, l.flags(alice, silent)...)...)
+		if code != ExitUnavailable {
+			t.Errorf("exit %d, want %d", code, ExitUnavailable)
+		}
+		for _, w := range []string{silent + ": took the connection, but did not answer the TLS handshake in time: it is not serving (yet)",
+			silent + " took the connection but did not answer within 500ms", "until it has a leader", "its quorum has no majority up", "pact journal status against another journal"} {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("stderr lacks %q:\n%s", w, stderr)
+			}
+		}
+		for _, not := range []string{"make run", "no journal took a connection", "waiting for connections to become ready"} {
+			if strings.Contains(stderr, not) {
+				t.Errorf("stderr says %q:\n%s", not, stderr)
+			}
 		}
 	})
 

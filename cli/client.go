@@ -279,10 +279,13 @@ func (js *journals) Invoke(ctx context.Context, method string, args, reply any, 
 		if ctx.Err() != nil || !failover(e.Code, reached, write) {
 			return &JournalError{Addr: j.addr, Err: e, Earlier: failed}
 		}
+		connected, stalled := j.handshake.state()
 		failed = append(failed, Attempt{
 			Addr:      j.addr,
 			Err:       e,
 			Handshake: j.handshake.get(),
+			Connected: connected,
+			Stalled:   stalled && !reached,
 			// A pact reason is a journal's definite answer; a bare transport
 			// error on a live connection may have come after the journal acted.
 			Uncertain: write && reached && e.Reason == "",
@@ -370,7 +373,8 @@ func (s *failoverStream) open(m any) error {
 		if s.ctx.Err() != nil || !failover(e.Code, j.reached(), !repeatable[s.method]) {
 			return &JournalError{Addr: j.addr, Err: e, Earlier: s.failed}
 		}
-		s.failed = append(s.failed, Attempt{Addr: j.addr, Err: e, Handshake: j.handshake.get()})
+		connected, stalled := j.handshake.state()
+		s.failed = append(s.failed, Attempt{Addr: j.addr, Err: e, Handshake: j.handshake.get(), Connected: connected, Stalled: stalled && !j.reached()})
 	}
 	return &UnreachableError{Attempts: s.failed}
 }
@@ -418,12 +422,42 @@ type handshakeLog struct {
 	mu  sync.Mutex
 	err error
 	ok  bool
+	// connected: a TCP connection was made (a handshake began); pending:
+	// handshakes still waiting for the journal's answer (a journal not
+	// serving yet holds its port open without answering); stalled: one
+	// ran out of time waiting.
+	connected, stalled bool
+	pending            int
+}
+
+func (l *handshakeLog) began() {
+	l.mu.Lock()
+	l.connected = true
+	l.pending++
+	l.mu.Unlock()
+}
+
+func (l *handshakeLog) ended(stalled bool) {
+	l.mu.Lock()
+	l.pending--
+	l.stalled = l.stalled || stalled
+	l.mu.Unlock()
+}
+
+// state reports whether a TCP connection was ever made, and whether a
+// handshake is waiting for the journal's answer or ran out of time
+// waiting for it.
+func (l *handshakeLog) state() (connected, stalled bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.connected, l.stalled || l.pending > 0
 }
 
 func (l *handshakeLog) set(err error) {
 	l.mu.Lock()
 	l.err = err
 	l.ok = l.ok || err == nil
+	l.stalled = false
 	l.mu.Unlock()
 }
 
@@ -456,8 +490,13 @@ type recordingCreds struct {
 func (c recordingCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	// A saturated journal answers busy, with a retry-after, in place of
 	// its ServerHello: transport.BusyAware turns that into a *transport.BusyError.
+	c.log.began()
 	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, transport.BusyAware(raw))
-	if ctx.Err() == nil { // a cancelled dial says nothing about the journal
+	// A journal that took the connection and let the handshake run out
+	// of time is not serving yet (no leader, the registry still loading)
+	// or is overwhelmed; a cancelled dial says nothing.
+	c.log.ended(err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded))
+	if ctx.Err() == nil {
 		c.log.set(err)
 	}
 	return conn, info, err

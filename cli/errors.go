@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -81,6 +82,11 @@ type Attempt struct {
 	// Uncertain is set when a write may have reached the journal before
 	// the failure, so it may have taken effect there.
 	Uncertain bool
+	// Connected: a TCP connection to the address was made. Stalled: the
+	// journal took the connection but had not answered the TLS handshake
+	// when the time ran out (a journal serves nothing until it has a
+	// leader and its registry is loaded).
+	Connected, Stalled bool
 }
 
 func (a Attempt) reason() string {
@@ -90,6 +96,9 @@ func (a Attempt) reason() string {
 	}
 	if a.Handshake != nil {
 		return "TLS handshake: " + a.Handshake.Error()
+	}
+	if a.Stalled {
+		return "took the connection, but did not answer the TLS handshake in time: it is not serving (yet)"
 	}
 	if a.Err.Reason != "" {
 		return string(a.Err.Reason) + ": " + a.Err.Message
@@ -359,7 +368,7 @@ func (s *session) explainUnreachable(e *UnreachableError) string {
 	for _, at := range e.Attempts {
 		fmt.Fprintf(&b, "\n  %s: %s", at.Addr, at.reason())
 	}
-	b.WriteString("\ncheck the journal is running (make run) and --journal")
+	b.WriteString(s.unreachableAdvice(e.Attempts))
 	for _, at := range e.Attempts {
 		if at.Err.Reason == apierr.NoLeader {
 			b.WriteString("; a journal without a leader cannot serve: check that a majority of the quorum is up")
@@ -376,6 +385,49 @@ func (s *session) explainUnreachable(e *UnreachableError) string {
 			b.WriteString("; the TLS handshake failed: check --ca, --cert and --key belong to this domain")
 		}
 		break
+	}
+	return b.String()
+}
+
+// devAddrs are the addresses the development layouts serve on, and what
+// starts them: make run's journal, make cluster's three.
+var devAddrs = map[string]string{
+	"127.0.0.1:7443": "make run",
+	"127.0.0.1:7451": "make cluster", "127.0.0.1:7452": "make cluster", "127.0.0.1:7453": "make cluster",
+}
+
+// unreachableAdvice says, from what each address did, what is true and
+// what to do: an address that took no connection has no journal
+// listening (or a firewall between); one that took it and never answered
+// the handshake has a journal that does not serve yet. The development
+// layouts' commands are named only for their own addresses.
+func (s *session) unreachableAdvice(attempts []Attempt) string {
+	var down, stalled, dev []string
+	for _, at := range attempts {
+		switch {
+		case at.Handshake != nil || at.Err.Reason != "":
+			continue // the handshake's or the journal's own answer says it
+		case at.Stalled:
+			stalled = append(stalled, at.Addr)
+		case !at.Connected:
+			down = append(down, at.Addr)
+			if cmd, ok := devAddrs[at.Addr]; ok && !slices.Contains(dev, cmd) {
+				dev = append(dev, cmd)
+			}
+		}
+	}
+	var b strings.Builder
+	if len(down) > 0 {
+		fmt.Fprintf(&b, "\nno journal took a connection at %s: check that pact-journal runs there (systemctl status pact-journal on that host; its log says why it stopped) and that --journal (or %s) names the address it listens on (its --listen)", strings.Join(down, ", "), EnvJournal)
+		if len(dev) > 0 {
+			fmt.Fprintf(&b, "; the development journals start with %s", strings.Join(dev, " or "))
+		}
+	}
+	if len(stalled) > 0 {
+		fmt.Fprintf(&b, "\n%s took the connection but did not answer within %s: a journal serves nothing until it has a leader and has loaded the registry, so it is starting, waiting to be added (--join), or its quorum has no majority up; its log says what it waits for (journalctl -u pact-journal), and pact journal status against another journal lists the voters. A journal that is only busy answers with a retry-after instead; raise --timeout if it is loaded", strings.Join(stalled, ", "), s.cfg.Timeout)
+	}
+	if b.Len() == 0 {
+		fmt.Fprintf(&b, "\ncheck --journal (or %s) names running journals", EnvJournal)
 	}
 	return b.String()
 }

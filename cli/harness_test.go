@@ -612,6 +612,38 @@ func deadAddr(t *testing.T) string {
 	return addr
 }
 
+// silentAddr is an address whose listener takes connections and never
+// answers, as a journal does before it serves; closed at test end.
+func silentAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		lis.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	return lis.Addr().String()
+}
+
 // clearEnv hides the developer's own PACT_* variables from a test.
 func clearEnv(t *testing.T) {
 	t.Helper()
