@@ -34,6 +34,12 @@ func (s slogSink) Accept(name string, level hclog.Level, msg string, args ...int
 	default:
 		lvl = slog.LevelError
 	}
+	if level == hclog.Warn && msg == msgElection && !knewLeader(args) {
+		// A journal that has known no leader since it started (a lone
+		// voter, every member of a quorum starting) starts the first
+		// election: nothing is wrong. Losing a leader it knew stays WARN.
+		lvl = slog.LevelInfo
+	}
 	attrs := make([]any, 0, len(args)+2)
 	attrs = append(attrs, "component", name)
 	for _, a := range args {
@@ -45,4 +51,19 @@ func (s slogSink) Accept(name string, level hclog.Level, msg string, args ...int
 		attrs = append(attrs, a)
 	}
 	s.l.Log(context.Background(), lvl, msg, attrs...)
+}
+
+// msgElection is what hashicorp/raft logs, at WARN, when a voter's
+// heartbeat timeout passes without a leader and it starts an election.
+const msgElection = "heartbeat timeout reached, starting election"
+
+// knewLeader reports whether raft's key-value args name the leader the
+// journal last knew (last-leader-id).
+func knewLeader(args []any) bool {
+	for i := 0; i+1 < len(args); i += 2 {
+		if k, ok := args[i].(string); ok && k == "last-leader-id" {
+			return fmt.Sprint(args[i+1]) != ""
+		}
+	}
+	return true
 }
