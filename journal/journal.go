@@ -792,6 +792,15 @@ func serverNames(listen string, extra []string) names {
 	return n
 }
 
+// NodeCount is how many nodes this journal's copy of the registry holds.
+func (j *Journal) NodeCount() int { return len(j.fsm.Nodes(raftfsm.Filter{})) }
+
+// HasNode reports whether this journal's copy of the registry holds node id.
+func (j *Journal) HasNode(id string) bool {
+	_, ok := j.fsm.Node(id)
+	return ok
+}
+
 // OpenStreams is how many Subscribe streams this journal holds for a node.
 func (j *Journal) OpenStreams(nodeID string) int { return j.hub.streamCount(nodeID) }
 

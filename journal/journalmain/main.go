@@ -314,7 +314,7 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if cfg.Dev {
-		printDevBanner(stdout, cfg, j.Addr(), j.Domain(), pki.CertFingerprint(j.Root()))
+		printDevBanner(stdout, cfg, j.Addr(), j.Domain(), pki.CertFingerprint(j.Root()), j.NodeCount(), j.HasNode(devExampleNode))
 	}
 	notify := sdnotify.FromEnv()
 	if err := notify.Notify(sdnotify.Ready, "STATUS=serving on "+j.Addr()); err != nil {
@@ -510,8 +510,15 @@ func writeNew(path string, data []byte, mode os.FileMode) error {
 	return f.Close()
 }
 
-// printDevBanner tells a first-time user exactly what to type next.
-func printDevBanner(w io.Writer, cfg journal.Config, addr, domain, rootFP string) {
+// devExampleNode is the node the dev banner registers and starts an
+// agent for.
+const devExampleNode = "node-001"
+
+// printDevBanner tells a developer what to do next with the dev journal:
+// point the CLI at it, and (once) register node-001, start an agent for it
+// and look. A registry that holds nodes already (a second make run) gets
+// no hint to register node-001 again.
+func printDevBanner(w io.Writer, cfg journal.Config, addr, domain, rootFP string, nodes int, hasExample bool) {
 	dir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		dir = cfg.DataDir
@@ -528,16 +535,25 @@ In another terminal, point the CLI at it:
   export PACT_CERT=%s
   export PACT_KEY=%s
 
-Register a node by its hardware identity, start an agent for it, and look:
-
-  bin/pact node enroll node-001 --mac 52:54:00:00:00:01 --bmc-serial SN-0001
-  bin/pact-agent --journal %s --ca %s --mac 52:54:00:00:00:01 --bmc-serial SN-0001
-  bin/pact node inspect node-001
-
-Stop with Ctrl-C; the registry stays in %s.
 `, cfg.NodeID, addr, domain, dir, rootFP, domain,
-		addr, filepath.Join(dir, ca.RootCertFile), filepath.Join(dir, ca.AdminCertFile), filepath.Join(dir, ca.AdminKeyFile),
-		addr, filepath.Join(dir, ca.RootCertFile), dir)
+		addr, filepath.Join(dir, ca.RootCertFile), filepath.Join(dir, ca.AdminCertFile), filepath.Join(dir, ca.AdminKeyFile))
+	agent := fmt.Sprintf("  bin/pact-agent --journal %s --ca %s --mac 52:54:00:00:00:01 --bmc-serial SN-0001\n", addr, filepath.Join(dir, ca.RootCertFile))
+	switch {
+	case nodes == 0:
+		fmt.Fprintf(w, "Register a node by its hardware identity, start an agent for it, and look:\n\n  bin/pact node enroll %s --mac 52:54:00:00:00:01 --bmc-serial SN-0001\n%s  bin/pact node inspect %s\n", devExampleNode, agent, devExampleNode)
+	case hasExample:
+		fmt.Fprintf(w, "The registry holds %s already, %s among them: list them, or start %s's agent again:\n\n  bin/pact node list\n%s", plural(nodes, "node"), devExampleNode, devExampleNode, agent)
+	default:
+		fmt.Fprintf(w, "The registry holds %s already: list them with\n\n  bin/pact node list\n", plural(nodes, "node"))
+	}
+	fmt.Fprintf(w, "\nStop with Ctrl-C; the registry stays in %s.\n", dir)
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 const initUsage = `pact-journal init creates a domain root CA and a platform-admin credential

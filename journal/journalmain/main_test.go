@@ -512,3 +512,37 @@ func TestInitPointsSitesAtTheCeremony(t *testing.T) {
 		})
 	}
 }
+
+// The dev journal's banner hints at registering node-001 only while the
+// registry is empty: a second make run does not repeat it (the enroll
+// would answer that the node exists).
+func TestDevBannerHintsAtRegisteringOnlyAnEmptyRegistry(t *testing.T) {
+	cfg := journal.DefaultConfig()
+	cfg.NodeID, cfg.DataDir = "j1", "/tmp/pact-dev"
+	for _, tt := range []struct {
+		name       string
+		nodes      int
+		hasExample bool
+		want, not  []string
+	}{
+		{"first run", 0, false, []string{"bin/pact node enroll node-001", "bin/pact-agent --journal 127.0.0.1:7443", "bin/pact node inspect node-001"}, []string{"already"}},
+		{"second run", 1, true, []string{"The registry holds 1 node already, node-001 among them", "bin/pact node list", "bin/pact-agent --journal 127.0.0.1:7443"}, []string{"node enroll"}},
+		{"other nodes", 3, false, []string{"The registry holds 3 nodes already", "bin/pact node list"}, []string{"node enroll", "pact-agent"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var b bytes.Buffer
+			printDevBanner(&b, cfg, "127.0.0.1:7443", "pact.local", "ab:cd", tt.nodes, tt.hasExample)
+			out := b.String()
+			for _, w := range append(tt.want, "export PACT_JOURNAL=127.0.0.1:7443", "Stop with Ctrl-C") {
+				if !strings.Contains(out, w) {
+					t.Errorf("banner lacks %q:\n%s", w, out)
+				}
+			}
+			for _, n := range tt.not {
+				if strings.Contains(out, n) {
+					t.Errorf("banner says %q:\n%s", n, out)
+				}
+			}
+		})
+	}
+}
