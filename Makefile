@@ -136,7 +136,7 @@ compose-up: image ## run three journals as containers (docker-compose.yml)
 compose-down: ## stop the containers
 	./scripts/compose.sh down
 
-test: $(TOOLS)/promtool ## run every test with the race detector (what CI runs)
+test: $(TOOLS)/promtool ## run every test with the race detector (CI runs more: .ci/run, README)
 	CGO_ENABLED=1 $(GO) test -race -timeout 15m $(TESTFLAGS) ./...
 
 test-pkcs11: ## vet and test the CA key store with PKCS#11 built in, against a SoftHSM2 token (apt-get install softhsm2)
