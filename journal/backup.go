@@ -291,11 +291,8 @@ type RecoverResult = raftnode.RecoverResult
 // (raftnode.ErrQuorumAnswers).
 var ErrQuorumAnswers = raftnode.ErrQuorumAnswers
 
-// Recover rewrites the Raft configuration in a stopped journal's data
-// directory (raftnode.Recover).
-func Recover(c RecoverConfig) (RecoverResult, error) { return raftnode.Recover(c) }
-
-// RecoverAs is Recover with the credentials of the journal cfg describes
+// RecoverAs rewrites the Raft configuration in a stopped journal's data
+// directory (raftnode.Recover), with the credentials of the journal cfg describes
 // (its roots and journal CA, or the root key in the legacy layout; a
 // fresh intermediate in memory), with which it first asks the voters of
 // the survivor's last configuration whether their quorum runs on.
