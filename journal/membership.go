@@ -100,7 +100,7 @@ func (s *adminServer) AddJournal(ctx context.Context, req *pactv1.AddJournalRequ
 			return &pactv1.AddJournalResponse{Members: members}, err
 		}
 	}
-	if err := j.removals.awaitQuiet(ctx, id, time.Now()); err != nil {
+	if err := j.removals.awaitQuiet(ctx, id, addr, time.Now()); err != nil {
 		return nil, err
 	}
 	// Probed, and bound to the journal CA it presents, before it is a
@@ -220,7 +220,7 @@ func (s *adminServer) RemoveJournal(ctx context.Context, req *pactv1.RemoveJourn
 	if err := j.raft.RemoveServer(id); err != nil {
 		return nil, err
 	}
-	j.removals.noteRemoved(id, time.Now())
+	j.removals.noteRemoved(id, target.GetRaftAddr(), time.Now())
 	j.log.Info("journal removed from the quorum", logkey.Journal, id, logkey.Actor, principalFrom(ctx).ID.Name, logkey.Forced, req.GetForce(), logkey.IntermediatesRetired, len(resp.Retired))
 	members, err = j.raft.Members(ctx)
 	resp.Members = members
@@ -228,46 +228,53 @@ func (s *adminServer) RemoveJournal(ctx context.Context, req *pactv1.RemoveJourn
 }
 
 // staleReplicationQuiet is how long after this leader removed a journal it
-// waits before adding a journal of the same id again. hashicorp/raft's
-// replication to the removed journal does not watch its stop signal while
-// it backs off from failures (10 ms doubling to 10.24 s) and makes one last
-// attempt with its old position after it: sent to a new journal at the same
-// id and address, that stale attempt installs an old snapshot (one whose
-// configuration predates the new journal) or entries the new journal cannot
-// place. A leader elected since the removal never replicated to the old
-// journal.
+// waits before adding a journal of the same id at the same Raft address
+// again. hashicorp/raft's replication to the removed journal does not
+// watch its stop signal while it backs off from failures (10 ms doubling
+// to 10.24 s) and makes one last attempt with its old position after it:
+// sent to a new journal at that address, that stale attempt installs an
+// old snapshot (one whose configuration predates the new journal) or
+// entries the new journal cannot place. A leader elected since the removal
+// never replicated to the old journal, and a journal at another address is
+// out of the stale attempt's reach.
 const staleReplicationQuiet = 12 * time.Second
 
-// removals remembers when this leader removed each journal.
+// removals remembers when this leader removed each journal, and from
+// which Raft address.
 type removals struct {
 	mu sync.Mutex
-	at map[string]time.Time
+	at map[string]removal
 }
 
-func (r *removals) noteRemoved(id string, now time.Time) {
+type removal struct {
+	addr string
+	at   time.Time
+}
+
+func (r *removals) noteRemoved(id, addr string, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.at == nil {
-		r.at = map[string]time.Time{}
+		r.at = map[string]removal{}
 	}
-	for k, t := range r.at {
-		if now.Sub(t) > staleReplicationQuiet {
+	for k, rm := range r.at {
+		if now.Sub(rm.at) > staleReplicationQuiet {
 			delete(r.at, k)
 		}
 	}
-	r.at[id] = now
+	r.at[id] = removal{addr: addr, at: now}
 }
 
-// awaitQuiet waits until journal id's removal by this leader is
+// awaitQuiet waits until journal id's removal from addr by this leader is
 // staleReplicationQuiet old, or refuses if ctx ends first.
-func (r *removals) awaitQuiet(ctx context.Context, id string, now time.Time) error {
+func (r *removals) awaitQuiet(ctx context.Context, id, addr string, now time.Time) error {
 	r.mu.Lock()
-	at, ok := r.at[id]
+	rm, ok := r.at[id]
 	r.mu.Unlock()
-	if !ok {
+	if !ok || rm.addr != addr {
 		return nil
 	}
-	wait := staleReplicationQuiet - now.Sub(at)
+	wait := staleReplicationQuiet - now.Sub(rm.at)
 	if wait <= 0 {
 		return nil
 	}
@@ -277,6 +284,6 @@ func (r *removals) awaitQuiet(ctx context.Context, id string, now time.Time) err
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("%w: journal %s was removed %s ago, and the leader's replication to the journal it was may still make one last attempt for %s: add it again after that (it is safe to re-run)", errMembership, id, now.Sub(at).Round(time.Second), wait.Round(time.Second))
+		return fmt.Errorf("%w: journal %s was removed from %s %s ago, and the leader's replication to the journal it was may still make one last attempt there for %s: add it again after that (it is safe to re-run)", errMembership, id, addr, now.Sub(rm.at).Round(time.Second), wait.Round(time.Second))
 	}
 }

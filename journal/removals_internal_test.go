@@ -13,24 +13,27 @@ import (
 func TestAddAfterRemovalWaitsOutTheStaleReplication(t *testing.T) {
 	var r removals
 	now := time.Now()
-	if err := r.awaitQuiet(context.Background(), "j4", now); err != nil {
+	if err := r.awaitQuiet(context.Background(), "j4", "10.0.0.4:7500", now); err != nil {
 		t.Fatalf("never removed: %v", err)
 	}
-	r.noteRemoved("j4", now.Add(-staleReplicationQuiet+50*time.Millisecond))
+	r.noteRemoved("j4", "10.0.0.4:7500", now.Add(-staleReplicationQuiet+50*time.Millisecond))
 	start := time.Now()
-	if err := r.awaitQuiet(context.Background(), "j4", now); err != nil {
+	if err := r.awaitQuiet(context.Background(), "j4", "10.0.0.4:7500", now); err != nil {
 		t.Fatal(err)
 	}
 	if waited := time.Since(start); waited < 40*time.Millisecond {
 		t.Errorf("added again after %v, within the stale replication's reach", waited)
 	}
-	r.noteRemoved("j4", now)
+	r.noteRemoved("j4", "10.0.0.4:7500", now)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	if err := r.awaitQuiet(ctx, "j4", now); !errors.Is(err, errMembership) {
+	if err := r.awaitQuiet(ctx, "j4", "10.0.0.4:7500", now); !errors.Is(err, errMembership) {
 		t.Errorf("deadline before the quiet time: %v, want a membership refusal saying when", err)
 	}
-	if err := r.awaitQuiet(context.Background(), "j5", now); err != nil {
+	if err := r.awaitQuiet(context.Background(), "j5", "10.0.0.4:7500", now); err != nil {
 		t.Errorf("another id waits: %v", err)
+	}
+	if err := r.awaitQuiet(context.Background(), "j4", "10.0.0.9:7500", now); err != nil {
+		t.Errorf("the same id at another address waits: %v", err)
 	}
 }

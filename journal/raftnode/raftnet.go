@@ -424,7 +424,12 @@ func (n *Node) checkPeerRecords(certs []*x509.Certificate, now time.Time) (publi
 			return false, &PeerRefusal{reason: refusedNotBound, msg: fmt.Sprintf("intermediate %s of journal %s is recorded under journal CA %q, not the one on its path", in.GetSerial(), id.Name, in.GetIssuerSerial()), cause: ErrPeerNotBound}
 		}
 	}
-	if !published && jc == nil && n.fsm.HasJournalCAs() {
+	// A legacy journal not migrated yet (Raft holds root-signed
+	// intermediates of its own and no journal CA for it) restarts with a
+	// fresh root-signed one: the migration runs through such restarts, and
+	// such a journal is as strong as the root key on its host anyway
+	// (docs/migration.md).
+	if !published && jc == nil && n.fsm.HasJournalCAs() && (isBound || !n.fsm.PublishedLegacy(id.Name)) {
 		return false, &PeerRefusal{reason: refusedNotBound, msg: fmt.Sprintf("a certificate naming journal %s from an intermediate the domain root signed that Raft has not recorded, in a quorum whose journals have journal CAs", id.Name), cause: ErrPeerNotBound}
 	}
 	return published, nil
