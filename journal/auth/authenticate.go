@@ -236,20 +236,14 @@ func (a *Authenticator) authenticateSVID(ctx context.Context, pol policy, method
 	return nil, fmt.Errorf("%w: a SPIRE SVID cannot call %s", ErrPermission, shortMethod(method))
 }
 
-// verifyClient verifies a client chain at the journal's clock, against the
+// verifyClientChain verifies a client chain at the journal's clock, against the
 // roots and the trust bundle's live journal CAs and intermediates only
 // (whatever intermediates the client sent are ignored, so a retired or
 // revoked intermediate or journal CA verifies nothing), and then the
 // verified chain's shape (ChainShape): an agent certificate is signed by a
 // journal intermediate, an operator credential by the root itself or by a
 // journal intermediate under its journal CA; a journal CA signs neither.
-func (a *Authenticator) verifyClient(leaf *x509.Certificate, id pki.Identity, verdict *chainVerdict) error {
-	_, err := a.verifyClientChain(leaf, id, verdict)
-	return err
-}
-
-// verifyClientChain is verifyClient returning the chain that verified
-// (leaf first, a root last).
+// It returns the chain that verified (leaf first, a root last).
 func (a *Authenticator) verifyClientChain(leaf *x509.Certificate, id pki.Identity, verdict *chainVerdict) ([]*x509.Certificate, error) {
 	now := a.cfg.Clock.Now()
 	bundle := a.cfg.Bundle.LiveIntermediates()

@@ -49,12 +49,6 @@ type chainVerdict struct {
 	chain       []*x509.Certificate
 }
 
-// valid reports whether a verification against bundle version at now is
-// already known to pass.
-func (v *chainVerdict) valid(version uint64, now time.Time) bool {
-	return v.verified(version, now) != nil
-}
-
 // verified is the chain (leaf first, a root last) a verification against
 // bundle version at now is already known to yield, or nil.
 func (v *chainVerdict) verified(version uint64, now time.Time) []*x509.Certificate {

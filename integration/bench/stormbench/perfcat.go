@@ -21,7 +21,7 @@ var perfCategories = []struct {
 	{"TLS handshake, client side (journal to journal)", []string{"crypto/tls.(*Conn).clientHandshake"}},
 	{"CSR check (ca.ParseCSR)", []string{"journal/ca.ParseCSR"}},
 	{"signing (ca.SignAgent)", []string{"journal/ca.(*CA).SignAgent"}},
-	{"client chain verify (auth verifyClient)", []string{"journal/auth.(*Authenticator).verifyClient"}},
+	{"client chain verify (auth verifyClientChain)", []string{"journal/auth.(*Authenticator).verifyClientChain"}},
 	{"peer chain verify (CheckPeer)", []string{"journal/raftnode.(*Node).CheckPeer"}},
 	{"forwarding to the leader (gRPC client)", []string{"journal/raftnode.(*Node).forward"}},
 	{"registry FSM apply", []string{"pact/raftfsm."}},
