@@ -329,10 +329,18 @@ func (n *Node) promoteCaughtUp() {
 // never receive the entry that removes it, in what the other journals
 // report. Once removed it stops serving, writes RemovedMarker and closes
 // Removed().
+// joiningRemovedTicks is how many ticks of removalLoop in a row a journal
+// that started empty must find itself absent from the configuration it
+// holds before it counts as removed.
+const joiningRemovedTicks = 3
+
 func (n *Node) removalLoop() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	wasMember := false
+	// notIn counts the ticks in a row a journal that started empty has
+	// had state and found itself absent from its configuration.
+	notIn := 0
 	for {
 		select {
 		case <-n.stop:
@@ -346,15 +354,21 @@ func (n *Node) removalLoop() {
 		servers := f.Configuration().Servers
 		in := slices.ContainsFunc(servers, func(s raft.Server) bool { return string(s.ID) == n.cfg.NodeID })
 		// A journal that had Raft state when it started got it as a
-		// member; one that started empty (joining) is a member once it has
-		// seen itself in the configuration. A snapshot it installed while
-		// joining may predate its own addition (the log entry adding it
-		// follows): that is not a removal.
+		// member, as did one seen in its configuration since.
 		if in || n.startedWithState() {
 			wasMember = true
 		}
-		if !wasMember {
-			continue // a joining journal, not added yet
+		if in {
+			notIn = 0
+		} else if len(servers) > 0 && n.raft.LastIndex() > 0 {
+			notIn++
+		}
+		// One that started empty (joining) and has state but is absent
+		// from its configuration was added and removed between two ticks,
+		// or installed a snapshot that predates its addition (the entries
+		// adding it follow within moments): only the first lasts.
+		if !wasMember && notIn < joiningRemovedTicks {
+			continue
 		}
 		by := ""
 		if !in && len(servers) > 0 {
