@@ -296,21 +296,6 @@ func (f *FSM) BoundJournalCA(journalID string) (*pactv1.JournalCA, bool) {
 	return f.st.boundJournalCA(journalID)
 }
 
-// PublishedLegacy reports whether Raft holds an intermediate the domain
-// root signed (no journal CA) for journalID: a journal still in the layout
-// before journal CAs, whose next intermediate (after a restart) is signed
-// the same way.
-func (f *FSM) PublishedLegacy(journalID string) bool {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	for _, in := range f.st.intermediates {
-		if in.GetJournalId() == journalID && in.GetIssuerSerial() == "" {
-			return true
-		}
-	}
-	return false
-}
-
 // HasJournalCAs reports whether any journal CA is recorded: the quorum
 // has left the layout in which the root signs intermediates.
 func (f *FSM) HasJournalCAs() bool {

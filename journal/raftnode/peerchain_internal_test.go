@@ -295,7 +295,9 @@ func TestPeersAreWhatRaftRecords(t *testing.T) {
 		{"the replaced host's journal CA, a new intermediate", jcaOld4.Intermediate("j4", names).Server("j4", names), ErrPeerNotBound, false},
 		{"the replaced host's published intermediate", oldInter4.Server("j4", names), ErrPeerNotBound, false},
 		{"the new host's journal CA", jcaNew4.Intermediate("j4", names).Server("j4", names), nil, false},
-		{"a legacy chain Raft has not recorded, in a quorum with journal CAs", legacy5.Server("j5", names), ErrPeerNotBound, false},
+		// A founder before its first publish, or a legacy journal not
+		// migrated yet: its chain decides (membership is checked apart).
+		{"a legacy chain of a journal id with nothing recorded", legacy5.Server("j5", names), nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n.peerCerts.clear()

@@ -424,14 +424,14 @@ func (n *Node) checkPeerRecords(certs []*x509.Certificate, now time.Time) (publi
 			return false, &PeerRefusal{reason: refusedNotBound, msg: fmt.Sprintf("intermediate %s of journal %s is recorded under journal CA %q, not the one on its path", in.GetSerial(), id.Name, in.GetIssuerSerial()), cause: ErrPeerNotBound}
 		}
 	}
-	// A legacy journal not migrated yet (Raft holds root-signed
-	// intermediates of its own and no journal CA for it) restarts with a
-	// fresh root-signed one: the migration runs through such restarts, and
-	// such a journal is as strong as the root key on its host anyway
-	// (docs/migration.md).
-	if !published && jc == nil && n.fsm.HasJournalCAs() && (isBound || !n.fsm.PublishedLegacy(id.Name)) {
-		return false, &PeerRefusal{reason: refusedNotBound, msg: fmt.Sprintf("a certificate naming journal %s from an intermediate the domain root signed that Raft has not recorded, in a quorum whose journals have journal CAs", id.Name), cause: ErrPeerNotBound}
-	}
+	// A legacy chain of a journal not bound to a journal CA is a legacy
+	// journal not migrated yet, which restarts with a fresh root-signed
+	// intermediate (the migration runs through such restarts), or a
+	// founder before its first publish: decided by its chain, as a journal
+	// with the root key on its host is as strong as that key anyway
+	// (docs/migration.md). A bound journal has no legacy chain (refused
+	// above), and pact journal add refuses a legacy journal in a quorum
+	// with journal CAs.
 	return published, nil
 }
 
