@@ -44,6 +44,17 @@ type OperatorView struct {
 	RevokedBy  string `json:"revoked_by"`
 	// State is valid, expired or revoked.
 	State string `json:"state"`
+	// Issuer is what signed it: root (a domain root itself: pact ca
+	// issue-admin, the bootstrap credential, the layout without journal
+	// CAs), or the serial of the journal intermediate that signed it (pact
+	// admin issue or renew); empty for a record made before the journal
+	// kept it. JournalCASerial is the journal CA above that intermediate.
+	// The credential is refused once either is revoked (pact journal
+	// retire-intermediate, revoke-ca), or the root leaves the journals'
+	// --root-cert: during a root rollover (docs/rollover.md) every
+	// credential is renewed onto a journal CA of the new root.
+	Issuer          string `json:"issuer"`
+	JournalCASerial string `json:"journal_ca_serial"`
 }
 
 // OperatorsView is "pact admin list -o json".
@@ -71,6 +82,10 @@ func OperatorViewOf(o *pactv1.Operator, now time.Time) OperatorView {
 		RevokedAt:  formatTime(unixTime(0, o.GetRevokedAtUnixNano())),
 		RevokedBy:  o.GetRevokedBy(),
 		State:      "valid",
+		Issuer:     o.GetIssuerSerial(), JournalCASerial: o.GetJournalCaSerial(),
+	}
+	if o.GetRootSigned() {
+		v.Issuer = "root"
 	}
 	switch {
 	case o.GetRevokedAtUnixNano() != 0:
@@ -115,9 +130,22 @@ func (a *app) adminListCommand() *cobra.Command {
 		Long: `List every operator credential the journal has recorded and that is still
 valid: name, role, serial, expiry and who issued it. --all adds revoked and
 expired ones. Names revoked as a whole are listed after the table. Any
-operator role may list.`,
+operator role may list.
+
+ISSUER is what signed the credential: root (a domain root itself), or the
+journal intermediate that signed it (pact admin issue or renew), and
+JOURNAL CA the journal CA above that intermediate ("-" for a credential
+recorded before the journal kept them). A credential is refused once its
+intermediate or journal CA is revoked (pact journal retire-intermediate,
+revoke-ca) or its root leaves the journals: pact journal intermediates
+--journal-cas shows which journal CAs are whose. Before such a change
+(a root rollover, docs/rollover.md), each operator renews onto a chain that
+stays: pact admin renew.`,
 		Example: `  pact admin list
-  pact admin list --all -o json | jq -r '.operators[] | select(.state=="valid") | .name'`,
+  pact admin list --all -o json | jq -r '.operators[] | select(.state=="valid") | .name'
+
+  # Valid credentials still under a journal CA about to be revoked
+  pact admin list -o json | jq -r '.operators[] | select(.journal_ca_serial=="3f2a9c...") | .name'`,
 		Args: cobra.ArbitraryArgs,
 		RunE: a.action(func(cmd *cobra.Command, args []string) error {
 			var problems []error
@@ -153,9 +181,9 @@ operator role may list.`,
 
 func writeOperatorTable(w io.Writer, v OperatorsView) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tROLE\tSTATE\tEXPIRES\tISSUED BY\tSERIAL")
+	fmt.Fprintln(tw, "NAME\tROLE\tSTATE\tEXPIRES\tISSUED BY\tSERIAL\tISSUER\tJOURNAL CA")
 	for _, o := range v.Operators {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", o.Name, o.Role, o.State, o.NotAfter, o.IssuedBy, o.Serial)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Name, o.Role, o.State, o.NotAfter, o.IssuedBy, o.Serial, cell(o.Issuer), cell(o.JournalCASerial))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -275,9 +303,18 @@ by the one you hold, and replace --cert and --key with it (each file is
 replaced whole, never half-written). Any role may renew its own credential;
 run it while the old one is valid. With --cert-out and --key-out the new
 credential goes to new files instead. The old credential stays valid until
-it expires; revoke it with "pact admin revoke SERIAL" if it may be lost.`,
+it expires; revoke it with "pact admin revoke SERIAL" if it may be lost.
+
+The new credential is signed by the answering journal's current
+intermediate, under that journal's current journal CA (pact admin list
+shows each credential's ISSUER and JOURNAL CA): renewing moves a credential
+onto the chain the journal signs under now, as a root rollover or a journal
+CA revocation needs (docs/rollover.md); --journal picks the journal.`,
 		Example: `  pact admin renew
-  pact admin renew --lifetime 3d`,
+  pact admin renew --lifetime 3d
+
+  # Onto the chain journal j2 signs under
+  pact admin renew --journal j2.hpc.example.org:7443`,
 		Args: cobra.ArbitraryArgs,
 		RunE: a.action(func(cmd *cobra.Command, args []string) error {
 			var problems []error
@@ -340,7 +377,16 @@ func (a *app) issue(cmd *cobra.Command, problems []error, req *pactv1.IssueOpera
 	if s.cfg.Output == outputJSON {
 		return writeJSON(a.env.Stdout, v)
 	}
-	_, err = fmt.Fprintf(a.env.Stdout, "issued %s credential for %s, serial %s, valid until %s: %s, %s\n", v.Role, v.Name, v.Serial, v.NotAfter, certOut, keyOut)
+	by := ""
+	switch {
+	case v.Issuer == "root":
+		by = ", signed by the domain root"
+	case v.JournalCASerial != "":
+		by = fmt.Sprintf(", signed by intermediate %s under journal CA %s", v.Issuer, v.JournalCASerial)
+	case v.Issuer != "":
+		by = ", signed by intermediate " + v.Issuer
+	}
+	_, err = fmt.Fprintf(a.env.Stdout, "issued %s credential for %s, serial %s, valid until %s%s: %s, %s\n", v.Role, v.Name, v.Serial, v.NotAfter, by, certOut, keyOut)
 	return err
 }
 

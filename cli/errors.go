@@ -298,6 +298,9 @@ func (s *session) explain(a action, err error) error {
 		case e.Reason == apierr.NodeStreaming && a.node != "":
 			// The journal's own text says the same; this one names the command.
 			msg = fmt.Sprintf("node %s has an open stream to a journal (it is running); decommissioning cuts it off. Re-run with --force to proceed: pact node decommission %s --force", a.node, a.node)
+		case e.Reason == apierr.RevokesOwnCredential:
+			// The journal's message names the chain and where to renew.
+			msg = "refused, to keep you from cutting off your own credential" + said
 		case e.Reason == apierr.VClusterChanged && a.node != "":
 			msg = fmt.Sprintf("node %s is not in the vCluster this change expects%s: it is in another one, or it was moved while this command ran; check where it is now with: %s", a.node, said, inspect)
 		default:
@@ -368,6 +371,11 @@ func (s *session) explainUnreachable(e *UnreachableError) string {
 	for _, at := range e.Attempts {
 		fmt.Fprintf(&b, "\n  %s: %s", at.Addr, at.reason())
 	}
+	if credentialRefused(e) {
+		// The journals are up and answered: they refused the credential.
+		fmt.Fprintf(&b, "\nthe journals are up and refused your credential (%s) in the TLS handshake: it is not from this domain's root, or the intermediate or journal CA that signed it was revoked (pact journal retire-intermediate, revoke-ca), or its root left the journals' --root-cert (a root rollover). Get a new one from another platform-admin (pact admin issue) or from the ceremony (pact ca issue-admin)", s.cred)
+		return b.String()
+	}
 	b.WriteString(s.unreachableAdvice(e.Attempts))
 	for _, at := range e.Attempts {
 		if at.Err.Reason == apierr.NoLeader {
@@ -430,6 +438,24 @@ func (s *session) unreachableAdvice(attempts []Attempt) string {
 		fmt.Fprintf(&b, "\ncheck --journal (or %s) names running journals", EnvJournal)
 	}
 	return b.String()
+}
+
+// credentialRefused reports whether every journal tried refused the
+// client certificate in the TLS handshake (the bad_certificate alert): the
+// journals are up, and the credential's chain is not in their trust bundle.
+func credentialRefused(e *UnreachableError) bool {
+	if len(e.Attempts) == 0 {
+		return false
+	}
+	for _, at := range e.Attempts {
+		// The alert reaches the client as the handshake's error, or (TLS
+		// 1.3: the server checks the client's certificate after the
+		// client's side of the handshake is done) on the first read.
+		if !strings.Contains(at.reason(), "tls: bad certificate") {
+			return false
+		}
+	}
+	return true
 }
 
 // UntrustedServerError means every journal answered, but with a

@@ -19,7 +19,7 @@ const (
 	ExitNotFound     = 3 // NotFound: no such node
 	ExitConflict     = 4 // AlreadyExists / Aborted: already registered, hardware in use
 	ExitDenied       = 5 // PermissionDenied / Unauthenticated
-	ExitPrecondition = 6 // FailedPrecondition: ALREADY_ACTIVE, NODE_STREAMING, VCLUSTER_CHANGED
+	ExitPrecondition = 6 // FailedPrecondition: ALREADY_ACTIVE, NODE_STREAMING, VCLUSTER_CHANGED, REVOKES_OWN_CREDENTIAL
 	ExitUnavailable  = 7 // Unavailable / DeadlineExceeded / no journal reachable
 	ExitRateLimited  = 8 // ResourceExhausted: retry later
 

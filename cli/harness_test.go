@@ -262,6 +262,10 @@ type fakeJournal struct {
 	intermediates []*pactv1.Intermediate
 	journalCAs    []*pactv1.JournalCA
 	revokeCA      *pactv1.RevokeJournalCARequest
+	// current and nodeCerts are what ListIntermediates says of them: each
+	// journal's current intermediate, and the nodes under each one.
+	current   []string
+	nodeCerts map[string]uint32
 }
 
 // fakeQuorum is the Raft side of the fake journal.
@@ -508,7 +512,7 @@ func (f *fakeJournal) ListIntermediates(ctx context.Context, _ *pactv1.ListInter
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := &pactv1.ListIntermediatesResponse{ServerTimeUnixNano: fakeNow.UnixNano()}
+	out := &pactv1.ListIntermediatesResponse{ServerTimeUnixNano: fakeNow.UnixNano(), CurrentIntermediates: f.current, NodeCertificates: f.nodeCerts}
 	for _, in := range f.intermediates {
 		out.Intermediates = append(out.Intermediates, proto.CloneOf(in))
 	}
@@ -540,9 +544,13 @@ func (f *fakeJournal) RevokeJournalCA(ctx context.Context, req *pactv1.RevokeJou
 		}
 	}
 	out := &pactv1.RevokeJournalCAResponse{}
+	var journals []string
 	for _, jc := range named {
 		if jc.GetRevokedAtUnixNano() == 0 {
 			jc.RevokedAtUnixNano, jc.RevokedBy, jc.RevokeReason = fakeNow.UnixNano(), "admin/alice", req.GetReason()
+		}
+		if !slices.Contains(journals, jc.GetJournalId()) {
+			journals = append(journals, jc.GetJournalId())
 		}
 		out.Revoked = append(out.Revoked, proto.CloneOf(jc))
 		for _, in := range f.intermediates {
@@ -553,6 +561,16 @@ func (f *fakeJournal) RevokeJournalCA(ctx context.Context, req *pactv1.RevokeJou
 				out.Intermediates = append(out.Intermediates, proto.CloneOf(in))
 			}
 		}
+	}
+	// Each journal's bound journal CA: the one recorded last.
+	for _, id := range journals {
+		var bound *pactv1.JournalCA
+		for _, jc := range f.journalCAs {
+			if jc.GetJournalId() == id && (bound == nil || jc.GetRecordedAtUnixNano() > bound.GetRecordedAtUnixNano()) {
+				bound = jc
+			}
+		}
+		out.Bound = append(out.Bound, proto.CloneOf(bound))
 	}
 	return out, nil
 }

@@ -84,6 +84,11 @@ type JournalMemberView struct {
 	JournalCASerial   string `json:"journal_ca_serial"`
 	JournalCANotAfter string `json:"journal_ca_not_after"`
 	JournalCAState    string `json:"journal_ca_state"`
+	// JournalCAFileRefused says why the member refused the certificate in
+	// its --journal-ca-cert file at its last re-key: it went on signing
+	// under the journal CA it had (JournalCASerial). Empty when none was
+	// refused (or the member does not say).
+	JournalCAFileRefused string `json:"journal_ca_file_refused"`
 
 	lastContact   time.Time // for the relative LAST CONTACT column
 	nonvoterSince time.Time
@@ -101,6 +106,10 @@ type MembershipView struct {
 	// JournalCA is the journal CA add bound the journal id to (absent in
 	// the layout without journal CAs).
 	JournalCA *JournalCAView `json:"journal_ca,omitempty"`
+	// OwnCredential is set when remove --revoke-intermediate retired the
+	// intermediate of the caller's own credential
+	// (--yes-including-my-credential): when it stops working.
+	OwnCredential *OwnCredentialView `json:"own_credential,omitempty"`
 }
 
 // QuorumViewOf converts a status answer to its view, members sorted by id.
@@ -147,6 +156,8 @@ func JournalMemberViewOf(m *pactv1.JournalMember) JournalMemberView {
 		Halted:               m.GetHalted(),
 		Lag:                  m.GetLag(),
 		QuorumID:             m.GetQuorumId(),
+		JournalCASerial:      m.GetJournalCaSerial(),
+		JournalCAFileRefused: m.GetJournalCaFileRefused(),
 		lastContact:          lc,
 	}
 	if !m.GetVoter() && m.GetNonvoterSinceUnixNano() != 0 {
@@ -235,8 +246,12 @@ is normal. LAST CONTACT is when it last heard from the leader. INTERMEDIATE
 and EXPIRES are its current intermediate CA certificate (serial shortened;
 -o json has it in full), which it renews at half its life. JOURNAL CA
 EXPIRES, shown once a journal has a journal CA (docs/ceremony.md), is when
-the one the registry records for it expires, or revoked (pact journal
-revoke-ca: it signs nothing until it has a new one).
+the one that signed its current intermediate expires, or revoked (pact
+journal revoke-ca: it signs nothing until it has a new one). A journal that
+refused the certificate in its --journal-ca-cert file at its last re-key
+(another key, another journal, names it does not serve) signs under the
+journal CA it had: its ERROR column says "journal CA file refused" and why,
+and stderr warns; -o json has journal_ca_serial and journal_ca_file_refused.
 
 LAG is how many log entries a member's registry is behind the answering
 journal's commit index; VERSION is its pact-journal version (all equal
@@ -323,7 +338,9 @@ func addJournalCAs(ms []JournalMemberView, list *pactv1.ListIntermediatesRespons
 			if jc.GetJournalId() != m.JournalID {
 				continue
 			}
-			if jc.GetSerial() == issuer[m.IntermediateSerial] {
+			// The one the member says signed its intermediate, or the
+			// registry does.
+			if jc.GetSerial() == m.JournalCASerial || jc.GetSerial() == issuer[m.IntermediateSerial] {
 				pick = jc
 				break
 			}
@@ -401,12 +418,20 @@ func (a *app) warnQuorum(v QuorumView) {
 	if v.LeaderID == "" {
 		fmt.Fprintf(w, "warning: no leader%s: writes are refused until a majority of the %d voters is up and elects one\n", from, all)
 	}
+	for _, m := range v.Members {
+		if m.JournalCAFileRefused != "" {
+			fmt.Fprintf(w, "warning: journal %s refused the certificate in its --journal-ca-cert file at its last re-key and signs under the journal CA it had, %s: %s\n",
+				printable(m.JournalID), cell(m.JournalCASerial), printable(m.JournalCAFileRefused))
+		}
+	}
 }
 
 // writeJournalTable prints one row per member. An ERROR column is added
 // only when some member did not answer.
 func writeJournalTable(w io.Writer, ms []JournalMemberView, now time.Time) error {
-	withErr := slices.ContainsFunc(ms, func(m JournalMemberView) bool { return m.Error != "" || !m.Reachable || m.Halted != "" })
+	withErr := slices.ContainsFunc(ms, func(m JournalMemberView) bool {
+		return m.Error != "" || !m.Reachable || m.Halted != "" || m.JournalCAFileRefused != ""
+	})
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	withCA := slices.ContainsFunc(ms, func(m JournalMemberView) bool { return m.JournalCASerial != "" })
 	header := "ID\tSTATE\tVOTER\tRAFT ADDR\tGRPC ADDR\tAPPLIED\tLAG\tLAST CONTACT\tINTERMEDIATE\tEXPIRES\tVERSION"
@@ -454,8 +479,11 @@ func writeJournalTable(w io.Writer, ms []JournalMemberView, now time.Time) error
 		}
 		if withErr {
 			msg := m.Error
-			if m.Halted != "" {
+			switch {
+			case m.Halted != "":
 				msg = m.Halted
+			case m.JournalCAFileRefused != "":
+				msg = "journal CA file refused: " + m.JournalCAFileRefused
 			}
 			row += "\t" + cell(msg)
 		}
@@ -705,7 +733,7 @@ func conflict(msg string) error {
 }
 
 func (a *app) journalRemoveCommand() *cobra.Command {
-	var force, revoke bool
+	var force, revoke, yesOwn bool
 	var grace time.Duration
 	cmd := &cobra.Command{
 		Use:   "remove ID",
@@ -735,7 +763,11 @@ retired first: agents holding its certificates are told to renew at once,
 and after --grace (default 15m) its intermediates are revoked, so nothing it
 signed authenticates anywhere, and the journal itself is refused on every
 journal's Raft and gRPC ports. Use it for a compromised journal host: the
-nodes it served keep working through another journal.
+nodes it served keep working through another journal. If one of those
+intermediates signed your own operator credential (pact admin renew through
+that journal), the removal is refused, changing nothing (exit 6,
+REVOKES_OWN_CREDENTIAL): renew it through another journal first, as the
+refusal says, or add --yes-including-my-credential.
 
 An ID that is not a member exits 3 (see "pact journal status"). Needs a
 platform-admin credential.`,
@@ -752,16 +784,17 @@ platform-admin credential.`,
   pact journal remove j3 -o json`,
 		Args: cobra.ArbitraryArgs,
 		RunE: a.action(func(cmd *cobra.Command, args []string) error {
-			return a.journalRemove(cmd, args, force, revoke, grace)
+			return a.journalRemove(cmd, args, force, revoke, yesOwn, grace)
 		}),
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "remove even though the voters left that answer now are not a majority (the quorum then accepts no write until enough of them are up)")
 	cmd.Flags().BoolVar(&revoke, "revoke-intermediate", false, "also retire the journal's intermediates: agents renew, then they are revoked")
 	cmd.Flags().Var(duration.NewValue(&grace, 0), "grace", "with --revoke-intermediate: how long agents have to renew (default: the journal's, 15m)")
+	cmd.Flags().BoolVar(&yesOwn, "yes-including-my-credential", false, "with --revoke-intermediate: retire them even though one signed the credential running this command")
 	return cmd
 }
 
-func (a *app) journalRemove(cmd *cobra.Command, args []string, force, revoke bool, grace time.Duration) error {
+func (a *app) journalRemove(cmd *cobra.Command, args []string, force, revoke, yesOwn bool, grace time.Duration) error {
 	path := cmd.CommandPath()
 	var id string
 	var problems []error
@@ -779,6 +812,9 @@ func (a *app) journalRemove(cmd *cobra.Command, args []string, force, revoke boo
 	if cmd.Flags().Changed("grace") && (!revoke || grace < time.Second) {
 		problems = append(problems, errors.New("--grace goes with --revoke-intermediate and must be at least 1s"))
 	}
+	if yesOwn && !revoke {
+		problems = append(problems, errors.New("--yes-including-my-credential goes with --revoke-intermediate"))
+	}
 	s, err := a.connect(cmd, problems)
 	if err != nil {
 		return err
@@ -786,7 +822,7 @@ func (a *app) journalRemove(cmd *cobra.Command, args []string, force, revoke boo
 	defer s.close()
 	ctx := cmd.Context()
 
-	resp, err := s.client.RemoveJournal(ctx, &pactv1.RemoveJournalRequest{JournalId: id, Force: force, RevokeIntermediate: revoke, GraceSeconds: int64(grace / time.Second)})
+	resp, err := s.client.RemoveJournal(ctx, &pactv1.RemoveJournalRequest{JournalId: id, Force: force, RevokeIntermediate: revoke, GraceSeconds: int64(grace / time.Second), RevokeOwnCredential: yesOwn})
 	if err != nil {
 		return a.explainJournal(ctx, s, journalAction{
 			verb: "remove journals from the quorum", id: id, write: true, help: path,
@@ -795,13 +831,19 @@ func (a *app) journalRemove(cmd *cobra.Command, args []string, force, revoke boo
 	}
 	members := memberViews(resp.GetMembers())
 	retired := intermediateViews(resp.GetRetired(), a.env.Now())
+	own := ownCredentialView(resp.GetOwnCredential())
 	if s.cfg.Output == outputJSON {
-		v := MembershipView{JournalID: id, Members: members}
+		v := MembershipView{JournalID: id, Members: members, OwnCredential: own}
 		if revoke {
 			v.Retired = retired
 		}
-		return writeJSON(a.env.Stdout, v)
+		if err := writeJSON(a.env.Stdout, v); err != nil {
+			return err
+		}
+		a.warnOwnCredential(own)
+		return nil
 	}
+	defer a.warnOwnCredential(own)
 	all, _ := voters(members)
 	fmt.Fprintf(a.env.Stdout, "removed journal %s from the quorum: %s\n", id, quorumSize(all))
 	for _, r := range retired {

@@ -236,7 +236,7 @@ func TestJournalStatusJSON(t *testing.T) {
 			t.Errorf("no %q", k)
 		}
 	}
-	wantMember := []string{"journal_id", "state", "voter", "leader", "reachable", "error", "raft_addr", "grpc_addr", "raft_state", "term", "commit_index", "applied_index", "last_contact", "intermediate_serial", "intermediate_not_after", "version", "halted", "lag", "nonvoter_since", "quorum_id", "journal_ca_serial", "journal_ca_not_after", "journal_ca_state"}
+	wantMember := []string{"journal_id", "state", "voter", "leader", "reachable", "error", "raft_addr", "grpc_addr", "raft_state", "term", "commit_index", "applied_index", "last_contact", "intermediate_serial", "intermediate_not_after", "version", "halted", "lag", "nonvoter_since", "quorum_id", "journal_ca_serial", "journal_ca_not_after", "journal_ca_state", "journal_ca_file_refused"}
 	if len(raw.Members[0]) != len(wantMember) {
 		t.Errorf("member fields %v", keys(raw.Members[0]))
 	}

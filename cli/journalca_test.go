@@ -67,9 +67,9 @@ func TestJournalCACommands(t *testing.T) {
 			check: func(t *testing.T, _, _ *fakeJournal, stdout string) {
 				rows := caRows(t, stdout)
 				for serial, want := range map[string][]string{
-					"0a01": {"j1", "0a01", "active", "2027-03-04T05:06:07Z", "1", "-", "-"},
-					"0a02": {"j2", "0a02", "active", "2026-03-24T05:06:07Z", "1", "-", "-"},
-					"0a03": {"j3", "0a03", "revoked", "2026-03-24T05:06:07Z", "0", "2026-03-04T05:06:06Z", "host", "stolen"},
+					"0a01": {"j1", "0a01", "active", "2027-03-04T05:06:07Z", "1", "0", "-", "-"},
+					"0a02": {"j2", "0a02", "active", "2026-03-24T05:06:07Z", "1", "0", "-", "-"},
+					"0a03": {"j3", "0a03", "revoked", "2026-03-24T05:06:07Z", "0", "0", "2026-03-04T05:06:06Z", "host", "stolen"},
 				} {
 					if fmt.Sprint(rows[serial]) != fmt.Sprint(want) {
 						t.Errorf("row of %s = %q, want %q", serial, rows[serial], want)
@@ -160,10 +160,58 @@ func TestJournalCACommands(t *testing.T) {
 		},
 		{
 			name: "revoke by journal", args: []string{"journal", "revoke-ca", "j1", "--reason", "host stolen (INC-42)", "--yes"}, wantCode: ExitOK, noStderr: true, setup: seedJournalCAs,
-			wantStdout: []string{"journal CA 0a01 of journal j1 is revoked (host stolen (INC-42), by admin/alice); 1 intermediates it signed left the trust bundle with it. Journal j1 signs nothing until it has a new journal CA (docs/ceremony.md)\n"},
+			wantStdout: []string{"journal CA 0a01 of journal j1 is revoked (host stolen (INC-42), by admin/alice); 1 intermediate it signed left the trust bundle with it\n",
+				"journal j1 signs nothing until it has a new journal CA: the ceremony signs one, and pact journal record-ca j1 FILE binds it (docs/ceremony.md)\n"},
 			check: func(t *testing.T, leader, _ *fakeJournal, _ string) {
 				if r := leader.revokeCA; fmt.Sprint(r.GetTargets()) != "[j1]" || r.GetReason() != "host stolen (INC-42)" {
 					t.Errorf("request %v", r)
+				}
+			},
+		},
+		{
+			// A root rollover's step 5: j1 is bound to its re-issue under
+			// the new root, so the old journal CA goes and j1 signs on.
+			name: "revoke an old journal CA of a re-issued journal", args: []string{"journal", "revoke-ca", "0a01", "--reason", "root rollover", "--yes"}, wantCode: ExitOK, noStderr: true,
+			setup: func(f *fakeJournal) {
+				seedJournalCAs(f)
+				f.journalCAs = append(f.journalCAs, &pactv1.JournalCA{JournalId: "j1", Serial: "0a11", NotAfterUnix: fakeNow.Unix() + 365*24*3600, RecordedAtUnixNano: fakeNow.UnixNano() + 1})
+				f.intermediates = append(f.intermediates, &pactv1.Intermediate{JournalId: "j1", Serial: "0b11", NotAfterUnix: fakeNow.Unix() + 24*3600, IssuerSerial: "0a11"})
+			},
+			wantStdout: []string{"journal CA 0a01 of journal j1 is revoked (root rollover, by admin/alice); 1 intermediate it signed left the trust bundle with it\n",
+				"journal j1 goes on signing under its journal CA 0a11 (valid until 2027-03-04T05:06:07Z)\n"},
+			check: func(t *testing.T, _, _ *fakeJournal, stdout string) {
+				if strings.Contains(stdout, "signs nothing") {
+					t.Errorf("says j1 signs nothing, though it is bound to a live journal CA:\n%s", stdout)
+				}
+			},
+		},
+		{
+			// Each journal's current intermediate is active, the others of
+			// the journal superseded; NODES counts the nodes under each.
+			name: "superseded intermediates and nodes", args: []string{"journal", "intermediates"}, wantCode: ExitOK, noStderr: true,
+			setup: func(f *fakeJournal) {
+				seedJournalCAs(f)
+				f.current = []string{"0b01", "0b02", "0b03"}
+				f.nodeCerts = map[string]uint32{"0b00": 2, "0b01": 5, "0b02": 1}
+			},
+			check: func(t *testing.T, _, _ *fakeJournal, stdout string) {
+				lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
+				rows := map[string][]string{}
+				for _, r := range tableRows(lines) {
+					if len(r) > 1 {
+						rows[r[1]] = r
+					}
+				}
+				for serial, want := range map[string][2]string{
+					"0b00": {"superseded", "2"}, "0b01": {"active", "5"}, "0b02": {"retiring", "1"}, "0b03": {"revoked", "0"},
+				} {
+					if r := rows[serial]; len(r) < 6 || r[2] != want[0] || r[5] != want[1] {
+						t.Errorf("row of %s = %q, want state %s and %s nodes", serial, r, want[0], want[1])
+					}
+				}
+				ca := caRows(t, stdout)
+				if r := ca["0a01"]; len(r) < 6 || r[5] != "5" {
+					t.Errorf("journal CA 0a01 row %q, want the 5 nodes of its intermediate", r)
 				}
 			},
 		},

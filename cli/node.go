@@ -243,12 +243,13 @@ type listOptions struct {
 	unassigned bool
 	mac        string
 	bmcSerial  string
+	issuer     []string
 }
 
 func (a *app) listCommand() *cobra.Command {
 	var o listOptions
 	cmd := &cobra.Command{
-		Use:   "list [--state STATE] [--vcluster V | --unassigned] [--mac M] [--bmc-serial S]",
+		Use:   "list [--state STATE] [--vcluster V | --unassigned] [--mac M] [--bmc-serial S] [--issuer SERIAL]",
 		Short: "List the nodes of the enrollment registry",
 		Long: `List the nodes of the enrollment registry, sorted by name: every node, or
 only those in one state, in one vCluster, or in none (maintenance mode).
@@ -261,6 +262,12 @@ agent has stopped cleanly (SIGTERM) and released its certificate, until the
 node enrolls again or is marked inactive. --state takes any of these, and
 several joined by commas as the column shows them, every one of which must
 hold: --state fenced, --state inactive,fenced, --state released.
+
+--issuer lists the nodes whose current certificate was signed by the
+journal intermediate of that serial, or by one of the intermediates of the
+journal CA of that serial (pact journal intermediates lists both, with how
+many nodes each has): during a root rollover, the nodes that still chain to
+an old journal CA (docs/rollover.md).
 
 LAST SEEN is when a journal last saw the node's stream (or its last
 enrollment or renewal), relative to now; "-" if never. An empty VCLUSTER is
@@ -289,7 +296,10 @@ journal and the Raft index its copy is at ("served by j2 at index 120").
   pact node list --bmc-serial SN123
 
   # Names of active nodes, with jq
-  pact node list --state active -o json | jq -r '.[].node_id'`,
+  pact node list --state active -o json | jq -r '.[].node_id'
+
+  # Nodes still under an old journal CA (pact journal intermediates --journal-cas)
+  pact node list --issuer 3f2a9c...`,
 		Args: cobra.ArbitraryArgs,
 		RunE: a.action(func(cmd *cobra.Command, args []string) error {
 			return a.list(cmd, args, o)
@@ -301,6 +311,7 @@ journal and the Raft index its copy is at ("served by j2 at index 120").
 	f.BoolVar(&o.unassigned, "unassigned", false, "only nodes in no vCluster (maintenance mode)")
 	f.StringVar(&o.mac, "mac", "", "only the node with this MAC address (any common form)")
 	f.StringVar(&o.bmcSerial, "bmc-serial", "", "only the node with this BMC serial (exact, case-sensitive, as registered)")
+	f.StringSliceVar(&o.issuer, "issuer", nil, "only nodes whose current certificate this journal intermediate, or an intermediate of this journal CA, signed (serials from pact journal intermediates; several comma-separated)")
 	return cmd
 }
 
@@ -364,6 +375,13 @@ func (a *app) list(cmd *cobra.Command, args []string, o listOptions) error {
 	}
 	resp := servedRange(pages)
 	views := slices.DeleteFunc(nodeViews(nodes), func(v NodeView) bool { return !state.match(v) })
+	if len(o.issuer) > 0 {
+		under, err := a.intermediatesUnder(cmd, s, o.issuer)
+		if err != nil {
+			return err
+		}
+		views = slices.DeleteFunc(views, func(v NodeView) bool { return !under[v.CertIssuerSerial] })
+	}
 	if s.cfg.Output == outputJSON {
 		return writeJSON(a.env.Stdout, views)
 	}
@@ -384,6 +402,9 @@ func (a *app) list(cmd *cobra.Command, args []string, o listOptions) error {
 		if o.bmcSerial != "" {
 			filters = append(filters, "with BMC serial "+printable(o.bmcSerial)+" (serials match exactly, case-sensitive)")
 		}
+		if len(o.issuer) > 0 {
+			filters = append(filters, "with a current certificate under "+printable(strings.Join(o.issuer, ", ")))
+		}
 		if len(filters) > 0 {
 			fmt.Fprintf(a.env.Stderr, "no nodes %s\n", strings.Join(filters, ", "))
 		} else {
@@ -397,6 +418,34 @@ func (a *app) list(cmd *cobra.Command, args []string, o listOptions) error {
 	}
 	a.servedBy(resp)
 	return nil
+}
+
+// intermediatesUnder resolves --issuer: each serial an intermediate's, or
+// a journal CA's (then every intermediate it signed). A serial the
+// registry does not hold is a usage error naming where to find them.
+func (a *app) intermediatesUnder(cmd *cobra.Command, s *session, serials []string) (map[string]bool, error) {
+	resp, err := s.client.ListIntermediates(cmd.Context(), &pactv1.ListIntermediatesRequest{})
+	if err != nil {
+		return nil, s.explain(action{verb: "list intermediates", help: cmd.CommandPath()}, err)
+	}
+	under := map[string]bool{}
+	var unknown []error
+	for _, want := range serials {
+		want = strings.ToLower(strings.TrimSpace(want))
+		found := false
+		for _, in := range resp.GetIntermediates() {
+			if in.GetSerial() == want || (in.GetIssuerSerial() != "" && in.GetIssuerSerial() == want) {
+				under[in.GetSerial()], found = true, true
+			}
+		}
+		if !found && !slices.ContainsFunc(resp.GetJournalCas(), func(jc *pactv1.JournalCA) bool { return jc.GetSerial() == want }) {
+			unknown = append(unknown, fmt.Errorf("--issuer %s: no intermediate or journal CA of that serial in the registry; pact journal intermediates lists them", printable(want)))
+		}
+	}
+	if len(unknown) > 0 {
+		return nil, newUsage(cmd.CommandPath(), unknown...)
+	}
+	return under, nil
 }
 
 const (

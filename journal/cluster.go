@@ -60,12 +60,17 @@ func (s *peerServer) MemberStatus(context.Context, *pactv1.MemberStatusRequest) 
 	return s.j.raft.MemberStatus(), nil
 }
 
-// describeSelf adds this journal's intermediate to the status its Raft
+// describeSelf adds this journal's intermediate, the journal CA that
+// signed it, and a refused --journal-ca-cert file to the status its Raft
 // node reports.
 func (j *Journal) describeSelf(st *pactv1.MemberStatusResponse) {
-	inter := j.ca.Intermediate()
+	inter, journalCA := j.ca.Current()
 	st.IntermediateSerial = pki.SerialHex(inter.SerialNumber)
 	st.IntermediateNotAfterUnix = inter.NotAfter.Unix()
+	if journalCA != nil {
+		st.JournalCaSerial = pki.SerialHex(journalCA.SerialNumber)
+	}
+	st.JournalCaFileRefused = j.journalCAFileRefused()
 }
 
 func (s *adminServer) JournalStatus(ctx context.Context, _ *pactv1.JournalStatusRequest) (*pactv1.JournalStatusResponse, error) {
@@ -105,6 +110,9 @@ func (j *Journal) stampForwarded(ctx context.Context, data []byte, cmd *pactv1.C
 			ji := op.PublishIntermediate.GetJournal()
 			if id := op.PublishIntermediate.GetIntermediate().GetJournalId(); id != p.ID.Name || ji != nil && ji.GetJournalId() != p.ID.Name {
 				return fmt.Errorf("%w: journal %s may publish only its own intermediate, not one of %s", ErrPermission, p.ID.Name, id)
+			}
+			if is := ji.GetIntermediateSerial(); is != "" && is != op.PublishIntermediate.GetIntermediate().GetSerial() {
+				return fmt.Errorf("%w: journal %s's record names intermediate %s, not the one it publishes", ErrPermission, p.ID.Name, is)
 			}
 		case *pactv1.Command_LivenessDigest:
 			if id := op.LivenessDigest.GetJournalId(); id != p.ID.Name {

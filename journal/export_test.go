@@ -143,6 +143,12 @@ func (j *Journal) IntermediateRecordForTest(serial string) (*pactv1.Intermediate
 	return j.fsm.Intermediate(serial)
 }
 
+// OperatorRecordForTest is the operator credential with serial as Raft
+// records it.
+func (j *Journal) OperatorRecordForTest(serial string) (*pactv1.Operator, bool) {
+	return j.fsm.Operator(serial)
+}
+
 // ProposeDigestForTest commits a liveness digest naming ids (sorted), as
 // this journal's liveness loop does for the streams it holds.
 func (j *Journal) ProposeDigestForTest(ids []string) {

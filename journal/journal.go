@@ -91,6 +91,11 @@ type Journal struct {
 	removals removals
 	rekeyMu  sync.Mutex
 	rekeyed  chan struct{}
+	// caFileRefused says why the certificate in --journal-ca-cert was
+	// refused at the last re-key (the journal re-keyed under the journal
+	// CA it had); nil when it was taken or is the one in use. pact journal
+	// status and pact_journal_ca_file_refused show it.
+	caFileRefused atomic.Pointer[string]
 	// Test hooks (export_test.go): beforeRekey runs in rotateLoop before it
 	// re-keys and may block it; awaitingRekey runs when a signature waits
 	// for the re-key.
@@ -334,7 +339,7 @@ func (j *Journal) publishIntermediate(ctx context.Context) error {
 				NotAfterUnix: inter.NotAfter.Unix(),
 				IssuerSerial: issuer,
 			},
-			Journal:   &pactv1.JournalInfo{JournalId: j.cfg.NodeID, RaftAddr: j.raft.RaftAddr(), GrpcAddr: j.grpcAddr},
+			Journal:   &pactv1.JournalInfo{JournalId: j.cfg.NodeID, RaftAddr: j.raft.RaftAddr(), GrpcAddr: j.grpcAddr, IntermediateSerial: pki.SerialHex(inter.SerialNumber)},
 			JournalCa: journalCARecord(j.cfg.NodeID, journalCA),
 		}},
 	}
@@ -382,7 +387,7 @@ func (j *Journal) recordBootstrapOperator(ctx context.Context) {
 	}
 	by := "journal/" + j.cfg.NodeID
 	if _, err := j.propose(ctx, &pactv1.Command{Actor: by, Op: &pactv1.Command_RecordOperator{RecordOperator: &pactv1.RecordOperatorOp{
-		Operator: auth.OperatorRecord(cert, id.Name, cert.Subject.OrganizationalUnit[0], by),
+		Operator: rootSignedRecord(auth.OperatorRecord(cert, id.Name, cert.Subject.OrganizationalUnit[0], by)),
 	}}}); err != nil {
 		j.log.Warn("could not record the bootstrap operator credential", logkey.AdminCert, filepath.Join(j.cfg.DataDir, ca.AdminCertFile), logkey.Err, err)
 	}
@@ -423,10 +428,12 @@ func (j *Journal) rotateLoop() {
 			j.log.Info("journal CA renewed: the intermediates from now on are signed under the new one", logkey.Serial, j.ca.JournalCASerial(),
 				logkey.NotAfter, jc.NotAfter.UTC().Format(time.RFC3339), logkey.File, j.cfg.journalCACertFile())
 		}
+		j.noteJournalCAFile(err)
 		if errors.Is(err, ca.ErrJournalCAKept) && j.ca.Intermediate() != before {
 			// Re-keyed under the journal CA in use: the file holds one
 			// this journal cannot take (or cannot be read). Said at each
-			// re-key until fixed.
+			// re-key until fixed, and shown by pact journal status and
+			// pact_journal_ca_file_refused meanwhile.
 			j.log.Error("the journal CA certificate file holds a certificate this journal cannot take; re-keyed under the journal CA in use", logkey.File, j.cfg.journalCACertFile(), logkey.Err, err)
 			err = nil
 		}

@@ -47,6 +47,34 @@ func (s *adminServer) RevokeJournalCA(ctx context.Context, req *pactv1.RevokeJou
 			}
 		}
 	}
+	// The caller's own credential goes with a journal CA above it: refused
+	// unless the request says so (owncredential.go).
+	cut := func(in *pactv1.Intermediate) bool { return slices.Contains(serials, in.GetIssuerSerial()) }
+	own := j.callerIntermediate(p)
+	if own != nil && cut(own) && !req.GetRevokeOwnCredential() {
+		if jc, _ := j.fsm.JournalCA(own.GetIssuerSerial()); jc.GetRevokedAtUnixNano() == 0 {
+			return nil, j.ownCredentialRefusal(p, own, "this revocation takes out of the trust bundle at once", cut)
+		}
+	}
+	// The other operators cut off: their valid credentials whose recorded
+	// chain goes with it, of names left with no other valid credential (a
+	// credential renewed onto another chain keeps its name in).
+	var cutOff []*pactv1.Operator
+	kept := map[string]bool{}
+	ops, _ := j.fsm.Operators()
+	for _, o := range ops {
+		if o.GetRevokedAtUnixNano() != 0 || o.GetNotAfterUnix() < j.cfg.Clock.Now().Unix() {
+			continue
+		}
+		jc, ok := j.fsm.JournalCA(o.GetJournalCaSerial())
+		switch {
+		case !ok || !slices.Contains(serials, o.GetJournalCaSerial()) || jc.GetRevokedAtUnixNano() != 0:
+			kept[o.GetName()] = true
+		case o.GetSerial() != p.Serial: // the caller's is own_credential
+			cutOff = append(cutOff, o)
+		}
+	}
+	others := slices.DeleteFunc(cutOff, func(o *pactv1.Operator) bool { return kept[o.GetName()] })
 	reason := req.GetReason()
 	if reason == "" {
 		reason = "revoked by " + p.ID.Name
@@ -56,16 +84,34 @@ func (s *adminServer) RevokeJournalCA(ctx context.Context, req *pactv1.RevokeJou
 	}}}); err != nil {
 		return nil, err
 	}
-	out := &pactv1.RevokeJournalCAResponse{}
+	out := &pactv1.RevokeJournalCAResponse{Operators: others}
+	var journals []string
 	for _, s := range serials {
 		if jc, ok := j.fsm.JournalCA(s); ok {
 			out.Revoked = append(out.Revoked, journalCAView(jc))
+			if !slices.Contains(journals, jc.GetJournalId()) {
+				journals = append(journals, jc.GetJournalId())
+			}
+		}
+	}
+	// What each journal concerned signs under now: the journal CA it is
+	// bound to, revoked (it signs nothing) or a live re-issue.
+	for _, id := range journals {
+		if jc, ok := j.fsm.BoundJournalCA(id); ok {
+			out.Bound = append(out.Bound, journalCAView(jc))
 		}
 	}
 	for _, in := range j.fsm.AllIntermediates() {
 		if slices.Contains(serials, in.GetIssuerSerial()) {
 			out.Intermediates = append(out.Intermediates, intermediateView(in))
 		}
+	}
+	if own != nil && cut(own) {
+		out.OwnCredential = ownCredential(p, own, j.cfg.Clock.Now().UnixNano())
+		if jc, ok := j.fsm.JournalCA(own.GetIssuerSerial()); ok && jc.GetRevokedAtUnixNano() != 0 {
+			out.OwnCredential.StopsAtUnixNano = jc.GetRevokedAtUnixNano()
+		}
+		j.log.Warn("the operator revoked the journal CA above her own credential (--yes-including-my-credential)", logkey.Actor, p.ID.Name, logkey.Serial, p.Serial, logkey.IssuerSerial, own.GetSerial())
 	}
 	j.log.Warn("journal CAs revoked", logkey.Actor, p.ID.Name, logkey.Serials, serials, logkey.Records, len(out.GetIntermediates()), logkey.Reason, reason)
 	return out, nil

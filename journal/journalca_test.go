@@ -230,7 +230,9 @@ func TestLegacyLayoutJournal(t *testing.T) {
 // A journal takes a renewed journal CA certificate at its next re-key, with
 // no restart: the one published with the new intermediate, the chains it
 // hands out and its server's end with it. A certificate that does not fit
-// is refused and logged, and the journal goes on with the one it has.
+// is refused and logged, and the journal goes on with the one it has; it
+// says so where the operator looks until a re-key takes a file: in its
+// member status (pact journal status) and pact_journal_ca_file_refused.
 func TestJournalCARenewalWithoutRestart(t *testing.T) {
 	dir := t.TempDir()
 	cfg := journaltest.Config(dir)
@@ -239,6 +241,21 @@ func TestJournalCARenewalWithoutRestart(t *testing.T) {
 	h := journaltest.Start(t, cfg)
 	old := h.J.JournalCA()
 	admin := h.AdminClient(t)
+	reg := h.J.MetricsRegistry()
+	member := func(t *testing.T) *pactv1.JournalMember {
+		t.Helper()
+		st, err := admin.JournalStatus(callCtx(t), &pactv1.JournalStatusRequest{})
+		if err != nil || len(st.GetMembers()) != 1 {
+			t.Fatalf("status: %v %v", st, err)
+		}
+		return st.GetMembers()[0]
+	}
+	if m := member(t); m.GetJournalCaSerial() != pki.SerialHex(old.SerialNumber) || m.GetJournalCaFileRefused() != "" {
+		t.Errorf("status before: journal CA %q, refused %q; want %s and nothing", m.GetJournalCaSerial(), m.GetJournalCaFileRefused(), pki.SerialHex(old.SerialNumber))
+	}
+	if got := must(t, reg, "pact_journal_ca_file_refused"); got != 0 {
+		t.Errorf("pact_journal_ca_file_refused = %v before any refusal", got)
+	}
 
 	// Renewal refused: a journal CA for another journal, same key.
 	writeJournalCA(t, h, "j9")
@@ -252,11 +269,26 @@ func TestJournalCARenewalWithoutRestart(t *testing.T) {
 	if !strings.Contains(logs.String(), "is for journal j9") {
 		t.Errorf("the refusal does not say why:\n%s", logs.String())
 	}
+	m := member(t)
+	if why := m.GetJournalCaFileRefused(); !strings.Contains(why, "is for journal j9") || !strings.Contains(why, "still signing with journal CA "+pki.SerialHex(old.SerialNumber)) ||
+		strings.Contains(why, ca.ErrJournalCAKept.Error()) {
+		t.Errorf("status says the file was refused for %q; want why, and the journal CA still in use", why)
+	}
+	if m.GetJournalCaSerial() != pki.SerialHex(old.SerialNumber) {
+		t.Errorf("status names journal CA %s, want the one kept, %s", m.GetJournalCaSerial(), pki.SerialHex(old.SerialNumber))
+	}
+	if got := must(t, reg, "pact_journal_ca_file_refused"); got != 1 {
+		t.Errorf("pact_journal_ca_file_refused = %v after a refusal, want 1", got)
+	}
 
 	// Renewal taken: the same key, for this journal.
 	renewed := writeJournalCA(t, h, cfg.NodeID)
 	retire(t, admin, h.J.Intermediate())
 	waitFor(t, "the renewed journal CA taken", func() bool { return bytes.Equal(h.J.JournalCA().Raw, renewed.Raw) })
+	waitFor(t, "the refusal cleared", func() bool { return must(t, reg, "pact_journal_ca_file_refused") == 0 })
+	if m := member(t); m.GetJournalCaSerial() != pki.SerialHex(renewed.SerialNumber) || m.GetJournalCaFileRefused() != "" {
+		t.Errorf("status after the renewal: journal CA %q, refused %q; want %s and nothing", m.GetJournalCaSerial(), m.GetJournalCaFileRefused(), pki.SerialHex(renewed.SerialNumber))
+	}
 	waitFor(t, "the new intermediate published", func() bool { _, ok := h.J.IntermediateRecordForTest(h.J.Intermediate()); return ok })
 	h.Register(t, "n1", "SN1", mac1)
 	resp, err := h.Enroll(t, journaltest.NewKey(t), "SN1", mac1)

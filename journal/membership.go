@@ -14,6 +14,7 @@ import (
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/journal/raftnode"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
 )
 
 // A journal stops serving when its Raft node halts (raftnode: removed
@@ -210,11 +211,26 @@ func (s *adminServer) RemoveJournal(ctx context.Context, req *pactv1.RemoveJourn
 		// their way out anyway, and the leader may be removing itself (it
 		// could not commit anything afterwards).
 		if serials := j.intermediatesOf(id); len(serials) > 0 {
-			retired, err := j.retire(ctx, serials, req.GetGraceSeconds(), false, "journal "+id+" removed")
+			// The caller's own credential from the journal removed would
+			// be cut off at the end of the grace, with its journal gone:
+			// refused unless the request says so (owncredential.go).
+			p := principalFrom(ctx)
+			cut := func(in *pactv1.Intermediate) bool {
+				return in.GetJournalId() == id && slices.Contains(serials, in.GetSerial())
+			}
+			own := j.callerIntermediate(p)
+			if own != nil && !cut(own) {
+				own = nil
+			}
+			if own != nil && !req.GetRevokeOwnCredential() && !raftfsm.IntermediateRevoked(own, j.cfg.Clock.Now().UnixNano()) {
+				return nil, j.ownCredentialRefusal(p, own, "this removal retires with the journal's other intermediates (revoked at the end of the grace)", cut)
+			}
+			retired, _, err := j.retire(ctx, serials, req.GetGraceSeconds(), false, "journal "+id+" removed")
 			if err != nil {
 				return nil, err
 			}
 			resp.Retired = retired
+			resp.OwnCredential = j.ownCredentialAfter(p, own)
 		}
 	}
 	if err := j.raft.RemoveServer(id); err != nil {

@@ -245,6 +245,7 @@ var (
 	operatorExpiryDesc     = prometheus.NewDesc("pact_journal_operator_credential_expiry_seconds", "Seconds until the last-expiring valid (recorded, unrevoked, unexpired) credential of each operator expires, by operator name.", []string{"operator"}, nil)
 	journalCAExpiryDesc    = prometheus.NewDesc("pact_journal_ca_expiry_timestamp_seconds", "When (Unix seconds) the last-expiring live (unrevoked, unexpired) journal CA the registry holds for each journal expires, by journal_id.", []string{"journal_id"}, nil)
 	journalCARevokedDesc   = prometheus.NewDesc("pact_journal_ca_revoked", "1 while this journal's own journal CA is revoked: it signs nothing until it has a new one (docs/ceremony.md).", nil, nil)
+	journalCAFileDesc      = prometheus.NewDesc("pact_journal_ca_file_refused", "1 while the certificate in this journal's --journal-ca-cert file was refused at its last re-key (another key, another journal, names it does not serve, unreadable): it signs under the journal CA it had; pact journal status says why.", nil, nil)
 )
 
 func (c *credentialCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -255,6 +256,7 @@ func (c *credentialCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- operatorExpiryDesc
 	ch <- journalCAExpiryDesc
 	ch <- journalCARevokedDesc
+	ch <- journalCAFileDesc
 }
 
 func (c *credentialCollector) Collect(ch chan<- prometheus.Metric) {
@@ -320,6 +322,7 @@ func (c *credentialCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(journalCAExpiryDesc, float64(notAfter), id)
 	}
 	gauge(journalCARevokedDesc, b2f(j.revokedJournalCA() != nil))
+	gauge(journalCAFileDesc, b2f(j.journalCAFileRefused() != ""))
 }
 
 // Node certificate expiry, aggregated over the Active nodes by

@@ -14,6 +14,7 @@ import (
 	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/ca"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
 )
 
 // Operator credentials and intermediates: everything that authenticates can
@@ -52,12 +53,20 @@ func (s *adminServer) IssueOperator(ctx context.Context, req *pactv1.IssueOperat
 	if err := j.checkSigning(); err != nil {
 		return nil, err
 	}
+	// Signed by a published intermediate that is not retiring, as an
+	// agent's certificate is: a credential renewed right after its
+	// journal's intermediate was retired (a root rollover's step 4) lands
+	// on the new one, not on the one that goes at the end of the grace.
+	if err := j.awaitLiveIntermediate(ctx); err != nil {
+		return nil, err
+	}
 	asked := j.cfg.Clock.Now().Add(lifetime)
-	cert, err := j.ca.SignOperator(csr, name, role, lifetime)
+	cert, by, err := j.ca.SignOperator(csr, name, role, lifetime)
 	if err != nil {
 		return nil, err
 	}
 	rec := auth.OperatorRecord(cert, name, role, p.Actor())
+	rec.IssuerSerial, rec.JournalCaSerial, rec.RootSigned = by.IntermediateSerial, by.JournalCASerial, by.Root
 	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_RecordOperator{RecordOperator: &pactv1.RecordOperatorOp{Operator: rec}}}); err != nil {
 		// The certificate never leaves: its record did not commit.
 		return nil, err
@@ -70,7 +79,7 @@ func (s *adminServer) IssueOperator(ctx context.Context, req *pactv1.IssueOperat
 	if cert.NotAfter.Before(asked.Add(-time.Minute)) {
 		j.log.Info("the operator credential ends with the journal intermediate that signed it, before the lifetime asked",
 			logkey.Operator, name, logkey.Serial, rec.GetSerial(), logkey.NotAfter, cert.NotAfter.UTC().Format(time.RFC3339),
-			logkey.IssuerSerial, j.ca.IntermediateSerial())
+			logkey.IssuerSerial, by.IntermediateSerial)
 	}
 	return &pactv1.IssueOperatorResponse{CertDer: cert.Raw, Operator: rec}, nil
 }
@@ -183,13 +192,45 @@ func (s *adminServer) RetireIntermediate(ctx context.Context, req *pactv1.Retire
 		if len(found) == 0 {
 			return nil, fmt.Errorf("%w: no intermediate %q: give a serial or a journal id from pact journal intermediates", ErrNotFound, t)
 		}
-		serials = append(serials, found...)
+		for _, s := range found {
+			if !slices.Contains(serials, s) {
+				serials = append(serials, s)
+			}
+		}
 	}
-	retired, err := j.retire(ctx, serials, req.GetGraceSeconds(), req.GetNow(), req.GetReason())
+	// Revoked at once, the intermediate of the caller's own credential
+	// cuts her off: refused unless the request says so (owncredential.go).
+	// With a grace the answer says when it stops working.
+	p := principalFrom(ctx)
+	cut := func(in *pactv1.Intermediate) bool { return slices.Contains(serials, in.GetSerial()) }
+	own := j.callerIntermediate(p)
+	if own != nil && !cut(own) {
+		own = nil
+	}
+	if own != nil && req.GetNow() && !req.GetRevokeOwnCredential() && !raftfsm.IntermediateRevoked(own, j.cfg.Clock.Now().UnixNano()) {
+		return nil, j.ownCredentialRefusal(p, own, "this retirement revokes at once (--now)", cut)
+	}
+	retired, unchanged, err := j.retire(ctx, serials, req.GetGraceSeconds(), req.GetNow(), req.GetReason())
 	if err != nil {
 		return nil, err
 	}
-	return &pactv1.RetireIntermediateResponse{Retired: retired}, nil
+	resp := &pactv1.RetireIntermediateResponse{Retired: retired, Unchanged: unchanged}
+	resp.OwnCredential = j.ownCredentialAfter(p, own)
+	return resp, nil
+}
+
+// ownCredentialAfter describes the caller's credential signed by own (nil:
+// none) as the registry has its intermediate after a retirement.
+func (j *Journal) ownCredentialAfter(p *principal, own *pactv1.Intermediate) *pactv1.OwnCredential {
+	if own == nil {
+		return nil
+	}
+	if in, ok := j.fsm.Intermediate(own.GetSerial()); ok {
+		own = in
+	}
+	j.log.Warn("the operator retired the intermediate of her own credential", logkey.Actor, p.ID.Name, logkey.Serial, p.Serial, logkey.IssuerSerial, own.GetSerial(),
+		logkey.RevokeAt, time.Unix(0, own.GetRevokeAtUnixNano()).UTC().Format(time.RFC3339))
+	return ownCredential(p, own, own.GetRevokeAtUnixNano())
 }
 
 // intermediatesOf resolves a serial or a journal id to intermediate serials.
@@ -206,8 +247,11 @@ func (j *Journal) intermediatesOf(target string) []string {
 	return out
 }
 
-// retire commits the retirement of serials and returns their records.
-func (j *Journal) retire(ctx context.Context, serials []string, graceSeconds int64, now bool, reason string) ([]*pactv1.Intermediate, error) {
+// retire commits the retirement of serials and returns their records, and
+// the serials it left as they were: retiring already with an earlier (or
+// the same) revoke time, or revoked (the state machine's rule, read before
+// the command from the leader-confirmed registry).
+func (j *Journal) retire(ctx context.Context, serials []string, graceSeconds int64, now bool, reason string) ([]*pactv1.Intermediate, []string, error) {
 	p := principalFrom(ctx)
 	grace := j.cfg.RetireGrace
 	switch {
@@ -220,10 +264,25 @@ func (j *Journal) retire(ctx context.Context, serials []string, graceSeconds int
 		reason = "retired by " + p.ID.Name
 	}
 	revokeAt := j.cfg.Clock.Now().Add(grace).UnixNano()
+	var unchanged []string
+	for _, s := range serials {
+		in, ok := j.fsm.Intermediate(s)
+		if !ok {
+			continue
+		}
+		if at := in.GetRevokeAtUnixNano(); (at != 0 && at <= revokeAt) || j.fsm.IsRevoked(s) {
+			unchanged = append(unchanged, s)
+			continue
+		}
+		if jc, ok := j.fsm.JournalCA(in.GetIssuerSerial()); ok && jc.GetRevokedAtUnixNano() != 0 {
+			// Out of the bundle with its journal CA already.
+			unchanged = append(unchanged, s)
+		}
+	}
 	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_RetireIntermediate{RetireIntermediate: &pactv1.RetireIntermediateOp{
 		Serials: serials, RevokeAtUnixNano: revokeAt, Reason: reason,
 	}}}); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([]*pactv1.Intermediate, 0, len(serials))
 	for _, s := range serials {
@@ -231,8 +290,9 @@ func (j *Journal) retire(ctx context.Context, serials []string, graceSeconds int
 			out = append(out, intermediateView(in))
 		}
 	}
-	j.log.Warn("intermediates retired", logkey.Actor, p.ID.Name, logkey.Serials, serials, logkey.RevokeAt, time.Unix(0, revokeAt).UTC().Format(time.RFC3339), logkey.Reason, reason)
-	return out, nil
+	j.log.Warn("intermediates retired", logkey.Actor, p.ID.Name, logkey.Serials, serials, logkey.RevokeAt, time.Unix(0, revokeAt).UTC().Format(time.RFC3339), logkey.Reason, reason,
+		logkey.Count, len(serials)-len(unchanged))
+	return out, unchanged, nil
 }
 
 // intermediateView drops the DER: operators see serials and dates.
@@ -246,10 +306,15 @@ func intermediateView(in *pactv1.Intermediate) *pactv1.Intermediate {
 
 func (s *adminServer) ListIntermediates(context.Context, *pactv1.ListIntermediatesRequest) (*pactv1.ListIntermediatesResponse, error) {
 	all := s.j.fsm.AllIntermediates()
-	out := &pactv1.ListIntermediatesResponse{ServerTimeUnixNano: s.j.cfg.Clock.Now().UnixNano()}
+	now := s.j.cfg.Clock.Now()
+	out := &pactv1.ListIntermediatesResponse{ServerTimeUnixNano: now.UnixNano(), NodeCertificates: s.j.fsm.NodeCertIssuers(now.Unix())}
 	for _, in := range all {
 		out.Intermediates = append(out.Intermediates, intermediateView(in))
 	}
+	for _, in := range currentIntermediates(all, s.j.fsm.Journal) {
+		out.CurrentIntermediates = append(out.CurrentIntermediates, in.GetSerial())
+	}
+	slices.Sort(out.CurrentIntermediates)
 	for _, jc := range s.j.fsm.AllJournalCAs() {
 		out.JournalCas = append(out.JournalCas, journalCAView(jc))
 	}

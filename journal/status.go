@@ -53,6 +53,7 @@ var reasons = []struct {
 	{ca.ErrInvalidRole, apierr.InvalidArgument},
 	{ca.ErrInvalidLifetime, apierr.InvalidArgument},
 	{errNodeStreaming, apierr.NodeStreaming},
+	{errRevokesOwnCredential, apierr.RevokesOwnCredential},
 	{ca.ErrCSRTooLarge, apierr.InvalidCSR},
 	{ca.ErrCSRMalformed, apierr.InvalidCSR},
 	{ca.ErrCSRSignature, apierr.InvalidCSR},

@@ -177,3 +177,25 @@ func (f *FSM) Journals() []*pactv1.JournalInfo {
 	sort.Slice(out, func(a, b int) bool { return out[a].GetJournalId() < out[b].GetJournalId() })
 	return out
 }
+
+// NodeCertIssuers counts, by the serial of the intermediate that signed
+// it, the current certificates of the nodes not decommissioned that are
+// unexpired at nowUnix and not revoked: which intermediates (and so which
+// journal CAs and roots) the nodes still chain to (pact journal
+// intermediates).
+func (f *FSM) NodeCertIssuers(nowUnix int64) map[string]uint32 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := map[string]uint32{}
+	for _, n := range f.st.nodes {
+		c := n.GetCert()
+		if n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED || c.GetSerial() == "" || c.GetIssuerSerial() == "" || c.GetNotAfterUnix() < nowUnix {
+			continue
+		}
+		if _, revoked := f.st.revoked[c.GetSerial()]; revoked {
+			continue
+		}
+		out[c.GetIssuerSerial()]++
+	}
+	return out
+}

@@ -93,6 +93,12 @@ const (
 	// CertNotYetValid: the client certificate's not_before is ahead of the
 	// journal's clock: one of the two clocks is wrong.
 	CertNotYetValid Reason = "CERT_NOT_YET_VALID"
+	// RevokesOwnCredential: a journal CA revocation, a retirement with no
+	// grace or a removal that retires intermediates would cut off the
+	// caller's own operator credential; nothing was done. Renew it first
+	// (pact admin renew, from a journal whose chain stays), or confirm
+	// with --yes-including-my-credential.
+	RevokesOwnCredential Reason = "REVOKES_OWN_CREDENTIAL"
 
 	// TPM attestation refusals of Enroll (docs/tpm.md).
 
@@ -165,6 +171,7 @@ var codeOf = map[Reason]codes.Code{
 	TrustDomainNotAccepted:   codes.Unauthenticated,
 	SPIFFEIDUnmapped:         codes.PermissionDenied,
 	CertNotYetValid:          codes.Unauthenticated,
+	RevokesOwnCredential:     codes.FailedPrecondition,
 	TPMRequired:              codes.FailedPrecondition,
 	TPMEKMismatch:            codes.PermissionDenied,
 	TPMAKRefused:             codes.InvalidArgument,

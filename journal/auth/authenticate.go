@@ -442,7 +442,9 @@ func (a *Authenticator) checkOperator(ctx context.Context, p *Principal, method 
 	case raftfsm.OperatorRecorded:
 		return nil
 	}
-	err := a.cfg.Quorum.RecordOperator(ctx, p.Actor(), OperatorRecord(p.Leaf, p.ID.Name, p.Role, raftfsm.IssuedAtFirstUse))
+	rec := OperatorRecord(p.Leaf, p.ID.Name, p.Role, raftfsm.IssuedAtFirstUse)
+	rec.RootSigned = true // decided from the verified chain (rootSigned)
+	err := a.cfg.Quorum.RecordOperator(ctx, p.Actor(), rec)
 	if err != nil && errors.Is(err, a.cfg.NoLeader) && method == pactv1.AdminService_JournalStatus_FullMethodName {
 		// Status is how an operator (or a monitoring probe) diagnoses a
 		// quorum that lost its leader: refusing it then, because the

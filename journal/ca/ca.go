@@ -294,19 +294,30 @@ func (c *CA) JournalCA() *x509.Certificate {
 // the issuer serial Raft records for the current intermediate.
 func (c *CA) JournalCASerial() string { return c.cur.Load().issuer.serial }
 
+// OperatorIssuer is what signed an operator credential SignOperator made:
+// the intermediate and the journal CA above it, or a domain root itself
+// (the legacy layout). The registry records it with the credential.
+type OperatorIssuer struct {
+	IntermediateSerial string
+	JournalCASerial    string
+	Root               bool
+}
+
 // SignOperator signs an operator credential for a CSR's public key with the
 // current intermediate: the chain is [operator, intermediate, journal CA],
 // and the credential's NotAfter is capped at the intermediate's (compare
 // the certificate's NotAfter with what was asked). Never with the journal
 // CA, which signs intermediates only. In the legacy layout the domain root
-// signs it, as before.
-func (c *CA) SignOperator(csr *CSR, name, role string, lifetime time.Duration) (*x509.Certificate, error) {
+// signs it, as before. It returns what signed, read with the key used.
+func (c *CA) SignOperator(csr *CSR, name, role string, lifetime time.Duration) (*x509.Certificate, OperatorIssuer, error) {
 	inter := c.cur.Load()
 	now := c.cfg.Clock.Now()
 	if inter.issuer.legacy {
-		return signAdmin(inter.issuer.cert, inter.issuer.signer, csr.PublicKey, name, role, lifetime, now)
+		cert, err := signAdmin(inter.issuer.cert, inter.issuer.signer, csr.PublicKey, name, role, lifetime, now)
+		return cert, OperatorIssuer{Root: true}, err
 	}
-	return signAdmin(inter.cert, inter.key, csr.PublicKey, name, role, lifetime, now)
+	cert, err := signAdmin(inter.cert, inter.key, csr.PublicKey, name, role, lifetime, now)
+	return cert, OperatorIssuer{IntermediateSerial: inter.serial, JournalCASerial: inter.issuer.serial}, err
 }
 
 // Intermediate is the current intermediate certificate.

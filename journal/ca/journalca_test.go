@@ -232,14 +232,20 @@ func TestSignOperator(t *testing.T) {
 			f := newFixtureLayout(t, layout, nil)
 			inter := f.ca.Intermediate()
 			for _, lifetime := range []time.Duration{time.Hour, 30 * 24 * time.Hour} {
-				cert, err := f.ca.SignOperator(parseCSR(t, makeCSR(t, newKey(t, "P-256"), nil)), "bob", pki.RoleViewer, lifetime)
+				cert, by, err := f.ca.SignOperator(parseCSR(t, makeCSR(t, newKey(t, "P-256"), nil)), "bob", pki.RoleViewer, lifetime)
 				if err != nil {
 					t.Fatal(err)
 				}
 				want := testNow.Add(lifetime)
 				issuer := f.ca.Root()
+				if wantBy := (OperatorIssuer{Root: true}); f.journalCA == nil && by != wantBy {
+					t.Errorf("signed by %+v, want %+v", by, wantBy)
+				}
 				if f.journalCA != nil {
 					issuer = inter
+					if wantBy := (OperatorIssuer{IntermediateSerial: pki.SerialHex(inter.SerialNumber), JournalCASerial: pki.SerialHex(f.journalCA.SerialNumber)}); by != wantBy {
+						t.Errorf("signed by %+v, want %+v", by, wantBy)
+					}
 					if want.After(inter.NotAfter) {
 						want = inter.NotAfter
 					}

@@ -175,14 +175,14 @@ func TestCertificatesPassZlint(t *testing.T) {
 	named := newCA(Issuer{namedJCA, namedJCAKey}, namedDNS, namedIPs)
 	bare := newCA(Issuer{bareJCA, bareJCAKey}, nil, nil)
 	legacy := newCA(auth.Issuer(), namedDNS, namedIPs)
-	legacyOperator, err := legacy.SignOperator(parseCSR(t, makeCSR(t, newKey(t, "P-256"), nil)), "carol", pki.RolePlatformAdmin, DefaultOperatorLifetime)
+	legacyOperator, _, err := legacy.SignOperator(parseCSR(t, makeCSR(t, newKey(t, "P-256"), nil)), "carol", pki.RolePlatformAdmin, DefaultOperatorLifetime)
 	if err != nil {
 		t.Fatalf("SignOperator (legacy): %v", err)
 	}
 
 	// An operator credential the journal signs for a CSR (pact admin issue,
 	// pact admin renew), with the key pact's CLI makes.
-	journalOperator, err := named.SignOperator(parseCSR(t, makeCSR(t, newKey(t, "P-256"), nil)), "bob", pki.RoleViewer, DefaultOperatorLifetime)
+	journalOperator, _, err := named.SignOperator(parseCSR(t, makeCSR(t, newKey(t, "P-256"), nil)), "bob", pki.RoleViewer, DefaultOperatorLifetime)
 	if err != nil {
 		t.Fatalf("SignOperator: %v", err)
 	}

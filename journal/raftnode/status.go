@@ -102,6 +102,7 @@ func (n *Node) Members(ctx context.Context) ([]*pactv1.JournalMember, error) {
 			m.IntermediateSerial, m.IntermediateNotAfterUnix = st.GetIntermediateSerial(), st.GetIntermediateNotAfterUnix()
 			m.Version, m.Halted = st.GetVersion(), st.GetHalted()
 			m.QuorumId = st.GetQuorumId()
+			m.JournalCaSerial, m.JournalCaFileRefused = st.GetJournalCaSerial(), st.GetJournalCaFileRefused()
 			if c := n.raft.CommitIndex(); c > m.AppliedIndex {
 				m.Lag = c - m.AppliedIndex
 			}

@@ -1218,9 +1218,16 @@ type JournalMember struct {
 	// The member's build as it reports it; empty when unreachable.
 	Version string `protobuf:"bytes,200,opt,name=version,proto3" json:"version,omitempty"`
 	// The quorum the member says it belongs to ("" if unknown).
-	QuorumId      string `protobuf:"bytes,124,opt,name=quorum_id,json=quorumId,proto3" json:"quorum_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	QuorumId string `protobuf:"bytes,124,opt,name=quorum_id,json=quorumId,proto3" json:"quorum_id,omitempty"`
+	// The journal CA that signed the member's current intermediate, as it
+	// reports it ("" in the layout without journal CAs, or unreachable).
+	JournalCaSerial string `protobuf:"bytes,125,opt,name=journal_ca_serial,json=journalCaSerial,proto3" json:"journal_ca_serial,omitempty"`
+	// Why the member refused the certificate in its --journal-ca-cert file
+	// at its last re-key (it went on signing under journal_ca_serial); empty
+	// when none was refused.
+	JournalCaFileRefused string `protobuf:"bytes,126,opt,name=journal_ca_file_refused,json=journalCaFileRefused,proto3" json:"journal_ca_file_refused,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *JournalMember) Reset() {
@@ -1382,6 +1389,20 @@ func (x *JournalMember) GetVersion() string {
 func (x *JournalMember) GetQuorumId() string {
 	if x != nil {
 		return x.QuorumId
+	}
+	return ""
+}
+
+func (x *JournalMember) GetJournalCaSerial() string {
+	if x != nil {
+		return x.JournalCaSerial
+	}
+	return ""
+}
+
+func (x *JournalMember) GetJournalCaFileRefused() string {
+	if x != nil {
+		return x.JournalCaFileRefused
 	}
 	return ""
 }
@@ -1614,8 +1635,12 @@ type RemoveJournalRequest struct {
 	// after grace_seconds (0: the journal's default grace).
 	RevokeIntermediate bool  `protobuf:"varint,170,opt,name=revoke_intermediate,json=revokeIntermediate,proto3" json:"revoke_intermediate,omitempty"`
 	GraceSeconds       int64 `protobuf:"varint,171,opt,name=grace_seconds,json=graceSeconds,proto3" json:"grace_seconds,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Retire the intermediates even though the caller's own credential was
+	// signed by one of them (it stops working at the end of the grace).
+	// Without it such a removal is refused REVOKES_OWN_CREDENTIAL.
+	RevokeOwnCredential bool `protobuf:"varint,172,opt,name=revoke_own_credential,json=revokeOwnCredential,proto3" json:"revoke_own_credential,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *RemoveJournalRequest) Reset() {
@@ -1674,6 +1699,13 @@ func (x *RemoveJournalRequest) GetGraceSeconds() int64 {
 		return x.GraceSeconds
 	}
 	return 0
+}
+
+func (x *RemoveJournalRequest) GetRevokeOwnCredential() bool {
+	if x != nil {
+		return x.RevokeOwnCredential
+	}
+	return false
 }
 
 type SaveSnapshotRequest struct {
@@ -1759,9 +1791,12 @@ func (x *SaveSnapshotResponse) GetData() []byte {
 }
 
 type RemoveJournalResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Members       []*JournalMember       `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
-	Retired       []*Intermediate        `protobuf:"bytes,170,rep,name=retired,proto3" json:"retired,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Members []*JournalMember       `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	Retired []*Intermediate        `protobuf:"bytes,170,rep,name=retired,proto3" json:"retired,omitempty"`
+	// Set when the caller's own credential chains through an intermediate
+	// retired (revoke_own_credential was given).
+	OwnCredential *OwnCredential `protobuf:"bytes,171,opt,name=own_credential,json=ownCredential,proto3" json:"own_credential,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1810,6 +1845,106 @@ func (x *RemoveJournalResponse) GetRetired() []*Intermediate {
 	return nil
 }
 
+func (x *RemoveJournalResponse) GetOwnCredential() *OwnCredential {
+	if x != nil {
+		return x.OwnCredential
+	}
+	return nil
+}
+
+// OwnCredential is the caller's operator credential, as a retirement or a
+// journal CA revocation touches it: the chain it needs and when it stops
+// being accepted.
+type OwnCredential struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The credential's serial and name.
+	Serial string `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"`
+	Name   string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The journal intermediate that signed it, that intermediate's journal,
+	// and the journal CA that signed the intermediate ("" in the layout
+	// without journal CAs).
+	IntermediateSerial string `protobuf:"bytes,3,opt,name=intermediate_serial,json=intermediateSerial,proto3" json:"intermediate_serial,omitempty"`
+	JournalId          string `protobuf:"bytes,4,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
+	JournalCaSerial    string `protobuf:"bytes,5,opt,name=journal_ca_serial,json=journalCaSerial,proto3" json:"journal_ca_serial,omitempty"`
+	// When it stops being accepted (Unix nanoseconds): at once for a
+	// revocation, at the end of the grace for a retirement.
+	StopsAtUnixNano int64 `protobuf:"varint,6,opt,name=stops_at_unix_nano,json=stopsAtUnixNano,proto3" json:"stops_at_unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *OwnCredential) Reset() {
+	*x = OwnCredential{}
+	mi := &file_pact_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OwnCredential) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OwnCredential) ProtoMessage() {}
+
+func (x *OwnCredential) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OwnCredential.ProtoReflect.Descriptor instead.
+func (*OwnCredential) Descriptor() ([]byte, []int) {
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *OwnCredential) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *OwnCredential) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *OwnCredential) GetIntermediateSerial() string {
+	if x != nil {
+		return x.IntermediateSerial
+	}
+	return ""
+}
+
+func (x *OwnCredential) GetJournalId() string {
+	if x != nil {
+		return x.JournalId
+	}
+	return ""
+}
+
+func (x *OwnCredential) GetJournalCaSerial() string {
+	if x != nil {
+		return x.JournalCaSerial
+	}
+	return ""
+}
+
+func (x *OwnCredential) GetStopsAtUnixNano() int64 {
+	if x != nil {
+		return x.StopsAtUnixNano
+	}
+	return 0
+}
+
 type IssueOperatorRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1824,7 +1959,7 @@ type IssueOperatorRequest struct {
 
 func (x *IssueOperatorRequest) Reset() {
 	*x = IssueOperatorRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[28]
+	mi := &file_pact_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +1971,7 @@ func (x *IssueOperatorRequest) String() string {
 func (*IssueOperatorRequest) ProtoMessage() {}
 
 func (x *IssueOperatorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[28]
+	mi := &file_pact_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +1984,7 @@ func (x *IssueOperatorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueOperatorRequest.ProtoReflect.Descriptor instead.
 func (*IssueOperatorRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *IssueOperatorRequest) GetName() string {
@@ -1882,7 +2017,8 @@ func (x *IssueOperatorRequest) GetLifetimeSeconds() int64 {
 
 type IssueOperatorResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// DER of the certificate (signed by the domain root).
+	// DER of the certificate (signed by the journal's current intermediate;
+	// by the domain root in the layout without journal CAs).
 	CertDer       []byte    `protobuf:"bytes,1,opt,name=cert_der,json=certDer,proto3" json:"cert_der,omitempty"`
 	Operator      *Operator `protobuf:"bytes,2,opt,name=operator,proto3" json:"operator,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1891,7 +2027,7 @@ type IssueOperatorResponse struct {
 
 func (x *IssueOperatorResponse) Reset() {
 	*x = IssueOperatorResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[29]
+	mi := &file_pact_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +2039,7 @@ func (x *IssueOperatorResponse) String() string {
 func (*IssueOperatorResponse) ProtoMessage() {}
 
 func (x *IssueOperatorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[29]
+	mi := &file_pact_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2052,7 @@ func (x *IssueOperatorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueOperatorResponse.ProtoReflect.Descriptor instead.
 func (*IssueOperatorResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *IssueOperatorResponse) GetCertDer() []byte {
@@ -1943,7 +2079,7 @@ type ListOperatorsRequest struct {
 
 func (x *ListOperatorsRequest) Reset() {
 	*x = ListOperatorsRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[30]
+	mi := &file_pact_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2091,7 @@ func (x *ListOperatorsRequest) String() string {
 func (*ListOperatorsRequest) ProtoMessage() {}
 
 func (x *ListOperatorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[30]
+	mi := &file_pact_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2104,7 @@ func (x *ListOperatorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperatorsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperatorsRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListOperatorsRequest) GetAll() bool {
@@ -1988,7 +2124,7 @@ type ListOperatorsResponse struct {
 
 func (x *ListOperatorsResponse) Reset() {
 	*x = ListOperatorsResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[31]
+	mi := &file_pact_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2136,7 @@ func (x *ListOperatorsResponse) String() string {
 func (*ListOperatorsResponse) ProtoMessage() {}
 
 func (x *ListOperatorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[31]
+	mi := &file_pact_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2149,7 @@ func (x *ListOperatorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperatorsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperatorsResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListOperatorsResponse) GetOperators() []*Operator {
@@ -2045,7 +2181,7 @@ type RevokeOperatorRequest struct {
 
 func (x *RevokeOperatorRequest) Reset() {
 	*x = RevokeOperatorRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[32]
+	mi := &file_pact_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2057,7 +2193,7 @@ func (x *RevokeOperatorRequest) String() string {
 func (*RevokeOperatorRequest) ProtoMessage() {}
 
 func (x *RevokeOperatorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[32]
+	mi := &file_pact_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2070,7 +2206,7 @@ func (x *RevokeOperatorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeOperatorRequest.ProtoReflect.Descriptor instead.
 func (*RevokeOperatorRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RevokeOperatorRequest) GetNameOrSerial() string {
@@ -2097,7 +2233,7 @@ type RevokeOperatorResponse struct {
 
 func (x *RevokeOperatorResponse) Reset() {
 	*x = RevokeOperatorResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[33]
+	mi := &file_pact_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2109,7 +2245,7 @@ func (x *RevokeOperatorResponse) String() string {
 func (*RevokeOperatorResponse) ProtoMessage() {}
 
 func (x *RevokeOperatorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[33]
+	mi := &file_pact_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2122,7 +2258,7 @@ func (x *RevokeOperatorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeOperatorResponse.ProtoReflect.Descriptor instead.
 func (*RevokeOperatorResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RevokeOperatorResponse) GetRevoked() []*Operator {
@@ -2146,15 +2282,21 @@ type RetireIntermediateRequest struct {
 	// Seconds until the intermediates are revoked; 0: the default grace.
 	GraceSeconds int64 `protobuf:"varint,2,opt,name=grace_seconds,json=graceSeconds,proto3" json:"grace_seconds,omitempty"`
 	// Revoke at once, with no grace.
-	Now           bool   `protobuf:"varint,3,opt,name=now,proto3" json:"now,omitempty"`
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Now    bool   `protobuf:"varint,3,opt,name=now,proto3" json:"now,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// With now: revoke even the intermediate that signed the caller's own
+	// credential, which then stops working at once. Without it such a
+	// retirement is refused REVOKES_OWN_CREDENTIAL. (With a grace the
+	// retirement goes through and own_credential says when the credential
+	// stops working.)
+	RevokeOwnCredential bool `protobuf:"varint,5,opt,name=revoke_own_credential,json=revokeOwnCredential,proto3" json:"revoke_own_credential,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *RetireIntermediateRequest) Reset() {
 	*x = RetireIntermediateRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[34]
+	mi := &file_pact_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2166,7 +2308,7 @@ func (x *RetireIntermediateRequest) String() string {
 func (*RetireIntermediateRequest) ProtoMessage() {}
 
 func (x *RetireIntermediateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[34]
+	mi := &file_pact_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2179,7 +2321,7 @@ func (x *RetireIntermediateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireIntermediateRequest.ProtoReflect.Descriptor instead.
 func (*RetireIntermediateRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RetireIntermediateRequest) GetTargets() []string {
@@ -2210,16 +2352,30 @@ func (x *RetireIntermediateRequest) GetReason() string {
 	return ""
 }
 
+func (x *RetireIntermediateRequest) GetRevokeOwnCredential() bool {
+	if x != nil {
+		return x.RevokeOwnCredential
+	}
+	return false
+}
+
 type RetireIntermediateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Retired       []*Intermediate        `protobuf:"bytes,1,rep,name=retired,proto3" json:"retired,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every intermediate named, as recorded after the retirement.
+	Retired []*Intermediate `protobuf:"bytes,1,rep,name=retired,proto3" json:"retired,omitempty"`
+	// The serials of retired that this retirement left as they were: already
+	// revoked, or retiring with an earlier (or the same) revoke time.
+	Unchanged []string `protobuf:"bytes,2,rep,name=unchanged,proto3" json:"unchanged,omitempty"`
+	// Set when the caller's own credential was signed by an intermediate
+	// retired: when it stops working.
+	OwnCredential *OwnCredential `protobuf:"bytes,3,opt,name=own_credential,json=ownCredential,proto3" json:"own_credential,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RetireIntermediateResponse) Reset() {
 	*x = RetireIntermediateResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[35]
+	mi := &file_pact_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2387,7 @@ func (x *RetireIntermediateResponse) String() string {
 func (*RetireIntermediateResponse) ProtoMessage() {}
 
 func (x *RetireIntermediateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[35]
+	mi := &file_pact_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,12 +2400,26 @@ func (x *RetireIntermediateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireIntermediateResponse.ProtoReflect.Descriptor instead.
 func (*RetireIntermediateResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RetireIntermediateResponse) GetRetired() []*Intermediate {
 	if x != nil {
 		return x.Retired
+	}
+	return nil
+}
+
+func (x *RetireIntermediateResponse) GetUnchanged() []string {
+	if x != nil {
+		return x.Unchanged
+	}
+	return nil
+}
+
+func (x *RetireIntermediateResponse) GetOwnCredential() *OwnCredential {
+	if x != nil {
+		return x.OwnCredential
 	}
 	return nil
 }
@@ -2262,7 +2432,7 @@ type ListIntermediatesRequest struct {
 
 func (x *ListIntermediatesRequest) Reset() {
 	*x = ListIntermediatesRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[36]
+	mi := &file_pact_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2274,7 +2444,7 @@ func (x *ListIntermediatesRequest) String() string {
 func (*ListIntermediatesRequest) ProtoMessage() {}
 
 func (x *ListIntermediatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[36]
+	mi := &file_pact_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2287,7 +2457,7 @@ func (x *ListIntermediatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIntermediatesRequest.ProtoReflect.Descriptor instead.
 func (*ListIntermediatesRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 type ListIntermediatesResponse struct {
@@ -2295,13 +2465,24 @@ type ListIntermediatesResponse struct {
 	Intermediates      []*Intermediate        `protobuf:"bytes,1,rep,name=intermediates,proto3" json:"intermediates,omitempty"`
 	ServerTimeUnixNano int64                  `protobuf:"varint,2,opt,name=server_time_unix_nano,json=serverTimeUnixNano,proto3" json:"server_time_unix_nano,omitempty"`
 	JournalCas         []*JournalCA           `protobuf:"bytes,3,rep,name=journal_cas,json=journalCas,proto3" json:"journal_cas,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Decided from the records: for each journal, the intermediate it
+	// published last (its journal record says which; for a journal of a
+	// release that does not say, the latest not_before among those it
+	// published). Every other one of that journal is superseded: it signs
+	// nothing new, and what it signed stays valid until it expires or is
+	// retired.
+	CurrentIntermediates []string `protobuf:"bytes,4,rep,name=current_intermediates,json=currentIntermediates,proto3" json:"current_intermediates,omitempty"`
+	// For each intermediate serial, how many nodes' current certificates it
+	// signed (not expired, not revoked, of nodes not decommissioned), from
+	// the registry's node records. Absent: none.
+	NodeCertificates map[string]uint32 `protobuf:"bytes,5,rep,name=node_certificates,json=nodeCertificates,proto3" json:"node_certificates,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ListIntermediatesResponse) Reset() {
 	*x = ListIntermediatesResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[37]
+	mi := &file_pact_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2494,7 @@ func (x *ListIntermediatesResponse) String() string {
 func (*ListIntermediatesResponse) ProtoMessage() {}
 
 func (x *ListIntermediatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[37]
+	mi := &file_pact_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2507,7 @@ func (x *ListIntermediatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIntermediatesResponse.ProtoReflect.Descriptor instead.
 func (*ListIntermediatesResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListIntermediatesResponse) GetIntermediates() []*Intermediate {
@@ -2350,18 +2531,36 @@ func (x *ListIntermediatesResponse) GetJournalCas() []*JournalCA {
 	return nil
 }
 
+func (x *ListIntermediatesResponse) GetCurrentIntermediates() []string {
+	if x != nil {
+		return x.CurrentIntermediates
+	}
+	return nil
+}
+
+func (x *ListIntermediatesResponse) GetNodeCertificates() map[string]uint32 {
+	if x != nil {
+		return x.NodeCertificates
+	}
+	return nil
+}
+
 type RevokeJournalCARequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Journal CA serials or journal ids (every journal CA recorded for it).
-	Targets       []string `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
-	Reason        string   `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Targets []string `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
+	Reason  string   `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Revoke even the journal CA above the caller's own credential, which
+	// then stops working at once. Without it such a revocation is refused
+	// REVOKES_OWN_CREDENTIAL.
+	RevokeOwnCredential bool `protobuf:"varint,3,opt,name=revoke_own_credential,json=revokeOwnCredential,proto3" json:"revoke_own_credential,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *RevokeJournalCARequest) Reset() {
 	*x = RevokeJournalCARequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[38]
+	mi := &file_pact_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2572,7 @@ func (x *RevokeJournalCARequest) String() string {
 func (*RevokeJournalCARequest) ProtoMessage() {}
 
 func (x *RevokeJournalCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[38]
+	mi := &file_pact_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2585,7 @@ func (x *RevokeJournalCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeJournalCARequest.ProtoReflect.Descriptor instead.
 func (*RevokeJournalCARequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RevokeJournalCARequest) GetTargets() []string {
@@ -2403,6 +2602,13 @@ func (x *RevokeJournalCARequest) GetReason() string {
 	return ""
 }
 
+func (x *RevokeJournalCARequest) GetRevokeOwnCredential() bool {
+	if x != nil {
+		return x.RevokeOwnCredential
+	}
+	return false
+}
+
 type RecordJournalCARequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	JournalId string                 `protobuf:"bytes,1,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
@@ -2415,7 +2621,7 @@ type RecordJournalCARequest struct {
 
 func (x *RecordJournalCARequest) Reset() {
 	*x = RecordJournalCARequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[39]
+	mi := &file_pact_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2633,7 @@ func (x *RecordJournalCARequest) String() string {
 func (*RecordJournalCARequest) ProtoMessage() {}
 
 func (x *RecordJournalCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[39]
+	mi := &file_pact_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2646,7 @@ func (x *RecordJournalCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordJournalCARequest.ProtoReflect.Descriptor instead.
 func (*RecordJournalCARequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RecordJournalCARequest) GetJournalId() string {
@@ -2475,7 +2681,7 @@ type RecordJournalCAResponse struct {
 
 func (x *RecordJournalCAResponse) Reset() {
 	*x = RecordJournalCAResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[40]
+	mi := &file_pact_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2693,7 @@ func (x *RecordJournalCAResponse) String() string {
 func (*RecordJournalCAResponse) ProtoMessage() {}
 
 func (x *RecordJournalCAResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[40]
+	mi := &file_pact_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2706,7 @@ func (x *RecordJournalCAResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordJournalCAResponse.ProtoReflect.Descriptor instead.
 func (*RecordJournalCAResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RecordJournalCAResponse) GetJournalCa() *JournalCA {
@@ -2522,13 +2728,25 @@ type RevokeJournalCAResponse struct {
 	Revoked []*JournalCA           `protobuf:"bytes,1,rep,name=revoked,proto3" json:"revoked,omitempty"`
 	// The intermediates they had signed, out of the trust bundle with them.
 	Intermediates []*Intermediate `protobuf:"bytes,2,rep,name=intermediates,proto3" json:"intermediates,omitempty"`
+	// For each journal whose journal CA was revoked, the journal CA it is
+	// bound to after the revocation: a live one (a re-issue already recorded)
+	// lets it go on signing; a revoked one means it signs nothing until an
+	// operator records a new one.
+	Bound []*JournalCA `protobuf:"bytes,3,rep,name=bound,proto3" json:"bound,omitempty"`
+	// Set when the caller's own credential chained through a journal CA
+	// revoked (revoke_own_credential was given).
+	OwnCredential *OwnCredential `protobuf:"bytes,4,opt,name=own_credential,json=ownCredential,proto3" json:"own_credential,omitempty"`
+	// The operators the revocation cut off: their valid credentials whose
+	// recorded chain went with it, of names that have no other valid
+	// credential (the caller's own is own_credential).
+	Operators     []*Operator `protobuf:"bytes,5,rep,name=operators,proto3" json:"operators,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RevokeJournalCAResponse) Reset() {
 	*x = RevokeJournalCAResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[41]
+	mi := &file_pact_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2540,7 +2758,7 @@ func (x *RevokeJournalCAResponse) String() string {
 func (*RevokeJournalCAResponse) ProtoMessage() {}
 
 func (x *RevokeJournalCAResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[41]
+	mi := &file_pact_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2553,7 +2771,7 @@ func (x *RevokeJournalCAResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeJournalCAResponse.ProtoReflect.Descriptor instead.
 func (*RevokeJournalCAResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RevokeJournalCAResponse) GetRevoked() []*JournalCA {
@@ -2570,6 +2788,27 @@ func (x *RevokeJournalCAResponse) GetIntermediates() []*Intermediate {
 	return nil
 }
 
+func (x *RevokeJournalCAResponse) GetBound() []*JournalCA {
+	if x != nil {
+		return x.Bound
+	}
+	return nil
+}
+
+func (x *RevokeJournalCAResponse) GetOwnCredential() *OwnCredential {
+	if x != nil {
+		return x.OwnCredential
+	}
+	return nil
+}
+
+func (x *RevokeJournalCAResponse) GetOperators() []*Operator {
+	if x != nil {
+		return x.Operators
+	}
+	return nil
+}
+
 type CreateJoinTokenRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -2581,7 +2820,7 @@ type CreateJoinTokenRequest struct {
 
 func (x *CreateJoinTokenRequest) Reset() {
 	*x = CreateJoinTokenRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[42]
+	mi := &file_pact_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2593,7 +2832,7 @@ func (x *CreateJoinTokenRequest) String() string {
 func (*CreateJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[42]
+	mi := &file_pact_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2606,7 +2845,7 @@ func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateJoinTokenRequest) GetNodeId() string {
@@ -2635,7 +2874,7 @@ type CreateJoinTokenResponse struct {
 
 func (x *CreateJoinTokenResponse) Reset() {
 	*x = CreateJoinTokenResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[43]
+	mi := &file_pact_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +2886,7 @@ func (x *CreateJoinTokenResponse) String() string {
 func (*CreateJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[43]
+	mi := &file_pact_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +2899,7 @@ func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreateJoinTokenResponse) GetToken() string {
@@ -2693,7 +2932,7 @@ type JoinTokenInfo struct {
 
 func (x *JoinTokenInfo) Reset() {
 	*x = JoinTokenInfo{}
-	mi := &file_pact_v1_admin_proto_msgTypes[44]
+	mi := &file_pact_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2705,7 +2944,7 @@ func (x *JoinTokenInfo) String() string {
 func (*JoinTokenInfo) ProtoMessage() {}
 
 func (x *JoinTokenInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[44]
+	mi := &file_pact_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2718,7 +2957,7 @@ func (x *JoinTokenInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinTokenInfo.ProtoReflect.Descriptor instead.
 func (*JoinTokenInfo) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *JoinTokenInfo) GetId() string {
@@ -2773,7 +3012,7 @@ type ListJoinTokensRequest struct {
 
 func (x *ListJoinTokensRequest) Reset() {
 	*x = ListJoinTokensRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[45]
+	mi := &file_pact_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2785,7 +3024,7 @@ func (x *ListJoinTokensRequest) String() string {
 func (*ListJoinTokensRequest) ProtoMessage() {}
 
 func (x *ListJoinTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[45]
+	mi := &file_pact_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2798,7 +3037,7 @@ func (x *ListJoinTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJoinTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListJoinTokensRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListJoinTokensRequest) GetNodeId() string {
@@ -2817,7 +3056,7 @@ type ListJoinTokensResponse struct {
 
 func (x *ListJoinTokensResponse) Reset() {
 	*x = ListJoinTokensResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[46]
+	mi := &file_pact_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2829,7 +3068,7 @@ func (x *ListJoinTokensResponse) String() string {
 func (*ListJoinTokensResponse) ProtoMessage() {}
 
 func (x *ListJoinTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[46]
+	mi := &file_pact_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2842,7 +3081,7 @@ func (x *ListJoinTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJoinTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListJoinTokensResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListJoinTokensResponse) GetTokens() []*JoinTokenInfo {
@@ -2863,7 +3102,7 @@ type RevokeJoinTokensRequest struct {
 
 func (x *RevokeJoinTokensRequest) Reset() {
 	*x = RevokeJoinTokensRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[47]
+	mi := &file_pact_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2875,7 +3114,7 @@ func (x *RevokeJoinTokensRequest) String() string {
 func (*RevokeJoinTokensRequest) ProtoMessage() {}
 
 func (x *RevokeJoinTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[47]
+	mi := &file_pact_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2888,7 +3127,7 @@ func (x *RevokeJoinTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeJoinTokensRequest.ProtoReflect.Descriptor instead.
 func (*RevokeJoinTokensRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RevokeJoinTokensRequest) GetNodeId() string {
@@ -2914,7 +3153,7 @@ type RevokeJoinTokensResponse struct {
 
 func (x *RevokeJoinTokensResponse) Reset() {
 	*x = RevokeJoinTokensResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[48]
+	mi := &file_pact_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2926,7 +3165,7 @@ func (x *RevokeJoinTokensResponse) String() string {
 func (*RevokeJoinTokensResponse) ProtoMessage() {}
 
 func (x *RevokeJoinTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[48]
+	mi := &file_pact_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2939,7 +3178,7 @@ func (x *RevokeJoinTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeJoinTokensResponse.ProtoReflect.Descriptor instead.
 func (*RevokeJoinTokensResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RevokeJoinTokensResponse) GetRevoked() []*JoinTokenInfo {
@@ -2960,7 +3199,7 @@ type FenceNodeRequest struct {
 
 func (x *FenceNodeRequest) Reset() {
 	*x = FenceNodeRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[49]
+	mi := &file_pact_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +3211,7 @@ func (x *FenceNodeRequest) String() string {
 func (*FenceNodeRequest) ProtoMessage() {}
 
 func (x *FenceNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[49]
+	mi := &file_pact_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +3224,7 @@ func (x *FenceNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceNodeRequest.ProtoReflect.Descriptor instead.
 func (*FenceNodeRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FenceNodeRequest) GetNodeId() string {
@@ -3014,7 +3253,7 @@ type FenceNodeResponse struct {
 
 func (x *FenceNodeResponse) Reset() {
 	*x = FenceNodeResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[50]
+	mi := &file_pact_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3026,7 +3265,7 @@ func (x *FenceNodeResponse) String() string {
 func (*FenceNodeResponse) ProtoMessage() {}
 
 func (x *FenceNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[50]
+	mi := &file_pact_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3039,7 +3278,7 @@ func (x *FenceNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceNodeResponse.ProtoReflect.Descriptor instead.
 func (*FenceNodeResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *FenceNodeResponse) GetNode() *Node {
@@ -3065,7 +3304,7 @@ type UnfenceNodeRequest struct {
 
 func (x *UnfenceNodeRequest) Reset() {
 	*x = UnfenceNodeRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[51]
+	mi := &file_pact_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3077,7 +3316,7 @@ func (x *UnfenceNodeRequest) String() string {
 func (*UnfenceNodeRequest) ProtoMessage() {}
 
 func (x *UnfenceNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[51]
+	mi := &file_pact_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3090,7 +3329,7 @@ func (x *UnfenceNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfenceNodeRequest.ProtoReflect.Descriptor instead.
 func (*UnfenceNodeRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *UnfenceNodeRequest) GetNodeId() string {
@@ -3111,7 +3350,7 @@ type UnfenceNodeResponse struct {
 
 func (x *UnfenceNodeResponse) Reset() {
 	*x = UnfenceNodeResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[52]
+	mi := &file_pact_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3123,7 +3362,7 @@ func (x *UnfenceNodeResponse) String() string {
 func (*UnfenceNodeResponse) ProtoMessage() {}
 
 func (x *UnfenceNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[52]
+	mi := &file_pact_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3136,7 +3375,7 @@ func (x *UnfenceNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfenceNodeResponse.ProtoReflect.Descriptor instead.
 func (*UnfenceNodeResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *UnfenceNodeResponse) GetNode() *Node {
@@ -3167,7 +3406,7 @@ type UpdateNodeRequest struct {
 
 func (x *UpdateNodeRequest) Reset() {
 	*x = UpdateNodeRequest{}
-	mi := &file_pact_v1_admin_proto_msgTypes[53]
+	mi := &file_pact_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3179,7 +3418,7 @@ func (x *UpdateNodeRequest) String() string {
 func (*UpdateNodeRequest) ProtoMessage() {}
 
 func (x *UpdateNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[53]
+	mi := &file_pact_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3192,7 +3431,7 @@ func (x *UpdateNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *UpdateNodeRequest) GetNodeId() string {
@@ -3234,7 +3473,7 @@ type UpdateNodeResponse struct {
 
 func (x *UpdateNodeResponse) Reset() {
 	*x = UpdateNodeResponse{}
-	mi := &file_pact_v1_admin_proto_msgTypes[54]
+	mi := &file_pact_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3246,7 +3485,7 @@ func (x *UpdateNodeResponse) String() string {
 func (*UpdateNodeResponse) ProtoMessage() {}
 
 func (x *UpdateNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_admin_proto_msgTypes[54]
+	mi := &file_pact_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3259,7 +3498,7 @@ func (x *UpdateNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNodeResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_pact_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *UpdateNodeResponse) GetNode() *Node {
@@ -3350,7 +3589,7 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\rR\x05limit\"B\n" +
 	"\x11ListAuditResponse\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.pact.v1.AuditEntryR\aentries\"\x16\n" +
-	"\x14JournalStatusRequest\"\x85\x05\n" +
+	"\x14JournalStatusRequest\"\xe8\x05\n" +
 	"\rJournalMember\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x1b\n" +
@@ -3373,7 +3612,9 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\x03lag\x18z \x01(\x04R\x03lag\x127\n" +
 	"\x18nonvoter_since_unix_nano\x18{ \x01(\x03R\x15nonvoterSinceUnixNano\x12\x19\n" +
 	"\aversion\x18\xc8\x01 \x01(\tR\aversion\x12\x1b\n" +
-	"\tquorum_id\x18| \x01(\tR\bquorumId\"\xfc\x01\n" +
+	"\tquorum_id\x18| \x01(\tR\bquorumId\x12*\n" +
+	"\x11journal_ca_serial\x18} \x01(\tR\x0fjournalCaSerial\x125\n" +
+	"\x17journal_ca_file_refused\x18~ \x01(\tR\x14journalCaFileRefused\"\xfc\x01\n" +
 	"\x15JournalStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12!\n" +
@@ -3391,19 +3632,29 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\x12AddJournalResponse\x120\n" +
 	"\amembers\x18\x01 \x03(\v2\x16.pact.v1.JournalMemberR\amembers\x121\n" +
 	"\n" +
-	"journal_ca\x18\x02 \x01(\v2\x12.pact.v1.JournalCAR\tjournalCa\"\xa3\x01\n" +
+	"journal_ca\x18\x02 \x01(\v2\x12.pact.v1.JournalCAR\tjournalCa\"\xd8\x01\n" +
 	"\x14RemoveJournalRequest\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x14\n" +
 	"\x05force\x18x \x01(\bR\x05force\x120\n" +
 	"\x13revoke_intermediate\x18\xaa\x01 \x01(\bR\x12revokeIntermediate\x12$\n" +
-	"\rgrace_seconds\x18\xab\x01 \x01(\x03R\fgraceSeconds\"\x15\n" +
+	"\rgrace_seconds\x18\xab\x01 \x01(\x03R\fgraceSeconds\x123\n" +
+	"\x15revoke_own_credential\x18\xac\x01 \x01(\bR\x13revokeOwnCredential\"\x15\n" +
 	"\x13SaveSnapshotRequest\"*\n" +
 	"\x14SaveSnapshotResponse\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"{\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\xbb\x01\n" +
 	"\x15RemoveJournalResponse\x120\n" +
 	"\amembers\x18\x01 \x03(\v2\x16.pact.v1.JournalMemberR\amembers\x120\n" +
-	"\aretired\x18\xaa\x01 \x03(\v2\x15.pact.v1.IntermediateR\aretired\"\x82\x01\n" +
+	"\aretired\x18\xaa\x01 \x03(\v2\x15.pact.v1.IntermediateR\aretired\x12>\n" +
+	"\x0eown_credential\x18\xab\x01 \x01(\v2\x16.pact.v1.OwnCredentialR\rownCredential\"\xe4\x01\n" +
+	"\rOwnCredential\x12\x16\n" +
+	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12/\n" +
+	"\x13intermediate_serial\x18\x03 \x01(\tR\x12intermediateSerial\x12\x1d\n" +
+	"\n" +
+	"journal_id\x18\x04 \x01(\tR\tjournalId\x12*\n" +
+	"\x11journal_ca_serial\x18\x05 \x01(\tR\x0fjournalCaSerial\x12+\n" +
+	"\x12stops_at_unix_nano\x18\x06 \x01(\x03R\x0fstopsAtUnixNano\"\x82\x01\n" +
 	"\x14IssueOperatorRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x17\n" +
@@ -3424,23 +3675,32 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"unrecorded\"z\n" +
 	"\x16RevokeOperatorResponse\x12+\n" +
 	"\arevoked\x18\x01 \x03(\v2\x11.pact.v1.OperatorR\arevoked\x123\n" +
-	"\x04name\x18\x02 \x01(\v2\x1f.pact.v1.OperatorNameRevocationR\x04name\"\x84\x01\n" +
+	"\x04name\x18\x02 \x01(\v2\x1f.pact.v1.OperatorNameRevocationR\x04name\"\xb8\x01\n" +
 	"\x19RetireIntermediateRequest\x12\x18\n" +
 	"\atargets\x18\x01 \x03(\tR\atargets\x12#\n" +
 	"\rgrace_seconds\x18\x02 \x01(\x03R\fgraceSeconds\x12\x10\n" +
 	"\x03now\x18\x03 \x01(\bR\x03now\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"M\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x122\n" +
+	"\x15revoke_own_credential\x18\x05 \x01(\bR\x13revokeOwnCredential\"\xaa\x01\n" +
 	"\x1aRetireIntermediateResponse\x12/\n" +
-	"\aretired\x18\x01 \x03(\v2\x15.pact.v1.IntermediateR\aretired\"\x1a\n" +
-	"\x18ListIntermediatesRequest\"\xc0\x01\n" +
+	"\aretired\x18\x01 \x03(\v2\x15.pact.v1.IntermediateR\aretired\x12\x1c\n" +
+	"\tunchanged\x18\x02 \x03(\tR\tunchanged\x12=\n" +
+	"\x0eown_credential\x18\x03 \x01(\v2\x16.pact.v1.OwnCredentialR\rownCredential\"\x1a\n" +
+	"\x18ListIntermediatesRequest\"\xa1\x03\n" +
 	"\x19ListIntermediatesResponse\x12;\n" +
 	"\rintermediates\x18\x01 \x03(\v2\x15.pact.v1.IntermediateR\rintermediates\x121\n" +
 	"\x15server_time_unix_nano\x18\x02 \x01(\x03R\x12serverTimeUnixNano\x123\n" +
 	"\vjournal_cas\x18\x03 \x03(\v2\x12.pact.v1.JournalCAR\n" +
-	"journalCas\"J\n" +
+	"journalCas\x123\n" +
+	"\x15current_intermediates\x18\x04 \x03(\tR\x14currentIntermediates\x12e\n" +
+	"\x11node_certificates\x18\x05 \x03(\v28.pact.v1.ListIntermediatesResponse.NodeCertificatesEntryR\x10nodeCertificates\x1aC\n" +
+	"\x15NodeCertificatesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"~\n" +
 	"\x16RevokeJournalCARequest\x12\x18\n" +
 	"\atargets\x18\x01 \x03(\tR\atargets\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"a\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x122\n" +
+	"\x15revoke_own_credential\x18\x03 \x01(\bR\x13revokeOwnCredential\"a\n" +
 	"\x16RecordJournalCARequest\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x10\n" +
@@ -3451,10 +3711,13 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"journal_ca\x18\x01 \x01(\v2\x12.pact.v1.JournalCAR\tjournalCa\x122\n" +
 	"\n" +
 	"superseded\x18\x02 \x03(\v2\x12.pact.v1.JournalCAR\n" +
-	"superseded\"\x84\x01\n" +
+	"superseded\"\x9e\x02\n" +
 	"\x17RevokeJournalCAResponse\x12,\n" +
 	"\arevoked\x18\x01 \x03(\v2\x12.pact.v1.JournalCAR\arevoked\x12;\n" +
-	"\rintermediates\x18\x02 \x03(\v2\x15.pact.v1.IntermediateR\rintermediates\"R\n" +
+	"\rintermediates\x18\x02 \x03(\v2\x15.pact.v1.IntermediateR\rintermediates\x12(\n" +
+	"\x05bound\x18\x03 \x03(\v2\x12.pact.v1.JournalCAR\x05bound\x12=\n" +
+	"\x0eown_credential\x18\x04 \x01(\v2\x16.pact.v1.OwnCredentialR\rownCredential\x12/\n" +
+	"\toperators\x18\x05 \x03(\v2\x11.pact.v1.OperatorR\toperators\"R\n" +
 	"\x16CreateJoinTokenRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
@@ -3550,7 +3813,7 @@ func file_pact_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_pact_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_pact_v1_admin_proto_goTypes = []any{
 	(RegisterOutcome)(0),               // 0: pact.v1.RegisterOutcome
 	(*RegisterNodeRequest)(nil),        // 1: pact.v1.RegisterNodeRequest
@@ -3581,138 +3844,146 @@ var file_pact_v1_admin_proto_goTypes = []any{
 	(*SaveSnapshotRequest)(nil),        // 26: pact.v1.SaveSnapshotRequest
 	(*SaveSnapshotResponse)(nil),       // 27: pact.v1.SaveSnapshotResponse
 	(*RemoveJournalResponse)(nil),      // 28: pact.v1.RemoveJournalResponse
-	(*IssueOperatorRequest)(nil),       // 29: pact.v1.IssueOperatorRequest
-	(*IssueOperatorResponse)(nil),      // 30: pact.v1.IssueOperatorResponse
-	(*ListOperatorsRequest)(nil),       // 31: pact.v1.ListOperatorsRequest
-	(*ListOperatorsResponse)(nil),      // 32: pact.v1.ListOperatorsResponse
-	(*RevokeOperatorRequest)(nil),      // 33: pact.v1.RevokeOperatorRequest
-	(*RevokeOperatorResponse)(nil),     // 34: pact.v1.RevokeOperatorResponse
-	(*RetireIntermediateRequest)(nil),  // 35: pact.v1.RetireIntermediateRequest
-	(*RetireIntermediateResponse)(nil), // 36: pact.v1.RetireIntermediateResponse
-	(*ListIntermediatesRequest)(nil),   // 37: pact.v1.ListIntermediatesRequest
-	(*ListIntermediatesResponse)(nil),  // 38: pact.v1.ListIntermediatesResponse
-	(*RevokeJournalCARequest)(nil),     // 39: pact.v1.RevokeJournalCARequest
-	(*RecordJournalCARequest)(nil),     // 40: pact.v1.RecordJournalCARequest
-	(*RecordJournalCAResponse)(nil),    // 41: pact.v1.RecordJournalCAResponse
-	(*RevokeJournalCAResponse)(nil),    // 42: pact.v1.RevokeJournalCAResponse
-	(*CreateJoinTokenRequest)(nil),     // 43: pact.v1.CreateJoinTokenRequest
-	(*CreateJoinTokenResponse)(nil),    // 44: pact.v1.CreateJoinTokenResponse
-	(*JoinTokenInfo)(nil),              // 45: pact.v1.JoinTokenInfo
-	(*ListJoinTokensRequest)(nil),      // 46: pact.v1.ListJoinTokensRequest
-	(*ListJoinTokensResponse)(nil),     // 47: pact.v1.ListJoinTokensResponse
-	(*RevokeJoinTokensRequest)(nil),    // 48: pact.v1.RevokeJoinTokensRequest
-	(*RevokeJoinTokensResponse)(nil),   // 49: pact.v1.RevokeJoinTokensResponse
-	(*FenceNodeRequest)(nil),           // 50: pact.v1.FenceNodeRequest
-	(*FenceNodeResponse)(nil),          // 51: pact.v1.FenceNodeResponse
-	(*UnfenceNodeRequest)(nil),         // 52: pact.v1.UnfenceNodeRequest
-	(*UnfenceNodeResponse)(nil),        // 53: pact.v1.UnfenceNodeResponse
-	(*UpdateNodeRequest)(nil),          // 54: pact.v1.UpdateNodeRequest
-	(*UpdateNodeResponse)(nil),         // 55: pact.v1.UpdateNodeResponse
-	(*HardwareIdentity)(nil),           // 56: pact.v1.HardwareIdentity
-	(*CredentialPolicy)(nil),           // 57: pact.v1.CredentialPolicy
-	(*Node)(nil),                       // 58: pact.v1.Node
-	(NodeState)(0),                     // 59: pact.v1.NodeState
-	(*AuditEntry)(nil),                 // 60: pact.v1.AuditEntry
-	(*JournalCA)(nil),                  // 61: pact.v1.JournalCA
-	(*Intermediate)(nil),               // 62: pact.v1.Intermediate
-	(*Operator)(nil),                   // 63: pact.v1.Operator
-	(*OperatorNameRevocation)(nil),     // 64: pact.v1.OperatorNameRevocation
+	(*OwnCredential)(nil),              // 29: pact.v1.OwnCredential
+	(*IssueOperatorRequest)(nil),       // 30: pact.v1.IssueOperatorRequest
+	(*IssueOperatorResponse)(nil),      // 31: pact.v1.IssueOperatorResponse
+	(*ListOperatorsRequest)(nil),       // 32: pact.v1.ListOperatorsRequest
+	(*ListOperatorsResponse)(nil),      // 33: pact.v1.ListOperatorsResponse
+	(*RevokeOperatorRequest)(nil),      // 34: pact.v1.RevokeOperatorRequest
+	(*RevokeOperatorResponse)(nil),     // 35: pact.v1.RevokeOperatorResponse
+	(*RetireIntermediateRequest)(nil),  // 36: pact.v1.RetireIntermediateRequest
+	(*RetireIntermediateResponse)(nil), // 37: pact.v1.RetireIntermediateResponse
+	(*ListIntermediatesRequest)(nil),   // 38: pact.v1.ListIntermediatesRequest
+	(*ListIntermediatesResponse)(nil),  // 39: pact.v1.ListIntermediatesResponse
+	(*RevokeJournalCARequest)(nil),     // 40: pact.v1.RevokeJournalCARequest
+	(*RecordJournalCARequest)(nil),     // 41: pact.v1.RecordJournalCARequest
+	(*RecordJournalCAResponse)(nil),    // 42: pact.v1.RecordJournalCAResponse
+	(*RevokeJournalCAResponse)(nil),    // 43: pact.v1.RevokeJournalCAResponse
+	(*CreateJoinTokenRequest)(nil),     // 44: pact.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil),    // 45: pact.v1.CreateJoinTokenResponse
+	(*JoinTokenInfo)(nil),              // 46: pact.v1.JoinTokenInfo
+	(*ListJoinTokensRequest)(nil),      // 47: pact.v1.ListJoinTokensRequest
+	(*ListJoinTokensResponse)(nil),     // 48: pact.v1.ListJoinTokensResponse
+	(*RevokeJoinTokensRequest)(nil),    // 49: pact.v1.RevokeJoinTokensRequest
+	(*RevokeJoinTokensResponse)(nil),   // 50: pact.v1.RevokeJoinTokensResponse
+	(*FenceNodeRequest)(nil),           // 51: pact.v1.FenceNodeRequest
+	(*FenceNodeResponse)(nil),          // 52: pact.v1.FenceNodeResponse
+	(*UnfenceNodeRequest)(nil),         // 53: pact.v1.UnfenceNodeRequest
+	(*UnfenceNodeResponse)(nil),        // 54: pact.v1.UnfenceNodeResponse
+	(*UpdateNodeRequest)(nil),          // 55: pact.v1.UpdateNodeRequest
+	(*UpdateNodeResponse)(nil),         // 56: pact.v1.UpdateNodeResponse
+	nil,                                // 57: pact.v1.ListIntermediatesResponse.NodeCertificatesEntry
+	(*HardwareIdentity)(nil),           // 58: pact.v1.HardwareIdentity
+	(*CredentialPolicy)(nil),           // 59: pact.v1.CredentialPolicy
+	(*Node)(nil),                       // 60: pact.v1.Node
+	(NodeState)(0),                     // 61: pact.v1.NodeState
+	(*AuditEntry)(nil),                 // 62: pact.v1.AuditEntry
+	(*JournalCA)(nil),                  // 63: pact.v1.JournalCA
+	(*Intermediate)(nil),               // 64: pact.v1.Intermediate
+	(*Operator)(nil),                   // 65: pact.v1.Operator
+	(*OperatorNameRevocation)(nil),     // 66: pact.v1.OperatorNameRevocation
 }
 var file_pact_v1_admin_proto_depIdxs = []int32{
-	56, // 0: pact.v1.RegisterNodeRequest.hardware:type_name -> pact.v1.HardwareIdentity
-	57, // 1: pact.v1.RegisterNodeRequest.credentials:type_name -> pact.v1.CredentialPolicy
-	58, // 2: pact.v1.RegisterNodeResponse.node:type_name -> pact.v1.Node
+	58, // 0: pact.v1.RegisterNodeRequest.hardware:type_name -> pact.v1.HardwareIdentity
+	59, // 1: pact.v1.RegisterNodeRequest.credentials:type_name -> pact.v1.CredentialPolicy
+	60, // 2: pact.v1.RegisterNodeResponse.node:type_name -> pact.v1.Node
 	1,  // 3: pact.v1.RegisterNodesRequest.nodes:type_name -> pact.v1.RegisterNodeRequest
 	0,  // 4: pact.v1.RegisterNodeResult.outcome:type_name -> pact.v1.RegisterOutcome
 	4,  // 5: pact.v1.RegisterNodesResponse.results:type_name -> pact.v1.RegisterNodeResult
-	59, // 6: pact.v1.ListNodesRequest.state:type_name -> pact.v1.NodeState
-	58, // 7: pact.v1.ListNodesResponse.nodes:type_name -> pact.v1.Node
-	58, // 8: pact.v1.InspectNodeResponse.node:type_name -> pact.v1.Node
-	58, // 9: pact.v1.DecommissionNodeResponse.node:type_name -> pact.v1.Node
-	58, // 10: pact.v1.AssignNodeResponse.node:type_name -> pact.v1.Node
-	58, // 11: pact.v1.UnassignNodeResponse.node:type_name -> pact.v1.Node
-	58, // 12: pact.v1.MoveNodeResponse.node:type_name -> pact.v1.Node
-	60, // 13: pact.v1.ListAuditResponse.entries:type_name -> pact.v1.AuditEntry
+	61, // 6: pact.v1.ListNodesRequest.state:type_name -> pact.v1.NodeState
+	60, // 7: pact.v1.ListNodesResponse.nodes:type_name -> pact.v1.Node
+	60, // 8: pact.v1.InspectNodeResponse.node:type_name -> pact.v1.Node
+	60, // 9: pact.v1.DecommissionNodeResponse.node:type_name -> pact.v1.Node
+	60, // 10: pact.v1.AssignNodeResponse.node:type_name -> pact.v1.Node
+	60, // 11: pact.v1.UnassignNodeResponse.node:type_name -> pact.v1.Node
+	60, // 12: pact.v1.MoveNodeResponse.node:type_name -> pact.v1.Node
+	62, // 13: pact.v1.ListAuditResponse.entries:type_name -> pact.v1.AuditEntry
 	21, // 14: pact.v1.JournalStatusResponse.members:type_name -> pact.v1.JournalMember
 	21, // 15: pact.v1.AddJournalResponse.members:type_name -> pact.v1.JournalMember
-	61, // 16: pact.v1.AddJournalResponse.journal_ca:type_name -> pact.v1.JournalCA
+	63, // 16: pact.v1.AddJournalResponse.journal_ca:type_name -> pact.v1.JournalCA
 	21, // 17: pact.v1.RemoveJournalResponse.members:type_name -> pact.v1.JournalMember
-	62, // 18: pact.v1.RemoveJournalResponse.retired:type_name -> pact.v1.Intermediate
-	63, // 19: pact.v1.IssueOperatorResponse.operator:type_name -> pact.v1.Operator
-	63, // 20: pact.v1.ListOperatorsResponse.operators:type_name -> pact.v1.Operator
-	64, // 21: pact.v1.ListOperatorsResponse.revoked_names:type_name -> pact.v1.OperatorNameRevocation
-	63, // 22: pact.v1.RevokeOperatorResponse.revoked:type_name -> pact.v1.Operator
-	64, // 23: pact.v1.RevokeOperatorResponse.name:type_name -> pact.v1.OperatorNameRevocation
-	62, // 24: pact.v1.RetireIntermediateResponse.retired:type_name -> pact.v1.Intermediate
-	62, // 25: pact.v1.ListIntermediatesResponse.intermediates:type_name -> pact.v1.Intermediate
-	61, // 26: pact.v1.ListIntermediatesResponse.journal_cas:type_name -> pact.v1.JournalCA
-	61, // 27: pact.v1.RecordJournalCAResponse.journal_ca:type_name -> pact.v1.JournalCA
-	61, // 28: pact.v1.RecordJournalCAResponse.superseded:type_name -> pact.v1.JournalCA
-	61, // 29: pact.v1.RevokeJournalCAResponse.revoked:type_name -> pact.v1.JournalCA
-	62, // 30: pact.v1.RevokeJournalCAResponse.intermediates:type_name -> pact.v1.Intermediate
-	45, // 31: pact.v1.CreateJoinTokenResponse.info:type_name -> pact.v1.JoinTokenInfo
-	45, // 32: pact.v1.ListJoinTokensResponse.tokens:type_name -> pact.v1.JoinTokenInfo
-	45, // 33: pact.v1.RevokeJoinTokensResponse.revoked:type_name -> pact.v1.JoinTokenInfo
-	58, // 34: pact.v1.FenceNodeResponse.node:type_name -> pact.v1.Node
-	58, // 35: pact.v1.UnfenceNodeResponse.node:type_name -> pact.v1.Node
-	58, // 36: pact.v1.UpdateNodeResponse.node:type_name -> pact.v1.Node
-	1,  // 37: pact.v1.AdminService.RegisterNode:input_type -> pact.v1.RegisterNodeRequest
-	3,  // 38: pact.v1.AdminService.RegisterNodes:input_type -> pact.v1.RegisterNodesRequest
-	6,  // 39: pact.v1.AdminService.ListNodes:input_type -> pact.v1.ListNodesRequest
-	8,  // 40: pact.v1.AdminService.InspectNode:input_type -> pact.v1.InspectNodeRequest
-	10, // 41: pact.v1.AdminService.DecommissionNode:input_type -> pact.v1.DecommissionNodeRequest
-	12, // 42: pact.v1.AdminService.AssignNode:input_type -> pact.v1.AssignNodeRequest
-	14, // 43: pact.v1.AdminService.UnassignNode:input_type -> pact.v1.UnassignNodeRequest
-	16, // 44: pact.v1.AdminService.MoveNode:input_type -> pact.v1.MoveNodeRequest
-	18, // 45: pact.v1.AdminService.ListAudit:input_type -> pact.v1.ListAuditRequest
-	20, // 46: pact.v1.AdminService.JournalStatus:input_type -> pact.v1.JournalStatusRequest
-	23, // 47: pact.v1.AdminService.AddJournal:input_type -> pact.v1.AddJournalRequest
-	25, // 48: pact.v1.AdminService.RemoveJournal:input_type -> pact.v1.RemoveJournalRequest
-	43, // 49: pact.v1.AdminService.CreateJoinToken:input_type -> pact.v1.CreateJoinTokenRequest
-	46, // 50: pact.v1.AdminService.ListJoinTokens:input_type -> pact.v1.ListJoinTokensRequest
-	48, // 51: pact.v1.AdminService.RevokeJoinTokens:input_type -> pact.v1.RevokeJoinTokensRequest
-	50, // 52: pact.v1.AdminService.FenceNode:input_type -> pact.v1.FenceNodeRequest
-	52, // 53: pact.v1.AdminService.UnfenceNode:input_type -> pact.v1.UnfenceNodeRequest
-	29, // 54: pact.v1.AdminService.IssueOperator:input_type -> pact.v1.IssueOperatorRequest
-	31, // 55: pact.v1.AdminService.ListOperators:input_type -> pact.v1.ListOperatorsRequest
-	33, // 56: pact.v1.AdminService.RevokeOperator:input_type -> pact.v1.RevokeOperatorRequest
-	35, // 57: pact.v1.AdminService.RetireIntermediate:input_type -> pact.v1.RetireIntermediateRequest
-	37, // 58: pact.v1.AdminService.ListIntermediates:input_type -> pact.v1.ListIntermediatesRequest
-	39, // 59: pact.v1.AdminService.RevokeJournalCA:input_type -> pact.v1.RevokeJournalCARequest
-	40, // 60: pact.v1.AdminService.RecordJournalCA:input_type -> pact.v1.RecordJournalCARequest
-	54, // 61: pact.v1.AdminService.UpdateNode:input_type -> pact.v1.UpdateNodeRequest
-	26, // 62: pact.v1.AdminService.SaveSnapshot:input_type -> pact.v1.SaveSnapshotRequest
-	2,  // 63: pact.v1.AdminService.RegisterNode:output_type -> pact.v1.RegisterNodeResponse
-	5,  // 64: pact.v1.AdminService.RegisterNodes:output_type -> pact.v1.RegisterNodesResponse
-	7,  // 65: pact.v1.AdminService.ListNodes:output_type -> pact.v1.ListNodesResponse
-	9,  // 66: pact.v1.AdminService.InspectNode:output_type -> pact.v1.InspectNodeResponse
-	11, // 67: pact.v1.AdminService.DecommissionNode:output_type -> pact.v1.DecommissionNodeResponse
-	13, // 68: pact.v1.AdminService.AssignNode:output_type -> pact.v1.AssignNodeResponse
-	15, // 69: pact.v1.AdminService.UnassignNode:output_type -> pact.v1.UnassignNodeResponse
-	17, // 70: pact.v1.AdminService.MoveNode:output_type -> pact.v1.MoveNodeResponse
-	19, // 71: pact.v1.AdminService.ListAudit:output_type -> pact.v1.ListAuditResponse
-	22, // 72: pact.v1.AdminService.JournalStatus:output_type -> pact.v1.JournalStatusResponse
-	24, // 73: pact.v1.AdminService.AddJournal:output_type -> pact.v1.AddJournalResponse
-	28, // 74: pact.v1.AdminService.RemoveJournal:output_type -> pact.v1.RemoveJournalResponse
-	44, // 75: pact.v1.AdminService.CreateJoinToken:output_type -> pact.v1.CreateJoinTokenResponse
-	47, // 76: pact.v1.AdminService.ListJoinTokens:output_type -> pact.v1.ListJoinTokensResponse
-	49, // 77: pact.v1.AdminService.RevokeJoinTokens:output_type -> pact.v1.RevokeJoinTokensResponse
-	51, // 78: pact.v1.AdminService.FenceNode:output_type -> pact.v1.FenceNodeResponse
-	53, // 79: pact.v1.AdminService.UnfenceNode:output_type -> pact.v1.UnfenceNodeResponse
-	30, // 80: pact.v1.AdminService.IssueOperator:output_type -> pact.v1.IssueOperatorResponse
-	32, // 81: pact.v1.AdminService.ListOperators:output_type -> pact.v1.ListOperatorsResponse
-	34, // 82: pact.v1.AdminService.RevokeOperator:output_type -> pact.v1.RevokeOperatorResponse
-	36, // 83: pact.v1.AdminService.RetireIntermediate:output_type -> pact.v1.RetireIntermediateResponse
-	38, // 84: pact.v1.AdminService.ListIntermediates:output_type -> pact.v1.ListIntermediatesResponse
-	42, // 85: pact.v1.AdminService.RevokeJournalCA:output_type -> pact.v1.RevokeJournalCAResponse
-	41, // 86: pact.v1.AdminService.RecordJournalCA:output_type -> pact.v1.RecordJournalCAResponse
-	55, // 87: pact.v1.AdminService.UpdateNode:output_type -> pact.v1.UpdateNodeResponse
-	27, // 88: pact.v1.AdminService.SaveSnapshot:output_type -> pact.v1.SaveSnapshotResponse
-	63, // [63:89] is the sub-list for method output_type
-	37, // [37:63] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	64, // 18: pact.v1.RemoveJournalResponse.retired:type_name -> pact.v1.Intermediate
+	29, // 19: pact.v1.RemoveJournalResponse.own_credential:type_name -> pact.v1.OwnCredential
+	65, // 20: pact.v1.IssueOperatorResponse.operator:type_name -> pact.v1.Operator
+	65, // 21: pact.v1.ListOperatorsResponse.operators:type_name -> pact.v1.Operator
+	66, // 22: pact.v1.ListOperatorsResponse.revoked_names:type_name -> pact.v1.OperatorNameRevocation
+	65, // 23: pact.v1.RevokeOperatorResponse.revoked:type_name -> pact.v1.Operator
+	66, // 24: pact.v1.RevokeOperatorResponse.name:type_name -> pact.v1.OperatorNameRevocation
+	64, // 25: pact.v1.RetireIntermediateResponse.retired:type_name -> pact.v1.Intermediate
+	29, // 26: pact.v1.RetireIntermediateResponse.own_credential:type_name -> pact.v1.OwnCredential
+	64, // 27: pact.v1.ListIntermediatesResponse.intermediates:type_name -> pact.v1.Intermediate
+	63, // 28: pact.v1.ListIntermediatesResponse.journal_cas:type_name -> pact.v1.JournalCA
+	57, // 29: pact.v1.ListIntermediatesResponse.node_certificates:type_name -> pact.v1.ListIntermediatesResponse.NodeCertificatesEntry
+	63, // 30: pact.v1.RecordJournalCAResponse.journal_ca:type_name -> pact.v1.JournalCA
+	63, // 31: pact.v1.RecordJournalCAResponse.superseded:type_name -> pact.v1.JournalCA
+	63, // 32: pact.v1.RevokeJournalCAResponse.revoked:type_name -> pact.v1.JournalCA
+	64, // 33: pact.v1.RevokeJournalCAResponse.intermediates:type_name -> pact.v1.Intermediate
+	63, // 34: pact.v1.RevokeJournalCAResponse.bound:type_name -> pact.v1.JournalCA
+	29, // 35: pact.v1.RevokeJournalCAResponse.own_credential:type_name -> pact.v1.OwnCredential
+	65, // 36: pact.v1.RevokeJournalCAResponse.operators:type_name -> pact.v1.Operator
+	46, // 37: pact.v1.CreateJoinTokenResponse.info:type_name -> pact.v1.JoinTokenInfo
+	46, // 38: pact.v1.ListJoinTokensResponse.tokens:type_name -> pact.v1.JoinTokenInfo
+	46, // 39: pact.v1.RevokeJoinTokensResponse.revoked:type_name -> pact.v1.JoinTokenInfo
+	60, // 40: pact.v1.FenceNodeResponse.node:type_name -> pact.v1.Node
+	60, // 41: pact.v1.UnfenceNodeResponse.node:type_name -> pact.v1.Node
+	60, // 42: pact.v1.UpdateNodeResponse.node:type_name -> pact.v1.Node
+	1,  // 43: pact.v1.AdminService.RegisterNode:input_type -> pact.v1.RegisterNodeRequest
+	3,  // 44: pact.v1.AdminService.RegisterNodes:input_type -> pact.v1.RegisterNodesRequest
+	6,  // 45: pact.v1.AdminService.ListNodes:input_type -> pact.v1.ListNodesRequest
+	8,  // 46: pact.v1.AdminService.InspectNode:input_type -> pact.v1.InspectNodeRequest
+	10, // 47: pact.v1.AdminService.DecommissionNode:input_type -> pact.v1.DecommissionNodeRequest
+	12, // 48: pact.v1.AdminService.AssignNode:input_type -> pact.v1.AssignNodeRequest
+	14, // 49: pact.v1.AdminService.UnassignNode:input_type -> pact.v1.UnassignNodeRequest
+	16, // 50: pact.v1.AdminService.MoveNode:input_type -> pact.v1.MoveNodeRequest
+	18, // 51: pact.v1.AdminService.ListAudit:input_type -> pact.v1.ListAuditRequest
+	20, // 52: pact.v1.AdminService.JournalStatus:input_type -> pact.v1.JournalStatusRequest
+	23, // 53: pact.v1.AdminService.AddJournal:input_type -> pact.v1.AddJournalRequest
+	25, // 54: pact.v1.AdminService.RemoveJournal:input_type -> pact.v1.RemoveJournalRequest
+	44, // 55: pact.v1.AdminService.CreateJoinToken:input_type -> pact.v1.CreateJoinTokenRequest
+	47, // 56: pact.v1.AdminService.ListJoinTokens:input_type -> pact.v1.ListJoinTokensRequest
+	49, // 57: pact.v1.AdminService.RevokeJoinTokens:input_type -> pact.v1.RevokeJoinTokensRequest
+	51, // 58: pact.v1.AdminService.FenceNode:input_type -> pact.v1.FenceNodeRequest
+	53, // 59: pact.v1.AdminService.UnfenceNode:input_type -> pact.v1.UnfenceNodeRequest
+	30, // 60: pact.v1.AdminService.IssueOperator:input_type -> pact.v1.IssueOperatorRequest
+	32, // 61: pact.v1.AdminService.ListOperators:input_type -> pact.v1.ListOperatorsRequest
+	34, // 62: pact.v1.AdminService.RevokeOperator:input_type -> pact.v1.RevokeOperatorRequest
+	36, // 63: pact.v1.AdminService.RetireIntermediate:input_type -> pact.v1.RetireIntermediateRequest
+	38, // 64: pact.v1.AdminService.ListIntermediates:input_type -> pact.v1.ListIntermediatesRequest
+	40, // 65: pact.v1.AdminService.RevokeJournalCA:input_type -> pact.v1.RevokeJournalCARequest
+	41, // 66: pact.v1.AdminService.RecordJournalCA:input_type -> pact.v1.RecordJournalCARequest
+	55, // 67: pact.v1.AdminService.UpdateNode:input_type -> pact.v1.UpdateNodeRequest
+	26, // 68: pact.v1.AdminService.SaveSnapshot:input_type -> pact.v1.SaveSnapshotRequest
+	2,  // 69: pact.v1.AdminService.RegisterNode:output_type -> pact.v1.RegisterNodeResponse
+	5,  // 70: pact.v1.AdminService.RegisterNodes:output_type -> pact.v1.RegisterNodesResponse
+	7,  // 71: pact.v1.AdminService.ListNodes:output_type -> pact.v1.ListNodesResponse
+	9,  // 72: pact.v1.AdminService.InspectNode:output_type -> pact.v1.InspectNodeResponse
+	11, // 73: pact.v1.AdminService.DecommissionNode:output_type -> pact.v1.DecommissionNodeResponse
+	13, // 74: pact.v1.AdminService.AssignNode:output_type -> pact.v1.AssignNodeResponse
+	15, // 75: pact.v1.AdminService.UnassignNode:output_type -> pact.v1.UnassignNodeResponse
+	17, // 76: pact.v1.AdminService.MoveNode:output_type -> pact.v1.MoveNodeResponse
+	19, // 77: pact.v1.AdminService.ListAudit:output_type -> pact.v1.ListAuditResponse
+	22, // 78: pact.v1.AdminService.JournalStatus:output_type -> pact.v1.JournalStatusResponse
+	24, // 79: pact.v1.AdminService.AddJournal:output_type -> pact.v1.AddJournalResponse
+	28, // 80: pact.v1.AdminService.RemoveJournal:output_type -> pact.v1.RemoveJournalResponse
+	45, // 81: pact.v1.AdminService.CreateJoinToken:output_type -> pact.v1.CreateJoinTokenResponse
+	48, // 82: pact.v1.AdminService.ListJoinTokens:output_type -> pact.v1.ListJoinTokensResponse
+	50, // 83: pact.v1.AdminService.RevokeJoinTokens:output_type -> pact.v1.RevokeJoinTokensResponse
+	52, // 84: pact.v1.AdminService.FenceNode:output_type -> pact.v1.FenceNodeResponse
+	54, // 85: pact.v1.AdminService.UnfenceNode:output_type -> pact.v1.UnfenceNodeResponse
+	31, // 86: pact.v1.AdminService.IssueOperator:output_type -> pact.v1.IssueOperatorResponse
+	33, // 87: pact.v1.AdminService.ListOperators:output_type -> pact.v1.ListOperatorsResponse
+	35, // 88: pact.v1.AdminService.RevokeOperator:output_type -> pact.v1.RevokeOperatorResponse
+	37, // 89: pact.v1.AdminService.RetireIntermediate:output_type -> pact.v1.RetireIntermediateResponse
+	39, // 90: pact.v1.AdminService.ListIntermediates:output_type -> pact.v1.ListIntermediatesResponse
+	43, // 91: pact.v1.AdminService.RevokeJournalCA:output_type -> pact.v1.RevokeJournalCAResponse
+	42, // 92: pact.v1.AdminService.RecordJournalCA:output_type -> pact.v1.RecordJournalCAResponse
+	56, // 93: pact.v1.AdminService.UpdateNode:output_type -> pact.v1.UpdateNodeResponse
+	27, // 94: pact.v1.AdminService.SaveSnapshot:output_type -> pact.v1.SaveSnapshotResponse
+	69, // [69:95] is the sub-list for method output_type
+	43, // [43:69] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_admin_proto_init() }
@@ -3721,14 +3992,14 @@ func file_pact_v1_admin_proto_init() {
 		return
 	}
 	file_pact_v1_registry_proto_init()
-	file_pact_v1_admin_proto_msgTypes[53].OneofWrappers = []any{}
+	file_pact_v1_admin_proto_msgTypes[54].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_admin_proto_rawDesc), len(file_pact_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   55,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

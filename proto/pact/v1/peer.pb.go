@@ -338,9 +338,17 @@ type MemberStatusResponse struct {
 	// The journal's build (internal/version), e.g. "v0.3.0 (commit 0123abc, go1.26.0, linux/amd64)".
 	Version string `protobuf:"bytes,200,opt,name=version,proto3" json:"version,omitempty"`
 	// The quorum this journal belongs to ("" before it knows one).
-	QuorumId      string `protobuf:"bytes,210,opt,name=quorum_id,json=quorumId,proto3" json:"quorum_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	QuorumId string `protobuf:"bytes,210,opt,name=quorum_id,json=quorumId,proto3" json:"quorum_id,omitempty"`
+	// The journal CA that signed the journal's current intermediate ("" in
+	// the layout without journal CAs).
+	JournalCaSerial string `protobuf:"bytes,211,opt,name=journal_ca_serial,json=journalCaSerial,proto3" json:"journal_ca_serial,omitempty"`
+	// Why the journal refused the certificate in its --journal-ca-cert file
+	// when it last read it (at a re-key): it re-keyed under the journal CA
+	// it had (journal_ca_serial). Empty when the file was taken or holds the
+	// journal CA in use.
+	JournalCaFileRefused string `protobuf:"bytes,212,opt,name=journal_ca_file_refused,json=journalCaFileRefused,proto3" json:"journal_ca_file_refused,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *MemberStatusResponse) Reset() {
@@ -467,6 +475,20 @@ func (x *MemberStatusResponse) GetVersion() string {
 func (x *MemberStatusResponse) GetQuorumId() string {
 	if x != nil {
 		return x.QuorumId
+	}
+	return ""
+}
+
+func (x *MemberStatusResponse) GetJournalCaSerial() string {
+	if x != nil {
+		return x.JournalCaSerial
+	}
+	return ""
+}
+
+func (x *MemberStatusResponse) GetJournalCaFileRefused() string {
+	if x != nil {
+		return x.JournalCaFileRefused
 	}
 	return ""
 }
@@ -650,7 +672,7 @@ const file_pact_v1_peer_proto_rawDesc = "" +
 	"\x10ReadIndexRequest\"6\n" +
 	"\x11ReadIndexResponse\x12!\n" +
 	"\fcommit_index\x18\x01 \x01(\x04R\vcommitIndex\"\x15\n" +
-	"\x13MemberStatusRequest\"\xf9\x03\n" +
+	"\x13MemberStatusRequest\"\xde\x04\n" +
 	"\x14MemberStatusResponse\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x1d\n" +
@@ -667,7 +689,9 @@ const file_pact_v1_peer_proto_rawDesc = "" +
 	"\tnonvoters\x18{ \x03(\tR\tnonvoters\x12\x1b\n" +
 	"\tleader_id\x18| \x01(\tR\bleaderId\x12\x19\n" +
 	"\aversion\x18\xc8\x01 \x01(\tR\aversion\x12\x1c\n" +
-	"\tquorum_id\x18\xd2\x01 \x01(\tR\bquorumId\"X\n" +
+	"\tquorum_id\x18\xd2\x01 \x01(\tR\bquorumId\x12+\n" +
+	"\x11journal_ca_serial\x18\xd3\x01 \x01(\tR\x0fjournalCaSerial\x126\n" +
+	"\x17journal_ca_file_refused\x18\xd4\x01 \x01(\tR\x14journalCaFileRefused\"X\n" +
 	"\vQuorumHello\x12\x1b\n" +
 	"\tquorum_id\x18\x01 \x01(\tR\bquorumId\x12,\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x18.pact.v1.QuorumHelloKindR\x04kind\"\xe8\x02\n" +

@@ -876,8 +876,19 @@ type Operator struct {
 	RevokedAtUnixNano int64  `protobuf:"varint,8,opt,name=revoked_at_unix_nano,json=revokedAtUnixNano,proto3" json:"revoked_at_unix_nano,omitempty"`
 	RevokedBy         string `protobuf:"bytes,9,opt,name=revoked_by,json=revokedBy,proto3" json:"revoked_by,omitempty"`
 	SpkiSha256        string `protobuf:"bytes,10,opt,name=spki_sha256,json=spkiSha256,proto3" json:"spki_sha256,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The journal intermediate that signed it (pact admin issue or renew),
+	// and the journal CA that signed that intermediate ("" in the layout
+	// without journal CAs): which chain the credential needs, so pact admin
+	// list shows the credentials to renew before a retirement or a journal
+	// CA revocation cuts them off. Empty for a credential a domain root
+	// signed itself (root_signed) and for one recorded before pact kept them.
+	IssuerSerial    string `protobuf:"bytes,11,opt,name=issuer_serial,json=issuerSerial,proto3" json:"issuer_serial,omitempty"`
+	JournalCaSerial string `protobuf:"bytes,12,opt,name=journal_ca_serial,json=journalCaSerial,proto3" json:"journal_ca_serial,omitempty"`
+	// Set when a domain root signed it itself (the ceremony's pact ca
+	// issue-admin, the bootstrap credential, the layout without journal CAs).
+	RootSigned    bool `protobuf:"varint,13,opt,name=root_signed,json=rootSigned,proto3" json:"root_signed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Operator) Reset() {
@@ -978,6 +989,27 @@ func (x *Operator) GetSpkiSha256() string {
 		return x.SpkiSha256
 	}
 	return ""
+}
+
+func (x *Operator) GetIssuerSerial() string {
+	if x != nil {
+		return x.IssuerSerial
+	}
+	return ""
+}
+
+func (x *Operator) GetJournalCaSerial() string {
+	if x != nil {
+		return x.JournalCaSerial
+	}
+	return ""
+}
+
+func (x *Operator) GetRootSigned() bool {
+	if x != nil {
+		return x.RootSigned
+	}
+	return false
 }
 
 // AuditEntry is one committed change to the registry, recorded in Raft.
@@ -1107,12 +1139,16 @@ func (x *AuditEntry) GetVia() string {
 // JournalInfo is how a journal of the quorum is reached, published into Raft
 // with its intermediate so every journal can forward to the leader.
 type JournalInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JournalId     string                 `protobuf:"bytes,1,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
-	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
-	GrpcAddr      string                 `protobuf:"bytes,3,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	JournalId string                 `protobuf:"bytes,1,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
+	RaftAddr  string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	GrpcAddr  string                 `protobuf:"bytes,3,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
+	// The intermediate published with this record: the journal's current
+	// one (pact journal intermediates marks the journal's others
+	// superseded). Empty from a journal of a release that did not say.
+	IntermediateSerial string `protobuf:"bytes,4,opt,name=intermediate_serial,json=intermediateSerial,proto3" json:"intermediate_serial,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *JournalInfo) Reset() {
@@ -1162,6 +1198,13 @@ func (x *JournalInfo) GetRaftAddr() string {
 func (x *JournalInfo) GetGrpcAddr() string {
 	if x != nil {
 		return x.GrpcAddr
+	}
+	return ""
+}
+
+func (x *JournalInfo) GetIntermediateSerial() string {
+	if x != nil {
+		return x.IntermediateSerial
 	}
 	return ""
 }
@@ -1303,7 +1346,7 @@ const file_pact_v1_registry_proto_rawDesc = "" +
 	"\x14revoked_at_unix_nano\x18\x06 \x01(\x03R\x11revokedAtUnixNano\x12\x1d\n" +
 	"\n" +
 	"revoked_by\x18\a \x01(\tR\trevokedBy\x12#\n" +
-	"\rrevoke_reason\x18\b \x01(\tR\frevokeReason\"\xd9\x02\n" +
+	"\rrevoke_reason\x18\b \x01(\tR\frevokeReason\"\xcb\x03\n" +
 	"\bOperator\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x16\n" +
@@ -1317,7 +1360,11 @@ const file_pact_v1_registry_proto_rawDesc = "" +
 	"revoked_by\x18\t \x01(\tR\trevokedBy\x12\x1f\n" +
 	"\vspki_sha256\x18\n" +
 	" \x01(\tR\n" +
-	"spkiSha256\"\x8c\x02\n" +
+	"spkiSha256\x12#\n" +
+	"\rissuer_serial\x18\v \x01(\tR\fissuerSerial\x12*\n" +
+	"\x11journal_ca_serial\x18\f \x01(\tR\x0fjournalCaSerial\x12\x1f\n" +
+	"\vroot_signed\x18\r \x01(\bR\n" +
+	"rootSigned\"\x8c\x02\n" +
 	"\n" +
 	"AuditEntry\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12 \n" +
@@ -1331,12 +1378,13 @@ const file_pact_v1_registry_proto_rawDesc = "" +
 	"\x0ecorrelation_id\x18\b \x01(\tR\rcorrelationId\x12\x16\n" +
 	"\x06detail\x18\t \x01(\tR\x06detail\x12\x10\n" +
 	"\x03via\x18\n" +
-	" \x01(\tR\x03via\"f\n" +
+	" \x01(\tR\x03via\"\x97\x01\n" +
 	"\vJournalInfo\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
-	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\"|\n" +
+	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\x12/\n" +
+	"\x13intermediate_serial\x18\x04 \x01(\tR\x12intermediateSerial\"|\n" +
 	"\x16OperatorNameRevocation\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x14revoked_at_unix_nano\x18\x02 \x01(\x03R\x11revokedAtUnixNano\x12\x1d\n" +
