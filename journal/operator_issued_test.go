@@ -332,6 +332,13 @@ func TestIssuedOperatorRecordedBeforeReturn(t *testing.T) {
 
 	key, inter, journalCA := h1.J.IntermediateKeyForTest()
 	twin := mintOperator(t, key, inter, journalCA, "alice", pki.RolePlatformAdmin, time.Now())
+	// Every journal has applied the registrations above before its state
+	// is compared: a follower applying one of them late is no write of
+	// the refusal's.
+	want := stateOf(t, lh).applied
+	for _, h := range c.Nodes {
+		waitFor(t, h.Cfg.NodeID+" to apply what the leader applied", func() bool { return stateOf(t, h).applied >= want })
+	}
 	for _, h := range c.Nodes {
 		before := stateOf(t, h)
 		refusedNotIssued(t, registerWith(t, h, &twin, "n-twin", "SN-T", mac(30)), twin, "alice")
