@@ -156,6 +156,8 @@ func TestRetiredAtOnceFollowerServesAgain(t *testing.T) {
 	}
 	admin := c.Nodes[f].AdminClient(t)
 	var served time.Duration
+	// The hang guard is the verdict (before issue 36 it never served
+	// again without a restart); how soon is a figure, logged.
 	waitFor(t, cfgs[f].NodeID+" serves a write with a new intermediate", func() bool {
 		if c.Nodes[f].J.Intermediate() == before {
 			return false
@@ -167,9 +169,6 @@ func TestRetiredAtOnceFollowerServesAgain(t *testing.T) {
 		return err == nil
 	})
 	t.Logf("%s re-keyed and served a write %v after its intermediate was retired at once", cfgs[f].NodeID, served.Round(time.Millisecond))
-	if served > 15*time.Second {
-		t.Errorf("%s took %v to serve again, want seconds", cfgs[f].NodeID, served)
-	}
 }
 
 // A journal whose journal CA was revoked is re-issued one in place (same
@@ -223,6 +222,7 @@ func TestRecordedJournalCAAfterRevocationServesAgain(t *testing.T) {
 	}
 	fadmin := c.Nodes[f].AdminClient(t)
 	var served time.Duration
+	// The hang guard is the verdict; how soon is a figure, logged.
 	waitFor(t, id+" serves under its recorded journal CA", func() bool {
 		in, ok := c.Nodes[leader].J.IntermediateRecordForTest(c.Nodes[f].J.Intermediate())
 		if !ok || in.GetIssuerSerial() != pki.SerialHex(certs[0].SerialNumber) {
@@ -235,7 +235,4 @@ func TestRecordedJournalCAAfterRevocationServesAgain(t *testing.T) {
 		return err == nil
 	})
 	t.Logf("%s served %v after its re-issued journal CA was recorded", id, served.Round(time.Millisecond))
-	if served > 20*time.Second {
-		t.Errorf("%s took %v to serve again, want seconds", id, served)
-	}
 }
