@@ -252,7 +252,8 @@ func (s *adminServer) RemoveJournal(ctx context.Context, req *pactv1.RemoveJourn
 // old snapshot (one whose configuration predates the new journal) or
 // entries the new journal cannot place. A leader elected since the removal
 // never replicated to the old journal, and a journal at another address is
-// out of the stale attempt's reach.
+// out of the stale attempt's reach. It is timed by the wall clock, not the
+// domain's: hashicorp/raft's backoff is.
 const staleReplicationQuiet = 12 * time.Second
 
 // removals remembers when this leader removed each journal, and from
