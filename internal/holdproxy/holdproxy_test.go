@@ -25,12 +25,15 @@ func TestHoldsThenPasses(t *testing.T) {
 	}()
 	const hold = 300 * time.Millisecond
 	addr := Start(t, lis.Addr().String(), hold)
+	// The proxy's hold starts when it accepts, which can be before Dial
+	// returns here; the clock starts before Dial so that it never starts
+	// after the hold did.
+	start := time.Now()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	start := time.Now()
 	if _, err := c.Write([]byte("hello")); err != nil {
 		t.Fatal(err)
 	}
