@@ -327,3 +327,87 @@ func peerRefused(t *testing.T, metrics, reason string) int {
 	t.Helper()
 	return counter(t, metrics, `pact_journal_peer_refused_total{reason="`+reason+`"}`)
 }
+
+// The lost-majority runbook followed as root, as most operators do, on a
+// journal whose data directory belongs to the journal's user (pact under
+// the packages; uid 65534 here): pact-journal recover leaves every file
+// it makes there to that user, so the journal, started as that user, can
+// open them. So does pact-journal restore into a new directory under a
+// directory of that user's. Before, they were left owned by root.
+func TestRecoverAndRestoreAsRootKeepTheDirectoryOwner(t *testing.T) {
+	skipShort(t)
+	if os.Geteuid() != 0 {
+		t.Skip("runs pact-journal recover and restore as root on a directory of another user: needs root (the tests run as root in CI)")
+	}
+	const owner = 65534
+	q := startQuorum(t, 3)
+	q.registerBatch(inventory("own", 3))
+	snap := filepath.Join(t.TempDir(), "pact.snap")
+	if stdout, stderr, code := runPact(t, q.env(q.addrs()...), "journal", "snapshot", "save", snap); code != 0 {
+		t.Fatalf("pact journal snapshot save: exit %d\n%s%s", code, stdout, stderr)
+	}
+	q.kill(1)
+	q.kill(2)
+	if err := q.signal(0, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-q.exited(0)
+	data := q.pq.DataDir(0)
+	chownTree(t, data, owner)
+
+	out, err := exec.Command(filepath.Join(binDir, "pact-journal"), append(append([]string{"recover"}, q.pq.Args(0)...), "--members", "j1="+q.members[0].raft)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("pact-journal recover: %v\n%s", err, out)
+	}
+	wantContains(t, "recover's answer", string(out), "new quorum of 1", "are now owned by", "(uid 65534), who owns the directory")
+	wantOwned(t, data, owner)
+
+	parent := t.TempDir()
+	chownTree(t, parent, owner)
+	restored := filepath.Join(parent, "var", "j1")
+	out2, code := restoreJournal(t, "--snapshot", snap, "--data-dir", restored, "--node-id", "j1",
+		"--initial-cluster", "j1="+q.members[0].raft, "--root-cert", filepath.Join(q.dir, "ca.pem"))
+	if code != 0 {
+		t.Fatalf("pact-journal restore: exit %d\n%s", code, out2)
+	}
+	wantContains(t, "restore's answer", out2, "are now owned by", "(uid 65534), who owns the directory")
+	wantOwned(t, parent, owner)
+}
+
+// chownTree gives dir and everything under it to uid (and gid) uid.
+func chownTree(t *testing.T, dir string, uid int) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, uid)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantOwned checks that dir and everything under it belongs to uid.
+func wantOwned(t *testing.T, dir string, uid int) {
+	t.Helper()
+	files := 0
+	err := filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		files++
+		if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != uid || int(st.Gid) != uid {
+			t.Errorf("%s: owned by %d:%d, want %d:%d", p, st.Uid, st.Gid, uid, uid)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d files and directories under %s, all owned by uid %d", files, dir, uid)
+}

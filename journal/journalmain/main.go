@@ -618,13 +618,17 @@ func initMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pact-journal init: %s\n", strings.Join(missing, "\n  "))
 		return 2
 	}
-	rootPath := filepath.Join(*dir, ca.RootCertFile)
-	created, err := ca.InitDev(*dir, *domain, time.Now())
+	return asDirOwner("pact-journal init", *dir, stdout, stderr, func() int { return initDir(*dir, *domain, stdout, stderr) })
+}
+
+func initDir(dir, domain string, stdout, stderr io.Writer) int {
+	rootPath := filepath.Join(dir, ca.RootCertFile)
+	created, err := ca.InitDev(dir, domain, time.Now())
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal init: %v\n", err)
 		return 1
 	}
-	auth, err := ca.LoadKeyFileAuthority(rootPath, filepath.Join(*dir, ca.RootKeyFile))
+	auth, err := ca.LoadKeyFileAuthority(rootPath, filepath.Join(dir, ca.RootKeyFile))
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal init: %v\n", err)
 		return 1
@@ -632,14 +636,14 @@ func initMain(args []string, stdout, stderr io.Writer) int {
 	have, _ := ca.DomainOf(auth.Root())
 	fp := pki.CertFingerprint(auth.Root())
 	if !created {
-		if have != *domain {
-			fmt.Fprintf(stderr, "pact-journal init: %s already holds the root of domain %s (SHA-256 fingerprint %s), not %s; nothing changed: give another --dir for a new root\n", rootPath, have, fp, *domain)
+		if have != domain {
+			fmt.Fprintf(stderr, "pact-journal init: %s already holds the root of domain %s (SHA-256 fingerprint %s), not %s; nothing changed: give another --dir for a new root\n", rootPath, have, fp, domain)
 			return 1
 		}
 		fmt.Fprintf(stdout, "%s already holds the root of domain %s (SHA-256 fingerprint %s); nothing changed\n", rootPath, have, fp)
 		return 0
 	}
-	fmt.Fprintf(stdout, "created domain %s: root %s (key %s, mode 0600), admin credential %s\nroot SHA-256 fingerprint %s\n(record it with the site's backups: pact-journal restore takes a snapshot only under this root)\nThe root key is in %s: fine for a trial; a site makes its root offline with pact ca init and gives each journal a journal CA (docs/ceremony.md).\n", *domain,
-		rootPath, filepath.Join(*dir, ca.RootKeyFile), filepath.Join(*dir, ca.AdminCertFile), fp, *dir)
+	fmt.Fprintf(stdout, "created domain %s: root %s (key %s, mode 0600), admin credential %s\nroot SHA-256 fingerprint %s\n(record it with the site's backups: pact-journal restore takes a snapshot only under this root)\nThe root key is in %s: fine for a trial; a site makes its root offline with pact ca init and gives each journal a journal CA (docs/ceremony.md).\n", domain,
+		rootPath, filepath.Join(dir, ca.RootKeyFile), filepath.Join(dir, ca.AdminCertFile), fp, dir)
 	return 0
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/internal/cmdline"
+	"github.com/pact-hpc/pact/internal/dirowner"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/settings"
 	"github.com/pact-hpc/pact/journal"
@@ -31,7 +32,9 @@ and that it was taken under the very root given as --root-cert: the SHA-256
 fingerprint its header records must be that of --root-cert (a file from a
 version that recorded none must hold an intermediate --root-cert signed).
 The same domain name is not enough: two roots made apart are two domains.
-A data directory that already holds Raft state is refused.
+A data directory that already holds Raft state is refused. Run as root,
+restore gives what it makes to the owner of the data directory (or, when
+it does not exist yet, of its nearest existing parent), as recover does.
 
 The restored quorum is a new quorum with a new quorum id (printed; the
 same on every journal restored with the same file and --initial-cluster):
@@ -78,6 +81,10 @@ func restoreMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pact-journal restore: %v\n(see pact-journal restore --help)\n", err)
 		return 2
 	}
+	return asDirOwner("pact-journal restore", c.DataDir, stdout, stderr, func() int { return restore(c, stdout, stderr) })
+}
+
+func restore(c journal.RestoreConfig, stdout, stderr io.Writer) int {
 	res, err := journal.Restore(c)
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal restore: %v\nnothing was written to %s\n", err, c.DataDir)
@@ -126,9 +133,15 @@ old quorum and is refused, and a wiped one must join with --join and
 pact journal add (an empty journal started with --initial-cluster asks the
 listed journals first and refuses to start a second quorum).
 
+Run as root on a data directory that belongs to another user (pact, the
+journal's user under the packages), recover gives every file it makes
+there to that user, so the journal can open them; running it as that
+user (sudo -u pact pact-journal recover ...) needs nothing more.
+
 Exit codes: 0 recovered; 1 failed (nothing changed unless the message says
-so); 2 bad flags; 5 refused: a majority of the quorum answers (nothing
-changed).
+so: a recovery done whose files could not be given to the directory's
+owner says so, with the chown that does it); 2 bad flags; 5 refused: a
+majority of the quorum answers (nothing changed).
 
 Flags (with every setting of pact-journal; only those named above are used):
 `
@@ -162,6 +175,10 @@ func recoverMain(args []string, env settings.Env, stdout, stderr io.Writer) int 
 	if logger, err := log.Logger(stderr); err == nil {
 		cfg.Logger = logger
 	}
+	return asDirOwner("pact-journal recover", c.DataDir, stdout, stderr, func() int { return recoverRun(cfg, c, *members, stdout, stderr) })
+}
+
+func recoverRun(cfg journal.Config, c journal.RecoverConfig, members string, stdout, stderr io.Writer) int {
 	res, err := journal.RecoverAs(cfg, c)
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal recover: %v\n", err)
@@ -171,7 +188,7 @@ func recoverMain(args []string, env settings.Env, stdout, stderr io.Writer) int 
 		return 1
 	}
 	fmt.Fprintf(stdout, "recovered %s: its log through index %d is now the state of a new quorum of %d (%s)\nnew quorum id %s (was %s): journals of the old quorum that come back are refused, and cannot pull this one into their history\nstart pact-journal as before; then add new journals with --join and: pact journal add ID RAFT_ADDR\n",
-		c.DataDir, res.LastIndex, len(c.Members), *members, res.QuorumID, quorumOrNone(res.PreviousQuorumID))
+		c.DataDir, res.LastIndex, len(c.Members), members, res.QuorumID, quorumOrNone(res.PreviousQuorumID))
 	return 0
 }
 
@@ -180,4 +197,31 @@ func quorumOrNone(id string) string {
 		return "none recorded"
 	}
 	return id
+}
+
+// asDirOwner runs a subcommand that writes into the journal's data
+// directory dir. Run as root on a directory that belongs to another user
+// (pact, under the packages), everything it creates there is given to that
+// user afterwards, so the journal, started again as that user, can open it
+// (internal/dirowner); it says so. A failure to do so is reported with the
+// chown that repairs it, and exits 1 even if the command itself succeeded.
+func asDirOwner(name, dir string, stdout, stderr io.Writer, run func() int) int {
+	k, err := dirowner.Keep(dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: cannot tell who owns %s, to leave what it writes there to them: %v\nnothing was changed\n", name, dir, err)
+		return 1
+	}
+	code := run()
+	n, err := k.Chown()
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\nthe journal cannot open them until then\n", name, err)
+		if code == 0 {
+			code = 1
+		}
+		return code
+	}
+	if n > 0 {
+		fmt.Fprintf(stdout, "%d files and directories made in %s as root are now owned by %s, who owns the directory\n", n, dir, k.Owner())
+	}
+	return code
 }
