@@ -5,6 +5,7 @@ package integration
 
 import (
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -55,4 +56,68 @@ func TestRemoveRevokedLeaderWithTheCLI(t *testing.T) {
 		}
 		return true
 	}, live...)
+}
+
+// TestRemovedCutOffJournalExits: a journal whose journal CA is revoked (so
+// every peer refuses it, PEER_WITHDRAWN) and which is then removed with
+// pact journal remove learns that it was removed and exits with code 3,
+// as pact journal remove's help and docs/quorum.md promise, instead of
+// staying up cut off for ever.
+func TestRemovedCutOffJournalExits(t *testing.T) {
+	skipShort(t)
+	q := startQuorum(t, 3)
+	leader := q.leader()
+	victim := (leader + 1) % 3
+	id := q.members[victim].id
+	var live []string
+	for i := range q.members {
+		if i != victim {
+			live = append(live, q.members[i].grpc)
+		}
+	}
+	if stdout, stderr, code := runPact(t, q.env(live...), "journal", "revoke-ca", id, "--reason", "host "+id+" compromised", "--yes"); code != 0 {
+		t.Fatalf("revoke-ca %s: exit %d\n%s%s", id, code, stdout, stderr)
+	}
+	if stdout, stderr, code := runPact(t, q.env(live...), "journal", "remove", id); code != 0 {
+		t.Fatalf("remove %s: exit %d\n%s%s", id, code, stdout, stderr)
+	}
+	if code := q.wait(victim); code != 3 {
+		t.Fatalf("%s, cut off and removed: exit %d, want 3\n%s", id, code, q.output(victim))
+	}
+}
+
+// TestRemovedWhileFrozenAndCutOffExits: a journal frozen (a hung host)
+// has its journal CA revoked and is removed meanwhile. Thawed, it never
+// receives the entry that removed it, cannot re-key (its journal CA is
+// revoked), and every peer refuses it, even its MemberStatus
+// (PEER_WITHDRAWN). It must still learn that it was removed and exit 3, as
+// pact journal remove promises, not stay up cut off for ever.
+func TestRemovedWhileFrozenAndCutOffExits(t *testing.T) {
+	skipShort(t)
+	q := startQuorum(t, 3)
+	leader := q.leader()
+	victim := (leader + 1) % 3
+	id := q.members[victim].id
+	var live []string
+	for i := range q.members {
+		if i != victim {
+			live = append(live, q.members[i].grpc)
+		}
+	}
+	if err := q.pq.Pause(victim); err != nil {
+		t.Fatal(err)
+	}
+	if stdout, stderr, code := runPact(t, q.env(live...), "journal", "revoke-ca", id, "--reason", "host "+id+" compromised", "--yes"); code != 0 {
+		t.Fatalf("revoke-ca %s: exit %d\n%s%s", id, code, stdout, stderr)
+	}
+	if stdout, stderr, code := runPact(t, q.env(live...), "journal", "remove", id); code != 0 {
+		t.Fatalf("remove %s: exit %d\n%s%s", id, code, stdout, stderr)
+	}
+	if err := q.signal(victim, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := q.wait(victim); code != 3 {
+		t.Fatalf("%s, removed while frozen and cut off: exit %d, want 3\n%s", id, code, q.output(victim))
+	}
+	wantContains(t, id+"'s log", q.output(victim), "THIS JOURNAL WAS REMOVED FROM THE QUORUM")
 }

@@ -106,6 +106,10 @@ func (p authPeers) CheckPeerCall(ctx context.Context, name string, member bool) 
 	return p.j.raft.CheckPeerCall(ctx, name, member)
 }
 
+func (p authPeers) RemovedPeer(ctx context.Context, name string, refused error) error {
+	return p.j.raft.RemovedPeer(ctx, name, refused)
+}
+
 // unaryInterceptor runs before journal/auth's: it gives the call its
 // correlation id and answers every error of the call, authentication's
 // included, as the journal's status (status.go).

@@ -75,6 +75,7 @@ var reasons = []struct {
 	{auth.ErrOperatorNotIssued, apierr.OperatorNotIssued},
 	// A journal whose own peer rights the records withdrew: it learns so
 	// from this reason (raftnode: cut off).
+	{raftnode.ErrPeerRemoved, apierr.PeerRemoved},
 	{raftnode.ErrPeerIntermediateRevoked, apierr.PeerWithdrawn},
 	{raftnode.ErrPeerNotBound, apierr.PeerWithdrawn},
 	{ErrUnauthenticated, apierr.Unauthenticated},

@@ -68,6 +68,11 @@ const (
 	// bound to another journal CA): the journal refused as a peer stops
 	// serving until the quorum takes it again (docs/quorum.md).
 	PeerWithdrawn Reason = "PEER_WITHDRAWN"
+	// PeerRemoved: PeerWithdrawn, from a journal that besides no longer
+	// lists the caller in its configuration (it knows a leader): the
+	// caller was removed from the quorum and exits (docs/quorum.md, "A
+	// removed journal stops").
+	PeerRemoved Reason = "PEER_REMOVED"
 	// OperatorRevoked: the operator credential was revoked (pact admin
 	// revoke); get a new one from a platform-admin.
 	OperatorRevoked Reason = "OPERATOR_REVOKED"
@@ -164,6 +169,7 @@ var codeOf = map[Reason]codes.Code{
 	JournalHalted:            codes.Unavailable,
 	JournalCARevoked:         codes.Unavailable,
 	PeerWithdrawn:            codes.Unauthenticated,
+	PeerRemoved:              codes.Unauthenticated,
 	OperatorRevoked:          codes.PermissionDenied,
 	OperatorNotFound:         codes.NotFound,
 	OperatorNotIssued:        codes.Unauthenticated,

@@ -145,6 +145,10 @@ type Peers interface {
 	// CheckPeerCall admits a call of journal name: its quorum and, when
 	// member is set, its membership.
 	CheckPeerCall(ctx context.Context, name string, member bool) error
+	// RemovedPeer returns refused, the refusal of journal name's
+	// credential on a MemberStatus call, saying besides that name was
+	// removed from the quorum when it was (raftnode.Node.RemovedPeer).
+	RemovedPeer(ctx context.Context, name string, refused error) error
 }
 
 // Config is what an Authenticator needs. Every field but the SPIRE ones

@@ -98,6 +98,10 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 			return nil, noIdentity()
 		}
 		if err := a.cfg.Peers.CheckPeerCert(sent, id.Name, method); err != nil {
+			if method == pactv1.JournalPeerService_MemberStatus_FullMethodName {
+				// A journal cut off and removed learns it here.
+				err = a.cfg.Peers.RemovedPeer(ctx, id.Name, err)
+			}
 			return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 		}
 		// The caller's quorum and membership, on every call: removal ends

@@ -78,10 +78,11 @@ func (*chainQuorum) RecordOperator(context.Context, string, *pactv1.Operator) er
 
 type chainPeers struct{}
 
-func (chainPeers) CheckPeerCert([]*x509.Certificate, string, string) error { return nil }
-func (chainPeers) CheckPeerCall(context.Context, string, bool) error       { return nil }
-func noReason(error) string                                                { return "" }
-func serving(string) error                                                 { return nil }
+func (chainPeers) CheckPeerCert([]*x509.Certificate, string, string) error  { return nil }
+func (chainPeers) CheckPeerCall(context.Context, string, bool) error        { return nil }
+func (chainPeers) RemovedPeer(_ context.Context, _ string, err error) error { return err }
+func noReason(error) string                                                 { return "" }
+func serving(string) error                                                  { return nil }
 func newChainAuth(t testing.TB, bundle Bundle, roots ...*x509.Certificate) (*Authenticator, *chainRegistry, *chainQuorum) {
 	t.Helper()
 	reg, q := &chainRegistry{}, &chainQuorum{}

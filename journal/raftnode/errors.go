@@ -48,6 +48,11 @@ var (
 	// one Raft binds its journal id to. Counted at the handshake as a wrong
 	// intermediate.
 	ErrPeerNotBound = fmt.Errorf("%w: not the journal CA its journal is bound to", auth.ErrPeerWrongIntermediate)
+	// ErrPeerRemoved: a journal refused as a peer (ErrPeerIntermediateRevoked
+	// or ErrPeerNotBound) that the journal it calls no longer lists in its
+	// configuration either: it was removed, and learns so from this
+	// refusal (removalLoop), since it can read no MemberStatus.
+	ErrPeerRemoved = errors.New("journal peer: removed from the quorum")
 	// ErrPeerUnpublished: a peer call other than publishing itself from a
 	// journal whose intermediate Raft has not published.
 	ErrPeerUnpublished = errors.New("journal peer: intermediate not published")

@@ -422,6 +422,10 @@ func (n *Node) removedPerPeers(servers []raft.Server) (removedBy, withdrawn stri
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		st, err := c.MemberStatus(ctx, &pactv1.MemberStatusRequest{})
 		cancel()
+		if pe := apierr.FromError(err); err != nil && pe.Reason == apierr.PeerRemoved {
+			// Cut off and removed: it could not learn it otherwise.
+			return "journal " + ji.GetJournalId() + ", which refuses it as a peer and no longer lists it", ""
+		}
 		if pe := apierr.FromError(err); err != nil && pe.Reason == apierr.PeerWithdrawn {
 			withdrawn = "journal " + ji.GetJournalId() + " refuses it: " + pe.Message
 			continue

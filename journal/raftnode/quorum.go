@@ -528,6 +528,38 @@ func (n *Node) CheckPeerCall(ctx context.Context, peerID string, member bool) er
 	return nil
 }
 
+// RemovedPeer adds ErrPeerRemoved to refused, the refusal of journal
+// peerID's credential because Raft's records withdrew it
+// (ErrPeerIntermediateRevoked, ErrPeerNotBound), when peerID, calling with
+// this journal's quorum id, is absent from the configuration this journal
+// holds while it knows a leader. A journal cut off so and removed too may
+// never receive the entry that removed it, and can read no MemberStatus:
+// this refusal is how it learns that it was removed (removalLoop), and
+// exits instead of staying up cut off. Any other refusal is returned as
+// it is.
+func (n *Node) RemovedPeer(ctx context.Context, peerID string, refused error) error {
+	if !errors.Is(refused, ErrPeerIntermediateRevoked) && !errors.Is(refused, ErrPeerNotBound) {
+		return refused
+	}
+	r := n.raftStarted.Load()
+	own := n.quorum.get()
+	theirs := ""
+	if v := metadata.ValueFromIncomingContext(ctx, quorumMetadata); len(v) == 1 {
+		theirs = v[0]
+	}
+	if r == nil || own == "" || theirs != own {
+		return refused
+	}
+	if _, leader := r.LeaderWithID(); leader == "" {
+		return refused
+	}
+	f := r.GetConfiguration()
+	if f.Error() != nil || len(f.Configuration().Servers) == 0 || n.isMember(peerID) {
+		return refused
+	}
+	return fmt.Errorf("%w: journal %s is not a member of quorum %s any more (removed): %w", ErrPeerRemoved, peerID, own, refused)
+}
+
 // withQuorumID adds this journal's quorum id to every peer call it makes.
 func (n *Node) withQuorumID(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if id := n.quorum.get(); id != "" {
