@@ -75,6 +75,12 @@ type Config struct {
 	// TPMDevice is the TPM holding a tpm: journal CA key: a device
 	// (/dev/tpmrm0 when empty) or unix:PATH for a software TPM.
 	TPMDevice string
+	// TPMTimeout bounds each TPM operation of a tpm: journal CA key:
+	// opening the TPM until it answers, and each command after (the
+	// start, --check-config and every re-key): a TPM that another program
+	// holds, or that never answers, fails naming it instead of hanging
+	// the journal (internal/keystore).
+	TPMTimeout time.Duration
 	// CertLifetime is the validity of agent certificates.
 	CertLifetime time.Duration
 	// ServerNames are extra DNS names for the server certificate.
@@ -274,6 +280,7 @@ func DefaultConfig() Config {
 		RaftSnapshotThreshold:    rn.RaftSnapshotThreshold,
 		RaftTrailingLogs:         rn.RaftTrailingLogs,
 		RaftWriteTimeout:         DefaultRaftWriteTimeout,
+		TPMTimeout:               keystore.DefaultTPMTimeout,
 		KeyExchange:              transport.Classical,
 		Connections:              grpcConnections(),
 		IdleTimeout:              5 * time.Minute,
@@ -402,6 +409,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.KeyExchange.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("journal: %w", err))
+	}
+	if c.TPMTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("journal: tpm timeout %v: give a positive duration, e.g. %v, how long a tpm: key's TPM may take to open and to answer each command (--tpm-timeout)", c.TPMTimeout, keystore.DefaultTPMTimeout))
 	}
 	if c.RaftWriteTimeout < MinRaftWriteTimeout {
 		errs = append(errs, fmt.Errorf("journal: raft write timeout %v is shorter than %v: a busy disk's fsync would make the leader step down", c.RaftWriteTimeout, MinRaftWriteTimeout))

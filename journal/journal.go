@@ -687,7 +687,7 @@ func openAuthority(cfg Config, log *slog.Logger) (*ca.CA, io.Closer, error) {
 	} else {
 		spec, _ := cfg.journalCAKey()
 		certFile := cfg.journalCACertFile()
-		cert, key, err := ca.OpenJournalCA(certFile, spec, keystore.Options{TPMDevice: cfg.TPMDevice})
+		cert, key, err := ca.OpenJournalCA(certFile, spec, keystore.Options{TPMDevice: cfg.TPMDevice, TPMTimeout: cfg.TPMTimeout})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -215,7 +215,7 @@ func (c Config) checkJournalCA(roots []*x509.Certificate, domain string) error {
 	case !ok:
 		errs = append(errs, errors.New("journal: --journal-ca-key is required with --journal-ca-cert: where this journal's journal CA key is (tpm:PATH, a pkcs11: URI or file:PATH; docs/ceremony.md)"))
 	default:
-		key, err := keystore.Open(spec, keystore.Options{TPMDevice: c.TPMDevice})
+		key, err := keystore.Open(spec, keystore.Options{TPMDevice: c.TPMDevice, TPMTimeout: c.TPMTimeout})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("journal: --journal-ca-key %s: %w", spec, err))
 			break

@@ -170,3 +170,42 @@ func TestCARequestTPMHeld(t *testing.T) {
 		t.Fatalf("once the holder is gone: %d\n%s%s", code, stdout, stderr)
 	}
 }
+
+// The journal's TPM timeout is a setting (tpm-timeout, PACT_TPM_TIMEOUT,
+// --tpm-timeout): --check-config with a TPM that another client holds
+// (swtpm serves one at a time, so it never answers this one) gives up
+// after it, naming the device and the holder, and exits 1 (a TPM busy is
+// no configuration problem: the unit restarts the journal). The timeout is
+// short and real here: the TPM cannot answer, so it decides nothing but
+// how long the test waits. A timeout that is not positive is refused.
+func TestJournalTPMTimeoutSetting(t *testing.T) {
+	for _, how := range []struct {
+		yaml, want string
+		env        map[string]string
+		args       []string
+	}{
+		{yaml: "tpm-timeout: 50ms\n", want: "within 50ms"},
+		{env: map[string]string{"PACT_TPM_TIMEOUT": "60ms"}, want: "within 60ms"},
+		{args: []string{"--tpm-timeout", "70ms"}, want: "within 70ms"},
+	} {
+		sw := swtpmtest.Start(t)
+		file := tpmJournalSettings(t, sw)
+		holder := sw.Hold(t)
+		code, out, errOut := runWith(t, file+how.yaml, how.env, append(how.args, "--check-config")...)
+		if code != 1 {
+			t.Errorf("%q %v %v: exit %d with the TPM held, want 1\n%s%s", how.yaml, how.env, how.args, code, out, errOut)
+		}
+		for _, want := range []string{sw.Device, how.want, fmt.Sprintf("pid %d (", holder.Pid)} {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("%q %v %v: output lacks %q:\n%s", how.yaml, how.env, how.args, want, errOut)
+			}
+		}
+		holder.Kill()
+	}
+	for _, bad := range []string{"0s", "-1s"} {
+		code, out, errOut := runWith(t, "node-id: j1\ndata-dir: "+t.TempDir()+"\ntpm-timeout: "+bad+"\n", nil, "--check-config")
+		if code != 2 || !strings.Contains(errOut, "tpm timeout") || !strings.Contains(errOut, "give a positive duration") {
+			t.Errorf("tpm-timeout: %s: exit %d, want 2 naming the setting\n%s%s", bad, code, out, errOut)
+		}
+	}
+}
