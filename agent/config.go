@@ -48,6 +48,16 @@ type Config struct {
 	// exponential with full jitter, honouring a journal's retry-after).
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
+	// ReconnectMaxBackoff caps MaxBackoff for a failure no journal spent
+	// work on: no connection could be made to it (refused, unreachable;
+	// channel.ErrNoConnection) or it answered NO_LEADER (a restart or an
+	// election). Such a failure cost the journal at most one TLS handshake,
+	// and its handshake queue answers busy with a retry-after when many
+	// come at once; so an agent whose journal restarts comes back within
+	// about this long of the journal serving again, instead of waiting out
+	// a backoff grown to MaxBackoff while it was away. A stream that lasted
+	// this long also counts as stable: its end is retried at once.
+	ReconnectMaxBackoff time.Duration
 	// RenewAt is the fraction of a certificate's lifetime after which it is
 	// renewed.
 	RenewAt float64
@@ -152,25 +162,26 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Hardware:           hwinfo.DefaultConfig(),
-		KeyExchange:        transport.Classical,
-		CallTimeout:        15 * time.Second,
-		HandshakeQueueWait: 8 * time.Second,
-		MinBackoff:         250 * time.Millisecond,
-		MaxBackoff:         30 * time.Second,
-		RenewAt:            2.0 / 3.0,
-		MinRenewInterval:   30 * time.Second,
-		MaxClockSkew:       5 * time.Minute,
-		ClockBridge:        time.Hour,
-		DrainTimeout:       10 * time.Second,
-		SPIRESocket:        spire.DefaultSocket,
-		SPIREWait:          2 * time.Second,
-		SPIRELostGrace:     spire.DefaultConfig().LostGrace,
-		SPIREExpiryMargin:  spire.DefaultConfig().ExpiryMargin,
-		StatusSocket:       DefaultStatusSocket,
-		TPMDevice:          tpm.DefaultDevice,
-		Logger:             slog.Default(),
-		Clock:              clock.Real{},
+		Hardware:            hwinfo.DefaultConfig(),
+		KeyExchange:         transport.Classical,
+		CallTimeout:         15 * time.Second,
+		HandshakeQueueWait:  8 * time.Second,
+		MinBackoff:          250 * time.Millisecond,
+		MaxBackoff:          30 * time.Second,
+		ReconnectMaxBackoff: 4 * time.Second,
+		RenewAt:             2.0 / 3.0,
+		MinRenewInterval:    30 * time.Second,
+		MaxClockSkew:        5 * time.Minute,
+		ClockBridge:         time.Hour,
+		DrainTimeout:        10 * time.Second,
+		SPIRESocket:         spire.DefaultSocket,
+		SPIREWait:           2 * time.Second,
+		SPIRELostGrace:      spire.DefaultConfig().LostGrace,
+		SPIREExpiryMargin:   spire.DefaultConfig().ExpiryMargin,
+		StatusSocket:        DefaultStatusSocket,
+		TPMDevice:           tpm.DefaultDevice,
+		Logger:              slog.Default(),
+		Clock:               clock.Real{},
 	}
 }
 
@@ -202,6 +213,9 @@ func (c Config) Validate() error {
 	}
 	if c.MinBackoff <= 0 || c.MaxBackoff < c.MinBackoff {
 		errs = append(errs, errors.New("agent: need 0 < MinBackoff <= MaxBackoff"))
+	}
+	if c.ReconnectMaxBackoff <= 0 {
+		errs = append(errs, fmt.Errorf("agent: ReconnectMaxBackoff %v must be positive", c.ReconnectMaxBackoff))
 	}
 	if c.RenewAt <= 0 || c.RenewAt >= 1 {
 		errs = append(errs, fmt.Errorf("agent: RenewAt %v must be between 0 and 1", c.RenewAt))

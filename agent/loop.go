@@ -14,9 +14,12 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/backoff"
 	"github.com/pact-hpc/pact/internal/logkey"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -31,9 +34,52 @@ type retry struct {
 func (r *retry) due(now time.Time) bool { return !now.Before(r.notBefore) }
 
 func (r *retry) failed(a *Agent, err error, atLeast time.Duration) {
-	r.notBefore = a.cfg.Clock.Now().Add(max(a.backoff.After(r.attempt, err), atLeast))
+	r.backedOff(a, a.policyFor(err, false), err, atLeast)
+}
+
+func (r *retry) backedOff(a *Agent, p backoff.Policy, err error, atLeast time.Duration) {
+	r.notBefore = a.cfg.Clock.Now().Add(max(p.After(r.attempt, err), atLeast))
 	r.attempt++
 	r.busy = false
+}
+
+// policyFor is the backoff after err: the agent's policy, its ceiling
+// capped at ReconnectMaxBackoff when no journal spent work on the attempt
+// (journalAway), so that an agent notices a journal back from a restart
+// within about that long rather than after a backoff that grew to
+// MaxBackoff while it was away. streamEnd says err ended a stream.
+func (a *Agent) policyFor(err error, streamEnd bool) backoff.Policy {
+	p := a.backoff
+	if journalAway(err, streamEnd) && a.cfg.ReconnectMaxBackoff < p.Max {
+		p.Max = a.cfg.ReconnectMaxBackoff
+		p.Min = min(p.Min, p.Max)
+	}
+	return p
+}
+
+// journalAway reports whether err says the journal is away rather than
+// refusing: no connection reached a TLS handshake (channel.ErrNoConnection:
+// the journal is stopped or restarting), or it answered NO_LEADER (it is
+// shutting down, starting, or electing), or, for a stream's end, the
+// connection broke without an answer (the journal's process died). None
+// of these cost a journal more than one handshake, which its handshake
+// queue paces with busy answers when many come at once. A journal that
+// answered with a reason of its own (rate limited, refused, a commit timed
+// out under load) is not away: the full backoff applies.
+func journalAway(err error, streamEnd bool) bool {
+	if errors.Is(err, channel.ErrNoConnection) {
+		return true
+	}
+	pe := apierr.FromError(err)
+	switch {
+	case pe == nil:
+		return false
+	case pe.Reason == apierr.NoLeader:
+		return true
+	case streamEnd && pe.Reason == "" && pe.Code == codes.Unavailable:
+		return true
+	}
+	return false
 }
 
 // loopState is what the loop remembers between steps. Only Run's goroutine
@@ -194,7 +240,8 @@ func (a *Agent) stepStreamEnd(r *round) error {
 	if s.connect.attempt == 0 {
 		s.connect = retry{attempt: 1, notBefore: r.now} // reconnect at once
 	} else {
-		s.connect.failed(a, err, 0) // the previous stream did not last: do not hammer
+		// The previous stream did not last: do not hammer.
+		s.connect.backedOff(a, a.policyFor(err, true), err, 0)
 	}
 	if held := a.renewedAhead(r.ctx, act.Identity()); held != nil && s.upgradeKey == idKey(held) &&
 		s.upgrade.busy && s.upgrade.notBefore.After(s.connect.notBefore) {
@@ -207,11 +254,13 @@ func (a *Agent) stepStreamEnd(r *round) error {
 }
 
 // stepStreamAlive notes a live stream, and forgets the connect backoff
-// once the channel has lasted MaxBackoff.
+// once the channel has lasted ReconnectMaxBackoff (MaxBackoff if shorter):
+// a journal restarted again later is retried at once, not after the
+// backoff the previous outage grew.
 func (a *Agent) stepStreamAlive(r *round) {
 	a.sawStream(r.now)
 	a.mu.Lock()
-	stable := r.now.Sub(a.lastRotation) >= a.cfg.MaxBackoff
+	stable := r.now.Sub(a.lastRotation) >= min(a.cfg.MaxBackoff, a.cfg.ReconnectMaxBackoff)
 	a.mu.Unlock()
 	if stable {
 		r.s.connect = retry{}

@@ -64,8 +64,9 @@ type ClientCredentials struct {
 }
 
 type handshakeRecord struct {
-	mu  sync.Mutex
-	err error
+	mu    sync.Mutex
+	err   error
+	tried bool // a connection was made and a handshake begun
 }
 
 // NewClientCredentials wraps cfg.
@@ -78,7 +79,7 @@ func NewClientCredentials(cfg *tls.Config) *ClientCredentials {
 func (c *ClientCredentials) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, transport.BusyAware(raw))
 	c.rec.mu.Lock()
-	c.rec.err = err
+	c.rec.err, c.rec.tried = err, true
 	c.rec.mu.Unlock()
 	return conn, info, err
 }
@@ -96,13 +97,22 @@ func (c *ClientCredentials) HandshakeError() error {
 }
 
 // Explain adds the latest handshake error to a call's UNAVAILABLE error; it
-// returns other errors as they are. The result still carries the gRPC
-// status.
+// returns other errors as they are. A call that failed UNAVAILABLE or
+// DEADLINE_EXCEEDED before any connection reached a handshake (refused,
+// no route, timed out) is marked ErrNoConnection: no journal spent work on
+// it. The result still carries the gRPC status.
 func (c *ClientCredentials) Explain(err error) error {
-	if err == nil || status.Code(err) != codes.Unavailable {
+	code := status.Code(err)
+	if err == nil || (code != codes.Unavailable && code != codes.DeadlineExceeded) {
 		return err
 	}
-	if herr := c.HandshakeError(); herr != nil {
+	c.rec.mu.Lock()
+	herr, tried := c.rec.err, c.rec.tried
+	c.rec.mu.Unlock()
+	switch {
+	case !tried:
+		return fmt.Errorf("%w: %w", ErrNoConnection, err)
+	case herr != nil && code == codes.Unavailable:
 		return fmt.Errorf("%w (TLS handshake: %w)", err, herr)
 	}
 	return err

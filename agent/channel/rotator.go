@@ -35,6 +35,10 @@ var (
 	// ErrClockSkew: the journal's clock differs from ours by more than
 	// MaxClockSkew. Errors wrapping it are *ClockSkewError.
 	ErrClockSkew = errors.New("channel: clock skew with the journal")
+	// ErrNoConnection: no connection to the journal got as far as a TLS
+	// handshake (refused, unreachable, timed out): the journal is down or
+	// restarting, and spent no work on the attempt.
+	ErrNoConnection = errors.New("channel: no connection to the journal")
 	// ErrReplaced: a call reached a channel that a newer one has
 	// replaced and that is draining; the call was not sent. Calls made
 	// through the Rotator itself are moved to the new channel instead.
