@@ -113,8 +113,9 @@ type Agent struct {
 	lastRotation  time.Time
 	streamSeen    time.Time // the agent's clock when a stream was last seen open
 	failure       failureRecord
-	failureWarned time.Time // when a failure was last logged as a warning
-	busySeries    bool      // the latest attempt was answered busy (busy.go)
+	sources       map[identity.Source]*sourceRecord // each source's last look and given-up identity (sources.go)
+	failureWarned time.Time                         // when a failure was last logged as a warning
+	busySeries    bool                              // the latest attempt was answered busy (busy.go)
 	// renewing is closed when the RenewCert in flight, if any, has its
 	// answer (or none): a stream's word that its certificate was replaced
 	// is judged after it (superseded).
@@ -439,6 +440,7 @@ func (a *Agent) Status() Status {
 		Now:               now,
 	}
 	a.mu.Unlock()
+	st.Sources = a.sourceStatus(context.Background())
 	if st.NodeID == "" {
 		st.NodeID = a.rot.NodeID()
 	}

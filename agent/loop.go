@@ -165,6 +165,7 @@ func (a *Agent) loop(ctx context.Context, cascade *identity.Cascade) error {
 // result (outcomeOf); the first to end the step early (a verdict) ends it.
 func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 	r := &round{ctx: ctx, s: s, now: a.cfg.Clock.Now(), act: a.rot.Active()}
+	a.noteSources(ctx, r.act, r.now)
 	if err := a.stepStreamEnd(r); err != nil {
 		return r.next.t, err
 	}

@@ -43,6 +43,10 @@ type Status struct {
 	LastFailureOp     string    `json:"last_failure_op"`
 	LastFailureAt     time.Time `json:"last_failure_at,omitzero"`
 	StreamConnected   bool      `json:"stream_connected"`
+	// Sources are the agent's identity sources, best first: what each
+	// offers now, or why it offers nothing, and the last identity it gave
+	// up, when and why.
+	Sources []SourceStatus `json:"sources,omitempty"`
 	// Journal is the address of the journal the channel is to, JournalID
 	// its name.
 	Journal   string `json:"journal"`
@@ -248,6 +252,23 @@ func PrintStatus(w io.Writer, st Status) error {
 	} else {
 		row("last failure:", fmt.Sprintf("%s during %s, %s", st.LastFailureReason, dash(st.LastFailureOp), at(st.LastFailureAt)))
 		row("", st.LastFailure)
+	}
+	for _, src := range st.Sources {
+		now := "-"
+		switch {
+		case src.Serial != "":
+			now = fmt.Sprintf("%s, not after %s", src.Serial, at(src.NotAfter))
+		case src.Unavailable != "":
+			now = "none: " + src.Unavailable
+		}
+		row("source "+src.Source+":", now)
+		switch {
+		case src.LastFailure == "":
+		case src.LastFailure == src.Unavailable:
+			row("", fmt.Sprintf("gave up %s %s", src.LastFailureSerial, at(src.LastFailureAt)))
+		default:
+			row("", fmt.Sprintf("gave up %s %s: %s", src.LastFailureSerial, at(src.LastFailureAt), src.LastFailure))
+		}
 	}
 	return tw.Flush()
 }

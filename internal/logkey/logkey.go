@@ -102,6 +102,9 @@ const (
 	Path = "path"
 	// Previous is the identity a new one replaced.
 	Previous = "previous"
+	// FallBackTo is the identity an agent moves to when it gives up the
+	// one it streams on ("none" while it has none to move to).
+	FallBackTo = "fallback"
 	// PreviousSerial is the serial of the certificate a new one replaced.
 	PreviousSerial = "previous_serial"
 	// QuorumID is the id of a quorum (made at its bootstrap).
