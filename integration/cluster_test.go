@@ -75,12 +75,19 @@ func startQuorum(t *testing.T, n int) *quorum {
 // startQuorumWith is startQuorum with more flags for every journal.
 func startQuorumWith(t *testing.T, n int, extra ...string) *quorum {
 	t.Helper()
+	return startQuorumFrom(t, binDir, n, extra...)
+}
+
+// startQuorumFrom is startQuorumWith with the pact-journal in bin
+// (another release's; launch's SetBin changes one journal's later).
+func startQuorumFrom(t *testing.T, bin string, n int, extra ...string) *quorum {
+	t.Helper()
 	q := &quorum{t: t, dir: t.TempDir()}
 	lb, err := launch.NewLoopback(n, "the integration tests run on loopback")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q.pq, err = launch.NewProcQuorum(launch.ProcConfig{Bin: binDir, Dir: q.dir, N: n, Net: lb, Extra: extra}); err != nil {
+	if q.pq, err = launch.NewProcQuorum(launch.ProcConfig{Bin: bin, Dir: q.dir, N: n, Net: lb, Extra: extra}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -250,7 +257,13 @@ func (q *quorum) leader(among ...int) int {
 // stderr and its exit code.
 func runPact(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "pact"), args...)
+	return runPactFrom(t, binDir, env, args...)
+}
+
+// runPactFrom is runPact with the CLI from dir (another release's).
+func runPactFrom(t *testing.T, dir string, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(dir, "pact"), args...)
 	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -64,7 +64,13 @@ func (p *proc) output() string {
 
 func start(t *testing.T, env []string, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(filepath.Join(binDir, name), args...), lines: make(chan string, 1024), exited: make(chan struct{})}
+	return startFrom(t, binDir, env, name, args...)
+}
+
+// startFrom is start with the binary from dir (another release's).
+func startFrom(t *testing.T, dir string, env []string, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(filepath.Join(dir, name), args...), lines: make(chan string, 1024), exited: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), env...)
 	r, w := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = w, w

@@ -49,8 +49,11 @@ type ProcQuorum struct {
 }
 
 type procJournal struct {
-	id      string
-	args    []string
+	id   string
+	args []string
+	// bin, if set, is the directory of this journal's pact-journal in
+	// place of ProcConfig.Bin (SetBin: a rolling upgrade).
+	bin     string
 	logPath string
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -132,6 +135,28 @@ func (q *ProcQuorum) SetArgs(i int, args []string) {
 	j.args = slices.Clone(args)
 }
 
+// SetBin makes journal i's next start run the pact-journal in dir (its
+// flags and data directory unchanged): a rolling upgrade stops a journal,
+// sets the new release's directory and starts it again. "" goes back to
+// ProcConfig.Bin.
+func (q *ProcQuorum) SetBin(i int, dir string) {
+	j := q.js[i]
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.bin = dir
+}
+
+// Bin is the directory of the pact-journal journal i's next start runs.
+func (q *ProcQuorum) Bin(i int) string {
+	j := q.js[i]
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.bin != "" {
+		return j.bin
+	}
+	return q.cfg.Bin
+}
+
 // LoadCreds reads the domain root and the admin credential pact-journal
 // init wrote in dir.
 func LoadCreds(dir string) (*x509.CertPool, tls.Certificate, error) {
@@ -201,7 +226,12 @@ func (q *ProcQuorum) Start(i int) error {
 	j.starts++
 	fmt.Fprintf(f, "=== launch: start %d of %s at %s\n", j.starts, j.id, time.Now().Format(time.RFC3339Nano))
 	j.logFrom = st.Size()
-	cmd := q.cfg.Net.Command(i, filepath.Join(q.cfg.Bin, "pact-journal"), j.args...)
+	bin := q.cfg.Bin
+	if j.bin != "" {
+		bin = j.bin
+	}
+	fmt.Fprintf(f, "=== launch: %s\n", filepath.Join(bin, "pact-journal"))
+	cmd := q.cfg.Net.Command(i, filepath.Join(bin, "pact-journal"), j.args...)
 	if len(q.cfg.Env) > 0 {
 		cmd.Env = append(os.Environ(), q.cfg.Env...)
 	}
