@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/go-tpm/tpm2"
 	"github.com/google/go-tpm/tpm2/transport"
@@ -39,9 +40,24 @@ var (
 	ErrTPM = errors.New("tpm: TPM command failed")
 )
 
+// DefaultTimeout bounds every TPM operation of the agent: opening the TPM
+// and each command after (reading the EK, making the AK, activating the
+// journal's credential, flushing). The agent's commands take well under a
+// second; a TPM that another program holds (a raw /dev/tpmN admits one at
+// a time, a software TPM serves one client) or that hangs fails after
+// this with ErrTimeout, naming the device and what to do, instead of
+// holding the node's enrollment for ever.
+const DefaultTimeout = 30 * time.Second
+
+// ErrTimeout: the TPM did not open or answer within the timeout.
+var ErrTimeout = tpmdev.ErrTimeout
+
 // Open connects to the TPM at device: a character device (/dev/tpmrm0), or
-// unix:PATH for a software TPM's socket (internal/tpmdev).
-func Open(device string) (transport.TPMCloser, error) { return tpmdev.Open(device) }
+// unix:PATH for a software TPM's socket (internal/tpmdev). The open and
+// every command through it wait at most DefaultTimeout.
+func Open(device string) (transport.TPMCloser, error) {
+	return tpmdev.OpenWithin(device, DefaultTimeout, nil)
+}
 
 // Attestor holds a node's EK and a fresh AK loaded in its TPM for one
 // enrollment. Close flushes what it loaded.
@@ -115,7 +131,12 @@ func NewAttestor(t transport.TPMCloser) (_ *Attestor, err error) {
 
 func (a *Attestor) loadEK() error {
 	var pub *tpm2.TPMTPublic
-	if rp, err := (tpm2.ReadPublic{ObjectHandle: PersistentEK}).Execute(a.t); err == nil {
+	rp, err := (tpm2.ReadPublic{ObjectHandle: PersistentEK}).Execute(a.t)
+	if errors.Is(err, ErrTimeout) {
+		// Not "no persistent EK": the TPM does not answer at all.
+		return fmt.Errorf("%w: read the endorsement key: %w", ErrTPM, err)
+	}
+	if err == nil {
 		p, err := rp.OutPublic.Contents()
 		if err != nil {
 			return fmt.Errorf("%w: persistent EK public area: %w", ErrTPM, err)

@@ -3,11 +3,17 @@ package tpm_test
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/pact-hpc/pact/agent/tpm"
+	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/clock/fakeclock"
 	"github.com/pact-hpc/pact/internal/swtpmtest"
 	"github.com/pact-hpc/pact/internal/tpmattest"
+	"github.com/pact-hpc/pact/internal/tpmdev"
 )
 
 func attestor(t *testing.T, device string) *tpm.Attestor {
@@ -111,4 +117,64 @@ func TestActivateRefusesAnotherAKName(t *testing.T) {
 	if got, err := mine.Activate(ch.CredentialBlob, ch.EncryptedSecret); err == nil {
 		t.Fatalf("activated a credential made for another AK (secret match: %t)", bytes.Equal(got, secret))
 	}
+}
+
+// timerClock is a fake clock that reports every timer it makes.
+type timerClock struct {
+	*fakeclock.Clock
+	made chan time.Duration
+}
+
+func (c timerClock) NewTimer(d time.Duration) clock.Timer {
+	tm := c.Clock.NewTimer(d)
+	c.made <- d
+	return tm
+}
+
+// The agent's TPM operations are bounded: a TPM that never answers (swtpm
+// serving another client, as a raw /dev/tpm0 admits one program) fails the
+// attestation after the timeout with ErrTimeout, naming the device and
+// what to do, instead of holding the enrollment for ever; once the other
+// client is gone the same TPM attests.
+func TestAttestorTimesOutOnAHeldTPM(t *testing.T) {
+	sw := swtpmtest.Start(t)
+	holder := sw.Hold(t)
+	clk := timerClock{fakeclock.New(time.Unix(1_700_000_000, 0)), make(chan time.Duration, 100)}
+	done := make(chan error, 1)
+	go func() {
+		tr, err := tpmdev.OpenWithin(sw.Device, 20*time.Second, clk) // tpm.Open, with a fake clock
+		if err == nil {
+			var a *tpm.Attestor
+			if a, err = tpm.NewAttestor(tr); err == nil {
+				a.Close()
+			}
+		}
+		done <- err
+	}()
+	for range 2 { // the open, then the first command
+		select {
+		case <-clk.made:
+		case err := <-done:
+			t.Fatalf("attested through a TPM another client holds: %v", err)
+		case <-time.After(20 * time.Second):
+			t.Fatal("the agent sent the TPM no command")
+		}
+	}
+	clk.Advance(20 * time.Second)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the attestation hangs on a TPM that does not answer")
+	}
+	if !errors.Is(err, tpm.ErrTimeout) {
+		t.Fatalf("err %v, want ErrTimeout", err)
+	}
+	for _, want := range []string{sw.Device, "within 20s", "one client at a time", "docs/tpm.md"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	holder.Kill()
+	attestor(t, sw.Device)
 }
