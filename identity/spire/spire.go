@@ -49,14 +49,18 @@ type Config struct {
 	ExpiryMargin time.Duration
 	// RetryMin and RetryMax bound the delay between attempts to reach the
 	// SPIRE agent (exponential, jittered). RetryMax is also how late an
-	// agent that appears is noticed at worst.
+	// agent that appears, or a registration entry created again (the
+	// Workload API answered PermissionDenied meanwhile), is noticed at
+	// worst. The SPIRE agent is local: a retry costs it next to nothing,
+	// so RetryMax is short (1 s; BenchmarkSVIDBack).
 	RetryMin time.Duration
 	RetryMax time.Duration
 	// SocketPoll is how often, while the Workload API stream is down, the
 	// provider looks at a unix:// socket's file. When a new file appears
 	// there (a SPIRE agent that restarted makes a new socket), it connects
 	// again at once, without waiting out the retry backoff of go-spiffe and
-	// of gRPC, which together can outlast LostGrace. Zero disables it (a
+	// of gRPC, which together can outlast LostGrace. A poll is one stat of
+	// a local file, so it is frequent (50 ms). Zero disables it (a
 	// tcp:// address has no file and is never polled).
 	SocketPoll time.Duration
 	// Picker chooses among several SVIDs; nil takes the first, the Workload
@@ -74,8 +78,8 @@ func DefaultConfig() Config {
 		LostGrace:    10 * time.Second,
 		ExpiryMargin: 30 * time.Second,
 		RetryMin:     500 * time.Millisecond,
-		RetryMax:     5 * time.Second,
-		SocketPoll:   250 * time.Millisecond,
+		RetryMax:     time.Second,
+		SocketPoll:   50 * time.Millisecond,
 		Clock:        clock.Real{},
 		Logger:       slog.Default(),
 	}
