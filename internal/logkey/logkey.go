@@ -103,7 +103,7 @@ const (
 	// Previous is the identity a new one replaced.
 	Previous = "previous"
 	// FallBackTo is the identity an agent moves to when it gives up the
-	// one it streams on ("none" while it has none to move to).
+	// one it streams on, or why there is none yet.
 	FallBackTo = "fallback"
 	// PreviousSerial is the serial of the certificate a new one replaced.
 	PreviousSerial = "previous_serial"
