@@ -242,7 +242,10 @@ chaos: build ## chaos campaign (minutes): kills, pauses, partitions, restarts, s
 	$(GO) build -trimpath -o $(BIN)/chaos ./integration/chaos/cmd/chaos
 	@# clock-step runs a test-only pact-journal whose clock the harness steps (journal/journalmain/chaosclock_on.go); never shipped
 	$(GO) build -trimpath -tags chaosclock -o $(BIN)/chaosclock/pact-journal ./cmd/pact-journal
-	$(BIN)/chaos -bin $(BIN) -clock-bin $(BIN)/chaosclock $(CHAOSFLAGS)
+	@# rolling-upgrade starts its journals on the previous release (make release-previous, cached in .cache/releases)
+	@prev=$$(GO=$(GO) ./scripts/release-previous.sh | tail -n 1) && test -x "$$prev/pact-journal" || { echo "make chaos: make release-previous failed" >&2; exit 1; }; \
+	  echo $(BIN)/chaos -bin $(BIN) -clock-bin $(BIN)/chaosclock -prev-bin $$prev $(CHAOSFLAGS); \
+	  $(BIN)/chaos -bin $(BIN) -clock-bin $(BIN)/chaosclock -prev-bin "$$prev" $(CHAOSFLAGS)
 
 chaos-short: build ## the CI chaos campaign: every short scenario, under two minutes
 	$(GO) build -trimpath -o $(BIN)/chaos ./integration/chaos/cmd/chaos

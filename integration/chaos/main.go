@@ -19,6 +19,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	bin := fs.String("bin", "bin", "directory holding pact-journal (make build)")
+	prevBin := fs.String("prev-bin", "", "directory holding the previous release's pact-journal, for rolling-upgrade (make chaos runs make release-previous: .cache/releases/x.y.z/bin)")
 	clockBin := fs.String("clock-bin", "", "directory holding a pact-journal built with -tags chaosclock, for clock-step (make chaos builds bin/chaosclock)")
 	seed := fs.Uint64("seed", 0, "seed of the fault schedules and the workload (0: from the clock); printed, to reproduce a run")
 	scenarios := fs.String("scenario", "", "comma-separated scenarios to run (default: the campaign; see -list)")
@@ -113,7 +114,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		*workDir = d
 	}
-	opts := Options{Bin: absBin, ClockBin: absClockBin, WorkDir: *workDir, Seed: *seed, Short: *short, Duration: *duration, Net: *netMode, Image: *image,
+	absPrevBin := ""
+	if *prevBin != "" {
+		absPrevBin, _ = filepath.Abs(*prevBin)
+	}
+	opts := Options{Bin: absBin, ClockBin: absClockBin, PrevBin: absPrevBin, WorkDir: *workDir, Seed: *seed, Short: *short, Duration: *duration, Net: *netMode, Image: *image,
 		Keep: *keep, Clients: *clients, NodesPerClient: *nodes, CheckTimeout: *checkTimeout, Out: stdout, JournalFlags: strings.Fields(*journalFlagsArg)}
 
 	// One campaign at a time: namespaces, the subnet and container names

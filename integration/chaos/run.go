@@ -23,8 +23,12 @@ type Options struct {
 	// ClockBin is a directory with a pact-journal built with -tags
 	// chaosclock (clock-step needs it).
 	ClockBin string
-	WorkDir  string // one sub-directory per scenario (kept on failure)
-	Seed     uint64
+	// PrevBin is a directory with the previous release's pact-journal
+	// (make release-previous): rolling-upgrade starts its journals from
+	// it and upgrades them to Bin's.
+	PrevBin string
+	WorkDir string // one sub-directory per scenario (kept on failure)
+	Seed    uint64
 	// Scenarios to run by name (empty: the campaign's default set).
 	Scenarios []string
 	// Short shortens every scenario and skips the long ones (CI).
@@ -457,8 +461,8 @@ func newQuorum(sc Scenario, opts Options, wl *WorkloadConfig, res *ScenarioResul
 	var nw Network
 	switch opts.Net {
 	case "docker":
-		if sc.ClockStep {
-			return nil, errors.New("clock-step needs journal processes (not containers)")
+		if sc.ClockStep || sc.Upgrade {
+			return nil, fmt.Errorf("%s needs journal processes (not containers)", sc.Name)
 		}
 		dq, err := NewDockerQuorum(DockerConfig{Image: opts.Image, Dir: res.Dir, N: sc.Journals, Extra: extra, Bin: opts.Bin})
 		if err != nil {
@@ -488,6 +492,15 @@ func newQuorum(sc Scenario, opts Options, wl *WorkloadConfig, res *ScenarioResul
 	}
 	wl.SourceIP = nw.ClientIP
 	pc := ProcConfig{Bin: opts.Bin, Dir: res.Dir, N: n, Initial: initial, Net: nw, Extra: extra}
+	if sc.Upgrade {
+		// The journals start on the previous release; the schedule
+		// upgrades them to opts.Bin's one at a time.
+		if opts.PrevBin == "" {
+			nw.Close()
+			return nil, errors.New("rolling-upgrade needs the previous release's pact-journal: pass -prev-bin (make chaos runs make release-previous)")
+		}
+		pc.Bin = opts.PrevBin
+	}
 	if sc.ClockStep {
 		// The journals follow the offsets the scenario writes here.
 		if opts.ClockBin == "" {

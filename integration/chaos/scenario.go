@@ -246,6 +246,10 @@ type Scenario struct {
 	// ClockStep runs the journals from Options.ClockBin, whose clocks
 	// follow offsets in Dir/clock (clockStep).
 	ClockStep bool
+	// Upgrade starts the journals from Options.PrevBin, the previous
+	// release, for the schedule to upgrade them to Options.Bin
+	// (rollingUpgrade).
+	Upgrade bool
 	// Liveness marks the liveness scenario: streaming nodes instead of
 	// the registry workload (runLiveness).
 	Liveness bool
@@ -315,6 +319,8 @@ func Scenarios() []Scenario {
 			Describe: "operator mistakes under load: a wiped follower restarted with its old --initial-cluster (must exit 4), then added back with --join; the majority lost while the survivor leads, pact-journal recover on the survivor, a lost journal back with its old disk (the survivor must refuse it: quorum_mismatch; it must never serve), the lost ones added back wiped; a snapshot restored under another root of the same name (must be refused, nothing written); one quorum id after each"},
 		{Name: "revoke-leader-ca", Journals: 3, Duration: 30 * time.Second, Inject: revokeLeaderCA, RevokeCA: true, Leaders: true, Processes: true, Long: true,
 			Describe: "12 pact-agents streaming; pact journal revoke-ca of the leader's journal CA through a follower: another journal leads within electionWait, the others refuse it as a peer (revoked_intermediate), it reports itself halted, every agent that streamed on it or held a certificate of its intermediates streams again elsewhere within the failover plus the agent's retry budget; then pact journal remove (the journal, cut off, is stopped), a new key and journal CA, --join and pact journal add --journal-ca; the journal runs on; one quorum of three"},
+		{Name: "rolling-upgrade", Journals: 3, Leaders: true, Upgrade: true, Processes: true, Long: true, MinFaults: 3, Duration: 40 * time.Second, Inject: rollingUpgrade,
+			Describe: "three journals of the previous release (-prev-bin, make release-previous) upgraded one at a time to this build, on the same data directory and flags, in an order drawn from the seed: followers first, the leader first, or the leader SIGKILLed after the first follower; every journal serves the new release at the end"},
 	}
 }
 
