@@ -49,8 +49,9 @@ type sourceRecord struct {
 }
 
 // noteSources looks at every source at the start of a step and records
-// each identity a source gave up since the last look. One that the active
-// channel presents is the agent's last failure too, and is logged as a
+// each identity a source gave up since the last look. One that the live
+// channel presents is the agent's last failure too (cert_expired if it
+// has expired, identity_given_up otherwise), and is logged as a
 // warning with what the agent falls back to (the step's move does it).
 func (a *Agent) noteSources(ctx context.Context, act *channel.Channel, now time.Time) {
 	provs := a.providerList()
@@ -85,9 +86,15 @@ func (a *Agent) noteSources(ctx context.Context, act *channel.Channel, now time.
 			continue
 		}
 		rec.failed, rec.msg, rec.at = prev, errs[i].Error(), now
-		active := act != nil && idKey(act.Identity()) == idKey(prev)
+		// Only a live channel moves away from it; a channel whose stream
+		// ended is replaced by a connect, whose own failures say why.
+		active := act != nil && act.StreamAlive() && idKey(act.Identity()) == idKey(prev)
 		if active {
-			a.failure = failureRecord{reason: ReasonIdentityGivenUp, op: "identity " + string(src), msg: rec.msg, at: now}
+			reason := ReasonIdentityGivenUp
+			if prev.Expired(now) {
+				reason = ReasonCertExpired
+			}
+			a.failure = failureRecord{reason: reason, op: "identity " + string(src), msg: rec.msg, at: now}
 		}
 		a.mu.Unlock()
 		if !active {
