@@ -37,6 +37,13 @@ type QuorumView struct {
 	// QuorumID is the quorum's identity as the answering journal knows it
 	// (minted at bootstrap, new after a recover or restore).
 	QuorumID string `json:"quorum_id"`
+	// QuorumFeatureLevel is the feature level the answering journal's
+	// registry records (docs/upgrade.md); 0 from a journal of a release
+	// before feature levels. FeatureLevel is the highest its binary
+	// speaks; BelowFeatureLevel names the members still to upgrade to it.
+	QuorumFeatureLevel uint32   `json:"quorum_feature_level"`
+	FeatureLevel       uint32   `json:"feature_level"`
+	BelowFeatureLevel  []string `json:"below_feature_level"` // never null
 }
 
 // JournalMemberView is one journal of the quorum. The Raft fields are as
@@ -77,6 +84,12 @@ type JournalMemberView struct {
 	NonvoterSince string `json:"nonvoter_since"`
 	// QuorumID is the quorum the member says it belongs to.
 	QuorumID string `json:"quorum_id"`
+	// FeatureLevel is the highest quorum feature level the member's
+	// binary speaks, and Release its release, as it reports them: 0 and
+	// "" when unreachable or of a release before feature levels (which
+	// speaks level 1: VERSION says which).
+	FeatureLevel uint32 `json:"feature_level"`
+	Release      string `json:"release"`
 	// The member's journal CA as the registry records it (pact journal
 	// intermediates): the one that signed its current intermediate, else
 	// its last-expiring one. Empty for a journal whose intermediate the
@@ -122,6 +135,10 @@ func QuorumViewOf(r *pactv1.JournalStatusResponse) QuorumView {
 		ServedBy:     r.GetServedBy(),
 		Members:      memberViews(r.GetMembers()),
 		QuorumID:     r.GetQuorumId(),
+
+		QuorumFeatureLevel: r.GetQuorumFeatureLevel(),
+		FeatureLevel:       r.GetFeatureLevel(),
+		BelowFeatureLevel:  append([]string{}, r.GetBelowFeatureLevel()...),
 	}
 }
 
@@ -158,6 +175,8 @@ func JournalMemberViewOf(m *pactv1.JournalMember) JournalMemberView {
 		QuorumID:             m.GetQuorumId(),
 		JournalCASerial:      m.GetJournalCaSerial(),
 		JournalCAFileRefused: m.GetJournalCaFileRefused(),
+		FeatureLevel:         m.GetFeatureLevel(),
+		Release:              m.GetRelease(),
 		lastContact:          lc,
 	}
 	if !m.GetVoter() && m.GetNonvoterSinceUnixNano() != 0 {
@@ -255,7 +274,11 @@ and stderr warns; -o json has journal_ca_serial and journal_ca_file_refused.
 
 LAG is how many log entries a member's registry is behind the answering
 journal's commit index; VERSION is its pact-journal version (all equal
-outside a rolling upgrade). A non-voter ("no (catching up)") is a journal
+outside a rolling upgrade) and LEVEL the highest quorum feature level its
+binary speaks. The headline says the quorum's feature level, which the
+leader raises once every journal speaks a higher one: until then features
+new in the release are refused (QUORUM_VERSION) and stderr names the
+journals still to upgrade (docs/upgrade.md). A non-voter ("no (catching up)") is a journal
 just added: it copies the registry, and the leader makes it a voter once it
 has caught up. A halted member stopped serving: the ERROR column says why.
 
@@ -384,7 +407,14 @@ func quorumHeadline(v QuorumView) string {
 	if v.QuorumID != "" {
 		quorum = ", quorum " + printable(v.QuorumID)
 	}
-	return fmt.Sprintf("%s, term %d, commit index %d%s%s", leader, v.Term, v.CommitIndex, quorum, served)
+	level := ""
+	if v.QuorumFeatureLevel != 0 {
+		level = fmt.Sprintf(", feature level %d", v.QuorumFeatureLevel)
+		if v.FeatureLevel > v.QuorumFeatureLevel {
+			level += fmt.Sprintf(" (upgrade under way: %d once every journal speaks it)", v.FeatureLevel)
+		}
+	}
+	return fmt.Sprintf("%s, term %d, commit index %d%s%s%s", leader, v.Term, v.CommitIndex, quorum, level, served)
 }
 
 // warnQuorum prints to stderr what in a status needs the operator: no
@@ -418,6 +448,10 @@ func (a *app) warnQuorum(v QuorumView) {
 	if v.LeaderID == "" {
 		fmt.Fprintf(w, "warning: no leader%s: writes are refused until a majority of the %d voters is up and elects one\n", from, all)
 	}
+	if len(v.BelowFeatureLevel) > 0 && v.FeatureLevel > v.QuorumFeatureLevel {
+		fmt.Fprintf(w, "note: the quorum runs at feature level %d until every journal speaks %d; still to upgrade: %s (features new in this release are refused until then: docs/upgrade.md)\n",
+			v.QuorumFeatureLevel, v.FeatureLevel, strings.Join(v.BelowFeatureLevel, ", "))
+	}
 	for _, m := range v.Members {
 		if m.JournalCAFileRefused != "" {
 			fmt.Fprintf(w, "warning: journal %s refused the certificate in its --journal-ca-cert file at its last re-key and signs under the journal CA it had, %s: %s\n",
@@ -434,7 +468,7 @@ func writeJournalTable(w io.Writer, ms []JournalMemberView, now time.Time) error
 	})
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	withCA := slices.ContainsFunc(ms, func(m JournalMemberView) bool { return m.JournalCASerial != "" })
-	header := "ID\tSTATE\tVOTER\tRAFT ADDR\tGRPC ADDR\tAPPLIED\tLAG\tLAST CONTACT\tINTERMEDIATE\tEXPIRES\tVERSION"
+	header := "ID\tSTATE\tVOTER\tRAFT ADDR\tGRPC ADDR\tAPPLIED\tLAG\tLAST CONTACT\tINTERMEDIATE\tEXPIRES\tVERSION\tLEVEL"
 	if withCA {
 		header += "\tJOURNAL CA EXPIRES"
 	}
@@ -447,8 +481,13 @@ func writeJournalTable(w io.Writer, ms []JournalMemberView, now time.Time) error
 		if m.Voter {
 			voter = "yes"
 		}
-		applied, contact, lag := none, none, none
+		applied, contact, lag, level := none, none, none, none
 		if m.Reachable {
+			// A release before feature levels advertises none: level 1.
+			level = "1"
+			if m.FeatureLevel != 0 {
+				level = strconv.FormatUint(uint64(m.FeatureLevel), 10)
+			}
 			applied = strconv.FormatUint(m.AppliedIndex, 10)
 			contact = contactAgo(now, m.lastContact, m.State == "leader")
 			lag = strconv.FormatUint(m.Lag, 10)
@@ -457,7 +496,7 @@ func writeJournalTable(w io.Writer, ms []JournalMemberView, now time.Time) error
 		if m.Halted != "" {
 			state += " (halted)"
 		}
-		row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s",
+		row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s",
 			cell(m.JournalID),
 			cell(state),
 			voter,
@@ -469,6 +508,7 @@ func writeJournalTable(w io.Writer, ms []JournalMemberView, now time.Time) error
 			cell(shorten(m.IntermediateSerial, certSerialWidth)),
 			cell(m.IntermediateNotAfter),
 			cell(shortVersion(m.Version)),
+			level,
 		)
 		if withCA {
 			ca := m.JournalCANotAfter

@@ -112,10 +112,12 @@ func TestJournalStatusTable(t *testing.T) {
 		}
 		rows := tableRows(lines[1:])
 		want := [][]string{
-			{"ID", "STATE", "VOTER", "RAFT ADDR", "GRPC ADDR", "APPLIED", "LAG", "LAST CONTACT", "INTERMEDIATE", "EXPIRES", "VERSION", "ERROR"},
-			{"j1", "leader", "yes", j1Raft, j1GRPC, "120", "0", "-", "5e111111111…", "2026-03-05T05:06:07Z", "v0.3.1", "-"},
-			{"j2", "follower", "yes", "10.0.0.2:7500", "10.0.0.2:7443", "120", "0", "120ms ago", "5e222222222…", "2026-03-05T05:06:07Z", "v0.3.2", "-"},
-			{"j3", "unreachable", "yes", "10.0.0.3:7500", "10.0.0.3:7443", "-", "-", "-", "-", "-", "-", "connection error: dial tcp 10.0.0.3:7443: connect: connection refused"},
+			{"ID", "STATE", "VOTER", "RAFT ADDR", "GRPC ADDR", "APPLIED", "LAG", "LAST CONTACT", "INTERMEDIATE", "EXPIRES", "VERSION", "LEVEL", "ERROR"},
+			// The members' answers carry no feature level: a release
+			// before levels, which speaks level 1.
+			{"j1", "leader", "yes", j1Raft, j1GRPC, "120", "0", "-", "5e111111111…", "2026-03-05T05:06:07Z", "v0.3.1", "1", "-"},
+			{"j2", "follower", "yes", "10.0.0.2:7500", "10.0.0.2:7443", "120", "0", "120ms ago", "5e222222222…", "2026-03-05T05:06:07Z", "v0.3.2", "1", "-"},
+			{"j3", "unreachable", "yes", "10.0.0.3:7500", "10.0.0.3:7443", "-", "-", "-", "-", "-", "-", "-", "connection error: dial tcp 10.0.0.3:7443: connect: connection refused"},
 		}
 		for i := range want {
 			if fmt.Sprint(rows[i]) != fmt.Sprint(want[i]) {
@@ -227,7 +229,8 @@ func TestJournalStatusJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &raw); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"leader_id": true, "term": true, "commit_index": true, "applied_index": true, "served_by": true, "members": true, "quorum_id": true}
+	want := map[string]bool{"leader_id": true, "term": true, "commit_index": true, "applied_index": true, "served_by": true, "members": true, "quorum_id": true,
+		"quorum_feature_level": true, "feature_level": true, "below_feature_level": true}
 	if len(raw.Top) != len(want) {
 		t.Errorf("top-level fields %v", keys(raw.Top))
 	}
@@ -236,7 +239,7 @@ func TestJournalStatusJSON(t *testing.T) {
 			t.Errorf("no %q", k)
 		}
 	}
-	wantMember := []string{"journal_id", "state", "voter", "leader", "reachable", "error", "raft_addr", "grpc_addr", "raft_state", "term", "commit_index", "applied_index", "last_contact", "intermediate_serial", "intermediate_not_after", "version", "halted", "lag", "nonvoter_since", "quorum_id", "journal_ca_serial", "journal_ca_not_after", "journal_ca_state", "journal_ca_file_refused"}
+	wantMember := []string{"journal_id", "state", "voter", "leader", "reachable", "error", "raft_addr", "grpc_addr", "raft_state", "term", "commit_index", "applied_index", "last_contact", "intermediate_serial", "intermediate_not_after", "version", "halted", "lag", "nonvoter_since", "quorum_id", "journal_ca_serial", "journal_ca_not_after", "journal_ca_state", "journal_ca_file_refused", "feature_level", "release"}
 	if len(raw.Members[0]) != len(wantMember) {
 		t.Errorf("member fields %v", keys(raw.Members[0]))
 	}

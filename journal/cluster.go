@@ -87,6 +87,11 @@ func (s *adminServer) JournalStatus(ctx context.Context, _ *pactv1.JournalStatus
 		ServedBy:     j.cfg.NodeID,
 		Members:      members,
 		QuorumId:     j.raft.QuorumID(),
+		// What the serving journal's registry records, and who keeps the
+		// level below what this binary speaks.
+		QuorumFeatureLevel: j.raft.QuorumLevel(),
+		FeatureLevel:       raftfsm.FeatureLevel,
+		BelowFeatureLevel:  raftnode.MembersBelow(members, raftfsm.FeatureLevel),
 	}, nil
 }
 

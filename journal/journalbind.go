@@ -9,7 +9,9 @@ import (
 	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal/raftnode"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
 )
 
 // Peers are what Raft records (docs/security.md, "Peers are what Raft
@@ -45,6 +47,14 @@ func (j *Journal) bindJoiningJournal(ctx context.Context, id, addr string, expec
 	}
 	if len(expect) > 0 && !bytes.Equal(expect, jc.Raw) {
 		return nil, fmt.Errorf("%w: journal %s at %s presents journal CA %s, not the one given with --journal-ca: check the address, and which host answers there", errMembership, id, addr, pki.SerialHex(jc.SerialNumber))
+	}
+	if j.raft.QuorumLevel() < 2 {
+		// A quorum still at level 1 (an upgrade from 0.1.0 under way)
+		// cannot record a binding: its journals of the previous release
+		// would stop at the command. The journal's first publish records
+		// its journal CA, as that release does.
+		j.log.Warn("journal added without binding its journal CA: the quorum runs at feature level 1 until every journal is upgraded; its first publish records the journal CA", logkey.Journal, id, logkey.Serial, pki.SerialHex(jc.SerialNumber))
+		return nil, nil
 	}
 	return j.bindJournalCA(ctx, id, jc, "pact journal add "+id+" "+addr)
 }
@@ -99,6 +109,9 @@ func (s *adminServer) RecordJournalCA(ctx context.Context, req *pactv1.RecordJou
 	if err := j.raft.ReadBarrier(ctx); err != nil {
 		return nil, err
 	}
+	if err := j.requireLevel(ctx, 2, "pact journal record-ca"); err != nil {
+		return nil, err
+	}
 	before, hadOne := j.fsm.BoundJournalCA(id)
 	reason := req.GetReason()
 	if reason == "" {
@@ -113,4 +126,20 @@ func (s *adminServer) RecordJournalCA(ctx context.Context, req *pactv1.RecordJou
 		out.Superseded = append(out.Superseded, journalCAView(before))
 	}
 	return out, nil
+}
+
+// requireLevel refuses a feature new at quorum feature level need while
+// the quorum runs below it (docs/upgrade.md), naming the journals still to
+// upgrade: it asks every member which level it speaks (the refusal path
+// only).
+func (j *Journal) requireLevel(ctx context.Context, need uint32, feature string) error {
+	have := j.raft.QuorumLevel()
+	if have >= need {
+		return nil
+	}
+	var below []string
+	if members, err := j.raft.Members(ctx); err == nil {
+		below = raftnode.MembersBelow(members, need)
+	}
+	return &raftfsm.QuorumVersionError{Feature: feature, Need: need, Have: have, Below: below}
 }

@@ -102,6 +102,10 @@ func newMetrics(j *Journal) *metrics {
 				}
 				return 0
 			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pact_journal_feature_level", Help: "The highest quorum feature level this journal's binary speaks (docs/upgrade.md)."},
+			func() float64 { return raftfsm.FeatureLevel }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pact_journal_quorum_feature_level", Help: "The quorum feature level this journal's registry records: below pact_journal_feature_level while a member runs an older release."},
+			func() float64 { return float64(j.raft.QuorumLevel()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pact_journal_intermediate_expiry_seconds", Help: "Seconds until this journal's intermediate expires."},
 			func() float64 { return j.ca.Intermediate().NotAfter.Sub(j.cfg.Clock.Now()).Seconds() }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pact_journal_audit_export_dropped_total", Help: "Audit entries dropped from the JSON-lines export because the writer fell behind."},

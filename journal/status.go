@@ -50,6 +50,7 @@ var reasons = []struct {
 	{raftfsm.ErrKeyInUse, apierr.KeyInUse},
 	{raftfsm.ErrOperatorRevoked, apierr.OperatorRevoked},
 	{raftfsm.ErrNotFound, apierr.NotFound},
+	{raftfsm.ErrQuorumVersion, apierr.QuorumVersion},
 	{ca.ErrInvalidRole, apierr.InvalidArgument},
 	{ca.ErrInvalidLifetime, apierr.InvalidArgument},
 	{errNodeStreaming, apierr.NodeStreaming},

@@ -49,8 +49,7 @@ func TestJournalCABinding(t *testing.T) {
 		{"nor a certificate that is not that journal's journal CA", admin(t0 + 13).RecordJournalCA(&pactv1.JournalCA{JournalId: "j3", Serial: "ca-j3", Der: fresh.GetDer(), NotAfterUnix: fresh.GetNotAfterUnix()}), raftfsm.ErrInvalidCommand, "ca-fresh"},
 	}
 	build := func() (*raftfsm.FSM, []*raftfsm.Result) {
-		f := raftfsm.New()
-		a := &raftfsmtest.Applier{FSM: f}
+		f, a := raftfsmtest.AtFeatureLevel()
 		var out []*raftfsm.Result
 		for _, s := range steps {
 			if s.want == nil {

@@ -67,6 +67,7 @@ var errorCodes = []struct {
 	{ErrKeyInUse, "KEY_IN_USE"},
 	{ErrOperatorRevoked, "OPERATOR_REVOKED"},
 	{ErrNotFound, "NOT_FOUND"},
+	{ErrQuorumVersion, "QUORUM_VERSION"},
 }
 
 // ErrorCode returns the stable code of a rule error, or "" if err is none.

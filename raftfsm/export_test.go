@@ -89,6 +89,8 @@ func DecodeSnapshot(state []byte) (*pactv1.Snapshot, error) {
 			s.Quorum = r.Quorum
 		case *pactv1.SnapshotRecord_JournalCa:
 			s.JournalCas = append(s.JournalCas, r.JournalCa)
+		case *pactv1.SnapshotRecord_QuorumLevel:
+			s.QuorumLevel = r.QuorumLevel
 		}
 		return nil
 	})

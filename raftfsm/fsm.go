@@ -114,6 +114,8 @@ type state struct {
 	revokedNames map[string]*pactv1.OperatorNameRevocation // operator name -> revocation
 	// quorum is the quorum's identity (nil until a leader records one).
 	quorum *pactv1.QuorumIdentity
+	// quorumLevel is the quorum's feature level (nil: level 1; level.go).
+	quorumLevel *pactv1.QuorumLevel
 }
 
 func newState(auditCap int) *state { return newStateSized(auditCap, 0, 0) }
@@ -224,8 +226,11 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	}
 	// Checked for the whole entry before any of it is applied: a batch
 	// stops at its entry, never half applied.
+	reason := levelAboveBinary(cmd, l.Index)
 	if unknown := unknownIn(cmd); unknown != nil {
-		reason := unknownOp(unknown, l.Index)
+		reason = unknownOp(unknown, l.Index)
+	}
+	if reason != "" {
 		f.halted.Store(&reason)
 		f.mu.RLock()
 		h := f.onHalt
@@ -348,6 +353,8 @@ func (f *FSM) applyOne(cmd *pactv1.Command, index uint64) (*Result, Event) {
 		res = a.standbyActivated(op.StandbyActivated)
 	case *pactv1.Command_SetQuorumId:
 		res = a.setQuorumID(op.SetQuorumId)
+	case *pactv1.Command_SetQuorumLevel:
+		res = a.setQuorumLevel(op.SetQuorumLevel)
 	default:
 		panic(fmt.Sprintf("raftfsm: unknown command %T", op))
 	}
@@ -744,7 +751,7 @@ func (a *applier) activate(op *pactv1.ActivateOp) *Result {
 			// Its agent stopped on purpose with the current certificate:
 			// the restart enrolls at once.
 			action, detail = "enroll", "after release of serial "+n.GetCert().GetSerial()
-		} else if why := s.certWithdrawn(n.GetCert(), a.at()); why != "" {
+		} else if why := s.certWithdrawn(n.GetCert(), a.at()); why != "" && a.atLeast(2) {
 			// The registry's own records already refuse its certificate
 			// everywhere: no agent can be holding the node with it, so
 			// there is no stream to protect and no window to wait for.
@@ -925,6 +932,7 @@ func (f *FSM) snapshotLocked() *fsmSnapshot {
 		Journals:      make([]*pactv1.JournalInfo, 0, len(f.st.journals)),
 		JoinTokens:    make([]*pactv1.JoinToken, 0, len(f.st.joinTokens)),
 		Quorum:        f.st.quorum,
+		QuorumLevel:   f.st.quorumLevel,
 		JournalCas:    make([]*pactv1.JournalCA, 0, len(f.st.journalCAs)),
 	}
 	for _, jc := range f.st.journalCAs {

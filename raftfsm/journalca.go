@@ -78,6 +78,9 @@ func sameJournalCAKey(a, b []byte) bool {
 // above). An intermediate the domain root signed (no issuer serial) is a
 // legacy journal's, which no journal bound to a journal CA is any more.
 func (a *applier) recordJournalCA(in *pactv1.Intermediate, jc *pactv1.JournalCA) error {
+	if !a.atLeast(2) {
+		return a.recordJournalCALevel1(in, jc)
+	}
 	issuer := in.GetIssuerSerial()
 	bound, isBound := a.s.boundJournalCA(in.GetJournalId())
 	if issuer == "" {
@@ -123,6 +126,47 @@ func (a *applier) recordJournalCA(in *pactv1.Intermediate, jc *pactv1.JournalCA)
 	return a.putJournalCA(jc, reason)
 }
 
+// recordJournalCALevel1 is recordJournalCA at feature level 1, exactly as
+// release 0.1.0 applies it (its checks, its audit text), so that a quorum
+// mixing both releases during an upgrade keeps one registry: a journal CA
+// is recorded at its first use, with no binding to the journal id.
+func (a *applier) recordJournalCALevel1(in *pactv1.Intermediate, jc *pactv1.JournalCA) error {
+	issuer := in.GetIssuerSerial()
+	if issuer == "" {
+		if jc != nil {
+			return fmt.Errorf("%w: a journal CA given for an intermediate that names no issuer", ErrInvalidCommand)
+		}
+		return nil
+	}
+	old, known := a.s.journalCAs[issuer]
+	if known {
+		if old.GetJournalId() != in.GetJournalId() {
+			return fmt.Errorf("%w: intermediate %s of journal %s names journal CA %s, which is journal %s's", ErrInvalidCommand, in.GetSerial(), in.GetJournalId(), issuer, old.GetJournalId())
+		}
+		if old.GetRevokedAtUnixNano() != 0 {
+			return fmt.Errorf("%w: journal CA %s of journal %s was revoked (%s); this journal needs a new journal CA from the ceremony (docs/ceremony.md)", ErrJournalCARevoked, issuer, old.GetJournalId(), old.GetRevokeReason())
+		}
+		return nil
+	}
+	if jc == nil {
+		return fmt.Errorf("%w: intermediate %s names journal CA %s, which is not recorded and was not given", ErrInvalidCommand, in.GetSerial(), issuer)
+	}
+	if jc.GetSerial() != issuer || len(jc.GetDer()) == 0 || jc.GetJournalId() != in.GetJournalId() || jc.GetNotAfterUnix() == 0 {
+		return fmt.Errorf("%w: journal CA record does not match intermediate %s (serial, certificate, journal or expiry)", ErrInvalidCommand, in.GetSerial())
+	}
+	if jc.GetRevokedAtUnixNano() != 0 || jc.GetRevokedBy() != "" || jc.GetRevokeReason() != "" {
+		return fmt.Errorf("%w: a journal cannot publish a revoked journal CA", ErrInvalidCommand)
+	}
+	if jc.GetNotAfterUnix() < a.at()/1e9 {
+		return fmt.Errorf("%w: journal CA %s of journal %s has expired; this journal needs a new journal CA from the ceremony (docs/ceremony.md)", ErrInvalidCommand, issuer, jc.GetJournalId())
+	}
+	next := proto.Clone(jc).(*pactv1.JournalCA)
+	next.RecordedAtUnixNano = a.at()
+	a.s.journalCAs[issuer] = next
+	a.record("journal-ca-recorded", "", issuer, "journal "+jc.GetJournalId())
+	return nil
+}
+
 // putJournalCA checks a journal CA record and records it as its journal's
 // bound one.
 func (a *applier) putJournalCA(jc *pactv1.JournalCA, reason string) error {
@@ -154,6 +198,12 @@ func (a *applier) putJournalCA(jc *pactv1.JournalCA, reason string) error {
 // word. Recording the bound one again changes nothing; a revoked one is
 // refused; one recorded for another journal is refused.
 func (a *applier) recordJournalCAOp(op *pactv1.RecordJournalCAOp) *Result {
+	if !a.atLeast(2) {
+		// A journal of level 1 does not know this command: the journal
+		// refuses it before proposing; this refuses it deterministically
+		// should one be proposed as the level was read.
+		return fail(&QuorumVersionError{Feature: "recording a journal CA (pact journal record-ca, pact journal add --journal-ca)", Need: 2, Have: a.s.level()})
+	}
 	jc := op.GetJournalCa()
 	if old, ok := a.s.journalCAs[jc.GetSerial()]; ok {
 		switch {
@@ -241,8 +291,9 @@ func (s *state) pruneJournalCAs(nowUnix int64) {
 			continue
 		}
 		// The bound one stays, expired or not: without it the journal id
-		// would be free for any journal CA's first publish.
-		if bound, _ := s.boundJournalCA(jc.GetJournalId()); bound.GetSerial() == k {
+		// would be free for any journal CA's first publish. (Level 1, as
+		// release 0.1.0, drops it.)
+		if bound, _ := s.boundJournalCA(jc.GetJournalId()); s.level() >= 2 && bound.GetSerial() == k {
 			continue
 		}
 		delete(s.journalCAs, k)

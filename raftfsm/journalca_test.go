@@ -20,8 +20,7 @@ import (
 // journal-2 still has a root-signed intermediate, i-0.
 func journalCARegistry(t *testing.T) (*raftfsm.FSM, *raftfsmtest.Applier) {
 	t.Helper()
-	f := raftfsm.New()
-	a := &raftfsmtest.Applier{FSM: f}
+	f, a := raftfsmtest.AtFeatureLevel()
 	mustApply(t, a, at(t0).PublishIntermediate(raftfsmtest.Intermediate("journal-2", "i-0", t0+day)))
 	mustApply(t, a, at(t0).PublishIntermediateUnder(raftfsmtest.Intermediate("journal-1", "i-1", t0+day), raftfsmtest.JournalCA("journal-1", "ca-1", t0+365*day), "ca-1"))
 	mustApply(t, a, at(t0+1).PublishIntermediateUnder(raftfsmtest.Intermediate("journal-1", "i-2", t0+2*day), nil, "ca-1"))

@@ -38,6 +38,8 @@ func (b *stateBuilder) Add(rec *pactv1.SnapshotRecord) {
 		// Always the first record: nothing is lost with the empty state.
 		nodes, seen := snapfile.SizeHint(r.Sizes)
 		b.st = newStateSized(b.auditCap, nodes, seen)
+		// A quorum level record comes before the sizes (format 3).
+		b.st.quorumLevel = st.quorumLevel
 	case *pactv1.SnapshotRecord_Node:
 		st.putNew(r.Node)
 	case *pactv1.SnapshotRecord_Revoked:
@@ -60,6 +62,8 @@ func (b *stateBuilder) Add(rec *pactv1.SnapshotRecord) {
 		st.quorum = r.Quorum
 	case *pactv1.SnapshotRecord_JournalCa:
 		st.journalCAs[r.JournalCa.GetSerial()] = r.JournalCa
+	case *pactv1.SnapshotRecord_QuorumLevel:
+		st.quorumLevel = r.QuorumLevel
 	default:
 		// snapfile's rules know a kind of record this switch does not:
 		// restoring without it would diverge from the journals that have it.

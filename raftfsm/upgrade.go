@@ -55,6 +55,9 @@ var ignorable = map[protoreflect.Name]bool{
 	// The quorum id is checked by the journals, never by another command:
 	// a journal that does not know it loses nothing by skipping it.
 	"set_quorum_id": true,
+	// Apply decides by the quorum's level: a journal that skipped raising
+	// it would go on applying the rules of the level below, and diverge.
+	"set_quorum_level": false,
 	// A batch carries commands none of which may be skipped.
 	"batch": false,
 }

@@ -130,7 +130,7 @@ func TestSnapshotFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.GetDomain() != "site.example" || h.GetFormatVersion() != snapfile.Format || nodes == 0 || len(state) == 0 {
+	if h.GetDomain() != "site.example" || h.GetFormatVersion() != 2 || nodes == 0 || len(state) == 0 {
 		t.Fatalf("header %v, %d nodes", h, nodes)
 	}
 	flipped := bytes.Clone(good)

@@ -140,8 +140,9 @@ func TestTakeoverOfARevokedSerial(t *testing.T) {
 	f := raftfsm.New()
 	old := certUnder("0a", "spki-a", "i-1")
 	restoreNodes(t, f, &pactv1.Snapshot{
-		Nodes:   []*pactv1.Node{node("node-1", pactv1.NodeState_NODE_STATE_ACTIVE, hw1(), old)},
-		Revoked: []*pactv1.RevokedSerial{{Serial: "0a", NotAfterUnix: old.GetNotAfterUnix()}},
+		Nodes:       []*pactv1.Node{node("node-1", pactv1.NodeState_NODE_STATE_ACTIVE, hw1(), old)},
+		Revoked:     []*pactv1.RevokedSerial{{Serial: "0a", NotAfterUnix: old.GetNotAfterUnix()}},
+		QuorumLevel: &pactv1.QuorumLevel{Level: raftfsm.FeatureLevel},
 	})
 	a := &raftfsmtest.Applier{FSM: f}
 	e := applyRecords(t, a, journal.Activate("node-1", hw1(), certUnder("0b", "spki-b", "i-1")), "takeover", "node-1")

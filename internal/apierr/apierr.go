@@ -125,6 +125,11 @@ const (
 	// already, another journal's, or lost in a restart); enroll again from
 	// round one (retryable).
 	TPMChallengeUnknown Reason = "TPM_CHALLENGE_UNKNOWN"
+	// QuorumVersion: the feature asked for is new at a quorum feature
+	// level the quorum has not reached (docs/upgrade.md); the message
+	// names the journals still to upgrade. Not retryable as it is: it
+	// works once every journal runs a release that speaks the level.
+	QuorumVersion Reason = "QUORUM_VERSION"
 )
 
 // Limit names what a RATE_LIMITED refusal is about, so a caller (and the
@@ -184,6 +189,7 @@ var codeOf = map[Reason]codes.Code{
 	TPMAttestationFailed:     codes.PermissionDenied,
 	TPMChallengeExpired:      codes.Aborted,
 	TPMChallengeUnknown:      codes.Aborted,
+	QuorumVersion:            codes.FailedPrecondition,
 }
 
 // Code is the gRPC code a reason travels with.

@@ -26,6 +26,8 @@ const (
 	Index        = "index"
 	Duration     = "duration"
 	SPIFFEID     = "spiffe_id"
+	// FeatureLevel is a quorum feature level (docs/upgrade.md).
+	FeatureLevel = "feature_level"
 	// RootSHA256 is a domain root's fingerprint (pki.CertFingerprint).
 	RootSHA256 = "root_sha256"
 	TPM        = "tpm"

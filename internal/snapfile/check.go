@@ -72,6 +72,8 @@ func CheckState(r io.Reader) (int, error) {
 type rules struct {
 	reg             Registry
 	started, quorum bool
+	// level: the state opened with a quorum level record (format 3).
+	level bool
 	// The live nodes in the order read, and how many identifiers of each
 	// kind they list: a conflict shows as a registry count smaller than
 	// this, and only then does finish look for it node by node.
@@ -101,6 +103,16 @@ func (c *rules) add(rec *pactv1.SnapshotRecord) error {
 }
 
 func (c *rules) check(rec *pactv1.SnapshotRecord) error {
+	if ql, ok := rec.GetRecord().(*pactv1.SnapshotRecord_QuorumLevel); ok {
+		if c.started || c.level {
+			return errors.New("raftfsm: snapshot has a quorum level record after other records")
+		}
+		if ql.QuorumLevel.GetLevel() < 2 {
+			return fmt.Errorf("raftfsm: snapshot has a quorum level record of level %d (level 1 is written as no record)", ql.QuorumLevel.GetLevel())
+		}
+		c.level = true
+		return nil
+	}
 	first := !c.started
 	c.started = true
 	switch r := rec.GetRecord().(type) {

@@ -32,10 +32,12 @@ import (
 // truncated or altered file is refused before anything is written.
 const (
 	snapMagic = "PACTSNAP"
-	// Format is the format this version writes and the newest it
-	// reads: 2, the state as a stream of records (records.go). It
-	// reads format 1 (one Snapshot message) too.
-	Format = 2
+	// Format is the newest format this version writes and reads: 3, the
+	// state as a stream of records (records.go) that opens with the
+	// quorum's feature level. A quorum at level 1 writes format 2 (the
+	// same records, without the level), which the releases before feature
+	// levels read; this version reads format 1 (one Snapshot message) too.
+	Format = 3
 	// maxHeader bounds the header a reader accepts (it is a few hundred
 	// bytes).
 	maxHeader = 64 << 10

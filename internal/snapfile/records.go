@@ -53,14 +53,24 @@ const (
 	recSizes
 	recQuorum
 	recJournalCA
+	recQuorumLevel
 )
 
-// StateFormat says which format state bytes are in.
+// StateFormat says which format state bytes are in: 1, one Snapshot
+// message; 2, a stream of records; 3, a stream of records that opens with
+// the quorum's feature level (a quorum above level 1, docs/upgrade.md),
+// which a release before levels refuses at its first record.
 func StateFormat(state []byte) uint32 {
-	if bytes.HasPrefix(state, []byte(recordsMagic)) {
-		return 2
+	rest, ok := bytes.CutPrefix(state, []byte(recordsMagic))
+	if !ok {
+		return 1
 	}
-	return 1
+	if _, n := binary.Uvarint(rest); n > 0 {
+		if num, typ, m := protowire.ConsumeTag(rest[n:]); m > 0 && num == recQuorumLevel && typ == protowire.BytesType {
+			return 3
+		}
+	}
+	return 2
 }
 
 // WriteState writes s in format 2, in the order s holds its lists: sort
@@ -68,6 +78,11 @@ func StateFormat(state []byte) uint32 {
 func WriteState(w io.Writer, s *pactv1.Snapshot) error {
 	e := &recordEncoder{w: bufio.NewWriterSize(w, 256<<10)}
 	_, e.err = e.w.WriteString(recordsMagic)
+	// First, and only above level 1: a state at level 1 stays readable by
+	// a journal of a release before feature levels (format 2).
+	if ql := s.GetQuorumLevel(); ql.GetLevel() > 1 {
+		e.put(recQuorumLevel, ql)
+	}
 	e.put(recSizes, &pactv1.SnapshotSizes{Nodes: uint64(len(s.GetNodes())), LastSeen: uint64(len(s.GetLastSeen()))})
 	for _, n := range s.GetNodes() {
 		e.put(recNode, n)
@@ -295,6 +310,9 @@ func walkFormat1(data []byte, visit func(*pactv1.SnapshotRecord) error) error {
 		if err == nil {
 			err = visit(r)
 		}
+	}
+	if ql := s.GetQuorumLevel(); ql.GetLevel() > 1 {
+		v(&pactv1.SnapshotRecord{Record: &pactv1.SnapshotRecord_QuorumLevel{QuorumLevel: ql}})
 	}
 	for _, n := range s.GetNodes() {
 		v(&pactv1.SnapshotRecord{Record: &pactv1.SnapshotRecord_Node{Node: n}})

@@ -27,6 +27,7 @@ import (
 	"github.com/pact-hpc/pact/internal/version"
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/ca"
+	"github.com/pact-hpc/pact/raftfsm"
 )
 
 const journalUsage = `pact-journal runs one node of the pact journal: the enrollment registry,
@@ -288,6 +289,8 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 			return ExitBootstrapRefused
 		case errors.Is(err, journal.ErrNoCluster):
 			return 2
+		case errors.Is(err, raftfsm.ErrQuorumVersion):
+			return ExitBinaryTooOld
 		}
 		return 1
 	}
@@ -398,6 +401,10 @@ const (
 	// ExitQuorumAnswers: pact-journal recover refused, because the
 	// survivor's quorum runs on (a majority answers); nothing changed.
 	ExitQuorumAnswers = 5
+	// ExitBinaryTooOld: the journal's registry is at a quorum feature
+	// level its binary does not speak (a downgrade); it needs the release
+	// the message names. Restarting the same binary would refuse again.
+	ExitBinaryTooOld = 6
 )
 
 func isRemoved(j *journal.Journal) bool {

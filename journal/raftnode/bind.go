@@ -9,6 +9,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/pki"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
 )
 
 // ProbeJournalChain asks the journal at addr (its Raft port) for its
@@ -56,9 +57,10 @@ func (n *Node) ProbeJournalChain(ctx context.Context, id, addr string) ([]*x509.
 	defer c.Close()
 	// Say what this is, so the other side answers and closes rather than
 	// wait out its handshake timeout.
+	var reply *pactv1.QuorumHelloReply
 	if tc, ok := c.(*tls.Conn); ok && tc.ConnectionState().NegotiatedProtocol == alpnRaft {
 		_ = tc.SetDeadline(time.Now().Add(2 * time.Second))
-		_, _ = n.dialHello(tc, pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_PROBE)
+		reply, _ = n.dialHello(tc, pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_PROBE)
 	}
 	got, err := pki.IdentityOf(chain[0])
 	if err != nil {
@@ -66,6 +68,19 @@ func (n *Node) ProbeJournalChain(ctx context.Context, id, addr string) ([]*x509.
 	}
 	if got.Name != id {
 		return nil, fmt.Errorf("%w: the journal at %s is %s, not %s; check the id and the address (pact journal add ID RAFT_ADDR)", ErrMembership, addr, got.Name, id)
+	}
+	// A journal whose binary speaks less than the quorum (or less than
+	// every member already does: the leader is about to raise the level)
+	// could not apply the log: it would stop at the first entry it does
+	// not speak. A journal of a release before levels answers no level.
+	theirs := raftfsm.EffectiveLevel(reply.GetFeatureLevel())
+	need := n.QuorumLevel()
+	if m := n.MembersLevel(); m > need {
+		need = m
+	}
+	if theirs < need {
+		return nil, fmt.Errorf("%w: journal %s at %s runs release %s, which speaks quorum feature level %d, and every member of this quorum speaks level %d: install release %s or newer on it, then re-run the add (docs/upgrade.md)",
+			ErrMembership, id, addr, orUnknownRelease(reply.GetRelease()), theirs, need, raftfsm.ReleaseOfLevel(need))
 	}
 	return chain, nil
 }

@@ -75,6 +75,8 @@ type Node struct {
 
 	// logScan is what removalLoop has read of the log (knownJournals).
 	logScan logScan
+	// levels is what the last feature level check saw (level.go).
+	levels levelView
 
 	// batcher groups enrollment activations into one Raft entry (nil
 	// when ActivationBatchMax is 1).
@@ -146,10 +148,14 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		defer n.wg.Done()
 		n.reads.watch(n.stop)
 	}()
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
 		n.quorumLoop()
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.levelLoop()
 	}()
 	if n.batcher != nil {
 		n.wg.Add(1)
@@ -336,6 +342,13 @@ func (n *Node) startRaft(ctx context.Context) error {
 	if err != nil {
 		closeStore()
 		return fmt.Errorf("journal: start raft: %w", err)
+	}
+	if err := n.fsm.CheckStart(); err != nil {
+		// A downgrade: the snapshot it restored is of a quorum at a level
+		// this binary does not speak.
+		_ = r.Shutdown().Error()
+		closeStore()
+		return err
 	}
 	n.raft = r
 	n.raftStarted.Store(r)

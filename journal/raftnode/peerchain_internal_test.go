@@ -272,8 +272,8 @@ func TestPeersAreWhatRaftRecords(t *testing.T) {
 	published2 := jcaA2.Intermediate("j2", names)
 	oldInter4 := jcaOld4.Intermediate("j4", names)
 
-	fsm := raftfsm.New()
-	ap := &raftfsmtest.Applier{FSM: fsm}
+	// A quorum of this release: the binding rules are those of its level.
+	fsm, ap := raftfsmtest.AtFeatureLevel()
 	publish(t, ap, "j2", published2.Cert, jcaA2.Cert, time.Time{})
 	publish(t, ap, "j4", oldInter4.Cert, jcaOld4.Cert, time.Time{})
 	p := raftfsmtest.Proposer{Actor: "admin/alice", AtUnixNano: time.Now().UnixNano()}

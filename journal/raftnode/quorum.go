@@ -75,12 +75,13 @@ const (
 	refusedBootstrapping  = "bootstrapping"
 	refusedByPeer         = "refused_by_peer"
 	refusedCertificate    = "bad_certificate"
+	refusedFeatureLevel   = "feature_level"
 )
 
 // PeerRefusalReasons are the reason label values of
 // pact_journal_peer_refused_total, every one exported from the start (like
 // auth.HandshakeReasons).
-var PeerRefusalReasons = []string{refusedQuorumMismatch, refusedNotMember, refusedIntermediate, refusedNotBound, refusedNoQuorumID, refusedUnpublished, refusedRevoked, refusedBootstrapping, refusedByPeer, refusedCertificate}
+var PeerRefusalReasons = []string{refusedQuorumMismatch, refusedNotMember, refusedIntermediate, refusedNotBound, refusedNoQuorumID, refusedUnpublished, refusedRevoked, refusedBootstrapping, refusedByPeer, refusedCertificate, refusedFeatureLevel}
 
 // PeerRefusal is a journal peer refused for a reason
 // pact_journal_peer_refused_total counts.
@@ -213,7 +214,8 @@ func (q *quorumIdentity) set(id string) error {
 func (q *quorumIdentity) reply(journalID string) *pactv1.QuorumHelloReply {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return &pactv1.QuorumHelloReply{QuorumId: q.id, HasState: q.hasState, BootstrapCandidate: q.candidate, FormedWith: q.formedWith, JournalId: journalID}
+	return &pactv1.QuorumHelloReply{QuorumId: q.id, HasState: q.hasState, BootstrapCandidate: q.candidate, FormedWith: q.formedWith, JournalId: journalID,
+		FeatureLevel: raftfsm.FeatureLevel, Release: release()}
 }
 
 // startBootstrap marks a founding journal as bootstrapping and makes its
@@ -353,6 +355,7 @@ func (n *Node) admitRaftConn(tc *tls.Conn) error {
 		// quorum now. An empty journal that probes it must be refused.
 		reply.HasState = true
 	}
+	reply.QuorumFeatureLevel = n.QuorumLevel()
 	if hello.GetKind() == pactv1.QuorumHelloKind_QUORUM_HELLO_KIND_PROBE {
 		_ = writeHello(tc, reply)
 		return errProbeAnswered
@@ -360,6 +363,9 @@ func (n *Node) admitRaftConn(tc *tls.Conn) error {
 	// Answered to any journal of the domain above (a probe reads what is
 	// public); Raft itself only to what Raft's records admit.
 	err := n.requireQuorumID(peerID, hello.GetQuorumId())
+	if err == nil {
+		err = n.checkPeerLevel(peerID, hello.GetFeatureLevel(), hello.GetRelease())
+	}
 	if err == nil {
 		_, err = n.checkPeerRecords(cs.PeerCertificates, n.cfg.Clock.Now())
 	}
@@ -473,7 +479,7 @@ func (n *Node) dialHello(c *tls.Conn, kind pactv1.QuorumHelloKind) (*pactv1.Quor
 		}
 		return &pactv1.QuorumHelloReply{JournalId: peerJournalID(cs), HasState: true}, nil
 	}
-	if err := writeHello(c, &pactv1.QuorumHello{QuorumId: own, Kind: kind}); err != nil {
+	if err := writeHello(c, &pactv1.QuorumHello{QuorumId: own, Kind: kind, FeatureLevel: raftfsm.FeatureLevel, Release: release()}); err != nil {
 		return nil, err
 	}
 	var reply pactv1.QuorumHelloReply
@@ -494,6 +500,10 @@ func (n *Node) dialHello(c *tls.Conn, kind pactv1.QuorumHelloKind) (*pactv1.Quor
 	}
 	if !n.isMember(peerJournalID(cs)) {
 		return nil, refusal(refusedNotMember, "journal %s is not a member of this quorum", peerJournalID(cs))
+	}
+	// A journal of a release before levels advertises none: level 1.
+	if err := n.checkPeerLevel(peerJournalID(cs), reply.GetFeatureLevel(), reply.GetRelease()); err != nil {
+		return nil, err
 	}
 	return &reply, nil
 }

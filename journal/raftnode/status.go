@@ -13,6 +13,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/version"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
 )
 
 // MemberStatus is this journal's own view of the quorum, as it answers a
@@ -50,6 +51,9 @@ func (n *Node) MemberStatus() *pactv1.MemberStatusResponse {
 		LastContactUnixNano: lcNano,
 		Version:             version.Get().String(),
 		QuorumId:            n.quorum.get(),
+		FeatureLevel:        raftfsm.FeatureLevel,
+		Release:             release(),
+		QuorumFeatureLevel:  n.QuorumLevel(),
 	}
 	if n.cfg.DescribeSelf != nil {
 		n.cfg.DescribeSelf(st)
@@ -103,6 +107,7 @@ func (n *Node) Members(ctx context.Context) ([]*pactv1.JournalMember, error) {
 			m.Version, m.Halted = st.GetVersion(), st.GetHalted()
 			m.QuorumId = st.GetQuorumId()
 			m.JournalCaSerial, m.JournalCaFileRefused = st.GetJournalCaSerial(), st.GetJournalCaFileRefused()
+			m.FeatureLevel, m.Release = st.GetFeatureLevel(), st.GetRelease()
 			if c := n.raft.CommitIndex(); c > m.AppliedIndex {
 				m.Lag = c - m.AppliedIndex
 			}

@@ -350,6 +350,27 @@ func journalCARecord(journalID, serial string, notAfterUnix int64, key *ecdsa.Pr
 	return &pactv1.JournalCA{JournalId: journalID, Serial: serial, NotAfterUnix: notAfterUnix, Der: der}
 }
 
+// SetQuorumLevel returns the command a leader proposes to raise the
+// quorum's feature level.
+func (p Proposer) SetQuorumLevel(level uint32) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_SetQuorumLevel{SetQuorumLevel: &pactv1.SetQuorumLevelOp{Level: level, Release: raftfsm.ReleaseOfLevel(level)}}
+	return c
+}
+
+// AtFeatureLevel returns an empty FSM whose quorum runs at this binary's
+// feature level (raised by log entry 1, as a leader does once every
+// member speaks it), and an Applier for it: the registry's rules as a
+// quorum of this release applies them.
+func AtFeatureLevel() (*raftfsm.FSM, *Applier) {
+	f := raftfsm.New()
+	a := &Applier{FSM: f}
+	if res := a.Apply(Proposer{Actor: "journal/j1", AtUnixNano: 1}.SetQuorumLevel(raftfsm.FeatureLevel)); res.Err != nil {
+		panic(fmt.Sprintf("raftfsmtest: raise the feature level: %v", res.Err))
+	}
+	return f, a
+}
+
 // Applier feeds commands to an FSM through raft.FSM.Apply, at consecutive
 // log indexes as Raft would.
 type Applier struct {

@@ -1226,8 +1226,13 @@ type JournalMember struct {
 	// at its last re-key (it went on signing under journal_ca_serial); empty
 	// when none was refused.
 	JournalCaFileRefused string `protobuf:"bytes,126,opt,name=journal_ca_file_refused,json=journalCaFileRefused,proto3" json:"journal_ca_file_refused,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The highest quorum feature level the member's binary speaks, as it
+	// reports it (0: unreachable, or a release before feature levels, which
+	// speaks level 1), and its release ("" likewise).
+	FeatureLevel  uint32 `protobuf:"varint,127,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	Release       string `protobuf:"bytes,128,opt,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JournalMember) Reset() {
@@ -1407,6 +1412,20 @@ func (x *JournalMember) GetJournalCaFileRefused() string {
 	return ""
 }
 
+func (x *JournalMember) GetFeatureLevel() uint32 {
+	if x != nil {
+		return x.FeatureLevel
+	}
+	return 0
+}
+
+func (x *JournalMember) GetRelease() string {
+	if x != nil {
+		return x.Release
+	}
+	return ""
+}
+
 type JournalStatusResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	LeaderId     string                 `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
@@ -1416,9 +1435,17 @@ type JournalStatusResponse struct {
 	ServedBy     string                 `protobuf:"bytes,5,opt,name=served_by,json=servedBy,proto3" json:"served_by,omitempty"`
 	Members      []*JournalMember       `protobuf:"bytes,6,rep,name=members,proto3" json:"members,omitempty"`
 	// The quorum's identity as the serving journal knows it.
-	QuorumId      string `protobuf:"bytes,7,opt,name=quorum_id,json=quorumId,proto3" json:"quorum_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	QuorumId string `protobuf:"bytes,7,opt,name=quorum_id,json=quorumId,proto3" json:"quorum_id,omitempty"`
+	// The quorum's feature level as the serving journal's registry records
+	// it (1 until every member runs a release that speaks 2), and the
+	// highest level the serving journal's binary speaks.
+	QuorumFeatureLevel uint32 `protobuf:"varint,8,opt,name=quorum_feature_level,json=quorumFeatureLevel,proto3" json:"quorum_feature_level,omitempty"`
+	FeatureLevel       uint32 `protobuf:"varint,9,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	// The members whose binaries speak less than the serving journal's:
+	// the journals still to upgrade before the level can rise.
+	BelowFeatureLevel []string `protobuf:"bytes,10,rep,name=below_feature_level,json=belowFeatureLevel,proto3" json:"below_feature_level,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *JournalStatusResponse) Reset() {
@@ -1498,6 +1525,27 @@ func (x *JournalStatusResponse) GetQuorumId() string {
 		return x.QuorumId
 	}
 	return ""
+}
+
+func (x *JournalStatusResponse) GetQuorumFeatureLevel() uint32 {
+	if x != nil {
+		return x.QuorumFeatureLevel
+	}
+	return 0
+}
+
+func (x *JournalStatusResponse) GetFeatureLevel() uint32 {
+	if x != nil {
+		return x.FeatureLevel
+	}
+	return 0
+}
+
+func (x *JournalStatusResponse) GetBelowFeatureLevel() []string {
+	if x != nil {
+		return x.BelowFeatureLevel
+	}
+	return nil
 }
 
 type AddJournalRequest struct {
@@ -3589,7 +3637,7 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\rR\x05limit\"B\n" +
 	"\x11ListAuditResponse\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.pact.v1.AuditEntryR\aentries\"\x16\n" +
-	"\x14JournalStatusRequest\"\xe8\x05\n" +
+	"\x14JournalStatusRequest\"\xa8\x06\n" +
 	"\rJournalMember\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x1b\n" +
@@ -3614,7 +3662,9 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\aversion\x18\xc8\x01 \x01(\tR\aversion\x12\x1b\n" +
 	"\tquorum_id\x18| \x01(\tR\bquorumId\x12*\n" +
 	"\x11journal_ca_serial\x18} \x01(\tR\x0fjournalCaSerial\x125\n" +
-	"\x17journal_ca_file_refused\x18~ \x01(\tR\x14journalCaFileRefused\"\xfc\x01\n" +
+	"\x17journal_ca_file_refused\x18~ \x01(\tR\x14journalCaFileRefused\x12#\n" +
+	"\rfeature_level\x18\x7f \x01(\rR\ffeatureLevel\x12\x19\n" +
+	"\arelease\x18\x80\x01 \x01(\tR\arelease\"\x83\x03\n" +
 	"\x15JournalStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12!\n" +
@@ -3622,7 +3672,11 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12\x1b\n" +
 	"\tserved_by\x18\x05 \x01(\tR\bservedBy\x120\n" +
 	"\amembers\x18\x06 \x03(\v2\x16.pact.v1.JournalMemberR\amembers\x12\x1b\n" +
-	"\tquorum_id\x18\a \x01(\tR\bquorumId\"\x98\x01\n" +
+	"\tquorum_id\x18\a \x01(\tR\bquorumId\x120\n" +
+	"\x14quorum_feature_level\x18\b \x01(\rR\x12quorumFeatureLevel\x12#\n" +
+	"\rfeature_level\x18\t \x01(\rR\ffeatureLevel\x12.\n" +
+	"\x13below_feature_level\x18\n" +
+	" \x03(\tR\x11belowFeatureLevel\"\x98\x01\n" +
 	"\x11AddJournalRequest\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x1b\n" +

@@ -347,8 +347,14 @@ type MemberStatusResponse struct {
 	// it had (journal_ca_serial). Empty when the file was taken or holds the
 	// journal CA in use.
 	JournalCaFileRefused string `protobuf:"bytes,212,opt,name=journal_ca_file_refused,json=journalCaFileRefused,proto3" json:"journal_ca_file_refused,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The highest quorum feature level this journal's binary speaks (0: a
+	// release before feature levels, which is level 1), its release, and
+	// the level its registry says the quorum runs at (docs/upgrade.md).
+	FeatureLevel       uint32 `protobuf:"varint,213,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	Release            string `protobuf:"bytes,214,opt,name=release,proto3" json:"release,omitempty"`
+	QuorumFeatureLevel uint32 `protobuf:"varint,215,opt,name=quorum_feature_level,json=quorumFeatureLevel,proto3" json:"quorum_feature_level,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *MemberStatusResponse) Reset() {
@@ -493,6 +499,27 @@ func (x *MemberStatusResponse) GetJournalCaFileRefused() string {
 	return ""
 }
 
+func (x *MemberStatusResponse) GetFeatureLevel() uint32 {
+	if x != nil {
+		return x.FeatureLevel
+	}
+	return 0
+}
+
+func (x *MemberStatusResponse) GetRelease() string {
+	if x != nil {
+		return x.Release
+	}
+	return ""
+}
+
+func (x *MemberStatusResponse) GetQuorumFeatureLevel() uint32 {
+	if x != nil {
+		return x.QuorumFeatureLevel
+	}
+	return 0
+}
+
 // QuorumHello opens every Raft connection between journals, after the TLS
 // handshake (ALPN pact-raft/2): the dialer says which quorum it belongs to
 // and what it wants. Sent as a 4-byte big-endian length and the message.
@@ -502,7 +529,11 @@ type QuorumHello struct {
 	QuorumId string `protobuf:"bytes,1,opt,name=quorum_id,json=quorumId,proto3" json:"quorum_id,omitempty"`
 	// RAFT: the connection carries Raft; PROBE: one reply, then the
 	// connection closes (an empty journal asking before it bootstraps).
-	Kind          QuorumHelloKind `protobuf:"varint,2,opt,name=kind,proto3,enum=pact.v1.QuorumHelloKind" json:"kind,omitempty"`
+	Kind QuorumHelloKind `protobuf:"varint,2,opt,name=kind,proto3,enum=pact.v1.QuorumHelloKind" json:"kind,omitempty"`
+	// The highest quorum feature level the sender's binary speaks, and its
+	// release (0 and "": a release before feature levels).
+	FeatureLevel  uint32 `protobuf:"varint,3,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	Release       string `protobuf:"bytes,4,opt,name=release,proto3" json:"release,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -551,6 +582,20 @@ func (x *QuorumHello) GetKind() QuorumHelloKind {
 	return QuorumHelloKind_QUORUM_HELLO_KIND_UNSPECIFIED
 }
 
+func (x *QuorumHello) GetFeatureLevel() uint32 {
+	if x != nil {
+		return x.FeatureLevel
+	}
+	return 0
+}
+
+func (x *QuorumHello) GetRelease() string {
+	if x != nil {
+		return x.Release
+	}
+	return ""
+}
+
 // QuorumHelloReply answers a QuorumHello.
 type QuorumHelloReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -567,10 +612,15 @@ type QuorumHelloReply struct {
 	BootstrapCandidate string `protobuf:"bytes,5,opt,name=bootstrap_candidate,json=bootstrapCandidate,proto3" json:"bootstrap_candidate,omitempty"`
 	// For a journal that bootstrapped from --initial-cluster: every member's
 	// candidate it formed the quorum with (journal id -> candidate).
-	FormedWith    map[string]string `protobuf:"bytes,6,rep,name=formed_with,json=formedWith,proto3" json:"formed_with,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	JournalId     string            `protobuf:"bytes,7,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FormedWith map[string]string `protobuf:"bytes,6,rep,name=formed_with,json=formedWith,proto3" json:"formed_with,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	JournalId  string            `protobuf:"bytes,7,opt,name=journal_id,json=journalId,proto3" json:"journal_id,omitempty"`
+	// The answering journal's binary: the highest feature level it speaks
+	// and its release; and the level its quorum recorded (0: none yet).
+	FeatureLevel       uint32 `protobuf:"varint,8,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	Release            string `protobuf:"bytes,9,opt,name=release,proto3" json:"release,omitempty"`
+	QuorumFeatureLevel uint32 `protobuf:"varint,10,opt,name=quorum_feature_level,json=quorumFeatureLevel,proto3" json:"quorum_feature_level,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *QuorumHelloReply) Reset() {
@@ -652,6 +702,27 @@ func (x *QuorumHelloReply) GetJournalId() string {
 	return ""
 }
 
+func (x *QuorumHelloReply) GetFeatureLevel() uint32 {
+	if x != nil {
+		return x.FeatureLevel
+	}
+	return 0
+}
+
+func (x *QuorumHelloReply) GetRelease() string {
+	if x != nil {
+		return x.Release
+	}
+	return ""
+}
+
+func (x *QuorumHelloReply) GetQuorumFeatureLevel() uint32 {
+	if x != nil {
+		return x.QuorumFeatureLevel
+	}
+	return 0
+}
+
 var File_pact_v1_peer_proto protoreflect.FileDescriptor
 
 const file_pact_v1_peer_proto_rawDesc = "" +
@@ -672,7 +743,7 @@ const file_pact_v1_peer_proto_rawDesc = "" +
 	"\x10ReadIndexRequest\"6\n" +
 	"\x11ReadIndexResponse\x12!\n" +
 	"\fcommit_index\x18\x01 \x01(\x04R\vcommitIndex\"\x15\n" +
-	"\x13MemberStatusRequest\"\xde\x04\n" +
+	"\x13MemberStatusRequest\"\xd2\x05\n" +
 	"\x14MemberStatusResponse\x12\x1d\n" +
 	"\n" +
 	"journal_id\x18\x01 \x01(\tR\tjournalId\x12\x1d\n" +
@@ -691,10 +762,15 @@ const file_pact_v1_peer_proto_rawDesc = "" +
 	"\aversion\x18\xc8\x01 \x01(\tR\aversion\x12\x1c\n" +
 	"\tquorum_id\x18\xd2\x01 \x01(\tR\bquorumId\x12+\n" +
 	"\x11journal_ca_serial\x18\xd3\x01 \x01(\tR\x0fjournalCaSerial\x126\n" +
-	"\x17journal_ca_file_refused\x18\xd4\x01 \x01(\tR\x14journalCaFileRefused\"X\n" +
+	"\x17journal_ca_file_refused\x18\xd4\x01 \x01(\tR\x14journalCaFileRefused\x12$\n" +
+	"\rfeature_level\x18\xd5\x01 \x01(\rR\ffeatureLevel\x12\x19\n" +
+	"\arelease\x18\xd6\x01 \x01(\tR\arelease\x121\n" +
+	"\x14quorum_feature_level\x18\xd7\x01 \x01(\rR\x12quorumFeatureLevel\"\x97\x01\n" +
 	"\vQuorumHello\x12\x1b\n" +
 	"\tquorum_id\x18\x01 \x01(\tR\bquorumId\x12,\n" +
-	"\x04kind\x18\x02 \x01(\x0e2\x18.pact.v1.QuorumHelloKindR\x04kind\"\xe8\x02\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x18.pact.v1.QuorumHelloKindR\x04kind\x12#\n" +
+	"\rfeature_level\x18\x03 \x01(\rR\ffeatureLevel\x12\x18\n" +
+	"\arelease\x18\x04 \x01(\tR\arelease\"\xd9\x03\n" +
 	"\x10QuorumHelloReply\x12\x18\n" +
 	"\arefused\x18\x01 \x01(\tR\arefused\x12%\n" +
 	"\x0erefused_reason\x18\x02 \x01(\tR\rrefusedReason\x12\x1b\n" +
@@ -704,7 +780,11 @@ const file_pact_v1_peer_proto_rawDesc = "" +
 	"\vformed_with\x18\x06 \x03(\v2).pact.v1.QuorumHelloReply.FormedWithEntryR\n" +
 	"formedWith\x12\x1d\n" +
 	"\n" +
-	"journal_id\x18\a \x01(\tR\tjournalId\x1a=\n" +
+	"journal_id\x18\a \x01(\tR\tjournalId\x12#\n" +
+	"\rfeature_level\x18\b \x01(\rR\ffeatureLevel\x12\x18\n" +
+	"\arelease\x18\t \x01(\tR\arelease\x120\n" +
+	"\x14quorum_feature_level\x18\n" +
+	" \x01(\rR\x12quorumFeatureLevel\x1a=\n" +
 	"\x0fFormedWithEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*m\n" +

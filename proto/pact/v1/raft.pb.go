@@ -152,6 +152,7 @@ type Command struct {
 	//	*Command_StandbyIssued
 	//	*Command_StandbyActivated
 	//	*Command_SetQuorumId
+	//	*Command_SetQuorumLevel
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -443,6 +444,15 @@ func (x *Command) GetSetQuorumId() *SetQuorumIdOp {
 	return nil
 }
 
+func (x *Command) GetSetQuorumLevel() *SetQuorumLevelOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetQuorumLevel); ok {
+			return x.SetQuorumLevel
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -539,6 +549,10 @@ type Command_SetQuorumId struct {
 	SetQuorumId *SetQuorumIdOp `protobuf:"bytes,210,opt,name=set_quorum_id,json=setQuorumId,proto3,oneof"`
 }
 
+type Command_SetQuorumLevel struct {
+	SetQuorumLevel *SetQuorumLevelOp `protobuf:"bytes,211,opt,name=set_quorum_level,json=setQuorumLevel,proto3,oneof"`
+}
+
 func (*Command_RegisterNode) isCommand_Op() {}
 
 func (*Command_Activate) isCommand_Op() {}
@@ -585,6 +599,139 @@ func (*Command_StandbyActivated) isCommand_Op() {}
 
 func (*Command_SetQuorumId) isCommand_Op() {}
 
+func (*Command_SetQuorumLevel) isCommand_Op() {}
+
+// SetQuorumLevelOp raises the quorum's feature level (docs/upgrade.md): the
+// level of the Raft commands, snapshot format and certificate layout every
+// member speaks. The leader proposes it once every voter and non-voter
+// advertises at least level; it never lowers the level. A journal whose
+// binary speaks less than level stops applying the log at this entry.
+type SetQuorumLevelOp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Level uint32                 `protobuf:"varint,1,opt,name=level,proto3" json:"level,omitempty"`
+	// The lowest release among the members when it was raised (the release
+	// a journal needs at least to join this quorum), e.g. "0.2.0".
+	Release string `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"`
+	// Each member's journal id and the level it advertised.
+	Members       map[string]uint32 `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetQuorumLevelOp) Reset() {
+	*x = SetQuorumLevelOp{}
+	mi := &file_pact_v1_raft_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetQuorumLevelOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetQuorumLevelOp) ProtoMessage() {}
+
+func (x *SetQuorumLevelOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetQuorumLevelOp.ProtoReflect.Descriptor instead.
+func (*SetQuorumLevelOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SetQuorumLevelOp) GetLevel() uint32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *SetQuorumLevelOp) GetRelease() string {
+	if x != nil {
+		return x.Release
+	}
+	return ""
+}
+
+func (x *SetQuorumLevelOp) GetMembers() map[string]uint32 {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+// QuorumLevel is the quorum's recorded feature level as a snapshot carries
+// it. Absent: level 1, the level of a release that advertises none.
+type QuorumLevel struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Level   uint32                 `protobuf:"varint,1,opt,name=level,proto3" json:"level,omitempty"`
+	Release string                 `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"`
+	// The Raft index at which it was raised.
+	SetAtIndex    uint64 `protobuf:"varint,3,opt,name=set_at_index,json=setAtIndex,proto3" json:"set_at_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuorumLevel) Reset() {
+	*x = QuorumLevel{}
+	mi := &file_pact_v1_raft_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuorumLevel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuorumLevel) ProtoMessage() {}
+
+func (x *QuorumLevel) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_raft_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuorumLevel.ProtoReflect.Descriptor instead.
+func (*QuorumLevel) Descriptor() ([]byte, []int) {
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *QuorumLevel) GetLevel() uint32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *QuorumLevel) GetRelease() string {
+	if x != nil {
+		return x.Release
+	}
+	return ""
+}
+
+func (x *QuorumLevel) GetSetAtIndex() uint64 {
+	if x != nil {
+		return x.SetAtIndex
+	}
+	return 0
+}
+
 // SetQuorumIdOp records the quorum's identity in the replicated state. A
 // leader proposes it once its own quorum id (from its stable store) and
 // the state's differ: after bootstrap, an upgrade from a version without
@@ -604,7 +751,7 @@ type SetQuorumIdOp struct {
 
 func (x *SetQuorumIdOp) Reset() {
 	*x = SetQuorumIdOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[1]
+	mi := &file_pact_v1_raft_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +763,7 @@ func (x *SetQuorumIdOp) String() string {
 func (*SetQuorumIdOp) ProtoMessage() {}
 
 func (x *SetQuorumIdOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[1]
+	mi := &file_pact_v1_raft_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +776,7 @@ func (x *SetQuorumIdOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetQuorumIdOp.ProtoReflect.Descriptor instead.
 func (*SetQuorumIdOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{1}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SetQuorumIdOp) GetQuorumId() string {
@@ -666,7 +813,7 @@ type QuorumIdentity struct {
 
 func (x *QuorumIdentity) Reset() {
 	*x = QuorumIdentity{}
-	mi := &file_pact_v1_raft_proto_msgTypes[2]
+	mi := &file_pact_v1_raft_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +825,7 @@ func (x *QuorumIdentity) String() string {
 func (*QuorumIdentity) ProtoMessage() {}
 
 func (x *QuorumIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[2]
+	mi := &file_pact_v1_raft_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +838,7 @@ func (x *QuorumIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuorumIdentity.ProtoReflect.Descriptor instead.
 func (*QuorumIdentity) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{2}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *QuorumIdentity) GetQuorumId() string {
@@ -728,7 +875,7 @@ type RegisterNodeOp struct {
 
 func (x *RegisterNodeOp) Reset() {
 	*x = RegisterNodeOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[3]
+	mi := &file_pact_v1_raft_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +887,7 @@ func (x *RegisterNodeOp) String() string {
 func (*RegisterNodeOp) ProtoMessage() {}
 
 func (x *RegisterNodeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[3]
+	mi := &file_pact_v1_raft_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +900,7 @@ func (x *RegisterNodeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeOp.ProtoReflect.Descriptor instead.
 func (*RegisterNodeOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{3}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RegisterNodeOp) GetNodeId() string {
@@ -812,7 +959,7 @@ type ActivateOp struct {
 
 func (x *ActivateOp) Reset() {
 	*x = ActivateOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[4]
+	mi := &file_pact_v1_raft_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +971,7 @@ func (x *ActivateOp) String() string {
 func (*ActivateOp) ProtoMessage() {}
 
 func (x *ActivateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[4]
+	mi := &file_pact_v1_raft_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +984,7 @@ func (x *ActivateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateOp.ProtoReflect.Descriptor instead.
 func (*ActivateOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{4}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ActivateOp) GetNodeId() string {
@@ -891,7 +1038,7 @@ type BatchOp struct {
 
 func (x *BatchOp) Reset() {
 	*x = BatchOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[5]
+	mi := &file_pact_v1_raft_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1050,7 @@ func (x *BatchOp) String() string {
 func (*BatchOp) ProtoMessage() {}
 
 func (x *BatchOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[5]
+	mi := &file_pact_v1_raft_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1063,7 @@ func (x *BatchOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchOp.ProtoReflect.Descriptor instead.
 func (*BatchOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{5}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BatchOp) GetCommands() []*Command {
@@ -940,7 +1087,7 @@ type PresentedCredentials struct {
 
 func (x *PresentedCredentials) Reset() {
 	*x = PresentedCredentials{}
-	mi := &file_pact_v1_raft_proto_msgTypes[6]
+	mi := &file_pact_v1_raft_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1099,7 @@ func (x *PresentedCredentials) String() string {
 func (*PresentedCredentials) ProtoMessage() {}
 
 func (x *PresentedCredentials) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[6]
+	mi := &file_pact_v1_raft_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1112,7 @@ func (x *PresentedCredentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresentedCredentials.ProtoReflect.Descriptor instead.
 func (*PresentedCredentials) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{6}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PresentedCredentials) GetJoinTokenSha256() string {
@@ -986,7 +1133,7 @@ type CreateJoinTokenOp struct {
 
 func (x *CreateJoinTokenOp) Reset() {
 	*x = CreateJoinTokenOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[7]
+	mi := &file_pact_v1_raft_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1145,7 @@ func (x *CreateJoinTokenOp) String() string {
 func (*CreateJoinTokenOp) ProtoMessage() {}
 
 func (x *CreateJoinTokenOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[7]
+	mi := &file_pact_v1_raft_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1158,7 @@ func (x *CreateJoinTokenOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenOp.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{7}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateJoinTokenOp) GetToken() *JoinToken {
@@ -1033,7 +1180,7 @@ type RevokeJoinTokensOp struct {
 
 func (x *RevokeJoinTokensOp) Reset() {
 	*x = RevokeJoinTokensOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[8]
+	mi := &file_pact_v1_raft_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1192,7 @@ func (x *RevokeJoinTokensOp) String() string {
 func (*RevokeJoinTokensOp) ProtoMessage() {}
 
 func (x *RevokeJoinTokensOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[8]
+	mi := &file_pact_v1_raft_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1205,7 @@ func (x *RevokeJoinTokensOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeJoinTokensOp.ProtoReflect.Descriptor instead.
 func (*RevokeJoinTokensOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{8}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RevokeJoinTokensOp) GetNodeId() string {
@@ -1088,7 +1235,7 @@ type FenceOp struct {
 
 func (x *FenceOp) Reset() {
 	*x = FenceOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[9]
+	mi := &file_pact_v1_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1247,7 @@ func (x *FenceOp) String() string {
 func (*FenceOp) ProtoMessage() {}
 
 func (x *FenceOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[9]
+	mi := &file_pact_v1_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1260,7 @@ func (x *FenceOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceOp.ProtoReflect.Descriptor instead.
 func (*FenceOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{9}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FenceOp) GetNodeId() string {
@@ -1148,7 +1295,7 @@ type RenewOp struct {
 
 func (x *RenewOp) Reset() {
 	*x = RenewOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[10]
+	mi := &file_pact_v1_raft_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1307,7 @@ func (x *RenewOp) String() string {
 func (*RenewOp) ProtoMessage() {}
 
 func (x *RenewOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[10]
+	mi := &file_pact_v1_raft_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1320,7 @@ func (x *RenewOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewOp.ProtoReflect.Descriptor instead.
 func (*RenewOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{10}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RenewOp) GetNodeId() string {
@@ -1211,7 +1358,7 @@ type PublishIntermediateOp struct {
 
 func (x *PublishIntermediateOp) Reset() {
 	*x = PublishIntermediateOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[11]
+	mi := &file_pact_v1_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1223,7 +1370,7 @@ func (x *PublishIntermediateOp) String() string {
 func (*PublishIntermediateOp) ProtoMessage() {}
 
 func (x *PublishIntermediateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[11]
+	mi := &file_pact_v1_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1236,7 +1383,7 @@ func (x *PublishIntermediateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishIntermediateOp.ProtoReflect.Descriptor instead.
 func (*PublishIntermediateOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{11}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PublishIntermediateOp) GetIntermediate() *Intermediate {
@@ -1273,7 +1420,7 @@ type RevokeJournalCAOp struct {
 
 func (x *RevokeJournalCAOp) Reset() {
 	*x = RevokeJournalCAOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[12]
+	mi := &file_pact_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1432,7 @@ func (x *RevokeJournalCAOp) String() string {
 func (*RevokeJournalCAOp) ProtoMessage() {}
 
 func (x *RevokeJournalCAOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[12]
+	mi := &file_pact_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1445,7 @@ func (x *RevokeJournalCAOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeJournalCAOp.ProtoReflect.Descriptor instead.
 func (*RevokeJournalCAOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{12}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RevokeJournalCAOp) GetSerials() []string {
@@ -1331,7 +1478,7 @@ type RecordJournalCAOp struct {
 
 func (x *RecordJournalCAOp) Reset() {
 	*x = RecordJournalCAOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[13]
+	mi := &file_pact_v1_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1490,7 @@ func (x *RecordJournalCAOp) String() string {
 func (*RecordJournalCAOp) ProtoMessage() {}
 
 func (x *RecordJournalCAOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[13]
+	mi := &file_pact_v1_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1503,7 @@ func (x *RecordJournalCAOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordJournalCAOp.ProtoReflect.Descriptor instead.
 func (*RecordJournalCAOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{13}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RecordJournalCAOp) GetJournalCa() *JournalCA {
@@ -1384,7 +1531,7 @@ type DecommissionOp struct {
 
 func (x *DecommissionOp) Reset() {
 	*x = DecommissionOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[14]
+	mi := &file_pact_v1_raft_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1543,7 @@ func (x *DecommissionOp) String() string {
 func (*DecommissionOp) ProtoMessage() {}
 
 func (x *DecommissionOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[14]
+	mi := &file_pact_v1_raft_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1556,7 @@ func (x *DecommissionOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionOp.ProtoReflect.Descriptor instead.
 func (*DecommissionOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{14}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DecommissionOp) GetNodeId() string {
@@ -1433,7 +1580,7 @@ type AssignOp struct {
 
 func (x *AssignOp) Reset() {
 	*x = AssignOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[15]
+	mi := &file_pact_v1_raft_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1592,7 @@ func (x *AssignOp) String() string {
 func (*AssignOp) ProtoMessage() {}
 
 func (x *AssignOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[15]
+	mi := &file_pact_v1_raft_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1605,7 @@ func (x *AssignOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignOp.ProtoReflect.Descriptor instead.
 func (*AssignOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{15}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AssignOp) GetNodeId() string {
@@ -1494,7 +1641,7 @@ type LivenessDigestOp struct {
 
 func (x *LivenessDigestOp) Reset() {
 	*x = LivenessDigestOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[16]
+	mi := &file_pact_v1_raft_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1506,7 +1653,7 @@ func (x *LivenessDigestOp) String() string {
 func (*LivenessDigestOp) ProtoMessage() {}
 
 func (x *LivenessDigestOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[16]
+	mi := &file_pact_v1_raft_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1519,7 +1666,7 @@ func (x *LivenessDigestOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LivenessDigestOp.ProtoReflect.Descriptor instead.
 func (*LivenessDigestOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{16}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LivenessDigestOp) GetJournalId() string {
@@ -1547,7 +1694,7 @@ type MarkInactiveOp struct {
 
 func (x *MarkInactiveOp) Reset() {
 	*x = MarkInactiveOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[17]
+	mi := &file_pact_v1_raft_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1706,7 @@ func (x *MarkInactiveOp) String() string {
 func (*MarkInactiveOp) ProtoMessage() {}
 
 func (x *MarkInactiveOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[17]
+	mi := &file_pact_v1_raft_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1719,7 @@ func (x *MarkInactiveOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkInactiveOp.ProtoReflect.Descriptor instead.
 func (*MarkInactiveOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{17}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MarkInactiveOp) GetNodeIds() []string {
@@ -1606,13 +1753,14 @@ type Snapshot struct {
 	RevokedOperatorNames []*OperatorNameRevocation `protobuf:"bytes,171,rep,name=revoked_operator_names,json=revokedOperatorNames,proto3" json:"revoked_operator_names,omitempty"`
 	Quorum               *QuorumIdentity           `protobuf:"bytes,210,opt,name=quorum,proto3" json:"quorum,omitempty"`
 	JournalCas           []*JournalCA              `protobuf:"bytes,220,rep,name=journal_cas,json=journalCas,proto3" json:"journal_cas,omitempty"`
+	QuorumLevel          *QuorumLevel              `protobuf:"bytes,230,opt,name=quorum_level,json=quorumLevel,proto3" json:"quorum_level,omitempty"`
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_pact_v1_raft_proto_msgTypes[18]
+	mi := &file_pact_v1_raft_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1772,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[18]
+	mi := &file_pact_v1_raft_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1785,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{18}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Snapshot) GetNodes() []*Node {
@@ -1717,6 +1865,13 @@ func (x *Snapshot) GetJournalCas() []*JournalCA {
 	return nil
 }
 
+func (x *Snapshot) GetQuorumLevel() *QuorumLevel {
+	if x != nil {
+		return x.QuorumLevel
+	}
+	return nil
+}
+
 type LastSeen struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -1727,7 +1882,7 @@ type LastSeen struct {
 
 func (x *LastSeen) Reset() {
 	*x = LastSeen{}
-	mi := &file_pact_v1_raft_proto_msgTypes[19]
+	mi := &file_pact_v1_raft_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1894,7 @@ func (x *LastSeen) String() string {
 func (*LastSeen) ProtoMessage() {}
 
 func (x *LastSeen) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[19]
+	mi := &file_pact_v1_raft_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1907,7 @@ func (x *LastSeen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastSeen.ProtoReflect.Descriptor instead.
 func (*LastSeen) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{19}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LastSeen) GetNodeId() string {
@@ -1791,6 +1946,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Sizes
 	//	*SnapshotRecord_Quorum
 	//	*SnapshotRecord_JournalCa
+	//	*SnapshotRecord_QuorumLevel
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1798,7 +1954,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_pact_v1_raft_proto_msgTypes[20]
+	mi := &file_pact_v1_raft_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +1966,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[20]
+	mi := &file_pact_v1_raft_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +1979,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{20}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -1941,6 +2097,15 @@ func (x *SnapshotRecord) GetJournalCa() *JournalCA {
 	return nil
 }
 
+func (x *SnapshotRecord) GetQuorumLevel() *QuorumLevel {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_QuorumLevel); ok {
+			return x.QuorumLevel
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -1995,6 +2160,13 @@ type SnapshotRecord_JournalCa struct {
 	JournalCa *JournalCA `protobuf:"bytes,12,opt,name=journal_ca,json=journalCa,proto3,oneof"`
 }
 
+type SnapshotRecord_QuorumLevel struct {
+	// First, before sizes, when the quorum's level is above 1: a journal
+	// of a release that does not know it refuses the snapshot at its
+	// first record.
+	QuorumLevel *QuorumLevel `protobuf:"bytes,13,opt,name=quorum_level,json=quorumLevel,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Node) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Revoked) isSnapshotRecord_Record() {}
@@ -2019,6 +2191,8 @@ func (*SnapshotRecord_Quorum) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_JournalCa) isSnapshotRecord_Record() {}
 
+func (*SnapshotRecord_QuorumLevel) isSnapshotRecord_Record() {}
+
 type SnapshotSizes struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Nodes         uint64                 `protobuf:"varint,1,opt,name=nodes,proto3" json:"nodes,omitempty"`
@@ -2029,7 +2203,7 @@ type SnapshotSizes struct {
 
 func (x *SnapshotSizes) Reset() {
 	*x = SnapshotSizes{}
-	mi := &file_pact_v1_raft_proto_msgTypes[21]
+	mi := &file_pact_v1_raft_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2041,7 +2215,7 @@ func (x *SnapshotSizes) String() string {
 func (*SnapshotSizes) ProtoMessage() {}
 
 func (x *SnapshotSizes) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[21]
+	mi := &file_pact_v1_raft_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2054,7 +2228,7 @@ func (x *SnapshotSizes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSizes.ProtoReflect.Descriptor instead.
 func (*SnapshotSizes) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{21}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SnapshotSizes) GetNodes() uint64 {
@@ -2081,7 +2255,7 @@ type RevokedSerial struct {
 
 func (x *RevokedSerial) Reset() {
 	*x = RevokedSerial{}
-	mi := &file_pact_v1_raft_proto_msgTypes[22]
+	mi := &file_pact_v1_raft_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2267,7 @@ func (x *RevokedSerial) String() string {
 func (*RevokedSerial) ProtoMessage() {}
 
 func (x *RevokedSerial) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[22]
+	mi := &file_pact_v1_raft_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2280,7 @@ func (x *RevokedSerial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokedSerial.ProtoReflect.Descriptor instead.
 func (*RevokedSerial) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{22}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RevokedSerial) GetSerial() string {
@@ -2137,7 +2311,7 @@ type ReleaseOp struct {
 
 func (x *ReleaseOp) Reset() {
 	*x = ReleaseOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[23]
+	mi := &file_pact_v1_raft_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2323,7 @@ func (x *ReleaseOp) String() string {
 func (*ReleaseOp) ProtoMessage() {}
 
 func (x *ReleaseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[23]
+	mi := &file_pact_v1_raft_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2336,7 @@ func (x *ReleaseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseOp.ProtoReflect.Descriptor instead.
 func (*ReleaseOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{23}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReleaseOp) GetNodeId() string {
@@ -2191,7 +2365,7 @@ type UpdateNodeOp struct {
 
 func (x *UpdateNodeOp) Reset() {
 	*x = UpdateNodeOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[24]
+	mi := &file_pact_v1_raft_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2377,7 @@ func (x *UpdateNodeOp) String() string {
 func (*UpdateNodeOp) ProtoMessage() {}
 
 func (x *UpdateNodeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[24]
+	mi := &file_pact_v1_raft_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2390,7 @@ func (x *UpdateNodeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeOp.ProtoReflect.Descriptor instead.
 func (*UpdateNodeOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{24}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UpdateNodeOp) GetNodeId() string {
@@ -2248,7 +2422,7 @@ type SVIDSeenOp struct {
 
 func (x *SVIDSeenOp) Reset() {
 	*x = SVIDSeenOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[25]
+	mi := &file_pact_v1_raft_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2434,7 @@ func (x *SVIDSeenOp) String() string {
 func (*SVIDSeenOp) ProtoMessage() {}
 
 func (x *SVIDSeenOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[25]
+	mi := &file_pact_v1_raft_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +2447,7 @@ func (x *SVIDSeenOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SVIDSeenOp.ProtoReflect.Descriptor instead.
 func (*SVIDSeenOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{25}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SVIDSeenOp) GetNodeId() string {
@@ -2316,7 +2490,7 @@ type RecordOperatorOp struct {
 
 func (x *RecordOperatorOp) Reset() {
 	*x = RecordOperatorOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[26]
+	mi := &file_pact_v1_raft_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2502,7 @@ func (x *RecordOperatorOp) String() string {
 func (*RecordOperatorOp) ProtoMessage() {}
 
 func (x *RecordOperatorOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[26]
+	mi := &file_pact_v1_raft_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2515,7 @@ func (x *RecordOperatorOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordOperatorOp.ProtoReflect.Descriptor instead.
 func (*RecordOperatorOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{26}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RecordOperatorOp) GetOperator() *Operator {
@@ -2363,7 +2537,7 @@ type RevokeOperatorOp struct {
 
 func (x *RevokeOperatorOp) Reset() {
 	*x = RevokeOperatorOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[27]
+	mi := &file_pact_v1_raft_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2375,7 +2549,7 @@ func (x *RevokeOperatorOp) String() string {
 func (*RevokeOperatorOp) ProtoMessage() {}
 
 func (x *RevokeOperatorOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[27]
+	mi := &file_pact_v1_raft_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2388,7 +2562,7 @@ func (x *RevokeOperatorOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeOperatorOp.ProtoReflect.Descriptor instead.
 func (*RevokeOperatorOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{27}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RevokeOperatorOp) GetName() string {
@@ -2420,7 +2594,7 @@ type RetireIntermediateOp struct {
 
 func (x *RetireIntermediateOp) Reset() {
 	*x = RetireIntermediateOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[28]
+	mi := &file_pact_v1_raft_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2432,7 +2606,7 @@ func (x *RetireIntermediateOp) String() string {
 func (*RetireIntermediateOp) ProtoMessage() {}
 
 func (x *RetireIntermediateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[28]
+	mi := &file_pact_v1_raft_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2445,7 +2619,7 @@ func (x *RetireIntermediateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireIntermediateOp.ProtoReflect.Descriptor instead.
 func (*RetireIntermediateOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{28}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RetireIntermediateOp) GetSerials() []string {
@@ -2484,7 +2658,7 @@ type StandbyIssuedOp struct {
 
 func (x *StandbyIssuedOp) Reset() {
 	*x = StandbyIssuedOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[29]
+	mi := &file_pact_v1_raft_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2670,7 @@ func (x *StandbyIssuedOp) String() string {
 func (*StandbyIssuedOp) ProtoMessage() {}
 
 func (x *StandbyIssuedOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[29]
+	mi := &file_pact_v1_raft_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2683,7 @@ func (x *StandbyIssuedOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StandbyIssuedOp.ProtoReflect.Descriptor instead.
 func (*StandbyIssuedOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{29}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StandbyIssuedOp) GetNodeId() string {
@@ -2546,7 +2720,7 @@ type StandbyActivatedOp struct {
 
 func (x *StandbyActivatedOp) Reset() {
 	*x = StandbyActivatedOp{}
-	mi := &file_pact_v1_raft_proto_msgTypes[30]
+	mi := &file_pact_v1_raft_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2732,7 @@ func (x *StandbyActivatedOp) String() string {
 func (*StandbyActivatedOp) ProtoMessage() {}
 
 func (x *StandbyActivatedOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[30]
+	mi := &file_pact_v1_raft_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2745,7 @@ func (x *StandbyActivatedOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StandbyActivatedOp.ProtoReflect.Descriptor instead.
 func (*StandbyActivatedOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{30}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StandbyActivatedOp) GetNodeId() string {
@@ -2622,7 +2796,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_pact_v1_raft_proto_msgTypes[31]
+	mi := &file_pact_v1_raft_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2634,7 +2808,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_raft_proto_msgTypes[31]
+	mi := &file_pact_v1_raft_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2647,7 +2821,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_pact_v1_raft_proto_rawDescGZIP(), []int{31}
+	return file_pact_v1_raft_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SnapshotHeader) GetFormatVersion() uint32 {
@@ -2745,7 +2919,7 @@ var File_pact_v1_raft_proto protoreflect.FileDescriptor
 
 const file_pact_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\xf0\f\n" +
+	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\xb8\r\n" +
 	"\aCommand\x12 \n" +
 	"\fat_unix_nano\x18\x01 \x01(\x03R\n" +
 	"atUnixNano\x12\x14\n" +
@@ -2778,8 +2952,21 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x05batch\x18\xca\x01 \x01(\v2\x10.pact.v1.BatchOpH\x00R\x05batch\x12B\n" +
 	"\x0estandby_issued\x18\xb4\x01 \x01(\v2\x18.pact.v1.StandbyIssuedOpH\x00R\rstandbyIssued\x12K\n" +
 	"\x11standby_activated\x18\xb5\x01 \x01(\v2\x1b.pact.v1.StandbyActivatedOpH\x00R\x10standbyActivated\x12=\n" +
-	"\rset_quorum_id\x18\xd2\x01 \x01(\v2\x16.pact.v1.SetQuorumIdOpH\x00R\vsetQuorumIdB\x04\n" +
-	"\x02op\"n\n" +
+	"\rset_quorum_id\x18\xd2\x01 \x01(\v2\x16.pact.v1.SetQuorumIdOpH\x00R\vsetQuorumId\x12F\n" +
+	"\x10set_quorum_level\x18\xd3\x01 \x01(\v2\x19.pact.v1.SetQuorumLevelOpH\x00R\x0esetQuorumLevelB\x04\n" +
+	"\x02op\"\xc0\x01\n" +
+	"\x10SetQuorumLevelOp\x12\x14\n" +
+	"\x05level\x18\x01 \x01(\rR\x05level\x12\x18\n" +
+	"\arelease\x18\x02 \x01(\tR\arelease\x12@\n" +
+	"\amembers\x18\x03 \x03(\v2&.pact.v1.SetQuorumLevelOp.MembersEntryR\amembers\x1a:\n" +
+	"\fMembersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"_\n" +
+	"\vQuorumLevel\x12\x14\n" +
+	"\x05level\x18\x01 \x01(\rR\x05level\x12\x18\n" +
+	"\arelease\x18\x02 \x01(\tR\arelease\x12 \n" +
+	"\fset_at_index\x18\x03 \x01(\x04R\n" +
+	"setAtIndex\"n\n" +
 	"\rSetQuorumIdOp\x12\x1b\n" +
 	"\tquorum_id\x18\x01 \x01(\tR\bquorumId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12(\n" +
@@ -2843,7 +3030,7 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\bnode_ids\x18\x02 \x03(\tR\anodeIds\"U\n" +
 	"\x0eMarkInactiveOp\x12\x19\n" +
 	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\x12(\n" +
-	"\x10cutoff_unix_nano\x18\x02 \x01(\x03R\x0ecutoffUnixNano\"\xd3\x04\n" +
+	"\x10cutoff_unix_nano\x18\x02 \x01(\x03R\x0ecutoffUnixNano\"\x8d\x05\n" +
 	"\bSnapshot\x12#\n" +
 	"\x05nodes\x18\x01 \x03(\v2\r.pact.v1.NodeR\x05nodes\x120\n" +
 	"\arevoked\x18\x02 \x03(\v2\x16.pact.v1.RevokedSerialR\arevoked\x12;\n" +
@@ -2857,11 +3044,12 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x16revoked_operator_names\x18\xab\x01 \x03(\v2\x1f.pact.v1.OperatorNameRevocationR\x14revokedOperatorNames\x120\n" +
 	"\x06quorum\x18\xd2\x01 \x01(\v2\x17.pact.v1.QuorumIdentityR\x06quorum\x124\n" +
 	"\vjournal_cas\x18\xdc\x01 \x03(\v2\x12.pact.v1.JournalCAR\n" +
-	"journalCas\"E\n" +
+	"journalCas\x128\n" +
+	"\fquorum_level\x18\xe6\x01 \x01(\v2\x14.pact.v1.QuorumLevelR\vquorumLevel\"E\n" +
 	"\bLastSeen\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
-	"atUnixNano\"\x96\x05\n" +
+	"atUnixNano\"\xd1\x05\n" +
 	"\x0eSnapshotRecord\x12#\n" +
 	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeH\x00R\x04node\x122\n" +
 	"\arevoked\x18\x02 \x01(\v2\x16.pact.v1.RevokedSerialH\x00R\arevoked\x12;\n" +
@@ -2877,7 +3065,8 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	" \x01(\v2\x16.pact.v1.SnapshotSizesH\x00R\x05sizes\x121\n" +
 	"\x06quorum\x18\v \x01(\v2\x17.pact.v1.QuorumIdentityH\x00R\x06quorum\x123\n" +
 	"\n" +
-	"journal_ca\x18\f \x01(\v2\x12.pact.v1.JournalCAH\x00R\tjournalCaB\b\n" +
+	"journal_ca\x18\f \x01(\v2\x12.pact.v1.JournalCAH\x00R\tjournalCa\x129\n" +
+	"\fquorum_level\x18\r \x01(\v2\x14.pact.v1.QuorumLevelH\x00R\vquorumLevelB\b\n" +
 	"\x06record\"B\n" +
 	"\rSnapshotSizes\x12\x14\n" +
 	"\x05nodes\x18\x01 \x01(\x04R\x05nodes\x12\x1b\n" +
@@ -2960,120 +3149,127 @@ func file_pact_v1_raft_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_pact_v1_raft_proto_goTypes = []any{
 	(ApplyError)(0),                // 0: pact.v1.ApplyError
 	(*Command)(nil),                // 1: pact.v1.Command
-	(*SetQuorumIdOp)(nil),          // 2: pact.v1.SetQuorumIdOp
-	(*QuorumIdentity)(nil),         // 3: pact.v1.QuorumIdentity
-	(*RegisterNodeOp)(nil),         // 4: pact.v1.RegisterNodeOp
-	(*ActivateOp)(nil),             // 5: pact.v1.ActivateOp
-	(*BatchOp)(nil),                // 6: pact.v1.BatchOp
-	(*PresentedCredentials)(nil),   // 7: pact.v1.PresentedCredentials
-	(*CreateJoinTokenOp)(nil),      // 8: pact.v1.CreateJoinTokenOp
-	(*RevokeJoinTokensOp)(nil),     // 9: pact.v1.RevokeJoinTokensOp
-	(*FenceOp)(nil),                // 10: pact.v1.FenceOp
-	(*RenewOp)(nil),                // 11: pact.v1.RenewOp
-	(*PublishIntermediateOp)(nil),  // 12: pact.v1.PublishIntermediateOp
-	(*RevokeJournalCAOp)(nil),      // 13: pact.v1.RevokeJournalCAOp
-	(*RecordJournalCAOp)(nil),      // 14: pact.v1.RecordJournalCAOp
-	(*DecommissionOp)(nil),         // 15: pact.v1.DecommissionOp
-	(*AssignOp)(nil),               // 16: pact.v1.AssignOp
-	(*LivenessDigestOp)(nil),       // 17: pact.v1.LivenessDigestOp
-	(*MarkInactiveOp)(nil),         // 18: pact.v1.MarkInactiveOp
-	(*Snapshot)(nil),               // 19: pact.v1.Snapshot
-	(*LastSeen)(nil),               // 20: pact.v1.LastSeen
-	(*SnapshotRecord)(nil),         // 21: pact.v1.SnapshotRecord
-	(*SnapshotSizes)(nil),          // 22: pact.v1.SnapshotSizes
-	(*RevokedSerial)(nil),          // 23: pact.v1.RevokedSerial
-	(*ReleaseOp)(nil),              // 24: pact.v1.ReleaseOp
-	(*UpdateNodeOp)(nil),           // 25: pact.v1.UpdateNodeOp
-	(*SVIDSeenOp)(nil),             // 26: pact.v1.SVIDSeenOp
-	(*RecordOperatorOp)(nil),       // 27: pact.v1.RecordOperatorOp
-	(*RevokeOperatorOp)(nil),       // 28: pact.v1.RevokeOperatorOp
-	(*RetireIntermediateOp)(nil),   // 29: pact.v1.RetireIntermediateOp
-	(*StandbyIssuedOp)(nil),        // 30: pact.v1.StandbyIssuedOp
-	(*StandbyActivatedOp)(nil),     // 31: pact.v1.StandbyActivatedOp
-	(*SnapshotHeader)(nil),         // 32: pact.v1.SnapshotHeader
-	(*HardwareIdentity)(nil),       // 33: pact.v1.HardwareIdentity
-	(*CredentialPolicy)(nil),       // 34: pact.v1.CredentialPolicy
-	(*CertificateInfo)(nil),        // 35: pact.v1.CertificateInfo
-	(*JoinToken)(nil),              // 36: pact.v1.JoinToken
-	(*Intermediate)(nil),           // 37: pact.v1.Intermediate
-	(*JournalInfo)(nil),            // 38: pact.v1.JournalInfo
-	(*JournalCA)(nil),              // 39: pact.v1.JournalCA
-	(*Node)(nil),                   // 40: pact.v1.Node
-	(*AuditEntry)(nil),             // 41: pact.v1.AuditEntry
-	(*Operator)(nil),               // 42: pact.v1.Operator
-	(*OperatorNameRevocation)(nil), // 43: pact.v1.OperatorNameRevocation
+	(*SetQuorumLevelOp)(nil),       // 2: pact.v1.SetQuorumLevelOp
+	(*QuorumLevel)(nil),            // 3: pact.v1.QuorumLevel
+	(*SetQuorumIdOp)(nil),          // 4: pact.v1.SetQuorumIdOp
+	(*QuorumIdentity)(nil),         // 5: pact.v1.QuorumIdentity
+	(*RegisterNodeOp)(nil),         // 6: pact.v1.RegisterNodeOp
+	(*ActivateOp)(nil),             // 7: pact.v1.ActivateOp
+	(*BatchOp)(nil),                // 8: pact.v1.BatchOp
+	(*PresentedCredentials)(nil),   // 9: pact.v1.PresentedCredentials
+	(*CreateJoinTokenOp)(nil),      // 10: pact.v1.CreateJoinTokenOp
+	(*RevokeJoinTokensOp)(nil),     // 11: pact.v1.RevokeJoinTokensOp
+	(*FenceOp)(nil),                // 12: pact.v1.FenceOp
+	(*RenewOp)(nil),                // 13: pact.v1.RenewOp
+	(*PublishIntermediateOp)(nil),  // 14: pact.v1.PublishIntermediateOp
+	(*RevokeJournalCAOp)(nil),      // 15: pact.v1.RevokeJournalCAOp
+	(*RecordJournalCAOp)(nil),      // 16: pact.v1.RecordJournalCAOp
+	(*DecommissionOp)(nil),         // 17: pact.v1.DecommissionOp
+	(*AssignOp)(nil),               // 18: pact.v1.AssignOp
+	(*LivenessDigestOp)(nil),       // 19: pact.v1.LivenessDigestOp
+	(*MarkInactiveOp)(nil),         // 20: pact.v1.MarkInactiveOp
+	(*Snapshot)(nil),               // 21: pact.v1.Snapshot
+	(*LastSeen)(nil),               // 22: pact.v1.LastSeen
+	(*SnapshotRecord)(nil),         // 23: pact.v1.SnapshotRecord
+	(*SnapshotSizes)(nil),          // 24: pact.v1.SnapshotSizes
+	(*RevokedSerial)(nil),          // 25: pact.v1.RevokedSerial
+	(*ReleaseOp)(nil),              // 26: pact.v1.ReleaseOp
+	(*UpdateNodeOp)(nil),           // 27: pact.v1.UpdateNodeOp
+	(*SVIDSeenOp)(nil),             // 28: pact.v1.SVIDSeenOp
+	(*RecordOperatorOp)(nil),       // 29: pact.v1.RecordOperatorOp
+	(*RevokeOperatorOp)(nil),       // 30: pact.v1.RevokeOperatorOp
+	(*RetireIntermediateOp)(nil),   // 31: pact.v1.RetireIntermediateOp
+	(*StandbyIssuedOp)(nil),        // 32: pact.v1.StandbyIssuedOp
+	(*StandbyActivatedOp)(nil),     // 33: pact.v1.StandbyActivatedOp
+	(*SnapshotHeader)(nil),         // 34: pact.v1.SnapshotHeader
+	nil,                            // 35: pact.v1.SetQuorumLevelOp.MembersEntry
+	(*HardwareIdentity)(nil),       // 36: pact.v1.HardwareIdentity
+	(*CredentialPolicy)(nil),       // 37: pact.v1.CredentialPolicy
+	(*CertificateInfo)(nil),        // 38: pact.v1.CertificateInfo
+	(*JoinToken)(nil),              // 39: pact.v1.JoinToken
+	(*Intermediate)(nil),           // 40: pact.v1.Intermediate
+	(*JournalInfo)(nil),            // 41: pact.v1.JournalInfo
+	(*JournalCA)(nil),              // 42: pact.v1.JournalCA
+	(*Node)(nil),                   // 43: pact.v1.Node
+	(*AuditEntry)(nil),             // 44: pact.v1.AuditEntry
+	(*Operator)(nil),               // 45: pact.v1.Operator
+	(*OperatorNameRevocation)(nil), // 46: pact.v1.OperatorNameRevocation
 }
 var file_pact_v1_raft_proto_depIdxs = []int32{
-	4,  // 0: pact.v1.Command.register_node:type_name -> pact.v1.RegisterNodeOp
-	5,  // 1: pact.v1.Command.activate:type_name -> pact.v1.ActivateOp
-	12, // 2: pact.v1.Command.publish_intermediate:type_name -> pact.v1.PublishIntermediateOp
-	11, // 3: pact.v1.Command.renew:type_name -> pact.v1.RenewOp
-	15, // 4: pact.v1.Command.decommission:type_name -> pact.v1.DecommissionOp
-	16, // 5: pact.v1.Command.assign:type_name -> pact.v1.AssignOp
-	17, // 6: pact.v1.Command.liveness_digest:type_name -> pact.v1.LivenessDigestOp
-	18, // 7: pact.v1.Command.mark_inactive:type_name -> pact.v1.MarkInactiveOp
-	26, // 8: pact.v1.Command.svid_seen:type_name -> pact.v1.SVIDSeenOp
-	8,  // 9: pact.v1.Command.create_join_token:type_name -> pact.v1.CreateJoinTokenOp
-	9,  // 10: pact.v1.Command.revoke_join_tokens:type_name -> pact.v1.RevokeJoinTokensOp
-	10, // 11: pact.v1.Command.fence:type_name -> pact.v1.FenceOp
-	27, // 12: pact.v1.Command.record_operator:type_name -> pact.v1.RecordOperatorOp
-	28, // 13: pact.v1.Command.revoke_operator:type_name -> pact.v1.RevokeOperatorOp
-	29, // 14: pact.v1.Command.retire_intermediate:type_name -> pact.v1.RetireIntermediateOp
-	13, // 15: pact.v1.Command.revoke_journal_ca:type_name -> pact.v1.RevokeJournalCAOp
-	14, // 16: pact.v1.Command.record_journal_ca:type_name -> pact.v1.RecordJournalCAOp
-	24, // 17: pact.v1.Command.release:type_name -> pact.v1.ReleaseOp
-	25, // 18: pact.v1.Command.update_node:type_name -> pact.v1.UpdateNodeOp
-	6,  // 19: pact.v1.Command.batch:type_name -> pact.v1.BatchOp
-	30, // 20: pact.v1.Command.standby_issued:type_name -> pact.v1.StandbyIssuedOp
-	31, // 21: pact.v1.Command.standby_activated:type_name -> pact.v1.StandbyActivatedOp
-	2,  // 22: pact.v1.Command.set_quorum_id:type_name -> pact.v1.SetQuorumIdOp
-	33, // 23: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	34, // 24: pact.v1.RegisterNodeOp.credentials:type_name -> pact.v1.CredentialPolicy
-	33, // 25: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
-	35, // 26: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
-	7,  // 27: pact.v1.ActivateOp.credentials:type_name -> pact.v1.PresentedCredentials
-	1,  // 28: pact.v1.BatchOp.commands:type_name -> pact.v1.Command
-	36, // 29: pact.v1.CreateJoinTokenOp.token:type_name -> pact.v1.JoinToken
-	35, // 30: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
-	37, // 31: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
-	38, // 32: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
-	39, // 33: pact.v1.PublishIntermediateOp.journal_ca:type_name -> pact.v1.JournalCA
-	39, // 34: pact.v1.RecordJournalCAOp.journal_ca:type_name -> pact.v1.JournalCA
-	40, // 35: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
-	23, // 36: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
-	37, // 37: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
-	20, // 38: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
-	41, // 39: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
-	38, // 40: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
-	36, // 41: pact.v1.Snapshot.join_tokens:type_name -> pact.v1.JoinToken
-	42, // 42: pact.v1.Snapshot.operators:type_name -> pact.v1.Operator
-	43, // 43: pact.v1.Snapshot.revoked_operator_names:type_name -> pact.v1.OperatorNameRevocation
-	3,  // 44: pact.v1.Snapshot.quorum:type_name -> pact.v1.QuorumIdentity
-	39, // 45: pact.v1.Snapshot.journal_cas:type_name -> pact.v1.JournalCA
-	40, // 46: pact.v1.SnapshotRecord.node:type_name -> pact.v1.Node
-	23, // 47: pact.v1.SnapshotRecord.revoked:type_name -> pact.v1.RevokedSerial
-	37, // 48: pact.v1.SnapshotRecord.intermediate:type_name -> pact.v1.Intermediate
-	20, // 49: pact.v1.SnapshotRecord.last_seen:type_name -> pact.v1.LastSeen
-	41, // 50: pact.v1.SnapshotRecord.audit:type_name -> pact.v1.AuditEntry
-	38, // 51: pact.v1.SnapshotRecord.journal:type_name -> pact.v1.JournalInfo
-	36, // 52: pact.v1.SnapshotRecord.join_token:type_name -> pact.v1.JoinToken
-	42, // 53: pact.v1.SnapshotRecord.operator:type_name -> pact.v1.Operator
-	43, // 54: pact.v1.SnapshotRecord.revoked_operator_name:type_name -> pact.v1.OperatorNameRevocation
-	22, // 55: pact.v1.SnapshotRecord.sizes:type_name -> pact.v1.SnapshotSizes
-	3,  // 56: pact.v1.SnapshotRecord.quorum:type_name -> pact.v1.QuorumIdentity
-	39, // 57: pact.v1.SnapshotRecord.journal_ca:type_name -> pact.v1.JournalCA
-	33, // 58: pact.v1.UpdateNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	42, // 59: pact.v1.RecordOperatorOp.operator:type_name -> pact.v1.Operator
-	35, // 60: pact.v1.StandbyIssuedOp.cert:type_name -> pact.v1.CertificateInfo
-	61, // [61:61] is the sub-list for method output_type
-	61, // [61:61] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	6,  // 0: pact.v1.Command.register_node:type_name -> pact.v1.RegisterNodeOp
+	7,  // 1: pact.v1.Command.activate:type_name -> pact.v1.ActivateOp
+	14, // 2: pact.v1.Command.publish_intermediate:type_name -> pact.v1.PublishIntermediateOp
+	13, // 3: pact.v1.Command.renew:type_name -> pact.v1.RenewOp
+	17, // 4: pact.v1.Command.decommission:type_name -> pact.v1.DecommissionOp
+	18, // 5: pact.v1.Command.assign:type_name -> pact.v1.AssignOp
+	19, // 6: pact.v1.Command.liveness_digest:type_name -> pact.v1.LivenessDigestOp
+	20, // 7: pact.v1.Command.mark_inactive:type_name -> pact.v1.MarkInactiveOp
+	28, // 8: pact.v1.Command.svid_seen:type_name -> pact.v1.SVIDSeenOp
+	10, // 9: pact.v1.Command.create_join_token:type_name -> pact.v1.CreateJoinTokenOp
+	11, // 10: pact.v1.Command.revoke_join_tokens:type_name -> pact.v1.RevokeJoinTokensOp
+	12, // 11: pact.v1.Command.fence:type_name -> pact.v1.FenceOp
+	29, // 12: pact.v1.Command.record_operator:type_name -> pact.v1.RecordOperatorOp
+	30, // 13: pact.v1.Command.revoke_operator:type_name -> pact.v1.RevokeOperatorOp
+	31, // 14: pact.v1.Command.retire_intermediate:type_name -> pact.v1.RetireIntermediateOp
+	15, // 15: pact.v1.Command.revoke_journal_ca:type_name -> pact.v1.RevokeJournalCAOp
+	16, // 16: pact.v1.Command.record_journal_ca:type_name -> pact.v1.RecordJournalCAOp
+	26, // 17: pact.v1.Command.release:type_name -> pact.v1.ReleaseOp
+	27, // 18: pact.v1.Command.update_node:type_name -> pact.v1.UpdateNodeOp
+	8,  // 19: pact.v1.Command.batch:type_name -> pact.v1.BatchOp
+	32, // 20: pact.v1.Command.standby_issued:type_name -> pact.v1.StandbyIssuedOp
+	33, // 21: pact.v1.Command.standby_activated:type_name -> pact.v1.StandbyActivatedOp
+	4,  // 22: pact.v1.Command.set_quorum_id:type_name -> pact.v1.SetQuorumIdOp
+	2,  // 23: pact.v1.Command.set_quorum_level:type_name -> pact.v1.SetQuorumLevelOp
+	35, // 24: pact.v1.SetQuorumLevelOp.members:type_name -> pact.v1.SetQuorumLevelOp.MembersEntry
+	36, // 25: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	37, // 26: pact.v1.RegisterNodeOp.credentials:type_name -> pact.v1.CredentialPolicy
+	36, // 27: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
+	38, // 28: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
+	9,  // 29: pact.v1.ActivateOp.credentials:type_name -> pact.v1.PresentedCredentials
+	1,  // 30: pact.v1.BatchOp.commands:type_name -> pact.v1.Command
+	39, // 31: pact.v1.CreateJoinTokenOp.token:type_name -> pact.v1.JoinToken
+	38, // 32: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
+	40, // 33: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
+	41, // 34: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
+	42, // 35: pact.v1.PublishIntermediateOp.journal_ca:type_name -> pact.v1.JournalCA
+	42, // 36: pact.v1.RecordJournalCAOp.journal_ca:type_name -> pact.v1.JournalCA
+	43, // 37: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
+	25, // 38: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
+	40, // 39: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
+	22, // 40: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
+	44, // 41: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
+	41, // 42: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
+	39, // 43: pact.v1.Snapshot.join_tokens:type_name -> pact.v1.JoinToken
+	45, // 44: pact.v1.Snapshot.operators:type_name -> pact.v1.Operator
+	46, // 45: pact.v1.Snapshot.revoked_operator_names:type_name -> pact.v1.OperatorNameRevocation
+	5,  // 46: pact.v1.Snapshot.quorum:type_name -> pact.v1.QuorumIdentity
+	42, // 47: pact.v1.Snapshot.journal_cas:type_name -> pact.v1.JournalCA
+	3,  // 48: pact.v1.Snapshot.quorum_level:type_name -> pact.v1.QuorumLevel
+	43, // 49: pact.v1.SnapshotRecord.node:type_name -> pact.v1.Node
+	25, // 50: pact.v1.SnapshotRecord.revoked:type_name -> pact.v1.RevokedSerial
+	40, // 51: pact.v1.SnapshotRecord.intermediate:type_name -> pact.v1.Intermediate
+	22, // 52: pact.v1.SnapshotRecord.last_seen:type_name -> pact.v1.LastSeen
+	44, // 53: pact.v1.SnapshotRecord.audit:type_name -> pact.v1.AuditEntry
+	41, // 54: pact.v1.SnapshotRecord.journal:type_name -> pact.v1.JournalInfo
+	39, // 55: pact.v1.SnapshotRecord.join_token:type_name -> pact.v1.JoinToken
+	45, // 56: pact.v1.SnapshotRecord.operator:type_name -> pact.v1.Operator
+	46, // 57: pact.v1.SnapshotRecord.revoked_operator_name:type_name -> pact.v1.OperatorNameRevocation
+	24, // 58: pact.v1.SnapshotRecord.sizes:type_name -> pact.v1.SnapshotSizes
+	5,  // 59: pact.v1.SnapshotRecord.quorum:type_name -> pact.v1.QuorumIdentity
+	42, // 60: pact.v1.SnapshotRecord.journal_ca:type_name -> pact.v1.JournalCA
+	3,  // 61: pact.v1.SnapshotRecord.quorum_level:type_name -> pact.v1.QuorumLevel
+	36, // 62: pact.v1.UpdateNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	45, // 63: pact.v1.RecordOperatorOp.operator:type_name -> pact.v1.Operator
+	38, // 64: pact.v1.StandbyIssuedOp.cert:type_name -> pact.v1.CertificateInfo
+	65, // [65:65] is the sub-list for method output_type
+	65, // [65:65] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_raft_proto_init() }
@@ -3106,8 +3302,9 @@ func file_pact_v1_raft_proto_init() {
 		(*Command_StandbyIssued)(nil),
 		(*Command_StandbyActivated)(nil),
 		(*Command_SetQuorumId)(nil),
+		(*Command_SetQuorumLevel)(nil),
 	}
-	file_pact_v1_raft_proto_msgTypes[20].OneofWrappers = []any{
+	file_pact_v1_raft_proto_msgTypes[22].OneofWrappers = []any{
 		(*SnapshotRecord_Node)(nil),
 		(*SnapshotRecord_Revoked)(nil),
 		(*SnapshotRecord_Intermediate)(nil),
@@ -3120,6 +3317,7 @@ func file_pact_v1_raft_proto_init() {
 		(*SnapshotRecord_Sizes)(nil),
 		(*SnapshotRecord_Quorum)(nil),
 		(*SnapshotRecord_JournalCa)(nil),
+		(*SnapshotRecord_QuorumLevel)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3127,7 +3325,7 @@ func file_pact_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_raft_proto_rawDesc), len(file_pact_v1_raft_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   32,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
