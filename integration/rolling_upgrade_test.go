@@ -923,3 +923,86 @@ func TestReleaseSkew(t *testing.T) {
 type lazy func() string
 
 func (f lazy) String() string { return f() }
+
+// inspectOn is pact node inspect id -o json on member i alone (a
+// linearizable read there: its registry after every committed write).
+func inspectOn(t *testing.T, q *quorum, i int, id string) map[string]any {
+	t.Helper()
+	var got map[string]any
+	polltest.Until(t, 30*time.Second, 200*time.Millisecond, func() bool {
+		stdout, _, code := runPact(t, q.env(q.members[i].grpc), "node", "inspect", id, "-o", "json")
+		return code == 0 && json.Unmarshal([]byte(stdout), &got) == nil
+	}, "pact node inspect %s on %s", id, q.members[i].id)
+	return got
+}
+
+// An agent whose certificate a journal CA revocation withdrew enrolls
+// again with a new key while the quorum runs mixed. The journals of this
+// tree take the node over at once (raftfsm certWithdrawn); 0.1.0's apply
+// refuses the same committed Activate within the takeover window
+// (ALREADY_ACTIVE), so the registries must not part: the new rule waits
+// for the quorum's level. Behind levelEnv until the core gates it (it
+// diverges on HEAD: upgrade-findings F2).
+func TestMixedQuorumWithdrawnCertificateTakeover(t *testing.T) {
+	skipShort(t)
+	if !quorumLevelAsserted() {
+		t.Skipf("diverges until the takeover of a withdrawn certificate waits for the quorum level: %s=1", levelEnv)
+	}
+	prev := previousRelease(t)
+	// Digests every second: the node's stream is recorded as recent, as
+	// on a site (the takeover window, 1m, is far from over).
+	q := startQuorumFrom(t, prev, 3, "--digest-interval", "1s")
+	node := testNode{id: "wd-0001", mac: "52:54:77:00:00:01", bmc: "SN-WD-1"}
+	q.registerBatch([]testNode{node})
+	l := q.leader()
+	old, upg := (l+1)%3, (l+2)%3 // a follower that stays on 0.1.0, one upgraded
+	if err := q.pq.Stop(upg); err != nil {
+		t.Fatal(err)
+	}
+	q.pq.SetBin(upg, binDir)
+	q.launch(upg)
+	q.waitServing(upg)
+
+	// The node enrolls on the old follower (a certificate of its
+	// intermediate) and streams there, as its agent would, until a digest
+	// records the stream.
+	ca := filepath.Join(q.dir, "ca.pem")
+	enr := newEnroller(t, ca, []string{q.members[old].grpc})
+	first := enr.enroll(context.Background(), node)
+	if first.err != nil || first.unknown {
+		t.Fatalf("enrolling %s on %s: %v", node.id, q.members[old].id, first.err)
+	}
+	cert := tls.Certificate{Certificate: first.resp.GetCertChainDer(), PrivateKey: first.key.key}
+	sctx, scancel := context.WithCancel(context.Background())
+	defer scancel()
+	stream, err := pactv1.NewEnrollmentServiceClient(dialJournal(t, enr.roots, q.members[old].grpc, &cert)).Subscribe(sctx, &pactv1.SubscribeRequest{})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if err != nil {
+		t.Fatalf("%s streams on %s: %v", node.id, q.members[old].id, err)
+	}
+	polltest.Until(t, 30*time.Second, 300*time.Millisecond, func() bool {
+		seen, _ := inspectOn(t, q, l, node.id)["last_seen"].(string)
+		return seen != ""
+	}, "no digest records %s's stream", node.id)
+	before := inspectOn(t, q, l, node.id)
+	t.Logf("%s enrolled with serial %s from intermediate %v and streams on %s; %s leads, %s and %s run %s, %s this tree",
+		node.id, first.serial, before["cert_issuer_serial"], q.members[old].id, q.members[l].id, q.members[l].id, q.members[old].id, binVersion(t, prev, "pact"), q.members[upg].id)
+
+	stdout, stderr, code := runPactFrom(t, prev, q.env(q.members[l].grpc, q.members[upg].grpc), "journal", "revoke-ca", q.members[old].id, "--reason", "upgrade test", "--yes")
+	if code != 0 {
+		t.Fatalf("pact journal revoke-ca %s: exit %d\n%s%s", q.members[old].id, code, stdout, stderr)
+	}
+	// Its certificate withdrawn, the node enrolls again with a new key on
+	// the upgraded journal, as pact-agent does when it is refused.
+	again := newEnroller(t, ca, []string{q.members[upg].grpc}).enroll(context.Background(), node)
+	renrolled := again.serial
+	t.Logf("enrolling again on %s: serial %q, err %v", q.members[upg].id, again.serial, again.err)
+	var onLeader, onUpgraded map[string]any
+	polltest.Until(t, 30*time.Second, 300*time.Millisecond, func() bool {
+		onLeader, onUpgraded = inspectOn(t, q, l, node.id), inspectOn(t, q, upg, node.id)
+		return onLeader["cert_serial"] == onUpgraded["cert_serial"]
+	}, "%s differs between %s (%s) and %s (this tree): %v", node.id, q.members[l].id, prev, q.members[upg].id,
+		lazy(func() string { return fmt.Sprintf("serial %v vs %v (the agent holds %s)", onLeader["cert_serial"], onUpgraded["cert_serial"], renrolled) }))
+}
