@@ -1004,5 +1004,7 @@ func TestMixedQuorumWithdrawnCertificateTakeover(t *testing.T) {
 		onLeader, onUpgraded = inspectOn(t, q, l, node.id), inspectOn(t, q, upg, node.id)
 		return onLeader["cert_serial"] == onUpgraded["cert_serial"]
 	}, "%s differs between %s (%s) and %s (this tree): %v", node.id, q.members[l].id, prev, q.members[upg].id,
-		lazy(func() string { return fmt.Sprintf("serial %v vs %v (the agent holds %s)", onLeader["cert_serial"], onUpgraded["cert_serial"], renrolled) }))
+		lazy(func() string {
+			return fmt.Sprintf("serial %v vs %v (the agent holds %s)", onLeader["cert_serial"], onUpgraded["cert_serial"], renrolled)
+		}))
 }
