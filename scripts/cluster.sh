@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs a three-journal pact quorum on loopback: `cluster.sh up` / `cluster.sh down`,
-# and `cluster.sh join jN` to add an empty journal jN to the running quorum.
+# `cluster.sh join jN` to add an empty journal jN to the running quorum, and
+# `cluster.sh stop jN` to stop one journal (`up` starts what is not running,
+# with the binaries in $BIN: how docs/upgrade.md upgrades one at a time).
 # State lives in $DIR (default ./.pact-cluster), in the production layout
 # (docs/ceremony.md): root/ holds the domain root and its key, standing for
 # the offline ceremony machine (no journal is given the key); keys/ a
@@ -176,6 +178,24 @@ join() {
   return 1
 }
 
+# stop jN: stop one journal (SIGTERM, then SIGKILL after 5 s); its state
+# stays.
+stop() {
+  local id=${1:-}
+  case "$id" in j[1-9]) ;; *) echo "usage: $0 stop jN" >&2; exit 2 ;; esac
+  local f="$DIR/$id.pid"
+  if [ ! -f "$f" ] || ! kill -0 "$(cat "$f")" 2>/dev/null; then
+    rm -f "$f"; echo "$id is not running"; return 0
+  fi
+  local pid
+  pid=$(cat "$f")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$f"
+  echo "$id stopped; state kept in $DIR/$id (start it again: $0 up, with BIN= the binaries to run)"
+}
+
 down() {
   for f in "$DIR"/j*.pid; do
     [ -f "$f" ] || continue
@@ -193,5 +213,6 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   join) join "${2:-}" ;;
-  *) echo "usage: $0 up|down|join jN" >&2; exit 2 ;;
+  stop) stop "${2:-}" ;;
+  *) echo "usage: $0 up|down|join jN|stop jN" >&2; exit 2 ;;
 esac
