@@ -360,3 +360,47 @@ func TestRevokingAJournalCACutsItOffEverywhere(t *testing.T) {
 		t.Errorf("enroll at j3 after the revocation: %v", last)
 	}
 }
+
+// A journal CA revoked at another journal is seen by every journal of the
+// quorum (pact_journal_member_ca_revoked, which PactJournalCARevoked
+// reads): the revoked journal is cut off from the commit on and may never
+// apply its own revocation, so its own pact_journal_ca_revoked can stay 0
+// (make monitoring-e2e saw PactJournalCARevoked not fire).
+func TestMemberCARevokedSeenByTheOthers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-journal test; skipped with -short")
+	}
+	root, cfgs := journaltest.ClusterConfigs(t, 3)
+	c := journaltest.StartCluster(t, root, cfgs)
+	for _, h := range c.Nodes {
+		for _, m := range c.Nodes {
+			waitFor(t, h.Cfg.NodeID+" to report "+m.Cfg.NodeID, func() bool {
+				v, ok := gathered(t, h.J.MetricsRegistry(), "pact_journal_member_ca_revoked", "journal_id", m.Cfg.NodeID)
+				return ok && v == 0
+			})
+		}
+	}
+	victim := (c.Leader(t) + 1) % 3
+	id := c.Configs[victim].NodeID
+	at := (victim + 1) % 3
+	if _, err := c.Nodes[at].AdminClient(t).RevokeJournalCA(callCtx(t), &pactv1.RevokeJournalCARequest{Targets: []string{id}, Reason: "host stolen"}); err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range c.Nodes {
+		if i == victim {
+			continue // it may never learn (cut off)
+		}
+		waitFor(t, h.Cfg.NodeID+" to report "+id+"'s journal CA revoked", func() bool {
+			v, ok := gathered(t, h.J.MetricsRegistry(), "pact_journal_member_ca_revoked", "journal_id", id)
+			return ok && v == 1
+		})
+		for k, m := range c.Nodes {
+			if k == victim {
+				continue
+			}
+			if got := must(t, h.J.MetricsRegistry(), "pact_journal_member_ca_revoked", "journal_id", m.Cfg.NodeID); got != 0 {
+				t.Errorf("%s reports pact_journal_member_ca_revoked{journal_id=%q} = %v, want 0", h.Cfg.NodeID, m.Cfg.NodeID, got)
+			}
+		}
+	}
+}

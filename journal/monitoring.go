@@ -245,6 +245,7 @@ var (
 	operatorExpiryDesc     = prometheus.NewDesc("pact_journal_operator_credential_expiry_seconds", "Seconds until the last-expiring valid (recorded, unrevoked, unexpired) credential of each operator expires, by operator name.", []string{"operator"}, nil)
 	journalCAExpiryDesc    = prometheus.NewDesc("pact_journal_ca_expiry_timestamp_seconds", "When (Unix seconds) the last-expiring live (unrevoked, unexpired) journal CA the registry holds for each journal expires, by journal_id.", []string{"journal_id"}, nil)
 	journalCARevokedDesc   = prometheus.NewDesc("pact_journal_ca_revoked", "1 while this journal's own journal CA is revoked: it signs nothing until it has a new one (docs/ceremony.md).", nil, nil)
+	memberCARevokedDesc    = prometheus.NewDesc("pact_journal_member_ca_revoked", "1 for each member of the Raft configuration, by journal_id, that cannot sign because its journal CA is revoked, as this journal's registry has it (every journal CA recorded for it revoked; for this journal itself, that of its intermediate): a journal cut off before it applied its own revocation is seen by the others.", []string{"journal_id"}, nil)
 	journalCAFileDesc      = prometheus.NewDesc("pact_journal_ca_file_refused", "1 while the certificate in this journal's --journal-ca-cert file was refused at its last re-key (another key, another journal, names it does not serve, unreadable): it signs under the journal CA it had; pact journal status says why.", nil, nil)
 )
 
@@ -256,6 +257,7 @@ func (c *credentialCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- operatorExpiryDesc
 	ch <- journalCAExpiryDesc
 	ch <- journalCARevokedDesc
+	ch <- memberCARevokedDesc
 	ch <- journalCAFileDesc
 }
 
@@ -289,11 +291,22 @@ func (c *credentialCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	// Members only: a removed journal's intermediates stay in Raft until
 	// they expire, and nobody re-keys them.
+	ownRevoked := j.revokedJournalCA() != nil
 	if servers, _, err := j.raft.Servers(); err == nil {
 		for _, srv := range servers {
-			if notAfter, ok := newest[string(srv.ID)]; ok {
-				gauge(quorumIntermediateDesc, time.Unix(notAfter, 0).Sub(now).Seconds(), string(srv.ID))
+			id := string(srv.ID)
+			if notAfter, ok := newest[id]; ok {
+				gauge(quorumIntermediateDesc, time.Unix(notAfter, 0).Sub(now).Seconds(), id)
 			}
+			// A member revoked at another journal is cut off from the
+			// commit on and may never apply its own revocation, so its
+			// own pact_journal_ca_revoked can stay 0: every journal
+			// reports every member.
+			revoked := ownRevoked
+			if id != j.cfg.NodeID {
+				revoked = revokedJournalCAOf(j.fsm, id, "") != nil
+			}
+			gauge(memberCARevokedDesc, b2f(revoked), id)
 		}
 	}
 
@@ -321,7 +334,7 @@ func (c *credentialCollector) Collect(ch chan<- prometheus.Metric) {
 	for id, notAfter := range lastCA {
 		gauge(journalCAExpiryDesc, float64(notAfter), id)
 	}
-	gauge(journalCARevokedDesc, b2f(j.revokedJournalCA() != nil))
+	gauge(journalCARevokedDesc, b2f(ownRevoked))
 	gauge(journalCAFileDesc, b2f(j.journalCAFileRefused() != ""))
 }
 
