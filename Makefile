@@ -57,7 +57,7 @@ VERSION ?= $(shell ./scripts/version.sh)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X github.com/pact-hpc/pact/internal/version.Version=$(VERSION) -X github.com/pact-hpc/pact/internal/version.Commit=$(COMMIT)
 
-.PHONY: help build build-pkcs11 print-ldflags package package-check package-check-tools run cluster cluster-down image compose-up compose-down test test-pkcs11 test-bootstrap lint generate check-generated bench bench-storm bench-floor bench-pair bench-peer bench-scale fuzz fuzz-short clean tools print-version release release-previous
+.PHONY: help build build-pkcs11 print-ldflags package package-check package-check-tools run cluster cluster-down image compose-up compose-down test test-pkcs11 test-bootstrap monitoring-e2e lint generate check-generated bench bench-storm bench-floor bench-pair bench-peer bench-scale fuzz fuzz-short clean tools print-version release release-previous
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -146,6 +146,9 @@ test-pkcs11: ## vet and test the CA key store with PKCS#11 built in, against a S
 
 test-bootstrap: ## start a three-journal quorum 100 times, founders in random order and timing (the bootstrap agreement; make test starts 10)
 	CGO_ENABLED=1 $(GO) test -race -run TestFoundersAgreeWhateverTheirTiming -count=1 ./journal/raftnode/ -bootstrap-rounds=100
+
+monitoring-e2e: ## the shipped alerting rules in a real Prometheus (Debian's, apt-get install prometheus) scraping a real quorum while faults make each alert fire (about two minutes)
+	PACT_MONITORING_E2E=1 $(GO) test -count=1 -timeout 10m -run 'TestMonitoringAlertsFire|TestShortenFor' $(TESTFLAGS) ./integration/
 
 lint: tools ## gofmt, go vet, staticcheck, deadcode and buf lint (docs/development.md)
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
