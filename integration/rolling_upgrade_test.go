@@ -34,19 +34,15 @@ import (
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
-// levelEnv turns on the assertions about the quorum feature level
-// (pact journal status's feature_level and quorum_feature_level, pact
-// journal record-ca refused with QUORUM_VERSION while the quorum runs
-// mixed, the previous release refusing a snapshot of level 2). They are
-// off by default until the core records the level: without the gate,
-// record-ca committed by an upgraded leader halts every journal of the
-// previous release ("carries an operation this version does not know
-// (field 174)"), which is what the gate is for. Once the level lands,
-// this switch goes and the assertions always run.
-const levelEnv = "PACT_TEST_QUORUM_LEVEL"
-
-// quorumLevelAsserted says whether this run checks the quorum feature level.
-func quorumLevelAsserted() bool { return os.Getenv(levelEnv) == "1" }
+// throughOldEnv turns on the quorum level's assertions as a site meets
+// them with PACT_JOURNAL naming every journal, so that a journal of the
+// previous release may answer first: pact journal status from it shows
+// no levels, and pact journal record-ca through it ends with "does not
+// support this call ... use a pact CLI of the journal's version" (exit 1)
+// instead of QUORUM_VERSION naming the journals to upgrade. Off until the
+// CLI handles a journal of the previous release (upgrade findings F3, F4);
+// the same assertions through an upgraded journal always run.
+const throughOldEnv = "PACT_TEST_LEVEL_THROUGH_OLD_JOURNAL"
 
 var (
 	previousOnce sync.Once
@@ -221,13 +217,43 @@ func (u *upgrade) pending() []string {
 }
 
 // checkLevel checks the quorum level status reports, and that the level-2
-// command is refused (mixed) or works (all upgraded), when levelEnv is set.
+// command is refused (mixed) or works (all upgraded).
 func (u *upgrade) checkLevel(what string, st levelStatus) {
 	u.t.Helper()
-	if !quorumLevelAsserted() {
+	pending := u.pending()
+	var upAddrs []string
+	for i, m := range u.q.members {
+		if u.upgraded[i] {
+			upAddrs = append(upAddrs, m.grpc)
+		}
+	}
+	// As an upgraded journal answers, and as whichever journal answers
+	// first when PACT_JOURNAL names every journal, as on a site (a journal
+	// of the previous release, which knows no levels, may).
+	stUp, _, _ := u.statusFrom(u.cur, upAddrs...)
+	u.checkStatusLevels(what+" (status from an upgraded journal)", stUp, pending)
+	through := os.Getenv(throughOldEnv) == "1"
+	if through {
+		u.checkStatusLevels(what+" (status through every journal)", st, pending)
+	}
+	if len(pending) > 0 {
+		u.refusedLevel2(what+" (through an upgraded journal)", pending, upAddrs)
+		if through {
+			u.refusedLevel2(what+" (through every journal)", pending, u.q.addrs())
+		}
 		return
 	}
-	pending := u.pending()
+	var final levelStatus
+	polltest.Until(u.t, 30*time.Second, 200*time.Millisecond, func() bool {
+		final, _, _ = u.statusFrom(u.cur, u.q.addrs()...)
+		return final.quorumLevel() == 2
+	}, "%s: quorum_feature_level stays %v after every journal was upgraded, want 2", what, lazy(func() string { return fmt.Sprint(final.quorumLevel()) }))
+}
+
+// checkStatusLevels checks each member's feature level and the quorum's
+// in one pact journal status answer.
+func (u *upgrade) checkStatusLevels(what string, st levelStatus, pending []string) {
+	u.t.Helper()
 	for _, m := range st.Members {
 		i := u.index(m.JournalID)
 		got := 0
@@ -241,26 +267,17 @@ func (u *upgrade) checkLevel(what string, st levelStatus) {
 			u.t.Errorf("%s: %s runs the previous release (%s) and shows feature level %d, want none (0)", what, m.JournalID, m.Version, got)
 		}
 	}
-	if len(pending) > 0 {
-		if lv := st.quorumLevel(); lv != 1 {
-			u.t.Errorf("%s: quorum_feature_level %d with %v on the previous release, want 1", what, lv, pending)
-		}
-		u.refusedLevel2(what, pending)
-		return
+	if lv := st.quorumLevel(); len(pending) > 0 && lv != 1 {
+		u.t.Errorf("%s: quorum_feature_level %d with %v on the previous release, want 1", what, lv, pending)
 	}
-	var final levelStatus
-	polltest.Until(u.t, 30*time.Second, 200*time.Millisecond, func() bool {
-		final, _, _ = u.statusFrom(u.cur, u.q.addrs()...)
-		return final.quorumLevel() == 2
-	}, "%s: quorum_feature_level stays %v after every journal was upgraded, want 2", what, lazy(func() string { return fmt.Sprint(final.quorumLevel()) }))
 }
 
 // refusedLevel2 tries pact journal record-ca (new at level 2) with the
 // CLI of this tree against every journal and wants it refused with
 // QUORUM_VERSION naming the journals still to upgrade.
-func (u *upgrade) refusedLevel2(what string, pending []string) {
+func (u *upgrade) refusedLevel2(what string, pending, addrs []string) {
 	u.t.Helper()
-	stdout, stderr, code := runPact(u.t, u.q.env(u.q.addrs()...), u.recordCA...)
+	stdout, stderr, code := runPact(u.t, u.q.env(addrs...), u.recordCA...)
 	out := stdout + stderr
 	if code != 6 || !strings.Contains(out, "QUORUM_VERSION") {
 		u.t.Errorf("%s: pact journal record-ca with %v on the previous release: exit %d, want 6 (FAILED_PRECONDITION QUORUM_VERSION)\n%s", what, pending, code, out)
@@ -387,6 +404,8 @@ type opLoad struct {
 	mu    sync.Mutex
 	want  map[string]*nodeExpect
 	order []string // registered, in order
+	// gate is held by each round of the workload; pause takes it.
+	gate sync.Mutex
 	// counts of acknowledged operations, and of retried ones
 	registered, enrolled, renewed, decommissioned, retried int
 	errs                                                   []string
@@ -445,50 +464,64 @@ func (l *opLoad) fail(format string, args ...any) {
 // one, and decommission every fourth.
 func (l *opLoad) run(ctx context.Context) {
 	for k := 0; k < len(l.nodes) && ctx.Err() == nil; k++ {
-		n := l.nodes[k]
-		code, out, uncertain := l.cli(ctx, k, "node", "enroll", n.id, "--mac", n.mac, "--bmc-serial", n.bmc)
-		switch {
-		case code == 0:
-		case code == 4 && uncertain:
-			// An attempt that got no answer had registered it.
-		default:
-			if ctx.Err() == nil {
-				l.fail("registering %s: exit %d (uncertain %v)\n%s", n.id, code, uncertain, out)
-			}
-			continue
-		}
-		l.mu.Lock()
-		l.want[n.id] = &nodeExpect{state: "registered"}
-		l.order = append(l.order, n.id)
-		l.registered++
-		l.mu.Unlock()
+		l.gate.Lock()
+		l.round(ctx, k)
+		l.gate.Unlock()
+	}
+}
 
-		if k%5 == 4 {
-			continue // stays registered
-		}
-		ectx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		a := l.enr.enroll(ectx, n)
-		cancel()
-		l.mu.Lock()
-		switch {
-		case a.err != nil:
-			l.want[n.id].uncertain = true
-			l.errs = append(l.errs, fmt.Sprintf("enrolling %s: %v", n.id, a.err))
-		case a.unknown:
-			l.want[n.id] = &nodeExpect{state: "active"}
-			l.enrolled++
-		default:
-			l.want[n.id] = &nodeExpect{state: "active", serials: []string{a.serial}, ack: a}
-			l.enrolled++
-		}
-		l.mu.Unlock()
+// pause waits for the workload's round in progress and holds the next
+// until resume is called.
+func (l *opLoad) pause() (resume func()) {
+	l.gate.Lock()
+	return l.gate.Unlock
+}
 
-		if k%3 == 0 {
-			l.renew(n.id)
+// round registers node k, enrolls it, renews one and decommissions one.
+func (l *opLoad) round(ctx context.Context, k int) {
+	n := l.nodes[k]
+	code, out, uncertain := l.cli(ctx, k, "node", "enroll", n.id, "--mac", n.mac, "--bmc-serial", n.bmc)
+	switch {
+	case code == 0:
+	case code == 4 && uncertain:
+		// An attempt that got no answer had registered it.
+	default:
+		if ctx.Err() == nil {
+			l.fail("registering %s: exit %d (uncertain %v)\n%s", n.id, code, uncertain, out)
 		}
-		if k%4 == 3 && k >= 4 {
-			l.decommission(ctx, k, l.nodes[k-2].id)
-		}
+		return
+	}
+	l.mu.Lock()
+	l.want[n.id] = &nodeExpect{state: "registered"}
+	l.order = append(l.order, n.id)
+	l.registered++
+	l.mu.Unlock()
+
+	if k%5 == 4 {
+		return // stays registered
+	}
+	ectx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	a := l.enr.enroll(ectx, n)
+	cancel()
+	l.mu.Lock()
+	switch {
+	case a.err != nil:
+		l.want[n.id].uncertain = true
+		l.errs = append(l.errs, fmt.Sprintf("enrolling %s: %v", n.id, a.err))
+	case a.unknown:
+		l.want[n.id] = &nodeExpect{state: "active"}
+		l.enrolled++
+	default:
+		l.want[n.id] = &nodeExpect{state: "active", serials: []string{a.serial}, ack: a}
+		l.enrolled++
+	}
+	l.mu.Unlock()
+
+	if k%3 == 0 {
+		l.renew(n.id)
+	}
+	if k%4 == 3 && k >= 4 {
+		l.decommission(ctx, k, l.nodes[k-2].id)
 	}
 }
 
@@ -825,10 +858,12 @@ func TestReleaseSkew(t *testing.T) {
 
 	// A backup made by the previous release (its CLI, its journals).
 	backup := filepath.Join(t.TempDir(), "prev.snap")
+	resume := u.load.pause()
 	if stdout, stderr, code := runPactFrom(t, u.prev, u.q.env(u.q.addrs()...), "journal", "snapshot", "save", backup); code != 0 {
 		t.Fatalf("%s's pact journal snapshot save: exit %d\n%s%s", u.prevV, code, stdout, stderr)
 	}
 	saved, _ := u.q.nodeList(0, "upg-0001")
+	resume()
 
 	for _, i := range u.followers() {
 		u.step(i, false)
@@ -895,9 +930,6 @@ func TestReleaseSkew(t *testing.T) {
 	// The previous release refuses a snapshot this tree made at level 2,
 	// naming the release it needs.
 	t.Run("previous refuses a level-2 snapshot", func(t *testing.T) {
-		if !quorumLevelAsserted() {
-			t.Skipf("the quorum feature level's assertions: %s=1", levelEnv)
-		}
 		file := filepath.Join(t.TempDir(), "cur.snap")
 		if stdout, stderr, code := runPact(t, u.q.env(u.q.addrs()...), "journal", "snapshot", "save", file); code != 0 {
 			t.Fatalf("pact journal snapshot save: exit %d\n%s%s", code, stdout, stderr)
@@ -909,8 +941,9 @@ func TestReleaseSkew(t *testing.T) {
 		if !errors.As(err, &ee) {
 			t.Fatalf("%s's pact-journal restore of a level-2 snapshot: %v, want a refusal\n%s", u.prevV, err, out)
 		}
-		if !strings.Contains(string(out), "release") {
-			t.Errorf("%s's refusal of a level-2 snapshot does not name the release it needs:\n%s", u.prevV, out)
+		// It names the release that wrote the file (the header's version).
+		if !strings.Contains(string(out), "use pact-journal "+u.curV) {
+			t.Errorf("%s's refusal of a level-2 snapshot does not name the release it needs (%s):\n%s", u.prevV, u.curV, out)
 		}
 		if _, err := os.Stat(dataDir); err == nil {
 			t.Errorf("the refused restore wrote %s", dataDir)
@@ -941,13 +974,9 @@ func inspectOn(t *testing.T, q *quorum, i int, id string) map[string]any {
 // tree take the node over at once (raftfsm certWithdrawn); 0.1.0's apply
 // refuses the same committed Activate within the takeover window
 // (ALREADY_ACTIVE), so the registries must not part: the new rule waits
-// for the quorum's level. Behind levelEnv until the core gates it (it
-// diverges on HEAD: upgrade-findings F2).
+// for the quorum's level (before the level, they did).
 func TestMixedQuorumWithdrawnCertificateTakeover(t *testing.T) {
 	skipShort(t)
-	if !quorumLevelAsserted() {
-		t.Skipf("diverges until the takeover of a withdrawn certificate waits for the quorum level: %s=1", levelEnv)
-	}
 	prev := previousRelease(t)
 	// Digests every second: the node's stream is recorded as recent, as
 	// on a site (the takeover window, 1m, is far from over).
@@ -1003,8 +1032,8 @@ func TestMixedQuorumWithdrawnCertificateTakeover(t *testing.T) {
 	polltest.Until(t, 30*time.Second, 300*time.Millisecond, func() bool {
 		onLeader, onUpgraded = inspectOn(t, q, l, node.id), inspectOn(t, q, upg, node.id)
 		return onLeader["cert_serial"] == onUpgraded["cert_serial"]
-	}, "%s differs between %s (%s) and %s (this tree): %v", node.id, q.members[l].id, prev, q.members[upg].id,
+	}, "%s differs between %s (%s) and %s (this tree): %v", node.id, q.members[l].id, binVersion(t, prev, "pact-journal"), q.members[upg].id,
 		lazy(func() string {
-			return fmt.Sprintf("serial %v vs %v (the agent holds %s)", onLeader["cert_serial"], onUpgraded["cert_serial"], renrolled)
+			return fmt.Sprintf("serial %v vs %v (the client was given %q)", onLeader["cert_serial"], onUpgraded["cert_serial"], renrolled)
 		}))
 }
