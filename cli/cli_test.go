@@ -966,6 +966,7 @@ func TestExitCode(t *testing.T) {
 		{"unauthenticated", st(apierr.Unauthenticated), ExitDenied},
 		{"stale certificate", st(apierr.StaleCertificate), ExitDenied},
 		{"already active", st(apierr.AlreadyActive), ExitPrecondition},
+		{"quorum version", st(apierr.QuorumVersion), ExitPrecondition},
 		{"no leader", st(apierr.NoLeader), ExitUnavailable},
 		{"deadline", status.Error(codes.DeadlineExceeded, "slow"), ExitUnavailable},
 		{"rate limited", st(apierr.RateLimited), ExitRateLimited},

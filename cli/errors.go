@@ -301,6 +301,10 @@ func (s *session) explain(a action, err error) error {
 		case e.Reason == apierr.RevokesOwnCredential:
 			// The journal's message names the chain and where to renew.
 			msg = "refused, to keep you from cutting off your own credential" + said
+		case e.Reason == apierr.QuorumVersion:
+			// The journal's message names the level, the release and the
+			// journals still to upgrade.
+			msg = fmt.Sprintf("cannot %s until every journal is upgraded%s; pact journal status shows each journal's release and level", a.verb, said)
 		case e.Reason == apierr.VClusterChanged && a.node != "":
 			msg = fmt.Sprintf("node %s is not in the vCluster this change expects%s: it is in another one, or it was moved while this command ran; check where it is now with: %s", a.node, said, inspect)
 		default:

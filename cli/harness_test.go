@@ -216,6 +216,8 @@ type fakeJournal struct {
 
 	mu    sync.Mutex
 	calls []string
+	// below is the journals the status names as still to upgrade.
+	below []string
 	// fail, when set, is every call's answer.
 	fail error
 	// stall makes every call wait for its deadline (a journal that was
@@ -273,6 +275,9 @@ type fakeQuorum struct {
 	leader, leaderAddr string
 	term, commit       uint64
 	members            []*pactv1.JournalMember
+	// level is the quorum feature level the serving journal reports (0:
+	// a journal of a release before feature levels).
+	level uint32
 }
 
 var fakeNow = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
@@ -455,7 +460,17 @@ func (f *fakeJournal) JournalStatus(ctx context.Context, _ *pactv1.JournalStatus
 	return &pactv1.JournalStatusResponse{
 		LeaderId: q.leader, Term: q.term, CommitIndex: q.commit, AppliedIndex: f.appliedIndex,
 		ServedBy: f.self, Members: f.cloneMembersLocked(),
+		QuorumFeatureLevel: q.level, FeatureLevel: speaks(q.level), BelowFeatureLevel: f.below,
 	}, nil
+}
+
+// speaks is what a fake journal's binary speaks: 2, or nothing for one of
+// a release before levels (quorum level 0).
+func speaks(level uint32) uint32 {
+	if level == 0 {
+		return 0
+	}
+	return 2
 }
 
 // notLeaderLocked is the answer of a journal that is not the leader to a

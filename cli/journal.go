@@ -337,7 +337,7 @@ func (a *app) journalStatus(cmd *cobra.Command, args []string, chk quorumCheck) 
 			return err
 		}
 		if len(v.Members) > 0 {
-			if err := writeJournalTable(a.env.Stdout, v.Members, a.env.Now()); err != nil {
+			if err := writeJournalTable(a.env.Stdout, v.Members, a.env.Now(), v.QuorumFeatureLevel != 0); err != nil {
 				return err
 			}
 		}
@@ -448,6 +448,9 @@ func (a *app) warnQuorum(v QuorumView) {
 	if v.LeaderID == "" {
 		fmt.Fprintf(w, "warning: no leader%s: writes are refused until a majority of the %d voters is up and elects one\n", from, all)
 	}
+	if v.QuorumFeatureLevel == 0 && len(v.Members) > 0 {
+		fmt.Fprintf(w, "note: journal %s runs a release before feature levels and does not report them (LEVEL ?): ask an upgraded journal (--journal ADDR) during an upgrade (docs/upgrade.md)\n", printable(v.ServedBy))
+	}
 	if len(v.BelowFeatureLevel) > 0 && v.FeatureLevel > v.QuorumFeatureLevel {
 		fmt.Fprintf(w, "note: the quorum runs at feature level %d until every journal speaks %d; still to upgrade: %s (features new in this release are refused until then: docs/upgrade.md)\n",
 			v.QuorumFeatureLevel, v.FeatureLevel, strings.Join(v.BelowFeatureLevel, ", "))
@@ -462,7 +465,10 @@ func (a *app) warnQuorum(v QuorumView) {
 
 // writeJournalTable prints one row per member. An ERROR column is added
 // only when some member did not answer.
-func writeJournalTable(w io.Writer, ms []JournalMemberView, now time.Time) error {
+//
+// levelsKnown says the answering journal reports feature levels (a
+// release before them leaves every LEVEL unknown: "?").
+func writeJournalTable(w io.Writer, ms []JournalMemberView, now time.Time, levelsKnown bool) error {
 	withErr := slices.ContainsFunc(ms, func(m JournalMemberView) bool {
 		return m.Error != "" || !m.Reachable || m.Halted != "" || m.JournalCAFileRefused != ""
 	})
@@ -484,9 +490,13 @@ func writeJournalTable(w io.Writer, ms []JournalMemberView, now time.Time) error
 		applied, contact, lag, level := none, none, none, none
 		if m.Reachable {
 			// A release before feature levels advertises none: level 1.
-			level = "1"
-			if m.FeatureLevel != 0 {
+			switch {
+			case m.FeatureLevel != 0:
 				level = strconv.FormatUint(uint64(m.FeatureLevel), 10)
+			case levelsKnown:
+				level = "1"
+			default:
+				level = "?"
 			}
 			applied = strconv.FormatUint(m.AppliedIndex, 10)
 			contact = contactAgo(now, m.lastContact, m.State == "leader")
@@ -530,6 +540,13 @@ func writeJournalTable(w io.Writer, ms []JournalMemberView, now time.Time) error
 		fmt.Fprintln(tw, row)
 	}
 	return tw.Flush()
+}
+
+// levelsReported says whether the journal that answered with these
+// members reports feature levels: one of them (the answering journal
+// among them) advertises one.
+func levelsReported(ms []JournalMemberView) bool {
+	return slices.ContainsFunc(ms, func(m JournalMemberView) bool { return m.FeatureLevel != 0 })
 }
 
 // shortVersion is the release part of a journal's version line, the
@@ -741,7 +758,7 @@ func (a *app) journalAdd(cmd *cobra.Command, args []string, force bool, journalC
 		if jc := resp.GetJournalCa(); jc != nil {
 			fmt.Fprintf(a.env.Stdout, "journal %s is bound to journal CA %s (valid to %s): only a chain through it is journal %s to the quorum\n", id, jc.GetSerial(), formatTime(unixTime(jc.GetNotAfterUnix(), 0)), id)
 		}
-		if err := writeJournalTable(a.env.Stdout, members, a.env.Now()); err != nil {
+		if err := writeJournalTable(a.env.Stdout, members, a.env.Now(), levelsReported(members)); err != nil {
 			return err
 		}
 	}
@@ -890,7 +907,7 @@ func (a *app) journalRemove(cmd *cobra.Command, args []string, force, revoke, ye
 		fmt.Fprintf(a.env.Stdout, "retired intermediate %s: its agents are renewing; revoked at %s\n", r.Serial, r.RevokeAt)
 	}
 	if len(members) > 0 {
-		if err := writeJournalTable(a.env.Stdout, members, a.env.Now()); err != nil {
+		if err := writeJournalTable(a.env.Stdout, members, a.env.Now(), levelsReported(members)); err != nil {
 			return err
 		}
 	}

@@ -43,10 +43,11 @@ func seedQuorum(f *fakeJournal, self string, now time.Time) {
 			IntermediateSerial:       "5e" + strings.Repeat(n, 30),
 			IntermediateNotAfterUnix: interNotAfter.Unix(),
 			Version:                  "v0.3." + n + " (commit 0123abc, go1.26.0, linux/amd64)",
+			FeatureLevel:             2, Release: "v0.3." + n,
 		}
 	}
 	f.quorum = fakeQuorum{
-		leader: "j1", leaderAddr: j1GRPC, term: 3, commit: 120,
+		leader: "j1", leaderAddr: j1GRPC, term: 3, commit: 120, level: 2,
 		members: []*pactv1.JournalMember{
 			member("j3", "Follower", 118, now.Add(-2500*time.Millisecond)),
 			member("j1", "Leader", 120, now),
@@ -107,16 +108,14 @@ func TestJournalStatusTable(t *testing.T) {
 		if len(lines) != 5 {
 			t.Fatalf("want headline, header and 3 rows, got:\n%s", stdout)
 		}
-		if want := "leader j1, term 3, commit index 120 (served by j2)"; lines[0] != want {
+		if want := "leader j1, term 3, commit index 120, feature level 2 (served by j2)"; lines[0] != want {
 			t.Errorf("headline %q, want %q", lines[0], want)
 		}
 		rows := tableRows(lines[1:])
 		want := [][]string{
 			{"ID", "STATE", "VOTER", "RAFT ADDR", "GRPC ADDR", "APPLIED", "LAG", "LAST CONTACT", "INTERMEDIATE", "EXPIRES", "VERSION", "LEVEL", "ERROR"},
-			// The members' answers carry no feature level: a release
-			// before levels, which speaks level 1.
-			{"j1", "leader", "yes", j1Raft, j1GRPC, "120", "0", "-", "5e111111111…", "2026-03-05T05:06:07Z", "v0.3.1", "1", "-"},
-			{"j2", "follower", "yes", "10.0.0.2:7500", "10.0.0.2:7443", "120", "0", "120ms ago", "5e222222222…", "2026-03-05T05:06:07Z", "v0.3.2", "1", "-"},
+			{"j1", "leader", "yes", j1Raft, j1GRPC, "120", "0", "-", "5e111111111…", "2026-03-05T05:06:07Z", "v0.3.1", "2", "-"},
+			{"j2", "follower", "yes", "10.0.0.2:7500", "10.0.0.2:7443", "120", "0", "120ms ago", "5e222222222…", "2026-03-05T05:06:07Z", "v0.3.2", "2", "-"},
 			{"j3", "unreachable", "yes", "10.0.0.3:7500", "10.0.0.3:7443", "-", "-", "-", "-", "-", "-", "-", "connection error: dial tcp 10.0.0.3:7443: connect: connection refused"},
 		}
 		for i := range want {
@@ -149,11 +148,56 @@ func TestJournalStatusTable(t *testing.T) {
 			t.Fatalf("exit %d stderr %q", code, stderr)
 		}
 		lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
-		if lines[0] != "leader j1, term 3, commit index 120 (served by j1)" || strings.Contains(lines[1], "ERROR") {
+		if lines[0] != "leader j1, term 3, commit index 120, feature level 2 (served by j1)" || strings.Contains(lines[1], "ERROR") {
 			t.Errorf("stdout:\n%s", stdout)
 		}
 		if got := tableRows(lines[4:])[0]; fmt.Sprint(got[:8]) != fmt.Sprint([]string{"j3", "follower", "yes", "10.0.0.3:7500", "10.0.0.3:7443", "118", "0", "2s ago"}) {
 			t.Errorf("j3 row %q", got)
+		}
+	})
+
+	// During an upgrade: the serving journal speaks level 2, j3 still
+	// runs a release before levels (no level in its answer: level 1), and
+	// stderr names it; served by the old release instead, no journal's
+	// level is known.
+	t.Run("mixed releases", func(t *testing.T) {
+		fake := newFakeJournal()
+		seedQuorum(fake, "j1", now)
+		fake.quorum.level = 1
+		for _, m := range fake.quorum.members {
+			if m.GetJournalId() == "j3" {
+				m.FeatureLevel, m.Release = 0, ""
+			}
+		}
+		fake.below = []string{"j3 (release v0.3.3, level 1)"}
+		addr := startJournal(t, p, fake)
+		code, stdout, stderr := runEnv(t, p, runOpts{now: func() time.Time { return now }}, append([]string{"journal", "status"}, p.flags(addr)...)...)
+		if code != ExitOK {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
+		if want := "leader j1, term 3, commit index 120, feature level 1 (served by j1)"; lines[0] != want {
+			t.Errorf("headline %q, want %q", lines[0], want)
+		}
+		levels := map[string]string{}
+		for _, r := range tableRows(lines[2:]) {
+			levels[r[0]] = r[11]
+		}
+		if fmt.Sprint(levels) != "map[j1:2 j2:2 j3:1]" {
+			t.Errorf("LEVEL column %v", levels)
+		}
+		fake.quorum.level = 0
+		for _, m := range fake.quorum.members {
+			m.FeatureLevel, m.Release = 0, ""
+		}
+		code, stdout, stderr = runEnv(t, p, runOpts{now: func() time.Time { return now }}, append([]string{"journal", "status"}, p.flags(addr)...)...)
+		if code != ExitOK || !strings.Contains(stderr, "journal j1 runs a release before feature levels") {
+			t.Fatalf("exit %d, stderr %q", code, stderr)
+		}
+		for _, r := range tableRows(strings.Split(strings.TrimRight(stdout, "\n"), "\n")[2:]) {
+			if r[11] != "?" {
+				t.Errorf("served by a release before levels: %s LEVEL %q, want ?", r[0], r[11])
+			}
 		}
 	})
 
@@ -175,7 +219,7 @@ func TestJournalStatusTable(t *testing.T) {
 		if code != ExitQuorumNoLeader {
 			t.Fatalf("exit %d, want %d: %s", code, ExitQuorumNoLeader, stderr)
 		}
-		if !strings.HasPrefix(stdout, "no leader, term 3, commit index 120 (served by j2)\n") || !strings.Contains(stdout, "candidate") {
+		if !strings.HasPrefix(stdout, "no leader, term 3, commit index 120, feature level 2 (served by j2)\n") || !strings.Contains(stdout, "candidate") {
 			t.Errorf("stdout:\n%s", stdout)
 		}
 		for _, w := range []string{"2 of 3 journals unreachable from j2: j1, j3", "1 of 3 voters answered, a majority is 2: without a majority the quorum refuses writes", "warning: no leader from j2"} {

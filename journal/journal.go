@@ -566,6 +566,10 @@ func (j *Journal) CommitIndex() uint64 { return j.raft.CommitIndex() }
 // IsLeader reports whether this journal leads the quorum.
 func (j *Journal) IsLeader() bool { return j.raft.IsLeader() }
 
+// QuorumFeatureLevel is the quorum feature level this journal's registry
+// records (docs/upgrade.md).
+func (j *Journal) QuorumFeatureLevel() uint32 { return j.raft.QuorumLevel() }
+
 // KnownLeader is the id of the journal this one currently takes for the
 // leader ("" while it knows none).
 func (j *Journal) KnownLeader() string { return j.raft.Leader() }

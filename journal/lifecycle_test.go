@@ -1468,14 +1468,15 @@ func TestAuditTrail(t *testing.T) {
 	}
 
 	all := e.audit(t, "")
-	// The quorum id the leader records at bootstrap comes first, and the
-	// journal CA Raft records with the journal's first intermediate (in
-	// either order with the bootstrap operator's record: they race).
+	// The quorum id and feature level the leader records at bootstrap
+	// come first, and the journal CA Raft records with the journal's
+	// first intermediate (in either order with the bootstrap operator's
+	// record: they race).
 	rest := slices.DeleteFunc(slices.Clone(all), func(a *pactv1.AuditEntry) bool {
-		return a.GetAction() == "quorum-id" || a.GetAction() == "journal-ca-recorded"
+		return a.GetAction() == "quorum-id" || a.GetAction() == "quorum-level" || a.GetAction() == "journal-ca-recorded"
 	})
-	if len(rest) != len(all)-2 {
-		t.Errorf("whole trail %v, want one quorum-id entry and one journal-ca-recorded", all)
+	if len(rest) != len(all)-3 {
+		t.Errorf("whole trail %v, want one quorum-id entry, one quorum-level and one journal-ca-recorded", all)
 	}
 	// The whole trail opens with the record of the bootstrap operator
 	// credential, made when the journal started.

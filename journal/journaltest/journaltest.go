@@ -30,10 +30,12 @@ import (
 	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/keystore"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/internal/porttest"
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/ca"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
 )
 
 // Harness is a running journal and the credentials to talk to it.
@@ -179,6 +181,10 @@ func Start(t testing.TB, cfg journal.Config) *Harness {
 	}
 	h := &Harness{J: j, Cfg: cfg, Dir: cfg.DataDir, Addr: j.Addr()}
 	t.Cleanup(func() { _ = h.J.Close() })
+	if !cfg.Join && len(cfg.InitialCluster) <= 1 {
+		// A quorum of one: nobody else to wait for.
+		h.WaitFeatureLevel(t)
+	}
 	roots, _, err := pki.LoadCertPool(filepath.Join(cfg.DataDir, ca.RootCertFile))
 	if err != nil {
 		t.Fatal(err)
@@ -393,7 +399,21 @@ func StartCluster(t testing.TB, root string, cfgs []journal.Config) *Cluster {
 			}
 		}
 	})
+	for _, h := range c.Nodes {
+		h.WaitFeatureLevel(t)
+	}
 	return c
+}
+
+// WaitFeatureLevel waits until the journal's registry records this
+// release's quorum feature level: a quorum of this release starts at
+// level 1 and its leader raises it once every member answers (within a
+// second or two of the start), and the features of the level (the
+// binding rules, record-ca) are refused until then.
+func (h *Harness) WaitFeatureLevel(t testing.TB) {
+	t.Helper()
+	polltest.Until(t, 30*time.Second, 20*time.Millisecond, func() bool { return h.J.QuorumFeatureLevel() >= raftfsm.FeatureLevel },
+		"journal %s to record quorum feature level %d (it records %d)", h.Cfg.NodeID, raftfsm.FeatureLevel, h.J.QuorumFeatureLevel())
 }
 
 // StartMember (re)starts member i with its configuration.

@@ -24,6 +24,7 @@ import (
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/ca"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
 )
 
 // Intermediate is a journal intermediate a test makes from the domain root
@@ -158,7 +159,8 @@ func RaftHelloKind(t testing.TB, addr string, cert *tls.Certificate, quorum stri
 	if c.ConnectionState().NegotiatedProtocol != "pact-raft/2" {
 		t.Fatalf("the Raft port at %s did not negotiate pact-raft/2", addr)
 	}
-	b, _ := proto.Marshal(&pactv1.QuorumHello{QuorumId: quorum, Kind: kind})
+	// As a journal of this release says it.
+	b, _ := proto.Marshal(&pactv1.QuorumHello{QuorumId: quorum, Kind: kind, FeatureLevel: raftfsm.FeatureLevel})
 	if _, err := c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...)); err != nil {
 		return nil, err
 	}

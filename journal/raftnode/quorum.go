@@ -364,13 +364,14 @@ func (n *Node) admitRaftConn(tc *tls.Conn) error {
 	// public); Raft itself only to what Raft's records admit.
 	err := n.requireQuorumID(peerID, hello.GetQuorumId())
 	if err == nil {
-		err = n.checkPeerLevel(peerID, hello.GetFeatureLevel(), hello.GetRelease())
-	}
-	if err == nil {
 		_, err = n.checkPeerRecords(cs.PeerCertificates, n.cfg.Clock.Now())
 	}
 	if err == nil {
 		err = n.admitPeer(peerID, hello.GetQuorumId(), true)
+	}
+	// Last: a peer is refused for what it is before what it speaks.
+	if err == nil {
+		err = n.checkPeerLevel(peerID, hello.GetFeatureLevel(), hello.GetRelease())
 	}
 	if err == nil && hello.GetQuorumId() != "" {
 		// A journal added with --join takes its quorum from the member
