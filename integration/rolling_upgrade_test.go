@@ -123,7 +123,6 @@ type upgrade struct {
 	curV      string
 	upgraded  map[int]bool
 	recordCA  []string // pact journal record-ca j9 FILE: a level-2 command
-	recordSeq int
 	agents    []*upgradeAgent
 	load      *opLoad
 	stopLoad  context.CancelFunc

@@ -146,17 +146,6 @@ func (q *ProcQuorum) SetBin(i int, dir string) {
 	j.bin = dir
 }
 
-// Bin is the directory of the pact-journal journal i's next start runs.
-func (q *ProcQuorum) Bin(i int) string {
-	j := q.js[i]
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.bin != "" {
-		return j.bin
-	}
-	return q.cfg.Bin
-}
-
 // LoadCreds reads the domain root and the admin credential pact-journal
 // init wrote in dir.
 func LoadCreds(dir string) (*x509.CertPool, tls.Certificate, error) {
