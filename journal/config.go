@@ -142,6 +142,15 @@ type Config struct {
 	// MetricsListen, if set, serves /metrics, /healthz and /readyz over
 	// plain HTTP on this address.
 	MetricsListen string
+	// BundleEndpointListen, if set, serves the domain's trust bundle over
+	// HTTPS on this address as a SPIFFE bundle endpoint (the https_spiffe
+	// profile: the journal's own server certificate, an X.509-SVID of
+	// spiffe://DOMAIN/pact-journal/ID). Other quorums and SPIRE servers
+	// federate with the domain through it (docs/domains.md).
+	BundleEndpointListen string
+	// BundleRefreshHint is the spiffe_refresh_hint the bundle endpoint
+	// announces: how often a federated domain should fetch the bundle again.
+	BundleRefreshHint time.Duration
 	// SPIREBundleFile is a PEM file holding the X.509 bundle of the SPIRE
 	// trust domain (spire-server bundle show). With it the journal accepts
 	// X.509-SVIDs of that trust domain from node agents. The file is
@@ -274,6 +283,7 @@ func DefaultConfig() Config {
 		OperatorLifetime:         ca.DefaultOperatorLifetime,
 		MaxOperatorLifetime:      90 * 24 * time.Hour,
 		RetireGrace:              15 * time.Minute,
+		BundleRefreshHint:        DefaultBundleRefreshHint,
 		TakeoverWindow:           60 * time.Second,
 		ClockSkewTolerance:       5 * time.Minute,
 		DigestInterval:           10 * time.Second,
@@ -324,6 +334,7 @@ func (c Config) Validate() error {
 		{"--advertise", c.AdvertiseGRPC, true},
 		{"--advertise-raft", c.AdvertiseRaft, true},
 		{"--metrics-listen", c.MetricsListen, false},
+		{"--bundle-endpoint-listen", c.BundleEndpointListen, false},
 	} {
 		if a.addr != "" {
 			addr(a.setting, a.addr, a.dialed)
@@ -385,6 +396,9 @@ func (c Config) Validate() error {
 	}
 	if c.OperatorLifetime < time.Minute || c.OperatorLifetime > c.MaxOperatorLifetime {
 		errs = append(errs, fmt.Errorf("journal: operator credential lifetime %v must lie between 1m and the maximum %v", c.OperatorLifetime, c.MaxOperatorLifetime))
+	}
+	if c.BundleEndpointListen != "" && (c.BundleRefreshHint < time.Second || c.BundleRefreshHint > 24*time.Hour) {
+		errs = append(errs, fmt.Errorf("journal: --bundle-refresh-hint %v: want 1s to 24h (federated domains fetch the bundle that often)", c.BundleRefreshHint))
 	}
 	if c.RetireGrace < 0 {
 		errs = append(errs, errors.New("journal: RetireGrace must not be negative"))

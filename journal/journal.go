@@ -79,6 +79,8 @@ type Journal struct {
 	server *grpc.Server
 
 	metricsAddr string
+	// bundleEndpointAddr is where the SPIFFE bundle endpoint listens.
+	bundleEndpointAddr string
 
 	grpcAddr string // as other journals reach it
 
@@ -284,6 +286,14 @@ func (j *Journal) Start(ctx context.Context) error {
 			return fmt.Errorf("journal: metrics listener on %s: %w", j.cfg.MetricsListen, err)
 		}
 		j.metricsAddr = mlis.Addr().String()
+	}
+	if j.cfg.BundleEndpointListen != "" {
+		blis, err := j.serveBundleEndpoint()
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("journal: bundle endpoint on %s: %w", j.cfg.BundleEndpointListen, err)
+		}
+		j.bundleEndpointAddr = blis.Addr().String()
 	}
 	j.raft.StartPromoting()
 	j.wg.Add(3)

@@ -145,6 +145,8 @@ func Settings(cfg *journal.Config, log *cmdline.Logging, configFile *string) *se
 	s.Duration(&cfg.DigestInterval, "digest-interval", "PACT_DIGEST_INTERVAL", "how often this journal reports the streams it holds")
 	s.String(&cfg.AuditLog, "audit-log", "PACT_AUDIT_LOG", "append every committed audit entry as a JSON line to this file, or - for stdout")
 	s.String(&cfg.MetricsListen, "metrics-listen", "PACT_METRICS_LISTEN", "serve /metrics, /healthz and /readyz over HTTP on host:port")
+	s.String(&cfg.BundleEndpointListen, "bundle-endpoint-listen", "PACT_BUNDLE_ENDPOINT_LISTEN", "serve the domain's trust bundle as a SPIFFE bundle endpoint (https_spiffe profile) on host:port, for federated domains and SPIRE servers (docs/domains.md)")
+	s.Duration(&cfg.BundleRefreshHint, "bundle-refresh-hint", "PACT_BUNDLE_REFRESH_HINT", "the spiffe_refresh_hint the bundle endpoint announces: how often federated domains fetch the bundle again")
 	s.String(&cfg.SPIREBundleFile, "spire-bundle", "PACT_SPIRE_BUNDLE", "accept node agents' SPIRE X.509-SVIDs: PEM file of the SPIRE trust domain's X.509 bundle, re-read when it changes")
 	s.String(&cfg.SPIRESocket, "spire-socket", "PACT_SPIRE_SOCKET", "accept SPIRE X.509-SVIDs, with the bundle from this host's SPIRE agent Workload API, e.g. unix:///run/spire/agent.sock")
 	s.String(&cfg.SPIRETrustDomain, "spire-trust-domain", "PACT_SPIRE_TRUST_DOMAIN", "SPIRE trust domain whose SVIDs map to nodes (default: the pact domain)")
