@@ -931,6 +931,9 @@ func TestFailoverDecision(t *testing.T) {
 		{codes.DeadlineExceeded, false, true, true}, // never connected: never sent
 		{codes.DeadlineExceeded, true, true, false}, // sent: may have happened
 		{codes.DeadlineExceeded, true, false, true}, // a read is safe to repeat
+		// A journal of an older release that does not know the call did
+		// nothing: an upgraded one may know it, a write included.
+		{codes.Unimplemented, true, true, true},
 		{codes.NotFound, false, false, false},
 		{codes.PermissionDenied, true, false, false},
 		{codes.ResourceExhausted, true, false, false},

@@ -404,10 +404,12 @@ func (s *failoverStream) Context() context.Context {
 // journal. Unavailable means the call was not served (no connection, or a
 // journal without a leader). A deadline on a connection that never became
 // ready means the call was never sent; on a ready connection the journal may
-// have acted, so only a read moves on.
+// have acted, so only a read moves on. Unimplemented means the journal does
+// not know the call (an older release, during an upgrade): it did nothing,
+// and an upgraded journal may know it.
 func failover(code codes.Code, connected, write bool) bool {
 	switch code {
-	case codes.Unavailable:
+	case codes.Unavailable, codes.Unimplemented:
 		return true
 	case codes.DeadlineExceeded:
 		return !connected || !write

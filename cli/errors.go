@@ -350,7 +350,7 @@ func (s *session) explain(a action, err error) error {
 			msg += "retry, or raise --timeout if the journal is busy"
 		}
 	case codes.Unimplemented:
-		msg = fmt.Sprintf("journal %s does not support this call%s; use a pact CLI of the journal's version (pact version)", orUnknown(addr), said)
+		msg = fmt.Sprintf("journal %s does not know this call%s: it runs an older release than this CLI (pact version lists each journal's). During an upgrade, send it to an upgraded journal (--journal ADDR; docs/upgrade.md); otherwise use a pact CLI of the journal's release", orUnknown(addr), said)
 	case codes.Canceled:
 		msg = "interrupted"
 	default:

@@ -176,7 +176,7 @@ func TestJournalStatusTable(t *testing.T) {
 			t.Fatalf("exit %d: %s", code, stderr)
 		}
 		lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
-		if want := "leader j1, term 3, commit index 120, feature level 1 (served by j1)"; lines[0] != want {
+		if want := "leader j1, term 3, commit index 120, feature level 1 (upgrade under way: 2 once every journal speaks it) (served by j1)"; lines[0] != want {
 			t.Errorf("headline %q, want %q", lines[0], want)
 		}
 		levels := map[string]string{}
