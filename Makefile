@@ -11,6 +11,8 @@ TESTFLAGS ?=
 # make bench-storm / bench-floor / bench-pair / bench-scale (docs/benchmarks.md)
 AGENTS      ?= 10000
 PAIRS       ?= 3
+# make bench-scale-cpu: the storm and the floor at each of these sizes
+SIZES       ?= 1000,3000,10000,30000
 SCALE_NODES ?= 100000
 WAIT_IDLE   ?= 30s
 STORMFLAGS  ?=
@@ -57,7 +59,7 @@ VERSION ?= $(shell ./scripts/version.sh)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X github.com/pact-hpc/pact/internal/version.Version=$(VERSION) -X github.com/pact-hpc/pact/internal/version.Commit=$(COMMIT)
 
-.PHONY: help build build-pkcs11 print-ldflags package package-check package-check-tools run cluster cluster-down image compose-up compose-down test test-pkcs11 test-bootstrap monitoring-e2e lint generate check-generated bench bench-storm bench-floor bench-pair bench-peer bench-scale fuzz fuzz-short clean tools print-version release release-previous
+.PHONY: help build build-pkcs11 print-ldflags package package-check package-check-tools run cluster cluster-down image compose-up compose-down test test-pkcs11 test-bootstrap monitoring-e2e lint generate check-generated bench bench-storm bench-floor bench-pair bench-scale-cpu bench-peer bench-scale fuzz fuzz-short clean tools print-version release release-previous
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -203,13 +205,17 @@ bench-storm: build ## boot storm: 3 journals, AGENTS (10000) pact-agents (in pro
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
 	$(BIN)/stormbench storm -bin $(BIN) -agents $(AGENTS) -wait-idle $(WAIT_IDLE) $(STORMFLAGS)
 
-bench-floor: build ## the floor: the same storm against stub journals doing only the ceiling's work behind gRPC (the best a gRPC journal could do here); a table, then one JSON line
+bench-floor: build ## the floor: the same storm against stub journals doing the ceiling's work behind gRPC and one Raft entry per certificate (STORMFLAGS=-floor-replicate=false: the old floor, which keeps nothing); a table, then one JSON line
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
 	$(BIN)/stormbench storm -floor -bin $(BIN) -agents $(AGENTS) -wait-idle $(WAIT_IDLE) $(STORMFLAGS)
 
-bench-pair: build ## PAIRS (3) times the boot storm, then the floor, AGENTS each, back to back; both JSON lines of each pair, then one line of ratios pact/floor (throughput, journal CPU; enroll and renew) against the targets
+bench-pair: build ## PAIRS (3) times the boot storm, then the replicating floor, then the old floor, AGENTS each, back to back; every JSON line, then one line of ratios pact/floor (throughput, journal CPU; enroll and renew) against the targets, and pact/old floor beside them
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
 	$(BIN)/stormbench pair -pairs $(PAIRS) -bin $(BIN) -agents $(AGENTS) -wait-idle $(WAIT_IDLE) $(STORMFLAGS)
+
+bench-scale-cpu: build ## the boot storm and the replicating floor at each of SIZES (1000,3000,10000,30000) agents; journal CPU per agent of both at each size, one JSON line
+	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
+	$(BIN)/stormbench scale-cpu -bin $(BIN) -sizes $(SIZES) -wait-idle $(WAIT_IDLE) $(STORMFLAGS)
 
 bench-peer: build $(STEPCA) ## pact against step-ca (STEPCA_VERSION, installed into .tools/): PEER_CERTS (10000) certificates from each, a new TLS connection per certificate, PEER_CLIENTS (32,256) clients, PEER_ROUNDS (3) interleaved rounds; server CPU per certificate and the ratio, one JSON line
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench

@@ -52,9 +52,11 @@ import (
 // stub journals that do only what the ceiling counts behind gRPC: the TLS
 // handshakes (the client chain verified in the mTLS one), ParseCSR and
 // SignAgent, with the journal's gRPC transport options and its admission
-// queue in front of the handshake. They keep nothing: no Raft, no registry,
-// no per-call authentication or binding, no rate limits, no audit, no
-// logging, no metrics. So:
+// queue in front of the handshake. By default (the replicating floor,
+// floorraft.go) they also commit one Raft entry per enrollment and per
+// renewal, as pact must; with -floor-replicate=false (the old floor) they
+// keep nothing. Either way: no registry, no per-call authentication or
+// binding, no rate limits, no audit, no logging, no metrics. So:
 //
 //   - the floor over the ceiling is what gRPC, HTTP/2, loopback TCP, the Go
 //     runtime and the agent's own code cost on this machine, whatever a
@@ -71,6 +73,7 @@ type floorJournal struct {
 	ca      *ca.CA
 	dir     string // holds every stub's journal CA and intermediate (floor-jca-*.der, floor-inter-*.der)
 	streams atomic.Int64
+	raft    *floorRaft // nil: the old floor, which keeps nothing
 
 	bundleOnce sync.Once
 	bundle     [][]byte            // root, every stub's journal CA, then every stub's intermediate
@@ -176,7 +179,7 @@ func (f *floorJournal) sign(csrDER []byte, nodeID string) (*ca.Issued, error) {
 	return iss, nil
 }
 
-func (f *floorJournal) Enroll(_ context.Context, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, error) {
+func (f *floorJournal) Enroll(ctx context.Context, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, error) {
 	nodeID, err := floorNodeID(req.GetHardware())
 	if err != nil {
 		return nil, err
@@ -184,6 +187,11 @@ func (f *floorJournal) Enroll(_ context.Context, req *pactv1.EnrollRequest) (*pa
 	iss, err := f.sign(req.GetCsrDer(), nodeID)
 	if err != nil {
 		return nil, err
+	}
+	if f.raft != nil {
+		if err := f.raft.commit(ctx, activateEntry(nodeID, req.GetHardware(), iss)); err != nil {
+			return nil, err
+		}
 	}
 	return &pactv1.EnrollResponse{
 		NodeId:             nodeID,
@@ -196,13 +204,18 @@ func (f *floorJournal) Enroll(_ context.Context, req *pactv1.EnrollRequest) (*pa
 }
 
 func (f *floorJournal) RenewCert(ctx context.Context, req *pactv1.RenewCertRequest) (*pactv1.RenewCertResponse, error) {
-	_, id, err := caller(ctx)
+	leaf, id, err := caller(ctx)
 	if err != nil {
 		return nil, err
 	}
 	iss, err := f.sign(req.GetCsrDer(), id.Name)
 	if err != nil {
 		return nil, err
+	}
+	if f.raft != nil {
+		if err := f.raft.commit(ctx, renewEntry(id.Name, leaf, iss)); err != nil {
+			return nil, err
+		}
 	}
 	return &pactv1.RenewCertResponse{
 		NodeId:             id.Name,
@@ -271,6 +284,9 @@ func runFloorJournal(args []string) int {
 	id := fs.String("id", "floor-1", "journal id")
 	kxName := fs.String("key-exchange", string(transport.Classical), "TLS key exchange (as pact-journal --key-exchange)")
 	admission := fs.Bool("admission", true, "the journal's admission queue in front of the TLS handshake")
+	listen := fs.String("listen", "127.0.0.1:0", "gRPC address")
+	raftListen := fs.String("raft-listen", "", "Raft address: with -peers, commit one entry per enrollment and renewal (the replicating floor); empty keeps nothing")
+	peersFlag := fs.String("peers", "", "every stub of the replicating floor, id=raft-addr=grpc-addr, comma-separated (this one included)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -283,7 +299,15 @@ func runFloorJournal(args []string) int {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(math.MaxInt64)
 	}
-	if err := serveFloorJournal(*dir, *id, *kxName, *admission); err != nil {
+	var peers []floorPeer
+	if *raftListen != "" {
+		var err error
+		if peers, err = parseFloorPeers(*peersFlag); err != nil {
+			fmt.Fprintf(os.Stderr, "stormbench floor-journal: %v\n", err)
+			return 2
+		}
+	}
+	if err := serveFloorJournal(floorOpts{dir: *dir, id: *id, kx: *kxName, admission: *admission, listen: *listen, raftListen: *raftListen, peers: peers}); err != nil {
 		fmt.Fprintf(os.Stderr, "stormbench floor-journal: %v\n", err)
 		return 1
 	}
@@ -322,8 +346,31 @@ func newStubCA(root *ca.KeyFileAuthority, id string) (*ca.CA, error) {
 	return ca.New(cfg)
 }
 
-func serveFloorJournal(dir, id, kxName string, admission bool) error {
-	kx, err := transport.ParseKeyExchange(kxName)
+// stubServerTLS is a stub's gRPC server TLS configuration.
+func stubServerTLS(authority *ca.CA, fj *floorJournal) *tls.Config {
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{*authority.ServerCertificate()},
+		// Enroll comes without a client certificate; the channel's is
+		// verified in the handshake (the ceiling's mTLS handshake), by
+		// VerifyConnection: Go's own verification would check every
+		// signature up to the root on every connection.
+		ClientAuth:             tls.RequestClientCert,
+		VerifyConnection:       func(cs tls.ConnectionState) error { return verifyLeafSignedBy(cs, fj.issuers()) },
+		SessionTicketsDisabled: true,
+	}
+}
+
+// floorOpts are a stub journal's flags.
+type floorOpts struct {
+	dir, id, kx, listen, raftListen string
+	admission                       bool
+	peers                           []floorPeer
+}
+
+func serveFloorJournal(o floorOpts) error {
+	dir, id, admission := o.dir, o.id, o.admission
+	kx, err := transport.ParseKeyExchange(o.kx)
 	if err != nil {
 		return err
 	}
@@ -347,17 +394,7 @@ func serveFloorJournal(dir, id, kxName string, admission bool) error {
 		}
 	}
 	fj := &floorJournal{id: id, ca: authority, dir: dir}
-	tlsCfg := kx.Apply(&tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{*server},
-		// Enroll comes without a client certificate; the channel's is
-		// verified in the handshake (the ceiling's mTLS handshake), by
-		// VerifyConnection: Go's own verification would check every
-		// signature up to the root on every connection.
-		ClientAuth:             tls.RequestClientCert,
-		VerifyConnection:       func(cs tls.ConnectionState) error { return verifyLeafSignedBy(cs, fj.issuers()) },
-		SessionTicketsDisabled: true,
-	})
+	tlsCfg := kx.Apply(stubServerTLS(authority, fj))
 	var creds credentials.TransportCredentials = credentials.NewTLS(tlsCfg)
 	if admission {
 		lim, err := connlimit.New(connlimit.DefaultConfig())
@@ -372,9 +409,19 @@ func serveFloorJournal(dir, id, kxName string, admission bool) error {
 	s := grpc.NewServer(append(transport.ServerOptions(), grpc.Creds(creds), grpc.ConnectionTimeout(connlimit.DefaultConfig().HandshakeTimeout))...)
 	pactv1.RegisterEnrollmentServiceServer(s, fj)
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	lis, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return err
+	}
+	if o.raftListen != "" {
+		fr, err := startFloorRaft(dir, id, o.raftListen, o.peers, authority)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		defer fr.close()
+		fj.raft = fr
+		pactv1.RegisterJournalPeerServiceServer(s, fr)
 	}
 	statusLis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -383,6 +430,22 @@ func serveFloorJournal(dir, id, kxName string, admission bool) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/streams", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, fj.streams.Load())
+	})
+	// ready: 200 once the stub can commit (a leader known, its log
+	// applied), and the Raft term (elections) and entries applied.
+	mux.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) {
+		if fj.raft != nil && !fj.raft.ready() {
+			http.Error(w, "no leader yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/raft", func(w http.ResponseWriter, _ *http.Request) {
+		if fj.raft == nil {
+			fmt.Fprintln(w, "0 0")
+			return
+		}
+		fmt.Fprintln(w, fj.raft.r.CurrentTerm(), fj.raft.fsm.applied.Load())
 	})
 	go func() { _ = http.Serve(statusLis, mux) }()
 	go func() { _ = s.Serve(lis) }()
@@ -400,14 +463,48 @@ type floorCluster struct {
 	status []string
 }
 
-func startFloorCluster(dir string, n int, kx string, extra, env []string) (*floorCluster, error) {
+// freeAddrs are n loopback addresses free a moment ago: the replicating
+// floor's stubs must know each other's before any starts.
+func freeAddrs(n int) ([]string, error) {
+	var out []string
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		held, out = append(held, l), append(out, l.Addr().String())
+	}
+	return out, nil
+}
+
+func startFloorCluster(dir string, n int, kx string, replicate bool, extra, env []string) (*floorCluster, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
+	var peers []floorPeer
+	if replicate {
+		addrs, err := freeAddrs(2 * n)
+		if err != nil {
+			return nil, err
+		}
+		for i := range n {
+			peers = append(peers, floorPeer{id: fmt.Sprintf("floor-%d", i+1), grpc: addrs[2*i], raft: addrs[2*i+1]})
+		}
+	}
 	c := &floorCluster{}
 	for i := range n {
-		args := append([]string{"floor-journal", "-dir", dir, "-id", fmt.Sprintf("floor-%d", i+1), "-key-exchange", kx}, extra...)
+		args := []string{"floor-journal", "-dir", dir, "-id", fmt.Sprintf("floor-%d", i+1), "-key-exchange", kx}
+		if replicate {
+			args = append(args, "-listen", peers[i].grpc, "-raft-listen", peers[i].raft, "-peers", formatFloorPeers(peers))
+		}
+		args = append(args, extra...)
 		cmd := exec.Command(self, args...)
 		cmd.Env = append(os.Environ(), env...)
 		cmd.Stderr = os.Stderr
@@ -437,7 +534,60 @@ func startFloorCluster(dir string, n int, kx string, extra, env []string) (*floo
 		}
 		c.grpc, c.status = append(c.grpc, f[1]), append(c.status, f[2])
 	}
+	if replicate {
+		if err := c.waitReady(time.Minute); err != nil {
+			c.stop()
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// waitReady waits until every stub has a leader and has applied its log.
+func (c *floorCluster) waitReady(limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for _, a := range c.status {
+		for {
+			resp, err := http.Get("http://" + a + "/ready")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the replicating floor's stubs elected no leader within %v", limit)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// raftState is the highest Raft term of the stubs (it grows with every
+// election) and the entries the first stub applied; zeros for the old
+// floor.
+func (c *floorCluster) raftState() (term, applied uint64, err error) {
+	for i, a := range c.status {
+		resp, err := http.Get("http://" + a + "/raft")
+		if err != nil {
+			return 0, 0, err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return 0, 0, err
+		}
+		var t, n uint64
+		if _, err := fmt.Sscan(string(b), &t, &n); err != nil {
+			return 0, 0, err
+		}
+		term = max(term, t)
+		if i == 0 {
+			applied = n
+		}
+	}
+	return term, applied, nil
 }
 
 func (c *floorCluster) pids() []int {
@@ -511,6 +661,9 @@ func checkFloorFlags(f *stormFlags, fs *flag.FlagSet) error {
 		if set["floor-client"] {
 			return errors.New("-floor-client needs -floor")
 		}
+		if set["floor-replicate"] {
+			return errors.New("-floor-replicate needs -floor")
+		}
 		return nil
 	}
 	switch f.floorClient {
@@ -543,12 +696,16 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 	if b, err := exec.Command(filepath.Join(f.bin, "pact-journal"), "init", "--dir", dir, "--domain", "pact.local").CombinedOutput(); err != nil {
 		return fmt.Errorf("pact-journal init: %w\n%s", err, b)
 	}
-	c, err := startFloorCluster(dir, f.journals, f.keyExchange, strings.Fields(f.journalArgs), strings.Fields(f.journalEnv))
+	c, err := startFloorCluster(dir, f.journals, f.keyExchange, f.floorReplicate, strings.Fields(f.journalArgs), strings.Fields(f.journalEnv))
 	if err != nil {
 		return err
 	}
 	cl.add(c.stop)
-	logf("%d stub journals serving on %s (the floor: only the ceiling's work behind gRPC)", f.journals, strings.Join(c.grpc, ","))
+	if f.floorReplicate {
+		logf("%d stub journals serving on %s (the replicating floor: the ceiling's work behind gRPC and one Raft entry per certificate, floorraft.go)", f.journals, strings.Join(c.grpc, ","))
+	} else {
+		logf("%d stub journals serving on %s (the old floor: only the ceiling's work behind gRPC, nothing kept)", f.journals, strings.Join(c.grpc, ","))
+	}
 	caFile := filepath.Join(dir, "ca.pem")
 	roots, _, err := pki.LoadCertPool(caFile)
 	if err != nil {
@@ -610,7 +767,7 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 		if e.streamsOpen != f.agents {
 			problems = append(problems, fmt.Sprintf("enroll storm: the stubs hold %d streams for %d clients", e.streamsOpen, f.agents))
 		}
-		floorReport(out, f, ceilE, e, ceilR, nil, problems)
+		floorReport(out, f, ceilE, e, ceilR, nil, floorRaftFigures{}, problems)
 		if len(problems) > 0 {
 			return fmt.Errorf("the final check failed: %s", strings.Join(problems, "; "))
 		}
@@ -642,8 +799,10 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 		all[i] = i
 	}
 	var problems []string
+	var rf floorRaftFigures
 	one := func(kind stormKind, idxs []int) (*stormResult, []agentRecord, error) {
 		quiet()
+		term0, applied0, rerr := c.raftState()
 		logf("%s storm against the stub journals: %d agents (pact-agent's own code, %s) arriving over %v", kind, len(idxs), processesName(f.workers), f.spread)
 		var perf *exec.Cmd
 		if f.perf {
@@ -664,6 +823,20 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 			finishPerf(perf, filepath.Join(dir, "perf-floor-"+kind.String()), res)
 		}
 		res.streamsOpen = c.settledStreams(len(idxs))
+		if term1, applied1, err := c.raftState(); err == nil && rerr == nil {
+			el, n := int(term1-term0), int(applied1-applied0)
+			if kind == stormEnroll {
+				rf.elections, rf.entries = el, n
+			} else {
+				rf.renewElections, rf.renewEntries = el, n
+			}
+			if f.floorReplicate {
+				logf("%s storm: the stubs committed %d Raft entries; %d elections", kind, n, el)
+				if el > 0 {
+					problems = append(problems, fmt.Sprintf("%s storm: %d elections among the stubs", kind, el))
+				}
+			}
+		}
 		logf("%s storm: %d streaming, %d failed (%d abandoned) in %.2fs (%.0f/s); attempts %v, %d answered busy; failed attempts %v; the stubs hold %d streams",
 			kind, res.ok, res.failed, res.abandoned, res.wall.Seconds(), res.perSec, res.byOp, res.busy, res.failures, res.streamsOpen)
 		if res.failed > 0 {
@@ -690,19 +863,29 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 			return err
 		}
 	}
-	floorReport(out, f, ceilE, e, ceilR, r, problems)
+	floorReport(out, f, ceilE, e, ceilR, r, rf, problems)
 	if len(problems) > 0 {
 		return fmt.Errorf("the final check failed: %s", strings.Join(problems, "; "))
 	}
 	return nil
 }
 
-func floorReport(out io.Writer, f stormFlags, ceilE ceilingResult, e *stormResult, ceilR ceilingResult, r *stormResult, problems []string) {
+// floorRaftFigures are the replicating floor's Raft figures of each storm:
+// the entries the stubs committed and the elections among them.
+type floorRaftFigures struct {
+	entries, elections, renewEntries, renewElections int
+}
+
+func floorReport(out io.Writer, f stormFlags, ceilE ceilingResult, e *stormResult, ceilR ceilingResult, r *stormResult, rf floorRaftFigures, problems []string) {
 	clients := fmt.Sprintf("pact-agent's own code, %s", processesName(f.workers))
 	if f.floorClient == "bare" {
 		clients = "bare gRPC clients (bareclient), in one load-generator process"
 	}
-	fmt.Fprintf(out, "\npact boot storm, the floor: %d agents (%s) against %d stub journals (only the ceiling's work behind gRPC, floor.go), %d CPUs, agents arrive over %v\n\n",
+	kind := "the replicating floor: %d agents (%s) against %d stub journals (the ceiling's work behind gRPC and one Raft entry per certificate, floorraft.go)"
+	if !f.floorReplicate {
+		kind = "the old floor: %d agents (%s) against %d stub journals (only the ceiling's work behind gRPC, nothing kept, floor.go)"
+	}
+	fmt.Fprintf(out, "\npact boot storm, "+kind+", %d CPUs, agents arrive over %v\n\n",
 		f.agents, clients, f.journals, runtime.NumCPU(), f.spread)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "storm\tstreaming\tfailed\tseconds\tper s\tattempts\tCPU ms/op\tstubs ms/op\tagents ms/op\tceiling/s\tceiling CPU ms/op\tratio\tCPU ratio\tjournal ratio\tagent ratio\tprobe slowdown\t")
@@ -723,7 +906,8 @@ func floorReport(out io.Writer, f stormFlags, ceilE ceilingResult, e *stormResul
 	}
 	fmt.Fprintf(out, "\nfinal check: %s: %s\n\n", map[bool]string{true: "PASS", false: "FAIL"}[pass], reason)
 	line := map[string]any{
-		"bench": "storm-floor", "floor_client": f.floorClient, "agents": f.agents, "journals": f.journals, "cpus": runtime.NumCPU(), "spread_s": f.spread.Seconds(),
+		"bench": "storm-floor", "floor_client": f.floorClient, "floor_replicates": f.floorReplicate,
+		"raft_entries": rf.entries, "leader_changes": rf.elections, "agents": f.agents, "journals": f.journals, "cpus": runtime.NumCPU(), "spread_s": f.spread.Seconds(),
 		"pass": pass, "reason": reason,
 		"seconds_to_all_streaming": round(e.wall.Seconds(), 3), "failed": e.failed, "attempts": e.attempts,
 		"ceiling_per_s": round(ceilE.perSec, 3), "ratio_to_ceiling": round(e.perSec/ceilE.perSec, 3), "cpu_ratio_to_ceiling": round(cpuRatio(ceilE, e), 3),
@@ -735,6 +919,8 @@ func floorReport(out io.Writer, f stormFlags, ceilE ceilingResult, e *stormResul
 	if r != nil {
 		line["renew_seconds"] = round(r.wall.Seconds(), 3)
 		line["renew_failed"] = r.failed
+		line["renew_raft_entries"] = rf.renewEntries
+		line["renew_leader_changes"] = rf.renewElections
 		// The same names as the storm's, so that pair (pair.go) can set
 		// one beside the other.
 		line["cpu_ms_per_renew"] = round(ms(r.cpuPerOp()), 3)

@@ -44,6 +44,7 @@ func runPair(args []string) int {
 	var f stormFlags
 	fs := newStormFlagSet("stormbench pair", &f)
 	pairs := fs.Int("pairs", 3, "how many times to run the pact storm and then the floor storm")
+	oldFloor := fs.Bool("old-floor", true, "in each pair, also run the old floor (stubs that keep nothing, -floor-replicate=false) and report pact against it beside the replicating floor")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -61,14 +62,23 @@ func runPair(args []string) int {
 	var runs []pairRun
 	for i := 1; i <= *pairs; i++ {
 		var run pairRun
-		for _, side := range []struct {
+		sides := []struct {
 			name string
 			line *runLine
 			args []string
 		}{
 			{"pact", &run.pact, []string{"storm"}},
 			{"floor", &run.floor, []string{"storm", "-floor"}},
-		} {
+		}
+		if *oldFloor {
+			run.oldFloor = &runLine{}
+			sides = append(sides, struct {
+				name string
+				line *runLine
+				args []string
+			}{"old-floor", run.oldFloor, []string{"storm", "-floor", "-floor-replicate=false"}})
+		}
+		for _, side := range sides {
 			runArgs := append(side.args, forwardedFlags(fs, f.dir, fmt.Sprintf("pair%d-%s", i, side.name))...)
 			logf("pair %d of %d: %s storm: %s %s", i, *pairs, side.name, filepath.Base(self), strings.Join(runArgs, " "))
 			line, err := children.run(runArgs, os.Stdout)
@@ -99,8 +109,8 @@ func checkPairFlags(f *stormFlags, fs *flag.FlagSet, pairs int) error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if set["floor"] || set["floor-client"] {
-		return errors.New("pair runs the storm and the floor itself, both with pact-agent's own code: drop -floor and -floor-client")
+	if set["floor"] || set["floor-client"] || set["floor-replicate"] {
+		return errors.New("pair runs the storm and the floors itself, all with pact-agent's own code: drop -floor, -floor-client and -floor-replicate")
 	}
 	return checkStormFlags(f, fs)
 }
@@ -112,7 +122,7 @@ func forwardedFlags(fs *flag.FlagSet, dir, run string) []string {
 	var out []string
 	fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
-		case "pairs", "dir":
+		case "pairs", "dir", "old-floor", "sizes":
 		default:
 			out = append(out, "-"+fl.Name+"="+fl.Value.String())
 		}
@@ -212,9 +222,11 @@ type runLine struct {
 	RenewRatioToCeiling *float64 `json:"renew_ratio_to_ceiling"`
 }
 
-// pairRun is one pair: the pact storm, then the floor.
+// pairRun is one pair: the pact storm, then the (replicating) floor, then
+// the old floor when it ran.
 type pairRun struct {
 	pact, floor runLine
+	oldFloor    *runLine
 }
 
 // pairFigures are one pair's comparisons. Throughput is agents per
@@ -232,6 +244,13 @@ type pairFigures struct {
 	RenewJournalCPUVsFloor   *float64 `json:"renew_journal_cpu_vs_floor,omitempty"`
 	RenewRatioToCeiling      *float64 `json:"renew_ratio_to_ceiling,omitempty"`
 	FloorRenewRatioToCeiling *float64 `json:"floor_renew_ratio_to_ceiling,omitempty"`
+
+	// Against the old floor (stubs that keep nothing), when it ran.
+	ThroughputVsOldFloor      *float64 `json:"throughput_vs_old_floor,omitempty"`
+	JournalCPUVsOldFloor      *float64 `json:"journal_cpu_vs_old_floor,omitempty"`
+	RenewThroughputVsOldFloor *float64 `json:"renew_throughput_vs_old_floor,omitempty"`
+	RenewJournalCPUVsOldFloor *float64 `json:"renew_journal_cpu_vs_old_floor,omitempty"`
+	OldFloorRatioToCeiling    *float64 `json:"old_floor_ratio_to_ceiling,omitempty"`
 }
 
 // spread is a figure over the pairs that passed.
@@ -262,6 +281,12 @@ type pairSummary struct {
 	RenewRatioToCeiling      *spread `json:"renew_ratio_to_ceiling,omitempty"`
 	FloorRenewRatioToCeiling *spread `json:"floor_renew_ratio_to_ceiling,omitempty"`
 
+	ThroughputVsOldFloor      *spread `json:"throughput_vs_old_floor,omitempty"`
+	JournalCPUVsOldFloor      *spread `json:"journal_cpu_vs_old_floor,omitempty"`
+	RenewThroughputVsOldFloor *spread `json:"renew_throughput_vs_old_floor,omitempty"`
+	RenewJournalCPUVsOldFloor *spread `json:"renew_journal_cpu_vs_old_floor,omitempty"`
+	OldFloorRatioToCeiling    *spread `json:"old_floor_ratio_to_ceiling,omitempty"`
+
 	// Targets, by name, judged on the medians; a target whose figure no
 	// pair has (no renewal storm) is absent.
 	Targets map[string]bool `json:"targets_met,omitempty"`
@@ -289,6 +314,19 @@ func figuresOf(i int, r pairRun) pairFigures {
 		v := over(*p.RenewJournalCPU, *fl.RenewJournalCPU)
 		fig.RenewJournalCPUVsFloor = &v
 	}
+	if o := r.oldFloor; o != nil {
+		fig.Pass = fig.Pass && o.Pass
+		ptr := func(v float64) *float64 { return &v }
+		fig.ThroughputVsOldFloor = ptr(over(o.Seconds, p.Seconds))
+		fig.JournalCPUVsOldFloor = ptr(over(p.JournalCPU, o.JournalCPU))
+		fig.OldFloorRatioToCeiling = ptr(o.RatioToCeiling)
+		if p.RenewSeconds != nil && o.RenewSeconds != nil {
+			fig.RenewThroughputVsOldFloor = ptr(over(*o.RenewSeconds, *p.RenewSeconds))
+		}
+		if p.RenewJournalCPU != nil && o.RenewJournalCPU != nil {
+			fig.RenewJournalCPUVsOldFloor = ptr(over(*p.RenewJournalCPU, *o.RenewJournalCPU))
+		}
+	}
 	return fig
 }
 
@@ -310,7 +348,11 @@ func summarizePairs(runs []pairRun) pairSummary {
 		fig := figuresOf(i+1, r)
 		sum.PerPair = append(sum.PerPair, fig)
 		sum.Agents = max(sum.Agents, r.pact.Agents)
-		for _, side := range []runLine{r.pact, r.floor} {
+		sides := []runLine{r.pact, r.floor}
+		if r.oldFloor != nil {
+			sides = append(sides, *r.oldFloor)
+		}
+		for _, side := range sides {
 			if !side.Pass {
 				problems = append(problems, fmt.Sprintf("pair %d: %s: %s", i+1, side.Bench, side.Reason))
 			}
@@ -346,6 +388,11 @@ func summarizePairs(runs []pairRun) pairSummary {
 	sum.RenewJournalCPUVsFloor = spreadOf(passed, func(f pairFigures) *float64 { return f.RenewJournalCPUVsFloor })
 	sum.RenewRatioToCeiling = spreadOf(passed, func(f pairFigures) *float64 { return f.RenewRatioToCeiling })
 	sum.FloorRenewRatioToCeiling = spreadOf(passed, func(f pairFigures) *float64 { return f.FloorRenewRatioToCeiling })
+	sum.ThroughputVsOldFloor = spreadOf(passed, func(f pairFigures) *float64 { return f.ThroughputVsOldFloor })
+	sum.JournalCPUVsOldFloor = spreadOf(passed, func(f pairFigures) *float64 { return f.JournalCPUVsOldFloor })
+	sum.RenewThroughputVsOldFloor = spreadOf(passed, func(f pairFigures) *float64 { return f.RenewThroughputVsOldFloor })
+	sum.RenewJournalCPUVsOldFloor = spreadOf(passed, func(f pairFigures) *float64 { return f.RenewJournalCPUVsOldFloor })
+	sum.OldFloorRatioToCeiling = spreadOf(passed, func(f pairFigures) *float64 { return f.OldFloorRatioToCeiling })
 
 	sum.Targets = map[string]bool{}
 	target := func(name string, s *spread, ok func(float64) bool) {
@@ -391,7 +438,7 @@ func spreadOfValues(vs []float64) *spread {
 }
 
 func pairReport(out io.Writer, sum pairSummary) {
-	fmt.Fprintf(out, "\npact against the floor: %d pairs of %d agents (pact storm, then the floor storm), %d passed\n\n", sum.Pairs, sum.Agents, sum.PairsPassed)
+	fmt.Fprintf(out, "\npact against the replicating floor: %d pairs of %d agents (pact storm, then the floor storm), %d passed\n\n", sum.Pairs, sum.Agents, sum.PairsPassed)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "pair\tpass\tthroughput vs floor\tjournal CPU vs floor\tratio to ceiling\tfloor's\trenew throughput vs floor\trenew journal CPU vs floor\trenew ratio to ceiling\tfloor's\t")
 	opt := func(v *float64) string {
@@ -413,6 +460,11 @@ func pairReport(out io.Writer, sum pairSummary) {
 	fmt.Fprintf(w, "median\t\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", med(sum.ThroughputVsFloor), med(sum.JournalCPUVsFloor), med(sum.RatioToCeiling), med(sum.FloorRatioToCeiling),
 		med(sum.RenewThroughputVsFloor), med(sum.RenewJournalCPUVsFloor), med(sum.RenewRatioToCeiling), med(sum.FloorRenewRatioToCeiling))
 	w.Flush()
+	if sum.ThroughputVsOldFloor != nil {
+		fmt.Fprintf(out, "\nagainst the old floor (stubs that keep nothing), medians: throughput %s, journal CPU %s, renew throughput %s, renew journal CPU %s; the old floor's ratio to ceiling %s\n",
+			med(sum.ThroughputVsOldFloor), med(sum.JournalCPUVsOldFloor), med(sum.RenewThroughputVsOldFloor), med(sum.RenewJournalCPUVsOldFloor), med(sum.OldFloorRatioToCeiling))
+	}
+	fmt.Fprintln(out)
 	names := make([]string, 0, len(sum.Targets))
 	for n := range sum.Targets {
 		names = append(names, n)

@@ -237,3 +237,38 @@ func TestPairFlags(t *testing.T) {
 		}
 	}
 }
+
+// The old floor (stubs that keep nothing) runs beside the replicating one:
+// pact is set against both, the targets are judged on the replicating
+// floor alone, and a failed old-floor run fails its pair.
+func TestSummarizePairsWithOldFloor(t *testing.T) {
+	runs := canned(t, pactLine1, floorLine1)
+	var old runLine
+	if err := json.Unmarshal([]byte(`{"bench":"storm-floor","pass":true,"reason":"ok","agents":10000,"seconds_to_all_streaming":15,"journal_cpu_ms_per_agent":1.5,"ratio_to_ceiling":0.6,"renew_seconds":10,"journal_cpu_ms_per_renew":1.2,"renew_ratio_to_ceiling":0.7}`), &old); err != nil {
+		t.Fatal(err)
+	}
+	runs[0].oldFloor = &old
+	sum := summarizePairs(runs)
+	if !sum.Pass {
+		t.Fatalf("pair failed: %s", sum.Reason)
+	}
+	if got := sum.ThroughputVsOldFloor.Median; got != 0.5 {
+		t.Errorf("throughput vs old floor %v, want 0.5 (15 s over 30 s)", got)
+	}
+	if got := sum.JournalCPUVsOldFloor.Median; got != 2 {
+		t.Errorf("journal CPU vs old floor %v, want 2", got)
+	}
+	if got := sum.RenewJournalCPUVsOldFloor.Median; got != 2 {
+		t.Errorf("renew journal CPU vs old floor %v, want 2", got)
+	}
+	if got := sum.JournalCPUVsFloor.Median; got != 1.5 {
+		t.Errorf("journal CPU vs the replicating floor %v, want 1.5", got)
+	}
+	if _, ok := sum.Targets["throughput_vs_old_floor"]; ok || len(sum.Targets) != 4 {
+		t.Errorf("targets %v, want the four against the replicating floor", sum.Targets)
+	}
+	old.Pass, old.Reason = false, "enroll storm: 1 agents failed or were abandoned"
+	if sum := summarizePairs(runs); sum.Pass || sum.PairsPassed != 0 {
+		t.Errorf("a failed old floor: pass %v, %d pairs passed", sum.Pass, sum.PairsPassed)
+	}
+}

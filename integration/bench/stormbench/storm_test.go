@@ -366,17 +366,25 @@ func TestTinyStormInWorkers(t *testing.T) {
 }
 
 // The floor: the same agents (pact-agent's code) against stub journals,
-// each a process of this test binary, doing only the ceiling's work. Every
-// agent must enroll, stream and renew there, and the stubs must count one
-// stream per agent; the report's JSON line carries the floor's ratios.
+// each a process of this test binary, doing the ceiling's work and, the
+// replicating floor, one Raft entry per enrollment and per renewal. Every
+// agent must enroll, stream and renew there, the stubs must count one
+// stream per agent, and the replicating stubs one committed entry per
+// certificate; the report's JSON line carries the floor's ratios.
 func TestTinyFloor(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds pact-journal and starts stub journal processes; skipped with -short")
 	}
 	bin := buildCommands(t, "pact-journal")
+	for _, replicate := range []bool{true, false} {
+		t.Run(fmt.Sprintf("replicate=%v", replicate), func(t *testing.T) { tinyFloor(t, bin, replicate) })
+	}
+}
+
+func tinyFloor(t *testing.T, bin string, replicate bool) {
 	const agents = 20
 	f := stormFlags{agents: agents, journals: 3, bin: bin, workers: 1, spread: 200 * time.Millisecond,
-		ceiling: 100 * time.Millisecond, renew: true, deadline: 2 * time.Minute, keyExchange: string(transport.Classical), floor: true}
+		ceiling: 100 * time.Millisecond, renew: true, deadline: 2 * time.Minute, keyExchange: string(transport.Classical), floor: true, floorReplicate: replicate}
 	var cl cleanup
 	defer cl.run()
 	var out bytes.Buffer
@@ -397,6 +405,18 @@ func TestTinyFloor(t *testing.T) {
 		if v, _ := js[k].(float64); v <= 0 {
 			t.Errorf("%s = %v: not measured", k, js[k])
 		}
+	}
+	// One committed entry per enrollment and per renewal (a retried
+	// call commits again, so at least), none for the old floor.
+	entries, renewEntries := js["raft_entries"].(float64), js["renew_raft_entries"].(float64)
+	if replicate && (entries < agents || renewEntries < agents) {
+		t.Errorf("the replicating floor committed %v entries in the enroll storm and %v in the renew storm, want at least %d each", entries, renewEntries, agents)
+	}
+	if !replicate && (entries != 0 || renewEntries != 0) {
+		t.Errorf("the old floor committed %v and %v Raft entries, want none", entries, renewEntries)
+	}
+	if js["floor_replicates"] != replicate || js["leader_changes"] != float64(0) {
+		t.Errorf("JSON: floor_replicates %v, leader_changes %v", js["floor_replicates"], js["leader_changes"])
 	}
 }
 

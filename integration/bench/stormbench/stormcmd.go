@@ -47,6 +47,10 @@ type stormFlags struct {
 	workers     int
 	floor       bool
 	floorClient string
+	// floorReplicate: the floor's stubs commit one Raft entry per
+	// certificate (floorraft.go); false is the old floor, which keeps
+	// nothing.
+	floorReplicate bool
 }
 
 func runStorm(args []string) int {
@@ -98,7 +102,8 @@ func newStormFlagSet(name string, f *stormFlags) *flag.FlagSet {
 	fs.StringVar(&f.journalArgs, "journal-args", "", "extra flags for every pact-journal (with -floor: for every stub journal, e.g. -admission=false), space-separated")
 	fs.StringVar(&f.journalEnv, "journal-env", "", "extra environment for every pact-journal (with -floor: every stub journal), space-separated (e.g. GOGC=200)")
 	fs.StringVar(&f.keyExchange, "key-exchange", string(transport.Classical), "TLS key exchange the agents offer, as pact-agent --key-exchange (x25519 or x25519mlkem768); run the journals with the same through -journal-args")
-	fs.BoolVar(&f.floor, "floor", false, "run the storm against stub journals that do only the ceiling's work behind gRPC (no Raft, registry, authentication or rate limits; floor.go): the best a gRPC journal could do on this machine, to compare with the storm")
+	fs.BoolVar(&f.floor, "floor", false, "run the storm against stub journals that do the ceiling's work behind gRPC and commit one Raft entry per certificate (no registry, authentication or rate limits; floor.go, floorraft.go; -floor-replicate=false: the old floor, which keeps nothing): the least a journal of this design could do on this machine, to compare with the storm")
+	fs.BoolVar(&f.floorReplicate, "floor-replicate", true, "with -floor, the stubs commit one Raft entry per enrollment and renewal (hashicorp/raft + raft-boltdb on three nodes over mTLS, pact-journal's Raft settings; floorraft.go); false: the old floor, which keeps nothing")
 	fs.StringVar(&f.floorClient, "floor-client", "pact", "with -floor, the clients: pact (pact-agent's own code, as in the storm) or bare (bareclient: the least a node can do with gRPC; enrollment storm only)")
 	fs.DurationVar(&f.waitIdle, "wait-idle", 0, "before each ceiling and storm, wait up to this long for a second in which other processes use less than 15% of the machine (a shared machine)")
 	return fs
