@@ -137,6 +137,9 @@ type connCollector struct{ ports map[string]*connlimit.Limiter }
 
 var (
 	connsOpenDesc           = prometheus.NewDesc("pact_journal_connections_open", "Connections open, by port.", []string{"port"}, nil)
+	slotWaitDesc            = prometheus.NewDesc("pact_journal_handshake_slot_wait_seconds", "Time from a client's ClientHello (the Raft port: its accepted connection) to its handshake slot, for clients that got one (0 when one was free), by port; clients answered busy are counted in connections_busy_total and connections_refused_total{limit=\"handshakes\"} instead.", []string{"port"}, nil)
+	handshakeTimeDesc       = prometheus.NewDesc("pact_journal_handshake_seconds", "How long a successful TLS handshake held its slot, by port.", []string{"port"}, nil)
+	firstCallDesc           = prometheus.NewDesc("pact_journal_first_call_seconds", "Time from a connection's accept to its first call (queue, handshake, HTTP/2 setup and the client's own delay), by port (the gRPC port: Raft makes no calls).", []string{"port"}, nil)
 	handshakesDesc          = prometheus.NewDesc("pact_journal_handshakes_in_progress", "TLS handshakes in progress, by port.", []string{"port"}, nil)
 	connsRefusedDesc        = prometheus.NewDesc("pact_journal_connections_refused_total", "Connections closed before their TLS handshake, by port and limit (per_source, total, handshakes; evicted: to make room at the total cap for a newer connection).", []string{"port", "limit"}, nil)
 	connsBusyDesc           = prometheus.NewDesc("pact_journal_connections_busy_total", "Connections answered busy, with a retry-after, at their ClientHello: no handshake slot soon enough (gRPC port).", []string{"port"}, nil)
@@ -154,6 +157,9 @@ var (
 func (c *connCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- connsOpenDesc
 	ch <- handshakesDesc
+	ch <- slotWaitDesc
+	ch <- handshakeTimeDesc
+	ch <- firstCallDesc
 	ch <- connsRefusedDesc
 	ch <- connsBusyDesc
 	ch <- handshakeQueued
@@ -188,6 +194,10 @@ func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(connsSpokenDesc, prometheus.CounterValue, float64(st.Spoken), port)
 		ch <- prometheus.MustNewConstMetric(connsUnprovenDesc, prometheus.GaugeValue, float64(st.Unproven), port)
 		ch <- prometheus.MustNewConstMetric(vouchedDesc, prometheus.GaugeValue, float64(st.Vouched), port)
+		tm := l.Timings()
+		ch <- prometheus.MustNewConstHistogram(slotWaitDesc, tm.SlotWait.Count, tm.SlotWait.Sum, tm.SlotWait.Buckets, port)
+		ch <- prometheus.MustNewConstHistogram(handshakeTimeDesc, tm.Handshake.Count, tm.Handshake.Sum, tm.Handshake.Buckets, port)
+		ch <- prometheus.MustNewConstHistogram(firstCallDesc, tm.FirstCall.Count, tm.FirstCall.Sum, tm.FirstCall.Buckets, port)
 	}
 }
 

@@ -129,8 +129,15 @@ type slot struct {
 	ch    chan struct{}
 }
 
-// admit is Admit for a client from src, returning the slot taken.
-func (l *Limiter) admit(src netip.Addr) (slot, error) {
+// admit is Admit for a client from src, returning the slot taken. Its
+// wait is timed (Timings.SlotWait).
+func (l *Limiter) admit(src netip.Addr) (s slot, err error) {
+	asked := l.clock.Now()
+	defer func() {
+		if err == nil {
+			l.slotWait.observe(s.start.Sub(asked))
+		}
+	}()
 	select {
 	case l.handshakes <- struct{}{}:
 		l.gotSlot(src)

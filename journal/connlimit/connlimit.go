@@ -358,6 +358,11 @@ type Limiter struct {
 	// bounced counts, per source, the busy answers in a row not followed
 	// by a slot (NearAnswers).
 	bounced map[netip.Addr]bounce
+
+	// The Timings histograms; uncalled, under mu, are the open
+	// connections that have made no call yet, by remote address.
+	slotWait, handshakeTime, firstCall durations
+	uncalled                           map[netip.AddrPort]*conn
 }
 
 type bounce struct {
@@ -371,7 +376,7 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{cfg: cfg, handshakes: make(chan struct{}, cfg.MaxHandshakes), perSource: map[netip.Addr]int{}, bounced: map[netip.Addr]bounce{},
-		byAddr: map[netip.AddrPort]*conn{}, vouches: newVouches(cfg.MaxVouched),
+		byAddr: map[netip.AddrPort]*conn{}, uncalled: map[netip.AddrPort]*conn{}, vouches: newVouches(cfg.MaxVouched),
 		clock: cfg.Clock, jitter: cfg.Jitter, held: initialHeld, fastest: initialHeld}
 	if cfg.VouchedHandshakes > 0 {
 		l.reserve = make(chan struct{}, cfg.VouchedHandshakes)
@@ -486,7 +491,10 @@ func (l *Limiter) take(c net.Conn) (admitted, evicted *conn) {
 	}
 	l.perSource[src]++
 	l.open++
-	admitted = &conn{Conn: c, l: l, src: src, key: addrPortOf(ra), vouched: vouched}
+	admitted = &conn{Conn: c, l: l, src: src, key: addrPortOf(ra), vouched: vouched, accepted: l.clock.Now()}
+	if admitted.key.IsValid() {
+		l.uncalled[admitted.key] = admitted
+	}
 	if vouched {
 		l.vsilent.push(admitted)
 	} else {
@@ -559,6 +567,9 @@ func (l *Limiter) giveLocked(c *conn) {
 		c.list.remove(c)
 	}
 	l.untrackLocked(c)
+	if l.uncalled[c.key] == c {
+		delete(l.uncalled, c.key)
+	}
 	if l.perSource[c.src]--; l.perSource[c.src] <= 0 {
 		delete(l.perSource, c.src)
 	}
@@ -657,6 +668,7 @@ type conn struct {
 	// a call under way) until it is proven or closed; calls: its calls
 	// under way; idleSince: when its last call ended (or its handshake).
 	closed       bool
+	accepted     time.Time // for Timings.FirstCall
 	list         *connList
 	older, newer *conn
 	established  bool
@@ -869,9 +881,15 @@ func answerBusy(c net.Conn, retryAfter time.Duration) {
 // HandshakeQueueWait for one; release gives it back. A client refused here
 // is closed and retries.
 func (l *Limiter) AcquireHandshake() (release func(), err error) {
+	asked := l.clock.Now()
+	got := func() func() {
+		now := l.clock.Now()
+		l.slotWait.observe(now.Sub(asked))
+		return l.okReleaser(slot{now, l.handshakes})
+	}
 	select {
 	case l.handshakes <- struct{}{}:
-		return l.okReleaser(slot{l.clock.Now(), l.handshakes}), nil
+		return got(), nil
 	default:
 	}
 	if l.cfg.HandshakeQueueWait > 0 {
@@ -879,7 +897,7 @@ func (l *Limiter) AcquireHandshake() (release func(), err error) {
 		defer t.Stop()
 		select {
 		case l.handshakes <- struct{}{}:
-			return l.okReleaser(slot{l.clock.Now(), l.handshakes}), nil
+			return got(), nil
 		case <-t.C:
 		}
 	}
@@ -894,7 +912,11 @@ func (l *Limiter) releaser(s slot) func(ok bool) {
 	return func(ok bool) {
 		once.Do(func() {
 			<-s.ch
-			l.finished(l.clock.Now().Sub(s.start), ok)
+			held := l.clock.Now().Sub(s.start)
+			if ok {
+				l.handshakeTime.observe(held)
+			}
+			l.finished(held, ok)
 		})
 	}
 }

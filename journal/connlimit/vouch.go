@@ -38,7 +38,14 @@ func (l *Limiter) Vouch(addr net.Addr) {
 // authenticated (a principal of the domain; Vouch), or not (a public
 // call, Enroll). A connection with a call under way is not idle; done,
 // called when the call is over, starts its idle time again.
+//
+// The connection's first call is timed from its accept (Timings.FirstCall).
 func (l *Limiter) Call(addr net.Addr, authenticated bool) (done func()) {
+	if key := addrPortOf(addr); key.IsValid() {
+		l.mu.Lock()
+		l.firstCallLocked(key)
+		l.mu.Unlock()
+	}
 	if authenticated {
 		l.Vouch(addr)
 		return func() {}

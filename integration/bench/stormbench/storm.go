@@ -342,6 +342,9 @@ type stormResult struct {
 	// (pact_journal_activation_batch_size's count and sum): how many
 	// enrollments one Raft entry carried.
 	batches, batched float64
+	// timings are the journals' connection timings during the storm, by
+	// port and histogram (timings.go).
+	timings map[string]map[string]timingFigure
 }
 
 // meanBatch is the commands per batch the journals proposed (0: none).

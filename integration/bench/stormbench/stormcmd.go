@@ -602,6 +602,7 @@ func runOneStorm(c *cluster, lg loadgen, kind stormKind, idxs []int, f stormFlag
 	busy0 := c.sumMetric("pact_journal_connections_busy_total")
 	batches0, batched0 := c.sumMetric("pact_journal_activation_batch_size_count"), c.sumMetric("pact_journal_activation_batch_size_sum")
 	ct0, ctOK := conntrackDrops()
+	timings0 := c.timings()
 	var perf *exec.Cmd
 	if f.perf {
 		perf = startPerf(c.pids(), filepath.Join(dir, "perf-"+kind.String()+".data"))
@@ -620,6 +621,7 @@ func runOneStorm(c *cluster, lg loadgen, kind stormKind, idxs []int, f stormFlag
 		finishPerf(perf, filepath.Join(dir, "perf-"+kind.String()), res)
 	}
 	e1, r1 := c.enrollCounters()
+	res.timings = timingsDelta(timings0, c.timings())
 	res.journalClosed = int(c.sumMetric("pact_journal_connections_refused_total") - closed0)
 	res.journalBusy = int(c.sumMetric("pact_journal_connections_busy_total") - busy0)
 	res.leaderChange = c.countInLogs(leaderRE) - leadersBefore
@@ -642,6 +644,7 @@ func runOneStorm(c *cluster, lg loadgen, kind stormKind, idxs []int, f stormFlag
 	}
 	logf("%s storm: %d streaming, %d failed (%d abandoned) in %.2fs (%.0f/s), p50 %.0f ms, p99 %.0f ms from arrival; attempts %v; journals answered %v, answered %d connections busy (agents saw %d) and closed %d before their handshake; failed attempts %v; leader changes %d; %.0f Raft batches of %.2f commands on average; other processes used %.0f%% of the machine meanwhile",
 		kind, res.ok, res.failed, res.abandoned, res.wall.Seconds(), res.perSec, ms(res.pct(0.50)), ms(res.pct(0.99)), res.byOp, res.journalCount, res.journalBusy, res.busy, res.journalClosed, res.failures, res.leaderChange, res.batches, res.meanBatch(), 100*res.others)
+	logf("%s storm: the journals' connection timings (slot wait, TLS handshake, accept to first call): %s", kind, timingLine(res.timings))
 	for _, e := range res.firstErrs {
 		logf("  failed: %s", e)
 	}
@@ -795,6 +798,10 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		fmt.Fprintf(out, "renew: attempts by kind %v; failed attempts %v; journals answered %v; %d nodes hold the new certificate; %d attempts on a new channel (%.2f per renewed node)\n",
 			r.byOp, r.failures, r.journalCount, chk.renewed, r.channels, perRenewal(r.channels, chk.renewed))
 	}
+	fmt.Fprintf(out, "enroll: the journals' connection timings (slot wait, TLS handshake, accept to first call; medians and 99th percentiles): %s\n", timingLine(e.timings))
+	if r != nil {
+		fmt.Fprintf(out, "renew: the journals' connection timings: %s\n", timingLine(r.timings))
+	}
 	fmt.Fprintf(out, "registry after the enroll storm: %v; streams the journals hold: %d\n", chk.counts, chk.streams)
 	fmt.Fprintf(out, "unit prices (both sides): keygen+CSR %.3f ms, TLS handshake %.3f ms, mTLS handshake %.3f ms, ParseCSR+SignAgent %.3f ms\n", ms(price.keygen), ms(price.tls), ms(price.mtls), ms(price.sign))
 	fmt.Fprintf(out, "signing only (ca.ParseCSR + ca.SignAgent) on one core: %.0f/s, %.3f ms CPU each\n", signRate, ms(signCPU))
@@ -876,6 +883,7 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		"loadgen_goroutines_per_agent":    round(gorPer, 2),
 		"loadgen_stack_kb_per_agent":      round(stackPer/1024, 1),
 		"leader_changes":                  e.leaderChange,
+		"journal_timings":                 e.timings,
 		"kernel_conntrack_drops":          e.conntrackDrops,
 		"raft_batches":                    e.batches,
 		"mean_batch":                      round(e.meanBatch(), 2),
@@ -913,6 +921,7 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		js["renew_stream_drops_by_reason"] = chk.renewDropsBy
 		js["renew_stream_handovers"] = chk.renewHandovers
 		js["renew_failed"] = r.failed
+		js["renew_journal_timings"] = r.timings
 		js["renew_seconds"] = round(r.wall.Seconds(), 3)
 		js["renew_per_s"] = round(r.perSec, 1)
 		js["renew_p50_ms"] = round(ms(r.pct(0.5)), 1)
