@@ -123,6 +123,9 @@ type Config struct {
 	// device does not exist the agent enrolls without a TPM; empty disables
 	// the TPM altogether.
 	TPMDevice string
+	// TPMEventLog is the TCG event log the agent sends with its TPM quote
+	// (docs/tpm.md, "Measured boot"); a missing file sends none.
+	TPMEventLog string
 
 	// DialOptions are added to every channel to a journal (keepalive
 	// tuning; tests inject faults with an interceptor). A dialer among
@@ -180,6 +183,7 @@ func DefaultConfig() Config {
 		SPIREExpiryMargin:   spire.DefaultConfig().ExpiryMargin,
 		StatusSocket:        DefaultStatusSocket,
 		TPMDevice:           tpm.DefaultDevice,
+		TPMEventLog:         tpm.DefaultEventLog,
 		Logger:              slog.Default(),
 		Clock:               clock.Real{},
 	}

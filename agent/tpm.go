@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/google/go-tpm/tpm2"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pact-hpc/pact/agent/tpm"
@@ -66,11 +67,38 @@ func (a *Agent) answerTPM(ctx context.Context, addr string, req *pactv1.EnrollRe
 	round2 := proto.Clone(req).(*pactv1.EnrollRequest)
 	round2.Credentials.Tpm.ChallengeId = ch.GetChallengeId()
 	round2.Credentials.Tpm.Proof = tpmattest.Proof(secret, ch.GetChallengeId(), pki.SPKIFingerprintRaw(spki))
+	if n := ch.GetQuoteNonce(); len(n) > 0 {
+		q, err := a.quoteBoot(att, n)
+		if err != nil {
+			return nil, err
+		}
+		round2.Credentials.Tpm.Quote = q
+	}
 	resp, err := a.callEnroll(ctx, addr, round2)
 	if err == nil && resp.GetTpmChallenge() != nil {
 		return nil, fmt.Errorf("%w: the journal answered the TPM proof with another challenge", ErrTPM)
 	}
 	return resp, err
+}
+
+// quoteBoot quotes the node's boot PCRs over the journal's nonce with the
+// AK being activated, and adds the TCG event log.
+func (a *Agent) quoteBoot(att *tpm.Attestor, nonce []byte) (*pactv1.TpmQuote, error) {
+	q, err := att.Quote(nonce, tpm.DefaultQuotePCRs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrTPM, err)
+	}
+	log, err := tpm.ReadEventLog(a.cfg.TPMEventLog)
+	if err != nil {
+		// The quote still proves the PCR values; the journal's boot policy
+		// decides whether events it cannot replay matter.
+		a.log.Warn("cannot read the TCG event log; sending the TPM quote without it", logkey.Err, err)
+	}
+	out := &pactv1.TpmQuote{Quoted: q.Quoted, Signature: q.Signature, PcrHashAlg: uint32(tpm2.TPMAlgSHA256), EventLog: log}
+	for _, i := range tpm.DefaultQuotePCRs {
+		out.Pcrs = append(out.Pcrs, &pactv1.TpmPcr{Index: uint32(i), Digest: q.PCRs[i]})
+	}
+	return out, nil
 }
 
 // tpmAttrs say, on the "enrolled" line, what the node's TPM did: attested

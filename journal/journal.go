@@ -59,6 +59,8 @@ type Journal struct {
 	// tpm holds pending TPM challenges (memory only: their secrets never
 	// reach Raft or disk).
 	tpm *tpmchallenge.Store
+	// boot holds the last verified TPM quote of each node (memory only).
+	boot *bootEvidence
 	// admission orders Enroll calls waiting for the global failure budget.
 	admission *admission
 	// conns and raftConns bound the connections of the gRPC and the Raft
@@ -173,6 +175,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		caKey:   caKey,
 		limiter: limiter,
 		tpm:     challenges,
+		boot:    newBootEvidence(maxBootEvidence),
 		cfg:     cfg,
 		log:     log.With(logkey.Domain, authority.Domain()),
 		ca:      authority,

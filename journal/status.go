@@ -97,6 +97,7 @@ var reasons = []struct {
 	{ErrTPMAttestationFailed, apierr.TPMAttestationFailed},
 	{ErrTPMChallengeExpired, apierr.TPMChallengeExpired},
 	{ErrTPMChallengeUnknown, apierr.TPMChallengeUnknown},
+	{ErrTPMQuoteRefused, apierr.TPMQuoteRefused},
 	{errHalted, apierr.JournalHalted},
 	{ErrJournalCARevoked, apierr.JournalCARevoked},
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/hwid"
 	"github.com/pact-hpc/pact/internal/logkey"
+	"github.com/pact-hpc/pact/internal/measuredboot"
 	"github.com/pact-hpc/pact/internal/tpmattest"
 	"github.com/pact-hpc/pact/journal/tpmchallenge"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -35,12 +36,15 @@ var (
 	// ErrTPMChallengeUnknown: no such pending challenge on this journal
 	// (answered already, issued by another journal, or lost in a restart).
 	ErrTPMChallengeUnknown = errors.New("journal: unknown TPM challenge")
+	// ErrTPMQuoteRefused: the quote of the node's boot does not verify, or
+	// its event log does not reproduce the quoted PCRs.
+	ErrTPMQuoteRefused = errors.New("journal: TPM quote refused")
 )
 
 // tpmRefusal reports whether err is one of the TPM refusals (the caller's
 // fault: counted by the failure limiter).
 func tpmRefusal(err error) bool {
-	for _, e := range []error{ErrTPMRequired, ErrTPMEKMismatch, ErrTPMAKRefused, ErrTPMAttestationFailed, ErrTPMChallengeExpired, ErrTPMChallengeUnknown} {
+	for _, e := range []error{ErrTPMRequired, ErrTPMEKMismatch, ErrTPMAKRefused, ErrTPMAttestationFailed, ErrTPMChallengeExpired, ErrTPMChallengeUnknown, ErrTPMQuoteRefused} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -146,7 +150,11 @@ func (j *Journal) tpmCheck(node *pactv1.Node, reportedEKHash, spki string, att *
 		if err != nil {
 			return nil, err
 		}
-		cid, expires, err := j.tpm.Put(now, tpmchallenge.Pending{NodeID: id, EKHash: ek.Hash, AKName: ak.Name, SPKI: spki, Secret: secret})
+		nonce := make([]byte, measuredboot.NonceSize)
+		if _, err := rand.Read(nonce); err != nil {
+			return nil, err
+		}
+		cid, expires, err := j.tpm.Put(now, tpmchallenge.Pending{NodeID: id, EKHash: ek.Hash, AKName: ak.Name, SPKI: spki, Secret: secret, QuoteNonce: nonce})
 		if err != nil {
 			if errors.Is(err, tpmchallenge.ErrFull) {
 				return nil, &retryAfterError{err: fmt.Errorf("%w: %w", ErrOverloaded, err), after: max(expires.Sub(now), time.Second)}
@@ -158,6 +166,7 @@ func (j *Journal) tpmCheck(node *pactv1.Node, reportedEKHash, spki string, att *
 			CredentialBlob:  ch.CredentialBlob,
 			EncryptedSecret: ch.EncryptedSecret,
 			ExpiresInMs:     expires.Sub(now).Milliseconds(),
+			QuoteNonce:      nonce,
 		}, nil
 	}
 	if err := tpmattest.CheckAnswerShape(att.GetChallengeId(), att.GetProof()); err != nil {
@@ -183,5 +192,44 @@ func (j *Journal) tpmCheck(node *pactv1.Node, reportedEKHash, spki string, att *
 		return nil, fmt.Errorf("%w: %w", ErrTPMAttestationFailed, err)
 	}
 	j.log.Info("TPM credential activation proved", logkey.NodeID, id, logkey.TPMEKHash, ek.Hash)
+	if err := j.checkQuote(id, att, p.QuoteNonce); err != nil {
+		return nil, err
+	}
 	return nil, nil
+}
+
+// checkQuote verifies round two's quote, if the agent sent one, with the
+// attestation key that credential activation has just bound to the
+// registered EK and the nonce of the challenge it answered, and keeps the
+// verified evidence in memory for the node (pact boot-policy capture).
+// An agent of a release before measured boot sends none.
+func (j *Journal) checkQuote(nodeID string, att *pactv1.TpmAttestation, nonce []byte) error {
+	q := att.GetQuote()
+	if q == nil {
+		j.log.Info("no TPM quote: the agent predates measured boot or has it off", logkey.NodeID, nodeID)
+		return nil
+	}
+	pcrs := make(map[int][]byte, len(q.GetPcrs()))
+	for _, p := range q.GetPcrs() {
+		if _, dup := pcrs[int(p.GetIndex())]; dup || p.GetIndex() >= measuredboot.NumPCRs {
+			return fmt.Errorf("%w: PCR %d given twice or out of range", ErrTPMQuoteRefused, p.GetIndex())
+		}
+		pcrs[int(p.GetIndex())] = p.GetDigest()
+	}
+	if q.GetPcrHashAlg() > 0xffff {
+		return fmt.Errorf("%w: PCR bank 0x%x", ErrTPMQuoteRefused, q.GetPcrHashAlg())
+	}
+	ev, err := measuredboot.VerifyQuote(att.GetAkPublic(), nonce, measuredboot.Quote{
+		Quoted:    q.GetQuoted(),
+		Signature: q.GetSignature(),
+		HashAlg:   uint16(q.GetPcrHashAlg()),
+		PCRs:      pcrs,
+		EventLog:  q.GetEventLog(),
+	})
+	if err != nil {
+		return fmt.Errorf("%w: node %s: %w", ErrTPMQuoteRefused, nodeID, err)
+	}
+	j.boot.put(nodeID, ev, j.cfg.Clock.Now())
+	j.log.Info("TPM quote verified", logkey.NodeID, nodeID, logkey.PCRs, fmt.Sprint(ev.QuotedPCRs()), logkey.Events, len(ev.Events))
+	return nil
 }

@@ -80,8 +80,8 @@ Exit codes: 0 stopped by a signal, 1 error, 2 bad usage, 3 hardware not
 registered (NODE_NOT_ENROLLED), 4 hardware identity conflict or key bound to
 another node (KEY_IN_USE), 5 node revoked, fenced (NODE_FENCED) or credential
 refused (JOIN_TOKEN_REQUIRED, JOIN_TOKEN_INVALID; TPM_REQUIRED,
-TPM_EK_MISMATCH, TPM_AK_REFUSED, TPM_ATTESTATION_FAILED: docs/tpm.md), 6 node
-already active (ALREADY_ACTIVE).
+TPM_EK_MISMATCH, TPM_AK_REFUSED, TPM_ATTESTATION_FAILED, TPM_QUOTE_REFUSED:
+docs/tpm.md), 6 node already active (ALREADY_ACTIVE).
 
 A node registered with a TPM EK hash proves it holds that TPM at every
 enrollment (credential activation through --tpm-device). Print the hash to
@@ -102,6 +102,7 @@ func Settings(cfg *agent.Config, log *cmdline.Logging, configFile *string) *sett
 	s.String(&cfg.Hardware.BMCSerial, "bmc-serial", "PACT_AGENT_BMC_SERIAL", "use this BMC serial instead of reading DMI")
 	s.String(&cfg.Hardware.TPMEKHash, "tpm-ek-hash", "PACT_AGENT_TPM_EK_HASH", "report this TPM EK hash when the agent has no TPM device; with a TPM the agent reports the TPM's own")
 	s.String(&cfg.TPMDevice, "tpm-device", "PACT_AGENT_TPM_DEVICE", "TPM that proves the node when it is registered with a TPM (docs/tpm.md): a device, or unix:PATH for a software TPM; a missing device means no TPM; empty disables it")
+	s.String(&cfg.TPMEventLog, "tpm-event-log", "PACT_AGENT_TPM_EVENT_LOG", "TCG event log sent with the TPM quote of the node's boot (docs/tpm.md, \"Measured boot\"); a missing file sends none")
 	s.String(&cfg.Hardware.SysRoot, "sys-root", "PACT_AGENT_SYS_ROOT", "where sysfs is mounted")
 	s.String(&cfg.SPIRESocket, "spire-socket", "PACT_SPIRE_SOCKET", "SPIRE agent Workload API, unix:///path; empty disables SPIRE")
 	s.String(&cfg.BootstrapCert, "bootstrap-cert", "PACT_BOOTSTRAP_CERT", "bootstrap certificate chain from the image, PEM; held in memory only")

@@ -13,6 +13,10 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"slices"
 	"time"
 
 	"github.com/google/go-tpm/tpm2"
@@ -224,4 +228,110 @@ func ReadEK(device string) (ekPublic []byte, ekHash string, err error) {
 		return nil, "", err
 	}
 	return a.ekPublic, a.ekHash, nil
+}
+
+// DefaultEventLog is where Linux exposes the firmware's TCG event log.
+const DefaultEventLog = "/sys/kernel/security/tpm0/binary_bios_measurements"
+
+// MaxEventLog is the largest event log the agent sends (the journal's
+// bound, internal/measuredboot.MaxEventLog).
+const MaxEventLog = 2 << 20
+
+// ReadEventLog reads the TCG event log at path. A missing file is no log
+// (nil, nil): a node without measured boot firmware, or a test.
+func ReadEventLog(path string) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tpm: event log: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxEventLog+1))
+	if err != nil {
+		return nil, fmt.Errorf("tpm: event log %s: %w", path, err)
+	}
+	if len(b) > MaxEventLog {
+		return nil, fmt.Errorf("tpm: event log %s is larger than %d bytes", path, MaxEventLog)
+	}
+	return b, nil
+}
+
+// DefaultQuotePCRs are the PCRs the agent quotes: the firmware, boot
+// loader, kernel and Secure Boot measurements of a PC client (0-9) and
+// shim's (14). PCR 10 (IMA) changes while the node runs and is left out.
+var DefaultQuotePCRs = []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 14}
+
+// Quote is a TPM2 quote of the SHA-256 PCR bank by the attestor's AK.
+type Quote struct {
+	// Quoted is the TPMS_ATTEST the TPM signed, Signature its
+	// TPMT_SIGNATURE.
+	Quoted, Signature []byte
+	// PCRs are the values of the quoted PCRs, read after the quote.
+	PCRs map[int][]byte
+}
+
+// Quote signs the SHA-256 values of pcrs, with nonce as the quote's
+// extraData, by the AK, and reads those values.
+func (a *Attestor) Quote(nonce []byte, pcrs []int) (*Quote, error) {
+	for _, i := range pcrs {
+		if i < 0 || i > 23 {
+			return nil, fmt.Errorf("tpm: PCR %d does not exist (0..23)", i)
+		}
+	}
+	sel := func(idx []int) tpm2.TPMLPCRSelection {
+		return tpm2.TPMLPCRSelection{PCRSelections: []tpm2.TPMSPCRSelection{{Hash: tpm2.TPMAlgSHA256, PCRSelect: tpm2.PCClientCompatible.PCRs(toUint(idx)...)}}}
+	}
+	rsp, err := tpm2.Quote{
+		SignHandle:     tpm2.AuthHandle{Handle: a.ak.ObjectHandle, Name: a.ak.Name, Auth: tpm2.PasswordAuth(nil)},
+		QualifyingData: tpm2.TPM2BData{Buffer: nonce},
+		InScheme:       tpm2.TPMTSigScheme{Scheme: tpm2.TPMAlgNull},
+		PCRSelect:      sel(pcrs),
+	}.Execute(a.t)
+	if err != nil {
+		return nil, fmt.Errorf("%w: quote: %w", ErrTPM, err)
+	}
+	q := &Quote{Quoted: rsp.Quoted.Bytes(), Signature: tpm2.Marshal(rsp.Signature), PCRs: make(map[int][]byte, len(pcrs))}
+	want := slices.Clone(pcrs)
+	// TPM2_PCR_Read returns at most 8 digests a call, and says which.
+	for len(want) > 0 {
+		r, err := tpm2.PCRRead{PCRSelectionIn: sel(want)}.Execute(a.t)
+		if err != nil {
+			return nil, fmt.Errorf("%w: read PCRs: %w", ErrTPM, err)
+		}
+		var got []int
+		for _, s := range r.PCRSelectionOut.PCRSelections {
+			for b, bits := range s.PCRSelect {
+				for bit := range 8 {
+					if bits&(1<<bit) != 0 {
+						got = append(got, b*8+bit)
+					}
+				}
+			}
+		}
+		if len(got) == 0 || len(got) != len(r.PCRValues.Digests) {
+			return nil, fmt.Errorf("%w: read PCRs: the TPM returned %d values for %d PCRs", ErrTPM, len(r.PCRValues.Digests), len(got))
+		}
+		for k, i := range got {
+			q.PCRs[i] = slices.Clone(r.PCRValues.Digests[k].Buffer)
+		}
+		before := len(want)
+		want = slices.DeleteFunc(want, func(i int) bool { return slices.Contains(got, i) })
+		if len(want) == before {
+			return nil, fmt.Errorf("%w: read PCRs: the TPM returned none of those asked for", ErrTPM)
+		}
+	}
+	return q, nil
+}
+
+func toUint(idx []int) []uint {
+	out := make([]uint, len(idx))
+	for k, i := range idx {
+		out[k] = uint(i)
+	}
+	return out
 }

@@ -125,6 +125,12 @@ const (
 	// already, another journal's, or lost in a restart); enroll again from
 	// round one (retryable).
 	TPMChallengeUnknown Reason = "TPM_CHALLENGE_UNKNOWN"
+	// TPMQuoteRefused: the TPM quote of the node's boot does not verify
+	// (not signed by the activated attestation key, not over this
+	// challenge's nonce, PCR values that are not the quoted ones), or its
+	// event log does not reproduce the quoted PCRs (docs/tpm.md,
+	// "Measured boot").
+	TPMQuoteRefused Reason = "TPM_QUOTE_REFUSED"
 	// QuorumVersion: the feature asked for is new at a quorum feature
 	// level the quorum has not reached (docs/upgrade.md); the message
 	// names the journals still to upgrade. Not retryable as it is: it
@@ -189,6 +195,7 @@ var codeOf = map[Reason]codes.Code{
 	TPMAttestationFailed:     codes.PermissionDenied,
 	TPMChallengeExpired:      codes.Aborted,
 	TPMChallengeUnknown:      codes.Aborted,
+	TPMQuoteRefused:          codes.PermissionDenied,
 	QuorumVersion:            codes.FailedPrecondition,
 }
 

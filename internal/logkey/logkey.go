@@ -32,6 +32,10 @@ const (
 	RootSHA256 = "root_sha256"
 	TPM        = "tpm"
 	TPMEKHash  = "tpm_ek_hash"
+	// PCRs are the PCR indices a TPM quote covered.
+	PCRs = "pcrs"
+	// Events is how many events of a TCG event log replayed.
+	Events = "events"
 )
 
 // Log keys that name what one kind of log line is about.

@@ -79,6 +79,8 @@ type Pending struct {
 	SPKI string
 	// Secret is the credential's plaintext; never logged.
 	Secret []byte
+	// QuoteNonce is the nonce the round-two quote must carry.
+	QuoteNonce []byte
 }
 
 // String keeps the secret out of any log or error that is handed a Pending.

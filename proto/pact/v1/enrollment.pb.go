@@ -159,7 +159,11 @@ type TpmAttestation struct {
 	ChallengeId string `protobuf:"bytes,3,opt,name=challenge_id,json=challengeId,proto3" json:"challenge_id,omitempty"`
 	// Round two only: HMAC-SHA256 under the activated secret of the
 	// challenge id and the hex SHA-256 of the CSR's SubjectPublicKeyInfo.
-	Proof         []byte `protobuf:"bytes,4,opt,name=proof,proto3" json:"proof,omitempty"`
+	Proof []byte `protobuf:"bytes,4,opt,name=proof,proto3" json:"proof,omitempty"`
+	// Round two only: a TPM2 quote by the attestation key over the
+	// challenge's quote_nonce, with the quoted PCR values and the node's TCG
+	// event log (docs/tpm.md, "Measured boot").
+	Quote         *TpmQuote `protobuf:"bytes,5,opt,name=quote,proto3" json:"quote,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -222,6 +226,149 @@ func (x *TpmAttestation) GetProof() []byte {
 	return nil
 }
 
+func (x *TpmAttestation) GetQuote() *TpmQuote {
+	if x != nil {
+		return x.Quote
+	}
+	return nil
+}
+
+// TpmQuote is what the node booted, as its TPM signs it.
+type TpmQuote struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// TPMS_ATTEST of TPM2_Quote, as the TPM returned it (its extraData is the
+	// journal's nonce).
+	Quoted []byte `protobuf:"bytes,1,opt,name=quoted,proto3" json:"quoted,omitempty"`
+	// TPMT_SIGNATURE over quoted, by the attestation key.
+	Signature []byte `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	// The values of the quoted PCRs, in the quote's selection, of one bank.
+	Pcrs []*TpmPcr `protobuf:"bytes,3,rep,name=pcrs,proto3" json:"pcrs,omitempty"`
+	// TPM_ALG_ID of the PCR bank quoted (0x000B: SHA-256).
+	PcrHashAlg uint32 `protobuf:"varint,4,opt,name=pcr_hash_alg,json=pcrHashAlg,proto3" json:"pcr_hash_alg,omitempty"`
+	// The TCG event log (binary_bios_measurements); empty when the node has
+	// none.
+	EventLog      []byte `protobuf:"bytes,5,opt,name=event_log,json=eventLog,proto3" json:"event_log,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TpmQuote) Reset() {
+	*x = TpmQuote{}
+	mi := &file_pact_v1_enrollment_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TpmQuote) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TpmQuote) ProtoMessage() {}
+
+func (x *TpmQuote) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_enrollment_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TpmQuote.ProtoReflect.Descriptor instead.
+func (*TpmQuote) Descriptor() ([]byte, []int) {
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TpmQuote) GetQuoted() []byte {
+	if x != nil {
+		return x.Quoted
+	}
+	return nil
+}
+
+func (x *TpmQuote) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+func (x *TpmQuote) GetPcrs() []*TpmPcr {
+	if x != nil {
+		return x.Pcrs
+	}
+	return nil
+}
+
+func (x *TpmQuote) GetPcrHashAlg() uint32 {
+	if x != nil {
+		return x.PcrHashAlg
+	}
+	return 0
+}
+
+func (x *TpmQuote) GetEventLog() []byte {
+	if x != nil {
+		return x.EventLog
+	}
+	return nil
+}
+
+type TpmPcr struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Digest        []byte                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TpmPcr) Reset() {
+	*x = TpmPcr{}
+	mi := &file_pact_v1_enrollment_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TpmPcr) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TpmPcr) ProtoMessage() {}
+
+func (x *TpmPcr) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_enrollment_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TpmPcr.ProtoReflect.Descriptor instead.
+func (*TpmPcr) Descriptor() ([]byte, []int) {
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TpmPcr) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *TpmPcr) GetDigest() []byte {
+	if x != nil {
+		return x.Digest
+	}
+	return nil
+}
+
 // TpmChallenge asks the agent to activate a credential with its TPM and
 // enroll again, to the same journal, with the same CSR.
 type TpmChallenge struct {
@@ -232,14 +379,17 @@ type TpmChallenge struct {
 	CredentialBlob  []byte `protobuf:"bytes,2,opt,name=credential_blob,json=credentialBlob,proto3" json:"credential_blob,omitempty"`
 	EncryptedSecret []byte `protobuf:"bytes,3,opt,name=encrypted_secret,json=encryptedSecret,proto3" json:"encrypted_secret,omitempty"`
 	// How long the journal keeps the challenge, in milliseconds.
-	ExpiresInMs   int64 `protobuf:"varint,4,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
+	ExpiresInMs int64 `protobuf:"varint,4,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
+	// A fresh 32-byte nonce the agent's TPM quote must carry (extraData)
+	// in round two.
+	QuoteNonce    []byte `protobuf:"bytes,5,opt,name=quote_nonce,json=quoteNonce,proto3" json:"quote_nonce,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TpmChallenge) Reset() {
 	*x = TpmChallenge{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[3]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -251,7 +401,7 @@ func (x *TpmChallenge) String() string {
 func (*TpmChallenge) ProtoMessage() {}
 
 func (x *TpmChallenge) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[3]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -264,7 +414,7 @@ func (x *TpmChallenge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TpmChallenge.ProtoReflect.Descriptor instead.
 func (*TpmChallenge) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{3}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TpmChallenge) GetChallengeId() string {
@@ -295,6 +445,13 @@ func (x *TpmChallenge) GetExpiresInMs() int64 {
 	return 0
 }
 
+func (x *TpmChallenge) GetQuoteNonce() []byte {
+	if x != nil {
+		return x.QuoteNonce
+	}
+	return nil
+}
+
 // Credential bundle returned by Enroll and RenewCert.
 type EnrollResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -319,7 +476,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[4]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -331,7 +488,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[4]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -344,7 +501,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{4}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -422,7 +579,7 @@ type RenewCertRequest struct {
 
 func (x *RenewCertRequest) Reset() {
 	*x = RenewCertRequest{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[5]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +591,7 @@ func (x *RenewCertRequest) String() string {
 func (*RenewCertRequest) ProtoMessage() {}
 
 func (x *RenewCertRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[5]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +604,7 @@ func (x *RenewCertRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertRequest.ProtoReflect.Descriptor instead.
 func (*RenewCertRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{5}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RenewCertRequest) GetCurrentSerial() string {
@@ -479,7 +636,7 @@ type RenewCertResponse struct {
 
 func (x *RenewCertResponse) Reset() {
 	*x = RenewCertResponse{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[6]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +648,7 @@ func (x *RenewCertResponse) String() string {
 func (*RenewCertResponse) ProtoMessage() {}
 
 func (x *RenewCertResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[6]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +661,7 @@ func (x *RenewCertResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertResponse.ProtoReflect.Descriptor instead.
 func (*RenewCertResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{6}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RenewCertResponse) GetNodeId() string {
@@ -564,7 +721,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[7]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +733,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[7]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +746,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{7}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{9}
 }
 
 // SubscribeResponse is one event on the agent stream. The first event is
@@ -610,7 +767,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[8]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +779,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[8]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +792,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{8}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SubscribeResponse) GetEvent() isSubscribeResponse_Event {
@@ -739,7 +896,7 @@ type Superseded struct {
 
 func (x *Superseded) Reset() {
 	*x = Superseded{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[9]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -751,7 +908,7 @@ func (x *Superseded) String() string {
 func (*Superseded) ProtoMessage() {}
 
 func (x *Superseded) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[9]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -764,7 +921,7 @@ func (x *Superseded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Superseded.ProtoReflect.Descriptor instead.
 func (*Superseded) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{9}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Superseded) GetSerial() string {
@@ -787,7 +944,7 @@ type RenewNow struct {
 
 func (x *RenewNow) Reset() {
 	*x = RenewNow{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[10]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -799,7 +956,7 @@ func (x *RenewNow) String() string {
 func (*RenewNow) ProtoMessage() {}
 
 func (x *RenewNow) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[10]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -812,7 +969,7 @@ func (x *RenewNow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewNow.ProtoReflect.Descriptor instead.
 func (*RenewNow) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{10}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RenewNow) GetReason() string {
@@ -847,7 +1004,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[11]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +1016,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[11]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +1029,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{11}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Assignment) GetNodeId() string {
@@ -898,7 +1055,7 @@ type TrustBundle struct {
 
 func (x *TrustBundle) Reset() {
 	*x = TrustBundle{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[12]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1067,7 @@ func (x *TrustBundle) String() string {
 func (*TrustBundle) ProtoMessage() {}
 
 func (x *TrustBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[12]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1080,7 @@ func (x *TrustBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustBundle.ProtoReflect.Descriptor instead.
 func (*TrustBundle) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{12}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TrustBundle) GetDer() [][]byte {
@@ -946,7 +1103,7 @@ type Revoked struct {
 
 func (x *Revoked) Reset() {
 	*x = Revoked{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[13]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1115,7 @@ func (x *Revoked) String() string {
 func (*Revoked) ProtoMessage() {}
 
 func (x *Revoked) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[13]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1128,7 @@ func (x *Revoked) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Revoked.ProtoReflect.Descriptor instead.
 func (*Revoked) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{13}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Revoked) GetReason() string {
@@ -996,7 +1153,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[14]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1165,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[14]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1178,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{14}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{16}
 }
 
 type PingResponse struct {
@@ -1040,7 +1197,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[15]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1209,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[15]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1222,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{15}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PingResponse) GetNodeId() string {
@@ -1111,7 +1268,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[16]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1280,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[16]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1293,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{16}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{18}
 }
 
 type ReleaseResponse struct {
@@ -1150,7 +1307,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[17]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1319,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[17]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1332,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{17}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -1196,7 +1353,7 @@ type IssueStandbyRequest struct {
 
 func (x *IssueStandbyRequest) Reset() {
 	*x = IssueStandbyRequest{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[18]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1365,7 @@ func (x *IssueStandbyRequest) String() string {
 func (*IssueStandbyRequest) ProtoMessage() {}
 
 func (x *IssueStandbyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[18]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1378,7 @@ func (x *IssueStandbyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueStandbyRequest.ProtoReflect.Descriptor instead.
 func (*IssueStandbyRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{18}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *IssueStandbyRequest) GetCsrDer() []byte {
@@ -1247,7 +1404,7 @@ type IssueStandbyResponse struct {
 
 func (x *IssueStandbyResponse) Reset() {
 	*x = IssueStandbyResponse{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[19]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1416,7 @@ func (x *IssueStandbyResponse) String() string {
 func (*IssueStandbyResponse) ProtoMessage() {}
 
 func (x *IssueStandbyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[19]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1429,7 @@ func (x *IssueStandbyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueStandbyResponse.ProtoReflect.Descriptor instead.
 func (*IssueStandbyResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{19}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *IssueStandbyResponse) GetNodeId() string {
@@ -1329,17 +1486,30 @@ const file_pact_v1_enrollment_proto_rawDesc = "" +
 	"\x11EnrollCredentials\x12\x1d\n" +
 	"\n" +
 	"join_token\x18\x01 \x01(\tR\tjoinToken\x12*\n" +
-	"\x03tpm\x18\x96\x01 \x01(\v2\x17.pact.v1.TpmAttestationR\x03tpm\"\x83\x01\n" +
+	"\x03tpm\x18\x96\x01 \x01(\v2\x17.pact.v1.TpmAttestationR\x03tpm\"\xac\x01\n" +
 	"\x0eTpmAttestation\x12\x1b\n" +
 	"\tek_public\x18\x01 \x01(\fR\bekPublic\x12\x1b\n" +
 	"\tak_public\x18\x02 \x01(\fR\bakPublic\x12!\n" +
 	"\fchallenge_id\x18\x03 \x01(\tR\vchallengeId\x12\x14\n" +
-	"\x05proof\x18\x04 \x01(\fR\x05proof\"\xa9\x01\n" +
+	"\x05proof\x18\x04 \x01(\fR\x05proof\x12'\n" +
+	"\x05quote\x18\x05 \x01(\v2\x11.pact.v1.TpmQuoteR\x05quote\"\xa4\x01\n" +
+	"\bTpmQuote\x12\x16\n" +
+	"\x06quoted\x18\x01 \x01(\fR\x06quoted\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\x12#\n" +
+	"\x04pcrs\x18\x03 \x03(\v2\x0f.pact.v1.TpmPcrR\x04pcrs\x12 \n" +
+	"\fpcr_hash_alg\x18\x04 \x01(\rR\n" +
+	"pcrHashAlg\x12\x1b\n" +
+	"\tevent_log\x18\x05 \x01(\fR\beventLog\"6\n" +
+	"\x06TpmPcr\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\fR\x06digest\"\xca\x01\n" +
 	"\fTpmChallenge\x12!\n" +
 	"\fchallenge_id\x18\x01 \x01(\tR\vchallengeId\x12'\n" +
 	"\x0fcredential_blob\x18\x02 \x01(\fR\x0ecredentialBlob\x12)\n" +
 	"\x10encrypted_secret\x18\x03 \x01(\fR\x0fencryptedSecret\x12\"\n" +
-	"\rexpires_in_ms\x18\x04 \x01(\x03R\vexpiresInMs\"\xe1\x02\n" +
+	"\rexpires_in_ms\x18\x04 \x01(\x03R\vexpiresInMs\x12\x1f\n" +
+	"\vquote_nonce\x18\x05 \x01(\fR\n" +
+	"quoteNonce\"\xe1\x02\n" +
 	"\x0eEnrollResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tdomain_id\x18\x02 \x01(\tR\bdomainId\x12$\n" +
@@ -1429,57 +1599,61 @@ func file_pact_v1_enrollment_proto_rawDescGZIP() []byte {
 	return file_pact_v1_enrollment_proto_rawDescData
 }
 
-var file_pact_v1_enrollment_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_pact_v1_enrollment_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_pact_v1_enrollment_proto_goTypes = []any{
 	(*EnrollRequest)(nil),        // 0: pact.v1.EnrollRequest
 	(*EnrollCredentials)(nil),    // 1: pact.v1.EnrollCredentials
 	(*TpmAttestation)(nil),       // 2: pact.v1.TpmAttestation
-	(*TpmChallenge)(nil),         // 3: pact.v1.TpmChallenge
-	(*EnrollResponse)(nil),       // 4: pact.v1.EnrollResponse
-	(*RenewCertRequest)(nil),     // 5: pact.v1.RenewCertRequest
-	(*RenewCertResponse)(nil),    // 6: pact.v1.RenewCertResponse
-	(*SubscribeRequest)(nil),     // 7: pact.v1.SubscribeRequest
-	(*SubscribeResponse)(nil),    // 8: pact.v1.SubscribeResponse
-	(*Superseded)(nil),           // 9: pact.v1.Superseded
-	(*RenewNow)(nil),             // 10: pact.v1.RenewNow
-	(*Assignment)(nil),           // 11: pact.v1.Assignment
-	(*TrustBundle)(nil),          // 12: pact.v1.TrustBundle
-	(*Revoked)(nil),              // 13: pact.v1.Revoked
-	(*PingRequest)(nil),          // 14: pact.v1.PingRequest
-	(*PingResponse)(nil),         // 15: pact.v1.PingResponse
-	(*ReleaseRequest)(nil),       // 16: pact.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),      // 17: pact.v1.ReleaseResponse
-	(*IssueStandbyRequest)(nil),  // 18: pact.v1.IssueStandbyRequest
-	(*IssueStandbyResponse)(nil), // 19: pact.v1.IssueStandbyResponse
-	(*HardwareIdentity)(nil),     // 20: pact.v1.HardwareIdentity
+	(*TpmQuote)(nil),             // 3: pact.v1.TpmQuote
+	(*TpmPcr)(nil),               // 4: pact.v1.TpmPcr
+	(*TpmChallenge)(nil),         // 5: pact.v1.TpmChallenge
+	(*EnrollResponse)(nil),       // 6: pact.v1.EnrollResponse
+	(*RenewCertRequest)(nil),     // 7: pact.v1.RenewCertRequest
+	(*RenewCertResponse)(nil),    // 8: pact.v1.RenewCertResponse
+	(*SubscribeRequest)(nil),     // 9: pact.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),    // 10: pact.v1.SubscribeResponse
+	(*Superseded)(nil),           // 11: pact.v1.Superseded
+	(*RenewNow)(nil),             // 12: pact.v1.RenewNow
+	(*Assignment)(nil),           // 13: pact.v1.Assignment
+	(*TrustBundle)(nil),          // 14: pact.v1.TrustBundle
+	(*Revoked)(nil),              // 15: pact.v1.Revoked
+	(*PingRequest)(nil),          // 16: pact.v1.PingRequest
+	(*PingResponse)(nil),         // 17: pact.v1.PingResponse
+	(*ReleaseRequest)(nil),       // 18: pact.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),      // 19: pact.v1.ReleaseResponse
+	(*IssueStandbyRequest)(nil),  // 20: pact.v1.IssueStandbyRequest
+	(*IssueStandbyResponse)(nil), // 21: pact.v1.IssueStandbyResponse
+	(*HardwareIdentity)(nil),     // 22: pact.v1.HardwareIdentity
 }
 var file_pact_v1_enrollment_proto_depIdxs = []int32{
-	20, // 0: pact.v1.EnrollRequest.hardware:type_name -> pact.v1.HardwareIdentity
+	22, // 0: pact.v1.EnrollRequest.hardware:type_name -> pact.v1.HardwareIdentity
 	1,  // 1: pact.v1.EnrollRequest.credentials:type_name -> pact.v1.EnrollCredentials
 	2,  // 2: pact.v1.EnrollCredentials.tpm:type_name -> pact.v1.TpmAttestation
-	3,  // 3: pact.v1.EnrollResponse.tpm_challenge:type_name -> pact.v1.TpmChallenge
-	11, // 4: pact.v1.SubscribeResponse.assignment:type_name -> pact.v1.Assignment
-	12, // 5: pact.v1.SubscribeResponse.trust_bundle:type_name -> pact.v1.TrustBundle
-	13, // 6: pact.v1.SubscribeResponse.revoked:type_name -> pact.v1.Revoked
-	10, // 7: pact.v1.SubscribeResponse.renew_now:type_name -> pact.v1.RenewNow
-	9,  // 8: pact.v1.SubscribeResponse.superseded:type_name -> pact.v1.Superseded
-	0,  // 9: pact.v1.EnrollmentService.Enroll:input_type -> pact.v1.EnrollRequest
-	5,  // 10: pact.v1.EnrollmentService.RenewCert:input_type -> pact.v1.RenewCertRequest
-	7,  // 11: pact.v1.EnrollmentService.Subscribe:input_type -> pact.v1.SubscribeRequest
-	14, // 12: pact.v1.EnrollmentService.Ping:input_type -> pact.v1.PingRequest
-	18, // 13: pact.v1.EnrollmentService.IssueStandby:input_type -> pact.v1.IssueStandbyRequest
-	16, // 14: pact.v1.EnrollmentService.Release:input_type -> pact.v1.ReleaseRequest
-	4,  // 15: pact.v1.EnrollmentService.Enroll:output_type -> pact.v1.EnrollResponse
-	6,  // 16: pact.v1.EnrollmentService.RenewCert:output_type -> pact.v1.RenewCertResponse
-	8,  // 17: pact.v1.EnrollmentService.Subscribe:output_type -> pact.v1.SubscribeResponse
-	15, // 18: pact.v1.EnrollmentService.Ping:output_type -> pact.v1.PingResponse
-	19, // 19: pact.v1.EnrollmentService.IssueStandby:output_type -> pact.v1.IssueStandbyResponse
-	17, // 20: pact.v1.EnrollmentService.Release:output_type -> pact.v1.ReleaseResponse
-	15, // [15:21] is the sub-list for method output_type
-	9,  // [9:15] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	3,  // 3: pact.v1.TpmAttestation.quote:type_name -> pact.v1.TpmQuote
+	4,  // 4: pact.v1.TpmQuote.pcrs:type_name -> pact.v1.TpmPcr
+	5,  // 5: pact.v1.EnrollResponse.tpm_challenge:type_name -> pact.v1.TpmChallenge
+	13, // 6: pact.v1.SubscribeResponse.assignment:type_name -> pact.v1.Assignment
+	14, // 7: pact.v1.SubscribeResponse.trust_bundle:type_name -> pact.v1.TrustBundle
+	15, // 8: pact.v1.SubscribeResponse.revoked:type_name -> pact.v1.Revoked
+	12, // 9: pact.v1.SubscribeResponse.renew_now:type_name -> pact.v1.RenewNow
+	11, // 10: pact.v1.SubscribeResponse.superseded:type_name -> pact.v1.Superseded
+	0,  // 11: pact.v1.EnrollmentService.Enroll:input_type -> pact.v1.EnrollRequest
+	7,  // 12: pact.v1.EnrollmentService.RenewCert:input_type -> pact.v1.RenewCertRequest
+	9,  // 13: pact.v1.EnrollmentService.Subscribe:input_type -> pact.v1.SubscribeRequest
+	16, // 14: pact.v1.EnrollmentService.Ping:input_type -> pact.v1.PingRequest
+	20, // 15: pact.v1.EnrollmentService.IssueStandby:input_type -> pact.v1.IssueStandbyRequest
+	18, // 16: pact.v1.EnrollmentService.Release:input_type -> pact.v1.ReleaseRequest
+	6,  // 17: pact.v1.EnrollmentService.Enroll:output_type -> pact.v1.EnrollResponse
+	8,  // 18: pact.v1.EnrollmentService.RenewCert:output_type -> pact.v1.RenewCertResponse
+	10, // 19: pact.v1.EnrollmentService.Subscribe:output_type -> pact.v1.SubscribeResponse
+	17, // 20: pact.v1.EnrollmentService.Ping:output_type -> pact.v1.PingResponse
+	21, // 21: pact.v1.EnrollmentService.IssueStandby:output_type -> pact.v1.IssueStandbyResponse
+	19, // 22: pact.v1.EnrollmentService.Release:output_type -> pact.v1.ReleaseResponse
+	17, // [17:23] is the sub-list for method output_type
+	11, // [11:17] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_enrollment_proto_init() }
@@ -1488,7 +1662,7 @@ func file_pact_v1_enrollment_proto_init() {
 		return
 	}
 	file_pact_v1_registry_proto_init()
-	file_pact_v1_enrollment_proto_msgTypes[8].OneofWrappers = []any{
+	file_pact_v1_enrollment_proto_msgTypes[10].OneofWrappers = []any{
 		(*SubscribeResponse_Assignment)(nil),
 		(*SubscribeResponse_TrustBundle)(nil),
 		(*SubscribeResponse_Revoked)(nil),
@@ -1501,7 +1675,7 @@ func file_pact_v1_enrollment_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_enrollment_proto_rawDesc), len(file_pact_v1_enrollment_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

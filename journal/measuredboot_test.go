@@ -1,0 +1,162 @@
+package journal_test
+
+import (
+	"bytes"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-tpm/tpm2"
+	"google.golang.org/grpc/codes"
+
+	agenttpm "github.com/pact-hpc/pact/agent/tpm"
+	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/measuredboot/measuredboottest"
+	"github.com/pact-hpc/pact/internal/swtpmtest"
+	"github.com/pact-hpc/pact/journal"
+	"github.com/pact-hpc/pact/journal/journaltest"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// goodBoot is the reference image's boot in these tests.
+var goodBoot = measuredboottest.Boot("6.1.0-pact", "root=nfs quiet")
+
+// newBootedTPMNode registers a TPM node whose software TPM measured boot
+// (its PCRs extended with boot's events, as firmware does).
+func newBootedTPMNode(t *testing.T, e *env, id, bmc, mac string, boot measuredboottest.Log) *tpmNode {
+	t.Helper()
+	sw := swtpmtest.Start(t)
+	tr, err := agenttpm.Open(sw.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot.Extend(t, tr)
+	tr.Close()
+	tr, err = agenttpm.Open(sw.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	att, err := agenttpm.NewAttestor(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { att.Close() })
+	h := hw(bmc, mac)
+	h.TpmEkHash = att.EKHash()
+	if _, err := e.admin.RegisterNode(callCtx(t), &pactv1.RegisterNodeRequest{NodeId: id, Hardware: h}); err != nil {
+		t.Fatal(err)
+	}
+	return &tpmNode{id: id, bmc: bmc, mac: mac, att: att, key: journaltest.NewKey(t)}
+}
+
+// quoteOf is what pact-agent adds to round two: att's quote of its boot
+// PCRs over nonce, and log.
+func quoteOf(t *testing.T, att *agenttpm.Attestor, nonce, log []byte) *pactv1.TpmQuote {
+	t.Helper()
+	q, err := att.Quote(nonce, agenttpm.DefaultQuotePCRs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &pactv1.TpmQuote{Quoted: q.Quoted, Signature: q.Signature, PcrHashAlg: uint32(tpm2.TPMAlgSHA256), EventLog: log}
+	for _, i := range agenttpm.DefaultQuotePCRs {
+		out.Pcrs = append(out.Pcrs, &pactv1.TpmPcr{Index: uint32(i), Digest: q.PCRs[i]})
+	}
+	return out
+}
+
+// quoted is round two with the quote.
+func (n *tpmNode) quoted(t *testing.T, ch *pactv1.TpmChallenge, log []byte) *pactv1.EnrollRequest {
+	t.Helper()
+	req := n.answer(t, ch, n.key)
+	req.Credentials.Tpm.Quote = quoteOf(t, n.att, ch.GetQuoteNonce(), log)
+	return req
+}
+
+// TestEnrollWithQuote: round one carries a fresh nonce; a real TPM's quote
+// over it, with an event log that reproduces the quoted PCRs, enrolls the
+// node and the journal says it verified it.
+func TestEnrollWithQuote(t *testing.T) {
+	var logs syncBuffer
+	e := newEnv(t, func(c *journal.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	n := newBootedTPMNode(t, e, "n1", "SN1", mac1, goodBoot)
+	ch := n.challenge(t, e)
+	if len(ch.GetQuoteNonce()) != 32 {
+		t.Fatalf("quote nonce of %d bytes, want 32", len(ch.GetQuoteNonce()))
+	}
+	if ch2 := n.challenge(t, e); bytes.Equal(ch2.GetQuoteNonce(), ch.GetQuoteNonce()) {
+		t.Fatal("two challenges carry the same nonce")
+	}
+	resp, err := e.enrollReq(t, n.quoted(t, ch, goodBoot.Bytes()))
+	if err != nil || len(resp.GetCertChainDer()) == 0 {
+		t.Fatalf("enroll with a good quote: %v, %v", resp, err)
+	}
+	var line string
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, `msg="TPM quote verified"`) {
+			line = l
+		}
+	}
+	for _, want := range []string{"node_id=n1 ", `pcrs="[0 1 2 3 4 5 6 7 8 9 14]"`, "events=" + strconv.Itoa(len(goodBoot))} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the verified-quote line %q lacks %s; log:\n%s", line, want, logs.String())
+		}
+	}
+}
+
+// TestQuoteRefusals: each bad quote is refused TPM_QUOTE_REFUSED, with no
+// certificate and nothing written; the challenge is spent; the node's
+// TPM then enrolls with a good quote.
+func TestQuoteRefusals(t *testing.T) {
+	e := newEnv(t)
+	n := newBootedTPMNode(t, e, "n1", "SN1", mac1, goodBoot)
+	other := newBootedTPMNode(t, e, "n2", "SN2", mac2, goodBoot)
+	good := goodBoot.Bytes()
+	for _, tc := range []struct {
+		name   string
+		tamper func(t *testing.T, ch *pactv1.TpmChallenge, req *pactv1.EnrollRequest)
+	}{
+		{"replayed quote (an earlier challenge's nonce)", func(t *testing.T, ch *pactv1.TpmChallenge, req *pactv1.EnrollRequest) {
+			old := n.challenge(t, e)
+			req.Credentials.Tpm.Quote = quoteOf(t, n.att, old.GetQuoteNonce(), good)
+		}},
+		{"quote from another TPM", func(t *testing.T, ch *pactv1.TpmChallenge, req *pactv1.EnrollRequest) {
+			req.Credentials.Tpm.Quote = quoteOf(t, other.att, ch.GetQuoteNonce(), good)
+		}},
+		{"event log of another kernel", func(t *testing.T, ch *pactv1.TpmChallenge, req *pactv1.EnrollRequest) {
+			req.Credentials.Tpm.Quote.EventLog = measuredboottest.Boot("6.1.0-evil", "root=nfs quiet").Bytes()
+		}},
+		{"truncated event log", func(t *testing.T, ch *pactv1.TpmChallenge, req *pactv1.EnrollRequest) {
+			req.Credentials.Tpm.Quote.EventLog = good[:len(good)-9]
+		}},
+		{"hostile event log", func(t *testing.T, ch *pactv1.TpmChallenge, req *pactv1.EnrollRequest) {
+			req.Credentials.Tpm.Quote.EventLog = append(bytes.Clone(good[:60]), bytes.Repeat([]byte{0xff}, 64)...)
+		}},
+		{"a PCR value not the quoted one", func(t *testing.T, ch *pactv1.TpmChallenge, req *pactv1.EnrollRequest) {
+			req.Credentials.Tpm.Quote.Pcrs[9].Digest = make([]byte, 32)
+		}},
+		{"a PCR given twice", func(t *testing.T, ch *pactv1.TpmChallenge, req *pactv1.EnrollRequest) {
+			q := req.Credentials.Tpm.Quote
+			q.Pcrs = append(q.Pcrs, q.Pcrs[0])
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ch := n.challenge(t, e)
+			req := n.quoted(t, ch, good)
+			tc.tamper(t, ch, req)
+			before := e.registry(t)
+			resp, err := e.enrollReq(t, req)
+			e.refusedUnwritten(t, before, resp, err, codes.PermissionDenied, apierr.TPMQuoteRefused)
+			// The challenge is spent: the right answer to it now is unknown.
+			_, err = e.enrollReq(t, n.quoted(t, ch, good))
+			if r := apierr.FromError(err).Reason; r != apierr.TPMChallengeUnknown {
+				t.Fatalf("the spent challenge answered again: %v, want %s", err, apierr.TPMChallengeUnknown)
+			}
+		})
+	}
+	if _, err := e.enrollReq(t, n.quoted(t, n.challenge(t, e), good)); err != nil {
+		t.Fatalf("the node with a good quote: %v", err)
+	}
+}
