@@ -14,3 +14,17 @@ func ReplayLog(log []byte, pcrs map[int][]byte) ([]Event, error) {
 	}
 	return replayLog(log, ps)
 }
+
+// Evidence is what VerifyQuote would return for a quote of pcrs with log.
+func Evidence(pcrs map[int][]byte, log []byte) (*BootEvidence, error) {
+	ev := &BootEvidence{HashAlg: "sha256", PCRs: pcrs}
+	if log == nil {
+		return ev, nil
+	}
+	events, err := ReplayLog(log, pcrs)
+	if err != nil {
+		return nil, err
+	}
+	ev.EventLog, ev.Events = true, events
+	return ev, nil
+}

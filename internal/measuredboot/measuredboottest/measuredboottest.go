@@ -96,3 +96,26 @@ func Boot(kernel, cmdline string) Log {
 	l = append(l, Event{8, EvIPL, []byte("kernel_cmdline: " + cmdline)})
 	return l
 }
+
+// PCRs are the SHA-256 PCR values the log's events produce from reset
+// (all zero), for the PCRs given (every PCR of the log when none are).
+func (l Log) PCRs(pcrs ...int) map[int][]byte {
+	out := map[int][]byte{}
+	for _, i := range pcrs {
+		out[i] = make([]byte, 32)
+	}
+	for _, e := range l {
+		prev, ok := out[e.PCR]
+		if !ok {
+			if len(pcrs) > 0 {
+				continue
+			}
+			prev = make([]byte, 32)
+		}
+		h := sha256.New()
+		h.Write(prev)
+		h.Write(e.Digest())
+		out[e.PCR] = h.Sum(nil)
+	}
+	return out
+}
