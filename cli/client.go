@@ -194,15 +194,16 @@ var _ grpc.ClientConnInterface = (*journals)(nil)
 // AddJournal, RemoveJournal and SaveSnapshot reach the leader this way:
 // a follower answers NO_LEADER (Unavailable), so the call moves on.
 var repeatable = map[string]bool{
-	pactv1.AdminService_ListNodes_FullMethodName:         true,
-	pactv1.AdminService_InspectNode_FullMethodName:       true,
-	pactv1.AdminService_RegisterNodes_FullMethodName:     true,
-	pactv1.AdminService_ListAudit_FullMethodName:         true,
-	pactv1.AdminService_JournalStatus_FullMethodName:     true,
-	pactv1.AdminService_ListJoinTokens_FullMethodName:    true,
-	pactv1.AdminService_ListOperators_FullMethodName:     true,
-	pactv1.AdminService_ListIntermediates_FullMethodName: true,
-	pactv1.AdminService_SaveSnapshot_FullMethodName:      true,
+	pactv1.AdminService_ListNodes_FullMethodName:            true,
+	pactv1.AdminService_InspectNode_FullMethodName:          true,
+	pactv1.AdminService_RegisterNodes_FullMethodName:        true,
+	pactv1.AdminService_ListAudit_FullMethodName:            true,
+	pactv1.AdminService_JournalStatus_FullMethodName:        true,
+	pactv1.AdminService_ListJoinTokens_FullMethodName:       true,
+	pactv1.AdminService_ListOperators_FullMethodName:        true,
+	pactv1.AdminService_ListIntermediates_FullMethodName:    true,
+	pactv1.AdminService_SaveSnapshot_FullMethodName:         true,
+	pactv1.AdminService_ListFederatedDomains_FullMethodName: true,
 }
 
 // dialJournals prepares a client per address; nothing connects until the

@@ -36,14 +36,14 @@ func TestRepeatableMethods(t *testing.T) {
 	reads := map[string]bool{
 		"ListNodes": true, "InspectNode": true, "RegisterNodes": true, "ListAudit": true,
 		"JournalStatus": true, "ListJoinTokens": true, "ListOperators": true,
-		"ListIntermediates": true, "SaveSnapshot": true,
+		"ListIntermediates": true, "SaveSnapshot": true, "ListFederatedDomains": true,
 	}
 	writes := map[string]bool{
 		"RegisterNode": true, "DecommissionNode": true, "UpdateNode": true, "AssignNode": true,
 		"UnassignNode": true, "MoveNode": true, "AddJournal": true, "RemoveJournal": true,
 		"CreateJoinToken": true, "RevokeJoinTokens": true, "FenceNode": true, "UnfenceNode": true,
 		"IssueOperator": true, "RevokeOperator": true, "RetireIntermediate": true, "RevokeJournalCA": true,
-		"RecordJournalCA": true,
+		"RecordJournalCA": true, "FederateDomain": true, "RemoveFederatedDomain": true,
 	}
 	desc := pactv1.AdminService_ServiceDesc
 	var names []string

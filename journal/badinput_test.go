@@ -469,7 +469,7 @@ func selfSignedAgent(t testing.TB, node string) tls.Certificate {
 // from the service descriptors, so an RPC added later is covered too.
 
 // readRPCs are the admin RPCs every operator role may call.
-var readRPCs = map[protoreflect.Name]bool{"ListNodes": true, "InspectNode": true, "ListAudit": true, "JournalStatus": true, "ListOperators": true, "ListIntermediates": true, "ListJoinTokens": true}
+var readRPCs = map[protoreflect.Name]bool{"ListNodes": true, "InspectNode": true, "ListAudit": true, "JournalStatus": true, "ListOperators": true, "ListIntermediates": true, "ListJoinTokens": true, "ListFederatedDomains": true}
 
 // rpcRequests are requests that would change the registry if they got
 // through; RPCs not listed get an empty request.

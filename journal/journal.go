@@ -83,6 +83,8 @@ type Journal struct {
 	metricsAddr string
 	// bundleEndpointAddr is where the SPIFFE bundle endpoint listens.
 	bundleEndpointAddr string
+	// federation refreshes the federated domains' bundles (federation.go).
+	federation *fedRefresher
 
 	grpcAddr string // as other journals reach it
 
@@ -195,6 +197,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	j.admission = newAdmission(limiter, cfg.MaxEnrollWaiters, cfg.EnrollQueueWait, cfg.Clock)
 	j.bundle = newBundleCache(authority.Roots(), j.fsm, cfg.Clock)
 	j.roots = rootPool(authority.Roots())
+	j.federation = newFederation(j)
 	j.metrics = newMetrics(j)
 	if j.auth, err = newAuthenticator(j); err != nil {
 		return nil, err
@@ -314,6 +317,11 @@ func (j *Journal) Start(ctx context.Context) error {
 	go func() {
 		defer j.wg.Done()
 		j.rotateLoop()
+	}()
+	j.wg.Add(1)
+	go func() {
+		defer j.wg.Done()
+		j.federation.loop(j.cfg.DigestInterval)
 	}()
 	if run := j.auth.Background(); run != nil {
 		j.wg.Add(1)

@@ -118,6 +118,7 @@ func newMetrics(j *Journal) *metrics {
 		&nodeCollector{fsm: j.fsm, now: j.cfg.Clock.Now},
 	)
 	m.registerMonitoring(j)
+	m.reg.MustRegister(j.federation.failures, federationCollector{j})
 	return m
 }
 

@@ -56,10 +56,13 @@ type Event struct {
 	Audit []*pactv1.AuditEntry
 	// QuorumChanged: the quorum id (Quorum) changed.
 	QuorumChanged bool
+	// FederationChanged: a federated domain was added, removed, or its
+	// bundle or policy changed.
+	FederationChanged bool
 }
 
 func (e Event) empty() bool {
-	return len(e.NodeIDs) == 0 && !e.BundleChanged && len(e.Audit) == 0 && !e.QuorumChanged
+	return len(e.NodeIDs) == 0 && !e.BundleChanged && len(e.Audit) == 0 && !e.QuorumChanged && !e.FederationChanged
 }
 
 // DefaultAuditCapacity is how many audit entries the registry keeps.
@@ -116,6 +119,8 @@ type state struct {
 	quorum *pactv1.QuorumIdentity
 	// quorumLevel is the quorum's feature level (nil: level 1; level.go).
 	quorumLevel *pactv1.QuorumLevel
+	// federated holds the federated domains by name (federation.go).
+	federated map[string]*pactv1.FederatedDomain
 }
 
 func newState(auditCap int) *state { return newStateSized(auditCap, 0, 0) }
@@ -143,6 +148,7 @@ func newStateSized(auditCap, nodes, seen int) *state {
 		joinTokens:      map[string]*pactv1.JoinToken{},
 		operators:       map[string]*pactv1.Operator{},
 		revokedNames:    map[string]*pactv1.OperatorNameRevocation{},
+		federated:       map[string]*pactv1.FederatedDomain{},
 	}
 }
 
@@ -294,6 +300,7 @@ func (f *FSM) applyLocked(cmd *pactv1.Command, index uint64) (*Result, Event) {
 		ev.BundleChanged = ev.BundleChanged || sev.BundleChanged
 		ev.Audit = append(ev.Audit, sev.Audit...)
 		ev.QuorumChanged = ev.QuorumChanged || sev.QuorumChanged
+		ev.FederationChanged = ev.FederationChanged || sev.FederationChanged
 	}
 	return out, ev
 }
@@ -355,6 +362,12 @@ func (f *FSM) applyOne(cmd *pactv1.Command, index uint64) (*Result, Event) {
 		res = a.setQuorumID(op.SetQuorumId)
 	case *pactv1.Command_SetQuorumLevel:
 		res = a.setQuorumLevel(op.SetQuorumLevel)
+	case *pactv1.Command_FederateDomain:
+		res = a.federateDomain(op.FederateDomain)
+	case *pactv1.Command_RemoveFederatedDomain:
+		res = a.removeFederatedDomain(op.RemoveFederatedDomain)
+	case *pactv1.Command_UpdateFederatedBundle:
+		res = a.updateFederatedBundle(op.UpdateFederatedBundle)
 	default:
 		panic(fmt.Sprintf("raftfsm: unknown command %T", op))
 	}
@@ -938,6 +951,9 @@ func (f *FSM) snapshotLocked() *fsmSnapshot {
 	for _, jc := range f.st.journalCAs {
 		snap.JournalCas = append(snap.JournalCas, jc)
 	}
+	for _, fd := range f.st.federated {
+		snap.FederatedDomains = append(snap.FederatedDomains, fd)
+	}
 	for _, t := range f.st.joinTokens {
 		snap.JoinTokens = append(snap.JoinTokens, t)
 	}
@@ -992,6 +1008,7 @@ func sortSnapshot(s *pactv1.Snapshot) {
 		return s.RevokedOperatorNames[i].GetName() < s.RevokedOperatorNames[j].GetName()
 	})
 	sort.Slice(s.JournalCas, func(i, j int) bool { return s.JournalCas[i].GetSerial() < s.JournalCas[j].GetSerial() })
+	sort.Slice(s.FederatedDomains, func(i, j int) bool { return s.FederatedDomains[i].GetName() < s.FederatedDomains[j].GetName() })
 }
 
 // Restore replaces the state with a snapshot, in either format

@@ -23,7 +23,7 @@ import (
 // order of the upgrade and whoever leads.
 
 // FeatureLevel is the highest quorum feature level this binary speaks.
-const FeatureLevel = 2
+const FeatureLevel = 3
 
 // LevelUnversioned is the level of a journal that advertises none: the
 // releases before feature levels (0.1.0).
@@ -44,6 +44,8 @@ var Levels = []Level{
 		"(pact journal record-ca, pact journal add binding a journal CA, publishes refused under " +
 		"another journal CA); a node whose certificate the registry withdrew enrolls with a new key " +
 		"at once; snapshot format 3"},
+	{3, "0.3.0", "federation with other domains (pact domain federate/list/remove, the federated " +
+		"bundles refreshed into Raft, snapshot records of federated domains)"},
 }
 
 // ReleaseOfLevel names the first release that speaks level ("" if this

@@ -64,6 +64,8 @@ func (b *stateBuilder) Add(rec *pactv1.SnapshotRecord) {
 		st.journalCAs[r.JournalCa.GetSerial()] = r.JournalCa
 	case *pactv1.SnapshotRecord_QuorumLevel:
 		st.quorumLevel = r.QuorumLevel
+	case *pactv1.SnapshotRecord_FederatedDomain:
+		st.federated[r.FederatedDomain.GetName()] = r.FederatedDomain
 	default:
 		// snapfile's rules know a kind of record this switch does not:
 		// restoring without it would diverge from the journals that have it.

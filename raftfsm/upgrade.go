@@ -58,6 +58,12 @@ var ignorable = map[protoreflect.Name]bool{
 	// Apply decides by the quorum's level: a journal that skipped raising
 	// it would go on applying the rules of the level below, and diverge.
 	"set_quorum_level": false,
+	// Federation (level 3): the federated bundles decide whose journals
+	// may call the cross-domain claim feed, and the policy decides an
+	// enrollment; a journal skipping them would decide otherwise.
+	"federate_domain":         false,
+	"remove_federated_domain": false,
+	"update_federated_bundle": false,
 	// A batch carries commands none of which may be skipped.
 	"batch": false,
 }

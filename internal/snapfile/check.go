@@ -85,6 +85,8 @@ type rules struct {
 	// journal CAs come after the intermediates.
 	journalCAs map[string]string
 	signed     []*pactv1.Intermediate
+	// federated: the federated domains read, by name.
+	federated map[string]bool
 }
 
 // liveNode is what the conflict check needs of a live node, without
@@ -169,6 +171,18 @@ func (c *rules) check(rec *pactv1.SnapshotRecord) error {
 		if r.Operator.GetSerial() == "" {
 			return errors.New("raftfsm: snapshot has an operator credential without a serial")
 		}
+	case *pactv1.SnapshotRecord_FederatedDomain:
+		fd := r.FederatedDomain
+		if fd.GetName() == "" || len(fd.GetX509Authorities()) == 0 {
+			return errors.New("raftfsm: snapshot has a federated domain without a name or a bundle")
+		}
+		if c.federated[fd.GetName()] {
+			return fmt.Errorf("raftfsm: snapshot has federated domain %s twice", fd.GetName())
+		}
+		if c.federated == nil {
+			c.federated = map[string]bool{}
+		}
+		c.federated[fd.GetName()] = true
 	case *pactv1.SnapshotRecord_Quorum:
 		if c.quorum {
 			return errors.New("raftfsm: snapshot has two quorum identities")

@@ -56,6 +56,10 @@ const (
 	recQuorumLevel
 )
 
+// recFederatedDomain is FederatedDomain's field number (quorum feature
+// level 3).
+const recFederatedDomain protowire.Number = 240
+
 // StateFormat says which format state bytes are in: 1, one Snapshot
 // message; 2, a stream of records; 3, a stream of records that opens with
 // the quorum's feature level (a quorum above level 1, docs/upgrade.md),
@@ -118,6 +122,9 @@ func WriteState(w io.Writer, s *pactv1.Snapshot) error {
 	}
 	for _, jc := range s.GetJournalCas() {
 		e.put(recJournalCA, jc)
+	}
+	for _, fd := range s.GetFederatedDomains() {
+		e.put(recFederatedDomain, fd)
 	}
 	if e.err == nil {
 		e.err = e.w.WriteByte(0) // the end
@@ -343,6 +350,9 @@ func walkFormat1(data []byte, visit func(*pactv1.SnapshotRecord) error) error {
 	}
 	for _, jc := range s.GetJournalCas() {
 		v(&pactv1.SnapshotRecord{Record: &pactv1.SnapshotRecord_JournalCa{JournalCa: jc}})
+	}
+	for _, fd := range s.GetFederatedDomains() {
+		v(&pactv1.SnapshotRecord{Record: &pactv1.SnapshotRecord_FederatedDomain{FederatedDomain: fd}})
 	}
 	return err
 }

@@ -124,6 +124,11 @@ var policies = map[string]policy{
 	pactv1.AdminService_ListIntermediates_FullMethodName:  {admin: anyRole},
 	pactv1.AdminService_RevokeJournalCA_FullMethodName:    {admin: PlatformAdmin},
 	pactv1.AdminService_RecordJournalCA_FullMethodName:    {admin: PlatformAdmin},
+	// Federation (docs/domains.md): a federated domain's bundle decides
+	// which of its journals may call the claim feed.
+	pactv1.AdminService_FederateDomain_FullMethodName:        {admin: PlatformAdmin},
+	pactv1.AdminService_ListFederatedDomains_FullMethodName:  {admin: anyRole},
+	pactv1.AdminService_RemoveFederatedDomain_FullMethodName: {admin: PlatformAdmin},
 }
 
 // OperatorRecord is what the registry keeps of an operator certificate.

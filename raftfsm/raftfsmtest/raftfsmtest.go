@@ -446,3 +446,25 @@ func Restore(f raft.FSM, snap *pactv1.Snapshot) error {
 func RestoreBytes(f raft.FSM, data []byte) error {
 	return f.Restore(io.NopCloser(bytes.NewReader(data)))
 }
+
+// FederateDomain returns the command pact domain federate proposes.
+func (p Proposer) FederateDomain(d *pactv1.FederatedDomain) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_FederateDomain{FederateDomain: &pactv1.FederateDomainOp{Domain: d}}
+	return c
+}
+
+// RemoveFederatedDomain returns the command pact domain remove proposes.
+func (p Proposer) RemoveFederatedDomain(name string) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_RemoveFederatedDomain{RemoveFederatedDomain: &pactv1.RemoveFederatedDomainOp{Name: name}}
+	return c
+}
+
+// UpdateFederatedBundle returns the command a leader proposes after
+// fetching a federated domain's bundle.
+func (p Proposer) UpdateFederatedBundle(op *pactv1.UpdateFederatedBundleOp) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_UpdateFederatedBundle{UpdateFederatedBundle: op}
+	return c
+}

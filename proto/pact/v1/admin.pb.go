@@ -3567,7 +3567,7 @@ var File_pact_v1_admin_proto protoreflect.FileDescriptor
 
 const file_pact_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x13pact/v1/admin.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\xdc\x01\n" +
+	"\x13pact/v1/admin.proto\x12\apact.v1\x1a\x18pact/v1/federation.proto\x1a\x16pact/v1/registry.proto\"\xdc\x01\n" +
 	"\x13RegisterNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
 	"\bhardware\x18\x02 \x01(\v2\x19.pact.v1.HardwareIdentityR\bhardware\x12\x1a\n" +
@@ -3822,7 +3822,7 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\x1cREGISTER_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13REGISTER_OUTCOME_OK\x10\x01\x12\x1b\n" +
 	"\x17REGISTER_OUTCOME_EXISTS\x10\x02\x12\x1a\n" +
-	"\x16REGISTER_OUTCOME_ERROR\x10\x032\x92\x10\n" +
+	"\x16REGISTER_OUTCOME_ERROR\x10\x032\xb2\x12\n" +
 	"\fAdminService\x12K\n" +
 	"\fRegisterNode\x12\x1c.pact.v1.RegisterNodeRequest\x1a\x1d.pact.v1.RegisterNodeResponse\x12N\n" +
 	"\rRegisterNodes\x12\x1d.pact.v1.RegisterNodesRequest\x1a\x1e.pact.v1.RegisterNodesResponse\x12B\n" +
@@ -3852,7 +3852,10 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\x0fRecordJournalCA\x12\x1f.pact.v1.RecordJournalCARequest\x1a .pact.v1.RecordJournalCAResponse\x12E\n" +
 	"\n" +
 	"UpdateNode\x12\x1a.pact.v1.UpdateNodeRequest\x1a\x1b.pact.v1.UpdateNodeResponse\x12M\n" +
-	"\fSaveSnapshot\x12\x1c.pact.v1.SaveSnapshotRequest\x1a\x1d.pact.v1.SaveSnapshotResponse0\x01B/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
+	"\fSaveSnapshot\x12\x1c.pact.v1.SaveSnapshotRequest\x1a\x1d.pact.v1.SaveSnapshotResponse0\x01\x12Q\n" +
+	"\x0eFederateDomain\x12\x1e.pact.v1.FederateDomainRequest\x1a\x1f.pact.v1.FederateDomainResponse\x12c\n" +
+	"\x14ListFederatedDomains\x12$.pact.v1.ListFederatedDomainsRequest\x1a%.pact.v1.ListFederatedDomainsResponse\x12f\n" +
+	"\x15RemoveFederatedDomain\x12%.pact.v1.RemoveFederatedDomainRequest\x1a&.pact.v1.RemoveFederatedDomainResponseB/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
 
 var (
 	file_pact_v1_admin_proto_rawDescOnce sync.Once
@@ -3869,73 +3872,79 @@ func file_pact_v1_admin_proto_rawDescGZIP() []byte {
 var file_pact_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_pact_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_pact_v1_admin_proto_goTypes = []any{
-	(RegisterOutcome)(0),               // 0: pact.v1.RegisterOutcome
-	(*RegisterNodeRequest)(nil),        // 1: pact.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),       // 2: pact.v1.RegisterNodeResponse
-	(*RegisterNodesRequest)(nil),       // 3: pact.v1.RegisterNodesRequest
-	(*RegisterNodeResult)(nil),         // 4: pact.v1.RegisterNodeResult
-	(*RegisterNodesResponse)(nil),      // 5: pact.v1.RegisterNodesResponse
-	(*ListNodesRequest)(nil),           // 6: pact.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),          // 7: pact.v1.ListNodesResponse
-	(*InspectNodeRequest)(nil),         // 8: pact.v1.InspectNodeRequest
-	(*InspectNodeResponse)(nil),        // 9: pact.v1.InspectNodeResponse
-	(*DecommissionNodeRequest)(nil),    // 10: pact.v1.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil),   // 11: pact.v1.DecommissionNodeResponse
-	(*AssignNodeRequest)(nil),          // 12: pact.v1.AssignNodeRequest
-	(*AssignNodeResponse)(nil),         // 13: pact.v1.AssignNodeResponse
-	(*UnassignNodeRequest)(nil),        // 14: pact.v1.UnassignNodeRequest
-	(*UnassignNodeResponse)(nil),       // 15: pact.v1.UnassignNodeResponse
-	(*MoveNodeRequest)(nil),            // 16: pact.v1.MoveNodeRequest
-	(*MoveNodeResponse)(nil),           // 17: pact.v1.MoveNodeResponse
-	(*ListAuditRequest)(nil),           // 18: pact.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),          // 19: pact.v1.ListAuditResponse
-	(*JournalStatusRequest)(nil),       // 20: pact.v1.JournalStatusRequest
-	(*JournalMember)(nil),              // 21: pact.v1.JournalMember
-	(*JournalStatusResponse)(nil),      // 22: pact.v1.JournalStatusResponse
-	(*AddJournalRequest)(nil),          // 23: pact.v1.AddJournalRequest
-	(*AddJournalResponse)(nil),         // 24: pact.v1.AddJournalResponse
-	(*RemoveJournalRequest)(nil),       // 25: pact.v1.RemoveJournalRequest
-	(*SaveSnapshotRequest)(nil),        // 26: pact.v1.SaveSnapshotRequest
-	(*SaveSnapshotResponse)(nil),       // 27: pact.v1.SaveSnapshotResponse
-	(*RemoveJournalResponse)(nil),      // 28: pact.v1.RemoveJournalResponse
-	(*OwnCredential)(nil),              // 29: pact.v1.OwnCredential
-	(*IssueOperatorRequest)(nil),       // 30: pact.v1.IssueOperatorRequest
-	(*IssueOperatorResponse)(nil),      // 31: pact.v1.IssueOperatorResponse
-	(*ListOperatorsRequest)(nil),       // 32: pact.v1.ListOperatorsRequest
-	(*ListOperatorsResponse)(nil),      // 33: pact.v1.ListOperatorsResponse
-	(*RevokeOperatorRequest)(nil),      // 34: pact.v1.RevokeOperatorRequest
-	(*RevokeOperatorResponse)(nil),     // 35: pact.v1.RevokeOperatorResponse
-	(*RetireIntermediateRequest)(nil),  // 36: pact.v1.RetireIntermediateRequest
-	(*RetireIntermediateResponse)(nil), // 37: pact.v1.RetireIntermediateResponse
-	(*ListIntermediatesRequest)(nil),   // 38: pact.v1.ListIntermediatesRequest
-	(*ListIntermediatesResponse)(nil),  // 39: pact.v1.ListIntermediatesResponse
-	(*RevokeJournalCARequest)(nil),     // 40: pact.v1.RevokeJournalCARequest
-	(*RecordJournalCARequest)(nil),     // 41: pact.v1.RecordJournalCARequest
-	(*RecordJournalCAResponse)(nil),    // 42: pact.v1.RecordJournalCAResponse
-	(*RevokeJournalCAResponse)(nil),    // 43: pact.v1.RevokeJournalCAResponse
-	(*CreateJoinTokenRequest)(nil),     // 44: pact.v1.CreateJoinTokenRequest
-	(*CreateJoinTokenResponse)(nil),    // 45: pact.v1.CreateJoinTokenResponse
-	(*JoinTokenInfo)(nil),              // 46: pact.v1.JoinTokenInfo
-	(*ListJoinTokensRequest)(nil),      // 47: pact.v1.ListJoinTokensRequest
-	(*ListJoinTokensResponse)(nil),     // 48: pact.v1.ListJoinTokensResponse
-	(*RevokeJoinTokensRequest)(nil),    // 49: pact.v1.RevokeJoinTokensRequest
-	(*RevokeJoinTokensResponse)(nil),   // 50: pact.v1.RevokeJoinTokensResponse
-	(*FenceNodeRequest)(nil),           // 51: pact.v1.FenceNodeRequest
-	(*FenceNodeResponse)(nil),          // 52: pact.v1.FenceNodeResponse
-	(*UnfenceNodeRequest)(nil),         // 53: pact.v1.UnfenceNodeRequest
-	(*UnfenceNodeResponse)(nil),        // 54: pact.v1.UnfenceNodeResponse
-	(*UpdateNodeRequest)(nil),          // 55: pact.v1.UpdateNodeRequest
-	(*UpdateNodeResponse)(nil),         // 56: pact.v1.UpdateNodeResponse
-	nil,                                // 57: pact.v1.ListIntermediatesResponse.NodeCertificatesEntry
-	(*HardwareIdentity)(nil),           // 58: pact.v1.HardwareIdentity
-	(*CredentialPolicy)(nil),           // 59: pact.v1.CredentialPolicy
-	(*Node)(nil),                       // 60: pact.v1.Node
-	(NodeState)(0),                     // 61: pact.v1.NodeState
-	(*AuditEntry)(nil),                 // 62: pact.v1.AuditEntry
-	(*JournalCA)(nil),                  // 63: pact.v1.JournalCA
-	(*Intermediate)(nil),               // 64: pact.v1.Intermediate
-	(*Operator)(nil),                   // 65: pact.v1.Operator
-	(*OperatorNameRevocation)(nil),     // 66: pact.v1.OperatorNameRevocation
+	(RegisterOutcome)(0),                  // 0: pact.v1.RegisterOutcome
+	(*RegisterNodeRequest)(nil),           // 1: pact.v1.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),          // 2: pact.v1.RegisterNodeResponse
+	(*RegisterNodesRequest)(nil),          // 3: pact.v1.RegisterNodesRequest
+	(*RegisterNodeResult)(nil),            // 4: pact.v1.RegisterNodeResult
+	(*RegisterNodesResponse)(nil),         // 5: pact.v1.RegisterNodesResponse
+	(*ListNodesRequest)(nil),              // 6: pact.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),             // 7: pact.v1.ListNodesResponse
+	(*InspectNodeRequest)(nil),            // 8: pact.v1.InspectNodeRequest
+	(*InspectNodeResponse)(nil),           // 9: pact.v1.InspectNodeResponse
+	(*DecommissionNodeRequest)(nil),       // 10: pact.v1.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil),      // 11: pact.v1.DecommissionNodeResponse
+	(*AssignNodeRequest)(nil),             // 12: pact.v1.AssignNodeRequest
+	(*AssignNodeResponse)(nil),            // 13: pact.v1.AssignNodeResponse
+	(*UnassignNodeRequest)(nil),           // 14: pact.v1.UnassignNodeRequest
+	(*UnassignNodeResponse)(nil),          // 15: pact.v1.UnassignNodeResponse
+	(*MoveNodeRequest)(nil),               // 16: pact.v1.MoveNodeRequest
+	(*MoveNodeResponse)(nil),              // 17: pact.v1.MoveNodeResponse
+	(*ListAuditRequest)(nil),              // 18: pact.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),             // 19: pact.v1.ListAuditResponse
+	(*JournalStatusRequest)(nil),          // 20: pact.v1.JournalStatusRequest
+	(*JournalMember)(nil),                 // 21: pact.v1.JournalMember
+	(*JournalStatusResponse)(nil),         // 22: pact.v1.JournalStatusResponse
+	(*AddJournalRequest)(nil),             // 23: pact.v1.AddJournalRequest
+	(*AddJournalResponse)(nil),            // 24: pact.v1.AddJournalResponse
+	(*RemoveJournalRequest)(nil),          // 25: pact.v1.RemoveJournalRequest
+	(*SaveSnapshotRequest)(nil),           // 26: pact.v1.SaveSnapshotRequest
+	(*SaveSnapshotResponse)(nil),          // 27: pact.v1.SaveSnapshotResponse
+	(*RemoveJournalResponse)(nil),         // 28: pact.v1.RemoveJournalResponse
+	(*OwnCredential)(nil),                 // 29: pact.v1.OwnCredential
+	(*IssueOperatorRequest)(nil),          // 30: pact.v1.IssueOperatorRequest
+	(*IssueOperatorResponse)(nil),         // 31: pact.v1.IssueOperatorResponse
+	(*ListOperatorsRequest)(nil),          // 32: pact.v1.ListOperatorsRequest
+	(*ListOperatorsResponse)(nil),         // 33: pact.v1.ListOperatorsResponse
+	(*RevokeOperatorRequest)(nil),         // 34: pact.v1.RevokeOperatorRequest
+	(*RevokeOperatorResponse)(nil),        // 35: pact.v1.RevokeOperatorResponse
+	(*RetireIntermediateRequest)(nil),     // 36: pact.v1.RetireIntermediateRequest
+	(*RetireIntermediateResponse)(nil),    // 37: pact.v1.RetireIntermediateResponse
+	(*ListIntermediatesRequest)(nil),      // 38: pact.v1.ListIntermediatesRequest
+	(*ListIntermediatesResponse)(nil),     // 39: pact.v1.ListIntermediatesResponse
+	(*RevokeJournalCARequest)(nil),        // 40: pact.v1.RevokeJournalCARequest
+	(*RecordJournalCARequest)(nil),        // 41: pact.v1.RecordJournalCARequest
+	(*RecordJournalCAResponse)(nil),       // 42: pact.v1.RecordJournalCAResponse
+	(*RevokeJournalCAResponse)(nil),       // 43: pact.v1.RevokeJournalCAResponse
+	(*CreateJoinTokenRequest)(nil),        // 44: pact.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil),       // 45: pact.v1.CreateJoinTokenResponse
+	(*JoinTokenInfo)(nil),                 // 46: pact.v1.JoinTokenInfo
+	(*ListJoinTokensRequest)(nil),         // 47: pact.v1.ListJoinTokensRequest
+	(*ListJoinTokensResponse)(nil),        // 48: pact.v1.ListJoinTokensResponse
+	(*RevokeJoinTokensRequest)(nil),       // 49: pact.v1.RevokeJoinTokensRequest
+	(*RevokeJoinTokensResponse)(nil),      // 50: pact.v1.RevokeJoinTokensResponse
+	(*FenceNodeRequest)(nil),              // 51: pact.v1.FenceNodeRequest
+	(*FenceNodeResponse)(nil),             // 52: pact.v1.FenceNodeResponse
+	(*UnfenceNodeRequest)(nil),            // 53: pact.v1.UnfenceNodeRequest
+	(*UnfenceNodeResponse)(nil),           // 54: pact.v1.UnfenceNodeResponse
+	(*UpdateNodeRequest)(nil),             // 55: pact.v1.UpdateNodeRequest
+	(*UpdateNodeResponse)(nil),            // 56: pact.v1.UpdateNodeResponse
+	nil,                                   // 57: pact.v1.ListIntermediatesResponse.NodeCertificatesEntry
+	(*HardwareIdentity)(nil),              // 58: pact.v1.HardwareIdentity
+	(*CredentialPolicy)(nil),              // 59: pact.v1.CredentialPolicy
+	(*Node)(nil),                          // 60: pact.v1.Node
+	(NodeState)(0),                        // 61: pact.v1.NodeState
+	(*AuditEntry)(nil),                    // 62: pact.v1.AuditEntry
+	(*JournalCA)(nil),                     // 63: pact.v1.JournalCA
+	(*Intermediate)(nil),                  // 64: pact.v1.Intermediate
+	(*Operator)(nil),                      // 65: pact.v1.Operator
+	(*OperatorNameRevocation)(nil),        // 66: pact.v1.OperatorNameRevocation
+	(*FederateDomainRequest)(nil),         // 67: pact.v1.FederateDomainRequest
+	(*ListFederatedDomainsRequest)(nil),   // 68: pact.v1.ListFederatedDomainsRequest
+	(*RemoveFederatedDomainRequest)(nil),  // 69: pact.v1.RemoveFederatedDomainRequest
+	(*FederateDomainResponse)(nil),        // 70: pact.v1.FederateDomainResponse
+	(*ListFederatedDomainsResponse)(nil),  // 71: pact.v1.ListFederatedDomainsResponse
+	(*RemoveFederatedDomainResponse)(nil), // 72: pact.v1.RemoveFederatedDomainResponse
 }
 var file_pact_v1_admin_proto_depIdxs = []int32{
 	58, // 0: pact.v1.RegisterNodeRequest.hardware:type_name -> pact.v1.HardwareIdentity
@@ -4007,34 +4016,40 @@ var file_pact_v1_admin_proto_depIdxs = []int32{
 	41, // 66: pact.v1.AdminService.RecordJournalCA:input_type -> pact.v1.RecordJournalCARequest
 	55, // 67: pact.v1.AdminService.UpdateNode:input_type -> pact.v1.UpdateNodeRequest
 	26, // 68: pact.v1.AdminService.SaveSnapshot:input_type -> pact.v1.SaveSnapshotRequest
-	2,  // 69: pact.v1.AdminService.RegisterNode:output_type -> pact.v1.RegisterNodeResponse
-	5,  // 70: pact.v1.AdminService.RegisterNodes:output_type -> pact.v1.RegisterNodesResponse
-	7,  // 71: pact.v1.AdminService.ListNodes:output_type -> pact.v1.ListNodesResponse
-	9,  // 72: pact.v1.AdminService.InspectNode:output_type -> pact.v1.InspectNodeResponse
-	11, // 73: pact.v1.AdminService.DecommissionNode:output_type -> pact.v1.DecommissionNodeResponse
-	13, // 74: pact.v1.AdminService.AssignNode:output_type -> pact.v1.AssignNodeResponse
-	15, // 75: pact.v1.AdminService.UnassignNode:output_type -> pact.v1.UnassignNodeResponse
-	17, // 76: pact.v1.AdminService.MoveNode:output_type -> pact.v1.MoveNodeResponse
-	19, // 77: pact.v1.AdminService.ListAudit:output_type -> pact.v1.ListAuditResponse
-	22, // 78: pact.v1.AdminService.JournalStatus:output_type -> pact.v1.JournalStatusResponse
-	24, // 79: pact.v1.AdminService.AddJournal:output_type -> pact.v1.AddJournalResponse
-	28, // 80: pact.v1.AdminService.RemoveJournal:output_type -> pact.v1.RemoveJournalResponse
-	45, // 81: pact.v1.AdminService.CreateJoinToken:output_type -> pact.v1.CreateJoinTokenResponse
-	48, // 82: pact.v1.AdminService.ListJoinTokens:output_type -> pact.v1.ListJoinTokensResponse
-	50, // 83: pact.v1.AdminService.RevokeJoinTokens:output_type -> pact.v1.RevokeJoinTokensResponse
-	52, // 84: pact.v1.AdminService.FenceNode:output_type -> pact.v1.FenceNodeResponse
-	54, // 85: pact.v1.AdminService.UnfenceNode:output_type -> pact.v1.UnfenceNodeResponse
-	31, // 86: pact.v1.AdminService.IssueOperator:output_type -> pact.v1.IssueOperatorResponse
-	33, // 87: pact.v1.AdminService.ListOperators:output_type -> pact.v1.ListOperatorsResponse
-	35, // 88: pact.v1.AdminService.RevokeOperator:output_type -> pact.v1.RevokeOperatorResponse
-	37, // 89: pact.v1.AdminService.RetireIntermediate:output_type -> pact.v1.RetireIntermediateResponse
-	39, // 90: pact.v1.AdminService.ListIntermediates:output_type -> pact.v1.ListIntermediatesResponse
-	43, // 91: pact.v1.AdminService.RevokeJournalCA:output_type -> pact.v1.RevokeJournalCAResponse
-	42, // 92: pact.v1.AdminService.RecordJournalCA:output_type -> pact.v1.RecordJournalCAResponse
-	56, // 93: pact.v1.AdminService.UpdateNode:output_type -> pact.v1.UpdateNodeResponse
-	27, // 94: pact.v1.AdminService.SaveSnapshot:output_type -> pact.v1.SaveSnapshotResponse
-	69, // [69:95] is the sub-list for method output_type
-	43, // [43:69] is the sub-list for method input_type
+	67, // 69: pact.v1.AdminService.FederateDomain:input_type -> pact.v1.FederateDomainRequest
+	68, // 70: pact.v1.AdminService.ListFederatedDomains:input_type -> pact.v1.ListFederatedDomainsRequest
+	69, // 71: pact.v1.AdminService.RemoveFederatedDomain:input_type -> pact.v1.RemoveFederatedDomainRequest
+	2,  // 72: pact.v1.AdminService.RegisterNode:output_type -> pact.v1.RegisterNodeResponse
+	5,  // 73: pact.v1.AdminService.RegisterNodes:output_type -> pact.v1.RegisterNodesResponse
+	7,  // 74: pact.v1.AdminService.ListNodes:output_type -> pact.v1.ListNodesResponse
+	9,  // 75: pact.v1.AdminService.InspectNode:output_type -> pact.v1.InspectNodeResponse
+	11, // 76: pact.v1.AdminService.DecommissionNode:output_type -> pact.v1.DecommissionNodeResponse
+	13, // 77: pact.v1.AdminService.AssignNode:output_type -> pact.v1.AssignNodeResponse
+	15, // 78: pact.v1.AdminService.UnassignNode:output_type -> pact.v1.UnassignNodeResponse
+	17, // 79: pact.v1.AdminService.MoveNode:output_type -> pact.v1.MoveNodeResponse
+	19, // 80: pact.v1.AdminService.ListAudit:output_type -> pact.v1.ListAuditResponse
+	22, // 81: pact.v1.AdminService.JournalStatus:output_type -> pact.v1.JournalStatusResponse
+	24, // 82: pact.v1.AdminService.AddJournal:output_type -> pact.v1.AddJournalResponse
+	28, // 83: pact.v1.AdminService.RemoveJournal:output_type -> pact.v1.RemoveJournalResponse
+	45, // 84: pact.v1.AdminService.CreateJoinToken:output_type -> pact.v1.CreateJoinTokenResponse
+	48, // 85: pact.v1.AdminService.ListJoinTokens:output_type -> pact.v1.ListJoinTokensResponse
+	50, // 86: pact.v1.AdminService.RevokeJoinTokens:output_type -> pact.v1.RevokeJoinTokensResponse
+	52, // 87: pact.v1.AdminService.FenceNode:output_type -> pact.v1.FenceNodeResponse
+	54, // 88: pact.v1.AdminService.UnfenceNode:output_type -> pact.v1.UnfenceNodeResponse
+	31, // 89: pact.v1.AdminService.IssueOperator:output_type -> pact.v1.IssueOperatorResponse
+	33, // 90: pact.v1.AdminService.ListOperators:output_type -> pact.v1.ListOperatorsResponse
+	35, // 91: pact.v1.AdminService.RevokeOperator:output_type -> pact.v1.RevokeOperatorResponse
+	37, // 92: pact.v1.AdminService.RetireIntermediate:output_type -> pact.v1.RetireIntermediateResponse
+	39, // 93: pact.v1.AdminService.ListIntermediates:output_type -> pact.v1.ListIntermediatesResponse
+	43, // 94: pact.v1.AdminService.RevokeJournalCA:output_type -> pact.v1.RevokeJournalCAResponse
+	42, // 95: pact.v1.AdminService.RecordJournalCA:output_type -> pact.v1.RecordJournalCAResponse
+	56, // 96: pact.v1.AdminService.UpdateNode:output_type -> pact.v1.UpdateNodeResponse
+	27, // 97: pact.v1.AdminService.SaveSnapshot:output_type -> pact.v1.SaveSnapshotResponse
+	70, // 98: pact.v1.AdminService.FederateDomain:output_type -> pact.v1.FederateDomainResponse
+	71, // 99: pact.v1.AdminService.ListFederatedDomains:output_type -> pact.v1.ListFederatedDomainsResponse
+	72, // 100: pact.v1.AdminService.RemoveFederatedDomain:output_type -> pact.v1.RemoveFederatedDomainResponse
+	72, // [72:101] is the sub-list for method output_type
+	43, // [43:72] is the sub-list for method input_type
 	43, // [43:43] is the sub-list for extension type_name
 	43, // [43:43] is the sub-list for extension extendee
 	0,  // [0:43] is the sub-list for field type_name
@@ -4045,6 +4060,7 @@ func file_pact_v1_admin_proto_init() {
 	if File_pact_v1_admin_proto != nil {
 		return
 	}
+	file_pact_v1_federation_proto_init()
 	file_pact_v1_registry_proto_init()
 	file_pact_v1_admin_proto_msgTypes[54].OneofWrappers = []any{}
 	type x struct{}

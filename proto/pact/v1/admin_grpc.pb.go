@@ -19,32 +19,35 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_RegisterNode_FullMethodName       = "/pact.v1.AdminService/RegisterNode"
-	AdminService_RegisterNodes_FullMethodName      = "/pact.v1.AdminService/RegisterNodes"
-	AdminService_ListNodes_FullMethodName          = "/pact.v1.AdminService/ListNodes"
-	AdminService_InspectNode_FullMethodName        = "/pact.v1.AdminService/InspectNode"
-	AdminService_DecommissionNode_FullMethodName   = "/pact.v1.AdminService/DecommissionNode"
-	AdminService_AssignNode_FullMethodName         = "/pact.v1.AdminService/AssignNode"
-	AdminService_UnassignNode_FullMethodName       = "/pact.v1.AdminService/UnassignNode"
-	AdminService_MoveNode_FullMethodName           = "/pact.v1.AdminService/MoveNode"
-	AdminService_ListAudit_FullMethodName          = "/pact.v1.AdminService/ListAudit"
-	AdminService_JournalStatus_FullMethodName      = "/pact.v1.AdminService/JournalStatus"
-	AdminService_AddJournal_FullMethodName         = "/pact.v1.AdminService/AddJournal"
-	AdminService_RemoveJournal_FullMethodName      = "/pact.v1.AdminService/RemoveJournal"
-	AdminService_CreateJoinToken_FullMethodName    = "/pact.v1.AdminService/CreateJoinToken"
-	AdminService_ListJoinTokens_FullMethodName     = "/pact.v1.AdminService/ListJoinTokens"
-	AdminService_RevokeJoinTokens_FullMethodName   = "/pact.v1.AdminService/RevokeJoinTokens"
-	AdminService_FenceNode_FullMethodName          = "/pact.v1.AdminService/FenceNode"
-	AdminService_UnfenceNode_FullMethodName        = "/pact.v1.AdminService/UnfenceNode"
-	AdminService_IssueOperator_FullMethodName      = "/pact.v1.AdminService/IssueOperator"
-	AdminService_ListOperators_FullMethodName      = "/pact.v1.AdminService/ListOperators"
-	AdminService_RevokeOperator_FullMethodName     = "/pact.v1.AdminService/RevokeOperator"
-	AdminService_RetireIntermediate_FullMethodName = "/pact.v1.AdminService/RetireIntermediate"
-	AdminService_ListIntermediates_FullMethodName  = "/pact.v1.AdminService/ListIntermediates"
-	AdminService_RevokeJournalCA_FullMethodName    = "/pact.v1.AdminService/RevokeJournalCA"
-	AdminService_RecordJournalCA_FullMethodName    = "/pact.v1.AdminService/RecordJournalCA"
-	AdminService_UpdateNode_FullMethodName         = "/pact.v1.AdminService/UpdateNode"
-	AdminService_SaveSnapshot_FullMethodName       = "/pact.v1.AdminService/SaveSnapshot"
+	AdminService_RegisterNode_FullMethodName          = "/pact.v1.AdminService/RegisterNode"
+	AdminService_RegisterNodes_FullMethodName         = "/pact.v1.AdminService/RegisterNodes"
+	AdminService_ListNodes_FullMethodName             = "/pact.v1.AdminService/ListNodes"
+	AdminService_InspectNode_FullMethodName           = "/pact.v1.AdminService/InspectNode"
+	AdminService_DecommissionNode_FullMethodName      = "/pact.v1.AdminService/DecommissionNode"
+	AdminService_AssignNode_FullMethodName            = "/pact.v1.AdminService/AssignNode"
+	AdminService_UnassignNode_FullMethodName          = "/pact.v1.AdminService/UnassignNode"
+	AdminService_MoveNode_FullMethodName              = "/pact.v1.AdminService/MoveNode"
+	AdminService_ListAudit_FullMethodName             = "/pact.v1.AdminService/ListAudit"
+	AdminService_JournalStatus_FullMethodName         = "/pact.v1.AdminService/JournalStatus"
+	AdminService_AddJournal_FullMethodName            = "/pact.v1.AdminService/AddJournal"
+	AdminService_RemoveJournal_FullMethodName         = "/pact.v1.AdminService/RemoveJournal"
+	AdminService_CreateJoinToken_FullMethodName       = "/pact.v1.AdminService/CreateJoinToken"
+	AdminService_ListJoinTokens_FullMethodName        = "/pact.v1.AdminService/ListJoinTokens"
+	AdminService_RevokeJoinTokens_FullMethodName      = "/pact.v1.AdminService/RevokeJoinTokens"
+	AdminService_FenceNode_FullMethodName             = "/pact.v1.AdminService/FenceNode"
+	AdminService_UnfenceNode_FullMethodName           = "/pact.v1.AdminService/UnfenceNode"
+	AdminService_IssueOperator_FullMethodName         = "/pact.v1.AdminService/IssueOperator"
+	AdminService_ListOperators_FullMethodName         = "/pact.v1.AdminService/ListOperators"
+	AdminService_RevokeOperator_FullMethodName        = "/pact.v1.AdminService/RevokeOperator"
+	AdminService_RetireIntermediate_FullMethodName    = "/pact.v1.AdminService/RetireIntermediate"
+	AdminService_ListIntermediates_FullMethodName     = "/pact.v1.AdminService/ListIntermediates"
+	AdminService_RevokeJournalCA_FullMethodName       = "/pact.v1.AdminService/RevokeJournalCA"
+	AdminService_RecordJournalCA_FullMethodName       = "/pact.v1.AdminService/RecordJournalCA"
+	AdminService_UpdateNode_FullMethodName            = "/pact.v1.AdminService/UpdateNode"
+	AdminService_SaveSnapshot_FullMethodName          = "/pact.v1.AdminService/SaveSnapshot"
+	AdminService_FederateDomain_FullMethodName        = "/pact.v1.AdminService/FederateDomain"
+	AdminService_ListFederatedDomains_FullMethodName  = "/pact.v1.AdminService/ListFederatedDomains"
+	AdminService_RemoveFederatedDomain_FullMethodName = "/pact.v1.AdminService/RemoveFederatedDomain"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -118,6 +121,11 @@ type AdminServiceClient interface {
 	// state, taken on the leader after a linearizable barrier
 	// (platform-admin). The first message carries the header.
 	SaveSnapshot(ctx context.Context, in *SaveSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SaveSnapshotResponse], error)
+	// Federation with other domains (docs/domains.md): platform-admin
+	// federates and removes, viewer lists. Quorum feature level 3.
+	FederateDomain(ctx context.Context, in *FederateDomainRequest, opts ...grpc.CallOption) (*FederateDomainResponse, error)
+	ListFederatedDomains(ctx context.Context, in *ListFederatedDomainsRequest, opts ...grpc.CallOption) (*ListFederatedDomainsResponse, error)
+	RemoveFederatedDomain(ctx context.Context, in *RemoveFederatedDomainRequest, opts ...grpc.CallOption) (*RemoveFederatedDomainResponse, error)
 }
 
 type adminServiceClient struct {
@@ -397,6 +405,36 @@ func (c *adminServiceClient) SaveSnapshot(ctx context.Context, in *SaveSnapshotR
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AdminService_SaveSnapshotClient = grpc.ServerStreamingClient[SaveSnapshotResponse]
 
+func (c *adminServiceClient) FederateDomain(ctx context.Context, in *FederateDomainRequest, opts ...grpc.CallOption) (*FederateDomainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FederateDomainResponse)
+	err := c.cc.Invoke(ctx, AdminService_FederateDomain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListFederatedDomains(ctx context.Context, in *ListFederatedDomainsRequest, opts ...grpc.CallOption) (*ListFederatedDomainsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListFederatedDomainsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListFederatedDomains_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RemoveFederatedDomain(ctx context.Context, in *RemoveFederatedDomainRequest, opts ...grpc.CallOption) (*RemoveFederatedDomainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveFederatedDomainResponse)
+	err := c.cc.Invoke(ctx, AdminService_RemoveFederatedDomain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -468,6 +506,11 @@ type AdminServiceServer interface {
 	// state, taken on the leader after a linearizable barrier
 	// (platform-admin). The first message carries the header.
 	SaveSnapshot(*SaveSnapshotRequest, grpc.ServerStreamingServer[SaveSnapshotResponse]) error
+	// Federation with other domains (docs/domains.md): platform-admin
+	// federates and removes, viewer lists. Quorum feature level 3.
+	FederateDomain(context.Context, *FederateDomainRequest) (*FederateDomainResponse, error)
+	ListFederatedDomains(context.Context, *ListFederatedDomainsRequest) (*ListFederatedDomainsResponse, error)
+	RemoveFederatedDomain(context.Context, *RemoveFederatedDomainRequest) (*RemoveFederatedDomainResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -555,6 +598,15 @@ func (UnimplementedAdminServiceServer) UpdateNode(context.Context, *UpdateNodeRe
 }
 func (UnimplementedAdminServiceServer) SaveSnapshot(*SaveSnapshotRequest, grpc.ServerStreamingServer[SaveSnapshotResponse]) error {
 	return status.Error(codes.Unimplemented, "method SaveSnapshot not implemented")
+}
+func (UnimplementedAdminServiceServer) FederateDomain(context.Context, *FederateDomainRequest) (*FederateDomainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FederateDomain not implemented")
+}
+func (UnimplementedAdminServiceServer) ListFederatedDomains(context.Context, *ListFederatedDomainsRequest) (*ListFederatedDomainsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListFederatedDomains not implemented")
+}
+func (UnimplementedAdminServiceServer) RemoveFederatedDomain(context.Context, *RemoveFederatedDomainRequest) (*RemoveFederatedDomainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveFederatedDomain not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -1038,6 +1090,60 @@ func _AdminService_SaveSnapshot_Handler(srv interface{}, stream grpc.ServerStrea
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AdminService_SaveSnapshotServer = grpc.ServerStreamingServer[SaveSnapshotResponse]
 
+func _AdminService_FederateDomain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FederateDomainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).FederateDomain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_FederateDomain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).FederateDomain(ctx, req.(*FederateDomainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListFederatedDomains_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListFederatedDomainsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListFederatedDomains(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListFederatedDomains_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListFederatedDomains(ctx, req.(*ListFederatedDomainsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RemoveFederatedDomain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveFederatedDomainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RemoveFederatedDomain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RemoveFederatedDomain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RemoveFederatedDomain(ctx, req.(*RemoveFederatedDomainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1144,6 +1250,18 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateNode",
 			Handler:    _AdminService_UpdateNode_Handler,
+		},
+		{
+			MethodName: "FederateDomain",
+			Handler:    _AdminService_FederateDomain_Handler,
+		},
+		{
+			MethodName: "ListFederatedDomains",
+			Handler:    _AdminService_ListFederatedDomains_Handler,
+		},
+		{
+			MethodName: "RemoveFederatedDomain",
+			Handler:    _AdminService_RemoveFederatedDomain_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

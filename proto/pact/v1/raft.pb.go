@@ -153,6 +153,9 @@ type Command struct {
 	//	*Command_StandbyActivated
 	//	*Command_SetQuorumId
 	//	*Command_SetQuorumLevel
+	//	*Command_FederateDomain
+	//	*Command_RemoveFederatedDomain
+	//	*Command_UpdateFederatedBundle
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -453,6 +456,33 @@ func (x *Command) GetSetQuorumLevel() *SetQuorumLevelOp {
 	return nil
 }
 
+func (x *Command) GetFederateDomain() *FederateDomainOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_FederateDomain); ok {
+			return x.FederateDomain
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRemoveFederatedDomain() *RemoveFederatedDomainOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RemoveFederatedDomain); ok {
+			return x.RemoveFederatedDomain
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetUpdateFederatedBundle() *UpdateFederatedBundleOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_UpdateFederatedBundle); ok {
+			return x.UpdateFederatedBundle
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -553,6 +583,19 @@ type Command_SetQuorumLevel struct {
 	SetQuorumLevel *SetQuorumLevelOp `protobuf:"bytes,211,opt,name=set_quorum_level,json=setQuorumLevel,proto3,oneof"`
 }
 
+type Command_FederateDomain struct {
+	// Federation (quorum feature level 3; docs/domains.md).
+	FederateDomain *FederateDomainOp `protobuf:"bytes,240,opt,name=federate_domain,json=federateDomain,proto3,oneof"`
+}
+
+type Command_RemoveFederatedDomain struct {
+	RemoveFederatedDomain *RemoveFederatedDomainOp `protobuf:"bytes,241,opt,name=remove_federated_domain,json=removeFederatedDomain,proto3,oneof"`
+}
+
+type Command_UpdateFederatedBundle struct {
+	UpdateFederatedBundle *UpdateFederatedBundleOp `protobuf:"bytes,242,opt,name=update_federated_bundle,json=updateFederatedBundle,proto3,oneof"`
+}
+
 func (*Command_RegisterNode) isCommand_Op() {}
 
 func (*Command_Activate) isCommand_Op() {}
@@ -600,6 +643,12 @@ func (*Command_StandbyActivated) isCommand_Op() {}
 func (*Command_SetQuorumId) isCommand_Op() {}
 
 func (*Command_SetQuorumLevel) isCommand_Op() {}
+
+func (*Command_FederateDomain) isCommand_Op() {}
+
+func (*Command_RemoveFederatedDomain) isCommand_Op() {}
+
+func (*Command_UpdateFederatedBundle) isCommand_Op() {}
 
 // SetQuorumLevelOp raises the quorum's feature level (docs/upgrade.md): the
 // level of the Raft commands, snapshot format and certificate layout every
@@ -1754,6 +1803,7 @@ type Snapshot struct {
 	Quorum               *QuorumIdentity           `protobuf:"bytes,210,opt,name=quorum,proto3" json:"quorum,omitempty"`
 	JournalCas           []*JournalCA              `protobuf:"bytes,220,rep,name=journal_cas,json=journalCas,proto3" json:"journal_cas,omitempty"`
 	QuorumLevel          *QuorumLevel              `protobuf:"bytes,230,opt,name=quorum_level,json=quorumLevel,proto3" json:"quorum_level,omitempty"`
+	FederatedDomains     []*FederatedDomain        `protobuf:"bytes,240,rep,name=federated_domains,json=federatedDomains,proto3" json:"federated_domains,omitempty"`
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
@@ -1872,6 +1922,13 @@ func (x *Snapshot) GetQuorumLevel() *QuorumLevel {
 	return nil
 }
 
+func (x *Snapshot) GetFederatedDomains() []*FederatedDomain {
+	if x != nil {
+		return x.FederatedDomains
+	}
+	return nil
+}
+
 type LastSeen struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -1947,6 +2004,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Quorum
 	//	*SnapshotRecord_JournalCa
 	//	*SnapshotRecord_QuorumLevel
+	//	*SnapshotRecord_FederatedDomain
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2106,6 +2164,15 @@ func (x *SnapshotRecord) GetQuorumLevel() *QuorumLevel {
 	return nil
 }
 
+func (x *SnapshotRecord) GetFederatedDomain() *FederatedDomain {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_FederatedDomain); ok {
+			return x.FederatedDomain
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -2167,6 +2234,10 @@ type SnapshotRecord_QuorumLevel struct {
 	QuorumLevel *QuorumLevel `protobuf:"bytes,13,opt,name=quorum_level,json=quorumLevel,proto3,oneof"`
 }
 
+type SnapshotRecord_FederatedDomain struct {
+	FederatedDomain *FederatedDomain `protobuf:"bytes,240,opt,name=federated_domain,json=federatedDomain,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Node) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Revoked) isSnapshotRecord_Record() {}
@@ -2192,6 +2263,8 @@ func (*SnapshotRecord_Quorum) isSnapshotRecord_Record() {}
 func (*SnapshotRecord_JournalCa) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_QuorumLevel) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_FederatedDomain) isSnapshotRecord_Record() {}
 
 type SnapshotSizes struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2919,7 +2992,7 @@ var File_pact_v1_raft_proto protoreflect.FileDescriptor
 
 const file_pact_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"\xb8\r\n" +
+	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x18pact/v1/federation.proto\x1a\x16pact/v1/registry.proto\"\xb9\x0f\n" +
 	"\aCommand\x12 \n" +
 	"\fat_unix_nano\x18\x01 \x01(\x03R\n" +
 	"atUnixNano\x12\x14\n" +
@@ -2953,7 +3026,10 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x0estandby_issued\x18\xb4\x01 \x01(\v2\x18.pact.v1.StandbyIssuedOpH\x00R\rstandbyIssued\x12K\n" +
 	"\x11standby_activated\x18\xb5\x01 \x01(\v2\x1b.pact.v1.StandbyActivatedOpH\x00R\x10standbyActivated\x12=\n" +
 	"\rset_quorum_id\x18\xd2\x01 \x01(\v2\x16.pact.v1.SetQuorumIdOpH\x00R\vsetQuorumId\x12F\n" +
-	"\x10set_quorum_level\x18\xd3\x01 \x01(\v2\x19.pact.v1.SetQuorumLevelOpH\x00R\x0esetQuorumLevelB\x04\n" +
+	"\x10set_quorum_level\x18\xd3\x01 \x01(\v2\x19.pact.v1.SetQuorumLevelOpH\x00R\x0esetQuorumLevel\x12E\n" +
+	"\x0ffederate_domain\x18\xf0\x01 \x01(\v2\x19.pact.v1.FederateDomainOpH\x00R\x0efederateDomain\x12[\n" +
+	"\x17remove_federated_domain\x18\xf1\x01 \x01(\v2 .pact.v1.RemoveFederatedDomainOpH\x00R\x15removeFederatedDomain\x12[\n" +
+	"\x17update_federated_bundle\x18\xf2\x01 \x01(\v2 .pact.v1.UpdateFederatedBundleOpH\x00R\x15updateFederatedBundleB\x04\n" +
 	"\x02op\"\xc0\x01\n" +
 	"\x10SetQuorumLevelOp\x12\x14\n" +
 	"\x05level\x18\x01 \x01(\rR\x05level\x12\x18\n" +
@@ -3030,7 +3106,7 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\bnode_ids\x18\x02 \x03(\tR\anodeIds\"U\n" +
 	"\x0eMarkInactiveOp\x12\x19\n" +
 	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\x12(\n" +
-	"\x10cutoff_unix_nano\x18\x02 \x01(\x03R\x0ecutoffUnixNano\"\x8d\x05\n" +
+	"\x10cutoff_unix_nano\x18\x02 \x01(\x03R\x0ecutoffUnixNano\"\xd5\x05\n" +
 	"\bSnapshot\x12#\n" +
 	"\x05nodes\x18\x01 \x03(\v2\r.pact.v1.NodeR\x05nodes\x120\n" +
 	"\arevoked\x18\x02 \x03(\v2\x16.pact.v1.RevokedSerialR\arevoked\x12;\n" +
@@ -3045,11 +3121,12 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x06quorum\x18\xd2\x01 \x01(\v2\x17.pact.v1.QuorumIdentityR\x06quorum\x124\n" +
 	"\vjournal_cas\x18\xdc\x01 \x03(\v2\x12.pact.v1.JournalCAR\n" +
 	"journalCas\x128\n" +
-	"\fquorum_level\x18\xe6\x01 \x01(\v2\x14.pact.v1.QuorumLevelR\vquorumLevel\"E\n" +
+	"\fquorum_level\x18\xe6\x01 \x01(\v2\x14.pact.v1.QuorumLevelR\vquorumLevel\x12F\n" +
+	"\x11federated_domains\x18\xf0\x01 \x03(\v2\x18.pact.v1.FederatedDomainR\x10federatedDomains\"E\n" +
 	"\bLastSeen\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
-	"atUnixNano\"\xd1\x05\n" +
+	"atUnixNano\"\x99\x06\n" +
 	"\x0eSnapshotRecord\x12#\n" +
 	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeH\x00R\x04node\x122\n" +
 	"\arevoked\x18\x02 \x01(\v2\x16.pact.v1.RevokedSerialH\x00R\arevoked\x12;\n" +
@@ -3066,7 +3143,8 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x06quorum\x18\v \x01(\v2\x17.pact.v1.QuorumIdentityH\x00R\x06quorum\x123\n" +
 	"\n" +
 	"journal_ca\x18\f \x01(\v2\x12.pact.v1.JournalCAH\x00R\tjournalCa\x129\n" +
-	"\fquorum_level\x18\r \x01(\v2\x14.pact.v1.QuorumLevelH\x00R\vquorumLevelB\b\n" +
+	"\fquorum_level\x18\r \x01(\v2\x14.pact.v1.QuorumLevelH\x00R\vquorumLevel\x12F\n" +
+	"\x10federated_domain\x18\xf0\x01 \x01(\v2\x18.pact.v1.FederatedDomainH\x00R\x0ffederatedDomainB\b\n" +
 	"\x06record\"B\n" +
 	"\rSnapshotSizes\x12\x14\n" +
 	"\x05nodes\x18\x01 \x01(\x04R\x05nodes\x12\x1b\n" +
@@ -3151,53 +3229,57 @@ func file_pact_v1_raft_proto_rawDescGZIP() []byte {
 var file_pact_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_pact_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_pact_v1_raft_proto_goTypes = []any{
-	(ApplyError)(0),                // 0: pact.v1.ApplyError
-	(*Command)(nil),                // 1: pact.v1.Command
-	(*SetQuorumLevelOp)(nil),       // 2: pact.v1.SetQuorumLevelOp
-	(*QuorumLevel)(nil),            // 3: pact.v1.QuorumLevel
-	(*SetQuorumIdOp)(nil),          // 4: pact.v1.SetQuorumIdOp
-	(*QuorumIdentity)(nil),         // 5: pact.v1.QuorumIdentity
-	(*RegisterNodeOp)(nil),         // 6: pact.v1.RegisterNodeOp
-	(*ActivateOp)(nil),             // 7: pact.v1.ActivateOp
-	(*BatchOp)(nil),                // 8: pact.v1.BatchOp
-	(*PresentedCredentials)(nil),   // 9: pact.v1.PresentedCredentials
-	(*CreateJoinTokenOp)(nil),      // 10: pact.v1.CreateJoinTokenOp
-	(*RevokeJoinTokensOp)(nil),     // 11: pact.v1.RevokeJoinTokensOp
-	(*FenceOp)(nil),                // 12: pact.v1.FenceOp
-	(*RenewOp)(nil),                // 13: pact.v1.RenewOp
-	(*PublishIntermediateOp)(nil),  // 14: pact.v1.PublishIntermediateOp
-	(*RevokeJournalCAOp)(nil),      // 15: pact.v1.RevokeJournalCAOp
-	(*RecordJournalCAOp)(nil),      // 16: pact.v1.RecordJournalCAOp
-	(*DecommissionOp)(nil),         // 17: pact.v1.DecommissionOp
-	(*AssignOp)(nil),               // 18: pact.v1.AssignOp
-	(*LivenessDigestOp)(nil),       // 19: pact.v1.LivenessDigestOp
-	(*MarkInactiveOp)(nil),         // 20: pact.v1.MarkInactiveOp
-	(*Snapshot)(nil),               // 21: pact.v1.Snapshot
-	(*LastSeen)(nil),               // 22: pact.v1.LastSeen
-	(*SnapshotRecord)(nil),         // 23: pact.v1.SnapshotRecord
-	(*SnapshotSizes)(nil),          // 24: pact.v1.SnapshotSizes
-	(*RevokedSerial)(nil),          // 25: pact.v1.RevokedSerial
-	(*ReleaseOp)(nil),              // 26: pact.v1.ReleaseOp
-	(*UpdateNodeOp)(nil),           // 27: pact.v1.UpdateNodeOp
-	(*SVIDSeenOp)(nil),             // 28: pact.v1.SVIDSeenOp
-	(*RecordOperatorOp)(nil),       // 29: pact.v1.RecordOperatorOp
-	(*RevokeOperatorOp)(nil),       // 30: pact.v1.RevokeOperatorOp
-	(*RetireIntermediateOp)(nil),   // 31: pact.v1.RetireIntermediateOp
-	(*StandbyIssuedOp)(nil),        // 32: pact.v1.StandbyIssuedOp
-	(*StandbyActivatedOp)(nil),     // 33: pact.v1.StandbyActivatedOp
-	(*SnapshotHeader)(nil),         // 34: pact.v1.SnapshotHeader
-	nil,                            // 35: pact.v1.SetQuorumLevelOp.MembersEntry
-	(*HardwareIdentity)(nil),       // 36: pact.v1.HardwareIdentity
-	(*CredentialPolicy)(nil),       // 37: pact.v1.CredentialPolicy
-	(*CertificateInfo)(nil),        // 38: pact.v1.CertificateInfo
-	(*JoinToken)(nil),              // 39: pact.v1.JoinToken
-	(*Intermediate)(nil),           // 40: pact.v1.Intermediate
-	(*JournalInfo)(nil),            // 41: pact.v1.JournalInfo
-	(*JournalCA)(nil),              // 42: pact.v1.JournalCA
-	(*Node)(nil),                   // 43: pact.v1.Node
-	(*AuditEntry)(nil),             // 44: pact.v1.AuditEntry
-	(*Operator)(nil),               // 45: pact.v1.Operator
-	(*OperatorNameRevocation)(nil), // 46: pact.v1.OperatorNameRevocation
+	(ApplyError)(0),                 // 0: pact.v1.ApplyError
+	(*Command)(nil),                 // 1: pact.v1.Command
+	(*SetQuorumLevelOp)(nil),        // 2: pact.v1.SetQuorumLevelOp
+	(*QuorumLevel)(nil),             // 3: pact.v1.QuorumLevel
+	(*SetQuorumIdOp)(nil),           // 4: pact.v1.SetQuorumIdOp
+	(*QuorumIdentity)(nil),          // 5: pact.v1.QuorumIdentity
+	(*RegisterNodeOp)(nil),          // 6: pact.v1.RegisterNodeOp
+	(*ActivateOp)(nil),              // 7: pact.v1.ActivateOp
+	(*BatchOp)(nil),                 // 8: pact.v1.BatchOp
+	(*PresentedCredentials)(nil),    // 9: pact.v1.PresentedCredentials
+	(*CreateJoinTokenOp)(nil),       // 10: pact.v1.CreateJoinTokenOp
+	(*RevokeJoinTokensOp)(nil),      // 11: pact.v1.RevokeJoinTokensOp
+	(*FenceOp)(nil),                 // 12: pact.v1.FenceOp
+	(*RenewOp)(nil),                 // 13: pact.v1.RenewOp
+	(*PublishIntermediateOp)(nil),   // 14: pact.v1.PublishIntermediateOp
+	(*RevokeJournalCAOp)(nil),       // 15: pact.v1.RevokeJournalCAOp
+	(*RecordJournalCAOp)(nil),       // 16: pact.v1.RecordJournalCAOp
+	(*DecommissionOp)(nil),          // 17: pact.v1.DecommissionOp
+	(*AssignOp)(nil),                // 18: pact.v1.AssignOp
+	(*LivenessDigestOp)(nil),        // 19: pact.v1.LivenessDigestOp
+	(*MarkInactiveOp)(nil),          // 20: pact.v1.MarkInactiveOp
+	(*Snapshot)(nil),                // 21: pact.v1.Snapshot
+	(*LastSeen)(nil),                // 22: pact.v1.LastSeen
+	(*SnapshotRecord)(nil),          // 23: pact.v1.SnapshotRecord
+	(*SnapshotSizes)(nil),           // 24: pact.v1.SnapshotSizes
+	(*RevokedSerial)(nil),           // 25: pact.v1.RevokedSerial
+	(*ReleaseOp)(nil),               // 26: pact.v1.ReleaseOp
+	(*UpdateNodeOp)(nil),            // 27: pact.v1.UpdateNodeOp
+	(*SVIDSeenOp)(nil),              // 28: pact.v1.SVIDSeenOp
+	(*RecordOperatorOp)(nil),        // 29: pact.v1.RecordOperatorOp
+	(*RevokeOperatorOp)(nil),        // 30: pact.v1.RevokeOperatorOp
+	(*RetireIntermediateOp)(nil),    // 31: pact.v1.RetireIntermediateOp
+	(*StandbyIssuedOp)(nil),         // 32: pact.v1.StandbyIssuedOp
+	(*StandbyActivatedOp)(nil),      // 33: pact.v1.StandbyActivatedOp
+	(*SnapshotHeader)(nil),          // 34: pact.v1.SnapshotHeader
+	nil,                             // 35: pact.v1.SetQuorumLevelOp.MembersEntry
+	(*FederateDomainOp)(nil),        // 36: pact.v1.FederateDomainOp
+	(*RemoveFederatedDomainOp)(nil), // 37: pact.v1.RemoveFederatedDomainOp
+	(*UpdateFederatedBundleOp)(nil), // 38: pact.v1.UpdateFederatedBundleOp
+	(*HardwareIdentity)(nil),        // 39: pact.v1.HardwareIdentity
+	(*CredentialPolicy)(nil),        // 40: pact.v1.CredentialPolicy
+	(*CertificateInfo)(nil),         // 41: pact.v1.CertificateInfo
+	(*JoinToken)(nil),               // 42: pact.v1.JoinToken
+	(*Intermediate)(nil),            // 43: pact.v1.Intermediate
+	(*JournalInfo)(nil),             // 44: pact.v1.JournalInfo
+	(*JournalCA)(nil),               // 45: pact.v1.JournalCA
+	(*Node)(nil),                    // 46: pact.v1.Node
+	(*AuditEntry)(nil),              // 47: pact.v1.AuditEntry
+	(*Operator)(nil),                // 48: pact.v1.Operator
+	(*OperatorNameRevocation)(nil),  // 49: pact.v1.OperatorNameRevocation
+	(*FederatedDomain)(nil),         // 50: pact.v1.FederatedDomain
 }
 var file_pact_v1_raft_proto_depIdxs = []int32{
 	6,  // 0: pact.v1.Command.register_node:type_name -> pact.v1.RegisterNodeOp
@@ -3224,52 +3306,57 @@ var file_pact_v1_raft_proto_depIdxs = []int32{
 	33, // 21: pact.v1.Command.standby_activated:type_name -> pact.v1.StandbyActivatedOp
 	4,  // 22: pact.v1.Command.set_quorum_id:type_name -> pact.v1.SetQuorumIdOp
 	2,  // 23: pact.v1.Command.set_quorum_level:type_name -> pact.v1.SetQuorumLevelOp
-	35, // 24: pact.v1.SetQuorumLevelOp.members:type_name -> pact.v1.SetQuorumLevelOp.MembersEntry
-	36, // 25: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	37, // 26: pact.v1.RegisterNodeOp.credentials:type_name -> pact.v1.CredentialPolicy
-	36, // 27: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
-	38, // 28: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
-	9,  // 29: pact.v1.ActivateOp.credentials:type_name -> pact.v1.PresentedCredentials
-	1,  // 30: pact.v1.BatchOp.commands:type_name -> pact.v1.Command
-	39, // 31: pact.v1.CreateJoinTokenOp.token:type_name -> pact.v1.JoinToken
-	38, // 32: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
-	40, // 33: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
-	41, // 34: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
-	42, // 35: pact.v1.PublishIntermediateOp.journal_ca:type_name -> pact.v1.JournalCA
-	42, // 36: pact.v1.RecordJournalCAOp.journal_ca:type_name -> pact.v1.JournalCA
-	43, // 37: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
-	25, // 38: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
-	40, // 39: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
-	22, // 40: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
-	44, // 41: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
-	41, // 42: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
-	39, // 43: pact.v1.Snapshot.join_tokens:type_name -> pact.v1.JoinToken
-	45, // 44: pact.v1.Snapshot.operators:type_name -> pact.v1.Operator
-	46, // 45: pact.v1.Snapshot.revoked_operator_names:type_name -> pact.v1.OperatorNameRevocation
-	5,  // 46: pact.v1.Snapshot.quorum:type_name -> pact.v1.QuorumIdentity
-	42, // 47: pact.v1.Snapshot.journal_cas:type_name -> pact.v1.JournalCA
-	3,  // 48: pact.v1.Snapshot.quorum_level:type_name -> pact.v1.QuorumLevel
-	43, // 49: pact.v1.SnapshotRecord.node:type_name -> pact.v1.Node
-	25, // 50: pact.v1.SnapshotRecord.revoked:type_name -> pact.v1.RevokedSerial
-	40, // 51: pact.v1.SnapshotRecord.intermediate:type_name -> pact.v1.Intermediate
-	22, // 52: pact.v1.SnapshotRecord.last_seen:type_name -> pact.v1.LastSeen
-	44, // 53: pact.v1.SnapshotRecord.audit:type_name -> pact.v1.AuditEntry
-	41, // 54: pact.v1.SnapshotRecord.journal:type_name -> pact.v1.JournalInfo
-	39, // 55: pact.v1.SnapshotRecord.join_token:type_name -> pact.v1.JoinToken
-	45, // 56: pact.v1.SnapshotRecord.operator:type_name -> pact.v1.Operator
-	46, // 57: pact.v1.SnapshotRecord.revoked_operator_name:type_name -> pact.v1.OperatorNameRevocation
-	24, // 58: pact.v1.SnapshotRecord.sizes:type_name -> pact.v1.SnapshotSizes
-	5,  // 59: pact.v1.SnapshotRecord.quorum:type_name -> pact.v1.QuorumIdentity
-	42, // 60: pact.v1.SnapshotRecord.journal_ca:type_name -> pact.v1.JournalCA
-	3,  // 61: pact.v1.SnapshotRecord.quorum_level:type_name -> pact.v1.QuorumLevel
-	36, // 62: pact.v1.UpdateNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	45, // 63: pact.v1.RecordOperatorOp.operator:type_name -> pact.v1.Operator
-	38, // 64: pact.v1.StandbyIssuedOp.cert:type_name -> pact.v1.CertificateInfo
-	65, // [65:65] is the sub-list for method output_type
-	65, // [65:65] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	36, // 24: pact.v1.Command.federate_domain:type_name -> pact.v1.FederateDomainOp
+	37, // 25: pact.v1.Command.remove_federated_domain:type_name -> pact.v1.RemoveFederatedDomainOp
+	38, // 26: pact.v1.Command.update_federated_bundle:type_name -> pact.v1.UpdateFederatedBundleOp
+	35, // 27: pact.v1.SetQuorumLevelOp.members:type_name -> pact.v1.SetQuorumLevelOp.MembersEntry
+	39, // 28: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	40, // 29: pact.v1.RegisterNodeOp.credentials:type_name -> pact.v1.CredentialPolicy
+	39, // 30: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
+	41, // 31: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
+	9,  // 32: pact.v1.ActivateOp.credentials:type_name -> pact.v1.PresentedCredentials
+	1,  // 33: pact.v1.BatchOp.commands:type_name -> pact.v1.Command
+	42, // 34: pact.v1.CreateJoinTokenOp.token:type_name -> pact.v1.JoinToken
+	41, // 35: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
+	43, // 36: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
+	44, // 37: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
+	45, // 38: pact.v1.PublishIntermediateOp.journal_ca:type_name -> pact.v1.JournalCA
+	45, // 39: pact.v1.RecordJournalCAOp.journal_ca:type_name -> pact.v1.JournalCA
+	46, // 40: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
+	25, // 41: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
+	43, // 42: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
+	22, // 43: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
+	47, // 44: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
+	44, // 45: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
+	42, // 46: pact.v1.Snapshot.join_tokens:type_name -> pact.v1.JoinToken
+	48, // 47: pact.v1.Snapshot.operators:type_name -> pact.v1.Operator
+	49, // 48: pact.v1.Snapshot.revoked_operator_names:type_name -> pact.v1.OperatorNameRevocation
+	5,  // 49: pact.v1.Snapshot.quorum:type_name -> pact.v1.QuorumIdentity
+	45, // 50: pact.v1.Snapshot.journal_cas:type_name -> pact.v1.JournalCA
+	3,  // 51: pact.v1.Snapshot.quorum_level:type_name -> pact.v1.QuorumLevel
+	50, // 52: pact.v1.Snapshot.federated_domains:type_name -> pact.v1.FederatedDomain
+	46, // 53: pact.v1.SnapshotRecord.node:type_name -> pact.v1.Node
+	25, // 54: pact.v1.SnapshotRecord.revoked:type_name -> pact.v1.RevokedSerial
+	43, // 55: pact.v1.SnapshotRecord.intermediate:type_name -> pact.v1.Intermediate
+	22, // 56: pact.v1.SnapshotRecord.last_seen:type_name -> pact.v1.LastSeen
+	47, // 57: pact.v1.SnapshotRecord.audit:type_name -> pact.v1.AuditEntry
+	44, // 58: pact.v1.SnapshotRecord.journal:type_name -> pact.v1.JournalInfo
+	42, // 59: pact.v1.SnapshotRecord.join_token:type_name -> pact.v1.JoinToken
+	48, // 60: pact.v1.SnapshotRecord.operator:type_name -> pact.v1.Operator
+	49, // 61: pact.v1.SnapshotRecord.revoked_operator_name:type_name -> pact.v1.OperatorNameRevocation
+	24, // 62: pact.v1.SnapshotRecord.sizes:type_name -> pact.v1.SnapshotSizes
+	5,  // 63: pact.v1.SnapshotRecord.quorum:type_name -> pact.v1.QuorumIdentity
+	45, // 64: pact.v1.SnapshotRecord.journal_ca:type_name -> pact.v1.JournalCA
+	3,  // 65: pact.v1.SnapshotRecord.quorum_level:type_name -> pact.v1.QuorumLevel
+	50, // 66: pact.v1.SnapshotRecord.federated_domain:type_name -> pact.v1.FederatedDomain
+	39, // 67: pact.v1.UpdateNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	48, // 68: pact.v1.RecordOperatorOp.operator:type_name -> pact.v1.Operator
+	41, // 69: pact.v1.StandbyIssuedOp.cert:type_name -> pact.v1.CertificateInfo
+	70, // [70:70] is the sub-list for method output_type
+	70, // [70:70] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_raft_proto_init() }
@@ -3277,6 +3364,7 @@ func file_pact_v1_raft_proto_init() {
 	if File_pact_v1_raft_proto != nil {
 		return
 	}
+	file_pact_v1_federation_proto_init()
 	file_pact_v1_registry_proto_init()
 	file_pact_v1_raft_proto_msgTypes[0].OneofWrappers = []any{
 		(*Command_RegisterNode)(nil),
@@ -3303,6 +3391,9 @@ func file_pact_v1_raft_proto_init() {
 		(*Command_StandbyActivated)(nil),
 		(*Command_SetQuorumId)(nil),
 		(*Command_SetQuorumLevel)(nil),
+		(*Command_FederateDomain)(nil),
+		(*Command_RemoveFederatedDomain)(nil),
+		(*Command_UpdateFederatedBundle)(nil),
 	}
 	file_pact_v1_raft_proto_msgTypes[22].OneofWrappers = []any{
 		(*SnapshotRecord_Node)(nil),
@@ -3318,6 +3409,7 @@ func file_pact_v1_raft_proto_init() {
 		(*SnapshotRecord_Quorum)(nil),
 		(*SnapshotRecord_JournalCa)(nil),
 		(*SnapshotRecord_QuorumLevel)(nil),
+		(*SnapshotRecord_FederatedDomain)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -1,0 +1,390 @@
+package journal
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
+	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/spiffetls/tlsconfig"
+
+	"github.com/pact-hpc/pact/internal/logkey"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
+)
+
+// Federation with other domains (docs/domains.md). An operator federates
+// this quorum with another domain by name, bundle endpoints and a
+// bootstrap bundle; the record is in Raft (quorum feature level 3). The
+// leader fetches each federated domain's bundle as its refresh hint says
+// and records what it fetched, so every journal holds the same bundles and
+// exports the same age. Federation grants nothing by itself: no path of
+// this journal that authenticates nodes or operators consults a federated
+// bundle (journal/auth knows nothing of them).
+
+// Bounds of the refresh: a hint below the floor (a hostile or mistaken
+// endpoint asking to be fetched every second) is raised to it, one above
+// the ceiling lowered; a failed fetch is tried again after the retry.
+const (
+	federationRefreshFloor   = 30 * time.Second
+	federationRefreshCeiling = time.Hour
+	federationRetry          = 30 * time.Second
+	federationFetchTimeout   = 10 * time.Second
+	maxBundleDocument        = 1 << 20
+)
+
+// federationLevel is the quorum feature level federation needs.
+const federationLevel = 3
+
+// refreshInterval is how often the leader fetches d's bundle: its hint,
+// within floor and federationRefreshCeiling.
+func refreshInterval(d *pactv1.FederatedDomain, floor time.Duration) time.Duration {
+	hint := time.Duration(d.GetRefreshHintSeconds()) * time.Second
+	if hint <= 0 {
+		hint = DefaultBundleRefreshHint
+	}
+	return min(max(hint, floor), federationRefreshCeiling)
+}
+
+// FederateDomain federates this quorum with another domain, or replaces
+// the endpoints, bootstrap bundle and policy of one it federates with.
+func (s *adminServer) FederateDomain(ctx context.Context, req *pactv1.FederateDomainRequest) (*pactv1.FederateDomainResponse, error) {
+	j := s.j
+	name := req.GetName()
+	if name == j.ca.Domain() {
+		return nil, fmt.Errorf("%w: %s is this quorum's own domain: federate with another domain's name", ErrInvalidArgument, name)
+	}
+	auths, err := parseAuthorities(name, req.GetX509Authorities())
+	if err != nil {
+		return nil, err
+	}
+	policy := req.GetPolicy()
+	if policy == "" {
+		policy = raftfsm.PolicyWarn
+	}
+	d := &pactv1.FederatedDomain{
+		Name:             name,
+		Endpoints:        req.GetEndpoints(),
+		EndpointSpiffeId: req.GetEndpointSpiffeId(),
+		X509Authorities:  auths,
+		Policy:           policy,
+	}
+	if err := raftfsm.CheckFederatedDomain(d); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	if d.GetEndpointSpiffeId() != "" {
+		if _, err := spiffeid.FromString(d.GetEndpointSpiffeId()); err != nil {
+			return nil, fmt.Errorf("%w: endpoint SPIFFE ID %q: %v", ErrInvalidArgument, d.GetEndpointSpiffeId(), err)
+		}
+	}
+	if err := j.raft.ReadBarrier(ctx); err != nil {
+		return nil, err
+	}
+	if err := j.requireLevel(ctx, federationLevel, "pact domain federate"); err != nil {
+		return nil, err
+	}
+	if _, err := j.propose(ctx, &pactv1.Command{Actor: actorOf(ctx, j), Op: &pactv1.Command_FederateDomain{FederateDomain: &pactv1.FederateDomainOp{Domain: d}}}); err != nil {
+		return nil, err
+	}
+	j.log.Warn("federated with a domain", logkey.Domain, name, logkey.Actor, actorOf(ctx, j))
+	j.federation.wake()
+	rec, _ := j.fsm.FederatedDomain(name)
+	return &pactv1.FederateDomainResponse{Domain: federatedView(rec)}, nil
+}
+
+// ListFederatedDomains lists the domains this quorum federates with.
+func (s *adminServer) ListFederatedDomains(context.Context, *pactv1.ListFederatedDomainsRequest) (*pactv1.ListFederatedDomainsResponse, error) {
+	out := &pactv1.ListFederatedDomainsResponse{}
+	for _, d := range s.j.fsm.FederatedDomains() {
+		out.Domains = append(out.Domains, federatedView(d))
+	}
+	return out, nil
+}
+
+// RemoveFederatedDomain ends the federation with a domain.
+func (s *adminServer) RemoveFederatedDomain(ctx context.Context, req *pactv1.RemoveFederatedDomainRequest) (*pactv1.RemoveFederatedDomainResponse, error) {
+	j := s.j
+	if err := j.raft.ReadBarrier(ctx); err != nil {
+		return nil, err
+	}
+	if err := j.requireLevel(ctx, federationLevel, "pact domain remove"); err != nil {
+		return nil, err
+	}
+	before, ok := j.fsm.FederatedDomain(req.GetName())
+	if !ok {
+		return nil, fmt.Errorf("%w: this quorum does not federate with domain %q (pact domain list)", ErrNotFound, req.GetName())
+	}
+	if _, err := j.propose(ctx, &pactv1.Command{Actor: actorOf(ctx, j), Op: &pactv1.Command_RemoveFederatedDomain{RemoveFederatedDomain: &pactv1.RemoveFederatedDomainOp{Name: req.GetName()}}}); err != nil {
+		return nil, err
+	}
+	j.log.Warn("federation with a domain removed", logkey.Domain, req.GetName(), logkey.Actor, actorOf(ctx, j))
+	return &pactv1.RemoveFederatedDomainResponse{Domain: federatedView(before)}, nil
+}
+
+func actorOf(ctx context.Context, j *Journal) string {
+	if p := principalFrom(ctx); p != nil {
+		return p.Actor()
+	}
+	return "journal/" + j.cfg.NodeID
+}
+
+// parseAuthorities reads a bootstrap bundle (PEM or DER certificates) and
+// returns each authority's DER. Each must be a CA certificate, and one
+// that names a SPIFFE trust domain must name this one: a bundle file of
+// the wrong domain is the likeliest mistake.
+func parseAuthorities(name string, in [][]byte) ([][]byte, error) {
+	var ders [][]byte
+	for _, b := range in {
+		if strings.Contains(string(b), "-----BEGIN") {
+			rest := b
+			for {
+				var blk *pem.Block
+				blk, rest = pem.Decode(rest)
+				if blk == nil {
+					break
+				}
+				if blk.Type == "CERTIFICATE" {
+					ders = append(ders, blk.Bytes)
+				}
+			}
+			continue
+		}
+		ders = append(ders, b)
+	}
+	if len(ders) == 0 {
+		return nil, fmt.Errorf("%w: the bootstrap bundle holds no certificate: give the other domain's ca.pem (or its SPIRE bundle in PEM)", ErrInvalidArgument)
+	}
+	for i, der := range ders {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, fmt.Errorf("%w: bootstrap bundle certificate %d does not parse: %v", ErrInvalidArgument, i+1, err)
+		}
+		if !c.IsCA {
+			return nil, fmt.Errorf("%w: bootstrap bundle certificate %d (%s) is not a CA certificate", ErrInvalidArgument, i+1, c.Subject)
+		}
+		for _, u := range c.URIs {
+			if u.Scheme == "spiffe" && u.Host != name {
+				return nil, fmt.Errorf("%w: bootstrap bundle certificate %d is trust domain %s's, not %s's", ErrInvalidArgument, i+1, u.Host, name)
+			}
+		}
+	}
+	return ders, nil
+}
+
+func federatedView(d *pactv1.FederatedDomain) *pactv1.FederatedDomainView {
+	v := &pactv1.FederatedDomainView{
+		Name:               d.GetName(),
+		Endpoints:          d.GetEndpoints(),
+		EndpointSpiffeId:   d.GetEndpointSpiffeId(),
+		Policy:             d.GetPolicy(),
+		Sequence:           d.GetSequence(),
+		RefreshHintSeconds: d.GetRefreshHintSeconds(),
+		FetchedAtUnixNano:  d.GetFetchedAtUnixNano(),
+		AddedAtUnixNano:    d.GetAddedAtUnixNano(),
+		AddedBy:            d.GetAddedBy(),
+	}
+	for _, der := range d.GetX509Authorities() {
+		sum := sha256.Sum256(der)
+		v.AuthoritiesSha256 = append(v.AuthoritiesSha256, hex.EncodeToString(sum[:]))
+	}
+	return v
+}
+
+// fedRefresher is the leader's refresh of the federated bundles.
+type fedRefresher struct {
+	j       *Journal
+	kick    chan struct{}
+	mu      sync.Mutex
+	retryAt map[string]time.Time // name -> earliest next attempt after a failure
+	// floor is the shortest refresh interval (federationRefreshFloor; the
+	// tests lower it).
+	floor atomic.Int64
+	// failures counts failed fetches by domain.
+	failures *prometheus.CounterVec
+}
+
+func newFederation(j *Journal) *fedRefresher {
+	f := &fedRefresher{
+		j: j, kick: make(chan struct{}, 1), retryAt: map[string]time.Time{},
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pact_journal_federation_refresh_failures_total",
+			Help: "Failed fetches of a federated domain's bundle by this journal (as leader), by domain; the last good bundle is kept.",
+		}, []string{"domain"}),
+	}
+	f.floor.Store(int64(federationRefreshFloor))
+	return f
+}
+
+// wake makes the loop look at once (a new federation is fetched without
+// waiting for the next tick).
+func (f *fedRefresher) wake() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// loop refreshes due bundles while this journal leads, until it stops.
+func (f *fedRefresher) loop(tick time.Duration) {
+	j := f.j
+	for {
+		t := j.cfg.Clock.NewTimer(tick)
+		select {
+		case <-j.stop:
+			t.Stop()
+			return
+		case <-t.C():
+		case <-f.kick:
+			t.Stop()
+		}
+		if j.raft.IsLeader() && j.raft.QuorumLevel() >= federationLevel {
+			f.refreshDue()
+		}
+	}
+}
+
+// refreshDue fetches every federated bundle that is due, one at a time.
+func (f *fedRefresher) refreshDue() {
+	j := f.j
+	now := j.cfg.Clock.Now()
+	floor := time.Duration(f.floor.Load())
+	for _, d := range j.fsm.FederatedDomains() {
+		fetched := time.Unix(0, d.GetFetchedAtUnixNano())
+		f.mu.Lock()
+		retry := f.retryAt[d.GetName()]
+		f.mu.Unlock()
+		// A federation just made holds the operator's bootstrap bundle
+		// (fetched_at = added_at): fetch it at once.
+		fresh := d.GetFetchedAtUnixNano() == d.GetAddedAtUnixNano()
+		if (!fresh && now.Sub(fetched) < refreshInterval(d, floor)) || now.Before(retry) {
+			continue
+		}
+		if err := f.refresh(d); err != nil {
+			f.failures.WithLabelValues(d.GetName()).Inc()
+			f.mu.Lock()
+			f.retryAt[d.GetName()] = now.Add(min(federationRetry, refreshInterval(d, floor)))
+			f.mu.Unlock()
+			j.log.Warn("federated domain's bundle not refreshed: keeping the last good one", logkey.Domain, d.GetName(), logkey.Err, err,
+				"bundle_age", now.Sub(fetched).Round(time.Second).String())
+			continue
+		}
+		f.mu.Lock()
+		delete(f.retryAt, d.GetName())
+		f.mu.Unlock()
+	}
+}
+
+// refresh fetches d's bundle from its endpoints in order and records it.
+func (f *fedRefresher) refresh(d *pactv1.FederatedDomain) error {
+	j := f.j
+	var errs []error
+	for _, url := range d.GetEndpoints() {
+		b, err := fetchFederatedBundle(d, url, j.cfg.Clock.Now)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", url, err))
+			continue
+		}
+		op := &pactv1.UpdateFederatedBundleOp{Name: d.GetName(), ExpectAddedAtIndex: d.GetAddedAtIndex(), FetchedAtUnixNano: j.cfg.Clock.Now().UnixNano()}
+		for _, c := range b.X509Authorities() {
+			op.X509Authorities = append(op.X509Authorities, c.Raw)
+		}
+		if seq, ok := b.SequenceNumber(); ok {
+			op.Sequence = seq
+		}
+		if hint, ok := b.RefreshHint(); ok {
+			op.RefreshHintSeconds = int64(hint / time.Second)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), j.cfg.ApplyTimeout)
+		_, err = j.propose(ctx, &pactv1.Command{Actor: "journal/" + j.cfg.NodeID, Op: &pactv1.Command_UpdateFederatedBundle{UpdateFederatedBundle: op}})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("record the bundle fetched from %s: %w", url, err)
+		}
+		return nil
+	}
+	return errors.Join(errs...)
+}
+
+// fetchFederatedBundle fetches d's bundle from url over the https_spiffe
+// profile: the endpoint must present an X.509-SVID that chains to d's
+// bundle held now and names d's endpoint SPIFFE ID (any journal of d when
+// none is recorded).
+func fetchFederatedBundle(d *pactv1.FederatedDomain, url string, now func() time.Time) (*spiffebundle.Bundle, error) {
+	td, err := spiffeid.TrustDomainFromString(d.GetName())
+	if err != nil {
+		return nil, err
+	}
+	var roots []*x509.Certificate
+	for _, der := range d.GetX509Authorities() {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, fmt.Errorf("held bundle: %w", err)
+		}
+		roots = append(roots, c)
+	}
+	authz := tlsconfig.AuthorizeIDPrefix(spiffeid.RequireFromPath(td, "/pact-journal"))
+	if id := d.GetEndpointSpiffeId(); id != "" {
+		eid, err := spiffeid.FromString(id)
+		if err != nil {
+			return nil, err
+		}
+		authz = tlsconfig.AuthorizeID(eid)
+	}
+	tcfg := tlsconfig.TLSClientConfig(x509bundle.FromX509Authorities(td, roots), authz)
+	tcfg.MinVersion = tls.VersionTLS12
+	tcfg.Time = now
+	client := &http.Client{Timeout: federationFetchTimeout, Transport: &http.Transport{TLSClientConfig: tcfg, DisableKeepAlives: true, Proxy: nil}}
+	ctx, cancel := context.WithTimeout(context.Background(), federationFetchTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("bundle endpoint answered %s", resp.Status)
+	}
+	b, err := spiffebundle.Read(td, io.LimitReader(resp.Body, maxBundleDocument))
+	if err != nil {
+		return nil, err
+	}
+	if len(b.X509Authorities()) == 0 {
+		return nil, errors.New("the bundle holds no X.509 authority")
+	}
+	return b, nil
+}
+
+// federationCollector exports each federated bundle's age.
+type federationCollector struct{ j *Journal }
+
+var federatedAgeDesc = prometheus.NewDesc("pact_journal_federated_bundle_age_seconds",
+	"Seconds since the bundle held for a federated domain was fetched from its endpoint (or given at pact domain federate), by domain.",
+	[]string{"domain"}, nil)
+
+func (c federationCollector) Describe(ch chan<- *prometheus.Desc) { ch <- federatedAgeDesc }
+
+func (c federationCollector) Collect(ch chan<- prometheus.Metric) {
+	now := c.j.cfg.Clock.Now()
+	for _, d := range c.j.fsm.FederatedDomains() {
+		age := now.Sub(time.Unix(0, d.GetFetchedAtUnixNano())).Seconds()
+		ch <- prometheus.MustNewConstMetric(federatedAgeDesc, prometheus.GaugeValue, max(age, 0), d.GetName())
+	}
+}
