@@ -97,6 +97,10 @@ type Agent struct {
 	// word that the certificate was replaced does not end the stream
 	// meanwhile (superseded). Empty when there is none.
 	renewUnknown atomic.Value // string
+	// tpmAttested: the journal challenged this node's TPM at its last
+	// enrollment, so its renewals attest with the TPM too (a fresh quote
+	// of its boot each time).
+	tpmAttested atomic.Bool
 
 	mu            sync.Mutex
 	running       bool

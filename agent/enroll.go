@@ -83,6 +83,7 @@ func (a *Agent) enroll(ctx context.Context) (err error) {
 		var who pki.Identity
 		if id, who, err = journalIdentity(key, a.trustPool(), resp.GetCertChainDer(), resp.GetTrustBundleDer(), a.cfg.Clock.Now(), a.heldCerts()); err == nil {
 			a.adopt(id, who, resp.GetVcluster())
+			a.tpmAttested.Store(challenged)
 			a.enrollKey, a.enrollCSR = nil, nil // the next enrollment makes a new one
 			a.renewUnknown.Store("")
 			a.notBusy()

@@ -6,8 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/pact-hpc/pact/agent/tpm"
 	"github.com/pact-hpc/pact/internal/apierr"
@@ -77,5 +80,60 @@ func TestAgentEnrollsWithQuote(t *testing.T) {
 	}
 	if n := inspect(t, h, "n2"); n.GetState() != pactv1.NodeState_NODE_STATE_REGISTERED {
 		t.Errorf("n2 is %v, want still registered", n.GetState())
+	}
+}
+
+// A node that enrolled with its TPM renews with it: every renewal answers
+// a fresh challenge with a fresh quote. Once the TPM's PCRs no longer
+// match the event log (the node's measurements changed under it), the
+// renewal is refused TPM_QUOTE_REFUSED, reported as a TPM refusal, and
+// the node keeps its certificate.
+func TestAgentRenewsWithQuote(t *testing.T) {
+	boot := measuredboottest.Boot("6.1.0-pact", "root=nfs quiet")
+	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
+	sw, logPath := bootedTPM(t, boot, boot)
+	registerWithEK(t, h, "n1", "SN1", ekHashOf(t, sw.Device), mac1)
+	var renewCalls atomic.Int64
+	cfg := agentConfig(h, clock.Real{}, "SN1", mac1)
+	cfg.TPMDevice, cfg.TPMEventLog = sw.Device, logPath
+	// RenewNow twice in a row: no floor between renewals.
+	cfg.MinRenewInterval = time.Millisecond
+	cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if method == pactv1.EnrollmentService_RenewCert_FullMethodName {
+				renewCalls.Add(1)
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		})}
+	r := runAgent(t, cfg)
+	eventually(t, "n1 streams", func() bool { return r.Status().Ready })
+	first := inspect(t, h, "n1").GetCert().GetSerial()
+	if !r.RenewNow() {
+		t.Fatal("RenewNow refused")
+	}
+	eventually(t, "the attested renewal commits", func() bool {
+		return inspect(t, h, "n1").GetCert().GetSerial() != first && r.Status().Serial != first
+	})
+	if n := renewCalls.Load(); n != 2 {
+		t.Errorf("%d RenewCert calls for an attested renewal, want 2 (challenge, answer)", n)
+	}
+
+	// The kernel measurement changes under the running node.
+	tr, err := tpm.Open(sw.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	measuredboottest.Log{{PCR: 9, Type: measuredboottest.EvIPL, Data: []byte("/vmlinuz 6.1.0-other")}}.Extend(t, tr)
+	tr.Close()
+	second := inspect(t, h, "n1").GetCert().GetSerial()
+	if !r.RenewNow() {
+		t.Fatal("RenewNow refused")
+	}
+	st := waitFailure(t, r.Agent, ReasonTPMRefused)
+	if st.LastFailureOp != "renew" || !st.Ready {
+		t.Errorf("after the refused renewal: status %+v", st)
+	}
+	if got := inspect(t, h, "n1").GetCert().GetSerial(); got != second {
+		t.Errorf("the refused renewal changed the certificate %s -> %s", second, got)
 	}
 }

@@ -4,8 +4,10 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto"
+	"errors"
 	"fmt"
 	"time"
 
@@ -38,13 +40,11 @@ func (a *Agent) renew(ctx context.Context, act *channel.Channel) error {
 		if err != nil {
 			return nil, err
 		}
-		cctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
 		done := a.startRenewing()
-		resp, err := pactv1.NewEnrollmentServiceClient(cur.Conn()).RenewCert(cctx, &pactv1.RenewCertRequest{
+		resp, err := a.renewCall(ctx, cur, &pactv1.RenewCertRequest{
 			CurrentSerial: cur.Identity().Serial(),
 			CsrDer:        csr,
-		})
-		cancel()
+		}, key)
 		if err != nil {
 			// The renewal may have committed with its answer lost (a
 			// deadline under load): the journal then takes the channel's
@@ -90,6 +90,44 @@ func (a *Agent) renew(ctx context.Context, act *channel.Channel) error {
 	a.attempted("renew", nil)
 	a.rotated()
 	return nil
+}
+
+// renewCall is RenewCert over cur. A node whose enrollment its TPM
+// attested renews with its TPM: round one offers the EK and a fresh AK,
+// round two answers the journal's challenge with the proof bound to the
+// renewal's key and a fresh quote of the node's boot, over the same
+// channel (the journal that issued the challenge).
+func (a *Agent) renewCall(ctx context.Context, cur *channel.Channel, req *pactv1.RenewCertRequest, key crypto.Signer) (*pactv1.RenewCertResponse, error) {
+	c := pactv1.NewEnrollmentServiceClient(cur.Conn())
+	call := func(req *pactv1.RenewCertRequest) (*pactv1.RenewCertResponse, error) {
+		cctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
+		defer cancel()
+		return c.RenewCert(cctx, req)
+	}
+	if !a.tpmAttested.Load() {
+		return call(req)
+	}
+	att, err := a.openTPM()
+	if err != nil || att == nil {
+		return nil, fmt.Errorf("%w: this node enrolled with its TPM and renews with it: %w", ErrTPM, cmp.Or(err, errors.New("no TPM")))
+	}
+	defer att.Close()
+	req.Tpm = &pactv1.TpmAttestation{EkPublic: att.EKPublic(), AkPublic: att.AKPublic()}
+	resp, err := call(req)
+	if err != nil || resp.GetTpmChallenge() == nil {
+		return resp, err
+	}
+	ch := resp.GetTpmChallenge()
+	round2, err := a.tpmAnswer(req.Tpm, key, att, ch)
+	if err != nil {
+		return nil, err
+	}
+	req.Tpm = round2
+	resp, err = call(req)
+	if err == nil && resp.GetTpmChallenge() != nil {
+		return nil, fmt.Errorf("%w: the journal answered the TPM proof with another challenge", ErrTPM)
+	}
+	return resp, err
 }
 
 // outcomeUnknown reports whether a failed call may have committed: no

@@ -55,6 +55,23 @@ func (a *Agent) answerTPM(ctx context.Context, addr string, req *pactv1.EnrollRe
 	if att == nil {
 		return nil, fmt.Errorf("%w: the journal asks this node to prove its TPM, and the agent has none (--tpm-device %q)", ErrTPM, a.cfg.TPMDevice)
 	}
+	tpmAtt, err := a.tpmAnswer(req.GetCredentials().GetTpm(), key, att, ch)
+	if err != nil {
+		return nil, err
+	}
+	round2 := proto.Clone(req).(*pactv1.EnrollRequest)
+	round2.Credentials.Tpm = tpmAtt
+	resp, err := a.callEnroll(ctx, addr, round2)
+	if err == nil && resp.GetTpmChallenge() != nil {
+		return nil, fmt.Errorf("%w: the journal answered the TPM proof with another challenge", ErrTPM)
+	}
+	return resp, err
+}
+
+// tpmAnswer is round two's TPM attestation: the TPM activates the
+// journal's credential, the proof binds it to key, and the quote of the
+// node's boot carries the challenge's nonce.
+func (a *Agent) tpmAnswer(round1 *pactv1.TpmAttestation, key crypto.Signer, att *tpm.Attestor, ch *pactv1.TpmChallenge) (*pactv1.TpmAttestation, error) {
 	secret, err := att.Activate(ch.GetCredentialBlob(), ch.GetEncryptedSecret())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTPM, err)
@@ -64,21 +81,15 @@ func (a *Agent) answerTPM(ctx context.Context, addr string, req *pactv1.EnrollRe
 	if err != nil {
 		return nil, err
 	}
-	round2 := proto.Clone(req).(*pactv1.EnrollRequest)
-	round2.Credentials.Tpm.ChallengeId = ch.GetChallengeId()
-	round2.Credentials.Tpm.Proof = tpmattest.Proof(secret, ch.GetChallengeId(), pki.SPKIFingerprintRaw(spki))
+	out := proto.Clone(round1).(*pactv1.TpmAttestation)
+	out.ChallengeId = ch.GetChallengeId()
+	out.Proof = tpmattest.Proof(secret, ch.GetChallengeId(), pki.SPKIFingerprintRaw(spki))
 	if n := ch.GetQuoteNonce(); len(n) > 0 {
-		q, err := a.quoteBoot(att, n)
-		if err != nil {
+		if out.Quote, err = a.quoteBoot(att, n); err != nil {
 			return nil, err
 		}
-		round2.Credentials.Tpm.Quote = q
 	}
-	resp, err := a.callEnroll(ctx, addr, round2)
-	if err == nil && resp.GetTpmChallenge() != nil {
-		return nil, fmt.Errorf("%w: the journal answered the TPM proof with another challenge", ErrTPM)
-	}
-	return resp, err
+	return out, nil
 }
 
 // quoteBoot quotes the node's boot PCRs over the journal's nonce with the

@@ -14,6 +14,7 @@ import (
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/measuredboot/measuredboottest"
 	"github.com/pact-hpc/pact/internal/swtpmtest"
+	"github.com/pact-hpc/pact/internal/tpmattest"
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -159,4 +160,94 @@ func TestQuoteRefusals(t *testing.T) {
 	if _, err := e.enrollReq(t, n.quoted(t, n.challenge(t, e), good)); err != nil {
 		t.Fatalf("the node with a good quote: %v", err)
 	}
+}
+
+// renewAttested renews a's certificate onto a fresh key with n's TPM: round
+// one must answer a challenge and write nothing; round two carries the
+// proof and a quote with log (tamper changes it before it goes).
+func (e *env) renewAttested(t *testing.T, n *tpmNode, a *agent, log []byte, tamper func(*pactv1.TpmAttestation)) (*agent, error) {
+	t.Helper()
+	key := journaltest.NewKey(t)
+	c := e.agentClient(t, a)
+	req := &pactv1.RenewCertRequest{CurrentSerial: a.serial, CsrDer: key.CSR, Tpm: &pactv1.TpmAttestation{EkPublic: n.att.EKPublic(), AkPublic: n.att.AKPublic()}}
+	before := e.h.J.CommitIndex()
+	r1, err := c.RenewCert(callCtx(t), req)
+	if err != nil {
+		t.Fatalf("renewal round one: %v", err)
+	}
+	ch := r1.GetTpmChallenge()
+	if ch == nil || len(r1.GetCertChainDer()) > 0 || len(ch.GetQuoteNonce()) != 32 {
+		t.Fatalf("renewal round one answered %v, want a challenge with a nonce and no certificate", r1)
+	}
+	if after := e.h.J.CommitIndex(); after != before {
+		t.Fatalf("renewal round one wrote to Raft: commit index %d -> %d", before, after)
+	}
+	secret, err := n.att.Activate(ch.GetCredentialBlob(), ch.GetEncryptedSecret())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Tpm.ChallengeId = ch.GetChallengeId()
+	req.Tpm.Proof = tpmattest.Proof(secret, ch.GetChallengeId(), spkiHex(t, key.CSR))
+	req.Tpm.Quote = quoteOf(t, n.att, ch.GetQuoteNonce(), log)
+	if tamper != nil {
+		tamper(req.Tpm)
+	}
+	resp, err := c.RenewCert(callCtx(t), req)
+	if err != nil {
+		if len(resp.GetCertChainDer()) > 0 {
+			t.Errorf("a refused renewal returned a certificate")
+		}
+		return nil, err
+	}
+	return newAgent(a.node, key, resp.GetCertChainDer(), resp.GetSerial()), nil
+}
+
+// TestRenewWithQuote: a TPM node's renewal carries a fresh challenge and
+// quote. A good one renews; a quote whose log shows another kernel, or
+// one made for an earlier nonce, is refused TPM_QUOTE_REFUSED and the
+// certificate stays; a renewal without TPM attestation (an agent of an
+// earlier release) renews as before.
+func TestRenewWithQuote(t *testing.T) {
+	e := newEnv(t)
+	n := newBootedTPMNode(t, e, "n1", "SN1", mac1, goodBoot)
+	resp, err := e.enrollReq(t, n.quoted(t, n.challenge(t, e), goodBoot.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAgent("n1", n.key, resp.GetCertChainDer(), resp.GetSerial())
+	if a, err = e.renewAttested(t, n, a, goodBoot.Bytes(), nil); err != nil {
+		t.Fatalf("renewal with a good quote: %v", err)
+	}
+	serial := inspectSerial(t, e, "n1")
+	if serial != a.serial {
+		t.Fatalf("registry serial %s, renewed %s", serial, a.serial)
+	}
+
+	evil := measuredboottest.Boot("6.1.0-evil", "root=nfs quiet").Bytes()
+	_, err = e.renewAttested(t, n, a, evil, nil)
+	if pe := apierr.FromError(err); pe.Reason != apierr.TPMQuoteRefused || pe.Code != codes.PermissionDenied {
+		t.Fatalf("renewal with another kernel's log: %v, want %s", err, apierr.TPMQuoteRefused)
+	}
+	old := n.challenge(t, e)
+	_, err = e.renewAttested(t, n, a, goodBoot.Bytes(), func(tp *pactv1.TpmAttestation) {
+		tp.Quote = quoteOf(t, n.att, old.GetQuoteNonce(), goodBoot.Bytes())
+	})
+	if apierr.FromError(err).Reason != apierr.TPMQuoteRefused {
+		t.Fatalf("renewal with a replayed quote: %v, want %s", err, apierr.TPMQuoteRefused)
+	}
+	if got := inspectSerial(t, e, "n1"); got != serial {
+		t.Fatalf("a refused renewal changed the registry's serial %s -> %s", serial, got)
+	}
+	if _, err := e.renew(t, a); err != nil {
+		t.Fatalf("a renewal without TPM attestation: %v", err)
+	}
+}
+
+func inspectSerial(t *testing.T, e *env, id string) string {
+	t.Helper()
+	n, err := e.admin.InspectNode(callCtx(t), &pactv1.InspectNodeRequest{NodeId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.GetNode().GetCert().GetSerial()
 }

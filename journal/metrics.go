@@ -61,7 +61,7 @@ func newMetrics(j *Journal) *metrics {
 		}),
 		renew: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pact_journal_renew_total",
-			Help: "RenewCert calls by result: ok, refused, rate_limited, retried (a renewal whose answer was lost, answered again with the certificate that committed).",
+			Help: "RenewCert calls by result: ok, refused, rate_limited, retried (a renewal whose answer was lost, answered again with the certificate that committed), tpm_challenge (round one of an attested renewal).",
 		}, []string{"result"}),
 		authRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pact_journal_auth_refused_total",
@@ -118,7 +118,7 @@ func newMetrics(j *Journal) *metrics {
 		&nodeCollector{fsm: j.fsm, now: j.cfg.Clock.Now},
 	)
 	m.registerMonitoring(j)
-	m.reg.MustRegister(j.federation.failures, federationCollector{j})
+	m.reg.MustRegister(j.federation.failures, j.federation.feedRefused, j.federation.claimsDropped, federationCollector{j}, claimsCollector{j})
 	return m
 }
 

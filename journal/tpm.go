@@ -12,6 +12,7 @@ import (
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/measuredboot"
 	"github.com/pact-hpc/pact/internal/tpmattest"
+	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/tpmchallenge"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -232,4 +233,35 @@ func (j *Journal) checkQuote(nodeID string, att *pactv1.TpmAttestation, nonce []
 	j.boot.put(nodeID, ev, j.cfg.Clock.Now())
 	j.log.Info("TPM quote verified", logkey.NodeID, nodeID, logkey.PCRs, fmt.Sprint(ev.QuotedPCRs()), logkey.Events, len(ev.Events))
 	return nil
+}
+
+// renewalTPMCheck runs the TPM challenge again at a renewal that carries
+// TPM attestation: round one answers a challenge (nothing signed or
+// written), round two must prove the registered EK with an AK bound to the
+// renewal's CSR key, and its quote is verified as at enrollment. A renewal
+// without TPM attestation (an agent of an earlier release, or a node that
+// enrolled without its TPM) renews as before.
+func (j *Journal) renewalTPMCheck(nodeID string, req *pactv1.RenewCertRequest) (*pactv1.TpmChallenge, error) {
+	att := req.GetTpm()
+	if att == nil {
+		return nil, nil
+	}
+	n, ok := j.fsm.Node(nodeID)
+	if !ok || n.GetHardware().GetTpmEkHash() == "" {
+		// Nothing to prove it against: the node is registered without an
+		// EK hash.
+		return nil, nil
+	}
+	csr, err := ca.ParseCSR(req.GetCsrDer())
+	if err != nil {
+		return nil, err
+	}
+	ch, err := j.tpmCheck(n, n.GetHardware().GetTpmEkHash(), fingerprint(csr.SPKI), att)
+	if err != nil {
+		return nil, err
+	}
+	if ch == nil {
+		j.log.Info("TPM attested the renewal", logkey.NodeID, nodeID)
+	}
+	return ch, nil
 }

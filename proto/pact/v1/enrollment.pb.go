@@ -573,6 +573,11 @@ type RenewCertRequest struct {
 	// match both the TLS peer certificate and the registry.
 	CurrentSerial string `protobuf:"bytes,1,opt,name=current_serial,json=currentSerial,proto3" json:"current_serial,omitempty"`
 	CsrDer        []byte `protobuf:"bytes,2,opt,name=csr_der,json=csrDer,proto3" json:"csr_der,omitempty"`
+	// A node that enrolled with its TPM renews with it: round one carries
+	// the EK and a fresh AK, the journal answers with a TpmChallenge, and
+	// round two (same journal, same CSR) the proof and a quote of the
+	// node's boot over the challenge's nonce (docs/tpm.md, "Measured boot").
+	Tpm           *TpmAttestation `protobuf:"bytes,150,opt,name=tpm,proto3" json:"tpm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -621,15 +626,25 @@ func (x *RenewCertRequest) GetCsrDer() []byte {
 	return nil
 }
 
+func (x *RenewCertRequest) GetTpm() *TpmAttestation {
+	if x != nil {
+		return x.Tpm
+	}
+	return nil
+}
+
 type RenewCertResponse struct {
-	state              protoimpl.MessageState `protogen:"open.v1"`
-	NodeId             string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	CertChainDer       [][]byte               `protobuf:"bytes,2,rep,name=cert_chain_der,json=certChainDer,proto3" json:"cert_chain_der,omitempty"`
-	TrustBundleDer     [][]byte               `protobuf:"bytes,3,rep,name=trust_bundle_der,json=trustBundleDer,proto3" json:"trust_bundle_der,omitempty"`
-	Vcluster           string                 `protobuf:"bytes,4,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
-	Serial             string                 `protobuf:"bytes,5,opt,name=serial,proto3" json:"serial,omitempty"`
-	NotAfterUnix       int64                  `protobuf:"varint,6,opt,name=not_after_unix,json=notAfterUnix,proto3" json:"not_after_unix,omitempty"`
-	ServerTimeUnixNano int64                  `protobuf:"varint,170,opt,name=server_time_unix_nano,json=serverTimeUnixNano,proto3" json:"server_time_unix_nano,omitempty"`
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	NodeId         string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	CertChainDer   [][]byte               `protobuf:"bytes,2,rep,name=cert_chain_der,json=certChainDer,proto3" json:"cert_chain_der,omitempty"`
+	TrustBundleDer [][]byte               `protobuf:"bytes,3,rep,name=trust_bundle_der,json=trustBundleDer,proto3" json:"trust_bundle_der,omitempty"`
+	Vcluster       string                 `protobuf:"bytes,4,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
+	Serial         string                 `protobuf:"bytes,5,opt,name=serial,proto3" json:"serial,omitempty"`
+	NotAfterUnix   int64                  `protobuf:"varint,6,opt,name=not_after_unix,json=notAfterUnix,proto3" json:"not_after_unix,omitempty"`
+	// Set (and nothing else) when the renewal carried TPM attestation
+	// without an answer: answer it with a second RenewCert.
+	TpmChallenge       *TpmChallenge `protobuf:"bytes,150,opt,name=tpm_challenge,json=tpmChallenge,proto3" json:"tpm_challenge,omitempty"`
+	ServerTimeUnixNano int64         `protobuf:"varint,170,opt,name=server_time_unix_nano,json=serverTimeUnixNano,proto3" json:"server_time_unix_nano,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -704,6 +719,13 @@ func (x *RenewCertResponse) GetNotAfterUnix() int64 {
 		return x.NotAfterUnix
 	}
 	return 0
+}
+
+func (x *RenewCertResponse) GetTpmChallenge() *TpmChallenge {
+	if x != nil {
+		return x.TpmChallenge
+	}
+	return nil
 }
 
 func (x *RenewCertResponse) GetServerTimeUnixNano() int64 {
@@ -1519,17 +1541,19 @@ const file_pact_v1_enrollment_proto_rawDesc = "" +
 	"\x06serial\x18\x06 \x01(\tR\x06serial\x12$\n" +
 	"\x0enot_after_unix\x18\a \x01(\x03R\fnotAfterUnix\x12;\n" +
 	"\rtpm_challenge\x18\x96\x01 \x01(\v2\x15.pact.v1.TpmChallengeR\ftpmChallenge\x122\n" +
-	"\x15server_time_unix_nano\x18\xaa\x01 \x01(\x03R\x12serverTimeUnixNano\"R\n" +
+	"\x15server_time_unix_nano\x18\xaa\x01 \x01(\x03R\x12serverTimeUnixNano\"~\n" +
 	"\x10RenewCertRequest\x12%\n" +
 	"\x0ecurrent_serial\x18\x01 \x01(\tR\rcurrentSerial\x12\x17\n" +
-	"\acsr_der\x18\x02 \x01(\fR\x06csrDer\"\x8a\x02\n" +
+	"\acsr_der\x18\x02 \x01(\fR\x06csrDer\x12*\n" +
+	"\x03tpm\x18\x96\x01 \x01(\v2\x17.pact.v1.TpmAttestationR\x03tpm\"\xc7\x02\n" +
 	"\x11RenewCertResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12$\n" +
 	"\x0ecert_chain_der\x18\x02 \x03(\fR\fcertChainDer\x12(\n" +
 	"\x10trust_bundle_der\x18\x03 \x03(\fR\x0etrustBundleDer\x12\x1a\n" +
 	"\bvcluster\x18\x04 \x01(\tR\bvcluster\x12\x16\n" +
 	"\x06serial\x18\x05 \x01(\tR\x06serial\x12$\n" +
-	"\x0enot_after_unix\x18\x06 \x01(\x03R\fnotAfterUnix\x122\n" +
+	"\x0enot_after_unix\x18\x06 \x01(\x03R\fnotAfterUnix\x12;\n" +
+	"\rtpm_challenge\x18\x96\x01 \x01(\v2\x15.pact.v1.TpmChallengeR\ftpmChallenge\x122\n" +
 	"\x15server_time_unix_nano\x18\xaa\x01 \x01(\x03R\x12serverTimeUnixNano\"\x12\n" +
 	"\x10SubscribeRequest\"\xa7\x02\n" +
 	"\x11SubscribeResponse\x125\n" +
@@ -1632,28 +1656,30 @@ var file_pact_v1_enrollment_proto_depIdxs = []int32{
 	3,  // 3: pact.v1.TpmAttestation.quote:type_name -> pact.v1.TpmQuote
 	4,  // 4: pact.v1.TpmQuote.pcrs:type_name -> pact.v1.TpmPcr
 	5,  // 5: pact.v1.EnrollResponse.tpm_challenge:type_name -> pact.v1.TpmChallenge
-	13, // 6: pact.v1.SubscribeResponse.assignment:type_name -> pact.v1.Assignment
-	14, // 7: pact.v1.SubscribeResponse.trust_bundle:type_name -> pact.v1.TrustBundle
-	15, // 8: pact.v1.SubscribeResponse.revoked:type_name -> pact.v1.Revoked
-	12, // 9: pact.v1.SubscribeResponse.renew_now:type_name -> pact.v1.RenewNow
-	11, // 10: pact.v1.SubscribeResponse.superseded:type_name -> pact.v1.Superseded
-	0,  // 11: pact.v1.EnrollmentService.Enroll:input_type -> pact.v1.EnrollRequest
-	7,  // 12: pact.v1.EnrollmentService.RenewCert:input_type -> pact.v1.RenewCertRequest
-	9,  // 13: pact.v1.EnrollmentService.Subscribe:input_type -> pact.v1.SubscribeRequest
-	16, // 14: pact.v1.EnrollmentService.Ping:input_type -> pact.v1.PingRequest
-	20, // 15: pact.v1.EnrollmentService.IssueStandby:input_type -> pact.v1.IssueStandbyRequest
-	18, // 16: pact.v1.EnrollmentService.Release:input_type -> pact.v1.ReleaseRequest
-	6,  // 17: pact.v1.EnrollmentService.Enroll:output_type -> pact.v1.EnrollResponse
-	8,  // 18: pact.v1.EnrollmentService.RenewCert:output_type -> pact.v1.RenewCertResponse
-	10, // 19: pact.v1.EnrollmentService.Subscribe:output_type -> pact.v1.SubscribeResponse
-	17, // 20: pact.v1.EnrollmentService.Ping:output_type -> pact.v1.PingResponse
-	21, // 21: pact.v1.EnrollmentService.IssueStandby:output_type -> pact.v1.IssueStandbyResponse
-	19, // 22: pact.v1.EnrollmentService.Release:output_type -> pact.v1.ReleaseResponse
-	17, // [17:23] is the sub-list for method output_type
-	11, // [11:17] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	2,  // 6: pact.v1.RenewCertRequest.tpm:type_name -> pact.v1.TpmAttestation
+	5,  // 7: pact.v1.RenewCertResponse.tpm_challenge:type_name -> pact.v1.TpmChallenge
+	13, // 8: pact.v1.SubscribeResponse.assignment:type_name -> pact.v1.Assignment
+	14, // 9: pact.v1.SubscribeResponse.trust_bundle:type_name -> pact.v1.TrustBundle
+	15, // 10: pact.v1.SubscribeResponse.revoked:type_name -> pact.v1.Revoked
+	12, // 11: pact.v1.SubscribeResponse.renew_now:type_name -> pact.v1.RenewNow
+	11, // 12: pact.v1.SubscribeResponse.superseded:type_name -> pact.v1.Superseded
+	0,  // 13: pact.v1.EnrollmentService.Enroll:input_type -> pact.v1.EnrollRequest
+	7,  // 14: pact.v1.EnrollmentService.RenewCert:input_type -> pact.v1.RenewCertRequest
+	9,  // 15: pact.v1.EnrollmentService.Subscribe:input_type -> pact.v1.SubscribeRequest
+	16, // 16: pact.v1.EnrollmentService.Ping:input_type -> pact.v1.PingRequest
+	20, // 17: pact.v1.EnrollmentService.IssueStandby:input_type -> pact.v1.IssueStandbyRequest
+	18, // 18: pact.v1.EnrollmentService.Release:input_type -> pact.v1.ReleaseRequest
+	6,  // 19: pact.v1.EnrollmentService.Enroll:output_type -> pact.v1.EnrollResponse
+	8,  // 20: pact.v1.EnrollmentService.RenewCert:output_type -> pact.v1.RenewCertResponse
+	10, // 21: pact.v1.EnrollmentService.Subscribe:output_type -> pact.v1.SubscribeResponse
+	17, // 22: pact.v1.EnrollmentService.Ping:output_type -> pact.v1.PingResponse
+	21, // 23: pact.v1.EnrollmentService.IssueStandby:output_type -> pact.v1.IssueStandbyResponse
+	19, // 24: pact.v1.EnrollmentService.Release:output_type -> pact.v1.ReleaseResponse
+	19, // [19:25] is the sub-list for method output_type
+	13, // [13:19] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_enrollment_proto_init() }
