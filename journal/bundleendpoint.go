@@ -95,12 +95,16 @@ func (j *Journal) serveBundleEndpoint() (net.Listener, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(BundlePath, h)
+	mux.HandleFunc(ClaimsPath, j.serveClaims)
 	lis, err := net.Listen("tcp", j.cfg.BundleEndpointListen)
 	if err != nil {
 		return nil, err
 	}
 	tcfg := &tls.Config{
 		MinVersion: tls.VersionTLS12,
+		// The bundle is public; the claim feed checks the client
+		// certificate itself, against the federated bundles in Raft.
+		ClientAuth: tls.RequestClientCert,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return j.ca.ServerCertificate(), nil
 		},

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
 // ServerCertificate is the journal's current server certificate and key:
@@ -19,3 +21,30 @@ func (j *Journal) FederationFailures(domain string) prometheus.Counter {
 // SetFederationRefreshFloor lowers the shortest refresh interval of the
 // federated bundles (30s) so a test sees several refreshes.
 func (j *Journal) SetFederationRefreshFloor(d time.Duration) { j.federation.floor.Store(int64(d)) }
+
+// HeldClaimDomains names the federated domains whose claims name any
+// identifier of hw, with the node id each claims it as ("DOMAIN/NODE").
+func (j *Journal) HeldClaimDomains(hw *pactv1.HardwareIdentity) []string {
+	var out []string
+	for _, c := range j.heldClaims.lookup(hw) {
+		out = append(out, c.Domain+"/"+c.NodeID)
+	}
+	return out
+}
+
+// HeldClaimCount is how many claims this journal holds from domain.
+func (j *Journal) HeldClaimCount(domain string) int { return j.heldClaims.count(domain) }
+
+// ClaimHolderForTest wraps a claim holder for the flood test.
+type ClaimHolderForTest struct{ h *claimHolder }
+
+// NewClaimHolderForTest is an empty claim holder.
+func NewClaimHolderForTest() ClaimHolderForTest { return ClaimHolderForTest{newClaimHolder()} }
+
+// Apply takes one feed answer (a first page) and returns the claims dropped.
+func (c ClaimHolderForTest) Apply(domain string, feed *ClaimFeed) int {
+	return c.h.apply(domain, feed, time.Now(), true)
+}
+
+// Count is how many claims are held from domain.
+func (c ClaimHolderForTest) Count(domain string) int { return c.h.count(domain) }

@@ -215,6 +215,10 @@ type fedRefresher struct {
 	floor atomic.Int64
 	// failures counts failed fetches by domain.
 	failures *prometheus.CounterVec
+	// feedRefused counts claim feed calls refused; claimsDropped the
+	// claims of a federated domain dropped at MaxClaimsPerDomain.
+	feedRefused   prometheus.Counter
+	claimsDropped *prometheus.CounterVec
 }
 
 func newFederation(j *Journal) *fedRefresher {
@@ -223,6 +227,14 @@ func newFederation(j *Journal) *fedRefresher {
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pact_journal_federation_refresh_failures_total",
 			Help: "Failed fetches of a federated domain's bundle by this journal (as leader), by domain; the last good bundle is kept.",
+		}, []string{"domain"}),
+		feedRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pact_journal_federation_claim_feed_refused_total",
+			Help: "Calls of this journal's claim feed refused: no client certificate, or none of a journal of a federated domain.",
+		}),
+		claimsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pact_journal_federation_claims_dropped_total",
+			Help: "Claims of a federated domain not held because it claimed more than the bound (200,000 nodes), by domain.",
 		}, []string{"domain"}),
 	}
 	f.floor.Store(int64(federationRefreshFloor))
@@ -251,9 +263,13 @@ func (f *fedRefresher) loop(tick time.Duration) {
 		case <-f.kick:
 			t.Stop()
 		}
-		if j.raft.IsLeader() && j.raft.QuorumLevel() >= federationLevel {
+		if j.raft.QuorumLevel() < federationLevel {
+			continue
+		}
+		if j.raft.IsLeader() {
 			f.refreshDue()
 		}
+		f.pollClaims()
 	}
 }
 

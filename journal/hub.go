@@ -193,6 +193,7 @@ func (j *Journal) onCutOff(reason string) {
 // onApply is the FSM observer: it runs on Raft's apply goroutine and must
 // not block.
 func (j *Journal) onApply(ev raftfsm.Event) {
+	j.claims.note(ev, j.fsm.Restores())
 	if ev.BundleChanged {
 		j.bundle.invalidate()
 		if _, retiring := j.ownIntermediate(); retiring {

@@ -85,6 +85,10 @@ type Journal struct {
 	bundleEndpointAddr string
 	// federation refreshes the federated domains' bundles (federation.go).
 	federation *fedRefresher
+	// claims remembers which nodes changed, for the claim feed; heldClaims
+	// are the federated domains' claims (claims.go).
+	claims     claimLog
+	heldClaims *claimHolder
 
 	grpcAddr string // as other journals reach it
 
@@ -198,6 +202,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	j.bundle = newBundleCache(authority.Roots(), j.fsm, cfg.Clock)
 	j.roots = rootPool(authority.Roots())
 	j.federation = newFederation(j)
+	j.heldClaims = newClaimHolder()
 	j.metrics = newMetrics(j)
 	if j.auth, err = newAuthenticator(j); err != nil {
 		return nil, err

@@ -1,0 +1,133 @@
+package journal_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/polltest"
+	"github.com/pact-hpc/pact/journal"
+	"github.com/pact-hpc/pact/journal/journaltest"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
+
+// federate makes from federate with to (its bundle endpoint and root).
+func federate(t *testing.T, from, to *journaltest.Harness, policy string) {
+	t.Helper()
+	if _, err := from.AdminClient(t).FederateDomain(callCtxFed(t), &pactv1.FederateDomainRequest{
+		Name: to.J.Domain(), Endpoints: []string{"https://" + to.J.BundleEndpointAddr() + "/"},
+		X509Authorities: [][]byte{rootPEM(t, to)}, Policy: policy,
+	}); err != nil {
+		t.Fatalf("%s federates with %s: %v", from.J.Domain(), to.J.Domain(), err)
+	}
+}
+
+// A node Active in domain A is claimed to domain B, which federates with
+// A: B holds the claim (found by any identifier of the hardware as B
+// registered it) and drops it once A fences the node. Claims are never
+// written to B's Raft.
+func TestClaimsTravelToFederatedDomains(t *testing.T) {
+	a := startDomain(t, journaltest.Domain)
+	b := startDomain(t, "b.example")
+	federate(t, b, a, "warn")
+	federate(t, a, b, "warn")
+
+	a.Register(t, "gpu-1", "BMC-GPU-1", "02:00:00:00:40:01", "02:00:00:00:40:02")
+	if _, err := a.Enroll(t, journaltest.NewKey(t), "BMC-GPU-1", "02:00:00:00:40:01", "02:00:00:00:40:02"); err != nil {
+		t.Fatalf("enroll in A: %v", err)
+	}
+	// B registered the same machine by one MAC only.
+	asB := &pactv1.HardwareIdentity{Macs: []string{"02:00:00:00:40:02"}}
+	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		return slices.Equal(b.J.HeldClaimDomains(asB), []string{journaltest.Domain + "/gpu-1"})
+	}, "B never held A's claim on gpu-1: %v", b.J.HeldClaimDomains(asB))
+	if got := b.J.HeldClaimDomains(&pactv1.HardwareIdentity{Macs: []string{"02:00:00:00:40:99"}}); len(got) != 0 {
+		t.Fatalf("other hardware is claimed: %v", got)
+	}
+	if got := a.J.HeldClaimDomains(asB); len(got) != 0 {
+		t.Fatalf("A holds a claim on its own node: %v", got)
+	}
+	for _, n := range b.J.RegistryForTest() {
+		t.Fatalf("B's registry holds %s: claims must never become B's Raft records", n.GetNodeId())
+	}
+
+	if _, err := a.AdminClient(t).FenceNode(context.Background(), &pactv1.FenceNodeRequest{NodeId: "gpu-1", Reason: "moved to b.example"}); err != nil {
+		t.Fatalf("fence in A: %v", err)
+	}
+	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		return len(b.J.HeldClaimDomains(asB)) == 0
+	}, "B still holds A's claim on gpu-1 after A fenced it")
+}
+
+// The claim feed answers only the journals of federated domains: not a
+// caller without a certificate, not a journal of a domain A does not
+// federate with, not an agent of a domain it does.
+func TestClaimFeedRefusesAllButFederatedJournals(t *testing.T) {
+	a := startDomain(t, journaltest.Domain)
+	b := startDomain(t, "b.example")
+	c := startDomain(t, "c.example")
+	federate(t, a, b, "warn")
+	url := "https://" + a.J.BundleEndpointAddr() + journal.ClaimsPath
+	get := func(cert *tls.Certificate) (int, string) {
+		t.Helper()
+		tcfg := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the test checks the server's refusal, not the server
+		if cert != nil {
+			tcfg.Certificates = []tls.Certificate{*cert}
+		}
+		client := &http.Client{Transport: &http.Transport{TLSClientConfig: tcfg}, Timeout: 10 * time.Second}
+		resp, err := client.Get(url)
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get(b.J.ServerCertificate()); code != http.StatusOK {
+		t.Fatalf("B's journal: %d %s, want 200", code, body)
+	}
+	if code, _ := get(nil); code != http.StatusForbidden {
+		t.Errorf("no client certificate: %d, want 403", code)
+	}
+	if code, _ := get(c.J.ServerCertificate()); code != http.StatusForbidden {
+		t.Errorf("a journal of c.example, not federated: %d, want 403", code)
+	}
+	b.Register(t, "node-b", "BMC-B", "02:00:00:00:41:01")
+	key := journaltest.NewKey(t)
+	resp, err := b.Enroll(t, key, "BMC-B", "02:00:00:00:41:01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := key.TLSCert(resp.GetCertChainDer())
+	if code, _ := get(&agent); code != http.StatusForbidden {
+		t.Errorf("an agent of b.example: %d, want 403", code)
+	}
+	// Once A removes the federation, B's journal is refused too.
+	if _, err := a.AdminClient(t).RemoveFederatedDomain(callCtxFed(t), &pactv1.RemoveFederatedDomainRequest{Name: "b.example"}); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(b.J.ServerCertificate()); code != http.StatusForbidden {
+		t.Errorf("B's journal after A removed the federation: %d, want 403", code)
+	}
+}
+
+// A federated domain claiming more nodes than the bound (a flood, or every
+// node of ours) is cut at MaxClaimsPerDomain.
+func TestClaimFloodIsBounded(t *testing.T) {
+	h := journal.NewClaimHolderForTest()
+	feed := &journal.ClaimFeed{Domain: "flood.example", Full: true}
+	for i := 0; i < journal.MaxClaimsPerDomain+100; i++ {
+		feed.Claims = append(feed.Claims, journal.Claim{NodeID: fmt.Sprint("n", i), Active: true, HW: []string{fmt.Sprint("d", i)}})
+	}
+	if dropped := h.Apply("flood.example", feed); dropped != 100 {
+		t.Fatalf("dropped %d, want 100", dropped)
+	}
+	if n := h.Count("flood.example"); n != journal.MaxClaimsPerDomain {
+		t.Fatalf("held %d, want the bound %d", n, journal.MaxClaimsPerDomain)
+	}
+}
