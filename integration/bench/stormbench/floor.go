@@ -396,9 +396,9 @@ func serveFloorJournal(o floorOpts) error {
 	fj := &floorJournal{id: id, ca: authority, dir: dir}
 	tlsCfg := kx.Apply(stubServerTLS(authority, fj))
 	var creds credentials.TransportCredentials = credentials.NewTLS(tlsCfg)
+	var lim *connlimit.Limiter
 	if admission {
-		lim, err := connlimit.New(connlimit.DefaultConfig())
-		if err != nil {
+		if lim, err = connlimit.New(connlimit.DefaultConfig()); err != nil {
 			return err
 		}
 		creds = &admittedCreds{TransportCredentials: creds, lim: lim}
@@ -439,6 +439,14 @@ func serveFloorJournal(o floorOpts) error {
 			return
 		}
 		fmt.Fprintln(w, "ok")
+	})
+	// timings: the admission queue's slot wait and handshake histograms,
+	// as a journal's /metrics has them (the stubs time no first call:
+	// they tell the limiter of no call).
+	mux.HandleFunc("/timings", func(w http.ResponseWriter, _ *http.Request) {
+		if lim != nil {
+			fmt.Fprint(w, timingsText("grpc", lim.Timings()))
+		}
 	})
 	mux.HandleFunc("/raft", func(w http.ResponseWriter, _ *http.Request) {
 		if fj.raft == nil {
@@ -564,11 +572,29 @@ func (c *floorCluster) waitReady(limit time.Duration) error {
 	return nil
 }
 
+// timings reads every stub's timing histograms, summed.
+func (c *floorCluster) timings() histograms {
+	h := histograms{}
+	for _, a := range c.status {
+		resp, err := http.Get("http://" + a + "/timings")
+		if err != nil {
+			continue
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			parseTimings(h, string(b))
+		}
+	}
+	return h
+}
+
 // raftState is the highest Raft term of the stubs (it grows with every
-// election) and the entries the first stub applied; zeros for the old
-// floor.
+// election) and the most entries one of them applied (the leader's count:
+// a follower applies an entry a heartbeat after it commits); zeros for
+// the old floor.
 func (c *floorCluster) raftState() (term, applied uint64, err error) {
-	for i, a := range c.status {
+	for _, a := range c.status {
 		resp, err := http.Get("http://" + a + "/raft")
 		if err != nil {
 			return 0, 0, err
@@ -582,10 +608,7 @@ func (c *floorCluster) raftState() (term, applied uint64, err error) {
 		if _, err := fmt.Sscan(string(b), &t, &n); err != nil {
 			return 0, 0, err
 		}
-		term = max(term, t)
-		if i == 0 {
-			applied = n
-		}
+		term, applied = max(term, t), max(applied, n)
 	}
 	return term, applied, nil
 }
@@ -803,6 +826,7 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 	one := func(kind stormKind, idxs []int) (*stormResult, []agentRecord, error) {
 		quiet()
 		term0, applied0, rerr := c.raftState()
+		timings0 := c.timings()
 		logf("%s storm against the stub journals: %d agents (pact-agent's own code, %s) arriving over %v", kind, len(idxs), processesName(f.workers), f.spread)
 		var perf *exec.Cmd
 		if f.perf {
@@ -823,6 +847,8 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 			finishPerf(perf, filepath.Join(dir, "perf-floor-"+kind.String()), res)
 		}
 		res.streamsOpen = c.settledStreams(len(idxs))
+		res.timings = timingsDelta(timings0, c.timings())
+		logf("%s storm: the stubs' connection timings (slot wait, TLS handshake): %s", kind, timingLine(res.timings))
 		if term1, applied1, err := c.raftState(); err == nil && rerr == nil {
 			el, n := int(term1-term0), int(applied1-applied0)
 			if kind == stormEnroll {
@@ -907,7 +933,7 @@ func floorReport(out io.Writer, f stormFlags, ceilE ceilingResult, e *stormResul
 	fmt.Fprintf(out, "\nfinal check: %s: %s\n\n", map[bool]string{true: "PASS", false: "FAIL"}[pass], reason)
 	line := map[string]any{
 		"bench": "storm-floor", "floor_client": f.floorClient, "floor_replicates": f.floorReplicate,
-		"raft_entries": rf.entries, "leader_changes": rf.elections, "agents": f.agents, "journals": f.journals, "cpus": runtime.NumCPU(), "spread_s": f.spread.Seconds(),
+		"raft_entries": rf.entries, "leader_changes": rf.elections, "journal_timings": e.timings, "agents": f.agents, "journals": f.journals, "cpus": runtime.NumCPU(), "spread_s": f.spread.Seconds(),
 		"pass": pass, "reason": reason,
 		"seconds_to_all_streaming": round(e.wall.Seconds(), 3), "failed": e.failed, "attempts": e.attempts,
 		"ceiling_per_s": round(ceilE.perSec, 3), "ratio_to_ceiling": round(e.perSec/ceilE.perSec, 3), "cpu_ratio_to_ceiling": round(cpuRatio(ceilE, e), 3),
@@ -920,6 +946,7 @@ func floorReport(out io.Writer, f stormFlags, ceilE ceilingResult, e *stormResul
 		line["renew_seconds"] = round(r.wall.Seconds(), 3)
 		line["renew_failed"] = r.failed
 		line["renew_raft_entries"] = rf.renewEntries
+		line["renew_journal_timings"] = r.timings
 		line["renew_leader_changes"] = rf.renewElections
 		// The same names as the storm's, so that pair (pair.go) can set
 		// one beside the other.

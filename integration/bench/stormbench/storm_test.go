@@ -415,6 +415,10 @@ func tinyFloor(t *testing.T, bin string, replicate bool) {
 	if !replicate && (entries != 0 || renewEntries != 0) {
 		t.Errorf("the old floor committed %v and %v Raft entries, want none", entries, renewEntries)
 	}
+	// The stubs' admission queue timed every connection's slot wait.
+	if tm, _ := js["journal_timings"].(map[string]any)["grpc"].(map[string]any)["slot_wait"].(map[string]any); tm == nil || tm["count"].(float64) < agents {
+		t.Errorf("journal_timings %v: want the stubs' slot waits, one per connection", js["journal_timings"])
+	}
 	if js["floor_replicates"] != replicate || js["leader_changes"] != float64(0) {
 		t.Errorf("JSON: floor_replicates %v, leader_changes %v", js["floor_replicates"], js["leader_changes"])
 	}

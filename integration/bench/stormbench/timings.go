@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/pact-hpc/pact/journal/connlimit"
 )
 
 // timingMetrics are the histograms read, by the short name the report
@@ -154,6 +156,28 @@ func timingLine(t map[string]map[string]timingFigure) string {
 		return "none observed"
 	}
 	return strings.Join(parts, "; ")
+}
+
+// timingsText is t in the text format of a journal's /metrics, as port's
+// (the floor's stubs serve it: their limiter is the journal's).
+func timingsText(port string, t connlimit.Timings) string {
+	var b strings.Builder
+	for _, m := range timingMetrics {
+		var h connlimit.Histogram
+		switch m.short {
+		case "slot_wait":
+			h = t.SlotWait
+		case "handshake":
+			h = t.Handshake
+		case "first_call":
+			h = t.FirstCall
+		}
+		for _, bound := range slices.Sorted(maps.Keys(h.Buckets)) {
+			fmt.Fprintf(&b, "%s_bucket{port=%q,le=\"%g\"} %d\n", m.name, port, bound, h.Buckets[bound])
+		}
+		fmt.Fprintf(&b, "%s_bucket{port=%q,le=\"+Inf\"} %d\n", m.name, port, h.Count)
+	}
+	return b.String()
 }
 
 // timings reads every journal's timing histograms, summed.

@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/pact-hpc/pact/journal/connlimit"
+)
 
 // The storm's timing figures are the journals' histograms over the storm
 // alone (after minus before, summed over journals), with their quantiles
@@ -39,5 +43,20 @@ pact_journal_handshake_slot_wait_seconds_bucket{le="+Inf",port="grpc"} 100
 	}
 	if line := timingLine(got); line != "grpc: slot_wait p50 15000.0 ms p99 15000.0 ms (100), handshake p50 55.0 ms p99 99.1 ms (100)" {
 		t.Errorf("timingLine = %q", line)
+	}
+}
+
+// The floor's stubs serve their limiter's timings in a journal's text
+// format; the storm reads them back as it reads a journal's.
+func TestTimingsTextReadsBack(t *testing.T) {
+	tm := connlimit.Timings{Handshake: connlimit.Histogram{Count: 4, Sum: 0.2, Buckets: map[float64]uint64{0.01: 0, 0.1: 4}}}
+	h := histograms{}
+	parseTimings(h, timingsText("grpc", tm))
+	got := timingsDelta(histograms{}, h)
+	if fig := got["grpc"]["handshake"]; fig.Count != 4 || fig.P50ms != 55 {
+		t.Errorf("handshake read back as %+v, want 4 with p50 55 ms", fig)
+	}
+	if _, ok := got["grpc"]["slot_wait"]; ok {
+		t.Errorf("an empty histogram read back as observed: %+v", got)
 	}
 }
