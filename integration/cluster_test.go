@@ -103,13 +103,57 @@ func startQuorumFrom(t *testing.T, bin string, n int, extra ...string) *quorum {
 	for i := range n {
 		q.members = append(q.members, &member{id: q.pq.ID(i), grpc: q.pq.GRPC(i), raft: q.pq.Raft(i), metrics: q.pq.Metrics(i)})
 	}
-	for i := range q.members {
-		q.launch(i)
+	if bin != binDir {
+		q.foundPrevious()
+	} else {
+		for i := range q.members {
+			q.launch(i)
+		}
 	}
 	for i := range q.members {
 		q.waitServing(i)
 	}
 	return q
+}
+
+// foundPrevious starts a quorum of a previous release until its founders
+// agree: 0.1.0 founders started together sometimes refuse the bootstrap
+// (a co-founder's probe answered before it made its candidate; fixed in
+// 0.2.0, docs/quorum.md "One quorum"), which is that release's bug and not
+// what a test of it is about. Such a start is wiped and made again, at
+// most three times; it returns with the journals serving.
+func (q *quorum) foundPrevious() {
+	q.t.Helper()
+	for attempt := 1; ; attempt++ {
+		for i := range q.members {
+			q.launch(i)
+		}
+		var err error
+		for i := range q.members {
+			if err = q.pq.WaitServing(i, 60*time.Second); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			return
+		}
+		refused := false
+		for i := range q.members {
+			refused = refused || strings.Contains(q.pq.CurrentLog(i), "bootstrap refused")
+		}
+		for i := range q.members {
+			_ = q.pq.Stop(i)
+		}
+		if !refused || attempt == 3 {
+			q.t.Fatalf("the previous release's quorum did not start (attempt %d): %v", attempt, err)
+		}
+		q.t.Logf("the previous release's founders refused the bootstrap (its known race); starting afresh (attempt %d)", attempt+1)
+		for i := range q.members {
+			if err := os.RemoveAll(q.pq.DataDir(i)); err != nil {
+				q.t.Fatal(err)
+			}
+		}
+	}
 }
 
 // launch starts member i's process (first start or restart).
