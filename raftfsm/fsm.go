@@ -121,6 +121,8 @@ type state struct {
 	quorumLevel *pactv1.QuorumLevel
 	// federated holds the federated domains by name (federation.go).
 	federated map[string]*pactv1.FederatedDomain
+	// bootPolicies holds the boot policies by vCluster (bootpolicy.go).
+	bootPolicies map[string]*pactv1.BootPolicy
 }
 
 func newState(auditCap int) *state { return newStateSized(auditCap, 0, 0) }
@@ -149,6 +151,7 @@ func newStateSized(auditCap, nodes, seen int) *state {
 		operators:       map[string]*pactv1.Operator{},
 		revokedNames:    map[string]*pactv1.OperatorNameRevocation{},
 		federated:       map[string]*pactv1.FederatedDomain{},
+		bootPolicies:    map[string]*pactv1.BootPolicy{},
 	}
 }
 
@@ -368,6 +371,10 @@ func (f *FSM) applyOne(cmd *pactv1.Command, index uint64) (*Result, Event) {
 		res = a.removeFederatedDomain(op.RemoveFederatedDomain)
 	case *pactv1.Command_UpdateFederatedBundle:
 		res = a.updateFederatedBundle(op.UpdateFederatedBundle)
+	case *pactv1.Command_SetBootPolicy:
+		res = a.setBootPolicy(op.SetBootPolicy)
+	case *pactv1.Command_RemoveBootPolicy:
+		res = a.removeBootPolicy(op.RemoveBootPolicy)
 	default:
 		panic(fmt.Sprintf("raftfsm: unknown command %T", op))
 	}
@@ -954,6 +961,9 @@ func (f *FSM) snapshotLocked() *fsmSnapshot {
 	for _, fd := range f.st.federated {
 		snap.FederatedDomains = append(snap.FederatedDomains, fd)
 	}
+	for _, bp := range f.st.bootPolicies {
+		snap.BootPolicies = append(snap.BootPolicies, bp)
+	}
 	for _, t := range f.st.joinTokens {
 		snap.JoinTokens = append(snap.JoinTokens, t)
 	}
@@ -1009,6 +1019,7 @@ func sortSnapshot(s *pactv1.Snapshot) {
 	})
 	sort.Slice(s.JournalCas, func(i, j int) bool { return s.JournalCas[i].GetSerial() < s.JournalCas[j].GetSerial() })
 	sort.Slice(s.FederatedDomains, func(i, j int) bool { return s.FederatedDomains[i].GetName() < s.FederatedDomains[j].GetName() })
+	sort.Slice(s.BootPolicies, func(i, j int) bool { return s.BootPolicies[i].GetVcluster() < s.BootPolicies[j].GetVcluster() })
 }
 
 // Restore replaces the state with a snapshot, in either format

@@ -45,7 +45,8 @@ var Levels = []Level{
 		"another journal CA); a node whose certificate the registry withdrew enrolls with a new key " +
 		"at once; snapshot format 3"},
 	{3, "0.3.0", "federation with other domains (pact domain federate/list/remove, the federated " +
-		"bundles refreshed into Raft, snapshot records of federated domains)"},
+		"bundles refreshed into Raft, snapshot records of federated domains); boot policies for " +
+		"TPM nodes' quotes (pact boot-policy set/remove, snapshot records of boot policies)"},
 }
 
 // ReleaseOfLevel names the first release that speaks level ("" if this

@@ -66,6 +66,8 @@ func (b *stateBuilder) Add(rec *pactv1.SnapshotRecord) {
 		st.quorumLevel = r.QuorumLevel
 	case *pactv1.SnapshotRecord_FederatedDomain:
 		st.federated[r.FederatedDomain.GetName()] = r.FederatedDomain
+	case *pactv1.SnapshotRecord_BootPolicy:
+		st.bootPolicies[r.BootPolicy.GetVcluster()] = r.BootPolicy
 	default:
 		// snapfile's rules know a kind of record this switch does not:
 		// restoring without it would diverge from the journals that have it.

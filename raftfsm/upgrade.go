@@ -64,6 +64,10 @@ var ignorable = map[protoreflect.Name]bool{
 	"federate_domain":         false,
 	"remove_federated_domain": false,
 	"update_federated_bundle": false,
+	// Boot policies (level 3) decide enrollments and renewals of TPM
+	// nodes: a journal skipping them would decide otherwise.
+	"set_boot_policy":    false,
+	"remove_boot_policy": false,
 	// A batch carries commands none of which may be skipped.
 	"batch": false,
 }

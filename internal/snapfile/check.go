@@ -87,6 +87,8 @@ type rules struct {
 	signed     []*pactv1.Intermediate
 	// federated: the federated domains read, by name.
 	federated map[string]bool
+	// bootPolicies: the boot policies read, by vCluster.
+	bootPolicies map[string]bool
 }
 
 // liveNode is what the conflict check needs of a live node, without
@@ -183,6 +185,15 @@ func (c *rules) check(rec *pactv1.SnapshotRecord) error {
 			c.federated = map[string]bool{}
 		}
 		c.federated[fd.GetName()] = true
+	case *pactv1.SnapshotRecord_BootPolicy:
+		vc := r.BootPolicy.GetVcluster()
+		if c.bootPolicies[vc] {
+			return fmt.Errorf("raftfsm: snapshot has two boot policies for vCluster %q", vc)
+		}
+		if c.bootPolicies == nil {
+			c.bootPolicies = map[string]bool{}
+		}
+		c.bootPolicies[vc] = true
 	case *pactv1.SnapshotRecord_Quorum:
 		if c.quorum {
 			return errors.New("raftfsm: snapshot has two quorum identities")

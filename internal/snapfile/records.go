@@ -60,6 +60,9 @@ const (
 // level 3).
 const recFederatedDomain protowire.Number = 240
 
+// recBootPolicy is BootPolicy's field number (quorum feature level 3).
+const recBootPolicy protowire.Number = 250
+
 // StateFormat says which format state bytes are in: 1, one Snapshot
 // message; 2, a stream of records; 3, a stream of records that opens with
 // the quorum's feature level (a quorum above level 1, docs/upgrade.md),
@@ -125,6 +128,9 @@ func WriteState(w io.Writer, s *pactv1.Snapshot) error {
 	}
 	for _, fd := range s.GetFederatedDomains() {
 		e.put(recFederatedDomain, fd)
+	}
+	for _, bp := range s.GetBootPolicies() {
+		e.put(recBootPolicy, bp)
 	}
 	if e.err == nil {
 		e.err = e.w.WriteByte(0) // the end
@@ -353,6 +359,9 @@ func walkFormat1(data []byte, visit func(*pactv1.SnapshotRecord) error) error {
 	}
 	for _, fd := range s.GetFederatedDomains() {
 		v(&pactv1.SnapshotRecord{Record: &pactv1.SnapshotRecord_FederatedDomain{FederatedDomain: fd}})
+	}
+	for _, bp := range s.GetBootPolicies() {
+		v(&pactv1.SnapshotRecord{Record: &pactv1.SnapshotRecord_BootPolicy{BootPolicy: bp}})
 	}
 	return err
 }

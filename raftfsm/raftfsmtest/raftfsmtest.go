@@ -468,3 +468,17 @@ func (p Proposer) UpdateFederatedBundle(op *pactv1.UpdateFederatedBundleOp) *pac
 	c.Op = &pactv1.Command_UpdateFederatedBundle{UpdateFederatedBundle: op}
 	return c
 }
+
+// SetBootPolicy returns the command pact boot-policy set proposes.
+func (p Proposer) SetBootPolicy(policy *pactv1.BootPolicy, expectVersion uint64) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_SetBootPolicy{SetBootPolicy: &pactv1.SetBootPolicyOp{Policy: policy, ExpectVersion: expectVersion}}
+	return c
+}
+
+// RemoveBootPolicy returns the command pact boot-policy remove proposes.
+func (p Proposer) RemoveBootPolicy(vcluster string) *pactv1.Command {
+	c := p.command()
+	c.Op = &pactv1.Command_RemoveBootPolicy{RemoveBootPolicy: &pactv1.RemoveBootPolicyOp{Vcluster: vcluster}}
+	return c
+}

@@ -146,7 +146,10 @@ type BootPolicy struct {
 	Pcrs    []*BootPolicyPcr   `protobuf:"bytes,5,rep,name=pcrs,proto3" json:"pcrs,omitempty"`
 	Events  []*BootPolicyEvent `protobuf:"bytes,6,rep,name=events,proto3" json:"events,omitempty"`
 	// Free text: which image, who captured it from which node.
-	Comment       string `protobuf:"bytes,7,opt,name=comment,proto3" json:"comment,omitempty"`
+	Comment string `protobuf:"bytes,7,opt,name=comment,proto3" json:"comment,omitempty"`
+	// Set by the state machine from the command.
+	SetAtUnixNano int64  `protobuf:"varint,8,opt,name=set_at_unix_nano,json=setAtUnixNano,proto3" json:"set_at_unix_nano,omitempty"`
+	SetBy         string `protobuf:"bytes,9,opt,name=set_by,json=setBy,proto3" json:"set_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -230,6 +233,121 @@ func (x *BootPolicy) GetComment() string {
 	return ""
 }
 
+func (x *BootPolicy) GetSetAtUnixNano() int64 {
+	if x != nil {
+		return x.SetAtUnixNano
+	}
+	return 0
+}
+
+func (x *BootPolicy) GetSetBy() string {
+	if x != nil {
+		return x.SetBy
+	}
+	return ""
+}
+
+// SetBootPolicyOp sets the boot policy of policy.vcluster (quorum feature
+// level 3). expect_version, when not 0, must be the version in force: an
+// operator's edit of what they read does not overwrite another's.
+type SetBootPolicyOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        *BootPolicy            `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	ExpectVersion uint64                 `protobuf:"varint,2,opt,name=expect_version,json=expectVersion,proto3" json:"expect_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBootPolicyOp) Reset() {
+	*x = SetBootPolicyOp{}
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBootPolicyOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBootPolicyOp) ProtoMessage() {}
+
+func (x *SetBootPolicyOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBootPolicyOp.ProtoReflect.Descriptor instead.
+func (*SetBootPolicyOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SetBootPolicyOp) GetPolicy() *BootPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *SetBootPolicyOp) GetExpectVersion() uint64 {
+	if x != nil {
+		return x.ExpectVersion
+	}
+	return 0
+}
+
+// RemoveBootPolicyOp removes the boot policy of vcluster (quorum feature
+// level 3).
+type RemoveBootPolicyOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vcluster      string                 `protobuf:"bytes,1,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveBootPolicyOp) Reset() {
+	*x = RemoveBootPolicyOp{}
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveBootPolicyOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveBootPolicyOp) ProtoMessage() {}
+
+func (x *RemoveBootPolicyOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveBootPolicyOp.ProtoReflect.Descriptor instead.
+func (*RemoveBootPolicyOp) Descriptor() ([]byte, []int) {
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RemoveBootPolicyOp) GetVcluster() string {
+	if x != nil {
+		return x.Vcluster
+	}
+	return ""
+}
+
 // BootPolicyPcr: the quoted value of PCR index must be one of allowed.
 type BootPolicyPcr struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -241,7 +359,7 @@ type BootPolicyPcr struct {
 
 func (x *BootPolicyPcr) Reset() {
 	*x = BootPolicyPcr{}
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[1]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -253,7 +371,7 @@ func (x *BootPolicyPcr) String() string {
 func (*BootPolicyPcr) ProtoMessage() {}
 
 func (x *BootPolicyPcr) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[1]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -266,7 +384,7 @@ func (x *BootPolicyPcr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootPolicyPcr.ProtoReflect.Descriptor instead.
 func (*BootPolicyPcr) Descriptor() ([]byte, []int) {
-	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{1}
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *BootPolicyPcr) GetIndex() uint32 {
@@ -298,7 +416,7 @@ type BootPolicyEvent struct {
 
 func (x *BootPolicyEvent) Reset() {
 	*x = BootPolicyEvent{}
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[2]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -310,7 +428,7 @@ func (x *BootPolicyEvent) String() string {
 func (*BootPolicyEvent) ProtoMessage() {}
 
 func (x *BootPolicyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[2]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -323,7 +441,7 @@ func (x *BootPolicyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootPolicyEvent.ProtoReflect.Descriptor instead.
 func (*BootPolicyEvent) Descriptor() ([]byte, []int) {
-	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{2}
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *BootPolicyEvent) GetName() string {
@@ -358,7 +476,7 @@ var File_pact_v1_bootpolicy_proto protoreflect.FileDescriptor
 
 const file_pact_v1_bootpolicy_proto_rawDesc = "" +
 	"\n" +
-	"\x18pact/v1/bootpolicy.proto\x12\apact.v1\"\x9a\x02\n" +
+	"\x18pact/v1/bootpolicy.proto\x12\apact.v1\"\xda\x02\n" +
 	"\n" +
 	"BootPolicy\x12\x1a\n" +
 	"\bvcluster\x18\x01 \x01(\tR\bvcluster\x12\x18\n" +
@@ -367,7 +485,14 @@ const file_pact_v1_bootpolicy_proto_rawDesc = "" +
 	"\x06action\x18\x04 \x01(\x0e2\x19.pact.v1.BootPolicyActionR\x06action\x12*\n" +
 	"\x04pcrs\x18\x05 \x03(\v2\x16.pact.v1.BootPolicyPcrR\x04pcrs\x120\n" +
 	"\x06events\x18\x06 \x03(\v2\x18.pact.v1.BootPolicyEventR\x06events\x12\x18\n" +
-	"\acomment\x18\a \x01(\tR\acomment\"?\n" +
+	"\acomment\x18\a \x01(\tR\acomment\x12'\n" +
+	"\x10set_at_unix_nano\x18\b \x01(\x03R\rsetAtUnixNano\x12\x15\n" +
+	"\x06set_by\x18\t \x01(\tR\x05setBy\"e\n" +
+	"\x0fSetBootPolicyOp\x12+\n" +
+	"\x06policy\x18\x01 \x01(\v2\x13.pact.v1.BootPolicyR\x06policy\x12%\n" +
+	"\x0eexpect_version\x18\x02 \x01(\x04R\rexpectVersion\"0\n" +
+	"\x12RemoveBootPolicyOp\x12\x1a\n" +
+	"\bvcluster\x18\x01 \x01(\tR\bvcluster\"?\n" +
 	"\rBootPolicyPcr\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x18\n" +
 	"\aallowed\x18\x02 \x03(\fR\aallowed\"\x7f\n" +
@@ -400,24 +525,27 @@ func file_pact_v1_bootpolicy_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_bootpolicy_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_pact_v1_bootpolicy_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_pact_v1_bootpolicy_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_pact_v1_bootpolicy_proto_goTypes = []any{
-	(BootPolicyMode)(0),     // 0: pact.v1.BootPolicyMode
-	(BootPolicyAction)(0),   // 1: pact.v1.BootPolicyAction
-	(*BootPolicy)(nil),      // 2: pact.v1.BootPolicy
-	(*BootPolicyPcr)(nil),   // 3: pact.v1.BootPolicyPcr
-	(*BootPolicyEvent)(nil), // 4: pact.v1.BootPolicyEvent
+	(BootPolicyMode)(0),        // 0: pact.v1.BootPolicyMode
+	(BootPolicyAction)(0),      // 1: pact.v1.BootPolicyAction
+	(*BootPolicy)(nil),         // 2: pact.v1.BootPolicy
+	(*SetBootPolicyOp)(nil),    // 3: pact.v1.SetBootPolicyOp
+	(*RemoveBootPolicyOp)(nil), // 4: pact.v1.RemoveBootPolicyOp
+	(*BootPolicyPcr)(nil),      // 5: pact.v1.BootPolicyPcr
+	(*BootPolicyEvent)(nil),    // 6: pact.v1.BootPolicyEvent
 }
 var file_pact_v1_bootpolicy_proto_depIdxs = []int32{
 	0, // 0: pact.v1.BootPolicy.mode:type_name -> pact.v1.BootPolicyMode
 	1, // 1: pact.v1.BootPolicy.action:type_name -> pact.v1.BootPolicyAction
-	3, // 2: pact.v1.BootPolicy.pcrs:type_name -> pact.v1.BootPolicyPcr
-	4, // 3: pact.v1.BootPolicy.events:type_name -> pact.v1.BootPolicyEvent
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	5, // 2: pact.v1.BootPolicy.pcrs:type_name -> pact.v1.BootPolicyPcr
+	6, // 3: pact.v1.BootPolicy.events:type_name -> pact.v1.BootPolicyEvent
+	2, // 4: pact.v1.SetBootPolicyOp.policy:type_name -> pact.v1.BootPolicy
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_bootpolicy_proto_init() }
@@ -431,7 +559,7 @@ func file_pact_v1_bootpolicy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_bootpolicy_proto_rawDesc), len(file_pact_v1_bootpolicy_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   3,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

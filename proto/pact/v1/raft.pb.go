@@ -156,6 +156,8 @@ type Command struct {
 	//	*Command_FederateDomain
 	//	*Command_RemoveFederatedDomain
 	//	*Command_UpdateFederatedBundle
+	//	*Command_SetBootPolicy
+	//	*Command_RemoveBootPolicy
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -483,6 +485,24 @@ func (x *Command) GetUpdateFederatedBundle() *UpdateFederatedBundleOp {
 	return nil
 }
 
+func (x *Command) GetSetBootPolicy() *SetBootPolicyOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetBootPolicy); ok {
+			return x.SetBootPolicy
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRemoveBootPolicy() *RemoveBootPolicyOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RemoveBootPolicy); ok {
+			return x.RemoveBootPolicy
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -596,6 +616,15 @@ type Command_UpdateFederatedBundle struct {
 	UpdateFederatedBundle *UpdateFederatedBundleOp `protobuf:"bytes,242,opt,name=update_federated_bundle,json=updateFederatedBundle,proto3,oneof"`
 }
 
+type Command_SetBootPolicy struct {
+	// Boot policies (quorum feature level 3; docs/tpm.md).
+	SetBootPolicy *SetBootPolicyOp `protobuf:"bytes,250,opt,name=set_boot_policy,json=setBootPolicy,proto3,oneof"`
+}
+
+type Command_RemoveBootPolicy struct {
+	RemoveBootPolicy *RemoveBootPolicyOp `protobuf:"bytes,251,opt,name=remove_boot_policy,json=removeBootPolicy,proto3,oneof"`
+}
+
 func (*Command_RegisterNode) isCommand_Op() {}
 
 func (*Command_Activate) isCommand_Op() {}
@@ -649,6 +678,10 @@ func (*Command_FederateDomain) isCommand_Op() {}
 func (*Command_RemoveFederatedDomain) isCommand_Op() {}
 
 func (*Command_UpdateFederatedBundle) isCommand_Op() {}
+
+func (*Command_SetBootPolicy) isCommand_Op() {}
+
+func (*Command_RemoveBootPolicy) isCommand_Op() {}
 
 // SetQuorumLevelOp raises the quorum's feature level (docs/upgrade.md): the
 // level of the Raft commands, snapshot format and certificate layout every
@@ -1804,6 +1837,7 @@ type Snapshot struct {
 	JournalCas           []*JournalCA              `protobuf:"bytes,220,rep,name=journal_cas,json=journalCas,proto3" json:"journal_cas,omitempty"`
 	QuorumLevel          *QuorumLevel              `protobuf:"bytes,230,opt,name=quorum_level,json=quorumLevel,proto3" json:"quorum_level,omitempty"`
 	FederatedDomains     []*FederatedDomain        `protobuf:"bytes,240,rep,name=federated_domains,json=federatedDomains,proto3" json:"federated_domains,omitempty"`
+	BootPolicies         []*BootPolicy             `protobuf:"bytes,250,rep,name=boot_policies,json=bootPolicies,proto3" json:"boot_policies,omitempty"`
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
@@ -1929,6 +1963,13 @@ func (x *Snapshot) GetFederatedDomains() []*FederatedDomain {
 	return nil
 }
 
+func (x *Snapshot) GetBootPolicies() []*BootPolicy {
+	if x != nil {
+		return x.BootPolicies
+	}
+	return nil
+}
+
 type LastSeen struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -2005,6 +2046,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_JournalCa
 	//	*SnapshotRecord_QuorumLevel
 	//	*SnapshotRecord_FederatedDomain
+	//	*SnapshotRecord_BootPolicy
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2173,6 +2215,15 @@ func (x *SnapshotRecord) GetFederatedDomain() *FederatedDomain {
 	return nil
 }
 
+func (x *SnapshotRecord) GetBootPolicy() *BootPolicy {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_BootPolicy); ok {
+			return x.BootPolicy
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -2238,6 +2289,10 @@ type SnapshotRecord_FederatedDomain struct {
 	FederatedDomain *FederatedDomain `protobuf:"bytes,240,opt,name=federated_domain,json=federatedDomain,proto3,oneof"`
 }
 
+type SnapshotRecord_BootPolicy struct {
+	BootPolicy *BootPolicy `protobuf:"bytes,250,opt,name=boot_policy,json=bootPolicy,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Node) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Revoked) isSnapshotRecord_Record() {}
@@ -2265,6 +2320,8 @@ func (*SnapshotRecord_JournalCa) isSnapshotRecord_Record() {}
 func (*SnapshotRecord_QuorumLevel) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_FederatedDomain) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_BootPolicy) isSnapshotRecord_Record() {}
 
 type SnapshotSizes struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2992,7 +3049,7 @@ var File_pact_v1_raft_proto protoreflect.FileDescriptor
 
 const file_pact_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x18pact/v1/federation.proto\x1a\x16pact/v1/registry.proto\"\xb9\x0f\n" +
+	"\x12pact/v1/raft.proto\x12\apact.v1\x1a\x18pact/v1/bootpolicy.proto\x1a\x18pact/v1/federation.proto\x1a\x16pact/v1/registry.proto\"\xcc\x10\n" +
 	"\aCommand\x12 \n" +
 	"\fat_unix_nano\x18\x01 \x01(\x03R\n" +
 	"atUnixNano\x12\x14\n" +
@@ -3029,7 +3086,9 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x10set_quorum_level\x18\xd3\x01 \x01(\v2\x19.pact.v1.SetQuorumLevelOpH\x00R\x0esetQuorumLevel\x12E\n" +
 	"\x0ffederate_domain\x18\xf0\x01 \x01(\v2\x19.pact.v1.FederateDomainOpH\x00R\x0efederateDomain\x12[\n" +
 	"\x17remove_federated_domain\x18\xf1\x01 \x01(\v2 .pact.v1.RemoveFederatedDomainOpH\x00R\x15removeFederatedDomain\x12[\n" +
-	"\x17update_federated_bundle\x18\xf2\x01 \x01(\v2 .pact.v1.UpdateFederatedBundleOpH\x00R\x15updateFederatedBundleB\x04\n" +
+	"\x17update_federated_bundle\x18\xf2\x01 \x01(\v2 .pact.v1.UpdateFederatedBundleOpH\x00R\x15updateFederatedBundle\x12C\n" +
+	"\x0fset_boot_policy\x18\xfa\x01 \x01(\v2\x18.pact.v1.SetBootPolicyOpH\x00R\rsetBootPolicy\x12L\n" +
+	"\x12remove_boot_policy\x18\xfb\x01 \x01(\v2\x1b.pact.v1.RemoveBootPolicyOpH\x00R\x10removeBootPolicyB\x04\n" +
 	"\x02op\"\xc0\x01\n" +
 	"\x10SetQuorumLevelOp\x12\x14\n" +
 	"\x05level\x18\x01 \x01(\rR\x05level\x12\x18\n" +
@@ -3106,7 +3165,7 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\bnode_ids\x18\x02 \x03(\tR\anodeIds\"U\n" +
 	"\x0eMarkInactiveOp\x12\x19\n" +
 	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\x12(\n" +
-	"\x10cutoff_unix_nano\x18\x02 \x01(\x03R\x0ecutoffUnixNano\"\xd5\x05\n" +
+	"\x10cutoff_unix_nano\x18\x02 \x01(\x03R\x0ecutoffUnixNano\"\x90\x06\n" +
 	"\bSnapshot\x12#\n" +
 	"\x05nodes\x18\x01 \x03(\v2\r.pact.v1.NodeR\x05nodes\x120\n" +
 	"\arevoked\x18\x02 \x03(\v2\x16.pact.v1.RevokedSerialR\arevoked\x12;\n" +
@@ -3122,11 +3181,12 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\vjournal_cas\x18\xdc\x01 \x03(\v2\x12.pact.v1.JournalCAR\n" +
 	"journalCas\x128\n" +
 	"\fquorum_level\x18\xe6\x01 \x01(\v2\x14.pact.v1.QuorumLevelR\vquorumLevel\x12F\n" +
-	"\x11federated_domains\x18\xf0\x01 \x03(\v2\x18.pact.v1.FederatedDomainR\x10federatedDomains\"E\n" +
+	"\x11federated_domains\x18\xf0\x01 \x03(\v2\x18.pact.v1.FederatedDomainR\x10federatedDomains\x129\n" +
+	"\rboot_policies\x18\xfa\x01 \x03(\v2\x13.pact.v1.BootPolicyR\fbootPolicies\"E\n" +
 	"\bLastSeen\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
-	"atUnixNano\"\x99\x06\n" +
+	"atUnixNano\"\xd2\x06\n" +
 	"\x0eSnapshotRecord\x12#\n" +
 	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeH\x00R\x04node\x122\n" +
 	"\arevoked\x18\x02 \x01(\v2\x16.pact.v1.RevokedSerialH\x00R\arevoked\x12;\n" +
@@ -3144,7 +3204,9 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\n" +
 	"journal_ca\x18\f \x01(\v2\x12.pact.v1.JournalCAH\x00R\tjournalCa\x129\n" +
 	"\fquorum_level\x18\r \x01(\v2\x14.pact.v1.QuorumLevelH\x00R\vquorumLevel\x12F\n" +
-	"\x10federated_domain\x18\xf0\x01 \x01(\v2\x18.pact.v1.FederatedDomainH\x00R\x0ffederatedDomainB\b\n" +
+	"\x10federated_domain\x18\xf0\x01 \x01(\v2\x18.pact.v1.FederatedDomainH\x00R\x0ffederatedDomain\x127\n" +
+	"\vboot_policy\x18\xfa\x01 \x01(\v2\x13.pact.v1.BootPolicyH\x00R\n" +
+	"bootPolicyB\b\n" +
 	"\x06record\"B\n" +
 	"\rSnapshotSizes\x12\x14\n" +
 	"\x05nodes\x18\x01 \x01(\x04R\x05nodes\x12\x1b\n" +
@@ -3268,18 +3330,21 @@ var file_pact_v1_raft_proto_goTypes = []any{
 	(*FederateDomainOp)(nil),        // 36: pact.v1.FederateDomainOp
 	(*RemoveFederatedDomainOp)(nil), // 37: pact.v1.RemoveFederatedDomainOp
 	(*UpdateFederatedBundleOp)(nil), // 38: pact.v1.UpdateFederatedBundleOp
-	(*HardwareIdentity)(nil),        // 39: pact.v1.HardwareIdentity
-	(*CredentialPolicy)(nil),        // 40: pact.v1.CredentialPolicy
-	(*CertificateInfo)(nil),         // 41: pact.v1.CertificateInfo
-	(*JoinToken)(nil),               // 42: pact.v1.JoinToken
-	(*Intermediate)(nil),            // 43: pact.v1.Intermediate
-	(*JournalInfo)(nil),             // 44: pact.v1.JournalInfo
-	(*JournalCA)(nil),               // 45: pact.v1.JournalCA
-	(*Node)(nil),                    // 46: pact.v1.Node
-	(*AuditEntry)(nil),              // 47: pact.v1.AuditEntry
-	(*Operator)(nil),                // 48: pact.v1.Operator
-	(*OperatorNameRevocation)(nil),  // 49: pact.v1.OperatorNameRevocation
-	(*FederatedDomain)(nil),         // 50: pact.v1.FederatedDomain
+	(*SetBootPolicyOp)(nil),         // 39: pact.v1.SetBootPolicyOp
+	(*RemoveBootPolicyOp)(nil),      // 40: pact.v1.RemoveBootPolicyOp
+	(*HardwareIdentity)(nil),        // 41: pact.v1.HardwareIdentity
+	(*CredentialPolicy)(nil),        // 42: pact.v1.CredentialPolicy
+	(*CertificateInfo)(nil),         // 43: pact.v1.CertificateInfo
+	(*JoinToken)(nil),               // 44: pact.v1.JoinToken
+	(*Intermediate)(nil),            // 45: pact.v1.Intermediate
+	(*JournalInfo)(nil),             // 46: pact.v1.JournalInfo
+	(*JournalCA)(nil),               // 47: pact.v1.JournalCA
+	(*Node)(nil),                    // 48: pact.v1.Node
+	(*AuditEntry)(nil),              // 49: pact.v1.AuditEntry
+	(*Operator)(nil),                // 50: pact.v1.Operator
+	(*OperatorNameRevocation)(nil),  // 51: pact.v1.OperatorNameRevocation
+	(*FederatedDomain)(nil),         // 52: pact.v1.FederatedDomain
+	(*BootPolicy)(nil),              // 53: pact.v1.BootPolicy
 }
 var file_pact_v1_raft_proto_depIdxs = []int32{
 	6,  // 0: pact.v1.Command.register_node:type_name -> pact.v1.RegisterNodeOp
@@ -3309,54 +3374,58 @@ var file_pact_v1_raft_proto_depIdxs = []int32{
 	36, // 24: pact.v1.Command.federate_domain:type_name -> pact.v1.FederateDomainOp
 	37, // 25: pact.v1.Command.remove_federated_domain:type_name -> pact.v1.RemoveFederatedDomainOp
 	38, // 26: pact.v1.Command.update_federated_bundle:type_name -> pact.v1.UpdateFederatedBundleOp
-	35, // 27: pact.v1.SetQuorumLevelOp.members:type_name -> pact.v1.SetQuorumLevelOp.MembersEntry
-	39, // 28: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	40, // 29: pact.v1.RegisterNodeOp.credentials:type_name -> pact.v1.CredentialPolicy
-	39, // 30: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
-	41, // 31: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
-	9,  // 32: pact.v1.ActivateOp.credentials:type_name -> pact.v1.PresentedCredentials
-	1,  // 33: pact.v1.BatchOp.commands:type_name -> pact.v1.Command
-	42, // 34: pact.v1.CreateJoinTokenOp.token:type_name -> pact.v1.JoinToken
-	41, // 35: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
-	43, // 36: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
-	44, // 37: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
-	45, // 38: pact.v1.PublishIntermediateOp.journal_ca:type_name -> pact.v1.JournalCA
-	45, // 39: pact.v1.RecordJournalCAOp.journal_ca:type_name -> pact.v1.JournalCA
-	46, // 40: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
-	25, // 41: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
-	43, // 42: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
-	22, // 43: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
-	47, // 44: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
-	44, // 45: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
-	42, // 46: pact.v1.Snapshot.join_tokens:type_name -> pact.v1.JoinToken
-	48, // 47: pact.v1.Snapshot.operators:type_name -> pact.v1.Operator
-	49, // 48: pact.v1.Snapshot.revoked_operator_names:type_name -> pact.v1.OperatorNameRevocation
-	5,  // 49: pact.v1.Snapshot.quorum:type_name -> pact.v1.QuorumIdentity
-	45, // 50: pact.v1.Snapshot.journal_cas:type_name -> pact.v1.JournalCA
-	3,  // 51: pact.v1.Snapshot.quorum_level:type_name -> pact.v1.QuorumLevel
-	50, // 52: pact.v1.Snapshot.federated_domains:type_name -> pact.v1.FederatedDomain
-	46, // 53: pact.v1.SnapshotRecord.node:type_name -> pact.v1.Node
-	25, // 54: pact.v1.SnapshotRecord.revoked:type_name -> pact.v1.RevokedSerial
-	43, // 55: pact.v1.SnapshotRecord.intermediate:type_name -> pact.v1.Intermediate
-	22, // 56: pact.v1.SnapshotRecord.last_seen:type_name -> pact.v1.LastSeen
-	47, // 57: pact.v1.SnapshotRecord.audit:type_name -> pact.v1.AuditEntry
-	44, // 58: pact.v1.SnapshotRecord.journal:type_name -> pact.v1.JournalInfo
-	42, // 59: pact.v1.SnapshotRecord.join_token:type_name -> pact.v1.JoinToken
-	48, // 60: pact.v1.SnapshotRecord.operator:type_name -> pact.v1.Operator
-	49, // 61: pact.v1.SnapshotRecord.revoked_operator_name:type_name -> pact.v1.OperatorNameRevocation
-	24, // 62: pact.v1.SnapshotRecord.sizes:type_name -> pact.v1.SnapshotSizes
-	5,  // 63: pact.v1.SnapshotRecord.quorum:type_name -> pact.v1.QuorumIdentity
-	45, // 64: pact.v1.SnapshotRecord.journal_ca:type_name -> pact.v1.JournalCA
-	3,  // 65: pact.v1.SnapshotRecord.quorum_level:type_name -> pact.v1.QuorumLevel
-	50, // 66: pact.v1.SnapshotRecord.federated_domain:type_name -> pact.v1.FederatedDomain
-	39, // 67: pact.v1.UpdateNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
-	48, // 68: pact.v1.RecordOperatorOp.operator:type_name -> pact.v1.Operator
-	41, // 69: pact.v1.StandbyIssuedOp.cert:type_name -> pact.v1.CertificateInfo
-	70, // [70:70] is the sub-list for method output_type
-	70, // [70:70] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	39, // 27: pact.v1.Command.set_boot_policy:type_name -> pact.v1.SetBootPolicyOp
+	40, // 28: pact.v1.Command.remove_boot_policy:type_name -> pact.v1.RemoveBootPolicyOp
+	35, // 29: pact.v1.SetQuorumLevelOp.members:type_name -> pact.v1.SetQuorumLevelOp.MembersEntry
+	41, // 30: pact.v1.RegisterNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	42, // 31: pact.v1.RegisterNodeOp.credentials:type_name -> pact.v1.CredentialPolicy
+	41, // 32: pact.v1.ActivateOp.reported:type_name -> pact.v1.HardwareIdentity
+	43, // 33: pact.v1.ActivateOp.cert:type_name -> pact.v1.CertificateInfo
+	9,  // 34: pact.v1.ActivateOp.credentials:type_name -> pact.v1.PresentedCredentials
+	1,  // 35: pact.v1.BatchOp.commands:type_name -> pact.v1.Command
+	44, // 36: pact.v1.CreateJoinTokenOp.token:type_name -> pact.v1.JoinToken
+	43, // 37: pact.v1.RenewOp.cert:type_name -> pact.v1.CertificateInfo
+	45, // 38: pact.v1.PublishIntermediateOp.intermediate:type_name -> pact.v1.Intermediate
+	46, // 39: pact.v1.PublishIntermediateOp.journal:type_name -> pact.v1.JournalInfo
+	47, // 40: pact.v1.PublishIntermediateOp.journal_ca:type_name -> pact.v1.JournalCA
+	47, // 41: pact.v1.RecordJournalCAOp.journal_ca:type_name -> pact.v1.JournalCA
+	48, // 42: pact.v1.Snapshot.nodes:type_name -> pact.v1.Node
+	25, // 43: pact.v1.Snapshot.revoked:type_name -> pact.v1.RevokedSerial
+	45, // 44: pact.v1.Snapshot.intermediates:type_name -> pact.v1.Intermediate
+	22, // 45: pact.v1.Snapshot.last_seen:type_name -> pact.v1.LastSeen
+	49, // 46: pact.v1.Snapshot.audit:type_name -> pact.v1.AuditEntry
+	46, // 47: pact.v1.Snapshot.journals:type_name -> pact.v1.JournalInfo
+	44, // 48: pact.v1.Snapshot.join_tokens:type_name -> pact.v1.JoinToken
+	50, // 49: pact.v1.Snapshot.operators:type_name -> pact.v1.Operator
+	51, // 50: pact.v1.Snapshot.revoked_operator_names:type_name -> pact.v1.OperatorNameRevocation
+	5,  // 51: pact.v1.Snapshot.quorum:type_name -> pact.v1.QuorumIdentity
+	47, // 52: pact.v1.Snapshot.journal_cas:type_name -> pact.v1.JournalCA
+	3,  // 53: pact.v1.Snapshot.quorum_level:type_name -> pact.v1.QuorumLevel
+	52, // 54: pact.v1.Snapshot.federated_domains:type_name -> pact.v1.FederatedDomain
+	53, // 55: pact.v1.Snapshot.boot_policies:type_name -> pact.v1.BootPolicy
+	48, // 56: pact.v1.SnapshotRecord.node:type_name -> pact.v1.Node
+	25, // 57: pact.v1.SnapshotRecord.revoked:type_name -> pact.v1.RevokedSerial
+	45, // 58: pact.v1.SnapshotRecord.intermediate:type_name -> pact.v1.Intermediate
+	22, // 59: pact.v1.SnapshotRecord.last_seen:type_name -> pact.v1.LastSeen
+	49, // 60: pact.v1.SnapshotRecord.audit:type_name -> pact.v1.AuditEntry
+	46, // 61: pact.v1.SnapshotRecord.journal:type_name -> pact.v1.JournalInfo
+	44, // 62: pact.v1.SnapshotRecord.join_token:type_name -> pact.v1.JoinToken
+	50, // 63: pact.v1.SnapshotRecord.operator:type_name -> pact.v1.Operator
+	51, // 64: pact.v1.SnapshotRecord.revoked_operator_name:type_name -> pact.v1.OperatorNameRevocation
+	24, // 65: pact.v1.SnapshotRecord.sizes:type_name -> pact.v1.SnapshotSizes
+	5,  // 66: pact.v1.SnapshotRecord.quorum:type_name -> pact.v1.QuorumIdentity
+	47, // 67: pact.v1.SnapshotRecord.journal_ca:type_name -> pact.v1.JournalCA
+	3,  // 68: pact.v1.SnapshotRecord.quorum_level:type_name -> pact.v1.QuorumLevel
+	52, // 69: pact.v1.SnapshotRecord.federated_domain:type_name -> pact.v1.FederatedDomain
+	53, // 70: pact.v1.SnapshotRecord.boot_policy:type_name -> pact.v1.BootPolicy
+	41, // 71: pact.v1.UpdateNodeOp.hardware:type_name -> pact.v1.HardwareIdentity
+	50, // 72: pact.v1.RecordOperatorOp.operator:type_name -> pact.v1.Operator
+	43, // 73: pact.v1.StandbyIssuedOp.cert:type_name -> pact.v1.CertificateInfo
+	74, // [74:74] is the sub-list for method output_type
+	74, // [74:74] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_raft_proto_init() }
@@ -3364,6 +3433,7 @@ func file_pact_v1_raft_proto_init() {
 	if File_pact_v1_raft_proto != nil {
 		return
 	}
+	file_pact_v1_bootpolicy_proto_init()
 	file_pact_v1_federation_proto_init()
 	file_pact_v1_registry_proto_init()
 	file_pact_v1_raft_proto_msgTypes[0].OneofWrappers = []any{
@@ -3394,6 +3464,8 @@ func file_pact_v1_raft_proto_init() {
 		(*Command_FederateDomain)(nil),
 		(*Command_RemoveFederatedDomain)(nil),
 		(*Command_UpdateFederatedBundle)(nil),
+		(*Command_SetBootPolicy)(nil),
+		(*Command_RemoveBootPolicy)(nil),
 	}
 	file_pact_v1_raft_proto_msgTypes[22].OneofWrappers = []any{
 		(*SnapshotRecord_Node)(nil),
@@ -3410,6 +3482,7 @@ func file_pact_v1_raft_proto_init() {
 		(*SnapshotRecord_JournalCa)(nil),
 		(*SnapshotRecord_QuorumLevel)(nil),
 		(*SnapshotRecord_FederatedDomain)(nil),
+		(*SnapshotRecord_BootPolicy)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
