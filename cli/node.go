@@ -375,6 +375,17 @@ func (a *app) list(cmd *cobra.Command, args []string, o listOptions) error {
 	}
 	resp := servedRange(pages)
 	views := slices.DeleteFunc(nodeViews(nodes), func(v NodeView) bool { return !state.match(v) })
+	also := map[string]string{}
+	for _, p := range pages {
+		for id, text := range p.GetAlsoActive() {
+			also[id] = text
+		}
+	}
+	for i := range views {
+		if text, ok := also[views[i].NodeID]; ok {
+			views[i].AlsoActive = strings.Split(text, "; ")
+		}
+	}
 	if len(o.issuer) > 0 {
 		under, err := a.intermediatesUnder(cmd, s, o.issuer)
 		if err != nil {
@@ -415,6 +426,11 @@ func (a *app) list(cmd *cobra.Command, args []string, o listOptions) error {
 	}
 	if err := writeNodeTable(a.env.Stdout, views, a.env.Now()); err != nil {
 		return err
+	}
+	for _, v := range views {
+		for _, text := range v.AlsoActive {
+			fmt.Fprintf(a.env.Stderr, "note: node %s is also active in domain %s\n", printable(v.NodeID), printable(text))
+		}
 	}
 	a.servedBy(resp)
 	return nil
@@ -546,6 +562,7 @@ func (a *app) inspect(cmd *cobra.Command, args []string) error {
 		return &hintError{msg: msg, err: errors.New(msg)}
 	}
 	v := NodeViewOf(resp.GetNode())
+	v.AlsoActive = resp.GetAlsoActive()
 	if s.cfg.Output == outputJSON {
 		return writeJSON(a.env.Stdout, v)
 	}

@@ -123,6 +123,9 @@ func writeNodeBlock(w io.Writer, n NodeView, now time.Time) error {
 		rows = append(rows, struct{ k, v string }{"standby serial", cell(n.StandbySerial)},
 			struct{ k, v string }{"standby expires", cell(n.StandbyNotAfter)})
 	}
+	for _, a := range n.AlsoActive {
+		rows = append(rows, struct{ k, v string }{"also active in domain", cell(a)})
+	}
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s:\t%s\n", r.k, r.v)
 	}

@@ -53,6 +53,10 @@ type NodeView struct {
 	// enroll again at once, with no takeover window. It ends when the
 	// node enrolls again, or when it is marked inactive.
 	Released bool `json:"released,omitempty"`
+	// AlsoActive names the federated domains whose enrollment claims hold
+	// the node's hardware Active, as the answering journal holds them:
+	// "DOMAIN (node NODE) since T" (docs/domains.md).
+	AlsoActive []string `json:"also_active,omitempty"`
 
 	lastSeen time.Time // for the relative LAST SEEN column
 }

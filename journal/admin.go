@@ -270,7 +270,16 @@ func (s *adminServer) ListNodes(_ context.Context, req *pactv1.ListNodesRequest)
 	if err != nil {
 		return nil, err
 	}
-	return &pactv1.ListNodesResponse{Nodes: out, ServedBy: s.j.cfg.NodeID, AppliedIndex: applied, NextPageToken: next}, nil
+	resp := &pactv1.ListNodesResponse{Nodes: out, ServedBy: s.j.cfg.NodeID, AppliedIndex: applied, NextPageToken: next}
+	for _, n := range out {
+		if also := s.j.alsoActive(n); len(also) > 0 {
+			if resp.AlsoActive == nil {
+				resp.AlsoActive = map[string]string{}
+			}
+			resp.AlsoActive[n.GetNodeId()] = strings.Join(also, "; ")
+		}
+	}
+	return resp, nil
 }
 
 func (s *adminServer) InspectNode(ctx context.Context, req *pactv1.InspectNodeRequest) (*pactv1.InspectNodeResponse, error) {
@@ -281,7 +290,7 @@ func (s *adminServer) InspectNode(ctx context.Context, req *pactv1.InspectNodeRe
 	if err != nil {
 		return nil, err
 	}
-	return &pactv1.InspectNodeResponse{Node: s.j.view(n)}, nil
+	return &pactv1.InspectNodeResponse{Node: s.j.view(n), AlsoActive: s.j.alsoActive(n)}, nil
 }
 
 func (j *Journal) node(id string) (*pactv1.Node, error) {

@@ -112,7 +112,7 @@ type ClaimFeed struct {
 // claimOf is node n's claim.
 func claimOf(n *pactv1.Node) Claim {
 	c := Claim{NodeID: n.GetNodeId()}
-	if n.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE && n.GetFence() == nil {
+	if n.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE && n.GetFence() == nil && !raftfsm.Released(n) {
 		c.Active = true
 		c.HW = hardwareDigests(n.GetHardware())
 		c.Since = n.GetActivatedAtUnixNano()
@@ -536,4 +536,55 @@ func (c claimsCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, d := range c.j.fsm.FederatedDomains() {
 		ch <- prometheus.MustNewConstMetric(claimsHeldDesc, prometheus.GaugeValue, float64(c.j.heldClaims.count(d.GetName())), d.GetName())
 	}
+}
+
+// ErrActiveInAnotherDomain: a federated domain whose policy is refuse holds
+// the hardware Active. Retryable (ACTIVE_IN_ANOTHER_DOMAIN, with a
+// retry-after): the node enrolls once that domain's claim ends.
+var ErrActiveInAnotherDomain = errors.New("journal: hardware active in another domain")
+
+// claimRetryAfter is the retry-after of an enrollment refused by a claim.
+const claimRetryAfter = 30 * time.Second
+
+// checkClaims applies each federated domain's policy to the claims held on
+// node's hardware: warn logs and counts, refuse refuses (retryable). It
+// uses what is held and never calls the other domain, so an unreachable
+// one delays nothing; the answer says how old the claims are.
+func (j *Journal) checkClaims(ctx context.Context, node *pactv1.Node) error {
+	held := j.heldClaims.lookup(node.GetHardware())
+	if len(held) == 0 {
+		return nil
+	}
+	now := j.cfg.Clock.Now()
+	for _, c := range held {
+		d, ok := j.fsm.FederatedDomain(c.Domain)
+		if !ok {
+			continue
+		}
+		age := now.Sub(j.heldClaims.polledAt(c.Domain)).Round(time.Second)
+		since := time.Unix(0, c.Since).UTC().Format(time.RFC3339)
+		j.federation.claimed.WithLabelValues(c.Domain, d.GetPolicy()).Inc()
+		if d.GetPolicy() == raftfsm.PolicyRefuse {
+			j.log.Warn("enrollment refused: the hardware is active in another domain", logkey.NodeID, node.GetNodeId(), logkey.Domain, c.Domain,
+				"other_node", c.NodeID, "since", since, "claims_age", age.String(), logkey.Source, peerAddr(ctx))
+			return &retryAfterError{
+				err: fmt.Errorf("%w: node %s's hardware is active in domain %s as node %s since %s (claims from %s %s old; its policy here is refuse): it enrolls here once %s releases it",
+					ErrActiveInAnotherDomain, node.GetNodeId(), c.Domain, c.NodeID, since, c.Domain, age, c.Domain),
+				after: claimRetryAfter,
+			}
+		}
+		j.log.Warn("node enrolling while its hardware is active in another domain", logkey.NodeID, node.GetNodeId(), logkey.Domain, c.Domain,
+			"other_node", c.NodeID, "since", since, "claims_age", age.String(), logkey.Source, peerAddr(ctx))
+	}
+	return nil
+}
+
+// AlsoActive says, for node, in which federated domains its hardware is
+// Active by the claims held: "DOMAIN (node NODE) since T" each.
+func (j *Journal) alsoActive(n *pactv1.Node) []string {
+	var out []string
+	for _, c := range j.heldClaims.lookup(n.GetHardware()) {
+		out = append(out, fmt.Sprintf("%s (node %s) since %s", c.Domain, c.NodeID, time.Unix(0, c.Since).UTC().Format(time.RFC3339)))
+	}
+	return out
 }

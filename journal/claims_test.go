@@ -7,9 +7,13 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/journaltest"
@@ -129,5 +133,83 @@ func TestClaimFloodIsBounded(t *testing.T) {
 	}
 	if n := h.Count("flood.example"); n != journal.MaxClaimsPerDomain {
 		t.Fatalf("held %d, want the bound %d", n, journal.MaxClaimsPerDomain)
+	}
+}
+
+// Policies: a domain federated with refuse refuses to enroll hardware the
+// other domain holds Active (retryable, naming it); once the node is
+// released there it enrolls. With warn it enrolls, and inspect and list
+// show where else the node is active, on both sides. With A gone, B
+// decides from what it holds and waits for nobody.
+func TestClaimPolicies(t *testing.T) {
+	a := startDomain(t, journaltest.Domain)
+	b := startDomain(t, "b.example")
+	federate(t, a, b, "warn")
+	federate(t, b, a, "refuse")
+	const bmc, mac = "BMC-SHARED-1", "02:00:00:00:42:01"
+	a.Register(t, "shared-a", bmc, mac)
+	b.Register(t, "shared-b", bmc, mac)
+	keyA := journaltest.NewKey(t)
+	resp, err := a.Enroll(t, keyA, bmc, mac)
+	if err != nil {
+		t.Fatalf("enroll in A: %v", err)
+	}
+	hw := &pactv1.HardwareIdentity{Macs: []string{mac}, BmcSerial: bmc}
+	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool { return len(b.J.HeldClaimDomains(hw)) == 1 },
+		"B never held A's claim")
+
+	// Active in A, boots into B: refused, retryable, naming A.
+	_, err = b.Enroll(t, journaltest.NewKey(t), bmc, mac)
+	pe := apierr.FromError(err)
+	if pe.Reason != apierr.ActiveInAnotherDomain || pe.RetryAfter <= 0 || pe.Final() || !strings.Contains(pe.Message, journaltest.Domain) {
+		t.Fatalf("enroll in B with refuse: %v (reason %s, retry-after %v, final %v), want a retryable ACTIVE_IN_ANOTHER_DOMAIN naming %s",
+			err, pe.Reason, pe.RetryAfter, pe.Final(), journaltest.Domain)
+	}
+	if n := testutil.ToFloat64(b.J.ClaimedCounter(journaltest.Domain, "refuse")); n != 1 {
+		t.Errorf("pact_journal_enroll_claimed_elsewhere_total{policy=refuse} = %v, want 1", n)
+	}
+
+	// Released in A (its agent stopped cleanly): B enrolls it.
+	agentA := keyA.TLSCert(resp.GetCertChainDer())
+	ctx := callCtxFed(t)
+	if _, err := pactv1.NewEnrollmentServiceClient(a.Dial(t, &agentA)).Release(ctx, &pactv1.ReleaseRequest{}); err != nil {
+		t.Fatalf("release in A: %v", err)
+	}
+	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool { return len(b.J.HeldClaimDomains(hw)) == 0 },
+		"B still holds A's claim after A's agent released the node")
+	if _, err := b.Enroll(t, journaltest.NewKey(t), bmc, mac); err != nil {
+		t.Fatalf("enroll in B once A released the node: %v", err)
+	}
+
+	// The same hardware enrolls in A again (A federates B with warn): A
+	// enrolls and says so, and both sides show it.
+	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool { return len(a.J.HeldClaimDomains(hw)) == 1 },
+		"A never held B's claim")
+	if _, err := a.Enroll(t, journaltest.NewKey(t), bmc, mac); err != nil {
+		t.Fatalf("enroll in A with warn: %v", err)
+	}
+	in, err := a.AdminClient(t).InspectNode(ctx, &pactv1.InspectNodeRequest{NodeId: "shared-a"})
+	if err != nil || len(in.GetAlsoActive()) != 1 || !strings.HasPrefix(in.GetAlsoActive()[0], "b.example (node shared-b) since ") {
+		t.Fatalf("inspect in A: %v, %v: want also active in b.example", in.GetAlsoActive(), err)
+	}
+	list, err := a.AdminClient(t).ListNodes(ctx, &pactv1.ListNodesRequest{})
+	if err != nil || !strings.HasPrefix(list.GetAlsoActive()["shared-a"], "b.example") {
+		t.Fatalf("list in A: %v, %v", list.GetAlsoActive(), err)
+	}
+	if n := testutil.ToFloat64(a.J.ClaimedCounter("b.example", "warn")); n != 1 {
+		t.Errorf("A's pact_journal_enroll_claimed_elsewhere_total{policy=warn} = %v, want 1", n)
+	}
+	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		in, err := b.AdminClient(t).InspectNode(ctx, &pactv1.InspectNodeRequest{NodeId: "shared-b"})
+		return err == nil && len(in.GetAlsoActive()) == 1 && strings.HasPrefix(in.GetAlsoActive()[0], journaltest.Domain+" (node shared-a)")
+	}, "B never showed shared-b also active in %s: active twice is raised on one side only", journaltest.Domain)
+
+	// A goes away: B keeps deciding from what it holds, at once.
+	if err := a.J.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b.Register(t, "other-b", "BMC-OTHER", "02:00:00:00:42:02")
+	if _, err := b.Enroll(t, journaltest.NewKey(t), "BMC-OTHER", "02:00:00:00:42:02"); err != nil {
+		t.Fatalf("enroll of unclaimed hardware in B with A unreachable: %v", err)
 	}
 }

@@ -191,6 +191,11 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 	// the window (takeover != 0), or at once when its certificate was
 	// withdrawn (takeoverCutoff).
 	replaces := node.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE && !raftfsm.Released(node)
+	// Hardware a federated domain holds Active: warned, or refused by
+	// that domain's policy, from the claims held (never waiting on it).
+	if err := j.checkClaims(ctx, node); err != nil {
+		return nil, resultRefused, err
+	}
 	if err := j.checkSigning(); err != nil {
 		return nil, resultError, err
 	}

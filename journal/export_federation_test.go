@@ -48,3 +48,9 @@ func (c ClaimHolderForTest) Apply(domain string, feed *ClaimFeed) int {
 
 // Count is how many claims are held from domain.
 func (c ClaimHolderForTest) Count(domain string) int { return c.h.count(domain) }
+
+// ClaimedCounter is pact_journal_enroll_claimed_elsewhere_total of a
+// domain and policy.
+func (j *Journal) ClaimedCounter(domain, policy string) prometheus.Counter {
+	return j.federation.claimed.WithLabelValues(domain, policy)
+}

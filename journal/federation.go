@@ -219,6 +219,9 @@ type fedRefresher struct {
 	// claims of a federated domain dropped at MaxClaimsPerDomain.
 	feedRefused   prometheus.Counter
 	claimsDropped *prometheus.CounterVec
+	// claimed counts enrollments of hardware a federated domain holds
+	// Active, by domain and policy (warn: enrolled; refuse: refused).
+	claimed *prometheus.CounterVec
 }
 
 func newFederation(j *Journal) *fedRefresher {
@@ -236,6 +239,10 @@ func newFederation(j *Journal) *fedRefresher {
 			Name: "pact_journal_federation_claims_dropped_total",
 			Help: "Claims of a federated domain not held because it claimed more than the bound (200,000 nodes), by domain.",
 		}, []string{"domain"}),
+		claimed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pact_journal_enroll_claimed_elsewhere_total",
+			Help: "Enrollments of hardware a federated domain holds Active, by domain and policy (warn: enrolled and logged; refuse: refused, retryable).",
+		}, []string{"domain", "policy"}),
 	}
 	f.floor.Store(int64(federationRefreshFloor))
 	return f

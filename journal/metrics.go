@@ -118,7 +118,7 @@ func newMetrics(j *Journal) *metrics {
 		&nodeCollector{fsm: j.fsm, now: j.cfg.Clock.Now},
 	)
 	m.registerMonitoring(j)
-	m.reg.MustRegister(j.federation.failures, j.federation.feedRefused, j.federation.claimsDropped, federationCollector{j}, claimsCollector{j})
+	m.reg.MustRegister(j.federation.failures, j.federation.feedRefused, j.federation.claimsDropped, j.federation.claimed, federationCollector{j}, claimsCollector{j})
 	return m
 }
 

@@ -100,6 +100,7 @@ var reasons = []struct {
 	{ErrTPMQuoteRefused, apierr.TPMQuoteRefused},
 	{errHalted, apierr.JournalHalted},
 	{ErrJournalCARevoked, apierr.JournalCARevoked},
+	{ErrActiveInAnotherDomain, apierr.ActiveInAnotherDomain},
 }
 
 // toStatus converts a handler error to a gRPC status error. Errors that are

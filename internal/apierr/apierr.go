@@ -136,6 +136,10 @@ const (
 	// names the journals still to upgrade. Not retryable as it is: it
 	// works once every journal runs a release that speaks the level.
 	QuorumVersion Reason = "QUORUM_VERSION"
+	// ActiveInAnotherDomain: a federated domain whose policy is refuse
+	// holds the node's hardware Active (docs/domains.md); the message
+	// names it. Retryable: the node enrolls once that domain's claim ends.
+	ActiveInAnotherDomain Reason = "ACTIVE_IN_ANOTHER_DOMAIN"
 )
 
 // Limit names what a RATE_LIMITED refusal is about, so a caller (and the
@@ -197,6 +201,7 @@ var codeOf = map[Reason]codes.Code{
 	TPMChallengeUnknown:      codes.Aborted,
 	TPMQuoteRefused:          codes.PermissionDenied,
 	QuorumVersion:            codes.FailedPrecondition,
+	ActiveInAnotherDomain:    codes.ResourceExhausted,
 }
 
 // Code is the gRPC code a reason travels with.

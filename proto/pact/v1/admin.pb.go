@@ -502,6 +502,9 @@ type ListNodesResponse struct {
 	AppliedIndex uint64 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	// Set when more matching nodes follow: pass it as page_token.
 	NextPageToken string `protobuf:"bytes,4,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// For the nodes of this page whose hardware a federated domain's claims
+	// hold Active: node id -> "DOMAIN (node NODE) since T" (docs/domains.md).
+	AlsoActive    map[string]string `protobuf:"bytes,5,rep,name=also_active,json=alsoActive,proto3" json:"also_active,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -564,6 +567,13 @@ func (x *ListNodesResponse) GetNextPageToken() string {
 	return ""
 }
 
+func (x *ListNodesResponse) GetAlsoActive() map[string]string {
+	if x != nil {
+		return x.AlsoActive
+	}
+	return nil
+}
+
 type InspectNodeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -609,8 +619,12 @@ func (x *InspectNodeRequest) GetNodeId() string {
 }
 
 type InspectNodeResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// The federated domains whose enrollment claims hold this node's
+	// hardware Active, as this journal holds them: "DOMAIN (node NODE) since
+	// T" (docs/domains.md). Never in Raft.
+	AlsoActive    []string `protobuf:"bytes,2,rep,name=also_active,json=alsoActive,proto3" json:"also_active,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -648,6 +662,13 @@ func (*InspectNodeResponse) Descriptor() ([]byte, []int) {
 func (x *InspectNodeResponse) GetNode() *Node {
 	if x != nil {
 		return x.Node
+	}
+	return nil
+}
+
+func (x *InspectNodeResponse) GetAlsoActive() []string {
+	if x != nil {
+		return x.AlsoActive
 	}
 	return nil
 }
@@ -3599,16 +3620,23 @@ const file_pact_v1_admin_proto_rawDesc = "" +
 	"\breleased\x18\xcb\x01 \x01(\bR\breleased\x12\x1b\n" +
 	"\tpage_size\x18\x04 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x05 \x01(\tR\tpageToken\"\xa2\x01\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"\xae\x02\n" +
 	"\x11ListNodesResponse\x12#\n" +
 	"\x05nodes\x18\x01 \x03(\v2\r.pact.v1.NodeR\x05nodes\x12\x1b\n" +
 	"\tserved_by\x18\x02 \x01(\tR\bservedBy\x12#\n" +
 	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12&\n" +
-	"\x0fnext_page_token\x18\x04 \x01(\tR\rnextPageToken\"-\n" +
+	"\x0fnext_page_token\x18\x04 \x01(\tR\rnextPageToken\x12K\n" +
+	"\valso_active\x18\x05 \x03(\v2*.pact.v1.ListNodesResponse.AlsoActiveEntryR\n" +
+	"alsoActive\x1a=\n" +
+	"\x0fAlsoActiveEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"-\n" +
 	"\x12InspectNodeRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"8\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"Y\n" +
 	"\x13InspectNodeResponse\x12!\n" +
-	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\"H\n" +
+	"\x04node\x18\x01 \x01(\v2\r.pact.v1.NodeR\x04node\x12\x1f\n" +
+	"\valso_active\x18\x02 \x03(\tR\n" +
+	"alsoActive\"H\n" +
 	"\x17DecommissionNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"=\n" +
@@ -3870,7 +3898,7 @@ func file_pact_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_pact_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_pact_v1_admin_proto_goTypes = []any{
 	(RegisterOutcome)(0),                  // 0: pact.v1.RegisterOutcome
 	(*RegisterNodeRequest)(nil),           // 1: pact.v1.RegisterNodeRequest
@@ -3929,130 +3957,132 @@ var file_pact_v1_admin_proto_goTypes = []any{
 	(*UnfenceNodeResponse)(nil),           // 54: pact.v1.UnfenceNodeResponse
 	(*UpdateNodeRequest)(nil),             // 55: pact.v1.UpdateNodeRequest
 	(*UpdateNodeResponse)(nil),            // 56: pact.v1.UpdateNodeResponse
-	nil,                                   // 57: pact.v1.ListIntermediatesResponse.NodeCertificatesEntry
-	(*HardwareIdentity)(nil),              // 58: pact.v1.HardwareIdentity
-	(*CredentialPolicy)(nil),              // 59: pact.v1.CredentialPolicy
-	(*Node)(nil),                          // 60: pact.v1.Node
-	(NodeState)(0),                        // 61: pact.v1.NodeState
-	(*AuditEntry)(nil),                    // 62: pact.v1.AuditEntry
-	(*JournalCA)(nil),                     // 63: pact.v1.JournalCA
-	(*Intermediate)(nil),                  // 64: pact.v1.Intermediate
-	(*Operator)(nil),                      // 65: pact.v1.Operator
-	(*OperatorNameRevocation)(nil),        // 66: pact.v1.OperatorNameRevocation
-	(*FederateDomainRequest)(nil),         // 67: pact.v1.FederateDomainRequest
-	(*ListFederatedDomainsRequest)(nil),   // 68: pact.v1.ListFederatedDomainsRequest
-	(*RemoveFederatedDomainRequest)(nil),  // 69: pact.v1.RemoveFederatedDomainRequest
-	(*FederateDomainResponse)(nil),        // 70: pact.v1.FederateDomainResponse
-	(*ListFederatedDomainsResponse)(nil),  // 71: pact.v1.ListFederatedDomainsResponse
-	(*RemoveFederatedDomainResponse)(nil), // 72: pact.v1.RemoveFederatedDomainResponse
+	nil,                                   // 57: pact.v1.ListNodesResponse.AlsoActiveEntry
+	nil,                                   // 58: pact.v1.ListIntermediatesResponse.NodeCertificatesEntry
+	(*HardwareIdentity)(nil),              // 59: pact.v1.HardwareIdentity
+	(*CredentialPolicy)(nil),              // 60: pact.v1.CredentialPolicy
+	(*Node)(nil),                          // 61: pact.v1.Node
+	(NodeState)(0),                        // 62: pact.v1.NodeState
+	(*AuditEntry)(nil),                    // 63: pact.v1.AuditEntry
+	(*JournalCA)(nil),                     // 64: pact.v1.JournalCA
+	(*Intermediate)(nil),                  // 65: pact.v1.Intermediate
+	(*Operator)(nil),                      // 66: pact.v1.Operator
+	(*OperatorNameRevocation)(nil),        // 67: pact.v1.OperatorNameRevocation
+	(*FederateDomainRequest)(nil),         // 68: pact.v1.FederateDomainRequest
+	(*ListFederatedDomainsRequest)(nil),   // 69: pact.v1.ListFederatedDomainsRequest
+	(*RemoveFederatedDomainRequest)(nil),  // 70: pact.v1.RemoveFederatedDomainRequest
+	(*FederateDomainResponse)(nil),        // 71: pact.v1.FederateDomainResponse
+	(*ListFederatedDomainsResponse)(nil),  // 72: pact.v1.ListFederatedDomainsResponse
+	(*RemoveFederatedDomainResponse)(nil), // 73: pact.v1.RemoveFederatedDomainResponse
 }
 var file_pact_v1_admin_proto_depIdxs = []int32{
-	58, // 0: pact.v1.RegisterNodeRequest.hardware:type_name -> pact.v1.HardwareIdentity
-	59, // 1: pact.v1.RegisterNodeRequest.credentials:type_name -> pact.v1.CredentialPolicy
-	60, // 2: pact.v1.RegisterNodeResponse.node:type_name -> pact.v1.Node
+	59, // 0: pact.v1.RegisterNodeRequest.hardware:type_name -> pact.v1.HardwareIdentity
+	60, // 1: pact.v1.RegisterNodeRequest.credentials:type_name -> pact.v1.CredentialPolicy
+	61, // 2: pact.v1.RegisterNodeResponse.node:type_name -> pact.v1.Node
 	1,  // 3: pact.v1.RegisterNodesRequest.nodes:type_name -> pact.v1.RegisterNodeRequest
 	0,  // 4: pact.v1.RegisterNodeResult.outcome:type_name -> pact.v1.RegisterOutcome
 	4,  // 5: pact.v1.RegisterNodesResponse.results:type_name -> pact.v1.RegisterNodeResult
-	61, // 6: pact.v1.ListNodesRequest.state:type_name -> pact.v1.NodeState
-	60, // 7: pact.v1.ListNodesResponse.nodes:type_name -> pact.v1.Node
-	60, // 8: pact.v1.InspectNodeResponse.node:type_name -> pact.v1.Node
-	60, // 9: pact.v1.DecommissionNodeResponse.node:type_name -> pact.v1.Node
-	60, // 10: pact.v1.AssignNodeResponse.node:type_name -> pact.v1.Node
-	60, // 11: pact.v1.UnassignNodeResponse.node:type_name -> pact.v1.Node
-	60, // 12: pact.v1.MoveNodeResponse.node:type_name -> pact.v1.Node
-	62, // 13: pact.v1.ListAuditResponse.entries:type_name -> pact.v1.AuditEntry
-	21, // 14: pact.v1.JournalStatusResponse.members:type_name -> pact.v1.JournalMember
-	21, // 15: pact.v1.AddJournalResponse.members:type_name -> pact.v1.JournalMember
-	63, // 16: pact.v1.AddJournalResponse.journal_ca:type_name -> pact.v1.JournalCA
-	21, // 17: pact.v1.RemoveJournalResponse.members:type_name -> pact.v1.JournalMember
-	64, // 18: pact.v1.RemoveJournalResponse.retired:type_name -> pact.v1.Intermediate
-	29, // 19: pact.v1.RemoveJournalResponse.own_credential:type_name -> pact.v1.OwnCredential
-	65, // 20: pact.v1.IssueOperatorResponse.operator:type_name -> pact.v1.Operator
-	65, // 21: pact.v1.ListOperatorsResponse.operators:type_name -> pact.v1.Operator
-	66, // 22: pact.v1.ListOperatorsResponse.revoked_names:type_name -> pact.v1.OperatorNameRevocation
-	65, // 23: pact.v1.RevokeOperatorResponse.revoked:type_name -> pact.v1.Operator
-	66, // 24: pact.v1.RevokeOperatorResponse.name:type_name -> pact.v1.OperatorNameRevocation
-	64, // 25: pact.v1.RetireIntermediateResponse.retired:type_name -> pact.v1.Intermediate
-	29, // 26: pact.v1.RetireIntermediateResponse.own_credential:type_name -> pact.v1.OwnCredential
-	64, // 27: pact.v1.ListIntermediatesResponse.intermediates:type_name -> pact.v1.Intermediate
-	63, // 28: pact.v1.ListIntermediatesResponse.journal_cas:type_name -> pact.v1.JournalCA
-	57, // 29: pact.v1.ListIntermediatesResponse.node_certificates:type_name -> pact.v1.ListIntermediatesResponse.NodeCertificatesEntry
-	63, // 30: pact.v1.RecordJournalCAResponse.journal_ca:type_name -> pact.v1.JournalCA
-	63, // 31: pact.v1.RecordJournalCAResponse.superseded:type_name -> pact.v1.JournalCA
-	63, // 32: pact.v1.RevokeJournalCAResponse.revoked:type_name -> pact.v1.JournalCA
-	64, // 33: pact.v1.RevokeJournalCAResponse.intermediates:type_name -> pact.v1.Intermediate
-	63, // 34: pact.v1.RevokeJournalCAResponse.bound:type_name -> pact.v1.JournalCA
-	29, // 35: pact.v1.RevokeJournalCAResponse.own_credential:type_name -> pact.v1.OwnCredential
-	65, // 36: pact.v1.RevokeJournalCAResponse.operators:type_name -> pact.v1.Operator
-	46, // 37: pact.v1.CreateJoinTokenResponse.info:type_name -> pact.v1.JoinTokenInfo
-	46, // 38: pact.v1.ListJoinTokensResponse.tokens:type_name -> pact.v1.JoinTokenInfo
-	46, // 39: pact.v1.RevokeJoinTokensResponse.revoked:type_name -> pact.v1.JoinTokenInfo
-	60, // 40: pact.v1.FenceNodeResponse.node:type_name -> pact.v1.Node
-	60, // 41: pact.v1.UnfenceNodeResponse.node:type_name -> pact.v1.Node
-	60, // 42: pact.v1.UpdateNodeResponse.node:type_name -> pact.v1.Node
-	1,  // 43: pact.v1.AdminService.RegisterNode:input_type -> pact.v1.RegisterNodeRequest
-	3,  // 44: pact.v1.AdminService.RegisterNodes:input_type -> pact.v1.RegisterNodesRequest
-	6,  // 45: pact.v1.AdminService.ListNodes:input_type -> pact.v1.ListNodesRequest
-	8,  // 46: pact.v1.AdminService.InspectNode:input_type -> pact.v1.InspectNodeRequest
-	10, // 47: pact.v1.AdminService.DecommissionNode:input_type -> pact.v1.DecommissionNodeRequest
-	12, // 48: pact.v1.AdminService.AssignNode:input_type -> pact.v1.AssignNodeRequest
-	14, // 49: pact.v1.AdminService.UnassignNode:input_type -> pact.v1.UnassignNodeRequest
-	16, // 50: pact.v1.AdminService.MoveNode:input_type -> pact.v1.MoveNodeRequest
-	18, // 51: pact.v1.AdminService.ListAudit:input_type -> pact.v1.ListAuditRequest
-	20, // 52: pact.v1.AdminService.JournalStatus:input_type -> pact.v1.JournalStatusRequest
-	23, // 53: pact.v1.AdminService.AddJournal:input_type -> pact.v1.AddJournalRequest
-	25, // 54: pact.v1.AdminService.RemoveJournal:input_type -> pact.v1.RemoveJournalRequest
-	44, // 55: pact.v1.AdminService.CreateJoinToken:input_type -> pact.v1.CreateJoinTokenRequest
-	47, // 56: pact.v1.AdminService.ListJoinTokens:input_type -> pact.v1.ListJoinTokensRequest
-	49, // 57: pact.v1.AdminService.RevokeJoinTokens:input_type -> pact.v1.RevokeJoinTokensRequest
-	51, // 58: pact.v1.AdminService.FenceNode:input_type -> pact.v1.FenceNodeRequest
-	53, // 59: pact.v1.AdminService.UnfenceNode:input_type -> pact.v1.UnfenceNodeRequest
-	30, // 60: pact.v1.AdminService.IssueOperator:input_type -> pact.v1.IssueOperatorRequest
-	32, // 61: pact.v1.AdminService.ListOperators:input_type -> pact.v1.ListOperatorsRequest
-	34, // 62: pact.v1.AdminService.RevokeOperator:input_type -> pact.v1.RevokeOperatorRequest
-	36, // 63: pact.v1.AdminService.RetireIntermediate:input_type -> pact.v1.RetireIntermediateRequest
-	38, // 64: pact.v1.AdminService.ListIntermediates:input_type -> pact.v1.ListIntermediatesRequest
-	40, // 65: pact.v1.AdminService.RevokeJournalCA:input_type -> pact.v1.RevokeJournalCARequest
-	41, // 66: pact.v1.AdminService.RecordJournalCA:input_type -> pact.v1.RecordJournalCARequest
-	55, // 67: pact.v1.AdminService.UpdateNode:input_type -> pact.v1.UpdateNodeRequest
-	26, // 68: pact.v1.AdminService.SaveSnapshot:input_type -> pact.v1.SaveSnapshotRequest
-	67, // 69: pact.v1.AdminService.FederateDomain:input_type -> pact.v1.FederateDomainRequest
-	68, // 70: pact.v1.AdminService.ListFederatedDomains:input_type -> pact.v1.ListFederatedDomainsRequest
-	69, // 71: pact.v1.AdminService.RemoveFederatedDomain:input_type -> pact.v1.RemoveFederatedDomainRequest
-	2,  // 72: pact.v1.AdminService.RegisterNode:output_type -> pact.v1.RegisterNodeResponse
-	5,  // 73: pact.v1.AdminService.RegisterNodes:output_type -> pact.v1.RegisterNodesResponse
-	7,  // 74: pact.v1.AdminService.ListNodes:output_type -> pact.v1.ListNodesResponse
-	9,  // 75: pact.v1.AdminService.InspectNode:output_type -> pact.v1.InspectNodeResponse
-	11, // 76: pact.v1.AdminService.DecommissionNode:output_type -> pact.v1.DecommissionNodeResponse
-	13, // 77: pact.v1.AdminService.AssignNode:output_type -> pact.v1.AssignNodeResponse
-	15, // 78: pact.v1.AdminService.UnassignNode:output_type -> pact.v1.UnassignNodeResponse
-	17, // 79: pact.v1.AdminService.MoveNode:output_type -> pact.v1.MoveNodeResponse
-	19, // 80: pact.v1.AdminService.ListAudit:output_type -> pact.v1.ListAuditResponse
-	22, // 81: pact.v1.AdminService.JournalStatus:output_type -> pact.v1.JournalStatusResponse
-	24, // 82: pact.v1.AdminService.AddJournal:output_type -> pact.v1.AddJournalResponse
-	28, // 83: pact.v1.AdminService.RemoveJournal:output_type -> pact.v1.RemoveJournalResponse
-	45, // 84: pact.v1.AdminService.CreateJoinToken:output_type -> pact.v1.CreateJoinTokenResponse
-	48, // 85: pact.v1.AdminService.ListJoinTokens:output_type -> pact.v1.ListJoinTokensResponse
-	50, // 86: pact.v1.AdminService.RevokeJoinTokens:output_type -> pact.v1.RevokeJoinTokensResponse
-	52, // 87: pact.v1.AdminService.FenceNode:output_type -> pact.v1.FenceNodeResponse
-	54, // 88: pact.v1.AdminService.UnfenceNode:output_type -> pact.v1.UnfenceNodeResponse
-	31, // 89: pact.v1.AdminService.IssueOperator:output_type -> pact.v1.IssueOperatorResponse
-	33, // 90: pact.v1.AdminService.ListOperators:output_type -> pact.v1.ListOperatorsResponse
-	35, // 91: pact.v1.AdminService.RevokeOperator:output_type -> pact.v1.RevokeOperatorResponse
-	37, // 92: pact.v1.AdminService.RetireIntermediate:output_type -> pact.v1.RetireIntermediateResponse
-	39, // 93: pact.v1.AdminService.ListIntermediates:output_type -> pact.v1.ListIntermediatesResponse
-	43, // 94: pact.v1.AdminService.RevokeJournalCA:output_type -> pact.v1.RevokeJournalCAResponse
-	42, // 95: pact.v1.AdminService.RecordJournalCA:output_type -> pact.v1.RecordJournalCAResponse
-	56, // 96: pact.v1.AdminService.UpdateNode:output_type -> pact.v1.UpdateNodeResponse
-	27, // 97: pact.v1.AdminService.SaveSnapshot:output_type -> pact.v1.SaveSnapshotResponse
-	70, // 98: pact.v1.AdminService.FederateDomain:output_type -> pact.v1.FederateDomainResponse
-	71, // 99: pact.v1.AdminService.ListFederatedDomains:output_type -> pact.v1.ListFederatedDomainsResponse
-	72, // 100: pact.v1.AdminService.RemoveFederatedDomain:output_type -> pact.v1.RemoveFederatedDomainResponse
-	72, // [72:101] is the sub-list for method output_type
-	43, // [43:72] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	62, // 6: pact.v1.ListNodesRequest.state:type_name -> pact.v1.NodeState
+	61, // 7: pact.v1.ListNodesResponse.nodes:type_name -> pact.v1.Node
+	57, // 8: pact.v1.ListNodesResponse.also_active:type_name -> pact.v1.ListNodesResponse.AlsoActiveEntry
+	61, // 9: pact.v1.InspectNodeResponse.node:type_name -> pact.v1.Node
+	61, // 10: pact.v1.DecommissionNodeResponse.node:type_name -> pact.v1.Node
+	61, // 11: pact.v1.AssignNodeResponse.node:type_name -> pact.v1.Node
+	61, // 12: pact.v1.UnassignNodeResponse.node:type_name -> pact.v1.Node
+	61, // 13: pact.v1.MoveNodeResponse.node:type_name -> pact.v1.Node
+	63, // 14: pact.v1.ListAuditResponse.entries:type_name -> pact.v1.AuditEntry
+	21, // 15: pact.v1.JournalStatusResponse.members:type_name -> pact.v1.JournalMember
+	21, // 16: pact.v1.AddJournalResponse.members:type_name -> pact.v1.JournalMember
+	64, // 17: pact.v1.AddJournalResponse.journal_ca:type_name -> pact.v1.JournalCA
+	21, // 18: pact.v1.RemoveJournalResponse.members:type_name -> pact.v1.JournalMember
+	65, // 19: pact.v1.RemoveJournalResponse.retired:type_name -> pact.v1.Intermediate
+	29, // 20: pact.v1.RemoveJournalResponse.own_credential:type_name -> pact.v1.OwnCredential
+	66, // 21: pact.v1.IssueOperatorResponse.operator:type_name -> pact.v1.Operator
+	66, // 22: pact.v1.ListOperatorsResponse.operators:type_name -> pact.v1.Operator
+	67, // 23: pact.v1.ListOperatorsResponse.revoked_names:type_name -> pact.v1.OperatorNameRevocation
+	66, // 24: pact.v1.RevokeOperatorResponse.revoked:type_name -> pact.v1.Operator
+	67, // 25: pact.v1.RevokeOperatorResponse.name:type_name -> pact.v1.OperatorNameRevocation
+	65, // 26: pact.v1.RetireIntermediateResponse.retired:type_name -> pact.v1.Intermediate
+	29, // 27: pact.v1.RetireIntermediateResponse.own_credential:type_name -> pact.v1.OwnCredential
+	65, // 28: pact.v1.ListIntermediatesResponse.intermediates:type_name -> pact.v1.Intermediate
+	64, // 29: pact.v1.ListIntermediatesResponse.journal_cas:type_name -> pact.v1.JournalCA
+	58, // 30: pact.v1.ListIntermediatesResponse.node_certificates:type_name -> pact.v1.ListIntermediatesResponse.NodeCertificatesEntry
+	64, // 31: pact.v1.RecordJournalCAResponse.journal_ca:type_name -> pact.v1.JournalCA
+	64, // 32: pact.v1.RecordJournalCAResponse.superseded:type_name -> pact.v1.JournalCA
+	64, // 33: pact.v1.RevokeJournalCAResponse.revoked:type_name -> pact.v1.JournalCA
+	65, // 34: pact.v1.RevokeJournalCAResponse.intermediates:type_name -> pact.v1.Intermediate
+	64, // 35: pact.v1.RevokeJournalCAResponse.bound:type_name -> pact.v1.JournalCA
+	29, // 36: pact.v1.RevokeJournalCAResponse.own_credential:type_name -> pact.v1.OwnCredential
+	66, // 37: pact.v1.RevokeJournalCAResponse.operators:type_name -> pact.v1.Operator
+	46, // 38: pact.v1.CreateJoinTokenResponse.info:type_name -> pact.v1.JoinTokenInfo
+	46, // 39: pact.v1.ListJoinTokensResponse.tokens:type_name -> pact.v1.JoinTokenInfo
+	46, // 40: pact.v1.RevokeJoinTokensResponse.revoked:type_name -> pact.v1.JoinTokenInfo
+	61, // 41: pact.v1.FenceNodeResponse.node:type_name -> pact.v1.Node
+	61, // 42: pact.v1.UnfenceNodeResponse.node:type_name -> pact.v1.Node
+	61, // 43: pact.v1.UpdateNodeResponse.node:type_name -> pact.v1.Node
+	1,  // 44: pact.v1.AdminService.RegisterNode:input_type -> pact.v1.RegisterNodeRequest
+	3,  // 45: pact.v1.AdminService.RegisterNodes:input_type -> pact.v1.RegisterNodesRequest
+	6,  // 46: pact.v1.AdminService.ListNodes:input_type -> pact.v1.ListNodesRequest
+	8,  // 47: pact.v1.AdminService.InspectNode:input_type -> pact.v1.InspectNodeRequest
+	10, // 48: pact.v1.AdminService.DecommissionNode:input_type -> pact.v1.DecommissionNodeRequest
+	12, // 49: pact.v1.AdminService.AssignNode:input_type -> pact.v1.AssignNodeRequest
+	14, // 50: pact.v1.AdminService.UnassignNode:input_type -> pact.v1.UnassignNodeRequest
+	16, // 51: pact.v1.AdminService.MoveNode:input_type -> pact.v1.MoveNodeRequest
+	18, // 52: pact.v1.AdminService.ListAudit:input_type -> pact.v1.ListAuditRequest
+	20, // 53: pact.v1.AdminService.JournalStatus:input_type -> pact.v1.JournalStatusRequest
+	23, // 54: pact.v1.AdminService.AddJournal:input_type -> pact.v1.AddJournalRequest
+	25, // 55: pact.v1.AdminService.RemoveJournal:input_type -> pact.v1.RemoveJournalRequest
+	44, // 56: pact.v1.AdminService.CreateJoinToken:input_type -> pact.v1.CreateJoinTokenRequest
+	47, // 57: pact.v1.AdminService.ListJoinTokens:input_type -> pact.v1.ListJoinTokensRequest
+	49, // 58: pact.v1.AdminService.RevokeJoinTokens:input_type -> pact.v1.RevokeJoinTokensRequest
+	51, // 59: pact.v1.AdminService.FenceNode:input_type -> pact.v1.FenceNodeRequest
+	53, // 60: pact.v1.AdminService.UnfenceNode:input_type -> pact.v1.UnfenceNodeRequest
+	30, // 61: pact.v1.AdminService.IssueOperator:input_type -> pact.v1.IssueOperatorRequest
+	32, // 62: pact.v1.AdminService.ListOperators:input_type -> pact.v1.ListOperatorsRequest
+	34, // 63: pact.v1.AdminService.RevokeOperator:input_type -> pact.v1.RevokeOperatorRequest
+	36, // 64: pact.v1.AdminService.RetireIntermediate:input_type -> pact.v1.RetireIntermediateRequest
+	38, // 65: pact.v1.AdminService.ListIntermediates:input_type -> pact.v1.ListIntermediatesRequest
+	40, // 66: pact.v1.AdminService.RevokeJournalCA:input_type -> pact.v1.RevokeJournalCARequest
+	41, // 67: pact.v1.AdminService.RecordJournalCA:input_type -> pact.v1.RecordJournalCARequest
+	55, // 68: pact.v1.AdminService.UpdateNode:input_type -> pact.v1.UpdateNodeRequest
+	26, // 69: pact.v1.AdminService.SaveSnapshot:input_type -> pact.v1.SaveSnapshotRequest
+	68, // 70: pact.v1.AdminService.FederateDomain:input_type -> pact.v1.FederateDomainRequest
+	69, // 71: pact.v1.AdminService.ListFederatedDomains:input_type -> pact.v1.ListFederatedDomainsRequest
+	70, // 72: pact.v1.AdminService.RemoveFederatedDomain:input_type -> pact.v1.RemoveFederatedDomainRequest
+	2,  // 73: pact.v1.AdminService.RegisterNode:output_type -> pact.v1.RegisterNodeResponse
+	5,  // 74: pact.v1.AdminService.RegisterNodes:output_type -> pact.v1.RegisterNodesResponse
+	7,  // 75: pact.v1.AdminService.ListNodes:output_type -> pact.v1.ListNodesResponse
+	9,  // 76: pact.v1.AdminService.InspectNode:output_type -> pact.v1.InspectNodeResponse
+	11, // 77: pact.v1.AdminService.DecommissionNode:output_type -> pact.v1.DecommissionNodeResponse
+	13, // 78: pact.v1.AdminService.AssignNode:output_type -> pact.v1.AssignNodeResponse
+	15, // 79: pact.v1.AdminService.UnassignNode:output_type -> pact.v1.UnassignNodeResponse
+	17, // 80: pact.v1.AdminService.MoveNode:output_type -> pact.v1.MoveNodeResponse
+	19, // 81: pact.v1.AdminService.ListAudit:output_type -> pact.v1.ListAuditResponse
+	22, // 82: pact.v1.AdminService.JournalStatus:output_type -> pact.v1.JournalStatusResponse
+	24, // 83: pact.v1.AdminService.AddJournal:output_type -> pact.v1.AddJournalResponse
+	28, // 84: pact.v1.AdminService.RemoveJournal:output_type -> pact.v1.RemoveJournalResponse
+	45, // 85: pact.v1.AdminService.CreateJoinToken:output_type -> pact.v1.CreateJoinTokenResponse
+	48, // 86: pact.v1.AdminService.ListJoinTokens:output_type -> pact.v1.ListJoinTokensResponse
+	50, // 87: pact.v1.AdminService.RevokeJoinTokens:output_type -> pact.v1.RevokeJoinTokensResponse
+	52, // 88: pact.v1.AdminService.FenceNode:output_type -> pact.v1.FenceNodeResponse
+	54, // 89: pact.v1.AdminService.UnfenceNode:output_type -> pact.v1.UnfenceNodeResponse
+	31, // 90: pact.v1.AdminService.IssueOperator:output_type -> pact.v1.IssueOperatorResponse
+	33, // 91: pact.v1.AdminService.ListOperators:output_type -> pact.v1.ListOperatorsResponse
+	35, // 92: pact.v1.AdminService.RevokeOperator:output_type -> pact.v1.RevokeOperatorResponse
+	37, // 93: pact.v1.AdminService.RetireIntermediate:output_type -> pact.v1.RetireIntermediateResponse
+	39, // 94: pact.v1.AdminService.ListIntermediates:output_type -> pact.v1.ListIntermediatesResponse
+	43, // 95: pact.v1.AdminService.RevokeJournalCA:output_type -> pact.v1.RevokeJournalCAResponse
+	42, // 96: pact.v1.AdminService.RecordJournalCA:output_type -> pact.v1.RecordJournalCAResponse
+	56, // 97: pact.v1.AdminService.UpdateNode:output_type -> pact.v1.UpdateNodeResponse
+	27, // 98: pact.v1.AdminService.SaveSnapshot:output_type -> pact.v1.SaveSnapshotResponse
+	71, // 99: pact.v1.AdminService.FederateDomain:output_type -> pact.v1.FederateDomainResponse
+	72, // 100: pact.v1.AdminService.ListFederatedDomains:output_type -> pact.v1.ListFederatedDomainsResponse
+	73, // 101: pact.v1.AdminService.RemoveFederatedDomain:output_type -> pact.v1.RemoveFederatedDomainResponse
+	73, // [73:102] is the sub-list for method output_type
+	44, // [44:73] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_admin_proto_init() }
@@ -4069,7 +4099,7 @@ func file_pact_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_admin_proto_rawDesc), len(file_pact_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   57,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
