@@ -143,7 +143,7 @@ func classify(err error, id *identity.Identity, now time.Time) string {
 		apierr.JoinTokenRequired, apierr.JoinTokenInvalid, apierr.KeyInUse:
 		return ReasonEnrollmentRefused
 	case apierr.TPMRequired, apierr.TPMEKMismatch, apierr.TPMAKRefused, apierr.TPMAttestationFailed,
-		apierr.TPMChallengeExpired, apierr.TPMChallengeUnknown, apierr.TPMQuoteRefused:
+		apierr.TPMChallengeExpired, apierr.TPMChallengeUnknown, apierr.TPMQuoteRefused, apierr.BootPolicyRefused:
 		return ReasonTPMRefused
 	}
 	switch pe.Code {

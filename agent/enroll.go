@@ -286,6 +286,8 @@ func (a *Agent) explainRefusal(err error) error {
 		hint = "; this TPM's endorsement key is not the one registered: if this is the right machine, re-register it with the hash `pact-agent tpm-ek` prints; otherwise investigate (docs/tpm.md)"
 	case apierr.TPMAKRefused, apierr.TPMAttestationFailed:
 		hint = "; the TPM could not prove it holds the registered endorsement key (docs/tpm.md)"
+	case apierr.BootPolicyRefused:
+		hint = "; what this node booted is not what the boot policy of its vCluster allows: boot an image the policy allows, or have an operator change the policy (pact boot-policy show; docs/tpm.md, \"Nodes fenced or refused by the boot policy\")"
 	case apierr.TPMQuoteRefused:
 		hint = "; the TPM's quote of this boot, or its event log, did not verify: check --tpm-event-log and the journal's log for this node (docs/tpm.md, \"Measured boot\")"
 	}

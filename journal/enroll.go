@@ -404,7 +404,7 @@ func (s *enrollmentServer) RenewCert(ctx context.Context, req *pactv1.RenewCertR
 	if req.GetCurrentSerial() != p.Serial {
 		return nil, fmt.Errorf("%w: current_serial %q is not the serial of the certificate this call was made with", ErrInvalidArgument, req.GetCurrentSerial())
 	}
-	if ch, err := j.renewalTPMCheck(p.ID.Name, req); err != nil || ch != nil {
+	if ch, err := j.renewalTPMCheck(ctx, p.ID.Name, req); err != nil || ch != nil {
 		return &pactv1.RenewCertResponse{TpmChallenge: ch}, err
 	}
 	issued, err := j.signForNode(ctx, p.ID.Name, req.GetCsrDer())

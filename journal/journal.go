@@ -678,6 +678,7 @@ func (j *Journal) newGRPCServer() *grpc.Server {
 	)...)
 	registerDecoded(s, &pactv1.EnrollmentService_ServiceDesc, &enrollmentServer{j: j})
 	registerDecoded(s, &pactv1.AdminService_ServiceDesc, &adminServer{j: j})
+	registerDecoded(s, &pactv1.BootPolicyService_ServiceDesc, &bootPolicyServer{j: j})
 	registerDecoded(s, &pactv1.JournalPeerService_ServiceDesc, &peerServer{j: j})
 	return s
 }

@@ -1,10 +1,14 @@
 package journal
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/measuredboot"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
 // maxBootEvidence bounds the nodes whose last verified quote a journal
@@ -53,4 +57,100 @@ func (b *bootEvidence) put(node string, ev *measuredboot.BootEvidence, now time.
 		delete(b.nodes, oldest)
 	}
 	b.nodes[node] = bootRecord{at: now, ev: ev}
+}
+
+func (b *bootEvidence) get(node string) (bootRecord, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.nodes[node]
+	return r, ok
+}
+
+// bootPolicyLevel is the quorum feature level that knows boot policies.
+const bootPolicyLevel = 3
+
+// bootPolicyServer is pact boot-policy (docs/tpm.md, "Boot policies").
+type bootPolicyServer struct {
+	pactv1.UnimplementedBootPolicyServiceServer
+	j *Journal
+}
+
+func (s *bootPolicyServer) SetBootPolicy(ctx context.Context, req *pactv1.SetBootPolicyRequest) (*pactv1.SetBootPolicyResponse, error) {
+	j := s.j
+	p := req.GetPolicy()
+	if err := measuredboot.ValidatePolicy(p); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	if err := j.raft.ReadBarrier(ctx); err != nil {
+		return nil, err
+	}
+	if err := j.requireLevel(ctx, bootPolicyLevel, "pact boot-policy set"); err != nil {
+		return nil, err
+	}
+	if _, err := j.propose(ctx, &pactv1.Command{Actor: actorOf(ctx, j), Op: &pactv1.Command_SetBootPolicy{SetBootPolicy: &pactv1.SetBootPolicyOp{
+		Policy: p, ExpectVersion: req.GetExpectVersion(),
+	}}}); err != nil {
+		return nil, err
+	}
+	set, _ := j.fsm.BootPolicy(p.GetVcluster())
+	j.log.Warn("boot policy set", logkey.VCluster, p.GetVcluster(), logkey.PolicyVersion, set.GetVersion(),
+		logkey.Mode, p.GetMode().String(), logkey.Action, p.GetAction().String(), logkey.Actor, actorOf(ctx, j))
+	return &pactv1.SetBootPolicyResponse{Policy: set}, nil
+}
+
+func (s *bootPolicyServer) ListBootPolicies(context.Context, *pactv1.ListBootPoliciesRequest) (*pactv1.ListBootPoliciesResponse, error) {
+	return &pactv1.ListBootPoliciesResponse{Policies: s.j.fsm.BootPolicies()}, nil
+}
+
+func (s *bootPolicyServer) RemoveBootPolicy(ctx context.Context, req *pactv1.RemoveBootPolicyRequest) (*pactv1.RemoveBootPolicyResponse, error) {
+	j := s.j
+	if err := j.raft.ReadBarrier(ctx); err != nil {
+		return nil, err
+	}
+	if err := j.requireLevel(ctx, bootPolicyLevel, "pact boot-policy remove"); err != nil {
+		return nil, err
+	}
+	before, ok := j.fsm.BootPolicy(req.GetVcluster())
+	if !ok {
+		return nil, fmt.Errorf("%w: no boot policy for vCluster %q (pact boot-policy list)", ErrNotFound, req.GetVcluster())
+	}
+	if _, err := j.propose(ctx, &pactv1.Command{Actor: actorOf(ctx, j), Op: &pactv1.Command_RemoveBootPolicy{RemoveBootPolicy: &pactv1.RemoveBootPolicyOp{Vcluster: req.GetVcluster()}}}); err != nil {
+		return nil, err
+	}
+	j.log.Warn("boot policy removed", logkey.VCluster, req.GetVcluster(), logkey.PolicyVersion, before.GetVersion(), logkey.Actor, actorOf(ctx, j))
+	return &pactv1.RemoveBootPolicyResponse{Policy: before}, nil
+}
+
+func (s *bootPolicyServer) CaptureBootPolicy(_ context.Context, req *pactv1.CaptureBootPolicyRequest) (*pactv1.CaptureBootPolicyResponse, error) {
+	j := s.j
+	r, ok := j.boot.get(req.GetNodeId())
+	if !ok {
+		return nil, fmt.Errorf("%w: this journal holds no verified TPM quote of node %q: it keeps the quotes it verified itself, in memory; ask the journal that last enrolled or renewed the node (its certificate's issuer), or renew the node (pact-agent renew-now)", ErrNotFound, req.GetNodeId())
+	}
+	o := measuredboot.DefaultCapture()
+	if len(req.GetPcrs())+len(req.GetEventPcrs()) > 0 {
+		o = measuredboot.CaptureOptions{PCRs: ints(req.GetPcrs()), EventPCRs: ints(req.GetEventPcrs())}
+	}
+	mode, action := req.GetMode(), req.GetAction()
+	if mode == 0 {
+		mode = pactv1.BootPolicyMode_BOOT_POLICY_MODE_OBSERVE
+	}
+	if action == 0 {
+		action = pactv1.BootPolicyAction_BOOT_POLICY_ACTION_REFUSE
+	}
+	p, err := measuredboot.Capture(r.ev, o, mode, action)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	p.Vcluster = req.GetVcluster()
+	p.Comment = fmt.Sprintf("captured from node %s's quote of %s", req.GetNodeId(), r.at.UTC().Format(time.RFC3339))
+	return &pactv1.CaptureBootPolicyResponse{Policy: p, QuotedAtUnixNano: r.at.UnixNano()}, nil
+}
+
+func ints(u []uint32) []int {
+	out := make([]int, len(u))
+	for k, v := range u {
+		out[k] = int(v)
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-tpm/tpm2"
+	"github.com/google/go-tpm/tpm2/transport"
 	"google.golang.org/grpc/codes"
 
 	agenttpm "github.com/pact-hpc/pact/agent/tpm"
@@ -251,3 +252,129 @@ func inspectSerial(t *testing.T, e *env, id string) string {
 	}
 	return n.GetNode().GetCert().GetSerial()
 }
+
+func (e *env) bootPolicies(t *testing.T) pactv1.BootPolicyServiceClient {
+	return pactv1.NewBootPolicyServiceClient(e.h.Dial(t, &e.h.Admin))
+}
+
+// capturedPolicy captures a policy from the reference node ref's last
+// verified quote and sets it with mode and action.
+func (e *env) capturedPolicy(t *testing.T, ref string, mode pactv1.BootPolicyMode, action pactv1.BootPolicyAction) *pactv1.BootPolicy {
+	t.Helper()
+	c := e.bootPolicies(t)
+	cap, err := c.CaptureBootPolicy(callCtx(t), &pactv1.CaptureBootPolicyRequest{NodeId: ref, Mode: mode, Action: action})
+	if err != nil {
+		t.Fatalf("capture from %s: %v", ref, err)
+	}
+	cur, _ := c.ListBootPolicies(callCtx(t), &pactv1.ListBootPoliciesRequest{})
+	var expect uint64
+	for _, p := range cur.GetPolicies() {
+		if p.GetVcluster() == "" {
+			expect = p.GetVersion()
+		}
+	}
+	set, err := c.SetBootPolicy(callCtx(t), &pactv1.SetBootPolicyRequest{Policy: cap.GetPolicy(), ExpectVersion: expect})
+	if err != nil {
+		t.Fatalf("set: %v", err)
+	}
+	return set.GetPolicy()
+}
+
+// TestBootPolicy: a policy captured from a reference node, enforced with
+// each action, at enrollment and at renewal, against real quotes of
+// software TPMs whose PCRs were extended with each boot's events.
+func TestBootPolicy(t *testing.T) {
+	e := newEnv(t)
+	good := goodBoot.Bytes()
+	ref := newBootedTPMNode(t, e, "ref", "SN0", "52:54:00:00:01:00", goodBoot)
+	if _, err := e.bootPolicies(t).CaptureBootPolicy(callCtx(t), &pactv1.CaptureBootPolicyRequest{NodeId: "ref"}); apierr.FromError(err).Code != codes.NotFound {
+		t.Fatalf("capture before any quote: %v, want NotFound", err)
+	}
+	if _, err := e.enrollReq(t, ref.quoted(t, ref.challenge(t, e), good)); err != nil {
+		t.Fatal(err)
+	}
+	p := e.capturedPolicy(t, "ref", pactv1.BootPolicyMode_BOOT_POLICY_MODE_ENFORCE, pactv1.BootPolicyAction_BOOT_POLICY_ACTION_REFUSE)
+	if p.GetVersion() != 1 || len(p.GetPcrs()) != 4 || len(p.GetEvents()) != 3 || !strings.Contains(p.GetComment(), "node ref") {
+		t.Fatalf("captured and set %v", p)
+	}
+
+	// Another node of the image, with its own NIC (PCR 1), enrolls.
+	same := measuredboottest.Boot("6.1.0-pact", "root=nfs quiet")
+	same[1].Data = []byte("nic 52:54:00:00:00:01")
+	n1 := newBootedTPMNode(t, e, "n1", "SN1", mac1, same)
+	resp, err := e.enrollReq(t, n1.quoted(t, n1.challenge(t, e), same.Bytes()))
+	if err != nil {
+		t.Fatalf("a node of the reference image: %v", err)
+	}
+
+	// Another kernel: refused, nothing written.
+	evilBoot := measuredboottest.Boot("6.1.0-evil", "root=nfs quiet")
+	n2 := newBootedTPMNode(t, e, "n2", "SN2", mac2, evilBoot)
+	before := e.registry(t)
+	r, err := e.enrollReq(t, n2.quoted(t, n2.challenge(t, e), evilBoot.Bytes()))
+	pe := e.refusedUnwritten(t, before, r, err, codes.PermissionDenied, apierr.BootPolicyRefused)
+	if !strings.Contains(pe.Message, "EV_IPL in PCR 9") || !strings.Contains(pe.Message, "version 1") {
+		t.Errorf("the refusal does not say what differs: %s", pe.Message)
+	}
+	// A quote narrower than the policy (no PCR 8, 9): refused.
+	same3 := measuredboottest.Boot("6.1.0-pact", "root=nfs quiet")
+	n3 := newBootedTPMNode(t, e, "n3", "SN3", "52:54:00:00:00:03", same3)
+	ch := n3.challenge(t, e)
+	req := n3.quoted(t, ch, same3.Bytes())
+	req.Credentials.Tpm.Quote = narrowQuote(t, n3, ch.GetQuoteNonce(), same3.Bytes())
+	_, err = e.enrollReq(t, req)
+	if pe := apierr.FromError(err); pe.Reason != apierr.BootPolicyRefused || !strings.Contains(pe.Message, "PCR 9 is not in the quote") {
+		t.Errorf("a narrower quote: %v", err)
+	}
+	// An agent that sends no quote: refused.
+	req = n3.answer(t, n3.challenge(t, e), n3.key)
+	if _, err := e.enrollReq(t, req); apierr.FromError(err).Reason != apierr.BootPolicyRefused {
+		t.Errorf("no quote under an enforced policy: %v", err)
+	}
+
+	// Observe mode: the same kernel enrolls (the mismatch is only logged).
+	e.capturedPolicy(t, "ref", pactv1.BootPolicyMode_BOOT_POLICY_MODE_OBSERVE, pactv1.BootPolicyAction_BOOT_POLICY_ACTION_FENCE)
+	r, err = e.enrollReq(t, n2.quoted(t, n2.challenge(t, e), evilBoot.Bytes()))
+	if err != nil || len(r.GetCertChainDer()) == 0 {
+		t.Fatalf("observe mode refused: %v", err)
+	}
+
+	// Enforce and fence: n1's kernel measurement changes under it; its
+	// next renewal is refused and the node fenced.
+	e.capturedPolicy(t, "ref", pactv1.BootPolicyMode_BOOT_POLICY_MODE_ENFORCE, pactv1.BootPolicyAction_BOOT_POLICY_ACTION_FENCE)
+	a := newAgent("n1", n1.key, resp.GetCertChainDer(), resp.GetSerial())
+	if a, err = e.renewAttested(t, n1, a, same.Bytes(), nil); err != nil {
+		t.Fatalf("a matching renewal: %v", err)
+	}
+	changed := append(measuredboottest.Log{}, same...)
+	extra := measuredboottest.Event{PCR: 9, Type: measuredboottest.EvIPL, Data: []byte("/vmlinuz 6.1.0-other")}
+	changed = append(changed, extra)
+	measuredboottest.Log{extra}.Extend(t, attTPM(t, n1))
+	_, err = e.renewAttested(t, n1, a, changed.Bytes(), nil)
+	if pe := apierr.FromError(err); pe.Reason != apierr.BootPolicyRefused || !strings.Contains(pe.Message, "fenced") {
+		t.Fatalf("renewal after the kernel changed: %v, want %s and fenced", err, apierr.BootPolicyRefused)
+	}
+	n, err := e.admin.InspectNode(callCtx(t), &pactv1.InspectNodeRequest{NodeId: "n1"})
+	if err != nil || !strings.Contains(n.GetNode().GetFence().GetReason(), "boot policy version 3") {
+		t.Fatalf("n1 after the fence: %v, %v", n.GetNode(), err)
+	}
+}
+
+// narrowQuote is a quote of PCRs 0-7 only.
+func narrowQuote(t *testing.T, n *tpmNode, nonce, log []byte) *pactv1.TpmQuote {
+	t.Helper()
+	pcrs := []int{0, 1, 2, 3, 4, 5, 6, 7}
+	q, err := n.att.Quote(nonce, pcrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &pactv1.TpmQuote{Quoted: q.Quoted, Signature: q.Signature, PcrHashAlg: uint32(tpm2.TPMAlgSHA256), EventLog: log}
+	for _, i := range pcrs {
+		out.Pcrs = append(out.Pcrs, &pactv1.TpmPcr{Index: uint32(i), Digest: q.PCRs[i]})
+	}
+	return out
+}
+
+// attTPM is the connection to n's software TPM its attestor holds (swtpm
+// serves one at a time).
+func attTPM(_ *testing.T, n *tpmNode) transport.TPM { return n.att.TPM() }

@@ -98,6 +98,7 @@ var reasons = []struct {
 	{ErrTPMChallengeExpired, apierr.TPMChallengeExpired},
 	{ErrTPMChallengeUnknown, apierr.TPMChallengeUnknown},
 	{ErrTPMQuoteRefused, apierr.TPMQuoteRefused},
+	{ErrBootPolicyRefused, apierr.BootPolicyRefused},
 	{errHalted, apierr.JournalHalted},
 	{ErrJournalCARevoked, apierr.JournalCARevoked},
 	{ErrActiveInAnotherDomain, apierr.ActiveInAnotherDomain},

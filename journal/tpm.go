@@ -2,10 +2,12 @@ package journal
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/pact-hpc/pact/internal/hwid"
@@ -40,12 +42,15 @@ var (
 	// ErrTPMQuoteRefused: the quote of the node's boot does not verify, or
 	// its event log does not reproduce the quoted PCRs.
 	ErrTPMQuoteRefused = errors.New("journal: TPM quote refused")
+	// ErrBootPolicyRefused: the verified quote does not match the boot
+	// policy in force, whose action is refuse or fence.
+	ErrBootPolicyRefused = errors.New("journal: boot refused by the boot policy")
 )
 
 // tpmRefusal reports whether err is one of the TPM refusals (the caller's
 // fault: counted by the failure limiter).
 func tpmRefusal(err error) bool {
-	for _, e := range []error{ErrTPMRequired, ErrTPMEKMismatch, ErrTPMAKRefused, ErrTPMAttestationFailed, ErrTPMChallengeExpired, ErrTPMChallengeUnknown, ErrTPMQuoteRefused} {
+	for _, e := range []error{ErrTPMRequired, ErrTPMEKMismatch, ErrTPMAKRefused, ErrTPMAttestationFailed, ErrTPMChallengeExpired, ErrTPMChallengeUnknown, ErrTPMQuoteRefused, ErrBootPolicyRefused} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -67,12 +72,12 @@ func (tpmCredential) required(n *pactv1.Node) bool { return n.GetHardware().GetT
 // records nothing for the state machine: the EK hash the activation
 // reports is the attested one (checked here), and the state machine
 // re-checks that against the registration in the activation's entry.
-func (c tpmCredential) verify(_ context.Context, a *enrollAttempt, _ *pactv1.PresentedCredentials) error {
+func (c tpmCredential) verify(ctx context.Context, a *enrollAttempt, _ *pactv1.PresentedCredentials) error {
 	reported, err := hwid.NormalizeEKHash(a.req.GetHardware().GetTpmEkHash())
 	if err != nil {
 		return err
 	}
-	ch, err := c.j.tpmCheck(a.node, reported, fingerprint(a.csr.SPKI), a.req.GetCredentials().GetTpm())
+	ch, err := c.j.tpmCheck(ctx, a.node, reported, fingerprint(a.csr.SPKI), a.req.GetCredentials().GetTpm())
 	if err != nil {
 		return err
 	}
@@ -122,7 +127,7 @@ func tpmMismatch(m hwid.Mismatch, nodeID string) error {
 // reportedEKHash is the EK hash of the reported hardware identity (what the
 // state machine re-checks at commit, so it must be the attested EK's); spki
 // is the hex SHA-256 of the CSR's SubjectPublicKeyInfo.
-func (j *Journal) tpmCheck(node *pactv1.Node, reportedEKHash, spki string, att *pactv1.TpmAttestation) (*pactv1.TpmChallenge, error) {
+func (j *Journal) tpmCheck(ctx context.Context, node *pactv1.Node, reportedEKHash, spki string, att *pactv1.TpmAttestation) (*pactv1.TpmChallenge, error) {
 	registered := node.GetHardware().GetTpmEkHash()
 	if registered == "" {
 		return nil, nil
@@ -193,10 +198,11 @@ func (j *Journal) tpmCheck(node *pactv1.Node, reportedEKHash, spki string, att *
 		return nil, fmt.Errorf("%w: %w", ErrTPMAttestationFailed, err)
 	}
 	j.log.Info("TPM credential activation proved", logkey.NodeID, id, logkey.TPMEKHash, ek.Hash)
-	if err := j.checkQuote(id, att, p.QuoteNonce); err != nil {
+	ev, err := j.checkQuote(id, att, p.QuoteNonce)
+	if err != nil {
 		return nil, err
 	}
-	return nil, nil
+	return nil, j.checkBootPolicy(ctx, node, ev)
 }
 
 // checkQuote verifies round two's quote, if the agent sent one, with the
@@ -204,21 +210,21 @@ func (j *Journal) tpmCheck(node *pactv1.Node, reportedEKHash, spki string, att *
 // registered EK and the nonce of the challenge it answered, and keeps the
 // verified evidence in memory for the node (pact boot-policy capture).
 // An agent of a release before measured boot sends none.
-func (j *Journal) checkQuote(nodeID string, att *pactv1.TpmAttestation, nonce []byte) error {
+func (j *Journal) checkQuote(nodeID string, att *pactv1.TpmAttestation, nonce []byte) (*measuredboot.BootEvidence, error) {
 	q := att.GetQuote()
 	if q == nil {
 		j.log.Info("no TPM quote: the agent predates measured boot or has it off", logkey.NodeID, nodeID)
-		return nil
+		return nil, nil
 	}
 	pcrs := make(map[int][]byte, len(q.GetPcrs()))
 	for _, p := range q.GetPcrs() {
 		if _, dup := pcrs[int(p.GetIndex())]; dup || p.GetIndex() >= measuredboot.NumPCRs {
-			return fmt.Errorf("%w: PCR %d given twice or out of range", ErrTPMQuoteRefused, p.GetIndex())
+			return nil, fmt.Errorf("%w: PCR %d given twice or out of range", ErrTPMQuoteRefused, p.GetIndex())
 		}
 		pcrs[int(p.GetIndex())] = p.GetDigest()
 	}
 	if q.GetPcrHashAlg() > 0xffff {
-		return fmt.Errorf("%w: PCR bank 0x%x", ErrTPMQuoteRefused, q.GetPcrHashAlg())
+		return nil, fmt.Errorf("%w: PCR bank 0x%x", ErrTPMQuoteRefused, q.GetPcrHashAlg())
 	}
 	ev, err := measuredboot.VerifyQuote(att.GetAkPublic(), nonce, measuredboot.Quote{
 		Quoted:    q.GetQuoted(),
@@ -228,10 +234,55 @@ func (j *Journal) checkQuote(nodeID string, att *pactv1.TpmAttestation, nonce []
 		EventLog:  q.GetEventLog(),
 	})
 	if err != nil {
-		return fmt.Errorf("%w: node %s: %w", ErrTPMQuoteRefused, nodeID, err)
+		return nil, fmt.Errorf("%w: node %s: %w", ErrTPMQuoteRefused, nodeID, err)
 	}
 	j.boot.put(nodeID, ev, j.cfg.Clock.Now())
 	j.log.Info("TPM quote verified", logkey.NodeID, nodeID, logkey.PCRs, fmt.Sprint(ev.QuotedPCRs()), logkey.Events, len(ev.Events))
+	return ev, nil
+}
+
+// checkBootPolicy evaluates the boot policy in force for the node's
+// vCluster (else the domain's default) against its verified quote (nil:
+// it sent none). A match, or no policy, passes. A mismatch is logged; a
+// policy in observe mode, or whose action is observe, lets the node
+// through; refuse refuses it; fence fences it in Raft (as pact node fence
+// does) and refuses it.
+func (j *Journal) checkBootPolicy(ctx context.Context, node *pactv1.Node, ev *measuredboot.BootEvidence) error {
+	p, ok := j.fsm.BootPolicyFor(node.GetVcluster())
+	if !ok {
+		return nil
+	}
+	id := node.GetNodeId()
+	diff := measuredboot.Evaluate(p, ev)
+	if len(diff) == 0 {
+		j.log.Info("boot policy matched", logkey.NodeID, id, logkey.VCluster, p.GetVcluster(), logkey.PolicyVersion, p.GetVersion())
+		return nil
+	}
+	what := strings.Join(diff, "; ")
+	enforce := p.GetMode() == pactv1.BootPolicyMode_BOOT_POLICY_MODE_ENFORCE
+	action := p.GetAction()
+	if !enforce {
+		action = pactv1.BootPolicyAction_BOOT_POLICY_ACTION_OBSERVE
+	}
+	j.log.Warn("boot policy mismatch", logkey.NodeID, id, logkey.VCluster, p.GetVcluster(), logkey.PolicyVersion, p.GetVersion(),
+		logkey.Mode, strings.ToLower(strings.TrimPrefix(p.GetMode().String(), "BOOT_POLICY_MODE_")),
+		logkey.Action, strings.ToLower(strings.TrimPrefix(action.String(), "BOOT_POLICY_ACTION_")), logkey.Reason, what)
+	policy := fmt.Sprintf("boot policy version %d of %s", p.GetVersion(), cmp.Or(p.GetVcluster(), "the domain"))
+	switch action {
+	case pactv1.BootPolicyAction_BOOT_POLICY_ACTION_REFUSE:
+		return fmt.Errorf("%w: node %s does not match %s: %s", ErrBootPolicyRefused, id, policy, what)
+	case pactv1.BootPolicyAction_BOOT_POLICY_ACTION_FENCE:
+		reason := fmt.Sprintf("%s: %s", policy, what)
+		if len(reason) > 400 {
+			reason = reason[:400] + "…"
+		}
+		if _, err := j.propose(ctx, &pactv1.Command{Actor: "journal/" + j.cfg.NodeID + " (boot policy)", Op: &pactv1.Command_Fence{Fence: &pactv1.FenceOp{
+			NodeId: id, Fenced: true, Reason: reason,
+		}}}); err != nil {
+			return fmt.Errorf("%w: node %s does not match %s (%s), and fencing it failed: %w", ErrBootPolicyRefused, id, policy, what, err)
+		}
+		return fmt.Errorf("%w: node %s does not match %s and is fenced (pact node unfence once it boots an allowed image): %s", ErrBootPolicyRefused, id, policy, what)
+	}
 	return nil
 }
 
@@ -241,7 +292,7 @@ func (j *Journal) checkQuote(nodeID string, att *pactv1.TpmAttestation, nonce []
 // renewal's CSR key, and its quote is verified as at enrollment. A renewal
 // without TPM attestation (an agent of an earlier release, or a node that
 // enrolled without its TPM) renews as before.
-func (j *Journal) renewalTPMCheck(nodeID string, req *pactv1.RenewCertRequest) (*pactv1.TpmChallenge, error) {
+func (j *Journal) renewalTPMCheck(ctx context.Context, nodeID string, req *pactv1.RenewCertRequest) (*pactv1.TpmChallenge, error) {
 	att := req.GetTpm()
 	if att == nil {
 		return nil, nil
@@ -256,7 +307,7 @@ func (j *Journal) renewalTPMCheck(nodeID string, req *pactv1.RenewCertRequest) (
 	if err != nil {
 		return nil, err
 	}
-	ch, err := j.tpmCheck(n, n.GetHardware().GetTpmEkHash(), fingerprint(csr.SPKI), att)
+	ch, err := j.tpmCheck(ctx, n, n.GetHardware().GetTpmEkHash(), fingerprint(csr.SPKI), att)
 	if err != nil {
 		return nil, err
 	}

@@ -80,8 +80,8 @@ Exit codes: 0 stopped by a signal, 1 error, 2 bad usage, 3 hardware not
 registered (NODE_NOT_ENROLLED), 4 hardware identity conflict or key bound to
 another node (KEY_IN_USE), 5 node revoked, fenced (NODE_FENCED) or credential
 refused (JOIN_TOKEN_REQUIRED, JOIN_TOKEN_INVALID; TPM_REQUIRED,
-TPM_EK_MISMATCH, TPM_AK_REFUSED, TPM_ATTESTATION_FAILED, TPM_QUOTE_REFUSED:
-docs/tpm.md), 6 node already active (ALREADY_ACTIVE).
+TPM_EK_MISMATCH, TPM_AK_REFUSED, TPM_ATTESTATION_FAILED, TPM_QUOTE_REFUSED,
+BOOT_POLICY_REFUSED: docs/tpm.md), 6 node already active (ALREADY_ACTIVE).
 
 A node registered with a TPM EK hash proves it holds that TPM at every
 enrollment (credential activation through --tpm-device). Print the hash to

@@ -172,6 +172,10 @@ func (a *Attestor) EKPublic() []byte { return a.ekPublic }
 // EKHash is the EK hash as registration defines it (tpmattest.EKHash).
 func (a *Attestor) EKHash() string { return a.ekHash }
 
+// TPM is the connection the attestor holds: a test measures into a
+// software TPM through it (swtpm serves one connection at a time).
+func (a *Attestor) TPM() transport.TPM { return a.t }
+
 // AKPublic is the AK's TPMT_PUBLIC.
 func (a *Attestor) AKPublic() []byte { return a.akPublic }
 

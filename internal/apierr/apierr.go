@@ -131,6 +131,12 @@ const (
 	// event log does not reproduce the quoted PCRs (docs/tpm.md,
 	// "Measured boot").
 	TPMQuoteRefused Reason = "TPM_QUOTE_REFUSED"
+	// BootPolicyRefused: the node's verified quote does not match the
+	// boot policy in force for its vCluster, whose action is refuse or
+	// fence (docs/tpm.md, "Boot policies"); the message names what
+	// differs. Final for the agent: the node must boot an image the
+	// policy allows, or an operator must change the policy.
+	BootPolicyRefused Reason = "BOOT_POLICY_REFUSED"
 	// QuorumVersion: the feature asked for is new at a quorum feature
 	// level the quorum has not reached (docs/upgrade.md); the message
 	// names the journals still to upgrade. Not retryable as it is: it
@@ -200,6 +206,7 @@ var codeOf = map[Reason]codes.Code{
 	TPMChallengeExpired:      codes.Aborted,
 	TPMChallengeUnknown:      codes.Aborted,
 	TPMQuoteRefused:          codes.PermissionDenied,
+	BootPolicyRefused:        codes.PermissionDenied,
 	QuorumVersion:            codes.FailedPrecondition,
 	ActiveInAnotherDomain:    codes.ResourceExhausted,
 }

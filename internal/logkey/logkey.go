@@ -36,6 +36,11 @@ const (
 	PCRs = "pcrs"
 	// Events is how many events of a TCG event log replayed.
 	Events = "events"
+	// PolicyVersion, Mode and Action: a boot policy's version, its mode
+	// (observe, enforce) and the action it took (observe, refuse, fence).
+	PolicyVersion = "policy_version"
+	Mode          = "mode"
+	Action        = "action"
 )
 
 // Log keys that name what one kind of log line is about.

@@ -129,6 +129,12 @@ var policies = map[string]policy{
 	pactv1.AdminService_FederateDomain_FullMethodName:        {admin: PlatformAdmin},
 	pactv1.AdminService_ListFederatedDomains_FullMethodName:  {admin: anyRole},
 	pactv1.AdminService_RemoveFederatedDomain_FullMethodName: {admin: PlatformAdmin},
+	// Boot policies (docs/tpm.md): platform-admin sets and removes; any
+	// role lists and captures (a capture sets nothing).
+	pactv1.BootPolicyService_SetBootPolicy_FullMethodName:     {admin: PlatformAdmin},
+	pactv1.BootPolicyService_RemoveBootPolicy_FullMethodName:  {admin: PlatformAdmin},
+	pactv1.BootPolicyService_ListBootPolicies_FullMethodName:  {admin: anyRole},
+	pactv1.BootPolicyService_CaptureBootPolicy_FullMethodName: {admin: anyRole},
 }
 
 // OperatorRecord is what the registry keeps of an operator certificate.

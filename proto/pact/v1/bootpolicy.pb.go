@@ -472,6 +472,409 @@ func (x *BootPolicyEvent) GetAllowedDigests() [][]byte {
 	return nil
 }
 
+type SetBootPolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        *BootPolicy            `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	ExpectVersion uint64                 `protobuf:"varint,2,opt,name=expect_version,json=expectVersion,proto3" json:"expect_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBootPolicyRequest) Reset() {
+	*x = SetBootPolicyRequest{}
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBootPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBootPolicyRequest) ProtoMessage() {}
+
+func (x *SetBootPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBootPolicyRequest.ProtoReflect.Descriptor instead.
+func (*SetBootPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SetBootPolicyRequest) GetPolicy() *BootPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *SetBootPolicyRequest) GetExpectVersion() uint64 {
+	if x != nil {
+		return x.ExpectVersion
+	}
+	return 0
+}
+
+type SetBootPolicyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        *BootPolicy            `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBootPolicyResponse) Reset() {
+	*x = SetBootPolicyResponse{}
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBootPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBootPolicyResponse) ProtoMessage() {}
+
+func (x *SetBootPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBootPolicyResponse.ProtoReflect.Descriptor instead.
+func (*SetBootPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SetBootPolicyResponse) GetPolicy() *BootPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+type ListBootPoliciesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBootPoliciesRequest) Reset() {
+	*x = ListBootPoliciesRequest{}
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBootPoliciesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBootPoliciesRequest) ProtoMessage() {}
+
+func (x *ListBootPoliciesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBootPoliciesRequest.ProtoReflect.Descriptor instead.
+func (*ListBootPoliciesRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{7}
+}
+
+type ListBootPoliciesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policies      []*BootPolicy          `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBootPoliciesResponse) Reset() {
+	*x = ListBootPoliciesResponse{}
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBootPoliciesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBootPoliciesResponse) ProtoMessage() {}
+
+func (x *ListBootPoliciesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBootPoliciesResponse.ProtoReflect.Descriptor instead.
+func (*ListBootPoliciesResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListBootPoliciesResponse) GetPolicies() []*BootPolicy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+type RemoveBootPolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vcluster      string                 `protobuf:"bytes,1,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveBootPolicyRequest) Reset() {
+	*x = RemoveBootPolicyRequest{}
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveBootPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveBootPolicyRequest) ProtoMessage() {}
+
+func (x *RemoveBootPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveBootPolicyRequest.ProtoReflect.Descriptor instead.
+func (*RemoveBootPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RemoveBootPolicyRequest) GetVcluster() string {
+	if x != nil {
+		return x.Vcluster
+	}
+	return ""
+}
+
+type RemoveBootPolicyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        *BootPolicy            `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveBootPolicyResponse) Reset() {
+	*x = RemoveBootPolicyResponse{}
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveBootPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveBootPolicyResponse) ProtoMessage() {}
+
+func (x *RemoveBootPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveBootPolicyResponse.ProtoReflect.Descriptor instead.
+func (*RemoveBootPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RemoveBootPolicyResponse) GetPolicy() *BootPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+type CaptureBootPolicyRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// PCRs whose values become rules, and PCRs whose events do; both empty:
+	// the default (values of 0, 2, 4, 7; events of 4, 8, 9).
+	Pcrs          []uint32         `protobuf:"varint,2,rep,packed,name=pcrs,proto3" json:"pcrs,omitempty"`
+	EventPcrs     []uint32         `protobuf:"varint,3,rep,packed,name=event_pcrs,json=eventPcrs,proto3" json:"event_pcrs,omitempty"`
+	Vcluster      string           `protobuf:"bytes,4,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
+	Mode          BootPolicyMode   `protobuf:"varint,5,opt,name=mode,proto3,enum=pact.v1.BootPolicyMode" json:"mode,omitempty"`
+	Action        BootPolicyAction `protobuf:"varint,6,opt,name=action,proto3,enum=pact.v1.BootPolicyAction" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CaptureBootPolicyRequest) Reset() {
+	*x = CaptureBootPolicyRequest{}
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CaptureBootPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CaptureBootPolicyRequest) ProtoMessage() {}
+
+func (x *CaptureBootPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CaptureBootPolicyRequest.ProtoReflect.Descriptor instead.
+func (*CaptureBootPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CaptureBootPolicyRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *CaptureBootPolicyRequest) GetPcrs() []uint32 {
+	if x != nil {
+		return x.Pcrs
+	}
+	return nil
+}
+
+func (x *CaptureBootPolicyRequest) GetEventPcrs() []uint32 {
+	if x != nil {
+		return x.EventPcrs
+	}
+	return nil
+}
+
+func (x *CaptureBootPolicyRequest) GetVcluster() string {
+	if x != nil {
+		return x.Vcluster
+	}
+	return ""
+}
+
+func (x *CaptureBootPolicyRequest) GetMode() BootPolicyMode {
+	if x != nil {
+		return x.Mode
+	}
+	return BootPolicyMode_BOOT_POLICY_MODE_UNSPECIFIED
+}
+
+func (x *CaptureBootPolicyRequest) GetAction() BootPolicyAction {
+	if x != nil {
+		return x.Action
+	}
+	return BootPolicyAction_BOOT_POLICY_ACTION_UNSPECIFIED
+}
+
+type CaptureBootPolicyResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Policy *BootPolicy            `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	// When this journal verified the quote the policy was made from.
+	QuotedAtUnixNano int64 `protobuf:"varint,2,opt,name=quoted_at_unix_nano,json=quotedAtUnixNano,proto3" json:"quoted_at_unix_nano,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *CaptureBootPolicyResponse) Reset() {
+	*x = CaptureBootPolicyResponse{}
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CaptureBootPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CaptureBootPolicyResponse) ProtoMessage() {}
+
+func (x *CaptureBootPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CaptureBootPolicyResponse.ProtoReflect.Descriptor instead.
+func (*CaptureBootPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CaptureBootPolicyResponse) GetPolicy() *BootPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *CaptureBootPolicyResponse) GetQuotedAtUnixNano() int64 {
+	if x != nil {
+		return x.QuotedAtUnixNano
+	}
+	return 0
+}
+
 var File_pact_v1_bootpolicy_proto protoreflect.FileDescriptor
 
 const file_pact_v1_bootpolicy_proto_rawDesc = "" +
@@ -501,7 +904,30 @@ const file_pact_v1_bootpolicy_proto_rawDesc = "" +
 	"\x03pcr\x18\x02 \x01(\rR\x03pcr\x12\x1d\n" +
 	"\n" +
 	"event_type\x18\x03 \x01(\rR\teventType\x12'\n" +
-	"\x0fallowed_digests\x18\x04 \x03(\fR\x0eallowedDigests*n\n" +
+	"\x0fallowed_digests\x18\x04 \x03(\fR\x0eallowedDigests\"j\n" +
+	"\x14SetBootPolicyRequest\x12+\n" +
+	"\x06policy\x18\x01 \x01(\v2\x13.pact.v1.BootPolicyR\x06policy\x12%\n" +
+	"\x0eexpect_version\x18\x02 \x01(\x04R\rexpectVersion\"D\n" +
+	"\x15SetBootPolicyResponse\x12+\n" +
+	"\x06policy\x18\x01 \x01(\v2\x13.pact.v1.BootPolicyR\x06policy\"\x19\n" +
+	"\x17ListBootPoliciesRequest\"K\n" +
+	"\x18ListBootPoliciesResponse\x12/\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x13.pact.v1.BootPolicyR\bpolicies\"5\n" +
+	"\x17RemoveBootPolicyRequest\x12\x1a\n" +
+	"\bvcluster\x18\x01 \x01(\tR\bvcluster\"G\n" +
+	"\x18RemoveBootPolicyResponse\x12+\n" +
+	"\x06policy\x18\x01 \x01(\v2\x13.pact.v1.BootPolicyR\x06policy\"\xe2\x01\n" +
+	"\x18CaptureBootPolicyRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04pcrs\x18\x02 \x03(\rR\x04pcrs\x12\x1d\n" +
+	"\n" +
+	"event_pcrs\x18\x03 \x03(\rR\teventPcrs\x12\x1a\n" +
+	"\bvcluster\x18\x04 \x01(\tR\bvcluster\x12+\n" +
+	"\x04mode\x18\x05 \x01(\x0e2\x17.pact.v1.BootPolicyModeR\x04mode\x121\n" +
+	"\x06action\x18\x06 \x01(\x0e2\x19.pact.v1.BootPolicyActionR\x06action\"w\n" +
+	"\x19CaptureBootPolicyResponse\x12+\n" +
+	"\x06policy\x18\x01 \x01(\v2\x13.pact.v1.BootPolicyR\x06policy\x12-\n" +
+	"\x13quoted_at_unix_nano\x18\x02 \x01(\x03R\x10quotedAtUnixNano*n\n" +
 	"\x0eBootPolicyMode\x12 \n" +
 	"\x1cBOOT_POLICY_MODE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18BOOT_POLICY_MODE_OBSERVE\x10\x01\x12\x1c\n" +
@@ -510,7 +936,12 @@ const file_pact_v1_bootpolicy_proto_rawDesc = "" +
 	"\x1eBOOT_POLICY_ACTION_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aBOOT_POLICY_ACTION_OBSERVE\x10\x01\x12\x1d\n" +
 	"\x19BOOT_POLICY_ACTION_REFUSE\x10\x02\x12\x1c\n" +
-	"\x18BOOT_POLICY_ACTION_FENCE\x10\x03B/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
+	"\x18BOOT_POLICY_ACTION_FENCE\x10\x032\xf1\x02\n" +
+	"\x11BootPolicyService\x12N\n" +
+	"\rSetBootPolicy\x12\x1d.pact.v1.SetBootPolicyRequest\x1a\x1e.pact.v1.SetBootPolicyResponse\x12W\n" +
+	"\x10ListBootPolicies\x12 .pact.v1.ListBootPoliciesRequest\x1a!.pact.v1.ListBootPoliciesResponse\x12W\n" +
+	"\x10RemoveBootPolicy\x12 .pact.v1.RemoveBootPolicyRequest\x1a!.pact.v1.RemoveBootPolicyResponse\x12Z\n" +
+	"\x11CaptureBootPolicy\x12!.pact.v1.CaptureBootPolicyRequest\x1a\".pact.v1.CaptureBootPolicyResponseB/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
 
 var (
 	file_pact_v1_bootpolicy_proto_rawDescOnce sync.Once
@@ -525,27 +956,50 @@ func file_pact_v1_bootpolicy_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_bootpolicy_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_pact_v1_bootpolicy_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_pact_v1_bootpolicy_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_pact_v1_bootpolicy_proto_goTypes = []any{
-	(BootPolicyMode)(0),        // 0: pact.v1.BootPolicyMode
-	(BootPolicyAction)(0),      // 1: pact.v1.BootPolicyAction
-	(*BootPolicy)(nil),         // 2: pact.v1.BootPolicy
-	(*SetBootPolicyOp)(nil),    // 3: pact.v1.SetBootPolicyOp
-	(*RemoveBootPolicyOp)(nil), // 4: pact.v1.RemoveBootPolicyOp
-	(*BootPolicyPcr)(nil),      // 5: pact.v1.BootPolicyPcr
-	(*BootPolicyEvent)(nil),    // 6: pact.v1.BootPolicyEvent
+	(BootPolicyMode)(0),               // 0: pact.v1.BootPolicyMode
+	(BootPolicyAction)(0),             // 1: pact.v1.BootPolicyAction
+	(*BootPolicy)(nil),                // 2: pact.v1.BootPolicy
+	(*SetBootPolicyOp)(nil),           // 3: pact.v1.SetBootPolicyOp
+	(*RemoveBootPolicyOp)(nil),        // 4: pact.v1.RemoveBootPolicyOp
+	(*BootPolicyPcr)(nil),             // 5: pact.v1.BootPolicyPcr
+	(*BootPolicyEvent)(nil),           // 6: pact.v1.BootPolicyEvent
+	(*SetBootPolicyRequest)(nil),      // 7: pact.v1.SetBootPolicyRequest
+	(*SetBootPolicyResponse)(nil),     // 8: pact.v1.SetBootPolicyResponse
+	(*ListBootPoliciesRequest)(nil),   // 9: pact.v1.ListBootPoliciesRequest
+	(*ListBootPoliciesResponse)(nil),  // 10: pact.v1.ListBootPoliciesResponse
+	(*RemoveBootPolicyRequest)(nil),   // 11: pact.v1.RemoveBootPolicyRequest
+	(*RemoveBootPolicyResponse)(nil),  // 12: pact.v1.RemoveBootPolicyResponse
+	(*CaptureBootPolicyRequest)(nil),  // 13: pact.v1.CaptureBootPolicyRequest
+	(*CaptureBootPolicyResponse)(nil), // 14: pact.v1.CaptureBootPolicyResponse
 }
 var file_pact_v1_bootpolicy_proto_depIdxs = []int32{
-	0, // 0: pact.v1.BootPolicy.mode:type_name -> pact.v1.BootPolicyMode
-	1, // 1: pact.v1.BootPolicy.action:type_name -> pact.v1.BootPolicyAction
-	5, // 2: pact.v1.BootPolicy.pcrs:type_name -> pact.v1.BootPolicyPcr
-	6, // 3: pact.v1.BootPolicy.events:type_name -> pact.v1.BootPolicyEvent
-	2, // 4: pact.v1.SetBootPolicyOp.policy:type_name -> pact.v1.BootPolicy
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	0,  // 0: pact.v1.BootPolicy.mode:type_name -> pact.v1.BootPolicyMode
+	1,  // 1: pact.v1.BootPolicy.action:type_name -> pact.v1.BootPolicyAction
+	5,  // 2: pact.v1.BootPolicy.pcrs:type_name -> pact.v1.BootPolicyPcr
+	6,  // 3: pact.v1.BootPolicy.events:type_name -> pact.v1.BootPolicyEvent
+	2,  // 4: pact.v1.SetBootPolicyOp.policy:type_name -> pact.v1.BootPolicy
+	2,  // 5: pact.v1.SetBootPolicyRequest.policy:type_name -> pact.v1.BootPolicy
+	2,  // 6: pact.v1.SetBootPolicyResponse.policy:type_name -> pact.v1.BootPolicy
+	2,  // 7: pact.v1.ListBootPoliciesResponse.policies:type_name -> pact.v1.BootPolicy
+	2,  // 8: pact.v1.RemoveBootPolicyResponse.policy:type_name -> pact.v1.BootPolicy
+	0,  // 9: pact.v1.CaptureBootPolicyRequest.mode:type_name -> pact.v1.BootPolicyMode
+	1,  // 10: pact.v1.CaptureBootPolicyRequest.action:type_name -> pact.v1.BootPolicyAction
+	2,  // 11: pact.v1.CaptureBootPolicyResponse.policy:type_name -> pact.v1.BootPolicy
+	7,  // 12: pact.v1.BootPolicyService.SetBootPolicy:input_type -> pact.v1.SetBootPolicyRequest
+	9,  // 13: pact.v1.BootPolicyService.ListBootPolicies:input_type -> pact.v1.ListBootPoliciesRequest
+	11, // 14: pact.v1.BootPolicyService.RemoveBootPolicy:input_type -> pact.v1.RemoveBootPolicyRequest
+	13, // 15: pact.v1.BootPolicyService.CaptureBootPolicy:input_type -> pact.v1.CaptureBootPolicyRequest
+	8,  // 16: pact.v1.BootPolicyService.SetBootPolicy:output_type -> pact.v1.SetBootPolicyResponse
+	10, // 17: pact.v1.BootPolicyService.ListBootPolicies:output_type -> pact.v1.ListBootPoliciesResponse
+	12, // 18: pact.v1.BootPolicyService.RemoveBootPolicy:output_type -> pact.v1.RemoveBootPolicyResponse
+	14, // 19: pact.v1.BootPolicyService.CaptureBootPolicy:output_type -> pact.v1.CaptureBootPolicyResponse
+	16, // [16:20] is the sub-list for method output_type
+	12, // [12:16] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_bootpolicy_proto_init() }
@@ -559,9 +1013,9 @@ func file_pact_v1_bootpolicy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_bootpolicy_proto_rawDesc), len(file_pact_v1_bootpolicy_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   5,
+			NumMessages:   13,
 			NumExtensions: 0,
-			NumServices:   0,
+			NumServices:   1,
 		},
 		GoTypes:           file_pact_v1_bootpolicy_proto_goTypes,
 		DependencyIndexes: file_pact_v1_bootpolicy_proto_depIdxs,
