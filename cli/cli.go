@@ -224,7 +224,7 @@ Exit codes: 0 ok, 1 internal, 2 usage, 3 not found, 4 already exists,
 	a.flags.register(root)
 	root.Flags().Bool("version", false, "print pact's version") // no -v: keep it free
 	a.group(root)
-	root.AddCommand(a.nodeCommand(), a.journalCommand(), a.domainCommand(), a.adminCommand(), a.auditCommand(), a.caCommand(), a.versionCommand())
+	root.AddCommand(a.nodeCommand(), a.journalCommand(), a.domainCommand(), a.bootPolicyCommand(), a.adminCommand(), a.auditCommand(), a.caCommand(), a.versionCommand())
 	return root
 }
 
