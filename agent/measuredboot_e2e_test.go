@@ -137,3 +137,51 @@ func TestAgentRenewsWithQuote(t *testing.T) {
 		t.Errorf("the refused renewal changed the certificate %s -> %s", second, got)
 	}
 }
+
+// An enforced boot policy that the node's boot does not match stops the
+// agent at enrollment with exit code 5 and the policy's hint: it does not
+// retry in a loop.
+func TestAgentRefusedByBootPolicy(t *testing.T) {
+	boot := measuredboottest.Boot("6.1.0-pact", "root=nfs quiet")
+	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
+	sw, logPath := bootedTPM(t, boot, boot)
+	registerWithEK(t, h, "ref", "SN1", ekHashOf(t, sw.Device), mac1)
+	cfg := agentConfig(h, clock.Real{}, "SN1", mac1)
+	cfg.TPMDevice, cfg.TPMEventLog = sw.Device, logPath
+	runAgent(t, cfg)
+	eventually(t, "the reference node is active", func() bool { return h.J.OpenStreams("ref") == 1 })
+	bp := pactv1.NewBootPolicyServiceClient(h.Dial(t, &h.Admin))
+	captured, err := bp.CaptureBootPolicy(context.Background(), &pactv1.CaptureBootPolicyRequest{NodeId: "ref",
+		Mode: pactv1.BootPolicyMode_BOOT_POLICY_MODE_ENFORCE, Action: pactv1.BootPolicyAction_BOOT_POLICY_ACTION_REFUSE})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bp.SetBootPolicy(context.Background(), &pactv1.SetBootPolicyRequest{Policy: captured.GetPolicy()}); err != nil {
+		t.Fatal(err)
+	}
+
+	evil := measuredboottest.Boot("6.1.0-pact", "root=nfs quiet init=/bin/sh")
+	sw2, log2 := bootedTPM(t, evil, evil)
+	registerWithEK(t, h, "n2", "SN2", ekHashOf(t, sw2.Device), "52:54:00:00:00:02")
+	cfg = agentConfig(h, clock.Real{}, "SN2", "52:54:00:00:00:02")
+	cfg.TPMDevice, cfg.TPMEventLog = sw2.Device, log2
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = a.Run(ctx)
+	if !errors.Is(err, ErrRefused) || apierr.FromError(err).Reason != apierr.BootPolicyRefused {
+		t.Fatalf("Run = %v, want ErrRefused with %s", err, apierr.BootPolicyRefused)
+	}
+	if got := ExitCode(err); got != ExitRevoked {
+		t.Errorf("exit code %d, want %d", got, ExitRevoked)
+	}
+	if !strings.Contains(err.Error(), "EV_IPL in PCR 8") || !strings.Contains(err.Error(), "pact boot-policy show") {
+		t.Errorf("error %q does not say what differs and what to do", err)
+	}
+	if got := a.Status().LastFailureReason; got != ReasonTPMRefused {
+		t.Errorf("status reason %q, want %q", got, ReasonTPMRefused)
+	}
+}
