@@ -358,6 +358,12 @@ func TestBootPolicy(t *testing.T) {
 	if err != nil || !strings.Contains(n.GetNode().GetFence().GetReason(), "boot policy version 3") {
 		t.Fatalf("n1 after the fence: %v, %v", n.GetNode(), err)
 	}
+	// Every verdict is counted.
+	for verdict, want := range map[string]float64{"match": 2, "refused": 3, "observed": 1, "fenced": 1} {
+		if got := must(t, e.h.J.MetricsRegistry(), "pact_journal_boot_policy_verdicts_total", "verdict", verdict); got != want {
+			t.Errorf("pact_journal_boot_policy_verdicts_total{verdict=%q} = %v, want %v", verdict, got, want)
+		}
+	}
 }
 
 // narrowQuote is a quote of PCRs 0-7 only.

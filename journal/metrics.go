@@ -24,6 +24,7 @@ type metrics struct {
 	enrollFailures   *prometheus.CounterVec
 	identityWarnings prometheus.Counter
 	renew            *prometheus.CounterVec
+	bootVerdicts     *prometheus.CounterVec
 	unconfirmed      prometheus.Counter
 	authRefused      *prometheus.CounterVec
 	applySeconds     *prometheus.HistogramVec
@@ -59,6 +60,10 @@ func newMetrics(j *Journal) *metrics {
 			Name: "pact_journal_unconfirmed_refusals_total",
 			Help: "Final refusals this journal could not confirm with the leader and answered NO_LEADER instead.",
 		}),
+		bootVerdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pact_journal_boot_policy_verdicts_total",
+			Help: "Boot policy evaluations of TPM nodes' quotes at enrollment and renewal, by verdict: match, observed (a mismatch let through: observe mode or action), refused, fenced.",
+		}, []string{"verdict"}),
 		renew: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pact_journal_renew_total",
 			Help: "RenewCert calls by result: ok, refused, rate_limited, retried (a renewal whose answer was lost, answered again with the certificate that committed), tpm_challenge (round one of an attested renewal).",
@@ -86,7 +91,7 @@ func newMetrics(j *Journal) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 		}),
 	}
-	m.reg.MustRegister(m.enroll, m.credentialRefusals, m.enrollFailures, m.identityWarnings, m.renew, m.unconfirmed, m.authRefused, m.applySeconds, m.streamsRefused, m.activationBatch,
+	m.reg.MustRegister(m.enroll, m.credentialRefusals, m.enrollFailures, m.identityWarnings, m.renew, m.bootVerdicts, m.unconfirmed, m.authRefused, m.applySeconds, m.streamsRefused, m.activationBatch,
 		&connCollector{ports: map[string]*connlimit.Limiter{"grpc": j.conns, "raft": j.raftConns}},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pact_journal_enroll_in_flight", Help: "Enrollments being worked on."},

@@ -51,7 +51,18 @@ const (
 
 var (
 	enrollResults = []string{resultOK, resultRetry, resultTakeover, resultTPMChallenge, resultRefused, resultRateLimited, resultError}
-	renewResults  = []string{resultOK, resultRefused, resultRateLimited, resultRetried}
+	renewResults  = []string{resultOK, resultRefused, resultRateLimited, resultRetried, resultTPMChallenge}
+	// bootVerdicts label pact_journal_boot_policy_verdicts_total: what the
+	// boot policy in force made of a TPM node's quote.
+	bootVerdicts = []string{bootMatch, bootObserved, bootRefused, bootFenced}
+)
+
+// Boot policy verdicts (docs/tpm.md, "Boot policies").
+const (
+	bootMatch    = "match"    // the quote matched the policy
+	bootObserved = "observed" // a mismatch let through (observe mode or action)
+	bootRefused  = "refused"  // a mismatch refused
+	bootFenced   = "fenced"   // a mismatch fenced and refused
 )
 
 // metricPorts are the ports the connection and handshake metrics label.
@@ -125,6 +136,7 @@ func (m *metrics) registerMonitoring(j *Journal) {
 	}{
 		{m.enroll, enrollResults},
 		{m.renew, renewResults},
+		{m.bootVerdicts, bootVerdicts},
 		{m.enrollFailures, wireReasons()},
 		{m.authRefused, wireReasons()},
 		{m.credentialRefusals, j.credentialKinds()},

@@ -255,6 +255,7 @@ func (j *Journal) checkBootPolicy(ctx context.Context, node *pactv1.Node, ev *me
 	id := node.GetNodeId()
 	diff := measuredboot.Evaluate(p, ev)
 	if len(diff) == 0 {
+		j.metrics.bootVerdicts.WithLabelValues(bootMatch).Inc()
 		j.log.Info("boot policy matched", logkey.NodeID, id, logkey.VCluster, p.GetVcluster(), logkey.PolicyVersion, p.GetVersion())
 		return nil
 	}
@@ -270,6 +271,7 @@ func (j *Journal) checkBootPolicy(ctx context.Context, node *pactv1.Node, ev *me
 	policy := fmt.Sprintf("boot policy version %d of %s", p.GetVersion(), cmp.Or(p.GetVcluster(), "the domain"))
 	switch action {
 	case pactv1.BootPolicyAction_BOOT_POLICY_ACTION_REFUSE:
+		j.metrics.bootVerdicts.WithLabelValues(bootRefused).Inc()
 		return fmt.Errorf("%w: node %s does not match %s: %s", ErrBootPolicyRefused, id, policy, what)
 	case pactv1.BootPolicyAction_BOOT_POLICY_ACTION_FENCE:
 		reason := fmt.Sprintf("%s: %s", policy, what)
@@ -281,8 +283,10 @@ func (j *Journal) checkBootPolicy(ctx context.Context, node *pactv1.Node, ev *me
 		}}}); err != nil {
 			return fmt.Errorf("%w: node %s does not match %s (%s), and fencing it failed: %w", ErrBootPolicyRefused, id, policy, what, err)
 		}
+		j.metrics.bootVerdicts.WithLabelValues(bootFenced).Inc()
 		return fmt.Errorf("%w: node %s does not match %s and is fenced (pact node unfence once it boots an allowed image): %s", ErrBootPolicyRefused, id, policy, what)
 	}
+	j.metrics.bootVerdicts.WithLabelValues(bootObserved).Inc()
 	return nil
 }
 
