@@ -8,11 +8,13 @@ import (
 	"crypto/sha256"
 	"testing"
 
+	"github.com/google/go-attestation/attest"
 	"github.com/google/go-tpm/tpm2"
 
 	"github.com/pact-hpc/pact/agent/tpm"
 	"github.com/pact-hpc/pact/internal/measuredboot"
 	"github.com/pact-hpc/pact/internal/measuredboot/measuredboottest"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
 // fuzzAK is the agent's AK template with a software P-256 key.
@@ -99,5 +101,64 @@ func TestFuzzSeedReplays(t *testing.T) {
 	events, err := measuredboot.ReplayLog(log.Bytes(), pcrs)
 	if err != nil || len(events) != len(log) {
 		t.Fatalf("%d events, %v", len(events), err)
+	}
+}
+
+// FuzzPolicyOnLog: whatever log replays, a policy captured from it is
+// valid and matches it, and evaluating the reference policy against it
+// never panics.
+func FuzzPolicyOnLog(f *testing.F) {
+	ref := measuredboottest.Boot("6.1.0-pact", "root=nfs quiet")
+	refEv, err := measuredboot.Evidence(ref.PCRs(0, 1, 2, 3, 4, 5, 6, 7, 8, 9), ref.Bytes())
+	if err != nil {
+		f.Fatal(err)
+	}
+	p, err := measuredboot.Capture(refEv, measuredboot.DefaultCapture(), pactv1.BootPolicyMode_BOOT_POLICY_MODE_ENFORCE, pactv1.BootPolicyAction_BOOT_POLICY_ACTION_REFUSE)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(ref.Bytes())
+	f.Add(measuredboottest.Boot("6.1.0-evil", "init=/bin/sh").Bytes())
+	f.Fuzz(func(t *testing.T, log []byte) { fuzzPolicyBodyWith(t, p, log) })
+}
+
+// fuzzPolicyBodyWith is FuzzPolicyOnLog's body against the reference
+// policy p.
+func fuzzPolicyBodyWith(t *testing.T, p *pactv1.BootPolicy, log []byte) {
+	{
+		el, err := attest.ParseEventLog(log)
+		if err != nil || len(log) > measuredboot.MaxEventLog {
+			return
+		}
+		// The PCRs the log's own SHA-256 events produce (PCR 0 aside:
+		// a locality event changes its start).
+		values := map[int][]byte{}
+		for _, e := range el.Events(attest.HashSHA256) {
+			if e.Index <= 0 || e.Index >= measuredboot.NumPCRs || e.Type == 0x03 || len(e.Digest) != 32 {
+				continue
+			}
+			prev, ok := values[e.Index]
+			if !ok {
+				prev = make([]byte, 32)
+			}
+			h := sha256.Sum256(append(bytes.Clone(prev), e.Digest...))
+			values[e.Index] = h[:]
+		}
+		ev, err := measuredboot.Evidence(values, log)
+		if err != nil {
+			return
+		}
+		_ = measuredboot.Evaluate(p, ev)
+		o := measuredboot.CaptureOptions{}
+		for i := range values {
+			o.EventPCRs = append(o.EventPCRs, i)
+		}
+		q, err := measuredboot.Capture(ev, o, pactv1.BootPolicyMode_BOOT_POLICY_MODE_OBSERVE, pactv1.BootPolicyAction_BOOT_POLICY_ACTION_OBSERVE)
+		if err != nil {
+			return // e.g. a PCR with separators only, or more rules than a policy holds
+		}
+		if d := measuredboot.Evaluate(q, ev); len(d) != 0 {
+			t.Fatalf("a policy captured from a log does not match it: %q", d)
+		}
 	}
 }
