@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-tpm/tpm2"
 	"github.com/google/go-tpm/tpm2/transport"
@@ -14,6 +15,7 @@ import (
 	agenttpm "github.com/pact-hpc/pact/agent/tpm"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/measuredboot/measuredboottest"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/internal/swtpmtest"
 	"github.com/pact-hpc/pact/internal/tpmattest"
 	"github.com/pact-hpc/pact/journal"
@@ -384,3 +386,68 @@ func narrowQuote(t *testing.T, n *tpmNode, nonce, log []byte) *pactv1.TpmQuote {
 // attTPM is the connection to n's software TPM its attestor holds (swtpm
 // serves one at a time).
 func attTPM(_ *testing.T, n *tpmNode) transport.TPM { return n.att.TPM() }
+
+// A boot policy refusal is final for the agent, so a journal gives it only
+// from a policy the leader has confirmed: cut off from the leader it
+// answers NO_LEADER (retryable) instead.
+func TestClusterBootPolicyRefusalNeedsTheLeader(t *testing.T) {
+	c := startCluster(t, 3)
+	leader := c.Leader(t)
+	lone := (leader + 1) % 3
+	evilBoot := measuredboottest.Boot("6.1.0-evil", "root=nfs quiet")
+	sw := swtpmtest.Start(t)
+	tr, err := agenttpm.Open(sw.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evilBoot.Extend(t, tr)
+	tr.Close()
+	if tr, err = agenttpm.Open(sw.Device); err != nil {
+		t.Fatal(err)
+	}
+	att, err := agenttpm.NewAttestor(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { att.Close() })
+	n := &tpmNode{id: "t1", bmc: "SN-T", mac: mac1, att: att, key: journaltest.NewKey(t)}
+	h := hw(n.bmc, n.mac)
+	h.TpmEkHash = att.EKHash()
+	if _, err := c.Nodes[leader].AdminClient(t).RegisterNode(callCtx(t), &pactv1.RegisterNodeRequest{NodeId: "t1", Hardware: h}); err != nil {
+		t.Fatal(err)
+	}
+	// The policy allows only the good kernel's and initrd's digests.
+	var allowed [][]byte
+	for _, e := range goodBoot {
+		if e.PCR == 9 {
+			allowed = append(allowed, e.Digest())
+		}
+	}
+	policy := &pactv1.BootPolicy{Mode: pactv1.BootPolicyMode_BOOT_POLICY_MODE_ENFORCE, Action: pactv1.BootPolicyAction_BOOT_POLICY_ACTION_REFUSE,
+		Events: []*pactv1.BootPolicyEvent{{Name: "kernel", Pcr: 9, EventType: measuredboottest.EvIPL, AllowedDigests: allowed}}}
+	if _, err := pactv1.NewBootPolicyServiceClient(c.Nodes[leader].Dial(t, &c.Nodes[leader].Admin)).SetBootPolicy(callCtx(t), &pactv1.SetBootPolicyRequest{Policy: policy}); err != nil {
+		t.Fatal(err)
+	}
+	loneBP := pactv1.NewBootPolicyServiceClient(c.Nodes[lone].Dial(t, &c.Nodes[lone].Admin))
+	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		l, err := loneBP.ListBootPolicies(callCtx(t), &pactv1.ListBootPoliciesRequest{})
+		return err == nil && len(l.GetPolicies()) == 1
+	}, "the lone journal never applied the policy")
+	enroll := func() error {
+		cl := pactv1.NewEnrollmentServiceClient(c.Nodes[lone].Dial(t, nil))
+		resp, err := cl.Enroll(callCtx(t), n.request())
+		if err != nil {
+			t.Fatalf("round one at the lone journal: %v", err)
+		}
+		ch := resp.GetTpmChallenge()
+		req := n.answer(t, ch, n.key)
+		req.Credentials.Tpm.Quote = quoteOf(t, att, ch.GetQuoteNonce(), evilBoot.Bytes())
+		_, err = cl.Enroll(callCtx(t), req)
+		return err
+	}
+	// With a leader, the refusal is final.
+	wantReason(t, enroll(), codes.PermissionDenied, apierr.BootPolicyRefused)
+	c.StopMember(t, leader)
+	c.StopMember(t, (leader+2)%3)
+	wantReason(t, enroll(), codes.Unavailable, apierr.NoLeader)
+}

@@ -248,23 +248,47 @@ func (j *Journal) checkQuote(nodeID string, att *pactv1.TpmAttestation, nonce []
 // through; refuse refuses it; fence fences it in Raft (as pact node fence
 // does) and refuses it.
 func (j *Journal) checkBootPolicy(ctx context.Context, node *pactv1.Node, ev *measuredboot.BootEvidence) error {
-	p, ok := j.fsm.BootPolicyFor(node.GetVcluster())
-	if !ok {
+	id := node.GetNodeId()
+	decide := func(vcluster string) (*pactv1.BootPolicy, []string, pactv1.BootPolicyAction) {
+		p, ok := j.fsm.BootPolicyFor(vcluster)
+		if !ok {
+			return nil, nil, 0
+		}
+		diff := measuredboot.Evaluate(p, ev)
+		action := p.GetAction()
+		if p.GetMode() != pactv1.BootPolicyMode_BOOT_POLICY_MODE_ENFORCE {
+			action = pactv1.BootPolicyAction_BOOT_POLICY_ACTION_OBSERVE
+		}
+		return p, diff, action
+	}
+	p, diff, action := decide(node.GetVcluster())
+	if len(diff) > 0 && action != pactv1.BootPolicyAction_BOOT_POLICY_ACTION_OBSERVE {
+		// Only the leader's word is final: this journal's copy of the
+		// policies (or of the node's vCluster) may lag a change an
+		// operator made through another journal. Confirm, then decide
+		// again.
+		if rerr := j.raft.ReadBarrier(ctx); rerr != nil {
+			j.metrics.unconfirmed.Inc()
+			return &retryAfterError{
+				err:   fmt.Errorf("%w: this journal cannot confirm the boot policy with the leader (%w); retry", ErrNoLeader, rerr),
+				after: unconfirmedRetryAfter,
+			}
+		}
+		vc := node.GetVcluster()
+		if n, ok := j.fsm.Node(id); ok {
+			vc = n.GetVcluster()
+		}
+		p, diff, action = decide(vc)
+	}
+	if p == nil {
 		return nil
 	}
-	id := node.GetNodeId()
-	diff := measuredboot.Evaluate(p, ev)
 	if len(diff) == 0 {
 		j.metrics.bootVerdicts.WithLabelValues(bootMatch).Inc()
 		j.log.Info("boot policy matched", logkey.NodeID, id, logkey.VCluster, p.GetVcluster(), logkey.PolicyVersion, p.GetVersion())
 		return nil
 	}
 	what := strings.Join(diff, "; ")
-	enforce := p.GetMode() == pactv1.BootPolicyMode_BOOT_POLICY_MODE_ENFORCE
-	action := p.GetAction()
-	if !enforce {
-		action = pactv1.BootPolicyAction_BOOT_POLICY_ACTION_OBSERVE
-	}
 	j.log.Warn("boot policy mismatch", logkey.NodeID, id, logkey.VCluster, p.GetVcluster(), logkey.PolicyVersion, p.GetVersion(),
 		logkey.Mode, strings.ToLower(strings.TrimPrefix(p.GetMode().String(), "BOOT_POLICY_MODE_")),
 		logkey.Action, strings.ToLower(strings.TrimPrefix(action.String(), "BOOT_POLICY_ACTION_")), logkey.Reason, what)
