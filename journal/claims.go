@@ -203,7 +203,11 @@ func (j *Journal) serveClaims(w http.ResponseWriter, r *http.Request) {
 	caller, err := j.federatedCaller(r)
 	if err != nil {
 		j.federation.feedRefused.Inc()
-		j.log.Warn("claim feed refused", logkey.Addr, r.RemoteAddr, logkey.Err, err)
+		// A domain polls every few seconds: one line a minute at most
+		// (pact_journal_federation_claim_feed_refused_total counts all).
+		if ok, suppressed := j.federation.refusedLog.allow(); ok {
+			j.log.Warn("claim feed refused", logkey.Addr, r.RemoteAddr, logkey.Err, err, "suppressed", suppressed)
+		}
 		http.Error(w, "claim feed refused: "+err.Error(), http.StatusForbidden)
 		return
 	}

@@ -219,6 +219,8 @@ type fedRefresher struct {
 	// claims of a federated domain dropped at MaxClaimsPerDomain.
 	feedRefused   prometheus.Counter
 	claimsDropped *prometheus.CounterVec
+	// refusedLog samples the claim feed's refusal log lines.
+	refusedLog *sampledLog
 	// claimed counts enrollments of hardware a federated domain holds
 	// Active, by domain and policy (warn: enrolled; refuse: refused).
 	claimed *prometheus.CounterVec
@@ -244,6 +246,7 @@ func newFederation(j *Journal) *fedRefresher {
 			Help: "Enrollments of hardware a federated domain holds Active, by domain and policy (warn: enrolled and logged; refuse: refused, retryable).",
 		}, []string{"domain", "policy"}),
 	}
+	f.refusedLog = newSampledLog(j.cfg.Clock, time.Minute)
 	f.floor.Store(int64(federationRefreshFloor))
 	return f
 }
