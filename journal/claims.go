@@ -567,7 +567,7 @@ func (j *Journal) checkClaims(ctx context.Context, node *pactv1.Node) error {
 		}
 		age := now.Sub(j.heldClaims.polledAt(c.Domain)).Round(time.Second)
 		since := time.Unix(0, c.Since).UTC().Format(time.RFC3339)
-		j.federation.claimed.WithLabelValues(c.Domain, d.GetPolicy()).Inc()
+		j.federation.claimed.WithLabelValues(d.GetPolicy()).Inc()
 		if d.GetPolicy() == raftfsm.PolicyRefuse {
 			j.log.Warn("enrollment refused: the hardware is active in another domain", logkey.NodeID, node.GetNodeId(), logkey.Domain, c.Domain,
 				"other_node", c.NodeID, "since", since, "claims_age", age.String(), logkey.Source, peerAddr(ctx))

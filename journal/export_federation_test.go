@@ -50,7 +50,7 @@ func (c ClaimHolderForTest) Apply(domain string, feed *ClaimFeed) int {
 func (c ClaimHolderForTest) Count(domain string) int { return c.h.count(domain) }
 
 // ClaimedCounter is pact_journal_enroll_claimed_elsewhere_total of a
-// domain and policy.
-func (j *Journal) ClaimedCounter(domain, policy string) prometheus.Counter {
-	return j.federation.claimed.WithLabelValues(domain, policy)
+// policy.
+func (j *Journal) ClaimedCounter(policy string) prometheus.Counter {
+	return j.federation.claimed.WithLabelValues(policy)
 }

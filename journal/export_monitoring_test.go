@@ -43,5 +43,6 @@ func (j *Journal) PresetCounterSeries() map[string][][]string {
 		"pact_journal_peer_refused_total":               one("reason", raftnode.PeerRefusalReasons),
 		"pact_journal_connections_refused_total":        one("port", metricPorts),
 		"pact_journal_connections_busy_total":           one("port", metricPorts),
+		"pact_journal_enroll_claimed_elsewhere_total":   one("policy", ClaimPolicies),
 	}
 }

@@ -50,6 +50,10 @@ const (
 // federationLevel is the quorum feature level federation needs.
 const federationLevel = 3
 
+// ClaimPolicies are the values of pact_journal_enroll_claimed_elsewhere_total's
+// policy label.
+var ClaimPolicies = []string{raftfsm.PolicyWarn, raftfsm.PolicyRefuse}
+
 // refreshInterval is how often the leader fetches d's bundle: its hint,
 // within floor and federationRefreshCeiling.
 func refreshInterval(d *pactv1.FederatedDomain, floor time.Duration) time.Duration {
@@ -222,7 +226,7 @@ type fedRefresher struct {
 	// refusedLog samples the claim feed's refusal log lines.
 	refusedLog *sampledLog
 	// claimed counts enrollments of hardware a federated domain holds
-	// Active, by domain and policy (warn: enrolled; refuse: refused).
+	// Active, by policy (warn: enrolled; refuse: refused).
 	claimed *prometheus.CounterVec
 }
 
@@ -243,8 +247,12 @@ func newFederation(j *Journal) *fedRefresher {
 		}, []string{"domain"}),
 		claimed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pact_journal_enroll_claimed_elsewhere_total",
-			Help: "Enrollments of hardware a federated domain holds Active, by domain and policy (warn: enrolled and logged; refuse: refused, retryable).",
-		}, []string{"domain", "policy"}),
+			Help: "Enrollments of hardware a federated domain holds Active, by that domain's policy (warn: enrolled and logged; refuse: refused, retryable); the log names the domain.",
+		}, []string{"policy"}),
+	}
+	for _, p := range ClaimPolicies {
+		// Every series from the start, so the first one counts.
+		f.claimed.WithLabelValues(p)
 	}
 	f.refusedLog = newSampledLog(j.cfg.Clock, time.Minute)
 	f.floor.Store(int64(federationRefreshFloor))
