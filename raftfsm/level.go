@@ -37,14 +37,18 @@ type Level struct {
 	Adds    string
 }
 
-// Levels lists every level this binary knows, oldest first.
+// Levels lists every level this binary knows, oldest first. A level added
+// since the last release names the next release: levels accumulate
+// between releases (a release may speak several new ones, and a quorum of
+// it moves up to the highest in one step), and RELEASES is never behind
+// what Levels promises (TestLevelsNameReleases).
 var Levels = []Level{
 	{1, "0.1.0", "the registry, the journal CA layout and quorum ids (the first release)"},
 	{2, "0.2.0", "the quorum level itself; journal ids bound to the journal CA Raft recorded " +
 		"(pact journal record-ca, pact journal add binding a journal CA, publishes refused under " +
 		"another journal CA); a node whose certificate the registry withdrew enrolls with a new key " +
 		"at once; snapshot format 3"},
-	{3, "0.3.0", "federation with other domains (pact domain federate/list/remove, the federated " +
+	{3, "0.2.0", "federation with other domains (pact domain federate/list/remove, the federated " +
 		"bundles refreshed into Raft, snapshot records of federated domains); boot policies for " +
 		"TPM nodes' quotes (pact boot-policy set/remove, snapshot records of boot policies)"},
 }
