@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
+	"github.com/pact-hpc/pact/internal/measuredboot"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -231,41 +232,62 @@ func orDefault(vc string) string {
 }
 
 func (a *app) bootPolicySetCommand() *cobra.Command {
-	var file, mode, act, vcluster string
+	var files []string
+	var mode, act, vcluster string
 	var expect uint64
 	cmd := &cobra.Command{
-		Use:   "set --file FILE",
+		Use:   "set --file FILE [--file FILE2 ...]",
 		Short: "Set a vCluster's (or the domain's) boot policy from FILE, as the next version (platform-admin)",
 		Long: `Set the boot policy FILE holds (the JSON pact boot-policy capture and show
-print) as the next version of its vCluster's policy. --mode, --action and
---vcluster override the file's. --expect-version N refuses the change if
-another operator changed the policy since version N. Audited as
-boot-policy-set.`,
+print) as the next version of its vCluster's policy. Several --file are
+merged into one policy that allows what any of them allows: how a rollout
+admits the old image and the new one at once (capture each from a
+reference node; set the merged policy; once every node runs the new image,
+set its policy alone). The first file's mode, action and vCluster apply;
+--mode, --action and --vcluster override them. --expect-version N refuses
+the change if another operator changed the policy since version N.
+Audited as boot-policy-set.`,
 		Example: `  pact boot-policy set --file policy.json --mode observe
-  pact boot-policy set --file policy.json --mode enforce --action fence --expect-version 1`,
+  pact boot-policy set --file policy.json --mode enforce --action fence --expect-version 1
+
+  # during a rollout: both images are allowed
+  pact boot-policy set --file image-2026-11.json --file image-2026-12.json --mode enforce --action refuse`,
 		Args: cobra.NoArgs,
 		RunE: a.action(func(cmd *cobra.Command, _ []string) error {
 			var problems []error
-			var v BootPolicyView
-			if file == "" {
+			var p *pactv1.BootPolicy
+			if len(files) == 0 {
 				problems = append(problems, errors.New("--file: give the policy's JSON (pact boot-policy capture -o json)"))
-			} else if b, err := os.ReadFile(file); err != nil {
-				problems = append(problems, fmt.Errorf("--file: %w", err))
-			} else if err := json.Unmarshal(b, &v); err != nil {
-				problems = append(problems, fmt.Errorf("--file %s: %w", file, err))
 			}
-			if mode != "" {
-				v.Mode = mode
-			}
-			if act != "" {
-				v.Action = act
-			}
-			if cmd.Flags().Changed("vcluster") {
-				v.VCluster = vcluster
-			}
-			p, err := v.policy()
-			if err != nil && file != "" {
-				problems = append(problems, err)
+			for _, file := range files {
+				var v BootPolicyView
+				b, err := os.ReadFile(file)
+				if err == nil {
+					err = json.Unmarshal(b, &v)
+				}
+				if err != nil {
+					problems = append(problems, fmt.Errorf("--file %s: %w", file, err))
+					continue
+				}
+				if mode != "" {
+					v.Mode = mode
+				}
+				if act != "" {
+					v.Action = act
+				}
+				if cmd.Flags().Changed("vcluster") {
+					v.VCluster = vcluster
+				}
+				one, err := v.policy()
+				if err != nil {
+					problems = append(problems, fmt.Errorf("--file %s: %w", file, err))
+					continue
+				}
+				if p == nil {
+					p = one
+				} else {
+					p = measuredboot.Merge(p, one)
+				}
 			}
 			s, err := a.connect(cmd, problems)
 			if err != nil {
@@ -288,7 +310,7 @@ boot-policy-set.`,
 			return nil
 		}),
 	}
-	cmd.Flags().StringVar(&file, "file", "", "the policy, as pact boot-policy capture -o json prints it")
+	cmd.Flags().StringArrayVar(&files, "file", nil, "the policy, as pact boot-policy capture -o json prints it; repeat to allow what any of several allows")
 	cmd.Flags().StringVar(&mode, "mode", "", "observe or enforce (default: the file's)")
 	cmd.Flags().StringVar(&act, "action", "", "observe, refuse or fence (default: the file's)")
 	cmd.Flags().StringVar(&vcluster, "vcluster", "", "the vCluster (default: the file's; empty: the domain's default)")

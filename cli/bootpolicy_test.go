@@ -50,9 +50,28 @@ func TestBootPolicyCommands(t *testing.T) {
 	if code, _, stderr := run("boot-policy", "set", "--file", file, "--mode", "maybe", "--action", "explode"); code == 0 || !strings.Contains(stderr, "mode \"maybe\"") || !strings.Contains(stderr, "action \"explode\"") {
 		t.Errorf("set with bad flags: exit %d\n%s", code, stderr)
 	}
+	// Two images' policies set as one: each allows its own kernel, the
+	// merged policy both (a rollout).
+	one := strings.Repeat("11", 32)
+	second := filepath.Join(t.TempDir(), "image-2.json")
+	in2 := in
+	in2.Events = []BootPolicyEventRow{{Name: "kernel", PCR: 9, EventType: 0xd, AllowedDigests: []string{one}}}
+	b2, _ := json.Marshal(in2)
+	if err := os.WriteFile(second, b2, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = run("boot-policy", "set", "--file", file, "--file", second, "--mode", "enforce", "--action", "fence", "-o", "json")
+	var merged BootPolicyView
+	if err := json.Unmarshal([]byte(stdout), &merged); code != 0 || err != nil || merged.Version != 3 || len(merged.Events) != 1 ||
+		strings.Join(merged.Events[0].AllowedDigests, ",") != zero+","+one {
+		t.Fatalf("set of two files: exit %d %+v, %v\n%s%s", code, merged, err, stdout, stderr)
+	}
+	if code, _, stderr := run("boot-policy", "set", "--file", file, "--file", filepath.Join(t.TempDir(), "missing.json")); code == 0 || !strings.Contains(stderr, "missing.json") {
+		t.Errorf("set with a missing second file: exit %d\n%s", code, stderr)
+	}
 	var list []BootPolicyView
 	code, stdout, _ = run("boot-policy", "list", "-o", "json")
-	if err := json.Unmarshal([]byte(stdout), &list); code != 0 || err != nil || len(list) != 1 || list[0].Version != 2 || list[0].Action != "fence" {
+	if err := json.Unmarshal([]byte(stdout), &list); code != 0 || err != nil || len(list) != 1 || list[0].Version != 3 || list[0].Action != "fence" {
 		t.Fatalf("list -o json: %v %+v\n%s", err, list, stdout)
 	}
 	if code, stdout, _ := run("boot-policy", "show"); code != 0 || !strings.Contains(stdout, "event kernel (pcr 9, type 0xd): "+zero) {
@@ -70,7 +89,7 @@ func TestBootPolicyCommands(t *testing.T) {
 	if code, _, stderr := run("boot-policy", "capture", "--from-node", "n1"); code == 0 || !strings.Contains(stderr, "last enrolled or renewed") {
 		t.Errorf("capture without a quote: exit %d\n%s", code, stderr)
 	}
-	if code, stdout, stderr := run("boot-policy", "remove"); code != 0 || !strings.Contains(stdout, "removed (was version 2)") {
+	if code, stdout, stderr := run("boot-policy", "remove"); code != 0 || !strings.Contains(stdout, "removed (was version 3)") {
 		t.Fatalf("remove: exit %d\n%s%s", code, stdout, stderr)
 	}
 	if code, _, stderr := run("boot-policy", "remove"); code == 0 || !strings.Contains(stderr, "pact boot-policy list") {
