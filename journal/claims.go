@@ -206,7 +206,7 @@ func (j *Journal) serveClaims(w http.ResponseWriter, r *http.Request) {
 		// A domain polls every few seconds: one line a minute at most
 		// (pact_journal_federation_claim_feed_refused_total counts all).
 		if ok, suppressed := j.federation.refusedLog.allow(); ok {
-			j.log.Warn("claim feed refused", logkey.Addr, r.RemoteAddr, logkey.Err, err, "suppressed", suppressed)
+			j.log.Warn("claim feed refused", logkey.Addr, r.RemoteAddr, logkey.Err, err, logkey.Suppressed, suppressed)
 		}
 		http.Error(w, "claim feed refused: "+err.Error(), http.StatusForbidden)
 		return
@@ -254,7 +254,7 @@ func (j *Journal) serveClaims(w http.ResponseWriter, r *http.Request) {
 			feed.Claims = append(feed.Claims, claimOf(n))
 		}
 	}
-	j.log.Debug("claim feed served", "caller", caller.String(), "claims", len(feed.Claims), "full", feed.Full)
+	j.log.Debug("claim feed served", logkey.Caller, caller.String(), logkey.Claims, len(feed.Claims), logkey.Full, feed.Full)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(feed)
 }
@@ -469,7 +469,7 @@ func (f *fedRefresher) pollDomain(d *pactv1.FederatedDomain) error {
 		}
 		if n := j.heldClaims.apply(d.GetName(), feed, j.cfg.Clock.Now(), after == ""); n > 0 {
 			f.claimsDropped.WithLabelValues(d.GetName()).Add(float64(n))
-			j.log.Warn("claims from a federated domain dropped at the bound", logkey.Domain, d.GetName(), "dropped", n, "bound", MaxClaimsPerDomain)
+			j.log.Warn("claims from a federated domain dropped at the bound", logkey.Domain, d.GetName(), logkey.Dropped, n, logkey.Bound, MaxClaimsPerDomain)
 		}
 		if !feed.More {
 			return nil
@@ -570,7 +570,7 @@ func (j *Journal) checkClaims(ctx context.Context, node *pactv1.Node) error {
 		j.federation.claimed.WithLabelValues(d.GetPolicy()).Inc()
 		if d.GetPolicy() == raftfsm.PolicyRefuse {
 			j.log.Warn("enrollment refused: the hardware is active in another domain", logkey.NodeID, node.GetNodeId(), logkey.Domain, c.Domain,
-				"other_node", c.NodeID, "since", since, "claims_age", age.String(), logkey.Source, peerAddr(ctx))
+				logkey.OtherNode, c.NodeID, logkey.Since, since, logkey.ClaimsAge, age.String(), logkey.Source, peerAddr(ctx))
 			return &retryAfterError{
 				err: fmt.Errorf("%w: node %s's hardware is active in domain %s as node %s since %s (claims from %s %s old; its policy here is refuse): it enrolls here once %s releases it",
 					ErrActiveInAnotherDomain, node.GetNodeId(), c.Domain, c.NodeID, since, c.Domain, age, c.Domain),
@@ -578,7 +578,7 @@ func (j *Journal) checkClaims(ctx context.Context, node *pactv1.Node) error {
 			}
 		}
 		j.log.Warn("node enrolling while its hardware is active in another domain", logkey.NodeID, node.GetNodeId(), logkey.Domain, c.Domain,
-			"other_node", c.NodeID, "since", since, "claims_age", age.String(), logkey.Source, peerAddr(ctx))
+			logkey.OtherNode, c.NodeID, logkey.Since, since, logkey.ClaimsAge, age.String(), logkey.Source, peerAddr(ctx))
 	}
 	return nil
 }

@@ -313,7 +313,7 @@ func (f *fedRefresher) refreshDue() {
 			f.retryAt[d.GetName()] = now.Add(min(federationRetry, refreshInterval(d, floor)))
 			f.mu.Unlock()
 			j.log.Warn("federated domain's bundle not refreshed: keeping the last good one", logkey.Domain, d.GetName(), logkey.Err, err,
-				"bundle_age", now.Sub(fetched).Round(time.Second).String())
+				logkey.BundleAge, now.Sub(fetched).Round(time.Second).String())
 			continue
 		}
 		f.mu.Lock()

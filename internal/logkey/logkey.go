@@ -197,3 +197,26 @@ const (
 	// WritesInFlight counts Raft store writes outstanding.
 	WritesInFlight = "writes_in_flight"
 )
+
+// Keys of federation and cross-domain claims (journal/federation.go,
+// journal/claims.go; docs/domains.md).
+const (
+	// BundleAge is how old the last good federated bundle is.
+	BundleAge = "bundle_age"
+	// Caller names who called (a federated domain's journal).
+	Caller = "caller"
+	// Claims counts claims in a feed.
+	Claims = "claims"
+	// ClaimsAge is how old the claims held from a domain are.
+	ClaimsAge = "claims_age"
+	// Full says a claim feed is a full listing, not changes.
+	Full = "full"
+	// Dropped counts what was dropped at a bound.
+	Dropped = "dropped"
+	// Bound is the bound something was held to.
+	Bound = "bound"
+	// OtherNode is the node id another domain has the hardware as.
+	OtherNode = "other_node"
+	// Since is when something began.
+	Since = "since"
+)
