@@ -40,6 +40,7 @@ import (
 	"github.com/pact-hpc/pact/integration/launch"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/internal/porttest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -112,6 +113,19 @@ func startQuorumFrom(t *testing.T, bin string, n int, extra ...string) *quorum {
 	}
 	for i := range q.members {
 		q.waitServing(i)
+	}
+	if bin == binDir {
+		// A quorum of this tree runs at its feature level within a second
+		// of its first leader (docs/upgrade.md); its features are refused
+		// until then, and a test starts using them at once.
+		polltest.Until(t, 30*time.Second, 50*time.Millisecond, func() bool {
+			for i := range q.members {
+				if strings.Contains(q.pq.CurrentLog(i), "quorum feature level raised") {
+					return true
+				}
+			}
+			return false
+		}, "no journal of the new quorum logged that it raised the feature level")
 	}
 	return q
 }

@@ -51,8 +51,15 @@ func (j *Journal) bindJoiningJournal(ctx context.Context, id, addr string, expec
 	if j.raft.QuorumLevel() < 2 {
 		// A quorum still at level 1 (an upgrade from 0.1.0 under way)
 		// cannot record a binding: its journals of the previous release
-		// would stop at the command. The journal's first publish records
-		// its journal CA, as that release does.
+		// would stop at the command. A new journal id is bound at its
+		// first publish, as that release does; an id bound to another
+		// journal CA (a replaced host) could never be a peer of this
+		// release's journals without the binding, so it waits for the
+		// level.
+		if bound, ok := j.fsm.BoundJournalCA(id); ok && bound.GetSerial() != pki.SerialHex(jc.SerialNumber) {
+			return nil, &raftfsm.QuorumVersionError{Feature: "adding journal " + id + " with a journal CA other than the one it is bound to (" + bound.GetSerial() + ", a replaced host)",
+				Need: 2, Have: j.raft.QuorumLevel(), Below: j.membersBelow(ctx, 2)}
+		}
 		j.log.Warn("journal added without binding its journal CA: the quorum runs at feature level 1 until every journal is upgraded; its first publish records the journal CA", logkey.Journal, id, logkey.Serial, pki.SerialHex(jc.SerialNumber))
 		return nil, nil
 	}
@@ -137,9 +144,14 @@ func (j *Journal) requireLevel(ctx context.Context, need uint32, feature string)
 	if have >= need {
 		return nil
 	}
-	var below []string
-	if members, err := j.raft.Members(ctx); err == nil {
-		below = raftnode.MembersBelow(members, need)
+	return &raftfsm.QuorumVersionError{Feature: feature, Need: need, Have: have, Below: j.membersBelow(ctx, need)}
+}
+
+// membersBelow names the members whose binaries speak less than level.
+func (j *Journal) membersBelow(ctx context.Context, level uint32) []string {
+	members, err := j.raft.Members(ctx)
+	if err != nil {
+		return nil
 	}
-	return &raftfsm.QuorumVersionError{Feature: feature, Need: need, Have: have, Below: below}
+	return raftnode.MembersBelow(members, level)
 }
