@@ -28,12 +28,11 @@ import (
 const levelCheckInterval = time.Second
 
 // levelView is what the last level check saw: each member's level (0 for
-// one that did not answer) and when. The leader's answer to "which
-// journals are still to upgrade"; a follower's is empty.
+// one that did not answer). Only a leader below its binary's level checks;
+// pact journal add reads it (MembersLevel).
 type levelView struct {
 	mu      sync.Mutex
 	members map[string]memberLevel
-	at      time.Time
 }
 
 type memberLevel struct {
@@ -41,10 +40,10 @@ type memberLevel struct {
 	release string
 }
 
-func (v *levelView) set(m map[string]memberLevel, at time.Time) {
+func (v *levelView) set(m map[string]memberLevel) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.members, v.at = m, at
+	v.members = m
 }
 
 func (v *levelView) get() map[string]memberLevel {
@@ -158,7 +157,7 @@ func (n *Node) checkLevel(ctx context.Context) {
 			lowest = ml.level
 		}
 	}
-	n.levels.set(seen, n.cfg.Clock.Now())
+	n.levels.set(seen)
 	recorded := n.QuorumLevel()
 	if lowest <= recorded {
 		return
