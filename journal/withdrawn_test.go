@@ -97,6 +97,13 @@ func TestRevokedJournalCAFreesItsNodesAtOnce(t *testing.T) {
 		}
 		return false
 	})
+	// j1's peers cut it off with its journal CA: if it led, j2 and j3 elect
+	// a leader of their own, and an enrollment forwarded to j1 in between
+	// would end OUTCOME_UNKNOWN (the agent retries; this test would not).
+	waitFor(t, "j2 and j3 to agree on a leader other than j1", func() bool {
+		l := c.Nodes[2].J.KnownLeader()
+		return l != "" && l != "j1" && c.Nodes[1].J.KnownLeader() == l && (c.Nodes[1].J.IsLeader() || c.Nodes[2].J.IsLeader())
+	})
 	// Seconds after n0 enrolled, far inside the 60 s takeover window.
 	key := journaltest.NewKey(t)
 	resp, err := c.Nodes[2].Enroll(t, key, "SN0", mac(0))
