@@ -120,7 +120,7 @@ func (s *adminServer) RegisterNodes(ctx context.Context, req *pactv1.RegisterNod
 	// One read confirmed by the leader makes this journal's copy current,
 	// so rows already registered exactly so are answered without a Raft
 	// write: re-running a file writes nothing for them.
-	current := s.j.raft.ReadBarrier(ctx) == nil
+	current := s.j.readBarrier(ctx) == nil
 	sem := make(chan struct{}, 64)
 	var wg sync.WaitGroup
 	for i, row := range rows {
@@ -173,7 +173,7 @@ func (s *adminServer) UpdateNode(ctx context.Context, req *pactv1.UpdateNodeRequ
 	if len(req.GetMacs()) == 0 && req.BmcSerial == nil && req.TpmEkHash == nil {
 		return nil, fmt.Errorf("%w: nothing to update: set macs, bmc_serial or tpm_ek_hash", ErrInvalidArgument)
 	}
-	if err := j.raft.ReadBarrier(ctx); err != nil {
+	if err := j.readBarrier(ctx); err != nil {
 		return nil, err
 	}
 	n, err := j.node(req.GetNodeId())
@@ -212,7 +212,7 @@ func (s *adminServer) UpdateNode(ctx context.Context, req *pactv1.UpdateNodeRequ
 // current. On any doubt (no leader to confirm) it says no, and the write
 // goes ahead to the state machine, which gives the final answer.
 func (j *Journal) registered(ctx context.Context, op *pactv1.RegisterNodeOp) (*pactv1.Node, bool) {
-	if err := j.raft.ReadBarrier(ctx); err != nil {
+	if err := j.readBarrier(ctx); err != nil {
 		return nil, false
 	}
 	n, ok := j.fsm.Node(op.GetNodeId())
@@ -283,7 +283,7 @@ func (s *adminServer) ListNodes(_ context.Context, req *pactv1.ListNodesRequest)
 }
 
 func (s *adminServer) InspectNode(ctx context.Context, req *pactv1.InspectNodeRequest) (*pactv1.InspectNodeResponse, error) {
-	if err := s.j.raft.ReadBarrier(ctx); err != nil {
+	if err := s.j.readBarrier(ctx); err != nil {
 		return nil, err
 	}
 	n, err := s.j.node(req.GetNodeId())

@@ -162,7 +162,7 @@ func (j *Journal) fenceIs(ctx context.Context, id string, fenced bool) (*pactv1.
 	if !ok || (n.GetFence() != nil) != fenced {
 		return nil, false
 	}
-	if err := j.raft.ReadBarrier(ctx); err != nil {
+	if err := j.readBarrier(ctx); err != nil {
 		return nil, false
 	}
 	n, ok = j.fsm.Node(id)

@@ -55,7 +55,7 @@ type authQuorum struct{ j *Journal }
 
 func (q authQuorum) IsLeader() bool { return q.j.IsLeader() }
 
-func (q authQuorum) LinearizableRead(ctx context.Context) error { return q.j.raft.ReadBarrier(ctx) }
+func (q authQuorum) LinearizableRead(ctx context.Context) error { return q.j.readBarrier(ctx) }
 
 func (q authQuorum) ConfirmFinal(ctx context.Context, decide func() error) error {
 	return q.j.confirm(ctx, decide, isFinal)
@@ -114,7 +114,7 @@ func (p authPeers) RemovedPeer(ctx context.Context, name string, refused error) 
 // correlation id and answers every error of the call, authentication's
 // included, as the journal's status (status.go).
 func (j *Journal) unaryInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	resp, err := handler(withCorrelation(ctx), req)
+	resp, err := handler(withCallConfirmation(withCorrelation(ctx)), req)
 	return resp, toStatus(err)
 }
 

@@ -74,7 +74,7 @@ func (j *Journal) enroll(ctx context.Context, req *pactv1.EnrollRequest) (*pactv
 		// copy has it. Only the leader's word is final: confirm the state,
 		// then decide again (nothing was stored or written before these
 		// refusals, so deciding twice is safe).
-		if rerr := j.raft.ReadBarrier(ctx); rerr != nil {
+		if rerr := j.readBarrier(ctx); rerr != nil {
 			return nil, resultError, fmt.Errorf("%w: cannot confirm the node's TPM registration with the leader (%w); retry", ErrNoLeader, rerr)
 		}
 		return j.enrollOnce(ctx, req)
@@ -271,7 +271,7 @@ func (j *Journal) confirm(ctx context.Context, decide func() error, needs func(e
 	if !needs(err) {
 		return err
 	}
-	if rerr := j.raft.ReadBarrier(ctx); rerr != nil {
+	if rerr := j.readBarrier(ctx); rerr != nil {
 		j.metrics.unconfirmed.Inc()
 		return &retryAfterError{
 			err:   fmt.Errorf("%w: this journal cannot confirm its answer with the leader (its copy of the registry may lag): %s; retry, or try another journal", ErrNoLeader, strings.TrimPrefix(rerr.Error(), ErrNoLeader.Error()+": ")),

@@ -95,7 +95,7 @@ func (s *adminServer) FederateDomain(ctx context.Context, req *pactv1.FederateDo
 			return nil, fmt.Errorf("%w: endpoint SPIFFE ID %q: %v", ErrInvalidArgument, d.GetEndpointSpiffeId(), err)
 		}
 	}
-	if err := j.raft.ReadBarrier(ctx); err != nil {
+	if err := j.readBarrier(ctx); err != nil {
 		return nil, err
 	}
 	if err := j.requireLevel(ctx, federationLevel, "pact domain federate"); err != nil {
@@ -122,7 +122,7 @@ func (s *adminServer) ListFederatedDomains(context.Context, *pactv1.ListFederate
 // RemoveFederatedDomain ends the federation with a domain.
 func (s *adminServer) RemoveFederatedDomain(ctx context.Context, req *pactv1.RemoveFederatedDomainRequest) (*pactv1.RemoveFederatedDomainResponse, error) {
 	j := s.j
-	if err := j.raft.ReadBarrier(ctx); err != nil {
+	if err := j.readBarrier(ctx); err != nil {
 		return nil, err
 	}
 	if err := j.requireLevel(ctx, federationLevel, "pact domain remove"); err != nil {

@@ -113,7 +113,7 @@ func (s *adminServer) RecordJournalCA(ctx context.Context, req *pactv1.RecordJou
 		return nil, fmt.Errorf("%w: the journal CA certificate does not parse: %v", ErrInvalidArgument, err)
 	}
 	// The journal CAs it supersedes are the leader's state's to say.
-	if err := j.raft.ReadBarrier(ctx); err != nil {
+	if err := j.readBarrier(ctx); err != nil {
 		return nil, err
 	}
 	if err := j.requireLevel(ctx, 2, "pact journal record-ca"); err != nil {

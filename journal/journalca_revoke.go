@@ -32,7 +32,7 @@ func (s *adminServer) RevokeJournalCA(ctx context.Context, req *pactv1.RevokeJou
 		return nil, fmt.Errorf("%w: name a journal CA serial or a journal id (see pact journal intermediates)", ErrInvalidArgument)
 	}
 	// Which serials a target names is the leader's state's to say.
-	if err := j.raft.ReadBarrier(ctx); err != nil {
+	if err := j.readBarrier(ctx); err != nil {
 		return nil, err
 	}
 	var serials []string

@@ -81,7 +81,7 @@ func (s *bootPolicyServer) SetBootPolicy(ctx context.Context, req *pactv1.SetBoo
 	if err := measuredboot.ValidatePolicy(p); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
-	if err := j.raft.ReadBarrier(ctx); err != nil {
+	if err := j.readBarrier(ctx); err != nil {
 		return nil, err
 	}
 	if err := j.requireLevel(ctx, bootPolicyLevel, "pact boot-policy set"); err != nil {
@@ -104,7 +104,7 @@ func (s *bootPolicyServer) ListBootPolicies(context.Context, *pactv1.ListBootPol
 
 func (s *bootPolicyServer) RemoveBootPolicy(ctx context.Context, req *pactv1.RemoveBootPolicyRequest) (*pactv1.RemoveBootPolicyResponse, error) {
 	j := s.j
-	if err := j.raft.ReadBarrier(ctx); err != nil {
+	if err := j.readBarrier(ctx); err != nil {
 		return nil, err
 	}
 	if err := j.requireLevel(ctx, bootPolicyLevel, "pact boot-policy remove"); err != nil {

@@ -118,7 +118,7 @@ func (s *adminServer) RevokeOperator(ctx context.Context, req *pactv1.RevokeOper
 	if op.Serial != "" || !req.GetUnrecorded() {
 		// Whether the serial (or the name) is recorded decides the
 		// answer: ask the leader's state.
-		if err := j.raft.ReadBarrier(ctx); err != nil {
+		if err := j.readBarrier(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -183,7 +183,7 @@ func (s *adminServer) RetireIntermediate(ctx context.Context, req *pactv1.Retire
 	if req.GetGraceSeconds() < 0 || (req.GetNow() && req.GetGraceSeconds() > 0) {
 		return nil, fmt.Errorf("%w: give either --grace (positive) or --now", ErrInvalidArgument)
 	}
-	if err := j.raft.ReadBarrier(ctx); err != nil {
+	if err := j.readBarrier(ctx); err != nil {
 		return nil, err
 	}
 	var serials []string

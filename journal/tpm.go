@@ -267,7 +267,7 @@ func (j *Journal) checkBootPolicy(ctx context.Context, node *pactv1.Node, ev *me
 		// policies (or of the node's vCluster) may lag a change an
 		// operator made through another journal. Confirm, then decide
 		// again.
-		if rerr := j.raft.ReadBarrier(ctx); rerr != nil {
+		if rerr := j.readBarrier(ctx); rerr != nil {
 			j.metrics.unconfirmed.Inc()
 			return &retryAfterError{
 				err:   fmt.Errorf("%w: this journal cannot confirm the boot policy with the leader (%w); retry", ErrNoLeader, rerr),
