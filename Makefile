@@ -152,7 +152,7 @@ test-bootstrap: ## start a three-journal quorum 100 times, founders in random or
 monitoring-e2e: ## the shipped alerting rules in a real Prometheus (Debian's, apt-get install prometheus) scraping a real quorum while faults make each alert fire (about two minutes)
 	PACT_MONITORING_E2E=1 $(GO) test -count=1 -timeout 10m -run 'TestMonitoringAlertsFire|TestShortenFor' $(TESTFLAGS) ./integration/
 
-lint: tools ## gofmt, go vet, staticcheck, deadcode and buf lint (docs/development.md)
+lint: tools ## gofmt, go vet, staticcheck, deadcode, buf lint and no clock-racing tests (docs/development.md)
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
@@ -168,6 +168,9 @@ lint: tools ## gofmt, go vet, staticcheck, deadcode and buf lint (docs/developme
 	  out=$$(printf '%s\n' "$$out" | awk 'NR == FNR { if ($$1 !~ /^#/) keep[$$1] = 1; next } NF && !($$1 in keep)' scripts/deadcode-keep -) || exit 1; \
 	  if [ -n "$$out" ]; then echo "only tests call these: move them into a _test.go file or a test helper package"; echo "$$out"; exit 1; fi
 	$(TOOLS)/buf lint
+	@# No time.Sleep or deadline loop in tests outside internal/polltest and
+	@# the allow-list (internal/clocklint, each entry with its reason).
+	$(GO) test -count=1 ./internal/clocklint/
 
 generate: tools ## regenerate the Go code for proto/ (pinned protoc-gen-go, protoc-gen-go-grpc and buf)
 	PATH=$(TOOLS):$$PATH $(TOOLS)/buf generate

@@ -1,0 +1,359 @@
+package clocklint_test
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// allowed lists the functions (file, then the enclosing top-level function
+// or method) that may let wall time pass, each with why nothing else works.
+// Keep it short: an entry is a test that cannot be given a fake clock or a
+// state to wait on.
+var allowed = map[string]string{
+	"journal/raftnode/lease_test.go:stallingTransport.AppendEntries":                     "delays heartbeats in wall time: hashicorp/raft's heartbeat and lease timers run on the wall clock, which raft does not let a test inject; late heartbeats are what the test is about",
+	"journal/raftnode/lease_test.go:stallingPipeline.AppendEntries":                      "the pipelined path of the same stalling transport (see stallingTransport.AppendEntries)",
+	"journal/raftnode/lease_test.go:TestLateHeartbeatsKeepTheLeaderWithTheDefaultTiming": "watches for a leadership loss over the wall-time window raft's own timers run in (an absence on a clock raft owns); no state change to wait for",
+	"journal/raftnode/bootstrap_internal_test.go:TestFoundersAgreeWhateverTheirTiming":   "the founders' random start order and delays, against raft's wall-clock election timers, are what the test explores",
+	"journal/raftnode/bootstrap_internal_test.go:newFounder":                             "a founder slow to go on, in wall time, against raft's wall-clock timers (see TestFoundersAgreeWhateverTheirTiming)",
+	"integration/fill_linux_test.go:startWAN":                                            "emulates a WAN's one-way delay between real processes (a proxy that holds each segment)",
+	"integration/fill_linux_test.go:delayCopy":                                           "the proxy of startWAN: holds each segment for the emulated one-way delay",
+	"identity/spire/back_bench_test.go:BenchmarkSVIDBack":                                "benchmarks, in wall time, how soon the real backoff brings an SVID back: SPIRE must stay away for real time for the backoff to grow",
+}
+
+// pending lists the functions that still sleep or loop on a deadline and
+// are yet to be converted (issue 42). It only shrinks: an entry that no
+// longer matches fails the test, so a converted function leaves it.
+var pending = []string{
+	"agent/agentmain/main_test.go:TestStatusAsAUser",
+	"agent/cascade_test.go:TestStandbyRenewedOverTheSVIDChannel",
+	"agent/reasons_test.go:waitLogged",
+	"agent/skew_test.go:TestClockSkewBridgedFromHealthCheck",
+	"integration/bench/stormbench/procstat_test.go:TestProcReadings",
+	"integration/bench/stormbench/storm_test.go:inspectNode",
+	"integration/bench/stormbench/storm_test.go:waitStreams",
+	"integration/cluster_test.go:TestQuorumFullRestart",
+	"integration/cluster_test.go:TestQuorumMinorityAcceptsNoWrites",
+	"integration/cluster_test.go:quorum.identicalLists",
+	"integration/cluster_test.go:quorum.leader",
+	"integration/cluster_test.go:quorum.syncRead",
+	"integration/cutoff_test.go:TestAgentAtCutOffFollowerEnrollsAfterHeal",
+	"integration/day2_test.go:quorum.addJoiner",
+	"integration/day2_test.go:quorum.waitStatus",
+	"integration/fill_linux_test.go:fillHelper",
+	"integration/fill_linux_test.go:handshakenFill",
+	"integration/fill_linux_test.go:testConnectionFill",
+	"integration/flood_test.go:TestConnectionFloodLeavesRoomForAgentsAndOperators",
+	"integration/flood_test.go:floodHelper",
+	"integration/flood_test.go:flooder.fill",
+	"integration/guess_test.go:TestGuessingFloodLetsARegisteredNodeThrough",
+	"integration/keysearch_test.go:TestNoCAKeyOnJournalDisks",
+	"integration/peer_test.go:TestPeerRightsOfJournalProcesses",
+	"integration/peerbinding_test.go:TestOnlyTheRecordedPeerIsAPeer",
+	"integration/peerbinding_test.go:peerCheck.checkUntouched",
+	"integration/peerbinding_test.go:peerCheck.retry",
+	"integration/peerbinding_test.go:peerCheck.waitBound",
+	"integration/peerbinding_test.go:peerCheck.waitRefused",
+	"integration/recover_test.go:TestRecoverLostMajority",
+	"integration/recover_test.go:waitAgentStatus",
+	"integration/revokedca_remove_test.go:TestRemoveRevokedLeaderWithTheCLI",
+	"integration/rolling_upgrade_test.go:opLoad.cli",
+	"integration/rolling_upgrade_test.go:opLoad.renew",
+	"integration/rollover_test.go:TestRootRollover",
+	"integration/rollover_test.go:waitJournalLog",
+	"integration/rollover_test.go:waitOutput",
+	"internal/keystore/tpmhang_test.go:holdFile",
+	"internal/swtpmtest/swtpmtest.go:StartIn",
+	"journal/abuse_test.go:TestStreamsPerCertificateAreCapped",
+	"journal/batch_test.go:heldBatches.waitQueued",
+	"journal/cluster_test.go:TestClusterAddAndRemoveMember",
+	"journal/cluster_test.go:TestClusterWritesAtAnyJournal",
+	"journal/cluster_test.go:TestLargeLivenessDigestFromAFollower",
+	"journal/connlimit/connlimit_test.go:TestAdmitHandshakeGivesTheHandshakeItsTimeFromItsSlot",
+	"journal/connlimit/evict_test.go:TestAtTheCapANewConnectionEvictsTheOldestStillInItsHandshake",
+	"journal/connlimit/evict_test.go:TestEvictionUnderConcurrentAcceptsHandshakesAndCloses",
+	"journal/connlimit/vouch_test.go:TestAtTheCapVouchedAndProvenConnectionsGoLast",
+	"journal/disk_test.go:TestDiskFullStopsWritesCleanly",
+	"journal/journalca_test.go:TestRetiredOwnIntermediateKeepsTheJournalAPeer",
+	"journal/journaltest/journaltest.go:Cluster.Leader",
+	"journal/journaltest/journaltest.go:Harness.Register",
+	"journal/peerbinding_test.go:TestRecordedJournalCAAfterRevocationServesAgain",
+	"journal/peerbinding_test.go:TestRevokingTheLeadersJournalCAElectsAnother",
+	"journal/quorum_test.go:waitQuorumID",
+	"journal/raftnode/readindex_internal_test.go:TestReadIndexOfANewLeaderCoversThePreviousLeadersWrites",
+	"journal/raftnode/readindex_internal_test.go:leaderOf",
+	"journal/readindex_test.go:TestNewLeaderSeesTheOldLeadersAcknowledgedWrite",
+	"journal/revokedca_remove_test.go:removeAsTheCLI",
+	"journal/upgrade_test.go:TestUnknownCommandOnAQuorum",
+	"journal/upgrade_test.go:applyOnLeader",
+}
+
+// TestTestsDoNotRaceTheClock fails on every time.Sleep and every
+// hand-rolled deadline loop in a _test.go file or a test helper package (a
+// directory named *test) outside internal/polltest and the allow-list.
+func TestTestsDoNotRaceTheClock(t *testing.T) {
+	root := filepath.Join("..", "..")
+	fset := token.NewFileSet()
+	files, used := 0, map[string]bool{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(name, ".") || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		dir := filepath.Base(filepath.Dir(path))
+		if !strings.HasSuffix(name, ".go") || (!strings.HasSuffix(name, "_test.go") && !strings.HasSuffix(dir, "test")) ||
+			strings.HasPrefix(rel, "internal/polltest/") || strings.HasPrefix(rel, "internal/clocklint/") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		files++
+		for _, fd := range findings(fset, f) {
+			key := rel + ":" + fd.fn
+			if _, ok := allowed[key]; ok || slices.Contains(pending, key) {
+				used[key] = true
+				continue
+			}
+			t.Errorf("%s: %s in %s: wait on state (internal/polltest), advance the fake clock (internal/clock/fakeclock) or use testing/synctest; if nothing else can work, add %q to the allow-list in internal/clocklint with why", fset.Position(fd.pos), fd.what, fd.fn, key)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 100 {
+		t.Fatalf("read %d test files from %s; the check would be meaningless", files, root)
+	}
+	for key := range allowed {
+		if !used[key] {
+			t.Errorf("allow-list entry %q matches nothing: remove it", key)
+		}
+	}
+	for _, key := range pending {
+		if !used[key] {
+			t.Errorf("pending entry %q matches nothing (converted?): remove it", key)
+		}
+	}
+}
+
+type finding struct {
+	pos  token.Pos
+	fn   string // the enclosing top-level function, Recv.Name for a method
+	what string
+}
+
+// findings returns the sleeps and deadline loops in f:
+//   - a call of time.Sleep;
+//   - a for loop whose condition, or an if directly in whose body, reads
+//     the wall clock (time.Now, time.Since, time.Until): a deadline loop;
+//   - a for loop that waits on a receive from time.After or time.Tick and
+//     does nothing on it but go round again: a sleep in a select.
+//
+// A for-select that waits on a channel of the code under test with a
+// time.After hang guard is a wait on state, and passes.
+func findings(fset *token.FileSet, f *ast.File) []finding {
+	timeName := ""
+	for _, imp := range f.Imports {
+		if p, _ := strconv.Unquote(imp.Path.Value); p == "time" {
+			timeName = "time"
+			if imp.Name != nil {
+				timeName = imp.Name.Name
+			}
+		}
+	}
+	if timeName == "" || timeName == "_" {
+		return nil
+	}
+	isTime := func(e ast.Expr, names ...string) bool {
+		call, ok := e.(*ast.CallExpr)
+		if !ok {
+			return false
+		}
+		sel, ok := call.Fun.(*ast.SelectorExpr)
+		if !ok {
+			return false
+		}
+		pkg, ok := sel.X.(*ast.Ident)
+		return ok && pkg.Name == timeName && slices.Contains(names, sel.Sel.Name)
+	}
+	readsClock := func(n ast.Node) bool {
+		found := false
+		ast.Inspect(n, func(n ast.Node) bool {
+			if _, ok := n.(*ast.FuncLit); ok {
+				return false
+			}
+			if e, ok := n.(ast.Expr); ok && isTime(e, "Now", "Since", "Until") {
+				found = true
+			}
+			return !found
+		})
+		return found
+	}
+	var out []finding
+	for _, decl := range f.Decls {
+		fd, ok := decl.(*ast.FuncDecl)
+		if !ok || fd.Body == nil {
+			continue
+		}
+		fn := fd.Name.Name
+		if fd.Recv != nil && len(fd.Recv.List) > 0 {
+			typ := fd.Recv.List[0].Type
+			if s, ok := typ.(*ast.StarExpr); ok {
+				typ = s.X
+			}
+			if ix, ok := typ.(*ast.IndexExpr); ok {
+				typ = ix.X
+			}
+			if id, ok := typ.(*ast.Ident); ok {
+				fn = id.Name + "." + fn
+			}
+		}
+		ast.Inspect(fd.Body, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.CallExpr:
+				if isTime(n, "Sleep") {
+					out = append(out, finding{n.Pos(), fn, "time.Sleep"})
+				}
+			case *ast.ForStmt:
+				if n.Cond != nil && readsClock(n.Cond) {
+					out = append(out, finding{n.Pos(), fn, "a deadline loop (its condition reads the clock)"})
+					break
+				}
+				for _, st := range n.Body.List {
+					if is, ok := st.(*ast.IfStmt); ok && readsClock(is.Cond) {
+						out = append(out, finding{n.Pos(), fn, "a deadline loop (it checks the clock in its body)"})
+						break
+					}
+				}
+				if idleTimeCase(n.Body, isTime) {
+					out = append(out, finding{n.Pos(), fn, "a polling loop (it waits on time.After or time.Tick and goes round again)"})
+				}
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// idleTimeCase reports whether body holds, directly, a select with a case
+// that receives from time.After or time.Tick and does nothing else (or
+// only continues): the loop sleeps between looks.
+func idleTimeCase(body *ast.BlockStmt, isTime func(ast.Expr, ...string) bool) bool {
+	for _, st := range body.List {
+		sel, ok := st.(*ast.SelectStmt)
+		if !ok {
+			continue
+		}
+		for _, c := range sel.Body.List {
+			cc := c.(*ast.CommClause)
+			var recv ast.Expr
+			switch s := cc.Comm.(type) {
+			case *ast.ExprStmt:
+				recv = s.X
+			case *ast.AssignStmt:
+				if len(s.Rhs) == 1 {
+					recv = s.Rhs[0]
+				}
+			}
+			u, ok := recv.(*ast.UnaryExpr)
+			if !ok || u.Op != token.ARROW || !isTime(u.X, "After", "Tick") {
+				continue
+			}
+			idle := true
+			for _, s := range cc.Body {
+				if br, ok := s.(*ast.BranchStmt); !ok || br.Tok != token.CONTINUE {
+					idle = false
+				}
+			}
+			if idle {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// The check itself: what it flags and what it leaves alone.
+func TestFindings(t *testing.T) {
+	const src = `package p
+
+import (
+	"testing"
+	tm "time"
+)
+
+func TestSleeps(t *testing.T) {
+	tm.Sleep(tm.Second) // flagged
+}
+
+func TestDeadlineInCond(t *testing.T) {
+	for deadline := tm.Now().Add(tm.Second); tm.Now().Before(deadline); { // flagged
+	}
+}
+
+func TestDeadlineInBody(t *testing.T) {
+	deadline := tm.Now().Add(tm.Second)
+	for { // flagged
+		if tm.Now().After(deadline) {
+			t.Fatal("x")
+		}
+	}
+}
+
+func (h *harness) pollAfter() {
+	for !h.done() { // flagged
+		select {
+		case <-h.stop:
+			return
+		case <-tm.After(tm.Millisecond):
+		}
+	}
+}
+
+func TestWaitOnStateWithAHangGuard(t *testing.T) {
+	events := make(chan int)
+	for range 3 { // passes: it waits on the code under test
+		select {
+		case <-events:
+		case <-tm.After(tm.Minute):
+			t.Fatal("hung")
+		}
+	}
+	start := tm.Now()
+	_ = tm.Since(start) // passes: not a loop
+	for i := 0; i < 3; i++ {
+		go func() { _ = tm.Now() }() // passes: not the loop's own check
+	}
+}
+`
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "p_test.go", src, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, fd := range findings(fset, f) {
+		got = append(got, fmt.Sprintf("%d %s", fset.Position(fd.pos).Line, fd.fn))
+	}
+	want := []string{"9 TestSleeps", "13 TestDeadlineInCond", "19 TestDeadlineInBody", "27 harness.pollAfter"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("flagged %q, want %q", got, want)
+	}
+}
