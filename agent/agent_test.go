@@ -151,19 +151,29 @@ func TestAgentRenewsAtTwoThirds(t *testing.T) {
 	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
 	h.Register(t, "n1", "SN1", mac1)
 	fc := fakeclock.New(time.Now())
-	runAgent(t, agentConfig(h, fc, "SN1", mac1))
+	r := runAgent(t, agentConfig(h, fc, "SN1", mac1))
 	eventually(t, "n1 is active", func() bool { return h.J.OpenStreams("n1") == 1 })
 	first := inspect(t, h, "n1").GetCert()
-	lifetime := time.Duration(first.GetNotAfterUnix()-first.GetNotBeforeUnix()) * time.Second
+	notBefore := time.Unix(first.GetNotBeforeUnix(), 0)
+	lifetime := time.Unix(first.GetNotAfterUnix(), 0).Sub(notBefore)
 
 	if !fc.WaitForTimers(1, 10*time.Second) {
 		t.Fatal("agent set no renewal timer")
 	}
-	advanceAndSettle(t, fc, lifetime/2-time.Hour)
-	if got := inspect(t, h, "n1").GetCert().GetSerial(); got != first.GetSerial() {
-		t.Fatalf("renewed before 2/3 of the lifetime (serial %s -> %s)", first.GetSerial(), got)
+	// The renewal is due at 2/3 of the lifetime plus a jitter of up to a
+	// twentieth of it (a fleet enrolled at once spreads its renewals).
+	due := r.Status().NextRenewal
+	earliest, latest := notBefore.Add(lifetime*2/3), notBefore.Add(lifetime*2/3+lifetime/20)
+	if due.Before(earliest) || due.After(latest) {
+		t.Fatalf("renewal due at %.1f %% of the lifetime, want 2/3 plus at most 5 %%", 100*float64(due.Sub(notBefore))/float64(lifetime))
 	}
-	fc.Advance(lifetime/6 + lifetime/20 + 2*time.Hour) // past 2/3 plus the largest jitter
+	// A second before it is due, every timer that fired has run: no renewal.
+	advanceAndSettle(t, fc, due.Sub(fc.Now())-time.Second)
+	if got := inspect(t, h, "n1").GetCert().GetSerial(); got != first.GetSerial() {
+		t.Fatalf("renewed %v before it was due at 2/3 of the lifetime (serial %s -> %s)", due.Sub(fc.Now()), first.GetSerial(), got)
+	}
+	// At the time it is due, it renews.
+	fc.Advance(time.Second)
 	eventually(t, "the certificate is renewed", func() bool {
 		return inspect(t, h, "n1").GetCert().GetSerial() != first.GetSerial()
 	})
