@@ -481,7 +481,9 @@ func TestRetiredOwnIntermediateKeepsTheJournalAPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the follower's re-key", func() bool { return f.J.Intermediate() != old })
-	time.Sleep(1500 * time.Millisecond) // past the grace: the old intermediate is revoked
+	for i, n := range c.Nodes {
+		waitFor(t, fmt.Sprintf("the grace over: journal %d no longer trusts the old intermediate", i), func() bool { return !n.J.IntermediateTrustedForTest(old) })
+	}
 	if _, err := f.AdminClient(t).RegisterNode(callCtx(t), &pactv1.RegisterNodeRequest{NodeId: "n1", Hardware: &pactv1.HardwareIdentity{Macs: []string{mac(1)}, BmcSerial: "SN1"}}); err != nil {
 		t.Errorf("a write through the follower after its old intermediate was revoked: %v", err)
 	}

@@ -81,7 +81,6 @@ var pending = []string{
 	"journal/connlimit/evict_test.go:TestEvictionUnderConcurrentAcceptsHandshakesAndCloses",
 	"journal/connlimit/vouch_test.go:TestAtTheCapVouchedAndProvenConnectionsGoLast",
 	"journal/disk_test.go:TestDiskFullStopsWritesCleanly",
-	"journal/journalca_test.go:TestRetiredOwnIntermediateKeepsTheJournalAPeer",
 	"journal/journaltest/journaltest.go:Cluster.Leader",
 	"journal/journaltest/journaltest.go:Harness.Register",
 	"journal/peerbinding_test.go:TestRecordedJournalCAAfterRevocationServesAgain",
