@@ -150,10 +150,10 @@ func TestAgentHonoursRetryAfter(t *testing.T) {
 	if n := site.journalMetric(t, refused); n != 1 {
 		t.Fatalf("%s = %v, want 1", refused, n)
 	}
-	// Half the retry-after: every timer of the agent that is due fires
-	// (its backoff alone is at most 100ms here), yet it does not ask.
-	fc.Advance(jcfg.TakeoverWindow / 2)
-	time.Sleep(100 * time.Millisecond) // give a wrongly early retry the chance to show
+	// Half the retry-after: every timer that is due fires (the agent's
+	// backoff alone is at most 100ms here) and has been set again, so the
+	// agent has decided and waits on the clock once more; yet it did not ask.
+	advanceAndSettle(t, fc, jcfg.TakeoverWindow/2)
 	if n := site.journalMetric(t, refused); n != 1 {
 		t.Fatalf("%s = %v after half the retry-after: the agent did not wait", refused, n)
 	}
