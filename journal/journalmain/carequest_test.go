@@ -2,7 +2,6 @@ package journalmain
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/pact-hpc/pact/internal/ceremony"
-	"github.com/pact-hpc/pact/internal/keystore"
 	"github.com/pact-hpc/pact/internal/swtpmtest"
 )
 
@@ -112,14 +110,10 @@ func TestCARequestRefuses(t *testing.T) {
 	}
 }
 
-// The key in a software TPM: made, then reused. It runs once
-// internal/keystore carries its tpm backend.
+// The key in a software TPM: made, then reused.
 func TestCARequestTPM(t *testing.T) {
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "journal-ca.tpmkey")
-	if _, err := keystore.Open(keystore.Spec{Backend: keystore.BackendTPM, Location: keyFile}, keystore.Options{}); errors.Is(err, keystore.ErrSpec) || errors.Is(err, keystore.ErrNotBuilt) {
-		t.Skipf("this build has no tpm: key backend: %v", err)
-	}
 	tpm := swtpmtest.Start(t)
 	first := filepath.Join(dir, "j1.csr")
 	code, stdout, stderr := caRequest(t, "--journal-id", "j1", "--key", "tpm:"+keyFile, "--tpm-device", tpm.Device, "--out", first)
