@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/pact-hpc/pact/identity"
+	"github.com/pact-hpc/pact/internal/atomicfile"
 	"github.com/pact-hpc/pact/internal/pki"
 )
 
@@ -64,49 +65,24 @@ func (w *identityFiles) write(id *identity.Identity, bundle []*x509.Certificate)
 	return errors.Join(errs...)
 }
 
-// replace writes data to path atomically with mode perm. The temporary file
-// is created 0600 and only then given perm, so a key is never readable by
-// anyone else, not even for a moment.
-func (w *identityFiles) replace(path string, data []byte, perm os.FileMode) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+// replace writes data to path atomically and durably with mode perm
+// (internal/atomicfile): a key is never readable by anyone else, not even
+// for a moment.
+func (w *identityFiles) replace(path string, data []byte, perm os.FileMode) error {
+	p, err := atomicfile.Create(path, perm)
 	if err != nil {
-		return fmt.Errorf("agent: write %s: %w", path, err)
+		return fmt.Errorf("agent: %w", err)
 	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-			err = fmt.Errorf("agent: write %s: %w", path, err)
-		}
-	}()
-	if err := f.Chmod(perm); err != nil {
-		return err
-	}
-	var out io.Writer = f
+	defer p.Cleanup()
+	var out io.Writer = p
 	if w.sink != nil {
-		out = w.sink(f)
+		out = w.sink(p.File)
 	}
 	if _, err := out.Write(data); err != nil {
-		return err
+		return fmt.Errorf("agent: write %s: %w", path, err)
 	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	// Best effort: make the rename itself durable.
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
+	if err := p.Replace(); err != nil {
+		return fmt.Errorf("agent: %w", err)
 	}
 	return nil
 }

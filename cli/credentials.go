@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/atomicfile"
 	"github.com/pact-hpc/pact/internal/duration"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -111,16 +112,7 @@ with --require-token. Needs a platform-admin credential.`,
 // writeSecretFile creates path with mode 0600 and writes s and a newline;
 // it never replaces an existing file.
 func writeSecretFile(path, s string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.WriteString(s + "\n"); err != nil {
-		f.Close()
-		os.Remove(path)
-		return err
-	}
-	return f.Close()
+	return atomicfile.WriteNew(path, []byte(s+"\n"), 0o600)
 }
 
 func (a *app) tokenListCommand() *cobra.Command {

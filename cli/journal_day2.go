@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pact-hpc/pact/internal/atomicfile"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/snapfile"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -180,28 +180,23 @@ func (a *app) snapshotSave(cmd *cobra.Command, args []string) error {
 		return err
 	}
 	defer s.close()
-	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
+	tmp, err := atomicfile.Create(file, 0o600)
 	if err != nil {
 		return newUsage(cmd.CommandPath(), fmt.Errorf("cannot write next to %s: %w", file, err))
 	}
-	defer os.Remove(tmp.Name())
-	n, err := saveSnapshot(cmd.Context(), s.client, tmp)
+	defer tmp.Cleanup()
+	n, err := saveSnapshot(cmd.Context(), s.client, tmp.File)
 	if err != nil {
-		tmp.Close()
 		return a.explainJournal(cmd.Context(), s, journalAction{verb: "save a snapshot", write: true, help: cmd.CommandPath(), retry: "re-running takes a new snapshot"}, err)
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
 		return err
 	}
 	v, err := inspectFile(tmp.Name())
 	if err != nil {
 		return fmt.Errorf("the snapshot received is not valid (%w); nothing was written to %s: retry", err, file)
 	}
-	if err := os.Link(tmp.Name(), file); err != nil {
+	if err := tmp.Link(); err != nil {
 		return fmt.Errorf("cannot name the snapshot %s: %w", file, err)
 	}
 	v.File, v.Bytes = file, n

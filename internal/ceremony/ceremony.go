@@ -28,6 +28,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pact-hpc/pact/internal/atomicfile"
 	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/keystore"
 	"github.com/pact-hpc/pact/internal/pki"
@@ -552,25 +553,11 @@ func absent(path string) error {
 func WriteNew(path string, data []byte, perm os.FileMode) error { return writeNew(path, data, perm) }
 
 func writeNew(path string, data []byte, perm os.FileMode) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	err := atomicfile.WriteNew(path, data, perm)
 	if errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("%w: %s already exists; nothing was written (remove it, or choose another path)", ErrExists, path)
 	}
 	if err != nil {
-		return fmt.Errorf("ceremony: %w", err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(path)
-		return fmt.Errorf("ceremony: write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(path)
-		return fmt.Errorf("ceremony: sync %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(path)
 		return fmt.Errorf("ceremony: %w", err)
 	}
 	return nil

@@ -176,23 +176,8 @@ func (fileBackend) generate(s Spec, _ Options) (Key, error) {
 	if err != nil {
 		return nil, fmt.Errorf("keystore: encode key: %w", err)
 	}
-	f, err := os.OpenFile(s.Location, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return nil, fmt.Errorf("%w: %s (remove it first if you mean to replace it)", ErrExists, s.Location)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrKeyFile, err)
-	}
-	if _, err := f.Write(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8})); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%w: write %s: %w", ErrKeyFile, s.Location, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%w: sync %s: %w", ErrKeyFile, s.Location, err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrKeyFile, err)
+	if err := writeExclusive(s.Location, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8})); err != nil {
+		return nil, err
 	}
 	return fileKey{Signer: key, path: s.Location}, nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-tpm/tpm2"
 
+	"github.com/pact-hpc/pact/internal/atomicfile"
 	"github.com/pact-hpc/pact/internal/tpmdev"
 )
 
@@ -340,25 +341,11 @@ func tpmECDSAPublic(pub *tpm2.TPMTPublic) (*ecdsa.PublicKey, error) {
 
 // writeExclusive writes a new 0600 file, refusing to replace one.
 func writeExclusive(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	err := atomicfile.WriteNew(path, data, 0o600)
 	if errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("%w: %s (remove it first if you mean to replace it)", ErrExists, path)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrKeyFile, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(path)
-		return fmt.Errorf("%w: write %s: %w", ErrKeyFile, path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(path)
-		return fmt.Errorf("%w: sync %s: %w", ErrKeyFile, path, err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(path)
 		return fmt.Errorf("%w: %w", ErrKeyFile, err)
 	}
 	return nil

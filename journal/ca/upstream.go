@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/pact-hpc/pact/internal/atomicfile"
 	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/keystore"
 	"github.com/pact-hpc/pact/internal/pki"
@@ -191,13 +192,9 @@ func RenewDevAdmin(dir string, now time.Time) (bool, error) {
 	return true, replaceFile(certPath, certPEM, 0o644)
 }
 
+// replaceFile replaces path atomically and durably.
 func replaceFile(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".new"
-	_ = os.Remove(tmp)
-	if err := writeFile(tmp, data, mode); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := atomicfile.WriteFile(path, data, mode); err != nil {
 		return fmt.Errorf("ca: %w", err)
 	}
 	return nil
@@ -327,21 +324,13 @@ func writeKey(path string, key crypto.Signer) error {
 	return writeFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}), 0o600)
 }
 
-// writeFile writes atomically and refuses to overwrite an existing file.
+// writeFile writes atomically and durably and refuses to overwrite an
+// existing file.
 func writeFile(path string, data []byte, mode os.FileMode) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
+	if err := atomicfile.WriteNew(path, data, mode); err != nil {
 		return fmt.Errorf("ca: %w", err)
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("ca: write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("ca: sync %s: %w", path, err)
-	}
-	return f.Close()
+	return nil
 }
 
 func publicKeysEqual(a, b crypto.PublicKey) bool {

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pact-hpc/pact/internal/atomicfile"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/cmdline"
 	"github.com/pact-hpc/pact/internal/duration"
@@ -506,18 +507,11 @@ func adminMain(args []string, stdout, stderr io.Writer) int {
 
 // writeNew refuses to overwrite, so an existing credential is never lost.
 func writeNew(path string, data []byte, mode os.FileMode) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("%s already exists; remove it or choose another path", path)
-		}
-		return err
+	err := atomicfile.WriteNew(path, data, mode)
+	if errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("%s already exists; remove it or choose another path", path)
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return err
 }
 
 // devExampleNode is the node the dev banner registers and starts an

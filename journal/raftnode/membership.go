@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/atomicfile"
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/version"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -452,7 +453,7 @@ func (n *Node) markRemoved(by string) {
 		logkey.DataDir, n.cfg.DataDir)
 	msg := fmt.Sprintf("journal %s was removed from the quorum (according to %s) at %s.\nIt must not serve from this directory again: to bring it back, empty this directory,\nstart pact-journal with --join and run: pact journal add %s RAFT_ADDR\n",
 		n.cfg.NodeID, by, n.cfg.Clock.Now().UTC().Format(time.RFC3339), n.cfg.NodeID)
-	if err := os.WriteFile(filepath.Join(n.cfg.DataDir, RemovedMarker), []byte(msg), 0o600); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(n.cfg.DataDir, RemovedMarker), []byte(msg), 0o600); err != nil {
 		n.log.Error("cannot write the removed marker", logkey.Err, err)
 	}
 	n.halted.once.Do(func() { close(n.halted.removed) })
