@@ -105,6 +105,7 @@ func serveUnder(t *testing.T, r *rolledRoot) string {
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		URIs:        []*url.URL{pki.Identity{Kind: pki.KindJournal, Name: "j9", Domain: r.root.URIs[0].Host}.SPIFFEID()},
 	}, nil)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pact-hpc/pact/identity"
+	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/transport"
 )
 
@@ -29,20 +30,35 @@ import (
 // (none when id is nil, as for Enroll). A journal sends its server
 // certificate with its intermediate and journal CA. Verification is never
 // turned off.
+//
+// Besides its chain and the address's name, the server's leaf must carry
+// the SPIFFE ID of a journal of the roots' trust domain
+// (spiffe://DOMAIN/pact-journal/ID; pki.AuthorizeJournal): an agent's
+// certificate, which chains to the same roots and may carry serverAuth, is
+// refused as a journal whatever names it carries.
 func ClientTLSConfig(roots []*x509.Certificate, id *identity.Identity, now func() time.Time) *tls.Config {
 	pool := x509.NewCertPool()
 	for _, c := range roots {
 		pool.AddCert(c)
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, Time: now}
+	cfg := &tls.Config{
+		MinVersion:       tls.VersionTLS13,
+		RootCAs:          pool,
+		Time:             now,
+		VerifyConnection: pki.VerifyConnection(pki.AuthorizeJournal(pki.TrustDomains(roots)...)),
+	}
 	if id != nil {
 		for _, c := range id.Bundle {
 			// Only the bundle's roots (self-signed). Its journal CAs and
 			// intermediates are no anchors: a journal sends them with its
 			// certificate, and they chain to a root here; as anchors they
 			// would make Go check the same signatures on several paths,
-			// and trust a journal CA on its own, revoked or not.
-			if bytes.Equal(c.RawSubject, c.RawIssuer) {
+			// and trust a journal CA on its own, revoked or not. An SVID's
+			// bundle is SPIRE's: a journal's certificate is always the
+			// pact one (docs/spire.md), and SPIRE, which may sign
+			// spiffe://DOMAIN/pact-journal/ID in the pact trust domain,
+			// never vouches for a journal.
+			if id.Source != identity.SourceSPIRE && bytes.Equal(c.RawSubject, c.RawIssuer) {
 				pool.AddCert(c)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"net"
+	"net/url"
 	"path"
 	"strings"
 	"sync"
@@ -61,6 +62,13 @@ func startFakeJournal(t *testing.T, ca *identitytest.CA) *fakeJournal {
 // issued by ca and client certificates verified against clients.
 func startFakeJournalUnder(t *testing.T, ca, clients *identitytest.CA) *fakeJournal {
 	t.Helper()
+	return startFakeServer(t, ca, clients, pki.Identity{Kind: pki.KindJournal, Name: "j1", Domain: ca.Domain})
+}
+
+// startFakeServer is startFakeJournalUnder with a server certificate that
+// names 127.0.0.1 and carries who's SPIFFE ID: a journal's, or not.
+func startFakeServer(t *testing.T, ca, clients *identitytest.CA, who pki.Identity) *fakeJournal {
+	t.Helper()
 	f := &fakeJournal{clients: x509.NewCertPool(), stale: map[string]bool{}, staleNow: make(chan struct{})}
 	f.clients.AddCert(clients.Cert)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -76,6 +84,7 @@ func startFakeJournalUnder(t *testing.T, ca, clients *identitytest.CA) *fakeJour
 		NotAfter:     now.Add(24 * time.Hour),
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		URIs:         []*url.URL{who.SPIFFEID()},
 	}, ca.Cert, key.Public(), ca.Key)
 	if err != nil {
 		t.Fatal(err)
