@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/atomicfile"
 	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/keystore"
 	"github.com/pact-hpc/pact/internal/pki"
@@ -125,10 +126,7 @@ func JournalCA(cfg *journal.Config, rootDir string) error {
 		return err
 	}
 	certPath := filepath.Join(cfg.DataDir, ca.JournalCACertFile)
-	if err := os.WriteFile(certPath+".new", pki.EncodeCertsPEM(cert.Raw), 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(certPath+".new", certPath); err != nil {
+	if err := atomicfile.WriteFile(certPath, pki.EncodeCertsPEM(cert.Raw), 0o644); err != nil {
 		return err
 	}
 	cfg.Dev = false
