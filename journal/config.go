@@ -25,29 +25,16 @@ import (
 
 // Config configures one journal node.
 type Config struct {
-	// NodeID names this journal in Raft and in its certificates.
-	NodeID string
-	// DataDir holds the Raft stores and, with Dev, the root and admin
-	// credentials.
-	DataDir string
+	// Settings are the journal's Raft node's (NodeID, DataDir, RaftListen,
+	// AdvertiseRaft, InitialCluster, Join, ApplyTimeout, the Raft timeouts
+	// and compaction, activation batching), given to it as they are.
+	// DataDir also holds, with Dev, the root and admin credentials.
+	raftnode.Settings
 	// ListenAddr is the gRPC address (host:port). Port 0 picks a free one.
 	ListenAddr string
-	// RaftListen is the Raft address (host:port) of a journal in a quorum.
-	// Empty runs a single journal with no Raft network at all.
-	RaftListen string
-	// AdvertiseGRPC and AdvertiseRaft are the addresses other journals use
-	// to reach this one; they default to ListenAddr and RaftListen.
+	// AdvertiseGRPC is the address other journals use to reach this one's
+	// gRPC port; it defaults to ListenAddr.
 	AdvertiseGRPC string
-	AdvertiseRaft string
-	// InitialCluster lists every voter of a new quorum (this journal
-	// included). A journal with no Raft state bootstraps with it; all
-	// journals of a new quorum must be given the same list. A journal with
-	// no Raft state and RaftListen set needs it or Join (a quorum of one
-	// lists itself alone).
-	InitialCluster []Peer
-	// Join starts a journal with no state that waits to be added to a
-	// running quorum (pact journal add) instead of bootstrapping.
-	Join bool
 	// Dev creates a development set-up in DataDir: a domain root and an
 	// admin credential on first start, and a journal CA for this journal
 	// (again whenever the one there no longer fits the journal's names).
@@ -91,8 +78,6 @@ type Config struct {
 	// EnrollQueueWait is how long an enrollment may wait for a slot before
 	// it is refused with RESOURCE_EXHAUSTED and a retry-after.
 	EnrollQueueWait time.Duration
-	// ApplyTimeout bounds how long a proposal may wait to be committed.
-	ApplyTimeout time.Duration
 	// StreamRecheckInterval is how often an open Subscribe stream re-checks
 	// its certificate against the registry even when nothing changed.
 	StreamRecheckInterval time.Duration
@@ -108,9 +93,6 @@ type Config struct {
 	// leaves nodes without a stream until their new channel is through
 	// the handshake queue (docs/benchmarks.md, seventh round).
 	RenewalStreamGrace time.Duration
-	// RaftSnapshotThreshold and RaftTrailingLogs tune log compaction.
-	RaftSnapshotThreshold uint64
-	RaftTrailingLogs      uint64
 	// NodeLivenessTimeout is how long an Active node may go unseen (no
 	// Subscribe stream from its agent on any journal) before the leader
 	// marks it Inactive. It is node liveness, not Raft's heartbeat (that
@@ -165,19 +147,6 @@ type Config struct {
 	// SPIRETrustDomain is the SPIRE trust domain whose bundle is trusted
 	// and whose SPIFFE IDs map to nodes; empty means the pact domain.
 	SPIRETrustDomain string
-	// RaftSnapshotInterval is how often Raft checks whether to snapshot;
-	// zero keeps hashicorp/raft's default (2 minutes).
-	RaftSnapshotInterval time.Duration
-	// RaftTimeout sets Raft's heartbeat, election and lease timeouts; zero
-	// is 1 s for each (raftnode.Config.RaftTimeout). Tests shorten it to
-	// start fast.
-	RaftTimeout time.Duration
-	// RaftWriteTimeout is how long a Raft store write (raft.db) may stay
-	// unfinished while this journal leads. Past it the journal stops
-	// sending Raft messages, so the others elect a leader, and serves
-	// nothing until the write finishes (raftnode/watchdog.go). Far above a normal
-	// fsync: a slow disk must not make the leader flap.
-	RaftWriteTimeout time.Duration
 	// KeyExchange is the TLS key exchange the gRPC listener prefers
 	// (internal/transport: X25519 by default, or the post-quantum hybrid).
 	KeyExchange transport.KeyExchange
@@ -207,18 +176,6 @@ type Config struct {
 	// docs/registry.md, "Rate limits"); the lowest-priority waiter is
 	// refused first.
 	MaxEnrollWaiters int
-	// ActivationBatchMax is the most enrollment activations (and renewals)
-	// one Raft entry carries (raftnode/batch.go): those arriving while this
-	// journal's previous batch is in flight go together in the next. 1
-	// sends each in an entry of its own.
-	ActivationBatchMax int
-	// ActivationBatchWindow is the longest an activation waits behind a
-	// batch in flight before it is sent beside it. An activation that
-	// finds none in flight goes at once.
-	ActivationBatchWindow time.Duration
-	// AcceptPeersWithoutQuorumID is the upgrade mode for journals of a
-	// release before quorum ids (raftnode.Config).
-	AcceptPeersWithoutQuorumID bool
 
 	Logger *slog.Logger
 	Clock  clock.Clock
@@ -250,10 +207,8 @@ func ParsePeers(s string) ([]Peer, error) {
 	return out, nil
 }
 
-// MaxActivationBatch bounds ActivationBatchMax. A follower's batch is
-// also bounded by what one forwarded message holds (about 80 activations
-// of some 800 bytes: raftnode's maxBatchBytes), whatever this allows.
-const MaxActivationBatch = 1024
+// MaxActivationBatch bounds ActivationBatchMax (raftnode.MaxActivationBatch).
+const MaxActivationBatch = raftnode.MaxActivationBatch
 
 // DefaultRaftWriteTimeout is Config.RaftWriteTimeout's default: several
 // election timeouts, and hundreds of times a normal fsync.
@@ -266,15 +221,16 @@ const MinRaftWriteTimeout = time.Second
 // DefaultConfig returns a single-node configuration with the defaults.
 func DefaultConfig() Config {
 	// The Raft node's own defaults, so the two never disagree.
-	rn := raftnode.DefaultConfig()
+	rn := raftnode.DefaultSettings()
+	rn.NodeID = "j1"
+	rn.RaftWriteTimeout = DefaultRaftWriteTimeout
 	return Config{
-		NodeID:                   "j1",
+		Settings:                 rn,
 		ListenAddr:               "127.0.0.1:7443",
 		Domain:                   "pact.local",
 		CertLifetime:             ca.DefaultConfig().LeafLifetime,
 		MaxConcurrentEnrollments: 16 * runtime.GOMAXPROCS(0),
 		EnrollQueueWait:          2 * time.Second,
-		ApplyTimeout:             rn.ApplyTimeout,
 		StreamRecheckInterval:    30 * time.Second,
 		RenewalStreamGrace:       10 * time.Minute,
 		RateLimit:                ratelimit.DefaultConfig(),
@@ -287,17 +243,12 @@ func DefaultConfig() Config {
 		TakeoverWindow:           60 * time.Second,
 		ClockSkewTolerance:       5 * time.Minute,
 		DigestInterval:           10 * time.Second,
-		RaftSnapshotThreshold:    rn.RaftSnapshotThreshold,
-		RaftTrailingLogs:         rn.RaftTrailingLogs,
-		RaftWriteTimeout:         DefaultRaftWriteTimeout,
 		TPMTimeout:               keystore.DefaultTPMTimeout,
 		KeyExchange:              transport.Classical,
 		Connections:              grpcConnections(),
 		IdleTimeout:              5 * time.Minute,
 		MaxStreamsPerCert:        3,
 		MaxEnrollWaiters:         256,
-		ActivationBatchMax:       rn.ActivationBatchMax,
-		ActivationBatchWindow:    rn.ActivationBatchWindow,
 		Logger:                   slog.Default(),
 		Clock:                    clock.Real{},
 	}
@@ -391,9 +342,6 @@ func (c Config) Validate() error {
 	if c.EnrollQueueWait < 0 {
 		errs = append(errs, errors.New("journal: EnrollQueueWait must not be negative"))
 	}
-	if c.ApplyTimeout <= 0 {
-		errs = append(errs, errors.New("journal: ApplyTimeout must be positive"))
-	}
 	if c.OperatorLifetime < time.Minute || c.OperatorLifetime > c.MaxOperatorLifetime {
 		errs = append(errs, fmt.Errorf("journal: operator credential lifetime %v must lie between 1m and the maximum %v", c.OperatorLifetime, c.MaxOperatorLifetime))
 	}
@@ -427,11 +375,12 @@ func (c Config) Validate() error {
 	if c.TPMTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("journal: tpm timeout %v: give a positive duration, e.g. %v, how long a tpm: key's TPM may take to open and to answer each command (--tpm-timeout)", c.TPMTimeout, keystore.DefaultTPMTimeout))
 	}
+	// The Raft node's own rules, as the Raft node checks them.
+	for _, err := range c.Settings.Problems() {
+		errs = append(errs, fmt.Errorf("journal: %w", err))
+	}
 	if c.RaftWriteTimeout < MinRaftWriteTimeout {
 		errs = append(errs, fmt.Errorf("journal: raft write timeout %v is shorter than %v: a busy disk's fsync would make the leader step down", c.RaftWriteTimeout, MinRaftWriteTimeout))
-	}
-	if c.RaftSnapshotThreshold == 0 {
-		errs = append(errs, errors.New("journal: RaftSnapshotThreshold must be positive"))
 	}
 	if err := c.TPMChallenges.Validate(); err != nil {
 		errs = append(errs, err)
@@ -450,12 +399,6 @@ func (c Config) Validate() error {
 	}
 	if c.MaxEnrollWaiters < 1 {
 		errs = append(errs, fmt.Errorf("journal: MaxEnrollWaiters %d must be at least 1", c.MaxEnrollWaiters))
-	}
-	if c.ActivationBatchMax < 1 || c.ActivationBatchMax > MaxActivationBatch {
-		errs = append(errs, fmt.Errorf("journal: ActivationBatchMax %d must lie between 1 (no batching) and %d", c.ActivationBatchMax, MaxActivationBatch))
-	}
-	if c.ActivationBatchWindow <= 0 || c.ActivationBatchWindow > c.ApplyTimeout {
-		errs = append(errs, fmt.Errorf("journal: ActivationBatchWindow %v must be positive and no longer than ApplyTimeout %v", c.ActivationBatchWindow, c.ApplyTimeout))
 	}
 	errs = append(errs, c.validateSPIRE()...)
 	if c.Logger == nil {

@@ -220,16 +220,8 @@ func NewContext(ctx context.Context, cfg Config) (_ *Journal, err error) {
 // credentials and its limits.
 func (j *Journal) startRaft(ctx context.Context) error {
 	rc := raftnode.DefaultConfig()
-	rc.NodeID = j.cfg.NodeID
-	rc.DataDir = j.cfg.DataDir
-	rc.RaftListen, rc.AdvertiseRaft = j.cfg.RaftListen, j.cfg.AdvertiseRaft
-	rc.InitialCluster, rc.Join = j.cfg.InitialCluster, j.cfg.Join
-	rc.ApplyTimeout = j.cfg.ApplyTimeout
-	rc.RaftSnapshotThreshold, rc.RaftTrailingLogs, rc.RaftSnapshotInterval = j.cfg.RaftSnapshotThreshold, j.cfg.RaftTrailingLogs, j.cfg.RaftSnapshotInterval
-	rc.RaftTimeout, rc.RaftWriteTimeout = j.cfg.RaftTimeout, j.cfg.RaftWriteTimeout
+	rc.Settings = j.cfg.Settings
 	rc.HandshakeTimeout = j.cfg.Connections.HandshakeTimeout
-	rc.ActivationBatchMax, rc.ActivationBatchWindow = j.cfg.ActivationBatchMax, j.cfg.ActivationBatchWindow
-	rc.AcceptPeersWithoutQuorumID = j.cfg.AcceptPeersWithoutQuorumID
 	rc.FSM = j.fsm
 	rc.Credentials = j.ca
 	rc.Conns = j.raftConns

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -56,41 +57,57 @@ type Stores struct {
 	Snapshots raft.SnapshotStore
 }
 
-// Config configures a Node. New copies it.
-type Config struct {
+// Settings are what an operator sets of a Raft node. journal.Config
+// embeds them, so a journal's configuration reaches its Raft node as one
+// value, checked by one set of rules (Settings.Validate), instead of field
+// by field.
+type Settings struct {
 	// NodeID names this journal in Raft and in its certificates.
 	NodeID string
-	// DataDir holds raft.db and the snapshots (unless Stores is set), and
-	// the removed marker.
+	// DataDir holds raft.db and the snapshots (unless Config.Stores is
+	// set), the removed marker and, for a journal, its other state.
 	DataDir string
 	// RaftListen is the Raft address (host:port) of a journal in a quorum;
 	// empty runs a journal alone, on an in-memory transport, unless
-	// Transport is set. AdvertiseRaft is the address peers use to reach it.
+	// Config.Transport is set. AdvertiseRaft is the address peers use to
+	// reach it; it defaults to RaftListen.
 	RaftListen    string
 	AdvertiseRaft string
 	// InitialCluster lists every voter of a new quorum (this journal
-	// included); Join waits to be added to a running quorum instead.
+	// included). A journal with no Raft state bootstraps with it; all
+	// journals of a new quorum must be given the same list. A journal with
+	// no Raft state and RaftListen set needs it or Join (a quorum of one
+	// lists itself alone).
 	InitialCluster []Peer
-	Join           bool
+	// Join starts a journal with no state that waits to be added to a
+	// running quorum (pact journal add) instead of bootstrapping.
+	Join bool
 
 	// ApplyTimeout bounds how long a proposal may wait to be committed.
 	ApplyTimeout time.Duration
-	// RaftSnapshotThreshold, RaftTrailingLogs and RaftSnapshotInterval
-	// tune log compaction (zero interval: hashicorp/raft's default).
+	// RaftSnapshotThreshold and RaftTrailingLogs tune log compaction;
+	// RaftSnapshotInterval is how often Raft checks whether to snapshot
+	// (zero: hashicorp/raft's default, 2 minutes).
 	RaftSnapshotThreshold uint64
 	RaftTrailingLogs      uint64
 	RaftSnapshotInterval  time.Duration
 	// RaftTimeout sets Raft's heartbeat, election and lease timeouts; zero
 	// keeps hashicorp/raft's heartbeat and election timeouts (1 s) with a
-	// lease as long (hashicorp/raft's is half: see startRaft).
+	// lease as long (hashicorp/raft's is half: see startRaft). Tests
+	// shorten it to start fast.
 	RaftTimeout time.Duration
-	// RaftWriteTimeout is how long a Raft store write may stay unfinished
-	// while this journal leads before the watchdog cuts it off.
+	// RaftWriteTimeout is how long a Raft store write (raft.db) may stay
+	// unfinished while this journal leads. Past it the journal stops
+	// sending Raft messages, so the others elect a leader, and serves
+	// nothing until the write finishes (watchdog.go). Far above a normal
+	// fsync: a slow disk must not make the leader flap.
 	RaftWriteTimeout time.Duration
-	// HandshakeTimeout bounds a Raft connection's TLS handshake and hello.
-	HandshakeTimeout time.Duration
-	// ActivationBatchMax and ActivationBatchWindow bound the activation
-	// batcher (batch.go); a max of 1 sends each activation alone.
+	// ActivationBatchMax is the most enrollment activations (and renewals)
+	// one Raft entry carries (batch.go): those arriving while this
+	// journal's previous batch is in flight go together in the next. 1
+	// sends each in an entry of its own. ActivationBatchWindow is the
+	// longest an activation waits behind a batch in flight before it is
+	// sent beside it; one that finds none in flight goes at once.
 	ActivationBatchMax    int
 	ActivationBatchWindow time.Duration
 
@@ -99,6 +116,54 @@ type Config struct {
 	// admitted (by its chain, records and membership). Off, a journal that
 	// has a quorum id refuses every peer that proves none.
 	AcceptPeersWithoutQuorumID bool
+}
+
+// MaxActivationBatch bounds ActivationBatchMax. A follower's batch is
+// also bounded by what one forwarded message holds (about 80 activations
+// of some 800 bytes: maxBatchBytes), whatever this allows.
+const MaxActivationBatch = 1024
+
+// DefaultSettings are the journal's defaults; NodeID and DataDir remain to
+// be set.
+func DefaultSettings() Settings {
+	return Settings{
+		ApplyTimeout:          10 * time.Second,
+		RaftSnapshotThreshold: 8192,
+		RaftTrailingLogs:      10240,
+		RaftWriteTimeout:      5 * time.Second,
+		ActivationBatchMax:    256,
+		ActivationBatchWindow: 2 * time.Millisecond,
+	}
+}
+
+// Problems reports what is wrong with the tuning of s, each problem once,
+// without a package prefix: journal.Config.Validate and Config.Validate
+// report the same problems, each under its own name. What an operator
+// writes in a journal's flags and files (names, addresses, the initial
+// cluster) the journal checks with its flags' names.
+func (s Settings) Problems() []error {
+	var errs []error
+	if s.ApplyTimeout <= 0 {
+		errs = append(errs, errors.New("ApplyTimeout must be positive"))
+	}
+	if s.RaftSnapshotThreshold == 0 {
+		errs = append(errs, errors.New("RaftSnapshotThreshold must be positive"))
+	}
+	if s.ActivationBatchMax < 1 || s.ActivationBatchMax > MaxActivationBatch {
+		errs = append(errs, fmt.Errorf("ActivationBatchMax %d must lie between 1 (no batching) and %d", s.ActivationBatchMax, MaxActivationBatch))
+	}
+	if s.ActivationBatchWindow <= 0 || s.ActivationBatchWindow > s.ApplyTimeout {
+		errs = append(errs, fmt.Errorf("ActivationBatchWindow %v must be positive and no longer than ApplyTimeout %v", s.ActivationBatchWindow, s.ApplyTimeout))
+	}
+	return errs
+}
+
+// Config configures a Node. New copies it.
+type Config struct {
+	Settings
+
+	// HandshakeTimeout bounds a Raft connection's TLS handshake and hello.
+	HandshakeTimeout time.Duration
 
 	// FSM is the replicated state machine the node drives. The node also
 	// reads from it: the journals' addresses, intermediates and the quorum
@@ -150,15 +215,10 @@ type Config struct {
 // FSM and Credentials remain to be set.
 func DefaultConfig() Config {
 	return Config{
-		ApplyTimeout:          10 * time.Second,
-		RaftSnapshotThreshold: 8192,
-		RaftTrailingLogs:      10240,
-		RaftWriteTimeout:      5 * time.Second,
-		HandshakeTimeout:      15 * time.Second,
-		ActivationBatchMax:    256,
-		ActivationBatchWindow: 2 * time.Millisecond,
-		Logger:                slog.Default(),
-		Clock:                 clock.Real{},
+		Settings:         DefaultSettings(),
+		HandshakeTimeout: 15 * time.Second,
+		Logger:           slog.Default(),
+		Clock:            clock.Real{},
 	}
 }
 
@@ -180,20 +240,16 @@ func (c Config) Validate() error {
 	if c.RaftListen != "" && c.Conns == nil && c.Transport == nil {
 		errs = append(errs, errors.New("raftnode: Conns is required with RaftListen"))
 	}
-	if c.ApplyTimeout <= 0 {
-		errs = append(errs, errors.New("raftnode: ApplyTimeout must be positive"))
+	for _, err := range c.Problems() {
+		errs = append(errs, fmt.Errorf("raftnode: %w", err))
 	}
+	// A journal holds it to MinRaftWriteTimeout; a test of the watchdog
+	// here may go lower.
 	if c.RaftWriteTimeout <= 0 {
 		errs = append(errs, errors.New("raftnode: RaftWriteTimeout must be positive"))
 	}
 	if c.HandshakeTimeout <= 0 {
 		errs = append(errs, errors.New("raftnode: HandshakeTimeout must be positive"))
-	}
-	if c.ActivationBatchMax < 1 {
-		errs = append(errs, errors.New("raftnode: ActivationBatchMax must be at least 1"))
-	}
-	if c.ActivationBatchMax > 1 && c.ActivationBatchWindow <= 0 {
-		errs = append(errs, errors.New("raftnode: ActivationBatchWindow must be positive when batching"))
 	}
 	if c.Join && len(c.InitialCluster) > 0 {
 		errs = append(errs, errors.New("raftnode: Join and InitialCluster exclude each other"))

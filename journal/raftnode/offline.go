@@ -294,7 +294,7 @@ func checkQuorumLost(c RecoverConfig, self string, store *raftboltdb.BoltStore, 
 	if timeout <= 0 {
 		timeout = 3 * time.Second
 	}
-	prober := &Node{cfg: Config{NodeID: self, Credentials: c.Credentials, Clock: clock.Real{}}, roots: x509.NewCertPool()}
+	prober := &Node{cfg: Config{Settings: Settings{NodeID: self}, Credentials: c.Credentials, Clock: clock.Real{}}, roots: x509.NewCertPool()}
 	prober.quorum.id = own
 	for _, r := range c.Credentials.Roots() {
 		prober.roots.AddCert(r)
