@@ -574,7 +574,8 @@ func (j *Journal) checkClaims(ctx context.Context, node *pactv1.Node) error {
 			return &retryAfterError{
 				err: fmt.Errorf("%w: node %s's hardware is active in domain %s as node %s since %s (claims from %s %s old; its policy here is refuse): it enrolls here once %s releases it",
 					ErrActiveInAnotherDomain, node.GetNodeId(), c.Domain, c.NodeID, since, c.Domain, age, c.Domain),
-				after: claimRetryAfter,
+				after:       claimRetryAfter,
+				otherDomain: c.Domain,
 			}
 		}
 		j.log.Warn("node enrolling while its hardware is active in another domain", logkey.NodeID, node.GetNodeId(), logkey.Domain, c.Domain,

@@ -161,9 +161,9 @@ func TestClaimPolicies(t *testing.T) {
 	// Active in A, boots into B: refused, retryable, naming A.
 	_, err = b.Enroll(t, journaltest.NewKey(t), bmc, mac)
 	pe := apierr.FromError(err)
-	if pe.Reason != apierr.ActiveInAnotherDomain || pe.RetryAfter <= 0 || pe.Final() || !strings.Contains(pe.Message, journaltest.Domain) {
-		t.Fatalf("enroll in B with refuse: %v (reason %s, retry-after %v, final %v), want a retryable ACTIVE_IN_ANOTHER_DOMAIN naming %s",
-			err, pe.Reason, pe.RetryAfter, pe.Final(), journaltest.Domain)
+	if pe.Reason != apierr.ActiveInAnotherDomain || pe.RetryAfter <= 0 || pe.Final() || !strings.Contains(pe.Message, journaltest.Domain) || pe.OtherDomain != journaltest.Domain {
+		t.Fatalf("enroll in B with refuse: %v (reason %s, retry-after %v, final %v, other domain %q), want a retryable ACTIVE_IN_ANOTHER_DOMAIN naming %s",
+			err, pe.Reason, pe.RetryAfter, pe.Final(), pe.OtherDomain, journaltest.Domain)
 	}
 	if n := testutil.ToFloat64(b.J.ClaimedCounter("refuse")); n != 1 {
 		t.Errorf("pact_journal_enroll_claimed_elsewhere_total{policy=refuse} = %v, want 1", n)

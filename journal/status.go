@@ -23,6 +23,9 @@ type retryAfterError struct {
 	after time.Duration
 	// limit says what a rate-limit refusal limits (apierr.Limit).
 	limit apierr.Limit
+	// otherDomain names the federated domain of an
+	// ErrActiveInAnotherDomain refusal.
+	otherDomain string
 }
 
 func (e *retryAfterError) Error() string { return e.err.Error() }
@@ -122,14 +125,15 @@ func toStatus(err error) error {
 	}
 	var after time.Duration
 	var limit apierr.Limit
+	var other string
 	var ra *retryAfterError
 	if errors.As(err, &ra) {
-		after, limit = ra.after, ra.limit
+		after, limit, other = ra.after, ra.limit, ra.otherDomain
 	}
 	for _, r := range reasons {
 		if errors.Is(err, r.err) {
 			// The reason code already names the sentinel; keep the detail.
-			return apierr.StatusLimit(r.reason, after, limit, detail(err.Error())).Err()
+			return apierr.StatusOf(r.reason, after, limit, other, detail(err.Error())).Err()
 		}
 	}
 	return apierr.Status(apierr.Internal, 0, "internal error; see the journal log").Err()

@@ -163,6 +163,10 @@ const (
 // limitKey is the ErrorInfo metadata key carrying a Limit.
 const limitKey = "limit"
 
+// otherDomainKey is the ErrorInfo metadata key naming the federated domain
+// an ACTIVE_IN_ANOTHER_DOMAIN refusal is about.
+const otherDomainKey = "other_domain"
+
 var codeOf = map[Reason]codes.Code{
 	NodeNotEnrolled:          codes.NotFound,
 	NodeAlreadyEnrolled:      codes.AlreadyExists,
@@ -227,6 +231,9 @@ type Error struct {
 	RetryAfter time.Duration
 	// Limit says what a RATE_LIMITED refusal limits ("" when not said).
 	Limit Limit
+	// OtherDomain names the federated domain that holds the hardware
+	// Active, for ACTIVE_IN_ANOTHER_DOMAIN ("" when not said).
+	OtherDomain string
 }
 
 func (e *Error) Error() string {
@@ -269,10 +276,23 @@ func Status(r Reason, retryAfter time.Duration, msg string) *status.Status {
 
 // StatusLimit is Status naming what was limited (empty: nothing said).
 func StatusLimit(r Reason, retryAfter time.Duration, limit Limit, msg string) *status.Status {
+	return StatusOf(r, retryAfter, limit, "", msg)
+}
+
+// StatusOf is StatusLimit also naming, for ACTIVE_IN_ANOTHER_DOMAIN, the
+// federated domain that holds the hardware Active (empty: none named), so
+// that a client reads it without parsing the message.
+func StatusOf(r Reason, retryAfter time.Duration, limit Limit, otherDomain, msg string) *status.Status {
 	st := status.New(r.Code(), string(r)+": "+msg)
 	info := &errdetails.ErrorInfo{Reason: string(r), Domain: Domain}
+	if limit != "" || otherDomain != "" {
+		info.Metadata = map[string]string{}
+	}
 	if limit != "" {
-		info.Metadata = map[string]string{limitKey: string(limit)}
+		info.Metadata[limitKey] = string(limit)
+	}
+	if otherDomain != "" {
+		info.Metadata[otherDomainKey] = otherDomain
 	}
 	var err error
 	if retryAfter > 0 {
@@ -307,6 +327,7 @@ func FromError(err error) *Error {
 			if v.GetDomain() == Domain {
 				out.Reason = Reason(v.GetReason())
 				out.Limit = Limit(v.GetMetadata()[limitKey])
+				out.OtherDomain = v.GetMetadata()[otherDomainKey]
 				prefix := v.GetReason() + ": "
 				if len(out.Message) >= len(prefix) && out.Message[:len(prefix)] == prefix {
 					out.Message = out.Message[len(prefix):]
