@@ -120,6 +120,10 @@ type Agent struct {
 	sources       map[identity.Source]*sourceRecord // each source's last look and given-up identity (sources.go)
 	failureWarned time.Time                         // when a failure was last logged as a warning
 	busySeries    bool                              // the latest attempt was answered busy (busy.go)
+	// activeIn is the federated domain whose claim refused the latest
+	// enrollment (ACTIVE_IN_ANOTHER_DOMAIN): the agent waits for it to
+	// end. Empty once an enrollment is answered otherwise.
+	activeIn string
 	// renewing is closed when the RenewCert in flight, if any, has its
 	// answer (or none): a stream's word that its certificate was replaced
 	// is judged after it (superseded).
@@ -441,6 +445,7 @@ func (a *Agent) Status() Status {
 		LastFailure:       a.failure.msg,
 		LastFailureOp:     a.failure.op,
 		LastFailureAt:     a.failure.at,
+		ActiveInDomain:    a.activeIn,
 		Now:               now,
 	}
 	a.mu.Unlock()

@@ -73,6 +73,12 @@ const (
 	// (not registered, hardware conflict, already active elsewhere, a
 	// join token missing or refused, a key bound to another node).
 	ReasonEnrollmentRefused = "enrollment_refused"
+	// ReasonActiveInAnotherDomain: a federated domain holds the node's
+	// hardware Active and this domain's policy for it is refuse
+	// (docs/domains.md): the agent waits, retrying as the journal's
+	// retry-after says, and enrolls once that domain's claim ends. Status
+	// names the domain (active_in_another_domain).
+	ReasonActiveInAnotherDomain = "active_in_another_domain"
 	// ReasonTPMRefused: the journal refused the node's TPM proof (no TPM
 	// where one is registered, another EK, a refused attestation key, a
 	// wrong answer).
@@ -137,6 +143,8 @@ func classify(err error, id *identity.Identity, now time.Time) string {
 		return ReasonSPIFFEIDUnmapped
 	case apierr.RateLimited:
 		return ReasonRateLimited
+	case apierr.ActiveInAnotherDomain:
+		return ReasonActiveInAnotherDomain
 	case apierr.NoLeader, apierr.OutcomeUnknown:
 		return ReasonJournalUnavailable
 	case apierr.NodeNotEnrolled, apierr.HardwareIdentityConflict, apierr.AlreadyActive, apierr.NodeAlreadyEnrolled,

@@ -87,6 +87,7 @@ func (a *Agent) enroll(ctx context.Context) (err error) {
 			a.enrollKey, a.enrollCSR = nil, nil // the next enrollment makes a new one
 			a.renewUnknown.Store("")
 			a.notBusy()
+			a.setActiveIn(nil)
 			attrs := []any{"identity", id, logkey.NodeID, who.Name, logkey.VCluster, vclusterLabel(resp.GetVcluster()), logkey.Addr, addr}
 			if att != nil {
 				attrs = append(attrs, tpmAttrs(challenged, att.EKHash())...)
@@ -118,8 +119,24 @@ func (a *Agent) enroll(ctx context.Context) (err error) {
 	if refusal(err) && !(apierr.FromError(err).Reason == apierr.AlreadyActive && a.heldIdentity()) {
 		err = a.explainRefusal(err)
 	}
+	a.setActiveIn(err)
 	a.fail("enroll", fmt.Errorf("agent: enroll at %s: %w", addr, err), a.latestJournal())
 	return err
+}
+
+// setActiveIn records which federated domain's claim refused the
+// enrollment (err ACTIVE_IN_ANOTHER_DOMAIN), or that none did.
+func (a *Agent) setActiveIn(err error) {
+	other := ""
+	if pe := apierr.FromError(err); pe != nil && pe.Reason == apierr.ActiveInAnotherDomain {
+		other = pe.OtherDomain
+		if other == "" {
+			other = "another domain (the journal named none)"
+		}
+	}
+	a.mu.Lock()
+	a.activeIn = other
+	a.mu.Unlock()
 }
 
 func (a *Agent) callEnroll(ctx context.Context, addr string, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, error) {

@@ -757,7 +757,14 @@ func (a *Agent) fail(op string, err error, id *identity.Identity) string {
 	if id != nil {
 		attrs = append(attrs, "identity", id)
 	}
-	a.log.Log(context.Background(), level, op+" failed; keeping what the agent has and retrying", attrs...)
+	msg := op + " failed; keeping what the agent has and retrying"
+	if pe := apierr.FromError(err); reason == ReasonActiveInAnotherDomain {
+		// Not a fault here: the site's policy makes the node wait for
+		// the other domain to release the hardware.
+		msg = op + " refused: the hardware is active in another domain; waiting for it to end there, then enrolling"
+		attrs = append(attrs, logkey.Domain, pe.OtherDomain, logkey.RetryAfter, pe.RetryAfter)
+	}
+	a.log.Log(context.Background(), level, msg, attrs...)
 	return reason
 }
 

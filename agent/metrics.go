@@ -76,7 +76,7 @@ var allReasons = []string{
 	ReasonEndpointUnreachable, ReasonServerTLSUntrusted, ReasonCertExpired,
 	ReasonRevoked, ReasonFenced, ReasonCertReplaced, ReasonSPIREBundleUntrusted, ReasonTrustDomainNotAccepted,
 	ReasonSPIFFEIDUnmapped, ReasonIdentityRefused,
-	ReasonClockSkew, ReasonDiskFull, ReasonRateLimited, ReasonJournalUnavailable, ReasonEnrollmentRefused, ReasonOther,
+	ReasonClockSkew, ReasonDiskFull, ReasonRateLimited, ReasonJournalUnavailable, ReasonEnrollmentRefused, ReasonActiveInAnotherDomain, ReasonOther,
 }
 
 func newMetrics(a *Agent) *metrics { return &metrics{a: a} }

@@ -43,6 +43,11 @@ type Status struct {
 	LastFailureOp     string    `json:"last_failure_op"`
 	LastFailureAt     time.Time `json:"last_failure_at,omitzero"`
 	StreamConnected   bool      `json:"stream_connected"`
+	// ActiveInDomain names the federated domain that holds this node's
+	// hardware Active, when its latest enrollment was refused for it
+	// (active_in_another_domain): the agent waits and enrolls once that
+	// domain's claim ends (docs/domains.md). Empty otherwise.
+	ActiveInDomain string `json:"active_in_domain,omitempty"`
 	// Sources are the agent's identity sources, best first: what each
 	// offers now, or why it offers nothing, and the last identity it gave
 	// up, when and why.
@@ -252,6 +257,9 @@ func PrintStatus(w io.Writer, st Status) error {
 	} else {
 		row("last failure:", fmt.Sprintf("%s during %s, %s", st.LastFailureReason, dash(st.LastFailureOp), at(st.LastFailureAt)))
 		row("", st.LastFailure)
+	}
+	if st.ActiveInDomain != "" {
+		row("waiting:", fmt.Sprintf("the hardware is active in domain %s: enrolls here once %s releases it", st.ActiveInDomain, st.ActiveInDomain))
 	}
 	for _, src := range st.Sources {
 		now := "-"
