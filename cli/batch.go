@@ -41,15 +41,19 @@ var batchColumns = []string{colNodeID, colMAC, colBMC, colEKHash, colVCluster, c
 // (spiffe_id matters to SPIRE sites only).
 var batchExampleHeader = strings.Join(batchColumns[:5], ",")
 
-// Reasons of rows rejected by the CLI itself. They are never sent to the
-// journal, so they never clash with a journal's reasons.
+// RowReason is why the CLI itself rejected a row. Its reasons are never
+// sent to the journal, so they never clash with a journal's reasons
+// (apierr.Reason); a BatchResult's reason is one or the other.
+type RowReason string
+
+// Reasons of rows rejected by the CLI itself.
 const (
 	// ReasonInvalidRow: the row is malformed (CSV syntax, cell count,
 	// spreadsheet formula) or holds an invalid value.
-	ReasonInvalidRow = "INVALID_ROW"
+	ReasonInvalidRow RowReason = "INVALID_ROW"
 	// ReasonDuplicateInFile: the row repeats a node id, MAC, BMC serial or
 	// TPM EK hash of an earlier row of the same file.
-	ReasonDuplicateInFile = "DUPLICATE_IN_FILE"
+	ReasonDuplicateInFile RowReason = "DUPLICATE_IN_FILE"
 )
 
 // macSeparator separates several MACs in one mac cell.
@@ -87,7 +91,7 @@ type BatchRow struct {
 
 // RowError is why a row was rejected locally: every problem of the row.
 type RowError struct {
-	Reason   string // ReasonInvalidRow or ReasonDuplicateInFile
+	Reason   RowReason
 	Problems []string
 }
 
@@ -312,6 +316,9 @@ func (br *batchReader) row(rec []string, line int) BatchRow {
 		return out
 	}
 	var problems []string
+	// formula holds the columns whose cell was refused as a spreadsheet
+	// formula: their "is empty" problem would only repeat it.
+	formula := map[string]bool{}
 	cell := func(name string) string {
 		i, ok := br.col[name]
 		if !ok {
@@ -320,6 +327,7 @@ func (br *batchReader) row(rec []string, line int) BatchRow {
 		raw := rec[i]
 		if c := strings.TrimLeft(raw, " "); c != "" && strings.IndexByte(formulaLeaders, c[0]) >= 0 {
 			problems = append(problems, fmt.Sprintf("%s %s looks like a spreadsheet formula; remove the leading character", name, quoteCell(raw)))
+			formula[name] = true
 			return ""
 		}
 		return strings.TrimSpace(raw)
@@ -351,7 +359,7 @@ func (br *batchReader) row(rec []string, line int) BatchRow {
 	nodeOK := false
 	switch {
 	case node == "":
-		if !formulaIn(problems, colNodeID) {
+		if !formula[colNodeID] {
 			problems = append(problems, "node_id is empty: every row needs one")
 		}
 	case pki.ValidateName("node", node) != nil:
@@ -374,7 +382,7 @@ func (br *batchReader) row(rec []string, line int) BatchRow {
 	for _, e := range flatten(err) {
 		switch {
 		case errors.Is(e, hwid.ErrEmpty):
-			if !formulaIn(problems, colMAC) {
+			if !formula[colMAC] {
 				problems = append(problems, "mac is empty: give at least one MAC, e.g. 52:54:00:12:34:56 (several separated by ';')")
 			}
 		case errors.Is(e, hwid.ErrInvalidMAC) && strings.ContainsAny(macCell, ", \t"):
@@ -454,15 +462,6 @@ func (br *batchReader) claim(seen map[string]firstSeen, key string, line int, no
 	}
 	seen[key] = firstSeen{line: line, node: node}
 	return nil
-}
-
-func formulaIn(problems []string, col string) bool {
-	for _, p := range problems {
-		if strings.HasPrefix(p, col+" ") && strings.Contains(p, "spreadsheet formula") {
-			return true
-		}
-	}
-	return false
 }
 
 // blank reports whether every cell of a record is empty or spaces: an

@@ -32,8 +32,8 @@ import (
 type wantRow struct {
 	line   int
 	node   string
-	macs   string // comma-joined, for accepted rows
-	reason string // "" for an accepted row
+	macs   string    // comma-joined, for accepted rows
+	reason RowReason // "" for an accepted row
 	msg    []string
 }
 
@@ -586,7 +586,7 @@ func TestEnrollBatchJSONLines(t *testing.T) {
 		{Line: 2, NodeID: "node-000000" + suffix, Result: "ok"},
 		{Line: 3, NodeID: "node-000001" + suffix, Result: "exists"},
 		{Line: 4, NodeID: "node-000002" + suffix, Result: "ok"},
-		{Line: 5, NodeID: "", Result: "error", Reason: ReasonInvalidRow, Message: `node_id "bad id" is not a valid node name: 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit`},
+		{Line: 5, NodeID: "", Result: "error", Reason: string(ReasonInvalidRow), Message: `node_id "bad id" is not a valid node name: 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit`},
 	}
 	if !slices.Equal(results, want) {
 		t.Errorf("results\n%+v\nwant\n%+v", results, want)
@@ -934,7 +934,7 @@ func TestBatchDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(raw)
-	for _, w := range append(append([]string{}, batchColumns...), ReasonInvalidRow, ReasonDuplicateInFile, batchExampleHeader,
+	for _, w := range append(append([]string{}, batchColumns...), string(ReasonInvalidRow), string(ReasonDuplicateInFile), batchExampleHeader,
 		fmt.Sprintf("chunks of at most %d", batchChunk), fmt.Sprintf("%d KiB", maxRecordBytes>>10),
 		fmt.Sprintf("%d ms", progressEvery.Milliseconds()), fmt.Sprintf("At most %d attempts", batchAttempts),
 		fmt.Sprintf("about %d-%d ms the first time", batchBackoff.Milliseconds()/2, batchBackoff.Milliseconds()*3/2),
@@ -961,9 +961,9 @@ func TestBatchExitSeverity(t *testing.T) {
 	}{
 		{nil, ExitOK},
 		{[]string{string(apierr.HardwareIdentityConflict), string(apierr.NodeAlreadyEnrolled)}, ExitConflict},
-		{[]string{string(apierr.HardwareIdentityConflict), ReasonDuplicateInFile}, ExitUsage},
-		{[]string{ReasonInvalidRow, string(apierr.InvalidArgument)}, ExitUsage},
-		{[]string{ReasonInvalidRow, string(apierr.NodeRevoked)}, ExitDenied},
+		{[]string{string(apierr.HardwareIdentityConflict), string(ReasonDuplicateInFile)}, ExitUsage},
+		{[]string{string(ReasonInvalidRow), string(apierr.InvalidArgument)}, ExitUsage},
+		{[]string{string(ReasonInvalidRow), string(apierr.NodeRevoked)}, ExitDenied},
 		{[]string{string(apierr.RateLimited), string(apierr.HardwareIdentityConflict)}, ExitRateLimited},
 		{[]string{string(apierr.NodeRevoked), ""}, ExitInternal},
 		{[]string{"SOMETHING_NEW"}, ExitInternal},
@@ -1083,5 +1083,26 @@ func TestReadBatchRequireToken(t *testing.T) {
 	}
 	if e := rows[4].Err; e == nil || e.Reason != ReasonInvalidRow || !strings.Contains(e.Error(), "require_token") {
 		t.Errorf("row 6: %v, want INVALID_ROW naming require_token", e)
+	}
+}
+
+// A cell refused as a spreadsheet formula is one problem: its column is
+// not also reported empty.
+func TestFormulaCellIsNotAlsoEmpty(t *testing.T) {
+	rows, err := readAll(t, "node_id,mac,bmc_serial,tpm_ek_hash,vcluster\n=cmd,@mac,,,\n,,,,v1\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].Err == nil || rows[1].Err == nil {
+		t.Fatalf("rows %+v, want two rejected rows", rows)
+	}
+	got := rows[0].Err.Problems
+	if len(got) != 2 || !strings.Contains(got[0], `node_id "=cmd" looks like a spreadsheet formula`) || !strings.Contains(got[1], `mac "@mac" looks like a spreadsheet formula`) {
+		t.Errorf("problems %q, want the two formula cells alone", got)
+	}
+	// Empty cells that are no formulas are reported empty.
+	got = rows[1].Err.Problems
+	if len(got) != 2 || !strings.HasPrefix(got[0], "node_id is empty") || !strings.HasPrefix(got[1], "mac is empty") {
+		t.Errorf("problems %q, want node_id and mac empty", got)
 	}
 }

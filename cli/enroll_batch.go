@@ -42,11 +42,11 @@ const (
 	progressEvery = 200 * time.Millisecond
 )
 
-// Row results.
+// Row results (Result).
 const (
-	resultOK     = "ok"
-	resultExists = "exists"
-	resultError  = "error"
+	resultOK     Result = "ok"
+	resultExists Result = "exists"
+	resultError  Result = "error"
 )
 
 // BatchResult is one row's outcome, printed as one JSON line by
@@ -54,7 +54,7 @@ const (
 type BatchResult struct {
 	Line    int    `json:"line"`
 	NodeID  string `json:"node_id"`
-	Result  string `json:"result"` // ok, exists or error
+	Result  Result `json:"result"` // ok, exists or error
 	Reason  string `json:"reason"` // for error: a journal reason, INVALID_ROW or DUPLICATE_IN_FILE
 	Message string `json:"message"`
 }
@@ -212,7 +212,7 @@ func (r *batchRun) run(in io.Reader) error {
 func (r *batchRun) add(row BatchRow) {
 	p := pendingRow{line: row.Line, res: BatchResult{Line: row.Line, NodeID: row.NodeID}}
 	if row.Err != nil {
-		p.res.Result, p.res.Reason, p.res.Message = resultError, row.Err.Reason, row.Err.Error()
+		p.res.Result, p.res.Reason, p.res.Message = resultError, string(row.Err.Reason), row.Err.Error()
 		p.done = true
 	} else {
 		hw := row.Hardware

@@ -117,7 +117,7 @@ func worseExit(a, b int) int {
 // with reason: the class of the gRPC code the reason travels with. A reason
 // this CLI does not know is a journal fault.
 func rowExit(reason string) int {
-	switch reason {
+	switch RowReason(reason) {
 	case ReasonInvalidRow, ReasonDuplicateInFile:
 		return ExitUsage
 	}

@@ -26,7 +26,7 @@ func TestReadBatchSPIFFEID(t *testing.T) {
 	}
 	tests := []struct {
 		spiffeID string
-		reason   string
+		reason   RowReason
 		msg      string
 	}{
 		{spiffeID: "spiffe://site.example/custom/a"},

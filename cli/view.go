@@ -70,14 +70,19 @@ type NodeResultView struct {
 	// enroll found it registered exactly so, "unchanged" when there was
 	// nothing to do (fence of a fenced node, unfence of one that is not,
 	// update to the same identity). Nothing is written to Raft then.
-	Result string `json:"result"`
+	Result Result `json:"result"`
 }
+
+// Result is what a write did to a node: the "result" of a batch row
+// (resultOK, resultExists, resultError) and of a single-node write
+// (resultOK, resultExists, resultUnchanged) printed with -o json.
+type Result string
 
 // resultUnchanged is the result of a single-node write with nothing to
 // do; resultOK and resultExists are those of a batch row.
-const resultUnchanged = "unchanged"
+const resultUnchanged Result = "unchanged"
 
-func nodeResult(n *pactv1.Node, unchanged bool, noop string) NodeResultView {
+func nodeResult(n *pactv1.Node, unchanged bool, noop Result) NodeResultView {
 	r := NodeResultView{NodeView: NodeViewOf(n), Result: resultOK}
 	if unchanged {
 		r.Result = noop
