@@ -88,7 +88,7 @@ func (a *Agent) enroll(ctx context.Context) (err error) {
 			a.renewUnknown.Store("")
 			a.notBusy()
 			a.setActiveIn(nil)
-			attrs := []any{"identity", id, logkey.NodeID, who.Name, logkey.VCluster, vclusterLabel(resp.GetVcluster()), logkey.Addr, addr}
+			attrs := []any{logkey.Identity, id, logkey.NodeID, who.Name, logkey.VCluster, vclusterLabel(resp.GetVcluster()), logkey.Addr, addr}
 			if att != nil {
 				attrs = append(attrs, tpmAttrs(challenged, att.EKHash())...)
 			}

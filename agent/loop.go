@@ -755,7 +755,7 @@ func (a *Agent) fail(op string, err error, id *identity.Identity) string {
 	a.mu.Unlock()
 	attrs := []any{logkey.Reason, reason, logkey.Err, err}
 	if id != nil {
-		attrs = append(attrs, "identity", id)
+		attrs = append(attrs, logkey.Identity, id)
 	}
 	msg := op + " failed; keeping what the agent has and retrying"
 	if pe := apierr.FromError(err); reason == ReasonActiveInAnotherDomain {

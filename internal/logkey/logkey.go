@@ -59,6 +59,9 @@ const (
 	Bytes = "bytes"
 	// Certificates counts certificates (the intermediates an agent holds).
 	Certificates = "certificates"
+	// Component is the part of a journal a line comes from (raft: the
+	// hashicorp/raft logger's name).
+	Component = "component"
 	// Configured is a value as configured, logged beside the one found instead.
 	Configured = "configured"
 	// Count is a number of records a call changed.
@@ -107,6 +110,9 @@ const (
 	Nodes = "nodes"
 	// Offset is a clock offset.
 	Offset = "offset"
+	// Op is what the agent was doing when a journal answered (enroll,
+	// renew, ...).
+	Op = "op"
 	// Operator is an operator credential a change acts on (Actor is who asked).
 	Operator = "operator"
 	// Path is a socket's or file's path.

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/pact-hpc/pact/internal/logkey"
 )
 
 // newRaftLogger routes hashicorp/raft's hclog output into slog.
@@ -41,7 +43,7 @@ func (s slogSink) Accept(name string, level hclog.Level, msg string, args ...int
 		lvl = slog.LevelInfo
 	}
 	attrs := make([]any, 0, len(args)+2)
-	attrs = append(attrs, "component", name)
+	attrs = append(attrs, logkey.Component, name)
 	for _, a := range args {
 		if f, ok := a.(hclog.Format); ok && len(f) > 0 {
 			if format, ok := f[0].(string); ok {
