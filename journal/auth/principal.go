@@ -90,6 +90,7 @@ var policies = map[string]policy{
 	pactv1.EnrollmentService_Ping_FullMethodName:         {agent: true},
 	pactv1.EnrollmentService_IssueStandby_FullMethodName: {agent: true},
 	pactv1.EnrollmentService_Release_FullMethodName:      {agent: true},
+	pactv1.EnrollmentService_AttestBoot_FullMethodName:   {agent: true},
 	pactv1.AdminService_RegisterNode_FullMethodName:      {admin: PlatformAdmin},
 	pactv1.AdminService_RegisterNodes_FullMethodName:     {admin: PlatformAdmin},
 	pactv1.AdminService_DecommissionNode_FullMethodName:  {admin: PlatformAdmin},

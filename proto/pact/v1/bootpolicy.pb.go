@@ -150,8 +150,17 @@ type BootPolicy struct {
 	// Set by the state machine from the command.
 	SetAtUnixNano int64  `protobuf:"varint,8,opt,name=set_at_unix_nano,json=setAtUnixNano,proto3" json:"set_at_unix_nano,omitempty"`
 	SetBy         string `protobuf:"bytes,9,opt,name=set_by,json=setBy,proto3" json:"set_by,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// How often the journal a node streams to asks it for a fresh quote
+	// between renewals, in seconds; 0: never (only enrollment and renewal
+	// quote). At least 60 when set (docs/tpm.md, "Attestation between
+	// renewals").
+	AttestIntervalSeconds uint32 `protobuf:"varint,10,opt,name=attest_interval_seconds,json=attestIntervalSeconds,proto3" json:"attest_interval_seconds,omitempty"`
+	// How many attestation requests in a row a node may leave without a
+	// verified answer before the journal treats it as not matching the
+	// policy; 0: the default, 3.
+	AttestTolerance uint32 `protobuf:"varint,11,opt,name=attest_tolerance,json=attestTolerance,proto3" json:"attest_tolerance,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *BootPolicy) Reset() {
@@ -245,6 +254,20 @@ func (x *BootPolicy) GetSetBy() string {
 		return x.SetBy
 	}
 	return ""
+}
+
+func (x *BootPolicy) GetAttestIntervalSeconds() uint32 {
+	if x != nil {
+		return x.AttestIntervalSeconds
+	}
+	return 0
+}
+
+func (x *BootPolicy) GetAttestTolerance() uint32 {
+	if x != nil {
+		return x.AttestTolerance
+	}
+	return 0
 }
 
 // SetBootPolicyOp sets the boot policy of policy.vcluster (quorum feature
@@ -879,7 +902,7 @@ var File_pact_v1_bootpolicy_proto protoreflect.FileDescriptor
 
 const file_pact_v1_bootpolicy_proto_rawDesc = "" +
 	"\n" +
-	"\x18pact/v1/bootpolicy.proto\x12\apact.v1\"\xda\x02\n" +
+	"\x18pact/v1/bootpolicy.proto\x12\apact.v1\"\xbd\x03\n" +
 	"\n" +
 	"BootPolicy\x12\x1a\n" +
 	"\bvcluster\x18\x01 \x01(\tR\bvcluster\x12\x18\n" +
@@ -890,7 +913,10 @@ const file_pact_v1_bootpolicy_proto_rawDesc = "" +
 	"\x06events\x18\x06 \x03(\v2\x18.pact.v1.BootPolicyEventR\x06events\x12\x18\n" +
 	"\acomment\x18\a \x01(\tR\acomment\x12'\n" +
 	"\x10set_at_unix_nano\x18\b \x01(\x03R\rsetAtUnixNano\x12\x15\n" +
-	"\x06set_by\x18\t \x01(\tR\x05setBy\"e\n" +
+	"\x06set_by\x18\t \x01(\tR\x05setBy\x126\n" +
+	"\x17attest_interval_seconds\x18\n" +
+	" \x01(\rR\x15attestIntervalSeconds\x12)\n" +
+	"\x10attest_tolerance\x18\v \x01(\rR\x0fattestTolerance\"e\n" +
 	"\x0fSetBootPolicyOp\x12+\n" +
 	"\x06policy\x18\x01 \x01(\v2\x13.pact.v1.BootPolicyR\x06policy\x12%\n" +
 	"\x0eexpect_version\x18\x02 \x01(\x04R\rexpectVersion\"0\n" +

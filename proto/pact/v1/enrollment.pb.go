@@ -736,9 +736,12 @@ func (x *RenewCertResponse) GetServerTimeUnixNano() int64 {
 }
 
 type SubscribeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent answers AttestBootRequest events (it enrolled with its TPM
+	// and knows AttestBoot). A journal asks no other stream.
+	AnswersBootAttestation bool `protobuf:"varint,1,opt,name=answers_boot_attestation,json=answersBootAttestation,proto3" json:"answers_boot_attestation,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *SubscribeRequest) Reset() {
@@ -771,6 +774,13 @@ func (*SubscribeRequest) Descriptor() ([]byte, []int) {
 	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{9}
 }
 
+func (x *SubscribeRequest) GetAnswersBootAttestation() bool {
+	if x != nil {
+		return x.AnswersBootAttestation
+	}
+	return false
+}
+
 // SubscribeResponse is one event on the agent stream. The first event is
 // always a full Assignment and TrustBundle.
 type SubscribeResponse struct {
@@ -782,6 +792,7 @@ type SubscribeResponse struct {
 	//	*SubscribeResponse_Revoked
 	//	*SubscribeResponse_RenewNow
 	//	*SubscribeResponse_Superseded
+	//	*SubscribeResponse_AttestBoot
 	Event         isSubscribeResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -869,6 +880,15 @@ func (x *SubscribeResponse) GetSuperseded() *Superseded {
 	return nil
 }
 
+func (x *SubscribeResponse) GetAttestBoot() *AttestBootRequest {
+	if x != nil {
+		if x, ok := x.Event.(*SubscribeResponse_AttestBoot); ok {
+			return x.AttestBoot
+		}
+	}
+	return nil
+}
+
 type isSubscribeResponse_Event interface {
 	isSubscribeResponse_Event()
 }
@@ -893,6 +913,10 @@ type SubscribeResponse_Superseded struct {
 	Superseded *Superseded `protobuf:"bytes,171,opt,name=superseded,proto3,oneof"`
 }
 
+type SubscribeResponse_AttestBoot struct {
+	AttestBoot *AttestBootRequest `protobuf:"bytes,172,opt,name=attest_boot,json=attestBoot,proto3,oneof"`
+}
+
 func (*SubscribeResponse_Assignment) isSubscribeResponse_Event() {}
 
 func (*SubscribeResponse_TrustBundle) isSubscribeResponse_Event() {}
@@ -902,6 +926,130 @@ func (*SubscribeResponse_Revoked) isSubscribeResponse_Event() {}
 func (*SubscribeResponse_RenewNow) isSubscribeResponse_Event() {}
 
 func (*SubscribeResponse_Superseded) isSubscribeResponse_Event() {}
+
+func (*SubscribeResponse_AttestBoot) isSubscribeResponse_Event() {}
+
+// AttestBootRequest asks the agent for a fresh quote of its boot between
+// renewals (the boot policy's attest interval): answer with AttestBoot,
+// to this journal, carrying nonce, within answer_within_ms.
+type AttestBootRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 32 random bytes, single use; the journal forgets them once answered
+	// or expired.
+	Nonce          []byte `protobuf:"bytes,1,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	AnswerWithinMs int64  `protobuf:"varint,2,opt,name=answer_within_ms,json=answerWithinMs,proto3" json:"answer_within_ms,omitempty"`
+	// Set by the agent in its AttestBoot calls: the TPM attestation, as in
+	// RenewCertRequest.tpm (unset in the stream event).
+	Tpm           *TpmAttestation `protobuf:"bytes,3,opt,name=tpm,proto3" json:"tpm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttestBootRequest) Reset() {
+	*x = AttestBootRequest{}
+	mi := &file_pact_v1_enrollment_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttestBootRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttestBootRequest) ProtoMessage() {}
+
+func (x *AttestBootRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_enrollment_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttestBootRequest.ProtoReflect.Descriptor instead.
+func (*AttestBootRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AttestBootRequest) GetNonce() []byte {
+	if x != nil {
+		return x.Nonce
+	}
+	return nil
+}
+
+func (x *AttestBootRequest) GetAnswerWithinMs() int64 {
+	if x != nil {
+		return x.AnswerWithinMs
+	}
+	return 0
+}
+
+func (x *AttestBootRequest) GetTpm() *TpmAttestation {
+	if x != nil {
+		return x.Tpm
+	}
+	return nil
+}
+
+type AttestBootResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set after round one: answer it with a second AttestBoot.
+	TpmChallenge *TpmChallenge `protobuf:"bytes,1,opt,name=tpm_challenge,json=tpmChallenge,proto3" json:"tpm_challenge,omitempty"`
+	// After round two: whether the quote matches the node's boot policy
+	// (true also when no policy applies).
+	Matches       bool `protobuf:"varint,2,opt,name=matches,proto3" json:"matches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttestBootResponse) Reset() {
+	*x = AttestBootResponse{}
+	mi := &file_pact_v1_enrollment_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttestBootResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttestBootResponse) ProtoMessage() {}
+
+func (x *AttestBootResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_enrollment_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttestBootResponse.ProtoReflect.Descriptor instead.
+func (*AttestBootResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AttestBootResponse) GetTpmChallenge() *TpmChallenge {
+	if x != nil {
+		return x.TpmChallenge
+	}
+	return nil
+}
+
+func (x *AttestBootResponse) GetMatches() bool {
+	if x != nil {
+		return x.Matches
+	}
+	return false
+}
 
 // Superseded tells an agent, on the stream of a certificate the registry
 // no longer holds as its node's, which certificate replaced it. An agent
@@ -918,7 +1066,7 @@ type Superseded struct {
 
 func (x *Superseded) Reset() {
 	*x = Superseded{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[11]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1078,7 @@ func (x *Superseded) String() string {
 func (*Superseded) ProtoMessage() {}
 
 func (x *Superseded) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[11]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1091,7 @@ func (x *Superseded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Superseded.ProtoReflect.Descriptor instead.
 func (*Superseded) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{11}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Superseded) GetSerial() string {
@@ -966,7 +1114,7 @@ type RenewNow struct {
 
 func (x *RenewNow) Reset() {
 	*x = RenewNow{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[12]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1126,7 @@ func (x *RenewNow) String() string {
 func (*RenewNow) ProtoMessage() {}
 
 func (x *RenewNow) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[12]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1139,7 @@ func (x *RenewNow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewNow.ProtoReflect.Descriptor instead.
 func (*RenewNow) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{12}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RenewNow) GetReason() string {
@@ -1026,7 +1174,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[13]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1186,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[13]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1199,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{13}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Assignment) GetNodeId() string {
@@ -1077,7 +1225,7 @@ type TrustBundle struct {
 
 func (x *TrustBundle) Reset() {
 	*x = TrustBundle{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[14]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1237,7 @@ func (x *TrustBundle) String() string {
 func (*TrustBundle) ProtoMessage() {}
 
 func (x *TrustBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[14]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1250,7 @@ func (x *TrustBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustBundle.ProtoReflect.Descriptor instead.
 func (*TrustBundle) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{14}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TrustBundle) GetDer() [][]byte {
@@ -1125,7 +1273,7 @@ type Revoked struct {
 
 func (x *Revoked) Reset() {
 	*x = Revoked{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[15]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1285,7 @@ func (x *Revoked) String() string {
 func (*Revoked) ProtoMessage() {}
 
 func (x *Revoked) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[15]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1298,7 @@ func (x *Revoked) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Revoked.ProtoReflect.Descriptor instead.
 func (*Revoked) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{15}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Revoked) GetReason() string {
@@ -1175,7 +1323,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[16]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1335,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[16]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1348,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{16}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{18}
 }
 
 type PingResponse struct {
@@ -1219,7 +1367,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[17]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1379,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[17]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1392,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{17}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PingResponse) GetNodeId() string {
@@ -1290,7 +1438,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[18]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1450,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[18]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1463,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{18}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{20}
 }
 
 type ReleaseResponse struct {
@@ -1329,7 +1477,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[19]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1489,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[19]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1502,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{19}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -1375,7 +1523,7 @@ type IssueStandbyRequest struct {
 
 func (x *IssueStandbyRequest) Reset() {
 	*x = IssueStandbyRequest{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[20]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1535,7 @@ func (x *IssueStandbyRequest) String() string {
 func (*IssueStandbyRequest) ProtoMessage() {}
 
 func (x *IssueStandbyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[20]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1548,7 @@ func (x *IssueStandbyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueStandbyRequest.ProtoReflect.Descriptor instead.
 func (*IssueStandbyRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{20}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *IssueStandbyRequest) GetCsrDer() []byte {
@@ -1426,7 +1574,7 @@ type IssueStandbyResponse struct {
 
 func (x *IssueStandbyResponse) Reset() {
 	*x = IssueStandbyResponse{}
-	mi := &file_pact_v1_enrollment_proto_msgTypes[21]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1586,7 @@ func (x *IssueStandbyResponse) String() string {
 func (*IssueStandbyResponse) ProtoMessage() {}
 
 func (x *IssueStandbyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_enrollment_proto_msgTypes[21]
+	mi := &file_pact_v1_enrollment_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1599,7 @@ func (x *IssueStandbyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueStandbyResponse.ProtoReflect.Descriptor instead.
 func (*IssueStandbyResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{21}
+	return file_pact_v1_enrollment_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *IssueStandbyResponse) GetNodeId() string {
@@ -1554,8 +1702,9 @@ const file_pact_v1_enrollment_proto_rawDesc = "" +
 	"\x06serial\x18\x05 \x01(\tR\x06serial\x12$\n" +
 	"\x0enot_after_unix\x18\x06 \x01(\x03R\fnotAfterUnix\x12;\n" +
 	"\rtpm_challenge\x18\x96\x01 \x01(\v2\x15.pact.v1.TpmChallengeR\ftpmChallenge\x122\n" +
-	"\x15server_time_unix_nano\x18\xaa\x01 \x01(\x03R\x12serverTimeUnixNano\"\x12\n" +
-	"\x10SubscribeRequest\"\xa7\x02\n" +
+	"\x15server_time_unix_nano\x18\xaa\x01 \x01(\x03R\x12serverTimeUnixNano\"L\n" +
+	"\x10SubscribeRequest\x128\n" +
+	"\x18answers_boot_attestation\x18\x01 \x01(\bR\x16answersBootAttestation\"\xe7\x02\n" +
 	"\x11SubscribeResponse\x125\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x13.pact.v1.AssignmentH\x00R\n" +
@@ -1565,8 +1714,17 @@ const file_pact_v1_enrollment_proto_rawDesc = "" +
 	"\trenew_now\x18\xaa\x01 \x01(\v2\x11.pact.v1.RenewNowH\x00R\brenewNow\x126\n" +
 	"\n" +
 	"superseded\x18\xab\x01 \x01(\v2\x13.pact.v1.SupersededH\x00R\n" +
-	"supersededB\a\n" +
-	"\x05event\"$\n" +
+	"superseded\x12>\n" +
+	"\vattest_boot\x18\xac\x01 \x01(\v2\x1a.pact.v1.AttestBootRequestH\x00R\n" +
+	"attestBootB\a\n" +
+	"\x05event\"~\n" +
+	"\x11AttestBootRequest\x12\x14\n" +
+	"\x05nonce\x18\x01 \x01(\fR\x05nonce\x12(\n" +
+	"\x10answer_within_ms\x18\x02 \x01(\x03R\x0eanswerWithinMs\x12)\n" +
+	"\x03tpm\x18\x03 \x01(\v2\x17.pact.v1.TpmAttestationR\x03tpm\"j\n" +
+	"\x12AttestBootResponse\x12:\n" +
+	"\rtpm_challenge\x18\x01 \x01(\v2\x15.pact.v1.TpmChallengeR\ftpmChallenge\x12\x18\n" +
+	"\amatches\x18\x02 \x01(\bR\amatches\"$\n" +
 	"\n" +
 	"Superseded\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\"v\n" +
@@ -1602,14 +1760,16 @@ const file_pact_v1_enrollment_proto_rawDesc = "" +
 	"\x10trust_bundle_der\x18\x03 \x03(\fR\x0etrustBundleDer\x12\x1a\n" +
 	"\bvcluster\x18\x04 \x01(\tR\bvcluster\x12\x16\n" +
 	"\x06serial\x18\x05 \x01(\tR\x06serial\x12$\n" +
-	"\x0enot_after_unix\x18\x06 \x01(\x03R\fnotAfterUnix2\x98\x03\n" +
+	"\x0enot_after_unix\x18\x06 \x01(\x03R\fnotAfterUnix2\xdf\x03\n" +
 	"\x11EnrollmentService\x129\n" +
 	"\x06Enroll\x12\x16.pact.v1.EnrollRequest\x1a\x17.pact.v1.EnrollResponse\x12B\n" +
 	"\tRenewCert\x12\x19.pact.v1.RenewCertRequest\x1a\x1a.pact.v1.RenewCertResponse\x12D\n" +
 	"\tSubscribe\x12\x19.pact.v1.SubscribeRequest\x1a\x1a.pact.v1.SubscribeResponse0\x01\x123\n" +
 	"\x04Ping\x12\x14.pact.v1.PingRequest\x1a\x15.pact.v1.PingResponse\x12K\n" +
 	"\fIssueStandby\x12\x1c.pact.v1.IssueStandbyRequest\x1a\x1d.pact.v1.IssueStandbyResponse\x12<\n" +
-	"\aRelease\x12\x17.pact.v1.ReleaseRequest\x1a\x18.pact.v1.ReleaseResponseB/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
+	"\aRelease\x12\x17.pact.v1.ReleaseRequest\x1a\x18.pact.v1.ReleaseResponse\x12E\n" +
+	"\n" +
+	"AttestBoot\x12\x1a.pact.v1.AttestBootRequest\x1a\x1b.pact.v1.AttestBootResponseB/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
 
 var (
 	file_pact_v1_enrollment_proto_rawDescOnce sync.Once
@@ -1623,7 +1783,7 @@ func file_pact_v1_enrollment_proto_rawDescGZIP() []byte {
 	return file_pact_v1_enrollment_proto_rawDescData
 }
 
-var file_pact_v1_enrollment_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_pact_v1_enrollment_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_pact_v1_enrollment_proto_goTypes = []any{
 	(*EnrollRequest)(nil),        // 0: pact.v1.EnrollRequest
 	(*EnrollCredentials)(nil),    // 1: pact.v1.EnrollCredentials
@@ -1636,21 +1796,23 @@ var file_pact_v1_enrollment_proto_goTypes = []any{
 	(*RenewCertResponse)(nil),    // 8: pact.v1.RenewCertResponse
 	(*SubscribeRequest)(nil),     // 9: pact.v1.SubscribeRequest
 	(*SubscribeResponse)(nil),    // 10: pact.v1.SubscribeResponse
-	(*Superseded)(nil),           // 11: pact.v1.Superseded
-	(*RenewNow)(nil),             // 12: pact.v1.RenewNow
-	(*Assignment)(nil),           // 13: pact.v1.Assignment
-	(*TrustBundle)(nil),          // 14: pact.v1.TrustBundle
-	(*Revoked)(nil),              // 15: pact.v1.Revoked
-	(*PingRequest)(nil),          // 16: pact.v1.PingRequest
-	(*PingResponse)(nil),         // 17: pact.v1.PingResponse
-	(*ReleaseRequest)(nil),       // 18: pact.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),      // 19: pact.v1.ReleaseResponse
-	(*IssueStandbyRequest)(nil),  // 20: pact.v1.IssueStandbyRequest
-	(*IssueStandbyResponse)(nil), // 21: pact.v1.IssueStandbyResponse
-	(*HardwareIdentity)(nil),     // 22: pact.v1.HardwareIdentity
+	(*AttestBootRequest)(nil),    // 11: pact.v1.AttestBootRequest
+	(*AttestBootResponse)(nil),   // 12: pact.v1.AttestBootResponse
+	(*Superseded)(nil),           // 13: pact.v1.Superseded
+	(*RenewNow)(nil),             // 14: pact.v1.RenewNow
+	(*Assignment)(nil),           // 15: pact.v1.Assignment
+	(*TrustBundle)(nil),          // 16: pact.v1.TrustBundle
+	(*Revoked)(nil),              // 17: pact.v1.Revoked
+	(*PingRequest)(nil),          // 18: pact.v1.PingRequest
+	(*PingResponse)(nil),         // 19: pact.v1.PingResponse
+	(*ReleaseRequest)(nil),       // 20: pact.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),      // 21: pact.v1.ReleaseResponse
+	(*IssueStandbyRequest)(nil),  // 22: pact.v1.IssueStandbyRequest
+	(*IssueStandbyResponse)(nil), // 23: pact.v1.IssueStandbyResponse
+	(*HardwareIdentity)(nil),     // 24: pact.v1.HardwareIdentity
 }
 var file_pact_v1_enrollment_proto_depIdxs = []int32{
-	22, // 0: pact.v1.EnrollRequest.hardware:type_name -> pact.v1.HardwareIdentity
+	24, // 0: pact.v1.EnrollRequest.hardware:type_name -> pact.v1.HardwareIdentity
 	1,  // 1: pact.v1.EnrollRequest.credentials:type_name -> pact.v1.EnrollCredentials
 	2,  // 2: pact.v1.EnrollCredentials.tpm:type_name -> pact.v1.TpmAttestation
 	3,  // 3: pact.v1.TpmAttestation.quote:type_name -> pact.v1.TpmQuote
@@ -1658,28 +1820,33 @@ var file_pact_v1_enrollment_proto_depIdxs = []int32{
 	5,  // 5: pact.v1.EnrollResponse.tpm_challenge:type_name -> pact.v1.TpmChallenge
 	2,  // 6: pact.v1.RenewCertRequest.tpm:type_name -> pact.v1.TpmAttestation
 	5,  // 7: pact.v1.RenewCertResponse.tpm_challenge:type_name -> pact.v1.TpmChallenge
-	13, // 8: pact.v1.SubscribeResponse.assignment:type_name -> pact.v1.Assignment
-	14, // 9: pact.v1.SubscribeResponse.trust_bundle:type_name -> pact.v1.TrustBundle
-	15, // 10: pact.v1.SubscribeResponse.revoked:type_name -> pact.v1.Revoked
-	12, // 11: pact.v1.SubscribeResponse.renew_now:type_name -> pact.v1.RenewNow
-	11, // 12: pact.v1.SubscribeResponse.superseded:type_name -> pact.v1.Superseded
-	0,  // 13: pact.v1.EnrollmentService.Enroll:input_type -> pact.v1.EnrollRequest
-	7,  // 14: pact.v1.EnrollmentService.RenewCert:input_type -> pact.v1.RenewCertRequest
-	9,  // 15: pact.v1.EnrollmentService.Subscribe:input_type -> pact.v1.SubscribeRequest
-	16, // 16: pact.v1.EnrollmentService.Ping:input_type -> pact.v1.PingRequest
-	20, // 17: pact.v1.EnrollmentService.IssueStandby:input_type -> pact.v1.IssueStandbyRequest
-	18, // 18: pact.v1.EnrollmentService.Release:input_type -> pact.v1.ReleaseRequest
-	6,  // 19: pact.v1.EnrollmentService.Enroll:output_type -> pact.v1.EnrollResponse
-	8,  // 20: pact.v1.EnrollmentService.RenewCert:output_type -> pact.v1.RenewCertResponse
-	10, // 21: pact.v1.EnrollmentService.Subscribe:output_type -> pact.v1.SubscribeResponse
-	17, // 22: pact.v1.EnrollmentService.Ping:output_type -> pact.v1.PingResponse
-	21, // 23: pact.v1.EnrollmentService.IssueStandby:output_type -> pact.v1.IssueStandbyResponse
-	19, // 24: pact.v1.EnrollmentService.Release:output_type -> pact.v1.ReleaseResponse
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	15, // 8: pact.v1.SubscribeResponse.assignment:type_name -> pact.v1.Assignment
+	16, // 9: pact.v1.SubscribeResponse.trust_bundle:type_name -> pact.v1.TrustBundle
+	17, // 10: pact.v1.SubscribeResponse.revoked:type_name -> pact.v1.Revoked
+	14, // 11: pact.v1.SubscribeResponse.renew_now:type_name -> pact.v1.RenewNow
+	13, // 12: pact.v1.SubscribeResponse.superseded:type_name -> pact.v1.Superseded
+	11, // 13: pact.v1.SubscribeResponse.attest_boot:type_name -> pact.v1.AttestBootRequest
+	2,  // 14: pact.v1.AttestBootRequest.tpm:type_name -> pact.v1.TpmAttestation
+	5,  // 15: pact.v1.AttestBootResponse.tpm_challenge:type_name -> pact.v1.TpmChallenge
+	0,  // 16: pact.v1.EnrollmentService.Enroll:input_type -> pact.v1.EnrollRequest
+	7,  // 17: pact.v1.EnrollmentService.RenewCert:input_type -> pact.v1.RenewCertRequest
+	9,  // 18: pact.v1.EnrollmentService.Subscribe:input_type -> pact.v1.SubscribeRequest
+	18, // 19: pact.v1.EnrollmentService.Ping:input_type -> pact.v1.PingRequest
+	22, // 20: pact.v1.EnrollmentService.IssueStandby:input_type -> pact.v1.IssueStandbyRequest
+	20, // 21: pact.v1.EnrollmentService.Release:input_type -> pact.v1.ReleaseRequest
+	11, // 22: pact.v1.EnrollmentService.AttestBoot:input_type -> pact.v1.AttestBootRequest
+	6,  // 23: pact.v1.EnrollmentService.Enroll:output_type -> pact.v1.EnrollResponse
+	8,  // 24: pact.v1.EnrollmentService.RenewCert:output_type -> pact.v1.RenewCertResponse
+	10, // 25: pact.v1.EnrollmentService.Subscribe:output_type -> pact.v1.SubscribeResponse
+	19, // 26: pact.v1.EnrollmentService.Ping:output_type -> pact.v1.PingResponse
+	23, // 27: pact.v1.EnrollmentService.IssueStandby:output_type -> pact.v1.IssueStandbyResponse
+	21, // 28: pact.v1.EnrollmentService.Release:output_type -> pact.v1.ReleaseResponse
+	12, // 29: pact.v1.EnrollmentService.AttestBoot:output_type -> pact.v1.AttestBootResponse
+	23, // [23:30] is the sub-list for method output_type
+	16, // [16:23] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_enrollment_proto_init() }
@@ -1694,6 +1861,7 @@ func file_pact_v1_enrollment_proto_init() {
 		(*SubscribeResponse_Revoked)(nil),
 		(*SubscribeResponse_RenewNow)(nil),
 		(*SubscribeResponse_Superseded)(nil),
+		(*SubscribeResponse_AttestBoot)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1701,7 +1869,7 @@ func file_pact_v1_enrollment_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_enrollment_proto_rawDesc), len(file_pact_v1_enrollment_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

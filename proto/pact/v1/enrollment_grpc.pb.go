@@ -25,6 +25,7 @@ const (
 	EnrollmentService_Ping_FullMethodName         = "/pact.v1.EnrollmentService/Ping"
 	EnrollmentService_IssueStandby_FullMethodName = "/pact.v1.EnrollmentService/IssueStandby"
 	EnrollmentService_Release_FullMethodName      = "/pact.v1.EnrollmentService/Release"
+	EnrollmentService_AttestBoot_FullMethodName   = "/pact.v1.EnrollmentService/AttestBoot"
 )
 
 // EnrollmentServiceClient is the client API for EnrollmentService service.
@@ -63,6 +64,13 @@ type EnrollmentServiceClient interface {
 	// (same hardware, new key) enrolls at once instead of waiting for the
 	// takeover window. An agent that crashes never calls it.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
+	// AttestBoot answers an AttestBootRequest event of the caller's stream
+	// with a fresh TPM quote, as a renewal does: round one carries the EK
+	// and a fresh AK, the journal answers with a TpmChallenge, and round two
+	// (same journal) the proof bound to the caller's certificate key and a
+	// quote over the challenge's nonce. Needs mTLS with the certificate the
+	// stream was opened with.
+	AttestBoot(ctx context.Context, in *AttestBootRequest, opts ...grpc.CallOption) (*AttestBootResponse, error)
 }
 
 type enrollmentServiceClient struct {
@@ -142,6 +150,16 @@ func (c *enrollmentServiceClient) Release(ctx context.Context, in *ReleaseReques
 	return out, nil
 }
 
+func (c *enrollmentServiceClient) AttestBoot(ctx context.Context, in *AttestBootRequest, opts ...grpc.CallOption) (*AttestBootResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AttestBootResponse)
+	err := c.cc.Invoke(ctx, EnrollmentService_AttestBoot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EnrollmentServiceServer is the server API for EnrollmentService service.
 // All implementations must embed UnimplementedEnrollmentServiceServer
 // for forward compatibility.
@@ -178,6 +196,13 @@ type EnrollmentServiceServer interface {
 	// (same hardware, new key) enrolls at once instead of waiting for the
 	// takeover window. An agent that crashes never calls it.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
+	// AttestBoot answers an AttestBootRequest event of the caller's stream
+	// with a fresh TPM quote, as a renewal does: round one carries the EK
+	// and a fresh AK, the journal answers with a TpmChallenge, and round two
+	// (same journal) the proof bound to the caller's certificate key and a
+	// quote over the challenge's nonce. Needs mTLS with the certificate the
+	// stream was opened with.
+	AttestBoot(context.Context, *AttestBootRequest) (*AttestBootResponse, error)
 	mustEmbedUnimplementedEnrollmentServiceServer()
 }
 
@@ -205,6 +230,9 @@ func (UnimplementedEnrollmentServiceServer) IssueStandby(context.Context, *Issue
 }
 func (UnimplementedEnrollmentServiceServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedEnrollmentServiceServer) AttestBoot(context.Context, *AttestBootRequest) (*AttestBootResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AttestBoot not implemented")
 }
 func (UnimplementedEnrollmentServiceServer) mustEmbedUnimplementedEnrollmentServiceServer() {}
 func (UnimplementedEnrollmentServiceServer) testEmbeddedByValue()                           {}
@@ -328,6 +356,24 @@ func _EnrollmentService_Release_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EnrollmentService_AttestBoot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AttestBootRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EnrollmentServiceServer).AttestBoot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EnrollmentService_AttestBoot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EnrollmentServiceServer).AttestBoot(ctx, req.(*AttestBootRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // EnrollmentService_ServiceDesc is the grpc.ServiceDesc for EnrollmentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -354,6 +400,10 @@ var EnrollmentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Release",
 			Handler:    _EnrollmentService_Release_Handler,
+		},
+		{
+			MethodName: "AttestBoot",
+			Handler:    _EnrollmentService_AttestBoot_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
