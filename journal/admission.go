@@ -3,11 +3,11 @@ package journal
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/backoff"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/journal/ratelimit"
 )
@@ -44,6 +44,7 @@ import (
 type admission struct {
 	lim        *ratelimit.Limiter
 	clock      clock.Clock
+	jitter     backoff.Jitter // spreads the retry-afters; nil: random
 	maxWaiters int
 	maxWait    time.Duration
 
@@ -125,9 +126,9 @@ func (a *admission) admit(ctx context.Context, source string) (release func(), e
 		}
 		if !w.before(a.waiters[worst]) {
 			a.mu.Unlock()
-			return nil, journalLimited(a.nextToken(v.Fresh, now))
+			return nil, a.journalLimited(a.nextToken(v.Fresh, now))
 		}
-		a.waiters[worst].done <- journalLimited(a.nextToken(a.waiters[worst].fresh, now))
+		a.waiters[worst].done <- a.journalLimited(a.nextToken(a.waiters[worst].fresh, now))
 		a.removeLocked(a.waiters[worst])
 	}
 	a.waiters = append(a.waiters, w)
@@ -154,7 +155,7 @@ func (a *admission) admit(ctx context.Context, source string) (release func(), e
 			return a.releaser(w.fresh), nil
 		case <-deadline.C():
 			tick.Stop()
-			return nil, a.abandon(w, journalLimited(a.retryAfter(w)))
+			return nil, a.abandon(w, a.journalLimited(a.retryAfter(w)))
 		case <-ctx.Done():
 			tick.Stop()
 			return nil, a.abandon(w, ctx.Err())
@@ -296,8 +297,8 @@ func sourceLimited(source string, after time.Duration) error {
 // journalLimited is the refusal of a caller that waited for, or could not
 // queue for, a shared budget, with jitter so refused callers do not return
 // together; after is at least a second, the agents' own backoff floor.
-func journalLimited(after time.Duration) error {
-	after = max(after, time.Second) + rand.N(time.Second)
+func (a *admission) journalLimited(after time.Duration) error {
+	after = max(after, time.Second) + a.jitter.Draw(time.Second)
 	return &retryAfterError{
 		err:   fmt.Errorf("%w: this journal's budget for failed enrollments from all addresses together is spent (someone may be guessing hardware identities); your address is not the cause; retry after %v", ErrOverloaded, after.Round(100*time.Millisecond)),
 		after: after, limit: apierr.LimitJournal,

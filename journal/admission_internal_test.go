@@ -195,3 +195,13 @@ func TestAdmissionRetryAfterGrowsWithTheQueue(t *testing.T) {
 		t.Fatalf("retry-after of the fifth waiter %v, want the first's %v plus four refills (%v)", last, first, want)
 	}
 }
+
+// The journal's refusal spreads its retry-after with the injected jitter:
+// at least a second, plus a draw below a second.
+func TestJournalLimitedDrawsFromTheJitter(t *testing.T) {
+	a := &admission{jitter: func(n time.Duration) time.Duration { return n - 1 }}
+	pe := apierr.FromError(toStatus(a.journalLimited(300 * time.Millisecond)))
+	if want := 2*time.Second - 1; pe.RetryAfter.Round(time.Millisecond) != want.Round(time.Millisecond) {
+		t.Fatalf("retry-after %v, want the one-second floor plus the longest draw (%v)", pe.RetryAfter, want)
+	}
+}

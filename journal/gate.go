@@ -3,10 +3,10 @@ package journal
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/backoff"
 	"github.com/pact-hpc/pact/internal/clock"
 )
 
@@ -18,6 +18,7 @@ type gate struct {
 	slots   chan struct{}
 	maxWait time.Duration
 	clock   clock.Clock
+	jitter  backoff.Jitter // spreads the retry-afters; nil: random
 }
 
 func newGate(n int, maxWait time.Duration, c clock.Clock) *gate {
@@ -37,7 +38,7 @@ func (g *gate) acquire(ctx context.Context) (func(), error) {
 		return g.release, nil
 	case <-t.C():
 		// Spread the retries so refused callers do not return together.
-		after := time.Second + rand.N(2*time.Second)
+		after := time.Second + g.jitter.Draw(2*time.Second)
 		return nil, &retryAfterError{err: fmt.Errorf("%w; retry after %v", ErrOverloaded, after.Round(time.Millisecond)), after: after, limit: apierr.LimitJournal}
 	case <-ctx.Done():
 		return nil, ctx.Err()

@@ -22,6 +22,23 @@ import (
 // negative duration after very many attempts.
 const maxShift = 16
 
+// Jitter draws a uniform duration in [0, n); it is pact's one source of
+// jitter (retries, busy answers, renewal times, the journal's
+// retry-afters), injectable where a test must know the draw. The nil
+// Jitter draws from math/rand/v2.
+type Jitter func(n time.Duration) time.Duration
+
+// Draw is a uniform duration in [0, n), 0 when n <= 0.
+func (j Jitter) Draw(n time.Duration) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	if j != nil {
+		return j(n)
+	}
+	return rand.N(n)
+}
+
 // Policy is one retry policy. The zero Rand draws from math/rand/v2.
 type Policy struct {
 	// Min is the first ceiling of the jitter; the n-th retry (0-based)
@@ -31,7 +48,7 @@ type Policy struct {
 	Max time.Duration
 	// Rand returns a uniform duration in [0, n) for n > 0. Tests inject a
 	// deterministic one; nil uses math/rand/v2.
-	Rand func(n time.Duration) time.Duration
+	Rand Jitter
 }
 
 // Default is pact-agent's policy (agent.DefaultConfig's MinBackoff and
@@ -78,12 +95,4 @@ func (p Policy) After(attempt int, err error) time.Duration {
 }
 
 // draw is a uniform duration in [0, n), 0 when n <= 0.
-func (p Policy) draw(n time.Duration) time.Duration {
-	if n <= 0 {
-		return 0
-	}
-	if p.Rand != nil {
-		return p.Rand(n)
-	}
-	return rand.N(n)
-}
+func (p Policy) draw(n time.Duration) time.Duration { return p.Rand.Draw(n) }

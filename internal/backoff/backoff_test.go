@@ -102,3 +102,25 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestJitterDraws(t *testing.T) {
+	var asked []time.Duration
+	injected := Jitter(func(n time.Duration) time.Duration { asked = append(asked, n); return n / 2 })
+	if got := injected.Draw(10 * ms); got != 5*ms {
+		t.Errorf("injected Draw(10ms) = %v, want the injected 5ms", got)
+	}
+	for _, n := range []time.Duration{0, -ms} {
+		if got := injected.Draw(n); got != 0 {
+			t.Errorf("Draw(%v) = %v, want 0", n, got)
+		}
+	}
+	if len(asked) != 1 {
+		t.Errorf("the injected jitter was asked %v, want only for 10ms", asked)
+	}
+	var random Jitter
+	for range 1000 {
+		if got := random.Draw(3 * ms); got < 0 || got >= 3*ms {
+			t.Fatalf("nil Jitter's Draw(3ms) = %v, want in [0, 3ms)", got)
+		}
+	}
+}

@@ -347,11 +347,11 @@ func (l *Limiter) deferLocked(now time.Time, wait time.Duration, src netip.Addr)
 	}
 	retry := at.Sub(now)
 	if retry > horizon {
-		return &BusyError{RetryAfter: horizon/2 + l.jitter(horizon/2)}
+		return &BusyError{RetryAfter: horizon/2 + l.jitter.Draw(horizon/2)}
 	}
 	if retry >= near && farStep > 0 {
 		step = farStep
 	}
 	l.nextReturn = at.Add(step)
-	return &BusyError{RetryAfter: retry + l.jitter(max(retry/jitterShare, minJitter))}
+	return &BusyError{RetryAfter: retry + l.jitter.Draw(max(retry/jitterShare, minJitter))}
 }

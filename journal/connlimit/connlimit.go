@@ -79,13 +79,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/pact-hpc/pact/internal/backoff"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/transport"
 )
@@ -213,7 +213,7 @@ type Config struct {
 	Clock clock.Clock
 	// Jitter draws a uniform duration in [0, n); nil is math/rand. For
 	// tests.
-	Jitter func(n time.Duration) time.Duration
+	Jitter backoff.Jitter
 }
 
 // DefaultConfig returns the defaults: 32 connections per source address,
@@ -340,7 +340,7 @@ type Limiter struct {
 	vouches vouches
 
 	clock  clock.Clock
-	jitter func(time.Duration) time.Duration
+	jitter backoff.Jitter
 	// The admission queue (Admit), under qmu.
 	qmu        sync.Mutex
 	queued     int           // clients waiting for a slot
@@ -386,9 +386,6 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	l.fastestAt = l.clock.Now()
 	l.winStart = l.fastestAt
-	if l.jitter == nil {
-		l.jitter = func(n time.Duration) time.Duration { return rand.N(n) }
-	}
 	return l, nil
 }
 
