@@ -3,8 +3,10 @@ package cli
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,6 +70,17 @@ func TestCLIChainsThroughJournalCAs(t *testing.T) {
 	}
 	good := serve(inter.Server("j1", loop))
 	outside := serve(jca.UnconstrainedIntermediate("j1").Server("j1", chaintest.Names{DNS: []string{"evil.example"}, IPs: loop.IPs}))
+	// A node's certificate that chains to the domain and names the
+	// journal's address is no journal: only its SPIFFE ID tells.
+	nodeID := pki.Identity{Kind: pki.KindAgent, Name: "n1", Domain: testDomain}
+	node := serve(inter.Issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: nodeID.CommonName()},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:    loop.DNS,
+		IPAddresses: loop.IPs,
+		URIs:        []*url.URL{nodeID.SPIFFEID()},
+	}))
 
 	ceremonyOp := root.Operator("alice", pki.RolePlatformAdmin) // [op] -> first root
 	onlineOp := inter.Operator("bob", pki.RoleViewer)           // [op, intermediate, journal CA] -> second root
@@ -83,6 +96,10 @@ func TestCLIChainsThroughJournalCAs(t *testing.T) {
 		{"operator issued online, under the second root", good, bothRoots, onlineOp, ExitOK, ""},
 		{"--ca without the journal's root", good, firstRoot, ceremonyOp, ExitUsage, "no root in --ca " + firstRoot + " signed"},
 		{"journal name outside its journal CA's", outside, bothRoots, ceremonyOp, ExitUnavailable, "not authorized to sign for this name"},
+		{"a node's certificate for the journal's address", node, bothRoots, ceremonyOp, ExitUnavailable,
+			"the server is not a journal: its certificate verifies against the domain roots but carries spiffe://" + testDomain + "/pact-agent/n1, not spiffe://" + testDomain + "/pact-journal/ID"},
+		{"a node's certificate for the journal's address: the advice", node, bothRoots, ceremonyOp, ExitUnavailable,
+			"answered with a certificate of the domain that is not a journal's: check that --journal (or PACT_JOURNAL) names journals, not nodes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := keyPEM(tc.op)

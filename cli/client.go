@@ -36,6 +36,9 @@ type credential struct {
 	leaf  *x509.Certificate
 	name  string // operator name from the SPIFFE ID, if any
 	role  string // role from the subject OU, if any
+	// domains are the roots' SPIFFE trust domains: a journal's server
+	// certificate carries spiffe://DOMAIN/pact-journal/ID of one of them.
+	domains []string
 }
 
 func (c *credential) String() string {
@@ -58,11 +61,11 @@ func loadCredential(cfg Config) (*credential, []error) {
 	var problems []error
 	c := &credential{}
 	if cfg.CAFile != "" {
-		pool, _, err := pki.LoadCertPool(cfg.CAFile)
+		pool, roots, err := pki.LoadCertPool(cfg.CAFile)
 		if err != nil {
 			problems = append(problems, fmt.Errorf("--ca %s: %w", cfg.CAFile, err))
 		}
-		c.roots = pool
+		c.roots, c.domains = pool, pki.TrustDomains(roots)
 	}
 	var leaf *x509.Certificate
 	var certPEM []byte
@@ -208,7 +211,10 @@ var repeatable = map[string]bool{
 
 // dialJournals prepares a client per address; nothing connects until the
 // first call. Each uses TLS 1.3 with the domain root and the admin
-// credential, and verifies the server's certificate for the address's host.
+// credential, verifies the server's certificate for the address's host,
+// and accepts it only if it carries a journal's SPIFFE ID of the domain
+// (pki.AuthorizeJournal): a node's certificate that verifies and names the
+// address is no journal.
 func dialJournals(cfg Config, cred *credential, now func() time.Time) (*journals, error) {
 	js := &journals{timeout: cfg.Timeout}
 	for _, addr := range cfg.Journals {
@@ -223,6 +229,8 @@ func dialJournals(cfg Config, cred *credential, now func() time.Time) (*journals
 			Certificates: []tls.Certificate{cred.pair},
 			ServerName:   host,
 			Time:         now,
+			// After the chain and the host name: is it a journal?
+			VerifyConnection: pki.VerifyConnection(pki.AuthorizeJournal(cred.domains...)),
 		}
 		log := &handshakeLog{}
 		j := &journalConn{addr: addr, handshake: log, creds: recordingCreds{TransportCredentials: credentials.NewTLS(tc), log: log}}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/transport"
 )
 
@@ -391,9 +392,13 @@ func (s *session) explainUnreachable(e *UnreachableError) string {
 		if at.Handshake == nil {
 			continue
 		}
-		if isVerifyError(at.Handshake) {
+		var nj *pki.NotJournalError
+		switch {
+		case errors.As(at.Handshake, &nj):
+			fmt.Fprintf(&b, "; %s answered with a certificate of the domain that is not a journal's: check that --journal (or %s) names journals, not nodes", at.Addr, EnvJournal)
+		case isVerifyError(at.Handshake):
 			fmt.Fprintf(&b, "; the journal's certificate did not verify against --ca %s: use this domain's root (ca.pem; both roots during a rollover)", s.cfg.CAFile)
-		} else {
+		default:
 			b.WriteString("; the TLS handshake failed: check --ca, --cert and --key belong to this domain")
 		}
 		break

@@ -87,6 +87,7 @@ func newTestPKI(t *testing.T) *testPKI {
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 		DNSNames:     []string{"localhost"},
+		URIs:         []*url.URL{pki.Identity{Kind: pki.KindJournal, Name: "j1", Domain: testDomain}.SPIFFEID()},
 	}, p.root, skey, p.rootKey)
 	p.server = tls.Certificate{Certificate: [][]byte{srv.Raw}, PrivateKey: skey, Leaf: srv}
 
