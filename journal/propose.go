@@ -39,14 +39,14 @@ var (
 	ErrBootstrapRefused = raftnode.ErrBootstrapRefused
 )
 
-// propose stamps cmd with this journal's clock and the caller, commits it
+// propose attributes cmd to the caller, commits it (stamped by raftnode)
 // through Raft and returns its typed result. It returns only after the
 // entry is applied here, so whatever the caller does next sees the new
 // state (a journal that cannot apply it in time answers ErrOutcomeUnknown
 // instead). A rule failure comes back as the error (from Result.Err); the
 // Result is still returned.
 func (j *Journal) propose(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
-	j.stamp(ctx, cmd)
+	j.attribute(ctx, cmd)
 	return j.raft.Propose(ctx, cmd)
 }
 
@@ -57,15 +57,14 @@ func (j *Journal) propose(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Re
 // propose: only after the entry is applied here, with the command's own
 // result.
 func (j *Journal) proposeBatched(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
-	j.stamp(ctx, cmd)
+	j.attribute(ctx, cmd)
 	return j.raft.ProposeBatched(ctx, cmd)
 }
 
-// stamp fills in what the proposer owes a command: its clock, the ignorable
-// marker, the caller's address and the request's correlation id.
-func (j *Journal) stamp(ctx context.Context, cmd *pactv1.Command) {
-	cmd.AtUnixNano = j.cfg.Clock.Now().UnixNano()
-	cmd.Ignorable = raftfsm.Ignorable(cmd)
+// attribute fills in who asked for a command: the caller's address and
+// the request's correlation id. Its time and ignorable marker are
+// raftnode's to stamp (Node.Propose), in one place for every command.
+func (j *Journal) attribute(ctx context.Context, cmd *pactv1.Command) {
 	if cmd.Source == "" {
 		cmd.Source = peerAddr(ctx)
 	}

@@ -187,13 +187,14 @@ func (b *batcher) run() {
 	}
 }
 
-// ProposeBatched commits a stamped command (an enrollment's Activate, a
-// renewal's Renew), in a batch with others when ActivationBatchMax allows.
-// It returns like Propose: only after the entry is applied here, with the
-// command's own result.
+// ProposeBatched stamps a command (an enrollment's Activate, a renewal's
+// Renew) as Propose does, when it is submitted, and commits it in a batch
+// with others when ActivationBatchMax allows. It returns like Propose:
+// only after the entry is applied here, with the command's own result.
 func (n *Node) ProposeBatched(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
+	n.stamp(cmd)
 	if n.batcher == nil {
-		return n.Propose(ctx, cmd)
+		return n.propose(ctx, cmd)
 	}
 	// A command in a batch is a repeated field's element: its tag and a
 	// length of up to three bytes.
@@ -211,7 +212,7 @@ func (n *Node) sendBatch(calls []*batchCall) {
 	n.metrics.ObserveBatch(len(calls))
 	ctx := context.Background()
 	if len(calls) == 1 {
-		res, err := n.Propose(ctx, calls[0].cmd)
+		res, err := n.propose(ctx, calls[0].cmd)
 		calls[0].done <- batchOutcome{res: res, err: err}
 		return
 	}
@@ -220,12 +221,10 @@ func (n *Node) sendBatch(calls []*batchCall) {
 		cmds[i] = c.cmd
 	}
 	env := &pactv1.Command{
-		AtUnixNano: n.cfg.Clock.Now().UnixNano(),
-		Actor:      "journal/" + n.cfg.NodeID,
-		Op:         &pactv1.Command_Batch{Batch: &pactv1.BatchOp{Commands: cmds}},
+		Actor: "journal/" + n.cfg.NodeID,
+		Op:    &pactv1.Command_Batch{Batch: &pactv1.BatchOp{Commands: cmds}},
 	}
-	env.Ignorable = raftfsm.Ignorable(env)
-	res, err := n.Propose(ctx, env)
+	res, err := n.Propose(ctx, env) // stamps the envelope; its commands keep their own stamps
 	if err == nil && len(res.Batch) != len(calls) {
 		err = fmt.Errorf("journal: a batch of %d commands came back with %d results", len(calls), len(res.Batch))
 	}
@@ -251,7 +250,7 @@ func (n *Node) sendEach(calls []*batchCall) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := n.Propose(context.Background(), c.cmd)
+			res, err := n.propose(context.Background(), c.cmd)
 			c.done <- batchOutcome{res: res, err: err}
 		}()
 	}

@@ -172,7 +172,7 @@ func (n *Node) checkLevel(ctx context.Context) {
 		op.Members[id] = ml.level
 	}
 	cmd := &pactv1.Command{Actor: "journal/" + n.cfg.NodeID, Op: &pactv1.Command_SetQuorumLevel{SetQuorumLevel: op}}
-	if _, err := n.Propose(ctx, n.stamp(cmd)); err != nil {
+	if _, err := n.Propose(ctx, cmd); err != nil {
 		n.log.Warn("could not raise the quorum's feature level; retrying", logkey.Err, err)
 		return
 	}

@@ -191,9 +191,9 @@ func macOf(nodeID string) string {
 	return fmt.Sprintf("52:54:00:00:01:%02x", sum)
 }
 
-// register registers nodeID with hardware of its own.
-func register(n *Node, nodeID string) *pactv1.Command {
-	return n.stamp(proposer.RegisterNode(nodeID, "", raftfsmtest.Hardware("S-"+nodeID, macOf(nodeID))))
+// register registers nodeID with hardware of its own (Propose stamps it).
+func register(_ *Node, nodeID string) *pactv1.Command {
+	return proposer.RegisterNode(nodeID, "", raftfsmtest.Hardware("S-"+nodeID, macOf(nodeID)))
 }
 
 func (n *liveNode) registered(nodeID string) bool {
@@ -314,7 +314,7 @@ func TestBatcherGroupsActivationsWhileOneIsInFlight(t *testing.T) {
 	l.hooks.BatchQueued.Store(&onQueued)
 
 	activate := func(nodeID string) *pactv1.Command {
-		return l.stamp(proposer.Activate(nodeID, raftfsmtest.Hardware("S-"+nodeID, macOf(nodeID)), &pactv1.CertificateInfo{Serial: "01" + nodeID, SpkiSha256: "spki-" + nodeID, Der: []byte("placeholder"), NotAfterUnix: 1 << 40}))
+		return proposer.Activate(nodeID, raftfsmtest.Hardware("S-"+nodeID, macOf(nodeID)), &pactv1.CertificateInfo{Serial: "01" + nodeID, SpkiSha256: "spki-" + nodeID, Der: []byte("placeholder"), NotAfterUnix: 1 << 40})
 	}
 	type outcome struct {
 		id  string

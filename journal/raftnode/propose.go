@@ -13,13 +13,30 @@ import (
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
-// Propose commits a stamped command through Raft (here if this journal
-// leads, through the leader otherwise) and returns its typed result. It
-// returns only after the entry is applied here, so whatever the caller
-// does next sees the new state (a journal that cannot apply it in time
-// answers ErrOutcomeUnknown instead). A rule failure comes back as the
-// error (from Result.Err); the Result is still returned.
+// Propose stamps cmd (stamp), commits it through Raft (here if this
+// journal leads, through the leader otherwise) and returns its typed
+// result. It returns only after the entry is applied here, so whatever the
+// caller does next sees the new state (a journal that cannot apply it in
+// time answers ErrOutcomeUnknown instead). A rule failure comes back as
+// the error (from Result.Err); the Result is still returned.
 func (n *Node) Propose(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
+	return n.propose(ctx, n.stamp(cmd))
+}
+
+// stamp fills in what every proposed command owes the log, and is the one
+// place that does: this journal's clock (the time Apply decides by) and
+// the ignorable marker from raftfsm's table of operations. Propose and
+// ProposeBatched stamp; the journal adds who asked (its source and
+// correlation id), never the time.
+func (n *Node) stamp(cmd *pactv1.Command) *pactv1.Command {
+	cmd.AtUnixNano = n.cfg.Clock.Now().UnixNano()
+	cmd.Ignorable = raftfsm.Ignorable(cmd)
+	return cmd
+}
+
+// propose commits a command already stamped: Propose's work, and a
+// batched command's, which was stamped when it was submitted.
+func (n *Node) propose(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error) {
 	data, err := raftfsm.Encode(cmd)
 	if err != nil {
 		return nil, fmt.Errorf("journal: encode command: %w", err)

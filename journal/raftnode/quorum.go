@@ -722,7 +722,7 @@ func (n *Node) establishQuorumID(ctx context.Context) {
 		reason = "recover or restore"
 	}
 	cmd := &pactv1.Command{Actor: "journal/" + n.cfg.NodeID, Op: &pactv1.Command_SetQuorumId{SetQuorumId: &pactv1.SetQuorumIdOp{QuorumId: own, Reason: reason, ExpectQuorumId: state}}}
-	if _, err := n.Propose(ctx, n.stamp(cmd)); err != nil {
+	if _, err := n.Propose(ctx, cmd); err != nil {
 		n.log.Warn("could not record the quorum id in the replicated state; retrying at the next leadership", logkey.Err, err)
 		return
 	}
@@ -813,14 +813,6 @@ func checkIntermediateBinding(leaf *x509.Certificate, issuer *pactv1.Intermediat
 		return &PeerRefusal{reason: refusedIntermediate, msg: fmt.Sprintf("a certificate naming journal %s from the intermediate of journal %s", id.Name, issuer.GetJournalId()), cause: ErrPeerWrongIntermediate}
 	}
 	return nil
-}
-
-// stamp fills in what the node owes a command it proposes itself: its
-// clock and the ignorable marker.
-func (n *Node) stamp(cmd *pactv1.Command) *pactv1.Command {
-	cmd.AtUnixNano = n.cfg.Clock.Now().UnixNano()
-	cmd.Ignorable = raftfsm.Ignorable(cmd)
-	return cmd
 }
 
 // allowRefusalLog says whether to log a refused peer now, and how many
