@@ -1,0 +1,115 @@
+package tlsalert_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/pact-hpc/pact/internal/tlsalert"
+)
+
+func selfSigned(t *testing.T, name string) (tls.Certificate, *x509.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IsCA:        true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, c
+}
+
+// A TLS 1.3 server that refuses the client's certificate sends
+// bad_certificate after the client's handshake is done: the watched
+// connection records it on the first read, typed.
+func TestWatchRecordsTheAlertOfTheFirstRead(t *testing.T) {
+	serverCert, serverX := selfSigned(t, "journal.test")
+	clientCert, _ := selfSigned(t, "node.test")
+	roots := x509.NewCertPool()
+	roots.AddCert(serverX)
+
+	lis, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+		MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{serverCert},
+		// As a journal refuses a chain it does not trust: its own check.
+		ClientAuth: tls.RequireAnyClientCert,
+		VerifyPeerCertificate: func([][]byte, [][]*x509.Certificate) error {
+			return errors.New("not a node of this domain")
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		c, err := lis.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_ = c.(*tls.Conn).Handshake()
+	}()
+
+	raw, err := tls.Dial("tcp", lis.Addr().String(), &tls.Config{
+		MinVersion: tls.VersionTLS13, RootCAs: roots, ServerName: "journal.test",
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &clientCert, nil },
+	})
+	if err != nil {
+		t.Fatalf("the client's side of the handshake: %v", err)
+	}
+	rec := &tlsalert.Record{}
+	conn := tlsalert.Watch(raw, rec)
+	defer conn.Close()
+	if _, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read on a refused connection succeeded")
+	}
+	a, ok := tlsalert.Received(rec.Err())
+	if !ok || a != tlsalert.BadCertificate {
+		t.Fatalf("recorded %v (alert %v, %v), want bad_certificate", rec.Err(), a, ok)
+	}
+	// Found through wrapping, also when the wrapper does not print it.
+	wrapped := fmt.Errorf("rpc error: connection closed%.0w", rec.Err())
+	if a, ok := tlsalert.Received(fmt.Errorf("x: %w", errors.Join(errors.New("y"), wrapped))); !ok || a != tlsalert.BadCertificate {
+		t.Errorf("wrapped: alert %v, %v", a, ok)
+	}
+}
+
+// Only crypto/tls's report of a received alert counts: not its text, not
+// an alert this side sent, not another network error.
+func TestReceivedIsTyped(t *testing.T) {
+	for _, err := range []error{
+		nil,
+		errors.New("remote error: tls: bad certificate"),
+		fmt.Errorf("handshake: %w", tls.AlertError(42)),
+		&net.OpError{Op: "remote error", Err: errors.New("tls: bad certificate")},
+		&net.OpError{Op: "dial", Err: errors.New("connection refused")},
+	} {
+		if a, ok := tlsalert.Received(err); ok {
+			t.Errorf("%v: alert %v", err, a)
+		}
+	}
+	var rec *tlsalert.Record
+	if rec.Err() != nil {
+		t.Error("a nil record holds an error")
+	}
+}
