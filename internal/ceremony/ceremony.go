@@ -17,12 +17,10 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -470,17 +468,10 @@ func IssueAdmin(root *x509.Certificate, rootKey crypto.Signer, name, role string
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	id := pki.Identity{Kind: pki.KindAdmin, Name: name, Domain: domain}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: id.CommonName(), OrganizationalUnit: []string{role}},
-		SubjectKeyId: skid,
-		NotBefore:    now.Add(-time.Minute),
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		URIs:         []*url.URL{id.SPIFFEID()},
-	}
+	tmpl := caprofile.Operator(caprofile.LeafParams{
+		Domain: domain, Name: name, Serial: serial, SubjectKeyID: skid,
+		NotBefore: now.Add(-time.Minute), NotAfter: notAfter,
+	}, role)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, root, key.Public(), rootKey)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("ceremony: sign the admin credential: %w", err)

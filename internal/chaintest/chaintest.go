@@ -22,10 +22,8 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"math/big"
 	"net"
-	"net/url"
 	"slices"
 	"time"
 
@@ -119,32 +117,28 @@ func (c *CA) JournalCA(id string, names Names) *CA {
 // Signed by a root it is a legacy intermediate; by a journal CA, a current
 // one.
 func (c *CA) Intermediate(id string, names Names) *CA {
-	tmpl := intermediateTemplate(c.Domain, id)
-	caprofile.Constrain(tmpl, c.Domain, names.DNS, names.IPs)
-	return c.sub(tmpl)
+	return c.sub(intermediateTemplate(c.Domain, id, names))
 }
 
 // UnconstrainedIntermediate is Intermediate without name constraints of its
 // own: what a journal whose key was stolen could make. Whatever it signs is
 // held to the constraints of the CAs above it only.
 func (c *CA) UnconstrainedIntermediate(id string) *CA {
-	return c.sub(intermediateTemplate(c.Domain, id))
+	tmpl := intermediateTemplate(c.Domain, id, Names{})
+	tmpl.PermittedDNSDomainsCritical = false
+	tmpl.PermittedDNSDomains, tmpl.ExcludedDNSDomains = nil, nil
+	tmpl.PermittedIPRanges, tmpl.ExcludedIPRanges = nil, nil
+	tmpl.PermittedURIDomains, tmpl.ExcludedURIDomains = nil, nil
+	tmpl.PermittedEmailAddresses, tmpl.ExcludedEmailAddresses = nil, nil
+	return c.sub(tmpl)
 }
 
-func intermediateTemplate(domain, id string) *x509.Certificate {
+func intermediateTemplate(domain, id string, names Names) *x509.Certificate {
 	now := time.Now()
-	return &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "pact intermediate " + id + "@" + domain, Organization: []string{"pact"}},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(intermediateLife),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLen:            0,
-		MaxPathLenZero:        true,
-		URIs:                  []*url.URL{{Scheme: "spiffe", Host: domain}},
-	}
+	return caprofile.Intermediate(caprofile.IntermediateParams{
+		Domain: domain, JournalID: id, DNSNames: names.DNS, IPs: names.IPs,
+		Serial: serial(), NotBefore: now.Add(-time.Hour), NotAfter: now.Add(intermediateLife),
+	})
 }
 
 func (c *CA) sub(tmpl *x509.Certificate) *CA {
@@ -157,14 +151,7 @@ func (c *CA) sub(tmpl *x509.Certificate) *CA {
 // Agent signs an agent certificate for node of c's domain, as journal/ca
 // does.
 func (c *CA) Agent(node string) *Leaf {
-	id := pki.Identity{Kind: pki.KindAgent, Name: node, Domain: c.Domain}
-	return c.Issue(&x509.Certificate{
-		Subject:               pkix.Name{CommonName: id.CommonName()},
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		BasicConstraintsValid: true,
-		URIs:                  []*url.URL{id.SPIFFEID()},
-	})
+	return c.Issue(caprofile.Agent(caprofile.LeafParams{Domain: c.Domain, Name: node}))
 }
 
 // In is c naming domain in what it makes from now on (c's certificate and
@@ -178,27 +165,13 @@ func (c *CA) In(domain string) *CA {
 // Server signs journal id's server certificate for names, as journal/ca
 // does.
 func (c *CA) Server(id string, names Names) *Leaf {
-	pid := pki.Identity{Kind: pki.KindJournal, Name: id, Domain: c.Domain}
-	return c.Issue(&x509.Certificate{
-		Subject:     pkix.Name{CommonName: pid.CommonName()},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:    names.DNS,
-		IPAddresses: names.IPs,
-		URIs:        []*url.URL{pid.SPIFFEID()},
-	})
+	return c.Issue(caprofile.JournalServer(caprofile.LeafParams{Domain: c.Domain, Name: id}, names.DNS, names.IPs))
 }
 
 // Operator signs the credential of operator name with role, as the
 // ceremony and journal/ca do.
 func (c *CA) Operator(name, role string) *Leaf {
-	id := pki.Identity{Kind: pki.KindAdmin, Name: name, Domain: c.Domain}
-	return c.Issue(&x509.Certificate{
-		Subject:     pkix.Name{CommonName: id.CommonName(), OrganizationalUnit: []string{role}},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		URIs:        []*url.URL{id.SPIFFEID()},
-	})
+	return c.Issue(caprofile.Operator(caprofile.LeafParams{Domain: c.Domain, Name: name}, role))
 }
 
 // Issue signs tmpl for a fresh key. A zero serial or validity is filled

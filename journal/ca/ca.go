@@ -16,11 +16,9 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -420,22 +418,13 @@ func (c *CA) rotate() error {
 		}
 		return fmt.Errorf("%w: journal CA %s expired at %v: renew it (docs/ceremony.md)", ErrUpstream, iss.serial, iss.cert.NotAfter)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "pact intermediate " + c.cfg.JournalID + "@" + c.domain, Organization: []string{"pact"}},
-		NotBefore:             now.Add(-c.cfg.Backdate),
-		NotAfter:              notAfter,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLen:            0,
-		MaxPathLenZero:        true,
-		URIs:                  []*url.URL{{Scheme: "spiffe", Host: c.domain}},
-	}
 	// A stolen intermediate key, or a bug in leaf issuance, cannot mint an
 	// identity a verifier of this domain accepts outside the domain and
 	// the journal's names (RFC 5280 name constraints; caprofile.Constrain).
-	caprofile.Constrain(tmpl, c.domain, iss.dnsNames, iss.ips)
+	tmpl := caprofile.Intermediate(caprofile.IntermediateParams{
+		Domain: c.domain, JournalID: c.cfg.JournalID, DNSNames: iss.dnsNames, IPs: iss.ips,
+		Serial: serial, NotBefore: now.Add(-c.cfg.Backdate), NotAfter: notAfter,
+	})
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, iss.cert, key.Public(), iss.signer)
 	if err != nil {
 		return fmt.Errorf("%w: sign intermediate: %w", ErrUpstream, err)
@@ -467,18 +456,10 @@ func (c *CA) issueServer(inter *intermediate, id pki.Identity, now time.Time) (*
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: id.CommonName()},
-		SubjectKeyId: skid,
-		NotBefore:    now.Add(-c.cfg.Backdate),
-		NotAfter:     inter.cert.NotAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:     inter.issuer.dnsNames,
-		IPAddresses:  inter.issuer.ips,
-		URIs:         []*url.URL{id.SPIFFEID()},
-	}
+	tmpl := caprofile.JournalServer(caprofile.LeafParams{
+		Domain: id.Domain, Name: id.Name, Serial: serial, SubjectKeyID: skid,
+		NotBefore: now.Add(-c.cfg.Backdate), NotAfter: inter.cert.NotAfter,
+	}, inter.issuer.dnsNames, inter.issuer.ips)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, inter.cert, key.Public(), inter.key)
 	if err != nil {
 		return nil, fmt.Errorf("ca: sign server certificate: %w", err)
@@ -574,22 +555,10 @@ func (c *CA) SignAgent(csr *CSR, nodeID string) (*Issued, error) {
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: id.CommonName()},
-		SubjectKeyId: skid,
-		NotBefore:    now.Add(-c.cfg.Backdate),
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		// X.509-SVID §4.4: when the extension is present, serverAuth and
-		// clientAuth must both be set. An agent certificate still cannot
-		// pose as a journal: journals are identified by their SPIFFE ID
-		// (pact-journal/...) and agent leaves carry no DNS or IP name.
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  false,
-		URIs:                  []*url.URL{id.SPIFFEID()},
-	}
+	tmpl := caprofile.Agent(caprofile.LeafParams{
+		Domain: c.domain, Name: nodeID, Serial: serial, SubjectKeyID: skid,
+		NotBefore: now.Add(-c.cfg.Backdate), NotAfter: notAfter,
+	})
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, inter.cert, csr.PublicKey, inter.key)
 	if err != nil {
 		return nil, fmt.Errorf("ca: sign agent certificate: %w", err)

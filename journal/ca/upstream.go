@@ -6,11 +6,9 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -260,17 +258,10 @@ func signAdmin(issuer *x509.Certificate, signer crypto.Signer, pub crypto.Public
 	if err != nil {
 		return nil, err
 	}
-	id := pki.Identity{Kind: pki.KindAdmin, Name: name, Domain: domain}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: id.CommonName(), OrganizationalUnit: []string{role}},
-		SubjectKeyId: skid,
-		NotBefore:    now.Add(-time.Minute),
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		URIs:         []*url.URL{id.SPIFFEID()},
-	}
+	tmpl := caprofile.Operator(caprofile.LeafParams{
+		Domain: domain, Name: name, Serial: serial, SubjectKeyID: skid,
+		NotBefore: now.Add(-time.Minute), NotAfter: notAfter,
+	}, role)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, issuer, pub, signer)
 	if err != nil {
 		return nil, fmt.Errorf("ca: sign admin: %w", err)
