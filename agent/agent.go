@@ -104,9 +104,9 @@ type Agent struct {
 
 	mu            sync.Mutex
 	running       bool
-	providers     []identity.Provider // best first; set by Run
-	spire         *spire.Provider     // nil without SPIRE; set by Run
-	standby       string              // serial of the journal identity the registry holds as this SPIRE node's standby
+	cascade       *identity.Cascade // ranks the identity providers; set by Run
+	spire         *spire.Provider   // nil without SPIRE; set by Run
+	standby       string            // serial of the journal identity the registry holds as this SPIRE node's standby
 	metricsAddr   string
 	nodeID        string
 	vcluster      string
@@ -271,15 +271,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.static != nil {
 		providers = append(providers, a.static)
 	}
-	cc := identity.DefaultCascadeConfig()
-	cc.Providers, cc.Clock, cc.Logger = providers, a.cfg.Clock, a.log
-	cascade, err := identity.NewCascade(cc)
+	cascade, err := a.useProviders(providers...)
 	if err != nil {
 		return err
 	}
 	defer cascade.Close()
 	a.mu.Lock()
-	a.providers = providers
 	a.spire = sp
 	a.mu.Unlock()
 
@@ -425,10 +422,32 @@ func (a *Agent) latestJournal() *identity.Identity {
 	return a.lastJournal
 }
 
-func (a *Agent) providerList() []identity.Provider {
+// useProviders makes the cascade of providers, in any order, the agent's
+// one ranking of identities (SPIRE SVID, then the journal-signed
+// certificate, then the bootstrap certificate). Close it when done.
+func (a *Agent) useProviders(providers ...identity.Provider) (*identity.Cascade, error) {
+	cc := identity.DefaultCascadeConfig()
+	cc.Providers, cc.Clock, cc.Logger = providers, a.cfg.Clock, a.log
+	cascade, err := identity.NewCascade(cc)
+	if err != nil {
+		return nil, err
+	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.providers
+	a.cascade = cascade
+	a.mu.Unlock()
+	return cascade, nil
+}
+
+// offers is every provider's answer now, best first (the cascade's
+// ranking); none before Run has made the cascade.
+func (a *Agent) offers(ctx context.Context) []identity.Offer {
+	a.mu.Lock()
+	c := a.cascade
+	a.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	return c.Offers(ctx)
 }
 
 // Status reports the agent's identity, channel and last failure. It never

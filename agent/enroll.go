@@ -200,18 +200,18 @@ func (a *Agent) dropRefusedJournalIdentity(id *identity.Identity, err error) {
 	a.jp.Clear(fmt.Sprintf("certificate serial %s no longer accepted by the journal (%s); enrolling again", id.Serial(), pe.Reason))
 }
 
-// candidates are the identities the providers have now, best first. When
-// there is none, err says why (it wraps identity.ErrExpired if one expired).
+// candidates are the identities the providers have now, best first (the
+// cascade's ranking). When there is none, err says why (it wraps
+// identity.ErrExpired if one expired).
 func (a *Agent) candidates(ctx context.Context) ([]*identity.Identity, error) {
 	var out []*identity.Identity
 	var errs []error
-	for _, p := range a.providerList() {
-		id, err := p.Current(ctx)
-		if err != nil {
-			errs = append(errs, err)
+	for _, o := range a.offers(ctx) {
+		if o.Err != nil {
+			errs = append(errs, o.Err)
 			continue
 		}
-		out = append(out, id)
+		out = append(out, o.Identity)
 	}
 	if len(out) == 0 {
 		return nil, errors.Join(errs...)
@@ -224,9 +224,9 @@ func (a *Agent) candidates(ctx context.Context) ([]*identity.Identity, error) {
 // SVID rotation), or, when the active source has none any more (SPIRE went
 // away), the best that has.
 func (a *Agent) wanted(ctx context.Context, cur *identity.Identity) *identity.Identity {
-	for _, p := range a.providerList() {
-		id, err := p.Current(ctx)
-		if err != nil {
+	for _, o := range a.offers(ctx) {
+		id := o.Identity
+		if id == nil {
 			continue
 		}
 		switch {

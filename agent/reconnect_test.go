@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pact-hpc/pact/agent/channel"
-	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
 	"github.com/pact-hpc/pact/internal/polltest"
@@ -64,7 +63,11 @@ func TestReconnectAfterJournalRestartIsNotALongBackoff(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = a.rot.Close() })
 	a.backoff.Rand = func(n time.Duration) time.Duration { return n - 1 } // the longest draw
-	a.providers = []identity.Provider{a.jp}                               // what Run sets; the test runs the loop's steps itself
+	cascade, err := a.useProviders(a.jp)                                  // what Run does; the test runs the loop's steps itself
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cascade.Close() })
 
 	streaming := func() bool { ch := a.rot.Active(); return ch != nil && ch.StreamAlive() }
 	var s loopState

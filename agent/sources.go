@@ -54,17 +54,17 @@ type sourceRecord struct {
 // has expired, identity_given_up otherwise), and is logged as a
 // warning with what the agent falls back to (the step's move does it).
 func (a *Agent) noteSources(ctx context.Context, act *channel.Channel, now time.Time) {
-	provs := a.providerList()
-	offers := make([]*identity.Identity, len(provs))
-	errs := make([]error, len(provs))
-	for i, p := range provs {
-		if ctx.Err() != nil {
-			return
-		}
-		offers[i], errs[i] = p.Current(ctx)
+	all := a.offers(ctx)
+	if ctx.Err() != nil {
+		return
 	}
-	for i, p := range provs {
-		src := p.Source()
+	offers := make([]*identity.Identity, len(all))
+	errs := make([]error, len(all))
+	for i, o := range all {
+		offers[i], errs[i] = o.Identity, o.Err
+	}
+	for i, o := range all {
+		src := o.Source
 		a.mu.Lock()
 		if a.sources == nil {
 			a.sources = map[identity.Source]*sourceRecord{}
@@ -121,15 +121,15 @@ func fallbackText(lower []*identity.Identity, now time.Time) string {
 // sourceStatus reports every source, best first.
 func (a *Agent) sourceStatus(ctx context.Context) []SourceStatus {
 	var out []SourceStatus
-	for _, p := range a.providerList() {
-		st := SourceStatus{Source: string(p.Source())}
-		if id, err := p.Current(ctx); err == nil && id != nil {
-			st.Serial, st.NotAfter = id.Serial(), id.NotAfter
-		} else if err != nil {
-			st.Unavailable = err.Error()
+	for _, o := range a.offers(ctx) {
+		st := SourceStatus{Source: string(o.Source)}
+		if o.Identity != nil {
+			st.Serial, st.NotAfter = o.Identity.Serial(), o.Identity.NotAfter
+		} else if o.Err != nil {
+			st.Unavailable = o.Err.Error()
 		}
 		a.mu.Lock()
-		if rec := a.sources[p.Source()]; rec != nil && rec.failed != nil {
+		if rec := a.sources[o.Source]; rec != nil && rec.failed != nil {
 			st.LastFailure, st.LastFailureSerial, st.LastFailureAt = rec.msg, rec.failed.Serial(), rec.at
 		}
 		a.mu.Unlock()

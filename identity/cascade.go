@@ -152,6 +152,40 @@ func (c *Cascade) Best(ctx context.Context) (*Identity, error) {
 	return nil, errs
 }
 
+// Offer is one provider's answer to the cascade: its identity now, or
+// why it has none (an error wrapping ErrUnavailable, or ctx's error).
+type Offer struct {
+	Source   Source
+	Identity *Identity
+	Err      error
+}
+
+// Offers asks every provider, best first, and returns each answer in
+// that order: the cascade's ranking, for a caller that wants more than
+// the best identity (the next one to try when the best is refused, what
+// each source holds). Best is the first Offer with an Identity. Offers
+// does not change Source.
+func (c *Cascade) Offers(ctx context.Context) []Offer {
+	out := make([]Offer, len(c.providers))
+	for i, p := range c.providers {
+		out[i].Source = p.Source()
+		if err := ctx.Err(); err != nil {
+			out[i].Err = err
+			continue
+		}
+		id, err := p.Current(ctx)
+		if err == nil && id == nil {
+			err = Unavailable(p.Source(), nil, "the provider returned no identity and no error")
+		}
+		if err == nil {
+			out[i].Identity = id
+		} else {
+			out[i].Err = err
+		}
+	}
+	return out
+}
+
 // Changes receives a value whenever Best's answer may have changed: a
 // provider signalled, or a periodic probe found a different answer. See
 // Watcher for how signals coalesce. It is never closed, not even by Close.

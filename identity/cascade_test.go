@@ -339,3 +339,46 @@ func ExampleCascade() {
 	// identity: no provider has an identity (journal: no journal-signed certificate yet (the agent has not enrolled))
 	// journal spiffe://pact.local/pact-agent/n1
 }
+
+// Offers answers for every provider, best first whatever the order they
+// were given in, each with its identity or its reason: the cascade's one
+// ranking, for a caller that tries the next identity when the best is
+// refused. Best is the first offer with an identity.
+func TestCascadeOffers(t *testing.T) {
+	ca := identitytest.NewCA("pact.local", t0)
+	sp := &stub{src: identity.SourceSPIRE}
+	jp := &stub{src: identity.SourceJournal}
+	st := &stub{src: identity.SourceStatic}
+	jp.set(ca.Issue(identity.SourceJournal, nodeID, t0, t0.Add(time.Hour)))
+	st.set(ca.Issue(identity.SourceStatic, nodeID, t0, t0.Add(time.Hour)))
+	c := newCascade(t, fakeclock.New(t0), quiet, st, sp, jp)
+
+	offers := c.Offers(context.Background())
+	var got []string
+	for _, o := range offers {
+		s := string(o.Source) + "="
+		switch {
+		case o.Identity != nil && o.Err == nil:
+			s += string(o.Identity.Source)
+		case o.Identity == nil && errors.Is(o.Err, identity.ErrUnavailable):
+			s += "unavailable"
+		default:
+			s += fmt.Sprintf("%v/%v", o.Identity, o.Err)
+		}
+		got = append(got, s)
+	}
+	if want := "spire=unavailable journal=journal static=static"; strings.Join(got, " ") != want {
+		t.Errorf("Offers = %s, want %s", strings.Join(got, " "), want)
+	}
+	if best, err := c.Best(context.Background()); err != nil || best != offers[1].Identity {
+		t.Errorf("Best = %v, %v; want the first offer with an identity", best, err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, o := range c.Offers(ctx) {
+		if o.Identity != nil || !errors.Is(o.Err, context.Canceled) {
+			t.Errorf("offer of %s after ctx ended = %v, %v", o.Source, o.Identity, o.Err)
+		}
+	}
+}
