@@ -2,7 +2,6 @@ package dist
 
 import (
 	"bufio"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,25 +12,16 @@ import (
 	"testing"
 
 	"github.com/pact-hpc/pact/agent"
+	"github.com/pact-hpc/pact/internal/bintest"
 )
 
 var binDir string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "pact-dist-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	cmd := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "../cmd/pact-journal", "../cmd/pact-agent", "../cmd/pact")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the binaries: %v\n%s", err, out)
-		os.Exit(1)
-	}
+	dir, remove := bintest.Main(bintest.Commands...)
 	binDir = dir
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 

@@ -7,7 +7,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pact-hpc/pact/internal/bintest"
 )
 
 var binDir string
@@ -29,20 +30,10 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(guessHelperEv); spec != "" {
 		os.Exit(guessHelper(spec))
 	}
-	dir, err := os.MkdirTemp("", "pact-e2e-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	cmd := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "../cmd/pact-journal", "../cmd/pact-agent", "../cmd/pact")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the binaries: %v\n%s", err, out)
-		os.Exit(1)
-	}
+	dir, remove := bintest.Main(bintest.Commands...)
 	binDir = dir
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 

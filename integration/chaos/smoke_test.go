@@ -3,12 +3,13 @@ package chaos
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pact-hpc/pact/internal/bintest"
 )
 
 // TestSmoke runs one short leader-kill scenario on loopback against real
@@ -20,12 +21,7 @@ func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts journal processes; skipped with -short")
 	}
-	bin := t.TempDir()
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin+"/", "../../cmd/pact-journal")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building pact-journal: %v\n%s", err, out)
-	}
+	bin := bintest.Dir(t, "pact-journal")
 	var out bytes.Buffer
 	opts := Options{Bin: bin, WorkDir: t.TempDir(), Net: "loopback", Duration: 5 * time.Second, Clients: 3, NodesPerClient: 2, CheckTimeout: 10 * time.Second, Out: &out, Keep: true}
 	sc, _, err := Pick([]string{"leader-kill"}, false)

@@ -1,13 +1,13 @@
 package version_test
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/pact-hpc/pact/internal/bintest"
 	"github.com/pact-hpc/pact/internal/version"
 )
 
@@ -42,11 +42,8 @@ func TestMakeBuildStampsEveryBinary(t *testing.T) {
 	}
 	ldflags := strings.TrimSpace(string(out))
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", ldflags, "-o", bin+"/", "./cmd/pact-journal", "./cmd/pact-agent", "./cmd/pact")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := bintest.Build(bin, ldflags, bintest.Commands...); err != nil {
+		t.Fatal(err)
 	}
 	want := regexp.MustCompile(`^v9\.8\.7-test \(commit feedfacecafe, go[^,]+, [a-z0-9]+/[a-z0-9]+\)$`)
 	for _, c := range []struct {

@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -23,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pact-hpc/pact/internal/bintest"
 	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/journaltest"
@@ -328,7 +328,7 @@ func TestTinyStormInWorkers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts journal processes; skipped with -short")
 	}
-	bin := buildCommands(t, "pact-journal", "pact")
+	bin := bintest.Dir(t, "pact-journal", "pact")
 	const agents = 20
 	f := stormFlags{agents: agents, journals: 3, bin: bin, workers: 2, spread: 200 * time.Millisecond,
 		ceiling: 100 * time.Millisecond, renew: true, deadline: 2 * time.Minute, keyExchange: string(transport.Classical)}
@@ -375,7 +375,7 @@ func TestTinyFloor(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds pact-journal and starts stub journal processes; skipped with -short")
 	}
-	bin := buildCommands(t, "pact-journal")
+	bin := bintest.Dir(t, "pact-journal")
 	for _, replicate := range []bool{true, false} {
 		t.Run(fmt.Sprintf("replicate=%v", replicate), func(t *testing.T) { tinyFloor(t, bin, replicate) })
 	}
@@ -430,7 +430,7 @@ func TestTinyFloorBareClients(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds pact-journal and starts stub journal processes; skipped with -short")
 	}
-	bin := buildCommands(t, "pact-journal")
+	bin := bintest.Dir(t, "pact-journal")
 	const agents = 20
 	f := stormFlags{agents: agents, journals: 2, bin: bin, workers: 1, spread: 200 * time.Millisecond,
 		ceiling: 100 * time.Millisecond, deadline: time.Minute, keyExchange: string(transport.Classical), floor: true, floorClient: "bare"}
@@ -604,23 +604,6 @@ func TestCheckFloorFlags(t *testing.T) {
 			t.Errorf("%v: renew %v, want %v", tc.args, f.renew, tc.wantRenew)
 		}
 	}
-}
-
-// buildCommands builds the named commands of cmd/ into a temporary bin
-// directory, as make build would (static), and returns it.
-func buildCommands(t *testing.T, names ...string) string {
-	t.Helper()
-	bin := t.TempDir()
-	args := []string{"build", "-trimpath", "-o", bin + "/"}
-	for _, n := range names {
-		args = append(args, "../../../cmd/"+n)
-	}
-	cmd := exec.Command("go", args...)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building %v: %v\n%s", names, err, out)
-	}
-	return bin
 }
 
 // lastJSONLine is a report's last line, which must be its JSON object.
