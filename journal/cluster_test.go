@@ -587,9 +587,9 @@ func TestLaggingJournalConfirmsAnUnknownIntermediate(t *testing.T) {
 	firstCert := key.TLSCert(first.GetCertChainDer())
 	inspectOn(t, lag, "n1")
 
-	release := lag.J.HoldApply()
+	release := lag.J.HoldApply(t)
 	defer release()
-	lag.J.SetApplyWait(time.Second)
+	lag.J.SetApplyWait(t, time.Second)
 	// The leader re-keys: its next certificates come from an intermediate
 	// the lagging journal has not applied.
 	if _, err := via.AdminClient(t).RetireIntermediate(context.Background(), &pactv1.RetireIntermediateRequest{

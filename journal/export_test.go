@@ -2,11 +2,14 @@ package journal
 
 import (
 	"context"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"sync"
+	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/journal/raftnode"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -70,7 +73,8 @@ func (j *Journal) SetRekeyHooks(beforeRekey, awaitingRekey func()) {
 
 // HoldRaftWrites makes every Raft store write of this journal block, as
 // on a hung disk, until release is called; the writes held then go on.
-func (j *Journal) HoldRaftWrites() (release func()) {
+func (j *Journal) HoldRaftWrites(t testing.TB) (release func()) {
+	requireRaftHooks(t)
 	gate := make(chan struct{})
 	hold := func() { <-gate }
 	j.raftHooks.HoldWrites.Store(&hold)
@@ -86,7 +90,8 @@ func (j *Journal) HoldRaftWrites() (release func()) {
 // HoldApply makes this journal's FSM wait, before applying each entry,
 // until release is called: Raft still takes and commits entries here,
 // but none reaches the registry.
-func (j *Journal) HoldApply() (release func()) {
+func (j *Journal) HoldApply(t testing.TB) (release func()) {
+	requireRaftHooks(t)
 	held := make(chan struct{})
 	hook := func() { <-held }
 	j.raftHooks.BeforeApply.Store(&hook)
@@ -121,13 +126,17 @@ func (j *Journal) PeerRefusedForTest(reason string) float64 {
 
 // SetApplyWait sets how long this journal waits to apply an entry the
 // leader committed before it gives up on showing it (waitApplied).
-func (j *Journal) SetApplyWait(d time.Duration) { j.raftHooks.ApplyWait.Store(int64(d)) }
+func (j *Journal) SetApplyWait(t testing.TB, d time.Duration) {
+	requireRaftHooks(t)
+	j.raftHooks.ApplyWait.Store(int64(d))
+}
 
 // KillRaft stops this journal's Raft as a crash does for the other
 // journals: first its outgoing Raft calls fail (Raft's own shutdown would
 // tell the followers one last time what it committed), then Raft stops.
 // Close still releases the rest.
-func (j *Journal) KillRaft() error {
+func (j *Journal) KillRaft(t testing.TB) error {
+	requireRaftHooks(t)
 	j.raftHooks.Severed.Store(true)
 	return j.raftHooks.Raft.Shutdown().Error()
 }
@@ -204,4 +213,14 @@ const JournalCARetryForTest = journalCARetry
 func (j *Journal) IntermediateTrustedForTest(serial string) bool {
 	_, ok := j.bundle.get().live[serial]
 	return ok
+}
+
+// requireRaftHooks skips t unless the Raft node's test hooks are built
+// (-tags testhooks, as make test builds; raftnode.HooksBuilt): without
+// the tag they are compiled out, as in every shipped binary.
+func requireRaftHooks(t testing.TB) {
+	t.Helper()
+	if !raftnode.HooksBuilt {
+		t.Skip("needs the Raft node's test hooks: go test -tags testhooks (make test passes it)")
+	}
 }

@@ -24,9 +24,9 @@ func TestForwardedWriteNotAppliedHereIsUnknownOutcome(t *testing.T) {
 	lag := c.Nodes[(leader+1)%3]
 	// The admin's first call records its credential, a write of its own.
 	lag.Register(t, "early", "SN-EARLY", mac(2))
-	release := lag.J.HoldApply()
+	release := lag.J.HoldApply(t)
 	t.Cleanup(release) // before the cluster closes: a held FSM blocks Raft's shutdown
-	lag.J.SetApplyWait(200 * time.Millisecond)
+	lag.J.SetApplyWait(t, 200*time.Millisecond)
 
 	_, err := lag.AdminClient(t).RegisterNode(callCtx(t), &pactv1.RegisterNodeRequest{NodeId: "late", Hardware: hw("SN-LATE", mac(1))})
 	pe := wantErr(t, err, codes.DeadlineExceeded, apierr.OutcomeUnknown)
@@ -42,7 +42,7 @@ func TestForwardedWriteNotAppliedHereIsUnknownOutcome(t *testing.T) {
 		t.Fatalf("leader has %v", n)
 	}
 	release()
-	lag.J.SetApplyWait(2 * time.Second)
+	lag.J.SetApplyWait(t, 2*time.Second)
 	if n := inspectOn(t, lag, "late"); n.GetHardware().GetBmcSerial() != "SN-LATE" {
 		t.Fatalf("%s has %v once it applies", lag.Cfg.NodeID, n)
 	}
@@ -72,7 +72,7 @@ func TestNewLeaderSeesTheOldLeadersAcknowledgedWrite(t *testing.T) {
 	}
 	key := journaltest.NewKey(t)
 	c.Nodes[leader].Register(t, "acked", "SN-ACKED", mac(1))
-	if err := c.Nodes[leader].J.KillRaft(); err != nil {
+	if err := c.Nodes[leader].J.KillRaft(t); err != nil {
 		t.Fatal(err)
 	}
 

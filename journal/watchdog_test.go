@@ -44,7 +44,7 @@ func TestLeaderWithStuckWriteStepsDown(t *testing.T) {
 	}
 	li := c.Leader(t)
 	old := c.Nodes[li]
-	release := old.J.HoldRaftWrites()
+	release := old.J.HoldRaftWrites(t)
 	// Before the cluster's own cleanup closes the journals: Raft cannot
 	// shut down while its write is stuck.
 	t.Cleanup(release)

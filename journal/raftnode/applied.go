@@ -5,7 +5,6 @@ import (
 	"io"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -44,18 +43,16 @@ func (s *appliedSignal) notify() {
 type signalingFSM struct {
 	*raftfsm.FSM
 	signal *appliedSignal
-	// beforeApply, when set (Hooks.BeforeApply), runs before each entry
-	// is applied and may hold it back.
-	beforeApply *atomic.Pointer[func()]
+	// hooks.beforeApply (Hooks.BeforeApply, in a testhooks build) runs
+	// before each entry is applied and may hold it back.
+	hooks *Hooks
 	// restored runs after a snapshot was restored (at start, or one the
 	// leader sent): a restore raises no apply event.
 	restored func()
 }
 
 func (f *signalingFSM) Apply(l *raft.Log) any {
-	if h := f.beforeApply.Load(); h != nil {
-		(*h)()
-	}
+	f.hooks.beforeApply()
 	res := f.FSM.Apply(l)
 	f.signal.notify()
 	return res
@@ -83,8 +80,8 @@ func (n *Node) waitApplied(ctx context.Context, index uint64) bool {
 		return true
 	}
 	wait := appliedWait
-	if d := n.hooks.ApplyWait.Load(); d > 0 {
-		wait = time.Duration(d)
+	if d := n.hooks.applyWait(); d > 0 {
+		wait = d
 	}
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()

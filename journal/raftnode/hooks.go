@@ -11,6 +11,10 @@ import (
 // production never stops at. The journal passes one in Config (its
 // export_test.go drives it); the zero value changes nothing. Fields under
 // "set by New" are filled in before New returns.
+//
+// The hooks run only in a build with -tags testhooks (make test passes it;
+// HooksBuilt says): without it the node never reads them (hooks_off.go),
+// so no binary make build ships loads a test hook on its apply path.
 type Hooks struct {
 	// BeforeApply runs before each entry is applied and may hold it back.
 	BeforeApply atomic.Pointer[func()]

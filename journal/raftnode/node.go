@@ -121,7 +121,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.hooks = &Hooks{}
 	}
 	n.halted.removed = make(chan struct{})
-	n.watchdog.watch = newWriteWatch(cfg.WatchdogClock, &n.hooks.HoldWrites)
+	n.watchdog.watch = newWriteWatch(cfg.WatchdogClock, n.hooks)
 	n.peers = newPeerConns(n)
 	if cfg.ActivationBatchMax > 1 {
 		n.batcher = newBatcher(cfg.ActivationBatchMax, cfg.ActivationBatchWindow, cfg.Clock, n.stop, n.sendBatch, n.hooks)
@@ -267,9 +267,7 @@ func (n *Node) startRaft(ctx context.Context) error {
 		closeStore()
 		return err
 	}
-	if hook := n.hooks.RaftListening.Load(); hook != nil {
-		(*hook)()
-	}
+	n.hooks.raftListening()
 	// On every failure from here the Raft listener and its goroutines go
 	// with the store: New returns no node to Close.
 	started := false
@@ -336,9 +334,9 @@ func (n *Node) startRaft(ctx context.Context) error {
 	}
 	n.logs = logs
 	if n.netTrans != nil {
-		raftTrans = fencedTransport{NetworkTransport: n.netTrans, fenced: &n.watchdog.fenced, severed: &n.hooks.Severed}
+		raftTrans = fencedTransport{NetworkTransport: n.netTrans, fenced: &n.watchdog.fenced, hooks: n.hooks}
 	}
-	r, err := raft.NewRaft(rc, &signalingFSM{FSM: n.fsm, signal: &n.appliedSignal, beforeApply: &n.hooks.BeforeApply, restored: n.onQuorumRestored}, logs, watched, snaps, raftTrans)
+	r, err := raft.NewRaft(rc, &signalingFSM{FSM: n.fsm, signal: &n.appliedSignal, hooks: n.hooks, restored: n.onQuorumRestored}, logs, watched, snaps, raftTrans)
 	if err != nil {
 		closeStore()
 		return fmt.Errorf("journal: start raft: %w", err)

@@ -231,6 +231,7 @@ func TestProposeCommitsOnEveryNode(t *testing.T) {
 // its own term: before, its state may lack writes the previous leader
 // acknowledged.
 func TestReadBarrierWaitsForTheNewLeadersTerm(t *testing.T) {
+	requireHooks(t)
 	c := startMemCluster(t, 3)
 	old := c.leader()
 	if err := old.ReadBarrier(context.Background()); err != nil {
@@ -271,6 +272,7 @@ func TestReadBarrierWaitsForTheNewLeadersTerm(t *testing.T) {
 // waitApplied is true only once the FSM holds the index, not when Raft
 // merely committed it.
 func TestWaitAppliedFollowsTheFSM(t *testing.T) {
+	requireHooks(t)
 	c := startMemCluster(t, 3)
 	l := c.leader()
 	f := c.followers(l)[0]

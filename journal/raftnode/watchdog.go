@@ -47,18 +47,19 @@ type writeWatch struct {
 	mu       sync.Mutex
 	next     uint64
 	inflight map[uint64]time.Time
-	// hold, if set, runs inside each write before it reaches the store and
-	// may block it: a test's stuck disk (Hooks.HoldWrites).
-	hold *atomic.Pointer[func()]
+	// hooks.holdWrite (Hooks.HoldWrites, in a testhooks build) runs
+	// inside each write before it reaches the store and may block it: a
+	// test's stuck disk.
+	hooks *Hooks
 }
 
-// newWriteWatch times writes on c (nil: the system clock); hold is the
-// test hook that may block them.
-func newWriteWatch(c clock.Clock, hold *atomic.Pointer[func()]) *writeWatch {
+// newWriteWatch times writes on c (nil: the system clock); hooks may block
+// them (a test's).
+func newWriteWatch(c clock.Clock, hooks *Hooks) *writeWatch {
 	if c == nil {
 		c = clock.Real{}
 	}
-	return &writeWatch{clock: c, inflight: map[uint64]time.Time{}, hold: hold}
+	return &writeWatch{clock: c, inflight: map[uint64]time.Time{}, hooks: hooks}
 }
 
 // track records a write starting now and returns its id for done.
@@ -68,9 +69,7 @@ func (w *writeWatch) track() uint64 {
 	w.next++
 	w.inflight[id] = w.clock.Now()
 	w.mu.Unlock()
-	if h := w.hold.Load(); h != nil {
-		(*h)()
-	}
+	w.hooks.holdWrite()
 	return id
 }
 
@@ -142,14 +141,15 @@ func (s watchedStore) SetUint64(k []byte, v uint64) error {
 // time, what it has committed, which a crash never does).
 type fencedTransport struct {
 	*raft.NetworkTransport
-	fenced, severed *atomic.Bool
+	fenced *atomic.Bool
+	hooks  *Hooks // a test's severing (Hooks.Severed, in a testhooks build)
 }
 
 // errSevered is every outgoing Raft call of a severed transport.
 var errSevered = errors.New("journal: raft transport severed")
 
 func (t fencedTransport) closed() error {
-	if t.severed.Load() {
+	if t.hooks.severed() {
 		return errSevered
 	}
 	if t.fenced.Load() {

@@ -1,7 +1,6 @@
 package raftnode
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,7 +44,7 @@ func TestWatchdogDecide(t *testing.T) {
 // and forgets a write once it ends.
 func TestWriteWatchOldest(t *testing.T) {
 	fc := fakeclock.New(time.Unix(1000, 0))
-	w := newWriteWatch(fc, new(atomic.Pointer[func()]))
+	w := newWriteWatch(fc, &Hooks{})
 	if age, n := w.oldest(fc.Now()); age != 0 || n != 0 {
 		t.Fatalf("idle: %v, %d", age, n)
 	}

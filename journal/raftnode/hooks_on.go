@@ -1,0 +1,32 @@
+//go:build testhooks
+
+package raftnode
+
+import "time"
+
+// HooksBuilt reports whether this build runs the Hooks: true with -tags
+// testhooks (make test, make test-bootstrap), false in every binary
+// make build ships (hooks_off.go).
+const HooksBuilt = true
+
+func (h *Hooks) beforeApply() {
+	if f := h.BeforeApply.Load(); f != nil {
+		(*f)()
+	}
+}
+
+func (h *Hooks) holdWrite() {
+	if f := h.HoldWrites.Load(); f != nil {
+		(*f)()
+	}
+}
+
+func (h *Hooks) severed() bool { return h.Severed.Load() }
+
+func (h *Hooks) applyWait() time.Duration { return time.Duration(h.ApplyWait.Load()) }
+
+func (h *Hooks) raftListening() {
+	if f := h.RaftListening.Load(); f != nil {
+		(*f)()
+	}
+}
