@@ -126,6 +126,13 @@ type Config struct {
 	// TPMEventLog is the TCG event log the agent sends with its TPM quote
 	// (docs/tpm.md, "Measured boot"); a missing file sends none.
 	TPMEventLog string
+	// OpenTPM, if set, replaces TPMDevice: it gives the node's TPM for
+	// one enrollment or renewal, with a fresh attestation key. The
+	// boot-storm benchmark (integration/bench/stormbench, -tpm) gives
+	// each of its thousands of simulated nodes a TPM simulated in
+	// software this way, since no machine runs 10,000 software TPMs;
+	// pact-agent never sets it.
+	OpenTPM func() (TPMAttestor, error)
 
 	// DialOptions are added to every channel to a journal (keepalive
 	// tuning; tests inject faults with an interceptor). A dialer among

@@ -21,11 +21,35 @@ import (
 // journal challenged a TPM the agent does not have.
 var ErrTPM = errors.New("agent: TPM")
 
+// TPMAttestor is what the agent does with a node's TPM for one enrollment
+// or renewal: *tpm.Attestor (the node's TPM, with a fresh attestation key
+// loaded), or what Config.OpenTPM gives.
+type TPMAttestor interface {
+	// EKHash is the EK hash as registration defines it.
+	EKHash() string
+	// EKPublic and AKPublic are the EK's and the AK's TPMT_PUBLIC.
+	EKPublic() []byte
+	AKPublic() []byte
+	// Activate is TPM2_ActivateCredential of the journal's challenge.
+	Activate(credentialBlob, encryptedSecret []byte) ([]byte, error)
+	// Quote is a TPM2 quote of the SHA-256 PCRs pcrs over nonce by the
+	// AK, with the PCRs' values.
+	Quote(nonce []byte, pcrs []int) (*tpm.Quote, error)
+	Close() error
+}
+
 // openTPM opens the node's TPM and makes a fresh attestation key for one
 // enrollment. It returns nil, nil when the agent runs without a TPM (none
 // configured, or the device does not exist): the journal then decides
 // whether the node needs one (TPM_REQUIRED).
-func (a *Agent) openTPM() (*tpm.Attestor, error) {
+func (a *Agent) openTPM() (TPMAttestor, error) {
+	if a.cfg.OpenTPM != nil {
+		att, err := a.cfg.OpenTPM()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrTPM, err)
+		}
+		return att, nil
+	}
 	if a.cfg.TPMDevice == "" {
 		return nil, nil
 	}
@@ -51,7 +75,7 @@ func (a *Agent) openTPM() (*tpm.Attestor, error) {
 // journal's credential, and the agent sends the same request again, to the
 // same journal (which alone holds the challenge), with the proof bound to
 // its CSR key.
-func (a *Agent) answerTPM(ctx context.Context, addr string, req *pactv1.EnrollRequest, key crypto.Signer, att *tpm.Attestor, ch *pactv1.TpmChallenge) (*pactv1.EnrollResponse, error) {
+func (a *Agent) answerTPM(ctx context.Context, addr string, req *pactv1.EnrollRequest, key crypto.Signer, att TPMAttestor, ch *pactv1.TpmChallenge) (*pactv1.EnrollResponse, error) {
 	if att == nil {
 		return nil, fmt.Errorf("%w: the journal asks this node to prove its TPM, and the agent has none (--tpm-device %q)", ErrTPM, a.cfg.TPMDevice)
 	}
@@ -71,7 +95,7 @@ func (a *Agent) answerTPM(ctx context.Context, addr string, req *pactv1.EnrollRe
 // tpmAnswer is round two's TPM attestation: the TPM activates the
 // journal's credential, the proof binds it to key, and the quote of the
 // node's boot carries the challenge's nonce.
-func (a *Agent) tpmAnswer(round1 *pactv1.TpmAttestation, key crypto.Signer, att *tpm.Attestor, ch *pactv1.TpmChallenge) (*pactv1.TpmAttestation, error) {
+func (a *Agent) tpmAnswer(round1 *pactv1.TpmAttestation, key crypto.Signer, att TPMAttestor, ch *pactv1.TpmChallenge) (*pactv1.TpmAttestation, error) {
 	secret, err := att.Activate(ch.GetCredentialBlob(), ch.GetEncryptedSecret())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTPM, err)
@@ -94,7 +118,7 @@ func (a *Agent) tpmAnswer(round1 *pactv1.TpmAttestation, key crypto.Signer, att 
 
 // quoteBoot quotes the node's boot PCRs over the journal's nonce with the
 // AK being activated, and adds the TCG event log.
-func (a *Agent) quoteBoot(att *tpm.Attestor, nonce []byte) (*pactv1.TpmQuote, error) {
+func (a *Agent) quoteBoot(att TPMAttestor, nonce []byte) (*pactv1.TpmQuote, error) {
 	q, err := att.Quote(nonce, tpm.DefaultQuotePCRs)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTPM, err)
