@@ -396,9 +396,18 @@ func (c *cluster) registerBatch(nodes []benchNode) (time.Duration, error) {
 		return 0, err
 	}
 	w := bufio.NewWriter(f)
-	fmt.Fprintln(w, "node_id,mac,bmc_serial")
+	tpm := len(nodes) > 0 && nodes[0].ekHash != ""
+	if tpm {
+		fmt.Fprintln(w, "node_id,mac,bmc_serial,tpm_ek_hash")
+	} else {
+		fmt.Fprintln(w, "node_id,mac,bmc_serial")
+	}
 	for _, n := range nodes {
-		fmt.Fprintf(w, "%s,%s,%s\n", n.id, n.mac, n.bmc)
+		if tpm {
+			fmt.Fprintf(w, "%s,%s,%s,%s\n", n.id, n.mac, n.bmc, n.ekHash)
+		} else {
+			fmt.Fprintf(w, "%s,%s,%s\n", n.id, n.mac, n.bmc)
+		}
 	}
 	if err := w.Flush(); err != nil {
 		return 0, err
@@ -428,9 +437,35 @@ func (c *cluster) registerBatch(nodes []benchNode) (time.Duration, error) {
 	return took, nil
 }
 
+// setBootPolicy sets the domain's boot policy the -tpm storm runs under
+// (simFleet.bootPolicyFile) with pact boot-policy set, as an operator
+// does.
+func (c *cluster) setBootPolicy(tpms *simFleet) error {
+	file := filepath.Join(c.dir, "boot-policy.json")
+	if err := tpms.bootPolicyFile(file); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		stdout, stderr, code, err := c.pact(nil, c.addrs(), "boot-policy", "set", "--file", file)
+		if err != nil {
+			return err
+		}
+		if code == 0 {
+			logf("-tpm: %s", strings.TrimSpace(stdout))
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pact boot-policy set --file %s: exit %d\n%s", file, code, stderr)
+		}
+		time.Sleep(time.Second) // the quorum's feature level may not allow it yet
+	}
+}
+
 // benchNode is one node of the generated inventory.
 type benchNode struct {
 	id, mac, bmc string
+	ekHash       string // storm -tpm: its simulated TPM's EK hash
 }
 
 // inventory makes n nodes with unique, locally administered unicast MACs

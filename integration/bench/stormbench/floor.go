@@ -811,7 +811,7 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 		life, stop := context.WithCancel(context.Background())
 		agents := benchAgents(inventory("storm", f.agents), 0, f.agents)
 		cl.add(func() { stop(); stopAgents(agents) })
-		st, err := newStorm(f, c.grpc, caFile, agents, life)
+		st, err := newStorm(f, c.grpc, caFile, agents, nil, life)
 		if err != nil {
 			return err
 		}

@@ -286,6 +286,7 @@ type storm struct {
 	deadline    time.Duration // give up on the storm after this
 	kx          transport.KeyExchange
 	oneSource   bool            // every agent connects from 127.0.0.1
+	tpms        *simFleet       // storm -tpm: each node's simulated TPM (simtpm.go); nil: none
 	life        context.Context // the agents run until it ends
 	log         *slog.Logger    // the agents' logger
 }
@@ -331,6 +332,9 @@ type stormResult struct {
 	// its connection-tracking table full (-1: not tracked here).
 	conntrackDrops int64
 	journalCount   map[string]float64 // pact_journal_{enroll,renew}_total by result, during the storm
+	// bootVerdicts is pact_journal_boot_policy_verdicts_total by verdict
+	// during the storm (storm -tpm: every TPM round's quote evaluated).
+	bootVerdicts map[string]float64
 	// journalClosed is pact_journal_connections_refused_total during the
 	// storm: connections the journals closed before their handshake.
 	journalClosed int
@@ -397,7 +401,8 @@ func (r *stormResult) journalCPUPerOp() time.Duration {
 // agentConfig is pact-agent's configuration for node a, as a diskless node
 // booting from the image would run it, minus what only a process of its
 // own has: no status socket, no /metrics listener, no identity files, no
-// SPIRE and no TPM (the nodes are registered by MAC and BMC serial).
+// SPIRE and no TPM (the nodes are registered by MAC and BMC serial), but
+// with -tpm the node's simulated TPM (simtpm.go).
 func (s *storm) agentConfig(a *benchAgent) agent.Config {
 	cfg := agent.DefaultConfig()
 	// One image: every node lists the journals in the same order (the
@@ -410,6 +415,12 @@ func (s *storm) agentConfig(a *benchAgent) agent.Config {
 	cfg.SPIRESocket = ""
 	cfg.StatusSocket = ""
 	cfg.TPMDevice = ""
+	if s.tpms != nil {
+		// storm -tpm: the node's TPM, simulated (simtpm.go), and the
+		// event log of its boot.
+		cfg.OpenTPM = s.tpms.tpms[a.idx].open
+		cfg.TPMEventLog = s.tpms.logPath(a.idx)
+	}
 	if !s.oneSource {
 		// A node of a site has an address of its own, and the journals'
 		// per-source limits (connections, failed enrollments) are per

@@ -51,6 +51,13 @@ type stormFlags struct {
 	// certificate (floorraft.go); false is the old floor, which keeps
 	// nothing.
 	floorReplicate bool
+	// tpm: every node is registered with its (simulated) TPM's EK hash
+	// and enrolls and renews with a full TPM round under a boot policy
+	// (simtpm.go); tpmEK is the endorsement keys' kind; tpmDir holds the
+	// TPMs' keys and event logs (set by the storm, for its workers).
+	tpm    bool
+	tpmEK  string
+	tpmDir string
 }
 
 func runStorm(args []string) int {
@@ -70,6 +77,10 @@ func runStorm(args []string) int {
 		checkFiles(f.agents)
 	}
 	if f.floor {
+		if f.tpm {
+			logf("-tpm: the floor does not attest; its stub journals get no TPM round")
+			f.tpm = false
+		}
 		return runIn(f.dir, f.keep, func(dir string, cl *cleanup) error {
 			return floorMain(f, dir, cl, os.Stdout)
 		})
@@ -105,6 +116,8 @@ func newStormFlagSet(name string, f *stormFlags) *flag.FlagSet {
 	fs.BoolVar(&f.floor, "floor", false, "run the storm against stub journals that do the ceiling's work behind gRPC and commit one Raft entry per certificate (no registry, authentication or rate limits; floor.go, floorraft.go; -floor-replicate=false: the old floor, which keeps nothing): the least a journal of this design could do on this machine, to compare with the storm")
 	fs.BoolVar(&f.floorReplicate, "floor-replicate", true, "with -floor, the stubs commit one Raft entry per enrollment and renewal (hashicorp/raft + raft-boltdb on three nodes over mTLS, pact-journal's Raft settings; floorraft.go); false: the old floor, which keeps nothing")
 	fs.StringVar(&f.floorClient, "floor-client", "pact", "with -floor, the clients: pact (pact-agent's own code, as in the storm) or bare (bareclient: the least a node can do with gRPC; enrollment storm only)")
+	fs.BoolVar(&f.tpm, "tpm", false, "every node is registered with the EK hash of a TPM simulated in the load generator (real keys, TPM2_ActivateCredential, a TPMS_ATTEST quote signed by the AK, a TCG event log replaying to the quoted PCRs; simtpm.go) and enrolls and renews with a full TPM round under an enforced boot policy its boot matches: what attestation costs the journals (the floor does not attest: -floor ignores it)")
+	fs.StringVar(&f.tpmEK, "tpm-ek", "rsa", "with -tpm, the simulated TPMs' endorsement keys: rsa (RSA-2048 from the TCG template, as pact-agent derives it; made once and kept in the user's cache directory) or ecc (P-256)")
 	fs.DurationVar(&f.waitIdle, "wait-idle", 0, "before each ceiling and storm, wait up to this long for a second in which other processes use less than 15% of the machine (a shared machine)")
 	return fs
 }
@@ -113,6 +126,9 @@ func newStormFlagSet(name string, f *stormFlags) *flag.FlagSet {
 func checkStormFlags(f *stormFlags, fs *flag.FlagSet) error {
 	if f.agents < 1 || f.journals < 1 || f.workers < 0 || f.workers > f.agents {
 		return errors.New("-agents and -journals must be positive, -workers from 0 to -agents")
+	}
+	if f.tpm && !slices.Contains(simEKKinds, f.tpmEK) {
+		return fmt.Errorf("-tpm-ek %q: want one of %v", f.tpmEK, simEKKinds)
 	}
 	return checkFloorFlags(f, fs)
 }
@@ -196,14 +212,16 @@ type loadgen interface {
 // newStorm is the storm every load-generator process sets up, in this
 // process or in a worker: the agents' configuration (storm.agentConfig)
 // has this one source.
-func newStorm(f stormFlags, addrs []string, caFile string, agents []*benchAgent, life context.Context) (*storm, error) {
+// With tpms (storm -tpm), each agent proves its node with its simulated
+// TPM.
+func newStorm(f stormFlags, addrs []string, caFile string, agents []*benchAgent, tpms *simFleet, life context.Context) (*storm, error) {
 	kx, err := transport.ParseKeyExchange(f.keyExchange)
 	if err != nil {
 		return nil, err
 	}
 	return &storm{kind: stormEnroll, agents: agents, addrs: addrs, caFile: caFile,
 		concurrency: f.concurrency, spread: f.spread, deadline: f.deadline, kx: kx, oneSource: f.oneSource,
-		life: life, log: slog.New(slog.DiscardHandler)}, nil
+		tpms: tpms, life: life, log: slog.New(slog.DiscardHandler)}, nil
 }
 
 // inProcess runs every agent in this process.
@@ -252,6 +270,19 @@ func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutc
 	logf("%d journals serving on %s", f.journals, strings.Join(c.addrs(), ","))
 
 	nodes := inventory("storm", f.agents)
+	var tpms *simFleet
+	if f.tpm {
+		f.tpmDir = filepath.Join(dir, "tpm")
+		if tpms, err = makeSimFleet(f.tpmDir, f.tpmEK, nodes); err != nil {
+			return nil, fmt.Errorf("-tpm: %w", err)
+		}
+		for i := range nodes {
+			nodes[i].ekHash = tpms.tpms[i].ekHash
+		}
+		if err := c.setBootPolicy(tpms); err != nil {
+			return nil, fmt.Errorf("-tpm: %w", err)
+		}
+	}
 	regTook, err := c.registerBatch(nodes)
 	if err != nil {
 		return nil, err
@@ -320,7 +351,7 @@ func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutc
 		life, stop := context.WithCancel(context.Background())
 		agents := benchAgents(nodes, 0, len(nodes))
 		cl.add(func() { stop(); stopAgents(agents) }) // before the journals stop
-		st, err := newStorm(f, c.addrs(), caFile, agents, life)
+		st, err := newStorm(f, c.addrs(), caFile, agents, tpms, life)
 		if err != nil {
 			return nil, err
 		}
@@ -339,6 +370,9 @@ func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutc
 	enrollRes.probe = probe.finish()
 	chk := &checks{}
 	chk.enroll(c, nodes, enrollRes)
+	if f.tpm {
+		chk.attested(stormEnroll, enrollRes, len(nodes))
+	}
 	if am, err := c.measureAgentProcess(dir, caFile); err != nil {
 		logf("a real pact-agent process: %v (not reported)", err)
 	} else {
@@ -368,6 +402,9 @@ func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutc
 		}
 		renewRes.probe = probe.finish()
 		chk.renew(c, nodes, renewRecs, renewRes)
+		if f.tpm {
+			chk.attested(stormRenew, renewRes, len(enrolled))
+		}
 		chk.renewEnds(ends, c.streamEnds(), renewalGraceOff(strings.Fields(f.journalArgs), strings.Fields(f.journalEnv)))
 	}
 	report(out, f, regTook, curve, signRate, signCPU, price, ceilE, enrollRes, ceilR, renewRes, chk)
@@ -516,6 +553,19 @@ func (k *checks) enroll(c *cluster, nodes []benchNode, r *stormResult) {
 	}
 }
 
+// attested confirms a -tpm storm with the journals: every one of the n
+// nodes went through a TPM round whose quote the boot policy matched
+// (pact_journal_boot_policy_verdicts_total{verdict="match"}), and no
+// answer was a refusal, so the storm measured attestations, not refusals.
+func (k *checks) attested(kind stormKind, r *stormResult, n int) {
+	if m := r.bootVerdicts["match"]; m < float64(n) {
+		k.fail("%s storm (-tpm): the journals' boot policy matched %.0f quotes for %d nodes (verdicts %v)", kind, m, n, r.bootVerdicts)
+	}
+	if x := r.journalCount["refused"]; x > 0 {
+		k.fail("%s storm (-tpm): the journals refused %.0f attempts", kind, x)
+	}
+}
+
 // activeAgainWait is how long the final check waits for nodes marked
 // Inactive during a long storm to be listed Active again: three digest
 // intervals (10 s each by default).
@@ -552,6 +602,22 @@ func (k *checks) renew(c *cluster, nodes []benchNode, recs []agentRecord, r *sto
 	if k.renewStreams != len(nodes) {
 		k.fail("renew storm: the journals hold %d streams for %d nodes", k.renewStreams, len(nodes))
 	}
+}
+
+// sumByLabel sums name by label over the running journals.
+func (c *cluster) sumByLabel(name, label string) map[string]float64 {
+	out := map[string]float64{}
+	for i := range c.journals {
+		if !c.running(i) {
+			continue
+		}
+		if m, err := c.metrics(i); err == nil {
+			for k, v := range metricByLabel(m, name, label) {
+				out[k] += v
+			}
+		}
+	}
+	return out
 }
 
 // sumMetric sums every sample of name over the running journals.
@@ -603,6 +669,7 @@ func runOneStorm(c *cluster, lg loadgen, kind stormKind, idxs []int, f stormFlag
 	batches0, batched0 := c.sumMetric("pact_journal_activation_batch_size_count"), c.sumMetric("pact_journal_activation_batch_size_sum")
 	ct0, ctOK := conntrackDrops()
 	timings0 := c.timings()
+	verdicts0 := c.sumByLabel("pact_journal_boot_policy_verdicts_total", "verdict")
 	var perf *exec.Cmd
 	if f.perf {
 		perf = startPerf(c.pids(), filepath.Join(dir, "perf-"+kind.String()+".data"))
@@ -631,6 +698,12 @@ func runOneStorm(c *cluster, lg loadgen, kind stormKind, idxs []int, f stormFlag
 		res.conntrackDrops = int64(ct1 - ct0)
 	} else {
 		res.conntrackDrops = -1
+	}
+	res.bootVerdicts = map[string]float64{}
+	for k, v := range c.sumByLabel("pact_journal_boot_policy_verdicts_total", "verdict") {
+		if d := v - verdicts0[k]; d != 0 {
+			res.bootVerdicts[k] = d
+		}
 	}
 	res.journalCount = map[string]float64{}
 	a, b := e0, e1
@@ -798,6 +871,13 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		fmt.Fprintf(out, "renew: attempts by kind %v; failed attempts %v; journals answered %v; %d nodes hold the new certificate; %d attempts on a new channel (%.2f per renewed node)\n",
 			r.byOp, r.failures, r.journalCount, chk.renewed, r.channels, perRenewal(r.channels, chk.renewed))
 	}
+	if f.tpm {
+		fmt.Fprintf(out, "TPM attestation (-tpm, simulated TPMs with %s EKs): enroll: %.0f TPM challenges, boot policy verdicts %v, %.0f enrollments refused", ekName(f.tpmEK), e.journalCount["tpm_challenge"], e.bootVerdicts, e.journalCount["refused"])
+		if r != nil {
+			fmt.Fprintf(out, "; renew: %.0f TPM challenges, boot policy verdicts %v, %.0f renewals refused", r.journalCount["tpm_challenge"], r.bootVerdicts, r.journalCount["refused"])
+		}
+		fmt.Fprintln(out)
+	}
 	fmt.Fprintf(out, "enroll: the journals' connection timings (slot wait, TLS handshake, accept to first call; medians and 99th percentiles): %s\n", timingLine(e.timings))
 	if r != nil {
 		fmt.Fprintf(out, "renew: the journals' connection timings: %s\n", timingLine(r.timings))
@@ -907,6 +987,13 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		"probe_ceiling_us":                round(us(ceilE.probe), 1),
 		"probe_storm_us":                  round(us(e.probe), 1),
 		"probe_slowdown":                  round(ratio(e.probe, ceilE.probe), 3),
+		"tpm":                             f.tpm,
+		"enroll_refused":                  e.journalCount["refused"],
+		"enroll_tpm_challenges":           e.journalCount["tpm_challenge"],
+		"boot_policy_verdicts":            e.bootVerdicts,
+	}
+	if f.tpm {
+		js["tpm_ek"] = ekName(f.tpmEK)
 	}
 	if am := e.agentProc; am != nil {
 		js["agent_process_rss_mb"] = round(mb(am.rss), 1)
@@ -921,6 +1008,9 @@ func report(out io.Writer, f stormFlags, regTook time.Duration, curve tls.CurveI
 		js["renew_stream_drops_by_reason"] = chk.renewDropsBy
 		js["renew_stream_handovers"] = chk.renewHandovers
 		js["renew_failed"] = r.failed
+		js["renew_refused"] = r.journalCount["refused"]
+		js["renew_tpm_challenges"] = r.journalCount["tpm_challenge"]
+		js["renew_boot_policy_verdicts"] = r.bootVerdicts
 		js["renew_journal_timings"] = r.timings
 		js["renew_seconds"] = round(r.wall.Seconds(), 3)
 		js["renew_per_s"] = round(r.perSec, 1)

@@ -122,6 +122,9 @@ func (w workerFlags) args() []string {
 	if w.memprofile != "" {
 		a = append(a, "-memprofile", w.memprofile)
 	}
+	if w.tpm {
+		a = append(a, "-tpm-dir", w.tpmDir)
+	}
 	return a
 }
 
@@ -141,6 +144,7 @@ func runWorker(args []string) int {
 	fs.IntVar(&w.concurrency, "concurrency", 0, "this worker's share of storm -concurrency")
 	fs.StringVar(&w.cpuprofile, "cpuprofile", "", "write FILE.enroll.wN and FILE.renew.wN")
 	fs.StringVar(&w.memprofile, "memprofile", "", "write FILE.wN after the enrollment storm")
+	fs.StringVar(&w.tpmDir, "tpm-dir", "", "storm -tpm: the simulated TPMs' keys and event logs")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -157,10 +161,18 @@ func runWorker(args []string) int {
 
 func workerMain(w workerFlags, in io.Reader, out io.Writer) error {
 	checkFiles(w.to - w.from)
-	agents := benchAgents(inventory("storm", w.agents), w.from, w.to)
+	nodes := inventory("storm", w.agents)
+	agents := benchAgents(nodes, w.from, w.to)
+	var tpms *simFleet
+	if w.tpmDir != "" {
+		var err error
+		if tpms, err = loadSimFleet(w.tpmDir, nodes, w.from, w.to); err != nil {
+			return err
+		}
+	}
 	life, stop := context.WithCancel(context.Background())
 	defer func() { stop(); stopAgents(agents) }()
-	st, err := newStorm(w.stormFlags, strings.Split(w.addrs, ","), w.caFile, agents, life)
+	st, err := newStorm(w.stormFlags, strings.Split(w.addrs, ","), w.caFile, agents, tpms, life)
 	if err != nil {
 		return err
 	}
