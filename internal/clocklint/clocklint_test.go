@@ -81,8 +81,6 @@ var pending = []string{
 	"journal/connlimit/evict_test.go:TestEvictionUnderConcurrentAcceptsHandshakesAndCloses",
 	"journal/connlimit/vouch_test.go:TestAtTheCapVouchedAndProvenConnectionsGoLast",
 	"journal/disk_test.go:TestDiskFullStopsWritesCleanly",
-	"journal/journaltest/journaltest.go:Cluster.Leader",
-	"journal/journaltest/journaltest.go:Harness.Register",
 	"journal/peerbinding_test.go:TestRecordedJournalCAAfterRevocationServesAgain",
 	"journal/peerbinding_test.go:TestRevokingTheLeadersJournalCAElectsAnother",
 	"journal/quorum_test.go:waitQuorumID",

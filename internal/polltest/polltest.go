@@ -10,6 +10,7 @@
 package polltest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -51,4 +52,21 @@ func UntilWoken(t testing.TB, wake <-chan struct{}, timeout, interval time.Durat
 			return
 		}
 	}
+}
+
+// Last keeps what a condition saw last, for the failure message: pass
+// &last among the arguments and set last.Err (or last.Value) in cond; the
+// message then shows it as it was when the wait gave up, not as it was
+// when Until was called.
+type Last struct {
+	Err   error
+	Value any
+}
+
+// String prints the last error, else the last value.
+func (l *Last) String() string {
+	if l.Err != nil {
+		return l.Err.Error()
+	}
+	return fmt.Sprint(l.Value)
 }

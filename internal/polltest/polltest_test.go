@@ -95,3 +95,20 @@ func TestUntilWokenChecksOnEveryWake(t *testing.T) {
 		}
 	})
 }
+
+// Last shows in the failure message what cond saw last.
+func TestLastShowsWhatCondSawLast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var last polltest.Last
+		n := 0
+		ft := &fatalT{TB: t}
+		polltest.Until(ft, 3*time.Millisecond, time.Millisecond, func() bool {
+			n++
+			last.Err = fmt.Errorf("try %d", n)
+			return false
+		}, "gave up: %v", &last)
+		if want := fmt.Sprintf("gave up: try %d", n); ft.msg != want {
+			t.Fatalf("failure %q, want %q", ft.msg, want)
+		}
+	})
+}

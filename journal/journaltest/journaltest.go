@@ -268,20 +268,19 @@ func (h *Harness) IssueAdminPEM(t testing.TB, name, role string) (certPEM, keyPE
 // a test that registers a node as its set-up is not about that.
 func (h *Harness) Register(t testing.TB, nodeID string, bmc string, macs ...string) *pactv1.Node {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var node *pactv1.Node
+	polltest.Until(t, 30*time.Second, 50*time.Millisecond, func() bool {
 		resp, err := h.AdminClient(t).RegisterNode(context.Background(), &pactv1.RegisterNodeRequest{
 			NodeId:   nodeID,
 			Hardware: &pactv1.HardwareIdentity{Macs: macs, BmcSerial: bmc},
 		})
-		if err == nil {
-			return resp.GetNode()
-		}
-		if apierr.FromError(err).Reason != apierr.NoLeader || time.Now().After(deadline) {
+		if err != nil && apierr.FromError(err).Reason != apierr.NoLeader {
 			t.Fatalf("register %s: %v", nodeID, err)
 		}
-		time.Sleep(50 * time.Millisecond) // a new leader is being elected
-	}
+		node = resp.GetNode()
+		return err == nil // else a new leader is being elected
+	}, "register %s: NO_LEADER for 30s", nodeID)
+	return node
 }
 
 // Key is an agent key pair and its CSR.
@@ -439,15 +438,13 @@ func (c *Cluster) StopMember(t testing.TB, i int) {
 // follower that has not heard from the new leader yet answers NO_LEADER.
 func (c *Cluster) Leader(t testing.TB) int {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if i, ok := c.agreedLeader(); ok {
-			return i
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("no leader known to every running member within 20s")
-	return -1
+	leader := -1
+	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		i, ok := c.agreedLeader()
+		leader = i
+		return ok
+	}, "no leader known to every running member within 20s")
+	return leader
 }
 
 func (c *Cluster) agreedLeader() (int, bool) {
