@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"strings"
 	"syscall"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/tlsalert"
 )
 
 // Failure reasons: why the agent could not enroll, renew, move its channel
@@ -116,10 +116,9 @@ func classify(err error, id *identity.Identity, now time.Time) string {
 		// A journal's certificate not valid at the agent's time, beyond
 		// what the agent bridges (skew.go): the clocks, not the trust.
 		return ReasonClockSkew
-	case strings.Contains(err.Error(), "remote error: tls: bad certificate"):
+	case refusedCertificate(err):
 		// The journal refused this identity's certificate in the TLS
-		// handshake (a chain to no authority it trusts); the alert crosses
-		// gRPC as text only.
+		// handshake (a chain to no authority it trusts).
 		return ReasonIdentityRefused
 	case errors.As(err, &verr), errors.As(err, &unknown), errors.As(err, &invalid), errors.As(err, &host):
 		return ReasonServerTLSUntrusted
@@ -163,6 +162,16 @@ func classify(err error, id *identity.Identity, now time.Time) string {
 		return ReasonEndpointUnreachable
 	}
 	return ReasonOther
+}
+
+// refusedCertificate reports whether the journal refused the agent's
+// certificate with the bad_certificate alert: in the handshake, or (TLS
+// 1.3) on the first read after it. The alert crosses gRPC as text only;
+// the channel's credentials put it back, typed (channel.ClientCredentials,
+// tlsalert).
+func refusedCertificate(err error) bool {
+	a, ok := tlsalert.Received(err)
+	return ok && a == tlsalert.BadCertificate
 }
 
 // refusal reports whether err is a final answer about this node's

@@ -233,6 +233,10 @@ func TestClassify(t *testing.T) {
 		{"unauthenticated", apierr.Status(apierr.Unauthenticated, 0, "who").Err(), valid, ReasonIdentityRefused},
 		{"permission denied", apierr.Status(apierr.PermissionDenied, 0, "who").Err(), valid, ReasonIdentityRefused},
 		{"wrong node", fmt.Errorf("x: %w", channel.ErrWrongNode), valid, ReasonIdentityRefused},
+		// A journal's refusal of the certificate is read from the alert
+		// itself (tlsalert, TestBootstrapIdentityThenJournal), never from
+		// the words of an error.
+		{"an alert in words only", status.Error(codes.Unavailable, `connection error: desc = "error reading server preface: remote error: tls: bad certificate"`), valid, ReasonEndpointUnreachable},
 		{"rate limited", apierr.Status(apierr.RateLimited, time.Second, "busy").Err(), nil, ReasonRateLimited},
 		{"no leader", apierr.Status(apierr.NoLeader, 0, "election").Err(), nil, ReasonJournalUnavailable},
 		{"not enrolled", apierr.Status(apierr.NodeNotEnrolled, 0, "who").Err(), nil, ReasonEnrollmentRefused},

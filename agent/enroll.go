@@ -10,7 +10,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/identity"
@@ -148,13 +147,13 @@ func (a *Agent) callEnroll(ctx context.Context, addr string, req *pactv1.EnrollR
 	defer hcancel()
 	raw, err := a.dial(hctx, addr)
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "connection error: desc = \"transport: error while dialing: %v\"", err)
+		return nil, &connError{stage: stageDial, err: err}
 	}
 	creds := channel.NewClientCredentials(a.cfg.KeyExchange.Apply(channel.ClientTLSConfig(a.rot.Roots(), nil, a.cfg.Clock.Now)))
 	tlsConn, info, err := creds.ClientHandshake(hctx, addr, raw)
 	if err != nil {
 		_ = raw.Close()
-		return nil, creds.Explain(status.Errorf(codes.Unavailable, "connection error: desc = \"transport: authentication handshake failed: %v\"", err))
+		return nil, creds.Explain(&connError{stage: stageHandshake, err: err})
 	}
 	opts := append(transport.ClientOptions(), a.cfg.DialOptions...)
 	opts = append(opts, grpc.WithTransportCredentials(handshaken{info: info}), grpc.WithContextDialer(oneConn(tlsConn)))

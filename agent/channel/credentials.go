@@ -21,6 +21,7 @@ import (
 
 	"github.com/pact-hpc/pact/identity"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/tlsalert"
 	"github.com/pact-hpc/pact/internal/transport"
 )
 
@@ -69,11 +70,14 @@ func ClientTLSConfig(roots []*x509.Certificate, id *identity.Identity, now func(
 }
 
 // ClientCredentials are gRPC TLS credentials that remember why the latest
-// handshake failed. gRPC reports a failed handshake as UNAVAILABLE with the
+// handshake failed, and the alert by which the journal refused it after
+// the agent's side of it was done (TLS 1.3 checks the client's
+// certificate then; tlsalert). gRPC reports both as UNAVAILABLE with the
 // reason in text only; Explain puts the typed TLS error (an
-// x509.UnknownAuthorityError, a tls.CertificateVerificationError...) back
-// into the call's error, so callers can tell an untrusted server from an
-// unreachable one with errors.As.
+// x509.UnknownAuthorityError, a tls.CertificateVerificationError, the
+// journal's alert...) back into the call's error, so callers can tell an
+// untrusted server, a refused certificate and an unreachable journal
+// apart with errors.As and tlsalert.Received.
 type ClientCredentials struct {
 	credentials.TransportCredentials
 	rec *handshakeRecord
@@ -83,6 +87,9 @@ type handshakeRecord struct {
 	mu    sync.Mutex
 	err   error
 	tried bool // a connection was made and a handshake begun
+	// alert records the alert read on the latest connection whose
+	// handshake succeeded here, if the journal sent one.
+	alert *tlsalert.Record
 }
 
 // NewClientCredentials wraps cfg.
@@ -94,8 +101,13 @@ func NewClientCredentials(cfg *tls.Config) *ClientCredentials {
 // journal's busy answer (internal/transport) ends it with a *transport.BusyError.
 func (c *ClientCredentials) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, transport.BusyAware(raw))
+	var alert *tlsalert.Record
+	if err == nil {
+		alert = &tlsalert.Record{}
+		conn = tlsalert.Watch(conn, alert)
+	}
 	c.rec.mu.Lock()
-	c.rec.err, c.rec.tried = err, true
+	c.rec.err, c.rec.tried, c.rec.alert = err, true, alert
 	c.rec.mu.Unlock()
 	return conn, info, err
 }
@@ -112,8 +124,9 @@ func (c *ClientCredentials) HandshakeError() error {
 	return c.rec.err
 }
 
-// Explain adds the latest handshake error to a call's UNAVAILABLE error; it
-// returns other errors as they are. A call that failed UNAVAILABLE or
+// Explain adds the latest handshake error to a call's UNAVAILABLE error,
+// or the alert the journal sent after the handshake (which adds nothing to
+// the text); it returns other errors as they are. A call that failed UNAVAILABLE or
 // DEADLINE_EXCEEDED before any connection reached a handshake (refused,
 // no route, timed out) is marked ErrNoConnection: no journal spent work on
 // it. The result still carries the gRPC status.
@@ -123,13 +136,16 @@ func (c *ClientCredentials) Explain(err error) error {
 		return err
 	}
 	c.rec.mu.Lock()
-	herr, tried := c.rec.err, c.rec.tried
+	herr, tried, alert := c.rec.err, c.rec.tried, c.rec.alert
 	c.rec.mu.Unlock()
 	switch {
 	case !tried:
 		return fmt.Errorf("%w: %w", ErrNoConnection, err)
 	case herr != nil && code == codes.Unavailable:
 		return fmt.Errorf("%w (TLS handshake: %w)", err, herr)
+	case alert.Err() != nil && code == codes.Unavailable:
+		// gRPC's message names the alert already.
+		return fmt.Errorf("%w%.0w", err, alert.Err())
 	}
 	return err
 }
