@@ -20,6 +20,11 @@
 // scale-cpu runs the storm and the floor at several sizes and prints the
 // journals' CPU per agent at each (scalecpu.go).
 //
+// tpm-cost runs the storm without TPMs and then with every node attesting
+// (storm -tpm: TPMs simulated in the load generator, simtpm.go), back to
+// back, and reports what attestation costs the journals per enrollment
+// and renewal (tpmcost.go).
+//
 // peer issues the same number of certificates from pact's journals and
 // from step-ca, a new TLS connection each, and compares the servers' CPU
 // per certificate (peer.go, stepca.go).
@@ -32,6 +37,7 @@
 //	stormbench [storm] -bin bin -agents 10000
 //	stormbench pair -bin bin -agents 10000 -pairs 3
 //	stormbench scale-cpu -bin bin -sizes 1000,3000,10000,30000
+//	stormbench tpm-cost -bin bin -agents 3000 -pairs 1
 //	stormbench peer -bin bin -stepca .tools/step-ca -certs 10000 -clients 32,256
 //	stormbench scale -bin bin -nodes 100000
 //
@@ -76,12 +82,14 @@ func main() {
 		code = runPeer(args)
 	case "scale-cpu":
 		code = runScaleCPU(args)
+	case "tpm-cost":
+		code = runTPMCost(args)
 	case "floor-journal": // hidden: storm -floor starts its stub journals (floor.go)
 		code = runFloorJournal(args)
 	case "storm-worker": // hidden: storm starts it when the agents need more than one process (workers.go)
 		code = runWorker(args)
 	default:
-		fmt.Fprintf(os.Stderr, "stormbench: unknown mode %q (want storm, pair, scale-cpu, peer or scale)\n", mode)
+		fmt.Fprintf(os.Stderr, "stormbench: unknown mode %q (want storm, pair, scale-cpu, tpm-cost, peer or scale)\n", mode)
 		code = 2
 	}
 	os.Exit(code)
