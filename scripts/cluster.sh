@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Runs a three-journal pact quorum on loopback: `cluster.sh up` / `cluster.sh down`,
+# or two federated domains: `cluster.sh domains-up` / `cluster.sh domains-down`
+# (make cluster-domains; state in $DOMAINS_DIR, default ./.pact-domains),
 # `cluster.sh join jN` to add an empty journal jN to the running quorum, and
 # `cluster.sh stop jN` to stop one journal (`up` starts what is not running,
 # with the binaries in $BIN: how docs/upgrade.md upgrades one at a time).
@@ -209,10 +211,91 @@ down() {
   echo "stopped; state kept in $DIR (rm -rf $DIR to start afresh)"
 }
 
+# Two federated domains for a newcomer (docs/domains.md, "Try it"): a.example
+# and b.example, each one --dev journal under a root of its own, state in
+# $DOMAINS_DIR/a and $DOMAINS_DIR/b. Journal gRPC on 127.0.0.1:7471 (a) and
+# 7472 (b), bundle endpoints (and claim feeds) on 8471 and 8472, metrics on
+# 7481 and 7482; claims polled every 2 s. Each federates the other: A with
+# policy warn, B with policy refuse. Writes $DOMAINS_DIR/a.env and b.env
+# with the exports for the CLI.
+DOMAINS_DIR=${DOMAINS_DIR:-.pact-domains}
+
+domains_up() {
+  mkdir -p "$DOMAINS_DIR"
+  local abs
+  abs=$(cd "$DOMAINS_DIR" && pwd)
+  local d i
+  for d in a b; do
+    i=1; [ $d = b ] && i=2
+    if [ -f "$DOMAINS_DIR/$d.pid" ] && kill -0 "$(cat "$DOMAINS_DIR/$d.pid")" 2>/dev/null; then
+      echo "domain $d.example is already running (pid $(cat "$DOMAINS_DIR/$d.pid"))"
+    else
+      "$BIN/pact-journal" --dev --domain "$d.example" --data-dir "$DOMAINS_DIR/$d" \
+        --listen "127.0.0.1:$((7470 + i))" --metrics-listen "127.0.0.1:$((7480 + i))" \
+        --bundle-endpoint-listen "127.0.0.1:$((8470 + i))" --digest-interval 2s >"$DOMAINS_DIR/$d.log" 2>&1 &
+      echo $! >"$DOMAINS_DIR/$d.pid"
+    fi
+    cat >"$DOMAINS_DIR/$d.env" <<ENV
+export PACT_JOURNAL=127.0.0.1:$((7470 + i))
+export PACT_CA=$abs/$d/ca.pem
+export PACT_CERT=$abs/$d/admin.pem
+export PACT_KEY=$abs/$d/admin-key.pem
+ENV
+  done
+  for d in a b; do
+    local up=0
+    for _ in $(seq 1 150); do
+      if grep -q 'serving on' "$DOMAINS_DIR/$d.log" 2>/dev/null; then up=1; break; fi
+      if ! kill -0 "$(cat "$DOMAINS_DIR/$d.pid")" 2>/dev/null; then break; fi
+      sleep 0.2
+    done
+    if [ $up = 0 ]; then
+      echo "domain $d.example did not start; see $DOMAINS_DIR/$d.log" >&2
+      return 1
+    fi
+  done
+  # Each federates the other (a replacement when already federated): its
+  # bundle endpoint and its root as the bootstrap bundle. A fresh journal
+  # raises its quorum feature level to 3 (federation's) within moments:
+  # QUORUM_VERSION (exit 6) until then is tried again.
+  local from to policy out
+  for from in a b; do
+    if [ $from = a ]; then to=b; policy=warn; else to=a; policy=refuse; fi
+    local port=8471; [ $to = b ] && port=8472
+    for try in $(seq 1 50); do
+      if out=$(. "$DOMAINS_DIR/$from.env" && "$BIN/pact" domain federate "$to.example" \
+        --endpoint "https://127.0.0.1:$port/" --bundle "$abs/$to/ca.pem" --policy $policy 2>&1); then
+        break
+      fi
+      if [ "$try" = 50 ]; then echo "$from.example could not federate $to.example: $out" >&2; return 1; fi
+      sleep 0.2
+    done
+    echo "$from.example federates $to.example (policy $policy)"
+  done
+  echo "two federated domains: a.example on 127.0.0.1:7471, b.example on 127.0.0.1:7472 (bundle endpoints 127.0.0.1:8471, 8472)"
+  echo "state and logs in $DOMAINS_DIR/; for the CLI:  source $DOMAINS_DIR/a.env && $BIN/pact domain list   (b.env for b.example)"
+}
+
+domains_down() {
+  local d pid
+  for d in a b; do
+    [ -f "$DOMAINS_DIR/$d.pid" ] || continue
+    pid=$(cat "$DOMAINS_DIR/$d.pid")
+    if kill "$pid" 2>/dev/null; then
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$DOMAINS_DIR/$d.pid"
+  done
+  echo "stopped; state kept in $DOMAINS_DIR (rm -rf $DOMAINS_DIR to start afresh)"
+}
+
 case "${1:-}" in
   up) up ;;
   down) down ;;
   join) join "${2:-}" ;;
   stop) stop "${2:-}" ;;
-  *) echo "usage: $0 up|down|join jN|stop jN" >&2; exit 2 ;;
+  domains-up) domains_up ;;
+  domains-down) domains_down ;;
+  *) echo "usage: $0 up|down|join jN|stop jN|domains-up|domains-down" >&2; exit 2 ;;
 esac
