@@ -170,8 +170,7 @@ func journalIdentity(key crypto.Signer, roots *x509.CertPool, chainDER, bundleDE
 // once. It is chosen once per certificate.
 func renewalTime(id *identity.Identity, fraction float64) time.Time {
 	leaf := id.Chain[0]
-	life := id.NotAfter.Sub(leaf.NotBefore)
-	return leaf.NotBefore.Add(time.Duration(float64(life)*fraction) + jitter(life/20))
+	return renewalAt(leaf.NotBefore, id.NotAfter, fraction, jitter(id.NotAfter.Sub(leaf.NotBefore)/20))
 }
 
 // readJoinToken reads the join token file. Its content never reaches a log

@@ -156,12 +156,14 @@ func (a *Agent) loop(ctx context.Context, cascade *identity.Cascade) error {
 	}
 }
 
-// step does whatever is due now, in order: notice a stream that ended,
-// connect when there is no live stream, enroll when there is no identity
-// worth having, move to a better identity, keep a standby on SPIRE, renew
-// the journal-signed certificate, write the identity files. It returns
-// when to look again (zero: only on a signal; not after now: at once) or a
-// final refusal. Each phase applies the same ladder to its attempt's
+// step does whatever is due now. It notices a stream that ended, then
+// gathers the facts (facts), asks plan what is due, acts on it (do), and
+// asks again for what remains: connect when there is no live stream,
+// enroll when there is no identity worth having, move to a better
+// identity, keep a standby on SPIRE, renew the journal-signed
+// certificate, write the identity files, in that order. It returns when
+// to look again (zero: only on a signal; not after now: at once) or a
+// final refusal. Each action applies the same ladder to its attempt's
 // result (outcomeOf); the first to end the step early (a verdict) ends it.
 func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 	r := &round{ctx: ctx, s: s, now: a.cfg.Clock.Now(), act: a.rot.Active()}
@@ -173,26 +175,124 @@ func (a *Agent) step(ctx context.Context, s *loopState) (time.Time, error) {
 	if r.alive {
 		a.stepStreamAlive(r)
 	}
-	for _, phase := range [...]func(*round) *verdict{a.stepConnect, a.stepEnroll, a.stepMove, a.stepStandby, a.stepRenew} {
-		if v := phase(r); v != nil {
+	var done actions
+	for {
+		act, next := plan(r.now, a.facts(r, done))
+		if act == actNone {
+			if !next.IsZero() {
+				r.next.at(next)
+			}
+			return r.next.t, nil
+		}
+		done.add(act)
+		if v := a.do(r, act); v != nil {
 			if v.err != nil {
 				return r.next.t, v.err
 			}
 			return v.at, nil
 		}
 	}
-	a.stepFiles(r)
-	return r.next.t, nil
 }
 
-// round is one step: what the phases share.
+// round is one step: what its actions share.
 type round struct {
 	ctx   context.Context
 	s     *loopState
 	now   time.Time        // taken once, at the step's start
 	act   *channel.Channel // the active channel at the step's start
 	alive bool             // act's stream lived after its end was noticed
-	next  soonest          // when to look again
+	next  soonest          // when to look again, as the actions taken set it
+
+	want        *identity.Identity  // what actMove moves to (facts)
+	filesKey    string              // what the identity files should hold (facts)
+	filesBundle []*x509.Certificate // the bundle they should hold
+}
+
+// facts gathers what plan decides from, for the actions not done yet in
+// this step. It keeps the per-certificate choices (the renewal and
+// standby times, the move's retry) in the loop state, and tells the
+// status when the next renewal is due.
+func (a *Agent) facts(r *round, done actions) facts {
+	s, act := r.s, r.act
+	f := facts{done: done, alive: r.alive, connect: s.connect, enroll: s.enroll, filesRetry: s.files}
+	if !done.has(actEnroll) {
+		f.needEnroll = a.needEnroll(r.ctx, act, r.alive)
+	}
+	if !done.has(actMove) && r.alive {
+		r.want = a.wanted(r.ctx, act.Identity())
+		if r.want != nil {
+			if key := idKey(r.want); key != s.upgradeKey {
+				s.upgradeKey, s.upgrade = key, retry{}
+			}
+			f.moveTo = true
+		}
+		f.upgrade = s.upgrade
+	}
+	if !done.has(actStandby) && r.alive && act.Identity().Source == identity.SourceSPIRE {
+		f.standby = true
+		if sp := a.spireProvider(); sp != nil {
+			f.giveUpAt = sp.GiveUpAt(act.Identity())
+		}
+		f.standbyAt, _ = a.standbyDue(r.ctx, s, r.now)
+	}
+	if !done.has(actRenew) {
+		a.setNextRenewal(a.renewalFacts(r, &f))
+	}
+	if !done.has(actFiles) && act != nil && a.files.enabled() && act.Identity().Source != identity.SourceStatic {
+		id := act.Identity()
+		bundle, gen := a.publishedBundle(id)
+		r.filesKey, r.filesBundle = fmt.Sprintf("%s/%d", idKey(id), gen), bundle
+		f.files = r.filesKey != s.written
+	}
+	return f
+}
+
+// renewalFacts fills f's facts about renewing the journal-signed
+// certificate the live channel presents, and returns when that renewal is
+// next due (zero: not on one).
+func (a *Agent) renewalFacts(r *round, f *facts) time.Time {
+	s, act := r.s, r.act
+	if !r.alive || act.Identity().Source != identity.SourceJournal {
+		return time.Time{}
+	}
+	id := act.Identity()
+	if held := a.renewedAhead(r.ctx, id); held != nil {
+		// The renewal is done: what is pending is the move onto its
+		// certificate (actMove, paced like a connect). Renewing the
+		// channel's certificate again would be refused as stale.
+		if s.renewFor != held.Serial() {
+			s.renewFor, s.renewAt = held.Serial(), renewalTime(held, a.cfg.RenewAt)
+		}
+		return s.renewAt
+	}
+	if s.renewFor != id.Serial() {
+		s.renewFor, s.renewAt = id.Serial(), renewalTime(id, a.cfg.RenewAt)
+	}
+	told, _ := a.renewNow.Load().(string) // the journal asked: its intermediate is being retired
+	f.renewing = true
+	f.renew = renewFacts{at: s.renewAt, now: told == id.Serial(), last: s.lastRenew, minInterval: a.cfg.MinRenewInterval, retry: s.renew}
+	return f.renew.due(r.now)
+}
+
+// do takes the action plan chose and judges its outcome: a verdict ends
+// the step; nil goes on to what plan finds next, the action having noted
+// when it wants to be tried again (r.next).
+func (a *Agent) do(r *round, act action) *verdict {
+	switch act {
+	case actConnect:
+		return a.doConnect(r)
+	case actEnroll:
+		return a.doEnroll(r)
+	case actMove:
+		return a.doMove(r)
+	case actStandby:
+		return a.doStandby(r)
+	case actRenew:
+		return a.doRenew(r)
+	case actFiles:
+		a.doFiles(r)
+	}
+	return nil
 }
 
 // soonest is the earliest of the times a step's phases want to look again
@@ -268,35 +368,30 @@ func (a *Agent) stepStreamAlive(r *round) {
 	}
 }
 
-// stepConnect: there is no live stream; connect with the best identity
+// doConnect: there is no live stream; connect with the best identity
 // that works.
-func (a *Agent) stepConnect(r *round) *verdict {
+func (a *Agent) doConnect(r *round) *verdict {
 	s := r.s
-	if r.alive {
+	err := a.connect(r.ctx)
+	switch outcomeOf(err, a.bridge) {
+	case outProgressed:
+		return again(r.now)
+	case outRefused:
+		return stop(refusedBy("", err))
+	case outNothingYet:
+		// No identity to connect with: an enrollment (actEnroll, on its
+		// own retry) or a provider's change (the cascade's signal)
+		// brings one. Waking at this retry's deadline, which has passed,
+		// would spin the loop until then: a node whose journal identity
+		// was dropped and whose enrollment backs off burned a core
+		// (found by the 30,000-agent renewal storm: its load generator
+		// spent half its CPU here).
 		return nil
-	}
-	if s.connect.due(r.now) {
-		err := a.connect(r.ctx)
-		switch outcomeOf(err, a.bridge) {
-		case outProgressed:
-			return again(r.now)
-		case outRefused:
-			return stop(refusedBy("", err))
-		case outNothingYet:
-			// No identity to connect with: an enrollment (stepEnroll, on
-			// its own retry) or a provider's change (the cascade's
-			// signal) brings one. Waking at this retry's deadline, which
-			// has passed, would spin the loop until then: a node whose
-			// journal identity was dropped and whose enrollment backs
-			// off burned a core (found by the 30,000-agent renewal
-			// storm: its load generator spent half its CPU here).
-			return nil
-		case outRebase:
-			return a.onNewClock(s)
-		default:
-			// connect dropped a refused journal identity itself.
-			s.connect.retryAfter(a, err, 0)
-		}
+	case outRebase:
+		return a.onNewClock(s)
+	default:
+		// connect dropped a refused journal identity itself.
+		s.connect.retryAfter(a, err, 0)
 	}
 	if s.connect.attempt > 0 || s.connect.busy {
 		r.next.at(s.connect.notBefore)
@@ -304,74 +399,56 @@ func (a *Agent) stepConnect(r *round) *verdict {
 	return nil
 }
 
-// stepEnroll: no journal-signed identity, and no live SVID channel.
-func (a *Agent) stepEnroll(r *round) *verdict {
+// doEnroll: no journal-signed identity, and no live SVID channel.
+func (a *Agent) doEnroll(r *round) *verdict {
 	s := r.s
-	if !a.needEnroll(r.ctx, r.act, r.alive) {
-		return nil
-	}
-	if s.enroll.due(r.now) {
-		// enroll bridges the clock itself (errBridged).
-		err := a.enroll(r.ctx)
-		switch outcomeOf(err, nil) {
-		case outProgressed:
-			s.enroll, s.connect = retry{}, retry{}
-			return again(r.now)
-		case outRefused:
-			return stop(refusedBy("", err))
-		case outRebase:
-			return a.onNewClock(s)
-		default:
-			s.enroll.retryAfter(a, err, 0)
-		}
+	// enroll bridges the clock itself (errBridged).
+	err := a.enroll(r.ctx)
+	switch outcomeOf(err, nil) {
+	case outProgressed:
+		s.enroll, s.connect = retry{}, retry{}
+		return again(r.now)
+	case outRefused:
+		return stop(refusedBy("", err))
+	case outRebase:
+		return a.onNewClock(s)
+	default:
+		s.enroll.retryAfter(a, err, 0)
 	}
 	r.next.at(s.enroll.notBefore)
 	return nil
 }
 
-// stepMove moves the live channel to a better identity, a rotated one (a
-// renewed certificate whose own swap failed: stepRenew scheduled this
-// retry), or away from one its provider no longer offers. A failed move
-// is retried as a connect is (moveFailed).
-func (a *Agent) stepMove(r *round) *verdict {
-	s, act := r.s, r.act
-	if !r.alive {
-		return nil
+// doMove moves the live channel to a better identity, a rotated one (a
+// renewed certificate whose own swap failed: doRenew scheduled this
+// retry), or away from one its provider no longer offers (r.want). A
+// failed move is retried as a connect is (moveFailed).
+func (a *Agent) doMove(r *round) *verdict {
+	s, act, want := r.s, r.act, r.want
+	op := "upgrade"
+	switch {
+	case want.Source == act.Identity().Source:
+		op = "move" // a renewed or rotated certificate of the same source
+	case want.Source.Rank() < act.Identity().Source.Rank():
+		op = "fallback"
 	}
-	want := a.wanted(r.ctx, act.Identity())
-	if want == nil {
-		return nil
-	}
-	key := idKey(want)
-	if key != s.upgradeKey {
-		s.upgradeKey, s.upgrade = key, retry{}
-	}
-	if s.upgrade.due(r.now) {
-		op := "upgrade"
-		switch {
-		case want.Source == act.Identity().Source:
-			op = "move" // a renewed or rotated certificate of the same source
-		case want.Source.Rank() < act.Identity().Source.Rank():
-			op = "fallback"
+	err := a.swapTo(r.ctx, op, want)
+	switch outcomeOf(err, a.bridge) {
+	case outProgressed:
+		s.upgrade = retry{}
+		if act.Identity().Source == identity.SourceJournal && want.Source == identity.SourceSPIRE {
+			// The SVID's first stream made the journal certificate this
+			// channel held the node's standby (raftfsm svidSeen): no
+			// need to ask for another.
+			a.setStandby(act.Identity().Serial())
 		}
-		err := a.swapTo(r.ctx, op, want)
-		switch outcomeOf(err, a.bridge) {
-		case outProgressed:
-			s.upgrade = retry{}
-			if act.Identity().Source == identity.SourceJournal && want.Source == identity.SourceSPIRE {
-				// The SVID's first stream made the journal
-				// certificate this channel held the node's standby
-				// (raftfsm svidSeen): no need to ask for another.
-				a.setStandby(act.Identity().Serial())
-			}
-			return again(r.now)
-		case outRefused:
-			return stop(refusedBy("", err))
-		case outRebase:
-			return a.onNewClock(s)
-		default:
-			a.moveFailed(s, want, err)
-		}
+		return again(r.now)
+	case outRefused:
+		return stop(refusedBy("", err))
+	case outRebase:
+		return a.onNewClock(s)
+	default:
+		a.moveFailed(s, want, err)
 	}
 	r.next.at(s.upgrade.notBefore)
 	return nil
@@ -404,22 +481,10 @@ func (a *Agent) renewedAhead(ctx context.Context, cur *identity.Identity) *ident
 	return held
 }
 
-// stepStandby: on SPIRE, hold a journal-signed standby, obtained and
-// renewed over the SVID channel, and wake when the SVID is to be given up.
-func (a *Agent) stepStandby(r *round) *verdict {
+// doStandby: on SPIRE, hold a journal-signed standby, obtained and
+// renewed over the SVID channel.
+func (a *Agent) doStandby(r *round) *verdict {
 	s, act := r.s, r.act
-	if !r.alive || act.Identity().Source != identity.SourceSPIRE {
-		return nil
-	}
-	if sp := a.spireProvider(); sp != nil && sp.GiveUpAt(act.Identity()).After(r.now) {
-		// Past it, the fall-back (stepMove) is under way, on its own retry.
-		r.next.at(sp.GiveUpAt(act.Identity()))
-	}
-	due, ok := a.standbyDue(r.ctx, s, r.now)
-	if !ok {
-		r.next.at(due)
-		return nil
-	}
 	// Asked over the live channel: no clock to bridge, and any failure,
 	// busy or not, backs off.
 	err := a.obtainStandby(r.ctx, act)
@@ -434,41 +499,11 @@ func (a *Agent) stepStandby(r *round) *verdict {
 	return again(r.now)
 }
 
-// stepRenew renews the journal-signed certificate the live channel
-// presents, and says when it is next due (none: not on one).
-func (a *Agent) stepRenew(r *round) *verdict {
+// doRenew renews the journal-signed certificate the live channel
+// presents.
+func (a *Agent) doRenew(r *round) *verdict {
 	s, act := r.s, r.act
-	if !r.alive || act.Identity().Source != identity.SourceJournal {
-		a.setNextRenewal(time.Time{})
-		return nil
-	}
 	id := act.Identity()
-	if held := a.renewedAhead(r.ctx, id); held != nil {
-		// The renewal is done: what is pending is the move onto its
-		// certificate (stepMove, paced like a connect). Renewing the
-		// channel's certificate again would be refused as stale.
-		if s.renewFor != held.Serial() {
-			s.renewFor, s.renewAt = held.Serial(), renewalTime(held, a.cfg.RenewAt)
-		}
-		a.setNextRenewal(s.renewAt)
-		return nil
-	}
-	if s.renewFor != id.Serial() {
-		s.renewFor, s.renewAt = id.Serial(), renewalTime(id, a.cfg.RenewAt)
-	}
-	due := s.renewAt
-	if told, _ := a.renewNow.Load().(string); told == id.Serial() {
-		due = r.now // the journal asked: its intermediate is being retired
-	}
-	if !s.lastRenew.IsZero() {
-		due = latest(due, s.lastRenew.Add(a.cfg.MinRenewInterval))
-	}
-	due = latest(due, s.renew.notBefore)
-	a.setNextRenewal(due)
-	if r.now.Before(due) {
-		r.next.at(due)
-		return nil
-	}
 	s.lastRenew = r.now
 	err := a.renew(r.ctx, act)
 	switch o := outcomeOf(err, a.bridge); o {
@@ -483,7 +518,7 @@ func (a *Agent) stepRenew(r *round) *verdict {
 			// RenewCert answered; the new channel failed (a busy
 			// journal, a health check or first event past its
 			// deadline). The renewal is done; the move onto its
-			// certificate is retried by stepMove as a connect would
+			// certificate is retried by doMove as a connect would
 			// be: at the time a busy journal named, or with backoff,
 			// while the old channel keeps streaming.
 			s.renew = retry{}
@@ -508,29 +543,18 @@ func (a *Agent) stepRenew(r *round) *verdict {
 	return again(r.now)
 }
 
-// stepFiles hands the identity to other services on the node.
-func (a *Agent) stepFiles(r *round) {
-	s, act := r.s, r.act
-	if act == nil || !a.files.enabled() || act.Identity().Source == identity.SourceStatic {
-		return
+// doFiles hands the identity to other services on the node.
+func (a *Agent) doFiles(r *round) {
+	s, id := r.s, r.act.Identity()
+	if err := a.files.write(id, r.filesBundle); err != nil {
+		a.fail("write identity files", err, nil)
+		s.files.failed(a, err, 0)
+	} else {
+		s.written, s.files = r.filesKey, retry{}
+		a.log.Info("identity files written", logkey.Source, id.Source, logkey.Serial, id.Serial(),
+			logkey.Dir, a.cfg.IdentityDir, logkey.KeyOut, a.cfg.KeyOut != "")
 	}
-	id := act.Identity()
-	bundle, gen := a.publishedBundle(id)
-	key := fmt.Sprintf("%s/%d", idKey(id), gen)
-	if key == s.written {
-		return
-	}
-	if s.files.due(r.now) {
-		if err := a.files.write(id, bundle); err != nil {
-			a.fail("write identity files", err, nil)
-			s.files.failed(a, err, 0)
-		} else {
-			s.written, s.files = key, retry{}
-			a.log.Info("identity files written", logkey.Source, id.Source, logkey.Serial, id.Serial(),
-				logkey.Dir, a.cfg.IdentityDir, logkey.KeyOut, a.cfg.KeyOut != "")
-		}
-	}
-	if s.written != key {
+	if s.written != r.filesKey {
 		r.next.at(s.files.notBefore)
 	}
 }
