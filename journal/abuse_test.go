@@ -19,6 +19,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -86,18 +87,15 @@ func TestStreamsPerCertificateAreCapped(t *testing.T) {
 	// Ending a stream gives its place back (once the journal has seen it
 	// end: the handler returns asynchronously).
 	cancels[0]()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	polltest.Until(t, 10*time.Second, time.Millisecond, func() bool {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
 		err := open(ctx)
-		if err == nil {
-			break
-		}
-		if apierr.FromError(err).Reason != apierr.TooManyStreams || time.Now().After(deadline) {
+		if err != nil && apierr.FromError(err).Reason != apierr.TooManyStreams {
 			t.Fatalf("after one stream ended: %v", err)
 		}
-	}
+		return err == nil
+	}, "after one stream ended: still TOO_MANY_STREAMS after 10s")
 }
 
 // rawCodec sends whatever bytes it is given, so a test can put a message

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -42,24 +43,25 @@ func holdBatches(j *journal.Journal) *heldBatches {
 // than one forwarded message holds goes out while the first is held).
 func (h *heldBatches) waitQueued(t *testing.T, n int) {
 	t.Helper()
-	guard := time.After(60 * time.Second) // a hang guard only
 	q := 0
-	for {
-		select {
-		case q = <-h.queued:
-			continue // the latest length
-		case <-guard:
-			t.Fatalf("fewer than %d activations reached the batcher within 60s (queued %d, batches %v)", n, q, h.batchSizes())
-		case <-time.After(10 * time.Millisecond): // polling the batches sent
+	var last polltest.Last
+	polltest.Until(t, 60*time.Second, 10*time.Millisecond, func() bool {
+	latest:
+		for {
+			select {
+			case q = <-h.queued: // the latest length
+			default:
+				break latest
+			}
 		}
+		sizes := h.batchSizes()
 		sent := 0
-		if sizes := h.batchSizes(); len(sizes) > 1 {
+		if len(sizes) > 1 {
 			sent = sum(sizes[1:])
 		}
-		if q+sent == n {
-			return
-		}
-	}
+		last.Value = fmt.Sprintf("queued %d, batches %v", q, sizes)
+		return q+sent == n
+	}, "fewer than %d activations reached the batcher within 60s (%v)", n, &last)
 }
 
 func sum(xs []int) int {

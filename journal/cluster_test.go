@@ -116,19 +116,16 @@ func TestClusterWritesAtAnyJournal(t *testing.T) {
 	// leadership since the test began: compare with the leader the
 	// members agree on now, again until both were read in one term.
 	var st *pactv1.JournalStatusResponse
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	var agreed polltest.Last
+	polltest.Until(t, 20*time.Second, 50*time.Millisecond, func() bool {
 		st, err = c.Nodes[other].AdminClient(t).JournalStatus(context.Background(), &pactv1.JournalStatusRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if now := c.Configs[c.Leader(t)].NodeID; st.GetLeaderId() == now || time.Now().After(deadline) {
-			if st.GetLeaderId() != now {
-				t.Fatalf("status names leader %q; the members agree on %s", st.GetLeaderId(), now)
-			}
-			break
-		}
-		time.Sleep(50 * time.Millisecond) // polling the status
-	}
+		now := c.Configs[c.Leader(t)].NodeID
+		agreed.Value = fmt.Sprintf("status names leader %q; the members agree on %s", st.GetLeaderId(), now)
+		return st.GetLeaderId() == now
+	}, "%v", &agreed)
 	if len(st.GetMembers()) != 3 {
 		t.Fatalf("status: %d members", len(st.GetMembers()))
 	}
@@ -242,17 +239,11 @@ func TestClusterAddAndRemoveMember(t *testing.T) {
 		started <- err
 	}()
 	admin := c.Nodes[leader].AdminClient(t)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		_, err := admin.AddJournal(context.Background(), &pactv1.AddJournalRequest{JournalId: cfg.NodeID, RaftAddr: cfg.RaftListen})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("add journal: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var last polltest.Last
+	polltest.Until(t, 20*time.Second, 100*time.Millisecond, func() bool {
+		_, last.Err = admin.AddJournal(context.Background(), &pactv1.AddJournalRequest{JournalId: cfg.NodeID, RaftAddr: cfg.RaftListen})
+		return last.Err == nil
+	}, "add journal: %v", &last)
 	if err := <-started; err != nil {
 		t.Fatalf("the joining journal: %v", err)
 	}
@@ -648,7 +639,8 @@ func TestLargeLivenessDigestFromAFollower(t *testing.T) {
 		ids = append(ids, fmt.Sprintf("cluster-a-rack%03d-node%02d", i/40, i%40))
 	}
 	ids = append(ids, "n1")
-	time.Sleep(time.Millisecond) // a later apply time than the enrollment's
+	// A later apply time than the enrollment's.
+	waitFor(t, "the clock past the enrollment", func() bool { return time.Now().UnixNano() > enrolled })
 	follower.J.ProposeDigestForTest(ids)
 	if seen := inspectOn(t, c.Nodes[leader], "n1").GetLastSeenUnixNano(); seen <= enrolled {
 		t.Errorf("n1's last sighting %d after the digest, want later than its enrollment %d: the digest did not commit", seen, enrolled)

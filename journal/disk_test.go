@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -100,13 +101,11 @@ func TestDiskFullStopsWritesCleanly(t *testing.T) {
 	if out, err := exec.Command("mount", "-o", "remount,size=16m", dir).CombinedOutput(); err != nil {
 		t.Fatalf("growing the tmpfs: %v: %s", err, out)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for err := register("after", "52:54:ff:00:01:00"); err != nil; err = register("after", "52:54:ff:00:01:00") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no write accepted within 30 s of the disk growing: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var last polltest.Last
+	polltest.Until(t, 30*time.Second, 100*time.Millisecond, func() bool {
+		last.Err = register("after", "52:54:ff:00:01:00")
+		return last.Err == nil
+	}, "no write accepted within 30 s of the disk growing: %v", &last)
 	list, err := admin.ListNodes(context.Background(), &pactv1.ListNodesRequest{})
 	if err != nil {
 		t.Fatal(err)

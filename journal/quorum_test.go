@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
@@ -43,22 +44,19 @@ func quorumStatus(t *testing.T, h *journaltest.Harness) *pactv1.JournalStatusRes
 // replicated state and every member reports the same one.
 func waitQuorumID(t *testing.T, c *journaltest.Cluster, leader int) string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var id string
+	var last polltest.Last
+	polltest.Until(t, 20*time.Second, 50*time.Millisecond, func() bool {
 		st := quorumStatus(t, c.Nodes[leader])
-		id := st.GetQuorumId()
+		last.Value = st
+		id = st.GetQuorumId()
 		same := id != ""
 		for _, m := range st.GetMembers() {
 			same = same && m.GetQuorumId() == id
 		}
-		if same {
-			return id
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("members do not agree on a quorum id: %v", st)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return same
+	}, "members do not agree on a quorum id: %v", &last)
+	return id
 }
 
 // A journal that bootstrapped since it started belongs to a quorum, and

@@ -9,34 +9,34 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
 // removeAsTheCLI sends RemoveJournal of id as pact journal remove does:
 // to each journal in turn, moving on from one that answers UNAVAILABLE
-// (not the leader, no leader), and again until one answers otherwise or
-// the deadline passes (an election in between).
+// (not the leader, no leader), and again until one answers otherwise (an
+// election in between); every journal UNAVAILABLE for 20 s fails t.
 func removeAsTheCLI(t *testing.T, c *journaltest.Cluster, id string) (*pactv1.RemoveJournalResponse, error) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var err error
+	var resp *pactv1.RemoveJournalResponse
+	var err error
+	var last polltest.Last
+	polltest.Until(t, 20*time.Second, 200*time.Millisecond, func() bool {
 		for _, h := range c.Nodes {
 			if h == nil {
 				continue
 			}
-			var resp *pactv1.RemoveJournalResponse
 			resp, err = h.AdminClient(t).RemoveJournal(callCtx(t), &pactv1.RemoveJournalRequest{JournalId: id})
 			if status.Code(err) != codes.Unavailable {
-				return resp, err
+				return true
 			}
+			last.Err = err
 		}
-		if time.Now().After(deadline) {
-			return nil, err
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return false
+	}, "remove %s: every journal Unavailable for 20s: %v", id, &last)
+	return resp, err
 }
 
 // pact journal remove of a follower whose journal CA was just revoked:

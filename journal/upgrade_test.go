@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
@@ -33,8 +34,8 @@ func newerCommand(t *testing.T, ignorable bool) []byte {
 // may end up in the log twice: the test only needs it there once.
 func applyOnLeader(t *testing.T, c *journaltest.Cluster, data []byte) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var last polltest.Last
+	polltest.Until(t, 30*time.Second, time.Millisecond, func() bool {
 		leader := c.Nodes[c.Leader(t)]
 		done := leader.J.ApplyRaw(data, 5*time.Second)
 		tick := time.NewTicker(20 * time.Millisecond)
@@ -51,13 +52,9 @@ func applyOnLeader(t *testing.T, c *journaltest.Cluster, data []byte) {
 			}
 		}
 		tick.Stop()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("appending a raw command: %v", err)
-		}
-	}
+		last.Err = err
+		return err == nil
+	}, "appending a raw command: %v", &last)
 }
 
 // A rolling upgrade on a real three-journal Raft quorum (in process): an
@@ -80,14 +77,8 @@ func TestUnknownCommandOnAQuorum(t *testing.T) {
 	}
 
 	applyOnLeader(t, c, newerCommand(t, false))
-	deadline := time.Now().Add(20 * time.Second)
 	for i, h := range c.Nodes {
-		for h.J.Halted() == "" {
-			if time.Now().After(deadline) {
-				t.Fatalf("journal %d did not stop at the unknown command", i)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool { return h.J.Halted() != "" }, "journal %d did not stop at the unknown command", i)
 	}
 	for i, h := range c.Nodes {
 		if r := h.J.Halted(); !strings.Contains(r, "stopped applying the log at entry") || !strings.Contains(r, "upgrade this journal") || !strings.Contains(r, "journal/j9") {
