@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -106,23 +108,17 @@ func TestRefusalsNameTheirCause(t *testing.T) {
 // fails the test with the log if it never does.
 func waitLogged(t *testing.T, logs *syncBuffer, what ...string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		out, missing := logs.String(), ""
+	var last polltest.Last
+	polltest.Until(t, 15*time.Second, 10*time.Millisecond, func() bool {
+		out := logs.String()
 		for _, w := range what {
 			if !strings.Contains(out, w) {
-				missing = w
-				break
+				last.Value = fmt.Sprintf("%q:\n%s", w, out)
+				return false
 			}
 		}
-		if missing == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the log does not say %q:\n%s", missing, out)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return true
+	}, "the log does not say %v", &last)
 }
 
 // A refusal that can clear by waiting carries a retry-after, and the agent

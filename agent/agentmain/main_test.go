@@ -3,6 +3,7 @@ package agentmain
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"go/build"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/pact-hpc/pact/internal/chaintest"
 	"github.com/pact-hpc/pact/internal/cmdline"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/internal/settings"
 	"github.com/pact-hpc/pact/internal/settings/settingstest"
 	"github.com/pact-hpc/pact/journal/journaltest"
@@ -268,20 +270,18 @@ func TestStatusAsAUser(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var last polltest.Last
+	polltest.Until(t, 15*time.Second, 20*time.Millisecond, func() bool {
 		code, out, errOut := runWith(t, "", env, "status")
 		if code == agent.ExitOK {
 			if !strings.Contains(out, "n1") {
 				t.Errorf("pact-agent status: %s", out)
 			}
-			break
+			return true
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pact-agent status: exit %d: %s", code, errOut)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		last.Value = fmt.Sprintf("exit %d: %s", code, errOut)
+		return false
+	}, "pact-agent status: %v", &last)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

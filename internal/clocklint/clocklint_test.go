@@ -32,10 +32,6 @@ var allowed = map[string]string{
 // are yet to be converted (issue 42). It only shrinks: an entry that no
 // longer matches fails the test, so a converted function leaves it.
 var pending = []string{
-	"agent/agentmain/main_test.go:TestStatusAsAUser",
-	"agent/cascade_test.go:TestStandbyRenewedOverTheSVIDChannel",
-	"agent/reasons_test.go:waitLogged",
-	"agent/skew_test.go:TestClockSkewBridgedFromHealthCheck",
 	"integration/bench/stormbench/procstat_test.go:TestProcReadings",
 	"integration/bench/stormbench/storm_test.go:inspectNode",
 	"integration/bench/stormbench/storm_test.go:waitStreams",
