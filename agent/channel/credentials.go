@@ -124,6 +124,16 @@ func (c *ClientCredentials) HandshakeError() error {
 	return c.rec.err
 }
 
+// HandshakeError is the TLS handshake's own error in a call's error
+// (Explain): the connection reached a handshake, and it failed with Err
+// (io.EOF: the journal closed the connection before it answered the
+// ClientHello). It reads as Err.
+type HandshakeError struct{ Err error }
+
+func (e *HandshakeError) Error() string { return e.Err.Error() }
+
+func (e *HandshakeError) Unwrap() error { return e.Err }
+
 // Explain adds the latest handshake error to a call's UNAVAILABLE error,
 // or the alert the journal sent after the handshake (which adds nothing to
 // the text); it returns other errors as they are. A call that failed UNAVAILABLE or
@@ -142,7 +152,7 @@ func (c *ClientCredentials) Explain(err error) error {
 	case !tried:
 		return fmt.Errorf("%w: %w", ErrNoConnection, err)
 	case herr != nil && code == codes.Unavailable:
-		return fmt.Errorf("%w (TLS handshake: %w)", err, herr)
+		return fmt.Errorf("%w (TLS handshake: %w)", err, &HandshakeError{Err: herr})
 	case alert.Err() != nil && code == codes.Unavailable:
 		// gRPC's message names the alert already.
 		return fmt.Errorf("%w%.0w", err, alert.Err())
