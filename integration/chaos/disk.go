@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -54,7 +55,7 @@ func fillDisk(dir string) (string, error) {
 	chunk := make([]byte, 1<<20)
 	for {
 		if _, err := f.Write(chunk); err != nil {
-			if strings.Contains(err.Error(), "no space left") {
+			if errors.Is(err, syscall.ENOSPC) {
 				return path, nil
 			}
 			return path, err
