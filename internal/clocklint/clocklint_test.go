@@ -18,14 +18,15 @@ import (
 // Keep it short: an entry is a test that cannot be given a fake clock or a
 // state to wait on.
 var allowed = map[string]string{
-	"journal/raftnode/lease_test.go:stallingTransport.AppendEntries":                     "delays heartbeats in wall time: hashicorp/raft's heartbeat and lease timers run on the wall clock, which raft does not let a test inject; late heartbeats are what the test is about",
-	"journal/raftnode/lease_test.go:stallingPipeline.AppendEntries":                      "the pipelined path of the same stalling transport (see stallingTransport.AppendEntries)",
-	"journal/raftnode/lease_test.go:TestLateHeartbeatsKeepTheLeaderWithTheDefaultTiming": "watches for a leadership loss over the wall-time window raft's own timers run in (an absence on a clock raft owns); no state change to wait for",
-	"journal/raftnode/bootstrap_internal_test.go:TestFoundersAgreeWhateverTheirTiming":   "the founders' random start order and delays, against raft's wall-clock election timers, are what the test explores",
-	"journal/raftnode/bootstrap_internal_test.go:newFounder":                             "a founder slow to go on, in wall time, against raft's wall-clock timers (see TestFoundersAgreeWhateverTheirTiming)",
-	"integration/fill_linux_test.go:startWAN":                                            "emulates a WAN's one-way delay between real processes (a proxy that holds each segment)",
-	"integration/fill_linux_test.go:delayCopy":                                           "the proxy of startWAN: holds each segment for the emulated one-way delay",
-	"identity/spire/back_bench_test.go:BenchmarkSVIDBack":                                "benchmarks, in wall time, how soon the real backoff brings an SVID back: SPIRE must stay away for real time for the backoff to grow",
+	"journal/connlimit/connlimit_test.go:TestAdmitHandshakeGivesTheHandshakeItsTimeFromItsSlot": "the claim is about socket deadlines (SetDeadline on a TCP connection, the kernel's wall clock): a handshake that queued 2 s of a 4 s deadline and waits 2.5 s more for its turn still has its full timeout from its slot; only wall time passing can show it",
+	"journal/raftnode/lease_test.go:stallingTransport.AppendEntries":                            "delays heartbeats in wall time: hashicorp/raft's heartbeat and lease timers run on the wall clock, which raft does not let a test inject; late heartbeats are what the test is about",
+	"journal/raftnode/lease_test.go:stallingPipeline.AppendEntries":                             "the pipelined path of the same stalling transport (see stallingTransport.AppendEntries)",
+	"journal/raftnode/lease_test.go:TestLateHeartbeatsKeepTheLeaderWithTheDefaultTiming":        "watches for a leadership loss over the wall-time window raft's own timers run in (an absence on a clock raft owns); no state change to wait for",
+	"journal/raftnode/bootstrap_internal_test.go:TestFoundersAgreeWhateverTheirTiming":          "the founders' random start order and delays, against raft's wall-clock election timers, are what the test explores",
+	"journal/raftnode/bootstrap_internal_test.go:newFounder":                                    "a founder slow to go on, in wall time, against raft's wall-clock timers (see TestFoundersAgreeWhateverTheirTiming)",
+	"integration/fill_linux_test.go:startWAN":                                                   "emulates a WAN's one-way delay between real processes (a proxy that holds each segment)",
+	"integration/fill_linux_test.go:delayCopy":                                                  "the proxy of startWAN: holds each segment for the emulated one-way delay",
+	"identity/spire/back_bench_test.go:BenchmarkSVIDBack":                                       "benchmarks, in wall time, how soon the real backoff brings an SVID back: SPIRE must stay away for real time for the backoff to grow",
 }
 
 // pending lists the functions that still sleep or loop on a deadline and
@@ -67,10 +68,6 @@ var pending = []string{
 	"integration/rollover_test.go:waitOutput",
 	"internal/keystore/tpmhang_test.go:holdFile",
 	"internal/swtpmtest/swtpmtest.go:StartIn",
-	"journal/connlimit/connlimit_test.go:TestAdmitHandshakeGivesTheHandshakeItsTimeFromItsSlot",
-	"journal/connlimit/evict_test.go:TestAtTheCapANewConnectionEvictsTheOldestStillInItsHandshake",
-	"journal/connlimit/evict_test.go:TestEvictionUnderConcurrentAcceptsHandshakesAndCloses",
-	"journal/connlimit/vouch_test.go:TestAtTheCapVouchedAndProvenConnectionsGoLast",
 	"journal/peerbinding_test.go:TestRecordedJournalCAAfterRevocationServesAgain",
 	"journal/peerbinding_test.go:TestRevokingTheLeadersJournalCAElectsAnother",
 	"journal/raftnode/readindex_internal_test.go:TestReadIndexOfANewLeaderCoversThePreviousLeadersWrites",

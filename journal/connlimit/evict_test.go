@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/journal/connlimit"
 )
 
@@ -222,12 +223,8 @@ func TestAtTheCapANewConnectionEvictsTheOldestStillInItsHandshake(t *testing.T) 
 					}
 				case scan(s.do, "hello %d", &n):
 					h.send(n, clientHello)
-					for deadline := time.Now().Add(30 * time.Second); !connlimit.HelloWaiting(h.server[n]); { // a hang guard
-						if time.Now().After(deadline) {
-							t.Fatalf("%s: the ClientHello never reached the server's socket", s.do)
-						}
-						time.Sleep(time.Millisecond)
-					}
+					polltest.Until(t, 30*time.Second, time.Millisecond, func() bool { return connlimit.HelloWaiting(h.server[n]) },
+						"%s: the ClientHello never reached the server's socket", s.do)
 				case scan(s.do, "read %d", &n):
 					h.send(n, clientHello)
 					if _, err := connlimit.AwaitHello(h.server[n]); err != nil {
@@ -386,19 +383,15 @@ func TestEvictionUnderConcurrentAcceptsHandshakesAndCloses(t *testing.T) {
 	clients.Wait()
 	// Every dial has been accepted by the kernel; wait until the limiter
 	// has decided on each (admitted, refused at a cap) before looking.
-	for deadline := time.Now().Add(30 * time.Second); ; { // a hang guard
+	var last polltest.Last
+	polltest.Until(t, 30*time.Second, 10*time.Millisecond, func() bool {
 		st := l.Stats()
 		mu.Lock()
 		n := uint64(len(all))
 		mu.Unlock()
-		if n+st.RefusedPerSource+st.RefusedTotal == sources*dials {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d dials decided: %+v", n+st.RefusedPerSource+st.RefusedTotal, sources*dials, st)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		last.Value = fmt.Sprintf("%d decided: %+v", n+st.RefusedPerSource+st.RefusedTotal, st)
+		return n+st.RefusedPerSource+st.RefusedTotal == sources*dials
+	}, "of %d dials, only %v", sources*dials, &last)
 	servers.Wait()
 
 	open, evicted := 0, 0

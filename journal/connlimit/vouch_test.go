@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/journal/connlimit"
 )
 
@@ -107,12 +108,8 @@ func TestAtTheCapVouchedAndProvenConnectionsGoLast(t *testing.T) {
 					}
 				case scan(s, "hello %d", &n):
 					h.send(n, clientHello)
-					for deadline := time.Now().Add(30 * time.Second); !connlimit.HelloWaiting(h.server[n]); { // a hang guard
-						if time.Now().After(deadline) {
-							t.Fatalf("%s: the ClientHello never reached the server's socket", s)
-						}
-						time.Sleep(time.Millisecond)
-					}
+					polltest.Until(t, 30*time.Second, time.Millisecond, func() bool { return connlimit.HelloWaiting(h.server[n]) },
+						"%s: the ClientHello never reached the server's socket", s)
 				case scan(s, "read %d", &n):
 					h.send(n, clientHello)
 					if _, err := connlimit.AwaitHello(h.server[n]); err != nil {
