@@ -35,6 +35,7 @@ func (j *Journal) PresetCounterSeries() map[string][][]string {
 		"pact_journal_enroll_total":                     one("result", enrollResults),
 		"pact_journal_renew_total":                      one("result", renewResults),
 		"pact_journal_boot_policy_verdicts_total":       one("verdict", bootVerdicts),
+		"pact_journal_attestations_total":               one("result", attestResults),
 		"pact_journal_enroll_failures_total":            one("reason", wireReasons()),
 		"pact_journal_auth_refused_total":               one("reason", wireReasons()),
 		"pact_journal_enroll_credential_refusals_total": one("credential", j.credentialKinds()),

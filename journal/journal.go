@@ -61,6 +61,11 @@ type Journal struct {
 	tpm *tpmchallenge.Store
 	// boot holds the last verified TPM quote of each node (memory only).
 	boot *bootEvidence
+	// attest holds the boot attestation requests outstanding on the
+	// streams here and the verdicts between renewals (attest.go);
+	// attestStreams the streams whose agents answer them.
+	attest        *attestations
+	attestStreams sync.Map // *streamAttest → struct{}
 	// admission orders Enroll calls waiting for the global failure budget.
 	admission *admission
 	// conns and raftConns bound the connections of the gRPC and the Raft
@@ -182,6 +187,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		limiter: limiter,
 		tpm:     challenges,
 		boot:    newBootEvidence(maxBootEvidence),
+		attest:  newAttestations(),
 		cfg:     cfg,
 		log:     log.With(logkey.Domain, authority.Domain()),
 		ca:      authority,

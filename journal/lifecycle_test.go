@@ -112,13 +112,14 @@ func newEnv(t *testing.T, mutate ...func(*journal.Config)) *env {
 }
 
 // quiesce waits until every journal loop that runs on the clock waits on a
-// timer: the intermediate rotation, the liveness loop, and one re-check per
-// open stream. Then an advance reaches all of them, and whatever an earlier
-// advance started (a digest, a MarkInactive) has been committed.
+// timer: the intermediate rotation, the liveness loop, the federation
+// refresher, and one re-check per open stream. Then an advance reaches
+// all of them, and whatever an earlier advance started (a digest, a
+// MarkInactive) has been committed.
 func (e *env) quiesce(t testing.TB) {
 	t.Helper()
 	eventually(t, "the journal's loops to wait on the clock", func() bool {
-		want := 2
+		want := 3
 		for id := range e.streamed {
 			want += e.h.J.OpenStreams(id)
 		}

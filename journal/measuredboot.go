@@ -121,11 +121,19 @@ func (s *bootPolicyServer) RemoveBootPolicy(ctx context.Context, req *pactv1.Rem
 	return &pactv1.RemoveBootPolicyResponse{Policy: before}, nil
 }
 
-func (s *bootPolicyServer) CaptureBootPolicy(_ context.Context, req *pactv1.CaptureBootPolicyRequest) (*pactv1.CaptureBootPolicyResponse, error) {
+func (s *bootPolicyServer) CaptureBootPolicy(ctx context.Context, req *pactv1.CaptureBootPolicyRequest) (*pactv1.CaptureBootPolicyResponse, error) {
 	j := s.j
 	r, ok := j.boot.get(req.GetNodeId())
 	if !ok {
-		return nil, fmt.Errorf("%w: this journal holds no verified TPM quote of node %q: it keeps the quotes it verified itself, in memory; ask the journal that last enrolled or renewed the node (its certificate's issuer), or renew the node (pact-agent renew-now)", ErrNotFound, req.GetNodeId())
+		// Not verified here: a node that streams here is asked for a
+		// fresh quote (attest.go).
+		var err error
+		if r, ok, err = j.freshQuote(ctx, req.GetNodeId()); err != nil {
+			return nil, err
+		}
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: journal %s holds no verified TPM quote of node %q and no stream of it that answers boot attestation: it keeps the quotes it verified itself, in memory; run the capture at the journal the node streams to (pact --journal), or renew the node (pact-agent renew-now) and capture at the journal it renewed with", ErrNotFound, j.cfg.NodeID, req.GetNodeId())
 	}
 	o := measuredboot.DefaultCapture()
 	if len(req.GetPcrs())+len(req.GetEventPcrs()) > 0 {

@@ -25,6 +25,7 @@ type metrics struct {
 	identityWarnings prometheus.Counter
 	renew            *prometheus.CounterVec
 	bootVerdicts     *prometheus.CounterVec
+	attestations     *prometheus.CounterVec
 	unconfirmed      prometheus.Counter
 	authRefused      *prometheus.CounterVec
 	applySeconds     *prometheus.HistogramVec
@@ -64,6 +65,10 @@ func newMetrics(j *Journal) *metrics {
 			Name: "pact_journal_boot_policy_verdicts_total",
 			Help: "Boot policy evaluations of TPM nodes' quotes at enrollment and renewal, by verdict: match, observed (a mismatch let through: observe mode or action), refused, fenced.",
 		}, []string{"verdict"}),
+		attestations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pact_journal_attestations_total",
+			Help: "Boot attestation between renewals (a boot policy's attest interval), by result: asked (a request sent on a stream), match, mismatch (a verified quote that does not match the policy), refused (an answer that did not verify), unanswered (no verified answer within the bound).",
+		}, []string{"result"}),
 		renew: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pact_journal_renew_total",
 			Help: "RenewCert calls by result: ok, refused, rate_limited, retried (a renewal whose answer was lost, answered again with the certificate that committed), tpm_challenge (round one of an attested renewal).",
@@ -91,7 +96,7 @@ func newMetrics(j *Journal) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 		}),
 	}
-	m.reg.MustRegister(m.enroll, m.credentialRefusals, m.enrollFailures, m.identityWarnings, m.renew, m.bootVerdicts, m.unconfirmed, m.authRefused, m.applySeconds, m.streamsRefused, m.activationBatch,
+	m.reg.MustRegister(m.enroll, m.credentialRefusals, m.enrollFailures, m.identityWarnings, m.renew, m.bootVerdicts, m.attestations, m.unconfirmed, m.authRefused, m.applySeconds, m.streamsRefused, m.activationBatch,
 		&connCollector{ports: map[string]*connlimit.Limiter{"grpc": j.conns, "raft": j.raftConns}},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pact_journal_enroll_in_flight", Help: "Enrollments being worked on."},

@@ -137,6 +137,7 @@ func (m *metrics) registerMonitoring(j *Journal) {
 		{m.enroll, enrollResults},
 		{m.renew, renewResults},
 		{m.bootVerdicts, bootVerdicts},
+		{m.attestations, attestResults},
 		{m.enrollFailures, wireReasons()},
 		{m.authRefused, wireReasons()},
 		{m.credentialRefusals, j.credentialKinds()},

@@ -128,44 +128,56 @@ func tpmMismatch(m hwid.Mismatch, nodeID string) error {
 // state machine re-checks at commit, so it must be the attested EK's); spki
 // is the hex SHA-256 of the CSR's SubjectPublicKeyInfo.
 func (j *Journal) tpmCheck(ctx context.Context, node *pactv1.Node, reportedEKHash, spki string, att *pactv1.TpmAttestation) (*pactv1.TpmChallenge, error) {
+	ch, ev, proved, err := j.tpmVerify(node, reportedEKHash, spki, att)
+	if err != nil || !proved {
+		return ch, err
+	}
+	return nil, j.checkBootPolicy(ctx, node, ev)
+}
+
+// tpmVerify is tpmCheck without the boot policy: proved is set when round
+// two proved the registered EK (ev is then the verified quote, nil if the
+// agent sent none). Attestation between renewals (attest.go) decides the
+// policy its own way.
+func (j *Journal) tpmVerify(node *pactv1.Node, reportedEKHash, spki string, att *pactv1.TpmAttestation) (ch *pactv1.TpmChallenge, ev *measuredboot.BootEvidence, proved bool, err error) {
 	registered := node.GetHardware().GetTpmEkHash()
 	if registered == "" {
-		return nil, nil
+		return nil, nil, false, nil
 	}
 	id := node.GetNodeId()
 	if att == nil || len(att.GetEkPublic()) == 0 {
-		return nil, fmt.Errorf("%w: node %s is registered with a TPM EK hash and the request carries no TPM attestation", ErrTPMRequired, id)
+		return nil, nil, false, fmt.Errorf("%w: node %s is registered with a TPM EK hash and the request carries no TPM attestation", ErrTPMRequired, id)
 	}
 	ek, err := tpmattest.ParseEK(att.GetEkPublic())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrTPMEKMismatch, err)
+		return nil, nil, false, fmt.Errorf("%w: %w", ErrTPMEKMismatch, err)
 	}
 	if err := ek.Check(registered); err != nil {
-		return nil, fmt.Errorf("%w: node %s: %w", ErrTPMEKMismatch, id, err)
+		return nil, nil, false, fmt.Errorf("%w: node %s: %w", ErrTPMEKMismatch, id, err)
 	}
 	if reportedEKHash != ek.Hash {
-		return nil, fmt.Errorf("%w: the reported EK hash is not the hash of the presented EK", ErrTPMEKMismatch)
+		return nil, nil, false, fmt.Errorf("%w: the reported EK hash is not the hash of the presented EK", ErrTPMEKMismatch)
 	}
 	ak, err := tpmattest.ParseAK(att.GetAkPublic())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrTPMAKRefused, err)
+		return nil, nil, false, fmt.Errorf("%w: %w", ErrTPMAKRefused, err)
 	}
 	now := j.cfg.Clock.Now()
 	if att.GetChallengeId() == "" && len(att.GetProof()) == 0 {
 		ch, secret, err := tpmattest.CreateChallenge(rand.Reader, ek, ak)
 		if err != nil {
-			return nil, err
+			return nil, nil, false, err
 		}
 		nonce := make([]byte, measuredboot.NonceSize)
 		if _, err := rand.Read(nonce); err != nil {
-			return nil, err
+			return nil, nil, false, err
 		}
 		cid, expires, err := j.tpm.Put(now, tpmchallenge.Pending{NodeID: id, EKHash: ek.Hash, AKName: ak.Name, SPKI: spki, Secret: secret, QuoteNonce: nonce})
 		if err != nil {
 			if errors.Is(err, tpmchallenge.ErrFull) {
-				return nil, &retryAfterError{err: fmt.Errorf("%w: %w", ErrOverloaded, err), after: max(expires.Sub(now), time.Second)}
+				return nil, nil, false, &retryAfterError{err: fmt.Errorf("%w: %w", ErrOverloaded, err), after: max(expires.Sub(now), time.Second)}
 			}
-			return nil, err
+			return nil, nil, false, err
 		}
 		return &pactv1.TpmChallenge{
 			ChallengeId:     cid,
@@ -173,36 +185,36 @@ func (j *Journal) tpmCheck(ctx context.Context, node *pactv1.Node, reportedEKHas
 			EncryptedSecret: ch.EncryptedSecret,
 			ExpiresInMs:     expires.Sub(now).Milliseconds(),
 			QuoteNonce:      nonce,
-		}, nil
+		}, nil, false, nil
 	}
 	if err := tpmattest.CheckAnswerShape(att.GetChallengeId(), att.GetProof()); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrTPMAttestationFailed, err)
+		return nil, nil, false, fmt.Errorf("%w: %w", ErrTPMAttestationFailed, err)
 	}
 	p, err := j.tpm.Take(now, att.GetChallengeId())
 	switch {
 	case errors.Is(err, tpmchallenge.ErrExpired):
-		return nil, fmt.Errorf("%w: %w; enroll again from the start", ErrTPMChallengeExpired, err)
+		return nil, nil, false, fmt.Errorf("%w: %w; enroll again from the start", ErrTPMChallengeExpired, err)
 	case errors.Is(err, tpmchallenge.ErrUnknown):
-		return nil, fmt.Errorf("%w: %w (answers go to the journal that issued the challenge, once); enroll again from the start", ErrTPMChallengeUnknown, err)
+		return nil, nil, false, fmt.Errorf("%w: %w (answers go to the journal that issued the challenge, once); enroll again from the start", ErrTPMChallengeUnknown, err)
 	case err != nil:
-		return nil, err
+		return nil, nil, false, err
 	}
 	defer clear(p.Secret)
 	switch {
 	case p.NodeID != id, p.EKHash != ek.Hash, !bytes.Equal(p.AKName, ak.Name):
-		return nil, fmt.Errorf("%w: the answer is for another node, EK or attestation key than the challenge", ErrTPMAttestationFailed)
+		return nil, nil, false, fmt.Errorf("%w: the answer is for another node, EK or attestation key than the challenge", ErrTPMAttestationFailed)
 	case p.SPKI != spki:
-		return nil, fmt.Errorf("%w: the answer comes with another CSR key than the challenge was issued for", ErrTPMAttestationFailed)
+		return nil, nil, false, fmt.Errorf("%w: the answer comes with another CSR key than the challenge was issued for", ErrTPMAttestationFailed)
 	}
 	if err := tpmattest.VerifyProof(p.Secret, att.GetChallengeId(), spki, att.GetProof()); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrTPMAttestationFailed, err)
+		return nil, nil, false, fmt.Errorf("%w: %w", ErrTPMAttestationFailed, err)
 	}
 	j.log.Info("TPM credential activation proved", logkey.NodeID, id, logkey.TPMEKHash, ek.Hash)
-	ev, err := j.checkQuote(id, att, p.QuoteNonce)
+	ev, err = j.checkQuote(id, att, p.QuoteNonce)
 	if err != nil {
-		return nil, err
+		return nil, nil, false, err
 	}
-	return nil, j.checkBootPolicy(ctx, node, ev)
+	return nil, ev, true, nil
 }
 
 // checkQuote verifies round two's quote, if the agent sent one, with the
