@@ -202,7 +202,8 @@ func New(cfg Config) (*Agent, error) {
 	rc.CallTimeout = cfg.CallTimeout
 	rc.HandshakeQueueWait = cfg.HandshakeQueueWait
 	rc.DrainTimeout = cfg.DrainTimeout
-	rc.OnEvent = a.handleEvent
+	rc.OnEvent = a.onEvent
+	rc.Subscribe = a.subscribeRequest
 	rc.DialOptions = cfg.DialOptions
 	rc.KeyExchange = cfg.KeyExchange
 	rc.Clock = cfg.Clock

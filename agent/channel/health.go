@@ -69,7 +69,11 @@ func (r *Rotator) check(ctx context.Context, ch *Channel) error {
 func (r *Rotator) openStream(ctx context.Context, ch *Channel) error {
 	sctx, cancel := context.WithCancel(r.ctx)
 	ch.cancel = cancel
-	client, err := pactv1.NewEnrollmentServiceClient(ch.conn).Subscribe(sctx, &pactv1.SubscribeRequest{})
+	req := &pactv1.SubscribeRequest{}
+	if r.cfg.Subscribe != nil {
+		req = r.cfg.Subscribe()
+	}
+	client, err := pactv1.NewEnrollmentServiceClient(ch.conn).Subscribe(sctx, req)
 	if err != nil {
 		cancel()
 		close(ch.done)

@@ -86,6 +86,9 @@ type Config struct {
 	// stream with the error; on a new channel's first event it fails the
 	// swap.
 	OnEvent func(ch *Channel, ev *pactv1.SubscribeResponse) error
+	// Subscribe, if set, makes each stream's SubscribeRequest (what the
+	// agent answers: boot attestation requests).
+	Subscribe func() *pactv1.SubscribeRequest
 	// DialOptions are added to every channel's.
 	DialOptions []grpc.DialOption
 	// KeyExchange is the TLS key exchange every channel offers.
