@@ -40,6 +40,7 @@ func FuzzFastVerifyMatchesX509(f *testing.F) {
 	f.Add([]byte{0, 0, 1})                   // the journal CA unconstrained
 	f.Add([]byte{0, 0, 2, 0, 0, 0, 1})       // the journal CA for another domain; the intermediate unconstrained
 	f.Add([]byte{0, 0, 0, 1})                // the journal CA of path length 0
+	f.Add([]byte{1, 0, 0, 6})                // legacy, the intermediate excluding the domain's parent
 	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 1}) // the intermediate expired
 	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1})
 	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2})
