@@ -38,9 +38,10 @@ func ValidatePolicy(p *pactv1.BootPolicy) error {
 	default:
 		bad("action %v: observe, refuse or fence", p.GetAction())
 	}
-	if len(p.GetPcrs())+len(p.GetEvents()) == 0 {
-		bad("no PCR and no event rule: it would allow any boot")
+	if len(p.GetPcrs())+len(p.GetEvents()) == 0 && p.GetIma() == nil {
+		bad("no PCR, event or IMA rule: it would allow any boot")
 	}
+	errs = append(errs, validateIMA(p.GetIma())...)
 	if n := len(p.GetPcrs()) + len(p.GetEvents()); n > MaxPolicyRules {
 		bad("%d rules, at most %d", n, MaxPolicyRules)
 	}
@@ -147,7 +148,7 @@ func Evaluate(p *pactv1.BootPolicy, ev *BootEvidence) []string {
 			out = append(out, fmt.Sprintf("event rule %s: no %s event in PCR %d", name, typeName(r.GetEventType()), r.GetPcr()))
 		}
 	}
-	return out
+	return append(out, evaluateIMA(p.GetIma(), ev)...)
 }
 
 func containsDigest(allowed [][]byte, d []byte) bool {

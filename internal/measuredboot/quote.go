@@ -55,6 +55,9 @@ type Quote struct {
 	PCRs map[int][]byte
 	// EventLog is the TCG event log; empty if the node has none.
 	EventLog []byte
+	// IMALog is the IMA measurement list, read after the quote; empty
+	// when not asked for (TpmChallenge.quote_ima).
+	IMALog []byte
 }
 
 // Event is one event of a replayed event log: its digest is the one that
@@ -83,6 +86,10 @@ type BootEvidence struct {
 	Events []Event
 	// EventLog says whether a log was sent (and replayed).
 	EventLog bool
+	// IMA are the IMA list's entries the quote covers (ReplayIMA), in
+	// list order; IMALog says whether a list was sent (and replayed).
+	IMA    []IMAEntry
+	IMALog bool
 }
 
 // QuotedPCRs are the quoted PCR indices, ascending.
@@ -154,10 +161,21 @@ func VerifyQuote(akPublic, nonce []byte, q Quote) (*BootEvidence, error) {
 		}
 		ev.PCRs[pcrs[i].Index] = pcrs[i].Digest
 	}
+	if len(q.IMALog) > 0 {
+		if _, ok := ev.PCRs[IMAPCR]; !ok {
+			return nil, fmt.Errorf("%w: an IMA list without PCR %d in the quote", ErrIMALogInvalid, IMAPCR)
+		}
+		if ev.IMA, err = ReplayIMA(q.IMALog, bank.hash, ev.PCRs); err != nil {
+			return nil, err
+		}
+		ev.IMALog = true
+	}
 	if len(q.EventLog) == 0 {
 		return ev, nil
 	}
-	events, err := replayLog(q.EventLog, pcrs)
+	// PCR 10 is IMA's: the TCG log has nothing of it to replay.
+	bootPCRs := slices.DeleteFunc(slices.Clone(pcrs), func(p attest.PCR) bool { return ev.IMALog && p.Index == IMAPCR })
+	events, err := replayLog(q.EventLog, bootPCRs)
 	if err != nil {
 		return nil, err
 	}

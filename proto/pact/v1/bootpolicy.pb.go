@@ -159,8 +159,11 @@ type BootPolicy struct {
 	// verified answer before the journal treats it as not matching the
 	// policy; 0: the default, 3.
 	AttestTolerance uint32 `protobuf:"varint,11,opt,name=attest_tolerance,json=attestTolerance,proto3" json:"attest_tolerance,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// What the node's IMA measurement list must show (docs/tpm.md, "IMA");
+	// unset: the list is neither asked for nor read.
+	Ima           *BootPolicyIma `protobuf:"bytes,20,opt,name=ima,proto3" json:"ima,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BootPolicy) Reset() {
@@ -270,6 +273,133 @@ func (x *BootPolicy) GetAttestTolerance() uint32 {
 	return 0
 }
 
+func (x *BootPolicy) GetIma() *BootPolicyIma {
+	if x != nil {
+		return x.Ima
+	}
+	return nil
+}
+
+// BootPolicyIma: the node quotes PCR 10 with its IMA runtime measurement
+// list, which must reproduce it; then the measured files are checked.
+type BootPolicyIma struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// files: a measured file of a listed path must have one of its allowed
+	// digests (the file's digest as IMA logged it, e.g. sha256).
+	Files []*BootPolicyImaFile `protobuf:"bytes,1,rep,name=files,proto3" json:"files,omitempty"`
+	// only_listed: a measured file whose path is not listed (and not under
+	// exclude_prefixes) does not match, nor does a measurement violation;
+	// off, only listed paths are checked.
+	OnlyListed bool `protobuf:"varint,2,opt,name=only_listed,json=onlyListed,proto3" json:"only_listed,omitempty"`
+	// Path prefixes never checked (logs, /tmp): measured, replayed, ignored.
+	ExcludePrefixes []string `protobuf:"bytes,3,rep,name=exclude_prefixes,json=excludePrefixes,proto3" json:"exclude_prefixes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *BootPolicyIma) Reset() {
+	*x = BootPolicyIma{}
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootPolicyIma) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootPolicyIma) ProtoMessage() {}
+
+func (x *BootPolicyIma) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootPolicyIma.ProtoReflect.Descriptor instead.
+func (*BootPolicyIma) Descriptor() ([]byte, []int) {
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BootPolicyIma) GetFiles() []*BootPolicyImaFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *BootPolicyIma) GetOnlyListed() bool {
+	if x != nil {
+		return x.OnlyListed
+	}
+	return false
+}
+
+func (x *BootPolicyIma) GetExcludePrefixes() []string {
+	if x != nil {
+		return x.ExcludePrefixes
+	}
+	return nil
+}
+
+type BootPolicyImaFile struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Path           string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	AllowedDigests [][]byte               `protobuf:"bytes,2,rep,name=allowed_digests,json=allowedDigests,proto3" json:"allowed_digests,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *BootPolicyImaFile) Reset() {
+	*x = BootPolicyImaFile{}
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootPolicyImaFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootPolicyImaFile) ProtoMessage() {}
+
+func (x *BootPolicyImaFile) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootPolicyImaFile.ProtoReflect.Descriptor instead.
+func (*BootPolicyImaFile) Descriptor() ([]byte, []int) {
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BootPolicyImaFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *BootPolicyImaFile) GetAllowedDigests() [][]byte {
+	if x != nil {
+		return x.AllowedDigests
+	}
+	return nil
+}
+
 // SetBootPolicyOp sets the boot policy of policy.vcluster (quorum feature
 // level 3). expect_version, when not 0, must be the version in force: an
 // operator's edit of what they read does not overwrite another's.
@@ -283,7 +413,7 @@ type SetBootPolicyOp struct {
 
 func (x *SetBootPolicyOp) Reset() {
 	*x = SetBootPolicyOp{}
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[1]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -295,7 +425,7 @@ func (x *SetBootPolicyOp) String() string {
 func (*SetBootPolicyOp) ProtoMessage() {}
 
 func (x *SetBootPolicyOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[1]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -308,7 +438,7 @@ func (x *SetBootPolicyOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBootPolicyOp.ProtoReflect.Descriptor instead.
 func (*SetBootPolicyOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{1}
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SetBootPolicyOp) GetPolicy() *BootPolicy {
@@ -336,7 +466,7 @@ type RemoveBootPolicyOp struct {
 
 func (x *RemoveBootPolicyOp) Reset() {
 	*x = RemoveBootPolicyOp{}
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[2]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -348,7 +478,7 @@ func (x *RemoveBootPolicyOp) String() string {
 func (*RemoveBootPolicyOp) ProtoMessage() {}
 
 func (x *RemoveBootPolicyOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[2]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -361,7 +491,7 @@ func (x *RemoveBootPolicyOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBootPolicyOp.ProtoReflect.Descriptor instead.
 func (*RemoveBootPolicyOp) Descriptor() ([]byte, []int) {
-	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{2}
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RemoveBootPolicyOp) GetVcluster() string {
@@ -382,7 +512,7 @@ type BootPolicyPcr struct {
 
 func (x *BootPolicyPcr) Reset() {
 	*x = BootPolicyPcr{}
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[3]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -394,7 +524,7 @@ func (x *BootPolicyPcr) String() string {
 func (*BootPolicyPcr) ProtoMessage() {}
 
 func (x *BootPolicyPcr) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[3]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -407,7 +537,7 @@ func (x *BootPolicyPcr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootPolicyPcr.ProtoReflect.Descriptor instead.
 func (*BootPolicyPcr) Descriptor() ([]byte, []int) {
-	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{3}
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BootPolicyPcr) GetIndex() uint32 {
@@ -439,7 +569,7 @@ type BootPolicyEvent struct {
 
 func (x *BootPolicyEvent) Reset() {
 	*x = BootPolicyEvent{}
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[4]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -451,7 +581,7 @@ func (x *BootPolicyEvent) String() string {
 func (*BootPolicyEvent) ProtoMessage() {}
 
 func (x *BootPolicyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[4]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -464,7 +594,7 @@ func (x *BootPolicyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootPolicyEvent.ProtoReflect.Descriptor instead.
 func (*BootPolicyEvent) Descriptor() ([]byte, []int) {
-	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{4}
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BootPolicyEvent) GetName() string {
@@ -505,7 +635,7 @@ type SetBootPolicyRequest struct {
 
 func (x *SetBootPolicyRequest) Reset() {
 	*x = SetBootPolicyRequest{}
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[5]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -517,7 +647,7 @@ func (x *SetBootPolicyRequest) String() string {
 func (*SetBootPolicyRequest) ProtoMessage() {}
 
 func (x *SetBootPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[5]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -530,7 +660,7 @@ func (x *SetBootPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBootPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetBootPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{5}
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetBootPolicyRequest) GetPolicy() *BootPolicy {
@@ -556,7 +686,7 @@ type SetBootPolicyResponse struct {
 
 func (x *SetBootPolicyResponse) Reset() {
 	*x = SetBootPolicyResponse{}
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[6]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -568,7 +698,7 @@ func (x *SetBootPolicyResponse) String() string {
 func (*SetBootPolicyResponse) ProtoMessage() {}
 
 func (x *SetBootPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[6]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -581,7 +711,7 @@ func (x *SetBootPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBootPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetBootPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{6}
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SetBootPolicyResponse) GetPolicy() *BootPolicy {
@@ -599,7 +729,7 @@ type ListBootPoliciesRequest struct {
 
 func (x *ListBootPoliciesRequest) Reset() {
 	*x = ListBootPoliciesRequest{}
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[7]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -611,7 +741,7 @@ func (x *ListBootPoliciesRequest) String() string {
 func (*ListBootPoliciesRequest) ProtoMessage() {}
 
 func (x *ListBootPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[7]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -624,7 +754,7 @@ func (x *ListBootPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBootPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListBootPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{7}
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{9}
 }
 
 type ListBootPoliciesResponse struct {
@@ -636,7 +766,7 @@ type ListBootPoliciesResponse struct {
 
 func (x *ListBootPoliciesResponse) Reset() {
 	*x = ListBootPoliciesResponse{}
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[8]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +778,7 @@ func (x *ListBootPoliciesResponse) String() string {
 func (*ListBootPoliciesResponse) ProtoMessage() {}
 
 func (x *ListBootPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[8]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +791,7 @@ func (x *ListBootPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBootPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListBootPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{8}
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListBootPoliciesResponse) GetPolicies() []*BootPolicy {
@@ -680,7 +810,7 @@ type RemoveBootPolicyRequest struct {
 
 func (x *RemoveBootPolicyRequest) Reset() {
 	*x = RemoveBootPolicyRequest{}
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[9]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +822,7 @@ func (x *RemoveBootPolicyRequest) String() string {
 func (*RemoveBootPolicyRequest) ProtoMessage() {}
 
 func (x *RemoveBootPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[9]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +835,7 @@ func (x *RemoveBootPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBootPolicyRequest.ProtoReflect.Descriptor instead.
 func (*RemoveBootPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{9}
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RemoveBootPolicyRequest) GetVcluster() string {
@@ -724,7 +854,7 @@ type RemoveBootPolicyResponse struct {
 
 func (x *RemoveBootPolicyResponse) Reset() {
 	*x = RemoveBootPolicyResponse{}
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[10]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +866,7 @@ func (x *RemoveBootPolicyResponse) String() string {
 func (*RemoveBootPolicyResponse) ProtoMessage() {}
 
 func (x *RemoveBootPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[10]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +879,7 @@ func (x *RemoveBootPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBootPolicyResponse.ProtoReflect.Descriptor instead.
 func (*RemoveBootPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{10}
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RemoveBootPolicyResponse) GetPolicy() *BootPolicy {
@@ -775,7 +905,7 @@ type CaptureBootPolicyRequest struct {
 
 func (x *CaptureBootPolicyRequest) Reset() {
 	*x = CaptureBootPolicyRequest{}
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[11]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +917,7 @@ func (x *CaptureBootPolicyRequest) String() string {
 func (*CaptureBootPolicyRequest) ProtoMessage() {}
 
 func (x *CaptureBootPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[11]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +930,7 @@ func (x *CaptureBootPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaptureBootPolicyRequest.ProtoReflect.Descriptor instead.
 func (*CaptureBootPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{11}
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CaptureBootPolicyRequest) GetNodeId() string {
@@ -856,7 +986,7 @@ type CaptureBootPolicyResponse struct {
 
 func (x *CaptureBootPolicyResponse) Reset() {
 	*x = CaptureBootPolicyResponse{}
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[12]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +998,7 @@ func (x *CaptureBootPolicyResponse) String() string {
 func (*CaptureBootPolicyResponse) ProtoMessage() {}
 
 func (x *CaptureBootPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_bootpolicy_proto_msgTypes[12]
+	mi := &file_pact_v1_bootpolicy_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1011,7 @@ func (x *CaptureBootPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaptureBootPolicyResponse.ProtoReflect.Descriptor instead.
 func (*CaptureBootPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{12}
+	return file_pact_v1_bootpolicy_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CaptureBootPolicyResponse) GetPolicy() *BootPolicy {
@@ -902,7 +1032,7 @@ var File_pact_v1_bootpolicy_proto protoreflect.FileDescriptor
 
 const file_pact_v1_bootpolicy_proto_rawDesc = "" +
 	"\n" +
-	"\x18pact/v1/bootpolicy.proto\x12\apact.v1\"\xbd\x03\n" +
+	"\x18pact/v1/bootpolicy.proto\x12\apact.v1\"\xe7\x03\n" +
 	"\n" +
 	"BootPolicy\x12\x1a\n" +
 	"\bvcluster\x18\x01 \x01(\tR\bvcluster\x12\x18\n" +
@@ -916,7 +1046,16 @@ const file_pact_v1_bootpolicy_proto_rawDesc = "" +
 	"\x06set_by\x18\t \x01(\tR\x05setBy\x126\n" +
 	"\x17attest_interval_seconds\x18\n" +
 	" \x01(\rR\x15attestIntervalSeconds\x12)\n" +
-	"\x10attest_tolerance\x18\v \x01(\rR\x0fattestTolerance\"e\n" +
+	"\x10attest_tolerance\x18\v \x01(\rR\x0fattestTolerance\x12(\n" +
+	"\x03ima\x18\x14 \x01(\v2\x16.pact.v1.BootPolicyImaR\x03ima\"\x8d\x01\n" +
+	"\rBootPolicyIma\x120\n" +
+	"\x05files\x18\x01 \x03(\v2\x1a.pact.v1.BootPolicyImaFileR\x05files\x12\x1f\n" +
+	"\vonly_listed\x18\x02 \x01(\bR\n" +
+	"onlyListed\x12)\n" +
+	"\x10exclude_prefixes\x18\x03 \x03(\tR\x0fexcludePrefixes\"P\n" +
+	"\x11BootPolicyImaFile\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12'\n" +
+	"\x0fallowed_digests\x18\x02 \x03(\fR\x0eallowedDigests\"e\n" +
 	"\x0fSetBootPolicyOp\x12+\n" +
 	"\x06policy\x18\x01 \x01(\v2\x13.pact.v1.BootPolicyR\x06policy\x12%\n" +
 	"\x0eexpect_version\x18\x02 \x01(\x04R\rexpectVersion\"0\n" +
@@ -982,50 +1121,54 @@ func file_pact_v1_bootpolicy_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_bootpolicy_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_pact_v1_bootpolicy_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_pact_v1_bootpolicy_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_pact_v1_bootpolicy_proto_goTypes = []any{
 	(BootPolicyMode)(0),               // 0: pact.v1.BootPolicyMode
 	(BootPolicyAction)(0),             // 1: pact.v1.BootPolicyAction
 	(*BootPolicy)(nil),                // 2: pact.v1.BootPolicy
-	(*SetBootPolicyOp)(nil),           // 3: pact.v1.SetBootPolicyOp
-	(*RemoveBootPolicyOp)(nil),        // 4: pact.v1.RemoveBootPolicyOp
-	(*BootPolicyPcr)(nil),             // 5: pact.v1.BootPolicyPcr
-	(*BootPolicyEvent)(nil),           // 6: pact.v1.BootPolicyEvent
-	(*SetBootPolicyRequest)(nil),      // 7: pact.v1.SetBootPolicyRequest
-	(*SetBootPolicyResponse)(nil),     // 8: pact.v1.SetBootPolicyResponse
-	(*ListBootPoliciesRequest)(nil),   // 9: pact.v1.ListBootPoliciesRequest
-	(*ListBootPoliciesResponse)(nil),  // 10: pact.v1.ListBootPoliciesResponse
-	(*RemoveBootPolicyRequest)(nil),   // 11: pact.v1.RemoveBootPolicyRequest
-	(*RemoveBootPolicyResponse)(nil),  // 12: pact.v1.RemoveBootPolicyResponse
-	(*CaptureBootPolicyRequest)(nil),  // 13: pact.v1.CaptureBootPolicyRequest
-	(*CaptureBootPolicyResponse)(nil), // 14: pact.v1.CaptureBootPolicyResponse
+	(*BootPolicyIma)(nil),             // 3: pact.v1.BootPolicyIma
+	(*BootPolicyImaFile)(nil),         // 4: pact.v1.BootPolicyImaFile
+	(*SetBootPolicyOp)(nil),           // 5: pact.v1.SetBootPolicyOp
+	(*RemoveBootPolicyOp)(nil),        // 6: pact.v1.RemoveBootPolicyOp
+	(*BootPolicyPcr)(nil),             // 7: pact.v1.BootPolicyPcr
+	(*BootPolicyEvent)(nil),           // 8: pact.v1.BootPolicyEvent
+	(*SetBootPolicyRequest)(nil),      // 9: pact.v1.SetBootPolicyRequest
+	(*SetBootPolicyResponse)(nil),     // 10: pact.v1.SetBootPolicyResponse
+	(*ListBootPoliciesRequest)(nil),   // 11: pact.v1.ListBootPoliciesRequest
+	(*ListBootPoliciesResponse)(nil),  // 12: pact.v1.ListBootPoliciesResponse
+	(*RemoveBootPolicyRequest)(nil),   // 13: pact.v1.RemoveBootPolicyRequest
+	(*RemoveBootPolicyResponse)(nil),  // 14: pact.v1.RemoveBootPolicyResponse
+	(*CaptureBootPolicyRequest)(nil),  // 15: pact.v1.CaptureBootPolicyRequest
+	(*CaptureBootPolicyResponse)(nil), // 16: pact.v1.CaptureBootPolicyResponse
 }
 var file_pact_v1_bootpolicy_proto_depIdxs = []int32{
 	0,  // 0: pact.v1.BootPolicy.mode:type_name -> pact.v1.BootPolicyMode
 	1,  // 1: pact.v1.BootPolicy.action:type_name -> pact.v1.BootPolicyAction
-	5,  // 2: pact.v1.BootPolicy.pcrs:type_name -> pact.v1.BootPolicyPcr
-	6,  // 3: pact.v1.BootPolicy.events:type_name -> pact.v1.BootPolicyEvent
-	2,  // 4: pact.v1.SetBootPolicyOp.policy:type_name -> pact.v1.BootPolicy
-	2,  // 5: pact.v1.SetBootPolicyRequest.policy:type_name -> pact.v1.BootPolicy
-	2,  // 6: pact.v1.SetBootPolicyResponse.policy:type_name -> pact.v1.BootPolicy
-	2,  // 7: pact.v1.ListBootPoliciesResponse.policies:type_name -> pact.v1.BootPolicy
-	2,  // 8: pact.v1.RemoveBootPolicyResponse.policy:type_name -> pact.v1.BootPolicy
-	0,  // 9: pact.v1.CaptureBootPolicyRequest.mode:type_name -> pact.v1.BootPolicyMode
-	1,  // 10: pact.v1.CaptureBootPolicyRequest.action:type_name -> pact.v1.BootPolicyAction
-	2,  // 11: pact.v1.CaptureBootPolicyResponse.policy:type_name -> pact.v1.BootPolicy
-	7,  // 12: pact.v1.BootPolicyService.SetBootPolicy:input_type -> pact.v1.SetBootPolicyRequest
-	9,  // 13: pact.v1.BootPolicyService.ListBootPolicies:input_type -> pact.v1.ListBootPoliciesRequest
-	11, // 14: pact.v1.BootPolicyService.RemoveBootPolicy:input_type -> pact.v1.RemoveBootPolicyRequest
-	13, // 15: pact.v1.BootPolicyService.CaptureBootPolicy:input_type -> pact.v1.CaptureBootPolicyRequest
-	8,  // 16: pact.v1.BootPolicyService.SetBootPolicy:output_type -> pact.v1.SetBootPolicyResponse
-	10, // 17: pact.v1.BootPolicyService.ListBootPolicies:output_type -> pact.v1.ListBootPoliciesResponse
-	12, // 18: pact.v1.BootPolicyService.RemoveBootPolicy:output_type -> pact.v1.RemoveBootPolicyResponse
-	14, // 19: pact.v1.BootPolicyService.CaptureBootPolicy:output_type -> pact.v1.CaptureBootPolicyResponse
-	16, // [16:20] is the sub-list for method output_type
-	12, // [12:16] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	7,  // 2: pact.v1.BootPolicy.pcrs:type_name -> pact.v1.BootPolicyPcr
+	8,  // 3: pact.v1.BootPolicy.events:type_name -> pact.v1.BootPolicyEvent
+	3,  // 4: pact.v1.BootPolicy.ima:type_name -> pact.v1.BootPolicyIma
+	4,  // 5: pact.v1.BootPolicyIma.files:type_name -> pact.v1.BootPolicyImaFile
+	2,  // 6: pact.v1.SetBootPolicyOp.policy:type_name -> pact.v1.BootPolicy
+	2,  // 7: pact.v1.SetBootPolicyRequest.policy:type_name -> pact.v1.BootPolicy
+	2,  // 8: pact.v1.SetBootPolicyResponse.policy:type_name -> pact.v1.BootPolicy
+	2,  // 9: pact.v1.ListBootPoliciesResponse.policies:type_name -> pact.v1.BootPolicy
+	2,  // 10: pact.v1.RemoveBootPolicyResponse.policy:type_name -> pact.v1.BootPolicy
+	0,  // 11: pact.v1.CaptureBootPolicyRequest.mode:type_name -> pact.v1.BootPolicyMode
+	1,  // 12: pact.v1.CaptureBootPolicyRequest.action:type_name -> pact.v1.BootPolicyAction
+	2,  // 13: pact.v1.CaptureBootPolicyResponse.policy:type_name -> pact.v1.BootPolicy
+	9,  // 14: pact.v1.BootPolicyService.SetBootPolicy:input_type -> pact.v1.SetBootPolicyRequest
+	11, // 15: pact.v1.BootPolicyService.ListBootPolicies:input_type -> pact.v1.ListBootPoliciesRequest
+	13, // 16: pact.v1.BootPolicyService.RemoveBootPolicy:input_type -> pact.v1.RemoveBootPolicyRequest
+	15, // 17: pact.v1.BootPolicyService.CaptureBootPolicy:input_type -> pact.v1.CaptureBootPolicyRequest
+	10, // 18: pact.v1.BootPolicyService.SetBootPolicy:output_type -> pact.v1.SetBootPolicyResponse
+	12, // 19: pact.v1.BootPolicyService.ListBootPolicies:output_type -> pact.v1.ListBootPoliciesResponse
+	14, // 20: pact.v1.BootPolicyService.RemoveBootPolicy:output_type -> pact.v1.RemoveBootPolicyResponse
+	16, // 21: pact.v1.BootPolicyService.CaptureBootPolicy:output_type -> pact.v1.CaptureBootPolicyResponse
+	18, // [18:22] is the sub-list for method output_type
+	14, // [14:18] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_bootpolicy_proto_init() }
@@ -1039,7 +1182,7 @@ func file_pact_v1_bootpolicy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_bootpolicy_proto_rawDesc), len(file_pact_v1_bootpolicy_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

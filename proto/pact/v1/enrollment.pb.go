@@ -247,7 +247,10 @@ type TpmQuote struct {
 	PcrHashAlg uint32 `protobuf:"varint,4,opt,name=pcr_hash_alg,json=pcrHashAlg,proto3" json:"pcr_hash_alg,omitempty"`
 	// The TCG event log (binary_bios_measurements); empty when the node has
 	// none.
-	EventLog      []byte `protobuf:"bytes,5,opt,name=event_log,json=eventLog,proto3" json:"event_log,omitempty"`
+	EventLog []byte `protobuf:"bytes,5,opt,name=event_log,json=eventLog,proto3" json:"event_log,omitempty"`
+	// The IMA runtime measurement list (binary_runtime_measurements), read
+	// after the quote, when the challenge asked for it (quote_ima).
+	ImaLog        []byte `protobuf:"bytes,20,opt,name=ima_log,json=imaLog,proto3" json:"ima_log,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -317,6 +320,13 @@ func (x *TpmQuote) GetEventLog() []byte {
 	return nil
 }
 
+func (x *TpmQuote) GetImaLog() []byte {
+	if x != nil {
+		return x.ImaLog
+	}
+	return nil
+}
+
 type TpmPcr struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
@@ -382,7 +392,10 @@ type TpmChallenge struct {
 	ExpiresInMs int64 `protobuf:"varint,4,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
 	// A fresh 32-byte nonce the agent's TPM quote must carry (extraData)
 	// in round two.
-	QuoteNonce    []byte `protobuf:"bytes,5,opt,name=quote_nonce,json=quoteNonce,proto3" json:"quote_nonce,omitempty"`
+	QuoteNonce []byte `protobuf:"bytes,5,opt,name=quote_nonce,json=quoteNonce,proto3" json:"quote_nonce,omitempty"`
+	// The node's boot policy reads its IMA list: quote PCR 10 too, and send
+	// the list (TpmQuote.ima_log).
+	QuoteIma      bool `protobuf:"varint,20,opt,name=quote_ima,json=quoteIma,proto3" json:"quote_ima,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -450,6 +463,13 @@ func (x *TpmChallenge) GetQuoteNonce() []byte {
 		return x.QuoteNonce
 	}
 	return nil
+}
+
+func (x *TpmChallenge) GetQuoteIma() bool {
+	if x != nil {
+		return x.QuoteIma
+	}
+	return false
 }
 
 // Credential bundle returned by Enroll and RenewCert.
@@ -1662,24 +1682,26 @@ const file_pact_v1_enrollment_proto_rawDesc = "" +
 	"\tak_public\x18\x02 \x01(\fR\bakPublic\x12!\n" +
 	"\fchallenge_id\x18\x03 \x01(\tR\vchallengeId\x12\x14\n" +
 	"\x05proof\x18\x04 \x01(\fR\x05proof\x12'\n" +
-	"\x05quote\x18\x05 \x01(\v2\x11.pact.v1.TpmQuoteR\x05quote\"\xa4\x01\n" +
+	"\x05quote\x18\x05 \x01(\v2\x11.pact.v1.TpmQuoteR\x05quote\"\xbd\x01\n" +
 	"\bTpmQuote\x12\x16\n" +
 	"\x06quoted\x18\x01 \x01(\fR\x06quoted\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12#\n" +
 	"\x04pcrs\x18\x03 \x03(\v2\x0f.pact.v1.TpmPcrR\x04pcrs\x12 \n" +
 	"\fpcr_hash_alg\x18\x04 \x01(\rR\n" +
 	"pcrHashAlg\x12\x1b\n" +
-	"\tevent_log\x18\x05 \x01(\fR\beventLog\"6\n" +
+	"\tevent_log\x18\x05 \x01(\fR\beventLog\x12\x17\n" +
+	"\aima_log\x18\x14 \x01(\fR\x06imaLog\"6\n" +
 	"\x06TpmPcr\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x16\n" +
-	"\x06digest\x18\x02 \x01(\fR\x06digest\"\xca\x01\n" +
+	"\x06digest\x18\x02 \x01(\fR\x06digest\"\xe7\x01\n" +
 	"\fTpmChallenge\x12!\n" +
 	"\fchallenge_id\x18\x01 \x01(\tR\vchallengeId\x12'\n" +
 	"\x0fcredential_blob\x18\x02 \x01(\fR\x0ecredentialBlob\x12)\n" +
 	"\x10encrypted_secret\x18\x03 \x01(\fR\x0fencryptedSecret\x12\"\n" +
 	"\rexpires_in_ms\x18\x04 \x01(\x03R\vexpiresInMs\x12\x1f\n" +
 	"\vquote_nonce\x18\x05 \x01(\fR\n" +
-	"quoteNonce\"\xe1\x02\n" +
+	"quoteNonce\x12\x1b\n" +
+	"\tquote_ima\x18\x14 \x01(\bR\bquoteIma\"\xe1\x02\n" +
 	"\x0eEnrollResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tdomain_id\x18\x02 \x01(\tR\bdomainId\x12$\n" +
