@@ -24,6 +24,7 @@ import (
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
 	"github.com/pact-hpc/pact/internal/keystore"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/internal/swtpmtest"
 )
 
@@ -294,12 +295,9 @@ func holdFile(t *testing.T, path string) int {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	// sleep holds it from its start.
-	for i := 0; ; i++ {
-		if len(keystore.TPMHolders(path)) > 0 || i == 200 {
-			return cmd.Process.Pid
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	polltest.Until(t, 10*time.Second, 5*time.Millisecond, func() bool { return len(keystore.TPMHolders(path)) > 0 },
+		"%s: no holder found within 10s of starting sleep (pid %d)", path, cmd.Process.Pid)
+	return cmd.Process.Pid
 }
 
 func TestTPMDeviceWarning(t *testing.T) {

@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-tpm/tpm2"
 	"github.com/google/go-tpm/tpm2/transport"
 
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/internal/tpmdev"
 )
 
@@ -95,23 +96,21 @@ func StartIn(t testing.TB, dir string) *TPM {
 	// Wait for the socket: swtpm is a separate process that takes a moment
 	// to manufacture a fresh TPM. This waits for an event, bounded, not for
 	// a timeout to pass.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		// The socket file appears at bind, before swtpm listens: wait
-		// until a connection is accepted.
-		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
-			return tp
-		}
+	polltest.Until(t, 30*time.Second, 10*time.Millisecond, func() bool {
 		select {
 		case err := <-exited:
 			t.Fatalf("swtpm exited: %v\n%s", err, out.String())
-		case <-time.After(10 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("swtpm did not create %s within 30s\n%s", sock, out.String())
+		// The socket file appears at bind, before swtpm listens: wait
+		// until a connection is accepted.
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			c.Close()
 		}
-	}
+		return err == nil
+	}, "swtpm did not create %s within 30s\n%v", sock, &out)
+	return tp
 }
 
 type syncBuffer struct {

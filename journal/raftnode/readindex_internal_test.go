@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"io"
 	"log/slog"
 	"sync"
@@ -141,21 +142,21 @@ func startMemQuorum(t *testing.T, n int, net *lossyNet, wait time.Duration) []*m
 // leaderOf waits until exactly one of nodes leads and returns it.
 func leaderOf(t *testing.T, nodes []*memNode) *memNode {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var leader *memNode
+	polltest.Until(t, 10*time.Second, 5*time.Millisecond, func() bool {
 		var leaders []*memNode
 		for _, nd := range nodes {
 			if nd.r.State() == raft.Leader {
 				leaders = append(leaders, nd)
 			}
 		}
-		if len(leaders) == 1 {
-			return leaders[0]
+		if len(leaders) != 1 {
+			return false
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatal("no single leader within 10s")
-	return nil
+		leader = leaders[0]
+		return true
+	}, "no single leader within 10s")
+	return leader
 }
 
 // A write the previous leader acknowledged is in the read index of the
@@ -230,12 +231,11 @@ func TestReadIndexOfANewLeaderCoversThePreviousLeadersWrites(t *testing.T) {
 	if idx < write {
 		t.Fatalf("read index %d misses the write at %d", idx, write)
 	}
-	for next.r.AppliedIndex() < idx {
-		if ctx.Err() != nil {
-			t.Fatalf("applied %d, not yet the read index %d", next.r.AppliedIndex(), idx)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	var applied polltest.Last
+	polltest.Until(t, 10*time.Second, time.Millisecond, func() bool {
+		applied.Value = next.r.AppliedIndex()
+		return next.r.AppliedIndex() >= idx
+	}, "applied %v, not yet the read index %d", &applied, idx)
 	if !next.fsm.has("acknowledged") {
 		t.Fatal("state at the read index lacks the acknowledged write")
 	}
