@@ -338,19 +338,15 @@ func (a *Agent) stepStreamEnd(r *round) error {
 		return refusedBy("stream closed", err)
 	}
 	a.dropRefusedJournalIdentity(act.Identity(), err)
-	if s.connect.attempt == 0 {
-		s.connect = retry{attempt: 1, notBefore: r.now} // reconnect at once
-	} else {
-		// The previous stream did not last: do not hammer.
-		s.connect.backedOff(a, a.policyFor(err, true), err, 0)
-	}
-	if held := a.renewedAhead(r.ctx, act.Identity()); held != nil && s.upgradeKey == idKey(held) &&
-		s.upgrade.busy && s.upgrade.notBefore.After(s.connect.notBefore) {
+	var moveWait time.Time
+	if held := a.renewedAhead(r.ctx, act.Identity()); held != nil && s.upgradeKey == idKey(held) && s.upgrade.busy {
 		// The move onto a renewed certificate was waiting for the time a
 		// busy journal named: the connect with that certificate, which
 		// takes the move's place, waits for it too.
-		s.connect.notBefore, s.connect.busy = s.upgrade.notBefore, true
+		moveWait = s.upgrade.notBefore
 	}
+	p := a.policyFor(err, true)
+	s.connect = reconnectAfter(r.now, s.connect, func(attempt int) time.Duration { return p.After(attempt, err) }, moveWait)
 	return nil
 }
 
@@ -361,9 +357,9 @@ func (a *Agent) stepStreamEnd(r *round) error {
 func (a *Agent) stepStreamAlive(r *round) {
 	a.sawStream(r.now)
 	a.mu.Lock()
-	stable := r.now.Sub(a.lastRotation) >= min(a.cfg.MaxBackoff, a.cfg.ReconnectMaxBackoff)
+	wentLive := a.lastRotation
 	a.mu.Unlock()
-	if stable {
+	if connectSettled(r.now, wentLive, min(a.cfg.MaxBackoff, a.cfg.ReconnectMaxBackoff)) {
 		r.s.connect = retry{}
 	}
 }

@@ -190,3 +190,30 @@ func plan(now time.Time, f facts) (action, time.Time) {
 	}
 	return actNone, next.t
 }
+
+// reconnectAfter is the connect retry after the live channel's stream
+// ended without a final refusal (which stops the agent): at once the
+// first time (a journal restarted: come straight back), after the
+// backoff (delay, asked only then) when the stream before did not last
+// either, and not before moveWait, the time a busy journal named for a
+// move onto a renewed certificate that the reconnect, with that
+// certificate, replaces (zero: none).
+func reconnectAfter(now time.Time, connect retry, delay func(attempt int) time.Duration, moveWait time.Time) retry {
+	next := retry{attempt: 1, notBefore: now}
+	if connect.attempt > 0 {
+		// The previous stream did not last: do not hammer.
+		next = retry{attempt: connect.attempt + 1, notBefore: now.Add(max(delay(connect.attempt), 0))}
+	}
+	if moveWait.After(next.notBefore) {
+		next.notBefore, next.busy = moveWait, true
+	}
+	return next
+}
+
+// connectSettled reports whether a channel that went live at wentLive has
+// lasted long enough (stable) for the connect backoff to be forgotten: a
+// journal restarted again later is retried at once, not after the
+// backoff the previous outage grew.
+func connectSettled(now, wentLive time.Time, stable time.Duration) bool {
+	return now.Sub(wentLive) >= stable
+}

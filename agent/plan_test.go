@@ -123,3 +123,46 @@ func TestRenewalAt(t *testing.T) {
 		}
 	}
 }
+
+// After a stream's end (not a final refusal, which stops the agent), the
+// agent reconnects at once the first time, with backoff when the stream
+// before did not last either, and not before the time a busy journal
+// named for the move the reconnect replaces.
+func TestReconnectAfter(t *testing.T) {
+	t0 := time.Date(2026, 3, 17, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	backoff := func(attempt int) time.Duration { return time.Duration(attempt) * 2 * time.Second }
+	for _, tc := range []struct {
+		name     string
+		connect  retry
+		moveWait time.Time
+		want     retry
+	}{
+		{"first end: at once", retry{}, time.Time{}, retry{attempt: 1, notBefore: t0}},
+		{"the stream before did not last: backoff", retry{attempt: 1, notBefore: at(-time.Minute)}, time.Time{}, retry{attempt: 2, notBefore: at(2 * time.Second)}},
+		{"third end in a row: the backoff grows", retry{attempt: 2}, time.Time{}, retry{attempt: 3, notBefore: at(4 * time.Second)}},
+		{"a busy connect's time is not kept", retry{attempt: 2, notBefore: at(time.Hour), busy: true}, time.Time{}, retry{attempt: 3, notBefore: at(4 * time.Second)}},
+		{"a move waiting for a busy journal, later: wait for it", retry{}, at(30 * time.Second), retry{attempt: 1, notBefore: at(30 * time.Second), busy: true}},
+		{"a move waiting for a busy journal, sooner than the backoff: the backoff", retry{attempt: 2}, at(time.Second), retry{attempt: 3, notBefore: at(4 * time.Second)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			asked := false
+			got := reconnectAfter(t0, tc.connect, func(n int) time.Duration { asked = true; return backoff(n) }, tc.moveWait)
+			if got != tc.want {
+				t.Errorf("reconnectAfter = %+v, want %+v", got, tc.want)
+			}
+			if asked != (tc.connect.attempt > 0) {
+				t.Errorf("backoff asked = %v with %d attempts before: it is drawn only after a stream that did not last", asked, tc.connect.attempt)
+			}
+		})
+	}
+
+	// The connect backoff is forgotten once a channel has lasted the
+	// stable time, not a nanosecond sooner.
+	if connectSettled(at(time.Minute-1), t0, time.Minute) {
+		t.Error("settled a nanosecond before the stable time")
+	}
+	if !connectSettled(at(time.Minute), t0, time.Minute) {
+		t.Error("not settled at the stable time")
+	}
+}
