@@ -28,8 +28,21 @@ func Until(t testing.TB, timeout, interval time.Duration, cond func() bool, form
 // says something changed. A nil wake is never ready.
 func UntilWoken(t testing.TB, wake <-chan struct{}, timeout, interval time.Duration, cond func() bool, format string, args ...any) {
 	t.Helper()
+	if !wait(wake, timeout, interval, cond) {
+		t.Fatalf(format, args...)
+	}
+}
+
+// Within is Until for a caller that explains a failure itself (a diff of
+// what it saw last): it reports whether cond came true before timeout
+// instead of failing a test.
+func Within(timeout, interval time.Duration, cond func() bool) bool {
+	return wait(nil, timeout, interval, cond)
+}
+
+func wait(wake <-chan struct{}, timeout, interval time.Duration, cond func() bool) bool {
 	if cond() {
-		return
+		return true
 	}
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
@@ -42,14 +55,10 @@ func UntilWoken(t testing.TB, wake <-chan struct{}, timeout, interval time.Durat
 		case <-deadline.C:
 			// Like a loop that checks cond before the clock: a
 			// condition that came true at the last moment passes.
-			if cond() {
-				return
-			}
-			t.Fatalf(format, args...)
-			return
+			return cond()
 		}
 		if cond() {
-			return
+			return true
 		}
 	}
 }

@@ -112,3 +112,21 @@ func TestLastShowsWhatCondSawLast(t *testing.T) {
 		}
 	})
 }
+
+// Within reports instead of failing: false at the timeout, true once cond
+// holds.
+func TestWithinReports(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		if polltest.Within(5*time.Millisecond, time.Millisecond, func() bool { return false }) {
+			t.Fatal("a condition never true reported true")
+		}
+		if waited := time.Since(start); waited != 5*time.Millisecond {
+			t.Fatalf("gave up after %v, want 5ms", waited)
+		}
+		var n atomic.Int32
+		if !polltest.Within(time.Minute, time.Millisecond, func() bool { return n.Add(1) == 2 }) {
+			t.Fatal("a condition that came true reported false")
+		}
+	})
+}
