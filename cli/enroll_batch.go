@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -278,11 +277,8 @@ func (r *batchRun) send() error {
 				busyRounds++
 				attempt--
 				ra := min(unreachable.Busy().RetryAfter, transport.MaxBusyRetryAfter)
-				draw := r.a.env.Jitter
-				if draw == nil {
-					draw = rand.N[time.Duration]
-				}
-				if err := r.a.env.Sleep(r.ctx, ra+draw(max(ra/20, 20*time.Millisecond))); err != nil {
+				draw := backoff.Jitter(r.a.env.Jitter)
+				if err := r.a.env.Sleep(r.ctx, ra+draw.Draw(max(ra/20, 20*time.Millisecond))); err != nil {
 					return err
 				}
 				if rd, ok := r.s.closer.(interface{ RedialBusy() error }); ok {

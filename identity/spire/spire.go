@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -25,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pact-hpc/pact/identity"
+	"github.com/pact-hpc/pact/internal/backoff"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/logkey"
 )
@@ -523,20 +523,28 @@ func (p *Provider) signal() {
 }
 
 // backoffStrategy is go-spiffe's retry delay: exponential from min to max,
-// each delay jittered down by up to half.
-type backoffStrategy struct{ min, max time.Duration }
+// each delay jittered down by up to half (jitter: nil is random).
+type backoffStrategy struct {
+	min, max time.Duration
+	jitter   backoff.Jitter
+}
 
-func (s backoffStrategy) NewBackoff() workloadapi.Backoff { return &backoff{min: s.min, max: s.max} }
+func (s backoffStrategy) NewBackoff() workloadapi.Backoff {
+	return &spiffeBackoff{min: s.min, max: s.max, jitter: s.jitter}
+}
 
-type backoff struct{ min, max, next time.Duration }
+type spiffeBackoff struct {
+	min, max, next time.Duration
+	jitter         backoff.Jitter
+}
 
-func (b *backoff) Next() time.Duration {
+func (b *spiffeBackoff) Next() time.Duration {
 	if b.next == 0 {
 		b.next = b.min
 	}
 	d := b.next
 	b.next = min(2*b.next, b.max)
-	return d/2 + rand.N(d/2+1)
+	return d/2 + b.jitter.Draw(d/2+1)
 }
 
-func (b *backoff) Reset() { b.next = 0 }
+func (b *spiffeBackoff) Reset() { b.next = 0 }
