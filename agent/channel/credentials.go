@@ -155,7 +155,7 @@ func (c *ClientCredentials) Explain(err error) error {
 		return fmt.Errorf("%w (TLS handshake: %w)", err, &HandshakeError{Err: herr})
 	case alert.Err() != nil && code == codes.Unavailable:
 		// gRPC's message names the alert already.
-		return fmt.Errorf("%w%.0w", err, alert.Err())
+		return tlsalert.Attach(err, alert.Err())
 	}
 	return err
 }

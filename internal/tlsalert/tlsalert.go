@@ -10,10 +10,15 @@
 package tlsalert
 
 import (
+	"context"
 	"crypto/tls"
 	"net"
 	"reflect"
 	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 )
 
 // BadCertificate is the alert by which a server refuses the client's
@@ -87,3 +92,80 @@ func (w *watched) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// Credentials are gRPC client transport credentials that record the alert
+// the server sent on the latest connection: in its handshake, or on a
+// read after it (TLS 1.3). gRPC reports either as UNAVAILABLE with the
+// alert in text only; Explain puts it back into a call's error.
+type Credentials struct {
+	credentials.TransportCredentials
+	latest *latest
+}
+
+type latest struct {
+	mu  sync.Mutex
+	rec *Record
+}
+
+// NewCredentials wraps creds.
+func NewCredentials(creds credentials.TransportCredentials) *Credentials {
+	return &Credentials{TransportCredentials: creds, latest: &latest{}}
+}
+
+// ClientHandshake performs the handshake and watches the connection. The
+// connection is the latest once its handshake is over: one still in its
+// handshake does not hide the alert that ended the one before.
+func (c *Credentials) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	rec := &Record{}
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	if err != nil {
+		if _, ok := Received(err); ok {
+			rec.err = err
+		}
+	} else {
+		conn = Watch(conn, rec)
+	}
+	c.latest.mu.Lock()
+	c.latest.rec = rec
+	c.latest.mu.Unlock()
+	return conn, info, err
+}
+
+// Clone keeps the record shared.
+func (c *Credentials) Clone() credentials.TransportCredentials {
+	return &Credentials{TransportCredentials: c.TransportCredentials.Clone(), latest: c.latest}
+}
+
+// Explain returns a call's UNAVAILABLE error with the alert of the latest
+// connection, if the server sent one, wrapped in it for Received to find
+// (the text is err's: gRPC's message names the alert already); other
+// errors, and any error when no alert came, as they are.
+func (c *Credentials) Explain(err error) error {
+	if status.Code(err) != codes.Unavailable {
+		return err
+	}
+	c.latest.mu.Lock()
+	rec := c.latest.rec
+	c.latest.mu.Unlock()
+	return Attach(err, rec.Err())
+}
+
+// Attach returns a call's error with alert (an error Received finds an
+// alert in) wrapped in it as well, for Received to find: its text and its
+// gRPC status (code, message, details) are err's. It returns err if alert
+// is nil.
+func Attach(err, alert error) error {
+	if err == nil || alert == nil {
+		return err
+	}
+	return &attached{err: err, alert: alert}
+}
+
+type attached struct{ err, alert error }
+
+func (e *attached) Error() string   { return e.err.Error() }
+func (e *attached) Unwrap() []error { return []error{e.err, e.alert} }
+
+// GRPCStatus is err's, as status.FromError reads it from err itself (a
+// wrapper's status would carry the wrapper's whole text as its message).
+func (e *attached) GRPCStatus() *status.Status { return status.Convert(e.err) }

@@ -1,6 +1,7 @@
 package tlsalert_test
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -13,6 +14,13 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/pact-hpc/pact/internal/tlsalert"
 )
@@ -111,5 +119,60 @@ func TestReceivedIsTyped(t *testing.T) {
 	var rec *tlsalert.Record
 	if rec.Err() != nil {
 		t.Error("a nil record holds an error")
+	}
+}
+
+// A gRPC call to a server that refuses the client's certificate fails
+// UNAVAILABLE with the alert in words only; the credentials' Explain puts
+// the alert back, typed, and changes nothing else.
+func TestCredentialsExplainACallRefusedByAnAlert(t *testing.T) {
+	serverCert, serverX := selfSigned(t, "journal.test")
+	clientCert, _ := selfSigned(t, "node.test")
+	roots := x509.NewCertPool()
+	roots.AddCert(serverX)
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+		MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{serverCert},
+		ClientAuth: tls.RequireAnyClientCert,
+		VerifyPeerCertificate: func([][]byte, [][]*x509.Certificate) error {
+			return errors.New("not a journal of this domain")
+		},
+	})))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	creds := tlsalert.NewCredentials(credentials.NewTLS(&tls.Config{
+		MinVersion: tls.VersionTLS13, RootCAs: roots, ServerName: "journal.test",
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &clientCert, nil },
+	}))
+	conn, err := grpc.NewClient("passthrough:///"+lis.Addr().String(), grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("call: %v, want UNAVAILABLE", err)
+	}
+	if _, ok := tlsalert.Received(err); ok {
+		t.Fatal("gRPC's own error carries the alert typed: Explain is not needed")
+	}
+	got := creds.Explain(err)
+	if a, ok := tlsalert.Received(got); !ok || a != tlsalert.BadCertificate {
+		t.Errorf("explained %v: alert %v, %v; want bad_certificate", got, a, ok)
+	}
+	if got.Error() != err.Error() || status.Convert(got).Message() != status.Convert(err).Message() || status.Code(got) != codes.Unavailable {
+		t.Errorf("explained %q (%v %q), want %q unchanged", got, status.Code(got), status.Convert(got).Message(), err)
+	}
+	// Other codes pass as they are.
+	other := status.Error(codes.PermissionDenied, "no")
+	if creds.Explain(other) != other {
+		t.Error("Explain changed a PERMISSION_DENIED")
 	}
 }
