@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -30,6 +31,10 @@ type BootPolicyView struct {
 	Comment  string               `json:"comment,omitempty"`
 	SetAt    *time.Time           `json:"set_at,omitempty"`
 	SetBy    string               `json:"set_by,omitempty"`
+	// AttestInterval is how often a streaming node is asked for a quote
+	// between renewals (a Go duration, "1h"); empty: never.
+	AttestInterval  string `json:"attest_interval,omitempty"`
+	AttestTolerance uint32 `json:"attest_tolerance,omitempty"`
 }
 
 // BootPolicyPCRView: PCR index must hold one of allowed.
@@ -80,7 +85,35 @@ func bootPolicyViewOf(p *pactv1.BootPolicy) BootPolicyView {
 	for _, r := range p.GetEvents() {
 		v.Events = append(v.Events, BootPolicyEventRow{Name: r.GetName(), PCR: r.GetPcr(), EventType: r.GetEventType(), AllowedDigests: hexAll(r.GetAllowedDigests())})
 	}
+	if s := p.GetAttestIntervalSeconds(); s != 0 {
+		v.AttestInterval = (time.Duration(s) * time.Second).String()
+		v.AttestTolerance = p.GetAttestTolerance()
+	}
 	return v
+}
+
+// attestIntervalSeconds parses an attest interval ("1h"; "" or "0": off).
+func attestIntervalSeconds(s string) (uint32, error) {
+	if s == "" || s == "0" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 || d%time.Second != 0 || d > 30*24*time.Hour {
+		return 0, fmt.Errorf("attest interval %q: want a duration in whole seconds, 1m to 720h (0: off)", s)
+	}
+	return uint32(d / time.Second), nil
+}
+
+// attestText says how often nodes are asked for a quote between renewals.
+func (v BootPolicyView) attestText() string {
+	if v.AttestInterval == "" {
+		return "off"
+	}
+	tol := v.AttestTolerance
+	if tol == 0 {
+		tol = 3
+	}
+	return fmt.Sprintf("every %s (tolerance %d)", v.AttestInterval, tol)
 }
 
 // policy turns a view (read from a file) back into a policy; it reports
@@ -99,7 +132,12 @@ func (v BootPolicyView) policy() (*pactv1.BootPolicy, error) {
 		}
 		return out
 	}
-	p := &pactv1.BootPolicy{Vcluster: v.VCluster, Mode: bootModes[v.Mode], Action: bootActions[v.Action], Comment: v.Comment}
+	p := &pactv1.BootPolicy{Vcluster: v.VCluster, Mode: bootModes[v.Mode], Action: bootActions[v.Action], Comment: v.Comment, AttestTolerance: v.AttestTolerance}
+	iv, err := attestIntervalSeconds(v.AttestInterval)
+	if err != nil {
+		problems = append(problems, err)
+	}
+	p.AttestIntervalSeconds = iv
 	if p.Mode == 0 {
 		problems = append(problems, fmt.Errorf("mode %q: want observe or enforce", v.Mode))
 	}
@@ -215,6 +253,7 @@ func (a *app) printBootPolicy(s *session, v BootPolicyView) error {
 	if v.SetAt != nil {
 		fmt.Fprintf(w, "set: %s by %s\n", v.SetAt.Format(time.RFC3339), v.SetBy)
 	}
+	fmt.Fprintf(w, "attest between renewals: %s\n", v.attestText())
 	for _, r := range v.PCRs {
 		fmt.Fprintf(w, "pcr %d: %s\n", r.Index, strings.Join(r.Allowed, " "))
 	}
@@ -233,8 +272,9 @@ func orDefault(vc string) string {
 
 func (a *app) bootPolicySetCommand() *cobra.Command {
 	var files []string
-	var mode, act, vcluster string
+	var mode, act, vcluster, interval string
 	var expect uint64
+	var tolerance uint32
 	cmd := &cobra.Command{
 		Use:   "set --file FILE [--file FILE2 ...]",
 		Short: "Set a vCluster's (or the domain's) boot policy from FILE, as the next version (platform-admin)",
@@ -244,11 +284,16 @@ merged into one policy that allows what any of them allows: how a rollout
 admits the old image and the new one at once (capture each from a
 reference node; set the merged policy; once every node runs the new image,
 set its policy alone). The first file's mode, action and vCluster apply;
---mode, --action and --vcluster override them. --expect-version N refuses
-the change if another operator changed the policy since version N.
-Audited as boot-policy-set.`,
+--mode, --action and --vcluster override them. --attest-interval D has
+the journal each TPM node streams to ask it for a fresh quote every D
+between renewals (0: never; docs/tpm.md, "Attestation between renewals");
+--attest-tolerance N treats a node as not matching once it leaves N
+requests in a row without a verified answer (default 3). --expect-version
+N refuses the change if another operator changed the policy since version
+N. Audited as boot-policy-set.`,
 		Example: `  pact boot-policy set --file policy.json --mode observe
   pact boot-policy set --file policy.json --mode enforce --action fence --expect-version 1
+  pact boot-policy set --file policy.json --mode enforce --action fence --attest-interval 1h
 
   # during a rollout: both images are allowed
   pact boot-policy set --file image-2026-11.json --file image-2026-12.json --mode enforce --action refuse`,
@@ -278,6 +323,12 @@ Audited as boot-policy-set.`,
 				if cmd.Flags().Changed("vcluster") {
 					v.VCluster = vcluster
 				}
+				if cmd.Flags().Changed("attest-interval") {
+					v.AttestInterval = interval
+				}
+				if cmd.Flags().Changed("attest-tolerance") {
+					v.AttestTolerance = tolerance
+				}
 				one, err := v.policy()
 				if err != nil {
 					problems = append(problems, fmt.Errorf("--file %s: %w", file, err))
@@ -286,7 +337,10 @@ Audited as boot-policy-set.`,
 				if p == nil {
 					p = one
 				} else {
+					// The first file's attestation applies, as its mode.
+					iv, tol := p.GetAttestIntervalSeconds(), p.GetAttestTolerance()
 					p = measuredboot.Merge(p, one)
+					p.AttestIntervalSeconds, p.AttestTolerance = iv, tol
 				}
 			}
 			s, err := a.connect(cmd, problems)
@@ -315,6 +369,8 @@ Audited as boot-policy-set.`,
 	cmd.Flags().StringVar(&act, "action", "", "observe, refuse or fence (default: the file's)")
 	cmd.Flags().StringVar(&vcluster, "vcluster", "", "the vCluster (default: the file's; empty: the domain's default)")
 	cmd.Flags().Uint64Var(&expect, "expect-version", 0, "refuse unless this is the version in force")
+	cmd.Flags().StringVar(&interval, "attest-interval", "", "ask each streaming TPM node for a fresh quote this often between renewals, e.g. 1h (0: never; default: the file's)")
+	cmd.Flags().Uint32Var(&tolerance, "attest-tolerance", 0, "requests in a row a node may leave unanswered before it counts as not matching (0: 3; default: the file's)")
 	return cmd
 }
 
@@ -355,9 +411,9 @@ role may list.`,
 				return nil
 			}
 			tw := tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "VCLUSTER\tVERSION\tMODE\tACTION\tPCR RULES\tEVENT RULES\tSET BY")
+			fmt.Fprintln(tw, "VCLUSTER\tVERSION\tMODE\tACTION\tPCR RULES\tEVENT RULES\tSET BY\tATTEST")
 			for _, v := range out {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%s\n", orDefault(v.VCluster), v.Version, v.Mode, v.Action, len(v.PCRs), len(v.Events), v.SetBy)
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", orDefault(v.VCluster), v.Version, v.Mode, v.Action, len(v.PCRs), len(v.Events), v.SetBy, cmp.Or(v.AttestInterval, "off"))
 			}
 			return tw.Flush()
 		}),

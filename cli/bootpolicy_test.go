@@ -77,6 +77,27 @@ func TestBootPolicyCommands(t *testing.T) {
 	if code, stdout, _ := run("boot-policy", "show"); code != 0 || !strings.Contains(stdout, "event kernel (pcr 9, type 0xd): "+zero) {
 		t.Errorf("show: exit %d\n%s", code, stdout)
 	}
+	// Attestation between renewals: set, shown, listed, kept in JSON.
+	code, stdout, stderr = run("boot-policy", "set", "--file", file, "--attest-interval", "1h", "--attest-tolerance", "2", "-o", "json")
+	var attesting BootPolicyView
+	if err := json.Unmarshal([]byte(stdout), &attesting); code != 0 || err != nil || attesting.AttestInterval != "1h0m0s" || attesting.AttestTolerance != 2 {
+		t.Fatalf("set --attest-interval: exit %d %+v, %v\n%s%s", code, attesting, err, stdout, stderr)
+	}
+	if code, stdout, _ := run("boot-policy", "show"); code != 0 || !strings.Contains(stdout, "attest between renewals: every 1h0m0s (tolerance 2)") {
+		t.Errorf("show of an attesting policy: exit %d\n%s", code, stdout)
+	}
+	if code, stdout, _ := run("boot-policy", "list"); code != 0 || !strings.Contains(stdout, "ATTEST") || !strings.Contains(stdout, "1h0m0s") {
+		t.Errorf("list of an attesting policy: exit %d\n%s", code, stdout)
+	}
+	if code, _, stderr := run("boot-policy", "set", "--file", file, "--attest-interval", "soon"); code == 0 || !strings.Contains(stderr, "attest interval \"soon\"") {
+		t.Errorf("set --attest-interval soon: exit %d\n%s", code, stderr)
+	}
+	if code, _, stderr := run("boot-policy", "set", "--file", file, "--attest-interval", "10s"); code == 0 || !strings.Contains(stderr, "60s to 720h") {
+		t.Errorf("set --attest-interval 10s: exit %d\n%s", code, stderr)
+	}
+	if code, stdout, stderr := run("boot-policy", "set", "--file", file, "--attest-interval", "0", "-o", "json"); code != 0 || strings.Contains(stdout, "attest_interval") {
+		t.Errorf("set --attest-interval 0 (off): exit %d\n%s%s", code, stdout, stderr)
+	}
 	// A viewer lists and may not set.
 	viewer := l.operator(t, "vera", pki.RoleViewer)
 	if code, _, _ := runLive(t, l, viewer, runOpts{}, "boot-policy", "list"); code != 0 {
@@ -89,7 +110,7 @@ func TestBootPolicyCommands(t *testing.T) {
 	if code, _, stderr := run("boot-policy", "capture", "--from-node", "n1"); code == 0 || !strings.Contains(stderr, "last enrolled or renewed") {
 		t.Errorf("capture without a quote: exit %d\n%s", code, stderr)
 	}
-	if code, stdout, stderr := run("boot-policy", "remove"); code != 0 || !strings.Contains(stdout, "removed (was version 3)") {
+	if code, stdout, stderr := run("boot-policy", "remove"); code != 0 || !strings.Contains(stdout, "removed (was version 5)") {
 		t.Fatalf("remove: exit %d\n%s%s", code, stdout, stderr)
 	}
 	if code, _, stderr := run("boot-policy", "remove"); code == 0 || !strings.Contains(stderr, "pact boot-policy list") {

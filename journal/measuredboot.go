@@ -81,6 +81,9 @@ func (s *bootPolicyServer) SetBootPolicy(ctx context.Context, req *pactv1.SetBoo
 	if err := measuredboot.ValidatePolicy(p); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
+	if err := validateAttest(p); err != nil {
+		return nil, err
+	}
 	if err := j.readBarrier(ctx); err != nil {
 		return nil, err
 	}
@@ -133,7 +136,7 @@ func (s *bootPolicyServer) CaptureBootPolicy(ctx context.Context, req *pactv1.Ca
 		}
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: journal %s holds no verified TPM quote of node %q and no stream of it that answers boot attestation: it keeps the quotes it verified itself, in memory; run the capture at the journal the node streams to (pact --journal), or renew the node (pact-agent renew-now) and capture at the journal it renewed with", ErrNotFound, j.cfg.NodeID, req.GetNodeId())
+		return nil, fmt.Errorf("%w: journal %s holds no verified TPM quote of node %q and no stream of it that answers boot attestation: it keeps the quotes it verified itself, in memory, and asks a node that streams to it for a fresh one; run the capture at the journal that last enrolled or renewed the node or that it streams to (pact --journal), or renew the node (pact-agent renew-now) and capture again", ErrNotFound, j.cfg.NodeID, req.GetNodeId())
 	}
 	o := measuredboot.DefaultCapture()
 	if len(req.GetPcrs())+len(req.GetEventPcrs()) > 0 {
