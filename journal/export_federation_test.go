@@ -54,3 +54,13 @@ func (c ClaimHolderForTest) Count(domain string) int { return c.h.count(domain) 
 func (j *Journal) ClaimedCounter(policy string) prometheus.Counter {
 	return j.federation.claimed.WithLabelValues(policy)
 }
+
+// ClaimDigest is the digest a claim carries for one normalised identifier
+// (what a hostile federated domain computes for hardware it guessed).
+func ClaimDigest(kind, value string) string { return claimDigest(kind, value) }
+
+// ClaimsDropped is pact_journal_federation_claims_dropped_total of a
+// domain.
+func (j *Journal) ClaimsDropped(domain string) prometheus.Counter {
+	return j.federation.claimsDropped.WithLabelValues(domain)
+}

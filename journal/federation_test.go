@@ -182,4 +182,15 @@ func TestFederatedJournalCertificateAuthenticatesNothing(t *testing.T) {
 	if err == nil {
 		t.Fatal("B opened an agent stream to A's journal certificate")
 	}
+	// Nor does it renew or release as an agent: with a well-formed CSR,
+	// refused for who it is. (A's journal certificate names
+	// spiffe://pact.local/pact-journal/..., a node of no domain here.)
+	if _, err := pactv1.NewEnrollmentServiceClient(conn).RenewCert(ctx, &pactv1.RenewCertRequest{CsrDer: journaltest.NewKey(t).CSR}); err == nil {
+		t.Fatal("B renewed a certificate for A's journal certificate")
+	} else if c := status.Code(err); c != codes.Unauthenticated && c != codes.PermissionDenied && c != codes.Unavailable {
+		t.Fatalf("RenewCert as A's journal: %v, want a refusal of the caller", err)
+	}
+	if _, err := pactv1.NewEnrollmentServiceClient(conn).Release(ctx, &pactv1.ReleaseRequest{}); err == nil {
+		t.Fatal("B took a release from A's journal certificate")
+	}
 }
