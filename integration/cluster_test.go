@@ -298,17 +298,17 @@ func (q *quorum) leader(among ...int) int {
 			among = append(among, i)
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	leader := -1
+	polltest.Until(q.t, 20*time.Second, 50*time.Millisecond, func() bool {
 		for _, i := range among {
 			if q.isLeader(i) {
-				return i
+				leader = i
+				return true
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	q.t.Fatalf("no leader among %v within 20s", among)
-	return -1
+		return false
+	}, "no leader among %v within 20s", among)
+	return leader
 }
 
 // runPact runs the CLI to completion with env and returns its stdout, its
@@ -385,17 +385,15 @@ func (q *quorum) registerBatch(nodes []testNode) {
 func (q *quorum) syncRead(i int, probe string) {
 	q.t.Helper()
 	env := q.env(q.members[i].grpc)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var last polltest.Last
+	polltest.Until(q.t, 20*time.Second, 100*time.Millisecond, func() bool {
 		stdout, stderr, code := runPact(q.t, env, "node", "inspect", probe, "-o", "json")
-		if code == 0 {
-			return
-		}
-		if code != 7 || time.Now().After(deadline) {
+		if code != 0 && code != 7 {
 			q.t.Fatalf("pact node inspect %s on %s: exit %d\n%s%s", probe, q.members[i].id, code, stdout, stderr)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		last.Value = fmt.Sprintf("exit %d\n%s%s", code, stdout, stderr)
+		return code == 0
+	}, "pact node inspect %s on %s: %v", probe, q.members[i].id, &last)
 }
 
 // nodeList reads pact node list -o json from one journal, after a
@@ -437,20 +435,18 @@ func canonicalList(t *testing.T, raw []byte) []byte {
 // them.
 func (q *quorum) identicalLists(probe string) ([][]nodeJSON, [][]byte, bool) {
 	q.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		lists := make([][]nodeJSON, len(q.members))
-		raws := make([][]byte, len(q.members))
+	var lists [][]nodeJSON
+	var raws [][]byte
+	same := polltest.Within(15*time.Second, 200*time.Millisecond, func() bool {
+		lists, raws = make([][]nodeJSON, len(q.members)), make([][]byte, len(q.members))
 		same := true
 		for i := range q.members {
 			lists[i], raws[i] = q.nodeList(i, probe)
 			same = same && bytes.Equal(raws[i], raws[0])
 		}
-		if same || time.Now().After(deadline) {
-			return lists, raws, same
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return same
+	})
+	return lists, raws, same
 }
 
 // firstDiff names the first line where two canonical lists differ.
@@ -953,27 +949,29 @@ func TestQuorumMinorityAcceptsNoWrites(t *testing.T) {
 
 	thaw()
 	healed := time.Now()
-	deadline := healed.Add(30 * time.Second)
-	for tries := 1; ; tries++ {
+	tries := 0
+	var last polltest.Last
+	polltest.Until(t, 30*time.Second, 200*time.Millisecond, func() bool {
+		tries++
 		stdout, stderr, code = runPact(t, alone, "node", "enroll", "min-0002", "--mac", "52:54:00:aa:00:02", "--bmc-serial", "SN-MIN-2")
-		if code == 0 {
-			break
-		}
-		if code == 4 {
+		switch {
+		case code == 0:
+			return true
+		case code == 4:
 			// An earlier attempt was applied after all: the one on the
 			// minority, or (if tries > 1) a retry below that timed out.
 			if mayHaveBeenMade {
 				t.Logf("the minority's write, answered OUTCOME_UNKNOWN, was committed by the thawed leader")
-				break
+				return true
 			}
 			t.Errorf("after the heal (try %d), registering min-0002 says it exists: a write that failed with exit 7 took effect\n%s%s", tries, stdout, stderr)
-			break
-		}
-		if (code != 7 && code != 8) || time.Now().After(deadline) {
+			return true
+		case code != 7 && code != 8:
 			t.Fatalf("the write after the heal: exit %d\n%s%s", code, stdout, stderr)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		last.Value = fmt.Sprintf("exit %d\n%s%s", code, stdout, stderr)
+		return false
+	}, "the write after the heal: %v", &last)
 	t.Logf("the write succeeded %v after SIGCONT", time.Since(healed).Round(time.Millisecond))
 	for i := range q.members {
 		var n nodeJSON
@@ -1078,8 +1076,8 @@ func TestQuorumFullRestart(t *testing.T) {
 	cert := tls.Certificate{Certificate: kept.resp.GetCertChainDer(), PrivateKey: kept.key.key}
 	conn := dialJournal(t, e.roots, q.members[target].grpc, &cert)
 	client := pactv1.NewEnrollmentServiceClient(conn)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var last polltest.Last
+	polltest.Until(t, 20*time.Second, 100*time.Millisecond, func() bool {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		stream, err := client.Subscribe(sctx, &pactv1.SubscribeRequest{})
 		var ev *pactv1.SubscribeResponse
@@ -1094,12 +1092,13 @@ func TestQuorumFullRestart(t *testing.T) {
 			}
 			t.Logf("stream: %s (certificate %s from intermediate %s, issued before the restart) authenticated to %s; first event %v",
 				kept.node.id, kept.serial, keptIssuer, q.members[target].id, ev)
-			break
+			return true
 		}
 		pe := apierr.FromError(err)
-		if pe.Code != codes.Unavailable || time.Now().After(deadline) {
+		if pe.Code != codes.Unavailable {
 			t.Fatalf("Subscribe with the certificate issued before the restart, on %s: %v", q.members[target].id, pe)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		last.Value = pe
+		return false
+	}, "Subscribe with the certificate issued before the restart, on %s: %v", q.members[target].id, &last)
 }

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/integration/chaos"
+	"github.com/pact-hpc/pact/internal/polltest"
 )
 
 // pi10Names is the namespace network of this package's tests: its own
@@ -105,17 +107,17 @@ func TestAgentAtCutOffFollowerEnrollsAfterHeal(t *testing.T) {
 	// It is told to retry (the agent logs that once), comes back, is told
 	// again (the cut-off journal counts its unconfirmed refusals), and
 	// does not exit.
-	deadline := time.Now().Add(90 * time.Second)
-	for !agentRetryRE.MatchString(agent.output()) || unconfirmed(t, q.Metrics(cut)) < 3 {
+	var last polltest.Last
+	polltest.Until(t, 90*time.Second, 100*time.Millisecond, func() bool {
 		select {
 		case <-agent.exited:
 			t.Fatalf("pact-agent exited (%v) while the journal it knows was cut off:\n%s", agent.err, agent.output())
-		case <-time.After(100 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pact-agent was not told NO_LEADER three times within 90s (%d):\n%s", unconfirmed(t, q.Metrics(cut)), agent.output())
-		}
-	}
+		n := unconfirmed(t, q.Metrics(cut))
+		last.Value = fmt.Sprintf("(%d):\n%s", n, agent.output())
+		return agentRetryRE.MatchString(agent.output()) && n >= 3
+	}, "pact-agent was not told NO_LEADER three times within 90s %v", &last)
 	if strings.Contains(agent.output(), "msg=enrolled") {
 		t.Fatalf("enrolled through a journal cut off from the leader:\n%s", agent.output())
 	}

@@ -8,6 +8,7 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -48,17 +49,16 @@ func (q *quorum) status(addrs ...string) (statusJSON, int, string) {
 // waitStatus polls pact journal status (bounded) until ok accepts it.
 func (q *quorum) waitStatus(what string, ok func(statusJSON, int) bool, addrs ...string) statusJSON {
 	q.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st, code, stderr := q.status(addrs...)
-		if ok(st, code) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			q.t.Fatalf("waiting for %s: last status exit %d: %+v\n%s", what, code, st, stderr)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	var st statusJSON
+	var last polltest.Last
+	polltest.Until(q.t, 30*time.Second, 200*time.Millisecond, func() bool {
+		var code int
+		var stderr string
+		st, code, stderr = q.status(addrs...)
+		last.Value = fmt.Sprintf("exit %d: %+v\n%s", code, st, stderr)
+		return ok(st, code)
+	}, "waiting for %s: last status %v", what, &last)
+	return st
 }
 
 // addJoiner prepares a journal that starts empty with --join and starts
@@ -77,17 +77,16 @@ func (q *quorum) addJoiner(id string) int {
 	}, pkiArgs...))
 	q.launch(i)
 	// Its Raft port is open once it says it waits.
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(q.output(i), "waiting to be added to a quorum") {
+	var out polltest.Last
+	polltest.Until(q.t, 30*time.Second, 50*time.Millisecond, func() bool {
 		select {
 		case <-q.exited(i):
 			q.t.Fatalf("%s exited before waiting to be added:\n%s", id, q.output(i))
-		case <-time.After(50 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			q.t.Fatalf("%s did not start waiting within 30s:\n%s", id, q.output(i))
-		}
-	}
+		out.Value = q.output(i)
+		return strings.Contains(q.output(i), "waiting to be added to a quorum")
+	}, "%s did not start waiting within 30s:\n%v", id, &out)
 	return i
 }
 
