@@ -24,6 +24,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/pact-hpc/pact/internal/atomicfile"
 )
 
 func main() {
@@ -41,7 +43,7 @@ func main() {
 	if *out == "" {
 		_, err = os.Stdout.Write(text)
 	} else {
-		err = os.WriteFile(*out, text, 0o644)
+		err = atomicfile.WriteFile(*out, text, 0o644)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "copyright: %v\n", err)
