@@ -18,6 +18,7 @@ import (
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/atomicfile"
 	"github.com/pact-hpc/pact/internal/logkey"
+	"github.com/pact-hpc/pact/internal/tlsalert"
 	"github.com/pact-hpc/pact/internal/version"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
@@ -180,7 +181,7 @@ func (n *Node) RefusingVoters(ctx context.Context, members []*pactv1.JournalMemb
 				if err == nil {
 					return
 				}
-				if refusedUs(err) {
+				if refusedUs(n.peers.explain(m.GetGrpcAddr(), err)) {
 					mu.Lock()
 					out = append(out, m.GetJournalId())
 					mu.Unlock()
@@ -198,10 +199,10 @@ func (n *Node) RefusingVoters(ctx context.Context, members []*pactv1.JournalMemb
 	return out
 }
 
-// refusedUs reports whether a peer call's error is the peer's own refusal
-// of this journal: an authentication refusal or a busy answer its service
-// sent, or a TLS alert its TLS stack sent ("remote error"; a refusal of
-// ours has no such prefix). Either way the peer is up and answered.
+// refusedUs reports whether a peer call's error (peerConns.explain) is the
+// peer's own refusal of this journal: an authentication refusal or a busy
+// answer its service sent, or a TLS alert its TLS stack sent (a refusal
+// of ours is no alert received). Either way the peer is up and answered.
 func refusedUs(err error) bool {
 	if err == nil {
 		return false
@@ -210,7 +211,8 @@ func refusedUs(err error) bool {
 	case codes.Unauthenticated, codes.PermissionDenied, codes.ResourceExhausted:
 		return true
 	case codes.Unavailable:
-		return strings.Contains(err.Error(), "remote error: tls:")
+		_, alert := tlsalert.Received(err)
+		return alert
 	}
 	return false
 }

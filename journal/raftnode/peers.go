@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/pact-hpc/pact/internal/tlsalert"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -29,13 +30,16 @@ type peerConns struct {
 	n     *Node
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
+	// creds are the credentials of conns' channels, by address: they
+	// know the TLS alert a peer refused this journal with (explain).
+	creds map[string]*tlsalert.Credentials
 	// retired are channels of a previous certificate, closed once the
 	// calls in flight on them are over (reset), or at close.
 	retired []*grpc.ClientConn
 }
 
 func newPeerConns(n *Node) *peerConns {
-	return &peerConns{n: n, conns: map[string]*grpc.ClientConn{}}
+	return &peerConns{n: n, conns: map[string]*grpc.ClientConn{}, creds: map[string]*tlsalert.Credentials{}}
 }
 
 func (p *peerConns) get(addr string) (pactv1.JournalPeerServiceClient, error) {
@@ -62,7 +66,8 @@ func (p *peerConns) conn(addr string) (*grpc.ClientConn, error) {
 		VerifyPeerCertificate: p.n.verifyJournalPeer,
 		Time:                  p.n.cfg.Clock.Now,
 	}
-	c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+	creds := tlsalert.NewCredentials(credentials.NewTLS(tlsCfg))
+	c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds),
 		// Every peer call proves this journal's quorum.
 		grpc.WithUnaryInterceptor(p.n.withQuorumID),
 		// gRPC's default backoff grows to two minutes: a journal cut off
@@ -75,8 +80,21 @@ func (p *peerConns) conn(addr string) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.conns[addr] = c
+	p.conns[addr], p.creds[addr] = c, creds
 	return c, nil
+}
+
+// explain returns the error of a call to addr with the TLS alert the peer
+// refused this journal with, if it did, attached for tlsalert.Received
+// (tlsalert.Credentials.Explain); its text and status are the call's.
+func (p *peerConns) explain(addr string, err error) error {
+	p.mu.Lock()
+	creds := p.creds[addr]
+	p.mu.Unlock()
+	if creds == nil {
+		return err
+	}
+	return creds.Explain(err)
 }
 
 // ready waits briefly for the channel to addr to be connected, so a
@@ -118,7 +136,7 @@ func (p *peerConns) reset() {
 		return
 	}
 	old := p.conns
-	p.conns = map[string]*grpc.ClientConn{}
+	p.conns, p.creds = map[string]*grpc.ClientConn{}, map[string]*tlsalert.Credentials{}
 	for _, c := range old {
 		p.retired = append(p.retired, c)
 	}
@@ -143,7 +161,7 @@ func (p *peerConns) close() {
 	for _, c := range p.retired {
 		_ = c.Close()
 	}
-	p.conns, p.retired = map[string]*grpc.ClientConn{}, nil
+	p.conns, p.creds, p.retired = map[string]*grpc.ClientConn{}, map[string]*tlsalert.Credentials{}, nil
 }
 
 // leaderAddr returns the current leader's id and gRPC address.
