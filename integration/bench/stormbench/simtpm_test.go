@@ -6,17 +6,24 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-tpm/tpm2"
 
 	"github.com/pact-hpc/pact/agent/tpm"
+	"github.com/pact-hpc/pact/cli"
 	"github.com/pact-hpc/pact/internal/bintest"
 	"github.com/pact-hpc/pact/internal/measuredboot"
 	"github.com/pact-hpc/pact/internal/tpmattest"
 	"github.com/pact-hpc/pact/internal/transport"
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
 // A simulated TPM answers the journal's own checks as a TPM does: its EK
@@ -155,4 +162,117 @@ func TestTinyTPMStorm(t *testing.T) {
 	if v := js["renew_boot_policy_verdicts"].(map[string]any); v["match"] != float64(agents) || len(v) != 1 {
 		t.Errorf("renew boot policy verdicts %v: want a match per node", v)
 	}
+}
+
+// The journal's own verification of one TPM round, without gRPC, TLS or
+// Raft: parse the EK and AK, make the credential (TPM2_MakeCredential to
+// the EK), check the proof, verify the quote and replay the event log,
+// evaluate the boot policy. Beside storm -tpm's journal CPU per
+// enrollment it says how much of attestation's cost is the checks
+// themselves (docs/benchmarks.md, "What attestation costs"). The
+// simulated TPM's part (activation, quote) is outside the timer.
+func BenchmarkJournalChecksOfATPMRound(b *testing.B) {
+	for _, kind := range simEKKinds {
+		b.Run(kind, func(b *testing.B) {
+			var key any
+			var err error
+			if kind == "rsa" {
+				key, err = rsa.GenerateKey(rand.Reader, 2048)
+			} else {
+				key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			boot := simBoot("02:00:00:00:00:01")
+			st, err := newSimTPM(key, boot)
+			if err != nil {
+				b.Fatal(err)
+			}
+			log := boot.Bytes()
+			fleet := &simFleet{dir: b.TempDir(), tpms: map[int]*simTPM{0: st}}
+			if err := os.WriteFile(fleet.logPath(0), log, 0o600); err != nil {
+				b.Fatal(err)
+			}
+			policyFile := filepath.Join(b.TempDir(), "policy.json")
+			if err := fleet.bootPolicyFile(policyFile); err != nil {
+				b.Fatal(err)
+			}
+			var view cli.BootPolicyView
+			raw, _ := os.ReadFile(policyFile)
+			if err := json.Unmarshal(raw, &view); err != nil {
+				b.Fatal(err)
+			}
+			policy := policyOf(b, view)
+			spki := strings.Repeat("ab", 32)
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				att, _ := st.open()
+				b.StartTimer()
+				ek, err := tpmattest.ParseEK(st.ekPublic)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := ek.Check(st.ekHash); err != nil {
+					b.Fatal(err)
+				}
+				ak, err := tpmattest.ParseAK(att.AKPublic())
+				if err != nil {
+					b.Fatal(err)
+				}
+				ch, secret, err := tpmattest.CreateChallenge(rand.Reader, ek, ak)
+				if err != nil {
+					b.Fatal(err)
+				}
+				nonce := make([]byte, measuredboot.NonceSize)
+				_, _ = rand.Read(nonce)
+				b.StopTimer()
+				got, err := att.Activate(ch.CredentialBlob, ch.EncryptedSecret)
+				if err != nil {
+					b.Fatal(err)
+				}
+				proof := tpmattest.Proof(got, "challenge-id", spki)
+				q, err := att.Quote(nonce, tpm.DefaultQuotePCRs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if err := tpmattest.VerifyProof(secret, "challenge-id", spki, proof); err != nil {
+					b.Fatal(err)
+				}
+				ev, err := measuredboot.VerifyQuote(att.AKPublic(), nonce, measuredboot.Quote{Quoted: q.Quoted, Signature: q.Signature, HashAlg: uint16(tpm2.TPMAlgSHA256), PCRs: q.PCRs, EventLog: log})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if diffs := measuredboot.Evaluate(policy, ev); len(diffs) != 0 {
+					b.Fatalf("policy: %v", diffs)
+				}
+			}
+		})
+	}
+}
+
+// policyOf is the boot policy a view (pact boot-policy set --file) holds.
+func policyOf(t testing.TB, v cli.BootPolicyView) *pactv1.BootPolicy {
+	t.Helper()
+	p := &pactv1.BootPolicy{}
+	unhex := func(in []string) [][]byte {
+		var out [][]byte
+		for _, h := range in {
+			b, err := hex.DecodeString(h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, b)
+		}
+		return out
+	}
+	for _, r := range v.PCRs {
+		p.Pcrs = append(p.Pcrs, &pactv1.BootPolicyPcr{Index: r.Index, Allowed: unhex(r.Allowed)})
+	}
+	for _, r := range v.Events {
+		p.Events = append(p.Events, &pactv1.BootPolicyEvent{Name: r.Name, Pcr: r.PCR, EventType: r.EventType, AllowedDigests: unhex(r.AllowedDigests)})
+	}
+	return p
 }
