@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"io"
 	"net"
 	"net/http"
@@ -413,12 +414,11 @@ func testConnectionFill(t *testing.T, mode string) {
 
 	open := `pact_journal_connections_open{port="grpc"}`
 	evicted := `pact_journal_connections_refused_total{limit="evicted",port="grpc"}`
-	for deadline := time.Now().Add(60 * time.Second); scrape(t, metricsAddr, open) < float64(maxConns); { // a hang guard
-		if time.Now().After(deadline) {
-			t.Fatalf("the fill of %d connections did not bring the journal to its cap of %d: %s %v", total, maxConns, open, scrape(t, metricsAddr, open))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var seen polltest.Last
+	polltest.Until(t, 60*time.Second, 100*time.Millisecond, func() bool {
+		seen.Value = scrape(t, metricsAddr, open)
+		return seen.Value.(float64) >= float64(maxConns)
+	}, "the fill of %d connections did not bring the journal to its cap of %d: %s %v", total, maxConns, open, &seen)
 	// Let the churn settle.
 	time.Sleep(time.Second)
 	evictedBefore := scrape(t, metricsAddr, evicted)

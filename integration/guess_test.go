@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/polltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -186,13 +187,11 @@ func TestGuessingFloodLetsARegisteredNodeThrough(t *testing.T) {
 	// Once every address of the flood has failed once (its first failure
 	// spends the fresh budget, ratelimit.Config.FreshBurst), every failure
 	// spends the global budget: 200 at first, then one per 300 ms.
-	deadline := time.Now().Add(60 * time.Second)
-	for failuresAt() < guessSources+200 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the flood made only %.0f failures in a minute", failuresAt())
-		}
-		time.Sleep(100 * time.Millisecond) // polling the attack's progress, not waiting on the journal
-	}
+	var made polltest.Last
+	polltest.Until(t, 60*time.Second, 100*time.Millisecond, func() bool { // polling the attack's progress
+		made.Value = failuresAt()
+		return made.Value.(float64) >= guessSources+200
+	}, "the flood made only %v failures in a minute", &made)
 	from, failedFrom := time.Now(), failuresAt()
 	<-time.After(3 * time.Second)
 	failed, elapsed := failuresAt()-failedFrom, time.Since(from)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pact-hpc/pact/integration/launch"
 	"github.com/pact-hpc/pact/internal/keystore"
+	"github.com/pact-hpc/pact/internal/polltest"
 )
 
 // secretForms is every way a private key could be written down: the raw
@@ -136,13 +137,11 @@ func TestNoCAKeyOnJournalDisks(t *testing.T) {
 	}
 	// j1 re-keys under its journal CA: its next intermediate is signed
 	// with the journal CA key again.
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(q.output(0), "intermediate rotated") {
-		if time.Now().After(deadline) {
-			t.Fatalf("j1 did not re-key:\n%s", launch.Tail(q.output(0), 20))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var tail polltest.Last
+	polltest.Until(t, 30*time.Second, 100*time.Millisecond, func() bool {
+		tail.Value = launch.Tail(q.output(0), 20)
+		return strings.Contains(q.output(0), "intermediate rotated")
+	}, "j1 did not re-key:\n%v", &tail)
 	// A restart replays the log and the snapshots.
 	if err := q.pq.Stop(1); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -63,16 +64,14 @@ func TestPeerRightsOfJournalProcesses(t *testing.T) {
 		Op: &pactv1.Command_PublishIntermediate{PublishIntermediate: &pactv1.PublishIntermediateOp{Intermediate: stolen.Record(owner)}}}
 	// Through whichever journal leads now (the leadership may move on a
 	// loaded machine); the refusals below need no leader.
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		err := propose(q.leader(), publish, owner, stolen)
-		if err == nil {
-			break
+	var last polltest.Last
+	polltest.Until(t, 60*time.Second, 100*time.Millisecond, func() bool {
+		last.Err = propose(q.leader(), publish, owner, stolen)
+		if last.Err != nil && status.Code(last.Err) != codes.Unavailable {
+			t.Fatalf("%s publishes an intermediate of its own: %v", owner, last.Err)
 		}
-		if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
-			t.Fatalf("%s publishes an intermediate of its own: %v", owner, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return last.Err == nil
+	}, "%s publishes an intermediate of its own: %v", owner, &last)
 	before := counter(t, q.members[leader].metrics, `pact_journal_peer_refused_total{reason="wrong_intermediate"}`)
 	if reply, err := journaltest.RaftHello(t, raftAddr, stolen.JournalCert(t, victim, "pact.local"), st.QuorumID); err != nil || reply.GetRefusedReason() != "wrong_intermediate" {
 		t.Fatalf("a certificate naming %s from %s's intermediate on the Raft port: %v %v, want a wrong_intermediate refusal", victim, owner, reply, err)
@@ -85,13 +84,9 @@ func TestPeerRightsOfJournalProcesses(t *testing.T) {
 	}
 	// The Raft port's refusal is counted once the journal has verified the
 	// certificate, which TLS 1.3 does after the client's side is done.
-	deadline := time.Now().Add(10 * time.Second)
-	for counter(t, q.members[leader].metrics, `pact_journal_peer_refused_total{reason="wrong_intermediate"}`) < before+2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the leader counted fewer than %d wrong_intermediate refusals", before+2)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	polltest.Until(t, 10*time.Second, 50*time.Millisecond, func() bool {
+		return counter(t, q.members[leader].metrics, `pact_journal_peer_refused_total{reason="wrong_intermediate"}`) >= before+2
+	}, "the leader counted fewer than %v wrong_intermediate refusals", before+2)
 	if _, _, code := runPact(t, q.env(q.members[leader].grpc), "node", "inspect", "forged"); code != 3 {
 		t.Errorf("pact node inspect forged: exit %d, want 3 (the forged write never landed)", code)
 	}

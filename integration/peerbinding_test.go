@@ -45,6 +45,7 @@ import (
 	"github.com/pact-hpc/pact/internal/chaintest"
 	"github.com/pact-hpc/pact/internal/keystore"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
@@ -538,19 +539,16 @@ func (p *peerCheck) adminAt(i int) pactv1.AdminServiceClient {
 // journal between leaders), for up to 20 s.
 func (p *peerCheck) retry(what string, f func(ctx context.Context) error) {
 	p.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var last polltest.Last
+	polltest.Until(p.t, 20*time.Second, 100*time.Millisecond, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := f(ctx)
+		last.Err = f(ctx)
 		cancel()
-		if err == nil {
-			return
+		if c := status.Code(last.Err); last.Err != nil && c != codes.Unavailable && c != codes.DeadlineExceeded {
+			p.t.Fatalf("%s: %v", what, last.Err)
 		}
-		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded || time.Now().After(deadline) {
-			p.t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return last.Err == nil
+	}, "%s: %v", what, &last)
 }
 
 func (p *peerCheck) status(i int) *pactv1.JournalStatusResponse {
@@ -568,8 +566,9 @@ func (p *peerCheck) status(i int) *pactv1.JournalStatusResponse {
 // returns their serials.
 func (p *peerCheck) waitBound(at int, not string, ids ...string) map[string]string {
 	p.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var out map[string]string
+	var last polltest.Last
+	polltest.Until(p.t, 30*time.Second, 200*time.Millisecond, func() bool {
 		var resp *pactv1.ListIntermediatesResponse
 		p.retry("list intermediates", func(ctx context.Context) (err error) {
 			resp, err = p.adminAt(at).ListIntermediates(ctx, &pactv1.ListIntermediatesRequest{})
@@ -581,20 +580,16 @@ func (p *peerCheck) waitBound(at int, not string, ids ...string) map[string]stri
 				newest[jc.GetJournalId()] = jc
 			}
 		}
-		out := map[string]string{}
+		out = map[string]string{}
 		for _, id := range ids {
 			if jc := newest[id]; jc != nil && jc.GetRevokedAtUnixNano() == 0 && jc.GetSerial() != not {
 				out[id] = jc.GetSerial()
 			}
 		}
-		if len(out) == len(ids) {
-			return out
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("journal CAs recorded for %v within 30 s: %v", ids, resp.GetJournalCas())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		last.Value = resp.GetJournalCas()
+		return len(out) == len(ids)
+	}, "journal CAs recorded for %v within 30 s: %v", ids, &last)
+	return out
 }
 
 // registries is each live journal's node ids, sorted, after a
@@ -766,25 +761,22 @@ func diffRefusals(before, after map[string]int) map[string]int {
 // grew.
 func (p *peerCheck) waitRefused(i int, before map[string]int, reason string, n int) map[string]int {
 	p.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		d := diffRefusals(before, peerRefusals(p.t, p.q.members[i].metrics))
-		got := d[reason]
+	var d map[string]int
+	got := 0
+	if !polltest.Within(10*time.Second, 50*time.Millisecond, func() bool {
+		d = diffRefusals(before, peerRefusals(p.t, p.q.members[i].metrics))
+		got = d[reason]
 		if reason == "" {
 			got = 0
 			for _, v := range d {
 				got += v
 			}
 		}
-		if got >= n {
-			return d
-		}
-		if time.Now().After(deadline) {
-			p.t.Errorf("journal %s counted %d %q peer refusals, want at least %d (all that grew: %v)", p.q.members[i].id, got, reason, n, d)
-			return d
-		}
-		time.Sleep(50 * time.Millisecond)
+		return got >= n
+	}) {
+		p.t.Errorf("journal %s counted %d %q peer refusals, want at least %d (all that grew: %v)", p.q.members[i].id, got, reason, n, d)
 	}
+	return d
 }
 
 // forgedRegister is a RegisterNode of node in an operator's name.

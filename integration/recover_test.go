@@ -8,6 +8,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/integration/launch"
+	"github.com/pact-hpc/pact/internal/polltest"
 )
 
 // agentStatus runs pact-agent status against socket and returns its code.
@@ -36,17 +38,12 @@ func agentStatus(t *testing.T, socket string) (int, string) {
 // waitAgentStatus polls pact-agent status (bounded) until it exits want.
 func waitAgentStatus(t *testing.T, socket string, want int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	var last polltest.Last
+	polltest.Until(t, within, 250*time.Millisecond, func() bool {
 		code, out := agentStatus(t, socket)
-		if code == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pact-agent status on %s: exit %d, want %d within %s\n%s", socket, code, want, within, out)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		last.Value = fmt.Sprintf("exit %d\n%s", code, out)
+		return code == want
+	}, "pact-agent status on %s: want exit %d within %s, last %v", socket, want, within, &last)
 }
 
 func TestRecoverLostMajority(t *testing.T) {
@@ -203,13 +200,11 @@ func TestRecoverLostMajority(t *testing.T) {
 	// while the survivor runs the recovered quorum. It belongs to the old
 	// quorum: the survivor refuses it, and it never serves.
 	q.launch(1)
-	deadline := time.Now().Add(30 * time.Second)
-	for peerRefused(t, j1.metrics, "quorum_mismatch") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the survivor never refused the old quorum's journal j2:\n%s", launch.Tail(q.output(1), 30))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var tail polltest.Last
+	polltest.Until(t, 30*time.Second, 100*time.Millisecond, func() bool {
+		tail.Value = launch.Tail(q.output(1), 30)
+		return peerRefused(t, j1.metrics, "quorum_mismatch") > 0
+	}, "the survivor never refused the old quorum's journal j2:\n%v", &tail)
 	q.waitStatus("the survivor alone, leading, undisturbed", func(st statusJSON, code int) bool {
 		return code == 0 && st.LeaderID == "j1" && len(st.Members) == 1 && st.QuorumID == recovered.QuorumID
 	}, j1.grpc)

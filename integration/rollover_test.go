@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/integration/launch"
+	"github.com/pact-hpc/pact/internal/polltest"
 )
 
 // TestRootRollover runs docs/rollover.md on a quorum of three journal
@@ -85,19 +87,15 @@ func TestRootRollover(t *testing.T) {
 	}
 	// Each journal restarted with a new intermediate: the one it had is
 	// superseded, not active.
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		states := map[string]int{}
+	var states polltest.Last
+	polltest.Until(t, 30*time.Second, 200*time.Millisecond, func() bool {
+		count := map[string]int{}
 		for _, in := range intermediatesJSON(t, must("journal", "intermediates", "-o", "json")) {
-			states[in.State]++
+			count[in.State]++
 		}
-		if states["active"] == 3 && states["superseded"] == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("intermediates after the restarts: %v, want each journal's current one active and its first superseded", states)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		states.Value = count
+		return count["active"] == 3 && count["superseded"] == 3
+	}, "intermediates after the restarts: %v, want each journal's current one active and its first superseded", &states)
 
 	// 3. Each journal CA re-issued under the new root, and each journal
 	// re-keyed under it. The old journal CAs first, for step 5.
@@ -165,17 +163,13 @@ func TestRootRollover(t *testing.T) {
 	// Each journal CA is recorded with the first intermediate published
 	// under it, which the journal logs just before.
 	var newCAs []string
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	var seen polltest.Last
+	polltest.Until(t, 30*time.Second, 200*time.Millisecond, func() bool {
 		newCAs = journalCASerials(t, must("journal", "intermediates", "--journal-cas", "-o", "json"))
 		newCAs = slices.DeleteFunc(newCAs, func(s string) bool { return slices.Contains(oldCAs, s) })
-		if len(newCAs) == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("journal CAs after the re-issue: %v new, want 3", newCAs)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		seen.Value = newCAs
+		return len(newCAs) == 3
+	}, "journal CAs after the re-issue: %v new, want 3", &seen)
 
 	// Step 5 too early: the operator's credential still chains to an old
 	// journal CA. Refused, nothing changed, saying where to renew.
@@ -206,22 +200,17 @@ func TestRootRollover(t *testing.T) {
 	}
 	// The nodes move: each renews onto an intermediate of a new journal
 	// CA, until the old journal CAs count none.
-	deadline := time.Now().Add(150 * time.Second)
-	for {
-		left := 0
+	var left polltest.Last
+	polltest.Until(t, 150*time.Second, 500*time.Millisecond, func() bool {
+		n := 0
 		for _, jc := range journalCAsJSON(t, must("journal", "intermediates", "--journal-cas", "-o", "json")) {
 			if slices.Contains(oldCAs, jc.Serial) {
-				left += jc.Nodes
+				n += jc.Nodes
 			}
 		}
-		if left == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d nodes still under the old journal CAs after 150 s:\n%s", left, len(nodes), must("node", "list", "--issuer", strings.Join(oldCAs, ",")))
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		left.Value = fmt.Sprintf("%d of %d nodes", n, len(nodes))
+		return n == 0
+	}, "%v still under the old journal CAs after 150 s", &left)
 	if stdout, stderr, code := runPact(t, env, "node", "list", "--issuer", strings.Join(oldCAs, ",")); code != 0 || strings.TrimSpace(stdout) != "" || !strings.Contains(stderr, "no nodes with a current certificate under") {
 		t.Errorf("node list --issuer of the old journal CAs: exit %d\n%s%s", code, stdout, stderr)
 	}
@@ -266,18 +255,16 @@ func TestRootRollover(t *testing.T) {
 	// No node went dark: every agent streams again after the last
 	// restart, none exited, none enrolled a second time.
 	for i, a := range agents {
-		deadline := time.Now().Add(60 * time.Second)
-		for !streamOpenRE.MatchString(a.output()[marks[i]:]) {
+		var tail polltest.Last
+		polltest.Until(t, 60*time.Second, 200*time.Millisecond, func() bool {
 			select {
 			case <-a.exited:
 				t.Fatalf("agent %s exited (%v):\n%s", nodes[i].id, a.err, launch.Tail(a.output(), 30))
 			default:
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("agent %s did not stream again after the old root was withdrawn:\n%s", nodes[i].id, launch.Tail(a.output(), 30))
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			tail.Value = launch.Tail(a.output(), 30)
+			return streamOpenRE.MatchString(a.output()[marks[i]:])
+		}, "agent %s did not stream again after the old root was withdrawn:\n%v", nodes[i].id, &tail)
 		if n := len(enrolledRE.FindAllString(a.output(), -1)); n != 1 {
 			t.Errorf("agent %s enrolled %d times, want once (a renewal keeps the node's identity):\n%s", nodes[i].id, n, launch.Tail(a.output(), 30))
 		}
@@ -365,24 +352,20 @@ func runBin(t *testing.T, name string, args ...string) string {
 
 func waitOutput(t *testing.T, p *proc, want string, within time.Duration, who string) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !strings.Contains(p.output(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not log %q within %v:\n%s", who, want, within, launch.Tail(p.output(), 30))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	var tail polltest.Last
+	polltest.Until(t, within, 200*time.Millisecond, func() bool {
+		tail.Value = launch.Tail(p.output(), 30)
+		return strings.Contains(p.output(), want)
+	}, "%s did not log %q within %v:\n%v", who, want, within, &tail)
 }
 
 func waitJournalLog(t *testing.T, q *quorum, i int, want string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !strings.Contains(q.output(i), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not log %q within %v:\n%s", q.members[i].id, want, within, launch.Tail(q.output(i), 30))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	var tail polltest.Last
+	polltest.Until(t, within, 200*time.Millisecond, func() bool {
+		tail.Value = launch.Tail(q.output(i), 30)
+		return strings.Contains(q.output(i), want)
+	}, "%s did not log %q within %v:\n%v", q.members[i].id, want, within, &tail)
 }
 
 // journalCASerials reads pact journal intermediates --journal-cas -o json.

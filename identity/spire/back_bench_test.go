@@ -11,6 +11,7 @@ import (
 	"github.com/pact-hpc/pact/identity/identitytest"
 	"github.com/pact-hpc/pact/identity/spire"
 	"github.com/pact-hpc/pact/identity/spire/spiretest"
+	"github.com/pact-hpc/pact/internal/polltest"
 )
 
 // BenchmarkSVIDBack measures, on the real clock and with the default retry
@@ -53,11 +54,7 @@ func BenchmarkSVIDBack(b *testing.B) {
 				return err == nil && (serial == "" || id.Serial() == serial)
 			}
 			wait := func(what string, cond func() bool) {
-				for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-					if time.Now().After(deadline) {
-						b.Fatalf("%s: not within 30 s", what)
-					}
-				}
+				polltest.Until(b, 30*time.Second, time.Millisecond, cond, "%s: not within 30 s", what)
 			}
 			wait("the first SVID", func() bool { return serving("") })
 			var backs []time.Duration
