@@ -126,6 +126,9 @@ type Config struct {
 	// TPMEventLog is the TCG event log the agent sends with its TPM quote
 	// (docs/tpm.md, "Measured boot"); a missing file sends none.
 	TPMEventLog string
+	// TPMIMALog is IMA's runtime measurement list, sent with the quote
+	// when the node's boot policy reads it (docs/tpm.md, "IMA").
+	TPMIMALog string
 	// OpenTPM, if set, replaces TPMDevice: it gives the node's TPM for
 	// one enrollment or renewal, with a fresh attestation key. The
 	// boot-storm benchmark (integration/bench/stormbench, -tpm) gives
@@ -191,6 +194,7 @@ func DefaultConfig() Config {
 		StatusSocket:        DefaultStatusSocket,
 		TPMDevice:           tpm.DefaultDevice,
 		TPMEventLog:         tpm.DefaultEventLog,
+		TPMIMALog:           tpm.DefaultIMALog,
 		Logger:              slog.Default(),
 		Clock:               clock.Real{},
 	}

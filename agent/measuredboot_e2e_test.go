@@ -185,3 +185,94 @@ func TestAgentRefusedByBootPolicy(t *testing.T) {
 		t.Errorf("status reason %q, want %q", got, ReasonTPMRefused)
 	}
 }
+
+// imaTPM extends a booted software TPM's PCR 10 with ran, as the kernel's
+// IMA does, and writes the list an agent reads (--tpm-ima-log) as list:
+// ran and whatever ran after the quote. This kernel has no IMA, so the
+// list is built in the kernel's format (measuredboottest.IMA).
+func imaTPM(t *testing.T, sw *swtpmtest.TPM, ran, list measuredboottest.IMA) string {
+	t.Helper()
+	tr, err := tpm.Open(sw.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran.Extend(t, tr)
+	tr.Close()
+	path := filepath.Join(t.TempDir(), "binary_runtime_measurements")
+	if err := os.WriteFile(path, list.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A boot policy with IMA rules: the journal's challenge asks for PCR 10
+// and the IMA list; a node that ran what the policy allows enrolls (its
+// list read after the quote may hold more than the quote covers), and a
+// node that ran a changed binary is refused for good, told which file.
+func TestAgentAttestsIMA(t *testing.T) {
+	boot := measuredboottest.Boot("6.1.0-pact", "root=nfs quiet")
+	slurmd := measuredboottest.IMAFile{Path: "/usr/sbin/slurmd", Content: []byte("slurmd 24.05")}
+	munged := measuredboottest.IMAFile{Path: "/usr/sbin/munged", Content: []byte("munged 0.5")}
+	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
+	bp := pactv1.NewBootPolicyServiceClient(h.Dial(t, &h.Admin))
+	policy := &pactv1.BootPolicy{
+		Mode: pactv1.BootPolicyMode_BOOT_POLICY_MODE_ENFORCE, Action: pactv1.BootPolicyAction_BOOT_POLICY_ACTION_REFUSE,
+		Ima: &pactv1.BootPolicyIma{Files: []*pactv1.BootPolicyImaFile{
+			{Path: slurmd.Path, AllowedDigests: [][]byte{slurmd.FileDigest()}},
+			{Path: munged.Path, AllowedDigests: [][]byte{munged.FileDigest()}},
+		}},
+	}
+	if _, err := bp.SetBootPolicy(context.Background(), &pactv1.SetBootPolicyRequest{Policy: policy}); err != nil {
+		t.Fatal(err)
+	}
+
+	sw, logPath := bootedTPM(t, boot, boot)
+	ran := measuredboottest.Runtime(slurmd, munged)
+	afterQuote := append(append(measuredboottest.IMA{}, ran...), measuredboottest.IMAFile{Path: "/usr/bin/srun", Content: []byte("srun")})
+	imaPath := imaTPM(t, sw, ran, afterQuote)
+	registerWithEK(t, h, "n1", "SN1", ekHashOf(t, sw.Device), mac1)
+	cfg := agentConfig(h, clock.Real{}, "SN1", mac1)
+	cfg.TPMDevice, cfg.TPMEventLog, cfg.TPMIMALog = sw.Device, logPath, imaPath
+	runAgent(t, cfg)
+	eventually(t, "n1, whose IMA list the policy allows, is active", func() bool { return h.J.OpenStreams("n1") == 1 })
+
+	// The same image, but munged was replaced after boot.
+	sw2, log2 := bootedTPM(t, boot, boot)
+	trojan := measuredboottest.Runtime(slurmd, measuredboottest.IMAFile{Path: munged.Path, Content: []byte("munged, trojaned")})
+	ima2 := imaTPM(t, sw2, trojan, trojan)
+	registerWithEK(t, h, "n2", "SN2", ekHashOf(t, sw2.Device), "52:54:00:00:00:02")
+	cfg = agentConfig(h, clock.Real{}, "SN2", "52:54:00:00:00:02")
+	cfg.TPMDevice, cfg.TPMEventLog, cfg.TPMIMALog = sw2.Device, log2, ima2
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = a.Run(ctx)
+	if !errors.Is(err, ErrRefused) || apierr.FromError(err).Reason != apierr.BootPolicyRefused {
+		t.Fatalf("Run = %v, want ErrRefused with %s", err, apierr.BootPolicyRefused)
+	}
+	if !strings.Contains(err.Error(), "IMA: /usr/sbin/munged has sha256 digest") {
+		t.Errorf("error %q does not name the file that differs", err)
+	}
+	if n := inspect(t, h, "n2"); n.GetState() != pactv1.NodeState_NODE_STATE_REGISTERED {
+		t.Errorf("n2 is %v, want still registered", n.GetState())
+	}
+
+	// A node whose agent cannot read the list the journal asks for is
+	// refused saying so, not enrolled on its boot alone.
+	sw3, log3 := bootedTPM(t, boot, boot)
+	imaTPM(t, sw3, ran, ran)
+	registerWithEK(t, h, "n3", "SN3", ekHashOf(t, sw3.Device), "52:54:00:00:00:03")
+	cfg = agentConfig(h, clock.Real{}, "SN3", "52:54:00:00:00:03")
+	cfg.TPMDevice, cfg.TPMEventLog, cfg.TPMIMALog = sw3.Device, log3, filepath.Join(t.TempDir(), "no-ima")
+	a, err = New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = a.Run(ctx)
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "no IMA measurement list") {
+		t.Fatalf("Run without the IMA list = %v, want a refusal saying no list was sent", err)
+	}
+}

@@ -109,7 +109,7 @@ func (a *Agent) tpmAnswer(round1 *pactv1.TpmAttestation, key crypto.Signer, att 
 	out.ChallengeId = ch.GetChallengeId()
 	out.Proof = tpmattest.Proof(secret, ch.GetChallengeId(), pki.SPKIFingerprintRaw(spki))
 	if n := ch.GetQuoteNonce(); len(n) > 0 {
-		if out.Quote, err = a.quoteBoot(att, n); err != nil {
+		if out.Quote, err = a.quoteBoot(att, n, ch.GetQuoteIma()); err != nil {
 			return nil, err
 		}
 	}
@@ -117,11 +117,24 @@ func (a *Agent) tpmAnswer(round1 *pactv1.TpmAttestation, key crypto.Signer, att 
 }
 
 // quoteBoot quotes the node's boot PCRs over the journal's nonce with the
-// AK being activated, and adds the TCG event log.
-func (a *Agent) quoteBoot(att TPMAttestor, nonce []byte) (*pactv1.TpmQuote, error) {
-	q, err := att.Quote(nonce, tpm.DefaultQuotePCRs)
+// AK being activated, and adds the TCG event log; with ima (the node's
+// boot policy reads it) PCR 10 too, and IMA's list, read after the quote
+// so that it holds at least what the quote covers.
+func (a *Agent) quoteBoot(att TPMAttestor, nonce []byte, ima bool) (*pactv1.TpmQuote, error) {
+	pcrs := tpm.DefaultQuotePCRs
+	if ima {
+		pcrs = tpm.IMAQuotePCRs
+	}
+	q, err := att.Quote(nonce, pcrs)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTPM, err)
+	}
+	var imaLog []byte
+	if ima {
+		if imaLog, err = tpm.ReadIMALog(a.cfg.TPMIMALog); err != nil {
+			// The journal decides: its policy finds no list and says so.
+			a.log.Warn("cannot read the IMA measurement list the journal asks for; sending the TPM quote without it", logkey.Err, err)
+		}
 	}
 	log, err := tpm.ReadEventLog(a.cfg.TPMEventLog)
 	if err != nil {
@@ -129,8 +142,8 @@ func (a *Agent) quoteBoot(att TPMAttestor, nonce []byte) (*pactv1.TpmQuote, erro
 		// decides whether events it cannot replay matter.
 		a.log.Warn("cannot read the TCG event log; sending the TPM quote without it", logkey.Err, err)
 	}
-	out := &pactv1.TpmQuote{Quoted: q.Quoted, Signature: q.Signature, PcrHashAlg: uint32(tpm2.TPMAlgSHA256), EventLog: log}
-	for _, i := range tpm.DefaultQuotePCRs {
+	out := &pactv1.TpmQuote{Quoted: q.Quoted, Signature: q.Signature, PcrHashAlg: uint32(tpm2.TPMAlgSHA256), EventLog: log, ImaLog: imaLog}
+	for _, i := range pcrs {
 		out.Pcrs = append(out.Pcrs, &pactv1.TpmPcr{Index: uint32(i), Digest: q.PCRs[i]})
 	}
 	return out, nil

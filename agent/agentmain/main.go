@@ -103,6 +103,7 @@ func Settings(cfg *agent.Config, log *cmdline.Logging, configFile *string) *sett
 	s.String(&cfg.Hardware.TPMEKHash, "tpm-ek-hash", "PACT_AGENT_TPM_EK_HASH", "report this TPM EK hash when the agent has no TPM device; with a TPM the agent reports the TPM's own")
 	s.String(&cfg.TPMDevice, "tpm-device", "PACT_AGENT_TPM_DEVICE", "TPM that proves the node when it is registered with a TPM (docs/tpm.md): a device, or unix:PATH for a software TPM; a missing device means no TPM; empty disables it")
 	s.String(&cfg.TPMEventLog, "tpm-event-log", "PACT_AGENT_TPM_EVENT_LOG", "TCG event log sent with the TPM quote of the node's boot (docs/tpm.md, \"Measured boot\"); a missing file sends none")
+	s.String(&cfg.TPMIMALog, "tpm-ima-log", "PACT_AGENT_TPM_IMA_LOG", "IMA runtime measurement list sent, with PCR 10 quoted, when the node's boot policy reads it (docs/tpm.md, \"IMA\")")
 	s.String(&cfg.Hardware.SysRoot, "sys-root", "PACT_AGENT_SYS_ROOT", "where sysfs is mounted")
 	s.String(&cfg.SPIRESocket, "spire-socket", "PACT_SPIRE_SOCKET", "SPIRE agent Workload API, unix:///path; empty disables SPIRE")
 	s.String(&cfg.BootstrapCert, "bootstrap-cert", "PACT_BOOTSTRAP_CERT", "bootstrap certificate chain from the image, PEM; held in memory only")

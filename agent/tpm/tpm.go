@@ -267,8 +267,45 @@ func ReadEventLog(path string) ([]byte, error) {
 
 // DefaultQuotePCRs are the PCRs the agent quotes: the firmware, boot
 // loader, kernel and Secure Boot measurements of a PC client (0-9) and
-// shim's (14). PCR 10 (IMA) changes while the node runs and is left out.
+// shim's (14). PCR 10 (IMA) changes while the node runs: it is quoted,
+// with the IMA list, only when the node's boot policy reads that
+// (IMAQuotePCRs).
 var DefaultQuotePCRs = []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 14}
+
+// IMAPCR is the PCR the kernel's IMA extends.
+const IMAPCR = 10
+
+// IMAQuotePCRs are DefaultQuotePCRs and IMA's PCR.
+var IMAQuotePCRs = []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, IMAPCR, 14}
+
+// DefaultIMALog is where Linux exposes IMA's runtime measurement list.
+const DefaultIMALog = "/sys/kernel/security/ima/binary_runtime_measurements"
+
+// MaxIMALog is the largest IMA list the agent sends (the journal's bound,
+// internal/measuredboot.MaxIMALog).
+const MaxIMALog = 1 << 20
+
+// ReadIMALog reads IMA's measurement list at path. Unlike the event log,
+// a list asked for must be there: a missing file is an error naming it.
+// Read after the quote, it holds at least what the quote covers.
+func ReadIMALog(path string) ([]byte, error) {
+	if path == "" {
+		return nil, errors.New("tpm: the journal asks for the IMA measurement list, and no --tpm-ima-log is set")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("tpm: IMA measurement list (is IMA on, and securityfs mounted?): %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxIMALog+1))
+	if err != nil {
+		return nil, fmt.Errorf("tpm: IMA measurement list %s: %w", path, err)
+	}
+	if len(b) > MaxIMALog {
+		return nil, fmt.Errorf("tpm: IMA measurement list %s is larger than %d bytes: measure fewer files (the IMA policy)", path, MaxIMALog)
+	}
+	return b, nil
+}
 
 // Quote is a TPM2 quote of the SHA-256 PCR bank by the attestor's AK.
 type Quote struct {

@@ -34,8 +34,10 @@ const (
 	TPMEKHash  = "tpm_ek_hash"
 	// PCRs are the PCR indices a TPM quote covered.
 	PCRs = "pcrs"
-	// Events is how many events of a TCG event log replayed.
-	Events = "events"
+	// Events is how many events of a TCG event log replayed;
+	// IMAEntries how many entries of an IMA list the quote covered.
+	Events     = "events"
+	IMAEntries = "ima_entries"
 	// PolicyVersion, Mode and Action: a boot policy's version, its mode
 	// (observe, enforce) and the action it took (observe, refuse, fence).
 	PolicyVersion = "policy_version"

@@ -351,3 +351,59 @@ func pathNote(p string) string {
 	}
 	return ": " + p
 }
+
+// captureIMA lists each file of ev's verified IMA list with the digests
+// seen.
+func captureIMA(ev *BootEvidence) (*pactv1.BootPolicyIma, error) {
+	if !ev.IMALog {
+		return nil, errors.New("measuredboot: the node's last quote carries no IMA list (its policy did not ask for one: set a policy in observe mode with \"ima\": {\"only_listed\": true} first, docs/tpm.md \"IMA\")")
+	}
+	out := &pactv1.BootPolicyIma{}
+	for _, e := range ev.IMA {
+		if e.Violation || e.Path == "boot_aggregate" {
+			continue
+		}
+		k := slices.IndexFunc(out.Files, func(f *pactv1.BootPolicyImaFile) bool { return f.Path == e.Path })
+		if k < 0 {
+			out.Files = append(out.Files, &pactv1.BootPolicyImaFile{Path: e.Path})
+			k = len(out.Files) - 1
+		}
+		if !containsDigest(out.Files[k].AllowedDigests, e.FileDigest) {
+			out.Files[k].AllowedDigests = append(out.Files[k].AllowedDigests, slices.Clone(e.FileDigest))
+		}
+	}
+	if len(out.Files) == 0 {
+		return nil, errors.New("measuredboot: the node's IMA list measured no file besides its boot aggregate")
+	}
+	return out, nil
+}
+
+// mergeIMA allows what either allows, as Merge does for the boot's
+// rules: each file's digests of both, only_listed when each policy with
+// IMA rules has it, the excluded prefixes of both.
+func mergeIMA(p, q *pactv1.BootPolicyIma) *pactv1.BootPolicyIma {
+	if p == nil && q == nil {
+		return nil
+	}
+	out := &pactv1.BootPolicyIma{OnlyListed: (p == nil || p.GetOnlyListed()) && (q == nil || q.GetOnlyListed())}
+	for _, r := range []*pactv1.BootPolicyIma{p, q} {
+		for _, f := range r.GetFiles() {
+			k := slices.IndexFunc(out.Files, func(o *pactv1.BootPolicyImaFile) bool { return o.Path == f.GetPath() })
+			if k < 0 {
+				out.Files = append(out.Files, &pactv1.BootPolicyImaFile{Path: f.GetPath()})
+				k = len(out.Files) - 1
+			}
+			for _, d := range f.GetAllowedDigests() {
+				if !containsDigest(out.Files[k].AllowedDigests, d) {
+					out.Files[k].AllowedDigests = append(out.Files[k].AllowedDigests, slices.Clone(d))
+				}
+			}
+		}
+		for _, x := range r.GetExcludePrefixes() {
+			if !slices.Contains(out.ExcludePrefixes, x) {
+				out.ExcludePrefixes = append(out.ExcludePrefixes, x)
+			}
+		}
+	}
+	return out
+}

@@ -205,3 +205,44 @@ func FuzzReplayIMA(f *testing.F) {
 		}
 	})
 }
+
+// Capture lists the reference node's measured files with their digests,
+// and the policy it makes matches that node and no node that ran another
+// binary; Merge allows both images' files.
+func TestCaptureAndMergeIMA(t *testing.T) {
+	ref := measuredboottest.Runtime(imaSlurm, imaMunge)
+	evidence := func(l measuredboottest.IMA) *measuredboot.BootEvidence {
+		entries, err := measuredboot.ReplayIMA(l.Bytes(), crypto.SHA256, quotedPCR10(l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &measuredboot.BootEvidence{HashAlg: "sha256", PCRs: quotedPCR10(l), IMA: entries, IMALog: true}
+	}
+	p, err := measuredboot.Capture(evidence(ref), measuredboot.CaptureOptions{IMA: true}, pactv1.BootPolicyMode_BOOT_POLICY_MODE_ENFORCE, pactv1.BootPolicyAction_BOOT_POLICY_ACTION_REFUSE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(p.GetIma().GetFiles()); n != 2 {
+		t.Fatalf("captured %d files, want slurmd and munged (not boot_aggregate): %v", n, p.GetIma())
+	}
+	if d := measuredboot.Evaluate(p, evidence(ref)); len(d) != 0 {
+		t.Errorf("the reference node does not match its own capture: %q", d)
+	}
+	upgraded := measuredboottest.Runtime(measuredboottest.IMAFile{Path: imaSlurm.Path, Content: []byte("slurmd 24.11")}, imaMunge)
+	if d := measuredboot.Evaluate(p, evidence(upgraded)); len(d) != 1 || !strings.Contains(d[0], imaSlurm.Path) {
+		t.Errorf("a node with another slurmd: %q, want one mismatch naming it", d)
+	}
+	q, err := measuredboot.Capture(evidence(upgraded), measuredboot.CaptureOptions{IMA: true}, pactv1.BootPolicyMode_BOOT_POLICY_MODE_ENFORCE, pactv1.BootPolicyAction_BOOT_POLICY_ACTION_REFUSE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := measuredboot.Merge(p, q)
+	for _, l := range []measuredboottest.IMA{ref, upgraded} {
+		if d := measuredboot.Evaluate(both, evidence(l)); len(d) != 0 {
+			t.Errorf("the merged policy refuses an image it merged: %q", d)
+		}
+	}
+	if _, err := measuredboot.Capture(&measuredboot.BootEvidence{HashAlg: "sha256", PCRs: quotedPCR10(ref)}, measuredboot.CaptureOptions{IMA: true}, pactv1.BootPolicyMode_BOOT_POLICY_MODE_OBSERVE, pactv1.BootPolicyAction_BOOT_POLICY_ACTION_OBSERVE); err == nil || !strings.Contains(err.Error(), "only_listed") {
+		t.Errorf("capture without a list: %v, want an error saying how to get one", err)
+	}
+}

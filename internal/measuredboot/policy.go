@@ -177,6 +177,10 @@ type CaptureOptions struct {
 	// EventPCRs whose replayed events become event rules, one per PCR and
 	// event type, allowing the digests seen.
 	EventPCRs []int
+	// IMA: every file of the node's verified IMA list becomes a file rule
+	// allowing the digest seen (boot_aggregate excepted: it holds PCRs
+	// that differ per node).
+	IMA bool
 }
 
 // DefaultCapture: the values of PCR 0 (firmware), 2 (option ROMs), 4
@@ -220,6 +224,13 @@ func Capture(ev *BootEvidence, o CaptureOptions, mode pactv1.BootPolicyMode, act
 		if n == 0 {
 			return nil, fmt.Errorf("measuredboot: the node's event log has no events in PCR %d (was an event log sent?)", i)
 		}
+	}
+	if o.IMA {
+		ima, err := captureIMA(ev)
+		if err != nil {
+			return nil, err
+		}
+		p.Ima = ima
 	}
 	if err := ValidatePolicy(p); err != nil {
 		return nil, err
@@ -266,5 +277,6 @@ func Merge(p, q *pactv1.BootPolicy) *pactv1.BootPolicy {
 			addEvent(r)
 		}
 	}
+	out.Ima = mergeIMA(p.GetIma(), q.GetIma())
 	return out
 }

@@ -894,11 +894,14 @@ type CaptureBootPolicyRequest struct {
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// PCRs whose values become rules, and PCRs whose events do; both empty:
 	// the default (values of 0, 2, 4, 7; events of 4, 8, 9).
-	Pcrs          []uint32         `protobuf:"varint,2,rep,packed,name=pcrs,proto3" json:"pcrs,omitempty"`
-	EventPcrs     []uint32         `protobuf:"varint,3,rep,packed,name=event_pcrs,json=eventPcrs,proto3" json:"event_pcrs,omitempty"`
-	Vcluster      string           `protobuf:"bytes,4,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
-	Mode          BootPolicyMode   `protobuf:"varint,5,opt,name=mode,proto3,enum=pact.v1.BootPolicyMode" json:"mode,omitempty"`
-	Action        BootPolicyAction `protobuf:"varint,6,opt,name=action,proto3,enum=pact.v1.BootPolicyAction" json:"action,omitempty"`
+	Pcrs      []uint32         `protobuf:"varint,2,rep,packed,name=pcrs,proto3" json:"pcrs,omitempty"`
+	EventPcrs []uint32         `protobuf:"varint,3,rep,packed,name=event_pcrs,json=eventPcrs,proto3" json:"event_pcrs,omitempty"`
+	Vcluster  string           `protobuf:"bytes,4,opt,name=vcluster,proto3" json:"vcluster,omitempty"`
+	Mode      BootPolicyMode   `protobuf:"varint,5,opt,name=mode,proto3,enum=pact.v1.BootPolicyMode" json:"mode,omitempty"`
+	Action    BootPolicyAction `protobuf:"varint,6,opt,name=action,proto3,enum=pact.v1.BootPolicyAction" json:"action,omitempty"`
+	// ima: every file of the node's verified IMA list becomes a file rule
+	// (its last quote must carry one, docs/tpm.md "IMA").
+	Ima           bool `protobuf:"varint,20,opt,name=ima,proto3" json:"ima,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -973,6 +976,13 @@ func (x *CaptureBootPolicyRequest) GetAction() BootPolicyAction {
 		return x.Action
 	}
 	return BootPolicyAction_BOOT_POLICY_ACTION_UNSPECIFIED
+}
+
+func (x *CaptureBootPolicyRequest) GetIma() bool {
+	if x != nil {
+		return x.Ima
+	}
+	return false
 }
 
 type CaptureBootPolicyResponse struct {
@@ -1081,7 +1091,7 @@ const file_pact_v1_bootpolicy_proto_rawDesc = "" +
 	"\x17RemoveBootPolicyRequest\x12\x1a\n" +
 	"\bvcluster\x18\x01 \x01(\tR\bvcluster\"G\n" +
 	"\x18RemoveBootPolicyResponse\x12+\n" +
-	"\x06policy\x18\x01 \x01(\v2\x13.pact.v1.BootPolicyR\x06policy\"\xe2\x01\n" +
+	"\x06policy\x18\x01 \x01(\v2\x13.pact.v1.BootPolicyR\x06policy\"\xf4\x01\n" +
 	"\x18CaptureBootPolicyRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04pcrs\x18\x02 \x03(\rR\x04pcrs\x12\x1d\n" +
@@ -1089,7 +1099,8 @@ const file_pact_v1_bootpolicy_proto_rawDesc = "" +
 	"event_pcrs\x18\x03 \x03(\rR\teventPcrs\x12\x1a\n" +
 	"\bvcluster\x18\x04 \x01(\tR\bvcluster\x12+\n" +
 	"\x04mode\x18\x05 \x01(\x0e2\x17.pact.v1.BootPolicyModeR\x04mode\x121\n" +
-	"\x06action\x18\x06 \x01(\x0e2\x19.pact.v1.BootPolicyActionR\x06action\"w\n" +
+	"\x06action\x18\x06 \x01(\x0e2\x19.pact.v1.BootPolicyActionR\x06action\x12\x10\n" +
+	"\x03ima\x18\x14 \x01(\bR\x03ima\"w\n" +
 	"\x19CaptureBootPolicyResponse\x12+\n" +
 	"\x06policy\x18\x01 \x01(\v2\x13.pact.v1.BootPolicyR\x06policy\x12-\n" +
 	"\x13quoted_at_unix_nano\x18\x02 \x01(\x03R\x10quotedAtUnixNano*n\n" +
