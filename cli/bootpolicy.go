@@ -35,6 +35,25 @@ type BootPolicyView struct {
 	// between renewals (a Go duration, "1h"); empty: never.
 	AttestInterval  string `json:"attest_interval,omitempty"`
 	AttestTolerance uint32 `json:"attest_tolerance,omitempty"`
+	// IMA is what the node's IMA measurement list must show (docs/tpm.md,
+	// "IMA"); absent: the list is neither asked for nor read.
+	IMA *BootPolicyIMAView `json:"ima,omitempty"`
+}
+
+// BootPolicyIMAView: a measured file of a listed path must have one of its
+// allowed digests; only_listed refuses unlisted files and violations;
+// paths under exclude_prefixes are never checked.
+type BootPolicyIMAView struct {
+	Files           []BootPolicyIMAFileView `json:"files,omitempty"`
+	OnlyListed      bool                    `json:"only_listed,omitempty"`
+	ExcludePrefixes []string                `json:"exclude_prefixes,omitempty"`
+}
+
+// BootPolicyIMAFileView is one file rule; digests in lower-case hex, as
+// the IMA list (ima-ng's d-ng field) and sha256sum print them.
+type BootPolicyIMAFileView struct {
+	Path           string   `json:"path"`
+	AllowedDigests []string `json:"allowed_digests"`
 }
 
 // BootPolicyPCRView: PCR index must hold one of allowed.
@@ -88,6 +107,12 @@ func bootPolicyViewOf(p *pactv1.BootPolicy) BootPolicyView {
 	if s := p.GetAttestIntervalSeconds(); s != 0 {
 		v.AttestInterval = (time.Duration(s) * time.Second).String()
 		v.AttestTolerance = p.GetAttestTolerance()
+	}
+	if r := p.GetIma(); r != nil {
+		v.IMA = &BootPolicyIMAView{OnlyListed: r.GetOnlyListed(), ExcludePrefixes: r.GetExcludePrefixes()}
+		for _, f := range r.GetFiles() {
+			v.IMA.Files = append(v.IMA.Files, BootPolicyIMAFileView{Path: f.GetPath(), AllowedDigests: hexAll(f.GetAllowedDigests())})
+		}
 	}
 	return v
 }
@@ -150,6 +175,12 @@ func (v BootPolicyView) policy() (*pactv1.BootPolicy, error) {
 	for _, r := range v.Events {
 		p.Events = append(p.Events, &pactv1.BootPolicyEvent{Name: r.Name, Pcr: r.PCR, EventType: r.EventType, AllowedDigests: unhex("event rule "+r.Name, r.AllowedDigests)})
 	}
+	if v.IMA != nil {
+		p.Ima = &pactv1.BootPolicyIma{OnlyListed: v.IMA.OnlyListed, ExcludePrefixes: v.IMA.ExcludePrefixes}
+		for _, f := range v.IMA.Files {
+			p.Ima.Files = append(p.Ima.Files, &pactv1.BootPolicyImaFile{Path: f.Path, AllowedDigests: unhex("IMA file "+f.Path, f.AllowedDigests)})
+		}
+	}
 	return p, errors.Join(problems...)
 }
 
@@ -186,6 +217,7 @@ enforce it. See docs/tpm.md, "Boot policies". Needs quorum feature level 3.`,
 func (a *app) bootPolicyCaptureCommand() *cobra.Command {
 	var node, vcluster, mode, act string
 	var pcrs, eventPCRs []uint
+	var ima bool
 	cmd := &cobra.Command{
 		Use:   "capture --from-node NODE",
 		Short: "Make a policy from the last TPM quote a journal verified for NODE (sets nothing)",
@@ -218,7 +250,7 @@ with -o json and give it to pact boot-policy set --file.`,
 			if err != nil {
 				return err
 			}
-			req := &pactv1.CaptureBootPolicyRequest{NodeId: node, Vcluster: vcluster, Mode: bootModes[mode], Action: bootActions[act]}
+			req := &pactv1.CaptureBootPolicyRequest{NodeId: node, Vcluster: vcluster, Mode: bootModes[mode], Action: bootActions[act], Ima: ima}
 			for _, i := range pcrs {
 				req.Pcrs = append(req.Pcrs, uint32(i))
 			}
@@ -238,6 +270,7 @@ with -o json and give it to pact boot-policy set --file.`,
 	cmd.Flags().StringVar(&act, "action", "refuse", "what an enforced mismatch does: observe, refuse or fence")
 	cmd.Flags().UintSliceVar(&pcrs, "pcrs", nil, "PCRs whose values become rules (default 0,2,4,7)")
 	cmd.Flags().UintSliceVar(&eventPCRs, "event-pcrs", nil, "PCRs whose events become rules (default 4,8,9)")
+	cmd.Flags().BoolVar(&ima, "ima", false, "also list each file of the node's IMA measurement list with its digest (its last quote must carry the list: docs/tpm.md, \"IMA\")")
 	return cmd
 }
 
@@ -259,6 +292,20 @@ func (a *app) printBootPolicy(s *session, v BootPolicyView) error {
 	}
 	for _, r := range v.Events {
 		fmt.Fprintf(w, "event %s (pcr %d, type 0x%x): %s\n", r.Name, r.PCR, r.EventType, strings.Join(r.AllowedDigests, " "))
+	}
+	if r := v.IMA; r != nil {
+		which := "listed files checked"
+		if r.OnlyListed {
+			which = "only listed files allowed"
+		}
+		fmt.Fprintf(w, "ima: %s", which)
+		if len(r.ExcludePrefixes) > 0 {
+			fmt.Fprintf(w, "; never checked: %s", strings.Join(r.ExcludePrefixes, " "))
+		}
+		fmt.Fprintln(w)
+		for _, f := range r.Files {
+			fmt.Fprintf(w, "ima file %s: %s\n", f.Path, strings.Join(f.AllowedDigests, " "))
+		}
 	}
 	return nil
 }
