@@ -11,6 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/measuredboot"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -516,4 +519,57 @@ func validateAttest(p *pactv1.BootPolicy) error {
 		return fmt.Errorf("%w: attest tolerance %d: at most 100", ErrInvalidArgument, t)
 	}
 	return nil
+}
+
+// captureAtPeers asks the other journals of the quorum, in parallel, to
+// capture from the node's quote they hold or ask its stream for (pact
+// boot-policy capture at a journal that has neither); the first capture
+// wins. local is this journal's own not-found.
+func (j *Journal) captureAtPeers(ctx context.Context, req *pactv1.CaptureBootPolicyRequest, local error) (*pactv1.CaptureBootPolicyResponse, error) {
+	peers, err := j.raft.PeerClients()
+	if err != nil {
+		return nil, fmt.Errorf("%w; and the other journals cannot be listed: %w", local, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, captureWait+5*time.Second)
+	defer cancel()
+	type answer struct {
+		id   string
+		resp *pactv1.BootEvidenceResponse
+		err  error
+	}
+	answers := make(chan answer, len(peers))
+	for _, p := range peers {
+		go func() {
+			resp, err := p.Client.BootEvidence(ctx, &pactv1.BootEvidenceRequest{Capture: req})
+			answers <- answer{p.ID, resp, err}
+		}()
+	}
+	asked := []string{j.cfg.NodeID}
+	var failed []string
+	for range peers {
+		a := <-answers
+		if a.err == nil && a.resp.GetCapture().GetPolicy() != nil {
+			j.log.Info("boot policy captured at another journal", logkey.NodeID, req.GetNodeId(), logkey.JournalID, a.id)
+			return a.resp.GetCapture(), nil
+		}
+		asked = append(asked, a.id)
+		if st, ok := status.FromError(a.err); a.err != nil && (!ok || st.Code() != codes.NotFound) {
+			failed = append(failed, a.id+": "+st.Message())
+		}
+	}
+	msg := fmt.Sprintf("no journal of the quorum holds a verified TPM quote of node %q or a stream of it that answers boot attestation (asked %s)", req.GetNodeId(), strings.Join(asked, ", "))
+	if len(failed) > 0 {
+		msg += "; not answered by " + strings.Join(failed, "; ")
+	}
+	return nil, fmt.Errorf("%w: %s; renew the node (pact-agent renew-now) or restart its agent so that it quotes again, then capture again (journals keep quotes in memory: a restarted journal has none)", ErrNotFound, msg)
+}
+
+// BootEvidence is another journal's pact boot-policy capture: captured
+// from what this journal holds, or asks of the node's stream here.
+func (s *peerServer) BootEvidence(ctx context.Context, req *pactv1.BootEvidenceRequest) (*pactv1.BootEvidenceResponse, error) {
+	resp, err := s.j.captureLocal(ctx, req.GetCapture())
+	if err != nil {
+		return nil, err
+	}
+	return &pactv1.BootEvidenceResponse{Capture: resp}, nil
 }

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -124,8 +125,25 @@ func (s *bootPolicyServer) RemoveBootPolicy(ctx context.Context, req *pactv1.Rem
 	return &pactv1.RemoveBootPolicyResponse{Policy: before}, nil
 }
 
+// CaptureBootPolicy captures from the node's quote this journal holds
+// (or asks its stream here for), else from another journal of the quorum
+// that does.
 func (s *bootPolicyServer) CaptureBootPolicy(ctx context.Context, req *pactv1.CaptureBootPolicyRequest) (*pactv1.CaptureBootPolicyResponse, error) {
-	j := s.j
+	resp, err := s.j.captureLocal(ctx, req)
+	if errors.Is(err, errNoBootEvidence) {
+		return s.j.captureAtPeers(ctx, req, err)
+	}
+	return resp, err
+}
+
+// errNoBootEvidence: this journal holds no verified quote of the node and
+// no stream of it that answers boot attestation.
+var errNoBootEvidence = fmt.Errorf("%w: no verified TPM quote", ErrNotFound)
+
+// captureLocal captures a policy from the node's last quote this journal
+// verified, or a fresh one its stream here answers (errNoBootEvidence
+// when neither).
+func (j *Journal) captureLocal(ctx context.Context, req *pactv1.CaptureBootPolicyRequest) (*pactv1.CaptureBootPolicyResponse, error) {
 	r, ok := j.boot.get(req.GetNodeId())
 	if !ok {
 		// Not verified here: a node that streams here is asked for a
@@ -136,7 +154,7 @@ func (s *bootPolicyServer) CaptureBootPolicy(ctx context.Context, req *pactv1.Ca
 		}
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: journal %s holds no verified TPM quote of node %q and no stream of it that answers boot attestation: it keeps the quotes it verified itself, in memory, and asks a node that streams to it for a fresh one; run the capture at the journal that last enrolled or renewed the node or that it streams to (pact --journal), or renew the node (pact-agent renew-now) and capture again", ErrNotFound, j.cfg.NodeID, req.GetNodeId())
+		return nil, fmt.Errorf("%w of node %q on journal %s, and no stream of it that answers boot attestation", errNoBootEvidence, req.GetNodeId(), j.cfg.NodeID)
 	}
 	o := measuredboot.DefaultCapture()
 	if len(req.GetPcrs())+len(req.GetEventPcrs()) > 0 {
@@ -154,7 +172,7 @@ func (s *bootPolicyServer) CaptureBootPolicy(ctx context.Context, req *pactv1.Ca
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	p.Vcluster = req.GetVcluster()
-	p.Comment = fmt.Sprintf("captured from node %s's quote of %s", req.GetNodeId(), r.at.UTC().Format(time.RFC3339))
+	p.Comment = fmt.Sprintf("captured from node %s's quote of %s (journal %s)", req.GetNodeId(), r.at.UTC().Format(time.RFC3339), j.cfg.NodeID)
 	return &pactv1.CaptureBootPolicyResponse{Policy: p, QuotedAtUnixNano: r.at.UnixNano()}, nil
 }
 

@@ -115,6 +115,7 @@ var policies = map[string]policy{
 	pactv1.JournalPeerService_Propose_FullMethodName:      {peer: true},
 	pactv1.JournalPeerService_ReadIndex_FullMethodName:    {peer: true},
 	pactv1.JournalPeerService_MemberStatus_FullMethodName: {peer: true},
+	pactv1.JournalPeerService_BootEvidence_FullMethodName: {peer: true},
 
 	// Any operator may renew its own credential; the handler checks that
 	// only a platform-admin issues for another name or role.

@@ -70,6 +70,94 @@ func (QuorumHelloKind) EnumDescriptor() ([]byte, []int) {
 	return file_pact_v1_peer_proto_rawDescGZIP(), []int{0}
 }
 
+type BootEvidenceRequest struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Capture       *CaptureBootPolicyRequest `protobuf:"bytes,1,opt,name=capture,proto3" json:"capture,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootEvidenceRequest) Reset() {
+	*x = BootEvidenceRequest{}
+	mi := &file_pact_v1_peer_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootEvidenceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootEvidenceRequest) ProtoMessage() {}
+
+func (x *BootEvidenceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_peer_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootEvidenceRequest.ProtoReflect.Descriptor instead.
+func (*BootEvidenceRequest) Descriptor() ([]byte, []int) {
+	return file_pact_v1_peer_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *BootEvidenceRequest) GetCapture() *CaptureBootPolicyRequest {
+	if x != nil {
+		return x.Capture
+	}
+	return nil
+}
+
+type BootEvidenceResponse struct {
+	state         protoimpl.MessageState     `protogen:"open.v1"`
+	Capture       *CaptureBootPolicyResponse `protobuf:"bytes,1,opt,name=capture,proto3" json:"capture,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootEvidenceResponse) Reset() {
+	*x = BootEvidenceResponse{}
+	mi := &file_pact_v1_peer_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootEvidenceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootEvidenceResponse) ProtoMessage() {}
+
+func (x *BootEvidenceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pact_v1_peer_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootEvidenceResponse.ProtoReflect.Descriptor instead.
+func (*BootEvidenceResponse) Descriptor() ([]byte, []int) {
+	return file_pact_v1_peer_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BootEvidenceResponse) GetCapture() *CaptureBootPolicyResponse {
+	if x != nil {
+		return x.Capture
+	}
+	return nil
+}
+
 type ProposeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A pact.v1.Command, already stamped by the proposing journal.
@@ -80,7 +168,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_pact_v1_peer_proto_msgTypes[0]
+	mi := &file_pact_v1_peer_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -92,7 +180,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_peer_proto_msgTypes[0]
+	mi := &file_pact_v1_peer_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -105,7 +193,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_peer_proto_rawDescGZIP(), []int{0}
+	return file_pact_v1_peer_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ProposeRequest) GetCommand() []byte {
@@ -133,7 +221,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_pact_v1_peer_proto_msgTypes[1]
+	mi := &file_pact_v1_peer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -145,7 +233,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_peer_proto_msgTypes[1]
+	mi := &file_pact_v1_peer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -158,7 +246,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_peer_proto_rawDescGZIP(), []int{1}
+	return file_pact_v1_peer_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ProposeResponse) GetIndex() uint64 {
@@ -211,7 +299,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_pact_v1_peer_proto_msgTypes[2]
+	mi := &file_pact_v1_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -223,7 +311,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_peer_proto_msgTypes[2]
+	mi := &file_pact_v1_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -236,7 +324,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_peer_proto_rawDescGZIP(), []int{2}
+	return file_pact_v1_peer_proto_rawDescGZIP(), []int{4}
 }
 
 type ReadIndexResponse struct {
@@ -248,7 +336,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_pact_v1_peer_proto_msgTypes[3]
+	mi := &file_pact_v1_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -260,7 +348,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_peer_proto_msgTypes[3]
+	mi := &file_pact_v1_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -273,7 +361,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_peer_proto_rawDescGZIP(), []int{3}
+	return file_pact_v1_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReadIndexResponse) GetCommitIndex() uint64 {
@@ -291,7 +379,7 @@ type MemberStatusRequest struct {
 
 func (x *MemberStatusRequest) Reset() {
 	*x = MemberStatusRequest{}
-	mi := &file_pact_v1_peer_proto_msgTypes[4]
+	mi := &file_pact_v1_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -303,7 +391,7 @@ func (x *MemberStatusRequest) String() string {
 func (*MemberStatusRequest) ProtoMessage() {}
 
 func (x *MemberStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_peer_proto_msgTypes[4]
+	mi := &file_pact_v1_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -316,7 +404,7 @@ func (x *MemberStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberStatusRequest.ProtoReflect.Descriptor instead.
 func (*MemberStatusRequest) Descriptor() ([]byte, []int) {
-	return file_pact_v1_peer_proto_rawDescGZIP(), []int{4}
+	return file_pact_v1_peer_proto_rawDescGZIP(), []int{6}
 }
 
 type MemberStatusResponse struct {
@@ -359,7 +447,7 @@ type MemberStatusResponse struct {
 
 func (x *MemberStatusResponse) Reset() {
 	*x = MemberStatusResponse{}
-	mi := &file_pact_v1_peer_proto_msgTypes[5]
+	mi := &file_pact_v1_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -371,7 +459,7 @@ func (x *MemberStatusResponse) String() string {
 func (*MemberStatusResponse) ProtoMessage() {}
 
 func (x *MemberStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_peer_proto_msgTypes[5]
+	mi := &file_pact_v1_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -384,7 +472,7 @@ func (x *MemberStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberStatusResponse.ProtoReflect.Descriptor instead.
 func (*MemberStatusResponse) Descriptor() ([]byte, []int) {
-	return file_pact_v1_peer_proto_rawDescGZIP(), []int{5}
+	return file_pact_v1_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MemberStatusResponse) GetJournalId() string {
@@ -540,7 +628,7 @@ type QuorumHello struct {
 
 func (x *QuorumHello) Reset() {
 	*x = QuorumHello{}
-	mi := &file_pact_v1_peer_proto_msgTypes[6]
+	mi := &file_pact_v1_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +640,7 @@ func (x *QuorumHello) String() string {
 func (*QuorumHello) ProtoMessage() {}
 
 func (x *QuorumHello) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_peer_proto_msgTypes[6]
+	mi := &file_pact_v1_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +653,7 @@ func (x *QuorumHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuorumHello.ProtoReflect.Descriptor instead.
 func (*QuorumHello) Descriptor() ([]byte, []int) {
-	return file_pact_v1_peer_proto_rawDescGZIP(), []int{6}
+	return file_pact_v1_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *QuorumHello) GetQuorumId() string {
@@ -625,7 +713,7 @@ type QuorumHelloReply struct {
 
 func (x *QuorumHelloReply) Reset() {
 	*x = QuorumHelloReply{}
-	mi := &file_pact_v1_peer_proto_msgTypes[7]
+	mi := &file_pact_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +725,7 @@ func (x *QuorumHelloReply) String() string {
 func (*QuorumHelloReply) ProtoMessage() {}
 
 func (x *QuorumHelloReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pact_v1_peer_proto_msgTypes[7]
+	mi := &file_pact_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +738,7 @@ func (x *QuorumHelloReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuorumHelloReply.ProtoReflect.Descriptor instead.
 func (*QuorumHelloReply) Descriptor() ([]byte, []int) {
-	return file_pact_v1_peer_proto_rawDescGZIP(), []int{7}
+	return file_pact_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *QuorumHelloReply) GetRefused() string {
@@ -727,7 +815,11 @@ var File_pact_v1_peer_proto protoreflect.FileDescriptor
 
 const file_pact_v1_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x12pact/v1/peer.proto\x12\apact.v1\x1a\x16pact/v1/registry.proto\"*\n" +
+	"\x12pact/v1/peer.proto\x12\apact.v1\x1a\x18pact/v1/bootpolicy.proto\x1a\x16pact/v1/registry.proto\"R\n" +
+	"\x13BootEvidenceRequest\x12;\n" +
+	"\acapture\x18\x01 \x01(\v2!.pact.v1.CaptureBootPolicyRequestR\acapture\"T\n" +
+	"\x14BootEvidenceResponse\x12<\n" +
+	"\acapture\x18\x01 \x01(\v2\".pact.v1.CaptureBootPolicyResponseR\acapture\"*\n" +
 	"\x0eProposeRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\fR\acommand\"\xdf\x01\n" +
 	"\x0fProposeResponse\x12\x14\n" +
@@ -791,11 +883,12 @@ const file_pact_v1_peer_proto_rawDesc = "" +
 	"\x0fQuorumHelloKind\x12!\n" +
 	"\x1dQUORUM_HELLO_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16QUORUM_HELLO_KIND_RAFT\x10\x01\x12\x1b\n" +
-	"\x17QUORUM_HELLO_KIND_PROBE\x10\x022\xe3\x01\n" +
+	"\x17QUORUM_HELLO_KIND_PROBE\x10\x022\xb0\x02\n" +
 	"\x12JournalPeerService\x12<\n" +
 	"\aPropose\x12\x17.pact.v1.ProposeRequest\x1a\x18.pact.v1.ProposeResponse\x12B\n" +
 	"\tReadIndex\x12\x19.pact.v1.ReadIndexRequest\x1a\x1a.pact.v1.ReadIndexResponse\x12K\n" +
-	"\fMemberStatus\x12\x1c.pact.v1.MemberStatusRequest\x1a\x1d.pact.v1.MemberStatusResponseB/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
+	"\fMemberStatus\x12\x1c.pact.v1.MemberStatusRequest\x1a\x1d.pact.v1.MemberStatusResponse\x12K\n" +
+	"\fBootEvidence\x12\x1c.pact.v1.BootEvidenceRequest\x1a\x1d.pact.v1.BootEvidenceResponseB/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
 
 var (
 	file_pact_v1_peer_proto_rawDescOnce sync.Once
@@ -810,36 +903,44 @@ func file_pact_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_pact_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pact_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_pact_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_pact_v1_peer_proto_goTypes = []any{
-	(QuorumHelloKind)(0),         // 0: pact.v1.QuorumHelloKind
-	(*ProposeRequest)(nil),       // 1: pact.v1.ProposeRequest
-	(*ProposeResponse)(nil),      // 2: pact.v1.ProposeResponse
-	(*ReadIndexRequest)(nil),     // 3: pact.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),    // 4: pact.v1.ReadIndexResponse
-	(*MemberStatusRequest)(nil),  // 5: pact.v1.MemberStatusRequest
-	(*MemberStatusResponse)(nil), // 6: pact.v1.MemberStatusResponse
-	(*QuorumHello)(nil),          // 7: pact.v1.QuorumHello
-	(*QuorumHelloReply)(nil),     // 8: pact.v1.QuorumHelloReply
-	nil,                          // 9: pact.v1.QuorumHelloReply.FormedWithEntry
-	(*Node)(nil),                 // 10: pact.v1.Node
+	(QuorumHelloKind)(0),              // 0: pact.v1.QuorumHelloKind
+	(*BootEvidenceRequest)(nil),       // 1: pact.v1.BootEvidenceRequest
+	(*BootEvidenceResponse)(nil),      // 2: pact.v1.BootEvidenceResponse
+	(*ProposeRequest)(nil),            // 3: pact.v1.ProposeRequest
+	(*ProposeResponse)(nil),           // 4: pact.v1.ProposeResponse
+	(*ReadIndexRequest)(nil),          // 5: pact.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),         // 6: pact.v1.ReadIndexResponse
+	(*MemberStatusRequest)(nil),       // 7: pact.v1.MemberStatusRequest
+	(*MemberStatusResponse)(nil),      // 8: pact.v1.MemberStatusResponse
+	(*QuorumHello)(nil),               // 9: pact.v1.QuorumHello
+	(*QuorumHelloReply)(nil),          // 10: pact.v1.QuorumHelloReply
+	nil,                               // 11: pact.v1.QuorumHelloReply.FormedWithEntry
+	(*CaptureBootPolicyRequest)(nil),  // 12: pact.v1.CaptureBootPolicyRequest
+	(*CaptureBootPolicyResponse)(nil), // 13: pact.v1.CaptureBootPolicyResponse
+	(*Node)(nil),                      // 14: pact.v1.Node
 }
 var file_pact_v1_peer_proto_depIdxs = []int32{
-	10, // 0: pact.v1.ProposeResponse.node:type_name -> pact.v1.Node
-	2,  // 1: pact.v1.ProposeResponse.batch:type_name -> pact.v1.ProposeResponse
-	0,  // 2: pact.v1.QuorumHello.kind:type_name -> pact.v1.QuorumHelloKind
-	9,  // 3: pact.v1.QuorumHelloReply.formed_with:type_name -> pact.v1.QuorumHelloReply.FormedWithEntry
-	1,  // 4: pact.v1.JournalPeerService.Propose:input_type -> pact.v1.ProposeRequest
-	3,  // 5: pact.v1.JournalPeerService.ReadIndex:input_type -> pact.v1.ReadIndexRequest
-	5,  // 6: pact.v1.JournalPeerService.MemberStatus:input_type -> pact.v1.MemberStatusRequest
-	2,  // 7: pact.v1.JournalPeerService.Propose:output_type -> pact.v1.ProposeResponse
-	4,  // 8: pact.v1.JournalPeerService.ReadIndex:output_type -> pact.v1.ReadIndexResponse
-	6,  // 9: pact.v1.JournalPeerService.MemberStatus:output_type -> pact.v1.MemberStatusResponse
-	7,  // [7:10] is the sub-list for method output_type
-	4,  // [4:7] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	12, // 0: pact.v1.BootEvidenceRequest.capture:type_name -> pact.v1.CaptureBootPolicyRequest
+	13, // 1: pact.v1.BootEvidenceResponse.capture:type_name -> pact.v1.CaptureBootPolicyResponse
+	14, // 2: pact.v1.ProposeResponse.node:type_name -> pact.v1.Node
+	4,  // 3: pact.v1.ProposeResponse.batch:type_name -> pact.v1.ProposeResponse
+	0,  // 4: pact.v1.QuorumHello.kind:type_name -> pact.v1.QuorumHelloKind
+	11, // 5: pact.v1.QuorumHelloReply.formed_with:type_name -> pact.v1.QuorumHelloReply.FormedWithEntry
+	3,  // 6: pact.v1.JournalPeerService.Propose:input_type -> pact.v1.ProposeRequest
+	5,  // 7: pact.v1.JournalPeerService.ReadIndex:input_type -> pact.v1.ReadIndexRequest
+	7,  // 8: pact.v1.JournalPeerService.MemberStatus:input_type -> pact.v1.MemberStatusRequest
+	1,  // 9: pact.v1.JournalPeerService.BootEvidence:input_type -> pact.v1.BootEvidenceRequest
+	4,  // 10: pact.v1.JournalPeerService.Propose:output_type -> pact.v1.ProposeResponse
+	6,  // 11: pact.v1.JournalPeerService.ReadIndex:output_type -> pact.v1.ReadIndexResponse
+	8,  // 12: pact.v1.JournalPeerService.MemberStatus:output_type -> pact.v1.MemberStatusResponse
+	2,  // 13: pact.v1.JournalPeerService.BootEvidence:output_type -> pact.v1.BootEvidenceResponse
+	10, // [10:14] is the sub-list for method output_type
+	6,  // [6:10] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_pact_v1_peer_proto_init() }
@@ -847,6 +948,7 @@ func file_pact_v1_peer_proto_init() {
 	if File_pact_v1_peer_proto != nil {
 		return
 	}
+	file_pact_v1_bootpolicy_proto_init()
 	file_pact_v1_registry_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -854,7 +956,7 @@ func file_pact_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pact_v1_peer_proto_rawDesc), len(file_pact_v1_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,6 +22,7 @@ const (
 	JournalPeerService_Propose_FullMethodName      = "/pact.v1.JournalPeerService/Propose"
 	JournalPeerService_ReadIndex_FullMethodName    = "/pact.v1.JournalPeerService/ReadIndex"
 	JournalPeerService_MemberStatus_FullMethodName = "/pact.v1.JournalPeerService/MemberStatus"
+	JournalPeerService_BootEvidence_FullMethodName = "/pact.v1.JournalPeerService/BootEvidence"
 )
 
 // JournalPeerServiceClient is the client API for JournalPeerService service.
@@ -39,6 +40,11 @@ type JournalPeerServiceClient interface {
 	ReadIndex(ctx context.Context, in *ReadIndexRequest, opts ...grpc.CallOption) (*ReadIndexResponse, error)
 	// MemberStatus reports this journal's own view for pact journal status.
 	MemberStatus(ctx context.Context, in *MemberStatusRequest, opts ...grpc.CallOption) (*MemberStatusResponse, error)
+	// BootEvidence captures a boot policy from the node's last quote this
+	// journal verified, or from a fresh one its stream here answers: how
+	// pact boot-policy capture works at any journal of the quorum. NOT_FOUND
+	// when this journal has neither.
+	BootEvidence(ctx context.Context, in *BootEvidenceRequest, opts ...grpc.CallOption) (*BootEvidenceResponse, error)
 }
 
 type journalPeerServiceClient struct {
@@ -79,6 +85,16 @@ func (c *journalPeerServiceClient) MemberStatus(ctx context.Context, in *MemberS
 	return out, nil
 }
 
+func (c *journalPeerServiceClient) BootEvidence(ctx context.Context, in *BootEvidenceRequest, opts ...grpc.CallOption) (*BootEvidenceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BootEvidenceResponse)
+	err := c.cc.Invoke(ctx, JournalPeerService_BootEvidence_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JournalPeerServiceServer is the server API for JournalPeerService service.
 // All implementations must embed UnimplementedJournalPeerServiceServer
 // for forward compatibility.
@@ -94,6 +110,11 @@ type JournalPeerServiceServer interface {
 	ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error)
 	// MemberStatus reports this journal's own view for pact journal status.
 	MemberStatus(context.Context, *MemberStatusRequest) (*MemberStatusResponse, error)
+	// BootEvidence captures a boot policy from the node's last quote this
+	// journal verified, or from a fresh one its stream here answers: how
+	// pact boot-policy capture works at any journal of the quorum. NOT_FOUND
+	// when this journal has neither.
+	BootEvidence(context.Context, *BootEvidenceRequest) (*BootEvidenceResponse, error)
 	mustEmbedUnimplementedJournalPeerServiceServer()
 }
 
@@ -112,6 +133,9 @@ func (UnimplementedJournalPeerServiceServer) ReadIndex(context.Context, *ReadInd
 }
 func (UnimplementedJournalPeerServiceServer) MemberStatus(context.Context, *MemberStatusRequest) (*MemberStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MemberStatus not implemented")
+}
+func (UnimplementedJournalPeerServiceServer) BootEvidence(context.Context, *BootEvidenceRequest) (*BootEvidenceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BootEvidence not implemented")
 }
 func (UnimplementedJournalPeerServiceServer) mustEmbedUnimplementedJournalPeerServiceServer() {}
 func (UnimplementedJournalPeerServiceServer) testEmbeddedByValue()                            {}
@@ -188,6 +212,24 @@ func _JournalPeerService_MemberStatus_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JournalPeerService_BootEvidence_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BootEvidenceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalPeerServiceServer).BootEvidence(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalPeerService_BootEvidence_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalPeerServiceServer).BootEvidence(ctx, req.(*BootEvidenceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JournalPeerService_ServiceDesc is the grpc.ServiceDesc for JournalPeerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -206,6 +248,10 @@ var JournalPeerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MemberStatus",
 			Handler:    _JournalPeerService_MemberStatus_Handler,
+		},
+		{
+			MethodName: "BootEvidence",
+			Handler:    _JournalPeerService_BootEvidence_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
