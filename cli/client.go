@@ -22,6 +22,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/tlsalert"
 	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/internal/version"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -293,6 +294,7 @@ func (js *journals) Invoke(ctx context.Context, method string, args, reply any, 
 			Addr:      j.addr,
 			Err:       e,
 			Handshake: j.handshake.get(),
+			Alert:     j.handshake.alert(),
 			Connected: connected,
 			Stalled:   stalled && !reached,
 			// A pact reason is a journal's definite answer; a bare transport
@@ -383,7 +385,7 @@ func (s *failoverStream) open(m any) error {
 			return &JournalError{Addr: j.addr, Err: e, Earlier: s.failed}
 		}
 		connected, stalled := j.handshake.state()
-		s.failed = append(s.failed, Attempt{Addr: j.addr, Err: e, Handshake: j.handshake.get(), Connected: connected, Stalled: stalled && !j.reached()})
+		s.failed = append(s.failed, Attempt{Addr: j.addr, Err: e, Handshake: j.handshake.get(), Alert: j.handshake.alert(), Connected: connected, Stalled: stalled && !j.reached()})
 	}
 	return &UnreachableError{Attempts: s.failed}
 }
@@ -433,6 +435,10 @@ type handshakeLog struct {
 	mu  sync.Mutex
 	err error
 	ok  bool
+	// watched records the alert read on the latest connection whose
+	// handshake succeeded (TLS 1.3: a journal refuses the client's
+	// certificate after the client's side of the handshake is done).
+	watched *tlsalert.Record
 	// connected: a TCP connection was made (a handshake began); pending:
 	// handshakes still waiting for the journal's answer (a journal not
 	// serving yet holds its port open without answering); stalled: one
@@ -464,9 +470,11 @@ func (l *handshakeLog) state() (connected, stalled bool) {
 	return l.connected, l.stalled || l.pending > 0
 }
 
-func (l *handshakeLog) set(err error) {
+// set records the outcome of a handshake; watched is the record of the
+// connection it made (nil if it failed).
+func (l *handshakeLog) set(err error, watched *tlsalert.Record) {
 	l.mu.Lock()
-	l.err = err
+	l.err, l.watched = err, watched
 	l.ok = l.ok || err == nil
 	l.stalled = false
 	l.mu.Unlock()
@@ -476,8 +484,20 @@ func (l *handshakeLog) set(err error) {
 // was seen on) without marking a handshake as having succeeded.
 func (l *handshakeLog) forget() {
 	l.mu.Lock()
-	l.err = nil
+	l.err, l.watched = nil, nil
 	l.mu.Unlock()
+}
+
+// alert is the error that carried the alert the journal sent on the latest
+// connection, in its handshake or after it (tlsalert.Received finds it);
+// nil if it sent none.
+func (l *handshakeLog) alert() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := tlsalert.Received(l.err); ok {
+		return l.err
+	}
+	return l.watched.Err()
 }
 
 func (l *handshakeLog) succeeded() bool {
@@ -507,8 +527,13 @@ func (c recordingCreds) ClientHandshake(ctx context.Context, authority string, r
 	// of time is not serving yet (no leader, the registry still loading)
 	// or is overwhelmed; a cancelled dial says nothing.
 	c.log.ended(err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded))
+	var watched *tlsalert.Record
+	if err == nil {
+		watched = &tlsalert.Record{}
+		conn = tlsalert.Watch(conn, watched)
+	}
 	if ctx.Err() == nil {
-		c.log.set(err)
+		c.log.set(err, watched)
 	}
 	return conn, info, err
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/tlsalert"
 	"github.com/pact-hpc/pact/internal/transport"
 )
 
@@ -80,6 +81,10 @@ type Attempt struct {
 	// Handshake is the TLS handshake error seen on that address, if any: it
 	// says more than the transport's status message.
 	Handshake error
+	// Alert is the error that carried the TLS alert the journal sent on
+	// that address's latest connection, in the handshake or on the first
+	// read after it (tlsalert.Received finds it); nil if it sent none.
+	Alert error
 	// Uncertain is set when a write may have reached the journal before
 	// the failure, so it may have taken effect there.
 	Uncertain bool
@@ -460,7 +465,7 @@ func credentialRefused(e *UnreachableError) bool {
 		// The alert reaches the client as the handshake's error, or (TLS
 		// 1.3: the server checks the client's certificate after the
 		// client's side of the handshake is done) on the first read.
-		if !strings.Contains(at.reason(), "tls: bad certificate") {
+		if a, ok := tlsalert.Received(at.Alert); !ok || a != tlsalert.BadCertificate {
 			return false
 		}
 	}
