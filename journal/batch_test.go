@@ -24,9 +24,9 @@ type heldBatches struct {
 	release chan struct{}
 }
 
-func holdBatches(j *journal.Journal) *heldBatches {
+func holdBatches(t *testing.T, j *journal.Journal) *heldBatches {
 	h := &heldBatches{queued: make(chan int, 1024), release: make(chan struct{})}
-	j.SetBatchHooks(func(n int) { h.queued <- n }, func(n int) {
+	j.SetBatchHooks(t, func(n int) { h.queued <- n }, func(n int) {
 		h.mu.Lock()
 		first := len(h.sizes) == 0
 		h.sizes = append(h.sizes, n)
@@ -99,7 +99,7 @@ func enrollConcurrently(t *testing.T, reg, at *journaltest.Harness, nodes int) (
 		all = append(all, &enrollment{node: fmt.Sprintf("node-%02d", i), key: journaltest.NewKey(t)})
 	}
 	all = append(all, &enrollment{node: "node-00", key: journaltest.NewKey(t)})
-	held := holdBatches(at.J)
+	held := holdBatches(t, at.J)
 	before := at.J.RaftLastIndex()
 	var wg sync.WaitGroup
 	for _, e := range all {
@@ -265,7 +265,7 @@ func TestReleasesBatchedAtFollower(t *testing.T) {
 	if len(enrolled) != nodes {
 		t.Fatalf("%d of %d nodes enrolled", len(enrolled), nodes)
 	}
-	held := holdBatches(follower.J)
+	held := holdBatches(t, follower.J)
 	before := follower.J.RaftLastIndex()
 	released := make([]bool, len(enrolled))
 	errs := make([]error, len(enrolled))

@@ -47,7 +47,8 @@ func (j *Journal) RegistryForTest() []*pactv1.Node { return j.fsm.Nodes(raftfsm.
 // told the number of activations waiting each time it changes, beforeSend
 // runs (on the batch's goroutine) before a batch of n is proposed and may
 // block it. Set them before any enrollment.
-func (j *Journal) SetBatchHooks(queued, beforeSend func(n int)) {
+func (j *Journal) SetBatchHooks(t testing.TB, queued, beforeSend func(n int)) {
+	requireRaftHooks(t)
 	j.raftHooks.BatchQueued.Store(&queued)
 	j.raftHooks.BatchBeforeSend.Store(&beforeSend)
 }

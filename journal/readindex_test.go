@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -76,34 +77,36 @@ func TestNewLeaderSeesTheOldLeadersAcknowledgedWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	deadline := time.Now().Add(30 * time.Second)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	retried := map[string]int{}
-	// try calls op until it succeeds want times; a final refusal fails the
-	// test, any other error is retried.
+	// try calls op until it succeeds want times (within 30 s, on its own
+	// goroutine: polltest.Within); a final refusal fails the test, any
+	// other error is retried.
 	try := func(name string, want int, op func(ctx context.Context) error) {
 		defer wg.Done()
-		for ok := 0; ok < want; {
-			if time.Now().After(deadline) {
-				t.Errorf("%s: %d answers with the write by the deadline, want %d", name, ok, want)
-				return
+		ok := 0
+		if !polltest.Within(30*time.Second, time.Millisecond, func() bool {
+			for ok < want {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				err := op(ctx)
+				cancel()
+				if err == nil {
+					ok++
+					continue
+				}
+				if pe := apierr.FromError(err); pe.Final() {
+					t.Errorf("%s: final %v: the write the old leader acknowledged is missing", name, err)
+					return true
+				}
+				mu.Lock()
+				retried[name]++
+				mu.Unlock()
+				return false
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			err := op(ctx)
-			cancel()
-			if err == nil {
-				ok++
-				continue
-			}
-			if pe := apierr.FromError(err); pe.Final() {
-				t.Errorf("%s: final %v: the write the old leader acknowledged is missing", name, err)
-				return
-			}
-			mu.Lock()
-			retried[name]++
-			mu.Unlock()
-			time.Sleep(time.Millisecond)
+			return true
+		}) {
+			t.Errorf("%s: %d answers with the write within 30 s, want %d", name, ok, want)
 		}
 	}
 	for _, s := range survivors {

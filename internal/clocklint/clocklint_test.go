@@ -48,7 +48,6 @@ var pending = []string{
 	"integration/peerbinding_test.go:peerCheck.checkUntouched",
 	"journal/peerbinding_test.go:TestRecordedJournalCAAfterRevocationServesAgain",
 	"journal/peerbinding_test.go:TestRevokingTheLeadersJournalCAElectsAnother",
-	"journal/readindex_test.go:TestNewLeaderSeesTheOldLeadersAcknowledgedWrite",
 }
 
 // TestTestsDoNotRaceTheClock fails on every time.Sleep and every

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -86,14 +85,14 @@ type batcher struct {
 	sent   chan struct{}
 	stop   <-chan struct{}
 
-	// Test hooks (Hooks.BatchQueued, Hooks.BatchBeforeSend): queued is
-	// told the queue's length each time it changes; beforeSend runs before
-	// a batch is proposed.
-	queued, beforeSend *atomic.Pointer[func(n int)]
+	// hooks are a test's (Hooks.BatchQueued, Hooks.BatchBeforeSend, in a
+	// testhooks build): queued is told the queue's length each time it
+	// changes; beforeSend runs before a batch is proposed.
+	hooks *Hooks
 }
 
 func newBatcher(max int, window time.Duration, clk clock.Clock, stop <-chan struct{}, send func([]*batchCall), hooks *Hooks) *batcher {
-	return &batcher{max: max, window: window, clock: clk, send: send, in: make(chan *batchCall), sent: make(chan struct{}), stop: stop, queued: &hooks.BatchQueued, beforeSend: &hooks.BatchBeforeSend}
+	return &batcher{max: max, window: window, clock: clk, send: send, in: make(chan *batchCall), sent: make(chan struct{}), stop: stop, hooks: hooks}
 }
 
 // submit queues c and waits for its outcome.
@@ -127,10 +126,10 @@ func (b *batcher) run() {
 		batch := queue[:n:n]
 		queue = queue[n:]
 		inFlight++
-		before := b.beforeSend.Load()
+		before := b.hooks.batchBeforeSend()
 		go func() {
 			if before != nil {
-				(*before)(len(batch))
+				before(len(batch))
 			}
 			b.send(batch)
 			select {
@@ -180,9 +179,7 @@ func (b *batcher) run() {
 			expired = timer.C()
 		}
 		if len(queue) != before {
-			if q := b.queued.Load(); q != nil {
-				(*q)(len(queue))
-			}
+			b.hooks.batchQueued(len(queue))
 		}
 	}
 }

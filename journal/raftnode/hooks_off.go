@@ -12,8 +12,10 @@ import "time"
 // test that needs one skips without it (plain go test).
 const HooksBuilt = false
 
-func (*Hooks) beforeApply()             {}
-func (*Hooks) holdWrite()               {}
-func (*Hooks) severed() bool            { return false }
-func (*Hooks) applyWait() time.Duration { return 0 }
-func (*Hooks) raftListening()           {}
+func (*Hooks) beforeApply()                 {}
+func (*Hooks) holdWrite()                   {}
+func (*Hooks) severed() bool                { return false }
+func (*Hooks) applyWait() time.Duration     { return 0 }
+func (*Hooks) raftListening()               {}
+func (*Hooks) batchQueued(int)              {}
+func (*Hooks) batchBeforeSend() func(n int) { return nil }

@@ -25,6 +25,21 @@ func (h *Hooks) severed() bool { return h.Severed.Load() }
 
 func (h *Hooks) applyWait() time.Duration { return time.Duration(h.ApplyWait.Load()) }
 
+func (h *Hooks) batchQueued(n int) {
+	if f := h.BatchQueued.Load(); f != nil {
+		(*f)(n)
+	}
+}
+
+// batchBeforeSend returns the hook to run before a batch is proposed, read
+// when the batch is flushed, or nil.
+func (h *Hooks) batchBeforeSend() func(n int) {
+	if f := h.BatchBeforeSend.Load(); f != nil {
+		return *f
+	}
+	return nil
+}
+
 func (h *Hooks) raftListening() {
 	if f := h.RaftListening.Load(); f != nil {
 		(*f)()

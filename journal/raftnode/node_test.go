@@ -300,6 +300,7 @@ func TestWaitAppliedFollowsTheFSM(t *testing.T) {
 // Activations arriving while a batch is in flight go together in the next
 // batch, one Raft entry, and each caller gets its own result.
 func TestBatcherGroupsActivationsWhileOneIsInFlight(t *testing.T) {
+	requireHooks(t)
 	c := startMemCluster(t, 3)
 	l := c.leader()
 	gate := make(chan struct{})
