@@ -41,8 +41,12 @@ func (a *applier) setBootPolicy(op *pactv1.SetBootPolicyOp) *Result {
 	rec.SetAtUnixNano = a.at()
 	rec.SetBy = a.cmd.GetActor()
 	a.s.bootPolicies[vc] = rec
-	a.record("boot-policy-set", "", "", fmt.Sprintf("boot policy of %s: version %d, mode %s, action %s, %d PCR and %d event rules",
-		vcName(vc), rec.GetVersion(), modeName(rec.GetMode()), actionName(rec.GetAction()), len(rec.GetPcrs()), len(rec.GetEvents())))
+	detail := fmt.Sprintf("boot policy of %s: version %d, mode %s, action %s, %d PCR and %d event rules",
+		vcName(vc), rec.GetVersion(), modeName(rec.GetMode()), actionName(rec.GetAction()), len(rec.GetPcrs()), len(rec.GetEvents()))
+	if s := rec.GetAttestIntervalSeconds(); s != 0 {
+		detail += fmt.Sprintf(", attested every %ds between renewals", s)
+	}
+	a.record("boot-policy-set", "", "", detail)
 	return &Result{}
 }
 
