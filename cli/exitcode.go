@@ -2,7 +2,6 @@ package cli
 
 import (
 	"errors"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 
@@ -83,9 +82,13 @@ func ExitCode(err error) int {
 }
 
 // tooLarge reports gRPC's own message size limit, on either side: a
-// ResourceExhausted that is no rate limit.
+// ResourceExhausted that is no rate limit. A journal's own
+// RESOURCE_EXHAUSTED always carries its reason (RATE_LIMITED,
+// TOO_MANY_STREAMS, ACTIVE_IN_ANOTHER_DOMAIN: apierr); one without a
+// reason is gRPC's, and gRPC says RESOURCE_EXHAUSTED only of a message
+// larger than a side's limit.
 func tooLarge(e *apierr.Error) bool {
-	return e.Code == codes.ResourceExhausted && e.Reason == "" && strings.Contains(e.Message, "message larger than max")
+	return e.Code == codes.ResourceExhausted && e.Reason == ""
 }
 
 // severity orders exit codes for a batch whose rows failed in different
