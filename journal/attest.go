@@ -445,7 +445,7 @@ func (j *Journal) attestVerdict(ctx context.Context, id string, ev *measuredboot
 	}
 	// Only the leader's word is final: confirm the policy (and the node's
 	// vCluster) before fencing.
-	if err := j.raft.ReadBarrier(ctx); err != nil {
+	if err := j.readBarrier(ctx); err != nil {
 		j.metrics.unconfirmed.Inc()
 		j.attest.verdict(id, false) // decided again at the next answer
 		j.log.Warn("cannot confirm the boot policy with the leader; the node is not fenced now", logkey.NodeID, id, logkey.Err, err)
