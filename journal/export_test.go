@@ -205,10 +205,6 @@ func (j *Journal) HoldFirstState(serial string) (arrived <-chan struct{}, clear 
 	return ch, func() { j.hub.beforeFirstState.Store(nil) }
 }
 
-// JournalCARetryForTest is how soon a journal whose journal CA the quorum
-// refuses reads its certificate file again.
-const JournalCARetryForTest = journalCARetry
-
 // IntermediateTrustedForTest reports whether serial is a live
 // intermediate of this journal's trust bundle, read at its clock: a
 // retired one drops out at the end of its grace.

@@ -6,11 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pact-hpc/pact/internal/pki"
-	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -212,7 +212,12 @@ func TestRecordedJournalCAAfterRevocationServesAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Not bound by itself: a revoked journal CA's key vouches for nothing.
-	time.Sleep(2 * journal.JournalCARetryForTest)
+	// The journal re-reads the file at each re-key (every few seconds while
+	// the quorum refuses its journal CA): once it has gone round twice
+	// since the file was replaced, it has tried the new one.
+	var rekeys atomic.Int32
+	c.Nodes[f].J.SetRekeyHooks(func() { rekeys.Add(1) }, nil)
+	waitFor(t, id+" re-keying twice since its journal CA file was replaced", func() bool { return rekeys.Load() >= 2 })
 	if got := pki.SerialHex(c.Nodes[f].J.JournalCA().SerialNumber); got != revoked {
 		if _, published := c.Nodes[leader].J.IntermediateRecordForTest(c.Nodes[f].J.Intermediate()); published {
 			t.Fatalf("%s published under its re-issued journal CA %s before an operator recorded it", id, got)

@@ -47,7 +47,6 @@ var pending = []string{
 	"integration/bench/stormbench/storm_test.go:waitStreams",
 	"integration/peerbinding_test.go:TestOnlyTheRecordedPeerIsAPeer",
 	"integration/peerbinding_test.go:peerCheck.checkUntouched",
-	"journal/peerbinding_test.go:TestRecordedJournalCAAfterRevocationServesAgain",
 }
 
 // TestTestsDoNotRaceTheClock fails on every time.Sleep and every
