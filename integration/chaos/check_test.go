@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/tlsalert"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -71,13 +72,16 @@ func TestClassify(t *testing.T) {
 		{apierr.Status(apierr.OutcomeUnknown, time.Second, "maybe").Err(), ResultUnknown, "OUTCOME_UNKNOWN"},
 		{apierr.Status(apierr.Internal, 0, "oops").Err(), ResultUnknown, "INTERNAL"},
 		{apierr.Status(apierr.StaleCertificate, 0, "old").Err(), ResultFailed, "STALE_CERTIFICATE"},
-		{status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 10.213.0.11:7443: connect: connection refused"`), ResultFailed, "UNREACHABLE"},
+		// A call that never had a connection (explainCalls): definite.
+		{&callError{err: status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 10.213.0.11:7443: connect: connection refused"`), cause: errNotSent}, ResultFailed, "UNREACHABLE"},
 		{status.Error(codes.Unavailable, "error reading from server: EOF"), ResultUnknown, "UNAVAILABLE"},
 		// The journal refused the client certificate: definite, and about
 		// the certificate, not a connection never made nor an unknown one.
-		{status.Error(codes.Unavailable, `connection error: desc = "error reading server preface: remote error: tls: bad certificate"`), ResultFailed, ReasonCertRefused},
-		{status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: remote error: tls: bad certificate"`), ResultFailed, ReasonCertRefused},
-		{status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: remote error: tls: internal error"`), ResultFailed, "UNREACHABLE"},
+		{&callError{err: tlsalert.Attach(status.Error(codes.Unavailable, `connection error: desc = "error reading server preface: remote error: tls: bad certificate"`), badCertificate(t)), cause: errNotSent}, ResultFailed, ReasonCertRefused},
+		{&callError{err: tlsalert.Attach(status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: remote error: tls: internal error"`), internalError(t)), cause: errNotSent}, ResultFailed, "UNREACHABLE"},
+		// Only typed values decide, never the words.
+		{status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 10.213.0.11:7443: connect: connection refused"`), ResultUnknown, "UNAVAILABLE"},
+		{status.Error(codes.Unavailable, `connection error: desc = "error reading server preface: remote error: tls: bad certificate"`), ResultUnknown, "UNAVAILABLE"},
 		{status.Error(codes.DeadlineExceeded, "context deadline exceeded"), ResultUnknown, "DEADLINEEXCEEDED"},
 		{errors.New("something else"), ResultUnknown, "UNKNOWN"},
 	}

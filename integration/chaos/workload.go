@@ -24,6 +24,7 @@ import (
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/internal/tlsalert"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -129,9 +130,12 @@ func dial(addr string, roots *x509.CertPool, cert *tls.Certificate, src net.IP) 
 	}
 	bc := backoff.DefaultConfig
 	bc.BaseDelay, bc.MaxDelay = 50*time.Millisecond, 500*time.Millisecond
+	creds := tlsalert.NewCredentials(credentials.NewTLS(cfg))
 	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bc, MinConnectTimeout: 2 * time.Second}),
+		// Classify reads how far a failed call got from typed values.
+		grpc.WithChainUnaryInterceptor(explainCalls(creds)),
 	}
 	if src != nil {
 		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
@@ -536,14 +540,14 @@ func Classify(err error) Output {
 		// A refusal with a retry-after is not final (apierr.Error.Final).
 		return Output{Result: ResultFailed, Reason: string(pe.Reason), Retryable: pe.RetryAfter > 0 && !pe.Final()}
 	}
-	if certRefused(pe.Message) {
+	if a, ok := tlsalert.Received(err); ok && certificateAlert(a) {
 		// The journal refused the client certificate in the handshake
 		// (a TLS alert): nothing reached a handler, so the refusal is
 		// definite, and it is about the certificate: the model accepts it
 		// only for one that is not the node's current certificate.
 		return Output{Result: ResultFailed, Reason: ReasonCertRefused}
 	}
-	if pe.Code == codes.Unavailable && notSent(pe.Message) {
+	if pe.Code == codes.Unavailable && errors.Is(err, errNotSent) {
 		return Output{Result: ResultFailed, Reason: "UNREACHABLE"}
 	}
 	return Output{Result: ResultUnknown, Reason: strings.ToUpper(pe.Code.String())}
@@ -552,26 +556,6 @@ func Classify(err error) Output {
 // ReasonCertRefused is the outcome of a call whose client certificate the
 // journal refused in the TLS handshake (a certificate alert).
 const ReasonCertRefused = "CERT_REFUSED"
-
-// certRefused recognises a TLS alert by which the server refused the
-// client's certificate ("remote error: tls: bad certificate"); gRPC
-// reports it as a transport error, during the handshake or, in TLS 1.3,
-// on the first read after it. It is not a connection that was never made,
-// nor an unknown outcome.
-func certRefused(msg string) bool {
-	_, alert, ok := strings.Cut(msg, "remote error: tls: ")
-	return ok && strings.Contains(alert, "certificate")
-}
-
-// notSent recognises transport errors that happen before a request leaves.
-func notSent(msg string) bool {
-	for _, s := range []string{"connection refused", "Error while dialing", "error while dialing", "authentication handshake failed", "no route to host"} {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
-}
 
 func (c *client) register(n *nodeBelief) {
 	i := c.journal()
