@@ -45,7 +45,6 @@ var allowed = map[string]string{
 var pending = []string{
 	"integration/bench/stormbench/storm_test.go:inspectNode",
 	"integration/bench/stormbench/storm_test.go:waitStreams",
-	"integration/peerbinding_test.go:TestOnlyTheRecordedPeerIsAPeer",
 	"integration/peerbinding_test.go:peerCheck.checkUntouched",
 }
 
