@@ -29,6 +29,7 @@ var allowed = map[string]string{
 	"integration/rolling_upgrade_test.go:opLoad.renew":                                          "the rolling upgrade's workload: a renewal retried after 250 ms while real journal processes restart (client pacing, not a wait for the test's verdict)",
 	"integration/bench/stormbench/procstat_test.go:TestProcReadings":                            "burns this process's CPU until procCPU sees 50 ms of it: the loop is the load being measured, its 5 s bound a hang guard",
 	"journal/peerbinding_test.go:paceWrites":                                                    "the revocation test's writers' load rate (a write per 20 ms per journal): load, not a wait for a verdict",
+	"integration/guess_test.go:TestGuessingFloodLetsARegisteredNodeThrough":                     "counts the failed guesses a real journal process evaluates over a 3 s window of wall time against its global budget (one per 300 ms): the bound scales with the elapsed time measured, so a slow machine cannot fail it (journal/ratelimit tests the limiter itself on its injected clock)",
 	"journal/raftnode/lease_test.go:stallingTransport.AppendEntries":                            "delays heartbeats in wall time: hashicorp/raft's heartbeat and lease timers run on the wall clock, which raft does not let a test inject; late heartbeats are what the test is about",
 	"journal/raftnode/lease_test.go:stallingPipeline.AppendEntries":                             "the pipelined path of the same stalling transport (see stallingTransport.AppendEntries)",
 	"journal/raftnode/lease_test.go:TestLateHeartbeatsKeepTheLeaderWithTheDefaultTiming":        "watches for a leadership loss over the wall-time window raft's own timers run in (an absence on a clock raft owns); no state change to wait for",
@@ -113,7 +114,8 @@ type finding struct {
 }
 
 // findings returns the sleeps and deadline loops in f:
-//   - a call of time.Sleep;
+//   - a call of time.Sleep, or a receive from time.After on its own (a
+//     sleep by another name);
 //   - a for loop whose condition, or an if directly in whose body, reads
 //     the wall clock (time.Now, time.Since, time.Until): a deadline loop;
 //   - a for loop that waits on a receive from time.After or time.Tick and
@@ -178,11 +180,18 @@ func findings(fset *token.FileSet, f *ast.File) []finding {
 				fn = id.Name + "." + fn
 			}
 		}
+		comms := map[ast.Stmt]bool{}
 		ast.Inspect(fd.Body, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.CallExpr:
 				if isTime(n, "Sleep") {
 					out = append(out, finding{n.Pos(), fn, "time.Sleep"})
+				}
+			case *ast.CommClause:
+				comms[n.Comm] = true // a select's case: a hang guard, not a sleep
+			case *ast.ExprStmt:
+				if u, ok := n.X.(*ast.UnaryExpr); ok && !comms[n] && u.Op == token.ARROW && isTime(u.X, "After", "Tick") {
+					out = append(out, finding{n.Pos(), fn, "a sleep (<-time.After)"})
 				}
 			case *ast.ForStmt:
 				if n.Cond != nil && readsClock(n.Cond) {
@@ -254,6 +263,7 @@ import (
 
 func TestSleeps(t *testing.T) {
 	tm.Sleep(tm.Second) // flagged
+	<-tm.After(tm.Second) // flagged
 }
 
 func TestDeadlineInCond(t *testing.T) {
@@ -305,7 +315,7 @@ func TestWaitOnStateWithAHangGuard(t *testing.T) {
 	for _, fd := range findings(fset, f) {
 		got = append(got, fmt.Sprintf("%d %s", fset.Position(fd.pos).Line, fd.fn))
 	}
-	want := []string{"9 TestSleeps", "13 TestDeadlineInCond", "19 TestDeadlineInBody", "27 harness.pollAfter"}
+	want := []string{"9 TestSleeps", "10 TestSleeps", "14 TestDeadlineInCond", "20 TestDeadlineInBody", "28 harness.pollAfter"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("flagged %q, want %q", got, want)
 	}
