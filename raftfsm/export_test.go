@@ -26,7 +26,7 @@ func SPIFFEIDOf(n *pactv1.Node, trustDomain string) string {
 // KnownOps lists the operations this version applies, sorted.
 func KnownOps() []string {
 	var out []string
-	for n := range ignorable {
+	for n := range ops {
 		out = append(out, string(n))
 	}
 	sort.Strings(out)

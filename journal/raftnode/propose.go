@@ -42,29 +42,13 @@ func (n *Node) propose(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Resul
 		return nil, fmt.Errorf("journal: encode command: %w", err)
 	}
 	if n.raft.State() == raft.Leader {
-		res, _, err := n.applyLocal(ctx, data, opName(cmd))
+		res, _, err := n.applyLocal(ctx, data, raftfsm.OpLabel(cmd))
 		if !errors.Is(err, ErrNoLeader) {
 			return res, err
 		}
 		// Lost the leadership just now: the new leader takes it.
 	}
 	return n.forward(ctx, data)
-}
-
-// opName labels a command for metrics (pact_journal_raft_apply_seconds
-// {op}): the name of its operation in the Command oneof, so a new
-// operation is labelled by itself, never "unknown"; register_node keeps
-// the label it had before the name was derived.
-func opName(cmd *pactv1.Command) string {
-	m := cmd.ProtoReflect()
-	fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("op"))
-	if fd == nil {
-		return "unknown"
-	}
-	if name := string(fd.Name()); name != "register_node" {
-		return name
-	}
-	return "register"
 }
 
 // ApplyForwarded commits a command another journal forwarded (checked
