@@ -53,9 +53,7 @@ func (g *globalFlags) register(cmd *cobra.Command) {
 	g.set.String(&g.ca, "ca", EnvCA, "PEM file of the domain root CA, ca.pem")
 	g.set.String(&g.cert, "cert", EnvCert, "PEM file of your admin client certificate")
 	g.set.String(&g.key, "key", EnvKey, "PEM file of your admin client key")
-	for _, s := range g.set.Flags() {
-		f.Var(s.Value, s.Name, s.Usage)
-	}
+	g.set.Register(f)
 	f.StringVarP(&g.output, "output", "o", outputTable, "output format: table or json")
 	f.Var(duration.NewValue(&g.timeout, DefaultTimeout), "timeout", "how long to wait for each journal, e.g. 10s or 2m")
 	g.flagsSet = func(name string) bool { return f.Changed(name) }

@@ -6,13 +6,15 @@ package agentmain
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/pact-hpc/pact/agent"
 	"github.com/pact-hpc/pact/agent/hwinfo"
@@ -151,9 +153,9 @@ func defaultStatusSocket(uid int, env settings.Env) string {
 	return agent.DefaultStatusSocket
 }
 
-// newFlagSet is pact-agent's command line: its settings as flags.
-func newFlagSet(s *settings.Set) *flag.FlagSet {
-	fs := flag.NewFlagSet("pact-agent", flag.ContinueOnError)
+// newFlagSet is pact-agent's settings as flags.
+func newFlagSet(s *settings.Set) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("pact-agent", pflag.ContinueOnError)
 	s.Register(fs)
 	return fs
 }
@@ -164,28 +166,36 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "status" {
-		return statusMain(args[1:], env, stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "tpm-ek" {
-		return tpmEKMain(args[1:], env, stdout, stderr)
-	}
+	return cmdline.Execute(rootCommand(env, stdout, stderr), args, stdout, stderr)
+}
+
+// rootCommand is pact-agent: the agent, and its status and tpm-ek.
+func rootCommand(env settings.Env, stdout, stderr io.Writer) *cobra.Command {
 	cfg := defaultConfig(env)
 	var log cmdline.Logging
 	var configFile string
+	var showVersion, check bool
 	s := Settings(&cfg, &log, &configFile)
-	fs := newFlagSet(s)
-	fs.SetOutput(stderr)
-	showVersion := fs.Bool("version", false, "print pact-agent's version and exit")
-	check := fs.Bool("check-config", false, "check the settings (file, environment and flags) and exit: 0 if pact-agent would start with them; 2, with every problem, if not")
-	cmdline.SetUsage(fs, s, agentUsage)
-	if code, ok := cmdline.Parse(s, fs, args, env); !ok {
-		return code
-	}
-	if *showVersion {
-		fmt.Fprintln(stdout, version.Line("pact-agent"))
-		return agent.ExitOK
-	}
+	root := cmdline.Command("pact-agent", "the pact node agent", agentUsage, s, func(cmd *cobra.Command) int {
+		if !cmdline.Resolve(cmd, s, env) {
+			return agent.ExitUsage
+		}
+		if showVersion {
+			fmt.Fprintln(stdout, version.Line("pact-agent"))
+			return agent.ExitOK
+		}
+		return serve(cfg, log, check, stdout, stderr)
+	})
+	root.Flags().BoolVar(&showVersion, "version", false, "print pact-agent's version and exit")
+	root.Flags().BoolVar(&check, "check-config", false, "check the settings (file, environment and flags) and exit: 0 if pact-agent would start with them; 2, with every problem, if not")
+	cmdline.Subcommands(root)
+	root.AddCommand(statusCommand(env, stdout, stderr), tpmEKCommand(env, stdout, stderr))
+	return root
+}
+
+// serve runs the agent with the resolved settings (or, with check, only
+// checks them) and returns its exit code.
+func serve(cfg agent.Config, log cmdline.Logging, check bool, stdout, stderr io.Writer) int {
 	logger, err := log.Logger(stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-agent: %v\n", err)
@@ -199,7 +209,7 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 		cmdline.ReportProblems(stderr, "pact-agent", err)
 		return agent.ExitUsage
 	}
-	if *check {
+	if check {
 		fmt.Fprintln(stdout, "pact-agent: the settings are valid")
 		return agent.ExitOK
 	}

@@ -6,10 +6,11 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/pact-hpc/pact/agent"
 	"github.com/pact-hpc/pact/agent/tpm"
@@ -18,19 +19,25 @@ import (
 	"github.com/pact-hpc/pact/internal/tpmattest"
 )
 
-// statusMain is `pact-agent status`.
-func statusMain(args []string, env settings.Env, stdout, stderr io.Writer) int {
+// statusCommand is `pact-agent status`.
+func statusCommand(env settings.Env, stdout, stderr io.Writer) *cobra.Command {
 	socket := defaultStatusSocket(getuid(), env)
-	var output *string
-	s, fs := cmdline.Subcommand("pact-agent status", statusUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
-		s.String(&socket, "status-socket", "PACT_AGENT_STATUS_SOCKET", "the agent's status socket")
-		output = fs.String("o", "table", "output format: table or json")
+	var output string
+	s := settings.New("pact-agent status")
+	s.String(&socket, "status-socket", "PACT_AGENT_STATUS_SOCKET", "the agent's status socket")
+	cmd := cmdline.Command("status", "show the identity of the agent running on this node", statusUsage, s, func(cmd *cobra.Command) int {
+		if !cmdline.Resolve(cmd, s, env) {
+			return agent.ExitUsage
+		}
+		return statusMain(socket, output, stdout, stderr)
 	})
-	if code, ok := cmdline.Parse(s, fs, args, env); !ok {
-		return code
-	}
-	if *output != "table" && *output != "json" {
-		fmt.Fprintf(stderr, "pact-agent status: -o %q: want table or json\n", *output)
+	cmd.Flags().StringVarP(&output, "o", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func statusMain(socket, output string, stdout, stderr io.Writer) int {
+	if output != "table" && output != "json" {
+		fmt.Fprintf(stderr, "pact-agent status: -o %q: want table or json\n", output)
 		return agent.ExitUsage
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -40,7 +47,7 @@ func statusMain(args []string, env settings.Env, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pact-agent status: %v\n", err)
 		return agent.ExitError
 	}
-	if *output == "json" {
+	if output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		err = enc.Encode(st)
@@ -100,19 +107,26 @@ PEM, for records or to compare with the vendor's EK certificate.
 Flags:
 `
 
-// tpmEKMain prints the node's EK hash and public key for registration.
-func tpmEKMain(args []string, env settings.Env, stdout, stderr io.Writer) int {
+// tpmEKCommand is `pact-agent tpm-ek`.
+func tpmEKCommand(env settings.Env, stdout, stderr io.Writer) *cobra.Command {
 	device := tpm.DefaultDevice
-	var output *string
-	s, fs := cmdline.Subcommand("pact-agent tpm-ek", tpmEKUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
-		s.String(&device, "tpm-device", "PACT_AGENT_TPM_DEVICE", "TPM device, or unix:PATH for a software TPM")
-		output = fs.String("o", "text", "text or json")
+	var output string
+	s := settings.New("pact-agent tpm-ek")
+	s.String(&device, "tpm-device", "PACT_AGENT_TPM_DEVICE", "TPM device, or unix:PATH for a software TPM")
+	cmd := cmdline.Command("tpm-ek", "print the node's TPM EK hash, to register", tpmEKUsage, s, func(cmd *cobra.Command) int {
+		if !cmdline.Resolve(cmd, s, env) {
+			return agent.ExitUsage
+		}
+		return tpmEKMain(device, output, stdout, stderr)
 	})
-	if code, ok := cmdline.Parse(s, fs, args, env); !ok {
-		return code
-	}
-	if *output != "text" && *output != "json" {
-		fmt.Fprintf(stderr, "pact-agent tpm-ek: -o %q: want text or json\n", *output)
+	cmd.Flags().StringVarP(&output, "o", "o", "text", "text or json")
+	return cmd
+}
+
+// tpmEKMain prints the node's EK hash and public key for registration.
+func tpmEKMain(device, output string, stdout, stderr io.Writer) int {
+	if output != "text" && output != "json" {
+		fmt.Fprintf(stderr, "pact-agent tpm-ek: -o %q: want text or json\n", output)
 		return agent.ExitUsage
 	}
 	pubArea, hash, err := tpm.ReadEK(device)
@@ -134,7 +148,7 @@ func tpmEKMain(args []string, env settings.Env, stdout, stderr io.Writer) int {
 		return agent.ExitError
 	}
 	pemText := string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
-	if *output == "json" {
+	if output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(struct {

@@ -1,20 +1,29 @@
 // Package cmdline is the command line of pact-journal and pact-agent
-// (their mains and subcommands), on top of internal/settings: parsing the
-// flags and resolving the settings (Parse, Subcommand), --help (SetUsage),
-// reporting configuration problems before anything starts
-// (ReportProblems), and --log-format and --log-level with the slog logger
-// they name (Logging, NewLogger).
+// (their mains and subcommands) on cobra and pflag, as pact's, with
+// internal/settings the one place a setting is declared: a command whose
+// flags are its settings and plain flags beside them (Command), run with
+// an exit code (Execute, Exit), its settings resolved against the
+// environment and the configuration file (Resolve), --help as the
+// command's usage text and its flags (with each setting's variable and
+// default), configuration problems reported before anything starts
+// (ReportProblems), "did you mean" for a misspelt command or flag, from
+// internal/suggest as for every pact binary (Suggestions), and
+// --log-format and --log-level with the slog logger they name (Logging,
+// NewLogger).
 package cmdline
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/pact-hpc/pact/internal/settings"
+	"github.com/pact-hpc/pact/internal/suggest"
 )
 
 // Logging is the --log-format and --log-level settings of a daemon.
@@ -64,27 +73,208 @@ func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
-// Parse parses a daemon's command line into fs (the settings of s,
-// registered with s.Register, and any plain flags beside them), then
-// resolves s against the environment and the configuration file. When it
-// returns false the command ends with the exit code it gives: 0 for
-// --help, 2 for bad usage or a bad setting, each problem on its own line.
-func Parse(s *settings.Set, fs *flag.FlagSet, args []string, env settings.Env) (int, bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0, false
+// Command makes a command of a daemon: use is its name (with what
+// follows it in a usage line), usage its help text, printed by --help
+// before its flags (it ends with "Flags:\n"), s its settings (nil for
+// none), registered as its flags. Plain flags go beside them on
+// cmd.Flags(). run gives the exit code; it runs once the command line
+// parsed, and takes no arguments: a stray one is bad usage (exit 2).
+func Command(use, short, usage string, s *settings.Set, run func(cmd *cobra.Command) int) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:                   use,
+		Short:                 short,
+		Long:                  usage,
+		Args:                  noArgs,
+		SilenceErrors:         true,
+		SilenceUsage:          true,
+		DisableFlagsInUseLine: true,
+		DisableSuggestions:    true, // Suggestions, for every pact binary
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return Exit(run(cmd))
+		},
+	}
+	if s != nil {
+		s.Register(cmd.Flags())
+	}
+	cmd.SetHelpFunc(func(c *cobra.Command, _ []string) { printHelp(c, s) })
+	return cmd
+}
+
+// Group makes cmd a command that holds subcommands: its usage text is
+// printed, and the exit code is 2, when it is run without one; an unknown
+// one is bad usage, with the names it may have meant.
+func Group(cmd *cobra.Command) {
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			fmt.Fprint(c.ErrOrStderr(), c.Long)
+			return Exit(2)
 		}
-		return 2, false
+		return unknownCommand(c, args[0])
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q (see %s --help)\n", fs.Name(), fs.Arg(0), fs.Name())
-		return 2, false
+}
+
+// Subcommands makes a command that runs itself (a daemon) also hold
+// subcommands: a first argument that names none is bad usage, with the
+// names it may have meant.
+func Subcommands(cmd *cobra.Command) {
+	cmd.Args = func(c *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		msg := fmt.Sprintf("unexpected argument %q", args[0])
+		if near := Suggestions(c, args[0]); len(near) > 0 {
+			msg += "; did you mean " + strings.Join(near, " or ") + "?"
+		}
+		return errors.New(msg)
 	}
+}
+
+func unknownCommand(c *cobra.Command, word string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", word, c.CommandPath())
+	if near := Suggestions(c, word); len(near) > 0 {
+		msg += "; did you mean " + strings.Join(near, " or ") + "?"
+	}
+	return errors.New(msg)
+}
+
+func noArgs(c *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("unexpected argument %q", args[0])
+	}
+	return nil
+}
+
+// Suggestions are the subcommands of cmd (names and aliases) an operator
+// who typed word probably meant: internal/suggest, the one "did you
+// mean" of pact's binaries (commands, flags, configuration keys and
+// operator names).
+func Suggestions(cmd *cobra.Command, word string) []string {
+	var names []string
+	for _, c := range cmd.Commands() {
+		if !c.IsAvailableCommand() && c.Name() != "help" {
+			continue
+		}
+		names = append(names, c.Name())
+		names = append(names, c.Aliases...)
+	}
+	return suggest.Closest(word, names)
+}
+
+// flagError adds to pflag's "unknown flag: --nope" the flags the operator
+// may have meant.
+func flagError(cmd *cobra.Command, err error) error {
+	var notExist *pflag.NotExistError
+	if !errors.As(err, &notExist) {
+		return err
+	}
+	name := notExist.GetSpecifiedName()
+	if name == "" {
+		return err
+	}
+	var names []string
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden && len(f.Name) > 1 {
+			names = append(names, f.Name)
+		}
+	})
+	near := suggest.Closest(name, names)
+	if len(near) == 0 {
+		return err
+	}
+	for i, n := range near {
+		near[i] = "--" + n
+	}
+	return fmt.Errorf("%w; did you mean %s?", err, strings.Join(near, " or "))
+}
+
+// ExitError ends a command with an exit code; Execute returns it.
+type ExitError struct{ Code int }
+
+func (e *ExitError) Error() string { return fmt.Sprintf("exit %d", e.Code) }
+
+// Exit is the error that ends a command with code: nil for 0.
+func Exit(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return &ExitError{Code: code}
+}
+
+// Execute runs root (its flags and subcommands) on args, writing help and
+// problems to stderr, and returns the exit code: the code the command
+// ends with (Exit), 0 for --help, 2 for a command line that does not
+// parse, said in one line with where to look.
+//
+// Long flags are written with two dashes, as pflag reads them; one dash
+// (-data-dir, -version), as Go's flag package took them and older scripts
+// may still write them, is taken too.
+func Execute(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetFlagErrorFunc(flagError)
+	root.SetArgs(OneDash(root, args))
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return 0
+	}
+	var exit *ExitError
+	if errors.As(err, &exit) {
+		return exit.Code
+	}
+	if cmd == nil {
+		cmd = root
+	}
+	fmt.Fprintf(stderr, "%s: %v (see %s --help)\n", cmd.CommandPath(), err, cmd.CommandPath())
+	return 2
+}
+
+// OneDash rewrites -name[=value] as --name[=value] where name is a long
+// flag of root or of one of its subcommands (or --help), so a command line
+// written for Go's flag package parses the same with pflag. Arguments
+// after "--" are left alone, as are single-letter flags (-o, -h).
+func OneDash(root *cobra.Command, args []string) []string {
+	long := map[string]bool{"help": true}
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if len(f.Name) > 1 {
+				long[f.Name] = true
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = a
+		if a == "--" {
+			copy(out[i:], args[i:])
+			break
+		}
+		if len(a) < 3 || a[0] != '-' || a[1] == '-' {
+			continue
+		}
+		name, _, _ := strings.Cut(a[1:], "=")
+		if long[name] {
+			out[i] = "-" + a
+		}
+	}
+	return out
+}
+
+// Resolve resolves s (whose flags cmd parsed) against env and the
+// configuration file. When it returns false the command ends with exit
+// code 2: every problem was reported, one per line.
+func Resolve(cmd *cobra.Command, s *settings.Set, env settings.Env) bool {
 	if err := s.Resolve(env); err != nil {
-		ReportProblems(fs.Output(), fs.Name(), err)
-		return 2, false
+		ReportProblems(cmd.ErrOrStderr(), cmd.CommandPath(), err)
+		return false
 	}
-	return 0, true
+	return true
 }
 
 // ReportProblems prints what settings.Resolve or a Validate found, one
@@ -123,43 +313,38 @@ func ReportProblems(w io.Writer, prog string, err error) {
 	}
 }
 
-// SetUsage makes fs's --help print usage, then the settings of s (with
-// their variables and defaults), then fs's flags that are not settings.
-func SetUsage(fs *flag.FlagSet, s *settings.Set, usage string) {
-	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprint(w, usage)
+// printHelp is --help: the usage text, then the settings of s (with
+// their variables and defaults), then cmd's flags that are not settings.
+// It goes to stderr, as the daemons' help always has.
+func printHelp(cmd *cobra.Command, s *settings.Set) {
+	w := cmd.ErrOrStderr()
+	fmt.Fprint(w, cmd.Long)
+	if s != nil {
 		s.PrintDefaults(w)
-		fs.VisitAll(func(f *flag.Flag) {
+	}
+	cmd.LocalFlags().VisitAll(func(f *pflag.Flag) {
+		if f.Name == "help" || f.Hidden {
+			return
+		}
+		if s != nil {
 			if _, ok := s.Lookup(f.Name); ok {
 				return
 			}
-			dash := "--"
-			if len(f.Name) == 1 {
-				dash = "-"
-			}
-			kind, usage := flag.UnquoteUsage(f)
-			if kind != "" {
-				kind = " " + kind
-			}
-			fmt.Fprintf(w, "  %s%s%s\n    \t%s", dash, f.Name, kind, usage)
-			if f.DefValue != "" && f.DefValue != "false" {
-				fmt.Fprintf(w, " (default %q)", f.DefValue)
-			}
-			fmt.Fprintln(w)
-		})
-	}
-}
-
-// Subcommand makes the flag set of a subcommand: declare adds its settings
-// (a flag and a variable each; subcommands read no configuration file)
-// and plain flags beside them. Parse it with Parse.
-func Subcommand(name, usage string, stderr io.Writer, declare func(*settings.Set, *flag.FlagSet)) (*settings.Set, *flag.FlagSet) {
-	s := settings.New(name)
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	declare(s, fs)
-	s.Register(fs)
-	SetUsage(fs, s, usage)
-	return s, fs
+		}
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
+		}
+		kind, usage := pflag.UnquoteUsage(f)
+		if kind != "" && f.NoOptDefVal == "" {
+			kind = " " + kind
+		} else {
+			kind = ""
+		}
+		fmt.Fprintf(w, "  %s%s%s\n    \t%s", dash, f.Name, kind, usage)
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+			fmt.Fprintf(w, " (default %q)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
 }

@@ -3,26 +3,32 @@ package cmdline
 import (
 	"bytes"
 	"errors"
-	"flag"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 
 	"github.com/pact-hpc/pact/internal/settings"
 )
 
-func TestParse(t *testing.T) {
+func TestCommand(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		args []string
 		env  map[string]string
 		code int
-		ok   bool
+		ran  bool
 		out  []string
 	}{
 		{"good", []string{"--name", "x"}, nil, 0, true, nil},
-		{"help", []string{"--help"}, nil, 0, false, []string{"Usage of test", "--name string", "(PACT_NAME)", "--plain int"}},
-		{"unknown flag", []string{"--nope"}, nil, 2, false, []string{"flag provided but not defined"}},
-		{"stray argument", []string{"extra"}, nil, 2, false, []string{`unexpected argument "extra" (see test --help)`}},
+		{"one dash, as Go's flag took it", []string{"-name=x", "-plain", "3"}, nil, 0, true, nil},
+		{"help", []string{"--help"}, nil, 0, false, []string{"Usage of test", "--name string", "(PACT_NAME)", "--plain int", `(default "1")`}},
+		{"help with one dash", []string{"-help"}, nil, 0, false, []string{"Usage of test"}},
+		{"unknown flag", []string{"--nme", "x"}, nil, 2, false, []string{"test: unknown flag: --nme; did you mean --name? (see test --help)"}},
+		{"stray argument", []string{"extra"}, nil, 2, false, []string{`test: unexpected argument "extra" (see test --help)`}},
+		{"misspelt subcommand", []string{"stauts"}, nil, 2, false, []string{`test: unexpected argument "stauts"; did you mean status? (see test --help)`}},
+		{"subcommand", []string{"status", "-o", "json"}, nil, 0, false, []string{"status json"}},
 		{"bad values everywhere", []string{"--log-level", "loud"}, map[string]string{"PACT_LOG_FORMAT": "xml"}, 2, false, []string{
 			"test: 2 configuration problems; nothing was started:",
 			"  PACT_LOG_FORMAT: \"xml\": want text or json",
@@ -33,21 +39,37 @@ func TestParse(t *testing.T) {
 			var out bytes.Buffer
 			var name string
 			var log Logging
-			s, fs := Subcommand("test", "Usage of test\n", &out, func(s *settings.Set, fs *flag.FlagSet) {
-				s.String(&name, "name", "PACT_NAME", "a name")
-				log.Declare(s)
-				fs.Int("plain", 1, "a plain flag")
+			ran := false
+			s := settings.New("test")
+			s.String(&name, "name", "PACT_NAME", "a name")
+			log.Declare(s)
+			env := func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok }
+			root := Command("test", "", "Usage of test\n", s, func(cmd *cobra.Command) int {
+				if !Resolve(cmd, s, env) {
+					return 2
+				}
+				ran = true
+				return 0
 			})
-			code, ok := Parse(s, fs, tt.args, func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok })
-			if code != tt.code || ok != tt.ok {
-				t.Fatalf("Parse = %d, %v; want %d, %v\n%s", code, ok, tt.code, tt.ok, out.String())
+			root.Flags().Int("plain", 1, "a plain flag")
+			Subcommands(root)
+			var o string
+			status := Command("status", "", "Usage of status\n", nil, func(*cobra.Command) int {
+				fmt.Fprintf(&out, "status %s\n", o)
+				return 0
+			})
+			status.Flags().StringVarP(&o, "o", "o", "table", "output")
+			root.AddCommand(status)
+			code := Execute(root, tt.args, &out, &out)
+			if code != tt.code || ran != tt.ran {
+				t.Fatalf("Execute = %d, ran %v; want %d, %v\n%s", code, ran, tt.code, tt.ran, out.String())
 			}
 			for _, want := range tt.out {
 				if !strings.Contains(out.String(), want) {
 					t.Errorf("output lacks %q:\n%s", want, out.String())
 				}
 			}
-			if tt.ok {
+			if tt.ran {
 				if _, err := log.Logger(&out); err != nil || name != "x" {
 					t.Errorf("name %q, logger %v", name, err)
 				}

@@ -13,7 +13,6 @@ package settings
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -21,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/pact-hpc/pact/internal/duration"
 )
@@ -336,8 +337,8 @@ func quote(v string) string {
 	return strconv.Quote(v)
 }
 
-// recorder is what the flag package sees: it keeps what the command line
-// says and leaves applying it to Resolve, so the layers apply in order.
+// recorder is what pflag sees: it keeps what the command line says and
+// leaves applying it to Resolve, so the layers apply in order.
 type recorder struct{ st *Setting }
 
 func (r recorder) String() string {
@@ -356,9 +357,7 @@ func (r recorder) Set(v string) error {
 	return nil
 }
 
-func (r recorder) IsBoolFlag() bool { return r.st != nil && r.st.Kind == "bool" }
-
-// Type is for spf13/pflag (the pact CLI).
+// Type names the value's kind in pflag's messages.
 func (r recorder) Type() string {
 	if r.st == nil {
 		return ""
@@ -374,8 +373,8 @@ func (st *Setting) usage() string {
 	return st.Usage + " (" + st.Env + ")"
 }
 
-// PrintDefaults writes the help of every setting, as flag.PrintDefaults
-// does, with each one's kind, variable and default.
+// PrintDefaults writes the help of every setting, one per flag, with each
+// one's kind, variable and default.
 func (s *Set) PrintDefaults(w io.Writer) {
 	for _, st := range s.settings {
 		kind := " " + st.Kind
@@ -394,38 +393,17 @@ func (s *Set) PrintDefaults(w io.Writer) {
 	}
 }
 
-// Register adds every setting to fs as a flag. Flags that are not
+// Register adds every setting to fs as a flag (a bool one takes no
+// argument: --dev is --dev=true). What the command line gives is applied
+// by Resolve, over the file and the environment. Flags that are not
 // settings (--version, --help) can be added to fs beside them.
-func (s *Set) Register(fs *flag.FlagSet) {
+func (s *Set) Register(fs *pflag.FlagSet) {
 	for _, st := range s.settings {
-		fs.Var(recorder{st}, st.Name, st.usage())
+		f := fs.VarPF(recorder{st}, st.Name, "", st.usage())
+		if st.Kind == "bool" {
+			f.NoOptDefVal = "true"
+		}
 	}
-}
-
-// Flags lists every setting as a flag for another flag package (the pact
-// CLI's spf13/pflag): register each Value under Name, with IsBool saying
-// the flag takes no argument.
-func (s *Set) Flags() []Flag {
-	out := make([]Flag, 0, len(s.settings))
-	for _, st := range s.settings {
-		out = append(out, Flag{Value: recorder{st}, Name: st.Name, Usage: st.usage(), IsBool: st.Kind == "bool"})
-	}
-	return out
-}
-
-// Flag is one setting as a flag.
-type Flag struct {
-	Value  Value
-	Name   string
-	Usage  string
-	IsBool bool
-}
-
-// Value is a flag value as both flag packages want it.
-type Value interface {
-	String() string
-	Set(string) error
-	Type() string
 }
 
 // Env looks a variable up; os.LookupEnv is one. A variable set to the

@@ -2,7 +2,6 @@ package settings
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 // target is one of each kind of setting.
@@ -57,7 +58,7 @@ func resolve(t *testing.T, file string, env map[string]string, args ...string) (
 		}
 		args = append([]string{"--config", p}, args...)
 	}
-	fs := flag.NewFlagSet("pact-test", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("pact-test", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	s.Register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -267,7 +268,7 @@ func TestMissingConfigFile(t *testing.T) {
 // again (the CLI does) and get the same answer.
 func TestResolveIsRepeatable(t *testing.T) {
 	g, s := newTarget()
-	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
 	s.Register(fs)
 	_ = fs.Parse([]string{"--mac", "aa"})
 	env := func(k string) (string, bool) { return map[string]string{"PACT_NODE_ID": "e"}[k], k == "PACT_NODE_ID" }
@@ -284,7 +285,7 @@ func TestResolveIsRepeatable(t *testing.T) {
 // --help names each setting's variable and default.
 func TestHelpNamesVariables(t *testing.T) {
 	_, s := newTarget()
-	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
 	var out strings.Builder
 	fs.SetOutput(&out)
 	s.Register(fs)

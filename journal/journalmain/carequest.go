@@ -1,11 +1,13 @@
 package journalmain
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/pact-hpc/pact/internal/ceremony"
 	"github.com/pact-hpc/pact/internal/cmdline"
@@ -56,23 +58,35 @@ an --out that exists, or a key location refused.
 Flags:
 `
 
-func caRequestMain(args []string, stdout, stderr io.Writer) int {
-	var journalID, key, tpmDevice, label string
-	tpmTimeout := keystore.DefaultTPMTimeout
-	var names []string
-	var out *string
-	s, fs := cmdline.Subcommand("pact-journal ca-request", caRequestUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
-		s.String(&journalID, "journal-id", "PACT_NODE_ID", "this journal's id, its --node-id (required)")
-		s.String(&key, "key", "PACT_JOURNAL_CA_KEY", "where the journal CA's key is or is to be made: tpm:PATH, a pkcs11: URI or file:PATH (required)")
-		s.String(&tpmDevice, "tpm-device", "PACT_TPM_DEVICE", "the TPM for a tpm: key: a device (default /dev/tpmrm0) or unix:PATH of a software TPM")
-		s.Duration(&tpmTimeout, "tpm-timeout", "PACT_TPM_TIMEOUT", "how long to wait for the TPM to open and to answer each command before giving up, naming what holds it")
-		s.String(&label, "pkcs11-label", "PACT_PKCS11_LABEL", "the key's label in the token when the pkcs11: URI names no object")
-		s.List(&names, "names", "PACT_CA_REQUEST_NAMES", "the host names and addresses to ask the ceremony to permit, comma-separated")
-		out = fs.String("out", "", "where to write the request, e.g. j1.csr (required; never overwritten)")
+func caRequestCommand(env settings.Env, stdout, stderr io.Writer) *cobra.Command {
+	var r caRequestArgs
+	r.tpmTimeout = keystore.DefaultTPMTimeout
+	s := settings.New("pact-journal ca-request")
+	s.String(&r.journalID, "journal-id", "PACT_NODE_ID", "this journal's id, its --node-id (required)")
+	s.String(&r.key, "key", "PACT_JOURNAL_CA_KEY", "where the journal CA's key is or is to be made: tpm:PATH, a pkcs11: URI or file:PATH (required)")
+	s.String(&r.tpmDevice, "tpm-device", "PACT_TPM_DEVICE", "the TPM for a tpm: key: a device (default /dev/tpmrm0) or unix:PATH of a software TPM")
+	s.Duration(&r.tpmTimeout, "tpm-timeout", "PACT_TPM_TIMEOUT", "how long to wait for the TPM to open and to answer each command before giving up, naming what holds it")
+	s.String(&r.label, "pkcs11-label", "PACT_PKCS11_LABEL", "the key's label in the token when the pkcs11: URI names no object")
+	s.List(&r.names, "names", "PACT_CA_REQUEST_NAMES", "the host names and addresses to ask the ceremony to permit, comma-separated")
+	cmd := cmdline.Command("ca-request", "make this journal's CA key and a request for pact ca sign-journal", caRequestUsage, s, func(cmd *cobra.Command) int {
+		if !cmdline.Resolve(cmd, s, env) {
+			return 2
+		}
+		return r.run(stdout, stderr)
 	})
-	if code, ok := cmdline.Parse(s, fs, args, os.LookupEnv); !ok {
-		return code
-	}
+	cmd.Flags().StringVar(&r.out, "out", "", "where to write the request, e.g. j1.csr (required; never overwritten)")
+	return cmd
+}
+
+// caRequestArgs is pact-journal ca-request's command line.
+type caRequestArgs struct {
+	journalID, key, tpmDevice, label, out string
+	tpmTimeout                            time.Duration
+	names                                 []string
+}
+
+func (r caRequestArgs) run(stdout, stderr io.Writer) int {
+	journalID, key, tpmDevice, label, out, tpmTimeout, names := r.journalID, r.key, r.tpmDevice, r.label, r.out, r.tpmTimeout, r.names
 	var problems []string
 	if journalID == "" {
 		problems = append(problems, "--journal-id is required: this journal's --node-id, e.g. j1")
@@ -92,10 +106,10 @@ func caRequestMain(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		problems = append(problems, fmt.Sprintf("--names: %v", strings.ReplaceAll(err.Error(), "\n", "; ")))
 	}
-	if *out == "" {
+	if out == "" {
 		problems = append(problems, "--out is required: where to write the request, e.g. "+orDefault(journalID, "j1")+".csr")
-	} else if _, err := os.Lstat(*out); err == nil {
-		problems = append(problems, fmt.Sprintf("--out %s already exists; remove it or choose another path", *out))
+	} else if _, err := os.Lstat(out); err == nil {
+		problems = append(problems, fmt.Sprintf("--out %s already exists; remove it or choose another path", out))
 	}
 	if tpmTimeout <= 0 {
 		problems = append(problems, fmt.Sprintf("--tpm-timeout %v: give a positive duration, e.g. 30s", tpmTimeout))
@@ -115,7 +129,7 @@ func caRequestMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pact-journal ca-request: %v\n", err)
 		return 1
 	}
-	if err := ceremony.WriteNew(*out, req.PEM, 0o644); err != nil {
+	if err := ceremony.WriteNew(out, req.PEM, 0o644); err != nil {
 		fmt.Fprintf(stderr, "pact-journal ca-request: %v\n", err)
 		return 2
 	}
@@ -131,7 +145,7 @@ SPKI SHA-256 %s
 Next: carry %s to the ceremony machine and sign it there:
   pact ca sign-journal --dir ROOT-DIR --csr %s --journal-id %s --names %s --out %s-ca.pem
 then bring %s-ca.pem back as this journal's --journal-ca-cert, with --journal-ca-key %s.
-`, journalID, *out, req.Fingerprint, *out, *out, journalID, orDefault(strings.Join(names, ","), "NAME,IP"), journalID, journalID, req.Key)
+`, journalID, out, req.Fingerprint, out, out, journalID, orDefault(strings.Join(names, ","), "NAME,IP"), journalID, journalID, req.Key)
 	return 0
 }
 

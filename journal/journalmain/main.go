@@ -6,7 +6,6 @@ package journalmain
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +14,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/pact-hpc/pact/internal/atomicfile"
 	"github.com/pact-hpc/pact/internal/clock"
@@ -177,9 +179,9 @@ func Settings(cfg *journal.Config, log *cmdline.Logging, configFile *string) *se
 	return s
 }
 
-// newFlagSet is pact-journal's command line: its settings as flags.
-func newFlagSet(s *settings.Set) *flag.FlagSet {
-	fs := flag.NewFlagSet("pact-journal", flag.ContinueOnError)
+// newFlagSet is pact-journal's settings as flags.
+func newFlagSet(s *settings.Set) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("pact-journal", pflag.ContinueOnError)
 	s.Register(fs)
 	return fs
 }
@@ -190,36 +192,37 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		switch args[0] {
-		case "admin":
-			return adminMain(args[1:], stdout, stderr)
-		case "init":
-			return initMain(args[1:], stdout, stderr)
-		case "ca-request":
-			return caRequestMain(args[1:], stdout, stderr)
-		case "restore":
-			return restoreMain(args[1:], stdout, stderr)
-		case "recover":
-			return recoverMain(args[1:], env, stdout, stderr)
-		}
-	}
+	return cmdline.Execute(rootCommand(env, stdout, stderr), args, stdout, stderr)
+}
+
+// rootCommand is pact-journal: a journal, and its offline subcommands.
+func rootCommand(env settings.Env, stdout, stderr io.Writer) *cobra.Command {
 	cfg := journal.DefaultConfig()
 	var log cmdline.Logging
 	var configFile string
+	var showVersion, check bool
 	s := Settings(&cfg, &log, &configFile)
-	fs := newFlagSet(s)
-	fs.SetOutput(stderr)
-	showVersion := fs.Bool("version", false, "print pact-journal's version and exit")
-	check := fs.Bool("check-config", false, "check the settings (file, environment and flags) and what they name on disk (root certificate and key, data directory, SPIRE bundle, audit log) without starting, and exit: 0 if pact-journal would start with them; 2, with every problem, if not; 1 if a tpm: key's TPM cannot be used now (busy, or out of object memory)")
-	cmdline.SetUsage(fs, s, journalUsage)
-	if code, ok := cmdline.Parse(s, fs, args, env); !ok {
-		return code
-	}
-	if *showVersion {
-		fmt.Fprintln(stdout, version.Line("pact-journal"))
-		return 0
-	}
+	root := cmdline.Command("pact-journal", "run one node of the pact journal", journalUsage, s, func(cmd *cobra.Command) int {
+		if !cmdline.Resolve(cmd, s, env) {
+			return 2
+		}
+		if showVersion {
+			fmt.Fprintln(stdout, version.Line("pact-journal"))
+			return 0
+		}
+		return serve(cfg, log, check, stdout, stderr)
+	})
+	root.Flags().BoolVar(&showVersion, "version", false, "print pact-journal's version and exit")
+	root.Flags().BoolVar(&check, "check-config", false, "check the settings (file, environment and flags) and what they name on disk (root certificate and key, data directory, SPIRE bundle, audit log) without starting, and exit: 0 if pact-journal would start with them; 2, with every problem, if not; 1 if a tpm: key's TPM cannot be used now (busy, or out of object memory)")
+	cmdline.Subcommands(root)
+	root.AddCommand(initCommand(stdout, stderr), adminCommand(env, stdout, stderr), caRequestCommand(env, stdout, stderr),
+		restoreCommand(stdout, stderr), recoverCommand(env, stdout, stderr))
+	return root
+}
+
+// serve runs a journal with the resolved settings (or, with check, only
+// checks them) and returns its exit code.
+func serve(cfg journal.Config, log cmdline.Logging, check bool, stdout, stderr io.Writer) int {
 	logger, err := log.Logger(stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal: %v\n", err)
@@ -234,7 +237,7 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	// problem (exit 2, which the unit does not restart), reported with
 	// every other at once, before anything is created.
 	notes, problems := splitPreflight(cfg.Preflight())
-	if w := tpmDeviceWarning(cfg); w != "" && *check {
+	if w := tpmDeviceWarning(cfg); w != "" && check {
 		fmt.Fprintf(stdout, "pact-journal: note: %s\n", w)
 	} else if w != "" {
 		logger.Warn(w)
@@ -245,7 +248,7 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 	if err := errors.Join(cfg.Validate(), problems); err != nil {
 		cmdline.ReportProblems(stderr, "pact-journal", err)
 		if tpmTransient != nil {
-			reportTPMTransient(stderr, *check, tpmTransient)
+			reportTPMTransient(stderr, check, tpmTransient)
 		}
 		if errors.Is(err, journal.ErrRemoved) {
 			return ExitRemoved
@@ -253,10 +256,10 @@ func run(args []string, env settings.Env, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if tpmTransient != nil {
-		reportTPMTransient(stderr, *check, tpmTransient)
+		reportTPMTransient(stderr, check, tpmTransient)
 		return 1
 	}
-	if *check {
+	if check {
 		for _, n := range notes {
 			kind := "note"
 			if errors.Is(n, journal.ErrNameNotInCertificate) {
@@ -443,29 +446,40 @@ Example:
 Flags:
 `
 
-func adminMain(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "issue" {
-		fmt.Fprint(stderr, adminIssueUsage)
-		return 2
-	}
+// adminCommand is pact-journal admin, which holds issue.
+func adminCommand(env settings.Env, stdout, stderr io.Writer) *cobra.Command {
+	admin := cmdline.Command("admin", "operator credentials signed with a root key file", adminIssueUsage, nil, nil)
+	cmdline.Group(admin)
+	admin.AddCommand(adminIssueCommand(env, stdout, stderr))
+	return admin
+}
+
+func adminIssueCommand(env settings.Env, stdout, stderr io.Writer) *cobra.Command {
 	var dataDir, rootCert, rootKey string
-	var name, role, certOut, keyOut *string
+	var name, role, certOut, keyOut string
 	var lifetime time.Duration
-	s, fs := cmdline.Subcommand("pact-journal admin issue", adminIssueUsage, stderr, func(s *settings.Set, fs *flag.FlagSet) {
-		s.String(&dataDir, "data-dir", "PACT_DATA_DIR", "journal data directory holding ca.pem and ca-key.pem")
-		s.String(&rootCert, "root-cert", "PACT_ROOT_CERT", "domain root certificate (default DATA_DIR/ca.pem)")
-		s.String(&rootKey, "root-key", "PACT_ROOT_KEY", "domain root key (default DATA_DIR/ca-key.pem)")
-		name = fs.String("name", "", "operator name (goes into the certificate)")
-		role = fs.String("role", "", "platform-admin, viewer or pact-ops-{vcluster}")
-		certOut = fs.String("cert-out", "", "where to write the certificate")
-		keyOut = fs.String("key-out", "", "where to write the private key (mode 0600)")
-		fs.Var(duration.NewValue(&lifetime, ca.DefaultOperatorLifetime), "lifetime", "validity of the credential, e.g. 7d or 36h (short: renew with pact admin renew)")
+	s := settings.New("pact-journal admin issue")
+	s.String(&dataDir, "data-dir", "PACT_DATA_DIR", "journal data directory holding ca.pem and ca-key.pem")
+	s.String(&rootCert, "root-cert", "PACT_ROOT_CERT", "domain root certificate (default DATA_DIR/ca.pem)")
+	s.String(&rootKey, "root-key", "PACT_ROOT_KEY", "domain root key (default DATA_DIR/ca-key.pem)")
+	cmd := cmdline.Command("issue", "issue an operator credential with a root key file", adminIssueUsage, s, func(cmd *cobra.Command) int {
+		if !cmdline.Resolve(cmd, s, env) {
+			return 2
+		}
+		return adminIssue(dataDir, rootCert, rootKey, name, role, certOut, keyOut, lifetime, stdout, stderr)
 	})
-	if code, ok := cmdline.Parse(s, fs, args[1:], os.LookupEnv); !ok {
-		return code
-	}
+	f := cmd.Flags()
+	f.StringVar(&name, "name", "", "operator name (goes into the certificate)")
+	f.StringVar(&role, "role", "", "platform-admin, viewer or pact-ops-{vcluster}")
+	f.StringVar(&certOut, "cert-out", "", "where to write the certificate")
+	f.StringVar(&keyOut, "key-out", "", "where to write the private key (mode 0600)")
+	f.Var(duration.NewValue(&lifetime, ca.DefaultOperatorLifetime), "lifetime", "validity of the credential, e.g. 7d or 36h (short: renew with pact admin renew)")
+	return cmd
+}
+
+func adminIssue(dataDir, rootCert, rootKey, name, role, certOut, keyOut string, lifetime time.Duration, stdout, stderr io.Writer) int {
 	var missing []string
-	for flagName, v := range map[string]string{"--name": *name, "--role": *role, "--cert-out": *certOut, "--key-out": *keyOut} {
+	for flagName, v := range map[string]string{"--name": name, "--role": role, "--cert-out": certOut, "--key-out": keyOut} {
 		if v == "" {
 			missing = append(missing, flagName)
 		}
@@ -488,20 +502,20 @@ func adminMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pact-journal admin issue: %v\n", err)
 		return 1
 	}
-	certPEM, keyPEM, err := ca.IssueAdmin(auth, *name, *role, lifetime, clock.Real{}.Now())
+	certPEM, keyPEM, err := ca.IssueAdmin(auth, name, role, lifetime, clock.Real{}.Now())
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal admin issue: %v\n", err)
 		return 2
 	}
-	if err := writeNew(*keyOut, keyPEM, 0o600); err != nil {
+	if err := writeNew(keyOut, keyPEM, 0o600); err != nil {
 		fmt.Fprintf(stderr, "pact-journal admin issue: %v\n", err)
 		return 1
 	}
-	if err := writeNew(*certOut, certPEM, 0o644); err != nil {
+	if err := writeNew(certOut, certPEM, 0o644); err != nil {
 		fmt.Fprintf(stderr, "pact-journal admin issue: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "issued %s credential for %s, valid %v: %s, %s (recorded by the journal at its first use)\n", *role, *name, lifetime, *certOut, *keyOut)
+	fmt.Fprintf(stdout, "issued %s credential for %s, valid %v: %s, %s (recorded by the journal at its first use)\n", role, name, lifetime, certOut, keyOut)
 	return 0
 }
 
@@ -594,27 +608,26 @@ DIR/ca.pem prints it again).
 Flags:
 `
 
-func initMain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("pact-journal init", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, initUsage); fs.PrintDefaults() }
-	dir := fs.String("dir", "", "directory for the root and admin credential")
-	domain := fs.String("domain", "", "the domain's name, required: the SPIFFE trust domain of the site, e.g. hpc.example.org")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
+func initCommand(stdout, stderr io.Writer) *cobra.Command {
+	var dir, domain string
+	cmd := cmdline.Command("init", "a root, its key and an admin credential in one directory", initUsage, nil, func(*cobra.Command) int {
+		return initMain(dir, domain, stdout, stderr)
+	})
+	cmd.Flags().StringVar(&dir, "dir", "", "directory for the root and admin credential")
+	cmd.Flags().StringVar(&domain, "domain", "", "the domain's name, required: the SPIFFE trust domain of the site, e.g. hpc.example.org")
+	return cmd
+}
+
+func initMain(dir, domain string, stdout, stderr io.Writer) int {
 	var missing []string
-	if *dir == "" {
+	if dir == "" {
 		missing = append(missing, "--dir is required: the directory for the root and the admin credential")
 	}
-	if *domain == "" {
+	if domain == "" {
 		missing = append(missing, "--domain is required: name the domain after the site, e.g. --domain hpc.example.org (every certificate carries it and it cannot change later; see --help)")
 	}
-	if *domain != "" {
-		if err := pki.ValidateDomain(*domain); err != nil {
+	if domain != "" {
+		if err := pki.ValidateDomain(domain); err != nil {
 			missing = append(missing, fmt.Sprintf("--domain: %v", err))
 		}
 	}
@@ -622,7 +635,7 @@ func initMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pact-journal init: %s\n", strings.Join(missing, "\n  "))
 		return 2
 	}
-	return asDirOwner("pact-journal init", *dir, stdout, stderr, func() int { return initDir(*dir, *domain, stdout, stderr) })
+	return asDirOwner("pact-journal init", dir, stdout, stderr, func() int { return initDir(dir, domain, stdout, stderr) })
 }
 
 func initDir(dir, domain string, stdout, stderr io.Writer) int {

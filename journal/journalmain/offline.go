@@ -2,11 +2,12 @@ package journalmain
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/pact-hpc/pact/internal/cmdline"
 	"github.com/pact-hpc/pact/internal/dirowner"
@@ -52,23 +53,23 @@ be read.
 Flags:
 `
 
-func restoreMain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("pact-journal restore", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, restoreUsage); fs.PrintDefaults() }
+func restoreCommand(stdout, stderr io.Writer) *cobra.Command {
 	var c journal.RestoreConfig
-	fs.StringVar(&c.Snapshot, "snapshot", "", "the snapshot file")
-	fs.StringVar(&c.DataDir, "data-dir", "", "the new journal's data directory (empty or absent)")
-	fs.StringVar(&c.NodeID, "node-id", "", "this journal's id in the new quorum")
-	initial := fs.String("initial-cluster", "", "every voter of the new quorum as id=raft-host:port,...; the same on every journal")
-	fs.StringVar(&c.RootCertFile, "root-cert", "", "the domain root certificate the journal will run with (default DATA_DIR/ca.pem); the snapshot must have been taken under this root")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	peers, err := journal.ParsePeers(*initial)
+	var initial string
+	cmd := cmdline.Command("restore", "seed a journal of a new quorum from a snapshot file", restoreUsage, nil, func(*cobra.Command) int {
+		return restoreMain(c, initial, stdout, stderr)
+	})
+	f := cmd.Flags()
+	f.StringVar(&c.Snapshot, "snapshot", "", "the snapshot file")
+	f.StringVar(&c.DataDir, "data-dir", "", "the new journal's data directory (empty or absent)")
+	f.StringVar(&c.NodeID, "node-id", "", "this journal's id in the new quorum")
+	f.StringVar(&initial, "initial-cluster", "", "every voter of the new quorum as id=raft-host:port,...; the same on every journal")
+	f.StringVar(&c.RootCertFile, "root-cert", "", "the domain root certificate the journal will run with (default DATA_DIR/ca.pem); the snapshot must have been taken under this root")
+	return cmd
+}
+
+func restoreMain(c journal.RestoreConfig, initial string, stdout, stderr io.Writer) int {
+	peers, err := journal.ParsePeers(initial)
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal restore: %v\n", err)
 		return 2
@@ -146,26 +147,30 @@ majority of the quorum answers (nothing changed).
 Flags (with every setting of pact-journal; only those named above are used):
 `
 
-func recoverMain(args []string, env settings.Env, stdout, stderr io.Writer) int {
+func recoverCommand(env settings.Env, stdout, stderr io.Writer) *cobra.Command {
 	cfg := journal.DefaultConfig()
 	var log cmdline.Logging
-	var configFile string
+	var configFile, members string
+	var force bool
 	s := Settings(&cfg, &log, &configFile)
-	fs := flag.NewFlagSet("pact-journal recover", flag.ContinueOnError)
-	s.Register(fs)
-	fs.SetOutput(stderr)
-	members := fs.String("members", "", "the new quorum as id=raft-host:port,...")
-	force := fs.Bool("even-if-quorum-answers", false, "recover without first asking the other voters of the survivor's last configuration, even if they and the survivor are a majority that runs on: the survivor then leaves that quorum and serves a registry of its own")
-	cmdline.SetUsage(fs, s, recoverUsage)
-	if code, ok := cmdline.Parse(s, fs, args, env); !ok {
-		return code
-	}
-	peers, err := journal.ParsePeers(*members)
+	cmd := cmdline.Command("recover", "make a survivor of a lost majority a new quorum", recoverUsage, s, func(cmd *cobra.Command) int {
+		if !cmdline.Resolve(cmd, s, env) {
+			return 2
+		}
+		return recoverMain(cfg, log, members, force, stdout, stderr)
+	})
+	cmd.Flags().StringVar(&members, "members", "", "the new quorum as id=raft-host:port,...")
+	cmd.Flags().BoolVar(&force, "even-if-quorum-answers", false, "recover without first asking the other voters of the survivor's last configuration, even if they and the survivor are a majority that runs on: the survivor then leaves that quorum and serves a registry of its own")
+	return cmd
+}
+
+func recoverMain(cfg journal.Config, log cmdline.Logging, members string, force bool, stdout, stderr io.Writer) int {
+	peers, err := journal.ParsePeers(members)
 	if err != nil {
 		fmt.Fprintf(stderr, "pact-journal recover: --members: %v\n", err)
 		return 2
 	}
-	c := journal.RecoverConfig{DataDir: cfg.DataDir, NodeID: cfg.NodeID, Members: peers, EvenIfQuorumAnswers: *force}
+	c := journal.RecoverConfig{DataDir: cfg.DataDir, NodeID: cfg.NodeID, Members: peers, EvenIfQuorumAnswers: force}
 	if c.NodeID != "" {
 		if err := pki.ValidateName("journal id", c.NodeID); err != nil {
 			fmt.Fprintf(stderr, "pact-journal recover: --node-id: %v\n", err)
@@ -175,7 +180,7 @@ func recoverMain(args []string, env settings.Env, stdout, stderr io.Writer) int 
 	if logger, err := log.Logger(stderr); err == nil {
 		cfg.Logger = logger
 	}
-	return asDirOwner("pact-journal recover", c.DataDir, stdout, stderr, func() int { return recoverRun(cfg, c, *members, stdout, stderr) })
+	return asDirOwner("pact-journal recover", c.DataDir, stdout, stderr, func() int { return recoverRun(cfg, c, members, stdout, stderr) })
 }
 
 func recoverRun(cfg journal.Config, c journal.RecoverConfig, members string, stdout, stderr io.Writer) int {
