@@ -211,7 +211,7 @@ func TestActivationsBatchedAtFollower(t *testing.T) {
 func TestActivationsBatchRefusedByOlderLeader(t *testing.T) {
 	c := batchCluster(t)
 	leader := c.Leader(t)
-	c.Nodes[leader].J.RefuseBatchesAsLeader()
+	c.Nodes[leader].J.RefuseBatchesAsLeader(t)
 	follower := c.Nodes[(leader+1)%3]
 	const nodes = 8
 	all, held, before := enrollConcurrently(t, follower, follower, nodes)

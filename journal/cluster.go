@@ -38,7 +38,7 @@ func (s *peerServer) Propose(ctx context.Context, req *pactv1.ProposeRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	if (*j.unknownOp.Load())(cmd) {
+	if j.refusesUnknown(cmd) {
 		// A newer journal's command: committing it would stop every
 		// journal of this version. Upgrade the leader last (docs/quorum.md).
 		return nil, fmt.Errorf("%w: leader %s runs pact-journal %s, which does not know this command; it is refused until the leader is upgraded (upgrade followers first, the leader last)", ErrInvalidArgument, j.cfg.NodeID, version.Get().String())

@@ -59,7 +59,8 @@ func (j *Journal) RaftLastIndex() uint64 { return j.raftHooks.Raft.LastIndex() }
 // RefuseBatchesAsLeader makes this journal, as leader, refuse forwarded
 // batches the way a leader of the release before batches does (it does
 // not know the command).
-func (j *Journal) RefuseBatchesAsLeader() {
+func (j *Journal) RefuseBatchesAsLeader(t testing.TB) {
+	requireRaftHooks(t)
 	older := func(cmd *pactv1.Command) bool { return cmd.GetBatch() != nil || raftfsm.HasUnknownOp(cmd) }
 	j.unknownOp.Store(&older)
 }
@@ -171,7 +172,8 @@ func (j *Journal) ProposeDigestForTest(ids []string) {
 // HoldStreamWakeups keeps every Subscribe stream of this journal asleep,
 // as a scheduler that has not run their goroutines yet would, until
 // release, which wakes them all. A stream still sees its client leave.
-func (j *Journal) HoldStreamWakeups() (release func()) {
+func (j *Journal) HoldStreamWakeups(t testing.TB) (release func()) {
+	requireRaftHooks(t)
 	h := j.hub
 	h.mu.Lock()
 	h.held = true
@@ -213,9 +215,10 @@ func (j *Journal) IntermediateTrustedForTest(serial string) bool {
 	return ok
 }
 
-// requireRaftHooks skips t unless the Raft node's test hooks are built
-// (-tags testhooks, as make test builds; raftnode.HooksBuilt): without
-// the tag they are compiled out, as in every shipped binary. Under CI
+// requireRaftHooks skips t unless the test hooks are built (-tags
+// testhooks, as make test builds; raftnode.HooksBuilt): without the tag
+// they are compiled out, as in every shipped binary (the Raft node's and
+// the journal's own: testhooks_off.go). Under CI
 // (CI=true) it fails instead: a check skipped there would pass with the
 // journal broken.
 func requireRaftHooks(t testing.TB) {

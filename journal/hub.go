@@ -17,8 +17,8 @@ type hub struct {
 	// drops counts, per node, the times its last stream here ended: a
 	// stream moved to a new channel before the old one closed is no drop.
 	drops map[string]int
-	// held is a test hook (HoldStreamWakeups): while set, no stream is
-	// woken; its release wakes every stream.
+	// held is a test hook (HoldStreamWakeups, read only in a testhooks
+	// build): while set, no stream is woken; its release wakes every stream.
 	held bool
 	// beforeFirstState, if set, runs in a new stream before it sends its
 	// first state and may block it: a test's journal too busy to answer
@@ -139,7 +139,7 @@ func (h *hub) notify(ev raftfsm.Event) {
 
 // wake wakes a stream unless a test holds wake-ups; h.mu is held.
 func (h *hub) wake(ch chan struct{}) {
-	if !h.held {
+	if !h.wakesHeld() {
 		wake(ch)
 	}
 }

@@ -118,7 +118,8 @@ type Journal struct {
 
 	// unknownOp says whether this journal, as leader, must refuse a
 	// forwarded command it cannot apply (raftfsm.HasUnknownOp; a test
-	// makes it stand for a leader of the previous release).
+	// makes it stand for a leader of the previous release). Read only in
+	// a testhooks build (refusesUnknown).
 	unknownOp atomic.Pointer[func(*pactv1.Command) bool]
 	// raftHooks are the Raft node's test hooks (export_test.go).
 	raftHooks *raftnode.Hooks

@@ -183,7 +183,7 @@ func TestHandoverSeenOnlyAfterTheClientLeft(t *testing.T) {
 	a := e.activate(t, "n1", "SN1", "02:00:00:00:00:01")
 	old := e.subscribe(t, a)
 
-	release := e.h.J.HoldStreamWakeups()
+	release := e.h.J.HoldStreamWakeups(t)
 	defer release()
 	renewed, err := e.renew(t, a)
 	if err != nil {

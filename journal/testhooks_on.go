@@ -1,0 +1,14 @@
+//go:build testhooks
+
+package journal
+
+import pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+
+// refusesUnknown says whether this leader refuses a forwarded command it
+// cannot apply: raftfsm.HasUnknownOp, or what a test put in its place
+// (export_test.go's RefuseBatchesAsLeader) in a testhooks build.
+func (j *Journal) refusesUnknown(cmd *pactv1.Command) bool { return (*j.unknownOp.Load())(cmd) }
+
+// wakesHeld says whether a test holds the streams' wake-ups
+// (HoldStreamWakeups); h.mu is held.
+func (h *hub) wakesHeld() bool { return h.held }
