@@ -23,6 +23,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pact-hpc/pact/internal/cmdline"
 	"github.com/pact-hpc/pact/internal/version"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -221,6 +222,7 @@ Exit codes: 0 ok, 1 internal, 2 usage, 3 not found, 4 already exists,
 	root.SetOut(a.env.Stdout)
 	root.SetErr(a.env.Stderr)
 	root.SetVersionTemplate("pact {{.Version}}\n")
+	root.SetFlagErrorFunc(cmdline.FlagError)
 	a.flags.register(root)
 	root.Flags().Bool("version", false, "print pact's version") // no -v: keep it free
 	a.group(root)
@@ -232,13 +234,13 @@ Exit codes: 0 ok, 1 internal, 2 usage, 3 not found, 4 already exists,
 // its help; with an unknown subcommand it is a usage error.
 func (a *app) group(cmd *cobra.Command) {
 	cmd.Args = cobra.ArbitraryArgs
-	cmd.SuggestionsMinimumDistance = 2
+	cmd.DisableSuggestions = true // cmdline.Suggestions, as the daemons
 	cmd.RunE = func(c *cobra.Command, args []string) error {
 		if len(args) == 0 {
 			return c.Help()
 		}
 		msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
-		if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+		if s := cmdline.Suggestions(c, args[0]); len(s) > 0 {
 			msg += "; did you mean " + strings.Join(s, " or ") + "?"
 		}
 		return &UsageError{Command: c.CommandPath(), Problems: []error{errors.New(msg)}}

@@ -1094,6 +1094,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"nodes"}, `unknown command "nodes" for "pact"`},
 		{[]string{"node", "lst"}, `did you mean list?`},
 		{[]string{"node", "enroll", "--mca", "x"}, "unknown flag: --mca"},
+		{[]string{"node", "enroll", "--bmc-seral", "x"}, "unknown flag: --bmc-seral; did you mean --bmc-serial?"},
 		{[]string{"node", "list", "-o", "yaml", "--journal", "h:1", "--ca", "a", "--cert", "b", "--key", "c"}, `unknown output format "yaml"`},
 		{[]string{"version", "extra"}, `unknown command "extra"`},
 	}

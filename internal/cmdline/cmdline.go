@@ -161,9 +161,9 @@ func Suggestions(cmd *cobra.Command, word string) []string {
 	return suggest.Closest(word, names)
 }
 
-// flagError adds to pflag's "unknown flag: --nope" the flags the operator
-// may have meant.
-func flagError(cmd *cobra.Command, err error) error {
+// FlagError adds to pflag's "unknown flag: --nope" the flags the operator
+// may have meant; it is every pact binary's cobra FlagErrorFunc.
+func FlagError(cmd *cobra.Command, err error) error {
 	var notExist *pflag.NotExistError
 	if !errors.As(err, &notExist) {
 		return err
@@ -213,7 +213,7 @@ func Execute(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.SetFlagErrorFunc(flagError)
+	root.SetFlagErrorFunc(FlagError)
 	root.SetArgs(OneDash(root, args))
 	cmd, err := root.ExecuteC()
 	if err == nil {
