@@ -1,5 +1,8 @@
-// Package suggest finds the names an operator probably meant: "did you
-// mean" for a misspelt setting, operator name or the like.
+// Package suggest finds the names an operator probably meant: the one
+// "did you mean" of pact's three binaries, for a misspelt command or flag
+// (internal/cmdline, for pact, pact-journal and pact-agent), a key of a
+// configuration file (internal/settings), an operator name (the journal)
+// and the like.
 package suggest
 
 import (
