@@ -235,6 +235,18 @@ func TestAgentAttestsIMA(t *testing.T) {
 	cfg.TPMDevice, cfg.TPMEventLog, cfg.TPMIMALog = sw.Device, logPath, imaPath
 	runAgent(t, cfg)
 	eventually(t, "n1, whose IMA list the policy allows, is active", func() bool { return h.J.OpenStreams("n1") == 1 })
+	// Captured from n1: the files its quote covered, not srun, read after.
+	captured, err := bp.CaptureBootPolicy(context.Background(), &pactv1.CaptureBootPolicyRequest{NodeId: "n1", Ima: true, Pcrs: []uint32{7}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, f := range captured.GetPolicy().GetIma().GetFiles() {
+		files = append(files, f.GetPath())
+	}
+	if strings.Join(files, " ") != slurmd.Path+" "+munged.Path {
+		t.Errorf("capture --ima listed %q, want slurmd and munged", files)
+	}
 
 	// The same image, but munged was replaced after boot.
 	sw2, log2 := bootedTPM(t, boot, boot)

@@ -160,6 +160,7 @@ func (j *Journal) captureLocal(ctx context.Context, req *pactv1.CaptureBootPolic
 	if len(req.GetPcrs())+len(req.GetEventPcrs()) > 0 {
 		o = measuredboot.CaptureOptions{PCRs: ints(req.GetPcrs()), EventPCRs: ints(req.GetEventPcrs())}
 	}
+	o.IMA = req.GetIma()
 	mode, action := req.GetMode(), req.GetAction()
 	if mode == 0 {
 		mode = pactv1.BootPolicyMode_BOOT_POLICY_MODE_OBSERVE
