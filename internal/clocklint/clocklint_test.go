@@ -30,9 +30,8 @@ var allowed = map[string]string{
 	"integration/bench/stormbench/procstat_test.go:TestProcReadings":                            "burns this process's CPU until procCPU sees 50 ms of it: the loop is the load being measured, its 5 s bound a hang guard",
 	"journal/peerbinding_test.go:paceWrites":                                                    "the revocation test's writers' load rate (a write per 20 ms per journal): load, not a wait for a verdict",
 	"integration/guess_test.go:TestGuessingFloodLetsARegisteredNodeThrough":                     "counts the failed guesses a real journal process evaluates over a 3 s window of wall time against its global budget (one per 300 ms): the bound scales with the elapsed time measured, so a slow machine cannot fail it (journal/ratelimit tests the limiter itself on its injected clock)",
-	"journal/raftnode/lease_test.go:stallingTransport.AppendEntries":                            "delays heartbeats in wall time: hashicorp/raft's heartbeat and lease timers run on the wall clock, which raft does not let a test inject; late heartbeats are what the test is about",
+	"journal/raftnode/lease_test.go:stallingTransport.AppendEntries":                            "delays heartbeats; called only in TestLateHeartbeatsKeepTheLeaderWithTheDefaultTiming's testing/synctest bubble, so it sleeps on the bubble's fake clock (clocklint exempts a function literal passed to synctest.Test, not a method it calls)",
 	"journal/raftnode/lease_test.go:stallingPipeline.AppendEntries":                             "the pipelined path of the same stalling transport (see stallingTransport.AppendEntries)",
-	"journal/raftnode/lease_test.go:TestLateHeartbeatsKeepTheLeaderWithTheDefaultTiming":        "watches for a leadership loss over the wall-time window raft's own timers run in (an absence on a clock raft owns); no state change to wait for",
 	"journal/raftnode/bootstrap_internal_test.go:TestFoundersAgreeWhateverTheirTiming":          "the founders' random start order and delays, against raft's wall-clock election timers, are what the test explores",
 	"journal/raftnode/bootstrap_internal_test.go:newFounder":                                    "a founder slow to go on, in wall time, against raft's wall-clock timers (see TestFoundersAgreeWhateverTheirTiming)",
 	"integration/fill_linux_test.go:startWAN":                                                   "emulates a WAN's one-way delay between real processes (a proxy that holds each segment)",
@@ -123,14 +122,19 @@ type finding struct {
 //
 // A for-select that waits on a channel of the code under test with a
 // time.After hang guard is a wait on state, and passes.
-func findings(fset *token.FileSet, f *ast.File) []finding {
-	timeName := ""
+func findings(fset *token.FileSet, f *ast.File) (out []finding) {
+	timeName, synctestName := "", ""
 	for _, imp := range f.Imports {
-		if p, _ := strconv.Unquote(imp.Path.Value); p == "time" {
-			timeName = "time"
-			if imp.Name != nil {
-				timeName = imp.Name.Name
-			}
+		p, _ := strconv.Unquote(imp.Path.Value)
+		name := p[strings.LastIndex(p, "/")+1:]
+		if imp.Name != nil {
+			name = imp.Name.Name
+		}
+		switch p {
+		case "time":
+			timeName = name
+		case "testing/synctest":
+			synctestName = name
 		}
 	}
 	if timeName == "" || timeName == "_" {
@@ -161,7 +165,36 @@ func findings(fset *token.FileSet, f *ast.File) []finding {
 		})
 		return found
 	}
-	var out []finding
+	// Time in a testing/synctest bubble is the bubble's fake clock: what
+	// a function passed to synctest.Test does is no race with wall time.
+	var bubbles []ast.Node
+	if synctestName != "" {
+		ast.Inspect(f, func(n ast.Node) bool {
+			if call, ok := n.(*ast.CallExpr); ok {
+				if sel, ok := call.Fun.(*ast.SelectorExpr); ok {
+					if pkg, ok := sel.X.(*ast.Ident); ok && pkg.Name == synctestName && (sel.Sel.Name == "Test" || sel.Sel.Name == "Run") {
+						for _, a := range call.Args {
+							if lit, ok := a.(*ast.FuncLit); ok {
+								bubbles = append(bubbles, lit)
+							}
+						}
+					}
+				}
+			}
+			return true
+		})
+	}
+	inBubble := func(pos token.Pos) bool {
+		for _, b := range bubbles {
+			if b.Pos() <= pos && pos < b.End() {
+				return true
+			}
+		}
+		return false
+	}
+	defer func() {
+		out = slices.DeleteFunc(out, func(fd finding) bool { return inBubble(fd.pos) })
+	}()
 	for _, decl := range f.Decls {
 		fd, ok := decl.(*ast.FuncDecl)
 		if !ok || fd.Body == nil {
@@ -258,6 +291,7 @@ func TestFindings(t *testing.T) {
 
 import (
 	"testing"
+	"testing/synctest"
 	tm "time"
 )
 
@@ -290,6 +324,12 @@ func (h *harness) pollAfter() {
 	}
 }
 
+func TestInABubble(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm.Sleep(tm.Second) // passes: the bubble's fake clock
+	})
+}
+
 func TestWaitOnStateWithAHangGuard(t *testing.T) {
 	events := make(chan int)
 	for range 3 { // passes: it waits on the code under test
@@ -315,7 +355,7 @@ func TestWaitOnStateWithAHangGuard(t *testing.T) {
 	for _, fd := range findings(fset, f) {
 		got = append(got, fmt.Sprintf("%d %s", fset.Position(fd.pos).Line, fd.fn))
 	}
-	want := []string{"9 TestSleeps", "10 TestSleeps", "14 TestDeadlineInCond", "20 TestDeadlineInBody", "28 harness.pollAfter"}
+	want := []string{"10 TestSleeps", "11 TestSleeps", "15 TestDeadlineInCond", "21 TestDeadlineInBody", "29 harness.pollAfter"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("flagged %q, want %q", got, want)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -54,44 +55,50 @@ func (p stallingPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *r
 // for the heartbeat timeout (1 s). hashicorp/raft's own 500 ms lease
 // deposed a healthy leader in a 30,000-agent storm (its followers'
 // answers 540 and 830 ms late).
+//
+// In a testing/synctest bubble: raft's timers, the stalls and the watch run
+// on the bubble's fake clock, so the timing is exact whatever the machine's
+// load, and the test takes no wall time.
 func TestLateHeartbeatsKeepTheLeaderWithTheDefaultTiming(t *testing.T) {
-	const (
-		voters = 3
-		stall  = 650 * time.Millisecond
-		stalls = 5
-	)
-	var until atomic.Int64
-	var servers []raft.Server
-	var trans []*stallingTransport
-	for i := range voters {
-		id := fmt.Sprintf("j%d", i+1)
-		addr, tr := raft.NewInmemTransport(raft.ServerAddress(id))
-		servers = append(servers, raft.Server{ID: raft.ServerID(id), Address: addr, Suffrage: raft.Voter})
-		trans = append(trans, &stallingTransport{InmemTransport: tr, until: &until})
-	}
-	c := &memCluster{t: t}
-	for i, tr := range trans {
-		for _, other := range trans {
-			tr.Connect(other.LocalAddr(), other.InmemTransport)
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			voters = 3
+			stall  = 650 * time.Millisecond
+			stalls = 5
+		)
+		var until atomic.Int64
+		var servers []raft.Server
+		var trans []*stallingTransport
+		for i := range voters {
+			id := fmt.Sprintf("j%d", i+1)
+			addr, tr := raft.NewInmemTransport(raft.ServerAddress(id))
+			servers = append(servers, raft.Server{ID: raft.ServerID(id), Address: addr, Suffrage: raft.Voter})
+			trans = append(trans, &stallingTransport{InmemTransport: tr, until: &until})
 		}
-		c.nodes = append(c.nodes, newMemNodeWith(t, string(servers[i].ID), tr.InmemTransport, servers, func(cfg *Config) {
-			cfg.Transport = tr
-			cfg.RaftTimeout = 0 // the default timing, what a site runs
-		}))
-	}
-	l := c.leader()
-	term := l.hooks.Raft.CurrentTerm()
+		c := &memCluster{t: t}
+		for i, tr := range trans {
+			for _, other := range trans {
+				tr.Connect(other.LocalAddr(), other.InmemTransport)
+			}
+			c.nodes = append(c.nodes, newMemNodeWith(t, string(servers[i].ID), tr.InmemTransport, servers, func(cfg *Config) {
+				cfg.Transport = tr
+				cfg.RaftTimeout = 0 // the default timing, what a site runs
+			}))
+		}
+		l := c.leader()
+		term := l.hooks.Raft.CurrentTerm()
 
-	for k := range stalls {
-		until.Store(time.Now().Add(stall).UnixNano())
-		// The stall, then a second of heartbeats answered at once.
-		for end := time.Now().Add(stall + time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-			if !l.IsLeader() {
-				t.Fatalf("%s stepped down in stall %d of %d, its followers silent for %v (term %d, now %d)", l.cfg.NodeID, k+1, stalls, stall, term, l.hooks.Raft.CurrentTerm())
+		for k := range stalls {
+			until.Store(time.Now().Add(stall).UnixNano())
+			// The stall, then a second of heartbeats answered at once.
+			for end := time.Now().Add(stall + time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+				if !l.IsLeader() {
+					t.Fatalf("%s stepped down in stall %d of %d, its followers silent for %v (term %d, now %d)", l.cfg.NodeID, k+1, stalls, stall, term, l.hooks.Raft.CurrentTerm())
+				}
 			}
 		}
-	}
-	if got := l.hooks.Raft.CurrentTerm(); got != term {
-		t.Errorf("term went from %d to %d while heartbeats were late: an election ran", term, got)
-	}
+		if got := l.hooks.Raft.CurrentTerm(); got != term {
+			t.Errorf("term went from %d to %d while heartbeats were late: an election ran", term, got)
+		}
+	})
 }
