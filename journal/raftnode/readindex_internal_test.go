@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -165,91 +166,98 @@ func leaderOf(t *testing.T, nodes []*memNode) *memNode {
 // and dies before the followers learn that it committed; the new leader's
 // own commit index is then below the write until it commits an entry of
 // its term, which the test holds back.
+//
+// In a testing/synctest bubble (raft on an in-memory network): elections
+// and timeouts run on the bubble's fake clock, so the stale leader the test
+// sets up does not depend on the machine's load (on a loaded machine, on
+// the wall clock, the new leader could commit before the test looked).
 func TestReadIndexOfANewLeaderCoversThePreviousLeadersWrites(t *testing.T) {
-	net := &lossyNet{}
-	nodes := startMemQuorum(t, 3, net, 300*time.Millisecond)
-	old := leaderOf(t, nodes)
-	if err := old.r.Apply([]byte("before"), 5*time.Second).Error(); err != nil {
-		t.Fatal(err)
-	}
-
-	// The write reaches the followers, but no news that it committed does.
-	write := old.r.LastIndex() + 1
-	oldTerm := old.r.CurrentTerm()
-	net.setDrop(func(from raft.ServerAddress, req *raft.AppendEntriesRequest) bool {
-		return from == old.addr && req.LeaderCommitIndex >= write
-	})
-	f := old.r.Apply([]byte("acknowledged"), 5*time.Second)
-	if err := f.Error(); err != nil {
-		t.Fatalf("the write was not acknowledged: %v", err)
-	}
-	if f.Index() != write {
-		t.Fatalf("write at index %d, want %d", f.Index(), write)
-	}
-	var survivors []*memNode
-	for _, nd := range nodes {
-		if nd != old {
-			survivors = append(survivors, nd)
-			if c := nd.r.CommitIndex(); c >= write {
-				t.Fatalf("follower %s learned commit index %d >= %d: the test no longer sets up a lagging follower", nd.addr, c, write)
-			}
-		}
-	}
-
-	// The old leader dies; the next cannot commit anything of its term.
-	net.setDrop(func(_ raft.ServerAddress, req *raft.AppendEntriesRequest) bool {
-		return req.Term > oldTerm && len(req.Entries) > 0
-	})
-	if err := old.r.Shutdown().Error(); err != nil {
-		t.Fatal(err)
-	}
-	next := leaderOf(t, survivors)
-	if c := next.r.CommitIndex(); c >= write {
-		t.Fatalf("new leader's commit index %d already covers the write at %d: the test no longer sets up a stale leader", c, write)
-	}
-	// A guard against a hang, not a measure of speed.
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	idx, err := next.reads.readIndex(ctx)
-	switch {
-	case err == nil && idx < write:
-		t.Fatalf("new leader's read index %d misses the write at %d the previous leader acknowledged", idx, write)
-	case err == nil:
-		t.Fatalf("read index %d without an entry of the new term committed", idx)
-	case !errors.Is(err, ErrNoLeader):
-		t.Fatalf("got %v, want a retryable NO_LEADER", err)
-	}
-	t.Logf("before the new term's first commit: %v", err)
-
-	// Once the new leader can commit, the read index covers the write, and
-	// the state read at it has the write.
-	net.setDrop(nil)
-	idx, err = next.reads.readIndex(ctx)
-	if err != nil {
-		t.Fatalf("read index once the new leader can commit: %v", err)
-	}
-	if idx < write {
-		t.Fatalf("read index %d misses the write at %d", idx, write)
-	}
-	var applied polltest.Last
-	polltest.Until(t, 10*time.Second, time.Millisecond, func() bool {
-		applied.Value = next.r.AppliedIndex()
-		return next.r.AppliedIndex() >= idx
-	}, "applied %v, not yet the read index %d", &applied, idx)
-	if !next.fsm.has("acknowledged") {
-		t.Fatal("state at the read index lacks the acknowledged write")
-	}
-
-	// The barrier runs once a term, not once a read.
-	last := next.r.LastIndex()
-	for range 5 {
-		if _, err := next.reads.readIndex(ctx); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		net := &lossyNet{}
+		nodes := startMemQuorum(t, 3, net, 300*time.Millisecond)
+		old := leaderOf(t, nodes)
+		if err := old.r.Apply([]byte("before"), 5*time.Second).Error(); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if got := next.r.LastIndex(); got != last {
-		t.Errorf("reads appended to the log: last index %d, was %d", got, last)
-	}
+
+		// The write reaches the followers, but no news that it committed does.
+		write := old.r.LastIndex() + 1
+		oldTerm := old.r.CurrentTerm()
+		net.setDrop(func(from raft.ServerAddress, req *raft.AppendEntriesRequest) bool {
+			return from == old.addr && req.LeaderCommitIndex >= write
+		})
+		f := old.r.Apply([]byte("acknowledged"), 5*time.Second)
+		if err := f.Error(); err != nil {
+			t.Fatalf("the write was not acknowledged: %v", err)
+		}
+		if f.Index() != write {
+			t.Fatalf("write at index %d, want %d", f.Index(), write)
+		}
+		var survivors []*memNode
+		for _, nd := range nodes {
+			if nd != old {
+				survivors = append(survivors, nd)
+				if c := nd.r.CommitIndex(); c >= write {
+					t.Fatalf("follower %s learned commit index %d >= %d: the test no longer sets up a lagging follower", nd.addr, c, write)
+				}
+			}
+		}
+
+		// The old leader dies; the next cannot commit anything of its term.
+		net.setDrop(func(_ raft.ServerAddress, req *raft.AppendEntriesRequest) bool {
+			return req.Term > oldTerm && len(req.Entries) > 0
+		})
+		if err := old.r.Shutdown().Error(); err != nil {
+			t.Fatal(err)
+		}
+		next := leaderOf(t, survivors)
+		if c := next.r.CommitIndex(); c >= write {
+			t.Fatalf("new leader's commit index %d already covers the write at %d: the test no longer sets up a stale leader", c, write)
+		}
+		// A guard against a hang, not a measure of speed.
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		idx, err := next.reads.readIndex(ctx)
+		switch {
+		case err == nil && idx < write:
+			t.Fatalf("new leader's read index %d misses the write at %d the previous leader acknowledged", idx, write)
+		case err == nil:
+			t.Fatalf("read index %d without an entry of the new term committed", idx)
+		case !errors.Is(err, ErrNoLeader):
+			t.Fatalf("got %v, want a retryable NO_LEADER", err)
+		}
+		t.Logf("before the new term's first commit: %v", err)
+
+		// Once the new leader can commit, the read index covers the write, and
+		// the state read at it has the write.
+		net.setDrop(nil)
+		idx, err = next.reads.readIndex(ctx)
+		if err != nil {
+			t.Fatalf("read index once the new leader can commit: %v", err)
+		}
+		if idx < write {
+			t.Fatalf("read index %d misses the write at %d", idx, write)
+		}
+		var applied polltest.Last
+		polltest.Until(t, 10*time.Second, time.Millisecond, func() bool {
+			applied.Value = next.r.AppliedIndex()
+			return next.r.AppliedIndex() >= idx
+		}, "applied %v, not yet the read index %d", &applied, idx)
+		if !next.fsm.has("acknowledged") {
+			t.Fatal("state at the read index lacks the acknowledged write")
+		}
+
+		// The barrier runs once a term, not once a read.
+		last := next.r.LastIndex()
+		for range 5 {
+			if _, err := next.reads.readIndex(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := next.r.LastIndex(); got != last {
+			t.Errorf("reads appended to the log: last index %d, was %d", got, last)
+		}
+	})
 }
 
 // A journal that does not lead serves no read index.
