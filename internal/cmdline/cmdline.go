@@ -232,15 +232,17 @@ func Execute(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 
 // OneDash rewrites -name[=value] as --name[=value] where name is a long
 // flag of root or of one of its subcommands (or --help), so a command line
-// written for Go's flag package parses the same with pflag. Arguments
-// after "--" are left alone, as are single-letter flags (-o, -h).
+// written for Go's flag package parses the same with pflag. The value of
+// a flag that takes one (--node-id -x) is left alone, as are arguments
+// after "--" and single-letter flags (-o, -h).
 func OneDash(root *cobra.Command, args []string) []string {
-	long := map[string]bool{"help": true}
+	// long maps each long flag to whether it takes a value.
+	long := map[string]bool{"help": false}
 	var walk func(*cobra.Command)
 	walk = func(c *cobra.Command) {
 		c.Flags().VisitAll(func(f *pflag.Flag) {
 			if len(f.Name) > 1 {
-				long[f.Name] = true
+				long[f.Name] = f.NoOptDefVal == ""
 			}
 		})
 		for _, sub := range c.Commands() {
@@ -248,20 +250,27 @@ func OneDash(root *cobra.Command, args []string) []string {
 		}
 	}
 	walk(root)
-	out := make([]string, len(args))
+	out := make([]string, 0, len(args))
+	value := false // args[i] is the value of the flag before it
 	for i, a := range args {
-		out[i] = a
-		if a == "--" {
-			copy(out[i:], args[i:])
-			break
-		}
-		if len(a) < 3 || a[0] != '-' || a[1] == '-' {
+		if value {
+			out = append(out, a)
+			value = false
 			continue
 		}
-		name, _, _ := strings.Cut(a[1:], "=")
-		if long[name] {
-			out[i] = "-" + a
+		if a == "--" {
+			return append(out, args[i:]...)
 		}
+		if len(a) > 2 && a[0] == '-' {
+			name, _, hasValue := strings.Cut(strings.TrimPrefix(a[1:], "-"), "=")
+			if takes, ok := long[name]; ok {
+				value = takes && !hasValue
+				if a[1] != '-' {
+					a = "-" + a
+				}
+			}
+		}
+		out = append(out, a)
 	}
 	return out
 }

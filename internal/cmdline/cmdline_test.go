@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -86,5 +87,27 @@ func TestReportProblems(t *testing.T) {
 	want := "pact-x: 3 configuration problems; nothing was started:\n  a\n  b\n  c\n  d\n"
 	if out.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
+	}
+}
+
+// A command line written for Go's flag package (one dash) reads the same;
+// a value that starts with a dash stays the value.
+func TestOneDash(t *testing.T) {
+	root := &cobra.Command{Use: "x"}
+	root.Flags().String("node-id", "", "")
+	root.Flags().Bool("dev", false, "")
+	root.Flags().StringP("o", "o", "", "")
+	for _, tt := range []struct{ in, want []string }{
+		{[]string{"-node-id", "j1", "-dev", "-o", "json"}, []string{"--node-id", "j1", "--dev", "-o", "json"}},
+		{[]string{"-node-id=j1", "-dev=false"}, []string{"--node-id=j1", "--dev=false"}},
+		{[]string{"--node-id", "-dev"}, []string{"--node-id", "-dev"}},
+		{[]string{"-node-id", "-dev", "-dev"}, []string{"--node-id", "-dev", "--dev"}},
+		{[]string{"-help"}, []string{"--help"}},
+		{[]string{"-nope", "--", "-dev"}, []string{"-nope", "--", "-dev"}},
+		{[]string{}, []string{}},
+	} {
+		if got := OneDash(root, tt.in); !slices.Equal(got, tt.want) || got == nil {
+			t.Errorf("OneDash(%q) = %q, want %q", tt.in, got, tt.want)
+		}
 	}
 }
