@@ -126,6 +126,9 @@ func writeNodeBlock(w io.Writer, n NodeView, now time.Time) error {
 	for _, a := range n.AlsoActive {
 		rows = append(rows, struct{ k, v string }{"also active in domain", cell(a)})
 	}
+	for _, c := range n.ClaimsChecked {
+		rows = append(rows, struct{ k, v string }{"claims at activation", cell(c)})
+	}
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s:\t%s\n", r.k, r.v)
 	}

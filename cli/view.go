@@ -57,6 +57,11 @@ type NodeView struct {
 	// the node's hardware Active, as the answering journal holds them:
 	// "DOMAIN (node NODE) since T" (docs/domains.md).
 	AlsoActive []string `json:"also_active,omitempty"`
+	// ClaimsChecked says, per federated domain, how old the claims were
+	// that the journal decided on at the node's latest activation, and
+	// whether one named its hardware (pact node inspect only;
+	// docs/domains.md).
+	ClaimsChecked []string `json:"claims_checked,omitempty"`
 
 	lastSeen time.Time // for the relative LAST SEEN column
 }
@@ -122,8 +127,17 @@ func NodeViewOf(n *pactv1.Node) NodeView {
 		StandbySerial:    n.GetStandbyCert().GetSerial(),
 		StandbyNotAfter:  formatTime(unixTime(n.GetStandbyCert().GetNotAfterUnix(), 0)),
 		Released:         released(n),
+		ClaimsChecked:    splitNonEmpty(n.GetClaimsChecked(), "; "),
 		lastSeen:         unixTime(0, n.GetLastSeenUnixNano()),
 	}
+}
+
+// splitNonEmpty is strings.Split, nil for "".
+func splitNonEmpty(s, sep string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, sep)
 }
 
 // released is raftfsm.Released as the admin view shows it: a journal

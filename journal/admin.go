@@ -290,7 +290,11 @@ func (s *adminServer) InspectNode(ctx context.Context, req *pactv1.InspectNodeRe
 	if err != nil {
 		return nil, err
 	}
-	return &pactv1.InspectNodeResponse{Node: s.j.view(n), AlsoActive: s.j.alsoActive(n)}, nil
+	v := s.j.view(n)
+	// Inspect alone says which claims the latest activation decided on
+	// (lists stay lean: a line per federated domain per node).
+	v.ClaimsChecked = n.GetClaimsChecked()
+	return &pactv1.InspectNodeResponse{Node: v, AlsoActive: s.j.alsoActive(n)}, nil
 }
 
 func (j *Journal) node(id string) (*pactv1.Node, error) {

@@ -550,14 +550,17 @@ var ErrActiveInAnotherDomain = errors.New("journal: hardware active in another d
 // claimRetryAfter is the retry-after of an enrollment refused by a claim.
 const claimRetryAfter = 30 * time.Second
 
-// checkClaims applies each federated domain's policy to the claims held on
+// claimsDecision applies each federated domain's policy to the claims held on
 // node's hardware: warn logs and counts, refuse refuses (retryable). It
 // uses what is held and never calls the other domain, so an unreachable
-// one delays nothing; the answer says how old the claims are.
-func (j *Journal) checkClaims(ctx context.Context, node *pactv1.Node) error {
+// one delays nothing; the answer says how old the claims are, and so does
+// the note it returns for the activation (its audit entry and the node's
+// record): what it decided on, domain by domain (claimsNote).
+func (j *Journal) claimsDecision(ctx context.Context, node *pactv1.Node) (string, error) {
 	held := j.heldClaims.lookup(node.GetHardware())
+	note := j.claimsNote(held)
 	if len(held) == 0 {
-		return nil
+		return note, nil
 	}
 	now := j.cfg.Clock.Now()
 	for _, c := range held {
@@ -571,7 +574,7 @@ func (j *Journal) checkClaims(ctx context.Context, node *pactv1.Node) error {
 		if d.GetPolicy() == raftfsm.PolicyRefuse {
 			j.log.Warn("enrollment refused: the hardware is active in another domain", logkey.NodeID, node.GetNodeId(), logkey.Domain, c.Domain,
 				logkey.OtherNode, c.NodeID, logkey.Since, since, logkey.ClaimsAge, age.String(), logkey.Source, peerAddr(ctx))
-			return &retryAfterError{
+			return note, &retryAfterError{
 				err: fmt.Errorf("%w: node %s's hardware is active in domain %s as node %s since %s (claims from %s %s old; its policy here is refuse): it enrolls here once %s releases it",
 					ErrActiveInAnotherDomain, node.GetNodeId(), c.Domain, c.NodeID, since, c.Domain, age, c.Domain),
 				after:       claimRetryAfter,
@@ -581,7 +584,45 @@ func (j *Journal) checkClaims(ctx context.Context, node *pactv1.Node) error {
 		j.log.Warn("node enrolling while its hardware is active in another domain", logkey.NodeID, node.GetNodeId(), logkey.Domain, c.Domain,
 			logkey.OtherNode, c.NodeID, logkey.Since, since, logkey.ClaimsAge, age.String(), logkey.Source, peerAddr(ctx))
 	}
-	return nil
+	return note, nil
+}
+
+// checkClaims is claimsDecision without the note.
+func (j *Journal) checkClaims(ctx context.Context, node *pactv1.Node) error {
+	_, err := j.claimsDecision(ctx, node)
+	return err
+}
+
+// claimsNote says, for each federated domain, how old the claims held
+// from it are and whether one of held names the hardware: "a.example:
+// read 3s ago, none on this hardware; c.example: never read". A domain
+// whose feed has not answered lately (unreachable, slow) shows its age:
+// the enrollment went ahead on what was held. Empty without federated
+// domains.
+func (j *Journal) claimsNote(held []heldClaim) string {
+	now := j.cfg.Clock.Now()
+	var parts []string
+	for _, d := range j.fsm.FederatedDomains() {
+		name := d.GetName()
+		polled := j.heldClaims.polledAt(name)
+		if polled.IsZero() {
+			parts = append(parts, name+": never read (its feed has not answered this journal)")
+			continue
+		}
+		part := fmt.Sprintf("%s: read %s ago (%s)", name, now.Sub(polled).Round(time.Second), polled.UTC().Format(time.RFC3339))
+		found := false
+		for _, c := range held {
+			if c.Domain == name {
+				part += fmt.Sprintf(", active there as node %s since %s (policy %s)", c.NodeID, time.Unix(0, c.Since).UTC().Format(time.RFC3339), d.GetPolicy())
+				found = true
+			}
+		}
+		if !found {
+			part += ", none on this hardware"
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // AlsoActive says, for node, in which federated domains its hardware is

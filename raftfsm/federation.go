@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
@@ -199,4 +200,20 @@ func (f *FSM) FederatedDomain(name string) (*pactv1.FederatedDomain, bool) {
 		return nil, false
 	}
 	return proto.Clone(d).(*pactv1.FederatedDomain), true
+}
+
+// maxClaimsChecked bounds the claims note an activation carries
+// (ActivateOp.claims_checked): at most MaxFederatedDomains short lines.
+const maxClaimsChecked = 4096
+
+// truncate cuts s to at most n bytes, at a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("...")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }

@@ -3,7 +3,9 @@ package raftfsm_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
@@ -139,5 +141,44 @@ func TestFederatedDomainsInSnapshots(t *testing.T) {
 		if !proto.Equal(want[i], got[i]) {
 			t.Errorf("restored %v, want %v", got[i], want[i])
 		}
+	}
+}
+
+// An activation keeps the claims the journal decided on (how old, and
+// whether one named the hardware) in the node's record and its audit
+// entry, at federation's level; below it the field is ignored, as a
+// journal of an earlier release would ignore it.
+func TestActivationKeepsTheClaimsItDecidedOn(t *testing.T) {
+	const note = "a.example: read 40s ago (2026-12-02T11:00:00Z), none on this hardware"
+	for _, tc := range []struct {
+		name  string
+		level uint32
+		want  string
+	}{{"at level 3", 3, note}, {"at level 2", 2, ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := raftfsm.New()
+			a := &raftfsmtest.Applier{FSM: f}
+			mustApply(t, a, at(t0).SetQuorumLevel(tc.level))
+			mustApply(t, a, admin.RegisterNode("node-1", "", hw1()))
+			cmd := journal.Activate("node-1", hw1(), cert("01", "spki-1"))
+			cmd.GetActivate().ClaimsChecked = note
+			e := applyRecords(t, a, cmd, "enroll", "node-1")
+			n, _ := f.Node("node-1")
+			if n.GetClaimsChecked() != tc.want {
+				t.Errorf("node's claims checked %q, want %q", n.GetClaimsChecked(), tc.want)
+			}
+			if got := strings.Contains(e.GetDetail(), "claims "+note); got != (tc.want != "") {
+				t.Errorf("audit detail %q: claims named %v, want %v", e.GetDetail(), got, tc.want != "")
+			}
+		})
+	}
+	// Bounded: a proposer's note longer than the bound is cut.
+	f, a := raftfsmtest.AtFeatureLevel()
+	mustApply(t, a, admin.RegisterNode("node-1", "", hw1()))
+	cmd := journal.Activate("node-1", hw1(), cert("01", "spki-1"))
+	cmd.GetActivate().ClaimsChecked = strings.Repeat("é", 10000)
+	mustApply(t, a, cmd)
+	if n, _ := f.Node("node-1"); len(n.GetClaimsChecked()) > 4096 || !strings.HasSuffix(n.GetClaimsChecked(), "...") || !utf8.ValidString(n.GetClaimsChecked()) {
+		t.Errorf("a long note kept as %d bytes (valid UTF-8 %v), want it cut to 4096 at a rune", len(n.GetClaimsChecked()), utf8.ValidString(n.GetClaimsChecked()))
 	}
 }

@@ -790,9 +790,19 @@ func (a *applier) activate(op *pactv1.ActivateOp) *Result {
 	if note != "" {
 		detail = strings.TrimPrefix(detail+"; "+note, "; ")
 	}
+	// The federated domains' claims the journal decided on (federation's
+	// level: a journal below it has no field to keep them in).
+	claims := ""
+	if a.atLeast(federationLevel) {
+		claims = truncate(op.GetClaimsChecked(), maxClaimsChecked)
+	}
+	if claims != "" {
+		detail = strings.TrimPrefix(detail+"; claims "+claims, "; ")
+	}
 	next := proto.Clone(n).(*pactv1.Node)
 	next.State = pactv1.NodeState_NODE_STATE_ACTIVE
 	next.Cert = proto.Clone(op.GetCert()).(*pactv1.CertificateInfo)
+	next.ClaimsChecked = claims
 	next.ReleasedSerial = ""
 	next.StandbyCert = nil // a new key from the hardware path: the old standby stops binding
 	next.ActivatedAtUnixNano = a.at()

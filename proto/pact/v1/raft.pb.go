@@ -1034,7 +1034,14 @@ type ActivateOp struct {
 	TakeoverCutoffUnixNano int64 `protobuf:"varint,4,opt,name=takeover_cutoff_unix_nano,json=takeoverCutoffUnixNano,proto3" json:"takeover_cutoff_unix_nano,omitempty"`
 	// What the journal verified of the node's credential policy and the FSM
 	// must re-check (and consume) in this same entry.
-	Credentials   *PresentedCredentials `protobuf:"bytes,140,opt,name=credentials,proto3" json:"credentials,omitempty"`
+	Credentials *PresentedCredentials `protobuf:"bytes,140,opt,name=credentials,proto3" json:"credentials,omitempty"`
+	// The claims of the federated domains the journal decided on, as its
+	// audit entry and the node's record state them: for each federated
+	// domain, how old the claims held from it were and whether one named
+	// this hardware ("a.example: read 3s ago, none on this hardware").
+	// Empty without federated domains (set at quorum feature level 3 only,
+	// as federation itself; docs/domains.md).
+	ClaimsChecked string `protobuf:"bytes,240,opt,name=claims_checked,json=claimsChecked,proto3" json:"claims_checked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1102,6 +1109,13 @@ func (x *ActivateOp) GetCredentials() *PresentedCredentials {
 		return x.Credentials
 	}
 	return nil
+}
+
+func (x *ActivateOp) GetClaimsChecked() string {
+	if x != nil {
+		return x.ClaimsChecked
+	}
+	return ""
 }
 
 // BatchOp carries several commands in one log entry (a journal groups the
@@ -3116,14 +3130,15 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\bhardware\x18\x02 \x01(\v2\x19.pact.v1.HardwareIdentityR\bhardware\x12\x1a\n" +
 	"\bvcluster\x18\x03 \x01(\tR\bvcluster\x12\x1b\n" +
 	"\tspiffe_id\x18\x04 \x01(\tR\bspiffeId\x12<\n" +
-	"\vcredentials\x18\x8c\x01 \x01(\v2\x19.pact.v1.CredentialPolicyR\vcredentials\"\x87\x02\n" +
+	"\vcredentials\x18\x8c\x01 \x01(\v2\x19.pact.v1.CredentialPolicyR\vcredentials\"\xaf\x02\n" +
 	"\n" +
 	"ActivateOp\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
 	"\breported\x18\x02 \x01(\v2\x19.pact.v1.HardwareIdentityR\breported\x12,\n" +
 	"\x04cert\x18\x03 \x01(\v2\x18.pact.v1.CertificateInfoR\x04cert\x129\n" +
 	"\x19takeover_cutoff_unix_nano\x18\x04 \x01(\x03R\x16takeoverCutoffUnixNano\x12@\n" +
-	"\vcredentials\x18\x8c\x01 \x01(\v2\x1d.pact.v1.PresentedCredentialsR\vcredentials\"7\n" +
+	"\vcredentials\x18\x8c\x01 \x01(\v2\x1d.pact.v1.PresentedCredentialsR\vcredentials\x12&\n" +
+	"\x0eclaims_checked\x18\xf0\x01 \x01(\tR\rclaimsChecked\"7\n" +
 	"\aBatchOp\x12,\n" +
 	"\bcommands\x18\x01 \x03(\v2\x10.pact.v1.CommandR\bcommands\"B\n" +
 	"\x14PresentedCredentials\x12*\n" +

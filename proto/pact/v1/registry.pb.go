@@ -275,7 +275,11 @@ type Node struct {
 	// SVID replaced. It authenticates like the current certificate; the first
 	// stream opened with it makes it current. Cleared when the node gets a
 	// journal certificate by any other way.
-	StandbyCert   *CertificateInfo `protobuf:"bytes,180,opt,name=standby_cert,json=standbyCert,proto3" json:"standby_cert,omitempty"`
+	StandbyCert *CertificateInfo `protobuf:"bytes,180,opt,name=standby_cert,json=standbyCert,proto3" json:"standby_cert,omitempty"`
+	// At the node's latest activation: the claims of the federated domains
+	// the journal decided on (ActivateOp.claims_checked), so that pact node
+	// inspect says how old they were. Empty without federated domains.
+	ClaimsChecked string `protobuf:"bytes,240,opt,name=claims_checked,json=claimsChecked,proto3" json:"claims_checked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -427,6 +431,13 @@ func (x *Node) GetStandbyCert() *CertificateInfo {
 		return x.StandbyCert
 	}
 	return nil
+}
+
+func (x *Node) GetClaimsChecked() string {
+	if x != nil {
+		return x.ClaimsChecked
+	}
+	return ""
 }
 
 // CredentialPolicy is a node's policy of enrollment credentials: which
@@ -1288,7 +1299,7 @@ const file_pact_v1_registry_proto_rawDesc = "" +
 	"\x0fnot_before_unix\x18\x03 \x01(\x03R\rnotBeforeUnix\x12$\n" +
 	"\x0enot_after_unix\x18\x04 \x01(\x03R\fnotAfterUnix\x12#\n" +
 	"\rissuer_serial\x18\x05 \x01(\tR\fissuerSerial\x12\x10\n" +
-	"\x03der\x18\x06 \x01(\fR\x03der\"\xf5\x05\n" +
+	"\x03der\x18\x06 \x01(\fR\x03der\"\x9d\x06\n" +
 	"\x04Node\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
 	"\bhardware\x18\x02 \x01(\v2\x19.pact.v1.HardwareIdentityR\bhardware\x12(\n" +
@@ -1308,7 +1319,8 @@ const file_pact_v1_registry_proto_rawDesc = "" +
 	"\vcredentials\x18\x8c\x01 \x01(\v2\x19.pact.v1.CredentialPolicyR\vcredentials\x12%\n" +
 	"\x05fence\x18\x8d\x01 \x01(\v2\x0e.pact.v1.FenceR\x05fence\x12(\n" +
 	"\x0freleased_serial\x18\xc8\x01 \x01(\tR\x0ereleasedSerial\x12<\n" +
-	"\fstandby_cert\x18\xb4\x01 \x01(\v2\x18.pact.v1.CertificateInfoR\vstandbyCert\"@\n" +
+	"\fstandby_cert\x18\xb4\x01 \x01(\v2\x18.pact.v1.CertificateInfoR\vstandbyCert\x12&\n" +
+	"\x0eclaims_checked\x18\xf0\x01 \x01(\tR\rclaimsChecked\"@\n" +
 	"\x10CredentialPolicy\x12,\n" +
 	"\x12require_join_token\x18\x01 \x01(\bR\x10requireJoinToken\"Q\n" +
 	"\x05Fence\x12\x16\n" +
