@@ -15,28 +15,38 @@ import (
 
 // allowed lists the functions (file, then the enclosing top-level function
 // or method) that may let wall time pass, each with why nothing else works.
-// Keep it short: an entry is a test that cannot be given a fake clock or a
-// state to wait on.
+// Keep it short: an entry is time that cannot be faked (a real process, the
+// kernel's clock, raft over TCP), a measurement of it, or load; never a
+// wait for something a state or the fake clock could show.
 var allowed = map[string]string{
+	// hashicorp/raft's timers: on the wall clock over real TLS and TCP (the
+	// founders), or on a synctest bubble's clock through methods clocklint
+	// cannot tell are called in one (the stalling transport).
+	"journal/raftnode/bootstrap_internal_test.go:TestFoundersAgreeWhateverTheirTiming": "the founders' random start order and delays, against raft's wall-clock election timers, are what the test explores",
+	"journal/raftnode/bootstrap_internal_test.go:newFounder":                           "a founder slow to go on, in wall time, against raft's wall-clock timers (see TestFoundersAgreeWhateverTheirTiming)",
+	"journal/raftnode/lease_test.go:stallingTransport.AppendEntries":                   "delays heartbeats; called only in TestLateHeartbeatsKeepTheLeaderWithTheDefaultTiming's testing/synctest bubble, so it sleeps on the bubble's fake clock (clocklint exempts a function literal passed to synctest.Test, not a method it calls)",
+	"journal/raftnode/lease_test.go:stallingPipeline.AppendEntries":                    "the pipelined path of the same stalling transport (see stallingTransport.AppendEntries)",
+
+	// The kernel's clock: socket deadlines, and an emulated WAN between real processes.
 	"journal/connlimit/connlimit_test.go:TestAdmitHandshakeGivesTheHandshakeItsTimeFromItsSlot": "the claim is about socket deadlines (SetDeadline on a TCP connection, the kernel's wall clock): a handshake that queued 2 s of a 4 s deadline and waits 2.5 s more for its turn still has its full timeout from its slot; only wall time passing can show it",
-	"integration/fill_linux_test.go:testConnectionFill":                                         "samples the journal's open connections every 250 ms while honest clients run under the fill (a measurement of a real process), and lets the churn of a full listen queue settle for a second first: no state says the churn is over",
-	"integration/fill_linux_test.go:fillHelper":                                                 "the fill helper process (the attacker, run by the test as a separate process): its epoll loop reports once a second while it holds its connections",
-	"integration/fill_linux_test.go:handshakenFill":                                             "the handshaken fill helper process (the attacker): keeps its handshakes going and reports once a second",
-	"integration/flood_test.go:flooder.fill":                                                    "the flood helper process's dial burst against a real journal, bounded in wall time: the load itself, not a wait",
-	"integration/flood_test.go:floodHelper":                                                     "the flood helper process (the attacker): tops its connections up and reports once a second while it runs",
-	"integration/flood_test.go:TestConnectionFloodLeavesRoomForAgentsAndOperators":              "samples the journal process's RSS every 200 ms while the flood runs (a measurement of a real process; no verdict waits on it)",
-	"integration/rolling_upgrade_test.go:opLoad.cli":                                            "the rolling upgrade's workload: a CLI retried after 250 ms while real journal processes restart, as an operator's script would (client pacing, not a wait for the test's verdict)",
-	"integration/rolling_upgrade_test.go:opLoad.renew":                                          "the rolling upgrade's workload: a renewal retried after 250 ms while real journal processes restart (client pacing, not a wait for the test's verdict)",
-	"integration/bench/stormbench/procstat_test.go:TestProcReadings":                            "burns this process's CPU until procCPU sees 50 ms of it: the loop is the load being measured, its 5 s bound a hang guard",
-	"journal/peerbinding_test.go:paceWrites":                                                    "the revocation test's writers' load rate (a write per 20 ms per journal): load, not a wait for a verdict",
-	"integration/guess_test.go:TestGuessingFloodLetsARegisteredNodeThrough":                     "counts the failed guesses a real journal process evaluates over a 3 s window of wall time against its global budget (one per 300 ms): the bound scales with the elapsed time measured, so a slow machine cannot fail it (journal/ratelimit tests the limiter itself on its injected clock)",
-	"journal/raftnode/lease_test.go:stallingTransport.AppendEntries":                            "delays heartbeats; called only in TestLateHeartbeatsKeepTheLeaderWithTheDefaultTiming's testing/synctest bubble, so it sleeps on the bubble's fake clock (clocklint exempts a function literal passed to synctest.Test, not a method it calls)",
-	"journal/raftnode/lease_test.go:stallingPipeline.AppendEntries":                             "the pipelined path of the same stalling transport (see stallingTransport.AppendEntries)",
-	"journal/raftnode/bootstrap_internal_test.go:TestFoundersAgreeWhateverTheirTiming":          "the founders' random start order and delays, against raft's wall-clock election timers, are what the test explores",
-	"journal/raftnode/bootstrap_internal_test.go:newFounder":                                    "a founder slow to go on, in wall time, against raft's wall-clock timers (see TestFoundersAgreeWhateverTheirTiming)",
 	"integration/fill_linux_test.go:startWAN":                                                   "emulates a WAN's one-way delay between real processes (a proxy that holds each segment)",
 	"integration/fill_linux_test.go:delayCopy":                                                  "the proxy of startWAN: holds each segment for the emulated one-way delay",
-	"identity/spire/back_bench_test.go:BenchmarkSVIDBack":                                       "benchmarks, in wall time, how soon the real backoff brings an SVID back: SPIRE must stay away for real time for the backoff to grow",
+
+	// Measurements of real processes over wall time; no verdict waits on a state.
+	"integration/guess_test.go:TestGuessingFloodLetsARegisteredNodeThrough":        "counts the failed guesses a real journal process evaluates over a 3 s window of wall time against its global budget (one per 300 ms): the bound scales with the elapsed time measured, so a slow machine cannot fail it (journal/ratelimit tests the limiter itself on its injected clock)",
+	"integration/fill_linux_test.go:testConnectionFill":                            "samples the journal's open connections every 250 ms while honest clients run under the fill (a measurement of a real process), and lets the churn of a full listen queue settle for a second first: no state says the churn is over",
+	"integration/flood_test.go:TestConnectionFloodLeavesRoomForAgentsAndOperators": "samples the journal process's RSS every 200 ms while the flood runs (a measurement of a real process; no verdict waits on it)",
+	"integration/bench/stormbench/procstat_test.go:TestProcReadings":               "burns this process's CPU until procCPU sees 50 ms of it: the loop is the load being measured, its 5 s bound a hang guard",
+	"identity/spire/back_bench_test.go:BenchmarkSVIDBack":                          "benchmarks, in wall time, how soon the real backoff brings an SVID back: SPIRE must stay away for real time for the backoff to grow",
+
+	// Load: attacker helper processes and workloads, paced like the clients they stand for.
+	"integration/fill_linux_test.go:fillHelper":        "the fill helper process (the attacker, run by the test as a separate process): its epoll loop reports once a second while it holds its connections",
+	"integration/fill_linux_test.go:handshakenFill":    "the handshaken fill helper process (the attacker): keeps its handshakes going and reports once a second",
+	"integration/flood_test.go:flooder.fill":           "the flood helper process's dial burst against a real journal, bounded in wall time: the load itself, not a wait",
+	"integration/flood_test.go:floodHelper":            "the flood helper process (the attacker): tops its connections up and reports once a second while it runs",
+	"integration/rolling_upgrade_test.go:opLoad.cli":   "the rolling upgrade's workload: a CLI retried after 250 ms while real journal processes restart, as an operator's script would (client pacing, not a wait for the test's verdict)",
+	"integration/rolling_upgrade_test.go:opLoad.renew": "the rolling upgrade's workload: a renewal retried after 250 ms while real journal processes restart (client pacing, not a wait for the test's verdict)",
+	"journal/peerbinding_test.go:paceWrites":           "the revocation test's writers' load rate (a write per 20 ms per journal): load, not a wait for a verdict",
 }
 
 // pending lists the functions that still sleep or loop on a deadline and
