@@ -483,7 +483,7 @@ func (j *Journal) renewalRetried(p *auth.Principal, req *pactv1.RenewCertRequest
 // Subscribe holds the agent's stream. It sends the assignment and the trust
 // bundle first, then whatever changes, and re-checks the caller's binding on
 // every wake-up and at least every StreamRecheckInterval.
-func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.EnrollmentService_SubscribeServer) (err error) {
+func (s *enrollmentServer) Subscribe(req *pactv1.SubscribeRequest, stream pactv1.EnrollmentService_SubscribeServer) (err error) {
 	j := s.j
 	ctx := stream.Context()
 	p := principalFrom(ctx)
@@ -619,6 +619,10 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 		return err
 	}
 	j.hub.streaming(w)
+	// Attestation between renewals (attest.go): nil unless the agent
+	// answers boot attestation requests.
+	sa := j.newStreamAttest(p, req)
+	defer sa.close()
 	for {
 		// Wake at the next recheck, or just after the certificate expires.
 		wait := j.cfg.StreamRecheckInterval
@@ -635,6 +639,7 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 				wait = max(untilGraceEnds, 0)
 			}
 		}
+		wait = sa.wait(j.cfg.Clock.Now(), wait)
 		t := j.cfg.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -657,11 +662,16 @@ func (s *enrollmentServer) Subscribe(_ *pactv1.SubscribeRequest, stream pactv1.E
 			return fmt.Errorf("%w: journal shutting down", ErrNoLeader)
 		case <-w.node:
 		case <-w.bundle:
+		case <-sa.asked():
+			sa.forced = true
 		case <-t.C():
 		}
 		t.Stop()
 		if err := sendState(false); err != nil {
 			return err
+		}
+		if err := sa.step(ctx, stream); err != nil {
+			return sendFailed(err)
 		}
 	}
 }
