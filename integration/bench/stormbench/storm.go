@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -158,7 +159,8 @@ func answeredBusy(err error) bool {
 // ends the same way: it is priced as nothing too, a slight
 // underestimate.)
 func closedUnshaken(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "authentication handshake failed: EOF")
+	var hs *channel.HandshakeError
+	return errors.As(err, &hs) && errors.Is(hs, io.EOF)
 }
 
 // benchAgent is one node of the storm.

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/internal/bintest"
 	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/ca"
@@ -225,7 +226,9 @@ func TestStormbenchHasNoAgentCopy(t *testing.T) {
 
 // How far each kind of failed attempt got decides what it is priced at.
 func TestAttemptWork(t *testing.T) {
-	closed := status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: EOF"`)
+	// As channel.ClientCredentials.Explain reports a journal that closed
+	// the connection on the ClientHello.
+	closed := fmt.Errorf("%w (TLS handshake: %w)", status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: EOF"`), &channel.HandshakeError{Err: io.EOF})
 	deadline := status.Error(codes.DeadlineExceeded, "context deadline exceeded")
 	refused := status.Error(codes.Unavailable, "NO_LEADER")
 	// As channel.ClientCredentials.Explain reports a busy answer.
@@ -252,6 +255,9 @@ func TestAttemptWork(t *testing.T) {
 		{"renew", fmt.Errorf("agent: RenewCert at x: %w", refused), work{keygen: 1}},
 		{"renew", fmt.Errorf("agent: RenewCert at x: %w", deadline), work{keygen: 1, sign: 1}},
 		{"renew", fmt.Errorf("channel: health check of x: %w", refused), work{keygen: 1, sign: 1, mtls: 1}},
+		// Only the channel's typed handshake error says the journal closed
+		// the connection on the ClientHello, never the words.
+		{"connect", status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: EOF"`), work{mtls: 1}},
 	} {
 		if got := attemptWork(tc.op, tc.err); got != tc.want {
 			t.Errorf("attemptWork(%s, %v) = %+v, want %+v", tc.op, tc.err, got, tc.want)
