@@ -14,7 +14,6 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/pact-hpc/pact/agent"
 	"github.com/pact-hpc/pact/agent/hwinfo"
@@ -151,13 +150,6 @@ func defaultStatusSocket(uid int, env settings.Env) string {
 		}
 	}
 	return agent.DefaultStatusSocket
-}
-
-// newFlagSet is pact-agent's settings as flags.
-func newFlagSet(s *settings.Set) *pflag.FlagSet {
-	fs := pflag.NewFlagSet("pact-agent", pflag.ContinueOnError)
-	s.Register(fs)
-	return fs
 }
 
 // Main runs the pact-agent command and returns its exit code.

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/pact-hpc/pact/internal/atomicfile"
 	"github.com/pact-hpc/pact/internal/clock"
@@ -177,13 +176,6 @@ func Settings(cfg *journal.Config, log *cmdline.Logging, configFile *string) *se
 	s.Bool(&cfg.AcceptPeersWithoutQuorumID, "accept-peers-without-quorum-id", "PACT_ACCEPT_PEERS_WITHOUT_QUORUM_ID", "upgrade mode, only while a journal of a release before quorum ids is still a member: admit peers that prove no quorum id (by their certificate, Raft's records and membership alone); off, a journal with a quorum id refuses them (docs/quorum.md, \"Rolling upgrades\")")
 	log.Declare(s)
 	return s
-}
-
-// newFlagSet is pact-journal's settings as flags.
-func newFlagSet(s *settings.Set) *pflag.FlagSet {
-	fs := pflag.NewFlagSet("pact-journal", pflag.ContinueOnError)
-	s.Register(fs)
-	return fs
 }
 
 // Main runs the pact-journal command and returns its exit code.
