@@ -15,6 +15,7 @@ import (
 	"github.com/pact-hpc/pact/agent/tpm"
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/measuredboot/imatest"
 	"github.com/pact-hpc/pact/internal/measuredboot/measuredboottest"
 	"github.com/pact-hpc/pact/internal/swtpmtest"
 	"github.com/pact-hpc/pact/journal/journaltest"
@@ -189,8 +190,8 @@ func TestAgentRefusedByBootPolicy(t *testing.T) {
 // imaTPM extends a booted software TPM's PCR 10 with ran, as the kernel's
 // IMA does, and writes the list an agent reads (--tpm-ima-log) as list:
 // ran and whatever ran after the quote. This kernel has no IMA, so the
-// list is built in the kernel's format (measuredboottest.IMA).
-func imaTPM(t *testing.T, sw *swtpmtest.TPM, ran, list measuredboottest.IMA) string {
+// list is built in the kernel's format (imatest.List).
+func imaTPM(t *testing.T, sw *swtpmtest.TPM, ran, list imatest.List) string {
 	t.Helper()
 	tr, err := tpm.Open(sw.Device)
 	if err != nil {
@@ -211,8 +212,8 @@ func imaTPM(t *testing.T, sw *swtpmtest.TPM, ran, list measuredboottest.IMA) str
 // node that ran a changed binary is refused for good, told which file.
 func TestAgentAttestsIMA(t *testing.T) {
 	boot := measuredboottest.Boot("6.1.0-pact", "root=nfs quiet")
-	slurmd := measuredboottest.IMAFile{Path: "/usr/sbin/slurmd", Content: []byte("slurmd 24.05")}
-	munged := measuredboottest.IMAFile{Path: "/usr/sbin/munged", Content: []byte("munged 0.5")}
+	slurmd := imatest.File{Path: "/usr/sbin/slurmd", Content: []byte("slurmd 24.05")}
+	munged := imatest.File{Path: "/usr/sbin/munged", Content: []byte("munged 0.5")}
 	h := journaltest.Start(t, journaltest.Config(t.TempDir()))
 	bp := pactv1.NewBootPolicyServiceClient(h.Dial(t, &h.Admin))
 	policy := &pactv1.BootPolicy{
@@ -227,8 +228,8 @@ func TestAgentAttestsIMA(t *testing.T) {
 	}
 
 	sw, logPath := bootedTPM(t, boot, boot)
-	ran := measuredboottest.Runtime(slurmd, munged)
-	afterQuote := append(append(measuredboottest.IMA{}, ran...), measuredboottest.IMAFile{Path: "/usr/bin/srun", Content: []byte("srun")})
+	ran := imatest.Runtime(slurmd, munged)
+	afterQuote := append(append(imatest.List{}, ran...), imatest.File{Path: "/usr/bin/srun", Content: []byte("srun")})
 	imaPath := imaTPM(t, sw, ran, afterQuote)
 	registerWithEK(t, h, "n1", "SN1", ekHashOf(t, sw.Device), mac1)
 	cfg := agentConfig(h, clock.Real{}, "SN1", mac1)
@@ -250,7 +251,7 @@ func TestAgentAttestsIMA(t *testing.T) {
 
 	// The same image, but munged was replaced after boot.
 	sw2, log2 := bootedTPM(t, boot, boot)
-	trojan := measuredboottest.Runtime(slurmd, measuredboottest.IMAFile{Path: munged.Path, Content: []byte("munged, trojaned")})
+	trojan := imatest.Runtime(slurmd, imatest.File{Path: munged.Path, Content: []byte("munged, trojaned")})
 	ima2 := imaTPM(t, sw2, trojan, trojan)
 	registerWithEK(t, h, "n2", "SN2", ekHashOf(t, sw2.Device), "52:54:00:00:00:02")
 	cfg = agentConfig(h, clock.Real{}, "SN2", "52:54:00:00:00:02")

@@ -9,22 +9,22 @@ import (
 	"testing"
 
 	"github.com/pact-hpc/pact/internal/measuredboot"
-	"github.com/pact-hpc/pact/internal/measuredboot/measuredboottest"
+	"github.com/pact-hpc/pact/internal/measuredboot/imatest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
 var (
-	imaSlurm = measuredboottest.IMAFile{Path: "/usr/sbin/slurmd", Content: []byte("slurmd 24.05")}
-	imaMunge = measuredboottest.IMAFile{Path: "/usr/sbin/munged", Content: []byte("munged 0.5")}
-	imaTmp   = measuredboottest.IMAFile{Path: "/tmp/job.sh", Content: []byte("#!/bin/sh")}
+	imaSlurm = imatest.File{Path: "/usr/sbin/slurmd", Content: []byte("slurmd 24.05")}
+	imaMunge = imatest.File{Path: "/usr/sbin/munged", Content: []byte("munged 0.5")}
+	imaTmp   = imatest.File{Path: "/tmp/job.sh", Content: []byte("#!/bin/sh")}
 )
 
-func quotedPCR10(l measuredboottest.IMA) map[int][]byte { return map[int][]byte{10: l.PCR10()} }
+func quotedPCR10(l imatest.List) map[int][]byte { return map[int][]byte{10: l.PCR10()} }
 
 // The list replays to the quoted PCR 10, and each entry keeps its file's
 // path and digest.
 func TestReplayIMA(t *testing.T) {
-	list := measuredboottest.Runtime(imaSlurm, imaMunge)
+	list := imatest.Runtime(imaSlurm, imaMunge)
 	got, err := measuredboot.ReplayIMA(list.Bytes(), crypto.SHA256, quotedPCR10(list))
 	if err != nil {
 		t.Fatal(err)
@@ -42,8 +42,8 @@ func TestReplayIMA(t *testing.T) {
 // The list grows while the node runs and the agent reads it after its
 // quote: what the quote covers is kept, the rest dropped unverified.
 func TestReplayIMAKeepsWhatTheQuoteCovers(t *testing.T) {
-	atQuote := measuredboottest.Runtime(imaSlurm)
-	later := append(append(measuredboottest.IMA{}, atQuote...), imaMunge, imaTmp)
+	atQuote := imatest.Runtime(imaSlurm)
+	later := append(append(imatest.List{}, atQuote...), imaMunge, imaTmp)
 	got, err := measuredboot.ReplayIMA(later.Bytes(), crypto.SHA256, quotedPCR10(atQuote))
 	if err != nil {
 		t.Fatal(err)
@@ -54,12 +54,12 @@ func TestReplayIMAKeepsWhatTheQuoteCovers(t *testing.T) {
 }
 
 func TestReplayIMARefuses(t *testing.T) {
-	list := measuredboottest.Runtime(imaSlurm, imaMunge)
+	list := imatest.Runtime(imaSlurm, imaMunge)
 	good := list.Bytes()
 	// The munged entry claims another file content: the template data and
 	// its SHA-1 agree, but PCR 10 was extended with the real one.
-	forged := append(measuredboottest.IMA{}, list...)
-	forged[2] = measuredboottest.IMAFile{Path: imaMunge.Path, Content: []byte("munged, trojaned")}
+	forged := append(imatest.List{}, list...)
+	forged[2] = imatest.File{Path: imaMunge.Path, Content: []byte("munged, trojaned")}
 	badSHA1 := bytes.Clone(good)
 	badSHA1[4] ^= 1 // the first entry's template digest
 	legacy := legacyIMAEntry()
@@ -75,7 +75,7 @@ func TestReplayIMARefuses(t *testing.T) {
 		{"an empty list", nil, quotedPCR10(list), "empty"},
 		{"the legacy ima template", legacy, map[int][]byte{10: make([]byte, 32)}, "ima_template=ima-ng"},
 		{"a list too long", make([]byte, measuredboot.MaxIMALog+1), quotedPCR10(list), "more than"},
-		{"another PCR 10 (another boot)", good, quotedPCR10(measuredboottest.Runtime(imaMunge)), "no prefix"},
+		{"another PCR 10 (another boot)", good, quotedPCR10(imatest.Runtime(imaMunge)), "no prefix"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,7 +109,7 @@ func legacyIMAEntry() []byte {
 // A violation (a file measured while open for writing) extends PCR 10 with
 // all ones and carries no digest to trust.
 func TestReplayIMAViolation(t *testing.T) {
-	list := measuredboottest.Runtime(imaSlurm, measuredboottest.IMAFile{Path: "/var/log/x", Violation: true})
+	list := imatest.Runtime(imaSlurm, imatest.File{Path: "/var/log/x", Violation: true})
 	got, err := measuredboot.ReplayIMA(list.Bytes(), crypto.SHA256, quotedPCR10(list))
 	if err != nil {
 		t.Fatal(err)
@@ -120,19 +120,19 @@ func TestReplayIMAViolation(t *testing.T) {
 }
 
 func TestEvaluateIMA(t *testing.T) {
-	list := measuredboottest.Runtime(imaSlurm, imaMunge, imaTmp)
-	withViolation := measuredboottest.Runtime(imaSlurm, measuredboottest.IMAFile{Path: "/usr/sbin/munged", Violation: true})
-	evidence := func(l measuredboottest.IMA) *measuredboot.BootEvidence {
+	list := imatest.Runtime(imaSlurm, imaMunge, imaTmp)
+	withViolation := imatest.Runtime(imaSlurm, imatest.File{Path: "/usr/sbin/munged", Violation: true})
+	evidence := func(l imatest.List) *measuredboot.BootEvidence {
 		entries, err := measuredboot.ReplayIMA(l.Bytes(), crypto.SHA256, quotedPCR10(l))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return &measuredboot.BootEvidence{HashAlg: "sha256", PCRs: quotedPCR10(l), IMA: entries, IMALog: true}
 	}
-	file := func(f measuredboottest.IMAFile) *pactv1.BootPolicyImaFile {
+	file := func(f imatest.File) *pactv1.BootPolicyImaFile {
 		return &pactv1.BootPolicyImaFile{Path: f.Path, AllowedDigests: [][]byte{f.FileDigest()}}
 	}
-	other := measuredboottest.IMAFile{Path: imaSlurm.Path, Content: []byte("slurmd 23.11")}
+	other := imatest.File{Path: imaSlurm.Path, Content: []byte("slurmd 23.11")}
 	cases := []struct {
 		name string
 		ima  *pactv1.BootPolicyIma
@@ -141,8 +141,8 @@ func TestEvaluateIMA(t *testing.T) {
 	}{
 		{"listed files match", &pactv1.BootPolicyIma{Files: []*pactv1.BootPolicyImaFile{file(imaSlurm), file(imaMunge)}}, evidence(list), nil},
 		{"a listed file with another digest", &pactv1.BootPolicyIma{Files: []*pactv1.BootPolicyImaFile{file(other)}}, evidence(list), []string{"/usr/sbin/slurmd has sha256 digest"}},
-		{"only listed: an unlisted file", &pactv1.BootPolicyIma{OnlyListed: true, Files: []*pactv1.BootPolicyImaFile{file(imaSlurm), file(imaMunge), file(measuredboottest.Runtime()[0])}}, evidence(list), []string{"/tmp/job.sh"}},
-		{"only listed: /tmp excluded", &pactv1.BootPolicyIma{OnlyListed: true, ExcludePrefixes: []string{"/tmp/"}, Files: []*pactv1.BootPolicyImaFile{file(imaSlurm), file(imaMunge), file(measuredboottest.Runtime()[0])}}, evidence(list), nil},
+		{"only listed: an unlisted file", &pactv1.BootPolicyIma{OnlyListed: true, Files: []*pactv1.BootPolicyImaFile{file(imaSlurm), file(imaMunge), file(imatest.Runtime()[0])}}, evidence(list), []string{"/tmp/job.sh"}},
+		{"only listed: /tmp excluded", &pactv1.BootPolicyIma{OnlyListed: true, ExcludePrefixes: []string{"/tmp/"}, Files: []*pactv1.BootPolicyImaFile{file(imaSlurm), file(imaMunge), file(imatest.Runtime()[0])}}, evidence(list), nil},
 		{"a violation of a listed file", &pactv1.BootPolicyIma{Files: []*pactv1.BootPolicyImaFile{file(imaMunge)}}, evidence(withViolation), []string{"violation"}},
 		{"no list sent", &pactv1.BootPolicyIma{Files: []*pactv1.BootPolicyImaFile{file(imaSlurm)}}, &measuredboot.BootEvidence{HashAlg: "sha256", PCRs: map[int][]byte{10: make([]byte, 32)}}, []string{"no IMA measurement list"}},
 	}
@@ -193,7 +193,7 @@ func TestValidatePolicyIMA(t *testing.T) {
 // FuzzReplayIMA: an untrusted IMA list never panics, and what it keeps
 // reproduces the quoted PCR.
 func FuzzReplayIMA(f *testing.F) {
-	list := measuredboottest.Runtime(imaSlurm, imaMunge)
+	list := imatest.Runtime(imaSlurm, imaMunge)
 	f.Add(list.Bytes())
 	f.Add(legacyIMAEntry())
 	f.Add([]byte{10, 0, 0, 0})
@@ -210,8 +210,8 @@ func FuzzReplayIMA(f *testing.F) {
 // and the policy it makes matches that node and no node that ran another
 // binary; Merge allows both images' files.
 func TestCaptureAndMergeIMA(t *testing.T) {
-	ref := measuredboottest.Runtime(imaSlurm, imaMunge)
-	evidence := func(l measuredboottest.IMA) *measuredboot.BootEvidence {
+	ref := imatest.Runtime(imaSlurm, imaMunge)
+	evidence := func(l imatest.List) *measuredboot.BootEvidence {
 		entries, err := measuredboot.ReplayIMA(l.Bytes(), crypto.SHA256, quotedPCR10(l))
 		if err != nil {
 			t.Fatal(err)
@@ -228,7 +228,7 @@ func TestCaptureAndMergeIMA(t *testing.T) {
 	if d := measuredboot.Evaluate(p, evidence(ref)); len(d) != 0 {
 		t.Errorf("the reference node does not match its own capture: %q", d)
 	}
-	upgraded := measuredboottest.Runtime(measuredboottest.IMAFile{Path: imaSlurm.Path, Content: []byte("slurmd 24.11")}, imaMunge)
+	upgraded := imatest.Runtime(imatest.File{Path: imaSlurm.Path, Content: []byte("slurmd 24.11")}, imaMunge)
 	if d := measuredboot.Evaluate(p, evidence(upgraded)); len(d) != 1 || !strings.Contains(d[0], imaSlurm.Path) {
 		t.Errorf("a node with another slurmd: %q, want one mismatch naming it", d)
 	}
@@ -237,7 +237,7 @@ func TestCaptureAndMergeIMA(t *testing.T) {
 		t.Fatal(err)
 	}
 	both := measuredboot.Merge(p, q)
-	for _, l := range []measuredboottest.IMA{ref, upgraded} {
+	for _, l := range []imatest.List{ref, upgraded} {
 		if d := measuredboot.Evaluate(both, evidence(l)); len(d) != 0 {
 			t.Errorf("the merged policy refuses an image it merged: %q", d)
 		}

@@ -1,4 +1,7 @@
-package measuredboottest
+// Package imatest builds Linux IMA runtime measurement lists for tests and
+// extends a (software) TPM's PCR 10 with them, as the kernel's IMA does.
+// It is apart from measuredboottest, which the boot-storm benchmark links.
+package imatest
 
 import (
 	"bytes"
@@ -11,26 +14,26 @@ import (
 	"github.com/google/go-tpm/tpm2/transport"
 )
 
-// IMAFile is one entry of an IMA runtime measurement list (template
+// File is one entry of an IMA runtime measurement list (template
 // ima-ng): the SHA-256 of Content, measured as Path. A Violation is an
 // entry the kernel could not measure (its template digest all zeros).
 //
 // This kernel has no IMA (no securityfs ima/), so tests build the list in
 // the kernel's binary format (ima_measurements_show, little-endian as on
 // x86) and extend a software TPM's PCR 10 as the kernel would.
-type IMAFile struct {
+type File struct {
 	Path      string
 	Content   []byte
 	Violation bool
 }
 
 // FileDigest is the file's SHA-256, as IMA logs it.
-func (f IMAFile) FileDigest() []byte { d := sha256.Sum256(f.Content); return d[:] }
+func (f File) FileDigest() []byte { d := sha256.Sum256(f.Content); return d[:] }
 
 // templateData is the ima-ng template data: the d-ng field ("sha256:\0"
 // and the digest), then the n-ng field (the path and its NUL), each after
 // its length.
-func (f IMAFile) templateData() []byte {
+func (f File) templateData() []byte {
 	var b bytes.Buffer
 	field := func(v []byte) {
 		_ = binary.Write(&b, binary.LittleEndian, uint32(len(v)))
@@ -42,7 +45,7 @@ func (f IMAFile) templateData() []byte {
 }
 
 // extends is what the entry extends the SHA-256 bank of PCR 10 with.
-func (f IMAFile) extends() []byte {
+func (f File) extends() []byte {
 	if f.Violation {
 		return bytes.Repeat([]byte{0xff}, sha256.Size)
 	}
@@ -50,11 +53,11 @@ func (f IMAFile) extends() []byte {
 	return d[:]
 }
 
-// IMA is an IMA measurement list.
-type IMA []IMAFile
+// List is an IMA measurement list.
+type List []File
 
 // Bytes is the list as binary_runtime_measurements gives it.
-func (l IMA) Bytes() []byte {
+func (l List) Bytes() []byte {
 	var b bytes.Buffer
 	w := func(v any) { _ = binary.Write(&b, binary.LittleEndian, v) }
 	for _, f := range l {
@@ -75,7 +78,7 @@ func (l IMA) Bytes() []byte {
 }
 
 // PCR10 is the SHA-256 PCR 10 the list produces from reset.
-func (l IMA) PCR10() []byte {
+func (l List) PCR10() []byte {
 	pcr := make([]byte, sha256.Size)
 	for _, f := range l {
 		h := sha256.New()
@@ -87,7 +90,7 @@ func (l IMA) PCR10() []byte {
 }
 
 // Extend extends the TPM's SHA-256 PCR 10 with the list's entries.
-func (l IMA) Extend(t testing.TB, tr transport.TPM) {
+func (l List) Extend(t testing.TB, tr transport.TPM) {
 	t.Helper()
 	for _, f := range l {
 		_, err := tpm2.PCRExtend{
@@ -102,6 +105,6 @@ func (l IMA) Extend(t testing.TB, tr transport.TPM) {
 
 // Runtime is a node's IMA list a moment after boot: the boot aggregate,
 // then the files it ran.
-func Runtime(files ...IMAFile) IMA {
-	return append(IMA{{Path: "boot_aggregate", Content: []byte("pcrs 0-9")}}, files...)
+func Runtime(files ...File) List {
+	return append(List{{Path: "boot_aggregate", Content: []byte("pcrs 0-9")}}, files...)
 }
