@@ -587,12 +587,6 @@ func (j *Journal) claimsDecision(ctx context.Context, node *pactv1.Node) (string
 	return note, nil
 }
 
-// checkClaims is claimsDecision without the note.
-func (j *Journal) checkClaims(ctx context.Context, node *pactv1.Node) error {
-	_, err := j.claimsDecision(ctx, node)
-	return err
-}
-
 // claimsNote says, for each federated domain, how old the claims held
 // from it are and whether one of held names the hardware: "a.example:
 // read 3s ago, none on this hardware; c.example: never read". A domain

@@ -192,6 +192,10 @@ func TestClaimPolicies(t *testing.T) {
 	if err != nil || len(in.GetAlsoActive()) != 1 || !strings.HasPrefix(in.GetAlsoActive()[0], "b.example (node shared-b) since ") {
 		t.Fatalf("inspect in A: %v, %v: want also active in b.example", in.GetAlsoActive(), err)
 	}
+	// The activation records the claims it decided on, and how old.
+	if c := in.GetNode().GetClaimsChecked(); !strings.HasPrefix(c, "b.example: read ") || !strings.Contains(c, "active there as node shared-b since ") || !strings.Contains(c, "(policy warn)") {
+		t.Errorf("inspect in A: claims checked %q, want b.example's claim on the hardware, and its age", c)
+	}
 	list, err := a.AdminClient(t).ListNodes(ctx, &pactv1.ListNodesRequest{})
 	if err != nil || !strings.HasPrefix(list.GetAlsoActive()["shared-a"], "b.example") {
 		t.Fatalf("list in A: %v, %v", list.GetAlsoActive(), err)
@@ -211,5 +215,24 @@ func TestClaimPolicies(t *testing.T) {
 	b.Register(t, "other-b", "BMC-OTHER", "02:00:00:00:42:02")
 	if _, err := b.Enroll(t, journaltest.NewKey(t), "BMC-OTHER", "02:00:00:00:42:02"); err != nil {
 		t.Fatalf("enroll of unclaimed hardware in B with A unreachable: %v", err)
+	}
+	// And says what it decided on: A's claims, read some time ago, none
+	// on this hardware (the node's record and its audit entry).
+	in, err = b.AdminClient(t).InspectNode(ctx, &pactv1.InspectNodeRequest{NodeId: "other-b"})
+	if c := in.GetNode().GetClaimsChecked(); err != nil || !strings.HasPrefix(c, journaltest.Domain+": read ") || !strings.HasSuffix(c, "none on this hardware") {
+		t.Fatalf("inspect other-b in B: %q, %v: want %s's claims, their age, none on this hardware", c, err, journaltest.Domain)
+	}
+	audit, err := b.AdminClient(t).ListAudit(ctx, &pactv1.ListAuditRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range audit.GetEntries() {
+		if e.GetAction() == "enroll" && e.GetNodeId() == "other-b" {
+			found = strings.Contains(e.GetDetail(), "claims "+journaltest.Domain+": read ")
+		}
+	}
+	if !found {
+		t.Errorf("B's audit: no enroll entry for other-b naming the claims it decided on")
 	}
 }

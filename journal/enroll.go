@@ -193,7 +193,8 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 	replaces := node.GetState() == pactv1.NodeState_NODE_STATE_ACTIVE && !raftfsm.Released(node)
 	// Hardware a federated domain holds Active: warned, or refused by
 	// that domain's policy, from the claims held (never waiting on it).
-	if err := j.checkClaims(ctx, node); err != nil {
+	claims, err := j.claimsDecision(ctx, node)
+	if err != nil {
 		return nil, resultRefused, err
 	}
 	if err := j.checkSigning(); err != nil {
@@ -215,6 +216,7 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 
 			TakeoverCutoffUnixNano: takeover,
 			Credentials:            proof,
+			ClaimsChecked:          claims,
 		}},
 	})
 	if err != nil {
