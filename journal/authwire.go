@@ -44,6 +44,14 @@ func newAuthenticator(j *Journal) (*auth.Authenticator, error) {
 	return auth.New(cfg)
 }
 
+// newPeerVerifier authenticates the other journals of the quorum, on the
+// Raft port and the peer service, against the domain's roots and Raft's
+// records (journal/auth's PeerVerifier): the Raft node is given it
+// (startRaft), and the peer service's check uses it (authPeers).
+func newPeerVerifier(j *Journal) (*auth.PeerVerifier, error) {
+	return auth.NewPeerVerifier(auth.PeerConfig{Domain: j.ca.Domain(), Roots: j.ca.Roots(), Records: j.fsm, Clock: j.cfg.Clock})
+}
+
 // LiveIntermediates implements auth.Bundle.
 func (b *bundleCache) LiveIntermediates() auth.Intermediates {
 	t := b.get()
@@ -74,7 +82,7 @@ func (q authQuorum) RecordOperator(ctx context.Context, actor string, op *pactv1
 type authPeers struct{ j *Journal }
 
 func (p authPeers) CheckPeerCert(chain []*x509.Certificate, name, method string) error {
-	published, err := p.j.raft.CheckPeer(chain)
+	published, err := p.j.peerAuth.CheckPeer(chain)
 	if err == nil && !published && !unpublishedMayCall(method) {
 		// A journal that re-keyed or started publishes its new
 		// intermediate before it does anything else with it: retryable

@@ -16,6 +16,7 @@ import (
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/snapfile"
 	"github.com/pact-hpc/pact/internal/version"
+	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/raftnode"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -312,6 +313,10 @@ func RecoverAs(cfg Config, c RecoverConfig) (RecoverResult, error) {
 			defer key.Close()
 		}
 		c.Credentials = authority
+		// Nothing recorded: the probe answers any journal of the domain.
+		if c.PeerAuth, err = auth.NewPeerVerifier(auth.PeerConfig{Domain: authority.Domain(), Roots: authority.Roots(), Clock: clock.Real{}}); err != nil {
+			return RecoverResult{}, err
+		}
 	}
 	return raftnode.Recover(c)
 }

@@ -75,8 +75,11 @@ type Journal struct {
 	streams *streamLimits
 	// raftRefusals samples the log lines for refused Raft connections.
 	raftRefusals *sampledLog
-	// auth authenticates and authorises the callers (journal/auth).
-	auth *auth.Authenticator
+	// auth authenticates and authorises the callers (journal/auth);
+	// peerAuth the other journals of the quorum, for auth and the Raft
+	// node.
+	auth     *auth.Authenticator
+	peerAuth *auth.PeerVerifier
 	// credentials are the enrollment credentials checked beside the
 	// hardware match, each when the node's policy requires it
 	// (credentials.go).
@@ -231,6 +234,11 @@ func (j *Journal) startRaft(ctx context.Context) error {
 	rc.HandshakeTimeout = j.cfg.Connections.HandshakeTimeout
 	rc.FSM = j.fsm
 	rc.Credentials = j.ca
+	var err error
+	if j.peerAuth, err = newPeerVerifier(j); err != nil {
+		return err
+	}
+	rc.PeerAuth = j.peerAuth
 	rc.Conns = j.raftConns
 	rc.Metrics = raftMetrics{j}
 	rc.AllowRefusalLog = j.raftRefusals.allow

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal/auth"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -27,18 +28,11 @@ func (n *Node) ProbeJournalChain(ctx context.Context, id, addr string) ([]*x509.
 		},
 		InsecureSkipVerify: true, // identified by SPIFFE ID below
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) == 0 {
-				return ErrPeerNoCertificate
+			certs, err := auth.ParsePeerChain(raw)
+			if err != nil {
+				return err
 			}
-			certs := make([]*x509.Certificate, len(raw))
-			for i, d := range raw {
-				c, err := x509.ParseCertificate(d)
-				if err != nil {
-					return fmt.Errorf("journal peer: %w", err)
-				}
-				certs[i] = c
-			}
-			if err := n.verifyJournalChain(certs, n.cfg.Clock.Now()); err != nil {
+			if err := n.cfg.PeerAuth.VerifyChain(certs); err != nil {
 				return err
 			}
 			chain = certs

@@ -15,6 +15,7 @@ import (
 	"github.com/pact-hpc/pact/internal/chaintest"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/porttest"
+	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/connlimit"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -97,6 +98,9 @@ func newFounder(id, dir string, peers []Peer, creds peerCreds, hold time.Duratio
 	cfg := DefaultConfig()
 	cfg.NodeID, cfg.DataDir, cfg.RaftListen, cfg.InitialCluster = id, dir, addrOf(peers, id), peers
 	cfg.Credentials, cfg.Conns, cfg.FSM = creds, conns, raftfsm.New()
+	if cfg.PeerAuth, err = auth.NewPeerVerifier(auth.PeerConfig{Domain: creds.Domain(), Roots: creds.Roots(), Records: cfg.FSM, Clock: clock.Real{}}); err != nil {
+		return nil, err
+	}
 	cfg.Logger, cfg.Clock = slog.New(slog.NewTextHandler(io.Discard, nil)), clock.Real{}
 	cfg.Hooks = &Hooks{}
 	wait := func() { time.Sleep(hold) } // a host slow to go on

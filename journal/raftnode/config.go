@@ -36,6 +36,23 @@ type Credentials interface {
 	Domain() string
 }
 
+// PeerAuth authenticates the other journals of the quorum on the Raft port
+// and the peer service (journal/auth's PeerVerifier): their chains and
+// what Raft recorded of them. The node checks membership and the quorum
+// id itself.
+type PeerAuth interface {
+	// VerifyChain checks a peer journal's chain (leaf first) without
+	// Raft's records: it reaches a domain root in a journal's shape and
+	// names a journal of this domain.
+	VerifyChain(certs []*x509.Certificate) error
+	// CheckPeer checks the chain and Raft's records as they stand now,
+	// and reports whether its intermediate is one Raft published.
+	CheckPeer(certs []*x509.Certificate) (published bool, err error)
+	// Applied is told of every entry the FSM applies and every snapshot
+	// it restores, before the journal (Config.OnApply): it must not block.
+	Applied(raftfsm.Event)
+}
+
 // Metrics receives what the node measures; the journal registers them.
 type Metrics interface {
 	// ObserveApply is how long a Raft apply of op took on the leader.
@@ -169,8 +186,11 @@ type Config struct {
 	// reads from it: the journals' addresses, intermediates and the quorum
 	// id.
 	FSM *raftfsm.FSM
-	// Credentials authenticate the Raft port and the peer calls.
+	// Credentials are what the node presents on the Raft port and the
+	// peer calls; PeerAuth authenticates the journals on the other end
+	// (required with Credentials).
 	Credentials Credentials
+	PeerAuth    PeerAuth
 	// Conns bounds the Raft port's unauthenticated connections.
 	Conns *connlimit.Limiter
 	// Metrics receives timings and refusals (nil: none).
@@ -212,7 +232,7 @@ type Config struct {
 }
 
 // DefaultConfig is a Config with the journal's defaults; NodeID, DataDir,
-// FSM and Credentials remain to be set.
+// FSM, Credentials and PeerAuth remain to be set.
 func DefaultConfig() Config {
 	return Config{
 		Settings:         DefaultSettings(),
@@ -236,6 +256,9 @@ func (c Config) Validate() error {
 	}
 	if c.Credentials == nil && c.RaftListen != "" && c.Transport == nil {
 		errs = append(errs, errors.New("raftnode: Credentials are required with RaftListen"))
+	}
+	if c.Credentials != nil && c.PeerAuth == nil {
+		errs = append(errs, errors.New("raftnode: PeerAuth is required with Credentials"))
 	}
 	if c.RaftListen != "" && c.Conns == nil && c.Transport == nil {
 		errs = append(errs, errors.New("raftnode: Conns is required with RaftListen"))

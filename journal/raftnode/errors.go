@@ -2,7 +2,6 @@ package raftnode
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/pact-hpc/pact/journal/auth"
 )
@@ -37,17 +36,15 @@ var (
 	ErrBootstrapRefused = errors.New("journal: bootstrap refused")
 )
 
-// Sentinels of the Raft port's peer verification: journal/auth's, which
-// classifies a failed handshake by them (auth.HandshakeRefusalReason).
+// Sentinels of peer verification: journal/auth's, whose PeerVerifier
+// refuses by them and which classifies a failed handshake by them
+// (auth.HandshakeRefusalReason).
 var (
 	ErrPeerNoCertificate       = auth.ErrPeerNoCertificate
 	ErrPeerIntermediateRevoked = auth.ErrPeerIntermediateRevoked
 	ErrPeerNotJournal          = auth.ErrPeerNotJournal
 	ErrPeerWrongIntermediate   = auth.ErrPeerWrongIntermediate
-	// ErrPeerNotBound: a journal chain through a journal CA other than the
-	// one Raft binds its journal id to. Counted at the handshake as a wrong
-	// intermediate.
-	ErrPeerNotBound = fmt.Errorf("%w: not the journal CA its journal is bound to", auth.ErrPeerWrongIntermediate)
+	ErrPeerNotBound            = auth.ErrPeerNotBound
 	// ErrPeerRemoved: a journal refused as a peer (ErrPeerIntermediateRevoked
 	// or ErrPeerNotBound) that the journal it calls no longer lists in its
 	// configuration either: it was removed, and learns so from this
@@ -62,5 +59,5 @@ var (
 // publish) from a journal whose intermediate Raft has not published,
 // counted as unpublished_intermediate.
 func UnpublishedRefusal(format string, args ...any) error {
-	return &PeerRefusal{reason: refusedUnpublished, msg: fmt.Sprintf(format, args...), cause: ErrPeerUnpublished}
+	return auth.RefusePeer(refusedUnpublished, ErrPeerUnpublished, format, args...)
 }

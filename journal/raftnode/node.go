@@ -7,7 +7,6 @@ package raftnode
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,11 +36,9 @@ type Node struct {
 	// closes the store under it (last).
 	logs       raft.LogStore
 	closeStore func() error
-	roots      *x509.CertPool
 	metrics    Metrics
 	peers      *peerConns
 	raftAddr   string // as other journals reach it
-	peerCerts  verifiedChains
 	// netTrans is the Raft transport of a member of a quorum (nil alone).
 	netTrans *raft.NetworkTransport
 	// quorum is this journal's quorum identity (quorum.go); peerRefused
@@ -109,12 +106,6 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if n.metrics == nil {
 		n.metrics = noMetrics{}
-	}
-	if cfg.Credentials != nil {
-		n.roots = x509.NewCertPool()
-		for _, r := range cfg.Credentials.Roots() {
-			n.roots.AddCert(r)
-		}
 	}
 	n.hooks = cfg.Hooks
 	if n.hooks == nil {
@@ -494,12 +485,13 @@ func (n *Node) Close() error {
 	return errors.Join(errs...)
 }
 
-// onApply is the FSM's observer: the node forgets the peer chains it
-// verified when an intermediate is retired or revoked, and learns the
-// quorum id once an entry sets it; then the journal is told.
+// onApply is the FSM's observer: the peer authentication is told (it
+// forgets the peer chains it verified when an intermediate is retired or
+// revoked), and the node learns the quorum id once an entry sets it; then
+// the journal is told.
 func (n *Node) onApply(ev raftfsm.Event) {
-	if ev.BundleChanged {
-		n.peerCerts.clear()
+	if n.cfg.PeerAuth != nil {
+		n.cfg.PeerAuth.Applied(ev)
 	}
 	if ev.QuorumChanged {
 		n.onQuorumApplied()

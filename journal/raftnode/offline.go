@@ -1,7 +1,6 @@
 package raftnode
 
 import (
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -120,8 +119,11 @@ type RecoverConfig struct {
 	// Credentials are the survivor's own (its root and journal CA), with
 	// which Recover first asks the voters of its last configuration on
 	// their Raft ports whether their quorum still runs (a probe, as the
-	// bootstrap agreement's). Nil only with EvenIfQuorumAnswers.
+	// bootstrap agreement's), and PeerAuth authenticates the journals
+	// that answer (a journal/auth PeerVerifier without Raft's records).
+	// Nil only with EvenIfQuorumAnswers.
 	Credentials Credentials
+	PeerAuth    PeerAuth
 	// EvenIfQuorumAnswers recovers without asking, or although the
 	// journals that answer and this one are a majority: the survivor then
 	// leaves a quorum that runs on, and serves a registry of its own.
@@ -294,11 +296,11 @@ func checkQuorumLost(c RecoverConfig, self string, store *raftboltdb.BoltStore, 
 	if timeout <= 0 {
 		timeout = 3 * time.Second
 	}
-	prober := &Node{cfg: Config{Settings: Settings{NodeID: self}, Credentials: c.Credentials, Clock: clock.Real{}}, roots: x509.NewCertPool()}
-	prober.quorum.id = own
-	for _, r := range c.Credentials.Roots() {
-		prober.roots.AddCert(r)
+	if c.PeerAuth == nil {
+		return errors.New("journal: recover cannot ask the other journals of its last configuration whether their quorum runs: it has no peer authentication (RecoverConfig.PeerAuth)")
 	}
+	prober := &Node{cfg: Config{Settings: Settings{NodeID: self}, Credentials: c.Credentials, PeerAuth: c.PeerAuth, Clock: clock.Real{}}}
+	prober.quorum.id = own
 	answers := make([]string, len(others))
 	members := make([]bool, len(others))
 	var wg sync.WaitGroup

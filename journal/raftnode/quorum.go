@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/base32"
 	"encoding/binary"
 	"encoding/json"
@@ -28,6 +27,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
+	"github.com/pact-hpc/pact/journal/auth"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -63,15 +63,16 @@ const (
 	maxHelloSize        = 16 << 10
 )
 
-// Reasons a journal refuses a peer (pact_journal_peer_refused_total).
+// Reasons a journal refuses a peer (pact_journal_peer_refused_total): the
+// node's own, and those of its PeerAuth (journal/auth's).
 const (
 	refusedQuorumMismatch = "quorum_mismatch"
 	refusedNotMember      = "not_member"
-	refusedIntermediate   = "wrong_intermediate"
-	refusedNotBound       = "not_bound"
+	refusedIntermediate   = auth.PeerRefusedWrongIntermediate
+	refusedNotBound       = auth.PeerRefusedNotBound
 	refusedNoQuorumID     = "no_quorum_id"
 	refusedUnpublished    = "unpublished_intermediate"
-	refusedRevoked        = "revoked_intermediate"
+	refusedRevoked        = auth.PeerRefusedRevoked
 	refusedBootstrapping  = "bootstrapping"
 	refusedByPeer         = "refused_by_peer"
 	refusedCertificate    = "bad_certificate"
@@ -84,26 +85,18 @@ const (
 var PeerRefusalReasons = []string{refusedQuorumMismatch, refusedNotMember, refusedIntermediate, refusedNotBound, refusedNoQuorumID, refusedUnpublished, refusedRevoked, refusedBootstrapping, refusedByPeer, refusedCertificate, refusedFeatureLevel}
 
 // PeerRefusal is a journal peer refused for a reason
-// pact_journal_peer_refused_total counts.
-type PeerRefusal struct {
-	reason string
-	msg    string
-	// cause, if set, is the sentinel the handshake metrics classify by.
-	cause error
-}
-
-func (e *PeerRefusal) Error() string { return "journal peer: " + e.msg }
-
-func (e *PeerRefusal) Unwrap() error { return e.cause }
+// pact_journal_peer_refused_total counts (journal/auth's, whose
+// PeerVerifier refuses chains; the node refuses with it too).
+type PeerRefusal = auth.PeerRefusal
 
 func refusal(reason, format string, args ...any) error {
-	return &PeerRefusal{reason: reason, msg: fmt.Sprintf(format, args...)}
+	return auth.RefusePeer(reason, nil, format, args...)
 }
 
 func refusalReason(err error) string {
 	var r *PeerRefusal
 	if errors.As(err, &r) {
-		return r.reason
+		return r.Reason()
 	}
 	return refusedCertificate
 }
@@ -336,7 +329,7 @@ func (n *Node) admitRaftConn(tc *tls.Conn) error {
 		// skips the hello): it proves none.
 		err := n.requireQuorumID(peerID, "")
 		if err == nil {
-			_, err = n.checkPeerRecords(cs.PeerCertificates, n.cfg.Clock.Now())
+			_, err = n.cfg.PeerAuth.CheckPeer(cs.PeerCertificates)
 		}
 		if err != nil {
 			n.CountPeerRefusal("raft port", tc.RemoteAddr().String(), err)
@@ -364,7 +357,7 @@ func (n *Node) admitRaftConn(tc *tls.Conn) error {
 	// public); Raft itself only to what Raft's records admit.
 	err := n.requireQuorumID(peerID, hello.GetQuorumId())
 	if err == nil {
-		_, err = n.checkPeerRecords(cs.PeerCertificates, n.cfg.Clock.Now())
+		_, err = n.cfg.PeerAuth.CheckPeer(cs.PeerCertificates)
 	}
 	if err == nil {
 		err = n.admitPeer(peerID, hello.GetQuorumId(), true)
@@ -386,7 +379,7 @@ func (n *Node) admitRaftConn(tc *tls.Conn) error {
 	if err != nil {
 		var r *PeerRefusal
 		if errors.As(err, &r) {
-			reply.Refused, reply.RefusedReason = r.msg, r.reason
+			reply.Refused, reply.RefusedReason = r.Message(), r.Reason()
 		}
 		// Counted before the answer leaves, so whoever reads the answer
 		// also sees the count.
@@ -796,23 +789,6 @@ func (n *Node) learnQuorum(warnOnMismatch bool) {
 	if warn {
 		n.log.Error("the replicated state names another quorum than this journal's", logkey.StateQuorumID, state, logkey.QuorumID, held)
 	}
-}
-
-// checkIntermediateBinding refuses a journal certificate whose
-// intermediate is recorded in Raft for another journal: a peer is a
-// journal only with its own intermediate.
-func checkIntermediateBinding(leaf *x509.Certificate, issuer *pactv1.Intermediate) error {
-	if issuer == nil {
-		return nil // not in Raft yet: the chain decides
-	}
-	id, err := pki.IdentityOf(leaf)
-	if err != nil || id.Kind != pki.KindJournal {
-		return nil // verifyJournalChain refused it already
-	}
-	if issuer.GetJournalId() != id.Name {
-		return &PeerRefusal{reason: refusedIntermediate, msg: fmt.Sprintf("a certificate naming journal %s from the intermediate of journal %s", id.Name, issuer.GetJournalId()), cause: ErrPeerWrongIntermediate}
-	}
-	return nil
 }
 
 // allowRefusalLog says whether to log a refused peer now, and how many

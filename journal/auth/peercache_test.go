@@ -1,9 +1,11 @@
-package raftnode
+package auth
 
 import (
 	"crypto/x509"
 	"testing"
 	"time"
+
+	"github.com/pact-hpc/pact/raftfsm"
 )
 
 func TestVerifiedChains(t *testing.T) {
@@ -72,5 +74,25 @@ func TestVerifiedChainsClear(t *testing.T) {
 	v.add(chain, chain, t0) // usable again after a clear
 	if _, ok := v.verified(chain, t0); !ok {
 		t.Error("chain not remembered after clear and add")
+	}
+}
+
+// The verifier clears its cache when the FSM applies a change to the
+// bundle (an intermediate published, retired or revoked), and only then.
+func TestPeerVerifierForgetsOnBundleChange(t *testing.T) {
+	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	chain := []*x509.Certificate{
+		{Raw: []byte("leaf"), NotBefore: t0.Add(-time.Hour), NotAfter: t0.Add(time.Hour)},
+		{Raw: []byte("inter"), NotBefore: t0.Add(-time.Hour), NotAfter: t0.Add(time.Hour)},
+	}
+	var v PeerVerifier
+	v.cache.add(chain, chain, t0)
+	v.Applied(raftfsm.Event{QuorumChanged: true})
+	if _, ok := v.cache.verified(chain, t0); !ok {
+		t.Fatal("an entry that left the bundle alone cleared the cache")
+	}
+	v.Applied(raftfsm.Event{BundleChanged: true})
+	if _, ok := v.cache.verified(chain, t0); ok {
+		t.Error("a chain is still remembered after the bundle changed")
 	}
 }
