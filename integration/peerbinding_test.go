@@ -629,8 +629,23 @@ func (p *peerCheck) registries(live []int) map[int][]string {
 // through journal as.
 func (p *peerCheck) checkUntouched(live []int, before map[int][]string, forged []string, as string, since int64) {
 	p.t.Helper()
-	// Anything that got through has had time to be committed and copied.
-	time.Sleep(time.Second)
+	// Every attempt has had its answer, so anything that got through is
+	// committed: once each live journal has applied the highest commit
+	// index they report now, it is in every registry and audit read below.
+	var committed uint64
+	for _, i := range live {
+		committed = max(committed, p.status(i).GetCommitIndex())
+	}
+	var applied polltest.Last
+	polltest.Until(p.t, 30*time.Second, 50*time.Millisecond, func() bool {
+		for _, i := range live {
+			if a := p.status(i).GetAppliedIndex(); a < committed {
+				applied.Value = fmt.Sprintf("%s applied %d", p.q.members[i].id, a)
+				return false
+			}
+		}
+		return true
+	}, "the live journals did not all apply index %d: %v", committed, &applied)
 	for _, i := range live {
 		id := p.q.members[i].id
 		for _, node := range forged {

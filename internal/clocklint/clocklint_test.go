@@ -55,7 +55,6 @@ var allowed = map[string]string{
 var pending = []string{
 	"integration/bench/stormbench/storm_test.go:inspectNode",
 	"integration/bench/stormbench/storm_test.go:waitStreams",
-	"integration/peerbinding_test.go:peerCheck.checkUntouched",
 }
 
 // TestTestsDoNotRaceTheClock fails on every time.Sleep and every
