@@ -2,8 +2,6 @@ package journal
 
 import (
 	"context"
-	"crypto/x509"
-	"errors"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
@@ -11,7 +9,6 @@ import (
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/journal/auth"
-	"github.com/pact-hpc/pact/journal/raftnode"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -36,6 +33,7 @@ func newAuthenticator(j *Journal) (*auth.Authenticator, error) {
 	cfg.Registry = j.fsm
 	cfg.Bundle = j.bundle
 	cfg.Quorum = authQuorum{j}
+	cfg.PeerVerifier = j.peerAuth
 	cfg.Peers = authPeers{j}
 	cfg.Serving = j.serving
 	cfg.Reason = func(err error) string { return string(apierr.FromError(toStatus(err)).Reason) }
@@ -47,7 +45,7 @@ func newAuthenticator(j *Journal) (*auth.Authenticator, error) {
 // newPeerVerifier authenticates the other journals of the quorum, on the
 // Raft port and the peer service, against the domain's roots and Raft's
 // records (journal/auth's PeerVerifier): the Raft node is given it
-// (startRaft), and the peer service's check uses it (authPeers).
+// (startRaft), and so is the authenticator, for the peer service.
 func newPeerVerifier(j *Journal) (*auth.PeerVerifier, error) {
 	return auth.NewPeerVerifier(auth.PeerConfig{Domain: j.ca.Domain(), Roots: j.ca.Roots(), Records: j.fsm, Clock: j.cfg.Clock})
 }
@@ -78,37 +76,18 @@ func (q authQuorum) RecordOperator(ctx context.Context, actor string, op *pactv1
 	return err
 }
 
-// authPeers checks the journals calling the peer service (auth.Peers).
+// authPeers is the Raft node's side of the peer service's authentication
+// (auth.Peers): the caller's quorum and membership, and the count of
+// refused peers.
 type authPeers struct{ j *Journal }
 
-func (p authPeers) CheckPeerCert(chain []*x509.Certificate, name, method string) error {
-	published, err := p.j.peerAuth.CheckPeer(chain)
-	if err == nil && !published && !unpublishedMayCall(method) {
-		// A journal that re-keyed or started publishes its new
-		// intermediate before it does anything else with it: retryable
-		// for the caller (its forward answers NO_LEADER), and nothing
-		// else is served to a certificate Raft has not published.
-		err = raftnode.UnpublishedRefusal("journal %s's intermediate is not published yet: it may publish it (Propose) and nothing else until that commits", name)
-	}
-	var r *peerRefusal
-	if errors.As(err, &r) {
-		p.j.raft.CountPeerRefusal("peer service", name, err)
-	}
-	return err
+func (p authPeers) RefusedPeer(name string, err error) {
+	p.j.raft.CountPeerRefusal("peer service", name, err)
 }
 
 // errUnpublishedPeer: a peer call other than the publish from a journal
-// whose intermediate Raft has not published.
-var errUnpublishedPeer = raftnode.ErrPeerUnpublished
-
-// unpublishedMayCall is what a journal may call with an intermediate Raft
-// has not published: Propose, whose handler takes only the publish of
-// that very intermediate (stampForwarded), and MemberStatus, a read of
-// the callee's own view that a restarting journal asks to learn whether
-// it was removed.
-func unpublishedMayCall(method string) bool {
-	return method == pactv1.JournalPeerService_Propose_FullMethodName || method == pactv1.JournalPeerService_MemberStatus_FullMethodName
-}
+// whose intermediate Raft has not published (auth.ErrPeerUnpublished).
+var errUnpublishedPeer = auth.ErrPeerUnpublished
 
 func (p authPeers) CheckPeerCall(ctx context.Context, name string, member bool) error {
 	return p.j.raft.CheckPeerCall(ctx, name, member)

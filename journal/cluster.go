@@ -10,6 +10,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/version"
+	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/raftnode"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
@@ -163,7 +164,7 @@ func (j *Journal) checkUnpublishedPublishes(p *principal, cmd *pactv1.Command) e
 	}
 	op := cmd.GetPublishIntermediate()
 	if op == nil || !bytes.Equal(op.GetIntermediate().GetDer(), inter.Raw) {
-		err := raftnode.UnpublishedRefusal("journal %s's intermediate %s is not published yet: it may publish it and nothing else until that commits", p.ID.Name, pki.SerialHex(inter.SerialNumber))
+		err := auth.UnpublishedRefusal("journal %s's intermediate %s is not published yet: it may publish it and nothing else until that commits", p.ID.Name, pki.SerialHex(inter.SerialNumber))
 		j.raft.CountPeerRefusal("peer service", p.ID.Name, err)
 		return err
 	}

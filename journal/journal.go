@@ -76,8 +76,8 @@ type Journal struct {
 	// raftRefusals samples the log lines for refused Raft connections.
 	raftRefusals *sampledLog
 	// auth authenticates and authorises the callers (journal/auth);
-	// peerAuth the other journals of the quorum, for auth and the Raft
-	// node.
+	// peerAuth the other journals of the quorum, for auth's peer service
+	// check and the Raft node.
 	auth     *auth.Authenticator
 	peerAuth *auth.PeerVerifier
 	// credentials are the enrollment credentials checked beside the
@@ -214,6 +214,9 @@ func NewContext(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	j.federation = newFederation(j)
 	j.heldClaims = newClaimHolder()
 	j.metrics = newMetrics(j)
+	if j.peerAuth, err = newPeerVerifier(j); err != nil {
+		return nil, err
+	}
 	if j.auth, err = newAuthenticator(j); err != nil {
 		return nil, err
 	}
@@ -234,10 +237,6 @@ func (j *Journal) startRaft(ctx context.Context) error {
 	rc.HandshakeTimeout = j.cfg.Connections.HandshakeTimeout
 	rc.FSM = j.fsm
 	rc.Credentials = j.ca
-	var err error
-	if j.peerAuth, err = newPeerVerifier(j); err != nil {
-		return err
-	}
 	rc.PeerAuth = j.peerAuth
 	rc.Conns = j.raftConns
 	rc.Metrics = raftMetrics{j}

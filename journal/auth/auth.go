@@ -3,14 +3,18 @@
 // per-connection verdict on that chain (connverdict.go), the per-call
 // authentication against the trust bundle, the registry and SPIRE's bundle,
 // and the policy of which identity may call which method (authenticate.go),
-// and the rate-limited log of refusals (authrefused.go).
+// the rate-limited log of refusals (authrefused.go), and the other journals
+// of the quorum, on the peer service and, given to the Raft node, on the
+// Raft port: their chains against the roots and Raft's records
+// (PeerVerifier, peer.go).
 //
 // It does not import the journal. What it needs from it comes in through
 // Config: registry lookups (Registry), the live journal CAs and
 // intermediates of the trust bundle (Bundle), the Raft side (Quorum:
 // leadership, a linearizable read, a confirmation with the leader, the
-// first-use record of a root-signed operator credential), the peer
-// journals' checks (Peers), whether the journal serves a method, and the
+// first-use record of a root-signed operator credential), Raft's records
+// of the peer journals (PeerVerifier) and the node's checks of their
+// quorum and membership (Peers), whether the journal serves a method, and the
 // wire reason of an error (the journal's one error-to-status mapping).
 package auth
 
@@ -135,13 +139,13 @@ type Quorum interface {
 	RecordOperator(ctx context.Context, actor string, op *pactv1.Operator) error
 }
 
-// Peers checks the other journals of the quorum calling the peer service.
+// Peers is the Raft node's side of the peer service's authentication: the
+// caller's chain is the PeerVerifier's to check, its quorum and membership
+// the node's.
 type Peers interface {
-	// CheckPeerCert checks the chain is that of journal name, a peer of
-	// this quorum by Raft's records, that may call method (a journal whose
-	// intermediate is not published yet may only publish it), and counts
-	// a refusal.
-	CheckPeerCert(chain []*x509.Certificate, name, method string) error
+	// RefusedPeer counts (and, sampled, logs) journal name refused as a
+	// peer for err, a PeerRefusal.
+	RefusedPeer(name string, err error)
 	// CheckPeerCall admits a call of journal name: its quorum and, when
 	// member is set, its membership.
 	CheckPeerCall(ctx context.Context, name string, member bool) error
@@ -176,7 +180,11 @@ type Config struct {
 	Registry Registry
 	Bundle   Bundle
 	Quorum   Quorum
-	Peers    Peers
+	// PeerVerifier authenticates the journals calling the peer service
+	// (their chains and Raft's records); Peers checks their quorum and
+	// membership.
+	PeerVerifier *PeerVerifier
+	Peers        Peers
 	// Serving answers whether the journal serves method (a halted journal
 	// does not): its error is returned as it is, before authentication.
 	Serving func(method string) error
@@ -226,6 +234,7 @@ func (c Config) Validate() error {
 	req(c.Registry != nil, "Registry")
 	req(c.Bundle != nil, "Bundle")
 	req(c.Quorum != nil, "Quorum")
+	req(c.PeerVerifier != nil, "PeerVerifier")
 	req(c.Peers != nil, "Peers")
 	req(c.Serving != nil, "Serving")
 	req(c.Reason != nil, "Reason")

@@ -97,7 +97,7 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 		if !pactID {
 			return nil, noIdentity()
 		}
-		if err := a.cfg.Peers.CheckPeerCert(sent, id.Name, method); err != nil {
+		if err := a.checkPeerCert(sent, id.Name, method); err != nil {
 			if method == pactv1.JournalPeerService_MemberStatus_FullMethodName {
 				// A journal cut off and removed learns it here.
 				err = a.cfg.Peers.RemovedPeer(ctx, id.Name, err)

@@ -78,11 +78,23 @@ func (*chainQuorum) RecordOperator(context.Context, string, *pactv1.Operator) er
 
 type chainPeers struct{}
 
-func (chainPeers) CheckPeerCert([]*x509.Certificate, string, string) error  { return nil }
+func (chainPeers) RefusedPeer(string, error)                                {}
 func (chainPeers) CheckPeerCall(context.Context, string, bool) error        { return nil }
 func (chainPeers) RemovedPeer(_ context.Context, _ string, err error) error { return err }
 func noReason(error) string                                                 { return "" }
 func serving(string) error                                                  { return nil }
+
+// chainPeerVerifier is the peer journals' verifier of roots, with nothing
+// recorded.
+func chainPeerVerifier(t testing.TB, roots []*x509.Certificate) *PeerVerifier {
+	t.Helper()
+	v, err := NewPeerVerifier(PeerConfig{Domain: testDomain, Roots: roots, Clock: clock.Real{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 func newChainAuth(t testing.TB, bundle Bundle, roots ...*x509.Certificate) (*Authenticator, *chainRegistry, *chainQuorum) {
 	t.Helper()
 	reg, q := &chainRegistry{}, &chainQuorum{}
@@ -90,6 +102,7 @@ func newChainAuth(t testing.TB, bundle Bundle, roots ...*x509.Certificate) (*Aut
 	cfg.Domain, cfg.Roots, cfg.Clock = testDomain, roots, clock.Real{}
 	cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.Registry, cfg.Bundle, cfg.Quorum, cfg.Peers = reg, bundle, q, chainPeers{}
+	cfg.PeerVerifier = chainPeerVerifier(t, roots)
 	cfg.Serving, cfg.Reason, cfg.Refused, cfg.NoLeader = serving, noReason, func(string) {}, errors.New("no leader")
 	a, err := New(cfg)
 	if err != nil {
@@ -311,6 +324,7 @@ func TestConfigRoots(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Domain = testDomain
 		cfg.Registry, cfg.Bundle, cfg.Quorum, cfg.Peers = &chainRegistry{}, bundleOf(), &chainQuorum{}, chainPeers{}
+		cfg.PeerVerifier = &PeerVerifier{} // only checked for presence here
 		cfg.Serving, cfg.Reason, cfg.Refused, cfg.NoLeader = serving, noReason, func(string) {}, errors.New("no leader")
 		return cfg
 	}

@@ -88,6 +88,7 @@ func TestOperatorAuthorityIsTheRecord(t *testing.T) {
 		cfg.Domain, cfg.Roots, cfg.Clock = testDomain, []*x509.Certificate{s.root.Cert, s.root2.Cert}, clock.Real{}
 		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 		cfg.Registry, cfg.Bundle, cfg.Quorum, cfg.Peers = reg, s.bundle, q, chainPeers{}
+		cfg.PeerVerifier = chainPeerVerifier(t, cfg.Roots)
 		cfg.Serving, cfg.Reason, cfg.Refused, cfg.NoLeader = serving, noReason, func(string) {}, noLeader
 		a, err := New(cfg)
 		if err != nil {

@@ -30,12 +30,24 @@ const (
 	PeerRefusedWrongIntermediate = "wrong_intermediate"
 	PeerRefusedNotBound          = "not_bound"
 	PeerRefusedRevoked           = "revoked_intermediate"
+	PeerRefusedUnpublished       = "unpublished_intermediate"
 )
 
 // ErrPeerNotBound: a journal chain through a journal CA other than the one
 // Raft binds its journal id to. Counted at the handshake as a wrong
 // intermediate.
 var ErrPeerNotBound = fmt.Errorf("%w: not the journal CA its journal is bound to", ErrPeerWrongIntermediate)
+
+// ErrPeerUnpublished: a peer call other than publishing itself from a
+// journal whose intermediate Raft has not published.
+var ErrPeerUnpublished = errors.New("journal peer: intermediate not published")
+
+// UnpublishedRefusal is the refusal of a peer call (other than its own
+// publish) from a journal whose intermediate Raft has not published,
+// counted as unpublished_intermediate.
+func UnpublishedRefusal(format string, args ...any) error {
+	return RefusePeer(PeerRefusedUnpublished, ErrPeerUnpublished, format, args...)
+}
 
 // PeerRefusal is a journal peer refused for a reason
 // pact_journal_peer_refused_total counts.
@@ -277,6 +289,34 @@ func (v *PeerVerifier) Applied(ev raftfsm.Event) {
 	if ev.BundleChanged {
 		v.cache.clear()
 	}
+}
+
+// checkPeerCert checks a peer service call's chain is that of journal
+// name, a peer of this quorum by Raft's records (PeerVerifier.CheckPeer),
+// that may call method, and has a refusal counted (Peers.RefusedPeer).
+func (a *Authenticator) checkPeerCert(chain []*x509.Certificate, name, method string) error {
+	published, err := a.cfg.PeerVerifier.CheckPeer(chain)
+	if err == nil && !published && !unpublishedMayCall(method) {
+		// A journal that re-keyed or started publishes its new
+		// intermediate before it does anything else with it: retryable
+		// for the caller (its forward answers NO_LEADER), and nothing
+		// else is served to a certificate Raft has not published.
+		err = UnpublishedRefusal("journal %s's intermediate is not published yet: it may publish it (Propose) and nothing else until that commits", name)
+	}
+	var r *PeerRefusal
+	if errors.As(err, &r) {
+		a.cfg.Peers.RefusedPeer(name, err)
+	}
+	return err
+}
+
+// unpublishedMayCall is what a journal may call with an intermediate Raft
+// has not published: Propose, whose handler takes only the publish of
+// that very intermediate (the journal's stampForwarded), and
+// MemberStatus, a read of the callee's own view that a restarting journal
+// asks to learn whether it was removed.
+func unpublishedMayCall(method string) bool {
+	return method == pactv1.JournalPeerService_Propose_FullMethodName || method == pactv1.JournalPeerService_MemberStatus_FullMethodName
 }
 
 // provesBound refuses a journal CA that is not the one journalID is bound

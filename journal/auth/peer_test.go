@@ -350,3 +350,61 @@ func TestPeerVerifierMisprofiledCAs(t *testing.T) {
 		})
 	}
 }
+
+// countedPeers records the refusals the authenticator has counted.
+type countedPeers struct {
+	chainPeers
+	refused []string
+}
+
+func (p *countedPeers) RefusedPeer(name string, err error) {
+	p.refused = append(p.refused, name+" "+peerReason(err))
+}
+
+// A journal whose intermediate Raft has not published may publish it
+// (Propose) and read MemberStatus on the peer service, and nothing else;
+// a chain Raft's records refuse is refused for every method. Each refusal
+// is counted by its reason.
+func TestPeerServiceChecksTheRecords(t *testing.T) {
+	root := chaintest.NewRoot(peerDomain)
+	names := chaintest.Names{}
+	jca2 := root.JournalCA("j2", names)
+	published := jca2.Intermediate("j2", names)
+	fsm, ap := raftfsmtest.AtFeatureLevel()
+	publish(t, ap, "j2", published.Cert, jca2.Cert, time.Time{})
+	peers := &countedPeers{}
+	a := &Authenticator{cfg: Config{PeerVerifier: peerVerifier(t, []*x509.Certificate{root.Cert}, fsm), Peers: peers}}
+
+	unpublished := jca2.Intermediate("j2", names).Server("j2", names).Chain
+	other := root.JournalCA("j2", names).Intermediate("j2", names).Server("j2", names).Chain // another quorum's j2
+	for _, tc := range []struct {
+		name   string
+		chain  []*x509.Certificate
+		method string
+		want   error // nil: admitted
+	}{
+		{"published, ReadIndex", published.Server("j2", names).Chain, pactv1.JournalPeerService_ReadIndex_FullMethodName, nil},
+		{"unpublished, Propose", unpublished, pactv1.JournalPeerService_Propose_FullMethodName, nil},
+		{"unpublished, MemberStatus", unpublished, pactv1.JournalPeerService_MemberStatus_FullMethodName, nil},
+		{"unpublished, ReadIndex", unpublished, pactv1.JournalPeerService_ReadIndex_FullMethodName, ErrPeerUnpublished},
+		{"unpublished, BootEvidence", unpublished, pactv1.JournalPeerService_BootEvidence_FullMethodName, ErrPeerUnpublished},
+		{"not bound, Propose", other, pactv1.JournalPeerService_Propose_FullMethodName, ErrPeerNotBound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			peers.refused = nil
+			err := a.checkPeerCert(tc.chain, "j2", tc.method)
+			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			switch {
+			case tc.want == nil && len(peers.refused) != 0:
+				t.Errorf("admitted, yet counted: %v", peers.refused)
+			case tc.want != nil && (len(peers.refused) != 1 || peers.refused[0] != "j2 "+peerReason(err)):
+				t.Errorf("counted %v, want one j2 %s", peers.refused, peerReason(err))
+			}
+		})
+	}
+	if r := peerReason(UnpublishedRefusal("x")); r != PeerRefusedUnpublished {
+		t.Errorf("an unpublished refusal counts as %q, want %q", r, PeerRefusedUnpublished)
+	}
+}

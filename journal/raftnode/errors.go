@@ -49,15 +49,6 @@ var (
 	// or ErrPeerNotBound) that the journal it calls no longer lists in its
 	// configuration either: it was removed, and learns so from this
 	// refusal (removalLoop), since it can read no MemberStatus.
-	ErrPeerRemoved = errors.New("journal peer: removed from the quorum")
-	// ErrPeerUnpublished: a peer call other than publishing itself from a
-	// journal whose intermediate Raft has not published.
-	ErrPeerUnpublished = errors.New("journal peer: intermediate not published")
+	ErrPeerRemoved     = errors.New("journal peer: removed from the quorum")
+	ErrPeerUnpublished = auth.ErrPeerUnpublished
 )
-
-// UnpublishedRefusal is the refusal of a peer call (other than its own
-// publish) from a journal whose intermediate Raft has not published,
-// counted as unpublished_intermediate.
-func UnpublishedRefusal(format string, args ...any) error {
-	return auth.RefusePeer(refusedUnpublished, ErrPeerUnpublished, format, args...)
-}

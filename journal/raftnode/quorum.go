@@ -71,7 +71,7 @@ const (
 	refusedIntermediate   = auth.PeerRefusedWrongIntermediate
 	refusedNotBound       = auth.PeerRefusedNotBound
 	refusedNoQuorumID     = "no_quorum_id"
-	refusedUnpublished    = "unpublished_intermediate"
+	refusedUnpublished    = auth.PeerRefusedUnpublished
 	refusedRevoked        = auth.PeerRefusedRevoked
 	refusedBootstrapping  = "bootstrapping"
 	refusedByPeer         = "refused_by_peer"
