@@ -31,6 +31,12 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("a Raft port without credentials and limits: %v", err)
 	}
 	cfg.RaftListen = ""
+	// Credentials without the peer authentication that goes with them.
+	cfg.Credentials = peerCreds{}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "PeerAuth is required with Credentials") {
+		t.Fatalf("credentials without PeerAuth: %v", err)
+	}
+	cfg.Credentials = nil
 	cfg.Join, cfg.InitialCluster = true, []Peer{{ID: "j1", RaftAddr: "127.0.0.1:1"}}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Join and InitialCluster") {
 		t.Fatalf("join and an initial cluster: %v", err)

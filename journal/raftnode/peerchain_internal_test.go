@@ -101,3 +101,29 @@ func TestRaftTLSWithJournalCAs(t *testing.T) {
 		}
 	}
 }
+
+// appliedPeerAuth records what the node tells its peer authentication.
+type appliedPeerAuth struct {
+	PeerAuth
+	events []raftfsm.Event
+}
+
+func (a *appliedPeerAuth) Applied(ev raftfsm.Event) { a.events = append(a.events, ev) }
+
+// The node tells its peer authentication of every entry the FSM applies
+// before the journal (which is how a retired or revoked intermediate ends
+// the chains it remembered).
+func TestNodeTellsPeerAuthWhatWasApplied(t *testing.T) {
+	pa := &appliedPeerAuth{}
+	var journalSaw int
+	n := &Node{cfg: Config{PeerAuth: pa, OnApply: func(raftfsm.Event) {
+		if len(pa.events) == 0 {
+			t.Error("the journal was told before the peer authentication")
+		}
+		journalSaw++
+	}}}
+	n.onApply(raftfsm.Event{BundleChanged: true})
+	if len(pa.events) != 1 || !pa.events[0].BundleChanged || journalSaw != 1 {
+		t.Fatalf("peer authentication told %+v, journal %d times", pa.events, journalSaw)
+	}
+}
