@@ -14,6 +14,7 @@ import (
 
 	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/identity"
+	"github.com/pact-hpc/pact/internal/backoff"
 	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/pki"
 )
@@ -167,10 +168,17 @@ func journalIdentity(key crypto.Signer, roots *x509.CertPool, chainDER, bundleDE
 // renewalTime is when a journal-signed certificate is due for renewal:
 // fraction of the way through the leaf's lifetime, plus jitter of up to a
 // twentieth of the lifetime so a fleet enrolled at once does not renew at
-// once. It is chosen once per certificate.
-func renewalTime(id *identity.Identity, fraction float64) time.Time {
+// once. It is chosen once per certificate, drawn from j (the agent's
+// backoff.Jitter).
+func renewalTimeWith(id *identity.Identity, fraction float64, j backoff.Jitter) time.Time {
 	leaf := id.Chain[0]
-	return renewalAt(leaf.NotBefore, id.NotAfter, fraction, jitter(id.NotAfter.Sub(leaf.NotBefore)/20))
+	return renewalAt(leaf.NotBefore, id.NotAfter, fraction, j.Draw(id.NotAfter.Sub(leaf.NotBefore)/20))
+}
+
+// renewalTime is renewalTimeWith a random draw: the standby's (renew.go),
+// until it passes the agent's jitter too.
+func renewalTime(id *identity.Identity, fraction float64) time.Time {
+	return renewalTimeWith(id, fraction, nil)
 }
 
 // readJoinToken reads the join token file. Its content never reaches a log

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -261,12 +260,12 @@ func (a *Agent) renewalFacts(r *round, f *facts) time.Time {
 		// certificate (actMove, paced like a connect). Renewing the
 		// channel's certificate again would be refused as stale.
 		if s.renewFor != held.Serial() {
-			s.renewFor, s.renewAt = held.Serial(), renewalTime(held, a.cfg.RenewAt)
+			s.renewFor, s.renewAt = held.Serial(), renewalTimeWith(held, a.cfg.RenewAt, a.backoff.Rand)
 		}
 		return s.renewAt
 	}
 	if s.renewFor != id.Serial() {
-		s.renewFor, s.renewAt = id.Serial(), renewalTime(id, a.cfg.RenewAt)
+		s.renewFor, s.renewAt = id.Serial(), renewalTimeWith(id, a.cfg.RenewAt, a.backoff.Rand)
 	}
 	told, _ := a.renewNow.Load().(string) // the journal asked: its intermediate is being retired
 	f.renewing = true
@@ -791,11 +790,3 @@ func (a *Agent) fail(op string, err error, id *identity.Identity) string {
 // failureLogEvery is how often a failure that keeps repeating is logged as
 // a warning.
 const failureLogEvery = 5 * time.Minute
-
-// jitter is a uniform duration in [0, d), 0 for d <= 0 (renewal times).
-func jitter(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	return rand.N(d)
-}
