@@ -124,6 +124,9 @@ type Agent struct {
 	// enrollment (ACTIVE_IN_ANOTHER_DOMAIN): the agent waits for it to
 	// end. Empty once an enrollment is answered otherwise.
 	activeIn string
+	// attestation is the latest boot attestation between renewals
+	// (attest.go); nil until a journal asks for one.
+	attestation *AttestationStatus
 	// renewing is closed when the RenewCert in flight, if any, has its
 	// answer (or none): a stream's word that its certificate was replaced
 	// is judged after it (superseded).
@@ -466,6 +469,7 @@ func (a *Agent) Status() Status {
 		LastFailureOp:     a.failure.op,
 		LastFailureAt:     a.failure.at,
 		ActiveInDomain:    a.activeIn,
+		LastAttestation:   a.attestation,
 		Now:               now,
 	}
 	a.mu.Unlock()

@@ -23,11 +23,17 @@ func (a *Agent) subscribeRequest() *pactv1.SubscribeRequest {
 func (a *Agent) onEvent(ch *channel.Channel, ev *pactv1.SubscribeResponse) error {
 	if req := ev.GetAttestBoot(); req != nil {
 		a.sawStream(a.cfg.Clock.Now())
-		if err := a.attestBoot(ch, req); err != nil {
+		matches, err := a.attestBoot(ch, req)
+		st := &AttestationStatus{At: a.cfg.Clock.Now(), JournalID: ch.JournalID(), Matches: matches}
+		if err != nil {
 			// The journal counts a request left without a verified
 			// answer; the stream goes on.
 			a.log.Warn("cannot answer the journal's boot attestation request", logkey.JournalID, ch.JournalID(), logkey.Err, err)
+			st.Error = err.Error()
 		}
+		a.mu.Lock()
+		a.attestation = st
+		a.mu.Unlock()
 		return nil
 	}
 	return a.handleEvent(ch, ev)
@@ -39,14 +45,14 @@ func (a *Agent) onEvent(ch *channel.Channel, ev *pactv1.SubscribeResponse) error
 // then the proof bound to the certificate's key and a quote of the boot
 // over the challenge's nonce. It runs on the stream's goroutine: each
 // call is bounded by CallTimeout.
-func (a *Agent) attestBoot(ch *channel.Channel, req *pactv1.AttestBootRequest) error {
+func (a *Agent) attestBoot(ch *channel.Channel, req *pactv1.AttestBootRequest) (matches bool, err error) {
 	id := ch.Identity()
 	if id == nil || id.Source != identity.SourceJournal || id.Key == nil {
-		return errors.New("the stream's identity is not a journal certificate")
+		return false, errors.New("the stream's identity is not a journal certificate")
 	}
 	att, err := a.openTPM()
 	if err != nil || att == nil {
-		return fmt.Errorf("%w: this node enrolled with its TPM and attests with it: %w", ErrTPM, errors.Join(err, errors.New("no TPM")))
+		return false, fmt.Errorf("%w: this node enrolled with its TPM and attests with it: %w", ErrTPM, errors.Join(err, errors.New("no TPM")))
 	}
 	defer att.Close()
 	c := pactv1.NewEnrollmentServiceClient(ch.Conn())
@@ -58,22 +64,22 @@ func (a *Agent) attestBoot(ch *channel.Channel, req *pactv1.AttestBootRequest) e
 	round1 := &pactv1.TpmAttestation{EkPublic: att.EKPublic(), AkPublic: att.AKPublic()}
 	resp, err := call(&pactv1.AttestBootRequest{Nonce: req.GetNonce(), Tpm: round1})
 	if err != nil {
-		return err
+		return false, err
 	}
 	if resp.GetTpmChallenge() == nil {
-		return fmt.Errorf("%w: the journal answered round one of boot attestation without a challenge", ErrTPM)
+		return false, fmt.Errorf("%w: the journal answered round one of boot attestation without a challenge", ErrTPM)
 	}
 	round2, err := a.tpmAnswer(round1, id.Key, att, resp.GetTpmChallenge())
 	if err != nil {
-		return err
+		return false, err
 	}
 	if resp, err = call(&pactv1.AttestBootRequest{Nonce: req.GetNonce(), Tpm: round2}); err != nil {
-		return err
+		return false, err
 	}
 	if resp.GetMatches() {
 		a.log.Info("boot attested", logkey.JournalID, ch.JournalID())
 	} else {
 		a.log.Warn("boot attested: it does not match the boot policy (pact boot-policy show; docs/tpm.md)", logkey.JournalID, ch.JournalID())
 	}
-	return nil
+	return resp.GetMatches(), nil
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,8 +46,11 @@ func TestAgentAttestsBetweenRenewals(t *testing.T) {
 	registerWithEK(t, h, "n1", "SN1", ekHashOf(t, sw.Device), mac1)
 	cfg := agentConfig(h, clock.Real{}, "SN1", mac1)
 	cfg.TPMDevice, cfg.TPMEventLog = sw.Device, logPath
-	runAgent(t, cfg)
+	r := runAgent(t, cfg)
 	eventually(t, "n1 streams", func() bool { return h.J.OpenStreams("n1") == 1 })
+	if la := r.Status().LastAttestation; la != nil {
+		t.Errorf("status shows an attestation before any was asked: %+v", la)
+	}
 
 	bp := pactv1.NewBootPolicyServiceClient(h.Dial(t, &h.Admin))
 	captured, err := bp.CaptureBootPolicy(context.Background(), &pactv1.CaptureBootPolicyRequest{NodeId: "n1",
@@ -84,6 +88,11 @@ func TestAgentAttestsBetweenRenewals(t *testing.T) {
 	}
 	askedAfter(1)
 	eventually(t, "the agent's answer matches", func() bool { return attestations("match") == 1 })
+	eventually(t, "the agent's status shows the matching attestation", func() bool {
+		la := r.Status().LastAttestation
+		return la != nil && la.Matches && la.Error == "" && la.JournalID == h.Cfg.NodeID
+	})
+	first := r.Status().LastAttestation.At
 	if f := inspect(t, h, "n1").GetFence(); f != nil {
 		t.Fatalf("fenced after a matching answer: %v", f)
 	}
@@ -102,6 +111,14 @@ func TestAgentAttestsBetweenRenewals(t *testing.T) {
 	}
 	askedAfter(2)
 	eventually(t, "n1 is fenced by the boot policy", func() bool { return inspect(t, h, "n1").GetFence() != nil })
+	eventually(t, "the agent's status shows the attestation that did not match", func() bool {
+		la := r.Status().LastAttestation
+		return la != nil && !la.Matches && la.At.After(first)
+	})
+	var shown strings.Builder
+	if err := PrintStatus(&shown, r.Status()); err != nil || !strings.Contains(shown.String(), "does NOT match the boot policy") {
+		t.Errorf("pact-agent status: %v\n%s", err, shown.String())
+	}
 	if got := attestations("mismatch"); got != 1 {
 		t.Errorf("attestations{mismatch} = %v, want 1", got)
 	}

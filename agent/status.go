@@ -48,6 +48,10 @@ type Status struct {
 	// (active_in_another_domain): the agent waits and enrolls once that
 	// domain's claim ends (docs/domains.md). Empty otherwise.
 	ActiveInDomain string `json:"active_in_domain,omitempty"`
+	// LastAttestation is the latest boot attestation a journal asked for
+	// between renewals (docs/tpm.md, "Attestation between renewals"):
+	// absent until one is asked.
+	LastAttestation *AttestationStatus `json:"last_attestation,omitempty"`
 	// Sources are the agent's identity sources, best first: what each
 	// offers now, or why it offers nothing, and the last identity it gave
 	// up, when and why.
@@ -61,6 +65,16 @@ type Status struct {
 	Ready bool `json:"ready"`
 	// Now is the agent's clock.
 	Now time.Time `json:"now"`
+}
+
+// AttestationStatus is how a boot attestation between renewals ended:
+// the journal's verdict (matches the boot policy or not), or why the
+// agent could not answer.
+type AttestationStatus struct {
+	At        time.Time `json:"at"`
+	JournalID string    `json:"journal_id"`
+	Matches   bool      `json:"matches"`
+	Error     string    `json:"error,omitempty"`
 }
 
 // handler serves /status (and, when metrics is true, /metrics), /healthz
@@ -260,6 +274,16 @@ func PrintStatus(w io.Writer, st Status) error {
 	}
 	if st.ActiveInDomain != "" {
 		row("waiting:", fmt.Sprintf("the hardware is active in domain %s: enrolls here once %s releases it", st.ActiveInDomain, st.ActiveInDomain))
+	}
+	if la := st.LastAttestation; la != nil {
+		verdict := "matches the boot policy"
+		switch {
+		case la.Error != "":
+			verdict = "not answered: " + la.Error
+		case !la.Matches:
+			verdict = "does NOT match the boot policy (pact boot-policy show)"
+		}
+		row("last attestation:", fmt.Sprintf("%s, asked by %s: %s", at(la.At), dash(la.JournalID), verdict))
 	}
 	for _, src := range st.Sources {
 		now := "-"
