@@ -605,9 +605,7 @@ func (s *enrollmentServer) Subscribe(req *pactv1.SubscribeRequest, stream pactv1
 		}
 		return nil
 	}
-	if hold := j.hub.beforeFirstState.Load(); hold != nil {
-		(*hold)(ctx, p.Serial)
-	}
+	j.hub.holdFirstState(ctx, p.Serial)
 	// A client that left before this stream sent its first state (gone
 	// before the journal got to it, or its send failing for that) never
 	// streamed: the node lost nothing here (its old stream, if a renewal

@@ -194,7 +194,8 @@ func (j *Journal) HoldStreamWakeups(t testing.TB) (release func()) {
 // serial from sending its first state until its client leaves, as a
 // journal too busy to answer before the agent gives up would; arrived
 // receives each held stream as it reaches the hold. clear lifts it.
-func (j *Journal) HoldFirstState(serial string) (arrived <-chan struct{}, clear func()) {
+func (j *Journal) HoldFirstState(t testing.TB, serial string) (arrived <-chan struct{}, clear func()) {
+	requireRaftHooks(t)
 	ch := make(chan struct{}, 16)
 	hold := func(ctx context.Context, s string) {
 		if s != serial {

@@ -93,7 +93,7 @@ func TestSVIDRotationStreamedElsewhereIsAHandover(t *testing.T) {
 	e.tick(t, 30*time.Minute)
 	now := e.fc.Now()
 	s2 := e.ca.issue(t, now.Add(-time.Minute), now.Add(time.Hour), agentID("n1"))
-	arrived, clear := e.h.J.HoldFirstState(s2.serial())
+	arrived, clear := e.h.J.HoldFirstState(t, s2.serial())
 	defer clear()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

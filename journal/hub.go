@@ -22,7 +22,7 @@ type hub struct {
 	held bool
 	// beforeFirstState, if set, runs in a new stream before it sends its
 	// first state and may block it: a test's journal too busy to answer
-	// (HoldFirstState).
+	// (HoldFirstState; read only in a testhooks build, holdFirstState).
 	beforeFirstState atomic.Pointer[func(ctx context.Context, serial string)]
 }
 

@@ -232,7 +232,7 @@ func TestOldStreamServesUntilTheNewOneHasStreamed(t *testing.T) {
 	}
 
 	// The new stream reaches the journal, which does not answer it yet.
-	arrived, clear := e.h.J.HoldFirstState(renewed.serial)
+	arrived, clear := e.h.J.HoldFirstState(t, renewed.serial)
 	defer clear()
 	ctx, giveUp := context.WithCancel(context.Background())
 	defer giveUp()

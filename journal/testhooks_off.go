@@ -3,6 +3,8 @@
 package journal
 
 import (
+	"context"
+
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -15,3 +17,5 @@ import (
 func (j *Journal) refusesUnknown(cmd *pactv1.Command) bool { return raftfsm.HasUnknownOp(cmd) }
 
 func (*hub) wakesHeld() bool { return false }
+
+func (*hub) holdFirstState(context.Context, string) {}

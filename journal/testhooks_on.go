@@ -2,7 +2,11 @@
 
 package journal
 
-import pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+import (
+	"context"
+
+	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+)
 
 // refusesUnknown says whether this leader refuses a forwarded command it
 // cannot apply: raftfsm.HasUnknownOp, or what a test put in its place
@@ -12,3 +16,11 @@ func (j *Journal) refusesUnknown(cmd *pactv1.Command) bool { return (*j.unknownO
 // wakesHeld says whether a test holds the streams' wake-ups
 // (HoldStreamWakeups); h.mu is held.
 func (h *hub) wakesHeld() bool { return h.held }
+
+// holdFirstState runs a test's hold on a new stream before its first
+// state (HoldFirstState).
+func (h *hub) holdFirstState(ctx context.Context, serial string) {
+	if hold := h.beforeFirstState.Load(); hold != nil {
+		(*hold)(ctx, serial)
+	}
+}
