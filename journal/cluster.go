@@ -173,7 +173,3 @@ func (j *Journal) checkUnpublishedPublishes(p *principal, cmd *pactv1.Command) e
 
 // viaField is Command.via's field number.
 var viaField = (&pactv1.Command{}).ProtoReflect().Descriptor().Fields().ByName("via").Number()
-
-// peerRefusal is a journal peer the Raft node refused (the peer service's
-// authentication counts it).
-type peerRefusal = raftnode.PeerRefusal
