@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 type hookLog struct {
 	mu       sync.Mutex
 	attempts []string
+	errs     []error // each failed attempt's error
 	serials  []string
 	streams  chan string
 }
@@ -32,6 +34,9 @@ func (l *hookLog) attempt(op string, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.attempts = append(l.attempts, fmt.Sprintf("%s:%v", op, err == nil))
+	if err != nil {
+		l.errs = append(l.errs, err)
+	}
 }
 
 func (l *hookLog) stream(ch *channel.Channel) {
@@ -169,5 +174,14 @@ func TestRenewalAfterLostAnswerAsksAgainWithItsKey(t *testing.T) {
 	defer log.mu.Unlock()
 	if want := "[enroll:true connect:true renew:false renew:true]"; fmt.Sprint(log.attempts) != want {
 		t.Errorf("attempts %v, want %s (no enrollment again)", log.attempts, want)
+	}
+	// The failed renewal says, typed, that it failed at RenewCert, and
+	// reads as it always did.
+	var rc *RenewCertError
+	if len(log.errs) != 1 || !errors.As(log.errs[0], &rc) || rc.Journal == "" || status.Code(rc) != codes.DeadlineExceeded {
+		t.Fatalf("failed attempts %v, want one RenewCertError (DEADLINE_EXCEEDED)", log.errs)
+	}
+	if want := "agent: RenewCert at " + rc.Journal + ": " + rc.Err.Error(); rc.Error() != want {
+		t.Errorf("%q, want %q", rc, want)
 	}
 }

@@ -28,7 +28,7 @@ import (
 // stale, so the swap follows at once, within the same rotation (calls the
 // journal refuses as stale meanwhile are retried on the new channel). A
 // swap that fails leaves the new certificate held (the journal provider's)
-// and the renewal done: the step moves onto it later (stepMove), paced as
+// and the renewal done: the step moves onto it later (actMove), paced as
 // a connect is, and renews nothing meanwhile (renewedAhead).
 func (a *Agent) renew(ctx context.Context, act *channel.Channel) error {
 	a.metrics.attempts.Add(1)
@@ -60,7 +60,7 @@ func (a *Agent) renew(ctx context.Context, act *channel.Channel) error {
 				a.renewUnknown.Store(cur.Identity().Serial())
 			}
 			done()
-			return nil, fmt.Errorf("agent: RenewCert at %s: %w", cur.Target(), err)
+			return nil, &RenewCertError{Journal: cur.Target(), Err: err}
 		}
 		defer done() // once the new certificate is adopted, or is not
 		a.enrollKey, a.enrollCSR = nil, nil

@@ -12,7 +12,6 @@ import (
 	"net"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -106,10 +105,10 @@ func attemptWork(op string, err error) work {
 }
 
 // failedAtRenewCert reports a failed renewal that ended at its RenewCert
-// call (agent/renew.go wraps that error "RenewCert at <journal>"), not on
-// the new channel afterwards.
+// call (an agent.RenewCertError), not on the new channel afterwards.
 func failedAtRenewCert(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "RenewCert at ")
+	var rc *agent.RenewCertError
+	return errors.As(err, &rc)
 }
 
 // wastedWork is what of a failed attempt's work (attemptWork) came to

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pact-hpc/pact/agent"
 	"github.com/pact-hpc/pact/agent/channel"
 	"github.com/pact-hpc/pact/internal/bintest"
 	"github.com/pact-hpc/pact/internal/transport"
@@ -252,11 +253,12 @@ func TestAttemptWork(t *testing.T) {
 		{"move", fmt.Errorf("channel: health check of x: %w", busy), work{}},
 		{"renew", fmt.Errorf("channel: health check of x: %w", busy), work{keygen: 1, sign: 1}},
 		{"renew", nil, work{keygen: 1, sign: 1, mtls: 1}},
-		{"renew", fmt.Errorf("agent: RenewCert at x: %w", refused), work{keygen: 1}},
-		{"renew", fmt.Errorf("agent: RenewCert at x: %w", deadline), work{keygen: 1, sign: 1}},
+		{"renew", &agent.RenewCertError{Journal: "x", Err: refused}, work{keygen: 1}},
+		{"renew", &agent.RenewCertError{Journal: "x", Err: deadline}, work{keygen: 1, sign: 1}},
 		{"renew", fmt.Errorf("channel: health check of x: %w", refused), work{keygen: 1, sign: 1, mtls: 1}},
-		// Only the channel's typed handshake error says the journal closed
-		// the connection on the ClientHello, never the words.
+		// Only the agent's typed errors say how far an attempt got, never
+		// their words.
+		{"renew", fmt.Errorf("agent: RenewCert at x: %w", refused), work{keygen: 1, sign: 1, mtls: 1}},
 		{"connect", status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: EOF"`), work{mtls: 1}},
 	} {
 		if got := attemptWork(tc.op, tc.err); got != tc.want {
@@ -276,8 +278,8 @@ func TestWastedWork(t *testing.T) {
 		want work
 	}{
 		{"renew", fmt.Errorf("channel: health check of x: %w", deadline), work{mtls: 1}},
-		{"renew", fmt.Errorf("agent: RenewCert at x: %w", refused), work{keygen: 1}},
-		{"renew", fmt.Errorf("agent: RenewCert at x: %w", deadline), work{keygen: 1, sign: 1}},
+		{"renew", &agent.RenewCertError{Journal: "x", Err: refused}, work{keygen: 1}},
+		{"renew", &agent.RenewCertError{Journal: "x", Err: deadline}, work{keygen: 1, sign: 1}},
 		{"enroll", deadline, work{tls: 1, sign: 1}},
 		{"move", deadline, work{mtls: 1}},
 	} {
@@ -292,7 +294,7 @@ func TestWastedWork(t *testing.T) {
 // then moves and connects; not a renewal refused at RenewCert.
 func TestNewChannel(t *testing.T) {
 	busy := fmt.Errorf("channel: health check of x: %w", &transport.BusyError{RetryAfter: time.Second})
-	stale := fmt.Errorf("agent: RenewCert at x: %w", status.Error(codes.PermissionDenied, "STALE_CERTIFICATE"))
+	stale := &agent.RenewCertError{Journal: "x", Err: status.Error(codes.PermissionDenied, "STALE_CERTIFICATE")}
 	for _, tc := range []struct {
 		op   string
 		err  error
