@@ -175,12 +175,6 @@ func renewalTimeWith(id *identity.Identity, fraction float64, j backoff.Jitter) 
 	return renewalAt(leaf.NotBefore, id.NotAfter, fraction, j.Draw(id.NotAfter.Sub(leaf.NotBefore)/20))
 }
 
-// renewalTime is renewalTimeWith a random draw: the standby's (renew.go),
-// until it passes the agent's jitter too.
-func renewalTime(id *identity.Identity, fraction float64) time.Time {
-	return renewalTimeWith(id, fraction, nil)
-}
-
 // readJoinToken reads the join token file. Its content never reaches a log
 // or an error: only the file name does.
 func readJoinToken(path string) (string, error) {

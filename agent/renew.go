@@ -185,7 +185,7 @@ func (a *Agent) standbyDue(ctx context.Context, s *loopState, now time.Time) (ti
 		return s.standby.notBefore, s.standby.due(now)
 	}
 	if s.standbyFor != id.Serial() {
-		s.standbyFor, s.standbyAt = id.Serial(), renewalTime(id, a.cfg.RenewAt)
+		s.standbyFor, s.standbyAt = id.Serial(), renewalTimeWith(id, a.cfg.RenewAt, a.backoff.Rand)
 	}
 	due := latest(s.standbyAt, s.standby.notBefore)
 	return due, !now.Before(due)
