@@ -425,7 +425,7 @@ func (f *fedRefresher) pollClaims() {
 	for _, d := range j.fsm.FederatedDomains() {
 		keep[d.GetName()] = true
 		if err := f.pollDomain(d); err != nil {
-			j.log.Debug("claim feed not read", logkey.Domain, d.GetName(), logkey.Err, err)
+			j.log.Debug("claim feed not read", logkey.OtherDomain, d.GetName(), logkey.Err, err)
 		}
 	}
 	j.heldClaims.forget(keep)
@@ -469,7 +469,7 @@ func (f *fedRefresher) pollDomain(d *pactv1.FederatedDomain) error {
 		}
 		if n := j.heldClaims.apply(d.GetName(), feed, j.cfg.Clock.Now(), after == ""); n > 0 {
 			f.claimsDropped.WithLabelValues(d.GetName()).Add(float64(n))
-			j.log.Warn("claims from a federated domain dropped at the bound", logkey.Domain, d.GetName(), logkey.Dropped, n, logkey.Bound, MaxClaimsPerDomain)
+			j.log.Warn("claims from a federated domain dropped at the bound", logkey.OtherDomain, d.GetName(), logkey.Dropped, n, logkey.Bound, MaxClaimsPerDomain)
 		}
 		if !feed.More {
 			return nil
@@ -572,7 +572,7 @@ func (j *Journal) claimsDecision(ctx context.Context, node *pactv1.Node) (string
 		since := time.Unix(0, c.Since).UTC().Format(time.RFC3339)
 		j.federation.claimed.WithLabelValues(d.GetPolicy()).Inc()
 		if d.GetPolicy() == raftfsm.PolicyRefuse {
-			j.log.Warn("enrollment refused: the hardware is active in another domain", logkey.NodeID, node.GetNodeId(), logkey.Domain, c.Domain,
+			j.log.Warn("enrollment refused: the hardware is active in another domain", logkey.NodeID, node.GetNodeId(), logkey.OtherDomain, c.Domain,
 				logkey.OtherNode, c.NodeID, logkey.Since, since, logkey.ClaimsAge, age.String(), logkey.Source, peerAddr(ctx))
 			return note, &retryAfterError{
 				err: fmt.Errorf("%w: node %s's hardware is active in domain %s as node %s since %s (claims from %s %s old; its policy here is refuse): it enrolls here once %s releases it",
@@ -581,7 +581,7 @@ func (j *Journal) claimsDecision(ctx context.Context, node *pactv1.Node) (string
 				otherDomain: c.Domain,
 			}
 		}
-		j.log.Warn("node enrolling while its hardware is active in another domain", logkey.NodeID, node.GetNodeId(), logkey.Domain, c.Domain,
+		j.log.Warn("node enrolling while its hardware is active in another domain", logkey.NodeID, node.GetNodeId(), logkey.OtherDomain, c.Domain,
 			logkey.OtherNode, c.NodeID, logkey.Since, since, logkey.ClaimsAge, age.String(), logkey.Source, peerAddr(ctx))
 	}
 	return note, nil

@@ -104,7 +104,7 @@ func (s *adminServer) FederateDomain(ctx context.Context, req *pactv1.FederateDo
 	if _, err := j.propose(ctx, &pactv1.Command{Actor: actorOf(ctx, j), Op: &pactv1.Command_FederateDomain{FederateDomain: &pactv1.FederateDomainOp{Domain: d}}}); err != nil {
 		return nil, err
 	}
-	j.log.Warn("federated with a domain", logkey.Domain, name, logkey.Actor, actorOf(ctx, j))
+	j.log.Warn("federated with a domain", logkey.OtherDomain, name, logkey.Actor, actorOf(ctx, j))
 	j.federation.wake()
 	rec, _ := j.fsm.FederatedDomain(name)
 	return &pactv1.FederateDomainResponse{Domain: federatedView(rec)}, nil
@@ -135,7 +135,7 @@ func (s *adminServer) RemoveFederatedDomain(ctx context.Context, req *pactv1.Rem
 	if _, err := j.propose(ctx, &pactv1.Command{Actor: actorOf(ctx, j), Op: &pactv1.Command_RemoveFederatedDomain{RemoveFederatedDomain: &pactv1.RemoveFederatedDomainOp{Name: req.GetName()}}}); err != nil {
 		return nil, err
 	}
-	j.log.Warn("federation with a domain removed", logkey.Domain, req.GetName(), logkey.Actor, actorOf(ctx, j))
+	j.log.Warn("federation with a domain removed", logkey.OtherDomain, req.GetName(), logkey.Actor, actorOf(ctx, j))
 	return &pactv1.RemoveFederatedDomainResponse{Domain: federatedView(before)}, nil
 }
 
@@ -312,7 +312,7 @@ func (f *fedRefresher) refreshDue() {
 			f.mu.Lock()
 			f.retryAt[d.GetName()] = now.Add(min(federationRetry, refreshInterval(d, floor)))
 			f.mu.Unlock()
-			j.log.Warn("federated domain's bundle not refreshed: keeping the last good one", logkey.Domain, d.GetName(), logkey.Err, err,
+			j.log.Warn("federated domain's bundle not refreshed: keeping the last good one", logkey.OtherDomain, d.GetName(), logkey.Err, err,
 				logkey.BundleAge, now.Sub(fetched).Round(time.Second).String())
 			continue
 		}

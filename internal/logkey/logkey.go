@@ -4,10 +4,13 @@ package logkey
 
 // Log keys.
 const (
-	Err          = "err"
-	NodeID       = "node_id"
-	JournalID    = "journal_id"
-	Domain       = "domain"
+	Err       = "err"
+	NodeID    = "node_id"
+	JournalID = "journal_id"
+	Domain    = "domain"
+	// OtherDomain is a federated domain a journal line is about; domain
+	// stays the journal's own (its logger carries it on every line).
+	OtherDomain  = "other_domain"
 	Serial       = "serial"
 	IssuerSerial = "issuer_serial"
 	NotAfter     = "not_after"
