@@ -8,6 +8,10 @@ LISTEN    ?= 127.0.0.1:7443
 METRICS   ?= 127.0.0.1:7444
 FUZZTIME  ?= 30s
 TESTFLAGS ?=
+# The tests' build tags: testhooks builds the Raft node's test hooks
+# (journal/raftnode/hooks_on.go), compiled out of every shipped binary;
+# plain go test compiles without it and skips the tests that need them.
+TESTTAGS  := testhooks
 # make bench-storm / bench-floor / bench-pair / bench-scale (docs/benchmarks.md)
 AGENTS      ?= 10000
 PAIRS       ?= 3
@@ -16,6 +20,14 @@ SIZES       ?= 1000,3000,10000,30000
 SCALE_NODES ?= 100000
 WAIT_IDLE   ?= 30s
 STORMFLAGS  ?=
+# TPM=1: every node of the storm (bench-storm, bench-pair, bench-scale-cpu;
+# the floor never attests) is registered with a TPM simulated in the load
+# generator and enrolls and renews with a full TPM round under a boot
+# policy (stormbench -tpm). make bench-tpm runs the storm without and then
+# with TPM_PAIRS times: what attestation costs per enrollment.
+TPM         ?=
+TPM_PAIRS   ?= 1
+TPMFLAG      = $(if $(TPM),-tpm)
 SCALEFLAGS  ?=
 # make bench-peer: pact against step-ca (docs/benchmarks.md); never in CI.
 PEER_CERTS   ?= 10000
@@ -59,7 +71,7 @@ VERSION ?= $(shell ./scripts/version.sh)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X github.com/pact-hpc/pact/internal/version.Version=$(VERSION) -X github.com/pact-hpc/pact/internal/version.Commit=$(COMMIT)
 
-.PHONY: help build build-pkcs11 print-ldflags package package-check package-check-tools run cluster cluster-down image compose-up compose-down test test-pkcs11 test-bootstrap monitoring-e2e lint generate check-generated bench bench-storm bench-floor bench-pair bench-scale-cpu bench-peer bench-scale fuzz fuzz-short clean tools print-version release release-previous
+.PHONY: help build build-pkcs11 print-ldflags package package-check package-check-tools run cluster cluster-down cluster-domains cluster-domains-down image compose-up compose-down test test-pkcs11 test-bootstrap monitoring-e2e lint generate check-generated bench bench-storm bench-floor bench-pair bench-scale-cpu bench-tpm bench-peer bench-scale fuzz fuzz-short clean tools print-version release release-previous
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -129,6 +141,12 @@ cluster: build ## run a three-journal quorum on loopback, state in ./.pact-clust
 cluster-down: ## stop the quorum started by make cluster (keeps its state)
 	./scripts/cluster.sh down
 
+cluster-domains: build ## run two federated one-journal domains (a.example, b.example) on loopback, state in ./.pact-domains (docs/domains.md)
+	./scripts/cluster.sh domains-up
+
+cluster-domains-down: ## stop the domains started by make cluster-domains (keeps their state)
+	./scripts/cluster.sh domains-down
+
 image: build ## build the pact container image FROM scratch (nothing is pulled)
 	docker build --build-arg VERSION=$(VERSION) -t pact:dev -f Dockerfile .
 
@@ -139,7 +157,7 @@ compose-down: ## stop the containers
 	./scripts/compose.sh down
 
 test: $(TOOLS)/promtool ## run every test with the race detector (CI runs more: .ci/run, README)
-	CGO_ENABLED=1 $(GO) test -race -timeout 15m $(TESTFLAGS) ./...
+	CGO_ENABLED=1 $(GO) test -race -tags $(TESTTAGS) -timeout 15m $(TESTFLAGS) ./...
 
 test-pkcs11: ## vet and test the CA key store with PKCS#11 built in, against a SoftHSM2 token (apt-get install softhsm2)
 	@# make lint's vet and staticcheck build without the tag: vet it here.
@@ -147,7 +165,7 @@ test-pkcs11: ## vet and test the CA key store with PKCS#11 built in, against a S
 	CGO_ENABLED=1 $(GO) test -race -tags pkcs11 $(TESTFLAGS) ./internal/keystore/...
 
 test-bootstrap: ## start a three-journal quorum 100 times, founders in random order and timing (the bootstrap agreement; make test starts 10)
-	CGO_ENABLED=1 $(GO) test -race -run TestFoundersAgreeWhateverTheirTiming -count=1 ./journal/raftnode/ -bootstrap-rounds=100
+	CGO_ENABLED=1 $(GO) test -race -tags $(TESTTAGS) -run TestFoundersAgreeWhateverTheirTiming -count=1 ./journal/raftnode/ -bootstrap-rounds=100
 
 monitoring-e2e: ## the shipped alerting rules in a real Prometheus (Debian's, apt-get install prometheus) scraping a real quorum while faults make each alert fire (about two minutes)
 	PACT_MONITORING_E2E=1 $(GO) test -count=1 -timeout 10m -run 'TestMonitoringAlertsFire|TestShortenFor' $(TESTFLAGS) ./integration/
@@ -156,7 +174,9 @@ lint: tools ## gofmt, go vet, staticcheck, deadcode, buf lint and no clock-racin
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags $(TESTTAGS) ./journal/...
 	$(TOOLS)/staticcheck ./...
+	$(TOOLS)/staticcheck -tags $(TESTTAGS) ./journal/...
 	$(TOOLS)/staticcheck -tags chaosclock ./journal/journalmain/
 	CGO_ENABLED=1 $(TOOLS)/staticcheck -tags pkcs11 ./internal/keystore/...
 	@# Code nothing calls, tests included.
@@ -206,7 +226,7 @@ bench: build ## micro-benchmarks (CSR -> certificate, Enroll round trip, FSM app
 
 bench-storm: build ## boot storm: 3 journals, AGENTS (10000) pact-agents (in process; over worker processes past the open-file limit) arrive in 1 s, stream, then renew; a table, then one JSON line with pass/fail
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
-	$(BIN)/stormbench storm -bin $(BIN) -agents $(AGENTS) -wait-idle $(WAIT_IDLE) $(STORMFLAGS)
+	$(BIN)/stormbench storm -bin $(BIN) -agents $(AGENTS) -wait-idle $(WAIT_IDLE) $(TPMFLAG) $(STORMFLAGS)
 
 bench-floor: build ## the floor: the same storm against stub journals doing the ceiling's work behind gRPC and one Raft entry per certificate (STORMFLAGS=-floor-replicate=false: the old floor, which keeps nothing); a table, then one JSON line
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
@@ -214,11 +234,15 @@ bench-floor: build ## the floor: the same storm against stub journals doing the 
 
 bench-pair: build ## PAIRS (3) times the boot storm, then the replicating floor, then the old floor, AGENTS each, back to back; every JSON line, then one line of ratios pact/floor (throughput, journal CPU; enroll and renew) against the targets, and pact/old floor beside them
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
-	$(BIN)/stormbench pair -pairs $(PAIRS) -bin $(BIN) -agents $(AGENTS) -wait-idle $(WAIT_IDLE) $(STORMFLAGS)
+	$(BIN)/stormbench pair -pairs $(PAIRS) -bin $(BIN) -agents $(AGENTS) -wait-idle $(WAIT_IDLE) $(TPMFLAG) $(STORMFLAGS)
 
 bench-scale-cpu: build ## the boot storm and the replicating floor at each of SIZES (1000,3000,10000,30000) agents; journal CPU per agent of both at each size, one JSON line
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
-	$(BIN)/stormbench scale-cpu -bin $(BIN) -sizes $(SIZES) -wait-idle $(WAIT_IDLE) $(STORMFLAGS)
+	$(BIN)/stormbench scale-cpu -bin $(BIN) -sizes $(SIZES) -wait-idle $(WAIT_IDLE) $(TPMFLAG) $(STORMFLAGS)
+
+bench-tpm: build ## what attestation costs: the boot storm without TPMs, then with every node attesting (TPMs simulated in the load generator), AGENTS each, back to back, TPM_PAIRS (1) times; journal CPU per enrollment and renewal and throughput, with and without, one JSON line
+	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
+	$(BIN)/stormbench tpm-cost -pairs $(TPM_PAIRS) -bin $(BIN) -agents $(AGENTS) -wait-idle $(WAIT_IDLE) $(STORMFLAGS)
 
 bench-peer: build $(STEPCA) ## pact against step-ca (STEPCA_VERSION, installed into .tools/): PEER_CERTS (10000) certificates from each, a new TLS connection per certificate, PEER_CLIENTS (32,256) clients, PEER_ROUNDS (3) interleaved rounds; server CPU per certificate and the ratio, one JSON line
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench

@@ -9,7 +9,6 @@ package agent
 
 import (
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/pact-hpc/pact/internal/logkey"
@@ -39,10 +38,7 @@ func busyOf(err error) (*transport.BusyError, bool) {
 func (a *Agent) busyWait(b *transport.BusyError) time.Duration {
 	d := min(max(b.RetryAfter, 0), maxBusyWait)
 	n := max(d/20, minBusyJitter)
-	if a.backoff.Rand != nil {
-		return d + a.backoff.Rand(n)
-	}
-	return d + rand.N(n)
+	return d + a.backoff.Rand.Draw(n)
 }
 
 // deferred schedules the next attempt after a busy answer, keeping the
@@ -65,7 +61,7 @@ func (a *Agent) journalBusy(op string, err error, b *transport.BusyError) {
 	if first {
 		log = a.log.Info
 	}
-	log("journal busy; coming back when it asked", "op", op, "retry_after", b.RetryAfter, logkey.Err, err)
+	log("journal busy; coming back when it asked", logkey.Op, op, logkey.RetryAfter, b.RetryAfter, logkey.Err, err)
 }
 
 // notBusy ends a series of busy answers: the next one is logged at info.

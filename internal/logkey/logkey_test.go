@@ -68,9 +68,6 @@ func TestEveryLogKeyIsALogkeyConstant(t *testing.T) {
 					used[key] = true
 					continue
 				}
-				if inFlight[key] {
-					continue
-				}
 				t.Errorf("%s: log key %s is not an internal/logkey constant; add a constant to internal/logkey and use it", fset.Position(bad.Pos()), types.ExprString(bad))
 			}
 		}
@@ -83,16 +80,6 @@ func TestEveryLogKeyIsALogkeyConstant(t *testing.T) {
 			t.Errorf("forwarded entry %q matches nothing: remove it", key)
 		}
 	}
-}
-
-// inFlight lists literal keys whose fix waits beside another change not
-// yet committed in the same file (agent/busy.go: the jitter change; the
-// fix, logkey.Op and logkey.RetryAfter, is in the working tree with it).
-// Remove an entry once its file is committed; unlike forwarded, an entry
-// that matches nothing is no failure, so the commit cannot break the test.
-var inFlight = map[string]bool{
-	`agent/busy.go:"op"`:          true,
-	`agent/busy.go:"retry_after"`: true,
 }
 
 // forwarded lists, by file and expression, the keys that are not pact's
