@@ -13,9 +13,6 @@ import (
 var randAllowed = map[string]string{
 	"internal/backoff/backoff.go": "Jitter's own source",
 	"agent/agent.go":              "picks the first journal to try at random: a choice, not a wait",
-	// TODO(issue 42): busy.go draws through backoff.Jitter in the working
-	// tree, held open by another change; drop this entry when it lands.
-	"agent/busy.go": "its busy wait falls back to math/rand when no jitter is injected",
 }
 
 // Jitter is pact's one source of jitter: no other production file draws
