@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"math/big"
 	"strings"
 	"sync"
 	"time"
@@ -216,7 +215,7 @@ func (j *Journal) newStreamAttest(p *principal, req *pactv1.SubscribeRequest) *s
 	if p.SVID || !req.GetAnswersBootAttestation() {
 		return nil
 	}
-	s := &streamAttest{j: j, node: p.ID.Name, serial: p.Serial, base: j.cfg.Clock.Now(), jitter: randJitter(), askNow: make(chan struct{}, 1)}
+	s := &streamAttest{j: j, node: p.ID.Name, serial: p.Serial, base: j.cfg.Clock.Now(), jitter: j.attestJitterFraction(), askNow: make(chan struct{}, 1)}
 	if r, ok := j.boot.get(p.ID.Name); ok && r.at.After(s.base.Add(-24*time.Hour)) && r.at.Before(s.base) {
 		s.base = r.at
 	}
@@ -224,12 +223,12 @@ func (j *Journal) newStreamAttest(p *principal, req *pactv1.SubscribeRequest) *s
 	return s
 }
 
-func randJitter() float64 {
-	n, err := rand.Int(rand.Reader, big.NewInt(1<<20))
-	if err != nil {
-		return 0
-	}
-	return float64(n.Int64()) / float64(1<<20) / attestJitterDivisor
+// attestJitter is a fraction of the interval in [0, 1/attestJitterDivisor),
+// drawn from the journal's jitter source (backoff.Jitter, which a test
+// injects: Journal.attestJitter).
+func (j *Journal) attestJitterFraction() float64 {
+	const scale = 1 << 20
+	return float64(j.attestJitter.Draw(scale)) / scale / attestJitterDivisor
 }
 
 // close forgets the stream's outstanding request: a node whose stream
@@ -298,10 +297,10 @@ func (s *streamAttest) step(ctx context.Context, stream pactv1.EnrollmentService
 		at, answered := j.attest.status(s.pending)
 		switch {
 		case answered:
-			s.pending, s.base, s.jitter = "", at, randJitter()
+			s.pending, s.base, s.jitter = "", at, j.attestJitterFraction()
 		case !now.Before(s.deadline):
 			j.attest.drop(s.pending)
-			s.pending, s.base, s.jitter = "", s.deadline, randJitter()
+			s.pending, s.base, s.jitter = "", s.deadline, j.attestJitterFraction()
 			j.metrics.attestations.WithLabelValues(attestUnanswered).Inc()
 			misses := j.attest.missed(s.node)
 			_, p := s.interval()

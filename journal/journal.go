@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/pact-hpc/pact/internal/backoff"
 	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/keystore"
 	"github.com/pact-hpc/pact/internal/logkey"
@@ -46,16 +47,19 @@ type Journal struct {
 	ca  *ca.CA
 	// caKey is the journal CA's key (a TPM or token session, or a file);
 	// nil in the legacy layout. Closed when the journal stops.
-	caKey   io.Closer
-	fsm     *raftfsm.FSM
-	raft    *raftnode.Node
-	hub     *hub
-	bundle  *bundleCache
-	gate    *gate
-	audit   *auditExporter
-	roots   *x509.CertPool
-	metrics *metrics
-	limiter *ratelimit.Limiter
+	caKey  io.Closer
+	fsm    *raftfsm.FSM
+	raft   *raftnode.Node
+	hub    *hub
+	bundle *bundleCache
+	gate   *gate
+	// attestJitter spreads the attestation requests between renewals
+	// (attest.go); nil: random.
+	attestJitter backoff.Jitter
+	audit        *auditExporter
+	roots        *x509.CertPool
+	metrics      *metrics
+	limiter      *ratelimit.Limiter
 	// tpm holds pending TPM challenges (memory only: their secrets never
 	// reach Raft or disk).
 	tpm *tpmchallenge.Store

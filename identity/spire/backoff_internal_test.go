@@ -6,7 +6,7 @@ import (
 )
 
 // go-spiffe's retry delay doubles from min to max, each jittered down by
-// up to half through the injected jitter (internal/backoff's).
+// up to half through the injected jitter (internal/jitter).
 func TestBackoffDrawsFromItsJitter(t *testing.T) {
 	const ms = time.Millisecond
 	longest := func(n time.Duration) time.Duration { return n - 1 }

@@ -24,7 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pact-hpc/pact/identity"
-	"github.com/pact-hpc/pact/internal/backoff"
+	"github.com/pact-hpc/pact/internal/jitter"
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/internal/logkey"
 )
@@ -526,7 +526,7 @@ func (p *Provider) signal() {
 // each delay jittered down by up to half (jitter: nil is random).
 type backoffStrategy struct {
 	min, max time.Duration
-	jitter   backoff.Jitter
+	jitter   jitter.Jitter
 }
 
 func (s backoffStrategy) NewBackoff() workloadapi.Backoff {
@@ -535,7 +535,7 @@ func (s backoffStrategy) NewBackoff() workloadapi.Backoff {
 
 type spiffeBackoff struct {
 	min, max, next time.Duration
-	jitter         backoff.Jitter
+	jitter         jitter.Jitter
 }
 
 func (b *spiffeBackoff) Next() time.Duration {

@@ -12,32 +12,20 @@ package backoff
 
 import (
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/pact-hpc/pact/internal/apierr"
+	"github.com/pact-hpc/pact/internal/jitter"
 )
 
 // maxShift caps the exponent so Min<<attempt cannot overflow into a
 // negative duration after very many attempts.
 const maxShift = 16
 
-// Jitter draws a uniform duration in [0, n); it is pact's one source of
-// jitter (retries, busy answers, renewal times, the journal's
-// retry-afters), injectable where a test must know the draw. The nil
-// Jitter draws from math/rand/v2.
-type Jitter func(n time.Duration) time.Duration
-
-// Draw is a uniform duration in [0, n), 0 when n <= 0.
-func (j Jitter) Draw(n time.Duration) time.Duration {
-	if n <= 0 {
-		return 0
-	}
-	if j != nil {
-		return j(n)
-	}
-	return rand.N(n)
-}
+// Jitter is pact's one source of jitter (internal/jitter): backoff's
+// policies draw through it, and callers that must not depend on backoff
+// (identity, which speaks no journal protocol) use internal/jitter itself.
+type Jitter = jitter.Jitter
 
 // Policy is one retry policy. The zero Rand draws from math/rand/v2.
 type Policy struct {

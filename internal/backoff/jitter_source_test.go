@@ -11,8 +11,8 @@ import (
 // randAllowed are the production files that import math/rand themselves,
 // with why backoff.Jitter is not for them.
 var randAllowed = map[string]string{
-	"internal/backoff/backoff.go": "Jitter's own source",
-	"agent/agent.go":              "picks the first journal to try at random: a choice, not a wait",
+	"internal/jitter/jitter.go": "Jitter's own source",
+	"agent/agent.go":            "picks the first journal to try at random: a choice, not a wait",
 }
 
 // Jitter is pact's one source of jitter: no other production file draws
