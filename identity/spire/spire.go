@@ -24,8 +24,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pact-hpc/pact/identity"
-	"github.com/pact-hpc/pact/internal/jitter"
 	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/jitter"
 	"github.com/pact-hpc/pact/internal/logkey"
 )
 
