@@ -1,7 +1,6 @@
 package journal_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -113,41 +112,7 @@ func (e *env) setAttestingPolicy(t *testing.T, ref string, mode pactv1.BootPolic
 // boot attestation requests, and reads its first state.
 func (e *env) subscribeAttesting(t *testing.T, a *agent) *watch {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := e.agentClient(t, a).Subscribe(ctx, &pactv1.SubscribeRequest{AnswersBootAttestation: true})
-	if err != nil {
-		cancel()
-		t.Fatalf("subscribe %s: %v", a.node, err)
-	}
-	w := &watch{node: a.node, cancel: cancel, events: make(chan *pactv1.SubscribeResponse, 64), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		for {
-			ev, err := s.Recv()
-			if err != nil {
-				w.err, w.ended = err, time.Now()
-				return
-			}
-			select {
-			case w.events <- ev:
-			case <-ctx.Done():
-				w.err, w.ended = ctx.Err(), time.Now()
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-w.done
-	})
-	e.streamed[a.node] = true
-	if ev := w.next(t); ev.GetAssignment().GetNodeId() != a.node {
-		t.Fatalf("first event %v, want the assignment", ev)
-	}
-	if ev := w.next(t); len(ev.GetTrustBundle().GetDer()) == 0 {
-		t.Fatalf("second event %v, want the trust bundle", ev)
-	}
-	return w
+	return e.subscribeWith(t, a, &pactv1.SubscribeRequest{AnswersBootAttestation: true})
 }
 
 // asked ticks past the interval and returns the request the stream

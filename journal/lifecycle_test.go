@@ -359,8 +359,14 @@ type watch struct {
 // and the trust bundle.
 func (e *env) subscribe(t testing.TB, a *agent) *watch {
 	t.Helper()
+	return e.subscribeWith(t, a, &pactv1.SubscribeRequest{})
+}
+
+// subscribeWith is subscribe with the request a's agent sends.
+func (e *env) subscribeWith(t testing.TB, a *agent, req *pactv1.SubscribeRequest) *watch {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := e.agentClient(t, a).Subscribe(ctx, &pactv1.SubscribeRequest{})
+	s, err := e.agentClient(t, a).Subscribe(ctx, req)
 	if err != nil {
 		cancel()
 		t.Fatalf("subscribe %s: %v", a.node, err)
