@@ -259,7 +259,7 @@ with -o json and give it to pact boot-policy set --file.`,
 			}
 			resp, err := c.CaptureBootPolicy(cmd.Context(), req)
 			if err != nil {
-				return s.explain(action{verb: "capture boot policies", node: node, help: cmd.CommandPath(), notFound: "the journal answering holds no verified quote of the node: give --journal the journal that last enrolled or renewed it"}, err)
+				return s.explain(action{verb: "capture boot policies", node: node, help: cmd.CommandPath(), notFound: "no journal holds a verified quote of the node: renew it (pact-agent renew-now) or restart its agent, then capture again"}, err)
 			}
 			return a.printBootPolicy(s, bootPolicyViewOf(resp.GetPolicy()))
 		}),

@@ -57,4 +57,12 @@ func TestBootPolicyIMACommands(t *testing.T) {
 	if code, stdout, _ := run("boot-policy", "show", "-o", "json"); code != 0 || !strings.Contains(stdout, `"only_listed": true`) {
 		t.Errorf("the refused sets changed the policy:\n%s", stdout)
 	}
+	// A node registered without a TPM never quotes: capture says so at
+	// once instead of asking every journal and suggesting a renewal.
+	if code, stdout, stderr := run("node", "enroll", "plain-1", "--mac", "52:54:00:00:09:01", "--bmc-serial", "SN-P1"); code != 0 {
+		t.Fatalf("enroll plain-1: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if code, _, stderr := run("boot-policy", "capture", "--from-node", "plain-1", "--ima"); code == 0 || !strings.Contains(stderr, "registered without a TPM EK hash") {
+		t.Errorf("capture from a node without a TPM: exit %d\n%s", code, stderr)
+	}
 }

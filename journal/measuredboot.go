@@ -129,6 +129,11 @@ func (s *bootPolicyServer) RemoveBootPolicy(ctx context.Context, req *pactv1.Rem
 // (or asks its stream here for), else from another journal of the quorum
 // that does.
 func (s *bootPolicyServer) CaptureBootPolicy(ctx context.Context, req *pactv1.CaptureBootPolicyRequest) (*pactv1.CaptureBootPolicyResponse, error) {
+	if n, ok := s.j.fsm.Node(req.GetNodeId()); ok && n.GetHardware().GetTpmEkHash() == "" {
+		// No journal will ever hold a quote of it: say so, rather than
+		// ask every journal and suggest a renewal.
+		return nil, fmt.Errorf("%w: node %q is registered without a TPM EK hash: it enrolls without its TPM and never quotes its boot; capture from a node registered with --tpm-ek-hash (docs/tpm.md)", ErrInvalidArgument, req.GetNodeId())
+	}
 	resp, err := s.j.captureLocal(ctx, req)
 	if errors.Is(err, errNoBootEvidence) {
 		return s.j.captureAtPeers(ctx, req, err)
