@@ -163,7 +163,12 @@ func TestAgentTrustsTheRootsOfTheLatestBundle(t *testing.T) {
 	enrollHandshake := func(addr string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err := a.callEnroll(ctx, addr, &pactv1.EnrollRequest{})
+		conn, err := a.enrollConn(ctx, addr)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_, err = a.callEnroll(ctx, conn, &pactv1.EnrollRequest{})
 		return err
 	}
 	unknownAuthority := func(when string) {

@@ -66,10 +66,15 @@ func (a *Agent) enroll(ctx context.Context) (err error) {
 		req.Credentials.Tpm = &pactv1.TpmAttestation{EkPublic: att.EKPublic(), AkPublic: att.AKPublic()}
 	}
 	addr := a.pick()
-	resp, err := a.callEnroll(ctx, addr, req)
+	conn, err := a.enrollConn(ctx, addr)
+	var resp *pactv1.EnrollResponse
+	if err == nil {
+		defer conn.Close()
+		resp, err = a.callEnroll(ctx, conn, req)
+	}
 	challenged := err == nil && resp.GetTpmChallenge() != nil
 	if challenged {
-		resp, err = a.answerTPM(ctx, addr, req, key, att, resp.GetTpmChallenge())
+		resp, err = a.answerTPM(ctx, conn, req, key, att, resp.GetTpmChallenge())
 	}
 	if err != nil && a.bridge(err) {
 		return errBridged // the journal's certificate is good on the journal's time
@@ -138,11 +143,15 @@ func (a *Agent) setActiveIn(err error) {
 	a.mu.Unlock()
 }
 
-func (a *Agent) callEnroll(ctx context.Context, addr string, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, error) {
-	// The connection and its handshake first (enrollconn.go), reported as
-	// gRPC reports them: UNAVAILABLE, with the handshake's own error. The
-	// journal may hold the handshake in its queue (HandshakeQueueWait)
-	// before the call's own time starts.
+// enrollConn connects to the journal at addr for an enrollment: both
+// rounds of a TPM enrollment go over it, to the journal that alone holds
+// the challenge, at the cost of one TLS handshake (a second connection for
+// round two was a second handshake per attested enrollment, and a second
+// wait in a storm's handshake queue). The connection and its handshake
+// fail as gRPC reports them: UNAVAILABLE, with the handshake's own error
+// (enrollconn.go). The journal may hold the handshake in its queue
+// (HandshakeQueueWait) before a call's own time starts.
+func (a *Agent) enrollConn(ctx context.Context, addr string) (*grpc.ClientConn, error) {
 	hctx, hcancel := context.WithTimeout(ctx, a.cfg.CallTimeout+a.cfg.HandshakeQueueWait)
 	defer hcancel()
 	raw, err := a.dial(hctx, addr)
@@ -162,7 +171,11 @@ func (a *Agent) callEnroll(ctx context.Context, addr string, req *pactv1.EnrollR
 		_ = tlsConn.Close()
 		return nil, err
 	}
-	defer conn.Close()
+	return conn, nil
+}
+
+// callEnroll makes one Enroll call over conn.
+func (a *Agent) callEnroll(ctx context.Context, conn *grpc.ClientConn, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, error) {
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
 	defer cancel()
 	return pactv1.NewEnrollmentServiceClient(conn).Enroll(cctx, req)

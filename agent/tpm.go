@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/google/go-tpm/tpm2"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pact-hpc/pact/agent/tpm"
@@ -72,10 +73,10 @@ func (a *Agent) openTPM() (TPMAttestor, error) {
 }
 
 // answerTPM is round two of a TPM enrollment: the TPM activates the
-// journal's credential, and the agent sends the same request again, to the
-// same journal (which alone holds the challenge), with the proof bound to
-// its CSR key.
-func (a *Agent) answerTPM(ctx context.Context, addr string, req *pactv1.EnrollRequest, key crypto.Signer, att TPMAttestor, ch *pactv1.TpmChallenge) (*pactv1.EnrollResponse, error) {
+// journal's credential, and the agent sends the same request again, over
+// round one's connection to the same journal (which alone holds the
+// challenge), with the proof bound to its CSR key.
+func (a *Agent) answerTPM(ctx context.Context, conn *grpc.ClientConn, req *pactv1.EnrollRequest, key crypto.Signer, att TPMAttestor, ch *pactv1.TpmChallenge) (*pactv1.EnrollResponse, error) {
 	if att == nil {
 		return nil, fmt.Errorf("%w: the journal asks this node to prove its TPM, and the agent has none (--tpm-device %q)", ErrTPM, a.cfg.TPMDevice)
 	}
@@ -85,7 +86,7 @@ func (a *Agent) answerTPM(ctx context.Context, addr string, req *pactv1.EnrollRe
 	}
 	round2 := proto.Clone(req).(*pactv1.EnrollRequest)
 	round2.Credentials.Tpm = tpmAtt
-	resp, err := a.callEnroll(ctx, addr, round2)
+	resp, err := a.callEnroll(ctx, conn, round2)
 	if err == nil && resp.GetTpmChallenge() != nil {
 		return nil, fmt.Errorf("%w: the journal answered the TPM proof with another challenge", ErrTPM)
 	}

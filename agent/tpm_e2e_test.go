@@ -6,8 +6,11 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/pact-hpc/pact/agent/tpm"
 	"github.com/pact-hpc/pact/internal/apierr"
@@ -49,10 +52,32 @@ func TestAgentEnrollsWithTPM(t *testing.T) {
 	cfg.TPMDevice = sw.Device
 	var logs syncBuffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	// Both rounds go over one connection: one TLS handshake per attested
+	// enrollment, to the journal that holds the challenge.
+	var mu sync.Mutex
+	enrollConns := map[*grpc.ClientConn]int{}
+	cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if method == pactv1.EnrollmentService_Enroll_FullMethodName {
+				mu.Lock()
+				enrollConns[cc]++
+				mu.Unlock()
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		})}
 	runAgent(t, cfg)
 	eventually(t, "n1 is active with one stream", func() bool {
 		return inspect(t, h, "n1").GetState() == pactv1.NodeState_NODE_STATE_ACTIVE && h.J.OpenStreams("n1") == 1
 	})
+	mu.Lock()
+	var calls []int
+	for _, n := range enrollConns {
+		calls = append(calls, n)
+	}
+	mu.Unlock()
+	if len(calls) != 1 || calls[0] != 2 {
+		t.Errorf("Enroll calls per connection %v, want both rounds (2) over one connection", calls)
+	}
 	// The log says, once, that the TPM proved the node, and which TPM.
 	enrolled := logLines(logs.String(), "msg=enrolled")
 	if len(enrolled) != 1 || !strings.Contains(enrolled[0], "level=INFO") || !strings.Contains(enrolled[0], " tpm=attested tpm_ek_hash="+ek[:16]+"\n") {
