@@ -22,7 +22,7 @@ var perfCategories = []struct {
 	{"CSR check (ca.ParseCSR)", []string{"journal/ca.ParseCSR"}},
 	{"signing (ca.SignAgent)", []string{"journal/ca.(*CA).SignAgent"}},
 	{"client chain verify (auth verifyClientChain)", []string{"journal/auth.(*Authenticator).verifyClientChain"}},
-	{"peer chain verify (CheckPeer)", []string{"journal/raftnode.(*Node).CheckPeer"}},
+	{"peer chain verify (auth.PeerVerifier)", []string{"journal/auth.(*PeerVerifier).CheckPeer", "journal/auth.(*PeerVerifier).VerifyChain"}},
 	{"forwarding to the leader (gRPC client)", []string{"journal/raftnode.(*Node).forward"}},
 	{"registry FSM apply", []string{"pact/raftfsm."}},
 	{"Raft log store (bbolt, fsync)", []string{"raft-boltdb", "go.etcd.io/bbolt"}},
