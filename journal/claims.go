@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -558,20 +559,22 @@ const claimRetryAfter = 30 * time.Second
 // record): what it decided on, domain by domain (claimsNote).
 func (j *Journal) claimsDecision(ctx context.Context, node *pactv1.Node) (string, error) {
 	held := j.heldClaims.lookup(node.GetHardware())
-	note := j.claimsNote(held)
+	domains := j.fsm.FederatedPolicies()
+	note := j.claimsNote(domains, held)
 	if len(held) == 0 {
 		return note, nil
 	}
 	now := j.cfg.Clock.Now()
 	for _, c := range held {
-		d, ok := j.fsm.FederatedDomain(c.Domain)
-		if !ok {
+		k := slices.IndexFunc(domains, func(d raftfsm.DomainPolicy) bool { return d.Name == c.Domain })
+		if k < 0 {
 			continue
 		}
+		d := domains[k]
 		age := now.Sub(j.heldClaims.polledAt(c.Domain)).Round(time.Second)
 		since := time.Unix(0, c.Since).UTC().Format(time.RFC3339)
-		j.federation.claimed.WithLabelValues(d.GetPolicy()).Inc()
-		if d.GetPolicy() == raftfsm.PolicyRefuse {
+		j.federation.claimed.WithLabelValues(d.Policy).Inc()
+		if d.Policy == raftfsm.PolicyRefuse {
 			j.log.Warn("enrollment refused: the hardware is active in another domain", logkey.NodeID, node.GetNodeId(), logkey.OtherDomain, c.Domain,
 				logkey.OtherNode, c.NodeID, logkey.Since, since, logkey.ClaimsAge, age.String(), logkey.Source, peerAddr(ctx))
 			return note, &retryAfterError{
@@ -593,11 +596,11 @@ func (j *Journal) claimsDecision(ctx context.Context, node *pactv1.Node) (string
 // whose feed has not answered lately (unreachable, slow) shows its age:
 // the enrollment went ahead on what was held. Empty without federated
 // domains.
-func (j *Journal) claimsNote(held []heldClaim) string {
+func (j *Journal) claimsNote(domains []raftfsm.DomainPolicy, held []heldClaim) string {
 	now := j.cfg.Clock.Now()
 	var parts []string
-	for _, d := range j.fsm.FederatedDomains() {
-		name := d.GetName()
+	for _, d := range domains {
+		name := d.Name
 		polled := j.heldClaims.polledAt(name)
 		if polled.IsZero() {
 			parts = append(parts, name+": never read (its feed has not answered this journal)")
@@ -607,7 +610,7 @@ func (j *Journal) claimsNote(held []heldClaim) string {
 		found := false
 		for _, c := range held {
 			if c.Domain == name {
-				part += fmt.Sprintf(", active there as node %s since %s (policy %s)", c.NodeID, time.Unix(0, c.Since).UTC().Format(time.RFC3339), d.GetPolicy())
+				part += fmt.Sprintf(", active there as node %s since %s (policy %s)", c.NodeID, time.Unix(0, c.Since).UTC().Format(time.RFC3339), d.Policy)
 				found = true
 			}
 		}

@@ -185,7 +185,11 @@ func (j *Journal) tpmVerify(node *pactv1.Node, reportedEKHash, spki string, att 
 			EncryptedSecret: ch.EncryptedSecret,
 			ExpiresInMs:     expires.Sub(now).Milliseconds(),
 			QuoteNonce:      nonce,
-			QuoteIma:        j.quotesIMA(id),
+			// Whether the policy in force reads the IMA list, from this
+			// journal's copy: a policy that changes before the answer is
+			// evaluated against what the answer carries, and a list asked
+			// for in vain is a mismatch the agent's next round fixes.
+			QuoteIma: j.fsm.BootPolicyReadsIMA(node.GetVcluster()),
 		}, nil, false, nil
 	}
 	if err := tpmattest.CheckAnswerShape(att.GetChallengeId(), att.GetProof()); err != nil {
@@ -253,20 +257,6 @@ func (j *Journal) checkQuote(nodeID string, att *pactv1.TpmAttestation, nonce []
 	j.boot.put(nodeID, ev, j.cfg.Clock.Now())
 	j.log.Info("TPM quote verified", logkey.NodeID, nodeID, logkey.PCRs, fmt.Sprint(ev.QuotedPCRs()), logkey.Events, len(ev.Events), logkey.IMAEntries, len(ev.IMA))
 	return ev, nil
-}
-
-// quotesIMA reports whether the boot policy in force for node id reads
-// its IMA list, so its challenge asks for one (TpmChallenge.quote_ima).
-// Decided from this journal's copy: a policy that changes before the
-// answer is evaluated against what the answer carries, and a list asked
-// for in vain is a mismatch the agent's next round fixes.
-func (j *Journal) quotesIMA(id string) bool {
-	vc := ""
-	if n, ok := j.fsm.Node(id); ok {
-		vc = n.GetVcluster()
-	}
-	p, ok := j.fsm.BootPolicyFor(vc)
-	return ok && p.GetIma() != nil
 }
 
 // checkBootPolicy evaluates the boot policy in force for the node's

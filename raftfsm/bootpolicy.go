@@ -119,6 +119,19 @@ func (f *FSM) BootPolicyFor(vcluster string) (*pactv1.BootPolicy, bool) {
 	return proto.Clone(p).(*pactv1.BootPolicy), true
 }
 
+// BootPolicyReadsIMA reports whether the policy that applies to a node of
+// vcluster has IMA rules: what every TPM challenge asks, without copying
+// the policy.
+func (f *FSM) BootPolicyReadsIMA(vcluster string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	p, ok := f.st.bootPolicies[vcluster]
+	if !ok {
+		p, ok = f.st.bootPolicies[""]
+	}
+	return ok && p.GetIma() != nil
+}
+
 // BootPolicy returns a copy of vcluster's own policy.
 func (f *FSM) BootPolicy(vcluster string) (*pactv1.BootPolicy, bool) {
 	f.mu.RLock()

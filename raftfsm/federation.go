@@ -191,6 +191,23 @@ func (f *FSM) FederatedDomains() []*pactv1.FederatedDomain {
 	return out
 }
 
+// DomainPolicy is a federated domain's name and its claim policy.
+type DomainPolicy struct{ Name, Policy string }
+
+// FederatedPolicies returns each federated domain's name and claim
+// policy, by name: what an enrollment's claim check reads, without
+// copying the domains' bundles.
+func (f *FSM) FederatedPolicies() []DomainPolicy {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]DomainPolicy, 0, len(f.st.federated))
+	for _, d := range f.st.federated {
+		out = append(out, DomainPolicy{Name: d.GetName(), Policy: d.GetPolicy()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
 // FederatedDomain returns a copy of one federated domain.
 func (f *FSM) FederatedDomain(name string) (*pactv1.FederatedDomain, bool) {
 	f.mu.RLock()
