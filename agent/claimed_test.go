@@ -79,9 +79,12 @@ func TestAgentWaitsWhileActiveInAnotherDomain(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	ag := runAgent(t, cfg)
 	attempts := func() uint64 { return ag.metrics.attempts.Load() }
-	eventually(t, "the agent's enrollment is refused for A's claim", func() bool {
-		return ag.Status().ActiveInDomain == journaltest.Domain && fc.Timers() > 0
+	// Refused, recorded (the failure counted), and the retry set: beside
+	// the identity cascade's probe timer, the loop's own.
+	eventually(t, "the agent's enrollment is refused for A's claim and its retry set", func() bool {
+		return ag.Status().ActiveInDomain == journaltest.Domain && failureCount(ag.Agent, ReasonActiveInAnotherDomain) == 1 && fc.Timers() >= 2
 	})
+	waitLogged(t, logs, "the hardware is active in another domain")
 	st := ag.Status()
 	if st.LastFailureReason != ReasonActiveInAnotherDomain || st.LastFailureOp != "enroll" || !strings.Contains(st.LastFailure, "active in domain "+journaltest.Domain) {
 		t.Fatalf("status %+v: want the last failure active_in_another_domain during enroll, naming %s", st, journaltest.Domain)
