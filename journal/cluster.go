@@ -158,8 +158,10 @@ func (j *Journal) checkUnpublishedPublishes(p *principal, cmd *pactv1.Command) e
 	if len(p.Chain) < 2 {
 		return fmt.Errorf("%w: a forwarded write needs a journal's certificate chain", ErrPermission)
 	}
-	inter := p.Chain[1]
-	if _, published := j.fsm.Intermediate(pki.SerialHex(inter.SerialNumber)); published {
+	// The verified path's intermediate, as authentication judged it: the
+	// chain's second certificate may be a published one sent beside it.
+	inter := p.Unpublished
+	if inter == nil {
 		return nil
 	}
 	op := cmd.GetPublishIntermediate()

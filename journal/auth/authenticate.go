@@ -97,7 +97,8 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 		if !pactID {
 			return nil, noIdentity()
 		}
-		if err := a.checkPeerCert(sent, id.Name, method); err != nil {
+		unpublished, err := a.checkPeerCert(sent, id.Name, method)
+		if err != nil {
 			if method == pactv1.JournalPeerService_MemberStatus_FullMethodName {
 				// A journal cut off and removed learns it here.
 				err = a.cfg.Peers.RemovedPeer(ctx, id.Name, err)
@@ -113,7 +114,7 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (*Princ
 		if err := a.cfg.Peers.CheckPeerCall(ctx, id.Name, member); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrPermission, err)
 		}
-		return &Principal{ID: id, Leaf: leaf, Chain: sent}, nil
+		return &Principal{ID: id, Leaf: leaf, Chain: sent, Unpublished: unpublished}, nil
 	}
 	var verr error
 	// chain is the verified chain of a pact certificate (leaf first, a

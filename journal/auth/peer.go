@@ -216,10 +216,18 @@ func (v *PeerVerifier) VerifyChain(certs []*x509.Certificate) error {
 // publish) is decided by the chain alone; pact journal add binds a new
 // journal's journal CA before it becomes a member.
 func (v *PeerVerifier) CheckPeer(certs []*x509.Certificate) (published bool, err error) {
+	_, published, err = v.checkPeer(certs)
+	return published, err
+}
+
+// checkPeer is CheckPeer that also returns the intermediate on the
+// verified path: the one that vouches for the leaf, whatever else was
+// sent beside it.
+func (v *PeerVerifier) checkPeer(certs []*x509.Certificate) (inter *x509.Certificate, published bool, err error) {
 	now := v.clock.Now()
 	id, ierr := pki.IdentityOf(certs[0])
 	if ierr != nil || id.Kind != pki.KindJournal {
-		return false, fmt.Errorf("%w (%s)", ErrPeerNotJournal, v.domain)
+		return nil, false, fmt.Errorf("%w (%s)", ErrPeerNotJournal, v.domain)
 	}
 	// What was sent: every journal CA in it must be this journal's and
 	// none revoked, on the verified path or beside it (a journal sends
@@ -231,18 +239,18 @@ func (v *PeerVerifier) CheckPeer(certs []*x509.Certificate) (published bool, err
 		}
 	}
 	if err := v.checkJournalCAsRevoked(sentCAs); err != nil {
-		return false, err
+		return nil, false, err
 	}
 	if err := checkJournalCABinding(certs[0], sentCAs); err != nil {
-		return false, err
+		return nil, false, err
 	}
 	// What vouches for the leaf: the verified path's intermediate and
 	// journal CA (none: the legacy shape), not whatever was sent beside.
 	path, err := v.peerPath(certs, now)
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
-	inter := path[1]
+	inter = path[1]
 	var jc *x509.Certificate
 	if len(path) == 4 {
 		jc = path[2]
@@ -250,25 +258,25 @@ func (v *PeerVerifier) CheckPeer(certs []*x509.Certificate) (published bool, err
 	bound, isBound := v.records.BoundJournalCA(id.Name)
 	switch {
 	case isBound && jc == nil:
-		return false, RefusePeer(PeerRefusedNotBound, ErrPeerNotBound, "journal %s is bound to journal CA %s; a chain without it (the root signed its intermediate) is no peer", id.Name, bound.GetSerial())
+		return nil, false, RefusePeer(PeerRefusedNotBound, ErrPeerNotBound, "journal %s is bound to journal CA %s; a chain without it (the root signed its intermediate) is no peer", id.Name, bound.GetSerial())
 	case isBound:
 		if err := provesBound(id.Name, jc, bound); err != nil {
-			return false, err
+			return nil, false, err
 		}
 	}
 	in, published := v.records.Intermediate(pki.SerialHex(inter.SerialNumber))
 	if published {
 		if raftfsm.IntermediateRevoked(in, now.UnixNano()) {
-			return false, RefusePeer(PeerRefusedRevoked, ErrPeerIntermediateRevoked, "intermediate %s of journal %s is revoked", in.GetSerial(), in.GetJournalId())
+			return nil, false, RefusePeer(PeerRefusedRevoked, ErrPeerIntermediateRevoked, "intermediate %s of journal %s is revoked", in.GetSerial(), in.GetJournalId())
 		}
 		if err := checkIntermediateBinding(certs[0], in); err != nil {
-			return false, err
+			return nil, false, err
 		}
 		if !bytes.Equal(in.GetDer(), inter.Raw) {
-			return false, RefusePeer(PeerRefusedNotBound, ErrPeerNotBound, "intermediate %s of journal %s is not the certificate Raft records under that serial", in.GetSerial(), id.Name)
+			return nil, false, RefusePeer(PeerRefusedNotBound, ErrPeerNotBound, "intermediate %s of journal %s is not the certificate Raft records under that serial", in.GetSerial(), id.Name)
 		}
 		if jc != nil && in.GetIssuerSerial() != pki.SerialHex(jc.SerialNumber) {
-			return false, RefusePeer(PeerRefusedNotBound, ErrPeerNotBound, "intermediate %s of journal %s is recorded under journal CA %q, not the one on its path", in.GetSerial(), id.Name, in.GetIssuerSerial())
+			return nil, false, RefusePeer(PeerRefusedNotBound, ErrPeerNotBound, "intermediate %s of journal %s is recorded under journal CA %q, not the one on its path", in.GetSerial(), id.Name, in.GetIssuerSerial())
 		}
 	}
 	// A legacy chain of a journal not bound to a journal CA is a legacy
@@ -279,7 +287,7 @@ func (v *PeerVerifier) CheckPeer(certs []*x509.Certificate) (published bool, err
 	// (docs/migration.md). A bound journal has no legacy chain (refused
 	// above), and pact journal add refuses a legacy journal in a quorum
 	// with journal CAs.
-	return published, nil
+	return inter, published, nil
 }
 
 // Applied is told of what the FSM applied: the verifier forgets the peer
@@ -294,8 +302,14 @@ func (v *PeerVerifier) Applied(ev raftfsm.Event) {
 // checkPeerCert checks a peer service call's chain is that of journal
 // name, a peer of this quorum by Raft's records (PeerVerifier.CheckPeer),
 // that may call method, and has a refusal counted (Peers.RefusedPeer).
-func (a *Authenticator) checkPeerCert(chain []*x509.Certificate, name, method string) error {
-	published, err := a.cfg.PeerVerifier.CheckPeer(chain)
+//
+// It returns the verified path's intermediate when Raft has not published
+// it (nil when it has): the one intermediate such a caller may publish.
+// The decision is the verified path's, never the chain's second
+// certificate: a chain may carry a published intermediate beside the one
+// that signed its leaf.
+func (a *Authenticator) checkPeerCert(chain []*x509.Certificate, name, method string) (unpublished *x509.Certificate, err error) {
+	inter, published, err := a.cfg.PeerVerifier.checkPeer(chain)
 	if err == nil && !published && !unpublishedMayCall(method) {
 		// A journal that re-keyed or started publishes its new
 		// intermediate before it does anything else with it: retryable
@@ -307,7 +321,10 @@ func (a *Authenticator) checkPeerCert(chain []*x509.Certificate, name, method st
 	if errors.As(err, &r) {
 		a.cfg.Peers.RefusedPeer(name, err)
 	}
-	return err
+	if err != nil || published {
+		return nil, err
+	}
+	return inter, nil
 }
 
 // unpublishedMayCall is what a journal may call with an intermediate Raft

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"bytes"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
@@ -375,26 +376,41 @@ func TestPeerServiceChecksTheRecords(t *testing.T) {
 	peers := &countedPeers{}
 	a := &Authenticator{cfg: Config{PeerVerifier: peerVerifier(t, []*x509.Certificate{root.Cert}, fsm), Peers: peers}}
 
-	unpublished := jca2.Intermediate("j2", names).Server("j2", names).Chain
+	newInter := jca2.Intermediate("j2", names)
+	unpublished := newInter.Server("j2", names).Chain
+	// The same leaf with the published intermediate sent first, beside the
+	// unpublished one that signed it: the verified path decides.
+	decoy := append([]*x509.Certificate{unpublished[0], published.Cert}, unpublished[1:]...)
 	other := root.JournalCA("j2", names).Intermediate("j2", names).Server("j2", names).Chain // another quorum's j2
 	for _, tc := range []struct {
 		name   string
 		chain  []*x509.Certificate
 		method string
 		want   error // nil: admitted
+		// unpublished: admitted with an intermediate Raft has not
+		// published, which must be the one that signed the leaf.
+		unpublished bool
 	}{
-		{"published, ReadIndex", published.Server("j2", names).Chain, pactv1.JournalPeerService_ReadIndex_FullMethodName, nil},
-		{"unpublished, Propose", unpublished, pactv1.JournalPeerService_Propose_FullMethodName, nil},
-		{"unpublished, MemberStatus", unpublished, pactv1.JournalPeerService_MemberStatus_FullMethodName, nil},
-		{"unpublished, ReadIndex", unpublished, pactv1.JournalPeerService_ReadIndex_FullMethodName, ErrPeerUnpublished},
-		{"unpublished, BootEvidence", unpublished, pactv1.JournalPeerService_BootEvidence_FullMethodName, ErrPeerUnpublished},
-		{"not bound, Propose", other, pactv1.JournalPeerService_Propose_FullMethodName, ErrPeerNotBound},
+		{"published, ReadIndex", published.Server("j2", names).Chain, pactv1.JournalPeerService_ReadIndex_FullMethodName, nil, false},
+		{"unpublished, Propose", unpublished, pactv1.JournalPeerService_Propose_FullMethodName, nil, true},
+		{"unpublished behind a published decoy, Propose", decoy, pactv1.JournalPeerService_Propose_FullMethodName, nil, true},
+		{"unpublished behind a published decoy, ReadIndex", decoy, pactv1.JournalPeerService_ReadIndex_FullMethodName, ErrPeerUnpublished, false},
+		{"unpublished, MemberStatus", unpublished, pactv1.JournalPeerService_MemberStatus_FullMethodName, nil, true},
+		{"unpublished, ReadIndex", unpublished, pactv1.JournalPeerService_ReadIndex_FullMethodName, ErrPeerUnpublished, false},
+		{"unpublished, BootEvidence", unpublished, pactv1.JournalPeerService_BootEvidence_FullMethodName, ErrPeerUnpublished, false},
+		{"not bound, Propose", other, pactv1.JournalPeerService_Propose_FullMethodName, ErrPeerNotBound, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			peers.refused = nil
-			err := a.checkPeerCert(tc.chain, "j2", tc.method)
+			got, err := a.checkPeerCert(tc.chain, "j2", tc.method)
 			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			switch {
+			case tc.unpublished && (got == nil || !bytes.Equal(got.Raw, newInter.Cert.Raw)):
+				t.Errorf("the unpublished intermediate is %v, want the one that signed the leaf (%s), not the one sent beside it", got, pki.SerialHex(newInter.Cert.SerialNumber))
+			case !tc.unpublished && got != nil:
+				t.Errorf("an unpublished intermediate %s, want none", pki.SerialHex(got.SerialNumber))
 			}
 			switch {
 			case tc.want == nil && len(peers.refused) != 0:

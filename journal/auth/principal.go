@@ -18,6 +18,10 @@ type Principal struct {
 	Leaf   *x509.Certificate
 	// Chain is what a peer journal sent, leaf first (journals only).
 	Chain []*x509.Certificate
+	// Unpublished is, for a peer journal, the intermediate on its verified
+	// path when Raft has not published it (nil when it has): the only
+	// thing such a journal may do is publish that one.
+	Unpublished *x509.Certificate
 	// SVID is set when an agent authenticated with a SPIRE X.509-SVID
 	// rather than a journal-signed certificate; SPIFFEID is the SVID's ID.
 	SVID     bool
