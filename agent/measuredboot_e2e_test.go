@@ -284,7 +284,9 @@ func TestAgentAttestsIMA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = a.Run(ctx)
+	ctx3, cancel3 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel3()
+	err = a.Run(ctx3)
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "no IMA measurement list") {
 		t.Fatalf("Run without the IMA list = %v, want a refusal saying no list was sent", err)
 	}

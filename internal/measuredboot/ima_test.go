@@ -190,8 +190,9 @@ func TestValidatePolicyIMA(t *testing.T) {
 	}
 }
 
-// FuzzReplayIMA: an untrusted IMA list never panics, and what it keeps
-// reproduces the quoted PCR.
+// FuzzReplayIMA: an untrusted IMA list never panics, and a list that
+// replays keeps at least one entry (TestReplayIMA and
+// TestReplayIMARefuses check what is kept against the quoted PCR).
 func FuzzReplayIMA(f *testing.F) {
 	list := imatest.Runtime(imaSlurm, imaMunge)
 	f.Add(list.Bytes())
