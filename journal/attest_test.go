@@ -344,6 +344,11 @@ func TestCaptureAtAnyJournal(t *testing.T) {
 		return err == nil && r.GetNode().GetCert().GetSerial() == n.a.serial
 	}, "j3 to hold n1's certificate")
 	w := e3.subscribeAttesting(t, n.a)
+	// The journal registers the stream as one that answers attestation
+	// requests just after its first state: a capture before that would
+	// find none here and ask the others.
+	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool { return e3.h.J.AttestingStreams("n1") == 1 },
+		"j3 to hold n1's attesting stream")
 	type result struct {
 		resp *pactv1.CaptureBootPolicyResponse
 		err  error

@@ -232,3 +232,17 @@ func requireRaftHooks(t testing.TB) {
 	}
 	t.Skip("needs the Raft node's test hooks: go test -tags testhooks (make test passes it)")
 }
+
+// AttestingStreams counts the streams of node on this journal that answer
+// boot attestation requests (registered once the stream's first state was
+// sent).
+func (j *Journal) AttestingStreams(node string) int {
+	n := 0
+	j.attestStreams.Range(func(k, _ any) bool {
+		if k.(*streamAttest).node == node {
+			n++
+		}
+		return true
+	})
+	return n
+}
