@@ -12,7 +12,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -69,59 +68,36 @@ func ClientTLSConfig(roots []*x509.Certificate, id *identity.Identity, now func(
 	return cfg
 }
 
-// ClientCredentials are gRPC TLS credentials that remember why the latest
-// handshake failed, and the alert by which the journal refused it after
+// ClientCredentials are gRPC TLS credentials that remember how the latest
+// handshake ended, and the alert by which the journal refused it after
 // the agent's side of it was done (TLS 1.3 checks the client's
-// certificate then; tlsalert). gRPC reports both as UNAVAILABLE with the
-// reason in text only; Explain puts the typed TLS error (an
-// x509.UnknownAuthorityError, a tls.CertificateVerificationError, the
-// journal's alert...) back into the call's error, so callers can tell an
-// untrusted server, a refused certificate and an unreachable journal
-// apart with errors.As and tlsalert.Received.
+// certificate then): tlsalert.Credentials records both. gRPC reports
+// either as UNAVAILABLE with the reason in text only; Explain puts the
+// typed TLS error (an x509.UnknownAuthorityError, a
+// tls.CertificateVerificationError, the journal's alert...) back into the
+// call's error, so callers can tell an untrusted server, a refused
+// certificate and an unreachable journal apart with errors.As and
+// tlsalert.Received.
 type ClientCredentials struct {
-	credentials.TransportCredentials
-	rec *handshakeRecord
+	*tlsalert.Credentials
 }
 
-type handshakeRecord struct {
-	mu    sync.Mutex
-	err   error
-	tried bool // a connection was made and a handshake begun
-	// alert records the alert read on the latest connection whose
-	// handshake succeeded here, if the journal sent one.
-	alert *tlsalert.Record
-}
-
-// NewClientCredentials wraps cfg.
+// NewClientCredentials wraps cfg. A journal's busy answer
+// (internal/transport) ends a handshake with a *transport.BusyError.
 func NewClientCredentials(cfg *tls.Config) *ClientCredentials {
-	return &ClientCredentials{TransportCredentials: credentials.NewTLS(cfg), rec: &handshakeRecord{}}
+	return &ClientCredentials{Credentials: tlsalert.NewCredentials(busyAware{credentials.NewTLS(cfg)})}
 }
 
-// ClientHandshake performs the TLS handshake and records its outcome. A
-// journal's busy answer (internal/transport) ends it with a *transport.BusyError.
-func (c *ClientCredentials) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, transport.BusyAware(raw))
-	var alert *tlsalert.Record
-	if err == nil {
-		alert = &tlsalert.Record{}
-		conn = tlsalert.Watch(conn, alert)
-	}
-	c.rec.mu.Lock()
-	c.rec.err, c.rec.tried, c.rec.alert = err, true, alert
-	c.rec.mu.Unlock()
-	return conn, info, err
+// busyAware reads a journal's busy answer on the raw connection before
+// the TLS handshake does (transport.BusyAware).
+type busyAware struct{ credentials.TransportCredentials }
+
+func (b busyAware) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return b.TransportCredentials.ClientHandshake(ctx, authority, transport.BusyAware(raw))
 }
 
-// Clone keeps the record shared.
-func (c *ClientCredentials) Clone() credentials.TransportCredentials {
-	return &ClientCredentials{TransportCredentials: c.TransportCredentials.Clone(), rec: c.rec}
-}
-
-// HandshakeError is the latest handshake's error, nil if it succeeded.
-func (c *ClientCredentials) HandshakeError() error {
-	c.rec.mu.Lock()
-	defer c.rec.mu.Unlock()
-	return c.rec.err
+func (b busyAware) Clone() credentials.TransportCredentials {
+	return busyAware{b.TransportCredentials.Clone()}
 }
 
 // HandshakeError is the TLS handshake's own error in a call's error
@@ -145,17 +121,15 @@ func (c *ClientCredentials) Explain(err error) error {
 	if err == nil || (code != codes.Unavailable && code != codes.DeadlineExceeded) {
 		return err
 	}
-	c.rec.mu.Lock()
-	herr, tried, alert := c.rec.err, c.rec.tried, c.rec.alert
-	c.rec.mu.Unlock()
+	tried, herr, alert := c.Latest()
 	switch {
 	case !tried:
 		return fmt.Errorf("%w: %w", ErrNoConnection, err)
 	case herr != nil && code == codes.Unavailable:
 		return fmt.Errorf("%w (TLS handshake: %w)", err, &HandshakeError{Err: herr})
-	case alert.Err() != nil && code == codes.Unavailable:
+	case herr == nil && alert != nil && code == codes.Unavailable:
 		// gRPC's message names the alert already.
-		return tlsalert.Attach(err, alert.Err())
+		return tlsalert.Attach(err, alert)
 	}
 	return err
 }

@@ -104,7 +104,8 @@ type Credentials struct {
 
 type latest struct {
 	mu  sync.Mutex
-	rec *Record
+	rec *Record // nil until a handshake has ended
+	err error   // that handshake's error
 }
 
 // NewCredentials wraps creds.
@@ -126,9 +127,22 @@ func (c *Credentials) ClientHandshake(ctx context.Context, authority string, raw
 		conn = Watch(conn, rec)
 	}
 	c.latest.mu.Lock()
-	c.latest.rec = rec
+	c.latest.rec, c.latest.err = rec, err
 	c.latest.mu.Unlock()
 	return conn, info, err
+}
+
+// Latest reports the latest connection, as one snapshot: whether any
+// handshake has ended on these credentials or a clone of them (ended),
+// that handshake's error (nil if it succeeded), and the error that
+// carried the server's alert, if one came (in the handshake, when it is
+// the handshake's error, or on a read after it; Received finds the alert
+// in it), nil if none did.
+func (c *Credentials) Latest() (ended bool, handshake, alert error) {
+	c.latest.mu.Lock()
+	rec, err := c.latest.rec, c.latest.err
+	c.latest.mu.Unlock()
+	return rec != nil, err, rec.Err()
 }
 
 // Clone keeps the record shared.
@@ -144,10 +158,8 @@ func (c *Credentials) Explain(err error) error {
 	if status.Code(err) != codes.Unavailable {
 		return err
 	}
-	c.latest.mu.Lock()
-	rec := c.latest.rec
-	c.latest.mu.Unlock()
-	return Attach(err, rec.Err())
+	_, _, alert := c.Latest()
+	return Attach(err, alert)
 }
 
 // Attach returns a call's error with alert (an error Received finds an

@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"testing"
@@ -167,6 +168,9 @@ func TestCredentialsExplainACallRefusedByAnAlert(t *testing.T) {
 	if a, ok := tlsalert.Received(got); !ok || a != tlsalert.BadCertificate {
 		t.Errorf("explained %v: alert %v, %v; want bad_certificate", got, a, ok)
 	}
+	if ended, _, alert := creds.Latest(); !ended || alert == nil {
+		t.Errorf("Latest: ended %v, alert %v; want the alert", ended, alert)
+	}
 	if got.Error() != err.Error() || status.Convert(got).Message() != status.Convert(err).Message() || status.Code(got) != codes.Unavailable {
 		t.Errorf("explained %q (%v %q), want %q unchanged", got, status.Code(got), status.Convert(got).Message(), err)
 	}
@@ -174,5 +178,42 @@ func TestCredentialsExplainACallRefusedByAnAlert(t *testing.T) {
 	other := status.Error(codes.PermissionDenied, "no")
 	if creds.Explain(other) != other {
 		t.Error("Explain changed a PERMISSION_DENIED")
+	}
+}
+
+// Latest reports nothing before a handshake has ended, then the latest
+// handshake's error: here the server closed the connection on the
+// ClientHello, with no alert.
+func TestCredentialsLatestReportsTheHandshake(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		c, err := lis.Accept()
+		if err != nil {
+			return
+		}
+		_ = c.(*net.TCPConn).CloseWrite()
+		_, _ = io.Copy(io.Discard, c)
+		_ = c.Close()
+	}()
+	raw, err := net.Dial("tcp", lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	creds := tlsalert.NewCredentials(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, ServerName: "journal.test"}))
+	clone := creds.Clone().(*tlsalert.Credentials)
+	if ended, herr, alert := creds.Latest(); ended || herr != nil || alert != nil {
+		t.Fatalf("before any handshake: %v %v %v", ended, herr, alert)
+	}
+	if _, _, err := clone.ClientHandshake(context.Background(), "journal.test", raw); !errors.Is(err, io.EOF) {
+		t.Fatalf("handshake: %v, want EOF", err)
+	}
+	// The clone's handshake is the original's latest.
+	if ended, herr, alert := creds.Latest(); !ended || !errors.Is(herr, io.EOF) || alert != nil {
+		t.Errorf("after the handshake: %v %v %v; want true, EOF, nil", ended, herr, alert)
 	}
 }
