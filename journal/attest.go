@@ -508,18 +508,6 @@ func (j *Journal) freshQuote(ctx context.Context, node string) (rec bootRecord, 
 	return rec, ok, nil
 }
 
-// validateAttest checks a policy's attestation settings: an interval of 0
-// (off) or 1 minute to 30 days, a tolerance of at most 100.
-func validateAttest(p *pactv1.BootPolicy) error {
-	if s := p.GetAttestIntervalSeconds(); s != 0 && (s < 60 || s > 30*24*3600) {
-		return fmt.Errorf("%w: attest interval of %ds: 0 (off) or 60s to 720h", ErrInvalidArgument, s)
-	}
-	if t := p.GetAttestTolerance(); t > 100 {
-		return fmt.Errorf("%w: attest tolerance %d: at most 100", ErrInvalidArgument, t)
-	}
-	return nil
-}
-
 // captureAtPeers asks the other journals of the quorum, in parallel, to
 // capture from the node's quote they hold or ask its stream for (pact
 // boot-policy capture at a journal that has neither); the first capture

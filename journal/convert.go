@@ -1,15 +1,10 @@
 package journal
 
 import (
-	"github.com/pact-hpc/pact/internal/hwid"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/journal/ca"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
-
-func hardwareProto(id hwid.Identity) *pactv1.HardwareIdentity {
-	return &pactv1.HardwareIdentity{Macs: id.MACs, BmcSerial: id.BMCSerial, TpmEkHash: id.EKHash}
-}
 
 func certInfo(is *ca.Issued) *pactv1.CertificateInfo {
 	return &pactv1.CertificateInfo{

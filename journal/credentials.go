@@ -2,18 +2,13 @@ package journal
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"fmt"
-	"log/slog"
-	"strings"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/ca"
+	"github.com/pact-hpc/pact/journal/jointoken"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -112,48 +107,6 @@ func (j *Journal) checkAdmission(ctx context.Context, nodeID, spki string) error
 // fencedError is the refusal of a fenced node (auth.FencedError).
 func fencedError(nodeID string) error { return auth.FencedError(nodeID) }
 
-// Join tokens: pactjt_ followed by 32 random bytes in unpadded base64url.
-const (
-	joinTokenPrefix = "pactjt_"
-	joinTokenBytes  = 32
-	joinTokenLen    = len(joinTokenPrefix) + 43
-)
-
-// joinToken is a join token held in memory between its creation and the
-// answer to the operator. It prints and logs as its id only.
-type joinToken string
-
-func (t joinToken) String() string { return "pactjt_[redacted " + raftfsm.JoinTokenID(t.sum()) + "]" }
-
-// LogValue keeps the token out of slog output whatever the call site does.
-func (t joinToken) LogValue() slog.Value { return slog.StringValue(t.String()) }
-
-func (t joinToken) sum() string {
-	s := sha256.Sum256([]byte(t))
-	return hex.EncodeToString(s[:])
-}
-
-func newJoinToken() (joinToken, error) {
-	b := make([]byte, joinTokenBytes)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("journal: join token: %w", err)
-	}
-	return joinToken(joinTokenPrefix + base64.RawURLEncoding.EncodeToString(b)), nil
-}
-
-// parseJoinToken checks a presented token's form and returns its hex
-// SHA-256. The error never echoes the input.
-func parseJoinToken(s string) (string, error) {
-	s = strings.TrimSpace(s)
-	if len(s) != joinTokenLen || !strings.HasPrefix(s, joinTokenPrefix) {
-		return "", fmt.Errorf("%w: not a pact join token (want %s and 43 base64url characters, as pact node token create prints)", raftfsm.ErrJoinTokenInvalid, joinTokenPrefix)
-	}
-	if b, err := base64.RawURLEncoding.DecodeString(s[len(joinTokenPrefix):]); err != nil || len(b) != joinTokenBytes {
-		return "", fmt.Errorf("%w: not a pact join token (want %s and 43 base64url characters, as pact node token create prints)", raftfsm.ErrJoinTokenInvalid, joinTokenPrefix)
-	}
-	return joinToken(s).sum(), nil
-}
-
 // joinTokenCredential is the single-use join token (pact node token create,
 // pact-agent --join-token-file). The token is checked here against this
 // journal's copy and consumed by the FSM in the activation's own entry.
@@ -168,7 +121,7 @@ func (c joinTokenCredential) verify(_ context.Context, a *enrollAttempt, proof *
 	if tok == "" {
 		return fmt.Errorf("%w: node %s enrolls only with a join token: create one with pact node token create %s and give it to the agent (--join-token-file)", raftfsm.ErrJoinTokenRequired, a.node.GetNodeId(), a.node.GetNodeId())
 	}
-	sum, err := parseJoinToken(tok)
+	sum, err := jointoken.Parse(tok)
 	if err != nil {
 		return err
 	}

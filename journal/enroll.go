@@ -16,6 +16,7 @@ import (
 	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/ratelimit"
+	"github.com/pact-hpc/pact/journal/v1rpc"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -211,7 +212,7 @@ func (j *Journal) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) (*p
 		Actor: "agent/" + node.GetNodeId(),
 		Op: &pactv1.Command_Activate{Activate: &pactv1.ActivateOp{
 			NodeId:   node.GetNodeId(),
-			Reported: hardwareProto(rep),
+			Reported: v1rpc.HardwareProto(rep),
 			Cert:     certInfo(issued),
 
 			TakeoverCutoffUnixNano: takeover,

@@ -36,6 +36,7 @@ import (
 	"github.com/pact-hpc/pact/journal/raftnode"
 	"github.com/pact-hpc/pact/journal/ratelimit"
 	"github.com/pact-hpc/pact/journal/tpmchallenge"
+	"github.com/pact-hpc/pact/journal/v1rpc"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -299,7 +300,10 @@ func (j *Journal) Start(ctx context.Context) error {
 		return err
 	}
 	j.recordBootstrapOperator(ctx)
-	j.server = j.newGRPCServer()
+	if j.server, err = j.newGRPCServer(); err != nil {
+		lis.Close()
+		return err
+	}
 	if j.cfg.MetricsListen != "" {
 		mlis, err := j.serveMetrics()
 		if err != nil {
@@ -649,7 +653,15 @@ func (j *Journal) Close() error {
 	return errors.Join(errs...)
 }
 
-func (j *Journal) newGRPCServer() *grpc.Server {
+func (j *Journal) newGRPCServer() (*grpc.Server, error) {
+	nodes, err := v1rpc.NewNodeAdmin(j.rpcConfig())
+	if err != nil {
+		return nil, err
+	}
+	bootPolicies, err := v1rpc.NewBootPolicies(j.rpcConfig())
+	if err != nil {
+		return nil, err
+	}
 	tlsCfg := &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -687,10 +699,10 @@ func (j *Journal) newGRPCServer() *grpc.Server {
 		grpc.ChainStreamInterceptor(j.streamInterceptor, j.auth.StreamInterceptor, j.vouchStream, j.limitStreams),
 	)...)
 	registerDecoded(s, &pactv1.EnrollmentService_ServiceDesc, &enrollmentServer{j: j})
-	registerDecoded(s, &pactv1.AdminService_ServiceDesc, &adminServer{j: j})
-	registerDecoded(s, &pactv1.BootPolicyService_ServiceDesc, &bootPolicyServer{j: j})
+	registerDecoded(s, &pactv1.AdminService_ServiceDesc, &adminServer{NodeAdmin: nodes, j: j})
+	registerDecoded(s, &pactv1.BootPolicyService_ServiceDesc, bootPolicies)
 	registerDecoded(s, &pactv1.JournalPeerService_ServiceDesc, &peerServer{j: j})
-	return s
+	return s, nil
 }
 
 func rootPool(roots []*x509.Certificate) *x509.CertPool {

@@ -35,6 +35,7 @@ import (
 	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/journaltest"
+	"github.com/pact-hpc/pact/journal/v1rpc"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -1219,7 +1220,7 @@ func TestRegisterNodesBatch(t *testing.T) {
 	e.unchanged(t, before)
 
 	// At most 1000 rows in a call: 1000 are taken row by row...
-	bad := make([]*pactv1.RegisterNodeRequest, journal.MaxBatch)
+	bad := make([]*pactv1.RegisterNodeRequest, v1rpc.MaxBatch)
 	for i := range bad {
 		bad[i] = row(fmt.Sprintf("bad%d", i), "", "", "not-a-mac")
 	}

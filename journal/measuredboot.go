@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/measuredboot"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -67,76 +66,13 @@ func (b *bootEvidence) get(node string) (bootRecord, bool) {
 	return r, ok
 }
 
-// bootPolicyLevel is the quorum feature level that knows boot policies.
-const bootPolicyLevel = 3
-
-// bootPolicyServer is pact boot-policy (docs/tpm.md, "Boot policies").
-type bootPolicyServer struct {
-	pactv1.UnimplementedBootPolicyServiceServer
-	j *Journal
-}
-
-func (s *bootPolicyServer) SetBootPolicy(ctx context.Context, req *pactv1.SetBootPolicyRequest) (*pactv1.SetBootPolicyResponse, error) {
-	j := s.j
-	p := req.GetPolicy()
-	if err := measuredboot.ValidatePolicy(p); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
-	}
-	if err := validateAttest(p); err != nil {
-		return nil, err
-	}
-	if err := j.readBarrier(ctx); err != nil {
-		return nil, err
-	}
-	if err := j.requireLevel(ctx, bootPolicyLevel, "pact boot-policy set"); err != nil {
-		return nil, err
-	}
-	if _, err := j.propose(ctx, &pactv1.Command{Actor: actorOf(ctx, j), Op: &pactv1.Command_SetBootPolicy{SetBootPolicy: &pactv1.SetBootPolicyOp{
-		Policy: p, ExpectVersion: req.GetExpectVersion(),
-	}}}); err != nil {
-		return nil, err
-	}
-	set, _ := j.fsm.BootPolicy(p.GetVcluster())
-	j.log.Warn("boot policy set", logkey.VCluster, p.GetVcluster(), logkey.PolicyVersion, set.GetVersion(),
-		logkey.Mode, p.GetMode().String(), logkey.Action, p.GetAction().String(), logkey.Actor, actorOf(ctx, j))
-	return &pactv1.SetBootPolicyResponse{Policy: set}, nil
-}
-
-func (s *bootPolicyServer) ListBootPolicies(context.Context, *pactv1.ListBootPoliciesRequest) (*pactv1.ListBootPoliciesResponse, error) {
-	return &pactv1.ListBootPoliciesResponse{Policies: s.j.fsm.BootPolicies()}, nil
-}
-
-func (s *bootPolicyServer) RemoveBootPolicy(ctx context.Context, req *pactv1.RemoveBootPolicyRequest) (*pactv1.RemoveBootPolicyResponse, error) {
-	j := s.j
-	if err := j.readBarrier(ctx); err != nil {
-		return nil, err
-	}
-	if err := j.requireLevel(ctx, bootPolicyLevel, "pact boot-policy remove"); err != nil {
-		return nil, err
-	}
-	before, ok := j.fsm.BootPolicy(req.GetVcluster())
-	if !ok {
-		return nil, fmt.Errorf("%w: no boot policy for vCluster %q (pact boot-policy list)", ErrNotFound, req.GetVcluster())
-	}
-	if _, err := j.propose(ctx, &pactv1.Command{Actor: actorOf(ctx, j), Op: &pactv1.Command_RemoveBootPolicy{RemoveBootPolicy: &pactv1.RemoveBootPolicyOp{Vcluster: req.GetVcluster()}}}); err != nil {
-		return nil, err
-	}
-	j.log.Warn("boot policy removed", logkey.VCluster, req.GetVcluster(), logkey.PolicyVersion, before.GetVersion(), logkey.Actor, actorOf(ctx, j))
-	return &pactv1.RemoveBootPolicyResponse{Policy: before}, nil
-}
-
-// CaptureBootPolicy captures from the node's quote this journal holds
+// captureBootPolicy captures from the node's quote this journal holds
 // (or asks its stream here for), else from another journal of the quorum
-// that does.
-func (s *bootPolicyServer) CaptureBootPolicy(ctx context.Context, req *pactv1.CaptureBootPolicyRequest) (*pactv1.CaptureBootPolicyResponse, error) {
-	if n, ok := s.j.fsm.Node(req.GetNodeId()); ok && n.GetHardware().GetTpmEkHash() == "" {
-		// No journal will ever hold a quote of it: say so, rather than
-		// ask every journal and suggest a renewal.
-		return nil, fmt.Errorf("%w: node %q is registered without a TPM EK hash: it enrolls without its TPM and never quotes its boot; capture from a node registered with --tpm-ek-hash (docs/tpm.md)", ErrInvalidArgument, req.GetNodeId())
-	}
-	resp, err := s.j.captureLocal(ctx, req)
+// that does (pact boot-policy capture; v1rpc.BootPolicies).
+func (j *Journal) captureBootPolicy(ctx context.Context, req *pactv1.CaptureBootPolicyRequest) (*pactv1.CaptureBootPolicyResponse, error) {
+	resp, err := j.captureLocal(ctx, req)
 	if errors.Is(err, errNoBootEvidence) {
-		return s.j.captureAtPeers(ctx, req, err)
+		return j.captureAtPeers(ctx, req, err)
 	}
 	return resp, err
 }

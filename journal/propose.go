@@ -7,6 +7,7 @@ import (
 
 	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/raftnode"
+	"github.com/pact-hpc/pact/journal/v1rpc"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -16,9 +17,9 @@ var (
 	ErrNoLeader        = raftnode.ErrNoLeader
 	ErrUnauthenticated = auth.ErrUnauthenticated // journal/auth refuses with these two
 	ErrPermission      = auth.ErrPermission
-	ErrInvalidArgument = errors.New("journal: invalid argument")
+	ErrInvalidArgument = v1rpc.ErrInvalidArgument
 	ErrOverloaded      = errors.New("journal: too many enrollments in flight")
-	ErrNotFound        = errors.New("journal: not found")
+	ErrNotFound        = v1rpc.ErrNotFound
 	// ErrOperatorNotFound: pact admin revoke NAME of a name no recorded
 	// operator credential carries (a typo, most likely). It is an
 	// ErrNotFound.

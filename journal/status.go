@@ -14,6 +14,7 @@ import (
 	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/raftnode"
+	"github.com/pact-hpc/pact/journal/v1rpc"
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
@@ -56,7 +57,7 @@ var reasons = []struct {
 	{raftfsm.ErrQuorumVersion, apierr.QuorumVersion},
 	{ca.ErrInvalidRole, apierr.InvalidArgument},
 	{ca.ErrInvalidLifetime, apierr.InvalidArgument},
-	{errNodeStreaming, apierr.NodeStreaming},
+	{v1rpc.ErrNodeStreaming, apierr.NodeStreaming},
 	{errRevokesOwnCredential, apierr.RevokesOwnCredential},
 	{ca.ErrCSRTooLarge, apierr.InvalidCSR},
 	{ca.ErrCSRMalformed, apierr.InvalidCSR},

@@ -1,4 +1,4 @@
-package journal
+package v1rpc
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/internal/logkey"
+	"github.com/pact-hpc/pact/journal/auth"
+	"github.com/pact-hpc/pact/journal/jointoken"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -21,9 +23,8 @@ const (
 // CreateJoinToken makes a token for a node. The token leaves this journal
 // once, in the answer; Raft, the log and the audit see only its hash (or
 // the hash's first digits).
-func (s *adminServer) CreateJoinToken(ctx context.Context, req *pactv1.CreateJoinTokenRequest) (*pactv1.CreateJoinTokenResponse, error) {
-	j := s.j
-	p := principalFrom(ctx)
+func (s *NodeAdmin) CreateJoinToken(ctx context.Context, req *pactv1.CreateJoinTokenRequest) (*pactv1.CreateJoinTokenResponse, error) {
+	p := auth.FromContext(ctx)
 	ttl := time.Duration(req.GetTtlSeconds()) * time.Second
 	switch {
 	case req.GetTtlSeconds() == 0:
@@ -32,24 +33,24 @@ func (s *adminServer) CreateJoinToken(ctx context.Context, req *pactv1.CreateJoi
 		return nil, fmt.Errorf("%w: token lifetime %ds: give 1s to %s", ErrInvalidArgument, req.GetTtlSeconds(), MaxJoinTokenTTL)
 	}
 	var n *pactv1.Node
-	if err := j.confirm(ctx, func() (err error) { n, err = j.liveNode(req.GetNodeId()); return err }, isRuleError); err != nil {
+	if err := s.cfg.Confirmer.ConfirmRule(ctx, func() (err error) { n, err = s.liveNode(req.GetNodeId()); return err }); err != nil {
 		return nil, err
 	}
-	tok, err := newJoinToken()
+	tok, err := jointoken.New()
 	if err != nil {
 		return nil, err
 	}
-	now := j.cfg.Clock.Now()
+	now := s.cfg.Clock.Now()
 	op := &pactv1.CreateJoinTokenOp{Token: &pactv1.JoinToken{
-		Sha256:            tok.sum(),
+		Sha256:            tok.Sum(),
 		NodeId:            n.GetNodeId(),
 		ExpiresAtUnixNano: now.Add(ttl).UnixNano(),
 	}}
-	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_CreateJoinToken{CreateJoinToken: op}}); err != nil {
+	if _, err := s.cfg.Proposer.Propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_CreateJoinToken{CreateJoinToken: op}}); err != nil {
 		return nil, err
 	}
 	var info *pactv1.JoinTokenInfo
-	for _, t := range j.fsm.JoinTokens(n.GetNodeId()) {
+	for _, t := range s.cfg.Registry.JoinTokens(n.GetNodeId()) {
 		if t.GetSha256() == op.GetToken().GetSha256() {
 			info = tokenInfo(t)
 		}
@@ -60,10 +61,10 @@ func (s *adminServer) CreateJoinToken(ctx context.Context, req *pactv1.CreateJoi
 		// asked for.
 		info = tokenInfo(op.GetToken())
 	}
-	j.log.Info("join token created", logkey.NodeID, n.GetNodeId(), logkey.TokenID, info.GetId(), logkey.Actor, p.ID.Name,
+	s.cfg.Logger.Info("join token created", logkey.NodeID, n.GetNodeId(), logkey.TokenID, info.GetId(), logkey.Actor, p.ID.Name,
 		logkey.Expires, time.Unix(0, info.GetExpiresAtUnixNano()).UTC().Format(time.RFC3339))
 	if !raftfsm.RequiresJoinToken(n) {
-		j.log.Info("join token created for a node that does not require one; the agent's token is ignored until the node is registered with --require-token", logkey.NodeID, n.GetNodeId())
+		s.cfg.Logger.Info("join token created for a node that does not require one; the agent's token is ignored until the node is registered with --require-token", logkey.NodeID, n.GetNodeId())
 	}
 	return &pactv1.CreateJoinTokenResponse{Token: string(tok), Info: info}, nil
 }
@@ -80,28 +81,27 @@ func tokenInfo(t *pactv1.JoinToken) *pactv1.JoinTokenInfo {
 }
 
 // ListJoinTokens answers from this journal's copy, like ListNodes.
-func (s *adminServer) ListJoinTokens(_ context.Context, req *pactv1.ListJoinTokensRequest) (*pactv1.ListJoinTokensResponse, error) {
+func (s *NodeAdmin) ListJoinTokens(_ context.Context, req *pactv1.ListJoinTokensRequest) (*pactv1.ListJoinTokensResponse, error) {
 	out := &pactv1.ListJoinTokensResponse{}
-	for _, t := range s.j.fsm.JoinTokens(req.GetNodeId()) {
+	for _, t := range s.cfg.Registry.JoinTokens(req.GetNodeId()) {
 		out.Tokens = append(out.Tokens, tokenInfo(t))
 	}
 	return out, nil
 }
 
 // RevokeJoinTokens deletes a node's unused tokens (all, or the one named).
-func (s *adminServer) RevokeJoinTokens(ctx context.Context, req *pactv1.RevokeJoinTokensRequest) (*pactv1.RevokeJoinTokensResponse, error) {
-	j := s.j
-	p := principalFrom(ctx)
+func (s *NodeAdmin) RevokeJoinTokens(ctx context.Context, req *pactv1.RevokeJoinTokensRequest) (*pactv1.RevokeJoinTokensResponse, error) {
+	p := auth.FromContext(ctx)
 	id := strings.ToLower(req.GetId())
 	if id != "" && (len(id) < 6 || len(id) > 64 || strings.Trim(id, "0123456789abcdef") != "") {
 		return nil, fmt.Errorf("%w: token id %q: give the hex id pact node token list shows (at least 6 digits)", ErrInvalidArgument, req.GetId())
 	}
 	var n *pactv1.Node
-	if err := j.confirm(ctx, func() (err error) { n, err = j.liveNode(req.GetNodeId()); return err }, isRuleError); err != nil {
+	if err := s.cfg.Confirmer.ConfirmRule(ctx, func() (err error) { n, err = s.liveNode(req.GetNodeId()); return err }); err != nil {
 		return nil, err
 	}
 	var revoked []*pactv1.JoinTokenInfo
-	for _, t := range j.fsm.JoinTokens(n.GetNodeId()) {
+	for _, t := range s.cfg.Registry.JoinTokens(n.GetNodeId()) {
 		if t.GetUsedAtUnixNano() == 0 && strings.HasPrefix(t.GetSha256(), id) {
 			revoked = append(revoked, tokenInfo(t))
 		}
@@ -113,43 +113,42 @@ func (s *adminServer) RevokeJoinTokens(ctx context.Context, req *pactv1.RevokeJo
 		}
 		return nil, fmt.Errorf("%w: %s for node %s (pact node token list %s)", ErrNotFound, what, n.GetNodeId(), n.GetNodeId())
 	}
-	if _, err := j.propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_RevokeJoinTokens{RevokeJoinTokens: &pactv1.RevokeJoinTokensOp{
+	if _, err := s.cfg.Proposer.Propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_RevokeJoinTokens{RevokeJoinTokens: &pactv1.RevokeJoinTokensOp{
 		NodeId: n.GetNodeId(), Sha256Prefix: id,
 	}}}); err != nil {
 		return nil, err
 	}
-	j.log.Info("join tokens revoked", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.ID.Name, logkey.Count, len(revoked))
+	s.cfg.Logger.Info("join tokens revoked", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.ID.Name, logkey.Count, len(revoked))
 	return &pactv1.RevokeJoinTokensResponse{Revoked: revoked}, nil
 }
 
 // FenceNode quarantines a node. Its certificate is revoked in the same
 // entry, so every journal closes its streams as soon as it applies it.
-func (s *adminServer) FenceNode(ctx context.Context, req *pactv1.FenceNodeRequest) (*pactv1.FenceNodeResponse, error) {
-	j := s.j
-	p := principalFrom(ctx)
+func (s *NodeAdmin) FenceNode(ctx context.Context, req *pactv1.FenceNodeRequest) (*pactv1.FenceNodeResponse, error) {
+	p := auth.FromContext(ctx)
 	if err := raftfsm.ValidateFenceReason(req.GetReason()); err != nil {
 		return nil, err
 	}
 	var n *pactv1.Node
-	if err := j.confirm(ctx, func() (err error) { n, err = j.liveNode(req.GetNodeId()); return err }, isRuleError); err != nil {
+	if err := s.cfg.Confirmer.ConfirmRule(ctx, func() (err error) { n, err = s.liveNode(req.GetNodeId()); return err }); err != nil {
 		return nil, err
 	}
-	if already, ok := j.fenceIs(ctx, n.GetNodeId(), true); ok {
-		j.log.Info("node already fenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.ID.Name)
-		return &pactv1.FenceNodeResponse{Node: j.view(already), Unchanged: true}, nil
+	if already, ok := s.fenceIs(ctx, n.GetNodeId(), true); ok {
+		s.cfg.Logger.Info("node already fenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.ID.Name)
+		return &pactv1.FenceNodeResponse{Node: s.view(already), Unchanged: true}, nil
 	}
-	res, err := j.propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_Fence{Fence: &pactv1.FenceOp{
+	res, err := s.cfg.Proposer.Propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_Fence{Fence: &pactv1.FenceOp{
 		NodeId: n.GetNodeId(), Fenced: true, Reason: req.GetReason(),
 	}}})
 	if err != nil {
 		return nil, err
 	}
 	if res.Idempotent {
-		j.log.Info("node already fenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.ID.Name)
+		s.cfg.Logger.Info("node already fenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.ID.Name)
 	} else {
-		j.log.Warn("node fenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.ID.Name, logkey.Reason, req.GetReason(), logkey.Serial, n.GetCert().GetSerial())
+		s.cfg.Logger.Warn("node fenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.ID.Name, logkey.Reason, req.GetReason(), logkey.Serial, n.GetCert().GetSerial())
 	}
-	return &pactv1.FenceNodeResponse{Node: j.view(res.Node), Unchanged: res.Idempotent}, nil
+	return &pactv1.FenceNodeResponse{Node: s.view(res.Node), Unchanged: res.Idempotent}, nil
 }
 
 // fenceIs returns the node when the leader-confirmed registry already has
@@ -157,15 +156,15 @@ func (s *adminServer) FenceNode(ctx context.Context, req *pactv1.FenceNodeReques
 // answer "unchanged" and write nothing to Raft, as a registration that
 // exists does. Without a leader to confirm it says no, and the command goes
 // to the state machine, which gives the final answer.
-func (j *Journal) fenceIs(ctx context.Context, id string, fenced bool) (*pactv1.Node, bool) {
-	n, ok := j.fsm.Node(id)
+func (s *NodeAdmin) fenceIs(ctx context.Context, id string, fenced bool) (*pactv1.Node, bool) {
+	n, ok := s.cfg.Registry.Node(id)
 	if !ok || (n.GetFence() != nil) != fenced {
 		return nil, false
 	}
-	if err := j.readBarrier(ctx); err != nil {
+	if err := s.cfg.Confirmer.ReadBarrier(ctx); err != nil {
 		return nil, false
 	}
-	n, ok = j.fsm.Node(id)
+	n, ok = s.cfg.Registry.Node(id)
 	if !ok || (n.GetFence() != nil) != fenced || n.GetState() == pactv1.NodeState_NODE_STATE_REVOKED {
 		return nil, false
 	}
@@ -174,33 +173,32 @@ func (j *Journal) fenceIs(ctx context.Context, id string, fenced bool) (*pactv1.
 
 // UnfenceNode lifts a fence. The node's old certificate stays revoked: the
 // agent enrolls again.
-func (s *adminServer) UnfenceNode(ctx context.Context, req *pactv1.UnfenceNodeRequest) (*pactv1.UnfenceNodeResponse, error) {
-	j := s.j
-	p := principalFrom(ctx)
+func (s *NodeAdmin) UnfenceNode(ctx context.Context, req *pactv1.UnfenceNodeRequest) (*pactv1.UnfenceNodeResponse, error) {
+	p := auth.FromContext(ctx)
 	var n *pactv1.Node
-	if err := j.confirm(ctx, func() (err error) { n, err = j.liveNode(req.GetNodeId()); return err }, isRuleError); err != nil {
+	if err := s.cfg.Confirmer.ConfirmRule(ctx, func() (err error) { n, err = s.liveNode(req.GetNodeId()); return err }); err != nil {
 		return nil, err
 	}
-	if notFenced, ok := j.fenceIs(ctx, n.GetNodeId(), false); ok {
-		return &pactv1.UnfenceNodeResponse{Node: j.view(notFenced), Unchanged: true}, nil
+	if notFenced, ok := s.fenceIs(ctx, n.GetNodeId(), false); ok {
+		return &pactv1.UnfenceNodeResponse{Node: s.view(notFenced), Unchanged: true}, nil
 	}
-	res, err := j.propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_Fence{Fence: &pactv1.FenceOp{NodeId: n.GetNodeId()}}})
+	res, err := s.cfg.Proposer.Propose(ctx, &pactv1.Command{Actor: p.Actor(), Op: &pactv1.Command_Fence{Fence: &pactv1.FenceOp{NodeId: n.GetNodeId()}}})
 	if err != nil {
 		return nil, err
 	}
 	if !res.Idempotent {
-		j.log.Info("node unfenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.ID.Name)
+		s.cfg.Logger.Info("node unfenced", logkey.NodeID, n.GetNodeId(), logkey.Actor, p.ID.Name)
 	}
-	return &pactv1.UnfenceNodeResponse{Node: j.view(res.Node), Unchanged: res.Idempotent}, nil
+	return &pactv1.UnfenceNodeResponse{Node: s.view(res.Node), Unchanged: res.Idempotent}, nil
 }
 
 // liveNode looks a node up in this journal's copy and refuses a
 // decommissioned one: fencing or a token would mean nothing for it. Its
-// refusals are rule errors, so the callers confirm them (confirm,
-// isRuleError): "no such node" stands only once the leader's state says so
+// refusals are rule errors, so the callers confirm them
+// (ConfirmRule): "no such node" stands only once the leader's state says so
 // (the registration may have just committed elsewhere).
-func (j *Journal) liveNode(id string) (*pactv1.Node, error) {
-	n, err := j.node(id)
+func (s *NodeAdmin) liveNode(id string) (*pactv1.Node, error) {
+	n, err := s.node(id)
 	if err != nil {
 		return nil, err
 	}

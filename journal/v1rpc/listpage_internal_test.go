@@ -1,4 +1,4 @@
-package journal
+package v1rpc
 
 import (
 	"errors"

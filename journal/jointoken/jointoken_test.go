@@ -1,4 +1,4 @@
-package journal
+package jointoken
 
 import (
 	"errors"
@@ -9,11 +9,11 @@ import (
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
-// FuzzParseJoinToken: whatever an agent presents as a join token is either
+// FuzzParse: whatever an agent presents as a join token is either
 // a well-formed token (which hashes to what a created token would) or a
 // JOIN_TOKEN_INVALID refusal whose message does not echo the input.
-func FuzzParseJoinToken(f *testing.F) {
-	tok, err := newJoinToken()
+func FuzzParse(f *testing.F) {
+	tok, err := New()
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -21,7 +21,7 @@ func FuzzParseJoinToken(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		sum, err := parseJoinToken(s)
+		sum, err := Parse(s)
 		if err != nil {
 			if !errors.Is(err, raftfsm.ErrJoinTokenInvalid) {
 				t.Fatalf("untyped refusal %v", err)
@@ -31,7 +31,7 @@ func FuzzParseJoinToken(f *testing.F) {
 			}
 			return
 		}
-		if len(sum) != 64 || sum != joinToken(strings.TrimSpace(s)).sum() {
+		if len(sum) != 64 || sum != Token(strings.TrimSpace(s)).Sum() {
 			t.Fatalf("sum %q for an accepted token", sum)
 		}
 	})
@@ -39,11 +39,11 @@ func FuzzParseJoinToken(f *testing.F) {
 
 // A token prints and logs as its id only.
 func TestJoinTokenRedacted(t *testing.T) {
-	tok, err := newJoinToken()
+	tok, err := New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := strings.TrimPrefix(string(tok), joinTokenPrefix)
+	body := strings.TrimPrefix(string(tok), Prefix)
 	var _ slog.LogValuer = tok
 	for _, s := range []string{tok.String(), tok.LogValue().String()} {
 		if strings.Contains(s, body[:8]) {
