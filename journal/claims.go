@@ -12,7 +12,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -291,16 +290,37 @@ func (j *Journal) federatedCaller(r *http.Request) (spiffeid.ID, error) {
 	return id, nil
 }
 
-// heldClaim is a claim held from a federated domain.
+// heldClaim is a claim held from a federated domain's incarnation, with
+// that domain's policy.
 type heldClaim struct {
-	Domain string
+	Domain, Policy string
+	from           fedKey
 	Claim
 }
 
-// claimHolder keeps the claims of the federated domains, in memory.
+// fedKey is one incarnation of a federated domain: its name and the Raft
+// index that federated it (added_at_index), which changes whenever the
+// domain is federated again: removed and added (even within one poll), or
+// replaced (another bundle, other endpoints, another policy). What a
+// journal keeps of a federated domain outside Raft (the claims held, the
+// feed's cursor, when it was read, a failed refresh's retry time, the
+// per-domain metric series) is kept by incarnation, so nothing of one
+// counts for the next: a domain federated again starts from nothing and
+// reads its feed in full.
+type fedKey struct {
+	name        string
+	incarnation uint64
+}
+
+func keyOf(d *pactv1.FederatedDomain) fedKey { return fedKey{d.GetName(), d.GetAddedAtIndex()} }
+
+func policyKey(d raftfsm.DomainPolicy) fedKey { return fedKey{d.Name, d.Incarnation} }
+
+// claimHolder keeps the claims of the federated domains, in memory, by
+// incarnation.
 type claimHolder struct {
 	mu       sync.RWMutex
-	byDomain map[string]*domainClaims
+	byDomain map[fedKey]*domainClaims
 }
 
 type domainClaims struct {
@@ -312,24 +332,26 @@ type domainClaims struct {
 	full     bool              // a full listing is under way
 }
 
-func newClaimHolder() *claimHolder { return &claimHolder{byDomain: map[string]*domainClaims{}} }
+func newClaimHolder() *claimHolder { return &claimHolder{byDomain: map[fedKey]*domainClaims{}} }
 
-// lookup returns the claims held that name any identifier of h.
-func (c *claimHolder) lookup(h *pactv1.HardwareIdentity) []heldClaim {
+// lookup returns the claims held that name any identifier of h, of the
+// federated domains (FSM.FederatedPolicies, by name) only, each read from
+// the incarnation domains names: claims held from an incarnation that
+// ended (a domain removed, or federated again since) count for nothing,
+// whether or not a poll has dropped them yet.
+func (c *claimHolder) lookup(h *pactv1.HardwareIdentity, domains []raftfsm.DomainPolicy) []heldClaim {
 	digests := hardwareDigests(h)
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var out []heldClaim
-	names := make([]string, 0, len(c.byDomain))
-	for name := range c.byDomain {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		dc := c.byDomain[name]
+	for _, fd := range domains {
+		dc := c.byDomain[policyKey(fd)]
+		if dc == nil {
+			continue
+		}
 		for _, d := range digests {
 			if id, ok := dc.byHW[d]; ok {
-				out = append(out, heldClaim{Domain: name, Claim: dc.nodes[id]})
+				out = append(out, heldClaim{Domain: fd.Name, Policy: fd.Policy, from: policyKey(fd), Claim: dc.nodes[id]})
 				break
 			}
 		}
@@ -337,9 +359,9 @@ func (c *claimHolder) lookup(h *pactv1.HardwareIdentity) []heldClaim {
 	return out
 }
 
-// apply takes one answer of domain's feed; it returns how many claims were
-// dropped at the bound.
-func (c *claimHolder) apply(domain string, feed *ClaimFeed, now time.Time, first bool) (dropped int) {
+// apply takes one answer of the feed of a domain's incarnation; it
+// returns how many claims were dropped at the bound.
+func (c *claimHolder) apply(domain fedKey, feed *ClaimFeed, now time.Time, first bool) (dropped int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	dc := c.byDomain[domain]
@@ -374,18 +396,27 @@ func (c *claimHolder) apply(domain string, feed *ClaimFeed, now time.Time, first
 	return dropped
 }
 
-// forget drops the claims of domains no longer federated.
-func (c *claimHolder) forget(keep map[string]bool) {
+// forget drops the claims (and the feed cursor) of every incarnation not
+// in keep: domains no longer federated, and the earlier incarnations of
+// ones federated again.
+func (c *claimHolder) forget(keep map[fedKey]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for name := range c.byDomain {
-		if !keep[name] {
-			delete(c.byDomain, name)
+	for k := range c.byDomain {
+		if !keep[k] {
+			delete(c.byDomain, k)
 		}
 	}
 }
 
-func (c *claimHolder) cursor(domain string) (rev uint64, after string, known bool) {
+// held is how many incarnations the holder keeps claims or a cursor of.
+func (c *claimHolder) held() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.byDomain)
+}
+
+func (c *claimHolder) cursor(domain fedKey) (rev uint64, after string, known bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	dc := c.byDomain[domain]
@@ -398,8 +429,9 @@ func (c *claimHolder) cursor(domain string) (rev uint64, after string, known boo
 	return dc.revision, "", true
 }
 
-// polledAt is when domain's feed last answered (zero: never).
-func (c *claimHolder) polledAt(domain string) time.Time {
+// polledAt is when the feed of domain's incarnation last answered (zero:
+// never).
+func (c *claimHolder) polledAt(domain fedKey) time.Time {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if dc := c.byDomain[domain]; dc != nil {
@@ -408,8 +440,8 @@ func (c *claimHolder) polledAt(domain string) time.Time {
 	return time.Time{}
 }
 
-// count is how many claims are held from domain.
-func (c *claimHolder) count(domain string) int {
+// count is how many claims are held from domain's incarnation.
+func (c *claimHolder) count(domain fedKey) int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if dc := c.byDomain[domain]; dc != nil {
@@ -418,29 +450,45 @@ func (c *claimHolder) count(domain string) int {
 	return 0
 }
 
-// pollClaims reads every federated domain's claim feed once (each journal
-// does: each decides enrollments on its own).
-func (f *fedRefresher) pollClaims() {
+// pollClaims reads the claim feed of every federated domain of domains
+// (this pass's) once (each journal does: each decides enrollments on its
+// own), then drops what is held of every incarnation no longer federated,
+// as Raft holds them now: one that ended during the polls goes too.
+func (f *fedRefresher) pollClaims(domains []*pactv1.FederatedDomain) {
 	j := f.j
-	keep := map[string]bool{}
-	for _, d := range j.fsm.FederatedDomains() {
-		keep[d.GetName()] = true
+	for _, d := range domains {
 		if err := f.pollDomain(d); err != nil {
 			j.log.Debug("claim feed not read", logkey.OtherDomain, d.GetName(), logkey.Err, err)
 		}
 	}
+	keep := map[fedKey]bool{}
+	for _, d := range j.fsm.FederatedPolicies() {
+		keep[policyKey(d)] = true
+	}
 	j.heldClaims.forget(keep)
 }
 
-// pollDomain reads d's feed until it has no more pages (bounded).
+// federated says whether k is still a federated domain's incarnation.
+func (f *fedRefresher) federated(k fedKey) bool {
+	d, ok := f.j.fsm.FederatedDomain(k.name)
+	return ok && keyOf(d) == k
+}
+
+// pollDomain reads d's feed until it has no more pages (bounded), and
+// stops once d's incarnation ends (removed or federated again): its
+// endpoints and bundle are no longer this quorum's word.
 func (f *fedRefresher) pollDomain(d *pactv1.FederatedDomain) error {
 	j := f.j
+	key := keyOf(d)
 	client, err := f.claimClient(d)
 	if err != nil {
 		return err
 	}
 	for page := 0; page < MaxClaimsPerDomain/claimPage+2; page++ {
-		rev, after, known := j.heldClaims.cursor(d.GetName())
+		if !f.federated(key) {
+			return errors.New("the federation ended or was made again while its feed was read: stopped")
+		}
+		rev, after, known := j.heldClaims.cursor(key)
 		var lastErr error
 		var feed *ClaimFeed
 		for _, ep := range d.GetEndpoints() {
@@ -468,7 +516,7 @@ func (f *fedRefresher) pollDomain(d *pactv1.FederatedDomain) error {
 		if feed.Domain != d.GetName() {
 			return fmt.Errorf("the feed is domain %q's, not %s's", feed.Domain, d.GetName())
 		}
-		if n := j.heldClaims.apply(d.GetName(), feed, j.cfg.Clock.Now(), after == ""); n > 0 {
+		if n := j.heldClaims.apply(key, feed, j.cfg.Clock.Now(), after == ""); n > 0 {
 			f.claimsDropped.WithLabelValues(d.GetName()).Add(float64(n))
 			j.log.Warn("claims from a federated domain dropped at the bound", logkey.OtherDomain, d.GetName(), logkey.Dropped, n, logkey.Bound, MaxClaimsPerDomain)
 		}
@@ -539,7 +587,7 @@ func (c claimsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- claimsHeld
 
 func (c claimsCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, d := range c.j.fsm.FederatedDomains() {
-		ch <- prometheus.MustNewConstMetric(claimsHeldDesc, prometheus.GaugeValue, float64(c.j.heldClaims.count(d.GetName())), d.GetName())
+		ch <- prometheus.MustNewConstMetric(claimsHeldDesc, prometheus.GaugeValue, float64(c.j.heldClaims.count(keyOf(d))), d.GetName())
 	}
 }
 
@@ -556,25 +604,22 @@ const claimRetryAfter = 30 * time.Second
 // uses what is held and never calls the other domain, so an unreachable
 // one delays nothing; the answer says how old the claims are, and so does
 // the note it returns for the activation (its audit entry and the node's
-// record): what it decided on, domain by domain (claimsNote).
+// record): what it decided on, domain by domain (claimsNote). Only the
+// claims read from each domain's current incarnation count: those of a
+// domain removed, or removed and federated again, count for nothing.
 func (j *Journal) claimsDecision(ctx context.Context, node *pactv1.Node) (string, error) {
-	held := j.heldClaims.lookup(node.GetHardware())
 	domains := j.fsm.FederatedPolicies()
+	held := j.heldClaims.lookup(node.GetHardware(), domains)
 	note := j.claimsNote(domains, held)
 	if len(held) == 0 {
 		return note, nil
 	}
 	now := j.cfg.Clock.Now()
 	for _, c := range held {
-		k := slices.IndexFunc(domains, func(d raftfsm.DomainPolicy) bool { return d.Name == c.Domain })
-		if k < 0 {
-			continue
-		}
-		d := domains[k]
-		age := now.Sub(j.heldClaims.polledAt(c.Domain)).Round(time.Second)
+		age := now.Sub(j.heldClaims.polledAt(c.from)).Round(time.Second)
 		since := time.Unix(0, c.Since).UTC().Format(time.RFC3339)
-		j.federation.claimed.WithLabelValues(d.Policy).Inc()
-		if d.Policy == raftfsm.PolicyRefuse {
+		j.federation.claimed.WithLabelValues(c.Policy).Inc()
+		if c.Policy == raftfsm.PolicyRefuse {
 			j.log.Warn("enrollment refused: the hardware is active in another domain", logkey.NodeID, node.GetNodeId(), logkey.OtherDomain, c.Domain,
 				logkey.OtherNode, c.NodeID, logkey.Since, since, logkey.ClaimsAge, age.String(), logkey.Source, peerAddr(ctx))
 			return note, &retryAfterError{
@@ -601,7 +646,7 @@ func (j *Journal) claimsNote(domains []raftfsm.DomainPolicy, held []heldClaim) s
 	var parts []string
 	for _, d := range domains {
 		name := d.Name
-		polled := j.heldClaims.polledAt(name)
+		polled := j.heldClaims.polledAt(policyKey(d))
 		if polled.IsZero() {
 			parts = append(parts, name+": never read (its feed has not answered this journal)")
 			continue
@@ -626,7 +671,7 @@ func (j *Journal) claimsNote(domains []raftfsm.DomainPolicy, held []heldClaim) s
 // Active by the claims held: "DOMAIN (node NODE) since T" each.
 func (j *Journal) alsoActive(n *pactv1.Node) []string {
 	var out []string
-	for _, c := range j.heldClaims.lookup(n.GetHardware()) {
+	for _, c := range j.heldClaims.lookup(n.GetHardware(), j.fsm.FederatedPolicies()) {
 		out = append(out, fmt.Sprintf("%s (node %s) since %s", c.Domain, c.NodeID, time.Unix(0, c.Since).UTC().Format(time.RFC3339)))
 	}
 	return out

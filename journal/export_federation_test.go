@@ -2,6 +2,8 @@ package journal
 
 import (
 	"crypto/tls"
+	"sync"
+	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,18 +24,47 @@ func (j *Journal) FederationFailures(domain string) prometheus.Counter {
 // federated bundles (30s) so a test sees several refreshes.
 func (j *Journal) SetFederationRefreshFloor(d time.Duration) { j.federation.floor.Store(int64(d)) }
 
-// HeldClaimDomains names the federated domains whose claims name any
+// HeldClaimDomains names the federated domains whose claims (read from
+// their current incarnation: what an enrollment's check counts) name any
 // identifier of hw, with the node id each claims it as ("DOMAIN/NODE").
 func (j *Journal) HeldClaimDomains(hw *pactv1.HardwareIdentity) []string {
 	var out []string
-	for _, c := range j.heldClaims.lookup(hw) {
+	for _, c := range j.heldClaims.lookup(hw, j.fsm.FederatedPolicies()) {
 		out = append(out, c.Domain+"/"+c.NodeID)
 	}
 	return out
 }
 
-// HeldClaimCount is how many claims this journal holds from domain.
-func (j *Journal) HeldClaimCount(domain string) int { return j.heldClaims.count(domain) }
+// HeldClaimCount is how many claims this journal holds from domain's
+// current incarnation (0 when it is not federated).
+func (j *Journal) HeldClaimCount(domain string) int {
+	d, ok := j.fsm.FederatedDomain(domain)
+	if !ok {
+		return 0
+	}
+	return j.heldClaims.count(keyOf(d))
+}
+
+// HeldClaimIncarnations is how many incarnations of federated domains this
+// journal holds claims or a feed cursor of, current or not.
+func (j *Journal) HeldClaimIncarnations() int { return j.heldClaims.held() }
+
+// FederationPasses counts the federation loop's passes so far (each one
+// refreshes what is due, reads every claim feed, and drops what is held of
+// incarnations that ended).
+func (j *Journal) FederationPasses() uint64 { return j.federation.passes.Load() }
+
+// HoldFederationLoop keeps the federation loop from starting a pass (a
+// pass under way ends first) until release: no bundle refresh, no claim
+// poll, nothing dropped, as on a journal between two ticks.
+func (j *Journal) HoldFederationLoop(t testing.TB) (release func()) {
+	requireRaftHooks(t)
+	j.federation.passMu.Lock()
+	var once sync.Once
+	release = func() { once.Do(j.federation.passMu.Unlock) }
+	t.Cleanup(release) // before the journal closes: its loop must end
+	return release
+}
 
 // ClaimHolderForTest wraps a claim holder for the flood test.
 type ClaimHolderForTest struct{ h *claimHolder }
@@ -43,11 +74,11 @@ func NewClaimHolderForTest() ClaimHolderForTest { return ClaimHolderForTest{newC
 
 // Apply takes one feed answer (a first page) and returns the claims dropped.
 func (c ClaimHolderForTest) Apply(domain string, feed *ClaimFeed) int {
-	return c.h.apply(domain, feed, time.Now(), true)
+	return c.h.apply(fedKey{name: domain}, feed, time.Now(), true)
 }
 
 // Count is how many claims are held from domain.
-func (c ClaimHolderForTest) Count(domain string) int { return c.h.count(domain) }
+func (c ClaimHolderForTest) Count(domain string) int { return c.h.count(fedKey{name: domain}) }
 
 // ClaimedCounter is pact_journal_enroll_claimed_elsewhere_total of a
 // policy.

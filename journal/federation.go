@@ -208,12 +208,23 @@ func federatedView(d *pactv1.FederatedDomain) *pactv1.FederatedDomainView {
 	return v
 }
 
-// fedRefresher is the leader's refresh of the federated bundles.
+// fedRefresher is the leader's refresh of the federated bundles, and
+// every journal's poll of their claim feeds.
 type fedRefresher struct {
-	j       *Journal
-	kick    chan struct{}
-	mu      sync.Mutex
-	retryAt map[string]time.Time // name -> earliest next attempt after a failure
+	j    *Journal
+	kick chan struct{}
+	mu   sync.Mutex
+	// retryAt: a domain's incarnation -> earliest next attempt after a
+	// failure (a domain federated again is fetched at once).
+	retryAt map[fedKey]time.Time
+	// seen: the incarnation of each domain the last pass saw; when it ends,
+	// the domain's metric series go (sweep).
+	seen map[string]uint64
+	// passes counts the loop's passes over the federated domains (tests
+	// wait on it); passMu is held by each pass in a testhooks build, and
+	// by a test that holds the loop (HoldFederationLoop).
+	passes atomic.Uint64
+	passMu sync.Mutex
 	// floor is the shortest refresh interval (federationRefreshFloor; the
 	// tests lower it).
 	floor atomic.Int64
@@ -232,7 +243,7 @@ type fedRefresher struct {
 
 func newFederation(j *Journal) *fedRefresher {
 	f := &fedRefresher{
-		j: j, kick: make(chan struct{}, 1), retryAt: map[string]time.Time{},
+		j: j, kick: make(chan struct{}, 1), retryAt: map[fedKey]time.Time{}, seen: map[string]uint64{},
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pact_journal_federation_refresh_failures_total",
 			Help: "Failed fetches of a federated domain's bundle by this journal (as leader), by domain; the last good bundle is kept.",
@@ -284,22 +295,60 @@ func (f *fedRefresher) loop(tick time.Duration) {
 		if j.raft.QuorumLevel() < federationLevel {
 			continue
 		}
-		if j.raft.IsLeader() {
-			f.refreshDue()
-		}
-		f.pollClaims()
+		f.federationPass(func() {
+			// One read of the federated domains per pass: what the pass
+			// counts by domain (failures, claims dropped) is of the
+			// incarnations sweep saw.
+			domains := j.fsm.FederatedDomains()
+			f.sweep(domains)
+			if j.raft.IsLeader() {
+				f.refreshDue(domains)
+			}
+			f.pollClaims(domains)
+		})
+		f.passes.Add(1)
 	}
 }
 
-// refreshDue fetches every federated bundle that is due, one at a time.
-func (f *fedRefresher) refreshDue() {
+// sweep forgets what the refresher keeps of the incarnations that ended
+// since the last pass (domains is this pass's): their retry times and
+// their metric series (pact_journal_federation_refresh_failures_total,
+// pact_journal_federation_claims_dropped_total), so a domain removed
+// leaves no series and one federated again starts from none.
+func (f *fedRefresher) sweep(domains []*pactv1.FederatedDomain) {
+	live := make(map[string]uint64, len(domains))
+	for _, d := range domains {
+		live[d.GetName()] = d.GetAddedAtIndex()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k := range f.retryAt {
+		if inc, ok := live[k.name]; !ok || inc != k.incarnation {
+			delete(f.retryAt, k)
+		}
+	}
+	for name, inc := range f.seen {
+		if cur, ok := live[name]; !ok || cur != inc {
+			f.failures.DeleteLabelValues(name)
+			f.claimsDropped.DeleteLabelValues(name)
+			delete(f.seen, name)
+		}
+	}
+	for name, inc := range live {
+		f.seen[name] = inc
+	}
+}
+
+// refreshDue fetches every federated bundle of domains that is due, one
+// at a time.
+func (f *fedRefresher) refreshDue(domains []*pactv1.FederatedDomain) {
 	j := f.j
 	now := j.cfg.Clock.Now()
 	floor := time.Duration(f.floor.Load())
-	for _, d := range j.fsm.FederatedDomains() {
+	for _, d := range domains {
 		fetched := time.Unix(0, d.GetFetchedAtUnixNano())
 		f.mu.Lock()
-		retry := f.retryAt[d.GetName()]
+		retry := f.retryAt[keyOf(d)]
 		f.mu.Unlock()
 		// A federation just made holds the operator's bootstrap bundle
 		// (fetched_at = added_at): fetch it at once.
@@ -310,14 +359,14 @@ func (f *fedRefresher) refreshDue() {
 		if err := f.refresh(d); err != nil {
 			f.failures.WithLabelValues(d.GetName()).Inc()
 			f.mu.Lock()
-			f.retryAt[d.GetName()] = now.Add(min(federationRetry, refreshInterval(d, floor)))
+			f.retryAt[keyOf(d)] = now.Add(min(federationRetry, refreshInterval(d, floor)))
 			f.mu.Unlock()
 			j.log.Warn("federated domain's bundle not refreshed: keeping the last good one", logkey.OtherDomain, d.GetName(), logkey.Err, err,
 				logkey.BundleAge, now.Sub(fetched).Round(time.Second).String())
 			continue
 		}
 		f.mu.Lock()
-		delete(f.retryAt, d.GetName())
+		delete(f.retryAt, keyOf(d))
 		f.mu.Unlock()
 	}
 }

@@ -101,10 +101,11 @@ func TestHostileDomainClaimingEveryNodeOfOurs(t *testing.T) {
 		t.Errorf("pact_journal_enroll_claimed_elsewhere_total{policy=warn} = %v, want 3", n)
 	}
 
-	// refuse: the claimed node waits (retryable), naming the domain.
+	// refuse: the claimed node waits (retryable), naming the domain. (A
+	// federation made again starts from nothing: B reads the feed again.)
 	federateWith(t, b, journaltest.Domain, hostile.url, rootPEM(t, a), "refuse")
 	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool { return b.J.HeldClaimCount(journaltest.Domain) == len(ours) },
-		"B dropped the hostile domain's claims when federated again")
+		"B never read the hostile domain's claims again once federated again")
 	_, err := b.Enroll(t, journaltest.NewKey(t), "BMC-3", "02:00:00:00:43:03")
 	if pe := apierr.FromError(err); pe.Reason != apierr.ActiveInAnotherDomain || pe.Final() || pe.OtherDomain != journaltest.Domain {
 		t.Fatalf("enroll n3 with refuse: %v, want a retryable ACTIVE_IN_ANOTHER_DOMAIN naming %s", err, journaltest.Domain)
@@ -115,21 +116,107 @@ func TestHostileDomainClaimingEveryNodeOfOurs(t *testing.T) {
 	if _, err := b.AdminClient(t).RemoveFederatedDomain(callCtxFed(t), &pactv1.RemoveFederatedDomainRequest{Name: journaltest.Domain}); err != nil {
 		t.Fatal(err)
 	}
-	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool { return b.J.HeldClaimCount(journaltest.Domain) == 0 },
+	if n := b.J.HeldClaimCount(journaltest.Domain); n != 0 {
+		t.Errorf("%d claims of a domain B no longer federates with count", n)
+	}
+	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool { return b.J.HeldClaimIncarnations() == 0 },
 		"B still holds the claims of a domain it no longer federates with")
 	if _, err := b.Enroll(t, journaltest.NewKey(t), "BMC-3", "02:00:00:00:43:03"); err != nil {
 		t.Fatalf("enroll n3 once the federation is removed: %v", err)
 	}
-	// B reads the feed no more (each poll is a TLS handshake here).
-	before := hostile.handshakes.Load()
-	b.Register(t, "probe", "BMC-PROBE", "02:00:00:00:43:ff") // a Raft round trip: B's loops go on meanwhile
 	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool {
 		in, err := b.AdminClient(t).InspectNode(callCtxFed(t), &pactv1.InspectNodeRequest{NodeId: "n3"})
 		return err == nil && in.GetNode().GetState() == pactv1.NodeState_NODE_STATE_ACTIVE && len(in.GetAlsoActive()) == 0
 	}, "n3 is not Active in B with no other domain named")
-	if got := hostile.handshakes.Load(); got > before+1 {
-		// At most a poll that was under way when the removal applied.
-		t.Errorf("B connected to the removed domain's endpoint %d more times after the removal", got-before)
+	// B reads the feed no more (each poll, and each refresh, is a TLS
+	// handshake here): once a pass has ended since the removal was seen
+	// (what was under way then), three more passes over the federated
+	// domains connect to it no more.
+	p := b.J.FederationPasses()
+	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool { return b.J.FederationPasses() > p },
+		"B's federation loop ran no pass after the removal")
+	before := hostile.handshakes.Load()
+	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool { return b.J.FederationPasses() >= p+4 },
+		"B's federation loop ran no three passes after the removal")
+	if got := hostile.handshakes.Load(); got != before {
+		t.Errorf("B connected to the removed domain's endpoint %d more times in three passes after the removal", got-before)
+	}
+	// Nor does it export the removed domain's series (its refreshes
+	// failed: the endpoint serves no bundle).
+	for _, m := range []string{"pact_journal_federation_refresh_failures_total", "pact_journal_federation_claims_held"} {
+		if n, err := testutil.GatherAndCount(b.J.MetricsRegistry(), m); err != nil || n != 0 {
+			t.Errorf("%s: %d series of a removed domain, %v; want none", m, n, err)
+		}
+	}
+}
+
+// A federated domain removed and federated again before B's next poll
+// (the operator's new endpoint serves another feed, which does not claim
+// what the first did) starts from nothing: the claims held from its first
+// incarnation refuse no enrollment, its new feed is read in full rather
+// than from the first one's cursor, and nothing of the first is held once
+// a pass has run. The second incarnation's own claims count.
+func TestReFederatedDomainKeepsNoClaimOfItsEarlierIncarnation(t *testing.T) {
+	a := startDomain(t, journaltest.Domain)
+	b := startDomain(t, "b.example")
+	const mac1, mac2 = "02:00:00:00:46:01", "02:00:00:00:46:02"
+	b.Register(t, "n1", "BMC-R1", mac1)
+	b.Register(t, "n2", "BMC-R2", mac2)
+	claimOn := func(id, mac string) []journal.Claim {
+		return []journal.Claim{{NodeID: id, Active: true, Since: time.Now().UnixNano(), HW: []string{journal.ClaimDigest("mac", mac)}}}
+	}
+	// Each feed is at revision 7 and answers a caller at it that nothing
+	// changed since.
+	feedOf := func(claims []journal.Claim) func(int64, *http.Request) *journal.ClaimFeed {
+		return func(_ int64, r *http.Request) *journal.ClaimFeed {
+			if r.URL.Query().Has("since") {
+				return &journal.ClaimFeed{Domain: journaltest.Domain, Revision: 7}
+			}
+			return &journal.ClaimFeed{Domain: journaltest.Domain, Revision: 7, Full: true, Claims: claims}
+		}
+	}
+	first := startHostileEndpoint(t, a.J.ServerCertificate(), feedOf(claimOn("first-n1", mac1)))
+	federateWith(t, b, journaltest.Domain, first.url, rootPEM(t, a), "refuse")
+	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool { return b.J.HeldClaimCount(journaltest.Domain) == 1 },
+		"B never held the first incarnation's claim")
+
+	var firstAskedSince atomic.Int32 // 1: B's first call named a revision; 2: it did not
+	secondFeed := feedOf(claimOn("second-n2", mac2))
+	second := startHostileEndpoint(t, a.J.ServerCertificate(), func(n int64, r *http.Request) *journal.ClaimFeed {
+		if n == 1 {
+			firstAskedSince.Store(map[bool]int32{true: 1, false: 2}[r.URL.Query().Has("since")])
+		}
+		return secondFeed(n, r)
+	})
+	// Within one poll: no pass of B's federation loop runs from the
+	// removal to the enrollment.
+	release := b.J.HoldFederationLoop(t)
+	if _, err := b.AdminClient(t).RemoveFederatedDomain(callCtxFed(t), &pactv1.RemoveFederatedDomainRequest{Name: journaltest.Domain}); err != nil {
+		t.Fatal(err)
+	}
+	federateWith(t, b, journaltest.Domain, second.url, rootPEM(t, a), "refuse")
+	if got := b.J.HeldClaimDomains(&pactv1.HardwareIdentity{Macs: []string{mac1}}); len(got) != 0 {
+		t.Errorf("claims counted on n1's hardware after the federation was made again: %v, want none", got)
+	}
+	if _, err := b.Enroll(t, journaltest.NewKey(t), "BMC-R1", mac1); err != nil {
+		t.Fatalf("enroll n1, claimed only by the removed incarnation: %v", err)
+	}
+	release()
+
+	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool { return b.J.HeldClaimCount(journaltest.Domain) == 1 },
+		"B never held the second incarnation's claim (its first call named a revision: %v)", firstAskedSince.Load() == 1)
+	if firstAskedSince.Load() != 2 {
+		t.Errorf("B's first call of the new feed named the revision of the removed one's: want a full listing")
+	}
+	_, err := b.Enroll(t, journaltest.NewKey(t), "BMC-R2", mac2)
+	if pe := apierr.FromError(err); pe.Reason != apierr.ActiveInAnotherDomain || pe.OtherDomain != journaltest.Domain {
+		t.Fatalf("enroll n2, claimed by the second incarnation with refuse: %v, want ACTIVE_IN_ANOTHER_DOMAIN", err)
+	}
+	p := b.J.FederationPasses()
+	polltest.Until(t, 20*time.Second, 20*time.Millisecond, func() bool { return b.J.FederationPasses() > p },
+		"B's federation loop ran no pass")
+	if n := b.J.HeldClaimIncarnations(); n != 1 {
+		t.Errorf("B holds claims of %d incarnations of %s, want only the current one's", n, journaltest.Domain)
 	}
 }
 

@@ -204,6 +204,12 @@ func (j *Journal) onApply(ev raftfsm.Event) {
 		j.noteJournalCA()
 	}
 	j.hub.notify(ev)
+	if ev.FederationChanged {
+		// A domain federated (again), replaced or removed: every journal
+		// polls at once, so a new incarnation's claims are read (and the
+		// last one's dropped) without waiting for the next tick.
+		j.federation.wake()
+	}
 	if j.audit != nil && len(ev.Audit) > 0 {
 		j.audit.offer(ev.Audit)
 	}

@@ -24,3 +24,11 @@ func (h *hub) holdFirstState(ctx context.Context, serial string) {
 		(*hold)(ctx, serial)
 	}
 }
+
+// federationPass runs one pass of the federation loop under passMu, which
+// a test holds to keep the loop from running (HoldFederationLoop).
+func (f *fedRefresher) federationPass(run func()) {
+	f.passMu.Lock()
+	defer f.passMu.Unlock()
+	run()
+}

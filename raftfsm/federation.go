@@ -191,18 +191,25 @@ func (f *FSM) FederatedDomains() []*pactv1.FederatedDomain {
 	return out
 }
 
-// DomainPolicy is a federated domain's name and its claim policy.
-type DomainPolicy struct{ Name, Policy string }
+// DomainPolicy is a federated domain's name, its claim policy and its
+// incarnation: the Raft index that federated it (added_at_index), which
+// changes whenever the domain is federated again (removed and added, or
+// replaced). Claims held from a domain count only for the incarnation
+// whose feed they were read from.
+type DomainPolicy struct {
+	Name, Policy string
+	Incarnation  uint64
+}
 
-// FederatedPolicies returns each federated domain's name and claim
-// policy, by name: what an enrollment's claim check reads, without
-// copying the domains' bundles.
+// FederatedPolicies returns each federated domain's name, claim policy
+// and incarnation, by name: what an enrollment's claim check reads,
+// without copying the domains' bundles.
 func (f *FSM) FederatedPolicies() []DomainPolicy {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	out := make([]DomainPolicy, 0, len(f.st.federated))
 	for _, d := range f.st.federated {
-		out = append(out, DomainPolicy{Name: d.GetName(), Policy: d.GetPolicy()})
+		out = append(out, DomainPolicy{Name: d.GetName(), Policy: d.GetPolicy(), Incarnation: d.GetAddedAtIndex()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
