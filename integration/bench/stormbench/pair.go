@@ -52,44 +52,26 @@ func runPair(args []string) int {
 		fmt.Fprintf(os.Stderr, "stormbench: %v\n", err)
 		return 2
 	}
-	self, err := os.Executable()
+	children, err := newChildRunner()
 	if err != nil {
 		logf("%v", err)
 		return 1
 	}
-	children := &childRunner{self: self}
-	children.forwardSignals()
 	var runs []pairRun
 	for i := 1; i <= *pairs; i++ {
 		var run pairRun
-		sides := []struct {
-			name string
-			line *runLine
-			args []string
-		}{
-			{"pact", &run.pact, []string{"storm"}},
-			{"floor", &run.floor, []string{"storm", "-floor"}},
+		storms := []childStorm{
+			{"pact", []string{"storm"}, &run.pact},
+			{"floor", []string{"storm", "-floor"}, &run.floor},
 		}
 		if *oldFloor {
 			run.oldFloor = &runLine{}
-			sides = append(sides, struct {
-				name string
-				line *runLine
-				args []string
-			}{"old-floor", run.oldFloor, []string{"storm", "-floor", "-floor-replicate=false"}})
+			storms = append(storms, childStorm{"old-floor", []string{"storm", "-floor", "-floor-replicate=false"}, run.oldFloor})
 		}
-		for _, side := range sides {
-			runArgs := append(side.args, forwardedFlags(fs, f.dir, fmt.Sprintf("pair%d-%s", i, side.name))...)
-			logf("pair %d of %d: %s storm: %s %s", i, *pairs, side.name, filepath.Base(self), strings.Join(runArgs, " "))
-			line, err := children.run(runArgs, os.Stdout)
-			if err != nil {
-				logf("pair %d, %s storm: %v", i, side.name, err)
-				return 1
-			}
-			if err := json.Unmarshal([]byte(line), side.line); err != nil {
-				logf("pair %d, %s storm: its JSON line: %v", i, side.name, err)
-				return 1
-			}
+		flags := func(name string) []string { return forwardedFlags(fs, f.dir, fmt.Sprintf("pair%d-%s", i, name)) }
+		if err := children.runStorms(fmt.Sprintf("pair %d of %d:", i, *pairs), fmt.Sprintf("pair %d,", i), os.Stdout, flags, storms...); err != nil {
+			logf("%v", err)
+			return 1
 		}
 		runs = append(runs, run)
 	}
@@ -140,6 +122,18 @@ type childRunner struct {
 	mu          sync.Mutex
 	cur         *exec.Cmd
 	interrupted bool
+}
+
+// newChildRunner runs this program's own executable, and passes
+// interrupts on from now.
+func newChildRunner() (*childRunner, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	c := &childRunner{self: self}
+	c.forwardSignals()
+	return c, nil
 }
 
 func (c *childRunner) forwardSignals() {
@@ -193,6 +187,35 @@ func (c *childRunner) run(args []string, out io.Writer) (string, error) {
 		return "", fmt.Errorf("printed no JSON line (%w)", err)
 	}
 	return line, nil
+}
+
+// childStorm is one child run of a round: its name (in the log, and in
+// its directory), the arguments that choose the storm, and what its JSON
+// line is read into.
+type childStorm struct {
+	name string
+	args []string
+	line any
+}
+
+// runStorms runs storms one after the other: each with its own args and
+// then flags(its name), its output going on to out, its JSON line read
+// into its line. The log names a run "<started> <name> storm" as it starts
+// and the error "<failed> <name> storm"; the first run that fails ends the
+// round.
+func (c *childRunner) runStorms(started, failed string, out io.Writer, flags func(name string) []string, storms ...childStorm) error {
+	for _, s := range storms {
+		args := slices.Concat(s.args, flags(s.name))
+		logf("%s %s storm: %s %s", started, s.name, filepath.Base(c.self), strings.Join(args, " "))
+		line, err := c.run(args, out)
+		if err != nil {
+			return fmt.Errorf("%s %s storm: %w", failed, s.name, err)
+		}
+		if err := json.Unmarshal([]byte(line), s.line); err != nil {
+			return fmt.Errorf("%s %s storm: its JSON line: %w", failed, s.name, err)
+		}
+	}
+	return nil
 }
 
 func lastJSONObject(out []byte) string {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -187,6 +189,40 @@ func TestLastJSONObject(t *testing.T) {
 	}
 	if got := lastJSONObject([]byte("no line\n")); got != "" {
 		t.Errorf("got %q, want none", got)
+	}
+}
+
+// runStorms runs each storm as a child with its own arguments and then
+// its flags, reads each JSON line into its storm's line, names a failure
+// by the round and the storm, and stops at the first.
+func TestRunStormsReadsEachJSONLine(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh to stand in for a child")
+	}
+	c := &childRunner{self: sh}
+	// sh -c SCRIPT NAME: the flags come in as $0.
+	printLine := []string{"-c", `printf 'progress\n{"bench":"%s","pass":true}\n' "$0"`}
+	var a, b, failed, after runLine
+	var out bytes.Buffer
+	flags := func(name string) []string { return []string{name + "-flags"} }
+	if err := c.runStorms("round 1:", "round 1,", &out, flags,
+		childStorm{"a", printLine, &a}, childStorm{"b", printLine, &b}); err != nil {
+		t.Fatal(err)
+	}
+	if a.Bench != "a-flags" || !a.Pass || b.Bench != "b-flags" {
+		t.Errorf("lines %+v and %+v, want each storm's own", a, b)
+	}
+	if strings.Count(out.String(), "progress\n") != 2 {
+		t.Errorf("output %q, want each child's passed on", out.String())
+	}
+	err = c.runStorms("round 2:", "round 2,", &out, flags,
+		childStorm{"failed", []string{"-c", "echo no line; exit 3"}, &failed}, childStorm{"after", printLine, &after})
+	if err == nil || err.Error() != "round 2, failed storm: printed no JSON line (exit status 3)" {
+		t.Errorf("error %v", err)
+	}
+	if after.Bench != "" {
+		t.Errorf("a storm after the failed one ran: %+v", after)
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -37,41 +36,28 @@ func runScaleCPU(args []string) int {
 		fmt.Fprintf(os.Stderr, "stormbench: %v\n", err)
 		return 2
 	}
-	self, err := os.Executable()
+	children, err := newChildRunner()
 	if err != nil {
 		logf("%v", err)
 		return 1
 	}
-	children := &childRunner{self: self}
-	children.forwardSignals()
 	var rows []scaleCPURow
 	for _, n := range sizes {
 		row := scaleCPURow{Agents: n}
-		for _, side := range []struct {
-			name string
-			line *runLine
-			args []string
-		}{
-			{"pact", &row.pact, []string{"storm"}},
-			{"floor", &row.floor, []string{"storm", "-floor"}},
-		} {
-			var runArgs []string
-			for _, a := range forwardedFlags(fs, f.dir, fmt.Sprintf("scale%d-%s", n, side.name)) {
+		flags := func(name string) []string {
+			var out []string
+			for _, a := range forwardedFlags(fs, f.dir, fmt.Sprintf("scale%d-%s", n, name)) {
 				if !strings.HasPrefix(a, "-agents=") {
-					runArgs = append(runArgs, a)
+					out = append(out, a)
 				}
 			}
-			runArgs = append(append(side.args, runArgs...), "-agents="+strconv.Itoa(n))
-			logf("scale-cpu, %d agents: %s storm: %s %s", n, side.name, filepath.Base(self), strings.Join(runArgs, " "))
-			line, err := children.run(runArgs, os.Stderr)
-			if err != nil {
-				logf("scale-cpu, %d agents, %s storm: %v", n, side.name, err)
-				return 1
-			}
-			if err := json.Unmarshal([]byte(line), side.line); err != nil {
-				logf("scale-cpu, %d agents, %s storm: its JSON line: %v", n, side.name, err)
-				return 1
-			}
+			return append(out, "-agents="+strconv.Itoa(n))
+		}
+		if err := children.runStorms(fmt.Sprintf("scale-cpu, %d agents:", n), fmt.Sprintf("scale-cpu, %d agents,", n), os.Stderr, flags,
+			childStorm{"pact", []string{"storm"}, &row.pact},
+			childStorm{"floor", []string{"storm", "-floor"}, &row.floor}); err != nil {
+			logf("%v", err)
+			return 1
 		}
 		rows = append(rows, row)
 	}

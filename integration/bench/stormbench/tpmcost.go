@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"slices"
-	"strings"
 	"text/tabwriter"
 )
 
@@ -74,32 +71,20 @@ func runTPMCost(args []string) int {
 		fmt.Fprintln(os.Stderr, "stormbench tpm-cost: -pairs must be positive; it runs the pact storm without and with -tpm itself (no -floor, no -tpm)")
 		return 2
 	}
-	self, err := os.Executable()
+	children, err := newChildRunner()
 	if err != nil {
 		logf("%v", err)
 		return 1
 	}
-	children := &childRunner{self: self}
-	children.forwardSignals()
 	var out []tpmCostPair
 	for i := 1; i <= *pairs; i++ {
 		var plain, tpm attestLine
-		for _, side := range []struct {
-			name string
-			line *attestLine
-			args []string
-		}{{"plain", &plain, []string{"storm"}}, {"tpm", &tpm, []string{"storm", "-tpm"}}} {
-			runArgs := append(side.args, forwardedFlags(fs, f.dir, fmt.Sprintf("tpm-cost%d-%s", i, side.name))...)
-			logf("pair %d of %d: %s storm: %s %s", i, *pairs, side.name, filepath.Base(self), strings.Join(runArgs, " "))
-			line, err := children.run(runArgs, os.Stdout)
-			if err != nil {
-				logf("pair %d, %s storm: %v", i, side.name, err)
-				return 1
-			}
-			if err := json.Unmarshal([]byte(line), side.line); err != nil {
-				logf("pair %d, %s storm: its JSON line: %v", i, side.name, err)
-				return 1
-			}
+		flags := func(name string) []string { return forwardedFlags(fs, f.dir, fmt.Sprintf("tpm-cost%d-%s", i, name)) }
+		if err := children.runStorms(fmt.Sprintf("pair %d of %d:", i, *pairs), fmt.Sprintf("pair %d,", i), os.Stdout, flags,
+			childStorm{"plain", []string{"storm"}, &plain},
+			childStorm{"tpm", []string{"storm", "-tpm"}, &tpm}); err != nil {
+			logf("%v", err)
+			return 1
 		}
 		out = append(out, tpmCostOf(i, plain, tpm))
 	}
@@ -160,20 +145,27 @@ func tpmCostReport(w io.Writer, agents int, pairs []tpmCostPair) error {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "attestation ms = journal CPU per enrollment (renewal) with the TPM round minus without; ratio = with / without; others' CPU = the share of the machine other processes took, without / with")
+	// The median to three places (spreadOfValues), 0 for none.
+	median := func(vs []float64) float64 {
+		if s := spreadOfValues(vs); s != nil {
+			return s.Median
+		}
+		return 0
+	}
 	js := map[string]any{
 		"bench":  "tpm-cost",
 		"agents": agents,
 		"pass":   pass,
 		"pairs":  pairs,
-		"median_attestation_journal_cpu_ms_per_enroll": round(medianOf(attest), 3),
-		"median_journal_cpu_ratio_tpm":                 round(medianOf(cpuRatio), 3),
-		"median_throughput_ratio_tpm":                  round(medianOf(thrRatio), 3),
+		"median_attestation_journal_cpu_ms_per_enroll": median(attest),
+		"median_journal_cpu_ratio_tpm":                 median(cpuRatio),
+		"median_throughput_ratio_tpm":                  median(thrRatio),
 	}
 	if len(attestRenew) > 0 {
-		js["median_attestation_journal_cpu_ms_per_renew"] = round(medianOf(attestRenew), 3)
+		js["median_attestation_journal_cpu_ms_per_renew"] = median(attestRenew)
 	}
 	if len(renewRatio) > 0 {
-		js["median_renew_throughput_ratio_tpm"] = round(medianOf(renewRatio), 3)
+		js["median_renew_throughput_ratio_tpm"] = median(renewRatio)
 	}
 	b, err := json.Marshal(js)
 	if err != nil {
@@ -184,16 +176,4 @@ func tpmCostReport(w io.Writer, agents int, pairs []tpmCostPair) error {
 		return errors.New("a run failed its final check, or the attesting run had refusals")
 	}
 	return nil
-}
-
-// medianOf is the median of vs (0 when empty).
-func medianOf(vs []float64) float64 {
-	if len(vs) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(vs))
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

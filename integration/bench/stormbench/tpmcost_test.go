@@ -40,6 +40,23 @@ func TestTPMCostReport(t *testing.T) {
 		t.Fatalf("JSON %v", js)
 	}
 
+	// Two pairs: the medians are the means of the middle two, to three
+	// places; the renewal's are there too.
+	tpm2 := tpm
+	tpm2.JournalCPU, tpm2.RenewJournalCPU = 2.5, ptr(1.75)
+	out.Reset()
+	if err := tpmCostReport(&out, 1000, []tpmCostPair{p, tpmCostOf(2, plain, tpm2)}); err != nil {
+		t.Fatal(err)
+	}
+	lines = strings.Split(strings.TrimSpace(out.String()), "\n")
+	js = nil
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &js); err != nil {
+		t.Fatal(err)
+	}
+	if js["median_attestation_journal_cpu_ms_per_enroll"] != 0.75 || js["median_journal_cpu_ratio_tpm"] != 1.375 || js["median_attestation_journal_cpu_ms_per_renew"] != 0.625 {
+		t.Fatalf("JSON of two pairs %v", js)
+	}
+
 	refused := tpm
 	refused.EnrollRefused = 3
 	if err := tpmCostReport(&bytes.Buffer{}, 1000, []tpmCostPair{tpmCostOf(1, plain, refused)}); err == nil {
