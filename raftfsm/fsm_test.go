@@ -723,7 +723,8 @@ func TestErrorCode(t *testing.T) {
 		raftfsm.ErrNodeNotEnrolled, raftfsm.ErrNodeAlreadyEnrolled, raftfsm.ErrHardwareIdentityConflict,
 		raftfsm.ErrNodeRevoked, raftfsm.ErrAlreadyActive, raftfsm.ErrStaleCertificate, raftfsm.ErrInvalidCommand,
 		raftfsm.ErrVClusterChanged, raftfsm.ErrNodeFenced, raftfsm.ErrJoinTokenRequired, raftfsm.ErrJoinTokenInvalid,
-		raftfsm.ErrKeyInUse, raftfsm.ErrOperatorRevoked, raftfsm.ErrNotFound,
+		raftfsm.ErrKeyInUse, raftfsm.ErrOperatorRevoked, raftfsm.ErrNotFound, raftfsm.ErrQuorumVersion,
+		raftfsm.ErrJournalCARevoked, raftfsm.ErrJournalCANotBound,
 	}
 	seen := map[string]error{}
 	for _, e := range sentinels {

@@ -169,8 +169,8 @@ func TestRevokeJournalCA(t *testing.T) {
 			t.Errorf("the refusal does not say what to do: %v", res.Err)
 		}
 		code := raftfsm.ErrorCode(res.Err)
-		if code != "INVALID_ARGUMENT" {
-			t.Errorf("code = %q", code)
+		if code != "JOURNAL_CA_REVOKED" || raftfsm.BaseCode(code) != "INVALID_ARGUMENT" {
+			t.Errorf("code = %q, base code %q", code, raftfsm.BaseCode(code))
 		}
 		back := raftfsm.ErrorFromCode(code, res.Err.Error())
 		if !errors.Is(back, raftfsm.ErrJournalCARevoked) || !errors.Is(back, raftfsm.ErrInvalidCommand) || back.Error() != res.Err.Error() {

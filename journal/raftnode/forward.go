@@ -92,7 +92,7 @@ func (n *Node) forward(ctx context.Context, data []byte) (*raftfsm.Result, error
 func resultOf(resp *pactv1.ProposeResponse) *raftfsm.Result {
 	res := &raftfsm.Result{Node: resp.GetNode(), Idempotent: resp.GetIdempotent()}
 	if code := resp.GetErrorCode(); code != "" {
-		res.Err = raftfsm.ErrorFromCode(code, resp.GetErrorMessage())
+		res.Err = ruleErrorOf(resp)
 		if res.Err == nil {
 			res.Err = fmt.Errorf("journal: leader answered unknown error %s: %s", code, resp.GetErrorMessage())
 		}
@@ -100,11 +100,30 @@ func resultOf(resp *pactv1.ProposeResponse) *raftfsm.Result {
 	return res
 }
 
+// ruleErrorOf rebuilds the leader's rule error from its codes: the exact
+// code (a refinement's own), else the code of the error it refines (a
+// newer release's refinement this journal does not know). A leader of
+// release 0.1.0 sends no exact code: raftfsm.ErrorFromPreviousRelease.
+func ruleErrorOf(resp *pactv1.ProposeResponse) error {
+	msg := resp.GetErrorMessage()
+	exact := resp.GetExactErrorCode()
+	if exact == "" {
+		return raftfsm.ErrorFromPreviousRelease(resp.GetErrorCode(), msg)
+	}
+	if err := raftfsm.ErrorFromCode(exact, msg); err != nil {
+		return err
+	}
+	return raftfsm.ErrorFromCode(resp.GetErrorCode(), msg)
+}
+
 // proposeResponse is the answer to a forwarded command applied at index.
 func proposeResponse(index uint64, res *raftfsm.Result) *pactv1.ProposeResponse {
 	out := &pactv1.ProposeResponse{Index: index, Node: res.Node, Idempotent: res.Idempotent}
 	if res.Err != nil {
-		out.ErrorCode = raftfsm.ErrorCode(res.Err)
+		// A journal of the previous release reads error_code alone: for a
+		// refinement, the code of the error it refines, which it knows.
+		out.ExactErrorCode = raftfsm.ErrorCode(res.Err)
+		out.ErrorCode = raftfsm.BaseCode(out.ExactErrorCode)
 		out.ErrorMessage = res.Err.Error()
 	}
 	for _, r := range res.Batch {

@@ -207,11 +207,22 @@ type ProposeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Raft index the command was applied at.
 	Index uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	// Empty on success; otherwise the raftfsm rule error code.
+	// Empty on success; otherwise the raftfsm rule error code as every
+	// release reads it: for a refinement (a kind of another rule error, such
+	// as JOURNAL_CA_REVOKED, a kind of INVALID_ARGUMENT) the code of the
+	// error it refines, so a journal that does not know the refinement's
+	// code answers as it did before it existed.
 	ErrorCode    string `protobuf:"bytes,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
 	ErrorMessage string `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
 	Node         *Node  `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
 	Idempotent   bool   `protobuf:"varint,5,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
+	// The rule error's own code (an ApplyError name without its prefix):
+	// the refinement's where error_code names the error it refines, else
+	// error_code again. Set with error_code by every release since 0.2.0; a
+	// journal reads it first, and error_code only when it does not know it
+	// (a newer release's refinement) or it is empty (release 0.1.0:
+	// raftfsm.ErrorFromPreviousRelease).
+	ExactErrorCode string `protobuf:"bytes,6,opt,name=exact_error_code,json=exactErrorCode,proto3" json:"exact_error_code,omitempty"`
 	// For a batch (Command.batch): one result per command of the batch, in
 	// order, each with the batch's index; the fields above stay empty.
 	Batch         []*ProposeResponse `protobuf:"bytes,200,rep,name=batch,proto3" json:"batch,omitempty"`
@@ -282,6 +293,13 @@ func (x *ProposeResponse) GetIdempotent() bool {
 		return x.Idempotent
 	}
 	return false
+}
+
+func (x *ProposeResponse) GetExactErrorCode() string {
+	if x != nil {
+		return x.ExactErrorCode
+	}
+	return ""
 }
 
 func (x *ProposeResponse) GetBatch() []*ProposeResponse {
@@ -821,7 +839,7 @@ const file_pact_v1_peer_proto_rawDesc = "" +
 	"\x14BootEvidenceResponse\x12<\n" +
 	"\acapture\x18\x01 \x01(\v2\".pact.v1.CaptureBootPolicyResponseR\acapture\"*\n" +
 	"\x0eProposeRequest\x12\x18\n" +
-	"\acommand\x18\x01 \x01(\fR\acommand\"\xdf\x01\n" +
+	"\acommand\x18\x01 \x01(\fR\acommand\"\x89\x02\n" +
 	"\x0fProposeResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1d\n" +
 	"\n" +
@@ -830,7 +848,8 @@ const file_pact_v1_peer_proto_rawDesc = "" +
 	"\x04node\x18\x04 \x01(\v2\r.pact.v1.NodeR\x04node\x12\x1e\n" +
 	"\n" +
 	"idempotent\x18\x05 \x01(\bR\n" +
-	"idempotent\x12/\n" +
+	"idempotent\x12(\n" +
+	"\x10exact_error_code\x18\x06 \x01(\tR\x0eexactErrorCode\x12/\n" +
 	"\x05batch\x18\xc8\x01 \x03(\v2\x18.pact.v1.ProposeResponseR\x05batch\"\x12\n" +
 	"\x10ReadIndexRequest\"6\n" +
 	"\x11ReadIndexResponse\x12!\n" +

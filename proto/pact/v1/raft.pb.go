@@ -22,6 +22,9 @@ const (
 )
 
 // ApplyError is the typed outcome of a command that broke a registry rule.
+// Its names without the APPLY_ERROR_ prefix are the codes a forwarded
+// result carries (ProposeResponse.error_code, exact_error_code): the one
+// list of them (raftfsm/errors.go).
 type ApplyError int32
 
 const (
@@ -40,6 +43,12 @@ const (
 	ApplyError_APPLY_ERROR_KEY_IN_USE                 ApplyError = 143
 	ApplyError_APPLY_ERROR_OPERATOR_REVOKED           ApplyError = 170
 	ApplyError_APPLY_ERROR_NOT_FOUND                  ApplyError = 171
+	// Refinements of INVALID_ARGUMENT: a forwarded result carries them in
+	// ProposeResponse.exact_error_code, with error_code INVALID_ARGUMENT.
+	ApplyError_APPLY_ERROR_JOURNAL_CA_REVOKED   ApplyError = 220
+	ApplyError_APPLY_ERROR_JOURNAL_CA_NOT_BOUND ApplyError = 221
+	// A command of a feature level above the quorum's (raftfsm/level.go).
+	ApplyError_APPLY_ERROR_QUORUM_VERSION ApplyError = 230
 )
 
 // Enum value maps for ApplyError.
@@ -60,6 +69,9 @@ var (
 		143: "APPLY_ERROR_KEY_IN_USE",
 		170: "APPLY_ERROR_OPERATOR_REVOKED",
 		171: "APPLY_ERROR_NOT_FOUND",
+		220: "APPLY_ERROR_JOURNAL_CA_REVOKED",
+		221: "APPLY_ERROR_JOURNAL_CA_NOT_BOUND",
+		230: "APPLY_ERROR_QUORUM_VERSION",
 	}
 	ApplyError_value = map[string]int32{
 		"APPLY_ERROR_UNSPECIFIED":                0,
@@ -77,6 +89,9 @@ var (
 		"APPLY_ERROR_KEY_IN_USE":                 143,
 		"APPLY_ERROR_OPERATOR_REVOKED":           170,
 		"APPLY_ERROR_NOT_FOUND":                  171,
+		"APPLY_ERROR_JOURNAL_CA_REVOKED":         220,
+		"APPLY_ERROR_JOURNAL_CA_NOT_BOUND":       221,
+		"APPLY_ERROR_QUORUM_VERSION":             230,
 	}
 )
 
@@ -3272,7 +3287,7 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\tquorum_id\x18\x14 \x01(\tR\bquorumId\x12\x1f\n" +
 	"\vroot_sha256\x18\v \x01(\fR\n" +
 	"rootSha256\x12\x18\n" +
-	"\amembers\x18\x15 \x03(\tR\amembers*\x89\x04\n" +
+	"\amembers\x18\x15 \x03(\tR\amembers*\xf6\x04\n" +
 	"\n" +
 	"ApplyError\x12\x1b\n" +
 	"\x17APPLY_ERROR_UNSPECIFIED\x10\x00\x12!\n" +
@@ -3289,7 +3304,10 @@ const file_pact_v1_raft_proto_rawDesc = "" +
 	"\x1eAPPLY_ERROR_JOIN_TOKEN_INVALID\x10\x8e\x01\x12\x1b\n" +
 	"\x16APPLY_ERROR_KEY_IN_USE\x10\x8f\x01\x12!\n" +
 	"\x1cAPPLY_ERROR_OPERATOR_REVOKED\x10\xaa\x01\x12\x1a\n" +
-	"\x15APPLY_ERROR_NOT_FOUND\x10\xab\x01B/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
+	"\x15APPLY_ERROR_NOT_FOUND\x10\xab\x01\x12#\n" +
+	"\x1eAPPLY_ERROR_JOURNAL_CA_REVOKED\x10\xdc\x01\x12%\n" +
+	" APPLY_ERROR_JOURNAL_CA_NOT_BOUND\x10\xdd\x01\x12\x1f\n" +
+	"\x1aAPPLY_ERROR_QUORUM_VERSION\x10\xe6\x01B/Z-github.com/pact-hpc/pact/proto/pact/v1;pactv1b\x06proto3"
 
 var (
 	file_pact_v1_raft_proto_rawDescOnce sync.Once
