@@ -26,6 +26,18 @@ import (
 // AttestBoot, the two rounds of a renewal's TPM attestation bound to the
 // certificate of its stream. Verdicts are kept in memory; only a changed
 // verdict whose action is fence writes to Raft.
+//
+// The rule: a node registered with a TPM whose boot policy has an attest
+// interval is due a verified quote every interval, whatever its agent
+// says. Its agent's word (answers_boot_attestation) decides only whether
+// the request is sent: a stream whose agent does not offer to answer (an
+// agent of an earlier release, one that opted out, or an SVID stream,
+// which cannot answer) is counted unanswered at the same deadline as a
+// request left unanswered, with the same consequence after the policy's
+// tolerance. The schedule is the node's on this journal, not the
+// stream's: a stream that ends with a request outstanding leaves it
+// unanswered, and a new stream of the node is asked when the node is
+// due, not an interval after it opens.
 
 const (
 	// attestAnswerWithin is how long a node has to answer a request.
@@ -68,6 +80,16 @@ type attestNode struct {
 	misses int
 	// mismatch is the last verdict (false: matched, or never decided).
 	mismatch bool
+	// since is when the node's interval started here: the first stream
+	// of it here, then each verified answer or request deadline. A
+	// stream's next request is due an interval after it (or after the
+	// node's last quote verified here, if later).
+	since time.Time
+	// owed: a stream that ended with a request outstanding left the
+	// node at its tolerance, at owed misses; the next step of a stream
+	// of it here decides (a closing stream has no context to fence
+	// with).
+	owed int
 }
 
 // attestations holds the outstanding requests (by hex nonce) and the
@@ -117,7 +139,11 @@ func (a *attestations) answered(key, node string, now time.Time) {
 	if r, ok := a.reqs[key]; ok {
 		r.answered, r.answeredAt = true, now
 	}
-	a.node(node).misses = 0
+	n := a.node(node)
+	n.misses = 0
+	if now.After(n.since) {
+		n.since = now
+	}
 	for _, w := range a.waiters[node] {
 		close(w)
 	}
@@ -153,6 +179,65 @@ func (a *attestations) missed(node string) int {
 	return n.misses
 }
 
+// quotedSince treats a verified quote of node here (at enrollment, a
+// renewal or another stream's answer) at or after asked as the answer to
+// a request made at asked: the node's misses start over.
+func (a *attestations) quotedSince(node string, asked, quoted time.Time) bool {
+	if quoted.IsZero() || quoted.Before(asked) {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := a.node(node)
+	n.misses = 0
+	if quoted.After(n.since) {
+		n.since = quoted
+	}
+	return true
+}
+
+// start returns when node's interval started here, starting it at now
+// for a node first seen.
+func (a *attestations) start(node string, now time.Time) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := a.node(node)
+	if n.since.IsZero() {
+		n.since = now
+	}
+	return n.since
+}
+
+// restart starts node's interval over at t (an answer, or a deadline).
+func (a *attestations) restart(node string, t time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := a.node(node)
+	if t.After(n.since) {
+		n.since = t
+	}
+}
+
+// owe records that node reached its tolerance, at misses, with no
+// stream to decide it; takeOwed returns those misses once (0: none owed).
+func (a *attestations) owe(node string, misses int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.node(node).owed = misses
+}
+
+func (a *attestations) takeOwed(node string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n, ok := a.nodes[node]
+	if !ok {
+		return 0
+	}
+	m := n.owed
+	n.owed = 0
+	return m
+}
+
 // verdict records node's verdict and reports whether it changed.
 func (a *attestations) verdict(node string, mismatch bool) bool {
 	a.mu.Lock()
@@ -181,45 +266,68 @@ func (a *attestations) node(id string) *attestNode {
 	return n
 }
 
-// streamAttest is one Subscribe stream's side of it: when to ask next,
-// and the request outstanding. Only the stream's goroutine uses it.
+// streamAttest is one Subscribe stream's side of it: when the node is
+// next due, and the request outstanding. Only the stream's goroutine uses
+// it.
 type streamAttest struct {
 	j            *Journal
 	node, serial string
-	// base is when the node last quoted here (or the stream opened);
-	// jitter, a fraction of the interval in [0, 1/attestJitterDivisor).
-	base   time.Time
+	// answers: the agent offered to answer requests
+	// (answers_boot_attestation) on a journal-signed certificate's
+	// stream. A stream that does not is sent none; each request due on it
+	// is counted unanswered at its deadline all the same.
+	answers bool
+	// opened is when the stream opened (the node's interval starts then
+	// if none has here); jitter, a fraction of the interval in [0,
+	// 1/attestJitterDivisor).
+	opened time.Time
 	jitter float64
-	// pending is the hex nonce of the outstanding request ("" none).
-	pending  string
-	deadline time.Time
+	// pending is the hex nonce of the outstanding request ("" none);
+	// unsent, a request due on a stream that does not answer. asked is
+	// when either was made, deadline when it is left unanswered.
+	pending         string
+	unsent          bool
+	asked, deadline time.Time
 	// askNow is signalled by a capture that needs a fresh quote; forced
 	// is the stream's note of it.
 	askNow chan struct{}
 	forced bool
+	// settings is the node's policy as of the FSM's applied index and
+	// restores it was read at.
+	settings attestSettings
 }
 
-// asked is the channel a capture signals (nil, never ready, for a
+// attestSettings is what the policy in force asks of a node: applies
+// (the node is registered with a TPM and a policy applies to it), its
+// attest interval (0: none) and tolerance.
+type attestSettings struct {
+	read            bool
+	index, restores uint64
+	applies         bool
+	interval        time.Duration
+	tolerance       int
+}
+
+// askedChan is the channel a capture signals (nil, never ready, for a
 // stream that is not asked).
-func (s *streamAttest) asked() chan struct{} {
-	if s == nil {
+func (s *streamAttest) askedChan() chan struct{} {
+	if s == nil || !s.answers {
 		return nil
 	}
 	return s.askNow
 }
 
-// newStreamAttest is nil for a stream whose agent does not answer
-// requests (an agent of an earlier release, or without its TPM) and for
-// SVID streams.
+// newStreamAttest follows every stream: a node the policy says must
+// attest is due its requests whether its agent answers them or not.
+// Only a stream whose agent answers (never an SVID's: AttestBoot takes
+// a journal-signed certificate) is sent them, and is the one a capture
+// may ask.
 func (j *Journal) newStreamAttest(p *principal, req *pactv1.SubscribeRequest) *streamAttest {
-	if p.SVID || !req.GetAnswersBootAttestation() {
-		return nil
+	s := &streamAttest{j: j, node: p.ID.Name, serial: p.Serial, answers: !p.SVID && req.GetAnswersBootAttestation(),
+		opened: j.cfg.Clock.Now(), jitter: j.attestJitterFraction(), askNow: make(chan struct{}, 1)}
+	if s.answers {
+		j.attestStreams.Store(s, struct{}{})
 	}
-	s := &streamAttest{j: j, node: p.ID.Name, serial: p.Serial, base: j.cfg.Clock.Now(), jitter: j.attestJitterFraction(), askNow: make(chan struct{}, 1)}
-	if r, ok := j.boot.get(p.ID.Name); ok && r.at.After(s.base.Add(-24*time.Hour)) && r.at.Before(s.base) {
-		s.base = r.at
-	}
-	j.attestStreams.Store(s, struct{}{})
 	return s
 }
 
@@ -231,42 +339,85 @@ func (j *Journal) attestJitterFraction() float64 {
 	return float64(j.attestJitter.Draw(scale)) / scale / attestJitterDivisor
 }
 
-// close forgets the stream's outstanding request: a node whose stream
-// ends is asked again by the journal of its next stream.
+// close ends the stream's side. A request still outstanding can no longer
+// be answered: unless it was answered, or the node quoted here since, it
+// is counted unanswered now (an agent cannot escape a request by ending
+// its stream), and a node that reaches its tolerance so is decided at the
+// next step of a stream of it here. Its interval does not start over: the
+// node's next stream here is asked at once.
 func (s *streamAttest) close() {
 	if s == nil {
 		return
 	}
-	s.j.attestStreams.Delete(s)
+	j := s.j
+	if s.answers {
+		j.attestStreams.Delete(s)
+	}
+	if !s.outstanding() {
+		return
+	}
 	if s.pending != "" {
-		s.j.attest.drop(s.pending)
+		if _, answered := j.attest.status(s.pending); answered {
+			return
+		}
+		j.attest.drop(s.pending)
+	}
+	if s.quoted() {
+		return
+	}
+	// No context to decide with (the stream's is done): the node's next
+	// stream here does.
+	if misses, judge := s.missed("the stream ended with the request outstanding"); judge {
+		j.attest.owe(s.node, misses)
 	}
 }
 
-// interval is the attest interval of the policy in force for the node
-// (0: none), and the policy.
-func (s *streamAttest) interval() (time.Duration, *pactv1.BootPolicy) {
-	n, ok := s.j.fsm.Node(s.node)
-	if !ok || n.GetHardware().GetTpmEkHash() == "" {
-		return 0, nil
+// outstanding reports whether a request (sent or not) awaits its answer.
+func (s *streamAttest) outstanding() bool { return s.pending != "" || s.unsent }
+
+// quoted reports whether the node quoted here (at enrollment, a renewal or
+// another stream's answer) since the outstanding request was made: that
+// answers it.
+func (s *streamAttest) quoted() bool {
+	r, ok := s.j.boot.get(s.node)
+	return ok && s.j.attest.quotedSince(s.node, s.asked, r.at)
+}
+
+// policy is what the policy in force asks of the node, read again only
+// when the FSM has applied something since (a stream wakes far more often
+// than policies or registrations change).
+func (s *streamAttest) policy() attestSettings {
+	f := s.j.fsm
+	index, restores := f.AppliedIndex(), f.Restores()
+	if s.settings.read && s.settings.index == index && s.settings.restores == restores {
+		return s.settings
 	}
-	p, ok := s.j.fsm.BootPolicyFor(n.GetVcluster())
-	if !ok {
-		return 0, nil
+	st := attestSettings{read: true, index: index, restores: restores}
+	if n, ok := f.Node(s.node); ok && n.GetHardware().GetTpmEkHash() != "" {
+		if p, ok := f.BootPolicyFor(n.GetVcluster()); ok {
+			st.applies = true
+			st.interval = time.Duration(p.GetAttestIntervalSeconds()) * time.Second
+			st.tolerance = cmp.Or(int(p.GetAttestTolerance()), attestDefaultTolerance)
+		}
 	}
-	return time.Duration(p.GetAttestIntervalSeconds()) * time.Second, p
+	s.settings = st
+	return st
 }
 
 // next is when the stream must next wake for attestation (zero: never).
 func (s *streamAttest) next() time.Time {
-	if s.pending != "" {
+	if s.outstanding() {
 		return s.deadline
 	}
-	iv, _ := s.interval()
+	iv := s.policy().interval
 	if iv <= 0 {
 		return time.Time{}
 	}
-	return s.base.Add(iv + time.Duration(s.jitter*float64(iv)))
+	base := s.j.attest.start(s.node, s.opened)
+	if r, ok := s.j.boot.get(s.node); ok && r.at.After(base) {
+		base = r.at
+	}
+	return base.Add(iv + time.Duration(s.jitter*float64(iv)))
 }
 
 // wait shortens the stream's wait to its next attestation event.
@@ -280,38 +431,73 @@ func (s *streamAttest) wait(now time.Time, wait time.Duration) time.Duration {
 	return wait
 }
 
+// missed counts the outstanding request unanswered (why: how), and
+// returns the node's misses in a row and whether they reach the policy's
+// tolerance: then the node is treated as a mismatch (unansweredVerdict).
+func (s *streamAttest) missed(why string) (misses int, judge bool) {
+	j := s.j
+	s.pending, s.unsent = "", false
+	j.metrics.attestations.WithLabelValues(attestUnanswered).Inc()
+	misses = j.attest.missed(s.node)
+	st := s.policy()
+	j.log.Warn("no answer to a boot attestation request", logkey.NodeID, s.node, logkey.Serial, s.serial, logkey.Failures, misses, logkey.Reason, why)
+	return misses, st.applies && misses >= st.tolerance
+}
+
+// unansweredVerdict decides a node that left misses requests in a row
+// without a verified answer: a mismatch.
+func (s *streamAttest) unansweredVerdict(ctx context.Context, misses int) {
+	s.j.attestVerdict(ctx, s.node, nil, fmt.Sprintf("no verified answer to %d attestation requests in a row", misses))
+}
+
 // step runs at every wake-up of the stream: it notes an answer, counts a
 // request left unanswered (past the policy's tolerance, a mismatch), and
-// sends a request when one is due (or a capture wants one).
+// makes a request when one is due (or a capture wants one): sent to an
+// agent that answers, counted at its deadline for one that does not.
 func (s *streamAttest) step(ctx context.Context, stream pactv1.EnrollmentService_SubscribeServer) error {
 	if s == nil {
 		return nil
 	}
 	j := s.j
 	now := j.cfg.Clock.Now()
-	forced := s.forced
+	forced := s.forced && s.answers
 	s.forced = false
-	if s.pending != "" {
+	if misses := j.attest.takeOwed(s.node); misses > 0 && s.policy().applies {
+		s.unansweredVerdict(ctx, misses)
+	}
+	if s.outstanding() {
 		// The next request is an interval after the answer (or the
 		// deadline), whenever this goroutine gets to see it.
-		at, answered := j.attest.status(s.pending)
+		var at time.Time
+		answered := false
+		if s.pending != "" {
+			at, answered = j.attest.status(s.pending)
+		}
 		switch {
 		case answered:
-			s.pending, s.base, s.jitter = "", at, j.attestJitterFraction()
+			s.pending = ""
+			j.attest.restart(s.node, at)
+		case s.quoted():
+			if s.pending != "" {
+				j.attest.drop(s.pending)
+			}
+			s.pending, s.unsent = "", false
 		case !now.Before(s.deadline):
-			j.attest.drop(s.pending)
-			s.pending, s.base, s.jitter = "", s.deadline, j.attestJitterFraction()
-			j.metrics.attestations.WithLabelValues(attestUnanswered).Inc()
-			misses := j.attest.missed(s.node)
-			_, p := s.interval()
-			tolerance := cmp.Or(int(p.GetAttestTolerance()), attestDefaultTolerance)
-			j.log.Warn("no answer to a boot attestation request", logkey.NodeID, s.node, logkey.Serial, s.serial, logkey.Failures, misses)
-			if p != nil && misses >= tolerance {
-				j.attestVerdict(ctx, s.node, nil, fmt.Sprintf("no verified answer to %d attestation requests in a row", misses))
+			if s.pending != "" {
+				j.attest.drop(s.pending)
+			}
+			j.attest.restart(s.node, s.deadline)
+			why := "no verified answer within the deadline"
+			if s.unsent {
+				why = "the agent does not answer boot attestation requests on this stream (an agent of an earlier release, one that does not offer to, or an SVID stream)"
+			}
+			if misses, judge := s.missed(why); judge {
+				s.unansweredVerdict(ctx, misses)
 			}
 		default:
 			return nil
 		}
+		s.jitter = j.attestJitterFraction()
 	}
 	if !forced {
 		t := s.next()
@@ -319,14 +505,20 @@ func (s *streamAttest) step(ctx context.Context, stream pactv1.EnrollmentService
 			return nil
 		}
 	}
+	deadline := now.Add(attestAnswerWithin)
+	if !s.answers {
+		s.unsent, s.asked, s.deadline = true, now, deadline
+		j.log.Info("boot attestation due from a stream that does not answer requests: counted unanswered at its deadline unless the node quotes here first",
+			logkey.NodeID, s.node, logkey.Serial, s.serial)
+		return nil
+	}
 	nonce := make([]byte, measuredboot.NonceSize)
 	if _, err := rand.Read(nonce); err != nil {
 		return err
 	}
 	key := hex.EncodeToString(nonce)
-	deadline := now.Add(attestAnswerWithin)
 	if !j.attest.add(key, &attestRequest{node: s.node, serial: s.serial, deadline: deadline}) {
-		s.base = now // full: try again an interval later
+		j.attest.restart(s.node, now) // full: try again an interval later
 		return nil
 	}
 	if err := stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_AttestBoot{AttestBoot: &pactv1.AttestBootRequest{
@@ -335,7 +527,7 @@ func (s *streamAttest) step(ctx context.Context, stream pactv1.EnrollmentService
 		j.attest.drop(key)
 		return err
 	}
-	s.pending, s.deadline = key, deadline
+	s.pending, s.asked, s.deadline = key, now, deadline
 	j.metrics.attestations.WithLabelValues(attestAsked).Inc()
 	j.log.Info("boot attestation requested", logkey.NodeID, s.node, logkey.Serial, s.serial)
 	return nil

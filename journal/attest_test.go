@@ -1,6 +1,7 @@
 package journal_test
 
 import (
+	"encoding/hex"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,6 @@ import (
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/measuredboot/measuredboottest"
 	"github.com/pact-hpc/pact/internal/polltest"
-	"github.com/pact-hpc/pact/internal/swtpmtest"
 	"github.com/pact-hpc/pact/internal/tpmattest"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -34,33 +34,8 @@ type attestingNode struct {
 
 func newAttestingNode(t *testing.T, e *env, id, bmc, mac string) *attestingNode {
 	t.Helper()
-	sw := swtpmtest.Start(t)
-	tr, err := agenttpm.Open(sw.Device)
-	if err != nil {
-		t.Fatal(err)
-	}
-	goodBoot.Extend(t, tr)
-	tr.Close()
-	tr, err = agenttpm.Open(sw.Device)
-	if err != nil {
-		t.Fatal(err)
-	}
-	att, err := agenttpm.NewAttestor(tr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := hw(bmc, mac)
-	h.TpmEkHash = att.EKHash()
-	if _, err := e.admin.RegisterNode(callCtx(t), &pactv1.RegisterNodeRequest{NodeId: id, Hardware: h}); err != nil {
-		t.Fatal(err)
-	}
-	n := &tpmNode{id: id, bmc: bmc, mac: mac, att: att, key: journaltest.NewKey(t)}
-	t.Cleanup(func() { n.att.Close() })
-	resp, err := e.enrollReq(t, n.quoted(t, n.challenge(t, e), goodBoot.Bytes()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &attestingNode{tpmNode: n, a: newAgent(id, n.key, resp.GetCertChainDer(), resp.GetSerial()), device: sw.Device}
+	n, device := registerBootedTPMNode(t, e.admin, id, bmc, mac, goodBoot)
+	return &attestingNode{tpmNode: n, a: e.enrollQuoted(t, n, goodBoot.Bytes()), device: device}
 }
 
 // changeKernel extends PCR 9 as a kernel other than the policy's would,
@@ -252,7 +227,8 @@ func TestAttestBetweenRenewalsFences(t *testing.T) {
 
 // TestAttestBetweenRenewalsObserves: under a policy in observe mode the
 // same changed kernel is counted and logged, never fenced nor written.
-// A stream of an agent that does not answer requests is never asked.
+// A stream of an agent that does not answer requests is never sent one;
+// the request due on it is counted unanswered at its deadline.
 func TestAttestBetweenRenewalsObserves(t *testing.T) {
 	e := newEnv(t)
 	n := newAttestingNode(t, e, "n1", "SN1", mac1)
@@ -287,7 +263,10 @@ func TestAttestBetweenRenewalsObserves(t *testing.T) {
 	w.quiet(t)
 	wOld.quiet(t)
 	if got := e.attestations(t, "asked"); got != 2 {
-		t.Errorf("attestations{asked} = %v, want 2 (n2's agent does not answer, so it is never asked)", got)
+		t.Errorf("attestations{asked} = %v, want 2 (n2's agent does not answer, so it is never sent a request)", got)
+	}
+	if got := e.attestations(t, "unanswered"); got != 1 {
+		t.Errorf("attestations{unanswered} = %v, want 1 (the request due on n2's stream, past its deadline)", got)
 	}
 }
 
@@ -312,6 +291,131 @@ func TestAttestUnansweredIsCounted(t *testing.T) {
 	e.waitNode(t, "n1", "fenced after two misses", func(n *pactv1.Node) bool { return n.GetFence() != nil })
 	if _, _, err := w.end(t); apierr.FromError(err).Reason != apierr.NodeFenced {
 		t.Errorf("the stream ended %v, want %s", err, apierr.NodeFenced)
+	}
+}
+
+// TestAttestCannotBeOptedOut: the agent of a TPM node under a policy
+// with an attest interval cannot opt out of being attested between
+// renewals. A hostile agent whose stream leaves answers_boot_attestation
+// unset (as an agent of an earlier release does) is sent no request, and
+// each request due is counted unanswered at its deadline: past the
+// tolerance the node is fenced, as one that never answers. A node
+// without a TPM under the same policy is never counted.
+func TestAttestCannotBeOptedOut(t *testing.T) {
+	e := newEnv(t)
+	n := newAttestingNode(t, e, "n1", "SN1", mac1)
+	plain := e.activate(t, "n2", "SN2", mac2)
+	e.setAttestingPolicy(t, "n1", pactv1.BootPolicyMode_BOOT_POLICY_MODE_ENFORCE, pactv1.BootPolicyAction_BOOT_POLICY_ACTION_FENCE, 2)
+	w := e.subscribe(t, n.a) // answers_boot_attestation unset
+	wPlain := e.subscribe(t, plain)
+
+	e.tick(t, attestTick)
+	w.quiet(t)
+	e.tick(t, 3*time.Minute)
+	e.waitAttestations(t, "unanswered", 1)
+	if f := e.node(t, "n1").GetFence(); f != nil {
+		t.Fatalf("fenced after one miss of a tolerance of 2: %v", f)
+	}
+	e.tick(t, attestTick)
+	e.tick(t, 3*time.Minute)
+	e.waitAttestations(t, "unanswered", 2)
+	f := e.waitNode(t, "n1", "fenced after two requests due on a stream that does not answer", func(n *pactv1.Node) bool { return n.GetFence() != nil }).GetFence()
+	if !strings.Contains(f.GetReason(), "no verified answer to 2 attestation requests in a row") {
+		t.Errorf("fence reason %q, want the unanswered requests named", f.GetReason())
+	}
+	evs, _, err := w.end(t)
+	if apierr.FromError(err).Reason != apierr.NodeFenced {
+		t.Errorf("the stream ended %v, want %s", err, apierr.NodeFenced)
+	}
+	for _, ev := range evs {
+		if ev.GetAttestBoot() != nil {
+			t.Errorf("a stream that does not answer was sent a request: %v", ev)
+		}
+	}
+	wPlain.quiet(t)
+	if got := e.attestations(t, "asked"); got != 0 {
+		t.Errorf("attestations{asked} = %v, want 0", got)
+	}
+	if got := e.attestations(t, "unanswered"); got != 2 {
+		t.Errorf("attestations{unanswered} = %v, want 2 (n1's; n2 has no TPM)", got)
+	}
+}
+
+// TestAttestStreamCannotBeReopened: a node cannot dodge a request by
+// ending its stream and opening another. The request it leaves is
+// counted unanswered when the stream ends, and its next stream is asked
+// at once: the node is due, whichever stream it opens. At the tolerance
+// the node's next stream fences it.
+func TestAttestStreamCannotBeReopened(t *testing.T) {
+	e := newEnv(t)
+	n := newAttestingNode(t, e, "n1", "SN1", mac1)
+	e.setAttestingPolicy(t, "n1", pactv1.BootPolicyMode_BOOT_POLICY_MODE_ENFORCE, pactv1.BootPolicyAction_BOOT_POLICY_ACTION_FENCE, 2)
+	w := e.subscribeAttesting(t, n.a)
+	e.asked(t, w)
+	w.close(t, e)
+	e.waitAttestations(t, "unanswered", 1)
+	if f := e.node(t, "n1").GetFence(); f != nil {
+		t.Fatalf("fenced after one miss of a tolerance of 2: %v", f)
+	}
+
+	w = e.subscribeAttesting(t, n.a)
+	if ev := w.next(t); ev.GetAttestBoot() == nil {
+		t.Fatalf("a new stream of a node that is due carried %v, want a request at once", ev)
+	}
+	w.close(t, e)
+	e.waitAttestations(t, "unanswered", 2)
+
+	w = e.subscribeAttesting(t, n.a)
+	e.waitNode(t, "n1", "fenced by its next stream after two requests left by ended streams", func(n *pactv1.Node) bool { return n.GetFence() != nil })
+	if _, _, err := w.end(t); apierr.FromError(err).Reason != apierr.NodeFenced {
+		t.Errorf("the stream ended %v, want %s", err, apierr.NodeFenced)
+	}
+}
+
+// TestAttestCannotBeLeftOut: a TPM node under a boot policy gets no
+// certificate without a quote. A renewal that leaves out its TPM
+// attestation is a renewal that sent no quote: refused under refuse,
+// nothing written; an attested renewal still renews. A standby asked for
+// with a SPIRE SVID carries no quote either: refused. And an SVID's
+// stream cannot answer requests (AttestBoot takes a journal-signed
+// certificate), whatever it offers: each one due on it is counted
+// unanswered, so past the tolerance the node is treated as a mismatch.
+func TestAttestCannotBeLeftOut(t *testing.T) {
+	e := newSPIREEnv(t)
+	n := newAttestingNode(t, e.env, "n1", "SN1", mac1)
+	ek := make([]byte, 32)
+	ek[0] = 1
+	h := hw("SN2", mac2)
+	h.TpmEkHash = hex.EncodeToString(ek)
+	if _, err := e.admin.RegisterNode(callCtx(t), &pactv1.RegisterNodeRequest{NodeId: "s1", Hardware: h, SpiffeId: agentID("s1")}); err != nil {
+		t.Fatal(err)
+	}
+	e.setAttestingPolicy(t, "n1", pactv1.BootPolicyMode_BOOT_POLICY_MODE_ENFORCE, pactv1.BootPolicyAction_BOOT_POLICY_ACTION_REFUSE, 1)
+
+	before := e.registry(t)
+	_, err := e.renew(t, n.a)
+	e.refusedUnwritten(t, before, nil, err, codes.PermissionDenied, apierr.BootPolicyRefused)
+	if _, err := e.renewAttested(t, n.tpmNode, n.a, goodBoot.Bytes(), nil); err != nil {
+		t.Fatalf("an attested renewal: %v", err)
+	}
+
+	now := e.fc.Now()
+	s := e.ca.issue(t, now.Add(-time.Minute), now.Add(24*time.Hour), agentID("s1"))
+	w := e.subscribeWith(t, s.agent("s1"), &pactv1.SubscribeRequest{AnswersBootAttestation: true})
+	before = e.registry(t)
+	resp, err := e.agentClient(t, s.agent("s1")).IssueStandby(callCtx(t), &pactv1.IssueStandbyRequest{CsrDer: journaltest.NewKey(t).CSR})
+	e.refusedUnwritten(t, before, resp, err, codes.PermissionDenied, apierr.BootPolicyRefused)
+
+	mismatches := must(t, e.h.J.MetricsRegistry(), "pact_journal_boot_policy_verdicts_total", "verdict", "observed")
+	e.tick(t, attestTick)
+	w.quiet(t)
+	e.tick(t, 3*time.Minute)
+	e.waitAttestations(t, "unanswered", 1)
+	eventually(t, "the SVID stream's unanswered request to count as a mismatch", func() bool {
+		return must(t, e.h.J.MetricsRegistry(), "pact_journal_boot_policy_verdicts_total", "verdict", "observed") == mismatches+1
+	})
+	if got := e.attestations(t, "asked"); got != 0 {
+		t.Errorf("attestations{asked} = %v, want 0: an SVID stream is sent no request", got)
 	}
 }
 

@@ -620,8 +620,9 @@ func (s *enrollmentServer) Subscribe(req *pactv1.SubscribeRequest, stream pactv1
 		return err
 	}
 	j.hub.streaming(w)
-	// Attestation between renewals (attest.go): nil unless the agent
-	// answers boot attestation requests.
+	// Attestation between renewals (attest.go): a node the boot policy
+	// says must attest is due its requests on every stream, answered or
+	// counted unanswered.
 	sa := j.newStreamAttest(p, req)
 	defer sa.close()
 	for {
@@ -663,7 +664,7 @@ func (s *enrollmentServer) Subscribe(req *pactv1.SubscribeRequest, stream pactv1
 			return fmt.Errorf("%w: journal shutting down", ErrNoLeader)
 		case <-w.node:
 		case <-w.bundle:
-		case <-sa.asked():
+		case <-sa.askedChan():
 			sa.forced = true
 		case <-t.C():
 		}

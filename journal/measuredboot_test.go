@@ -30,6 +30,17 @@ var goodBoot = measuredboottest.Boot("6.1.0-pact", "root=nfs quiet")
 // (its PCRs extended with boot's events, as firmware does).
 func newBootedTPMNode(t *testing.T, e *env, id, bmc, mac string, boot measuredboottest.Log) *tpmNode {
 	t.Helper()
+	n, _ := registerBootedTPMNode(t, e.admin, id, bmc, mac, boot)
+	return n
+}
+
+// registerBootedTPMNode is the TPM node set-up of these tests: it starts a
+// software TPM, extends its PCRs with boot's events, makes an AK in it and
+// registers id with its EK hash through admin. device is the TPM's, for a
+// test that extends it later (the node's attestor, n.att, is closed at the
+// end of the test, whichever it is then).
+func registerBootedTPMNode(t *testing.T, admin pactv1.AdminServiceClient, id, bmc, mac string, boot measuredboottest.Log) (n *tpmNode, device string) {
+	t.Helper()
 	sw := swtpmtest.Start(t)
 	tr, err := agenttpm.Open(sw.Device)
 	if err != nil {
@@ -45,13 +56,25 @@ func newBootedTPMNode(t *testing.T, e *env, id, bmc, mac string, boot measuredbo
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { att.Close() })
+	n = &tpmNode{id: id, bmc: bmc, mac: mac, att: att, key: journaltest.NewKey(t)}
+	t.Cleanup(func() { n.att.Close() })
 	h := hw(bmc, mac)
 	h.TpmEkHash = att.EKHash()
-	if _, err := e.admin.RegisterNode(callCtx(t), &pactv1.RegisterNodeRequest{NodeId: id, Hardware: h}); err != nil {
+	if _, err := admin.RegisterNode(callCtx(t), &pactv1.RegisterNodeRequest{NodeId: id, Hardware: h}); err != nil {
 		t.Fatal(err)
 	}
-	return &tpmNode{id: id, bmc: bmc, mac: mac, att: att, key: journaltest.NewKey(t)}
+	return n, sw.Device
+}
+
+// enrollQuoted enrolls n with its TPM and a quote whose event log is log,
+// and returns its agent.
+func (e *env) enrollQuoted(t *testing.T, n *tpmNode, log []byte) *agent {
+	t.Helper()
+	resp, err := e.enrollReq(t, n.quoted(t, n.challenge(t, e), log))
+	if err != nil {
+		t.Fatalf("enroll %s with a quote: %v", n.id, err)
+	}
+	return newAgent(n.id, n.key, resp.GetCertChainDer(), resp.GetSerial())
 }
 
 // quoteOf is what pact-agent adds to round two: att's quote of its boot
@@ -208,17 +231,14 @@ func (e *env) renewAttested(t *testing.T, n *tpmNode, a *agent, log []byte, tamp
 // TestRenewWithQuote: a TPM node's renewal carries a fresh challenge and
 // quote. A good one renews; a quote whose log shows another kernel, or
 // one made for an earlier nonce, is refused TPM_QUOTE_REFUSED and the
-// certificate stays; a renewal without TPM attestation (an agent of an
-// earlier release) renews as before.
+// certificate stays; with no boot policy in force, a renewal without TPM
+// attestation (an agent of an earlier release) renews as before (under
+// one: TestAttestCannotBeLeftOut).
 func TestRenewWithQuote(t *testing.T) {
 	e := newEnv(t)
 	n := newBootedTPMNode(t, e, "n1", "SN1", mac1, goodBoot)
-	resp, err := e.enrollReq(t, n.quoted(t, n.challenge(t, e), goodBoot.Bytes()))
+	a, err := e.renewAttested(t, n, e.enrollQuoted(t, n, goodBoot.Bytes()), goodBoot.Bytes(), nil)
 	if err != nil {
-		t.Fatal(err)
-	}
-	a := newAgent("n1", n.key, resp.GetCertChainDer(), resp.GetSerial())
-	if a, err = e.renewAttested(t, n, a, goodBoot.Bytes(), nil); err != nil {
 		t.Fatalf("renewal with a good quote: %v", err)
 	}
 	serial := inspectSerial(t, e, "n1")
@@ -395,27 +415,7 @@ func TestClusterBootPolicyRefusalNeedsTheLeader(t *testing.T) {
 	leader := c.Leader(t)
 	lone := (leader + 1) % 3
 	evilBoot := measuredboottest.Boot("6.1.0-evil", "root=nfs quiet")
-	sw := swtpmtest.Start(t)
-	tr, err := agenttpm.Open(sw.Device)
-	if err != nil {
-		t.Fatal(err)
-	}
-	evilBoot.Extend(t, tr)
-	tr.Close()
-	if tr, err = agenttpm.Open(sw.Device); err != nil {
-		t.Fatal(err)
-	}
-	att, err := agenttpm.NewAttestor(tr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { att.Close() })
-	n := &tpmNode{id: "t1", bmc: "SN-T", mac: mac1, att: att, key: journaltest.NewKey(t)}
-	h := hw(n.bmc, n.mac)
-	h.TpmEkHash = att.EKHash()
-	if _, err := c.Nodes[leader].AdminClient(t).RegisterNode(callCtx(t), &pactv1.RegisterNodeRequest{NodeId: "t1", Hardware: h}); err != nil {
-		t.Fatal(err)
-	}
+	n, _ := registerBootedTPMNode(t, c.Nodes[leader].AdminClient(t), "t1", "SN-T", mac1, evilBoot)
 	// The policy allows only the good kernel's and initrd's digests.
 	var allowed [][]byte
 	for _, e := range goodBoot {
@@ -441,7 +441,7 @@ func TestClusterBootPolicyRefusalNeedsTheLeader(t *testing.T) {
 		}
 		ch := resp.GetTpmChallenge()
 		req := n.answer(t, ch, n.key)
-		req.Credentials.Tpm.Quote = quoteOf(t, att, ch.GetQuoteNonce(), evilBoot.Bytes())
+		req.Credentials.Tpm.Quote = quoteOf(t, n.att, ch.GetQuoteNonce(), evilBoot.Bytes())
 		_, err = cl.Enroll(callCtx(t), req)
 		return err
 	}

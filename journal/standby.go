@@ -28,6 +28,13 @@ func (s *enrollmentServer) IssueStandby(ctx context.Context, req *pactv1.IssueSt
 	if !p.SVID {
 		return nil, fmt.Errorf("%w: IssueStandby is for agents authenticated with a SPIRE SVID; a journal-signed certificate renews with RenewCert", ErrPermission)
 	}
+	// A node registered with a TPM is under its boot policy whatever
+	// identity it presents: a standby carries no quote (tpm.go).
+	if n, ok := j.fsm.Node(p.ID.Name); ok {
+		if err := j.unattestedIssue(ctx, n); err != nil {
+			return nil, err
+		}
+	}
 	issued, err := j.signForNode(ctx, p.ID.Name, req.GetCsrDer())
 	if err != nil {
 		return nil, err

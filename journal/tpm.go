@@ -336,18 +336,19 @@ func (j *Journal) checkBootPolicy(ctx context.Context, node *pactv1.Node, ev *me
 // TPM attestation: round one answers a challenge (nothing signed or
 // written), round two must prove the registered EK with an AK bound to the
 // renewal's CSR key, and its quote is verified as at enrollment. A renewal
-// without TPM attestation (an agent of an earlier release, or a node that
-// enrolled without its TPM) renews as before.
+// without TPM attestation (an agent of an earlier release) renews as
+// before, unless a boot policy applies to the node: then it is a renewal
+// that sent no quote, judged as one (unattestedIssue).
 func (j *Journal) renewalTPMCheck(ctx context.Context, nodeID string, req *pactv1.RenewCertRequest) (*pactv1.TpmChallenge, error) {
-	att := req.GetTpm()
-	if att == nil {
-		return nil, nil
-	}
 	n, ok := j.fsm.Node(nodeID)
 	if !ok || n.GetHardware().GetTpmEkHash() == "" {
 		// Nothing to prove it against: the node is registered without an
 		// EK hash.
 		return nil, nil
+	}
+	att := req.GetTpm()
+	if att == nil {
+		return nil, j.unattestedIssue(ctx, n)
 	}
 	csr, err := ca.ParseCSR(req.GetCsrDer())
 	if err != nil {
@@ -361,4 +362,19 @@ func (j *Journal) renewalTPMCheck(ctx context.Context, nodeID string, req *pactv
 		j.log.Info("TPM attested the renewal", logkey.NodeID, nodeID)
 	}
 	return ch, nil
+}
+
+// unattestedIssue judges a certificate about to be issued, without a quote
+// of its boot, to a node registered with a TPM (a renewal without TPM
+// attestation; a standby for its SPIRE SVID). Under a boot policy that is
+// a node that sent no quote, which does not match (docs/tpm.md, "Boot
+// policies"): decided by the policy's mode and action as at enrollment,
+// so an agent cannot leave its TPM out of a call to escape the policy.
+// Without a policy, or for a node registered without a TPM, nothing is
+// asked.
+func (j *Journal) unattestedIssue(ctx context.Context, n *pactv1.Node) error {
+	if n.GetHardware().GetTpmEkHash() == "" {
+		return nil
+	}
+	return j.checkBootPolicy(ctx, n, nil)
 }
