@@ -15,6 +15,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/measuredboot"
+	"github.com/pact-hpc/pact/journal/auth"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -308,9 +309,9 @@ type attestSettings struct {
 	tolerance       int
 }
 
-// askedChan is the channel a capture signals (nil, never ready, for a
+// Asked is the channel a capture signals (nil, never ready, for a
 // stream that is not asked).
-func (s *streamAttest) askedChan() chan struct{} {
+func (s *streamAttest) Asked() <-chan struct{} {
 	if s == nil || !s.answers {
 		return nil
 	}
@@ -322,7 +323,7 @@ func (s *streamAttest) askedChan() chan struct{} {
 // Only a stream whose agent answers (never an SVID's: AttestBoot takes
 // a journal-signed certificate) is sent them, and is the one a capture
 // may ask.
-func (j *Journal) newStreamAttest(p *principal, req *pactv1.SubscribeRequest) *streamAttest {
+func (j *Journal) newStreamAttest(p *auth.Principal, req *pactv1.SubscribeRequest) *streamAttest {
 	s := &streamAttest{j: j, node: p.ID.Name, serial: p.Serial, answers: !p.SVID && req.GetAnswersBootAttestation(),
 		opened: j.cfg.Clock.Now(), jitter: j.attestJitterFraction(), askNow: make(chan struct{}, 1)}
 	if s.answers {
@@ -339,13 +340,21 @@ func (j *Journal) attestJitterFraction() float64 {
 	return float64(j.attestJitter.Draw(scale)) / scale / attestJitterDivisor
 }
 
-// close ends the stream's side. A request still outstanding can no longer
+// MarkAsked notes that a capture asked for a fresh quote: the next Step
+// requests one.
+func (s *streamAttest) MarkAsked() {
+	if s != nil {
+		s.forced = true
+	}
+}
+
+// Close ends the stream's side. A request still outstanding can no longer
 // be answered: unless it was answered, or the node quoted here since, it
 // is counted unanswered now (an agent cannot escape a request by ending
 // its stream), and a node that reaches its tolerance so is decided at the
 // next step of a stream of it here. Its interval does not start over: the
 // node's next stream here is asked at once.
-func (s *streamAttest) close() {
+func (s *streamAttest) Close() {
 	if s == nil {
 		return
 	}
@@ -420,8 +429,8 @@ func (s *streamAttest) next() time.Time {
 	return base.Add(iv + time.Duration(s.jitter*float64(iv)))
 }
 
-// wait shortens the stream's wait to its next attestation event.
-func (s *streamAttest) wait(now time.Time, wait time.Duration) time.Duration {
+// Wait shortens the stream's wait to its next attestation event.
+func (s *streamAttest) Wait(now time.Time, wait time.Duration) time.Duration {
 	if s == nil {
 		return wait
 	}
@@ -450,11 +459,11 @@ func (s *streamAttest) unansweredVerdict(ctx context.Context, misses int) {
 	s.j.attestVerdict(ctx, s.node, nil, fmt.Sprintf("no verified answer to %d attestation requests in a row", misses))
 }
 
-// step runs at every wake-up of the stream: it notes an answer, counts a
+// Step runs at every wake-up of the stream: it notes an answer, counts a
 // request left unanswered (past the policy's tolerance, a mismatch), and
 // makes a request when one is due (or a capture wants one): sent to an
 // agent that answers, counted at its deadline for one that does not.
-func (s *streamAttest) step(ctx context.Context, stream pactv1.EnrollmentService_SubscribeServer) error {
+func (s *streamAttest) Step(ctx context.Context, stream pactv1.EnrollmentService_SubscribeServer) error {
 	if s == nil {
 		return nil
 	}
@@ -533,16 +542,12 @@ func (s *streamAttest) step(ctx context.Context, stream pactv1.EnrollmentService
 	return nil
 }
 
-// AttestBoot is the agent's answer to a request of its stream: round one
+// answerAttestBoot is the agent's answer (AttestBoot, from a journal-signed
+// certificate's stream) to a request of its stream: round one
 // (EK and a fresh AK) gets a TPM challenge, round two (the proof bound to
 // the stream certificate's key, and a quote over the challenge's nonce)
 // is verified exactly as a renewal's and decided against the policy.
-func (s *enrollmentServer) AttestBoot(ctx context.Context, req *pactv1.AttestBootRequest) (*pactv1.AttestBootResponse, error) {
-	j := s.j
-	p := principalFrom(ctx)
-	if p.SVID {
-		return nil, fmt.Errorf("%w: SVID-authenticated agents are not asked for boot attestation", ErrPermission)
-	}
+func (j *Journal) answerAttestBoot(ctx context.Context, p *auth.Principal, req *pactv1.AttestBootRequest) (*pactv1.AttestBootResponse, error) {
 	id := p.ID.Name
 	att := req.GetTpm()
 	roundTwo := att.GetChallengeId() != "" || len(att.GetProof()) > 0
@@ -741,14 +746,4 @@ func (j *Journal) captureAtPeers(ctx context.Context, req *pactv1.CaptureBootPol
 		msg += "; not answered by " + strings.Join(failed, "; ")
 	}
 	return nil, fmt.Errorf("%w: %s; renew the node (pact-agent renew-now) or restart its agent so that it quotes again, then capture again (journals keep quotes in memory: a restarted journal has none)", ErrNotFound, msg)
-}
-
-// BootEvidence is another journal's pact boot-policy capture: captured
-// from what this journal holds, or asks of the node's stream here.
-func (s *peerServer) BootEvidence(ctx context.Context, req *pactv1.BootEvidenceRequest) (*pactv1.BootEvidenceResponse, error) {
-	resp, err := s.j.captureLocal(ctx, req.GetCapture())
-	if err != nil {
-		return nil, err
-	}
-	return &pactv1.BootEvidenceResponse{Capture: resp}, nil
 }

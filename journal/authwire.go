@@ -3,22 +3,13 @@ package journal
 import (
 	"context"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/peer"
-
 	"github.com/pact-hpc/pact/internal/apierr"
-	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/journal/auth"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
 // The journal's side of journal/auth: what authentication reads of the
 // registry, the bundle and Raft, and the interceptors around its own.
-
-// principal is an authenticated caller (auth.Principal).
-type principal = auth.Principal
-
-func principalFrom(ctx context.Context) *principal { return auth.FromContext(ctx) }
 
 func newAuthenticator(j *Journal) (*auth.Authenticator, error) {
 	cfg := auth.DefaultConfig()
@@ -95,77 +86,4 @@ func (p authPeers) CheckPeerCall(ctx context.Context, name string, member bool) 
 
 func (p authPeers) RemovedPeer(ctx context.Context, name string, refused error) error {
 	return p.j.raft.RemovedPeer(ctx, name, refused)
-}
-
-// unaryInterceptor runs before journal/auth's: it gives the call its
-// correlation id and answers every error of the call, authentication's
-// included, as the journal's status (status.go).
-func (j *Journal) unaryInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	resp, err := handler(withCallConfirmation(withCorrelation(ctx)), req)
-	return resp, toStatus(err)
-}
-
-type correlatedStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s *correlatedStream) Context() context.Context { return s.ctx }
-
-// RecvMsg answers a request that does not decode with INVALID_ARGUMENT
-// (decode.go).
-func (s *correlatedStream) RecvMsg(m any) error { return decoded(s.ServerStream.RecvMsg(m), m) }
-
-// streamInterceptor is unaryInterceptor for streams.
-func (j *Journal) streamInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	return toStatus(handler(srv, &correlatedStream{ServerStream: ss, ctx: withCorrelation(ss.Context())}))
-}
-
-// limitStreams runs after journal/auth's interceptor: it bounds the streams
-// per certificate before the handler spends a goroutine's lifetime, a timer
-// and a registry subscription on one. Journals of the quorum are exempt:
-// they are few, trusted, and a peer protocol may well multiplex many
-// streams.
-func (j *Journal) limitStreams(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	p := principalFrom(ss.Context())
-	if p == nil || p.ID.Kind == pki.KindJournal {
-		return handler(srv, ss)
-	}
-	// authenticate made these from the same leaf (an operator's, an
-	// agent's or an SVID's principal has them); hashed again only if not.
-	serial, spki := p.Serial, p.SPKI
-	if serial == "" || spki == "" {
-		serial, spki = pki.SerialHex(p.Leaf.SerialNumber), pki.SPKIFingerprint(p.Leaf)
-	}
-	release, err := j.streams.acquire(serial+"|"+spki, p.ID.Kind+" certificate "+serial)
-	if err != nil {
-		j.metrics.streamsRefused.Inc()
-		return err
-	}
-	defer release()
-	return handler(srv, ss)
-}
-
-// vouchUnary runs after journal/auth's interceptor: it tells the gRPC
-// port's connection limiter of the call, and that its source address has
-// proved itself when the call was authenticated as a principal of the
-// domain (connlimit.Limiter.Call, Vouch: at the connection cap such
-// addresses are served first).
-func (j *Journal) vouchUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	defer j.connCall(ctx)()
-	return handler(ctx, req)
-}
-
-// vouchStream is vouchUnary for streams.
-func (j *Journal) vouchStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	defer j.connCall(ss.Context())()
-	return handler(srv, ss)
-}
-
-func (j *Journal) connCall(ctx context.Context) (done func()) {
-	pr, ok := peer.FromContext(ctx)
-	if !ok {
-		return func() {}
-	}
-	return j.conns.Call(pr.Addr, principalFrom(ctx) != nil)
 }

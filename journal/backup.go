@@ -8,93 +8,16 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/pact-hpc/pact/internal/clock"
-	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/snapfile"
-	"github.com/pact-hpc/pact/internal/version"
 	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/raftnode"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
-
-// snapshotChunk is the size of each streamed piece of a snapshot.
-const snapshotChunk = 256 << 10
-
-// SaveSnapshot streams a consistent copy of the whole replicated state.
-// Only the leader answers (a follower answers NO_LEADER, and the CLI moves
-// to the next address): after a barrier, its registry reflects every write
-// committed before the call, and VerifyLeader confirms it still leads.
-func (s *adminServer) SaveSnapshot(_ *pactv1.SaveSnapshotRequest, stream pactv1.AdminService_SaveSnapshotServer) error {
-	j := s.j
-	if !j.raft.IsLeader() {
-		return j.notLeaderFor("snapshots")
-	}
-	var state []byte
-	var index uint64
-	var nodes int
-	if err := j.raft.LeaderRead("the snapshot", func() (err error) {
-		state, index, nodes, err = j.fsm.Consistent()
-		return err
-	}); err != nil {
-		return err
-	}
-	rootSum := sha256.Sum256(j.ca.Root().Raw)
-	// The members: the state keeps the addresses of journals removed
-	// since, and an operator reading the file wants the quorum it was.
-	servers, _, err := j.raft.Servers()
-	if err != nil {
-		return fmt.Errorf("%w: the Raft configuration: %w", ErrNoLeader, err)
-	}
-	members := make([]string, 0, len(servers))
-	for _, srv := range servers {
-		members = append(members, string(srv.ID))
-	}
-	slices.Sort(members)
-	h := &pactv1.SnapshotHeader{
-		Domain:          j.ca.Domain(),
-		RootSha256:      rootSum[:],
-		Index:           index,
-		Term:            j.raft.TermOf(index),
-		TakenAtUnixNano: j.cfg.Clock.Now().UnixNano(),
-		TakenBy:         j.cfg.NodeID,
-		Version:         version.Get().String(),
-		Nodes:           uint64(nodes),
-		QuorumId:        j.raft.QuorumID(),
-		Members:         members,
-	}
-	var buf bytes.Buffer
-	buf.Grow(len(state) + 512)
-	if err := snapfile.Write(&buf, h, state); err != nil {
-		return err
-	}
-	data := buf.Bytes()
-	for len(data) > 0 {
-		n := min(len(data), snapshotChunk)
-		if err := stream.Send(&pactv1.SaveSnapshotResponse{Data: data[:n]}); err != nil {
-			return err
-		}
-		data = data[n:]
-	}
-	j.log.Info("snapshot saved by an operator", logkey.Actor, principalFrom(stream.Context()).ID.Name, logkey.Index, index, logkey.Nodes, nodes, logkey.Bytes, buf.Len())
-	return nil
-}
-
-func (j *Journal) notLeaderFor(what string) error {
-	id := j.raft.Leader()
-	if id == "" {
-		return fmt.Errorf("%w: no leader; a majority of the quorum must be up to take a consistent snapshot", ErrNoLeader)
-	}
-	addr := ""
-	if ji, ok := j.fsm.Journal(id); ok {
-		addr = " at " + ji.GetGrpcAddr()
-	}
-	return fmt.Errorf("%w: %s are taken on the leader, %s%s", ErrNoLeader, what, id, addr)
-}
 
 // ---------------------------------------------------------------------------
 // Offline tools: restore a snapshot into a new data directory, and turn

@@ -409,13 +409,6 @@ func (c *claimHolder) forget(keep map[fedKey]bool) {
 	}
 }
 
-// held is how many incarnations the holder keeps claims or a cursor of.
-func (c *claimHolder) held() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.byDomain)
-}
-
 func (c *claimHolder) cursor(domain fedKey) (rev uint64, after string, known bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()

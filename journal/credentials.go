@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/ca"
 	"github.com/pact-hpc/pact/journal/jointoken"
@@ -131,3 +132,6 @@ func (c joinTokenCredential) verify(_ context.Context, a *enrollAttempt, proof *
 	proof.JoinTokenSha256 = sum
 	return nil
 }
+
+// fingerprint is a key's SPKI fingerprint as the registry records it.
+func fingerprint(spki []byte) string { return pki.SPKIFingerprintRaw(spki) }

@@ -47,7 +47,12 @@ func (j *Journal) HeldClaimCount(domain string) int {
 
 // HeldClaimIncarnations is how many incarnations of federated domains this
 // journal holds claims or a feed cursor of, current or not.
-func (j *Journal) HeldClaimIncarnations() int { return j.heldClaims.held() }
+func (j *Journal) HeldClaimIncarnations() int {
+	c := j.heldClaims
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.byDomain)
+}
 
 // FederationPasses counts the federation loop's passes so far (each one
 // refreshes what is due, reads every claim feed, and drops what is held of

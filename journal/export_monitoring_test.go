@@ -5,6 +5,7 @@ import (
 
 	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/raftnode"
+	"github.com/pact-hpc/pact/journal/v1rpc"
 )
 
 // MetricsRegistry is the journal's Prometheus registry: the monitoring
@@ -39,7 +40,7 @@ func (j *Journal) PresetCounterSeries() map[string][][]string {
 		"pact_journal_enroll_failures_total":            one("reason", wireReasons()),
 		"pact_journal_auth_refused_total":               one("reason", wireReasons()),
 		"pact_journal_enroll_credential_refusals_total": one("credential", j.credentialKinds()),
-		"pact_journal_stream_drops_total":               one("reason", dropReasons),
+		"pact_journal_stream_drops_total":               one("reason", v1rpc.DropReasons),
 		"pact_journal_handshakes_refused_total":         handshakes,
 		"pact_journal_peer_refused_total":               one("reason", raftnode.PeerRefusalReasons),
 		"pact_journal_connections_refused_total":        one("port", metricPorts),

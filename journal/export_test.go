@@ -11,6 +11,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/clock"
 	"github.com/pact-hpc/pact/journal/raftnode"
+	"github.com/pact-hpc/pact/journal/v1rpc"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -36,7 +37,7 @@ func (j *Journal) Ready() error { return j.ready() }
 // and maps its error to the status a caller would see. Test only: the fuzz
 // target drives the real handler without a network round trip.
 func (j *Journal) EnrollInProcess(ctx context.Context, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, error) {
-	resp, err := (&enrollmentServer{j: j}).Enroll(withCorrelation(ctx), req)
+	resp, err := j.enrollment.Enroll(v1rpc.WithCorrelation(ctx), req)
 	return resp, toStatus(err)
 }
 

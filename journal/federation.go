@@ -2,16 +2,12 @@ package journal
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,9 +43,6 @@ const (
 	maxBundleDocument        = 1 << 20
 )
 
-// federationLevel is the quorum feature level federation needs.
-const federationLevel = 3
-
 // ClaimPolicies are the values of pact_journal_enroll_claimed_elsewhere_total's
 // policy label.
 var ClaimPolicies = []string{raftfsm.PolicyWarn, raftfsm.PolicyRefuse}
@@ -62,150 +55,6 @@ func refreshInterval(d *pactv1.FederatedDomain, floor time.Duration) time.Durati
 		hint = DefaultBundleRefreshHint
 	}
 	return min(max(hint, floor), federationRefreshCeiling)
-}
-
-// FederateDomain federates this quorum with another domain, or replaces
-// the endpoints, bootstrap bundle and policy of one it federates with.
-func (s *adminServer) FederateDomain(ctx context.Context, req *pactv1.FederateDomainRequest) (*pactv1.FederateDomainResponse, error) {
-	j := s.j
-	name := req.GetName()
-	if name == j.ca.Domain() {
-		return nil, fmt.Errorf("%w: %s is this quorum's own domain: federate with another domain's name", ErrInvalidArgument, name)
-	}
-	auths, err := parseAuthorities(name, req.GetX509Authorities())
-	if err != nil {
-		return nil, err
-	}
-	policy := req.GetPolicy()
-	if policy == "" {
-		policy = raftfsm.PolicyWarn
-	}
-	d := &pactv1.FederatedDomain{
-		Name:             name,
-		Endpoints:        req.GetEndpoints(),
-		EndpointSpiffeId: req.GetEndpointSpiffeId(),
-		X509Authorities:  auths,
-		Policy:           policy,
-	}
-	if err := raftfsm.CheckFederatedDomain(d); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
-	}
-	if d.GetEndpointSpiffeId() != "" {
-		if _, err := spiffeid.FromString(d.GetEndpointSpiffeId()); err != nil {
-			return nil, fmt.Errorf("%w: endpoint SPIFFE ID %q: %v", ErrInvalidArgument, d.GetEndpointSpiffeId(), err)
-		}
-	}
-	if err := j.readBarrier(ctx); err != nil {
-		return nil, err
-	}
-	if err := j.requireLevel(ctx, federationLevel, "pact domain federate"); err != nil {
-		return nil, err
-	}
-	if _, err := j.propose(ctx, &pactv1.Command{Actor: actorOf(ctx, j), Op: &pactv1.Command_FederateDomain{FederateDomain: &pactv1.FederateDomainOp{Domain: d}}}); err != nil {
-		return nil, err
-	}
-	j.log.Warn("federated with a domain", logkey.OtherDomain, name, logkey.Actor, actorOf(ctx, j))
-	j.federation.wake()
-	rec, _ := j.fsm.FederatedDomain(name)
-	return &pactv1.FederateDomainResponse{Domain: federatedView(rec)}, nil
-}
-
-// ListFederatedDomains lists the domains this quorum federates with.
-func (s *adminServer) ListFederatedDomains(context.Context, *pactv1.ListFederatedDomainsRequest) (*pactv1.ListFederatedDomainsResponse, error) {
-	out := &pactv1.ListFederatedDomainsResponse{}
-	for _, d := range s.j.fsm.FederatedDomains() {
-		out.Domains = append(out.Domains, federatedView(d))
-	}
-	return out, nil
-}
-
-// RemoveFederatedDomain ends the federation with a domain.
-func (s *adminServer) RemoveFederatedDomain(ctx context.Context, req *pactv1.RemoveFederatedDomainRequest) (*pactv1.RemoveFederatedDomainResponse, error) {
-	j := s.j
-	if err := j.readBarrier(ctx); err != nil {
-		return nil, err
-	}
-	if err := j.requireLevel(ctx, federationLevel, "pact domain remove"); err != nil {
-		return nil, err
-	}
-	before, ok := j.fsm.FederatedDomain(req.GetName())
-	if !ok {
-		return nil, fmt.Errorf("%w: this quorum does not federate with domain %q (pact domain list)", ErrNotFound, req.GetName())
-	}
-	if _, err := j.propose(ctx, &pactv1.Command{Actor: actorOf(ctx, j), Op: &pactv1.Command_RemoveFederatedDomain{RemoveFederatedDomain: &pactv1.RemoveFederatedDomainOp{Name: req.GetName()}}}); err != nil {
-		return nil, err
-	}
-	j.log.Warn("federation with a domain removed", logkey.OtherDomain, req.GetName(), logkey.Actor, actorOf(ctx, j))
-	return &pactv1.RemoveFederatedDomainResponse{Domain: federatedView(before)}, nil
-}
-
-func actorOf(ctx context.Context, j *Journal) string {
-	if p := principalFrom(ctx); p != nil {
-		return p.Actor()
-	}
-	return "journal/" + j.cfg.NodeID
-}
-
-// parseAuthorities reads a bootstrap bundle (PEM or DER certificates) and
-// returns each authority's DER. Each must be a CA certificate, and one
-// that names a SPIFFE trust domain must name this one: a bundle file of
-// the wrong domain is the likeliest mistake.
-func parseAuthorities(name string, in [][]byte) ([][]byte, error) {
-	var ders [][]byte
-	for _, b := range in {
-		if strings.Contains(string(b), "-----BEGIN") {
-			rest := b
-			for {
-				var blk *pem.Block
-				blk, rest = pem.Decode(rest)
-				if blk == nil {
-					break
-				}
-				if blk.Type == "CERTIFICATE" {
-					ders = append(ders, blk.Bytes)
-				}
-			}
-			continue
-		}
-		ders = append(ders, b)
-	}
-	if len(ders) == 0 {
-		return nil, fmt.Errorf("%w: the bootstrap bundle holds no certificate: give the other domain's ca.pem (or its SPIRE bundle in PEM)", ErrInvalidArgument)
-	}
-	for i, der := range ders {
-		c, err := x509.ParseCertificate(der)
-		if err != nil {
-			return nil, fmt.Errorf("%w: bootstrap bundle certificate %d does not parse: %v", ErrInvalidArgument, i+1, err)
-		}
-		if !c.IsCA {
-			return nil, fmt.Errorf("%w: bootstrap bundle certificate %d (%s) is not a CA certificate", ErrInvalidArgument, i+1, c.Subject)
-		}
-		for _, u := range c.URIs {
-			if u.Scheme == "spiffe" && u.Host != name {
-				return nil, fmt.Errorf("%w: bootstrap bundle certificate %d is trust domain %s's, not %s's", ErrInvalidArgument, i+1, u.Host, name)
-			}
-		}
-	}
-	return ders, nil
-}
-
-func federatedView(d *pactv1.FederatedDomain) *pactv1.FederatedDomainView {
-	v := &pactv1.FederatedDomainView{
-		Name:               d.GetName(),
-		Endpoints:          d.GetEndpoints(),
-		EndpointSpiffeId:   d.GetEndpointSpiffeId(),
-		Policy:             d.GetPolicy(),
-		Sequence:           d.GetSequence(),
-		RefreshHintSeconds: d.GetRefreshHintSeconds(),
-		FetchedAtUnixNano:  d.GetFetchedAtUnixNano(),
-		AddedAtUnixNano:    d.GetAddedAtUnixNano(),
-		AddedBy:            d.GetAddedBy(),
-	}
-	for _, der := range d.GetX509Authorities() {
-		sum := sha256.Sum256(der)
-		v.AuthoritiesSha256 = append(v.AuthoritiesSha256, hex.EncodeToString(sum[:]))
-	}
-	return v
 }
 
 // fedRefresher is the leader's refresh of the federated bundles, and
@@ -292,7 +141,7 @@ func (f *fedRefresher) loop(tick time.Duration) {
 		case <-f.kick:
 			t.Stop()
 		}
-		if j.raft.QuorumLevel() < federationLevel {
+		if j.raft.QuorumLevel() < raftfsm.LevelFederation {
 			continue
 		}
 		f.federationPass(func() {

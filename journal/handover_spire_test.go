@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pact-hpc/pact/journal/v1rpc"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -16,7 +17,7 @@ func streamEnds(t testing.TB, reg prometheus.Gatherer, step string, handovers fl
 	if got := must(t, reg, "pact_journal_stream_handovers_total"); got != handovers {
 		t.Errorf("after %s: handovers = %v, want %v", step, got, handovers)
 	}
-	for _, r := range dropReasons {
+	for _, r := range v1rpc.DropReasons {
 		if got := must(t, reg, "pact_journal_stream_drops_total", "reason", r); got != drops[r] {
 			t.Errorf("after %s: drops{reason=%q} = %v, want %v", step, r, got, drops[r])
 		}

@@ -37,6 +37,10 @@ type streamWaker struct {
 	bundle    chan struct{}
 }
 
+// NodeChanged and BundleChanged are the stream's wake-ups (v1rpc.Waker).
+func (w *streamWaker) NodeChanged() <-chan struct{}   { return w.node }
+func (w *streamWaker) BundleChanged() <-chan struct{} { return w.bundle }
+
 func newHub() *hub {
 	return &hub{streams: map[string]map[*streamWaker]struct{}{}, drops: map[string]int{}}
 }

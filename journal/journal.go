@@ -4,7 +4,6 @@
 package journal
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -92,6 +91,8 @@ type Journal struct {
 
 	lis    net.Listener
 	server *grpc.Server
+	// enrollment is the Enroll handler (journal/v1rpc) the server runs.
+	enrollment *v1rpc.Enrollment
 
 	metricsAddr string
 	// bundleEndpointAddr is where the SPIFFE bundle endpoint listens.
@@ -110,10 +111,8 @@ type Journal struct {
 	rotateNow chan struct{}
 	// rekeyed is closed (and replaced) each time rotateLoop has re-keyed;
 	// awaitLiveIntermediate waits on it.
-	// removals are the journals this one removed while leading, when.
-	removals removals
-	rekeyMu  sync.Mutex
-	rekeyed  chan struct{}
+	rekeyMu sync.Mutex
+	rekeyed chan struct{}
 	// caFileRefused says why the certificate in --journal-ca-cert was
 	// refused at the last re-key (the journal re-keyed under the journal
 	// CA it had); nil when it was taken or is the one in use. pact journal
@@ -380,7 +379,7 @@ func (j *Journal) publishIntermediate(ctx context.Context) error {
 				IssuerSerial: issuer,
 			},
 			Journal:   &pactv1.JournalInfo{JournalId: j.cfg.NodeID, RaftAddr: j.raft.RaftAddr(), GrpcAddr: j.grpcAddr, IntermediateSerial: pki.SerialHex(inter.SerialNumber)},
-			JournalCa: journalCARecord(j.cfg.NodeID, journalCA),
+			JournalCa: v1rpc.JournalCARecord(j.cfg.NodeID, journalCA),
 		}},
 	}
 	for {
@@ -419,7 +418,7 @@ func (j *Journal) recordBootstrapOperator(ctx context.Context) {
 	}
 	cert := certs[0]
 	id, err := pki.IdentityOf(cert)
-	if err != nil || id.Kind != pki.KindAdmin || id.Domain != j.ca.Domain() || !signedByARoot(cert, j.ca.Roots()) || len(cert.Subject.OrganizationalUnit) != 1 {
+	if err != nil || id.Kind != pki.KindAdmin || id.Domain != j.ca.Domain() || !pki.SignedByARoot(cert, j.ca.Roots()) || len(cert.Subject.OrganizationalUnit) != 1 {
 		return
 	}
 	if st, _ := j.fsm.CheckOperator(id.Name, pki.SerialHex(cert.SerialNumber), cert.NotBefore.Unix()); st != raftfsm.OperatorUnrecorded {
@@ -662,6 +661,21 @@ func (j *Journal) newGRPCServer() (*grpc.Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if j.enrollment, err = v1rpc.NewEnrollment(j.enrollConfig()); err != nil {
+		return nil, err
+	}
+	peers, err := v1rpc.NewPeers(j.peerConfig())
+	if err != nil {
+		return nil, err
+	}
+	quorum, err := v1rpc.NewQuorum(j.quorumConfig())
+	if err != nil {
+		return nil, err
+	}
+	icpt, err := v1rpc.NewInterceptors(v1rpc.InterceptorConfig{ToStatus: toStatus, Conns: j.conns, Streams: rpcStreamLimits{j}})
+	if err != nil {
+		return nil, err
+	}
 	tlsCfg := &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -692,16 +706,16 @@ func (j *Journal) newGRPCServer() (*grpc.Server, error) {
 		// file descriptor that long.
 		grpc.ConnectionTimeout(j.cfg.Connections.HandshakeTimeout),
 		grpc.MaxRecvMsgSize(raftnode.MaxMessageBytes),
-		grpc.ForceServerCodecV2(newDecodeCodec()),
+		grpc.ForceServerCodecV2(v1rpc.NewDecodeCodec()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 60 * time.Second, Timeout: 20 * time.Second, MaxConnectionIdle: j.cfg.IdleTimeout}),
-		grpc.ChainUnaryInterceptor(j.unaryInterceptor, j.auth.UnaryInterceptor, j.vouchUnary),
-		grpc.ChainStreamInterceptor(j.streamInterceptor, j.auth.StreamInterceptor, j.vouchStream, j.limitStreams),
+		grpc.ChainUnaryInterceptor(icpt.Unary, j.auth.UnaryInterceptor, icpt.VouchUnary),
+		grpc.ChainStreamInterceptor(icpt.Stream, j.auth.StreamInterceptor, icpt.VouchStream, icpt.LimitStreams),
 	)...)
-	registerDecoded(s, &pactv1.EnrollmentService_ServiceDesc, &enrollmentServer{j: j})
-	registerDecoded(s, &pactv1.AdminService_ServiceDesc, &adminServer{NodeAdmin: nodes, j: j})
-	registerDecoded(s, &pactv1.BootPolicyService_ServiceDesc, bootPolicies)
-	registerDecoded(s, &pactv1.JournalPeerService_ServiceDesc, &peerServer{j: j})
+	v1rpc.RegisterService(s, &pactv1.EnrollmentService_ServiceDesc, j.enrollment)
+	v1rpc.RegisterService(s, &pactv1.AdminService_ServiceDesc, &adminServer{NodeAdmin: nodes, Quorum: quorum})
+	v1rpc.RegisterService(s, &pactv1.BootPolicyService_ServiceDesc, bootPolicies)
+	v1rpc.RegisterService(s, &pactv1.JournalPeerService_ServiceDesc, peers)
 	return s, nil
 }
 
@@ -874,16 +888,6 @@ func (j *Journal) Roots() []*x509.Certificate { return j.ca.Roots() }
 // in the legacy layout (the root signs it).
 func (j *Journal) JournalCA() *x509.Certificate { return j.ca.JournalCA() }
 
-// signedByARoot reports whether one of roots signed cert directly.
-func signedByARoot(cert *x509.Certificate, roots []*x509.Certificate) bool {
-	for _, r := range roots {
-		if bytes.Equal(cert.RawIssuer, r.RawSubject) && cert.CheckSignatureFrom(r) == nil {
-			return true
-		}
-	}
-	return false
-}
-
 // IntermediateCert is the intermediate this journal signs with.
 func (j *Journal) IntermediateCert() *x509.Certificate { return j.ca.Intermediate() }
 
@@ -895,3 +899,29 @@ func (j *Journal) Intermediate() string { return j.ca.IntermediateSerial() }
 // stream before it ends the old one, so it adds nothing: the figure that
 // shows a node never went dark.
 func (j *Journal) StreamDrops(nodeID string) int { return j.hub.dropCount(nodeID) }
+
+// Reload re-reads what the journal can take without a restart: today the
+// SPIRE trust bundle file (--spire-bundle). Every other setting needs a
+// restart. A bundle that does not parse leaves the previous one in force
+// and is returned as an error.
+func (j *Journal) Reload() error { return j.auth.Reload() }
+
+// describeSelf adds this journal's intermediate, the journal CA that
+// signed it, and a refused --journal-ca-cert file to the status its Raft
+// node reports.
+func (j *Journal) describeSelf(st *pactv1.MemberStatusResponse) {
+	inter, journalCA := j.ca.Current()
+	st.IntermediateSerial = pki.SerialHex(inter.SerialNumber)
+	st.IntermediateNotAfterUnix = inter.NotAfter.Unix()
+	if journalCA != nil {
+		st.JournalCaSerial = pki.SerialHex(journalCA.SerialNumber)
+	}
+	st.JournalCaFileRefused = j.journalCAFileRefused()
+}
+
+// rootSignedRecord marks an operator record as that of a credential a
+// domain root signed itself.
+func rootSignedRecord(o *pactv1.Operator) *pactv1.Operator {
+	o.RootSigned = true
+	return o
+}

@@ -1,7 +1,6 @@
 package journal
 
 import (
-	"crypto/x509"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -10,7 +9,6 @@ import (
 	"github.com/pact-hpc/pact/internal/logkey"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/journal/ca"
-	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
 // The journal's CA layout (issue 23): the domain root is offline; each
@@ -72,14 +70,4 @@ func warnJournalCAExpiry(log *slog.Logger, authority *ca.CA, now time.Time) {
 	}
 	log.Warn("this journal's journal CA expires within 30 days: renew it (docs/ceremony.md); the journal takes the new certificate at its next re-key, with no restart",
 		logkey.Serial, pki.SerialHex(jc.SerialNumber), logkey.NotAfter, jc.NotAfter.UTC().Format(time.RFC3339))
-}
-
-// journalCARecord is the journal CA as a publish carries it for Raft to
-// record at its first use (raftfsm recordJournalCA); nil in the legacy
-// layout.
-func journalCARecord(journalID string, jc *x509.Certificate) *pactv1.JournalCA {
-	if jc == nil {
-		return nil
-	}
-	return &pactv1.JournalCA{JournalId: journalID, Serial: pki.SerialHex(jc.SerialNumber), Der: jc.Raw, NotAfterUnix: jc.NotAfter.Unix()}
 }

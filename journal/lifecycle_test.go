@@ -499,15 +499,15 @@ func (l *localAddr) String() string {
 }
 
 func withCorrelation(t testing.TB, id string) context.Context {
-	return metadata.AppendToOutgoingContext(callCtx(t), journal.CorrelationHeader, id)
+	return metadata.AppendToOutgoingContext(callCtx(t), v1rpc.CorrelationHeader, id)
 }
 
 // correlation is the one correlation id in a response header.
 func correlation(t testing.TB, hdr metadata.MD) string {
 	t.Helper()
-	v := hdr.Get(journal.CorrelationHeader)
+	v := hdr.Get(v1rpc.CorrelationHeader)
 	if len(v) != 1 {
-		t.Fatalf("response header has %d %s values (%v), want 1", len(v), journal.CorrelationHeader, v)
+		t.Fatalf("response header has %d %s values (%v), want 1", len(v), v1rpc.CorrelationHeader, v)
 	}
 	return v[0]
 }
@@ -1586,7 +1586,7 @@ func TestCorrelationID(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := callCtx(t)
 			for _, v := range tt.sent {
-				ctx = metadata.AppendToOutgoingContext(ctx, journal.CorrelationHeader, v)
+				ctx = metadata.AppendToOutgoingContext(ctx, v1rpc.CorrelationHeader, v)
 			}
 			node := fmt.Sprintf("n%d", i)
 			var hdr metadata.MD
@@ -1606,7 +1606,7 @@ func TestCorrelationID(t *testing.T) {
 			// A refused call echoes the id too, for the caller's logs.
 			ctx = callCtx(t)
 			for _, v := range tt.sent {
-				ctx = metadata.AppendToOutgoingContext(ctx, journal.CorrelationHeader, v)
+				ctx = metadata.AppendToOutgoingContext(ctx, v1rpc.CorrelationHeader, v)
 			}
 			hdr = nil
 			// (another MAC: the same registration again would be "exists")

@@ -1,7 +1,6 @@
 package journal
 
 import (
-	"errors"
 	"slices"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/journal/auth"
+	"github.com/pact-hpc/pact/journal/v1rpc"
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
@@ -20,38 +20,21 @@ import (
 // the saturation alerts divide by. Every label has a fixed, small set of
 // values: no per-node or per-serial label.
 
-// Why a Subscribe stream ended (pact_journal_stream_drops_total{reason}).
-const (
-	dropClientGone          = "client_gone"          // the agent closed the stream or its connection died
-	dropSendFailed          = "send_failed"          // sending an update to the agent failed
-	dropShutdown            = "shutdown"             // this journal is stopping
-	dropSuperseded          = "superseded"           // the certificate was replaced (a renewal; with a renewal grace, only once it ran out)
-	dropNodeRevoked         = "node_revoked"         // the node was decommissioned or its serial revoked
-	dropNodeFenced          = "node_fenced"          // an operator fenced the node
-	dropCertExpired         = "cert_expired"         // the stream's certificate expired before the agent renewed it
-	dropIntermediateRevoked = "intermediate_revoked" // the intermediate that signed the certificate was revoked
-	dropJournalHalted       = "journal_halted"       // this journal stopped serving (removed, cut off by the quorum, a log entry it may not skip, a stuck write)
-	dropOther               = "other"                // anything else (a node no longer in the registry, an SVID no longer accepted)
-)
-
-var dropReasons = []string{dropClientGone, dropSendFailed, dropShutdown, dropSuperseded, dropNodeRevoked, dropNodeFenced, dropCertExpired, dropIntermediateRevoked, dropJournalHalted, dropOther}
-
 // How an Enroll (pact_journal_enroll_total{result}) or a RenewCert
-// (pact_journal_renew_total{result}) call ended.
+// (pact_journal_renew_total{result}) call ended: v1rpc's outcomes, and the
+// renewal's own.
 const (
-	resultOK           = "ok"            // a certificate issued
-	resultRetry        = "retry"         // Enroll: same key, same certificate back, no write
-	resultTakeover     = "takeover"      // Enroll: a new key for an Active node after the takeover window
-	resultTPMChallenge = "tpm_challenge" // Enroll: round one of TPM attestation answered with a challenge
-	resultRefused      = "refused"       // the caller's fault: counted and rate limited
-	resultRateLimited  = "rate_limited"  // refused before any work (admission, the enrollment gate)
-	resultError        = "error"         // Enroll: the journal's fault (no leader, a write that failed)
-	resultRetried      = "retried"       // RenewCert: a renewal whose answer was lost, answered again
+	resultOK           = string(v1rpc.OutcomeOK)
+	resultRefused      = string(v1rpc.OutcomeRefused)
+	resultRateLimited  = string(v1rpc.OutcomeRateLimited)
+	resultTPMChallenge = string(v1rpc.OutcomeTPMChallenge)
+	resultRetried      = string(v1rpc.OutcomeRetried)
 )
 
 var (
-	enrollResults = []string{resultOK, resultRetry, resultTakeover, resultTPMChallenge, resultRefused, resultRateLimited, resultError}
-	renewResults  = []string{resultOK, resultRefused, resultRateLimited, resultRetried, resultTPMChallenge}
+	enrollResults = []string{string(v1rpc.OutcomeOK), string(v1rpc.OutcomeRetry), string(v1rpc.OutcomeTakeover), string(v1rpc.OutcomeTPMChallenge),
+		string(v1rpc.OutcomeRefused), string(v1rpc.OutcomeRateLimited), string(v1rpc.OutcomeError)}
+	renewResults = []string{resultOK, resultRefused, resultRateLimited, resultRetried, resultTPMChallenge}
 	// bootVerdicts label pact_journal_boot_policy_verdicts_total: what the
 	// boot policy in force made of a TPM node's quote.
 	bootVerdicts = []string{bootMatch, bootObserved, bootRefused, bootFenced}
@@ -95,25 +78,6 @@ func (j *Journal) credentialKinds() []string {
 	return out
 }
 
-// streamDropReason names why a stream the journal had registered ended:
-// decided is set by the handler where it knows better than err (expiry,
-// a revoked intermediate, a failed send), err is what the handler returns.
-func streamDropReason(decided string, err error) string {
-	switch {
-	case decided != "":
-		return decided
-	case err == nil:
-		return dropClientGone
-	case errors.Is(err, raftfsm.ErrNodeRevoked):
-		return dropNodeRevoked
-	case errors.Is(err, raftfsm.ErrNodeFenced):
-		return dropNodeFenced
-	case errors.Is(err, raftfsm.ErrStaleCertificate):
-		return dropSuperseded
-	}
-	return dropOther
-}
-
 // countHandshakeRefused counts a failed server handshake on port (grpc,
 // raft) by reason.
 func (j *Journal) countHandshakeRefused(port string, err error) {
@@ -150,7 +114,7 @@ func (m *metrics) registerMonitoring(j *Journal) {
 		Name: "pact_journal_stream_drops_total",
 		Help: "Subscribe streams this journal held that ended, by reason: client_gone, send_failed, shutdown, superseded (the certificate was replaced by a renewal and the node's new stream did not open within --renewal-stream-grace), node_revoked, node_fenced, cert_expired, intermediate_revoked, other. A stream replaced by its node's next stream (a renewal, an SVID rotation, an SVID-standby swap) is no drop (pact_journal_stream_handovers_total).",
 	}, []string{"reason"})
-	for _, r := range dropReasons {
+	for _, r := range v1rpc.DropReasons {
 		m.streamDrops.WithLabelValues(r)
 	}
 	m.streamHandovers = prometheus.NewCounter(prometheus.CounterOpts{

@@ -1,29 +1,8 @@
 package journal
 
 import (
-	"fmt"
 	"testing"
 )
-
-func TestStreamDropReason(t *testing.T) {
-	for _, tt := range []struct {
-		decided string
-		err     error
-		want    string
-	}{
-		{"", nil, dropClientGone},
-		{dropCertExpired, fmt.Errorf("%w: expired", ErrUnauthenticated), dropCertExpired},
-		{"", fmt.Errorf("%w: node n1 was decommissioned", errNodeRevoked), dropNodeRevoked},
-		{"", fencedError("n1"), dropNodeFenced},
-		{"", fmt.Errorf("%w: replaced", errStale), dropSuperseded},
-		{"", fmt.Errorf("%w: node n1 is not in the registry", ErrPermission), dropOther},
-		{dropShutdown, fmt.Errorf("%w: journal shutting down", ErrNoLeader), dropShutdown},
-	} {
-		if got := streamDropReason(tt.decided, tt.err); got != tt.want {
-			t.Errorf("streamDropReason(%q, %v) = %q, want %q", tt.decided, tt.err, got, tt.want)
-		}
-	}
-}
 
 // Node certificates: the earliest expiry, overdue past five sixths of each
 // one's own lifetime (a 3-day certificate and a 1-hour SVID alike), expired.

@@ -3,7 +3,6 @@ package journal
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/pact-hpc/pact/journal/auth"
 	"github.com/pact-hpc/pact/journal/raftnode"
@@ -18,12 +17,12 @@ var (
 	ErrUnauthenticated = auth.ErrUnauthenticated // journal/auth refuses with these two
 	ErrPermission      = auth.ErrPermission
 	ErrInvalidArgument = v1rpc.ErrInvalidArgument
-	ErrOverloaded      = errors.New("journal: too many enrollments in flight")
+	ErrOverloaded      = v1rpc.ErrOverloaded
 	ErrNotFound        = v1rpc.ErrNotFound
 	// ErrOperatorNotFound: pact admin revoke NAME of a name no recorded
 	// operator credential carries (a typo, most likely). It is an
 	// ErrNotFound.
-	ErrOperatorNotFound = fmt.Errorf("%w: no such operator", ErrNotFound)
+	ErrOperatorNotFound = v1rpc.ErrOperatorNotFound
 	// ErrTooManyStreams: the caller's certificate holds the most streams
 	// one certificate may open on a journal (Config.MaxStreamsPerCert).
 	ErrTooManyStreams = errors.New("journal: too many streams for one certificate")
@@ -70,13 +69,6 @@ func (j *Journal) attribute(ctx context.Context, cmd *pactv1.Command) {
 		cmd.Source = peerAddr(ctx)
 	}
 	if cmd.CorrelationId == "" {
-		cmd.CorrelationId = correlationFrom(ctx)
+		cmd.CorrelationId = v1rpc.CorrelationFrom(ctx)
 	}
 }
-
-// Rule errors the journal raises itself, outside Apply, share the FSM's
-// sentinels so they map to the same wire reasons.
-var (
-	errNodeRevoked = raftfsm.ErrNodeRevoked
-	errStale       = raftfsm.ErrStaleCertificate
-)

@@ -58,7 +58,7 @@ var reasons = []struct {
 	{ca.ErrInvalidRole, apierr.InvalidArgument},
 	{ca.ErrInvalidLifetime, apierr.InvalidArgument},
 	{v1rpc.ErrNodeStreaming, apierr.NodeStreaming},
-	{errRevokesOwnCredential, apierr.RevokesOwnCredential},
+	{v1rpc.ErrRevokesOwnCredential, apierr.RevokesOwnCredential},
 	{ca.ErrCSRTooLarge, apierr.InvalidCSR},
 	{ca.ErrCSRMalformed, apierr.InvalidCSR},
 	{ca.ErrCSRSignature, apierr.InvalidCSR},

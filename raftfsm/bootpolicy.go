@@ -18,7 +18,7 @@ import (
 const MaxBootPolicies = 256
 
 // bootPolicyLevel is the quorum feature level that knows boot policies.
-const bootPolicyLevel = 3
+const bootPolicyLevel = LevelBootPolicies
 
 func (a *applier) setBootPolicy(op *pactv1.SetBootPolicyOp) *Result {
 	if !a.atLeast(bootPolicyLevel) {

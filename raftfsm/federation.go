@@ -35,7 +35,7 @@ const (
 )
 
 // federationLevel is the quorum feature level that knows federation.
-const federationLevel = 3
+const federationLevel = LevelFederation
 
 func (a *applier) requireFederation(feature string) *Result {
 	if a.atLeast(federationLevel) {

@@ -29,6 +29,18 @@ const FeatureLevel = 3
 // releases before feature levels (0.1.0).
 const LevelUnversioned = 1
 
+// The levels that brought what the journals gate on it (Levels says what
+// else each adds).
+const (
+	// LevelJournalBinding: journal ids bound to journal CAs by operators
+	// (pact journal add, record-ca).
+	LevelJournalBinding = 2
+	// LevelBootPolicies: measured boot policies.
+	LevelBootPolicies = 3
+	// LevelFederation: federated domains and their claims.
+	LevelFederation = 3
+)
+
 // Level describes one feature level: the first release that speaks it and
 // what it adds.
 type Level struct {

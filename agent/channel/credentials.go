@@ -90,7 +90,9 @@ func NewClientCredentials(cfg *tls.Config) *ClientCredentials {
 
 // busyAware reads a journal's busy answer on the raw connection before
 // the TLS handshake does (transport.BusyAware).
-type busyAware struct{ credentials.TransportCredentials }
+type busyAware struct {
+	credentials.TransportCredentials
+}
 
 func (b busyAware) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	return b.TransportCredentials.ClientHandshake(ctx, authority, transport.BusyAware(raw))

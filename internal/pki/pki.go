@@ -4,6 +4,7 @@
 package pki
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
@@ -199,4 +200,14 @@ func LoadCertPool(path string) (*x509.CertPool, []*x509.Certificate, error) {
 		pool.AddCert(c)
 	}
 	return pool, certs, nil
+}
+
+// SignedByARoot reports whether one of roots signed cert directly.
+func SignedByARoot(cert *x509.Certificate, roots []*x509.Certificate) bool {
+	for _, r := range roots {
+		if bytes.Equal(cert.RawIssuer, r.RawSubject) && cert.CheckSignatureFrom(r) == nil {
+			return true
+		}
+	}
+	return false
 }

@@ -35,7 +35,7 @@ func (a *Authenticator) UnaryInterceptor(ctx context.Context, req any, info *grp
 		return nil, err
 	}
 	if p != nil {
-		ctx = withPrincipal(ctx, p)
+		ctx = NewContext(ctx, p)
 	}
 	return handler(ctx, req)
 }
@@ -61,7 +61,7 @@ func (a *Authenticator) StreamInterceptor(srv any, ss grpc.ServerStream, info *g
 	if p == nil {
 		return handler(srv, ss)
 	}
-	return handler(srv, &authedStream{ServerStream: ss, ctx: withPrincipal(ctx, p)})
+	return handler(srv, &authedStream{ServerStream: ss, ctx: NewContext(ctx, p)})
 }
 
 // authenticate identifies the caller of method and checks it may call it.

@@ -56,7 +56,10 @@ func FromContext(ctx context.Context) *Principal {
 	return p
 }
 
-func withPrincipal(ctx context.Context, p *Principal) context.Context {
+// NewContext returns ctx carrying the authenticated caller p: what the
+// interceptors give the handlers (journal/v1rpc), as grpc's peer.NewContext
+// carries the peer.
+func NewContext(ctx context.Context, p *Principal) context.Context {
 	return context.WithValue(ctx, principalKey{}, p)
 }
 

@@ -8,10 +8,8 @@ import (
 	"github.com/pact-hpc/pact/internal/measuredboot"
 	"github.com/pact-hpc/pact/journal/auth"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
+	"github.com/pact-hpc/pact/raftfsm"
 )
-
-// bootPolicyLevel is the quorum feature level that knows boot policies.
-const bootPolicyLevel = 3
 
 // BootPolicies is pact boot-policy (docs/tpm.md, "Boot policies").
 type BootPolicies struct {
@@ -38,7 +36,7 @@ func (s *BootPolicies) SetBootPolicy(ctx context.Context, req *pactv1.SetBootPol
 	if err := s.cfg.Confirmer.ReadBarrier(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.cfg.Levels.RequireLevel(ctx, bootPolicyLevel, "pact boot-policy set"); err != nil {
+	if err := s.cfg.Levels.RequireLevel(ctx, raftfsm.LevelBootPolicies, "pact boot-policy set"); err != nil {
 		return nil, err
 	}
 	actor := s.actor(ctx)
@@ -73,7 +71,7 @@ func (s *BootPolicies) RemoveBootPolicy(ctx context.Context, req *pactv1.RemoveB
 	if err := s.cfg.Confirmer.ReadBarrier(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.cfg.Levels.RequireLevel(ctx, bootPolicyLevel, "pact boot-policy remove"); err != nil {
+	if err := s.cfg.Levels.RequireLevel(ctx, raftfsm.LevelBootPolicies, "pact boot-policy remove"); err != nil {
 		return nil, err
 	}
 	before, ok := s.cfg.Registry.BootPolicy(req.GetVcluster())

@@ -11,8 +11,9 @@
 // state. Errors leave as the sentinels of this package, raftfsm and
 // journal/auth; package journal maps them to gRPC statuses in one place.
 //
-// Here today: the operator's node registry (AdminService's node, token and
-// fence calls) and the boot policies (BootPolicyService).
+// Every handler is here: the agent's (Enrollment), the operator's
+// (NodeAdmin, Quorum, BootPolicies) and the other journals' (Peers), and
+// the interceptors around journal/auth's (Interceptors).
 package v1rpc
 
 import (
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/hwid"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 	"github.com/pact-hpc/pact/raftfsm"
 )
@@ -41,6 +43,8 @@ var (
 // it (raftfsm.FSM).
 type Registry interface {
 	Node(id string) (*pactv1.Node, bool)
+	// Resolve matches reported hardware against the registry.
+	Resolve(reported hwid.Identity) raftfsm.Resolution
 	Nodes(raftfsm.Filter) []*pactv1.Node
 	AppliedIndex() uint64
 	LastSeen(nodeID string) int64
@@ -58,12 +62,27 @@ type Proposer interface {
 	Propose(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error)
 }
 
+// BatchProposer is Proposer for the commands a storm brings by the
+// thousand (Activate, Renew, Release): batched with others as the Raft
+// node's batcher allows, each returning its own result.
+type BatchProposer interface {
+	ProposeBatched(ctx context.Context, cmd *pactv1.Command) (*raftfsm.Result, error)
+}
+
 // Confirmer confirms this journal's copy of the registry with the leader,
 // at most once per call (journal/confirmation.go).
 type Confirmer interface {
 	// ReadBarrier returns once this journal holds every entry committed
 	// before the call, or says why it cannot.
 	ReadBarrier(ctx context.Context) error
+	// Confirm runs decide, which answers from this journal's copy; an
+	// answer needs names stands only if decide still gives it after the
+	// barrier (and when the leader cannot be reached the caller is told
+	// to retry instead).
+	Confirm(ctx context.Context, decide func() error, needs func(error) bool) error
+	// Final says whether the caller will take err as final (an agent
+	// exits for good on a final refusal).
+	Final(err error) bool
 	// ConfirmFinal runs decide; a refusal the caller would take as final
 	// stands only if decide still gives it after the barrier.
 	ConfirmFinal(ctx context.Context, decide func() error) error
@@ -92,6 +111,9 @@ type LevelGate interface {
 // wherever in the quorum it is held.
 type BootCapturer interface {
 	CaptureBootPolicy(ctx context.Context, req *pactv1.CaptureBootPolicyRequest) (*pactv1.CaptureBootPolicyResponse, error)
+	// CaptureHere captures from what this journal holds, or asks of the
+	// node's stream here, only (another journal's capture).
+	CaptureHere(ctx context.Context, req *pactv1.CaptureBootPolicyRequest) (*pactv1.CaptureBootPolicyResponse, error)
 }
 
 // Config is what the handlers depend on.

@@ -1,4 +1,4 @@
-package journal
+package v1rpc
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func TestBarrierOnce(t *testing.T) {
 				return tc.results[n-1]
 			}
 			for i, want := range tc.want {
-				if got := barrierOnce(ctx, barrier); !errors.Is(got, want) || (want == nil) != (got == nil) {
+				if got := BarrierOnce(ctx, barrier); !errors.Is(got, want) || (want == nil) != (got == nil) {
 					t.Errorf("check %d: %v, want %v", i+1, got, want)
 				}
 			}

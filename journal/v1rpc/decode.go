@@ -1,4 +1,4 @@
-package journal
+package v1rpc
 
 import (
 	"context"
@@ -19,8 +19,8 @@ import (
 // So the journal's server codec never fails a decode: it empties the
 // message, notes why in undecodable, and the service wrappers below turn
 // the note into INVALID_ARGUMENT before any handler sees the message.
-// Every unary method is wrapped (registerDecoded) and every stream reads
-// through authedStream.RecvMsg, so no note is left unread.
+// Every unary method is wrapped (RegisterService) and every stream reads
+// through the stream interceptor's RecvMsg, so no note is left unread.
 
 // undecodable maps a message that failed to decode to the decode error.
 var undecodable sync.Map
@@ -28,7 +28,8 @@ var undecodable sync.Map
 // decodeCodec is the protobuf codec with the behaviour above.
 type decodeCodec struct{ encoding.CodecV2 }
 
-func newDecodeCodec() decodeCodec { return decodeCodec{encoding.GetCodecV2("proto")} }
+// NewDecodeCodec is the server codec of the journal (ForceServerCodecV2).
+func NewDecodeCodec() encoding.CodecV2 { return decodeCodec{encoding.GetCodecV2("proto")} }
 
 func (c decodeCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if err := c.CodecV2.Unmarshal(data, v); err != nil {
@@ -51,9 +52,9 @@ func decoded(err error, v any) error {
 	return nil
 }
 
-// registerDecoded registers impl under a copy of desc whose unary methods
+// RegisterService registers impl under a copy of desc whose unary methods
 // answer an undecodable request with INVALID_ARGUMENT.
-func registerDecoded(s *grpc.Server, desc *grpc.ServiceDesc, impl any) {
+func RegisterService(s *grpc.Server, desc *grpc.ServiceDesc, impl any) {
 	d := *desc
 	d.Methods = slices.Clone(desc.Methods)
 	for i := range d.Methods {

@@ -1,10 +1,12 @@
-package journal
+package v1rpc
 
 import (
 	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/pact-hpc/pact/journal/raftnode"
 )
 
 // A journal id this leader removed a moment ago is added again only once
@@ -27,7 +29,7 @@ func TestAddAfterRemovalWaitsOutTheStaleReplication(t *testing.T) {
 	r.noteRemoved("j4", "10.0.0.4:7500", now)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	if err := r.awaitQuiet(ctx, "j4", "10.0.0.4:7500", now); !errors.Is(err, errMembership) {
+	if err := r.awaitQuiet(ctx, "j4", "10.0.0.4:7500", now); !errors.Is(err, raftnode.ErrMembership) {
 		t.Errorf("deadline before the quiet time: %v, want a membership refusal saying when", err)
 	}
 	if err := r.awaitQuiet(context.Background(), "j5", "10.0.0.4:7500", now); err != nil {

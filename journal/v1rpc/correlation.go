@@ -1,4 +1,4 @@
-package journal
+package v1rpc
 
 import (
 	"context"
@@ -19,9 +19,9 @@ var correlationRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
 type correlationKey struct{}
 
-// withCorrelation takes the caller's id when it is well formed, else makes
+// WithCorrelation takes the caller's id when it is well formed, else makes
 // one, and sends it back in the response header.
-func withCorrelation(ctx context.Context) context.Context {
+func WithCorrelation(ctx context.Context) context.Context {
 	id := ""
 	// The one header read, not a copy of the whole metadata
 	// (FromIncomingContext's), on every call.
@@ -37,7 +37,9 @@ func withCorrelation(ctx context.Context) context.Context {
 	return context.WithValue(ctx, correlationKey{}, id)
 }
 
-func correlationFrom(ctx context.Context) string {
+// CorrelationFrom is the correlation id of the call of ctx ("" outside
+// one).
+func CorrelationFrom(ctx context.Context) string {
 	id, _ := ctx.Value(correlationKey{}).(string)
 	return id
 }
