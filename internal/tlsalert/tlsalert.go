@@ -15,6 +15,7 @@ import (
 	"net"
 	"reflect"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -88,6 +89,27 @@ func (w *watched) Read(p []byte) (int, error) {
 				w.rec.err = err
 			}
 			w.rec.mu.Unlock()
+		}
+	}
+	return n, err
+}
+
+// alertReadWait bounds the read Write makes for an alert after a failed
+// write.
+const alertReadWait = 250 * time.Millisecond
+
+// Write, when it fails, reads the alert the server may have sent before
+// it closed: a TLS 1.3 server refuses the client's certificate after the
+// client's side of the handshake, and the client's first write (gRPC's
+// preface) can then fail (broken pipe, reset) before anything reads the
+// alert waiting in the socket. Without this read the refusal's reason
+// would be lost to a race.
+func (w *watched) Write(p []byte) (int, error) {
+	n, err := w.Conn.Write(p)
+	if err != nil && w.rec.Err() == nil {
+		if derr := w.Conn.SetReadDeadline(time.Now().Add(alertReadWait)); derr == nil {
+			var b [1]byte
+			_, _ = w.Read(b[:])
 		}
 	}
 	return n, err
