@@ -181,6 +181,22 @@ func (s *Enrollment) Enroll(ctx context.Context, req *pactv1.EnrollRequest) (res
 // enroll does the work of Enroll and says how it ended.
 func (s *Enrollment) enroll(ctx context.Context, req *pactv1.EnrollRequest) (*pactv1.EnrollResponse, Outcome, error) {
 	resp, outcome, err := s.enrollOnce(ctx, req)
+	var stale *refusedAtApply
+	if errors.As(err, &stale) {
+		// The state machine refused the activation this journal decided
+		// from its copy of the registry (the hardware now another node's,
+		// the node decommissioned since): that copy lagged. The caller's
+		// answer is decided again once the leader confirmed the copy, as
+		// every final refusal is.
+		if rerr := s.cfg.Confirmer.ReadBarrier(ctx); rerr != nil {
+			return nil, outcome, stale.err
+		}
+		resp, outcome, err = s.enrollOnce(ctx, req)
+		if errors.As(err, &stale) {
+			err = stale.err
+		}
+		return resp, outcome, err
+	}
 	if s.cfg.Checks.EKRefusal(err) {
 		// The refusal rests on the registered EK hash as this journal's
 		// copy has it. Only the leader's word is final: confirm the state,
@@ -329,7 +345,7 @@ func (s *Enrollment) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) 
 	if err != nil {
 		// The signed certificate never leaves: its activation did not commit.
 		if raftfsm.ErrorCode(err) != "" {
-			return nil, OutcomeRefused, err
+			return nil, OutcomeRefused, &refusedAtApply{err}
 		}
 		return nil, OutcomeError, err
 	}
@@ -346,6 +362,13 @@ func (s *Enrollment) enrollOnce(ctx context.Context, req *pactv1.EnrollRequest) 
 	}
 	return resp, outcome, err
 }
+
+// refusedAtApply is the state machine's refusal of an activation this
+// journal decided from its own copy of the registry.
+type refusedAtApply struct{ err error }
+
+func (r *refusedAtApply) Error() string { return r.err.Error() }
+func (r *refusedAtApply) Unwrap() error { return r.err }
 
 // answer builds the response from the committed record, never from a
 // certificate that was only signed.

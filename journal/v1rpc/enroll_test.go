@@ -226,7 +226,7 @@ func TestEnrollSteps(t *testing.T) {
 		{name: "a new key for a streaming node is refused, confirmed", node: active("other"), checks: fakeChecks{takeoverErr: raftfsm.ErrAlreadyActive}, want: OutcomeRefused, wantErr: raftfsm.ErrAlreadyActive, wantBarrier: 1},
 		{name: "a federated domain's refusal stops it before signing", node: registered(), checks: fakeChecks{claimsErr: raftfsm.ErrInvalidCommand}, want: OutcomeRefused, wantErr: raftfsm.ErrInvalidCommand},
 		{name: "a journal that cannot sign answers an error of its own", node: registered(), signErr: errSign, want: OutcomeError, wantErr: errSign},
-		{name: "an activation the FSM refuses is refused", node: registered(), propErr: raftfsm.ErrNodeFenced, want: OutcomeRefused, wantErr: raftfsm.ErrNodeFenced, wantSigned: 1, wantPropose: 1},
+		{name: "an activation the FSM refuses is decided again once the leader confirms, then refused", node: registered(), propErr: raftfsm.ErrNodeFenced, want: OutcomeRefused, wantErr: raftfsm.ErrNodeFenced, wantSigned: 2, wantPropose: 2, wantBarrier: 1},
 		{name: "an activation whose outcome is unknown is ours", node: registered(), propErr: raftnode.ErrOutcomeUnknown, want: OutcomeError, wantErr: raftnode.ErrOutcomeUnknown, wantSigned: 1, wantPropose: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
