@@ -189,7 +189,9 @@ func (s *Enrollment) enroll(ctx context.Context, req *pactv1.EnrollRequest) (*pa
 		// answer is decided again once the leader confirmed the copy, as
 		// every final refusal is.
 		if rerr := s.cfg.Confirmer.ReadBarrier(ctx); rerr != nil {
-			return nil, outcome, stale.err
+			// Unconfirmed, the refusal may be the lagging copy's: never
+			// final (as with an EK refusal below).
+			return nil, OutcomeError, fmt.Errorf("%w: cannot confirm the enrollment's refusal with the leader (%w); retry", raftnode.ErrNoLeader, rerr)
 		}
 		resp, outcome, err = s.enrollOnce(ctx, req)
 		if errors.As(err, &stale) {
