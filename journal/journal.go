@@ -690,8 +690,8 @@ func (j *Journal) newGRPCServer() (*grpc.Server, error) {
 		ClientAuth: tls.RequestClientCert,
 		// A chain from another root fails the handshake, though: it has
 		// no business on this port at all.
-		VerifyPeerCertificate: j.auth.VerifyClientHandshake,
-		Time:                  j.cfg.Clock.Now,
+		VerifyConnection: j.auth.VerifyClientConnection,
+		Time:             j.cfg.Clock.Now,
 		// Agents and the CLI never resume a session: each boot and each
 		// renewal is a new connection with a new key. A ticket per
 		// connection would be sealed, sent and thrown away.

@@ -48,10 +48,10 @@ func TestGRPCPortChains(t *testing.T) {
 		t.Fatal(err)
 	}
 	tlsCfg := &tls.Config{
-		MinVersion:            tls.VersionTLS13,
-		Certificates:          []tls.Certificate{server.TLS()},
-		ClientAuth:            tls.RequestClientCert,
-		VerifyPeerCertificate: a.VerifyClientHandshake,
+		MinVersion:       tls.VersionTLS13,
+		Certificates:     []tls.Certificate{server.TLS()},
+		ClientAuth:       tls.RequestClientCert,
+		VerifyConnection: a.VerifyClientConnection,
 	}
 	srv := grpc.NewServer(grpc.Creds(ServerCreds(credentials.NewTLS(tlsCfg), lim, nil)), grpc.ChainUnaryInterceptor(a.UnaryInterceptor))
 	pactv1.RegisterEnrollmentServiceServer(srv, pingServer{})

@@ -3,6 +3,7 @@ package auth
 import (
 	"crypto/x509"
 	"encoding/binary"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -243,4 +244,25 @@ func (c *caCache) len() int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return len(c.m)
+}
+
+// VerifyClientHandshake is VerifyClientConnection for a chain not parsed
+// yet, as crypto/tls parses it before the journal sees it: the tests and
+// fuzz targets give raw chains.
+func (a *Authenticator) VerifyClientHandshake(raw [][]byte, _ [][]*x509.Certificate) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	if len(raw) > maxChainDepth+1 {
+		return fmt.Errorf("%w: chain of %d certificates", ErrForeignChain, len(raw))
+	}
+	certs := make([]*x509.Certificate, len(raw))
+	for i, d := range raw {
+		c, err := x509.ParseCertificate(d)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrForeignChain, err)
+		}
+		certs[i] = c
+	}
+	return a.verifyClientCerts(certs)
 }
