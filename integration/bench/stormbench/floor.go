@@ -275,6 +275,31 @@ func (c *admittedCreds) Clone() credentials.TransportCredentials {
 	return &admittedCreds{TransportCredentials: c.TransportCredentials.Clone(), lim: c.lim}
 }
 
+// stubEnv is env with GODEBUG=madvdontneed=0 added unless env says how
+// the runtime returns memory: a stub journal returns free heap pages to
+// the kernel as pact-journal does (cmd/pact-journal starts itself so), so
+// the floor is not charged page faults pact-journal avoids.
+func stubEnv(env []string) []string {
+	last := -1
+	for i, kv := range env {
+		if strings.HasPrefix(kv, "GODEBUG=") {
+			last = i
+		}
+	}
+	out := append([]string(nil), env...)
+	switch {
+	case last < 0:
+		return append(out, "GODEBUG=madvdontneed=0")
+	case strings.Contains(out[last], "madvdontneed="):
+		return out
+	case out[last] == "GODEBUG=":
+		out[last] = "GODEBUG=madvdontneed=0"
+	default:
+		out[last] += ",madvdontneed=0"
+	}
+	return out
+}
+
 // runFloorJournal is "stormbench floor-journal": one stub journal. It
 // prints "serving GRPC-ADDR STATUS-ADDR" once it serves and runs until its
 // standard input closes (the driver's end).
@@ -514,7 +539,7 @@ func startFloorCluster(dir string, n int, kx string, replicate bool, extra, env 
 		}
 		args = append(args, extra...)
 		cmd := exec.Command(self, args...)
-		cmd.Env = append(os.Environ(), env...)
+		cmd.Env = stubEnv(append(os.Environ(), env...))
 		cmd.Stderr = os.Stderr
 		// Its own process group, as the load generator's workers: an
 		// interrupt reaches the driver, which stops the stubs last.
