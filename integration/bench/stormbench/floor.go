@@ -41,6 +41,7 @@ import (
 	"github.com/pact-hpc/pact/integration/launch"
 	"github.com/pact-hpc/pact/internal/caprofile"
 	"github.com/pact-hpc/pact/internal/clock"
+	"github.com/pact-hpc/pact/internal/freepages"
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/ca"
@@ -273,31 +274,6 @@ func (c *admittedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.Aut
 
 func (c *admittedCreds) Clone() credentials.TransportCredentials {
 	return &admittedCreds{TransportCredentials: c.TransportCredentials.Clone(), lim: c.lim}
-}
-
-// stubEnv is env with GODEBUG=madvdontneed=0 added unless env says how
-// the runtime returns memory: a stub journal returns free heap pages to
-// the kernel as pact-journal does (cmd/pact-journal starts itself so), so
-// the floor is not charged page faults pact-journal avoids.
-func stubEnv(env []string) []string {
-	last := -1
-	for i, kv := range env {
-		if strings.HasPrefix(kv, "GODEBUG=") {
-			last = i
-		}
-	}
-	out := append([]string(nil), env...)
-	switch {
-	case last < 0:
-		return append(out, "GODEBUG=madvdontneed=0")
-	case strings.Contains(out[last], "madvdontneed="):
-		return out
-	case out[last] == "GODEBUG=":
-		out[last] = "GODEBUG=madvdontneed=0"
-	default:
-		out[last] += ",madvdontneed=0"
-	}
-	return out
 }
 
 // runFloorJournal is "stormbench floor-journal": one stub journal. It
@@ -539,7 +515,9 @@ func startFloorCluster(dir string, n int, kx string, replicate bool, extra, env 
 		}
 		args = append(args, extra...)
 		cmd := exec.Command(self, args...)
-		cmd.Env = stubEnv(append(os.Environ(), env...))
+		// The stubs return free heap pages as pact-journal does
+		// (internal/freepages).
+		cmd.Env, _ = freepages.Env(append(os.Environ(), env...))
 		cmd.Stderr = os.Stderr
 		// Its own process group, as the load generator's workers: an
 		// interrupt reaches the driver, which stops the stubs last.

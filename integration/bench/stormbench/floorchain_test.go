@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -99,32 +98,6 @@ func TestFloorChainIsTheDesigns(t *testing.T) {
 		err := verifyLeafSignedBy(tls.ConnectionState{PeerCertificates: tc.peer}, stubs)
 		if (err == nil) != tc.wants {
 			t.Errorf("%s: verifyLeafSignedBy = %v, want accepted %v", tc.name, err, tc.wants)
-		}
-	}
-}
-
-// TestStubEnvReturnsPagesAsTheJournal: the stubs run with the runtime
-// setting pact-journal gives itself (cmd/pact-journal's withFreePages),
-// and a GODEBUG the user gives wins.
-func TestStubEnvReturnsPagesAsTheJournal(t *testing.T) {
-	for _, tc := range []struct {
-		env  []string
-		want string
-	}{
-		{[]string{"PATH=/bin"}, "GODEBUG=madvdontneed=0"},
-		{[]string{"GODEBUG=gctrace=1"}, "GODEBUG=gctrace=1,madvdontneed=0"},
-		{[]string{"GODEBUG=gctrace=1", "GODEBUG="}, "GODEBUG=madvdontneed=0"},
-		{[]string{"GODEBUG=madvdontneed=1"}, "GODEBUG=madvdontneed=1"},
-	} {
-		got := stubEnv(tc.env)
-		last := ""
-		for _, kv := range got {
-			if strings.HasPrefix(kv, "GODEBUG=") {
-				last = kv
-			}
-		}
-		if last != tc.want {
-			t.Errorf("stubEnv(%q): GODEBUG is %q, want %q", tc.env, last, tc.want)
 		}
 	}
 }
