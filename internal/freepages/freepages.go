@@ -19,8 +19,8 @@ package freepages
 
 import "strings"
 
-// Setting is the GODEBUG setting Env adds.
-const Setting = "madvdontneed=0"
+// setting is the GODEBUG setting Env adds.
+const setting = "madvdontneed=0"
 
 // Env returns env with GODEBUG=madvdontneed=0 added (to the last GODEBUG
 // entry, which is the one that counts, keeping its other settings), and
@@ -44,11 +44,11 @@ func Env(env []string) ([]string, bool) {
 	out := append([]string(nil), env...)
 	switch {
 	case last < 0:
-		out = append(out, "GODEBUG="+Setting)
+		out = append(out, "GODEBUG="+setting)
 	case out[last] == "GODEBUG=":
-		out[last] = "GODEBUG=" + Setting
+		out[last] = "GODEBUG=" + setting
 	default:
-		out[last] += "," + Setting
+		out[last] += "," + setting
 	}
 	return out, true
 }

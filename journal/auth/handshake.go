@@ -46,10 +46,7 @@ func (a *Authenticator) VerifyClientConnection(cs tls.ConnectionState) error {
 	if len(cs.PeerCertificates) > maxChainDepth+1 {
 		return fmt.Errorf("%w: chain of %d certificates", ErrForeignChain, len(cs.PeerCertificates))
 	}
-	return a.verifyClientCerts(cs.PeerCertificates)
-}
-
-func (a *Authenticator) verifyClientCerts(certs []*x509.Certificate) error {
+	certs := cs.PeerCertificates
 	leaf := certs[0]
 	pool := certs[1:]
 	if issuer := chainsTo(leaf, a.cfg.Roots, &a.known, pool, a.cfg.Bundle.LiveIntermediates().Certs); issuer != nil {

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
 	"fmt"
@@ -250,12 +251,6 @@ func (c *caCache) len() int {
 // yet, as crypto/tls parses it before the journal sees it: the tests and
 // fuzz targets give raw chains.
 func (a *Authenticator) VerifyClientHandshake(raw [][]byte, _ [][]*x509.Certificate) error {
-	if len(raw) == 0 {
-		return nil
-	}
-	if len(raw) > maxChainDepth+1 {
-		return fmt.Errorf("%w: chain of %d certificates", ErrForeignChain, len(raw))
-	}
 	certs := make([]*x509.Certificate, len(raw))
 	for i, d := range raw {
 		c, err := x509.ParseCertificate(d)
@@ -264,5 +259,5 @@ func (a *Authenticator) VerifyClientHandshake(raw [][]byte, _ [][]*x509.Certific
 		}
 		certs[i] = c
 	}
-	return a.verifyClientCerts(certs)
+	return a.VerifyClientConnection(tls.ConnectionState{PeerCertificates: certs})
 }
