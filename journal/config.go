@@ -75,8 +75,11 @@ type Config struct {
 	// MaxConcurrentEnrollments bounds the CSR checks, signings and Raft
 	// proposals in flight, so a boot storm cannot starve Raft.
 	MaxConcurrentEnrollments int
-	// EnrollQueueWait is how long an enrollment may wait for a slot before
-	// it is refused with RESOURCE_EXHAUSTED and a retry-after.
+	// EnrollQueueWait is the least an enrollment, renewal or standby waits
+	// for a slot before it is refused with RESOURCE_EXHAUSTED and a
+	// retry-after (a call waits longer while its deadline leaves 3 s to
+	// serve it, at most 30 s: gate.go), and how long an enrollment may
+	// wait for a shared failure budget.
 	EnrollQueueWait time.Duration
 	// StreamRecheckInterval is how often an open Subscribe stream re-checks
 	// its certificate against the registry even when nothing changed.

@@ -10,10 +10,11 @@ import (
 	"github.com/pact-hpc/pact/internal/clock"
 )
 
-// gate bounds the enrollments a journal works on at once. A caller waits at
-// most maxWait for a slot and is then refused with a retry-after, so a boot
-// storm queues at the agents (which retry with jitter) rather than in front
-// of Raft's heartbeats.
+// gate bounds the enrollments, renewals and standbys a journal works on at
+// once. A caller waits for a slot while its deadline allows (acquire) and
+// is then refused with a retry-after, so what the journal works on at once
+// stays bounded and a storm queues in front of the gate rather than in
+// front of Raft's heartbeats.
 type gate struct {
 	slots   chan struct{}
 	maxWait time.Duration
@@ -25,33 +26,33 @@ func newGate(n int, maxWait time.Duration, c clock.Clock) *gate {
 	return &gate{slots: make(chan struct{}, n), maxWait: maxWait, clock: c}
 }
 
-func (g *gate) acquire(ctx context.Context) (func(), error) {
-	return g.acquireWithin(ctx, g.maxWait)
-}
-
-// Bounds of a renewal's wait for a slot (acquireRenewal).
+// Bounds of a call's wait for a slot (acquire).
 const (
-	// renewalServeMargin is what a renewal's deadline must still hold
-	// once it has a slot: its CSR check, signing and Raft commit under
-	// a storm's load.
-	renewalServeMargin = 3 * time.Second
-	// maxRenewalWait bounds the wait whatever the caller's deadline.
-	maxRenewalWait = 30 * time.Second
+	// serveMargin is what a call's deadline must still hold once it has a
+	// slot: its CSR check, signing and Raft commit under a storm's load.
+	serveMargin = 3 * time.Second
+	// maxCallWait bounds the wait whatever the caller's deadline.
+	maxCallWait = 30 * time.Second
 )
 
-// acquireRenewal is acquire for a renewal, which waits as long as its
-// deadline leaves time to serve it (at least maxWait, at most
-// maxRenewalWait). A renewal comes over the agent's open, authenticated
-// channel: waiting holds a goroutine and the request, nothing the
-// handshake queue would have spared, whereas a refusal sends the agent
-// back after its retry-after to make the call again. In a renewal storm
-// every agent calls within a second, and with the enrollment's wait
-// (2 s) about a third of 10,000 renewals were refused, some more than
-// once (docs/benchmarks.md).
-func (g *gate) acquireRenewal(ctx context.Context) (func(), error) {
+// acquire takes a slot, waiting as long as the call's deadline leaves
+// time to serve it (at least maxWait, at most maxCallWait; maxWait for a
+// call without a deadline). Every caller that reaches the gate has paid
+// for its connection: a renewal or a standby comes over the agent's open,
+// authenticated channel, an enrollment over a connection whose TLS
+// handshake is done. Waiting holds a goroutine and the request; a refusal
+// sends the caller back after its retry-after to make the call again, an
+// enrollment with a new connection and a second handshake. With the
+// gate's 2 s for all, about a third of 10,000 renewals were refused in a
+// renewal storm, some more than once, and at 30,000 agents 8,405-11,029
+// enrollments were refused after their handshake (docs/benchmarks.md).
+// How many callers can wait is bounded before the gate: by the
+// handshake admission and the connection limits (journal/connlimit) and,
+// for enrollments, by the failure budgets (admission.go).
+func (g *gate) acquire(ctx context.Context) (func(), error) {
 	wait := g.maxWait
 	if dl, ok := ctx.Deadline(); ok {
-		wait = max(wait, min(dl.Sub(g.clock.Now())-renewalServeMargin, maxRenewalWait))
+		wait = max(wait, min(dl.Sub(g.clock.Now())-serveMargin, maxCallWait))
 	}
 	return g.acquireWithin(ctx, wait)
 }

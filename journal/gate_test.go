@@ -10,31 +10,31 @@ import (
 	"github.com/pact-hpc/pact/journal/v1rpc"
 )
 
-// TestGateRenewalWaitsWhileItsDeadlineAllows: with every slot taken, an
-// enrollment is refused after the gate's wait; a renewal whose deadline
-// leaves time waits on (up to its deadline less renewalServeMargin, at
-// most maxRenewalWait) and gets a slot freed meanwhile; a renewal without
-// a deadline, or with a short one, waits as an enrollment does.
-func TestGateRenewalWaitsWhileItsDeadlineAllows(t *testing.T) {
+// TestGateWaitsWhileTheCallsDeadlineAllows: with every slot taken, a call
+// (an enrollment, a renewal or a standby: every one reaches the gate
+// through acquire) whose deadline leaves time waits on, up to its deadline
+// less serveMargin and at most maxCallWait, and gets a slot freed
+// meanwhile; a call without a deadline, or with a short one, waits the
+// gate's own wait and is then refused.
+func TestGateWaitsWhileTheCallsDeadlineAllows(t *testing.T) {
 	start := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		name     string
 		deadline time.Duration // 0: none
-		renewal  bool
 		// waited is how long the caller has waited when the slot is
 		// freed; wantSlot whether it is still waiting then (and so gets
 		// the slot) or was refused.
 		waited   time.Duration
 		wantSlot bool
 	}{
-		{"enrollment refused after the gate's wait", 15 * time.Second, false, 2 * time.Second, false},
-		{"enrollment served within the gate's wait", 15 * time.Second, false, 2*time.Second - time.Millisecond, true},
-		{"renewal with a 15 s deadline waits 12 s", 15 * time.Second, true, 12*time.Second - time.Millisecond, true},
-		{"renewal refused once its deadline leaves no time to serve it", 15 * time.Second, true, 12 * time.Second, false},
-		{"renewal with no deadline waits as an enrollment", 0, true, 2 * time.Second, false},
-		{"renewal with a short deadline waits the gate's wait", 3 * time.Second, true, 2*time.Second - time.Millisecond, true},
-		{"renewal with a long deadline waits at most maxRenewalWait", time.Hour, true, maxRenewalWait, false},
-		{"renewal with a long deadline, served within maxRenewalWait", time.Hour, true, maxRenewalWait - time.Millisecond, true},
+		{"a 15 s call waits 12 s", 15 * time.Second, 12*time.Second - time.Millisecond, true},
+		{"a 15 s call is refused once its deadline leaves no time to serve it", 15 * time.Second, 12 * time.Second, false},
+		{"no deadline: the gate's wait", 0, 2*time.Second - time.Millisecond, true},
+		{"no deadline: refused after the gate's wait", 0, 2 * time.Second, false},
+		{"a short deadline still waits the gate's wait", 3 * time.Second, 2*time.Second - time.Millisecond, true},
+		{"a short deadline is refused after the gate's wait", 3 * time.Second, 2 * time.Second, false},
+		{"a long deadline waits at most maxCallWait", time.Hour, maxCallWait, false},
+		{"a long deadline, served within maxCallWait", time.Hour, maxCallWait - time.Millisecond, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := fakeclock.New(start)
@@ -47,13 +47,9 @@ func TestGateRenewalWaitsWhileItsDeadlineAllows(t *testing.T) {
 			if tc.deadline > 0 {
 				ctx = deadlineOnly{Context: ctx, deadline: start.Add(tc.deadline)}
 			}
-			acquire := g.acquire
-			if tc.renewal {
-				acquire = g.acquireRenewal
-			}
 			got := make(chan error, 1)
 			go func() {
-				release, err := acquire(ctx)
+				release, err := g.acquire(ctx)
 				if err == nil {
 					release()
 				}

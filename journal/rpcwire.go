@@ -162,7 +162,7 @@ func (d rpcDeps) RenewalTPM(ctx context.Context, nodeID string, req *pactv1.Rene
 // AdmitRenewal takes a slot of the enrollment gate; finish counts how the
 // renewal ended and frees it.
 func (d rpcDeps) AdmitRenewal(ctx context.Context) (func(v1rpc.Outcome), error) {
-	release, err := d.j.gate.acquireRenewal(ctx)
+	release, err := d.j.gate.acquire(ctx)
 	if err != nil {
 		d.j.metrics.renew.WithLabelValues(resultRateLimited).Inc()
 		return nil, err

@@ -137,8 +137,8 @@ func Settings(cfg *journal.Config, log *cmdline.Logging, configFile *string) *se
 	s.Func("key-exchange", "PACT_KEY_EXCHANGE", "TLS key exchange the gRPC listener prefers: x25519, or x25519mlkem768 for the post-quantum hybrid", "string", string(kx),
 		func(v string) (err error) { cfg.KeyExchange, err = transport.ParseKeyExchange(v); return err },
 		func() { cfg.KeyExchange = kx })
-	s.Int(&cfg.MaxConcurrentEnrollments, "max-concurrent-enrollments", "PACT_MAX_CONCURRENT_ENROLLMENTS", "enrollments and renewals worked on at once; more wait up to --enroll-queue-wait (a renewal longer: while its call's deadline leaves 3s to serve it, up to 30s), then get a retry-after")
-	s.Duration(&cfg.EnrollQueueWait, "enroll-queue-wait", "PACT_ENROLL_QUEUE_WAIT", "how long an enrollment may wait for a slot, or for the shared failure budget during a guessing flood, before it is refused with a retry-after")
+	s.Int(&cfg.MaxConcurrentEnrollments, "max-concurrent-enrollments", "PACT_MAX_CONCURRENT_ENROLLMENTS", "enrollments, renewals and standbys worked on at once; more wait while their call's deadline leaves 3s to serve them (at least --enroll-queue-wait, at most 30s), then get a retry-after")
+	s.Duration(&cfg.EnrollQueueWait, "enroll-queue-wait", "PACT_ENROLL_QUEUE_WAIT", "the least an enrollment or renewal waits for a slot (longer while its call's deadline allows), and how long an enrollment may wait for the shared failure budget during a guessing flood, before it is refused with a retry-after")
 	s.Duration(&cfg.RaftTimeout, "raft-timeout", "PACT_RAFT_TIMEOUT", "Raft heartbeat, election and lease timeout (0: 1s each: hashicorp/raft's heartbeat and election timeouts, and a lease as long)")
 	s.Duration(&cfg.RaftWriteTimeout, "raft-write-timeout", "PACT_RAFT_WRITE_TIMEOUT", "a leader whose Raft store write (raft.db) has not finished after this long stops sending Raft messages, so the others elect a leader, and serves nothing until the write finishes (at least 1s)")
 	s.Duration(&cfg.NodeLivenessTimeout, "heartbeat-timeout", "PACT_HEARTBEAT_TIMEOUT", "mark an Active node Inactive after this long without a stream on any journal")
