@@ -99,21 +99,10 @@ func (a *waiter) before(b *waiter) bool {
 func (a *admission) admit(ctx context.Context, source string) (release func(), err error) {
 	now := a.clock.Now()
 	a.mu.Lock()
-	hist := a.historyLocked(source, now)
-	v := a.lim.Check(source, now)
-	switch {
-	case v.Scope == ratelimit.ScopeSource:
+	hist, v, release, err := a.tryLocked(source, now)
+	if release != nil || err != nil {
 		a.mu.Unlock()
-		return nil, sourceLimited(source, v.RetryAfter)
-	case !v.NeedsGlobal:
-		// Known good: its failures are bounded by its own budget.
-		a.mu.Unlock()
-		return func() {}, nil
-	}
-	if tokens, _ := a.lim.Tokens(v.Fresh, now); !a.waitingLocked(v.Fresh) && a.reserved[v.Fresh] < tokens {
-		a.reserved[v.Fresh]++
-		a.mu.Unlock()
-		return a.releaser(v.Fresh), nil
+		return release, err
 	}
 	a.seq++
 	w := &waiter{source: source, fresh: v.Fresh, hist: *hist, seq: a.seq, done: make(chan error, 1)}
@@ -162,6 +151,37 @@ func (a *admission) admit(ctx context.Context, source string) (release func(), e
 		case <-tick.C():
 		}
 	}
+}
+
+// tryAdmit is admit without the wait: it returns a nil release and no
+// error when the call would have to wait for its budget.
+func (a *admission) tryAdmit(source string) (release func(), err error) {
+	now := a.clock.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, _, release, err = a.tryLocked(source, now)
+	return release, err
+}
+
+// tryLocked admits source now if it can: a source over its own budget is
+// refused, a known good one admitted, any other given a reservation while
+// its tier's budget has one unreserved and no one waits for it. Otherwise
+// release and err are nil, and v and hist say where it would wait.
+func (a *admission) tryLocked(source string, now time.Time) (hist *sourceHistory, v ratelimit.Verdict, release func(), err error) {
+	hist = a.historyLocked(source, now)
+	v = a.lim.Check(source, now)
+	switch {
+	case v.Scope == ratelimit.ScopeSource:
+		return hist, v, nil, sourceLimited(source, v.RetryAfter)
+	case !v.NeedsGlobal:
+		// Known good: its failures are bounded by its own budget.
+		return hist, v, func() {}, nil
+	}
+	if tokens, _ := a.lim.Tokens(v.Fresh, now); !a.waitingLocked(v.Fresh) && a.reserved[v.Fresh] < tokens {
+		a.reserved[v.Fresh]++
+		return hist, v, a.releaser(v.Fresh), nil
+	}
+	return hist, v, nil, nil
 }
 
 // retryAfter sizes a waiter's retry-after from the queue and the rate: the

@@ -77,6 +77,53 @@ func (g *gate) acquireWithin(ctx context.Context, maxWait time.Duration) (func()
 	}
 }
 
+// tryAcquire takes a slot if one is free now.
+func (g *gate) tryAcquire() (func(), bool) {
+	select {
+	case g.slots <- struct{}{}:
+		return g.release, true
+	default:
+		return nil, false
+	}
+}
+
+// admitEnrollment takes an Enroll from source through the failure budget
+// (admission.go) and a slot of the gate. A reservation of the budget is
+// held only with a slot: a call that finds none free gives its
+// reservation back while it waits for one, and takes one again with the
+// slot. The budget bounds the enrollments evaluated at once, not those
+// queued; held in the gate's queue, the reservations of a boot storm's
+// first few hundred agents (one fresh source each) used up the fresh
+// budget, and the storm's later calls, refused after the budget's wait,
+// were told someone may be guessing hardware identities (9,007 such
+// refusals at 30,000 agents, each sending its agent to a new connection
+// and handshake: docs/benchmarks.md). When the budget has run short by
+// the time the slot comes (a guessing flood), the call frees the slot and
+// waits for the budget without it, so guesses do not hold the slots the
+// renewals need.
+func admitEnrollment(ctx context.Context, adm *admission, g *gate, source string) (admitted, release func(), err error) {
+	for {
+		if admitted, err = adm.admit(ctx, source); err != nil {
+			return nil, nil, err
+		}
+		if release, ok := g.tryAcquire(); ok {
+			return admitted, release, nil
+		}
+		admitted()
+		if release, err = g.acquire(ctx); err != nil {
+			return nil, nil, err
+		}
+		if admitted, err = adm.tryAdmit(source); err != nil || admitted != nil {
+			if err != nil {
+				release()
+				return nil, nil, err
+			}
+			return admitted, release, nil
+		}
+		release()
+	}
+}
+
 func (g *gate) release() { <-g.slots }
 
 func (g *gate) inFlight() int { return len(g.slots) }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/pact-hpc/pact/internal/apierr"
 
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
 	"github.com/pact-hpc/pact/journal/v1rpc"
@@ -84,3 +87,80 @@ type deadlineOnly struct {
 }
 
 func (d deadlineOnly) Deadline() (time.Time, bool) { return d.deadline, true }
+
+// TestEnrollmentsQueueAtTheGateWithoutTheBudget: enrollments from fresh
+// sources (a boot storm: one address per node) that find every gate slot
+// taken wait for one without holding a reservation of the failure budget,
+// so the calls queued behind the gate outnumber the budget and none of
+// them is refused for it; each takes its reservation with its slot. In a
+// guessing flood (the budget spent), a call given a slot frees it again
+// and waits for the budget without it.
+func TestEnrollmentsQueueAtTheGateWithoutTheBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		adm, lim, fc := newTestAdmission(t, 2) // two fresh failures may be evaluated at once
+		g := newGate(1, 2*time.Second, fc)
+		held, ok := g.tryAcquire()
+		if !ok {
+			t.Fatal("no free slot in a new gate")
+		}
+		ctx := deadlineOnly{Context: t.Context(), deadline: fc.Now().Add(15 * time.Second)}
+		type result struct {
+			admitted, release func()
+			err               error
+		}
+		got := make(chan result, 4)
+		sources := []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"}
+		for _, src := range sources {
+			go func() {
+				admitted, release, err := admitEnrollment(ctx, adm, g, src)
+				got <- result{admitted, release, err}
+			}()
+		}
+		waiting(t, fc, len(sources), "every call waits for the slot")
+		if n := adm.reserved[true]; n != 0 {
+			t.Fatalf("%d reservations held by calls queued at the gate, want 0", n)
+		}
+		// Past the budget's own wait (10 s here), nobody was refused: the
+		// queue is the gate's, and its wait runs to the deadline less 3 s.
+		fc.Advance(11 * time.Second)
+		synctest.Wait()
+		select {
+		case r := <-got:
+			t.Fatalf("a call ended while queued at the gate: %v", r.err)
+		default:
+		}
+		held()
+		for range sources {
+			r := <-got
+			if r.err != nil {
+				t.Fatalf("queued enrollment: %v", r.err)
+			}
+			if n := adm.reserved[true]; n != 1 {
+				t.Fatalf("%d reservations with one slot taken, want 1", n)
+			}
+			r.admitted()
+			r.release()
+		}
+
+		// A flood: the fresh budget spent, a call that gets a slot frees
+		// it and waits for the budget; the slot is free meanwhile.
+		held, _ = g.tryAcquire()
+		lim.RecordFailure("10.0.0.7", "", fc.Now())
+		lim.RecordFailure("10.0.0.8", "", fc.Now())
+		lim.RecordFailure("10.0.0.9", "", fc.Now())
+		go func() {
+			admitted, release, err := admitEnrollment(ctx, adm, g, "10.0.0.10")
+			got <- result{admitted, release, err}
+		}()
+		synctest.Wait()
+		held()
+		synctest.Wait()
+		if g.inFlight() != 0 {
+			t.Fatalf("%d slots held while the only caller waits for the budget, want 0", g.inFlight())
+		}
+		fc.Advance(10 * time.Second)
+		if r := <-got; r.err == nil || limitOf(r.err) != apierr.LimitJournal {
+			t.Fatalf("flood: got %v, want RATE_LIMITED for the journal", r.err)
+		}
+	})
+}

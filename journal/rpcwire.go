@@ -100,19 +100,14 @@ func (j *Journal) enrollConfig() v1rpc.EnrollConfig {
 }
 
 // AdmitEnroll takes the caller's source through the failure budget
-// (admission.go) and then a slot of the enrollment gate (gate.go).
+// (admission.go) and a slot of the enrollment gate (gate.go,
+// admitEnrollment).
 func (d rpcDeps) AdmitEnroll(ctx context.Context) (func(*pactv1.EnrollRequest, v1rpc.Outcome, error), error) {
 	j := d.j
 	source := ratelimit.SourceOf(peerNetAddr(ctx))
-	admitted, err := j.admission.admit(ctx, source)
+	admitted, release, err := admitEnrollment(ctx, j.admission, j.gate, source)
 	if err != nil {
 		j.metrics.enroll.WithLabelValues(resultRateLimited).Inc()
-		return nil, err
-	}
-	release, err := j.gate.acquire(ctx)
-	if err != nil {
-		j.metrics.enroll.WithLabelValues(resultRateLimited).Inc()
-		admitted()
 		return nil, err
 	}
 	return func(req *pactv1.EnrollRequest, outcome v1rpc.Outcome, err error) {
