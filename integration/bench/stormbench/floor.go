@@ -802,6 +802,9 @@ func floorMain(f stormFlags, dir string, cl *cleanup, out io.Writer) error {
 		return fmt.Errorf("-floor-client %q: want pact or bare", f.floorClient)
 	}
 
+	if err := lowerPriority(f.loadgenNice); err != nil {
+		return err
+	}
 	var lg loadgen
 	if f.workers > 1 {
 		pool, err := startWorkers(f, f.workers, c.grpc, caFile)

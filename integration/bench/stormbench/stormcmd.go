@@ -45,6 +45,9 @@ type stormFlags struct {
 	waitIdle    time.Duration
 	keyExchange string
 	workers     int
+	// loadgenNice: the load generator's nice value above the journals'
+	// (nice.go); 0 shares the CPU equally.
+	loadgenNice int
 	floor       bool
 	floorClient string
 	// floorReplicate: the floor's stubs commit one Raft entry per
@@ -109,6 +112,7 @@ func newStormFlagSet(name string, f *stormFlags) *flag.FlagSet {
 	fs.BoolVar(&f.perf, "perf", false, "record the journals with perf(1) during each storm (DIR/perf-*.data and a flat report DIR/perf-*.txt)")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the load generator (the agents) during each storm to FILE.enroll and FILE.renew (with workers, one per worker: FILE.enroll.wN, FILE.renew.wN)")
 	fs.StringVar(&f.memprofile, "memprofile", "", "write a pprof heap profile of the load generator to FILE, and its goroutines by stack to FILE.goroutines, once every agent of the enrollment storm streams, after a GC (with workers, one per worker: FILE.wN)")
+	fs.IntVar(&f.loadgenNice, "loadgen-nice", 0, "run the load generator (the agents) at this nice value, the journals (or the floor's stubs) at their own, so the journals get the cores when they have work, as on hosts of their own (nice.go); 0, the default, shares the CPU equally: at 10 the 30,000-agent storm's agents, starved, let their handshakes and keepalives time out (docs/benchmarks.md)")
 	fs.IntVar(&f.workers, "workers", 0, "load-generator processes the agents are split over: 0 picks one while the open-file limit holds every agent (and always for up to half the limit), else the fewest whose shares fit")
 	fs.StringVar(&f.journalArgs, "journal-args", "", "extra flags for every pact-journal (with -floor: for every stub journal, e.g. -admission=false), space-separated")
 	fs.StringVar(&f.journalEnv, "journal-env", "", "extra environment for every pact-journal (with -floor: every stub journal), space-separated (e.g. GOGC=200)")
@@ -338,6 +342,9 @@ func stormMain(f stormFlags, dir string, cl *cleanup, out io.Writer) (*stormOutc
 	logf("unit prices (both sides): keygen+CSR %.3f ms, TLS handshake %.3f ms, mTLS handshake %.3f ms, ParseCSR+SignAgent %.3f ms", ms(price.keygen), ms(price.tls), ms(price.mtls), ms(price.sign))
 
 	caFile := filepath.Join(dir, "ca.pem")
+	if err := lowerPriority(f.loadgenNice); err != nil {
+		return nil, err
+	}
 	var lg loadgen
 	if f.workers > 1 {
 		logf("the load generator: %d agents over %d worker processes (open-file limit %d per process)", f.agents, f.workers, fileLimit())
