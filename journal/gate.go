@@ -113,13 +113,16 @@ func admitEnrollment(ctx context.Context, adm *admission, g *gate, source string
 		if release, err = g.acquire(ctx); err != nil {
 			return nil, nil, err
 		}
-		if admitted, err = adm.tryAdmit(source); err != nil || admitted != nil {
-			if err != nil {
-				release()
-				return nil, nil, err
-			}
+		admitted, err = adm.tryAdmit(source)
+		switch {
+		case err != nil:
+			release()
+			return nil, nil, err
+		case admitted != nil:
 			return admitted, release, nil
 		}
+		// The budget ran short while this call waited (a guessing flood):
+		// wait for it without the slot.
 		release()
 	}
 }
