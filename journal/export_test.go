@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,6 +107,18 @@ func (j *Journal) HoldApply(t testing.TB) (release func()) {
 			close(held)
 		})
 	}
+}
+
+// WaitingApplied counts, from now, the times a read barrier of this
+// journal starts to wait for an entry it has not applied; the function it
+// returns reads the count.
+func (j *Journal) WaitingApplied(t testing.TB) func() int64 {
+	requireRaftHooks(t)
+	var n atomic.Int64
+	hook := func() { n.Add(1) }
+	j.raftHooks.WaitingApplied.Store(&hook)
+	t.Cleanup(func() { j.raftHooks.WaitingApplied.Store(nil) })
+	return n.Load
 }
 
 // RaftWritesInFlight is how many Raft store writes have started and not

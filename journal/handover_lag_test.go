@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pact-hpc/pact/internal/polltest"
 	"github.com/pact-hpc/pact/journal"
 	"github.com/pact-hpc/pact/journal/journaltest"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
@@ -58,6 +59,7 @@ func TestHandoverSeenByAJournalThatLagsTheRenewal(t *testing.T) {
 	subscribe(leader, &newCert)
 	// The agent closes its old channel; the lagging journal has not
 	// applied the renewal, so its copy still names the old certificate.
+	waiting := lag.J.WaitingApplied(t)
 	closeOld()
 	drops := func() (n float64) {
 		for _, r := range dropReasons {
@@ -65,13 +67,13 @@ func TestHandoverSeenByAJournalThatLagsTheRenewal(t *testing.T) {
 		}
 		return n
 	}
-	// While the copy lags, the old stream waits for it rather than count
-	// a drop (counted at once, before the journal confirmed its copy).
-	for range 20 {
-		if n := drops(); n != 0 {
-			t.Fatalf("drops = %v while this journal's copy lags the renewal, want 0", n)
-		}
-		time.Sleep(25 * time.Millisecond)
+	// The old stream confirms the copy with the leader before it counts a
+	// drop: it waits for the renewal to be applied here. (Without the
+	// barrier it counts the drop at once and never waits.)
+	polltest.Until(t, pollTimeout, pollEvery, func() bool { return waiting() > 0 || drops() != 0 },
+		"the old stream neither waited for this journal's copy nor counted a drop")
+	if n := drops(); n != 0 {
+		t.Fatalf("drops = %v while this journal's copy lags the renewal, want 0", n)
 	}
 	release()
 	eventually(t, "the old stream to end", func() bool { return lag.J.OpenStreams("n1") == 0 })

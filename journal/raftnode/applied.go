@@ -79,6 +79,7 @@ func (n *Node) waitApplied(ctx context.Context, index uint64) bool {
 	if n.applied(index) {
 		return true
 	}
+	n.hooks.waitingApplied()
 	wait := appliedWait
 	if d := n.hooks.applyWait(); d > 0 {
 		wait = d

@@ -37,6 +37,10 @@ type Hooks struct {
 	// journal slow to go on (a loaded host) while its port already
 	// answers probes.
 	RaftListening atomic.Pointer[func()]
+	// WaitingApplied runs each time a read waits for this node to apply
+	// an entry it has not applied yet (waitApplied): a test sees a
+	// barrier waiting on a lagging copy.
+	WaitingApplied atomic.Pointer[func()]
 
 	// Set by New.
 	Raft           *raft.Raft

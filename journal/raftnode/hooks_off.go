@@ -17,5 +17,6 @@ func (*Hooks) holdWrite()                   {}
 func (*Hooks) severed() bool                { return false }
 func (*Hooks) applyWait() time.Duration     { return 0 }
 func (*Hooks) raftListening()               {}
+func (*Hooks) waitingApplied()              {}
 func (*Hooks) batchQueued(int)              {}
 func (*Hooks) batchBeforeSend() func(n int) { return nil }

@@ -40,6 +40,12 @@ func (h *Hooks) batchBeforeSend() func(n int) {
 	return nil
 }
 
+func (h *Hooks) waitingApplied() {
+	if f := h.WaitingApplied.Load(); f != nil {
+		(*f)()
+	}
+}
+
 func (h *Hooks) raftListening() {
 	if f := h.RaftListening.Load(); f != nil {
 		(*f)()
