@@ -3,12 +3,12 @@ package journal
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/pact-hpc/pact/internal/apierr"
-
 	"github.com/pact-hpc/pact/internal/clock/fakeclock"
 	"github.com/pact-hpc/pact/journal/v1rpc"
 )
@@ -142,17 +142,20 @@ func TestEnrollmentsQueueAtTheGateWithoutTheBudget(t *testing.T) {
 			r.release()
 		}
 
-		// A flood: the fresh budget spent, a call that gets a slot frees
-		// it and waits for the budget; the slot is free meanwhile.
+		// A flood: a call queued at the gate while the budget lasted finds
+		// it spent when its slot comes (twenty guesses failed meanwhile,
+		// more than the budget regains within the admission's wait); it
+		// frees the slot and waits for the budget; the slot is free
+		// meanwhile.
 		held, _ = g.tryAcquire()
-		lim.RecordFailure("10.0.0.7", "", fc.Now())
-		lim.RecordFailure("10.0.0.8", "", fc.Now())
-		lim.RecordFailure("10.0.0.9", "", fc.Now())
 		go func() {
 			admitted, release, err := admitEnrollment(ctx, adm, g, "10.0.0.10")
 			got <- result{admitted, release, err}
 		}()
-		synctest.Wait()
+		waiting(t, fc, 1, "the call waits for the slot")
+		for i := range 20 {
+			lim.RecordFailure(fmt.Sprintf("10.0.1.%d", i), "", fc.Now())
+		}
 		held()
 		synctest.Wait()
 		if g.inFlight() != 0 {

@@ -16,8 +16,7 @@ import (
 // with its new certificate, and closes its old channel on another journal
 // whose copy of the registry has not applied the renewal yet. That old
 // stream is a handover, not a drop: the journal confirms its copy with the
-// leader before it counts one. (Found by two 30,000-agent renewal storms,
-// which counted 7 and 54 client_gone drops this way.)
+// leader before it counts one.
 func TestHandoverSeenByAJournalThatLagsTheRenewal(t *testing.T) {
 	c := startCluster(t, 3, func(cfg *journal.Config) { cfg.RenewalStreamGrace = 10 * time.Minute })
 	leader := c.Nodes[c.Leader(t)]

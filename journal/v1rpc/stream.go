@@ -409,7 +409,7 @@ const dropConfirmWait = 10 * time.Second
 // committed and its new stream, perhaps on another journal, sent its first
 // state; but a follower's copy can lag the commit by seconds in a renewal
 // storm, and the old stream, asking that copy, saw no renewal and counted
-// a drop (7 and 54 in two 30,000-agent renewal storms: docs/benchmarks.md).
+// a drop.
 // Only a stream whose client left with its certificate still current here
 // asks: a node that died or a network that broke, not the handovers of a
 // storm, so the barriers are few. A copy that cannot be confirmed within

@@ -19,17 +19,20 @@ func TestLowerPriorityEveryThread(t *testing.T) {
 	}
 	// Threads made afterwards: goroutines locked to threads while others
 	// block, so the runtime starts new ones.
-	var wg sync.WaitGroup
+	var wg, locked sync.WaitGroup
 	release := make(chan struct{})
 	for range 8 {
 		wg.Add(1)
+		locked.Add(1)
 		go func() {
 			defer wg.Done()
 			runtime.LockOSThread()
+			locked.Done()
 			<-release
 		}()
 	}
 	defer func() { close(release); wg.Wait() }()
+	locked.Wait()
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		t.Fatal(err)
