@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pact-hpc/pact/internal/polltest"
 	"io"
 	"log/slog"
 	"sync"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/pact-hpc/pact/internal/polltest"
 )
 
 // memFSM records the commands it applied.
@@ -204,8 +205,10 @@ func TestReadIndexOfANewLeaderCoversThePreviousLeadersWrites(t *testing.T) {
 		}
 
 		// The old leader dies; the next cannot commit anything of its term.
-		net.setDrop(func(_ raft.ServerAddress, req *raft.AppendEntriesRequest) bool {
-			return req.Term > oldTerm && len(req.Entries) > 0
+		// The old leader's news of the commit stays lost: its shutdown
+		// sends each follower one last AppendEntries, which carries it.
+		net.setDrop(func(from raft.ServerAddress, req *raft.AppendEntriesRequest) bool {
+			return from == old.addr && req.LeaderCommitIndex >= write || req.Term > oldTerm && len(req.Entries) > 0
 		})
 		if err := old.r.Shutdown().Error(); err != nil {
 			t.Fatal(err)
