@@ -373,11 +373,11 @@ func leaderPause(e *Env) error {
 		// The pause lasts its drawn hold and, beyond it, until another
 		// journal leads: a leader thawed before the election ends leads on
 		// in its own term, and the scenario would not be about a paused
-		// ex-leader at all. On a loaded machine an election under
-		// hashicorp/raft's 1 s timeouts can take longer than the shortest
-		// hold (both followers must first miss heartbeats, and a split vote
-		// costs another timeout); one that takes electionWait is a liveness
-		// failure the verdict reports (no leader change).
+		// ex-leader at all. An election under the journals' 2 s timeouts
+		// takes longer than the shortest hold (both followers must first
+		// miss heartbeats, and a split vote costs another timeout); one
+		// that takes electionWait is a liveness failure the verdict
+		// reports (no leader change).
 		hold := e.between(2500*time.Millisecond, 4*time.Second)
 		deadline := time.Now().Add(hold)
 		if nl, err := Leader(context.Background(), e.Q, electionWait, e.others(l)...); err == nil {

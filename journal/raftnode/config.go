@@ -16,6 +16,23 @@ import (
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
+// DefaultRaftTimeout is a journal's Raft heartbeat, election and lease
+// timeout unless RaftTimeout says otherwise: twice hashicorp/raft's 1 s,
+// and a lease as long rather than its 500 ms (startRaft). A boot storm
+// saturates the journals' CPU by design (every node's handshake and
+// signature), and a Go process with thousands of runnable goroutines runs
+// a Raft message's goroutine late: at 30,000 agents leaders heard from
+// their followers up to 1.94 s late, and with 1 s six of eight such
+// storms lost their leader (to its lease or to its followers' election),
+// the quorum without one for up to 10 s as late votes split the
+// elections. What 2 s costs: a crashed leader is replaced after 2-4 s
+// and an election rather than 1-2 s; agents keep their certificates and
+// their streams on the other journals meanwhile. The runs are in
+// docs/benchmarks.md. hashicorp's own servers run longer timeouts on
+// modest hardware for the same reason (Consul's raft_multiplier, 5 by
+// default).
+const DefaultRaftTimeout = 2 * time.Second
+
 // Peer is one journal of an initial cluster.
 type Peer struct {
 	ID       string
@@ -109,9 +126,7 @@ type Settings struct {
 	RaftTrailingLogs      uint64
 	RaftSnapshotInterval  time.Duration
 	// RaftTimeout sets Raft's heartbeat, election and lease timeouts; zero
-	// keeps hashicorp/raft's heartbeat and election timeouts (1 s) with a
-	// lease as long (hashicorp/raft's is half: see startRaft). Tests
-	// shorten it to start fast.
+	// is DefaultRaftTimeout for each. Tests shorten it to start fast.
 	RaftTimeout time.Duration
 	// RaftWriteTimeout is how long a Raft store write (raft.db) may stay
 	// unfinished while this journal leads. Past it the journal stops

@@ -230,10 +230,12 @@ func (n *Node) startRaft(ctx context.Context) error {
 	// does not rest on the lease (reads go through a read index, writes
 	// through a commit); it decides how soon a cut-off leader stops
 	// answering, and no follower elects another sooner than this anyway.
-	rc.LeaderLeaseTimeout = rc.HeartbeatTimeout
-	if t := n.cfg.RaftTimeout; t > 0 {
-		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = t, t, t
+	// The timeouts themselves are twice hashicorp/raft's (DefaultRaftTimeout).
+	t := n.cfg.RaftTimeout
+	if t <= 0 {
+		t = DefaultRaftTimeout
 	}
+	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = t, t, t
 	existing, err := raft.HasExistingState(store, stable, snaps)
 	if err != nil {
 		closeStore()

@@ -45,6 +45,7 @@ import (
 	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/transport"
 	"github.com/pact-hpc/pact/journal/ca"
+	"github.com/pact-hpc/pact/journal/raftnode"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
 
@@ -229,7 +230,8 @@ func startFloorRaft(dir, id, raftAddr string, peers []floorPeer, authority *ca.C
 	rc.LogOutput = io.Discard
 	rc.SnapshotThreshold = 8192
 	rc.TrailingLogs = 10240
-	rc.LeaderLeaseTimeout = rc.HeartbeatTimeout
+	t := raftnode.DefaultRaftTimeout
+	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = t, t, t
 	logs, err := raft.NewLogCache(1024, store)
 	if err != nil {
 		trans.Close()
