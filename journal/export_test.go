@@ -92,6 +92,24 @@ func (j *Journal) HoldRaftWrites(t testing.TB) (release func()) {
 	}
 }
 
+// HoldRaftWritesOnly makes every Raft store write of this journal block
+// until release is called while its disk answers the write watchdog's
+// probes: a write slow for want of CPU, not a hung disk.
+func (j *Journal) HoldRaftWritesOnly(t testing.TB) (release func()) {
+	requireRaftHooks(t)
+	answer := func() {}
+	j.raftHooks.HoldProbes.Store(&answer)
+	held := j.HoldRaftWrites(t)
+	return func() {
+		held()
+		j.raftHooks.HoldProbes.Store(nil)
+	}
+}
+
+// RaftDiskAnsweredSince reports whether a probe of the write watchdog that
+// started at t or later has finished.
+func (j *Journal) RaftDiskAnsweredSince(at time.Time) bool { return j.raftHooks.DiskAnsweredSince(at) }
+
 // HoldApply makes this journal's FSM wait, before applying each entry,
 // until release is called: Raft still takes and commits entries here,
 // but none reaches the registry.

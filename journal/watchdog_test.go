@@ -157,6 +157,66 @@ func TestLeaderWithStuckWriteStepsDown(t *testing.T) {
 	wantReason(t, <-stuck, codes.DeadlineExceeded, apierr.OutcomeUnknown)
 }
 
+// A leader whose Raft store write is slow while its disk answers (a journal
+// short of CPU in a boot storm: the write's goroutine runs late, the disk
+// does not) leads on past the bound: the watchdog's probe beside raft.db was
+// written and synced while the write was outstanding. Once the write has
+// been outstanding for three times the bound the leader is cut off all the
+// same, saying that the disk answers.
+func TestLeaderWithSlowWriteLeadsOnWhileItsDiskAnswers(t *testing.T) {
+	fc := fakeclock.New(time.Now())
+	c := startCluster(t, 3, func(cfg *journal.Config) {
+		*cfg = journal.WithWatchdogClock(*cfg, fc)
+	})
+	bound := c.Configs[0].RaftWriteTimeout
+	li := c.Leader(t)
+	old := c.Nodes[li]
+	release := old.J.HoldRaftWritesOnly(t)
+	t.Cleanup(release)
+
+	oldAdmin := old.AdminClient(t)
+	go func() {
+		// Its outcome is not this test's: the write waits for release.
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		_, _ = oldAdmin.RegisterNode(ctx, &pactv1.RegisterNodeRequest{NodeId: "slow", Hardware: &pactv1.HardwareIdentity{Macs: []string{mac(1)}}})
+	}()
+	waitFor(t, "the leader's log write starts", func() bool { return old.J.RaftWritesInFlight() > 0 })
+
+	// Every half bound a look, which probes the disk from half the bound
+	// on; each probe answers before the next look.
+	for waited := bound / 2; waited < slowWriteLimit*bound; waited += bound / 2 {
+		probed := fc.Now().Add(bound / 2)
+		fc.Advance(bound / 2)
+		old.J.CheckRaftWrites()
+		if r := old.J.Halted(); r != "" || !old.J.IsLeader() {
+			t.Fatalf("cut off after %v with the disk answering: leader %v, halted %q", waited, old.J.IsLeader(), r)
+		}
+		// The watchdog's own loop may have a probe of an earlier look in
+		// flight: each poll looks again, which starts one once it is done.
+		waitFor(t, "the watchdog's probe answers", func() bool {
+			old.J.CheckRaftWrites()
+			return old.J.RaftDiskAnsweredSince(probed)
+		})
+		if r := old.J.Halted(); r != "" {
+			t.Fatalf("cut off after %v with the disk answering: %q", waited, r)
+		}
+	}
+
+	fc.Advance(bound / 2)
+	old.J.CheckRaftWrites()
+	reason := old.J.Halted()
+	for _, w := range []string{"has not finished for 15s", "the disk answers", "check the journal's CPU"} {
+		if !strings.Contains(reason, w) {
+			t.Errorf("after three bounds: halt reason lacks %q: %q", w, reason)
+		}
+	}
+}
+
+// slowWriteLimit is the watchdog's (raftnode): a write outstanding for
+// that many bounds cuts the leader off whatever its disk says.
+const slowWriteLimit = 3
+
 // RaftWriteTimeout is validated: below a second a busy disk's fsync would
 // make the leader step down.
 func TestRaftWriteTimeoutValidate(t *testing.T) {

@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,8 +20,13 @@ type Hooks struct {
 	// BeforeApply runs before each entry is applied and may hold it back.
 	BeforeApply atomic.Pointer[func()]
 	// HoldWrites runs inside each Raft store write before it reaches the
-	// store and may block it: a stuck disk.
+	// store and may block it: a stuck disk. It holds the write watchdog's
+	// probes of the disk too, unless HoldProbes is set.
 	HoldWrites atomic.Pointer[func()]
+	// HoldProbes runs inside each of the write watchdog's disk probes in
+	// place of HoldWrites: with a no-op, a disk that answers while the
+	// Raft writes are held for another reason (a journal short of CPU).
+	HoldProbes atomic.Pointer[func()]
 	// Severed fails every outgoing Raft call (a crash, as the other
 	// journals see it: Raft's own shutdown would first tell each follower
 	// what it committed).
@@ -46,6 +52,9 @@ type Hooks struct {
 	Raft           *raft.Raft
 	CheckWrites    func()
 	WritesInFlight func() int
-	ClaimQuorumID  func(id string)
-	PeerRefused    *prometheus.CounterVec
+	// DiskAnsweredSince reports whether a probe of the write watchdog
+	// started at t or later has finished.
+	DiskAnsweredSince func(t time.Time) bool
+	ClaimQuorumID     func(id string)
+	PeerRefused       *prometheus.CounterVec
 }

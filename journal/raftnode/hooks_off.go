@@ -14,6 +14,7 @@ const HooksBuilt = false
 
 func (*Hooks) beforeApply()                 {}
 func (*Hooks) holdWrite()                   {}
+func (*Hooks) holdProbe()                   {}
 func (*Hooks) severed() bool                { return false }
 func (*Hooks) applyWait() time.Duration     { return 0 }
 func (*Hooks) raftListening()               {}

@@ -21,6 +21,14 @@ func (h *Hooks) holdWrite() {
 	}
 }
 
+func (h *Hooks) holdProbe() {
+	if f := h.HoldProbes.Load(); f != nil {
+		(*f)()
+		return
+	}
+	h.holdWrite()
+}
+
 func (h *Hooks) severed() bool { return h.Severed.Load() }
 
 func (h *Hooks) applyWait() time.Duration { return time.Duration(h.ApplyWait.Load()) }

@@ -113,6 +113,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.halted.removed = make(chan struct{})
 	n.watchdog.watch = newWriteWatch(cfg.WatchdogClock, n.hooks)
+	n.watchdog.probe = &diskProbe{path: filepath.Join(cfg.DataDir, probeFile), clock: n.watchdog.watch.clock, hooks: n.hooks}
 	n.peers = newPeerConns(n)
 	if cfg.ActivationBatchMax > 1 {
 		n.batcher = newBatcher(cfg.ActivationBatchMax, cfg.ActivationBatchWindow, cfg.Clock, n.stop, n.sendBatch, n.hooks)
@@ -124,6 +125,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.hooks.Raft = n.raft
 	n.hooks.CheckWrites = n.checkWrites
+	n.hooks.DiskAnsweredSince = n.watchdog.probe.answeredSince
 	n.hooks.WritesInFlight = func() int {
 		_, inFlight := n.watchdog.watch.oldest(n.watchdog.watch.clock.Now())
 		return inFlight

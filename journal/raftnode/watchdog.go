@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,28 @@ import (
 // followers' answers), the fence is lifted and it serves again as a
 // follower, with no restart. A write that never finishes keeps it fenced
 // until it is restarted.
+//
+// A write can also be slow without the disk being stuck: in a boot storm
+// the journal's CPU is saturated, and the goroutine doing the write (bbolt's
+// page work between its system calls) waits behind thousands of runnable
+// ones each time it is preempted. At 30,000 agents on two cores writes
+// took 5.6 and 6.1 s with the disk answering, and the watchdog cut a
+// healthy leader off in the middle of the storm (docs/benchmarks.md). So
+// before it fences, the watchdog asks the disk itself: from half the bound
+// on, it writes and syncs a small file beside raft.db (diskProbe), one
+// probe at a time. A leader whose write has been outstanding for the
+// bound is cut off only if no probe started within the last bound has
+// finished (the disk did not answer while the write was outstanding), or
+// once the write has been outstanding for slowWriteLimit times the bound
+// whatever the disk says: a leader that commits nothing for that long
+// holds the quorum up, whatever the cause.
+
+// slowWriteLimit is how many times RaftWriteTimeout a write may stay
+// outstanding while the disk answers before the leader is cut off anyway.
+const slowWriteLimit = 3
+
+// probeFile is the watchdog's probe, in the data directory beside raft.db.
+const probeFile = "raft-watchdog-probe"
 
 // errFenced answers every Raft RPC this journal sends while fenced.
 var errFenced = errors.New("journal: Raft cut off by the write watchdog: a Raft store write is stuck")
@@ -90,6 +113,68 @@ func (w *writeWatch) oldest(now time.Time) (time.Duration, int) {
 		age = max(age, now.Sub(at))
 	}
 	return age, len(w.inflight)
+}
+
+// diskProbe writes and syncs a small file beside raft.db, one probe at a
+// time, and remembers when the latest probe that finished had started.
+type diskProbe struct {
+	path  string
+	clock clock.Clock
+	// hooks.holdProbe (Hooks.HoldProbes, else Hooks.HoldWrites: the same
+	// disk, in a testhooks build) may block a probe.
+	hooks *Hooks
+
+	mu       sync.Mutex
+	inFlight bool
+	answered time.Time // when the latest probe that finished had started
+}
+
+// start begins a probe unless one is in flight. A probe on a hung disk
+// never finishes, and its goroutine waits with the Raft write.
+func (p *diskProbe) start() {
+	p.mu.Lock()
+	if p.inFlight {
+		p.mu.Unlock()
+		return
+	}
+	p.inFlight = true
+	started := p.clock.Now()
+	p.mu.Unlock()
+	go func() {
+		err := p.write()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.inFlight = false
+		if err == nil && started.After(p.answered) {
+			p.answered = started
+		}
+	}()
+}
+
+// answeredSince reports whether a probe started at t or later finished.
+func (p *diskProbe) answeredSince(t time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.answered.IsZero() && !p.answered.Before(t)
+}
+
+// probeBlock is what a probe writes: one page, in a file created for the
+// probe and removed after it, so each probe allocates a block no earlier
+// probe holds: on a full disk it fails (or blocks, where the file system
+// blocks when full), as the Raft write does.
+var probeBlock [4096]byte
+
+func (p *diskProbe) write() error {
+	p.hooks.holdProbe()
+	f, err := os.OpenFile(p.path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(probeBlock[:])
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close(), os.Remove(p.path))
 }
 
 // watchedStore is the Raft store as Raft sees it (log and stable store),
@@ -224,24 +309,30 @@ const (
 	watchdogKeep  watchdogAction = iota // nothing changes
 	watchdogFence                       // cut this leader off
 	watchdogLift                        // serve again
+	watchdogSlow                        // a slow write, the disk answering: lead on
 )
 
 // watchdogDecide is the watchdog's rule. stuck is how long the oldest Raft
 // store write in flight has been outstanding (0: none); alone says this
-// journal is the only voter, so no one else could lead.
+// journal is the only voter, so no one else could lead; diskAnswers that a
+// probe of the disk started within the last bound has finished.
 //
-// A leader whose write has been stuck for bound or longer is cut off. A
-// follower's stuck write harms no one (its leader goes on with the
-// others), so it is left alone. The fence stays up until the write has
-// finished (or is back under the bound) and Raft has stepped this journal
-// down: lifting it from a leader would let its heartbeats hold the
+// A leader whose write has been stuck for bound or longer is cut off,
+// unless the disk answers (the write is slow, not stuck: watchdogSlow),
+// and then once it has been outstanding for slowWriteLimit times the
+// bound. A follower's stuck write harms no one (its leader goes on with
+// the others), so it is left alone. The fence stays up until the write
+// has finished (or is back under the bound) and Raft has stepped this
+// journal down: lifting it from a leader would let its heartbeats hold the
 // followers again. A journal alone stays leader whatever happens, so for
 // it the finished write is enough.
-func watchdogDecide(fenced, leader, alone bool, stuck, bound time.Duration) watchdogAction {
+func watchdogDecide(fenced, leader, alone bool, stuck, bound time.Duration, diskAnswers bool) watchdogAction {
 	stalled := stuck >= bound
 	switch {
-	case !fenced && leader && stalled:
+	case !fenced && leader && stalled && (!diskAnswers || stuck >= slowWriteLimit*bound):
 		return watchdogFence
+	case !fenced && leader && stalled:
+		return watchdogSlow
 	case fenced && !stalled && (!leader || alone):
 		return watchdogLift
 	}
@@ -259,6 +350,10 @@ type writeWatchdog struct {
 	since time.Time
 	// stalls counts the fences (pact_journal_raft_write_stalls_total).
 	stalls atomic.Uint64
+	// probe asks the disk whether it answers while a write is outstanding.
+	probe *diskProbe
+	// slowSaid: the slow write in flight has been logged (under mu).
+	slowSaid bool
 }
 
 // watchdogLoop looks at the Raft store writes four times per
@@ -285,13 +380,31 @@ func (n *Node) checkWrites() {
 	now := wd.watch.clock.Now()
 	stuck, inFlight := wd.watch.oldest(now)
 	leader := n.raft.State() == raft.Leader
-	switch watchdogDecide(wd.fenced.Load(), leader, n.soleVoter(), stuck, n.cfg.RaftWriteTimeout) {
+	bound := n.cfg.RaftWriteTimeout
+	if stuck < bound {
+		wd.slowSaid = false
+	}
+	if leader && !wd.fenced.Load() && stuck >= bound/2 {
+		wd.probe.start()
+	}
+	answers := wd.probe.answeredSince(now.Add(-bound))
+	switch watchdogDecide(wd.fenced.Load(), leader, n.soleVoter(), stuck, bound, answers) {
+	case watchdogSlow:
+		if !wd.slowSaid {
+			wd.slowSaid = true
+			n.log.Warn("a Raft store write is slow but the disk answers (the watchdog's probe beside raft.db was written and synced meanwhile): this journal is short of CPU or its disk is slow; it leads on, and is cut off if the write stays unfinished three times --raft-write-timeout",
+				logkey.DataDir, n.cfg.DataDir, logkey.Duration, stuck.Round(time.Millisecond), logkey.RaftWriteTimeout, bound, logkey.WritesInFlight, inFlight)
+		}
 	case watchdogFence:
 		wd.fenced.Store(true)
 		wd.since = now
 		wd.stalls.Add(1)
-		reason := fmt.Sprintf("a Raft store write (raft.db in %s) has not finished for %v, over --raft-write-timeout %v: this journal stopped leading and serves nothing until the write finishes; check that disk (full, hung or failing device)",
-			n.cfg.DataDir, stuck.Round(time.Millisecond), n.cfg.RaftWriteTimeout)
+		why := "check that disk (full, hung or failing device)"
+		if answers {
+			why = fmt.Sprintf("the disk answers, yet the write has taken over %d times that: check the journal's CPU and that disk", slowWriteLimit)
+		}
+		reason := fmt.Sprintf("a Raft store write (raft.db in %s) has not finished for %v, over --raft-write-timeout %v: this journal stopped leading and serves nothing until the write finishes; %s",
+			n.cfg.DataDir, stuck.Round(time.Millisecond), bound, why)
 		n.setStalled(reason)
 		n.log.Error("RAFT WRITE STUCK: this leader stops sending heartbeats and votes so the other journals elect a leader, and serves nothing until the write finishes; check the disk of --data-dir (full, hung or failing device). If the write never finishes, restart pact-journal once the disk is fixed",
 			logkey.DataDir, n.cfg.DataDir, logkey.Duration, stuck.Round(time.Millisecond), logkey.RaftWriteTimeout, n.cfg.RaftWriteTimeout, logkey.WritesInFlight, inFlight)
