@@ -12,8 +12,9 @@ import (
 // writerAllowed are the production files that create or rename files
 // themselves, with why internal/atomicfile is not for them.
 var writerAllowed = map[string]string{
-	"journal/audit.go": "the audit log is appended to (O_APPEND), never replaced",
-	"agent/status.go":  "renames a listening unix socket into place, not a file written",
+	"journal/audit.go":             "the audit log is appended to (O_APPEND), never replaced",
+	"agent/status.go":              "renames a listening unix socket into place, not a file written",
+	"journal/raftnode/watchdog.go": "the write watchdog's disk probe: a page written, synced and removed to see whether the disk answers, never state",
 }
 
 // writeCall is a call that creates, replaces or names a file.
