@@ -577,7 +577,7 @@ func TestProbeCoverage(t *testing.T) {
 		want   string
 	}{
 		"probed after each loss":       {recs: good, losses: []int64{900e6, 8900e6}, need: true},
-		"a loss not probed":            {recs: good, losses: []int64{900e6, 20000e6}, need: true, want: "no probe within 4s of the leader losses at 20.0s"},
+		"a loss not probed":            {recs: good, losses: []int64{900e6, 20000e6}, need: true, want: "no probe within 8s of the leader losses at 20.0s"},
 		"no loss in a leader scenario": {recs: good, need: true, want: "no leader loss was announced"},
 		"no loss, not about leaders":   {recs: nil},
 		"no read answered": {recs: probes(

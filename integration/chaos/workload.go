@@ -76,8 +76,11 @@ type Workload struct {
 // probeWindow is how long after a leader loss the clients probe: every
 // other call they make is a read or a call made to be refused, from the
 // moment of the loss through the election and the first seconds of the
-// new leader, while a restarted journal catches up.
-const probeWindow = 4 * time.Second
+// new leader, while a restarted journal catches up. With the journals'
+// 2 s Raft timeouts (raftnode.DefaultRaftTimeout) an election ends 4-6 s
+// after the loss; 4 s, enough with 1 s timeouts, ended with no leader to
+// confirm a final refusal.
+const probeWindow = 8 * time.Second
 
 // NewWorkload dials every journal from every client.
 func NewWorkload(cfg WorkloadConfig, q Quorum, h *History) (*Workload, error) {
