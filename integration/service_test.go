@@ -137,6 +137,10 @@ func TestAgentReleaseOnCleanStop(t *testing.T) {
 	if !strings.Contains(first.output(), "node released") {
 		t.Errorf("the stopping agent did not release the node:\n%s", first.output())
 	}
+	// The journal sees a planned end of the stream, not a client gone
+	// (pact_journal_stream_drops_total{reason="released"}, outside the
+	// PactStreamsDropping alert).
+	j.proc.waitLine(t, regexp.MustCompile(`msg="agent stream closed" .*node_id=node-001 serial=`+serial1+` reason=released`))
 	// The operator sees it: active, released, until it enrolls again.
 	if n := j.inspect(t, "node-001"); n.State != "active" || !n.Released || n.CertSerial != serial1 {
 		t.Errorf("after a clean stop: %+v, want active and released", n)
@@ -164,6 +168,7 @@ func TestAgentReleaseOnCleanStop(t *testing.T) {
 	// registry keeps the crashed agent's certificate.
 	second.cmd.Process.Signal(syscall.SIGKILL)
 	second.wait(t)
+	j.proc.waitLine(t, regexp.MustCompile(`msg="agent stream closed" .*node_id=node-001 serial=`+serial2+` reason=client_gone`))
 	third := agent()
 	third.waitLine(t, regexp.MustCompile(`ALREADY_ACTIVE: node node-001 is active with another key`))
 	if n := j.inspect(t, "node-001"); n.CertSerial != serial2 || n.Released {

@@ -67,7 +67,7 @@ func must(t testing.TB, g prometheus.Gatherer, name string, labels ...string) fl
 	return v
 }
 
-var dropReasons = []string{"client_gone", "send_failed", "shutdown", "superseded", "node_revoked", "node_fenced", "cert_expired", "intermediate_revoked", "other"}
+var dropReasons = []string{"client_gone", "released", "send_failed", "shutdown", "superseded", "node_revoked", "node_fenced", "cert_expired", "intermediate_revoked", "other"}
 
 // Every Subscribe stream that ends is counted once, by why it ended: the
 // agent closing it, a renewal superseding its certificate, a fence, a
@@ -90,6 +90,17 @@ func TestStreamDropsByReason(t *testing.T) {
 	e.subscribe(t, a).close(t, e)
 	want["client_gone"]++
 	check("the agent closed its stream")
+
+	// An agent that stops on purpose (pact-agent's clean stop) releases
+	// its node, then closes its stream: a planned end, not a client gone.
+	r := e.activate(t, "n5", "SN5", "02:00:00:00:00:05")
+	rw := e.subscribe(t, r)
+	if resp, err := e.agentClient(t, r).Release(callCtx(t), &pactv1.ReleaseRequest{}); err != nil || !resp.GetReleased() {
+		t.Fatalf("release of n5: %v, %v", resp, err)
+	}
+	rw.close(t, e)
+	want["released"]++
+	check("the agent released its node and closed its stream")
 
 	// A renewal: the old certificate's stream serves on until the node
 	// streams with its new certificate, and is then handed over, no drop.

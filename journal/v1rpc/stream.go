@@ -27,6 +27,7 @@ var ErrHalted = errors.New("journal: halted")
 // Why a Subscribe stream ended (pact_journal_stream_drops_total{reason}).
 const (
 	DropClientGone          = "client_gone"          // the agent closed the stream or its connection died
+	DropReleased            = "released"             // the agent stopped on purpose: it released its node (Release) before it closed the stream
 	DropSendFailed          = "send_failed"          // sending an update to the agent failed
 	DropShutdown            = "shutdown"             // this journal is stopping
 	DropSuperseded          = "superseded"           // the certificate was replaced (a renewal; with a renewal grace, only once it ran out)
@@ -39,7 +40,7 @@ const (
 )
 
 // DropReasons are every value of pact_journal_stream_drops_total's reason.
-var DropReasons = []string{DropClientGone, DropSendFailed, DropShutdown, DropSuperseded, DropNodeRevoked, DropNodeFenced, DropCertExpired, DropIntermediateRevoked, DropJournalHalted, DropOther}
+var DropReasons = []string{DropClientGone, DropReleased, DropSendFailed, DropShutdown, DropSuperseded, DropNodeRevoked, DropNodeFenced, DropCertExpired, DropIntermediateRevoked, DropJournalHalted, DropOther}
 
 // StreamDropReason is why a stream ended: what the stream decided, else
 // what its error says.
@@ -308,7 +309,18 @@ func (s *Enrollment) Subscribe(req *pactv1.SubscribeRequest, stream pactv1.Enrol
 				// committed here before this goroutine saw it: under
 				// load the client's leaving and the wake-up arrive
 				// together, so ask the registry, not only supersededAt.
-				handedOver = !supersededAt.IsZero() || s.replacedStream(w, p) || s.replacedOnceCaughtUp(ctx, w, p)
+				// An agent that stops on purpose releases its node over
+				// this channel before it closes the stream, and the
+				// Release answers once applied here: its stream ended as
+				// planned, with nothing to confirm with the leader.
+				switch {
+				case !supersededAt.IsZero() || s.replacedStream(w, p):
+					handedOver = true
+				case s.releasedStream(p):
+					dropped = DropReleased
+				default:
+					handedOver = s.replacedOnceCaughtUp(ctx, w, p)
+				}
 			}
 			return nil
 		case <-s.cfg.Hub.Stopping():
@@ -396,6 +408,14 @@ func (s *Enrollment) replacedStream(w Waker, p *auth.Principal) bool {
 	}
 	cur := n.GetCert().GetSerial()
 	return cur != "" && cur != p.Serial
+}
+
+// releasedStream reports whether the stream's certificate is the one its
+// node's agent released (pact-agent's clean stop: Release, then the
+// channel closed), and still the node's current one.
+func (s *Enrollment) releasedStream(p *auth.Principal) bool {
+	n, ok := s.cfg.Registry.Node(p.ID.Name)
+	return ok && !p.SVID && raftfsm.Released(n) && n.GetCert().GetSerial() == p.Serial
 }
 
 // dropConfirmWait bounds how long a stream whose client left waits for
