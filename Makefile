@@ -244,7 +244,7 @@ bench-tpm: build ## what attestation costs: the boot storm without TPMs, then wi
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
 	$(BIN)/stormbench tpm-cost -pairs $(TPM_PAIRS) -bin $(BIN) -agents $(AGENTS) -wait-idle $(WAIT_IDLE) $(STORMFLAGS)
 
-bench-peer: build $(STEPCA) ## pact against step-ca (STEPCA_VERSION, installed into .tools/): PEER_CERTS (10000) certificates from each, a new TLS connection per certificate, PEER_CLIENTS (32,256) clients, PEER_ROUNDS (3) interleaved rounds; server CPU per certificate and the ratio, one JSON line
+bench-peer: build $(STEPCA) ## pact against step-ca (STEPCA_VERSION, installed into .tools/): PEER_CERTS (10000) certificates from each, a new TLS connection per certificate, PEER_CLIENTS (32,256) clients, PEER_ROUNDS (3) interleaved rounds; and the replicating floor as a third side (PEERFLAGS=-floor-replicate=false: the old floor); server CPU per certificate and the ratios, one JSON line
 	$(GO) build -trimpath -o $(BIN)/stormbench ./integration/bench/stormbench
 	$(BIN)/stormbench peer -bin $(BIN) -stepca $(STEPCA) -certs $(PEER_CERTS) -clients $(PEER_CLIENTS) -rounds $(PEER_ROUNDS) -wait-idle $(WAIT_IDLE) $(PEERFLAGS)
 

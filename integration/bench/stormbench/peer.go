@@ -8,6 +8,15 @@ package main
 // summed: they replicate every enrollment), from /proc. The runs
 // alternate, pact then step-ca, for every client count and round, so
 // that both see the same machine.
+//
+// With -floor (the default) a third side runs in each round after the
+// other two: the replicating floor's stub journals (floor.go,
+// floorraft.go), which do only what any journal of this design must for
+// an Enroll (the TLS handshake, ParseCSR and SignAgent behind gRPC, one
+// Raft entry committed on three nodes, a follower's forwarded to the
+// leader). Its CPU per certificate over step-ca's is the least pact's
+// ratio could be; pact's over the floor's is what pact's own code adds
+// to a certificate.
 
 import (
 	"context"
@@ -26,6 +35,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -39,6 +49,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/pact-hpc/pact/internal/pki"
 	"github.com/pact-hpc/pact/internal/transport"
 	pactv1 "github.com/pact-hpc/pact/proto/pact/v1"
 )
@@ -52,6 +63,10 @@ type peerFlags struct {
 	clients               []int
 	callTimeout, deadline time.Duration
 	waitIdle              time.Duration
+	// floor: a third side, the floor's stub journals; floorReplicate:
+	// they commit one Raft entry per certificate (the replicating floor),
+	// or keep nothing (the old floor).
+	floor, floorReplicate bool
 }
 
 func runPeer(args []string) int {
@@ -69,6 +84,8 @@ func runPeer(args []string) int {
 	fs.DurationVar(&f.callTimeout, "call-timeout", 15*time.Second, "bound on one certificate's request (a failed one is tried again, up to 5 times)")
 	fs.DurationVar(&f.deadline, "deadline", 10*time.Minute, "give up on a run after this long")
 	fs.DurationVar(&f.waitIdle, "wait-idle", 0, "before each run, wait up to this long for a second in which other processes use less than 15% of the machine")
+	fs.BoolVar(&f.floor, "floor", true, "a third side in every round: the replicating floor's stub journals (the TLS handshake, ParseCSR, SignAgent and one Raft entry on three nodes behind gRPC; floor.go), the least any journal of this design spends on a certificate: its ratio to step-ca is the least pact's could be")
+	fs.BoolVar(&f.floorReplicate, "floor-replicate", true, "with -floor, the stubs commit one Raft entry per certificate on three nodes; false: the old floor, which keeps nothing (what the replication costs, beside the replicating floor's run)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -119,18 +136,22 @@ func (p *pactIssuer) serverPIDs() []int { return p.c.pids() }
 func (p *pactIssuer) csr(int) ([]byte, error) { return newCSR(&x509.CertificateRequest{}) }
 
 func (p *pactIssuer) issue(ctx context.Context, i int, csr []byte) error {
-	tc := p.kx.Apply(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: p.c.roots})
+	return enrollOnNewConn(ctx, p.c.addrs(), p.c.roots, p.kx, i, p.nodes[i], csr)
+}
+
+// enrollOnNewConn makes node n's Enroll (certificate i) on a new TLS
+// connection to one of addrs, picked at random as pact-agent picks.
+func enrollOnNewConn(ctx context.Context, addrs []string, roots *x509.CertPool, kx transport.KeyExchange, i int, n benchNode, csr []byte) error {
+	tc := kx.Apply(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: roots})
 	opts := append(transport.ClientOptions(), grpc.WithTransportCredentials(credentials.NewTLS(tc)),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return dialFrom(sourceIP(i))(ctx, "tcp", addr)
 		}))
-	addrs := p.c.addrs()
 	conn, err := grpc.NewClient("passthrough:///"+addrs[mrand.IntN(len(addrs))], opts...)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	n := p.nodes[i]
 	resp, err := pactv1.NewEnrollmentServiceClient(conn).Enroll(ctx, &pactv1.EnrollRequest{
 		Hardware: &pactv1.HardwareIdentity{Macs: []string{n.mac}, BmcSerial: n.bmc}, CsrDer: csr})
 	if err != nil {
@@ -140,6 +161,24 @@ func (p *pactIssuer) issue(ctx context.Context, i int, csr []byte) error {
 		return errors.New("Enroll: no certificate")
 	}
 	return nil
+}
+
+// floorIssuer enrolls node i with the replicating floor's stubs, as
+// pactIssuer does with pact's journals (the stubs name a node by its BMC
+// serial and keep no registry).
+type floorIssuer struct {
+	c     *floorCluster
+	roots *x509.CertPool
+	nodes []benchNode
+	kx    transport.KeyExchange
+}
+
+func (f *floorIssuer) serverPIDs() []int { return f.c.pids() }
+
+func (f *floorIssuer) csr(int) ([]byte, error) { return newCSR(&x509.CertificateRequest{}) }
+
+func (f *floorIssuer) issue(ctx context.Context, i int, csr []byte) error {
+	return enrollOnNewConn(ctx, f.c.grpc, f.roots, f.kx, i, f.nodes[i], csr)
 }
 
 // stepCAIssuer asks step-ca for certificate i, named peer-NNNNNN, over
@@ -283,6 +322,12 @@ type peerRun struct {
 	// ThroughputRatio pact's certificates per second over step-ca's.
 	CPURatio        float64 `json:"cpu_ratio"`
 	ThroughputRatio float64 `json:"throughput_ratio"`
+	// Floor is the replicating floor's run (-floor); FloorCPURatio its
+	// server CPU per certificate over step-ca's, PactOverFloorCPU pact's
+	// over the floor's.
+	Floor            *certRun `json:"floor,omitempty"`
+	FloorCPURatio    float64  `json:"floor_cpu_ratio,omitempty"`
+	PactOverFloorCPU float64  `json:"pact_over_floor_cpu,omitempty"`
 }
 
 // peerByClients is one client count's figures over the rounds.
@@ -292,21 +337,30 @@ type peerByClients struct {
 	StepCACPUPerCert *spread `json:"stepca_cpu_ms_per_cert"`
 	CPURatio         *spread `json:"cpu_ratio"`
 	ThroughputRatio  *spread `json:"throughput_ratio"`
+	// With -floor: the floor's CPU per certificate, its ratio to
+	// step-ca's, and pact's to the floor's.
+	FloorCPUPerCert  *spread `json:"floor_cpu_ms_per_cert,omitempty"`
+	FloorCPURatio    *spread `json:"floor_cpu_ratio,omitempty"`
+	PactOverFloorCPU *spread `json:"pact_over_floor_cpu,omitempty"`
 }
 
 type peerSummary struct {
-	Bench       string          `json:"bench"`
-	Certs       int             `json:"certs"`
-	Rounds      int             `json:"rounds"`
-	Journals    int             `json:"journals"`
-	KeyExchange string          `json:"key_exchange"`
-	StepCA      string          `json:"stepca_version"`
-	StepCADB    string          `json:"stepca_db"`
-	CPUs        int             `json:"cpus"`
-	Pass        bool            `json:"pass"`
-	Reason      string          `json:"reason"`
-	ByClients   []peerByClients `json:"by_clients"`
-	Runs        []peerRun       `json:"runs"`
+	Bench       string `json:"bench"`
+	Certs       int    `json:"certs"`
+	Rounds      int    `json:"rounds"`
+	Journals    int    `json:"journals"`
+	KeyExchange string `json:"key_exchange"`
+	StepCA      string `json:"stepca_version"`
+	StepCADB    string `json:"stepca_db"`
+	Floor       bool   `json:"floor"`
+	// FloorReplicates: the floor's stubs committed one Raft entry per
+	// certificate (false: the old floor, nothing kept).
+	FloorReplicates bool            `json:"floor_replicates"`
+	CPUs            int             `json:"cpus"`
+	Pass            bool            `json:"pass"`
+	Reason          string          `json:"reason"`
+	ByClients       []peerByClients `json:"by_clients"`
+	Runs            []peerRun       `json:"runs"`
 }
 
 // summarizePeer takes each client count's spreads over its rounds, of
@@ -317,10 +371,19 @@ func summarizePeer(runs []peerRun, certs int) (by []peerByClients, problems []st
 		r := &runs[i]
 		r.CPURatio = over(r.Pact.ServerCPUMsPerCert, r.StepCA.ServerCPUMsPerCert)
 		r.ThroughputRatio = over(r.Pact.CertsPerS, r.StepCA.CertsPerS)
-		for _, side := range []struct {
+		sides := []struct {
 			name string
 			run  certRun
-		}{{"pact", r.Pact}, {"step-ca", r.StepCA}} {
+		}{{"pact", r.Pact}, {"step-ca", r.StepCA}}
+		if r.Floor != nil {
+			r.FloorCPURatio = over(r.Floor.ServerCPUMsPerCert, r.StepCA.ServerCPUMsPerCert)
+			r.PactOverFloorCPU = over(r.Pact.ServerCPUMsPerCert, r.Floor.ServerCPUMsPerCert)
+			sides = append(sides, struct {
+				name string
+				run  certRun
+			}{"the floor", *r.Floor})
+		}
+		for _, side := range sides {
 			if side.run.OK != certs {
 				problems = append(problems, fmt.Sprintf("round %d, %d clients: %s issued %d of %d (%s)", r.Round, r.Clients, side.name, side.run.OK, certs, side.run.FirstError))
 			}
@@ -330,24 +393,30 @@ func summarizePeer(runs []peerRun, certs int) (by []peerByClients, problems []st
 		}
 	}
 	for _, c := range counts {
-		var good []peerRun
+		var good, goodFloor []peerRun
 		for _, r := range runs {
 			if r.Clients == c && r.Pact.OK == certs && r.StepCA.OK == certs {
 				good = append(good, r)
+				if r.Floor != nil && r.Floor.OK == certs {
+					goodFloor = append(goodFloor, r)
+				}
 			}
 		}
-		of := func(get func(peerRun) float64) *spread {
+		of := func(runs []peerRun, get func(peerRun) float64) *spread {
 			var vs []float64
-			for _, r := range good {
+			for _, r := range runs {
 				vs = append(vs, get(r))
 			}
 			return spreadOfValues(vs)
 		}
 		by = append(by, peerByClients{Clients: c,
-			PactCPUPerCert:   of(func(r peerRun) float64 { return r.Pact.ServerCPUMsPerCert }),
-			StepCACPUPerCert: of(func(r peerRun) float64 { return r.StepCA.ServerCPUMsPerCert }),
-			CPURatio:         of(func(r peerRun) float64 { return r.CPURatio }),
-			ThroughputRatio:  of(func(r peerRun) float64 { return r.ThroughputRatio }),
+			PactCPUPerCert:   of(good, func(r peerRun) float64 { return r.Pact.ServerCPUMsPerCert }),
+			StepCACPUPerCert: of(good, func(r peerRun) float64 { return r.StepCA.ServerCPUMsPerCert }),
+			CPURatio:         of(good, func(r peerRun) float64 { return r.CPURatio }),
+			ThroughputRatio:  of(good, func(r peerRun) float64 { return r.ThroughputRatio }),
+			FloorCPUPerCert:  of(goodFloor, func(r peerRun) float64 { return r.Floor.ServerCPUMsPerCert }),
+			FloorCPURatio:    of(goodFloor, func(r peerRun) float64 { return r.FloorCPURatio }),
+			PactOverFloorCPU: of(goodFloor, func(r peerRun) float64 { return r.PactOverFloorCPU }),
 		})
 	}
 	return by, problems
@@ -385,9 +454,17 @@ func peerMain(f peerFlags, dir string, cl *cleanup, out io.Writer) error {
 	kx := transport.Classical
 	pact := &pactIssuer{c: c, nodes: nodes, kx: kx}
 	step := &stepCAIssuer{s: sca, kx: kx}
-	quiet := func(pids []int) {
+	servers := append(c.pids(), sca.pid())
+	var floor *floorIssuer
+	if f.floor {
+		if floor, err = startPeerFloor(f, filepath.Join(dir, "floor"), nodes, kx, cl); err != nil {
+			return err
+		}
+		servers = append(servers, floor.serverPIDs()...)
+	}
+	quiet := func() {
 		if f.waitIdle > 0 {
-			waitIdle(f.waitIdle, 0.15, pids)
+			waitIdle(f.waitIdle, 0.15, servers)
 		}
 	}
 	var results []peerRun
@@ -395,14 +472,21 @@ func peerMain(f peerFlags, dir string, cl *cleanup, out io.Writer) error {
 	for round := 1; round <= f.rounds; round++ {
 		for _, clients := range f.clients {
 			r := peerRun{Round: round, Clients: clients}
-			quiet(append(c.pids(), sca.pid()))
+			quiet()
 			r.Pact = issueCerts(pact, base, f.certs, clients, f.callTimeout, f.deadline)
 			logf("round %d, %d clients: pact issued %d in %.2fs (%.0f/s), journals' CPU %.3f ms per certificate; %d failed, %d attempts",
 				round, clients, r.Pact.OK, r.Pact.Seconds, r.Pact.CertsPerS, r.Pact.ServerCPUMsPerCert, r.Pact.Failed, r.Pact.Attempts)
-			quiet(append(c.pids(), sca.pid()))
+			quiet()
 			r.StepCA = issueCerts(step, base, f.certs, clients, f.callTimeout, f.deadline)
 			logf("round %d, %d clients: step-ca issued %d in %.2fs (%.0f/s), its CPU %.3f ms per certificate; %d failed, %d attempts",
 				round, clients, r.StepCA.OK, r.StepCA.Seconds, r.StepCA.CertsPerS, r.StepCA.ServerCPUMsPerCert, r.StepCA.Failed, r.StepCA.Attempts)
+			if floor != nil {
+				quiet()
+				fr := issueCerts(floor, base, f.certs, clients, f.callTimeout, f.deadline)
+				r.Floor = &fr
+				logf("round %d, %d clients: the floor issued %d in %.2fs (%.0f/s), its stubs' CPU %.3f ms per certificate; %d failed, %d attempts",
+					round, clients, fr.OK, fr.Seconds, fr.CertsPerS, fr.ServerCPUMsPerCert, fr.Failed, fr.Attempts)
+			}
 			base += f.certs
 			results = append(results, r)
 		}
@@ -417,7 +501,7 @@ func peerMain(f peerFlags, dir string, cl *cleanup, out io.Writer) error {
 		problems = append(problems, fmt.Sprintf("the journals list %d of %d nodes active", counts["active"], len(nodes)))
 	}
 	sum := peerSummary{Bench: "peer", Certs: f.certs, Rounds: f.rounds, Journals: f.journals, KeyExchange: "X25519", StepCA: sca.version, StepCADB: f.stepCADB,
-		CPUs: runtime.NumCPU(), Pass: len(problems) == 0, Reason: "every certificate issued on both sides; every pact node active", ByClients: by, Runs: results}
+		Floor: f.floor, FloorReplicates: f.floor && f.floorReplicate, CPUs: runtime.NumCPU(), Pass: len(problems) == 0, Reason: "every certificate issued on every side; every pact node active", ByClients: by, Runs: results}
 	if !sum.Pass {
 		sum.Reason = strings.Join(problems, "; ")
 	}
@@ -426,6 +510,29 @@ func peerMain(f peerFlags, dir string, cl *cleanup, out io.Writer) error {
 		return fmt.Errorf("the final check failed: %s", sum.Reason)
 	}
 	return nil
+}
+
+// startPeerFloor starts the replicating floor's stub journals in dir
+// under a domain root of their own, for the peer's third side.
+func startPeerFloor(f peerFlags, dir string, nodes []benchNode, kx transport.KeyExchange, cl *cleanup) (*floorIssuer, error) {
+	if b, err := exec.Command(filepath.Join(f.bin, "pact-journal"), "init", "--dir", dir, "--domain", "pact.local").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("pact-journal init (the floor's root): %w\n%s", err, b)
+	}
+	fc, err := startFloorCluster(dir, f.journals, string(kx), f.floorReplicate, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	cl.add(fc.stop)
+	roots, _, err := pki.LoadCertPool(filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		return nil, err
+	}
+	what := "the replicating floor (one Raft entry per certificate)"
+	if !f.floorReplicate {
+		what = "the old floor (nothing kept)"
+	}
+	logf("%d stub journals of %s serving on %s", f.journals, what, strings.Join(fc.grpc, ","))
+	return &floorIssuer{c: fc, roots: roots, nodes: nodes, kx: kx}, nil
 }
 
 func peerReport(out io.Writer, sum peerSummary) {
@@ -438,10 +545,35 @@ func peerReport(out io.Writer, sum peerSummary) {
 			r.StepCA.Seconds, r.StepCA.CertsPerS, r.StepCA.ServerCPUMsPerCert, r.CPURatio, r.ThroughputRatio, 100*r.Pact.OtherCPUShare, 100*r.StepCA.OtherCPUShare)
 	}
 	w.Flush()
+	if sum.Floor {
+		what := "the replicating floor (stub journals: TLS, ParseCSR, SignAgent, one Raft entry on three nodes"
+		if !sum.FloorReplicates {
+			what = "the old floor (stub journals: TLS, ParseCSR, SignAgent, nothing kept"
+		}
+		fmt.Fprintf(out, "\n%s; %d, CPU summed) in the same rounds\n\n", what, sum.Journals)
+		w = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(w, "round\tclients\tfloor s\tfloor/s\tfloor server ms/cert\tfloor over step-ca\tpact over floor\tothers\t")
+		for _, r := range sum.Runs {
+			if r.Floor != nil {
+				fmt.Fprintf(w, "%d\t%d\t%.2f\t%.0f\t%.3f\t%.2f\t%.2f\t%.0f%%\t\n", r.Round, r.Clients, r.Floor.Seconds, r.Floor.CertsPerS, r.Floor.ServerCPUMsPerCert,
+					r.FloorCPURatio, r.PactOverFloorCPU, 100*r.Floor.OtherCPUShare)
+			}
+		}
+		w.Flush()
+	}
+	fmt.Fprintln(out)
 	for _, b := range sum.ByClients {
 		if b.CPURatio != nil {
 			fmt.Fprintf(out, "%d clients, median over the rounds: pact %.3f ms, step-ca %.3f ms of server CPU per certificate: ratio %.2f (throughput ratio %.2f)\n",
 				b.Clients, b.PactCPUPerCert.Median, b.StepCACPUPerCert.Median, b.CPURatio.Median, b.ThroughputRatio.Median)
+		}
+		if b.FloorCPURatio != nil {
+			meaning := "the least pact's ratio could be"
+			if !sum.FloorReplicates {
+				meaning = "nothing replicated: the TLS handshake, gRPC and signing alone"
+			}
+			fmt.Fprintf(out, "%d clients, median over the rounds: the floor %.3f ms per certificate, %.2f of step-ca's (%s); pact %.2f of the floor's\n",
+				b.Clients, b.FloorCPUPerCert.Median, b.FloorCPURatio.Median, meaning, b.PactOverFloorCPU.Median)
 		}
 	}
 	fmt.Fprintf(out, "\nfinal check: %s: %s\n\n", map[bool]string{true: "PASS", false: "FAIL"}[sum.Pass], sum.Reason)

@@ -44,6 +44,36 @@ func TestSummarizePeer(t *testing.T) {
 	}
 }
 
+// The floor's ratios come from the runs in which all three sides issued
+// every certificate; a floor that fell short is a problem of the run and
+// leaves pact's and step-ca's spreads alone.
+func TestSummarizePeerWithTheFloor(t *testing.T) {
+	run := func(round int, floorOK int, pactCPU, stepCPU, floorCPU float64) peerRun {
+		return peerRun{Round: round, Clients: 32,
+			Pact:   certRun{OK: 100, ServerCPUMsPerCert: pactCPU, CertsPerS: 100},
+			StepCA: certRun{OK: 100, ServerCPUMsPerCert: stepCPU, CertsPerS: 100},
+			Floor:  &certRun{OK: floorOK, ServerCPUMsPerCert: floorCPU, CertsPerS: 100, FirstError: "deadline"}}
+	}
+	runs := []peerRun{
+		run(1, 100, 3.0, 2.0, 2.5),
+		run(2, 100, 3.3, 2.2, 2.2),
+		run(3, 50, 3.6, 2.0, 9.0), // the floor fell short: out of its spreads
+	}
+	by, problems := summarizePeer(runs, 100)
+	if len(problems) != 1 || !strings.Contains(problems[0], "round 3, 32 clients: the floor issued 50 of 100 (deadline)") {
+		t.Errorf("problems %q", problems)
+	}
+	if runs[0].FloorCPURatio != 1.25 || runs[0].PactOverFloorCPU != 1.2 || runs[1].FloorCPURatio != 1 || runs[1].PactOverFloorCPU != 1.5 {
+		t.Errorf("run ratios %+v %+v", runs[0], runs[1])
+	}
+	want := []peerByClients{{Clients: 32,
+		PactCPUPerCert: &spread{3, 3.3, 3.6}, StepCACPUPerCert: &spread{2, 2, 2.2}, CPURatio: &spread{1.5, 1.5, 1.8}, ThroughputRatio: &spread{1, 1, 1},
+		FloorCPUPerCert: &spread{2.2, 2.35, 2.5}, FloorCPURatio: &spread{1, 1.125, 1.25}, PactOverFloorCPU: &spread{1.2, 1.35, 1.5}}}
+	if asJSON(t, by) != asJSON(t, want) {
+		t.Errorf("by clients:\n got %s\nwant %s", asJSON(t, by), asJSON(t, want))
+	}
+}
+
 func TestParseClients(t *testing.T) {
 	if got, err := parseClients("32, 256"); err != nil || len(got) != 2 || got[0] != 32 || got[1] != 256 {
 		t.Errorf("got %v, %v", got, err)
