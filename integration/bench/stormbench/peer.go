@@ -163,9 +163,10 @@ func enrollOnNewConn(ctx context.Context, addrs []string, roots *x509.CertPool, 
 	return nil
 }
 
-// floorIssuer enrolls node i with the replicating floor's stubs, as
-// pactIssuer does with pact's journals (the stubs name a node by its BMC
-// serial and keep no registry).
+// floorIssuer enrolls node i with the floor's stubs (the replicating
+// floor, or the old one with -floor-replicate=false), as pactIssuer does
+// with pact's journals (the stubs name a node by its BMC serial and keep
+// no registry).
 type floorIssuer struct {
 	c     *floorCluster
 	roots *x509.CertPool
@@ -322,7 +323,7 @@ type peerRun struct {
 	// ThroughputRatio pact's certificates per second over step-ca's.
 	CPURatio        float64 `json:"cpu_ratio"`
 	ThroughputRatio float64 `json:"throughput_ratio"`
-	// Floor is the replicating floor's run (-floor); FloorCPURatio its
+	// Floor is the floor's run (-floor); FloorCPURatio its
 	// server CPU per certificate over step-ca's, PactOverFloorCPU pact's
 	// over the floor's.
 	Floor            *certRun `json:"floor,omitempty"`
@@ -512,8 +513,9 @@ func peerMain(f peerFlags, dir string, cl *cleanup, out io.Writer) error {
 	return nil
 }
 
-// startPeerFloor starts the replicating floor's stub journals in dir
-// under a domain root of their own, for the peer's third side.
+// startPeerFloor starts the floor's stub journals in dir (replicating
+// unless -floor-replicate=false) under a domain root of their own, for
+// the peer's third side.
 func startPeerFloor(f peerFlags, dir string, nodes []benchNode, kx transport.KeyExchange, cl *cleanup) (*floorIssuer, error) {
 	if b, err := exec.Command(filepath.Join(f.bin, "pact-journal"), "init", "--dir", dir, "--domain", "pact.local").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("pact-journal init (the floor's root): %w\n%s", err, b)
