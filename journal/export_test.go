@@ -106,6 +106,16 @@ func (j *Journal) HoldRaftWritesOnly(t testing.TB) (release func()) {
 	}
 }
 
+// StarveRaftWatchdog makes the write watchdog find, at each look, that a
+// runnable goroutine waited wait to run since the previous look (0: none),
+// in place of the runtime's measure, until the test ends.
+func (j *Journal) StarveRaftWatchdog(t testing.TB, wait time.Duration) {
+	requireRaftHooks(t)
+	f := func() time.Duration { return wait }
+	j.raftHooks.SchedWait.Store(&f)
+	t.Cleanup(func() { j.raftHooks.SchedWait.Store(nil) })
+}
+
 // RaftDiskAnsweredSince reports whether a probe of the write watchdog that
 // started at t or later has finished.
 func (j *Journal) RaftDiskAnsweredSince(at time.Time) bool { return j.raftHooks.DiskAnsweredSince(at) }

@@ -27,6 +27,10 @@ type Hooks struct {
 	// place of HoldWrites: with a no-op, a disk that answers while the
 	// Raft writes are held for another reason (a journal short of CPU).
 	HoldProbes atomic.Pointer[func()]
+	// SchedWait stands in for the runtime's measure the write watchdog
+	// reads at each look: the longest a runnable goroutine waited to run
+	// since the previous look (schedWatch).
+	SchedWait atomic.Pointer[func() time.Duration]
 	// Severed fails every outgoing Raft call (a crash, as the other
 	// journals see it: Raft's own shutdown would first tell each follower
 	// what it committed).

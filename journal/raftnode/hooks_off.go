@@ -21,3 +21,5 @@ func (*Hooks) raftListening()               {}
 func (*Hooks) waitingApplied()              {}
 func (*Hooks) batchQueued(int)              {}
 func (*Hooks) batchBeforeSend() func(n int) { return nil }
+
+func (*Hooks) schedWait(measured func() time.Duration) time.Duration { return measured() }

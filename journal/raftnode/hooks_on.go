@@ -29,6 +29,14 @@ func (h *Hooks) holdProbe() {
 	h.holdWrite()
 }
 
+// schedWait is SchedWait's answer if a test set one, else measured.
+func (h *Hooks) schedWait(measured func() time.Duration) time.Duration {
+	if f := h.SchedWait.Load(); f != nil {
+		return (*f)()
+	}
+	return measured()
+}
+
 func (h *Hooks) severed() bool { return h.Severed.Load() }
 
 func (h *Hooks) applyWait() time.Duration { return time.Duration(h.ApplyWait.Load()) }

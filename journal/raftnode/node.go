@@ -114,6 +114,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.halted.removed = make(chan struct{})
 	n.watchdog.watch = newWriteWatch(cfg.WatchdogClock, n.hooks)
 	n.watchdog.probe = &diskProbe{path: filepath.Join(cfg.DataDir, probeFile), clock: n.watchdog.watch.clock, hooks: n.hooks}
+	n.watchdog.sched = newSchedWatch().longestWait
 	n.peers = newPeerConns(n)
 	if cfg.ActivationBatchMax > 1 {
 		n.batcher = newBatcher(cfg.ActivationBatchMax, cfg.ActivationBatchWindow, cfg.Clock, n.stop, n.sendBatch, n.hooks)

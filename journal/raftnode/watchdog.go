@@ -53,6 +53,22 @@ import (
 // once the write has been outstanding for slowWriteLimit times the bound
 // whatever the disk says: a leader that commits nothing for that long
 // holds the quorum up, whatever the cause.
+//
+// The probe is run by the journal's own goroutines, so it cannot answer
+// while they are starved, however fast the disk: as 30,000 agents stopped
+// at once a leader was cut off with its probe unanswered after 2.5 s while
+// another process synced a file on the same disk in 15 ms. So the watchdog
+// also asks the Go runtime how long runnable goroutines waited to run
+// (schedWatch): a journal whose goroutines waited a tenth of the bound
+// or more within the last bound is starved, and its slow write is treated
+// as one on a disk that answers.
+
+// starvedShare: a journal whose runnable goroutines waited RaftWriteTimeout
+// / starvedShare or more to run is starved. The probe starts at half the
+// bound and takes a handful of trips through the scheduler (the goroutine,
+// each system call's return): with waits of a tenth of the bound each it
+// cannot answer by the bound, whatever the disk.
+const starvedShare = 10
 
 // slowWriteLimit is how many times RaftWriteTimeout a write may stay
 // outstanding while the disk answers before the leader is cut off anyway.
@@ -315,21 +331,24 @@ const (
 // watchdogDecide is the watchdog's rule. stuck is how long the oldest Raft
 // store write in flight has been outstanding (0: none); alone says this
 // journal is the only voter, so no one else could lead; diskAnswers that a
-// probe of the disk started within the last bound has finished.
+// probe of the disk started within the last bound has finished; starved
+// that this journal's runnable goroutines waited a tenth of the bound or
+// more to run within the last bound (so an unanswered probe says nothing
+// of the disk).
 //
 // A leader whose write has been stuck for bound or longer is cut off,
-// unless the disk answers (the write is slow, not stuck: watchdogSlow),
-// and then once it has been outstanding for slowWriteLimit times the
-// bound. A follower's stuck write harms no one (its leader goes on with
+// unless the disk answers or the journal is starved (the write is slow,
+// not stuck: watchdogSlow), and then once it has been outstanding for
+// slowWriteLimit times the bound. A follower's stuck write harms no one (its leader goes on with
 // the others), so it is left alone. The fence stays up until the write
 // has finished (or is back under the bound) and Raft has stepped this
 // journal down: lifting it from a leader would let its heartbeats hold the
 // followers again. A journal alone stays leader whatever happens, so for
 // it the finished write is enough.
-func watchdogDecide(fenced, leader, alone bool, stuck, bound time.Duration, diskAnswers bool) watchdogAction {
+func watchdogDecide(fenced, leader, alone bool, stuck, bound time.Duration, diskAnswers, starved bool) watchdogAction {
 	stalled := stuck >= bound
 	switch {
-	case !fenced && leader && stalled && (!diskAnswers || stuck >= slowWriteLimit*bound):
+	case !fenced && leader && stalled && (!diskAnswers && !starved || stuck >= slowWriteLimit*bound):
 		return watchdogFence
 	case !fenced && leader && stalled:
 		return watchdogSlow
@@ -354,6 +373,11 @@ type writeWatchdog struct {
 	probe *diskProbe
 	// slowSaid: the slow write in flight has been logged (under mu).
 	slowSaid bool
+	// sched is the longest a runnable goroutine waited to run since the
+	// previous look (schedWatch.longestWait); starvedAt the latest look
+	// that found a wait of a tenth of the bound or more (under mu).
+	sched     func() time.Duration
+	starvedAt time.Time
 }
 
 // watchdogLoop looks at the Raft store writes four times per
@@ -387,21 +411,33 @@ func (n *Node) checkWrites() {
 	if leader && !wd.fenced.Load() && stuck >= bound/2 {
 		wd.probe.start()
 	}
+	if n.hooks.schedWait(wd.sched) >= bound/starvedShare {
+		wd.starvedAt = now
+	}
 	answers := wd.probe.answeredSince(now.Add(-bound))
-	switch watchdogDecide(wd.fenced.Load(), leader, n.soleVoter(), stuck, bound, answers) {
+	starved := !wd.starvedAt.IsZero() && !wd.starvedAt.Before(now.Add(-bound))
+	switch watchdogDecide(wd.fenced.Load(), leader, n.soleVoter(), stuck, bound, answers, starved) {
 	case watchdogSlow:
 		if !wd.slowSaid {
 			wd.slowSaid = true
-			n.log.Warn("a Raft store write is slow but the disk answers (the watchdog's probe beside raft.db was written and synced meanwhile): this journal is short of CPU or its disk is slow; it leads on, and is cut off if the write stays unfinished three times --raft-write-timeout",
-				logkey.DataDir, n.cfg.DataDir, logkey.Duration, stuck.Round(time.Millisecond), logkey.RaftWriteTimeout, bound, logkey.WritesInFlight, inFlight)
+			if answers {
+				n.log.Warn("a Raft store write is slow but the disk answers (the watchdog's probe beside raft.db was written and synced meanwhile): this journal is short of CPU or its disk is slow; it leads on, and is cut off if the write stays unfinished three times --raft-write-timeout",
+					logkey.DataDir, n.cfg.DataDir, logkey.Duration, stuck.Round(time.Millisecond), logkey.RaftWriteTimeout, bound, logkey.WritesInFlight, inFlight)
+			} else {
+				n.log.Warn("a Raft store write is slow and this journal's goroutines wait seconds to run: it is short of CPU, and its probe of the disk cannot answer meanwhile; it leads on, and is cut off if the write stays unfinished three times --raft-write-timeout",
+					logkey.DataDir, n.cfg.DataDir, logkey.Duration, stuck.Round(time.Millisecond), logkey.RaftWriteTimeout, bound, logkey.WritesInFlight, inFlight)
+			}
 		}
 	case watchdogFence:
 		wd.fenced.Store(true)
 		wd.since = now
 		wd.stalls.Add(1)
 		why := "check that disk (full, hung or failing device)"
-		if answers {
+		switch {
+		case answers:
 			why = fmt.Sprintf("the disk answers, yet the write has taken over %d times that: check the journal's CPU and that disk", slowWriteLimit)
+		case starved:
+			why = fmt.Sprintf("the journal's goroutines waited seconds to run meanwhile, and the write has taken over %d times that: check the journal's CPU and that disk", slowWriteLimit)
 		}
 		reason := fmt.Sprintf("a Raft store write (raft.db in %s) has not finished for %v, over --raft-write-timeout %v: this journal stopped leading and serves nothing until the write finishes; %s",
 			n.cfg.DataDir, stuck.Round(time.Millisecond), bound, why)

@@ -13,7 +13,8 @@ import (
 
 // The watchdog's rule: only a leader is cut off, only once its oldest
 // write has been outstanding for the bound and the disk has not answered a
-// probe meanwhile (or for three times the bound whatever the disk says),
+// probe meanwhile while the journal was not starved (or for three times
+// the bound whatever the disk says),
 // and the fence comes down only once the write is done and Raft no longer
 // makes this journal lead (or it is alone, so no one else could).
 func TestWatchdogDecide(t *testing.T) {
@@ -22,7 +23,7 @@ func TestWatchdogDecide(t *testing.T) {
 		name                  string
 		fenced, leader, alone bool
 		stuck                 time.Duration
-		diskAnswers           bool
+		diskAnswers, starved  bool
 		want                  watchdogAction
 	}{
 		{name: "leader, no write", leader: true, want: watchdogKeep},
@@ -37,6 +38,12 @@ func TestWatchdogDecide(t *testing.T) {
 		{name: "follower, slow write, the disk answers", stuck: bound, diskAnswers: true, want: watchdogKeep},
 		{name: "fenced, write done, stepped down, the disk answers", fenced: true, diskAnswers: true, want: watchdogLift},
 		{name: "fenced, write still stuck, stepped down, the disk answers", fenced: true, stuck: bound, diskAnswers: true, want: watchdogKeep},
+		{name: "leader, slow write, the probe unanswered, the journal starved", leader: true, stuck: bound, starved: true, want: watchdogSlow},
+		{name: "leader, slow write just under three bounds, the journal starved", leader: true, stuck: 3*bound - time.Nanosecond, starved: true, want: watchdogSlow},
+		{name: "leader, write outstanding three bounds, the journal starved", leader: true, stuck: 3 * bound, starved: true, want: watchdogFence},
+		{name: "leader, write under the bound, the journal starved", leader: true, stuck: bound - time.Nanosecond, starved: true, want: watchdogKeep},
+		{name: "follower, write stuck, the journal starved", stuck: time.Hour, starved: true, want: watchdogKeep},
+		{name: "fenced, write done, stepped down, the journal starved", fenced: true, starved: true, want: watchdogLift},
 		{name: "alone, write stuck", leader: true, alone: true, stuck: bound, want: watchdogFence},
 		{name: "fenced, write still stuck, stepped down", fenced: true, stuck: time.Hour, want: watchdogKeep},
 		{name: "fenced, write still stuck, still leader", fenced: true, leader: true, stuck: time.Hour, want: watchdogKeep},
@@ -47,7 +54,7 @@ func TestWatchdogDecide(t *testing.T) {
 		{name: "fenced alone, write still stuck", fenced: true, leader: true, alone: true, stuck: bound, want: watchdogKeep},
 	}
 	for _, tt := range tests {
-		if got := watchdogDecide(tt.fenced, tt.leader, tt.alone, tt.stuck, bound, tt.diskAnswers); got != tt.want {
+		if got := watchdogDecide(tt.fenced, tt.leader, tt.alone, tt.stuck, bound, tt.diskAnswers, tt.starved); got != tt.want {
 			t.Errorf("%s: got %d, want %d", tt.name, got, tt.want)
 		}
 	}
