@@ -54,15 +54,7 @@ func TestLeaderWithStuckWriteStepsDown(t *testing.T) {
 	t.Cleanup(release)
 
 	// A write on the leader: Raft's main loop sticks in the log append.
-	stuck := make(chan error, 1)
-	oldAdmin := old.AdminClient(t)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		_, err := oldAdmin.RegisterNode(ctx, &pactv1.RegisterNodeRequest{NodeId: "stuck", Hardware: &pactv1.HardwareIdentity{Macs: []string{mac(1)}}})
-		stuck <- err
-	}()
-	waitFor(t, "the leader's log write starts", func() bool { return old.J.RaftWritesInFlight() > 0 })
+	stuck := writeOnHeldLeader(t, old, "stuck")
 
 	// Just under the bound: still leading, still serving.
 	fc.Advance(bound - time.Millisecond)
@@ -178,14 +170,8 @@ func TestLeaderWithSlowWriteLeadsOnWhileItsDiskAnswers(t *testing.T) {
 	release := old.J.HoldRaftWritesOnly(t)
 	t.Cleanup(release)
 
-	oldAdmin := old.AdminClient(t)
-	go func() {
-		// Its outcome is not this test's: the write waits for release.
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		_, _ = oldAdmin.RegisterNode(ctx, &pactv1.RegisterNodeRequest{NodeId: "slow", Hardware: &pactv1.HardwareIdentity{Macs: []string{mac(1)}}})
-	}()
-	waitFor(t, "the leader's log write starts", func() bool { return old.J.RaftWritesInFlight() > 0 })
+	// Its outcome is not this test's: the write waits for release.
+	writeOnHeldLeader(t, old, "slow")
 
 	// Every half bound a look, which probes the disk from half the bound
 	// on; each probe answers before the next look.
@@ -238,14 +224,8 @@ func TestStarvedLeaderWithSlowWriteLeadsOn(t *testing.T) {
 	release := old.J.HoldRaftWrites(t)
 	t.Cleanup(release)
 
-	oldAdmin := old.AdminClient(t)
-	go func() {
-		// Its outcome is not this test's: the write waits for release.
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		_, _ = oldAdmin.RegisterNode(ctx, &pactv1.RegisterNodeRequest{NodeId: "starved", Hardware: &pactv1.HardwareIdentity{Macs: []string{mac(1)}}})
-	}()
-	waitFor(t, "the leader's log write starts", func() bool { return old.J.RaftWritesInFlight() > 0 })
+	// Its outcome is not this test's: the write waits for release.
+	writeOnHeldLeader(t, old, "starved")
 
 	for waited := bound / 4; waited < slowWriteLimit*bound; waited += bound / 4 {
 		fc.Advance(bound / 4)
@@ -266,6 +246,24 @@ func TestStarvedLeaderWithSlowWriteLeadsOn(t *testing.T) {
 			t.Errorf("after three bounds: halt reason lacks %q: %q", w, reason)
 		}
 	}
+}
+
+// writeOnHeldLeader registers node id through old, whose Raft store writes
+// a test holds, and returns once Raft's write of it has started (its main
+// loop stuck in the log append); the call's outcome comes on the channel
+// once the writes are released.
+func writeOnHeldLeader(t *testing.T, old *journaltest.Harness, id string) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	admin := old.AdminClient(t)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		_, err := admin.RegisterNode(ctx, &pactv1.RegisterNodeRequest{NodeId: id, Hardware: &pactv1.HardwareIdentity{Macs: []string{mac(1)}}})
+		done <- err
+	}()
+	waitFor(t, "the leader's log write starts", func() bool { return old.J.RaftWritesInFlight() > 0 })
+	return done
 }
 
 // slowWriteLimit is the watchdog's (raftnode): a write outstanding for

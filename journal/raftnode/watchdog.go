@@ -339,8 +339,8 @@ const (
 // A leader whose write has been stuck for bound or longer is cut off,
 // unless the disk answers or the journal is starved (the write is slow,
 // not stuck: watchdogSlow), and then once it has been outstanding for
-// slowWriteLimit times the bound. A follower's stuck write harms no one (its leader goes on with
-// the others), so it is left alone. The fence stays up until the write
+// slowWriteLimit times the bound. A follower's stuck write harms no one
+// (its leader goes on with the others), so it is left alone. The fence stays up until the write
 // has finished (or is back under the bound) and Raft has stepped this
 // journal down: lifting it from a leader would let its heartbeats hold the
 // followers again. A journal alone stays leader whatever happens, so for
@@ -420,13 +420,11 @@ func (n *Node) checkWrites() {
 	case watchdogSlow:
 		if !wd.slowSaid {
 			wd.slowSaid = true
-			if answers {
-				n.log.Warn("a Raft store write is slow but the disk answers (the watchdog's probe beside raft.db was written and synced meanwhile): this journal is short of CPU or its disk is slow; it leads on, and is cut off if the write stays unfinished three times --raft-write-timeout",
-					logkey.DataDir, n.cfg.DataDir, logkey.Duration, stuck.Round(time.Millisecond), logkey.RaftWriteTimeout, bound, logkey.WritesInFlight, inFlight)
-			} else {
-				n.log.Warn("a Raft store write is slow and this journal's goroutines wait seconds to run: it is short of CPU, and its probe of the disk cannot answer meanwhile; it leads on, and is cut off if the write stays unfinished three times --raft-write-timeout",
-					logkey.DataDir, n.cfg.DataDir, logkey.Duration, stuck.Round(time.Millisecond), logkey.RaftWriteTimeout, bound, logkey.WritesInFlight, inFlight)
+			msg := "a Raft store write is slow but the disk answers (the watchdog's probe beside raft.db was written and synced meanwhile): this journal is short of CPU or its disk is slow; it leads on, and is cut off if the write stays unfinished three times --raft-write-timeout"
+			if !answers {
+				msg = "a Raft store write is slow and this journal's goroutines wait seconds to run: it is short of CPU, and its probe of the disk cannot answer meanwhile; it leads on, and is cut off if the write stays unfinished three times --raft-write-timeout"
 			}
+			n.log.Warn(msg, logkey.DataDir, n.cfg.DataDir, logkey.Duration, stuck.Round(time.Millisecond), logkey.RaftWriteTimeout, bound, logkey.WritesInFlight, inFlight)
 		}
 	case watchdogFence:
 		wd.fenced.Store(true)
