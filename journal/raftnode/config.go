@@ -139,7 +139,13 @@ type Settings struct {
 	// journal's previous batch is in flight go together in the next. 1
 	// sends each in an entry of its own. ActivationBatchWindow is the
 	// longest an activation waits behind a batch in flight before it is
-	// sent beside it; one that finds none in flight goes at once.
+	// sent beside it; one that finds none in flight goes at once. It is a
+	// bound for a batch that is slow, not a send timer: under a storm's
+	// load a commit takes tens of milliseconds, and a window shorter than
+	// that sends a batch beside the one in flight every window, twice the
+	// Raft entries (each a log write and fsync on every journal, a
+	// forward, an FSM call) of a window as long as a commit takes
+	// (docs/benchmarks.md).
 	ActivationBatchMax    int
 	ActivationBatchWindow time.Duration
 
@@ -164,7 +170,7 @@ func DefaultSettings() Settings {
 		RaftTrailingLogs:      10240,
 		RaftWriteTimeout:      5 * time.Second,
 		ActivationBatchMax:    256,
-		ActivationBatchWindow: 2 * time.Millisecond,
+		ActivationBatchWindow: 20 * time.Millisecond,
 	}
 }
 
