@@ -11,9 +11,10 @@ import (
 
 // A batch still committing holds back what arrives behind it for the
 // window and no longer: the timer armed for those waiting is exactly the
-// window (nothing goes beside the batch a millisecond before it runs out),
-// and once it has run out they go together beside the slow batch, while
-// a batch that commits in time takes what waits with the next one.
+// window (nothing goes beside the batch a millisecond before it runs
+// out), and once it has run out they go together beside the slow batch.
+// (What waits behind a batch that commits in time goes with the next one:
+// TestBatcherGroupsActivationsWhileOneIsInFlight.)
 func TestBatcherWaitsTheWindowBehindASlowBatch(t *testing.T) {
 	clk := fakeclock.New(time.Unix(1_800_000_000, 0))
 	window := DefaultSettings().ActivationBatchWindow
