@@ -33,16 +33,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // The watchdog's clock is a fake one, so the bound is exact; Raft keeps
 // its own wall-clock timers, so the election is real.
 func TestLeaderWithStuckWriteStepsDown(t *testing.T) {
-	fc := fakeclock.New(time.Now())
-	c := startCluster(t, 3, func(cfg *journal.Config) {
-		*cfg = journal.WithWatchdogClock(*cfg, fc)
-		cfg.MetricsListen = "127.0.0.1:0"
-	})
-	bound := c.Configs[0].RaftWriteTimeout
+	c, fc, bound, li := startWatchdogCluster(t, func(cfg *journal.Config) { cfg.MetricsListen = "127.0.0.1:0" })
 	if bound != journal.DefaultRaftWriteTimeout {
 		t.Fatalf("RaftWriteTimeout %v, want the default %v", bound, journal.DefaultRaftWriteTimeout)
 	}
-	li := c.Leader(t)
 	old := c.Nodes[li]
 	// Its goroutines wait to run, but less than a tenth of the bound (and
 	// not as the loaded test machine's scheduler happens to make them): a
@@ -160,12 +154,7 @@ func TestLeaderWithStuckWriteStepsDown(t *testing.T) {
 // been outstanding for three times the bound the leader is cut off all the
 // same, saying that the disk answers.
 func TestLeaderWithSlowWriteLeadsOnWhileItsDiskAnswers(t *testing.T) {
-	fc := fakeclock.New(time.Now())
-	c := startCluster(t, 3, func(cfg *journal.Config) {
-		*cfg = journal.WithWatchdogClock(*cfg, fc)
-	})
-	bound := c.Configs[0].RaftWriteTimeout
-	li := c.Leader(t)
+	c, fc, bound, li := startWatchdogCluster(t, nil)
 	old := c.Nodes[li]
 	release := old.J.HoldRaftWritesOnly(t)
 	t.Cleanup(release)
@@ -211,12 +200,7 @@ func TestLeaderWithSlowWriteLeadsOnWhileItsDiskAnswers(t *testing.T) {
 // unanswered while another process synced a file on the same disk in
 // 15 ms (docs/benchmarks.md).
 func TestStarvedLeaderWithSlowWriteLeadsOn(t *testing.T) {
-	fc := fakeclock.New(time.Now())
-	c := startCluster(t, 3, func(cfg *journal.Config) {
-		*cfg = journal.WithWatchdogClock(*cfg, fc)
-	})
-	bound := c.Configs[0].RaftWriteTimeout
-	li := c.Leader(t)
+	c, fc, bound, li := startWatchdogCluster(t, nil)
 	old := c.Nodes[li]
 	// Each look finds a goroutine that waited half the bound to run.
 	old.J.StarveRaftWatchdog(t, bound/2)
@@ -246,6 +230,21 @@ func TestStarvedLeaderWithSlowWriteLeadsOn(t *testing.T) {
 			t.Errorf("after three bounds: halt reason lacks %q: %q", w, reason)
 		}
 	}
+}
+
+// startWatchdogCluster starts three journals whose write watchdogs run on
+// fc (tune, if any, sets more of each config) and returns them, fc, the
+// watchdog's bound and the index of the leader.
+func startWatchdogCluster(t *testing.T, tune func(*journal.Config)) (c *journaltest.Cluster, fc *fakeclock.Clock, bound time.Duration, leader int) {
+	t.Helper()
+	fc = fakeclock.New(time.Now())
+	c = startCluster(t, 3, func(cfg *journal.Config) {
+		*cfg = journal.WithWatchdogClock(*cfg, fc)
+		if tune != nil {
+			tune(cfg)
+		}
+	})
+	return c, fc, c.Configs[0].RaftWriteTimeout, c.Leader(t)
 }
 
 // writeOnHeldLeader registers node id through old, whose Raft store writes
