@@ -35,7 +35,8 @@
 // has arrived (they are still working to prove something; it has had its
 // chance). The order at the cap, for a new connection: silent, idle,
 // spoken, all from unvouched addresses; then, for a new connection from a
-// vouched address only, silent and spoken ones from vouched addresses.
+// vouched address only, unvouched ones past their handshake for less
+// than ProveWithin, then silent and spoken ones from vouched addresses.
 // An attacker holds no vouched address: it cannot make an authenticated
 // call.
 //
@@ -505,11 +506,20 @@ func (l *Limiter) take(c net.Conn) (admitted, evicted *conn) {
 // silent one (no complete ClientHello yet), else the one idle longest
 // past its handshake if that is ProveWithin, else the oldest whose
 // ClientHello has arrived but whose handshake is not over; then, only for
-// a vouched newcomer, the oldest silent and then spoken one from a
-// vouched address. nil if there is none. A silent connection whose
-// ClientHello is waiting unread in its socket (its goroutine has not run
-// yet) is not silent: it moves to the spoken list, once, and the next
-// oldest is looked at.
+// a vouched newcomer, the one idle longest past its handshake however
+// briefly, then the oldest silent and then spoken one from a vouched
+// address. nil if there is none. A silent connection whose ClientHello is
+// waiting unread in its socket (its goroutine has not run yet) is not
+// silent: it moves to the spoken list, once, and the next oldest is
+// looked at.
+//
+// The idle for less than ProveWithin go for a vouched newcomer: a fill of
+// handshakes without a certificate, re-opened as soon as they are closed
+// by clients fast enough, holds every connection idle for less than
+// ProveWithin, and an operator whose address the journal vouches for was
+// refused at every try (TestConnectionFillServesOperatorsAndAgentsInTime
+// without the race detector, which had slowed the fill enough to leave
+// it silent and spoken connections to give up).
 func (l *Limiter) victimLocked(vouched bool) *conn {
 	if c := l.silentVictimLocked(&l.silent); c != nil {
 		return c
@@ -518,6 +528,9 @@ func (l *Limiter) victimLocked(vouched bool) *conn {
 		return c
 	}
 	if c := l.spoken.oldest; c != nil || !vouched {
+		return c
+	}
+	if c := l.idle.oldest; c != nil {
 		return c
 	}
 	if c := l.silentVictimLocked(&l.vsilent); c != nil {

@@ -17,7 +17,8 @@ func tcpAddr(ip string) net.Addr { return &net.TCPAddr{IP: net.ParseIP(ip), Port
 
 // At the cap, whoever has proved something goes last: connections from
 // unvouched addresses go first (silent, then idle past their handshake
-// for ProveWithin, then spoken), those from vouched addresses only for a
+// for ProveWithin, then spoken, then, for a newer one from a vouched
+// address, idle however briefly), those from vouched addresses only for a
 // newer one from a vouched address, and a connection proven by an
 // authenticated call, or with a call under way, not at all.
 func TestAtTheCapVouchedAndProvenConnectionsGoLast(t *testing.T) {
@@ -68,6 +69,13 @@ func TestAtTheCapVouchedAndProvenConnectionsGoLast(t *testing.T) {
 			steps:   []step{"vouch 127.0.0.1", "dial 127.0.0.1 0", "handshake 0", "dial 127.0.0.2 1", "handshake 1", "dial 127.0.0.3 2", "handshake 2", "wait", "dial 127.0.0.4 3"},
 			evicted: []int{1},
 			stats:   connlimit.Stats{Evicted: 1, EvictedIdle: 1, Unproven: 1},
+		},
+		{
+			name: "a vouched newcomer evicts one idle past its handshake before ProveWithin, an unvouched one is refused",
+			steps: []step{"vouch 127.0.0.9", "dial 127.0.0.1 0", "handshake 0", "dial 127.0.0.2 1", "handshake 1",
+				"dial 127.0.0.3 2", "handshake 2", "dial 127.0.0.4 -1", "dial 127.0.0.9 3"},
+			evicted: []int{0},
+			stats:   connlimit.Stats{Evicted: 1, EvictedIdle: 1, RefusedTotal: 1, Unproven: 2},
 		},
 		{
 			name:    "a vouch lapses after VouchFor",
