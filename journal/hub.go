@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/pact-hpc/pact/journal/v1rpc"
 	"github.com/pact-hpc/pact/raftfsm"
 )
 
@@ -28,8 +29,13 @@ type hub struct {
 
 type streamWaker struct {
 	nodeID string
-	// serial is the certificate the stream was opened with.
+	// serial is the certificate the stream was opened with, over conn.
 	serial string
+	conn   v1rpc.ConnID
+	// renewedTo is the certificate a renewal made over conn is replacing
+	// serial with (hub.renewingOver; read under hub.mu).
+	renewedTo string
+	hub       *hub
 	// streaming: the stream has sent its first state (assignment and
 	// trust bundle). Only then is it the node's stream for a handover.
 	streaming bool
@@ -41,12 +47,19 @@ type streamWaker struct {
 func (w *streamWaker) NodeChanged() <-chan struct{}   { return w.node }
 func (w *streamWaker) BundleChanged() <-chan struct{} { return w.bundle }
 
+// RenewedOverItsConnection is v1rpc.Waker's.
+func (w *streamWaker) RenewedOverItsConnection() string {
+	w.hub.mu.Lock()
+	defer w.hub.mu.Unlock()
+	return w.renewedTo
+}
+
 func newHub() *hub {
 	return &hub{streams: map[string]map[*streamWaker]struct{}{}, drops: map[string]int{}}
 }
 
-func (h *hub) register(nodeID, serial string) *streamWaker {
-	w := &streamWaker{nodeID: nodeID, serial: serial, node: make(chan struct{}, 1), bundle: make(chan struct{}, 1)}
+func (h *hub) register(nodeID, serial string, conn v1rpc.ConnID) *streamWaker {
+	w := &streamWaker{nodeID: nodeID, serial: serial, conn: conn, hub: h, node: make(chan struct{}, 1), bundle: make(chan struct{}, 1)}
 	h.mu.Lock()
 	if h.streams[nodeID] == nil {
 		h.streams[nodeID] = map[*streamWaker]struct{}{}
@@ -56,19 +69,34 @@ func (h *hub) register(nodeID, serial string) *streamWaker {
 	return w
 }
 
-// streaming records that w has sent its first state. A stream of the
-// node's renewed certificate that streams ends the old one's grace: wake
-// the others to see so. Not at register: a journal busy enough to take
-// seconds over a new stream's first state would end the old stream while
-// the agent, still waiting for that state, may give up on the new one
-// and leave the node with no stream at all.
+// streaming records that w has sent its first state: from then on it is
+// the node's stream for a handover. Not at register: a journal busy enough
+// to take seconds over a new stream's first state would end the old one
+// while the agent, still waiting for that state, may give up on the new
+// one and leave the node with no stream at all. The node's other streams
+// are not woken: a renewed agent closes its old channel itself once the
+// new one streams, and a stream whose client has not is let go at its
+// next re-check (Subscribe). Waking them sent every old stream of a
+// renewal storm through a re-check and an ending status the agent had
+// no use for, a write on the journal and a read on the agent.
 func (h *hub) streaming(w *streamWaker) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w.streaming = true
-	for o := range h.streams[w.nodeID] {
-		if o != w {
-			h.wake(o.node)
+}
+
+// renewingOver marks the streams of the node's certificate serial on conn
+// as renewed to renewed by their own agent. A connection without
+// addresses matches none.
+func (h *hub) renewingOver(conn v1rpc.ConnID, nodeID, serial, renewed string) {
+	if conn == (v1rpc.ConnID{}) {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.streams[nodeID] {
+		if w.serial == serial && w.conn == conn {
+			w.renewedTo = renewed
 		}
 	}
 }

@@ -223,7 +223,9 @@ func TestSubscribeStreamsAssignmentAndBundle(t *testing.T) {
 }
 
 func TestAuthenticatedCallsAreBoundToTheCurrentCertificate(t *testing.T) {
-	h := start(t)
+	cfg := journaltest.Config(t.TempDir())
+	cfg.StreamRecheckInterval = 200 * time.Millisecond
+	h := journaltest.Start(t, cfg)
 	key, resp := enrolled(t, h, "n1", "SN1", mac1)
 	oldCert := key.TLSCert(resp.GetCertChainDer())
 	agent := pactv1.NewEnrollmentServiceClient(h.Dial(t, &oldCert))
@@ -231,7 +233,8 @@ func TestAuthenticatedCallsAreBoundToTheCurrentCertificate(t *testing.T) {
 
 	// An open stream on the old certificate ends once the node streams
 	// with its renewed certificate (the dual-channel swap; until then it
-	// is how the journal knows the node is alive).
+	// is how the journal knows the node is alive): when its agent closes
+	// it, or, as here where it does not, at its next re-check.
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	oldStream, err := agent.Subscribe(sctx, &pactv1.SubscribeRequest{})

@@ -197,8 +197,14 @@ func (e *env) agentClient(t testing.TB, a *agent) pactv1.EnrollmentServiceClient
 // renew renews a's certificate onto a fresh key.
 func (e *env) renew(t testing.TB, a *agent) (*agent, error) {
 	t.Helper()
+	return e.renewOver(t, e.agentClient(t, a), a)
+}
+
+// renewOver is renew over a connection of the caller's (a client of a's).
+func (e *env) renewOver(t testing.TB, client pactv1.EnrollmentServiceClient, a *agent) (*agent, error) {
+	t.Helper()
 	key := journaltest.NewKey(t)
-	resp, err := e.agentClient(t, a).RenewCert(callCtx(t), &pactv1.RenewCertRequest{CurrentSerial: a.serial, CsrDer: key.CSR})
+	resp, err := client.RenewCert(callCtx(t), &pactv1.RenewCertRequest{CurrentSerial: a.serial, CsrDer: key.CSR})
 	if err != nil {
 		if len(resp.GetCertChainDer()) > 0 {
 			t.Errorf("a refused renewal returned a certificate")
@@ -366,13 +372,20 @@ func (e *env) subscribe(t testing.TB, a *agent) *watch {
 // subscribeWith is subscribe with the request a's agent sends.
 func (e *env) subscribeWith(t testing.TB, a *agent, req *pactv1.SubscribeRequest) *watch {
 	t.Helper()
+	return e.subscribeOver(t, e.agentClient(t, a), a.node, req)
+}
+
+// subscribeOver is subscribeWith over a connection of the caller's (a
+// client of a's), for calls that must share it.
+func (e *env) subscribeOver(t testing.TB, client pactv1.EnrollmentServiceClient, node string, req *pactv1.SubscribeRequest) *watch {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := e.agentClient(t, a).Subscribe(ctx, req)
+	s, err := client.Subscribe(ctx, req)
 	if err != nil {
 		cancel()
-		t.Fatalf("subscribe %s: %v", a.node, err)
+		t.Fatalf("subscribe %s: %v", node, err)
 	}
-	w := &watch{node: a.node, cancel: cancel, events: make(chan *pactv1.SubscribeResponse, 64), done: make(chan struct{})}
+	w := &watch{node: node, cancel: cancel, events: make(chan *pactv1.SubscribeResponse, 64), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		for {
@@ -393,10 +406,10 @@ func (e *env) subscribeWith(t testing.TB, a *agent, req *pactv1.SubscribeRequest
 		cancel()
 		<-w.done
 	})
-	e.streamed[a.node] = true
+	e.streamed[node] = true
 	ev := w.next(t)
-	if ev.GetAssignment().GetNodeId() != a.node {
-		t.Fatalf("first event %v, want the assignment of %s", ev, a.node)
+	if ev.GetAssignment().GetNodeId() != node {
+		t.Fatalf("first event %v, want the assignment of %s", ev, node)
 	}
 	w.first = ev.GetAssignment()
 	if ev := w.next(t); len(ev.GetTrustBundle().GetDer()) == 0 {

@@ -120,6 +120,7 @@ func TestStreamDropsByReason(t *testing.T) {
 	w.quiet(t)
 	check("a renewal, the new stream not open yet")
 	w2 := e.subscribe(t, a)
+	e.tick(t, e.cfg.StreamRecheckInterval) // an agent that does not close its old stream: let go at its re-check
 	w.end(t)
 	eventually(t, "the old stream to be handed over", func() bool { return e.h.J.OpenStreams("n1") == 1 })
 	if got := must(t, reg, "pact_journal_stream_handovers_total"); got != 1 {
@@ -216,6 +217,60 @@ func TestHandoverSeenOnlyAfterTheClientLeft(t *testing.T) {
 	}
 }
 
+// An agent's renewal over the connection its stream runs on is not
+// announced on that stream (Superseded): the agent made it. The stream
+// serves its grace as any other, and ends as superseded when the new
+// stream never comes. A renewal made with the same certificate over
+// another connection is announced (the stream's holder may not have made
+// it: TestStreamDropsByReason, TestRefusalsNameTheirCause).
+func TestOwnRenewalIsNotAnnouncedOnItsStream(t *testing.T) {
+	e := newEnv(t, func(c *journal.Config) { c.RenewalStreamGrace = 10 * time.Minute })
+	reg := e.h.J.MetricsRegistry()
+	for _, tc := range []struct {
+		name, node, bmc, mac string
+		sameConnection       bool
+	}{
+		{"over the stream's connection", "n1", "SN1", "02:00:00:00:00:01", true},
+		{"over another connection", "n2", "SN2", "02:00:00:00:00:02", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := e.activate(t, tc.node, tc.bmc, tc.mac)
+			conn := e.agentClient(t, a)
+			old := e.subscribeOver(t, conn, a.node, &pactv1.SubscribeRequest{})
+			renewOver := e.agentClient(t, a)
+			if tc.sameConnection {
+				renewOver = conn
+			}
+			renewed, err := e.renewOver(t, renewOver, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := must(t, reg, "pact_journal_stream_drops_total", "reason", "superseded")
+			// Past the grace with no new stream: the old one ends, and
+			// what it carried before its end is all it will carry.
+			e.tick(t, e.cfg.RenewalStreamGrace+time.Minute)
+			evs, _, _ := old.end(t)
+			var announced []string
+			for _, ev := range evs {
+				if sup := ev.GetSuperseded(); sup != nil {
+					announced = append(announced, sup.GetSerial())
+				} else {
+					t.Errorf("event %v on the renewed certificate's stream", ev)
+				}
+			}
+			switch {
+			case tc.sameConnection && len(announced) != 0:
+				t.Errorf("the stream was told Superseded %v; its own agent made the renewal over it", announced)
+			case !tc.sameConnection && (len(announced) != 1 || announced[0] != renewed.serial):
+				t.Errorf("the stream was told Superseded %v, want once, by %s", announced, renewed.serial)
+			}
+			if got := must(t, reg, "pact_journal_stream_drops_total", "reason", "superseded"); got != before+1 {
+				t.Errorf("drops{reason=superseded} = %v after the grace, want %v", got, before+1)
+			}
+		})
+	}
+}
+
 // A renewed node's new stream is its stream only once it has sent its
 // first state. In a renewal storm a journal can take seconds over a new
 // stream before it sends anything, and the agent, waiting for that first
@@ -276,9 +331,11 @@ func TestOldStreamServesUntilTheNewOneHasStreamed(t *testing.T) {
 		t.Errorf("handovers = %v before any new stream streamed, want 0", got)
 	}
 
-	// Its next try streams, and the old stream is handed over.
+	// Its next try streams, and the old stream is handed over at its
+	// next re-check (its agent has not closed it).
 	clear()
 	e.subscribe(t, renewed)
+	e.tick(t, e.cfg.StreamRecheckInterval)
 	old.end(t)
 	eventually(t, "the old stream to be handed over", func() bool { return e.h.J.OpenStreams("n1") == 1 })
 	if got := must(t, reg, "pact_journal_stream_handovers_total"); got != 1 {

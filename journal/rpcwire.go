@@ -251,8 +251,13 @@ func (d rpcDeps) StreamDropped(reason string) { d.j.metrics.streamDrops.WithLabe
 // rpcHub is the journal's stream hub as v1rpc.StreamHub.
 type rpcHub struct{ j *Journal }
 
-func (h rpcHub) Register(nodeID, serial string) v1rpc.Waker { return h.j.hub.register(nodeID, serial) }
-func (h rpcHub) Unregister(w v1rpc.Waker)                   { h.j.hub.unregister(w.(*streamWaker)) }
+func (h rpcHub) Register(nodeID, serial string, conn v1rpc.ConnID) v1rpc.Waker {
+	return h.j.hub.register(nodeID, serial, conn)
+}
+func (h rpcHub) Unregister(w v1rpc.Waker) { h.j.hub.unregister(w.(*streamWaker)) }
+func (h rpcHub) RenewingOver(conn v1rpc.ConnID, nodeID, serial, renewed string) {
+	h.j.hub.renewingOver(conn, nodeID, serial, renewed)
+}
 func (h rpcHub) HoldFirstState(ctx context.Context, serial string) {
 	h.j.hub.holdFirstState(ctx, serial)
 }

@@ -300,7 +300,8 @@ func (unusedDeps) CaptureBootPolicy(context.Context, *pactv1.CaptureBootPolicyRe
 func (unusedDeps) CaptureHere(context.Context, *pactv1.CaptureBootPolicyRequest) (*pactv1.CaptureBootPolicyResponse, error) {
 	panic("unused")
 }
-func (unusedDeps) Register(string, string) Waker                                     { panic("unused") }
+func (unusedDeps) Register(string, string, ConnID) Waker                             { panic("unused") }
+func (unusedDeps) RenewingOver(ConnID, string, string, string)                       {} // no streams here
 func (unusedDeps) Unregister(Waker)                                                  { panic("unused") }
 func (unusedDeps) HoldFirstState(context.Context, string)                            { panic("unused") }
 func (unusedDeps) Streaming(Waker)                                                   { panic("unused") }

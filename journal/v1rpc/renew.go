@@ -53,6 +53,8 @@ func (s *Enrollment) RenewCert(ctx context.Context, req *pactv1.RenewCertRequest
 	if err != nil {
 		return nil, err
 	}
+	// Before the command: its apply wakes the stream on this connection.
+	s.cfg.Hub.RenewingOver(connOf(ctx), p.ID.Name, p.Serial, issued.Serial)
 	// Batched like an activation: a renewal storm's Renew commands share
 	// Raft entries (one log write, fsync and replication each) instead of
 	// one entry per renewal; the answer still waits for this one's commit.

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"time"
+
+	"google.golang.org/grpc/peer"
 
 	"github.com/pact-hpc/pact/internal/apierr"
 	"github.com/pact-hpc/pact/internal/logkey"
@@ -66,15 +70,44 @@ func StreamDropReason(decided string, err error) string {
 type Waker interface {
 	NodeChanged() <-chan struct{}
 	BundleChanged() <-chan struct{}
+	// RenewedOverItsConnection is the serial of the certificate a
+	// RenewCert made over this stream's own connection is replacing the
+	// stream's with ("" if none was made).
+	RenewedOverItsConnection() string
+}
+
+// ConnID names the connection a call came over: its two ends. Zero when
+// the transport has no IP addresses (it then matches no other).
+type ConnID struct{ Remote, Local netip.AddrPort }
+
+// connOf is the connection of the call of ctx.
+func connOf(ctx context.Context) ConnID {
+	pr, ok := peer.FromContext(ctx)
+	if !ok {
+		return ConnID{}
+	}
+	return ConnID{Remote: addrPort(pr.Addr), Local: addrPort(pr.LocalAddr)}
+}
+
+func addrPort(a net.Addr) netip.AddrPort {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.AddrPort()
+	}
+	return netip.AddrPort{}
 }
 
 // StreamHub holds the streams of this journal and wakes those a committed
 // change concerns.
 type StreamHub interface {
 	// Register adds a stream of the node opened with the certificate
-	// serial; Unregister takes it out.
-	Register(nodeID, serial string) Waker
+	// serial over the connection conn; Unregister takes it out.
+	Register(nodeID, serial string, conn ConnID) Waker
 	Unregister(Waker)
+	// RenewingOver notes that a RenewCert over conn, made with the node's
+	// certificate serial, is replacing it with renewed: the streams of
+	// that certificate on that connection are told no Superseded, their
+	// agent made the renewal (Waker.RenewedOverItsConnection).
+	RenewingOver(conn ConnID, nodeID, serial, renewed string)
 	// HoldFirstState is a test's hold on a new stream before its first
 	// state (a no-op in a shipped binary).
 	HoldFirstState(ctx context.Context, serial string)
@@ -153,7 +186,7 @@ func (s *Enrollment) Subscribe(req *pactv1.SubscribeRequest, stream pactv1.Enrol
 	} else if err := s.activateStandby(ctx, p); err != nil {
 		return err
 	}
-	w := s.cfg.Hub.Register(p.ID.Name, p.Serial)
+	w := s.cfg.Hub.Register(p.ID.Name, p.Serial, connOf(ctx))
 	defer s.cfg.Hub.Unregister(w)
 	// dropped names why the stream ends where the error alone does not
 	// (pact_journal_stream_drops_total, monitoring.go). A stream whose
@@ -216,7 +249,7 @@ func (s *Enrollment) Subscribe(req *pactv1.SubscribeRequest, stream pactv1.Enrol
 				_ = stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_Revoked{Revoked: &pactv1.Revoked{Reason: pe.Message, Code: string(pe.Reason)}}})
 				return err
 			}
-			return s.supersededStream(stream, p, err, &supersededAt, &handedOver, &dropped)
+			return s.supersededStream(stream, w, p, err, &supersededAt, &handedOver, &dropped)
 		}
 		n, _ := s.cfg.Registry.Node(p.ID.Name)
 		if !p.SVID {
@@ -346,13 +379,19 @@ func (s *Enrollment) Subscribe(req *pactv1.SubscribeRequest, stream pactv1.Enrol
 // supersededStream decides what a stream does whose journal-signed
 // certificate is no longer the node's (err, from the binding check): it
 // stays open, for at most RenewalStreamGrace from when this journal saw
-// the change, until the node streams here with its current certificate;
-// then it ends as handed over, or at the grace's end as superseded. On
-// entering the grace the stream tells the agent which certificate replaced
-// its own: an agent that did not renew (its renewal's answer lost, or
-// someone else renewed with its key) ends the stream itself at once. An
-// SVID's stream, or any stream with the grace off, ends now.
-func (s *Enrollment) supersededStream(stream pactv1.EnrollmentService_SubscribeServer, p *auth.Principal, err error, supersededAt *time.Time, handedOver *bool, dropped *string) error {
+// the change, until its agent closes it (the dual-channel swap does once
+// its new stream has its first state) or, once the node streams here with
+// its current certificate, until the re-check that sees so; it then ends
+// as handed over, or at the grace's end as superseded. On entering the
+// grace the stream tells the agent which certificate replaced its own: an
+// agent that did not renew (someone else renewed with its key) ends the
+// stream itself at once. Not when the renewal came over the stream's own
+// connection: the agent that made it knows, and in a renewal storm the
+// message is one more write for the journal and one more read for every
+// agent (an agent whose renewal's answer was lost asks again with the same
+// key either way). An SVID's stream, or any stream with the grace off,
+// ends now.
+func (s *Enrollment) supersededStream(stream pactv1.EnrollmentService_SubscribeServer, w Waker, p *auth.Principal, err error, supersededAt *time.Time, handedOver *bool, dropped *string) error {
 	if !errors.Is(err, raftfsm.ErrStaleCertificate) {
 		return err
 	}
@@ -367,13 +406,15 @@ func (s *Enrollment) supersededStream(stream pactv1.EnrollmentService_SubscribeS
 	}
 	if supersededAt.IsZero() {
 		*supersededAt = now
-		if serr := stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_Superseded{Superseded: &pactv1.Superseded{Serial: cur}}}); serr != nil {
-			if stream.Context().Err() != nil {
-				*handedOver = true // the agent already closed its old channel
-			} else {
-				*dropped = DropSendFailed
+		if cur == "" || w.RenewedOverItsConnection() != cur {
+			if serr := stream.Send(&pactv1.SubscribeResponse{Event: &pactv1.SubscribeResponse_Superseded{Superseded: &pactv1.Superseded{Serial: cur}}}); serr != nil {
+				if stream.Context().Err() != nil {
+					*handedOver = true // the agent already closed its old channel
+				} else {
+					*dropped = DropSendFailed
+				}
+				return serr
 			}
-			return serr
 		}
 	}
 	if cur != "" && s.cfg.Hub.HasStream(p.ID.Name, cur) {

@@ -1072,7 +1072,8 @@ func (x *AttestBootResponse) GetMatches() bool {
 }
 
 // Superseded tells an agent, on the stream of a certificate the registry
-// no longer holds as its node's, which certificate replaced it. An agent
+// no longer holds as its node's, which certificate replaced it; not sent
+// when the renewal was made over that stream's own connection. An agent
 // whose renewal made it keeps the stream until its new channel streams
 // (the journal holds it open for --renewal-stream-grace); an agent that
 // does not know the serial (its renewal's answer was lost, or someone else
